@@ -1,0 +1,265 @@
+/*
+ * wgml.h — the one public header of wgml, a GPU tensor library over WebGPU.
+ *
+ * Shape of the API:
+ *   - Opaque handles (wgml_context, wgml_tensor, wgml_optimizer).
+ *   - Functions that can fail return wgml_status; wgml_error_message(ctx) gives the last
+ *     error in words (what was wrong, the shapes or limits involved).
+ *   - Ops are lazy: they record a node and return a tensor at once. Nothing runs until a
+ *     result is needed (wgml_tensor_read, wgml_eval); then the whole pending graph is
+ *     encoded into one command buffer and submitted once.
+ *   - An op given bad input still returns a tensor, in an error state: it carries the
+ *     status and message, ops built on it inherit them, and reading it returns the status.
+ *     Only a NULL context makes an op return NULL.
+ *   - Tensors are owned by their context. wgml_tensor_free releases one early (its GPU
+ *     memory goes back to the pool once no pending op needs it); scopes release every
+ *     tensor made inside them, for loops that build a graph per step.
+ *   - Descriptor structs: a field left zero means "the default".
+ */
+#ifndef WGML_H
+#define WGML_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WGML_MAX_DIMS 4
+
+/* ---------------------------------------------------------------- statuses */
+
+typedef enum wgml_status {
+    WGML_OK = 0,
+    WGML_ERROR_INVALID_ARGUMENT, /* NULL, bad dimension, bad axis, wrong host length */
+    WGML_ERROR_SHAPE,            /* shapes that do not fit the op */
+    WGML_ERROR_OVERFLOW,         /* an element count or byte size that overflows */
+    WGML_ERROR_LIMIT,            /* past an adapter limit (buffer size, binding size) */
+    WGML_ERROR_NO_ADAPTER,       /* no WebGPU adapter found */
+    WGML_ERROR_DEVICE,           /* the device could not be created */
+    WGML_ERROR_DEVICE_LOST,      /* the device was lost; the context is unusable */
+    WGML_ERROR_OUT_OF_MEMORY,    /* host or GPU allocation failed */
+    WGML_ERROR_VALIDATION,       /* WebGPU rejected a command (a bug in wgml; please report) */
+    WGML_ERROR_CONTEXT,          /* a tensor from another context, or a freed handle */
+    WGML_ERROR_NOT_FOUND,        /* unknown name (cached weights) */
+    WGML_ERROR_EXISTS,           /* duplicate name (cached weights) */
+    WGML_ERROR_IO,               /* a file could not be opened, read or written */
+    WGML_ERROR_FORMAT,           /* a file is corrupt, truncated or of the wrong kind */
+    WGML_ERROR_UNSUPPORTED,      /* the adapter or build lacks what was asked */
+    WGML_STATUS_COUNT
+} wgml_status;
+
+const char *wgml_status_name(wgml_status status);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct wgml_context wgml_context;
+
+typedef enum wgml_backend {
+    WGML_BACKEND_DEFAULT = 0, /* Vulkan, or the WGML_BACKEND environment variable */
+    WGML_BACKEND_VULKAN,
+    WGML_BACKEND_METAL,
+    WGML_BACKEND_DX12,
+    WGML_BACKEND_GL,
+    WGML_BACKEND_ALL
+} wgml_backend;
+
+typedef struct wgml_context_desc {
+    wgml_backend backend;     /* which WebGPU backends to try */
+    const char *adapter_name; /* pick the first adapter whose name contains this (case-
+                                 insensitive); NULL: the WGML_ADAPTER environment variable,
+                                 else discrete GPU, then integrated, then CPU */
+    int bounds_checks;        /* 1: compile every kernel with runtime bounds checks (slow,
+                                 for debugging); 0: hand-written kernels run trusted */
+    int no_fusion;            /* 1: one dispatch per elementwise op (for benchmarks) */
+} wgml_context_desc;
+
+/* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
+   wgml_last_create_error() gives the message (there is no context to hold it). */
+wgml_status wgml_context_create(const wgml_context_desc *desc, wgml_context **out);
+const char *wgml_last_create_error(void);
+void wgml_context_free(wgml_context *ctx);
+
+/* The last error in words; "" if none. Valid until the next call on ctx. */
+const char *wgml_error_message(const wgml_context *ctx);
+wgml_status wgml_last_status(const wgml_context *ctx);
+void wgml_clear_error(wgml_context *ctx);
+
+/* Blocks until all submitted GPU work is done. */
+wgml_status wgml_synchronize(wgml_context *ctx);
+
+typedef struct wgml_adapter_info {
+    char name[256];
+    char vendor[128];
+    char architecture[128];
+    char driver[256];
+    const char *backend;      /* "Vulkan", "Metal", ... */
+    const char *adapter_type; /* "discrete GPU", "integrated GPU", "CPU", "unknown" */
+    uint32_t vendor_id, device_id;
+    /* limits requested from the adapter (its real ones) */
+    uint64_t max_buffer_size;
+    uint64_t max_storage_buffer_binding_size;
+    uint64_t max_uniform_buffer_binding_size;
+    uint32_t max_compute_workgroup_storage_size;
+    uint32_t max_compute_invocations_per_workgroup;
+    uint32_t max_compute_workgroup_size_x, max_compute_workgroup_size_y,
+        max_compute_workgroup_size_z;
+    uint32_t max_compute_workgroups_per_dimension;
+    uint32_t max_storage_buffers_per_shader_stage;
+    uint32_t min_storage_buffer_offset_alignment;
+    uint32_t min_uniform_buffer_offset_alignment;
+    uint32_t subgroup_min_size, subgroup_max_size;
+    /* features enabled on the device */
+    int has_timestamp_query, has_subgroups, has_shader_f16, has_immediates,
+        has_pipeline_cache, has_cooperative_matrix;
+    /* every feature the adapter offers, by name */
+    int feature_count;
+    const char *features[64];
+} wgml_adapter_info;
+
+wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info);
+
+/* Forces device loss (wgpuDeviceDestroy): for tests of the lost-device path. */
+void wgml_debug_destroy_device(wgml_context *ctx);
+
+typedef struct wgml_stats {
+    uint64_t buffers_live;        /* GPU buffers held by the pool (in use or free) */
+    uint64_t bytes_live;          /* bytes of those buffers */
+    uint64_t buffers_peak, bytes_peak;
+    uint64_t bytes_in_use;        /* bytes of pool buffers handed out to tensors now */
+    uint64_t bytes_in_use_peak;
+    uint64_t bytes_uploaded, bytes_downloaded;
+    uint64_t submits;             /* queue submits */
+    uint64_t dispatches;          /* compute dispatches encoded */
+    uint64_t pipelines_compiled;  /* distinct kernels compiled */
+    uint64_t pipeline_cache_hits; /* kernel lookups served from the cache */
+    uint64_t evals;               /* graph evaluations */
+} wgml_stats;
+
+wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats);
+void wgml_stats_reset_peaks(wgml_context *ctx); /* peaks := current values */
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef struct wgml_tensor wgml_tensor;
+
+/* f32 tensor of 1 to 4 dimensions, from host data (n must equal the element count). */
+wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *shape,
+                                  const float *data, size_t n, wgml_tensor **out);
+wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
+                              wgml_tensor **out);
+/* Evaluates t if needed and copies it (row-major, contiguous) into host memory; n must
+   equal its element count. */
+wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
+/* Overwrites a realized, contiguous tensor's data from the host. */
+wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
+void wgml_tensor_free(wgml_tensor *t);
+
+int wgml_tensor_ndim(const wgml_tensor *t);
+int64_t wgml_tensor_dim(const wgml_tensor *t, int axis); /* negative axes count from the end */
+int64_t wgml_tensor_numel(const wgml_tensor *t);
+wgml_status wgml_tensor_status(const wgml_tensor *t); /* error state of a lazy result */
+wgml_context *wgml_tensor_context(const wgml_tensor *t);
+
+/* Scopes: every tensor created after wgml_scope_begin is freed by the matching
+   wgml_scope_end, unless passed to wgml_keep. Scopes nest. */
+void wgml_scope_begin(wgml_context *ctx);
+void wgml_scope_end(wgml_context *ctx);
+void wgml_keep(wgml_tensor *t); /* moves t to the enclosing scope */
+
+/* Evaluates the pending graph that the given tensors need, in one submit. */
+wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors);
+
+/* ---------------------------------------------------------------- ops (lazy) */
+
+/* binary, NumPy broadcasting */
+wgml_tensor *wgml_add(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_sub(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_mul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_div(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_pow(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_maximum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_minimum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+
+/* the same with a scalar: op(a, s) and op(s, a); the scalar is passed as data */
+typedef enum wgml_binary_op {
+    WGML_ADD, WGML_SUB, WGML_MUL, WGML_DIV, WGML_POW, WGML_MAXIMUM, WGML_MINIMUM
+} wgml_binary_op;
+wgml_tensor *wgml_binary_scalar(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, float s);
+wgml_tensor *wgml_scalar_binary(wgml_context *ctx, wgml_binary_op op, float s, wgml_tensor *a);
+wgml_tensor *wgml_binary(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, wgml_tensor *b);
+
+/* unary */
+wgml_tensor *wgml_neg(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_abs(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_exp(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_log(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_sqrt(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_rsqrt(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_tanh(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a); /* tanh approximation */
+wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
+
+/* reductions along an axis (keepdim keeps it with size 1) and over all elements */
+wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* f32 indices */
+wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a);
+
+/* along the last axis */
+wgml_tensor *wgml_softmax(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_log_softmax(wgml_context *ctx, wgml_tensor *a);
+/* weight and bias are optional (NULL) 1-D tensors of the last axis' size */
+wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight,
+                            wgml_tensor *bias, float eps);
+wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps);
+
+/* views and movement: no copy where a strided view will do */
+wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
+wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes);
+wgml_tensor *wgml_transpose(wgml_context *ctx, wgml_tensor *a, int axis0, int axis1);
+wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
+/* [start, stop) with a step >= 1 along one axis */
+wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start,
+                        int64_t stop, int64_t step);
+wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
+
+/* ---------------------------------------------------------------- matmul */
+
+typedef enum wgml_activation {
+    WGML_ACT_NONE = 0, WGML_ACT_RELU, WGML_ACT_GELU, WGML_ACT_SILU
+} wgml_activation;
+
+typedef struct wgml_matmul_desc {
+    int trans_a, trans_b; /* use a^T / b^T (no copy) */
+    float alpha;          /* 0 means 1 */
+    wgml_tensor *bias;    /* optional, [N] */
+    wgml_activation activation;
+} wgml_matmul_desc;
+
+/* a [M,K] (or [B,M,K]), b [K,N] (or [B,K,N]); with the transposes as flagged. */
+wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b,
+                            const wgml_matmul_desc *desc);
+
+/* The cached-matmul API: weights uploaded once by name, host in and out.
+   output[m, cols] = input[m, rows] x weight[rows, cols]. */
+wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float *data,
+                               int64_t rows, int64_t cols);
+wgml_status wgml_weight_remove(wgml_context *ctx, const char *name);
+wgml_status wgml_weights_resident(const wgml_context *ctx, size_t *count, uint64_t *bytes);
+wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float *input,
+                               size_t input_len, float *output, size_t output_len,
+                               int64_t m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WGML_H */

@@ -1,0 +1,95 @@
+/* See harness.h. */
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int test_failures = 0;
+const char *test_current = "";
+static uint64_t rng_state = 12345;
+static wgml_context *shared_ctx = NULL;
+
+int test_summary(void)
+{
+    test_context_release();
+    if (test_failures) fprintf(stderr, "%d check(s) failed\n", test_failures);
+    return test_failures ? 1 : 0;
+}
+
+void test_seed(uint64_t seed) { rng_state = seed ? seed : 1; }
+
+uint64_t test_rand_u64(void)
+{
+    static int seeded = 0;
+    if (!seeded) {
+        seeded = 1;
+        const char *s = getenv("WGML_TEST_SEED");
+        if (s && rng_state == 12345) rng_state = strtoull(s, NULL, 10) | 1;
+    }
+    /* splitmix64 */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double test_uniform(double lo, double hi)
+{
+    return lo + (hi - lo) * ((double)(test_rand_u64() >> 11) / 9007199254740992.0);
+}
+
+void test_fill_uniform(float *x, size_t n, double lo, double hi)
+{
+    for (size_t i = 0; i < n; i++) x[i] = (float)test_uniform(lo, hi);
+}
+
+static double elem_err(float g, double w, double floor)
+{
+    if (isnan(w) || isnan(g)) return (isnan(w) && isnan(g)) ? 0.0 : INFINITY;
+    if (isinf(w) || isinf(g)) return ((double)g == w) ? 0.0 : INFINITY;
+    double d = fabs((double)g - w), m = fabs(w);
+    return d / (m > floor ? m : floor);
+}
+
+double test_max_rel_err(const float *got, const double *want, size_t n, double floor)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = elem_err(got[i], want[i], floor);
+        if (e > worst || isnan(e)) worst = e;
+    }
+    return worst;
+}
+
+int test_close(const char *what, const float *got, const double *want, size_t n, double tol,
+               double floor)
+{
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = elem_err(got[i], want[i], floor);
+        if (e > worst) { worst = e; at = i; }
+    }
+    if (worst <= tol) return 1;
+    fprintf(stderr, "  %s: max rel err %.3g > %.3g at [%zu]: got %.9g want %.9g (n=%zu)\n",
+            what, worst, tol, at, (double)got[at], want[at], n);
+    return 0;
+}
+
+wgml_context *test_context(void)
+{
+    if (shared_ctx) return shared_ctx;
+    wgml_status st = wgml_context_create(NULL, &shared_ctx);
+    if (st != WGML_OK) {
+        fprintf(stderr, "FAIL %s: no context: %s\n", test_current, wgml_last_create_error());
+        test_failures++;
+        shared_ctx = NULL;
+    }
+    return shared_ctx;
+}
+
+void test_context_release(void)
+{
+    if (shared_ctx) wgml_context_free(shared_ctx);
+    shared_ctx = NULL;
+}

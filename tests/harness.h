@@ -1,0 +1,65 @@
+/* The test harness: checks that print evidence, a seeded random source, comparisons
+   against double-precision references. Each tests/test_*.c is one CTest test whose main()
+   calls TEST_RUN for each case and returns test_summary(). */
+#ifndef WGML_TESTS_HARNESS_H
+#define WGML_TESTS_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "wgml.h"
+
+extern int test_failures;
+extern const char *test_current;
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "FAIL %s (%s:%d): %s\n", test_current, __FILE__, __LINE__, \
+                    #cond);                                                            \
+            test_failures++;                                                           \
+        }                                                                              \
+    } while (0)
+
+/* Checks a wgml status, printing the context's message on failure. */
+#define CHECK_STATUS(ctx, expr, want)                                                     \
+    do {                                                                                  \
+        wgml_status st_ = (expr);                                                         \
+        if (st_ != (want)) {                                                              \
+            fprintf(stderr, "FAIL %s (%s:%d): %s gave %s, want %s: %s\n", test_current,   \
+                    __FILE__, __LINE__, #expr, wgml_status_name(st_),                     \
+                    wgml_status_name(want), (ctx) ? wgml_error_message(ctx) : "");        \
+            test_failures++;                                                              \
+        }                                                                                 \
+    } while (0)
+#define CHECK_OK(ctx, expr) CHECK_STATUS(ctx, expr, WGML_OK)
+
+#define TEST_RUN(fn)                          \
+    do {                                      \
+        test_current = #fn;                   \
+        int before_ = test_failures;          \
+        fn();                                 \
+        fprintf(stderr, "%s %s\n", test_failures == before_ ? "ok  " : "FAIL", #fn); \
+    } while (0)
+
+int test_summary(void);
+
+/* Deterministic random numbers (seed from WGML_TEST_SEED, default 12345). */
+void test_seed(uint64_t seed);
+uint64_t test_rand_u64(void);
+double test_uniform(double lo, double hi);
+void test_fill_uniform(float *x, size_t n, double lo, double hi);
+
+/* Max relative error of got against want: |g - w| / max(|w|, floor). NaN/inf must match
+   exactly (same class and sign) or the result is +inf. */
+double test_max_rel_err(const float *got, const double *want, size_t n, double floor);
+/* Prints the worst element side by side when err > tol; returns err <= tol. */
+int test_close(const char *what, const float *got, const double *want, size_t n, double tol,
+               double floor);
+
+/* A shared context on the default adapter (lavapipe in CI); NULL (and a FAIL) if none. */
+wgml_context *test_context(void);
+void test_context_release(void);
+
+#endif

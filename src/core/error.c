@@ -1,0 +1,74 @@
+/* Statuses and messages: the library never prints; it keeps the last error on the context. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/context.h"
+
+static const char *const status_names[WGML_STATUS_COUNT] = {
+    [WGML_OK] = "ok",
+    [WGML_ERROR_INVALID_ARGUMENT] = "invalid argument",
+    [WGML_ERROR_SHAPE] = "shape mismatch",
+    [WGML_ERROR_OVERFLOW] = "size overflow",
+    [WGML_ERROR_LIMIT] = "adapter limit exceeded",
+    [WGML_ERROR_NO_ADAPTER] = "no WebGPU adapter",
+    [WGML_ERROR_DEVICE] = "device creation failed",
+    [WGML_ERROR_DEVICE_LOST] = "device lost",
+    [WGML_ERROR_OUT_OF_MEMORY] = "out of memory",
+    [WGML_ERROR_VALIDATION] = "WebGPU validation error",
+    [WGML_ERROR_CONTEXT] = "wrong context or stale handle",
+    [WGML_ERROR_NOT_FOUND] = "not found",
+    [WGML_ERROR_EXISTS] = "already exists",
+    [WGML_ERROR_IO] = "I/O error",
+    [WGML_ERROR_FORMAT] = "bad file format",
+    [WGML_ERROR_UNSUPPORTED] = "unsupported",
+};
+
+const char *wgml_status_name(wgml_status status)
+{
+    if ((int)status < 0 || status >= WGML_STATUS_COUNT) return "unknown status";
+    return status_names[status];
+}
+
+wgml_status wgml_fail(wgml_context *ctx, wgml_status status, const char *fmt, ...)
+{
+    if (!ctx) return status;
+    ctx->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->message, sizeof ctx->message, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+wgml_status wgml_check_device(wgml_context *ctx)
+{
+    if (!ctx->device_lost) return WGML_OK;
+    return wgml_fail(ctx, WGML_ERROR_DEVICE_LOST,
+                     "the WebGPU device was lost (%s); free this context and create a new one",
+                     ctx->lost_message[0] ? ctx->lost_message : "no reason given");
+}
+
+const char *wgml_error_message(const wgml_context *ctx)
+{
+    return ctx ? ctx->message : "no context";
+}
+
+wgml_status wgml_last_status(const wgml_context *ctx)
+{
+    return ctx ? ctx->status : WGML_ERROR_INVALID_ARGUMENT;
+}
+
+void wgml_clear_error(wgml_context *ctx)
+{
+    if (!ctx) return;
+    ctx->status = WGML_OK;
+    ctx->message[0] = 0;
+}
+
+void wgml_format_shape(char *out, size_t n, int ndim, const int64_t *shape)
+{
+    size_t used = (size_t)snprintf(out, n, "[");
+    for (int i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(out + used, n - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < n) snprintf(out + used, n - used, "]");
+}

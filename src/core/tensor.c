@@ -1,0 +1,347 @@
+/*
+ * Tensors: creation from host data, read-back, lifetime (reference counts and scopes).
+ *
+ * Lifetime: a tensor holds one reference for the user (until wgml_tensor_free or the end of
+ * its scope) and one for each lazy op that reads it. When the count reaches zero its buffer
+ * goes back to the pool and the struct is freed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+#include "graph/executor.h"
+
+bool wgml_tensor_valid(const wgml_tensor *t)
+{
+    return t && t->magic == WGML_TENSOR_MAGIC;
+}
+
+wgml_status wgml_shape_check(wgml_context *ctx, int ndim, const int64_t *shape, int64_t *numel)
+{
+    if (ndim < 1 || ndim > WGML_MAX_DIMS)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "a tensor has 1 to %d dimensions, not %d", WGML_MAX_DIMS, ndim);
+    if (!shape) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "shape is NULL");
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0) {
+            char s[128];
+            wgml_format_shape(s, sizeof s, ndim, shape);
+            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                             "dimension %d of shape %s is %lld; dimensions must be >= 1", i, s,
+                             (long long)shape[i]);
+        }
+        if (n > INT64_MAX / 4 / shape[i]) {
+            char s[128];
+            wgml_format_shape(s, sizeof s, ndim, shape);
+            return wgml_fail(ctx, WGML_ERROR_OVERFLOW,
+                             "shape %s has more elements than a byte size can count", s);
+        }
+        n *= shape[i];
+    }
+    *numel = n;
+    return WGML_OK;
+}
+
+void wgml_set_contiguous_strides(wgml_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        t->stride[i] = s;
+        s *= t->shape[i];
+    }
+    t->offset = 0;
+}
+
+bool wgml_is_contiguous(const wgml_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s) return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+wgml_tensor *wgml_tensor_base(wgml_tensor *t)
+{
+    return t->op == WGML_OP_VIEW ? t->src[0] : t;
+}
+
+bool wgml_tensor_realized(wgml_tensor *t)
+{
+    return wgml_tensor_base(t)->op == WGML_OP_NONE;
+}
+
+static void list_insert(wgml_context *ctx, wgml_tensor *t)
+{
+    t->all_next = ctx->tensors;
+    if (ctx->tensors) ctx->tensors->all_prev = t;
+    ctx->tensors = t;
+}
+
+static void list_remove(wgml_context *ctx, wgml_tensor *t)
+{
+    if (t->all_prev) t->all_prev->all_next = t->all_next;
+    else ctx->tensors = t->all_next;
+    if (t->all_next) t->all_next->all_prev = t->all_prev;
+}
+
+wgml_tensor *wgml_tensor_new(wgml_context *ctx, int ndim, const int64_t *shape)
+{
+    wgml_tensor *t = calloc(1, sizeof *t);
+    if (!t) {
+        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return NULL;
+    }
+    t->magic = WGML_TENSOR_MAGIC;
+    t->ctx = ctx;
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->numel *= shape[i];
+    }
+    wgml_set_contiguous_strides(t);
+    t->refs = 1;
+    t->user_held = true;
+    t->scope = ctx->scope_depth;
+    list_insert(ctx, t);
+    return t;
+}
+
+wgml_tensor *wgml_tensor_error(wgml_context *ctx, wgml_status status, const char *fmt, ...)
+{
+    static const int64_t one = 1;
+    wgml_tensor *t = wgml_tensor_new(ctx, 1, &one);
+    if (!t) return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    t->status = status;
+    t->error = strdup(msg);
+    wgml_fail(ctx, status, "%s", msg);
+    return t;
+}
+
+void wgml_tensor_retain(wgml_tensor *t)
+{
+    t->refs++;
+}
+
+static void tensor_destroy(wgml_tensor *t)
+{
+    wgml_context *ctx = t->ctx;
+    for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
+    if (t->buf) wgml_buffer_release(ctx, t->buf);
+    if (t->grad) wgml_tensor_unref(t->grad);
+    free(t->error);
+    list_remove(ctx, t);
+    t->magic = 0;
+    free(t);
+}
+
+void wgml_tensor_unref(wgml_tensor *t)
+{
+    if (t && --t->refs == 0) tensor_destroy(t);
+}
+
+void wgml_tensor_free(wgml_tensor *t)
+{
+    if (!wgml_tensor_valid(t) || !t->user_held) return;
+    t->user_held = false;
+    wgml_tensor_unref(t);
+}
+
+void wgml_tensors_free_all(wgml_context *ctx)
+{
+    /* Drop every reference at once: each tensor is freed exactly once. */
+    wgml_tensor *t = ctx->tensors;
+    while (t) {
+        wgml_tensor *next = t->all_next;
+        if (t->buf) wgml_buffer_release(ctx, t->buf);
+        free(t->error);
+        t->magic = 0;
+        free(t);
+        t = next;
+    }
+    ctx->tensors = NULL;
+}
+
+/* ---------------------------------------------------------------- scopes */
+
+void wgml_scope_begin(wgml_context *ctx)
+{
+    if (ctx) ctx->scope_depth++;
+}
+
+void wgml_scope_end(wgml_context *ctx)
+{
+    if (!ctx || ctx->scope_depth == 0) return;
+    int depth = ctx->scope_depth--;
+    /* Pass 1: drop the user reference of every tensor made in this scope. Pass 2: destroy
+       those left with no reference; each may release inputs, which can only be tensors
+       still referenced before, so none is in the list twice. */
+    size_t n = 0, cap = 0;
+    wgml_tensor **dead = NULL;
+    for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
+        if (t->scope < depth || !t->user_held) continue;
+        t->user_held = false;
+        if (--t->refs == 0) {
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 256;
+                wgml_tensor **g = realloc(dead, nc * sizeof *g);
+                if (!g) { t->refs++; t->user_held = true; continue; } /* freed at context end */
+                dead = g;
+                cap = nc;
+            }
+            dead[n++] = t;
+        }
+    }
+    for (size_t i = 0; i < n; i++) tensor_destroy(dead[i]);
+    free(dead);
+}
+
+void wgml_keep(wgml_tensor *t)
+{
+    if (wgml_tensor_valid(t) && t->scope > 0 && t->scope >= t->ctx->scope_depth)
+        t->scope = t->ctx->scope_depth - 1;
+}
+
+/* ---------------------------------------------------------------- creation */
+
+static wgml_status make_storage(wgml_context *ctx, int ndim, const int64_t *shape, size_t n,
+                                bool check_n, wgml_tensor **out)
+{
+    if (!out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    wgml_status st = wgml_check_device(ctx);
+    if (st) return st;
+    int64_t numel;
+    if ((st = wgml_shape_check(ctx, ndim, shape, &numel))) return st;
+    if (check_n && (uint64_t)n != (uint64_t)numel) {
+        char s[128];
+        wgml_format_shape(s, sizeof s, ndim, shape);
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "host data has %zu elements but shape %s needs %lld", n, s, (long long)numel);
+    }
+    char what[160];
+    char s[128];
+    wgml_format_shape(s, sizeof s, ndim, shape);
+    snprintf(what, sizeof what, "a tensor of shape %s", s);
+    if ((st = wgml_check_buffer_size(ctx, (uint64_t)numel * 4, what))) return st;
+    wgml_buffer *b = wgml_pool_acquire(ctx, (uint64_t)numel * 4);
+    if (!b) return ctx->status;
+    wgml_tensor *t = wgml_tensor_new(ctx, ndim, shape);
+    if (!t) {
+        wgml_buffer_release(ctx, b);
+        return ctx->status;
+    }
+    t->buf = b;
+    *out = t;
+    return WGML_OK;
+}
+
+wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *shape,
+                                  const float *data, size_t n, wgml_tensor **out)
+{
+    if (out) *out = NULL;
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!data) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_from_data: data is NULL");
+    wgml_status st = make_storage(ctx, ndim, shape, n, true, out);
+    if (st) return st;
+    wgpuQueueWriteBuffer(ctx->queue, (*out)->buf->handle, 0, data, n * sizeof(float));
+    ctx->stats.bytes_uploaded += n * sizeof(float);
+    return WGML_OK;
+}
+
+wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape, wgml_tensor **out)
+{
+    if (out) *out = NULL;
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status st = make_storage(ctx, ndim, shape, 0, false, out);
+    if (st) return st;
+    /* pool buffers are reused: clear explicitly */
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    wgpuCommandEncoderClearBuffer(enc, (*out)->buf->handle, 0, (uint64_t)(*out)->numel * 4);
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuQueueSubmit(ctx->queue, 1, &cb);
+    ctx->stats.submits++;
+    wgpuCommandBufferRelease(cb);
+    wgpuCommandEncoderRelease(enc);
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- read and write */
+
+wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n)
+{
+    if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_context *ctx = t->ctx;
+    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_read: host is NULL");
+    if ((uint64_t)n != (uint64_t)t->numel) {
+        char s[128];
+        wgml_format_shape(s, sizeof s, t->ndim, t->shape);
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "wgml_tensor_read: host buffer has %zu elements, tensor %s has %lld", n, s,
+                         (long long)t->numel);
+    }
+    return wgml_graph_read(ctx, t, host);
+}
+
+wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n)
+{
+    if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_context *ctx = t->ctx;
+    wgml_status st = wgml_check_device(ctx);
+    if (st) return st;
+    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_write: host is NULL");
+    if (t->op != WGML_OP_NONE || !wgml_is_contiguous(t))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "wgml_tensor_write: only evaluated, contiguous tensors can be written");
+    if ((uint64_t)n != (uint64_t)t->numel)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "wgml_tensor_write: host data has %zu elements, the tensor %lld", n,
+                         (long long)t->numel);
+    wgpuQueueWriteBuffer(ctx->queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
+    ctx->stats.bytes_uploaded += n * 4;
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- queries */
+
+int wgml_tensor_ndim(const wgml_tensor *t) { return wgml_tensor_valid(t) ? t->ndim : 0; }
+
+int64_t wgml_tensor_dim(const wgml_tensor *t, int axis)
+{
+    if (!wgml_tensor_valid(t)) return 0;
+    if (axis < 0) axis += t->ndim;
+    return axis >= 0 && axis < t->ndim ? t->shape[axis] : 0;
+}
+
+int64_t wgml_tensor_numel(const wgml_tensor *t) { return wgml_tensor_valid(t) ? t->numel : 0; }
+
+wgml_status wgml_tensor_status(const wgml_tensor *t)
+{
+    return wgml_tensor_valid(t) ? t->status : WGML_ERROR_INVALID_ARGUMENT;
+}
+
+wgml_context *wgml_tensor_context(const wgml_tensor *t) { return wgml_tensor_valid(t) ? t->ctx : NULL; }
+
+wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats)
+{
+    if (!ctx || !stats) return WGML_ERROR_INVALID_ARGUMENT;
+    *stats = ctx->stats;
+    return WGML_OK;
+}
+
+void wgml_stats_reset_peaks(wgml_context *ctx)
+{
+    if (!ctx) return;
+    ctx->stats.buffers_peak = ctx->stats.buffers_live;
+    ctx->stats.bytes_peak = ctx->stats.bytes_live;
+    ctx->stats.bytes_in_use_peak = ctx->stats.bytes_in_use;
+}

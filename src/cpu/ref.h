@@ -1,0 +1,212 @@
+/*
+ * ref.h — the double-precision CPU reference that every GPU op is tested against.
+ *
+ * Conventions:
+ *   - Plain C11, no global state. Nothing here prints, exits or aborts.
+ *   - Tensors are row-major and contiguous; shapes are int64_t arrays of 1..4 dims
+ *     (up to WGML_REF_MAX_DIMS are accepted). Broadcasting follows NumPy: shapes are
+ *     right-aligned and a size-1 dim stretches to the other's size.
+ *   - Inputs are float (exactly what the GPU was given); results are double, computed
+ *     and accumulated in double. Movement ops (permute, broadcast_to, slice) copy floats.
+ *   - Functions that allocate return 0 on success and -1 on allocation failure (or on
+ *     invalid arguments, where noted). void functions do not allocate; given arguments
+ *     that break their stated preconditions they write nothing.
+ *   - Shapes are given in comments in the llm.c manner: "x is (rows, n)".
+ */
+#ifndef WGML_CPU_REF_H
+#define WGML_CPU_REF_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WGML_REF_MAX_DIMS 8
+
+/* ---------------------------------------------------------------- elementwise scalars */
+/* The op table points at these. NaN in gives NaN out. Infinite inputs give the
+   mathematical limits (gelu(-inf) = silu(-inf) = 0, sigmoid(-inf) = 0, ...). */
+
+double wgml_ref_neg(double x);
+double wgml_ref_abs(double x);
+double wgml_ref_exp(double x);
+double wgml_ref_log(double x);     /* log(0) = -inf, log(<0) = NaN */
+double wgml_ref_sqrt(double x);
+double wgml_ref_rsqrt(double x);   /* 1/sqrt(x): rsqrt(0) = +inf */
+double wgml_ref_tanh(double x);
+double wgml_ref_sigmoid(double x); /* 1/(1+exp(-x)), evaluated without overflow */
+double wgml_ref_relu(double x);    /* max(x, 0); NaN stays NaN */
+double wgml_ref_gelu(double x);    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+double wgml_ref_silu(double x);    /* x * sigmoid(x) */
+
+double wgml_ref_add(double a, double b);
+double wgml_ref_sub(double a, double b);
+double wgml_ref_mul(double a, double b);
+double wgml_ref_div(double a, double b);
+double wgml_ref_pow(double a, double b);     /* C pow */
+/* IEEE-754 2019 maximum/minimum: NaN if either is NaN; -0 < +0. */
+double wgml_ref_maximum(double a, double b);
+double wgml_ref_minimum(double a, double b);
+/* minimum(maximum(x, lo), hi): NaN in x, lo or hi gives NaN. */
+double wgml_ref_clamp(double x, double lo, double hi);
+
+/* x is (n,), out is (n,): out[i] = f(x[i]) */
+void wgml_ref_unary(double (*f)(double), int64_t n, const float *x, double *out);
+
+/* ---------------------------------------------------------------- broadcasting */
+
+/* sa is (na,), sb is (nb,), sout is (max(na, nb),): the NumPy broadcast of the two
+   shapes. Returns 0 and sets *nout = max(na, nb), or -1 (nothing written) when a pair
+   of dims differs with neither being 1, or na/nb is outside 1..WGML_REF_MAX_DIMS, or a
+   dim is negative. A 0-size dim broadcasts with 1 (giving 0) like NumPy. */
+int wgml_ref_broadcast_shape(int na, const int64_t *sa, int nb, const int64_t *sb, int *nout,
+                             int64_t *sout);
+
+/* a is sa, b is sb, out is broadcast(sa, sb): out[i] = f(a[ia], b[ib]). Writes nothing
+   when the shapes do not broadcast. */
+void wgml_ref_binary(double (*f)(double, double), int na, const int64_t *sa, const float *a,
+                     int nb, const int64_t *sb, const float *b, double *out);
+
+/* a is sa, out is sout (the target shape, nout >= na): a copy of a stretched to sout.
+   Returns 0, or -1 (nothing written) when sa does not broadcast to exactly sout. */
+int wgml_ref_broadcast_to(int na, const int64_t *sa, const float *a, int nout,
+                          const int64_t *sout, float *out);
+
+/* ---------------------------------------------------------------- reductions */
+/* x is shape (nd dims), 0 <= axis < nd; out is shape with that axis removed (the same
+   memory order, so also valid for keepdim). Writing outer = prod(shape[:axis]),
+   n = shape[axis], inner = prod(shape[axis+1:]): x is (outer, n, inner), out is
+   (outer, inner). */
+void wgml_ref_sum(int nd, const int64_t *shape, const float *x, int axis, double *out);
+void wgml_ref_mean(int nd, const int64_t *shape, const float *x, int axis,
+                   double *out); /* n == 0 gives NaN */
+void wgml_ref_max(int nd, const int64_t *shape, const float *x, int axis,
+                  double *out); /* NaN propagates; n == 0 gives -inf */
+/* The first index of the max, as a double. A NaN counts as the max (NumPy/PyTorch):
+   the first NaN's index is returned. n == 0 gives -1. */
+void wgml_ref_argmax(int nd, const int64_t *shape, const float *x, int axis, double *out);
+
+/* x is (n,): over all elements. Empty: sum 0, mean NaN, max -inf. max propagates NaN. */
+double wgml_ref_sum_all(int64_t n, const float *x);
+double wgml_ref_mean_all(int64_t n, const float *x);
+double wgml_ref_max_all(int64_t n, const float *x);
+
+/* ---------------------------------------------------------------- along the last axis */
+
+/* x is (rows, n), out is (rows, n). exp(x - max) / sum, so no overflow. A NaN in a row
+   makes the whole row NaN; an all -inf row is NaN (as PyTorch). */
+void wgml_ref_softmax(int64_t rows, int64_t n, const float *x, double *out);
+/* x is (rows, n), out is (rows, n): x - max - log(sum(exp(x - max))). */
+void wgml_ref_log_softmax(int64_t rows, int64_t n, const float *x, double *out);
+/* x is (rows, n), weight is (n,) or NULL (ones), bias is (n,) or NULL (zeros),
+   out is (rows, n): (x - mean) / sqrt(var + eps) * weight + bias, with the biased
+   variance mean((x - mean)^2), as PyTorch. */
+void wgml_ref_layernorm(int64_t rows, int64_t n, const float *x, const float *weight,
+                        const float *bias, double eps, double *out);
+/* x is (rows, n), weight is (n,) or NULL (ones), out is (rows, n):
+   x / sqrt(mean(x^2) + eps) * weight. */
+void wgml_ref_rmsnorm(int64_t rows, int64_t n, const float *x, const float *weight,
+                      double eps, double *out);
+
+/* ---------------------------------------------------------------- movement */
+
+/* x is shape (nd dims), axes is (nd,) a permutation of 0..nd-1, out is
+   (shape[axes[0]], ..., shape[axes[nd-1]]): out[i0..] = x[j] with j[axes[k]] = i_k.
+   Writes nothing if axes is not a permutation. */
+void wgml_ref_permute(int nd, const int64_t *shape, const float *x, const int *axes,
+                      float *out);
+/* x is shape (nd dims); out is shape with shape[axis] replaced by
+   wgml_ref_slice_len(start, stop, step): the elements start, start+step, ... < stop
+   along axis. Needs 0 <= start <= stop <= shape[axis] and step >= 1 (else writes
+   nothing). */
+int64_t wgml_ref_slice_len(int64_t start, int64_t stop, int64_t step);
+void wgml_ref_slice(int nd, const int64_t *shape, const float *x, int axis, int64_t start,
+                    int64_t stop, int64_t step, float *out);
+
+/* ---------------------------------------------------------------- matmul */
+
+/* C[b] = act(alpha * op(A[b]) op(B[b]) + bias), for b in 0..batch-1.
+   A is (batch_a, M, K), or (batch_a, K, M) if trans_a;
+   B is (batch_b, K, N), or (batch_b, N, K) if trans_b;
+   bias is (N,) or NULL; C is (batch, M, N).
+   batch_a and batch_b are each batch or 1 (1: the same matrix for every b).
+   alpha is used as given (wgml_matmul_desc's "0 means 1" is the caller's to resolve).
+   act: 0 none, 1 relu, 2 gelu (tanh form), 3 silu, as wgml_activation. */
+void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A,
+                     int64_t batch_a, int trans_a, const float *B, int64_t batch_b,
+                     int trans_b, double alpha, const float *bias, int act, double *C);
+
+/* ---------------------------------------------------------------- losses */
+
+/* pred is (n,), target is (n,): mean((pred - target)^2); n == 0 gives NaN. */
+double wgml_ref_mse(int64_t n, const float *pred, const float *target);
+/* logits is (rows, classes), labels is (rows,): the mean over rows of
+   logsumexp(row) - row[label]. A label outside 0..classes-1 gives NaN. */
+double wgml_ref_cross_entropy(int64_t rows, int64_t classes, const float *logits,
+                              const int32_t *labels);
+
+/* ---------------------------------------------------------------- MLP training */
+/* A complete reference of MLP training in double, for the GPU parity gate.
+   Layer sizes are sizes[0..nlayers] (e.g. 784, 256, 128, 10), 1 <= nlayers <= 7.
+   Hidden layers use relu, the last layer is linear; the loss is softmax cross-entropy
+   averaged over the batch. Layer l (0 <= l < nlayers) has
+     W[l] is (sizes[l], sizes[l+1]) row-major, input-major: y = x W + b
+     b[l] is (sizes[l+1],)
+   and gW/gb (gradients), mW/mb (AdamW first moment, or the SGD momentum buffer),
+   vW/vb (AdamW second moment) of the same shapes, all in double. */
+typedef struct wgml_ref_mlp {
+    int nlayers;
+    int64_t sizes[8];
+    double *W[7], *b[7], *gW[7], *gb[7], *mW[7], *mb[7], *vW[7], *vb[7];
+    int64_t step;
+} wgml_ref_mlp;
+
+/* sizes is (nlayers+1,); W_init[l] is (sizes[l], sizes[l+1]) float; b_init is NULL
+   (zero biases) or b_init[l] is (sizes[l+1],) float or NULL (zeros). Copies them into
+   m (held in double); gradients and optimizer state start at zero, step at 0.
+   Returns 0, or -1 on allocation failure or invalid arguments (nlayers outside 1..7,
+   a size outside 1..2^30, a NULL W_init[l]); then m is zeroed and
+   wgml_ref_mlp_free(m) is harmless. */
+int wgml_ref_mlp_init(wgml_ref_mlp *m, int nlayers, const int64_t *sizes,
+                      const float *const *W_init, const float *const *b_init);
+/* Frees all arrays and zeroes m. NULL and a zeroed m are fine. */
+void wgml_ref_mlp_free(wgml_ref_mlp *m);
+
+/* x is (B, sizes[0]), logits is (B, sizes[nlayers]): the forward pass only.
+   Returns 0, or -1 on allocation failure or B < 1. */
+int wgml_ref_mlp_forward(const wgml_ref_mlp *m, int64_t B, const float *x, double *logits);
+
+/* x is (B, sizes[0]), labels is (B,): forward + backward. Overwrites (does not
+   accumulate) every gW/gb with d(loss)/d(param) and stores the mean loss in *loss.
+   Returns 0, or -1 on allocation failure, B < 1 or a label outside 0..classes-1
+   (then gW/gb are unchanged). */
+int wgml_ref_mlp_loss_grad_ex(wgml_ref_mlp *m, int64_t B, const float *x,
+                              const int32_t *labels, double *loss);
+/* The same, returning the loss; NaN when _ex would return -1. */
+double wgml_ref_mlp_loss_grad(wgml_ref_mlp *m, int64_t B, const float *x,
+                              const int32_t *labels);
+/* sqrt of the sum of squares of every gW and gb element. */
+double wgml_ref_mlp_grad_norm(const wgml_ref_mlp *m);
+
+/* Clip by global norm, in place on gW/gb (as PyTorch's clip_grad_norm_):
+   scale = min(1, max_norm / (norm + 1e-6)); max_norm <= 0: no clipping. */
+void wgml_ref_mlp_clip_grads(wgml_ref_mlp *m, double max_norm);
+
+/* clip (above), then AdamW on every parameter p with gradient g:
+     step += 1; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     mhat = m / (1 - b1^step); vhat = v / (1 - b2^step);
+     p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+   (decoupled weight decay, applied to W and b alike). */
+void wgml_ref_mlp_adamw_step(wgml_ref_mlp *m, double lr, double b1, double b2, double eps,
+                             double wd, double max_norm);
+/* clip (above), then SGD with momentum, PyTorch's convention (buf in mW/mb, zero at
+   start): g' = g + wd p; buf = momentum buf + g'; p -= lr buf. step += 1. */
+void wgml_ref_mlp_sgd_step(wgml_ref_mlp *m, double lr, double momentum, double wd,
+                           double max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,399 @@
+/*
+ * Building the lazy graph: each op checks its inputs and shapes, then records a node. Bad
+ * input gives a tensor in the error state (its message names the op and the shapes); ops on
+ * it inherit the error, and reading it returns the status.
+ *
+ * Views (reshape, permute, broadcast_to, slice) record no work: they share their input's
+ * buffer through new strides and an offset.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/build.h"
+
+/* ---------------------------------------------------------------- input checks */
+
+/* NULL if `t` is a usable input of op `name`, else the error tensor to return. */
+static wgml_tensor *bad_input(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role)
+{
+    if (!t) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: input %s is NULL", name, role);
+    if (t->magic != WGML_TENSOR_MAGIC)
+        return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "%s: input %s is not a live tensor", name, role);
+    if (t->ctx != ctx)
+        return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "%s: input %s belongs to another context", name, role);
+    if (t->status != WGML_OK)
+        return wgml_tensor_error(ctx, t->status, "%s", t->error ? t->error : "error in an input");
+    return NULL;
+}
+
+#define CHECK_INPUT(ctx, t, name, role)                               \
+    do {                                                              \
+        if (!(ctx)) return NULL;                                      \
+        wgml_tensor *bad_ = bad_input((ctx), (t), (name), (role));    \
+        if (bad_) return bad_;                                        \
+    } while (0)
+
+static void shape_str(char *out, size_t n, const wgml_tensor *t)
+{
+    wgml_format_shape(out, n, t->ndim, t->shape);
+}
+
+wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc,
+                       wgml_tensor *const *src)
+{
+    wgml_tensor *t = wgml_tensor_new(ctx, ndim, shape);
+    if (!t) return NULL;
+    t->op = op;
+    t->nsrc = nsrc;
+    for (int i = 0; i < nsrc; i++) {
+        t->src[i] = src[i];
+        wgml_tensor_retain(src[i]);
+    }
+    return t;
+}
+
+static int norm_axis(int axis, int ndim)
+{
+    return axis < 0 ? axis + ndim : axis;
+}
+
+/* ---------------------------------------------------------------- views */
+
+static wgml_tensor *make_view(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape,
+                              const int64_t *stride, int64_t offset)
+{
+    wgml_tensor *base = wgml_tensor_base(a);
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_VIEW, ndim, shape, 1, &base);
+    if (!t) return NULL;
+    memcpy(t->stride, stride, (size_t)ndim * sizeof *stride);
+    t->offset = offset;
+    return t;
+}
+
+wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a)
+{
+    CHECK_INPUT(ctx, a, "contiguous", "a");
+    if (wgml_is_contiguous(a)) return make_view(ctx, a, a->ndim, a->shape, a->stride, a->offset);
+    return wgml_node(ctx, WGML_OP_COPY, a->ndim, a->shape, 1, &a);
+}
+
+/* `a` if contiguous, else a new contiguous copy; the caller owns one reference either way. */
+static wgml_tensor *as_contiguous(wgml_context *ctx, wgml_tensor *a)
+{
+    if (wgml_is_contiguous(a)) {
+        wgml_tensor_retain(a);
+        return a;
+    }
+    wgml_tensor *c = wgml_node(ctx, WGML_OP_COPY, a->ndim, a->shape, 1, &a);
+    if (c) c->user_held = false; /* only the consumer's reference keeps it */
+    return c;
+}
+
+/* A node whose inputs went through as_contiguous: it holds its own references. */
+static wgml_tensor *node_consuming(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape,
+                                   int nsrc, wgml_tensor **src)
+{
+    wgml_tensor *t = wgml_node(ctx, op, ndim, shape, nsrc, src);
+    for (int i = 0; i < nsrc; i++) wgml_tensor_unref(src[i]);
+    return t;
+}
+
+wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape)
+{
+    CHECK_INPUT(ctx, a, "reshape", "a");
+    int64_t numel;
+    if (wgml_shape_check(ctx, ndim, shape, &numel) != WGML_OK)
+        return wgml_tensor_error(ctx, ctx->status, "reshape: %s", ctx->message);
+    if (numel != a->numel) {
+        char s1[128], s2[128];
+        shape_str(s1, sizeof s1, a);
+        wgml_format_shape(s2, sizeof s2, ndim, shape);
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "reshape: %s has %lld elements, %s has %lld",
+                                 s1, (long long)a->numel, s2, (long long)numel);
+    }
+    wgml_tensor *c = as_contiguous(ctx, a);
+    if (!c) return NULL;
+    int64_t stride[WGML_MAX_DIMS], s = 1;
+    for (int i = ndim - 1; i >= 0; i--) { stride[i] = s; s *= shape[i]; }
+    wgml_tensor *t = make_view(ctx, c, ndim, shape, stride, c->offset);
+    wgml_tensor_unref(c);
+    return t;
+}
+
+wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes)
+{
+    CHECK_INPUT(ctx, a, "permute", "a");
+    if (!axes) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "permute: axes is NULL");
+    int seen[WGML_MAX_DIMS] = {0};
+    int64_t shape[WGML_MAX_DIMS], stride[WGML_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) {
+        int ax = axes[i];
+        if (ax < 0 || ax >= a->ndim || seen[ax]++)
+            return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                     "permute: axes are not a permutation of 0..%d", a->ndim - 1);
+        shape[i] = a->shape[ax];
+        stride[i] = a->stride[ax];
+    }
+    return make_view(ctx, a, a->ndim, shape, stride, a->offset);
+}
+
+wgml_tensor *wgml_transpose(wgml_context *ctx, wgml_tensor *a, int axis0, int axis1)
+{
+    CHECK_INPUT(ctx, a, "transpose", "a");
+    int i = norm_axis(axis0, a->ndim), j = norm_axis(axis1, a->ndim);
+    if (i < 0 || i >= a->ndim || j < 0 || j >= a->ndim) {
+        char s[128];
+        shape_str(s, sizeof s, a);
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "transpose: axes %d and %d are out of range for shape %s", axis0, axis1, s);
+    }
+    int axes[WGML_MAX_DIMS] = {0, 1, 2, 3};
+    axes[i] = j;
+    axes[j] = i;
+    return wgml_permute(ctx, a, axes);
+}
+
+wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape)
+{
+    CHECK_INPUT(ctx, a, "broadcast_to", "a");
+    int64_t numel;
+    if (wgml_shape_check(ctx, ndim, shape, &numel) != WGML_OK)
+        return wgml_tensor_error(ctx, ctx->status, "broadcast_to: %s", ctx->message);
+    int64_t stride[WGML_MAX_DIMS];
+    int pad = ndim - a->ndim;
+    for (int d = 0; d < ndim; d++) {
+        int sd = d - pad;
+        if (sd >= 0 && a->shape[sd] != shape[d] && a->shape[sd] != 1) pad = -1;
+        if (pad < 0) break;
+        stride[d] = (sd < 0 || a->shape[sd] == 1) ? 0 : a->stride[sd];
+    }
+    if (pad < 0) {
+        char s1[128], s2[128];
+        shape_str(s1, sizeof s1, a);
+        wgml_format_shape(s2, sizeof s2, ndim, shape);
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "broadcast_to: %s does not broadcast to %s", s1, s2);
+    }
+    return make_view(ctx, a, ndim, shape, stride, a->offset);
+}
+
+wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start, int64_t stop,
+                        int64_t step)
+{
+    CHECK_INPUT(ctx, a, "slice", "a");
+    int ax = norm_axis(axis, a->ndim);
+    char s[128];
+    shape_str(s, sizeof s, a);
+    if (ax < 0 || ax >= a->ndim)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "slice: axis %d is out of range for shape %s", axis, s);
+    if (step < 1 || start < 0 || stop > a->shape[ax] || start >= stop)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "slice: [%lld:%lld:%lld] on axis %d of shape %s is empty or out of range",
+                                 (long long)start, (long long)stop, (long long)step, ax, s);
+    int64_t shape[WGML_MAX_DIMS], stride[WGML_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    memcpy(stride, a->stride, sizeof stride);
+    shape[ax] = (stop - start + step - 1) / step;
+    stride[ax] = a->stride[ax] * step;
+    return make_view(ctx, a, a->ndim, shape, stride, a->offset + start * a->stride[ax]);
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+int wgml_broadcast_shapes(const wgml_tensor *a, const wgml_tensor *b, int64_t *out)
+{
+    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int d = 0; d < n; d++) {
+        int da = d - (n - a->ndim), db = d - (n - b->ndim);
+        int64_t x = da >= 0 ? a->shape[da] : 1, y = db >= 0 ? b->shape[db] : 1;
+        if (x != y && x != 1 && y != 1) return -1;
+        out[d] = x == 1 ? y : x;
+    }
+    return n;
+}
+
+static const wgml_op binary_ops[] = {
+    [WGML_ADD] = WGML_OP_ADD, [WGML_SUB] = WGML_OP_SUB, [WGML_MUL] = WGML_OP_MUL,
+    [WGML_DIV] = WGML_OP_DIV, [WGML_POW] = WGML_OP_POW, [WGML_MAXIMUM] = WGML_OP_MAXIMUM,
+    [WGML_MINIMUM] = WGML_OP_MINIMUM,
+};
+
+wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b)
+{
+    const char *name = wgml_op_table[op].name;
+    CHECK_INPUT(ctx, a, name, "a");
+    CHECK_INPUT(ctx, b, name, "b");
+    int64_t shape[WGML_MAX_DIMS];
+    int n = wgml_broadcast_shapes(a, b, shape);
+    if (n < 0) {
+        char s1[128], s2[128];
+        shape_str(s1, sizeof s1, a);
+        shape_str(s2, sizeof s2, b);
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "%s: shapes %s and %s do not broadcast", name, s1, s2);
+    }
+    wgml_tensor *src[2] = {a, b};
+    return wgml_node(ctx, op, n, shape, 2, src);
+}
+
+wgml_tensor *wgml_binary(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, wgml_tensor *b)
+{
+    if ((int)op < 0 || op > WGML_MINIMUM)
+        return ctx ? wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "binary: unknown op %d", (int)op) : NULL;
+    return wgml_binary_node(ctx, binary_ops[op], a, b);
+}
+
+/* op(a, s) for side 1, op(s, a) for side 2 */
+static wgml_tensor *scalar_node(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, float s, int side)
+{
+    if ((int)op < 0 || op > WGML_MINIMUM)
+        return ctx ? wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "binary: unknown op %d", (int)op) : NULL;
+    wgml_op o = binary_ops[op];
+    CHECK_INPUT(ctx, a, wgml_op_table[o].name, "a");
+    wgml_tensor *t = wgml_node(ctx, o, a->ndim, a->shape, 1, &a);
+    if (!t) return NULL;
+    t->iparam[0] = side;
+    t->fparam[0] = s;
+    return t;
+}
+
+wgml_tensor *wgml_binary_scalar(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, float s)
+{
+    return scalar_node(ctx, op, a, s, 1);
+}
+
+wgml_tensor *wgml_scalar_binary(wgml_context *ctx, wgml_binary_op op, float s, wgml_tensor *a)
+{
+    return scalar_node(ctx, op, a, s, 2);
+}
+
+wgml_tensor *wgml_add(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_ADD, a, b); }
+wgml_tensor *wgml_sub(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_SUB, a, b); }
+wgml_tensor *wgml_mul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_MUL, a, b); }
+wgml_tensor *wgml_div(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_DIV, a, b); }
+wgml_tensor *wgml_pow(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_POW, a, b); }
+wgml_tensor *wgml_maximum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_MAXIMUM, a, b); }
+wgml_tensor *wgml_minimum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_MINIMUM, a, b); }
+
+wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a)
+{
+    CHECK_INPUT(ctx, a, wgml_op_table[op].name, "a");
+    return wgml_node(ctx, op, a->ndim, a->shape, 1, &a);
+}
+
+wgml_tensor *wgml_neg(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_NEG, a); }
+wgml_tensor *wgml_abs(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_ABS, a); }
+wgml_tensor *wgml_exp(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_EXP, a); }
+wgml_tensor *wgml_log(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_LOG, a); }
+wgml_tensor *wgml_sqrt(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_SQRT, a); }
+wgml_tensor *wgml_rsqrt(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_RSQRT, a); }
+wgml_tensor *wgml_tanh(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_TANH, a); }
+wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_SIGMOID, a); }
+wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_RELU, a); }
+wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_GELU, a); }
+wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_SILU, a); }
+
+wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi)
+{
+    wgml_tensor *t = wgml_unary_node(ctx, WGML_OP_CLAMP, a);
+    if (t && t->status == WGML_OK) {
+        t->fparam[0] = lo;
+        t->fparam[1] = hi;
+    }
+    return t;
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+static wgml_tensor *reduce(wgml_context *ctx, wgml_op op, wgml_tensor *a, int axis, int keepdim)
+{
+    const char *name = wgml_op_table[op].name;
+    CHECK_INPUT(ctx, a, name, "a");
+    int ax = norm_axis(axis, a->ndim);
+    if (ax < 0 || ax >= a->ndim) {
+        char s[128];
+        shape_str(s, sizeof s, a);
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: axis %d is out of range for shape %s",
+                                 name, axis, s);
+    }
+    int64_t shape[WGML_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (d != ax) shape[n++] = a->shape[d];
+        else if (keepdim) shape[n++] = 1;
+    }
+    if (n == 0) shape[n++] = 1;
+    wgml_tensor *c = as_contiguous(ctx, a);
+    if (!c) return NULL;
+    wgml_tensor *t = node_consuming(ctx, op, n, shape, 1, &c);
+    if (t) t->iparam[0] = ax;
+    return t;
+}
+
+wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_SUM, a, axis, keepdim); }
+wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MEAN, a, axis, keepdim); }
+wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MAX, a, axis, keepdim); }
+wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_ARGMAX, a, axis, keepdim); }
+
+static wgml_tensor *reduce_all(wgml_context *ctx, wgml_op op, wgml_tensor *a)
+{
+    CHECK_INPUT(ctx, a, wgml_op_table[op].name, "a");
+    wgml_tensor *flat = wgml_reshape(ctx, a, 1, &a->numel);
+    if (!flat || flat->status) return flat;
+    flat->user_held = false; /* the reduction's reference keeps it */
+    wgml_tensor *t = reduce(ctx, op, flat, 0, 0);
+    wgml_tensor_unref(flat);
+    return t;
+}
+
+wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_SUM, a); }
+wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MEAN, a); }
+wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MAX, a); }
+
+/* ---------------------------------------------------------------- along the last axis */
+
+static wgml_tensor *row_op(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *weight,
+                           wgml_tensor *bias, float eps)
+{
+    const char *name = wgml_op_table[op].name;
+    CHECK_INPUT(ctx, a, name, "a");
+    if (weight) CHECK_INPUT(ctx, weight, name, "weight");
+    if (bias) CHECK_INPUT(ctx, bias, name, "bias");
+    int64_t n = a->shape[a->ndim - 1];
+    wgml_tensor *params[2] = {weight, bias};
+    for (int i = 0; i < 2; i++)
+        if (params[i] && (params[i]->ndim != 1 || params[i]->shape[0] != n)) {
+            char s1[128], s2[128];
+            shape_str(s1, sizeof s1, a);
+            shape_str(s2, sizeof s2, params[i]);
+            return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "%s: %s %s must be [%lld] for input %s", name,
+                                     i ? "bias" : "weight", s2, (long long)n, s1);
+        }
+    wgml_tensor *src[3];
+    int nsrc = 0;
+    src[nsrc++] = as_contiguous(ctx, a);
+    if (weight) src[nsrc++] = as_contiguous(ctx, weight);
+    if (bias) src[nsrc++] = as_contiguous(ctx, bias);
+    for (int i = 0; i < nsrc; i++)
+        if (!src[i]) {
+            for (int j = 0; j < nsrc; j++) wgml_tensor_unref(src[j]);
+            return NULL;
+        }
+    wgml_tensor *t = node_consuming(ctx, op, a->ndim, a->shape, nsrc, src);
+    if (t) {
+        t->iparam[0] = weight != NULL;
+        t->iparam[1] = bias != NULL;
+        t->fparam[0] = eps;
+    }
+    return t;
+}
+
+wgml_tensor *wgml_softmax(wgml_context *ctx, wgml_tensor *a) { return row_op(ctx, WGML_OP_SOFTMAX, a, NULL, NULL, 0); }
+wgml_tensor *wgml_log_softmax(wgml_context *ctx, wgml_tensor *a) { return row_op(ctx, WGML_OP_LOG_SOFTMAX, a, NULL, NULL, 0); }
+wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, wgml_tensor *bias, float eps)
+{
+    return row_op(ctx, WGML_OP_LAYERNORM, a, weight, bias, eps);
+}
+wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps)
+{
+    return row_op(ctx, WGML_OP_RMSNORM, a, weight, NULL, eps);
+}

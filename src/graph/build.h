@@ -1,0 +1,15 @@
+/* Graph building helpers shared by the op constructors, autograd and training. */
+#ifndef WGML_GRAPH_BUILD_H
+#define WGML_GRAPH_BUILD_H
+
+#include "core/context.h"
+
+/* Records a lazy node of `op` with the given output shape and inputs (retained). */
+wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc,
+                       wgml_tensor *const *src);
+wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a);
+/* NumPy broadcast of two shapes into out; returns its rank or -1. */
+int wgml_broadcast_shapes(const wgml_tensor *a, const wgml_tensor *b, int64_t *out);
+
+#endif

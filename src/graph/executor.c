@@ -1,0 +1,390 @@
+/* The one-submit graph executor; see executor.h for the stages. */
+#include "graph/executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FUSED_LEAVES 8
+
+typedef struct node_list {
+    wgml_tensor **items;
+    size_t n, cap;
+} node_list;
+
+static bool list_push(node_list *l, wgml_tensor *t)
+{
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 64;
+        wgml_tensor **g = realloc(l->items, nc * sizeof *g);
+        if (!g) return false;
+        l->items = g;
+        l->cap = nc;
+    }
+    l->items[l->n++] = t;
+    return true;
+}
+
+uint32_t wgml_grid(wgml_context *ctx, uint64_t groups, uint32_t out[3])
+{
+    uint64_t maxd = ctx->limits.maxComputeWorkgroupsPerDimension;
+    if (groups == 0) groups = 1;
+    uint64_t gy = (groups + maxd - 1) / maxd;
+    uint64_t gx = (groups + gy - 1) / gy;
+    out[0] = (uint32_t)gx;
+    out[1] = (uint32_t)gy;
+    out[2] = 1;
+    return (uint32_t)gx;
+}
+
+/* ---------------------------------------------------------------- collect */
+
+/* Post-order walk of the lazy nodes `t` needs; returns false when out of host memory. */
+static bool collect(wgml_context *ctx, wgml_tensor *t, node_list *order)
+{
+    t = wgml_tensor_base(t);
+    if (t->op == WGML_OP_NONE || t->sched_mark == ctx->eval_counter) return true;
+    t->sched_mark = ctx->eval_counter;
+    t->sched_uses = 0;
+    t->sched_kind = WGML_SCHED_NONE;
+    t->sched_pinned = false;
+    t->sched_target = false;
+    t->sched_consumer = NULL;
+    t->buf = NULL;
+    for (int i = 0; i < t->nsrc; i++)
+        if (!collect(ctx, t->src[i], order)) return false;
+    return list_push(order, t);
+}
+
+/* ---------------------------------------------------------------- fuse */
+
+static int fused_leaf_count(wgml_tensor *t)
+{
+    int n = 0;
+    for (int i = 0; i < t->nsrc; i++) {
+        wgml_tensor *s = t->src[i];
+        n += (s->sched_kind == WGML_SCHED_FUSED && s == wgml_tensor_base(s)) ? fused_leaf_count(s) : 1;
+    }
+    return n;
+}
+
+static void decide_fusion(wgml_context *ctx, node_list *order)
+{
+    /* readers of each node, and whether one reads it through a view or is not elementwise */
+    for (size_t k = 0; k < order->n; k++) {
+        wgml_tensor *t = order->items[k];
+        for (int i = 0; i < t->nsrc; i++) {
+            wgml_tensor *s = t->src[i], *b = wgml_tensor_base(s);
+            if (b->op == WGML_OP_NONE) continue;
+            b->sched_uses++;
+            b->sched_consumer = t;
+            if (s != b || !wgml_op_is_elementwise(t->op)) b->sched_pinned = true;
+        }
+    }
+    for (size_t k = 0; k < order->n; k++) {
+        wgml_tensor *t = order->items[k];
+        bool fusable = wgml_op_is_elementwise(t->op) && !ctx->no_fusion && !t->sched_pinned &&
+                       !t->sched_target && t->sched_uses == 1;
+        t->sched_kind = fusable ? WGML_SCHED_FUSED : WGML_SCHED_KERNEL;
+        if (!wgml_op_is_elementwise(t->op)) continue;
+        /* keep a kernel's inputs within the bindings an adapter has: cut big trees */
+        while (fused_leaf_count(t) > MAX_FUSED_LEAVES) {
+            wgml_tensor *biggest = NULL;
+            int most = 0;
+            for (int i = 0; i < t->nsrc; i++) {
+                wgml_tensor *s = t->src[i];
+                if (s->sched_kind != WGML_SCHED_FUSED || s != wgml_tensor_base(s)) continue;
+                int c = fused_leaf_count(s);
+                if (c > most) { most = c; biggest = s; }
+            }
+            if (!biggest) break;
+            biggest->sched_kind = WGML_SCHED_KERNEL;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- plan and encode */
+
+static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+{
+    memset(l, 0, sizeof *l);
+    switch (wgml_op_table[t->op].kind) {
+    case WGML_KIND_UNARY:
+    case WGML_KIND_BINARY: return wgml_build_fused(ctx, t, l);
+    case WGML_KIND_REDUCE: return wgml_build_reduce(ctx, t, l);
+    case WGML_KIND_ROW: return wgml_build_row(ctx, t, l);
+    case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l);
+    default:
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "op %s cannot be scheduled",
+                         wgml_op_table[t->op].name);
+    }
+}
+
+static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
+{
+    if (bytes <= ctx->params_capacity) return WGML_OK;
+    uint64_t cap = ctx->params_capacity ? ctx->params_capacity : 64 * 1024;
+    while (cap < bytes) cap *= 2;
+    if (ctx->params_buffer) wgpuBufferRelease(ctx->params_buffer);
+    WGPUBufferDescriptor d = {.label = wgml_sv("wgml params"),
+                              .usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst,
+                              .size = cap};
+    ctx->params_buffer = wgpuDeviceCreateBuffer(ctx->device, &d);
+    ctx->params_capacity = ctx->params_buffer ? cap : 0;
+    if (!ctx->params_buffer) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating the parameter buffer");
+    return WGML_OK;
+}
+
+static wgml_status ensure_host_params(wgml_context *ctx, uint64_t bytes)
+{
+    if (bytes <= ctx->params_host_capacity) return WGML_OK;
+    uint64_t cap = ctx->params_host_capacity ? ctx->params_host_capacity : 64 * 1024;
+    while (cap < bytes) cap *= 2;
+    uint8_t *p = realloc(ctx->params_host, cap);
+    if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    ctx->params_host = p;
+    ctx->params_host_capacity = cap;
+    return WGML_OK;
+}
+
+static wgml_status ensure_staging(wgml_context *ctx, uint64_t bytes)
+{
+    if (bytes <= ctx->staging_size) return WGML_OK;
+    uint64_t size = ctx->staging_size ? ctx->staging_size : 4096;
+    while (size < bytes) size *= 2;
+    if (ctx->staging) wgpuBufferRelease(ctx->staging);
+    WGPUBufferDescriptor d = {.label = wgml_sv("wgml staging"),
+                              .usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst,
+                              .size = size};
+    ctx->staging = wgpuDeviceCreateBuffer(ctx->device, &d);
+    ctx->staging_size = ctx->staging ? size : 0;
+    if (!ctx->staging) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating the staging buffer");
+    return WGML_OK;
+}
+
+typedef struct readback {
+    wgml_tensor *t; /* contiguous tensor whose data goes to host */
+    float *host;
+} readback;
+
+typedef struct planned {
+    wgml_launch launch;
+    uint64_t params_offset;
+    uint64_t sizes[WGML_MAX_BINDINGS];
+} planned;
+
+/* Encodes launches[0..n) and the optional read-back copy into one command buffer, submits. */
+static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const readback *rb)
+{
+    wgml_status st;
+    uint64_t params_bytes = 0;
+    for (size_t i = 0; i < n; i++) params_bytes = p[i].params_offset + 256;
+    if ((st = ensure_params_buffer(ctx, params_bytes ? params_bytes : 256))) return st;
+    if (n) wgpuQueueWriteBuffer(ctx->queue, ctx->params_buffer, 0, ctx->params_host, params_bytes);
+
+    wgml_scope_push(ctx);
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    if (n) {
+        WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, NULL);
+        for (size_t i = 0; i < n; i++) {
+            wgml_launch *l = &p[i].launch;
+            WGPUBindGroupEntry e[WGML_MAX_BINDINGS + 1];
+            memset(e, 0, sizeof e);
+            e[0].binding = 0;
+            e[0].buffer = ctx->params_buffer;
+            e[0].offset = p[i].params_offset;
+            e[0].size = (l->params_size + 15) & ~15u;
+            for (int b = 0; b < l->nbuffers; b++) {
+                e[b + 1].binding = (uint32_t)b + 1;
+                e[b + 1].buffer = l->raw[b];
+                e[b + 1].offset = 0;
+                e[b + 1].size = p[i].sizes[b];
+            }
+            WGPUBindGroupDescriptor bd = {.layout = l->pipeline->layout,
+                                          .entryCount = (size_t)l->nbuffers + 1, .entries = e};
+            WGPUBindGroup bg = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+            wgpuComputePassEncoderSetPipeline(pass, l->pipeline->pipeline);
+            wgpuComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
+            wgpuComputePassEncoderDispatchWorkgroups(pass, l->groups[0], l->groups[1], l->groups[2]);
+            wgpuBindGroupRelease(bg);
+        }
+        wgpuComputePassEncoderEnd(pass);
+        wgpuComputePassEncoderRelease(pass);
+    }
+    uint64_t rb_bytes = 0;
+    if (rb) {
+        rb_bytes = (uint64_t)rb->t->numel * 4;
+        if ((st = ensure_staging(ctx, rb_bytes))) {
+            wgpuCommandEncoderRelease(enc);
+            wgml_scope_pop(ctx, "reading back");
+            return st;
+        }
+        wgml_tensor *b = wgml_tensor_base(rb->t);
+        wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, (uint64_t)rb->t->offset * 4,
+                                             ctx->staging, 0, rb_bytes);
+    }
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuQueueSubmit(ctx->queue, 1, &cb);
+    wgpuCommandBufferRelease(cb);
+    wgpuCommandEncoderRelease(enc);
+    ctx->stats.submits++;
+    ctx->stats.dispatches += n;
+    if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
+
+    if (rb) {
+        if ((st = wgml_map_read(ctx, ctx->staging, rb_bytes))) return st;
+        const void *src = wgpuBufferGetConstMappedRange(ctx->staging, 0, (size_t)rb_bytes);
+        if (!src) {
+            wgpuBufferUnmap(ctx->staging);
+            return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: no mapped range");
+        }
+        memcpy(rb->host, src, (size_t)rb_bytes);
+        wgpuBufferUnmap(ctx->staging);
+        ctx->stats.bytes_downloaded += rb_bytes;
+    }
+    return WGML_OK;
+}
+
+/* A target that carries an error reports it. */
+static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
+{
+    if (!wgml_tensor_valid(t)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "eval: NULL or freed tensor");
+    if (t->ctx != ctx) return wgml_fail(ctx, WGML_ERROR_CONTEXT, "eval: the tensor belongs to another context");
+    if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
+    return WGML_OK;
+}
+
+static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targets, const readback *rb)
+{
+    wgml_status st = wgml_check_device(ctx);
+    if (st) return st;
+    for (int i = 0; i < ntargets; i++)
+        if ((st = target_status(ctx, targets[i]))) return st;
+
+    ctx->eval_counter++;
+    node_list order = {0};
+    for (int i = 0; i < ntargets; i++)
+        if (!collect(ctx, targets[i], &order)) {
+            free(order.items);
+            return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        }
+    for (int i = 0; i < ntargets; i++) {
+        wgml_tensor *b = wgml_tensor_base(targets[i]);
+        if (b->op != WGML_OP_NONE) b->sched_pinned = b->sched_target = true;
+    }
+    decide_fusion(ctx, &order);
+
+    /* readers per kernel output: how many kernels read it (fused nodes are inside kernels) */
+    size_t nk = 0;
+    for (size_t k = 0; k < order.n; k++)
+        if (order.items[k]->sched_kind == WGML_SCHED_KERNEL) nk++;
+    planned *plan = nk ? calloc(nk, sizeof *plan) : NULL;
+    if (nk && !plan) {
+        free(order.items);
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    for (size_t k = 0; k < order.n; k++) order.items[k]->sched_uses = 0;
+
+    /* plan: build each launch, give it an output buffer, free inputs after their last reader */
+    size_t built = 0;
+    uint64_t params_off = 0;
+    uint32_t align = ctx->limits.minUniformBufferOffsetAlignment ? ctx->limits.minUniformBufferOffsetAlignment : 256;
+    /* first pass: count kernel reads of each lazy base (a kernel may read a base twice) */
+    for (size_t k = 0; k < order.n && !st; k++) {
+        wgml_tensor *t = order.items[k];
+        if (t->sched_kind != WGML_SCHED_KERNEL) continue;
+        st = build_launch(ctx, t, &plan[built].launch);
+        if (st) break;
+        wgml_launch *l = &plan[built].launch;
+        for (int b = 0; b < l->nbuffers - 1; b++)
+            if (l->buffers[b] && l->buffers[b]->op != WGML_OP_NONE) l->buffers[b]->sched_uses++;
+        built++;
+    }
+    if (!st) {
+        size_t ki = 0;
+        for (size_t k = 0; k < order.n && !st; k++) {
+            wgml_tensor *t = order.items[k];
+            if (t->sched_kind != WGML_SCHED_KERNEL) continue;
+            planned *pl = &plan[ki++];
+            wgml_launch *l = &pl->launch;
+            t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
+            if (!t->buf) { st = ctx->status; break; }
+            for (int b = 0; b < l->nbuffers; b++) {
+                if (l->raw[b]) continue; /* builder gave a raw buffer */
+                wgml_tensor *bt = l->buffers[b];
+                l->raw[b] = bt->buf->handle;
+                pl->sizes[b] = bt->buf->size;
+            }
+            for (int b = 0; b < l->nbuffers; b++)
+                if (!pl->sizes[b]) pl->sizes[b] = WGPU_WHOLE_SIZE;
+            if ((st = ensure_host_params(ctx, params_off + WGML_MAX_PARAMS_BYTES + align))) break;
+            memcpy(ctx->params_host + params_off, l->params, l->params_size);
+            pl->params_offset = params_off;
+            params_off += (l->params_size + align - 1) / align * align;
+            /* inputs whose last reader this was go back to the pool for later kernels */
+            for (int b = 0; b < l->nbuffers - 1; b++) {
+                wgml_tensor *in = l->buffers[b];
+                if (!in || in->op == WGML_OP_NONE) continue;
+                if (--in->sched_uses == 0 && !in->sched_target) {
+                    wgml_buffer_release(ctx, in->buf);
+                    in->buf = NULL;
+                }
+            }
+        }
+    }
+    if (!st) st = encode_submit(ctx, plan, built, rb);
+    ctx->stats.evals++;
+
+    /* targets become storage; on failure every buffer of this evaluation is returned */
+    for (size_t k = 0; k < order.n; k++) {
+        wgml_tensor *t = order.items[k];
+        if (!t->sched_target || !t->buf) continue;
+        if (st) {
+            wgml_buffer_release(ctx, t->buf);
+            t->buf = NULL;
+            continue;
+        }
+        for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
+        t->nsrc = 0;
+        t->op = WGML_OP_NONE;
+    }
+    if (st)
+        for (size_t k = 0; k < order.n; k++) {
+            wgml_tensor *t = order.items[k];
+            if (t->buf && t->op != WGML_OP_NONE) {
+                wgml_buffer_release(ctx, t->buf);
+                t->buf = NULL;
+            }
+        }
+    free(plan);
+    free(order.items);
+    return st;
+}
+
+wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *targets)
+{
+    return run(ctx, n, targets, NULL);
+}
+
+wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, float *host)
+{
+    wgml_status st = target_status(ctx, t);
+    if (st) return st;
+    if (wgml_is_contiguous(t)) {
+        readback rb = {t, host};
+        return run(ctx, 1, &t, &rb);
+    }
+    /* a strided view: copy it into contiguous order first, in the same submit */
+    wgml_tensor *c = wgml_contiguous(ctx, t);
+    if (!c) return ctx->status;
+    readback rb = {c, host};
+    st = run(ctx, 1, &c, &rb);
+    wgml_tensor_free(c);
+    return st;
+}
+
+wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (n < 0 || (n > 0 && !tensors)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval: bad tensor list");
+    return run(ctx, n, tensors, NULL);
+}

@@ -1,0 +1,58 @@
+/*
+ * The executor: evaluates the pending graph that some tensors need, in one command encoder
+ * and one submit.
+ *
+ *   collect   walk the lazy nodes the targets need (post-order = a valid kernel order)
+ *   fuse      an elementwise node with one elementwise consumer joins its consumer's kernel
+ *   plan      each kernel's output gets a pool buffer; an intermediate's buffer goes back to
+ *             the pool after its last reader, so later kernels of the same submit reuse it
+ *   encode    every kernel's parameters go into one uniform buffer (one write), then one
+ *             compute pass with a dispatch per kernel, then the read-back copy if asked
+ *   submit    once; targets become storage tensors
+ */
+#ifndef WGML_GRAPH_EXECUTOR_H
+#define WGML_GRAPH_EXECUTOR_H
+
+#include "core/context.h"
+
+#define WGML_MAX_BINDINGS 10
+#define WGML_MAX_PARAMS_BYTES 512
+
+/* A reference to data a kernel reads: a buffer through a view (elements). */
+typedef struct wgml_leaf {
+    wgml_tensor *base; /* storage or lazy tensor owning the buffer */
+    int64_t stride[WGML_MAX_DIMS]; /* in the kernel's output coordinates (4-D, right-aligned) */
+    int64_t offset;
+} wgml_leaf;
+
+/* One dispatch: binding 0 is the parameter block, 1..n the storage buffers in order. */
+typedef struct wgml_launch {
+    wgml_pipeline *pipeline;
+    int nbuffers;
+    wgml_tensor *buffers[WGML_MAX_BINDINGS]; /* bases; the last one is the output */
+    WGPUBuffer raw[WGML_MAX_BINDINGS];       /* or raw buffers (cached matmul), if set */
+    uint8_t params[WGML_MAX_PARAMS_BYTES];
+    uint32_t params_size;
+    uint32_t groups[3];
+} wgml_launch;
+
+/* Splits `groups` workgroups over x and y so neither passes the adapter's limit; returns the
+   x count (threads = x * workgroup size per row of the grid). */
+uint32_t wgml_grid(wgml_context *ctx, uint64_t groups, uint32_t out[3]);
+
+wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *targets);
+/* Evaluates t (and what it needs) and copies it to host in the same submit. */
+wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, float *host);
+
+/* Kernel builders, one per kind (graph/kernels.c, graph/fusion.c, graph/matmul.c): fill
+   `launch` for node `t`, whose inputs are already planned. */
+wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *launch);
+wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+wgml_status wgml_build_loss(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+
+/* Scheduler marks (wgml_tensor.sched_kind) */
+enum { WGML_SCHED_NONE = 0, WGML_SCHED_KERNEL, WGML_SCHED_FUSED };
+
+#endif

@@ -1,0 +1,270 @@
+/*
+ * Elementwise fusion: a tree of elementwise nodes becomes one generated WGSL kernel that
+ * reads each input once per element and writes the root's result: one dispatch and one pass
+ * over memory for a chain of any length.
+ *
+ * Inputs ("leaves") are read through their view: strides in the output's 4-D coordinates (0
+ * where broadcast) and an offset. Each leaf is read in one of three ways, chosen when the
+ * source is generated: contiguous (index i), scalar (one element for all) or strided
+ * (coordinates dotted with strides). When every leaf is contiguous or scalar and the size is a
+ * multiple of 4, the kernel works on vec4<f32>, four elements per thread.
+ *
+ * Scalars (binary ops with a number, clamp bounds) are kernel parameters, never source text:
+ * the same chain with other numbers reuses the compiled kernel.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/executor.h"
+
+#define MAX_LEAVES 8
+#define MAX_SCALARS 32
+#define MAX_NODES 512
+#define WORKGROUP 256
+
+enum { LEAF_CONTIG, LEAF_SCALAR, LEAF_STRIDED };
+
+typedef struct leaf {
+    wgml_tensor *base;
+    int64_t stride[4];
+    int64_t offset;
+    int mode;
+} leaf;
+
+typedef struct gen {
+    wgml_context *ctx;
+    int64_t shape4[4];
+    leaf leaves[MAX_LEAVES];
+    int nleaves;
+    float scalars[MAX_SCALARS];
+    int nscalars;
+    char *body;
+    size_t body_len, body_cap;
+    int nvars;
+    bool overflow;
+} gen;
+
+static void emit(gen *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void emit(gen *g, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(g->body + g->body_len, g->body_cap - g->body_len, fmt, ap);
+        va_end(ap);
+        if (n < 0) { g->overflow = true; return; }
+        if (g->body_len + (size_t)n < g->body_cap) { g->body_len += (size_t)n; return; }
+        size_t cap = g->body_cap ? g->body_cap * 2 : 4096;
+        while (cap <= g->body_len + (size_t)n) cap *= 2;
+        char *b = realloc(g->body, cap);
+        if (!b) { g->overflow = true; return; }
+        g->body = b;
+        g->body_cap = cap;
+    }
+}
+
+/* The leaf's strides in the root's right-aligned 4-D coordinates (0 where broadcast). */
+static void leaf_of(gen *g, wgml_tensor *s, leaf *out)
+{
+    out->base = wgml_tensor_base(s);
+    out->offset = s->offset;
+    int pad = 4 - s->ndim;
+    for (int d = 0; d < 4; d++) {
+        int sd = d - pad;
+        out->stride[d] = (sd < 0 || s->shape[sd] == 1) ? 0 : s->stride[sd];
+    }
+    int64_t cs = 1;
+    bool contig = true, scalar = true;
+    for (int d = 3; d >= 0; d--) {
+        if (g->shape4[d] != 1 && out->stride[d] != cs) contig = false;
+        if (out->stride[d] != 0) scalar = false;
+        cs *= g->shape4[d];
+    }
+    out->mode = scalar ? LEAF_SCALAR : contig ? LEAF_CONTIG : LEAF_STRIDED;
+}
+
+static int add_leaf(gen *g, wgml_tensor *s)
+{
+    leaf l;
+    leaf_of(g, s, &l);
+    for (int i = 0; i < g->nleaves; i++) {
+        leaf *o = &g->leaves[i];
+        if (o->base == l.base && o->offset == l.offset && !memcmp(o->stride, l.stride, sizeof l.stride))
+            return i;
+    }
+    if (g->nleaves == MAX_LEAVES) { g->overflow = true; return 0; }
+    g->leaves[g->nleaves] = l;
+    return g->nleaves++;
+}
+
+static int add_scalar(gen *g, float v)
+{
+    if (g->nscalars == MAX_SCALARS) { g->overflow = true; return 0; }
+    g->scalars[g->nscalars] = v;
+    return g->nscalars++;
+}
+
+static bool is_fused_inner(wgml_tensor *s)
+{
+    return s == wgml_tensor_base(s) && s->op != WGML_OP_NONE && s->sched_kind == WGML_SCHED_FUSED;
+}
+
+/* Writes the WGSL expression for operand `s` into `out`: a variable (fused node), or a leaf. */
+static void operand(gen *g, wgml_tensor *s, char *out, size_t n);
+
+/* Emits `let vK = <expr>;` for node t; returns K. */
+static int emit_node(gen *g, wgml_tensor *t)
+{
+    char ops[2][32] = {"", ""};
+    char sc[2][48] = {"", ""};
+    const wgml_op_info *info = &wgml_op_table[t->op];
+    if (info->kind == WGML_KIND_BINARY && t->nsrc == 1) {
+        /* a op s (side 1) or s op a (side 2) */
+        int side = t->iparam[0];
+        int k = add_scalar(g, t->fparam[0]);
+        operand(g, t->src[0], ops[side == 1 ? 0 : 1], sizeof ops[0]);
+        snprintf(ops[side == 1 ? 1 : 0], sizeof ops[0], "S(%d)", k);
+    } else {
+        for (int i = 0; i < t->nsrc && i < 2; i++) operand(g, t->src[i], ops[i], sizeof ops[i]);
+    }
+    if (t->op == WGML_OP_CLAMP) {
+        snprintf(sc[0], sizeof sc[0], "S(%d)", add_scalar(g, t->fparam[0]));
+        snprintf(sc[1], sizeof sc[1], "S(%d)", add_scalar(g, t->fparam[1]));
+    }
+    int k = g->nvars++;
+    emit(g, "    let v%d = ", k);
+    for (const char *p = info->wgsl; *p; p++) {
+        if ((p[0] == '%' || p[0] == '#') && (p[1] == '0' || p[1] == '1')) {
+            emit(g, "%s", p[0] == '%' ? ops[p[1] - '0'] : sc[p[1] - '0']);
+            p++;
+        } else {
+            emit(g, "%c", *p);
+        }
+    }
+    emit(g, ";\n");
+    return k;
+}
+
+static void operand(gen *g, wgml_tensor *s, char *out, size_t n)
+{
+    if (is_fused_inner(s)) {
+        snprintf(out, n, "v%d", emit_node(g, s));
+    } else {
+        snprintf(out, n, "L%d", add_leaf(g, s));
+    }
+}
+
+static const char *helpers =
+    "fn S(k: u32) -> T { return T(P.s[k / 4u][k % 4u]); }\n"
+    "fn wgml_nan() -> T { return T(bitcast<f32>(P.hdr.z)); }\n"
+    "fn wgml_tanh(x: T) -> T { return select(tanh(x), sign(x), abs(x) > T(10.0)); }\n"
+    "fn wgml_sigmoid(x: T) -> T { return T(1.0) / (T(1.0) + exp(-x)); }\n"
+    "fn wgml_relu(x: T) -> T { return select(x, T(0.0), x < T(0.0)); }\n"
+    "fn wgml_gelu(x: T) -> T {\n"
+    "    let u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);\n"
+    "    return T(0.5) * x * (T(1.0) + wgml_tanh(u));\n"
+    "}\n"
+    "fn wgml_clamp(x: T, lo: T, hi: T) -> T { return select(select(x, lo, x < lo), hi, x > hi); }\n"
+    "fn wgml_maximum(a: T, b: T) -> T { return select(max(a, b), a + b, (a != a) | (b != b)); }\n"
+    "fn wgml_minimum(a: T, b: T) -> T { return select(min(a, b), a + b, (a != a) | (b != b)); }\n"
+    "// C's pow: negative bases with integer exponents keep their sign; x^0 = 1\n"
+    "fn wgml_pow(x: T, y: T) -> T {\n"
+    "    let r = pow(abs(x), y);\n"
+    "    let is_int = fract(y) == T(0.0);\n"
+    "    let odd = is_int & (fract(y * T(0.5)) != T(0.0));\n"
+    "    let neg = select(wgml_nan(), select(r, -r, odd), is_int);\n"
+    "    return select(select(r, neg, x < T(0.0)), T(1.0), y == T(0.0));\n"
+    "}\n";
+
+wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *launch)
+{
+    gen g = {.ctx = ctx};
+    int pad = 4 - root->ndim;
+    for (int d = 0; d < 4; d++) g.shape4[d] = d < pad ? 1 : root->shape[d - pad];
+
+    int result = emit_node(&g, root);
+    if (g.overflow) {
+        free(g.body);
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "fusing %s: too many inputs or scalars",
+                         wgml_op_table[root->op].name);
+    }
+    bool vec4 = root->numel % 4 == 0;
+    bool strided = false;
+    for (int i = 0; i < g.nleaves; i++) {
+        if (g.leaves[i].mode == LEAF_STRIDED) vec4 = false, strided = true;
+        if (g.leaves[i].mode == LEAF_CONTIG && g.leaves[i].offset % 4) vec4 = false;
+    }
+    uint64_t threads = vec4 ? (uint64_t)root->numel / 4 : (uint64_t)root->numel;
+
+    /* the kernel source */
+    size_t cap = 8192 + g.body_len;
+    char *src = malloc(cap);
+    if (!src) {
+        free(g.body);
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    size_t n = 0;
+#define OUT(...) n += (size_t)snprintf(src + n, cap - n, __VA_ARGS__)
+    OUT("// generated by wgml's fusion: %s\n", wgml_op_table[root->op].name);
+    OUT("alias T = %s;\n", vec4 ? "vec4<f32>" : "f32");
+    OUT("struct Params {\n    hdr: vec4<u32>, // threads, threads per grid row, NaN bits, -\n"
+        "    shape: vec4<u32>,\n    strides: array<vec4<u32>, %d>,\n    offs: array<vec4<u32>, %d>,\n"
+        "    s: array<vec4<f32>, %d>,\n}\n",
+        g.nleaves, (g.nleaves + 3) / 4, g.nscalars ? (g.nscalars + 3) / 4 : 1);
+    OUT("@group(0) @binding(0) var<uniform> P: Params;\n");
+    for (int i = 0; i < g.nleaves; i++)
+        OUT("@group(0) @binding(%d) var<storage, read> in%d: array<%s>;\n", i + 1, i,
+            vec4 && g.leaves[i].mode == LEAF_CONTIG ? "vec4<f32>" : "f32");
+    OUT("@group(0) @binding(%d) var<storage, read_write> out: array<T>;\n", g.nleaves + 1);
+    OUT("%s", helpers);
+    OUT("@compute @workgroup_size(%d)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n", WORKGROUP);
+    OUT("    let i = gid.x + gid.y * P.hdr.y;\n    if (i >= P.hdr.x) { return; }\n");
+    if (strided)
+        OUT("    let c = vec4<u32>(i / (P.shape.y * P.shape.z * P.shape.w), (i / (P.shape.z * P.shape.w)) %% P.shape.y,\n"
+            "                      (i / P.shape.w) %% P.shape.z, i %% P.shape.w);\n");
+    for (int k = 0; k < g.nleaves; k++) {
+        const char *off = k % 4 == 0 ? "x" : k % 4 == 1 ? "y" : k % 4 == 2 ? "z" : "w";
+        switch (g.leaves[k].mode) {
+        case LEAF_CONTIG: OUT("    let L%d = in%d[P.offs[%d].%s + i];\n", k, k, k / 4, off); break;
+        case LEAF_SCALAR: OUT("    let L%d = T(in%d[P.offs[%d].%s]);\n", k, k, k / 4, off); break;
+        default: OUT("    let L%d = in%d[P.offs[%d].%s + dot(c, P.strides[%d])];\n", k, k, k / 4, off, k);
+        }
+    }
+    if (n + g.body_len + 64 >= cap) n = cap - g.body_len - 64; /* cannot happen: cap is sized */
+    memcpy(src + n, g.body, g.body_len);
+    n += g.body_len;
+    OUT("    out[i] = v%d;\n}\n", result);
+#undef OUT
+    free(g.body);
+
+    launch->pipeline = wgml_pipeline_get(ctx, src, true);
+    free(src);
+    if (!launch->pipeline) return ctx->status;
+
+    /* parameters, laid out as the Params struct above */
+    uint32_t *p = (uint32_t *)launch->params;
+    uint32_t gx = wgml_grid(ctx, (threads + WORKGROUP - 1) / WORKGROUP, launch->groups);
+    p[0] = (uint32_t)threads;
+    p[1] = gx * WORKGROUP;
+    p[2] = 0x7fc00000u;
+    p[3] = 0;
+    for (int d = 0; d < 4; d++) p[4 + d] = (uint32_t)g.shape4[d];
+    size_t w = 8;
+    for (int k = 0; k < g.nleaves; k++)
+        for (int d = 0; d < 4; d++) p[w++] = (uint32_t)g.leaves[k].stride[d];
+    for (int k = 0; k < (g.nleaves + 3) / 4 * 4; k++) {
+        int64_t off = k < g.nleaves ? g.leaves[k].offset : 0;
+        if (k < g.nleaves && vec4 && g.leaves[k].mode == LEAF_CONTIG) off /= 4;
+        p[w++] = (uint32_t)off;
+    }
+    for (int k = 0; k < (g.nscalars ? (g.nscalars + 3) / 4 * 4 : 4); k++) {
+        float v = k < g.nscalars ? g.scalars[k] : 0.0f;
+        memcpy(&p[w++], &v, 4);
+    }
+    launch->params_size = (uint32_t)(w * 4);
+    for (int k = 0; k < g.nleaves; k++) launch->buffers[k] = g.leaves[k].base;
+    launch->buffers[g.nleaves] = root;
+    launch->nbuffers = g.nleaves + 1;
+    return WGML_OK;
+}

@@ -1,0 +1,79 @@
+/*
+ * Launch builders for the hand-written kernels of src/kernels/: reductions along an axis and
+ * row ops along the last axis. Each fills the kernel's parameter block (the Params struct at
+ * the top of its .wgsl file) and its buffers in binding order.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "graph/executor.h"
+#include "kernels/wgsl_sources.h"
+
+wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launch *l)
+{
+    const char *src = wgml_wgsl_find(name);
+    if (!src) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel %s is not built in", name);
+    l->pipeline = wgml_pipeline_get(ctx, src, true);
+    return l->pipeline ? WGML_OK : ctx->status;
+}
+
+static void put_u32(wgml_launch *l, int i, uint32_t v) { memcpy(l->params + 4 * i, &v, 4); }
+static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, &v, 4); }
+
+/* x [outer, len, inner] -> y [outer, inner] */
+wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+{
+    wgml_status st = wgml_kernel_pipeline(ctx, "reduce", l);
+    if (st) return st;
+    wgml_tensor *x = t->src[0];
+    int ax = t->iparam[0];
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++) outer *= x->shape[d];
+    for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
+    static const uint32_t codes[] = {[WGML_OP_SUM] = 0, [WGML_OP_MEAN] = 1, [WGML_OP_MAX] = 2, [WGML_OP_ARGMAX] = 3};
+    uint32_t gx = wgml_grid(ctx, (uint64_t)(outer * inner), l->groups);
+    put_u32(l, 0, (uint32_t)outer);
+    put_u32(l, 1, (uint32_t)x->shape[ax]);
+    put_u32(l, 2, (uint32_t)inner);
+    put_u32(l, 3, codes[t->op]);
+    put_u32(l, 4, (uint32_t)x->offset);
+    put_u32(l, 5, gx);
+    put_f32(l, 6, -INFINITY);
+    l->params_size = 32;
+    l->buffers[0] = wgml_tensor_base(x);
+    l->buffers[1] = t;
+    l->nbuffers = 2;
+    return WGML_OK;
+}
+
+/* x [rows, n], weight [n], bias [n] -> y [rows, n] */
+wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+{
+    wgml_status st = wgml_kernel_pipeline(ctx, "row", l);
+    if (st) return st;
+    wgml_tensor *x = t->src[0];
+    int has_w = t->iparam[0], has_b = t->iparam[1];
+    wgml_tensor *w = has_w ? t->src[1] : x;
+    wgml_tensor *b = has_b ? t->src[1 + has_w] : x;
+    int64_t n = x->shape[x->ndim - 1], rows = x->numel / n;
+    static const uint32_t codes[] = {[WGML_OP_SOFTMAX] = 0, [WGML_OP_LOG_SOFTMAX] = 1,
+                                     [WGML_OP_LAYERNORM] = 2, [WGML_OP_RMSNORM] = 3};
+    uint32_t gx = wgml_grid(ctx, (uint64_t)rows, l->groups);
+    put_u32(l, 0, (uint32_t)rows);
+    put_u32(l, 1, (uint32_t)n);
+    put_u32(l, 2, codes[t->op]);
+    put_u32(l, 3, (uint32_t)(has_w | (has_b << 1)));
+    put_u32(l, 4, (uint32_t)x->offset);
+    put_u32(l, 5, (uint32_t)w->offset);
+    put_u32(l, 6, (uint32_t)b->offset);
+    put_u32(l, 7, gx);
+    put_f32(l, 8, t->fparam[0]);
+    put_f32(l, 9, -INFINITY);
+    l->params_size = 48;
+    l->buffers[0] = wgml_tensor_base(x);
+    l->buffers[1] = wgml_tensor_base(w);
+    l->buffers[2] = wgml_tensor_base(b);
+    l->buffers[3] = t;
+    l->nbuffers = 4;
+    return WGML_OK;
+}

@@ -1,0 +1,409 @@
+/*
+ * Matmul: the op (shape rules, transposes through strides), and its kernels.
+ *
+ *   C[b] = act(alpha * op(A[b]) op(B[b]) + bias)     A [M,K] or [K,M], B [K,N] or [N,K]
+ *
+ * Operands are read through their strides: a transposed view of a contiguous matrix is the
+ * same matrix with the transpose flag flipped, never a copy.
+ *
+ * Kernels, chosen by shape:
+ *   - GEMV (M == 1): a workgroup owns 64 columns; its 256 threads split K four ways per
+ *     column group and reduce in workgroup memory (cooperative K-reduction).
+ *   - GEMM: a register-tiled kernel generated for a tile config (16x16 threads, each
+ *     computing TM x TN outputs from BK-deep slices staged in workgroup memory). The
+ *     generator unrolls the inner product so register tiles are indexed by constants only
+ *     (naga emits plain loops and arrays indexed at run time spill). Small M uses TM = 1.
+ * Edges (M, N, K not multiples of the tile) are guarded in the kernel.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/build.h"
+#include "graph/executor.h"
+#include "graph/matmul.h"
+
+/* ---------------------------------------------------------------- the op */
+
+/* How a kernel reads an operand: row stride, batch stride, offset, and whether the
+   stored matrix is the transpose of the logical one. */
+static bool operand_layout(const wgml_tensor *t, bool *trans)
+{
+    int r = t->ndim - 2, c = t->ndim - 1;
+    if (t->stride[c] == 1 || t->shape[c] == 1) return true;
+    if (t->stride[r] == 1 || t->shape[r] == 1) {
+        *trans = !*trans;
+        return true;
+    }
+    return false;
+}
+
+wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, const wgml_matmul_desc *desc)
+{
+    if (!ctx) return NULL;
+    wgml_matmul_desc d = desc ? *desc : (wgml_matmul_desc){0};
+    wgml_tensor *checks[3] = {a, b, d.bias};
+    const char *roles[3] = {"a", "b", "bias"};
+    for (int i = 0; i < 3; i++) {
+        wgml_tensor *t = checks[i];
+        if (i == 2 && !t) break;
+        if (!t) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: input %s is NULL", roles[i]);
+        if (t->magic != WGML_TENSOR_MAGIC || t->ctx != ctx)
+            return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "matmul: input %s belongs to another context", roles[i]);
+        if (t->status) return wgml_tensor_error(ctx, t->status, "%s", t->error ? t->error : "error in an input");
+    }
+    char sa[128], sb[128];
+    wgml_format_shape(sa, sizeof sa, a->ndim, a->shape);
+    wgml_format_shape(sb, sizeof sb, b->ndim, b->shape);
+    if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3)
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: operands must be 2-D or 3-D, got %s and %s", sa, sb);
+    if ((int)d.activation < 0 || d.activation > WGML_ACT_SILU)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
+    int64_t M = d.trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
+    int64_t Ka = d.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t Kb = d.trans_b ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
+    int64_t N = d.trans_b ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    int64_t ba = a->ndim == 3 ? a->shape[0] : 1, bb = b->ndim == 3 ? b->shape[0] : 1;
+    if (Ka != Kb || (ba != bb && ba != 1 && bb != 1))
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: %s%s and %s%s do not multiply", sa,
+                                 d.trans_a ? "^T" : "", sb, d.trans_b ? "^T" : "");
+    if (d.bias && (d.bias->ndim != 1 || d.bias->shape[0] != N)) {
+        char s[128];
+        wgml_format_shape(s, sizeof s, d.bias->ndim, d.bias->shape);
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: bias %s must be [%lld]", s, (long long)N);
+    }
+    /* operands the kernel cannot read through strides get a contiguous copy */
+    bool ta = d.trans_a, tb = d.trans_b;
+    wgml_tensor *src[3] = {a, b, d.bias};
+    bool *flags[2] = {&ta, &tb};
+    wgml_tensor *copies[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        if (!src[i]) continue;
+        bool ok = i < 2 ? operand_layout(src[i], flags[i]) : src[i]->stride[0] == 1;
+        if (!ok) {
+            copies[i] = wgml_contiguous(ctx, src[i]);
+            if (!copies[i]) return NULL;
+            src[i] = copies[i];
+        }
+    }
+    int64_t batch = ba > bb ? ba : bb;
+    int64_t shape[3] = {batch, M, N};
+    int nd = (a->ndim == 3 || b->ndim == 3) ? 3 : 2;
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, nd, nd == 3 ? shape : shape + 1, d.bias ? 3 : 2, src);
+    for (int i = 0; i < 3; i++) wgml_tensor_free(copies[i]);
+    if (!t) return NULL;
+    t->iparam[0] = ta;
+    t->iparam[1] = tb;
+    t->iparam[2] = (int)d.activation;
+    t->iparam[3] = d.bias != NULL;
+    t->iparam[4] = (int)Ka;
+    t->fparam[0] = d.alpha == 0.0f ? 1.0f : d.alpha;
+    return t;
+}
+
+wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b)
+{
+    return wgml_matmul_ex(ctx, a, b, NULL);
+}
+
+/* ---------------------------------------------------------------- kernel generation */
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (b->s && b->n + (size_t)n < b->cap) { b->n += (size_t)n; return; }
+        size_t cap = b->cap ? b->cap * 2 : 16384;
+        while (cap <= b->n + (size_t)n) cap *= 2;
+        char *g = realloc(b->s, cap);
+        if (!g) return;
+        b->s = g;
+        b->cap = cap;
+    }
+}
+
+static const char *act_wgsl[] = {
+    [WGML_ACT_NONE] = "v",
+    [WGML_ACT_RELU] = "select(v, 0.0, v < 0.0)",
+    [WGML_ACT_GELU] = "0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
+    [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
+};
+
+static void put_header(sbuf *b)
+{
+    put(b, "struct Params {\n"
+           "    M: u32, N: u32, K: u32, batch: u32,\n"
+           "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
+           "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"
+           "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
+           "}\n"
+           "@group(0) @binding(0) var<uniform> P: Params;\n"
+           "@group(0) @binding(1) var<storage, read> A: array<f32>;\n"
+           "@group(0) @binding(2) var<storage, read> B: array<f32>;\n"
+           "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
+           "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n"
+           "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n");
+}
+
+static void put_epilogue_fn(sbuf *b, int act)
+{
+    put(b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
+           "    var v = P.alpha * v0;\n"
+           "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
+           "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
+           "    return %s;\n}\n", act_wgsl[act]);
+}
+
+/* A element (m, k) and B element (k, n) of batch `bt`, as WGSL index expressions */
+static const char *a_index(bool ta) { return ta ? "P.a_off + bt * P.a_bs + k * P.lda + m" : "P.a_off + bt * P.a_bs + m * P.lda + k"; }
+static const char *b_index(bool tb) { return tb ? "P.b_off + bt * P.b_bs + n * P.ldb + k" : "P.b_off + bt * P.b_bs + k * P.ldb + n"; }
+
+char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
+{
+    int TM = cfg->tm, TN = cfg->tn, BK = cfg->bk;
+    int BM = 16 * TM, BN = 16 * TN;
+    sbuf b = {0};
+    put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s B%s\n", BM, BN, BK, TM, TN,
+        ta ? "^T" : "", tb ? "^T" : "");
+    put_header(&b);
+    put_epilogue_fn(&b, act);
+    put(&b, "var<workgroup> As: array<f32, %d>; // [BK][BM]\n", BK * BM);
+    put(&b, "var<workgroup> Bs: array<f32, %d>; // [BK][BN]\n", BK * BN);
+    put(&b, "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+            "    let tiles_n = (P.N + %du) / %du;\n"
+            "    let tile = wg.x + wg.y * P.gx;\n"
+            "    let bt = wg.z;\n"
+            "    let m0 = (tile / tiles_n) * %du;\n"
+            "    let n0 = (tile %% tiles_n) * %du;\n"
+            "    if (m0 >= P.M) { return; }\n"
+            "    let tx = lid %% 16u;\n"
+            "    let ty = lid / 16u;\n",
+        BN - 1, BN, BM, BN);
+    for (int i = 0; i < TM; i++)
+        for (int j = 0; j < TN / 4; j++) put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
+    put(&b, "    for (var k0 = 0u; k0 < P.K; k0 += %du) {\n", BK);
+    /* stage the A tile [BM x BK] and B tile [BK x BN]: consecutive threads take consecutive
+       addresses of the stored layout where it can */
+    int a_elems = BM * BK, b_elems = BK * BN;
+    for (int r = 0; r * 256 < a_elems; r++) {
+        put(&b, "        {\n            let e = lid + %du;\n", r * 256);
+        if (r * 256 + 256 > a_elems) put(&b, "            if (e < %du) {\n", a_elems);
+        if (ta) put(&b, "            let mm = e %% %du; let kk = e / %du;\n", BM, BM);
+        else put(&b, "            let kk = e %% %du; let mm = e / %du;\n", BK, BK);
+        put(&b, "            let m = m0 + mm; let k = k0 + kk;\n"
+                "            As[kk * %du + mm] = select(0.0, A[%s], m < P.M && k < P.K);\n",
+            BM, a_index(ta));
+        if (r * 256 + 256 > a_elems) put(&b, "            }\n");
+        put(&b, "        }\n");
+    }
+    for (int r = 0; r * 256 < b_elems; r++) {
+        put(&b, "        {\n            let e = lid + %du;\n", r * 256);
+        if (r * 256 + 256 > b_elems) put(&b, "            if (e < %du) {\n", b_elems);
+        if (tb) put(&b, "            let kk = e %% %du; let nn = e / %du;\n", BK, BK);
+        else put(&b, "            let nn = e %% %du; let kk = e / %du;\n", BN, BN);
+        put(&b, "            let n = n0 + nn; let k = k0 + kk;\n"
+                "            Bs[kk * %du + nn] = select(0.0, B[%s], n < P.N && k < P.K);\n",
+            BN, b_index(tb));
+        if (r * 256 + 256 > b_elems) put(&b, "            }\n");
+        put(&b, "        }\n");
+    }
+    put(&b, "        workgroupBarrier();\n");
+    /* the inner product, unrolled: rows ty*TM+i, columns tx*4+16*4*j (vec4 groups strided
+       so neighbouring threads read neighbouring vec4s of Bs) */
+    for (int kk = 0; kk < BK; kk++) {
+        for (int i = 0; i < TM; i++) put(&b, "        let a%d_%d = As[%du + ty * %du];\n", kk, i, kk * BM + i, TM);
+        for (int j = 0; j < TN / 4; j++) {
+            int o = kk * BN + j * 64;
+            put(&b, "        let b%d_%d = vec4<f32>(Bs[%du + tx * 4u], Bs[%du + tx * 4u], Bs[%du + tx * 4u], Bs[%du + tx * 4u]);\n",
+                kk, j, o, o + 1, o + 2, o + 3);
+        }
+        for (int i = 0; i < TM; i++)
+            for (int j = 0; j < TN / 4; j++) put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d), b%d_%d, c%d_%d);\n", i, j, kk, i, kk, j, i, j);
+    }
+    put(&b, "        workgroupBarrier();\n    }\n");
+    put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
+    for (int i = 0; i < TM; i++)
+        for (int j = 0; j < TN / 4; j++) {
+            put(&b, "    {\n        let m = m0 + ty * %du + %du;\n        let n = n0 + tx * 4u + %du;\n", TM, i, j * 64);
+            put(&b, "        if (m < P.M) {\n");
+            for (int c = 0; c < 4; c++)
+                put(&b, "            if (n + %du < P.N) { let idx = cb + m * P.N + n + %du; C[idx] = epilogue(c%d_%d.%c, n + %du, idx); }\n",
+                    c, c, i, j, "xyzw"[c], c);
+            put(&b, "        }\n    }\n");
+        }
+    put(&b, "}\n");
+    return b.s;
+}
+
+/* y[b, n] = sum_k x[b, k] B[k, n]: one workgroup owns 64 columns (16 threads x vec4 of
+   columns... as scalars here) and 16 K-slices; partial sums meet in workgroup memory. */
+char *wgml_gemv_source(bool tb, int act)
+{
+    sbuf b = {0};
+    put(&b, "// generated GEMV (M = 1), B%s\n", tb ? "^T" : "");
+    put_header(&b);
+    put_epilogue_fn(&b, act);
+    if (!tb) {
+        /* B [K, N]: thread (ks, c) sums k = ks, ks+16, ... for columns n0 + c*4 .. +3 */
+        put(&b, "var<workgroup> part: array<vec4<f32>, 256>;\n"
+                "@compute @workgroup_size(256)\n"
+                "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+                "    let bt = wg.z;\n"
+                "    let n0 = (wg.x + wg.y * P.gx) * 64u;\n"
+                "    if (n0 >= P.N) { return; }\n"
+                "    let c = lid %% 16u;\n"
+                "    let ks = lid / 16u;\n"
+                "    let n = n0 + c * 4u;\n"
+                "    let m = 0u;\n"
+                "    var acc = vec4<f32>(0.0);\n"
+                "    for (var k = ks; k < P.K; k += 16u) {\n"
+                "        let xv = A[%s];\n"
+                "        let row = P.b_off + bt * P.b_bs + k * P.ldb + n;\n"
+                "        var bv = vec4<f32>(0.0);\n"
+                "        if (n + 3u < P.N) { bv = vec4<f32>(B[row], B[row + 1u], B[row + 2u], B[row + 3u]); }\n"
+                "        else {\n"
+                "            if (n < P.N) { bv.x = B[row]; }\n"
+                "            if (n + 1u < P.N) { bv.y = B[row + 1u]; }\n"
+                "            if (n + 2u < P.N) { bv.z = B[row + 2u]; }\n"
+                "        }\n"
+                "        acc = fma(vec4<f32>(xv), bv, acc);\n"
+                "    }\n"
+                "    part[lid] = acc;\n"
+                "    workgroupBarrier();\n"
+                "    for (var s = 128u; s >= 16u; s >>= 1u) {\n"
+                "        if (lid < s) { part[lid] += part[lid + s]; }\n"
+                "        workgroupBarrier();\n"
+                "    }\n"
+                "    if (lid < 16u) {\n"
+                "        let r = part[lid];\n"
+                "        let cb = P.c_off + bt * P.N;\n"
+                "        for (var q = 0u; q < 4u; q++) {\n"
+                "            if (n + q < P.N) { C[cb + n + q] = epilogue(r[q], n + q, cb + n + q); }\n"
+                "        }\n"
+                "    }\n"
+                "}\n",
+            a_index(false));
+    } else {
+        /* B stored [N, K]: each output is a dot product of two contiguous rows; 8 outputs
+           per workgroup, 32 threads each */
+        put(&b, "var<workgroup> part: array<f32, 256>;\n"
+                "@compute @workgroup_size(256)\n"
+                "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+                "    let bt = wg.z;\n"
+                "    let n = (wg.x + wg.y * P.gx) * 8u + lid / 32u;\n"
+                "    let lane = lid %% 32u;\n"
+                "    let m = 0u;\n"
+                "    var acc = 0.0;\n"
+                "    if (n < P.N) {\n"
+                "        for (var k = lane; k < P.K; k += 32u) { acc = fma(A[%s], B[%s], acc); }\n"
+                "    }\n"
+                "    part[lid] = acc;\n"
+                "    workgroupBarrier();\n"
+                "    for (var s = 16u; s > 0u; s >>= 1u) {\n"
+                "        if (lane < s) { part[lid] += part[lid + s]; }\n"
+                "        workgroupBarrier();\n"
+                "    }\n"
+                "    if (lane == 0u && n < P.N) { let idx = P.c_off + bt * P.N + n; C[idx] = epilogue(part[lid], n, idx); }\n"
+                "}\n",
+            a_index(false), b_index(true));
+    }
+    return b.s;
+}
+
+/* Tile configs by shape; sized so workgroup memory fits every adapter (<= 16 KiB). */
+wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, int64_t M, int64_t N, int64_t K)
+{
+    (void)ctx; (void)N; (void)K;
+    if (M <= 16) return (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16};
+    if (M <= 64) return (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16};
+    return (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8};
+}
+
+/* ---------------------------------------------------------------- launch */
+
+void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, bool gemv,
+                      const wgml_gemm_config *cfg)
+{
+    uint32_t p[16] = {0};
+    uint64_t groups;
+    if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + 63) / 64;
+    else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
+    uint32_t gx = wgml_grid(ctx, groups, l->groups);
+    l->groups[2] = (uint32_t)g->batch;
+    p[0] = (uint32_t)g->M; p[1] = (uint32_t)g->N; p[2] = (uint32_t)g->K; p[3] = (uint32_t)g->batch;
+    p[4] = (uint32_t)g->lda; p[5] = (uint32_t)g->ldb; p[6] = (uint32_t)g->a_off; p[7] = (uint32_t)g->b_off;
+    p[8] = (uint32_t)g->a_bs; p[9] = (uint32_t)g->b_bs; p[10] = (uint32_t)g->c_off; p[11] = g->has_bias;
+    p[12] = (uint32_t)g->bias_off; p[13] = gx;
+    memcpy(&p[14], &g->alpha, 4);
+    p[15] = g->accumulate;
+    memcpy(l->params, p, sizeof p);
+    l->params_size = sizeof p;
+}
+
+wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
+                               wgml_gemm_config *cfg_out)
+{
+    bool gemv = g->M == 1;
+    wgml_gemm_config cfg = wgml_gemm_choose(ctx, g->M, g->N, g->K);
+    char *src = gemv ? wgml_gemv_source(g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
+    if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    l->pipeline = wgml_pipeline_get(ctx, src, true);
+    free(src);
+    if (!l->pipeline) return ctx->status;
+    *gemv_out = gemv;
+    *cfg_out = cfg;
+    return WGML_OK;
+}
+
+/* Row stride of the stored matrix, mirroring operand_layout's choice. */
+static int64_t ld_of(const wgml_tensor *t)
+{
+    int r = t->ndim - 2, c = t->ndim - 1;
+    if (t->stride[c] == 1 || t->shape[c] == 1) return t->shape[r] == 1 ? t->shape[c] : t->stride[r];
+    return t->shape[c] == 1 ? 1 : t->stride[c];
+}
+
+wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+{
+    wgml_tensor *a = t->src[0], *b = t->src[1];
+    wgml_tensor *bias = t->iparam[3] ? t->src[2] : NULL;
+    wgml_gemm_args g = {0};
+    g.M = t->shape[t->ndim - 2];
+    g.N = t->shape[t->ndim - 1];
+    g.K = t->iparam[4];
+    g.batch = t->ndim == 3 ? t->shape[0] : 1;
+    g.trans_a = t->iparam[0];
+    g.trans_b = t->iparam[1];
+    g.act = t->iparam[2];
+    g.alpha = t->fparam[0];
+    g.lda = ld_of(a);
+    g.ldb = ld_of(b);
+    g.a_off = a->offset;
+    g.b_off = b->offset;
+    g.a_bs = a->ndim == 3 && a->shape[0] > 1 ? a->stride[0] : 0;
+    g.b_bs = b->ndim == 3 && b->shape[0] > 1 ? b->stride[0] : 0;
+    g.has_bias = bias != NULL;
+    g.bias_off = bias ? bias->offset : 0;
+    bool gemv;
+    wgml_gemm_config cfg;
+    wgml_status st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg);
+    if (st) return st;
+    wgml_gemm_params(ctx, l, &g, gemv, &cfg);
+    l->buffers[0] = wgml_tensor_base(a);
+    l->buffers[1] = wgml_tensor_base(b);
+    l->buffers[2] = bias ? wgml_tensor_base(bias) : wgml_tensor_base(a);
+    l->buffers[3] = t;
+    l->nbuffers = 4;
+    return WGML_OK;
+}

@@ -1,0 +1,31 @@
+/* Matmul kernels shared by the graph op (graph/matmul.c) and the cached-matmul API
+   (graph/matmul_cached.c). */
+#ifndef WGML_GRAPH_MATMUL_H
+#define WGML_GRAPH_MATMUL_H
+
+#include "graph/executor.h"
+
+typedef struct wgml_gemm_config {
+    int tm, tn, bk; /* per-thread tile TM x TN (16x16 threads), K-slice depth */
+} wgml_gemm_config;
+
+/* Everything a GEMM/GEMV launch needs; offsets and strides in elements. */
+typedef struct wgml_gemm_args {
+    int64_t M, N, K, batch;
+    bool trans_a, trans_b;
+    int act;
+    float alpha;
+    int64_t lda, ldb, a_off, b_off, a_bs, b_bs, c_off, bias_off;
+    uint32_t has_bias, accumulate; /* accumulate: C += result (split K) */
+} wgml_gemm_args;
+
+char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
+char *wgml_gemv_source(bool trans_b, int act);
+wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, int64_t M, int64_t N, int64_t K);
+/* Picks and compiles the kernel for g (cached), and fills the launch's parameters. */
+wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv,
+                               wgml_gemm_config *cfg);
+void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, bool gemv,
+                      const wgml_gemm_config *cfg);
+
+#endif

@@ -1,0 +1,285 @@
+/*
+ * The cached-matmul API (the seed's interface): weights uploaded once by name; per call
+ * only the input write, the dispatch(es), the copy to staging and the map. Input, output,
+ * parameter and staging buffers persist and only grow; bind groups are reused while the
+ * buffers they name do not change.
+ *
+ * A weight larger than the adapter's storage-binding limit (but within its buffer limit) is
+ * kept in one buffer and bound in row chunks at offsets: C = sum over chunks of
+ * A[:, rows] W[rows, :], the later chunks accumulating into C on the GPU.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/matmul.h"
+
+#define MAX_CHUNKS 16
+
+typedef struct wgml_cached_io {
+    WGPUBuffer input, output, params, staging;
+    uint64_t input_size, output_size, staging_size;
+    uint32_t generation; /* bumps when input/output are reallocated */
+} wgml_cached_io;
+
+typedef struct cached_weight {
+    wgml_weight w;
+    int nchunks;
+    int64_t chunk_rows;
+    WGPUBindGroup bind[MAX_CHUNKS];
+    uint32_t bind_generation;
+    wgml_pipeline *bind_pipeline;
+    int64_t last_m;
+} cached_weight;
+
+static cached_weight *find(const wgml_context *ctx, const char *name)
+{
+    for (wgml_weight *w = ctx->weights; w; w = w->next)
+        if (strcmp(w->name, name) == 0) return (cached_weight *)w;
+    return NULL;
+}
+
+static void drop_binds(cached_weight *cw)
+{
+    for (int i = 0; i < MAX_CHUNKS; i++)
+        if (cw->bind[i]) {
+            wgpuBindGroupRelease(cw->bind[i]);
+            cw->bind[i] = NULL;
+        }
+    cw->bind_pipeline = NULL;
+}
+
+static void free_weight(cached_weight *cw)
+{
+    drop_binds(cw);
+    if (cw->w.buffer) wgpuBufferRelease(cw->w.buffer);
+    free(cw->w.name);
+    free(cw);
+}
+
+uint64_t wgml_binding_limit(const wgml_context *ctx)
+{
+    const char *e = getenv("WGML_DEBUG_BINDING_LIMIT"); /* tests: force the split path */
+    uint64_t lim = ctx->limits.maxStorageBufferBindingSize;
+    if (e && *e) {
+        uint64_t v = strtoull(e, NULL, 10);
+        if (v >= 256 && v < lim) lim = v;
+    }
+    return lim;
+}
+
+wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float *data, int64_t rows, int64_t cols)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status st = wgml_check_device(ctx);
+    if (st) return st;
+    if (!name || !*name || !data)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "weight_upload: name and data must be given");
+    if (find(ctx, name)) return wgml_fail(ctx, WGML_ERROR_EXISTS, "weight_upload: a weight named '%s' exists", name);
+    int64_t shape[2] = {rows, cols}, numel;
+    if ((st = wgml_shape_check(ctx, 2, shape, &numel))) return st;
+    uint64_t bytes = (uint64_t)numel * 4;
+    if (bytes > ctx->limits.maxBufferSize)
+        return wgml_fail(ctx, WGML_ERROR_LIMIT,
+                         "weight '%s' [%lld, %lld] needs %llu bytes, past the adapter's maxBufferSize of %llu",
+                         name, (long long)rows, (long long)cols, (unsigned long long)bytes,
+                         (unsigned long long)ctx->limits.maxBufferSize);
+    /* rows per chunk: within the binding limit, chunk offsets aligned for binding */
+    uint64_t lim = wgml_binding_limit(ctx), align = ctx->limits.minStorageBufferOffsetAlignment;
+    int64_t chunk_rows = (int64_t)(lim / ((uint64_t)cols * 4));
+    while (chunk_rows > 1 && ((uint64_t)chunk_rows * (uint64_t)cols * 4) % align) chunk_rows--;
+    if (chunk_rows < 1 || ((uint64_t)chunk_rows * (uint64_t)cols * 4) % align)
+        return wgml_fail(ctx, WGML_ERROR_LIMIT,
+                         "weight '%s': one row of %lld floats cannot be bound within the adapter's binding limit of %llu bytes",
+                         name, (long long)cols, (unsigned long long)lim);
+    if (chunk_rows > rows) chunk_rows = rows;
+    int nchunks = (int)((rows + chunk_rows - 1) / chunk_rows);
+    if (nchunks > MAX_CHUNKS)
+        return wgml_fail(ctx, WGML_ERROR_LIMIT, "weight '%s' would need %d binding chunks (at most %d)", name,
+                         nchunks, MAX_CHUNKS);
+
+    cached_weight *cw = calloc(1, sizeof *cw);
+    if (!cw || !(cw->w.name = strdup(name))) {
+        free(cw);
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    WGPUBufferDescriptor d = {.label = wgml_sv("wgml weight"),
+                              .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, .size = (bytes + 3) & ~3ull};
+    wgml_scope_push(ctx);
+    cw->w.buffer = wgpuDeviceCreateBuffer(ctx->device, &d);
+    if (cw->w.buffer) wgpuQueueWriteBuffer(ctx->queue, cw->w.buffer, 0, data, bytes);
+    if ((st = wgml_scope_pop(ctx, "uploading a weight")) || !cw->w.buffer) {
+        free_weight(cw);
+        return st ? st : wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating weight '%s'", name);
+    }
+    cw->w.rows = rows;
+    cw->w.cols = cols;
+    cw->w.bytes = bytes;
+    cw->nchunks = nchunks;
+    cw->chunk_rows = chunk_rows;
+    cw->last_m = -1;
+    cw->w.next = ctx->weights;
+    ctx->weights = &cw->w;
+    ctx->stats.bytes_uploaded += bytes;
+    return WGML_OK;
+}
+
+wgml_status wgml_weight_remove(wgml_context *ctx, const char *name)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!name) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "weight_remove: name is NULL");
+    for (wgml_weight **pp = &ctx->weights; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->name, name) == 0) {
+            wgml_weight *w = *pp;
+            *pp = w->next;
+            free_weight((cached_weight *)w);
+            return WGML_OK;
+        }
+    return wgml_fail(ctx, WGML_ERROR_NOT_FOUND, "weight_remove: no weight named '%s'", name);
+}
+
+wgml_status wgml_weights_resident(const wgml_context *ctx, size_t *count, uint64_t *bytes)
+{
+    if (!ctx || !count || !bytes) return WGML_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    *bytes = 0;
+    for (const wgml_weight *w = ctx->weights; w; w = w->next) {
+        (*count)++;
+        *bytes += w->bytes;
+    }
+    return WGML_OK;
+}
+
+void wgml_weights_destroy(wgml_context *ctx)
+{
+    while (ctx->weights) {
+        wgml_weight *w = ctx->weights;
+        ctx->weights = w->next;
+        free_weight((cached_weight *)w);
+    }
+    wgml_cached_io *io = ctx->cached_io;
+    if (io) {
+        if (io->input) wgpuBufferRelease(io->input);
+        if (io->output) wgpuBufferRelease(io->output);
+        if (io->params) wgpuBufferRelease(io->params);
+        if (io->staging) wgpuBufferRelease(io->staging);
+        free(io);
+        ctx->cached_io = NULL;
+    }
+}
+
+/* Grow-only buffer: reallocated (doubling) only when too small. */
+static bool grow(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, WGPUBufferUsage usage,
+                 uint32_t *generation)
+{
+    if (*buf && *size >= need) return true;
+    uint64_t s = *size ? *size : 4096;
+    while (s < need) s *= 2;
+    if (*buf) wgpuBufferRelease(*buf);
+    WGPUBufferDescriptor d = {.label = wgml_sv("wgml cached io"), .usage = usage, .size = s};
+    *buf = wgpuDeviceCreateBuffer(ctx->device, &d);
+    *size = *buf ? s : 0;
+    if (generation) (*generation)++;
+    if (*buf) {
+        ctx->stats.buffers_live++;
+        ctx->stats.bytes_live += s;
+        if (ctx->stats.bytes_live > ctx->stats.bytes_peak) ctx->stats.bytes_peak = ctx->stats.bytes_live;
+    }
+    return *buf != NULL;
+}
+
+wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float *input, size_t input_len,
+                               float *output, size_t output_len, int64_t m)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status st = wgml_check_device(ctx);
+    if (st) return st;
+    if (!name || !input || !output)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul_cached: name, input and output must be given");
+    cached_weight *cw = find(ctx, name);
+    if (!cw) return wgml_fail(ctx, WGML_ERROR_NOT_FOUND, "matmul_cached: no weight named '%s'", name);
+    if (m <= 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul_cached: m must be >= 1, got %lld", (long long)m);
+    int64_t K = cw->w.rows, N = cw->w.cols;
+    if (m > INT64_MAX / K || m > INT64_MAX / N || (uint64_t)(m * K) > ctx->limits.maxStorageBufferBindingSize / 4 ||
+        (uint64_t)(m * N) > ctx->limits.maxStorageBufferBindingSize / 4)
+        return wgml_fail(ctx, WGML_ERROR_LIMIT, "matmul_cached: m = %lld is past the adapter's binding limit",
+                         (long long)m);
+    if ((uint64_t)input_len < (uint64_t)(m * K))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul_cached: input has %zu floats, [%lld, %lld] needs %lld",
+                         input_len, (long long)m, (long long)K, (long long)(m * K));
+    if ((uint64_t)output_len < (uint64_t)(m * N))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul_cached: output has %zu floats, [%lld, %lld] needs %lld",
+                         output_len, (long long)m, (long long)N, (long long)(m * N));
+    if (!ctx->cached_io && !(ctx->cached_io = calloc(1, sizeof *ctx->cached_io)))
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    wgml_cached_io *io = ctx->cached_io;
+    uint64_t in_bytes = (uint64_t)(m * K) * 4, out_bytes = (uint64_t)(m * N) * 4;
+    uint32_t align = ctx->limits.minUniformBufferOffsetAlignment;
+    uint64_t params_bytes = (uint64_t)align * MAX_CHUNKS;
+    uint64_t params_size = io->params ? params_bytes : 0;
+    if (!grow(ctx, &io->input, &io->input_size, in_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, &io->generation) ||
+        !grow(ctx, &io->output, &io->output_size, out_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, &io->generation) ||
+        !grow(ctx, &io->params, &params_size, params_bytes, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, NULL) ||
+        !grow(ctx, &io->staging, &io->staging_size, out_bytes, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, NULL))
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul_cached: allocating I/O buffers");
+
+    /* one launch per chunk of weight rows; chunk c accumulates onto the earlier ones */
+    wgml_launch l[MAX_CHUNKS];
+    bool gemv = false;
+    wgml_gemm_config cfg;
+    for (int c = 0; c < cw->nchunks; c++) {
+        int64_t r0 = c * cw->chunk_rows, rows = K - r0 < cw->chunk_rows ? K - r0 : cw->chunk_rows;
+        wgml_gemm_args g = {.M = m, .N = N, .K = rows, .batch = 1, .alpha = 1.0f, .lda = K, .ldb = N,
+                            .a_off = r0, .accumulate = c > 0};
+        memset(&l[c], 0, sizeof l[c]);
+        if ((st = wgml_gemm_pipeline(ctx, &g, &l[c], &gemv, &cfg))) return st;
+        wgml_gemm_params(ctx, &l[c], &g, gemv, &cfg);
+    }
+    /* parameters change only with m; bind groups only with the buffers or the kernel */
+    if (cw->last_m != m || cw->bind_generation != io->generation || cw->bind_pipeline != l[0].pipeline) {
+        drop_binds(cw);
+        for (int c = 0; c < cw->nchunks; c++) {
+            wgpuQueueWriteBuffer(ctx->queue, io->params, (uint64_t)c * align, l[c].params, l[c].params_size);
+            uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * 4;
+            uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * 4;
+            WGPUBindGroupEntry e[5] = {
+                {.binding = 0, .buffer = io->params, .offset = (uint64_t)c * align, .size = 64},
+                {.binding = 1, .buffer = io->input, .size = io->input_size},
+                {.binding = 2, .buffer = cw->w.buffer, .offset = off, .size = (size + 3) & ~3ull},
+                {.binding = 3, .buffer = io->input, .size = io->input_size}, /* no bias */
+                {.binding = 4, .buffer = io->output, .size = io->output_size},
+            };
+            WGPUBindGroupDescriptor bd = {.layout = l[c].pipeline->layout, .entryCount = 5, .entries = e};
+            cw->bind[c] = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+        }
+        cw->last_m = m;
+        cw->bind_generation = io->generation;
+        cw->bind_pipeline = l[0].pipeline;
+    }
+    wgpuQueueWriteBuffer(ctx->queue, io->input, 0, input, in_bytes);
+    wgml_scope_push(ctx);
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, NULL);
+    for (int c = 0; c < cw->nchunks; c++) {
+        wgpuComputePassEncoderSetPipeline(pass, l[c].pipeline->pipeline);
+        wgpuComputePassEncoderSetBindGroup(pass, 0, cw->bind[c], 0, NULL);
+        wgpuComputePassEncoderDispatchWorkgroups(pass, l[c].groups[0], l[c].groups[1], l[c].groups[2]);
+    }
+    wgpuComputePassEncoderEnd(pass);
+    wgpuComputePassEncoderRelease(pass);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, io->output, 0, io->staging, 0, out_bytes);
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuQueueSubmit(ctx->queue, 1, &cb);
+    wgpuCommandBufferRelease(cb);
+    wgpuCommandEncoderRelease(enc);
+    ctx->stats.submits++;
+    ctx->stats.dispatches += (uint64_t)cw->nchunks;
+    ctx->stats.bytes_uploaded += in_bytes;
+    if ((st = wgml_scope_pop(ctx, "matmul_cached"))) return st;
+    if ((st = wgml_map_read(ctx, io->staging, out_bytes))) return st;
+    const void *src = wgpuBufferGetConstMappedRange(io->staging, 0, (size_t)out_bytes);
+    if (src) memcpy(output, src, (size_t)out_bytes);
+    wgpuBufferUnmap(io->staging);
+    if (!src) return wgml_fail(ctx, WGML_ERROR_DEVICE, "matmul_cached: no mapped range");
+    ctx->stats.bytes_downloaded += out_bytes;
+    return WGML_OK;
+}

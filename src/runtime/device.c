@@ -1,0 +1,502 @@
+/*
+ * WebGPU bring-up: instance (Vulkan unless asked otherwise), adapter choice, a device with
+ * the adapter's real limits and the features worth having, error and device-lost callbacks,
+ * error scopes and blocking waits built on wgpuDevicePoll.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+
+static _Thread_local char create_error[1024];
+
+const char *wgml_last_create_error(void) { return create_error; }
+
+WGPUStringView wgml_sv(const char *s)
+{
+    return (WGPUStringView){.data = s, .length = s ? strlen(s) : 0};
+}
+
+static void sv_copy(char *dst, size_t n, WGPUStringView sv)
+{
+    size_t len = sv.data ? (sv.length == WGPU_STRLEN ? strlen(sv.data) : sv.length) : 0;
+    if (len >= n) len = n - 1;
+    if (len) memcpy(dst, sv.data, len);
+    dst[len] = 0;
+}
+
+/* ---------------------------------------------------------------- callbacks */
+
+static void on_device_lost(WGPUDevice const *device, WGPUDeviceLostReason reason,
+                           WGPUStringView message, void *userdata1, void *userdata2)
+{
+    wgml_context *ctx = userdata1;
+    if (!ctx) return;
+    ctx->device_lost = true;
+    sv_copy(ctx->lost_message, sizeof ctx->lost_message, message);
+    if (!ctx->lost_message[0])
+        snprintf(ctx->lost_message, sizeof ctx->lost_message, "reason %d", (int)reason);
+}
+
+static void on_uncaptured_error(WGPUDevice const *device, WGPUErrorType type,
+                                WGPUStringView message, void *userdata1, void *userdata2)
+{
+    wgml_context *ctx = userdata1;
+    if (!ctx || ctx->uncaptured_status != WGML_OK) return; /* keep the first */
+    ctx->uncaptured_status =
+        type == WGPUErrorType_OutOfMemory ? WGML_ERROR_OUT_OF_MEMORY : WGML_ERROR_VALIDATION;
+    sv_copy(ctx->uncaptured_message, sizeof ctx->uncaptured_message, message);
+}
+
+typedef struct scope_result {
+    bool done;
+    WGPUErrorType type;
+    char message[768];
+} scope_result;
+
+static void on_pop_scope(WGPUPopErrorScopeStatus status, WGPUErrorType type,
+                         WGPUStringView message, void *userdata1, void *userdata2)
+{
+    scope_result *r = userdata1;
+    r->done = true;
+    r->type = status == WGPUPopErrorScopeStatus_Success ? type : WGPUErrorType_NoError;
+    sv_copy(r->message, sizeof r->message, message);
+}
+
+void wgml_scope_push(wgml_context *ctx)
+{
+    wgpuDevicePushErrorScope(ctx->device, WGPUErrorFilter_OutOfMemory);
+    wgpuDevicePushErrorScope(ctx->device, WGPUErrorFilter_Validation);
+}
+
+static void pop_one(wgml_context *ctx, scope_result *r)
+{
+    WGPUPopErrorScopeCallbackInfo cb = {
+        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_pop_scope, .userdata1 = r};
+    wgpuDevicePopErrorScope(ctx->device, cb);
+    for (int i = 0; i < 1000 && !r->done; i++) wgpuInstanceProcessEvents(ctx->instance);
+}
+
+wgml_status wgml_scope_pop(wgml_context *ctx, const char *what)
+{
+    scope_result validation = {0}, oom = {0};
+    pop_one(ctx, &validation);
+    pop_one(ctx, &oom);
+    if (ctx->device_lost) return wgml_check_device(ctx);
+    if (oom.type == WGPUErrorType_OutOfMemory)
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "%s: GPU out of memory: %s", what,
+                         oom.message);
+    if (validation.type != WGPUErrorType_NoError && validation.done)
+        return wgml_fail(ctx, WGML_ERROR_VALIDATION, "%s: WebGPU rejected the work: %s", what,
+                         validation.message);
+    if (ctx->uncaptured_status != WGML_OK) {
+        wgml_status st = ctx->uncaptured_status;
+        ctx->uncaptured_status = WGML_OK;
+        return wgml_fail(ctx, st, "%s: %s", what, ctx->uncaptured_message);
+    }
+    return WGML_OK;
+}
+
+wgml_status wgml_wait_idle(wgml_context *ctx)
+{
+    if (ctx->device_lost) return wgml_check_device(ctx);
+    wgpuDevicePoll(ctx->device, true, NULL);
+    return wgml_check_device(ctx);
+}
+
+typedef struct map_result {
+    bool done;
+    WGPUMapAsyncStatus status;
+    char message[256];
+} map_result;
+
+static void on_mapped(WGPUMapAsyncStatus status, WGPUStringView message, void *userdata1,
+                      void *userdata2)
+{
+    map_result *r = userdata1;
+    r->done = true;
+    r->status = status;
+    sv_copy(r->message, sizeof r->message, message);
+}
+
+wgml_status wgml_map_read(wgml_context *ctx, WGPUBuffer buffer, uint64_t size)
+{
+    map_result r = {0};
+    WGPUBufferMapCallbackInfo cb = {
+        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_mapped, .userdata1 = &r};
+    wgpuBufferMapAsync(buffer, WGPUMapMode_Read, 0, (size_t)size, cb);
+    /* Each poll with wait=true blocks until the queue is idle; the map completes then. */
+    for (int i = 0; i < 100 && !r.done && !ctx->device_lost; i++) {
+        wgpuDevicePoll(ctx->device, true, NULL);
+        wgpuInstanceProcessEvents(ctx->instance);
+    }
+    if (ctx->device_lost) return wgml_check_device(ctx);
+    if (!r.done) return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: the map never completed");
+    if (r.status != WGPUMapAsyncStatus_Success)
+        return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: map failed (%d): %s",
+                         (int)r.status, r.message);
+    return WGML_OK;
+}
+
+wgml_status wgml_synchronize(wgml_context *ctx)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    return wgml_wait_idle(ctx);
+}
+
+/* ---------------------------------------------------------------- adapter choice */
+
+static const char *backend_name(WGPUBackendType b)
+{
+    switch (b) {
+    case WGPUBackendType_Vulkan: return "Vulkan";
+    case WGPUBackendType_Metal: return "Metal";
+    case WGPUBackendType_D3D12: return "D3D12";
+    case WGPUBackendType_D3D11: return "D3D11";
+    case WGPUBackendType_OpenGL: return "OpenGL";
+    case WGPUBackendType_OpenGLES: return "OpenGL ES";
+    case WGPUBackendType_WebGPU: return "WebGPU";
+    case WGPUBackendType_Null: return "null";
+    default: return "unknown";
+    }
+}
+
+static const char *adapter_type_name(WGPUAdapterType t)
+{
+    switch (t) {
+    case WGPUAdapterType_DiscreteGPU: return "discrete GPU";
+    case WGPUAdapterType_IntegratedGPU: return "integrated GPU";
+    case WGPUAdapterType_CPU: return "CPU";
+    default: return "unknown";
+    }
+}
+
+static int type_rank(WGPUAdapterType t)
+{
+    switch (t) {
+    case WGPUAdapterType_DiscreteGPU: return 0;
+    case WGPUAdapterType_IntegratedGPU: return 1;
+    case WGPUAdapterType_CPU: return 2;
+    default: return 3;
+    }
+}
+
+static bool contains_nocase(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
+        if (i == n) return true;
+    }
+    return n == 0;
+}
+
+static wgml_backend backend_from_env(void)
+{
+    const char *e = getenv("WGML_BACKEND");
+    if (!e || !*e) return WGML_BACKEND_VULKAN;
+    if (contains_nocase(e, "vulkan")) return WGML_BACKEND_VULKAN;
+    if (contains_nocase(e, "metal")) return WGML_BACKEND_METAL;
+    if (contains_nocase(e, "dx12") || contains_nocase(e, "d3d12")) return WGML_BACKEND_DX12;
+    if (contains_nocase(e, "gl")) return WGML_BACKEND_GL;
+    if (contains_nocase(e, "all")) return WGML_BACKEND_ALL;
+    return WGML_BACKEND_VULKAN;
+}
+
+static WGPUInstanceBackend backend_flags(wgml_backend b)
+{
+    switch (b) {
+    case WGML_BACKEND_METAL: return WGPUInstanceBackend_Metal;
+    case WGML_BACKEND_DX12: return WGPUInstanceBackend_DX12;
+    case WGML_BACKEND_GL: return WGPUInstanceBackend_GL;
+    case WGML_BACKEND_ALL: return WGPUInstanceBackend_All;
+    default: return WGPUInstanceBackend_Vulkan;
+    }
+}
+
+static const char *backend_label(wgml_backend b)
+{
+    switch (b) {
+    case WGML_BACKEND_METAL: return "Metal";
+    case WGML_BACKEND_DX12: return "DX12";
+    case WGML_BACKEND_GL: return "GL";
+    case WGML_BACKEND_ALL: return "all";
+    default: return "Vulkan";
+    }
+}
+
+/* ---------------------------------------------------------------- features */
+
+typedef struct feature_name {
+    WGPUFeatureName id;
+    const char *name;
+} feature_name;
+
+static const feature_name known_features[] = {
+    {WGPUFeatureName_TimestampQuery, "timestamp-query"},
+    {WGPUFeatureName_ShaderF16, "shader-f16"},
+    {WGPUFeatureName_Subgroups, "subgroups"},
+    {WGPUFeatureName_Float32Filterable, "float32-filterable"},
+    {WGPUFeatureName_Float32Blendable, "float32-blendable"},
+    {WGPUFeatureName_IndirectFirstInstance, "indirect-first-instance"},
+    {WGPUFeatureName_DepthClipControl, "depth-clip-control"},
+    {WGPUFeatureName_Depth32FloatStencil8, "depth32float-stencil8"},
+    {WGPUFeatureName_TextureCompressionBC, "texture-compression-bc"},
+    {WGPUFeatureName_RG11B10UfloatRenderable, "rg11b10ufloat-renderable"},
+    {WGPUFeatureName_BGRA8UnormStorage, "bgra8unorm-storage"},
+    {WGPUFeatureName_ClipDistances, "clip-distances"},
+    {WGPUFeatureName_DualSourceBlending, "dual-source-blending"},
+    {(WGPUFeatureName)WGPUNativeFeature_Immediates, "immediates"},
+    {(WGPUFeatureName)WGPUNativeFeature_Subgroup, "native-subgroup"},
+    {(WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsidePasses, "timestamp-query-inside-passes"},
+    {(WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsideEncoders, "timestamp-query-inside-encoders"},
+    {(WGPUFeatureName)WGPUNativeFeature_PipelineCache, "pipeline-cache"},
+    {(WGPUFeatureName)WGPUNativeFeature_ShaderF64, "shader-f64"},
+    {(WGPUFeatureName)WGPUNativeFeature_ShaderInt64, "shader-int64"},
+    {(WGPUFeatureName)WGPUNativeFeature_ShaderFloat32Atomic, "shader-float32-atomic"},
+    {(WGPUFeatureName)WGPUNativeFeature_CooperativeMatrix, "cooperative-matrix (experimental)"},
+    {(WGPUFeatureName)WGPUNativeFeature_PipelineStatisticsQuery, "pipeline-statistics-query"},
+    {(WGPUFeatureName)WGPUNativeFeature_MappablePrimaryBuffers, "mappable-primary-buffers"},
+};
+
+/* Features wgml enables when offered. Cooperative matrices are experimental in wgpu-native 29
+   and its C API cannot enable them, so they are listed but never requested. */
+static const WGPUFeatureName wanted_features[] = {
+    WGPUFeatureName_TimestampQuery,
+    WGPUFeatureName_ShaderF16,
+    WGPUFeatureName_Subgroups,
+    (WGPUFeatureName)WGPUNativeFeature_Immediates,
+    (WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsidePasses,
+    (WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsideEncoders,
+    (WGPUFeatureName)WGPUNativeFeature_PipelineCache,
+};
+
+static bool has_feature(const WGPUSupportedFeatures *f, WGPUFeatureName id)
+{
+    for (size_t i = 0; i < f->featureCount; i++)
+        if (f->features[i] == id) return true;
+    return false;
+}
+
+static void fill_info(wgml_context *ctx, const WGPUAdapterInfo *ai, const WGPUSupportedFeatures *af)
+{
+    wgml_adapter_info *info = &ctx->info;
+    sv_copy(info->name, sizeof info->name, ai->device);
+    sv_copy(info->vendor, sizeof info->vendor, ai->vendor);
+    sv_copy(info->architecture, sizeof info->architecture, ai->architecture);
+    sv_copy(info->driver, sizeof info->driver, ai->description);
+    info->backend = backend_name(ai->backendType);
+    info->adapter_type = adapter_type_name(ai->adapterType);
+    info->vendor_id = ai->vendorID;
+    info->device_id = ai->deviceID;
+    info->subgroup_min_size = ai->subgroupMinSize;
+    info->subgroup_max_size = ai->subgroupMaxSize;
+    const WGPULimits *l = &ctx->limits;
+    info->max_buffer_size = l->maxBufferSize;
+    info->max_storage_buffer_binding_size = l->maxStorageBufferBindingSize;
+    info->max_uniform_buffer_binding_size = l->maxUniformBufferBindingSize;
+    info->max_compute_workgroup_storage_size = l->maxComputeWorkgroupStorageSize;
+    info->max_compute_invocations_per_workgroup = l->maxComputeInvocationsPerWorkgroup;
+    info->max_compute_workgroup_size_x = l->maxComputeWorkgroupSizeX;
+    info->max_compute_workgroup_size_y = l->maxComputeWorkgroupSizeY;
+    info->max_compute_workgroup_size_z = l->maxComputeWorkgroupSizeZ;
+    info->max_compute_workgroups_per_dimension = l->maxComputeWorkgroupsPerDimension;
+    info->max_storage_buffers_per_shader_stage = l->maxStorageBuffersPerShaderStage;
+    info->min_storage_buffer_offset_alignment = l->minStorageBufferOffsetAlignment;
+    info->min_uniform_buffer_offset_alignment = l->minUniformBufferOffsetAlignment;
+    info->feature_count = 0;
+    for (size_t i = 0; i < sizeof known_features / sizeof known_features[0]; i++)
+        if (has_feature(af, known_features[i].id) && info->feature_count < 64)
+            info->features[info->feature_count++] = known_features[i].name;
+}
+
+typedef struct device_result {
+    bool done;
+    WGPURequestDeviceStatus status;
+    WGPUDevice device;
+    char message[512];
+} device_result;
+
+static void on_device(WGPURequestDeviceStatus status, WGPUDevice device, WGPUStringView message,
+                      void *userdata1, void *userdata2)
+{
+    device_result *r = userdata1;
+    r->done = true;
+    r->status = status;
+    r->device = device;
+    sv_copy(r->message, sizeof r->message, message);
+}
+
+static wgml_status create_fail(wgml_context *ctx, wgml_status st, const char *msg)
+{
+    snprintf(create_error, sizeof create_error, "%s", msg);
+    wgml_context_free(ctx);
+    return st;
+}
+
+wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context **out)
+{
+    create_error[0] = 0;
+    if (!out) {
+        snprintf(create_error, sizeof create_error, "wgml_context_create: out is NULL");
+        return WGML_ERROR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
+    wgml_backend backend = desc.backend == WGML_BACKEND_DEFAULT ? backend_from_env() : desc.backend;
+    const char *want_name = desc.adapter_name ? desc.adapter_name : getenv("WGML_ADAPTER");
+    const char *checks = getenv("WGML_BOUNDS_CHECKS");
+
+    wgml_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        snprintf(create_error, sizeof create_error, "out of host memory");
+        return WGML_ERROR_OUT_OF_MEMORY;
+    }
+    ctx->trusted_kernels = !(desc.bounds_checks || (checks && *checks == '1'));
+    ctx->no_fusion = desc.no_fusion != 0;
+
+    WGPUInstanceExtras extras = {.chain = {.sType = (WGPUSType)WGPUSType_InstanceExtras},
+                                 .backends = backend_flags(backend)};
+    WGPUInstanceDescriptor idesc = {.nextInChain = &extras.chain};
+    ctx->instance = wgpuCreateInstance(&idesc);
+    if (!ctx->instance)
+        return create_fail(ctx, WGML_ERROR_NO_ADAPTER, "wgpuCreateInstance failed");
+
+    WGPUInstanceEnumerateAdapterOptions eopt = {.backends = backend_flags(backend)};
+    size_t count = wgpuInstanceEnumerateAdapters(ctx->instance, &eopt, NULL);
+    WGPUAdapter *adapters = count ? calloc(count, sizeof *adapters) : NULL;
+    if (count && !adapters) return create_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    if (count) count = wgpuInstanceEnumerateAdapters(ctx->instance, &eopt, adapters);
+
+    /* Choose: by name if asked, else discrete, integrated, CPU. */
+    int best = -1, best_rank = 99;
+    char names[512] = "";
+    size_t names_len = 0;
+    for (size_t i = 0; i < count; i++) {
+        WGPUAdapterInfo ai = {0};
+        if (wgpuAdapterGetInfo(adapters[i], &ai) != WGPUStatus_Success) continue;
+        char name[256];
+        sv_copy(name, sizeof name, ai.device);
+        if (names_len < sizeof names - 1)
+            names_len += (size_t)snprintf(names + names_len, sizeof names - names_len, "%s'%s' (%s)",
+                                          names_len ? ", " : "", name, adapter_type_name(ai.adapterType));
+        if (names_len >= sizeof names) names_len = sizeof names - 1;
+        int rank = type_rank(ai.adapterType);
+        bool name_ok = !want_name || !*want_name || contains_nocase(name, want_name);
+        if (name_ok && rank < best_rank) { best = (int)i; best_rank = rank; }
+        wgpuAdapterInfoFreeMembers(ai);
+    }
+    for (size_t i = 0; i < count; i++)
+        if ((int)i != best) wgpuAdapterRelease(adapters[i]);
+    if (best >= 0) ctx->adapter = adapters[best];
+    free(adapters);
+    if (!ctx->adapter) {
+        char msg[1024];
+        if (count && want_name && *want_name)
+            snprintf(msg, sizeof msg,
+                     "no WebGPU adapter named like '%s' (backend %s); adapters found: %s",
+                     want_name, backend_label(backend), names);
+        else
+            snprintf(msg, sizeof msg,
+                     "no WebGPU adapter found (backend %s). On a machine without a GPU install "
+                     "Mesa's software Vulkan driver: apt-get install mesa-vulkan-drivers libvulkan1",
+                     backend_label(backend));
+        return create_fail(ctx, WGML_ERROR_NO_ADAPTER, msg);
+    }
+
+    /* The device gets the adapter's real limits and the features worth having. */
+    WGPULimits limits = {0};
+    if (wgpuAdapterGetLimits(ctx->adapter, &limits) != WGPUStatus_Success)
+        return create_fail(ctx, WGML_ERROR_DEVICE, "wgpuAdapterGetLimits failed");
+    limits.nextInChain = NULL;
+    WGPUSupportedFeatures af = {0};
+    wgpuAdapterGetFeatures(ctx->adapter, &af);
+    WGPUFeatureName req[16];
+    size_t nreq = 0;
+    for (size_t i = 0; i < sizeof wanted_features / sizeof wanted_features[0]; i++)
+        if (has_feature(&af, wanted_features[i])) req[nreq++] = wanted_features[i];
+
+    WGPUDeviceDescriptor ddesc = {
+        .label = wgml_sv("wgml"),
+        .requiredFeatureCount = nreq,
+        .requiredFeatures = req,
+        .requiredLimits = &limits,
+        .deviceLostCallbackInfo = {.mode = WGPUCallbackMode_AllowSpontaneous,
+                                   .callback = on_device_lost, .userdata1 = ctx},
+        .uncapturedErrorCallbackInfo = {.callback = on_uncaptured_error, .userdata1 = ctx},
+    };
+    device_result dr = {0};
+    WGPURequestDeviceCallbackInfo dcb = {
+        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_device, .userdata1 = &dr};
+    wgpuAdapterRequestDevice(ctx->adapter, &ddesc, dcb);
+    for (int i = 0; i < 1000 && !dr.done; i++) wgpuInstanceProcessEvents(ctx->instance);
+    if (!dr.done || dr.status != WGPURequestDeviceStatus_Success || !dr.device) {
+        wgpuSupportedFeaturesFreeMembers(af);
+        char msg[768];
+        snprintf(msg, sizeof msg, "requesting a device failed: %s", dr.message);
+        return create_fail(ctx, WGML_ERROR_DEVICE, msg);
+    }
+    ctx->device = dr.device;
+    ctx->queue = wgpuDeviceGetQueue(ctx->device);
+    ctx->limits = limits;
+    if (wgpuDeviceGetLimits(ctx->device, &ctx->limits) != WGPUStatus_Success) ctx->limits = limits;
+    ctx->limits.nextInChain = NULL;
+
+    WGPUAdapterInfo ai = {0};
+    wgpuAdapterGetInfo(ctx->adapter, &ai);
+    fill_info(ctx, &ai, &af);
+    wgpuAdapterInfoFreeMembers(ai);
+    wgpuSupportedFeaturesFreeMembers(af);
+    for (size_t i = 0; i < nreq; i++) {
+        if (req[i] == WGPUFeatureName_TimestampQuery) ctx->info.has_timestamp_query = 1;
+        if (req[i] == WGPUFeatureName_ShaderF16) ctx->info.has_shader_f16 = 1;
+        if (req[i] == WGPUFeatureName_Subgroups) ctx->info.has_subgroups = 1;
+        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_Immediates) ctx->info.has_immediates = 1;
+        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_PipelineCache) ctx->info.has_pipeline_cache = 1;
+    }
+    for (int i = 0; i < ctx->info.feature_count; i++)
+        if (strstr(ctx->info.features[i], "cooperative-matrix")) ctx->info.has_cooperative_matrix = 1;
+    *out = ctx;
+    return WGML_OK;
+}
+
+wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info)
+{
+    if (!ctx || !info) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_adapter_info_get: NULL argument");
+    *info = ctx->info;
+    return WGML_OK;
+}
+
+void wgml_debug_destroy_device(wgml_context *ctx)
+{
+    if (!ctx || !ctx->device) return;
+    wgpuDeviceDestroy(ctx->device);
+    wgpuDevicePoll(ctx->device, false, NULL);
+    wgpuInstanceProcessEvents(ctx->instance);
+    ctx->device_lost = true; /* destroy is a loss, whether or not the callback has run yet */
+    if (!ctx->lost_message[0])
+        snprintf(ctx->lost_message, sizeof ctx->lost_message, "the device was destroyed");
+}
+
+void wgml_context_free(wgml_context *ctx)
+{
+    if (!ctx) return;
+    wgml_tensors_free_all(ctx);
+    wgml_weights_destroy(ctx);
+    wgml_pool_destroy(ctx);
+    wgml_pipelines_destroy(ctx);
+    if (ctx->params_buffer) wgpuBufferRelease(ctx->params_buffer);
+    if (ctx->staging) wgpuBufferRelease(ctx->staging);
+    free(ctx->params_host);
+    if (ctx->queue) wgpuQueueRelease(ctx->queue);
+    if (ctx->device) {
+        if (!ctx->device_lost) wgpuDevicePoll(ctx->device, true, NULL);
+        wgpuDeviceRelease(ctx->device);
+    }
+    if (ctx->adapter) wgpuAdapterRelease(ctx->adapter);
+    if (ctx->instance) wgpuInstanceRelease(ctx->instance);
+    free(ctx);
+}

@@ -1,0 +1,121 @@
+/*
+ * wgml — the command-line tool.
+ *   wgml info [--json]          the adapter, its limits and features
+ *   wgml bench [what] [--json]  benchmarks (tools/bench.c)
+ *   wgml train [options]        train an MLP on Fashion-MNIST (tools/train.c)
+ *   wgml eval CHECKPOINT        score a checkpoint on the test split
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "wgml.h"
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    int json = cli_has_flag(argc, argv, "--json");
+    wgml_context *ctx;
+    wgml_status st = wgml_context_create(NULL, &ctx);
+    if (st) {
+        fprintf(stderr, "wgml: %s: %s\n", wgml_status_name(st), wgml_last_create_error());
+        return 1;
+    }
+    wgml_adapter_info i;
+    wgml_adapter_info_get(ctx, &i);
+    struct { const char *name; unsigned long long v; } limits[] = {
+        {"max_buffer_size", i.max_buffer_size},
+        {"max_storage_buffer_binding_size", i.max_storage_buffer_binding_size},
+        {"max_uniform_buffer_binding_size", i.max_uniform_buffer_binding_size},
+        {"max_compute_workgroup_storage_size", i.max_compute_workgroup_storage_size},
+        {"max_compute_invocations_per_workgroup", i.max_compute_invocations_per_workgroup},
+        {"max_compute_workgroup_size_x", i.max_compute_workgroup_size_x},
+        {"max_compute_workgroup_size_y", i.max_compute_workgroup_size_y},
+        {"max_compute_workgroup_size_z", i.max_compute_workgroup_size_z},
+        {"max_compute_workgroups_per_dimension", i.max_compute_workgroups_per_dimension},
+        {"max_storage_buffers_per_shader_stage", i.max_storage_buffers_per_shader_stage},
+        {"min_storage_buffer_offset_alignment", i.min_storage_buffer_offset_alignment},
+        {"min_uniform_buffer_offset_alignment", i.min_uniform_buffer_offset_alignment},
+        {"subgroup_min_size", i.subgroup_min_size},
+        {"subgroup_max_size", i.subgroup_max_size},
+    };
+    int nl = (int)(sizeof limits / sizeof limits[0]);
+    if (json) {
+        printf("{\"adapter\": {\"name\": ");
+        json_str(stdout, i.name);
+        printf(", \"vendor\": ");
+        json_str(stdout, i.vendor);
+        printf(", \"architecture\": ");
+        json_str(stdout, i.architecture);
+        printf(", \"driver\": ");
+        json_str(stdout, i.driver);
+        printf(", \"backend\": \"%s\", \"type\": \"%s\", \"vendor_id\": %u, \"device_id\": %u},\n \"limits\": {",
+               i.backend, i.adapter_type, i.vendor_id, i.device_id);
+        for (int k = 0; k < nl; k++) printf("%s\"%s\": %llu", k ? ", " : "", limits[k].name, limits[k].v);
+        printf("},\n \"features\": [");
+        for (int k = 0; k < i.feature_count; k++) printf("%s\"%s\"", k ? ", " : "", i.features[k]);
+        printf("],\n \"enabled\": {\"timestamp_query\": %s, \"subgroups\": %s, \"shader_f16\": %s, \"immediates\": %s, "
+               "\"pipeline_cache\": %s}}\n",
+               i.has_timestamp_query ? "true" : "false", i.has_subgroups ? "true" : "false",
+               i.has_shader_f16 ? "true" : "false", i.has_immediates ? "true" : "false",
+               i.has_pipeline_cache ? "true" : "false");
+    } else {
+        printf("adapter       %s\nvendor        %s (0x%04x)\narchitecture  %s\nbackend       %s\ntype          %s\ndriver        %s\n",
+               i.name, i.vendor, i.vendor_id, i.architecture[0] ? i.architecture : "-", i.backend, i.adapter_type,
+               i.driver[0] ? i.driver : "-");
+        printf("limits\n");
+        for (int k = 0; k < nl; k++) printf("  %-40s %llu\n", limits[k].name, limits[k].v);
+        printf("features\n");
+        for (int k = 0; k < i.feature_count; k++) printf("  %s\n", i.features[k]);
+    }
+    wgml_context_free(ctx);
+    return 0;
+}
+
+int cli_has_flag(int argc, char **argv, const char *flag)
+{
+    for (int k = 0; k < argc; k++)
+        if (strcmp(argv[k], flag) == 0) return 1;
+    return 0;
+}
+
+const char *cli_option(int argc, char **argv, const char *name, const char *def)
+{
+    for (int k = 0; k + 1 < argc; k++)
+        if (strcmp(argv[k], name) == 0) return argv[k + 1];
+    return def;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: wgml info [--json]\n"
+                    "       wgml bench [ops|matmul|all] [--json] [--quick]\n"
+                    "       wgml train [--epochs N] [--batch N] [--lr X] [--hidden 256,128] [--seed N]\n"
+                    "                  [--out DIR] [--resume CHECKPOINT] [--data DIR]\n"
+                    "       wgml eval CHECKPOINT [--data DIR]\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage();
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 2, argv + 2);
+    usage();
+    return 2;
+}

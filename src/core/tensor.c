@@ -282,6 +282,7 @@ wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n)
     if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = t->ctx;
     if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_read: host is NULL");
+    if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
     if ((uint64_t)n != (uint64_t)t->numel) {
         char s[128];
         wgml_format_shape(s, sizeof s, t->ndim, t->shape);

@@ -259,6 +259,54 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
                                size_t input_len, float *output, size_t output_len,
                                int64_t m);
 
+/* ---------------------------------------------------------------- autograd */
+
+/* Marks an evaluated (leaf) tensor as trainable. */
+wgml_status wgml_requires_grad(wgml_tensor *t, int on);
+/* Reverse mode from a one-element loss: each trainable tensor the loss depends on gets its
+   gradient added to wgml_grad(t) (lazy: computed with the next evaluation). */
+wgml_status wgml_backward(wgml_tensor *loss);
+wgml_tensor *wgml_grad(wgml_tensor *t); /* borrowed; NULL if none */
+void wgml_zero_grad(wgml_tensor *t);
+
+/* ---------------------------------------------------------------- losses */
+
+/* Softmax cross-entropy with integer labels, averaged over rows: logits [B, C], labels [B]
+   holding class indices as floats. Fused and numerically stable. */
+wgml_tensor *wgml_cross_entropy(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
+/* mean((pred - target)^2), broadcasting */
+wgml_tensor *wgml_mse(wgml_context *ctx, wgml_tensor *pred, wgml_tensor *target);
+
+/* ---------------------------------------------------------------- optimisers */
+
+typedef struct wgml_optimizer wgml_optimizer;
+typedef enum wgml_optim_kind { WGML_OPTIM_ADAMW = 0, WGML_OPTIM_SGD } wgml_optim_kind;
+
+typedef struct wgml_optim_desc {
+    wgml_optim_kind kind;
+    float lr;
+    float beta1, beta2, eps; /* AdamW; 0 means 0.9, 0.999, 1e-8 */
+    float momentum;          /* SGD */
+    float weight_decay;      /* decoupled for AdamW, added to the gradient for SGD */
+    float max_grad_norm;     /* clip by global norm; 0: no clipping */
+} wgml_optim_desc;
+
+/* The parameters (evaluated, contiguous) move into one flat GPU buffer owned by the
+   optimiser; the tensors stay valid and become trainable. */
+wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
+                                  wgml_tensor *const *params, wgml_optimizer **out);
+/* Evaluates the parameters' pending gradients (and `extra` tensors, e.g. the loss) and
+   updates every parameter in one submit; gradients are consumed. */
+wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra);
+/* The global gradient norm of the last step, before clipping (reads 4 bytes). */
+wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm);
+int64_t wgml_optimizer_steps(const wgml_optimizer *opt);
+wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps);
+wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr);
+/* Tensors viewing parameter i's first and second moments (for checkpoints); free them. */
+wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v);
+void wgml_optimizer_free(wgml_optimizer *opt);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,8 @@
 #define WGML_MAX_SRC 4
 #define WGML_MAX_PARAMS 8
 
+enum { WGML_VIEW_OTHER = 0, WGML_VIEW_RESHAPE, WGML_VIEW_PERMUTE, WGML_VIEW_BROADCAST, WGML_VIEW_SLICE };
+
 /* ---------------------------------------------------------------- buffers */
 
 typedef struct wgml_buffer {
@@ -54,6 +56,11 @@ struct wgml_tensor {
     int64_t numel;
 
     wgml_buffer *buf; /* storage tensors only */
+    /* when set, evaluation writes this node's result into dest at dest_offset (elements,
+       aligned for binding) instead of a pool buffer: gradients land in an optimiser's
+       flat buffer this way */
+    wgml_buffer *dest;
+    int64_t dest_offset;
 
     wgml_op op;
     int nsrc;
@@ -71,7 +78,11 @@ struct wgml_tensor {
 
     /* autograd */
     bool requires_grad;
-    wgml_tensor *grad; /* accumulated gradient (storage), same shape */
+    wgml_tensor *grad;    /* accumulated gradient (lazy until evaluated), same shape */
+    wgml_tensor *bw_grad; /* scratch of one backward pass */
+    bool bw_needs;        /* scratch: some trainable tensor is upstream */
+    /* views: which movement made it (for its gradient) */
+    int view_kind; /* WGML_VIEW_* */
 
     /* scratch for the scheduler of one evaluation */
     uint32_t sched_mark;  /* the evaluation that last visited it */

@@ -60,12 +60,14 @@ static int norm_axis(int axis, int ndim)
 
 /* ---------------------------------------------------------------- views */
 
+/* src[0] is the tensor owning the buffer; src[1] the view's input (for its gradient). */
 static wgml_tensor *make_view(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape,
-                              const int64_t *stride, int64_t offset)
+                              const int64_t *stride, int64_t offset, int kind)
 {
-    wgml_tensor *base = wgml_tensor_base(a);
-    wgml_tensor *t = wgml_node(ctx, WGML_OP_VIEW, ndim, shape, 1, &base);
+    wgml_tensor *src[2] = {wgml_tensor_base(a), a};
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_VIEW, ndim, shape, 2, src);
     if (!t) return NULL;
+    t->view_kind = kind;
     memcpy(t->stride, stride, (size_t)ndim * sizeof *stride);
     t->offset = offset;
     return t;
@@ -74,7 +76,7 @@ static wgml_tensor *make_view(wgml_context *ctx, wgml_tensor *a, int ndim, const
 wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a)
 {
     CHECK_INPUT(ctx, a, "contiguous", "a");
-    if (wgml_is_contiguous(a)) return make_view(ctx, a, a->ndim, a->shape, a->stride, a->offset);
+    if (wgml_is_contiguous(a)) return make_view(ctx, a, a->ndim, a->shape, a->stride, a->offset, WGML_VIEW_RESHAPE);
     return wgml_node(ctx, WGML_OP_COPY, a->ndim, a->shape, 1, &a);
 }
 
@@ -116,7 +118,7 @@ wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int
     if (!c) return NULL;
     int64_t stride[WGML_MAX_DIMS], s = 1;
     for (int i = ndim - 1; i >= 0; i--) { stride[i] = s; s *= shape[i]; }
-    wgml_tensor *t = make_view(ctx, c, ndim, shape, stride, c->offset);
+    wgml_tensor *t = make_view(ctx, c, ndim, shape, stride, c->offset, WGML_VIEW_RESHAPE);
     wgml_tensor_unref(c);
     return t;
 }
@@ -135,7 +137,9 @@ wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes)
         shape[i] = a->shape[ax];
         stride[i] = a->stride[ax];
     }
-    return make_view(ctx, a, a->ndim, shape, stride, a->offset);
+    wgml_tensor *t = make_view(ctx, a, a->ndim, shape, stride, a->offset, WGML_VIEW_PERMUTE);
+    if (t) memcpy(t->iparam, axes, (size_t)a->ndim * sizeof *axes);
+    return t;
 }
 
 wgml_tensor *wgml_transpose(wgml_context *ctx, wgml_tensor *a, int axis0, int axis1)
@@ -174,7 +178,7 @@ wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, cons
         wgml_format_shape(s2, sizeof s2, ndim, shape);
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "broadcast_to: %s does not broadcast to %s", s1, s2);
     }
-    return make_view(ctx, a, ndim, shape, stride, a->offset);
+    return make_view(ctx, a, ndim, shape, stride, a->offset, WGML_VIEW_BROADCAST);
 }
 
 wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start, int64_t stop,
@@ -195,7 +199,7 @@ wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t sta
     memcpy(stride, a->stride, sizeof stride);
     shape[ax] = (stop - start + step - 1) / step;
     stride[ax] = a->stride[ax] * step;
-    return make_view(ctx, a, a->ndim, shape, stride, a->offset + start * a->stride[ax]);
+    return make_view(ctx, a, a->ndim, shape, stride, a->offset + start * a->stride[ax], WGML_VIEW_SLICE);
 }
 
 /* ---------------------------------------------------------------- elementwise */

@@ -113,6 +113,8 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
     case WGML_KIND_REDUCE: return wgml_build_reduce(ctx, t, l);
     case WGML_KIND_ROW: return wgml_build_row(ctx, t, l);
     case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l);
+    case WGML_KIND_LOSS: return wgml_build_loss(ctx, t, l);
+    case WGML_KIND_OPTIM: return wgml_build_optim(ctx, t, l);
     default:
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "op %s cannot be scheduled",
                          wgml_op_table[t->op].name);
@@ -170,6 +172,7 @@ typedef struct planned {
     wgml_launch launch;
     uint64_t params_offset;
     uint64_t sizes[WGML_MAX_BINDINGS];
+    uint64_t offsets[WGML_MAX_BINDINGS];
 } planned;
 
 /* Encodes launches[0..n) and the optional read-back copy into one command buffer, submits. */
@@ -196,7 +199,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
             for (int b = 0; b < l->nbuffers; b++) {
                 e[b + 1].binding = (uint32_t)b + 1;
                 e[b + 1].buffer = l->raw[b];
-                e[b + 1].offset = 0;
+                e[b + 1].offset = p[i].offsets[b];
                 e[b + 1].size = p[i].sizes[b];
             }
             WGPUBindGroupDescriptor bd = {.layout = l->pipeline->layout,
@@ -271,6 +274,8 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         wgml_tensor *b = wgml_tensor_base(targets[i]);
         if (b->op != WGML_OP_NONE) b->sched_pinned = b->sched_target = true;
     }
+    for (size_t k = 0; k < order.n; k++) /* a node with a destination is its own kernel's output */
+        if (order.items[k]->dest) order.items[k]->sched_pinned = order.items[k]->sched_target = true;
     decide_fusion(ctx, &order);
 
     /* readers per kernel output: how many kernels read it (fused nodes are inside kernels) */
@@ -306,13 +311,22 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             if (t->sched_kind != WGML_SCHED_KERNEL) continue;
             planned *pl = &plan[ki++];
             wgml_launch *l = &pl->launch;
-            t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
+            if (t->dest) { /* the result goes into a given slot */
+                t->buf = t->dest;
+                wgml_buffer_retain(t->buf);
+            } else {
+                t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
+            }
             if (!t->buf) { st = ctx->status; break; }
             for (int b = 0; b < l->nbuffers; b++) {
                 if (l->raw[b]) continue; /* builder gave a raw buffer */
                 wgml_tensor *bt = l->buffers[b];
                 l->raw[b] = bt->buf->handle;
                 pl->sizes[b] = bt->buf->size;
+            }
+            if (t->dest) {
+                pl->offsets[l->nbuffers - 1] = (uint64_t)t->dest_offset * 4;
+                pl->sizes[l->nbuffers - 1] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
             }
             for (int b = 0; b < l->nbuffers; b++)
                 if (!pl->sizes[b]) pl->sizes[b] = WGPU_WHOLE_SIZE;
@@ -346,6 +360,11 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
         t->nsrc = 0;
         t->op = WGML_OP_NONE;
+        if (t->dest) {
+            t->offset = t->dest_offset;
+            wgml_buffer_release(ctx, t->dest);
+            t->dest = NULL;
+        }
     }
     if (st)
         for (size_t k = 0; k < order.n; k++) {

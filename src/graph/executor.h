@@ -51,6 +51,9 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *la
 wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_loss(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+wgml_status wgml_build_optim(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+/* The pipeline of a hand-written kernel of src/kernels/ by file name (graph/kernels.c). */
+wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launch *l);
 
 /* Scheduler marks (wgml_tensor.sched_kind) */
 enum { WGML_SCHED_NONE = 0, WGML_SCHED_KERNEL, WGML_SCHED_FUSED };

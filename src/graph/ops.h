@@ -17,6 +17,7 @@ typedef enum wgml_op_kind {
     WGML_KIND_ROW,       /* along the last axis, one workgroup per row */
     WGML_KIND_MATMUL,
     WGML_KIND_LOSS,      /* fused losses and their gradients */
+    WGML_KIND_OPTIM,     /* an optimiser step over flat parameter buffers */
     WGML_KIND_COUNT
 } wgml_op_kind;
 
@@ -37,7 +38,7 @@ typedef enum wgml_op_kind {
     X(GELU,        "gelu",        WGML_KIND_UNARY,   "wgml_gelu(%0)")             \
     X(SILU,        "silu",        WGML_KIND_UNARY,   "(%0 * wgml_sigmoid(%0))")   \
     X(CLAMP,       "clamp",       WGML_KIND_UNARY,   "wgml_clamp(%0, #0, #1)")    \
-    X(RELU_GRAD,   "relu_grad",   WGML_KIND_BINARY,  "select(0.0, %1, %0 > 0.0)") \
+    X(RELU_GRAD,   "relu_grad",   WGML_KIND_BINARY,  "select(T(0.0), %1, %0 > T(0.0))") \
     X(ADD,         "add",         WGML_KIND_BINARY,  "(%0 + %1)")                 \
     X(SUB,         "sub",         WGML_KIND_BINARY,  "(%0 - %1)")                 \
     X(MUL,         "mul",         WGML_KIND_BINARY,  "(%0 * %1)")                 \
@@ -55,7 +56,8 @@ typedef enum wgml_op_kind {
     X(RMSNORM,     "rmsnorm",     WGML_KIND_ROW,     NULL)                        \
     X(MATMUL,      "matmul",      WGML_KIND_MATMUL,  NULL)                        \
     X(CROSS_ENTROPY, "cross_entropy", WGML_KIND_LOSS, NULL)                       \
-    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", WGML_KIND_LOSS, NULL)
+    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", WGML_KIND_LOSS, NULL)           \
+    X(OPTIM_STEP,  "optimizer_step", WGML_KIND_OPTIM, NULL)
 
 typedef enum wgml_op {
 #define WGML_OP_ENUM(e, name, kind, wgsl) WGML_OP_##e,

@@ -1,0 +1,317 @@
+/*
+ * Reverse-mode autograd over the lazy graph. wgml_backward(loss) walks the graph from the
+ * loss, then applies each node's vector-Jacobian rule in reverse order; the rules build more
+ * lazy nodes (matmul backward is the transposed-operand GEMM, never the host). Gradients
+ * accumulate into each trainable tensor's grad, still lazy: they are computed with whatever
+ * evaluates next (an optimiser step runs forward, backward and update in one submit).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/build.h"
+#include "train/train.h"
+
+typedef wgml_tensor T;
+
+/* ---------------------------------------------------------------- helpers */
+
+static T *scal(wgml_context *c, wgml_binary_op op, T *a, float s) { return wgml_binary_scalar(c, op, a, s); }
+
+/* Sums g down to the shape of `like` (undoing NumPy broadcasting). */
+static T *unbroadcast(wgml_context *c, T *g, const T *like)
+{
+    while (g->ndim > like->ndim) g = wgml_sum(c, g, 0, 0);
+    for (int d = 0; d < like->ndim; d++)
+        if (like->shape[d] == 1 && g->shape[d] != 1) g = wgml_sum(c, g, d, 1);
+    return g;
+}
+
+/* g reshaped to x's shape with the reduced axis kept (size 1), then broadcast to x */
+static T *expand_reduced(wgml_context *c, T *g, const T *x, int axis)
+{
+    int64_t shape[WGML_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = 1;
+    return wgml_broadcast_to(c, wgml_reshape(c, g, x->ndim, shape), x->ndim, x->shape);
+}
+
+/* mask(x > 0) * g */
+static T *relu_grad(wgml_context *c, T *x, T *g) { return wgml_binary_node(c, WGML_OP_RELU_GRAD, x, g); }
+
+static T *tanh_grad_factor(wgml_context *c, T *y) /* 1 - y^2 */
+{
+    return wgml_scalar_binary(c, WGML_SUB, 1.0f, wgml_mul(c, y, y));
+}
+
+static T *gelu_grad(wgml_context *c, T *x, T *g)
+{
+    /* d/dx 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3):
+       0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2) */
+    const float k = 0.7978845608028654f;
+    T *x2 = wgml_mul(c, x, x);
+    T *u = scal(c, WGML_MUL, wgml_add(c, x, scal(c, WGML_MUL, wgml_mul(c, x2, x), 0.044715f)), k);
+    T *t = wgml_tanh(c, u);
+    T *left = scal(c, WGML_MUL, wgml_scalar_binary(c, WGML_ADD, 1.0f, t), 0.5f);
+    T *du = scal(c, WGML_MUL, wgml_scalar_binary(c, WGML_ADD, 1.0f, scal(c, WGML_MUL, x2, 3 * 0.044715f)), k);
+    T *right = wgml_mul(c, scal(c, WGML_MUL, x, 0.5f), wgml_mul(c, tanh_grad_factor(c, t), du));
+    return wgml_mul(c, g, wgml_add(c, left, right));
+}
+
+static T *silu_grad(wgml_context *c, T *x, T *g)
+{
+    /* s (1 + x (1 - s)) */
+    T *s = wgml_sigmoid(c, x);
+    return wgml_mul(c, g, wgml_mul(c, s, wgml_scalar_binary(c, WGML_ADD, 1.0f, wgml_mul(c, x, wgml_scalar_binary(c, WGML_SUB, 1.0f, s)))));
+}
+
+/* ---------------------------------------------------------------- the rules */
+
+/* Fills gin[i] with the gradient for t->src[i] (NULL: none). Returns a status for ops
+   without a rule. */
+static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->nsrc > 1 ? t->src[1] : NULL;
+    bool scalar = wgml_op_table[t->op].kind == WGML_KIND_BINARY && t->nsrc == 1;
+    int side = t->iparam[0];
+    float s = t->fparam[0];
+    switch (t->op) {
+    case WGML_OP_COPY: gin[0] = g; return WGML_OK;
+    case WGML_OP_NEG: gin[0] = wgml_neg(c, g); return WGML_OK;
+    case WGML_OP_ABS: gin[0] = wgml_sub(c, relu_grad(c, a, g), relu_grad(c, wgml_neg(c, a), g)); return WGML_OK;
+    case WGML_OP_EXP: gin[0] = wgml_mul(c, g, t); return WGML_OK;
+    case WGML_OP_LOG: gin[0] = wgml_div(c, g, a); return WGML_OK;
+    case WGML_OP_SQRT: gin[0] = wgml_div(c, scal(c, WGML_MUL, g, 0.5f), t); return WGML_OK;
+    case WGML_OP_RSQRT: gin[0] = wgml_mul(c, g, scal(c, WGML_MUL, wgml_mul(c, t, wgml_mul(c, t, t)), -0.5f)); return WGML_OK;
+    case WGML_OP_TANH: gin[0] = wgml_mul(c, g, tanh_grad_factor(c, t)); return WGML_OK;
+    case WGML_OP_SIGMOID: gin[0] = wgml_mul(c, g, wgml_mul(c, t, wgml_scalar_binary(c, WGML_SUB, 1.0f, t))); return WGML_OK;
+    case WGML_OP_RELU: gin[0] = relu_grad(c, a, g); return WGML_OK;
+    case WGML_OP_GELU: gin[0] = gelu_grad(c, a, g); return WGML_OK;
+    case WGML_OP_SILU: gin[0] = silu_grad(c, a, g); return WGML_OK;
+    case WGML_OP_CLAMP: /* pass where lo < a < hi */
+        gin[0] = relu_grad(c, scal(c, WGML_SUB, a, t->fparam[0]), relu_grad(c, wgml_scalar_binary(c, WGML_SUB, t->fparam[1], a), g));
+        return WGML_OK;
+    case WGML_OP_ADD:
+        if (scalar) { gin[0] = g; return WGML_OK; }
+        gin[0] = unbroadcast(c, g, a);
+        gin[1] = unbroadcast(c, g, b);
+        return WGML_OK;
+    case WGML_OP_SUB:
+        if (scalar) { gin[0] = side == 1 ? g : wgml_neg(c, g); return WGML_OK; }
+        gin[0] = unbroadcast(c, g, a);
+        gin[1] = unbroadcast(c, wgml_neg(c, g), b);
+        return WGML_OK;
+    case WGML_OP_MUL:
+        if (scalar) { gin[0] = scal(c, WGML_MUL, g, s); return WGML_OK; }
+        gin[0] = unbroadcast(c, wgml_mul(c, g, b), a);
+        gin[1] = unbroadcast(c, wgml_mul(c, g, a), b);
+        return WGML_OK;
+    case WGML_OP_DIV:
+        if (scalar) {
+            gin[0] = side == 1 ? scal(c, WGML_DIV, g, s)                                       /* a / s */
+                               : wgml_neg(c, wgml_div(c, wgml_mul(c, g, t), a));              /* s / a: -g s/a^2 = -g t / a */
+            return WGML_OK;
+        }
+        gin[0] = unbroadcast(c, wgml_div(c, g, b), a);
+        gin[1] = unbroadcast(c, wgml_neg(c, wgml_div(c, wgml_mul(c, g, t), b)), b);
+        return WGML_OK;
+    case WGML_OP_POW:
+        if (scalar) {
+            gin[0] = side == 1 ? wgml_mul(c, g, scal(c, WGML_MUL, scal(c, WGML_POW, a, s - 1.0f), s)) /* a^s */
+                               : wgml_mul(c, g, scal(c, WGML_MUL, t, logf(s)));                      /* s^a */
+            return WGML_OK;
+        }
+        /* d/da = b a^(b-1) = b t / a; d/db = t log a */
+        gin[0] = unbroadcast(c, wgml_mul(c, g, wgml_mul(c, b, wgml_pow(c, a, scal(c, WGML_SUB, b, 1.0f)))), a);
+        gin[1] = unbroadcast(c, wgml_mul(c, g, wgml_mul(c, t, wgml_log(c, a))), b);
+        return WGML_OK;
+    case WGML_OP_MAXIMUM:
+    case WGML_OP_MINIMUM: {
+        /* the gradient goes to the winner; ties to b */
+        if (scalar) {
+            T *d = t->op == WGML_OP_MAXIMUM ? scal(c, WGML_SUB, a, s) : wgml_scalar_binary(c, WGML_SUB, s, a);
+            gin[0] = relu_grad(c, d, g);
+            return WGML_OK;
+        }
+        T *d = t->op == WGML_OP_MAXIMUM ? wgml_sub(c, a, b) : wgml_sub(c, b, a);
+        T *ga = relu_grad(c, d, g);
+        gin[0] = unbroadcast(c, ga, a);
+        gin[1] = unbroadcast(c, wgml_sub(c, g, ga), b);
+        return WGML_OK;
+    }
+    case WGML_OP_SUM:
+    case WGML_OP_MEAN: {
+        int ax = t->iparam[0];
+        T *e = expand_reduced(c, g, a, ax);
+        gin[0] = t->op == WGML_OP_MEAN ? scal(c, WGML_DIV, e, (float)a->shape[ax]) : e;
+        return WGML_OK;
+    }
+    case WGML_OP_SOFTMAX: { /* y (g - sum(g y)) */
+        T *gy = wgml_mul(c, g, t);
+        T *sum = wgml_sum(c, gy, -1, 1);
+        gin[0] = wgml_mul(c, t, wgml_sub(c, g, sum));
+        return WGML_OK;
+    }
+    case WGML_OP_LOG_SOFTMAX: /* g - softmax * sum(g) */
+        gin[0] = wgml_sub(c, g, wgml_mul(c, wgml_exp(c, t), wgml_sum(c, g, -1, 1)));
+        return WGML_OK;
+    case WGML_OP_CROSS_ENTROPY:
+        gin[0] = wgml_cross_entropy_grad(c, a, b, g);
+        return WGML_OK;
+    case WGML_OP_MATMUL: {
+        bool ta = t->iparam[0], tb = t->iparam[1];
+        int act = t->iparam[2];
+        float alpha = t->fparam[0];
+        T *gz = g;
+        if (act == WGML_ACT_RELU) gz = relu_grad(c, t, g); /* relu'(z) = (out > 0) */
+        else if (act != WGML_ACT_NONE) {
+            wgml_matmul_desc pre = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .bias = t->iparam[3] ? t->src[2] : NULL};
+            T *z = wgml_matmul_ex(c, a, b, &pre); /* recompute the pre-activation */
+            gz = act == WGML_ACT_GELU ? gelu_grad(c, z, g) : silu_grad(c, z, g);
+        }
+        if (t->iparam[3]) { /* bias: sum over every row */
+            int64_t n = t->shape[t->ndim - 1], rows = t->numel / n, shape2[2] = {rows, n};
+            gin[2] = wgml_sum(c, wgml_reshape(c, gz, 2, shape2), 0, 0);
+        }
+        T *gzs = alpha != 1.0f ? scal(c, WGML_MUL, gz, alpha) : gz;
+        /* a 2-D operand shared by a batch: fold the batch into rows */
+        T *A = a, *G = gzs;
+        if (b->ndim == 2 && a->ndim == 3 && !ta) {
+            int64_t sa[2] = {a->shape[0] * a->shape[1], a->shape[2]}, sg[2] = {G->shape[0] * G->shape[1], G->shape[2]};
+            A = wgml_reshape(c, a, 2, sa);
+            G = wgml_reshape(c, gzs, 2, sg);
+        }
+        /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is */
+        wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
+        gin[0] = ta ? wgml_matmul_ex(c, b, gzs, &da) : wgml_matmul_ex(c, gzs, b, &da);
+        wgml_matmul_desc db = tb ? (wgml_matmul_desc){.trans_a = 1, .trans_b = ta} : (wgml_matmul_desc){.trans_a = !ta};
+        gin[1] = tb ? wgml_matmul_ex(c, G, A, &db) : wgml_matmul_ex(c, A, G, &db);
+        if (a->ndim == 2 && gin[0]->ndim == 3) gin[0] = wgml_sum(c, gin[0], 0, 0);
+        return WGML_OK;
+    }
+    case WGML_OP_VIEW: {
+        T *in = t->src[1];
+        switch (t->view_kind) {
+        case WGML_VIEW_RESHAPE: gin[1] = wgml_reshape(c, g, in->ndim, in->shape); return WGML_OK;
+        case WGML_VIEW_PERMUTE: {
+            int inv[WGML_MAX_DIMS];
+            for (int i = 0; i < t->ndim; i++) inv[t->iparam[i]] = i;
+            gin[1] = wgml_permute(c, g, inv);
+            return WGML_OK;
+        }
+        case WGML_VIEW_BROADCAST: gin[1] = unbroadcast(c, g, in); return WGML_OK;
+        default: break;
+        }
+        break;
+    }
+    default: break;
+    }
+    return wgml_fail(c, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for %s%s", wgml_op_table[t->op].name,
+                     t->op == WGML_OP_VIEW ? " (slice)" : "");
+}
+
+/* ---------------------------------------------------------------- the pass */
+
+/* Inputs that carry gradients: for a view, its input (src[1]), not the buffer's owner. */
+static int grad_inputs(T *t, T **out)
+{
+    if (t->op == WGML_OP_VIEW) { out[0] = NULL; out[1] = t->src[1]; return 2; }
+    for (int i = 0; i < t->nsrc; i++) out[i] = t->src[i];
+    return t->nsrc;
+}
+
+typedef struct order { T **v; size_t n, cap; } order;
+
+static bool visit(wgml_context *ctx, T *t, order *o)
+{
+    if (t->sched_mark == ctx->eval_counter) return true;
+    t->sched_mark = ctx->eval_counter;
+    t->bw_grad = NULL;
+    t->bw_needs = t->op == WGML_OP_NONE && t->requires_grad;
+    T *in[WGML_MAX_SRC];
+    int n = grad_inputs(t, in);
+    for (int i = 0; i < n; i++) {
+        if (!in[i]) continue;
+        if (!visit(ctx, in[i], o)) return false;
+        t->bw_needs |= in[i]->bw_needs;
+    }
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        T **g = realloc(o->v, cap * sizeof *g);
+        if (!g) return false;
+        o->v = g;
+        o->cap = cap;
+    }
+    o->v[o->n++] = t;
+    return true;
+}
+
+wgml_status wgml_requires_grad(wgml_tensor *t, int on)
+{
+    if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
+    if (t->op != WGML_OP_NONE)
+        return wgml_fail(t->ctx, WGML_ERROR_INVALID_ARGUMENT, "requires_grad: only evaluated (leaf) tensors can be trainable");
+    t->requires_grad = on != 0;
+    return WGML_OK;
+}
+
+wgml_tensor *wgml_grad(wgml_tensor *t) { return wgml_tensor_valid(t) ? t->grad : NULL; }
+
+void wgml_zero_grad(wgml_tensor *t)
+{
+    if (!wgml_tensor_valid(t) || !t->grad) return;
+    wgml_tensor_unref(t->grad);
+    t->grad = NULL;
+}
+
+wgml_status wgml_backward(wgml_tensor *loss)
+{
+    if (!wgml_tensor_valid(loss)) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_context *ctx = loss->ctx;
+    if (loss->status) return wgml_fail(ctx, loss->status, "%s", loss->error);
+    if (loss->numel != 1)
+        return wgml_fail(ctx, WGML_ERROR_SHAPE, "backward: the loss must have one element, it has %lld", (long long)loss->numel);
+    ctx->eval_counter++;
+    order o = {0};
+    if (!visit(ctx, loss, &o)) {
+        free(o.v);
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
+    if (!loss->bw_needs) {
+        free(o.v);
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "backward: no trainable tensor (wgml_requires_grad) reaches the loss");
+    }
+    wgml_status st = WGML_OK;
+    wgml_scope_begin(ctx);
+    float one = 1.0f;
+    T *seed = NULL;
+    st = wgml_tensor_from_data(ctx, loss->ndim, loss->shape, &one, 1, &seed);
+    loss->bw_grad = seed;
+    for (size_t k = o.n; k-- > 0 && !st;) {
+        T *t = o.v[k];
+        T *g = t->bw_grad;
+        if (!g || !t->bw_needs) continue;
+        if (t->op == WGML_OP_NONE) {
+            if (t->requires_grad) {
+                T *acc = t->grad ? wgml_add(ctx, t->grad, g) : g;
+                wgml_tensor_retain(acc);
+                if (t->grad) wgml_tensor_unref(t->grad);
+                t->grad = acc;
+            }
+            continue;
+        }
+        T *gin[WGML_MAX_SRC] = {0};
+        if ((st = vjp(ctx, t, g, gin))) break;
+        T *in[WGML_MAX_SRC];
+        int n = grad_inputs(t, in);
+        for (int i = 0; i < n; i++) {
+            if (!in[i] || !gin[i] || !in[i]->bw_needs) continue;
+            if (gin[i]->status) { st = wgml_fail(ctx, gin[i]->status, "backward of %s: %s", wgml_op_table[t->op].name, gin[i]->error); break; }
+            in[i]->bw_grad = in[i]->bw_grad ? wgml_add(ctx, in[i]->bw_grad, gin[i]) : gin[i];
+        }
+    }
+    for (size_t k = 0; k < o.n; k++) o.v[k]->bw_grad = NULL;
+    free(o.v);
+    wgml_scope_end(ctx); /* the pass's nodes live on only through the grads that use them */
+    return st;
+}

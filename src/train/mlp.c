@@ -1,0 +1,110 @@
+/* The MLP (see mlp.h). */
+#include "train/mlp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t wgml_rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double wgml_rng_uniform(uint64_t *state) { return (double)(wgml_rng_next(state) >> 11) / 9007199254740992.0; }
+
+void wgml_mlp_free(wgml_mlp *m)
+{
+    if (!m) return;
+    for (int l = 0; l < m->nlayers; l++) {
+        wgml_tensor_free(m->W[l]);
+        wgml_tensor_free(m->b[l]);
+    }
+    memset(m, 0, sizeof *m);
+}
+
+wgml_status wgml_mlp_create(wgml_context *ctx, int nlayers, const int64_t *sizes, uint64_t seed,
+                            const float *const *W_init, const float *const *b_init, wgml_mlp *out)
+{
+    if (!ctx || !out || !sizes || nlayers < 1 || nlayers > WGML_MLP_MAX_LAYERS) return WGML_ERROR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof *out);
+    out->ctx = ctx;
+    out->nlayers = nlayers;
+    memcpy(out->sizes, sizes, (size_t)(nlayers + 1) * sizeof *sizes);
+    uint64_t rng = seed;
+    wgml_status st = WGML_OK;
+    for (int l = 0; l < nlayers && !st; l++) {
+        int64_t in = sizes[l], n = sizes[l + 1];
+        if (in < 1 || n < 1 || in > (1 << 20) || n > (1 << 20)) { st = WGML_ERROR_INVALID_ARGUMENT; break; }
+        float *w = malloc((size_t)(in * n) * sizeof *w), *b = malloc((size_t)n * sizeof *b);
+        if (!w || !b) {
+            free(w);
+            free(b);
+            st = WGML_ERROR_OUT_OF_MEMORY;
+            break;
+        }
+        double bound = 1.0 / sqrt((double)in);
+        for (int64_t i = 0; i < in * n; i++) w[i] = W_init ? W_init[l][i] : (float)((2 * wgml_rng_uniform(&rng) - 1) * bound);
+        for (int64_t i = 0; i < n; i++) b[i] = b_init ? b_init[l][i] : (float)((2 * wgml_rng_uniform(&rng) - 1) * bound);
+        int64_t ws[2] = {in, n};
+        st = wgml_tensor_from_data(ctx, 2, ws, w, (size_t)(in * n), &out->W[l]);
+        if (!st) st = wgml_tensor_from_data(ctx, 1, &n, b, (size_t)n, &out->b[l]);
+        free(w);
+        free(b);
+    }
+    if (st) wgml_mlp_free(out);
+    return st;
+}
+
+int wgml_mlp_params(wgml_mlp *m, wgml_tensor **params)
+{
+    for (int l = 0; l < m->nlayers; l++) {
+        params[2 * l] = m->W[l];
+        params[2 * l + 1] = m->b[l];
+    }
+    return 2 * m->nlayers;
+}
+
+wgml_tensor *wgml_mlp_forward(wgml_mlp *m, wgml_tensor *x)
+{
+    wgml_tensor *h = x;
+    for (int l = 0; l < m->nlayers; l++) {
+        wgml_matmul_desc d = {.bias = m->b[l], .activation = l + 1 < m->nlayers ? WGML_ACT_RELU : WGML_ACT_NONE};
+        h = wgml_matmul_ex(m->ctx, h, m->W[l], &d);
+    }
+    return h;
+}
+
+wgml_tensor *wgml_count_correct(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels)
+{
+    /* |argmax - label| is 0 when right and >= 1 when wrong: 1 - clamp(.., 0, 1) counts */
+    wgml_tensor *d = wgml_abs(ctx, wgml_sub(ctx, wgml_argmax(ctx, logits, 1, 0), labels));
+    return wgml_sum_all(ctx, wgml_scalar_binary(ctx, WGML_SUB, 1.0f, wgml_clamp(ctx, d, 0.0f, 1.0f)));
+}
+
+wgml_status wgml_mlp_train_step(wgml_mlp *m, wgml_optimizer *opt, wgml_tensor *x, wgml_tensor *labels,
+                                float *loss, float *correct)
+{
+    wgml_context *ctx = m->ctx;
+    wgml_scope_begin(ctx);
+    wgml_tensor *logits = wgml_mlp_forward(m, x);
+    wgml_tensor *l = wgml_cross_entropy(ctx, logits, labels);
+    wgml_tensor *c = wgml_count_correct(ctx, logits, labels);
+    /* loss and count in one [2] tensor, so one read fetches both */
+    static const float e0[2] = {1, 0}, e1[2] = {0, 1};
+    int64_t two = 2;
+    wgml_tensor *u0 = NULL, *u1 = NULL;
+    wgml_status st = wgml_tensor_from_data(ctx, 1, &two, e0, 2, &u0);
+    if (!st) st = wgml_tensor_from_data(ctx, 1, &two, e1, 2, &u1);
+    wgml_tensor *both = wgml_add(ctx, wgml_mul(ctx, l, u0), wgml_mul(ctx, c, u1));
+    if (!st) st = wgml_backward(l);
+    if (!st) st = wgml_optimizer_step(opt, 1, &both);
+    float out[2] = {NAN, NAN};
+    if (!st) st = wgml_tensor_read(both, out, 2);
+    if (loss) *loss = out[0];
+    if (correct) *correct = out[1];
+    wgml_scope_end(ctx);
+    return st;
+}

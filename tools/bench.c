@@ -1,11 +1,267 @@
-/* wgml bench: filled in by the engine and matmul issues. */
+/*
+ * wgml bench [ops|matmul|startup|all] [--json] [--quick]
+ *
+ * Each measurement evaluates `inner` independent copies of an op in one submit and waits, so
+ * the per-submit overhead is spread; the median over repetitions (after a warm-up that
+ * compiles the kernels) divided by `inner` is reported. --quick uses small sizes (lavapipe).
+ */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "tools/cli.h"
+#include "wgml.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef wgml_tensor *(*build_fn)(wgml_context *ctx, void *arg);
+
+/* Median seconds per op over `reps` runs of `inner` ops in one submit. */
+static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int reps)
+{
+    double t[64];
+    if (reps > 64) reps = 64;
+    for (int r = -1; r < reps; r++) {
+        wgml_scope_begin(ctx);
+        wgml_tensor *outs[64];
+        for (int i = 0; i < inner; i++) outs[i] = fn(ctx, arg);
+        wgml_synchronize(ctx);
+        double t0 = now();
+        wgml_status st = wgml_eval(ctx, inner, outs);
+        wgml_synchronize(ctx);
+        double el = now() - t0;
+        wgml_scope_end(ctx);
+        if (st) {
+            fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+            return NAN;
+        }
+        if (r >= 0) t[r] = el / inner;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    return t[reps / 2];
+}
+
+static wgml_tensor *random_tensor(wgml_context *ctx, int nd, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    float *d = malloc((size_t)n * sizeof *d);
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        d[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+    wgml_tensor *t = NULL;
+    if (wgml_tensor_from_data(ctx, nd, shape, d, (size_t)n, &t)) fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+    free(d);
+    return t;
+}
+
+/* ---------------------------------------------------------------- results */
+
+typedef struct result {
+    char name[64];
+    double seconds;
+    double value;
+    const char *unit;
+} result;
+
+static result results[64];
+static int nresults;
+
+static void report(const char *name, double seconds, double value, const char *unit)
+{
+    result *r = &results[nresults++];
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->seconds = seconds;
+    r->value = value;
+    r->unit = unit;
+    fprintf(stderr, "  %-34s %10.3f ms  %10.2f %s\n", name, seconds * 1e3, value, unit);
+}
+
+/* ---------------------------------------------------------------- ops */
+
+typedef struct two { wgml_tensor *a, *b, *w, *bias; int len; } two;
+
+static wgml_tensor *op_add(wgml_context *ctx, void *p) { two *t = p; return wgml_add(ctx, t->a, t->b); }
+
+static wgml_tensor *op_chain(wgml_context *ctx, void *p)
+{
+    two *t = p;
+    wgml_tensor *x = t->a;
+    for (int i = 0; i < t->len; i++) {
+        switch (i % 4) {
+        case 0: x = wgml_binary_scalar(ctx, WGML_MUL, x, 0.999f); break;
+        case 1: x = wgml_binary_scalar(ctx, WGML_ADD, x, 0.001f); break;
+        case 2: x = wgml_add(ctx, x, t->b); break;
+        default: x = wgml_relu(ctx, x); break;
+        }
+    }
+    return x;
+}
+
+static wgml_tensor *op_softmax(wgml_context *ctx, void *p) { two *t = p; return wgml_softmax(ctx, t->a); }
+static wgml_tensor *op_layernorm(wgml_context *ctx, void *p) { two *t = p; return wgml_layernorm(ctx, t->a, t->w, t->bias, 1e-5f); }
+
+static void bench_ops(int quick)
+{
+    int64_t n = quick ? (1 << 20) : (1 << 26);
+    wgml_context *ctx, *unfused;
+    wgml_context_desc nf = {.no_fusion = 1};
+    if (wgml_context_create(NULL, &ctx) || wgml_context_create(&nf, &unfused)) {
+        fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
+        exit(1);
+    }
+    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 100};
+    int inner = quick ? 2 : 8, reps = quick ? 3 : 15;
+    char name[64];
+    double s = time_op(ctx, op_add, &t, inner, reps);
+    snprintf(name, sizeof name, "add_%lld", (long long)n);
+    report(name, s, 3.0 * 4 * (double)n / s / 1e9, "GB/s");
+    double add_s = s;
+    s = time_op(ctx, op_chain, &t, inner, reps);
+    report("chain100_fused", s, s / add_s, "x add");
+    two u = {random_tensor(unfused, 1, &n), random_tensor(unfused, 1, &n), NULL, NULL, 100};
+    s = time_op(unfused, op_chain, &u, 1, quick ? 2 : 5);
+    report("chain100_unfused", s, s / add_s, "x add");
+    int64_t rows = quick ? 256 : 4096, cols = quick ? 1024 : 8192, shape[2] = {rows, cols};
+    two r = {random_tensor(ctx, 2, shape), NULL, random_tensor(ctx, 1, &cols), random_tensor(ctx, 1, &cols), 0};
+    s = time_op(ctx, op_softmax, &r, inner, reps);
+    snprintf(name, sizeof name, "softmax_%lldx%lld", (long long)rows, (long long)cols);
+    report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
+    s = time_op(ctx, op_layernorm, &r, inner, reps);
+    snprintf(name, sizeof name, "layernorm_%lldx%lld", (long long)rows, (long long)cols);
+    report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
+    wgml_context_free(unfused);
+    wgml_context_free(ctx);
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static wgml_tensor *op_matmul(wgml_context *ctx, void *p) { two *t = p; return wgml_matmul(ctx, t->a, t->b); }
+
+static void bench_matmul(int quick)
+{
+    wgml_context *ctx;
+    if (wgml_context_create(NULL, &ctx)) {
+        fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
+        exit(1);
+    }
+    const int64_t squares_full[] = {512, 1024, 2048, 4096, 8192}, squares_quick[] = {128, 256, 512};
+    const int64_t *sq = quick ? squares_quick : squares_full;
+    int nsq = quick ? 3 : 5;
+    char name[64];
+    for (int i = 0; i < nsq; i++) {
+        int64_t s = sq[i], sh[2] = {s, s};
+        two t = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0};
+        int inner = s >= 4096 ? 3 : 8;
+        double sec = time_op(ctx, op_matmul, &t, quick ? 1 : inner, quick ? 3 : 9);
+        snprintf(name, sizeof name, "gemm_%lld^3", (long long)s);
+        report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
+        wgml_tensor_free(t.a);
+        wgml_tensor_free(t.b);
+    }
+    const int64_t ms[] = {1, 16, 128}, ks_full[] = {1536, 4096, 8192}, ks_quick[] = {256, 512};
+    const int64_t *ks = quick ? ks_quick : ks_full;
+    int nk = quick ? 2 : 3;
+    for (int mi = 0; mi < 3; mi++)
+        for (int ki = 0; ki < nk; ki++) {
+            int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
+            two t = {random_tensor(ctx, 2, sa), random_tensor(ctx, 2, sb), NULL, NULL, 0};
+            double sec = time_op(ctx, op_matmul, &t, quick ? 1 : 8, quick ? 3 : 11);
+            snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)K);
+            if (M == 1) report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
+            else report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
+            wgml_tensor_free(t.a);
+            wgml_tensor_free(t.b);
+        }
+    /* the cached-matmul round trip: host input -> GPU -> host output, M = 1, 1536 x 1536 */
+    int64_t K = quick ? 256 : 1536;
+    float *w = malloc((size_t)(K * K) * sizeof *w), *x = malloc((size_t)K * sizeof *x), *y = malloc((size_t)K * sizeof *y);
+    for (int64_t i = 0; i < K * K; i++) w[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    for (int64_t i = 0; i < K; i++) x[i] = (float)(i % 17) / 17.0f;
+    wgml_weight_upload(ctx, "bench", w, K, K);
+    double t[201];
+    int reps = quick ? 21 : 201;
+    for (int r = -5; r < reps; r++) {
+        double t0 = now();
+        if (wgml_matmul_cached(ctx, "bench", x, (size_t)K, y, (size_t)K, 1)) {
+            fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+            break;
+        }
+        if (r >= 0) t[r] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    snprintf(name, sizeof name, "cached_roundtrip_M1_%lld", (long long)K);
+    report(name, t[reps / 2], t[reps / 2] * 1e6, "us median");
+    free(w);
+    free(x);
+    free(y);
+    wgml_context_free(ctx);
+}
+
+/* ---------------------------------------------------------------- startup */
+
+/* Context creation to the first result of a small fused kernel: run it twice, with the
+   driver's shader cache emptied and then kept, to see a cold and a warm start. */
+static void bench_startup(void)
+{
+    double t0 = now();
+    wgml_context *ctx;
+    if (wgml_context_create(NULL, &ctx)) {
+        fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
+        exit(1);
+    }
+    double t1 = now();
+    int64_t n = 1024, sh[2] = {32, 32};
+    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 10};
+    two m = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0};
+    float out[1024];
+    wgml_tensor *a = op_chain(ctx, &t), *b = wgml_matmul(ctx, m.a, m.b), *c = wgml_softmax(ctx, m.a);
+    wgml_tensor *all[3] = {a, b, c};
+    wgml_eval(ctx, 3, all);
+    wgml_tensor_read(a, out, 1024);
+    double t2 = now();
+    report("context_create", t1 - t0, (t1 - t0) * 1e3, "ms");
+    report("first_result_3_kernels", t2 - t1, (t2 - t1) * 1e3, "ms");
+    wgml_context_free(ctx);
+}
 
 int cmd_bench(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "wgml bench: not built yet\n");
-    return 2;
+    const char *what = argc > 0 && argv[0][0] != '-' ? argv[0] : "all";
+    int quick = cli_has_flag(argc, argv, "--quick");
+    wgml_context *probe;
+    if (wgml_context_create(NULL, &probe)) {
+        fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
+        return 1;
+    }
+    wgml_adapter_info info;
+    wgml_adapter_info_get(probe, &info);
+    wgml_context_free(probe);
+    fprintf(stderr, "wgml bench on %s (%s)\n", info.name, info.backend);
+    if (!strcmp(what, "ops") || !strcmp(what, "all")) bench_ops(quick);
+    if (!strcmp(what, "matmul") || !strcmp(what, "all")) bench_matmul(quick);
+    if (!strcmp(what, "startup")) bench_startup();
+    if (cli_has_flag(argc, argv, "--json")) {
+        printf("{\"device\": \"%s\", \"results\": {", info.name);
+        for (int i = 0; i < nresults; i++)
+            printf("%s\"%s\": {\"ms\": %.6f, \"value\": %.6f, \"unit\": \"%s\"}", i ? ", " : "", results[i].name,
+                   results[i].seconds * 1e3, results[i].value, results[i].unit);
+        printf("}}\n");
+    }
+    return 0;
 }

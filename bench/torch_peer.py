@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The PyTorch (CUDA) peer of `wgml bench` and `wgml train`, measured in the same run.
+Prints one JSON object. TF32 is off: f32 against f32."""
+import json, sys, time
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = "cuda"
+res = {}
+
+def timed(fn, reps=15, inner=8):
+    fn(); torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        torch.cuda.synchronize(); t0 = time.perf_counter()
+        for _ in range(inner): fn()
+        torch.cuda.synchronize(); ts.append((time.perf_counter() - t0) / inner)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+def report(name, s, value, unit):
+    res[name] = {"ms": s * 1e3, "value": value, "unit": unit}
+    print(f"  {name:34s} {s*1e3:10.3f} ms  {value:10.2f} {unit}", file=sys.stderr)
+
+n = 1 << 26
+a = torch.rand(n, device=dev); b = torch.rand(n, device=dev)
+s = timed(lambda: a + b); report(f"add_{n}", s, 12 * n / s / 1e9, "GB/s"); add_s = s
+def chain():
+    x = a
+    for i in range(100):
+        x = [lambda x: x * 0.999, lambda x: x + 0.001, lambda x: x + b, torch.relu][i % 4](x)
+    return x
+s = timed(chain, reps=5, inner=1); report("chain100_unfused", s, s / add_s, "x add")
+x = torch.rand(4096, 8192, device=dev); w = torch.rand(8192, device=dev); bb = torch.rand(8192, device=dev)
+s = timed(lambda: torch.softmax(x, -1)); report("softmax_4096x8192", s, 8 * x.numel() / s / 1e9, "GB/s")
+s = timed(lambda: torch.nn.functional.layer_norm(x, (8192,), w, bb, 1e-5)); report("layernorm_4096x8192", s, 8 * x.numel() / s / 1e9, "GB/s")
+del x, a, b
+for sz in [512, 1024, 2048, 4096, 8192]:
+    A = torch.rand(sz, sz, device=dev); B = torch.rand(sz, sz, device=dev)
+    s = timed(lambda: A @ B, reps=9, inner=3 if sz >= 4096 else 8); report(f"gemm_{sz}^3", s, 2 * sz**3 / s / 1e12, "TFLOP/s")
+for M in [1, 16, 128]:
+    for K in [1536, 4096, 8192]:
+        A = torch.rand(M, K, device=dev); B = torch.rand(K, K, device=dev)
+        s = timed(lambda: A @ B, reps=11)
+        if M == 1: report(f"llm_M1_K{K}_N{K}", s, 4 * K * K / s / 1e9, "GB/s (weight read)")
+        else: report(f"llm_M{M}_K{K}_N{K}", s, 2 * M * K * K / s / 1e12, "TFLOP/s")
+W = torch.rand(1536, 1536, device=dev); xh = torch.rand(1, 1536).pin_memory()
+ts = []
+for r in range(205):
+    t0 = time.perf_counter(); y = (xh.to(dev, non_blocking=True) @ W).cpu(); ts.append(time.perf_counter() - t0)
+ts = sorted(ts[5:]); report("cached_roundtrip_M1_1536", ts[len(ts)//2], ts[len(ts)//2] * 1e6, "us median")
+
+# one epoch of the default MLP (784-256-128-10, batch 128, AdamW lr 1e-3, clipping 1.0),
+# data already on the GPU, shuffled per epoch: the same work as `wgml train`
+if "--train" in sys.argv:
+    import gzip, numpy as np
+    def idx(p):
+        with gzip.open(p) as f: d = f.read()
+        nd = d[3]; dims = [int.from_bytes(d[4+4*i:8+4*i], "big") for i in range(nd)]
+        return np.frombuffer(d, np.uint8, offset=4 + 4 * nd).reshape(dims)
+    root = sys.argv[sys.argv.index("--train") + 1]
+    X = torch.tensor(idx(root + "/train-images-idx3-ubyte.gz").reshape(-1, 784) / 255.0, dtype=torch.float32, device=dev)
+    Y = torch.tensor(idx(root + "/train-labels-idx1-ubyte.gz").astype(np.int64), device=dev)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    def epoch():
+        perm = torch.randperm(X.shape[0], device=dev)
+        for s in range(X.shape[0] // 128):
+            i = perm[s*128:(s+1)*128]
+            loss = torch.nn.functional.cross_entropy(model(X[i]), Y[i])
+            opt.zero_grad(set_to_none=True); loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step()
+            loss.item()  # wgml reads the loss every step too
+    epoch(); torch.cuda.synchronize()
+    ts = []
+    for _ in range(3):
+        t0 = time.perf_counter(); epoch(); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
+    report("mlp_epoch_b128", sorted(ts)[1], 60000 / sorted(ts)[1], "samples/s")
+print(json.dumps({"device": torch.cuda.get_device_name(), "results": res}))

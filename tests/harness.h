@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "wgml.h"
 
@@ -41,6 +42,14 @@ extern const char *test_current;
         int before_ = test_failures;          \
         fn();                                 \
         fprintf(stderr, "%s %s\n", test_failures == before_ ? "ok  " : "FAIL", #fn); \
+    } while (0)
+
+/* A case that exposes a known, open defect: run only with WGML_KNOWN_BUGS=1, so CI stays
+   green while the failing test stays in the tree (see docs/KNOWN_BUGS.md). */
+#define TEST_KNOWN_BUG(fn)                                                       \
+    do {                                                                         \
+        if (getenv("WGML_KNOWN_BUGS")) TEST_RUN(fn);                             \
+        else fprintf(stderr, "SKIP %s (known bug, docs/KNOWN_BUGS.md)\n", #fn); \
     } while (0)
 
 int test_summary(void);

@@ -159,7 +159,7 @@ static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
         gin[0] = wgml_cross_entropy_grad(c, a, b, g);
         return WGML_OK;
     case WGML_OP_MATMUL: {
-        bool ta = t->iparam[0], tb = t->iparam[1];
+        bool ta = t->iparam[5], tb = t->iparam[6]; /* as the caller gave them */
         int act = t->iparam[2];
         float alpha = t->fparam[0];
         T *gz = g;
@@ -174,19 +174,14 @@ static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
             gin[2] = wgml_sum(c, wgml_reshape(c, gz, 2, shape2), 0, 0);
         }
         T *gzs = alpha != 1.0f ? scal(c, WGML_MUL, gz, alpha) : gz;
-        /* a 2-D operand shared by a batch: fold the batch into rows */
-        T *A = a, *G = gzs;
-        if (b->ndim == 2 && a->ndim == 3 && !ta) {
-            int64_t sa[2] = {a->shape[0] * a->shape[1], a->shape[2]}, sg[2] = {G->shape[0] * G->shape[1], G->shape[2]};
-            A = wgml_reshape(c, a, 2, sa);
-            G = wgml_reshape(c, gzs, 2, sg);
-        }
         /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is */
         wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
         gin[0] = ta ? wgml_matmul_ex(c, b, gzs, &da) : wgml_matmul_ex(c, gzs, b, &da);
         wgml_matmul_desc db = tb ? (wgml_matmul_desc){.trans_a = 1, .trans_b = ta} : (wgml_matmul_desc){.trans_a = !ta};
-        gin[1] = tb ? wgml_matmul_ex(c, G, A, &db) : wgml_matmul_ex(c, A, G, &db);
+        gin[1] = tb ? wgml_matmul_ex(c, gzs, a, &db) : wgml_matmul_ex(c, a, gzs, &db);
+        /* an operand shared by the whole batch gets the batch's sum */
         if (a->ndim == 2 && gin[0]->ndim == 3) gin[0] = wgml_sum(c, gin[0], 0, 0);
+        if (b->ndim == 2 && gin[1]->ndim == 3) gin[1] = wgml_sum(c, gin[1], 0, 0);
         return WGML_OK;
     }
     case WGML_OP_VIEW: {
@@ -211,6 +206,19 @@ static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
 }
 
 /* ---------------------------------------------------------------- the pass */
+
+static bool has_rule(const T *t)
+{
+    switch (t->op) {
+    case WGML_OP_MAX: case WGML_OP_ARGMAX: case WGML_OP_LAYERNORM: case WGML_OP_RMSNORM:
+    case WGML_OP_RELU_GRAD: case WGML_OP_CROSS_ENTROPY_GRAD: case WGML_OP_OPTIM_STEP:
+        return false;
+    case WGML_OP_VIEW:
+        return t->view_kind == WGML_VIEW_RESHAPE || t->view_kind == WGML_VIEW_PERMUTE || t->view_kind == WGML_VIEW_BROADCAST;
+    default:
+        return true;
+    }
+}
 
 /* Inputs that carry gradients: for a view, its input (src[1]), not the buffer's owner. */
 static int grad_inputs(T *t, T **out)
@@ -280,6 +288,14 @@ wgml_status wgml_backward(wgml_tensor *loss)
     if (!loss->bw_needs) {
         free(o.v);
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "backward: no trainable tensor (wgml_requires_grad) reaches the loss");
+    }
+    /* every op on the way must have a rule before any gradient is touched */
+    for (size_t k = 0; k < o.n; k++) {
+        T *t = o.v[k];
+        if (!t->bw_needs || t->op == WGML_OP_NONE || has_rule(t)) continue;
+        free(o.v);
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for %s%s", wgml_op_table[t->op].name,
+                         t->op == WGML_OP_VIEW ? " (slice or strided view)" : "");
     }
     wgml_status st = WGML_OK;
     wgml_scope_begin(ctx);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #define MAX_FUSED_LEAVES 8
+#define MAX_FUSED_SCALARS 128 /* fusion.c's MAX_SCALARS */
 
 typedef struct node_list {
     wgml_tensor **items;
@@ -57,13 +58,40 @@ static bool collect(wgml_context *ctx, wgml_tensor *t, node_list *order)
 
 /* ---------------------------------------------------------------- fuse */
 
-static int fused_leaf_count(wgml_tensor *t)
+/* Distinct inputs and scalars of the fused tree rooted at t (a repeated input counts once). */
+typedef struct fused_cost {
+    wgml_tensor *leaves[MAX_FUSED_LEAVES + 1];
+    int nleaves, nscalars;
+} fused_cost;
+
+static void fused_count(wgml_tensor *t, fused_cost *c)
 {
-    int n = 0;
+    if (wgml_op_table[t->op].kind == WGML_KIND_BINARY && t->nsrc == 1) c->nscalars++;
+    if (t->op == WGML_OP_CLAMP) c->nscalars += 2;
     for (int i = 0; i < t->nsrc; i++) {
         wgml_tensor *s = t->src[i];
-        n += (s->sched_kind == WGML_SCHED_FUSED && s == wgml_tensor_base(s)) ? fused_leaf_count(s) : 1;
+        if (s->sched_kind == WGML_SCHED_FUSED && s == wgml_tensor_base(s)) {
+            fused_count(s, c);
+            continue;
+        }
+        bool seen = false;
+        for (int k = 0; k < c->nleaves; k++) seen |= c->leaves[k] == s;
+        if (!seen && c->nleaves <= MAX_FUSED_LEAVES) c->leaves[c->nleaves++] = s;
     }
+}
+
+static bool fused_too_big(wgml_tensor *t)
+{
+    fused_cost c = {.nleaves = 0};
+    fused_count(t, &c);
+    return c.nleaves > MAX_FUSED_LEAVES || c.nscalars > MAX_FUSED_SCALARS;
+}
+
+static int fused_size(wgml_tensor *t)
+{
+    int n = 1;
+    for (int i = 0; i < t->nsrc; i++)
+        if (t->src[i]->sched_kind == WGML_SCHED_FUSED && t->src[i] == wgml_tensor_base(t->src[i])) n += fused_size(t->src[i]);
     return n;
 }
 
@@ -87,13 +115,13 @@ static void decide_fusion(wgml_context *ctx, node_list *order)
         t->sched_kind = fusable ? WGML_SCHED_FUSED : WGML_SCHED_KERNEL;
         if (!wgml_op_is_elementwise(t->op)) continue;
         /* keep a kernel's inputs within the bindings an adapter has: cut big trees */
-        while (fused_leaf_count(t) > MAX_FUSED_LEAVES) {
+        while (fused_too_big(t)) {
             wgml_tensor *biggest = NULL;
             int most = 0;
             for (int i = 0; i < t->nsrc; i++) {
                 wgml_tensor *s = t->src[i];
                 if (s->sched_kind != WGML_SCHED_FUSED || s != wgml_tensor_base(s)) continue;
-                int c = fused_leaf_count(s);
+                int c = fused_size(s);
                 if (c > most) { most = c; biggest = s; }
             }
             if (!biggest) break;

@@ -16,7 +16,7 @@
 #include "core/context.h"
 
 #define WGML_MAX_BINDINGS 10
-#define WGML_MAX_PARAMS_BYTES 512
+#define WGML_MAX_PARAMS_BYTES 1024
 
 /* A reference to data a kernel reads: a buffer through a view (elements). */
 typedef struct wgml_leaf {

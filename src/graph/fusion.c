@@ -19,7 +19,7 @@
 #include "graph/executor.h"
 
 #define MAX_LEAVES 8
-#define MAX_SCALARS 32
+#define MAX_SCALARS 128
 #define MAX_NODES 512
 #define WORKGROUP 256
 

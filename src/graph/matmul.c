@@ -97,6 +97,8 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
     t->iparam[2] = (int)d.activation;
     t->iparam[3] = d.bias != NULL;
     t->iparam[4] = (int)Ka;
+    t->iparam[5] = d.trans_a; /* the caller's flags, on the logical operands (autograd) */
+    t->iparam[6] = d.trans_b;
     t->fparam[0] = d.alpha == 0.0f ? 1.0f : d.alpha;
     return t;
 }
@@ -354,7 +356,7 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
                                wgml_gemm_config *cfg_out)
 {
-    bool gemv = g->M == 1;
+    bool gemv = g->M == 1 && !g->trans_a; /* the GEMV kernel reads A as one contiguous row */
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g->M, g->N, g->K);
     char *src = gemv ? wgml_gemv_source(g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
     if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");

@@ -234,11 +234,13 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
         if ((st = wgml_gemm_pipeline(ctx, &g, &l[c], &gemv, &cfg))) return st;
         wgml_gemm_params(ctx, &l[c], &g, gemv, &cfg);
     }
-    /* parameters change only with m; bind groups only with the buffers or the kernel */
+    /* the parameter slots are shared by every weight: written each call (64 bytes a chunk);
+       bind groups change only with the buffers or the kernel */
+    for (int c = 0; c < cw->nchunks; c++)
+        wgpuQueueWriteBuffer(ctx->queue, io->params, (uint64_t)c * align, l[c].params, l[c].params_size);
     if (cw->last_m != m || cw->bind_generation != io->generation || cw->bind_pipeline != l[0].pipeline) {
         drop_binds(cw);
         for (int c = 0; c < cw->nchunks; c++) {
-            wgpuQueueWriteBuffer(ctx->queue, io->params, (uint64_t)c * align, l[c].params, l[c].params_size);
             uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * 4;
             uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * 4;
             WGPUBindGroupEntry e[5] = {

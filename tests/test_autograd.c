@@ -1,0 +1,1282 @@
+/*
+ * Autograd: every vector-Jacobian rule of src/autograd/backward.c against central finite
+ * differences of the same loss evaluated on the CPU in double.
+ *
+ * Method, per case: on the GPU, L = sum_all(op(x[, y]) * w) with w a fixed random tensor of
+ * the output's shape (so the upstream gradient is not all ones); the inputs are leaves marked
+ * with wgml_requires_grad; wgml_backward(L); wgml_grad(x) is read. On the CPU the same L is
+ * computed in double (small double versions of the ops, built on the scalar functions of
+ * src/cpu/ref.h) and dL/dx_i = (L(x + h e_i) - L(x - h e_i)) / 2h, h = 1e-3, perturbing the
+ * float inputs converted to double. Gradients must agree to a relative error of 1e-3 (floor
+ * 1e-3 on the magnitude). Inputs are sampled at least 1e-2 (10 h) away from every kink (relu,
+ * abs, clamp bounds, maximum/minimum ties, relu pre-activations inside matmul).
+ *
+ * Every case also checks that the gradient has the input's shape and that the GPU forward
+ * value of L matches the CPU one (so the double helpers are checked too).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ref.h"
+#include "harness.h"
+
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+#define MAXIN 5    /* leaves per case */
+#define MAXOP 6    /* operands per case (a leaf may be used twice) */
+#define MAXV 2     /* views applied to one operand */
+#define MAXEL 4096 /* elements of any array of a case */
+static double FD_H = 1e-3;
+#define GRAD_TOL 1e-3
+#define GRAD_FLOOR 1e-3
+#define KINK 1e-2  /* distance kept from every kink (>= 2h) */
+
+static int n_cases = 0, n_failed_cases = 0;
+static double worst_err = 0; /* the largest gradient error seen, for the summary */
+static char worst_case[200];
+
+/* ---------------------------------------------------------------- shapes */
+
+static int64_t numel_of(int nd, const int64_t *sh)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= sh[i];
+    return n;
+}
+
+static void unravel(int64_t f, int nd, const int64_t *sh, int64_t *idx)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        idx[d] = f % sh[d];
+        f /= sh[d];
+    }
+}
+
+/* flat index into an array of shape si (ndi dims) broadcast to an output of ndo dims, at
+   the output index oidx (NumPy: right-aligned, size-1 dims stretch) */
+static int64_t bcast_index(int ndo, const int64_t *oidx, int ndi, const int64_t *si)
+{
+    int64_t f = 0;
+    for (int d = 0; d < ndi; d++) f = f * si[d] + (si[d] == 1 ? 0 : oidx[d + ndo - ndi]);
+    return f;
+}
+
+static void shape_str(char *out, size_t n, int nd, const int64_t *sh)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(out + k, n - k, "[");
+    for (int i = 0; i < nd && k < n; i++) k += (size_t)snprintf(out + k, n - k, i ? ",%lld" : "%lld", (long long)sh[i]);
+    if (k < n) snprintf(out + k, n - k, "]");
+}
+
+/* ---------------------------------------------------------------- the cases */
+
+typedef enum {
+    K_UNARY,   /* op: index into unary_ops */
+    K_BINARY,  /* op: wgml_binary_op, NumPy broadcasting */
+    K_SCALAR,  /* op: wgml_binary_op; side 1: op(x, s), side 2: op(s, x) */
+    K_REDUCE,  /* op 0: sum, 1: mean; axis, keepdim */
+    K_ROW,     /* op 0: softmax, 1: log_softmax */
+    K_MATMUL,  /* md; has_bias: the last leaf is the bias */
+    K_MSE,     /* wgml_mse(x, y) */
+    K_DIAMOND, /* tanh(x) + x * sigmoid(x): one leaf, three uses */
+    K_MLP,     /* cross_entropy(relu(x W1 + b1) W2 + b2, labels) */
+} kind;
+
+enum { V_RESHAPE = 1, V_PERMUTE, V_BCAST };
+typedef struct view {
+    int kind, nd;
+    int64_t sh[4]; /* reshape and broadcast_to */
+    int perm[4];   /* permute */
+} view;
+
+typedef struct gcase {
+    char name[160];
+    kind kind;
+    int op, side, axis, keepdim;
+    float s, lo, hi;
+    wgml_matmul_desc md; /* its bias field is unused: has_bias makes the last leaf the bias */
+    int has_bias;
+    int same;            /* operand 1 is leaf 0 again (one leaf used twice) */
+    int vop, nview;      /* views applied, in order, to operand vop before the op */
+    view views[MAXV];
+    int nin;             /* leaves */
+    int nd[MAXIN];
+    int64_t sh[MAXIN][4];
+    double rlo[MAXIN], rhi[MAXIN], absmin[MAXIN]; /* sampling: uniform in [rlo, rhi), |x| >= absmin */
+    int nlabels;
+    int32_t labels[64];  /* K_MLP */
+} gcase;
+
+typedef struct unary_op {
+    const char *name;
+    wgml_tensor *(*gpu)(wgml_context *, wgml_tensor *);
+    double (*cpu)(double);
+    double lo, hi;
+    int kink; /* 1: kink at 0; 2: clamp bounds */
+} unary_op;
+
+enum { U_NEG, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_SIGMOID, U_RELU, U_GELU, U_SILU, U_CLAMP };
+static const unary_op unary_ops[] = {
+    [U_NEG] = {"neg", wgml_neg, wgml_ref_neg, -2, 2, 0},
+    [U_ABS] = {"abs", wgml_abs, wgml_ref_abs, -2, 2, 1},
+    [U_EXP] = {"exp", wgml_exp, wgml_ref_exp, -2, 2, 0},
+    [U_LOG] = {"log", wgml_log, wgml_ref_log, 0.3, 3, 0},
+    [U_SQRT] = {"sqrt", wgml_sqrt, wgml_ref_sqrt, 0.3, 3, 0},
+    [U_RSQRT] = {"rsqrt", wgml_rsqrt, wgml_ref_rsqrt, 0.3, 3, 0},
+    [U_TANH] = {"tanh", wgml_tanh, wgml_ref_tanh, -2.5, 2.5, 0},
+    [U_SIGMOID] = {"sigmoid", wgml_sigmoid, wgml_ref_sigmoid, -4, 4, 0},
+    [U_RELU] = {"relu", wgml_relu, wgml_ref_relu, -2, 2, 1},
+    [U_GELU] = {"gelu", wgml_gelu, wgml_ref_gelu, -3, 3, 0},
+    [U_SILU] = {"silu", wgml_silu, wgml_ref_silu, -4, 4, 0},
+    [U_CLAMP] = {"clamp", NULL, NULL, -2, 2, 2},
+};
+
+static double (*const binary_cpu[])(double, double) = {
+    [WGML_ADD] = wgml_ref_add, [WGML_SUB] = wgml_ref_sub, [WGML_MUL] = wgml_ref_mul,
+    [WGML_DIV] = wgml_ref_div, [WGML_POW] = wgml_ref_pow, [WGML_MAXIMUM] = wgml_ref_maximum,
+    [WGML_MINIMUM] = wgml_ref_minimum,
+};
+static const char *const binary_names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum"};
+static const char *const act_names[] = {"none", "relu", "gelu", "silu"};
+
+/* operand k of the op is leaf leaf_of(k) */
+static int n_operands(const gcase *c) { return c->nin + (c->same ? 1 : 0); }
+static int leaf_of(const gcase *c, int k) { return c->same ? (k == 0 ? 0 : k - 1) : k; }
+
+/* ---------------------------------------------------------------- CPU, in double */
+
+typedef struct darr {
+    int nd;
+    int64_t sh[WGML_REF_MAX_DIMS];
+    double *v;
+} darr;
+
+static void cpu_view(const view *v, darr *a, double *out)
+{
+    int64_t n = numel_of(a->nd, a->sh), o[4], j[4];
+    switch (v->kind) {
+    case V_RESHAPE:
+        memcpy(out, a->v, (size_t)n * sizeof *out);
+        a->nd = v->nd;
+        memcpy(a->sh, v->sh, sizeof v->sh);
+        break;
+    case V_PERMUTE: {
+        int64_t osh[4];
+        for (int i = 0; i < a->nd; i++) osh[i] = a->sh[v->perm[i]];
+        for (int64_t f = 0; f < n; f++) {
+            unravel(f, a->nd, osh, o);
+            for (int k = 0; k < a->nd; k++) j[v->perm[k]] = o[k];
+            int64_t src = 0;
+            for (int k = 0; k < a->nd; k++) src = src * a->sh[k] + j[k];
+            out[f] = a->v[src];
+        }
+        memcpy(a->sh, osh, sizeof osh);
+        break;
+    }
+    case V_BCAST: {
+        int64_t no = numel_of(v->nd, v->sh);
+        for (int64_t f = 0; f < no; f++) {
+            unravel(f, v->nd, v->sh, o);
+            out[f] = a->v[bcast_index(v->nd, o, a->nd, a->sh)];
+        }
+        a->nd = v->nd;
+        memcpy(a->sh, v->sh, sizeof v->sh);
+        break;
+    }
+    }
+    a->v = out;
+}
+
+static int cpu_binary(double (*f)(double, double), const darr *a, const darr *b, darr *out)
+{
+    if (wgml_ref_broadcast_shape(a->nd, a->sh, b->nd, b->sh, &out->nd, out->sh)) return -1;
+    int64_t n = numel_of(out->nd, out->sh), o[WGML_REF_MAX_DIMS];
+    for (int64_t i = 0; i < n; i++) {
+        unravel(i, out->nd, out->sh, o);
+        out->v[i] = f(a->v[bcast_index(out->nd, o, a->nd, a->sh)], b->v[bcast_index(out->nd, o, b->nd, b->sh)]);
+    }
+    return 0;
+}
+
+static double act_cpu(int act, double v)
+{
+    switch (act) {
+    case WGML_ACT_RELU: return wgml_ref_relu(v);
+    case WGML_ACT_GELU: return wgml_ref_gelu(v);
+    case WGML_ACT_SILU: return wgml_ref_silu(v);
+    default: return v;
+    }
+}
+
+/* C = act(alpha op(A) op(B) + bias) with 2-D or 3-D operands; *kink gets min |pre-activation|
+   when act is relu */
+static int cpu_matmul(const wgml_matmul_desc *md, const darr *a, const darr *b, const double *bias,
+                      darr *out, double *kink)
+{
+    int ta = md->trans_a, tb = md->trans_b;
+    int64_t M = ta ? a->sh[a->nd - 1] : a->sh[a->nd - 2], K = ta ? a->sh[a->nd - 2] : a->sh[a->nd - 1];
+    int64_t Kb = tb ? b->sh[b->nd - 1] : b->sh[b->nd - 2], N = tb ? b->sh[b->nd - 2] : b->sh[b->nd - 1];
+    int64_t ba = a->nd == 3 ? a->sh[0] : 1, bb = b->nd == 3 ? b->sh[0] : 1, batch = ba > bb ? ba : bb;
+    if (K != Kb || (ba != bb && ba != 1 && bb != 1)) return -1;
+    double alpha = md->alpha == 0.0f ? 1.0 : md->alpha;
+    for (int64_t bt = 0; bt < batch; bt++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                const double *A = a->v + (ba > 1 ? bt : 0) * M * K, *B = b->v + (bb > 1 ? bt : 0) * K * N;
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += A[ta ? k * M + m : m * K + k] * B[tb ? n * K + k : k * N + n];
+                double z = alpha * s + (bias ? bias[n] : 0.0);
+                if (md->activation == WGML_ACT_RELU && kink) *kink = fmin(*kink, fabs(z));
+                out->v[(bt * M + m) * N + n] = act_cpu(md->activation, z);
+            }
+    out->nd = (a->nd == 3 || b->nd == 3) ? 3 : 2;
+    int64_t s3[3] = {batch, M, N};
+    memcpy(out->sh, out->nd == 3 ? s3 : s3 + 1, (size_t)out->nd * sizeof *s3);
+    return 0;
+}
+
+static double cpu_cross_entropy(int64_t rows, int64_t n, const double *x, const int32_t *labels)
+{
+    double loss = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *row = x + r * n;
+        double mx = -INFINITY, s = 0;
+        for (int64_t j = 0; j < n; j++) mx = fmax(mx, row[j]);
+        for (int64_t j = 0; j < n; j++) s += exp(row[j] - mx);
+        loss += mx + log(s) - row[labels[r]];
+    }
+    return loss / (double)rows;
+}
+
+/* The op's output in double, from the leaves in[] (double). *kink (if given) gets the least
+   distance of any input to a kink of the op. Returns 0, or -1 for a case the helpers reject. */
+static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kink)
+{
+    static double viewbuf[MAXV][MAXEL], tmp[2][MAXEL];
+    darr op[MAXOP];
+    for (int k = 0; k < n_operands(c); k++) {
+        int l = leaf_of(c, k);
+        op[k].nd = c->nd[l];
+        memcpy(op[k].sh, c->sh[l], sizeof c->sh[l]);
+        op[k].v = in[l];
+    }
+    for (int i = 0; i < c->nview; i++) cpu_view(&c->views[i], &op[c->vop], viewbuf[i]);
+    darr *x = &op[0];
+    int64_t n = numel_of(x->nd, x->sh);
+    double dummy = INFINITY;
+    if (!kink) kink = &dummy;
+    switch (c->kind) {
+    case K_UNARY: {
+        const unary_op *u = &unary_ops[c->op];
+        for (int64_t i = 0; i < n; i++) {
+            double v = x->v[i];
+            if (u->kink == 1) *kink = fmin(*kink, fabs(v));
+            if (u->kink == 2) *kink = fmin(*kink, fmin(fabs(v - c->lo), fabs(v - c->hi)));
+            out->v[i] = c->op == U_CLAMP ? wgml_ref_clamp(v, c->lo, c->hi) : u->cpu(v);
+        }
+        out->nd = x->nd;
+        memcpy(out->sh, x->sh, sizeof x->sh);
+        return 0;
+    }
+    case K_BINARY:
+        if (c->op == WGML_MAXIMUM || c->op == WGML_MINIMUM) {
+            darr d = {.v = tmp[0]};
+            if (cpu_binary(wgml_ref_sub, &op[0], &op[1], &d)) return -1;
+            for (int64_t i = 0; i < numel_of(d.nd, d.sh); i++) *kink = fmin(*kink, fabs(d.v[i]));
+        }
+        return cpu_binary(binary_cpu[c->op], &op[0], &op[1], out);
+    case K_SCALAR:
+        for (int64_t i = 0; i < n; i++) {
+            double v = x->v[i];
+            if (c->op == WGML_MAXIMUM || c->op == WGML_MINIMUM) *kink = fmin(*kink, fabs(v - c->s));
+            out->v[i] = c->side == 1 ? binary_cpu[c->op](v, c->s) : binary_cpu[c->op](c->s, v);
+        }
+        out->nd = x->nd;
+        memcpy(out->sh, x->sh, sizeof x->sh);
+        return 0;
+    case K_REDUCE: {
+        int ax = c->axis < 0 ? c->axis + x->nd : c->axis;
+        int64_t outer = numel_of(ax, x->sh), len = x->sh[ax], inner = numel_of(x->nd - ax - 1, x->sh + ax + 1);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) {
+                double s = 0;
+                for (int64_t k = 0; k < len; k++) s += x->v[(o * len + k) * inner + i];
+                out->v[o * inner + i] = c->op == 1 ? s / (double)len : s;
+            }
+        out->nd = 0;
+        for (int d = 0; d < x->nd; d++)
+            if (d != ax) out->sh[out->nd++] = x->sh[d];
+            else if (c->keepdim) out->sh[out->nd++] = 1;
+        if (out->nd == 0) out->sh[out->nd++] = 1;
+        return 0;
+    }
+    case K_ROW: {
+        int64_t len = x->sh[x->nd - 1], rows = n / len;
+        for (int64_t r = 0; r < rows; r++) {
+            const double *row = x->v + r * len;
+            double mx = -INFINITY, s = 0;
+            for (int64_t j = 0; j < len; j++) mx = fmax(mx, row[j]);
+            for (int64_t j = 0; j < len; j++) s += exp(row[j] - mx);
+            for (int64_t j = 0; j < len; j++)
+                out->v[r * len + j] = c->op == 0 ? exp(row[j] - mx) / s : row[j] - mx - log(s);
+        }
+        out->nd = x->nd;
+        memcpy(out->sh, x->sh, sizeof x->sh);
+        return 0;
+    }
+    case K_MATMUL:
+        return cpu_matmul(&c->md, &op[0], &op[1], c->has_bias ? op[2].v : NULL, out, kink);
+    case K_MSE: {
+        darr d = {.v = tmp[0]};
+        if (cpu_binary(wgml_ref_sub, &op[0], &op[1], &d)) return -1;
+        int64_t nd = numel_of(d.nd, d.sh);
+        double s = 0;
+        for (int64_t i = 0; i < nd; i++) s += d.v[i] * d.v[i];
+        out->v[0] = s / (double)nd;
+        out->nd = 1;
+        out->sh[0] = 1;
+        return 0;
+    }
+    case K_DIAMOND:
+        for (int64_t i = 0; i < n; i++) out->v[i] = tanh(x->v[i]) + x->v[i] * wgml_ref_sigmoid(x->v[i]);
+        out->nd = x->nd;
+        memcpy(out->sh, x->sh, sizeof x->sh);
+        return 0;
+    case K_MLP: {
+        wgml_matmul_desc l1 = {.activation = WGML_ACT_RELU}, l2 = {0};
+        darr h = {.v = tmp[0]}, logits = {.v = tmp[1]};
+        if (cpu_matmul(&l1, &op[0], &op[1], op[2].v, &h, kink)) return -1;
+        if (cpu_matmul(&l2, &h, &op[3], op[4].v, &logits, kink)) return -1;
+        out->v[0] = cpu_cross_entropy(logits.sh[0], logits.sh[1], logits.v, c->labels);
+        out->nd = 1;
+        out->sh[0] = 1;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- GPU */
+
+static wgml_tensor *gpu_forward(wgml_context *ctx, const gcase *c, wgml_tensor *const *in)
+{
+    wgml_tensor *op[MAXOP];
+    for (int k = 0; k < n_operands(c); k++) op[k] = in[leaf_of(c, k)];
+    for (int i = 0; i < c->nview; i++) {
+        const view *v = &c->views[i];
+        wgml_tensor *t = op[c->vop];
+        op[c->vop] = v->kind == V_RESHAPE ? wgml_reshape(ctx, t, v->nd, v->sh)
+                     : v->kind == V_PERMUTE ? wgml_permute(ctx, t, v->perm)
+                                            : wgml_broadcast_to(ctx, t, v->nd, v->sh);
+    }
+    wgml_tensor *x = op[0];
+    switch (c->kind) {
+    case K_UNARY:
+        return c->op == U_CLAMP ? wgml_clamp(ctx, x, c->lo, c->hi) : unary_ops[c->op].gpu(ctx, x);
+    case K_BINARY: return wgml_binary(ctx, (wgml_binary_op)c->op, x, op[1]);
+    case K_SCALAR:
+        return c->side == 1 ? wgml_binary_scalar(ctx, (wgml_binary_op)c->op, x, c->s)
+                            : wgml_scalar_binary(ctx, (wgml_binary_op)c->op, c->s, x);
+    case K_REDUCE:
+        return c->op == 1 ? wgml_mean(ctx, x, c->axis, c->keepdim) : wgml_sum(ctx, x, c->axis, c->keepdim);
+    case K_ROW: return c->op == 1 ? wgml_log_softmax(ctx, x) : wgml_softmax(ctx, x);
+    case K_MATMUL: {
+        wgml_matmul_desc md = c->md;
+        md.bias = c->has_bias ? op[2] : NULL;
+        return wgml_matmul_ex(ctx, x, op[1], &md);
+    }
+    case K_MSE: return wgml_mse(ctx, x, op[1]);
+    case K_DIAMOND: return wgml_add(ctx, wgml_tanh(ctx, x), wgml_mul(ctx, x, wgml_sigmoid(ctx, x)));
+    case K_MLP: {
+        float lab[64];
+        for (int i = 0; i < c->nlabels; i++) lab[i] = (float)c->labels[i];
+        int64_t nl = c->nlabels;
+        wgml_tensor *labels = NULL;
+        if (wgml_tensor_from_data(ctx, 1, &nl, lab, (size_t)nl, &labels)) return NULL;
+        wgml_matmul_desc l1 = {.bias = op[2], .activation = WGML_ACT_RELU}, l2 = {.bias = op[4]};
+        wgml_tensor *h = wgml_matmul_ex(ctx, x, op[1], &l1);
+        return wgml_cross_entropy(ctx, wgml_matmul_ex(ctx, h, op[3], &l2), labels);
+    }
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- the check */
+
+static double loss_of(const gcase *c, double *const *in, const double *w, darr *out)
+{
+    if (cpu_forward(c, in, out, NULL)) return NAN;
+    double L = 0;
+    int64_t n = numel_of(out->nd, out->sh);
+    for (int64_t i = 0; i < n; i++) L += out->v[i] * w[i];
+    return L;
+}
+
+/* Prints the worst element and the first few, side by side, when the gradient is off. */
+static int grad_close(const char *what, const float *got, const double *want, int64_t n)
+{
+    double worst = test_max_rel_err(got, want, (size_t)n, GRAD_FLOOR);
+    if (worst > worst_err || isnan(worst)) {
+        worst_err = worst;
+        snprintf(worst_case, sizeof worst_case, "%s", what);
+    }
+    if (worst <= GRAD_TOL) return 1;
+    test_close(what, got, want, (size_t)n, GRAD_TOL, GRAD_FLOOR);
+    fprintf(stderr, "    got :");
+    for (int64_t i = 0; i < n && i < 8; i++) fprintf(stderr, " %+.6f", got[i]);
+    fprintf(stderr, "%s\n    want:", n > 8 ? " ..." : "");
+    for (int64_t i = 0; i < n && i < 8; i++) fprintf(stderr, " %+.6f", want[i]);
+    fprintf(stderr, "%s\n", n > 8 ? " ..." : "");
+    return 0;
+}
+
+static void sample_inputs(const gcase *c, float **x)
+{
+    for (int l = 0; l < c->nin; l++) {
+        int64_t n = numel_of(c->nd[l], c->sh[l]);
+        for (int64_t i = 0; i < n; i++) {
+            double v;
+            do v = test_uniform(c->rlo[l], c->rhi[l]);
+            while (fabs(v) < c->absmin[l]);
+            x[l][i] = (float)v;
+        }
+    }
+}
+
+static void run_case(const gcase *c)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    int before = test_failures;
+    n_cases++;
+    static float xf[MAXIN][MAXEL], wf[MAXEL], got[MAXEL];
+    static double xd[MAXIN][MAXEL], outv[MAXEL], want[MAXEL];
+    float *xp[MAXIN];
+    double *dp[MAXIN];
+    for (int l = 0; l < MAXIN; l++) xp[l] = xf[l], dp[l] = xd[l];
+    darr out = {.v = outv};
+
+    /* inputs away from kinks */
+    int tries = 0;
+    for (;; tries++) {
+        sample_inputs(c, xp);
+        for (int l = 0; l < c->nin; l++)
+            for (int64_t i = 0; i < numel_of(c->nd[l], c->sh[l]); i++) xd[l][i] = xf[l][i];
+        double kink = INFINITY;
+        if (cpu_forward(c, dp, &out, &kink)) {
+            fprintf(stderr, "FAIL %s: case %s: the CPU helpers reject it (test bug)\n", test_current, c->name);
+            test_failures++;
+            return;
+        }
+        if (kink >= KINK) break;
+        if (tries == 1000) {
+            fprintf(stderr, "FAIL %s: case %s: no inputs away from kinks after 1000 tries\n", test_current, c->name);
+            test_failures++;
+            return;
+        }
+    }
+    int64_t nout = numel_of(out.nd, out.sh);
+    test_fill_uniform(wf, (size_t)nout, -1, 1);
+    double w[MAXEL];
+    for (int64_t i = 0; i < nout; i++) w[i] = wf[i];
+
+    wgml_scope_begin(ctx);
+    wgml_tensor *in[MAXIN] = {0};
+    for (int l = 0; l < c->nin; l++) {
+        CHECK_OK(ctx, wgml_tensor_from_data(ctx, c->nd[l], c->sh[l], xf[l], (size_t)numel_of(c->nd[l], c->sh[l]), &in[l]));
+        CHECK_OK(ctx, wgml_requires_grad(in[l], 1));
+    }
+    wgml_tensor *y = gpu_forward(ctx, c, in), *wt = NULL;
+    char s1[64], s2[64];
+    if (!y || wgml_tensor_status(y)) {
+        fprintf(stderr, "FAIL %s: case %s: forward: %s: %s\n", test_current, c->name,
+                y ? wgml_status_name(wgml_tensor_status(y)) : "NULL", wgml_error_message(ctx));
+        test_failures++;
+        goto done;
+    }
+    int64_t ysh[4];
+    for (int d = 0; d < wgml_tensor_ndim(y); d++) ysh[d] = wgml_tensor_dim(y, d);
+    if (wgml_tensor_ndim(y) != out.nd || memcmp(ysh, out.sh, (size_t)out.nd * sizeof *ysh)) {
+        shape_str(s1, sizeof s1, wgml_tensor_ndim(y), ysh);
+        shape_str(s2, sizeof s2, out.nd, out.sh);
+        fprintf(stderr, "FAIL %s: case %s: forward shape %s, want %s\n", test_current, c->name, s1, s2);
+        test_failures++;
+        goto done;
+    }
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, out.nd, out.sh, wf, (size_t)nout, &wt));
+    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, y, wt));
+    wgml_status st = wgml_backward(L);
+    if (st) {
+        fprintf(stderr, "FAIL %s: case %s: wgml_backward gave %s: %s\n", test_current, c->name,
+                wgml_status_name(st), wgml_error_message(ctx));
+        test_failures++;
+        goto done;
+    }
+    wgml_tensor *grads[MAXIN + 1];
+    int ng = 0;
+    for (int l = 0; l < c->nin; l++) {
+        wgml_tensor *g = wgml_grad(in[l]);
+        if (!g) {
+            fprintf(stderr, "FAIL %s: case %s: no gradient for input %d\n", test_current, c->name, l);
+            test_failures++;
+            goto done;
+        }
+        int64_t gsh[4];
+        for (int d = 0; d < wgml_tensor_ndim(g); d++) gsh[d] = wgml_tensor_dim(g, d);
+        if (wgml_tensor_ndim(g) != c->nd[l] || memcmp(gsh, c->sh[l], (size_t)c->nd[l] * sizeof *gsh)) {
+            shape_str(s1, sizeof s1, wgml_tensor_ndim(g), gsh);
+            shape_str(s2, sizeof s2, c->nd[l], c->sh[l]);
+            fprintf(stderr, "FAIL %s: case %s: gradient of input %d has shape %s, want %s (status %s)\n",
+                    test_current, c->name, l, s1, s2, wgml_status_name(wgml_tensor_status(g)));
+            test_failures++;
+            goto done;
+        }
+        grads[ng++] = g;
+    }
+    grads[ng++] = L;
+    st = wgml_eval(ctx, ng, grads);
+    if (st) {
+        fprintf(stderr, "FAIL %s: case %s: evaluating the gradients gave %s: %s\n", test_current, c->name,
+                wgml_status_name(st), wgml_error_message(ctx));
+        test_failures++;
+        goto done;
+    }
+
+    /* the forward value, against the double helpers */
+    float Lgpu = NAN;
+    CHECK_OK(ctx, wgml_tensor_read(L, &Lgpu, 1));
+    double Lcpu = loss_of(c, dp, w, &out), mag = 0;
+    for (int64_t i = 0; i < nout; i++) mag += fabs(out.v[i] * w[i]);
+    if (!(fabs(Lgpu - Lcpu) <= 1e-4 * fmax(mag, 1e-3))) {
+        fprintf(stderr, "FAIL %s: case %s: forward L = %.9g, CPU %.9g\n", test_current, c->name, Lgpu, Lcpu);
+        test_failures++;
+    }
+
+    /* each leaf's gradient against central differences */
+    for (int l = 0; l < c->nin; l++) {
+        int64_t n = numel_of(c->nd[l], c->sh[l]);
+        for (int64_t i = 0; i < n; i++) {
+            double x0 = xd[l][i];
+            xd[l][i] = x0 + FD_H;
+            double lp = loss_of(c, dp, w, &out);
+            xd[l][i] = x0 - FD_H;
+            double lm = loss_of(c, dp, w, &out);
+            xd[l][i] = x0;
+            want[i] = (lp - lm) / (2 * FD_H);
+        }
+        CHECK_OK(ctx, wgml_tensor_read(grads[l], got, (size_t)n));
+        char what[256];
+        shape_str(s1, sizeof s1, c->nd[l], c->sh[l]);
+        snprintf(what, sizeof what, "%s: d/d(input %d %s)", c->name, l, s1);
+        if (!grad_close(what, got, want, n)) {
+            fprintf(stderr, "FAIL %s: case %s: gradient of input %d\n", test_current, c->name, l);
+            test_failures++;
+        }
+    }
+done:
+    wgml_scope_end(ctx);
+    wgml_clear_error(ctx);
+    if (test_failures != before) n_failed_cases++;
+}
+
+/* ---------------------------------------------------------------- case builders */
+
+static void set_leaf(gcase *c, int l, int nd, const int64_t *sh, double lo, double hi)
+{
+    c->nd[l] = nd;
+    memcpy(c->sh[l], sh, (size_t)nd * sizeof *sh);
+    c->rlo[l] = lo;
+    c->rhi[l] = hi;
+    c->absmin[l] = 0;
+    if (l >= c->nin) c->nin = l + 1;
+}
+
+static void name_shapes(char *buf, size_t n, const gcase *c)
+{
+    size_t k = strlen(buf);
+    for (int l = 0; l < c->nin && k < n; l++) {
+        char s[64];
+        shape_str(s, sizeof s, c->nd[l], c->sh[l]);
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", l ? " " : " ", s);
+    }
+}
+
+typedef struct shape { int nd; int64_t sh[4]; } shape;
+
+/* 1 to 4 dims of 1 to 4 each */
+static shape random_shape(void)
+{
+    shape s = {.nd = 1 + (int)(test_rand_u64() % 4)};
+    for (int d = 0; d < s.nd; d++) s.sh[d] = 1 + (int64_t)(test_rand_u64() % 4);
+    return s;
+}
+
+static const shape awkward[] = {{1, {1}}, {1, {7}}, {2, {3, 5}}, {3, {2, 3, 4}}};
+
+/* ---------------------------------------------------------------- elementwise */
+
+static void test_unary_grads(void)
+{
+    for (int op = 0; op < N_OF(unary_ops); op++) {
+        for (int k = 0; k <= N_OF(awkward); k++) {
+            shape s = k < N_OF(awkward) ? awkward[k] : random_shape();
+            gcase c = {.kind = K_UNARY, .op = op, .lo = -0.5f, .hi = 0.75f};
+            set_leaf(&c, 0, s.nd, s.sh, unary_ops[op].lo, unary_ops[op].hi);
+            snprintf(c.name, sizeof c.name, "%s", unary_ops[op].name);
+            name_shapes(c.name, sizeof c.name, &c);
+            run_case(&c);
+        }
+    }
+}
+
+/* x [3,4] with y [4], y [3,1], ...: gradients must be summed back to the inputs' shapes */
+static const shape bin_pairs[][2] = {
+    {{2, {3, 4}}, {1, {4}}},
+    {{2, {3, 4}}, {2, {3, 1}}},
+    {{2, {3, 1}}, {2, {1, 4}}},
+    {{1, {4}}, {2, {3, 4}}},
+    {{3, {2, 3, 4}}, {2, {3, 1}}},
+    {{3, {2, 1, 4}}, {2, {3, 1}}},
+    {{1, {1}}, {2, {2, 3}}},
+    {{1, {7}}, {1, {7}}},
+};
+
+/* a random shape and another that broadcasts with it (a suffix of it, some dims 1, and some
+   of the first's dims 1 where the second's are not), in either order */
+static void random_pair(shape *a, shape *b)
+{
+    *a = random_shape();
+    b->nd = 1 + (int)(test_rand_u64() % (uint64_t)a->nd);
+    for (int d = 0; d < b->nd; d++) {
+        int da = d + a->nd - b->nd;
+        b->sh[d] = a->sh[da];
+        if (test_rand_u64() % 3 == 0) b->sh[d] = 1;
+        else if (test_rand_u64() % 4 == 0) a->sh[da] = 1;
+    }
+    if (test_rand_u64() & 1) {
+        shape t = *a;
+        *a = *b;
+        *b = t;
+    }
+}
+
+static void binary_ranges(gcase *c, int op)
+{
+    for (int l = 0; l < 2; l++) c->rlo[l] = -2, c->rhi[l] = 2;
+    if (op == WGML_DIV) c->absmin[1] = 0.5;
+    if (op == WGML_POW) c->rlo[0] = 0.5, c->rhi[0] = 2, c->rlo[1] = -1.5, c->rhi[1] = 2.5;
+}
+
+static void test_binary_broadcast_grads(void)
+{
+    for (int op = WGML_ADD; op <= WGML_MINIMUM; op++)
+        for (int k = 0; k < N_OF(bin_pairs); k++) {
+            gcase c = {.kind = K_BINARY, .op = op};
+            set_leaf(&c, 0, bin_pairs[k][0].nd, bin_pairs[k][0].sh, 0, 0);
+            set_leaf(&c, 1, bin_pairs[k][1].nd, bin_pairs[k][1].sh, 0, 0);
+            binary_ranges(&c, op);
+            snprintf(c.name, sizeof c.name, "%s", binary_names[op]);
+            name_shapes(c.name, sizeof c.name, &c);
+            run_case(&c);
+        }
+    for (int op = WGML_ADD; op <= WGML_MINIMUM; op++)
+        for (int k = 0; k < 4; k++) {
+            shape a, b;
+            random_pair(&a, &b);
+            gcase c = {.kind = K_BINARY, .op = op};
+            set_leaf(&c, 0, a.nd, a.sh, 0, 0);
+            set_leaf(&c, 1, b.nd, b.sh, 0, 0);
+            binary_ranges(&c, op);
+            snprintf(c.name, sizeof c.name, "%s (random)", binary_names[op]);
+            name_shapes(c.name, sizeof c.name, &c);
+            run_case(&c);
+        }
+    /* past one workgroup of elements */
+    gcase big = {.kind = K_BINARY, .op = WGML_MUL};
+    set_leaf(&big, 0, 2, (int64_t[]){5, 333}, -2, 2);
+    set_leaf(&big, 1, 2, (int64_t[]){5, 1}, -2, 2);
+    snprintf(big.name, sizeof big.name, "mul [5,333] [5,1]");
+    run_case(&big);
+}
+
+/* one leaf used twice: both uses must add up */
+static void test_shared_input_grads(void)
+{
+    const shape sh[] = {{2, {3, 5}}, {1, {1}}, {3, {2, 3, 4}}};
+    for (int k = 0; k < N_OF(sh); k++) {
+        gcase c = {.kind = K_BINARY, .op = WGML_MUL, .same = 1};
+        set_leaf(&c, 0, sh[k].nd, sh[k].sh, -2, 2);
+        snprintf(c.name, sizeof c.name, "mul(x, x)");
+        name_shapes(c.name, sizeof c.name, &c);
+        run_case(&c);
+        gcase d = {.kind = K_DIAMOND};
+        set_leaf(&d, 0, sh[k].nd, sh[k].sh, -3, 3);
+        snprintf(d.name, sizeof d.name, "tanh(x) + x*sigmoid(x)");
+        name_shapes(d.name, sizeof d.name, &d);
+        run_case(&d);
+    }
+    /* pow(x, x) and div(x, x): both the base/numerator and the exponent/denominator rule */
+    gcase p = {.kind = K_BINARY, .op = WGML_POW, .same = 1};
+    set_leaf(&p, 0, 2, (int64_t[]){2, 3}, 0.5, 2);
+    snprintf(p.name, sizeof p.name, "pow(x, x) [2,3]");
+    run_case(&p);
+}
+
+static void test_scalar_grads(void)
+{
+    struct { int op; float s; double lo, hi, absmin; } ops[] = {
+        {WGML_ADD, 0.7f, -2, 2, 0},     {WGML_SUB, 0.7f, -2, 2, 0},      {WGML_MUL, -1.3f, -2, 2, 0},
+        {WGML_DIV, 1.7f, -2, 2, 0.5},   {WGML_DIV, -1.3f, -2, 2, 0.5},   {WGML_POW, 1.7f, 0.5, 2, 0},
+        {WGML_POW, -0.6f, 0.5, 2, 0},   {WGML_POW, 2.0f, 0.5, 2, 0},     {WGML_MAXIMUM, 0.3f, -2, 2, 0},
+        {WGML_MINIMUM, 0.3f, -2, 2, 0},
+    };
+    for (int k = 0; k < N_OF(ops); k++)
+        for (int side = 1; side <= 2; side++) {
+            shape s = random_shape();
+            gcase c = {.kind = K_SCALAR, .op = ops[k].op, .side = side, .s = ops[k].s};
+            set_leaf(&c, 0, s.nd, s.sh, ops[k].lo, ops[k].hi);
+            c.absmin[0] = side == 2 ? ops[k].absmin : 0;
+            if (ops[k].op == WGML_POW && side == 2) { /* s^x: a positive base, any exponent */
+                c.s = ops[k].s > 0 ? 1.8f : 0.6f;
+                c.rlo[0] = -1.5, c.rhi[0] = 1.5;
+            }
+            if (side == 1) snprintf(c.name, sizeof c.name, "%s(x, %g)", binary_names[c.op], c.s);
+            else snprintf(c.name, sizeof c.name, "%s(%g, x)", binary_names[c.op], c.s);
+            name_shapes(c.name, sizeof c.name, &c);
+            run_case(&c);
+        }
+}
+
+/* ---------------------------------------------------------------- reductions and rows */
+
+static void test_reduction_grads(void)
+{
+    for (int op = 0; op < 2; op++)
+        for (int keep = 0; keep < 2; keep++) {
+            const struct { shape s; int axis; } cases[] = {
+                {{1, {7}}, 0},        {{1, {1}}, 0},        {{2, {3, 5}}, 0},     {{2, {3, 5}}, 1},
+                {{3, {2, 3, 4}}, 0},  {{3, {2, 3, 4}}, 1},  {{3, {2, 3, 4}}, 2},  {{3, {2, 3, 4}}, -1},
+                {{4, {2, 1, 3, 2}}, 1}, {{4, {2, 1, 3, 2}}, 2},
+            };
+            for (int k = 0; k < N_OF(cases); k++) {
+                gcase c = {.kind = K_REDUCE, .op = op, .axis = cases[k].axis, .keepdim = keep};
+                set_leaf(&c, 0, cases[k].s.nd, cases[k].s.sh, -2, 2);
+                snprintf(c.name, sizeof c.name, "%s(axis %d, keepdim %d)", op ? "mean" : "sum", c.axis, keep);
+                name_shapes(c.name, sizeof c.name, &c);
+                run_case(&c);
+            }
+            for (int k = 0; k < 3; k++) {
+                shape r = random_shape();
+                gcase c = {.kind = K_REDUCE, .op = op, .keepdim = keep};
+                c.axis = (int)(test_rand_u64() % (uint64_t)r.nd) - (test_rand_u64() & 1 ? r.nd : 0);
+                set_leaf(&c, 0, r.nd, r.sh, -2, 2);
+                snprintf(c.name, sizeof c.name, "%s(axis %d, keepdim %d) (random)", op ? "mean" : "sum", c.axis, keep);
+                name_shapes(c.name, sizeof c.name, &c);
+                run_case(&c);
+            }
+        }
+    /* long reductions (more than one workgroup's worth along the axis) */
+    const struct { shape s; int axis; } big[] = {{{1, {600}}, 0}, {{2, {3, 300}}, 1}, {{2, {300, 2}}, 0}};
+    for (int k = 0; k < N_OF(big); k++) {
+        gcase c = {.kind = K_REDUCE, .op = k & 1, .axis = big[k].axis};
+        set_leaf(&c, 0, big[k].s.nd, big[k].s.sh, -2, 2);
+        snprintf(c.name, sizeof c.name, "%s(axis %d)", c.op ? "mean" : "sum", c.axis);
+        name_shapes(c.name, sizeof c.name, &c);
+        run_case(&c);
+    }
+}
+
+static void test_softmax_grads(void)
+{
+    const shape sh[] = {{1, {7}}, {2, {3, 5}}, {3, {2, 3, 4}}, {2, {4, 1}}, {1, {1}}, {2, {2, 300}},
+                        {4, {2, 1, 3, 2}}};
+    for (int op = 0; op < 2; op++)
+        for (int k = 0; k < N_OF(sh); k++) {
+            gcase c = {.kind = K_ROW, .op = op};
+            set_leaf(&c, 0, sh[k].nd, sh[k].sh, -3, 3);
+            snprintf(c.name, sizeof c.name, "%s", op ? "log_softmax" : "softmax");
+            name_shapes(c.name, sizeof c.name, &c);
+            run_case(&c);
+        }
+}
+
+/* ---------------------------------------------------------------- views */
+
+static void test_view_grads(void)
+{
+    /* reshape [2,6] -> [3,4], then * y [4] */
+    gcase a = {.kind = K_BINARY, .op = WGML_MUL, .nview = 1,
+               .views = {{.kind = V_RESHAPE, .nd = 2, .sh = {3, 4}}}};
+    set_leaf(&a, 0, 2, (int64_t[]){2, 6}, -2, 2);
+    set_leaf(&a, 1, 1, (int64_t[]){4}, -2, 2);
+    snprintf(a.name, sizeof a.name, "reshape([2,6] -> [3,4]) * y[4]");
+    run_case(&a);
+
+    /* transpose [3,5] -> [5,3], then - y [5,3] */
+    gcase b = {.kind = K_BINARY, .op = WGML_SUB, .nview = 1,
+               .views = {{.kind = V_PERMUTE, .perm = {1, 0}}}};
+    set_leaf(&b, 0, 2, (int64_t[]){3, 5}, -2, 2);
+    set_leaf(&b, 1, 2, (int64_t[]){5, 3}, -2, 2);
+    snprintf(b.name, sizeof b.name, "transpose([3,5]) - y[5,3]");
+    run_case(&b);
+
+    /* permute [2,3,4] by (2,0,1), then tanh */
+    gcase c = {.kind = K_UNARY, .op = U_TANH, .nview = 1, .views = {{.kind = V_PERMUTE, .perm = {2, 0, 1}}}};
+    set_leaf(&c, 0, 3, (int64_t[]){2, 3, 4}, -2, 2);
+    snprintf(c.name, sizeof c.name, "tanh(permute([2,3,4], (2,0,1)))");
+    run_case(&c);
+
+    /* broadcast_to [3,1] -> [2,3,4], then * y [2,3,4] */
+    gcase d = {.kind = K_BINARY, .op = WGML_MUL, .nview = 1,
+               .views = {{.kind = V_BCAST, .nd = 3, .sh = {2, 3, 4}}}};
+    set_leaf(&d, 0, 2, (int64_t[]){3, 1}, -2, 2);
+    set_leaf(&d, 1, 3, (int64_t[]){2, 3, 4}, -2, 2);
+    snprintf(d.name, sizeof d.name, "broadcast_to([3,1] -> [2,3,4]) * y");
+    run_case(&d);
+
+    /* broadcast_to [5] -> [3,5], then softmax (a non-contiguous row op input) */
+    gcase e = {.kind = K_ROW, .op = 0, .nview = 1, .views = {{.kind = V_BCAST, .nd = 2, .sh = {3, 5}}}};
+    set_leaf(&e, 0, 1, (int64_t[]){5}, -2, 2);
+    snprintf(e.name, sizeof e.name, "softmax(broadcast_to([5] -> [3,5]))");
+    run_case(&e);
+
+    /* transpose then reduce (a non-contiguous reduction input) */
+    gcase f = {.kind = K_REDUCE, .op = 1, .axis = 1, .nview = 1, .views = {{.kind = V_PERMUTE, .perm = {1, 0}}}};
+    set_leaf(&f, 0, 2, (int64_t[]){3, 5}, -2, 2);
+    snprintf(f.name, sizeof f.name, "mean(transpose([3,5]), axis 1)");
+    run_case(&f);
+
+    /* transpose then reshape (reshape of a non-contiguous view copies), then log_softmax */
+    gcase g = {.kind = K_ROW, .op = 1, .nview = 2,
+               .views = {{.kind = V_PERMUTE, .perm = {1, 0}}, {.kind = V_RESHAPE, .nd = 2, .sh = {2, 6}}}};
+    set_leaf(&g, 0, 2, (int64_t[]){3, 4}, -2, 2);
+    snprintf(g.name, sizeof g.name, "log_softmax(reshape(transpose([3,4]) -> [2,6]))");
+    run_case(&g);
+
+    /* a view on the second operand: y [2,3] broadcast to [4,2,3] */
+    gcase h = {.kind = K_BINARY, .op = WGML_DIV, .vop = 1, .nview = 1,
+               .views = {{.kind = V_BCAST, .nd = 3, .sh = {4, 2, 3}}}};
+    set_leaf(&h, 0, 3, (int64_t[]){4, 2, 3}, -2, 2);
+    set_leaf(&h, 1, 2, (int64_t[]){2, 3}, -2, 2);
+    h.absmin[1] = 0.5;
+    snprintf(h.name, sizeof h.name, "x[4,2,3] / broadcast_to(y[2,3] -> [4,2,3])");
+    run_case(&h);
+
+    /* transposed views feeding matmul: a = x^T with x [K,M] = [5,3]; b [5,4] */
+    gcase m1 = {.kind = K_MATMUL, .nview = 1, .views = {{.kind = V_PERMUTE, .perm = {1, 0}}}};
+    set_leaf(&m1, 0, 2, (int64_t[]){5, 3}, -1, 1);
+    set_leaf(&m1, 1, 2, (int64_t[]){5, 4}, -1, 1);
+    snprintf(m1.name, sizeof m1.name, "matmul(transpose(x[5,3]), y[5,4])");
+    run_case(&m1);
+
+    /* the same, square (shapes cannot catch a transposed gradient) */
+    gcase m2 = m1;
+    m2.sh[0][0] = m2.sh[0][1] = 4, m2.sh[1][0] = 4;
+    snprintf(m2.name, sizeof m2.name, "matmul(transpose(x[4,4]), y[4,4])");
+    run_case(&m2);
+
+    /* b = transpose(y) with y [N,K] = [4,5], trans_b = 0 */
+    gcase m3 = {.kind = K_MATMUL, .vop = 1, .nview = 1, .views = {{.kind = V_PERMUTE, .perm = {1, 0}}}};
+    set_leaf(&m3, 0, 2, (int64_t[]){3, 5}, -1, 1);
+    set_leaf(&m3, 1, 2, (int64_t[]){4, 5}, -1, 1);
+    snprintf(m3.name, sizeof m3.name, "matmul(x[3,5], transpose(y[4,5]))");
+    run_case(&m3);
+
+    /* transposed view with trans_a = 1 (two transposes cancel) */
+    gcase m4 = {.kind = K_MATMUL, .md = {.trans_a = 1}, .nview = 1, .views = {{.kind = V_PERMUTE, .perm = {1, 0}}}};
+    set_leaf(&m4, 0, 2, (int64_t[]){3, 5}, -1, 1);
+    set_leaf(&m4, 1, 2, (int64_t[]){5, 4}, -1, 1);
+    snprintf(m4.name, sizeof m4.name, "matmul(transpose(x[3,5]), y[5,4], trans_a)");
+    run_case(&m4);
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static void matmul_case(int nda, const int64_t *sa, int ndb, const int64_t *sb, int ta, int tb, float alpha,
+                        int bias, int act, int same)
+{
+    gcase c = {.kind = K_MATMUL, .md = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .activation = act}, .same = same};
+    set_leaf(&c, 0, nda, sa, -1, 1);
+    if (!same) set_leaf(&c, 1, ndb, sb, -1, 1);
+    if (bias) {
+        int64_t n = tb ? sb[ndb - 2] : sb[ndb - 1];
+        set_leaf(&c, c.nin, 1, &n, -1, 1);
+        c.has_bias = 1;
+    }
+    snprintf(c.name, sizeof c.name, "matmul%s(ta %d, tb %d, alpha %g, %s, act %s)", same ? "(x, x)" : "", ta, tb,
+             alpha, bias ? "bias" : "no bias", act_names[act]);
+    name_shapes(c.name, sizeof c.name, &c);
+    run_case(&c);
+}
+
+/* stored shapes of A (op(A) [M,K]) and B (op(B) [K,N]) for the flags */
+static void mm_shapes(int64_t batch_a, int64_t batch_b, int64_t M, int64_t N, int64_t K, int ta, int tb, int *nda,
+                      int64_t *sa, int *ndb, int64_t *sb)
+{
+    int64_t a2[2] = {ta ? K : M, ta ? M : K}, b2[2] = {tb ? N : K, tb ? K : N};
+    *nda = batch_a ? 3 : 2;
+    *ndb = batch_b ? 3 : 2;
+    if (batch_a) sa[0] = batch_a;
+    if (batch_b) sb[0] = batch_b;
+    memcpy(sa + (batch_a ? 1 : 0), a2, sizeof a2);
+    memcpy(sb + (batch_b ? 1 : 0), b2, sizeof b2);
+}
+
+static void test_matmul_grads(void)
+{
+    int nda, ndb;
+    int64_t sa[3], sb[3];
+    /* 2-D: every flag combination with each activation; alpha != 1 and a bias on most */
+    for (int t = 0; t < 4; t++)
+        for (int act = 0; act < 4; act++) {
+            int ta = t & 1, tb = t >> 1;
+            int64_t M = (act == 1) ? 1 : 1 + (int64_t)(test_rand_u64() % 5); /* M = 1: the GEMV path */
+            int64_t N = 1 + (int64_t)(test_rand_u64() % 6), K = 1 + (int64_t)(test_rand_u64() % 7);
+            mm_shapes(0, 0, M, N, K, ta, tb, &nda, sa, &ndb, sb);
+            matmul_case(nda, sa, ndb, sb, ta, tb, act == 2 ? 0.0f : 0.75f, act != 3 || t == 0, act, 0);
+        }
+    /* awkward fixed sizes (past one 16-wide tile) */
+    mm_shapes(0, 0, 17, 19, 23, 0, 0, &nda, sa, &ndb, sb);
+    matmul_case(nda, sa, ndb, sb, 0, 0, 1.5f, 1, WGML_ACT_GELU, 0);
+    mm_shapes(0, 0, 7, 1, 9, 1, 1, &nda, sa, &ndb, sb);
+    matmul_case(nda, sa, ndb, sb, 1, 1, -0.5f, 1, WGML_ACT_SILU, 0);
+    /* batched 3-D x 3-D, every flag combination */
+    for (int t = 0; t < 4; t++) {
+        mm_shapes(2, 2, 3, 4, 5, t & 1, t >> 1, &nda, sa, &ndb, sb);
+        matmul_case(nda, sa, ndb, sb, t & 1, t >> 1, t == 3 ? 1.0f : 0.5f, t & 1, t == 2 ? WGML_ACT_RELU : WGML_ACT_NONE, 0);
+    }
+    /* 3-D x 2-D (b shared by the batch), every flag combination */
+    for (int t = 0; t < 4; t++) {
+        mm_shapes(3, 0, 2, 4, 5, t & 1, t >> 1, &nda, sa, &ndb, sb);
+        matmul_case(nda, sa, ndb, sb, t & 1, t >> 1, 1.0f, t == 1, t == 3 ? WGML_ACT_GELU : WGML_ACT_NONE, 0);
+    }
+    /* 2-D x 3-D (a shared by the batch) */
+    for (int t = 0; t < 4; t++) {
+        mm_shapes(0, 2, 3, 4, 5, t & 1, t >> 1, &nda, sa, &ndb, sb);
+        matmul_case(nda, sa, ndb, sb, t & 1, t >> 1, 1.0f, 0, WGML_ACT_NONE, 0);
+    }
+    /* one leaf as both operands: x x, x^T x, x x^T */
+    int64_t sq[2] = {4, 4}, rect[2] = {3, 5};
+    matmul_case(2, sq, 2, sq, 0, 0, 1.0f, 0, WGML_ACT_NONE, 1);
+    matmul_case(2, rect, 2, rect, 1, 0, 1.0f, 0, WGML_ACT_NONE, 1);
+    matmul_case(2, rect, 2, rect, 0, 1, 0.5f, 1, WGML_ACT_SILU, 1);
+}
+
+/* ---------------------------------------------------------------- losses */
+
+static void test_mse_grads(void)
+{
+    const shape pairs[][2] = {{{2, {3, 4}}, {2, {3, 4}}}, {{2, {3, 4}}, {1, {4}}}, {{1, {1}}, {1, {1}}},
+                              {{3, {2, 3, 4}}, {3, {2, 3, 4}}}};
+    for (int k = 0; k < N_OF(pairs); k++) {
+        gcase c = {.kind = K_MSE};
+        set_leaf(&c, 0, pairs[k][0].nd, pairs[k][0].sh, -2, 2);
+        set_leaf(&c, 1, pairs[k][1].nd, pairs[k][1].sh, -2, 2);
+        snprintf(c.name, sizeof c.name, "mse");
+        name_shapes(c.name, sizeof c.name, &c);
+        run_case(&c);
+    }
+    /* the double helper agrees with the reference's mse */
+    float p[12], t[12];
+    test_fill_uniform(p, 12, -2, 2);
+    test_fill_uniform(t, 12, -2, 2);
+    double s = 0;
+    for (int i = 0; i < 12; i++) s += ((double)p[i] - t[i]) * ((double)p[i] - t[i]);
+    CHECK(fabs(s / 12 - wgml_ref_mse(12, p, t)) <= 1e-12 * fmax(1, s));
+}
+
+/* Cross-entropy: the gradient w.r.t. the logits against central differences of
+   wgml_ref_cross_entropy itself (float logits: the step is the actual float difference). */
+static void ce_case(int64_t B, int64_t C, int weighted)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    n_cases++;
+    int before = test_failures;
+    float x[1024], lab[64], got[1024];
+    int32_t labels[64];
+    double want[1024];
+    test_fill_uniform(x, (size_t)(B * C), -3, 3);
+    for (int64_t r = 0; r < B; r++) labels[r] = (int32_t)(test_rand_u64() % (uint64_t)C), lab[r] = (float)labels[r];
+    float wv = weighted ? (float)test_uniform(0.5, 1.5) * (test_rand_u64() & 1 ? -1.0f : 1.0f) : 1.0f;
+
+    wgml_scope_begin(ctx);
+    int64_t sx[2] = {B, C}, one = 1;
+    wgml_tensor *logits = NULL, *lt = NULL, *wt = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sx, x, (size_t)(B * C), &logits));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, &B, lab, (size_t)B, &lt));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, &one, &wv, 1, &wt));
+    CHECK_OK(ctx, wgml_requires_grad(logits, 1));
+    wgml_tensor *ce = wgml_cross_entropy(ctx, logits, lt);
+    wgml_tensor *L = weighted ? wgml_sum_all(ctx, wgml_mul(ctx, ce, wt)) : ce;
+    CHECK(wgml_tensor_numel(L) == 1);
+    wgml_status st = wgml_backward(L);
+    char name[96];
+    snprintf(name, sizeof name, "cross_entropy [%lld,%lld]%s", (long long)B, (long long)C, weighted ? " * w" : "");
+    if (st) {
+        fprintf(stderr, "FAIL %s: case %s: wgml_backward gave %s: %s\n", test_current, name, wgml_status_name(st),
+                wgml_error_message(ctx));
+        test_failures++;
+        goto done;
+    }
+    wgml_tensor *g = wgml_grad(logits);
+    CHECK(g != NULL);
+    if (!g) goto done;
+    CHECK(wgml_tensor_ndim(g) == 2 && wgml_tensor_dim(g, 0) == B && wgml_tensor_dim(g, 1) == C);
+    CHECK_OK(ctx, wgml_tensor_read(g, got, (size_t)(B * C)));
+    float Lgpu = NAN;
+    CHECK_OK(ctx, wgml_tensor_read(L, &Lgpu, 1));
+    double Lref = wv * wgml_ref_cross_entropy(B, C, x, labels);
+    if (!(fabs(Lgpu - Lref) <= 1e-5 * fmax(1, fabs(Lref)))) {
+        fprintf(stderr, "FAIL %s: case %s: forward %.9g, reference %.9g\n", test_current, name, Lgpu, Lref);
+        test_failures++;
+    }
+    /* the double helper used by the MLP case agrees with the reference */
+    double xd[1024];
+    for (int64_t i = 0; i < B * C; i++) xd[i] = x[i];
+    CHECK(fabs(cpu_cross_entropy(B, C, xd, labels) - wgml_ref_cross_entropy(B, C, x, labels)) < 1e-12);
+    for (int64_t i = 0; i < B * C; i++) {
+        float x0 = x[i], xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
+        x[i] = xp;
+        double lp = wgml_ref_cross_entropy(B, C, x, labels);
+        x[i] = xm;
+        double lm = wgml_ref_cross_entropy(B, C, x, labels);
+        x[i] = x0;
+        want[i] = wv * (lp - lm) / ((double)xp - (double)xm);
+    }
+    if (!grad_close(name, got, want, B * C)) {
+        fprintf(stderr, "FAIL %s: case %s: gradient of the logits\n", test_current, name);
+        test_failures++;
+    }
+done:
+    wgml_scope_end(ctx);
+    wgml_clear_error(ctx);
+    if (test_failures != before) n_failed_cases++;
+}
+
+static void test_cross_entropy_grads(void)
+{
+    ce_case(4, 5, 0);
+    ce_case(4, 5, 1);
+    ce_case(1, 1, 1);
+    ce_case(1, 3, 0);
+    ce_case(3, 7, 1);
+    ce_case(9, 2, 0);
+    ce_case(2, 300, 1); /* a row wider than one workgroup */
+}
+
+/* the training path: cross_entropy(relu(x W1 + b1) W2 + b2), every parameter and x */
+static void test_mlp_grads(void)
+{
+    const int64_t dims[][4] = {{4, 5, 6, 3}, {1, 3, 2, 4}, {7, 2, 9, 5}};
+    for (int k = 0; k < N_OF(dims); k++) {
+        int64_t B = dims[k][0], D = dims[k][1], Hd = dims[k][2], C = dims[k][3];
+        gcase c = {.kind = K_MLP};
+        set_leaf(&c, 0, 2, (int64_t[]){B, D}, -1, 1);
+        set_leaf(&c, 1, 2, (int64_t[]){D, Hd}, -1, 1);
+        set_leaf(&c, 2, 1, (int64_t[]){Hd}, -0.5, 0.5);
+        set_leaf(&c, 3, 2, (int64_t[]){Hd, C}, -1, 1);
+        set_leaf(&c, 4, 1, (int64_t[]){C}, -0.5, 0.5);
+        c.nlabels = (int)B;
+        for (int64_t r = 0; r < B; r++) c.labels[r] = (int32_t)(test_rand_u64() % (uint64_t)C);
+        snprintf(c.name, sizeof c.name, "mlp cross_entropy(relu(x W1 + b1) W2 + b2)");
+        name_shapes(c.name, sizeof c.name, &c);
+        run_case(&c);
+    }
+}
+
+/* ---------------------------------------------------------------- accumulation and errors */
+
+/* grad(x) of sum(tanh(x) * w), after `times` backward passes over `graphs` loss graphs */
+static wgml_tensor *tanh_loss(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w)
+{
+    return wgml_sum_all(ctx, wgml_mul(ctx, wgml_tanh(ctx, x), w));
+}
+
+static void test_gradient_accumulation(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    wgml_scope_begin(ctx);
+    int64_t sh[2] = {3, 5};
+    float xv[15], wv[15], g1[15], g2[15], g3[15], g4[15];
+    test_fill_uniform(xv, 15, -2, 2);
+    test_fill_uniform(wv, 15, -1, 1);
+    wgml_tensor *x1 = NULL, *x2 = NULL, *w = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, xv, 15, &x1));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, xv, 15, &x2));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, wv, 15, &w));
+    CHECK_OK(ctx, wgml_requires_grad(x1, 1));
+    CHECK_OK(ctx, wgml_requires_grad(x2, 1));
+    CHECK(wgml_grad(x1) == NULL);
+
+    /* one pass: the reference gradient (checked against the analytic one) */
+    CHECK_OK(ctx, wgml_backward(tanh_loss(ctx, x1, w)));
+    CHECK(wgml_grad(x1) != NULL);
+    CHECK_OK(ctx, wgml_tensor_read(wgml_grad(x1), g1, 15));
+    double want[15];
+    for (int i = 0; i < 15; i++) want[i] = wv[i] * (1 - tanh(xv[i]) * tanh(xv[i]));
+    CHECK(test_close("single pass", g1, want, 15, 1e-4, 1e-3));
+
+    /* two passes over the same loss graph before anything is evaluated: 2x */
+    wgml_tensor *L = tanh_loss(ctx, x2, w);
+    CHECK_OK(ctx, wgml_backward(L));
+    CHECK_OK(ctx, wgml_backward(L));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_grad(x2), g2, 15));
+    for (int i = 0; i < 15; i++) want[i] = 2.0 * g1[i];
+    CHECK(test_close("two backward calls on one loss", g2, want, 15, 1e-6, 1e-3));
+
+    /* a third pass over a fresh graph, after the accumulated gradient was evaluated: 3x */
+    CHECK_OK(ctx, wgml_backward(tanh_loss(ctx, x2, w)));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_grad(x2), g3, 15));
+    for (int i = 0; i < 15; i++) want[i] = 3.0 * g1[i];
+    CHECK(test_close("a third backward after a read", g3, want, 15, 1e-6, 1e-3));
+
+    /* zero_grad starts over */
+    wgml_zero_grad(x2);
+    CHECK(wgml_grad(x2) == NULL);
+    CHECK_OK(ctx, wgml_backward(tanh_loss(ctx, x2, w)));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_grad(x2), g4, 15));
+    for (int i = 0; i < 15; i++) want[i] = g1[i];
+    CHECK(test_close("after zero_grad", g4, want, 15, 1e-6, 1e-3));
+
+    /* a one-element loss of shape [1,1] (keepdim) seeds the pass like a [1] one */
+    int64_t sr[2] = {1, 15};
+    wgml_tensor *x3 = NULL, *w3 = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sr, xv, 15, &x3));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sr, wv, 15, &w3));
+    CHECK_OK(ctx, wgml_requires_grad(x3, 1));
+    wgml_tensor *L11 = wgml_sum(ctx, wgml_mul(ctx, x3, w3), 1, 1);
+    CHECK(wgml_tensor_ndim(L11) == 2 && wgml_tensor_numel(L11) == 1);
+    CHECK_OK(ctx, wgml_backward(L11));
+    if (wgml_grad(x3)) {
+        CHECK_OK(ctx, wgml_tensor_read(wgml_grad(x3), g4, 15));
+        for (int i = 0; i < 15; i++) want[i] = wv[i];
+        CHECK(test_close("loss of shape [1,1]", g4, want, 15, 1e-6, 1e-3));
+    } else {
+        CHECK(wgml_grad(x3) != NULL);
+    }
+    wgml_scope_end(ctx);
+}
+
+static void test_backward_errors(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    wgml_scope_begin(ctx);
+    int64_t sh[2] = {3, 4};
+    float xv[12];
+    test_fill_uniform(xv, 12, -2, 2);
+    wgml_tensor *x = NULL, *c = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, xv, 12, &x));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, xv, 12, &c));
+    CHECK_OK(ctx, wgml_requires_grad(x, 1));
+
+    /* a loss of more than one element */
+    CHECK_STATUS(ctx, wgml_backward(wgml_tanh(ctx, x)), WGML_ERROR_SHAPE);
+    CHECK_STATUS(ctx, wgml_backward(wgml_sum(ctx, x, 0, 0)), WGML_ERROR_SHAPE);
+    CHECK(wgml_grad(x) == NULL);
+
+    /* no trainable tensor reaches the loss */
+    wgml_status st = wgml_backward(wgml_sum_all(ctx, wgml_exp(ctx, c)));
+    if (st == WGML_OK) {
+        fprintf(stderr, "FAIL %s: backward with no trainable input gave OK\n", test_current);
+        test_failures++;
+    }
+    CHECK(wgml_grad(c) == NULL);
+    wgml_clear_error(ctx);
+
+    /* only evaluated leaves can be trainable */
+    CHECK_STATUS(ctx, wgml_requires_grad(wgml_exp(ctx, x), 1), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(ctx, wgml_requires_grad(NULL, 1), WGML_ERROR_INVALID_ARGUMENT);
+    wgml_clear_error(ctx);
+
+    /* a loss in the error state reports its error */
+    int64_t bad[1] = {5};
+    wgml_tensor *y = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, bad, xv, 5, &y));
+    CHECK_STATUS(ctx, wgml_backward(wgml_sum_all(ctx, wgml_add(ctx, x, y))), WGML_ERROR_SHAPE);
+    wgml_clear_error(ctx);
+    wgml_scope_end(ctx);
+}
+
+/* Ops without a rule must fail with UNSUPPORTED rather than give a wrong (e.g. zero)
+   gradient: the op's input gets no gradient. Another trainable leaf y that reaches the loss
+   only through ops with rules may get its gradient before the pass stops; if so it must be
+   the right one (2y here). */
+static void test_unsupported_ops(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    int64_t sh[2] = {3, 4}, n4 = 4;
+    float xv[12], yv[12], gy[12];
+    test_fill_uniform(xv, 12, -2, 2);
+    test_fill_uniform(yv, 12, -2, 2);
+    double want_y[12];
+    for (int i = 0; i < 12; i++) want_y[i] = 2.0 * yv[i];
+    for (int k = 0; k < 6; k++) {
+        wgml_scope_begin(ctx);
+        wgml_tensor *x = NULL, *y = NULL, *lw = NULL;
+        CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, xv, 12, &x));
+        CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, yv, 12, &y));
+        CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, &n4, yv, 4, &lw));
+        CHECK_OK(ctx, wgml_requires_grad(x, 1));
+        CHECK_OK(ctx, wgml_requires_grad(y, 1));
+        const char *what = "";
+        wgml_tensor *part = NULL;
+        switch (k) {
+        case 0: what = "max(axis 1)"; part = wgml_sum_all(ctx, wgml_max(ctx, x, 1, 0)); break;
+        case 1: what = "max_all"; part = wgml_max_all(ctx, x); break;
+        case 2: what = "layernorm"; part = wgml_sum_all(ctx, wgml_mul(ctx, wgml_layernorm(ctx, x, NULL, NULL, 1e-5f), x)); break;
+        case 3: what = "layernorm(weight)"; part = wgml_sum_all(ctx, wgml_layernorm(ctx, x, lw, NULL, 1e-5f)); break;
+        case 4: what = "rmsnorm"; part = wgml_sum_all(ctx, wgml_rmsnorm(ctx, x, NULL, 1e-5f)); break;
+        case 5: what = "slice"; part = wgml_sum_all(ctx, wgml_exp(ctx, wgml_slice(ctx, x, 1, 1, 4, 2))); break;
+        }
+        wgml_tensor *L = wgml_add(ctx, part, wgml_sum_all(ctx, wgml_mul(ctx, y, y)));
+        wgml_status st = wgml_backward(L);
+        if (st != WGML_ERROR_UNSUPPORTED) {
+            fprintf(stderr, "FAIL %s: backward through %s gave %s, want WGML_ERROR_UNSUPPORTED: %s\n", test_current,
+                    what, wgml_status_name(st), wgml_error_message(ctx));
+            test_failures++;
+        }
+        if (wgml_grad(x) != NULL) {
+            fprintf(stderr, "FAIL %s: backward through %s failed but set a gradient for its input\n", test_current, what);
+            test_failures++;
+        }
+        wgml_clear_error(ctx);
+        if (wgml_grad(y) != NULL) {
+            CHECK_OK(ctx, wgml_tensor_read(wgml_grad(y), gy, 12));
+            if (!test_close(what, gy, want_y, 12, 1e-6, 1e-3)) {
+                fprintf(stderr, "FAIL %s: backward through %s left a wrong gradient in another input\n", test_current, what);
+                test_failures++;
+            }
+        }
+        wgml_clear_error(ctx);
+        wgml_scope_end(ctx);
+    }
+}
+
+int main(void)
+{
+    if (getenv("FDH")) FD_H = atof(getenv("FDH"));
+    TEST_RUN(test_unary_grads);
+    TEST_RUN(test_binary_broadcast_grads);
+    TEST_RUN(test_shared_input_grads);
+    TEST_RUN(test_scalar_grads);
+    TEST_RUN(test_reduction_grads);
+    TEST_RUN(test_softmax_grads);
+    TEST_RUN(test_view_grads);
+    TEST_RUN(test_matmul_grads);
+    TEST_RUN(test_mse_grads);
+    TEST_RUN(test_cross_entropy_grads);
+    TEST_RUN(test_mlp_grads);
+    TEST_RUN(test_gradient_accumulation);
+    TEST_RUN(test_backward_errors);
+    TEST_RUN(test_unsupported_ops);
+    fprintf(stderr, "autograd: %d gradient case(s), %d failed; worst gradient error %.3g (%s)\n", n_cases,
+            n_failed_cases, worst_err, worst_case);
+    return test_summary();
+}

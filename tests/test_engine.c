@@ -44,57 +44,77 @@ static int read_close(wgml_context *ctx, const char *what, wgml_tensor *t, const
 
 /* ---------------------------------------------------------------- a chain of elementwise ops */
 
-enum { S_TANH, S_MULS, S_ADDB, S_SIGMOID, S_RSUBS, S_MULB, S_ADDS, S_MAXS, S_EXP, S_SILU, S_ABS, S_GELU };
+enum { S_TANH, S_MULS, S_ADDB, S_SUBB, S_SIGMOID, S_RSUBS, S_MUL4, S_MAXS, S_SILU, S_MUL2, S_ADDS, S_NEG, S_EXP, S_LOG, S_SHIFT };
 
-/* 10 steps repeated: unary ops, ops with a scalar (4 of 10) and with the second input b.
-   Values stay bounded (tanh/sigmoid squash, |b| <= 1) and the chain ends on silu of
-   exp(...) > 0, so the result is away from zero. */
-static const int pattern_many_scalars[10] = {S_TANH, S_MULS, S_ADDB, S_SIGMOID, S_RSUBS, S_MULB, S_ADDS, S_MAXS, S_EXP, S_SILU};
-/* the same with 3 scalar ops of 10 (abs instead of maximum with a scalar) */
-static const int pattern_few_scalars[10] = {S_TANH, S_MULS, S_ADDB, S_SIGMOID, S_RSUBS, S_MULB, S_ADDS, S_ABS, S_EXP, S_SILU};
-/* one input only, 5 scalar ops of 10; ends on abs of a positive value in (0.4, 0.9) */
-static const int pattern_one_input[10] = {S_TANH, S_MULS, S_SIGMOID, S_RSUBS, S_ADDS, S_MAXS, S_EXP, S_SILU, S_MULS, S_ABS};
+/* Chains of 10 steps repeated, built so that every step matters: a chain of squashing ops
+   (tanh, sigmoid) forgets its beginning, and then a wrong early op (or scalar) would go
+   unnoticed. Values stay small (|x| < 1) where each group of ops is close to the identity:
+   tanh(x) ~ x, then x * 1.1; -4 (0.5 - sigmoid(x)) ~ x; 2 silu(x) ~ x + x^2/2; +b then -b;
+   exp then log; neg. The last op adds 2 so the result is away from zero. run_chain checks
+   this sensitivity on the reference itself.
+   main: 5 scalar ops of 10 (50 scalars in 100 ops), b read by 20 ops; maximum(x, -0.45...)
+   clips a few elements. */
+static const int pattern_main[10] = {S_TANH, S_MULS, S_ADDB, S_SIGMOID, S_RSUBS, S_MUL4, S_SUBB, S_MAXS, S_SILU, S_MUL2};
+/* 3 scalar ops of 10 (31 scalars in 100 ops), b read by 20 ops */
+static const int pattern_few_scalars[10] = {S_TANH, S_MULS, S_ADDB, S_SIGMOID, S_RSUBS, S_MUL4, S_SUBB, S_NEG, S_EXP, S_LOG};
+/* one input only, 5 scalar ops of 10 (50 scalars in 100 ops) */
+static const int pattern_one_input[10] = {S_TANH, S_MULS, S_SIGMOID, S_RSUBS, S_MUL4, S_ADDS, S_NEG, S_SILU, S_MUL2, S_NEG};
 
-static float step_scalar(int i)
+/* the scalar of step i (exact floats, different from step to step) */
+static float step_scalar(int kind, int i)
 {
-    return 0.5f + 0.0078125f * (float)(i % 17); /* exact in f32, different per step */
+    float s = 0.0078125f * (float)(i % 17);
+    switch (kind) {
+    case S_MULS: return 1.1f + s / 8;
+    case S_RSUBS: return 0.5f + s / 64;
+    case S_MUL4: return -4.0f - s / 16;
+    case S_MAXS: return -(0.45f + s);
+    case S_MUL2: return 2.0f + s / 16;
+    case S_ADDS: return -0.03f + s / 16;
+    default: return 2.0f; /* S_SHIFT */
+    }
+}
+
+static int step_kind(const int *pattern, int len, int i)
+{
+    return i == len - 1 ? S_SHIFT : pattern[i % 10];
 }
 
 static wgml_tensor *gpu_step(wgml_context *ctx, int kind, int i, wgml_tensor *x, wgml_tensor *b)
 {
-    float s = step_scalar(i);
+    float s = step_scalar(kind, i);
     switch (kind) {
     case S_TANH: return wgml_tanh(ctx, x);
-    case S_MULS: return wgml_binary_scalar(ctx, WGML_MUL, x, s);
+    case S_MULS: case S_MUL4: case S_MUL2: return wgml_binary_scalar(ctx, WGML_MUL, x, s);
     case S_ADDB: return wgml_add(ctx, x, b);
+    case S_SUBB: return wgml_sub(ctx, x, b);
     case S_SIGMOID: return wgml_sigmoid(ctx, x);
     case S_RSUBS: return wgml_scalar_binary(ctx, WGML_SUB, s, x);
-    case S_MULB: return wgml_mul(ctx, x, b);
-    case S_ADDS: return wgml_binary_scalar(ctx, WGML_ADD, x, s * 0.5f);
-    case S_MAXS: return wgml_binary_scalar(ctx, WGML_MAXIMUM, x, -s);
-    case S_EXP: return wgml_exp(ctx, x);
+    case S_MAXS: return wgml_binary_scalar(ctx, WGML_MAXIMUM, x, s);
     case S_SILU: return wgml_silu(ctx, x);
-    case S_ABS: return wgml_abs(ctx, x);
-    default: return wgml_gelu(ctx, x);
+    case S_NEG: return wgml_neg(ctx, x);
+    case S_EXP: return wgml_exp(ctx, x);
+    case S_LOG: return wgml_log(ctx, x);
+    default: return wgml_binary_scalar(ctx, WGML_ADD, x, s); /* S_ADDS, S_SHIFT */
     }
 }
 
 static double cpu_step(int kind, int i, double x, double b)
 {
-    double s = step_scalar(i);
+    double s = step_scalar(kind, i);
     switch (kind) {
     case S_TANH: return wgml_ref_tanh(x);
-    case S_MULS: return wgml_ref_mul(x, s);
+    case S_MULS: case S_MUL4: case S_MUL2: return wgml_ref_mul(x, s);
     case S_ADDB: return wgml_ref_add(x, b);
+    case S_SUBB: return wgml_ref_sub(x, b);
     case S_SIGMOID: return wgml_ref_sigmoid(x);
     case S_RSUBS: return wgml_ref_sub(s, x);
-    case S_MULB: return wgml_ref_mul(x, b);
-    case S_ADDS: return wgml_ref_add(x, (double)(float)(s * 0.5));
-    case S_MAXS: return wgml_ref_maximum(x, -s);
-    case S_EXP: return wgml_ref_exp(x);
+    case S_MAXS: return wgml_ref_maximum(x, s);
     case S_SILU: return wgml_ref_silu(x);
-    case S_ABS: return wgml_ref_abs(x);
-    default: return wgml_ref_gelu(x);
+    case S_NEG: return wgml_ref_neg(x);
+    case S_EXP: return wgml_ref_exp(x);
+    case S_LOG: return wgml_ref_log(x);
+    default: return wgml_ref_add(x, s);
     }
 }
 
@@ -104,19 +124,51 @@ static wgml_tensor *build_chain(wgml_context *ctx, const int *pattern, int len, 
 {
     wgml_tensor *x = a;
     for (int i = 0; i < len; i++) {
-        x = gpu_step(ctx, pattern[i % 10], i, x, b);
+        x = gpu_step(ctx, step_kind(pattern, len, i), i, x, b);
         steps[i] = x;
     }
     return x;
 }
 
-static void chain_reference(const int *pattern, int len, const float *a, const float *b, double *out)
+/* The reference, step by step in double; `nudge_step` >= 0 adds `nudge` to that step's
+   result (to measure how much the end result depends on it). */
+static void chain_reference_nudged(const int *pattern, int len, const float *a, const float *b, double *out,
+                                   int nudge_step, double nudge)
 {
     for (size_t k = 0; k < N; k++) {
         double x = a[k];
-        for (int i = 0; i < len; i++) x = cpu_step(pattern[i % 10], i, x, b[k]);
+        for (int i = 0; i < len; i++) {
+            x = cpu_step(step_kind(pattern, len, i), i, x, b[k]);
+            if (i == nudge_step) x += nudge;
+        }
         out[k] = x;
     }
+}
+
+static void chain_reference(const int *pattern, int len, const float *a, const float *b, double *out)
+{
+    chain_reference_nudged(pattern, len, a, b, out, -1, 0);
+}
+
+/* Inputs of the chains: small values (see above) */
+static void chain_inputs(float *x, float *y)
+{
+    test_fill_uniform(x, N, -0.5, 0.5);
+    test_fill_uniform(y, N, -0.25, 0.25);
+}
+
+/* The test is only as good as the chain's memory: changing the result of step 1 (the first
+   op with a scalar, the last scalar of the fused kernel's parameters) by 0.1 must change the
+   end result by far more than the tolerance, somewhere. */
+static int chain_remembers_its_start(const int *pattern, int len, const float *x, const float *y, const double *want)
+{
+    double *moved = malloc(N * sizeof *moved);
+    chain_reference_nudged(pattern, len, x, y, moved, 1, 0.1);
+    double most = 0;
+    for (size_t k = 0; k < N; k++) most = fmax(most, fabs(moved[k] - want[k]) / fabs(want[k]));
+    free(moved);
+    if (most < 1e-2) fprintf(stderr, "  the chain forgets its first steps: %.3g relative change\n", most);
+    return most >= 1e-2;
 }
 
 static void free_steps(wgml_tensor **steps, int len)
@@ -229,7 +281,9 @@ static void run_chain(wgml_context *ctx, const char *what, const int *pattern, i
     wgml_tensor *r = build_chain(ctx, pattern, len, a, b, steps);
     wgml_stats s1 = stats(ctx);
     CHECK(s1.dispatches == s0.dispatches && s1.submits == s0.submits);
-    /* 100 f32 steps: rounding accumulates, damped by tanh/sigmoid; the result is >= 0.5 */
+    CHECK(chain_remembers_its_start(pattern, len, x, y, want));
+    /* 100 f32 steps of ~1e-7 absolute rounding each on values below 1, with the end result
+       in (1.5, 3.5): ~1e-5 relative at most; transcendental tolerance */
     CHECK_CLOSE(ctx, what, r, want, N, 1e-4, 1e-30);
     wgml_stats s2 = stats(ctx);
     if (s2.dispatches - s1.dispatches != dispatches_want)
@@ -249,11 +303,10 @@ static void chain_of_100_ops_is_one_dispatch(void)
     if (!ctx) return;
     float *x = malloc(N * 4), *y = malloc(N * 4);
     double *want = malloc(N * sizeof *want);
-    test_fill_uniform(x, N, -1, 1);
-    test_fill_uniform(y, N, -1, 1);
-    /* 40 ops with a scalar, 20 with the second tensor, 40 unary */
-    chain_reference(pattern_many_scalars, 100, x, y, want);
-    run_chain(ctx, "fused chain of 100 (40 scalars, b 20 times)", pattern_many_scalars, 100, 1, x, y, want);
+    chain_inputs(x, y);
+    /* 50 ops with a scalar, 20 with the second tensor, 30 unary */
+    chain_reference(pattern_main, 100, x, y, want);
+    run_chain(ctx, "fused chain of 100 (50 scalars, b 20 times)", pattern_main, 100, 1, x, y, want);
     free(x);
     free(y);
     free(want);
@@ -267,27 +320,29 @@ static void chain_reading_one_input_many_times_is_one_dispatch(void)
     if (!ctx) return;
     float *x = malloc(N * 4), *y = malloc(N * 4);
     double *want = malloc(N * sizeof *want);
-    test_fill_uniform(x, N, -1, 1);
-    test_fill_uniform(y, N, -1, 1);
-    /* 30 ops with a scalar (within 32), b read by 20 ops */
+    chain_inputs(x, y);
+    /* 31 ops with a scalar, b read by 20 ops */
     chain_reference(pattern_few_scalars, 100, x, y, want);
-    run_chain(ctx, "fused chain of 100 (30 scalars, b 20 times)", pattern_few_scalars, 100, 1, x, y, want);
+    run_chain(ctx, "fused chain of 100 (31 scalars, b 20 times)", pattern_few_scalars, 100, 1, x, y, want);
     free(x);
     free(y);
     free(want);
 }
 
+/* In a fresh context, so the result cannot depend on what earlier evaluations left in the
+   parameter buffer: 50 scalars make a 272-byte parameter block. */
 static void chain_with_50_scalars_is_one_dispatch(void)
 {
-    wgml_context *ctx = test_context();
+    wgml_context *ctx = NULL;
+    CHECK_OK(NULL, wgml_context_create(NULL, &ctx));
     if (!ctx) return;
     float *x = malloc(N * 4), *y = malloc(N * 4);
     double *want = malloc(N * sizeof *want);
-    test_fill_uniform(x, N, -1, 1);
-    test_fill_uniform(y, N, -1, 1); /* not read by this pattern */
+    chain_inputs(x, y); /* y is not read by this pattern */
     /* one input, 50 ops with a scalar, 50 unary */
     chain_reference(pattern_one_input, 100, x, y, want);
     run_chain(ctx, "fused chain of 100 on one input (50 scalars)", pattern_one_input, 100, 1, x, y, want);
+    wgml_context_free(ctx);
     free(x);
     free(y);
     free(want);
@@ -313,21 +368,21 @@ static void unfused_chain_runs_in_bounded_memory(void)
     if (!ctx) return;
     float *x = malloc(N * 4), *y = malloc(N * 4);
     double *want = malloc(N * sizeof *want);
-    test_fill_uniform(x, N, -1, 1);
-    test_fill_uniform(y, N, -1, 1);
+    chain_inputs(x, y);
     uint64_t cls = class_bytes(ctx, N);
     CHECK(cls >= (uint64_t)N * 4);
     const int lens[2] = {100, 200};
     for (int k = 0; k < 2; k++) {
         int len = lens[k];
-        chain_reference(pattern_many_scalars, len, x, y, want);
+        chain_reference(pattern_main, len, x, y, want);
         wgml_tensor *a = mk1(ctx, N, x), *b = mk1(ctx, N, y);
         wgml_tensor **steps = calloc((size_t)len, sizeof *steps);
         wgml_stats s0 = stats(ctx);
         wgml_stats_reset_peaks(ctx);
-        wgml_tensor *r = build_chain(ctx, pattern_many_scalars, len, a, b, steps);
+        wgml_tensor *r = build_chain(ctx, pattern_main, len, a, b, steps);
         char what[64];
         snprintf(what, sizeof what, "unfused chain of %d", len);
+        CHECK(chain_remembers_its_start(pattern_main, len, x, y, want));
         CHECK_CLOSE(ctx, what, r, want, N, 1e-4, 1e-30);
         wgml_stats s1 = stats(ctx);
         CHECK(s1.dispatches - s0.dispatches == (uint64_t)len);
@@ -360,16 +415,18 @@ static void fused_chain_allocates_only_its_result(void)
     wgml_context *ctx = test_context();
     if (!ctx) return;
     float *x = malloc(N * 4), *y = malloc(N * 4);
-    test_fill_uniform(x, N, -1, 1);
-    test_fill_uniform(y, N, -1, 1);
+    chain_inputs(x, y);
     uint64_t cls = class_bytes(ctx, N);
     wgml_tensor *a = mk1(ctx, N, x), *b = mk1(ctx, N, y);
     wgml_tensor *steps[100];
     wgml_stats s0 = stats(ctx);
     wgml_stats_reset_peaks(ctx);
-    wgml_tensor *r = build_chain(ctx, pattern_few_scalars, 100, a, b, steps);
+    wgml_tensor *r = build_chain(ctx, pattern_main, 100, a, b, steps);
     CHECK_OK(ctx, wgml_eval(ctx, 1, &r));
     wgml_stats s1 = stats(ctx);
+    if (s1.bytes_in_use_peak - s0.bytes_in_use > cls)
+        fprintf(stderr, "  fused chain: peak %llu bytes beyond the inputs, want <= %llu (its result)\n",
+                (unsigned long long)(s1.bytes_in_use_peak - s0.bytes_in_use), (unsigned long long)cls);
     CHECK(s1.bytes_in_use_peak - s0.bytes_in_use <= cls);
     free_steps(steps, 100);
     wgml_tensor_free(a);

@@ -208,7 +208,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
 {
     wgml_status st;
     uint64_t params_bytes = 0;
-    for (size_t i = 0; i < n; i++) params_bytes = p[i].params_offset + 256;
+    for (size_t i = 0; i < n; i++) params_bytes = p[i].params_offset + ((p[i].launch.params_size + 15) & ~15u);
     if ((st = ensure_params_buffer(ctx, params_bytes ? params_bytes : 256))) return st;
     if (n) wgpuQueueWriteBuffer(ctx->queue, ctx->params_buffer, 0, ctx->params_host, params_bytes);
 

@@ -214,6 +214,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
     wgml_cached_io *io = ctx->cached_io;
     uint64_t in_bytes = (uint64_t)(m * K) * 4, out_bytes = (uint64_t)(m * N) * 4;
     uint32_t align = ctx->limits.minUniformBufferOffsetAlignment;
+    if (align < 64) align = 64; /* each chunk's 64-byte parameter block gets its own slot */
     uint64_t params_bytes = (uint64_t)align * MAX_CHUNKS;
     uint64_t params_size = io->params ? params_bytes : 0;
     if (!grow(ctx, &io->input, &io->input_size, in_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, &io->generation) ||

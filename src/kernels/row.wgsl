@@ -54,10 +54,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         let mx = s0[0];
         let sum = s1[0];
-        let lse = mx + log(sum);
+        let ls = log(sum);
         for (var j = lid; j < P.n; j += WG) {
             let v = x[xo + j];
-            y[yo + j] = select(exp(v - mx) / sum, v - lse, P.op == 1u);
+            y[yo + j] = select(exp(v - mx) / sum, (v - mx) - ls, P.op == 1u);
         }
         return;
     }

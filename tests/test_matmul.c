@@ -610,6 +610,6 @@ int main(void)
     TEST_RUN(matmul_in_a_graph);
     TEST_RUN(errors);
     TEST_RUN(cached_matmul);
-    TEST_KNOWN_BUG(cached_matmul_split_binding);
+    TEST_RUN(cached_matmul_split_binding);
     return test_summary();
 }

@@ -287,6 +287,10 @@ wgml_status wgml_backward(wgml_tensor *loss)
     }
     if (!loss->bw_needs) {
         free(o.v);
+        if (loss->op == WGML_OP_NONE && !loss->requires_grad) /* evaluation dropped its graph */
+            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                             "backward: the loss was already evaluated (read or eval keeps only its value); "
+                             "call wgml_backward before reading it, then read it after the step");
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "backward: no trainable tensor (wgml_requires_grad) reaches the loss");
     }
     /* every op on the way must have a rule before any gradient is touched */

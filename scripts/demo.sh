@@ -5,6 +5,4 @@ set -euo pipefail
 BUILD=${1:-build}
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}  # Mesa's WSI complains without one
 "$BUILD/wgml" info
-if "$BUILD/wgml" train --help >/dev/null 2>&1; then
-  "$BUILD/wgml" train --epochs "${EPOCHS:-3}" --out "${OUT_DIR:-out/demo}"
-fi
+"$BUILD/wgml" train --epochs "${EPOCHS:-3}" --out "${OUT_DIR:-out/demo}"

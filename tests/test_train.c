@@ -1,8 +1,8 @@
 /*
  * The training parity gate: the same MLP, initial weights and batches trained for 100 steps
  * by the GPU path and by the double-precision CPU reference; the loss at every step and the
- * gradient norm must agree within 1e-3 relative. Also: an SGD run, checkpoint-free resume
- * behaviour is in test_checkpoint.c.
+ * gradient norm must agree within 1e-3 relative, for AdamW and for SGD with momentum. Also: a
+ * step is one submit and downloads no gradient.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -141,7 +141,6 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
     case WGML_KIND_REDUCE: return wgml_build_reduce(ctx, t, l);
     case WGML_KIND_ROW: return wgml_build_row(ctx, t, l);
     case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l);
-    case WGML_KIND_LOSS: return wgml_build_loss(ctx, t, l);
     case WGML_KIND_OPTIM: return wgml_build_optim(ctx, t, l);
     default:
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "op %s cannot be scheduled",

@@ -18,13 +18,6 @@
 #define WGML_MAX_BINDINGS 10
 #define WGML_MAX_PARAMS_BYTES 1024
 
-/* A reference to data a kernel reads: a buffer through a view (elements). */
-typedef struct wgml_leaf {
-    wgml_tensor *base; /* storage or lazy tensor owning the buffer */
-    int64_t stride[WGML_MAX_DIMS]; /* in the kernel's output coordinates (4-D, right-aligned) */
-    int64_t offset;
-} wgml_leaf;
-
 /* One dispatch: binding 0 is the parameter block, 1..n the storage buffers in order. */
 typedef struct wgml_launch {
     wgml_pipeline *pipeline;
@@ -50,7 +43,6 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
-wgml_status wgml_build_loss(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_optim(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 /* The pipeline of a hand-written kernel of src/kernels/ by file name (graph/kernels.c). */
 wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launch *l);

@@ -52,12 +52,15 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     wgml_status st = wgml_kernel_pipeline(ctx, "row", l);
     if (st) return st;
     wgml_tensor *x = t->src[0];
-    int has_w = t->iparam[0], has_b = t->iparam[1];
-    wgml_tensor *w = has_w ? t->src[1] : x;
-    wgml_tensor *b = has_b ? t->src[1 + has_w] : x;
+    bool loss = t->op == WGML_OP_CROSS_ENTROPY || t->op == WGML_OP_CROSS_ENTROPY_GRAD;
+    int has_w = !loss && t->iparam[0], has_b = !loss && t->iparam[1];
+    /* losses: labels take the weight's binding, row gradients the bias's */
+    wgml_tensor *w = loss ? t->src[1] : has_w ? t->src[1] : x;
+    wgml_tensor *b = t->op == WGML_OP_CROSS_ENTROPY_GRAD ? t->src[2] : has_b ? t->src[1 + has_w] : x;
     int64_t n = x->shape[x->ndim - 1], rows = x->numel / n;
     static const uint32_t codes[] = {[WGML_OP_SOFTMAX] = 0, [WGML_OP_LOG_SOFTMAX] = 1,
-                                     [WGML_OP_LAYERNORM] = 2, [WGML_OP_RMSNORM] = 3};
+                                     [WGML_OP_LAYERNORM] = 2, [WGML_OP_RMSNORM] = 3,
+                                     [WGML_OP_CROSS_ENTROPY] = 4, [WGML_OP_CROSS_ENTROPY_GRAD] = 5};
     uint32_t gx = wgml_grid(ctx, (uint64_t)rows, l->groups);
     put_u32(l, 0, (uint32_t)rows);
     put_u32(l, 1, (uint32_t)n);

@@ -174,7 +174,11 @@ static bool grow(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t ne
     if (*buf && *size >= need) return true;
     uint64_t s = *size ? *size : 4096;
     while (s < need) s *= 2;
-    if (*buf) wgpuBufferRelease(*buf);
+    if (*buf) {
+        wgpuBufferRelease(*buf);
+        ctx->stats.buffers_live--;
+        ctx->stats.bytes_live -= *size;
+    }
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml cached io"), .usage = usage, .size = s};
     *buf = wgpuDeviceCreateBuffer(ctx->device, &d);
     *size = *buf ? s : 0;

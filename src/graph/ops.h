@@ -14,9 +14,8 @@ typedef enum wgml_op_kind {
     WGML_KIND_UNARY,     /* elementwise, one operand */
     WGML_KIND_BINARY,    /* elementwise, two operands (one may be a scalar) */
     WGML_KIND_REDUCE,    /* along one axis */
-    WGML_KIND_ROW,       /* along the last axis, one workgroup per row */
+    WGML_KIND_ROW,       /* along the last axis, one workgroup per row (norms, softmax, losses) */
     WGML_KIND_MATMUL,
-    WGML_KIND_LOSS,      /* fused losses and their gradients */
     WGML_KIND_OPTIM,     /* an optimiser step over flat parameter buffers */
     WGML_KIND_COUNT
 } wgml_op_kind;
@@ -55,8 +54,8 @@ typedef enum wgml_op_kind {
     X(LAYERNORM,   "layernorm",   WGML_KIND_ROW,     NULL)                        \
     X(RMSNORM,     "rmsnorm",     WGML_KIND_ROW,     NULL)                        \
     X(MATMUL,      "matmul",      WGML_KIND_MATMUL,  NULL)                        \
-    X(CROSS_ENTROPY, "cross_entropy", WGML_KIND_LOSS, NULL)                       \
-    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", WGML_KIND_LOSS, NULL)           \
+    X(CROSS_ENTROPY, "cross_entropy", WGML_KIND_ROW, NULL)                       \
+    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", WGML_KIND_ROW, NULL)           \
     X(OPTIM_STEP,  "optimizer_step", WGML_KIND_OPTIM, NULL)
 
 typedef enum wgml_op {

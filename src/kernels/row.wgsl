@@ -2,6 +2,9 @@
 // op 0 softmax, 1 log-softmax: an online (max, sum of exp) pass, then the write pass.
 // op 2 layernorm: Welford's mean and variance per thread, merged in a tree (Chan et al.).
 // op 3 rmsnorm: the mean of squares.
+// op 4 cross-entropy: y[row] = logsumexp(x[row]) - x[row, label], labels (class indices as
+//      floats) in w; op 5 its gradient: y[row, j] = (softmax(x[row])[j] - (j == label)) * g[row],
+//      with g in b.
 // Every row is read twice at most and written once.
 struct Params {
     rows: u32, n: u32, op: u32, flags: u32,  // flags: 1 weight, 2 bias
@@ -10,8 +13,8 @@ struct Params {
 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;  // weight, or labels (ops 4, 5)
+@group(0) @binding(3) var<storage, read> b: array<f32>;  // bias, or row gradients (op 5)
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
 const WG: u32 = 256u;
@@ -33,7 +36,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (row >= P.rows) { return; }  // uniform for the workgroup
     let xo = P.in_off + row * P.n;
     let yo = row * P.n;
-    if (P.op <= 1u) {
+    if (P.op <= 1u || P.op >= 4u) {
         var m = P.neg_inf;
         var s = 0.0;
         for (var j = lid; j < P.n; j += WG) {
@@ -55,6 +58,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let mx = s0[0];
         let sum = s1[0];
         let ls = log(sum);
+        if (P.op >= 4u) {
+            let label = u32(w[P.w_off + row]);
+            if (P.op == 4u) {
+                if (lid == 0u) { y[row] = (mx - x[xo + min(label, P.n - 1u)]) + ls; }
+                return;
+            }
+            let gr = b[P.b_off + row];
+            for (var j = lid; j < P.n; j += WG) {
+                y[yo + j] = (exp(x[xo + j] - mx) / sum - select(0.0, 1.0, j == label)) * gr;
+            }
+            return;
+        }
         for (var j = lid; j < P.n; j += WG) {
             let v = x[xo + j];
             y[yo + j] = select(exp(v - mx) / sum, (v - mx) - ls, P.op == 1u);

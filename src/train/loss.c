@@ -1,12 +1,8 @@
 /*
- * Losses: a fused, numerically stable softmax cross-entropy with integer labels (one kernel
- * forward, one for the gradient), and mean squared error composed from elementwise ops.
+ * Losses: a fused, numerically stable softmax cross-entropy with integer labels (ops 4 and 5 of
+ * kernels/row.wgsl: forward and gradient), and mean squared error composed from elementwise ops.
  */
-#include <math.h>
-#include <string.h>
-
 #include "graph/build.h"
-#include "graph/executor.h"
 #include "train/train.h"
 
 /* logits [B, C], labels [B] (class indices as floats) -> per-row losses [B] */
@@ -58,30 +54,4 @@ wgml_tensor *wgml_mse(wgml_context *ctx, wgml_tensor *pred, wgml_tensor *target)
     wgml_tensor_free(d);
     wgml_tensor_free(sq);
     return m;
-}
-
-wgml_status wgml_build_loss(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
-{
-    wgml_status st = wgml_kernel_pipeline(ctx, "loss", l);
-    if (st) return st;
-    wgml_tensor *x = t->src[0], *lab = t->src[1];
-    wgml_tensor *g = t->op == WGML_OP_CROSS_ENTROPY_GRAD ? t->src[2] : x;
-    uint32_t p[8];
-    float neg_inf = -INFINITY;
-    p[0] = (uint32_t)x->shape[0];
-    p[1] = (uint32_t)x->shape[1];
-    p[2] = t->op == WGML_OP_CROSS_ENTROPY_GRAD;
-    p[3] = wgml_grid(ctx, (uint64_t)x->shape[0], l->groups);
-    p[4] = (uint32_t)x->offset;
-    p[5] = (uint32_t)lab->offset;
-    p[6] = (uint32_t)g->offset;
-    memcpy(&p[7], &neg_inf, 4);
-    memcpy(l->params, p, sizeof p);
-    l->params_size = sizeof p;
-    l->buffers[0] = wgml_tensor_base(x);
-    l->buffers[1] = wgml_tensor_base(lab);
-    l->buffers[2] = wgml_tensor_base(g);
-    l->buffers[3] = t;
-    l->nbuffers = 4;
-    return WGML_OK;
 }

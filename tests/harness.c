@@ -1,8 +1,18 @@
 /* See harness.h. */
+#define _GNU_SOURCE /* RTLD_NODELETE */
 #include "harness.h"
+
+#include <dlfcn.h>
 
 #include <math.h>
 #include <stdlib.h>
+
+/* Keep Mesa's lavapipe loaded until exit, so LeakSanitizer can name the driver's own
+   allocations (tests/lsan.supp suppresses those, and only those). */
+__attribute__((constructor)) static void keep_vulkan_driver_loaded(void)
+{
+    dlopen("libvulkan_lvp.so", RTLD_NOW | RTLD_NODELETE);
+}
 
 int test_failures = 0;
 const char *test_current = "";

@@ -184,13 +184,11 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
             st = wgml_fail(ctx, p->grad->status, "%s", p->grad->error);
             break;
         }
-        /* a node of its own whose output is the slot */
-        wgml_tensor *g = wgml_unary_node(ctx, WGML_OP_COPY, p->grad);
-        if (p->grad->op != WGML_OP_NONE && p->grad->op != WGML_OP_VIEW && p->grad->refs == 1 && !p->grad->user_held) {
-            wgml_tensor_free(g); /* the gradient node itself can write into the slot */
-            g = p->grad;
-            wgml_tensor_retain(g);
-        }
+        /* the gradient node itself writes into the slot when nothing else sees it; otherwise a
+           copy does. Either way grads[i] holds one reference, dropped at the end. */
+        bool own = p->grad->op != WGML_OP_NONE && p->grad->op != WGML_OP_VIEW && p->grad->refs == 1 && !p->grad->user_held;
+        wgml_tensor *g = own ? p->grad : wgml_unary_node(ctx, WGML_OP_COPY, p->grad);
+        wgml_tensor_retain(g);
         if (g->dest) wgml_buffer_release(ctx, g->dest);
         g->dest = opt->G;
         wgml_buffer_retain(opt->G);

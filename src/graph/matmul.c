@@ -141,7 +141,7 @@ static const char *act_wgsl[] = {
     [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
 };
 
-static void put_header(sbuf *b)
+static void put_header(sbuf *b, bool vec_a, bool vec_b)
 {
     put(b, "struct Params {\n"
            "    M: u32, N: u32, K: u32, batch: u32,\n"
@@ -150,11 +150,12 @@ static void put_header(sbuf *b)
            "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
            "}\n"
            "@group(0) @binding(0) var<uniform> P: Params;\n"
-           "@group(0) @binding(1) var<storage, read> A: array<f32>;\n"
-           "@group(0) @binding(2) var<storage, read> B: array<f32>;\n"
+           "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
+           "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
            "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
            "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n"
-           "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n");
+           "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n",
+        vec_a ? "vec4<f32>" : "f32", vec_b ? "vec4<f32>" : "f32");
 }
 
 static void put_epilogue_fn(sbuf *b, int act)
@@ -170,17 +171,90 @@ static void put_epilogue_fn(sbuf *b, int act)
 static const char *a_index(bool ta) { return ta ? "P.a_off + bt * P.a_bs + k * P.lda + m" : "P.a_off + bt * P.a_bs + m * P.lda + k"; }
 static const char *b_index(bool tb) { return tb ? "P.b_off + bt * P.b_bs + n * P.ldb + k" : "P.b_off + bt * P.b_bs + k * P.ldb + n"; }
 
+/* One operand's side of the GEMM tile, as the generator sees it. The tile is staged in
+   workgroup memory k-major ([BK][BM] for A, [BK][BN] for B) so the inner product reads
+   vec4s of consecutive rows/columns. Global memory is read in vec4s along the operand's
+   contiguous dimension: k when A is not transposed (B: when it is), else m (B: n). */
+typedef struct operand {
+    const char *name, *shared, *reg; /* "A", "As", "ra" */
+    int width;                       /* BM or BN */
+    bool along_k;                    /* contiguous dimension is k: the staging transposes */
+    bool vec;                        /* buffer bound as array<vec4<f32>> (aligned) */
+    const char *outer, *outer_lim;   /* the non-k coordinate: "m", "P.M" */
+    const char *index;               /* element index expression (a_index/b_index) */
+} operand;
+
+/* Loads the vec4s this thread stages of operand o for the K-slice at `k0` into registers
+   o.reg0.. (zero outside the matrix). */
+static void put_tile_load(sbuf *b, const operand *o, int BK)
+{
+    int vecs = o->width * BK / 4;
+    for (int r = 0; r * 256 < vecs; r++) {
+        put(b, "        {\n            let e = lid + %du;\n", r * 256);
+        put(b, "            %s%d = vec4<f32>(0.0);\n", o->reg, r);
+        if (r * 256 + 256 > vecs) put(b, "            if (e < %du) {\n", vecs);
+        /* q: which vec4 along the contiguous dimension; s: which row of the stored tile */
+        if (o->along_k)
+            put(b, "            let %s = %s0 + e / %du; let k = k0 + (e %% %du) * 4u;\n", o->outer,
+                o->outer, BK / 4, BK / 4);
+        else
+            put(b, "            let %s = %s0 + (e %% %du) * 4u; let k = k0 + e / %du;\n", o->outer,
+                o->outer, o->width / 4, o->width / 4);
+        const char *inner = o->along_k ? "k" : o->outer;
+        const char *inner_lim = o->along_k ? "P.K" : o->outer_lim;
+        const char *other = o->along_k ? o->outer : "k";
+        const char *other_lim = o->along_k ? o->outer_lim : "P.K";
+        if (o->vec) {
+            /* aligned: the extent along the contiguous dimension is a multiple of 4 */
+            put(b, "            if (%s < %s && %s < %s) { %s%d = %s[(%s) / 4u]; }\n", other, other_lim, inner,
+                inner_lim, o->reg, r, o->name, o->index);
+        } else {
+            put(b, "            if (%s < %s) {\n                let i = %s;\n", other, other_lim, o->index);
+            for (int c = 0; c < 4; c++)
+                put(b, "                if (%s + %du < %s) { %s%d.%c = %s[i + %du]; }\n", inner, c, inner_lim,
+                    o->reg, r, "xyzw"[c], o->name, c);
+            put(b, "            }\n");
+        }
+        if (r * 256 + 256 > vecs) put(b, "            }\n");
+        put(b, "        }\n");
+    }
+}
+
+/* Stores the registers of put_tile_load into the staging buffer at vec4 offset `buf`. */
+static void put_tile_store(sbuf *b, const operand *o, int BK)
+{
+    int vecs = o->width * BK / 4, w4 = o->width / 4;
+    for (int r = 0; r * 256 < vecs; r++) {
+        put(b, "        {\n            let e = lid + %du;\n", r * 256);
+        if (r * 256 + 256 > vecs) put(b, "            if (e < %du) {\n", vecs);
+        if (o->along_k) {
+            /* row s of the stored tile holds 4 consecutive k: transpose into 4 rows */
+            put(b, "            let s = e / %du; let kq = (e %% %du) * 4u;\n", BK / 4, BK / 4);
+            for (int c = 0; c < 4; c++)
+                put(b, "            %s[buf + (kq + %du) * %du + s / 4u][s %% 4u] = %s%d.%c;\n", o->shared, c, w4,
+                    o->reg, r, "xyzw"[c]);
+        } else {
+            put(b, "            %s[buf + e] = %s%d;\n", o->shared, o->reg, r);
+        }
+        if (r * 256 + 256 > vecs) put(b, "            }\n");
+        put(b, "        }\n");
+    }
+}
+
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
 {
     int TM = cfg->tm, TN = cfg->tn, BK = cfg->bk;
     int BM = 16 * TM, BN = 16 * TN;
+    int stages = cfg->double_buffer ? 2 : 1;
+    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta)};
+    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb)};
     sbuf b = {0};
-    put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s B%s\n", BM, BN, BK, TM, TN,
-        ta ? "^T" : "", tb ? "^T" : "");
-    put_header(&b);
+    put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)\n", BM, BN, BK, TM,
+        TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages);
+    put_header(&b, cfg->vec_a, cfg->vec_b);
     put_epilogue_fn(&b, act);
-    put(&b, "var<workgroup> As: array<f32, %d>; // [BK][BM]\n", BK * BM);
-    put(&b, "var<workgroup> Bs: array<f32, %d>; // [BK][BN]\n", BK * BN);
+    put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
+    put(&b, "var<workgroup> Bs: array<vec4<f32>, %d>; // [stage][BK][BN / 4]\n", stages * BK * BN / 4);
     put(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
             "    let tiles_n = (P.N + %du) / %du;\n"
@@ -194,51 +268,67 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
         BN - 1, BN, BM, BN);
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
-    put(&b, "    for (var k0 = 0u; k0 < P.K; k0 += %du) {\n", BK);
-    /* stage the A tile [BM x BK] and B tile [BK x BN]: consecutive threads take consecutive
-       addresses of the stored layout where it can */
-    int a_elems = BM * BK, b_elems = BK * BN;
-    for (int r = 0; r * 256 < a_elems; r++) {
-        put(&b, "        {\n            let e = lid + %du;\n", r * 256);
-        if (r * 256 + 256 > a_elems) put(&b, "            if (e < %du) {\n", a_elems);
-        if (ta) put(&b, "            let mm = e %% %du; let kk = e / %du;\n", BM, BM);
-        else put(&b, "            let kk = e %% %du; let mm = e / %du;\n", BK, BK);
-        put(&b, "            let m = m0 + mm; let k = k0 + kk;\n"
-                "            As[kk * %du + mm] = select(0.0, A[%s], m < P.M && k < P.K);\n",
-            BM, a_index(ta));
-        if (r * 256 + 256 > a_elems) put(&b, "            }\n");
+    for (int r = 0; r * 256 < BM * BK / 4; r++) put(&b, "    var ra%d: vec4<f32>;\n", r);
+    for (int r = 0; r * 256 < BN * BK / 4; r++) put(&b, "    var rb%d: vec4<f32>;\n", r);
+    /* prologue: slice 0 into stage 0 */
+    put(&b, "    let slices = (P.K + %du) / %du;\n    {\n        let k0 = 0u;\n", BK - 1, BK);
+    put_tile_load(&b, &A, BK);
+    put_tile_load(&b, &B, BK);
+    put(&b, "        {\n            let buf = 0u;\n");
+    put_tile_store(&b, &A, BK);
+    put_tile_store(&b, &B, BK);
+    put(&b, "        }\n    }\n    workgroupBarrier();\n");
+    put(&b, "    for (var t = 0u; t < slices; t++) {\n");
+    if (stages == 2) {
+        /* load slice t+1 into registers now; its latency hides behind slice t's math */
+        put(&b, "        let cur = t & 1u;\n"
+                "        if (t + 1u < slices) {\n            let k0 = (t + 1u) * %du;\n", BK);
+        put_tile_load(&b, &A, BK);
+        put_tile_load(&b, &B, BK);
         put(&b, "        }\n");
+    } else {
+        put(&b, "        let cur = 0u;\n");
     }
-    for (int r = 0; r * 256 < b_elems; r++) {
-        put(&b, "        {\n            let e = lid + %du;\n", r * 256);
-        if (r * 256 + 256 > b_elems) put(&b, "            if (e < %du) {\n", b_elems);
-        if (tb) put(&b, "            let kk = e %% %du; let nn = e / %du;\n", BK, BK);
-        else put(&b, "            let nn = e %% %du; let kk = e / %du;\n", BN, BN);
-        put(&b, "            let n = n0 + nn; let k = k0 + kk;\n"
-                "            Bs[kk * %du + nn] = select(0.0, B[%s], n < P.N && k < P.K);\n",
-            BN, b_index(tb));
-        if (r * 256 + 256 > b_elems) put(&b, "            }\n");
-        put(&b, "        }\n");
-    }
-    put(&b, "        workgroupBarrier();\n");
-    /* the inner product, unrolled: rows ty*TM+i, columns tx*4+16*4*j (vec4 groups strided
-       so neighbouring threads read neighbouring vec4s of Bs) */
+    put(&b, "        let abuf = cur * %du;\n        let bbuf = cur * %du;\n", BK * BM / 4, BK * BN / 4);
+    /* the inner product, unrolled so register tiles are indexed by constants only: rows
+       ty*4 + 64*i' (+0..3), columns tx*4 + 64*j (+0..3) so a warp reads neighbouring vec4s */
     for (int kk = 0; kk < BK; kk++) {
-        for (int i = 0; i < TM; i++) put(&b, "        let a%d_%d = As[%du + ty * %du];\n", kk, i, kk * BM + i, TM);
-        for (int j = 0; j < TN / 4; j++) {
-            int o = kk * BN + j * 64;
-            put(&b, "        let b%d_%d = vec4<f32>(Bs[%du + tx * 4u], Bs[%du + tx * 4u], Bs[%du + tx * 4u], Bs[%du + tx * 4u]);\n",
-                kk, j, o, o + 1, o + 2, o + 3);
-        }
+        if (TM % 4 == 0)
+            for (int ib = 0; ib < TM / 4; ib++)
+                put(&b, "        let a%d_%d = As[abuf + %du + ty];\n", kk, ib, kk * BM / 4 + ib * 16);
+        else
+            put(&b, "        let a%d_0 = vec4<f32>(As[abuf + %du + ty / 4u][ty %% 4u]);\n", kk, kk * BM / 4);
+        for (int jb = 0; jb < TN / 4; jb++)
+            put(&b, "        let b%d_%d = Bs[bbuf + %du + tx];\n", kk, jb, kk * BN / 4 + jb * 16);
         for (int i = 0; i < TM; i++)
-            for (int j = 0; j < TN / 4; j++) put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d), b%d_%d, c%d_%d);\n", i, j, kk, i, kk, j, i, j);
+            for (int jb = 0; jb < TN / 4; jb++)
+                put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d.%c), b%d_%d, c%d_%d);\n", i, jb, kk, i / 4,
+                    "xyzw"[i % 4], kk, jb, i, jb);
     }
-    put(&b, "        workgroupBarrier();\n    }\n");
+    if (stages == 2) {
+        put(&b, "        if (t + 1u < slices) {\n            let buf = (1u - cur) * %du;\n", BK * BM / 4);
+        put_tile_store(&b, &A, BK);
+        put(&b, "        }\n        if (t + 1u < slices) {\n            let buf = (1u - cur) * %du;\n", BK * BN / 4);
+        put_tile_store(&b, &B, BK);
+        put(&b, "        }\n        workgroupBarrier();\n    }\n");
+    } else {
+        put(&b, "        workgroupBarrier();\n"
+                "        if (t + 1u < slices) {\n            let k0 = (t + 1u) * %du;\n", BK);
+        put_tile_load(&b, &A, BK);
+        put_tile_load(&b, &B, BK);
+        put(&b, "            {\n            let buf = 0u;\n");
+        put_tile_store(&b, &A, BK);
+        put_tile_store(&b, &B, BK);
+        put(&b, "            }\n        }\n        workgroupBarrier();\n    }\n");
+    }
     put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) {
-            put(&b, "    {\n        let m = m0 + ty * %du + %du;\n        let n = n0 + tx * 4u + %du;\n", TM, i, j * 64);
-            put(&b, "        if (m < P.M) {\n");
+            if (TM % 4 == 0)
+                put(&b, "    {\n        let m = m0 + ty * 4u + %du;\n", (i / 4) * 64 + i % 4);
+            else
+                put(&b, "    {\n        let m = m0 + ty;\n");
+            put(&b, "        let n = n0 + tx * 4u + %du;\n        if (m < P.M) {\n", j * 64);
             for (int c = 0; c < 4; c++)
                 put(&b, "            if (n + %du < P.N) { let idx = cb + m * P.N + n + %du; C[idx] = epilogue(c%d_%d.%c, n + %du, idx); }\n",
                     c, c, i, j, "xyzw"[c], c);
@@ -254,7 +344,7 @@ char *wgml_gemv_source(bool tb, int act)
 {
     sbuf b = {0};
     put(&b, "// generated GEMV (M = 1), B%s\n", tb ? "^T" : "");
-    put_header(&b);
+    put_header(&b, false, false);
     put_epilogue_fn(&b, act);
     if (!tb) {
         /* B [K, N]: thread (ks, c) sums k = ks, ks+16, ... for columns n0 + c*4 .. +3 */
@@ -323,13 +413,31 @@ char *wgml_gemv_source(bool tb, int act)
     return b.s;
 }
 
-/* Tile configs by shape; sized so workgroup memory fits every adapter (<= 16 KiB). */
-wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, int64_t M, int64_t N, int64_t K)
+/* Tile configs by shape. WGML_GEMM_TILE="tm,tn,bk,stages" overrides the large-M config
+   (benchmark sweeps). Double buffering only where the adapter's workgroup memory holds it. */
+wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
 {
-    (void)ctx; (void)N; (void)K;
-    if (M <= 16) return (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16};
-    if (M <= 64) return (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16};
-    return (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8};
+    wgml_gemm_config c;
+    bool forced = false;
+    if (g->M <= 16) c = (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16};
+    else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16};
+    else {
+        c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8};
+        const char *e = getenv("WGML_GEMM_TILE");
+        int tm, tn, bk, st;
+        if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8) &&
+            (tn == 4 || tn == 8) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && (st == 1 || st == 2)) {
+            c = (wgml_gemm_config){.tm = tm, .tn = tn, .bk = bk, .double_buffer = st == 2};
+            forced = true;
+        }
+    }
+    uint64_t bytes = (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4; /* one stage of A and B */
+    if (!forced) c.double_buffer = 2 * bytes <= ctx->limits.maxComputeWorkgroupStorageSize;
+    /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
+    int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
+    c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0;
+    c.vec_b = b_inner % 4 == 0 && g->ldb % 4 == 0 && g->b_off % 4 == 0 && g->b_bs % 4 == 0;
+    return c;
 }
 
 /* ---------------------------------------------------------------- launch */
@@ -357,7 +465,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
                                wgml_gemm_config *cfg_out)
 {
     bool gemv = g->M == 1 && !g->trans_a; /* the GEMV kernel reads A as one contiguous row */
-    wgml_gemm_config cfg = wgml_gemm_choose(ctx, g->M, g->N, g->K);
+    wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
     char *src = gemv ? wgml_gemv_source(g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
     if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     l->pipeline = wgml_pipeline_get(ctx, src, true);

@@ -6,7 +6,9 @@
 #include "graph/executor.h"
 
 typedef struct wgml_gemm_config {
-    int tm, tn, bk; /* per-thread tile TM x TN (16x16 threads), K-slice depth */
+    int tm, tn, bk;     /* per-thread tile TM x TN (16x16 threads), K-slice depth */
+    bool double_buffer; /* two staging buffers: the next slice loads during this one's math */
+    bool vec_a, vec_b;  /* operand bound as vec4s (its contiguous extent, strides, offsets % 4 == 0) */
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. */
@@ -21,7 +23,8 @@ typedef struct wgml_gemm_args {
 
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
 char *wgml_gemv_source(bool trans_b, int act);
-wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, int64_t M, int64_t N, int64_t K);
+/* The tile config for g: by shape, within the adapter's workgroup memory. */
+wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g);
 /* Picks and compiles the kernel for g (cached), and fills the launch's parameters. */
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv,
                                wgml_gemm_config *cfg);

@@ -126,6 +126,7 @@ struct wgml_context {
     wgml_adapter_info info;
     bool trusted_kernels; /* compile hand-written kernels without runtime bounds checks */
     bool no_fusion;
+    double poll_spin_seconds; /* how long a read-back spins before blocking (WGML_POLL_SPIN_US) */
 
     /* errors */
     wgml_status status;

@@ -1,8 +1,8 @@
 /*
  * The cached-matmul API (the seed's interface): weights uploaded once by name; per call
- * only the input write, the dispatch(es), the copy to staging and the map. Input, output,
- * parameter and staging buffers persist and only grow; bind groups are reused while the
- * buffers they name do not change.
+ * only the input write, the dispatch(es), the copy to staging and the map. Input, output and
+ * staging buffers persist and only grow. Each weight keeps the kernels, parameter block and
+ * bind groups of its last call, rebuilt only when m or the I/O buffers change.
  *
  * A weight larger than the adapter's storage-binding limit (but within its buffer limit) is
  * kept in one buffer and bound in row chunks at offsets: C = sum over chunks of
@@ -16,7 +16,7 @@
 #define MAX_CHUNKS 16
 
 typedef struct wgml_cached_io {
-    WGPUBuffer input, output, params, staging;
+    WGPUBuffer input, output, staging;
     uint64_t input_size, output_size, staging_size;
     uint32_t generation; /* bumps when input/output are reallocated */
 } wgml_cached_io;
@@ -25,10 +25,14 @@ typedef struct cached_weight {
     wgml_weight w;
     int nchunks;
     int64_t chunk_rows;
-    WGPUBindGroup bind[MAX_CHUNKS];
-    uint32_t bind_generation;
-    wgml_pipeline *bind_pipeline;
+    /* the last call's plan, valid while m and the I/O buffers' generation are unchanged */
     int64_t last_m;
+    uint32_t bind_generation;
+    WGPUBuffer params; /* one parameter block per chunk, `params_stride` bytes apart */
+    uint32_t params_stride;
+    WGPUBindGroup bind[MAX_CHUNKS];
+    wgml_pipeline *pipeline[MAX_CHUNKS];
+    uint32_t groups[MAX_CHUNKS][3];
 } cached_weight;
 
 static cached_weight *find(const wgml_context *ctx, const char *name)
@@ -45,12 +49,13 @@ static void drop_binds(cached_weight *cw)
             wgpuBindGroupRelease(cw->bind[i]);
             cw->bind[i] = NULL;
         }
-    cw->bind_pipeline = NULL;
+    cw->last_m = -1;
 }
 
 static void free_weight(cached_weight *cw)
 {
     drop_binds(cw);
+    if (cw->params) wgpuBufferRelease(cw->params);
     if (cw->w.buffer) wgpuBufferRelease(cw->w.buffer);
     free(cw->w.name);
     free(cw);
@@ -104,10 +109,17 @@ wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float 
     }
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml weight"),
                               .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, .size = (bytes + 3) & ~3ull};
+    uint32_t stride = ctx->limits.minUniformBufferOffsetAlignment;
+    if (stride < 64) stride = 64; /* a GEMM parameter block is 64 bytes */
+    WGPUBufferDescriptor pd = {.label = wgml_sv("wgml weight params"),
+                               .usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst,
+                               .size = (uint64_t)stride * (uint64_t)nchunks};
     wgml_scope_push(ctx);
     cw->w.buffer = wgpuDeviceCreateBuffer(ctx->device, &d);
+    cw->params = wgpuDeviceCreateBuffer(ctx->device, &pd);
+    cw->params_stride = stride;
     if (cw->w.buffer) wgpuQueueWriteBuffer(ctx->queue, cw->w.buffer, 0, data, bytes);
-    if ((st = wgml_scope_pop(ctx, "uploading a weight")) || !cw->w.buffer) {
+    if ((st = wgml_scope_pop(ctx, "uploading a weight")) || !cw->w.buffer || !cw->params) {
         free_weight(cw);
         return st ? st : wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating weight '%s'", name);
     }
@@ -160,7 +172,6 @@ void wgml_weights_destroy(wgml_context *ctx)
     if (io) {
         if (io->input) wgpuBufferRelease(io->input);
         if (io->output) wgpuBufferRelease(io->output);
-        if (io->params) wgpuBufferRelease(io->params);
         if (io->staging) wgpuBufferRelease(io->staging);
         free(io);
         ctx->cached_io = NULL;
@@ -217,59 +228,50 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     wgml_cached_io *io = ctx->cached_io;
     uint64_t in_bytes = (uint64_t)(m * K) * 4, out_bytes = (uint64_t)(m * N) * 4;
-    uint32_t align = ctx->limits.minUniformBufferOffsetAlignment;
-    if (align < 64) align = 64; /* each chunk's 64-byte parameter block gets its own slot */
-    uint64_t params_bytes = (uint64_t)align * MAX_CHUNKS;
-    uint64_t params_size = io->params ? params_bytes : 0;
     if (!grow(ctx, &io->input, &io->input_size, in_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, &io->generation) ||
         !grow(ctx, &io->output, &io->output_size, out_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, &io->generation) ||
-        !grow(ctx, &io->params, &params_size, params_bytes, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, NULL) ||
         !grow(ctx, &io->staging, &io->staging_size, out_bytes, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, NULL))
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul_cached: allocating I/O buffers");
-
-    /* one launch per chunk of weight rows; chunk c accumulates onto the earlier ones */
-    wgml_launch l[MAX_CHUNKS];
-    bool gemv = false;
-    wgml_gemm_config cfg;
-    for (int c = 0; c < cw->nchunks; c++) {
-        int64_t r0 = c * cw->chunk_rows, rows = K - r0 < cw->chunk_rows ? K - r0 : cw->chunk_rows;
-        wgml_gemm_args g = {.M = m, .N = N, .K = rows, .batch = 1, .alpha = 1.0f, .lda = K, .ldb = N,
-                            .a_off = r0, .accumulate = c > 0};
-        memset(&l[c], 0, sizeof l[c]);
-        if ((st = wgml_gemm_pipeline(ctx, &g, &l[c], &gemv, &cfg))) return st;
-        wgml_gemm_params(ctx, &l[c], &g, gemv, &cfg);
-    }
-    /* the parameter slots are shared by every weight: written each call (64 bytes a chunk);
-       bind groups change only with the buffers or the kernel */
-    for (int c = 0; c < cw->nchunks; c++)
-        wgpuQueueWriteBuffer(ctx->queue, io->params, (uint64_t)c * align, l[c].params, l[c].params_size);
-    if (cw->last_m != m || cw->bind_generation != io->generation || cw->bind_pipeline != l[0].pipeline) {
+    if (cw->last_m != m || cw->bind_generation != io->generation) {
+        /* plan: one launch per chunk of weight rows; chunk c accumulates onto the earlier ones */
         drop_binds(cw);
         for (int c = 0; c < cw->nchunks; c++) {
+            int64_t r0 = c * cw->chunk_rows, rows = K - r0 < cw->chunk_rows ? K - r0 : cw->chunk_rows;
+            wgml_gemm_args g = {.M = m, .N = N, .K = rows, .batch = 1, .alpha = 1.0f, .lda = K, .ldb = N,
+                                .a_off = r0, .accumulate = c > 0};
+            wgml_launch l;
+            bool gemv = false;
+            wgml_gemm_config cfg;
+            memset(&l, 0, sizeof l);
+            if ((st = wgml_gemm_pipeline(ctx, &g, &l, &gemv, &cfg))) return st;
+            wgml_gemm_params(ctx, &l, &g, gemv, &cfg);
             uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * 4;
             uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * 4;
+            uint64_t poff = (uint64_t)c * cw->params_stride;
+            wgpuQueueWriteBuffer(ctx->queue, cw->params, poff, l.params, l.params_size);
             WGPUBindGroupEntry e[5] = {
-                {.binding = 0, .buffer = io->params, .offset = (uint64_t)c * align, .size = 64},
+                {.binding = 0, .buffer = cw->params, .offset = poff, .size = 64},
                 {.binding = 1, .buffer = io->input, .size = io->input_size},
                 {.binding = 2, .buffer = cw->w.buffer, .offset = off, .size = (size + 3) & ~3ull},
                 {.binding = 3, .buffer = io->input, .size = io->input_size}, /* no bias */
                 {.binding = 4, .buffer = io->output, .size = io->output_size},
             };
-            WGPUBindGroupDescriptor bd = {.layout = l[c].pipeline->layout, .entryCount = 5, .entries = e};
+            WGPUBindGroupDescriptor bd = {.layout = l.pipeline->layout, .entryCount = 5, .entries = e};
             cw->bind[c] = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+            cw->pipeline[c] = l.pipeline;
+            memcpy(cw->groups[c], l.groups, sizeof l.groups);
         }
         cw->last_m = m;
         cw->bind_generation = io->generation;
-        cw->bind_pipeline = l[0].pipeline;
     }
     wgpuQueueWriteBuffer(ctx->queue, io->input, 0, input, in_bytes);
     wgml_scope_push(ctx);
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
     WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, NULL);
     for (int c = 0; c < cw->nchunks; c++) {
-        wgpuComputePassEncoderSetPipeline(pass, l[c].pipeline->pipeline);
+        wgpuComputePassEncoderSetPipeline(pass, cw->pipeline[c]->pipeline);
         wgpuComputePassEncoderSetBindGroup(pass, 0, cw->bind[c], 0, NULL);
-        wgpuComputePassEncoderDispatchWorkgroups(pass, l[c].groups[0], l[c].groups[1], l[c].groups[2]);
+        wgpuComputePassEncoderDispatchWorkgroups(pass, cw->groups[c][0], cw->groups[c][1], cw->groups[c][2]);
     }
     wgpuComputePassEncoderEnd(pass);
     wgpuComputePassEncoderRelease(pass);

@@ -1,8 +1,12 @@
 # wgml — the two commands a user needs:
 #   make demo   install deps, build, run the main job
-#   make test   install deps, build, run the tests
+#   make test   install deps, build, run the tests, then a short fuzz run of the loader
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+# Seconds of fuzzing in `make test` (`make fuzz` runs scripts/fuzz.sh's default, 60 s);
+# either takes FUZZ_SECONDS from the command line or the environment.
+TEST_FUZZ_SECONDS = $(or $(FUZZ_SECONDS),30)
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ifdef WGPU_NATIVE_DIR
@@ -21,8 +25,16 @@ build: deps
 demo: build
 	./scripts/demo.sh $(BUILD)
 
+# The libFuzzer build of the safetensors loader (clang, ASan, UBSan), in its own folder.
+define fuzz_build
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DWGML_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors
+endef
+
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
+	$(fuzz_build)
+	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) ./scripts/fuzz.sh $(FUZZ_BUILD)
 
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DWGML_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
@@ -31,12 +43,11 @@ asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2
 
 fuzz: deps
-	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DWGML_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_safetensors
-	./scripts/fuzz.sh build-fuzz
+	$(fuzz_build)
+	./scripts/fuzz.sh $(FUZZ_BUILD)
 
 bench: build
 	./$(BUILD)/wgml bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -72,11 +72,12 @@ cat > "$work/safetensors.dict" <<'DICT'
 DICT
 
 echo "fuzz: running $fuzzer for ${seconds}s"
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 "$fuzzer" -max_total_time="$seconds" -max_len=4096 -timeout=10 -print_final_stats=1 \
   -dict="$work/safetensors.dict" -artifact_prefix="$build_dir/fuzz-artifacts/" \
   "$work/corpus" > "$work/log" 2>&1 || status=$?
-grep -E "^(stat::|Done|INFO: Seed|==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)" \
+grep -E "^(#[0-9]+[[:space:]]+DONE|stat::|Done|INFO: Seed|==[0-9]+==ERROR|SUMMARY|artifact_prefix|Test unit written)" \
   "$work/log" || true
 if [ "$status" -ne 0 ]; then
   tail -n 60 "$work/log" >&2

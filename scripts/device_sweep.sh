@@ -10,6 +10,6 @@ W=build/wgml
 for cfg in ${TILES:-default 8,8,8,1 8,8,16,2 8,8,16,1 8,8,4,2 4,8,16,2}; do
   echo "== tile $cfg"
   if [ "$cfg" = default ]; then $W bench matmul 2>&1 | grep -v "^wgml"
-  else WGML_GEMM_TILE=$cfg $W bench matmul 2>&1 | grep -E "gemm_|M128"; fi
+  else WGML_GEMM_TILE=$cfg $W bench matmul 2>&1 | grep -E "gemm_(2048|4096|8192)|M128_K8192"; fi
 done
 echo "== blocking poll only"; WGML_POLL_SPIN_US=0 $W bench matmul 2>&1 | grep cached

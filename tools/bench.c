@@ -94,7 +94,7 @@ static void report(const char *name, double seconds, double value, const char *u
 
 /* ---------------------------------------------------------------- ops */
 
-typedef struct two { wgml_tensor *a, *b, *w, *bias; int len; } two;
+typedef struct two { wgml_tensor *a, *b, *w, *bias; int len; const wgml_matmul_desc *desc; } two;
 
 static wgml_tensor *op_add(wgml_context *ctx, void *p) { two *t = p; return wgml_add(ctx, t->a, t->b); }
 
@@ -125,7 +125,7 @@ static void bench_ops(int quick)
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
         exit(1);
     }
-    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 100};
+    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 100, NULL};
     int inner = quick ? 2 : 8, reps = quick ? 3 : 15;
     char name[64];
     double s = time_op(ctx, op_add, &t, inner, reps);
@@ -134,11 +134,11 @@ static void bench_ops(int quick)
     double add_s = s;
     s = time_op(ctx, op_chain, &t, inner, reps);
     report("chain100_fused", s, s / add_s, "x add");
-    two u = {random_tensor(unfused, 1, &n), random_tensor(unfused, 1, &n), NULL, NULL, 100};
+    two u = {random_tensor(unfused, 1, &n), random_tensor(unfused, 1, &n), NULL, NULL, 100, NULL};
     s = time_op(unfused, op_chain, &u, 1, quick ? 2 : 5);
     report("chain100_unfused", s, s / add_s, "x add");
     int64_t rows = quick ? 256 : 4096, cols = quick ? 1024 : 8192, shape[2] = {rows, cols};
-    two r = {random_tensor(ctx, 2, shape), NULL, random_tensor(ctx, 1, &cols), random_tensor(ctx, 1, &cols), 0};
+    two r = {random_tensor(ctx, 2, shape), NULL, random_tensor(ctx, 1, &cols), random_tensor(ctx, 1, &cols), 0, NULL};
     s = time_op(ctx, op_softmax, &r, inner, reps);
     snprintf(name, sizeof name, "softmax_%lldx%lld", (long long)rows, (long long)cols);
     report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
@@ -152,6 +152,7 @@ static void bench_ops(int quick)
 /* ---------------------------------------------------------------- matmul */
 
 static wgml_tensor *op_matmul(wgml_context *ctx, void *p) { two *t = p; return wgml_matmul(ctx, t->a, t->b); }
+static wgml_tensor *op_matmul_ex(wgml_context *ctx, void *p) { two *t = p; return wgml_matmul_ex(ctx, t->a, t->b, t->desc); }
 
 static void bench_matmul(int quick)
 {
@@ -166,10 +167,22 @@ static void bench_matmul(int quick)
     char name[64];
     for (int i = 0; i < nsq; i++) {
         int64_t s = sq[i], sh[2] = {s, s};
-        two t = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0};
+        two t = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0, NULL};
         int inner = s >= 4096 ? 3 : 8;
         double sec = time_op(ctx, op_matmul, &t, quick ? 1 : inner, quick ? 3 : 9);
         snprintf(name, sizeof name, "gemm_%lld^3", (long long)s);
+        report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
+        wgml_tensor_free(t.a);
+        wgml_tensor_free(t.b);
+    }
+    /* the transposed-operand GEMMs of a backward pass, at the 4096 size */
+    for (int v = 0; v < 2; v++) {
+        int64_t s = quick ? 512 : 4096, sh[2] = {s, s};
+        wgml_matmul_desc d = {.trans_a = v == 0, .trans_b = v == 1};
+        two t = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0, NULL};
+        t.desc = &d;
+        double sec = time_op(ctx, op_matmul_ex, &t, quick ? 1 : 3, quick ? 3 : 9);
+        snprintf(name, sizeof name, "gemm_%lld^3_%s", (long long)s, v == 0 ? "At_B" : "A_Bt");
         report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
         wgml_tensor_free(t.a);
         wgml_tensor_free(t.b);
@@ -180,7 +193,7 @@ static void bench_matmul(int quick)
     for (int mi = 0; mi < 3; mi++)
         for (int ki = 0; ki < nk; ki++) {
             int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
-            two t = {random_tensor(ctx, 2, sa), random_tensor(ctx, 2, sb), NULL, NULL, 0};
+            two t = {random_tensor(ctx, 2, sa), random_tensor(ctx, 2, sb), NULL, NULL, 0, NULL};
             double sec = time_op(ctx, op_matmul, &t, quick ? 1 : 8, quick ? 3 : 11);
             snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)K);
             if (M == 1) report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
@@ -227,8 +240,8 @@ static void bench_startup(void)
     }
     double t1 = now();
     int64_t n = 1024, sh[2] = {32, 32};
-    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 10};
-    two m = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0};
+    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 10, NULL};
+    two m = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0, NULL};
     float out[1024];
     wgml_tensor *a = op_chain(ctx, &t), *b = wgml_matmul(ctx, m.a, m.b), *c = wgml_softmax(ctx, m.a);
     wgml_tensor *all[3] = {a, b, c};

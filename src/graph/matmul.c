@@ -249,8 +249,9 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta)};
     operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb)};
     sbuf b = {0};
-    put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)\n", BM, BN, BK, TM,
-        TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages);
+    put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
+        TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
+        stages == 2 && cfg->prefetch ? ", register prefetch" : "");
     put_header(&b, cfg->vec_a, cfg->vec_b);
     put_epilogue_fn(&b, act);
     put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
@@ -280,11 +281,19 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     put(&b, "        }\n    }\n    workgroupBarrier();\n");
     put(&b, "    for (var t = 0u; t < slices; t++) {\n");
     if (stages == 2) {
-        /* load slice t+1 into registers now; its latency hides behind slice t's math */
+        /* slice t+1: with prefetch, load it into registers now (its latency hides behind slice
+           t's math) and store it after; without, stage it into the other buffer right away */
         put(&b, "        let cur = t & 1u;\n"
                 "        if (t + 1u < slices) {\n            let k0 = (t + 1u) * %du;\n", BK);
         put_tile_load(&b, &A, BK);
         put_tile_load(&b, &B, BK);
+        if (!cfg->prefetch) {
+            put(&b, "            {\n            let buf = (1u - cur) * %du;\n", BK * BM / 4);
+            put_tile_store(&b, &A, BK);
+            put(&b, "            }\n            {\n            let buf = (1u - cur) * %du;\n", BK * BN / 4);
+            put_tile_store(&b, &B, BK);
+            put(&b, "            }\n");
+        }
         put(&b, "        }\n");
     } else {
         put(&b, "        let cur = 0u;\n");
@@ -305,12 +314,14 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
                 put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d.%c), b%d_%d, c%d_%d);\n", i, jb, kk, i / 4,
                     "xyzw"[i % 4], kk, jb, i, jb);
     }
-    if (stages == 2) {
+    if (stages == 2 && cfg->prefetch) {
         put(&b, "        if (t + 1u < slices) {\n            let buf = (1u - cur) * %du;\n", BK * BM / 4);
         put_tile_store(&b, &A, BK);
         put(&b, "        }\n        if (t + 1u < slices) {\n            let buf = (1u - cur) * %du;\n", BK * BN / 4);
         put_tile_store(&b, &B, BK);
         put(&b, "        }\n        workgroupBarrier();\n    }\n");
+    } else if (stages == 2) {
+        put(&b, "        workgroupBarrier();\n    }\n");
     } else {
         put(&b, "        workgroupBarrier();\n"
                 "        if (t + 1u < slices) {\n            let k0 = (t + 1u) * %du;\n", BK);
@@ -414,7 +425,7 @@ char *wgml_gemv_source(bool tb, int act)
 }
 
 /* Tile configs by shape. WGML_GEMM_TILE="tm,tn,bk,stages" overrides the large-M config
-   (benchmark sweeps). Double buffering only where the adapter's workgroup memory holds it. */
+   (benchmark sweeps; stages 3 = two buffers without register prefetch). Double buffering only where the adapter's workgroup memory holds it. */
 wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
 {
     wgml_gemm_config c;
@@ -422,12 +433,12 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     if (g->M <= 16) c = (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16};
     else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16};
     else {
-        c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8};
+        c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true};
         const char *e = getenv("WGML_GEMM_TILE");
         int tm, tn, bk, st;
         if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8) &&
-            (tn == 4 || tn == 8) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && (st == 1 || st == 2)) {
-            c = (wgml_gemm_config){.tm = tm, .tn = tn, .bk = bk, .double_buffer = st == 2};
+            (tn == 4 || tn == 8) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 3) {
+            c = (wgml_gemm_config){.tm = tm, .tn = tn, .bk = bk, .double_buffer = st >= 2, .prefetch = st == 2};
             forced = true;
         }
     }

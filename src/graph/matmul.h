@@ -7,7 +7,8 @@
 
 typedef struct wgml_gemm_config {
     int tm, tn, bk;     /* per-thread tile TM x TN (16x16 threads), K-slice depth */
-    bool double_buffer; /* two staging buffers: the next slice loads during this one's math */
+    bool double_buffer; /* two staging buffers: the next slice is staged during this one's math */
+    bool prefetch;      /* ... loaded into registers before the math, stored after it */
     bool vec_a, vec_b;  /* operand bound as vec4s (its contiguous extent, strides, offsets % 4 == 0) */
 } wgml_gemm_config;
 

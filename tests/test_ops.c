@@ -424,7 +424,15 @@ static void scalar_operands(void)
     }
 }
 
-/* NaN and +-inf propagate as IEEE: every pair of special and plain values */
+typedef wgml_tensor *(*reduce_fn)(wgml_context *, wgml_tensor *, int, int);
+typedef void (*reduce_ref)(int, const int64_t *, const float *, int, double *);
+
+static double ref_clamp_nan_lo(double x) { return wgml_ref_clamp(x, NAN, 1.5); }
+
+/* NaN and +-inf propagate as IEEE (pow as C's): every pair of special and plain values
+   through every elementwise op (both tables walked), then the reductions and row ops. NaN
+   wins in maximum, minimum, max and argmax, as in NumPy. Drivers fold x != x to false, so
+   the kernels test NaN by its bits. */
 static void nan_and_inf_propagate(void)
 {
     wgml_context *ctx = test_context();
@@ -433,44 +441,72 @@ static void nan_and_inf_propagate(void)
     float a[64], b[64];
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 8; j++) a[i * 8 + j] = sp[i], b[i * 8 + j] = sp[j];
+    double want[64];
+    char what[96];
     /* 64 elements: the vec4 kernel; 63: the scalar one */
     for (int64_t n = 63; n <= 64; n++) {
         wgml_tensor *ta = mk(ctx, 1, &n, a), *tb = mk(ctx, 1, &n, b);
-        double want[64];
-        struct { const char *name; wgml_tensor *(*fn)(wgml_context *, wgml_tensor *, wgml_tensor *); double (*ref)(double, double); } bins[] = {
-            {"add", wgml_add, wgml_ref_add}, {"mul", wgml_mul, wgml_ref_mul},
-            {"maximum", wgml_maximum, wgml_ref_maximum}, {"minimum", wgml_minimum, wgml_ref_minimum},
-        };
-        for (int k = 0; k < 4; k++) {
-            wgml_ref_binary(bins[k].ref, 1, &n, a, 1, &n, b, want);
-            wgml_tensor *r = bins[k].fn(ctx, ta, tb);
-            char what[64];
-            snprintf(what, sizeof what, "%s with NaN/inf (n=%lld)", bins[k].name, (long long)n);
-            CHECK_CLOSE(ctx, what, r, want, (size_t)n, 0, TINY); /* exact */
+        for (size_t k = 0; k < NUNARY; k++) {
+            const unary_case *c = &unary_cases[k];
+            wgml_ref_unary(c->ref, n, a, want);
+            wgml_tensor *r = c->fn(ctx, ta);
+            snprintf(what, sizeof what, "%s with NaN/inf (n=%lld)", c->name, (long long)n);
+            CHECK_CLOSE(ctx, what, r, want, (size_t)n, c->tol, c->floor);
             wgml_tensor_free(r);
         }
-        struct { const char *name; wgml_tensor *(*fn)(wgml_context *, wgml_tensor *); double (*ref)(double); double tol; } uns[] = {
-            {"relu", wgml_relu, wgml_ref_relu, 0}, {"clamp", clamp_case, ref_clamp_case, 0},
-            {"exp", wgml_exp, wgml_ref_exp, TRANSC}, /* exp(1.5) etc. are not exact */
-            {"neg", wgml_neg, wgml_ref_neg, 0}, {"abs", wgml_abs, wgml_ref_abs, 0},
-        };
-        for (int k = 0; k < 5; k++) {
-            wgml_ref_unary(uns[k].ref, n, a, want);
-            wgml_tensor *r = uns[k].fn(ctx, ta);
-            char what[64];
-            snprintf(what, sizeof what, "%s with NaN/inf (n=%lld)", uns[k].name, (long long)n);
-            CHECK_CLOSE(ctx, what, r, want, (size_t)n, uns[k].tol, TINY);
+        for (size_t k = 0; k < NBINARY; k++) {
+            const binary_case *c = &binary_cases[k];
+            wgml_ref_binary(c->ref, 1, &n, a, 1, &n, b, want);
+            wgml_tensor *r = c->fn(ctx, ta, tb);
+            snprintf(what, sizeof what, "%s with NaN/inf (n=%lld)", c->name, (long long)n);
+            CHECK_CLOSE(ctx, what, r, want, (size_t)n, c->tol, c->floor);
             wgml_tensor_free(r);
         }
+        /* a NaN bound, passed as a kernel parameter */
+        wgml_ref_unary(ref_clamp_nan_lo, n, a, want);
+        wgml_tensor *r = wgml_clamp(ctx, ta, NAN, 1.5f);
+        snprintf(what, sizeof what, "clamp with a NaN bound (n=%lld)", (long long)n);
+        CHECK_CLOSE(ctx, what, r, want, (size_t)n, 0, TINY);
+        wgml_tensor_free(r);
         wgml_tensor_free(ta);
         wgml_tensor_free(tb);
     }
+
+    /* rows: a NaN among finite values (not first: the max must not drop it), +inf, -inf,
+       both infinities, all -inf, +inf and NaN, finite with signed zeros and a tie */
+    const float inf = INFINITY;
+    const float x[56] = {
+        1, NAN, 2, 3, -2.5f, 0, -0.0f, 1.5f,   1, 2, inf, 3, -2.5f, 0, -0.0f, 1.5f,
+        1, 2, -inf, 3, -2.5f, 0, -0.0f, 1.5f,  -inf, 2, inf, 3, -2.5f, 0, -0.0f, 1.5f,
+        -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf,
+        1, inf, 2, NAN, -2.5f, 0, -0.0f, 1.5f, -0.0f, 2, 0, 3, -2.5f, 3, -0.0f, 1.5f,
+    };
+    int64_t shape[2] = {7, 8};
+    wgml_tensor *tx = mk(ctx, 2, shape, x);
+    const struct { const char *name; reduce_fn fn; reduce_ref ref; double tol; } reds[] = {
+        {"sum", wgml_sum, wgml_ref_sum, 1e-5}, {"max", wgml_max, wgml_ref_max, 0},
+        {"argmax", wgml_argmax, wgml_ref_argmax, 0},
+    };
+    for (int ax = 0; ax < 2; ax++)
+        for (size_t k = 0; k < sizeof reds / sizeof reds[0]; k++) {
+            reds[k].ref(2, shape, x, ax, want);
+            wgml_tensor *r = reds[k].fn(ctx, tx, ax, 0);
+            snprintf(what, sizeof what, "%s along axis %d with NaN/inf", reds[k].name, ax);
+            CHECK_CLOSE(ctx, what, r, want, (size_t)shape[1 - ax], reds[k].tol, TINY);
+            wgml_tensor_free(r);
+        }
+    wgml_ref_softmax(7, 8, x, want);
+    wgml_tensor *r = wgml_softmax(ctx, tx);
+    CHECK_CLOSE(ctx, "softmax with NaN/inf", r, want, 56, 1e-5, TINY);
+    wgml_tensor_free(r);
+    wgml_ref_log_softmax(7, 8, x, want);
+    r = wgml_log_softmax(ctx, tx);
+    CHECK_CLOSE(ctx, "log_softmax with NaN/inf", r, want, 56, 1e-4, TINY);
+    wgml_tensor_free(r);
+    wgml_tensor_free(tx);
 }
 
 /* ---------------------------------------------------------------- reductions */
-
-typedef wgml_tensor *(*reduce_fn)(wgml_context *, wgml_tensor *, int, int);
-typedef void (*reduce_ref)(int, const int64_t *, const float *, int, double *);
 
 static void reductions_along_every_axis(void)
 {
@@ -1133,7 +1169,7 @@ int main(void)
     TEST_RUN(pow_of_negative_bases);
     TEST_RUN(broadcasting_patterns);
     TEST_RUN(scalar_operands);
-    TEST_KNOWN_BUG(nan_and_inf_propagate);
+    TEST_RUN(nan_and_inf_propagate);
     TEST_RUN(reductions_along_every_axis);
     TEST_RUN(reductions_over_all_elements);
     TEST_RUN(softmax_and_log_softmax);

@@ -35,7 +35,7 @@ typedef enum wgml_op_kind {
     X(SIGMOID,     "sigmoid",     WGML_KIND_UNARY,   "wgml_sigmoid(%0)")          \
     X(RELU,        "relu",        WGML_KIND_UNARY,   "wgml_relu(%0)")             \
     X(GELU,        "gelu",        WGML_KIND_UNARY,   "wgml_gelu(%0)")             \
-    X(SILU,        "silu",        WGML_KIND_UNARY,   "(%0 * wgml_sigmoid(%0))")   \
+    X(SILU,        "silu",        WGML_KIND_UNARY,   "wgml_silu(%0)")             \
     X(CLAMP,       "clamp",       WGML_KIND_UNARY,   "wgml_clamp(%0, #0, #1)")    \
     X(RELU_GRAD,   "relu_grad",   WGML_KIND_BINARY,  "select(T(0.0), %1, %0 > T(0.0))") \
     X(ADD,         "add",         WGML_KIND_BINARY,  "(%0 + %1)")                 \

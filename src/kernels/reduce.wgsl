@@ -14,13 +14,13 @@ const WG: u32 = 256u;
 var<workgroup> sv: array<f32, 256>;
 var<workgroup> si: array<u32, 256>;
 
-// by its bits: drivers may fold v != v to false
-fn isnan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
+// by its bits: Mesa/LLVM fold v != v to false
+fn is_nan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
 
 // true when (v, j) should replace (a, i) as the max: NaN first, then larger, then earlier index
 fn better(v: f32, j: u32, a: f32, i: u32) -> bool {
-    if (isnan(a)) { return isnan(v) && j < i; }
-    if (isnan(v)) { return true; }
+    if (is_nan(a)) { return is_nan(v) && j < i; }
+    if (is_nan(v)) { return true; }
     return v > a || (v == a && j < i);
 }
 

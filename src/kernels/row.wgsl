@@ -22,11 +22,15 @@ var<workgroup> s0: array<f32, 256>;
 var<workgroup> s1: array<f32, 256>;
 var<workgroup> s2: array<f32, 256>;
 
+// by its bits: Mesa/LLVM fold v != v to false
+fn is_nan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
+
 // merge running (max m, sum s of exp(x - m)) pairs
 fn lse_merge(ma: f32, sa: f32, mb: f32, sb: f32) -> vec2<f32> {
+    // NaN spreads; tested first, as max() may drop it
+    if (is_nan(ma) || is_nan(mb)) { return vec2<f32>(ma + mb, sa + sb); }
     let m = max(ma, mb);
     if (m == P.neg_inf) { return vec2<f32>(m, 0.0); }
-    if (ma != ma || mb != mb) { return vec2<f32>(ma + mb, sa + sb); }  // NaN spreads
     return vec2<f32>(m, sa * exp(ma - m) + sb * exp(mb - m));
 }
 

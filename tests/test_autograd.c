@@ -10,7 +10,10 @@
  * float inputs converted to double. Gradients must agree to a relative error of 1e-3 (floor
  * 1e-3 on the magnitude, scaled by the gradient's largest element where that exceeds 1; see
  * grad_close). Inputs are sampled at least 1e-2 (10 h) away from every kink (relu,
- * abs, clamp bounds, maximum/minimum ties, relu pre-activations inside matmul).
+ * abs, clamp bounds, maximum/minimum ties, relu pre-activations inside matmul, a max and the
+ * runner-up of the same reduction), and layernorm/rmsnorm rows keep sqrt(var + eps) >= 0.1
+ * (the central difference's error grows as (h / that)^2). Ties of max are checked apart,
+ * against the convention (the gradient split equally among the tied maxima).
  *
  * Every case also checks that the gradient has the input's shape and that the GPU forward
  * value of L matches the CPU one (so the double helpers are checked too).
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include "cpu/ref.h"
+#include "graph/build.h"
 #include "harness.h"
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -78,28 +82,31 @@ typedef enum {
     K_UNARY,   /* op: index into unary_ops */
     K_BINARY,  /* op: wgml_binary_op, NumPy broadcasting */
     K_SCALAR,  /* op: wgml_binary_op; side 1: op(x, s), side 2: op(s, x) */
-    K_REDUCE,  /* op 0: sum, 1: mean; axis, keepdim */
-    K_ROW,     /* op 0: softmax, 1: log_softmax */
+    K_REDUCE,  /* op 0: sum, 1: mean, 2: max; axis, keepdim, or all (the *_all form) */
+    K_ROW,     /* op 0: softmax, 1: log_softmax, 2: layernorm, 3: rmsnorm (eps s; the leaves
+                  after x: the weight if has_weight, then the bias if has_bias) */
     K_MATMUL,  /* md; has_bias: the last leaf is the bias */
     K_MSE,     /* wgml_mse(x, y) */
     K_DIAMOND, /* tanh(x) + x * sigmoid(x): one leaf, three uses */
     K_MLP,     /* cross_entropy(relu(x W1 + b1) W2 + b2, labels) */
 } kind;
 
-enum { V_RESHAPE = 1, V_PERMUTE, V_BCAST };
+enum { V_RESHAPE = 1, V_PERMUTE, V_BCAST, V_SLICE };
 typedef struct view {
     int kind, nd;
-    int64_t sh[4]; /* reshape and broadcast_to */
-    int perm[4];   /* permute */
+    int64_t sh[4];                 /* reshape and broadcast_to */
+    int perm[4];                   /* permute */
+    int axis;                      /* slice: [start, stop) by step along axis */
+    int64_t start, stop, step;
 } view;
 
 typedef struct gcase {
     char name[160];
     kind kind;
-    int op, side, axis, keepdim;
+    int op, side, axis, keepdim, all;
     float s, lo, hi;
     wgml_matmul_desc md; /* its bias field is unused: has_bias makes the last leaf the bias */
-    int has_bias;
+    int has_bias, has_weight;
     int same;            /* operand 1 is leaf 0 again (one leaf used twice) */
     int vop, nview;      /* views applied, in order, to operand vop before the op */
     view views[MAXV];
@@ -141,6 +148,8 @@ static double (*const binary_cpu[])(double, double) = {
     [WGML_MINIMUM] = wgml_ref_minimum,
 };
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum"};
+static const char *const reduce_names[] = {"sum", "mean", "max"};
+static const char *const row_names[] = {"softmax", "log_softmax", "layernorm", "rmsnorm"};
 static const char *const act_names[] = {"none", "relu", "gelu", "silu"};
 
 /* operand k of the op is leaf leaf_of(k) */
@@ -185,6 +194,21 @@ static void cpu_view(const view *v, darr *a, double *out)
         }
         a->nd = v->nd;
         memcpy(a->sh, v->sh, sizeof v->sh);
+        break;
+    }
+    case V_SLICE: {
+        int ax = v->axis < 0 ? v->axis + a->nd : v->axis;
+        int64_t osh[4];
+        memcpy(osh, a->sh, sizeof osh);
+        osh[ax] = wgml_ref_slice_len(v->start, v->stop, v->step);
+        for (int64_t f = 0; f < numel_of(a->nd, osh); f++) {
+            unravel(f, a->nd, osh, o);
+            o[ax] = v->start + o[ax] * v->step;
+            int64_t src = 0;
+            for (int k = 0; k < a->nd; k++) src = src * a->sh[k] + o[k];
+            out[f] = a->v[src];
+        }
+        memcpy(a->sh, osh, sizeof osh);
         break;
     }
     }
@@ -299,16 +323,24 @@ static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kin
         memcpy(out->sh, x->sh, sizeof x->sh);
         return 0;
     case K_REDUCE: {
-        int ax = c->axis < 0 ? c->axis + x->nd : c->axis;
+        darr flat = {.nd = 1, .sh = {n}, .v = x->v}; /* the *_all forms reduce x flattened */
+        if (c->all) x = &flat;
+        int ax = c->all ? 0 : c->axis < 0 ? c->axis + x->nd : c->axis;
         int64_t outer = numel_of(ax, x->sh), len = x->sh[ax], inner = numel_of(x->nd - ax - 1, x->sh + ax + 1);
         for (int64_t o = 0; o < outer; o++)
             for (int64_t i = 0; i < inner; i++) {
-                double s = 0;
-                for (int64_t k = 0; k < len; k++) s += x->v[(o * len + k) * inner + i];
-                out->v[o * inner + i] = c->op == 1 ? s / (double)len : s;
+                double s = 0, top = -INFINITY, second = -INFINITY;
+                for (int64_t k = 0; k < len; k++) {
+                    double v = x->v[(o * len + k) * inner + i];
+                    s += v;
+                    if (v > top) second = top, top = v;
+                    else if (v > second) second = v;
+                }
+                if (c->op == 2 && len > 1) *kink = fmin(*kink, top - second); /* a tie is a kink */
+                out->v[o * inner + i] = c->op == 2 ? top : c->op == 1 ? s / (double)len : s;
             }
         out->nd = 0;
-        for (int d = 0; d < x->nd; d++)
+        for (int d = 0; d < x->nd && !c->all; d++)
             if (d != ax) out->sh[out->nd++] = x->sh[d];
             else if (c->keepdim) out->sh[out->nd++] = 1;
         if (out->nd == 0) out->sh[out->nd++] = 1;
@@ -316,13 +348,24 @@ static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kin
     }
     case K_ROW: {
         int64_t len = x->sh[x->nd - 1], rows = n / len;
+        const double *weight = c->has_weight ? op[1].v : NULL, *bias = c->has_bias ? op[1 + c->has_weight].v : NULL;
         for (int64_t r = 0; r < rows; r++) {
             const double *row = x->v + r * len;
+            double *y = out->v + r * len;
+            if (c->op >= 2) { /* (x - mean) / sqrt(var + eps) w + b; rmsnorm: mean 0 */
+                double mean = 0, var = 0;
+                for (int64_t j = 0; j < len && c->op == 2; j++) mean += row[j] / (double)len;
+                for (int64_t j = 0; j < len; j++) var += (row[j] - mean) * (row[j] - mean) / (double)len;
+                double sd = sqrt(var + c->s);
+                *kink = fmin(*kink, sd / 10);
+                for (int64_t j = 0; j < len; j++)
+                    y[j] = (row[j] - mean) / sd * (weight ? weight[j] : 1.0) + (bias ? bias[j] : 0.0);
+                continue;
+            }
             double mx = -INFINITY, s = 0;
             for (int64_t j = 0; j < len; j++) mx = fmax(mx, row[j]);
             for (int64_t j = 0; j < len; j++) s += exp(row[j] - mx);
-            for (int64_t j = 0; j < len; j++)
-                out->v[r * len + j] = c->op == 0 ? exp(row[j] - mx) / s : row[j] - mx - log(s);
+            for (int64_t j = 0; j < len; j++) y[j] = c->op == 0 ? exp(row[j] - mx) / s : row[j] - mx - log(s);
         }
         out->nd = x->nd;
         memcpy(out->sh, x->sh, sizeof x->sh);
@@ -371,6 +414,7 @@ static wgml_tensor *gpu_forward(wgml_context *ctx, const gcase *c, wgml_tensor *
         wgml_tensor *t = op[c->vop];
         op[c->vop] = v->kind == V_RESHAPE ? wgml_reshape(ctx, t, v->nd, v->sh)
                      : v->kind == V_PERMUTE ? wgml_permute(ctx, t, v->perm)
+                     : v->kind == V_SLICE   ? wgml_slice(ctx, t, v->axis, v->start, v->stop, v->step)
                                             : wgml_broadcast_to(ctx, t, v->nd, v->sh);
     }
     wgml_tensor *x = op[0];
@@ -381,9 +425,20 @@ static wgml_tensor *gpu_forward(wgml_context *ctx, const gcase *c, wgml_tensor *
     case K_SCALAR:
         return c->side == 1 ? wgml_binary_scalar(ctx, (wgml_binary_op)c->op, x, c->s)
                             : wgml_scalar_binary(ctx, (wgml_binary_op)c->op, c->s, x);
-    case K_REDUCE:
-        return c->op == 1 ? wgml_mean(ctx, x, c->axis, c->keepdim) : wgml_sum(ctx, x, c->axis, c->keepdim);
-    case K_ROW: return c->op == 1 ? wgml_log_softmax(ctx, x) : wgml_softmax(ctx, x);
+    case K_REDUCE: {
+        wgml_tensor *(*const all[])(wgml_context *, wgml_tensor *) = {wgml_sum_all, wgml_mean_all, wgml_max_all};
+        wgml_tensor *(*const along[])(wgml_context *, wgml_tensor *, int, int) = {wgml_sum, wgml_mean, wgml_max};
+        return c->all ? all[c->op](ctx, x) : along[c->op](ctx, x, c->axis, c->keepdim);
+    }
+    case K_ROW: {
+        wgml_tensor *w = c->has_weight ? op[1] : NULL, *b = c->has_bias ? op[1 + c->has_weight] : NULL;
+        switch (c->op) {
+        case 0: return wgml_softmax(ctx, x);
+        case 1: return wgml_log_softmax(ctx, x);
+        case 2: return wgml_layernorm(ctx, x, w, b, c->s);
+        default: return wgml_rmsnorm(ctx, x, w, c->s);
+        }
+    }
     case K_MATMUL: {
         wgml_matmul_desc md = c->md;
         md.bias = c->has_bias ? op[2] : NULL;
@@ -760,41 +815,106 @@ static void test_scalar_grads(void)
 
 /* ---------------------------------------------------------------- reductions and rows */
 
+/* max's values spread over about the reduced length, so that ties stay rare */
+static void reduce_case(int op, const shape *s, int axis, int keepdim, int all, const char *tag)
+{
+    gcase c = {.kind = K_REDUCE, .op = op, .axis = axis, .keepdim = keepdim, .all = all};
+    int ax = axis < 0 ? axis + s->nd : axis;
+    double r = op == 2 ? fmax(2, (double)(all ? numel_of(s->nd, s->sh) : s->sh[ax])) : 2;
+    set_leaf(&c, 0, s->nd, s->sh, -r, r);
+    if (all) snprintf(c.name, sizeof c.name, "%s_all%s", reduce_names[op], tag);
+    else snprintf(c.name, sizeof c.name, "%s(axis %d, keepdim %d)%s", reduce_names[op], axis, keepdim, tag);
+    name_shapes(c.name, sizeof c.name, &c);
+    run_case(&c);
+}
+
 static void test_reduction_grads(void)
 {
-    for (int op = 0; op < 2; op++)
+    for (int op = 0; op < N_OF(reduce_names); op++) {
         for (int keep = 0; keep < 2; keep++) {
             const struct { shape s; int axis; } cases[] = {
                 {{1, {7}}, 0},        {{1, {1}}, 0},        {{2, {3, 5}}, 0},     {{2, {3, 5}}, 1},
                 {{3, {2, 3, 4}}, 0},  {{3, {2, 3, 4}}, 1},  {{3, {2, 3, 4}}, 2},  {{3, {2, 3, 4}}, -1},
                 {{4, {2, 1, 3, 2}}, 1}, {{4, {2, 1, 3, 2}}, 2},
             };
-            for (int k = 0; k < N_OF(cases); k++) {
-                gcase c = {.kind = K_REDUCE, .op = op, .axis = cases[k].axis, .keepdim = keep};
-                set_leaf(&c, 0, cases[k].s.nd, cases[k].s.sh, -2, 2);
-                snprintf(c.name, sizeof c.name, "%s(axis %d, keepdim %d)", op ? "mean" : "sum", c.axis, keep);
-                name_shapes(c.name, sizeof c.name, &c);
-                run_case(&c);
-            }
+            for (int k = 0; k < N_OF(cases); k++) reduce_case(op, &cases[k].s, cases[k].axis, keep, 0, "");
             for (int k = 0; k < 3; k++) {
                 shape r = random_shape();
-                gcase c = {.kind = K_REDUCE, .op = op, .keepdim = keep};
-                c.axis = (int)(test_rand_u64() % (uint64_t)r.nd) - (test_rand_u64() & 1 ? r.nd : 0);
-                set_leaf(&c, 0, r.nd, r.sh, -2, 2);
-                snprintf(c.name, sizeof c.name, "%s(axis %d, keepdim %d) (random)", op ? "mean" : "sum", c.axis, keep);
-                name_shapes(c.name, sizeof c.name, &c);
-                run_case(&c);
+                int axis = (int)(test_rand_u64() % (uint64_t)r.nd) - (test_rand_u64() & 1 ? r.nd : 0);
+                reduce_case(op, &r, axis, keep, 0, " (random)");
             }
         }
-    /* long reductions (more than one workgroup's worth along the axis) */
-    const struct { shape s; int axis; } big[] = {{{1, {600}}, 0}, {{2, {3, 300}}, 1}, {{2, {300, 2}}, 0}};
-    for (int k = 0; k < N_OF(big); k++) {
-        gcase c = {.kind = K_REDUCE, .op = k & 1, .axis = big[k].axis};
-        set_leaf(&c, 0, big[k].s.nd, big[k].s.sh, -2, 2);
-        snprintf(c.name, sizeof c.name, "%s(axis %d)", c.op ? "mean" : "sum", c.axis);
-        name_shapes(c.name, sizeof c.name, &c);
-        run_case(&c);
+        /* over every element */
+        for (int k = 0; k <= N_OF(awkward); k++) {
+            shape r = k < N_OF(awkward) ? awkward[k] : random_shape();
+            reduce_case(op, &r, 0, 0, 1, k < N_OF(awkward) ? "" : " (random)");
+        }
+        /* long reductions (more than one workgroup's worth along the axis) */
+        const struct { shape s; int axis; } big[] = {{{1, {600}}, 0}, {{2, {3, 300}}, 1}, {{2, {300, 2}}, 0}};
+        for (int k = 0; k < N_OF(big); k++) reduce_case(op, &big[k].s, big[k].axis, 0, 0, "");
     }
+}
+
+/* The convention at ties: each of the k equal maxima of a reduction gets 1/k of its gradient.
+   Values from {0, 1, 2} make ties in most rows; the want is counted here from the floats. */
+static void max_ties_case(const shape *s, int axis, int all)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    n_cases++;
+    int before = test_failures;
+    int64_t n = numel_of(s->nd, s->sh);
+    float x[64], w[64], got[64];
+    double want[64];
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(test_rand_u64() % 3), w[i] = (float)test_uniform(-1, 1);
+    int64_t outer = 1, len = n, inner = 1;
+    if (!all) {
+        outer = numel_of(axis, s->sh), len = s->sh[axis], inner = numel_of(s->nd - axis - 1, s->sh + axis + 1);
+    }
+    char name[96], sh[32];
+    shape_str(sh, sizeof sh, s->nd, s->sh);
+    if (all) snprintf(name, sizeof name, "max_all ties %s", sh);
+    else snprintf(name, sizeof name, "max(axis %d) ties %s", axis, sh);
+    wgml_scope_begin(ctx);
+    wgml_tensor *xt = NULL, *wt = NULL;
+    int64_t nw = outer * inner;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, s->nd, s->sh, x, (size_t)n, &xt));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, &nw, w, (size_t)nw, &wt));
+    CHECK_OK(ctx, wgml_requires_grad(xt, 1));
+    wgml_tensor *m = all ? wgml_max_all(ctx, xt) : wgml_max(ctx, xt, axis, 0);
+    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, wgml_reshape(ctx, m, 1, &nw), wt));
+    CHECK_OK(ctx, wgml_backward(L));
+    if (!wgml_grad(xt)) {
+        CHECK(wgml_grad(xt) != NULL);
+        goto done;
+    }
+    CHECK_OK(ctx, wgml_tensor_read(wgml_grad(xt), got, (size_t)n));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            float top = -INFINITY;
+            int ties = 0;
+            for (int64_t k = 0; k < len; k++) top = fmaxf(top, x[(o * len + k) * inner + i]);
+            for (int64_t k = 0; k < len; k++) ties += x[(o * len + k) * inner + i] == top;
+            for (int64_t k = 0; k < len; k++)
+                want[(o * len + k) * inner + i] = x[(o * len + k) * inner + i] == top ? w[o * inner + i] / ties : 0.0;
+        }
+    if (!test_close(name, got, want, (size_t)n, 1e-6, 1e-6)) {
+        fprintf(stderr, "FAIL %s: case %s: the gradient is not split equally among the maxima\n", test_current, name);
+        test_failures++;
+    }
+done:
+    wgml_scope_end(ctx);
+    wgml_clear_error(ctx);
+    if (test_failures != before) n_failed_cases++;
+}
+
+static void test_max_ties(void)
+{
+    const struct { shape s; int axis, all; } cases[] = {
+        {{2, {3, 4}}, 1, 0}, {{2, {5, 3}}, 0, 0}, {{3, {2, 3, 4}}, 1, 0}, {{1, {7}}, 0, 0},
+        {{2, {5, 6}}, 0, 1}, {{1, {1}}, 0, 1},
+    };
+    for (int k = 0; k < N_OF(cases); k++) max_ties_case(&cases[k].s, cases[k].axis, cases[k].all);
 }
 
 static void test_softmax_grads(void)
@@ -805,10 +925,46 @@ static void test_softmax_grads(void)
         for (int k = 0; k < N_OF(sh); k++) {
             gcase c = {.kind = K_ROW, .op = op};
             set_leaf(&c, 0, sh[k].nd, sh[k].sh, -3, 3);
-            snprintf(c.name, sizeof c.name, "%s", op ? "log_softmax" : "softmax");
+            snprintf(c.name, sizeof c.name, "%s", row_names[op]);
             name_shapes(c.name, sizeof c.name, &c);
             run_case(&c);
         }
+}
+
+/* layernorm (weight and bias each optional) and rmsnorm (weight optional): the gradients of x,
+   the weight and the bias; transposed: x is 2-D and the op gets its transpose */
+static void norm_case(int op, const shape *s, int weight, int bias, float eps, int transposed)
+{
+    gcase c = {.kind = K_ROW, .op = op, .s = eps, .has_weight = weight, .has_bias = bias, .nview = transposed,
+               .views = {{.kind = V_PERMUTE, .perm = {1, 0}}}};
+    set_leaf(&c, 0, s->nd, s->sh, -2, 2);
+    int64_t n = transposed ? s->sh[0] : s->sh[s->nd - 1];
+    if (weight) set_leaf(&c, c.nin, 1, &n, -1.5, 1.5);
+    if (bias) set_leaf(&c, c.nin, 1, &n, -1, 1);
+    snprintf(c.name, sizeof c.name, "%s(%s%s%s, eps %g)", row_names[op], transposed ? "transpose(x), " : "",
+             weight ? "weight" : "no weight", bias ? ", bias" : "", eps);
+    name_shapes(c.name, sizeof c.name, &c);
+    run_case(&c);
+}
+
+static void test_norm_grads(void)
+{
+    /* rows of one element have var 0: eps keeps them away from the singularity */
+    const struct { shape s; float eps; } sh[] = {
+        {{1, {7}}, 1e-5f}, {{2, {3, 5}}, 1e-5f}, {{3, {2, 3, 4}}, 1e-5f}, {{2, {4, 1}}, 0.25f},
+        {{1, {1}}, 0.25f}, {{2, {2, 300}}, 1e-5f}, {{4, {2, 1, 3, 2}}, 0.5f}, {{2, {5, 2}}, 1e-3f},
+    };
+    const struct { int op, weight, bias; } kinds[] = {{2, 0, 0}, {2, 1, 0}, {2, 0, 1}, {2, 1, 1}, {3, 0, 0}, {3, 1, 0}};
+    const shape s35 = {2, {3, 5}};
+    for (int v = 0; v < N_OF(kinds); v++) {
+        int op = kinds[v].op, w = kinds[v].weight, b = kinds[v].bias;
+        for (int k = 0; k < N_OF(sh); k++) norm_case(op, &sh[k].s, w, b, sh[k].eps, 0);
+        for (int k = 0; k < 2; k++) {
+            shape r = random_shape();
+            norm_case(op, &r, w, b, 0.05f, 0);
+        }
+        norm_case(op, &s35, w, b, 1e-5f, 1); /* the row op reads a contiguous copy */
+    }
 }
 
 /* ---------------------------------------------------------------- views */
@@ -899,6 +1055,86 @@ static void test_view_grads(void)
     set_leaf(&m4, 1, 2, (int64_t[]){5, 4}, -1, 1);
     snprintf(m4.name, sizeof m4.name, "matmul(transpose(x[3,5]), y[5,4], trans_a)");
     run_case(&m4);
+}
+
+/* slices: the gradient lands on the sliced elements, zeros elsewhere */
+static void slice_case(int nd, const int64_t *sh, int axis, int64_t start, int64_t stop, int64_t step, const char *tag)
+{
+    gcase c = {.kind = K_UNARY, .op = U_TANH, .nview = 1,
+               .views = {{.kind = V_SLICE, .axis = axis, .start = start, .stop = stop, .step = step}}};
+    set_leaf(&c, 0, nd, sh, -2, 2);
+    snprintf(c.name, sizeof c.name, "tanh(x[%lld:%lld:%lld] on axis %d)%s", (long long)start, (long long)stop,
+             (long long)step, axis, tag);
+    name_shapes(c.name, sizeof c.name, &c);
+    run_case(&c);
+}
+
+static void test_slice_grads(void)
+{
+    const struct { shape s; int axis; int64_t start, stop, step; } cases[] = {
+        {{1, {7}}, 0, 1, 6, 2},         {{1, {7}}, 0, 0, 7, 1},         {{1, {7}}, 0, 3, 7, 10},
+        {{1, {7}}, 0, 6, 7, 1},         {{1, {1}}, 0, 0, 1, 1},         {{2, {3, 5}}, 0, 1, 3, 1},
+        {{2, {3, 5}}, 1, 0, 5, 3},      {{2, {3, 5}}, -1, 4, 5, 1},     {{3, {2, 3, 4}}, 0, 1, 2, 1},
+        {{3, {2, 3, 4}}, 1, 1, 2, 1},   {{3, {2, 3, 4}}, 2, 1, 4, 2},   {{4, {2, 1, 3, 5}}, 3, 2, 5, 2},
+        {{4, {2, 1, 3, 5}}, 1, 0, 1, 1}, {{4, {2, 3, 2, 3}}, 1, 1, 3, 1}, {{2, {2, 300}}, 1, 7, 290, 5},
+        {{2, {300, 2}}, 0, 150, 151, 1},
+    };
+    for (int k = 0; k < N_OF(cases); k++)
+        slice_case(cases[k].s.nd, cases[k].s.sh, cases[k].axis, cases[k].start, cases[k].stop, cases[k].step, "");
+    for (int k = 0; k < 8; k++) {
+        shape r = random_shape();
+        int axis = (int)(test_rand_u64() % (uint64_t)r.nd);
+        int64_t n = r.sh[axis], start = (int64_t)(test_rand_u64() % (uint64_t)n);
+        int64_t stop = start + 1 + (int64_t)(test_rand_u64() % (uint64_t)(n - start));
+        slice_case(r.nd, r.sh, axis, start, stop, 1 + (int64_t)(test_rand_u64() % 3), " (random)");
+    }
+
+    /* a slice of a slice */
+    gcase a = {.kind = K_UNARY, .op = U_TANH, .nview = 2,
+               .views = {{.kind = V_SLICE, .axis = 1, .start = 1, .stop = 8, .step = 2},
+                         {.kind = V_SLICE, .axis = 1, .start = 1, .stop = 4, .step = 2}}};
+    set_leaf(&a, 0, 2, (int64_t[]){3, 8}, -2, 2);
+    snprintf(a.name, sizeof a.name, "tanh(x[3,8][:, 1:8:2][:, 1:4:2])");
+    run_case(&a);
+
+    /* a slice of a transposed view: the gradient goes on through the permute */
+    gcase b = {.kind = K_UNARY, .op = U_TANH, .nview = 2,
+               .views = {{.kind = V_PERMUTE, .perm = {1, 0}}, {.kind = V_SLICE, .axis = 0, .start = 1, .stop = 5, .step = 2}}};
+    set_leaf(&b, 0, 2, (int64_t[]){3, 5}, -2, 2);
+    snprintf(b.name, sizeof b.name, "tanh(transpose(x[3,5])[1:5:2])");
+    run_case(&b);
+
+    /* a slice of a broadcast view (stride 0 along the sliced axis) */
+    gcase d = {.kind = K_UNARY, .op = U_TANH, .nview = 2,
+               .views = {{.kind = V_BCAST, .nd = 2, .sh = {3, 4}}, {.kind = V_SLICE, .axis = 1, .start = 1, .stop = 4, .step = 2}}};
+    set_leaf(&d, 0, 2, (int64_t[]){3, 1}, -2, 2);
+    snprintf(d.name, sizeof d.name, "tanh(broadcast_to(x[3,1] -> [3,4])[:, 1:4:2])");
+    run_case(&d);
+
+    /* a reshape of a slice (copies it), then log_softmax */
+    gcase e = {.kind = K_ROW, .op = 1, .nview = 2,
+               .views = {{.kind = V_SLICE, .axis = 1, .start = 1, .stop = 5, .step = 1}, {.kind = V_RESHAPE, .nd = 2, .sh = {2, 8}}}};
+    set_leaf(&e, 0, 2, (int64_t[]){4, 6}, -2, 2);
+    snprintf(e.name, sizeof e.name, "log_softmax(reshape(x[4,6][:, 1:5] -> [2,8]))");
+    run_case(&e);
+
+    /* one leaf whole and sliced: x * x[1:2] (broadcast), both uses add up */
+    gcase f = {.kind = K_BINARY, .op = WGML_MUL, .same = 1, .vop = 1, .nview = 1,
+               .views = {{.kind = V_SLICE, .axis = 0, .start = 1, .stop = 2, .step = 1}}};
+    set_leaf(&f, 0, 2, (int64_t[]){3, 4}, -2, 2);
+    snprintf(f.name, sizeof f.name, "x[3,4] * x[1:2]");
+    run_case(&f);
+
+    /* a sliced matmul operand, and a reduction of a slice */
+    gcase m = {.kind = K_MATMUL, .nview = 1, .views = {{.kind = V_SLICE, .axis = 1, .start = 1, .stop = 6, .step = 2}}};
+    set_leaf(&m, 0, 2, (int64_t[]){3, 6}, -1, 1);
+    set_leaf(&m, 1, 2, (int64_t[]){3, 4}, -1, 1);
+    snprintf(m.name, sizeof m.name, "matmul(x[3,6][:, 1:6:2], y[3,4])");
+    run_case(&m);
+    gcase r = {.kind = K_REDUCE, .op = 2, .axis = 0, .nview = 1, .views = {{.kind = V_SLICE, .axis = 1, .start = 0, .stop = 3, .step = 1}}};
+    set_leaf(&r, 0, 2, (int64_t[]){5, 4}, -5, 5);
+    snprintf(r.name, sizeof r.name, "max(x[5,4][:, 0:3], axis 0)");
+    run_case(&r);
 }
 
 /* ---------------------------------------------------------------- matmul */
@@ -1211,38 +1447,32 @@ static void test_backward_errors(void)
     wgml_scope_end(ctx);
 }
 
-/* Ops without a rule must fail with UNSUPPORTED rather than give a wrong (e.g. zero)
-   gradient: the op's input gets no gradient. Another trainable leaf y that reaches the loss
-   only through ops with rules may get its gradient before the pass stops; if so it must be
-   the right one (2y here). */
+/* An op without a rule must fail with UNSUPPORTED rather than give a wrong (e.g. zero)
+   gradient, and its input gets no gradient. Every public op has a rule; the ops the backward
+   pass builds (relu_grad here) do not. Another trainable leaf y that reaches the loss only
+   through ops with rules may get its gradient before the pass stops; if so it must be the
+   right one (2y here). */
 static void test_unsupported_ops(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    int64_t sh[2] = {3, 4}, n4 = 4;
+    int64_t sh[2] = {3, 4};
     float xv[12], yv[12], gy[12];
     test_fill_uniform(xv, 12, -2, 2);
     test_fill_uniform(yv, 12, -2, 2);
     double want_y[12];
     for (int i = 0; i < 12; i++) want_y[i] = 2.0 * yv[i];
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 2; k++) {
         wgml_scope_begin(ctx);
-        wgml_tensor *x = NULL, *y = NULL, *lw = NULL;
+        wgml_tensor *x = NULL, *y = NULL, *c = NULL;
         CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, xv, 12, &x));
         CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, yv, 12, &y));
-        CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, &n4, yv, 4, &lw));
+        CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, yv, 12, &c));
         CHECK_OK(ctx, wgml_requires_grad(x, 1));
         CHECK_OK(ctx, wgml_requires_grad(y, 1));
-        const char *what = "";
-        wgml_tensor *part = NULL;
-        switch (k) {
-        case 0: what = "max(axis 1)"; part = wgml_sum_all(ctx, wgml_max(ctx, x, 1, 0)); break;
-        case 1: what = "max_all"; part = wgml_max_all(ctx, x); break;
-        case 2: what = "layernorm"; part = wgml_sum_all(ctx, wgml_mul(ctx, wgml_layernorm(ctx, x, NULL, NULL, 1e-5f), x)); break;
-        case 3: what = "layernorm(weight)"; part = wgml_sum_all(ctx, wgml_layernorm(ctx, x, lw, NULL, 1e-5f)); break;
-        case 4: what = "rmsnorm"; part = wgml_sum_all(ctx, wgml_rmsnorm(ctx, x, NULL, 1e-5f)); break;
-        case 5: what = "slice"; part = wgml_sum_all(ctx, wgml_exp(ctx, wgml_slice(ctx, x, 1, 1, 4, 2))); break;
-        }
+        const char *what = k ? "relu_grad(c, x)" : "relu_grad(x, c)";
+        wgml_tensor *part = wgml_sum_all(ctx, k ? wgml_binary_node(ctx, WGML_OP_RELU_GRAD, c, wgml_exp(ctx, x))
+                                                : wgml_binary_node(ctx, WGML_OP_RELU_GRAD, x, c));
         wgml_tensor *L = wgml_add(ctx, part, wgml_sum_all(ctx, wgml_mul(ctx, y, y)));
         wgml_status st = wgml_backward(L);
         if (st != WGML_ERROR_UNSUPPORTED) {
@@ -1267,6 +1497,38 @@ static void test_unsupported_ops(void)
     }
 }
 
+/* argmax passes no gradient (its indices are constant almost everywhere), as in PyTorch: the
+   other factor of argmax(x) * y gets its gradient, x gets none, and a loss reached only
+   through argmax has no trainable input */
+static void test_argmax_passes_no_gradient(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    wgml_scope_begin(ctx);
+    int64_t sh[2] = {3, 4}, n3 = 3;
+    float xv[12], yv[3], got[3];
+    test_fill_uniform(xv, 12, -2, 2);
+    test_fill_uniform(yv, 3, -2, 2);
+    wgml_tensor *x = NULL, *y = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, sh, xv, 12, &x));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, &n3, yv, 3, &y));
+    CHECK_OK(ctx, wgml_requires_grad(x, 1));
+    CHECK_OK(ctx, wgml_requires_grad(y, 1));
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, wgml_argmax(ctx, x, 1, 0), y))));
+    CHECK(wgml_grad(x) == NULL);
+    CHECK(wgml_grad(y) != NULL);
+    if (wgml_grad(y)) {
+        double want[3];
+        wgml_ref_argmax(2, sh, xv, 1, want);
+        CHECK_OK(ctx, wgml_tensor_read(wgml_grad(y), got, 3));
+        CHECK(test_close("d/dy sum(argmax(x) * y)", got, want, 3, 1e-6, 1e-6));
+    }
+    CHECK_STATUS(ctx, wgml_backward(wgml_sum_all(ctx, wgml_argmax(ctx, x, 0, 0))), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_grad(x) == NULL);
+    wgml_clear_error(ctx);
+    wgml_scope_end(ctx);
+}
+
 int main(void)
 {
     TEST_RUN(test_unary_grads);
@@ -1274,8 +1536,11 @@ int main(void)
     TEST_RUN(test_shared_input_grads);
     TEST_RUN(test_scalar_grads);
     TEST_RUN(test_reduction_grads);
+    TEST_RUN(test_max_ties);
     TEST_RUN(test_softmax_grads);
+    TEST_RUN(test_norm_grads);
     TEST_RUN(test_view_grads);
+    TEST_RUN(test_slice_grads);
     TEST_RUN(test_matmul_grads);
     TEST_RUN(test_mse_grads);
     TEST_RUN(test_cross_entropy_grads);
@@ -1283,6 +1548,7 @@ int main(void)
     TEST_RUN(test_gradient_accumulation);
     TEST_RUN(test_backward_errors);
     TEST_RUN(test_unsupported_ops);
+    TEST_RUN(test_argmax_passes_no_gradient);
     fprintf(stderr, "autograd: %d gradient case(s), %d failed; worst gradient error %.3g (%s)\n", n_cases,
             n_failed_cases, worst_err, worst_case);
     return test_summary();

@@ -39,6 +39,58 @@ static T *expand_reduced(wgml_context *c, T *g, const T *x, int axis)
 /* mask(x > 0) * g */
 static T *relu_grad(wgml_context *c, T *x, T *g) { return wgml_binary_node(c, WGML_OP_RELU_GRAD, x, g); }
 
+/* 1 where x > 0, else 0: relu_grad with the constant 1 for g (a scalar operand, as in
+   wgml_binary_scalar), so no mask is ever multiplied into a NaN or an infinity */
+static T *positive(wgml_context *c, T *x)
+{
+    if (!x || x->status) return x;
+    T *t = wgml_node(c, WGML_OP_RELU_GRAD, x->ndim, x->shape, 1, &x);
+    if (t) t->iparam[0] = 1, t->fparam[0] = 1.0f;
+    return t;
+}
+
+/* g [..., n] summed over every row to [n] (a bias's or a norm weight's gradient) */
+static T *sum_rows(wgml_context *c, T *g)
+{
+    int64_t n = g->shape[g->ndim - 1], shape2[2] = {g->numel / n, n};
+    return wgml_sum(c, wgml_reshape(c, g, 2, shape2), 0, 0);
+}
+
+/* g [outer, len, inner] into slot `slot` of a new axis of `size` right before (before) or
+   after its middle axis, zeros in the other slots, flattened back to [outer, size * len, inner]
+   (before) or [outer, len * size, inner]: one elementwise pass over the result, whose shape
+   comes from the broadcast against an uploaded one-hot */
+static T *spread(wgml_context *c, T *g, int64_t outer, int64_t len, int64_t inner, int64_t size, int64_t slot, bool before)
+{
+    float *hot = calloc((size_t)size, sizeof *hot);
+    if (!hot) return wgml_tensor_error(c, WGML_ERROR_OUT_OF_MEMORY, "backward: out of host memory");
+    hot[slot] = 1.0f;
+    int64_t hs[3] = {size, 1, 1}, gs[4] = {outer, before ? 1 : len, before ? len : 1, inner};
+    T *h = NULL;
+    wgml_status st = wgml_tensor_from_data(c, before ? 3 : 2, hs, hot, (size_t)size, &h);
+    free(hot);
+    if (st) return wgml_tensor_error(c, st, "backward: %s", wgml_error_message(c));
+    int64_t flat[3] = {outer, size * len, inner};
+    return wgml_reshape(c, relu_grad(c, h, wgml_reshape(c, g, 4, gs)), 3, flat);
+}
+
+/* The gradient of x[start : start + m * step : step] along `axis`, where g is [..., m, ...]:
+   g's elements step apart (spread after), then whole blocks of zeros before and after (spread
+   before), and a view of x's shape on that, its window along the axis placing g's first
+   element at start. Linear in x's size, where a scatter through a selection matrix is not. */
+static T *slice_grad(wgml_context *c, T *g, const T *x, int axis, int64_t start, int64_t step)
+{
+    int64_t outer = 1, inner = 1, len = g->shape[axis], shape[WGML_MAX_DIMS];
+    for (int d = 0; d < axis; d++) outer *= x->shape[d];
+    for (int d = axis + 1; d < x->ndim; d++) inner *= x->shape[d];
+    if (step > 1) g = spread(c, g, outer, len, inner, step, 0, false), len *= step;
+    int64_t first = (start + len - 1) / len, off = first * len - start, blocks = (off + x->shape[axis] + len - 1) / len;
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = blocks * len;
+    T *z = wgml_reshape(c, spread(c, g, outer, len, inner, blocks, first, true), x->ndim, shape);
+    return wgml_slice(c, z, axis, off, off + x->shape[axis], 1);
+}
+
 static T *tanh_grad_factor(wgml_context *c, T *y) /* 1 - y^2 */
 {
     return wgml_scalar_binary(c, WGML_SUB, 1.0f, wgml_mul(c, y, y));
@@ -146,6 +198,30 @@ static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
         gin[0] = t->op == WGML_OP_MEAN ? scal(c, WGML_DIV, e, (float)a->shape[ax]) : e;
         return WGML_OK;
     }
+    case WGML_OP_MAX: { /* to the maxima, split equally among ties (as torch.amax); a row
+                           holding NaN shares it over every element */
+        int ax = t->iparam[0];
+        T *top = wgml_scalar_binary(c, WGML_SUB, 1.0f, positive(c, wgml_sub(c, expand_reduced(c, t, a, ax), a)));
+        T *share = wgml_div(c, expand_reduced(c, g, a, ax), wgml_sum(c, top, ax, 1));
+        gin[0] = relu_grad(c, top, share);
+        return WGML_OK;
+    }
+    case WGML_OP_LAYERNORM:
+    case WGML_OP_RMSNORM: {
+        /* y = xh w + b with xh = xc r, r = rsqrt(mean(xc^2) + eps), xc = x - mean(x) (layernorm)
+           or x (rmsnorm); gh = g w: dx = r (gh - xh mean(gh xh) [- mean(gh) for layernorm]) */
+        bool centred = t->op == WGML_OP_LAYERNORM, weight = t->iparam[0], bias = t->iparam[1];
+        T *xc = centred ? wgml_sub(c, a, wgml_mean(c, a, -1, 1)) : a;
+        T *r = wgml_rsqrt(c, scal(c, WGML_ADD, wgml_mean(c, wgml_mul(c, xc, xc), -1, 1), t->fparam[0]));
+        T *xh = wgml_mul(c, xc, r);
+        T *gh = weight ? wgml_mul(c, g, b) : g;
+        T *d = wgml_sub(c, gh, wgml_mul(c, xh, wgml_mean(c, wgml_mul(c, gh, xh), -1, 1)));
+        if (centred) d = wgml_sub(c, d, wgml_mean(c, gh, -1, 1));
+        gin[0] = wgml_mul(c, r, d);
+        if (weight) gin[1] = sum_rows(c, wgml_mul(c, g, xh));
+        if (bias) gin[1 + weight] = sum_rows(c, g);
+        return WGML_OK;
+    }
     case WGML_OP_SOFTMAX: { /* y (g - sum(g y)) */
         T *gy = wgml_mul(c, g, t);
         T *sum = wgml_sum(c, gy, -1, 1);
@@ -169,10 +245,7 @@ static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
             T *z = wgml_matmul_ex(c, a, b, &pre); /* recompute the pre-activation */
             gz = act == WGML_ACT_GELU ? gelu_grad(c, z, g) : silu_grad(c, z, g);
         }
-        if (t->iparam[3]) { /* bias: sum over every row */
-            int64_t n = t->shape[t->ndim - 1], rows = t->numel / n, shape2[2] = {rows, n};
-            gin[2] = wgml_sum(c, wgml_reshape(c, gz, 2, shape2), 0, 0);
-        }
+        if (t->iparam[3]) gin[2] = sum_rows(c, gz);
         T *gzs = alpha != 1.0f ? scal(c, WGML_MUL, gz, alpha) : gz;
         /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is */
         wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
@@ -195,34 +268,36 @@ static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
             return WGML_OK;
         }
         case WGML_VIEW_BROADCAST: gin[1] = unbroadcast(c, g, in); return WGML_OK;
+        case WGML_VIEW_SLICE: gin[1] = slice_grad(c, g, in, t->iparam[0], t->iparam[1], t->iparam[2]); return WGML_OK;
         default: break;
         }
         break;
     }
     default: break;
     }
-    return wgml_fail(c, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for %s%s", wgml_op_table[t->op].name,
-                     t->op == WGML_OP_VIEW ? " (slice)" : "");
+    return wgml_fail(c, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for %s", wgml_op_table[t->op].name);
 }
 
 /* ---------------------------------------------------------------- the pass */
 
+/* The ops the backward pass itself builds; no loss reaches them through the public API. */
 static bool has_rule(const T *t)
 {
     switch (t->op) {
-    case WGML_OP_MAX: case WGML_OP_ARGMAX: case WGML_OP_LAYERNORM: case WGML_OP_RMSNORM:
     case WGML_OP_RELU_GRAD: case WGML_OP_CROSS_ENTROPY_GRAD: case WGML_OP_OPTIM_STEP:
         return false;
     case WGML_OP_VIEW:
-        return t->view_kind == WGML_VIEW_RESHAPE || t->view_kind == WGML_VIEW_PERMUTE || t->view_kind == WGML_VIEW_BROADCAST;
+        return t->view_kind != WGML_VIEW_OTHER;
     default:
         return true;
     }
 }
 
-/* Inputs that carry gradients: for a view, its input (src[1]), not the buffer's owner. */
+/* Inputs that carry gradients: for a view, its input (src[1]), not the buffer's owner; none
+   for argmax, whose indices are constant almost everywhere (as in PyTorch, it passes none). */
 static int grad_inputs(T *t, T **out)
 {
+    if (t->op == WGML_OP_ARGMAX) return 0;
     if (t->op == WGML_OP_VIEW) { out[0] = NULL; out[1] = t->src[1]; return 2; }
     for (int i = 0; i < t->nsrc; i++) out[i] = t->src[i];
     return t->nsrc;
@@ -298,8 +373,7 @@ wgml_status wgml_backward(wgml_tensor *loss)
         T *t = o.v[k];
         if (!t->bw_needs || t->op == WGML_OP_NONE || has_rule(t)) continue;
         free(o.v);
-        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for %s%s", wgml_op_table[t->op].name,
-                         t->op == WGML_OP_VIEW ? " (slice or strided view)" : "");
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for %s", wgml_op_table[t->op].name);
     }
     wgml_status st = WGML_OK;
     wgml_scope_begin(ctx);

@@ -199,7 +199,14 @@ wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t sta
     memcpy(stride, a->stride, sizeof stride);
     shape[ax] = (stop - start + step - 1) / step;
     stride[ax] = a->stride[ax] * step;
-    return make_view(ctx, a, a->ndim, shape, stride, a->offset + start * a->stride[ax], WGML_VIEW_SLICE);
+    wgml_tensor *t = make_view(ctx, a, a->ndim, shape, stride, a->offset + start * a->stride[ax], WGML_VIEW_SLICE);
+    if (t) { /* for the gradient: strides cannot tell them where a is broadcast. They fit int32
+                (kernels address elements with u32); a step matters only between two elements */
+        t->iparam[0] = ax;
+        t->iparam[1] = (int32_t)start;
+        t->iparam[2] = (int32_t)(shape[ax] > 1 ? step : 1);
+    }
+    return t;
 }
 
 /* ---------------------------------------------------------------- elementwise */

@@ -280,7 +280,8 @@ static wgml_status vjp(wgml_context *c, T *t, T *g, T **gin)
 
 /* ---------------------------------------------------------------- the pass */
 
-/* The ops the backward pass itself builds; no loss reaches them through the public API. */
+/* Every op has a rule but those that backward and the optimisers build (no loss reaches
+   them through the public API). */
 static bool has_rule(const T *t)
 {
     switch (t->op) {

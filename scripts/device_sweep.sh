@@ -9,7 +9,7 @@ export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-}
 W=build/wgml
 for cfg in ${TILES:-default 8,8,8,1 8,8,16,2 8,8,16,1 8,8,4,2 4,8,16,2}; do
   echo "== tile $cfg"
-  if [ "$cfg" = default ]; then $W bench matmul 2>&1 | grep -v "^wgml"
-  else WGML_GEMM_TILE=$cfg $W bench matmul 2>&1 | grep -E "gemm_(2048|4096|8192)|M128_K8192"; fi
+  if [ "$cfg" = default ]; then timeout 90 $W bench matmul 2>&1 | grep --line-buffered -v "^wgml"
+  else WGML_GEMM_TILE=$cfg timeout 60 $W bench matmul 2>&1 | grep --line-buffered -E "gemm_(2048|4096|8192)|M128_K8192"; fi
 done
-echo "== blocking poll only"; WGML_POLL_SPIN_US=0 $W bench matmul 2>&1 | grep cached
+echo "== blocking poll only"; WGML_POLL_SPIN_US=0 timeout 60 $W bench matmul 2>&1 | grep cached

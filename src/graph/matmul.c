@@ -443,7 +443,9 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
         }
     }
     uint64_t bytes = (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4; /* one stage of A and B */
-    if (!forced) c.double_buffer = 2 * bytes <= ctx->limits.maxComputeWorkgroupStorageSize;
+    uint64_t room = ctx->limits.maxComputeWorkgroupStorageSize;
+    if (forced && bytes > room) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true}, forced = false;
+    if (!forced || 2 * bytes > room) c.double_buffer = 2 * bytes <= room;
     /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
     int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
     c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0;

@@ -144,6 +144,30 @@ static void sizes_and_transposes(void)
     CHECK(failed == 0);
 }
 
+/* K and N multiples of 4: the kernels' vec4 paths (vec4 loads of A when K % 4 == 0, or of A^T
+   when M % 4 == 0; of B when N % 4 == 0, or of B^T when K % 4 == 0), and K long enough for
+   several K-slices and GEMV's unrolled loop. */
+static void aligned_sizes(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t Ms[] = {1, 4, 5, 64, 129, 132};
+    const int64_t KN[] = {4, 8, 68, 132, 516};
+    int failed = 0, ran = 0;
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+        for (int ki = 0; ki < 5; ki++)
+            for (int j = 0; j < 2; j++) {
+                int64_t K = KN[ki], N = KN[(ki + 2 * j + (int)mi) % 5];
+                for (int mode = 0; mode < 4; mode++) {
+                    mm_case c = {.M = Ms[mi], .K = K, .N = N, .ta = mode & 1, .tb = (mode >> 1) & 1};
+                    ran++;
+                    if (!run_case(ctx, &c)) failed++;
+                }
+            }
+    if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
+    CHECK(failed == 0);
+}
+
 static void views_and_flags_mixed(void)
 {
     wgml_context *ctx = test_context();
@@ -601,6 +625,7 @@ static void cached_matmul_split_binding(void)
 int main(void)
 {
     TEST_RUN(sizes_and_transposes);
+    TEST_RUN(aligned_sizes);
     TEST_RUN(views_and_flags_mixed);
     TEST_RUN(tall_and_thin);
     TEST_RUN(batched);

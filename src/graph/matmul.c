@@ -349,46 +349,60 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     return b.s;
 }
 
-/* y[b, n] = sum_k x[b, k] B[k, n]: one workgroup owns 64 columns (16 threads x vec4 of
-   columns... as scalars here) and 16 K-slices; partial sums meet in workgroup memory. */
-char *wgml_gemv_source(bool tb, int act)
+/* y[b, n] = sum_k x[b, k] B[k, n]: one workgroup owns cfg->gemv_cols columns (vec4 groups of
+   them across threads) and splits K over the rest of its 256 threads; partial sums meet in
+   workgroup memory. Narrow workgroups for narrow matrices, so there are enough of them to
+   keep every SM's loads in flight. */
+char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
 {
     sbuf b = {0};
-    put(&b, "// generated GEMV (M = 1), B%s\n", tb ? "^T" : "");
-    put_header(&b, false, false);
+    put(&b, "// generated GEMV (M = 1), B%s%s\n", tb ? "^T" : "", !tb && cfg->vec_b ? " vec4" : "");
+    put_header(&b, false, !tb && cfg->vec_b);
     put_epilogue_fn(&b, act);
     if (!tb) {
-        /* B [K, N]: thread (ks, c) sums k = ks, ks+16, ... for columns n0 + c*4 .. +3 */
+        int groups = cfg->gemv_cols / 4, slices = 256 / groups;
+        /* thread (ks, c) sums k = ks, ks + slices, ... for columns n .. n + 3; four
+           independent accumulators keep four loads in flight */
         put(&b, "var<workgroup> part: array<vec4<f32>, 256>;\n"
-                "@compute @workgroup_size(256)\n"
+                "fn load_b(k: u32, n: u32, bt: u32) -> vec4<f32> {\n"
+                "    let row = P.b_off + bt * P.b_bs + k * P.ldb + n;\n");
+        if (cfg->vec_b)
+            put(&b, "    return B[row / 4u]; // N %% 4 == 0: the vec4 is wholly inside\n}\n");
+        else
+            put(&b, "    var v = vec4<f32>(0.0);\n"
+                    "    v.x = B[row];\n"
+                    "    if (n + 1u < P.N) { v.y = B[row + 1u]; }\n"
+                    "    if (n + 2u < P.N) { v.z = B[row + 2u]; }\n"
+                    "    if (n + 3u < P.N) { v.w = B[row + 3u]; }\n"
+                    "    return v;\n}\n");
+        put(&b, "@compute @workgroup_size(256)\n"
                 "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
                 "    let bt = wg.z;\n"
-                "    let n0 = (wg.x + wg.y * P.gx) * 64u;\n"
+                "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
                 "    if (n0 >= P.N) { return; }\n"
-                "    let c = lid %% 16u;\n"
-                "    let ks = lid / 16u;\n"
+                "    let c = lid %% %du;\n"
+                "    let ks = lid / %du;\n"
                 "    let n = n0 + c * 4u;\n"
                 "    let m = 0u;\n"
-                "    var acc = vec4<f32>(0.0);\n"
-                "    for (var k = ks; k < P.K; k += 16u) {\n"
-                "        let xv = A[%s];\n"
-                "        let row = P.b_off + bt * P.b_bs + k * P.ldb + n;\n"
-                "        var bv = vec4<f32>(0.0);\n"
-                "        if (n + 3u < P.N) { bv = vec4<f32>(B[row], B[row + 1u], B[row + 2u], B[row + 3u]); }\n"
-                "        else {\n"
-                "            if (n < P.N) { bv.x = B[row]; }\n"
-                "            if (n + 1u < P.N) { bv.y = B[row + 1u]; }\n"
-                "            if (n + 2u < P.N) { bv.z = B[row + 2u]; }\n"
-                "        }\n"
-                "        acc = fma(vec4<f32>(xv), bv, acc);\n"
+                "    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0);\n"
+                "    var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);\n"
+                "    if (n < P.N) {\n"
+                "        var k = ks;\n"
+                "        for (; k + %du < P.K; k += %du) {\n",
+            cfg->gemv_cols, groups, groups, 3 * slices, 4 * slices);
+        for (int u = 0; u < 4; u++)
+            put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc%d); }\n",
+                u * slices, u, a_index(false), u);
+        put(&b, "        }\n"
+                "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc0); }\n"
                 "    }\n"
-                "    part[lid] = acc;\n"
+                "    part[lid] = (acc0 + acc1) + (acc2 + acc3);\n"
                 "    workgroupBarrier();\n"
-                "    for (var s = 128u; s >= 16u; s >>= 1u) {\n"
+                "    for (var s = 128u; s >= %du; s >>= 1u) {\n"
                 "        if (lid < s) { part[lid] += part[lid + s]; }\n"
                 "        workgroupBarrier();\n"
                 "    }\n"
-                "    if (lid < 16u) {\n"
+                "    if (lid < %du) {\n"
                 "        let r = part[lid];\n"
                 "        let cb = P.c_off + bt * P.N;\n"
                 "        for (var q = 0u; q < 4u; q++) {\n"
@@ -396,7 +410,7 @@ char *wgml_gemv_source(bool tb, int act)
                 "        }\n"
                 "    }\n"
                 "}\n",
-            a_index(false));
+            slices, a_index(false), groups, groups);
     } else {
         /* B stored [N, K]: each output is a dot product of two contiguous rows; 8 outputs
            per workgroup, 32 threads each */
@@ -446,6 +460,12 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     uint64_t room = ctx->limits.maxComputeWorkgroupStorageSize;
     if (forced && bytes > room) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true}, forced = false;
     if (!forced || 2 * bytes > room) c.double_buffer = 2 * bytes <= room;
+    /* GEMV: the widest workgroup (most columns) that still gives >= 512 workgroups */
+    c.gemv_cols = 64;
+    while (c.gemv_cols > 16 && (uint64_t)g->batch * (uint64_t)((g->N + c.gemv_cols - 1) / c.gemv_cols) < 512)
+        c.gemv_cols /= 2;
+    const char *gc = getenv("WGML_GEMV_COLS");
+    if (gc && (atoi(gc) == 16 || atoi(gc) == 32 || atoi(gc) == 64)) c.gemv_cols = atoi(gc);
     /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
     int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
     c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0;
@@ -460,7 +480,7 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
 {
     uint32_t p[16] = {0};
     uint64_t groups;
-    if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + 63) / 64;
+    if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
     else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
     uint32_t gx = wgml_grid(ctx, groups, l->groups);
     l->groups[2] = (uint32_t)g->batch;
@@ -479,7 +499,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
 {
     bool gemv = g->M == 1 && !g->trans_a; /* the GEMV kernel reads A as one contiguous row */
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
-    char *src = gemv ? wgml_gemv_source(g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
+    char *src = gemv ? wgml_gemv_source(&cfg, g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
     if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     l->pipeline = wgml_pipeline_get(ctx, src, true);
     free(src);

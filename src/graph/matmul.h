@@ -10,6 +10,7 @@ typedef struct wgml_gemm_config {
     bool double_buffer; /* two staging buffers: the next slice is staged during this one's math */
     bool prefetch;      /* ... loaded into registers before the math, stored after it */
     bool vec_a, vec_b;  /* operand bound as vec4s (its contiguous extent, strides, offsets % 4 == 0) */
+    int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. */
@@ -23,7 +24,7 @@ typedef struct wgml_gemm_args {
 } wgml_gemm_args;
 
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
-char *wgml_gemv_source(bool trans_b, int act);
+char *wgml_gemv_source(const wgml_gemm_config *cfg, bool trans_b, int act);
 /* The tile config for g: by shape, within the adapter's workgroup memory. */
 wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g);
 /* Picks and compiles the kernel for g (cached), and fills the launch's parameters. */

@@ -13,3 +13,6 @@ for cfg in ${TILES:-default 8,8,8,1 8,8,16,2 8,8,16,1 8,8,4,2 4,8,16,2}; do
   else WGML_GEMM_TILE=$cfg timeout 60 $W bench matmul 2>&1 | grep --line-buffered -E "gemm_(2048|4096|8192)|M128_K8192"; fi
 done
 echo "== blocking poll only"; WGML_POLL_SPIN_US=0 timeout 60 $W bench matmul 2>&1 | grep cached
+for c in ${GEMV_COLS:-}; do
+  echo "== gemv cols $c"; WGML_GEMV_COLS=$c timeout 60 $W bench matmul 2>&1 | grep --line-buffered -E "llm_M1_"
+done

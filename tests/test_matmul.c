@@ -168,6 +168,35 @@ static void aligned_sizes(void)
     CHECK(failed == 0);
 }
 
+/* Every tile config the generator can emit (the defaults pick by shape and adapter; the
+   benchmark sweeps force them with WGML_GEMM_TILE / WGML_GEMM_WARP), on a few awkward and
+   aligned shapes with every transpose. */
+static void every_tile_config(void)
+{
+    /* tm,tn,bk,stages (3: two buffers, no register prefetch) and the warp layout */
+    const char *configs[][2] = {{"8,8,16,1", "16x2"}, {"8,8,16,3", "8x4"}, {"4,8,4,1", "16x2"}, {"8,4,32,2", "8x4"}};
+    const int64_t dims[][3] = {{65, 33, 130}, {132, 68, 132}};
+    int failed = 0, ran = 0;
+    wgml_context *ctx = test_context();
+    for (size_t t = 0; ctx && t < sizeof configs / sizeof configs[0]; t++) {
+        setenv("WGML_GEMM_TILE", configs[t][0], 1);
+        setenv("WGML_GEMM_WARP", configs[t][1], 1);
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+            for (int mode = 0; mode < 4; mode++) {
+                mm_case c = {.M = dims[d][0], .K = dims[d][1], .N = dims[d][2], .ta = mode & 1, .tb = (mode >> 1) & 1};
+                ran++;
+                if (!run_case(ctx, &c)) {
+                    fprintf(stderr, "  (tile %s, warp %s)\n", configs[t][0], configs[t][1]);
+                    failed++;
+                }
+            }
+    }
+    unsetenv("WGML_GEMM_TILE");
+    unsetenv("WGML_GEMM_WARP");
+    if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
+    CHECK(failed == 0 && ran > 0);
+}
+
 static void views_and_flags_mixed(void)
 {
     wgml_context *ctx = test_context();
@@ -626,6 +655,7 @@ int main(void)
 {
     TEST_RUN(sizes_and_transposes);
     TEST_RUN(aligned_sizes);
+    TEST_RUN(every_tile_config);
     TEST_RUN(views_and_flags_mixed);
     TEST_RUN(tall_and_thin);
     TEST_RUN(batched);

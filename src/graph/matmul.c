@@ -263,10 +263,14 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
             "    let bt = wg.z;\n"
             "    let m0 = (tile / tiles_n) * %du;\n"
             "    let n0 = (tile %% tiles_n) * %du;\n"
-            "    if (m0 >= P.M) { return; }\n"
-            "    let tx = lid %% 16u;\n"
-            "    let ty = lid / 16u;\n",
-        BN - 1, BN, BM, BN);
+            "    if (m0 >= P.M) { return; }\n", BN - 1, BN, BM, BN);
+    /* a warp covers 8x4 threads (reads 128 B of Bs and 64 B of As per step: one wavefront
+       each) or 16x2 (256 B of Bs: two) */
+    if (cfg->warp_8x4)
+        put(&b, "    let tx = (lid %% 8u) + ((lid / 32u) %% 2u) * 8u;\n"
+                "    let ty = ((lid / 8u) %% 4u) + (lid / 64u) * 4u;\n");
+    else
+        put(&b, "    let tx = lid %% 16u;\n    let ty = lid / 16u;\n");
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
     for (int r = 0; r * 256 < BM * BK / 4; r++) put(&b, "    var ra%d: vec4<f32>;\n", r);
@@ -443,26 +447,30 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
 wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
 {
     wgml_gemm_config c;
-    bool forced = false;
-    if (g->M <= 16) c = (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16};
-    else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16};
+    if (g->M <= 16) c = (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16, .double_buffer = true};
+    else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16, .double_buffer = true};
     else {
-        c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true};
+        /* measured on the H100: BK 16 single-staged is faster for big grids, BK 8 with
+           register prefetch for smaller ones (docs/MEASUREMENTS.md) */
+        bool big = ((g->M + 127) / 128) * ((g->N + 127) / 128) * g->batch >= 512;
+        c = big ? (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16}
+                : (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .double_buffer = true, .prefetch = true};
         const char *e = getenv("WGML_GEMM_TILE");
         int tm, tn, bk, st;
         if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8) &&
-            (tn == 4 || tn == 8) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 3) {
+            (tn == 4 || tn == 8) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 3)
             c = (wgml_gemm_config){.tm = tm, .tn = tn, .bk = bk, .double_buffer = st >= 2, .prefetch = st == 2};
-            forced = true;
-        }
     }
-    uint64_t bytes = (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4; /* one stage of A and B */
+    /* within the adapter's workgroup memory: drop the second stage, then shrink the slice */
     uint64_t room = ctx->limits.maxComputeWorkgroupStorageSize;
-    if (forced && bytes > room) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true}, forced = false;
-    if (!forced || 2 * bytes > room) c.double_buffer = 2 * bytes <= room;
-    /* GEMV: the widest workgroup (most columns) that still gives >= 512 workgroups */
+    while (c.bk > 4 && (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.bk /= 2;
+    if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.double_buffer = false;
+    const char *wl = getenv("WGML_GEMM_WARP");
+    if (wl) c.warp_8x4 = !strcmp(wl, "8x4");
+    /* GEMV: the widest workgroup (most columns, longest contiguous reads) that still gives
+       >= 256 workgroups (two per SM on an H100) */
     c.gemv_cols = 64;
-    while (c.gemv_cols > 16 && (uint64_t)g->batch * (uint64_t)((g->N + c.gemv_cols - 1) / c.gemv_cols) < 512)
+    while (c.gemv_cols > 16 && (uint64_t)g->batch * (uint64_t)((g->N + c.gemv_cols - 1) / c.gemv_cols) < 256)
         c.gemv_cols /= 2;
     const char *gc = getenv("WGML_GEMV_COLS");
     if (gc && (atoi(gc) == 16 || atoi(gc) == 32 || atoi(gc) == 64)) c.gemv_cols = atoi(gc);

@@ -220,6 +220,16 @@ static void put_tile_load(sbuf *b, const operand *o, int BK)
     }
 }
 
+/* The transposing store writes 4 k-rows at once from lanes that differ in k and in row s;
+   unswizzled, the lanes' addresses fall in a quarter of the banks (4-way conflicts). XOR-ing
+   the vec4 column with (k / 4) * swizzle(o) spreads them over all 32 banks. The inner product
+   reads the same column with the same XOR (a constant per k), so its vec4 reads stay whole.
+   Needs a power-of-two row of >= 8 vec4s (widths 64 and 128). */
+static int swizzle(const operand *o, int BK)
+{
+    return o->along_k && o->width / 4 >= 8 ? 32 / BK : 0;
+}
+
 /* Stores the registers of put_tile_load into the staging buffer at vec4 offset `buf`. */
 static void put_tile_store(sbuf *b, const operand *o, int BK)
 {
@@ -230,9 +240,10 @@ static void put_tile_store(sbuf *b, const operand *o, int BK)
         if (o->along_k) {
             /* row s of the stored tile holds 4 consecutive k: transpose into 4 rows */
             put(b, "            let s = e / %du; let kq = (e %% %du) * 4u;\n", BK / 4, BK / 4);
+            put(b, "            let col = (s / 4u) ^ ((kq / 4u) * %du);\n", swizzle(o, BK));
             for (int c = 0; c < 4; c++)
-                put(b, "            %s[buf + (kq + %du) * %du + s / 4u][s %% 4u] = %s%d.%c;\n", o->shared, c, w4,
-                    o->reg, r, "xyzw"[c]);
+                put(b, "            %s[buf + (kq + %du) * %du + col][s %% 4u] = %s%d.%c;\n", o->shared, c, w4, o->reg,
+                    r, "xyzw"[c]);
         } else {
             put(b, "            %s[buf + e] = %s%d;\n", o->shared, o->reg, r);
         }
@@ -306,13 +317,18 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     /* the inner product, unrolled so register tiles are indexed by constants only: rows
        ty*4 + 64*i' (+0..3), columns tx*4 + 64*j (+0..3) so a warp reads neighbouring vec4s */
     for (int kk = 0; kk < BK; kk++) {
+        /* the swizzled column (see swizzle()): ty ^ f < 16, so ib * 16 + (ty ^ f) */
+        if (kk % 4 == 0) {
+            put(&b, "        let ty_s%d = ty ^ %du;\n", kk / 4, (kk / 4) * swizzle(&A, BK));
+            put(&b, "        let tx_s%d = tx ^ %du;\n", kk / 4, (kk / 4) * swizzle(&B, BK));
+        }
         if (TM % 4 == 0)
             for (int ib = 0; ib < TM / 4; ib++)
-                put(&b, "        let a%d_%d = As[abuf + %du + ty];\n", kk, ib, kk * BM / 4 + ib * 16);
+                put(&b, "        let a%d_%d = As[abuf + %du + ty_s%d];\n", kk, ib, kk * BM / 4 + ib * 16, kk / 4);
         else
             put(&b, "        let a%d_0 = vec4<f32>(As[abuf + %du + ty / 4u][ty %% 4u]);\n", kk, kk * BM / 4);
         for (int jb = 0; jb < TN / 4; jb++)
-            put(&b, "        let b%d_%d = Bs[bbuf + %du + tx];\n", kk, jb, kk * BN / 4 + jb * 16);
+            put(&b, "        let b%d_%d = Bs[bbuf + %du + tx_s%d];\n", kk, jb, kk * BN / 4 + jb * 16, kk / 4);
         for (int i = 0; i < TM; i++)
             for (int jb = 0; jb < TN / 4; jb++)
                 put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d.%c), b%d_%d, c%d_%d);\n", i, jb, kk, i / 4,

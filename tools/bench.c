@@ -94,27 +94,73 @@ static void report(const char *name, double seconds, double value, const char *u
 
 /* ---------------------------------------------------------------- ops */
 
-typedef struct two { wgml_tensor *a, *b, *w, *bias; int len; const wgml_matmul_desc *desc; } two;
+/* The operands of one benchmark: one independent set per op of a submit, so ops that the GPU
+   overlaps in one pass never share an input through its cache (PyTorch's peer runs them one
+   after another). */
+#define MAX_COPIES 8
+typedef struct operands {
+    wgml_tensor *a[MAX_COPIES], *b[MAX_COPIES], *w, *bias;
+    int copies, next, len;
+    const wgml_matmul_desc *desc;
+} operands;
 
-static wgml_tensor *op_add(wgml_context *ctx, void *p) { two *t = p; return wgml_add(ctx, t->a, t->b); }
+static operands operands_make(wgml_context *ctx, int copies, int nda, const int64_t *sa, int ndb, const int64_t *sb)
+{
+    operands o = {.copies = copies};
+    for (int i = 0; i < copies; i++) {
+        o.a[i] = random_tensor(ctx, nda, sa);
+        o.b[i] = sb ? random_tensor(ctx, ndb, sb) : NULL;
+    }
+    return o;
+}
+
+static void operands_free(operands *o)
+{
+    for (int i = 0; i < o->copies; i++) {
+        wgml_tensor_free(o->a[i]);
+        wgml_tensor_free(o->b[i]);
+    }
+    wgml_tensor_free(o->w);
+    wgml_tensor_free(o->bias);
+}
+
+/* the next copy, round robin */
+static int pick(operands *o)
+{
+    int i = o->next;
+    o->next = (o->next + 1) % o->copies;
+    return i;
+}
+
+static wgml_tensor *op_add(wgml_context *ctx, void *p)
+{
+    operands *t = p;
+    int i = pick(t);
+    return wgml_add(ctx, t->a[i], t->b[i]);
+}
 
 static wgml_tensor *op_chain(wgml_context *ctx, void *p)
 {
-    two *t = p;
-    wgml_tensor *x = t->a;
+    operands *t = p;
+    int c = pick(t);
+    wgml_tensor *x = t->a[c];
     for (int i = 0; i < t->len; i++) {
         switch (i % 4) {
         case 0: x = wgml_binary_scalar(ctx, WGML_MUL, x, 0.999f); break;
         case 1: x = wgml_binary_scalar(ctx, WGML_ADD, x, 0.001f); break;
-        case 2: x = wgml_add(ctx, x, t->b); break;
+        case 2: x = wgml_add(ctx, x, t->b[c]); break;
         default: x = wgml_relu(ctx, x); break;
         }
     }
     return x;
 }
 
-static wgml_tensor *op_softmax(wgml_context *ctx, void *p) { two *t = p; return wgml_softmax(ctx, t->a); }
-static wgml_tensor *op_layernorm(wgml_context *ctx, void *p) { two *t = p; return wgml_layernorm(ctx, t->a, t->w, t->bias, 1e-5f); }
+static wgml_tensor *op_softmax(wgml_context *ctx, void *p) { operands *t = p; return wgml_softmax(ctx, t->a[pick(t)]); }
+static wgml_tensor *op_layernorm(wgml_context *ctx, void *p)
+{
+    operands *t = p;
+    return wgml_layernorm(ctx, t->a[pick(t)], t->w, t->bias, 1e-5f);
+}
 
 static void bench_ops(int quick)
 {
@@ -125,8 +171,9 @@ static void bench_ops(int quick)
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
         exit(1);
     }
-    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 100, NULL};
     int inner = quick ? 2 : 8, reps = quick ? 3 : 15;
+    operands t = operands_make(ctx, inner, 1, &n, 1, &n);
+    t.len = 100;
     char name[64];
     double s = time_op(ctx, op_add, &t, inner, reps);
     snprintf(name, sizeof name, "add_%lld", (long long)n);
@@ -134,25 +181,35 @@ static void bench_ops(int quick)
     double add_s = s;
     s = time_op(ctx, op_chain, &t, inner, reps);
     report("chain100_fused", s, s / add_s, "x add");
-    two u = {random_tensor(unfused, 1, &n), random_tensor(unfused, 1, &n), NULL, NULL, 100, NULL};
+    operands_free(&t);
+    operands u = operands_make(unfused, 1, 1, &n, 1, &n);
+    u.len = 100;
     s = time_op(unfused, op_chain, &u, 1, quick ? 2 : 5);
     report("chain100_unfused", s, s / add_s, "x add");
     int64_t rows = quick ? 256 : 4096, cols = quick ? 1024 : 8192, shape[2] = {rows, cols};
-    two r = {random_tensor(ctx, 2, shape), NULL, random_tensor(ctx, 1, &cols), random_tensor(ctx, 1, &cols), 0, NULL};
+    operands_free(&u);
+    operands r = operands_make(ctx, inner, 2, shape, 0, NULL);
+    r.w = random_tensor(ctx, 1, &cols);
+    r.bias = random_tensor(ctx, 1, &cols);
     s = time_op(ctx, op_softmax, &r, inner, reps);
     snprintf(name, sizeof name, "softmax_%lldx%lld", (long long)rows, (long long)cols);
     report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
     s = time_op(ctx, op_layernorm, &r, inner, reps);
     snprintf(name, sizeof name, "layernorm_%lldx%lld", (long long)rows, (long long)cols);
     report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
+    operands_free(&r);
     wgml_context_free(unfused);
     wgml_context_free(ctx);
 }
 
 /* ---------------------------------------------------------------- matmul */
 
-static wgml_tensor *op_matmul(wgml_context *ctx, void *p) { two *t = p; return wgml_matmul(ctx, t->a, t->b); }
-static wgml_tensor *op_matmul_ex(wgml_context *ctx, void *p) { two *t = p; return wgml_matmul_ex(ctx, t->a, t->b, t->desc); }
+static wgml_tensor *op_matmul(wgml_context *ctx, void *p)
+{
+    operands *t = p;
+    int i = pick(t);
+    return wgml_matmul_ex(ctx, t->a[i], t->b[i], t->desc);
+}
 
 static void bench_matmul(int quick)
 {
@@ -167,25 +224,23 @@ static void bench_matmul(int quick)
     char name[64];
     for (int i = 0; i < nsq; i++) {
         int64_t s = sq[i], sh[2] = {s, s};
-        two t = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0, NULL};
-        int inner = s >= 4096 ? 3 : 8;
-        double sec = time_op(ctx, op_matmul, &t, quick ? 1 : inner, quick ? 3 : 9);
+        int inner = quick ? 1 : s >= 4096 ? 3 : 8;
+        operands t = operands_make(ctx, inner, 2, sh, 2, sh);
+        double sec = time_op(ctx, op_matmul, &t, inner, quick ? 3 : 9);
         snprintf(name, sizeof name, "gemm_%lld^3", (long long)s);
         report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
-        wgml_tensor_free(t.a);
-        wgml_tensor_free(t.b);
+        operands_free(&t);
     }
     /* the transposed-operand GEMMs of a backward pass, at the 4096 size */
     for (int v = 0; v < 2; v++) {
         int64_t s = quick ? 512 : 4096, sh[2] = {s, s};
         wgml_matmul_desc d = {.trans_a = v == 0, .trans_b = v == 1};
-        two t = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0, NULL};
+        operands t = operands_make(ctx, quick ? 1 : 3, 2, sh, 2, sh);
         t.desc = &d;
-        double sec = time_op(ctx, op_matmul_ex, &t, quick ? 1 : 3, quick ? 3 : 9);
+        double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 9);
         snprintf(name, sizeof name, "gemm_%lld^3_%s", (long long)s, v == 0 ? "At_B" : "A_Bt");
         report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
-        wgml_tensor_free(t.a);
-        wgml_tensor_free(t.b);
+        operands_free(&t);
     }
     const int64_t ms[] = {1, 16, 128}, ks_full[] = {1536, 4096, 8192}, ks_quick[] = {256, 512};
     const int64_t *ks = quick ? ks_quick : ks_full;
@@ -193,13 +248,12 @@ static void bench_matmul(int quick)
     for (int mi = 0; mi < 3; mi++)
         for (int ki = 0; ki < nk; ki++) {
             int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
-            two t = {random_tensor(ctx, 2, sa), random_tensor(ctx, 2, sb), NULL, NULL, 0, NULL};
-            double sec = time_op(ctx, op_matmul, &t, quick ? 1 : 8, quick ? 3 : 11);
+            operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
+            double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
             snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)K);
             if (M == 1) report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
             else report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
-            wgml_tensor_free(t.a);
-            wgml_tensor_free(t.b);
+            operands_free(&t);
         }
     /* the cached-matmul round trip: host input -> GPU -> host output, M = 1, 1536 x 1536 */
     int64_t K = quick ? 256 : 1536;
@@ -240,10 +294,10 @@ static void bench_startup(void)
     }
     double t1 = now();
     int64_t n = 1024, sh[2] = {32, 32};
-    two t = {random_tensor(ctx, 1, &n), random_tensor(ctx, 1, &n), NULL, NULL, 10, NULL};
-    two m = {random_tensor(ctx, 2, sh), random_tensor(ctx, 2, sh), NULL, NULL, 0, NULL};
+    operands t = operands_make(ctx, 1, 1, &n, 1, &n), m = operands_make(ctx, 1, 2, sh, 2, sh);
+    t.len = 10;
     float out[1024];
-    wgml_tensor *a = op_chain(ctx, &t), *b = wgml_matmul(ctx, m.a, m.b), *c = wgml_softmax(ctx, m.a);
+    wgml_tensor *a = op_chain(ctx, &t), *b = wgml_matmul(ctx, m.a[0], m.b[0]), *c = wgml_softmax(ctx, m.a[0]);
     wgml_tensor *all[3] = {a, b, c};
     wgml_eval(ctx, 3, all);
     wgml_tensor_read(a, out, 1024);

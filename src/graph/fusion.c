@@ -219,9 +219,13 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
         if (g.leaves[i].mode == LEAF_CONTIG && g.leaves[i].offset % 4) vec4 = false;
     }
     uint64_t threads = vec4 ? (uint64_t)root->numel / 4 : (uint64_t)root->numel;
+    /* elements (of T) per thread; WGML_EW_UNROLL overrides (benchmark sweeps) */
+    int unroll = 1;
+    const char *ue = getenv("WGML_EW_UNROLL");
+    if (ue && (atoi(ue) == 2 || atoi(ue) == 4 || atoi(ue) == 8)) unroll = atoi(ue);
 
     /* the kernel source */
-    size_t cap = 8192 + g.body_len;
+    size_t cap = 8192 + strlen(helpers) + g.body_len + (size_t)unroll * (size_t)(g.nleaves + 2) * 256;
     char *src = malloc(cap);
     if (!src) {
         free(g.body);
@@ -242,23 +246,43 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
             vec4 && g.leaves[i].mode == LEAF_CONTIG ? "vec4<f32>" : "f32");
     OUT("@group(0) @binding(%d) var<storage, read_write> out: array<T>;\n", g.nleaves + 1);
     OUT("%s", helpers);
-    OUT("@compute @workgroup_size(%d)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n", WORKGROUP);
-    OUT("    let i = gid.x + gid.y * P.hdr.y;\n    if (i >= P.hdr.x) { return; }\n");
-    if (strided)
-        OUT("    let c = vec4<u32>(i / (P.shape.y * P.shape.z * P.shape.w), (i / (P.shape.z * P.shape.w)) %% P.shape.y,\n"
-            "                      (i / P.shape.w) %% P.shape.z, i %% P.shape.w);\n");
-    for (int k = 0; k < g.nleaves; k++) {
-        const char *off = k % 4 == 0 ? "x" : k % 4 == 1 ? "y" : k % 4 == 2 ? "z" : "w";
-        switch (g.leaves[k].mode) {
-        case LEAF_CONTIG: OUT("    let L%d = in%d[P.offs[%d].%s + i];\n", k, k, k / 4, off); break;
-        case LEAF_SCALAR: OUT("    let L%d = T(in%d[P.offs[%d].%s]);\n", k, k, k / 4, off); break;
-        default: OUT("    let L%d = in%d[P.offs[%d].%s + dot(c, P.strides[%d])];\n", k, k, k / 4, off, k);
-        }
-    }
+    /* the fused expression as a function of its leaves, then a main that loads, for each of
+       its `unroll` elements, all leaves first (loads in flight together), then computes and
+       stores; a workgroup's elements are u * WORKGROUP + lid, so every load is coalesced */
+    OUT("fn body(");
+    for (int k = 0; k < g.nleaves; k++) OUT("%sL%d: T", k ? ", " : "", k);
+    OUT(") -> T {\n");
     if (n + g.body_len + 64 >= cap) n = cap - g.body_len - 64; /* cannot happen: cap is sized */
     memcpy(src + n, g.body, g.body_len);
     n += g.body_len;
-    OUT("    out[i] = v%d;\n}\n", result);
+    OUT("    return v%d;\n}\n", result);
+    OUT("@compute @workgroup_size(%d)\n"
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+        "    let base = (wg.x + wg.y * (P.hdr.y / %du)) * %du + lid;\n",
+        WORKGROUP, WORKGROUP, WORKGROUP * unroll);
+    for (int u = 0; u < unroll; u++) {
+        OUT("    let i%d = base + %du;\n", u, u * WORKGROUP);
+        for (int k = 0; k < g.nleaves; k++) OUT("    var L%d_%d = T(0.0);\n", k, u);
+        OUT("    if (i%d < P.hdr.x) {\n        let i = i%d;\n", u, u);
+        if (strided)
+            OUT("        let c = vec4<u32>(i / (P.shape.y * P.shape.z * P.shape.w), (i / (P.shape.z * P.shape.w)) %% P.shape.y,\n"
+                "                          (i / P.shape.w) %% P.shape.z, i %% P.shape.w);\n");
+        for (int k = 0; k < g.nleaves; k++) {
+            const char *off = k % 4 == 0 ? "x" : k % 4 == 1 ? "y" : k % 4 == 2 ? "z" : "w";
+            switch (g.leaves[k].mode) {
+            case LEAF_CONTIG: OUT("        L%d_%d = in%d[P.offs[%d].%s + i];\n", k, u, k, k / 4, off); break;
+            case LEAF_SCALAR: OUT("        L%d_%d = T(in%d[P.offs[%d].%s]);\n", k, u, k, k / 4, off); break;
+            default: OUT("        L%d_%d = in%d[P.offs[%d].%s + dot(c, P.strides[%d])];\n", k, u, k, k / 4, off, k);
+            }
+        }
+        OUT("    }\n");
+    }
+    for (int u = 0; u < unroll; u++) {
+        OUT("    if (i%d < P.hdr.x) { out[i%d] = body(", u, u);
+        for (int k = 0; k < g.nleaves; k++) OUT("%sL%d_%d", k ? ", " : "", k, u);
+        OUT("); }\n");
+    }
+    OUT("}\n");
 #undef OUT
     free(g.body);
 
@@ -268,7 +292,7 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
 
     /* parameters, laid out as the Params struct above */
     uint32_t *p = (uint32_t *)launch->params;
-    uint32_t gx = wgml_grid(ctx, (threads + WORKGROUP - 1) / WORKGROUP, launch->groups);
+    uint32_t gx = wgml_grid(ctx, (threads + WORKGROUP * unroll - 1) / (WORKGROUP * unroll), launch->groups);
     p[0] = (uint32_t)threads;
     p[1] = gx * WORKGROUP;
     p[2] = 0x7fc00000u;

@@ -73,6 +73,10 @@ typedef struct wgml_context_desc {
     int bounds_checks;        /* 1: compile every kernel with runtime bounds checks (slow,
                                  for debugging); 0: hand-written kernels run trusted */
     int no_fusion;            /* 1: one dispatch per elementwise op (for benchmarks) */
+    int gpu_timing;           /* 1: time each evaluation's compute pass on the GPU with
+                                 timestamp queries (stats.gpu_seconds_last); each eval then
+                                 waits for its result. Needs the timestamp-query feature;
+                                 the WGML_GPU_TIMING=1 environment variable also sets it */
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -135,6 +139,8 @@ typedef struct wgml_stats {
     uint64_t pipelines_compiled;  /* distinct kernels compiled */
     uint64_t pipeline_cache_hits; /* kernel lookups served from the cache */
     uint64_t evals;               /* graph evaluations */
+    double gpu_seconds_last;      /* with gpu_timing: the last evaluation's compute pass */
+    double gpu_seconds_total;     /* ... and the sum over all timed passes */
 } wgml_stats;
 
 wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats);

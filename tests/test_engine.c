@@ -688,6 +688,65 @@ static void scopes_free_what_they_made(void)
     }
 }
 
+/* ---------------------------------------------------------------- GPU timing */
+
+/* With gpu_timing, each evaluation's compute pass is timed by GPU timestamps: a bigger
+   elementwise op takes longer than a tiny one, the total is the sum, and results are still
+   right (unrolled kernels too: WGML_EW_UNROLL). */
+static void gpu_timing_times_each_pass(void)
+{
+    wgml_context *ctx;
+    wgml_context_desc d = {.gpu_timing = 1};
+    CHECK_OK(NULL, wgml_context_create(&d, &ctx));
+    if (!ctx) return;
+    wgml_adapter_info info;
+    wgml_adapter_info_get(ctx, &info);
+    if (!info.has_timestamp_query) {
+        fprintf(stderr, "  (adapter has no timestamp queries: skipped)\n");
+        wgml_context_free(ctx);
+        return;
+    }
+    const int64_t sizes[2] = {7, 1 << 22};
+    double seconds[2] = {0, 0}, total = 0;
+    for (int u = 0; u < 2; u++) {
+        if (u) setenv("WGML_EW_UNROLL", "4", 1);
+        for (int i = 0; i < 2; i++) {
+            int64_t n = sizes[i];
+            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b), *got = malloc((size_t)n * sizeof *got);
+            for (int64_t j = 0; j < n; j++) a[j] = (float)test_uniform(-2, 2), b[j] = (float)test_uniform(-2, 2);
+            wgml_tensor *ta = mk1(ctx, n, a), *tb = mk1(ctx, n, b);
+            wgml_tensor *warm = wgml_mul(ctx, wgml_add(ctx, ta, tb), tb); /* drivers may compile at first use */
+            CHECK_OK(ctx, wgml_eval(ctx, 1, &warm));
+            wgml_tensor_free(warm);
+            total += stats(ctx).gpu_seconds_last;
+            wgml_tensor *c = wgml_mul(ctx, wgml_add(ctx, ta, tb), tb);
+            CHECK_OK(ctx, wgml_eval(ctx, 1, &c));
+            wgml_stats s = stats(ctx);
+            seconds[i] = s.gpu_seconds_last;
+            total += s.gpu_seconds_last;
+            CHECK(fabs(s.gpu_seconds_total - total) <= 1e-12 + 1e-9 * total);
+            CHECK_OK(ctx, wgml_tensor_read(c, got, (size_t)n));
+            int bad = 0;
+            for (int64_t j = 0; j < n; j++) {
+                double want = ((double)a[j] + b[j]) * b[j];
+                if (fabs(got[j] - want) > 1e-5 * (1 + fabs(want))) bad++;
+            }
+            CHECK(bad == 0);
+            wgml_tensor_free(c);
+            wgml_tensor_free(ta);
+            wgml_tensor_free(tb);
+            free(a);
+            free(b);
+            free(got);
+        }
+        unsetenv("WGML_EW_UNROLL");
+        fprintf(stderr, "  unroll %d: 7 elements %.1f us, 4M elements %.1f us (GPU)\n", u ? 4 : 1,
+                seconds[0] * 1e6, seconds[1] * 1e6);
+        CHECK(seconds[0] > 0 && seconds[1] > seconds[0] && seconds[1] < 10.0);
+    }
+    wgml_context_free(ctx);
+}
+
 int main(void)
 {
     TEST_RUN(nothing_runs_until_a_result_is_needed);
@@ -701,5 +760,6 @@ int main(void)
     TEST_RUN(dag_evaluates_correctly);
     TEST_RUN(repeated_runs_compile_nothing_new);
     TEST_RUN(scopes_free_what_they_made);
+    TEST_RUN(gpu_timing_times_each_pass);
     return test_summary();
 }

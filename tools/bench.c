@@ -1,5 +1,5 @@
 /*
- * wgml bench [ops|matmul|startup|all] [--json] [--quick]
+ * wgml bench [ops|matmul|startup|all] [--json] [--quick] [--gpu-time]
  *
  * Each measurement evaluates `inner` independent copies of an op in one submit and waits, so
  * the per-submit overhead is spread; the median over repetitions (after a warm-up that
@@ -29,11 +29,39 @@ static int cmp_double(const void *a, const void *b)
 
 typedef wgml_tensor *(*build_fn)(wgml_context *ctx, void *arg);
 
-/* Median seconds per op over `reps` runs of `inner` ops in one submit. */
+/* --gpu-time: contexts time their compute passes with GPU timestamps, and each measurement
+   is one op per evaluation (the op alone: no submit latency, no overlap with other ops). */
+static int gpu_time;
+
+static wgml_status context_make(int no_fusion, wgml_context **ctx)
+{
+    wgml_context_desc d = {.no_fusion = no_fusion, .gpu_timing = gpu_time};
+    return wgml_context_create(&d, ctx);
+}
+
+/* Median seconds per op over `reps` runs of `inner` ops in one submit (host clock), or with
+   gpu_time of single ops (GPU clock). */
 static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int reps)
 {
     double t[64];
     if (reps > 64) reps = 64;
+    if (gpu_time) {
+        for (int r = -1; r < reps; r++) {
+            wgml_scope_begin(ctx);
+            wgml_tensor *out = fn(ctx, arg);
+            wgml_status st = wgml_eval(ctx, 1, &out);
+            wgml_stats s;
+            wgml_stats_get(ctx, &s);
+            wgml_scope_end(ctx);
+            if (st) {
+                fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+                return NAN;
+            }
+            if (r >= 0) t[r] = s.gpu_seconds_last;
+        }
+        qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+        return t[reps / 2];
+    }
     for (int r = -1; r < reps; r++) {
         wgml_scope_begin(ctx);
         wgml_tensor *outs[64];
@@ -107,6 +135,7 @@ typedef struct operands {
 static operands operands_make(wgml_context *ctx, int copies, int nda, const int64_t *sa, int ndb, const int64_t *sb)
 {
     operands o = {.copies = copies};
+    if (getenv("WGML_BENCH_SHARED")) o.copies = copies = 1; /* the old way, for comparison */
     for (int i = 0; i < copies; i++) {
         o.a[i] = random_tensor(ctx, nda, sa);
         o.b[i] = sb ? random_tensor(ctx, ndb, sb) : NULL;
@@ -166,8 +195,7 @@ static void bench_ops(int quick)
 {
     int64_t n = quick ? (1 << 20) : (1 << 26);
     wgml_context *ctx, *unfused;
-    wgml_context_desc nf = {.no_fusion = 1};
-    if (wgml_context_create(NULL, &ctx) || wgml_context_create(&nf, &unfused)) {
+    if (context_make(0, &ctx) || context_make(1, &unfused)) {
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
         exit(1);
     }
@@ -214,7 +242,7 @@ static wgml_tensor *op_matmul(wgml_context *ctx, void *p)
 static void bench_matmul(int quick)
 {
     wgml_context *ctx;
-    if (wgml_context_create(NULL, &ctx)) {
+    if (context_make(0, &ctx)) {
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
         exit(1);
     }
@@ -311,6 +339,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *what = argc > 0 && argv[0][0] != '-' ? argv[0] : "all";
     int quick = cli_has_flag(argc, argv, "--quick");
+    gpu_time = cli_has_flag(argc, argv, "--gpu-time");
     wgml_context *probe;
     if (wgml_context_create(NULL, &probe)) {
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
@@ -319,7 +348,8 @@ int cmd_bench(int argc, char **argv)
     wgml_adapter_info info;
     wgml_adapter_info_get(probe, &info);
     wgml_context_free(probe);
-    fprintf(stderr, "wgml bench on %s (%s)\n", info.name, info.backend);
+    fprintf(stderr, "wgml bench on %s (%s), %s\n", info.name, info.backend,
+            gpu_time ? "GPU timestamps, one op per evaluation" : "host clock, ops batched per submit");
     if (!strcmp(what, "ops") || !strcmp(what, "all")) bench_ops(quick);
     if (!strcmp(what, "matmul") || !strcmp(what, "all")) bench_matmul(quick);
     if (!strcmp(what, "startup")) bench_startup();

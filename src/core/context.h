@@ -126,6 +126,9 @@ struct wgml_context {
     wgml_adapter_info info;
     bool trusted_kernels; /* compile hand-written kernels without runtime bounds checks */
     bool no_fusion;
+    bool gpu_timing;          /* timestamp the compute pass of each eval (runtime/timing.c) */
+    WGPUQuerySet timing_queries;
+    WGPUBuffer timing_resolve, timing_readback;
     double poll_spin_seconds; /* how long a read-back spins before blocking (WGML_POLL_SPIN_US) */
 
     /* errors */
@@ -192,6 +195,13 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes);
 void wgml_buffer_retain(wgml_buffer *b);
 void wgml_buffer_release(wgml_context *ctx, wgml_buffer *b);
 void wgml_pool_destroy(wgml_context *ctx);
+/* GPU timing of compute passes (runtime/timing.c): the pass's timestamp writes (NULL when
+   timing is off), the resolve encoded after the pass, and the read after the submit. */
+const WGPUPassTimestampWrites *wgml_timing_writes(wgml_context *ctx, WGPUPassTimestampWrites *tw);
+void wgml_timing_resolve(wgml_context *ctx, WGPUCommandEncoder enc);
+wgml_status wgml_timing_read(wgml_context *ctx);
+void wgml_timing_destroy(wgml_context *ctx);
+
 /* Checks a byte size against the adapter's buffer and binding limits. */
 wgml_status wgml_check_buffer_size(wgml_context *ctx, uint64_t bytes, const char *what);
 

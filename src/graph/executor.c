@@ -214,7 +214,9 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
     wgml_scope_push(ctx);
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
     if (n) {
-        WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, NULL);
+        WGPUPassTimestampWrites tw;
+        WGPUComputePassDescriptor pd = {.timestampWrites = wgml_timing_writes(ctx, &tw)};
+        WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
         for (size_t i = 0; i < n; i++) {
             wgml_launch *l = &p[i].launch;
             WGPUBindGroupEntry e[WGML_MAX_BINDINGS + 1];
@@ -239,6 +241,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         }
         wgpuComputePassEncoderEnd(pass);
         wgpuComputePassEncoderRelease(pass);
+        if (pd.timestampWrites) wgml_timing_resolve(ctx, enc);
     }
     uint64_t rb_bytes = 0;
     if (rb) {
@@ -259,6 +262,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
     ctx->stats.submits++;
     ctx->stats.dispatches += n;
     if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
+    if (n && (st = wgml_timing_read(ctx))) return st;
 
     if (rb) {
         if ((st = wgml_map_read(ctx, ctx->staging, rb_bytes))) return st;

@@ -372,6 +372,8 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     }
     ctx->trusted_kernels = !(desc.bounds_checks || (checks && *checks == '1'));
     ctx->no_fusion = desc.no_fusion != 0;
+    const char *timing = getenv("WGML_GPU_TIMING");
+    ctx->gpu_timing = desc.gpu_timing || (timing && *timing == '1');
     const char *spin = getenv("WGML_POLL_SPIN_US");
     ctx->poll_spin_seconds = (spin && *spin ? atof(spin) : 2000.0) * 1e-6;
 
@@ -505,6 +507,7 @@ void wgml_context_free(wgml_context *ctx)
     wgml_weights_destroy(ctx);
     wgml_pool_destroy(ctx);
     wgml_pipelines_destroy(ctx);
+    wgml_timing_destroy(ctx);
     if (ctx->params_buffer) wgpuBufferRelease(ctx->params_buffer);
     if (ctx->staging) wgpuBufferRelease(ctx->staging);
     free(ctx->params_host);

@@ -7,8 +7,9 @@
  * same matrix with the transpose flag flipped, never a copy.
  *
  * Kernels, chosen by shape:
- *   - GEMV (M == 1): a workgroup owns 64 columns; its 256 threads split K four ways per
- *     column group and reduce in workgroup memory (cooperative K-reduction).
+ *   - GEMV (M == 1, or N == 1 with the operands swapped): a workgroup owns 16-64 columns; its
+ *     256 threads split K over the rest and reduce in workgroup memory (cooperative
+ *     K-reduction).
  *   - GEMM: a register-tiled kernel generated for a tile config (16x16 threads, each
  *     computing TM x TN outputs from BK-deep slices staged in workgroup memory). The
  *     generator unrolls the inner product so register tiles are indexed by constants only
@@ -562,13 +563,31 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     g.b_bs = b->ndim == 3 && b->shape[0] > 1 ? b->stride[0] : 0;
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
+    /* N == 1: C = A b is the GEMV b^T A^T with the operands' roles swapped (b as the row,
+       A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
+       which the GEMV epilogue does not do, so not then */
+    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && (g.trans_b || g.ldb == 1);
+    if (swap) {
+        wgml_gemm_args s = g;
+        s.M = 1;
+        s.N = g.M;
+        s.trans_a = false;
+        s.trans_b = !g.trans_a;
+        s.lda = 1;
+        s.a_off = g.b_off;
+        s.a_bs = g.b_bs;
+        s.ldb = g.lda;
+        s.b_off = g.a_off;
+        s.b_bs = g.a_bs;
+        g = s;
+    }
     bool gemv;
     wgml_gemm_config cfg;
     wgml_status st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg);
     if (st) return st;
     wgml_gemm_params(ctx, l, &g, gemv, &cfg);
-    l->buffers[0] = wgml_tensor_base(a);
-    l->buffers[1] = wgml_tensor_base(b);
+    l->buffers[0] = wgml_tensor_base(swap ? b : a);
+    l->buffers[1] = wgml_tensor_base(swap ? a : b);
     l->buffers[2] = bias ? wgml_tensor_base(bias) : wgml_tensor_base(a);
     l->buffers[3] = t;
     l->nbuffers = 4;

@@ -18,6 +18,21 @@
 #include "tools/cli.h"
 #include "train/mlp.h"
 
+/* mkdir -p: the output folder and any missing parents (a fresh checkout has no out/). */
+static int make_dirs(const char *path)
+{
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return -1;
+        *c = '/';
+    }
+    if (mkdir(p, 0755) && errno != EEXIST) return -1;
+    return 0;
+}
+
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 
 typedef struct options {
@@ -253,7 +268,10 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "wgml train: optimizer: %s\n", wgml_error_message(ctx));
         goto done_model;
     }
-    mkdir(o.out, 0755);
+    if (make_dirs(o.out)) {
+        fprintf(stderr, "wgml train: cannot create %s: %s\n", o.out, strerror(errno));
+        goto done_opt;
+    }
     char ckpath[1024], csvpath[1024];
     snprintf(ckpath, sizeof ckpath, "%s/checkpoint.safetensors", o.out);
     snprintf(csvpath, sizeof csvpath, "%s/metrics.csv", o.out);

@@ -247,8 +247,9 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
     OUT("@group(0) @binding(%d) var<storage, read_write> out: array<T>;\n", g.nleaves + 1);
     OUT("%s", helpers);
     /* the fused expression as a function of its leaves, then a main that loads, for each of
-       its `unroll` elements, all leaves first (loads in flight together), then computes and
-       stores; a workgroup's elements are u * WORKGROUP + lid, so every load is coalesced */
+       its `unroll` elements, all leaves first (so they can be in flight together), then
+       computes and stores; a workgroup's elements are u * WORKGROUP + lid, so every load is
+       coalesced. Unrolling gained nothing measurable for add on the H100, so it stays 1 */
     OUT("fn body(");
     for (int k = 0; k < g.nleaves; k++) OUT("%sL%d: T", k ? ", " : "", k);
     OUT(") -> T {\n");

@@ -231,10 +231,11 @@ static int swizzle(const operand *o, int BK)
     return o->along_k && o->width / 4 >= 8 ? 32 / BK : 0;
 }
 
-/* Stores the registers of put_tile_load into the staging buffer at vec4 offset `buf`. */
-static void put_tile_store(sbuf *b, const operand *o, int BK)
+/* Stores the registers of put_tile_load into staging buffer `stage` (a WGSL expression). */
+static void put_tile_store(sbuf *b, const operand *o, int BK, const char *stage)
 {
     int vecs = o->width * BK / 4, w4 = o->width / 4;
+    put(b, "        let buf = (%s) * %du;\n", stage, vecs);
     for (int r = 0; r * 256 < vecs; r++) {
         put(b, "        {\n            let e = lid + %du;\n", r * 256);
         if (r * 256 + 256 > vecs) put(b, "            if (e < %du) {\n", vecs);
@@ -251,6 +252,22 @@ static void put_tile_store(sbuf *b, const operand *o, int BK)
         if (r * 256 + 256 > vecs) put(b, "            }\n");
         put(b, "        }\n");
     }
+}
+
+/* Slice `k0` of both operands into registers and, if `store`, on into staging buffer `stage`. */
+static void put_slice(sbuf *b, const operand *A, const operand *B, int BK, const char *k0, const char *stage, bool store)
+{
+    put(b, "    {\n        let k0 = %s;\n", k0);
+    put_tile_load(b, A, BK);
+    put_tile_load(b, B, BK);
+    if (store) {
+        put(b, "    {\n");
+        put_tile_store(b, A, BK, stage);
+        put(b, "    }\n    {\n");
+        put_tile_store(b, B, BK, stage);
+        put(b, "    }\n");
+    }
+    put(b, "    }\n");
 }
 
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
@@ -287,29 +304,17 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
         for (int j = 0; j < TN / 4; j++) put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
     for (int r = 0; r * 256 < BM * BK / 4; r++) put(&b, "    var ra%d: vec4<f32>;\n", r);
     for (int r = 0; r * 256 < BN * BK / 4; r++) put(&b, "    var rb%d: vec4<f32>;\n", r);
+    char next_k0[32];
+    snprintf(next_k0, sizeof next_k0, "(t + 1u) * %du", BK);
     /* prologue: slice 0 into stage 0 */
-    put(&b, "    let slices = (P.K + %du) / %du;\n    {\n        let k0 = 0u;\n", BK - 1, BK);
-    put_tile_load(&b, &A, BK);
-    put_tile_load(&b, &B, BK);
-    put(&b, "        {\n            let buf = 0u;\n");
-    put_tile_store(&b, &A, BK);
-    put_tile_store(&b, &B, BK);
-    put(&b, "        }\n    }\n    workgroupBarrier();\n");
-    put(&b, "    for (var t = 0u; t < slices; t++) {\n");
+    put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
+    put_slice(&b, &A, &B, BK, "0u", "0u", true);
+    put(&b, "    workgroupBarrier();\n    for (var t = 0u; t < slices; t++) {\n");
     if (stages == 2) {
         /* slice t+1: with prefetch, load it into registers now (its latency hides behind slice
            t's math) and store it after; without, stage it into the other buffer right away */
-        put(&b, "        let cur = t & 1u;\n"
-                "        if (t + 1u < slices) {\n            let k0 = (t + 1u) * %du;\n", BK);
-        put_tile_load(&b, &A, BK);
-        put_tile_load(&b, &B, BK);
-        if (!cfg->prefetch) {
-            put(&b, "            {\n            let buf = (1u - cur) * %du;\n", BK * BM / 4);
-            put_tile_store(&b, &A, BK);
-            put(&b, "            }\n            {\n            let buf = (1u - cur) * %du;\n", BK * BN / 4);
-            put_tile_store(&b, &B, BK);
-            put(&b, "            }\n");
-        }
+        put(&b, "        let cur = t & 1u;\n        if (t + 1u < slices) {\n");
+        put_slice(&b, &A, &B, BK, next_k0, "1u - cur", !cfg->prefetch);
         put(&b, "        }\n");
     } else {
         put(&b, "        let cur = 0u;\n");
@@ -336,23 +341,18 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
                     "xyzw"[i % 4], kk, jb, i, jb);
     }
     if (stages == 2 && cfg->prefetch) {
-        put(&b, "        if (t + 1u < slices) {\n            let buf = (1u - cur) * %du;\n", BK * BM / 4);
-        put_tile_store(&b, &A, BK);
-        put(&b, "        }\n        if (t + 1u < slices) {\n            let buf = (1u - cur) * %du;\n", BK * BN / 4);
-        put_tile_store(&b, &B, BK);
-        put(&b, "        }\n        workgroupBarrier();\n    }\n");
-    } else if (stages == 2) {
-        put(&b, "        workgroupBarrier();\n    }\n");
-    } else {
-        put(&b, "        workgroupBarrier();\n"
-                "        if (t + 1u < slices) {\n            let k0 = (t + 1u) * %du;\n", BK);
-        put_tile_load(&b, &A, BK);
-        put_tile_load(&b, &B, BK);
-        put(&b, "            {\n            let buf = 0u;\n");
-        put_tile_store(&b, &A, BK);
-        put_tile_store(&b, &B, BK);
-        put(&b, "            }\n        }\n        workgroupBarrier();\n    }\n");
+        put(&b, "        if (t + 1u < slices) {\n        {\n");
+        put_tile_store(&b, &A, BK, "1u - cur");
+        put(&b, "        }\n        {\n");
+        put_tile_store(&b, &B, BK, "1u - cur");
+        put(&b, "        }\n        }\n");
+    } else if (stages == 1) {
+        /* one buffer: everyone is done reading it before the next slice goes in */
+        put(&b, "        workgroupBarrier();\n        if (t + 1u < slices) {\n");
+        put_slice(&b, &A, &B, BK, next_k0, "0u", true);
+        put(&b, "        }\n");
     }
+    put(&b, "        workgroupBarrier();\n    }\n");
     put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) {

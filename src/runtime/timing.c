@@ -3,8 +3,10 @@
  * timestamps written at the beginning and end of an evaluation's compute pass, resolved into
  * a buffer in the same command buffer, read back after the submit. Host timers see submit
  * and wake-up latency, and ops of one submit that the GPU overlaps; a single op per
- * evaluation timed this way is the op alone. Timestamps are taken as nanoseconds (Vulkan's
- * timestampPeriod is 1 on NVIDIA; wgpu-native 29 exports no period query).
+ * evaluation timed this way is the op alone. Timestamps are taken as nanoseconds, as WebGPU
+ * defines them; wgpu-native 29 exports no period query to check that against. On the H100
+ * these times came out lower than the host clock's for memory-bound ops, unexplained
+ * (docs/MEASUREMENTS.md): treat them as indicative.
  */
 #include <string.h>
 

@@ -1,0 +1,252 @@
+/*
+ * ew_probe: how much memory bandwidth a plain WGSL kernel reaches on this adapter, outside
+ * wgml's graph executor, so that wgml's own elementwise numbers have a ceiling to be judged
+ * against. c = a + b on 2^26 floats (--quick: 2^22), in kernel variants (workgroup size,
+ * vec4 or scalar, elements per thread, grid-stride loop, checked or trusted module) and
+ * timing modes:
+ *   single  one dispatch per pass and submit, GPU timestamps around the pass (median of 15)
+ *   chain   20 dispatches in one pass on the same buffers (each waits for the one before),
+ *           timestamps around the pass / 20
+ *   host    the same 20 dispatches, host clock from submit to completion / 20
+ * Also a 256 MB copyBufferToBuffer, and wgml_add through the library (same device).
+ * Prints one line per measurement: GB/s counted as 3 x 4 bytes per element.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/context.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static wgml_context *ctx;
+static WGPUQuerySet qs;
+static WGPUBuffer q_resolve, q_read;
+
+static WGPUBuffer make_buffer(uint64_t size)
+{
+    WGPUBufferDescriptor d = {.usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst,
+                              .size = size};
+    return wgpuDeviceCreateBuffer(ctx->device, &d);
+}
+
+static double pass_seconds(void)
+{
+    if (wgml_map_read(ctx, q_read, 16)) return -1;
+    const uint64_t *t = wgpuBufferGetConstMappedRange(q_read, 0, 16);
+    double s = t ? (double)(t[1] - t[0]) * 1e-9 : -1;
+    wgpuBufferUnmap(q_read);
+    return s;
+}
+
+typedef struct variant {
+    const char *name;
+    int wg;        /* workgroup size */
+    int vec4;      /* 1: vec4 elements */
+    int per;       /* elements (of the vector type) per thread, strided by wg */
+    int stride;    /* 1: grid-stride loop over a fixed grid */
+    int trusted;
+} variant;
+
+static char *source(const variant *v)
+{
+    char *s = malloc(4096);
+    const char *T = v->vec4 ? "vec4<f32>" : "f32";
+    if (v->stride)
+        snprintf(s, 4096,
+                 "struct P { n: u32, gx: u32, total: u32, _p: u32 }\n"
+                 "@group(0) @binding(0) var<uniform> p: P;\n"
+                 "@group(0) @binding(1) var<storage, read> a: array<%s>;\n"
+                 "@group(0) @binding(2) var<storage, read> b: array<%s>;\n"
+                 "@group(0) @binding(3) var<storage, read_write> c: array<%s>;\n"
+                 "@compute @workgroup_size(%d)\n"
+                 "fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n"
+                 "    for (var i = g.x; i < p.n; i += p.total) { c[i] = a[i] + b[i]; }\n"
+                 "}\n",
+                 T, T, T, v->wg);
+    else {
+        int n = snprintf(s, 4096,
+                         "struct P { n: u32, gx: u32, total: u32, _p: u32 }\n"
+                         "@group(0) @binding(0) var<uniform> p: P;\n"
+                         "@group(0) @binding(1) var<storage, read> a: array<%s>;\n"
+                         "@group(0) @binding(2) var<storage, read> b: array<%s>;\n"
+                         "@group(0) @binding(3) var<storage, read_write> c: array<%s>;\n"
+                         "@compute @workgroup_size(%d)\n"
+                         "fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) l: u32) {\n"
+                         "    let base = (w.x + w.y * p.gx) * %du + l;\n",
+                         T, T, T, v->wg, v->wg * v->per);
+        for (int u = 0; u < v->per; u++)
+            n += snprintf(s + n, 4096 - (size_t)n, "    let x%d = base + %du;\n    var a%d = %s(0.0); var b%d = %s(0.0);\n"
+                          "    if (x%d < p.n) { a%d = a[x%d]; b%d = b[x%d]; }\n", u, u * v->wg, u, T, u, T, u, u, u, u, u);
+        for (int u = 0; u < v->per; u++)
+            n += snprintf(s + n, 4096 - (size_t)n, "    if (x%d < p.n) { c[x%d] = a%d + b%d; }\n", u, u, u, u);
+        snprintf(s + n, 4096 - (size_t)n, "}\n");
+    }
+    return s;
+}
+
+static void report(const char *what, const char *mode, double s, double bytes)
+{
+    printf("%-26s %-7s %9.1f us %8.0f GB/s\n", what, mode, s * 1e6, bytes / s / 1e9);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    wgml_context_desc cd = {0};
+    if (wgml_context_create(&cd, &ctx)) {
+        fprintf(stderr, "ew_probe: %s\n", wgml_last_create_error());
+        return 1;
+    }
+    if (!ctx->info.has_timestamp_query) {
+        fprintf(stderr, "ew_probe: the adapter has no timestamp queries\n");
+        return 1;
+    }
+    uint32_t n = quick ? 1u << 22 : 1u << 26;
+    uint64_t bytes = (uint64_t)n * 4;
+    WGPUQuerySetDescriptor qd = {.type = WGPUQueryType_Timestamp, .count = 2};
+    qs = wgpuDeviceCreateQuerySet(ctx->device, &qd);
+    WGPUBufferDescriptor rd = {.usage = WGPUBufferUsage_QueryResolve | WGPUBufferUsage_CopySrc, .size = 256};
+    WGPUBufferDescriptor bd = {.usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, .size = 256};
+    q_resolve = wgpuDeviceCreateBuffer(ctx->device, &rd);
+    q_read = wgpuDeviceCreateBuffer(ctx->device, &bd);
+
+    WGPUBuffer a = make_buffer(bytes), b = make_buffer(bytes), c = make_buffer(bytes);
+    float *host = malloc(bytes);
+    for (uint32_t i = 0; i < n; i++) host[i] = (float)(i % 1000) * 0.001f;
+    wgpuQueueWriteBuffer(ctx->queue, a, 0, host, bytes);
+    wgpuQueueWriteBuffer(ctx->queue, b, 0, host, bytes);
+    wgpuQueueWriteBuffer(ctx->queue, c, 0, host, bytes);
+    free(host);
+    WGPUBufferDescriptor ud = {.usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, .size = 256};
+    WGPUBuffer params = wgpuDeviceCreateBuffer(ctx->device, &ud);
+
+    static const variant variants[] = {
+        {"v4 wg256 x1 trusted", 256, 1, 1, 0, 1},
+        {"v4 wg256 x1 checked", 256, 1, 1, 0, 0},
+        {"v4 wg64 x1 trusted", 64, 1, 1, 0, 1},
+        {"v4 wg128 x1 trusted", 128, 1, 1, 0, 1},
+        {"v4 wg512 x1 trusted", 512, 1, 1, 0, 1},
+        {"v4 wg1024 x1 trusted", 1024, 1, 1, 0, 1},
+        {"v4 wg256 x2 trusted", 256, 1, 2, 0, 1},
+        {"v4 wg256 x4 trusted", 256, 1, 4, 0, 1},
+        {"v4 wg256 stride trusted", 256, 1, 1, 1, 1},
+        {"f32 wg256 x1 trusted", 256, 0, 1, 0, 1},
+        {"f32 wg256 x4 trusted", 256, 0, 4, 0, 1},
+    };
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const variant *v = &variants[vi];
+        char *src = source(v);
+        wgml_pipeline *p = wgml_pipeline_get(ctx, src, v->trusted);
+        free(src);
+        if (!p) {
+            printf("%s: %s\n", v->name, wgml_error_message(ctx));
+            continue;
+        }
+        uint32_t items = v->vec4 ? n / 4 : n;
+        uint32_t groups = v->stride ? 132u * 16u : (items + (uint32_t)(v->wg * v->per) - 1) / (uint32_t)(v->wg * v->per);
+        uint32_t gy = (groups + 65534) / 65535, gx = (groups + gy - 1) / gy;
+        uint32_t pr[4] = {items, gx, gx * gy * (uint32_t)v->wg, 0};
+        wgpuQueueWriteBuffer(ctx->queue, params, 0, pr, sizeof pr);
+        WGPUBindGroupEntry e[4] = {
+            {.binding = 0, .buffer = params, .size = 16},
+            {.binding = 1, .buffer = a, .size = bytes},
+            {.binding = 2, .buffer = b, .size = bytes},
+            {.binding = 3, .buffer = c, .size = bytes},
+        };
+        WGPUBindGroupDescriptor bgd = {.layout = p->layout, .entryCount = 4, .entries = e};
+        WGPUBindGroup bg = wgpuDeviceCreateBindGroup(ctx->device, &bgd);
+        double t[20];
+        for (int mode = 0; mode < 3; mode++) {
+            int reps = mode == 0 ? 15 : 5, per_pass = mode == 0 ? 1 : 20;
+            for (int r = -1; r < reps; r++) {
+                WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+                WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 0, .endOfPassWriteIndex = 1};
+                WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
+                WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
+                wgpuComputePassEncoderSetPipeline(pass, p->pipeline);
+                wgpuComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
+                for (int k = 0; k < per_pass; k++) wgpuComputePassEncoderDispatchWorkgroups(pass, gx, gy, 1);
+                wgpuComputePassEncoderEnd(pass);
+                wgpuComputePassEncoderRelease(pass);
+                wgpuCommandEncoderResolveQuerySet(enc, qs, 0, 2, q_resolve, 0);
+                wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
+                WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+                double t0 = now();
+                wgpuQueueSubmit(ctx->queue, 1, &cb);
+                double s = pass_seconds();
+                double host_s = now() - t0;
+                wgpuCommandBufferRelease(cb);
+                wgpuCommandEncoderRelease(enc);
+                if (r >= 0) t[r] = (mode == 2 ? host_s : s) / per_pass;
+            }
+            qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+            report(v->name, mode == 0 ? "single" : mode == 1 ? "chain" : "host", t[reps / 2], 3.0 * (double)bytes);
+        }
+        wgpuBindGroupRelease(bg);
+    }
+
+    /* a plain copy: bytes read + bytes written */
+    {
+        double t[9];
+        for (int r = -1; r < 9; r++) {
+            WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+            wgpuCommandEncoderCopyBufferToBuffer(enc, a, 0, c, 0, bytes);
+            WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+            wgml_synchronize(ctx);
+            double t0 = now();
+            wgpuQueueSubmit(ctx->queue, 1, &cb);
+            wgml_synchronize(ctx);
+            if (r >= 0) t[r] = now() - t0;
+            wgpuCommandBufferRelease(cb);
+            wgpuCommandEncoderRelease(enc);
+        }
+        qsort(t, 9, sizeof t[0], cmp_double);
+        report("copyBufferToBuffer", "host", t[4], 2.0 * (double)bytes);
+    }
+    wgpuBufferRelease(a);
+    wgpuBufferRelease(b);
+    wgpuBufferRelease(c);
+    wgpuBufferRelease(params);
+
+    /* wgml_add through the library, one op per evaluation */
+    {
+        int64_t shape = n;
+        float *d = malloc(bytes);
+        for (uint32_t i = 0; i < n; i++) d[i] = (float)(i % 777) * 0.01f;
+        wgml_tensor *x, *y;
+        wgml_tensor_from_data(ctx, 1, &shape, d, n, &x);
+        wgml_tensor_from_data(ctx, 1, &shape, d, n, &y);
+        free(d);
+        double t[15];
+        for (int r = -1; r < 15; r++) {
+            wgml_scope_begin(ctx);
+            wgml_tensor *z = wgml_add(ctx, x, y);
+            wgml_synchronize(ctx);
+            double t0 = now();
+            wgml_eval(ctx, 1, &z);
+            wgml_synchronize(ctx);
+            if (r >= 0) t[r] = now() - t0;
+            wgml_scope_end(ctx);
+        }
+        qsort(t, 15, sizeof t[0], cmp_double);
+        report("wgml_add", "host", t[7], 3.0 * (double)bytes);
+        wgml_tensor_free(x);
+        wgml_tensor_free(y);
+    }
+    wgml_context_free(ctx);
+    return 0;
+}

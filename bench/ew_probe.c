@@ -46,7 +46,7 @@ static double pass_seconds(void)
 {
     if (wgml_map_read(ctx, q_read, 16)) return -1;
     const uint64_t *t = wgpuBufferGetConstMappedRange(q_read, 0, 16);
-    double s = t ? (double)(t[1] - t[0]) * 1e-9 : -1;
+    double s = t ? (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(ctx->queue) * 1e-9 : -1;
     wgpuBufferUnmap(q_read);
     return s;
 }
@@ -199,6 +199,76 @@ int main(int argc, char **argv)
         wgpuBindGroupRelease(bg);
     }
 
+    /* 8 independent adds in one pass (no barriers between them): distinct buffers, then
+       distinct outputs with shared inputs */
+    for (int shared = 0; shared < 2; shared++) {
+        enum { K = 8 };
+        WGPUBuffer sa[K], sb[K], sc[K];
+        WGPUBindGroup bgs[K];
+        const variant v = {"v4 wg256 x1 trusted", 256, 1, 1, 0, 1};
+        char *src = source(&v);
+        wgml_pipeline *p = wgml_pipeline_get(ctx, src, true);
+        free(src);
+        uint32_t groups = n / 4 / 256, gy = (groups + 65534) / 65535, gx = (groups + gy - 1) / gy;
+        uint32_t pr[4] = {n / 4, gx, 0, 0};
+        wgpuQueueWriteBuffer(ctx->queue, params, 0, pr, sizeof pr);
+        for (int k = 0; k < K; k++) {
+            sa[k] = shared && k ? sa[0] : make_buffer(bytes);
+            sb[k] = shared && k ? sb[0] : make_buffer(bytes);
+            sc[k] = make_buffer(bytes);
+            if (!shared || !k) {
+                WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+                wgpuCommandEncoderCopyBufferToBuffer(enc, a, 0, sa[k], 0, bytes);
+                wgpuCommandEncoderCopyBufferToBuffer(enc, b, 0, sb[k], 0, bytes);
+                WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+                wgpuQueueSubmit(ctx->queue, 1, &cb);
+                wgpuCommandBufferRelease(cb);
+                wgpuCommandEncoderRelease(enc);
+            }
+            WGPUBindGroupEntry e[4] = {
+                {.binding = 0, .buffer = params, .size = 16},
+                {.binding = 1, .buffer = sa[k], .size = bytes},
+                {.binding = 2, .buffer = sb[k], .size = bytes},
+                {.binding = 3, .buffer = sc[k], .size = bytes},
+            };
+            WGPUBindGroupDescriptor bgd = {.layout = p->layout, .entryCount = 4, .entries = e};
+            bgs[k] = wgpuDeviceCreateBindGroup(ctx->device, &bgd);
+        }
+        double t[9], th[9];
+        for (int r = -1; r < 9; r++) {
+            WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+            WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 0, .endOfPassWriteIndex = 1};
+            WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
+            WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
+            wgpuComputePassEncoderSetPipeline(pass, p->pipeline);
+            for (int k = 0; k < K; k++) {
+                wgpuComputePassEncoderSetBindGroup(pass, 0, bgs[k], 0, NULL);
+                wgpuComputePassEncoderDispatchWorkgroups(pass, gx, gy, 1);
+            }
+            wgpuComputePassEncoderEnd(pass);
+            wgpuComputePassEncoderRelease(pass);
+            wgpuCommandEncoderResolveQuerySet(enc, qs, 0, 2, q_resolve, 0);
+            wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
+            WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+            wgml_synchronize(ctx);
+            double t0 = now();
+            wgpuQueueSubmit(ctx->queue, 1, &cb);
+            double gs = pass_seconds();
+            if (r >= 0) t[r] = gs / K, th[r] = (now() - t0) / K;
+            wgpuCommandBufferRelease(cb);
+            wgpuCommandEncoderRelease(enc);
+        }
+        qsort(t, 9, sizeof t[0], cmp_double);
+        qsort(th, 9, sizeof th[0], cmp_double);
+        report(shared ? "8 concurrent, shared in" : "8 concurrent, distinct", "gpu", t[4], 3.0 * (double)bytes);
+        report(shared ? "8 concurrent, shared in" : "8 concurrent, distinct", "host", th[4], 3.0 * (double)bytes);
+        for (int k = 0; k < K; k++) {
+            wgpuBindGroupRelease(bgs[k]);
+            if (!shared || !k) wgpuBufferRelease(sa[k]), wgpuBufferRelease(sb[k]);
+            wgpuBufferRelease(sc[k]);
+        }
+    }
+
     /* a plain copy: bytes read + bytes written */
     {
         double t[9];
@@ -222,30 +292,45 @@ int main(int argc, char **argv)
     wgpuBufferRelease(c);
     wgpuBufferRelease(params);
 
-    /* wgml_add through the library, one op per evaluation */
+    /* wgml_add through the library (a second context with GPU timing): one op per
+       evaluation, and 8 independent ones in one evaluation */
     {
+        wgml_context *tc;
+        wgml_context_desc td = {.gpu_timing = true};
+        if (wgml_context_create(&td, &tc)) return 1;
+        enum { K = 8 };
         int64_t shape = n;
         float *d = malloc(bytes);
         for (uint32_t i = 0; i < n; i++) d[i] = (float)(i % 777) * 0.01f;
-        wgml_tensor *x, *y;
-        wgml_tensor_from_data(ctx, 1, &shape, d, n, &x);
-        wgml_tensor_from_data(ctx, 1, &shape, d, n, &y);
-        free(d);
-        double t[15];
-        for (int r = -1; r < 15; r++) {
-            wgml_scope_begin(ctx);
-            wgml_tensor *z = wgml_add(ctx, x, y);
-            wgml_synchronize(ctx);
-            double t0 = now();
-            wgml_eval(ctx, 1, &z);
-            wgml_synchronize(ctx);
-            if (r >= 0) t[r] = now() - t0;
-            wgml_scope_end(ctx);
+        wgml_tensor *x[K], *y[K];
+        for (int k = 0; k < K; k++) {
+            wgml_tensor_from_data(tc, 1, &shape, d, n, &x[k]);
+            wgml_tensor_from_data(tc, 1, &shape, d, n, &y[k]);
         }
-        qsort(t, 15, sizeof t[0], cmp_double);
-        report("wgml_add", "host", t[7], 3.0 * (double)bytes);
-        wgml_tensor_free(x);
-        wgml_tensor_free(y);
+        free(d);
+        for (int mode = 0; mode < 2; mode++) {
+            int m = mode ? K : 1;
+            double t[15], tg[15];
+            for (int r = -1; r < 15; r++) {
+                wgml_scope_begin(tc);
+                wgml_tensor *z[K];
+                for (int k = 0; k < m; k++) z[k] = wgml_add(tc, x[k], y[k]);
+                wgml_synchronize(tc);
+                double t0 = now();
+                wgml_eval(tc, m, z);
+                wgml_synchronize(tc);
+                wgml_stats st;
+                wgml_stats_get(tc, &st);
+                if (r >= 0) t[r] = (now() - t0) / m, tg[r] = st.gpu_seconds_last / m;
+                wgml_scope_end(tc);
+            }
+            qsort(t, 15, sizeof t[0], cmp_double);
+            qsort(tg, 15, sizeof tg[0], cmp_double);
+            report(mode ? "wgml_add x8 one eval" : "wgml_add", "host", t[7], 3.0 * (double)bytes);
+            report(mode ? "wgml_add x8 one eval" : "wgml_add", "gpu", tg[7], 3.0 * (double)bytes);
+        }
+        for (int k = 0; k < K; k++) wgml_tensor_free(x[k]), wgml_tensor_free(y[k]);
+        wgml_context_free(tc);
     }
     wgml_context_free(ctx);
     return 0;

@@ -10,7 +10,10 @@ dev = "cuda"
 res = {}
 
 def timed(fn, reps=15, inner=8):
+    # warm-up as in `wgml bench`: at least 0.3 s, out of the GPU's idle clocks
+    t_end = time.perf_counter() + 0.3
     fn(); torch.cuda.synchronize()
+    while time.perf_counter() < t_end: fn(); torch.cuda.synchronize()
     ts = []
     for _ in range(reps):
         torch.cuda.synchronize(); t0 = time.perf_counter()

@@ -100,18 +100,23 @@ wgml_status wgml_scope_pop(wgml_context *ctx, const char *what)
     return WGML_OK;
 }
 
-wgml_status wgml_wait_idle(wgml_context *ctx)
-{
-    if (ctx->device_lost) return wgml_check_device(ctx);
-    wgpuDevicePoll(ctx->device, true, NULL);
-    return wgml_check_device(ctx);
-}
-
 static double seconds_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+wgml_status wgml_wait_idle(wgml_context *ctx)
+{
+    if (ctx->device_lost) return wgml_check_device(ctx);
+    /* as in wgml_map_read: spin on non-blocking polls (true once the queue is empty) for a
+       short while before sleeping on a fence, which wakes late */
+    double spin = ctx->poll_spin_seconds, t0 = seconds_now();
+    while (spin > 0 && !ctx->device_lost && seconds_now() - t0 < spin)
+        if (wgpuDevicePoll(ctx->device, false, NULL)) return wgml_check_device(ctx);
+    wgpuDevicePoll(ctx->device, true, NULL);
+    return wgml_check_device(ctx);
 }
 
 typedef struct map_result {

@@ -3,10 +3,8 @@
  * timestamps written at the beginning and end of an evaluation's compute pass, resolved into
  * a buffer in the same command buffer, read back after the submit. Host timers see submit
  * and wake-up latency, and ops of one submit that the GPU overlaps; a single op per
- * evaluation timed this way is the op alone. Timestamps are taken as nanoseconds, as WebGPU
- * defines them; wgpu-native 29 exports no period query to check that against. On the H100
- * these times came out lower than the host clock's for memory-bound ops, unexplained
- * (docs/MEASUREMENTS.md): treat them as indicative.
+ * evaluation timed this way is the op alone. Ticks are scaled by the queue's timestamp
+ * period (nanoseconds per tick).
  */
 #include <string.h>
 
@@ -56,7 +54,7 @@ wgml_status wgml_timing_read(wgml_context *ctx)
     if (st) return st;
     const uint64_t *t = wgpuBufferGetConstMappedRange(ctx->timing_readback, 0, 16);
     if (t && t[1] >= t[0]) {
-        ctx->stats.gpu_seconds_last = (double)(t[1] - t[0]) * 1e-9;
+        ctx->stats.gpu_seconds_last = (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(ctx->queue) * 1e-9;
         ctx->stats.gpu_seconds_total += ctx->stats.gpu_seconds_last;
     }
     wgpuBufferUnmap(ctx->timing_readback);

@@ -174,6 +174,8 @@ wgml_status wgml_fail(wgml_context *ctx, wgml_status status, const char *fmt, ..
     __attribute__((format(printf, 3, 4)));
 /* The status to return when the device is lost (records the message), else WGML_OK. */
 wgml_status wgml_check_device(wgml_context *ctx);
+/* Submits cb (and releases it), or reports a lost device without submitting. */
+wgml_status wgml_submit(wgml_context *ctx, WGPUCommandBuffer cb);
 void wgml_format_shape(char *out, size_t n, int ndim, const int64_t *shape);
 
 /* ---------------------------------------------------------------- runtime (runtime/device.c) */

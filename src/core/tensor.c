@@ -269,11 +269,12 @@ wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
     wgpuCommandEncoderClearBuffer(enc, (*out)->buf->handle, 0, (uint64_t)(*out)->numel * 4);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuQueueSubmit(ctx->queue, 1, &cb);
-    ctx->stats.submits++;
-    wgpuCommandBufferRelease(cb);
     wgpuCommandEncoderRelease(enc);
-    return WGML_OK;
+    if ((st = wgml_submit(ctx, cb))) {
+        wgml_tensor_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 /* ---------------------------------------------------------------- read and write */

@@ -270,10 +270,11 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
                                              ctx->staging, 0, rb_bytes);
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuQueueSubmit(ctx->queue, 1, &cb);
-    wgpuCommandBufferRelease(cb);
     wgpuCommandEncoderRelease(enc);
-    ctx->stats.submits++;
+    if ((st = wgml_submit(ctx, cb))) {
+        wgml_scope_pop(ctx, "running the graph");
+        return st;
+    }
     ctx->stats.kernels += n;
     for (size_t i = 0; i < n; i++) ctx->stats.dispatches += (uint64_t)p[i].nstages;
     if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;

@@ -277,10 +277,11 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
     wgpuComputePassEncoderRelease(pass);
     wgpuCommandEncoderCopyBufferToBuffer(enc, io->output, 0, io->staging, 0, out_bytes);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuQueueSubmit(ctx->queue, 1, &cb);
-    wgpuCommandBufferRelease(cb);
     wgpuCommandEncoderRelease(enc);
-    ctx->stats.submits++;
+    if ((st = wgml_submit(ctx, cb))) {
+        wgml_scope_pop(ctx, "matmul_cached");
+        return st;
+    }
     ctx->stats.dispatches += (uint64_t)cw->nchunks;
     ctx->stats.bytes_uploaded += in_bytes;
     if ((st = wgml_scope_pop(ctx, "matmul_cached"))) return st;

@@ -110,11 +110,8 @@ static double seconds_now(void)
 wgml_status wgml_wait_idle(wgml_context *ctx)
 {
     if (ctx->device_lost) return wgml_check_device(ctx);
-    /* as in wgml_map_read: spin on non-blocking polls (true once the queue is empty) for a
-       short while before sleeping on a fence, which wakes late */
-    double spin = ctx->poll_spin_seconds, t0 = seconds_now();
-    while (spin > 0 && !ctx->device_lost && seconds_now() - t0 < spin)
-        if (wgpuDevicePoll(ctx->device, false, NULL)) return wgml_check_device(ctx);
+    /* a blocking poll: a non-blocking one's "queue empty" came back true on the H100 with
+       work still running (the bench then timed nothing), so it cannot be spun on here */
     wgpuDevicePoll(ctx->device, true, NULL);
     return wgml_check_device(ctx);
 }
@@ -157,6 +154,21 @@ wgml_status wgml_map_read(wgml_context *ctx, WGPUBuffer buffer, uint64_t size)
     if (r.status != WGPUMapAsyncStatus_Success)
         return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: map failed (%d): %s",
                          (int)r.status, r.message);
+    return WGML_OK;
+}
+
+wgml_status wgml_submit(wgml_context *ctx, WGPUCommandBuffer cb)
+{
+    /* wgpu-native aborts the process on a submit to a lost device: a non-blocking poll
+       first lets a loss that already happened be reported (the lost callback sets the flag) */
+    if (!ctx->device_lost) wgpuDevicePoll(ctx->device, false, NULL);
+    if (ctx->device_lost) {
+        wgpuCommandBufferRelease(cb);
+        return wgml_check_device(ctx);
+    }
+    wgpuQueueSubmit(ctx->queue, 1, &cb);
+    wgpuCommandBufferRelease(cb);
+    ctx->stats.submits++;
     return WGML_OK;
 }
 

@@ -37,10 +37,11 @@ static wgml_buffer *flat_zeros(wgml_context *ctx, int64_t n)
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
     wgpuCommandEncoderClearBuffer(enc, b->handle, 0, b->size);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuQueueSubmit(ctx->queue, 1, &cb);
-    wgpuCommandBufferRelease(cb);
     wgpuCommandEncoderRelease(enc);
-    ctx->stats.submits++;
+    if (wgml_submit(ctx, cb)) {
+        wgml_buffer_release(ctx, b);
+        return NULL;
+    }
     return b;
 }
 
@@ -110,10 +111,11 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
                                              (uint64_t)opt->slot[i] * 4, (uint64_t)p->numel * 4);
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuQueueSubmit(ctx->queue, 1, &cb);
-    wgpuCommandBufferRelease(cb);
     wgpuCommandEncoderRelease(enc);
-    ctx->stats.submits++;
+    if ((st = wgml_submit(ctx, cb))) {
+        wgml_optimizer_free(opt);
+        return st;
+    }
     for (int i = 0; i < n; i++) {
         wgml_tensor *p = params[i];
         wgml_buffer_release(ctx, p->buf);

@@ -10,6 +10,10 @@
  *   host    the same 20 dispatches, host clock from submit to completion / 20
  * Also a 256 MB copyBufferToBuffer, and wgml_add through the library (same device).
  * Prints one line per measurement: GB/s counted as 3 x 4 bytes per element.
+ *
+ *   ew_probe [--quick] [--data pattern|rand16|rand32]
+ * The data (default rand32: every bit random) matters if the GPU compresses memory: pattern
+ * is a short repeating sequence, rand16 has 16 random bits per value (wgml bench's data).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,21 @@ static int cmp_double(const void *a, const void *b)
 }
 
 static wgml_context *ctx;
+static const char *data_mode = "rand32";
+
+static void fill(float *x, uint32_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (uint32_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        if (!strcmp(data_mode, "pattern")) x[i] = (float)(i % 1000) * 0.001f;
+        else if (!strcmp(data_mode, "rand16")) x[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+        else {
+            uint32_t bits = (uint32_t)(s >> 32);
+            x[i] = (float)(bits >> 8) / 16777216.0f - 0.5f + (float)(bits & 0xff) * 1e-9f;
+        }
+    }
+}
 static WGPUQuerySet qs;
 static WGPUBuffer q_resolve, q_read;
 
@@ -105,7 +124,12 @@ static void report(const char *what, const char *mode, double s, double bytes)
 
 int main(int argc, char **argv)
 {
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (!strcmp(argv[i], "--data") && i + 1 < argc) data_mode = argv[++i];
+    }
+    printf("data: %s\n", data_mode);
     wgml_context_desc cd = {0};
     if (wgml_context_create(&cd, &ctx)) {
         fprintf(stderr, "ew_probe: %s\n", wgml_last_create_error());
@@ -126,8 +150,9 @@ int main(int argc, char **argv)
 
     WGPUBuffer a = make_buffer(bytes), b = make_buffer(bytes), c = make_buffer(bytes);
     float *host = malloc(bytes);
-    for (uint32_t i = 0; i < n; i++) host[i] = (float)(i % 1000) * 0.001f;
+    fill(host, n, 1);
     wgpuQueueWriteBuffer(ctx->queue, a, 0, host, bytes);
+    fill(host, n, 2);
     wgpuQueueWriteBuffer(ctx->queue, b, 0, host, bytes);
     wgpuQueueWriteBuffer(ctx->queue, c, 0, host, bytes);
     free(host);
@@ -301,10 +326,11 @@ int main(int argc, char **argv)
         enum { K = 8 };
         int64_t shape = n;
         float *d = malloc(bytes);
-        for (uint32_t i = 0; i < n; i++) d[i] = (float)(i % 777) * 0.01f;
         wgml_tensor *x[K], *y[K];
         for (int k = 0; k < K; k++) {
+            fill(d, n, 10 + 2 * (uint64_t)k);
             wgml_tensor_from_data(tc, 1, &shape, d, n, &x[k]);
+            fill(d, n, 11 + 2 * (uint64_t)k);
             wgml_tensor_from_data(tc, 1, &shape, d, n, &y[k]);
         }
         free(d);

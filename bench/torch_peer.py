@@ -10,8 +10,8 @@ dev = "cuda"
 res = {}
 
 def timed(fn, reps=15, inner=8):
-    # warm-up as in `wgml bench`: at least 0.3 s, out of the GPU's idle clocks
-    t_end = time.perf_counter() + 0.3
+    # warm-up as in `wgml bench`: at least 2 s
+    t_end = time.perf_counter() + 2.0
     fn(); torch.cuda.synchronize()
     while time.perf_counter() < t_end: fn(); torch.cuda.synchronize()
     ts = []

@@ -607,6 +607,8 @@ static void reductions_over_all_elements(void)
 
 static const struct { int nd; int64_t s[4]; } row_shapes[] = {
     {2, {1, 7}}, {2, {7, 1023}}, {3, {3, 5, 65}}, {2, {1, 4099}}, {1, {4099}},
+    /* multiples of 4: the vec4 kernels, rows held in registers (up to 8192) or re-read */
+    {2, {3, 4}}, {2, {5, 1024}}, {2, {2, 8192}}, {2, {2, 8196}},
 };
 #define NROWSHAPES (sizeof row_shapes / sizeof row_shapes[0])
 

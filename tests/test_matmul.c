@@ -178,6 +178,22 @@ static void split_k_gemv(void)
     if (!ctx) return;
     const int64_t Ks[] = {128, 1000, 4099}, Ns[] = {1, 3, 255, 257, 1024};
     int failed = 0, ran = 0;
+    /* by default only narrow matrices split: K = 4099 with 255 columns does, 1024 does not */
+    const int64_t rule[][3] = {{4099, 255, 2}, {4099, 1024, 1}};
+    for (int i = 0; i < 2; i++) {
+        mm_case c = {.M = 1, .K = rule[i][0], .N = rule[i][1]};
+        wgml_stats s0 = stats(ctx);
+        ran++;
+        int ok = run_case(ctx, &c);
+        wgml_stats s1 = stats(ctx);
+        if (s1.dispatches - s0.dispatches != (uint64_t)rule[i][2]) {
+            fprintf(stderr, "  M=1 K=%lld N=%lld: %llu dispatches, want %lld\n", (long long)c.K, (long long)c.N,
+                    (unsigned long long)(s1.dispatches - s0.dispatches), (long long)rule[i][2]);
+            ok = 0;
+        }
+        if (!ok) failed++;
+    }
+    setenv("WGML_GEMV_SPLIT", "1", 1); /* split wherever it can, to test its edges */
     for (int ki = 0; ki < 3; ki++)
         for (int ni = 0; ni < 5; ni++) {
             mm_case c = {.M = 1, .K = Ks[ki], .N = Ns[ni], .bias = ni % 2, .act = (wgml_activation)((ki + ni) % 4),
@@ -197,6 +213,7 @@ static void split_k_gemv(void)
     mm_case swapped = {.M = 300, .K = 1000, .N = 1, .ta = 1};
     ran++;
     if (!run_case(ctx, &swapped)) failed++;
+    unsetenv("WGML_GEMV_SPLIT");
     if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
     CHECK(failed == 0);
 }

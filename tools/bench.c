@@ -295,6 +295,15 @@ static void bench_matmul(int quick)
             else report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
             operands_free(&t);
         }
+    /* a narrow GEMV (few columns, long K): the split-K kernel's case */
+    {
+        int64_t K = quick ? 4096 : 16384, N = quick ? 128 : 512, sa[2] = {1, K}, sb[2] = {K, N};
+        operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
+        double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
+        snprintf(name, sizeof name, "gemv_narrow_K%lld_N%lld", (long long)K, (long long)N);
+        report(name, sec, 4.0 * (double)K * N / sec / 1e9, "GB/s (weight read)");
+        operands_free(&t);
+    }
     /* the cached-matmul round trip: host input -> GPU -> host output, M = 1, 1536 x 1536 */
     int64_t K = quick ? 256 : 1536;
     float *w = malloc((size_t)(K * K) * sizeof *w), *x = malloc((size_t)K * sizeof *x), *y = malloc((size_t)K * sizeof *y);

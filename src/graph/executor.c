@@ -208,6 +208,7 @@ typedef struct stage {
 typedef struct planned {
     stage s[2];
     int nstages;
+    wgml_buffer *scratch; /* between the stages; held to the end of the evaluation */
 } planned;
 
 /* Encodes launches[0..n) and the optional read-back copy into one command buffer, submits. */
@@ -369,12 +370,11 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
                 t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
             }
             if (!t->buf) { st = ctx->status; break; }
-            wgml_buffer *scratch = NULL;
             if (pl->nstages == 2) { /* the first stage's output, the second's input */
-                scratch = wgml_pool_acquire(ctx, pl->s[0].launch.scratch_bytes);
-                if (!scratch) { st = ctx->status; break; }
+                pl->scratch = wgml_pool_acquire(ctx, pl->s[0].launch.scratch_bytes);
+                if (!pl->scratch) { st = ctx->status; break; }
                 wgml_launch *first = &pl->s[0].launch;
-                first->raw[first->nbuffers - 1] = pl->s[1].launch.raw[0] = scratch->handle;
+                first->raw[first->nbuffers - 1] = pl->s[1].launch.raw[0] = pl->scratch->handle;
             }
             for (int j = 0; j < pl->nstages && !st; j++) {
                 stage *sg = &pl->s[j];
@@ -396,9 +396,8 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
                 sg->params_offset = params_off;
                 params_off += (l->params_size + align - 1) / align * align;
             }
-            /* the scratch, and inputs whose last reader this was, go back to the pool for
-               later kernels */
-            if (scratch) wgml_buffer_release(ctx, scratch);
+            /* inputs whose last reader this was go back to the pool for later kernels (not
+               the scratch: a later kernel writing it would have to wait for this one) */
             for (int j = 0; j < pl->nstages; j++) {
                 wgml_launch *l = &pl->s[j].launch;
                 for (int b = 0; b < l->nbuffers - 1; b++) {
@@ -413,6 +412,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         }
     }
     if (!st) st = encode_submit(ctx, plan, built, rb);
+    for (size_t k = 0; k < built; k++) wgml_buffer_release(ctx, plan[k].scratch);
     ctx->stats.evals++;
 
     /* targets become storage; on failure every buffer of this evaluation is returned */

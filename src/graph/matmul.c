@@ -623,12 +623,15 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
 
 /* Split-K GEMV plan for g (M == 1, B stored [K, N]): enough workgroups of 256 columns x
    `rows` rows to fill a large GPU (1024, about 8 per H100 SM), slices of at least 64 rows.
-   False when one slice would do, or when the partial sums would pass the binding limit;
-   WGML_GEMV_SPLIT=0 turns it off (benchmark comparisons). */
+   Only for narrow matrices, where the one-pass kernel has few workgroups (fewer than 64 of
+   16 columns): on the H100 the one pass was faster for N >= 1536 (docs/MEASUREMENTS.md).
+   False when one slice would do, or when the partial sums would pass the binding limit.
+   WGML_GEMV_SPLIT=0 turns it off, =1 on wherever it applies (comparisons, tests). */
 static bool gemv_split_plan(wgml_context *ctx, const wgml_gemm_args *g, uint32_t *splits, uint32_t *rows)
 {
     const char *e = getenv("WGML_GEMV_SPLIT");
     if ((e && atoi(e) == 0) || g->M != 1 || g->trans_a || g->trans_b) return false;
+    if (!(e && atoi(e) == 1) && ((uint64_t)g->batch * (((uint64_t)g->N + 15) / 16) >= 64 || g->K < 1024)) return false;
     uint64_t blocks = (uint64_t)g->batch * (((uint64_t)g->N + 255) / 256);
     uint64_t want = (1024 + blocks - 1) / blocks, most = (uint64_t)g->K / 64;
     uint64_t s = want < most ? want : most;

@@ -141,7 +141,6 @@ typedef struct wgml_stats {
     uint64_t evals;               /* graph evaluations */
     double gpu_seconds_last;      /* with gpu_timing: the last evaluation's compute pass */
     double gpu_seconds_total;     /* ... and the sum over all timed passes */
-    uint64_t kernels;             /* graph nodes run as kernels (one dispatch each, two for a split-K GEMV) */
 } wgml_stats;
 
 wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats);

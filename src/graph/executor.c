@@ -113,8 +113,13 @@ static void decide_fusion(wgml_context *ctx, node_list *order)
         bool fusable = wgml_op_is_elementwise(t->op) && !ctx->no_fusion && !t->sched_pinned &&
                        !t->sched_target && t->sched_uses == 1;
         t->sched_kind = fusable ? WGML_SCHED_FUSED : WGML_SCHED_KERNEL;
-        if (!wgml_op_is_elementwise(t->op)) continue;
-        /* keep a kernel's inputs within the bindings an adapter has: cut big trees */
+    }
+    /* keep a kernel's inputs within the bindings an adapter has: cut big trees, from each
+       kernel's root down (a cut child becomes a root, checked when the walk reaches it), so
+       a chain is walked once rather than once per node */
+    for (size_t k = order->n; k-- > 0;) {
+        wgml_tensor *t = order->items[k];
+        if (t->sched_kind != WGML_SCHED_KERNEL || !wgml_op_is_elementwise(t->op)) continue;
         while (fused_too_big(t)) {
             wgml_tensor *biggest = NULL;
             int most = 0;
@@ -132,11 +137,9 @@ static void decide_fusion(wgml_context *ctx, node_list *order)
 
 /* ---------------------------------------------------------------- plan and encode */
 
-static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, wgml_launch *post)
+static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 {
     memset(l, 0, sizeof *l);
-    memset(post, 0, sizeof *post);
-    l->post = post;
     switch (wgml_op_table[t->op].kind) {
     case WGML_KIND_UNARY:
     case WGML_KIND_BINARY: return wgml_build_fused(ctx, t, l);
@@ -197,18 +200,11 @@ typedef struct readback {
     float *host;
 } readback;
 
-/* One dispatch of the plan; a kernel node has one, or two when its launch has a post. */
-typedef struct stage {
+typedef struct planned {
     wgml_launch launch;
     uint64_t params_offset;
     uint64_t sizes[WGML_MAX_BINDINGS];
     uint64_t offsets[WGML_MAX_BINDINGS];
-} stage;
-
-typedef struct planned {
-    stage s[2];
-    int nstages;
-    wgml_buffer *scratch; /* between the stages; held to the end of the evaluation */
 } planned;
 
 /* Encodes launches[0..n) and the optional read-back copy into one command buffer, submits. */
@@ -216,10 +212,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
 {
     wgml_status st;
     uint64_t params_bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        const stage *last = &p[i].s[p[i].nstages - 1];
-        params_bytes = last->params_offset + ((last->launch.params_size + 15) & ~15u);
-    }
+    for (size_t i = 0; i < n; i++) params_bytes = p[i].params_offset + ((p[i].launch.params_size + 15) & ~15u);
     if ((st = ensure_params_buffer(ctx, params_bytes ? params_bytes : 256))) return st;
     if (n) wgpuQueueWriteBuffer(ctx->queue, ctx->params_buffer, 0, ctx->params_host, params_bytes);
 
@@ -230,29 +223,26 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         WGPUComputePassDescriptor pd = {.timestampWrites = wgml_timing_writes(ctx, &tw)};
         WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
         for (size_t i = 0; i < n; i++) {
-            for (int j = 0; j < p[i].nstages; j++) {
-                const stage *sg = &p[i].s[j];
-                const wgml_launch *l = &sg->launch;
-                WGPUBindGroupEntry e[WGML_MAX_BINDINGS + 1];
-                memset(e, 0, sizeof e);
-                e[0].binding = 0;
-                e[0].buffer = ctx->params_buffer;
-                e[0].offset = sg->params_offset;
-                e[0].size = (l->params_size + 15) & ~15u;
-                for (int b = 0; b < l->nbuffers; b++) {
-                    e[b + 1].binding = (uint32_t)b + 1;
-                    e[b + 1].buffer = l->raw[b];
-                    e[b + 1].offset = sg->offsets[b];
-                    e[b + 1].size = sg->sizes[b];
-                }
-                WGPUBindGroupDescriptor bd = {.layout = l->pipeline->layout,
-                                              .entryCount = (size_t)l->nbuffers + 1, .entries = e};
-                WGPUBindGroup bg = wgpuDeviceCreateBindGroup(ctx->device, &bd);
-                wgpuComputePassEncoderSetPipeline(pass, l->pipeline->pipeline);
-                wgpuComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
-                wgpuComputePassEncoderDispatchWorkgroups(pass, l->groups[0], l->groups[1], l->groups[2]);
-                wgpuBindGroupRelease(bg);
+            wgml_launch *l = &p[i].launch;
+            WGPUBindGroupEntry e[WGML_MAX_BINDINGS + 1];
+            memset(e, 0, sizeof e);
+            e[0].binding = 0;
+            e[0].buffer = ctx->params_buffer;
+            e[0].offset = p[i].params_offset;
+            e[0].size = (l->params_size + 15) & ~15u;
+            for (int b = 0; b < l->nbuffers; b++) {
+                e[b + 1].binding = (uint32_t)b + 1;
+                e[b + 1].buffer = l->raw[b];
+                e[b + 1].offset = p[i].offsets[b];
+                e[b + 1].size = p[i].sizes[b];
             }
+            WGPUBindGroupDescriptor bd = {.layout = l->pipeline->layout,
+                                          .entryCount = (size_t)l->nbuffers + 1, .entries = e};
+            WGPUBindGroup bg = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+            wgpuComputePassEncoderSetPipeline(pass, l->pipeline->pipeline);
+            wgpuComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
+            wgpuComputePassEncoderDispatchWorkgroups(pass, l->groups[0], l->groups[1], l->groups[2]);
+            wgpuBindGroupRelease(bg);
         }
         wgpuComputePassEncoderEnd(pass);
         wgpuComputePassEncoderRelease(pass);
@@ -276,8 +266,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         wgml_scope_pop(ctx, "running the graph");
         return st;
     }
-    ctx->stats.kernels += n;
-    for (size_t i = 0; i < n; i++) ctx->stats.dispatches += (uint64_t)p[i].nstages;
+    ctx->stats.dispatches += n;
     if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
     if (n && (st = wgml_timing_read(ctx))) return st;
 
@@ -341,20 +330,15 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     size_t built = 0;
     uint64_t params_off = 0;
     uint32_t align = ctx->limits.minUniformBufferOffsetAlignment ? ctx->limits.minUniformBufferOffsetAlignment : 256;
-    /* first pass: build the launches, count kernel reads of each lazy base (a kernel may
-       read a base twice) */
+    /* first pass: count kernel reads of each lazy base (a kernel may read a base twice) */
     for (size_t k = 0; k < order.n && !st; k++) {
         wgml_tensor *t = order.items[k];
         if (t->sched_kind != WGML_SCHED_KERNEL) continue;
-        planned *pl = &plan[built];
-        st = build_launch(ctx, t, &pl->s[0].launch, &pl->s[1].launch);
+        st = build_launch(ctx, t, &plan[built].launch);
         if (st) break;
-        pl->nstages = pl->s[0].launch.scratch_bytes ? 2 : 1;
-        for (int j = 0; j < pl->nstages; j++) {
-            wgml_launch *l = &pl->s[j].launch;
-            for (int b = 0; b < l->nbuffers - 1; b++)
-                if (l->buffers[b] && l->buffers[b]->op != WGML_OP_NONE) l->buffers[b]->sched_uses++;
-        }
+        wgml_launch *l = &plan[built].launch;
+        for (int b = 0; b < l->nbuffers - 1; b++)
+            if (l->buffers[b] && l->buffers[b]->op != WGML_OP_NONE) l->buffers[b]->sched_uses++;
         built++;
     }
     if (!st) {
@@ -363,6 +347,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             wgml_tensor *t = order.items[k];
             if (t->sched_kind != WGML_SCHED_KERNEL) continue;
             planned *pl = &plan[ki++];
+            wgml_launch *l = &pl->launch;
             if (t->dest) { /* the result goes into a given slot */
                 t->buf = t->dest;
                 wgml_buffer_retain(t->buf);
@@ -370,49 +355,34 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
                 t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
             }
             if (!t->buf) { st = ctx->status; break; }
-            if (pl->nstages == 2) { /* the first stage's output, the second's input */
-                pl->scratch = wgml_pool_acquire(ctx, pl->s[0].launch.scratch_bytes);
-                if (!pl->scratch) { st = ctx->status; break; }
-                wgml_launch *first = &pl->s[0].launch;
-                first->raw[first->nbuffers - 1] = pl->s[1].launch.raw[0] = pl->scratch->handle;
+            for (int b = 0; b < l->nbuffers; b++) {
+                if (l->raw[b]) continue; /* builder gave a raw buffer */
+                wgml_tensor *bt = l->buffers[b];
+                l->raw[b] = bt->buf->handle;
+                pl->sizes[b] = bt->buf->size;
             }
-            for (int j = 0; j < pl->nstages && !st; j++) {
-                stage *sg = &pl->s[j];
-                wgml_launch *l = &sg->launch;
-                for (int b = 0; b < l->nbuffers; b++) {
-                    if (l->raw[b]) continue; /* builder gave a raw buffer, or the scratch */
-                    wgml_tensor *bt = l->buffers[b];
-                    l->raw[b] = bt->buf->handle;
-                    sg->sizes[b] = bt->buf->size;
-                }
-                if (t->dest && j == pl->nstages - 1) {
-                    sg->offsets[l->nbuffers - 1] = (uint64_t)t->dest_offset * 4;
-                    sg->sizes[l->nbuffers - 1] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
-                }
-                for (int b = 0; b < l->nbuffers; b++)
-                    if (!sg->sizes[b]) sg->sizes[b] = WGPU_WHOLE_SIZE;
-                if ((st = ensure_host_params(ctx, params_off + WGML_MAX_PARAMS_BYTES + align))) break;
-                memcpy(ctx->params_host + params_off, l->params, l->params_size);
-                sg->params_offset = params_off;
-                params_off += (l->params_size + align - 1) / align * align;
+            if (t->dest) {
+                pl->offsets[l->nbuffers - 1] = (uint64_t)t->dest_offset * 4;
+                pl->sizes[l->nbuffers - 1] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
             }
-            /* inputs whose last reader this was go back to the pool for later kernels (not
-               the scratch: a later kernel writing it would have to wait for this one) */
-            for (int j = 0; j < pl->nstages; j++) {
-                wgml_launch *l = &pl->s[j].launch;
-                for (int b = 0; b < l->nbuffers - 1; b++) {
-                    wgml_tensor *in = l->buffers[b];
-                    if (!in || in->op == WGML_OP_NONE) continue;
-                    if (--in->sched_uses == 0 && !in->sched_target) {
-                        wgml_buffer_release(ctx, in->buf);
-                        in->buf = NULL;
-                    }
+            for (int b = 0; b < l->nbuffers; b++)
+                if (!pl->sizes[b]) pl->sizes[b] = WGPU_WHOLE_SIZE;
+            if ((st = ensure_host_params(ctx, params_off + WGML_MAX_PARAMS_BYTES + align))) break;
+            memcpy(ctx->params_host + params_off, l->params, l->params_size);
+            pl->params_offset = params_off;
+            params_off += (l->params_size + align - 1) / align * align;
+            /* inputs whose last reader this was go back to the pool for later kernels */
+            for (int b = 0; b < l->nbuffers - 1; b++) {
+                wgml_tensor *in = l->buffers[b];
+                if (!in || in->op == WGML_OP_NONE) continue;
+                if (--in->sched_uses == 0 && !in->sched_target) {
+                    wgml_buffer_release(ctx, in->buf);
+                    in->buf = NULL;
                 }
             }
         }
     }
     if (!st) st = encode_submit(ctx, plan, built, rb);
-    for (size_t k = 0; k < built; k++) wgml_buffer_release(ctx, plan[k].scratch);
     ctx->stats.evals++;
 
     /* targets become storage; on failure every buffer of this evaluation is returned */

@@ -27,12 +27,6 @@ typedef struct wgml_launch {
     uint8_t params[WGML_MAX_PARAMS_BYTES];
     uint32_t params_size;
     uint32_t groups[3];
-    /* A second dispatch after this one (split-K GEMV: partial sums, then their sum): when
-       scratch_bytes > 0 the executor gives a pool buffer of that size as this launch's last
-       binding (its output) and as post's first; post's last binding is the node's output.
-       The builder fills *post; the executor owns the storage it points to. */
-    uint64_t scratch_bytes;
-    struct wgml_launch *post;
 } wgml_launch;
 
 /* Splits `groups` workgroups over x and y so neither passes the adapter's limit; returns the

@@ -142,24 +142,22 @@ static const char *act_wgsl[] = {
     [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
 };
 
-/* The parameter block (wgml_gemm_params); split-K kernels add a row: splits, rows per
-   split, column blocks (wgml_gemv_split_params). */
-static void put_params(sbuf *b, bool split)
+/* The parameter block (wgml_gemm_params) */
+static void put_params(sbuf *b)
 {
     put(b, "struct Params {\n"
            "    M: u32, N: u32, K: u32, batch: u32,\n"
            "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
            "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"
            "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
-           "%s}\n"
+           "}\n"
            "@group(0) @binding(0) var<uniform> P: Params;\n"
-           "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n",
-        split ? "    split: vec4<u32>,\n" : "");
+           "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n");
 }
 
 static void put_header(sbuf *b, bool vec_a, bool vec_b)
 {
-    put_params(b, false);
+    put_params(b);
     put(b, "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
            "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
            "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
@@ -394,88 +392,6 @@ static void put_load_b(sbuf *b, bool vec_b)
                "    return v;\n}\n");
 }
 
-/* Split-K GEMV for B stored [K, N] (M == 1), in two dispatches. A single-pass GEMV has a
-   workgroup per few columns: few workgroups for the GPU, and each reads a short piece of
-   every row. Here a workgroup owns 256 columns (1 KB of each row, read by warps in 512-byte
-   runs) and one of `splits` slices of K, so there are enough workgroups to fill the GPU;
-   its 4 row lanes meet in workgroup memory and it writes one partial row. The second
-   dispatch sums the partial rows of each column and applies alpha and the epilogue.
-   part[(bt * splits + s) * N + n]. */
-char *wgml_gemv_split_source(bool vec_b)
-{
-    sbuf b = {0};
-    put(&b, "// generated split-K GEMV, partial sums%s\n", vec_b ? ", B vec4" : "");
-    put_params(&b, true);
-    put(&b, "@group(0) @binding(1) var<storage, read> A: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
-            "@group(0) @binding(3) var<storage, read_write> part: array<f32>;\n"
-            "var<workgroup> red: array<vec4<f32>, 256>;\n",
-        vec_b ? "vec4<f32>" : "f32");
-    put_load_b(&b, vec_b);
-    put(&b, "@compute @workgroup_size(256)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-            "    let bt = wg.z;\n"
-            "    let id = wg.x + wg.y * P.gx;\n"
-            "    let s = id / P.split.z;\n"
-            "    if (s >= P.split.x) { return; } // the grid's padding: uniform per workgroup\n"
-            "    let n = (id %% P.split.z) * 256u + (lid %% 64u) * 4u;\n"
-            "    let k0 = s * P.split.y;\n"
-            "    let k1 = min(k0 + P.split.y, P.K);\n"
-            "    let m = 0u;\n"
-            "    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0);\n"
-            "    var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);\n"
-            "    if (n < P.N) {\n"
-            "        var k = k0 + lid / 64u;\n"
-            "        for (; k + 12u < k1; k += 16u) {\n");
-    for (int u = 0; u < 4; u++)
-        put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc%d); }\n",
-            u * 4, u, a_index(false), u);
-    put(&b, "        }\n"
-            "        for (; k < k1; k += 4u) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc0); }\n"
-            "    }\n"
-            "    red[lid] = (acc0 + acc1) + (acc2 + acc3);\n"
-            "    workgroupBarrier();\n"
-            "    if (lid < 64u && n < P.N) {\n"
-            "        let v = (red[lid] + red[lid + 64u]) + (red[lid + 128u] + red[lid + 192u]);\n"
-            "        let o = (bt * P.split.x + s) * P.N + n;\n"
-            "        for (var q = 0u; q < 4u; q++) {\n"
-            "            if (n + q < P.N) { part[o + q] = v[q]; }\n"
-            "        }\n"
-            "    }\n"
-            "}\n",
-        a_index(false));
-    return b.s;
-}
-
-/* The second dispatch: C[bt, n] = epilogue(sum over s of part[bt, s, n]) */
-char *wgml_gemv_sum_source(int act)
-{
-    sbuf b = {0};
-    put(&b, "// generated split-K GEMV, the sum of the partial rows\n");
-    put_params(&b, true);
-    put(&b, "@group(0) @binding(1) var<storage, read> part: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, read> bias: array<f32>;\n"
-            "@group(0) @binding(3) var<storage, read_write> C: array<f32>;\n");
-    put_epilogue_fn(&b, act);
-    put(&b, "@compute @workgroup_size(256)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-            "    let bt = wg.z;\n"
-            "    let n = (wg.x + wg.y * P.gx) * 256u + lid;\n"
-            "    if (n >= P.N) { return; }\n"
-            "    var acc0 = 0.0; var acc1 = 0.0;\n"
-            "    var s = 0u;\n"
-            "    let base = bt * P.split.x * P.N + n;\n"
-            "    for (; s + 1u < P.split.x; s += 2u) {\n"
-            "        acc0 += part[base + s * P.N];\n"
-            "        acc1 += part[base + (s + 1u) * P.N];\n"
-            "    }\n"
-            "    if (s < P.split.x) { acc0 += part[base + s * P.N]; }\n"
-            "    let idx = P.c_off + bt * P.N + n;\n"
-            "    C[idx] = epilogue(acc0 + acc1, n, idx);\n"
-            "}\n");
-    return b.s;
-}
-
 /* y[b, n] = sum_k x[b, k] B[k, n]: one workgroup owns cfg->gemv_cols columns (vec4 groups of
    them across threads) and splits K over the rest of its 256 threads; partial sums meet in
    workgroup memory. Narrow workgroups for narrow matrices, so there are enough of them to
@@ -621,59 +537,6 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     put_params_block(ctx, l, g, groups);
 }
 
-/* Split-K GEMV plan for g (M == 1, B stored [K, N]): enough workgroups of 256 columns x
-   `rows` rows to fill a large GPU (1024, about 8 per H100 SM), slices of at least 64 rows.
-   Only for narrow matrices, where the one-pass kernel has few workgroups (fewer than 64 of
-   16 columns): on the H100 the one pass was faster for N >= 1536 (docs/MEASUREMENTS.md).
-   False when one slice would do, or when the partial sums would pass the binding limit.
-   WGML_GEMV_SPLIT=0 turns it off, =1 on wherever it applies (comparisons, tests). */
-static bool gemv_split_plan(wgml_context *ctx, const wgml_gemm_args *g, uint32_t *splits, uint32_t *rows)
-{
-    const char *e = getenv("WGML_GEMV_SPLIT");
-    if ((e && atoi(e) == 0) || g->M != 1 || g->trans_a || g->trans_b) return false;
-    if (!(e && atoi(e) == 1) && ((uint64_t)g->batch * (((uint64_t)g->N + 15) / 16) >= 64 || g->K < 1024)) return false;
-    uint64_t blocks = (uint64_t)g->batch * (((uint64_t)g->N + 255) / 256);
-    uint64_t want = (1024 + blocks - 1) / blocks, most = (uint64_t)g->K / 64;
-    uint64_t s = want < most ? want : most;
-    if (s < 2) return false;
-    uint64_t r = ((uint64_t)g->K + s - 1) / s;
-    r = (r + 15) / 16 * 16;
-    s = ((uint64_t)g->K + r - 1) / r;
-    if ((uint64_t)g->batch * s * (uint64_t)g->N * 4 > wgml_binding_limit(ctx)) return false;
-    *splits = (uint32_t)s;
-    *rows = (uint32_t)r;
-    return true;
-}
-
-/* The two launches of a split-K GEMV (see wgml_gemv_split_source). */
-static wgml_status build_gemv_split(wgml_context *ctx, const wgml_gemm_args *g, uint32_t splits, uint32_t rows,
-                                    wgml_tensor *a, wgml_tensor *b, wgml_tensor *bias, wgml_tensor *t, wgml_launch *l)
-{
-    wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
-    wgml_launch *post = l->post;
-    char *src1 = wgml_gemv_split_source(cfg.vec_b), *src2 = wgml_gemv_sum_source(g->act);
-    l->pipeline = src1 ? wgml_pipeline_get(ctx, src1, true) : NULL;
-    post->pipeline = l->pipeline && src2 ? wgml_pipeline_get(ctx, src2, true) : NULL;
-    if ((!src1 || !src2) && ctx->status == WGML_OK) wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    free(src1);
-    free(src2);
-    if (!post->pipeline) return ctx->status;
-    uint32_t blocks = (uint32_t)((g->N + 255) / 256), split_row[4] = {splits, rows, blocks, 0};
-    put_params_block(ctx, l, g, (uint64_t)blocks * splits);
-    put_params_block(ctx, post, g, blocks);
-    memcpy(l->params + 64, split_row, sizeof split_row);
-    memcpy(post->params + 64, split_row, sizeof split_row);
-    l->params_size = post->params_size = 80;
-    l->buffers[0] = wgml_tensor_base(a);
-    l->buffers[1] = wgml_tensor_base(b);
-    l->nbuffers = 3; /* the third, the partial sums, is the executor's scratch */
-    l->scratch_bytes = (uint64_t)g->batch * splits * (uint64_t)g->N * 4;
-    post->buffers[1] = wgml_tensor_base(bias ? bias : a);
-    post->buffers[2] = t;
-    post->nbuffers = 3;
-    return WGML_OK;
-}
-
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
                                wgml_gemm_config *cfg_out)
 {
@@ -736,9 +599,6 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
         s.b_bs = g.a_bs;
         g = s;
     }
-    uint32_t splits, rows;
-    if (gemv_split_plan(ctx, &g, &splits, &rows))
-        return build_gemv_split(ctx, &g, splits, rows, swap ? b : a, swap ? a : b, bias, t, l);
     bool gemv;
     wgml_gemm_config cfg;
     wgml_status st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg);

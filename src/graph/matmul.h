@@ -28,9 +28,6 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, 
 char *wgml_gemv_source(const wgml_gemm_config *cfg, bool trans_b, int act);
 /* The adapter's storage-binding limit (WGML_DEBUG_BINDING_LIMIT lowers it for tests) */
 uint64_t wgml_binding_limit(const wgml_context *ctx);
-/* Split-K GEMV (graph op, M == 1, B stored [K, N]): partial sums, then their sum */
-char *wgml_gemv_split_source(bool vec_b);
-char *wgml_gemv_sum_source(int act);
 /* The tile config for g: by shape, within the adapter's workgroup memory. */
 wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g);
 /* Picks and compiles the kernel for g (cached), and fills the launch's parameters. */

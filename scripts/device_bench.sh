@@ -14,6 +14,6 @@ $W info | tee "$OUT/info.txt"; $W info --json > "$OUT/info.json"
 export __GL_SHADER_DISK_CACHE_PATH=/tmp/nvcache; rm -rf /tmp/nvcache ~/.nv; mkdir -p /tmp/nvcache
 echo "cold start:"; $W bench startup 2>&1 | tail -2
 echo "warm start:"; $W bench startup 2>&1 | tail -2
-$W bench ${BENCH:-all} --json > "$OUT/wgml_bench.json" 2> "$OUT/wgml_bench.log"; cat "$OUT/wgml_bench.log"
-$W train --epochs 10 --data .devlibs/fmnist --out /tmp/train > "$OUT/train.log" 2>&1; tr '\r' '\n' < "$OUT/train.log" | grep -E "test|training" 
-python3 bench/torch_peer.py --train .devlibs/fmnist > "$OUT/torch.json" 2> "$OUT/torch.log"; cat "$OUT/torch.log"
+timeout 300 $W bench ${BENCH:-all} --json > "$OUT/wgml_bench.json" 2> "$OUT/wgml_bench.log"; cat "$OUT/wgml_bench.log"
+timeout 120 $W train --epochs 10 --data .devlibs/fmnist --out /tmp/train > "$OUT/train.log" 2>&1; tr '\r' '\n' < "$OUT/train.log" | grep -E "test|training" 
+timeout 200 python3 bench/torch_peer.py --train .devlibs/fmnist > "$OUT/torch.json" 2> "$OUT/torch.log"; cat "$OUT/torch.log"

@@ -82,25 +82,33 @@ typedef struct variant {
                       through a function as wgml's fusion writes them */
 } variant;
 
+/* The parameter block (scalars for the chain variants) and the three buffers of T */
+static int put_bindings(char *s, const char *T)
+{
+    return snprintf(s, 16384,
+                    "alias T = %s;\n"
+                    "struct P { n: u32, gx: u32, total: u32, _p: u32, s: array<vec4<f32>, 13> }\n"
+                    "@group(0) @binding(0) var<uniform> p: P;\n"
+                    "@group(0) @binding(1) var<storage, read> a: array<T>;\n"
+                    "@group(0) @binding(2) var<storage, read> b: array<T>;\n"
+                    "@group(0) @binding(3) var<storage, read_write> c: array<T>;\n",
+                    T);
+}
+
 static char *source(const variant *v)
 {
     char *s = malloc(16384);
     const char *T = v->vec4 ? "vec4<f32>" : "f32";
     if (v->chain) {
-        int n = snprintf(s, 16384,
-                         "alias T = vec4<f32>;\n"
-                         "struct P { n: u32, gx: u32, total: u32, _p: u32, s: array<vec4<f32>, 13> }\n"
-                         "@group(0) @binding(0) var<uniform> p: P;\n"
-                         "@group(0) @binding(1) var<storage, read> a: array<T>;\n"
-                         "@group(0) @binding(2) var<storage, read> b: array<T>;\n"
-                         "@group(0) @binding(3) var<storage, read_write> c: array<T>;\n"
-                         "fn S(k: u32) -> T { return T(p.s[k / 4u][k %% 4u]); }\n"
-                         "@compute @workgroup_size(256)\n"
-                         "fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) l: u32) {\n"
-                         "    let i = (w.x + w.y * p.gx) * 256u + l;\n"
-                         "    if (i >= p.n) { return; }\n"
-                         "    let y = b[i];\n"
-                         "    var x = a[i];\n");
+        int n = put_bindings(s, "vec4<f32>");
+        n += snprintf(s + n, 16384 - (size_t)n,
+                      "fn S(k: u32) -> T { return T(p.s[k / 4u][k %% 4u]); }\n"
+                      "@compute @workgroup_size(256)\n"
+                      "fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) l: u32) {\n"
+                      "    let i = (w.x + w.y * p.gx) * 256u + l;\n"
+                      "    if (i >= p.n) { return; }\n"
+                      "    let y = b[i];\n"
+                      "    var x = a[i];\n");
         for (int g = 0; g < 25; g++) {
             char s1[64], s2[64];
             if (v->chain == 2) {
@@ -120,29 +128,20 @@ static char *source(const variant *v)
         snprintf(s + n, 16384 - (size_t)n, "    c[i] = x;\n}\n");
         return s;
     }
+    int n = put_bindings(s, T);
     if (v->stride)
-        snprintf(s, 16384,
-                 "struct P { n: u32, gx: u32, total: u32, _p: u32, s: array<vec4<f32>, 13> }\n"
-                 "@group(0) @binding(0) var<uniform> p: P;\n"
-                 "@group(0) @binding(1) var<storage, read> a: array<%s>;\n"
-                 "@group(0) @binding(2) var<storage, read> b: array<%s>;\n"
-                 "@group(0) @binding(3) var<storage, read_write> c: array<%s>;\n"
+        snprintf(s + n, 16384 - (size_t)n,
                  "@compute @workgroup_size(%d)\n"
                  "fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n"
                  "    for (var i = g.x; i < p.n; i += p.total) { c[i] = a[i] + b[i]; }\n"
                  "}\n",
-                 T, T, T, v->wg);
+                 v->wg);
     else {
-        int n = snprintf(s, 16384,
-                         "struct P { n: u32, gx: u32, total: u32, _p: u32, s: array<vec4<f32>, 13> }\n"
-                         "@group(0) @binding(0) var<uniform> p: P;\n"
-                         "@group(0) @binding(1) var<storage, read> a: array<%s>;\n"
-                         "@group(0) @binding(2) var<storage, read> b: array<%s>;\n"
-                         "@group(0) @binding(3) var<storage, read_write> c: array<%s>;\n"
-                         "@compute @workgroup_size(%d)\n"
-                         "fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) l: u32) {\n"
-                         "    let base = (w.x + w.y * p.gx) * %du + l;\n",
-                         T, T, T, v->wg, v->wg * v->per);
+        n += snprintf(s + n, 16384 - (size_t)n,
+                      "@compute @workgroup_size(%d)\n"
+                      "fn main(@builtin(workgroup_id) w: vec3<u32>, @builtin(local_invocation_index) l: u32) {\n"
+                      "    let base = (w.x + w.y * p.gx) * %du + l;\n",
+                      v->wg, v->wg * v->per);
         for (int u = 0; u < v->per; u++)
             n += snprintf(s + n, 16384 - (size_t)n, "    let x%d = base + %du;\n    var a%d = %s(0.0); var b%d = %s(0.0);\n"
                           "    if (x%d < p.n) { a%d = a[x%d]; b%d = b[x%d]; }\n", u, u * v->wg, u, T, u, T, u, u, u, u, u);

@@ -165,7 +165,7 @@ static const char *helpers =
     "fn wgml_inf() -> T { return T(bitcast<f32>(P.hdr.w)); }\n"
     "fn wgml_tanh(x: T) -> T { return select(tanh(x), sign(x), abs(x) > T(10.0)); }\n"
     "fn wgml_sigmoid(x: T) -> T { return T(1.0) / (T(1.0) + exp(-x)); }\n"
-    "// NaN < 0 is false, so NaN passes; two instructions where a NaN test cost five\n"
+    "// NaN < 0 is false, so NaN passes through without a separate NaN test\n"
     "fn wgml_relu(x: T) -> T { return select(x, T(0.0), x < T(0.0)); }\n"
     "// below u = -10, 1 + wgml_tanh(u) is 0: so is gelu, also at x = -inf (not -inf * 0 = NaN)\n"
     "fn wgml_gelu(x: T) -> T {\n"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sbuf.h"
 #include "graph/executor.h"
 #include "kernels/wgsl_sources.h"
 
@@ -60,20 +61,17 @@ static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, 
 {
     const char *body = wgml_wgsl_find("row");
     if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel row is not built in");
-    char head[512];
-    int hn = snprintf(head, sizeof head,
-                      "alias V = %s;\nalias U = %s;\nconst VW = %uu;\nconst LANES = %s;\n"
-                      "alias WV = %s;\nconst OP = %uu;\nconst FLAGS = %uu;\n"
-                      "const CACHED = %s;\nconst K = %uu;\n",
-                      v4 ? "vec4<f32>" : "f32", v4 ? "vec4<u32>" : "u32", v4 ? 4u : 1u,
-                      v4 ? "vec4<u32>(0u, 1u, 2u, 3u)" : "0u",
-                      v4 && op < 4 ? "vec4<f32>" : "f32", /* losses: one label, gradient per row */
-                      op, flags, cached ? "true" : "false", k);
-    size_t bn = strlen(body);
-    char *src = malloc((size_t)hn + bn + 1);
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b,
+                  "alias V = %s;\nalias U = %s;\nconst VW = %uu;\nconst LANES = %s;\n"
+                  "alias WV = %s;\nconst OP = %uu;\nconst FLAGS = %uu;\n"
+                  "const CACHED = %s;\nconst K = %uu;\n%s",
+                  v4 ? "vec4<f32>" : "f32", v4 ? "vec4<u32>" : "u32", v4 ? 4u : 1u,
+                  v4 ? "vec4<u32>(0u, 1u, 2u, 3u)" : "0u",
+                  v4 && op < 4 ? "vec4<f32>" : "f32", /* losses: one label, gradient per row */
+                  op, flags, cached ? "true" : "false", k, body);
+    char *src = wgml_sbuf_take(&b);
     if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    memcpy(src, head, (size_t)hn);
-    memcpy(src + hn, body, bn + 1);
     l->pipeline = wgml_pipeline_get(ctx, src, true);
     free(src);
     return l->pipeline ? WGML_OK : ctx->status;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sbuf.h"
 #include "graph/build.h"
 #include "graph/executor.h"
 #include "graph/matmul.h"
@@ -111,30 +112,6 @@ wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b)
 
 /* ---------------------------------------------------------------- kernel generation */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (b->s && b->n + (size_t)n < b->cap) { b->n += (size_t)n; return; }
-        size_t cap = b->cap ? b->cap * 2 : 16384;
-        while (cap <= b->n + (size_t)n) cap *= 2;
-        char *g = realloc(b->s, cap);
-        if (!g) return;
-        b->s = g;
-        b->cap = cap;
-    }
-}
-
 static const char *act_wgsl[] = {
     [WGML_ACT_NONE] = "v",
     [WGML_ACT_RELU] = "select(v, 0.0, v < 0.0)",
@@ -143,9 +120,9 @@ static const char *act_wgsl[] = {
 };
 
 /* The parameter block (wgml_gemm_params) */
-static void put_params(sbuf *b)
+static void put_params(wgml_sbuf *b)
 {
-    put(b, "struct Params {\n"
+    wgml_sbuf_put(b, "struct Params {\n"
            "    M: u32, N: u32, K: u32, batch: u32,\n"
            "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
            "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"
@@ -155,19 +132,19 @@ static void put_params(sbuf *b)
            "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n");
 }
 
-static void put_header(sbuf *b, bool vec_a, bool vec_b)
+static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b)
 {
     put_params(b);
-    put(b, "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
+    wgml_sbuf_put(b, "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
            "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
            "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
            "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n",
         vec_a ? "vec4<f32>" : "f32", vec_b ? "vec4<f32>" : "f32");
 }
 
-static void put_epilogue_fn(sbuf *b, int act)
+static void put_epilogue_fn(wgml_sbuf *b, int act)
 {
-    put(b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
+    wgml_sbuf_put(b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
            "    var v = P.alpha * v0;\n"
            "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
            "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
@@ -193,19 +170,19 @@ typedef struct operand {
 
 /* Loads the vec4s this thread stages of operand o for the K-slice at `k0` into registers
    o.reg0.. (zero outside the matrix). */
-static void put_tile_load(sbuf *b, const operand *o, int BK)
+static void put_tile_load(wgml_sbuf *b, const operand *o, int BK)
 {
     int vecs = o->width * BK / 4;
     for (int r = 0; r * 256 < vecs; r++) {
-        put(b, "        {\n            let e = lid + %du;\n", r * 256);
-        put(b, "            %s%d = vec4<f32>(0.0);\n", o->reg, r);
-        if (r * 256 + 256 > vecs) put(b, "            if (e < %du) {\n", vecs);
+        wgml_sbuf_put(b, "        {\n            let e = lid + %du;\n", r * 256);
+        wgml_sbuf_put(b, "            %s%d = vec4<f32>(0.0);\n", o->reg, r);
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            if (e < %du) {\n", vecs);
         /* q: which vec4 along the contiguous dimension; s: which row of the stored tile */
         if (o->along_k)
-            put(b, "            let %s = %s0 + e / %du; let k = k0 + (e %% %du) * 4u;\n", o->outer,
+            wgml_sbuf_put(b, "            let %s = %s0 + e / %du; let k = k0 + (e %% %du) * 4u;\n", o->outer,
                 o->outer, BK / 4, BK / 4);
         else
-            put(b, "            let %s = %s0 + (e %% %du) * 4u; let k = k0 + e / %du;\n", o->outer,
+            wgml_sbuf_put(b, "            let %s = %s0 + (e %% %du) * 4u; let k = k0 + e / %du;\n", o->outer,
                 o->outer, o->width / 4, o->width / 4);
         const char *inner = o->along_k ? "k" : o->outer;
         const char *inner_lim = o->along_k ? "P.K" : o->outer_lim;
@@ -213,17 +190,17 @@ static void put_tile_load(sbuf *b, const operand *o, int BK)
         const char *other_lim = o->along_k ? o->outer_lim : "P.K";
         if (o->vec) {
             /* aligned: the extent along the contiguous dimension is a multiple of 4 */
-            put(b, "            if (%s < %s && %s < %s) { %s%d = %s[(%s) / 4u]; }\n", other, other_lim, inner,
+            wgml_sbuf_put(b, "            if (%s < %s && %s < %s) { %s%d = %s[(%s) / 4u]; }\n", other, other_lim, inner,
                 inner_lim, o->reg, r, o->name, o->index);
         } else {
-            put(b, "            if (%s < %s) {\n                let i = %s;\n", other, other_lim, o->index);
+            wgml_sbuf_put(b, "            if (%s < %s) {\n                let i = %s;\n", other, other_lim, o->index);
             for (int c = 0; c < 4; c++)
-                put(b, "                if (%s + %du < %s) { %s%d.%c = %s[i + %du]; }\n", inner, c, inner_lim,
+                wgml_sbuf_put(b, "                if (%s + %du < %s) { %s%d.%c = %s[i + %du]; }\n", inner, c, inner_lim,
                     o->reg, r, "xyzw"[c], o->name, c);
-            put(b, "            }\n");
+            wgml_sbuf_put(b, "            }\n");
         }
-        if (r * 256 + 256 > vecs) put(b, "            }\n");
-        put(b, "        }\n");
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            }\n");
+        wgml_sbuf_put(b, "        }\n");
     }
 }
 
@@ -238,42 +215,42 @@ static int swizzle(const operand *o, int BK)
 }
 
 /* Stores the registers of put_tile_load into staging buffer `stage` (a WGSL expression). */
-static void put_tile_store(sbuf *b, const operand *o, int BK, const char *stage)
+static void put_tile_store(wgml_sbuf *b, const operand *o, int BK, const char *stage)
 {
     int vecs = o->width * BK / 4, w4 = o->width / 4;
-    put(b, "        let buf = (%s) * %du;\n", stage, vecs);
+    wgml_sbuf_put(b, "        let buf = (%s) * %du;\n", stage, vecs);
     for (int r = 0; r * 256 < vecs; r++) {
-        put(b, "        {\n            let e = lid + %du;\n", r * 256);
-        if (r * 256 + 256 > vecs) put(b, "            if (e < %du) {\n", vecs);
+        wgml_sbuf_put(b, "        {\n            let e = lid + %du;\n", r * 256);
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            if (e < %du) {\n", vecs);
         if (o->along_k) {
             /* row s of the stored tile holds 4 consecutive k: transpose into 4 rows */
-            put(b, "            let s = e / %du; let kq = (e %% %du) * 4u;\n", BK / 4, BK / 4);
-            put(b, "            let col = (s / 4u) ^ ((kq / 4u) * %du);\n", swizzle(o, BK));
+            wgml_sbuf_put(b, "            let s = e / %du; let kq = (e %% %du) * 4u;\n", BK / 4, BK / 4);
+            wgml_sbuf_put(b, "            let col = (s / 4u) ^ ((kq / 4u) * %du);\n", swizzle(o, BK));
             for (int c = 0; c < 4; c++)
-                put(b, "            %s[buf + (kq + %du) * %du + col][s %% 4u] = %s%d.%c;\n", o->shared, c, w4, o->reg,
+                wgml_sbuf_put(b, "            %s[buf + (kq + %du) * %du + col][s %% 4u] = %s%d.%c;\n", o->shared, c, w4, o->reg,
                     r, "xyzw"[c]);
         } else {
-            put(b, "            %s[buf + e] = %s%d;\n", o->shared, o->reg, r);
+            wgml_sbuf_put(b, "            %s[buf + e] = %s%d;\n", o->shared, o->reg, r);
         }
-        if (r * 256 + 256 > vecs) put(b, "            }\n");
-        put(b, "        }\n");
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            }\n");
+        wgml_sbuf_put(b, "        }\n");
     }
 }
 
 /* Slice `k0` of both operands into registers and, if `store`, on into staging buffer `stage`. */
-static void put_slice(sbuf *b, const operand *A, const operand *B, int BK, const char *k0, const char *stage, bool store)
+static void put_slice(wgml_sbuf *b, const operand *A, const operand *B, int BK, const char *k0, const char *stage, bool store)
 {
-    put(b, "    {\n        let k0 = %s;\n", k0);
+    wgml_sbuf_put(b, "    {\n        let k0 = %s;\n", k0);
     put_tile_load(b, A, BK);
     put_tile_load(b, B, BK);
     if (store) {
-        put(b, "    {\n");
+        wgml_sbuf_put(b, "    {\n");
         put_tile_store(b, A, BK, stage);
-        put(b, "    }\n    {\n");
+        wgml_sbuf_put(b, "    }\n    {\n");
         put_tile_store(b, B, BK, stage);
-        put(b, "    }\n");
+        wgml_sbuf_put(b, "    }\n");
     }
-    put(b, "    }\n");
+    wgml_sbuf_put(b, "    }\n");
 }
 
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
@@ -283,15 +260,15 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     int stages = cfg->double_buffer ? 2 : 1;
     operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta)};
     operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb)};
-    sbuf b = {0};
-    put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
         TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
         stages == 2 && cfg->prefetch ? ", register prefetch" : "");
     put_header(&b, cfg->vec_a, cfg->vec_b);
     put_epilogue_fn(&b, act);
-    put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
-    put(&b, "var<workgroup> Bs: array<vec4<f32>, %d>; // [stage][BK][BN / 4]\n", stages * BK * BN / 4);
-    put(&b, "@compute @workgroup_size(256)\n"
+    wgml_sbuf_put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
+    wgml_sbuf_put(&b, "var<workgroup> Bs: array<vec4<f32>, %d>; // [stage][BK][BN / 4]\n", stages * BK * BN / 4);
+    wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
             "    let tiles_n = (P.N + %du) / %du;\n"
             "    let tile = wg.x + wg.y * P.gx;\n"
@@ -302,89 +279,89 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     /* a warp covers 8x4 threads (reads 128 B of Bs and 64 B of As per step: one wavefront
        each) or 16x2 (256 B of Bs: two) */
     if (cfg->warp_8x4)
-        put(&b, "    let tx = (lid %% 8u) + ((lid / 32u) %% 2u) * 8u;\n"
+        wgml_sbuf_put(&b, "    let tx = (lid %% 8u) + ((lid / 32u) %% 2u) * 8u;\n"
                 "    let ty = ((lid / 8u) %% 4u) + (lid / 64u) * 4u;\n");
     else
-        put(&b, "    let tx = lid %% 16u;\n    let ty = lid / 16u;\n");
+        wgml_sbuf_put(&b, "    let tx = lid %% 16u;\n    let ty = lid / 16u;\n");
     for (int i = 0; i < TM; i++)
-        for (int j = 0; j < TN / 4; j++) put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
-    for (int r = 0; r * 256 < BM * BK / 4; r++) put(&b, "    var ra%d: vec4<f32>;\n", r);
-    for (int r = 0; r * 256 < BN * BK / 4; r++) put(&b, "    var rb%d: vec4<f32>;\n", r);
+        for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
+    for (int r = 0; r * 256 < BM * BK / 4; r++) wgml_sbuf_put(&b, "    var ra%d: vec4<f32>;\n", r);
+    for (int r = 0; r * 256 < BN * BK / 4; r++) wgml_sbuf_put(&b, "    var rb%d: vec4<f32>;\n", r);
     char next_k0[32];
     snprintf(next_k0, sizeof next_k0, "(t + 1u) * %du", BK);
     /* prologue: slice 0 into stage 0 */
-    put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
+    wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
     put_slice(&b, &A, &B, BK, "0u", "0u", true);
-    put(&b, "    workgroupBarrier();\n    for (var t = 0u; t < slices; t++) {\n");
+    wgml_sbuf_put(&b, "    workgroupBarrier();\n    for (var t = 0u; t < slices; t++) {\n");
     if (stages == 2) {
         /* slice t+1: with prefetch, load it into registers now (its latency hides behind slice
            t's math) and store it after; without, stage it into the other buffer right away */
-        put(&b, "        let cur = t & 1u;\n        if (t + 1u < slices) {\n");
+        wgml_sbuf_put(&b, "        let cur = t & 1u;\n        if (t + 1u < slices) {\n");
         put_slice(&b, &A, &B, BK, next_k0, "1u - cur", !cfg->prefetch);
-        put(&b, "        }\n");
+        wgml_sbuf_put(&b, "        }\n");
     } else {
-        put(&b, "        let cur = 0u;\n");
+        wgml_sbuf_put(&b, "        let cur = 0u;\n");
     }
-    put(&b, "        let abuf = cur * %du;\n        let bbuf = cur * %du;\n", BK * BM / 4, BK * BN / 4);
+    wgml_sbuf_put(&b, "        let abuf = cur * %du;\n        let bbuf = cur * %du;\n", BK * BM / 4, BK * BN / 4);
     /* the inner product, unrolled so register tiles are indexed by constants only: rows
        ty*4 + 64*i' (+0..3), columns tx*4 + 64*j (+0..3) so a warp reads neighbouring vec4s */
     for (int kk = 0; kk < BK; kk++) {
         /* the swizzled column (see swizzle()): ty ^ f < 16, so ib * 16 + (ty ^ f) */
         if (kk % 4 == 0) {
-            put(&b, "        let ty_s%d = ty ^ %du;\n", kk / 4, (kk / 4) * swizzle(&A, BK));
-            put(&b, "        let tx_s%d = tx ^ %du;\n", kk / 4, (kk / 4) * swizzle(&B, BK));
+            wgml_sbuf_put(&b, "        let ty_s%d = ty ^ %du;\n", kk / 4, (kk / 4) * swizzle(&A, BK));
+            wgml_sbuf_put(&b, "        let tx_s%d = tx ^ %du;\n", kk / 4, (kk / 4) * swizzle(&B, BK));
         }
         if (TM % 4 == 0)
             for (int ib = 0; ib < TM / 4; ib++)
-                put(&b, "        let a%d_%d = As[abuf + %du + ty_s%d];\n", kk, ib, kk * BM / 4 + ib * 16, kk / 4);
+                wgml_sbuf_put(&b, "        let a%d_%d = As[abuf + %du + ty_s%d];\n", kk, ib, kk * BM / 4 + ib * 16, kk / 4);
         else
-            put(&b, "        let a%d_0 = vec4<f32>(As[abuf + %du + ty / 4u][ty %% 4u]);\n", kk, kk * BM / 4);
+            wgml_sbuf_put(&b, "        let a%d_0 = vec4<f32>(As[abuf + %du + ty / 4u][ty %% 4u]);\n", kk, kk * BM / 4);
         for (int jb = 0; jb < TN / 4; jb++)
-            put(&b, "        let b%d_%d = Bs[bbuf + %du + tx_s%d];\n", kk, jb, kk * BN / 4 + jb * 16, kk / 4);
+            wgml_sbuf_put(&b, "        let b%d_%d = Bs[bbuf + %du + tx_s%d];\n", kk, jb, kk * BN / 4 + jb * 16, kk / 4);
         for (int i = 0; i < TM; i++)
             for (int jb = 0; jb < TN / 4; jb++)
-                put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d.%c), b%d_%d, c%d_%d);\n", i, jb, kk, i / 4,
+                wgml_sbuf_put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d.%c), b%d_%d, c%d_%d);\n", i, jb, kk, i / 4,
                     "xyzw"[i % 4], kk, jb, i, jb);
     }
     if (stages == 2 && cfg->prefetch) {
-        put(&b, "        if (t + 1u < slices) {\n        {\n");
+        wgml_sbuf_put(&b, "        if (t + 1u < slices) {\n        {\n");
         put_tile_store(&b, &A, BK, "1u - cur");
-        put(&b, "        }\n        {\n");
+        wgml_sbuf_put(&b, "        }\n        {\n");
         put_tile_store(&b, &B, BK, "1u - cur");
-        put(&b, "        }\n        }\n");
+        wgml_sbuf_put(&b, "        }\n        }\n");
     } else if (stages == 1) {
         /* one buffer: everyone is done reading it before the next slice goes in */
-        put(&b, "        workgroupBarrier();\n        if (t + 1u < slices) {\n");
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n        if (t + 1u < slices) {\n");
         put_slice(&b, &A, &B, BK, next_k0, "0u", true);
-        put(&b, "        }\n");
+        wgml_sbuf_put(&b, "        }\n");
     }
-    put(&b, "        workgroupBarrier();\n    }\n");
-    put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
+    wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
+    wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) {
             if (TM % 4 == 0)
-                put(&b, "    {\n        let m = m0 + ty * 4u + %du;\n", (i / 4) * 64 + i % 4);
+                wgml_sbuf_put(&b, "    {\n        let m = m0 + ty * 4u + %du;\n", (i / 4) * 64 + i % 4);
             else
-                put(&b, "    {\n        let m = m0 + ty;\n");
-            put(&b, "        let n = n0 + tx * 4u + %du;\n        if (m < P.M) {\n", j * 64);
+                wgml_sbuf_put(&b, "    {\n        let m = m0 + ty;\n");
+            wgml_sbuf_put(&b, "        let n = n0 + tx * 4u + %du;\n        if (m < P.M) {\n", j * 64);
             for (int c = 0; c < 4; c++)
-                put(&b, "            if (n + %du < P.N) { let idx = cb + m * P.N + n + %du; C[idx] = epilogue(c%d_%d.%c, n + %du, idx); }\n",
+                wgml_sbuf_put(&b, "            if (n + %du < P.N) { let idx = cb + m * P.N + n + %du; C[idx] = epilogue(c%d_%d.%c, n + %du, idx); }\n",
                     c, c, i, j, "xyzw"[c], c);
-            put(&b, "        }\n    }\n");
+            wgml_sbuf_put(&b, "        }\n    }\n");
         }
-    put(&b, "}\n");
-    return b.s;
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
 }
 
 /* load_b(k, n, bt): B[k, n .. n + 3] of batch bt (B stored [K, N]), zero past N */
-static void put_load_b(sbuf *b, bool vec_b)
+static void put_load_b(wgml_sbuf *b, bool vec_b)
 {
-    put(b, "fn load_b(k: u32, n: u32, bt: u32) -> vec4<f32> {\n"
+    wgml_sbuf_put(b, "fn load_b(k: u32, n: u32, bt: u32) -> vec4<f32> {\n"
            "    let row = P.b_off + bt * P.b_bs + k * P.ldb + n;\n");
     if (vec_b)
-        put(b, "    return B[row / 4u]; // N %% 4 == 0: the vec4 is wholly inside\n}\n");
+        wgml_sbuf_put(b, "    return B[row / 4u]; // N %% 4 == 0: the vec4 is wholly inside\n}\n");
     else
-        put(b, "    var v = vec4<f32>(0.0);\n"
+        wgml_sbuf_put(b, "    var v = vec4<f32>(0.0);\n"
                "    v.x = B[row];\n"
                "    if (n + 1u < P.N) { v.y = B[row + 1u]; }\n"
                "    if (n + 2u < P.N) { v.z = B[row + 2u]; }\n"
@@ -398,17 +375,17 @@ static void put_load_b(sbuf *b, bool vec_b)
    keep every SM's loads in flight. */
 char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
 {
-    sbuf b = {0};
-    put(&b, "// generated GEMV (M = 1), B%s%s\n", tb ? "^T" : "", !tb && cfg->vec_b ? " vec4" : "");
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "// generated GEMV (M = 1), B%s%s\n", tb ? "^T" : "", !tb && cfg->vec_b ? " vec4" : "");
     put_header(&b, false, !tb && cfg->vec_b);
     put_epilogue_fn(&b, act);
     if (!tb) {
         int groups = cfg->gemv_cols / 4, slices = 256 / groups;
         /* thread (ks, c) sums k = ks, ks + slices, ... for columns n .. n + 3; four
            independent accumulators keep four loads in flight */
-        put(&b, "var<workgroup> part: array<vec4<f32>, 256>;\n");
+        wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 256>;\n");
         put_load_b(&b, cfg->vec_b);
-        put(&b, "@compute @workgroup_size(256)\n"
+        wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
                 "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
                 "    let bt = wg.z;\n"
                 "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
@@ -424,9 +401,9 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "        for (; k + %du < P.K; k += %du) {\n",
             cfg->gemv_cols, groups, groups, 3 * slices, 4 * slices);
         for (int u = 0; u < 4; u++)
-            put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc%d); }\n",
+            wgml_sbuf_put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc%d); }\n",
                 u * slices, u, a_index(false), u);
-        put(&b, "        }\n"
+        wgml_sbuf_put(&b, "        }\n"
                 "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc0); }\n"
                 "    }\n"
                 "    part[lid] = (acc0 + acc1) + (acc2 + acc3);\n"
@@ -447,7 +424,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
     } else {
         /* B stored [N, K]: each output is a dot product of two contiguous rows; 8 outputs
            per workgroup, 32 threads each */
-        put(&b, "var<workgroup> part: array<f32, 256>;\n"
+        wgml_sbuf_put(&b, "var<workgroup> part: array<f32, 256>;\n"
                 "@compute @workgroup_size(256)\n"
                 "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
                 "    let bt = wg.z;\n"
@@ -468,7 +445,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "}\n",
             a_index(false), b_index(true));
     }
-    return b.s;
+    return wgml_sbuf_take(&b);
 }
 
 /* Tile configs by shape. WGML_GEMM_TILE="tm,tn,bk,stages" overrides the large-M config

@@ -18,22 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/timing.h"
 #include "core/context.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static wgml_context *ctx;
 static const char *data_mode = "rand32";
@@ -254,16 +242,15 @@ int main(int argc, char **argv)
                 wgpuCommandEncoderResolveQuerySet(enc, qs, 0, 2, q_resolve, 0);
                 wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
                 WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-                double t0 = now();
+                double t0 = bench_now();
                 wgpuQueueSubmit(ctx->queue, 1, &cb);
                 double s = pass_seconds();
-                double host_s = now() - t0;
+                double host_s = bench_now() - t0;
                 wgpuCommandBufferRelease(cb);
                 wgpuCommandEncoderRelease(enc);
                 if (r >= 0) t[r] = (mode == 2 ? host_s : s) / per_pass;
             }
-            qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-            report(v->name, mode == 0 ? "single" : mode == 1 ? "chain" : "host", t[reps / 2], 3.0 * (double)bytes);
+            report(v->name, mode == 0 ? "single" : mode == 1 ? "chain" : "host", bench_median(t, reps), 3.0 * (double)bytes);
         }
         wgpuBindGroupRelease(bg);
     }
@@ -320,17 +307,16 @@ int main(int argc, char **argv)
             wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
             WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
             wgml_synchronize(ctx);
-            double t0 = now();
+            double t0 = bench_now();
             wgpuQueueSubmit(ctx->queue, 1, &cb);
             double gs = pass_seconds();
-            if (r >= 0) t[r] = gs / K, th[r] = (now() - t0) / K;
+            if (r >= 0) t[r] = gs / K, th[r] = (bench_now() - t0) / K;
             wgpuCommandBufferRelease(cb);
             wgpuCommandEncoderRelease(enc);
         }
-        qsort(t, 9, sizeof t[0], cmp_double);
-        qsort(th, 9, sizeof th[0], cmp_double);
-        report(shared ? "8 concurrent, shared in" : "8 concurrent, distinct", "gpu", t[4], 3.0 * (double)bytes);
-        report(shared ? "8 concurrent, shared in" : "8 concurrent, distinct", "host", th[4], 3.0 * (double)bytes);
+        const char *what = shared ? "8 concurrent, shared in" : "8 concurrent, distinct";
+        report(what, "gpu", bench_median(t, 9), 3.0 * (double)bytes);
+        report(what, "host", bench_median(th, 9), 3.0 * (double)bytes);
         for (int k = 0; k < K; k++) {
             wgpuBindGroupRelease(bgs[k]);
             if (!shared || !k) wgpuBufferRelease(sa[k]), wgpuBufferRelease(sb[k]);
@@ -346,15 +332,14 @@ int main(int argc, char **argv)
             wgpuCommandEncoderCopyBufferToBuffer(enc, a, 0, c, 0, bytes);
             WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
             wgml_synchronize(ctx);
-            double t0 = now();
+            double t0 = bench_now();
             wgpuQueueSubmit(ctx->queue, 1, &cb);
             wgml_synchronize(ctx);
-            if (r >= 0) t[r] = now() - t0;
+            if (r >= 0) t[r] = bench_now() - t0;
             wgpuCommandBufferRelease(cb);
             wgpuCommandEncoderRelease(enc);
         }
-        qsort(t, 9, sizeof t[0], cmp_double);
-        report("copyBufferToBuffer", "host", t[4], 2.0 * (double)bytes);
+        report("copyBufferToBuffer", "host", bench_median(t, 9), 2.0 * (double)bytes);
     }
     wgpuBufferRelease(a);
     wgpuBufferRelease(b);
@@ -381,9 +366,9 @@ int main(int argc, char **argv)
         for (int mode = 0; mode < 4; mode++) {
             int m = mode % 2 ? K : 1, chain = mode >= 2;
             double t[15], tg[15];
-            double warm_until = now() + 3.0; /* fresh tensors ran slow for their first seconds */
+            double warm_until = bench_now() + 3.0; /* fresh tensors ran slow for their first seconds */
             for (int r = -1; r < 15; r++) {
-                if (r == 0 && now() < warm_until) r = -1;
+                if (r == 0 && bench_now() < warm_until) r = -1;
                 wgml_scope_begin(tc);
                 wgml_tensor *z[K];
                 for (int k = 0; k < m; k++) {
@@ -394,19 +379,17 @@ int main(int argc, char **argv)
                              : i % 4 == 2 ? wgml_add(tc, z[k], y[k]) : wgml_relu(tc, z[k]);
                 }
                 wgml_synchronize(tc);
-                double t0 = now();
+                double t0 = bench_now();
                 wgml_eval(tc, m, z);
                 wgml_synchronize(tc);
                 wgml_stats st;
                 wgml_stats_get(tc, &st);
-                if (r >= 0) t[r] = (now() - t0) / m, tg[r] = st.gpu_seconds_last / m;
+                if (r >= 0) t[r] = (bench_now() - t0) / m, tg[r] = st.gpu_seconds_last / m;
                 wgml_scope_end(tc);
             }
-            qsort(t, 15, sizeof t[0], cmp_double);
-            qsort(tg, 15, sizeof tg[0], cmp_double);
             static const char *names[] = {"wgml_add", "wgml_add x8 one eval", "wgml chain100", "wgml chain100 x8"};
-            report(names[mode], "host", t[7], 3.0 * (double)bytes);
-            report(names[mode], "gpu", tg[7], 3.0 * (double)bytes);
+            report(names[mode], "host", bench_median(t, 15), 3.0 * (double)bytes);
+            report(names[mode], "gpu", bench_median(tg, 15), 3.0 * (double)bytes);
         }
         for (int k = 0; k < K; k++) wgml_tensor_free(x[k]), wgml_tensor_free(y[k]);
         wgml_context_free(tc);

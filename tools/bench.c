@@ -9,23 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/timing.h"
 #include "tools/cli.h"
 #include "wgml.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef wgml_tensor *(*build_fn)(wgml_context *ctx, void *arg);
 
@@ -53,9 +41,9 @@ static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int 
     double t[64];
     if (reps > 64) reps = 64;
     if (gpu_time) {
-        double warm_until = now() + WARMUP_SECONDS;
+        double warm_until = bench_now() + WARMUP_SECONDS;
         for (int r = -1; r < reps; r++) {
-            if (r == 0 && now() < warm_until) r = -1;
+            if (r == 0 && bench_now() < warm_until) r = -1;
             wgml_scope_begin(ctx);
             wgml_tensor *out = fn(ctx, arg);
             wgml_status st = wgml_eval(ctx, 1, &out);
@@ -68,21 +56,20 @@ static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int 
             }
             if (r >= 0) t[r] = s.gpu_seconds_last;
         }
-        qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-        return t[reps / 2];
+        return bench_median(t, reps);
     }
     /* warm-up: the first run compiles; then runs for WARMUP_SECONDS at least */
-    double warm_until = now() + WARMUP_SECONDS;
+    double warm_until = bench_now() + WARMUP_SECONDS;
     for (int r = -1; r < reps; r++) {
-        if (r == 0 && now() < warm_until) r = -1;
+        if (r == 0 && bench_now() < warm_until) r = -1;
         wgml_scope_begin(ctx);
         wgml_tensor *outs[64];
         for (int i = 0; i < inner; i++) outs[i] = fn(ctx, arg);
         wgml_synchronize(ctx);
-        double t0 = now();
+        double t0 = bench_now();
         wgml_status st = wgml_eval(ctx, inner, outs);
         wgml_synchronize(ctx);
-        double el = now() - t0;
+        double el = bench_now() - t0;
         wgml_scope_end(ctx);
         if (st) {
             fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
@@ -90,8 +77,7 @@ static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int 
         }
         if (r >= 0) t[r] = el / inner;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    return t[reps / 2];
+    return bench_median(t, reps);
 }
 
 static wgml_tensor *random_tensor(wgml_context *ctx, int nd, const int64_t *shape)
@@ -313,16 +299,16 @@ static void bench_matmul(int quick)
     double t[201];
     int reps = quick ? 21 : 201;
     for (int r = -5; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (wgml_matmul_cached(ctx, "bench", x, (size_t)K, y, (size_t)K, 1)) {
             fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
             break;
         }
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    double med = bench_median(t, reps);
     snprintf(name, sizeof name, "cached_roundtrip_M1_%lld", (long long)K);
-    report(name, t[reps / 2], t[reps / 2] * 1e6, "us median");
+    report(name, med, med * 1e6, "us median");
     free(w);
     free(x);
     free(y);
@@ -335,13 +321,13 @@ static void bench_matmul(int quick)
    driver's shader cache emptied and then kept, to see a cold and a warm start. */
 static void bench_startup(void)
 {
-    double t0 = now();
+    double t0 = bench_now();
     wgml_context *ctx;
     if (wgml_context_create(NULL, &ctx)) {
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
         exit(1);
     }
-    double t1 = now();
+    double t1 = bench_now();
     int64_t n = 1024, sh[2] = {32, 32};
     operands t = operands_make(ctx, 1, 1, &n, 1, &n), m = operands_make(ctx, 1, 2, sh, 2, sh);
     t.len = 10;
@@ -350,7 +336,7 @@ static void bench_startup(void)
     wgml_tensor *all[3] = {a, b, c};
     wgml_eval(ctx, 3, all);
     wgml_tensor_read(a, out, 1024);
-    double t2 = now();
+    double t2 = bench_now();
     report("context_create", t1 - t0, (t1 - t0) * 1e3, "ms");
     report("first_result_3_kernels", t2 - t1, (t2 - t1) * 1e3, "ms");
     wgml_context_free(ctx);

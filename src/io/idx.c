@@ -2,6 +2,7 @@
    bytes. Read through zlib so gzip and plain files take the same path. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "io/loader.h"
 #include "io/idx.h"
 
 #include <errno.h>
@@ -20,15 +21,6 @@
 #define IDX_FIRST_CHUNK ((size_t)16 << 20)
 #define MNIST_SIDE 28
 #define MNIST_CLASSES 10
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t read_be32(const uint8_t *p)
 {
@@ -92,33 +84,33 @@ static wgml_status read_header(gzFile f, const char *path, wgml_idx *out, char *
     int zerr;
     long long n = gz_read_full(f, magic, sizeof magic, &zerr);
     if (n < 0 && zerr == Z_ERRNO) {
-        set_err(err, errlen, "%s: read failed: %s", path, gz_message(f, zerr, path));
+        wgml_io_err(err, errlen, "%s: read failed: %s", path, gz_message(f, zerr, path));
         return WGML_ERROR_IO;
     }
     if (n < 0) {
-        set_err(err, errlen, "%s: corrupt gzip stream: %s", path, gz_message(f, zerr, path));
+        wgml_io_err(err, errlen, "%s: corrupt gzip stream: %s", path, gz_message(f, zerr, path));
         return WGML_ERROR_FORMAT;
     }
     if (n < (long long)sizeof magic) {
-        set_err(err, errlen, "%s: truncated: %lld bytes, shorter than the 4-byte IDX magic",
+        wgml_io_err(err, errlen, "%s: truncated: %lld bytes, shorter than the 4-byte IDX magic",
                 path, n);
         return WGML_ERROR_FORMAT;
     }
     if (magic[0] != 0 || magic[1] != 0) {
-        set_err(err, errlen,
+        wgml_io_err(err, errlen,
                 "%s: not an IDX file: magic starts %02x %02x, want 00 00", path,
                 (unsigned)magic[0], (unsigned)magic[1]);
         return WGML_ERROR_FORMAT;
     }
     if (magic[2] != IDX_TYPE_UBYTE) {
-        set_err(err, errlen,
+        wgml_io_err(err, errlen,
                 "%s: IDX element type 0x%02x is not supported (only 0x08, unsigned byte)",
                 path, (unsigned)magic[2]);
         return WGML_ERROR_FORMAT;
     }
     int ndim = magic[3];
     if (ndim < 1 || ndim > 4) {
-        set_err(err, errlen, "%s: IDX ndim %d is out of range (1..4)", path, ndim);
+        wgml_io_err(err, errlen, "%s: IDX ndim %d is out of range (1..4)", path, ndim);
         return WGML_ERROR_FORMAT;
     }
 
@@ -126,12 +118,12 @@ static wgml_status read_header(gzFile f, const char *path, wgml_idx *out, char *
     size_t dims_bytes = 4 * (size_t)ndim;
     n = gz_read_full(f, raw_dims, dims_bytes, &zerr);
     if (n < 0) {
-        set_err(err, errlen, "%s: %s: %s", path,
+        wgml_io_err(err, errlen, "%s: %s: %s", path,
                 zerr == Z_ERRNO ? "read failed" : "corrupt gzip stream", gz_message(f, zerr, path));
         return zerr == Z_ERRNO ? WGML_ERROR_IO : WGML_ERROR_FORMAT;
     }
     if ((size_t)n < dims_bytes) {
-        set_err(err, errlen, "%s: truncated header: %d dims need %zu bytes, file has %lld",
+        wgml_io_err(err, errlen, "%s: truncated header: %d dims need %zu bytes, file has %lld",
                 path, ndim, dims_bytes, n);
         return WGML_ERROR_FORMAT;
     }
@@ -143,7 +135,7 @@ static wgml_status read_header(gzFile f, const char *path, wgml_idx *out, char *
     uint64_t total = 1;
     for (int i = 0; i < ndim; i++) {
         if (out->dims[i] == 0) {
-            set_err(err, errlen, "%s: dims are %s: dim %d is 0", path, dims_text, i);
+            wgml_io_err(err, errlen, "%s: dims are %s: dim %d is 0", path, dims_text, i);
             return WGML_ERROR_FORMAT;
         }
     }
@@ -152,7 +144,7 @@ static wgml_status read_header(gzFile f, const char *path, wgml_idx *out, char *
            at most 2^30 * (2^32 - 1). */
         total *= out->dims[i];
         if (total > IDX_MAX_BYTES) {
-            set_err(err, errlen, "%s: header says %s bytes, more than the 1 GiB limit", path,
+            wgml_io_err(err, errlen, "%s: header says %s bytes, more than the 1 GiB limit", path,
                     dims_text);
             return WGML_ERROR_FORMAT;
         }
@@ -172,7 +164,7 @@ static wgml_status read_data(gzFile f, const char *path, wgml_idx *out, char *er
     size_t cap = out->size < IDX_FIRST_CHUNK ? out->size : IDX_FIRST_CHUNK;
     uint8_t *buf = malloc(cap);
     if (!buf) {
-        set_err(err, errlen, "%s: out of memory for %zu bytes", path, cap);
+        wgml_io_err(err, errlen, "%s: out of memory for %zu bytes", path, cap);
         return WGML_ERROR_OUT_OF_MEMORY;
     }
     size_t got = 0;
@@ -186,7 +178,7 @@ static wgml_status read_data(gzFile f, const char *path, wgml_idx *out, char *er
         uint8_t *bigger = realloc(buf, grown);
         if (!bigger) {
             free(buf);
-            set_err(err, errlen, "%s: out of memory for %zu bytes", path, grown);
+            wgml_io_err(err, errlen, "%s: out of memory for %zu bytes", path, grown);
             return WGML_ERROR_OUT_OF_MEMORY;
         }
         buf = bigger;
@@ -194,20 +186,20 @@ static wgml_status read_data(gzFile f, const char *path, wgml_idx *out, char *er
     }
     if (zerr == Z_ERRNO) {
         free(buf);
-        set_err(err, errlen, "%s: read failed: %s", path, gz_message(f, zerr, path));
+        wgml_io_err(err, errlen, "%s: read failed: %s", path, gz_message(f, zerr, path));
         return WGML_ERROR_IO;
     }
     if (got < out->size) {
         free(buf);
         /* A truncated gzip stream also leaves a zlib message; name it when present. */
-        set_err(err, errlen, "%s: truncated: header says %s, file has %zu%s%s",
+        wgml_io_err(err, errlen, "%s: truncated: header says %s, file has %zu%s%s",
                 path, size_text, got, zerr != Z_OK ? "; zlib: " : "",
                 zerr != Z_OK ? gz_message(f, zerr, path) : "");
         return WGML_ERROR_FORMAT;
     }
     if (zerr != Z_OK) {
         free(buf);
-        set_err(err, errlen, "%s: corrupt gzip stream: %s", path, gz_message(f, zerr, path));
+        wgml_io_err(err, errlen, "%s: corrupt gzip stream: %s", path, gz_message(f, zerr, path));
         return WGML_ERROR_FORMAT;
     }
 
@@ -217,16 +209,16 @@ static wgml_status read_data(gzFile f, const char *path, wgml_idx *out, char *er
     if (more < 0 || zerr != Z_OK) {
         free(buf);
         if (zerr == Z_ERRNO) {
-            set_err(err, errlen, "%s: read failed: %s", path, gz_message(f, zerr, path));
+            wgml_io_err(err, errlen, "%s: read failed: %s", path, gz_message(f, zerr, path));
             return WGML_ERROR_IO;
         }
-        set_err(err, errlen, "%s: corrupt gzip stream after the data: %s", path,
+        wgml_io_err(err, errlen, "%s: corrupt gzip stream after the data: %s", path,
                 gz_message(f, zerr, path));
         return WGML_ERROR_FORMAT;
     }
     if (more > 0) {
         free(buf);
-        set_err(err, errlen, "%s: trailing bytes after the %s of data the header says",
+        wgml_io_err(err, errlen, "%s: trailing bytes after the %s of data the header says",
                 path, size_text);
         return WGML_ERROR_FORMAT;
     }
@@ -236,26 +228,18 @@ static wgml_status read_data(gzFile f, const char *path, wgml_idx *out, char *er
 
 wgml_status wgml_idx_load(const char *path, wgml_idx *out, char *err, size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
-    if (!out) {
-        set_err(err, errlen, "wgml_idx_load: out is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    memset(out, 0, sizeof *out);
-    if (!path) {
-        set_err(err, errlen, "wgml_idx_load: path is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
+    wgml_status st = wgml_io_begin("wgml_idx_load", out, sizeof *out, !path ? "path" : NULL, err, errlen);
+    if (st) return st;
     errno = 0;
     gzFile f = gzopen(path, "rb");
     if (!f) {
-        set_err(err, errlen, "%s: cannot open: %s", path,
+        wgml_io_err(err, errlen, "%s: cannot open: %s", path,
                 errno ? strerror(errno) : "out of memory");
         return errno ? WGML_ERROR_IO : WGML_ERROR_OUT_OF_MEMORY;
     }
     gzbuffer(f, 1u << 17); /* fewer, larger reads for the 47 MB MNIST images */
 
-    wgml_status st = read_header(f, path, out, err, errlen);
+    st = read_header(f, path, out, err, errlen);
     if (st == WGML_OK) st = read_data(f, path, out, err, errlen);
     gzclose(f);
     if (st != WGML_OK) memset(out, 0, sizeof *out);
@@ -286,16 +270,8 @@ static char *mnist_path(const char *dir, const char *base)
 wgml_status wgml_mnist_load(const char *dir, int train, wgml_mnist *out, char *err,
                             size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
-    if (!out) {
-        set_err(err, errlen, "wgml_mnist_load: out is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    memset(out, 0, sizeof *out);
-    if (!dir) {
-        set_err(err, errlen, "wgml_mnist_load: dir is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
+    wgml_status st = wgml_io_begin("wgml_mnist_load", out, sizeof *out, !dir ? "dir" : NULL, err, errlen);
+    if (st) return st;
     const char *prefix = train ? "train" : "t10k";
     char images_base[64], labels_base[64];
     snprintf(images_base, sizeof images_base, "%s-images-idx3-ubyte", prefix);
@@ -303,10 +279,9 @@ wgml_status wgml_mnist_load(const char *dir, int train, wgml_mnist *out, char *e
     char *images_path = mnist_path(dir, images_base);
     char *labels_path = mnist_path(dir, labels_base);
     wgml_idx images = {0}, labels = {0};
-    wgml_status st = WGML_OK;
 
     if (!images_path || !labels_path) {
-        set_err(err, errlen, "%s: out of memory for a path", dir);
+        wgml_io_err(err, errlen, "%s: out of memory for a path", dir);
         st = WGML_ERROR_OUT_OF_MEMORY;
         goto done;
     }
@@ -318,24 +293,24 @@ wgml_status wgml_mnist_load(const char *dir, int train, wgml_mnist *out, char *e
     if (images.ndim != 3 || images.dims[1] != MNIST_SIDE || images.dims[2] != MNIST_SIDE) {
         char dims_text[64];
         format_dims(dims_text, sizeof dims_text, images.ndim, images.dims);
-        set_err(err, errlen, "%s: images are %s, want N x 28 x 28", images_path, dims_text);
+        wgml_io_err(err, errlen, "%s: images are %s, want N x 28 x 28", images_path, dims_text);
         st = WGML_ERROR_FORMAT;
         goto done;
     }
     if (labels.ndim != 1) {
-        set_err(err, errlen, "%s: labels have %d dims, want 1", labels_path, labels.ndim);
+        wgml_io_err(err, errlen, "%s: labels have %d dims, want 1", labels_path, labels.ndim);
         st = WGML_ERROR_FORMAT;
         goto done;
     }
     if (labels.dims[0] != images.dims[0]) {
-        set_err(err, errlen, "%s has %u labels but %s has %u images", labels_path,
+        wgml_io_err(err, errlen, "%s has %u labels but %s has %u images", labels_path,
                 (unsigned)labels.dims[0], images_path, (unsigned)images.dims[0]);
         st = WGML_ERROR_FORMAT;
         goto done;
     }
     for (size_t i = 0; i < labels.size; i++) {
         if (labels.data[i] >= MNIST_CLASSES) {
-            set_err(err, errlen, "%s: label %zu is %u, want < 10", labels_path, i,
+            wgml_io_err(err, errlen, "%s: label %zu is %u, want < 10", labels_path, i,
                     (unsigned)labels.data[i]);
             st = WGML_ERROR_FORMAT;
             goto done;
@@ -345,14 +320,14 @@ wgml_status wgml_mnist_load(const char *dir, int train, wgml_mnist *out, char *e
     /* images.size <= 1 GiB, so size * sizeof(float) fits any 64-bit size_t; check
        anyway for 32-bit hosts. */
     if (images.size > SIZE_MAX / sizeof(float)) {
-        set_err(err, errlen, "%s: %zu pixels as floats overflow size_t", images_path,
+        wgml_io_err(err, errlen, "%s: %zu pixels as floats overflow size_t", images_path,
                 images.size);
         st = WGML_ERROR_OVERFLOW;
         goto done;
     }
     out->images = malloc(images.size * sizeof(float));
     if (!out->images) {
-        set_err(err, errlen, "%s: out of memory for %zu floats", images_path, images.size);
+        wgml_io_err(err, errlen, "%s: out of memory for %zu floats", images_path, images.size);
         st = WGML_ERROR_OUT_OF_MEMORY;
         goto done;
     }

@@ -2,6 +2,7 @@
    jansson; every number in it is checked before it sizes an allocation or an offset. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "io/loader.h"
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -19,15 +20,6 @@
 
 #define META_KEY "__metadata__"
 #define HEADER_LEN_BYTES 8
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* numel of shape, or -1 when it (or its byte size) would pass INT64_MAX. */
 static int64_t checked_byte_size(int ndim, const int64_t *shape)
@@ -69,22 +61,22 @@ static wgml_status build_header(const wgml_st_tensor *tensors, int count,
         for (int i = 0; i < meta_count; i++) {
             const char *key = meta_keys[i], *value = meta_values[i];
             if (!key || !value) {
-                set_err(err, errlen, "%s: metadata pair %d has a NULL key or value", path, i);
+                wgml_io_err(err, errlen, "%s: metadata pair %d has a NULL key or value", path, i);
                 goto invalid;
             }
             /* The reader keeps keys and values in fixed arrays: refuse what it would. */
             if (strlen(key) > WGML_ST_MAX_META_KEY) {
-                set_err(err, errlen, "%s: metadata key '%.40s...' is %zu bytes, more than %d",
+                wgml_io_err(err, errlen, "%s: metadata key '%.40s...' is %zu bytes, more than %d",
                         path, key, strlen(key), WGML_ST_MAX_META_KEY);
                 goto invalid;
             }
             if (strlen(value) > WGML_ST_MAX_META_VALUE) {
-                set_err(err, errlen, "%s: metadata '%s' value is %zu bytes, more than %d",
+                wgml_io_err(err, errlen, "%s: metadata '%s' value is %zu bytes, more than %d",
                         path, key, strlen(value), WGML_ST_MAX_META_VALUE);
                 goto invalid;
             }
             if (json_object_get(meta, key)) {
-                set_err(err, errlen, "%s: metadata key '%s' appears twice", path, key);
+                wgml_io_err(err, errlen, "%s: metadata key '%s' appears twice", path, key);
                 goto invalid;
             }
             /* json_string and json_object_set refuse what is not UTF-8. */
@@ -94,7 +86,7 @@ static wgml_status build_header(const wgml_st_tensor *tensors, int count,
             json_decref(jkey);
             if (!utf8_ok) {
                 json_decref(jvalue);
-                set_err(err, errlen, "%s: metadata '%.40s' is not valid UTF-8", path, key);
+                wgml_io_err(err, errlen, "%s: metadata '%.40s' is not valid UTF-8", path, key);
                 goto invalid;
             }
             if (json_object_set_new(meta, key, jvalue) != 0) goto oom;
@@ -105,27 +97,27 @@ static wgml_status build_header(const wgml_st_tensor *tensors, int count,
     for (int i = 0; i < count; i++) {
         const wgml_st_tensor *t = &tensors[i];
         if (!memchr(t->name, '\0', sizeof t->name)) {
-            set_err(err, errlen, "%s: tensor %d: name is not NUL-terminated within %zu bytes",
+            wgml_io_err(err, errlen, "%s: tensor %d: name is not NUL-terminated within %zu bytes",
                     path, i, sizeof t->name);
             goto invalid;
         }
         if (t->name[0] == '\0' || strcmp(t->name, META_KEY) == 0) {
-            set_err(err, errlen, "%s: tensor %d: name '%s' is empty or reserved", path, i,
+            wgml_io_err(err, errlen, "%s: tensor %d: name '%s' is empty or reserved", path, i,
                     t->name);
             goto invalid;
         }
         if (json_object_get(root, t->name)) {
-            set_err(err, errlen, "%s: tensor name '%s' appears twice", path, t->name);
+            wgml_io_err(err, errlen, "%s: tensor name '%s' appears twice", path, t->name);
             goto invalid;
         }
         if (t->ndim < 0 || t->ndim > 4) {
-            set_err(err, errlen, "%s: tensor '%s': ndim %d is out of range (0..4)", path,
+            wgml_io_err(err, errlen, "%s: tensor '%s': ndim %d is out of range (0..4)", path,
                     t->name, t->ndim);
             goto invalid;
         }
         for (int d = 0; d < t->ndim; d++) {
             if (t->shape[d] < 0) {
-                set_err(err, errlen, "%s: tensor '%s': dim %d is %lld", path, t->name, d,
+                wgml_io_err(err, errlen, "%s: tensor '%s': dim %d is %lld", path, t->name, d,
                         (long long)t->shape[d]);
                 goto invalid;
             }
@@ -134,20 +126,20 @@ static wgml_status build_header(const wgml_st_tensor *tensors, int count,
         shape_text(shape_buf, sizeof shape_buf, t->ndim, t->shape);
         int64_t bytes = checked_byte_size(t->ndim, t->shape);
         if (bytes < 0 || offset > INT64_MAX - bytes) {
-            set_err(err, errlen, "%s: tensor '%s': shape %s: byte size overflows", path,
+            wgml_io_err(err, errlen, "%s: tensor '%s': shape %s: byte size overflows", path,
                     t->name, shape_buf);
             json_decref(root);
             return WGML_ERROR_OVERFLOW;
         }
         if (bytes > 0 && !t->data) {
-            set_err(err, errlen, "%s: tensor '%s' of shape %s has NULL data", path, t->name,
+            wgml_io_err(err, errlen, "%s: tensor '%s' of shape %s has NULL data", path, t->name,
                     shape_buf);
             goto invalid;
         }
 
         json_t *name_check = json_string(t->name);
         if (!name_check) {
-            set_err(err, errlen, "%s: tensor %d: name is not valid UTF-8", path, i);
+            wgml_io_err(err, errlen, "%s: tensor %d: name is not valid UTF-8", path, i);
             goto invalid;
         }
         json_decref(name_check);
@@ -184,7 +176,7 @@ invalid:
     return WGML_ERROR_INVALID_ARGUMENT;
 oom:
     json_decref(root);
-    set_err(err, errlen, "%s: out of memory building the header", path);
+    wgml_io_err(err, errlen, "%s: out of memory building the header", path);
     return WGML_ERROR_OUT_OF_MEMORY;
 }
 
@@ -198,10 +190,10 @@ wgml_status wgml_safetensors_write(const char *path, const wgml_st_tensor *tenso
                                    const char *const *meta_values, int meta_count, char *err,
                                    size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
+    wgml_io_err(err, errlen, "%s", "");
     if (!path || count < 0 || count > WGML_ST_MAX_TENSORS || (count > 0 && !tensors) ||
         meta_count < 0 || (meta_count > 0 && (!meta_keys || !meta_values))) {
-        set_err(err, errlen,
+        wgml_io_err(err, errlen,
                 "wgml_safetensors_write(%s): bad arguments: count %d (0..%d), meta_count %d, "
                 "or a NULL array", path ? path : "NULL", count, WGML_ST_MAX_TENSORS,
                 meta_count);
@@ -220,7 +212,7 @@ wgml_status wgml_safetensors_write(const char *path, const wgml_st_tensor *tenso
     char *header = json_len ? malloc(header_len) : NULL;
     if (!header) {
         json_decref(root);
-        set_err(err, errlen, "%s: out of memory for a %zu-byte header", path, header_len);
+        wgml_io_err(err, errlen, "%s: out of memory for a %zu-byte header", path, header_len);
         return WGML_ERROR_OUT_OF_MEMORY;
     }
     json_dumpb(root, header, json_len, JSON_COMPACT);
@@ -231,14 +223,14 @@ wgml_status wgml_safetensors_write(const char *path, const wgml_st_tensor *tenso
     char *tmp_path = malloc(tmp_len);
     if (!tmp_path) {
         free(header);
-        set_err(err, errlen, "%s: out of memory", path);
+        wgml_io_err(err, errlen, "%s: out of memory", path);
         return WGML_ERROR_OUT_OF_MEMORY;
     }
     snprintf(tmp_path, tmp_len, "%s.tmp.%ld", path, (long)getpid());
 
     FILE *fp = fopen(tmp_path, "wb");
     if (!fp) {
-        set_err(err, errlen, "%s: cannot create %s: %s", path, tmp_path, strerror(errno));
+        wgml_io_err(err, errlen, "%s: cannot create %s: %s", path, tmp_path, strerror(errno));
         free(header);
         free(tmp_path);
         return WGML_ERROR_IO;
@@ -269,7 +261,7 @@ wgml_status wgml_safetensors_write(const char *path, const wgml_st_tensor *tenso
     }
     if (failed_step) {
         remove(tmp_path);
-        set_err(err, errlen, "%s: %s of %s failed: %s", path, failed_step, tmp_path,
+        wgml_io_err(err, errlen, "%s: %s of %s failed: %s", path, failed_step, tmp_path,
                 strerror(saved_errno));
         free(tmp_path);
         return WGML_ERROR_IO;
@@ -303,19 +295,19 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
                                int64_t data_len, parsed_tensor *p, char *err, size_t errlen)
 {
     if (strlen(name) > WGML_ST_MAX_NAME) {
-        set_err(err, errlen, "%s: tensor name '%.40s...' is %zu bytes, more than %d", what,
+        wgml_io_err(err, errlen, "%s: tensor name '%.40s...' is %zu bytes, more than %d", what,
                 name, strlen(name), WGML_ST_MAX_NAME);
         return WGML_ERROR_FORMAT;
     }
     memcpy(p->t.name, name, strlen(name) + 1);
     if (!json_is_object(entry)) {
-        set_err(err, errlen, "%s: tensor '%s': entry is not a JSON object", what, name);
+        wgml_io_err(err, errlen, "%s: tensor '%s': entry is not a JSON object", what, name);
         return WGML_ERROR_FORMAT;
     }
 
     json_t *dtype = json_object_get(entry, "dtype");
     if (!json_is_string(dtype)) {
-        set_err(err, errlen, "%s: tensor '%s': dtype is %s", what, name,
+        wgml_io_err(err, errlen, "%s: tensor '%s': dtype is %s", what, name,
                 dtype ? "not a string" : "missing");
         return WGML_ERROR_FORMAT;
     }
@@ -323,7 +315,7 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
     if (strcmp(dtype_name, "F32") != 0) {
         int known = 0;
         for (int i = 0; other_dtypes[i]; i++) known |= strcmp(dtype_name, other_dtypes[i]) == 0;
-        set_err(err, errlen, "%s: tensor '%s': dtype %s%.16s%s %s (wgml reads F32 only)",
+        wgml_io_err(err, errlen, "%s: tensor '%s': dtype %s%.16s%s %s (wgml reads F32 only)",
                 what, name, known ? "" : "'", dtype_name, known ? "" : "'",
                 known ? "is not supported" : "is unknown");
         return WGML_ERROR_FORMAT;
@@ -331,7 +323,7 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
 
     json_t *shape = json_object_get(entry, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > 4) {
-        set_err(err, errlen, "%s: tensor '%s': shape is %s", what, name,
+        wgml_io_err(err, errlen, "%s: tensor '%s': shape is %s", what, name,
                 !shape ? "missing" : !json_is_array(shape) ? "not an array"
                                                             : "more than 4 dims");
         return WGML_ERROR_FORMAT;
@@ -340,7 +332,7 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
     for (int d = 0; d < p->t.ndim; d++) {
         json_t *dim = json_array_get(shape, (size_t)d);
         if (!json_is_integer(dim) || json_integer_value(dim) < 0) {
-            set_err(err, errlen, "%s: tensor '%s': shape dim %d is not a non-negative integer",
+            wgml_io_err(err, errlen, "%s: tensor '%s': shape dim %d is not a non-negative integer",
                     what, name, d);
             return WGML_ERROR_FORMAT;
         }
@@ -350,7 +342,7 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
     shape_text(shape_buf, sizeof shape_buf, p->t.ndim, p->t.shape);
     int64_t bytes = checked_byte_size(p->t.ndim, p->t.shape);
     if (bytes < 0) {
-        set_err(err, errlen, "%s: tensor '%s': shape %s: byte size overflows", what, name,
+        wgml_io_err(err, errlen, "%s: tensor '%s': shape %s: byte size overflows", what, name,
                 shape_buf);
         return WGML_ERROR_FORMAT;
     }
@@ -359,21 +351,21 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
     if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
         !json_is_integer(json_array_get(offsets, 0)) ||
         !json_is_integer(json_array_get(offsets, 1))) {
-        set_err(err, errlen, "%s: tensor '%s': data_offsets is %s", what, name,
+        wgml_io_err(err, errlen, "%s: tensor '%s': data_offsets is %s", what, name,
                 offsets ? "not an array of two integers" : "missing");
         return WGML_ERROR_FORMAT;
     }
     int64_t begin = (int64_t)json_integer_value(json_array_get(offsets, 0));
     int64_t end = (int64_t)json_integer_value(json_array_get(offsets, 1));
     if (begin < 0 || begin > end || end > data_len) {
-        set_err(err, errlen,
+        wgml_io_err(err, errlen,
                 "%s: tensor '%s': data_offsets [%lld, %lld] are not an ordered range within "
                 "the %lld data bytes", what, name, (long long)begin, (long long)end,
                 (long long)data_len);
         return WGML_ERROR_FORMAT;
     }
     if (end - begin != bytes) {
-        set_err(err, errlen,
+        wgml_io_err(err, errlen,
                 "%s: tensor '%s': data_offsets [%lld, %lld] hold %lld bytes, but F32 shape "
                 "%s needs %lld", what, name, (long long)begin, (long long)end,
                 (long long)(end - begin), shape_buf, (long long)bytes);
@@ -388,7 +380,7 @@ static wgml_status parse_metadata(const char *what, json_t *meta, wgml_st_file *
                                   char *err, size_t errlen)
 {
     if (!json_is_object(meta)) {
-        set_err(err, errlen, "%s: __metadata__ is not a JSON object", what);
+        wgml_io_err(err, errlen, "%s: __metadata__ is not a JSON object", what);
         return WGML_ERROR_FORMAT;
     }
     size_t n = json_object_size(meta);
@@ -396,24 +388,24 @@ static wgml_status parse_metadata(const char *what, json_t *meta, wgml_st_file *
     out->meta_keys = calloc(n, sizeof *out->meta_keys);
     out->meta_values = calloc(n, sizeof *out->meta_values);
     if (!out->meta_keys || !out->meta_values) {
-        set_err(err, errlen, "%s: out of memory for %zu metadata pairs", what, n);
+        wgml_io_err(err, errlen, "%s: out of memory for %zu metadata pairs", what, n);
         return WGML_ERROR_OUT_OF_MEMORY;
     }
     const char *key;
     json_t *value;
     json_object_foreach(meta, key, value) {
         if (!json_is_string(value)) {
-            set_err(err, errlen, "%s: __metadata__ '%.64s' is not a string", what, key);
+            wgml_io_err(err, errlen, "%s: __metadata__ '%.64s' is not a string", what, key);
             return WGML_ERROR_FORMAT;
         }
         size_t key_len = strlen(key), value_len = json_string_length(value);
         if (key_len > WGML_ST_MAX_META_KEY) {
-            set_err(err, errlen, "%s: __metadata__ key '%.40s...' is %zu bytes, more than %d",
+            wgml_io_err(err, errlen, "%s: __metadata__ key '%.40s...' is %zu bytes, more than %d",
                     what, key, key_len, WGML_ST_MAX_META_KEY);
             return WGML_ERROR_FORMAT;
         }
         if (value_len > WGML_ST_MAX_META_VALUE) {
-            set_err(err, errlen, "%s: __metadata__ '%s' value is %zu bytes, more than %d",
+            wgml_io_err(err, errlen, "%s: __metadata__ '%s' value is %zu bytes, more than %d",
                     what, key, value_len, WGML_ST_MAX_META_VALUE);
             return WGML_ERROR_FORMAT;
         }
@@ -429,14 +421,14 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
                                wgml_st_file *out, char *err, size_t errlen)
 {
     if (len < HEADER_LEN_BYTES) {
-        set_err(err, errlen, "%s: %zu bytes, shorter than the 8-byte header length", what,
+        wgml_io_err(err, errlen, "%s: %zu bytes, shorter than the 8-byte header length", what,
                 len);
         return WGML_ERROR_FORMAT;
     }
     uint64_t header_len = 0;
     for (int i = HEADER_LEN_BYTES - 1; i >= 0; i--) header_len = (header_len << 8) | bytes[i];
     if (header_len > WGML_ST_MAX_HEADER || header_len > len - HEADER_LEN_BYTES) {
-        set_err(err, errlen,
+        wgml_io_err(err, errlen,
                 "%s: header length %llu is more than the %zu bytes after it or the %u-byte "
                 "limit", what, (unsigned long long)header_len, len - HEADER_LEN_BYTES,
                 WGML_ST_MAX_HEADER);
@@ -450,14 +442,14 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
     json_t *root = json_loadb((const char *)bytes + HEADER_LEN_BYTES, (size_t)header_len,
                               JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        set_err(err, errlen, "%s: header is not valid JSON: %s (at byte %d)", what, jerr.text,
+        wgml_io_err(err, errlen, "%s: header is not valid JSON: %s (at byte %d)", what, jerr.text,
                 jerr.position);
         return WGML_ERROR_FORMAT;
     }
     wgml_status st = WGML_OK;
     parsed_tensor *parsed = NULL;
     if (!json_is_object(root)) {
-        set_err(err, errlen, "%s: header is not a JSON object", what);
+        wgml_io_err(err, errlen, "%s: header is not a JSON object", what);
         st = WGML_ERROR_FORMAT;
         goto done;
     }
@@ -465,7 +457,7 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
     json_t *meta = json_object_get(root, META_KEY);
     size_t count = json_object_size(root) - (meta ? 1 : 0);
     if (count > WGML_ST_MAX_TENSORS) {
-        set_err(err, errlen, "%s: %zu tensors, more than the %d limit", what, count,
+        wgml_io_err(err, errlen, "%s: %zu tensors, more than the %d limit", what, count,
                 WGML_ST_MAX_TENSORS);
         st = WGML_ERROR_FORMAT;
         goto done;
@@ -478,7 +470,7 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
     if (count > 0) {
         parsed = calloc(count, sizeof *parsed);
         if (!parsed) {
-            set_err(err, errlen, "%s: out of memory for %zu tensors", what, count);
+            wgml_io_err(err, errlen, "%s: out of memory for %zu tensors", what, count);
             st = WGML_ERROR_OUT_OF_MEMORY;
             goto done;
         }
@@ -501,7 +493,7 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
     for (size_t i = 0; i < count; i++) {
         if (parsed[i].begin == parsed[i].end) continue; /* no bytes, nothing to overlap */
         if (parsed[i].begin < furthest_end) {
-            set_err(err, errlen, "%s: tensors '%s' [%lld, %lld] and '%s' [%lld, %lld] overlap",
+            wgml_io_err(err, errlen, "%s: tensors '%s' [%lld, %lld] and '%s' [%lld, %lld] overlap",
                     what, parsed[furthest].t.name, (long long)parsed[furthest].begin,
                     (long long)parsed[furthest].end, parsed[i].t.name,
                     (long long)parsed[i].begin, (long long)parsed[i].end);
@@ -515,7 +507,7 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
     if (count > 0) {
         out->tensors = calloc(count, sizeof *out->tensors);
         if (!out->tensors) {
-            set_err(err, errlen, "%s: out of memory for %zu tensors", what, count);
+            wgml_io_err(err, errlen, "%s: out of memory for %zu tensors", what, count);
             st = WGML_ERROR_OUT_OF_MEMORY;
             goto done;
         }
@@ -529,7 +521,7 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
         /* nbytes lies within the input, so this allocation is bounded by it. */
         t->data = malloc(nbytes);
         if (!t->data) {
-            set_err(err, errlen, "%s: out of memory for tensor '%s' (%zu bytes)", what,
+            wgml_io_err(err, errlen, "%s: out of memory for tensor '%s' (%zu bytes)", what,
                     t->name, nbytes);
             st = WGML_ERROR_OUT_OF_MEMORY;
             goto done;
@@ -546,17 +538,9 @@ done:
 wgml_status wgml_safetensors_parse(const uint8_t *bytes, size_t len, wgml_st_file *out,
                                    char *err, size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
-    if (!out) {
-        set_err(err, errlen, "wgml_safetensors_parse: out is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    memset(out, 0, sizeof *out);
-    if (!bytes && len > 0) {
-        set_err(err, errlen, "wgml_safetensors_parse: bytes is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    wgml_status st = parse_named("safetensors data", bytes, len, out, err, errlen);
+    wgml_status st = wgml_io_begin("wgml_safetensors_parse", out, sizeof *out, !bytes && len > 0 ? "bytes" : NULL, err, errlen);
+    if (st) return st;
+    st = parse_named("safetensors data", bytes, len, out, err, errlen);
     if (st != WGML_OK) wgml_st_file_free(out);
     return st;
 }
@@ -564,35 +548,27 @@ wgml_status wgml_safetensors_parse(const uint8_t *bytes, size_t len, wgml_st_fil
 wgml_status wgml_safetensors_read(const char *path, wgml_st_file *out, char *err,
                                   size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
-    if (!out) {
-        set_err(err, errlen, "wgml_safetensors_read: out is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    memset(out, 0, sizeof *out);
-    if (!path) {
-        set_err(err, errlen, "wgml_safetensors_read: path is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
+    wgml_status st = wgml_io_begin("wgml_safetensors_read", out, sizeof *out, !path ? "path" : NULL, err, errlen);
+    if (st) return st;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        wgml_io_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return WGML_ERROR_IO;
     }
     struct stat info;
     if (fstat(fileno(fp), &info) != 0) {
-        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        wgml_io_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         fclose(fp);
         return WGML_ERROR_IO;
     }
     if (!S_ISREG(info.st_mode)) {
-        set_err(err, errlen, "%s: %s", path,
+        wgml_io_err(err, errlen, "%s: %s", path,
                 S_ISDIR(info.st_mode) ? "is a directory" : "is not a regular file");
         fclose(fp);
         return WGML_ERROR_IO;
     }
     if ((uint64_t)info.st_size > (uint64_t)SIZE_MAX) {
-        set_err(err, errlen, "%s: %lld bytes do not fit in memory", path,
+        wgml_io_err(err, errlen, "%s: %lld bytes do not fit in memory", path,
                 (long long)info.st_size);
         fclose(fp);
         return WGML_ERROR_OUT_OF_MEMORY;
@@ -600,7 +576,7 @@ wgml_status wgml_safetensors_read(const char *path, wgml_st_file *out, char *err
     size_t len = (size_t)info.st_size;
     uint8_t *bytes = malloc(len ? len : 1);
     if (!bytes) {
-        set_err(err, errlen, "%s: out of memory for %zu bytes", path, len);
+        wgml_io_err(err, errlen, "%s: out of memory for %zu bytes", path, len);
         fclose(fp);
         return WGML_ERROR_OUT_OF_MEMORY;
     }
@@ -609,12 +585,12 @@ wgml_status wgml_safetensors_read(const char *path, wgml_st_file *out, char *err
     int saved_errno = errno;
     fclose(fp);
     if (read_failed) {
-        set_err(err, errlen, "%s: read %zu of %zu bytes: %s", path, got, len,
+        wgml_io_err(err, errlen, "%s: read %zu of %zu bytes: %s", path, got, len,
                 got < len && saved_errno ? strerror(saved_errno) : "file changed while read");
         free(bytes);
         return WGML_ERROR_IO;
     }
-    wgml_status st = parse_named(path, bytes, len, out, err, errlen);
+    st = parse_named(path, bytes, len, out, err, errlen);
     free(bytes);
     if (st != WGML_OK) wgml_st_file_free(out);
     return st;

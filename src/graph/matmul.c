@@ -119,8 +119,7 @@ static const char *act_wgsl[] = {
     [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
 };
 
-/* The parameter block (wgml_gemm_params) */
-static void put_params(wgml_sbuf *b)
+static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b)
 {
     wgml_sbuf_put(b, "struct Params {\n"
            "    M: u32, N: u32, K: u32, batch: u32,\n"
@@ -129,16 +128,11 @@ static void put_params(wgml_sbuf *b)
            "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
            "}\n"
            "@group(0) @binding(0) var<uniform> P: Params;\n"
-           "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n");
-}
-
-static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b)
-{
-    put_params(b);
-    wgml_sbuf_put(b, "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
+           "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
            "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
            "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
-           "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n",
+           "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n"
+           "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n",
         vec_a ? "vec4<f32>" : "f32", vec_b ? "vec4<f32>" : "f32");
 }
 
@@ -489,9 +483,12 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
 
 /* ---------------------------------------------------------------- launch */
 
-/* The parameter block for `groups` workgroups per batch entry (the Params struct above). */
-static void put_params_block(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, uint64_t groups)
+void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, bool gemv,
+                      const wgml_gemm_config *cfg)
 {
+    uint64_t groups;
+    if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
+    else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
     uint32_t p[16] = {0};
     uint32_t gx = wgml_grid(ctx, groups, l->groups);
     l->groups[2] = (uint32_t)g->batch;
@@ -503,15 +500,6 @@ static void put_params_block(wgml_context *ctx, wgml_launch *l, const wgml_gemm_
     p[15] = g->accumulate;
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
-}
-
-void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, bool gemv,
-                      const wgml_gemm_config *cfg)
-{
-    uint64_t groups;
-    if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
-    else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
-    put_params_block(ctx, l, g, groups);
 }
 
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,

@@ -104,8 +104,6 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     uint32_t gx = wgml_grid(ctx, (uint64_t)rows, l->groups);
     put_u32(l, 0, (uint32_t)rows);
     put_u32(l, 1, (uint32_t)n);
-    put_u32(l, 2, op);
-    put_u32(l, 3, flags);
     put_u32(l, 4, (uint32_t)x->offset);
     put_u32(l, 5, (uint32_t)w->offset);
     put_u32(l, 6, (uint32_t)b->offset);

@@ -17,9 +17,9 @@
 // Code shared by both widths converts with V(...) and vec4<f32>(...), which are splats or
 // identities, so the module type-checks for either.
 struct Params {
-    rows: u32, n: u32, op: u32, flags: u32,  // op and flags: as OP and FLAGS
+    rows: u32, n: u32, _p0: u32, _p1: u32,  // the op and flags are the header's OP and FLAGS
     in_off: u32, w_off: u32, b_off: u32, gx: u32,
-    eps: f32, neg_inf: f32, nan: f32, _p1: u32,  // WGSL constants cannot be infinite or NaN
+    eps: f32, neg_inf: f32, nan: f32, _p2: u32,  // WGSL constants cannot be infinite or NaN
 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> x: array<V>;

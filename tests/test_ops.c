@@ -729,6 +729,33 @@ static void layernorm_and_rmsnorm(void)
     }
 }
 
+/* Rows whose mean (1000) is large next to their spread (1): layernorm must not lose the
+   deviations to cancellation (a one-pass sum of squares, or Welford in f32, is off by ~1e-3
+   here). Both widths and both paths: 1023 (f32), 1024 (vec4, held in registers), 8196 (vec4,
+   re-read). */
+static void layernorm_large_mean(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t cols_list[] = {1023, 1024, 8196};
+    for (int k = 0; k < 3; k++) {
+        int64_t shape[2] = {3, cols_list[k]};
+        size_t n = (size_t)(3 * cols_list[k]);
+        float *x = rand_floats(n, 999, 1001);
+        double *want = malloc(n * sizeof *want);
+        wgml_tensor *a = mk(ctx, 2, shape, x);
+        wgml_ref_layernorm(3, cols_list[k], x, NULL, NULL, 1e-5f, want);
+        wgml_tensor *r = wgml_layernorm(ctx, a, NULL, NULL, 1e-5f);
+        char what[64];
+        snprintf(what, sizeof what, "layernorm, mean 1000, [3, %lld]", (long long)cols_list[k]);
+        CHECK_CLOSE(ctx, what, r, want, n, 1e-4, 1e-2);
+        wgml_tensor_free(r);
+        wgml_tensor_free(a);
+        free(x);
+        free(want);
+    }
+}
+
 /* ---------------------------------------------------------------- views */
 
 static void to_double(const float *x, double *y, size_t n)
@@ -1177,6 +1204,7 @@ int main(void)
     TEST_RUN(softmax_and_log_softmax);
     TEST_RUN(softmax_of_huge_values_stays_finite);
     TEST_RUN(layernorm_and_rmsnorm);
+    TEST_RUN(layernorm_large_mean);
     TEST_RUN(views_read_back);
     TEST_RUN(views_as_op_inputs);
     TEST_RUN(views_of_lazy_results);

@@ -534,6 +534,53 @@ static void dag_evaluates_correctly(void)
     wgml_tensor_free(b);
 }
 
+/* Fused kernels are found again by a key made of their structure, not their source: graphs
+   that differ only in which side a scalar is on, in the shape of the tree, or in how an
+   input is read must each get their own kernel, in one context, run twice in turn. */
+static void fused_kernels_differing_in_structure_stay_apart(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    enum { M = 1023, V = 6 };
+    float xa[M], xb[M], xs[1];
+    test_fill_uniform(xa, M, -1, 1);
+    test_fill_uniform(xb, M, 0.5, 1.5);
+    xs[0] = 0.75f;
+    wgml_tensor *a = mk1(ctx, M, xa), *b = mk1(ctx, M, xb), *s = mk1(ctx, 1, xs);
+    double want[V][M];
+    for (int i = 0; i < M; i++) {
+        want[0][i] = (double)xa[i] - 3.0;                 /* a - 3 */
+        want[1][i] = 3.0 - (double)xa[i];                 /* 3 - a */
+        want[2][i] = (double)xa[i] * xb[i] + xa[i];       /* (a * b) + a */
+        want[3][i] = (double)xa[i] * ((double)xb[i] + xa[i]); /* a * (b + a) */
+        want[4][i] = (double)xa[i] * xb[i];               /* a * b */
+        want[5][i] = (double)xa[i] * xs[0];               /* a * s, s broadcast from [1] */
+    }
+    uint64_t compiled = 0;
+    for (int run = 0; run < 2; run++)
+        for (int v = 0; v < V; v++) {
+            wgml_scope_begin(ctx);
+            wgml_tensor *r = NULL;
+            switch (v) {
+            case 0: r = wgml_binary_scalar(ctx, WGML_SUB, a, 3.0f); break;
+            case 1: r = wgml_scalar_binary(ctx, WGML_SUB, 3.0f, a); break;
+            case 2: r = wgml_add(ctx, wgml_mul(ctx, a, b), a); break;
+            case 3: r = wgml_mul(ctx, a, wgml_add(ctx, b, a)); break;
+            case 4: r = wgml_mul(ctx, a, b); break;
+            default: r = wgml_mul(ctx, a, s); break;
+            }
+            char what[32];
+            snprintf(what, sizeof what, "variant %d, run %d", v, run);
+            CHECK_CLOSE(ctx, what, r, want[v], M, 1e-6, 1e-30);
+            wgml_scope_end(ctx);
+            if (run == 0 && v == V - 1) compiled = stats(ctx).pipelines_compiled;
+        }
+    CHECK(stats(ctx).pipelines_compiled == compiled); /* the second run compiled nothing */
+    wgml_tensor_free(a);
+    wgml_tensor_free(b);
+    wgml_tensor_free(s);
+}
+
 /* a graph mixing every kind of kernel */
 static wgml_tensor *mixed_graph(wgml_context *ctx, wgml_tensor *a, wgml_tensor *w, wgml_tensor *bias, float s)
 {
@@ -758,6 +805,7 @@ int main(void)
     TEST_RUN(fused_chain_allocates_only_its_result);
     TEST_RUN(fused_kernel_with_many_inputs_and_scalars);
     TEST_RUN(dag_evaluates_correctly);
+    TEST_RUN(fused_kernels_differing_in_structure_stay_apart);
     TEST_RUN(repeated_runs_compile_nothing_new);
     TEST_RUN(scopes_free_what_they_made);
     TEST_RUN(gpu_timing_times_each_pass);

@@ -97,7 +97,8 @@ struct wgml_tensor {
 
 typedef struct wgml_pipeline {
     uint64_t hash;
-    char *key; /* the full WGSL source: the cache key */
+    uint8_t *key; /* what names the kernel: its WGSL source, or a generator's variant key */
+    size_t key_len;
     WGPUComputePipeline pipeline;
     WGPUBindGroupLayout layout;
     struct wgml_pipeline *next;
@@ -212,6 +213,16 @@ wgml_status wgml_check_buffer_size(wgml_context *ctx, uint64_t bytes, const char
 /* The compute pipeline for this WGSL (entry point "main"), compiled once per context.
    trusted: compile without runtime bounds checks (hand-written, tested kernels). */
 wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trusted);
+
+/* Generated kernels are named by a variant key instead (the generator's inputs, a few
+   words, beginning with one of the tags below), so an evaluation that reuses a kernel does
+   not write and hash its source again: look the key up, and only when that gives NULL
+   generate the source and file it under the key with wgml_pipeline_add. */
+/* (a tag's low byte, a key's first, is 0: never the first byte of WGSL source) */
+enum { WGML_KEY_NAMED = 0x100, WGML_KEY_FUSED = 0x200, WGML_KEY_ROW = 0x300, WGML_KEY_GEMM = 0x400, WGML_KEY_GEMV = 0x500 };
+wgml_pipeline *wgml_pipeline_find(wgml_context *ctx, const uint32_t *key, size_t words);
+wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, const char *wgsl,
+                                 bool trusted);
 void wgml_pipelines_destroy(wgml_context *ctx);
 
 /* ---------------------------------------------------------------- teardown of later layers */

@@ -1,38 +1,45 @@
 /*
- * The pipeline cache: every distinct kernel (keyed by its full WGSL source) is compiled
- * once per context. Hand-written and generated kernels whose indexing is guarded in the
- * WGSL go through wgpuDeviceCreateShaderModuleTrusted without runtime checks: naga's checked
- * code ran 50x slower on the H100 (shared/DEVICE.md).
+ * The pipeline cache: every distinct kernel is compiled once per context. A kernel is named
+ * by its full WGSL source, or, for generated kernels, by a variant key: the few words the
+ * generator makes its source from (see context.h), which are much cheaper to hash and compare
+ * than the source on every evaluation.
+ *
+ * Hand-written and generated kernels whose indexing is guarded in the WGSL go through
+ * wgpuDeviceCreateShaderModuleTrusted without runtime checks: naga's checked code ran 50x
+ * slower on the H100 (shared/DEVICE.md).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/context.h"
 
-static uint64_t fnv1a(const char *s)
+static uint64_t fnv1a(const uint8_t *s, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
     return h;
 }
 
-wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trusted)
+static wgml_pipeline *find(wgml_context *ctx, const void *key, size_t len, uint64_t h)
 {
-    uint64_t h = fnv1a(wgsl);
-    wgml_pipeline **bucket = &ctx->pipelines[h % WGML_PIPELINE_BUCKETS];
-    for (wgml_pipeline *p = *bucket; p; p = p->next)
-        if (p->hash == h && strcmp(p->key, wgsl) == 0) {
+    for (wgml_pipeline *p = ctx->pipelines[h % WGML_PIPELINE_BUCKETS]; p; p = p->next)
+        if (p->hash == h && p->key_len == len && memcmp(p->key, key, len) == 0) {
             ctx->stats.pipeline_cache_hits++;
             return p;
         }
+    return NULL;
+}
 
+static wgml_pipeline *add(wgml_context *ctx, const void *key, size_t len, uint64_t h, const char *wgsl, bool trusted)
+{
     wgml_pipeline *p = calloc(1, sizeof *p);
-    char *key = p ? strdup(wgsl) : NULL;
-    if (!key) {
+    uint8_t *k = p ? malloc(len) : NULL;
+    if (!k) {
         free(p);
         wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         return NULL;
     }
+    memcpy(k, key, len);
     WGPUShaderSourceWGSL src = {.chain = {.sType = WGPUSType_ShaderSourceWGSL}, .code = wgml_sv(wgsl)};
     WGPUShaderModuleDescriptor md = {.nextInChain = &src.chain, .label = wgml_sv("wgml kernel")};
     wgml_scope_push(ctx);
@@ -49,18 +56,38 @@ wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trust
     if (st != WGML_OK || !pipeline) {
         if (pipeline) wgpuComputePipelineRelease(pipeline);
         if (st == WGML_OK) wgml_fail(ctx, WGML_ERROR_VALIDATION, "compiling a kernel failed");
-        free(key);
+        free(k);
         free(p);
         return NULL;
     }
+    wgml_pipeline **bucket = &ctx->pipelines[h % WGML_PIPELINE_BUCKETS];
     p->hash = h;
-    p->key = key;
+    p->key = k;
+    p->key_len = len;
     p->pipeline = pipeline;
     p->layout = wgpuComputePipelineGetBindGroupLayout(pipeline, 0);
     p->next = *bucket;
     *bucket = p;
     ctx->stats.pipelines_compiled++;
     return p;
+}
+
+wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trusted)
+{
+    size_t len = strlen(wgsl);
+    uint64_t h = fnv1a((const uint8_t *)wgsl, len);
+    wgml_pipeline *p = find(ctx, wgsl, len, h);
+    return p ? p : add(ctx, wgsl, len, h, wgsl, trusted);
+}
+
+wgml_pipeline *wgml_pipeline_find(wgml_context *ctx, const uint32_t *key, size_t words)
+{
+    return find(ctx, key, words * 4, fnv1a((const uint8_t *)key, words * 4));
+}
+
+wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, const char *wgsl, bool trusted)
+{
+    return add(ctx, key, words * 4, fnv1a((const uint8_t *)key, words * 4), wgsl, trusted);
 }
 
 void wgml_pipelines_destroy(wgml_context *ctx)

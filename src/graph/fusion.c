@@ -32,6 +32,18 @@ typedef struct leaf {
     int mode;
 } leaf;
 
+/* The fused tree lowered to straight-line code: one step per node, operands before the nodes
+   that read them. The steps (with the leaves' read modes) are the kernel's variant key, and
+   the kernel's source is written from them only when that key is not yet compiled. */
+#define NONE 0xffffffffu
+typedef struct step {
+    uint32_t op;
+    uint32_t side;   /* a binary op with a scalar: 1 = x op s, else s op x; otherwise 0 */
+    uint32_t arg[2]; /* operands: variable k as k << 1, leaf k as k << 1 | 1; NONE if absent */
+    uint32_t scalar; /* its first scalar (a binary op's one, clamp's two), or NONE */
+} step;
+#define STEP_WORDS (sizeof(step) / 4)
+
 typedef struct gen {
     wgml_context *ctx;
     int64_t shape4[4];
@@ -39,9 +51,9 @@ typedef struct gen {
     int nleaves;
     float scalars[MAX_SCALARS];
     int nscalars;
-    wgml_sbuf body; /* the expression's WGSL, one `let` per node */
-    int nvars;
-    bool overflow;
+    step *steps;
+    size_t nsteps, cap;
+    bool overflow, oom;
 } gen;
 
 /* The leaf's strides in the root's right-aligned 4-D coordinates (0 where broadcast). */
@@ -64,25 +76,25 @@ static void leaf_of(gen *g, wgml_tensor *s, leaf *out)
     out->mode = scalar ? LEAF_SCALAR : contig ? LEAF_CONTIG : LEAF_STRIDED;
 }
 
-static int add_leaf(gen *g, wgml_tensor *s)
+static uint32_t add_leaf(gen *g, wgml_tensor *s)
 {
     leaf l;
     leaf_of(g, s, &l);
     for (int i = 0; i < g->nleaves; i++) {
         leaf *o = &g->leaves[i];
         if (o->base == l.base && o->offset == l.offset && !memcmp(o->stride, l.stride, sizeof l.stride))
-            return i;
+            return (uint32_t)i;
     }
     if (g->nleaves == MAX_LEAVES) { g->overflow = true; return 0; }
     g->leaves[g->nleaves] = l;
-    return g->nleaves++;
+    return (uint32_t)g->nleaves++;
 }
 
-static int add_scalar(gen *g, float v)
+static uint32_t add_scalar(gen *g, float v)
 {
     if (g->nscalars == MAX_SCALARS) { g->overflow = true; return 0; }
     g->scalars[g->nscalars] = v;
-    return g->nscalars++;
+    return (uint32_t)g->nscalars++;
 }
 
 static bool is_fused_inner(wgml_tensor *s)
@@ -90,49 +102,66 @@ static bool is_fused_inner(wgml_tensor *s)
     return s == wgml_tensor_base(s) && s->op != WGML_OP_NONE && s->sched_kind == WGML_SCHED_FUSED;
 }
 
-/* Writes the WGSL expression for operand `s` into `out`: a variable (fused node), or a leaf. */
-static void operand(gen *g, wgml_tensor *s, char *out, size_t n);
+static uint32_t lower(gen *g, wgml_tensor *t);
 
-/* Emits `let vK = <expr>;` for node t; returns K. */
-static int emit_node(gen *g, wgml_tensor *t)
+static uint32_t operand(gen *g, wgml_tensor *s)
 {
-    char ops[2][32] = {"", ""};
-    char sc[2][48] = {"", ""};
-    const wgml_op_info *info = &wgml_op_table[t->op];
-    if (info->kind == WGML_KIND_BINARY && t->nsrc == 1) {
-        /* a op s (side 1) or s op a (side 2) */
-        int side = t->iparam[0];
-        int k = add_scalar(g, t->fparam[0]);
-        operand(g, t->src[0], ops[side == 1 ? 0 : 1], sizeof ops[0]);
-        snprintf(ops[side == 1 ? 1 : 0], sizeof ops[0], "S(%d)", k);
-    } else {
-        for (int i = 0; i < t->nsrc && i < 2; i++) operand(g, t->src[i], ops[i], sizeof ops[i]);
-    }
-    if (t->op == WGML_OP_CLAMP) {
-        snprintf(sc[0], sizeof sc[0], "S(%d)", add_scalar(g, t->fparam[0]));
-        snprintf(sc[1], sizeof sc[1], "S(%d)", add_scalar(g, t->fparam[1]));
-    }
-    int k = g->nvars++;
-    wgml_sbuf_put(&g->body, "    let v%d = ", k);
-    for (const char *p = info->wgsl; *p; p++) {
-        if ((p[0] == '%' || p[0] == '#') && (p[1] == '0' || p[1] == '1')) {
-            wgml_sbuf_put(&g->body, "%s", p[0] == '%' ? ops[p[1] - '0'] : sc[p[1] - '0']);
-            p++;
-        } else {
-            wgml_sbuf_put(&g->body, "%c", *p);
-        }
-    }
-    wgml_sbuf_put(&g->body, ";\n");
-    return k;
+    return is_fused_inner(s) ? lower(g, s) << 1 : add_leaf(g, s) << 1 | 1;
 }
 
-static void operand(gen *g, wgml_tensor *s, char *out, size_t n)
+/* Appends the steps of the tree at t; returns the variable that holds its value. */
+static uint32_t lower(gen *g, wgml_tensor *t)
 {
-    if (is_fused_inner(s)) {
-        snprintf(out, n, "v%d", emit_node(g, s));
-    } else {
-        snprintf(out, n, "L%d", add_leaf(g, s));
+    step st = {.op = (uint32_t)t->op, .arg = {NONE, NONE}, .scalar = NONE};
+    if (wgml_op_table[t->op].kind == WGML_KIND_BINARY && t->nsrc == 1) {
+        st.side = (uint32_t)t->iparam[0];
+        st.scalar = add_scalar(g, t->fparam[0]);
     }
+    if (t->op == WGML_OP_CLAMP) {
+        st.scalar = add_scalar(g, t->fparam[0]);
+        add_scalar(g, t->fparam[1]);
+    }
+    for (int i = 0; i < t->nsrc && i < 2; i++) st.arg[i] = operand(g, t->src[i]);
+    if (g->nsteps == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 64;
+        step *n = realloc(g->steps, cap * sizeof *n);
+        if (!n) { g->oom = true; return 0; }
+        g->steps = n;
+        g->cap = cap;
+    }
+    g->steps[g->nsteps] = st;
+    return (uint32_t)g->nsteps++;
+}
+
+static void put_operand(wgml_sbuf *b, uint32_t arg)
+{
+    wgml_sbuf_put(b, arg & 1 ? "L%u" : "v%u", arg >> 1);
+}
+
+/* `let vK = <expr>;` for step k: the op table's WGSL with %0/%1 (operands) and #0/#1
+   (clamp's bounds) filled in */
+static void put_step(wgml_sbuf *b, const step *s, uint32_t k)
+{
+    wgml_sbuf_put(b, "    let v%u = ", k);
+    for (const char *p = wgml_op_table[s->op].wgsl; *p;) {
+        size_t run = strcspn(p, "%#");
+        if (run) {
+            wgml_sbuf_put(b, "%.*s", (int)run, p);
+            p += run;
+            continue;
+        }
+        if (p[1] != '0' && p[1] != '1') {
+            wgml_sbuf_put(b, "%c", *p++);
+            continue;
+        }
+        uint32_t i = (uint32_t)(p[1] - '0');
+        if (p[0] == '#') wgml_sbuf_put(b, "S(%u)", s->scalar + i);
+        else if (!s->side) put_operand(b, s->arg[i]);
+        else if (i == (s->side == 1 ? 0u : 1u)) put_operand(b, s->arg[0]);
+        else wgml_sbuf_put(b, "S(%u)", s->scalar);
+        p += 2;
+    }
+    wgml_sbuf_put(b, ";\n");
 }
 
 /* T is f32 or vec4<f32>; U and B are the u32 and bool types of the same shape. */
@@ -182,15 +211,103 @@ static const char *helpers =
     "    return select(select(r, x + y, is_nan(x) | is_nan(y)), T(1.0), one);\n"
     "}\n";
 
+/* The kernel's source: the Params block, bindings, helpers, the steps as a function of the
+   leaves, and a main that reads the leaves and writes the result. */
+static char *fused_source(const gen *g, bool vec4, bool strided, int unroll)
+{
+    wgml_sbuf out = {0};
+#define OUT(...) wgml_sbuf_put(&out, __VA_ARGS__)
+    OUT("// generated by wgml's fusion: %s\n", wgml_op_table[g->steps[g->nsteps - 1].op].name);
+    OUT("alias T = %s;\nalias U = %s;\nalias B = %s;\n", vec4 ? "vec4<f32>" : "f32",
+        vec4 ? "vec4<u32>" : "u32", vec4 ? "vec4<bool>" : "bool");
+    OUT("struct Params {\n    hdr: vec4<u32>, // threads, threads per grid row, NaN bits, inf bits\n"
+        "    shape: vec4<u32>,\n    strides: array<vec4<u32>, %d>,\n    offs: array<vec4<u32>, %d>,\n"
+        "    s: array<vec4<f32>, %d>,\n}\n",
+        g->nleaves, (g->nleaves + 3) / 4, g->nscalars ? (g->nscalars + 3) / 4 : 1);
+    OUT("@group(0) @binding(0) var<uniform> P: Params;\n");
+    for (int i = 0; i < g->nleaves; i++)
+        OUT("@group(0) @binding(%d) var<storage, read> in%d: array<%s>;\n", i + 1, i,
+            vec4 && g->leaves[i].mode == LEAF_CONTIG ? "vec4<f32>" : "f32");
+    OUT("@group(0) @binding(%d) var<storage, read_write> out: array<T>;\n", g->nleaves + 1);
+    OUT("%s", helpers);
+    /* the fused expression as a function of its leaves, then a main that loads, for each of
+       its `unroll` elements, all leaves first (so they can be in flight together), then
+       computes and stores; a workgroup's elements are u * WORKGROUP + lid, so every load is
+       coalesced. Unrolling gained nothing measurable for add on the H100, so it stays 1 */
+    OUT("fn body(");
+    for (int k = 0; k < g->nleaves; k++) OUT("%sL%d: T", k ? ", " : "", k);
+    OUT(") -> T {\n");
+    for (size_t k = 0; k < g->nsteps; k++) put_step(&out, &g->steps[k], (uint32_t)k);
+    OUT("    return v%u;\n}\n", (uint32_t)g->nsteps - 1);
+    OUT("@compute @workgroup_size(%d)\n"
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+        "    let base = (wg.x + wg.y * (P.hdr.y / %du)) * %du + lid;\n",
+        WORKGROUP, WORKGROUP, WORKGROUP * unroll);
+    for (int u = 0; u < unroll; u++) {
+        OUT("    let i%d = base + %du;\n", u, u * WORKGROUP);
+        for (int k = 0; k < g->nleaves; k++) OUT("    var L%d_%d = T(0.0);\n", k, u);
+        OUT("    if (i%d < P.hdr.x) {\n        let i = i%d;\n", u, u);
+        if (strided)
+            OUT("        let c = vec4<u32>(i / (P.shape.y * P.shape.z * P.shape.w), (i / (P.shape.z * P.shape.w)) %% P.shape.y,\n"
+                "                          (i / P.shape.w) %% P.shape.z, i %% P.shape.w);\n");
+        for (int k = 0; k < g->nleaves; k++) {
+            const char *off = k % 4 == 0 ? "x" : k % 4 == 1 ? "y" : k % 4 == 2 ? "z" : "w";
+            switch (g->leaves[k].mode) {
+            case LEAF_CONTIG: OUT("        L%d_%d = in%d[P.offs[%d].%s + i];\n", k, u, k, k / 4, off); break;
+            case LEAF_SCALAR: OUT("        L%d_%d = T(in%d[P.offs[%d].%s]);\n", k, u, k, k / 4, off); break;
+            default: OUT("        L%d_%d = in%d[P.offs[%d].%s + dot(c, P.strides[%d])];\n", k, u, k, k / 4, off, k);
+            }
+        }
+        OUT("    }\n");
+    }
+    for (int u = 0; u < unroll; u++) {
+        OUT("    if (i%d < P.hdr.x) { out[i%d] = body(", u, u);
+        for (int k = 0; k < g->nleaves; k++) OUT("%sL%d_%d", k ? ", " : "", k, u);
+        OUT("); }\n");
+    }
+    OUT("}\n");
+#undef OUT
+    return wgml_sbuf_take(&out);
+}
+
+/* The compiled kernel for these steps and read modes: looked up by its variant key (what
+   fused_source writes the source from), the source written only the first time. */
+static wgml_pipeline *fused_pipeline(wgml_context *ctx, const gen *g, bool vec4, bool strided, int unroll)
+{
+    size_t words = 5 + (size_t)g->nleaves + g->nsteps * STEP_WORDS;
+    uint32_t *key = malloc(words * 4);
+    if (!key) {
+        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return NULL;
+    }
+    key[0] = WGML_KEY_FUSED;
+    key[1] = vec4;
+    key[2] = (uint32_t)unroll;
+    key[3] = (uint32_t)g->nleaves;
+    key[4] = (uint32_t)g->nscalars;
+    for (int k = 0; k < g->nleaves; k++) key[5 + k] = (uint32_t)g->leaves[k].mode;
+    memcpy(key + 5 + g->nleaves, g->steps, g->nsteps * sizeof(step));
+    wgml_pipeline *p = wgml_pipeline_find(ctx, key, words);
+    if (!p) {
+        char *src = fused_source(g, vec4, strided, unroll);
+        if (src) p = wgml_pipeline_add(ctx, key, words, src, true);
+        else wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        free(src);
+    }
+    free(key);
+    return p;
+}
+
 wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *launch)
 {
     gen g = {.ctx = ctx};
     int pad = 4 - root->ndim;
     for (int d = 0; d < 4; d++) g.shape4[d] = d < pad ? 1 : root->shape[d - pad];
 
-    int result = emit_node(&g, root);
-    if (g.overflow || g.body.failed) {
-        free(g.body.s);
+    lower(&g, root);
+    if (g.overflow || g.oom) {
+        free(g.steps);
+        if (g.oom) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "fusing %s: too many inputs or scalars",
                          wgml_op_table[root->op].name);
     }
@@ -205,65 +322,8 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
     int unroll = 1;
     const char *ue = getenv("WGML_EW_UNROLL");
     if (ue && (atoi(ue) == 2 || atoi(ue) == 4 || atoi(ue) == 8)) unroll = atoi(ue);
-
-    /* the kernel source */
-    wgml_sbuf out = {0};
-#define OUT(...) wgml_sbuf_put(&out, __VA_ARGS__)
-    OUT("// generated by wgml's fusion: %s\n", wgml_op_table[root->op].name);
-    OUT("alias T = %s;\nalias U = %s;\nalias B = %s;\n", vec4 ? "vec4<f32>" : "f32",
-        vec4 ? "vec4<u32>" : "u32", vec4 ? "vec4<bool>" : "bool");
-    OUT("struct Params {\n    hdr: vec4<u32>, // threads, threads per grid row, NaN bits, inf bits\n"
-        "    shape: vec4<u32>,\n    strides: array<vec4<u32>, %d>,\n    offs: array<vec4<u32>, %d>,\n"
-        "    s: array<vec4<f32>, %d>,\n}\n",
-        g.nleaves, (g.nleaves + 3) / 4, g.nscalars ? (g.nscalars + 3) / 4 : 1);
-    OUT("@group(0) @binding(0) var<uniform> P: Params;\n");
-    for (int i = 0; i < g.nleaves; i++)
-        OUT("@group(0) @binding(%d) var<storage, read> in%d: array<%s>;\n", i + 1, i,
-            vec4 && g.leaves[i].mode == LEAF_CONTIG ? "vec4<f32>" : "f32");
-    OUT("@group(0) @binding(%d) var<storage, read_write> out: array<T>;\n", g.nleaves + 1);
-    OUT("%s", helpers);
-    /* the fused expression as a function of its leaves, then a main that loads, for each of
-       its `unroll` elements, all leaves first (so they can be in flight together), then
-       computes and stores; a workgroup's elements are u * WORKGROUP + lid, so every load is
-       coalesced. Unrolling gained nothing measurable for add on the H100, so it stays 1 */
-    OUT("fn body(");
-    for (int k = 0; k < g.nleaves; k++) OUT("%sL%d: T", k ? ", " : "", k);
-    OUT(") -> T {\n");
-    OUT("%s", g.body.s);
-    OUT("    return v%d;\n}\n", result);
-    OUT("@compute @workgroup_size(%d)\n"
-        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-        "    let base = (wg.x + wg.y * (P.hdr.y / %du)) * %du + lid;\n",
-        WORKGROUP, WORKGROUP, WORKGROUP * unroll);
-    for (int u = 0; u < unroll; u++) {
-        OUT("    let i%d = base + %du;\n", u, u * WORKGROUP);
-        for (int k = 0; k < g.nleaves; k++) OUT("    var L%d_%d = T(0.0);\n", k, u);
-        OUT("    if (i%d < P.hdr.x) {\n        let i = i%d;\n", u, u);
-        if (strided)
-            OUT("        let c = vec4<u32>(i / (P.shape.y * P.shape.z * P.shape.w), (i / (P.shape.z * P.shape.w)) %% P.shape.y,\n"
-                "                          (i / P.shape.w) %% P.shape.z, i %% P.shape.w);\n");
-        for (int k = 0; k < g.nleaves; k++) {
-            const char *off = k % 4 == 0 ? "x" : k % 4 == 1 ? "y" : k % 4 == 2 ? "z" : "w";
-            switch (g.leaves[k].mode) {
-            case LEAF_CONTIG: OUT("        L%d_%d = in%d[P.offs[%d].%s + i];\n", k, u, k, k / 4, off); break;
-            case LEAF_SCALAR: OUT("        L%d_%d = T(in%d[P.offs[%d].%s]);\n", k, u, k, k / 4, off); break;
-            default: OUT("        L%d_%d = in%d[P.offs[%d].%s + dot(c, P.strides[%d])];\n", k, u, k, k / 4, off, k);
-            }
-        }
-        OUT("    }\n");
-    }
-    for (int u = 0; u < unroll; u++) {
-        OUT("    if (i%d < P.hdr.x) { out[i%d] = body(", u, u);
-        for (int k = 0; k < g.nleaves; k++) OUT("%sL%d_%d", k ? ", " : "", k, u);
-        OUT("); }\n");
-    }
-    OUT("}\n");
-#undef OUT
-    free(g.body.s);
-    char *src = wgml_sbuf_take(&out);
-    if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    launch->pipeline = wgml_pipeline_get(ctx, src, true);
-    free(src);
+    launch->pipeline = fused_pipeline(ctx, &g, vec4, strided, unroll);
+    free(g.steps);
     if (!launch->pipeline) return ctx->status;
 
     /* parameters, laid out as the Params struct above */

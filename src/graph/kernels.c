@@ -12,11 +12,15 @@
 #include "graph/executor.h"
 #include "kernels/wgsl_sources.h"
 
+/* A built-in kernel is named by its place in the table of embedded sources. */
 wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launch *l)
 {
     const char *src = wgml_wgsl_find(name);
     if (!src) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel %s is not built in", name);
-    l->pipeline = wgml_pipeline_get(ctx, src, true);
+    uint32_t key[2] = {WGML_KEY_NAMED, 0};
+    while (wgml_wgsl_sources[key[1]].text != src) key[1]++;
+    l->pipeline = wgml_pipeline_find(ctx, key, 2);
+    if (!l->pipeline) l->pipeline = wgml_pipeline_add(ctx, key, 2, src, true);
     return l->pipeline ? WGML_OK : ctx->status;
 }
 
@@ -54,11 +58,12 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 #define ROW_CACHE_FLOATS 32
 
 /* The row kernel specialised by the header that src/kernels/row.wgsl expects: its unit
-   width (vec4 or f32), op, weight/bias flags and register cache. The pipeline cache keys on
-   the whole source, so each variant is compiled once. */
+   width (vec4 or f32), op, weight/bias flags and register cache; those are its variant key. */
 static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, bool v4,
                                 uint32_t k, bool cached, wgml_launch *l)
 {
+    uint32_t key[6] = {WGML_KEY_ROW, op, flags, v4, k, cached};
+    if ((l->pipeline = wgml_pipeline_find(ctx, key, 6))) return WGML_OK;
     const char *body = wgml_wgsl_find("row");
     if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel row is not built in");
     wgml_sbuf b = {0};
@@ -72,7 +77,7 @@ static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, 
                   op, flags, cached ? "true" : "false", k, body);
     char *src = wgml_sbuf_take(&b);
     if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    l->pipeline = wgml_pipeline_get(ctx, src, true);
+    l->pipeline = wgml_pipeline_add(ctx, key, 6, src, true);
     free(src);
     return l->pipeline ? WGML_OK : ctx->status;
 }

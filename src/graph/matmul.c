@@ -507,11 +507,17 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
 {
     bool gemv = g->M == 1 && !g->trans_a; /* the GEMV kernel reads A as one contiguous row */
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
-    char *src = gemv ? wgml_gemv_source(&cfg, g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
-    if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    l->pipeline = wgml_pipeline_get(ctx, src, true);
-    free(src);
-    if (!l->pipeline) return ctx->status;
+    /* the variant key: what the generators read */
+    uint32_t key[13] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
+                        cfg.double_buffer, cfg.prefetch, cfg.warp_8x4, (uint32_t)cfg.gemv_cols, cfg.vec_a,
+                        cfg.vec_b, g->trans_a, g->trans_b, (uint32_t)g->act};
+    if (!(l->pipeline = wgml_pipeline_find(ctx, key, 13))) {
+        char *src = gemv ? wgml_gemv_source(&cfg, g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
+        if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        l->pipeline = wgml_pipeline_add(ctx, key, 13, src, true);
+        free(src);
+        if (!l->pipeline) return ctx->status;
+    }
     *gemv_out = gemv;
     *cfg_out = cfg;
     return WGML_OK;

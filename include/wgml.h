@@ -139,6 +139,8 @@ typedef struct wgml_stats {
     uint64_t pipelines_compiled;  /* distinct kernels compiled */
     uint64_t pipeline_cache_hits; /* kernel lookups served from the cache */
     uint64_t evals;               /* graph evaluations */
+    double host_seconds_last;     /* the last evaluation's host work: from the call to its
+                                     submit returning (planning, kernel lookup, encoding) */
     double gpu_seconds_last;      /* with gpu_timing: the last evaluation's compute pass */
     double gpu_seconds_total;     /* ... and the sum over all timed passes */
 } wgml_stats;

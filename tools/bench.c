@@ -6,6 +6,7 @@
  * compiles the kernels) divided by `inner` is reported. --quick uses small sizes (lavapipe).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +35,15 @@ static wgml_status context_make(int no_fusion, wgml_context **ctx)
     return wgml_context_create(&d, ctx);
 }
 
+/* The median host time per evaluation of the last time_op: from wgml_eval's call to its
+   submit (planning, kernel lookup, encoding), the part of an op's time the GPU waits for. */
+static double last_host_seconds;
+
 /* Median seconds per op over `reps` runs of `inner` ops in one submit (host clock), or with
    gpu_time of single ops (GPU clock). */
 static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int reps)
 {
-    double t[64];
+    double t[64], host[64];
     if (reps > 64) reps = 64;
     if (gpu_time) {
         double warm_until = bench_now() + WARMUP_SECONDS;
@@ -54,8 +59,9 @@ static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int 
                 fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
                 return NAN;
             }
-            if (r >= 0) t[r] = s.gpu_seconds_last;
+            if (r >= 0) t[r] = s.gpu_seconds_last, host[r] = s.host_seconds_last;
         }
+        last_host_seconds = bench_median(host, reps);
         return bench_median(t, reps);
     }
     /* warm-up: the first run compiles; then runs for WARMUP_SECONDS at least */
@@ -70,13 +76,16 @@ static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int 
         wgml_status st = wgml_eval(ctx, inner, outs);
         wgml_synchronize(ctx);
         double el = bench_now() - t0;
+        wgml_stats s;
+        wgml_stats_get(ctx, &s);
         wgml_scope_end(ctx);
         if (st) {
             fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
             return NAN;
         }
-        if (r >= 0) t[r] = el / inner;
+        if (r >= 0) t[r] = el / inner, host[r] = s.host_seconds_last;
     }
+    last_host_seconds = bench_median(host, reps);
     return bench_median(t, reps);
 }
 
@@ -103,6 +112,7 @@ typedef struct result {
     double seconds;
     double value;
     const char *unit;
+    double host_seconds; /* per evaluation, see last_host_seconds; 0 where not measured */
 } result;
 
 static result results[64];
@@ -115,7 +125,11 @@ static void report(const char *name, double seconds, double value, const char *u
     r->seconds = seconds;
     r->value = value;
     r->unit = unit;
-    fprintf(stderr, "  %-34s %10.3f ms  %10.2f %s\n", name, seconds * 1e3, value, unit);
+    r->host_seconds = last_host_seconds;
+    last_host_seconds = 0;
+    fprintf(stderr, "  %-34s %10.3f ms  %10.2f %-18s", name, seconds * 1e3, value, unit);
+    if (r->host_seconds > 0) fprintf(stderr, "  host %.0f us/eval", r->host_seconds * 1e6);
+    fprintf(stderr, "\n");
 }
 
 /* ---------------------------------------------------------------- ops */
@@ -230,6 +244,18 @@ static void bench_ops(int quick)
 
 /* ---------------------------------------------------------------- matmul */
 
+/* WGML_BENCH_ONLY="a,b": only the matmul measurements whose names contain a or b (sweeps) */
+static bool wanted(const char *name)
+{
+    const char *only = getenv("WGML_BENCH_ONLY");
+    if (!only || !*only) return true;
+    char list[256];
+    snprintf(list, sizeof list, "%s", only);
+    for (char *save = NULL, *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save))
+        if (strstr(name, w)) return true;
+    return false;
+}
+
 static wgml_tensor *op_matmul(wgml_context *ctx, void *p)
 {
     operands *t = p;
@@ -251,9 +277,10 @@ static void bench_matmul(int quick)
     for (int i = 0; i < nsq; i++) {
         int64_t s = sq[i], sh[2] = {s, s};
         int inner = quick ? 1 : s >= 4096 ? 3 : 8;
+        snprintf(name, sizeof name, "gemm_%lld^3", (long long)s);
+        if (!wanted(name)) continue;
         operands t = operands_make(ctx, inner, 2, sh, 2, sh);
         double sec = time_op(ctx, op_matmul, &t, inner, quick ? 3 : 9);
-        snprintf(name, sizeof name, "gemm_%lld^3", (long long)s);
         report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
         operands_free(&t);
     }
@@ -261,10 +288,11 @@ static void bench_matmul(int quick)
     for (int v = 0; v < 2; v++) {
         int64_t s = quick ? 512 : 4096, sh[2] = {s, s};
         wgml_matmul_desc d = {.trans_a = v == 0, .trans_b = v == 1};
+        snprintf(name, sizeof name, "gemm_%lld^3_%s", (long long)s, v == 0 ? "At_B" : "A_Bt");
+        if (!wanted(name)) continue;
         operands t = operands_make(ctx, quick ? 1 : 3, 2, sh, 2, sh);
         t.desc = &d;
         double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 9);
-        snprintf(name, sizeof name, "gemm_%lld^3_%s", (long long)s, v == 0 ? "At_B" : "A_Bt");
         report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
         operands_free(&t);
     }
@@ -274,9 +302,10 @@ static void bench_matmul(int quick)
     for (int mi = 0; mi < 3; mi++)
         for (int ki = 0; ki < nk; ki++) {
             int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
+            snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)K);
+            if (!wanted(name)) continue;
             operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
             double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
-            snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)K);
             if (M == 1) report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
             else report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
             operands_free(&t);
@@ -284,13 +313,19 @@ static void bench_matmul(int quick)
     /* a narrow GEMV (few columns, long K): the split-K kernel's case */
     {
         int64_t K = quick ? 4096 : 16384, N = quick ? 128 : 512, sa[2] = {1, K}, sb[2] = {K, N};
-        operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
-        double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
         snprintf(name, sizeof name, "gemv_narrow_K%lld_N%lld", (long long)K, (long long)N);
-        report(name, sec, 4.0 * (double)K * N / sec / 1e9, "GB/s (weight read)");
-        operands_free(&t);
+        if (wanted(name)) {
+            operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
+            double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
+            report(name, sec, 4.0 * (double)K * N / sec / 1e9, "GB/s (weight read)");
+            operands_free(&t);
+        }
     }
     /* the cached-matmul round trip: host input -> GPU -> host output, M = 1, 1536 x 1536 */
+    if (!wanted("cached_roundtrip")) {
+        wgml_context_free(ctx);
+        return;
+    }
     int64_t K = quick ? 256 : 1536;
     float *w = malloc((size_t)(K * K) * sizeof *w), *x = malloc((size_t)K * sizeof *x), *y = malloc((size_t)K * sizeof *y);
     for (int64_t i = 0; i < K * K; i++) w[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
@@ -366,8 +401,9 @@ int cmd_bench(int argc, char **argv)
     if (cli_has_flag(argc, argv, "--json")) {
         printf("{\"device\": \"%s\", \"results\": {", info.name);
         for (int i = 0; i < nresults; i++)
-            printf("%s\"%s\": {\"ms\": %.6f, \"value\": %.6f, \"unit\": \"%s\"}", i ? ", " : "", results[i].name,
-                   results[i].seconds * 1e3, results[i].value, results[i].unit);
+            printf("%s\"%s\": {\"ms\": %.6f, \"value\": %.6f, \"unit\": \"%s\", \"host_us_per_eval\": %.3f}",
+                   i ? ", " : "", results[i].name, results[i].seconds * 1e3, results[i].value, results[i].unit,
+                   results[i].host_seconds * 1e6);
         printf("}}\n");
     }
     return 0;

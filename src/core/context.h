@@ -142,6 +142,7 @@ struct wgml_context {
 
     wgml_stats stats;
     uint32_t eval_counter;
+    double eval_started; /* wgml_host_seconds() when the running evaluation began */
     wgml_pool pool;
     wgml_pipeline *pipelines[WGML_PIPELINE_BUCKETS];
 
@@ -204,6 +205,8 @@ const WGPUPassTimestampWrites *wgml_timing_writes(wgml_context *ctx, WGPUPassTim
 void wgml_timing_resolve(wgml_context *ctx, WGPUCommandEncoder enc);
 wgml_status wgml_timing_read(wgml_context *ctx);
 void wgml_timing_destroy(wgml_context *ctx);
+/* A monotonic host clock, seconds. */
+double wgml_host_seconds(void);
 
 /* Checks a byte size against the adapter's buffer and binding limits. */
 wgml_status wgml_check_buffer_size(wgml_context *ctx, uint64_t bytes, const char *what);

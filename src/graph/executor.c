@@ -267,6 +267,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         return st;
     }
     ctx->stats.dispatches += n;
+    ctx->stats.host_seconds_last = wgml_host_seconds() - ctx->eval_started;
     if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
     if (n && (st = wgml_timing_read(ctx))) return st;
 
@@ -295,6 +296,7 @@ static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
 
 static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targets, const readback *rb)
 {
+    ctx->eval_started = wgml_host_seconds();
     wgml_status st = wgml_check_device(ctx);
     if (st) return st;
     for (int i = 0; i < ntargets; i++)

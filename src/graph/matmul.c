@@ -257,7 +257,7 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
         TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
-        stages == 2 && cfg->prefetch ? ", register prefetch" : "");
+        cfg->prefetch ? ", register prefetch" : "");
     put_header(&b, cfg->vec_a, cfg->vec_b);
     put_epilogue_fn(&b, act);
     wgml_sbuf_put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
@@ -295,6 +295,12 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
         wgml_sbuf_put(&b, "        }\n");
     } else {
         wgml_sbuf_put(&b, "        let cur = 0u;\n");
+        if (cfg->prefetch) {
+            /* one buffer, slice t+1 loaded into registers before slice t's math */
+            wgml_sbuf_put(&b, "        if (t + 1u < slices) {\n");
+            put_slice(&b, &A, &B, BK, next_k0, "0u", false);
+            wgml_sbuf_put(&b, "        }\n");
+        }
     }
     wgml_sbuf_put(&b, "        let abuf = cur * %du;\n        let bbuf = cur * %du;\n", BK * BM / 4, BK * BN / 4);
     /* the inner product, unrolled so register tiles are indexed by constants only: rows
@@ -326,7 +332,15 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     } else if (stages == 1) {
         /* one buffer: everyone is done reading it before the next slice goes in */
         wgml_sbuf_put(&b, "        workgroupBarrier();\n        if (t + 1u < slices) {\n");
-        put_slice(&b, &A, &B, BK, next_k0, "0u", true);
+        if (cfg->prefetch) {
+            wgml_sbuf_put(&b, "        {\n");
+            put_tile_store(&b, &A, BK, "0u");
+            wgml_sbuf_put(&b, "        }\n        {\n");
+            put_tile_store(&b, &B, BK, "0u");
+            wgml_sbuf_put(&b, "        }\n");
+        } else {
+            put_slice(&b, &A, &B, BK, next_k0, "0u", true);
+        }
         wgml_sbuf_put(&b, "        }\n");
     }
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
@@ -443,7 +457,9 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
 }
 
 /* Tile configs by shape. WGML_GEMM_TILE="tm,tn,bk,stages" overrides the large-M config
-   (benchmark sweeps; stages 3 = two buffers without register prefetch). Double buffering only where the adapter's workgroup memory holds it. */
+   (benchmark sweeps; stages 1 = one buffer, 2 = two with register prefetch, 3 = two without,
+   4 = one with register prefetch; tm and tn 4, 8 or 16). Double buffering only where the
+   adapter's workgroup memory holds it. */
 wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
 {
     wgml_gemm_config c;
@@ -457,9 +473,10 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
                 : (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .double_buffer = true, .prefetch = true};
         const char *e = getenv("WGML_GEMM_TILE");
         int tm, tn, bk, st;
-        if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8) &&
-            (tn == 4 || tn == 8) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 3)
-            c = (wgml_gemm_config){.tm = tm, .tn = tn, .bk = bk, .double_buffer = st >= 2, .prefetch = st == 2};
+        if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8 || tm == 16) &&
+            (tn == 4 || tn == 8 || tn == 16) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 4)
+            c = (wgml_gemm_config){.tm = tm, .tn = tn, .bk = bk, .double_buffer = st == 2 || st == 3,
+                                   .prefetch = st == 2 || st == 4};
     }
     /* within the adapter's workgroup memory: drop the second stage, then shrink the slice */
     uint64_t room = ctx->limits.maxComputeWorkgroupStorageSize;

@@ -8,7 +8,7 @@
 typedef struct wgml_gemm_config {
     int tm, tn, bk;     /* per-thread tile TM x TN (16x16 threads), K-slice depth */
     bool double_buffer; /* two staging buffers: the next slice is staged during this one's math */
-    bool prefetch;      /* ... loaded into registers before the math, stored after it */
+    bool prefetch;      /* the next slice loaded into registers before the math, stored after it */
     bool vec_a, vec_b;  /* operand bound as vec4s (its contiguous extent, strides, offsets % 4 == 0) */
     bool warp_8x4;      /* thread layout: a warp covers 8x4 threads of the 16x16 grid (else 16x2) */
     int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */

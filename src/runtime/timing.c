@@ -7,8 +7,16 @@
  * period (nanoseconds per tick).
  */
 #include <string.h>
+#include <time.h>
 
 #include "core/context.h"
+
+double wgml_host_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static bool timing_ready(wgml_context *ctx)
 {

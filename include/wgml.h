@@ -138,6 +138,7 @@ typedef struct wgml_stats {
     uint64_t dispatches;          /* compute dispatches encoded */
     uint64_t pipelines_compiled;  /* distinct kernels compiled */
     uint64_t pipeline_cache_hits; /* kernel lookups served from the cache */
+    uint64_t bind_groups_created; /* bind groups made (a repeated evaluation reuses its own) */
     uint64_t evals;               /* graph evaluations */
     double host_seconds_last;     /* the last evaluation's host work: from the call to its
                                      submit returning (planning, kernel lookup, encoding) */

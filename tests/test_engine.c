@@ -581,6 +581,57 @@ static void fused_kernels_differing_in_structure_stay_apart(void)
     wgml_tensor_free(s);
 }
 
+/* Bind groups are kept for evaluations that repeat: after the first runs, running the same
+   graph again makes none. Results stay right when the parameter buffer is replaced (a graph
+   of many kernels grows it) between two runs of a kernel with other scalars. */
+static void repeated_runs_reuse_bind_groups(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    enum { M = 7, MANY = 2100 };
+    float xa[M], xb[M];
+    test_fill_uniform(xa, M, -1, 1);
+    test_fill_uniform(xb, M, 0.5, 1.5);
+    wgml_tensor *a = mk1(ctx, M, xa), *b = mk1(ctx, M, xb);
+    uint64_t made[6];
+    for (int run = 0; run < 6; run++) {
+        wgml_scope_begin(ctx);
+        wgml_tensor *t[2] = {wgml_add(ctx, a, b), wgml_exp(ctx, wgml_mul(ctx, a, b))};
+        double want[2][M];
+        for (int i = 0; i < M; i++) {
+            want[0][i] = (double)xa[i] + xb[i];
+            want[1][i] = wgml_ref_exp((float)((double)xa[i] * xb[i]));
+        }
+        CHECK_OK(ctx, wgml_eval(ctx, 2, t));
+        CHECK_CLOSE(ctx, "a + b", t[0], want[0], M, 1e-6, 1e-30);
+        CHECK_CLOSE(ctx, "exp(a * b)", t[1], want[1], M, 1e-4, 1e-30);
+        wgml_scope_end(ctx);
+        made[run] = stats(ctx).bind_groups_created;
+    }
+    CHECK(made[5] == made[3]); /* pool buffers come back in a fixed order: nothing new */
+    CHECK(made[0] > 0);
+    for (int run = 0; run < 3; run++) {
+        float k = run == 1 ? 0.0f : 2.0f + (float)run; /* run 1: the big graph */
+        wgml_scope_begin(ctx);
+        if (run == 1) {
+            static wgml_tensor *many[MANY];
+            for (int i = 0; i < MANY; i++) many[i] = wgml_binary_scalar(ctx, WGML_MUL, a, (float)i);
+            CHECK_OK(ctx, wgml_eval(ctx, MANY, many));
+            double want[M];
+            for (int i = 0; i < M; i++) want[i] = (double)xa[i] * (MANY - 1);
+            CHECK_CLOSE(ctx, "the last of many", many[MANY - 1], want, M, 1e-6, 1e-30);
+        } else {
+            wgml_tensor *r = wgml_binary_scalar(ctx, WGML_MUL, a, k);
+            double want[M];
+            for (int i = 0; i < M; i++) want[i] = (double)xa[i] * k;
+            CHECK_CLOSE(ctx, "a * k", r, want, M, 1e-6, 1e-30);
+        }
+        wgml_scope_end(ctx);
+    }
+    wgml_tensor_free(a);
+    wgml_tensor_free(b);
+}
+
 /* a graph mixing every kind of kernel */
 static wgml_tensor *mixed_graph(wgml_context *ctx, wgml_tensor *a, wgml_tensor *w, wgml_tensor *bias, float s)
 {
@@ -806,6 +857,7 @@ int main(void)
     TEST_RUN(fused_kernel_with_many_inputs_and_scalars);
     TEST_RUN(dag_evaluates_correctly);
     TEST_RUN(fused_kernels_differing_in_structure_stay_apart);
+    TEST_RUN(repeated_runs_reuse_bind_groups);
     TEST_RUN(repeated_runs_compile_nothing_new);
     TEST_RUN(scopes_free_what_they_made);
     TEST_RUN(gpu_timing_times_each_pass);

@@ -141,6 +141,7 @@ struct wgml_context {
     char uncaptured_message[512];
 
     wgml_stats stats;
+    struct bind_slot *bind_cache; /* core/bind_cache.c */
     uint32_t eval_counter;
     double eval_started; /* wgml_host_seconds() when the running evaluation began */
     wgml_pool pool;
@@ -227,6 +228,14 @@ wgml_pipeline *wgml_pipeline_find(wgml_context *ctx, const uint32_t *key, size_t
 wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, const char *wgsl,
                                  bool trusted);
 void wgml_pipelines_destroy(wgml_context *ctx);
+
+/* ---------------------------------------------------------------- bind groups (core/bind_cache.c) */
+
+/* A bind group for entries e[0..n) (n <= 16) of this layout, made once and kept while the
+   same bindings recur; the cache owns it. NULL when it cannot be made. */
+WGPUBindGroup wgml_bind_group(wgml_context *ctx, WGPUBindGroupLayout layout, const WGPUBindGroupEntry *e, size_t n);
+/* Drops the cached bind groups: before a buffer they may name is released. */
+void wgml_bind_cache_clear(wgml_context *ctx);
 
 /* ---------------------------------------------------------------- teardown of later layers */
 

@@ -158,7 +158,10 @@ static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
     if (bytes <= ctx->params_capacity) return WGML_OK;
     uint64_t cap = ctx->params_capacity ? ctx->params_capacity : 64 * 1024;
     while (cap < bytes) cap *= 2;
-    if (ctx->params_buffer) wgpuBufferRelease(ctx->params_buffer);
+    if (ctx->params_buffer) {
+        wgml_bind_cache_clear(ctx); /* its bind groups name the old buffer */
+        wgpuBufferRelease(ctx->params_buffer);
+    }
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml params"),
                               .usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst,
                               .size = cap};
@@ -236,16 +239,22 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
                 e[b + 1].offset = p[i].offsets[b];
                 e[b + 1].size = p[i].sizes[b];
             }
-            WGPUBindGroupDescriptor bd = {.layout = l->pipeline->layout,
-                                          .entryCount = (size_t)l->nbuffers + 1, .entries = e};
-            WGPUBindGroup bg = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+            WGPUBindGroup bg = wgml_bind_group(ctx, l->pipeline->layout, e, (size_t)l->nbuffers + 1);
+            if (!bg) {
+                st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory for a bind group");
+                break;
+            }
             wgpuComputePassEncoderSetPipeline(pass, l->pipeline->pipeline);
             wgpuComputePassEncoderSetBindGroup(pass, 0, bg, 0, NULL);
             wgpuComputePassEncoderDispatchWorkgroups(pass, l->groups[0], l->groups[1], l->groups[2]);
-            wgpuBindGroupRelease(bg);
         }
         wgpuComputePassEncoderEnd(pass);
         wgpuComputePassEncoderRelease(pass);
+        if (st) {
+            wgpuCommandEncoderRelease(enc);
+            wgml_scope_pop(ctx, "encoding");
+            return st;
+        }
         if (pd.timestampWrites) wgml_timing_resolve(ctx, enc);
     }
     uint64_t rb_bytes = 0;
@@ -262,6 +271,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
+
     if ((st = wgml_submit(ctx, cb))) {
         wgml_scope_pop(ctx, "running the graph");
         return st;

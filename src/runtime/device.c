@@ -100,24 +100,46 @@ wgml_status wgml_scope_pop(wgml_context *ctx, const char *what)
     return WGML_OK;
 }
 
-static double seconds_now(void)
+/* Waits until *done is set by a callback of the device's queue. Spins on non-blocking polls
+   for a while first (ctx->poll_spin_seconds, WGML_POLL_SPIN_US): a blocking poll sleeps on a
+   fence and wakes tens of microseconds late, most of a small round trip. Then blocks: each
+   poll with wait=true returns when the queue is idle, and the callback runs then. The flag,
+   not the poll's "queue empty" answer, says when to stop: on the H100 a non-blocking poll
+   answered "empty" with work still running. */
+static void wait_for(wgml_context *ctx, const volatile bool *done)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    double spin = ctx->poll_spin_seconds, t0 = wgml_host_seconds();
+    while (!*done && !ctx->device_lost && spin > 0 && wgml_host_seconds() - t0 < spin) {
+        wgpuDevicePoll(ctx->device, false, NULL);
+        wgpuInstanceProcessEvents(ctx->instance);
+    }
+    for (int i = 0; i < 100 && !*done && !ctx->device_lost; i++) {
+        wgpuDevicePoll(ctx->device, true, NULL);
+        wgpuInstanceProcessEvents(ctx->instance);
+    }
+}
+
+static void on_work_done(WGPUQueueWorkDoneStatus status, WGPUStringView message, void *userdata1, void *userdata2)
+{
+    (void)status, (void)message, (void)userdata2;
+    *(volatile bool *)userdata1 = true;
 }
 
 wgml_status wgml_wait_idle(wgml_context *ctx)
 {
     if (ctx->device_lost) return wgml_check_device(ctx);
-    /* a blocking poll: a non-blocking one's "queue empty" came back true on the H100 with
-       work still running (the bench then timed nothing), so it cannot be spun on here */
-    wgpuDevicePoll(ctx->device, true, NULL);
+    volatile bool done = false;
+    WGPUQueueWorkDoneCallbackInfo cb = {
+        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_work_done, .userdata1 = (void *)&done};
+    wgpuQueueOnSubmittedWorkDone(ctx->queue, cb);
+    wait_for(ctx, &done);
+    if (ctx->device_lost) return wgml_check_device(ctx);
+    if (!done) return wgml_fail(ctx, WGML_ERROR_DEVICE, "synchronizing: the queue never finished its work");
     return wgml_check_device(ctx);
 }
 
 typedef struct map_result {
-    bool done;
+    volatile bool done;
     WGPUMapAsyncStatus status;
     char message[256];
 } map_result;
@@ -125,10 +147,11 @@ typedef struct map_result {
 static void on_mapped(WGPUMapAsyncStatus status, WGPUStringView message, void *userdata1,
                       void *userdata2)
 {
+    (void)userdata2;
     map_result *r = userdata1;
-    r->done = true;
     r->status = status;
     sv_copy(r->message, sizeof r->message, message);
+    r->done = true;
 }
 
 wgml_status wgml_map_read(wgml_context *ctx, WGPUBuffer buffer, uint64_t size)
@@ -137,18 +160,7 @@ wgml_status wgml_map_read(wgml_context *ctx, WGPUBuffer buffer, uint64_t size)
     WGPUBufferMapCallbackInfo cb = {
         .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_mapped, .userdata1 = &r};
     wgpuBufferMapAsync(buffer, WGPUMapMode_Read, 0, (size_t)size, cb);
-    /* Spin on non-blocking polls for a short while first: a blocking poll sleeps on a fence
-       and wakes tens of microseconds late, most of a small round trip. Then block: each
-       poll with wait=true returns when the queue is idle, and the map completes then. */
-    double spin = ctx->poll_spin_seconds, t0 = seconds_now();
-    while (!r.done && !ctx->device_lost && spin > 0 && seconds_now() - t0 < spin) {
-        wgpuDevicePoll(ctx->device, false, NULL);
-        wgpuInstanceProcessEvents(ctx->instance);
-    }
-    for (int i = 0; i < 100 && !r.done && !ctx->device_lost; i++) {
-        wgpuDevicePoll(ctx->device, true, NULL);
-        wgpuInstanceProcessEvents(ctx->instance);
-    }
+    wait_for(ctx, &r.done);
     if (ctx->device_lost) return wgml_check_device(ctx);
     if (!r.done) return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: the map never completed");
     if (r.status != WGPUMapAsyncStatus_Success)
@@ -391,8 +403,6 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     ctx->no_fusion = desc.no_fusion != 0;
     const char *timing = getenv("WGML_GPU_TIMING");
     ctx->gpu_timing = desc.gpu_timing || (timing && *timing == '1');
-    const char *spin = getenv("WGML_POLL_SPIN_US");
-    ctx->poll_spin_seconds = (spin && *spin ? atof(spin) : 2000.0) * 1e-6;
 
     WGPUInstanceExtras extras = {.chain = {.sType = (WGPUSType)WGPUSType_InstanceExtras},
                                  .backends = backend_flags(backend)};
@@ -484,6 +494,12 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     WGPUAdapterInfo ai = {0};
     wgpuAdapterGetInfo(ctx->adapter, &ai);
     fill_info(ctx, &ai, &af);
+    /* how long a wait spins before it blocks (see wait_for): up to 10 ms on a GPU; not at
+       all on a CPU adapter, where the spinning thread would take a core from the work it
+       waits for */
+    const char *spin = getenv("WGML_POLL_SPIN_US");
+    bool cpu = ai.adapterType == WGPUAdapterType_CPU;
+    ctx->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 0.0 : 10e-3;
     wgpuAdapterInfoFreeMembers(ai);
     wgpuSupportedFeaturesFreeMembers(af);
     for (size_t i = 0; i < nreq; i++) {
@@ -523,6 +539,7 @@ void wgml_context_free(wgml_context *ctx)
     wgml_tensors_free_all(ctx);
     wgml_weights_destroy(ctx);
     wgml_pool_destroy(ctx);
+    wgml_bind_cache_clear(ctx);
     wgml_pipelines_destroy(ctx);
     wgml_timing_destroy(ctx);
     if (ctx->params_buffer) wgpuBufferRelease(ctx->params_buffer);

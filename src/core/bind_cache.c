@@ -1,0 +1,81 @@
+/*
+ * The cache of bind groups (for the graph executor). Creating one is a large part of the host work per
+ * dispatch (wgpu validates it and writes a Vulkan descriptor set), and an evaluation that
+ * repeats runs the same kernels on the same pool buffers at the same parameter offsets: so
+ * bind groups are kept, keyed by their layout and entries, in a direct-mapped table.
+ *
+ * A key names buffers by handle. That is sound because every buffer a graph binds is a pool
+ * buffer, kept until the context goes, or the parameter buffer, which clears the cache when
+ * it is replaced (a new buffer may get a freed one's handle).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+
+#define SLOTS 512
+#define MAX_ENTRIES 16
+
+typedef struct bind_slot {
+    uint64_t hash;
+    WGPUBindGroupLayout layout;
+    size_t n;
+    WGPUBindGroupEntry e[MAX_ENTRIES];
+    WGPUBindGroup group;
+} bind_slot;
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+static uint64_t key_hash(WGPUBindGroupLayout layout, const WGPUBindGroupEntry *e, size_t n)
+{
+    uint64_t h = mix(0, (uint64_t)(uintptr_t)layout);
+    for (size_t i = 0; i < n; i++) {
+        h = mix(h, (uint64_t)(uintptr_t)e[i].buffer);
+        h = mix(h, e[i].offset);
+        h = mix(h, e[i].size);
+    }
+    return h;
+}
+
+static bool same(const bind_slot *s, uint64_t h, WGPUBindGroupLayout layout, const WGPUBindGroupEntry *e, size_t n)
+{
+    if (!s->group || s->hash != h || s->layout != layout || s->n != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (s->e[i].binding != e[i].binding || s->e[i].buffer != e[i].buffer || s->e[i].offset != e[i].offset ||
+            s->e[i].size != e[i].size)
+            return false;
+    return true;
+}
+
+WGPUBindGroup wgml_bind_group(wgml_context *ctx, WGPUBindGroupLayout layout, const WGPUBindGroupEntry *e, size_t n)
+{
+    if (n > MAX_ENTRIES) return NULL;
+    if (!ctx->bind_cache && !(ctx->bind_cache = calloc(SLOTS, sizeof(bind_slot)))) return NULL;
+    uint64_t h = key_hash(layout, e, n);
+    bind_slot *s = &ctx->bind_cache[h % SLOTS];
+    if (same(s, h, layout, e, n)) return s->group;
+    WGPUBindGroupDescriptor bd = {.layout = layout, .entryCount = n, .entries = e};
+    WGPUBindGroup g = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+    if (!g) return NULL;
+    ctx->stats.bind_groups_created++;
+    if (s->group) wgpuBindGroupRelease(s->group);
+    s->hash = h;
+    s->layout = layout;
+    s->n = n;
+    memcpy(s->e, e, n * sizeof *e);
+    s->group = g;
+    return g;
+}
+
+void wgml_bind_cache_clear(wgml_context *ctx)
+{
+    if (!ctx->bind_cache) return;
+    for (int i = 0; i < SLOTS; i++)
+        if (ctx->bind_cache[i].group) wgpuBindGroupRelease(ctx->bind_cache[i].group);
+    free(ctx->bind_cache);
+    ctx->bind_cache = NULL;
+}

@@ -793,21 +793,22 @@ static void scopes_free_what_they_made(void)
    right (unrolled kernels too: WGML_EW_UNROLL). */
 static void gpu_timing_times_each_pass(void)
 {
-    wgml_context *ctx;
-    wgml_context_desc d = {.gpu_timing = 1};
-    CHECK_OK(NULL, wgml_context_create(&d, &ctx));
-    if (!ctx) return;
-    wgml_adapter_info info;
-    wgml_adapter_info_get(ctx, &info);
-    if (!info.has_timestamp_query) {
-        fprintf(stderr, "  (adapter has no timestamp queries: skipped)\n");
-        wgml_context_free(ctx);
-        return;
-    }
-    const int64_t sizes[2] = {7, 1 << 22};
-    double seconds[2] = {0, 0}, total = 0;
     for (int u = 0; u < 2; u++) {
-        if (u) setenv("WGML_EW_UNROLL", "4", 1);
+        if (u) setenv("WGML_EW_UNROLL", "4", 1); /* read when a context is made */
+        wgml_context *ctx;
+        wgml_context_desc d = {.gpu_timing = 1};
+        CHECK_OK(NULL, wgml_context_create(&d, &ctx));
+        unsetenv("WGML_EW_UNROLL");
+        if (!ctx) return;
+        wgml_adapter_info info;
+        wgml_adapter_info_get(ctx, &info);
+        if (!info.has_timestamp_query) {
+            fprintf(stderr, "  (adapter has no timestamp queries: skipped)\n");
+            wgml_context_free(ctx);
+            return;
+        }
+        const int64_t sizes[2] = {7, 1 << 22};
+        double seconds[2] = {0, 0}, total = 0;
         for (int i = 0; i < 2; i++) {
             int64_t n = sizes[i];
             float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b), *got = malloc((size_t)n * sizeof *got);
@@ -837,12 +838,11 @@ static void gpu_timing_times_each_pass(void)
             free(b);
             free(got);
         }
-        unsetenv("WGML_EW_UNROLL");
         fprintf(stderr, "  unroll %d: 7 elements %.1f us, 4M elements %.1f us (GPU)\n", u ? 4 : 1,
                 seconds[0] * 1e6, seconds[1] * 1e6);
         CHECK(seconds[0] > 0 && seconds[1] > seconds[0] && seconds[1] < 10.0);
+        wgml_context_free(ctx);
     }
-    wgml_context_free(ctx);
 }
 
 int main(void)

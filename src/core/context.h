@@ -125,6 +125,7 @@ struct wgml_context {
     WGPUQueue queue;
     WGPULimits limits;
     wgml_adapter_info info;
+    int ew_unroll;        /* elements (of T) per thread of fused kernels: 1, or WGML_EW_UNROLL */
     bool trusted_kernels; /* compile hand-written kernels without runtime bounds checks */
     bool no_fusion;
     bool gpu_timing;          /* timestamp the compute pass of each eval (runtime/timing.c) */
@@ -253,7 +254,10 @@ void wgml_tensor_unref(wgml_tensor *t);
 void wgml_set_contiguous_strides(wgml_tensor *t);
 bool wgml_is_contiguous(const wgml_tensor *t);
 /* The storage-or-lazy tensor whose buffer t reads (t itself unless a view). */
-wgml_tensor *wgml_tensor_base(wgml_tensor *t);
+static inline wgml_tensor *wgml_tensor_base(wgml_tensor *t)
+{
+    return t->op == WGML_OP_VIEW ? t->src[0] : t;
+}
 bool wgml_tensor_realized(wgml_tensor *t);
 /* Computes the element count of a shape with overflow and validity checks. */
 wgml_status wgml_shape_check(wgml_context *ctx, int ndim, const int64_t *shape, int64_t *numel);

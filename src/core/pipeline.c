@@ -13,10 +13,19 @@
 
 #include "core/context.h"
 
-static uint64_t fnv1a(const uint8_t *s, size_t n)
+/* A key's hash, eight bytes per step (a fused chain's key is a few kilobytes, hashed on every
+   evaluation) */
+static uint64_t key_hash(const uint8_t *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    uint64_t h = 1469598103934665603ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
     return h;
 }
 
@@ -75,19 +84,19 @@ static wgml_pipeline *add(wgml_context *ctx, const void *key, size_t len, uint64
 wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trusted)
 {
     size_t len = strlen(wgsl);
-    uint64_t h = fnv1a((const uint8_t *)wgsl, len);
+    uint64_t h = key_hash((const uint8_t *)wgsl, len);
     wgml_pipeline *p = find(ctx, wgsl, len, h);
     return p ? p : add(ctx, wgsl, len, h, wgsl, trusted);
 }
 
 wgml_pipeline *wgml_pipeline_find(wgml_context *ctx, const uint32_t *key, size_t words)
 {
-    return find(ctx, key, words * 4, fnv1a((const uint8_t *)key, words * 4));
+    return find(ctx, key, words * 4, key_hash((const uint8_t *)key, words * 4));
 }
 
 wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, const char *wgsl, bool trusted)
 {
-    return add(ctx, key, words * 4, fnv1a((const uint8_t *)key, words * 4), wgsl, trusted);
+    return add(ctx, key, words * 4, key_hash((const uint8_t *)key, words * 4), wgsl, trusted);
 }
 
 void wgml_pipelines_destroy(wgml_context *ctx)

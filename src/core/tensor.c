@@ -64,11 +64,6 @@ bool wgml_is_contiguous(const wgml_tensor *t)
     return true;
 }
 
-wgml_tensor *wgml_tensor_base(wgml_tensor *t)
-{
-    return t->op == WGML_OP_VIEW ? t->src[0] : t;
-}
-
 bool wgml_tensor_realized(wgml_tensor *t)
 {
     return wgml_tensor_base(t)->op == WGML_OP_NONE;

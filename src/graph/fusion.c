@@ -26,6 +26,7 @@
 enum { LEAF_CONTIG, LEAF_SCALAR, LEAF_STRIDED };
 
 typedef struct leaf {
+    wgml_tensor *src; /* the tensor read (a view, or base itself) */
     wgml_tensor *base;
     int64_t stride[4];
     int64_t offset;
@@ -59,6 +60,7 @@ typedef struct gen {
 /* The leaf's strides in the root's right-aligned 4-D coordinates (0 where broadcast). */
 static void leaf_of(gen *g, wgml_tensor *s, leaf *out)
 {
+    out->src = s;
     out->base = wgml_tensor_base(s);
     out->offset = s->offset;
     int pad = 4 - s->ndim;
@@ -78,6 +80,8 @@ static void leaf_of(gen *g, wgml_tensor *s, leaf *out)
 
 static uint32_t add_leaf(gen *g, wgml_tensor *s)
 {
+    for (int i = 0; i < g->nleaves; i++) /* the same tensor again (a chain's other operand) */
+        if (g->leaves[i].src == s) return (uint32_t)i;
     leaf l;
     leaf_of(g, s, &l);
     for (int i = 0; i < g->nleaves; i++) {
@@ -275,7 +279,8 @@ static char *fused_source(const gen *g, bool vec4, bool strided, int unroll)
 static wgml_pipeline *fused_pipeline(wgml_context *ctx, const gen *g, bool vec4, bool strided, int unroll)
 {
     size_t words = 5 + (size_t)g->nleaves + g->nsteps * STEP_WORDS;
-    uint32_t *key = malloc(words * 4);
+    uint32_t small[1024];
+    uint32_t *key = words <= 1024 ? small : malloc(words * 4);
     if (!key) {
         wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         return NULL;
@@ -294,7 +299,7 @@ static wgml_pipeline *fused_pipeline(wgml_context *ctx, const gen *g, bool vec4,
         else wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         free(src);
     }
-    free(key);
+    if (key != small) free(key);
     return p;
 }
 
@@ -318,10 +323,7 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
         if (g.leaves[i].mode == LEAF_CONTIG && g.leaves[i].offset % 4) vec4 = false;
     }
     uint64_t threads = vec4 ? (uint64_t)root->numel / 4 : (uint64_t)root->numel;
-    /* elements (of T) per thread; WGML_EW_UNROLL overrides (benchmark sweeps) */
-    int unroll = 1;
-    const char *ue = getenv("WGML_EW_UNROLL");
-    if (ue && (atoi(ue) == 2 || atoi(ue) == 4 || atoi(ue) == 8)) unroll = atoi(ue);
+    int unroll = ctx->ew_unroll;
     launch->pipeline = fused_pipeline(ctx, &g, vec4, strided, unroll);
     free(g.steps);
     if (!launch->pipeline) return ctx->status;

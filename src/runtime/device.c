@@ -401,6 +401,10 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     }
     ctx->trusted_kernels = !(desc.bounds_checks || (checks && *checks == '1'));
     ctx->no_fusion = desc.no_fusion != 0;
+    /* fused kernels' elements per thread (benchmark sweeps; unrolling gained nothing for add
+       on the H100, so the default is 1) */
+    const char *unroll = getenv("WGML_EW_UNROLL");
+    ctx->ew_unroll = unroll && (atoi(unroll) == 2 || atoi(unroll) == 4 || atoi(unroll) == 8) ? atoi(unroll) : 1;
     const char *timing = getenv("WGML_GPU_TIMING");
     ctx->gpu_timing = desc.gpu_timing || (timing && *timing == '1');
 

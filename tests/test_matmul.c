@@ -173,8 +173,10 @@ static void aligned_sizes(void)
    aligned shapes with every transpose. */
 static void every_tile_config(void)
 {
-    /* tm,tn,bk,stages (3: two buffers, no register prefetch) and the warp layout */
-    const char *configs[][2] = {{"8,8,16,1", "16x2"}, {"8,8,16,3", "8x4"}, {"4,8,4,1", "16x2"}, {"8,4,32,2", "8x4"}};
+    /* tm,tn,bk,stages (3: two buffers, no register prefetch; 4: one buffer with register
+       prefetch) and the warp layout */
+    const char *configs[][2] = {{"8,8,16,1", "16x2"}, {"8,8,16,3", "8x4"}, {"4,8,4,1", "16x2"}, {"8,4,32,2", "8x4"},
+                                {"8,8,16,4", "16x2"}, {"16,8,8,1", "16x2"}, {"8,16,8,4", "8x4"}};
     const int64_t dims[][3] = {{65, 33, 130}, {132, 68, 132}};
     int failed = 0, ran = 0;
     wgml_context *ctx = test_context();
@@ -193,6 +195,39 @@ static void every_tile_config(void)
     }
     unsetenv("WGML_GEMM_TILE");
     unsetenv("WGML_GEMM_WARP");
+    if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
+    CHECK(failed == 0 && ran > 0);
+}
+
+/* The opt-in GEMV whose partial sums meet by subgroup shuffles (WGML_SUBGROUPS=1), with each
+   workgroup width, on lengths that leave partial slices, with bias and activation. */
+static void gemv_subgroup_variant(void)
+{
+    wgml_context *ctx = NULL;
+    setenv("WGML_SUBGROUPS", "1", 1);
+    int failed = 0, ran = 0;
+    ctx = test_context();
+    wgml_adapter_info info;
+    if (ctx && wgml_adapter_info_get(ctx, &info) == WGML_OK && !info.has_subgroups) {
+        fprintf(stderr, "  (adapter has no subgroups: skipped)\n");
+        unsetenv("WGML_SUBGROUPS");
+        return;
+    }
+    const char *cols[] = {"16", "32", "64"};
+    const int64_t KN[][2] = {{1, 1}, {7, 5}, {1023, 67}, {4096, 1536}, {130, 4100}};
+    for (int w = 0; ctx && w < 3; w++) {
+        setenv("WGML_GEMV_COLS", cols[w], 1);
+        for (size_t i = 0; i < sizeof KN / sizeof KN[0]; i++) {
+            mm_case c = {.M = 1, .K = KN[i][0], .N = KN[i][1], .bias = (int)(i % 2), .act = (wgml_activation)(i % 4)};
+            ran++;
+            if (!run_case(ctx, &c)) {
+                fprintf(stderr, "  (subgroup GEMV, %s columns per workgroup)\n", cols[w]);
+                failed++;
+            }
+        }
+    }
+    unsetenv("WGML_GEMV_COLS");
+    unsetenv("WGML_SUBGROUPS");
     if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
     CHECK(failed == 0 && ran > 0);
 }
@@ -656,6 +691,7 @@ int main(void)
     TEST_RUN(sizes_and_transposes);
     TEST_RUN(aligned_sizes);
     TEST_RUN(every_tile_config);
+    TEST_RUN(gemv_subgroup_variant);
     TEST_RUN(views_and_flags_mixed);
     TEST_RUN(tall_and_thin);
     TEST_RUN(batched);

@@ -384,7 +384,9 @@ static void put_load_b(wgml_sbuf *b, bool vec_b)
 char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
 {
     wgml_sbuf b = {0};
-    wgml_sbuf_put(&b, "// generated GEMV (M = 1), B%s%s\n", tb ? "^T" : "", !tb && cfg->vec_b ? " vec4" : "");
+    bool sg = !tb && cfg->gemv_subgroups; /* (naga 29 takes subgroup ops without `enable`) */
+    wgml_sbuf_put(&b, "// generated GEMV (M = 1), B%s%s%s\n", tb ? "^T" : "", !tb && cfg->vec_b ? " vec4" : "",
+                  sg ? ", subgroup reduction" : "");
     put_header(&b, false, !tb && cfg->vec_b);
     put_epilogue_fn(&b, act);
     if (!tb) {
@@ -394,7 +396,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
         wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 256>;\n");
         put_load_b(&b, cfg->vec_b);
         wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
-                "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+                "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32%s) {\n"
                 "    let bt = wg.z;\n"
                 "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
                 "    if (n0 >= P.N) { return; }\n"
@@ -407,13 +409,40 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "    if (n < P.N) {\n"
                 "        var k = ks;\n"
                 "        for (; k + %du < P.K; k += %du) {\n",
-            cfg->gemv_cols, groups, groups, 3 * slices, 4 * slices);
+            sg ? ", @builtin(subgroup_size) sg_size: u32" : "", cfg->gemv_cols, groups, groups, 3 * slices, 4 * slices);
         for (int u = 0; u < 4; u++)
             wgml_sbuf_put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc%d); }\n",
                 u * slices, u, a_index(false), u);
         wgml_sbuf_put(&b, "        }\n"
                 "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc0); }\n"
+                "    }\n",
+            slices, a_index(false));
+        if (sg) {
+            /* lanes lid and lid ^ o of a subgroup hold the same columns when o is a multiple of
+               the number of column groups G: a butterfly leaves each subgroup's sums in its
+               first G lanes (a subgroup narrower than G is left as it is). One barrier, then
+               thread c < G adds one entry per subgroup (or per slice). Assumes lanes are
+               numbered along local_invocation_index, as Vulkan drivers do for a 1-D
+               workgroup. */
+            wgml_sbuf_put(&b,
+                "    var v = (acc0 + acc1) + (acc2 + acc3);\n"
+                "    for (var o = %du; o < sg_size; o <<= 1u) { v += subgroupShuffleXor(v, o); }\n"
+                "    part[lid] = v;\n"
+                "    workgroupBarrier();\n"
+                "    if (lid < %du) {\n"
+                "        let step = max(sg_size, %du);\n"
+                "        var r = vec4<f32>(0.0);\n"
+                "        for (var j = lid; j < 256u; j += step) { r += part[j]; }\n"
+                "        let cb = P.c_off + bt * P.N;\n"
+                "        for (var q = 0u; q < 4u; q++) {\n"
+                "            if (n + q < P.N) { C[cb + n + q] = epilogue(r[q], n + q, cb + n + q); }\n"
+                "        }\n"
                 "    }\n"
+                "}\n",
+                groups, groups, groups);
+            return wgml_sbuf_take(&b);
+        }
+        wgml_sbuf_put(&b,
                 "    part[lid] = (acc0 + acc1) + (acc2 + acc3);\n"
                 "    workgroupBarrier();\n"
                 "    for (var s = 128u; s >= %du; s >>= 1u) {\n"
@@ -428,7 +457,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "        }\n"
                 "    }\n"
                 "}\n",
-            slices, a_index(false), groups, groups);
+            groups, groups);
     } else {
         /* B stored [N, K]: each output is a dot product of two contiguous rows; 8 outputs
            per workgroup, 32 threads each */
@@ -489,6 +518,8 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     c.gemv_cols = 64;
     while (c.gemv_cols > 16 && (uint64_t)g->batch * (uint64_t)((g->N + c.gemv_cols - 1) / c.gemv_cols) < 256)
         c.gemv_cols /= 2;
+    const char *sge = getenv("WGML_SUBGROUPS");
+    c.gemv_subgroups = ctx->info.has_subgroups && sge && *sge == '1';
     const char *gc = getenv("WGML_GEMV_COLS");
     if (gc && (atoi(gc) == 16 || atoi(gc) == 32 || atoi(gc) == 64)) c.gemv_cols = atoi(gc);
     /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
@@ -526,8 +557,8 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
     /* the variant key: what the generators read */
     uint32_t key[13] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
-                        cfg.double_buffer, cfg.prefetch, cfg.warp_8x4, (uint32_t)cfg.gemv_cols, cfg.vec_a,
-                        cfg.vec_b, g->trans_a, g->trans_b, (uint32_t)g->act};
+                        cfg.double_buffer, cfg.prefetch, cfg.warp_8x4, (uint32_t)cfg.gemv_cols << 1 | cfg.gemv_subgroups,
+                        cfg.vec_a, cfg.vec_b, g->trans_a, g->trans_b, (uint32_t)g->act};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 13))) {
         char *src = gemv ? wgml_gemv_source(&cfg, g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
         if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");

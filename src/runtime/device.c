@@ -312,6 +312,7 @@ static const WGPUFeatureName wanted_features[] = {
     WGPUFeatureName_TimestampQuery,
     WGPUFeatureName_ShaderF16,
     WGPUFeatureName_Subgroups,
+    (WGPUFeatureName)WGPUNativeFeature_Subgroup, /* what wgpu-native 29 offers on Vulkan */
     (WGPUFeatureName)WGPUNativeFeature_Immediates,
     (WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsidePasses,
     (WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsideEncoders,
@@ -509,7 +510,8 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     for (size_t i = 0; i < nreq; i++) {
         if (req[i] == WGPUFeatureName_TimestampQuery) ctx->info.has_timestamp_query = 1;
         if (req[i] == WGPUFeatureName_ShaderF16) ctx->info.has_shader_f16 = 1;
-        if (req[i] == WGPUFeatureName_Subgroups) ctx->info.has_subgroups = 1;
+        if (req[i] == WGPUFeatureName_Subgroups || req[i] == (WGPUFeatureName)WGPUNativeFeature_Subgroup)
+            ctx->info.has_subgroups = 1;
         if (req[i] == (WGPUFeatureName)WGPUNativeFeature_Immediates) ctx->info.has_immediates = 1;
         if (req[i] == (WGPUFeatureName)WGPUNativeFeature_PipelineCache) ctx->info.has_pipeline_cache = 1;
     }

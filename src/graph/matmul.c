@@ -495,11 +495,14 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     if (g->M <= 16) c = (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16, .double_buffer = true};
     else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16, .double_buffer = true};
     else {
-        /* measured on the H100: BK 16 single-staged is faster for big grids, BK 8 with
-           register prefetch for smaller ones (docs/MEASUREMENTS.md) */
-        bool big = ((g->M + 127) / 128) * ((g->N + 127) / 128) * g->batch >= 512;
-        c = big ? (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16}
-                : (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .double_buffer = true, .prefetch = true};
+        /* measured on the H100 (docs/MEASUREMENTS.md): 128x128 tiles, BK 16, one buffer, for
+           grids of >= 512 tiles; fewer tiles: the next slice loaded into registers during
+           this one's math (1024^3 +12%, 2048^3 +18%, M=128 K=N=8192 +23%); under 32 tiles,
+           64x128 tiles for more workgroups */
+        int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128) * g->batch;
+        if (tiles >= 512) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
+        else if (tiles >= 32) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16, .prefetch = true};
+        else c = (wgml_gemm_config){.tm = 4, .tn = 8, .bk = 16, .double_buffer = true, .prefetch = true};
         const char *e = getenv("WGML_GEMM_TILE");
         int tm, tn, bk, st;
         if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8 || tm == 16) &&

@@ -417,6 +417,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc0); }\n"
                 "    }\n",
             slices, a_index(false));
+        /* the workgroup's partial sums meet in part[]; thread c < G then holds its 4 columns in r */
         if (sg) {
             /* lanes lid and lid ^ o of a subgroup hold the same columns when o is a multiple of
                the number of column groups G: a butterfly leaves each subgroup's sums in its
@@ -432,17 +433,10 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "    if (lid < %du) {\n"
                 "        let step = max(sg_size, %du);\n"
                 "        var r = vec4<f32>(0.0);\n"
-                "        for (var j = lid; j < 256u; j += step) { r += part[j]; }\n"
-                "        let cb = P.c_off + bt * P.N;\n"
-                "        for (var q = 0u; q < 4u; q++) {\n"
-                "            if (n + q < P.N) { C[cb + n + q] = epilogue(r[q], n + q, cb + n + q); }\n"
-                "        }\n"
-                "    }\n"
-                "}\n",
+                "        for (var j = lid; j < 256u; j += step) { r += part[j]; }\n",
                 groups, groups, groups);
-            return wgml_sbuf_take(&b);
-        }
-        wgml_sbuf_put(&b,
+        } else {
+            wgml_sbuf_put(&b,
                 "    part[lid] = (acc0 + acc1) + (acc2 + acc3);\n"
                 "    workgroupBarrier();\n"
                 "    for (var s = 128u; s >= %du; s >>= 1u) {\n"
@@ -450,14 +444,16 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "        workgroupBarrier();\n"
                 "    }\n"
                 "    if (lid < %du) {\n"
-                "        let r = part[lid];\n"
+                "        let r = part[lid];\n",
+                groups, groups);
+        }
+        wgml_sbuf_put(&b,
                 "        let cb = P.c_off + bt * P.N;\n"
                 "        for (var q = 0u; q < 4u; q++) {\n"
                 "            if (n + q < P.N) { C[cb + n + q] = epilogue(r[q], n + q, cb + n + q); }\n"
                 "        }\n"
                 "    }\n"
-                "}\n",
-            groups, groups);
+                "}\n");
     } else {
         /* B stored [N, K]: each output is a dot product of two contiguous rows; 8 outputs
            per workgroup, 32 threads each */

@@ -232,6 +232,34 @@ static void gemv_subgroup_variant(void)
     CHECK(failed == 0 && ran > 0);
 }
 
+/* The small-M GEMV (2 <= M <= 16, rows rounded up to a power of two and masked): every row
+   count class, K with and without an odd tail, batched, with alpha, bias and activation, at
+   each workgroup width. */
+static void small_m_gemv(void)
+{
+    wgml_context *ctx = test_context();
+    const char *cols[] = {"16", "32", "64"};
+    const int64_t Ms[] = {2, 3, 9, 16}, Ks[] = {1, 31, 1023}, Ns[] = {5, 67, 1536};
+    int failed = 0, ran = 0;
+    for (int w = 0; ctx && w < 3; w++) {
+        setenv("WGML_GEMV_COLS", cols[w], 1);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 3; j++) {
+                mm_case c = {.M = Ms[i], .K = Ks[j], .N = Ns[(i + j + w) % 3], .bias = (i + j) % 2,
+                             .act = (wgml_activation)((i + w) % 4), .alpha = j == 1 ? 0.5f : 0.0f,
+                             .batch_a = i == 2 ? 2 : 0, .batch_b = i == 2 ? 2 : 0};
+                ran++;
+                if (!run_case(ctx, &c)) {
+                    fprintf(stderr, "  (small-M GEMV, %s columns per workgroup)\n", cols[w]);
+                    failed++;
+                }
+            }
+    }
+    unsetenv("WGML_GEMV_COLS");
+    if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
+    CHECK(failed == 0 && ran > 0);
+}
+
 static void views_and_flags_mixed(void)
 {
     wgml_context *ctx = test_context();
@@ -692,6 +720,7 @@ int main(void)
     TEST_RUN(aligned_sizes);
     TEST_RUN(every_tile_config);
     TEST_RUN(gemv_subgroup_variant);
+    TEST_RUN(small_m_gemv);
     TEST_RUN(views_and_flags_mixed);
     TEST_RUN(tall_and_thin);
     TEST_RUN(batched);

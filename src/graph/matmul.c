@@ -481,6 +481,72 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
     return wgml_sbuf_take(&b);
 }
 
+/* C[b, m, n] = sum_k A[b, m, k] B[k, n] for a few rows (2 <= M <= cfg->gemv_rows <= 16):
+   the GEMV's layout (a workgroup owns gemv_cols columns, its threads split K) with one
+   accumulator per row, so the weight is read once for all rows, as a GEMV reads it. Rows past
+   M read row M - 1 (no branch in the loop) and are not written. Partial sums meet four rows
+   at a time in workgroup memory. */
+char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
+{
+    int R = cfg->gemv_rows, groups = cfg->gemv_cols / 4, slices = 256 / groups;
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "// generated small-M GEMV: up to %d rows, %d columns per workgroup%s\n", R, cfg->gemv_cols,
+                  cfg->vec_b ? ", B vec4" : "");
+    put_header(&b, false, cfg->vec_b);
+    put_epilogue_fn(&b, act);
+    put_load_b(&b, cfg->vec_b);
+    wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 1024>; // [4 rows][256 threads]\n"
+            "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+            "    let bt = wg.z;\n"
+            "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
+            "    if (n0 >= P.N) { return; }\n"
+            "    let c = lid %% %du;\n"
+            "    let ks = lid / %du;\n"
+            "    let n = n0 + c * 4u;\n",
+        cfg->gemv_cols, groups, groups);
+    for (int m = 0; m < R; m++)
+        wgml_sbuf_put(&b, "    var acc%d = vec4<f32>(0.0);\n    let a%d = P.a_off + bt * P.a_bs + min(%du, P.M - 1u) * P.lda;\n",
+                      m, m, m);
+    /* two k per step: two weight loads in flight per thread */
+    wgml_sbuf_put(&b, "    if (n < P.N) {\n"
+            "        var k = ks;\n"
+            "        for (; k + %du < P.K; k += %du) {\n"
+            "            let b0 = load_b(k, n, bt);\n"
+            "            let b1 = load_b(k + %du, n, bt);\n",
+        slices, 2 * slices, slices);
+    for (int m = 0; m < R; m++)
+        wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, fma(vec4<f32>(A[a%d + k + %du]), b1, acc%d));\n",
+                      m, m, m, slices, m);
+    wgml_sbuf_put(&b, "        }\n"
+            "        if (k < P.K) {\n"
+            "            let b0 = load_b(k, n, bt);\n");
+    for (int m = 0; m < R; m++) wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, acc%d);\n", m, m, m);
+    wgml_sbuf_put(&b, "        }\n    }\n");
+    for (int m0 = 0; m0 < R; m0 += 4) {
+        int q = R - m0 < 4 ? R - m0 : 4;
+        for (int r = 0; r < q; r++) wgml_sbuf_put(&b, "    part[%du + lid] = acc%d;\n", r * 256, m0 + r);
+        wgml_sbuf_put(&b, "    workgroupBarrier();\n"
+                "    for (var s = 128u; s >= %du; s >>= 1u) {\n"
+                "        if (lid < s) {\n", groups);
+        for (int r = 0; r < q; r++) wgml_sbuf_put(&b, "            part[%du + lid] += part[%du + lid + s];\n", r * 256, r * 256);
+        wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n    }\n    if (lid < %du) {\n", groups);
+        for (int r = 0; r < q; r++)
+            wgml_sbuf_put(&b,
+                "        if (%du < P.M) {\n"
+                "            let r = part[%du + lid];\n"
+                "            let cb = P.c_off + (bt * P.M + %du) * P.N;\n"
+                "            for (var q = 0u; q < 4u; q++) {\n"
+                "                if (n + q < P.N) { C[cb + n + q] = epilogue(r[q], n + q, cb + n + q); }\n"
+                "            }\n"
+                "        }\n",
+                m0 + r, r * 256, m0 + r);
+        wgml_sbuf_put(&b, "    }\n");
+    }
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
+}
+
 /* Tile configs by shape. WGML_GEMM_TILE="tm,tn,bk,stages" overrides the large-M config
    (benchmark sweeps; stages 1 = one buffer, 2 = two with register prefetch, 3 = two without,
    4 = one with register prefetch; tm and tn 4, 8 or 16). Double buffering only where the
@@ -512,6 +578,12 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.double_buffer = false;
     const char *wl = getenv("WGML_GEMM_WARP");
     if (wl) c.warp_8x4 = !strcmp(wl, "8x4");
+    /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
+       (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off */
+    const char *gr = getenv("WGML_GEMV_ROWS");
+    c.gemv_rows = 0;
+    if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !(gr && *gr == '0'))
+        for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}
     /* GEMV: the widest workgroup (most columns, longest contiguous reads) that still gives
        >= 256 workgroups (two per SM on an H100) */
     c.gemv_cols = 64;
@@ -552,14 +624,18 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
                                wgml_gemm_config *cfg_out)
 {
-    bool gemv = g->M == 1 && !g->trans_a; /* the GEMV kernel reads A as one contiguous row */
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
+    /* the GEMV kernel reads A as one contiguous row; the small-M one as a few */
+    bool gemv = (g->M == 1 && !g->trans_a) || cfg.gemv_rows;
     /* the variant key: what the generators read */
     uint32_t key[13] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
-                        cfg.double_buffer, cfg.prefetch, cfg.warp_8x4, (uint32_t)cfg.gemv_cols << 1 | cfg.gemv_subgroups,
+                        cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
+                        (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
                         cfg.vec_a, cfg.vec_b, g->trans_a, g->trans_b, (uint32_t)g->act};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 13))) {
-        char *src = gemv ? wgml_gemv_source(&cfg, g->trans_b, g->act) : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
+        char *src = cfg.gemv_rows ? wgml_gemv_rows_source(&cfg, g->act)
+                    : gemv        ? wgml_gemv_source(&cfg, g->trans_b, g->act)
+                                  : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
         if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         l->pipeline = wgml_pipeline_add(ctx, key, 13, src, true);
         free(src);

@@ -12,6 +12,7 @@ typedef struct wgml_gemm_config {
     bool vec_a, vec_b;  /* operand bound as vec4s (its contiguous extent, strides, offsets % 4 == 0) */
     bool warp_8x4;      /* thread layout: a warp covers 8x4 threads of the 16x16 grid (else 16x2) */
     int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */
+    int gemv_rows;      /* 2..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
     bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
 } wgml_gemm_config;
 
@@ -27,6 +28,7 @@ typedef struct wgml_gemm_args {
 
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
 char *wgml_gemv_source(const wgml_gemm_config *cfg, bool trans_b, int act);
+char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act);
 /* The adapter's storage-binding limit (WGML_DEBUG_BINDING_LIMIT lowers it for tests) */
 uint64_t wgml_binding_limit(const wgml_context *ctx);
 /* The tile config for g: by shape, within the adapter's workgroup memory. */

@@ -10,10 +10,13 @@
  *   - GEMV (M == 1, or N == 1 with the operands swapped): a workgroup owns 16-64 columns; its
  *     256 threads split K over the rest and reduce in workgroup memory (cooperative
  *     K-reduction).
+ *   - small-M GEMV (2 <= M <= 16, neither operand transposed): the GEMV's layout with one
+ *     accumulator per row, so the weight is read once for all rows.
  *   - GEMM: a register-tiled kernel generated for a tile config (16x16 threads, each
  *     computing TM x TN outputs from BK-deep slices staged in workgroup memory). The
  *     generator unrolls the inner product so register tiles are indexed by constants only
- *     (naga emits plain loops and arrays indexed at run time spill). Small M uses TM = 1.
+ *     (naga emits plain loops and arrays indexed at run time spill). The config follows the
+ *     shape (wgml_gemm_choose): small M, transposed small M, and the grid's size.
  * Edges (M, N, K not multiples of the tile) are guarded in the kernel.
  */
 #include <stdio.h>

@@ -40,31 +40,13 @@ static wgml_status context_make(int no_fusion, wgml_context **ctx)
 static double last_host_seconds;
 
 /* Median seconds per op over `reps` runs of `inner` ops in one submit (host clock), or with
-   gpu_time of single ops (GPU clock). */
+   gpu_time of single ops (GPU clock). The first run compiles; runs go on for WARMUP_SECONDS
+   at least before the timed ones. */
 static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int reps)
 {
     double t[64], host[64];
     if (reps > 64) reps = 64;
-    if (gpu_time) {
-        double warm_until = bench_now() + WARMUP_SECONDS;
-        for (int r = -1; r < reps; r++) {
-            if (r == 0 && bench_now() < warm_until) r = -1;
-            wgml_scope_begin(ctx);
-            wgml_tensor *out = fn(ctx, arg);
-            wgml_status st = wgml_eval(ctx, 1, &out);
-            wgml_stats s;
-            wgml_stats_get(ctx, &s);
-            wgml_scope_end(ctx);
-            if (st) {
-                fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
-                return NAN;
-            }
-            if (r >= 0) t[r] = s.gpu_seconds_last, host[r] = s.host_seconds_last;
-        }
-        last_host_seconds = bench_median(host, reps);
-        return bench_median(t, reps);
-    }
-    /* warm-up: the first run compiles; then runs for WARMUP_SECONDS at least */
+    if (gpu_time) inner = 1; /* the op alone */
     double warm_until = bench_now() + WARMUP_SECONDS;
     for (int r = -1; r < reps; r++) {
         if (r == 0 && bench_now() < warm_until) r = -1;
@@ -83,7 +65,7 @@ static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int 
             fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
             return NAN;
         }
-        if (r >= 0) t[r] = el / inner, host[r] = s.host_seconds_last;
+        if (r >= 0) t[r] = gpu_time ? s.gpu_seconds_last : el / inner, host[r] = s.host_seconds_last;
     }
     last_host_seconds = bench_median(host, reps);
     return bench_median(t, reps);

@@ -262,6 +262,14 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b,
    output[m, cols] = input[m, rows] x weight[rows, cols]. */
 wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float *data,
                                int64_t rows, int64_t cols);
+typedef struct wgml_weight_desc {
+    /* store the weight as IEEE halves (round to nearest even; past +-65504: infinity): half
+       the memory and the bandwidth of a matmul; the math stays f32. Needs the adapter's
+       shader-f16 feature (WGML_ERROR_UNSUPPORTED without it). */
+    int f16;
+} wgml_weight_desc;
+wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const float *data,
+                                  int64_t rows, int64_t cols, const wgml_weight_desc *desc);
 wgml_status wgml_weight_remove(wgml_context *ctx, const char *name);
 wgml_status wgml_weights_resident(const wgml_context *ctx, size_t *count, uint64_t *bytes);
 wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float *input,

@@ -714,6 +714,56 @@ static void cached_matmul_split_binding(void)
     unsetenv("WGML_DEBUG_BINDING_LIMIT");
 }
 
+/* Weights stored as halves: results match the reference on the weights rounded to half
+   (by the compiler's own _Float16 conversion, not the library's) at the f32 tolerance, for the
+   GEMV, the small-M GEMV and the GEMM, also bound in chunks; tiny weights test the
+   subnormal halves, and the resident bytes are halved. */
+static void cached_matmul_f16(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_adapter_info info;
+    if (!ctx || wgml_adapter_info_get(ctx, &info) != WGML_OK) return;
+    if (!info.has_shader_f16) {
+        fprintf(stderr, "  (adapter has no shader-f16: skipped)\n");
+        return;
+    }
+    /* whole, then bound in chunks of rows (a binding limit of 4096 bytes: 200 and 72 bytes a row) */
+    const int64_t shapes[2][3][2] = {{{7, 5}, {1023, 67}, {64, 1536}}, {{7, 5}, {64, 100}, {50, 36}}};
+    const int64_t ms[] = {1, 3, 16, 40};
+    wgml_weight_desc half = {.f16 = 1};
+    for (int split = 0; split < 2; split++) {
+        if (split) setenv("WGML_DEBUG_BINDING_LIMIT", "4096", 1);
+        wgml_context *c = ctx;
+        if (split) CHECK_OK(NULL, wgml_context_create(NULL, &c));
+        for (int s = 0; c && s < 3; s++) {
+            int64_t K = shapes[split][s][0], N = shapes[split][s][1];
+            float *W = rand_floats((size_t)(K * N), -1, 1), *Wh = malloc((size_t)(K * N) * 4);
+            for (int64_t i = 0; i < K * N; i++) {
+                if (i % 7 == 3) W[i] *= 1e-6f; /* below half's smallest normal, 6.1e-5 */
+                Wh[i] = (float)(_Float16)W[i];
+            }
+            char name[32];
+            snprintf(name, sizeof name, "h%d_%d", split, s);
+            size_t count0 = 0, count = 0;
+            uint64_t bytes0 = 0, bytes = 0;
+            CHECK_OK(c, wgml_weights_resident(c, &count0, &bytes0));
+            CHECK_OK(c, wgml_weight_upload_ex(c, name, W, K, N, &half));
+            CHECK_OK(c, wgml_weights_resident(c, &count, &bytes));
+            CHECK(count == count0 + 1 && bytes == bytes0 + (uint64_t)(K * N) * 2);
+            wgml_stats s0 = stats(c);
+            for (int i = 0; i < 4; i++) CHECK(cached_matches(c, name, Wh, K, N, ms[i], i == 0));
+            if (split && s > 0) CHECK(stats(c).dispatches - s0.dispatches > 4); /* chunks ran */
+            CHECK_OK(c, wgml_weight_remove(c, name));
+            free(W);
+            free(Wh);
+        }
+        if (split) {
+            wgml_context_free(c);
+            unsetenv("WGML_DEBUG_BINDING_LIMIT");
+        }
+    }
+}
+
 int main(void)
 {
     TEST_RUN(sizes_and_transposes);
@@ -731,5 +781,6 @@ int main(void)
     TEST_RUN(errors);
     TEST_RUN(cached_matmul);
     TEST_RUN(cached_matmul_split_binding);
+    TEST_RUN(cached_matmul_f16);
     return test_summary();
 }

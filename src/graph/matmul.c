@@ -122,8 +122,14 @@ static const char *act_wgsl[] = {
     [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
 };
 
-static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b)
+/* b_f16: B is stored as IEEE halves (cached weights uploaded with f16 = 1); every read of it
+   converts to f32 (F16_OPEN / F16_CLOSE around the read), the math stays f32 */
+#define F16_OPEN(f16, vec) ((f16) ? ((vec) ? "vec4<f32>(" : "f32(") : "")
+#define F16_CLOSE(f16) ((f16) ? ")" : "")
+
+static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16)
 {
+    if (b_f16) wgml_sbuf_put(b, "enable f16;\n");
     wgml_sbuf_put(b, "struct Params {\n"
            "    M: u32, N: u32, K: u32, batch: u32,\n"
            "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
@@ -136,7 +142,7 @@ static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b)
            "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
            "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n"
            "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n",
-        vec_a ? "vec4<f32>" : "f32", vec_b ? "vec4<f32>" : "f32");
+        vec_a ? "vec4<f32>" : "f32", b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32");
 }
 
 static void put_epilogue_fn(wgml_sbuf *b, int act)
@@ -163,6 +169,7 @@ typedef struct operand {
     bool vec;                        /* buffer bound as array<vec4<f32>> (aligned) */
     const char *outer, *outer_lim;   /* the non-k coordinate: "m", "P.M" */
     const char *index;               /* element index expression (a_index/b_index) */
+    bool f16;                        /* stored as halves (B of f16 cached weights) */
 } operand;
 
 /* Loads the vec4s this thread stages of operand o for the K-slice at `k0` into registers
@@ -187,13 +194,13 @@ static void put_tile_load(wgml_sbuf *b, const operand *o, int BK)
         const char *other_lim = o->along_k ? o->outer_lim : "P.K";
         if (o->vec) {
             /* aligned: the extent along the contiguous dimension is a multiple of 4 */
-            wgml_sbuf_put(b, "            if (%s < %s && %s < %s) { %s%d = %s[(%s) / 4u]; }\n", other, other_lim, inner,
-                inner_lim, o->reg, r, o->name, o->index);
+            wgml_sbuf_put(b, "            if (%s < %s && %s < %s) { %s%d = %s%s[(%s) / 4u]%s; }\n", other, other_lim, inner,
+                inner_lim, o->reg, r, F16_OPEN(o->f16, true), o->name, o->index, F16_CLOSE(o->f16));
         } else {
             wgml_sbuf_put(b, "            if (%s < %s) {\n                let i = %s;\n", other, other_lim, o->index);
             for (int c = 0; c < 4; c++)
-                wgml_sbuf_put(b, "                if (%s + %du < %s) { %s%d.%c = %s[i + %du]; }\n", inner, c, inner_lim,
-                    o->reg, r, "xyzw"[c], o->name, c);
+                wgml_sbuf_put(b, "                if (%s + %du < %s) { %s%d.%c = %s%s[i + %du]%s; }\n", inner, c, inner_lim,
+                    o->reg, r, "xyzw"[c], F16_OPEN(o->f16, false), o->name, c, F16_CLOSE(o->f16));
             wgml_sbuf_put(b, "            }\n");
         }
         if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            }\n");
@@ -255,13 +262,13 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     int TM = cfg->tm, TN = cfg->tn, BK = cfg->bk;
     int BM = 16 * TM, BN = 16 * TN;
     int stages = cfg->double_buffer ? 2 : 1;
-    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta)};
-    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb)};
+    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta), false};
+    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb), cfg->b_f16};
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
         TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
         cfg->prefetch ? ", register prefetch" : "");
-    put_header(&b, cfg->vec_a, cfg->vec_b);
+    put_header(&b, cfg->vec_a, cfg->vec_b, cfg->b_f16);
     put_epilogue_fn(&b, act);
     wgml_sbuf_put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<vec4<f32>, %d>; // [stage][BK][BN / 4]\n", stages * BK * BN / 4);
@@ -365,19 +372,21 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
 }
 
 /* load_b(k, n, bt): B[k, n .. n + 3] of batch bt (B stored [K, N]), zero past N */
-static void put_load_b(wgml_sbuf *b, bool vec_b)
+static void put_load_b(wgml_sbuf *b, bool vec_b, bool f16)
 {
     wgml_sbuf_put(b, "fn load_b(k: u32, n: u32, bt: u32) -> vec4<f32> {\n"
            "    let row = P.b_off + bt * P.b_bs + k * P.ldb + n;\n");
+    const char *o = F16_OPEN(f16, false), *c = F16_CLOSE(f16);
     if (vec_b)
-        wgml_sbuf_put(b, "    return B[row / 4u]; // N %% 4 == 0: the vec4 is wholly inside\n}\n");
+        wgml_sbuf_put(b, "    return %sB[row / 4u]%s; // N %% 4 == 0: the vec4 is wholly inside\n}\n",
+                      F16_OPEN(f16, true), c);
     else
         wgml_sbuf_put(b, "    var v = vec4<f32>(0.0);\n"
-               "    v.x = B[row];\n"
-               "    if (n + 1u < P.N) { v.y = B[row + 1u]; }\n"
-               "    if (n + 2u < P.N) { v.z = B[row + 2u]; }\n"
-               "    if (n + 3u < P.N) { v.w = B[row + 3u]; }\n"
-               "    return v;\n}\n");
+               "    v.x = %sB[row]%s;\n"
+               "    if (n + 1u < P.N) { v.y = %sB[row + 1u]%s; }\n"
+               "    if (n + 2u < P.N) { v.z = %sB[row + 2u]%s; }\n"
+               "    if (n + 3u < P.N) { v.w = %sB[row + 3u]%s; }\n"
+               "    return v;\n}\n", o, c, o, c, o, c, o, c);
 }
 
 /* y[b, n] = sum_k x[b, k] B[k, n]: one workgroup owns cfg->gemv_cols columns (vec4 groups of
@@ -390,14 +399,14 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
     bool sg = !tb && cfg->gemv_subgroups; /* (naga 29 takes subgroup ops without `enable`) */
     wgml_sbuf_put(&b, "// generated GEMV (M = 1), B%s%s%s\n", tb ? "^T" : "", !tb && cfg->vec_b ? " vec4" : "",
                   sg ? ", subgroup reduction" : "");
-    put_header(&b, false, !tb && cfg->vec_b);
+    put_header(&b, false, !tb && cfg->vec_b, cfg->b_f16);
     put_epilogue_fn(&b, act);
     if (!tb) {
         int groups = cfg->gemv_cols / 4, slices = 256 / groups;
         /* thread (ks, c) sums k = ks, ks + slices, ... for columns n .. n + 3; four
            independent accumulators keep four loads in flight */
         wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 256>;\n");
-        put_load_b(&b, cfg->vec_b);
+        put_load_b(&b, cfg->vec_b, cfg->b_f16);
         wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
                 "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32%s) {\n"
                 "    let bt = wg.z;\n"
@@ -469,7 +478,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "    let m = 0u;\n"
                 "    var acc = 0.0;\n"
                 "    if (n < P.N) {\n"
-                "        for (var k = lane; k < P.K; k += 32u) { acc = fma(A[%s], B[%s], acc); }\n"
+                "        for (var k = lane; k < P.K; k += 32u) { acc = fma(A[%s], %sB[%s]%s, acc); }\n"
                 "    }\n"
                 "    part[lid] = acc;\n"
                 "    workgroupBarrier();\n"
@@ -479,7 +488,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "    }\n"
                 "    if (lane == 0u && n < P.N) { let idx = P.c_off + bt * P.N + n; C[idx] = epilogue(part[lid], n, idx); }\n"
                 "}\n",
-            a_index(false), b_index(true));
+            a_index(false), F16_OPEN(cfg->b_f16, false), b_index(true), F16_CLOSE(cfg->b_f16));
     }
     return wgml_sbuf_take(&b);
 }
@@ -495,9 +504,9 @@ char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated small-M GEMV: up to %d rows, %d columns per workgroup%s\n", R, cfg->gemv_cols,
                   cfg->vec_b ? ", B vec4" : "");
-    put_header(&b, false, cfg->vec_b);
+    put_header(&b, false, cfg->vec_b, cfg->b_f16);
     put_epilogue_fn(&b, act);
-    put_load_b(&b, cfg->vec_b);
+    put_load_b(&b, cfg->vec_b, cfg->b_f16);
     wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 1024>; // [4 rows][256 threads]\n"
             "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
@@ -599,6 +608,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     c.gemv_subgroups = ctx->info.has_subgroups && sge && *sge == '1';
     const char *gc = getenv("WGML_GEMV_COLS");
     if (gc && (atoi(gc) == 16 || atoi(gc) == 32 || atoi(gc) == 64)) c.gemv_cols = atoi(gc);
+    c.b_f16 = g->b_f16;
     /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
     int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
     c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0;
@@ -637,7 +647,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     uint32_t key[13] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
                         cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
                         (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
-                        cfg.vec_a, cfg.vec_b, g->trans_a, g->trans_b, (uint32_t)g->act};
+                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1, g->trans_a, g->trans_b, (uint32_t)g->act};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 13))) {
         char *src = cfg.gemv_rows ? wgml_gemv_rows_source(&cfg, g->act)
                     : gemv        ? wgml_gemv_source(&cfg, g->trans_b, g->act)

@@ -13,7 +13,8 @@ typedef struct wgml_gemm_config {
     bool warp_8x4;      /* thread layout: a warp covers 8x4 threads of the 16x16 grid (else 16x2) */
     int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */
     int gemv_rows;      /* 2..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
-    bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
+    bool gemv_subgroups;
+    bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */ /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. */
@@ -24,6 +25,7 @@ typedef struct wgml_gemm_args {
     float alpha;
     int64_t lda, ldb, a_off, b_off, a_bs, b_bs, c_off, bias_off;
     uint32_t has_bias, accumulate; /* accumulate: C += result (split K) */
+    bool b_f16;                    /* B is stored as halves (offsets and strides still in elements) */
 } wgml_gemm_args;
 
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);

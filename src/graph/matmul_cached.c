@@ -8,6 +8,7 @@
  * kept in one buffer and bound in row chunks at offsets: C = sum over chunks of
  * A[:, rows] W[rows, :], the later chunks accumulating into C on the GPU.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ typedef struct wgml_cached_io {
 
 typedef struct cached_weight {
     wgml_weight w;
+    bool f16; /* stored as halves */
     int nchunks;
     int64_t chunk_rows;
     /* the last call's plan, valid while m and the I/O buffers' generation are unchanged */
@@ -72,17 +74,47 @@ uint64_t wgml_binding_limit(const wgml_context *ctx)
     return lim;
 }
 
+/* IEEE half of f: round to nearest even, +-infinity from 65520 up, NaN kept */
+static uint16_t half_of(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: a multiple of 2^-24, rounded (exact in float) */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+    }
+    uint32_t h = (ax - 0x38000000u) >> 13, rest = ax & 0x1fffu; /* exponent rebiased, 10 bits kept */
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
 wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float *data, int64_t rows, int64_t cols)
 {
+    return wgml_weight_upload_ex(ctx, name, data, rows, cols, NULL);
+}
+
+wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const float *data, int64_t rows, int64_t cols,
+                                  const wgml_weight_desc *desc)
+{
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    bool f16 = desc && desc->f16;
+    uint64_t esize = f16 ? 2 : 4;
     wgml_status st = wgml_check_device(ctx);
     if (st) return st;
     if (!name || !*name || !data)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "weight_upload: name and data must be given");
     if (find(ctx, name)) return wgml_fail(ctx, WGML_ERROR_EXISTS, "weight_upload: a weight named '%s' exists", name);
+    if (f16 && !ctx->info.has_shader_f16)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED,
+                         "weight_upload: '%s' as f16 needs the adapter's shader-f16 feature, which %s lacks", name,
+                         ctx->info.name);
     int64_t shape[2] = {rows, cols}, numel;
     if ((st = wgml_shape_check(ctx, 2, shape, &numel))) return st;
-    uint64_t bytes = (uint64_t)numel * 4;
+    uint64_t bytes = (uint64_t)numel * esize;
     if (bytes > ctx->limits.maxBufferSize)
         return wgml_fail(ctx, WGML_ERROR_LIMIT,
                          "weight '%s' [%lld, %lld] needs %llu bytes, past the adapter's maxBufferSize of %llu",
@@ -90,9 +122,9 @@ wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float 
                          (unsigned long long)ctx->limits.maxBufferSize);
     /* rows per chunk: within the binding limit, chunk offsets aligned for binding */
     uint64_t lim = wgml_binding_limit(ctx), align = ctx->limits.minStorageBufferOffsetAlignment;
-    int64_t chunk_rows = (int64_t)(lim / ((uint64_t)cols * 4));
-    while (chunk_rows > 1 && ((uint64_t)chunk_rows * (uint64_t)cols * 4) % align) chunk_rows--;
-    if (chunk_rows < 1 || ((uint64_t)chunk_rows * (uint64_t)cols * 4) % align)
+    int64_t chunk_rows = (int64_t)(lim / ((uint64_t)cols * esize));
+    while (chunk_rows > 1 && ((uint64_t)chunk_rows * (uint64_t)cols * esize) % align) chunk_rows--;
+    if (chunk_rows < 1 || ((uint64_t)chunk_rows * (uint64_t)cols * esize) % align)
         return wgml_fail(ctx, WGML_ERROR_LIMIT,
                          "weight '%s': one row of %lld floats cannot be bound within the adapter's binding limit of %llu bytes",
                          name, (long long)cols, (unsigned long long)lim);
@@ -118,11 +150,25 @@ wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float 
     cw->w.buffer = wgpuDeviceCreateBuffer(ctx->device, &d);
     cw->params = wgpuDeviceCreateBuffer(ctx->device, &pd);
     cw->params_stride = stride;
-    if (cw->w.buffer) wgpuQueueWriteBuffer(ctx->queue, cw->w.buffer, 0, data, bytes);
+    if (cw->w.buffer && f16) {
+        uint16_t *h = malloc((size_t)((bytes + 3) & ~3ull));
+        if (h) {
+            for (int64_t i = 0; i < numel; i++) h[i] = half_of(data[i]);
+            if (numel % 2) h[numel] = 0;
+            wgpuQueueWriteBuffer(ctx->queue, cw->w.buffer, 0, h, (size_t)((bytes + 3) & ~3ull));
+            free(h);
+        } else {
+            wgpuBufferRelease(cw->w.buffer); /* reported as out of memory below */
+            cw->w.buffer = NULL;
+        }
+    } else if (cw->w.buffer) {
+        wgpuQueueWriteBuffer(ctx->queue, cw->w.buffer, 0, data, bytes);
+    }
     if ((st = wgml_scope_pop(ctx, "uploading a weight")) || !cw->w.buffer || !cw->params) {
         free_weight(cw);
         return st ? st : wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating weight '%s'", name);
     }
+    cw->f16 = f16;
     cw->w.rows = rows;
     cw->w.cols = cols;
     cw->w.bytes = bytes;
@@ -238,15 +284,16 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
         for (int c = 0; c < cw->nchunks; c++) {
             int64_t r0 = c * cw->chunk_rows, rows = K - r0 < cw->chunk_rows ? K - r0 : cw->chunk_rows;
             wgml_gemm_args g = {.M = m, .N = N, .K = rows, .batch = 1, .alpha = 1.0f, .lda = K, .ldb = N,
-                                .a_off = r0, .accumulate = c > 0};
+                                .a_off = r0, .accumulate = c > 0, .b_f16 = cw->f16};
             wgml_launch l;
             bool gemv = false;
             wgml_gemm_config cfg;
             memset(&l, 0, sizeof l);
             if ((st = wgml_gemm_pipeline(ctx, &g, &l, &gemv, &cfg))) return st;
             wgml_gemm_params(ctx, &l, &g, gemv, &cfg);
-            uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * 4;
-            uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * 4;
+            uint64_t esize = cw->f16 ? 2 : 4;
+            uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * esize;
+            uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * esize;
             uint64_t poff = (uint64_t)c * cw->params_stride;
             wgpuQueueWriteBuffer(ctx->queue, cw->params, poff, l.params, l.params_size);
             WGPUBindGroupEntry e[5] = {

@@ -303,6 +303,38 @@ static void bench_matmul(int quick)
             operands_free(&t);
         }
     }
+    /* cached weights stored as f32 and as f16 (opt-in): round trips with a large weight,
+       where the weight read dominates */
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int mi = 0; mi < 2; mi++) {
+            int64_t K = quick ? 512 : 8192, m = mi ? 16 : 1;
+            snprintf(name, sizeof name, "cached_M%lld_%lld_%s", (long long)m, (long long)K, f16 ? "f16" : "f32");
+            if (!wanted(name)) continue;
+            float *w = malloc((size_t)(K * K) * sizeof *w), *x = malloc((size_t)(m * K) * sizeof *x);
+            float *y = malloc((size_t)(m * K) * sizeof *y);
+            for (int64_t i = 0; i < K * K; i++) w[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+            for (int64_t i = 0; i < m * K; i++) x[i] = (float)(i % 17) / 17.0f;
+            wgml_weight_desc d = {.f16 = f16};
+            double t[101];
+            int reps = quick ? 11 : 101, done = 0;
+            if (wgml_weight_upload_ex(ctx, name, w, K, K, &d) == WGML_OK) {
+                for (int r = -5; r < reps; r++, done = r) {
+                    double t0 = bench_now();
+                    if (wgml_matmul_cached(ctx, name, x, (size_t)(m * K), y, (size_t)(m * K), m)) break;
+                    if (r >= 0) t[r] = bench_now() - t0;
+                }
+                wgml_weight_remove(ctx, name);
+            }
+            if (done == reps) {
+                double med = bench_median(t, reps);
+                report(name, med, (double)K * K * (f16 ? 2 : 4) / med / 1e9, "GB/s (weight read)");
+            } else {
+                fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
+            }
+            free(w);
+            free(x);
+            free(y);
+        }
     /* the cached-matmul round trip: host input -> GPU -> host output, M = 1, 1536 x 1536 */
     if (!wanted("cached_roundtrip")) {
         wgml_context_free(ctx);

@@ -499,12 +499,13 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     WGPUAdapterInfo ai = {0};
     wgpuAdapterGetInfo(ctx->adapter, &ai);
     fill_info(ctx, &ai, &af);
-    /* how long a wait spins before it blocks (see wait_for): up to 10 ms on a GPU; 1 ms on a
-       CPU adapter, where the spinning thread takes a core from the work it waits for (a
-       small round trip on lavapipe: 126 us spinning, 185 us blocking at once) */
+    /* how long a wait spins before it blocks (see wait_for): up to 10 ms on a GPU; not on a
+       CPU adapter, where the spinning thread takes a core from the work it waits for
+       (lavapipe on 2 cores, `WGML_BENCH_ONLY=cached_roundtrip wgml bench matmul --quick`:
+       352-423 us blocking at once, 497-543 us spinning 1 ms) */
     const char *spin = getenv("WGML_POLL_SPIN_US");
     bool cpu = ai.adapterType == WGPUAdapterType_CPU;
-    ctx->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 1e-3 : 10e-3;
+    ctx->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 0.0 : 10e-3;
     wgpuAdapterInfoFreeMembers(ai);
     wgpuSupportedFeaturesFreeMembers(af);
     for (size_t i = 0; i < nreq; i++) {

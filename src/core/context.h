@@ -200,6 +200,12 @@ WGPUStringView wgml_sv(const char *s);
 wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes);
 void wgml_buffer_retain(wgml_buffer *b);
 void wgml_buffer_release(wgml_context *ctx, wgml_buffer *b);
+/* A GPU buffer outside the pool that only grows (parameters, staging, cached-matmul I/O): when
+   *buf is NULL or *size < need, it is released and made again, `first` bytes doubled until
+   need fits (its contents are not kept). *replaced (if given) says whether that happened;
+   on failure *buf is NULL and *size 0. */
+wgml_status wgml_grow_buffer(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, uint64_t first,
+                             WGPUBufferUsage usage, const char *what, bool *replaced);
 void wgml_pool_destroy(wgml_context *ctx);
 /* GPU timing of compute passes (runtime/timing.c): the pass's timestamp writes (NULL when
    timing is off), the resolve encoded after the pass, and the read after the submit. */

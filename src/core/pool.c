@@ -114,6 +114,23 @@ void wgml_buffer_release(wgml_context *ctx, wgml_buffer *b)
     ctx->pool.free_list[b->size_class] = b;
 }
 
+wgml_status wgml_grow_buffer(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, uint64_t first,
+                             WGPUBufferUsage usage, const char *what, bool *replaced)
+{
+    if (replaced) *replaced = false;
+    if (*buf && *size >= need) return WGML_OK;
+    uint64_t s = *size ? *size : first;
+    while (s < need) s *= 2;
+    if (*buf) wgpuBufferRelease(*buf);
+    WGPUBufferDescriptor d = {.label = wgml_sv(what), .usage = usage, .size = s};
+    *buf = wgpuDeviceCreateBuffer(ctx->device, &d);
+    *size = *buf ? s : 0;
+    if (replaced) *replaced = true;
+    if (!*buf) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating a %s buffer of %llu bytes", what,
+                                (unsigned long long)s);
+    return WGML_OK;
+}
+
 void wgml_pool_destroy(wgml_context *ctx)
 {
     for (int c = 0; c < WGML_POOL_CLASSES; c++) {

@@ -155,20 +155,11 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
 
 static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
 {
-    if (bytes <= ctx->params_capacity) return WGML_OK;
-    uint64_t cap = ctx->params_capacity ? ctx->params_capacity : 64 * 1024;
-    while (cap < bytes) cap *= 2;
-    if (ctx->params_buffer) {
-        wgml_bind_cache_clear(ctx); /* its bind groups name the old buffer */
-        wgpuBufferRelease(ctx->params_buffer);
-    }
-    WGPUBufferDescriptor d = {.label = wgml_sv("wgml params"),
-                              .usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst,
-                              .size = cap};
-    ctx->params_buffer = wgpuDeviceCreateBuffer(ctx->device, &d);
-    ctx->params_capacity = ctx->params_buffer ? cap : 0;
-    if (!ctx->params_buffer) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating the parameter buffer");
-    return WGML_OK;
+    bool replaced;
+    wgml_status st = wgml_grow_buffer(ctx, &ctx->params_buffer, &ctx->params_capacity, bytes, 64 * 1024,
+                                      WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, "wgml params", &replaced);
+    if (replaced) wgml_bind_cache_clear(ctx); /* its bind groups name the old buffer */
+    return st;
 }
 
 static wgml_status ensure_host_params(wgml_context *ctx, uint64_t bytes)
@@ -185,17 +176,8 @@ static wgml_status ensure_host_params(wgml_context *ctx, uint64_t bytes)
 
 static wgml_status ensure_staging(wgml_context *ctx, uint64_t bytes)
 {
-    if (bytes <= ctx->staging_size) return WGML_OK;
-    uint64_t size = ctx->staging_size ? ctx->staging_size : 4096;
-    while (size < bytes) size *= 2;
-    if (ctx->staging) wgpuBufferRelease(ctx->staging);
-    WGPUBufferDescriptor d = {.label = wgml_sv("wgml staging"),
-                              .usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst,
-                              .size = size};
-    ctx->staging = wgpuDeviceCreateBuffer(ctx->device, &d);
-    ctx->staging_size = ctx->staging ? size : 0;
-    if (!ctx->staging) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating the staging buffer");
-    return WGML_OK;
+    return wgml_grow_buffer(ctx, &ctx->staging, &ctx->staging_size, bytes, 4096,
+                            WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml staging", NULL);
 }
 
 typedef struct readback {

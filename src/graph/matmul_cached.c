@@ -225,27 +225,21 @@ void wgml_weights_destroy(wgml_context *ctx)
 }
 
 /* Grow-only buffer: reallocated (doubling) only when too small. */
-static bool grow(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, WGPUBufferUsage usage,
-                 uint32_t *generation)
+/* An I/O buffer grown as needed; counted in the stats, and a new one bumps `generation` (the
+   weights' bind groups name the old one) */
+static wgml_status grow(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, WGPUBufferUsage usage,
+                        uint32_t *generation)
 {
-    if (*buf && *size >= need) return true;
-    uint64_t s = *size ? *size : 4096;
-    while (s < need) s *= 2;
-    if (*buf) {
-        wgpuBufferRelease(*buf);
-        ctx->stats.buffers_live--;
-        ctx->stats.bytes_live -= *size;
-    }
-    WGPUBufferDescriptor d = {.label = wgml_sv("wgml cached io"), .usage = usage, .size = s};
-    *buf = wgpuDeviceCreateBuffer(ctx->device, &d);
-    *size = *buf ? s : 0;
+    uint64_t old = *buf ? *size : 0;
+    bool replaced;
+    wgml_status st = wgml_grow_buffer(ctx, buf, size, need, 4096, usage, "wgml cached io", &replaced);
+    if (!replaced) return st;
     if (generation) (*generation)++;
-    if (*buf) {
-        ctx->stats.buffers_live++;
-        ctx->stats.bytes_live += s;
-        if (ctx->stats.bytes_live > ctx->stats.bytes_peak) ctx->stats.bytes_peak = ctx->stats.bytes_live;
-    }
-    return *buf != NULL;
+    wgml_stats *s = &ctx->stats;
+    if (old) s->buffers_live--, s->bytes_live -= old;
+    if (*buf) s->buffers_live++, s->bytes_live += *size;
+    if (s->bytes_live > s->bytes_peak) s->bytes_peak = s->bytes_live;
+    return st;
 }
 
 wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float *input, size_t input_len,
@@ -274,10 +268,13 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     wgml_cached_io *io = ctx->cached_io;
     uint64_t in_bytes = (uint64_t)(m * K) * 4, out_bytes = (uint64_t)(m * N) * 4;
-    if (!grow(ctx, &io->input, &io->input_size, in_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, &io->generation) ||
-        !grow(ctx, &io->output, &io->output_size, out_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, &io->generation) ||
-        !grow(ctx, &io->staging, &io->staging_size, out_bytes, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, NULL))
-        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul_cached: allocating I/O buffers");
+    if ((st = grow(ctx, &io->input, &io->input_size, in_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst,
+                   &io->generation)) ||
+        (st = grow(ctx, &io->output, &io->output_size, out_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc,
+                   &io->generation)) ||
+        (st = grow(ctx, &io->staging, &io->staging_size, out_bytes, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst,
+                   NULL)))
+        return st;
     if (cw->last_m != m || cw->bind_generation != io->generation) {
         /* plan: one launch per chunk of weight rows; chunk c accumulates onto the earlier ones */
         drop_binds(cw);

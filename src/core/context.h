@@ -144,7 +144,6 @@ struct wgml_context {
     wgml_stats stats;
     struct bind_slot *bind_cache; /* core/bind_cache.c */
     uint32_t eval_counter;
-    double eval_started; /* wgml_host_seconds() when the running evaluation began */
     wgml_pool pool;
     wgml_pipeline *pipelines[WGML_PIPELINE_BUCKETS];
 

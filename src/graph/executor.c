@@ -192,8 +192,9 @@ typedef struct planned {
     uint64_t offsets[WGML_MAX_BINDINGS];
 } planned;
 
-/* Encodes launches[0..n) and the optional read-back copy into one command buffer, submits. */
-static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const readback *rb)
+/* Encodes launches[0..n) and the optional read-back copy into one command buffer, submits;
+   the host time from `started` to the submit goes into the stats. */
+static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const readback *rb, double started)
 {
     wgml_status st;
     uint64_t params_bytes = 0;
@@ -253,13 +254,12 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-
     if ((st = wgml_submit(ctx, cb))) {
         wgml_scope_pop(ctx, "running the graph");
         return st;
     }
     ctx->stats.dispatches += n;
-    ctx->stats.host_seconds_last = wgml_host_seconds() - ctx->eval_started;
+    ctx->stats.host_seconds_last = wgml_host_seconds() - started;
     if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
     if (n && (st = wgml_timing_read(ctx))) return st;
 
@@ -288,7 +288,7 @@ static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
 
 static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targets, const readback *rb)
 {
-    ctx->eval_started = wgml_host_seconds();
+    double started = wgml_host_seconds();
     wgml_status st = wgml_check_device(ctx);
     if (st) return st;
     for (int i = 0; i < ntargets; i++)
@@ -376,7 +376,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             }
         }
     }
-    if (!st) st = encode_submit(ctx, plan, built, rb);
+    if (!st) st = encode_submit(ctx, plan, built, rb, started);
     ctx->stats.evals++;
 
     /* targets become storage; on failure every buffer of this evaluation is returned */

@@ -1,5 +1,6 @@
 /* Tests of the host-side I/O layer (src/io): safetensors round trips, write failures and
-   a battery of corrupt files; IDX files, plain and gzip, valid and corrupt; the MNIST
+   a battery of corrupt files; numbers read from text; IDX files, plain and gzip, valid and
+   corrupt; the MNIST
    loader on synthetic files and, where installed, on the real Fashion-MNIST splits. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -12,6 +13,7 @@
 
 #include "harness.h"
 #include "io/idx.h"
+#include "io/loader.h"
 #include "io/safetensors.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -377,8 +379,9 @@ static void test_st_corrupt_headers(void)
         {"valid metadata", "{\"__metadata__\":{\"k\":\"v\"}}", 0, WGML_OK},
         {"valid adjacent", "{" ENTRY("a", "\"F32\"", "[2]", "[0,8]") ","
                            ENTRY("b", "\"F32\"", "[2]", "[8,16]") "}", 16, WGML_OK},
-        {"valid gap", "{" ENTRY("a", "\"F32\"", "[2]", "[0,8]") ","
-                      ENTRY("b", "\"F32\"", "[1]", "[12,16]") "}", 16, WGML_OK},
+        {"valid empty tensors at the seams", "{" ENTRY("a", "\"F32\"", "[2]", "[0,8]") ","
+                      ENTRY("e", "\"F32\"", "[0]", "[8,8]") "," ENTRY("z", "\"F32\"", "[0,3]", "[0,0]") "}",
+         8, WGML_OK},
         {"empty header", "", 0, WGML_ERROR_FORMAT},
         {"not JSON", "{\"a\":", 0, WGML_ERROR_FORMAT},
         {"garbage", "\x01\x02\x03", 0, WGML_ERROR_FORMAT},
@@ -456,6 +459,14 @@ static void test_st_corrupt_headers(void)
                     ENTRY("b", "\"F32\"", "[2]", "[4,12]") "}", 12, WGML_ERROR_FORMAT},
         {"same range twice", "{" ENTRY("a", "\"F32\"", "[2]", "[0,8]") ","
                              ENTRY("b", "\"F32\"", "[2]", "[0,8]") "}", 8, WGML_ERROR_FORMAT},
+        /* The tensors must cover the data exactly: no gap, nothing after the last one. */
+        {"gap between tensors", "{" ENTRY("a", "\"F32\"", "[2]", "[0,8]") ","
+                                ENTRY("b", "\"F32\"", "[1]", "[12,16]") "}", 16, WGML_ERROR_FORMAT},
+        {"gap before the first", "{" ENTRY("a", "\"F32\"", "[1]", "[4,8]") "}", 8, WGML_ERROR_FORMAT},
+        {"one byte after the data", "{" ENTRY("a", "\"F32\"", "[2]", "[0,8]") "}", 9, WGML_ERROR_FORMAT},
+        {"data but no tensors", "{}", 4, WGML_ERROR_FORMAT},
+        {"empty tensor inside another", "{" ENTRY("a", "\"F32\"", "[2]", "[0,8]") ","
+                                        ENTRY("e", "\"F32\"", "[0]", "[4,4]") "}", 8, WGML_ERROR_FORMAT},
         {"range inside another", "{" ENTRY("a", "\"F32\"", "[4]", "[0,16]") ","
                                  ENTRY("b", "\"F32\"", "[1]", "[4,8]") ","
                                  ENTRY("c", "\"F32\"", "[1]", "[16,20]") "}", 20,
@@ -511,6 +522,45 @@ static void test_st_corrupt_framing(void)
     uint8_t *buf = make_st("{}", 3, 0, &len);
     CHECK(parse_exact(buf, len, err, sizeof err) == WGML_ERROR_FORMAT);
     free(buf);
+
+    /* A file as wgml writes it (header padded with spaces), then its header length one
+       byte short: the JSON still parses, and every tensor would be read one byte early. */
+    const int64_t s2x3[] = {2, 3}, s5[] = {5};
+    wgml_st_tensor t[2] = {make_tensor("W", 2, s2x3), make_tensor("bias", 1, s5)};
+    char path[512];
+    tmp_path(path, sizeof path, "framing.safetensors");
+    CHECK(wgml_safetensors_write(path, t, 2, NULL, NULL, 0, err, sizeof err) == WGML_OK);
+    uint8_t *bytes = read_whole_file(path, &len);
+    CHECK(bytes != NULL && len > 16);
+    if (bytes) {
+        uint64_t header_len = 0;
+        for (int i = 7; i >= 0; i--) header_len = (header_len << 8) | bytes[i];
+        CHECK(bytes[8 + header_len - 1] == ' '); /* the case needs padding to cut into */
+        CHECK(parse_exact(bytes, len, err, sizeof err) == WGML_OK);
+        uint8_t *changed = malloc(len + 1);
+        memcpy(changed, bytes, len);
+        changed[0] = (uint8_t)(bytes[0] - 1);
+        CHECK(parse_exact(changed, len, err, sizeof err) == WGML_ERROR_FORMAT);
+        CHECK(strstr(err, "cover 44 of the 45 data bytes") != NULL);
+        fprintf(stderr, "  header length one short -> %s\n", err);
+        /* a byte appended after the data */
+        memcpy(changed, bytes, len);
+        changed[len] = 0;
+        CHECK(parse_exact(changed, len + 1, err, sizeof err) == WGML_ERROR_FORMAT);
+        CHECK(strstr(err, "cover 44 of the 45 data bytes") != NULL);
+        fprintf(stderr, "  one byte appended -> %s\n", err);
+        /* and through a file, as wgml eval reads it */
+        CHECK(write_file(path, changed, len + 1));
+        wgml_st_file f;
+        CHECK(wgml_safetensors_read(path, &f, err, sizeof err) == WGML_ERROR_FORMAT);
+        CHECK(strstr(err, "framing.safetensors") != NULL);
+        wgml_st_file_free(&f);
+        free(changed);
+    }
+    free(bytes);
+    remove(path);
+    free(t[0].data);
+    free(t[1].data);
 }
 
 static void test_st_too_many_tensors(void)
@@ -594,6 +644,69 @@ static void test_st_truncation_and_flips(void)
 out:
     remove(path);
     for (int i = 0; i < 4; i++) free(tensors[i].data);
+}
+
+/* ------------------------------------------------------------------ numbers in text */
+
+/* Metadata and flags are text: only a whole number in range is taken. */
+static void test_parse_numbers(void)
+{
+    char err[512];
+    static const struct { const char *text; int64_t lo, hi; int ok; int64_t want; } ints[] = {
+        {"0", 0, 100, 1, 0},
+        {"42", 0, 100, 1, 42},
+        {"100", 0, 100, 1, 100},
+        {"-3", -5, 5, 1, -3},
+        {"2147483647", 0, 2147483647, 1, 2147483647},
+        {"9223372036854775807", 0, INT64_MAX, 1, INT64_MAX},
+        {"-3", 0, 2147483647, 0, 0},            /* a negative epoch */
+        {"99999999999", 0, 2147483647, 0, 0},   /* wraps in an int */
+        {"9223372036854775808", 0, INT64_MAX, 0, 0}, /* past int64: ERANGE */
+        {"101", 0, 100, 0, 0},
+        {"", 0, 100, 0, 0},
+        {"abc", 0, 100, 0, 0},
+        {"12abc", 0, 100, 0, 0},
+        {"1.5", 0, 100, 0, 0},
+        {" 7", 0, 100, 0, 0},
+        {"7 ", 0, 100, 0, 0},
+        {"+7", 0, 100, 0, 0},
+        {"0x10", 0, 100, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        int64_t v = -12345;
+        wgml_status st = wgml_parse_i64("metadata 'epoch'", ints[i].text, ints[i].lo, ints[i].hi, &v, err, sizeof err);
+        CHECK(st == (ints[i].ok ? WGML_OK : WGML_ERROR_FORMAT));
+        if (ints[i].ok) {
+            CHECK(v == ints[i].want);
+        } else {
+            CHECK(v == -12345); /* untouched on failure */
+            CHECK(strstr(err, "metadata 'epoch'") != NULL);
+            if (st != WGML_OK && i == 6) fprintf(stderr, "  %s\n", err);
+        }
+        if ((st == WGML_OK) != ints[i].ok) fprintf(stderr, "  case '%s' gave %s\n", ints[i].text, wgml_status_name(st));
+    }
+    CHECK(wgml_parse_i64("x", NULL, 0, 1, &(int64_t){0}, err, sizeof err) == WGML_ERROR_FORMAT);
+
+    uint64_t u = 0;
+    CHECK(wgml_parse_u64("seed", "18446744073709551615", &u, err, sizeof err) == WGML_OK && u == UINT64_MAX);
+    CHECK(wgml_parse_u64("seed", "7", &u, err, sizeof err) == WGML_OK && u == 7);
+    CHECK(wgml_parse_u64("seed", "-1", &u, err, sizeof err) == WGML_ERROR_FORMAT); /* strtoull would wrap it */
+    CHECK(wgml_parse_u64("seed", "18446744073709551616", &u, err, sizeof err) == WGML_ERROR_FORMAT);
+    CHECK(wgml_parse_u64("seed", "7x", &u, err, sizeof err) == WGML_ERROR_FORMAT);
+    CHECK(wgml_parse_u64("seed", "", &u, err, sizeof err) == WGML_ERROR_FORMAT);
+    CHECK(u == 7);
+
+    float f = 0;
+    CHECK(wgml_parse_f32("lr", "0.00999999978", 0, 1, &f, err, sizeof err) == WGML_OK && f == 0.01f);
+    CHECK(wgml_parse_f32("lr", "1e-3", 0, 1, &f, err, sizeof err) == WGML_OK && f == 1e-3f);
+    CHECK(wgml_parse_f32("lr", "-0.5", -1, 1, &f, err, sizeof err) == WGML_OK && f == -0.5f);
+    const char *bad_floats[] = {"nan", "inf", "-inf", "1e39", "", "0.1x", " 0.1", "2", "-0.5"};
+    for (size_t i = 0; i < sizeof bad_floats / sizeof bad_floats[0]; i++) {
+        wgml_status st = wgml_parse_f32("lr", bad_floats[i], 0, 1, &f, err, sizeof err);
+        CHECK(st == WGML_ERROR_FORMAT);
+        if (st != WGML_ERROR_FORMAT) fprintf(stderr, "  float '%s' was taken\n", bad_floats[i]);
+    }
+    CHECK(f == -0.5f);
 }
 
 /* ------------------------------------------------------------------ IDX */
@@ -887,6 +1000,7 @@ int main(void)
     TEST_RUN(test_st_corrupt_framing);
     TEST_RUN(test_st_too_many_tensors);
     TEST_RUN(test_st_truncation_and_flips);
+    TEST_RUN(test_parse_numbers);
     TEST_RUN(test_idx_valid);
     TEST_RUN(test_idx_corrupt);
     TEST_RUN(test_mnist_synthetic);

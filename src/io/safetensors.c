@@ -484,23 +484,39 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
         filled++;
     }
 
-    /* Sorted by offset, the tensors come back in the order they were written, and any
-       overlap is between neighbours (counting the furthest end so far). */
+    /* The format wants the tensors to tile the data section exactly, as the reference
+       reader checks: sorted by offset, each begins where the one before it ends, and the
+       last ends at the end of the file. A gap or trailing bytes usually mean a header length
+       that is off (every tensor would then be read shifted), so they are refused, not
+       skipped. Sorting also gives the tensors back in the order they were written. */
     if (count > 1) qsort(parsed, count, sizeof *parsed, compare_by_offset);
-    int64_t furthest_end = 0;
-    size_t furthest = 0;
+    int64_t covered = 0;
     for (size_t i = 0; i < count; i++) {
-        if (parsed[i].begin == parsed[i].end) continue; /* no bytes, nothing to overlap */
-        if (parsed[i].begin < furthest_end) {
+        if (parsed[i].begin < covered) {
             wgml_io_err(err, errlen, "%s: tensors '%s' [%lld, %lld] and '%s' [%lld, %lld] overlap",
-                    what, parsed[furthest].t.name, (long long)parsed[furthest].begin,
-                    (long long)parsed[furthest].end, parsed[i].t.name,
+                    what, parsed[i - 1].t.name, (long long)parsed[i - 1].begin,
+                    (long long)parsed[i - 1].end, parsed[i].t.name,
                     (long long)parsed[i].begin, (long long)parsed[i].end);
             st = WGML_ERROR_FORMAT;
             goto done;
         }
-        furthest_end = parsed[i].end;
-        furthest = i;
+        if (parsed[i].begin > covered) {
+            wgml_io_err(err, errlen,
+                    "%s: tensor '%s' begins at data byte %lld, but the tensors before it end at "
+                    "%lld: the data has a gap (data_offsets must be contiguous)", what,
+                    parsed[i].t.name, (long long)parsed[i].begin, (long long)covered);
+            st = WGML_ERROR_FORMAT;
+            goto done;
+        }
+        covered = parsed[i].end;
+    }
+    if (covered != data_len) {
+        wgml_io_err(err, errlen,
+                "%s: the tensors cover %lld of the %lld data bytes after the %llu-byte header: "
+                "the header length is wrong or bytes were added after the data", what,
+                (long long)covered, (long long)data_len, (unsigned long long)header_len);
+        st = WGML_ERROR_FORMAT;
+        goto done;
     }
 
     if (count > 0) {

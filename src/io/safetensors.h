@@ -47,8 +47,11 @@ wgml_status wgml_safetensors_write(const char *path, const wgml_st_tensor *tenso
 
 /* Parses a whole file held in memory; the tensor data is copied out, so bytes may be
    freed afterwards. Anything malformed is WGML_ERROR_FORMAT with a message (never a crash,
-   never an allocation larger than the input justifies); also WGML_ERROR_OUT_OF_MEMORY and
-   WGML_ERROR_INVALID_ARGUMENT. On failure *out is zeroed. */
+   never an allocation larger than the input justifies), including data the tensors do not
+   cover exactly (a gap, an overlap, bytes after the last tensor: the signs of a header
+   length that is off); also WGML_ERROR_OUT_OF_MEMORY and WGML_ERROR_INVALID_ARGUMENT. On
+   failure *out is zeroed. Metadata values are kept as text: read numbers from them with
+   wgml_parse_i64 and its kin (io/loader.h). */
 wgml_status wgml_safetensors_parse(const uint8_t *bytes, size_t len, wgml_st_file *out,
                                    char *err, size_t errlen);
 /* Reads path into memory and parses it; WGML_ERROR_IO when it cannot be read. */

@@ -132,6 +132,18 @@ struct wgml_context {
     WGPUQuerySet timing_queries;
     WGPUBuffer timing_resolve, timing_readback;
     double poll_spin_seconds; /* how long a read-back spins before blocking (WGML_POLL_SPIN_US) */
+    /* The most loop iterations one invocation of a kernel may run, all its loops together.
+       Mesa's llvmpipe (lavapipe) ends every loop of a shader once they have run 65535 times
+       between them (gallivm's loop limiter), silently: a longer loop gives a wrong answer.
+       Kernels split work so they stay under it; a launch past it is refused (WGML_ERROR_LIMIT).
+       UINT32_MAX where the driver has no such limit; WGML_LOOP_LIMIT overrides (tests). */
+    uint32_t loop_limit;
+
+    /* GPU-side error flags: kernels that check data (labels, indices) record the first
+       problem here; the next read-back copies them out and reports it (graph/executor.c) */
+    WGPUBuffer gpu_errors;
+    uint64_t gpu_errors_size;
+    bool gpu_errors_pending; /* a submitted kernel may have written them */
 
     /* errors */
     wgml_status status;

@@ -1,6 +1,7 @@
 /* The one-submit graph executor; see executor.h for the stages. */
 #include "graph/executor.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,13 +138,14 @@ static void decide_fusion(wgml_context *ctx, node_list *order)
 
 /* ---------------------------------------------------------------- plan and encode */
 
-static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+/* Fills l[0..*count) for node t. */
+static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
-    memset(l, 0, sizeof *l);
+    *count = 1;
     switch (wgml_op_table[t->op].kind) {
     case WGML_KIND_UNARY:
     case WGML_KIND_BINARY: return wgml_build_fused(ctx, t, l);
-    case WGML_KIND_REDUCE: return wgml_build_reduce(ctx, t, l);
+    case WGML_KIND_REDUCE: return wgml_build_reduce(ctx, t, l, count);
     case WGML_KIND_ROW: return wgml_build_row(ctx, t, l);
     case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l);
     case WGML_KIND_OPTIM: return wgml_build_optim(ctx, t, l);
@@ -151,6 +153,41 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "op %s cannot be scheduled",
                          wgml_op_table[t->op].name);
     }
+}
+
+wgml_status wgml_check_loops(wgml_context *ctx, const wgml_launch *l)
+{
+    if (l->loop_trips <= ctx->loop_limit) return WGML_OK;
+    return wgml_fail(ctx, WGML_ERROR_LIMIT,
+                     "%s needs %llu loop iterations per GPU thread, past this adapter's limit of %u "
+                     "(%s ends longer loops early, which would give a wrong answer)",
+                     l->what[0] ? l->what : "a kernel", (unsigned long long)l->loop_trips, ctx->loop_limit,
+                     ctx->info.name);
+}
+
+WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx)
+{
+    if (ctx->gpu_errors) return ctx->gpu_errors;
+    WGPUBufferDescriptor d = {.label = wgml_sv("wgml gpu errors"), .size = 16,
+                              .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst};
+    ctx->gpu_errors = wgpuDeviceCreateBuffer(ctx->device, &d); /* zeroed, as WebGPU makes every buffer */
+    ctx->gpu_errors_size = ctx->gpu_errors ? 16 : 0;
+    return ctx->gpu_errors;
+}
+
+/* The message of the GPU error flags read back (words w[0], w[1]); clears them on the GPU. */
+static wgml_status report_gpu_errors(wgml_context *ctx, const uint32_t *w)
+{
+    ctx->gpu_errors_pending = false;
+    if (!w[0]) return WGML_OK;
+    static const uint32_t zero[4] = {0};
+    wgpuQueueWriteBuffer(ctx->queue, ctx->gpu_errors, 0, zero, sizeof zero);
+    uint32_t at = UINT32_MAX - w[1];
+    if (w[0] & WGML_GPU_ERROR_LABEL)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "cross_entropy: the label of row %u is not a class index (a whole number from 0 to the "
+                         "number of classes - 1); that row's loss is NaN", at);
+    return wgml_fail(ctx, WGML_ERROR_DEVICE, "a kernel reported GPU error flags 0x%x", w[0]);
 }
 
 static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
@@ -187,6 +224,7 @@ typedef struct readback {
 
 typedef struct planned {
     wgml_launch launch;
+    wgml_tensor *node; /* the node it computes (or a first part of) */
     uint64_t params_offset;
     uint64_t sizes[WGML_MAX_BINDINGS];
     uint64_t offsets[WGML_MAX_BINDINGS];
@@ -241,9 +279,13 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         if (pd.timestampWrites) wgml_timing_resolve(ctx, enc);
     }
     uint64_t rb_bytes = 0;
+    bool flags = false; /* the GPU error flags come back after the data */
     if (rb) {
         rb_bytes = (uint64_t)rb->t->numel * 4;
-        if ((st = ensure_staging(ctx, rb_bytes))) {
+        for (size_t i = 0; i < n && !ctx->gpu_errors_pending; i++)
+            for (int b = 0; b < p[i].launch.nbuffers; b++) flags |= ctx->gpu_errors && p[i].launch.raw[b] == ctx->gpu_errors;
+        flags |= ctx->gpu_errors_pending;
+        if ((st = ensure_staging(ctx, rb_bytes + (flags ? 16 : 0)))) {
             wgpuCommandEncoderRelease(enc);
             wgml_scope_pop(ctx, "reading back");
             return st;
@@ -251,6 +293,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         wgml_tensor *b = wgml_tensor_base(rb->t);
         wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, (uint64_t)rb->t->offset * 4,
                                              ctx->staging, 0, rb_bytes);
+        if (flags) wgpuCommandEncoderCopyBufferToBuffer(enc, ctx->gpu_errors, 0, ctx->staging, rb_bytes, 16);
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
@@ -259,20 +302,27 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         return st;
     }
     ctx->stats.dispatches += n;
+    for (size_t i = 0; i < n && !ctx->gpu_errors_pending; i++)
+        for (int b = 0; b < p[i].launch.nbuffers; b++)
+            ctx->gpu_errors_pending |= ctx->gpu_errors && p[i].launch.raw[b] == ctx->gpu_errors;
     ctx->stats.host_seconds_last = wgml_host_seconds() - started;
     if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
     if (n && (st = wgml_timing_read(ctx))) return st;
 
     if (rb) {
-        if ((st = wgml_map_read(ctx, ctx->staging, rb_bytes))) return st;
-        const void *src = wgpuBufferGetConstMappedRange(ctx->staging, 0, (size_t)rb_bytes);
+        uint64_t map_bytes = rb_bytes + (flags ? 16 : 0);
+        if ((st = wgml_map_read(ctx, ctx->staging, map_bytes))) return st;
+        const uint8_t *src = wgpuBufferGetConstMappedRange(ctx->staging, 0, (size_t)map_bytes);
         if (!src) {
             wgpuBufferUnmap(ctx->staging);
             return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: no mapped range");
         }
         memcpy(rb->host, src, (size_t)rb_bytes);
+        uint32_t w[4] = {0};
+        if (flags) memcpy(w, src + rb_bytes, sizeof w);
         wgpuBufferUnmap(ctx->staging);
         ctx->stats.bytes_downloaded += rb_bytes;
+        if (flags) return report_gpu_errors(ctx, w);
     }
     return WGML_OK;
 }
@@ -309,11 +359,11 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         if (order.items[k]->dest) order.items[k]->sched_pinned = order.items[k]->sched_target = true;
     decide_fusion(ctx, &order);
 
-    /* readers per kernel output: how many kernels read it (fused nodes are inside kernels) */
+    /* launches per kernel node: one, or a few sharing a scratch buffer */
     size_t nk = 0;
     for (size_t k = 0; k < order.n; k++)
         if (order.items[k]->sched_kind == WGML_SCHED_KERNEL) nk++;
-    planned *plan = nk ? calloc(nk, sizeof *plan) : NULL;
+    planned *plan = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *plan) : NULL;
     if (nk && !plan) {
         free(order.items);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
@@ -324,40 +374,58 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     size_t built = 0;
     uint64_t params_off = 0;
     uint32_t align = ctx->limits.minUniformBufferOffsetAlignment ? ctx->limits.minUniformBufferOffsetAlignment : 256;
-    /* first pass: count kernel reads of each lazy base (a kernel may read a base twice) */
+    /* first pass: build the launches and count kernel reads of each lazy base (a kernel may
+       read a base twice) */
     for (size_t k = 0; k < order.n && !st; k++) {
         wgml_tensor *t = order.items[k];
         if (t->sched_kind != WGML_SCHED_KERNEL) continue;
-        st = build_launch(ctx, t, &plan[built].launch);
-        if (st) break;
-        wgml_launch *l = &plan[built].launch;
-        for (int b = 0; b < l->nbuffers - 1; b++)
-            if (l->buffers[b] && l->buffers[b]->op != WGML_OP_NONE) l->buffers[b]->sched_uses++;
-        built++;
+        int count = 0;
+        wgml_launch ls[WGML_MAX_NODE_LAUNCHES];
+        memset(ls, 0, sizeof ls);
+        if ((st = build_launch(ctx, t, ls, &count))) break;
+        for (int c = 0; c < count && !st; c++) {
+            wgml_launch *l = &plan[built].launch;
+            *l = ls[c];
+            plan[built++].node = t;
+            if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s", wgml_op_table[t->op].name);
+            st = wgml_check_loops(ctx, l);
+            for (int b = 0; b < l->nbuffers; b++)
+                if (l->buffers[b] && l->buffers[b] != t && l->buffers[b]->op != WGML_OP_NONE) l->buffers[b]->sched_uses++;
+        }
     }
-    if (!st) {
-        size_t ki = 0;
-        for (size_t k = 0; k < order.n && !st; k++) {
-            wgml_tensor *t = order.items[k];
-            if (t->sched_kind != WGML_SCHED_KERNEL) continue;
-            planned *pl = &plan[ki++];
+    /* second pass, a node at a time: its output (and scratch) buffers, each launch's bindings
+       and parameters, then its inputs' buffers back to the pool after their last reader */
+    for (size_t first = 0, end; first < built && !st; first = end) {
+        wgml_tensor *t = plan[first].node;
+        for (end = first + 1; end < built && plan[end].node == t;) end++;
+        if (t->dest) { /* the result goes into a given slot */
+            t->buf = t->dest;
+            wgml_buffer_retain(t->buf);
+        } else {
+            t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
+        }
+        if (!t->buf) { st = ctx->status; break; }
+        wgml_buffer *scratch = NULL;
+        if (plan[first].launch.scratch_bytes && !(scratch = wgml_pool_acquire(ctx, plan[first].launch.scratch_bytes))) {
+            st = ctx->status;
+            break;
+        }
+        for (size_t i = first; i < end && !st; i++) {
+            planned *pl = &plan[i];
             wgml_launch *l = &pl->launch;
-            if (t->dest) { /* the result goes into a given slot */
-                t->buf = t->dest;
-                wgml_buffer_retain(t->buf);
-            } else {
-                t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
-            }
-            if (!t->buf) { st = ctx->status; break; }
             for (int b = 0; b < l->nbuffers; b++) {
+                if (l->scratch_mask >> b & 1) {
+                    l->raw[b] = scratch->handle;
+                    pl->sizes[b] = scratch->size;
+                }
                 if (l->raw[b]) continue; /* builder gave a raw buffer */
                 wgml_tensor *bt = l->buffers[b];
                 l->raw[b] = bt->buf->handle;
                 pl->sizes[b] = bt->buf->size;
-            }
-            if (t->dest) {
-                pl->offsets[l->nbuffers - 1] = (uint64_t)t->dest_offset * 4;
-                pl->sizes[l->nbuffers - 1] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
+                if (bt == t && t->dest) {
+                    pl->offsets[b] = (uint64_t)t->dest_offset * 4;
+                    pl->sizes[b] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
+                }
             }
             for (int b = 0; b < l->nbuffers; b++)
                 if (!pl->sizes[b]) pl->sizes[b] = WGPU_WHOLE_SIZE;
@@ -365,10 +433,15 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             memcpy(ctx->params_host + params_off, l->params, l->params_size);
             pl->params_offset = params_off;
             params_off += (l->params_size + align - 1) / align * align;
-            /* inputs whose last reader this was go back to the pool for later kernels */
-            for (int b = 0; b < l->nbuffers - 1; b++) {
+        }
+        /* the scratch buffer and inputs whose last reader this was go back to the pool for
+           later kernels (they run after this one: the pass keeps dispatch order) */
+        if (scratch) wgml_buffer_release(ctx, scratch);
+        for (size_t i = first; i < end; i++) {
+            wgml_launch *l = &plan[i].launch;
+            for (int b = 0; b < l->nbuffers; b++) {
                 wgml_tensor *in = l->buffers[b];
-                if (!in || in->op == WGML_OP_NONE) continue;
+                if (!in || in == t || in->op == WGML_OP_NONE) continue;
                 if (--in->sched_uses == 0 && !in->sched_target) {
                     wgml_buffer_release(ctx, in->buf);
                     in->buf = NULL;

@@ -18,16 +18,37 @@
 #define WGML_MAX_BINDINGS 10
 #define WGML_MAX_PARAMS_BYTES 1024
 
-/* One dispatch: binding 0 is the parameter block, 1..n the storage buffers in order. */
+/* One dispatch: binding 0 is the parameter block, 1..n the storage buffers in order. A node
+   takes one launch, or up to WGML_MAX_NODE_LAUNCHES that run in order and share a scratch
+   buffer (a reduction's partial results). */
 typedef struct wgml_launch {
     wgml_pipeline *pipeline;
     int nbuffers;
-    wgml_tensor *buffers[WGML_MAX_BINDINGS]; /* bases; the last one is the output */
+    /* bases: the node itself is its output, other tensors its inputs; NULL where raw[] or the
+       scratch buffer is bound instead */
+    wgml_tensor *buffers[WGML_MAX_BINDINGS];
     WGPUBuffer raw[WGML_MAX_BINDINGS];       /* or raw buffers (cached matmul), if set */
+    uint32_t scratch_mask;  /* bit b: binding b is the node's scratch buffer */
+    uint64_t scratch_bytes; /* on a node's first launch: the size of that buffer */
+    /* the most loop iterations one invocation runs, all loops together: the executor refuses
+       a launch past the adapter's loop limit (wgml_context.loop_limit) */
+    uint64_t loop_trips;
+    char what[48];          /* names the launch in that error */
     uint8_t params[WGML_MAX_PARAMS_BYTES];
     uint32_t params_size;
     uint32_t groups[3];
 } wgml_launch;
+
+#define WGML_MAX_NODE_LAUNCHES 2
+
+/* The context's GPU error flags (wgml_context.gpu_errors), made on first use: a kernel that
+   checks its data binds them and records a problem as WGML_GPU_ERROR_* bits in word 0 and
+   the first offending position as UINT32_MAX - position, by atomicMax, in word 1. */
+enum { WGML_GPU_ERROR_LABEL = 1u << 0 };
+WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx);
+/* WGML_ERROR_LIMIT when launch l would loop past the adapter's limit (wgml_context.loop_limit),
+   which on llvmpipe ends loops early and silently gives a wrong answer */
+wgml_status wgml_check_loops(wgml_context *ctx, const wgml_launch *l);
 
 /* Splits `groups` workgroups over x and y so neither passes the adapter's limit; returns the
    x count (threads = x * workgroup size per row of the grid). */
@@ -40,7 +61,9 @@ wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, float *host);
 /* Kernel builders, one per kind (graph/kernels.c, graph/fusion.c, graph/matmul.c): fill
    `launch` for node `t`, whose inputs are already planned. */
 wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *launch);
-wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+/* (a reduction may take two launches: l points at WGML_MAX_NODE_LAUNCHES of them, *count says how
+   many it filled) */
+wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
 wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_optim(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);

@@ -27,29 +27,73 @@ wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launc
 static void put_u32(wgml_launch *l, int i, uint32_t v) { memcpy(l->params + 4 * i, &v, 4); }
 static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, &v, 4); }
 
-/* x [outer, len, inner] -> y [outer, inner] */
-wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+/* Axis elements each thread folds, at most, before a long axis is split over workgroups: a
+   GPU wants more than one workgroup per output when there are few outputs, and lavapipe's
+   loop limit needs it for very long axes. */
+#define REDUCE_TRIPS 64
+#define REDUCE_TREE_TRIPS 9 /* the tree over 256 partials */
+
+/* x [outer, len, inner] -> y [outer, inner]; one launch, or two through partial results when
+   the axis is long (see src/kernels/reduce.wgsl) */
+wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     wgml_status st = wgml_kernel_pipeline(ctx, "reduce", l);
     if (st) return st;
     wgml_tensor *x = t->src[0];
     int ax = t->iparam[0];
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < ax; d++) outer *= x->shape[d];
-    for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
+    uint64_t outer = 1, inner = 1, len = (uint64_t)x->shape[ax];
+    for (int d = 0; d < ax; d++) outer *= (uint64_t)x->shape[d];
+    for (int d = ax + 1; d < x->ndim; d++) inner *= (uint64_t)x->shape[d];
     static const uint32_t codes[] = {[WGML_OP_SUM] = 0, [WGML_OP_MEAN] = 1, [WGML_OP_MAX] = 2, [WGML_OP_ARGMAX] = 3};
-    uint32_t gx = wgml_grid(ctx, (uint64_t)(outer * inner), l->groups);
-    put_u32(l, 0, (uint32_t)outer);
-    put_u32(l, 1, (uint32_t)x->shape[ax]);
-    put_u32(l, 2, (uint32_t)inner);
-    put_u32(l, 3, codes[t->op]);
-    put_u32(l, 4, (uint32_t)x->offset);
-    put_u32(l, 5, gx);
-    put_f32(l, 6, -INFINITY);
-    l->params_size = 32;
+    uint64_t trips = (len + 255) / 256;
+    /* the chunk one stage-1 thread folds: REDUCE_TRIPS elements, fewer under a small loop limit */
+    uint64_t budget = ctx->loop_limit > REDUCE_TREE_TRIPS + 1 ? ctx->loop_limit - REDUCE_TREE_TRIPS : 1;
+    if (budget > REDUCE_TRIPS) budget = REDUCE_TRIPS;
+    bool split = trips > budget && (outer * inner < 1024 || trips + REDUCE_TREE_TRIPS > ctx->loop_limit);
+    uint64_t chunk = 256 * budget, parts = split ? (len + chunk - 1) / chunk : 1;
+    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, codes[t->op], (uint32_t)x->offset, 0, 0, 0,
+                      (uint32_t)chunk, (uint32_t)parts, 0, 0};
+    float neg_inf = -INFINITY;
+    memcpy(&p[6], &neg_inf, 4);
+    l->params_size = sizeof p;
     l->buffers[0] = wgml_tensor_base(x);
     l->buffers[1] = t;
     l->nbuffers = 2;
+    snprintf(l->what, sizeof l->what, "%s over %llu elements", wgml_op_table[t->op].name, (unsigned long long)len);
+    if (len <= budget) { /* a short axis: a thread per output */
+        l->loop_trips = len;
+        p[7] = 3;
+        p[5] = wgml_grid(ctx, (outer * inner + 255) / 256, l->groups);
+        memcpy(l->params, p, sizeof p);
+        return WGML_OK;
+    }
+    if (!split) {
+        l->loop_trips = trips + REDUCE_TREE_TRIPS;
+        p[5] = wgml_grid(ctx, outer * inner, l->groups);
+        memcpy(l->params, p, sizeof p);
+        return WGML_OK;
+    }
+    /* stage 1 writes [outer, parts, inner] partials (argmax: and their indices after them)
+       into the node's scratch buffer; stage 2 reads them */
+    uint64_t partials = outer * parts * inner;
+    wgml_launch *l2 = l + 1;
+    *l2 = *l;
+    l->scratch_bytes = partials * 4 * (t->op == WGML_OP_ARGMAX ? 2 : 1);
+    l->buffers[1] = NULL;
+    l->scratch_mask = 1u << 1;
+    l->loop_trips = budget + REDUCE_TREE_TRIPS;
+    p[7] = 1;
+    p[10] = (uint32_t)partials;
+    p[5] = wgml_grid(ctx, partials, l->groups);
+    memcpy(l->params, p, sizeof p);
+    l2->buffers[0] = NULL;
+    l2->scratch_mask = 1u << 0;
+    l2->loop_trips = (parts + 255) / 256 + REDUCE_TREE_TRIPS;
+    p[7] = 2;
+    p[4] = 0;
+    p[5] = wgml_grid(ctx, outer * inner, l2->groups);
+    memcpy(l2->params, p, sizeof p);
+    *count = 2;
     return WGML_OK;
 }
 
@@ -58,26 +102,36 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 #define ROW_CACHE_FLOATS 32
 
 /* The row kernel specialised by the header that src/kernels/row.wgsl expects: its unit
-   width (vec4 or f32), op, weight/bias flags and register cache; those are its variant key. */
-static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, bool v4,
+   width (vec4 or f32), op, weight/bias flags, team size and register cache; those are its
+   variant key. The losses (ops 4, 5) bind the GPU error flags after the output. */
+static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, bool v4, uint32_t team,
                                 uint32_t k, bool cached, wgml_launch *l)
 {
-    uint32_t key[6] = {WGML_KEY_ROW, op, flags, v4, k, cached};
-    if ((l->pipeline = wgml_pipeline_find(ctx, key, 6))) return WGML_OK;
+    uint32_t key[7] = {WGML_KEY_ROW, op, flags, v4, team, k, cached};
+    if ((l->pipeline = wgml_pipeline_find(ctx, key, 7))) return WGML_OK;
     const char *body = wgml_wgsl_find("row");
     if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel row is not built in");
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b,
                   "alias V = %s;\nalias U = %s;\nconst VW = %uu;\nconst LANES = %s;\n"
-                  "alias WV = %s;\nconst OP = %uu;\nconst FLAGS = %uu;\n"
-                  "const CACHED = %s;\nconst K = %uu;\n%s",
+                  "alias WV = %s;\nconst OP = %uu;\nconst FLAGS = %uu;\nconst TEAM = %uu;\n"
+                  "const CACHED = %s;\nconst K = %uu;\n",
                   v4 ? "vec4<f32>" : "f32", v4 ? "vec4<u32>" : "u32", v4 ? 4u : 1u,
                   v4 ? "vec4<u32>(0u, 1u, 2u, 3u)" : "0u",
                   v4 && op < 4 ? "vec4<f32>" : "f32", /* losses: one label, gradient per row */
-                  op, flags, cached ? "true" : "false", k, body);
+                  op, flags, team, cached ? "true" : "false", k);
+    if (op >= 4)
+        wgml_sbuf_put(&b, "@group(0) @binding(5) var<storage, read_write> gpu_errors: array<atomic<u32>, 4>;\n"
+                          "fn flag_label(row: u32) {\n"
+                          "    atomicOr(&gpu_errors[0], %uu);\n"
+                          "    atomicMax(&gpu_errors[1], 0xffffffffu - row);\n}\n",
+                      (unsigned)WGML_GPU_ERROR_LABEL);
+    else
+        wgml_sbuf_put(&b, "fn flag_label(row: u32) {}\n");
+    wgml_sbuf_put(&b, "%s", body);
     char *src = wgml_sbuf_take(&b);
     if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    l->pipeline = wgml_pipeline_add(ctx, key, 6, src, true);
+    l->pipeline = wgml_pipeline_add(ctx, key, 7, src, true);
     free(src);
     return l->pipeline ? WGML_OK : ctx->status;
 }
@@ -100,13 +154,23 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
        floats (losses read w and b per row, as f32); op 4 writes one f32 per row */
     bool v4 = n % 4 == 0 && x->offset % 4 == 0 && op != 4 &&
               (loss || (w->offset % 4 == 0 && b->offset % 4 == 0));
-    int64_t vw = v4 ? 4 : 1, per = (n / vw + 255) / 256; /* units per thread */
+    int64_t vw = v4 ? 4 : 1, nu = n / vw;
+    /* threads per row: the whole workgroup, or with many rows (enough to fill a GPU) the
+       fewest powers of two that give each thread at most 4 units, so short rows share
+       workgroups instead of leaving most of their threads idle */
+    uint32_t team = 256;
+    if (rows >= 2048)
+        for (team = 1; team < 256 && (int64_t)team * 4 < nu;) team *= 2;
+    int64_t per = (nu + team - 1) / team; /* units per thread */
     bool cached = per * vw <= ROW_CACHE_FLOATS;
     uint32_t k = 1;
     while (cached && k < per) k *= 2; /* powers of two: few variants */
-    wgml_status st = row_pipeline(ctx, op, flags, v4, k, cached, l);
+    wgml_status st = row_pipeline(ctx, op, flags, v4, team, k, cached, l);
     if (st) return st;
-    uint32_t gx = wgml_grid(ctx, (uint64_t)rows, l->groups);
+    uint32_t gx = wgml_grid(ctx, ((uint64_t)rows + 256 / team - 1) / (256 / team), l->groups);
+    /* up to four passes over a row's units, the team reductions' loops, the cached loads */
+    l->loop_trips = 4 * (uint64_t)(cached ? k : per) + 128;
+    snprintf(l->what, sizeof l->what, "%s of rows of %lld", wgml_op_table[t->op].name, (long long)n);
     put_u32(l, 0, (uint32_t)rows);
     put_u32(l, 1, (uint32_t)n);
     put_u32(l, 4, (uint32_t)x->offset);
@@ -122,5 +186,10 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     l->buffers[2] = wgml_tensor_base(b);
     l->buffers[3] = t;
     l->nbuffers = 4;
+    if (op >= 4) {
+        if (!(l->raw[4] = wgml_gpu_errors_buffer(ctx)))
+            return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "no GPU memory for the error flags");
+        l->nbuffers = 5;
+    }
     return WGML_OK;
 }

@@ -635,6 +635,15 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     p[15] = g->accumulate;
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
+    /* each thread's trips along K (the generators' loops), plus room for the fixed loops of
+       the reduction trees and the epilogue */
+    uint64_t K = (uint64_t)g->K, slices = 256 / (uint64_t)(cfg->gemv_cols / 4);
+    if (!gemv) l->loop_trips = (K + cfg->bk - 1) / cfg->bk;
+    else if (cfg->gemv_rows) l->loop_trips = K / (2 * slices) + 1 + 16 * (uint64_t)cfg->gemv_rows;
+    else if (g->trans_b) l->loop_trips = (K + 31) / 32;
+    else l->loop_trips = K / (4 * slices) + 3 + 264;
+    l->loop_trips += 64;
+    snprintf(l->what, sizeof l->what, "matmul with K = %lld", (long long)g->K);
 }
 
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
@@ -695,6 +704,9 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
        A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
        which the GEMV epilogue does not do, so not then */
     bool swap = g.N == 1 && g.M > 1 && !g.has_bias && (g.trans_b || g.ldb == 1);
+    /* (not when its dot-product GEMV, 32 threads along K, would loop past the adapter's limit
+       where the small-M GEMV would not) */
+    if (swap && ((uint64_t)g.K + 31) / 32 + 64 > ctx->loop_limit && g.M <= 16) swap = false;
     if (swap) {
         wgml_gemm_args s = g;
         s.M = 1;

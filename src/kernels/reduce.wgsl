@@ -2,13 +2,22 @@
 // One workgroup per output element: each thread folds a strided part of the axis, then a
 // tree in workgroup memory combines the 256 partial results.
 // op: 0 sum, 1 mean, 2 max (NaN wins), 3 argmax (first index of the max; a NaN counts as max)
+// A long axis is folded in two launches (wgml_build_reduce), so that no thread loops long:
+//   stage 1: workgroup (o, c, i) folds chunk c of the axis, elements [c chunk, (c + 1) chunk),
+//            into partials p[o, c, i] (argmax: values, then the indices at idx_off);
+//   stage 2: folds the `parts` partials of each output; a mean divides by len only here.
+// Stage 0 is the one-launch form; stage 3 too, for short axes: a thread per output, which
+// folds the whole axis itself (millions of short rows need few workgroups, and for inner > 1
+// neighbouring threads read neighbouring elements). Buffers hold f32 bits as u32, so that an argmax index
+// passes through a partial unchanged.
 struct Params {
     outer: u32, len: u32, inner: u32, op: u32,
-    in_off: u32, gx: u32, neg_inf: f32, _pad: u32,
+    in_off: u32, gx: u32, neg_inf: f32, stage: u32,
+    chunk: u32, parts: u32, idx_off: u32, _pad: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<u32>;
+@group(0) @binding(2) var<storage, read_write> y: array<u32>;
 
 const WG: u32 = 256u;
 var<workgroup> sv: array<f32, 256>;
@@ -24,20 +33,63 @@ fn better(v: f32, j: u32, a: f32, i: u32) -> bool {
     return v > a || (v == a && j < i);
 }
 
+fn finish(r: f32, at: u32) -> u32 {
+    if (P.op == 1u) { return bitcast<u32>(r / f32(P.len)); }
+    if (P.op == 3u) { return bitcast<u32>(f32(at)); }
+    return bitcast<u32>(r);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    if (P.stage == 3u) {  // uniform: no barrier follows in this branch
+        let o = (wg.x + wg.y * P.gx) * WG + lid;
+        if (o >= P.outer * P.inner) { return; }
+        let base = P.in_off + (o / P.inner) * P.len * P.inner + o % P.inner;
+        var acc = select(0.0, P.neg_inf, P.op >= 2u);
+        var idx = 0xffffffffu;
+        for (var j = 0u; j < P.len; j++) {
+            let v = bitcast<f32>(x[base + j * P.inner]);
+            if (P.op < 2u) {
+                acc += v;
+            } else if (better(v, j, acc, idx)) {
+                acc = v;
+                idx = j;
+            }
+        }
+        y[o] = finish(acc, idx);
+        return;
+    }
     let o = wg.x + wg.y * P.gx;
-    if (o >= P.outer * P.inner) { return; }  // uniform: the same for the whole workgroup
-    let base = P.in_off + (o / P.inner) * P.len * P.inner + o % P.inner;
+    let outputs = select(P.outer * P.inner, P.outer * P.parts * P.inner, P.stage == 1u);
+    if (o >= outputs) { return; }  // uniform: the same for the whole workgroup
+    let i = o % P.inner;
+    var base: u32;  // element j of this output's axis is x[base + j * inner]
+    var lo = 0u;
+    var hi = P.len;
+    if (P.stage == 1u) {
+        let c = (o / P.inner) % P.parts;
+        base = P.in_off + (o / (P.inner * P.parts)) * P.len * P.inner + i;
+        lo = c * P.chunk;
+        hi = min(P.len, lo + P.chunk);
+    } else if (P.stage == 2u) {
+        base = (o / P.inner) * P.parts * P.inner + i;
+        hi = P.parts;
+    } else {
+        base = P.in_off + (o / P.inner) * P.len * P.inner + i;
+    }
+    let from_parts = P.stage == 2u && P.op == 3u;  // argmax: the index a partial found
     var acc = select(0.0, P.neg_inf, P.op >= 2u);
     var idx = 0xffffffffu;
-    for (var j = lid; j < P.len; j += WG) {
-        let v = x[base + j * P.inner];
+    for (var j = lo + lid; j < hi; j += WG) {
+        let v = bitcast<f32>(x[base + j * P.inner]);
         if (P.op < 2u) {
             acc += v;
-        } else if (better(v, j, acc, idx)) {
-            acc = v;
-            idx = j;
+        } else {
+            let at = select(j, x[P.idx_off + base + j * P.inner], from_parts);
+            if (better(v, at, acc, idx)) {
+                acc = v;
+                idx = at;
+            }
         }
     }
     sv[lid] = acc;
@@ -55,9 +107,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
     if (lid == 0u) {
-        var r = sv[0];
-        if (P.op == 1u) { r = r / f32(P.len); }
-        if (P.op == 3u) { r = f32(si[0]); }
-        y[o] = r;
+        let r = sv[0];
+        if (P.stage == 1u) {
+            y[o] = bitcast<u32>(r);
+            if (P.op == 3u) { y[P.idx_off + o] = si[0]; }
+            return;
+        }
+        y[o] = finish(r, si[0]);
     }
 }

@@ -1,4 +1,5 @@
-// Ops along the last axis of a contiguous [rows, n] tensor, one workgroup of 256 threads per row.
+// Ops along the last axis of a contiguous [rows, n] tensor: a team of TEAM threads per row, 256 / TEAM
+// rows per workgroup (short rows share a workgroup, so millions of them need few workgroups).
 // op 0 softmax, 1 log-softmax: the row max, the sum of exp(x - max), then the write pass.
 // op 2 layernorm: the mean, then the sum and the sum of squares of the deviations from it (no
 //      cancellation when the mean is large); op 3 rmsnorm: the mean of squares.
@@ -10,6 +11,10 @@
 //   V, U, VW, LANES: a row is read in units of V = vec4<f32> (VW = 4) when n and the offsets
 //     are multiples of 4, else f32; U is V's u32 twin, LANES the element index of each lane;
 //   WV: the unit of w and b (f32 for ops 4 and 5, whose w and b hold one value per row);
+//   TEAM: threads per row, a power of two up to 256;
+//   flag_label(row): ops 4 and 5 record a label that is not a class index in the context's GPU
+//     error flags (bit 1 of word 0; word 1 keeps the first such row), and that row's result is
+//     NaN; a no-op for the other ops;
 //   CACHED, K: when a row fits in K units per thread, each thread loads its units once into
 //     registers and every pass works on them: x is read from memory once. Otherwise each
 //     pass reads x again: softmax merges max and sum into one pass (two reads in all), the
@@ -30,6 +35,7 @@ struct Params {
 const WG: u32 = 256u;
 var<workgroup> red: array<vec2<f32>, 256>;  // the reductions' partials: two sums at once
 var<workgroup> red16: array<vec2<f32>, 16>;
+const ROWS: u32 = WG / TEAM;  // rows per workgroup
 
 fn hsum(v: V) -> f32 {
     let q = vec4<f32>(v);
@@ -44,18 +50,29 @@ fn no_nan(v: V) -> V {
     return select(v, V(-P.neg_inf), (bitcast<U>(v) & U(0x7fffffffu)) > U(0x7f800000u));
 }
 
-// unit j = lid + i * WG of the row at xo: from the cache, or from memory
+// unit j = t + i * TEAM of the row at xo: from the cache, or from memory
 fn unit(cache: ptr<function, array<V, K>>, i: u32, j: u32, xo: u32) -> V {
     if (CACHED) { return (*cache)[i]; }
     return x[xo + j];
 }
 
-// Workgroup sums (of two values at once) and max, the result in every thread: 256 -> 16
-// partials -> each thread combines the 16 itself. Two barriers instead of a tree's eight.
-// red16 is rewritten only after the next call's first barrier, which every thread reaches
-// after reading it.
+// Team sums (of two values at once) and max, the result in every thread of the team.
+// A whole workgroup: 256 -> 16 partials -> each thread combines the 16 itself, two barriers
+// instead of a tree's eight; red16 is rewritten only after the next call's first barrier,
+// which every thread reaches after reading it. Smaller teams: a tree within each team's part
+// of red[], and a last barrier before the next call writes red[] again.
 fn wg_sum(v: vec2<f32>, lid: u32) -> vec2<f32> {
     red[lid] = v;
+    if (TEAM < WG) {
+        workgroupBarrier();
+        for (var s = TEAM / 2u; s > 0u; s >>= 1u) {
+            if (lid % TEAM < s) { red[lid] += red[lid + s]; }
+            workgroupBarrier();
+        }
+        let r = red[lid - lid % TEAM];
+        workgroupBarrier();
+        return r;
+    }
     workgroupBarrier();
     if (lid < 16u) {
         var a = vec2<f32>(0.0);
@@ -70,6 +87,16 @@ fn wg_sum(v: vec2<f32>, lid: u32) -> vec2<f32> {
 
 fn wg_max(v: f32, lid: u32) -> f32 {
     red[lid] = vec2<f32>(v, 0.0);
+    if (TEAM < WG) {
+        workgroupBarrier();
+        for (var s = TEAM / 2u; s > 0u; s >>= 1u) {
+            if (lid % TEAM < s) { red[lid].x = max(red[lid].x, red[lid + s].x); }
+            workgroupBarrier();
+        }
+        let r = red[lid - lid % TEAM].x;
+        workgroupBarrier();
+        return r;
+    }
     workgroupBarrier();
     if (lid < 16u) {
         var a = red[lid].x;
@@ -84,19 +111,24 @@ fn wg_max(v: f32, lid: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wg.x + wg.y * P.gx;
-    if (row >= P.rows) { return; }  // uniform for the workgroup
-    let nu = P.n / VW;  // units per row
+    let first = (wg.x + wg.y * P.gx) * ROWS;
+    if (first >= P.rows) { return; }  // uniform for the workgroup
+    // a team past the last row runs with an empty row (every thread reaches the barriers)
+    // and writes nothing
+    let row = first + lid / TEAM;
+    let live = row < P.rows;
+    let t = lid % TEAM;  // this thread's place in its team
+    let nu = select(0u, P.n / VW, live);  // units per row
     let xo = P.in_off / VW + row * nu;
     let yo = row * nu;
-    let iters = select((nu + WG - 1u) / WG, K, CACHED);  // a constant when CACHED: unrolled
+    let iters = select((nu + TEAM - 1u) / TEAM, K, CACHED);  // a constant when CACHED: unrolled
     let softmax = OP <= 1u || OP >= 4u;
-    var cache: array<V, K>;  // this thread's units when CACHED: cache[i] is unit lid + i * WG
+    var cache: array<V, K>;  // this thread's units when CACHED: cache[i] is unit t + i * TEAM of its row
     if (CACHED) {
         // all loads first, independent of each other. Units past the row hold -inf, which
         // the softmax passes need not skip (max, exp(-inf - mx) = 0); the norms skip them.
         for (var i = 0u; i < K; i++) {
-            let j = lid + i * WG;
+            let j = t + i * TEAM;
             if (j < nu) { cache[i] = x[xo + j]; } else { cache[i] = V(P.neg_inf); }
         }
     }
@@ -120,7 +152,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             // max grows (one exp per unit for the rescale)
             var m = P.neg_inf;
             var s = 0.0;
-            for (var j = lid; j < nu; j += WG) {
+            for (var j = t; j < nu; j += TEAM) {
                 let v = no_nan(x[xo + j]);
                 let mn = max(m, hmax(v));
                 // all -inf so far: nothing to add (exp(-inf + inf) would be NaN)
@@ -135,22 +167,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (mx == -P.neg_inf) { mx = P.nan; sum = P.nan; }
         let inv = 1.0 / sum;
         let ls = log(sum);
+        // ops 4, 5: a label must be a class index; w and b are f32 (WV), vec4<f32>(...).x
+        // reads them in either width
+        var label = 0u;
+        var gr = 0.0;
+        if (OP >= 4u && live) {
+            let lv = vec4<f32>(w[P.w_off + row]).x;
+            let ok = !((bitcast<u32>(lv) & 0x7fffffffu) > 0x7f800000u) && lv >= 0.0 && lv < f32(P.n) && floor(lv) == lv;
+            label = select(0u, u32(lv), ok);
+            if (OP == 5u) { gr = select(P.nan, vec4<f32>(b[P.b_off + row]).x, ok); }
+            if (!ok && t == 0u) { flag_label(row); }
+            if (!ok) { mx = P.nan; }
+        }
         if (OP == 4u) {  // scalar units (VW = 1): one value per row
-            if (lid == 0u) {
-                let l = min(u32(vec4<f32>(w[P.w_off + row]).x), P.n - 1u);
-                y[row] = V((mx - lane(x[xo + l / VW], l % VW)) + ls);
+            if (t == 0u && live) {
+                y[row] = V((mx - lane(x[xo + label / VW], label % VW)) + ls);
             }
             return;
         }
-        // op 5: w and b are f32 (WV); vec4<f32>(...).x reads them in either width
-        var label = 0u;
-        var gr = 0.0;
-        if (OP == 5u) {
-            label = u32(vec4<f32>(w[P.w_off + row]).x);
-            gr = vec4<f32>(b[P.b_off + row]).x;
-        }
         for (var i = 0u; i < iters; i++) {
-            let j = lid + i * WG;
+            let j = t + i * TEAM;
             if (j < nu) {
                 var r: V;
                 if (OP == 1u) {
@@ -171,7 +207,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // layernorm / rmsnorm: the mean (of squares)
     var a = V(0.0);
     for (var i = 0u; i < iters; i++) {
-        let j = lid + i * WG;
+        let j = t + i * TEAM;
         if (j < nu) {
             let v = unit(&cache, i, j, xo);
             if (OP == 2u) { a += v; } else { a += v * v; }
@@ -189,7 +225,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         var d1 = V(0.0);
         var d2 = V(0.0);
         for (var i = 0u; i < iters; i++) {
-            let j = lid + i * WG;
+            let j = t + i * TEAM;
             if (j < nu) {
                 let d = unit(&cache, i, j, xo) - mu;
                 d1 += d;
@@ -205,7 +241,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let wo = P.w_off / VW;
     let bo = P.b_off / VW;
     for (var i = 0u; i < iters; i++) {
-        let j = lid + i * WG;
+        let j = t + i * TEAM;
         if (j < nu) {
             var r = ((unit(&cache, i, j, xo) - mu) - c) * inv;
             if ((FLAGS & 1u) != 0u) { r = r * w[wo + j]; }

@@ -506,6 +506,11 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     const char *spin = getenv("WGML_POLL_SPIN_US");
     bool cpu = ai.adapterType == WGPUAdapterType_CPU;
     ctx->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 0.0 : 10e-3;
+    /* llvmpipe's loop limiter (see wgml_context.loop_limit); the margin is for the fixed loops
+       (reduction trees) that the kernels' own counts leave out */
+    const char *ll = getenv("WGML_LOOP_LIMIT");
+    ctx->loop_limit = strstr(ctx->info.name, "llvmpipe") ? 65535 - 512 : UINT32_MAX;
+    if (ll && *ll && strtoul(ll, NULL, 10) > 0) ctx->loop_limit = (uint32_t)strtoul(ll, NULL, 10);
     wgpuAdapterInfoFreeMembers(ai);
     wgpuSupportedFeaturesFreeMembers(af);
     for (size_t i = 0; i < nreq; i++) {
@@ -551,6 +556,7 @@ void wgml_context_free(wgml_context *ctx)
     wgml_timing_destroy(ctx);
     if (ctx->params_buffer) wgpuBufferRelease(ctx->params_buffer);
     if (ctx->staging) wgpuBufferRelease(ctx->staging);
+    if (ctx->gpu_errors) wgpuBufferRelease(ctx->gpu_errors);
     free(ctx->params_host);
     if (ctx->queue) wgpuQueueRelease(ctx->queue);
     if (ctx->device) {

@@ -3,8 +3,9 @@
  *
  * Shape of the API:
  *   - Opaque handles (wgml_context, wgml_tensor, wgml_optimizer).
- *   - Functions that can fail return wgml_status; wgml_error_message(ctx) gives the last
- *     error in words (what was wrong, the shapes or limits involved).
+ *   - Functions that can fail return wgml_status; wgml_error_message(ctx) gives the most
+ *     recent failure in words (what was wrong, the shapes, values or limits involved). Calls
+ *     that succeed leave it as it was (check the status first); wgml_clear_error clears it.
  *   - Ops are lazy: they record a node and return a tensor at once. Nothing runs until a
  *     result is needed (wgml_tensor_read, wgml_eval); then the whole pending graph is
  *     encoded into one command buffer and submitted once.
@@ -14,6 +15,10 @@
  *   - Tensors are owned by their context. wgml_tensor_free releases one early (its GPU
  *     memory goes back to the pool once no pending op needs it); scopes release every
  *     tensor made inside them, for loops that build a graph per step.
+ *   - Handles are plain pointers, checked for NULL only. Using a tensor after it was freed
+ *     (by wgml_tensor_free, the end of its scope or wgml_context_free), or an optimiser or
+ *     context after its free, is undefined behaviour, like using memory after free(): it is
+ *     not detected, and freeing twice may free another, live tensor.
  *   - Descriptor structs: a field left zero means "the default".
  */
 #ifndef WGML_H
@@ -41,7 +46,7 @@ typedef enum wgml_status {
     WGML_ERROR_DEVICE_LOST,      /* the device was lost; the context is unusable */
     WGML_ERROR_OUT_OF_MEMORY,    /* host or GPU allocation failed */
     WGML_ERROR_VALIDATION,       /* WebGPU rejected a command (a bug in wgml; please report) */
-    WGML_ERROR_CONTEXT,          /* a tensor from another context, or a freed handle */
+    WGML_ERROR_CONTEXT,          /* a tensor from another context */
     WGML_ERROR_NOT_FOUND,        /* unknown name (cached weights) */
     WGML_ERROR_EXISTS,           /* duplicate name (cached weights) */
     WGML_ERROR_IO,               /* a file could not be opened, read or written */
@@ -66,7 +71,8 @@ typedef enum wgml_backend {
 } wgml_backend;
 
 typedef struct wgml_context_desc {
-    wgml_backend backend;     /* which WebGPU backends to try */
+    wgml_backend backend;     /* which WebGPU backends to try; a value that is not one of
+                                 the enum's is WGML_ERROR_INVALID_ARGUMENT */
     const char *adapter_name; /* pick the first adapter whose name contains this (case-
                                  insensitive); NULL: the WGML_ADAPTER environment variable,
                                  else discrete GPU, then integrated, then CPU */
@@ -85,7 +91,12 @@ wgml_status wgml_context_create(const wgml_context_desc *desc, wgml_context **ou
 const char *wgml_last_create_error(void);
 void wgml_context_free(wgml_context *ctx);
 
-/* The last error in words; "" if none. Valid until the next call on ctx. */
+/* The most recent failure on ctx in words, "" if none since its creation or the last
+   wgml_clear_error; wgml_last_status gives its status (WGML_OK if none). Every call that fails
+   on ctx (or on a tensor or optimiser of it) replaces both, an op that returns an error
+   tensor included; calls that succeed never change them. Queries taking a const context
+   (wgml_stats_get, wgml_weights_resident) only return their status. The string is valid
+   until the next call on ctx. */
 const char *wgml_error_message(const wgml_context *ctx);
 wgml_status wgml_last_status(const wgml_context *ctx);
 void wgml_clear_error(wgml_context *ctx);
@@ -163,6 +174,8 @@ wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
 wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
 /* Overwrites a realized, contiguous tensor's data from the host. */
 wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
+/* Releases the user's hold on t (NULL is ignored). t is then a dangling pointer: passing it to
+   any wgml function, wgml_tensor_free included, is undefined behaviour and is not detected. */
 void wgml_tensor_free(wgml_tensor *t);
 
 int wgml_tensor_ndim(const wgml_tensor *t);
@@ -172,7 +185,8 @@ wgml_status wgml_tensor_status(const wgml_tensor *t); /* error state of a lazy r
 wgml_context *wgml_tensor_context(const wgml_tensor *t);
 
 /* Scopes: every tensor created after wgml_scope_begin is freed by the matching
-   wgml_scope_end, unless passed to wgml_keep. Scopes nest. */
+   wgml_scope_end, unless passed to wgml_keep; its handle is then dangling, as after
+   wgml_tensor_free. Scopes nest. */
 void wgml_scope_begin(wgml_context *ctx);
 void wgml_scope_end(wgml_context *ctx);
 void wgml_keep(wgml_tensor *t); /* moves t to the enclosing scope */
@@ -211,6 +225,7 @@ wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a); /* tanh approximation */
 wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
+/* min(max(a, lo), hi); lo > hi or a NaN bound is WGML_ERROR_INVALID_ARGUMENT */
 wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
 
 /* reductions along an axis (keepdim keeps it with size 1) and over all elements */
@@ -225,7 +240,8 @@ wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a);
 /* along the last axis */
 wgml_tensor *wgml_softmax(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_log_softmax(wgml_context *ctx, wgml_tensor *a);
-/* weight and bias are optional (NULL) 1-D tensors of the last axis' size */
+/* weight and bias are optional (NULL) 1-D tensors of the last axis' size; eps must be >= 0
+   (negative or NaN: WGML_ERROR_INVALID_ARGUMENT) */
 wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight,
                             wgml_tensor *bias, float eps);
 wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps);
@@ -235,7 +251,9 @@ wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int
 wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes);
 wgml_tensor *wgml_transpose(wgml_context *ctx, wgml_tensor *a, int axis0, int axis1);
 wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
-/* [start, stop) with a step >= 1 along one axis */
+/* [start, stop) with a step >= 1 along one axis, 0 <= start < stop <= the axis' size (no
+   negative or clamped indices); else WGML_ERROR_INVALID_ARGUMENT. The length is NumPy's,
+   ceil((stop - start) / step), for any step up to INT64_MAX. */
 wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start,
                         int64_t stop, int64_t step);
 wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
@@ -301,12 +319,15 @@ typedef enum wgml_optim_kind { WGML_OPTIM_ADAMW = 0, WGML_OPTIM_SGD } wgml_optim
 
 typedef struct wgml_optim_desc {
     wgml_optim_kind kind;
-    float lr;
-    float beta1, beta2, eps; /* AdamW; 0 means 0.9, 0.999, 1e-8 */
-    float momentum;          /* SGD */
-    float weight_decay;      /* decoupled for AdamW, added to the gradient for SGD */
-    float max_grad_norm;     /* clip by global norm; 0: no clipping */
+    float lr;                /* finite, >= 0 */
+    float beta1, beta2, eps; /* AdamW; 0 means 0.9, 0.999, 1e-8; betas in [0, 1), eps > 0 */
+    float momentum;          /* SGD; in [0, 1) */
+    float weight_decay;      /* decoupled for AdamW, added to the gradient for SGD; finite,
+                                >= 0 */
+    float max_grad_norm;     /* clip by global norm; 0: no clipping; >= 0 */
 } wgml_optim_desc;
+/* A number out of its range (NaN included) is WGML_ERROR_INVALID_ARGUMENT, with a message
+   naming the field and its value; wgml_optimizer_set_lr checks lr the same way. */
 
 /* The parameters (evaluated, contiguous) move into one flat GPU buffer owned by the
    optimiser; the tensors stay valid and become trainable. */

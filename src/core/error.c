@@ -1,4 +1,5 @@
-/* Statuses and messages: the library never prints; it keeps the last error on the context. */
+/* Statuses and messages: the library never prints; it keeps the most recent failure on the
+   context until wgml_clear_error (successes leave it alone, see wgml.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,7 +16,7 @@ static const char *const status_names[WGML_STATUS_COUNT] = {
     [WGML_ERROR_DEVICE_LOST] = "device lost",
     [WGML_ERROR_OUT_OF_MEMORY] = "out of memory",
     [WGML_ERROR_VALIDATION] = "WebGPU validation error",
-    [WGML_ERROR_CONTEXT] = "wrong context or stale handle",
+    [WGML_ERROR_CONTEXT] = "tensor of another context",
     [WGML_ERROR_NOT_FOUND] = "not found",
     [WGML_ERROR_EXISTS] = "already exists",
     [WGML_ERROR_IO] = "I/O error",

@@ -4,6 +4,11 @@
  * Lifetime: a tensor holds one reference for the user (until wgml_tensor_free or the end of
  * its scope) and one for each lazy op that reads it. When the count reaches zero its buffer
  * goes back to the pool and the struct is freed.
+ *
+ * Handles are plain pointers, so a freed one cannot be told from a live one without reading
+ * freed memory (and its block may already hold another tensor): wgml.h documents such use as
+ * undefined behaviour. The checks here are for NULL; the tag is a cheap guard against pointers
+ * that never were tensors, not a promise about freed ones.
  */
 #include <stdio.h>
 #include <stdlib.h>

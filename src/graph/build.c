@@ -18,8 +18,9 @@
 static wgml_tensor *bad_input(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role)
 {
     if (!t) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: input %s is NULL", name, role);
-    if (t->magic != WGML_TENSOR_MAGIC)
-        return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "%s: input %s is not a live tensor", name, role);
+    /* only a tag check: a freed handle is undefined behaviour (wgml.h), not something we detect */
+    if (!wgml_tensor_valid(t))
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: input %s is not a wgml tensor", name, role);
     if (t->ctx != ctx)
         return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "%s: input %s belongs to another context", name, role);
     if (t->status != WGML_OK)
@@ -190,6 +191,7 @@ wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t sta
     shape_str(s, sizeof s, a);
     if (ax < 0 || ax >= a->ndim)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "slice: axis %d is out of range for shape %s", axis, s);
+    /* no arithmetic on the arguments before this check: any int64 start, stop, step is safe */
     if (step < 1 || start < 0 || stop > a->shape[ax] || start >= stop)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
                                  "slice: [%lld:%lld:%lld] on axis %d of shape %s is empty or out of range",
@@ -197,14 +199,19 @@ wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t sta
     int64_t shape[WGML_MAX_DIMS], stride[WGML_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     memcpy(stride, a->stride, sizeof stride);
-    shape[ax] = (stop - start + step - 1) / step;
+    /* ceil((stop - start) / step) without forming stop - start + step - 1, which overflows for
+       a huge step; 0 <= start < stop <= dim here */
+    shape[ax] = (stop - start - 1) / step + 1;
+    /* a step larger than the axis leaves one element, whose stride is never used: keep it from
+       overflowing */
+    if (shape[ax] == 1) step = 1;
     stride[ax] = a->stride[ax] * step;
     wgml_tensor *t = make_view(ctx, a, a->ndim, shape, stride, a->offset + start * a->stride[ax], WGML_VIEW_SLICE);
     if (t) { /* for the gradient: strides cannot tell them where a is broadcast. They fit int32
                 (kernels address elements with u32); a step matters only between two elements */
         t->iparam[0] = ax;
         t->iparam[1] = (int32_t)start;
-        t->iparam[2] = (int32_t)(shape[ax] > 1 ? step : 1);
+        t->iparam[2] = (int32_t)step;
     }
     return t;
 }
@@ -305,6 +312,10 @@ wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_no
 
 wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi)
 {
+    CHECK_INPUT(ctx, a, "clamp", "a");
+    if (!(lo <= hi)) /* also false when either bound is NaN */
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "clamp: bounds lo = %g, hi = %g must be numbers with lo <= hi", lo, hi);
     wgml_tensor *t = wgml_unary_node(ctx, WGML_OP_CLAMP, a);
     if (t && t->status == WGML_OK) {
         t->fparam[0] = lo;
@@ -369,6 +380,8 @@ static wgml_tensor *row_op(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_t
     CHECK_INPUT(ctx, a, name, "a");
     if (weight) CHECK_INPUT(ctx, weight, name, "weight");
     if (bias) CHECK_INPUT(ctx, bias, name, "bias");
+    if (!(eps >= 0)) /* NaN fails too */
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: eps = %g must be >= 0", name, eps);
     int64_t n = a->shape[a->ndim - 1];
     wgml_tensor *params[2] = {weight, bias};
     for (int i = 0; i < 2; i++)

@@ -391,6 +391,12 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     }
     *out = NULL;
     wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
+    if ((int)desc.backend < WGML_BACKEND_DEFAULT || (int)desc.backend > WGML_BACKEND_ALL) {
+        snprintf(create_error, sizeof create_error,
+                 "wgml_context_create: backend %d is not a wgml_backend (0 to %d)", (int)desc.backend,
+                 (int)WGML_BACKEND_ALL);
+        return WGML_ERROR_INVALID_ARGUMENT;
+    }
     wgml_backend backend = desc.backend == WGML_BACKEND_DEFAULT ? backend_from_env() : desc.backend;
     const char *want_name = desc.adapter_name ? desc.adapter_name : getenv("WGML_ADAPTER");
     const char *checks = getenv("WGML_BOUNDS_CHECKS");

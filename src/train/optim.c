@@ -58,6 +58,38 @@ void wgml_optimizer_free(wgml_optimizer *opt)
     free(opt);
 }
 
+/* A usable lr: finite and >= 0 (0 freezes the parameters). */
+static wgml_status check_lr(wgml_context *ctx, const char *fn, float lr)
+{
+    if (!(lr >= 0) || isinf(lr))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: lr = %g must be a finite number >= 0", fn, lr);
+    return WGML_OK;
+}
+
+/* d with its defaults filled in: every number in its range, else INVALID_ARGUMENT naming it.
+   The forms !(x >= lo) reject NaN too. */
+static wgml_status check_desc(wgml_context *ctx, const wgml_optim_desc *d)
+{
+    const char *fn = "optimizer_create";
+    wgml_status st = check_lr(ctx, fn, d->lr);
+    if (st) return st;
+    const struct { const char *name; float v; } unit[] = {
+        {"beta1", d->beta1}, {"beta2", d->beta2}, {"momentum", d->momentum}};
+    for (size_t i = 0; i < sizeof unit / sizeof unit[0]; i++)
+        if (!(unit[i].v >= 0 && unit[i].v < 1))
+            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s = %g must be in [0, 1)", fn, unit[i].name,
+                             unit[i].v);
+    if (!(d->eps > 0))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: eps = %g must be > 0 (0 means 1e-8)", fn, d->eps);
+    if (!(d->weight_decay >= 0) || isinf(d->weight_decay))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: weight_decay = %g must be a finite number >= 0", fn,
+                         d->weight_decay);
+    if (!(d->max_grad_norm >= 0))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: max_grad_norm = %g must be >= 0 (0: no clipping)", fn,
+                         d->max_grad_norm);
+    return WGML_OK;
+}
+
 wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
                                   wgml_tensor *const *params, wgml_optimizer **out)
 {
@@ -69,6 +101,11 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
     if (st) return st;
     if (desc->kind != WGML_OPTIM_ADAMW && desc->kind != WGML_OPTIM_SGD)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: unknown kind %d", (int)desc->kind);
+    wgml_optim_desc d = *desc;
+    if (d.beta1 == 0 && d.kind == WGML_OPTIM_ADAMW) d.beta1 = 0.9f;
+    if (d.beta2 == 0) d.beta2 = 0.999f;
+    if (d.eps == 0) d.eps = 1e-8f;
+    if ((st = check_desc(ctx, &d))) return st;
     for (int i = 0; i < n; i++) {
         wgml_tensor *p = params[i];
         if (!wgml_tensor_valid(p) || p->ctx != ctx)
@@ -81,10 +118,7 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
     wgml_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     opt->ctx = ctx;
-    opt->desc = *desc;
-    if (opt->desc.beta1 == 0 && desc->kind == WGML_OPTIM_ADAMW) opt->desc.beta1 = 0.9f;
-    if (opt->desc.beta2 == 0) opt->desc.beta2 = 0.999f;
-    if (opt->desc.eps == 0) opt->desc.eps = 1e-8f;
+    opt->desc = d;
     opt->n = n;
     opt->params = calloc((size_t)n, sizeof *opt->params);
     opt->slot = calloc((size_t)n, sizeof *opt->slot);
@@ -231,7 +265,8 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
 
 wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm)
 {
-    if (!opt || !norm) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!norm) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: norm is NULL");
     if (!opt->norm2) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: no step yet");
     float n2;
     wgml_status st = wgml_tensor_read(opt->norm2, &n2, 1);
@@ -243,7 +278,10 @@ int64_t wgml_optimizer_steps(const wgml_optimizer *opt) { return opt ? opt->step
 
 wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps)
 {
-    if (!opt || steps < 0) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    if (steps < 0)
+        return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_steps: steps = %lld must be >= 0",
+                         (long long)steps);
     opt->steps = steps;
     return WGML_OK;
 }
@@ -251,6 +289,8 @@ wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps)
 wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status st = check_lr(opt->ctx, "optimizer_set_lr", lr);
+    if (st) return st;
     opt->desc.lr = lr;
     return WGML_OK;
 }

@@ -330,7 +330,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
 /* A target that carries an error reports it. */
 static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
 {
-    if (!wgml_tensor_valid(t)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "eval: NULL or freed tensor");
+    if (!wgml_tensor_valid(t)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "eval: a tensor is NULL or not a wgml tensor");
     if (t->ctx != ctx) return wgml_fail(ctx, WGML_ERROR_CONTEXT, "eval: the tensor belongs to another context");
     if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
     return WGML_OK;

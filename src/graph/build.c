@@ -337,6 +337,11 @@ static wgml_tensor *reduce(wgml_context *ctx, wgml_op op, wgml_tensor *a, int ax
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: axis %d is out of range for shape %s",
                                  name, axis, s);
     }
+    /* argmax results are floats, exact for whole numbers up to 2^24 only */
+    if (op == WGML_OP_ARGMAX && a->shape[ax] > (1 << 24) + 1)
+        return wgml_tensor_error(ctx, WGML_ERROR_LIMIT,
+                                 "argmax: an axis of %lld elements has indices past 2^24, which a float result "
+                                 "cannot hold exactly", (long long)a->shape[ax]);
     int64_t shape[WGML_MAX_DIMS];
     int n = 0;
     for (int d = 0; d < a->ndim; d++) {

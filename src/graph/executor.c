@@ -155,8 +155,13 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
     }
 }
 
-wgml_status wgml_check_loops(wgml_context *ctx, const wgml_launch *l)
+wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l)
 {
+    uint32_t maxd = ctx->limits.maxComputeWorkgroupsPerDimension;
+    for (int d = 0; d < 3; d++)
+        if (l->groups[d] > maxd)
+            return wgml_fail(ctx, WGML_ERROR_LIMIT, "%s needs %u workgroups along dimension %d, past this adapter's %u",
+                             l->what[0] ? l->what : "a kernel", l->groups[d], d, maxd);
     if (l->loop_trips <= ctx->loop_limit) return WGML_OK;
     return wgml_fail(ctx, WGML_ERROR_LIMIT,
                      "%s needs %llu loop iterations per GPU thread, past this adapter's limit of %u "
@@ -388,7 +393,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             *l = ls[c];
             plan[built++].node = t;
             if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s", wgml_op_table[t->op].name);
-            st = wgml_check_loops(ctx, l);
+            st = wgml_check_launch(ctx, l);
             for (int b = 0; b < l->nbuffers; b++)
                 if (l->buffers[b] && l->buffers[b] != t && l->buffers[b]->op != WGML_OP_NONE) l->buffers[b]->sched_uses++;
         }

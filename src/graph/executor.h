@@ -46,9 +46,11 @@ typedef struct wgml_launch {
    the first offending position as UINT32_MAX - position, by atomicMax, in word 1. */
 enum { WGML_GPU_ERROR_LABEL = 1u << 0 };
 WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx);
-/* WGML_ERROR_LIMIT when launch l would loop past the adapter's limit (wgml_context.loop_limit),
-   which on llvmpipe ends loops early and silently gives a wrong answer */
-wgml_status wgml_check_loops(wgml_context *ctx, const wgml_launch *l);
+/* Every launch passes here before it is encoded: WGML_ERROR_LIMIT when its grid is past the
+   adapter's workgroups per dimension, or when it would loop past the adapter's loop limit
+   (wgml_context.loop_limit), which on llvmpipe ends loops early and silently gives a wrong
+   answer */
+wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l);
 
 /* Splits `groups` workgroups over x and y so neither passes the adapter's limit; returns the
    x count (threads = x * workgroup size per row of the grid). */

@@ -288,7 +288,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
             memset(&l, 0, sizeof l);
             if ((st = wgml_gemm_pipeline(ctx, &g, &l, &gemv, &cfg))) return st;
             wgml_gemm_params(ctx, &l, &g, gemv, &cfg);
-            if ((st = wgml_check_loops(ctx, &l))) return st;
+            if ((st = wgml_check_launch(ctx, &l))) return st;
             uint64_t esize = cw->f16 ? 2 : 4;
             uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * esize;
             uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * esize;

@@ -501,6 +501,9 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     ctx->limits = limits;
     if (wgpuDeviceGetLimits(ctx->device, &ctx->limits) != WGPUStatus_Success) ctx->limits = limits;
     ctx->limits.nextInChain = NULL;
+    /* kernels index elements with u32 arithmetic: a binding of under 2^32 bytes keeps every
+       element index, and every product of a tensor's dimensions, below 2^30 */
+    if (ctx->limits.maxStorageBufferBindingSize > 0xfffffffcull) ctx->limits.maxStorageBufferBindingSize = 0xfffffffcull;
 
     WGPUAdapterInfo ai = {0};
     wgpuAdapterGetInfo(ctx->adapter, &ai);

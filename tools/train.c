@@ -1,12 +1,15 @@
 /*
  * wgml train: an MLP on Fashion-MNIST with AdamW and gradient clipping, a progress bar, a
- * safetensors checkpoint after every epoch (weights, optimiser moments, step, epoch) and a
- * CSV of metrics. --resume continues from a checkpoint: shuffling is seeded per epoch, so the
- * result equals an uninterrupted run with the same seed.
+ * safetensors checkpoint after every epoch (train/checkpoint.h: weights, optimiser moments,
+ * step, epoch and the run's settings) and a CSV of metrics. --resume continues from a
+ * checkpoint with the settings stored in it (flags given override them): shuffling is seeded
+ * per epoch, so the result equals the uninterrupted run.
  * wgml eval CHECKPOINT: the test accuracy of a checkpoint.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +17,9 @@
 #include <time.h>
 
 #include "io/idx.h"
-#include "io/safetensors.h"
+#include "io/loader.h"
 #include "tools/cli.h"
+#include "train/checkpoint.h"
 #include "train/mlp.h"
 
 /* mkdir -p: the output folder and any missing parents (a fresh checkout has no out/). */
@@ -34,14 +38,16 @@ static int make_dirs(const char *path)
 }
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+#define MNIST_PIXELS 784
+#define MNIST_CLASSES 10
 
 typedef struct options {
-    int epochs, batch;
-    float lr, wd, clip;
-    uint64_t seed;
+    int epochs;
+    wgml_train_settings s;
+    unsigned given; /* WGML_CK_* bits: settings named on the command line */
     int nlayers;
     int64_t sizes[WGML_MLP_MAX_LAYERS + 1];
-    const char *out, *resume, *data;
+    const char *out, *resume, *data, *hidden;
 } options;
 
 static double now(void)
@@ -51,118 +57,108 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int parse_hidden(const char *s, options *o)
+/* The context's message, or the status's name where a call left none. */
+static const char *message(wgml_context *ctx, wgml_status st)
+{
+    const char *m = wgml_error_message(ctx);
+    return m && m[0] ? m : wgml_status_name(st);
+}
+
+static int parse_hidden(const char *s, options *o, char *err, size_t errlen)
 {
     o->nlayers = 0;
-    o->sizes[0] = 784;
+    o->sizes[0] = MNIST_PIXELS;
     char *end;
+    const char *text = s;
     while (*s) {
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 65536 || o->nlayers + 2 > WGML_MLP_MAX_LAYERS) return -1;
-        o->sizes[++o->nlayers] = v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    o->sizes[++o->nlayers] = 10;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- checkpoints */
-
-static int save_checkpoint(const char *path, wgml_mlp *m, wgml_optimizer *opt, int epoch, const options *o)
-{
-    wgml_tensor *params[2 * WGML_MLP_MAX_LAYERS];
-    int np = wgml_mlp_params(m, params);
-    wgml_st_tensor *t = calloc((size_t)np * 3, sizeof *t);
-    int count = 0, rc = 0;
-    for (int i = 0; i < np && !rc; i++) {
-        wgml_tensor *src[3] = {params[i], NULL, NULL};
-        if (wgml_optimizer_state(opt, i, &src[1], &src[2])) rc = -1;
-        const char *kind[3] = {"", ".m", ".v"};
-        for (int k = 0; k < 3 && !rc; k++) {
-            wgml_st_tensor *e = &t[count++];
-            snprintf(e->name, sizeof e->name, "%s%d%s", i % 2 ? "b" : "W", i / 2, kind[k]);
-            e->ndim = wgml_tensor_ndim(src[k]);
-            for (int d = 0; d < e->ndim; d++) e->shape[d] = wgml_tensor_dim(src[k], d);
-            size_t n = (size_t)wgml_tensor_numel(src[k]);
-            e->data = malloc(n * sizeof(float));
-            if (!e->data || wgml_tensor_read(src[k], e->data, n)) rc = -1;
-        }
-        wgml_tensor_free(src[1]);
-        wgml_tensor_free(src[2]);
-    }
-    char step[32], ep[32], hidden[128] = "", seed[32];
-    snprintf(step, sizeof step, "%lld", (long long)wgml_optimizer_steps(opt));
-    snprintf(ep, sizeof ep, "%d", epoch);
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
-    for (int l = 0; l <= m->nlayers; l++)
-        snprintf(hidden + strlen(hidden), sizeof hidden - strlen(hidden), "%s%lld", l ? "," : "", (long long)m->sizes[l]);
-    const char *keys[4] = {"step", "epoch", "sizes", "seed"}, *vals[4] = {step, ep, hidden, seed};
-    char err[512];
-    if (!rc && wgml_safetensors_write(path, t, count, keys, vals, 4, err, sizeof err)) {
-        fprintf(stderr, "wgml train: %s\n", err);
-        rc = -1;
-    }
-    for (int i = 0; i < count; i++) free(t[i].data);
-    free(t);
-    return rc;
-}
-
-/* Loads the checkpoint's sizes and, with an optimiser, its moments and step. */
-static int load_checkpoint(const char *path, wgml_context *ctx, wgml_mlp *m, options *o, wgml_st_file *f, int *epoch)
-{
-    char err[512];
-    if (wgml_safetensors_read(path, f, err, sizeof err)) {
-        fprintf(stderr, "wgml: %s\n", err);
-        return -1;
-    }
-    const char *sizes = wgml_st_meta(f, "sizes"), *ep = wgml_st_meta(f, "epoch");
-    if (!sizes || !ep) {
-        fprintf(stderr, "wgml: %s: not a wgml checkpoint (no sizes/epoch metadata)\n", path);
-        return -1;
-    }
-    o->nlayers = -1;
-    for (const char *s = sizes; s; s = strchr(s, ',') ? strchr(s, ',') + 1 : NULL)
-        if (o->nlayers + 1 <= WGML_MLP_MAX_LAYERS) o->sizes[++o->nlayers] = strtoll(s, NULL, 10);
-    *epoch = atoi(ep);
-    const float *W[WGML_MLP_MAX_LAYERS], *b[WGML_MLP_MAX_LAYERS];
-    for (int l = 0; l < o->nlayers; l++) {
-        char wn[32], bn[32];
-        snprintf(wn, sizeof wn, "W%d", l);
-        snprintf(bn, sizeof bn, "b%d", l);
-        const wgml_st_tensor *wt = wgml_st_find(f, wn), *bt = wgml_st_find(f, bn);
-        if (!wt || !bt || wt->ndim != 2 || wt->shape[0] != o->sizes[l] || wt->shape[1] != o->sizes[l + 1] || bt->ndim != 1 ||
-            bt->shape[0] != o->sizes[l + 1]) {
-            fprintf(stderr, "wgml: %s: layer %d is missing or has the wrong shape\n", path, l);
+        if (end == s || v < 1 || v > 65536 || o->nlayers + 2 > WGML_MLP_MAX_LAYERS || (*end && *end != ',')) {
+            snprintf(err, errlen, "--hidden is '%s': want up to %d widths in 1..65536, comma-separated", text,
+                     WGML_MLP_MAX_LAYERS - 1);
             return -1;
         }
-        W[l] = wt->data;
-        b[l] = bt->data;
+        o->sizes[++o->nlayers] = v;
+        s = *end == ',' ? end + 1 : end;
     }
-    if (o->nlayers < 1 || wgml_mlp_create(ctx, o->nlayers, o->sizes, 0, W, b, m)) {
-        fprintf(stderr, "wgml: %s: cannot build the model: %s\n", path, wgml_error_message(ctx));
-        return -1;
-    }
+    o->sizes[++o->nlayers] = MNIST_CLASSES;
     return 0;
 }
 
-static int restore_optimizer(const wgml_st_file *f, wgml_optimizer *opt, int np)
+/* The flags, each parsed strictly (a typo is an error, not a silent 0). */
+static int parse_options(int argc, char **argv, options *o, char *err, size_t errlen)
 {
-    for (int i = 0; i < np; i++) {
-        wgml_tensor *mt, *vt;
-        if (wgml_optimizer_state(opt, i, &mt, &vt)) return -1;
-        char mn[32], vn[32];
-        snprintf(mn, sizeof mn, "%s%d.m", i % 2 ? "b" : "W", i / 2);
-        snprintf(vn, sizeof vn, "%s%d.v", i % 2 ? "b" : "W", i / 2);
-        const wgml_st_tensor *ms = wgml_st_find(f, mn), *vs = wgml_st_find(f, vn);
-        size_t n = (size_t)wgml_tensor_numel(mt);
-        int bad = !ms || !vs || wgml_tensor_write(mt, ms->data, n) || wgml_tensor_write(vt, vs->data, n);
-        wgml_tensor_free(mt);
-        wgml_tensor_free(vt);
-        if (bad) return -1;
+    const char *text;
+    int64_t v;
+    if (wgml_parse_i64("--epochs", cli_option(argc, argv, "--epochs", "10"), 1, WGML_CK_MAX_EPOCH, &v, err, errlen)) return -1;
+    o->epochs = (int)v;
+    o->s = (wgml_train_settings){.seed = 1, .lr = 1e-3f, .weight_decay = 0, .max_grad_norm = 1.0f, .batch = 128};
+    if ((text = cli_option(argc, argv, "--batch", NULL))) {
+        if (wgml_parse_i64("--batch", text, 1, WGML_CK_MAX_BATCH, &v, err, errlen)) return -1;
+        o->s.batch = (int)v;
+        o->given |= WGML_CK_BATCH;
     }
-    const char *step = wgml_st_meta(f, "step");
-    return step ? (int)wgml_optimizer_set_steps(opt, strtoll(step, NULL, 10)) : -1;
+    if ((text = cli_option(argc, argv, "--seed", NULL))) {
+        if (wgml_parse_u64("--seed", text, &o->s.seed, err, errlen)) return -1;
+        o->given |= WGML_CK_SEED;
+    }
+    static const struct { const char *flag; unsigned bit; size_t offset; } floats[] = {
+        {"--lr", WGML_CK_LR, offsetof(wgml_train_settings, lr)},
+        {"--wd", WGML_CK_WEIGHT_DECAY, offsetof(wgml_train_settings, weight_decay)},
+        {"--clip", WGML_CK_MAX_GRAD_NORM, offsetof(wgml_train_settings, max_grad_norm)},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        if (!(text = cli_option(argc, argv, floats[i].flag, NULL))) continue;
+        if (wgml_parse_f32(floats[i].flag, text, 0.0f, FLT_MAX, (float *)((char *)&o->s + floats[i].offset), err, errlen))
+            return -1;
+        o->given |= floats[i].bit;
+    }
+    o->out = cli_option(argc, argv, "--out", "out/train");
+    o->resume = cli_option(argc, argv, "--resume", NULL);
+    o->data = cli_option(argc, argv, "--data", DEFAULT_DATA);
+    o->hidden = cli_option(argc, argv, "--hidden", NULL);
+    return parse_hidden(o->hidden ? o->hidden : "256,128", o, err, errlen);
+}
+
+/* The checkpoint's model for this data set: MNIST-sized input and output. */
+static int check_mnist_sizes(const char *path, const wgml_checkpoint *ck, const char *who)
+{
+    if (ck->sizes[0] == MNIST_PIXELS && ck->sizes[ck->nlayers] == MNIST_CLASSES) return 0;
+    fprintf(stderr, "%s: %s: the model maps %lld inputs to %lld classes, want %d to %d (Fashion-MNIST)\n", who, path,
+            (long long)ck->sizes[0], (long long)ck->sizes[ck->nlayers], MNIST_PIXELS, MNIST_CLASSES);
+    return -1;
+}
+
+/* Resuming: the checkpoint's model, and its settings wherever the command line names none,
+   so that a resumed run continues the run that wrote it. */
+static int resume_from(const char *path, wgml_context *ctx, wgml_checkpoint *ck, wgml_mlp *m, options *o)
+{
+    wgml_status st = wgml_checkpoint_read(ctx, path, ck);
+    if (st) {
+        fprintf(stderr, "wgml train: %s\n", message(ctx, st));
+        return -1;
+    }
+    if (check_mnist_sizes(path, ck, "wgml train")) return -1;
+    int same = ck->nlayers == o->nlayers;
+    for (int l = 0; same && l <= o->nlayers; l++) same = ck->sizes[l] == o->sizes[l];
+    if (o->hidden && !same) {
+        fprintf(stderr, "wgml train: --hidden %s does not match the checkpoint %s, whose layers are", o->hidden, path);
+        for (int l = 0; l <= ck->nlayers; l++) fprintf(stderr, "%s%lld", l ? "-" : " ", (long long)ck->sizes[l]);
+        fprintf(stderr, "\n");
+        return -1;
+    }
+    o->nlayers = ck->nlayers;
+    memcpy(o->sizes, ck->sizes, sizeof o->sizes);
+    unsigned take = ck->stored & ~o->given;
+    if (take & WGML_CK_SEED) o->s.seed = ck->settings.seed;
+    if (take & WGML_CK_LR) o->s.lr = ck->settings.lr;
+    if (take & WGML_CK_WEIGHT_DECAY) o->s.weight_decay = ck->settings.weight_decay;
+    if (take & WGML_CK_MAX_GRAD_NORM) o->s.max_grad_norm = ck->settings.max_grad_norm;
+    if (take & WGML_CK_BATCH) o->s.batch = ck->settings.batch;
+    if ((st = wgml_checkpoint_mlp(ctx, ck, m))) {
+        fprintf(stderr, "wgml train: %s: cannot build the model: %s\n", path, message(ctx, st));
+        return -1;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- evaluation */
@@ -172,6 +168,10 @@ static int evaluate(wgml_context *ctx, wgml_mlp *m, const wgml_mnist *test, doub
     const int64_t B = 1000;
     double correct = 0, total_loss = 0;
     float *labf = malloc((size_t)B * sizeof *labf);
+    if (!labf) {
+        fprintf(stderr, "wgml: evaluation: out of host memory\n");
+        return -1;
+    }
     for (int64_t first = 0; first < test->n; first += B) {
         int64_t n = test->n - first < B ? test->n - first : B;
         int64_t xs[2] = {n, 784};
@@ -189,7 +189,7 @@ static int evaluate(wgml_context *ctx, wgml_mlp *m, const wgml_mnist *test, doub
         if (!st) st = wgml_tensor_read(ll, &l, 1);
         wgml_scope_end(ctx);
         if (st) {
-            fprintf(stderr, "wgml: evaluation failed: %s\n", wgml_error_message(ctx));
+            fprintf(stderr, "wgml: evaluation failed: %s\n", message(ctx, st));
             free(labf);
             return -1;
         }
@@ -220,93 +220,113 @@ int cmd_train(int argc, char **argv)
 {
     if (cli_has_flag(argc, argv, "--help")) {
         printf("wgml train [--epochs 10] [--batch 128] [--lr 1e-3] [--wd 0] [--clip 1.0] [--hidden 256,128]\n"
-               "           [--seed 1] [--out out/train] [--resume CHECKPOINT] [--data %s]\n", DEFAULT_DATA);
+               "           [--seed 1] [--out out/train] [--resume CHECKPOINT] [--data %s]\n"
+               "--resume continues the checkpoint's run: its model, and its seed, batch, lr, wd and clip\n"
+               "unless given here.\n", DEFAULT_DATA);
         return 0;
     }
     options o = {0};
-    o.epochs = atoi(cli_option(argc, argv, "--epochs", "10"));
-    o.batch = atoi(cli_option(argc, argv, "--batch", "128"));
-    o.lr = (float)atof(cli_option(argc, argv, "--lr", "1e-3"));
-    o.wd = (float)atof(cli_option(argc, argv, "--wd", "0"));
-    o.clip = (float)atof(cli_option(argc, argv, "--clip", "1.0"));
-    o.seed = strtoull(cli_option(argc, argv, "--seed", "1"), NULL, 10);
-    o.out = cli_option(argc, argv, "--out", "out/train");
-    o.resume = cli_option(argc, argv, "--resume", NULL);
-    o.data = cli_option(argc, argv, "--data", DEFAULT_DATA);
-    if (o.epochs < 1 || o.batch < 1 || o.batch > 60000 || parse_hidden(cli_option(argc, argv, "--hidden", "256,128"), &o)) {
-        fprintf(stderr, "wgml train: bad options (see --help)\n");
+    char err[512];
+    if (parse_options(argc, argv, &o, err, sizeof err)) {
+        fprintf(stderr, "wgml train: %s (see --help)\n", err);
         return 2;
     }
-    char err[512];
     wgml_mnist train = {0}, test = {0};
     if (wgml_mnist_load(o.data, 1, &train, err, sizeof err) || wgml_mnist_load(o.data, 0, &test, err, sizeof err)) {
         fprintf(stderr, "wgml train: %s\n(install the data set: apt-get install dataset-fashion-mnist)\n", err);
+        wgml_mnist_free(&train);
         return 1;
     }
     wgml_context *ctx;
     wgml_status st = wgml_context_create(NULL, &ctx);
     if (st) {
         fprintf(stderr, "wgml train: %s\n", wgml_last_create_error());
+        wgml_mnist_free(&train);
+        wgml_mnist_free(&test);
         return 1;
     }
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);
-    wgml_mlp m;
-    wgml_st_file ck = {0};
+    wgml_mlp m = {0};
+    wgml_checkpoint ck = {0};
     int start_epoch = 0;
     int rc = 1;
-    if (o.resume ? load_checkpoint(o.resume, ctx, &m, &o, &ck, &start_epoch)
-                 : (int)wgml_mlp_create(ctx, o.nlayers, o.sizes, o.seed, NULL, NULL, &m)) {
-        if (!o.resume) fprintf(stderr, "wgml train: %s\n", wgml_error_message(ctx));
-        goto done_ctx;
+    wgml_optimizer *opt = NULL;
+    FILE *csv = NULL;
+    int64_t *idx = NULL;
+    float *xb = NULL, *lb = NULL;
+    wgml_tensor *x = NULL, *lab = NULL;
+    if (o.resume) {
+        if (resume_from(o.resume, ctx, &ck, &m, &o)) goto done;
+        start_epoch = ck.epoch;
+    } else if ((st = wgml_mlp_create(ctx, o.nlayers, o.sizes, o.s.seed, NULL, NULL, &m))) {
+        fprintf(stderr, "wgml train: cannot build the model: %s\n", message(ctx, st));
+        goto done;
+    }
+    if (o.s.batch > train.n) {
+        fprintf(stderr, "wgml train: batch %d is more than the %lld training examples\n", o.s.batch, (long long)train.n);
+        goto done;
     }
     wgml_tensor *params[2 * WGML_MLP_MAX_LAYERS];
     int np = wgml_mlp_params(&m, params);
-    wgml_optim_desc d = {.kind = WGML_OPTIM_ADAMW, .lr = o.lr, .weight_decay = o.wd, .max_grad_norm = o.clip};
-    wgml_optimizer *opt = NULL;
-    if (wgml_optimizer_create(ctx, &d, np, params, &opt) || (o.resume && restore_optimizer(&ck, opt, np))) {
-        fprintf(stderr, "wgml train: optimizer: %s\n", wgml_error_message(ctx));
-        goto done_model;
+    wgml_optim_desc d = {.kind = WGML_OPTIM_ADAMW, .lr = o.s.lr, .weight_decay = o.s.weight_decay, .max_grad_norm = o.s.max_grad_norm};
+    if ((st = wgml_optimizer_create(ctx, &d, np, params, &opt))) {
+        fprintf(stderr, "wgml train: optimizer: %s\n", message(ctx, st));
+        goto done;
     }
+    if (o.resume && (st = wgml_checkpoint_restore_optimizer(ctx, &ck, opt))) {
+        fprintf(stderr, "wgml train: %s: %s\n", o.resume, message(ctx, st));
+        goto done;
+    }
+    wgml_checkpoint_free(&ck); /* the model and optimiser hold it all now */
     if (make_dirs(o.out)) {
         fprintf(stderr, "wgml train: cannot create %s: %s\n", o.out, strerror(errno));
-        goto done_opt;
+        goto done;
     }
     char ckpath[1024], csvpath[1024];
     snprintf(ckpath, sizeof ckpath, "%s/checkpoint.safetensors", o.out);
     snprintf(csvpath, sizeof csvpath, "%s/metrics.csv", o.out);
-    FILE *csv = fopen(csvpath, o.resume ? "a" : "w");
+    csv = fopen(csvpath, o.resume ? "a" : "w");
     if (!csv) {
         fprintf(stderr, "wgml train: cannot write %s: %s\n", csvpath, strerror(errno));
-        goto done_opt;
+        goto done;
     }
     if (!o.resume) fprintf(csv, "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_s,epoch_seconds\n");
+    const int batch = o.s.batch;
     printf("training MLP");
     for (int l = 0; l <= o.nlayers; l++) printf("%s%lld", l ? "-" : " ", (long long)o.sizes[l]);
-    printf(" on %s (%s), batch %d, AdamW lr %g, clip %g, epochs %d..%d\n", info.name, info.backend, o.batch, o.lr, o.clip,
-           start_epoch + 1, o.epochs);
+    printf(" on %s (%s), batch %d, AdamW lr %g, wd %g, clip %g, seed %llu, epochs %d..%d\n", info.name, info.backend, batch,
+           (double)o.s.lr, (double)o.s.weight_decay, (double)o.s.max_grad_norm, (unsigned long long)o.s.seed, start_epoch + 1,
+           o.epochs);
 
-    int64_t *idx = malloc((size_t)train.n * sizeof *idx);
-    float *xb = malloc((size_t)o.batch * 784 * sizeof *xb), *lb = malloc((size_t)o.batch * sizeof *lb);
-    int64_t xs[2] = {o.batch, 784}, ls = o.batch;
-    wgml_tensor *x = NULL, *lab = NULL;
-    if (!idx || !xb || !lb || wgml_tensor_zeros(ctx, 2, xs, &x) || wgml_tensor_zeros(ctx, 1, &ls, &lab)) goto done_buffers;
+    idx = malloc((size_t)train.n * sizeof *idx);
+    xb = malloc((size_t)batch * MNIST_PIXELS * sizeof *xb);
+    lb = malloc((size_t)batch * sizeof *lb);
+    int64_t xs[2] = {batch, MNIST_PIXELS}, ls = batch;
+    if (!idx || !xb || !lb) {
+        fprintf(stderr, "wgml train: out of host memory for a batch of %d\n", batch);
+        goto done;
+    }
+    if ((st = wgml_tensor_zeros(ctx, 2, xs, &x)) || (st = wgml_tensor_zeros(ctx, 1, &ls, &lab))) {
+        fprintf(stderr, "wgml train: batch tensors: %s\n", message(ctx, st));
+        goto done;
+    }
     double test_acc = 0, test_loss = 0;
     for (int epoch = start_epoch; epoch < o.epochs; epoch++) {
-        shuffle(idx, train.n, o.seed, epoch);
-        int64_t steps = train.n / o.batch; /* full batches; the remainder is dropped */
+        shuffle(idx, train.n, o.s.seed, epoch);
+        int64_t steps = train.n / batch; /* full batches; the remainder is dropped */
         double t0 = now(), sum_loss = 0, sum_correct = 0;
         for (int64_t s = 0; s < steps; s++) {
-            for (int i = 0; i < o.batch; i++) {
-                int64_t k = idx[s * o.batch + i];
-                memcpy(xb + (size_t)i * 784, train.images + k * 784, 784 * sizeof *xb);
+            for (int i = 0; i < batch; i++) {
+                int64_t k = idx[s * batch + i];
+                memcpy(xb + (size_t)i * MNIST_PIXELS, train.images + k * MNIST_PIXELS, MNIST_PIXELS * sizeof *xb);
                 lb[i] = train.labels[k];
             }
             float loss, correct;
-            if (wgml_tensor_write(x, xb, (size_t)o.batch * 784) || wgml_tensor_write(lab, lb, (size_t)o.batch) ||
-                wgml_mlp_train_step(&m, opt, x, lab, &loss, &correct)) {
-                fprintf(stderr, "\nwgml train: step failed: %s\n", wgml_error_message(ctx));
-                goto done_buffers;
+            if ((st = wgml_tensor_write(x, xb, (size_t)batch * MNIST_PIXELS)) || (st = wgml_tensor_write(lab, lb, (size_t)batch)) ||
+                (st = wgml_mlp_train_step(&m, opt, x, lab, &loss, &correct))) {
+                fprintf(stderr, "\nwgml train: step failed: %s\n", message(ctx, st));
+                goto done;
             }
             sum_loss += loss;
             sum_correct += correct;
@@ -315,35 +335,35 @@ int cmd_train(int argc, char **argv)
                 int bar = (int)(30 * (s + 1) / steps);
                 printf("\repoch %2d/%d [%.*s%*s] %5.1f%% loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, bar,
                        "==============================", 30 - bar, "", 100.0 * (double)(s + 1) / (double)steps,
-                       sum_loss / (double)(s + 1), sum_correct / (double)((s + 1) * o.batch),
-                       (double)((s + 1) * o.batch) / el);
+                       sum_loss / (double)(s + 1), sum_correct / (double)((s + 1) * batch),
+                       (double)((s + 1) * batch) / el);
                 fflush(stdout);
             }
         }
         double secs = now() - t0;
-        if (evaluate(ctx, &m, &test, &test_acc, &test_loss)) goto done_buffers;
+        if (evaluate(ctx, &m, &test, &test_acc, &test_loss)) goto done;
         printf("  | test loss %.4f acc %.4f (%.1f s)\n", test_loss, test_acc, secs);
         fprintf(csv, "%d,%lld,%.6f,%.6f,%.6f,%.6f,%.1f,%.3f\n", epoch + 1, (long long)wgml_optimizer_steps(opt),
-                sum_loss / (double)steps, sum_correct / (double)(steps * o.batch), test_loss, test_acc,
-                (double)(steps * o.batch) / secs, secs);
+                sum_loss / (double)steps, sum_correct / (double)(steps * batch), test_loss, test_acc,
+                (double)(steps * batch) / secs, secs);
         fflush(csv);
-        if (save_checkpoint(ckpath, &m, opt, epoch + 1, &o)) goto done_buffers;
+        if ((st = wgml_checkpoint_save(ckpath, &m, opt, epoch + 1, &o.s))) {
+            fprintf(stderr, "wgml train: checkpoint: %s\n", message(ctx, st));
+            goto done;
+        }
     }
     printf("test accuracy %.4f\ncheckpoint %s\nmetrics %s\n", test_acc, ckpath, csvpath);
     rc = 0;
-done_buffers:
+done:
     free(idx);
     free(xb);
     free(lb);
     wgml_tensor_free(x);
     wgml_tensor_free(lab);
-    fclose(csv);
-done_opt:
+    if (csv) fclose(csv);
     wgml_optimizer_free(opt);
-done_model:
     wgml_mlp_free(&m);
-done_ctx:
-    wgml_st_file_free(&ck);
+    wgml_checkpoint_free(&ck);
     wgml_context_free(ctx);
     wgml_mnist_free(&train);
     wgml_mnist_free(&test);
@@ -369,19 +389,20 @@ int cmd_eval(int argc, char **argv)
         wgml_mnist_free(&test);
         return 1;
     }
-    options o = {0};
-    wgml_mlp m;
-    wgml_st_file f = {0};
-    int epoch = 0, rc = 1;
+    wgml_mlp m = {0};
+    wgml_checkpoint ck = {0};
+    int rc = 1;
     double acc, loss;
-    if (!load_checkpoint(argv[0], ctx, &m, &o, &f, &epoch)) {
-        if (!evaluate(ctx, &m, &test, &acc, &loss)) {
-            printf("checkpoint %s (epoch %d): test loss %.4f accuracy %.4f\n", argv[0], epoch, loss, acc);
-            rc = 0;
-        }
-        wgml_mlp_free(&m);
+    wgml_status st = wgml_checkpoint_read(ctx, argv[0], &ck);
+    if (st) fprintf(stderr, "wgml eval: %s\n", message(ctx, st));
+    else if (check_mnist_sizes(argv[0], &ck, "wgml eval")) st = WGML_ERROR_SHAPE;
+    else if ((st = wgml_checkpoint_mlp(ctx, &ck, &m))) fprintf(stderr, "wgml eval: %s: cannot build the model: %s\n", argv[0], message(ctx, st));
+    if (!st && !evaluate(ctx, &m, &test, &acc, &loss)) {
+        printf("checkpoint %s (epoch %d): test loss %.4f accuracy %.4f\n", argv[0], ck.epoch, loss, acc);
+        rc = 0;
     }
-    wgml_st_file_free(&f);
+    wgml_mlp_free(&m);
+    wgml_checkpoint_free(&ck);
     wgml_context_free(ctx);
     wgml_mnist_free(&test);
     return rc;

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# End-to-end tests of `wgml train --resume` and `wgml eval`, on a synthetic data set of 256
+# training images (each run takes about a second on lavapipe):
+#   - a resume takes the seed, batch, lr, wd and clip stored in the checkpoint, and ends
+#     byte for byte where the uninterrupted run ends; flags given override them;
+#   - checkpoints that are wrong are refused with a message naming what is wrong, never
+#     trained on or evaluated: a moment or a weight of the wrong shape, a missing moment, a
+#     header length one byte short, bytes appended, bad metadata values; bad flags too;
+#   - no error message is empty.
+# Usage: test_train_cli.sh WGML_BINARY [PYTHON]
+set -u
+
+wgml=$1
+py=${2:-python3}
+if [ ! -x "$wgml" ]; then
+  echo "test_train_cli: $wgml is not an executable" >&2
+  exit 2
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_train_cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# Synthetic data and checkpoint surgery. The edited checkpoint is rewritten as a valid
+# safetensors file (data contiguous, header padded with spaces as wgml does), so that only
+# the one change is wrong.
+cat >"$work/ck.py" <<'PY'
+import json, os, random, struct, sys
+
+def read(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = blob[8 + n:]
+    tensors = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    return meta, [(k, v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in tensors]
+
+def write(path, meta, tensors):
+    header, data = {"__metadata__": meta}, b""
+    for name, shape, blob in tensors:
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    text = json.dumps(header, separators=(",", ":")).encode()
+    pad = -len(text) % 8
+    text += b" " * pad
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + data)
+    return pad
+
+def numel(dims):
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+cmd, args = sys.argv[1], sys.argv[2:]
+if cmd == "data":  # DIR: 256 training and 64 test images, random pixels and labels
+    rng = random.Random(3)
+    os.makedirs(args[0], exist_ok=True)
+    for prefix, n in (("train", 256), ("t10k", 64)):
+        for kind, dims, count in (("images-idx3", [n, 28, 28], n * 784), ("labels-idx1", [n], n)):
+            top = 256 if kind.startswith("images") else 10
+            with open("%s/%s-%s-ubyte" % (args[0], prefix, kind), "wb") as f:
+                f.write(bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims))
+                f.write(bytes(rng.randrange(top) for _ in range(count)))
+elif cmd == "meta":  # PATH KEY: print a metadata value
+    print(read(args[0])[0].get(args[1], "(absent)"))
+elif cmd == "set_meta":  # IN OUT KEY VALUE
+    meta, tensors = read(args[0])
+    meta[args[2]] = args[3]
+    write(args[1], meta, tensors)
+elif cmd == "reshape":  # IN OUT NAME DIMS: the tensor replaced by zeros of shape DIMS ("1", "16,784")
+    meta, tensors = read(args[0])
+    shape = [int(d) for d in args[3].split(",")]
+    write(args[1], meta, [(k, shape, bytes(4 * numel(shape))) if k == args[2] else (k, s, b) for k, s, b in tensors])
+elif cmd == "add":  # IN OUT NAME DIMS: one more tensor, of zeros
+    meta, tensors = read(args[0])
+    shape = [int(d) for d in args[3].split(",")]
+    write(args[1], meta, tensors + [(args[2], shape, bytes(4 * numel(shape)))])
+elif cmd == "drop":  # IN OUT NAME
+    meta, tensors = read(args[0])
+    write(args[1], meta, [t for t in tensors if t[0] != args[2]])
+elif cmd == "header_len":  # IN OUT DELTA: the 8-byte header length changed by DELTA
+    # The header must end in padding for a length one short to leave valid JSON: where it
+    # would have none, a metadata pair makes some.
+    meta, tensors = read(args[0])
+    if write(args[1], meta, tensors) == 0:
+        meta["padding"] = "x"
+        write(args[1], meta, tensors)
+    blob = open(args[1], "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0] + int(args[2])
+    open(args[1], "wb").write(struct.pack("<Q", n) + blob[8:])
+elif cmd == "append":  # IN OUT N: N zero bytes after the data
+    open(args[1], "wb").write(open(args[0], "rb").read() + bytes(int(args[2])))
+PY
+ck() { "$py" "$work/ck.py" "$@"; }
+
+# refused WHAT NEEDLES COMMAND...: COMMAND must exit with an error (not 0, not a signal)
+# whose message contains each of NEEDLES ('|'-separated); no line of it may end in ": ".
+refused() {
+  local what=$1 needles=$2 rc=0
+  shift 2
+  "$@" >"$work/out" 2>"$work/err" || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    fail "$what: exit 0, want an error; it printed: $(tail -n 2 "$work/out" | tr '\r\n' '  ')"
+    return
+  fi
+  [ "$rc" -lt 128 ] || fail "$what: killed by signal $((rc - 128))"
+  local list n
+  IFS='|' read -ra list <<<"$needles"
+  for n in "${list[@]}"; do
+    grep -qF -- "$n" "$work/err" || fail "$what: the message lacks '$n': $(head -c 600 "$work/err")"
+  done
+  if grep -qE ':[[:space:]]*$' "$work/err"; then fail "$what: an empty message: $(cat "$work/err")"; fi
+  echo "  $what -> $(head -n 1 "$work/err")"
+}
+
+# ran WHAT COMMAND...: COMMAND must succeed; its output is kept in $work/out.
+ran() {
+  local what=$1
+  shift
+  "$@" >"$work/out" 2>"$work/err" || fail "$what: exit $?: $(tail -c 600 "$work/err")"
+}
+
+data=$work/data
+ck data "$data"
+common=(--data "$data" --hidden 16)
+settings=(--seed 7 --lr 0.01 --wd 0.001 --clip 0.5 --batch 32)
+
+# An uninterrupted run of 2 epochs, and a run of 1 epoch resumed for the second with no
+# settings on the command line: the checkpoint stores them, so both end in the same file.
+ran "2 epochs" "$wgml" train "${common[@]}" "${settings[@]}" --epochs 2 --out "$work/full"
+ran "1 epoch" "$wgml" train "${common[@]}" "${settings[@]}" --epochs 1 --out "$work/half"
+cp -r "$work/half" "$work/override"
+one_epoch=$work/one_epoch.safetensors
+cp "$work/half/checkpoint.safetensors" "$one_epoch"
+ran "resume" "$wgml" train --data "$data" --epochs 2 --out "$work/half" --resume "$work/half/checkpoint.safetensors"
+banner="batch 32, AdamW lr 0.01, wd 0.001, clip 0.5, seed 7, epochs 2..2"
+grep -qF "$banner" "$work/out" || fail "resume: the run does not say '$banner': $(head -n 1 "$work/out")"
+cmp -s "$work/full/checkpoint.safetensors" "$work/half/checkpoint.safetensors" ||
+  fail "resume: the resumed run's checkpoint differs from the uninterrupted run's"
+for kv in seed=7 lr=0.01 weight_decay=0.001 max_grad_norm=0.5 batch=32 epoch=2 step=16; do
+  got=$(ck meta "$work/half/checkpoint.safetensors" "${kv%%=*}")
+  [ "$got" = "${kv#*=}" ] || fail "resume: metadata ${kv%%=*} is '$got', want '${kv#*=}'"
+done
+
+# Flags given on resume override what the checkpoint stores, and are stored in turn.
+ran "resume with flags" "$wgml" train --data "$data" --epochs 2 --out "$work/override" --lr 0.02 --batch 64 \
+  --resume "$work/override/checkpoint.safetensors"
+banner="batch 64, AdamW lr 0.02, wd 0.001, clip 0.5, seed 7"
+grep -qF "$banner" "$work/out" || fail "resume with flags: the run does not say '$banner': $(head -n 1 "$work/out")"
+for kv in lr=0.02 batch=64 seed=7 step=12; do
+  got=$(ck meta "$work/override/checkpoint.safetensors" "${kv%%=*}")
+  [ "$got" = "${kv#*=}" ] || fail "resume with flags: metadata ${kv%%=*} is '$got', want '${kv#*=}'"
+done
+
+# Checkpoints that must be refused, by train --resume and, where it reads the part, by eval.
+bad=$work/bad.safetensors
+resume=("$wgml" train --data "$data" --epochs 2 --out "$work/bad_run" --resume "$bad")
+ck reshape "$one_epoch" "$bad" W0.v 1
+refused "moment W0.v of shape [1]" "W0.v|[1]|[784, 16]" "${resume[@]}"
+ck reshape "$one_epoch" "$bad" b1.m 3
+refused "moment b1.m of shape [3]" "b1.m|[3]|[10]" "${resume[@]}"
+ck drop "$one_epoch" "$bad" b1.m
+refused "moment b1.m missing" "b1.m|missing" "${resume[@]}"
+ck reshape "$one_epoch" "$bad" W0 16,784
+refused "weight W0 transposed (train)" "W0|[16, 784]|[784, 16]" "${resume[@]}"
+refused "weight W0 transposed (eval)" "W0|[16, 784]|[784, 16]" "$wgml" eval "$bad" --data "$data"
+ck add "$one_epoch" "$bad" extra 2
+refused "a tensor that is not the model's" "extra" "${resume[@]}"
+
+ck header_len "$one_epoch" "$bad" -1
+refused "header length one byte short (eval)" "cover|data bytes" "$wgml" eval "$bad" --data "$data"
+refused "header length one byte short (train)" "cover|data bytes" "${resume[@]}"
+ck append "$one_epoch" "$bad" 4
+refused "4 bytes appended (eval)" "cover|data bytes" "$wgml" eval "$bad" --data "$data"
+
+while IFS=' ' read -r key value; do
+  [ "$value" = '""' ] && value=
+  ck set_meta "$one_epoch" "$bad" "$key" "$value"
+  refused "metadata $key '$value'" "$key|'$value'" "${resume[@]}"
+done <<'CASES'
+epoch -3
+epoch 99999999999
+epoch abc
+epoch ""
+epoch 1.5
+step -1
+step 99999999999999999999
+seed -1
+seed 18446744073709551616
+lr nan
+lr -0.01
+lr 1e99
+weight_decay x
+max_grad_norm inf
+batch 0
+batch 99999999999
+sizes 784,16,abc
+sizes 784,0,10
+sizes 784
+CASES
+ck set_meta "$one_epoch" "$bad" sizes 784,16,12
+refused "sizes that do not match the tensors" "sizes 784,16,12|W1" "${resume[@]}"
+
+# Flags are parsed as strictly as metadata.
+refused "--lr abc" "--lr|'abc'" "$wgml" train "${common[@]}" --lr abc --out "$work/bad_run"
+refused "--epochs -1" "--epochs|'-1'" "$wgml" train "${common[@]}" --epochs -1 --out "$work/bad_run"
+refused "--seed -1" "--seed|'-1'" "$wgml" train "${common[@]}" --seed -1 --out "$work/bad_run"
+refused "--batch larger than the data" "batch 512|256" "$wgml" train "${common[@]}" --batch 512 --out "$work/bad_run"
+refused "--hidden unlike the checkpoint's" "--hidden 32|784-16-10" "$wgml" train --data "$data" --hidden 32 --epochs 2 \
+  --out "$work/bad_run" --resume "$one_epoch"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "all checks passed"

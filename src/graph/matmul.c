@@ -117,7 +117,7 @@ wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b)
 
 static const char *act_wgsl[] = {
     [WGML_ACT_NONE] = "v",
-    [WGML_ACT_RELU] = "select(v, 0.0, v < 0.0)",
+    [WGML_ACT_RELU] = "select(max(v, 0.0), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)", /* NaN kept, as fused */
     [WGML_ACT_GELU] = "0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
     [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
 };

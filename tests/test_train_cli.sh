@@ -16,6 +16,16 @@ if [ ! -x "$wgml" ]; then
   echo "test_train_cli: $wgml is not an executable" >&2
   exit 2
 fi
+# Under ASan (WGML_SANITIZE, gcc), LeakSanitizer reports lavapipe's own leaks from frames it
+# cannot name once the driver is unloaded at exit; preloading the driver keeps it mapped, so
+# tests/lsan.supp matches them (tests/harness.c does the same for the C tests). The ASan
+# runtime must come first. Only the wgml runs get this, not python or the shell tools.
+preload=
+asan_rt=$(ldd "$wgml" 2>/dev/null | awk '/libasan/ {print $3; exit}')
+lvp=$(ldconfig -p 2>/dev/null | awk '/libvulkan_lvp\.so/ {print $NF; exit}')
+if [ -n "$asan_rt" ] && [ -n "$lvp" ]; then preload="$asan_rt $lvp"; fi
+run_wgml() { LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}" "$wgml" "$@"; }
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_train_cli.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -132,12 +142,12 @@ settings=(--seed 7 --lr 0.01 --wd 0.001 --clip 0.5 --batch 32)
 
 # An uninterrupted run of 2 epochs, and a run of 1 epoch resumed for the second with no
 # settings on the command line: the checkpoint stores them, so both end in the same file.
-ran "2 epochs" "$wgml" train "${common[@]}" "${settings[@]}" --epochs 2 --out "$work/full"
-ran "1 epoch" "$wgml" train "${common[@]}" "${settings[@]}" --epochs 1 --out "$work/half"
+ran "2 epochs" run_wgml train "${common[@]}" "${settings[@]}" --epochs 2 --out "$work/full"
+ran "1 epoch" run_wgml train "${common[@]}" "${settings[@]}" --epochs 1 --out "$work/half"
 cp -r "$work/half" "$work/override"
 one_epoch=$work/one_epoch.safetensors
 cp "$work/half/checkpoint.safetensors" "$one_epoch"
-ran "resume" "$wgml" train --data "$data" --epochs 2 --out "$work/half" --resume "$work/half/checkpoint.safetensors"
+ran "resume" run_wgml train --data "$data" --epochs 2 --out "$work/half" --resume "$work/half/checkpoint.safetensors"
 banner="batch 32, AdamW lr 0.01, wd 0.001, clip 0.5, seed 7, epochs 2..2"
 grep -qF "$banner" "$work/out" || fail "resume: the run does not say '$banner': $(head -n 1 "$work/out")"
 cmp -s "$work/full/checkpoint.safetensors" "$work/half/checkpoint.safetensors" ||
@@ -148,7 +158,7 @@ for kv in seed=7 lr=0.01 weight_decay=0.001 max_grad_norm=0.5 batch=32 epoch=2 s
 done
 
 # Flags given on resume override what the checkpoint stores, and are stored in turn.
-ran "resume with flags" "$wgml" train --data "$data" --epochs 2 --out "$work/override" --lr 0.02 --batch 64 \
+ran "resume with flags" run_wgml train --data "$data" --epochs 2 --out "$work/override" --lr 0.02 --batch 64 \
   --resume "$work/override/checkpoint.safetensors"
 banner="batch 64, AdamW lr 0.02, wd 0.001, clip 0.5, seed 7"
 grep -qF "$banner" "$work/out" || fail "resume with flags: the run does not say '$banner': $(head -n 1 "$work/out")"
@@ -159,7 +169,7 @@ done
 
 # Checkpoints that must be refused, by train --resume and, where it reads the part, by eval.
 bad=$work/bad.safetensors
-resume=("$wgml" train --data "$data" --epochs 2 --out "$work/bad_run" --resume "$bad")
+resume=(run_wgml train --data "$data" --epochs 2 --out "$work/bad_run" --resume "$bad")
 ck reshape "$one_epoch" "$bad" W0.v 1
 refused "moment W0.v of shape [1]" "W0.v|[1]|[784, 16]" "${resume[@]}"
 ck reshape "$one_epoch" "$bad" b1.m 3
@@ -168,15 +178,15 @@ ck drop "$one_epoch" "$bad" b1.m
 refused "moment b1.m missing" "b1.m|missing" "${resume[@]}"
 ck reshape "$one_epoch" "$bad" W0 16,784
 refused "weight W0 transposed (train)" "W0|[16, 784]|[784, 16]" "${resume[@]}"
-refused "weight W0 transposed (eval)" "W0|[16, 784]|[784, 16]" "$wgml" eval "$bad" --data "$data"
+refused "weight W0 transposed (eval)" "W0|[16, 784]|[784, 16]" run_wgml eval "$bad" --data "$data"
 ck add "$one_epoch" "$bad" extra 2
 refused "a tensor that is not the model's" "extra" "${resume[@]}"
 
 ck header_len "$one_epoch" "$bad" -1
-refused "header length one byte short (eval)" "cover|data bytes" "$wgml" eval "$bad" --data "$data"
+refused "header length one byte short (eval)" "cover|data bytes" run_wgml eval "$bad" --data "$data"
 refused "header length one byte short (train)" "cover|data bytes" "${resume[@]}"
 ck append "$one_epoch" "$bad" 4
-refused "4 bytes appended (eval)" "cover|data bytes" "$wgml" eval "$bad" --data "$data"
+refused "4 bytes appended (eval)" "cover|data bytes" run_wgml eval "$bad" --data "$data"
 
 while IFS=' ' read -r key value; do
   [ "$value" = '""' ] && value=
@@ -207,11 +217,11 @@ ck set_meta "$one_epoch" "$bad" sizes 784,16,12
 refused "sizes that do not match the tensors" "sizes 784,16,12|W1" "${resume[@]}"
 
 # Flags are parsed as strictly as metadata.
-refused "--lr abc" "--lr|'abc'" "$wgml" train "${common[@]}" --lr abc --out "$work/bad_run"
-refused "--epochs -1" "--epochs|'-1'" "$wgml" train "${common[@]}" --epochs -1 --out "$work/bad_run"
-refused "--seed -1" "--seed|'-1'" "$wgml" train "${common[@]}" --seed -1 --out "$work/bad_run"
-refused "--batch larger than the data" "batch 512|256" "$wgml" train "${common[@]}" --batch 512 --out "$work/bad_run"
-refused "--hidden unlike the checkpoint's" "--hidden 32|784-16-10" "$wgml" train --data "$data" --hidden 32 --epochs 2 \
+refused "--lr abc" "--lr|'abc'" run_wgml train "${common[@]}" --lr abc --out "$work/bad_run"
+refused "--epochs -1" "--epochs|'-1'" run_wgml train "${common[@]}" --epochs -1 --out "$work/bad_run"
+refused "--seed -1" "--seed|'-1'" run_wgml train "${common[@]}" --seed -1 --out "$work/bad_run"
+refused "--batch larger than the data" "batch 512|256" run_wgml train "${common[@]}" --batch 512 --out "$work/bad_run"
+refused "--hidden unlike the checkpoint's" "--hidden 32|784-16-10" run_wgml train --data "$data" --hidden 32 --epochs 2 \
   --out "$work/bad_run" --resume "$one_epoch"
 
 if [ "$failures" -ne 0 ]; then

@@ -103,3 +103,12 @@ void test_context_release(void)
     if (shared_ctx) wgml_context_free(shared_ctx);
     shared_ctx = NULL;
 }
+
+wgml_tensor *test_tensor(wgml_context *ctx, int ndim, const int64_t *shape, const float *data)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    wgml_tensor *t = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, ndim, shape, data, (size_t)n, &t));
+    return t;
+}

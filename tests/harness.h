@@ -67,6 +67,9 @@ double test_max_rel_err(const float *got, const double *want, size_t n, double f
 int test_close(const char *what, const float *got, const double *want, size_t n, double tol,
                double floor);
 
+/* An f32 tensor of this shape from host data (CHECKs the upload; NULL if it failed). */
+wgml_tensor *test_tensor(wgml_context *ctx, int ndim, const int64_t *shape, const float *data);
+
 /* A shared context on the default adapter (lavapipe in CI); NULL (and a FAIL) if none. */
 wgml_context *test_context(void);
 void test_context_release(void);

@@ -19,13 +19,6 @@ static size_t count_of(int nd, const int64_t *s)
     return n;
 }
 
-static wgml_tensor *mk(wgml_context *ctx, int nd, const int64_t *shape, const float *data)
-{
-    wgml_tensor *t = NULL;
-    CHECK_OK(ctx, wgml_tensor_from_data(ctx, nd, shape, data, count_of(nd, shape), &t));
-    return t;
-}
-
 static float *rand_floats(size_t n, double lo, double hi)
 {
     float *x = malloc(n * sizeof *x);
@@ -179,7 +172,7 @@ static void run_unary(wgml_context *ctx, const unary_case *c)
         float *x = rand_floats(n, c->lo, c->hi);
         double *want = malloc(n * sizeof *want);
         wgml_ref_unary(c->ref, (int64_t)n, x, want);
-        wgml_tensor *a = mk(ctx, nd, shape, x);
+        wgml_tensor *a = test_tensor(ctx, nd, shape, x);
         wgml_tensor *y = c->fn(ctx, a);
         char what[96], ss[48];
         shape_str(ss, sizeof ss, nd, shape);
@@ -204,7 +197,7 @@ static void run_binary(wgml_context *ctx, const binary_case *c)
         fill_b(c, z, n);
         double *want = malloc(n * sizeof *want);
         wgml_ref_binary(c->ref, nd, shape, x, nd, shape, z, want);
-        wgml_tensor *a = mk(ctx, nd, shape, x), *b = mk(ctx, nd, shape, z);
+        wgml_tensor *a = test_tensor(ctx, nd, shape, x), *b = test_tensor(ctx, nd, shape, z);
         wgml_tensor *y = c->fn(ctx, a, b);
         char what[96], ss[48];
         shape_str(ss, sizeof ss, nd, shape);
@@ -268,7 +261,7 @@ static void contiguous_copies_strided_views(void)
         double *want = malloc(n * sizeof *want);
         wgml_ref_permute(nd, cases[k].s, x, cases[k].axes, p);
         for (size_t i = 0; i < n; i++) want[i] = p[i];
-        wgml_tensor *a = mk(ctx, nd, cases[k].s, x);
+        wgml_tensor *a = test_tensor(ctx, nd, cases[k].s, x);
         wgml_tensor *v = wgml_permute(ctx, a, cases[k].axes);
         wgml_tensor *c = wgml_contiguous(ctx, v);
         CHECK_CLOSE(ctx, "contiguous(permute)", c, want, n, 0, TINY);
@@ -299,7 +292,7 @@ static void pow_of_negative_bases(void)
         double *want = malloc(n * sizeof *want);
         int64_t sh = (int64_t)n;
         wgml_ref_binary(wgml_ref_pow, 1, &sh, x, 1, &sh, y, want);
-        wgml_tensor *a = mk(ctx, 1, &sh, x), *b = mk(ctx, 1, &sh, y);
+        wgml_tensor *a = test_tensor(ctx, 1, &sh, x), *b = test_tensor(ctx, 1, &sh, y);
         wgml_tensor *p = wgml_pow(ctx, a, b);
         CHECK_CLOSE(ctx, "pow(negative base, integer exponent)", p, want, n, TRANSC, TINY);
         wgml_tensor_free(p);
@@ -343,7 +336,7 @@ static void broadcast_case(wgml_context *ctx, int na, const int64_t *sa, int nb,
             fill_for(c, 1, y, c2);
             double *want = malloc(n * sizeof *want);
             wgml_ref_binary(c->ref, n1, s1, x, n2, s2, y, want);
-            wgml_tensor *a = mk(ctx, n1, s1, x), *b = mk(ctx, n2, s2, y);
+            wgml_tensor *a = test_tensor(ctx, n1, s1, x), *b = test_tensor(ctx, n2, s2, y);
             wgml_tensor *r = wgml_binary(ctx, (wgml_binary_op)op, a, b);
             check_shape(r, no, so);
             char what[128], q1[48], q2[48];
@@ -397,7 +390,7 @@ static void scalar_operands(void)
                 /* scalars valid for the other position: for pow, side 1 is an exponent
                    (any), side 2 a positive base; for div side 1 a denominator != 0 */
                 const float *sv = (op == WGML_POW && side == 2) ? svals[1] : svals[0];
-                wgml_tensor *a = mk(ctx, 1, &sh, x);
+                wgml_tensor *a = test_tensor(ctx, 1, &sh, x);
                 double *want = malloc(n * sizeof *want);
                 uint64_t compiled_after_first = 0;
                 for (int v = 0; v < 2; v++) {
@@ -443,7 +436,7 @@ static void nan_and_inf_propagate(void)
     char what[96];
     /* 64 elements: the vec4 kernel; 63: the scalar one */
     for (int64_t n = 63; n <= 64; n++) {
-        wgml_tensor *ta = mk(ctx, 1, &n, a), *tb = mk(ctx, 1, &n, b);
+        wgml_tensor *ta = test_tensor(ctx, 1, &n, a), *tb = test_tensor(ctx, 1, &n, b);
         for (size_t k = 0; k < NUNARY; k++) {
             const unary_case *c = &unary_cases[k];
             wgml_ref_unary(c->ref, n, a, want);
@@ -478,7 +471,7 @@ static void nan_and_inf_propagate(void)
         1, inf, 2, NAN, -2.5f, 0, -0.0f, 1.5f, -0.0f, 2, 0, 3, -2.5f, 3, -0.0f, 1.5f,
     };
     int64_t shape[2] = {7, 8};
-    wgml_tensor *tx = mk(ctx, 2, shape, x);
+    wgml_tensor *tx = test_tensor(ctx, 2, shape, x);
     const struct { const char *name; reduce_fn fn; reduce_ref ref; double tol; } reds[] = {
         {"sum", wgml_sum, wgml_ref_sum, 1e-5}, {"max", wgml_max, wgml_ref_max, 0},
         {"argmax", wgml_argmax, wgml_ref_argmax, 0},
@@ -521,7 +514,7 @@ static void reductions_along_every_axis(void)
         size_t n = count_of(nd, shape);
         /* [0.5, 1.5]: no cancellation in the sums; random floats so max/argmax have no ties */
         float *x = rand_floats(n, 0.5, 1.5);
-        wgml_tensor *a = mk(ctx, nd, shape, x);
+        wgml_tensor *a = test_tensor(ctx, nd, shape, x);
         double *want = malloc(n * sizeof *want);
         for (int ax = 0; ax < nd; ax++) {
             for (size_t o = 0; o < 4; o++) {
@@ -562,7 +555,7 @@ static void reductions_over_all_elements(void)
         size_t n = count_of(shapes[k].nd, shapes[k].s);
         float *x = rand_floats(n, 0.5, 1.5);
         x[n / 3] = 1.75f; /* a unique max */
-        wgml_tensor *a = mk(ctx, shapes[k].nd, shapes[k].s, x);
+        wgml_tensor *a = test_tensor(ctx, shapes[k].nd, shapes[k].s, x);
         double w;
         wgml_tensor *r = wgml_sum_all(ctx, a);
         check_shape(r, 1, (int64_t[]){1});
@@ -586,7 +579,7 @@ static void reductions_over_all_elements(void)
     y[17] = NAN;
     y[250] = NAN;
     int64_t sh = 300;
-    wgml_tensor *a = mk(ctx, 1, &sh, y);
+    wgml_tensor *a = test_tensor(ctx, 1, &sh, y);
     double w;
     wgml_tensor *r = wgml_max(ctx, a, 0, 0);
     w = wgml_ref_max_all(300, y);
@@ -619,7 +612,7 @@ static void softmax_and_log_softmax(void)
         int64_t cols = shape[nd - 1], rows = (int64_t)n / cols;
         float *x = rand_floats(n, -4, 4);
         double *want = malloc(n * sizeof *want);
-        wgml_tensor *a = mk(ctx, nd, shape, x);
+        wgml_tensor *a = test_tensor(ctx, nd, shape, x);
         char what[96], ss[48];
         shape_str(ss, sizeof ss, nd, shape);
 
@@ -656,7 +649,7 @@ static void softmax_of_huge_values_stays_finite(void)
     x[600 + 100] = -1e30f; /* row 2: only a hugely negative value */
     double want[900];
     wgml_ref_softmax(3, 300, x, want);
-    wgml_tensor *a = mk(ctx, 2, shape, x);
+    wgml_tensor *a = test_tensor(ctx, 2, shape, x);
     wgml_tensor *r = wgml_softmax(ctx, a);
     float got[900];
     CHECK_OK(ctx, wgml_tensor_read(r, got, 900));
@@ -691,7 +684,7 @@ static void layernorm_and_rmsnorm(void)
         /* an offset mean (2) so layernorm really subtracts it */
         float *x = rand_floats(n, 1, 3), *w = rand_floats((size_t)cols, 0.5, 2), *b = rand_floats((size_t)cols, -1, 1);
         double *want = malloc(n * sizeof *want);
-        wgml_tensor *a = mk(ctx, nd, shape, x), *tw = mk(ctx, 1, &cols, w), *tb = mk(ctx, 1, &cols, b);
+        wgml_tensor *a = test_tensor(ctx, nd, shape, x), *tw = test_tensor(ctx, 1, &cols, w), *tb = test_tensor(ctx, 1, &cols, b);
         char what[96], ss[48];
         shape_str(ss, sizeof ss, nd, shape);
         /* outputs are O(1) (normalised, times O(1) weights plus O(1) biases); an element
@@ -739,7 +732,7 @@ static void layernorm_large_mean(void)
         size_t n = (size_t)(3 * cols_list[k]);
         float *x = rand_floats(n, 999, 1001);
         double *want = malloc(n * sizeof *want);
-        wgml_tensor *a = mk(ctx, 2, shape, x);
+        wgml_tensor *a = test_tensor(ctx, 2, shape, x);
         wgml_ref_layernorm(3, cols_list[k], x, NULL, NULL, 1e-5f, want);
         wgml_tensor *r = wgml_layernorm(ctx, a, NULL, NULL, 1e-5f);
         char what[64];
@@ -769,7 +762,7 @@ static void views_read_back(void)
     double want[210];
     float tmp[210];
     test_fill_uniform(x, 210, -5, 5);
-    wgml_tensor *a = mk(ctx, 2, s2, x);
+    wgml_tensor *a = test_tensor(ctx, 2, s2, x);
     wgml_tensor *r = wgml_reshape(ctx, a, 4, s4);
     check_shape(r, 4, s4);
     to_double(x, want, 210);
@@ -778,7 +771,7 @@ static void views_read_back(void)
 
     /* transposes and permutes of 2-D, 3-D, 4-D */
     int64_t m2[2] = {5, 7};
-    wgml_tensor *b2 = mk(ctx, 2, m2, x);
+    wgml_tensor *b2 = test_tensor(ctx, 2, m2, x);
     int ax2[2] = {1, 0};
     wgml_ref_permute(2, m2, x, ax2, tmp);
     to_double(tmp, want, 35);
@@ -792,7 +785,7 @@ static void views_read_back(void)
     wgml_tensor_free(r);
 
     int64_t m3[3] = {3, 5, 7};
-    wgml_tensor *b3 = mk(ctx, 3, m3, x);
+    wgml_tensor *b3 = test_tensor(ctx, 3, m3, x);
     const int perms3[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
     for (int p = 0; p < 6; p++) {
         wgml_ref_permute(3, m3, x, perms3[p], tmp);
@@ -804,7 +797,7 @@ static void views_read_back(void)
         CHECK_CLOSE(ctx, what, r, want, 105, 0, TINY);
         wgml_tensor_free(r);
     }
-    wgml_tensor *b4 = mk(ctx, 4, s4, x);
+    wgml_tensor *b4 = test_tensor(ctx, 4, s4, x);
     const int perms4[4][4] = {{3, 1, 0, 2}, {0, 2, 1, 3}, {3, 2, 1, 0}, {1, 3, 2, 0}};
     for (int p = 0; p < 4; p++) {
         wgml_ref_permute(4, s4, x, perms4[p], tmp);
@@ -821,7 +814,7 @@ static void views_read_back(void)
 
     /* broadcast_to */
     int64_t c31[2] = {3, 1}, t235[3] = {2, 3, 5};
-    wgml_tensor *c = mk(ctx, 2, c31, x);
+    wgml_tensor *c = test_tensor(ctx, 2, c31, x);
     CHECK(wgml_ref_broadcast_to(2, c31, x, 3, t235, tmp) == 0);
     to_double(tmp, want, 30);
     r = wgml_broadcast_to(ctx, c, 3, t235);
@@ -831,7 +824,7 @@ static void views_read_back(void)
 
     /* slices with steps */
     int64_t m713[2] = {7, 13};
-    wgml_tensor *d = mk(ctx, 2, m713, x);
+    wgml_tensor *d = test_tensor(ctx, 2, m713, x);
     const struct { int axis; int64_t start, stop, step; } sl[] = {
         {1, 2, 12, 3}, {0, 1, 7, 2}, {-1, 0, 13, 1}, {0, 3, 4, 1}, {1, 12, 13, 5}, {0, 0, 7, 6},
     };
@@ -886,7 +879,7 @@ static void views_as_op_inputs(void)
     test_fill_uniform(y, 1155, -2, 2);
     int64_t m57[2] = {5, 7}, m75[2] = {7, 5};
     int ax2[2] = {1, 0};
-    wgml_tensor *a = mk(ctx, 2, m57, x), *b = mk(ctx, 2, m75, y);
+    wgml_tensor *a = test_tensor(ctx, 2, m57, x), *b = test_tensor(ctx, 2, m75, y);
 
     /* add(transpose(a), b) */
     wgml_ref_permute(2, m57, x, ax2, tmp);
@@ -897,7 +890,7 @@ static void views_as_op_inputs(void)
 
     /* exp(slice(a)) */
     int64_t m1155[3] = {5, 11, 21};
-    wgml_tensor *big = mk(ctx, 3, m1155, x);
+    wgml_tensor *big = test_tensor(ctx, 3, m1155, x);
     wgml_ref_slice(3, m1155, x, 2, 1, 20, 4, tmp); /* [5,11,5] */
     wgml_ref_unary(wgml_ref_exp, 275, tmp, want);
     r = wgml_exp(ctx, wgml_slice(ctx, big, 2, 1, 20, 4));
@@ -921,7 +914,7 @@ static void views_as_op_inputs(void)
     /* mul(broadcast_to(c), permute(big)) */
     int64_t c1[3] = {1, 5, 1}, m21_5_11[3] = {21, 5, 11};
     int perm[3] = {2, 0, 1};
-    wgml_tensor *cc = mk(ctx, 3, c1, y);
+    wgml_tensor *cc = test_tensor(ctx, 3, c1, y);
     CHECK(wgml_ref_broadcast_to(3, c1, y, 3, m21_5_11, tmp) == 0);
     wgml_ref_permute(3, m1155, x, perm, tmp2);
     wgml_ref_binary(wgml_ref_mul, 3, m21_5_11, tmp, 3, m21_5_11, tmp2, want);
@@ -964,7 +957,7 @@ static void views_of_lazy_results(void)
     test_fill_uniform(x, 420, -2, 2);
     test_fill_uniform(y, 420, -2, 2);
     int64_t m3[3] = {4, 7, 15}, m2[2] = {28, 15};
-    wgml_tensor *a = mk(ctx, 3, m3, x), *b = mk(ctx, 3, m3, y);
+    wgml_tensor *a = test_tensor(ctx, 3, m3, x), *b = test_tensor(ctx, 3, m3, y);
 
     /* transpose(exp(a)) */
     int perm[3] = {2, 0, 1};
@@ -1028,7 +1021,7 @@ static void bad_input_gives_error_tensors(void)
     float x[64];
     test_fill_uniform(x, 64, 1, 2);
     int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s7[1] = {7};
-    wgml_tensor *a = mk(ctx, 2, s23, x), *b = mk(ctx, 2, s32, x), *v = mk(ctx, 1, s7, x);
+    wgml_tensor *a = test_tensor(ctx, 2, s23, x), *b = test_tensor(ctx, 2, s32, x), *v = test_tensor(ctx, 1, s7, x);
     float out[64];
 
     /* shape mismatch: SHAPE, and the message names both shapes */
@@ -1155,7 +1148,7 @@ static void bad_input_gives_error_tensors(void)
     wgml_context *ctx2 = NULL;
     CHECK_OK(NULL, wgml_context_create(NULL, &ctx2));
     if (ctx2) {
-        wgml_tensor *o = mk(ctx2, 2, s23, x);
+        wgml_tensor *o = test_tensor(ctx2, 2, s23, x);
         e = wgml_add(ctx, a, o);
         CHECK(wgml_tensor_status(e) == WGML_ERROR_CONTEXT);
         CHECK(wgml_tensor_context(e) == ctx);

@@ -15,15 +15,6 @@
 
 #define BIG ((int64_t)(1 << 24) + 3) /* past 65535 x 256 and past 2^24 */
 
-static wgml_tensor *upload(wgml_context *ctx, int ndim, const int64_t *shape, const float *data)
-{
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    wgml_tensor *t = NULL;
-    CHECK_OK(ctx, wgml_tensor_from_data(ctx, ndim, shape, data, (size_t)n, &t));
-    return t;
-}
-
 static float read1(wgml_context *ctx, wgml_tensor *t, wgml_status *st)
 {
     float v = NAN;
@@ -59,7 +50,7 @@ static void whole_tensor_reductions(void)
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < n; i++) sum += x[i];
         for (int64_t i = 0; i < n; i++) sq += ((double)x[i] - 1.0) * ((double)x[i] - 1.0);
-        wgml_tensor *t = upload(ctx, 1, &n, x);
+        wgml_tensor *t = test_tensor(ctx, 1, &n, x);
         int64_t half[2] = {2, 0};
         fprintf(stderr, "  n = %lld\n", (long long)n);
         check_scalar(ctx, "sum_all", wgml_sum_all(ctx, t), sum, 1e-5);
@@ -77,13 +68,13 @@ static void whole_tensor_reductions(void)
         /* mse against ones: mean((x - 1)^2) */
         float one = 1.0f;
         int64_t s1 = 1;
-        wgml_tensor *ones = upload(ctx, 1, &s1, &one);
+        wgml_tensor *ones = test_tensor(ctx, 1, &s1, &one);
         check_scalar(ctx, "mse", wgml_mse(ctx, t, ones), sq / (double)n, 1e-5);
         wgml_tensor_free(ones);
         /* the same data as [2, n/2]: sum over axis 1 splits both rows */
         if (n % 2 == 0) {
             half[1] = n / 2;
-            wgml_tensor *m = upload(ctx, 2, half, x);
+            wgml_tensor *m = test_tensor(ctx, 2, half, x);
             float got[2];
             CHECK_OK(ctx, wgml_tensor_read(wgml_sum(ctx, m, 1, 0), got, 2));
             double w0 = 0, w1 = 0;
@@ -109,7 +100,7 @@ static void grad_norm_of_a_big_parameter(void)
     test_fill_uniform(c, (size_t)n, 0.5, 1.5);
     double sq = 0;
     for (int64_t i = 0; i < n; i++) sq += (double)c[i] * c[i];
-    wgml_tensor *p = NULL, *ct = upload(ctx, 1, &n, c);
+    wgml_tensor *p = NULL, *ct = test_tensor(ctx, 1, &n, c);
     CHECK_OK(ctx, wgml_tensor_zeros(ctx, 1, &n, &p));
     wgml_optim_desc d = {.kind = WGML_OPTIM_SGD, .lr = 1.0f, .max_grad_norm = 1.0f};
     wgml_optimizer *opt = NULL;
@@ -149,7 +140,7 @@ static void matmul_long_k(void)
             test_fill_uniform(a, (size_t)(M * K), 0.5, 1.5);
             test_fill_uniform(b, (size_t)K, 0.5, 1.5);
             int64_t sa[2] = {M, K}, sb[2] = {K, 1};
-            wgml_tensor *ta = upload(ctx, 2, sa, a), *tb = upload(ctx, 2, sb, b);
+            wgml_tensor *ta = test_tensor(ctx, 2, sa, a), *tb = test_tensor(ctx, 2, sb, b);
             float got[4];
             wgml_status st = wgml_tensor_read(wgml_matmul(ctx, ta, tb), got, (size_t)M);
             fprintf(stderr, "  [%lld, %lld] x [%lld, 1]: %s%s%s\n", (long long)M, (long long)K, (long long)K,
@@ -182,7 +173,7 @@ static void many_short_rows(void)
     int64_t s1[2] = {(1 << 24) + 1, 1};
     float *x = malloc((size_t)s1[0] * 2 * sizeof *x), *y = malloc((size_t)s1[0] * 2 * sizeof *y);
     test_fill_uniform(x, (size_t)s1[0], -3, 3);
-    wgml_tensor *t = upload(ctx, 2, s1, x);
+    wgml_tensor *t = test_tensor(ctx, 2, s1, x);
     wgml_tensor *sm = wgml_softmax(ctx, t);
     CHECK_OK(ctx, wgml_tensor_read(sm, y, (size_t)s1[0]));
     int64_t bad = 0;
@@ -199,7 +190,7 @@ static void many_short_rows(void)
 
     int64_t s2[2] = {(1 << 22) + 1, 2};
     test_fill_uniform(x, (size_t)(s2[0] * 2), -3, 3);
-    t = upload(ctx, 2, s2, x);
+    t = test_tensor(ctx, 2, s2, x);
     s = wgml_sum(ctx, t, 1, 0);
     CHECK_OK(ctx, wgml_tensor_read(s, y, (size_t)s2[0]));
     double worst = 0;
@@ -229,7 +220,7 @@ static void gemv_past_the_grid(void)
     float a[3], *b = malloc((size_t)(3 * N) * sizeof *b), *y = malloc((size_t)N * sizeof *y);
     test_fill_uniform(a, 3, -1, 1);
     test_fill_uniform(b, (size_t)(3 * N), -1, 1);
-    wgml_tensor *ta = upload(ctx, 2, sa, a), *tb = upload(ctx, 2, sb, b);
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, a), *tb = test_tensor(ctx, 2, sb, b);
     wgml_tensor *r = wgml_matmul(ctx, ta, tb);
     CHECK_OK(ctx, wgml_tensor_read(r, y, (size_t)N));
     double worst = 0;
@@ -252,7 +243,7 @@ static void elementwise_past_the_grid(void)
     float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b), *y = malloc((size_t)n * sizeof *y);
     test_fill_uniform(a, (size_t)n, -2, 2);
     test_fill_uniform(b, (size_t)n, -2, 2);
-    wgml_tensor *ta = upload(ctx, 1, &n, a), *tb = upload(ctx, 1, &n, b);
+    wgml_tensor *ta = test_tensor(ctx, 1, &n, a), *tb = test_tensor(ctx, 1, &n, b);
     wgml_tensor *r = wgml_binary_scalar(ctx, WGML_ADD, wgml_mul(ctx, ta, tb), 1.0f);
     CHECK_OK(ctx, wgml_tensor_read(r, y, (size_t)n));
     int64_t bad = 0;
@@ -303,7 +294,7 @@ static void small_loop_limit(void)
         double *want = malloc((size_t)(outer * inner) * sizeof *want);
         float *got = malloc((size_t)(outer * inner) * sizeof *got);
         test_fill_uniform(x, (size_t)n, -1, 1);
-        wgml_tensor *t = upload(ctx, 3, shapes[s], x);
+        wgml_tensor *t = test_tensor(ctx, 3, shapes[s], x);
         for (int op = 0; op < 4; op++) {
             wgml_tensor *r = op == 0 ? wgml_sum(ctx, t, 1, 0)
                              : op == 1 ? wgml_mean(ctx, t, 1, 0)
@@ -332,7 +323,7 @@ static void small_loop_limit(void)
     int64_t rs[2] = {2, 4096};
     float *x = malloc(2 * 4096 * sizeof *x);
     test_fill_uniform(x, 2 * 4096, -1, 1);
-    wgml_tensor *t = upload(ctx, 2, rs, x);
+    wgml_tensor *t = test_tensor(ctx, 2, rs, x);
     wgml_tensor *sm = wgml_softmax(ctx, t);
     CHECK_STATUS(ctx, wgml_tensor_read(sm, x, 2 * 4096), WGML_ERROR_LIMIT);
     CHECK(strstr(wgml_error_message(ctx), "softmax") && strstr(wgml_error_message(ctx), "limit of 16"));
@@ -354,7 +345,7 @@ static void cross_entropy_bad_labels(void)
     const float bad[] = {7.0f, -1.0f, 1.5f, NAN, 4.0f};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         float labels[3] = {0.0f, bad[k], 2.0f};
-        wgml_tensor *x = upload(ctx, 2, ls, logits), *y = upload(ctx, 1, &lb, labels);
+        wgml_tensor *x = test_tensor(ctx, 2, ls, logits), *y = test_tensor(ctx, 1, &lb, labels);
         wgml_tensor *loss = wgml_cross_entropy(ctx, x, y);
         float v = 0;
         CHECK_STATUS(ctx, wgml_tensor_read(loss, &v, 1), WGML_ERROR_INVALID_ARGUMENT);
@@ -362,7 +353,7 @@ static void cross_entropy_bad_labels(void)
         wgml_tensor_free(loss);
         /* reported once: a good read after it is OK */
         labels[1] = 3.0f;
-        wgml_tensor *y2 = upload(ctx, 1, &lb, labels);
+        wgml_tensor *y2 = test_tensor(ctx, 1, &lb, labels);
         loss = wgml_cross_entropy(ctx, x, y2);
         CHECK_OK(ctx, wgml_tensor_read(loss, &v, 1));
         CHECK(isfinite(v));
@@ -373,7 +364,7 @@ static void cross_entropy_bad_labels(void)
     }
     /* evaluated without a read: the next read reports it */
     float labels[3] = {0.0f, 9.0f, 2.0f};
-    wgml_tensor *x = upload(ctx, 2, ls, logits), *y = upload(ctx, 1, &lb, labels);
+    wgml_tensor *x = test_tensor(ctx, 2, ls, logits), *y = test_tensor(ctx, 1, &lb, labels);
     wgml_tensor *loss = wgml_cross_entropy(ctx, x, y);
     CHECK_OK(ctx, wgml_eval(ctx, 1, &loss));
     float back[12];

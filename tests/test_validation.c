@@ -14,15 +14,6 @@ static int msg_has(wgml_context *ctx, const char *s)
     return strstr(wgml_error_message(ctx), s) != NULL;
 }
 
-static wgml_tensor *mk(wgml_context *ctx, int nd, const int64_t *shape, const float *x)
-{
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= shape[d];
-    wgml_tensor *t = NULL;
-    CHECK_OK(ctx, wgml_tensor_from_data(ctx, nd, shape, x, (size_t)n, &t));
-    return t;
-}
-
 /* The whole of a small file; NULL if it cannot be read. */
 static char *slurp(const char *path)
 {
@@ -123,7 +114,7 @@ static void slice_lengths_match_numpy_at_extremes(void)
     float x[15];
     for (int i = 0; i < 15; i++) x[i] = (float)i;
     int64_t shape[2] = {R, C};
-    wgml_tensor *a = mk(ctx, 2, shape, x);
+    wgml_tensor *a = test_tensor(ctx, 2, shape, x);
     if (!a) return;
     const int64_t idx[] = {INT64_MIN, INT64_MIN + 1, -6, -5, -1, 0, 1, 4, 5, 6, INT64_MAX - 1, INT64_MAX};
     const int64_t steps[] = {INT64_MIN, -1, 0, 1, 2, 4, 5, 6, INT64_MAX - 1, INT64_MAX};
@@ -199,7 +190,7 @@ static void clamp_bounds_are_checked(void)
     if (!ctx) return;
     float x[4] = {-3, -0.5f, 0.5f, 3};
     int64_t n = 4;
-    wgml_tensor *a = mk(ctx, 1, &n, x);
+    wgml_tensor *a = test_tensor(ctx, 1, &n, x);
     if (!a) return;
     const struct { float lo, hi; const char *lo_s, *hi_s; } bad[] = {
         {2, 1, "lo = 2", "hi = 1"},         {NAN, 1, "lo = nan", "hi = 1"},
@@ -235,7 +226,7 @@ static void norm_eps_is_checked(void)
     if (!ctx) return;
     float x[6] = {1, 2, 4, -1, 0, 1};
     int64_t s[2] = {2, 3};
-    wgml_tensor *a = mk(ctx, 2, s, x);
+    wgml_tensor *a = test_tensor(ctx, 2, s, x);
     if (!a) return;
     const struct { float eps; const char *s; } bad[] = {{-1e-5f, "eps = -1e-05"}, {NAN, "eps = nan"}, {-INFINITY, "eps = -inf"}};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
@@ -273,7 +264,7 @@ static void optimizer_numbers_are_checked(void)
     if (!ctx) return;
     float x[2] = {1, 2};
     int64_t n = 2;
-    wgml_tensor *p = mk(ctx, 1, &n, x);
+    wgml_tensor *p = test_tensor(ctx, 1, &n, x);
     if (!p) return;
     const wgml_optim_desc ok = {.kind = WGML_OPTIM_ADAMW, .lr = 1e-3f};
     struct { wgml_optim_desc d; const char *want; } bad[] = {

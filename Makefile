@@ -25,10 +25,11 @@ build: deps
 demo: build
 	./scripts/demo.sh $(BUILD)
 
-# The libFuzzer build of the safetensors loader (clang, ASan, UBSan), in its own folder.
+# The libFuzzer builds of the safetensors and IDX readers (clang, ASan, UBSan), in their
+# own folder; scripts/fuzz.sh splits the fuzzing time between them.
 define fuzz_build
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DWGML_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors fuzz_idx
 endef
 
 test: build

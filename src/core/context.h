@@ -142,7 +142,6 @@ struct wgml_context {
     /* GPU-side error flags: kernels that check data (labels, indices) record the first
        problem here; the next read-back copies them out and reports it (graph/executor.c) */
     WGPUBuffer gpu_errors;
-    uint64_t gpu_errors_size;
     bool gpu_errors_pending; /* a submitted kernel may have written them */
 
     /* errors */

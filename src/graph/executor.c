@@ -176,7 +176,6 @@ WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx)
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml gpu errors"), .size = 16,
                               .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst};
     ctx->gpu_errors = wgpuDeviceCreateBuffer(ctx->device, &d); /* zeroed, as WebGPU makes every buffer */
-    ctx->gpu_errors_size = ctx->gpu_errors ? 16 : 0;
     return ctx->gpu_errors;
 }
 
@@ -284,12 +283,12 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         if (pd.timestampWrites) wgml_timing_resolve(ctx, enc);
     }
     uint64_t rb_bytes = 0;
-    bool flags = false; /* the GPU error flags come back after the data */
+    bool sets_flags = false; /* a launch binds the GPU error flags */
+    for (size_t i = 0; i < n && ctx->gpu_errors; i++)
+        for (int b = 0; b < p[i].launch.nbuffers; b++) sets_flags |= p[i].launch.raw[b] == ctx->gpu_errors;
+    bool flags = rb && (sets_flags || ctx->gpu_errors_pending); /* they come back after the data */
     if (rb) {
         rb_bytes = (uint64_t)rb->t->numel * 4;
-        for (size_t i = 0; i < n && !ctx->gpu_errors_pending; i++)
-            for (int b = 0; b < p[i].launch.nbuffers; b++) flags |= ctx->gpu_errors && p[i].launch.raw[b] == ctx->gpu_errors;
-        flags |= ctx->gpu_errors_pending;
         if ((st = ensure_staging(ctx, rb_bytes + (flags ? 16 : 0)))) {
             wgpuCommandEncoderRelease(enc);
             wgml_scope_pop(ctx, "reading back");
@@ -307,9 +306,7 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         return st;
     }
     ctx->stats.dispatches += n;
-    for (size_t i = 0; i < n && !ctx->gpu_errors_pending; i++)
-        for (int b = 0; b < p[i].launch.nbuffers; b++)
-            ctx->gpu_errors_pending |= ctx->gpu_errors && p[i].launch.raw[b] == ctx->gpu_errors;
+    ctx->gpu_errors_pending |= sets_flags;
     ctx->stats.host_seconds_last = wgml_host_seconds() - started;
     if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
     if (n && (st = wgml_timing_read(ctx))) return st;

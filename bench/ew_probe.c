@@ -46,14 +46,14 @@ static WGPUBuffer make_buffer(uint64_t size)
 {
     WGPUBufferDescriptor d = {.usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst,
                               .size = size};
-    return wgpuDeviceCreateBuffer(ctx->device, &d);
+    return wgpuDeviceCreateBuffer(ctx->rt.device, &d);
 }
 
 static double pass_seconds(void)
 {
-    if (wgml_map_read(ctx, q_read, 16)) return -1;
+    if (wgml_map_read(&ctx->rt, q_read, 16)) return -1;
     const uint64_t *t = wgpuBufferGetConstMappedRange(q_read, 0, 16);
-    double s = t ? (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(ctx->queue) * 1e-9 : -1;
+    double s = t ? (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(ctx->rt.queue) * 1e-9 : -1;
     wgpuBufferUnmap(q_read);
     return s;
 }
@@ -159,29 +159,29 @@ int main(int argc, char **argv)
         fprintf(stderr, "ew_probe: %s\n", wgml_last_create_error());
         return 1;
     }
-    if (!ctx->info.has_timestamp_query) {
+    if (!ctx->rt.info.has_timestamp_query) {
         fprintf(stderr, "ew_probe: the adapter has no timestamp queries\n");
         return 1;
     }
     uint32_t n = quick ? 1u << 22 : 1u << 26;
     uint64_t bytes = (uint64_t)n * 4;
     WGPUQuerySetDescriptor qd = {.type = WGPUQueryType_Timestamp, .count = 2};
-    qs = wgpuDeviceCreateQuerySet(ctx->device, &qd);
+    qs = wgpuDeviceCreateQuerySet(ctx->rt.device, &qd);
     WGPUBufferDescriptor rd = {.usage = WGPUBufferUsage_QueryResolve | WGPUBufferUsage_CopySrc, .size = 256};
     WGPUBufferDescriptor bd = {.usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, .size = 256};
-    q_resolve = wgpuDeviceCreateBuffer(ctx->device, &rd);
-    q_read = wgpuDeviceCreateBuffer(ctx->device, &bd);
+    q_resolve = wgpuDeviceCreateBuffer(ctx->rt.device, &rd);
+    q_read = wgpuDeviceCreateBuffer(ctx->rt.device, &bd);
 
     WGPUBuffer a = make_buffer(bytes), b = make_buffer(bytes), c = make_buffer(bytes);
     float *host = malloc(bytes);
     fill(host, n, 1);
-    wgpuQueueWriteBuffer(ctx->queue, a, 0, host, bytes);
+    wgpuQueueWriteBuffer(ctx->rt.queue, a, 0, host, bytes);
     fill(host, n, 2);
-    wgpuQueueWriteBuffer(ctx->queue, b, 0, host, bytes);
-    wgpuQueueWriteBuffer(ctx->queue, c, 0, host, bytes);
+    wgpuQueueWriteBuffer(ctx->rt.queue, b, 0, host, bytes);
+    wgpuQueueWriteBuffer(ctx->rt.queue, c, 0, host, bytes);
     free(host);
     WGPUBufferDescriptor ud = {.usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, .size = 256};
-    WGPUBuffer params = wgpuDeviceCreateBuffer(ctx->device, &ud);
+    WGPUBuffer params = wgpuDeviceCreateBuffer(ctx->rt.device, &ud);
 
     static const variant variants[] = {
         {"v4 wg256 x1 trusted", 256, 1, 1, 0, 1, 0},
@@ -217,7 +217,7 @@ int main(int argc, char **argv)
             float f = k % 2 ? 0.001f : 0.999f;
             memcpy(&pr[4 + k], &f, 4);
         }
-        wgpuQueueWriteBuffer(ctx->queue, params, 0, pr, sizeof pr);
+        wgpuQueueWriteBuffer(ctx->rt.queue, params, 0, pr, sizeof pr);
         WGPUBindGroupEntry e[4] = {
             {.binding = 0, .buffer = params, .size = sizeof pr},
             {.binding = 1, .buffer = a, .size = bytes},
@@ -225,12 +225,12 @@ int main(int argc, char **argv)
             {.binding = 3, .buffer = c, .size = bytes},
         };
         WGPUBindGroupDescriptor bgd = {.layout = p->layout, .entryCount = 4, .entries = e};
-        WGPUBindGroup bg = wgpuDeviceCreateBindGroup(ctx->device, &bgd);
+        WGPUBindGroup bg = wgpuDeviceCreateBindGroup(ctx->rt.device, &bgd);
         double t[20];
         for (int mode = 0; mode < 3; mode++) {
             int reps = mode == 0 ? 15 : 5, per_pass = mode == 0 ? 1 : 20;
             for (int r = -1; r < reps; r++) {
-                WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+                WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
                 WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 0, .endOfPassWriteIndex = 1};
                 WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
                 WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
@@ -243,7 +243,7 @@ int main(int argc, char **argv)
                 wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
                 WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
                 double t0 = bench_now();
-                wgpuQueueSubmit(ctx->queue, 1, &cb);
+                wgpuQueueSubmit(ctx->rt.queue, 1, &cb);
                 double s = pass_seconds();
                 double host_s = bench_now() - t0;
                 wgpuCommandBufferRelease(cb);
@@ -267,17 +267,17 @@ int main(int argc, char **argv)
         free(src);
         uint32_t groups = n / 4 / 256, gy = (groups + 65534) / 65535, gx = (groups + gy - 1) / gy;
         uint32_t pr[56] = {n / 4, gx, 0, 0};
-        wgpuQueueWriteBuffer(ctx->queue, params, 0, pr, sizeof pr);
+        wgpuQueueWriteBuffer(ctx->rt.queue, params, 0, pr, sizeof pr);
         for (int k = 0; k < K; k++) {
             sa[k] = shared && k ? sa[0] : make_buffer(bytes);
             sb[k] = shared && k ? sb[0] : make_buffer(bytes);
             sc[k] = make_buffer(bytes);
             if (!shared || !k) {
-                WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+                WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
                 wgpuCommandEncoderCopyBufferToBuffer(enc, a, 0, sa[k], 0, bytes);
                 wgpuCommandEncoderCopyBufferToBuffer(enc, b, 0, sb[k], 0, bytes);
                 WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-                wgpuQueueSubmit(ctx->queue, 1, &cb);
+                wgpuQueueSubmit(ctx->rt.queue, 1, &cb);
                 wgpuCommandBufferRelease(cb);
                 wgpuCommandEncoderRelease(enc);
             }
@@ -288,11 +288,11 @@ int main(int argc, char **argv)
                 {.binding = 3, .buffer = sc[k], .size = bytes},
             };
             WGPUBindGroupDescriptor bgd = {.layout = p->layout, .entryCount = 4, .entries = e};
-            bgs[k] = wgpuDeviceCreateBindGroup(ctx->device, &bgd);
+            bgs[k] = wgpuDeviceCreateBindGroup(ctx->rt.device, &bgd);
         }
         double t[9], th[9];
         for (int r = -1; r < 9; r++) {
-            WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+            WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
             WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 0, .endOfPassWriteIndex = 1};
             WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
             WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
@@ -308,7 +308,7 @@ int main(int argc, char **argv)
             WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
             wgml_synchronize(ctx);
             double t0 = bench_now();
-            wgpuQueueSubmit(ctx->queue, 1, &cb);
+            wgpuQueueSubmit(ctx->rt.queue, 1, &cb);
             double gs = pass_seconds();
             if (r >= 0) t[r] = gs / K, th[r] = (bench_now() - t0) / K;
             wgpuCommandBufferRelease(cb);
@@ -328,12 +328,12 @@ int main(int argc, char **argv)
     {
         double t[9];
         for (int r = -1; r < 9; r++) {
-            WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+            WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
             wgpuCommandEncoderCopyBufferToBuffer(enc, a, 0, c, 0, bytes);
             WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
             wgml_synchronize(ctx);
             double t0 = bench_now();
-            wgpuQueueSubmit(ctx->queue, 1, &cb);
+            wgpuQueueSubmit(ctx->rt.queue, 1, &cb);
             wgml_synchronize(ctx);
             if (r >= 0) t[r] = bench_now() - t0;
             wgpuCommandBufferRelease(cb);

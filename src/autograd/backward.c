@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ptrmap.h"
 #include "graph/build.h"
-#include "train/train.h"
 
 typedef wgml_tensor T;
 
@@ -304,29 +304,52 @@ static int grad_inputs(T *t, T **out)
     return t->nsrc;
 }
 
-typedef struct order { T **v; size_t n, cap; } order;
+/* The pass's notes, one per node it visits (found through index): the gradient reaching the
+   node so far, and whether a trainable tensor lies upstream of it. v is in post-order. */
+typedef struct order {
+    T **v;
+    T **grad;
+    bool *needs;
+    size_t n, cap;
+    wgml_ptrmap index;
+} order;
 
-static bool visit(wgml_context *ctx, T *t, order *o)
+static size_t at(const order *o, const T *t) { return wgml_ptrmap_get(&o->index, t); }
+
+static void order_free(order *o)
 {
-    if (t->sched_mark == ctx->eval_counter) return true;
-    t->sched_mark = ctx->eval_counter;
-    t->bw_grad = NULL;
-    t->bw_needs = t->op == WGML_OP_NONE && t->requires_grad;
+    free(o->v);
+    free(o->grad);
+    free(o->needs);
+    wgml_ptrmap_free(&o->index);
+}
+
+static bool visit(T *t, order *o)
+{
+    if (wgml_ptrmap_get(&o->index, t) != WGML_PTRMAP_NONE) return true;
+    bool needs = t->op == WGML_OP_NONE && t->requires_grad;
     T *in[WGML_MAX_SRC];
     int n = grad_inputs(t, in);
     for (int i = 0; i < n; i++) {
         if (!in[i]) continue;
-        if (!visit(ctx, in[i], o)) return false;
-        t->bw_needs |= in[i]->bw_needs;
+        if (!visit(in[i], o)) return false;
+        needs |= o->needs[at(o, in[i])];
     }
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 64;
-        T **g = realloc(o->v, cap * sizeof *g);
-        if (!g) return false;
-        o->v = g;
+        T **v = realloc(o->v, cap * sizeof *v);
+        if (v) o->v = v;
+        T **g = realloc(o->grad, cap * sizeof *g);
+        if (g) o->grad = g;
+        bool *nd = realloc(o->needs, cap * sizeof *nd);
+        if (nd) o->needs = nd;
+        if (!v || !g || !nd) return false;
         o->cap = cap;
     }
-    o->v[o->n++] = t;
+    if (!wgml_ptrmap_put(&o->index, t, (uint32_t)o->n)) return false;
+    o->v[o->n] = t;
+    o->grad[o->n] = NULL;
+    o->needs[o->n++] = needs;
     return true;
 }
 
@@ -355,14 +378,13 @@ wgml_status wgml_backward(wgml_tensor *loss)
     if (loss->status) return wgml_fail(ctx, loss->status, "%s", loss->error);
     if (loss->numel != 1)
         return wgml_fail(ctx, WGML_ERROR_SHAPE, "backward: the loss must have one element, it has %lld", (long long)loss->numel);
-    ctx->eval_counter++;
     order o = {0};
-    if (!visit(ctx, loss, &o)) {
-        free(o.v);
+    if (!visit(loss, &o)) {
+        order_free(&o);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
-    if (!loss->bw_needs) {
-        free(o.v);
+    if (!o.needs[at(&o, loss)]) {
+        order_free(&o);
         if (loss->op == WGML_OP_NONE && !loss->requires_grad) /* evaluation dropped its graph */
             return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
                              "backward: the loss was already evaluated (read or eval keeps only its value); "
@@ -372,8 +394,8 @@ wgml_status wgml_backward(wgml_tensor *loss)
     /* every op on the way must have a rule before any gradient is touched */
     for (size_t k = 0; k < o.n; k++) {
         T *t = o.v[k];
-        if (!t->bw_needs || t->op == WGML_OP_NONE || has_rule(t)) continue;
-        free(o.v);
+        if (!o.needs[k] || t->op == WGML_OP_NONE || has_rule(t)) continue;
+        order_free(&o);
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for %s", wgml_op_table[t->op].name);
     }
     wgml_status st = WGML_OK;
@@ -381,11 +403,11 @@ wgml_status wgml_backward(wgml_tensor *loss)
     float one = 1.0f;
     T *seed = NULL;
     st = wgml_tensor_from_data(ctx, loss->ndim, loss->shape, &one, 1, &seed);
-    loss->bw_grad = seed;
+    o.grad[at(&o, loss)] = seed;
     for (size_t k = o.n; k-- > 0 && !st;) {
         T *t = o.v[k];
-        T *g = t->bw_grad;
-        if (!g || !t->bw_needs) continue;
+        T *g = o.grad[k];
+        if (!g || !o.needs[k]) continue;
         if (t->op == WGML_OP_NONE) {
             if (t->requires_grad) {
                 T *acc = t->grad ? wgml_add(ctx, t->grad, g) : g;
@@ -400,13 +422,14 @@ wgml_status wgml_backward(wgml_tensor *loss)
         T *in[WGML_MAX_SRC];
         int n = grad_inputs(t, in);
         for (int i = 0; i < n; i++) {
-            if (!in[i] || !gin[i] || !in[i]->bw_needs) continue;
+            if (!in[i] || !gin[i]) continue;
+            size_t j = at(&o, in[i]);
+            if (!o.needs[j]) continue;
             if (gin[i]->status) { st = wgml_fail(ctx, gin[i]->status, "backward of %s: %s", wgml_op_table[t->op].name, gin[i]->error); break; }
-            in[i]->bw_grad = in[i]->bw_grad ? wgml_add(ctx, in[i]->bw_grad, gin[i]) : gin[i];
+            o.grad[j] = o.grad[j] ? wgml_add(ctx, o.grad[j], gin[i]) : gin[i];
         }
     }
-    for (size_t k = 0; k < o.n; k++) o.v[k]->bw_grad = NULL;
-    free(o.v);
+    order_free(&o);
     wgml_scope_end(ctx); /* the pass's nodes live on only through the grads that use them */
     return st;
 }

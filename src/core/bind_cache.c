@@ -59,9 +59,9 @@ WGPUBindGroup wgml_bind_group(wgml_context *ctx, WGPUBindGroupLayout layout, con
     bind_slot *s = &ctx->bind_cache[h % SLOTS];
     if (same(s, h, layout, e, n)) return s->group;
     WGPUBindGroupDescriptor bd = {.layout = layout, .entryCount = n, .entries = e};
-    WGPUBindGroup g = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+    WGPUBindGroup g = wgpuDeviceCreateBindGroup(ctx->rt.device, &bd);
     if (!g) return NULL;
-    ctx->stats.bind_groups_created++;
+    ctx->rt.stats.bind_groups_created++;
     if (s->group) wgpuBindGroupRelease(s->group);
     s->hash = h;
     s->layout = layout;

@@ -33,37 +33,28 @@ const char *wgml_status_name(wgml_status status)
 wgml_status wgml_fail(wgml_context *ctx, wgml_status status, const char *fmt, ...)
 {
     if (!ctx) return status;
-    ctx->status = status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->message, sizeof ctx->message, fmt, ap);
+    wgml_rt_failv(&ctx->rt, status, fmt, ap);
     va_end(ap);
     return status;
 }
 
-wgml_status wgml_check_device(wgml_context *ctx)
-{
-    if (!ctx->device_lost) return WGML_OK;
-    return wgml_fail(ctx, WGML_ERROR_DEVICE_LOST,
-                     "the WebGPU device was lost (%s); free this context and create a new one",
-                     ctx->lost_message[0] ? ctx->lost_message : "no reason given");
-}
-
 const char *wgml_error_message(const wgml_context *ctx)
 {
-    return ctx ? ctx->message : "no context";
+    return ctx ? ctx->rt.message : "no context";
 }
 
 wgml_status wgml_last_status(const wgml_context *ctx)
 {
-    return ctx ? ctx->status : WGML_ERROR_INVALID_ARGUMENT;
+    return ctx ? ctx->rt.status : WGML_ERROR_INVALID_ARGUMENT;
 }
 
 void wgml_clear_error(wgml_context *ctx)
 {
     if (!ctx) return;
-    ctx->status = WGML_OK;
-    ctx->message[0] = 0;
+    ctx->rt.status = WGML_OK;
+    ctx->rt.message[0] = 0;
 }
 
 void wgml_format_shape(char *out, size_t n, int ndim, const int64_t *shape)

@@ -33,7 +33,7 @@ static wgml_pipeline *find(wgml_context *ctx, const void *key, size_t len, uint6
 {
     for (wgml_pipeline *p = ctx->pipelines[h % WGML_PIPELINE_BUCKETS]; p; p = p->next)
         if (p->hash == h && p->key_len == len && memcmp(p->key, key, len) == 0) {
-            ctx->stats.pipeline_cache_hits++;
+            ctx->rt.stats.pipeline_cache_hits++;
             return p;
         }
     return NULL;
@@ -51,17 +51,17 @@ static wgml_pipeline *add(wgml_context *ctx, const void *key, size_t len, uint64
     memcpy(k, key, len);
     WGPUShaderSourceWGSL src = {.chain = {.sType = WGPUSType_ShaderSourceWGSL}, .code = wgml_sv(wgsl)};
     WGPUShaderModuleDescriptor md = {.nextInChain = &src.chain, .label = wgml_sv("wgml kernel")};
-    wgml_scope_push(ctx);
+    wgml_scope_push(&ctx->rt);
     WGPUShaderModule module = (trusted && ctx->trusted_kernels)
-        ? wgpuDeviceCreateShaderModuleTrusted(ctx->device, &md, WGPUShaderRuntimeChecks_None)
-        : wgpuDeviceCreateShaderModule(ctx->device, &md);
+        ? wgpuDeviceCreateShaderModuleTrusted(ctx->rt.device, &md, WGPUShaderRuntimeChecks_None)
+        : wgpuDeviceCreateShaderModule(ctx->rt.device, &md);
     WGPUComputePipelineDescriptor pd = {
         .label = wgml_sv("wgml kernel"),
         .compute = {.module = module, .entryPoint = wgml_sv("main")},
     };
-    WGPUComputePipeline pipeline = module ? wgpuDeviceCreateComputePipeline(ctx->device, &pd) : NULL;
+    WGPUComputePipeline pipeline = module ? wgpuDeviceCreateComputePipeline(ctx->rt.device, &pd) : NULL;
     if (module) wgpuShaderModuleRelease(module);
-    wgml_status st = wgml_scope_pop(ctx, "compiling a kernel");
+    wgml_status st = wgml_scope_pop(&ctx->rt, "compiling a kernel");
     if (st != WGML_OK || !pipeline) {
         if (pipeline) wgpuComputePipelineRelease(pipeline);
         if (st == WGML_OK) wgml_fail(ctx, WGML_ERROR_VALIDATION, "compiling a kernel failed");
@@ -77,7 +77,7 @@ static wgml_pipeline *add(wgml_context *ctx, const void *key, size_t len, uint64
     p->layout = wgpuComputePipelineGetBindGroupLayout(pipeline, 0);
     p->next = *bucket;
     *bucket = p;
-    ctx->stats.pipelines_compiled++;
+    ctx->rt.stats.pipelines_compiled++;
     return p;
 }
 

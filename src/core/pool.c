@@ -26,21 +26,21 @@ static int size_class(uint64_t bytes, uint64_t *class_bytes)
 
 wgml_status wgml_check_buffer_size(wgml_context *ctx, uint64_t bytes, const char *what)
 {
-    if (bytes > ctx->limits.maxBufferSize)
+    if (bytes > ctx->rt.limits.maxBufferSize)
         return wgml_fail(ctx, WGML_ERROR_LIMIT,
                          "%s needs a buffer of %llu bytes, past the adapter's maxBufferSize of %llu bytes",
-                         what, (unsigned long long)bytes, (unsigned long long)ctx->limits.maxBufferSize);
-    if (bytes > ctx->limits.maxStorageBufferBindingSize)
+                         what, (unsigned long long)bytes, (unsigned long long)ctx->rt.limits.maxBufferSize);
+    if (bytes > ctx->rt.limits.maxStorageBufferBindingSize)
         return wgml_fail(ctx, WGML_ERROR_LIMIT,
                          "%s needs %llu bytes, past the adapter's maxStorageBufferBindingSize of %llu bytes",
                          what, (unsigned long long)bytes,
-                         (unsigned long long)ctx->limits.maxStorageBufferBindingSize);
+                         (unsigned long long)ctx->rt.limits.maxStorageBufferBindingSize);
     return WGML_OK;
 }
 
 static void note_live(wgml_context *ctx)
 {
-    wgml_stats *s = &ctx->stats;
+    wgml_stats *s = &ctx->rt.stats;
     if (s->buffers_live > s->buffers_peak) s->buffers_peak = s->buffers_live;
     if (s->bytes_live > s->bytes_peak) s->bytes_peak = s->bytes_live;
     if (s->bytes_in_use > s->bytes_in_use_peak) s->bytes_in_use_peak = s->bytes_in_use;
@@ -57,8 +57,8 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
         return NULL;
     }
     /* A class may round past the limit while the exact size fits: then use the exact size. */
-    if (class_bytes > ctx->limits.maxStorageBufferBindingSize ||
-        class_bytes > ctx->limits.maxBufferSize)
+    if (class_bytes > ctx->rt.limits.maxStorageBufferBindingSize ||
+        class_bytes > ctx->rt.limits.maxBufferSize)
         class_bytes = (bytes + 255) & ~(uint64_t)255;
     if (wgml_check_buffer_size(ctx, class_bytes, "a tensor") != WGML_OK) return NULL;
 
@@ -70,7 +70,7 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
         *pp = b->next_free;
         b->next_free = NULL;
         b->refs = 1;
-        ctx->stats.bytes_in_use += b->size;
+        ctx->rt.stats.bytes_in_use += b->size;
         note_live(ctx);
         return b;
     }
@@ -84,9 +84,9 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
         .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst,
         .size = class_bytes,
     };
-    wgml_scope_push(ctx);
-    b->handle = wgpuDeviceCreateBuffer(ctx->device, &d);
-    if (wgml_scope_pop(ctx, "allocating a GPU buffer") != WGML_OK || !b->handle) {
+    wgml_scope_push(&ctx->rt);
+    b->handle = wgpuDeviceCreateBuffer(ctx->rt.device, &d);
+    if (wgml_scope_pop(&ctx->rt, "allocating a GPU buffer") != WGML_OK || !b->handle) {
         if (b->handle) wgpuBufferRelease(b->handle);
         free(b);
         return NULL;
@@ -94,9 +94,9 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
     b->size = class_bytes;
     b->size_class = cls;
     b->refs = 1;
-    ctx->stats.buffers_live++;
-    ctx->stats.bytes_live += class_bytes;
-    ctx->stats.bytes_in_use += class_bytes;
+    ctx->rt.stats.buffers_live++;
+    ctx->rt.stats.bytes_live += class_bytes;
+    ctx->rt.stats.bytes_in_use += class_bytes;
     note_live(ctx);
     return b;
 }
@@ -109,7 +109,7 @@ void wgml_buffer_retain(wgml_buffer *b)
 void wgml_buffer_release(wgml_context *ctx, wgml_buffer *b)
 {
     if (!b || --b->refs > 0) return;
-    ctx->stats.bytes_in_use -= b->size;
+    ctx->rt.stats.bytes_in_use -= b->size;
     b->next_free = ctx->pool.free_list[b->size_class];
     ctx->pool.free_list[b->size_class] = b;
 }
@@ -123,7 +123,7 @@ wgml_status wgml_grow_buffer(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size,
     while (s < need) s *= 2;
     if (*buf) wgpuBufferRelease(*buf);
     WGPUBufferDescriptor d = {.label = wgml_sv(what), .usage = usage, .size = s};
-    *buf = wgpuDeviceCreateBuffer(ctx->device, &d);
+    *buf = wgpuDeviceCreateBuffer(ctx->rt.device, &d);
     *size = *buf ? s : 0;
     if (replaced) *replaced = true;
     if (!*buf) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating a %s buffer of %llu bytes", what,

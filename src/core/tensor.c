@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "core/context.h"
-#include "graph/executor.h"
 
 bool wgml_tensor_valid(const wgml_tensor *t)
 {
@@ -71,7 +70,7 @@ bool wgml_is_contiguous(const wgml_tensor *t)
 
 bool wgml_tensor_realized(wgml_tensor *t)
 {
-    return wgml_tensor_base(t)->op == WGML_OP_NONE;
+    return wgml_tensor_base(t)->op == WGML_TENSOR_STORAGE;
 }
 
 static void list_insert(wgml_context *ctx, wgml_tensor *t)
@@ -219,7 +218,7 @@ static wgml_status make_storage(wgml_context *ctx, int ndim, const int64_t *shap
 {
     if (!out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "out is NULL");
     *out = NULL;
-    wgml_status st = wgml_check_device(ctx);
+    wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     int64_t numel;
     if ((st = wgml_shape_check(ctx, ndim, shape, &numel))) return st;
@@ -235,11 +234,11 @@ static wgml_status make_storage(wgml_context *ctx, int ndim, const int64_t *shap
     snprintf(what, sizeof what, "a tensor of shape %s", s);
     if ((st = wgml_check_buffer_size(ctx, (uint64_t)numel * 4, what))) return st;
     wgml_buffer *b = wgml_pool_acquire(ctx, (uint64_t)numel * 4);
-    if (!b) return ctx->status;
+    if (!b) return ctx->rt.status;
     wgml_tensor *t = wgml_tensor_new(ctx, ndim, shape);
     if (!t) {
         wgml_buffer_release(ctx, b);
-        return ctx->status;
+        return ctx->rt.status;
     }
     t->buf = b;
     *out = t;
@@ -254,8 +253,8 @@ wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *sh
     if (!data) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_from_data: data is NULL");
     wgml_status st = make_storage(ctx, ndim, shape, n, true, out);
     if (st) return st;
-    wgpuQueueWriteBuffer(ctx->queue, (*out)->buf->handle, 0, data, n * sizeof(float));
-    ctx->stats.bytes_uploaded += n * sizeof(float);
+    wgpuQueueWriteBuffer(ctx->rt.queue, (*out)->buf->handle, 0, data, n * sizeof(float));
+    ctx->rt.stats.bytes_uploaded += n * sizeof(float);
     return WGML_OK;
 }
 
@@ -266,51 +265,35 @@ wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
     wgml_status st = make_storage(ctx, ndim, shape, 0, false, out);
     if (st) return st;
     /* pool buffers are reused: clear explicitly */
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     wgpuCommandEncoderClearBuffer(enc, (*out)->buf->handle, 0, (uint64_t)(*out)->numel * 4);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if ((st = wgml_submit(ctx, cb))) {
+    if ((st = wgml_submit(&ctx->rt, cb))) {
         wgml_tensor_free(*out);
         *out = NULL;
     }
     return st;
 }
 
-/* ---------------------------------------------------------------- read and write */
-
-wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n)
-{
-    if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
-    wgml_context *ctx = t->ctx;
-    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_read: host is NULL");
-    if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
-    if ((uint64_t)n != (uint64_t)t->numel) {
-        char s[128];
-        wgml_format_shape(s, sizeof s, t->ndim, t->shape);
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                         "wgml_tensor_read: host buffer has %zu elements, tensor %s has %lld", n, s,
-                         (long long)t->numel);
-    }
-    return wgml_graph_read(ctx, t, host);
-}
+/* ---------------------------------------------------------------- write (reads evaluate: graph/executor.c) */
 
 wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n)
 {
     if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = t->ctx;
-    wgml_status st = wgml_check_device(ctx);
+    wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_write: host is NULL");
-    if (t->op != WGML_OP_NONE || !wgml_is_contiguous(t))
+    if (t->op != WGML_TENSOR_STORAGE || !wgml_is_contiguous(t))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
                          "wgml_tensor_write: only evaluated, contiguous tensors can be written");
     if ((uint64_t)n != (uint64_t)t->numel)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
                          "wgml_tensor_write: host data has %zu elements, the tensor %lld", n,
                          (long long)t->numel);
-    wgpuQueueWriteBuffer(ctx->queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
-    ctx->stats.bytes_uploaded += n * 4;
+    wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
+    ctx->rt.stats.bytes_uploaded += n * 4;
     return WGML_OK;
 }
 
@@ -337,14 +320,14 @@ wgml_context *wgml_tensor_context(const wgml_tensor *t) { return wgml_tensor_val
 wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats)
 {
     if (!ctx || !stats) return WGML_ERROR_INVALID_ARGUMENT;
-    *stats = ctx->stats;
+    *stats = ctx->rt.stats;
     return WGML_OK;
 }
 
 void wgml_stats_reset_peaks(wgml_context *ctx)
 {
     if (!ctx) return;
-    ctx->stats.buffers_peak = ctx->stats.buffers_live;
-    ctx->stats.bytes_peak = ctx->stats.bytes_live;
-    ctx->stats.bytes_in_use_peak = ctx->stats.bytes_in_use;
+    ctx->rt.stats.buffers_peak = ctx->rt.stats.buffers_live;
+    ctx->rt.stats.bytes_peak = ctx->rt.stats.bytes_live;
+    ctx->rt.stats.bytes_in_use_peak = ctx->rt.stats.bytes_in_use;
 }

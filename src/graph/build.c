@@ -107,7 +107,7 @@ wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int
     CHECK_INPUT(ctx, a, "reshape", "a");
     int64_t numel;
     if (wgml_shape_check(ctx, ndim, shape, &numel) != WGML_OK)
-        return wgml_tensor_error(ctx, ctx->status, "reshape: %s", ctx->message);
+        return wgml_tensor_error(ctx, ctx->rt.status, "reshape: %s", ctx->rt.message);
     if (numel != a->numel) {
         char s1[128], s2[128];
         shape_str(s1, sizeof s1, a);
@@ -164,7 +164,7 @@ wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, cons
     CHECK_INPUT(ctx, a, "broadcast_to", "a");
     int64_t numel;
     if (wgml_shape_check(ctx, ndim, shape, &numel) != WGML_OK)
-        return wgml_tensor_error(ctx, ctx->status, "broadcast_to: %s", ctx->message);
+        return wgml_tensor_error(ctx, ctx->rt.status, "broadcast_to: %s", ctx->rt.message);
     int64_t stride[WGML_MAX_DIMS];
     int pad = ndim - a->ndim;
     for (int d = 0; d < ndim; d++) {
@@ -425,4 +425,38 @@ wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weig
 wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps)
 {
     return row_op(ctx, WGML_OP_RMSNORM, a, weight, NULL, eps);
+}
+
+/* ---------------------------------------------------------------- losses */
+
+/* logits [B, C], labels [B] (class indices as floats) -> per-row losses [B] */
+wgml_tensor *wgml_cross_entropy_rows(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels)
+{
+    if (!ctx) return NULL;
+    if (!wgml_tensor_valid(logits) || !wgml_tensor_valid(labels))
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "cross_entropy: logits and labels must be given");
+    if (logits->status) return wgml_tensor_error(ctx, logits->status, "%s", logits->error);
+    if (labels->status) return wgml_tensor_error(ctx, labels->status, "%s", labels->error);
+    if (logits->ctx != ctx || labels->ctx != ctx)
+        return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "cross_entropy: a tensor belongs to another context");
+    if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0]) {
+        char s1[128], s2[128];
+        wgml_format_shape(s1, sizeof s1, logits->ndim, logits->shape);
+        wgml_format_shape(s2, sizeof s2, labels->ndim, labels->shape);
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "cross_entropy: logits %s must be [B, C] and labels %s [B]", s1, s2);
+    }
+    wgml_tensor *src[2] = {wgml_contiguous(ctx, logits), wgml_contiguous(ctx, labels)};
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_CROSS_ENTROPY, 1, logits->shape, 2, src);
+    wgml_tensor_free(src[0]);
+    wgml_tensor_free(src[1]);
+    return t;
+}
+
+/* d loss_rows / d logits, times the upstream gradient of each row g [B] */
+wgml_tensor *wgml_cross_entropy_grad(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels, wgml_tensor *g)
+{
+    wgml_tensor *src[3] = {logits, labels, wgml_contiguous(ctx, g)};
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_CROSS_ENTROPY_GRAD, 2, logits->shape, 3, src);
+    wgml_tensor_free(src[2]);
+    return t;
 }

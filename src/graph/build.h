@@ -3,6 +3,7 @@
 #define WGML_GRAPH_BUILD_H
 
 #include "core/context.h"
+#include "graph/ops.h"
 
 /* Records a lazy node of `op` with the given output shape and inputs (retained). */
 wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc,
@@ -11,5 +12,10 @@ wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgm
 wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a);
 /* NumPy broadcast of two shapes into out; returns its rank or -1. */
 int wgml_broadcast_shapes(const wgml_tensor *a, const wgml_tensor *b, int64_t *out);
+
+/* logits [B, C], labels [B] (class indices as floats) -> per-row losses [B] */
+wgml_tensor *wgml_cross_entropy_rows(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
+/* d loss_rows / d logits [B, C], times the upstream gradient of each row g [B] */
+wgml_tensor *wgml_cross_entropy_grad(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels, wgml_tensor *g);
 
 #endif

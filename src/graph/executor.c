@@ -5,6 +5,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---------------------------------------------------------------- the executor's state */
+
+/* The scheduler's note on lazy node t in this evaluation; a zeroed note for other tensors. */
+static sched_node *node_of(wgml_executor *ex, const wgml_tensor *t)
+{
+    uint32_t i = wgml_ptrmap_get(&ex->index, t);
+    return i == WGML_PTRMAP_NONE ? &ex->none : &ex->nodes[i];
+}
+
+static const char executor_key; /* names the executor's extension of a context */
+
+static void executor_free(wgml_context *ctx, void *state)
+{
+    wgml_executor *ex = state;
+    if (ex->params_buffer) wgpuBufferRelease(ex->params_buffer);
+    if (ex->staging) wgpuBufferRelease(ex->staging);
+    if (ex->gpu_errors) wgpuBufferRelease(ex->gpu_errors);
+    free(ex->params_host);
+    wgml_ptrmap_free(&ex->index);
+    free(ex->nodes);
+    free(ex);
+}
+
+wgml_executor *wgml_executor_of(wgml_context *ctx)
+{
+    wgml_executor *ex = wgml_extension_get(ctx, &executor_key);
+    if (ex) return ex;
+    if (!(ex = calloc(1, sizeof *ex))) {
+        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return NULL;
+    }
+    /* fused kernels' elements per thread (benchmark sweeps; unrolling gained nothing for add
+       on the H100, so the default is 1) */
+    const char *unroll = getenv("WGML_EW_UNROLL");
+    ex->ew_unroll = unroll && (atoi(unroll) == 2 || atoi(unroll) == 4 || atoi(unroll) == 8) ? atoi(unroll) : 1;
+    if (wgml_extension_set(ctx, &executor_key, ex, executor_free)) {
+        free(ex);
+        return NULL;
+    }
+    return ex;
+}
+
+bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t)
+{
+    wgml_executor *ex = wgml_executor_of(ctx);
+    return ex && node_of(ex, t)->kind == WGML_SCHED_FUSED;
+}
+
 #define MAX_FUSED_LEAVES 8
 #define MAX_FUSED_SCALARS 128 /* fusion.c's MAX_SCALARS */
 
@@ -28,7 +76,7 @@ static bool list_push(node_list *l, wgml_tensor *t)
 
 uint32_t wgml_grid(wgml_context *ctx, uint64_t groups, uint32_t out[3])
 {
-    uint64_t maxd = ctx->limits.maxComputeWorkgroupsPerDimension;
+    uint64_t maxd = ctx->rt.limits.maxComputeWorkgroupsPerDimension;
     if (groups == 0) groups = 1;
     uint64_t gy = (groups + maxd - 1) / maxd;
     uint64_t gx = (groups + gy - 1) / gy;
@@ -40,20 +88,24 @@ uint32_t wgml_grid(wgml_context *ctx, uint64_t groups, uint32_t out[3])
 
 /* ---------------------------------------------------------------- collect */
 
-/* Post-order walk of the lazy nodes `t` needs; returns false when out of host memory. */
-static bool collect(wgml_context *ctx, wgml_tensor *t, node_list *order)
+/* Post-order walk of the lazy nodes `t` needs, each given a fresh note; returns false when
+   out of host memory. */
+static bool collect(wgml_executor *ex, wgml_tensor *t, node_list *order)
 {
     t = wgml_tensor_base(t);
-    if (t->op == WGML_OP_NONE || t->sched_mark == ctx->eval_counter) return true;
-    t->sched_mark = ctx->eval_counter;
-    t->sched_uses = 0;
-    t->sched_kind = WGML_SCHED_NONE;
-    t->sched_pinned = false;
-    t->sched_target = false;
-    t->sched_consumer = NULL;
+    if (t->op == WGML_OP_NONE || wgml_ptrmap_get(&ex->index, t) != WGML_PTRMAP_NONE) return true;
+    if (ex->nnodes == ex->cap) {
+        size_t cap = ex->cap ? ex->cap * 2 : 256;
+        sched_node *g = realloc(ex->nodes, cap * sizeof *g);
+        if (!g) return false;
+        ex->nodes = g;
+        ex->cap = cap;
+    }
+    if (!wgml_ptrmap_put(&ex->index, t, (uint32_t)ex->nnodes)) return false;
+    ex->nodes[ex->nnodes++] = (sched_node){.kind = WGML_SCHED_NONE};
     t->buf = NULL;
     for (int i = 0; i < t->nsrc; i++)
-        if (!collect(ctx, t->src[i], order)) return false;
+        if (!collect(ex, t->src[i], order)) return false;
     return list_push(order, t);
 }
 
@@ -65,14 +117,14 @@ typedef struct fused_cost {
     int nleaves, nscalars;
 } fused_cost;
 
-static void fused_count(wgml_tensor *t, fused_cost *c)
+static void fused_count(wgml_executor *ex, wgml_tensor *t, fused_cost *c)
 {
     if (wgml_op_table[t->op].kind == WGML_KIND_BINARY && t->nsrc == 1) c->nscalars++;
     if (t->op == WGML_OP_CLAMP) c->nscalars += 2;
     for (int i = 0; i < t->nsrc; i++) {
         wgml_tensor *s = t->src[i];
-        if (s->sched_kind == WGML_SCHED_FUSED && s == wgml_tensor_base(s)) {
-            fused_count(s, c);
+        if (node_of(ex, s)->kind == WGML_SCHED_FUSED && s == wgml_tensor_base(s)) {
+            fused_count(ex, s, c);
             continue;
         }
         bool seen = false;
@@ -81,22 +133,22 @@ static void fused_count(wgml_tensor *t, fused_cost *c)
     }
 }
 
-static bool fused_too_big(wgml_tensor *t)
+static bool fused_too_big(wgml_executor *ex, wgml_tensor *t)
 {
     fused_cost c = {.nleaves = 0};
-    fused_count(t, &c);
+    fused_count(ex, t, &c);
     return c.nleaves > MAX_FUSED_LEAVES || c.nscalars > MAX_FUSED_SCALARS;
 }
 
-static int fused_size(wgml_tensor *t)
+static int fused_size(wgml_executor *ex, wgml_tensor *t)
 {
     int n = 1;
     for (int i = 0; i < t->nsrc; i++)
-        if (t->src[i]->sched_kind == WGML_SCHED_FUSED && t->src[i] == wgml_tensor_base(t->src[i])) n += fused_size(t->src[i]);
+        if (node_of(ex, t->src[i])->kind == WGML_SCHED_FUSED && t->src[i] == wgml_tensor_base(t->src[i])) n += fused_size(ex, t->src[i]);
     return n;
 }
 
-static void decide_fusion(wgml_context *ctx, node_list *order)
+static void decide_fusion(wgml_context *ctx, wgml_executor *ex, node_list *order)
 {
     /* readers of each node, and whether one reads it through a view or is not elementwise */
     for (size_t k = 0; k < order->n; k++) {
@@ -104,34 +156,33 @@ static void decide_fusion(wgml_context *ctx, node_list *order)
         for (int i = 0; i < t->nsrc; i++) {
             wgml_tensor *s = t->src[i], *b = wgml_tensor_base(s);
             if (b->op == WGML_OP_NONE) continue;
-            b->sched_uses++;
-            b->sched_consumer = t;
-            if (s != b || !wgml_op_is_elementwise(t->op)) b->sched_pinned = true;
+            node_of(ex, b)->uses++;
+            if (s != b || !wgml_op_is_elementwise(t->op)) node_of(ex, b)->pinned = true;
         }
     }
     for (size_t k = 0; k < order->n; k++) {
         wgml_tensor *t = order->items[k];
-        bool fusable = wgml_op_is_elementwise(t->op) && !ctx->no_fusion && !t->sched_pinned &&
-                       !t->sched_target && t->sched_uses == 1;
-        t->sched_kind = fusable ? WGML_SCHED_FUSED : WGML_SCHED_KERNEL;
+        bool fusable = wgml_op_is_elementwise(t->op) && !ctx->desc.no_fusion && !node_of(ex, t)->pinned &&
+                       !node_of(ex, t)->target && node_of(ex, t)->uses == 1;
+        node_of(ex, t)->kind = fusable ? WGML_SCHED_FUSED : WGML_SCHED_KERNEL;
     }
     /* keep a kernel's inputs within the bindings an adapter has: cut big trees, from each
        kernel's root down (a cut child becomes a root, checked when the walk reaches it), so
        a chain is walked once rather than once per node */
     for (size_t k = order->n; k-- > 0;) {
         wgml_tensor *t = order->items[k];
-        if (t->sched_kind != WGML_SCHED_KERNEL || !wgml_op_is_elementwise(t->op)) continue;
-        while (fused_too_big(t)) {
+        if (node_of(ex, t)->kind != WGML_SCHED_KERNEL || !wgml_op_is_elementwise(t->op)) continue;
+        while (fused_too_big(ex, t)) {
             wgml_tensor *biggest = NULL;
             int most = 0;
             for (int i = 0; i < t->nsrc; i++) {
                 wgml_tensor *s = t->src[i];
-                if (s->sched_kind != WGML_SCHED_FUSED || s != wgml_tensor_base(s)) continue;
-                int c = fused_size(s);
+                if (node_of(ex, s)->kind != WGML_SCHED_FUSED || s != wgml_tensor_base(s)) continue;
+                int c = fused_size(ex, s);
                 if (c > most) { most = c; biggest = s; }
             }
             if (!biggest) break;
-            biggest->sched_kind = WGML_SCHED_KERNEL;
+            node_of(ex, biggest)->kind = WGML_SCHED_KERNEL;
         }
     }
 }
@@ -148,7 +199,7 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
     case WGML_KIND_REDUCE: return wgml_build_reduce(ctx, t, l, count);
     case WGML_KIND_ROW: return wgml_build_row(ctx, t, l);
     case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l);
-    case WGML_KIND_OPTIM: return wgml_build_optim(ctx, t, l);
+    case WGML_KIND_CUSTOM: return ((const wgml_custom_op *)t->op_data)->build(ctx, t, l);
     default:
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "op %s cannot be scheduled",
                          wgml_op_table[t->op].name);
@@ -157,35 +208,37 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
 
 wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l)
 {
-    uint32_t maxd = ctx->limits.maxComputeWorkgroupsPerDimension;
+    uint32_t maxd = ctx->rt.limits.maxComputeWorkgroupsPerDimension;
     for (int d = 0; d < 3; d++)
         if (l->groups[d] > maxd)
             return wgml_fail(ctx, WGML_ERROR_LIMIT, "%s needs %u workgroups along dimension %d, past this adapter's %u",
                              l->what[0] ? l->what : "a kernel", l->groups[d], d, maxd);
-    if (l->loop_trips <= ctx->loop_limit) return WGML_OK;
+    if (l->loop_trips <= ctx->rt.loop_limit) return WGML_OK;
     return wgml_fail(ctx, WGML_ERROR_LIMIT,
                      "%s needs %llu loop iterations per GPU thread, past this adapter's limit of %u "
                      "(%s ends longer loops early, which would give a wrong answer)",
-                     l->what[0] ? l->what : "a kernel", (unsigned long long)l->loop_trips, ctx->loop_limit,
-                     ctx->info.name);
+                     l->what[0] ? l->what : "a kernel", (unsigned long long)l->loop_trips, ctx->rt.loop_limit,
+                     ctx->rt.info.name);
 }
 
 WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx)
 {
-    if (ctx->gpu_errors) return ctx->gpu_errors;
+    wgml_executor *ex = wgml_executor_of(ctx);
+    if (ex->gpu_errors) return ex->gpu_errors;
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml gpu errors"), .size = 16,
                               .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst};
-    ctx->gpu_errors = wgpuDeviceCreateBuffer(ctx->device, &d); /* zeroed, as WebGPU makes every buffer */
-    return ctx->gpu_errors;
+    ex->gpu_errors = wgpuDeviceCreateBuffer(ctx->rt.device, &d); /* zeroed, as WebGPU makes every buffer */
+    return ex->gpu_errors;
 }
 
 /* The message of the GPU error flags read back (words w[0], w[1]); clears them on the GPU. */
 static wgml_status report_gpu_errors(wgml_context *ctx, const uint32_t *w)
 {
-    ctx->gpu_errors_pending = false;
+    wgml_executor *ex = wgml_executor_of(ctx);
+    ex->gpu_errors_pending = false;
     if (!w[0]) return WGML_OK;
     static const uint32_t zero[4] = {0};
-    wgpuQueueWriteBuffer(ctx->queue, ctx->gpu_errors, 0, zero, sizeof zero);
+    wgpuQueueWriteBuffer(ctx->rt.queue, ex->gpu_errors, 0, zero, sizeof zero);
     uint32_t at = UINT32_MAX - w[1];
     if (w[0] & WGML_GPU_ERROR_LABEL)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
@@ -196,8 +249,9 @@ static wgml_status report_gpu_errors(wgml_context *ctx, const uint32_t *w)
 
 static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
 {
+    wgml_executor *ex = wgml_executor_of(ctx);
     bool replaced;
-    wgml_status st = wgml_grow_buffer(ctx, &ctx->params_buffer, &ctx->params_capacity, bytes, 64 * 1024,
+    wgml_status st = wgml_grow_buffer(ctx, &ex->params_buffer, &ex->params_capacity, bytes, 64 * 1024,
                                       WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, "wgml params", &replaced);
     if (replaced) wgml_bind_cache_clear(ctx); /* its bind groups name the old buffer */
     return st;
@@ -205,19 +259,21 @@ static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
 
 static wgml_status ensure_host_params(wgml_context *ctx, uint64_t bytes)
 {
-    if (bytes <= ctx->params_host_capacity) return WGML_OK;
-    uint64_t cap = ctx->params_host_capacity ? ctx->params_host_capacity : 64 * 1024;
+    wgml_executor *ex = wgml_executor_of(ctx);
+    if (bytes <= ex->params_host_capacity) return WGML_OK;
+    uint64_t cap = ex->params_host_capacity ? ex->params_host_capacity : 64 * 1024;
     while (cap < bytes) cap *= 2;
-    uint8_t *p = realloc(ctx->params_host, cap);
+    uint8_t *p = realloc(ex->params_host, cap);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    ctx->params_host = p;
-    ctx->params_host_capacity = cap;
+    ex->params_host = p;
+    ex->params_host_capacity = cap;
     return WGML_OK;
 }
 
 static wgml_status ensure_staging(wgml_context *ctx, uint64_t bytes)
 {
-    return wgml_grow_buffer(ctx, &ctx->staging, &ctx->staging_size, bytes, 4096,
+    wgml_executor *ex = wgml_executor_of(ctx);
+    return wgml_grow_buffer(ctx, &ex->staging, &ex->staging_size, bytes, 4096,
                             WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml staging", NULL);
 }
 
@@ -238,24 +294,25 @@ typedef struct planned {
    the host time from `started` to the submit goes into the stats. */
 static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const readback *rb, double started)
 {
+    wgml_executor *ex = wgml_executor_of(ctx);
     wgml_status st;
     uint64_t params_bytes = 0;
     for (size_t i = 0; i < n; i++) params_bytes = p[i].params_offset + ((p[i].launch.params_size + 15) & ~15u);
     if ((st = ensure_params_buffer(ctx, params_bytes ? params_bytes : 256))) return st;
-    if (n) wgpuQueueWriteBuffer(ctx->queue, ctx->params_buffer, 0, ctx->params_host, params_bytes);
+    if (n) wgpuQueueWriteBuffer(ctx->rt.queue, ex->params_buffer, 0, ex->params_host, params_bytes);
 
-    wgml_scope_push(ctx);
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    wgml_scope_push(&ctx->rt);
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     if (n) {
         WGPUPassTimestampWrites tw;
-        WGPUComputePassDescriptor pd = {.timestampWrites = wgml_timing_writes(ctx, &tw)};
+        WGPUComputePassDescriptor pd = {.timestampWrites = wgml_timing_writes(&ctx->rt, &tw)};
         WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
         for (size_t i = 0; i < n; i++) {
             wgml_launch *l = &p[i].launch;
             WGPUBindGroupEntry e[WGML_MAX_BINDINGS + 1];
             memset(e, 0, sizeof e);
             e[0].binding = 0;
-            e[0].buffer = ctx->params_buffer;
+            e[0].buffer = ex->params_buffer;
             e[0].offset = p[i].params_offset;
             e[0].size = (l->params_size + 15) & ~15u;
             for (int b = 0; b < l->nbuffers; b++) {
@@ -277,53 +334,53 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         wgpuComputePassEncoderRelease(pass);
         if (st) {
             wgpuCommandEncoderRelease(enc);
-            wgml_scope_pop(ctx, "encoding");
+            wgml_scope_pop(&ctx->rt, "encoding");
             return st;
         }
-        if (pd.timestampWrites) wgml_timing_resolve(ctx, enc);
+        if (pd.timestampWrites) wgml_timing_resolve(&ctx->rt, enc);
     }
     uint64_t rb_bytes = 0;
     bool sets_flags = false; /* a launch binds the GPU error flags */
-    for (size_t i = 0; i < n && ctx->gpu_errors; i++)
-        for (int b = 0; b < p[i].launch.nbuffers; b++) sets_flags |= p[i].launch.raw[b] == ctx->gpu_errors;
-    bool flags = rb && (sets_flags || ctx->gpu_errors_pending); /* they come back after the data */
+    for (size_t i = 0; i < n && ex->gpu_errors; i++)
+        for (int b = 0; b < p[i].launch.nbuffers; b++) sets_flags |= p[i].launch.raw[b] == ex->gpu_errors;
+    bool flags = rb && (sets_flags || ex->gpu_errors_pending); /* they come back after the data */
     if (rb) {
         rb_bytes = (uint64_t)rb->t->numel * 4;
         if ((st = ensure_staging(ctx, rb_bytes + (flags ? 16 : 0)))) {
             wgpuCommandEncoderRelease(enc);
-            wgml_scope_pop(ctx, "reading back");
+            wgml_scope_pop(&ctx->rt, "reading back");
             return st;
         }
         wgml_tensor *b = wgml_tensor_base(rb->t);
         wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, (uint64_t)rb->t->offset * 4,
-                                             ctx->staging, 0, rb_bytes);
-        if (flags) wgpuCommandEncoderCopyBufferToBuffer(enc, ctx->gpu_errors, 0, ctx->staging, rb_bytes, 16);
+                                             ex->staging, 0, rb_bytes);
+        if (flags) wgpuCommandEncoderCopyBufferToBuffer(enc, ex->gpu_errors, 0, ex->staging, rb_bytes, 16);
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if ((st = wgml_submit(ctx, cb))) {
-        wgml_scope_pop(ctx, "running the graph");
+    if ((st = wgml_submit(&ctx->rt, cb))) {
+        wgml_scope_pop(&ctx->rt, "running the graph");
         return st;
     }
-    ctx->stats.dispatches += n;
-    ctx->gpu_errors_pending |= sets_flags;
-    ctx->stats.host_seconds_last = wgml_host_seconds() - started;
-    if ((st = wgml_scope_pop(ctx, "running the graph"))) return st;
-    if (n && (st = wgml_timing_read(ctx))) return st;
+    ctx->rt.stats.dispatches += n;
+    ex->gpu_errors_pending |= sets_flags;
+    ctx->rt.stats.host_seconds_last = wgml_host_seconds() - started;
+    if ((st = wgml_scope_pop(&ctx->rt, "running the graph"))) return st;
+    if (n && (st = wgml_timing_read(&ctx->rt))) return st;
 
     if (rb) {
         uint64_t map_bytes = rb_bytes + (flags ? 16 : 0);
-        if ((st = wgml_map_read(ctx, ctx->staging, map_bytes))) return st;
-        const uint8_t *src = wgpuBufferGetConstMappedRange(ctx->staging, 0, (size_t)map_bytes);
+        if ((st = wgml_map_read(&ctx->rt, ex->staging, map_bytes))) return st;
+        const uint8_t *src = wgpuBufferGetConstMappedRange(ex->staging, 0, (size_t)map_bytes);
         if (!src) {
-            wgpuBufferUnmap(ctx->staging);
+            wgpuBufferUnmap(ex->staging);
             return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: no mapped range");
         }
         memcpy(rb->host, src, (size_t)rb_bytes);
         uint32_t w[4] = {0};
         if (flags) memcpy(w, src + rb_bytes, sizeof w);
-        wgpuBufferUnmap(ctx->staging);
-        ctx->stats.bytes_downloaded += rb_bytes;
+        wgpuBufferUnmap(ex->staging);
+        ctx->rt.stats.bytes_downloaded += rb_bytes;
         if (flags) return report_gpu_errors(ctx, w);
     }
     return WGML_OK;
@@ -341,46 +398,49 @@ static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
 static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targets, const readback *rb)
 {
     double started = wgml_host_seconds();
-    wgml_status st = wgml_check_device(ctx);
+    wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     for (int i = 0; i < ntargets; i++)
         if ((st = target_status(ctx, targets[i]))) return st;
 
-    ctx->eval_counter++;
+    wgml_executor *ex = wgml_executor_of(ctx);
+    if (!ex) return ctx->rt.status;
+    wgml_ptrmap_clear(&ex->index);
+    ex->nnodes = 0;
     node_list order = {0};
     for (int i = 0; i < ntargets; i++)
-        if (!collect(ctx, targets[i], &order)) {
+        if (!collect(ex, targets[i], &order)) {
             free(order.items);
             return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         }
     for (int i = 0; i < ntargets; i++) {
         wgml_tensor *b = wgml_tensor_base(targets[i]);
-        if (b->op != WGML_OP_NONE) b->sched_pinned = b->sched_target = true;
+        if (b->op != WGML_OP_NONE) node_of(ex, b)->pinned = node_of(ex, b)->target = true;
     }
     for (size_t k = 0; k < order.n; k++) /* a node with a destination is its own kernel's output */
-        if (order.items[k]->dest) order.items[k]->sched_pinned = order.items[k]->sched_target = true;
-    decide_fusion(ctx, &order);
+        if (order.items[k]->dest) node_of(ex, order.items[k])->pinned = node_of(ex, order.items[k])->target = true;
+    decide_fusion(ctx, ex, &order);
 
     /* launches per kernel node: one, or a few sharing a scratch buffer */
     size_t nk = 0;
     for (size_t k = 0; k < order.n; k++)
-        if (order.items[k]->sched_kind == WGML_SCHED_KERNEL) nk++;
+        if (node_of(ex, order.items[k])->kind == WGML_SCHED_KERNEL) nk++;
     planned *plan = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *plan) : NULL;
     if (nk && !plan) {
         free(order.items);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
-    for (size_t k = 0; k < order.n; k++) order.items[k]->sched_uses = 0;
+    for (size_t k = 0; k < order.n; k++) node_of(ex, order.items[k])->uses = 0;
 
     /* plan: build each launch, give it an output buffer, free inputs after their last reader */
     size_t built = 0;
     uint64_t params_off = 0;
-    uint32_t align = ctx->limits.minUniformBufferOffsetAlignment ? ctx->limits.minUniformBufferOffsetAlignment : 256;
+    uint32_t align = ctx->rt.limits.minUniformBufferOffsetAlignment ? ctx->rt.limits.minUniformBufferOffsetAlignment : 256;
     /* first pass: build the launches and count kernel reads of each lazy base (a kernel may
        read a base twice) */
     for (size_t k = 0; k < order.n && !st; k++) {
         wgml_tensor *t = order.items[k];
-        if (t->sched_kind != WGML_SCHED_KERNEL) continue;
+        if (node_of(ex, t)->kind != WGML_SCHED_KERNEL) continue;
         int count = 0;
         wgml_launch ls[WGML_MAX_NODE_LAUNCHES];
         memset(ls, 0, sizeof ls);
@@ -392,7 +452,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s", wgml_op_table[t->op].name);
             st = wgml_check_launch(ctx, l);
             for (int b = 0; b < l->nbuffers; b++)
-                if (l->buffers[b] && l->buffers[b] != t && l->buffers[b]->op != WGML_OP_NONE) l->buffers[b]->sched_uses++;
+                if (l->buffers[b] && l->buffers[b] != t && l->buffers[b]->op != WGML_OP_NONE) node_of(ex, l->buffers[b])->uses++;
         }
     }
     /* second pass, a node at a time: its output (and scratch) buffers, each launch's bindings
@@ -406,10 +466,10 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         } else {
             t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
         }
-        if (!t->buf) { st = ctx->status; break; }
+        if (!t->buf) { st = ctx->rt.status; break; }
         wgml_buffer *scratch = NULL;
         if (plan[first].launch.scratch_bytes && !(scratch = wgml_pool_acquire(ctx, plan[first].launch.scratch_bytes))) {
-            st = ctx->status;
+            st = ctx->rt.status;
             break;
         }
         for (size_t i = first; i < end && !st; i++) {
@@ -432,7 +492,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             for (int b = 0; b < l->nbuffers; b++)
                 if (!pl->sizes[b]) pl->sizes[b] = WGPU_WHOLE_SIZE;
             if ((st = ensure_host_params(ctx, params_off + WGML_MAX_PARAMS_BYTES + align))) break;
-            memcpy(ctx->params_host + params_off, l->params, l->params_size);
+            memcpy(ex->params_host + params_off, l->params, l->params_size);
             pl->params_offset = params_off;
             params_off += (l->params_size + align - 1) / align * align;
         }
@@ -444,7 +504,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             for (int b = 0; b < l->nbuffers; b++) {
                 wgml_tensor *in = l->buffers[b];
                 if (!in || in == t || in->op == WGML_OP_NONE) continue;
-                if (--in->sched_uses == 0 && !in->sched_target) {
+                if (--node_of(ex, in)->uses == 0 && !node_of(ex, in)->target) {
                     wgml_buffer_release(ctx, in->buf);
                     in->buf = NULL;
                 }
@@ -452,12 +512,12 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         }
     }
     if (!st) st = encode_submit(ctx, plan, built, rb, started);
-    ctx->stats.evals++;
+    ctx->rt.stats.evals++;
 
     /* targets become storage; on failure every buffer of this evaluation is returned */
     for (size_t k = 0; k < order.n; k++) {
         wgml_tensor *t = order.items[k];
-        if (!t->sched_target || !t->buf) continue;
+        if (!node_of(ex, t)->target || !t->buf) continue;
         if (st) {
             wgml_buffer_release(ctx, t->buf);
             t->buf = NULL;
@@ -500,7 +560,7 @@ wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, float *host)
     }
     /* a strided view: copy it into contiguous order first, in the same submit */
     wgml_tensor *c = wgml_contiguous(ctx, t);
-    if (!c) return ctx->status;
+    if (!c) return ctx->rt.status;
     readback rb = {c, host};
     st = run(ctx, 1, &c, &rb);
     wgml_tensor_free(c);
@@ -512,4 +572,22 @@ wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors)
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (n < 0 || (n > 0 && !tensors)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval: bad tensor list");
     return run(ctx, n, tensors, NULL);
+}
+
+/* ---------------------------------------------------------------- reads */
+
+wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n)
+{
+    if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_context *ctx = t->ctx;
+    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_read: host is NULL");
+    if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
+    if ((uint64_t)n != (uint64_t)t->numel) {
+        char s[128];
+        wgml_format_shape(s, sizeof s, t->ndim, t->shape);
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "wgml_tensor_read: host buffer has %zu elements, tensor %s has %lld", n, s,
+                         (long long)t->numel);
+    }
+    return wgml_graph_read(ctx, t, host);
 }

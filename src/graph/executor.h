@@ -14,6 +14,8 @@
 #define WGML_GRAPH_EXECUTOR_H
 
 #include "core/context.h"
+#include "core/ptrmap.h"
+#include "graph/ops.h"
 
 #define WGML_MAX_BINDINGS 10
 #define WGML_MAX_PARAMS_BYTES 1024
@@ -68,11 +70,48 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
 wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
-wgml_status wgml_build_optim(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 /* The pipeline of a hand-written kernel of src/kernels/ by file name (graph/kernels.c). */
 wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launch *l);
 
-/* Scheduler marks (wgml_tensor.sched_kind) */
+/* A node whose launch its creator supplies (kind WGML_KIND_CUSTOM, the optimiser's step): t's
+   op_data points at one of these, which must outlive the node. */
+typedef struct wgml_custom_op {
+    wgml_status (*build)(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+} wgml_custom_op;
+
+/* ---------------------------------------------------------------- the executor's state */
+
+/* What the scheduler notes about one lazy node during an evaluation */
 enum { WGML_SCHED_NONE = 0, WGML_SCHED_KERNEL, WGML_SCHED_FUSED };
+typedef struct sched_node {
+    int uses;    /* readers inside this evaluation */
+    int kind;    /* WGML_SCHED_* */
+    bool pinned; /* must get its own buffer (target, read through a view...) */
+    bool target;
+} sched_node;
+
+/* The executor's extension of a context: buffers kept between evaluations, and the
+   schedule of the one under way (nodes found by tensor through index). */
+typedef struct wgml_executor {
+    WGPUBuffer params_buffer; /* the dispatches' parameters: one uniform buffer, one write per submit */
+    uint64_t params_capacity;
+    uint8_t *params_host;
+    uint64_t params_host_capacity;
+    WGPUBuffer staging; /* for reads, grow-only */
+    uint64_t staging_size;
+    /* GPU-side error flags: kernels that check data (labels, indices) record the first
+       problem here; the next read-back copies them out and reports it */
+    WGPUBuffer gpu_errors;
+    bool gpu_errors_pending; /* a submitted kernel may have written them */
+    int ew_unroll; /* elements per thread of fused kernels: 1, or WGML_EW_UNROLL */
+    wgml_ptrmap index;
+    sched_node *nodes, none;
+    size_t nnodes, cap;
+} wgml_executor;
+
+/* The context's executor, made on first use; NULL (error recorded) when out of memory. */
+wgml_executor *wgml_executor_of(wgml_context *ctx);
+/* Whether t is computed inside its reader's fused kernel in the evaluation under way. */
+bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t);
 
 #endif

@@ -101,16 +101,16 @@ static uint32_t add_scalar(gen *g, float v)
     return (uint32_t)g->nscalars++;
 }
 
-static bool is_fused_inner(wgml_tensor *s)
+static bool is_fused_inner(gen *g, wgml_tensor *s)
 {
-    return s == wgml_tensor_base(s) && s->op != WGML_OP_NONE && s->sched_kind == WGML_SCHED_FUSED;
+    return s == wgml_tensor_base(s) && s->op != WGML_OP_NONE && wgml_sched_fused(g->ctx, s);
 }
 
 static uint32_t lower(gen *g, wgml_tensor *t);
 
 static uint32_t operand(gen *g, wgml_tensor *s)
 {
-    return is_fused_inner(s) ? lower(g, s) << 1 : add_leaf(g, s) << 1 | 1;
+    return is_fused_inner(g, s) ? lower(g, s) << 1 : add_leaf(g, s) << 1 | 1;
 }
 
 /* Appends the steps of the tree at t; returns the variable that holds its value. */
@@ -324,10 +324,10 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
         if (g.leaves[i].mode == LEAF_CONTIG && g.leaves[i].offset % 4) vec4 = false;
     }
     uint64_t threads = vec4 ? (uint64_t)root->numel / 4 : (uint64_t)root->numel;
-    int unroll = ctx->ew_unroll;
+    int unroll = wgml_executor_of(ctx)->ew_unroll;
     launch->pipeline = fused_pipeline(ctx, &g, vec4, strided, unroll);
     free(g.steps);
-    if (!launch->pipeline) return ctx->status;
+    if (!launch->pipeline) return ctx->rt.status;
 
     /* parameters, laid out as the Params struct above */
     uint32_t *p = (uint32_t *)launch->params;

@@ -21,7 +21,7 @@ wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launc
     while (wgml_wgsl_sources[key[1]].text != src) key[1]++;
     l->pipeline = wgml_pipeline_find(ctx, key, 2);
     if (!l->pipeline) l->pipeline = wgml_pipeline_add(ctx, key, 2, src, true);
-    return l->pipeline ? WGML_OK : ctx->status;
+    return l->pipeline ? WGML_OK : ctx->rt.status;
 }
 
 static void put_u32(wgml_launch *l, int i, uint32_t v) { memcpy(l->params + 4 * i, &v, 4); }
@@ -47,9 +47,9 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     static const uint32_t codes[] = {[WGML_OP_SUM] = 0, [WGML_OP_MEAN] = 1, [WGML_OP_MAX] = 2, [WGML_OP_ARGMAX] = 3};
     uint64_t trips = (len + 255) / 256;
     /* the chunk one stage-1 thread folds: REDUCE_TRIPS elements, fewer under a small loop limit */
-    uint64_t budget = ctx->loop_limit > REDUCE_TREE_TRIPS + 1 ? ctx->loop_limit - REDUCE_TREE_TRIPS : 1;
+    uint64_t budget = ctx->rt.loop_limit > REDUCE_TREE_TRIPS + 1 ? ctx->rt.loop_limit - REDUCE_TREE_TRIPS : 1;
     if (budget > REDUCE_TRIPS) budget = REDUCE_TRIPS;
-    bool split = trips > budget && (outer * inner < 1024 || trips + REDUCE_TREE_TRIPS > ctx->loop_limit);
+    bool split = trips > budget && (outer * inner < 1024 || trips + REDUCE_TREE_TRIPS > ctx->rt.loop_limit);
     uint64_t chunk = 256 * budget, parts = split ? (len + chunk - 1) / chunk : 1;
     uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, codes[t->op], (uint32_t)x->offset, 0, 0, 0,
                       (uint32_t)chunk, (uint32_t)parts, 0, 0};
@@ -133,7 +133,7 @@ static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, 
     if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     l->pipeline = wgml_pipeline_add(ctx, key, 7, src, true);
     free(src);
-    return l->pipeline ? WGML_OK : ctx->status;
+    return l->pipeline ? WGML_OK : ctx->rt.status;
 }
 
 /* x [rows, n], weight [n], bias [n] -> y [rows, n] */

@@ -585,7 +585,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
                                    .prefetch = st == 2 || st == 4};
     }
     /* within the adapter's workgroup memory: drop the second stage, then shrink the slice */
-    uint64_t room = ctx->limits.maxComputeWorkgroupStorageSize;
+    uint64_t room = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     while (c.bk > 4 && (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.bk /= 2;
     if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.double_buffer = false;
     const char *wl = getenv("WGML_GEMM_WARP");
@@ -605,7 +605,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     while (c.gemv_cols > 16 && (uint64_t)g->batch * (uint64_t)((g->N + c.gemv_cols - 1) / c.gemv_cols) < enough)
         c.gemv_cols /= 2;
     const char *sge = getenv("WGML_SUBGROUPS");
-    c.gemv_subgroups = ctx->info.has_subgroups && sge && *sge == '1';
+    c.gemv_subgroups = ctx->rt.info.has_subgroups && sge && *sge == '1';
     const char *gc = getenv("WGML_GEMV_COLS");
     if (gc && (atoi(gc) == 16 || atoi(gc) == 32 || atoi(gc) == 64)) c.gemv_cols = atoi(gc);
     c.b_f16 = g->b_f16;
@@ -664,7 +664,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
         if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         l->pipeline = wgml_pipeline_add(ctx, key, 13, src, true);
         free(src);
-        if (!l->pipeline) return ctx->status;
+        if (!l->pipeline) return ctx->rt.status;
     }
     *gemv_out = gemv;
     *cfg_out = cfg;
@@ -706,7 +706,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     bool swap = g.N == 1 && g.M > 1 && !g.has_bias && (g.trans_b || g.ldb == 1);
     /* (not when its dot-product GEMV, 32 threads along K, would loop past the adapter's limit
        where the small-M GEMV would not) */
-    if (swap && ((uint64_t)g.K + 31) / 32 + 64 > ctx->loop_limit && g.M <= 16) swap = false;
+    if (swap && ((uint64_t)g.K + 31) / 32 + 64 > ctx->rt.loop_limit && g.M <= 16) swap = false;
     if (swap) {
         wgml_gemm_args s = g;
         s.M = 1;

@@ -16,11 +16,25 @@
 
 #define MAX_CHUNKS 16
 
+typedef struct wgml_weight {
+    char *name;
+    int64_t rows, cols;
+    WGPUBuffer buffer;
+    uint64_t bytes;
+    struct wgml_weight *next;
+} wgml_weight;
+
 typedef struct wgml_cached_io {
     WGPUBuffer input, output, staging;
     uint64_t input_size, output_size, staging_size;
     uint32_t generation; /* bumps when input/output are reallocated */
 } wgml_cached_io;
+
+/* The cached matmul's extension of a context: the resident weights and the I/O buffers. */
+typedef struct cached_state {
+    wgml_weight *weights;
+    wgml_cached_io io;
+} cached_state;
 
 typedef struct cached_weight {
     wgml_weight w;
@@ -37,9 +51,32 @@ typedef struct cached_weight {
     uint32_t groups[MAX_CHUNKS][3];
 } cached_weight;
 
+static const char cached_key; /* names the extension */
+
+static void cached_state_free(wgml_context *ctx, void *state);
+
+/* The context's cached-matmul state; made on first use when `make` (NULL, error recorded,
+   when that fails), else NULL until then. */
+static cached_state *state_of(const wgml_context *cctx, bool make)
+{
+    wgml_context *ctx = (wgml_context *)cctx; /* looking up never changes it */
+    cached_state *cs = wgml_extension_get(ctx, &cached_key);
+    if (cs || !make) return cs;
+    if (!(cs = calloc(1, sizeof *cs))) {
+        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return NULL;
+    }
+    if (wgml_extension_set(ctx, &cached_key, cs, cached_state_free)) {
+        free(cs);
+        return NULL;
+    }
+    return cs;
+}
+
 static cached_weight *find(const wgml_context *ctx, const char *name)
 {
-    for (wgml_weight *w = ctx->weights; w; w = w->next)
+    cached_state *cs = state_of(ctx, false);
+    for (wgml_weight *w = cs ? cs->weights : NULL; w; w = w->next)
         if (strcmp(w->name, name) == 0) return (cached_weight *)w;
     return NULL;
 }
@@ -66,7 +103,7 @@ static void free_weight(cached_weight *cw)
 uint64_t wgml_binding_limit(const wgml_context *ctx)
 {
     const char *e = getenv("WGML_DEBUG_BINDING_LIMIT"); /* tests: force the split path */
-    uint64_t lim = ctx->limits.maxStorageBufferBindingSize;
+    uint64_t lim = ctx->rt.limits.maxStorageBufferBindingSize;
     if (e && *e) {
         uint64_t v = strtoull(e, NULL, 10);
         if (v >= 256 && v < lim) lim = v;
@@ -103,25 +140,27 @@ wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const flo
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     bool f16 = desc && desc->f16;
     uint64_t esize = f16 ? 2 : 4;
-    wgml_status st = wgml_check_device(ctx);
+    wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (!name || !*name || !data)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "weight_upload: name and data must be given");
     if (find(ctx, name)) return wgml_fail(ctx, WGML_ERROR_EXISTS, "weight_upload: a weight named '%s' exists", name);
-    if (f16 && !ctx->info.has_shader_f16)
+    cached_state *cs = state_of(ctx, true);
+    if (!cs) return ctx->rt.status;
+    if (f16 && !ctx->rt.info.has_shader_f16)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED,
                          "weight_upload: '%s' as f16 needs the adapter's shader-f16 feature, which %s lacks", name,
-                         ctx->info.name);
+                         ctx->rt.info.name);
     int64_t shape[2] = {rows, cols}, numel;
     if ((st = wgml_shape_check(ctx, 2, shape, &numel))) return st;
     uint64_t bytes = (uint64_t)numel * esize;
-    if (bytes > ctx->limits.maxBufferSize)
+    if (bytes > ctx->rt.limits.maxBufferSize)
         return wgml_fail(ctx, WGML_ERROR_LIMIT,
                          "weight '%s' [%lld, %lld] needs %llu bytes, past the adapter's maxBufferSize of %llu",
                          name, (long long)rows, (long long)cols, (unsigned long long)bytes,
-                         (unsigned long long)ctx->limits.maxBufferSize);
+                         (unsigned long long)ctx->rt.limits.maxBufferSize);
     /* rows per chunk: within the binding limit, chunk offsets aligned for binding */
-    uint64_t lim = wgml_binding_limit(ctx), align = ctx->limits.minStorageBufferOffsetAlignment;
+    uint64_t lim = wgml_binding_limit(ctx), align = ctx->rt.limits.minStorageBufferOffsetAlignment;
     int64_t chunk_rows = (int64_t)(lim / ((uint64_t)cols * esize));
     while (chunk_rows > 1 && ((uint64_t)chunk_rows * (uint64_t)cols * esize) % align) chunk_rows--;
     if (chunk_rows < 1 || ((uint64_t)chunk_rows * (uint64_t)cols * esize) % align)
@@ -141,30 +180,30 @@ wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const flo
     }
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml weight"),
                               .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, .size = (bytes + 3) & ~3ull};
-    uint32_t stride = ctx->limits.minUniformBufferOffsetAlignment;
+    uint32_t stride = ctx->rt.limits.minUniformBufferOffsetAlignment;
     if (stride < 64) stride = 64; /* a GEMM parameter block is 64 bytes */
     WGPUBufferDescriptor pd = {.label = wgml_sv("wgml weight params"),
                                .usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst,
                                .size = (uint64_t)stride * (uint64_t)nchunks};
-    wgml_scope_push(ctx);
-    cw->w.buffer = wgpuDeviceCreateBuffer(ctx->device, &d);
-    cw->params = wgpuDeviceCreateBuffer(ctx->device, &pd);
+    wgml_scope_push(&ctx->rt);
+    cw->w.buffer = wgpuDeviceCreateBuffer(ctx->rt.device, &d);
+    cw->params = wgpuDeviceCreateBuffer(ctx->rt.device, &pd);
     cw->params_stride = stride;
     if (cw->w.buffer && f16) {
         uint16_t *h = malloc((size_t)((bytes + 3) & ~3ull));
         if (h) {
             for (int64_t i = 0; i < numel; i++) h[i] = half_of(data[i]);
             if (numel % 2) h[numel] = 0;
-            wgpuQueueWriteBuffer(ctx->queue, cw->w.buffer, 0, h, (size_t)((bytes + 3) & ~3ull));
+            wgpuQueueWriteBuffer(ctx->rt.queue, cw->w.buffer, 0, h, (size_t)((bytes + 3) & ~3ull));
             free(h);
         } else {
             wgpuBufferRelease(cw->w.buffer); /* reported as out of memory below */
             cw->w.buffer = NULL;
         }
     } else if (cw->w.buffer) {
-        wgpuQueueWriteBuffer(ctx->queue, cw->w.buffer, 0, data, bytes);
+        wgpuQueueWriteBuffer(ctx->rt.queue, cw->w.buffer, 0, data, bytes);
     }
-    if ((st = wgml_scope_pop(ctx, "uploading a weight")) || !cw->w.buffer || !cw->params) {
+    if ((st = wgml_scope_pop(&ctx->rt, "uploading a weight")) || !cw->w.buffer || !cw->params) {
         free_weight(cw);
         return st ? st : wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "allocating weight '%s'", name);
     }
@@ -175,9 +214,9 @@ wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const flo
     cw->nchunks = nchunks;
     cw->chunk_rows = chunk_rows;
     cw->last_m = -1;
-    cw->w.next = ctx->weights;
-    ctx->weights = &cw->w;
-    ctx->stats.bytes_uploaded += bytes;
+    cw->w.next = cs->weights;
+    cs->weights = &cw->w;
+    ctx->rt.stats.bytes_uploaded += bytes;
     return WGML_OK;
 }
 
@@ -185,7 +224,8 @@ wgml_status wgml_weight_remove(wgml_context *ctx, const char *name)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (!name) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "weight_remove: name is NULL");
-    for (wgml_weight **pp = &ctx->weights; *pp; pp = &(*pp)->next)
+    cached_state *cs = state_of(ctx, false);
+    for (wgml_weight **pp = cs ? &cs->weights : NULL; pp && *pp; pp = &(*pp)->next)
         if (strcmp((*pp)->name, name) == 0) {
             wgml_weight *w = *pp;
             *pp = w->next;
@@ -200,28 +240,27 @@ wgml_status wgml_weights_resident(const wgml_context *ctx, size_t *count, uint64
     if (!ctx || !count || !bytes) return WGML_ERROR_INVALID_ARGUMENT;
     *count = 0;
     *bytes = 0;
-    for (const wgml_weight *w = ctx->weights; w; w = w->next) {
+    const cached_state *cs = state_of(ctx, false);
+    for (const wgml_weight *w = cs ? cs->weights : NULL; w; w = w->next) {
         (*count)++;
         *bytes += w->bytes;
     }
     return WGML_OK;
 }
 
-void wgml_weights_destroy(wgml_context *ctx)
+static void cached_state_free(wgml_context *ctx, void *state)
 {
-    while (ctx->weights) {
-        wgml_weight *w = ctx->weights;
-        ctx->weights = w->next;
+    cached_state *cs = state;
+    while (cs->weights) {
+        wgml_weight *w = cs->weights;
+        cs->weights = w->next;
         free_weight((cached_weight *)w);
     }
-    wgml_cached_io *io = ctx->cached_io;
-    if (io) {
-        if (io->input) wgpuBufferRelease(io->input);
-        if (io->output) wgpuBufferRelease(io->output);
-        if (io->staging) wgpuBufferRelease(io->staging);
-        free(io);
-        ctx->cached_io = NULL;
-    }
+    wgml_cached_io *io = &cs->io;
+    if (io->input) wgpuBufferRelease(io->input);
+    if (io->output) wgpuBufferRelease(io->output);
+    if (io->staging) wgpuBufferRelease(io->staging);
+    free(cs);
 }
 
 /* Grow-only buffer: reallocated (doubling) only when too small. */
@@ -235,7 +274,7 @@ static wgml_status grow(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint
     wgml_status st = wgml_grow_buffer(ctx, buf, size, need, 4096, usage, "wgml cached io", &replaced);
     if (!replaced) return st;
     if (generation) (*generation)++;
-    wgml_stats *s = &ctx->stats;
+    wgml_stats *s = &ctx->rt.stats;
     if (old) s->buffers_live--, s->bytes_live -= old;
     if (*buf) s->buffers_live++, s->bytes_live += *size;
     if (s->bytes_live > s->bytes_peak) s->bytes_peak = s->bytes_live;
@@ -246,7 +285,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
                                float *output, size_t output_len, int64_t m)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
-    wgml_status st = wgml_check_device(ctx);
+    wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (!name || !input || !output)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul_cached: name, input and output must be given");
@@ -254,8 +293,8 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
     if (!cw) return wgml_fail(ctx, WGML_ERROR_NOT_FOUND, "matmul_cached: no weight named '%s'", name);
     if (m <= 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul_cached: m must be >= 1, got %lld", (long long)m);
     int64_t K = cw->w.rows, N = cw->w.cols;
-    if (m > INT64_MAX / K || m > INT64_MAX / N || (uint64_t)(m * K) > ctx->limits.maxStorageBufferBindingSize / 4 ||
-        (uint64_t)(m * N) > ctx->limits.maxStorageBufferBindingSize / 4)
+    if (m > INT64_MAX / K || m > INT64_MAX / N || (uint64_t)(m * K) > ctx->rt.limits.maxStorageBufferBindingSize / 4 ||
+        (uint64_t)(m * N) > ctx->rt.limits.maxStorageBufferBindingSize / 4)
         return wgml_fail(ctx, WGML_ERROR_LIMIT, "matmul_cached: m = %lld is past the adapter's binding limit",
                          (long long)m);
     if ((uint64_t)input_len < (uint64_t)(m * K))
@@ -264,9 +303,9 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
     if ((uint64_t)output_len < (uint64_t)(m * N))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul_cached: output has %zu floats, [%lld, %lld] needs %lld",
                          output_len, (long long)m, (long long)N, (long long)(m * N));
-    if (!ctx->cached_io && !(ctx->cached_io = calloc(1, sizeof *ctx->cached_io)))
-        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    wgml_cached_io *io = ctx->cached_io;
+    cached_state *cs = state_of(ctx, true);
+    if (!cs) return ctx->rt.status;
+    wgml_cached_io *io = &cs->io;
     uint64_t in_bytes = (uint64_t)(m * K) * 4, out_bytes = (uint64_t)(m * N) * 4;
     if ((st = grow(ctx, &io->input, &io->input_size, in_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst,
                    &io->generation)) ||
@@ -293,7 +332,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
             uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * esize;
             uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * esize;
             uint64_t poff = (uint64_t)c * cw->params_stride;
-            wgpuQueueWriteBuffer(ctx->queue, cw->params, poff, l.params, l.params_size);
+            wgpuQueueWriteBuffer(ctx->rt.queue, cw->params, poff, l.params, l.params_size);
             WGPUBindGroupEntry e[5] = {
                 {.binding = 0, .buffer = cw->params, .offset = poff, .size = 64},
                 {.binding = 1, .buffer = io->input, .size = io->input_size},
@@ -302,16 +341,16 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
                 {.binding = 4, .buffer = io->output, .size = io->output_size},
             };
             WGPUBindGroupDescriptor bd = {.layout = l.pipeline->layout, .entryCount = 5, .entries = e};
-            cw->bind[c] = wgpuDeviceCreateBindGroup(ctx->device, &bd);
+            cw->bind[c] = wgpuDeviceCreateBindGroup(ctx->rt.device, &bd);
             cw->pipeline[c] = l.pipeline;
             memcpy(cw->groups[c], l.groups, sizeof l.groups);
         }
         cw->last_m = m;
         cw->bind_generation = io->generation;
     }
-    wgpuQueueWriteBuffer(ctx->queue, io->input, 0, input, in_bytes);
-    wgml_scope_push(ctx);
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    wgpuQueueWriteBuffer(ctx->rt.queue, io->input, 0, input, in_bytes);
+    wgml_scope_push(&ctx->rt);
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, NULL);
     for (int c = 0; c < cw->nchunks; c++) {
         wgpuComputePassEncoderSetPipeline(pass, cw->pipeline[c]->pipeline);
@@ -323,18 +362,18 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
     wgpuCommandEncoderCopyBufferToBuffer(enc, io->output, 0, io->staging, 0, out_bytes);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if ((st = wgml_submit(ctx, cb))) {
-        wgml_scope_pop(ctx, "matmul_cached");
+    if ((st = wgml_submit(&ctx->rt, cb))) {
+        wgml_scope_pop(&ctx->rt, "matmul_cached");
         return st;
     }
-    ctx->stats.dispatches += (uint64_t)cw->nchunks;
-    ctx->stats.bytes_uploaded += in_bytes;
-    if ((st = wgml_scope_pop(ctx, "matmul_cached"))) return st;
-    if ((st = wgml_map_read(ctx, io->staging, out_bytes))) return st;
+    ctx->rt.stats.dispatches += (uint64_t)cw->nchunks;
+    ctx->rt.stats.bytes_uploaded += in_bytes;
+    if ((st = wgml_scope_pop(&ctx->rt, "matmul_cached"))) return st;
+    if ((st = wgml_map_read(&ctx->rt, io->staging, out_bytes))) return st;
     const void *src = wgpuBufferGetConstMappedRange(io->staging, 0, (size_t)out_bytes);
     if (src) memcpy(output, src, (size_t)out_bytes);
     wgpuBufferUnmap(io->staging);
     if (!src) return wgml_fail(ctx, WGML_ERROR_DEVICE, "matmul_cached: no mapped range");
-    ctx->stats.bytes_downloaded += out_bytes;
+    ctx->rt.stats.bytes_downloaded += out_bytes;
     return WGML_OK;
 }

@@ -16,7 +16,7 @@ typedef enum wgml_op_kind {
     WGML_KIND_REDUCE,    /* along one axis */
     WGML_KIND_ROW,       /* along the last axis, one workgroup per row (norms, softmax, losses) */
     WGML_KIND_MATMUL,
-    WGML_KIND_OPTIM,     /* an optimiser step over flat parameter buffers */
+    WGML_KIND_CUSTOM,    /* its launch supplied by its creator (graph/executor.h: the optimiser step) */
     WGML_KIND_COUNT
 } wgml_op_kind;
 
@@ -56,7 +56,7 @@ typedef enum wgml_op_kind {
     X(MATMUL,      "matmul",      WGML_KIND_MATMUL,  NULL)                        \
     X(CROSS_ENTROPY, "cross_entropy", WGML_KIND_ROW, NULL)                       \
     X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", WGML_KIND_ROW, NULL)           \
-    X(OPTIM_STEP,  "optimizer_step", WGML_KIND_OPTIM, NULL)
+    X(OPTIM_STEP,  "optimizer_step", WGML_KIND_CUSTOM, NULL)
 
 typedef enum wgml_op {
 #define WGML_OP_ENUM(e, name, kind, wgsl) WGML_OP_##e,

@@ -9,11 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/context.h"
-
-static _Thread_local char create_error[1024];
-
-const char *wgml_last_create_error(void) { return create_error; }
+#include "runtime/runtime.h"
 
 WGPUStringView wgml_sv(const char *s)
 {
@@ -28,27 +24,53 @@ static void sv_copy(char *dst, size_t n, WGPUStringView sv)
     dst[len] = 0;
 }
 
+/* ---------------------------------------------------------------- errors */
+
+wgml_status wgml_rt_failv(wgml_runtime *rt, wgml_status status, const char *fmt, va_list ap)
+{
+    rt->status = status;
+    vsnprintf(rt->message, sizeof rt->message, fmt, ap);
+    return status;
+}
+
+wgml_status wgml_rt_fail(wgml_runtime *rt, wgml_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    wgml_rt_failv(rt, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+wgml_status wgml_check_device(wgml_runtime *rt)
+{
+    if (!rt->device_lost) return WGML_OK;
+    return wgml_rt_fail(rt, WGML_ERROR_DEVICE_LOST,
+                        "the WebGPU device was lost (%s); free this context and create a new one",
+                        rt->lost_message[0] ? rt->lost_message : "no reason given");
+}
+
 /* ---------------------------------------------------------------- callbacks */
 
 static void on_device_lost(WGPUDevice const *device, WGPUDeviceLostReason reason,
                            WGPUStringView message, void *userdata1, void *userdata2)
 {
-    wgml_context *ctx = userdata1;
-    if (!ctx) return;
-    ctx->device_lost = true;
-    sv_copy(ctx->lost_message, sizeof ctx->lost_message, message);
-    if (!ctx->lost_message[0])
-        snprintf(ctx->lost_message, sizeof ctx->lost_message, "reason %d", (int)reason);
+    wgml_runtime *rt = userdata1;
+    if (!rt) return;
+    rt->device_lost = true;
+    sv_copy(rt->lost_message, sizeof rt->lost_message, message);
+    if (!rt->lost_message[0])
+        snprintf(rt->lost_message, sizeof rt->lost_message, "reason %d", (int)reason);
 }
 
 static void on_uncaptured_error(WGPUDevice const *device, WGPUErrorType type,
                                 WGPUStringView message, void *userdata1, void *userdata2)
 {
-    wgml_context *ctx = userdata1;
-    if (!ctx || ctx->uncaptured_status != WGML_OK) return; /* keep the first */
-    ctx->uncaptured_status =
+    wgml_runtime *rt = userdata1;
+    if (!rt || rt->uncaptured_status != WGML_OK) return; /* keep the first */
+    rt->uncaptured_status =
         type == WGPUErrorType_OutOfMemory ? WGML_ERROR_OUT_OF_MEMORY : WGML_ERROR_VALIDATION;
-    sv_copy(ctx->uncaptured_message, sizeof ctx->uncaptured_message, message);
+    sv_copy(rt->uncaptured_message, sizeof rt->uncaptured_message, message);
 }
 
 typedef struct scope_result {
@@ -66,56 +88,56 @@ static void on_pop_scope(WGPUPopErrorScopeStatus status, WGPUErrorType type,
     sv_copy(r->message, sizeof r->message, message);
 }
 
-void wgml_scope_push(wgml_context *ctx)
+void wgml_scope_push(wgml_runtime *rt)
 {
-    wgpuDevicePushErrorScope(ctx->device, WGPUErrorFilter_OutOfMemory);
-    wgpuDevicePushErrorScope(ctx->device, WGPUErrorFilter_Validation);
+    wgpuDevicePushErrorScope(rt->device, WGPUErrorFilter_OutOfMemory);
+    wgpuDevicePushErrorScope(rt->device, WGPUErrorFilter_Validation);
 }
 
-static void pop_one(wgml_context *ctx, scope_result *r)
+static void pop_one(wgml_runtime *rt, scope_result *r)
 {
     WGPUPopErrorScopeCallbackInfo cb = {
         .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_pop_scope, .userdata1 = r};
-    wgpuDevicePopErrorScope(ctx->device, cb);
-    for (int i = 0; i < 1000 && !r->done; i++) wgpuInstanceProcessEvents(ctx->instance);
+    wgpuDevicePopErrorScope(rt->device, cb);
+    for (int i = 0; i < 1000 && !r->done; i++) wgpuInstanceProcessEvents(rt->instance);
 }
 
-wgml_status wgml_scope_pop(wgml_context *ctx, const char *what)
+wgml_status wgml_scope_pop(wgml_runtime *rt, const char *what)
 {
     scope_result validation = {0}, oom = {0};
-    pop_one(ctx, &validation);
-    pop_one(ctx, &oom);
-    if (ctx->device_lost) return wgml_check_device(ctx);
+    pop_one(rt, &validation);
+    pop_one(rt, &oom);
+    if (rt->device_lost) return wgml_check_device(rt);
     if (oom.type == WGPUErrorType_OutOfMemory)
-        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "%s: GPU out of memory: %s", what,
+        return wgml_rt_fail(rt, WGML_ERROR_OUT_OF_MEMORY, "%s: GPU out of memory: %s", what,
                          oom.message);
     if (validation.type != WGPUErrorType_NoError && validation.done)
-        return wgml_fail(ctx, WGML_ERROR_VALIDATION, "%s: WebGPU rejected the work: %s", what,
+        return wgml_rt_fail(rt, WGML_ERROR_VALIDATION, "%s: WebGPU rejected the work: %s", what,
                          validation.message);
-    if (ctx->uncaptured_status != WGML_OK) {
-        wgml_status st = ctx->uncaptured_status;
-        ctx->uncaptured_status = WGML_OK;
-        return wgml_fail(ctx, st, "%s: %s", what, ctx->uncaptured_message);
+    if (rt->uncaptured_status != WGML_OK) {
+        wgml_status st = rt->uncaptured_status;
+        rt->uncaptured_status = WGML_OK;
+        return wgml_rt_fail(rt, st, "%s: %s", what, rt->uncaptured_message);
     }
     return WGML_OK;
 }
 
 /* Waits until *done is set by a callback of the device's queue. Spins on non-blocking polls
-   for a while first (ctx->poll_spin_seconds, WGML_POLL_SPIN_US): a blocking poll sleeps on a
+   for a while first (rt->poll_spin_seconds, WGML_POLL_SPIN_US): a blocking poll sleeps on a
    fence and wakes tens of microseconds late, most of a small round trip. Then blocks: each
    poll with wait=true returns when the queue is idle, and the callback runs then. The flag,
    not the poll's "queue empty" answer, says when to stop: on the H100 a non-blocking poll
    answered "empty" with work still running. */
-static void wait_for(wgml_context *ctx, const volatile bool *done)
+static void wait_for(wgml_runtime *rt, const volatile bool *done)
 {
-    double spin = ctx->poll_spin_seconds, t0 = wgml_host_seconds();
-    while (!*done && !ctx->device_lost && spin > 0 && wgml_host_seconds() - t0 < spin) {
-        wgpuDevicePoll(ctx->device, false, NULL);
-        wgpuInstanceProcessEvents(ctx->instance);
+    double spin = rt->poll_spin_seconds, t0 = wgml_host_seconds();
+    while (!*done && !rt->device_lost && spin > 0 && wgml_host_seconds() - t0 < spin) {
+        wgpuDevicePoll(rt->device, false, NULL);
+        wgpuInstanceProcessEvents(rt->instance);
     }
-    for (int i = 0; i < 100 && !*done && !ctx->device_lost; i++) {
-        wgpuDevicePoll(ctx->device, true, NULL);
-        wgpuInstanceProcessEvents(ctx->instance);
+    for (int i = 0; i < 100 && !*done && !rt->device_lost; i++) {
+        wgpuDevicePoll(rt->device, true, NULL);
+        wgpuInstanceProcessEvents(rt->instance);
     }
 }
 
@@ -125,17 +147,17 @@ static void on_work_done(WGPUQueueWorkDoneStatus status, WGPUStringView message,
     *(volatile bool *)userdata1 = true;
 }
 
-wgml_status wgml_wait_idle(wgml_context *ctx)
+wgml_status wgml_wait_idle(wgml_runtime *rt)
 {
-    if (ctx->device_lost) return wgml_check_device(ctx);
+    if (rt->device_lost) return wgml_check_device(rt);
     volatile bool done = false;
     WGPUQueueWorkDoneCallbackInfo cb = {
         .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_work_done, .userdata1 = (void *)&done};
-    wgpuQueueOnSubmittedWorkDone(ctx->queue, cb);
-    wait_for(ctx, &done);
-    if (ctx->device_lost) return wgml_check_device(ctx);
-    if (!done) return wgml_fail(ctx, WGML_ERROR_DEVICE, "synchronizing: the queue never finished its work");
-    return wgml_check_device(ctx);
+    wgpuQueueOnSubmittedWorkDone(rt->queue, cb);
+    wait_for(rt, &done);
+    if (rt->device_lost) return wgml_check_device(rt);
+    if (!done) return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "synchronizing: the queue never finished its work");
+    return wgml_check_device(rt);
 }
 
 typedef struct map_result {
@@ -154,40 +176,34 @@ static void on_mapped(WGPUMapAsyncStatus status, WGPUStringView message, void *u
     r->done = true;
 }
 
-wgml_status wgml_map_read(wgml_context *ctx, WGPUBuffer buffer, uint64_t size)
+wgml_status wgml_map_read(wgml_runtime *rt, WGPUBuffer buffer, uint64_t size)
 {
     map_result r = {0};
     WGPUBufferMapCallbackInfo cb = {
         .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_mapped, .userdata1 = &r};
     wgpuBufferMapAsync(buffer, WGPUMapMode_Read, 0, (size_t)size, cb);
-    wait_for(ctx, &r.done);
-    if (ctx->device_lost) return wgml_check_device(ctx);
-    if (!r.done) return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: the map never completed");
+    wait_for(rt, &r.done);
+    if (rt->device_lost) return wgml_check_device(rt);
+    if (!r.done) return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "reading back: the map never completed");
     if (r.status != WGPUMapAsyncStatus_Success)
-        return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: map failed (%d): %s",
+        return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "reading back: map failed (%d): %s",
                          (int)r.status, r.message);
     return WGML_OK;
 }
 
-wgml_status wgml_submit(wgml_context *ctx, WGPUCommandBuffer cb)
+wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb)
 {
     /* wgpu-native aborts the process on a submit to a lost device: a loss that the lost
        callback has reported is returned instead. (A non-blocking poll here to collect a
        loss sooner cost ~25 us per cached-matmul round trip on the H100, so there is none.) */
-    if (ctx->device_lost) {
+    if (rt->device_lost) {
         wgpuCommandBufferRelease(cb);
-        return wgml_check_device(ctx);
+        return wgml_check_device(rt);
     }
-    wgpuQueueSubmit(ctx->queue, 1, &cb);
+    wgpuQueueSubmit(rt->queue, 1, &cb);
     wgpuCommandBufferRelease(cb);
-    ctx->stats.submits++;
+    rt->stats.submits++;
     return WGML_OK;
-}
-
-wgml_status wgml_synchronize(wgml_context *ctx)
-{
-    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
-    return wgml_wait_idle(ctx);
 }
 
 /* ---------------------------------------------------------------- adapter choice */
@@ -326,9 +342,9 @@ static bool has_feature(const WGPUSupportedFeatures *f, WGPUFeatureName id)
     return false;
 }
 
-static void fill_info(wgml_context *ctx, const WGPUAdapterInfo *ai, const WGPUSupportedFeatures *af)
+static void fill_info(wgml_runtime *rt, const WGPUAdapterInfo *ai, const WGPUSupportedFeatures *af)
 {
-    wgml_adapter_info *info = &ctx->info;
+    wgml_adapter_info *info = &rt->info;
     sv_copy(info->name, sizeof info->name, ai->device);
     sv_copy(info->vendor, sizeof info->vendor, ai->vendor);
     sv_copy(info->architecture, sizeof info->architecture, ai->architecture);
@@ -339,7 +355,7 @@ static void fill_info(wgml_context *ctx, const WGPUAdapterInfo *ai, const WGPUSu
     info->device_id = ai->deviceID;
     info->subgroup_min_size = ai->subgroupMinSize;
     info->subgroup_max_size = ai->subgroupMaxSize;
-    const WGPULimits *l = &ctx->limits;
+    const WGPULimits *l = &rt->limits;
     info->max_buffer_size = l->maxBufferSize;
     info->max_storage_buffer_binding_size = l->maxStorageBufferBindingSize;
     info->max_uniform_buffer_binding_size = l->maxUniformBufferBindingSize;
@@ -375,58 +391,35 @@ static void on_device(WGPURequestDeviceStatus status, WGPUDevice device, WGPUStr
     sv_copy(r->message, sizeof r->message, message);
 }
 
-static wgml_status create_fail(wgml_context *ctx, wgml_status st, const char *msg)
+/* Closes what was opened and says why in err. */
+static wgml_status open_fail(wgml_runtime *rt, wgml_status st, const char *msg, char *err, size_t err_size)
 {
-    snprintf(create_error, sizeof create_error, "%s", msg);
-    wgml_context_free(ctx);
+    snprintf(err, err_size, "%s", msg);
+    wgml_runtime_close(rt);
     return st;
 }
 
-wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context **out)
+wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in, char *err, size_t err_size)
 {
-    create_error[0] = 0;
-    if (!out) {
-        snprintf(create_error, sizeof create_error, "wgml_context_create: out is NULL");
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    *out = NULL;
     wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
-    if ((int)desc.backend < WGML_BACKEND_DEFAULT || (int)desc.backend > WGML_BACKEND_ALL) {
-        snprintf(create_error, sizeof create_error,
-                 "wgml_context_create: backend %d is not a wgml_backend (0 to %d)", (int)desc.backend,
-                 (int)WGML_BACKEND_ALL);
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
     wgml_backend backend = desc.backend == WGML_BACKEND_DEFAULT ? backend_from_env() : desc.backend;
     const char *want_name = desc.adapter_name ? desc.adapter_name : getenv("WGML_ADAPTER");
-    const char *checks = getenv("WGML_BOUNDS_CHECKS");
 
-    wgml_context *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) {
-        snprintf(create_error, sizeof create_error, "out of host memory");
-        return WGML_ERROR_OUT_OF_MEMORY;
-    }
-    ctx->trusted_kernels = !(desc.bounds_checks || (checks && *checks == '1'));
-    ctx->no_fusion = desc.no_fusion != 0;
-    /* fused kernels' elements per thread (benchmark sweeps; unrolling gained nothing for add
-       on the H100, so the default is 1) */
-    const char *unroll = getenv("WGML_EW_UNROLL");
-    ctx->ew_unroll = unroll && (atoi(unroll) == 2 || atoi(unroll) == 4 || atoi(unroll) == 8) ? atoi(unroll) : 1;
     const char *timing = getenv("WGML_GPU_TIMING");
-    ctx->gpu_timing = desc.gpu_timing || (timing && *timing == '1');
+    rt->gpu_timing = desc.gpu_timing || (timing && *timing == '1');
 
     WGPUInstanceExtras extras = {.chain = {.sType = (WGPUSType)WGPUSType_InstanceExtras},
                                  .backends = backend_flags(backend)};
     WGPUInstanceDescriptor idesc = {.nextInChain = &extras.chain};
-    ctx->instance = wgpuCreateInstance(&idesc);
-    if (!ctx->instance)
-        return create_fail(ctx, WGML_ERROR_NO_ADAPTER, "wgpuCreateInstance failed");
+    rt->instance = wgpuCreateInstance(&idesc);
+    if (!rt->instance)
+        return open_fail(rt, WGML_ERROR_NO_ADAPTER, "wgpuCreateInstance failed", err, err_size);
 
     WGPUInstanceEnumerateAdapterOptions eopt = {.backends = backend_flags(backend)};
-    size_t count = wgpuInstanceEnumerateAdapters(ctx->instance, &eopt, NULL);
+    size_t count = wgpuInstanceEnumerateAdapters(rt->instance, &eopt, NULL);
     WGPUAdapter *adapters = count ? calloc(count, sizeof *adapters) : NULL;
-    if (count && !adapters) return create_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    if (count) count = wgpuInstanceEnumerateAdapters(ctx->instance, &eopt, adapters);
+    if (count && !adapters) return open_fail(rt, WGML_ERROR_OUT_OF_MEMORY, "out of host memory", err, err_size);
+    if (count) count = wgpuInstanceEnumerateAdapters(rt->instance, &eopt, adapters);
 
     /* Choose: by name if asked, else discrete, integrated, CPU. */
     int best = -1, best_rank = 99;
@@ -448,9 +441,9 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
     }
     for (size_t i = 0; i < count; i++)
         if ((int)i != best) wgpuAdapterRelease(adapters[i]);
-    if (best >= 0) ctx->adapter = adapters[best];
+    if (best >= 0) rt->adapter = adapters[best];
     free(adapters);
-    if (!ctx->adapter) {
+    if (!rt->adapter) {
         char msg[1024];
         if (count && want_name && *want_name)
             snprintf(msg, sizeof msg,
@@ -461,16 +454,16 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
                      "no WebGPU adapter found (backend %s). On a machine without a GPU install "
                      "Mesa's software Vulkan driver: apt-get install mesa-vulkan-drivers libvulkan1",
                      backend_label(backend));
-        return create_fail(ctx, WGML_ERROR_NO_ADAPTER, msg);
+        return open_fail(rt, WGML_ERROR_NO_ADAPTER, msg, err, err_size);
     }
 
     /* The device gets the adapter's real limits and the features worth having. */
     WGPULimits limits = {0};
-    if (wgpuAdapterGetLimits(ctx->adapter, &limits) != WGPUStatus_Success)
-        return create_fail(ctx, WGML_ERROR_DEVICE, "wgpuAdapterGetLimits failed");
+    if (wgpuAdapterGetLimits(rt->adapter, &limits) != WGPUStatus_Success)
+        return open_fail(rt, WGML_ERROR_DEVICE, "wgpuAdapterGetLimits failed", err, err_size);
     limits.nextInChain = NULL;
     WGPUSupportedFeatures af = {0};
-    wgpuAdapterGetFeatures(ctx->adapter, &af);
+    wgpuAdapterGetFeatures(rt->adapter, &af);
     WGPUFeatureName req[16];
     size_t nreq = 0;
     for (size_t i = 0; i < sizeof wanted_features / sizeof wanted_features[0]; i++)
@@ -482,97 +475,82 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
         .requiredFeatures = req,
         .requiredLimits = &limits,
         .deviceLostCallbackInfo = {.mode = WGPUCallbackMode_AllowSpontaneous,
-                                   .callback = on_device_lost, .userdata1 = ctx},
-        .uncapturedErrorCallbackInfo = {.callback = on_uncaptured_error, .userdata1 = ctx},
+                                   .callback = on_device_lost, .userdata1 = rt},
+        .uncapturedErrorCallbackInfo = {.callback = on_uncaptured_error, .userdata1 = rt},
     };
     device_result dr = {0};
     WGPURequestDeviceCallbackInfo dcb = {
         .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_device, .userdata1 = &dr};
-    wgpuAdapterRequestDevice(ctx->adapter, &ddesc, dcb);
-    for (int i = 0; i < 1000 && !dr.done; i++) wgpuInstanceProcessEvents(ctx->instance);
+    wgpuAdapterRequestDevice(rt->adapter, &ddesc, dcb);
+    for (int i = 0; i < 1000 && !dr.done; i++) wgpuInstanceProcessEvents(rt->instance);
     if (!dr.done || dr.status != WGPURequestDeviceStatus_Success || !dr.device) {
         wgpuSupportedFeaturesFreeMembers(af);
         char msg[768];
         snprintf(msg, sizeof msg, "requesting a device failed: %s", dr.message);
-        return create_fail(ctx, WGML_ERROR_DEVICE, msg);
+        return open_fail(rt, WGML_ERROR_DEVICE, msg, err, err_size);
     }
-    ctx->device = dr.device;
-    ctx->queue = wgpuDeviceGetQueue(ctx->device);
-    ctx->limits = limits;
-    if (wgpuDeviceGetLimits(ctx->device, &ctx->limits) != WGPUStatus_Success) ctx->limits = limits;
-    ctx->limits.nextInChain = NULL;
+    rt->device = dr.device;
+    rt->queue = wgpuDeviceGetQueue(rt->device);
+    rt->limits = limits;
+    if (wgpuDeviceGetLimits(rt->device, &rt->limits) != WGPUStatus_Success) rt->limits = limits;
+    rt->limits.nextInChain = NULL;
     /* kernels index elements with u32 arithmetic: a binding of under 2^32 bytes keeps every
        element index, and every product of a tensor's dimensions, below 2^30 */
-    if (ctx->limits.maxStorageBufferBindingSize > 0xfffffffcull) ctx->limits.maxStorageBufferBindingSize = 0xfffffffcull;
+    if (rt->limits.maxStorageBufferBindingSize > 0xfffffffcull) rt->limits.maxStorageBufferBindingSize = 0xfffffffcull;
 
     WGPUAdapterInfo ai = {0};
-    wgpuAdapterGetInfo(ctx->adapter, &ai);
-    fill_info(ctx, &ai, &af);
+    wgpuAdapterGetInfo(rt->adapter, &ai);
+    fill_info(rt, &ai, &af);
     /* how long a wait spins before it blocks (see wait_for): up to 10 ms on a GPU; not on a
        CPU adapter, where the spinning thread takes a core from the work it waits for
        (lavapipe on 2 cores, `WGML_BENCH_ONLY=cached_roundtrip wgml bench matmul --quick`:
        352-423 us blocking at once, 497-543 us spinning 1 ms) */
     const char *spin = getenv("WGML_POLL_SPIN_US");
     bool cpu = ai.adapterType == WGPUAdapterType_CPU;
-    ctx->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 0.0 : 10e-3;
+    rt->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 0.0 : 10e-3;
     /* llvmpipe's loop limiter (see wgml_context.loop_limit); the margin is for the fixed loops
        (reduction trees) that the kernels' own counts leave out */
     const char *ll = getenv("WGML_LOOP_LIMIT");
-    ctx->loop_limit = strstr(ctx->info.name, "llvmpipe") ? 65535 - 512 : UINT32_MAX;
-    if (ll && *ll && strtoul(ll, NULL, 10) > 0) ctx->loop_limit = (uint32_t)strtoul(ll, NULL, 10);
+    rt->loop_limit = strstr(rt->info.name, "llvmpipe") ? 65535 - 512 : UINT32_MAX;
+    if (ll && *ll && strtoul(ll, NULL, 10) > 0) rt->loop_limit = (uint32_t)strtoul(ll, NULL, 10);
     wgpuAdapterInfoFreeMembers(ai);
     wgpuSupportedFeaturesFreeMembers(af);
     for (size_t i = 0; i < nreq; i++) {
-        if (req[i] == WGPUFeatureName_TimestampQuery) ctx->info.has_timestamp_query = 1;
-        if (req[i] == WGPUFeatureName_ShaderF16) ctx->info.has_shader_f16 = 1;
+        if (req[i] == WGPUFeatureName_TimestampQuery) rt->info.has_timestamp_query = 1;
+        if (req[i] == WGPUFeatureName_ShaderF16) rt->info.has_shader_f16 = 1;
         if (req[i] == WGPUFeatureName_Subgroups || req[i] == (WGPUFeatureName)WGPUNativeFeature_Subgroup)
-            ctx->info.has_subgroups = 1;
-        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_Immediates) ctx->info.has_immediates = 1;
-        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_PipelineCache) ctx->info.has_pipeline_cache = 1;
+            rt->info.has_subgroups = 1;
+        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_Immediates) rt->info.has_immediates = 1;
+        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_PipelineCache) rt->info.has_pipeline_cache = 1;
     }
-    for (int i = 0; i < ctx->info.feature_count; i++)
-        if (strstr(ctx->info.features[i], "cooperative-matrix")) ctx->info.has_cooperative_matrix = 1;
-    *out = ctx;
+    for (int i = 0; i < rt->info.feature_count; i++)
+        if (strstr(rt->info.features[i], "cooperative-matrix")) rt->info.has_cooperative_matrix = 1;
     return WGML_OK;
 }
 
-wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info)
+void wgml_runtime_destroy_device(wgml_runtime *rt)
 {
-    if (!ctx || !info) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_adapter_info_get: NULL argument");
-    *info = ctx->info;
-    return WGML_OK;
+    if (!rt->device) return;
+    wgpuDeviceDestroy(rt->device);
+    wgpuDevicePoll(rt->device, false, NULL);
+    wgpuInstanceProcessEvents(rt->instance);
+    rt->device_lost = true; /* destroy is a loss, whether or not the callback has run yet */
+    if (!rt->lost_message[0])
+        snprintf(rt->lost_message, sizeof rt->lost_message, "the device was destroyed");
 }
 
-void wgml_debug_destroy_device(wgml_context *ctx)
+void wgml_runtime_close(wgml_runtime *rt)
 {
-    if (!ctx || !ctx->device) return;
-    wgpuDeviceDestroy(ctx->device);
-    wgpuDevicePoll(ctx->device, false, NULL);
-    wgpuInstanceProcessEvents(ctx->instance);
-    ctx->device_lost = true; /* destroy is a loss, whether or not the callback has run yet */
-    if (!ctx->lost_message[0])
-        snprintf(ctx->lost_message, sizeof ctx->lost_message, "the device was destroyed");
-}
-
-void wgml_context_free(wgml_context *ctx)
-{
-    if (!ctx) return;
-    wgml_tensors_free_all(ctx);
-    wgml_weights_destroy(ctx);
-    wgml_pool_destroy(ctx);
-    wgml_bind_cache_clear(ctx);
-    wgml_pipelines_destroy(ctx);
-    wgml_timing_destroy(ctx);
-    if (ctx->params_buffer) wgpuBufferRelease(ctx->params_buffer);
-    if (ctx->staging) wgpuBufferRelease(ctx->staging);
-    if (ctx->gpu_errors) wgpuBufferRelease(ctx->gpu_errors);
-    free(ctx->params_host);
-    if (ctx->queue) wgpuQueueRelease(ctx->queue);
-    if (ctx->device) {
-        if (!ctx->device_lost) wgpuDevicePoll(ctx->device, true, NULL);
-        wgpuDeviceRelease(ctx->device);
+    wgml_timing_destroy(rt);
+    if (rt->queue) wgpuQueueRelease(rt->queue);
+    if (rt->device) {
+        if (!rt->device_lost) wgpuDevicePoll(rt->device, true, NULL);
+        wgpuDeviceRelease(rt->device);
     }
-    if (ctx->adapter) wgpuAdapterRelease(ctx->adapter);
-    if (ctx->instance) wgpuInstanceRelease(ctx->instance);
-    free(ctx);
+    if (rt->adapter) wgpuAdapterRelease(rt->adapter);
+    if (rt->instance) wgpuInstanceRelease(rt->instance);
+    rt->queue = NULL;
+    rt->device = NULL;
+    rt->adapter = NULL;
+    rt->instance = NULL;
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 double wgml_host_seconds(void)
 {
@@ -18,62 +18,62 @@ double wgml_host_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static bool timing_ready(wgml_context *ctx)
+static bool timing_ready(wgml_runtime *rt)
 {
-    if (!ctx->gpu_timing || !ctx->info.has_timestamp_query) return false;
-    if (ctx->timing_queries) return true;
+    if (!rt->gpu_timing || !rt->info.has_timestamp_query) return false;
+    if (rt->timing_queries) return true;
     WGPUQuerySetDescriptor qd = {.label = wgml_sv("wgml timing"), .type = WGPUQueryType_Timestamp, .count = 2};
     WGPUBufferDescriptor rd = {.label = wgml_sv("wgml timing resolve"),
                                .usage = WGPUBufferUsage_QueryResolve | WGPUBufferUsage_CopySrc, .size = 256};
     WGPUBufferDescriptor bd = {.label = wgml_sv("wgml timing readback"),
                                .usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, .size = 256};
-    ctx->timing_queries = wgpuDeviceCreateQuerySet(ctx->device, &qd);
-    ctx->timing_resolve = wgpuDeviceCreateBuffer(ctx->device, &rd);
-    ctx->timing_readback = wgpuDeviceCreateBuffer(ctx->device, &bd);
-    if (!ctx->timing_queries || !ctx->timing_resolve || !ctx->timing_readback) {
-        wgml_timing_destroy(ctx);
-        ctx->gpu_timing = false; /* not available: evaluations run untimed */
+    rt->timing_queries = wgpuDeviceCreateQuerySet(rt->device, &qd);
+    rt->timing_resolve = wgpuDeviceCreateBuffer(rt->device, &rd);
+    rt->timing_readback = wgpuDeviceCreateBuffer(rt->device, &bd);
+    if (!rt->timing_queries || !rt->timing_resolve || !rt->timing_readback) {
+        wgml_timing_destroy(rt);
+        rt->gpu_timing = false; /* not available: evaluations run untimed */
         return false;
     }
     return true;
 }
 
-const WGPUPassTimestampWrites *wgml_timing_writes(wgml_context *ctx, WGPUPassTimestampWrites *tw)
+const WGPUPassTimestampWrites *wgml_timing_writes(wgml_runtime *rt, WGPUPassTimestampWrites *tw)
 {
-    if (!timing_ready(ctx)) return NULL;
+    if (!timing_ready(rt)) return NULL;
     memset(tw, 0, sizeof *tw);
-    tw->querySet = ctx->timing_queries;
+    tw->querySet = rt->timing_queries;
     tw->beginningOfPassWriteIndex = 0;
     tw->endOfPassWriteIndex = 1;
     return tw;
 }
 
-void wgml_timing_resolve(wgml_context *ctx, WGPUCommandEncoder enc)
+void wgml_timing_resolve(wgml_runtime *rt, WGPUCommandEncoder enc)
 {
-    if (!ctx->gpu_timing || !ctx->timing_queries) return;
-    wgpuCommandEncoderResolveQuerySet(enc, ctx->timing_queries, 0, 2, ctx->timing_resolve, 0);
-    wgpuCommandEncoderCopyBufferToBuffer(enc, ctx->timing_resolve, 0, ctx->timing_readback, 0, 16);
+    if (!rt->gpu_timing || !rt->timing_queries) return;
+    wgpuCommandEncoderResolveQuerySet(enc, rt->timing_queries, 0, 2, rt->timing_resolve, 0);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, rt->timing_resolve, 0, rt->timing_readback, 0, 16);
 }
 
-wgml_status wgml_timing_read(wgml_context *ctx)
+wgml_status wgml_timing_read(wgml_runtime *rt)
 {
-    if (!ctx->gpu_timing || !ctx->timing_queries) return WGML_OK;
-    wgml_status st = wgml_map_read(ctx, ctx->timing_readback, 16);
+    if (!rt->gpu_timing || !rt->timing_queries) return WGML_OK;
+    wgml_status st = wgml_map_read(rt, rt->timing_readback, 16);
     if (st) return st;
-    const uint64_t *t = wgpuBufferGetConstMappedRange(ctx->timing_readback, 0, 16);
+    const uint64_t *t = wgpuBufferGetConstMappedRange(rt->timing_readback, 0, 16);
     if (t && t[1] >= t[0]) {
-        ctx->stats.gpu_seconds_last = (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(ctx->queue) * 1e-9;
-        ctx->stats.gpu_seconds_total += ctx->stats.gpu_seconds_last;
+        rt->stats.gpu_seconds_last = (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(rt->queue) * 1e-9;
+        rt->stats.gpu_seconds_total += rt->stats.gpu_seconds_last;
     }
-    wgpuBufferUnmap(ctx->timing_readback);
+    wgpuBufferUnmap(rt->timing_readback);
     return WGML_OK;
 }
 
-void wgml_timing_destroy(wgml_context *ctx)
+void wgml_timing_destroy(wgml_runtime *rt)
 {
-    if (ctx->timing_queries) wgpuQuerySetRelease(ctx->timing_queries);
-    if (ctx->timing_resolve) wgpuBufferRelease(ctx->timing_resolve);
-    if (ctx->timing_readback) wgpuBufferRelease(ctx->timing_readback);
-    ctx->timing_queries = NULL;
-    ctx->timing_resolve = ctx->timing_readback = NULL;
+    if (rt->timing_queries) wgpuQuerySetRelease(rt->timing_queries);
+    if (rt->timing_resolve) wgpuBufferRelease(rt->timing_resolve);
+    if (rt->timing_readback) wgpuBufferRelease(rt->timing_readback);
+    rt->timing_queries = NULL;
+    rt->timing_resolve = rt->timing_readback = NULL;
 }

@@ -14,11 +14,11 @@
 
 #include "graph/build.h"
 #include "graph/executor.h"
-#include "train/train.h"
 
 #define SLOT_ALIGN 64 /* floats: 256 bytes, enough for any storage-offset alignment */
 
 struct wgml_optimizer {
+    wgml_custom_op step_op; /* first: a step node's op_data points here */
     wgml_context *ctx;
     wgml_optim_desc desc;
     int n;
@@ -30,15 +30,17 @@ struct wgml_optimizer {
     int64_t steps;
 };
 
+static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
+
 static wgml_buffer *flat_zeros(wgml_context *ctx, int64_t n)
 {
     wgml_buffer *b = wgml_pool_acquire(ctx, (uint64_t)n * 4);
     if (!b) return NULL;
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     wgpuCommandEncoderClearBuffer(enc, b->handle, 0, b->size);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if (wgml_submit(ctx, cb)) {
+    if (wgml_submit(&ctx->rt, cb)) {
         wgml_buffer_release(ctx, b);
         return NULL;
     }
@@ -97,7 +99,7 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
     if (!out || !desc || n <= 0 || !params)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: desc, params and out must be given");
     *out = NULL;
-    wgml_status st = wgml_check_device(ctx);
+    wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (desc->kind != WGML_OPTIM_ADAMW && desc->kind != WGML_OPTIM_SGD)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: unknown kind %d", (int)desc->kind);
@@ -118,6 +120,7 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
     wgml_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     opt->ctx = ctx;
+    opt->step_op.build = build_step;
     opt->desc = d;
     opt->n = n;
     opt->params = calloc((size_t)n, sizeof *opt->params);
@@ -133,12 +136,12 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
     if ((st = wgml_check_buffer_size(ctx, (uint64_t)opt->total * 4, "the optimizer's flat parameter buffer")) ||
         !(opt->P = flat_zeros(ctx, opt->total)) || !(opt->G = flat_zeros(ctx, opt->total)) ||
         !(opt->M = flat_zeros(ctx, opt->total)) || !(opt->V = flat_zeros(ctx, opt->total))) {
-        st = ctx->status ? ctx->status : WGML_ERROR_OUT_OF_MEMORY;
+        st = ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
         wgml_optimizer_free(opt);
         return st;
     }
     /* move each parameter into its slot: a GPU copy, then the tensor points at the slot */
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->device, NULL);
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     for (int i = 0; i < n; i++) {
         wgml_tensor *p = params[i];
         wgpuCommandEncoderCopyBufferToBuffer(enc, p->buf->handle, (uint64_t)p->offset * 4, opt->P->handle,
@@ -146,7 +149,7 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if ((st = wgml_submit(ctx, cb))) {
+    if ((st = wgml_submit(&ctx->rt, cb))) {
         wgml_optimizer_free(opt);
         return st;
     }
@@ -164,12 +167,12 @@ wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc
     return WGML_OK;
 }
 
-wgml_status wgml_build_optim(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+/* The launch of a step node: one dispatch over the flat buffers (kernels/optim.wgsl). */
+static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 {
     wgml_status st = wgml_kernel_pipeline(ctx, "optim", l);
     if (st) return st;
-    wgml_optimizer *opt;
-    memcpy(&opt, &t->fparam[4], sizeof opt); /* the node carries its optimiser */
+    const wgml_optimizer *opt = (const wgml_optimizer *)t->op_data;
     const wgml_optim_desc *d = &opt->desc;
     double step = (double)(opt->steps + 1);
     uint32_t p[12];
@@ -196,7 +199,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = opt->ctx;
-    wgml_status st = wgml_check_device(ctx);
+    wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (n_extra < 0 || (n_extra && !extra)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: bad extra list");
     /* each gradient, written into its slot of G; the squared norm summed over them */
@@ -239,7 +242,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         wgml_tensor *src[1] = {norm2};
         int64_t one = 1;
         wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
-        memcpy(&upd->fparam[4], &opt, sizeof opt);
+        upd->op_data = &opt->step_op;
         for (int i = 0; i < n_extra; i++) targets[nt++] = extra[i];
         targets[nt++] = norm2;
         targets[nt++] = upd; /* last: it runs after every reader of the old parameters */
@@ -302,7 +305,7 @@ static wgml_status moment_view(wgml_optimizer *opt, int i, wgml_buffer *buf, wgm
     if (i < 0 || i >= opt->n || !out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: bad index %d", i);
     wgml_tensor *p = opt->params[i];
     wgml_tensor *t = wgml_tensor_new(ctx, p->ndim, p->shape);
-    if (!t) return ctx->status;
+    if (!t) return ctx->rt.status;
     t->buf = buf;
     wgml_buffer_retain(buf);
     t->offset = opt->slot[i];

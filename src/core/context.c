@@ -1,0 +1,101 @@
+/*
+ * Context creation and teardown: the runtime opened below, core's own state around it, and
+ * the extensions of the layers above freed through their hooks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/context.h"
+
+static _Thread_local char create_error[1024];
+
+const char *wgml_last_create_error(void) { return create_error; }
+
+wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context **out)
+{
+    create_error[0] = 0;
+    if (!out) {
+        snprintf(create_error, sizeof create_error, "wgml_context_create: out is NULL");
+        return WGML_ERROR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
+    if ((int)desc.backend < WGML_BACKEND_DEFAULT || (int)desc.backend > WGML_BACKEND_ALL) {
+        snprintf(create_error, sizeof create_error,
+                 "wgml_context_create: backend %d is not a wgml_backend (0 to %d)", (int)desc.backend,
+                 (int)WGML_BACKEND_ALL);
+        return WGML_ERROR_INVALID_ARGUMENT;
+    }
+    wgml_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        snprintf(create_error, sizeof create_error, "out of host memory");
+        return WGML_ERROR_OUT_OF_MEMORY;
+    }
+    wgml_status st = wgml_runtime_open(&ctx->rt, &desc, create_error, sizeof create_error);
+    if (st) {
+        free(ctx);
+        return st;
+    }
+    const char *checks = getenv("WGML_BOUNDS_CHECKS");
+    ctx->trusted_kernels = !(desc.bounds_checks || (checks && *checks == '1'));
+    ctx->desc = desc;
+    ctx->desc.adapter_name = NULL; /* the caller's string */
+    *out = ctx;
+    return WGML_OK;
+}
+
+void wgml_context_free(wgml_context *ctx)
+{
+    if (!ctx) return;
+    wgml_tensors_free_all(ctx);
+    for (int i = ctx->n_ext - 1; i >= 0; i--)
+        if (ctx->ext[i].free) ctx->ext[i].free(ctx, ctx->ext[i].state);
+    wgml_pool_destroy(ctx);
+    wgml_bind_cache_clear(ctx);
+    wgml_pipelines_destroy(ctx);
+    wgml_runtime_close(&ctx->rt);
+    free(ctx);
+}
+
+void *wgml_extension_get(wgml_context *ctx, const void *key)
+{
+    for (int i = 0; i < ctx->n_ext; i++)
+        if (ctx->ext[i].key == key) return ctx->ext[i].state;
+    return NULL;
+}
+
+wgml_status wgml_extension_set(wgml_context *ctx, const void *key, void *state, wgml_extension_free free_fn)
+{
+    for (int i = 0; i < ctx->n_ext; i++)
+        if (ctx->ext[i].key == key) {
+            ctx->ext[i].state = state;
+            ctx->ext[i].free = free_fn;
+            return WGML_OK;
+        }
+    if (ctx->n_ext == WGML_MAX_EXTENSIONS)
+        return wgml_fail(ctx, WGML_ERROR_LIMIT, "internal: more than %d layer extensions on one context",
+                         WGML_MAX_EXTENSIONS);
+    ctx->ext[ctx->n_ext].key = key;
+    ctx->ext[ctx->n_ext].state = state;
+    ctx->ext[ctx->n_ext].free = free_fn;
+    ctx->n_ext++;
+    return WGML_OK;
+}
+
+wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info)
+{
+    if (!ctx || !info) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_adapter_info_get: NULL argument");
+    *info = ctx->rt.info;
+    return WGML_OK;
+}
+
+wgml_status wgml_synchronize(wgml_context *ctx)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    return wgml_wait_idle(&ctx->rt);
+}
+
+void wgml_debug_destroy_device(wgml_context *ctx)
+{
+    if (ctx && ctx->rt.device) wgml_runtime_destroy_device(&ctx->rt);
+}

@@ -1,0 +1,88 @@
+/*
+ * Tensors (core/tensor.c): the struct every layer shares, its lifetime (reference counts and
+ * scopes) and its layout.
+ *
+ * A tensor is one of three things:
+ *   - storage: op == WGML_TENSOR_STORAGE, buf holds its data (a pool buffer);
+ *   - a view:  op == WGML_TENSOR_VIEW, src[0] is the storage-or-lazy tensor whose buffer it
+ *              reads, through its own shape, strides and offset (elements);
+ *   - lazy:    any other op (a row of graph/ops.h's table), src[] are its inputs; evaluation
+ *              gives it a buffer and turns it into storage (it then drops its inputs).
+ * Every lazy result is laid out contiguously, so a view's strides are known when it is made.
+ */
+#ifndef WGML_CORE_TENSOR_H
+#define WGML_CORE_TENSOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wgml.h"
+
+#define WGML_TENSOR_MAGIC 0x7767746eu /* "wgtn" */
+#define WGML_MAX_SRC 4
+#define WGML_MAX_PARAMS 8
+
+/* The two ops core knows; graph/ops.h numbers its table from these. */
+enum { WGML_TENSOR_STORAGE = 0, WGML_TENSOR_VIEW = 1 };
+
+enum { WGML_VIEW_OTHER = 0, WGML_VIEW_RESHAPE, WGML_VIEW_PERMUTE, WGML_VIEW_BROADCAST, WGML_VIEW_SLICE };
+
+struct wgml_buffer;
+
+struct wgml_tensor {
+    uint32_t magic;
+    wgml_context *ctx;
+    int ndim;
+    int64_t shape[WGML_MAX_DIMS];
+    int64_t stride[WGML_MAX_DIMS]; /* elements; 0 for broadcast dims */
+    int64_t offset;                /* elements into the buffer */
+    int64_t numel;
+
+    struct wgml_buffer *buf; /* storage tensors only */
+    /* when set, evaluation writes this node's result into dest at dest_offset (elements,
+       aligned for binding) instead of a pool buffer: gradients land in an optimiser's
+       flat buffer this way */
+    struct wgml_buffer *dest;
+    int64_t dest_offset;
+
+    int op; /* a wgml_op of graph/ops.h */
+    int nsrc;
+    wgml_tensor *src[WGML_MAX_SRC];
+    float fparam[WGML_MAX_PARAMS]; /* scalars, eps, alpha, clamp bounds... */
+    int32_t iparam[WGML_MAX_PARAMS]; /* axis, flags, scalar side... */
+    const void *op_data; /* what an op's creator attaches (a custom node's launch builder) */
+
+    wgml_status status; /* an error state from building the op */
+    char *error;        /* its message (owned) */
+
+    int refs;        /* 1 while the user holds it + 1 per lazy consumer */
+    bool user_held;  /* not yet released by the user (free or scope end) */
+    int scope;       /* scope depth it was made in */
+    wgml_tensor *all_prev, *all_next; /* the context's list of live tensors */
+
+    /* autograd */
+    bool requires_grad;
+    wgml_tensor *grad; /* accumulated gradient (lazy until evaluated), same shape */
+    int view_kind;     /* views: which movement made it (for its gradient), WGML_VIEW_* */
+};
+
+wgml_tensor *wgml_tensor_new(wgml_context *ctx, int ndim, const int64_t *shape);
+/* A tensor in the error state (status and message), registered like any other. */
+wgml_tensor *wgml_tensor_error(wgml_context *ctx, wgml_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool wgml_tensor_valid(const wgml_tensor *t);
+void wgml_tensor_retain(wgml_tensor *t);
+void wgml_tensor_unref(wgml_tensor *t);
+void wgml_set_contiguous_strides(wgml_tensor *t);
+bool wgml_is_contiguous(const wgml_tensor *t);
+/* The storage-or-lazy tensor whose buffer t reads (t itself unless a view). */
+static inline wgml_tensor *wgml_tensor_base(wgml_tensor *t)
+{
+    return t->op == WGML_TENSOR_VIEW ? t->src[0] : t;
+}
+bool wgml_tensor_realized(wgml_tensor *t);
+/* Computes the element count of a shape with overflow and validity checks. */
+wgml_status wgml_shape_check(wgml_context *ctx, int ndim, const int64_t *shape, int64_t *numel);
+void wgml_tensors_free_all(wgml_context *ctx);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * The runtime layer: one WebGPU instance, adapter, device and queue, and what every layer
+ * above needs of them: error scopes, submits, blocking waits and map reads, GPU timing, and
+ * the record of the last failure. It knows nothing of buffers pools, tensors or graphs; the
+ * context of core/context.h embeds one wgml_runtime as its field `rt`.
+ */
+#ifndef WGML_RUNTIME_RUNTIME_H
+#define WGML_RUNTIME_RUNTIME_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <webgpu/webgpu.h>
+#include <webgpu/wgpu.h>
+
+#include "wgml.h"
+
+typedef struct wgml_runtime {
+    WGPUInstance instance;
+    WGPUAdapter adapter;
+    WGPUDevice device;
+    WGPUQueue queue;
+    WGPULimits limits;
+    wgml_adapter_info info;
+    double poll_spin_seconds; /* how long a read-back spins before blocking (WGML_POLL_SPIN_US) */
+    /* The most loop iterations one invocation of a kernel may run, all its loops together.
+       Mesa's llvmpipe (lavapipe) ends every loop of a shader once they have run 65535 times
+       between them (gallivm's loop limiter), silently: a longer loop gives a wrong answer.
+       Kernels split work so they stay under it; a launch past it is refused (WGML_ERROR_LIMIT).
+       UINT32_MAX where the driver has no such limit; WGML_LOOP_LIMIT overrides (tests). */
+    uint32_t loop_limit;
+
+    bool gpu_timing; /* timestamp the compute pass of each evaluation (runtime/timing.c) */
+    WGPUQuerySet timing_queries;
+    WGPUBuffer timing_resolve, timing_readback;
+
+    wgml_stats stats; /* counted by every layer */
+
+    /* the last failure (see wgml.h: successes leave it alone) */
+    wgml_status status;
+    char message[1024];
+    volatile bool device_lost;
+    char lost_message[512];
+    wgml_status uncaptured_status; /* from the uncaptured-error callback */
+    char uncaptured_message[512];
+} wgml_runtime;
+
+/* ---------------------------------------------------------------- bring-up (runtime/device.c) */
+
+/* Opens instance, adapter (desc's backend and adapter name, else WGML_BACKEND and
+   WGML_ADAPTER), device and queue into rt, which must stay at its address while open (the
+   device's callbacks point at it). On failure returns the status and writes why into err;
+   whatever was opened is closed again. */
+wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc, char *err, size_t err_size);
+/* Waits for the device and releases it all; rt may be partly opened or zeroed. */
+void wgml_runtime_close(wgml_runtime *rt);
+/* Destroys the device as a loss would (tests of the lost-device paths). */
+void wgml_runtime_destroy_device(wgml_runtime *rt);
+
+/* ---------------------------------------------------------------- errors */
+
+/* Records status and message and returns status. */
+wgml_status wgml_rt_fail(wgml_runtime *rt, wgml_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+wgml_status wgml_rt_failv(wgml_runtime *rt, wgml_status status, const char *fmt, va_list ap);
+/* The status to return when the device is lost (records the message), else WGML_OK. */
+wgml_status wgml_check_device(wgml_runtime *rt);
+
+/* Error scopes around WebGPU calls: push both kinds, pop and turn a captured error into a
+   status (WGML_ERROR_VALIDATION or WGML_ERROR_OUT_OF_MEMORY) with `what` in the message. */
+void wgml_scope_push(wgml_runtime *rt);
+wgml_status wgml_scope_pop(wgml_runtime *rt, const char *what);
+
+/* ---------------------------------------------------------------- submits and waits */
+
+/* Submits cb (and releases it), or reports a lost device without submitting. */
+wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb);
+/* Blocks until the queue is idle. */
+wgml_status wgml_wait_idle(wgml_runtime *rt);
+/* Maps `buffer` for reading and blocks until done. */
+wgml_status wgml_map_read(wgml_runtime *rt, WGPUBuffer buffer, uint64_t size);
+WGPUStringView wgml_sv(const char *s);
+
+/* ---------------------------------------------------------------- timing (runtime/timing.c) */
+
+/* GPU timing of compute passes: the pass's timestamp writes (NULL when timing is off), the
+   resolve encoded after the pass, and the read after the submit. */
+const WGPUPassTimestampWrites *wgml_timing_writes(wgml_runtime *rt, WGPUPassTimestampWrites *tw);
+void wgml_timing_resolve(wgml_runtime *rt, WGPUCommandEncoder enc);
+wgml_status wgml_timing_read(wgml_runtime *rt);
+void wgml_timing_destroy(wgml_runtime *rt);
+/* A monotonic host clock, seconds. */
+double wgml_host_seconds(void);
+
+#endif

@@ -225,6 +225,7 @@ wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a); /* tanh approximation */
 wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_softplus(wgml_context *ctx, wgml_tensor *a); /* log(1 + exp(a)), without overflow */
 /* min(max(a, lo), hi); lo > hi or a NaN bound is WGML_ERROR_INVALID_ARGUMENT */
 wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
 

@@ -60,6 +60,7 @@ static void check_shape(wgml_tensor *t, int nd, const int64_t *shape)
 /* ---------------------------------------------------------------- elementwise specs */
 
 static double ref_identity(double x) { return x; }
+static double ref_softplus(double x) { return wgml_op_table[WGML_OP_SOFTPLUS].ref(&x); }
 static double ref_clamp_case(double x) { return wgml_ref_clamp(x, -1.0, 1.5); }
 static wgml_tensor *clamp_case(wgml_context *ctx, wgml_tensor *a) { return wgml_clamp(ctx, a, -1.0f, 1.5f); }
 static double ref_relu_grad(double x, double g) { return x > 0 ? g : 0.0; }
@@ -100,6 +101,7 @@ static const unary_case unary_cases[] = {
     {"relu", wgml_relu, wgml_ref_relu, -10, 10, ARITH, TINY},
     {"gelu", wgml_gelu, wgml_ref_gelu, -5, 5, TRANSC, 1e-2},
     {"silu", wgml_silu, wgml_ref_silu, -15, 15, TRANSC, TINY},
+    {"softplus", wgml_softplus, ref_softplus, -30, 30, TRANSC, TINY},
     {"clamp", clamp_case, ref_clamp_case, -3, 3, ARITH, TINY},
 };
 
@@ -222,7 +224,7 @@ static void every_elementwise_op_matches_the_reference(void)
     if (!ctx) return;
     int tested = 0;
     for (int op = 0; op < WGML_OP_COUNT; op++) {
-        const wgml_op_info *info = &wgml_op_table[op];
+        const wgml_op_def *info = &wgml_op_table[op];
         if (info->kind == WGML_KIND_UNARY) {
             const unary_case *c = find_unary(info->name);
             if (!c) {

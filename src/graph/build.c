@@ -284,13 +284,12 @@ wgml_tensor *wgml_scalar_binary(wgml_context *ctx, wgml_binary_op op, float s, w
     return scalar_node(ctx, op, a, s, 2);
 }
 
-wgml_tensor *wgml_add(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_ADD, a, b); }
-wgml_tensor *wgml_sub(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_SUB, a, b); }
-wgml_tensor *wgml_mul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_MUL, a, b); }
-wgml_tensor *wgml_div(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_DIV, a, b); }
-wgml_tensor *wgml_pow(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_POW, a, b); }
-wgml_tensor *wgml_maximum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_MAXIMUM, a, b); }
-wgml_tensor *wgml_minimum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_MINIMUM, a, b); }
+
+/* the public constructors of the elementwise ops: wgml_add(ctx, a, b), wgml_gelu(ctx, a)... */
+#define WGML_BINARY_FN(e, fn) \
+    wgml_tensor *wgml_##fn(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b) { return wgml_binary_node(ctx, WGML_OP_##e, a, b); }
+WGML_BINARY_API(WGML_BINARY_FN)
+#undef WGML_BINARY_FN
 
 wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a)
 {
@@ -298,17 +297,11 @@ wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a)
     return wgml_node(ctx, op, a->ndim, a->shape, 1, &a);
 }
 
-wgml_tensor *wgml_neg(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_NEG, a); }
-wgml_tensor *wgml_abs(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_ABS, a); }
-wgml_tensor *wgml_exp(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_EXP, a); }
-wgml_tensor *wgml_log(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_LOG, a); }
-wgml_tensor *wgml_sqrt(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_SQRT, a); }
-wgml_tensor *wgml_rsqrt(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_RSQRT, a); }
-wgml_tensor *wgml_tanh(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_TANH, a); }
-wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_SIGMOID, a); }
-wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_RELU, a); }
-wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_GELU, a); }
-wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_SILU, a); }
+
+#define WGML_UNARY_FN(e, fn) \
+    wgml_tensor *wgml_##fn(wgml_context *ctx, wgml_tensor *a) { return wgml_unary_node(ctx, WGML_OP_##e, a); }
+WGML_UNARY_API(WGML_UNARY_FN)
+#undef WGML_UNARY_FN
 
 wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi)
 {

@@ -119,8 +119,7 @@ typedef struct fused_cost {
 
 static void fused_count(wgml_executor *ex, wgml_tensor *t, fused_cost *c)
 {
-    if (wgml_op_table[t->op].kind == WGML_KIND_BINARY && t->nsrc == 1) c->nscalars++;
-    if (t->op == WGML_OP_CLAMP) c->nscalars += 2;
+    c->nscalars += wgml_op_scalars(t);
     for (int i = 0; i < t->nsrc; i++) {
         wgml_tensor *s = t->src[i];
         if (node_of(ex, s)->kind == WGML_SCHED_FUSED && s == wgml_tensor_base(s)) {

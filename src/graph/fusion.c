@@ -18,6 +18,7 @@
 
 #include "core/sbuf.h"
 #include "graph/executor.h"
+#include "kernels/wgsl_sources.h"
 
 #define MAX_LEAVES 8
 #define MAX_SCALARS 128
@@ -121,9 +122,9 @@ static uint32_t lower(gen *g, wgml_tensor *t)
         st.side = (uint32_t)t->iparam[0];
         st.scalar = add_scalar(g, t->fparam[0]);
     }
-    if (t->op == WGML_OP_CLAMP) {
-        st.scalar = add_scalar(g, t->fparam[0]);
-        add_scalar(g, t->fparam[1]);
+    for (int i = 0; i < wgml_op_table[t->op].nscalars; i++) { /* clamp's bounds */
+        uint32_t k = add_scalar(g, t->fparam[i]);
+        if (i == 0) st.scalar = k;
     }
     for (int i = 0; i < t->nsrc && i < 2; i++) st.arg[i] = operand(g, t->src[i]);
     if (g->nsteps == g->cap) {
@@ -137,84 +138,29 @@ static uint32_t lower(gen *g, wgml_tensor *t)
     return (uint32_t)g->nsteps++;
 }
 
-static void put_operand(wgml_sbuf *b, uint32_t arg)
+static void operand_name(char *out, size_t n, uint32_t arg)
 {
-    wgml_sbuf_put(b, arg & 1 ? "L%u" : "v%u", arg >> 1);
+    snprintf(out, n, arg & 1 ? "L%u" : "v%u", arg >> 1);
 }
 
-/* `let vK = <expr>;` for step k: the op table's WGSL with %0/%1 (operands) and #0/#1
-   (clamp's bounds) filled in */
+/* `let vK = <expr>;` for step k: the op table's WGSL with its operands and scalars (S(i), a
+   kernel parameter) filled in. A binary op given a number takes it as its operand on the
+   other side from the tensor. */
 static void put_step(wgml_sbuf *b, const step *s, uint32_t k)
 {
-    wgml_sbuf_put(b, "    let v%u = ", k);
-    for (const char *p = wgml_op_table[s->op].wgsl; *p;) {
-        size_t run = strcspn(p, "%#");
-        if (run) {
-            wgml_sbuf_put(b, "%.*s", (int)run, p);
-            p += run;
-            continue;
-        }
-        if (p[1] != '0' && p[1] != '1') {
-            wgml_sbuf_put(b, "%c", *p++);
-            continue;
-        }
-        uint32_t i = (uint32_t)(p[1] - '0');
-        if (p[0] == '#') wgml_sbuf_put(b, "S(%u)", s->scalar + i);
-        else if (!s->side) put_operand(b, s->arg[i]);
-        else if (i == (s->side == 1 ? 0u : 1u)) put_operand(b, s->arg[0]);
-        else wgml_sbuf_put(b, "S(%u)", s->scalar);
-        p += 2;
+    char names[4][24], expr[1024];
+    const char *ops[2] = {names[0], names[1]}, *sc[2] = {names[2], names[3]};
+    operand_name(names[0], sizeof names[0], s->arg[0]);
+    operand_name(names[1], sizeof names[1], s->arg[1]);
+    snprintf(names[2], sizeof names[2], "S(%u)", s->scalar);
+    snprintf(names[3], sizeof names[3], "S(%u)", s->scalar + 1);
+    if (s->side) { /* tensor op number (side 1) or number op tensor */
+        ops[s->side == 1 ? 0 : 1] = names[0];
+        ops[s->side == 1 ? 1 : 0] = names[2];
     }
-    wgml_sbuf_put(b, ";\n");
+    if (!wgml_op_expand((int)s->op, ops, sc, expr, sizeof expr)) snprintf(expr, sizeof expr, "T(0.0) /* too long */");
+    wgml_sbuf_put(b, "    let v%u = %s;\n", k, expr);
 }
-
-/* T is f32 or vec4<f32>; U and B are the u32 and bool types of the same shape. */
-static const char *helpers =
-    "fn S(k: u32) -> T { return T(P.s[k / 4u][k % 4u]); }\n"
-    "// NaN by its bits: Mesa/LLVM fold x != x to false. The masks are U(...), not u32\n"
-    "// literals: WGSL's & and > do not mix a vector with a scalar\n"
-    "fn is_nan(x: T) -> B { return (bitcast<U>(x) & U(0x7fffffffu)) > U(0x7f800000u); }\n"
-    "// NaN and inf from the parameters: WGSL constants may be neither\n"
-    "fn wgml_nan() -> T { return T(bitcast<f32>(P.hdr.z)); }\n"
-    "fn wgml_inf() -> T { return T(bitcast<f32>(P.hdr.w)); }\n"
-    "fn wgml_tanh(x: T) -> T { return select(tanh(x), sign(x), abs(x) > T(10.0)); }\n"
-    "fn wgml_sigmoid(x: T) -> T { return T(1.0) / (T(1.0) + exp(-x)); }\n"
-    "// NaN < 0 is false, so NaN passes through without a separate NaN test\n"
-    "// NaN passes by its bits: NVIDIA's compiler turned select(x, 0, x < 0) into max(x, 0), 0 for NaN\n"
-    "fn wgml_relu(x: T) -> T { return select(max(x, T(0.0)), x, is_nan(x)); }\n"
-    "// below u = -10, 1 + wgml_tanh(u) is 0: so is gelu, also at x = -inf (not -inf * 0 = NaN)\n"
-    "fn wgml_gelu(x: T) -> T {\n"
-    "    let u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);\n"
-    "    return select(T(0.5) * x * (T(1.0) + wgml_tanh(u)), T(0.0), u < T(-10.0));\n"
-    "}\n"
-    "// below x = -89, sigmoid is 0: so is silu, also at x = -inf (not -inf * 0 = NaN). The test\n"
-    "// is on x: Mesa folds select(x * s, 0, s == 0) to x * s\n"
-    "fn wgml_silu(x: T) -> T { return select(x * wgml_sigmoid(x), T(0.0), x < T(-100.0)); }\n"
-    "// NaN wins, as in NumPy (WGSL's max and min return the other operand)\n"
-    "fn wgml_maximum(a: T, b: T) -> T { return select(max(a, b), a + b, is_nan(a) | is_nan(b)); }\n"
-    "fn wgml_minimum(a: T, b: T) -> T { return select(min(a, b), a + b, is_nan(a) | is_nan(b)); }\n"
-    "fn wgml_clamp(x: T, lo: T, hi: T) -> T { return wgml_minimum(wgml_maximum(x, lo), hi); }\n"
-    "// C's pow (C99 F.9.4.4): negative bases with integer exponents keep their sign; x^0 = 1\n"
-    "// and 1^y = 1 even for NaN. WGSL's pow is defined only for 0 < x < inf and finite y\n"
-    "// (lavapipe's gives 0 for a NaN base and for 0^-2.5), so the other limits are taken here\n"
-    "fn wgml_pow(x: T, y: T) -> T {\n"
-    "    let a = abs(x);\n"
-    "    let inf = wgml_inf();\n"
-    "    let y_inf = abs(y) == inf;\n"
-    "    let is_int = (fract(y) == T(0.0)) & !y_inf;\n"
-    "    let odd = is_int & (fract(y * T(0.5)) != T(0.0));\n"
-    "    let m0 = pow(a, y);\n"
-    "    let m1 = select(m0, select(T(0.0), inf, y < T(0.0)), a == T(0.0));\n"
-    "    let m2 = select(m1, select(T(0.0), inf, y > T(0.0)), a == inf);\n"
-    "    let m = select(m2, select(T(0.0), inf, (a > T(1.0)) == (y > T(0.0))), y_inf);\n"
-    "    // the sign bit, so that -0 and -inf count as negative\n"
-    "    let neg = (bitcast<U>(x) & U(0x80000000u)) != U(0u);\n"
-    "    let r0 = select(m, -m, neg & odd);\n"
-    "    // a negative finite base to a finite non-integer power\n"
-    "    let r = select(r0, wgml_nan(), neg & !is_int & !y_inf & (a > T(0.0)) & (a < inf));\n"
-    "    let one = (y == T(0.0)) | (x == T(1.0)) | ((a == T(1.0)) & y_inf);\n"
-    "    return select(select(r, x + y, is_nan(x) | is_nan(y)), T(1.0), one);\n"
-    "}\n";
 
 /* The kernel's source: the Params block, bindings, helpers, the steps as a function of the
    leaves, and a main that reads the leaves and writes the result. */
@@ -234,7 +180,9 @@ static char *fused_source(const gen *g, bool vec4, bool strided, int unroll)
         OUT("@group(0) @binding(%d) var<storage, read> in%d: array<%s>;\n", i + 1, i,
             vec4 && g->leaves[i].mode == LEAF_CONTIG ? "vec4<f32>" : "f32");
     OUT("@group(0) @binding(%d) var<storage, read_write> out: array<T>;\n", g->nleaves + 1);
-    OUT("%s", helpers);
+    OUT("fn S(k: u32) -> T { return T(P.s[k / 4u][k %% 4u]); }\n"
+        "fn wgml_nan() -> T { return T(bitcast<f32>(P.hdr.z)); }\n"
+        "fn wgml_inf() -> T { return T(bitcast<f32>(P.hdr.w)); }\n%s", wgml_wgsl_find("elementwise"));
     /* the fused expression as a function of its leaves, then a main that loads, for each of
        its `unroll` elements, all leaves first (so they can be in flight together), then
        computes and stores; a workgroup's elements are u * WORKGROUP + lid, so every load is

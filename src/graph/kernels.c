@@ -19,8 +19,15 @@ wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launc
     if (!src) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel %s is not built in", name);
     uint32_t key[2] = {WGML_KEY_NAMED, 0};
     while (wgml_wgsl_sources[key[1]].text != src) key[1]++;
-    l->pipeline = wgml_pipeline_find(ctx, key, 2);
-    if (!l->pipeline) l->pipeline = wgml_pipeline_add(ctx, key, 2, src, true);
+    if ((l->pipeline = wgml_pipeline_find(ctx, key, 2))) return WGML_OK;
+    /* the op table's codes first: kernels name ops as OP_<NAME> */
+    wgml_sbuf b = {0};
+    wgml_op_codes_put(&b);
+    wgml_sbuf_put(&b, "%s", src);
+    char *text = wgml_sbuf_take(&b);
+    if (!text) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    l->pipeline = wgml_pipeline_add(ctx, key, 2, text, true);
+    free(text);
     return l->pipeline ? WGML_OK : ctx->rt.status;
 }
 
@@ -44,14 +51,13 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     uint64_t outer = 1, inner = 1, len = (uint64_t)x->shape[ax];
     for (int d = 0; d < ax; d++) outer *= (uint64_t)x->shape[d];
     for (int d = ax + 1; d < x->ndim; d++) inner *= (uint64_t)x->shape[d];
-    static const uint32_t codes[] = {[WGML_OP_SUM] = 0, [WGML_OP_MEAN] = 1, [WGML_OP_MAX] = 2, [WGML_OP_ARGMAX] = 3};
     uint64_t trips = (len + 255) / 256;
     /* the chunk one stage-1 thread folds: REDUCE_TRIPS elements, fewer under a small loop limit */
     uint64_t budget = ctx->rt.loop_limit > REDUCE_TREE_TRIPS + 1 ? ctx->rt.loop_limit - REDUCE_TREE_TRIPS : 1;
     if (budget > REDUCE_TRIPS) budget = REDUCE_TRIPS;
     bool split = trips > budget && (outer * inner < 1024 || trips + REDUCE_TREE_TRIPS > ctx->rt.loop_limit);
     uint64_t chunk = 256 * budget, parts = split ? (len + chunk - 1) / chunk : 1;
-    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, codes[t->op], (uint32_t)x->offset, 0, 0, 0,
+    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)t->op, (uint32_t)x->offset, 0, 0, 0,
                       (uint32_t)chunk, (uint32_t)parts, 0, 0};
     float neg_inf = -INFINITY;
     memcpy(&p[6], &neg_inf, 4);
@@ -103,24 +109,26 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 
 /* The row kernel specialised by the header that src/kernels/row.wgsl expects: its unit
    width (vec4 or f32), op, weight/bias flags, team size and register cache; those are its
-   variant key. The losses (ops 4, 5) bind the GPU error flags after the output. */
+   variant key. The losses bind the GPU error flags after the output. */
 static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, bool v4, uint32_t team,
                                 uint32_t k, bool cached, wgml_launch *l)
 {
+    bool loss = op == WGML_OP_CROSS_ENTROPY || op == WGML_OP_CROSS_ENTROPY_GRAD;
     uint32_t key[7] = {WGML_KEY_ROW, op, flags, v4, team, k, cached};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 7))) return WGML_OK;
     const char *body = wgml_wgsl_find("row");
     if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel row is not built in");
     wgml_sbuf b = {0};
+    wgml_op_codes_put(&b);
     wgml_sbuf_put(&b,
                   "alias V = %s;\nalias U = %s;\nconst VW = %uu;\nconst LANES = %s;\n"
                   "alias WV = %s;\nconst OP = %uu;\nconst FLAGS = %uu;\nconst TEAM = %uu;\n"
                   "const CACHED = %s;\nconst K = %uu;\n",
                   v4 ? "vec4<f32>" : "f32", v4 ? "vec4<u32>" : "u32", v4 ? 4u : 1u,
                   v4 ? "vec4<u32>(0u, 1u, 2u, 3u)" : "0u",
-                  v4 && op < 4 ? "vec4<f32>" : "f32", /* losses: one label, gradient per row */
+                  v4 && !loss ? "vec4<f32>" : "f32", /* losses: one label, gradient per row */
                   op, flags, team, cached ? "true" : "false", k);
-    if (op >= 4)
+    if (loss)
         wgml_sbuf_put(&b, "@group(0) @binding(5) var<storage, read_write> gpu_errors: array<atomic<u32>, 4>;\n"
                           "fn flag_label(row: u32) {\n"
                           "    atomicOr(&gpu_errors[0], %uu);\n"
@@ -146,13 +154,10 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     wgml_tensor *w = loss ? t->src[1] : has_w ? t->src[1] : x;
     wgml_tensor *b = t->op == WGML_OP_CROSS_ENTROPY_GRAD ? t->src[2] : has_b ? t->src[1 + has_w] : x;
     int64_t n = x->shape[x->ndim - 1], rows = x->numel / n;
-    static const uint32_t codes[] = {[WGML_OP_SOFTMAX] = 0, [WGML_OP_LOG_SOFTMAX] = 1,
-                                     [WGML_OP_LAYERNORM] = 2, [WGML_OP_RMSNORM] = 3,
-                                     [WGML_OP_CROSS_ENTROPY] = 4, [WGML_OP_CROSS_ENTROPY_GRAD] = 5};
-    uint32_t op = codes[t->op], flags = (uint32_t)(has_w | (has_b << 1));
+    uint32_t op = (uint32_t)t->op, flags = (uint32_t)(has_w | (has_b << 1));
     /* vec4 loads and stores when every row, the weight and the bias start on a multiple of 4
-       floats (losses read w and b per row, as f32); op 4 writes one f32 per row */
-    bool v4 = n % 4 == 0 && x->offset % 4 == 0 && op != 4 &&
+       floats (losses read w and b per row, as f32); cross-entropy writes one f32 per row */
+    bool v4 = n % 4 == 0 && x->offset % 4 == 0 && t->op != WGML_OP_CROSS_ENTROPY &&
               (loss || (w->offset % 4 == 0 && b->offset % 4 == 0));
     int64_t vw = v4 ? 4 : 1, nu = n / vw;
     /* threads per row: the whole workgroup, or with many rows (enough to fill a GPU) the
@@ -186,7 +191,7 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     l->buffers[2] = wgml_tensor_base(b);
     l->buffers[3] = t;
     l->nbuffers = 4;
-    if (op >= 4) {
+    if (loss) {
         if (!(l->raw[4] = wgml_gpu_errors_buffer(ctx)))
             return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "no GPU memory for the error flags");
         l->nbuffers = 5;

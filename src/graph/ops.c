@@ -1,13 +1,446 @@
-/* The op table's rows (see ops.h). */
+/*
+ * The op table (see ops.h): each op's entry, with the gradient rules and reference adapters
+ * it points at written above it, a section per kind.
+ *
+ * A gradient rule builds lazy nodes from the node t, its inputs and the gradient g of its
+ * output (matmul backward is the transposed-operand GEMM, never the host); shapes are t's.
+ */
 #include "graph/ops.h"
 
-#include <stddef.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-const wgml_op_info wgml_op_table[WGML_OP_COUNT] = {
-#define WGML_OP_ROW(e, name, kind, wgsl) [WGML_OP_##e] = {name, kind, wgsl},
-    WGML_OP_TABLE(WGML_OP_ROW)
-#undef WGML_OP_ROW
+#include "core/sbuf.h"
+#include "cpu/ref.h"
+#include "graph/build.h"
+
+typedef wgml_tensor T;
+
+/* ---------------------------------------------------------------- helpers of the rules */
+
+static T *scal(wgml_context *c, wgml_binary_op op, T *a, float s) { return wgml_binary_scalar(c, op, a, s); }
+
+/* Sums g down to the shape of `like` (undoing NumPy broadcasting). */
+static T *unbroadcast(wgml_context *c, T *g, const T *like)
+{
+    while (g->ndim > like->ndim) g = wgml_sum(c, g, 0, 0);
+    for (int d = 0; d < like->ndim; d++)
+        if (like->shape[d] == 1 && g->shape[d] != 1) g = wgml_sum(c, g, d, 1);
+    return g;
+}
+
+/* g reshaped to x's shape with the reduced axis kept (size 1), then broadcast to x */
+static T *expand_reduced(wgml_context *c, T *g, const T *x, int axis)
+{
+    int64_t shape[WGML_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = 1;
+    return wgml_broadcast_to(c, wgml_reshape(c, g, x->ndim, shape), x->ndim, x->shape);
+}
+
+/* mask(x > 0) * g */
+static T *relu_grad(wgml_context *c, T *x, T *g) { return wgml_binary_node(c, WGML_OP_RELU_GRAD, x, g); }
+
+/* 1 where x > 0, else 0: relu_grad with the constant 1 for g (a scalar operand, as in
+   wgml_binary_scalar), so no mask is ever multiplied into a NaN or an infinity */
+static T *positive(wgml_context *c, T *x)
+{
+    if (!x || x->status) return x;
+    T *t = wgml_node(c, WGML_OP_RELU_GRAD, x->ndim, x->shape, 1, &x);
+    if (t) t->iparam[0] = 1, t->fparam[0] = 1.0f;
+    return t;
+}
+
+/* g [..., n] summed over every row to [n] (a bias's or a norm weight's gradient) */
+static T *sum_rows(wgml_context *c, T *g)
+{
+    int64_t n = g->shape[g->ndim - 1], shape2[2] = {g->numel / n, n};
+    return wgml_sum(c, wgml_reshape(c, g, 2, shape2), 0, 0);
+}
+
+/* g [outer, len, inner] into slot `slot` of a new axis of `size` right before (before) or
+   after its middle axis, zeros in the other slots, flattened back to [outer, size * len, inner]
+   (before) or [outer, len * size, inner]: one elementwise pass over the result, whose shape
+   comes from the broadcast against an uploaded one-hot */
+static T *spread(wgml_context *c, T *g, int64_t outer, int64_t len, int64_t inner, int64_t size, int64_t slot, bool before)
+{
+    float *hot = calloc((size_t)size, sizeof *hot);
+    if (!hot) return wgml_tensor_error(c, WGML_ERROR_OUT_OF_MEMORY, "backward: out of host memory");
+    hot[slot] = 1.0f;
+    int64_t hs[3] = {size, 1, 1}, gs[4] = {outer, before ? 1 : len, before ? len : 1, inner};
+    T *h = NULL;
+    wgml_status st = wgml_tensor_from_data(c, before ? 3 : 2, hs, hot, (size_t)size, &h);
+    free(hot);
+    if (st) return wgml_tensor_error(c, st, "backward: %s", wgml_error_message(c));
+    int64_t flat[3] = {outer, size * len, inner};
+    return wgml_reshape(c, relu_grad(c, h, wgml_reshape(c, g, 4, gs)), 3, flat);
+}
+
+/* The gradient of x[start : start + m * step : step] along `axis`, where g is [..., m, ...]:
+   g's elements step apart (spread after), then whole blocks of zeros before and after (spread
+   before), and a view of x's shape on that, its window along the axis placing g's first
+   element at start. Linear in x's size, where a scatter through a selection matrix is not. */
+static T *slice_grad(wgml_context *c, T *g, const T *x, int axis, int64_t start, int64_t step)
+{
+    int64_t outer = 1, inner = 1, len = g->shape[axis], shape[WGML_MAX_DIMS];
+    for (int d = 0; d < axis; d++) outer *= x->shape[d];
+    for (int d = axis + 1; d < x->ndim; d++) inner *= x->shape[d];
+    if (step > 1) g = spread(c, g, outer, len, inner, step, 0, false), len *= step;
+    int64_t first = (start + len - 1) / len, off = first * len - start, blocks = (off + x->shape[axis] + len - 1) / len;
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = blocks * len;
+    T *z = wgml_reshape(c, spread(c, g, outer, len, inner, blocks, first, true), x->ndim, shape);
+    return wgml_slice(c, z, axis, off, off + x->shape[axis], 1);
+}
+
+static T *tanh_grad_factor(wgml_context *c, T *y) /* 1 - y^2 */
+{
+    return wgml_scalar_binary(c, WGML_SUB, 1.0f, wgml_mul(c, y, y));
+}
+
+static T *gelu_grad(wgml_context *c, T *x, T *g)
+{
+    /* d/dx 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3):
+       0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2) */
+    const float k = 0.7978845608028654f;
+    T *x2 = wgml_mul(c, x, x);
+    T *u = scal(c, WGML_MUL, wgml_add(c, x, scal(c, WGML_MUL, wgml_mul(c, x2, x), 0.044715f)), k);
+    T *t = wgml_tanh(c, u);
+    T *left = scal(c, WGML_MUL, wgml_scalar_binary(c, WGML_ADD, 1.0f, t), 0.5f);
+    T *du = scal(c, WGML_MUL, wgml_scalar_binary(c, WGML_ADD, 1.0f, scal(c, WGML_MUL, x2, 3 * 0.044715f)), k);
+    T *right = wgml_mul(c, scal(c, WGML_MUL, x, 0.5f), wgml_mul(c, tanh_grad_factor(c, t), du));
+    return wgml_mul(c, g, wgml_add(c, left, right));
+}
+
+static T *silu_grad(wgml_context *c, T *x, T *g)
+{
+    /* s (1 + x (1 - s)) */
+    T *s = wgml_sigmoid(c, x);
+    return wgml_mul(c, g, wgml_mul(c, s, wgml_scalar_binary(c, WGML_ADD, 1.0f, wgml_mul(c, x, wgml_scalar_binary(c, WGML_SUB, 1.0f, s)))));
+}
+
+
+/* A binary node given a number instead of its second operand: side 1 is a op s, else s op a */
+static bool with_scalar(const T *t) { return wgml_op_table[t->op].kind == WGML_KIND_BINARY && t->nsrc == 1; }
+
+/* ---------------------------------------------------------------- elementwise, unary */
+
+#define REF1(f) static double ref_##f(const double *in) { return wgml_ref_##f(in[0]); }
+REF1(neg) REF1(abs) REF1(exp) REF1(log) REF1(sqrt) REF1(rsqrt) REF1(tanh) REF1(sigmoid) REF1(relu) REF1(gelu) REF1(silu)
+#define REF2(f) static double ref_##f(const double *in) { return wgml_ref_##f(in[0], in[1]); }
+REF2(add) REF2(sub) REF2(mul) REF2(div) REF2(pow) REF2(maximum) REF2(minimum)
+static double ref_copy(const double *in) { return in[0]; }
+static double ref_clamp(const double *in) { return wgml_ref_clamp(in[0], in[1], in[2]); }
+static double ref_relu_grad(const double *in) { return in[0] > 0 ? in[1] : 0.0; }
+
+static wgml_status vjp_copy(wgml_context *c, T *t, T *g, T **gin) { gin[0] = g; return WGML_OK; }
+static wgml_status vjp_neg(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_neg(c, g); return WGML_OK; }
+static wgml_status vjp_abs(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    gin[0] = wgml_sub(c, relu_grad(c, a, g), relu_grad(c, wgml_neg(c, a), g));
+    return WGML_OK;
+}
+static wgml_status vjp_exp(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, t); return WGML_OK; }
+static wgml_status vjp_log(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_div(c, g, t->src[0]); return WGML_OK; }
+static wgml_status vjp_sqrt(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_div(c, scal(c, WGML_MUL, g, 0.5f), t); return WGML_OK; }
+static wgml_status vjp_rsqrt(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_mul(c, g, scal(c, WGML_MUL, wgml_mul(c, t, wgml_mul(c, t, t)), -0.5f));
+    return WGML_OK;
+}
+static wgml_status vjp_tanh(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, tanh_grad_factor(c, t)); return WGML_OK; }
+static wgml_status vjp_sigmoid(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_mul(c, g, wgml_mul(c, t, wgml_scalar_binary(c, WGML_SUB, 1.0f, t)));
+    return WGML_OK;
+}
+static wgml_status vjp_relu(wgml_context *c, T *t, T *g, T **gin) { gin[0] = relu_grad(c, t->src[0], g); return WGML_OK; }
+static wgml_status vjp_gelu(wgml_context *c, T *t, T *g, T **gin) { gin[0] = gelu_grad(c, t->src[0], g); return WGML_OK; }
+static wgml_status vjp_silu(wgml_context *c, T *t, T *g, T **gin) { gin[0] = silu_grad(c, t->src[0], g); return WGML_OK; }
+static wgml_status vjp_clamp(wgml_context *c, T *t, T *g, T **gin) /* passes where lo < a < hi */
+{
+    T *a = t->src[0];
+    gin[0] = relu_grad(c, scal(c, WGML_SUB, a, t->fparam[0]), relu_grad(c, wgml_scalar_binary(c, WGML_SUB, t->fparam[1], a), g));
+    return WGML_OK;
+}
+
+/* softplus(x) = log(1 + e^x), computed as max(x, 0) + log(1 + e^-|x|) so that it neither
+   overflows nor loses x for large |x|; its derivative is sigmoid(x) */
+static double ref_softplus(const double *in)
+{
+    double x = in[0];
+    if (isnan(x)) return x;
+    return fmax(x, 0.0) + log1p(exp(-fabs(x)));
+}
+static wgml_status vjp_softplus(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, wgml_sigmoid(c, t->src[0])); return WGML_OK; }
+
+/* ---------------------------------------------------------------- elementwise, binary */
+
+static wgml_status vjp_add(wgml_context *c, T *t, T *g, T **gin)
+{
+    if (with_scalar(t)) { gin[0] = g; return WGML_OK; }
+    gin[0] = unbroadcast(c, g, t->src[0]);
+    gin[1] = unbroadcast(c, g, t->src[1]);
+    return WGML_OK;
+}
+static wgml_status vjp_sub(wgml_context *c, T *t, T *g, T **gin)
+{
+    if (with_scalar(t)) { gin[0] = t->iparam[0] == 1 ? g : wgml_neg(c, g); return WGML_OK; }
+    gin[0] = unbroadcast(c, g, t->src[0]);
+    gin[1] = unbroadcast(c, wgml_neg(c, g), t->src[1]);
+    return WGML_OK;
+}
+static wgml_status vjp_mul(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->src[1];
+    if (with_scalar(t)) { gin[0] = scal(c, WGML_MUL, g, t->fparam[0]); return WGML_OK; }
+    gin[0] = unbroadcast(c, wgml_mul(c, g, b), a);
+    gin[1] = unbroadcast(c, wgml_mul(c, g, a), b);
+    return WGML_OK;
+}
+static wgml_status vjp_div(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->src[1];
+    if (with_scalar(t)) {
+        gin[0] = t->iparam[0] == 1 ? scal(c, WGML_DIV, g, t->fparam[0])              /* a / s */
+                                   : wgml_neg(c, wgml_div(c, wgml_mul(c, g, t), a)); /* s / a: -g s/a^2 = -g t / a */
+        return WGML_OK;
+    }
+    gin[0] = unbroadcast(c, wgml_div(c, g, b), a);
+    gin[1] = unbroadcast(c, wgml_neg(c, wgml_div(c, wgml_mul(c, g, t), b)), b);
+    return WGML_OK;
+}
+static wgml_status vjp_pow(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->src[1];
+    float s = t->fparam[0];
+    if (with_scalar(t)) {
+        gin[0] = t->iparam[0] == 1 ? wgml_mul(c, g, scal(c, WGML_MUL, scal(c, WGML_POW, a, s - 1.0f), s)) /* a^s */
+                                   : wgml_mul(c, g, scal(c, WGML_MUL, t, logf(s)));                     /* s^a */
+        return WGML_OK;
+    }
+    /* d/da = b a^(b-1); d/db = t log a */
+    gin[0] = unbroadcast(c, wgml_mul(c, g, wgml_mul(c, b, wgml_pow(c, a, scal(c, WGML_SUB, b, 1.0f)))), a);
+    gin[1] = unbroadcast(c, wgml_mul(c, g, wgml_mul(c, t, wgml_log(c, a))), b);
+    return WGML_OK;
+}
+/* maximum and minimum: the gradient goes to the winner; ties to b */
+static wgml_status vjp_extremum(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->src[1];
+    bool max = t->op == WGML_OP_MAXIMUM;
+    if (with_scalar(t)) {
+        float s = t->fparam[0];
+        gin[0] = relu_grad(c, max ? scal(c, WGML_SUB, a, s) : wgml_scalar_binary(c, WGML_SUB, s, a), g);
+        return WGML_OK;
+    }
+    T *ga = relu_grad(c, max ? wgml_sub(c, a, b) : wgml_sub(c, b, a), g);
+    gin[0] = unbroadcast(c, ga, a);
+    gin[1] = unbroadcast(c, wgml_sub(c, g, ga), b);
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+static wgml_status vjp_sum(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    int ax = t->iparam[0];
+    T *e = expand_reduced(c, g, a, ax);
+    gin[0] = t->op == WGML_OP_MEAN ? scal(c, WGML_DIV, e, (float)a->shape[ax]) : e;
+    return WGML_OK;
+}
+/* to the maxima, split equally among ties (as torch.amax); a row holding NaN shares it over
+   every element */
+static wgml_status vjp_max(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    int ax = t->iparam[0];
+    T *top = wgml_scalar_binary(c, WGML_SUB, 1.0f, positive(c, wgml_sub(c, expand_reduced(c, t, a, ax), a)));
+    T *share = wgml_div(c, expand_reduced(c, g, a, ax), wgml_sum(c, top, ax, 1));
+    gin[0] = relu_grad(c, top, share);
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- rows */
+
+/* y = xh w + b with xh = xc r, r = rsqrt(mean(xc^2) + eps), xc = x - mean(x) (layernorm) or x
+   (rmsnorm); gh = g w: dx = r (gh - xh mean(gh xh) [- mean(gh) for layernorm]) */
+static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->nsrc > 1 ? t->src[1] : NULL;
+    bool centred = t->op == WGML_OP_LAYERNORM, weight = t->iparam[0], bias = t->iparam[1];
+    T *xc = centred ? wgml_sub(c, a, wgml_mean(c, a, -1, 1)) : a;
+    T *r = wgml_rsqrt(c, scal(c, WGML_ADD, wgml_mean(c, wgml_mul(c, xc, xc), -1, 1), t->fparam[0]));
+    T *xh = wgml_mul(c, xc, r);
+    T *gh = weight ? wgml_mul(c, g, b) : g;
+    T *d = wgml_sub(c, gh, wgml_mul(c, xh, wgml_mean(c, wgml_mul(c, gh, xh), -1, 1)));
+    if (centred) d = wgml_sub(c, d, wgml_mean(c, gh, -1, 1));
+    gin[0] = wgml_mul(c, r, d);
+    if (weight) gin[1] = sum_rows(c, wgml_mul(c, g, xh));
+    if (bias) gin[1 + weight] = sum_rows(c, g);
+    return WGML_OK;
+}
+static wgml_status vjp_softmax(wgml_context *c, T *t, T *g, T **gin) /* y (g - sum(g y)) */
+{
+    gin[0] = wgml_mul(c, t, wgml_sub(c, g, wgml_sum(c, wgml_mul(c, g, t), -1, 1)));
+    return WGML_OK;
+}
+static wgml_status vjp_log_softmax(wgml_context *c, T *t, T *g, T **gin) /* g - softmax * sum(g) */
+{
+    gin[0] = wgml_sub(c, g, wgml_mul(c, wgml_exp(c, t), wgml_sum(c, g, -1, 1)));
+    return WGML_OK;
+}
+static wgml_status vjp_cross_entropy(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_cross_entropy_grad(c, t->src[0], t->src[1], g);
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->src[1];
+    bool ta = t->iparam[5], tb = t->iparam[6]; /* as the caller gave them */
+    int act = t->iparam[2];
+    float alpha = t->fparam[0];
+    T *gz = g;
+    if (act == WGML_ACT_RELU) gz = relu_grad(c, t, g); /* relu'(z) = (out > 0) */
+    else if (act != WGML_ACT_NONE) {
+        wgml_matmul_desc pre = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .bias = t->iparam[3] ? t->src[2] : NULL};
+        T *z = wgml_matmul_ex(c, a, b, &pre); /* recompute the pre-activation */
+        gz = act == WGML_ACT_GELU ? gelu_grad(c, z, g) : silu_grad(c, z, g);
+    }
+    if (t->iparam[3]) gin[2] = sum_rows(c, gz);
+    T *gzs = alpha != 1.0f ? scal(c, WGML_MUL, gz, alpha) : gz;
+    /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is */
+    wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
+    gin[0] = ta ? wgml_matmul_ex(c, b, gzs, &da) : wgml_matmul_ex(c, gzs, b, &da);
+    wgml_matmul_desc db = tb ? (wgml_matmul_desc){.trans_a = 1, .trans_b = ta} : (wgml_matmul_desc){.trans_a = !ta};
+    gin[1] = tb ? wgml_matmul_ex(c, gzs, a, &db) : wgml_matmul_ex(c, a, gzs, &db);
+    /* an operand shared by the whole batch gets the batch's sum */
+    if (a->ndim == 2 && gin[0]->ndim == 3) gin[0] = wgml_sum(c, gin[0], 0, 0);
+    if (b->ndim == 2 && gin[1]->ndim == 3) gin[1] = wgml_sum(c, gin[1], 0, 0);
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- views */
+
+/* to the view's input (src[1]), by the movement that made it */
+static wgml_status vjp_view(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *in = t->src[1];
+    switch (t->view_kind) {
+    case WGML_VIEW_RESHAPE: gin[1] = wgml_reshape(c, g, in->ndim, in->shape); return WGML_OK;
+    case WGML_VIEW_PERMUTE: {
+        int inv[WGML_MAX_DIMS];
+        for (int i = 0; i < t->ndim; i++) inv[t->iparam[i]] = i;
+        gin[1] = wgml_permute(c, g, inv);
+        return WGML_OK;
+    }
+    case WGML_VIEW_BROADCAST: gin[1] = unbroadcast(c, g, in); return WGML_OK;
+    case WGML_VIEW_SLICE: gin[1] = slice_grad(c, g, in, t->iparam[0], t->iparam[1], t->iparam[2]); return WGML_OK;
+    default:
+        return wgml_fail(c, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for this view");
+    }
+}
+
+/* ---------------------------------------------------------------- the table */
+
+/* test domains and tolerances: arithmetic is exact to rounding, transcendental functions
+   carry the WGSL accuracy of their builtins */
+#define ARITH 1e-5
+#define TRANSC 1e-4
+#define DOMAIN(l0, h0, l1, h1) .test = {.lo = {l0, l1}, .hi = {h0, h1}}
+
+#define UNARY(e, n, w, r, v, l, h, t) \
+    [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l, h, 0, 0), .tol = t}
+#define BINARY(e, n, w, r, v, l0, h0, l1, h1, t) \
+    [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l0, h0, l1, h1), .tol = t}
+
+const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
+    [WGML_OP_NONE] = {.name = "storage", .kind = WGML_KIND_STORAGE, .no_grad = "a leaf"},
+    [WGML_OP_VIEW] = {.name = "view", .kind = WGML_KIND_VIEW, .arity = 2, .vjp = vjp_view},
+    /*     enum      name          WGSL                          reference      rule          domain        tolerance */
+    UNARY(COPY,     "contiguous", "%0",                         ref_copy,      vjp_copy,     -100, 100,    ARITH),
+    UNARY(NEG,      "neg",        "(-%0)",                      ref_neg,       vjp_neg,      -100, 100,    ARITH),
+    UNARY(ABS,      "abs",        "abs(%0)",                    ref_abs,       vjp_abs,      -100, 100,    ARITH),
+    UNARY(EXP,      "exp",        "exp(%0)",                    ref_exp,       vjp_exp,      -20, 20,      TRANSC),
+    UNARY(LOG,      "log",        "log(%0)",                    ref_log,       vjp_log,      1e-3, 1e3,    TRANSC),
+    UNARY(SQRT,     "sqrt",       "sqrt(%0)",                   ref_sqrt,      vjp_sqrt,     1e-4, 1e4,    TRANSC),
+    UNARY(RSQRT,    "rsqrt",      "inverseSqrt(%0)",            ref_rsqrt,     vjp_rsqrt,    1e-4, 1e4,    TRANSC),
+    UNARY(TANH,     "tanh",       "wgml_tanh(%0)",              ref_tanh,      vjp_tanh,     -6, 6,        TRANSC),
+    UNARY(SIGMOID,  "sigmoid",    "wgml_sigmoid(%0)",           ref_sigmoid,   vjp_sigmoid,  -15, 15,      TRANSC),
+    UNARY(RELU,     "relu",       "wgml_relu(%0)",              ref_relu,      vjp_relu,     -10, 10,      ARITH),
+    UNARY(GELU,     "gelu",       "wgml_gelu(%0)",              ref_gelu,      vjp_gelu,     -5, 5,        TRANSC),
+    UNARY(SILU,     "silu",       "wgml_silu(%0)",              ref_silu,      vjp_silu,     -15, 15,      TRANSC),
+    UNARY(SOFTPLUS, "softplus",   "wgml_softplus(%0)",          ref_softplus,  vjp_softplus, -30, 30,      TRANSC),
+    [WGML_OP_CLAMP] = {.name = "clamp", .kind = WGML_KIND_UNARY, .arity = 1, .nscalars = 2, .wgsl = "wgml_clamp(%0, #0, #1)",
+                       .ref = ref_clamp, .vjp = vjp_clamp, DOMAIN(-3, 3, 0, 0), .tol = ARITH},
+    [WGML_OP_RELU_GRAD] = {.name = "relu_grad", .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = "select(T(0.0), %1, %0 > T(0.0))",
+                           .ref = ref_relu_grad, DOMAIN(-1, 1, -5, 5), .tol = ARITH,
+                           .no_grad = "made by backward only (no second derivatives)"},
+    BINARY(ADD,     "add",        "(%0 + %1)",                  ref_add,       vjp_add,      -10, 10, -10, 10, ARITH),
+    BINARY(SUB,     "sub",        "(%0 - %1)",                  ref_sub,       vjp_sub,      -10, 10, -10, 10, ARITH),
+    BINARY(MUL,     "mul",        "(%0 * %1)",                  ref_mul,       vjp_mul,      -10, 10, -10, 10, ARITH),
+    BINARY(DIV,     "div",        "(%0 / %1)",                  ref_div,       vjp_div,      -10, 10, 0.5, 10, ARITH),
+    BINARY(POW,     "pow",        "wgml_pow(%0, %1)",           ref_pow,       vjp_pow,      0.1, 10, -3, 3,   TRANSC),
+    BINARY(MAXIMUM, "maximum",    "wgml_maximum(%0, %1)",       ref_maximum,   vjp_extremum, -10, 10, -10, 10, ARITH),
+    BINARY(MINIMUM, "minimum",    "wgml_minimum(%0, %1)",       ref_minimum,   vjp_extremum, -10, 10, -10, 10, ARITH),
+    [WGML_OP_SUM] = {.name = "sum", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), .tol = ARITH},
+    [WGML_OP_MEAN] = {.name = "mean", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), .tol = ARITH},
+    [WGML_OP_MAX] = {.name = "max", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), .tol = ARITH},
+    [WGML_OP_ARGMAX] = {.name = "argmax", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0,
+                        .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)"},
+    [WGML_OP_SOFTMAX] = {.name = "softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), .tol = TRANSC},
+    [WGML_OP_LOG_SOFTMAX] = {.name = "log_softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_log_softmax, DOMAIN(-20, 20, 0, 0), .tol = TRANSC},
+    [WGML_OP_LAYERNORM] = {.name = "layernorm", .kind = WGML_KIND_ROW, .arity = 3, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), .tol = TRANSC},
+    [WGML_OP_RMSNORM] = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .arity = 2, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), .tol = TRANSC},
+    [WGML_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .kind = WGML_KIND_ROW, .arity = 2, .vjp = vjp_cross_entropy,
+                               DOMAIN(-20, 20, 0, 0), .tol = TRANSC},
+    [WGML_OP_CROSS_ENTROPY_GRAD] = {.name = "cross_entropy_grad", .kind = WGML_KIND_ROW, .arity = 3, DOMAIN(-20, 20, -2, 2), .tol = TRANSC,
+                                    .no_grad = "made by backward only (no second derivatives)"},
+    [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), .tol = ARITH},
+    [WGML_OP_OPTIM_STEP] = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
+                            .no_grad = "an optimiser's update, not a function of the loss"},
 };
 
-_Static_assert(sizeof(wgml_op_table) / sizeof(wgml_op_table[0]) == WGML_OP_COUNT,
-               "one row per op");
+/* ---------------------------------------------------------------- WGSL from the table */
+
+bool wgml_op_expand(int op, const char *const *operands, const char *const *scalars, char *out, size_t n)
+{
+    size_t used = 0;
+    for (const char *p = wgml_op_table[op].wgsl; p && *p;) {
+        const char *piece = NULL;
+        size_t len;
+        if ((p[0] == '%' || p[0] == '#') && (p[1] == '0' || p[1] == '1')) {
+            piece = p[0] == '%' ? operands[p[1] - '0'] : scalars[p[1] - '0'];
+            len = strlen(piece);
+            p += 2;
+        } else {
+            piece = p;
+            len = strcspn(p + 1, "%#") + 1;
+            p += len;
+        }
+        if (used + len >= n) return false;
+        memcpy(out + used, piece, len);
+        used += len;
+    }
+    if (used >= n) return false;
+    out[used] = 0;
+    return true;
+}
+
+void wgml_op_codes_put(wgml_sbuf *b)
+{
+    static const char *const names[] = {
+#define WGML_OP_NAME(e, kind) "OP_" #e,
+        WGML_OPS(WGML_OP_NAME)
+#undef WGML_OP_NAME
+    };
+    for (int i = 0; i < WGML_OP_COUNT; i++) wgml_sbuf_put(b, "const %s = %du;\n", names[i], i);
+}

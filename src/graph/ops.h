@@ -1,12 +1,20 @@
 /*
- * The op table: one row per op, the single source of truth for the graph builder, the
- * fusion code generator, the tests (which walk it) and autograd.
+ * The op table: one entry per op (graph/ops.c), the single source of truth for the graph
+ * builder, the fusion code generator, the matmul epilogue, the hand-written kernels' op codes,
+ * autograd and the tests (which walk it).
  *
- * Elementwise rows carry a WGSL expression: %0 and %1 stand for the operands, #0 and #1
- * for scalar parameters (passed to the kernel as data, never baked into the source).
+ * Adding an elementwise op: its line in WGML_OPS below, its entry in ops.c (WGSL, reference,
+ * gradient rule, test domain), its declaration in wgml.h. Its public constructor is made from
+ * its line (graph/build.c). A row or reduction op also adds its branch to its kernel, which
+ * names it OP_<NAME> (the codes are generated from this list, never numbered by hand).
  */
 #ifndef WGML_GRAPH_OPS_H
 #define WGML_GRAPH_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/tensor.h"
 
 typedef enum wgml_op_kind {
     WGML_KIND_STORAGE,   /* data on the GPU */
@@ -14,68 +22,98 @@ typedef enum wgml_op_kind {
     WGML_KIND_UNARY,     /* elementwise, one operand */
     WGML_KIND_BINARY,    /* elementwise, two operands (one may be a scalar) */
     WGML_KIND_REDUCE,    /* along one axis */
-    WGML_KIND_ROW,       /* along the last axis, one workgroup per row (norms, softmax, losses) */
+    WGML_KIND_ROW,       /* along the last axis, one team of threads per row (norms, softmax, losses) */
     WGML_KIND_MATMUL,
     WGML_KIND_CUSTOM,    /* its launch supplied by its creator (graph/executor.h: the optimiser step) */
     WGML_KIND_COUNT
 } wgml_op_kind;
 
-/*   enum      name          kind                 WGSL expression */
-#define WGML_OP_TABLE(X)                                                          \
-    X(NONE,        "storage",     WGML_KIND_STORAGE, NULL)                        \
-    X(VIEW,        "view",        WGML_KIND_VIEW,    NULL)                        \
-    X(COPY,        "contiguous",  WGML_KIND_UNARY,   "%0")                        \
-    X(NEG,         "neg",         WGML_KIND_UNARY,   "(-%0)")                     \
-    X(ABS,         "abs",         WGML_KIND_UNARY,   "abs(%0)")                   \
-    X(EXP,         "exp",         WGML_KIND_UNARY,   "exp(%0)")                   \
-    X(LOG,         "log",         WGML_KIND_UNARY,   "log(%0)")                   \
-    X(SQRT,        "sqrt",        WGML_KIND_UNARY,   "sqrt(%0)")                  \
-    X(RSQRT,       "rsqrt",       WGML_KIND_UNARY,   "inverseSqrt(%0)")           \
-    X(TANH,        "tanh",        WGML_KIND_UNARY,   "wgml_tanh(%0)")             \
-    X(SIGMOID,     "sigmoid",     WGML_KIND_UNARY,   "wgml_sigmoid(%0)")          \
-    X(RELU,        "relu",        WGML_KIND_UNARY,   "wgml_relu(%0)")             \
-    X(GELU,        "gelu",        WGML_KIND_UNARY,   "wgml_gelu(%0)")             \
-    X(SILU,        "silu",        WGML_KIND_UNARY,   "wgml_silu(%0)")             \
-    X(CLAMP,       "clamp",       WGML_KIND_UNARY,   "wgml_clamp(%0, #0, #1)")    \
-    X(RELU_GRAD,   "relu_grad",   WGML_KIND_BINARY,  "select(T(0.0), %1, %0 > T(0.0))") \
-    X(ADD,         "add",         WGML_KIND_BINARY,  "(%0 + %1)")                 \
-    X(SUB,         "sub",         WGML_KIND_BINARY,  "(%0 - %1)")                 \
-    X(MUL,         "mul",         WGML_KIND_BINARY,  "(%0 * %1)")                 \
-    X(DIV,         "div",         WGML_KIND_BINARY,  "(%0 / %1)")                 \
-    X(POW,         "pow",         WGML_KIND_BINARY,  "wgml_pow(%0, %1)")          \
-    X(MAXIMUM,     "maximum",     WGML_KIND_BINARY,  "wgml_maximum(%0, %1)")      \
-    X(MINIMUM,     "minimum",     WGML_KIND_BINARY,  "wgml_minimum(%0, %1)")      \
-    X(SUM,         "sum",         WGML_KIND_REDUCE,  NULL)                        \
-    X(MEAN,        "mean",        WGML_KIND_REDUCE,  NULL)                        \
-    X(MAX,         "max",         WGML_KIND_REDUCE,  NULL)                        \
-    X(ARGMAX,      "argmax",      WGML_KIND_REDUCE,  NULL)                        \
-    X(SOFTMAX,     "softmax",     WGML_KIND_ROW,     NULL)                        \
-    X(LOG_SOFTMAX, "log_softmax", WGML_KIND_ROW,     NULL)                        \
-    X(LAYERNORM,   "layernorm",   WGML_KIND_ROW,     NULL)                        \
-    X(RMSNORM,     "rmsnorm",     WGML_KIND_ROW,     NULL)                        \
-    X(MATMUL,      "matmul",      WGML_KIND_MATMUL,  NULL)                        \
-    X(CROSS_ENTROPY, "cross_entropy", WGML_KIND_ROW, NULL)                       \
-    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", WGML_KIND_ROW, NULL)           \
-    X(OPTIM_STEP,  "optimizer_step", WGML_KIND_CUSTOM, NULL)
+/* Every op: X(ENUM, kind). Unary and binary ops with public constructors are listed by
+   WGML_UNARY_API and WGML_BINARY_API (ENUM, function name), which build.c expands. */
+#define WGML_OPS(X)                                                              \
+    X(NONE, WGML_KIND_STORAGE) X(VIEW, WGML_KIND_VIEW)                            \
+    X(COPY, WGML_KIND_UNARY) X(NEG, WGML_KIND_UNARY) X(ABS, WGML_KIND_UNARY)      \
+    X(EXP, WGML_KIND_UNARY) X(LOG, WGML_KIND_UNARY) X(SQRT, WGML_KIND_UNARY)      \
+    X(RSQRT, WGML_KIND_UNARY) X(TANH, WGML_KIND_UNARY) X(SIGMOID, WGML_KIND_UNARY) \
+    X(RELU, WGML_KIND_UNARY) X(GELU, WGML_KIND_UNARY) X(SILU, WGML_KIND_UNARY)    \
+    X(SOFTPLUS, WGML_KIND_UNARY) X(CLAMP, WGML_KIND_UNARY)                        \
+    X(RELU_GRAD, WGML_KIND_BINARY) X(ADD, WGML_KIND_BINARY) X(SUB, WGML_KIND_BINARY) \
+    X(MUL, WGML_KIND_BINARY) X(DIV, WGML_KIND_BINARY) X(POW, WGML_KIND_BINARY)    \
+    X(MAXIMUM, WGML_KIND_BINARY) X(MINIMUM, WGML_KIND_BINARY)                     \
+    X(SUM, WGML_KIND_REDUCE) X(MEAN, WGML_KIND_REDUCE) X(MAX, WGML_KIND_REDUCE)   \
+    X(ARGMAX, WGML_KIND_REDUCE)                                                   \
+    X(SOFTMAX, WGML_KIND_ROW) X(LOG_SOFTMAX, WGML_KIND_ROW) X(LAYERNORM, WGML_KIND_ROW) \
+    X(RMSNORM, WGML_KIND_ROW) X(CROSS_ENTROPY, WGML_KIND_ROW)                     \
+    X(CROSS_ENTROPY_GRAD, WGML_KIND_ROW)                                          \
+    X(MATMUL, WGML_KIND_MATMUL) X(OPTIM_STEP, WGML_KIND_CUSTOM)
+
+#define WGML_UNARY_API(X)                                                        \
+    X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RSQRT, rsqrt) \
+    X(TANH, tanh) X(SIGMOID, sigmoid) X(RELU, relu) X(GELU, gelu) X(SILU, silu)  \
+    X(SOFTPLUS, softplus)
+
+#define WGML_BINARY_API(X)                                                       \
+    X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(POW, pow) X(MAXIMUM, maximum) \
+    X(MINIMUM, minimum)
 
 typedef enum wgml_op {
-#define WGML_OP_ENUM(e, name, kind, wgsl) WGML_OP_##e,
-    WGML_OP_TABLE(WGML_OP_ENUM)
+#define WGML_OP_ENUM(e, kind) WGML_OP_##e,
+    WGML_OPS(WGML_OP_ENUM)
 #undef WGML_OP_ENUM
     WGML_OP_COUNT
 } wgml_op;
 
-typedef struct wgml_op_info {
+_Static_assert((int)WGML_OP_NONE == (int)WGML_TENSOR_STORAGE && (int)WGML_OP_VIEW == (int)WGML_TENSOR_VIEW,
+               "core's two ops come first");
+
+/* A gradient rule: fills gin[i] with the gradient for t->src[i] (NULL: none reaches it),
+   given g, the gradient of t's output. Builds lazy nodes only. */
+typedef wgml_status (*wgml_vjp_fn)(wgml_context *ctx, wgml_tensor *t, wgml_tensor *g, wgml_tensor **gin);
+
+typedef struct wgml_op_def {
     const char *name;
     wgml_op_kind kind;
-    const char *wgsl; /* elementwise expression, or NULL */
-} wgml_op_info;
+    int arity;    /* tensor operands of the node */
+    int nscalars; /* float parameters its WGSL reads as #0, #1 (a binary op given a number
+                     instead of its second operand takes that one more) */
+    /* elementwise: a WGSL expression in %0, %1 (operands) and #0, #1 (scalars), over the
+       functions of kernels/elementwise.wgsl; the fused kernels and the matmul epilogue both
+       use it */
+    const char *wgsl;
+    /* the CPU reference in double of one element (unary and binary): in[] holds the operands,
+       then the scalars; NULL for other kinds, whose references are cpu/ref.h's array
+       functions */
+    double (*ref)(const double *in);
+    wgml_vjp_fn vjp;     /* its gradient rule */
+    const char *no_grad; /* or why it has none (autograd reports it; the tests require one of the two) */
+    struct {
+        double lo[2], hi[2]; /* operand k of a test is drawn from [lo[k], hi[k]] */
+    } test;
+    double tol; /* the tests' bound on |gpu - ref| / max(|ref|, 1e-3) */
+} wgml_op_def;
 
-extern const wgml_op_info wgml_op_table[WGML_OP_COUNT];
+extern const wgml_op_def wgml_op_table[WGML_OP_COUNT];
 
-static inline int wgml_op_is_elementwise(int op)
+static inline bool wgml_op_is_elementwise(int op)
 {
     return wgml_op_table[op].kind == WGML_KIND_UNARY || wgml_op_table[op].kind == WGML_KIND_BINARY;
 }
+
+/* The scalars node t passes to its kernel (clamp's bounds, a binary op's number). */
+static inline int wgml_op_scalars(const wgml_tensor *t)
+{
+    const wgml_op_def *d = &wgml_op_table[t->op];
+    return d->nscalars + (d->kind == WGML_KIND_BINARY && t->nsrc == 1);
+}
+
+/* Appends WGSL `const OP_<NAME> = <code>u;` for every op to b: the codes the hand-written
+   kernels switch on (graph/kernels.c puts them before a kernel's source). */
+struct wgml_sbuf;
+void wgml_op_codes_put(struct wgml_sbuf *b);
+
+/* Writes op's WGSL expression into out (size n), %k replaced by operands[k] and #k by
+   scalars[k] (WGSL expressions); false when it does not fit. The fused kernels and the
+   matmul epilogue both write their ops through here. */
+bool wgml_op_expand(int op, const char *const *operands, const char *const *scalars, char *out, size_t n);
 
 #endif

@@ -1,7 +1,8 @@
 // Reduction along one axis of a contiguous tensor seen as [outer, len, inner] -> [outer, inner].
 // One workgroup per output element: each thread folds a strided part of the axis, then a
 // tree in workgroup memory combines the 256 partial results.
-// op: 0 sum, 1 mean, 2 max (NaN wins), 3 argmax (first index of the max; a NaN counts as max)
+// P.op: OP_SUM, OP_MEAN, OP_MAX (NaN wins), OP_ARGMAX (first index of the max; a NaN counts as
+// max), the op table's codes, which graph/kernels.c puts before this source
 // A long axis is folded in two launches (wgml_build_reduce), so that no thread loops long:
 //   stage 1: workgroup (o, c, i) folds chunk c of the axis, elements [c chunk, (c + 1) chunk),
 //            into partials p[o, c, i] (argmax: values, then the indices at idx_off);
@@ -34,8 +35,8 @@ fn better(v: f32, j: u32, a: f32, i: u32) -> bool {
 }
 
 fn finish(r: f32, at: u32) -> u32 {
-    if (P.op == 1u) { return bitcast<u32>(r / f32(P.len)); }
-    if (P.op == 3u) { return bitcast<u32>(f32(at)); }
+    if (P.op == OP_MEAN) { return bitcast<u32>(r / f32(P.len)); }
+    if (P.op == OP_ARGMAX) { return bitcast<u32>(f32(at)); }
     return bitcast<u32>(r);
 }
 
@@ -45,11 +46,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let o = (wg.x + wg.y * P.gx) * WG + lid;
         if (o >= P.outer * P.inner) { return; }
         let base = P.in_off + (o / P.inner) * P.len * P.inner + o % P.inner;
-        var acc = select(0.0, P.neg_inf, P.op >= 2u);
+        var acc = select(0.0, P.neg_inf, (P.op == OP_MAX || P.op == OP_ARGMAX));
         var idx = 0xffffffffu;
         for (var j = 0u; j < P.len; j++) {
             let v = bitcast<f32>(x[base + j * P.inner]);
-            if (P.op < 2u) {
+            if ((P.op == OP_SUM || P.op == OP_MEAN)) {
                 acc += v;
             } else if (better(v, j, acc, idx)) {
                 acc = v;
@@ -77,12 +78,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     } else {
         base = P.in_off + (o / P.inner) * P.len * P.inner + i;
     }
-    let from_parts = P.stage == 2u && P.op == 3u;  // argmax: the index a partial found
-    var acc = select(0.0, P.neg_inf, P.op >= 2u);
+    let from_parts = P.stage == 2u && P.op == OP_ARGMAX;  // argmax: the index a partial found
+    var acc = select(0.0, P.neg_inf, (P.op == OP_MAX || P.op == OP_ARGMAX));
     var idx = 0xffffffffu;
     for (var j = lo + lid; j < hi; j += WG) {
         let v = bitcast<f32>(x[base + j * P.inner]);
-        if (P.op < 2u) {
+        if ((P.op == OP_SUM || P.op == OP_MEAN)) {
             acc += v;
         } else {
             let at = select(j, x[P.idx_off + base + j * P.inner], from_parts);
@@ -97,7 +98,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
         if (lid < s) {
-            if (P.op < 2u) {
+            if ((P.op == OP_SUM || P.op == OP_MEAN)) {
                 sv[lid] += sv[lid + s];
             } else if (better(sv[lid + s], si[lid + s], sv[lid], si[lid])) {
                 sv[lid] = sv[lid + s];
@@ -110,7 +111,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let r = sv[0];
         if (P.stage == 1u) {
             y[o] = bitcast<u32>(r);
-            if (P.op == 3u) { y[P.idx_off + o] = si[0]; }
+            if (P.op == OP_ARGMAX) { y[P.idx_off + o] = si[0]; }
             return;
         }
         y[o] = finish(r, si[0]);

@@ -1,18 +1,18 @@
 // Ops along the last axis of a contiguous [rows, n] tensor: a team of TEAM threads per row, 256 / TEAM
 // rows per workgroup (short rows share a workgroup, so millions of them need few workgroups).
-// op 0 softmax, 1 log-softmax: the row max, the sum of exp(x - max), then the write pass.
-// op 2 layernorm: the mean, then the sum and the sum of squares of the deviations from it (no
-//      cancellation when the mean is large); op 3 rmsnorm: the mean of squares.
-// op 4 cross-entropy: y[row] = logsumexp(x[row]) - x[row, label], labels (class indices as
-//      floats) in w; op 5 its gradient: y[row, j] = (softmax(x[row])[j] - (j == label)) * g[row],
+// softmax, log-softmax: the row max, the sum of exp(x - max), then the write pass.
+// layernorm: the mean, then the sum and the sum of squares of the deviations from it (no
+//      cancellation when the mean is large); rmsnorm: the mean of squares.
+// cross-entropy: y[row] = logsumexp(x[row]) - x[row, label], labels (class indices as
+//      floats) in w; its gradient: y[row, j] = (softmax(x[row])[j] - (j == label)) * g[row],
 //      with g in b.
 // wgml_build_row (src/graph/kernels.c) prepends a header that specialises this module:
-//   OP, FLAGS (1 weight, 2 bias);
+//   the op codes OP_<NAME> of the op table, and OP (this kernel's), FLAGS (1 weight, 2 bias);
 //   V, U, VW, LANES: a row is read in units of V = vec4<f32> (VW = 4) when n and the offsets
 //     are multiples of 4, else f32; U is V's u32 twin, LANES the element index of each lane;
-//   WV: the unit of w and b (f32 for ops 4 and 5, whose w and b hold one value per row);
+//   WV: the unit of w and b (f32 for the losses, whose w and b hold one value per row);
 //   TEAM: threads per row, a power of two up to 256;
-//   flag_label(row): ops 4 and 5 record a label that is not a class index in the context's GPU
+//   flag_label(row): the losses record a label that is not a class index in the context's GPU
 //     error flags (bit 1 of word 0; word 1 keeps the first such row), and that row's result is
 //     NaN; a no-op for the other ops;
 //   CACHED, K: when a row fits in K units per thread, each thread loads its units once into
@@ -122,7 +122,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let xo = P.in_off / VW + row * nu;
     let yo = row * nu;
     let iters = select((nu + TEAM - 1u) / TEAM, K, CACHED);  // a constant when CACHED: unrolled
-    let softmax = OP <= 1u || OP >= 4u;
+    let softmax = OP != OP_LAYERNORM && OP != OP_RMSNORM;
     var cache: array<V, K>;  // this thread's units when CACHED: cache[i] is unit t + i * TEAM of its row
     if (CACHED) {
         // all loads first, independent of each other. Units past the row hold -inf, which
@@ -143,7 +143,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var sv = V(0.0);
             for (var i = 0u; i < K; i++) {
                 let e = exp(cache[i] - mx);
-                if (OP != 1u) { cache[i] = e; }
+                if (OP != OP_LOG_SOFTMAX) { cache[i] = e; }
                 sv += e;
             }
             sum = wg_sum(vec2<f32>(hsum(sv), 0.0), lid).x;
@@ -171,15 +171,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // reads them in either width
         var label = 0u;
         var gr = 0.0;
-        if (OP >= 4u && live) {
+        if ((OP == OP_CROSS_ENTROPY || OP == OP_CROSS_ENTROPY_GRAD) && live) {
             let lv = vec4<f32>(w[P.w_off + row]).x;
             let ok = !((bitcast<u32>(lv) & 0x7fffffffu) > 0x7f800000u) && lv >= 0.0 && lv < f32(P.n) && floor(lv) == lv;
             label = select(0u, u32(lv), ok);
-            if (OP == 5u) { gr = select(P.nan, vec4<f32>(b[P.b_off + row]).x, ok); }
+            if (OP == OP_CROSS_ENTROPY_GRAD) { gr = select(P.nan, vec4<f32>(b[P.b_off + row]).x, ok); }
             if (!ok && t == 0u) { flag_label(row); }
             if (!ok) { mx = P.nan; }
         }
-        if (OP == 4u) {  // scalar units (VW = 1): one value per row
+        if (OP == OP_CROSS_ENTROPY) {  // scalar units (VW = 1): one value per row
             if (t == 0u && live) {
                 y[row] = V((mx - lane(x[xo + label / VW], label % VW)) + ls);
             }
@@ -189,13 +189,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let j = t + i * TEAM;
             if (j < nu) {
                 var r: V;
-                if (OP == 1u) {
+                if (OP == OP_LOG_SOFTMAX) {
                     r = (unit(&cache, i, j, xo) - mx) - ls;
                 } else {
                     var e: V;
                     if (CACHED) { e = cache[i]; } else { e = exp(x[xo + j] - mx); }
                     r = e * inv;
-                    if (OP == 5u) {
+                    if (OP == OP_CROSS_ENTROPY_GRAD) {
                         r = (r - select(V(0.0), V(1.0), U(j * VW) + LANES == U(label))) * gr;
                     }
                 }
@@ -210,14 +210,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let j = t + i * TEAM;
         if (j < nu) {
             let v = unit(&cache, i, j, xo);
-            if (OP == 2u) { a += v; } else { a += v * v; }
+            if (OP == OP_LAYERNORM) { a += v; } else { a += v * v; }
         }
     }
     let s = wg_sum(vec2<f32>(hsum(a), 0.0), lid).x / f32(P.n);
     var mu = 0.0;  // layernorm: the mean is mu + c
     var c = 0.0;
     var ms = s;    // the mean of squares (of deviations, for layernorm)
-    if (OP == 2u) {
+    if (OP == OP_LAYERNORM) {
         // deviations from mu, summed and squared (the corrected two-pass algorithm): s loses
         // precision to a large mean, c = mean(x - mu) restores it, and x - mu is exact for x
         // near mu, so the outputs (x - mu) - c keep their precision too

@@ -1,0 +1,53 @@
+// The elementwise functions of the op table (graph/ops.c), one text for every kernel that
+// uses them: the fused kernels and the matmul epilogue. The includer defines
+//   alias T (f32 or vec4<f32>), U and B (the u32 and bool types of the same shape), and
+//   fn wgml_nan() -> T and fn wgml_inf() -> T (WGSL constants may be neither, so they come
+//   from a kernel's parameters).
+// NaN by its bits: Mesa/LLVM fold x != x to false. The masks are U(...), not u32
+// literals: WGSL's & and > do not mix a vector with a scalar
+fn is_nan(x: T) -> B { return (bitcast<U>(x) & U(0x7fffffffu)) > U(0x7f800000u); }
+fn wgml_tanh(x: T) -> T { return select(tanh(x), sign(x), abs(x) > T(10.0)); }
+fn wgml_sigmoid(x: T) -> T { return T(1.0) / (T(1.0) + exp(-x)); }
+// NaN passes by its bits: NVIDIA's compiler turned select(x, 0, x < 0) into max(x, 0), 0 for NaN
+fn wgml_relu(x: T) -> T { return select(max(x, T(0.0)), x, is_nan(x)); }
+// below u = -10, 1 + wgml_tanh(u) is 0: so is gelu, also at x = -inf (not -inf * 0 = NaN)
+fn wgml_gelu(x: T) -> T {
+    let u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+    return select(T(0.5) * x * (T(1.0) + wgml_tanh(u)), T(0.0), u < T(-10.0));
+}
+// below x = -89, sigmoid is 0: so is silu, also at x = -inf (not -inf * 0 = NaN). The test
+// is on x: Mesa folds select(x * s, 0, s == 0) to x * s
+fn wgml_silu(x: T) -> T { return select(x * wgml_sigmoid(x), T(0.0), x < T(-100.0)); }
+// max(x, 0) + log(1 + e) with e = exp(-|x|): no overflow, and x itself for large x. For small
+// e the series e - e^2/2 + e^3/3 keeps what 1 + e would round away (WGSL has no log1p); NaN
+// is passed by its bits (WGSL's max would drop it)
+fn wgml_softplus(x: T) -> T {
+    let e = exp(-abs(x));
+    let l = select(log(T(1.0) + e), e * (T(1.0) - e * (T(0.5) - e / T(3.0))), e < T(0.01));
+    return select(max(x, T(0.0)) + l, x, is_nan(x));
+}
+// NaN wins, as in NumPy (WGSL's max and min return the other operand)
+fn wgml_maximum(a: T, b: T) -> T { return select(max(a, b), a + b, is_nan(a) | is_nan(b)); }
+fn wgml_minimum(a: T, b: T) -> T { return select(min(a, b), a + b, is_nan(a) | is_nan(b)); }
+fn wgml_clamp(x: T, lo: T, hi: T) -> T { return wgml_minimum(wgml_maximum(x, lo), hi); }
+// C's pow (C99 F.9.4.4): negative bases with integer exponents keep their sign; x^0 = 1
+// and 1^y = 1 even for NaN. WGSL's pow is defined only for 0 < x < inf and finite y
+// (lavapipe's gives 0 for a NaN base and for 0^-2.5), so the other limits are taken here
+fn wgml_pow(x: T, y: T) -> T {
+    let a = abs(x);
+    let inf = wgml_inf();
+    let y_inf = abs(y) == inf;
+    let is_int = (fract(y) == T(0.0)) & !y_inf;
+    let odd = is_int & (fract(y * T(0.5)) != T(0.0));
+    let m0 = pow(a, y);
+    let m1 = select(m0, select(T(0.0), inf, y < T(0.0)), a == T(0.0));
+    let m2 = select(m1, select(T(0.0), inf, y > T(0.0)), a == inf);
+    let m = select(m2, select(T(0.0), inf, (a > T(1.0)) == (y > T(0.0))), y_inf);
+    // the sign bit, so that -0 and -inf count as negative
+    let neg = (bitcast<U>(x) & U(0x80000000u)) != U(0u);
+    let r0 = select(m, -m, neg & odd);
+    // a negative finite base to a finite non-integer power
+    let r = select(r0, wgml_nan(), neg & !is_int & !y_inf & (a > T(0.0)) & (a < inf));
+    let one = (y == T(0.0)) | (x == T(1.0)) | ((a == T(1.0)) & y_inf);
+    return select(select(r, x + y, is_nan(x) | is_nan(y)), T(1.0), one);
+}

@@ -714,8 +714,36 @@ static void cached_matmul_split_binding(void)
     unsetenv("WGML_DEBUG_BINDING_LIMIT");
 }
 
+/* f rounded to the nearest IEEE half (ties to even) and widened back, written out here
+   rather than taken from the library (which is what is tested) or from _Float16 (which clang 14
+   has not on x86-64). Halves have 10 fraction bits and exponents -14..15; below 2^-14 they are
+   subnormal, multiples of 2^-24; from 65520 up a value rounds to infinity; NaN stays NaN. */
+static float round_to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t ax = x & 0x7fffffffu;
+    float r;
+    if (ax > 0x7f800000u) return f;              /* NaN */
+    if (ax >= 0x477ff000u) r = INFINITY;         /* 65520 and up, infinity */
+    else if (ax >= 0x38800000u) {                /* a normal half: keep 10 of 23 fraction bits */
+        uint32_t q = ax >> 13, rest = ax & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (q & 1))) q++; /* a carry may raise the exponent: right */
+        uint32_t y = q << 13;
+        memcpy(&r, &y, sizeof r);
+    } else if (ax < 0x33000000u) r = 0;          /* below 2^-25, half the smallest subnormal: 0 */
+    else {                                       /* a subnormal half: a whole number of 2^-24 */
+        uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u; /* |f| = m * 2^(e - 150) */
+        uint32_t shift = 126 - e;                /* 14..24: m * 2^(e - 150) / 2^-24 = m >> shift */
+        uint32_t q = m >> shift, rest = m & ((1u << shift) - 1), tie = 1u << (shift - 1);
+        if (rest > tie || (rest == tie && (q & 1))) q++;
+        r = ldexpf((float)q, -24);
+    }
+    return (x >> 31) ? -r : r;
+}
+
 /* Weights stored as halves: results match the reference on the weights rounded to half
-   (by the compiler's own _Float16 conversion, not the library's) at the f32 tolerance, for the
+   (by round_to_half above, not by the library's own conversion) at the f32 tolerance, for the
    GEMV, the small-M GEMV and the GEMM, also bound in chunks; tiny weights test the
    subnormal halves, and the resident bytes are halved. */
 static void cached_matmul_f16(void)
@@ -740,7 +768,7 @@ static void cached_matmul_f16(void)
             float *W = rand_floats((size_t)(K * N), -1, 1), *Wh = malloc((size_t)(K * N) * 4);
             for (int64_t i = 0; i < K * N; i++) {
                 if (i % 7 == 3) W[i] *= 1e-6f; /* below half's smallest normal, 6.1e-5 */
-                Wh[i] = (float)(_Float16)W[i];
+                Wh[i] = round_to_half(W[i]);
             }
             char name[32];
             snprintf(name, sizeof name, "h%d_%d", split, s);

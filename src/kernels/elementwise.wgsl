@@ -1,11 +1,11 @@
 // The elementwise functions of the op table (graph/ops.c), one text for every kernel that
 // uses them: the fused kernels and the matmul epilogue. The includer defines
-//   alias T (f32 or vec4<f32>), U and B (the u32 and bool types of the same shape), and
+//   alias T (f32 or vec4<f32>), TU and TB (the u32 and bool types of the same shape), and
 //   fn wgml_nan() -> T and fn wgml_inf() -> T (WGSL constants may be neither, so they come
 //   from a kernel's parameters).
-// NaN by its bits: Mesa/LLVM fold x != x to false. The masks are U(...), not u32
+// NaN by its bits: Mesa/LLVM fold x != x to false. The masks are TU(...), not u32
 // literals: WGSL's & and > do not mix a vector with a scalar
-fn is_nan(x: T) -> B { return (bitcast<U>(x) & U(0x7fffffffu)) > U(0x7f800000u); }
+fn is_nan(x: T) -> TB { return (bitcast<TU>(x) & TU(0x7fffffffu)) > TU(0x7f800000u); }
 fn wgml_tanh(x: T) -> T { return select(tanh(x), sign(x), abs(x) > T(10.0)); }
 fn wgml_sigmoid(x: T) -> T { return T(1.0) / (T(1.0) + exp(-x)); }
 // NaN passes by its bits: NVIDIA's compiler turned select(x, 0, x < 0) into max(x, 0), 0 for NaN
@@ -44,7 +44,7 @@ fn wgml_pow(x: T, y: T) -> T {
     let m2 = select(m1, select(T(0.0), inf, y > T(0.0)), a == inf);
     let m = select(m2, select(T(0.0), inf, (a > T(1.0)) == (y > T(0.0))), y_inf);
     // the sign bit, so that -0 and -inf count as negative
-    let neg = (bitcast<U>(x) & U(0x80000000u)) != U(0u);
+    let neg = (bitcast<TU>(x) & TU(0x80000000u)) != TU(0u);
     let r0 = select(m, -m, neg & odd);
     // a negative finite base to a finite non-integer power
     let r = select(r0, wgml_nan(), neg & !is_int & !y_inf & (a > T(0.0)) & (a < inf));

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buffer.h"
 #include "cpu/ref.h"
+#include "graph/matmul.h"
+#include "graph/tuning.h"
 #include "harness.h"
 
 static wgml_stats stats(wgml_context *ctx)
@@ -168,6 +171,15 @@ static void aligned_sizes(void)
     CHECK(failed == 0);
 }
 
+/* A context of its own for a setting of the benchmark knobs: a context reads them once, at
+   its first kernel choice (graph/tuning.h), so the variable must stay set until then. */
+static wgml_context *knob_context(void)
+{
+    wgml_context *c = NULL;
+    CHECK_OK(NULL, wgml_context_create(NULL, &c));
+    return c;
+}
+
 /* Every tile config the generator can emit (the defaults pick by shape and adapter; the
    benchmark sweeps force them with WGML_GEMM_TILE / WGML_GEMM_WARP), on a few awkward and
    aligned shapes with every transpose. */
@@ -179,10 +191,11 @@ static void every_tile_config(void)
                                 {"8,8,16,4", "16x2"}, {"16,8,8,1", "16x2"}, {"8,16,8,4", "8x4"}};
     const int64_t dims[][3] = {{65, 33, 130}, {132, 68, 132}};
     int failed = 0, ran = 0;
-    wgml_context *ctx = test_context();
-    for (size_t t = 0; ctx && t < sizeof configs / sizeof configs[0]; t++) {
+    for (size_t t = 0; t < sizeof configs / sizeof configs[0]; t++) {
         setenv("WGML_GEMM_TILE", configs[t][0], 1);
         setenv("WGML_GEMM_WARP", configs[t][1], 1);
+        wgml_context *ctx = knob_context();
+        if (!ctx) break;
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
             for (int mode = 0; mode < 4; mode++) {
                 mm_case c = {.M = dims[d][0], .K = dims[d][1], .N = dims[d][2], .ta = mode & 1, .tb = (mode >> 1) & 1};
@@ -192,6 +205,7 @@ static void every_tile_config(void)
                     failed++;
                 }
             }
+        wgml_context_free(ctx);
     }
     unsetenv("WGML_GEMM_TILE");
     unsetenv("WGML_GEMM_WARP");
@@ -217,14 +231,17 @@ static void gemv_subgroup_variant(void)
     const int64_t KN[][2] = {{1, 1}, {7, 5}, {1023, 67}, {4096, 1536}, {130, 4100}};
     for (int w = 0; ctx && w < 3; w++) {
         setenv("WGML_GEMV_COLS", cols[w], 1);
+        wgml_context *kctx = knob_context();
+        if (!kctx) break;
         for (size_t i = 0; i < sizeof KN / sizeof KN[0]; i++) {
             mm_case c = {.M = 1, .K = KN[i][0], .N = KN[i][1], .bias = (int)(i % 2), .act = (wgml_activation)(i % 4)};
             ran++;
-            if (!run_case(ctx, &c)) {
+            if (!run_case(kctx, &c)) {
                 fprintf(stderr, "  (subgroup GEMV, %s columns per workgroup)\n", cols[w]);
                 failed++;
             }
         }
+        wgml_context_free(kctx);
     }
     unsetenv("WGML_GEMV_COLS");
     unsetenv("WGML_SUBGROUPS");
@@ -237,12 +254,13 @@ static void gemv_subgroup_variant(void)
    each workgroup width. */
 static void small_m_gemv(void)
 {
-    wgml_context *ctx = test_context();
     const char *cols[] = {"16", "32", "64"};
     const int64_t Ms[] = {2, 3, 9, 16}, Ks[] = {1, 31, 1023}, Ns[] = {5, 67, 1536};
     int failed = 0, ran = 0;
-    for (int w = 0; ctx && w < 3; w++) {
+    for (int w = 0; w < 3; w++) {
         setenv("WGML_GEMV_COLS", cols[w], 1);
+        wgml_context *ctx = knob_context();
+        if (!ctx) break;
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 3; j++) {
                 mm_case c = {.M = Ms[i], .K = Ks[j], .N = Ns[(i + j + w) % 3], .bias = (i + j) % 2,
@@ -254,6 +272,7 @@ static void small_m_gemv(void)
                     failed++;
                 }
             }
+        wgml_context_free(ctx);
     }
     unsetenv("WGML_GEMV_COLS");
     if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
@@ -792,6 +811,94 @@ static void cached_matmul_f16(void)
     }
 }
 
+/* ---------------------------------------------------------------- knobs and the executor */
+
+/* The benchmark knobs are read once per context: what was set when it first chose a kernel
+   stays, later changes of the environment do not reach it, values a knob does not take are
+   as if unset; a context made after sees the new environment. */
+static void knobs_read_once(void)
+{
+    setenv("WGML_GEMM_TILE", "4,8,4,1", 1);
+    setenv("WGML_GEMM_WARP", "8x4", 1);
+    setenv("WGML_GEMV_COLS", "16", 1);
+    setenv("WGML_GEMV_ROWS", "0", 1);
+    setenv("WGML_EW_UNROLL", "4", 1);
+    wgml_context *ctx = knob_context();
+    if (!ctx) return;
+    const wgml_tuning *t = wgml_tuning_of(ctx);
+    CHECK(t->gemm_tile_set && t->gemm_tm == 4 && t->gemm_tn == 8 && t->gemm_bk == 4 && t->gemm_stages == 1);
+    CHECK(t->gemm_warp_8x4 && t->gemv_cols == 16 && t->gemv_rows_off && t->ew_unroll == 4);
+    setenv("WGML_GEMV_COLS", "17", 1); /* not a width: as if unset */
+    setenv("WGML_GEMM_TILE", "5,8,4,1", 1);
+    setenv("WGML_EW_UNROLL", "3", 1);
+    unsetenv("WGML_GEMV_ROWS");
+    unsetenv("WGML_GEMM_WARP");
+    CHECK(wgml_tuning_of(ctx) == t && t->gemv_cols == 16 && t->gemv_rows_off && t->ew_unroll == 4);
+    wgml_gemm_args g = {.M = 200, .N = 200, .K = 8, .batch = 1};
+    wgml_gemm_config c = wgml_gemm_choose(ctx, &g);
+    CHECK(c.tm == 4 && c.tn == 8 && c.bk == 4 && !c.double_buffer && !c.prefetch && c.warp_8x4);
+    g.M = 3;
+    CHECK(wgml_gemm_choose(ctx, &g).gemv_rows == 0 && wgml_gemm_choose(ctx, &g).gemv_cols == 16);
+    mm_case mc = {.M = 67, .K = 33, .N = 70};
+    CHECK(run_case(ctx, &mc));
+    wgml_context_free(ctx);
+    ctx = knob_context();
+    if (ctx) {
+        t = wgml_tuning_of(ctx);
+        CHECK(!t->gemm_tile_set && !t->gemm_warp_8x4 && !t->gemv_rows_off && t->gemv_cols == 0 && t->ew_unroll == 1);
+        g.M = 3;
+        CHECK(wgml_gemm_choose(ctx, &g).gemv_rows == 4);
+        wgml_context_free(ctx);
+    }
+    unsetenv("WGML_GEMV_COLS");
+    unsetenv("WGML_GEMM_TILE");
+    unsetenv("WGML_EW_UNROLL");
+}
+
+/* wgml_exec_submit with launches bound through the bind cache (raw buffers): two GEMM
+   launches in one pass, the second accumulating onto the first (C = 2 A B), and a read-back
+   from an offset of the output buffer. */
+static void exec_submit_raw_launches(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t M = 5, K = 7, N = 9, sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+    float *A = rand_floats((size_t)(M * K), -1, 1), *B = rand_floats((size_t)(K * N), -1, 1);
+    float *Z = calloc((size_t)(M * N), sizeof *Z), *got = calloc((size_t)(M * N), sizeof *got);
+    double *want = malloc((size_t)(M * N) * sizeof *want);
+    wgml_ref_matmul(1, M, N, K, A, 1, 0, B, 1, 0, 2.0, NULL, 0, want);
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B), *tc = test_tensor(ctx, 2, sc, Z);
+    if (ta && tb && tc) {
+        WGPUBuffer a = ta->buf->handle, b = tb->buf->handle, c = tc->buf->handle;
+        wgml_launch l[2];
+        memset(l, 0, sizeof l);
+        for (int i = 0; i < 2; i++) {
+            wgml_gemm_args g = {.M = M, .N = N, .K = K, .batch = 1, .alpha = 1.0f, .lda = K, .ldb = N, .accumulate = i > 0};
+            bool gemv;
+            wgml_gemm_config cfg;
+            CHECK_OK(ctx, wgml_gemm_pipeline(ctx, &g, &l[i], &gemv, &cfg));
+            wgml_gemm_params(ctx, &l[i], &g, gemv, &cfg);
+            WGPUBuffer raw[4] = {a, b, a, c};
+            memcpy(l[i].raw, raw, sizeof raw);
+            l[i].nbuffers = 4;
+        }
+        wgml_stats s0 = stats(ctx);
+        wgml_exec_readback rb = {.buffer = c, .offset = (uint64_t)N * 4, .size = (uint64_t)((M - 1) * N) * 4, .host = got};
+        CHECK_OK(ctx, wgml_exec_submit(ctx, l, 2, &rb, "a test", wgml_host_seconds()));
+        wgml_stats s1 = stats(ctx);
+        CHECK(s1.dispatches - s0.dispatches == 2 && s1.submits - s0.submits == 1);
+        CHECK(test_close("2 A B by raw launches, rows 1..", got, want + N, (size_t)((M - 1) * N), MM_TOL, mm_floor(K, 2)));
+    }
+    wgml_tensor_free(ta);
+    wgml_tensor_free(tb);
+    wgml_tensor_free(tc);
+    free(A);
+    free(B);
+    free(Z);
+    free(got);
+    free(want);
+}
+
 int main(void)
 {
     TEST_RUN(sizes_and_transposes);
@@ -810,5 +917,7 @@ int main(void)
     TEST_RUN(cached_matmul);
     TEST_RUN(cached_matmul_split_binding);
     TEST_RUN(cached_matmul_f16);
+    TEST_RUN(knobs_read_once);
+    TEST_RUN(exec_submit_raw_launches);
     return test_summary();
 }

@@ -7,11 +7,19 @@
  * Hand-written and generated kernels whose indexing is guarded in the WGSL go through
  * wgpuDeviceCreateShaderModuleTrusted without runtime checks: naga's checked code ran 50x
  * slower on the H100 (shared/DEVICE.md).
+ *
+ * WGML_DUMP_WGSL=dir (read once per context) writes every kernel source compiled here to
+ * dir/<name>.wgsl, named by its variant key: a tag (fused, row, gemm, gemv, a hand-written
+ * kernel's file name) and the key's words in hex, or for a long key or a plain-source kernel
+ * a hash of it. Failures to write are ignored.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/context.h"
+#include "kernels/wgsl_sources.h"
 
 /* A key's hash, eight bytes per step (a fused chain's key is a few kilobytes, hashed on every
    evaluation) */
@@ -39,6 +47,62 @@ static wgml_pipeline *find(wgml_context *ctx, const void *key, size_t len, uint6
     return NULL;
 }
 
+/* ---------------------------------------------------------------- WGML_DUMP_WGSL */
+
+static const char dump_key; /* names the extension: the folder, or "" when not dumping */
+
+static void dump_free(wgml_context *ctx, void *state) { free(state); }
+
+/* The folder kernels are dumped to, or NULL. */
+static const char *dump_dir(wgml_context *ctx)
+{
+    char *dir = wgml_extension_get(ctx, &dump_key);
+    if (!dir) {
+        const char *e = getenv("WGML_DUMP_WGSL");
+        if (!(dir = strdup(e ? e : ""))) return NULL;
+        if (wgml_extension_set(ctx, &dump_key, dir, dump_free)) {
+            free(dir);
+            return NULL;
+        }
+        if (*dir) mkdir(dir, 0777); /* may exist; a failure shows as files not written */
+    }
+    return *dir ? dir : NULL;
+}
+
+/* Writes a kernel's source to the dump folder: key[0..words) is its variant key, or NULL for
+   a kernel named by its source (hash h). */
+static void dump(wgml_context *ctx, const uint32_t *key, size_t words, uint64_t h, const char *wgsl)
+{
+    const char *dir = dump_dir(ctx);
+    if (!dir) return;
+    char name[256];
+    const char *tag = "wgsl";
+    if (key) {
+        static const char *tags[] = {"key", "named", "fused", "row", "gemm", "gemv"};
+        uint32_t t = key[0] >> 8;
+        tag = t < sizeof tags / sizeof tags[0] ? tags[t] : "key";
+        if (key[0] == WGML_KEY_NAMED && words > 1) /* key[1]: the kernel's place among the embedded sources */
+            for (uint32_t i = 0; wgml_wgsl_sources[i].name; i++)
+                if (i == key[1]) tag = wgml_wgsl_sources[i].name;
+    }
+    int n = snprintf(name, sizeof name, "%.64s", tag);
+    if (key && words <= 16)
+        for (size_t i = 0; i < words; i++) n += snprintf(name + n, sizeof name - (size_t)n, "%c%x", i ? '_' : '-', key[i]);
+    else
+        n += snprintf(name + n, sizeof name - (size_t)n, "-%zuw-%016llx", key ? words : strlen(wgsl), (unsigned long long)h);
+    size_t path_len = strlen(dir) + (size_t)n + 8;
+    char *path = malloc(path_len);
+    if (!path) return;
+    snprintf(path, path_len, "%s/%s.wgsl", dir, name);
+    FILE *f = fopen(path, "w");
+    free(path);
+    if (!f) return;
+    fputs(wgsl, f);
+    fclose(f);
+}
+
+/* ---------------------------------------------------------------- the cache */
+
 static wgml_pipeline *add(wgml_context *ctx, const void *key, size_t len, uint64_t h, const char *wgsl, bool trusted)
 {
     wgml_pipeline *p = calloc(1, sizeof *p);
@@ -49,6 +113,7 @@ static wgml_pipeline *add(wgml_context *ctx, const void *key, size_t len, uint64
         return NULL;
     }
     memcpy(k, key, len);
+    dump(ctx, wgsl == key ? NULL : key, len / 4, h, wgsl);
     WGPUShaderSourceWGSL src = {.chain = {.sType = WGPUSType_ShaderSourceWGSL}, .code = wgml_sv(wgsl)};
     WGPUShaderModuleDescriptor md = {.nextInChain = &src.chain, .label = wgml_sv("wgml kernel")};
     wgml_scope_push(&ctx->rt);

@@ -1,5 +1,6 @@
 /* The one-submit graph executor; see executor.h for the stages. */
 #include "graph/executor.h"
+#include "graph/tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +37,7 @@ wgml_executor *wgml_executor_of(wgml_context *ctx)
         wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         return NULL;
     }
-    /* fused kernels' elements per thread (benchmark sweeps; unrolling gained nothing for add
-       on the H100, so the default is 1) */
-    const char *unroll = getenv("WGML_EW_UNROLL");
-    ex->ew_unroll = unroll && (atoi(unroll) == 2 || atoi(unroll) == 4 || atoi(unroll) == 8) ? atoi(unroll) : 1;
+    ex->ew_unroll = wgml_tuning_of(ctx)->ew_unroll; /* fused kernels' elements per thread */
     if (wgml_extension_set(ctx, &executor_key, ex, executor_free)) {
         free(ex);
         return NULL;
@@ -276,29 +274,30 @@ static wgml_status ensure_staging(wgml_context *ctx, uint64_t bytes)
                             WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml staging", NULL);
 }
 
-typedef struct readback {
-    wgml_tensor *t; /* contiguous tensor whose data goes to host */
-    float *host;
-} readback;
+/* ---------------------------------------------------------------- submit */
 
-typedef struct planned {
-    wgml_launch launch;
-    wgml_tensor *node; /* the node it computes (or a first part of) */
-    uint64_t params_offset;
-    uint64_t sizes[WGML_MAX_BINDINGS];
-    uint64_t offsets[WGML_MAX_BINDINGS];
-} planned;
-
-/* Encodes launches[0..n) and the optional read-back copy into one command buffer, submits;
-   the host time from `started` to the submit goes into the stats. */
-static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const readback *rb, double started)
+wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
+                             const char *what, double started)
 {
     wgml_executor *ex = wgml_executor_of(ctx);
-    wgml_status st;
-    uint64_t params_bytes = 0;
-    for (size_t i = 0; i < n; i++) params_bytes = p[i].params_offset + ((p[i].launch.params_size + 15) & ~15u);
-    if ((st = ensure_params_buffer(ctx, params_bytes ? params_bytes : 256))) return st;
-    if (n) wgpuQueueWriteBuffer(ctx->rt.queue, ex->params_buffer, 0, ex->params_host, params_bytes);
+    if (!ex) return ctx->rt.status;
+    wgml_status st = WGML_OK;
+    /* the parameter blocks of launches without their own bind group, at aligned offsets of
+       the parameter buffer: one write */
+    uint32_t align = ctx->rt.limits.minUniformBufferOffsetAlignment ? ctx->rt.limits.minUniformBufferOffsetAlignment : 256;
+    uint64_t params_off = 0, params_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const wgml_launch *l = &launches[i];
+        if (l->bind) continue;
+        if ((st = ensure_host_params(ctx, params_off + WGML_MAX_PARAMS_BYTES))) return st;
+        memcpy(ex->params_host + params_off, l->params, l->params_size);
+        params_bytes = params_off + ((l->params_size + 15) & ~15u);
+        params_off += (l->params_size + align - 1) / align * align;
+    }
+    if (params_bytes) {
+        if ((st = ensure_params_buffer(ctx, params_bytes))) return st;
+        wgpuQueueWriteBuffer(ctx->rt.queue, ex->params_buffer, 0, ex->params_host, params_bytes);
+    }
 
     wgml_scope_push(&ctx->rt);
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
@@ -306,21 +305,26 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         WGPUPassTimestampWrites tw;
         WGPUComputePassDescriptor pd = {.timestampWrites = wgml_timing_writes(&ctx->rt, &tw)};
         WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
-        for (size_t i = 0; i < n; i++) {
-            wgml_launch *l = &p[i].launch;
-            WGPUBindGroupEntry e[WGML_MAX_BINDINGS + 1];
-            memset(e, 0, sizeof e);
-            e[0].binding = 0;
-            e[0].buffer = ex->params_buffer;
-            e[0].offset = p[i].params_offset;
-            e[0].size = (l->params_size + 15) & ~15u;
-            for (int b = 0; b < l->nbuffers; b++) {
-                e[b + 1].binding = (uint32_t)b + 1;
-                e[b + 1].buffer = l->raw[b];
-                e[b + 1].offset = p[i].offsets[b];
-                e[b + 1].size = p[i].sizes[b];
+        params_off = 0;
+        for (int i = 0; i < n; i++) {
+            const wgml_launch *l = &launches[i];
+            WGPUBindGroup bg = l->bind;
+            if (!bg) {
+                WGPUBindGroupEntry e[WGML_MAX_BINDINGS + 1];
+                memset(e, 0, sizeof e);
+                e[0].binding = 0;
+                e[0].buffer = ex->params_buffer;
+                e[0].offset = params_off;
+                e[0].size = (l->params_size + 15) & ~15u;
+                params_off += (l->params_size + align - 1) / align * align;
+                for (int b = 0; b < l->nbuffers; b++) {
+                    e[b + 1].binding = (uint32_t)b + 1;
+                    e[b + 1].buffer = l->raw[b];
+                    e[b + 1].offset = l->offsets[b];
+                    e[b + 1].size = l->sizes[b] ? l->sizes[b] : WGPU_WHOLE_SIZE;
+                }
+                bg = wgml_bind_group(ctx, l->pipeline->layout, e, (size_t)l->nbuffers + 1);
             }
-            WGPUBindGroup bg = wgml_bind_group(ctx, l->pipeline->layout, e, (size_t)l->nbuffers + 1);
             if (!bg) {
                 st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory for a bind group");
                 break;
@@ -338,52 +342,56 @@ static wgml_status encode_submit(wgml_context *ctx, planned *p, size_t n, const 
         }
         if (pd.timestampWrites) wgml_timing_resolve(&ctx->rt, enc);
     }
-    uint64_t rb_bytes = 0;
     bool sets_flags = false; /* a launch binds the GPU error flags */
-    for (size_t i = 0; i < n && ex->gpu_errors; i++)
-        for (int b = 0; b < p[i].launch.nbuffers; b++) sets_flags |= p[i].launch.raw[b] == ex->gpu_errors;
-    bool flags = rb && (sets_flags || ex->gpu_errors_pending); /* they come back after the data */
+    for (int i = 0; i < n && ex->gpu_errors; i++)
+        for (int b = 0; b < launches[i].nbuffers; b++) sets_flags |= launches[i].raw[b] == ex->gpu_errors;
+    /* they come back after the data */
+    bool flags = rb && (sets_flags || (rb->gpu_errors && ex->gpu_errors_pending));
     if (rb) {
-        rb_bytes = (uint64_t)rb->t->numel * 4;
-        if ((st = ensure_staging(ctx, rb_bytes + (flags ? 16 : 0)))) {
+        if ((st = ensure_staging(ctx, rb->size + (flags ? 16 : 0)))) {
             wgpuCommandEncoderRelease(enc);
             wgml_scope_pop(&ctx->rt, "reading back");
             return st;
         }
-        wgml_tensor *b = wgml_tensor_base(rb->t);
-        wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, (uint64_t)rb->t->offset * 4,
-                                             ex->staging, 0, rb_bytes);
-        if (flags) wgpuCommandEncoderCopyBufferToBuffer(enc, ex->gpu_errors, 0, ex->staging, rb_bytes, 16);
+        wgpuCommandEncoderCopyBufferToBuffer(enc, rb->buffer, rb->offset, ex->staging, 0, rb->size);
+        if (flags) wgpuCommandEncoderCopyBufferToBuffer(enc, ex->gpu_errors, 0, ex->staging, rb->size, 16);
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
     if ((st = wgml_submit(&ctx->rt, cb))) {
-        wgml_scope_pop(&ctx->rt, "running the graph");
+        wgml_scope_pop(&ctx->rt, what);
         return st;
     }
-    ctx->rt.stats.dispatches += n;
+    ctx->rt.stats.dispatches += (uint64_t)n;
     ex->gpu_errors_pending |= sets_flags;
     ctx->rt.stats.host_seconds_last = wgml_host_seconds() - started;
-    if ((st = wgml_scope_pop(&ctx->rt, "running the graph"))) return st;
+    if ((st = wgml_scope_pop(&ctx->rt, what))) return st;
     if (n && (st = wgml_timing_read(&ctx->rt))) return st;
 
     if (rb) {
-        uint64_t map_bytes = rb_bytes + (flags ? 16 : 0);
+        uint64_t map_bytes = rb->size + (flags ? 16 : 0);
         if ((st = wgml_map_read(&ctx->rt, ex->staging, map_bytes))) return st;
         const uint8_t *src = wgpuBufferGetConstMappedRange(ex->staging, 0, (size_t)map_bytes);
         if (!src) {
             wgpuBufferUnmap(ex->staging);
             return wgml_fail(ctx, WGML_ERROR_DEVICE, "reading back: no mapped range");
         }
-        memcpy(rb->host, src, (size_t)rb_bytes);
+        memcpy(rb->host, src, (size_t)rb->size);
         uint32_t w[4] = {0};
-        if (flags) memcpy(w, src + rb_bytes, sizeof w);
+        if (flags) memcpy(w, src + rb->size, sizeof w);
         wgpuBufferUnmap(ex->staging);
-        ctx->rt.stats.bytes_downloaded += rb_bytes;
+        ctx->rt.stats.bytes_downloaded += rb->size;
         if (flags) return report_gpu_errors(ctx, w);
     }
     return WGML_OK;
 }
+
+/* ---------------------------------------------------------------- the graph */
+
+typedef struct readback {
+    wgml_tensor *t; /* contiguous tensor whose data goes to host */
+    float *host;
+} readback;
 
 /* A target that carries an error reports it. */
 static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
@@ -424,8 +432,11 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     size_t nk = 0;
     for (size_t k = 0; k < order.n; k++)
         if (node_of(ex, order.items[k])->kind == WGML_SCHED_KERNEL) nk++;
-    planned *plan = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *plan) : NULL;
-    if (nk && !plan) {
+    wgml_launch *plan = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *plan) : NULL;
+    wgml_tensor **node = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *node) : NULL; /* what each computes */
+    if (nk && (!plan || !node)) {
+        free(plan);
+        free(node);
         free(order.items);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -433,8 +444,6 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
 
     /* plan: build each launch, give it an output buffer, free inputs after their last reader */
     size_t built = 0;
-    uint64_t params_off = 0;
-    uint32_t align = ctx->rt.limits.minUniformBufferOffsetAlignment ? ctx->rt.limits.minUniformBufferOffsetAlignment : 256;
     /* first pass: build the launches and count kernel reads of each lazy base (a kernel may
        read a base twice) */
     for (size_t k = 0; k < order.n && !st; k++) {
@@ -445,20 +454,20 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         memset(ls, 0, sizeof ls);
         if ((st = build_launch(ctx, t, ls, &count))) break;
         for (int c = 0; c < count && !st; c++) {
-            wgml_launch *l = &plan[built].launch;
+            wgml_launch *l = &plan[built];
             *l = ls[c];
-            plan[built++].node = t;
+            node[built++] = t;
             if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s", wgml_op_table[t->op].name);
             st = wgml_check_launch(ctx, l);
             for (int b = 0; b < l->nbuffers; b++)
                 if (l->buffers[b] && l->buffers[b] != t && l->buffers[b]->op != WGML_OP_NONE) node_of(ex, l->buffers[b])->uses++;
         }
     }
-    /* second pass, a node at a time: its output (and scratch) buffers, each launch's bindings
-       and parameters, then its inputs' buffers back to the pool after their last reader */
+    /* second pass, a node at a time: its output (and scratch) buffers, each launch's bindings,
+       then its inputs' buffers back to the pool after their last reader */
     for (size_t first = 0, end; first < built && !st; first = end) {
-        wgml_tensor *t = plan[first].node;
-        for (end = first + 1; end < built && plan[end].node == t;) end++;
+        wgml_tensor *t = node[first];
+        for (end = first + 1; end < built && node[end] == t;) end++;
         if (t->dest) { /* the result goes into a given slot */
             t->buf = t->dest;
             wgml_buffer_retain(t->buf);
@@ -467,39 +476,32 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         }
         if (!t->buf) { st = ctx->rt.status; break; }
         wgml_buffer *scratch = NULL;
-        if (plan[first].launch.scratch_bytes && !(scratch = wgml_pool_acquire(ctx, plan[first].launch.scratch_bytes))) {
+        if (plan[first].scratch_bytes && !(scratch = wgml_pool_acquire(ctx, plan[first].scratch_bytes))) {
             st = ctx->rt.status;
             break;
         }
-        for (size_t i = first; i < end && !st; i++) {
-            planned *pl = &plan[i];
-            wgml_launch *l = &pl->launch;
+        for (size_t i = first; i < end; i++) {
+            wgml_launch *l = &plan[i];
             for (int b = 0; b < l->nbuffers; b++) {
                 if (l->scratch_mask >> b & 1) {
                     l->raw[b] = scratch->handle;
-                    pl->sizes[b] = scratch->size;
+                    l->sizes[b] = scratch->size;
                 }
                 if (l->raw[b]) continue; /* builder gave a raw buffer */
                 wgml_tensor *bt = l->buffers[b];
                 l->raw[b] = bt->buf->handle;
-                pl->sizes[b] = bt->buf->size;
+                l->sizes[b] = bt->buf->size;
                 if (bt == t && t->dest) {
-                    pl->offsets[b] = (uint64_t)t->dest_offset * 4;
-                    pl->sizes[b] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
+                    l->offsets[b] = (uint64_t)t->dest_offset * 4;
+                    l->sizes[b] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
                 }
             }
-            for (int b = 0; b < l->nbuffers; b++)
-                if (!pl->sizes[b]) pl->sizes[b] = WGPU_WHOLE_SIZE;
-            if ((st = ensure_host_params(ctx, params_off + WGML_MAX_PARAMS_BYTES + align))) break;
-            memcpy(ex->params_host + params_off, l->params, l->params_size);
-            pl->params_offset = params_off;
-            params_off += (l->params_size + align - 1) / align * align;
         }
         /* the scratch buffer and inputs whose last reader this was go back to the pool for
            later kernels (they run after this one: the pass keeps dispatch order) */
         if (scratch) wgml_buffer_release(ctx, scratch);
         for (size_t i = first; i < end; i++) {
-            wgml_launch *l = &plan[i].launch;
+            wgml_launch *l = &plan[i];
             for (int b = 0; b < l->nbuffers; b++) {
                 wgml_tensor *in = l->buffers[b];
                 if (!in || in == t || in->op == WGML_OP_NONE) continue;
@@ -510,7 +512,14 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             }
         }
     }
-    if (!st) st = encode_submit(ctx, plan, built, rb, started);
+    if (!st) {
+        /* the read-back names the target's buffer, which the plan has just given it */
+        wgml_exec_readback r;
+        if (rb) r = (wgml_exec_readback){.buffer = wgml_tensor_base(rb->t)->buf->handle,
+                                         .offset = (uint64_t)rb->t->offset * 4,
+                                         .size = (uint64_t)rb->t->numel * 4, .host = rb->host, .gpu_errors = true};
+        st = wgml_exec_submit(ctx, plan, (int)built, rb ? &r : NULL, "running the graph", started);
+    }
     ctx->rt.stats.evals++;
 
     /* targets become storage; on failure every buffer of this evaluation is returned */
@@ -540,6 +549,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             }
         }
     free(plan);
+    free(node);
     free(order.items);
     return st;
 }

@@ -30,6 +30,11 @@ typedef struct wgml_launch {
        scratch buffer is bound instead */
     wgml_tensor *buffers[WGML_MAX_BINDINGS];
     WGPUBuffer raw[WGML_MAX_BINDINGS];       /* or raw buffers (cached matmul), if set */
+    /* where raw[b] is bound, bytes (the executor fills them for tensors); size 0: the rest */
+    uint64_t offsets[WGML_MAX_BINDINGS], sizes[WGML_MAX_BINDINGS];
+    /* a bind group the caller keeps (parameter block at binding 0 included): bound as is,
+       params and raw[] are then not read (wgml_exec_submit) */
+    WGPUBindGroup bind;
     uint32_t scratch_mask;  /* bit b: binding b is the node's scratch buffer */
     uint64_t scratch_bytes; /* on a node's first launch: the size of that buffer */
     /* the most loop iterations one invocation runs, all loops together: the executor refuses
@@ -57,6 +62,32 @@ wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l);
 /* Splits `groups` workgroups over x and y so neither passes the adapter's limit; returns the
    x count (threads = x * workgroup size per row of the grid). */
 uint32_t wgml_grid(wgml_context *ctx, uint64_t groups, uint32_t out[3]);
+
+/* ---------------------------------------------------------------- submitting launches */
+
+/* A read-back after the launches: `size` bytes of `buffer` from `offset` (multiples of 4) go
+   through the executor's staging buffer into host. */
+typedef struct wgml_exec_readback {
+    WGPUBuffer buffer;
+    uint64_t offset, size;
+    void *host;
+    /* also collect the GPU error flags an earlier submit may have set, and report them
+       (graph reads); flags that one of these launches binds are always collected */
+    bool gpu_errors;
+} wgml_exec_readback;
+
+/* The one encode-and-submit path (graph evaluations and the cached matmul): launches[0..n)
+   in one compute pass of one command buffer (timed with gpu_timing), then the read-back
+   copy if rb, one submit, and the map-read of rb into host.
+   A launch is bound through its own `bind` when set; else its parameter block goes into the
+   executor's parameter buffer (one write for all of them) and its bind group, binding 0 that
+   block and 1..nbuffers raw[b] at offsets[b] / sizes[b], comes from the context's bind
+   cache: such raw buffers must stay alive as long as the context (the cache names buffers
+   by handle), as pool buffers and the GPU error flags do. Launches are not checked here
+   (wgml_check_launch). `what` names the work in an error; `started`, the host clock
+   (wgml_host_seconds) when the caller's work began, gives wgml_stats.host_seconds_last. */
+wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
+                             const char *what, double started);
 
 wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *targets);
 /* Evaluates t (and what it needs) and copies it to host in the same submit. */
@@ -103,7 +134,7 @@ typedef struct wgml_executor {
        problem here; the next read-back copies them out and reports it */
     WGPUBuffer gpu_errors;
     bool gpu_errors_pending; /* a submitted kernel may have written them */
-    int ew_unroll; /* elements per thread of fused kernels: 1, or WGML_EW_UNROLL */
+    int ew_unroll; /* elements per thread of fused kernels: 1, or WGML_EW_UNROLL (graph/tuning.h) */
     wgml_ptrmap index;
     sched_node *nodes, none;
     size_t nnodes, cap;

@@ -1,5 +1,6 @@
-/* Matmul kernels shared by the graph op (graph/matmul.c) and the cached-matmul API
-   (graph/matmul_cached.c). */
+/* Matmul kernels shared by the graph op and the cached-matmul API (graph/matmul_cached.c):
+   the tile policy (graph/matmul_tiles.c), the WGSL generators (graph/gemm_wgsl.c) and the
+   launch (graph/matmul.c). */
 #ifndef WGML_GRAPH_MATMUL_H
 #define WGML_GRAPH_MATMUL_H
 
@@ -13,8 +14,8 @@ typedef struct wgml_gemm_config {
     bool warp_8x4;      /* thread layout: a warp covers 8x4 threads of the 16x16 grid (else 16x2) */
     int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */
     int gemv_rows;      /* 2..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
-    bool gemv_subgroups;
-    bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */ /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
+    bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
+    bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. */
@@ -28,12 +29,14 @@ typedef struct wgml_gemm_args {
     bool b_f16;                    /* B is stored as halves (offsets and strides still in elements) */
 } wgml_gemm_args;
 
+/* The kernels' WGSL for a config (graph/gemm_wgsl.c); NULL when out of host memory. */
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
 char *wgml_gemv_source(const wgml_gemm_config *cfg, bool trans_b, int act);
 char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act);
 /* The adapter's storage-binding limit (WGML_DEBUG_BINDING_LIMIT lowers it for tests) */
 uint64_t wgml_binding_limit(const wgml_context *ctx);
-/* The tile config for g: by shape, within the adapter's workgroup memory. */
+/* The tile config for g: by shape, within the adapter's workgroup memory
+   (graph/matmul_tiles.c). */
 wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g);
 /* Picks and compiles the kernel for g (cached), and fills the launch's parameters. */
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv,

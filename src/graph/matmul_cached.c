@@ -1,8 +1,10 @@
 /*
  * The cached-matmul API (the seed's interface): weights uploaded once by name; per call
- * only the input write, the dispatch(es), the copy to staging and the map. Input, output and
- * staging buffers persist and only grow. Each weight keeps the kernels, parameter block and
- * bind groups of its last call, rebuilt only when m or the I/O buffers change.
+ * only the input write, the dispatch(es), the copy to staging and the map, encoded and
+ * submitted through the executor (wgml_exec_submit, the graph's own path; its staging buffer).
+ * Input and output buffers persist and only grow. Each weight keeps the launches (kernels,
+ * parameter block, bind groups) of its last call, rebuilt only when m or the I/O buffers
+ * change.
  *
  * A weight larger than the adapter's storage-binding limit (but within its buffer limit) is
  * kept in one buffer and bound in row chunks at offsets: C = sum over chunks of
@@ -25,8 +27,8 @@ typedef struct wgml_weight {
 } wgml_weight;
 
 typedef struct wgml_cached_io {
-    WGPUBuffer input, output, staging;
-    uint64_t input_size, output_size, staging_size;
+    WGPUBuffer input, output;
+    uint64_t input_size, output_size;
     uint32_t generation; /* bumps when input/output are reallocated */
 } wgml_cached_io;
 
@@ -46,9 +48,7 @@ typedef struct cached_weight {
     uint32_t bind_generation;
     WGPUBuffer params; /* one parameter block per chunk, `params_stride` bytes apart */
     uint32_t params_stride;
-    WGPUBindGroup bind[MAX_CHUNKS];
-    wgml_pipeline *pipeline[MAX_CHUNKS];
-    uint32_t groups[MAX_CHUNKS][3];
+    wgml_launch *launch; /* nchunks of them, each with its own bind group */
 } cached_weight;
 
 static const char cached_key; /* names the extension */
@@ -83,10 +83,10 @@ static cached_weight *find(const wgml_context *ctx, const char *name)
 
 static void drop_binds(cached_weight *cw)
 {
-    for (int i = 0; i < MAX_CHUNKS; i++)
-        if (cw->bind[i]) {
-            wgpuBindGroupRelease(cw->bind[i]);
-            cw->bind[i] = NULL;
+    for (int i = 0; cw->launch && i < cw->nchunks; i++)
+        if (cw->launch[i].bind) {
+            wgpuBindGroupRelease(cw->launch[i].bind);
+            cw->launch[i].bind = NULL;
         }
     cw->last_m = -1;
 }
@@ -94,6 +94,7 @@ static void drop_binds(cached_weight *cw)
 static void free_weight(cached_weight *cw)
 {
     drop_binds(cw);
+    free(cw->launch);
     if (cw->params) wgpuBufferRelease(cw->params);
     if (cw->w.buffer) wgpuBufferRelease(cw->w.buffer);
     free(cw->w.name);
@@ -174,7 +175,8 @@ wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const flo
                          nchunks, MAX_CHUNKS);
 
     cached_weight *cw = calloc(1, sizeof *cw);
-    if (!cw || !(cw->w.name = strdup(name))) {
+    if (!cw || !(cw->w.name = strdup(name)) || !(cw->launch = calloc((size_t)nchunks, sizeof *cw->launch))) {
+        if (cw) free(cw->w.name);
         free(cw);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -259,11 +261,9 @@ static void cached_state_free(wgml_context *ctx, void *state)
     wgml_cached_io *io = &cs->io;
     if (io->input) wgpuBufferRelease(io->input);
     if (io->output) wgpuBufferRelease(io->output);
-    if (io->staging) wgpuBufferRelease(io->staging);
     free(cs);
 }
 
-/* Grow-only buffer: reallocated (doubling) only when too small. */
 /* An I/O buffer grown as needed; counted in the stats, and a new one bumps `generation` (the
    weights' bind groups name the old one) */
 static wgml_status grow(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, WGPUBufferUsage usage,
@@ -273,7 +273,7 @@ static wgml_status grow(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint
     bool replaced;
     wgml_status st = wgml_grow_buffer(ctx, buf, size, need, 4096, usage, "wgml cached io", &replaced);
     if (!replaced) return st;
-    if (generation) (*generation)++;
+    (*generation)++;
     wgml_stats *s = &ctx->rt.stats;
     if (old) s->buffers_live--, s->bytes_live -= old;
     if (*buf) s->buffers_live++, s->bytes_live += *size;
@@ -285,6 +285,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
                                float *output, size_t output_len, int64_t m)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    double started = wgml_host_seconds();
     wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (!name || !input || !output)
@@ -310,9 +311,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
     if ((st = grow(ctx, &io->input, &io->input_size, in_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst,
                    &io->generation)) ||
         (st = grow(ctx, &io->output, &io->output_size, out_bytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc,
-                   &io->generation)) ||
-        (st = grow(ctx, &io->staging, &io->staging_size, out_bytes, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst,
-                   NULL)))
+                   &io->generation)))
         return st;
     if (cw->last_m != m || cw->bind_generation != io->generation) {
         /* plan: one launch per chunk of weight rows; chunk c accumulates onto the earlier ones */
@@ -321,59 +320,38 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
             int64_t r0 = c * cw->chunk_rows, rows = K - r0 < cw->chunk_rows ? K - r0 : cw->chunk_rows;
             wgml_gemm_args g = {.M = m, .N = N, .K = rows, .batch = 1, .alpha = 1.0f, .lda = K, .ldb = N,
                                 .a_off = r0, .accumulate = c > 0, .b_f16 = cw->f16};
-            wgml_launch l;
+            wgml_launch *l = &cw->launch[c];
             bool gemv = false;
             wgml_gemm_config cfg;
-            memset(&l, 0, sizeof l);
-            if ((st = wgml_gemm_pipeline(ctx, &g, &l, &gemv, &cfg))) return st;
-            wgml_gemm_params(ctx, &l, &g, gemv, &cfg);
-            if ((st = wgml_check_launch(ctx, &l))) return st;
+            memset(l, 0, sizeof *l);
+            if ((st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg))) return st;
+            wgml_gemm_params(ctx, l, &g, gemv, &cfg);
+            if ((st = wgml_check_launch(ctx, l))) return st;
             uint64_t esize = cw->f16 ? 2 : 4;
             uint64_t off = (uint64_t)c * (uint64_t)cw->chunk_rows * (uint64_t)N * esize;
             uint64_t size = cw->w.bytes - off < wgml_binding_limit(ctx) ? cw->w.bytes - off : (uint64_t)cw->chunk_rows * N * esize;
             uint64_t poff = (uint64_t)c * cw->params_stride;
-            wgpuQueueWriteBuffer(ctx->rt.queue, cw->params, poff, l.params, l.params_size);
-            WGPUBindGroupEntry e[5] = {
-                {.binding = 0, .buffer = cw->params, .offset = poff, .size = 64},
-                {.binding = 1, .buffer = io->input, .size = io->input_size},
-                {.binding = 2, .buffer = cw->w.buffer, .offset = off, .size = (size + 3) & ~3ull},
-                {.binding = 3, .buffer = io->input, .size = io->input_size}, /* no bias */
-                {.binding = 4, .buffer = io->output, .size = io->output_size},
-            };
-            WGPUBindGroupDescriptor bd = {.layout = l.pipeline->layout, .entryCount = 5, .entries = e};
-            cw->bind[c] = wgpuDeviceCreateBindGroup(ctx->rt.device, &bd);
-            cw->pipeline[c] = l.pipeline;
-            memcpy(cw->groups[c], l.groups, sizeof l.groups);
+            wgpuQueueWriteBuffer(ctx->rt.queue, cw->params, poff, l->params, l->params_size);
+            WGPUBuffer raw[4] = {io->input, cw->w.buffer, io->input /* no bias */, io->output};
+            uint64_t offsets[4] = {0, off, 0, 0}, sizes[4] = {io->input_size, (size + 3) & ~3ull, io->input_size, io->output_size};
+            WGPUBindGroupEntry e[5] = {{.binding = 0, .buffer = cw->params, .offset = poff, .size = 64}};
+            for (int b = 0; b < 4; b++) {
+                e[b + 1] = (WGPUBindGroupEntry){.binding = (uint32_t)b + 1, .buffer = raw[b], .offset = offsets[b], .size = sizes[b]};
+                l->raw[b] = raw[b];
+                l->offsets[b] = offsets[b];
+                l->sizes[b] = sizes[b];
+            }
+            l->nbuffers = 4;
+            WGPUBindGroupDescriptor bd = {.layout = l->pipeline->layout, .entryCount = 5, .entries = e};
+            l->bind = wgpuDeviceCreateBindGroup(ctx->rt.device, &bd);
+            if (!l->bind) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul_cached: no bind group");
         }
         cw->last_m = m;
         cw->bind_generation = io->generation;
     }
     wgpuQueueWriteBuffer(ctx->rt.queue, io->input, 0, input, in_bytes);
-    wgml_scope_push(&ctx->rt);
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, NULL);
-    for (int c = 0; c < cw->nchunks; c++) {
-        wgpuComputePassEncoderSetPipeline(pass, cw->pipeline[c]->pipeline);
-        wgpuComputePassEncoderSetBindGroup(pass, 0, cw->bind[c], 0, NULL);
-        wgpuComputePassEncoderDispatchWorkgroups(pass, cw->groups[c][0], cw->groups[c][1], cw->groups[c][2]);
-    }
-    wgpuComputePassEncoderEnd(pass);
-    wgpuComputePassEncoderRelease(pass);
-    wgpuCommandEncoderCopyBufferToBuffer(enc, io->output, 0, io->staging, 0, out_bytes);
-    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuCommandEncoderRelease(enc);
-    if ((st = wgml_submit(&ctx->rt, cb))) {
-        wgml_scope_pop(&ctx->rt, "matmul_cached");
-        return st;
-    }
-    ctx->rt.stats.dispatches += (uint64_t)cw->nchunks;
+    wgml_exec_readback rb = {.buffer = io->output, .size = out_bytes, .host = output};
+    if ((st = wgml_exec_submit(ctx, cw->launch, cw->nchunks, &rb, "matmul_cached", started))) return st;
     ctx->rt.stats.bytes_uploaded += in_bytes;
-    if ((st = wgml_scope_pop(&ctx->rt, "matmul_cached"))) return st;
-    if ((st = wgml_map_read(&ctx->rt, io->staging, out_bytes))) return st;
-    const void *src = wgpuBufferGetConstMappedRange(io->staging, 0, (size_t)out_bytes);
-    if (src) memcpy(output, src, (size_t)out_bytes);
-    wgpuBufferUnmap(io->staging);
-    if (!src) return wgml_fail(ctx, WGML_ERROR_DEVICE, "matmul_cached: no mapped range");
-    ctx->rt.stats.bytes_downloaded += out_bytes;
     return WGML_OK;
 }

@@ -1,0 +1,467 @@
+/*
+ * The matmul kernels' WGSL generators: the register-tiled GEMM (wgml_gemm_source), the
+ * GEMV for M == 1 (wgml_gemv_source) and the small-M GEMV (wgml_gemv_rows_source), each
+ * written for one tile config (graph/matmul_tiles.c picks it) with the shared parameter
+ * block, bindings and epilogue (alpha, accumulate, bias, activation).
+ *
+ *   - GEMV (M == 1, or N == 1 with the operands swapped): a workgroup owns 16-64 columns; its
+ *     256 threads split K over the rest and reduce in workgroup memory (cooperative
+ *     K-reduction).
+ *   - small-M GEMV (2 <= M <= 16, neither operand transposed): the GEMV's layout with one
+ *     accumulator per row, so the weight is read once for all rows.
+ *   - GEMM: 16x16 threads, each computing TM x TN outputs from BK-deep slices staged in
+ *     workgroup memory. The generator unrolls the inner product so register tiles are indexed
+ *     by constants only (naga emits plain loops and arrays indexed at run time spill).
+ * Edges (M, N, K not multiples of the tile) are guarded in the kernel.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/sbuf.h"
+#include "graph/matmul.h"
+
+static const char *act_wgsl[] = {
+    [WGML_ACT_NONE] = "v",
+    [WGML_ACT_RELU] = "select(max(v, 0.0), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)", /* NaN kept, as fused */
+    [WGML_ACT_GELU] = "0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
+    [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
+};
+
+/* b_f16: B is stored as IEEE halves (cached weights uploaded with f16 = 1); every read of it
+   converts to f32 (F16_OPEN / F16_CLOSE around the read), the math stays f32 */
+#define F16_OPEN(f16, vec) ((f16) ? ((vec) ? "vec4<f32>(" : "f32(") : "")
+#define F16_CLOSE(f16) ((f16) ? ")" : "")
+
+static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16)
+{
+    if (b_f16) wgml_sbuf_put(b, "enable f16;\n");
+    wgml_sbuf_put(b, "struct Params {\n"
+           "    M: u32, N: u32, K: u32, batch: u32,\n"
+           "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
+           "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"
+           "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
+           "}\n"
+           "@group(0) @binding(0) var<uniform> P: Params;\n"
+           "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
+           "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
+           "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
+           "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n",
+        vec_a ? "vec4<f32>" : "f32", b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32");
+}
+
+/* The epilogue every generator calls on a result: alpha, accumulate, bias, activation (with
+   the helpers the activations use). Written right after put_header. */
+static void put_epilogue_fn(wgml_sbuf *b, int act)
+{
+    wgml_sbuf_put(b, "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n");
+    wgml_sbuf_put(b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
+           "    var v = P.alpha * v0;\n"
+           "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
+           "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
+           "    return %s;\n}\n", act_wgsl[act]);
+}
+
+/* A element (m, k) and B element (k, n) of batch `bt`, as WGSL index expressions */
+static const char *a_index(bool ta) { return ta ? "P.a_off + bt * P.a_bs + k * P.lda + m" : "P.a_off + bt * P.a_bs + m * P.lda + k"; }
+static const char *b_index(bool tb) { return tb ? "P.b_off + bt * P.b_bs + n * P.ldb + k" : "P.b_off + bt * P.b_bs + k * P.ldb + n"; }
+
+/* One operand's side of the GEMM tile, as the generator sees it. The tile is staged in
+   workgroup memory k-major ([BK][BM] for A, [BK][BN] for B) so the inner product reads
+   vec4s of consecutive rows/columns. Global memory is read in vec4s along the operand's
+   contiguous dimension: k when A is not transposed (B: when it is), else m (B: n). */
+typedef struct operand {
+    const char *name, *shared, *reg; /* "A", "As", "ra" */
+    int width;                       /* BM or BN */
+    bool along_k;                    /* contiguous dimension is k: the staging transposes */
+    bool vec;                        /* buffer bound as array<vec4<f32>> (aligned) */
+    const char *outer, *outer_lim;   /* the non-k coordinate: "m", "P.M" */
+    const char *index;               /* element index expression (a_index/b_index) */
+    bool f16;                        /* stored as halves (B of f16 cached weights) */
+} operand;
+
+/* Loads the vec4s this thread stages of operand o for the K-slice at `k0` into registers
+   o.reg0.. (zero outside the matrix). */
+static void put_tile_load(wgml_sbuf *b, const operand *o, int BK)
+{
+    int vecs = o->width * BK / 4;
+    for (int r = 0; r * 256 < vecs; r++) {
+        wgml_sbuf_put(b, "        {\n            let e = lid + %du;\n", r * 256);
+        wgml_sbuf_put(b, "            %s%d = vec4<f32>(0.0);\n", o->reg, r);
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            if (e < %du) {\n", vecs);
+        /* q: which vec4 along the contiguous dimension; s: which row of the stored tile */
+        if (o->along_k)
+            wgml_sbuf_put(b, "            let %s = %s0 + e / %du; let k = k0 + (e %% %du) * 4u;\n", o->outer,
+                o->outer, BK / 4, BK / 4);
+        else
+            wgml_sbuf_put(b, "            let %s = %s0 + (e %% %du) * 4u; let k = k0 + e / %du;\n", o->outer,
+                o->outer, o->width / 4, o->width / 4);
+        const char *inner = o->along_k ? "k" : o->outer;
+        const char *inner_lim = o->along_k ? "P.K" : o->outer_lim;
+        const char *other = o->along_k ? o->outer : "k";
+        const char *other_lim = o->along_k ? o->outer_lim : "P.K";
+        if (o->vec) {
+            /* aligned: the extent along the contiguous dimension is a multiple of 4 */
+            wgml_sbuf_put(b, "            if (%s < %s && %s < %s) { %s%d = %s%s[(%s) / 4u]%s; }\n", other, other_lim, inner,
+                inner_lim, o->reg, r, F16_OPEN(o->f16, true), o->name, o->index, F16_CLOSE(o->f16));
+        } else {
+            wgml_sbuf_put(b, "            if (%s < %s) {\n                let i = %s;\n", other, other_lim, o->index);
+            for (int c = 0; c < 4; c++)
+                wgml_sbuf_put(b, "                if (%s + %du < %s) { %s%d.%c = %s%s[i + %du]%s; }\n", inner, c, inner_lim,
+                    o->reg, r, "xyzw"[c], F16_OPEN(o->f16, false), o->name, c, F16_CLOSE(o->f16));
+            wgml_sbuf_put(b, "            }\n");
+        }
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            }\n");
+        wgml_sbuf_put(b, "        }\n");
+    }
+}
+
+/* The transposing store writes 4 k-rows at once from lanes that differ in k and in row s;
+   unswizzled, the lanes' addresses fall in a quarter of the banks (4-way conflicts). XOR-ing
+   the vec4 column with (k / 4) * swizzle(o) spreads them over all 32 banks. The inner product
+   reads the same column with the same XOR (a constant per k), so its vec4 reads stay whole.
+   Needs a power-of-two row of >= 8 vec4s (widths 64 and 128). */
+static int swizzle(const operand *o, int BK)
+{
+    return o->along_k && o->width / 4 >= 8 ? 32 / BK : 0;
+}
+
+/* Stores the registers of put_tile_load into staging buffer `stage` (a WGSL expression). */
+static void put_tile_store(wgml_sbuf *b, const operand *o, int BK, const char *stage)
+{
+    int vecs = o->width * BK / 4, w4 = o->width / 4;
+    wgml_sbuf_put(b, "        let buf = (%s) * %du;\n", stage, vecs);
+    for (int r = 0; r * 256 < vecs; r++) {
+        wgml_sbuf_put(b, "        {\n            let e = lid + %du;\n", r * 256);
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            if (e < %du) {\n", vecs);
+        if (o->along_k) {
+            /* row s of the stored tile holds 4 consecutive k: transpose into 4 rows */
+            wgml_sbuf_put(b, "            let s = e / %du; let kq = (e %% %du) * 4u;\n", BK / 4, BK / 4);
+            wgml_sbuf_put(b, "            let col = (s / 4u) ^ ((kq / 4u) * %du);\n", swizzle(o, BK));
+            for (int c = 0; c < 4; c++)
+                wgml_sbuf_put(b, "            %s[buf + (kq + %du) * %du + col][s %% 4u] = %s%d.%c;\n", o->shared, c, w4, o->reg,
+                    r, "xyzw"[c]);
+        } else {
+            wgml_sbuf_put(b, "            %s[buf + e] = %s%d;\n", o->shared, o->reg, r);
+        }
+        if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            }\n");
+        wgml_sbuf_put(b, "        }\n");
+    }
+}
+
+/* Slice `k0` of both operands into registers and, if `store`, on into staging buffer `stage`. */
+static void put_slice(wgml_sbuf *b, const operand *A, const operand *B, int BK, const char *k0, const char *stage, bool store)
+{
+    wgml_sbuf_put(b, "    {\n        let k0 = %s;\n", k0);
+    put_tile_load(b, A, BK);
+    put_tile_load(b, B, BK);
+    if (store) {
+        wgml_sbuf_put(b, "    {\n");
+        put_tile_store(b, A, BK, stage);
+        wgml_sbuf_put(b, "    }\n    {\n");
+        put_tile_store(b, B, BK, stage);
+        wgml_sbuf_put(b, "    }\n");
+    }
+    wgml_sbuf_put(b, "    }\n");
+}
+
+char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
+{
+    int TM = cfg->tm, TN = cfg->tn, BK = cfg->bk;
+    int BM = 16 * TM, BN = 16 * TN;
+    int stages = cfg->double_buffer ? 2 : 1;
+    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta), false};
+    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb), cfg->b_f16};
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
+        TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
+        cfg->prefetch ? ", register prefetch" : "");
+    put_header(&b, cfg->vec_a, cfg->vec_b, cfg->b_f16);
+    put_epilogue_fn(&b, act);
+    wgml_sbuf_put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
+    wgml_sbuf_put(&b, "var<workgroup> Bs: array<vec4<f32>, %d>; // [stage][BK][BN / 4]\n", stages * BK * BN / 4);
+    wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+            "    let tiles_n = (P.N + %du) / %du;\n"
+            "    let tile = wg.x + wg.y * P.gx;\n"
+            "    let bt = wg.z;\n"
+            "    let m0 = (tile / tiles_n) * %du;\n"
+            "    let n0 = (tile %% tiles_n) * %du;\n"
+            "    if (m0 >= P.M) { return; }\n", BN - 1, BN, BM, BN);
+    /* a warp covers 8x4 threads (reads 128 B of Bs and 64 B of As per step: one wavefront
+       each) or 16x2 (256 B of Bs: two) */
+    if (cfg->warp_8x4)
+        wgml_sbuf_put(&b, "    let tx = (lid %% 8u) + ((lid / 32u) %% 2u) * 8u;\n"
+                "    let ty = ((lid / 8u) %% 4u) + (lid / 64u) * 4u;\n");
+    else
+        wgml_sbuf_put(&b, "    let tx = lid %% 16u;\n    let ty = lid / 16u;\n");
+    for (int i = 0; i < TM; i++)
+        for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
+    for (int r = 0; r * 256 < BM * BK / 4; r++) wgml_sbuf_put(&b, "    var ra%d: vec4<f32>;\n", r);
+    for (int r = 0; r * 256 < BN * BK / 4; r++) wgml_sbuf_put(&b, "    var rb%d: vec4<f32>;\n", r);
+    char next_k0[32];
+    snprintf(next_k0, sizeof next_k0, "(t + 1u) * %du", BK);
+    /* prologue: slice 0 into stage 0 */
+    wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
+    put_slice(&b, &A, &B, BK, "0u", "0u", true);
+    wgml_sbuf_put(&b, "    workgroupBarrier();\n    for (var t = 0u; t < slices; t++) {\n");
+    if (stages == 2) {
+        /* slice t+1: with prefetch, load it into registers now (its latency hides behind slice
+           t's math) and store it after; without, stage it into the other buffer right away */
+        wgml_sbuf_put(&b, "        let cur = t & 1u;\n        if (t + 1u < slices) {\n");
+        put_slice(&b, &A, &B, BK, next_k0, "1u - cur", !cfg->prefetch);
+        wgml_sbuf_put(&b, "        }\n");
+    } else {
+        wgml_sbuf_put(&b, "        let cur = 0u;\n");
+        if (cfg->prefetch) {
+            /* one buffer, slice t+1 loaded into registers before slice t's math */
+            wgml_sbuf_put(&b, "        if (t + 1u < slices) {\n");
+            put_slice(&b, &A, &B, BK, next_k0, "0u", false);
+            wgml_sbuf_put(&b, "        }\n");
+        }
+    }
+    wgml_sbuf_put(&b, "        let abuf = cur * %du;\n        let bbuf = cur * %du;\n", BK * BM / 4, BK * BN / 4);
+    /* the inner product, unrolled so register tiles are indexed by constants only: rows
+       ty*4 + 64*i' (+0..3), columns tx*4 + 64*j (+0..3) so a warp reads neighbouring vec4s */
+    for (int kk = 0; kk < BK; kk++) {
+        /* the swizzled column (see swizzle()): ty ^ f < 16, so ib * 16 + (ty ^ f) */
+        if (kk % 4 == 0) {
+            wgml_sbuf_put(&b, "        let ty_s%d = ty ^ %du;\n", kk / 4, (kk / 4) * swizzle(&A, BK));
+            wgml_sbuf_put(&b, "        let tx_s%d = tx ^ %du;\n", kk / 4, (kk / 4) * swizzle(&B, BK));
+        }
+        if (TM % 4 == 0)
+            for (int ib = 0; ib < TM / 4; ib++)
+                wgml_sbuf_put(&b, "        let a%d_%d = As[abuf + %du + ty_s%d];\n", kk, ib, kk * BM / 4 + ib * 16, kk / 4);
+        else
+            wgml_sbuf_put(&b, "        let a%d_0 = vec4<f32>(As[abuf + %du + ty / 4u][ty %% 4u]);\n", kk, kk * BM / 4);
+        for (int jb = 0; jb < TN / 4; jb++)
+            wgml_sbuf_put(&b, "        let b%d_%d = Bs[bbuf + %du + tx_s%d];\n", kk, jb, kk * BN / 4 + jb * 16, kk / 4);
+        for (int i = 0; i < TM; i++)
+            for (int jb = 0; jb < TN / 4; jb++)
+                wgml_sbuf_put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d.%c), b%d_%d, c%d_%d);\n", i, jb, kk, i / 4,
+                    "xyzw"[i % 4], kk, jb, i, jb);
+    }
+    if (stages == 2 && cfg->prefetch) {
+        wgml_sbuf_put(&b, "        if (t + 1u < slices) {\n        {\n");
+        put_tile_store(&b, &A, BK, "1u - cur");
+        wgml_sbuf_put(&b, "        }\n        {\n");
+        put_tile_store(&b, &B, BK, "1u - cur");
+        wgml_sbuf_put(&b, "        }\n        }\n");
+    } else if (stages == 1) {
+        /* one buffer: everyone is done reading it before the next slice goes in */
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n        if (t + 1u < slices) {\n");
+        if (cfg->prefetch) {
+            wgml_sbuf_put(&b, "        {\n");
+            put_tile_store(&b, &A, BK, "0u");
+            wgml_sbuf_put(&b, "        }\n        {\n");
+            put_tile_store(&b, &B, BK, "0u");
+            wgml_sbuf_put(&b, "        }\n");
+        } else {
+            put_slice(&b, &A, &B, BK, next_k0, "0u", true);
+        }
+        wgml_sbuf_put(&b, "        }\n");
+    }
+    wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
+    wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
+    for (int i = 0; i < TM; i++)
+        for (int j = 0; j < TN / 4; j++) {
+            if (TM % 4 == 0)
+                wgml_sbuf_put(&b, "    {\n        let m = m0 + ty * 4u + %du;\n", (i / 4) * 64 + i % 4);
+            else
+                wgml_sbuf_put(&b, "    {\n        let m = m0 + ty;\n");
+            wgml_sbuf_put(&b, "        let n = n0 + tx * 4u + %du;\n        if (m < P.M) {\n", j * 64);
+            for (int c = 0; c < 4; c++)
+                wgml_sbuf_put(&b, "            if (n + %du < P.N) { let idx = cb + m * P.N + n + %du; C[idx] = epilogue(c%d_%d.%c, n + %du, idx); }\n",
+                    c, c, i, j, "xyzw"[c], c);
+            wgml_sbuf_put(&b, "        }\n    }\n");
+        }
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
+}
+
+/* load_b(k, n, bt): B[k, n .. n + 3] of batch bt (B stored [K, N]), zero past N */
+static void put_load_b(wgml_sbuf *b, bool vec_b, bool f16)
+{
+    wgml_sbuf_put(b, "fn load_b(k: u32, n: u32, bt: u32) -> vec4<f32> {\n"
+           "    let row = P.b_off + bt * P.b_bs + k * P.ldb + n;\n");
+    const char *o = F16_OPEN(f16, false), *c = F16_CLOSE(f16);
+    if (vec_b)
+        wgml_sbuf_put(b, "    return %sB[row / 4u]%s; // N %% 4 == 0: the vec4 is wholly inside\n}\n",
+                      F16_OPEN(f16, true), c);
+    else
+        wgml_sbuf_put(b, "    var v = vec4<f32>(0.0);\n"
+               "    v.x = %sB[row]%s;\n"
+               "    if (n + 1u < P.N) { v.y = %sB[row + 1u]%s; }\n"
+               "    if (n + 2u < P.N) { v.z = %sB[row + 2u]%s; }\n"
+               "    if (n + 3u < P.N) { v.w = %sB[row + 3u]%s; }\n"
+               "    return v;\n}\n", o, c, o, c, o, c, o, c);
+}
+
+/* y[b, n] = sum_k x[b, k] B[k, n]: one workgroup owns cfg->gemv_cols columns (vec4 groups of
+   them across threads) and splits K over the rest of its 256 threads; partial sums meet in
+   workgroup memory. Narrow workgroups for narrow matrices, so there are enough of them to
+   keep every SM's loads in flight. */
+char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
+{
+    wgml_sbuf b = {0};
+    bool sg = !tb && cfg->gemv_subgroups; /* (naga 29 takes subgroup ops without `enable`) */
+    wgml_sbuf_put(&b, "// generated GEMV (M = 1), B%s%s%s\n", tb ? "^T" : "", !tb && cfg->vec_b ? " vec4" : "",
+                  sg ? ", subgroup reduction" : "");
+    put_header(&b, false, !tb && cfg->vec_b, cfg->b_f16);
+    put_epilogue_fn(&b, act);
+    if (!tb) {
+        int groups = cfg->gemv_cols / 4, slices = 256 / groups;
+        /* thread (ks, c) sums k = ks, ks + slices, ... for columns n .. n + 3; four
+           independent accumulators keep four loads in flight */
+        wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 256>;\n");
+        put_load_b(&b, cfg->vec_b, cfg->b_f16);
+        wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
+                "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32%s) {\n"
+                "    let bt = wg.z;\n"
+                "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
+                "    if (n0 >= P.N) { return; }\n"
+                "    let c = lid %% %du;\n"
+                "    let ks = lid / %du;\n"
+                "    let n = n0 + c * 4u;\n"
+                "    let m = 0u;\n"
+                "    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0);\n"
+                "    var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);\n"
+                "    if (n < P.N) {\n"
+                "        var k = ks;\n"
+                "        for (; k + %du < P.K; k += %du) {\n",
+            sg ? ", @builtin(subgroup_size) sg_size: u32" : "", cfg->gemv_cols, groups, groups, 3 * slices, 4 * slices);
+        for (int u = 0; u < 4; u++)
+            wgml_sbuf_put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc%d); }\n",
+                u * slices, u, a_index(false), u);
+        wgml_sbuf_put(&b, "        }\n"
+                "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc0); }\n"
+                "    }\n",
+            slices, a_index(false));
+        /* the workgroup's partial sums meet in part[]; thread c < G then holds its 4 columns in r */
+        if (sg) {
+            /* lanes lid and lid ^ o of a subgroup hold the same columns when o is a multiple of
+               the number of column groups G: a butterfly leaves each subgroup's sums in its
+               first G lanes (a subgroup narrower than G is left as it is). One barrier, then
+               thread c < G adds one entry per subgroup (or per slice). Assumes lanes are
+               numbered along local_invocation_index, as Vulkan drivers do for a 1-D
+               workgroup. */
+            wgml_sbuf_put(&b,
+                "    var v = (acc0 + acc1) + (acc2 + acc3);\n"
+                "    for (var o = %du; o < sg_size; o <<= 1u) { v += subgroupShuffleXor(v, o); }\n"
+                "    part[lid] = v;\n"
+                "    workgroupBarrier();\n"
+                "    if (lid < %du) {\n"
+                "        let step = max(sg_size, %du);\n"
+                "        var r = vec4<f32>(0.0);\n"
+                "        for (var j = lid; j < 256u; j += step) { r += part[j]; }\n",
+                groups, groups, groups);
+        } else {
+            wgml_sbuf_put(&b,
+                "    part[lid] = (acc0 + acc1) + (acc2 + acc3);\n"
+                "    workgroupBarrier();\n"
+                "    for (var s = 128u; s >= %du; s >>= 1u) {\n"
+                "        if (lid < s) { part[lid] += part[lid + s]; }\n"
+                "        workgroupBarrier();\n"
+                "    }\n"
+                "    if (lid < %du) {\n"
+                "        let r = part[lid];\n",
+                groups, groups);
+        }
+        wgml_sbuf_put(&b,
+                "        let cb = P.c_off + bt * P.N;\n"
+                "        for (var q = 0u; q < 4u; q++) {\n"
+                "            if (n + q < P.N) { C[cb + n + q] = epilogue(r[q], n + q, cb + n + q); }\n"
+                "        }\n"
+                "    }\n"
+                "}\n");
+    } else {
+        /* B stored [N, K]: each output is a dot product of two contiguous rows; 8 outputs
+           per workgroup, 32 threads each */
+        wgml_sbuf_put(&b, "var<workgroup> part: array<f32, 256>;\n"
+                "@compute @workgroup_size(256)\n"
+                "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+                "    let bt = wg.z;\n"
+                "    let n = (wg.x + wg.y * P.gx) * 8u + lid / 32u;\n"
+                "    let lane = lid %% 32u;\n"
+                "    let m = 0u;\n"
+                "    var acc = 0.0;\n"
+                "    if (n < P.N) {\n"
+                "        for (var k = lane; k < P.K; k += 32u) { acc = fma(A[%s], %sB[%s]%s, acc); }\n"
+                "    }\n"
+                "    part[lid] = acc;\n"
+                "    workgroupBarrier();\n"
+                "    for (var s = 16u; s > 0u; s >>= 1u) {\n"
+                "        if (lane < s) { part[lid] += part[lid + s]; }\n"
+                "        workgroupBarrier();\n"
+                "    }\n"
+                "    if (lane == 0u && n < P.N) { let idx = P.c_off + bt * P.N + n; C[idx] = epilogue(part[lid], n, idx); }\n"
+                "}\n",
+            a_index(false), F16_OPEN(cfg->b_f16, false), b_index(true), F16_CLOSE(cfg->b_f16));
+    }
+    return wgml_sbuf_take(&b);
+}
+
+/* C[b, m, n] = sum_k A[b, m, k] B[k, n] for a few rows (2 <= M <= cfg->gemv_rows <= 16):
+   the GEMV's layout (a workgroup owns gemv_cols columns, its threads split K) with one
+   accumulator per row, so the weight is read once for all rows, as a GEMV reads it. Rows past
+   M read row M - 1 (no branch in the loop) and are not written. Partial sums meet four rows
+   at a time in workgroup memory. */
+char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
+{
+    int R = cfg->gemv_rows, groups = cfg->gemv_cols / 4, slices = 256 / groups;
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "// generated small-M GEMV: up to %d rows, %d columns per workgroup%s\n", R, cfg->gemv_cols,
+                  cfg->vec_b ? ", B vec4" : "");
+    put_header(&b, false, cfg->vec_b, cfg->b_f16);
+    put_epilogue_fn(&b, act);
+    put_load_b(&b, cfg->vec_b, cfg->b_f16);
+    wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 1024>; // [4 rows][256 threads]\n"
+            "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
+            "    let bt = wg.z;\n"
+            "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
+            "    if (n0 >= P.N) { return; }\n"
+            "    let c = lid %% %du;\n"
+            "    let ks = lid / %du;\n"
+            "    let n = n0 + c * 4u;\n",
+        cfg->gemv_cols, groups, groups);
+    for (int m = 0; m < R; m++)
+        wgml_sbuf_put(&b, "    var acc%d = vec4<f32>(0.0);\n    let a%d = P.a_off + bt * P.a_bs + min(%du, P.M - 1u) * P.lda;\n",
+                      m, m, m);
+    /* two k per step: two weight loads in flight per thread */
+    wgml_sbuf_put(&b, "    if (n < P.N) {\n"
+            "        var k = ks;\n"
+            "        for (; k + %du < P.K; k += %du) {\n"
+            "            let b0 = load_b(k, n, bt);\n"
+            "            let b1 = load_b(k + %du, n, bt);\n",
+        slices, 2 * slices, slices);
+    for (int m = 0; m < R; m++)
+        wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, fma(vec4<f32>(A[a%d + k + %du]), b1, acc%d));\n",
+                      m, m, m, slices, m);
+    wgml_sbuf_put(&b, "        }\n"
+            "        if (k < P.K) {\n"
+            "            let b0 = load_b(k, n, bt);\n");
+    for (int m = 0; m < R; m++) wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, acc%d);\n", m, m, m);
+    wgml_sbuf_put(&b, "        }\n    }\n");
+    for (int m0 = 0; m0 < R; m0 += 4) {
+        int q = R - m0 < 4 ? R - m0 : 4;
+        for (int r = 0; r < q; r++) wgml_sbuf_put(&b, "    part[%du + lid] = acc%d;\n", r * 256, m0 + r);
+        wgml_sbuf_put(&b, "    workgroupBarrier();\n"
+                "    for (var s = 128u; s >= %du; s >>= 1u) {\n"
+                "        if (lid < s) {\n", groups);
+        for (int r = 0; r < q; r++) wgml_sbuf_put(&b, "            part[%du + lid] += part[%du + lid + s];\n", r * 256, r * 256);
+        wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n    }\n    if (lid < %du) {\n", groups);
+        for (int r = 0; r < q; r++)
+            wgml_sbuf_put(&b,
+                "        if (%du < P.M) {\n"
+                "            let r = part[%du + lid];\n"
+                "            let cb = P.c_off + (bt * P.M + %du) * P.N;\n"
+                "            for (var q = 0u; q < 4u; q++) {\n"
+                "                if (n + q < P.N) { C[cb + n + q] = epilogue(r[q], n + q, cb + n + q); }\n"
+                "            }\n"
+                "        }\n",
+                m0 + r, r * 256, m0 + r);
+        wgml_sbuf_put(&b, "    }\n");
+    }
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
+}

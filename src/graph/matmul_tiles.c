@@ -1,0 +1,61 @@
+/*
+ * The matmul tile policy: which kernel config (graph/matmul.h, wgml_gemm_config) serves
+ * which shape on this adapter. The generators of graph/gemm_wgsl.c write the kernel for the
+ * config chosen here; graph/matmul.c launches it. Benchmark sweeps override parts of the
+ * policy through the context's knobs (graph/tuning.h).
+ */
+#include "graph/matmul.h"
+#include "graph/tuning.h"
+
+/* Tile configs by shape. WGML_GEMM_TILE="tm,tn,bk,stages" overrides the large-M config
+   (benchmark sweeps; stages 1 = one buffer, 2 = two with register prefetch, 3 = two without,
+   4 = one with register prefetch; tm and tn 4, 8 or 16). Double buffering only where the
+   adapter's workgroup memory holds it. */
+wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
+{
+    const wgml_tuning *tu = wgml_tuning_of(ctx);
+    wgml_gemm_config c;
+    if (g->M <= 16) c = (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16, .double_buffer = true};
+    else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16, .double_buffer = true};
+    else {
+        /* measured on the H100 (docs/MEASUREMENTS.md): 128x128 tiles, BK 16, one buffer, for
+           grids of >= 512 tiles; fewer tiles: the next slice loaded into registers during
+           this one's math (1024^3 +12%, 2048^3 +18%, M=128 K=N=8192 +23%); under 32 tiles,
+           64x128 tiles for more workgroups */
+        int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128) * g->batch;
+        if (tiles >= 512) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
+        else if (tiles >= 32) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16, .prefetch = true};
+        else c = (wgml_gemm_config){.tm = 4, .tn = 8, .bk = 16, .double_buffer = true, .prefetch = true};
+        if (tu->gemm_tile_set) {
+            int st = tu->gemm_stages;
+            c = (wgml_gemm_config){.tm = tu->gemm_tm, .tn = tu->gemm_tn, .bk = tu->gemm_bk,
+                                   .double_buffer = st == 2 || st == 3, .prefetch = st == 2 || st == 4};
+        }
+    }
+    /* within the adapter's workgroup memory: drop the second stage, then shrink the slice */
+    uint64_t room = ctx->rt.limits.maxComputeWorkgroupStorageSize;
+    while (c.bk > 4 && (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.bk /= 2;
+    if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.double_buffer = false;
+    c.warp_8x4 = tu->gemm_warp_8x4;
+    /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
+       (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off */
+    c.gemv_rows = 0;
+    if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off)
+        for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}
+    /* GEMV: the widest workgroup (most columns, longest contiguous reads) that still gives
+       >= 256 workgroups (two per SM on an H100); the small-M one does M times the math per
+       weight read and was fastest with >= 32 (H100, M = 16, K = N = 1536 / 4096 / 8192:
+       5.2 / 13.4 / 17.0 TFLOP/s vs 4.1 / 10.6 / 16.0 with >= 256) */
+    uint64_t enough = c.gemv_rows ? 32 : 256;
+    c.gemv_cols = 64;
+    while (c.gemv_cols > 16 && (uint64_t)g->batch * (uint64_t)((g->N + c.gemv_cols - 1) / c.gemv_cols) < enough)
+        c.gemv_cols /= 2;
+    c.gemv_subgroups = tu->gemv_subgroups;
+    if (tu->gemv_cols) c.gemv_cols = tu->gemv_cols;
+    c.b_f16 = g->b_f16;
+    /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
+    int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
+    c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0;
+    c.vec_b = b_inner % 4 == 0 && g->ldb % 4 == 0 && g->b_off % 4 == 0 && g->b_bs % 4 == 0;
+    return c;
+}

@@ -1,0 +1,48 @@
+/* The benchmark knobs of graph/tuning.h, read from the environment once per context. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/tuning.h"
+
+static const char tuning_key; /* names the extension */
+
+static void tuning_free(wgml_context *ctx, void *state) { free(state); }
+
+static void tuning_read(wgml_context *ctx, wgml_tuning *t)
+{
+    *t = (wgml_tuning){.ew_unroll = 1};
+    const char *e = getenv("WGML_GEMM_TILE");
+    int tm, tn, bk, st;
+    if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8 || tm == 16) &&
+        (tn == 4 || tn == 8 || tn == 16) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 4)
+        *t = (wgml_tuning){.gemm_tile_set = true, .gemm_tm = tm, .gemm_tn = tn, .gemm_bk = bk, .gemm_stages = st,
+                           .ew_unroll = 1};
+    const char *wl = getenv("WGML_GEMM_WARP");
+    t->gemm_warp_8x4 = wl && !strcmp(wl, "8x4");
+    const char *gr = getenv("WGML_GEMV_ROWS");
+    t->gemv_rows_off = gr && *gr == '0';
+    const char *sge = getenv("WGML_SUBGROUPS");
+    t->gemv_subgroups = ctx->rt.info.has_subgroups && sge && *sge == '1';
+    const char *gc = getenv("WGML_GEMV_COLS");
+    int cols = gc ? atoi(gc) : 0;
+    t->gemv_cols = cols == 16 || cols == 32 || cols == 64 ? cols : 0;
+    /* (unrolling gained nothing for add on the H100, so the default is 1) */
+    const char *unroll = getenv("WGML_EW_UNROLL");
+    int u = unroll ? atoi(unroll) : 1;
+    t->ew_unroll = u == 2 || u == 4 || u == 8 ? u : 1;
+}
+
+const wgml_tuning *wgml_tuning_of(wgml_context *ctx)
+{
+    static const wgml_tuning defaults = {.ew_unroll = 1};
+    wgml_tuning *t = wgml_extension_get(ctx, &tuning_key);
+    if (t) return t;
+    if (!(t = malloc(sizeof *t))) return &defaults;
+    tuning_read(ctx, t);
+    if (wgml_extension_set(ctx, &tuning_key, t, tuning_free)) {
+        free(t);
+        return &defaults;
+    }
+    return t;
+}

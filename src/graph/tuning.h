@@ -1,0 +1,28 @@
+/*
+ * The knobs of benchmark sweeps (README, "Measuring"), read from the environment once per
+ * context, when first asked for, and kept as the context's extension: the tile policy
+ * (graph/matmul_tiles.c) and the fused kernels read them here rather than calling getenv at
+ * every kernel choice. A knob set to something it does not take is as if unset.
+ */
+#ifndef WGML_GRAPH_TUNING_H
+#define WGML_GRAPH_TUNING_H
+
+#include "core/context.h"
+
+typedef struct wgml_tuning {
+    /* WGML_GEMM_TILE=tm,tn,bk,stages: the large-M GEMM tile (tm, tn 4, 8 or 16; bk 4, 8, 16
+       or 32; stages 1..4 as wgml_gemm_choose reads them); gemm_tile_set when given */
+    bool gemm_tile_set;
+    int gemm_tm, gemm_tn, gemm_bk, gemm_stages;
+    bool gemm_warp_8x4;  /* WGML_GEMM_WARP=8x4 (else the 16x2 layout) */
+    bool gemv_rows_off;  /* WGML_GEMV_ROWS=0: no small-M GEMV */
+    bool gemv_subgroups; /* WGML_SUBGROUPS=1 and the adapter has subgroups */
+    int gemv_cols;       /* WGML_GEMV_COLS=16|32|64; 0: by shape */
+    int ew_unroll;       /* WGML_EW_UNROLL=2|4|8: elements per thread of fused kernels; 1 */
+} wgml_tuning;
+
+/* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of
+   host memory), the defaults. */
+const wgml_tuning *wgml_tuning_of(wgml_context *ctx);
+
+#endif

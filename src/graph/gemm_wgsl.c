@@ -19,12 +19,13 @@
 
 #include "core/sbuf.h"
 #include "graph/matmul.h"
+#include "graph/ops.h"
+#include "kernels/wgsl_sources.h"
 
-static const char *act_wgsl[] = {
-    [WGML_ACT_NONE] = "v",
-    [WGML_ACT_RELU] = "select(max(v, 0.0), v, (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u)", /* NaN kept, as fused */
-    [WGML_ACT_GELU] = "0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)))",
-    [WGML_ACT_SILU] = "v / (1.0 + exp(-v))",
+/* the op of the table whose WGSL each activation applies: the same text as the fused ops */
+static const int act_op[] = {
+    [WGML_ACT_NONE] = WGML_OP_COPY, [WGML_ACT_RELU] = WGML_OP_RELU,
+    [WGML_ACT_GELU] = WGML_OP_GELU, [WGML_ACT_SILU] = WGML_OP_SILU,
 };
 
 /* b_f16: B is stored as IEEE halves (cached weights uploaded with f16 = 1); every read of it
@@ -49,16 +50,26 @@ static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16)
         vec_a ? "vec4<f32>" : "f32", b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32");
 }
 
-/* The epilogue every generator calls on a result: alpha, accumulate, bias, activation (with
-   the helpers the activations use). Written right after put_header. */
+/* The epilogue every generator calls on a result: alpha, accumulate, bias, activation. The
+   activation is the op table's WGSL over kernels/elementwise.wgsl, as in the fused kernels,
+   so both give the same value at every input (infinities and NaN included). Written right
+   after put_header. */
 static void put_epilogue_fn(wgml_sbuf *b, int act)
 {
-    wgml_sbuf_put(b, "fn tanh_safe(x: f32) -> f32 { return select(tanh(x), sign(x), abs(x) > 10.0); }\n");
+    if (act != WGML_ACT_NONE)
+        /* NaN and inf as runtime values (P.M & 0u is 0): WGSL constants may be neither */
+        wgml_sbuf_put(b, "alias T = f32;\nalias TU = u32;\nalias TB = bool;\n"
+                         "fn wgml_nan() -> f32 { return bitcast<f32>(0x7fc00000u | (P.M & 0u)); }\n"
+                         "fn wgml_inf() -> f32 { return bitcast<f32>(0x7f800000u | (P.M & 0u)); }\n%s",
+                      wgml_wgsl_find("elementwise"));
+    char expr[256];
+    const char *v = "v";
+    if (!wgml_op_expand(act_op[act], &v, NULL, expr, sizeof expr)) snprintf(expr, sizeof expr, "v");
     wgml_sbuf_put(b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
            "    var v = P.alpha * v0;\n"
            "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
            "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-           "    return %s;\n}\n", act_wgsl[act]);
+           "    return %s;\n}\n", expr);
 }
 
 /* A element (m, k) and B element (k, n) of batch `bt`, as WGSL index expressions */

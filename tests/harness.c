@@ -7,6 +7,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "cpu/ref.h"
+
 /* Keep Mesa's lavapipe loaded until exit, so LeakSanitizer can name the driver's own
    allocations (tests/lsan.supp suppresses those, and only those). */
 __attribute__((constructor)) static void keep_vulkan_driver_loaded(void)
@@ -51,6 +53,47 @@ double test_uniform(double lo, double hi)
 void test_fill_uniform(float *x, size_t n, double lo, double hi)
 {
     for (size_t i = 0; i < n; i++) x[i] = (float)test_uniform(lo, hi);
+}
+
+double *test_to_double(const float *x, size_t n)
+{
+    double *y = malloc((n ? n : 1) * sizeof *y);
+    if (y)
+        for (size_t i = 0; i < n; i++) y[i] = x[i];
+    return y;
+}
+
+void test_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int64_t batch_a,
+                     int trans_a, const float *B, int64_t batch_b, int trans_b, double alpha,
+                     const float *bias, int act, double *C)
+{
+    double *a = test_to_double(A, (size_t)(batch_a * M * K)), *b = test_to_double(B, (size_t)(batch_b * K * N));
+    double *d = bias ? test_to_double(bias, (size_t)N) : NULL;
+    if (a && b && (d || !bias))
+        wgml_ref_matmul(batch, M, N, K, a, batch_a, trans_a, b, batch_b, trans_b, alpha, d, act, C);
+    else {
+        fprintf(stderr, "FAIL %s: test_ref_matmul: out of memory\n", test_current);
+        test_failures++;
+    }
+    free(a);
+    free(b);
+    free(d);
+}
+
+double test_max_gap(int64_t outer, int64_t len, int64_t inner, const double *x)
+{
+    double gap = INFINITY;
+    for (int64_t o = 0; o < outer && len > 1; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double top = -INFINITY, second = -INFINITY;
+            for (int64_t k = 0; k < len; k++) {
+                double v = x[(o * len + k) * inner + i];
+                if (v > top) second = top, top = v;
+                else if (v > second) second = v;
+            }
+            gap = fmin(gap, top - second);
+        }
+    return gap;
 }
 
 static double elem_err(float g, double w, double floor)

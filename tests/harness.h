@@ -60,6 +60,20 @@ uint64_t test_rand_u64(void);
 double test_uniform(double lo, double hi);
 void test_fill_uniform(float *x, size_t n, double lo, double hi);
 
+/* x (n floats) widened to double in a new array (free it; NULL if malloc fails): what the
+   CPU reference (cpu/ref.h) reads, exactly the values the GPU was given. */
+double *test_to_double(const float *x, size_t n);
+/* wgml_ref_matmul (cpu/ref.h; the arguments as there) of float operands, each widened with
+   test_to_double first. */
+void test_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int64_t batch_a,
+                     int trans_a, const float *B, int64_t batch_b, int trans_b, double alpha,
+                     const float *bias, int act, double *C);
+
+/* x is (outer, len, inner): the least distance between the max and the runner-up of the
+   runs along len that a max reduction takes (0 at a tie; +inf when len < 2). max's
+   derivative jumps at a tie, so gradient tests keep their inputs this far from one. */
+double test_max_gap(int64_t outer, int64_t len, int64_t inner, const double *x);
+
 /* Max relative error of got against want: |g - w| / max(|w|, floor). NaN/inf must match
    exactly (same class and sign) or the result is +inf. */
 double test_max_rel_err(const float *got, const double *want, size_t n, double floor);

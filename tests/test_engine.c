@@ -257,9 +257,12 @@ static void one_submit_per_evaluation(void)
     /* the results are right, and reading them dispatches no kernel */
     double w0[4100], w1, w2[4100], w3[41];
     for (int i = 0; i < 4100; i++) w0[i] = wgml_ref_tanh((double)x[i] * y[i]);
-    w1 = wgml_ref_sum_all(4100, y);
-    wgml_ref_softmax(41, 100, x, w2);
-    wgml_ref_max(2, s2, y, 1, w3);
+    double *xd = test_to_double(x, 4100), *yd = test_to_double(y, 4100);
+    w1 = wgml_ref_sum_all(4100, yd);
+    wgml_ref_softmax(41, 100, xd, w2);
+    wgml_ref_max(2, s2, yd, 1, w3);
+    free(xd);
+    free(yd);
     CHECK_CLOSE(ctx, "tanh(a*b)", t[0], w0, 4100, 1e-4, 1e-3); /* tanh floor: see test_ops */
     CHECK_CLOSE(ctx, "sum_all(b)", t[1], &w1, 1, 1e-5, 1e-30);
     CHECK_CLOSE(ctx, "softmax", t[2], w2, 4100, 1e-5, 1e-30);
@@ -672,20 +675,13 @@ static wgml_tensor *mixed_graph(wgml_context *ctx, wgml_tensor *a, wgml_tensor *
 
 static void mixed_reference(const float *a, const float *w, const float *bias, float s, double *out)
 {
-    double h[33 * 20];
-    wgml_ref_matmul(1, 33, 20, 17, a, 1, 0, w, 1, 0, 1.0, bias, 2, h);
-    float g[33 * 20];
-    for (int i = 0; i < 33 * 20; i++) g[i] = (float)(wgml_ref_tanh(h[i]) * s);
-    double n[33 * 20];
-    wgml_ref_layernorm(33, 20, g, NULL, NULL, 1e-5, n);
-    float nf[33 * 20];
-    for (int i = 0; i < 33 * 20; i++) nf[i] = (float)n[i];
-    double p[33 * 20];
-    wgml_ref_softmax(33, 20, nf, p);
-    float pf[33 * 20];
-    for (int i = 0; i < 33 * 20; i++) pf[i] = (float)p[i];
+    double h[33 * 20], n[33 * 20], p[33 * 20];
+    test_ref_matmul(1, 33, 20, 17, a, 1, 0, w, 1, 0, 1.0, bias, 2, h);
+    for (int i = 0; i < 33 * 20; i++) h[i] = wgml_ref_tanh(h[i]) * s;
+    wgml_ref_layernorm(33, 20, h, NULL, NULL, 1e-5, n);
+    wgml_ref_softmax(33, 20, n, p);
     int64_t shp[2] = {33, 20};
-    wgml_ref_sum(2, shp, pf, 0, out);
+    wgml_ref_sum(2, shp, p, 0, out);
 }
 
 static void repeated_runs_compile_nothing_new(void)

@@ -69,7 +69,7 @@ static int run_case(wgml_context *ctx, const mm_case *c)
     /* the reference reads the stored S: logical A = S if (view xor not ta)... */
     int ref_ta = c->view_a ? !c->ta : c->ta, ref_tb = c->view_b ? !c->tb : c->tb;
     double alpha = c->alpha == 0.0f ? 1.0 : c->alpha;
-    wgml_ref_matmul(batch, M, N, K, A, ba, ref_ta, B, bb, ref_tb, alpha, c->bias ? bias : NULL, (int)c->act, want);
+    test_ref_matmul(batch, M, N, K, A, ba, ref_ta, B, bb, ref_tb, alpha, c->bias ? bias : NULL, (int)c->act, want);
 
     int64_t sha[3] = {ba, sa_r, sa_c}, shb[3] = {bb, sb_r, sb_c};
     wgml_tensor *ta = NULL, *tb = NULL, *tbias = NULL;
@@ -371,7 +371,7 @@ static void strided_operands(void)
         for (int64_t k = 0; k < K; k++)
             for (int64_t j = 0; j < N; j++) B[k * N + j] = Bbig[k * wb[1] + 3 + j];
         double *want = malloc((size_t)(M * N) * sizeof *want);
-        wgml_ref_matmul(1, M, N, K, A, 1, 0, B, 1, 0, 1.0, NULL, 0, want);
+        test_ref_matmul(1, M, N, K, A, 1, 0, B, 1, 0, 1.0, NULL, 0, want);
         wgml_tensor *ta = NULL, *tb = NULL;
         CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, wa, Abig, (size_t)(wa[0] * wa[1]), &ta));
         CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, wb, Bbig, (size_t)(wb[0] * wb[1]), &tb));
@@ -396,7 +396,7 @@ static void strided_operands(void)
         float *C = malloc((size_t)(K * N) * 4);
         for (int64_t k = 0; k < K; k++)
             for (int64_t j = 0; j < N; j++) C[k * N + j] = Bbig[k * wb[1] + 2 * j];
-        wgml_ref_matmul(1, M, N, K, A, 1, 0, C, 1, 0, 1.0, NULL, 0, want);
+        test_ref_matmul(1, M, N, K, A, 1, 0, C, 1, 0, 1.0, NULL, 0, want);
         r = wgml_matmul(ctx, va, vc);
         CHECK_OK(ctx, wgml_tensor_read(r, got, (size_t)(M * N)));
         snprintf(what, sizeof what, "column-step operand M=%lld", (long long)M);
@@ -430,7 +430,7 @@ static void one_row_strided_views(void)
         float a[33];
         for (int64_t k = 0; k < K; k++) a[k] = X[k * W + 2]; /* column 2 of X [K, W] */
         double want[65];
-        wgml_ref_matmul(1, 1, N, K, a, 1, 0, B, 1, 0, 1.0, NULL, 0, want);
+        test_ref_matmul(1, 1, N, K, a, 1, 0, B, 1, 0, 1.0, NULL, 0, want);
         wgml_tensor *tx = NULL, *tbm = NULL;
         CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, (int64_t[]){K, W}, X, (size_t)(K * W), &tx));
         CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, (int64_t[]){K, N}, B, (size_t)(K * N), &tbm));
@@ -476,7 +476,7 @@ static void matmul_in_a_graph(void)
     for (int64_t i = 0; i < M * K; i++) A2[i] = (float)tanh((double)A[i]);
     /* the GPU's tanh of A differs from this one by ~1e-7 relative: within the tolerance */
     double *want = malloc((size_t)(M * N) * sizeof *want);
-    wgml_ref_matmul(1, M, N, K, A2, 1, 0, B, 1, 0, 1.0, NULL, 0, want);
+    test_ref_matmul(1, M, N, K, A2, 1, 0, B, 1, 0, 1.0, NULL, 0, want);
     for (int64_t i = 0; i < M * N; i++) want[i] = want[i] * 2.0;
     wgml_tensor *ta = NULL, *tb = NULL;
     CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, (int64_t[]){M, K}, A, (size_t)(M * K), &ta));
@@ -576,7 +576,7 @@ static void errors(void)
     /* the good product still works */
     e = wgml_matmul(ctx, a34, b45);
     double want[15];
-    wgml_ref_matmul(1, 3, 5, 4, x, 1, 0, x, 1, 0, 1.0, NULL, 0, want);
+    test_ref_matmul(1, 3, 5, 4, x, 1, 0, x, 1, 0, 1.0, NULL, 0, want);
     CHECK_OK(ctx, wgml_tensor_read(e, out, 15));
     CHECK(test_close("3x4 by 4x5 after errors", out, want, 15, MM_TOL, mm_floor(4, 1)));
     wgml_tensor_free(e);
@@ -592,7 +592,7 @@ static int cached_matches(wgml_context *ctx, const char *name, const float *W, i
 {
     float *in = rand_floats((size_t)(m * K), -1, 1), *out = malloc((size_t)(m * N) * 4);
     double *want = malloc((size_t)(m * N) * sizeof *want);
-    wgml_ref_matmul(1, m, N, K, in, 1, 0, W, 1, 0, 1.0, NULL, 0, want);
+    test_ref_matmul(1, m, N, K, in, 1, 0, W, 1, 0, 1.0, NULL, 0, want);
     wgml_status st = wgml_matmul_cached(ctx, name, in, (size_t)(m * K), out, (size_t)(m * N), m);
     int ok = st == WGML_OK;
     char what[96];
@@ -866,7 +866,7 @@ static void exec_submit_raw_launches(void)
     float *A = rand_floats((size_t)(M * K), -1, 1), *B = rand_floats((size_t)(K * N), -1, 1);
     float *Z = calloc((size_t)(M * N), sizeof *Z), *got = calloc((size_t)(M * N), sizeof *got);
     double *want = malloc((size_t)(M * N) * sizeof *want);
-    wgml_ref_matmul(1, M, N, K, A, 1, 0, B, 1, 0, 2.0, NULL, 0, want);
+    test_ref_matmul(1, M, N, K, A, 1, 0, B, 1, 0, 2.0, NULL, 0, want);
     wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B), *tc = test_tensor(ctx, 2, sc, Z);
     if (ta && tb && tc) {
         WGPUBuffer a = ta->buf->handle, b = tb->buf->handle, c = tc->buf->handle;

@@ -172,8 +172,8 @@ static void run_unary(wgml_context *ctx, const unary_case *c)
         const int64_t *shape = ew_shapes[s].s;
         size_t n = count_of(nd, shape);
         float *x = rand_floats(n, c->lo, c->hi);
-        double *want = malloc(n * sizeof *want);
-        wgml_ref_unary(c->ref, (int64_t)n, x, want);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
+        wgml_ref_unary(c->ref, (int64_t)n, xd, want);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x);
         wgml_tensor *y = c->fn(ctx, a);
         char what[96], ss[48];
@@ -185,6 +185,7 @@ static void run_unary(wgml_context *ctx, const unary_case *c)
         wgml_tensor_free(y);
         wgml_tensor_free(a);
         free(x);
+        free(xd);
         free(want);
     }
 }
@@ -197,8 +198,8 @@ static void run_binary(wgml_context *ctx, const binary_case *c)
         size_t n = count_of(nd, shape);
         float *x = rand_floats(n, c->alo, c->ahi), *z = malloc(n * sizeof *z);
         fill_b(c, z, n);
-        double *want = malloc(n * sizeof *want);
-        wgml_ref_binary(c->ref, nd, shape, x, nd, shape, z, want);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n), *zd = test_to_double(z, n);
+        wgml_ref_binary(c->ref, nd, shape, xd, nd, shape, zd, want);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x), *b = test_tensor(ctx, nd, shape, z);
         wgml_tensor *y = c->fn(ctx, a, b);
         char what[96], ss[48];
@@ -212,6 +213,8 @@ static void run_binary(wgml_context *ctx, const binary_case *c)
         wgml_tensor_free(b);
         free(x);
         free(z);
+        free(xd);
+        free(zd);
         free(want);
     }
 }
@@ -259,10 +262,9 @@ static void contiguous_copies_strided_views(void)
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int nd = cases[k].nd;
         size_t n = count_of(nd, cases[k].s);
-        float *x = rand_floats(n, -5, 5), *p = malloc(n * 4);
-        double *want = malloc(n * sizeof *want);
-        wgml_ref_permute(nd, cases[k].s, x, cases[k].axes, p);
-        for (size_t i = 0; i < n; i++) want[i] = p[i];
+        float *x = rand_floats(n, -5, 5);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
+        wgml_ref_permute(nd, cases[k].s, xd, cases[k].axes, want);
         wgml_tensor *a = test_tensor(ctx, nd, cases[k].s, x);
         wgml_tensor *v = wgml_permute(ctx, a, cases[k].axes);
         wgml_tensor *c = wgml_contiguous(ctx, v);
@@ -276,7 +278,7 @@ static void contiguous_copies_strided_views(void)
         wgml_tensor_free(v);
         wgml_tensor_free(a);
         free(x);
-        free(p);
+        free(xd);
         free(want);
     }
 }
@@ -291,17 +293,17 @@ static void pow_of_negative_bases(void)
         size_t n = sizes[s];
         float *x = rand_floats(n, -5, -0.2), *y = malloc(n * 4);
         for (size_t i = 0; i < n; i++) y[i] = (float)((int)(test_rand_u64() % 9) - 4); /* -4..4 */
-        double *want = malloc(n * sizeof *want);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n), *yd = test_to_double(y, n);
         int64_t sh = (int64_t)n;
-        wgml_ref_binary(wgml_ref_pow, 1, &sh, x, 1, &sh, y, want);
+        wgml_ref_binary(wgml_ref_pow, 1, &sh, xd, 1, &sh, yd, want);
         wgml_tensor *a = test_tensor(ctx, 1, &sh, x), *b = test_tensor(ctx, 1, &sh, y);
         wgml_tensor *p = wgml_pow(ctx, a, b);
         CHECK_CLOSE(ctx, "pow(negative base, integer exponent)", p, want, n, TRANSC, TINY);
         wgml_tensor_free(p);
         /* non-integer exponents of negative bases: NaN, as C */
-        for (size_t i = 0; i < n; i++) y[i] = (float)(i % 2 ? 0.5 : -1.25);
+        for (size_t i = 0; i < n; i++) y[i] = (float)(i % 2 ? 0.5 : -1.25), yd[i] = y[i];
         CHECK_OK(ctx, wgml_tensor_write(b, y, n));
-        wgml_ref_binary(wgml_ref_pow, 1, &sh, x, 1, &sh, y, want);
+        wgml_ref_binary(wgml_ref_pow, 1, &sh, xd, 1, &sh, yd, want);
         p = wgml_pow(ctx, a, b);
         CHECK_CLOSE(ctx, "pow(negative base, fraction) is NaN", p, want, n, 0, TINY);
         wgml_tensor_free(p);
@@ -309,6 +311,8 @@ static void pow_of_negative_bases(void)
         wgml_tensor_free(b);
         free(x);
         free(y);
+        free(xd);
+        free(yd);
         free(want);
     }
 }
@@ -336,8 +340,8 @@ static void broadcast_case(wgml_context *ctx, int na, const int64_t *sa, int nb,
             float *x = malloc(c1 * 4), *y = malloc(c2 * 4);
             fill_for(c, 0, x, c1);
             fill_for(c, 1, y, c2);
-            double *want = malloc(n * sizeof *want);
-            wgml_ref_binary(c->ref, n1, s1, x, n2, s2, y, want);
+            double *want = malloc(n * sizeof *want), *xd = test_to_double(x, c1), *yd = test_to_double(y, c2);
+            wgml_ref_binary(c->ref, n1, s1, xd, n2, s2, yd, want);
             wgml_tensor *a = test_tensor(ctx, n1, s1, x), *b = test_tensor(ctx, n2, s2, y);
             wgml_tensor *r = wgml_binary(ctx, (wgml_binary_op)op, a, b);
             check_shape(r, no, so);
@@ -351,6 +355,8 @@ static void broadcast_case(wgml_context *ctx, int na, const int64_t *sa, int nb,
             wgml_tensor_free(b);
             free(x);
             free(y);
+            free(xd);
+            free(yd);
             free(want);
         }
     }
@@ -420,7 +426,7 @@ static void scalar_operands(void)
 }
 
 typedef wgml_tensor *(*reduce_fn)(wgml_context *, wgml_tensor *, int, int);
-typedef void (*reduce_ref)(int, const int64_t *, const float *, int, double *);
+typedef void (*reduce_ref)(int, const int64_t *, const double *, int, double *);
 
 /* NaN and +-inf propagate as IEEE (pow as C's): every pair of special and plain values
    through every elementwise op (both tables walked), then the reductions and row ops. NaN
@@ -432,8 +438,12 @@ static void nan_and_inf_propagate(void)
     if (!ctx) return;
     const float sp[8] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.5f, -2.5f, 3.0f};
     float a[64], b[64];
+    double ad[64], bd[64];
     for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 8; j++) a[i * 8 + j] = sp[i], b[i * 8 + j] = sp[j];
+        for (int j = 0; j < 8; j++) {
+            a[i * 8 + j] = sp[i], b[i * 8 + j] = sp[j];
+            ad[i * 8 + j] = sp[i], bd[i * 8 + j] = sp[j];
+        }
     double want[64];
     char what[96];
     /* 64 elements: the vec4 kernel; 63: the scalar one */
@@ -441,7 +451,7 @@ static void nan_and_inf_propagate(void)
         wgml_tensor *ta = test_tensor(ctx, 1, &n, a), *tb = test_tensor(ctx, 1, &n, b);
         for (size_t k = 0; k < NUNARY; k++) {
             const unary_case *c = &unary_cases[k];
-            wgml_ref_unary(c->ref, n, a, want);
+            wgml_ref_unary(c->ref, n, ad, want);
             wgml_tensor *r = c->fn(ctx, ta);
             snprintf(what, sizeof what, "%s with NaN/inf (n=%lld)", c->name, (long long)n);
             CHECK_CLOSE(ctx, what, r, want, (size_t)n, c->tol, c->floor);
@@ -449,7 +459,7 @@ static void nan_and_inf_propagate(void)
         }
         for (size_t k = 0; k < NBINARY; k++) {
             const binary_case *c = &binary_cases[k];
-            wgml_ref_binary(c->ref, 1, &n, a, 1, &n, b, want);
+            wgml_ref_binary(c->ref, 1, &n, ad, 1, &n, bd, want);
             wgml_tensor *r = c->fn(ctx, ta, tb);
             snprintf(what, sizeof what, "%s with NaN/inf (n=%lld)", c->name, (long long)n);
             CHECK_CLOSE(ctx, what, r, want, (size_t)n, c->tol, c->floor);
@@ -474,27 +484,29 @@ static void nan_and_inf_propagate(void)
     };
     int64_t shape[2] = {7, 8};
     wgml_tensor *tx = test_tensor(ctx, 2, shape, x);
+    double *xd = test_to_double(x, 56);
     const struct { const char *name; reduce_fn fn; reduce_ref ref; double tol; } reds[] = {
         {"sum", wgml_sum, wgml_ref_sum, 1e-5}, {"max", wgml_max, wgml_ref_max, 0},
         {"argmax", wgml_argmax, wgml_ref_argmax, 0},
     };
     for (int ax = 0; ax < 2; ax++)
         for (size_t k = 0; k < sizeof reds / sizeof reds[0]; k++) {
-            reds[k].ref(2, shape, x, ax, want);
+            reds[k].ref(2, shape, xd, ax, want);
             wgml_tensor *r = reds[k].fn(ctx, tx, ax, 0);
             snprintf(what, sizeof what, "%s along axis %d with NaN/inf", reds[k].name, ax);
             CHECK_CLOSE(ctx, what, r, want, (size_t)shape[1 - ax], reds[k].tol, TINY);
             wgml_tensor_free(r);
         }
-    wgml_ref_softmax(7, 8, x, want);
+    wgml_ref_softmax(7, 8, xd, want);
     wgml_tensor *r = wgml_softmax(ctx, tx);
     CHECK_CLOSE(ctx, "softmax with NaN/inf", r, want, 56, 1e-5, TINY);
     wgml_tensor_free(r);
-    wgml_ref_log_softmax(7, 8, x, want);
+    wgml_ref_log_softmax(7, 8, xd, want);
     r = wgml_log_softmax(ctx, tx);
     CHECK_CLOSE(ctx, "log_softmax with NaN/inf", r, want, 56, 1e-4, TINY);
     wgml_tensor_free(r);
     wgml_tensor_free(tx);
+    free(xd);
 }
 
 /* ---------------------------------------------------------------- reductions */
@@ -517,10 +529,10 @@ static void reductions_along_every_axis(void)
         /* [0.5, 1.5]: no cancellation in the sums; random floats so max/argmax have no ties */
         float *x = rand_floats(n, 0.5, 1.5);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x);
-        double *want = malloc(n * sizeof *want);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
         for (int ax = 0; ax < nd; ax++) {
             for (size_t o = 0; o < 4; o++) {
-                ops[o].ref(nd, shape, x, ax, want);
+                ops[o].ref(nd, shape, xd, ax, want);
                 size_t nout = n / (size_t)shape[ax];
                 for (int keep = 0; keep <= 1; keep++) {
                     /* also the same axis counted from the end */
@@ -544,6 +556,7 @@ static void reductions_along_every_axis(void)
         }
         wgml_tensor_free(a);
         free(x);
+        free(xd);
         free(want);
     }
 }
@@ -558,22 +571,23 @@ static void reductions_over_all_elements(void)
         float *x = rand_floats(n, 0.5, 1.5);
         x[n / 3] = 1.75f; /* a unique max */
         wgml_tensor *a = test_tensor(ctx, shapes[k].nd, shapes[k].s, x);
-        double w;
+        double w, *xd = test_to_double(x, n);
         wgml_tensor *r = wgml_sum_all(ctx, a);
         check_shape(r, 1, (int64_t[]){1});
-        w = wgml_ref_sum_all((int64_t)n, x);
+        w = wgml_ref_sum_all((int64_t)n, xd);
         CHECK_CLOSE(ctx, "sum_all", r, &w, 1, 1e-5, TINY);
         wgml_tensor_free(r);
         r = wgml_mean_all(ctx, a);
-        w = wgml_ref_mean_all((int64_t)n, x);
+        w = wgml_ref_mean_all((int64_t)n, xd);
         CHECK_CLOSE(ctx, "mean_all", r, &w, 1, 1e-5, TINY);
         wgml_tensor_free(r);
         r = wgml_max_all(ctx, a);
-        w = wgml_ref_max_all((int64_t)n, x);
+        w = wgml_ref_max_all((int64_t)n, xd);
         CHECK_CLOSE(ctx, "max_all", r, &w, 1, 0, TINY);
         wgml_tensor_free(r);
         wgml_tensor_free(a);
         free(x);
+        free(xd);
     }
     /* max and argmax with NaN: NaN wins, the first NaN's index */
     float y[300];
@@ -582,16 +596,17 @@ static void reductions_over_all_elements(void)
     y[250] = NAN;
     int64_t sh = 300;
     wgml_tensor *a = test_tensor(ctx, 1, &sh, y);
-    double w;
+    double w, *yd = test_to_double(y, 300);
     wgml_tensor *r = wgml_max(ctx, a, 0, 0);
-    w = wgml_ref_max_all(300, y);
+    w = wgml_ref_max_all(300, yd);
     CHECK_CLOSE(ctx, "max with NaN", r, &w, 1, 0, TINY);
     wgml_tensor_free(r);
     r = wgml_argmax(ctx, a, 0, 0);
-    wgml_ref_argmax(1, &sh, y, 0, &w);
+    wgml_ref_argmax(1, &sh, yd, 0, &w);
     CHECK_CLOSE(ctx, "argmax with NaN", r, &w, 1, 0, TINY);
     wgml_tensor_free(r);
     wgml_tensor_free(a);
+    free(yd);
 }
 
 /* ---------------------------------------------------------------- row ops */
@@ -613,19 +628,19 @@ static void softmax_and_log_softmax(void)
         size_t n = count_of(nd, shape);
         int64_t cols = shape[nd - 1], rows = (int64_t)n / cols;
         float *x = rand_floats(n, -4, 4);
-        double *want = malloc(n * sizeof *want);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x);
         char what[96], ss[48];
         shape_str(ss, sizeof ss, nd, shape);
 
-        wgml_ref_softmax(rows, cols, x, want);
+        wgml_ref_softmax(rows, cols, xd, want);
         wgml_tensor *r = wgml_softmax(ctx, a);
         check_shape(r, nd, shape);
         snprintf(what, sizeof what, "softmax %s", ss);
         CHECK_CLOSE(ctx, what, r, want, n, 1e-5, TINY);
         wgml_tensor_free(r);
 
-        wgml_ref_log_softmax(rows, cols, x, want);
+        wgml_ref_log_softmax(rows, cols, xd, want);
         r = wgml_log_softmax(ctx, a);
         check_shape(r, nd, shape);
         snprintf(what, sizeof what, "log_softmax %s", ss);
@@ -633,6 +648,7 @@ static void softmax_and_log_softmax(void)
         wgml_tensor_free(r);
         wgml_tensor_free(a);
         free(x);
+        free(xd);
         free(want);
     }
 }
@@ -649,8 +665,8 @@ static void softmax_of_huge_values_stays_finite(void)
     x[300 + 7] = 1e30f; /* row 1: one huge, one hugely negative */
     x[300 + 8] = -1e30f;
     x[600 + 100] = -1e30f; /* row 2: only a hugely negative value */
-    double want[900];
-    wgml_ref_softmax(3, 300, x, want);
+    double want[900], *xd = test_to_double(x, 900);
+    wgml_ref_softmax(3, 300, xd, want);
     wgml_tensor *a = test_tensor(ctx, 2, shape, x);
     wgml_tensor *r = wgml_softmax(ctx, a);
     float got[900];
@@ -662,7 +678,7 @@ static void softmax_of_huge_values_stays_finite(void)
     wgml_tensor_free(r);
     /* log_softmax: finite too, and accurate: row 0's two 1e30 entries are -log(2) (x - max
        must be taken before adding log(sum), or 1e30 + log(2) rounds to 1e30 and gives 0) */
-    wgml_ref_log_softmax(3, 300, x, want);
+    wgml_ref_log_softmax(3, 300, xd, want);
     r = wgml_log_softmax(ctx, a);
     CHECK_OK(ctx, wgml_tensor_read(r, got, 900));
     finite = 1;
@@ -671,6 +687,7 @@ static void softmax_of_huge_values_stays_finite(void)
     CHECK(test_close("log_softmax with 1e30", got, want, 900, 1e-4, TINY));
     wgml_tensor_free(r);
     wgml_tensor_free(a);
+    free(xd);
 }
 
 static void layernorm_and_rmsnorm(void)
@@ -685,7 +702,8 @@ static void layernorm_and_rmsnorm(void)
         int64_t cols = shape[nd - 1], rows = (int64_t)n / cols;
         /* an offset mean (2) so layernorm really subtracts it */
         float *x = rand_floats(n, 1, 3), *w = rand_floats((size_t)cols, 0.5, 2), *b = rand_floats((size_t)cols, -1, 1);
-        double *want = malloc(n * sizeof *want);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
+        double *wd = test_to_double(w, (size_t)cols), *bd = test_to_double(b, (size_t)cols);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x), *tw = test_tensor(ctx, 1, &cols, w), *tb = test_tensor(ctx, 1, &cols, b);
         char what[96], ss[48];
         shape_str(ss, sizeof ss, nd, shape);
@@ -693,8 +711,8 @@ static void layernorm_and_rmsnorm(void)
            that lands near zero carries the absolute rounding of (x - mean) * inv ~ 1e-6,
            so the floor is 1e-2 (1e-6 absolute below it) */
         for (int mode = 0; mode < 4; mode++) {
-            const float *wp = (mode & 1) ? w : NULL, *bp = (mode & 2) ? b : NULL;
-            wgml_ref_layernorm(rows, cols, x, wp, bp, eps, want);
+            const double *wp = (mode & 1) ? wd : NULL, *bp = (mode & 2) ? bd : NULL;
+            wgml_ref_layernorm(rows, cols, xd, wp, bp, eps, want);
             wgml_tensor *r = wgml_layernorm(ctx, a, wp ? tw : NULL, bp ? tb : NULL, eps);
             check_shape(r, nd, shape);
             snprintf(what, sizeof what, "layernorm %s weight %d bias %d", ss, wp != NULL, bp != NULL);
@@ -702,8 +720,8 @@ static void layernorm_and_rmsnorm(void)
             wgml_tensor_free(r);
         }
         for (int mode = 0; mode < 2; mode++) {
-            const float *wp = mode ? w : NULL;
-            wgml_ref_rmsnorm(rows, cols, x, wp, eps, want);
+            const double *wp = mode ? wd : NULL;
+            wgml_ref_rmsnorm(rows, cols, xd, wp, eps, want);
             wgml_tensor *r = wgml_rmsnorm(ctx, a, wp ? tw : NULL, eps);
             check_shape(r, nd, shape);
             snprintf(what, sizeof what, "rmsnorm %s weight %d", ss, wp != NULL);
@@ -716,6 +734,9 @@ static void layernorm_and_rmsnorm(void)
         free(x);
         free(w);
         free(b);
+        free(xd);
+        free(wd);
+        free(bd);
         free(want);
     }
 }
@@ -733,9 +754,9 @@ static void layernorm_large_mean(void)
         int64_t shape[2] = {3, cols_list[k]};
         size_t n = (size_t)(3 * cols_list[k]);
         float *x = rand_floats(n, 999, 1001);
-        double *want = malloc(n * sizeof *want);
+        double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
         wgml_tensor *a = test_tensor(ctx, 2, shape, x);
-        wgml_ref_layernorm(3, cols_list[k], x, NULL, NULL, 1e-5f, want);
+        wgml_ref_layernorm(3, cols_list[k], xd, NULL, NULL, 1e-5f, want);
         wgml_tensor *r = wgml_layernorm(ctx, a, NULL, NULL, 1e-5f);
         char what[64];
         snprintf(what, sizeof what, "layernorm, mean 1000, [3, %lld]", (long long)cols_list[k]);
@@ -743,16 +764,12 @@ static void layernorm_large_mean(void)
         wgml_tensor_free(r);
         wgml_tensor_free(a);
         free(x);
+        free(xd);
         free(want);
     }
 }
 
 /* ---------------------------------------------------------------- views */
-
-static void to_double(const float *x, double *y, size_t n)
-{
-    for (size_t i = 0; i < n; i++) y[i] = x[i];
-}
 
 static void views_read_back(void)
 {
@@ -762,21 +779,19 @@ static void views_read_back(void)
     int64_t s2[2] = {6, 35}, s4[4] = {2, 3, 5, 7};
     float x[210];
     double want[210];
-    float tmp[210];
     test_fill_uniform(x, 210, -5, 5);
+    double *xd = test_to_double(x, 210);
     wgml_tensor *a = test_tensor(ctx, 2, s2, x);
     wgml_tensor *r = wgml_reshape(ctx, a, 4, s4);
     check_shape(r, 4, s4);
-    to_double(x, want, 210);
-    CHECK_CLOSE(ctx, "reshape", r, want, 210, 0, TINY);
+    CHECK_CLOSE(ctx, "reshape", r, xd, 210, 0, TINY);
     wgml_tensor_free(r);
 
     /* transposes and permutes of 2-D, 3-D, 4-D */
     int64_t m2[2] = {5, 7};
     wgml_tensor *b2 = test_tensor(ctx, 2, m2, x);
     int ax2[2] = {1, 0};
-    wgml_ref_permute(2, m2, x, ax2, tmp);
-    to_double(tmp, want, 35);
+    wgml_ref_permute(2, m2, xd, ax2, want);
     r = wgml_transpose(ctx, b2, 0, 1);
     check_shape(r, 2, (int64_t[]){7, 5});
     CHECK_CLOSE(ctx, "transpose 2-D", r, want, 35, 0, TINY);
@@ -790,8 +805,7 @@ static void views_read_back(void)
     wgml_tensor *b3 = test_tensor(ctx, 3, m3, x);
     const int perms3[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
     for (int p = 0; p < 6; p++) {
-        wgml_ref_permute(3, m3, x, perms3[p], tmp);
-        to_double(tmp, want, 105);
+        wgml_ref_permute(3, m3, xd, perms3[p], want);
         r = wgml_permute(ctx, b3, perms3[p]);
         check_shape(r, 3, (int64_t[]){m3[perms3[p][0]], m3[perms3[p][1]], m3[perms3[p][2]]});
         char what[64];
@@ -802,23 +816,20 @@ static void views_read_back(void)
     wgml_tensor *b4 = test_tensor(ctx, 4, s4, x);
     const int perms4[4][4] = {{3, 1, 0, 2}, {0, 2, 1, 3}, {3, 2, 1, 0}, {1, 3, 2, 0}};
     for (int p = 0; p < 4; p++) {
-        wgml_ref_permute(4, s4, x, perms4[p], tmp);
-        to_double(tmp, want, 210);
+        wgml_ref_permute(4, s4, xd, perms4[p], want);
         r = wgml_permute(ctx, b4, perms4[p]);
         CHECK_CLOSE(ctx, "permute 4-D", r, want, 210, 0, TINY);
         wgml_tensor_free(r);
     }
     /* transpose of a transpose is the original, and of the middle axes of 4-D */
     r = wgml_transpose(ctx, wgml_transpose(ctx, b4, 1, 2), 2, 1);
-    to_double(x, want, 210);
-    CHECK_CLOSE(ctx, "transpose twice", r, want, 210, 0, TINY);
+    CHECK_CLOSE(ctx, "transpose twice", r, xd, 210, 0, TINY);
     wgml_tensor_free(r);
 
     /* broadcast_to */
     int64_t c31[2] = {3, 1}, t235[3] = {2, 3, 5};
     wgml_tensor *c = test_tensor(ctx, 2, c31, x);
-    CHECK(wgml_ref_broadcast_to(2, c31, x, 3, t235, tmp) == 0);
-    to_double(tmp, want, 30);
+    CHECK(wgml_ref_broadcast_to(2, c31, xd, 3, t235, want) == 0);
     r = wgml_broadcast_to(ctx, c, 3, t235);
     check_shape(r, 3, t235);
     CHECK_CLOSE(ctx, "broadcast_to [3,1]->[2,3,5]", r, want, 30, 0, TINY);
@@ -832,10 +843,9 @@ static void views_read_back(void)
     };
     for (size_t k = 0; k < sizeof sl / sizeof sl[0]; k++) {
         int ax = sl[k].axis < 0 ? sl[k].axis + 2 : sl[k].axis;
-        wgml_ref_slice(2, m713, x, ax, sl[k].start, sl[k].stop, sl[k].step, tmp);
+        wgml_ref_slice(2, m713, xd, ax, sl[k].start, sl[k].stop, sl[k].step, want);
         int64_t len = wgml_ref_slice_len(sl[k].start, sl[k].stop, sl[k].step);
         size_t n = (size_t)(len * (ax == 0 ? 13 : 7));
-        to_double(tmp, want, n);
         r = wgml_slice(ctx, d, sl[k].axis, sl[k].start, sl[k].stop, sl[k].step);
         CHECK(wgml_tensor_dim(r, ax) == len);
         char what[64];
@@ -846,19 +856,17 @@ static void views_read_back(void)
     }
     /* a slice of a slice of a 3-D tensor; a slice of a transpose */
     {
-        float t1[105], t2[105];
-        wgml_ref_slice(3, m3, x, 1, 1, 5, 2, t1); /* [3,2,7] */
+        double t1[105];
+        wgml_ref_slice(3, m3, xd, 1, 1, 5, 2, t1); /* [3,2,7] */
         int64_t m327[3] = {3, 2, 7};
-        wgml_ref_slice(3, m327, t1, 2, 1, 7, 3, t2); /* [3,2,2] */
-        to_double(t2, want, 12);
+        wgml_ref_slice(3, m327, t1, 2, 1, 7, 3, want); /* [3,2,2] */
         r = wgml_slice(ctx, wgml_slice(ctx, b3, 1, 1, 5, 2), 2, 1, 7, 3);
         check_shape(r, 3, (int64_t[]){3, 2, 2});
         CHECK_CLOSE(ctx, "slice of slice", r, want, 12, 0, TINY);
         wgml_tensor_free(r);
         int64_t m75[2] = {7, 5};
-        wgml_ref_permute(2, m2, x, ax2, t1); /* [7,5] */
-        wgml_ref_slice(2, m75, t1, 0, 2, 7, 2, t2);
-        to_double(t2, want, 15);
+        wgml_ref_permute(2, m2, xd, ax2, t1); /* [7,5] */
+        wgml_ref_slice(2, m75, t1, 0, 2, 7, 2, want);
         r = wgml_slice(ctx, wgml_transpose(ctx, b2, 0, 1), 0, 2, 7, 2);
         CHECK_CLOSE(ctx, "slice of transpose", r, want, 15, 0, TINY);
         wgml_tensor_free(r);
@@ -869,23 +877,25 @@ static void views_read_back(void)
     wgml_tensor_free(b4);
     wgml_tensor_free(c);
     wgml_tensor_free(d);
+    free(xd);
 }
 
 static void views_as_op_inputs(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    float x[1155], y[1155], tmp[1155], tmp2[1155];
-    double want[1155];
+    float x[1155], y[1155];
+    double want[1155], tmp[1155], tmp2[1155];
     test_fill_uniform(x, 1155, -2, 2);
     test_fill_uniform(y, 1155, -2, 2);
+    double *xd = test_to_double(x, 1155), *yd = test_to_double(y, 1155);
     int64_t m57[2] = {5, 7}, m75[2] = {7, 5};
     int ax2[2] = {1, 0};
     wgml_tensor *a = test_tensor(ctx, 2, m57, x), *b = test_tensor(ctx, 2, m75, y);
 
     /* add(transpose(a), b) */
-    wgml_ref_permute(2, m57, x, ax2, tmp);
-    wgml_ref_binary(wgml_ref_add, 2, m75, tmp, 2, m75, y, want);
+    wgml_ref_permute(2, m57, xd, ax2, tmp);
+    wgml_ref_binary(wgml_ref_add, 2, m75, tmp, 2, m75, yd, want);
     wgml_tensor *r = wgml_add(ctx, wgml_transpose(ctx, a, 0, 1), b);
     CHECK_CLOSE(ctx, "add(transpose(a), b)", r, want, 35, ARITH, TINY);
     wgml_tensor_free(r);
@@ -893,7 +903,7 @@ static void views_as_op_inputs(void)
     /* exp(slice(a)) */
     int64_t m1155[3] = {5, 11, 21};
     wgml_tensor *big = test_tensor(ctx, 3, m1155, x);
-    wgml_ref_slice(3, m1155, x, 2, 1, 20, 4, tmp); /* [5,11,5] */
+    wgml_ref_slice(3, m1155, xd, 2, 1, 20, 4, tmp); /* [5,11,5] */
     wgml_ref_unary(wgml_ref_exp, 275, tmp, want);
     r = wgml_exp(ctx, wgml_slice(ctx, big, 2, 1, 20, 4));
     check_shape(r, 3, (int64_t[]){5, 11, 5});
@@ -902,37 +912,36 @@ static void views_as_op_inputs(void)
 
     /* a contiguous slice at an offset (rows 1..4 of [5,11,21]: 924 elements, a multiple of 4,
        at offset 231, which is not: the kernel must not read it as aligned vec4s) */
-    wgml_ref_slice(3, m1155, x, 0, 1, 5, 1, tmp); /* [4,11,21]: 924 elements at offset 231 */
+    wgml_ref_slice(3, m1155, xd, 0, 1, 5, 1, tmp); /* [4,11,21]: 924 elements at offset 231 */
     wgml_ref_unary(wgml_ref_neg, 924, tmp, want);
     r = wgml_neg(ctx, wgml_slice(ctx, big, 0, 1, 5, 1));
     CHECK_CLOSE(ctx, "neg(slice at an odd offset)", r, want, 924, 0, TINY);
     wgml_tensor_free(r);
     /* and read directly: a contiguous view at an offset */
-    to_double(tmp, want, 924);
     r = wgml_slice(ctx, big, 0, 1, 5, 1);
-    CHECK_CLOSE(ctx, "read of a contiguous slice", r, want, 924, 0, TINY);
+    CHECK_CLOSE(ctx, "read of a contiguous slice", r, tmp, 924, 0, TINY);
     wgml_tensor_free(r);
 
     /* mul(broadcast_to(c), permute(big)) */
     int64_t c1[3] = {1, 5, 1}, m21_5_11[3] = {21, 5, 11};
     int perm[3] = {2, 0, 1};
     wgml_tensor *cc = test_tensor(ctx, 3, c1, y);
-    CHECK(wgml_ref_broadcast_to(3, c1, y, 3, m21_5_11, tmp) == 0);
-    wgml_ref_permute(3, m1155, x, perm, tmp2);
+    CHECK(wgml_ref_broadcast_to(3, c1, yd, 3, m21_5_11, tmp) == 0);
+    wgml_ref_permute(3, m1155, xd, perm, tmp2);
     wgml_ref_binary(wgml_ref_mul, 3, m21_5_11, tmp, 3, m21_5_11, tmp2, want);
     r = wgml_mul(ctx, wgml_broadcast_to(ctx, cc, 3, m21_5_11), wgml_permute(ctx, big, perm));
     CHECK_CLOSE(ctx, "mul(broadcast_to, permute)", r, want, 1155, ARITH, TINY);
     wgml_tensor_free(r);
 
     /* reductions and row ops of views */
-    wgml_ref_permute(3, m1155, x, perm, tmp2);
-    for (int i = 0; i < 1155; i++) tmp2[i] += 3.0f; /* positive: sums without cancellation */
+    wgml_ref_permute(3, m1155, xd, perm, tmp2);
+    for (int i = 0; i < 1155; i++) tmp2[i] += 3.0; /* positive: sums without cancellation */
     wgml_tensor *shifted = wgml_binary_scalar(ctx, WGML_ADD, wgml_permute(ctx, big, perm), 3.0f);
     wgml_ref_sum(3, m21_5_11, tmp2, 1, want);
     r = wgml_sum(ctx, shifted, 1, 0);
     CHECK_CLOSE(ctx, "sum(permute(a) + 3, axis 1)", r, want, 231, 1e-5, TINY);
     wgml_tensor_free(r);
-    wgml_ref_permute(3, m1155, x, perm, tmp2);
+    wgml_ref_permute(3, m1155, xd, perm, tmp2);
     wgml_ref_softmax(105, 11, tmp2, want);
     r = wgml_softmax(ctx, wgml_permute(ctx, big, perm));
     CHECK_CLOSE(ctx, "softmax(permute(a))", r, want, 1155, 1e-5, TINY);
@@ -947,6 +956,8 @@ static void views_as_op_inputs(void)
     wgml_tensor_free(big);
     wgml_tensor_free(a);
     wgml_tensor_free(b);
+    free(xd);
+    free(yd);
 }
 
 /* views of lazy (not yet evaluated) results */
@@ -954,37 +965,34 @@ static void views_of_lazy_results(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    float x[420], y[420], t1[420], t2[420];
+    float x[420], y[420];
     double want[420];
     test_fill_uniform(x, 420, -2, 2);
     test_fill_uniform(y, 420, -2, 2);
+    double *xd = test_to_double(x, 420), *yd = test_to_double(y, 420);
     int64_t m3[3] = {4, 7, 15}, m2[2] = {28, 15};
     wgml_tensor *a = test_tensor(ctx, 3, m3, x), *b = test_tensor(ctx, 3, m3, y);
 
     /* transpose(exp(a)) */
     int perm[3] = {2, 0, 1};
     double e[420];
-    wgml_ref_unary(wgml_ref_exp, 420, x, e);
-    for (int i = 0; i < 420; i++) t1[i] = (float)e[i];
-    wgml_ref_permute(3, m3, t1, perm, t2);
-    to_double(t2, want, 420);
+    wgml_ref_unary(wgml_ref_exp, 420, xd, e);
+    wgml_ref_permute(3, m3, e, perm, want);
     wgml_tensor *r = wgml_permute(ctx, wgml_exp(ctx, a), perm);
     CHECK_CLOSE(ctx, "permute(exp(a))", r, want, 420, TRANSC, TINY);
     wgml_tensor_free(r);
     r = wgml_transpose(ctx, wgml_reshape(ctx, wgml_exp(ctx, a), 2, m2), 0, 1);
     int ax2[2] = {1, 0};
-    wgml_ref_permute(2, m2, t1, ax2, t2);
-    to_double(t2, want, 420);
+    wgml_ref_permute(2, m2, e, ax2, want);
     CHECK_CLOSE(ctx, "transpose(reshape(exp(a)))", r, want, 420, TRANSC, TINY);
     wgml_tensor_free(r);
 
     /* slice(mul(a, b)) then added to another view: the lazy product is read through a view */
     double pr[420];
-    wgml_ref_binary(wgml_ref_mul, 3, m3, x, 3, m3, y, pr);
-    for (int i = 0; i < 420; i++) t1[i] = (float)pr[i];
-    wgml_ref_slice(3, m3, t1, 1, 1, 7, 3, t2); /* [4,2,15] */
-    float t3[120];
-    wgml_ref_slice(3, m3, y, 1, 0, 2, 1, t3); /* [4,2,15] */
+    wgml_ref_binary(wgml_ref_mul, 3, m3, xd, 3, m3, yd, pr);
+    double t2[120], t3[120];
+    wgml_ref_slice(3, m3, pr, 1, 1, 7, 3, t2); /* [4,2,15] */
+    wgml_ref_slice(3, m3, yd, 1, 0, 2, 1, t3); /* [4,2,15] */
     int64_t m4215[3] = {4, 2, 15};
     wgml_ref_binary(wgml_ref_add, 3, m4215, t2, 3, m4215, t3, want);
     wgml_tensor *prod = wgml_mul(ctx, a, b);
@@ -997,13 +1005,15 @@ static void views_of_lazy_results(void)
 
     /* broadcast_to of a lazy reduction: a - max(a, -1, keepdim) */
     double mx[28];
-    wgml_ref_max(3, m3, x, 2, mx);
-    for (int i = 0; i < 420; i++) want[i] = (double)x[i] - mx[i / 15];
+    wgml_ref_max(3, m3, xd, 2, mx);
+    for (int i = 0; i < 420; i++) want[i] = xd[i] - mx[i / 15];
     r = wgml_sub(ctx, a, wgml_broadcast_to(ctx, wgml_max(ctx, a, 2, 1), 3, m3));
     CHECK_CLOSE(ctx, "a - broadcast_to(max(a))", r, want, 420, ARITH, 1e-30);
     wgml_tensor_free(r);
     wgml_tensor_free(a);
     wgml_tensor_free(b);
+    free(xd);
+    free(yd);
 }
 
 /* ---------------------------------------------------------------- bad input */

@@ -123,9 +123,9 @@ double wgml_ref_clamp(double x, double lo, double hi)
 }
 
 /* x is (n,), out is (n,) */
-void wgml_ref_unary(double (*f)(double), int64_t n, const float *x, double *out)
+void wgml_ref_unary(double (*f)(double), int64_t n, const double *x, double *out)
 {
-    for (int64_t i = 0; i < n; i++) out[i] = f((double)x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = f(x[i]);
 }
 
 /* ---------------------------------------------------------------- broadcasting */
@@ -162,8 +162,8 @@ static void broadcast_strides(int ns, const int64_t *s, int n, int64_t *strides)
 }
 
 /* a is sa, b is sb, out is broadcast(sa, sb) */
-void wgml_ref_binary(double (*f)(double, double), int na, const int64_t *sa, const float *a,
-                     int nb, const int64_t *sb, const float *b, double *out)
+void wgml_ref_binary(double (*f)(double, double), int na, const int64_t *sa, const double *a,
+                     int nb, const int64_t *sb, const double *b, double *out)
 {
     int n;
     int64_t so[WGML_REF_MAX_DIMS];
@@ -173,14 +173,14 @@ void wgml_ref_binary(double (*f)(double, double), int na, const int64_t *sa, con
     broadcast_strides(nb, sb, n, st[1]);
     int64_t total = prod(so, 0, n), idx[WGML_REF_MAX_DIMS] = {0}, off[2] = {0, 0};
     for (int64_t i = 0; i < total; i++) {
-        out[i] = f((double)a[off[0]], (double)b[off[1]]);
+        out[i] = f(a[off[0]], b[off[1]]);
         odometer_step(n, so, idx, 2, st, off);
     }
 }
 
 /* a is sa, out is sout */
-int wgml_ref_broadcast_to(int na, const int64_t *sa, const float *a, int nout,
-                          const int64_t *sout, float *out)
+int wgml_ref_broadcast_to(int na, const int64_t *sa, const double *a, int nout,
+                          const int64_t *sout, double *out)
 {
     if (!shape_ok(na, sa) || !shape_ok(nout, sout) || na > nout) return -1;
     for (int j = 0; j < na; j++) {
@@ -211,20 +211,20 @@ static int split_axis(int nd, const int64_t *shape, int axis, int64_t *outer, in
 }
 
 /* x is (outer, n, inner), out is (outer, inner) */
-void wgml_ref_sum(int nd, const int64_t *shape, const float *x, int axis, double *out)
+void wgml_ref_sum(int nd, const int64_t *shape, const double *x, int axis, double *out)
 {
     int64_t outer, n, inner;
     if (!split_axis(nd, shape, axis, &outer, &n, &inner)) return;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             double s = 0;
-            for (int64_t k = 0; k < n; k++) s += (double)x[(o * n + k) * inner + i];
+            for (int64_t k = 0; k < n; k++) s += x[(o * n + k) * inner + i];
             out[o * inner + i] = s;
         }
 }
 
 /* x is (outer, n, inner), out is (outer, inner) */
-void wgml_ref_mean(int nd, const int64_t *shape, const float *x, int axis, double *out)
+void wgml_ref_mean(int nd, const int64_t *shape, const double *x, int axis, double *out)
 {
     int64_t outer, n, inner;
     if (!split_axis(nd, shape, axis, &outer, &n, &inner)) return;
@@ -233,7 +233,7 @@ void wgml_ref_mean(int nd, const int64_t *shape, const float *x, int axis, doubl
 }
 
 /* x is (outer, n, inner), out is (outer, inner) */
-void wgml_ref_max(int nd, const int64_t *shape, const float *x, int axis, double *out)
+void wgml_ref_max(int nd, const int64_t *shape, const double *x, int axis, double *out)
 {
     int64_t outer, n, inner;
     if (!split_axis(nd, shape, axis, &outer, &n, &inner)) return;
@@ -241,13 +241,13 @@ void wgml_ref_max(int nd, const int64_t *shape, const float *x, int axis, double
         for (int64_t i = 0; i < inner; i++) {
             double m = -INFINITY;
             for (int64_t k = 0; k < n; k++)
-                m = wgml_ref_maximum(m, (double)x[(o * n + k) * inner + i]);
+                m = wgml_ref_maximum(m, x[(o * n + k) * inner + i]);
             out[o * inner + i] = m;
         }
 }
 
 /* x is (outer, n, inner), out is (outer, inner) */
-void wgml_ref_argmax(int nd, const int64_t *shape, const float *x, int axis, double *out)
+void wgml_ref_argmax(int nd, const int64_t *shape, const double *x, int axis, double *out)
 {
     int64_t outer, n, inner;
     if (!split_axis(nd, shape, axis, &outer, &n, &inner)) return;
@@ -255,57 +255,57 @@ void wgml_ref_argmax(int nd, const int64_t *shape, const float *x, int axis, dou
         for (int64_t i = 0; i < inner; i++) {
             int64_t best = n ? 0 : -1;
             for (int64_t k = 0; k < n; k++) {
-                double v = (double)x[(o * n + k) * inner + i];
+                double v = x[(o * n + k) * inner + i];
                 if (isnan(v)) { best = k; break; }
-                if (v > (double)x[(o * n + best) * inner + i]) best = k; /* ties keep the first */
+                if (v > x[(o * n + best) * inner + i]) best = k; /* ties keep the first */
             }
             out[o * inner + i] = (double)best;
         }
 }
 
 /* x is (n,) */
-double wgml_ref_sum_all(int64_t n, const float *x)
+double wgml_ref_sum_all(int64_t n, const double *x)
 {
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i];
+    for (int64_t i = 0; i < n; i++) s += x[i];
     return s;
 }
 
 /* x is (n,) */
-double wgml_ref_mean_all(int64_t n, const float *x)
+double wgml_ref_mean_all(int64_t n, const double *x)
 {
     return n > 0 ? wgml_ref_sum_all(n, x) / (double)n : NAN;
 }
 
 /* x is (n,) */
-double wgml_ref_max_all(int64_t n, const float *x)
+double wgml_ref_max_all(int64_t n, const double *x)
 {
     double m = -INFINITY;
-    for (int64_t i = 0; i < n; i++) m = wgml_ref_maximum(m, (double)x[i]);
+    for (int64_t i = 0; i < n; i++) m = wgml_ref_maximum(m, x[i]);
     return m;
 }
 
 /* ---------------------------------------------------------------- along the last axis */
 
 /* the max of a row (NaN propagates) and log(sum(exp(row - max))) */
-static void row_max_lse(int64_t n, const float *row, double *max, double *log_sum)
+static void row_max_lse(int64_t n, const double *row, double *max, double *log_sum)
 {
     double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < n; j++) m = wgml_ref_maximum(m, (double)row[j]);
-    for (int64_t j = 0; j < n; j++) s += exp((double)row[j] - m);
+    for (int64_t j = 0; j < n; j++) m = wgml_ref_maximum(m, row[j]);
+    for (int64_t j = 0; j < n; j++) s += exp(row[j] - m);
     *max = m;
     *log_sum = log(s);
 }
 
 /* x is (rows, n), out is (rows, n) */
-void wgml_ref_softmax(int64_t rows, int64_t n, const float *x, double *out)
+void wgml_ref_softmax(int64_t rows, int64_t n, const double *x, double *out)
 {
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
+        const double *xr = x + r * n;
         double *o = out + r * n, m = -INFINITY, s = 0;
-        for (int64_t j = 0; j < n; j++) m = wgml_ref_maximum(m, (double)xr[j]);
+        for (int64_t j = 0; j < n; j++) m = wgml_ref_maximum(m, xr[j]);
         for (int64_t j = 0; j < n; j++) {
-            o[j] = exp((double)xr[j] - m);
+            o[j] = exp(xr[j] - m);
             s += o[j];
         }
         for (int64_t j = 0; j < n; j++) o[j] /= s;
@@ -313,52 +313,52 @@ void wgml_ref_softmax(int64_t rows, int64_t n, const float *x, double *out)
 }
 
 /* x is (rows, n), out is (rows, n) */
-void wgml_ref_log_softmax(int64_t rows, int64_t n, const float *x, double *out)
+void wgml_ref_log_softmax(int64_t rows, int64_t n, const double *x, double *out)
 {
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
+        const double *xr = x + r * n;
         double m, ls;
         row_max_lse(n, xr, &m, &ls);
-        for (int64_t j = 0; j < n; j++) out[r * n + j] = (double)xr[j] - m - ls;
+        for (int64_t j = 0; j < n; j++) out[r * n + j] = xr[j] - m - ls;
     }
 }
 
 /* x is (rows, n), weight is (n,) or NULL, bias is (n,) or NULL, out is (rows, n) */
-void wgml_ref_layernorm(int64_t rows, int64_t n, const float *x, const float *weight,
-                        const float *bias, double eps, double *out)
+void wgml_ref_layernorm(int64_t rows, int64_t n, const double *x, const double *weight,
+                        const double *bias, double eps, double *out)
 {
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
+        const double *xr = x + r * n;
         double mean = 0, var = 0;
-        for (int64_t j = 0; j < n; j++) mean += (double)xr[j];
+        for (int64_t j = 0; j < n; j++) mean += xr[j];
         mean /= (double)n;
         for (int64_t j = 0; j < n; j++) {
-            double d = (double)xr[j] - mean;
+            double d = xr[j] - mean;
             var += d * d;
         }
         var /= (double)n; /* biased, as PyTorch */
         double inv = 1.0 / sqrt(var + eps);
         for (int64_t j = 0; j < n; j++) {
-            double y = ((double)xr[j] - mean) * inv;
-            if (weight) y *= (double)weight[j];
-            if (bias) y += (double)bias[j];
+            double y = (xr[j] - mean) * inv;
+            if (weight) y *= weight[j];
+            if (bias) y += bias[j];
             out[r * n + j] = y;
         }
     }
 }
 
 /* x is (rows, n), weight is (n,) or NULL, out is (rows, n) */
-void wgml_ref_rmsnorm(int64_t rows, int64_t n, const float *x, const float *weight,
+void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *weight,
                       double eps, double *out)
 {
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
+        const double *xr = x + r * n;
         double ss = 0;
-        for (int64_t j = 0; j < n; j++) ss += (double)xr[j] * (double)xr[j];
+        for (int64_t j = 0; j < n; j++) ss += xr[j] * xr[j];
         double inv = 1.0 / sqrt(ss / (double)n + eps);
         for (int64_t j = 0; j < n; j++) {
-            double y = (double)xr[j] * inv;
-            if (weight) y *= (double)weight[j];
+            double y = xr[j] * inv;
+            if (weight) y *= weight[j];
             out[r * n + j] = y;
         }
     }
@@ -367,8 +367,8 @@ void wgml_ref_rmsnorm(int64_t rows, int64_t n, const float *x, const float *weig
 /* ---------------------------------------------------------------- movement */
 
 /* x is shape, out is (shape[axes[0]], ..., shape[axes[nd-1]]) */
-void wgml_ref_permute(int nd, const int64_t *shape, const float *x, const int *axes,
-                      float *out)
+void wgml_ref_permute(int nd, const int64_t *shape, const double *x, const int *axes,
+                      double *out)
 {
     if (!shape_ok(nd, shape) || !axes) return;
     int seen[WGML_REF_MAX_DIMS] = {0};
@@ -396,8 +396,8 @@ int64_t wgml_ref_slice_len(int64_t start, int64_t stop, int64_t step)
 }
 
 /* x is (outer, n, inner), out is (outer, slice_len, inner) */
-void wgml_ref_slice(int nd, const int64_t *shape, const float *x, int axis, int64_t start,
-                    int64_t stop, int64_t step, float *out)
+void wgml_ref_slice(int nd, const int64_t *shape, const double *x, int axis, int64_t start,
+                    int64_t stop, int64_t step, double *out)
 {
     int64_t outer, n, inner;
     if (!split_axis(nd, shape, axis, &outer, &n, &inner)) return;
@@ -406,7 +406,7 @@ void wgml_ref_slice(int nd, const int64_t *shape, const float *x, int axis, int6
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < len; j++)
             memcpy(out + (o * len + j) * inner, x + (o * n + start + j * step) * inner,
-                   (size_t)inner * sizeof(float));
+                   (size_t)inner * sizeof(double));
 }
 
 /* ---------------------------------------------------------------- matmul */
@@ -423,27 +423,27 @@ static double apply_act(int act, double y)
 
 /* A is (batch_a, M, K) or (batch_a, K, M) if trans_a; B is (batch_b, K, N) or
    (batch_b, N, K) if trans_b; bias is (N,) or NULL; C is (batch, M, N) */
-void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A,
-                     int64_t batch_a, int trans_a, const float *B, int64_t batch_b,
-                     int trans_b, double alpha, const float *bias, int act, double *C)
+void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const double *A,
+                     int64_t batch_a, int trans_a, const double *B, int64_t batch_b,
+                     int trans_b, double alpha, const double *bias, int act, double *C)
 {
     /* element (m, k) of op(A) is at m*a_m + k*a_k; (k, n) of op(B) at k*b_k + n*b_n */
     int64_t a_m = trans_a ? 1 : K, a_k = trans_a ? M : 1;
     int64_t b_k = trans_b ? 1 : N, b_n = trans_b ? K : 1;
     for (int64_t bt = 0; bt < batch; bt++) {
-        const float *Ab = A + (batch_a == 1 ? 0 : bt) * M * K;
-        const float *Bb = B + (batch_b == 1 ? 0 : bt) * K * N;
+        const double *Ab = A + (batch_a == 1 ? 0 : bt) * M * K;
+        const double *Bb = B + (batch_b == 1 ? 0 : bt) * K * N;
         double *Cb = C + bt * M * N;
         for (int64_t m = 0; m < M; m++) {
             double *c = Cb + m * N;
             for (int64_t n = 0; n < N; n++) c[n] = 0;
             for (int64_t k = 0; k < K; k++) {
-                double a = (double)Ab[m * a_m + k * a_k];
-                const float *brow = Bb + k * b_k;
-                for (int64_t n = 0; n < N; n++) c[n] += a * (double)brow[n * b_n];
+                double a = Ab[m * a_m + k * a_k];
+                const double *brow = Bb + k * b_k;
+                for (int64_t n = 0; n < N; n++) c[n] += a * brow[n * b_n];
             }
             for (int64_t n = 0; n < N; n++)
-                c[n] = apply_act(act, alpha * c[n] + (bias ? (double)bias[n] : 0.0));
+                c[n] = apply_act(act, alpha * c[n] + (bias ? bias[n] : 0.0));
         }
     }
 }
@@ -451,19 +451,19 @@ void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float
 /* ---------------------------------------------------------------- losses */
 
 /* pred is (n,), target is (n,) */
-double wgml_ref_mse(int64_t n, const float *pred, const float *target)
+double wgml_ref_mse(int64_t n, const double *pred, const double *target)
 {
     if (n <= 0) return NAN;
     double s = 0;
     for (int64_t i = 0; i < n; i++) {
-        double d = (double)pred[i] - (double)target[i];
+        double d = pred[i] - target[i];
         s += d * d;
     }
     return s / (double)n;
 }
 
 /* logits is (rows, classes), labels is (rows,) */
-double wgml_ref_cross_entropy(int64_t rows, int64_t classes, const float *logits,
+double wgml_ref_cross_entropy(int64_t rows, int64_t classes, const double *logits,
                               const int32_t *labels)
 {
     if (rows <= 0) return NAN;
@@ -472,7 +472,7 @@ double wgml_ref_cross_entropy(int64_t rows, int64_t classes, const float *logits
         if (labels[r] < 0 || labels[r] >= classes) return NAN;
         double m, ls;
         row_max_lse(classes, logits + r * classes, &m, &ls);
-        s += m + ls - (double)logits[r * classes + labels[r]];
+        s += m + ls - logits[r * classes + labels[r]];
     }
     return s / (double)rows;
 }
@@ -524,24 +524,6 @@ int wgml_ref_mlp_init(wgml_ref_mlp *m, int nlayers, const int64_t *sizes,
     return 0;
 }
 
-/* in is (B, n_in), W is (n_in, n_out), bias is (n_out,), out is (B, n_out):
-   out = in W + bias, then relu if relu */
-static void linear_fwd(int64_t B, int64_t n_in, int64_t n_out, const double *in,
-                       const double *W, const double *bias, int relu, double *out)
-{
-    for (int64_t r = 0; r < B; r++) {
-        double *o = out + r * n_out;
-        for (int64_t j = 0; j < n_out; j++) o[j] = bias[j];
-        for (int64_t i = 0; i < n_in; i++) {
-            double a = in[r * n_in + i];
-            const double *w = W + i * n_out;
-            for (int64_t j = 0; j < n_out; j++) o[j] += a * w[j];
-        }
-        if (relu)
-            for (int64_t j = 0; j < n_out; j++) o[j] = wgml_ref_relu(o[j]);
-    }
-}
-
 /* The activations of every layer in one block: acts[l] is (B, sizes[l]) for
    l = 0..nlayers (acts[0] = x, acts[nlayers] = logits); extra doubles after them for the
    caller. Returns the block (free it) or NULL. */
@@ -563,8 +545,9 @@ static double *mlp_forward_acts(const wgml_ref_mlp *m, int64_t B, const float *x
     }
     for (int64_t i = 0; i < B * m->sizes[0]; i++) acts[0][i] = (double)x[i];
     for (int l = 0; l < L; l++)
-        linear_fwd(B, m->sizes[l], m->sizes[l + 1], acts[l], m->W[l], m->b[l], l < L - 1,
-                   acts[l + 1]);
+        /* acts[l + 1] = acts[l] W[l] + b[l], then relu except on the last layer */
+        wgml_ref_matmul(1, B, m->sizes[l + 1], m->sizes[l], acts[l], 1, 0, m->W[l], 1, 0, 1.0,
+                        m->b[l], l < L - 1 ? 1 : 0, acts[l + 1]);
     return block;
 }
 
@@ -599,18 +582,12 @@ int wgml_ref_mlp_loss_grad_ex(wgml_ref_mlp *m, int64_t B, const float *x,
     if (!block) return -1;
     double *dz = acts[L] + B * C, *dprev = dz + B * widest;
 
-    /* loss and d(loss)/d(logits) = (softmax - onehot) / B */
-    double total = 0;
+    /* the loss, and d(loss)/d(logits) = (softmax - onehot) / B */
+    double mean_loss = wgml_ref_cross_entropy(B, C, acts[L], labels);
+    wgml_ref_softmax(B, C, acts[L], dz);
     for (int64_t r = 0; r < B; r++) {
-        const double *z = acts[L] + r * C;
-        double *g = dz + r * C, mx = -INFINITY, s = 0;
-        for (int64_t j = 0; j < C; j++) mx = wgml_ref_maximum(mx, z[j]);
-        for (int64_t j = 0; j < C; j++) {
-            g[j] = exp(z[j] - mx);
-            s += g[j];
-        }
-        total += mx + log(s) - z[labels[r]];
-        for (int64_t j = 0; j < C; j++) g[j] = g[j] / s / (double)B;
+        double *g = dz + r * C;
+        for (int64_t j = 0; j < C; j++) g[j] /= (double)B;
         g[labels[r]] -= 1.0 / (double)B;
     }
 
@@ -618,32 +595,20 @@ int wgml_ref_mlp_loss_grad_ex(wgml_ref_mlp *m, int64_t B, const float *x,
         int64_t n_in = m->sizes[l], n_out = m->sizes[l + 1];
         const double *a = acts[l]; /* (B, n_in): the layer's input */
         /* gW = a^T dz is (n_in, n_out); gb = sum over rows of dz is (n_out,) */
-        memset(m->gW[l], 0, (size_t)(n_in * n_out) * sizeof(double));
-        memset(m->gb[l], 0, (size_t)n_out * sizeof(double));
-        for (int64_t r = 0; r < B; r++) {
-            const double *d = dz + r * n_out;
-            for (int64_t j = 0; j < n_out; j++) m->gb[l][j] += d[j];
-            for (int64_t i = 0; i < n_in; i++) {
-                double ai = a[r * n_in + i];
-                double *gw = m->gW[l] + i * n_out;
-                for (int64_t j = 0; j < n_out; j++) gw[j] += ai * d[j];
-            }
-        }
+        const int64_t dz_shape[2] = {B, n_out};
+        wgml_ref_matmul(1, n_in, n_out, B, a, 1, 1, dz, 1, 0, 1.0, NULL, 0, m->gW[l]);
+        wgml_ref_sum(2, dz_shape, dz, 0, m->gb[l]);
         if (l == 0) break;
         /* d(input) = dz W^T is (B, n_in); through relu: zero where the output was 0 */
-        for (int64_t r = 0; r < B; r++)
-            for (int64_t i = 0; i < n_in; i++) {
-                const double *w = m->W[l] + i * n_out, *d = dz + r * n_out;
-                double s = 0;
-                for (int64_t j = 0; j < n_out; j++) s += d[j] * w[j];
-                dprev[r * n_in + i] = a[r * n_in + i] > 0 ? s : 0.0;
-            }
+        wgml_ref_matmul(1, B, n_in, n_out, dz, 1, 0, m->W[l], 1, 1, 1.0, NULL, 0, dprev);
+        for (int64_t i = 0; i < B * n_in; i++)
+            if (!(a[i] > 0)) dprev[i] = 0.0;
         double *t = dz;
         dz = dprev;
         dprev = t;
     }
     free(block);
-    *loss = total / (double)B;
+    *loss = mean_loss;
     return 0;
 }
 

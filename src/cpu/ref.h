@@ -6,8 +6,11 @@
  *   - Tensors are row-major and contiguous; shapes are int64_t arrays of 1..4 dims
  *     (up to WGML_REF_MAX_DIMS are accepted). Broadcasting follows NumPy: shapes are
  *     right-aligned and a size-1 dim stretches to the other's size.
- *   - Inputs are float (exactly what the GPU was given); results are double, computed
- *     and accumulated in double. Movement ops (permute, broadcast_to, slice) copy floats.
+ *   - Inputs and results are double, and everything is computed and accumulated in
+ *     double; movement ops (permute, broadcast_to, slice) copy doubles. A GPU test widens
+ *     the floats it gave the GPU (exactly), so both read the same values; a test that
+ *     works in double (finite differences) calls the same functions. The MLP reference
+ *     alone takes float weights and inputs (what the GPU model holds) and converts them.
  *   - Functions that allocate return 0 on success and -1 on allocation failure (or on
  *     invalid arguments, where noted). void functions do not allocate; given arguments
  *     that break their stated preconditions they write nothing.
@@ -52,7 +55,7 @@ double wgml_ref_minimum(double a, double b);
 double wgml_ref_clamp(double x, double lo, double hi);
 
 /* x is (n,), out is (n,): out[i] = f(x[i]) */
-void wgml_ref_unary(double (*f)(double), int64_t n, const float *x, double *out);
+void wgml_ref_unary(double (*f)(double), int64_t n, const double *x, double *out);
 
 /* ---------------------------------------------------------------- broadcasting */
 
@@ -65,48 +68,48 @@ int wgml_ref_broadcast_shape(int na, const int64_t *sa, int nb, const int64_t *s
 
 /* a is sa, b is sb, out is broadcast(sa, sb): out[i] = f(a[ia], b[ib]). Writes nothing
    when the shapes do not broadcast. */
-void wgml_ref_binary(double (*f)(double, double), int na, const int64_t *sa, const float *a,
-                     int nb, const int64_t *sb, const float *b, double *out);
+void wgml_ref_binary(double (*f)(double, double), int na, const int64_t *sa, const double *a,
+                     int nb, const int64_t *sb, const double *b, double *out);
 
 /* a is sa, out is sout (the target shape, nout >= na): a copy of a stretched to sout.
    Returns 0, or -1 (nothing written) when sa does not broadcast to exactly sout. */
-int wgml_ref_broadcast_to(int na, const int64_t *sa, const float *a, int nout,
-                          const int64_t *sout, float *out);
+int wgml_ref_broadcast_to(int na, const int64_t *sa, const double *a, int nout,
+                          const int64_t *sout, double *out);
 
 /* ---------------------------------------------------------------- reductions */
 /* x is shape (nd dims), 0 <= axis < nd; out is shape with that axis removed (the same
    memory order, so also valid for keepdim). Writing outer = prod(shape[:axis]),
    n = shape[axis], inner = prod(shape[axis+1:]): x is (outer, n, inner), out is
    (outer, inner). */
-void wgml_ref_sum(int nd, const int64_t *shape, const float *x, int axis, double *out);
-void wgml_ref_mean(int nd, const int64_t *shape, const float *x, int axis,
+void wgml_ref_sum(int nd, const int64_t *shape, const double *x, int axis, double *out);
+void wgml_ref_mean(int nd, const int64_t *shape, const double *x, int axis,
                    double *out); /* n == 0 gives NaN */
-void wgml_ref_max(int nd, const int64_t *shape, const float *x, int axis,
+void wgml_ref_max(int nd, const int64_t *shape, const double *x, int axis,
                   double *out); /* NaN propagates; n == 0 gives -inf */
 /* The first index of the max, as a double. A NaN counts as the max (NumPy/PyTorch):
    the first NaN's index is returned. n == 0 gives -1. */
-void wgml_ref_argmax(int nd, const int64_t *shape, const float *x, int axis, double *out);
+void wgml_ref_argmax(int nd, const int64_t *shape, const double *x, int axis, double *out);
 
 /* x is (n,): over all elements. Empty: sum 0, mean NaN, max -inf. max propagates NaN. */
-double wgml_ref_sum_all(int64_t n, const float *x);
-double wgml_ref_mean_all(int64_t n, const float *x);
-double wgml_ref_max_all(int64_t n, const float *x);
+double wgml_ref_sum_all(int64_t n, const double *x);
+double wgml_ref_mean_all(int64_t n, const double *x);
+double wgml_ref_max_all(int64_t n, const double *x);
 
 /* ---------------------------------------------------------------- along the last axis */
 
 /* x is (rows, n), out is (rows, n). exp(x - max) / sum, so no overflow. A NaN in a row
    makes the whole row NaN; an all -inf row is NaN (as PyTorch). */
-void wgml_ref_softmax(int64_t rows, int64_t n, const float *x, double *out);
+void wgml_ref_softmax(int64_t rows, int64_t n, const double *x, double *out);
 /* x is (rows, n), out is (rows, n): x - max - log(sum(exp(x - max))). */
-void wgml_ref_log_softmax(int64_t rows, int64_t n, const float *x, double *out);
+void wgml_ref_log_softmax(int64_t rows, int64_t n, const double *x, double *out);
 /* x is (rows, n), weight is (n,) or NULL (ones), bias is (n,) or NULL (zeros),
    out is (rows, n): (x - mean) / sqrt(var + eps) * weight + bias, with the biased
    variance mean((x - mean)^2), as PyTorch. */
-void wgml_ref_layernorm(int64_t rows, int64_t n, const float *x, const float *weight,
-                        const float *bias, double eps, double *out);
+void wgml_ref_layernorm(int64_t rows, int64_t n, const double *x, const double *weight,
+                        const double *bias, double eps, double *out);
 /* x is (rows, n), weight is (n,) or NULL (ones), out is (rows, n):
    x / sqrt(mean(x^2) + eps) * weight. */
-void wgml_ref_rmsnorm(int64_t rows, int64_t n, const float *x, const float *weight,
+void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *weight,
                       double eps, double *out);
 
 /* ---------------------------------------------------------------- movement */
@@ -114,15 +117,15 @@ void wgml_ref_rmsnorm(int64_t rows, int64_t n, const float *x, const float *weig
 /* x is shape (nd dims), axes is (nd,) a permutation of 0..nd-1, out is
    (shape[axes[0]], ..., shape[axes[nd-1]]): out[i0..] = x[j] with j[axes[k]] = i_k.
    Writes nothing if axes is not a permutation. */
-void wgml_ref_permute(int nd, const int64_t *shape, const float *x, const int *axes,
-                      float *out);
+void wgml_ref_permute(int nd, const int64_t *shape, const double *x, const int *axes,
+                      double *out);
 /* x is shape (nd dims); out is shape with shape[axis] replaced by
    wgml_ref_slice_len(start, stop, step): the elements start, start+step, ... < stop
    along axis. Needs 0 <= start <= stop <= shape[axis] and step >= 1 (else writes
    nothing). */
 int64_t wgml_ref_slice_len(int64_t start, int64_t stop, int64_t step);
-void wgml_ref_slice(int nd, const int64_t *shape, const float *x, int axis, int64_t start,
-                    int64_t stop, int64_t step, float *out);
+void wgml_ref_slice(int nd, const int64_t *shape, const double *x, int axis, int64_t start,
+                    int64_t stop, int64_t step, double *out);
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -133,21 +136,22 @@ void wgml_ref_slice(int nd, const int64_t *shape, const float *x, int axis, int6
    batch_a and batch_b are each batch or 1 (1: the same matrix for every b).
    alpha is used as given (wgml_matmul_desc's "0 means 1" is the caller's to resolve).
    act: 0 none, 1 relu, 2 gelu (tanh form), 3 silu, as wgml_activation. */
-void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A,
-                     int64_t batch_a, int trans_a, const float *B, int64_t batch_b,
-                     int trans_b, double alpha, const float *bias, int act, double *C);
+void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const double *A,
+                     int64_t batch_a, int trans_a, const double *B, int64_t batch_b,
+                     int trans_b, double alpha, const double *bias, int act, double *C);
 
 /* ---------------------------------------------------------------- losses */
 
 /* pred is (n,), target is (n,): mean((pred - target)^2); n == 0 gives NaN. */
-double wgml_ref_mse(int64_t n, const float *pred, const float *target);
+double wgml_ref_mse(int64_t n, const double *pred, const double *target);
 /* logits is (rows, classes), labels is (rows,): the mean over rows of
    logsumexp(row) - row[label]. A label outside 0..classes-1 gives NaN. */
-double wgml_ref_cross_entropy(int64_t rows, int64_t classes, const float *logits,
+double wgml_ref_cross_entropy(int64_t rows, int64_t classes, const double *logits,
                               const int32_t *labels);
 
 /* ---------------------------------------------------------------- MLP training */
-/* A complete reference of MLP training in double, for the GPU parity gate.
+/* A complete reference of MLP training in double, for the GPU parity gate, built on the
+   array functions above (matmul, softmax, cross_entropy, sum).
    Layer sizes are sizes[0..nlayers] (e.g. 784, 256, 128, 10), 1 <= nlayers <= 7.
    Hidden layers use relu, the last layer is linear; the loss is softmax cross-entropy
    averaged over the batch. Layer l (0 <= l < nlayers) has

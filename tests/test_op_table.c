@@ -726,18 +726,7 @@ static double r_kink(const rcase *c, const double *x)
     int64_t outer = 1, n = c->sh[0][c->axis], inner = 1;
     for (int d = 0; d < c->axis; d++) outer *= c->sh[0][d];
     for (int d = c->axis + 1; d < c->nd[0]; d++) inner *= c->sh[0][d];
-    double gap = INFINITY;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            double m1 = -INFINITY, m2 = -INFINITY;
-            for (int64_t k = 0; k < n; k++) {
-                double v = x[(o * n + k) * inner + i];
-                if (v > m1) m2 = m1, m1 = v;
-                else if (v > m2) m2 = v;
-            }
-            gap = fmin(gap, m1 - m2);
-        }
-    return gap;
+    return test_max_gap(outer, n, inner, x);
 }
 
 static void run_rcase(wgml_context *ctx, const rcase *c)

@@ -33,23 +33,26 @@ static int grad_inputs(T *t, T **out)
     return t->nsrc;
 }
 
-/* The pass's notes, one per node it visits (found through index): the gradient reaching the
-   node so far, and whether a trainable tensor lies upstream of it. v is in post-order. */
+/* The pass's note on a node it visits: the gradient reaching it so far, and whether a
+   trainable tensor lies upstream of it. */
+typedef struct note {
+    T *t;
+    T *grad;
+    bool needs;
+} note;
+
+/* The notes in post-order, found by tensor through index. */
 typedef struct order {
-    T **v;
-    T **grad;
-    bool *needs;
+    note *v;
     size_t n, cap;
     wgml_ptrmap index;
 } order;
 
-static size_t at(const order *o, const T *t) { return wgml_ptrmap_get(&o->index, t); }
+static note *note_of(const order *o, const T *t) { return &o->v[wgml_ptrmap_get(&o->index, t)]; }
 
 static void order_free(order *o)
 {
     free(o->v);
-    free(o->grad);
-    free(o->needs);
     wgml_ptrmap_free(&o->index);
 }
 
@@ -62,23 +65,17 @@ static bool visit(T *t, order *o)
     for (int i = 0; i < n; i++) {
         if (!in[i]) continue;
         if (!visit(in[i], o)) return false;
-        needs |= o->needs[at(o, in[i])];
+        needs |= note_of(o, in[i])->needs;
     }
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 64;
-        T **v = realloc(o->v, cap * sizeof *v);
-        if (v) o->v = v;
-        T **g = realloc(o->grad, cap * sizeof *g);
-        if (g) o->grad = g;
-        bool *nd = realloc(o->needs, cap * sizeof *nd);
-        if (nd) o->needs = nd;
-        if (!v || !g || !nd) return false;
+        note *v = realloc(o->v, cap * sizeof *v);
+        if (!v) return false;
+        o->v = v;
         o->cap = cap;
     }
     if (!wgml_ptrmap_put(&o->index, t, (uint32_t)o->n)) return false;
-    o->v[o->n] = t;
-    o->grad[o->n] = NULL;
-    o->needs[o->n++] = needs;
+    o->v[o->n++] = (note){.t = t, .needs = needs};
     return true;
 }
 
@@ -112,7 +109,7 @@ wgml_status wgml_backward(wgml_tensor *loss)
         order_free(&o);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
-    if (!o.needs[at(&o, loss)]) {
+    if (!note_of(&o, loss)->needs) {
         order_free(&o);
         if (loss->op == WGML_OP_NONE && !loss->requires_grad) /* evaluation dropped its graph */
             return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
@@ -122,8 +119,8 @@ wgml_status wgml_backward(wgml_tensor *loss)
     }
     /* every op on the way must have a rule before any gradient is touched */
     for (size_t k = 0; k < o.n; k++) {
-        T *t = o.v[k];
-        if (!o.needs[k] || t->op == WGML_OP_NONE || has_rule(t)) continue;
+        T *t = o.v[k].t;
+        if (!o.v[k].needs || t->op == WGML_OP_NONE || has_rule(t)) continue;
         order_free(&o);
         const char *why = wgml_op_table[t->op].no_grad;
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "backward: %s is not differentiable%s%s", wgml_op_table[t->op].name,
@@ -134,11 +131,11 @@ wgml_status wgml_backward(wgml_tensor *loss)
     float one = 1.0f;
     T *seed = NULL;
     st = wgml_tensor_from_data(ctx, loss->ndim, loss->shape, &one, 1, &seed);
-    o.grad[at(&o, loss)] = seed;
+    note_of(&o, loss)->grad = seed;
     for (size_t k = o.n; k-- > 0 && !st;) {
-        T *t = o.v[k];
-        T *g = o.grad[k];
-        if (!g || !o.needs[k]) continue;
+        T *t = o.v[k].t;
+        T *g = o.v[k].grad;
+        if (!g || !o.v[k].needs) continue;
         if (t->op == WGML_OP_NONE) {
             if (t->requires_grad) {
                 T *acc = t->grad ? wgml_add(ctx, t->grad, g) : g;
@@ -154,10 +151,10 @@ wgml_status wgml_backward(wgml_tensor *loss)
         int n = grad_inputs(t, in);
         for (int i = 0; i < n; i++) {
             if (!in[i] || !gin[i]) continue;
-            size_t j = at(&o, in[i]);
-            if (!o.needs[j]) continue;
+            note *to = note_of(&o, in[i]);
+            if (!to->needs) continue;
             if (gin[i]->status) { st = wgml_fail(ctx, gin[i]->status, "backward of %s: %s", wgml_op_table[t->op].name, gin[i]->error); break; }
-            o.grad[j] = o.grad[j] ? wgml_add(ctx, o.grad[j], gin[i]) : gin[i];
+            to->grad = to->grad ? wgml_add(ctx, to->grad, gin[i]) : gin[i];
         }
     }
     order_free(&o);

@@ -159,9 +159,15 @@ wgml_pipeline *wgml_pipeline_find(wgml_context *ctx, const uint32_t *key, size_t
     return find(ctx, key, words * 4, key_hash((const uint8_t *)key, words * 4));
 }
 
-wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, const char *wgsl, bool trusted)
+wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, char *wgsl, bool trusted)
 {
-    return add(ctx, key, words * 4, key_hash((const uint8_t *)key, words * 4), wgsl, trusted);
+    if (!wgsl) {
+        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory for a kernel's source");
+        return NULL;
+    }
+    wgml_pipeline *p = add(ctx, key, words * 4, key_hash((const uint8_t *)key, words * 4), wgsl, trusted);
+    free(wgsl);
+    return p;
 }
 
 void wgml_pipelines_destroy(wgml_context *ctx)

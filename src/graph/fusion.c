@@ -148,7 +148,7 @@ static void operand_name(char *out, size_t n, uint32_t arg)
    other side from the tensor. */
 static void put_step(wgml_sbuf *b, const step *s, uint32_t k)
 {
-    char names[4][24], expr[1024];
+    char names[4][24];
     const char *ops[2] = {names[0], names[1]}, *sc[2] = {names[2], names[3]};
     operand_name(names[0], sizeof names[0], s->arg[0]);
     operand_name(names[1], sizeof names[1], s->arg[1]);
@@ -158,8 +158,9 @@ static void put_step(wgml_sbuf *b, const step *s, uint32_t k)
         ops[s->side == 1 ? 0 : 1] = names[0];
         ops[s->side == 1 ? 1 : 0] = names[2];
     }
-    if (!wgml_op_expand((int)s->op, ops, sc, expr, sizeof expr)) snprintf(expr, sizeof expr, "T(0.0) /* too long */");
-    wgml_sbuf_put(b, "    let v%u = %s;\n", k, expr);
+    wgml_sbuf_put(b, "    let v%u = ", k);
+    wgml_op_expand(b, (int)s->op, ops, sc);
+    wgml_sbuf_put(b, ";\n");
 }
 
 /* The kernel's source: the Params block, bindings, helpers, the steps as a function of the
@@ -243,10 +244,7 @@ static wgml_pipeline *fused_pipeline(wgml_context *ctx, const gen *g, bool vec4,
     memcpy(key + 5 + g->nleaves, g->steps, g->nsteps * sizeof(step));
     wgml_pipeline *p = wgml_pipeline_find(ctx, key, words);
     if (!p) {
-        char *src = fused_source(g, vec4, strided, unroll);
-        if (src) p = wgml_pipeline_add(ctx, key, words, src, true);
-        else wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-        free(src);
+        p = wgml_pipeline_add(ctx, key, words, fused_source(g, vec4, strided, unroll), true);
     }
     if (key != small) free(key);
     return p;

@@ -62,14 +62,14 @@ static void put_epilogue_fn(wgml_sbuf *b, int act)
                          "fn wgml_nan() -> f32 { return bitcast<f32>(0x7fc00000u | (P.M & 0u)); }\n"
                          "fn wgml_inf() -> f32 { return bitcast<f32>(0x7f800000u | (P.M & 0u)); }\n%s",
                       wgml_wgsl_find("elementwise"));
-    char expr[256];
     const char *v = "v";
-    if (!wgml_op_expand(act_op[act], &v, NULL, expr, sizeof expr)) snprintf(expr, sizeof expr, "v");
     wgml_sbuf_put(b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
            "    var v = P.alpha * v0;\n"
            "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
            "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-           "    return %s;\n}\n", expr);
+           "    return ");
+    wgml_op_expand(b, act_op[act], &v, NULL);
+    wgml_sbuf_put(b, ";\n}\n");
 }
 
 /* A element (m, k) and B element (k, n) of batch `bt`, as WGSL index expressions */

@@ -24,10 +24,7 @@ wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launc
     wgml_sbuf b = {0};
     wgml_op_codes_put(&b);
     wgml_sbuf_put(&b, "%s", src);
-    char *text = wgml_sbuf_take(&b);
-    if (!text) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    l->pipeline = wgml_pipeline_add(ctx, key, 2, text, true);
-    free(text);
+    l->pipeline = wgml_pipeline_add(ctx, key, 2, wgml_sbuf_take(&b), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
 }
 
@@ -137,10 +134,7 @@ static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, 
     else
         wgml_sbuf_put(&b, "fn flag_label(row: u32) {}\n");
     wgml_sbuf_put(&b, "%s", body);
-    char *src = wgml_sbuf_take(&b);
-    if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-    l->pipeline = wgml_pipeline_add(ctx, key, 7, src, true);
-    free(src);
+    l->pipeline = wgml_pipeline_add(ctx, key, 7, wgml_sbuf_take(&b), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
 }
 

@@ -149,10 +149,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
         char *src = cfg.gemv_rows ? wgml_gemv_rows_source(&cfg, g->act)
                     : gemv        ? wgml_gemv_source(&cfg, g->trans_b, g->act)
                                   : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
-        if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-        l->pipeline = wgml_pipeline_add(ctx, key, 13, src, true);
-        free(src);
-        if (!l->pipeline) return ctx->rt.status;
+        if (!(l->pipeline = wgml_pipeline_add(ctx, key, 13, src, true))) return ctx->rt.status;
     }
     *gemv_out = gemv;
     *cfg_out = cfg;

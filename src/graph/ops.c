@@ -411,34 +411,24 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
 
 /* ---------------------------------------------------------------- WGSL from the table */
 
-bool wgml_op_expand(int op, const char *const *operands, const char *const *scalars, char *out, size_t n)
+void wgml_op_expand(wgml_sbuf *b, int op, const char *const *operands, const char *const *scalars)
 {
-    size_t used = 0;
     for (const char *p = wgml_op_table[op].wgsl; p && *p;) {
-        const char *piece = NULL;
-        size_t len;
         if ((p[0] == '%' || p[0] == '#') && (p[1] == '0' || p[1] == '1')) {
-            piece = p[0] == '%' ? operands[p[1] - '0'] : scalars[p[1] - '0'];
-            len = strlen(piece);
+            wgml_sbuf_put(b, "%s", p[0] == '%' ? operands[p[1] - '0'] : scalars[p[1] - '0']);
             p += 2;
         } else {
-            piece = p;
-            len = strcspn(p + 1, "%#") + 1;
+            int len = (int)strcspn(p + 1, "%#") + 1;
+            wgml_sbuf_put(b, "%.*s", len, p);
             p += len;
         }
-        if (used + len >= n) return false;
-        memcpy(out + used, piece, len);
-        used += len;
     }
-    if (used >= n) return false;
-    out[used] = 0;
-    return true;
 }
 
 void wgml_op_codes_put(wgml_sbuf *b)
 {
     static const char *const names[] = {
-#define WGML_OP_NAME(e, kind) "OP_" #e,
+#define WGML_OP_NAME(e) "OP_" #e,
         WGML_OPS(WGML_OP_NAME)
 #undef WGML_OP_NAME
     };

@@ -28,24 +28,17 @@ typedef enum wgml_op_kind {
     WGML_KIND_COUNT
 } wgml_op_kind;
 
-/* Every op: X(ENUM, kind). Unary and binary ops with public constructors are listed by
-   WGML_UNARY_API and WGML_BINARY_API (ENUM, function name), which build.c expands. */
-#define WGML_OPS(X)                                                              \
-    X(NONE, WGML_KIND_STORAGE) X(VIEW, WGML_KIND_VIEW)                            \
-    X(COPY, WGML_KIND_UNARY) X(NEG, WGML_KIND_UNARY) X(ABS, WGML_KIND_UNARY)      \
-    X(EXP, WGML_KIND_UNARY) X(LOG, WGML_KIND_UNARY) X(SQRT, WGML_KIND_UNARY)      \
-    X(RSQRT, WGML_KIND_UNARY) X(TANH, WGML_KIND_UNARY) X(SIGMOID, WGML_KIND_UNARY) \
-    X(RELU, WGML_KIND_UNARY) X(GELU, WGML_KIND_UNARY) X(SILU, WGML_KIND_UNARY)    \
-    X(SOFTPLUS, WGML_KIND_UNARY) X(CLAMP, WGML_KIND_UNARY)                        \
-    X(RELU_GRAD, WGML_KIND_BINARY) X(ADD, WGML_KIND_BINARY) X(SUB, WGML_KIND_BINARY) \
-    X(MUL, WGML_KIND_BINARY) X(DIV, WGML_KIND_BINARY) X(POW, WGML_KIND_BINARY)    \
-    X(MAXIMUM, WGML_KIND_BINARY) X(MINIMUM, WGML_KIND_BINARY)                     \
-    X(SUM, WGML_KIND_REDUCE) X(MEAN, WGML_KIND_REDUCE) X(MAX, WGML_KIND_REDUCE)   \
-    X(ARGMAX, WGML_KIND_REDUCE)                                                   \
-    X(SOFTMAX, WGML_KIND_ROW) X(LOG_SOFTMAX, WGML_KIND_ROW) X(LAYERNORM, WGML_KIND_ROW) \
-    X(RMSNORM, WGML_KIND_ROW) X(CROSS_ENTROPY, WGML_KIND_ROW)                     \
-    X(CROSS_ENTROPY_GRAD, WGML_KIND_ROW)                                          \
-    X(MATMUL, WGML_KIND_MATMUL) X(OPTIM_STEP, WGML_KIND_CUSTOM)
+/* Every op, X(ENUM); its entry in ops.c says the rest. Unary and binary ops with public
+   constructors are also listed by WGML_UNARY_API and WGML_BINARY_API (ENUM, function name),
+   which build.c expands. */
+#define WGML_OPS(X)                                                                   \
+    X(NONE) X(VIEW)                                                                   \
+    X(COPY) X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)    \
+    X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP)                                              \
+    X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \
+    X(SUM) X(MEAN) X(MAX) X(ARGMAX)                                                   \
+    X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
+    X(MATMUL) X(OPTIM_STEP)
 
 #define WGML_UNARY_API(X)                                                        \
     X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RSQRT, rsqrt) \
@@ -57,7 +50,7 @@ typedef enum wgml_op_kind {
     X(MINIMUM, minimum)
 
 typedef enum wgml_op {
-#define WGML_OP_ENUM(e, kind) WGML_OP_##e,
+#define WGML_OP_ENUM(e) WGML_OP_##e,
     WGML_OPS(WGML_OP_ENUM)
 #undef WGML_OP_ENUM
     WGML_OP_COUNT
@@ -112,9 +105,8 @@ static inline int wgml_op_scalars(const wgml_tensor *t)
 struct wgml_sbuf;
 void wgml_op_codes_put(struct wgml_sbuf *b);
 
-/* Writes op's WGSL expression into out (size n), %k replaced by operands[k] and #k by
-   scalars[k] (WGSL expressions); false when it does not fit. The fused kernels and the
-   matmul epilogue both write their ops through here. */
-bool wgml_op_expand(int op, const char *const *operands, const char *const *scalars, char *out, size_t n);
+/* Appends op's WGSL expression to b, %k replaced by operands[k] and #k by scalars[k] (WGSL
+   expressions). The fused kernels and the matmul epilogue both write their ops through here. */
+void wgml_op_expand(struct wgml_sbuf *b, int op, const char *const *operands, const char *const *scalars);
 
 #endif

@@ -8,9 +8,9 @@
  *      non-empty test domain per operand; the public constructor lists name elementwise ops.
  *   b. forward: every UNARY and BINARY entry (internal relu_grad and copy included) on
  *      awkward sizes, inputs drawn from its test domain (never zero), against its double
- *      reference, with |gpu - ref| <= tol * max(|ref|, floor) (op_floors below says which ops
- *      get a floor above 1e-30, and why); the public binary ops with a number on either side;
- *      softplus at its edges (+-inf, NaN, -30, 80).
+ *      reference, with |gpu - ref| <= tol * max(|ref|, floor) (the entry's floor, or 1e-30);
+ *      the public binary ops with a number on either side; softplus at its edges (+-inf, NaN,
+ *      -30, 80).
  *   c. backward: every UNARY and BINARY entry with a gradient rule, L = sum(w * op(x[, y]))
  *      with a fixed random w, wgml_grad against central differences of the entry's double
  *      reference (h = 1e-3 relative), inputs kept 1e-2 from kinks; the public binary ops also
@@ -88,26 +88,9 @@ static const char *op_name(int op)
 
 /* ---------------------------------------------------------------- floors and scalars */
 
-/* |gpu - ref| <= tol * max(|ref|, floor): the floor is 1e-30 (a plain relative check) except
-   where a result near zero carries the absolute rounding of larger terms: */
-static const struct { int op; double floor; const char *why; } op_floors[] = {
-    {WGML_OP_TANH, 1e-3, "WGSL's tanh inherits sinh/cosh's accuracy: ~6e-8 absolute near 0 (3e-4 relative at |x| ~ 1e-4)"},
-    {WGML_OP_GELU, 1e-2, "0.5 x (1 + tanh(u)) cancels for negative x: tanh's ~1e-7 absolute error times 0.5 |x| <= 2.5"},
-    {WGML_OP_SUM, 10, "terms of both signs up to 10 can cancel to near 0; the rounding scales with the terms"},
-    {WGML_OP_MEAN, 10, "as sum"},
-    {WGML_OP_LOG_SOFTMAX, 1, "x - max - log(sum): the row's largest entry is near 0 after a cancellation of terms up to 40"},
-    {WGML_OP_LAYERNORM, 1e-2, "O(1) outputs: (x - mean) * r * w + b may cancel to near 0 (~1e-6 absolute)"},
-    {WGML_OP_RMSNORM, 1e-2, "as layernorm (weights and inputs of both signs)"},
-    {WGML_OP_CROSS_ENTROPY_GRAD, 1e-2, "softmax - 1 cancels at the label where its probability is near 1"},
-    {WGML_OP_MATMUL, 1, "a sum of K = 7 products of [-2, 2] values (typically ~3) may cancel to near 0"},
-};
-
-static double floor_of(int op)
-{
-    for (int i = 0; i < N_OF(op_floors); i++)
-        if (op_floors[i].op == op) return op_floors[i].floor;
-    return TINY;
-}
+/* |gpu - ref| <= tol * max(|ref|, floor): the entry's floor (ops.c says why it has one), else
+   1e-30, a plain relative check */
+static double floor_of(int op) { return wgml_op_table[op].floor > 0 ? wgml_op_table[op].floor : TINY; }
 
 /* the scalars an entry with nscalars > 0 is run with, inside its test domain; a new such op
    without a line here fails (its constructor is also needed in ew_build) */

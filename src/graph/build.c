@@ -230,11 +230,17 @@ int wgml_broadcast_shapes(const wgml_tensor *a, const wgml_tensor *b, int64_t *o
     return n;
 }
 
+/* wgml.h's wgml_binary_op names each public binary op as the op list does (WGML_ADD for ADD) */
 static const wgml_op binary_ops[] = {
-    [WGML_ADD] = WGML_OP_ADD, [WGML_SUB] = WGML_OP_SUB, [WGML_MUL] = WGML_OP_MUL,
-    [WGML_DIV] = WGML_OP_DIV, [WGML_POW] = WGML_OP_POW, [WGML_MAXIMUM] = WGML_OP_MAXIMUM,
-    [WGML_MINIMUM] = WGML_OP_MINIMUM,
+#define WGML_BINARY_OP_OF(e, fn) [WGML_##e] = WGML_OP_##e,
+    WGML_BINARY_API(WGML_BINARY_OP_OF)
+#undef WGML_BINARY_OP_OF
 };
+
+wgml_op wgml_binary_api_op(wgml_binary_op op)
+{
+    return (int)op >= 0 && op <= WGML_MINIMUM ? binary_ops[op] : WGML_OP_NONE;
+}
 
 wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b)
 {

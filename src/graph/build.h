@@ -10,6 +10,8 @@ wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *s
                        wgml_tensor *const *src);
 wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a);
+/* The table's op of a public wgml_binary_op (WGML_OP_NONE when it is not one). */
+wgml_op wgml_binary_api_op(wgml_binary_op op);
 /* NumPy broadcast of two shapes into out; returns its rank or -1. */
 int wgml_broadcast_shapes(const wgml_tensor *a, const wgml_tensor *b, int64_t *out);
 

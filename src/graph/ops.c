@@ -352,15 +352,17 @@ static wgml_status vjp_view(wgml_context *c, T *t, T *g, T **gin)
 /* ---------------------------------------------------------------- the table */
 
 /* test domains and tolerances: arithmetic is exact to rounding, transcendental functions
-   carry the WGSL accuracy of their builtins */
-#define ARITH 1e-5
-#define TRANSC 1e-4
+   carry the WGSL accuracy of their builtins. FLOOR(f): |ref| is floored at f where a result
+   near zero carries the absolute rounding of larger terms (each use says why). */
+#define ARITH .tol = 1e-5
+#define TRANSC .tol = 1e-4
+#define FLOOR(f) .floor = f
 #define DOMAIN(l0, h0, l1, h1) .test = {.lo = {l0, l1}, .hi = {h0, h1}}
 
-#define UNARY(e, n, w, r, v, l, h, t) \
-    [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l, h, 0, 0), .tol = t}
-#define BINARY(e, n, w, r, v, l0, h0, l1, h1, t) \
-    [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l0, h0, l1, h1), .tol = t}
+#define UNARY(e, n, w, r, v, l, h, ...) \
+    [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l, h, 0, 0), __VA_ARGS__}
+#define BINARY(e, n, w, r, v, l0, h0, l1, h1, ...) \
+    [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l0, h0, l1, h1), __VA_ARGS__}
 
 const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_NONE] = {.name = "storage", .kind = WGML_KIND_STORAGE, .no_grad = "a leaf"},
@@ -373,16 +375,18 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     UNARY(LOG,      "log",        "log(%0)",                    ref_log,       vjp_log,      1e-3, 1e3,    TRANSC),
     UNARY(SQRT,     "sqrt",       "sqrt(%0)",                   ref_sqrt,      vjp_sqrt,     1e-4, 1e4,    TRANSC),
     UNARY(RSQRT,    "rsqrt",      "inverseSqrt(%0)",            ref_rsqrt,     vjp_rsqrt,    1e-4, 1e4,    TRANSC),
-    UNARY(TANH,     "tanh",       "wgml_tanh(%0)",              ref_tanh,      vjp_tanh,     -6, 6,        TRANSC),
+    /* WGSL's tanh inherits sinh/cosh's accuracy: ~6e-8 absolute near 0 (3e-4 relative at |x| ~ 1e-4) */
+    UNARY(TANH,     "tanh",       "wgml_tanh(%0)",              ref_tanh,      vjp_tanh,     -6, 6,        TRANSC, FLOOR(1e-3)),
     UNARY(SIGMOID,  "sigmoid",    "wgml_sigmoid(%0)",           ref_sigmoid,   vjp_sigmoid,  -15, 15,      TRANSC),
     UNARY(RELU,     "relu",       "wgml_relu(%0)",              ref_relu,      vjp_relu,     -10, 10,      ARITH),
-    UNARY(GELU,     "gelu",       "wgml_gelu(%0)",              ref_gelu,      vjp_gelu,     -5, 5,        TRANSC),
+    /* 0.5 x (1 + tanh(u)) cancels for negative x: tanh's ~1e-7 absolute error times 0.5 |x| <= 2.5 */
+    UNARY(GELU,     "gelu",       "wgml_gelu(%0)",              ref_gelu,      vjp_gelu,     -5, 5,        TRANSC, FLOOR(1e-2)),
     UNARY(SILU,     "silu",       "wgml_silu(%0)",              ref_silu,      vjp_silu,     -15, 15,      TRANSC),
     UNARY(SOFTPLUS, "softplus",   "wgml_softplus(%0)",          ref_softplus,  vjp_softplus, -30, 30,      TRANSC),
     [WGML_OP_CLAMP] = {.name = "clamp", .kind = WGML_KIND_UNARY, .arity = 1, .nscalars = 2, .wgsl = "wgml_clamp(%0, #0, #1)",
-                       .ref = ref_clamp, .vjp = vjp_clamp, DOMAIN(-3, 3, 0, 0), .tol = ARITH},
+                       .ref = ref_clamp, .vjp = vjp_clamp, DOMAIN(-3, 3, 0, 0), ARITH},
     [WGML_OP_RELU_GRAD] = {.name = "relu_grad", .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = "select(T(0.0), %1, %0 > T(0.0))",
-                           .ref = ref_relu_grad, DOMAIN(-1, 1, -5, 5), .tol = ARITH,
+                           .ref = ref_relu_grad, DOMAIN(-1, 1, -5, 5), ARITH,
                            .no_grad = "made by backward only (no second derivatives)"},
     BINARY(ADD,     "add",        "(%0 + %1)",                  ref_add,       vjp_add,      -10, 10, -10, 10, ARITH),
     BINARY(SUB,     "sub",        "(%0 - %1)",                  ref_sub,       vjp_sub,      -10, 10, -10, 10, ARITH),
@@ -391,20 +395,25 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     BINARY(POW,     "pow",        "wgml_pow(%0, %1)",           ref_pow,       vjp_pow,      0.1, 10, -3, 3,   TRANSC),
     BINARY(MAXIMUM, "maximum",    "wgml_maximum(%0, %1)",       ref_maximum,   vjp_extremum, -10, 10, -10, 10, ARITH),
     BINARY(MINIMUM, "minimum",    "wgml_minimum(%0, %1)",       ref_minimum,   vjp_extremum, -10, 10, -10, 10, ARITH),
-    [WGML_OP_SUM] = {.name = "sum", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), .tol = ARITH},
-    [WGML_OP_MEAN] = {.name = "mean", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), .tol = ARITH},
-    [WGML_OP_MAX] = {.name = "max", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), .tol = ARITH},
+    /* sums of terms of both signs up to 10 cancel to near 0; the rounding scales with the terms (mean as sum) */
+    [WGML_OP_SUM] = {.name = "sum", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
+    [WGML_OP_MEAN] = {.name = "mean", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
+    [WGML_OP_MAX] = {.name = "max", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH},
     [WGML_OP_ARGMAX] = {.name = "argmax", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0,
                         .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)"},
-    [WGML_OP_SOFTMAX] = {.name = "softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), .tol = TRANSC},
-    [WGML_OP_LOG_SOFTMAX] = {.name = "log_softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_log_softmax, DOMAIN(-20, 20, 0, 0), .tol = TRANSC},
-    [WGML_OP_LAYERNORM] = {.name = "layernorm", .kind = WGML_KIND_ROW, .arity = 3, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), .tol = TRANSC},
-    [WGML_OP_RMSNORM] = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .arity = 2, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), .tol = TRANSC},
+    [WGML_OP_SOFTMAX] = {.name = "softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), TRANSC},
+    /* x - max - log(sum): the row's largest entry is near 0 after cancelling terms up to 40 */
+    [WGML_OP_LOG_SOFTMAX] = {.name = "log_softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_log_softmax, DOMAIN(-20, 20, 0, 0), TRANSC, FLOOR(1)},
+    /* O(1) outputs: (x - mean) r w + b may cancel to near 0 (~1e-6 absolute); rmsnorm as layernorm */
+    [WGML_OP_LAYERNORM] = {.name = "layernorm", .kind = WGML_KIND_ROW, .arity = 3, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)},
+    [WGML_OP_RMSNORM] = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .arity = 2, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)},
     [WGML_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .kind = WGML_KIND_ROW, .arity = 2, .vjp = vjp_cross_entropy,
-                               DOMAIN(-20, 20, 0, 0), .tol = TRANSC},
-    [WGML_OP_CROSS_ENTROPY_GRAD] = {.name = "cross_entropy_grad", .kind = WGML_KIND_ROW, .arity = 3, DOMAIN(-20, 20, -2, 2), .tol = TRANSC,
+                               DOMAIN(-20, 20, 0, 0), TRANSC},
+    /* softmax - 1 cancels at the label where its probability is near 1 */
+    [WGML_OP_CROSS_ENTROPY_GRAD] = {.name = "cross_entropy_grad", .kind = WGML_KIND_ROW, .arity = 3, DOMAIN(-20, 20, -2, 2), TRANSC, FLOOR(1e-2),
                                     .no_grad = "made by backward only (no second derivatives)"},
-    [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), .tol = ARITH},
+    /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
+    [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
     [WGML_OP_OPTIM_STEP] = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
                             .no_grad = "an optimiser's update, not a function of the loss"},
 };

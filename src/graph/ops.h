@@ -82,8 +82,8 @@ typedef struct wgml_op_def {
     struct {
         double lo[2], hi[2]; /* operand k of a test is drawn from [lo[k], hi[k]] */
     } test;
-    double tol; /* the tests' bound on |gpu - ref| / |ref| (tests/test_op_table.c floors |ref|
-                   for the few ops whose f32 forms cancel, and says why) */
+    double tol;   /* the tests' bound on |gpu - ref| / max(|ref|, floor) */
+    double floor; /* 0, or where results near 0 carry the rounding of larger terms (ops.c says why) */
 } wgml_op_def;
 
 extern const wgml_op_def wgml_op_table[WGML_OP_COUNT];

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cpu/ref.h"
+#include "graph/tuning.h"
 #include "harness.h"
 
 #define N 65537
@@ -817,12 +818,13 @@ static void scopes_free_what_they_made(void)
 static void gpu_timing_times_each_pass(void)
 {
     for (int u = 0; u < 2; u++) {
-        if (u) setenv("WGML_EW_UNROLL", "4", 1); /* read when a context is made */
+        if (u) setenv("WGML_EW_UNROLL", "4", 1); /* read at the context's first kernel */
         wgml_context *ctx;
         wgml_context_desc d = {.gpu_timing = 1};
         CHECK_OK(NULL, wgml_context_create(&d, &ctx));
-        unsetenv("WGML_EW_UNROLL");
         if (!ctx) return;
+        CHECK(wgml_tuning_of(ctx)->ew_unroll == (u ? 4 : 1));
+        unsetenv("WGML_EW_UNROLL");
         wgml_adapter_info info;
         wgml_adapter_info_get(ctx, &info);
         if (!info.has_timestamp_query) {

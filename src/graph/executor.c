@@ -1,12 +1,40 @@
 /* The one-submit graph executor; see executor.h for the stages. */
 #include "graph/executor.h"
-#include "graph/tuning.h"
+
+#include "core/ptrmap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- the executor's state */
+
+/* What the scheduler notes about one lazy node during an evaluation */
+enum { SCHED_NONE = 0, SCHED_KERNEL, SCHED_FUSED };
+typedef struct sched_node {
+    int uses;    /* readers inside this evaluation */
+    int kind;    /* SCHED_* */
+    bool pinned; /* must get its own buffer (target, read through a view...) */
+    bool target;
+} sched_node;
+
+/* The executor's extension of a context: buffers kept between evaluations, and the
+   schedule of the one under way (nodes found by tensor through index). */
+typedef struct wgml_executor {
+    WGPUBuffer params_buffer; /* the dispatches' parameters: one uniform buffer, one write per submit */
+    uint64_t params_capacity;
+    uint8_t *params_host;
+    uint64_t params_host_capacity;
+    WGPUBuffer staging; /* for reads, grow-only */
+    uint64_t staging_size;
+    /* GPU-side error flags: kernels that check data (labels, indices) record the first
+       problem here; the next read-back copies them out and reports it */
+    WGPUBuffer gpu_errors;
+    bool gpu_errors_pending; /* a submitted kernel may have written them */
+    wgml_ptrmap index;
+    sched_node *nodes, none;
+    size_t nnodes, cap;
+} wgml_executor;
 
 /* The scheduler's note on lazy node t in this evaluation; a zeroed note for other tensors. */
 static sched_node *node_of(wgml_executor *ex, const wgml_tensor *t)
@@ -29,7 +57,8 @@ static void executor_free(wgml_context *ctx, void *state)
     free(ex);
 }
 
-wgml_executor *wgml_executor_of(wgml_context *ctx)
+/* The context's executor, made on first use; NULL (error recorded) when out of memory. */
+static wgml_executor *executor_of(wgml_context *ctx)
 {
     wgml_executor *ex = wgml_extension_get(ctx, &executor_key);
     if (ex) return ex;
@@ -37,7 +66,6 @@ wgml_executor *wgml_executor_of(wgml_context *ctx)
         wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         return NULL;
     }
-    ex->ew_unroll = wgml_tuning_of(ctx)->ew_unroll; /* fused kernels' elements per thread */
     if (wgml_extension_set(ctx, &executor_key, ex, executor_free)) {
         free(ex);
         return NULL;
@@ -47,8 +75,8 @@ wgml_executor *wgml_executor_of(wgml_context *ctx)
 
 bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t)
 {
-    wgml_executor *ex = wgml_executor_of(ctx);
-    return ex && node_of(ex, t)->kind == WGML_SCHED_FUSED;
+    wgml_executor *ex = executor_of(ctx);
+    return ex && node_of(ex, t)->kind == SCHED_FUSED;
 }
 
 #define MAX_FUSED_LEAVES 8
@@ -100,7 +128,7 @@ static bool collect(wgml_executor *ex, wgml_tensor *t, node_list *order)
         ex->cap = cap;
     }
     if (!wgml_ptrmap_put(&ex->index, t, (uint32_t)ex->nnodes)) return false;
-    ex->nodes[ex->nnodes++] = (sched_node){.kind = WGML_SCHED_NONE};
+    ex->nodes[ex->nnodes++] = (sched_node){.kind = SCHED_NONE};
     t->buf = NULL;
     for (int i = 0; i < t->nsrc; i++)
         if (!collect(ex, t->src[i], order)) return false;
@@ -120,7 +148,7 @@ static void fused_count(wgml_executor *ex, wgml_tensor *t, fused_cost *c)
     c->nscalars += wgml_op_scalars(t);
     for (int i = 0; i < t->nsrc; i++) {
         wgml_tensor *s = t->src[i];
-        if (node_of(ex, s)->kind == WGML_SCHED_FUSED && s == wgml_tensor_base(s)) {
+        if (node_of(ex, s)->kind == SCHED_FUSED && s == wgml_tensor_base(s)) {
             fused_count(ex, s, c);
             continue;
         }
@@ -141,7 +169,7 @@ static int fused_size(wgml_executor *ex, wgml_tensor *t)
 {
     int n = 1;
     for (int i = 0; i < t->nsrc; i++)
-        if (node_of(ex, t->src[i])->kind == WGML_SCHED_FUSED && t->src[i] == wgml_tensor_base(t->src[i])) n += fused_size(ex, t->src[i]);
+        if (node_of(ex, t->src[i])->kind == SCHED_FUSED && t->src[i] == wgml_tensor_base(t->src[i])) n += fused_size(ex, t->src[i]);
     return n;
 }
 
@@ -161,25 +189,25 @@ static void decide_fusion(wgml_context *ctx, wgml_executor *ex, node_list *order
         wgml_tensor *t = order->items[k];
         bool fusable = wgml_op_is_elementwise(t->op) && !ctx->desc.no_fusion && !node_of(ex, t)->pinned &&
                        !node_of(ex, t)->target && node_of(ex, t)->uses == 1;
-        node_of(ex, t)->kind = fusable ? WGML_SCHED_FUSED : WGML_SCHED_KERNEL;
+        node_of(ex, t)->kind = fusable ? SCHED_FUSED : SCHED_KERNEL;
     }
     /* keep a kernel's inputs within the bindings an adapter has: cut big trees, from each
        kernel's root down (a cut child becomes a root, checked when the walk reaches it), so
        a chain is walked once rather than once per node */
     for (size_t k = order->n; k-- > 0;) {
         wgml_tensor *t = order->items[k];
-        if (node_of(ex, t)->kind != WGML_SCHED_KERNEL || !wgml_op_is_elementwise(t->op)) continue;
+        if (node_of(ex, t)->kind != SCHED_KERNEL || !wgml_op_is_elementwise(t->op)) continue;
         while (fused_too_big(ex, t)) {
             wgml_tensor *biggest = NULL;
             int most = 0;
             for (int i = 0; i < t->nsrc; i++) {
                 wgml_tensor *s = t->src[i];
-                if (node_of(ex, s)->kind != WGML_SCHED_FUSED || s != wgml_tensor_base(s)) continue;
+                if (node_of(ex, s)->kind != SCHED_FUSED || s != wgml_tensor_base(s)) continue;
                 int c = fused_size(ex, s);
                 if (c > most) { most = c; biggest = s; }
             }
             if (!biggest) break;
-            node_of(ex, biggest)->kind = WGML_SCHED_KERNEL;
+            node_of(ex, biggest)->kind = SCHED_KERNEL;
         }
     }
 }
@@ -220,8 +248,8 @@ wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l)
 
 WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx)
 {
-    wgml_executor *ex = wgml_executor_of(ctx);
-    if (ex->gpu_errors) return ex->gpu_errors;
+    wgml_executor *ex = executor_of(ctx);
+    if (!ex || ex->gpu_errors) return ex ? ex->gpu_errors : NULL;
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml gpu errors"), .size = 16,
                               .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst};
     ex->gpu_errors = wgpuDeviceCreateBuffer(ctx->rt.device, &d); /* zeroed, as WebGPU makes every buffer */
@@ -229,9 +257,8 @@ WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx)
 }
 
 /* The message of the GPU error flags read back (words w[0], w[1]); clears them on the GPU. */
-static wgml_status report_gpu_errors(wgml_context *ctx, const uint32_t *w)
+static wgml_status report_gpu_errors(wgml_context *ctx, wgml_executor *ex, const uint32_t *w)
 {
-    wgml_executor *ex = wgml_executor_of(ctx);
     ex->gpu_errors_pending = false;
     if (!w[0]) return WGML_OK;
     static const uint32_t zero[4] = {0};
@@ -244,9 +271,8 @@ static wgml_status report_gpu_errors(wgml_context *ctx, const uint32_t *w)
     return wgml_fail(ctx, WGML_ERROR_DEVICE, "a kernel reported GPU error flags 0x%x", w[0]);
 }
 
-static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
+static wgml_status ensure_params_buffer(wgml_context *ctx, wgml_executor *ex, uint64_t bytes)
 {
-    wgml_executor *ex = wgml_executor_of(ctx);
     bool replaced;
     wgml_status st = wgml_grow_buffer(ctx, &ex->params_buffer, &ex->params_capacity, bytes, 64 * 1024,
                                       WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, "wgml params", &replaced);
@@ -254,9 +280,8 @@ static wgml_status ensure_params_buffer(wgml_context *ctx, uint64_t bytes)
     return st;
 }
 
-static wgml_status ensure_host_params(wgml_context *ctx, uint64_t bytes)
+static wgml_status ensure_host_params(wgml_context *ctx, wgml_executor *ex, uint64_t bytes)
 {
-    wgml_executor *ex = wgml_executor_of(ctx);
     if (bytes <= ex->params_host_capacity) return WGML_OK;
     uint64_t cap = ex->params_host_capacity ? ex->params_host_capacity : 64 * 1024;
     while (cap < bytes) cap *= 2;
@@ -267,9 +292,8 @@ static wgml_status ensure_host_params(wgml_context *ctx, uint64_t bytes)
     return WGML_OK;
 }
 
-static wgml_status ensure_staging(wgml_context *ctx, uint64_t bytes)
+static wgml_status ensure_staging(wgml_context *ctx, wgml_executor *ex, uint64_t bytes)
 {
-    wgml_executor *ex = wgml_executor_of(ctx);
     return wgml_grow_buffer(ctx, &ex->staging, &ex->staging_size, bytes, 4096,
                             WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml staging", NULL);
 }
@@ -279,7 +303,7 @@ static wgml_status ensure_staging(wgml_context *ctx, uint64_t bytes)
 wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
                              const char *what, double started)
 {
-    wgml_executor *ex = wgml_executor_of(ctx);
+    wgml_executor *ex = executor_of(ctx);
     if (!ex) return ctx->rt.status;
     wgml_status st = WGML_OK;
     /* the parameter blocks of launches without their own bind group, at aligned offsets of
@@ -289,13 +313,13 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     for (int i = 0; i < n; i++) {
         const wgml_launch *l = &launches[i];
         if (l->bind) continue;
-        if ((st = ensure_host_params(ctx, params_off + WGML_MAX_PARAMS_BYTES))) return st;
+        if ((st = ensure_host_params(ctx, ex, params_off + WGML_MAX_PARAMS_BYTES))) return st;
         memcpy(ex->params_host + params_off, l->params, l->params_size);
         params_bytes = params_off + ((l->params_size + 15) & ~15u);
         params_off += (l->params_size + align - 1) / align * align;
     }
     if (params_bytes) {
-        if ((st = ensure_params_buffer(ctx, params_bytes))) return st;
+        if ((st = ensure_params_buffer(ctx, ex, params_bytes))) return st;
         wgpuQueueWriteBuffer(ctx->rt.queue, ex->params_buffer, 0, ex->params_host, params_bytes);
     }
 
@@ -348,7 +372,7 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     /* they come back after the data */
     bool flags = rb && (sets_flags || (rb->gpu_errors && ex->gpu_errors_pending));
     if (rb) {
-        if ((st = ensure_staging(ctx, rb->size + (flags ? 16 : 0)))) {
+        if ((st = ensure_staging(ctx, ex, rb->size + (flags ? 16 : 0)))) {
             wgpuCommandEncoderRelease(enc);
             wgml_scope_pop(&ctx->rt, "reading back");
             return st;
@@ -381,7 +405,7 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
         if (flags) memcpy(w, src + rb->size, sizeof w);
         wgpuBufferUnmap(ex->staging);
         ctx->rt.stats.bytes_downloaded += rb->size;
-        if (flags) return report_gpu_errors(ctx, w);
+        if (flags) return report_gpu_errors(ctx, ex, w);
     }
     return WGML_OK;
 }
@@ -410,7 +434,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     for (int i = 0; i < ntargets; i++)
         if ((st = target_status(ctx, targets[i]))) return st;
 
-    wgml_executor *ex = wgml_executor_of(ctx);
+    wgml_executor *ex = executor_of(ctx);
     if (!ex) return ctx->rt.status;
     wgml_ptrmap_clear(&ex->index);
     ex->nnodes = 0;
@@ -431,7 +455,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     /* launches per kernel node: one, or a few sharing a scratch buffer */
     size_t nk = 0;
     for (size_t k = 0; k < order.n; k++)
-        if (node_of(ex, order.items[k])->kind == WGML_SCHED_KERNEL) nk++;
+        if (node_of(ex, order.items[k])->kind == SCHED_KERNEL) nk++;
     wgml_launch *plan = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *plan) : NULL;
     wgml_tensor **node = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *node) : NULL; /* what each computes */
     if (nk && (!plan || !node)) {
@@ -448,7 +472,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
        read a base twice) */
     for (size_t k = 0; k < order.n && !st; k++) {
         wgml_tensor *t = order.items[k];
-        if (node_of(ex, t)->kind != WGML_SCHED_KERNEL) continue;
+        if (node_of(ex, t)->kind != SCHED_KERNEL) continue;
         int count = 0;
         wgml_launch ls[WGML_MAX_NODE_LAUNCHES];
         memset(ls, 0, sizeof ls);

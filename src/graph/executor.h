@@ -14,7 +14,6 @@
 #define WGML_GRAPH_EXECUTOR_H
 
 #include "core/context.h"
-#include "core/ptrmap.h"
 #include "graph/ops.h"
 
 #define WGML_MAX_BINDINGS 10
@@ -38,7 +37,7 @@ typedef struct wgml_launch {
     uint32_t scratch_mask;  /* bit b: binding b is the node's scratch buffer */
     uint64_t scratch_bytes; /* on a node's first launch: the size of that buffer */
     /* the most loop iterations one invocation runs, all loops together: the executor refuses
-       a launch past the adapter's loop limit (wgml_context.loop_limit) */
+       a launch past the adapter's loop limit (wgml_runtime.loop_limit) */
     uint64_t loop_trips;
     char what[48];          /* names the launch in that error */
     uint8_t params[WGML_MAX_PARAMS_BYTES];
@@ -48,14 +47,14 @@ typedef struct wgml_launch {
 
 #define WGML_MAX_NODE_LAUNCHES 2
 
-/* The context's GPU error flags (wgml_context.gpu_errors), made on first use: a kernel that
+/* The context's GPU error flags, made on first use (NULL when they cannot be): a kernel that
    checks its data binds them and records a problem as WGML_GPU_ERROR_* bits in word 0 and
    the first offending position as UINT32_MAX - position, by atomicMax, in word 1. */
 enum { WGML_GPU_ERROR_LABEL = 1u << 0 };
 WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx);
 /* Every launch passes here before it is encoded: WGML_ERROR_LIMIT when its grid is past the
    adapter's workgroups per dimension, or when it would loop past the adapter's loop limit
-   (wgml_context.loop_limit), which on llvmpipe ends loops early and silently gives a wrong
+   (wgml_runtime.loop_limit), which on llvmpipe ends loops early and silently gives a wrong
    answer */
 wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l);
 
@@ -110,38 +109,6 @@ typedef struct wgml_custom_op {
     wgml_status (*build)(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 } wgml_custom_op;
 
-/* ---------------------------------------------------------------- the executor's state */
-
-/* What the scheduler notes about one lazy node during an evaluation */
-enum { WGML_SCHED_NONE = 0, WGML_SCHED_KERNEL, WGML_SCHED_FUSED };
-typedef struct sched_node {
-    int uses;    /* readers inside this evaluation */
-    int kind;    /* WGML_SCHED_* */
-    bool pinned; /* must get its own buffer (target, read through a view...) */
-    bool target;
-} sched_node;
-
-/* The executor's extension of a context: buffers kept between evaluations, and the
-   schedule of the one under way (nodes found by tensor through index). */
-typedef struct wgml_executor {
-    WGPUBuffer params_buffer; /* the dispatches' parameters: one uniform buffer, one write per submit */
-    uint64_t params_capacity;
-    uint8_t *params_host;
-    uint64_t params_host_capacity;
-    WGPUBuffer staging; /* for reads, grow-only */
-    uint64_t staging_size;
-    /* GPU-side error flags: kernels that check data (labels, indices) record the first
-       problem here; the next read-back copies them out and reports it */
-    WGPUBuffer gpu_errors;
-    bool gpu_errors_pending; /* a submitted kernel may have written them */
-    int ew_unroll; /* elements per thread of fused kernels: 1, or WGML_EW_UNROLL (graph/tuning.h) */
-    wgml_ptrmap index;
-    sched_node *nodes, none;
-    size_t nnodes, cap;
-} wgml_executor;
-
-/* The context's executor, made on first use; NULL (error recorded) when out of memory. */
-wgml_executor *wgml_executor_of(wgml_context *ctx);
 /* Whether t is computed inside its reader's fused kernel in the evaluation under way. */
 bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t);
 

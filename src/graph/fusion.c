@@ -18,6 +18,7 @@
 
 #include "core/sbuf.h"
 #include "graph/executor.h"
+#include "graph/tuning.h"
 #include "kernels/wgsl_sources.h"
 
 #define MAX_LEAVES 8
@@ -270,7 +271,7 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
         if (g.leaves[i].mode == LEAF_CONTIG && g.leaves[i].offset % 4) vec4 = false;
     }
     uint64_t threads = vec4 ? (uint64_t)root->numel / 4 : (uint64_t)root->numel;
-    int unroll = wgml_executor_of(ctx)->ew_unroll;
+    int unroll = wgml_tuning_of(ctx)->ew_unroll;
     launch->pipeline = fused_pipeline(ctx, &g, vec4, strided, unroll);
     free(g.steps);
     if (!launch->pipeline) return ctx->rt.status;

@@ -11,13 +11,14 @@ static void tuning_free(wgml_context *ctx, void *state) { free(state); }
 
 static void tuning_read(wgml_context *ctx, wgml_tuning *t)
 {
-    *t = (wgml_tuning){.ew_unroll = 1};
+    *t = (wgml_tuning){0};
     const char *e = getenv("WGML_GEMM_TILE");
     int tm, tn, bk, st;
     if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8 || tm == 16) &&
-        (tn == 4 || tn == 8 || tn == 16) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 4)
-        *t = (wgml_tuning){.gemm_tile_set = true, .gemm_tm = tm, .gemm_tn = tn, .gemm_bk = bk, .gemm_stages = st,
-                           .ew_unroll = 1};
+        (tn == 4 || tn == 8 || tn == 16) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 4) {
+        t->gemm_tile_set = true;
+        t->gemm_tm = tm, t->gemm_tn = tn, t->gemm_bk = bk, t->gemm_stages = st;
+    }
     const char *wl = getenv("WGML_GEMM_WARP");
     t->gemm_warp_8x4 = wl && !strcmp(wl, "8x4");
     const char *gr = getenv("WGML_GEMV_ROWS");

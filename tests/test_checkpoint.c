@@ -40,6 +40,16 @@ static int trained_model(wgml_context *ctx, const int64_t *sz, wgml_mlp *m, wgml
     return st ? -1 : 0;
 }
 
+/* A trained model saved to `good`, and the path `bad` the refusal cases write their damaged
+   copies to (both 512 bytes). */
+static void saved_model(wgml_context *ctx, wgml_mlp *m, wgml_optimizer **opt, char *good, char *bad)
+{
+    CHECK(trained_model(ctx, sizes, m, opt) == 0);
+    path_of(good, 512, "good.safetensors");
+    path_of(bad, 512, "bad.safetensors");
+    CHECK_OK(ctx, wgml_checkpoint_save(good, m, *opt, 1, &settings));
+}
+
 /* A tensor's values on the host (malloc'd). */
 static float *values(wgml_tensor *t)
 {
@@ -194,11 +204,8 @@ static void refuses_bad_tensors(void)
     if (!ctx) return;
     wgml_mlp m = {0};
     wgml_optimizer *opt = NULL;
-    CHECK(trained_model(ctx, sizes, &m, &opt) == 0);
     char good[512], bad[512];
-    path_of(good, sizeof good, "good.safetensors");
-    path_of(bad, sizeof bad, "bad.safetensors");
-    CHECK_OK(ctx, wgml_checkpoint_save(good, &m, opt, 1, &settings));
+    saved_model(ctx, &m, &opt, good, bad);
 
     const int64_t one[1] = {1}, three[1] = {3}, transposed[2] = {8, 12};
     rewrite(good, bad, "W0.v", 1, one, NULL, NULL);
@@ -252,11 +259,8 @@ static void refuses_bad_metadata(void)
     if (!ctx) return;
     wgml_mlp m = {0};
     wgml_optimizer *opt = NULL;
-    CHECK(trained_model(ctx, sizes, &m, &opt) == 0);
     char good[512], bad[512];
-    path_of(good, sizeof good, "good.safetensors");
-    path_of(bad, sizeof bad, "bad.safetensors");
-    CHECK_OK(ctx, wgml_checkpoint_save(good, &m, opt, 1, &settings));
+    saved_model(ctx, &m, &opt, good, bad);
 
     static const struct { const char *key, *value; } cases[] = {
         {"epoch", "-3"}, {"epoch", "99999999999"}, {"epoch", "abc"}, {"epoch", ""}, {"epoch", "2 "},

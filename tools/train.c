@@ -101,16 +101,11 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         if (wgml_parse_u64("--seed", text, &o->s.seed, err, errlen)) return -1;
         o->given |= WGML_CK_SEED;
     }
-    static const struct { const char *flag; unsigned bit; size_t offset; } floats[] = {
-        {"--lr", WGML_CK_LR, offsetof(wgml_train_settings, lr)},
-        {"--wd", WGML_CK_WEIGHT_DECAY, offsetof(wgml_train_settings, weight_decay)},
-        {"--clip", WGML_CK_MAX_GRAD_NORM, offsetof(wgml_train_settings, max_grad_norm)},
-    };
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
-        if (!(text = cli_option(argc, argv, floats[i].flag, NULL))) continue;
-        if (wgml_parse_f32(floats[i].flag, text, 0.0f, FLT_MAX, (float *)((char *)&o->s + floats[i].offset), err, errlen))
-            return -1;
-        o->given |= floats[i].bit;
+    for (int i = 0; i < WGML_FLOAT_SETTINGS; i++) {
+        const wgml_float_setting *fs = &wgml_float_settings[i];
+        if (!(text = cli_option(argc, argv, fs->flag, NULL))) continue;
+        if (wgml_parse_f32(fs->flag, text, 0.0f, FLT_MAX, wgml_setting_f32(&o->s, fs), err, errlen)) return -1;
+        o->given |= fs->bit;
     }
     o->out = cli_option(argc, argv, "--out", "out/train");
     o->resume = cli_option(argc, argv, "--resume", NULL);
@@ -150,9 +145,11 @@ static int resume_from(const char *path, wgml_context *ctx, wgml_checkpoint *ck,
     memcpy(o->sizes, ck->sizes, sizeof o->sizes);
     unsigned take = ck->stored & ~o->given;
     if (take & WGML_CK_SEED) o->s.seed = ck->settings.seed;
-    if (take & WGML_CK_LR) o->s.lr = ck->settings.lr;
-    if (take & WGML_CK_WEIGHT_DECAY) o->s.weight_decay = ck->settings.weight_decay;
-    if (take & WGML_CK_MAX_GRAD_NORM) o->s.max_grad_norm = ck->settings.max_grad_norm;
+    wgml_train_settings from = ck->settings;
+    for (int i = 0; i < WGML_FLOAT_SETTINGS; i++) {
+        const wgml_float_setting *fs = &wgml_float_settings[i];
+        if (take & fs->bit) *wgml_setting_f32(&o->s, fs) = *wgml_setting_f32(&from, fs);
+    }
     if (take & WGML_CK_BATCH) o->s.batch = ck->settings.batch;
     if ((st = wgml_checkpoint_mlp(ctx, ck, m))) {
         fprintf(stderr, "wgml train: %s: cannot build the model: %s\n", path, message(ctx, st));

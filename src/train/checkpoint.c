@@ -104,6 +104,12 @@ wgml_status wgml_checkpoint_save(const char *path, wgml_mlp *m, wgml_optimizer *
     return st;
 }
 
+const wgml_float_setting wgml_float_settings[WGML_FLOAT_SETTINGS] = {
+    {"lr", "--lr", WGML_CK_LR, offsetof(wgml_train_settings, lr)},
+    {"weight_decay", "--wd", WGML_CK_WEIGHT_DECAY, offsetof(wgml_train_settings, weight_decay)},
+    {"max_grad_norm", "--clip", WGML_CK_MAX_GRAD_NORM, offsetof(wgml_train_settings, max_grad_norm)},
+};
+
 /* ---------------------------------------------------------------- reading */
 
 static wgml_status meta_error(wgml_context *ctx, const char *path, wgml_status st, const char *err)
@@ -161,18 +167,14 @@ static wgml_status read_metadata(wgml_context *ctx, const char *path, wgml_check
         if (wgml_parse_u64("metadata 'seed'", text, &s->seed, err, sizeof err)) return meta_error(ctx, path, WGML_ERROR_FORMAT, err);
         ck->stored |= WGML_CK_SEED;
     }
-    static const struct { const char *key; unsigned bit; size_t offset; } floats[] = {
-        {"lr", WGML_CK_LR, offsetof(wgml_train_settings, lr)},
-        {"weight_decay", WGML_CK_WEIGHT_DECAY, offsetof(wgml_train_settings, weight_decay)},
-        {"max_grad_norm", WGML_CK_MAX_GRAD_NORM, offsetof(wgml_train_settings, max_grad_norm)},
-    };
-    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
-        if (!(text = wgml_st_meta(f, floats[i].key))) continue;
+    for (int i = 0; i < WGML_FLOAT_SETTINGS; i++) {
+        const wgml_float_setting *fs = &wgml_float_settings[i];
+        if (!(text = wgml_st_meta(f, fs->key))) continue;
         char what[64];
-        snprintf(what, sizeof what, "metadata '%s'", floats[i].key);
-        if (wgml_parse_f32(what, text, 0.0f, FLT_MAX, (float *)((char *)s + floats[i].offset), err, sizeof err))
+        snprintf(what, sizeof what, "metadata '%s'", fs->key);
+        if (wgml_parse_f32(what, text, 0.0f, FLT_MAX, wgml_setting_f32(s, fs), err, sizeof err))
             return meta_error(ctx, path, WGML_ERROR_FORMAT, err);
-        ck->stored |= floats[i].bit;
+        ck->stored |= fs->bit;
     }
     if ((text = wgml_st_meta(f, "batch"))) {
         if (wgml_parse_i64("metadata 'batch'", text, 1, WGML_CK_MAX_BATCH, &v, err, sizeof err))

@@ -16,6 +16,8 @@
 #ifndef WGML_TRAIN_CHECKPOINT_H
 #define WGML_TRAIN_CHECKPOINT_H
 
+#include <stddef.h>
+
 #include "io/safetensors.h"
 #include "train/mlp.h"
 
@@ -37,6 +39,20 @@ enum {
     WGML_CK_MAX_GRAD_NORM = 1 << 3,
     WGML_CK_BATCH = 1 << 4,
 };
+
+/* The float settings: metadata key, `wgml train` flag, bit, and place in wgml_train_settings.
+   The checkpoint reader and the command line both walk this. */
+typedef struct wgml_float_setting {
+    const char *key, *flag;
+    unsigned bit;
+    size_t offset;
+} wgml_float_setting;
+#define WGML_FLOAT_SETTINGS 3
+extern const wgml_float_setting wgml_float_settings[WGML_FLOAT_SETTINGS];
+static inline float *wgml_setting_f32(wgml_train_settings *s, const wgml_float_setting *f)
+{
+    return (float *)((char *)s + f->offset);
+}
 
 #define WGML_CK_MAX_EPOCH 1000000000 /* and at most this many epochs */
 #define WGML_CK_MAX_BATCH (1 << 24)

@@ -1,7 +1,7 @@
 /*
  * The runtime layer: one WebGPU instance, adapter, device and queue, and what every layer
  * above needs of them: error scopes, submits, blocking waits and map reads, GPU timing, and
- * the record of the last failure. It knows nothing of buffers pools, tensors or graphs; the
+ * the record of the last failure. It knows nothing of buffer pools, tensors or graphs; the
  * context of core/context.h embeds one wgml_runtime as its field `rt`.
  */
 #ifndef WGML_RUNTIME_RUNTIME_H

@@ -48,8 +48,10 @@ void wgml_context_free(wgml_context *ctx)
 {
     if (!ctx) return;
     wgml_tensors_free_all(ctx);
-    for (int i = ctx->n_ext - 1; i >= 0; i--)
-        if (ctx->ext[i].free) ctx->ext[i].free(ctx, ctx->ext[i].state);
+    for (int i = ctx->n_ext - 1; i >= 0; i--) {
+        if (ctx->ext[i].release) ctx->ext[i].release(ctx, ctx->ext[i].state);
+        free(ctx->ext[i].state);
+    }
     wgml_pool_destroy(ctx);
     wgml_bind_cache_clear(ctx);
     wgml_pipelines_destroy(ctx);
@@ -64,22 +66,23 @@ void *wgml_extension_get(wgml_context *ctx, const void *key)
     return NULL;
 }
 
-wgml_status wgml_extension_set(wgml_context *ctx, const void *key, void *state, wgml_extension_free free_fn)
+void *wgml_extension_make(wgml_context *ctx, const void *key, size_t size, wgml_extension_release release)
 {
-    for (int i = 0; i < ctx->n_ext; i++)
-        if (ctx->ext[i].key == key) {
-            ctx->ext[i].state = state;
-            ctx->ext[i].free = free_fn;
-            return WGML_OK;
-        }
-    if (ctx->n_ext == WGML_MAX_EXTENSIONS)
-        return wgml_fail(ctx, WGML_ERROR_LIMIT, "internal: more than %d layer extensions on one context",
-                         WGML_MAX_EXTENSIONS);
+    void *state = wgml_extension_get(ctx, key);
+    if (state) return state;
+    if (ctx->n_ext == WGML_MAX_EXTENSIONS) {
+        wgml_fail(ctx, WGML_ERROR_LIMIT, "internal: more than %d layer extensions on one context", WGML_MAX_EXTENSIONS);
+        return NULL;
+    }
+    if (!(state = calloc(1, size))) {
+        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        return NULL;
+    }
     ctx->ext[ctx->n_ext].key = key;
     ctx->ext[ctx->n_ext].state = state;
-    ctx->ext[ctx->n_ext].free = free_fn;
+    ctx->ext[ctx->n_ext].release = release;
     ctx->n_ext++;
-    return WGML_OK;
+    return state;
 }
 
 wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info)

@@ -19,7 +19,9 @@
 
 #define WGML_MAX_EXTENSIONS 8
 
-typedef void (*wgml_extension_free)(wgml_context *ctx, void *state);
+/* Releases what an extension's state holds (GPU buffers, allocations it points to); the
+   context frees the state's own block after. */
+typedef void (*wgml_extension_release)(wgml_context *ctx, void *state);
 
 struct wgml_context {
     wgml_runtime rt;
@@ -38,17 +40,18 @@ struct wgml_context {
     struct {
         const void *key;
         void *state;
-        wgml_extension_free free;
+        wgml_extension_release release;
     } ext[WGML_MAX_EXTENSIONS];
     int n_ext;
 };
 
 /* A higher layer's state on this context: key is the address of a static object of the
-   file that owns it. NULL when none was set. */
+   file that owns it. NULL when it has none yet. */
 void *wgml_extension_get(wgml_context *ctx, const void *key);
-/* Keeps state under key; the context calls free_fn(ctx, state) when it is freed, after the
-   tensors and before the pool. WGML_ERROR_LIMIT when every slot is taken. */
-wgml_status wgml_extension_set(wgml_context *ctx, const void *key, void *state, wgml_extension_free free_fn);
+/* The state under key, made on first use: `size` zeroed bytes, which the context frees (after
+   release(ctx, state), if given) when it is freed, after the tensors and before the pool.
+   NULL, with the error recorded, when out of host memory or out of slots. */
+void *wgml_extension_make(wgml_context *ctx, const void *key, size_t size, wgml_extension_release release);
 
 /* ---------------------------------------------------------------- errors (core/error.c) */
 

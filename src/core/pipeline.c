@@ -49,24 +49,25 @@ static wgml_pipeline *find(wgml_context *ctx, const void *key, size_t len, uint6
 
 /* ---------------------------------------------------------------- WGML_DUMP_WGSL */
 
-static const char dump_key; /* names the extension: the folder, or "" when not dumping */
+static const char dump_key; /* names the extension */
 
-static void dump_free(wgml_context *ctx, void *state) { free(state); }
+typedef struct dump_state {
+    bool read;       /* WGML_DUMP_WGSL was looked at */
+    char dir[4096];  /* the folder, or "" when not dumping */
+} dump_state;
 
 /* The folder kernels are dumped to, or NULL. */
 static const char *dump_dir(wgml_context *ctx)
 {
-    char *dir = wgml_extension_get(ctx, &dump_key);
-    if (!dir) {
+    dump_state *d = wgml_extension_make(ctx, &dump_key, sizeof *d, NULL);
+    if (!d) return NULL;
+    if (!d->read) {
         const char *e = getenv("WGML_DUMP_WGSL");
-        if (!(dir = strdup(e ? e : ""))) return NULL;
-        if (wgml_extension_set(ctx, &dump_key, dir, dump_free)) {
-            free(dir);
-            return NULL;
-        }
-        if (*dir) mkdir(dir, 0777); /* may exist; a failure shows as files not written */
+        snprintf(d->dir, sizeof d->dir, "%s", e ? e : "");
+        d->read = true;
+        if (*d->dir) mkdir(d->dir, 0777); /* may exist; a failure shows as files not written */
     }
-    return *dir ? dir : NULL;
+    return *d->dir ? d->dir : NULL;
 }
 
 /* Writes a kernel's source to the dump folder: key[0..words) is its variant key, or NULL for

@@ -45,7 +45,7 @@ static sched_node *node_of(wgml_executor *ex, const wgml_tensor *t)
 
 static const char executor_key; /* names the executor's extension of a context */
 
-static void executor_free(wgml_context *ctx, void *state)
+static void executor_release(wgml_context *ctx, void *state)
 {
     wgml_executor *ex = state;
     if (ex->params_buffer) wgpuBufferRelease(ex->params_buffer);
@@ -54,23 +54,12 @@ static void executor_free(wgml_context *ctx, void *state)
     free(ex->params_host);
     wgml_ptrmap_free(&ex->index);
     free(ex->nodes);
-    free(ex);
 }
 
 /* The context's executor, made on first use; NULL (error recorded) when out of memory. */
 static wgml_executor *executor_of(wgml_context *ctx)
 {
-    wgml_executor *ex = wgml_extension_get(ctx, &executor_key);
-    if (ex) return ex;
-    if (!(ex = calloc(1, sizeof *ex))) {
-        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-        return NULL;
-    }
-    if (wgml_extension_set(ctx, &executor_key, ex, executor_free)) {
-        free(ex);
-        return NULL;
-    }
-    return ex;
+    return wgml_extension_make(ctx, &executor_key, sizeof(wgml_executor), executor_release);
 }
 
 bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t)

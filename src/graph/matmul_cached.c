@@ -53,24 +53,15 @@ typedef struct cached_weight {
 
 static const char cached_key; /* names the extension */
 
-static void cached_state_free(wgml_context *ctx, void *state);
+static void cached_state_release(wgml_context *ctx, void *state);
 
 /* The context's cached-matmul state; made on first use when `make` (NULL, error recorded,
    when that fails), else NULL until then. */
 static cached_state *state_of(const wgml_context *cctx, bool make)
 {
     wgml_context *ctx = (wgml_context *)cctx; /* looking up never changes it */
-    cached_state *cs = wgml_extension_get(ctx, &cached_key);
-    if (cs || !make) return cs;
-    if (!(cs = calloc(1, sizeof *cs))) {
-        wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-        return NULL;
-    }
-    if (wgml_extension_set(ctx, &cached_key, cs, cached_state_free)) {
-        free(cs);
-        return NULL;
-    }
-    return cs;
+    return make ? wgml_extension_make(ctx, &cached_key, sizeof(cached_state), cached_state_release)
+                : wgml_extension_get(ctx, &cached_key);
 }
 
 static cached_weight *find(const wgml_context *ctx, const char *name)
@@ -250,7 +241,7 @@ wgml_status wgml_weights_resident(const wgml_context *ctx, size_t *count, uint64
     return WGML_OK;
 }
 
-static void cached_state_free(wgml_context *ctx, void *state)
+static void cached_state_release(wgml_context *ctx, void *state)
 {
     cached_state *cs = state;
     while (cs->weights) {
@@ -261,7 +252,6 @@ static void cached_state_free(wgml_context *ctx, void *state)
     wgml_cached_io *io = &cs->io;
     if (io->input) wgpuBufferRelease(io->input);
     if (io->output) wgpuBufferRelease(io->output);
-    free(cs);
 }
 
 /* An I/O buffer grown as needed; counted in the stats, and a new one bumps `generation` (the

@@ -7,8 +7,6 @@
 
 static const char tuning_key; /* names the extension */
 
-static void tuning_free(wgml_context *ctx, void *state) { free(state); }
-
 static void tuning_read(wgml_context *ctx, wgml_tuning *t)
 {
     *t = (wgml_tuning){0};
@@ -39,11 +37,7 @@ const wgml_tuning *wgml_tuning_of(wgml_context *ctx)
     static const wgml_tuning defaults = {.ew_unroll = 1};
     wgml_tuning *t = wgml_extension_get(ctx, &tuning_key);
     if (t) return t;
-    if (!(t = malloc(sizeof *t))) return &defaults;
+    if (!(t = wgml_extension_make(ctx, &tuning_key, sizeof *t, NULL))) return &defaults;
     tuning_read(ctx, t);
-    if (wgml_extension_set(ctx, &tuning_key, t, tuning_free)) {
-        free(t);
-        return &defaults;
-    }
     return t;
 }

@@ -164,6 +164,15 @@ void wgml_stats_reset_peaks(wgml_context *ctx); /* peaks := current values */
 
 typedef struct wgml_tensor wgml_tensor;
 
+/* Element types. Every tensor carries one; constructors that name none make f32, so code
+   written before integer tensors is unchanged. An op given a dtype it does not take returns
+   an error tensor (WGML_ERROR_INVALID_ARGUMENT) naming the op, the operand and the dtype.
+   Views, contiguous, concat/stack/split and gather take any dtype; the arithmetic takes f32
+   (wgml_cast converts). Indices (gather, index_select, embedding) and argmax/argmin results
+   are i32. */
+typedef enum wgml_dtype { WGML_F32 = 0, WGML_I32 = 1, WGML_DTYPE_COUNT } wgml_dtype;
+const char *wgml_dtype_name(wgml_dtype dtype); /* "f32", "i32"; "unknown" otherwise */
+
 /* f32 tensor of 1 to 4 dimensions, from host data (n must equal the element count). */
 wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *shape,
                                   const float *data, size_t n, wgml_tensor **out);
@@ -174,6 +183,13 @@ wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
 wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
 /* Overwrites a realized, contiguous tensor's data from the host. */
 wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
+/* The same for i32 tensors (token ids, labels, indices). An i32 tensor from the host
+   remembers its smallest and largest value, so an op that indexes with it (gather) checks
+   the range when it is built; indices computed on the GPU are checked there instead. */
+wgml_status wgml_tensor_from_i32(wgml_context *ctx, int ndim, const int64_t *shape,
+                                 const int32_t *data, size_t n, wgml_tensor **out);
+wgml_status wgml_tensor_read_i32(wgml_tensor *t, int32_t *host, size_t n);
+wgml_status wgml_tensor_write_i32(wgml_tensor *t, const int32_t *host, size_t n);
 /* Releases the user's hold on t (NULL is ignored). t is then a dangling pointer: passing it to
    any wgml function, wgml_tensor_free included, is undefined behaviour and is not detected. */
 void wgml_tensor_free(wgml_tensor *t);
@@ -181,6 +197,7 @@ void wgml_tensor_free(wgml_tensor *t);
 int wgml_tensor_ndim(const wgml_tensor *t);
 int64_t wgml_tensor_dim(const wgml_tensor *t, int axis); /* negative axes count from the end */
 int64_t wgml_tensor_numel(const wgml_tensor *t);
+wgml_dtype wgml_tensor_dtype(const wgml_tensor *t); /* WGML_F32 for NULL */
 wgml_status wgml_tensor_status(const wgml_tensor *t); /* error state of a lazy result */
 wgml_context *wgml_tensor_context(const wgml_tensor *t);
 
@@ -233,7 +250,7 @@ wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
 wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
 wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
 wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
-wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* f32 indices */
+wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* i32 indices */
 wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a);
@@ -258,6 +275,10 @@ wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, cons
 wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start,
                         int64_t stop, int64_t step);
 wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
+/* a converted to dtype: i32 -> f32 is exact up to 2^24 in magnitude (then rounds to nearest);
+   f32 -> i32 truncates toward zero as C does, saturates past the i32 range, and gives 0 for
+   NaN. Casting to a's own dtype gives a view of a. No gradient passes through a cast. */
+wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype);
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -308,7 +329,7 @@ void wgml_zero_grad(wgml_tensor *t);
 /* ---------------------------------------------------------------- losses */
 
 /* Softmax cross-entropy with integer labels, averaged over rows: logits [B, C], labels [B]
-   holding class indices as floats. Fused and numerically stable. */
+   holding class indices (i32, or whole numbers as f32). Fused and numerically stable. */
 wgml_tensor *wgml_cross_entropy(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
 /* mean((pred - target)^2), broadcasting */
 wgml_tensor *wgml_mse(wgml_context *ctx, wgml_tensor *pred, wgml_tensor *target);

@@ -55,6 +55,17 @@ void test_fill_uniform(float *x, size_t n, double lo, double hi)
     for (size_t i = 0; i < n; i++) x[i] = (float)test_uniform(lo, hi);
 }
 
+wgml_status test_read(wgml_tensor *t, float *out, size_t n)
+{
+    if (wgml_tensor_dtype(t) != WGML_I32) return wgml_tensor_read(t, out, n);
+    int32_t *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return WGML_ERROR_OUT_OF_MEMORY;
+    wgml_status st = wgml_tensor_read_i32(t, v, n);
+    for (size_t i = 0; i < n && !st; i++) out[i] = (float)v[i];
+    free(v);
+    return st;
+}
+
 double *test_to_double(const float *x, size_t n)
 {
     double *y = malloc((n ? n : 1) * sizeof *y);

@@ -63,6 +63,8 @@ void test_fill_uniform(float *x, size_t n, double lo, double hi);
 /* x (n floats) widened to double in a new array (free it; NULL if malloc fails): what the
    CPU reference (cpu/ref.h) reads, exactly the values the GPU was given. */
 double *test_to_double(const float *x, size_t n);
+/* Reads t of any dtype into floats (i32 values converted, exact up to 2^24). */
+wgml_status test_read(wgml_tensor *t, float *out, size_t n);
 /* wgml_ref_matmul (cpu/ref.h; the arguments as there) of float operands, each widened with
    test_to_double first. */
 void test_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int64_t batch_a,

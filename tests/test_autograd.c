@@ -1463,7 +1463,7 @@ static void test_argmax_passes_no_gradient(void)
     CHECK_OK(ctx, wgml_tensor_from_data(ctx, 1, &n3, yv, 3, &y));
     CHECK_OK(ctx, wgml_requires_grad(x, 1));
     CHECK_OK(ctx, wgml_requires_grad(y, 1));
-    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, wgml_argmax(ctx, x, 1, 0), y))));
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, wgml_cast(ctx, wgml_argmax(ctx, x, 1, 0), WGML_F32), y))));
     CHECK(wgml_grad(x) == NULL);
     CHECK(wgml_grad(y) != NULL);
     if (wgml_grad(y)) {

@@ -15,7 +15,7 @@
  *      with a fixed random w, wgml_grad against central differences of the entry's double
  *      reference (h = 1e-3 relative), inputs kept 1e-2 from kinks; the public binary ops also
  *      with a number on either side.
- *   d. REDUCE, ROW and MATMUL entries: each is built by a driver (a switch whose default
+ *   d. REDUCE, ROW, MATMUL and KERNEL entries: each is built by a driver (a switch whose default
  *      fails, so a new op of those kinds cannot come in untested), checked forward against
  *      cpu/ref.h and, when it has a gradient rule, by central differences of that reference.
  */
@@ -56,7 +56,7 @@ static const char *const enum_name[WGML_OP_COUNT] = {
 static const char *const kind_name[WGML_KIND_COUNT] = {
     [WGML_KIND_STORAGE] = "STORAGE", [WGML_KIND_VIEW] = "VIEW", [WGML_KIND_UNARY] = "UNARY",
     [WGML_KIND_BINARY] = "BINARY",   [WGML_KIND_REDUCE] = "REDUCE", [WGML_KIND_ROW] = "ROW",
-    [WGML_KIND_MATMUL] = "MATMUL",   [WGML_KIND_CUSTOM] = "CUSTOM",
+    [WGML_KIND_MATMUL] = "MATMUL",   [WGML_KIND_CUSTOM] = "CUSTOM", [WGML_KIND_KERNEL] = "KERNEL",
 };
 
 /* the public constructors, from the same lists build.c expands */
@@ -145,7 +145,7 @@ static int grad_close(const char *what, const float *got, const double *want, in
 static float *read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_t n)
 {
     float *got = malloc((size_t)(n ? n : 1) * sizeof *got);
-    wgml_status st = wgml_tensor_read(t, got, (size_t)n);
+    wgml_status st = test_read(t, got, (size_t)n);
     if (st) {
         FAILF("%s: read gave %s: %s", what, wgml_status_name(st), wgml_error_message(ctx));
         free(got);
@@ -234,7 +234,8 @@ static void the_table_is_complete(void)
         if (op == WGML_OP_CLAMP && d->nscalars != 2) ENTRY_FAIL("clamp has two scalars (its bounds), nscalars %d", d->nscalars);
         if (d->kind == WGML_KIND_BINARY && d->nscalars != 0)
             ENTRY_FAIL("a binary op's scalar slot #0 is its number operand: nscalars %d", d->nscalars);
-        if (d->kind == WGML_KIND_REDUCE || d->kind == WGML_KIND_ROW || d->kind == WGML_KIND_MATMUL)
+        if (d->kind == WGML_KIND_KERNEL && !d->build) ENTRY_FAIL("a KERNEL entry without a build function");
+        if (d->kind == WGML_KIND_REDUCE || d->kind == WGML_KIND_ROW || d->kind == WGML_KIND_MATMUL || d->kind == WGML_KIND_KERNEL)
             if (!(d->test.lo[0] < d->test.hi[0])) ENTRY_FAIL("operand 0's test domain [%g, %g] is empty", d->test.lo[0], d->test.hi[0]);
         for (int o = 0; o < op; o++)
             if (d->name && wgml_op_table[o].name && strcmp(d->name, wgml_op_table[o].name) == 0)
@@ -337,6 +338,24 @@ static void ew_describe(char *out, size_t cap, const ew_case *c)
 
 /* ---------------------------------------------------------------- b. forward */
 
+/* operand k of case c from x: i32 where the entry takes only i32 (x is then rounded to whole
+   numbers, none zero) */
+static wgml_tensor *ew_tensor(wgml_context *ctx, const ew_case *c, int k, float *x)
+{
+    if (!(wgml_op_table[c->op].i32_only >> ew_position(c, k) & 1)) return test_tensor(ctx, c->nd, c->sh, x);
+    int64_t n = numel_of(c->nd, c->sh);
+    int32_t *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = (int32_t)lrint(x[i]);
+        if (v[i] == 0) v[i] = 1;
+        x[i] = (float)v[i];
+    }
+    wgml_tensor *t = NULL;
+    if (wgml_tensor_from_i32(ctx, c->nd, c->sh, v, (size_t)n, &t)) FAILF("from_i32: %s", wgml_error_message(ctx));
+    free(v);
+    return t;
+}
+
 static void ew_forward(wgml_context *ctx, const ew_case *c)
 {
     const wgml_op_def *d = &wgml_op_table[c->op];
@@ -349,11 +368,11 @@ static void ew_forward(wgml_context *ctx, const ew_case *c)
         x[k] = malloc((size_t)n * sizeof *x[k]);
         for (int64_t i = 0; i < n; i++) x[k][i] = draw(d->test.lo[p], d->test.hi[p]);
     }
-    for (int64_t i = 0; i < n; i++) want[i] = ew_ref(c, x[0][i], nt > 1 ? x[1][i] : 0.0);
     char what[128];
     ew_describe(what, sizeof what, c);
     wgml_scope_begin(ctx);
-    wgml_tensor *a = test_tensor(ctx, c->nd, c->sh, x[0]), *b = nt > 1 ? test_tensor(ctx, c->nd, c->sh, x[1]) : NULL;
+    wgml_tensor *a = ew_tensor(ctx, c, 0, x[0]), *b = nt > 1 ? ew_tensor(ctx, c, 1, x[1]) : NULL;
+    for (int64_t i = 0; i < n; i++) want[i] = ew_ref(c, x[0][i], nt > 1 ? x[1][i] : 0.0);
     wgml_tensor *y = ew_build(ctx, c, a, b);
     if (y && y->op != c->op) FAILF("%s: the node built is op %d (%s)", what, y->op, op_name(y->op));
     if (y && wgml_tensor_status(y)) FAILF("%s: built in error: %s", what, wgml_error_message(ctx));
@@ -824,7 +843,8 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
     int ran = 0;
     for (int op = 0; op < WGML_OP_COUNT; op++) {
         const wgml_op_def *d = &wgml_op_table[op];
-        if (d->kind != WGML_KIND_REDUCE && d->kind != WGML_KIND_ROW && d->kind != WGML_KIND_MATMUL) continue;
+        if (d->kind != WGML_KIND_REDUCE && d->kind != WGML_KIND_ROW && d->kind != WGML_KIND_MATMUL && d->kind != WGML_KIND_KERNEL)
+            continue;
         double lo0 = d->test.lo[0], hi0 = d->test.hi[0], lo1 = d->test.lo[1], hi1 = d->test.hi[1];
         rcase c = {.op = op};
         const int64_t s354[3] = {3, 5, 4}, s47[2] = {4, 7}, s7[1] = {7}, s4[1] = {4};

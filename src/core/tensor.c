@@ -258,6 +258,18 @@ wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *sh
     return WGML_OK;
 }
 
+wgml_status wgml_tensor_from_i32(wgml_context *ctx, int ndim, const int64_t *shape,
+                                 const int32_t *data, size_t n, wgml_tensor **out)
+{
+    if (out) *out = NULL;
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!data) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_from_i32: data is NULL");
+    wgml_status st = make_storage(ctx, ndim, shape, n, true, out);
+    if (st) return st;
+    (*out)->dtype = WGML_I32;
+    return wgml_tensor_write_i32(*out, data, n);
+}
+
 wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape, wgml_tensor **out)
 {
     if (out) *out = NULL;
@@ -278,23 +290,50 @@ wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
 
 /* ---------------------------------------------------------------- write (reads evaluate: graph/executor.c) */
 
-wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n)
+const char *wgml_dtype_name(wgml_dtype dtype)
+{
+    return dtype == WGML_F32 ? "f32" : dtype == WGML_I32 ? "i32" : "unknown";
+}
+
+/* host data of dtype into a realized, contiguous tensor of that dtype */
+static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_dtype dtype, const char *fn)
 {
     if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = t->ctx;
     wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
-    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_write: host is NULL");
+    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host is NULL", fn);
     if (t->op != WGML_TENSOR_STORAGE || !wgml_is_contiguous(t))
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                         "wgml_tensor_write: only evaluated, contiguous tensors can be written");
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: only evaluated, contiguous tensors can be written", fn);
+    if (t->dtype != (int)dtype)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the tensor is %s, the host data %s", fn,
+                         wgml_dtype_name(t->dtype), wgml_dtype_name(dtype));
     if ((uint64_t)n != (uint64_t)t->numel)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                         "wgml_tensor_write: host data has %zu elements, the tensor %lld", n,
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host data has %zu elements, the tensor %lld", fn, n,
                          (long long)t->numel);
+    if (dtype == WGML_I32) {
+        const int32_t *v = host;
+        t->range_known = true;
+        t->range_lo = INT32_MAX;
+        t->range_hi = INT32_MIN;
+        for (size_t i = 0; i < n; i++) {
+            if (v[i] < t->range_lo) t->range_lo = v[i];
+            if (v[i] > t->range_hi) t->range_hi = v[i];
+        }
+    }
     wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
     ctx->rt.stats.bytes_uploaded += n * 4;
     return WGML_OK;
+}
+
+wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n)
+{
+    return write_host(t, host, n, WGML_F32, "wgml_tensor_write");
+}
+
+wgml_status wgml_tensor_write_i32(wgml_tensor *t, const int32_t *host, size_t n)
+{
+    return write_host(t, host, n, WGML_I32, "wgml_tensor_write_i32");
 }
 
 /* ---------------------------------------------------------------- queries */
@@ -309,6 +348,7 @@ int64_t wgml_tensor_dim(const wgml_tensor *t, int axis)
 }
 
 int64_t wgml_tensor_numel(const wgml_tensor *t) { return wgml_tensor_valid(t) ? t->numel : 0; }
+wgml_dtype wgml_tensor_dtype(const wgml_tensor *t) { return wgml_tensor_valid(t) ? (wgml_dtype)t->dtype : WGML_F32; }
 
 wgml_status wgml_tensor_status(const wgml_tensor *t)
 {

@@ -37,6 +37,11 @@ struct wgml_tensor {
     int64_t stride[WGML_MAX_DIMS]; /* elements; 0 for broadcast dims */
     int64_t offset;                /* elements into the buffer */
     int64_t numel;
+    int dtype; /* wgml_dtype; every element is 4 bytes (i32 data sits in the same buffers) */
+    /* i32 storage from the host: its smallest and largest value, so that an op indexing with
+       it checks the range when built (indices made on the GPU are checked there) */
+    bool range_known;
+    int32_t range_lo, range_hi;
 
     struct wgml_buffer *buf; /* storage tensors only */
     /* when set, evaluation writes this node's result into dest at dest_offset (elements,

@@ -43,8 +43,18 @@ static void shape_str(char *out, size_t n, const wgml_tensor *t)
 wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc,
                        wgml_tensor *const *src)
 {
+    /* the dtypes the entry takes (ops.h) */
+    const wgml_op_def *d = &wgml_op_table[op];
+    for (int i = 0; i < nsrc; i++) {
+        int want = d->i32_only >> i & 1 ? WGML_I32 : WGML_F32;
+        if (!(d->any_dtype >> i & 1) && src[i]->dtype != want)
+            return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: operand %d is %s; %s takes %s there%s", d->name, i,
+                                     wgml_dtype_name(src[i]->dtype), d->name, wgml_dtype_name(want),
+                                     " (wgml_cast converts)");
+    }
     wgml_tensor *t = wgml_tensor_new(ctx, ndim, shape);
     if (!t) return NULL;
+    t->dtype = d->out == WGML_OUT_I32 ? WGML_I32 : d->out == WGML_OUT_SAME && nsrc ? src[0]->dtype : WGML_F32;
     t->op = op;
     t->nsrc = nsrc;
     for (int i = 0; i < nsrc; i++) {
@@ -79,6 +89,15 @@ wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a)
     CHECK_INPUT(ctx, a, "contiguous", "a");
     if (wgml_is_contiguous(a)) return make_view(ctx, a, a->ndim, a->shape, a->stride, a->offset, WGML_VIEW_RESHAPE);
     return wgml_node(ctx, WGML_OP_COPY, a->ndim, a->shape, 1, &a);
+}
+
+wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype)
+{
+    CHECK_INPUT(ctx, a, "cast", "a");
+    if (dtype != WGML_F32 && dtype != WGML_I32)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "cast: dtype %d is not a wgml_dtype", (int)dtype);
+    if (a->dtype == (int)dtype) return make_view(ctx, a, a->ndim, a->shape, a->stride, a->offset, WGML_VIEW_RESHAPE);
+    return wgml_node(ctx, dtype == WGML_F32 ? WGML_OP_CAST_F32 : WGML_OP_CAST_I32, a->ndim, a->shape, 1, &a);
 }
 
 /* `a` if contiguous, else a new contiguous copy; the caller owns one reference either way. */
@@ -336,11 +355,6 @@ static wgml_tensor *reduce(wgml_context *ctx, wgml_op op, wgml_tensor *a, int ax
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: axis %d is out of range for shape %s",
                                  name, axis, s);
     }
-    /* argmax results are floats, exact for whole numbers up to 2^24 only */
-    if (op == WGML_OP_ARGMAX && a->shape[ax] > (1 << 24) + 1)
-        return wgml_tensor_error(ctx, WGML_ERROR_LIMIT,
-                                 "argmax: an axis of %lld elements has indices past 2^24, which a float result "
-                                 "cannot hold exactly", (long long)a->shape[ax]);
     int64_t shape[WGML_MAX_DIMS];
     int n = 0;
     for (int d = 0; d < a->ndim; d++) {
@@ -444,7 +458,9 @@ wgml_tensor *wgml_cross_entropy_rows(wgml_context *ctx, wgml_tensor *logits, wgm
         wgml_format_shape(s2, sizeof s2, labels->ndim, labels->shape);
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "cross_entropy: logits %s must be [B, C] and labels %s [B]", s1, s2);
     }
-    wgml_tensor *src[2] = {wgml_contiguous(ctx, logits), wgml_contiguous(ctx, labels)};
+    /* class indices as i32, or as whole floats */
+    wgml_tensor *src[2] = {wgml_contiguous(ctx, logits),
+                           labels->dtype == WGML_I32 ? wgml_cast(ctx, labels, WGML_F32) : wgml_contiguous(ctx, labels)};
     wgml_tensor *t = wgml_node(ctx, WGML_OP_CROSS_ENTROPY, 1, logits->shape, 2, src);
     wgml_tensor_free(src[0]);
     wgml_tensor_free(src[1]);

@@ -214,6 +214,7 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
     case WGML_KIND_ROW: return wgml_build_row(ctx, t, l);
     case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l);
     case WGML_KIND_CUSTOM: return ((const wgml_custom_op *)t->op_data)->build(ctx, t, l);
+    case WGML_KIND_KERNEL: return wgml_op_table[t->op].build(ctx, t, l, count);
     default:
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "op %s cannot be scheduled",
                          wgml_op_table[t->op].name);
@@ -253,6 +254,10 @@ static wgml_status report_gpu_errors(wgml_context *ctx, wgml_executor *ex, const
     static const uint32_t zero[4] = {0};
     wgpuQueueWriteBuffer(ctx->rt.queue, ex->gpu_errors, 0, zero, sizeof zero);
     uint32_t at = UINT32_MAX - w[1];
+    if (w[0] & WGML_GPU_ERROR_INDEX)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "an index computed on the GPU was out of range (first at element %u of its index tensor): "
+                         "nothing was read or written outside a tensor; that index's rows read as 0 or were skipped", at);
     if (w[0] & WGML_GPU_ERROR_LABEL)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
                          "cross_entropy: the label of row %u is not a class index (a whole number from 0 to the "
@@ -403,7 +408,7 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
 
 typedef struct readback {
     wgml_tensor *t; /* contiguous tensor whose data goes to host */
-    float *host;
+    void *host;
 } readback;
 
 /* A target that carries an error reports it. */
@@ -445,8 +450,10 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     size_t nk = 0;
     for (size_t k = 0; k < order.n; k++)
         if (node_of(ex, order.items[k])->kind == SCHED_KERNEL) nk++;
-    wgml_launch *plan = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *plan) : NULL;
-    wgml_tensor **node = nk ? calloc(nk * WGML_MAX_NODE_LAUNCHES, sizeof *node) : NULL; /* what each computes */
+    /* room for one launch per kernel node, grown when a node takes more */
+    size_t cap = nk;
+    wgml_launch *plan = nk ? malloc(cap * sizeof *plan) : NULL;
+    wgml_tensor **node = nk ? malloc(cap * sizeof *node) : NULL; /* what each computes */
     if (nk && (!plan || !node)) {
         free(plan);
         free(node);
@@ -464,8 +471,19 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         if (node_of(ex, t)->kind != SCHED_KERNEL) continue;
         int count = 0;
         wgml_launch ls[WGML_MAX_NODE_LAUNCHES];
-        memset(ls, 0, sizeof ls);
+        memset(ls, 0, sizeof ls[0]); /* a builder filling more launches sets them whole */
         if ((st = build_launch(ctx, t, ls, &count))) break;
+        if (built + (size_t)count > cap) {
+            cap = cap * 2 + (size_t)count;
+            wgml_launch *p = realloc(plan, cap * sizeof *plan);
+            if (p) plan = p;
+            wgml_tensor **q = p ? realloc(node, cap * sizeof *node) : NULL;
+            if (q) node = q;
+            if (!p || !q) {
+                st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+                break;
+            }
+        }
         for (int c = 0; c < count && !st; c++) {
             wgml_launch *l = &plan[built];
             *l = ls[c];
@@ -572,7 +590,7 @@ wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *target
     return run(ctx, n, targets, NULL);
 }
 
-wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, float *host)
+wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host)
 {
     wgml_status st = target_status(ctx, t);
     if (st) return st;
@@ -598,18 +616,31 @@ wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors)
 
 /* ---------------------------------------------------------------- reads */
 
-wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n)
+/* t's data into host, whose elements are of dtype */
+static wgml_status read_host(wgml_tensor *t, void *host, size_t n, wgml_dtype dtype, const char *fn)
 {
     if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = t->ctx;
-    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_tensor_read: host is NULL");
+    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host is NULL", fn);
     if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
+    if (t->dtype != (int)dtype)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the tensor is %s; read it with %s", fn,
+                         wgml_dtype_name(t->dtype), t->dtype == WGML_I32 ? "wgml_tensor_read_i32" : "wgml_tensor_read");
     if ((uint64_t)n != (uint64_t)t->numel) {
         char s[128];
         wgml_format_shape(s, sizeof s, t->ndim, t->shape);
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                         "wgml_tensor_read: host buffer has %zu elements, tensor %s has %lld", n, s,
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host buffer has %zu elements, tensor %s has %lld", fn, n, s,
                          (long long)t->numel);
     }
     return wgml_graph_read(ctx, t, host);
+}
+
+wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n)
+{
+    return read_host(t, host, n, WGML_F32, "wgml_tensor_read");
+}
+
+wgml_status wgml_tensor_read_i32(wgml_tensor *t, int32_t *host, size_t n)
+{
+    return read_host(t, host, n, WGML_I32, "wgml_tensor_read_i32");
 }

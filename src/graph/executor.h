@@ -45,12 +45,12 @@ typedef struct wgml_launch {
     uint32_t groups[3];
 } wgml_launch;
 
-#define WGML_MAX_NODE_LAUNCHES 2
+#define WGML_MAX_NODE_LAUNCHES 8
 
 /* The context's GPU error flags, made on first use (NULL when they cannot be): a kernel that
    checks its data binds them and records a problem as WGML_GPU_ERROR_* bits in word 0 and
    the first offending position as UINT32_MAX - position, by atomicMax, in word 1. */
-enum { WGML_GPU_ERROR_LABEL = 1u << 0 };
+enum { WGML_GPU_ERROR_LABEL = 1u << 0, WGML_GPU_ERROR_INDEX = 1u << 1 };
 WGPUBuffer wgml_gpu_errors_buffer(wgml_context *ctx);
 /* Every launch passes here before it is encoded: WGML_ERROR_LIMIT when its grid is past the
    adapter's workgroups per dimension, or when it would loop past the adapter's loop limit
@@ -90,13 +90,13 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
 
 wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *targets);
 /* Evaluates t (and what it needs) and copies it to host in the same submit. */
-wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, float *host);
+wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host);
 
 /* Kernel builders, one per kind (graph/kernels.c, graph/fusion.c, graph/matmul.c): fill
    `launch` for node `t`, whose inputs are already planned. */
 wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *launch);
-/* (a reduction may take two launches: l points at WGML_MAX_NODE_LAUNCHES of them, *count says how
-   many it filled) */
+/* (a node may take several launches: l points at WGML_MAX_NODE_LAUNCHES of them, l[0] zeroed;
+   a builder that fills more sets each one whole (copying l[0], say), and *count says how many) */
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
 wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);

@@ -58,7 +58,7 @@ static void put_epilogue_fn(wgml_sbuf *b, int act)
 {
     if (act != WGML_ACT_NONE)
         /* NaN and inf as runtime values (P.M & 0u is 0): WGSL constants may be neither */
-        wgml_sbuf_put(b, "alias T = f32;\nalias TU = u32;\nalias TB = bool;\n"
+        wgml_sbuf_put(b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
                          "fn wgml_nan() -> f32 { return bitcast<f32>(0x7fc00000u | (P.M & 0u)); }\n"
                          "fn wgml_inf() -> f32 { return bitcast<f32>(0x7f800000u | (P.M & 0u)); }\n%s",
                       wgml_wgsl_find("elementwise"));

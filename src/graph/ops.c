@@ -134,6 +134,13 @@ REF2(add) REF2(sub) REF2(mul) REF2(div) REF2(pow) REF2(maximum) REF2(minimum)
 static double ref_copy(const double *in) { return in[0]; }
 static double ref_clamp(const double *in) { return wgml_ref_clamp(in[0], in[1], in[2]); }
 static double ref_relu_grad(const double *in) { return in[0] > 0 ? in[1] : 0.0; }
+/* i32 -> f32 rounds to nearest past 2^24; f32 -> i32 truncates, saturates, NaN gives 0 */
+static double ref_cast_f32(const double *in) { return (double)(float)in[0]; }
+static double ref_cast_i32(const double *in)
+{
+    double x = in[0];
+    return isnan(x) ? 0.0 : x <= -2147483648.0 ? -2147483648.0 : x >= 2147483520.0 ? 2147483520.0 : trunc(x);
+}
 
 static wgml_status vjp_copy(wgml_context *c, T *t, T *g, T **gin) { gin[0] = g; return WGML_OK; }
 static wgml_status vjp_neg(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_neg(c, g); return WGML_OK; }
@@ -366,9 +373,14 @@ static wgml_status vjp_view(wgml_context *c, T *t, T *g, T **gin)
 
 const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_NONE] = {.name = "storage", .kind = WGML_KIND_STORAGE, .no_grad = "a leaf"},
-    [WGML_OP_VIEW] = {.name = "view", .kind = WGML_KIND_VIEW, .arity = 2, .vjp = vjp_view},
+    [WGML_OP_VIEW] = {.name = "view", .kind = WGML_KIND_VIEW, .arity = 2, .vjp = vjp_view, .any_dtype = 3, .out = WGML_OUT_SAME},
     /*     enum      name          WGSL                          reference      rule          domain        tolerance */
-    UNARY(COPY,     "contiguous", "%0",                         ref_copy,      vjp_copy,     -100, 100,    ARITH),
+    UNARY(COPY,     "contiguous", "%0",                         ref_copy,      vjp_copy,     -100, 100,    ARITH, .any_dtype = 1, .out = WGML_OUT_SAME),
+    /* i32 data travels through the kernels as f32 bits: a cast reinterprets, then converts */
+    [WGML_OP_CAST_F32] = {.name = "cast_f32", .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = "wgml_i32_to_f32(%0)", .ref = ref_cast_f32,
+                          .i32_only = 1, .no_grad = "an integer input has no gradient", DOMAIN(-70000, 70000, 0, 0), ARITH},
+    [WGML_OP_CAST_I32] = {.name = "cast_i32", .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = "wgml_f32_to_i32(%0)", .ref = ref_cast_i32,
+                          .out = WGML_OUT_I32, .no_grad = "an integer result has no gradient", DOMAIN(-3e9, 3e9, 0, 0), ARITH},
     UNARY(NEG,      "neg",        "(-%0)",                      ref_neg,       vjp_neg,      -100, 100,    ARITH),
     UNARY(ABS,      "abs",        "abs(%0)",                    ref_abs,       vjp_abs,      -100, 100,    ARITH),
     UNARY(EXP,      "exp",        "exp(%0)",                    ref_exp,       vjp_exp,      -20, 20,      TRANSC),
@@ -399,7 +411,7 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_SUM] = {.name = "sum", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
     [WGML_OP_MEAN] = {.name = "mean", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
     [WGML_OP_MAX] = {.name = "max", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH},
-    [WGML_OP_ARGMAX] = {.name = "argmax", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0,
+    [WGML_OP_ARGMAX] = {.name = "argmax", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
                         .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)"},
     [WGML_OP_SOFTMAX] = {.name = "softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), TRANSC},
     /* x - max - log(sum): the row's largest entry is near 0 after cancelling terms up to 40 */

@@ -25,6 +25,7 @@ typedef enum wgml_op_kind {
     WGML_KIND_ROW,       /* along the last axis, one team of threads per row (norms, softmax, losses) */
     WGML_KIND_MATMUL,
     WGML_KIND_CUSTOM,    /* its launch supplied by its creator (graph/executor.h: the optimiser step) */
+    WGML_KIND_KERNEL,    /* a hand-written kernel of its own: the entry's build function fills its launches */
     WGML_KIND_COUNT
 } wgml_op_kind;
 
@@ -33,7 +34,7 @@ typedef enum wgml_op_kind {
    which build.c expands. */
 #define WGML_OPS(X)                                                                   \
     X(NONE) X(VIEW)                                                                   \
-    X(COPY) X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)    \
+    X(COPY) X(CAST_F32) X(CAST_I32) X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)    \
     X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP)                                              \
     X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \
     X(SUM) X(MEAN) X(MAX) X(ARGMAX)                                                   \
@@ -59,6 +60,16 @@ typedef enum wgml_op {
 _Static_assert((int)WGML_OP_NONE == (int)WGML_TENSOR_STORAGE && (int)WGML_OP_VIEW == (int)WGML_TENSOR_VIEW,
                "core's two ops come first");
 
+/* Fills the launches of node t (graph/executor.h: l points at WGML_MAX_NODE_LAUNCHES of them,
+   *count says how many it filled) for a KERNEL entry. */
+struct wgml_launch;
+typedef wgml_status (*wgml_build_fn)(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
+
+/* Which dtypes an entry's operands take, and its result's: operands take f32 unless their
+   bit is set in `any_dtype` (any dtype) or in `i32_only`; the result is f32 unless `out`
+   says otherwise. graph/build.c's wgml_node enforces this for every node. */
+enum { WGML_OUT_F32 = 0, WGML_OUT_I32, WGML_OUT_SAME /* as operand 0 */ };
+
 /* A gradient rule: fills gin[i] with the gradient for t->src[i] (NULL: none reaches it),
    given g, the gradient of t's output. Builds lazy nodes only. */
 typedef wgml_status (*wgml_vjp_fn)(wgml_context *ctx, wgml_tensor *t, wgml_tensor *g, wgml_tensor **gin);
@@ -77,6 +88,9 @@ typedef struct wgml_op_def {
        then the scalars; NULL for other kinds, whose references are cpu/ref.h's array
        functions */
     double (*ref)(const double *in);
+    wgml_build_fn build; /* KERNEL entries: its launches */
+    unsigned any_dtype, i32_only; /* bit k: operand k (see WGML_OUT_* above) */
+    int out;
     wgml_vjp_fn vjp;     /* its gradient rule */
     const char *no_grad; /* or why it has none (autograd reports it; the tests require one of the two) */
     struct {

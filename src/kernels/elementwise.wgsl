@@ -1,6 +1,6 @@
 // The elementwise functions of the op table (graph/ops.c), one text for every kernel that
 // uses them: the fused kernels and the matmul epilogue. The includer defines
-//   alias T (f32 or vec4<f32>), TU and TB (the u32 and bool types of the same shape), and
+//   alias T (f32 or vec4<f32>), TU, TI and TB (the u32, i32 and bool types of the same shape), and
 //   fn wgml_nan() -> T and fn wgml_inf() -> T (WGSL constants may be neither, so they come
 //   from a kernel's parameters).
 // NaN by its bits: Mesa/LLVM fold x != x to false. The masks are TU(...), not u32
@@ -50,4 +50,11 @@ fn wgml_pow(x: T, y: T) -> T {
     let r = select(r0, wgml_nan(), neg & !is_int & !y_inf & (a > T(0.0)) & (a < inf));
     let one = (y == T(0.0)) | (x == T(1.0)) | ((a == T(1.0)) & y_inf);
     return select(select(r, x + y, is_nan(x) | is_nan(y)), T(1.0), one);
+}
+// i32 tensors sit in f32 buffers as their bits: a cast reinterprets them, then converts.
+// f32 -> i32 truncates toward zero, saturates (2147483520 is the largest f32 below 2^31), NaN -> 0
+fn wgml_i32_to_f32(x: T) -> T { return T(bitcast<TI>(x)); }
+fn wgml_f32_to_i32(x: T) -> T {
+    let i = TI(clamp(x, T(-2147483648.0), T(2147483520.0)));
+    return bitcast<T>(select(i, TI(0), is_nan(x)));
 }

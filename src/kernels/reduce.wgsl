@@ -36,7 +36,7 @@ fn better(v: f32, j: u32, a: f32, i: u32) -> bool {
 
 fn finish(r: f32, at: u32) -> u32 {
     if (P.op == OP_MEAN) { return bitcast<u32>(r / f32(P.len)); }
-    if (P.op == OP_ARGMAX) { return bitcast<u32>(f32(at)); }
+    if (P.op == OP_ARGMAX) { return at; }  // an i32 result
     return bitcast<u32>(r);
 }
 

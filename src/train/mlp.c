@@ -80,7 +80,8 @@ wgml_tensor *wgml_mlp_forward(wgml_mlp *m, wgml_tensor *x)
 wgml_tensor *wgml_count_correct(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels)
 {
     /* |argmax - label| is 0 when right and >= 1 when wrong: 1 - clamp(.., 0, 1) counts */
-    wgml_tensor *d = wgml_abs(ctx, wgml_sub(ctx, wgml_argmax(ctx, logits, 1, 0), labels));
+    wgml_tensor *d = wgml_abs(ctx, wgml_sub(ctx, wgml_cast(ctx, wgml_argmax(ctx, logits, 1, 0), WGML_F32),
+                                            wgml_cast(ctx, labels, WGML_F32)));
     return wgml_sum_all(ctx, wgml_scalar_binary(ctx, WGML_SUB, 1.0f, wgml_clamp(ctx, d, 0.0f, 1.0f)));
 }
 

@@ -221,10 +221,32 @@ wgml_tensor *wgml_div(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_pow(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_maximum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_minimum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+/* comparisons, broadcasting: f32 masks, 1 where a op b holds, else 0 (false for NaN, except ne);
+   no gradient passes through them */
+wgml_tensor *wgml_eq(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_ne(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_lt(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_le(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_gt(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_ge(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+/* selection, broadcasting: where(cond, a, b) is a where cond != 0, else b (the other side's
+   inf or NaN never leaks in); masked_fill(a, mask, value) is value where mask != 0, else a.
+   Gradients pass to a and b where each is chosen. */
+wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wgml_tensor *b);
+wgml_tensor *wgml_masked_fill(wgml_context *ctx, wgml_tensor *a, wgml_tensor *mask, float value);
+/* The causal mask of t queries over s keys, [t, s]: 1 where key j lies in query i's future,
+   j > i + (s - t) (aligned bottom-right, so queries continuing a cache of s - t keys work),
+   else 0. Built on the GPU from two ranges, never as a t x s host array: pass it to
+   wgml_masked_fill(scores, mask, -INFINITY). t <= s. */
+wgml_tensor *wgml_causal_mask(wgml_context *ctx, int64_t t, int64_t s);
+/* [start, start + 1, ..., stop - 1] of dtype (f32 or i32), 1-D; start < stop */
+wgml_tensor *wgml_arange(wgml_context *ctx, int64_t start, int64_t stop, wgml_dtype dtype);
 
 /* the same with a scalar: op(a, s) and op(s, a); the scalar is passed as data */
 typedef enum wgml_binary_op {
-    WGML_ADD, WGML_SUB, WGML_MUL, WGML_DIV, WGML_POW, WGML_MAXIMUM, WGML_MINIMUM
+    WGML_ADD, WGML_SUB, WGML_MUL, WGML_DIV, WGML_POW, WGML_MAXIMUM, WGML_MINIMUM,
+    WGML_EQ, WGML_NE, WGML_LT, WGML_LE, WGML_GT, WGML_GE, /* comparisons: masks of 0 and 1 */
+    WGML_BINARY_OP_COUNT
 } wgml_binary_op;
 wgml_tensor *wgml_binary_scalar(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, float s);
 wgml_tensor *wgml_scalar_binary(wgml_context *ctx, wgml_binary_op op, float s, wgml_tensor *a);
@@ -241,6 +263,10 @@ wgml_tensor *wgml_tanh(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a); /* tanh approximation */
+wgml_tensor *wgml_gelu_exact(wgml_context *ctx, wgml_tensor *a); /* x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) */
+wgml_tensor *wgml_erf(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_sin(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_cos(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_softplus(wgml_context *ctx, wgml_tensor *a); /* log(1 + exp(a)), without overflow */
 /* min(max(a, lo), hi); lo > hi or a NaN bound is WGML_ERROR_INVALID_ARGUMENT */

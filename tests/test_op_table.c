@@ -96,7 +96,16 @@ static double floor_of(int op) { return wgml_op_table[op].floor > 0 ? wgml_op_ta
    without a line here fails (its constructor is also needed in ew_build) */
 static const struct { int op; double s[2]; } op_scalars[] = {
     {WGML_OP_CLAMP, {-1.0, 1.5}},
+    {WGML_OP_MASKED_FILL, {-7.5, 0}},
 };
+
+/* operands that are masks: drawn as 0 or 1 (the draw never gives 0 otherwise), no gradient */
+static bool mask_operand(int op, int k) { return op == WGML_OP_MASKED_FILL && k == 1; }
+static void snap_mask(int op, int k, float *x, int64_t n)
+{
+    if (mask_operand(op, k))
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0 ? 1.0f : 0.0f;
+}
 
 static const double *scalars_of(int op)
 {
@@ -232,8 +241,8 @@ static void the_table_is_complete(void)
             ENTRY_FAIL("WGSL on a %s entry (only elementwise ops have an expression)", kind_name[d->kind]);
         }
         if (op == WGML_OP_CLAMP && d->nscalars != 2) ENTRY_FAIL("clamp has two scalars (its bounds), nscalars %d", d->nscalars);
-        if (d->kind == WGML_KIND_BINARY && d->nscalars != 0)
-            ENTRY_FAIL("a binary op's scalar slot #0 is its number operand: nscalars %d", d->nscalars);
+        if (d->kind == WGML_KIND_BINARY && d->nscalars != 0 && public_binary_op(op) >= 0)
+            ENTRY_FAIL("a public binary op's scalar slot #0 is its number operand: nscalars %d", d->nscalars);
         if (d->kind == WGML_KIND_KERNEL && !d->build) ENTRY_FAIL("a KERNEL entry without a build function");
         if (d->kind == WGML_KIND_REDUCE || d->kind == WGML_KIND_ROW || d->kind == WGML_KIND_MATMUL || d->kind == WGML_KIND_KERNEL)
             if (!(d->test.lo[0] < d->test.hi[0])) ENTRY_FAIL("operand 0's test domain [%g, %g] is empty", d->test.lo[0], d->test.hi[0]);
@@ -318,10 +327,9 @@ static wgml_tensor *ew_build(wgml_context *ctx, const ew_case *c, wgml_tensor *a
     }
     if (d->nscalars == 0)
         return d->kind == WGML_KIND_UNARY ? wgml_unary_node(ctx, (wgml_op)c->op, a) : wgml_binary_node(ctx, (wgml_op)c->op, a, b);
-    if (c->op == WGML_OP_CLAMP) {
-        const double *s = scalars_of(c->op);
-        return wgml_clamp(ctx, a, (float)s[0], (float)s[1]);
-    }
+    const double *s = scalars_of(c->op);
+    if (c->op == WGML_OP_CLAMP) return wgml_clamp(ctx, a, (float)s[0], (float)s[1]);
+    if (c->op == WGML_OP_MASKED_FILL) return wgml_masked_fill(ctx, a, b, (float)s[0]);
     FAILF("no constructor for %s with %d scalars in this test (ew_build)", d->name, d->nscalars);
     return NULL;
 }
@@ -367,6 +375,7 @@ static void ew_forward(wgml_context *ctx, const ew_case *c)
         int p = ew_position(c, k);
         x[k] = malloc((size_t)n * sizeof *x[k]);
         for (int64_t i = 0; i < n; i++) x[k][i] = draw(d->test.lo[p], d->test.hi[p]);
+        snap_mask(c->op, p, x[k], n);
     }
     char what[128];
     ew_describe(what, sizeof what, c);
@@ -539,12 +548,13 @@ static void ew_backward(wgml_context *ctx, const ew_case *c)
             goto out;
         }
     }
+    for (int k = 0; k < nt; k++) snap_mask(c->op, ew_position(c, k), x[k], n);
     test_fill_uniform(w, (size_t)n, -1, 1);
     wgml_scope_begin(ctx);
     wgml_tensor *in[2] = {NULL, NULL};
     for (int k = 0; k < nt; k++) {
         in[k] = test_tensor(ctx, c->nd, c->sh, x[k]);
-        CHECK_OK(ctx, wgml_requires_grad(in[k], 1));
+        if (!mask_operand(c->op, ew_position(c, k))) CHECK_OK(ctx, wgml_requires_grad(in[k], 1));
     }
     wgml_tensor *y = ew_build(ctx, c, in[0], in[1]);
     if (!y || wgml_tensor_status(y)) {
@@ -559,6 +569,7 @@ static void ew_backward(wgml_context *ctx, const ew_case *c)
     }
     wgml_tensor *ev[3] = {L, NULL, NULL};
     for (int k = 0; k < nt; k++) {
+        if (mask_operand(c->op, ew_position(c, k))) { ev[1 + k] = L; continue; } /* no gradient */
         ev[1 + k] = wgml_grad(in[k]);
         if (!ev[1 + k]) {
             FAILF("%s: no gradient reaches operand %d", what, k);
@@ -583,6 +594,7 @@ static void ew_backward(wgml_context *ctx, const ew_case *c)
     /* each operand's gradient: w_i (f(x_i + h) - f(x_i - h)) / 2h (elementwise, so one
        element's difference is the loss's) */
     for (int k = 0; k < nt; k++) {
+        if (mask_operand(c->op, ew_position(c, k))) continue;
         for (int64_t i = 0; i < n; i++) {
             double v[2] = {x[0][i], nt > 1 ? x[1][i] : 0.0}, h = fd_step(v[k]), p[2], m[2];
             memcpy(p, v, sizeof v);

@@ -258,7 +258,7 @@ static const wgml_op binary_ops[] = {
 
 wgml_op wgml_binary_api_op(wgml_binary_op op)
 {
-    return (int)op >= 0 && op <= WGML_MINIMUM ? binary_ops[op] : WGML_OP_NONE;
+    return (int)op >= 0 && op < WGML_BINARY_OP_COUNT ? binary_ops[op] : WGML_OP_NONE;
 }
 
 wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b)
@@ -280,7 +280,7 @@ wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgm
 
 wgml_tensor *wgml_binary(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, wgml_tensor *b)
 {
-    if ((int)op < 0 || op > WGML_MINIMUM)
+    if ((int)op < 0 || op >= WGML_BINARY_OP_COUNT)
         return ctx ? wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "binary: unknown op %d", (int)op) : NULL;
     return wgml_binary_node(ctx, binary_ops[op], a, b);
 }
@@ -288,7 +288,7 @@ wgml_tensor *wgml_binary(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, w
 /* op(a, s) for side 1, op(s, a) for side 2 */
 static wgml_tensor *scalar_node(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, float s, int side)
 {
-    if ((int)op < 0 || op > WGML_MINIMUM)
+    if ((int)op < 0 || op >= WGML_BINARY_OP_COUNT)
         return ctx ? wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "binary: unknown op %d", (int)op) : NULL;
     wgml_op o = binary_ops[op];
     CHECK_INPUT(ctx, a, wgml_op_table[o].name, "a");
@@ -340,6 +340,75 @@ wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi)
         t->fparam[1] = hi;
     }
     return t;
+}
+
+/* ---------------------------------------------------------------- selection and masks */
+
+wgml_tensor *wgml_masked_fill(wgml_context *ctx, wgml_tensor *a, wgml_tensor *mask, float value)
+{
+    wgml_tensor *t = wgml_binary_node(ctx, WGML_OP_MASKED_FILL, a, mask);
+    if (t && t->op == WGML_OP_MASKED_FILL) t->fparam[0] = value;
+    return t;
+}
+
+/* a where cond, plus b where not: each side's other elements are replaced (not multiplied)
+   by 0, so an inf or NaN on the side not chosen never reaches the result; one fused kernel */
+wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wgml_tensor *b)
+{
+    CHECK_INPUT(ctx, cond, "where", "cond");
+    CHECK_INPUT(ctx, a, "where", "a");
+    CHECK_INPUT(ctx, b, "where", "b");
+    int64_t s1[WGML_MAX_DIMS], s2[WGML_MAX_DIMS];
+    if (wgml_broadcast_shapes(cond, a, s1) < 0 || wgml_broadcast_shapes(cond, b, s2) < 0 || wgml_broadcast_shapes(a, b, s1) < 0) {
+        char sc[128], sa[128], sb[128];
+        shape_str(sc, sizeof sc, cond);
+        shape_str(sa, sizeof sa, a);
+        shape_str(sb, sizeof sb, b);
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "where: shapes %s, %s and %s do not broadcast", sc, sa, sb);
+    }
+    wgml_scope_begin(ctx);
+    wgml_tensor *not_cond = wgml_binary_scalar(ctx, WGML_EQ, cond, 0.0f);
+    wgml_tensor *t = wgml_add(ctx, wgml_masked_fill(ctx, a, not_cond, 0.0f), wgml_masked_fill(ctx, b, cond, 0.0f));
+    wgml_keep(t);
+    wgml_scope_end(ctx);
+    return t;
+}
+
+wgml_tensor *wgml_arange(wgml_context *ctx, int64_t start, int64_t stop, wgml_dtype dtype)
+{
+    if (!ctx) return NULL;
+    if (!(start < stop) || start < INT32_MIN || stop - 1 > INT32_MAX || (dtype != WGML_F32 && dtype != WGML_I32))
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "arange: [%lld, %lld) of dtype %d must be non-empty, within i32, of f32 or i32",
+                                 (long long)start, (long long)stop, (int)dtype);
+    int64_t n = stop - start;
+    void *v = malloc((size_t)n * 4);
+    if (!v) return wgml_tensor_error(ctx, WGML_ERROR_OUT_OF_MEMORY, "arange: out of host memory for %lld values", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        if (dtype == WGML_I32) ((int32_t *)v)[i] = (int32_t)(start + i);
+        else ((float *)v)[i] = (float)(start + i);
+    }
+    wgml_tensor *t = NULL;
+    wgml_status st = dtype == WGML_I32 ? wgml_tensor_from_i32(ctx, 1, &n, v, (size_t)n, &t)
+                                       : wgml_tensor_from_data(ctx, 1, &n, v, (size_t)n, &t);
+    free(v);
+    return st ? wgml_tensor_error(ctx, st, "arange: %s", wgml_error_message(ctx)) : t;
+}
+
+wgml_tensor *wgml_causal_mask(wgml_context *ctx, int64_t t, int64_t s)
+{
+    if (!ctx) return NULL;
+    if (t < 1 || s < t || s > (1 << 24))
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "causal_mask: %lld queries over %lld keys: want 1 <= queries <= keys <= 2^24",
+                                 (long long)t, (long long)s);
+    wgml_scope_begin(ctx);
+    int64_t col[2] = {t, 1};
+    wgml_tensor *query = wgml_reshape(ctx, wgml_arange(ctx, s - t, s, WGML_F32), 2, col); /* each query's position */
+    wgml_tensor *m = wgml_gt(ctx, wgml_arange(ctx, 0, s, WGML_F32), query);
+    wgml_keep(m);
+    wgml_scope_end(ctx);
+    return m;
 }
 
 /* ---------------------------------------------------------------- reductions */

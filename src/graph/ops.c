@@ -184,6 +184,28 @@ static double ref_softplus(const double *in)
 }
 static wgml_status vjp_softplus(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, wgml_sigmoid(c, t->src[0])); return WGML_OK; }
 
+/* erf and the exact GELU: C's erf and erfc in double */
+static double ref_erf(const double *in) { return erf(in[0]); }
+static double ref_gelu_exact(const double *in) { return isinf(in[0]) && in[0] < 0 ? 0.0 : 0.5 * in[0] * erfc(-in[0] / sqrt(2.0)); }
+static double ref_sin(const double *in) { return sin(in[0]); }
+static double ref_cos(const double *in) { return cos(in[0]); }
+static wgml_status vjp_erf(wgml_context *c, T *t, T *g, T **gin) /* 2/sqrt(pi) e^(-x^2) */
+{
+    T *x = t->src[0];
+    gin[0] = wgml_mul(c, g, scal(c, WGML_MUL, wgml_exp(c, wgml_neg(c, wgml_mul(c, x, x))), 1.1283791670955126f));
+    return WGML_OK;
+}
+static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin) /* Phi(x) + x phi(x) */
+{
+    T *x = t->src[0];
+    T *Phi = scal(c, WGML_MUL, wgml_scalar_binary(c, WGML_ADD, 1.0f, wgml_erf(c, scal(c, WGML_MUL, x, 0.7071067811865476f))), 0.5f);
+    T *phi = scal(c, WGML_MUL, wgml_exp(c, scal(c, WGML_MUL, wgml_mul(c, x, x), -0.5f)), 0.3989422804014327f);
+    gin[0] = wgml_mul(c, g, wgml_add(c, Phi, wgml_mul(c, x, phi)));
+    return WGML_OK;
+}
+static wgml_status vjp_sin(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, wgml_cos(c, t->src[0])); return WGML_OK; }
+static wgml_status vjp_cos(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_neg(c, wgml_mul(c, g, wgml_sin(c, t->src[0]))); return WGML_OK; }
+
 /* ---------------------------------------------------------------- elementwise, binary */
 
 static wgml_status vjp_add(wgml_context *c, T *t, T *g, T **gin)
@@ -247,6 +269,25 @@ static wgml_status vjp_extremum(wgml_context *c, T *t, T *g, T **gin)
     T *ga = relu_grad(c, max ? wgml_sub(c, a, b) : wgml_sub(c, b, a), g);
     gin[0] = unbroadcast(c, ga, a);
     gin[1] = unbroadcast(c, wgml_sub(c, g, ga), b);
+    return WGML_OK;
+}
+
+/* comparisons: 0/1 masks, false when either side is NaN (ne: true) */
+#define ORDERED(in) (!isnan(in[0]) && !isnan(in[1]))
+static double ref_eq(const double *in) { return ORDERED(in) && in[0] == in[1]; }
+static double ref_ne(const double *in) { return !ref_eq(in); }
+static double ref_lt(const double *in) { return ORDERED(in) && in[0] < in[1]; }
+static double ref_le(const double *in) { return ORDERED(in) && in[0] <= in[1]; }
+static double ref_gt(const double *in) { return ORDERED(in) && in[0] > in[1]; }
+static double ref_ge(const double *in) { return ORDERED(in) && in[0] >= in[1]; }
+#undef ORDERED
+
+/* masked_fill(a, mask, value): value where mask != 0 (NaN included); a's gradient passes where
+   it is kept */
+static double ref_masked_fill(const double *in) { return in[1] != 0 ? in[2] : in[0]; }
+static wgml_status vjp_masked_fill(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = unbroadcast(c, wgml_masked_fill(c, g, t->src[1], 0.0f), t->src[0]);
     return WGML_OK;
 }
 
@@ -397,6 +438,13 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     UNARY(SOFTPLUS, "softplus",   "wgml_softplus(%0)",          ref_softplus,  vjp_softplus, -30, 30,      TRANSC),
     [WGML_OP_CLAMP] = {.name = "clamp", .kind = WGML_KIND_UNARY, .arity = 1, .nscalars = 2, .wgsl = "wgml_clamp(%0, #0, #1)",
                        .ref = ref_clamp, .vjp = vjp_clamp, DOMAIN(-3, 3, 0, 0), ARITH},
+    /* erf's series and A&S 7.1.26 are good to ~1.5e-7 absolute: relative 1e-4 needs a floor
+       of 1e-3 near 0 (the GELUs as GELU) */
+    UNARY(ERF,      "erf",        "wgml_erf(%0)",               ref_erf,       vjp_erf,      -4, 4,        TRANSC, FLOOR(1e-3)),
+    UNARY(GELU_EXACT, "gelu_exact", "wgml_gelu_exact(%0)",      ref_gelu_exact, vjp_gelu_exact, -5, 5,     TRANSC, FLOOR(1e-2)),
+    /* sin and cos near their zeros carry the argument's rounding (~1e-7 absolute) */
+    UNARY(SIN,      "sin",        "wgml_sin(%0)",               ref_sin,       vjp_sin,      -10, 10,      TRANSC, FLOOR(1e-2)),
+    UNARY(COS,      "cos",        "wgml_cos(%0)",               ref_cos,       vjp_cos,      -10, 10,      TRANSC, FLOOR(1e-2)),
     [WGML_OP_RELU_GRAD] = {.name = "relu_grad", .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = "select(T(0.0), %1, %0 > T(0.0))",
                            .ref = ref_relu_grad, DOMAIN(-1, 1, -5, 5), ARITH,
                            .no_grad = "made by backward only (no second derivatives)"},
@@ -407,6 +455,21 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     BINARY(POW,     "pow",        "wgml_pow(%0, %1)",           ref_pow,       vjp_pow,      0.1, 10, -3, 3,   TRANSC),
     BINARY(MAXIMUM, "maximum",    "wgml_maximum(%0, %1)",       ref_maximum,   vjp_extremum, -10, 10, -10, 10, ARITH),
     BINARY(MINIMUM, "minimum",    "wgml_minimum(%0, %1)",       ref_minimum,   vjp_extremum, -10, 10, -10, 10, ARITH),
+    /* comparisons: ties and NaN are tested in test_select.c */
+#define COMPARE(e, n, w, r) [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = w, .ref = r, \
+    .no_grad = "a mask is constant almost everywhere", DOMAIN(-3, 3, -3, 3), ARITH}
+    COMPARE(EQ, "eq", "wgml_mask((%0 == %1) & wgml_ordered(%0, %1))", ref_eq),
+    COMPARE(NE, "ne", "wgml_mask(!((%0 == %1) & wgml_ordered(%0, %1)))", ref_ne),
+    COMPARE(LT, "lt", "wgml_mask((%0 < %1) & wgml_ordered(%0, %1))", ref_lt),
+    COMPARE(LE, "le", "wgml_mask((%0 <= %1) & wgml_ordered(%0, %1))", ref_le),
+    COMPARE(GT, "gt", "wgml_mask((%0 > %1) & wgml_ordered(%0, %1))", ref_gt),
+    COMPARE(GE, "ge", "wgml_mask((%0 >= %1) & wgml_ordered(%0, %1))", ref_ge),
+#undef COMPARE
+    /* a binary op of two tensors with one scalar, the value filled in (not in the public binary
+       API, so its #0 is never a number operand) */
+    [WGML_OP_MASKED_FILL] = {.name = "masked_fill", .kind = WGML_KIND_BINARY, .arity = 2, .nscalars = 1,
+                             .wgsl = "select(%0, #0, wgml_nonzero(%1))", .ref = ref_masked_fill, .vjp = vjp_masked_fill,
+                             DOMAIN(-10, 10, -1, 1), ARITH},
     /* sums of terms of both signs up to 10 cancel to near 0; the rounding scales with the terms (mean as sum) */
     [WGML_OP_SUM] = {.name = "sum", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
     [WGML_OP_MEAN] = {.name = "mean", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},

@@ -35,8 +35,9 @@ typedef enum wgml_op_kind {
 #define WGML_OPS(X)                                                                   \
     X(NONE) X(VIEW)                                                                   \
     X(COPY) X(CAST_F32) X(CAST_I32) X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)    \
-    X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP)                                              \
+    X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP) X(ERF) X(GELU_EXACT) X(SIN) X(COS)           \
     X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \
+    X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) X(MASKED_FILL)                                \
     X(SUM) X(MEAN) X(MAX) X(ARGMAX)                                                   \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
     X(MATMUL) X(OPTIM_STEP)
@@ -44,11 +45,11 @@ typedef enum wgml_op_kind {
 #define WGML_UNARY_API(X)                                                        \
     X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RSQRT, rsqrt) \
     X(TANH, tanh) X(SIGMOID, sigmoid) X(RELU, relu) X(GELU, gelu) X(SILU, silu)  \
-    X(SOFTPLUS, softplus)
+    X(SOFTPLUS, softplus) X(ERF, erf) X(GELU_EXACT, gelu_exact) X(SIN, sin) X(COS, cos)
 
 #define WGML_BINARY_API(X)                                                       \
     X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(POW, pow) X(MAXIMUM, maximum) \
-    X(MINIMUM, minimum)
+    X(MINIMUM, minimum) X(EQ, eq) X(NE, ne) X(LT, lt) X(LE, le) X(GT, gt) X(GE, ge)
 
 typedef enum wgml_op {
 #define WGML_OP_ENUM(e) WGML_OP_##e,

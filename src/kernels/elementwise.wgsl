@@ -58,3 +58,37 @@ fn wgml_f32_to_i32(x: T) -> T {
     let i = TI(clamp(x, T(-2147483648.0), T(2147483520.0)));
     return bitcast<T>(select(i, TI(0), is_nan(x)));
 }
+// erf: odd; below 0.5 its Taylor series (relative error < 1e-7), above it 1 - erfc. erfc(z)
+// for z >= 0 is the Chebyshev fit with fractional error < 1.2e-7 everywhere (Numerical
+// Recipes' erfcc), so the exact GELU keeps 1 + erf(x) = erfc(-x) for negative x without
+// cancelling
+fn wgml_erfc_pos(z: T) -> T {
+    let t = T(1.0) / (T(1.0) + T(0.5) * z);
+    let p = T(-1.26551223) + t * (T(1.00002368) + t * (T(0.37409196) + t * (T(0.09678418) + t * (T(-0.18628806) +
+            t * (T(0.27886807) + t * (T(-1.13520398) + t * (T(1.48851587) + t * (T(-0.82215223) + t * T(0.17087277)))))))));
+    return t * exp(-z * z + p);
+}
+fn wgml_erf(x: T) -> T {
+    let z = abs(x);
+    let z2 = z * z;
+    let series = T(1.1283791670955126) * z * (T(1.0) - z2 * (T(1.0 / 3.0) - z2 * (T(0.1) - z2 * (T(1.0 / 42.0) - z2 * T(1.0 / 216.0)))));
+    let r = select(T(1.0) - wgml_erfc_pos(z), series, z < T(0.5));
+    // erf(+-inf) = +-1 (exp(-inf) is 0); NaN passes
+    return select(sign(x) * r, x, is_nan(x));
+}
+// x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); for x < 0, 1 + erf is erfc(|x| / sqrt 2), taken
+// directly; 0 at -inf (not -inf * 0)
+fn wgml_gelu_exact(x: T) -> T {
+    let z = x * T(0.7071067811865476);
+    let one_plus = select(T(1.0) + wgml_erf(z), wgml_erfc_pos(-z), z < T(-0.5));
+    return select(T(0.5) * x * one_plus, T(0.0), x < T(-30.0));
+}
+// sin and cos of +-inf are NaN (some drivers return a number)
+fn wgml_sin(x: T) -> T { return select(sin(x), wgml_nan(), abs(x) == wgml_inf()); }
+fn wgml_cos(x: T) -> T { return select(cos(x), wgml_nan(), abs(x) == wgml_inf()); }
+// comparisons give masks of 0 and 1; NaN compares false (ne: true) by its bits, since Mesa
+// and LLVM may assume no NaN in a comparison
+fn wgml_mask(b: TB) -> T { return select(T(0.0), T(1.0), b); }
+fn wgml_ordered(a: T, b: T) -> TB { return !(is_nan(a) | is_nan(b)); }
+// x != 0 by its bits (+-0 are zero, NaN is not): drivers may fold NaN != 0 to false
+fn wgml_nonzero(x: T) -> TB { return (bitcast<TU>(x) & TU(0x7fffffffu)) != TU(0u); }

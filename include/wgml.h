@@ -277,9 +277,17 @@ wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
 wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
 wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
 wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* i32 indices */
+wgml_tensor *wgml_min(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+wgml_tensor *wgml_argmin(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* i32 indices */
+/* variance and standard deviation along an axis: sum((a - mean)^2) / (n - correction);
+   correction 1 is the unbiased estimate (torch.var's default), 0 the population one (NumPy's
+   default); n <= correction gives NaN */
+wgml_tensor *wgml_var(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim);
+wgml_tensor *wgml_std(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim);
 wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a);
 wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_min_all(wgml_context *ctx, wgml_tensor *a);
 
 /* along the last axis */
 wgml_tensor *wgml_softmax(wgml_context *ctx, wgml_tensor *a);

@@ -684,6 +684,8 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_MEAN: return wgml_mean(ctx, in[0], c->axis, 0);
     case WGML_OP_MAX: return wgml_max(ctx, in[0], c->axis, 0);
     case WGML_OP_ARGMAX: return wgml_argmax(ctx, in[0], c->axis, 0);
+    case WGML_OP_MIN: return wgml_min(ctx, in[0], c->axis, 0);
+    case WGML_OP_ARGMIN: return wgml_argmin(ctx, in[0], c->axis, 0);
     case WGML_OP_SOFTMAX: return wgml_softmax(ctx, in[0]);
     case WGML_OP_LOG_SOFTMAX: return wgml_log_softmax(ctx, in[0]);
     case WGML_OP_LAYERNORM: return wgml_layernorm(ctx, in[0], in[1], in[2], c->eps);
@@ -705,6 +707,17 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
     case WGML_OP_MEAN: wgml_ref_mean(c->nd[0], c->sh[0], in[0], c->axis, out); break;
     case WGML_OP_MAX: wgml_ref_max(c->nd[0], c->sh[0], in[0], c->axis, out); break;
     case WGML_OP_ARGMAX: wgml_ref_argmax(c->nd[0], c->sh[0], in[0], c->axis, out); break;
+    case WGML_OP_MIN: case WGML_OP_ARGMIN: { /* the max and argmax of -x */
+        double neg[MAXEL];
+        int64_t n = numel_of(c->nd[0], c->sh[0]);
+        for (int64_t i = 0; i < n; i++) neg[i] = -in[0][i];
+        if (c->op == WGML_OP_ARGMIN) wgml_ref_argmax(c->nd[0], c->sh[0], neg, c->axis, out);
+        else {
+            wgml_ref_max(c->nd[0], c->sh[0], neg, c->axis, out);
+            for (int64_t i = 0; i < n / c->sh[0][c->axis]; i++) out[i] = -out[i];
+        }
+        break;
+    }
     case WGML_OP_SOFTMAX: wgml_ref_softmax(rows, cols, in[0], out); return rows * cols;
     case WGML_OP_LOG_SOFTMAX: wgml_ref_log_softmax(rows, cols, in[0], out); return rows * cols;
     case WGML_OP_LAYERNORM: wgml_ref_layernorm(rows, cols, in[0], in[1], in[2], c->eps, out); return rows * cols;
@@ -732,11 +745,13 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
 /* how far a max reduction's inputs are from a tie of the max (its kink) */
 static double r_kink(const rcase *c, const double *x)
 {
-    if (c->op != WGML_OP_MAX) return INFINITY;
+    if (c->op != WGML_OP_MAX && c->op != WGML_OP_MIN) return INFINITY;
     int64_t outer = 1, n = c->sh[0][c->axis], inner = 1;
     for (int d = 0; d < c->axis; d++) outer *= c->sh[0][d];
     for (int d = c->axis + 1; d < c->nd[0]; d++) inner *= c->sh[0][d];
-    return test_max_gap(outer, n, inner, x);
+    double neg[MAXEL];
+    for (int64_t i = 0; c->op == WGML_OP_MIN && i < outer * n * inner; i++) neg[i] = -x[i];
+    return test_max_gap(outer, n, inner, c->op == WGML_OP_MIN ? neg : x);
 }
 
 static void run_rcase(wgml_context *ctx, const rcase *c)
@@ -861,7 +876,7 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
         rcase c = {.op = op};
         const int64_t s354[3] = {3, 5, 4}, s47[2] = {4, 7}, s7[1] = {7}, s4[1] = {4};
         switch (op) {
-        case WGML_OP_SUM: case WGML_OP_MEAN: case WGML_OP_MAX: case WGML_OP_ARGMAX:
+        case WGML_OP_SUM: case WGML_OP_MEAN: case WGML_OP_MAX: case WGML_OP_ARGMAX: case WGML_OP_MIN: case WGML_OP_ARGMIN:
             set_leaf(&c, 0, 3, s354, lo0, hi0);
             for (c.axis = 0; c.axis < 3; c.axis++) run_rcase(ctx, &c);
             break;

@@ -320,6 +320,82 @@ static void new_math_at_edges(void)
     wgml_scope_end(ctx);
 }
 
+/* min and argmin on the one- and two-launch paths (a long axis), NaN winning; var and std
+   with both corrections, and var's gradient 2 (x - mean) / (n - correction) */
+static void min_argmin_var_std(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t shapes[3][3] = {{3, 7, 5}, {1, 70001, 1}, {2, 1023, 3}};
+    for (int k = 0; k < 3; k++) {
+        wgml_scope_begin(ctx);
+        int64_t outer = shapes[k][0], len = shapes[k][1], inner = shapes[k][2], n = outer * len * inner;
+        float *x = malloc((size_t)n * sizeof *x), *mn = malloc((size_t)(outer * inner) * sizeof *mn),
+              *am = malloc((size_t)(outer * inner) * sizeof *am), *vr = malloc((size_t)(outer * inner) * sizeof *vr),
+              *sd = malloc((size_t)(outer * inner) * sizeof *sd);
+        test_fill_uniform(x, (size_t)n, -5, 5);
+        if (k == 2) x[5 * inner + 1] = NAN; /* row (0, 1) of the third shape: NaN wins at 5 */
+        wgml_tensor *t = f32(ctx, 3, shapes[k], x);
+        CHECK_OK(ctx, test_read(wgml_min(ctx, t, 1, 0), mn, (size_t)(outer * inner)));
+        CHECK_OK(ctx, test_read(wgml_argmin(ctx, t, 1, 0), am, (size_t)(outer * inner)));
+        CHECK(wgml_tensor_dtype(wgml_argmin(ctx, t, 1, 0)) == WGML_I32);
+        int corr = k == 0 ? 0 : 1;
+        CHECK_OK(ctx, test_read(wgml_var(ctx, t, 1, corr, 0), vr, (size_t)(outer * inner)));
+        CHECK_OK(ctx, test_read(wgml_std(ctx, t, 1, corr, 0), sd, (size_t)(outer * inner)));
+        int bad = 0;
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) {
+                double m = INFINITY, mean = 0, ss = 0;
+                int64_t at = -1;
+                for (int64_t j = 0; j < len; j++) {
+                    double v = x[(o * len + j) * inner + i];
+                    if (isnan(v)) { if (!isnan(m)) m = v, at = j; }
+                    else if (!isnan(m) && v < m) m = v, at = j;
+                    mean += v;
+                }
+                mean /= (double)len;
+                for (int64_t j = 0; j < len; j++) {
+                    double d = x[(o * len + j) * inner + i] - mean;
+                    ss += d * d;
+                }
+                double var = ss / (double)(len - corr);
+                int64_t r = o * inner + i;
+                bool m_ok = isnan(m) ? isnan(mn[r]) : mn[r] == (float)m;
+                bool v_ok = isnan(var) ? isnan(vr[r]) : fabs(vr[r] - var) <= 1e-4 * var;
+                bool s_ok = isnan(var) ? isnan(sd[r]) : fabs(sd[r] - sqrt(var)) <= 1e-4 * sqrt(var);
+                if (!m_ok || am[r] != (float)at || !v_ok || !s_ok) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "  [%lld,%lld,%lld] row %lld: min %g (%g) at %g (%lld), var %g (%g), std %g\n",
+                                (long long)outer, (long long)len, (long long)inner, (long long)r, (double)mn[r], m,
+                                (double)am[r], (long long)at, (double)vr[r], var, (double)sd[r]);
+                }
+            }
+        CHECK(bad == 0);
+        free(x), free(mn), free(am), free(vr), free(sd);
+        wgml_scope_end(ctx);
+    }
+    /* var's gradient: 2 (x - mean) / (n - 1) */
+    wgml_scope_begin(ctx);
+    float x[7];
+    test_fill_uniform(x, 7, -2, 2);
+    int64_t n = 7;
+    wgml_tensor *t = f32(ctx, 1, &n, x);
+    CHECK_OK(ctx, wgml_requires_grad(t, 1));
+    CHECK_OK(ctx, wgml_backward(wgml_var(ctx, t, 0, 1, 0)));
+    float g[7];
+    CHECK_OK(ctx, wgml_tensor_read(wgml_grad(t), g, 7));
+    double mean = 0;
+    for (int i = 0; i < 7; i++) mean += x[i] / 7.0;
+    for (int i = 0; i < 7; i++) CHECK(fabs(g[i] - 2 * (x[i] - mean) / 6.0) <= 1e-5);
+    CHECK(wgml_tensor_status(wgml_var(ctx, t, 1, 0, 0)) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_tensor_status(wgml_var(ctx, t, 0, -1, 0)) == WGML_ERROR_INVALID_ARGUMENT);
+    float one;
+    CHECK_OK(ctx, wgml_tensor_read(wgml_var(ctx, wgml_slice(ctx, t, 0, 0, 1, 1), 0, 1, 0), &one, 1));
+    CHECK(isnan(one));
+    wgml_scope_end(ctx);
+    wgml_clear_error(ctx);
+}
+
 int main(void)
 {
     TEST_RUN(integers_round_trip);
@@ -329,5 +405,6 @@ int main(void)
     TEST_RUN(where_and_masked_fill);
     TEST_RUN(causal_mask_and_arange);
     TEST_RUN(new_math_at_edges);
+    TEST_RUN(min_argmin_var_std);
     return test_summary();
 }

@@ -442,6 +442,8 @@ wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) 
 wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MEAN, a, axis, keepdim); }
 wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MAX, a, axis, keepdim); }
 wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_ARGMAX, a, axis, keepdim); }
+wgml_tensor *wgml_min(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MIN, a, axis, keepdim); }
+wgml_tensor *wgml_argmin(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_ARGMIN, a, axis, keepdim); }
 
 static wgml_tensor *reduce_all(wgml_context *ctx, wgml_op op, wgml_tensor *a)
 {
@@ -457,6 +459,33 @@ static wgml_tensor *reduce_all(wgml_context *ctx, wgml_op op, wgml_tensor *a)
 wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_SUM, a); }
 wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MEAN, a); }
 wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MAX, a); }
+wgml_tensor *wgml_min_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MIN, a); }
+
+/* sum((a - mean)^2) / (n - correction) along the axis: the table's ops, so its gradient is theirs */
+wgml_tensor *wgml_var(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim)
+{
+    CHECK_INPUT(ctx, a, "var", "a");
+    int ax = norm_axis(axis, a->ndim);
+    if (ax < 0 || ax >= a->ndim || correction < 0) {
+        char s[128];
+        shape_str(s, sizeof s, a);
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "var: axis %d or correction %d is out of range for shape %s",
+                                 axis, correction, s);
+    }
+    wgml_scope_begin(ctx);
+    wgml_tensor *d = wgml_sub(ctx, a, wgml_mean(ctx, a, ax, 1));
+    /* n <= correction: NaN, as NumPy and PyTorch give (a division by zero or less) */
+    double n = (double)a->shape[ax] - correction;
+    wgml_tensor *v = wgml_binary_scalar(ctx, WGML_MUL, wgml_sum(ctx, wgml_mul(ctx, d, d), ax, keepdim), n > 0 ? (float)(1.0 / n) : NAN);
+    wgml_keep(v);
+    wgml_scope_end(ctx);
+    return v;
+}
+
+wgml_tensor *wgml_std(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim)
+{
+    return wgml_sqrt(ctx, wgml_var(ctx, a, axis, correction, keepdim));
+}
 
 /* ---------------------------------------------------------------- along the last axis */
 

@@ -81,7 +81,7 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     uint64_t partials = outer * parts * inner;
     wgml_launch *l2 = l + 1;
     *l2 = *l;
-    l->scratch_bytes = partials * 4 * (t->op == WGML_OP_ARGMAX ? 2 : 1);
+    l->scratch_bytes = partials * 4 * (t->op == WGML_OP_ARGMAX || t->op == WGML_OP_ARGMIN ? 2 : 1);
     l->buffers[1] = NULL;
     l->scratch_mask = 1u << 1;
     l->loop_trips = budget + REDUCE_TREE_TRIPS;

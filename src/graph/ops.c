@@ -301,13 +301,14 @@ static wgml_status vjp_sum(wgml_context *c, T *t, T *g, T **gin)
     gin[0] = t->op == WGML_OP_MEAN ? scal(c, WGML_DIV, e, (float)a->shape[ax]) : e;
     return WGML_OK;
 }
-/* to the maxima, split equally among ties (as torch.amax); a row holding NaN shares it over
-   every element */
+/* to the maxima (minima), split equally among ties (as torch.amax); a row holding NaN shares it
+   over every element */
 static wgml_status vjp_max(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0];
     int ax = t->iparam[0];
-    T *top = wgml_scalar_binary(c, WGML_SUB, 1.0f, positive(c, wgml_sub(c, expand_reduced(c, t, a, ax), a)));
+    T *te = expand_reduced(c, t, a, ax); /* top: 1 where a equals the extremum */
+    T *top = wgml_scalar_binary(c, WGML_SUB, 1.0f, positive(c, t->op == WGML_OP_MIN ? wgml_sub(c, a, te) : wgml_sub(c, te, a)));
     T *share = wgml_div(c, expand_reduced(c, g, a, ax), wgml_sum(c, top, ax, 1));
     gin[0] = relu_grad(c, top, share);
     return WGML_OK;
@@ -475,6 +476,9 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_MEAN] = {.name = "mean", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
     [WGML_OP_MAX] = {.name = "max", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH},
     [WGML_OP_ARGMAX] = {.name = "argmax", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
+                        .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)"},
+    [WGML_OP_MIN] = {.name = "min", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH},
+    [WGML_OP_ARGMIN] = {.name = "argmin", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
                         .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)"},
     [WGML_OP_SOFTMAX] = {.name = "softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), TRANSC},
     /* x - max - log(sum): the row's largest entry is near 0 after cancelling terms up to 40 */

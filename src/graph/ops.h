@@ -38,7 +38,7 @@ typedef enum wgml_op_kind {
     X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP) X(ERF) X(GELU_EXACT) X(SIN) X(COS)           \
     X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) X(MASKED_FILL)                                \
-    X(SUM) X(MEAN) X(MAX) X(ARGMAX)                                                   \
+    X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)                                                   \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
     X(MATMUL) X(OPTIM_STEP)
 

@@ -2,7 +2,8 @@
 // One workgroup per output element: each thread folds a strided part of the axis, then a
 // tree in workgroup memory combines the 256 partial results.
 // P.op: OP_SUM, OP_MEAN, OP_MAX (NaN wins), OP_ARGMAX (first index of the max; a NaN counts as
-// max), the op table's codes, which graph/kernels.c puts before this source
+// max), OP_MIN and OP_ARGMIN (the max and argmax of -x: negation is exact), the op table's
+// codes, which graph/kernels.c puts before this source
 // A long axis is folded in two launches (wgml_build_reduce), so that no thread loops long:
 //   stage 1: workgroup (o, c, i) folds chunk c of the axis, elements [c chunk, (c + 1) chunk),
 //            into partials p[o, c, i] (argmax: values, then the indices at idx_off);
@@ -34,8 +35,18 @@ fn better(v: f32, j: u32, a: f32, i: u32) -> bool {
     return v > a || (v == a && j < i);
 }
 
+fn is_arg() -> bool { return P.op == OP_ARGMAX || P.op == OP_ARGMIN; }
+fn is_extremum() -> bool { return P.op == OP_MAX || P.op == OP_MIN || is_arg(); }
+// element bits as the value folded: min and argmin fold -x (stage 2 reads partials already negated)
+fn value(bits: u32) -> f32 {
+    let v = bitcast<f32>(bits);
+    return select(v, -v, (P.op == OP_MIN || P.op == OP_ARGMIN) && P.stage != 2u);
+}
+
 fn finish(r: f32, at: u32) -> u32 {
     if (P.op == OP_MEAN) { return bitcast<u32>(r / f32(P.len)); }
+    if (P.op == OP_MIN) { return bitcast<u32>(-r); }
+    if (P.op == OP_ARGMIN) { return at; }  // an i32 result
     if (P.op == OP_ARGMAX) { return at; }  // an i32 result
     return bitcast<u32>(r);
 }
@@ -46,10 +57,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let o = (wg.x + wg.y * P.gx) * WG + lid;
         if (o >= P.outer * P.inner) { return; }
         let base = P.in_off + (o / P.inner) * P.len * P.inner + o % P.inner;
-        var acc = select(0.0, P.neg_inf, (P.op == OP_MAX || P.op == OP_ARGMAX));
+        var acc = select(0.0, P.neg_inf, is_extremum());
         var idx = 0xffffffffu;
         for (var j = 0u; j < P.len; j++) {
-            let v = bitcast<f32>(x[base + j * P.inner]);
+            let v = value(x[base + j * P.inner]);
             if ((P.op == OP_SUM || P.op == OP_MEAN)) {
                 acc += v;
             } else if (better(v, j, acc, idx)) {
@@ -78,11 +89,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     } else {
         base = P.in_off + (o / P.inner) * P.len * P.inner + i;
     }
-    let from_parts = P.stage == 2u && P.op == OP_ARGMAX;  // argmax: the index a partial found
-    var acc = select(0.0, P.neg_inf, (P.op == OP_MAX || P.op == OP_ARGMAX));
+    let from_parts = P.stage == 2u && is_arg();  // argmax: the index a partial found
+    var acc = select(0.0, P.neg_inf, is_extremum());
     var idx = 0xffffffffu;
     for (var j = lo + lid; j < hi; j += WG) {
-        let v = bitcast<f32>(x[base + j * P.inner]);
+        let v = value(x[base + j * P.inner]);
         if ((P.op == OP_SUM || P.op == OP_MEAN)) {
             acc += v;
         } else {
@@ -111,7 +122,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let r = sv[0];
         if (P.stage == 1u) {
             y[o] = bitcast<u32>(r);
-            if (P.op == OP_ARGMAX) { y[P.idx_off + o] = si[0]; }
+            if (is_arg()) { y[P.idx_off + o] = si[0]; }
             return;
         }
         y[o] = finish(r, si[0]);

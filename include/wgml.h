@@ -309,6 +309,17 @@ wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, cons
 wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start,
                         int64_t stop, int64_t step);
 wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
+/* Joins n >= 1 tensors of one dtype and the same shape off `axis` along it (a copy; more than
+   8 are joined in steps). */
+wgml_tensor *wgml_concat(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);
+/* Joins n tensors of one shape along a new axis at position `axis` (0..ndim; the result has
+   ndim + 1 <= 4 dimensions). */
+wgml_tensor *wgml_stack(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);
+/* Views of n consecutive parts of a along axis, sizes[i] >= 1 summing to its size, into
+   out[0..n); on failure every out[i] is NULL. No copy. */
+wgml_status wgml_split(wgml_context *ctx, wgml_tensor *a, int axis, int n, const int64_t *sizes, wgml_tensor **out);
+/* n equal parts (the axis' size must be a multiple of n, else WGML_ERROR_SHAPE), as views */
+wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_tensor **out);
 /* a converted to dtype: i32 -> f32 is exact up to 2^24 in magnitude (then rounds to nearest);
    f32 -> i32 truncates toward zero as C does, saturates past the i32 range, and gives 0 for
    NaN. Casting to a's own dtype gives a view of a. No gradient passes through a cast. */

@@ -693,6 +693,7 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_CROSS_ENTROPY: return wgml_cross_entropy(ctx, in[0], in[1]);
     case WGML_OP_CROSS_ENTROPY_GRAD: return wgml_cross_entropy_grad(ctx, in[0], in[1], in[2]);
     case WGML_OP_MATMUL: return wgml_matmul_ex(ctx, in[0], in[1], &(wgml_matmul_desc){.bias = in[2]});
+    case WGML_OP_CONCAT: return wgml_concat(ctx, c->nin, in, c->axis);
     default: return NULL;
     }
 }
@@ -736,6 +737,19 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
         int64_t M = c->sh[0][0], K = c->sh[0][1], N = c->sh[1][1];
         wgml_ref_matmul(1, M, N, K, in[0], 1, 0, in[1], 1, 0, 1.0, in[2], 0, out);
         return M * N;
+    }
+    case WGML_OP_CONCAT: { /* 2-D leaves joined along c->axis */
+        int64_t R = 0, C = 0, n = 0;
+        for (int l = 0; l < c->nin; l++) (c->axis ? (C += c->sh[l][1], R = c->sh[l][0]) : (R += c->sh[l][0], C = c->sh[l][1]));
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < C; j++) {
+                int64_t rr = r, jj = j;
+                int l = 0;
+                if (c->axis) while (jj >= c->sh[l][1]) jj -= c->sh[l++][1];
+                else while (rr >= c->sh[l][0]) rr -= c->sh[l++][0];
+                out[n++] = in[l][rr * c->sh[l][1] + jj];
+            }
+        return n;
     }
     default: return -1;
     }
@@ -909,6 +923,19 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
             set_leaf(&c, 0, 2, sa, lo0, hi0);
             set_leaf(&c, 1, 2, sb, lo1, hi1);
             set_leaf(&c, 2, 1, sbias, lo1, hi1);
+            run_rcase(ctx, &c);
+            break;
+        }
+        case WGML_OP_CONCAT: { /* three 2-D tensors along each axis */
+            const int64_t s23[2] = {2, 3}, s21[2] = {2, 1}, s24[2] = {2, 4}, s13[2] = {1, 3}, s43[2] = {4, 3};
+            set_leaf(&c, 0, 2, s23, lo0, hi0);
+            set_leaf(&c, 1, 2, s21, lo0, hi0);
+            set_leaf(&c, 2, 2, s24, lo0, hi0);
+            c.axis = 1;
+            run_rcase(ctx, &c);
+            set_leaf(&c, 1, 2, s13, lo0, hi0);
+            set_leaf(&c, 2, 2, s43, lo0, hi0);
+            c.axis = 0;
             run_rcase(ctx, &c);
             break;
         }

@@ -19,7 +19,7 @@
 #include "wgml.h"
 
 #define WGML_TENSOR_MAGIC 0x7767746eu /* "wgtn" */
-#define WGML_MAX_SRC 4
+#define WGML_MAX_SRC 8
 #define WGML_MAX_PARAMS 8
 
 /* The two ops core knows; graph/ops.h numbers its table from these. */

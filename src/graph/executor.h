@@ -100,6 +100,8 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
 wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+/* KERNEL entries' builders (the op table points at them) */
+wgml_status wgml_build_concat(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count); /* graph/join.c */
 /* The pipeline of a hand-written kernel of src/kernels/ by file name (graph/kernels.c). */
 wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launch *l);
 

@@ -15,6 +15,7 @@
 #include "core/sbuf.h"
 #include "cpu/ref.h"
 #include "graph/build.h"
+#include "graph/executor.h"
 
 typedef wgml_tensor T;
 
@@ -377,6 +378,17 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- joins */
+
+/* each input gets its window of g along the axis */
+static wgml_status vjp_concat(wgml_context *c, T *t, T *g, T **gin)
+{
+    int ax = t->iparam[0];
+    int64_t at = 0;
+    for (int k = 0; k < t->nsrc; at += t->src[k++]->shape[ax]) gin[k] = wgml_slice(c, g, ax, at, at + t->src[k]->shape[ax], 1);
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- views */
 
 /* to the view's input (src[1]), by the movement that made it */
@@ -493,6 +505,8 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
                                     .no_grad = "made by backward only (no second derivatives)"},
     /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
     [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
+    [WGML_OP_CONCAT] = {.name = "concat", .kind = WGML_KIND_KERNEL, .arity = WGML_MAX_SRC, .build = wgml_build_concat, .vjp = vjp_concat,
+                        .any_dtype = 0xff, .out = WGML_OUT_SAME, DOMAIN(-10, 10, -10, 10), ARITH},
     [WGML_OP_OPTIM_STEP] = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
                             .no_grad = "an optimiser's update, not a function of the loss"},
 };

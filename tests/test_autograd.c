@@ -289,6 +289,15 @@ static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kin
             wgml_ref_max(x->nd, x->sh, x->v, ax, out->v);
             *kink = fmin(*kink, test_max_gap(outer, len, inner, x->v)); /* a tie is a kink */
             break;
+        case WGML_OP_MIN: { /* -max(-x) */
+            double *neg = malloc((size_t)n * sizeof *neg);
+            for (int64_t i = 0; i < n; i++) neg[i] = -x->v[i];
+            wgml_ref_max(x->nd, x->sh, neg, ax, out->v);
+            for (int64_t i = 0; i < outer * inner; i++) out->v[i] = -out->v[i];
+            *kink = fmin(*kink, test_max_gap(outer, len, inner, neg));
+            free(neg);
+            break;
+        }
         default: return -1;
         }
         out->nd = 0;
@@ -373,6 +382,7 @@ static wgml_tensor *gpu_forward(wgml_context *ctx, const gcase *c, wgml_tensor *
         case WGML_OP_SUM: return c->all ? wgml_sum_all(ctx, x) : wgml_sum(ctx, x, c->axis, c->keepdim);
         case WGML_OP_MEAN: return c->all ? wgml_mean_all(ctx, x) : wgml_mean(ctx, x, c->axis, c->keepdim);
         case WGML_OP_MAX: return c->all ? wgml_max_all(ctx, x) : wgml_max(ctx, x, c->axis, c->keepdim);
+        case WGML_OP_MIN: return c->all ? wgml_min_all(ctx, x) : wgml_min(ctx, x, c->axis, c->keepdim);
         default: return NULL;
         }
     case K_ROW: {
@@ -776,7 +786,7 @@ static void reduce_case(int op, const shape *s, int axis, int keepdim, int all, 
 {
     gcase c = {.kind = K_REDUCE, .op = op, .axis = axis, .keepdim = keepdim, .all = all};
     int ax = axis < 0 ? axis + s->nd : axis;
-    double r = op == WGML_OP_MAX ? fmax(2, (double)(all ? numel_of(s->nd, s->sh) : s->sh[ax])) : 2;
+    double r = op == WGML_OP_MAX || op == WGML_OP_MIN ? fmax(2, (double)(all ? numel_of(s->nd, s->sh) : s->sh[ax])) : 2;
     set_leaf(&c, 0, s->nd, s->sh, -r, r);
     if (all) snprintf(c.name, sizeof c.name, "%s_all%s", op_name(op), tag);
     else snprintf(c.name, sizeof c.name, "%s(axis %d, keepdim %d)%s", op_name(op), axis, keepdim, tag);

@@ -325,6 +325,56 @@ wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_
    NaN. Casting to a's own dtype gives a view of a. No gradient passes through a cast. */
 wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype);
 
+/* ---------------------------------------------------------------- random numbers */
+
+/* Counter-based random numbers (Philox4x32-10, Salmon et al. SC11), the same bits on every
+   adapter for the same seed. Each context has a generator state (seed, offset), which starts
+   at seed 67280421310721 (PyTorch's default), offset 0. A random op takes the state when it is
+   built, so evaluating it later or again gives the same numbers, and advances offset by the
+   Philox blocks it uses, ceil(n / 4) for n elements. Element i (row-major) of such an op comes
+   from the block with key (seed mod 2^32, seed >> 32) and counter (b mod 2^32, b >> 32, 0, 0),
+   b = offset + i / 4: its 32-bit word i % 4, w, whose top 24 bits give u = (w >> 8) 2^-24. */
+wgml_status wgml_manual_seed(wgml_context *ctx, uint64_t seed); /* state := (seed, 0) */
+/* the state now (save it with a checkpoint), and setting it back */
+wgml_status wgml_rng_get_state(wgml_context *ctx, uint64_t *seed, uint64_t *offset);
+wgml_status wgml_rng_set_state(wgml_context *ctx, uint64_t seed, uint64_t offset);
+
+/* Uniform in [lo, hi): lo + (hi - lo) u, each step rounded in f32 and the result held below
+   hi; bit-identical on every adapter. lo < hi, both finite, hi - lo finite; else
+   WGML_ERROR_INVALID_ARGUMENT. A bad shape is refused as by wgml_tensor_zeros; a random op of
+   more than 2^32 - 4 elements is WGML_ERROR_LIMIT. */
+wgml_tensor *wgml_rand(wgml_context *ctx, int ndim, const int64_t *shape, float lo, float hi);
+/* Normal(mean, std) by Box-Muller: words 2m, 2m + 1 of a block give elements 2m, 2m + 1 as
+   mean + std r cos(t), mean + std r sin(t), r = sqrt(-2 ln u1), u1 = ((w_2m >> 8) + 1) 2^-24
+   in (0, 1] (never ln 0), t = 2 pi u of w_2m+1. The kernel computes ln, cos and sin with its
+   own f32 polynomials, so adapters agree to a few f32 roundings (~1e-6 of std). mean finite,
+   std finite and >= 0; else WGML_ERROR_INVALID_ARGUMENT. */
+wgml_tensor *wgml_randn(wgml_context *ctx, int ndim, const int64_t *shape, float mean, float std);
+/* PyTorch's training-mode dropout: element i of a is dropped (0, even if NaN) where u < p, the
+   others are multiplied by 1 / (1 - p) rounded to f32 once. Its gradient drops the same
+   elements of the incoming gradient (the node keeps its counters) and scales the rest alike.
+   p = 0 gives a itself (a view; no counters used), p = 1 zeros; p outside [0, 1] or NaN is
+   WGML_ERROR_INVALID_ARGUMENT. */
+wgml_tensor *wgml_dropout(wgml_context *ctx, wgml_tensor *a, float p);
+
+/* Initialisers: rand and randn with bounds from a weight's shape. A weight is [in, out]
+   (x [B, in] @ W [in, out]): fan_in = shape[ndim-2] * rf, fan_out = shape[ndim-1] * rf, where
+   rf, the product of the dims before those two, is a receptive field ([kh, kw, in, out]) and
+   1 for a 2-D weight. ndim >= 2, gain finite and > 0; else WGML_ERROR_INVALID_ARGUMENT.
+   gain as PyTorch's calculate_gain: 1 (linear, sigmoid), 5/3 (tanh), sqrt(2) (relu, Kaiming's
+   usual), sqrt(2 / (1 + a^2)) (leaky relu of slope a). */
+typedef enum wgml_fan_mode { WGML_FAN_IN = 0, WGML_FAN_OUT } wgml_fan_mode;
+/* U(-b, b), b = gain sqrt(6 / (fan_in + fan_out)) */
+wgml_tensor *wgml_xavier_uniform(wgml_context *ctx, int ndim, const int64_t *shape, float gain);
+/* N(0, std), std = gain sqrt(2 / (fan_in + fan_out)) */
+wgml_tensor *wgml_xavier_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain);
+/* U(-b, b), b = gain sqrt(3 / fan), fan = fan_in or fan_out as mode says */
+wgml_tensor *wgml_kaiming_uniform(wgml_context *ctx, int ndim, const int64_t *shape, float gain,
+                                  wgml_fan_mode mode);
+/* N(0, std), std = gain / sqrt(fan) */
+wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain,
+                                 wgml_fan_mode mode);
+
 /* ---------------------------------------------------------------- matmul */
 
 typedef enum wgml_activation {

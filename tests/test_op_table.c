@@ -26,6 +26,7 @@
 
 #include "core/sbuf.h"
 #include "core/tensor.h"
+#include "cpu/philox.h"
 #include "cpu/ref.h"
 #include "graph/build.h"
 #include "graph/ops.h"
@@ -664,7 +665,10 @@ typedef struct rcase {
     int labels_of[MAXIN];  /* > 0: leaf holds class indices 0..labels_of-1 (no gradient) */
     int axis;
     float eps;
+    float r0, r1;          /* random ops: rand's lo, hi; randn's mean, std; dropout's p */
 } rcase;
+
+#define RCASE_SEED 20240601 /* random ops are built at (this seed, offset 0) */
 
 /* true when t's graph (before evaluation) has a node of op */
 static bool reaches(const wgml_tensor *t, int op, int depth)
@@ -694,6 +698,11 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_CROSS_ENTROPY_GRAD: return wgml_cross_entropy_grad(ctx, in[0], in[1], in[2]);
     case WGML_OP_MATMUL: return wgml_matmul_ex(ctx, in[0], in[1], &(wgml_matmul_desc){.bias = in[2]});
     case WGML_OP_CONCAT: return wgml_concat(ctx, c->nin, in, c->axis);
+    case WGML_OP_RAND: case WGML_OP_RANDN: case WGML_OP_DROPOUT:
+        if (wgml_manual_seed(ctx, RCASE_SEED)) return NULL;
+        return c->op == WGML_OP_RAND    ? wgml_rand(ctx, c->nd[0], c->sh[0], c->r0, c->r1)
+               : c->op == WGML_OP_RANDN ? wgml_randn(ctx, c->nd[0], c->sh[0], c->r0, c->r1)
+                                        : wgml_dropout(ctx, in[0], c->r0);
     default: return NULL;
     }
 }
@@ -751,6 +760,15 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
             }
         return n;
     }
+    case WGML_OP_RAND: { /* exact in f32 */
+        float u[MAXEL];
+        int64_t n = numel_of(c->nd[0], c->sh[0]);
+        wgml_ref_rand(RCASE_SEED, 0, n, c->r0, c->r1, u);
+        for (int64_t i = 0; i < n; i++) out[i] = u[i];
+        return n;
+    }
+    case WGML_OP_RANDN: wgml_ref_randn(RCASE_SEED, 0, numel_of(c->nd[0], c->sh[0]), c->r0, c->r1, out); return numel_of(c->nd[0], c->sh[0]);
+    case WGML_OP_DROPOUT: wgml_ref_dropout(RCASE_SEED, 0, numel_of(c->nd[0], c->sh[0]), in[0], c->r0, out); return numel_of(c->nd[0], c->sh[0]);
     default: return -1;
     }
     return numel_of(c->nd[0], c->sh[0]) / c->sh[0][c->axis]; /* reductions */
@@ -939,6 +957,18 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
             run_rcase(ctx, &c);
             break;
         }
+        case WGML_OP_RAND: case WGML_OP_RANDN: /* no operand: leaf 0's shape is the output's, nin stays 0 */
+            c.nd[0] = 2;
+            memcpy(c.sh[0], s47, sizeof s47);
+            c.r0 = op == WGML_OP_RAND ? (float)lo0 : 0.5f; /* rand: its test domain; randn: mean 0.5, std 2 */
+            c.r1 = op == WGML_OP_RAND ? (float)hi0 : 2.0f;
+            run_rcase(ctx, &c);
+            break;
+        case WGML_OP_DROPOUT:
+            set_leaf(&c, 0, 2, s47, lo0, hi0);
+            c.r0 = 0.5f;
+            run_rcase(ctx, &c);
+            break;
         default:
             FAILF("no test driver for op %s (%s) of kind %s: add its case here", d->name, enum_name[op], kind_name[d->kind]);
             continue;

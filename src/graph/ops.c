@@ -16,6 +16,7 @@
 #include "cpu/ref.h"
 #include "graph/build.h"
 #include "graph/executor.h"
+#include "graph/random.h"
 
 typedef wgml_tensor T;
 
@@ -389,6 +390,15 @@ static wgml_status vjp_concat(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- random numbers */
+
+/* the same mask and scale on g: a dropout node with t's counters */
+static wgml_status vjp_dropout(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_dropout_like(c, g, t);
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- views */
 
 /* to the view's input (src[1]), by the movement that made it */
@@ -509,6 +519,14 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
                         .any_dtype = 0xff, .out = WGML_OUT_SAME, DOMAIN(-10, 10, -10, 10), ARITH},
     [WGML_OP_OPTIM_STEP] = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
                             .no_grad = "an optimiser's update, not a function of the loss"},
+    /* random numbers (graph/random.c): rand's values and dropout's products are exact; randn's
+       r cos t near 0 carries the absolute rounding of r (up to 5.8) times a few 1e-7 */
+    [WGML_OP_RAND] = {.name = "rand", .kind = WGML_KIND_KERNEL, .build = wgml_build_random, DOMAIN(-2, 2, 0, 0), ARITH,
+                      .no_grad = "random numbers depend on no input"},
+    [WGML_OP_RANDN] = {.name = "randn", .kind = WGML_KIND_KERNEL, .build = wgml_build_random, DOMAIN(-2, 2, 0, 0), ARITH, FLOOR(1),
+                       .no_grad = "random numbers depend on no input"},
+    [WGML_OP_DROPOUT] = {.name = "dropout", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_random, .vjp = vjp_dropout,
+                         DOMAIN(-10, 10, 0, 0), ARITH},
 };
 
 /* ---------------------------------------------------------------- WGSL from the table */

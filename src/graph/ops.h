@@ -40,7 +40,8 @@ typedef enum wgml_op_kind {
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) X(MASKED_FILL)                                \
     X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)                                                   \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
-    X(MATMUL) X(CONCAT) X(OPTIM_STEP)
+    X(MATMUL) X(CONCAT) X(OPTIM_STEP)                                                 \
+    X(RAND) X(RANDN) X(DROPOUT)
 
 #define WGML_UNARY_API(X)                                                        \
     X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RSQRT, rsqrt) \

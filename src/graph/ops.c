@@ -15,6 +15,7 @@
 #include "core/sbuf.h"
 #include "cpu/ref.h"
 #include "graph/build.h"
+#include "graph/gather.h"
 
 typedef wgml_tensor T;
 
@@ -307,6 +308,25 @@ static wgml_status vjp_cross_entropy(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- gather and scatter */
+
+/* index_select: each entry goes back where it came from, summed where an index repeats
+   (index_add into zeros, deterministic); none to the indices (nor to an i32 table) */
+static wgml_status vjp_index_select(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    if (a->dtype == WGML_F32) gin[0] = wgml_index_add_zeros(c, a->ndim, a->shape, t->iparam[0], t->src[1], g);
+    return WGML_OK;
+}
+/* index_add's operands are src, idx, its sort, then a (absent: zeros): g itself to a, g's
+   entries at the indices to src */
+static wgml_status vjp_index_add(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_index_select(c, g, t->iparam[0], t->src[1]);
+    if (t->nsrc > 3) gin[3] = g;
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- matmul */
 
 static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
@@ -424,6 +444,15 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     /* softmax - 1 cancels at the label where its probability is near 1 */
     [WGML_OP_CROSS_ENTROPY_GRAD] = {.name = "cross_entropy_grad", .kind = WGML_KIND_ROW, .arity = 3, DOMAIN(-20, 20, -2, 2), TRANSC, FLOOR(1e-2),
                                     .no_grad = "made by backward only (no second derivatives)"},
+    /* gather and scatter (graph/gather.c): a gather copies bits; index_add's sums of terms up
+       to 10 of both signs cancel (as sum's) */
+    [WGML_OP_INDEX_SELECT] = {.name = "index_select", .kind = WGML_KIND_KERNEL, .arity = 2, .build = wgml_build_index_select,
+                              .vjp = vjp_index_select, .any_dtype = 1, .i32_only = 2, .out = WGML_OUT_SAME, DOMAIN(-10, 10, 0, 0), .tol = 0},
+    [WGML_OP_INDEX_SORT] = {.name = "index_sort", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_index_sort,
+                            .i32_only = 1, .out = WGML_OUT_I32, .no_grad = "made by index_add only (integer positions)",
+                            DOMAIN(0, 300, 0, 0), .tol = 0},
+    [WGML_OP_INDEX_ADD] = {.name = "index_add", .kind = WGML_KIND_KERNEL, .arity = 4, .build = wgml_build_index_add,
+                           .vjp = vjp_index_add, .i32_only = 6, DOMAIN(-10, 10, -10, 10), ARITH, FLOOR(10)},
     /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
     [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
     [WGML_OP_OPTIM_STEP] = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,

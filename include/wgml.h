@@ -375,6 +375,21 @@ wgml_tensor *wgml_kaiming_uniform(wgml_context *ctx, int ndim, const int64_t *sh
 wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain,
                                  wgml_fan_mode mode);
 
+/* gather and scatter with i32 indices. Indices uploaded from the host (wgml_tensor_from_i32)
+   are checked when the op is built: one out of range is WGML_ERROR_INVALID_ARGUMENT, naming it.
+   Indices computed on the GPU are checked there: a bad one reads and writes nothing (its
+   output entries are 0; index_add skips it) and the next read reports it (its status
+   WGML_ERROR_INVALID_ARGUMENT). No gradient passes to indices. */
+/* rows of table [V, C] by ids (i32, any shape up to 3-D): result [ids..., C] */
+wgml_tensor *wgml_embedding(wgml_context *ctx, wgml_tensor *table, wgml_tensor *ids);
+/* entries of a (any dtype) along axis picked by idx (1-D i32): result has a's shape with
+   that axis of len(idx) */
+wgml_tensor *wgml_index_select(wgml_context *ctx, wgml_tensor *a, int axis, wgml_tensor *idx);
+/* a copy of a with src's slices added at the positions idx (1-D i32) along axis:
+   out[.., idx[i], ..] += src[.., i, ..]; src has a's shape with that axis of len(idx); repeated
+   indices accumulate, in a fixed order (the same bits every run). a and src are f32. */
+wgml_tensor *wgml_index_add(wgml_context *ctx, wgml_tensor *a, int axis, wgml_tensor *idx, wgml_tensor *src);
+
 /* ---------------------------------------------------------------- matmul */
 
 typedef enum wgml_activation {

@@ -29,6 +29,7 @@
 #include "cpu/philox.h"
 #include "cpu/ref.h"
 #include "graph/build.h"
+#include "graph/gather.h"
 #include "graph/ops.h"
 #include "harness.h"
 
@@ -204,6 +205,7 @@ static void the_table_is_complete(void)
         if (has_rule + has_reason != 1)
             ENTRY_FAIL("%s", has_rule ? "both a gradient rule and a reason for none"
                                       : "neither a gradient rule (vjp) nor a reason for none (no_grad)");
+        if (d->constant && !has_reason) ENTRY_FAIL("constant (passes no gradient) but without a no_grad reason");
         if (op == WGML_OP_NONE && !has_reason) ENTRY_FAIL("storage is a leaf: it needs no_grad, not a rule");
         if (op == WGML_OP_VIEW && !has_rule) ENTRY_FAIL("views pass gradients: they need a rule");
         if (d->nscalars < 0 || d->nscalars > 2) ENTRY_FAIL("nscalars %d (the WGSL has #0 and #1 only)", d->nscalars);
@@ -663,6 +665,7 @@ typedef struct rcase {
     int64_t sh[MAXIN][4];
     double lo[MAXIN], hi[MAXIN];
     int labels_of[MAXIN];  /* > 0: leaf holds class indices 0..labels_of-1 (no gradient) */
+    bool ints[MAXIN];      /* ... uploaded as i32 (indices of gather and scatter) */
     int axis;
     float eps;
     float r0, r1;          /* random ops: rand's lo, hi; randn's mean, std; dropout's p */
@@ -703,6 +706,9 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
         return c->op == WGML_OP_RAND    ? wgml_rand(ctx, c->nd[0], c->sh[0], c->r0, c->r1)
                : c->op == WGML_OP_RANDN ? wgml_randn(ctx, c->nd[0], c->sh[0], c->r0, c->r1)
                                         : wgml_dropout(ctx, in[0], c->r0);
+    case WGML_OP_INDEX_SELECT: return wgml_index_select(ctx, in[0], c->axis, in[1]);
+    case WGML_OP_INDEX_SORT: return wgml_index_sort(ctx, in[0], c->labels_of[0]);
+    case WGML_OP_INDEX_ADD: return wgml_index_add(ctx, in[0], c->axis, in[1], in[2]);
     default: return NULL;
     }
 }
@@ -769,6 +775,28 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
     }
     case WGML_OP_RANDN: wgml_ref_randn(RCASE_SEED, 0, numel_of(c->nd[0], c->sh[0]), c->r0, c->r1, out); return numel_of(c->nd[0], c->sh[0]);
     case WGML_OP_DROPOUT: wgml_ref_dropout(RCASE_SEED, 0, numel_of(c->nd[0], c->sh[0]), in[0], c->r0, out); return numel_of(c->nd[0], c->sh[0]);
+    case WGML_OP_INDEX_SELECT: case WGML_OP_INDEX_ADD: { /* a [outer, len, inner], idx [n], src [outer, n, inner] */
+        int64_t outer = 1, len = c->sh[0][c->axis], inner = 1, n = c->sh[1][0];
+        for (int d = 0; d < c->axis; d++) outer *= c->sh[0][d];
+        for (int d = c->axis + 1; d < c->nd[0]; d++) inner *= c->sh[0][d];
+        bool add = c->op == WGML_OP_INDEX_ADD;
+        if (add) memcpy(out, in[0], (size_t)(outer * len * inner) * sizeof *out);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t i = 0; i < inner; i++) {
+                    int64_t at = (o * len + (int64_t)in[1][j]) * inner + i, k = (o * n + j) * inner + i;
+                    if (add) out[at] += in[2][k];
+                    else out[k] = in[0][at];
+                }
+        return outer * (add ? len : n) * inner;
+    }
+    case WGML_OP_INDEX_SORT: { /* stable: by value, then position */
+        int64_t n = c->sh[0][0], k = 0;
+        for (int v = 0; v < c->labels_of[0]; v++)
+            for (int64_t p = 0; p < n; p++)
+                if ((int)in[0][p] == v) out[k] = v, out[n + k++] = (double)p;
+        return 2 * n;
+    }
     default: return -1;
     }
     return numel_of(c->nd[0], c->sh[0]) / c->sh[0][c->axis]; /* reductions */
@@ -813,7 +841,14 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
     wgml_tensor *in[MAXIN] = {NULL, NULL, NULL};
     bool diff = d->vjp != NULL;
     for (int l = 0; l < c->nin; l++) {
-        in[l] = test_tensor(ctx, c->nd[l], c->sh[l], xf[l]);
+        if (c->ints[l]) {
+            int32_t v[MAXEL];
+            for (int64_t i = 0; i < numel_of(c->nd[l], c->sh[l]); i++) v[i] = (int32_t)xf[l][i];
+            if (wgml_tensor_from_i32(ctx, c->nd[l], c->sh[l], v, (size_t)numel_of(c->nd[l], c->sh[l]), &in[l]))
+                FAILF("%s: from_i32: %s", what, wgml_error_message(ctx));
+        } else {
+            in[l] = test_tensor(ctx, c->nd[l], c->sh[l], xf[l]);
+        }
         if (diff && !c->labels_of[l]) CHECK_OK(ctx, wgml_requires_grad(in[l], 1));
     }
     wgml_tensor *y = r_build(ctx, c, in);
@@ -969,6 +1004,29 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
             c.r0 = 0.5f;
             run_rcase(ctx, &c);
             break;
+        case WGML_OP_INDEX_SELECT: case WGML_OP_INDEX_ADD: { /* a [3, 4, 2], 5 indices with repeats, along each axis */
+            const int64_t s342[3] = {3, 4, 2}, s5[1] = {5};
+            for (c.axis = 0; c.axis < 3; c.axis++) {
+                int64_t ssrc[3] = {3, 4, 2};
+                ssrc[c.axis] = 5;
+                c.nin = 0;
+                set_leaf(&c, 0, 3, s342, lo0, hi0);
+                set_leaf(&c, 1, 1, s5, 0, 0);
+                c.labels_of[1] = (int)s342[c.axis];
+                c.ints[1] = true;
+                if (op == WGML_OP_INDEX_ADD) set_leaf(&c, 2, 3, ssrc, lo1, hi1); /* src */
+                run_rcase(ctx, &c);
+            }
+            break;
+        }
+        case WGML_OP_INDEX_SORT: { /* 30 indices below 300: two radix passes */
+            const int64_t s30[1] = {30};
+            set_leaf(&c, 0, 1, s30, 0, 0);
+            c.labels_of[0] = 300;
+            c.ints[0] = true;
+            run_rcase(ctx, &c);
+            break;
+        }
         default:
             FAILF("no test driver for op %s (%s) of kind %s: add its case here", d->name, enum_name[op], kind_name[d->kind]);
             continue;

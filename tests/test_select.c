@@ -250,6 +250,16 @@ static void where_and_masked_fill(void)
             CHECK(fabs(sm[r * C + j] - want) <= 1e-6);
         }
     }
+    /* a comparison and a cast pass no gradient (as in PyTorch): d/dx sum(x * (x < 0.5) + cast(cast(x))) = (x < 0.5) */
+    {
+        wgml_tensor *xs = f32(ctx, 2, s2, u);
+        CHECK_OK(ctx, wgml_requires_grad(xs, 1));
+        wgml_tensor *ints = wgml_cast(ctx, wgml_cast(ctx, xs, WGML_I32), WGML_F32);
+        CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_add(ctx, wgml_mul(ctx, xs, wgml_binary_scalar(ctx, WGML_LT, xs, 0.5f)), ints))));
+        float gx[R * C];
+        CHECK_OK(ctx, wgml_tensor_read(wgml_grad(xs), gx, R * C));
+        for (int i = 0; i < R * C; i++) CHECK(gx[i] == (u[i] < 0.5f ? 1.0f : 0.0f));
+    }
     /* shapes that do not broadcast */
     int64_t s3 = 3;
     float three[3] = {1, 2, 3};

@@ -24,10 +24,10 @@ static bool has_rule(const T *t)
 }
 
 /* Inputs that carry gradients: for a view, its input (src[1]), not the buffer's owner; none
-   for argmax, whose indices are constant almost everywhere (as in PyTorch, it passes none). */
+   for an op constant almost everywhere (argmax, comparisons: as in PyTorch, it passes none). */
 static int grad_inputs(T *t, T **out)
 {
-    if (t->op == WGML_OP_ARGMAX) return 0;
+    if (wgml_op_table[t->op].constant) return 0;
     if (t->op == WGML_OP_VIEW) { out[0] = NULL; out[1] = t->src[1]; return 2; }
     for (int i = 0; i < t->nsrc; i++) out[i] = t->src[i];
     return t->nsrc;

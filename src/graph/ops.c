@@ -17,6 +17,7 @@
 #include "graph/build.h"
 #include "graph/executor.h"
 #include "graph/random.h"
+#include "graph/gather.h"
 
 typedef wgml_tensor T;
 
@@ -351,6 +352,25 @@ static wgml_status vjp_cross_entropy(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- gather and scatter */
+
+/* index_select: each entry goes back where it came from, summed where an index repeats
+   (index_add into zeros, deterministic); none to the indices (nor to an i32 table) */
+static wgml_status vjp_index_select(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    if (a->dtype == WGML_F32) gin[0] = wgml_index_add_zeros(c, a->ndim, a->shape, t->iparam[0], t->src[1], g);
+    return WGML_OK;
+}
+/* index_add's operands are src, idx, its sort, then a (absent: zeros): g itself to a, g's
+   entries at the indices to src */
+static wgml_status vjp_index_add(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_index_select(c, g, t->iparam[0], t->src[1]);
+    if (t->nsrc > 3) gin[3] = g;
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- matmul */
 
 static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
@@ -444,7 +464,7 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_CAST_F32] = {.name = "cast_f32", .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = "wgml_i32_to_f32(%0)", .ref = ref_cast_f32,
                           .i32_only = 1, .no_grad = "an integer input has no gradient", DOMAIN(-70000, 70000, 0, 0), ARITH},
     [WGML_OP_CAST_I32] = {.name = "cast_i32", .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = "wgml_f32_to_i32(%0)", .ref = ref_cast_i32,
-                          .out = WGML_OUT_I32, .no_grad = "an integer result has no gradient", DOMAIN(-3e9, 3e9, 0, 0), ARITH},
+                          .out = WGML_OUT_I32, .no_grad = "an integer result has no gradient", .constant = true, DOMAIN(-3e9, 3e9, 0, 0), ARITH},
     UNARY(NEG,      "neg",        "(-%0)",                      ref_neg,       vjp_neg,      -100, 100,    ARITH),
     UNARY(ABS,      "abs",        "abs(%0)",                    ref_abs,       vjp_abs,      -100, 100,    ARITH),
     UNARY(EXP,      "exp",        "exp(%0)",                    ref_exp,       vjp_exp,      -20, 20,      TRANSC),
@@ -480,7 +500,7 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     BINARY(MINIMUM, "minimum",    "wgml_minimum(%0, %1)",       ref_minimum,   vjp_extremum, -10, 10, -10, 10, ARITH),
     /* comparisons: ties and NaN are tested in test_select.c */
 #define COMPARE(e, n, w, r) [WGML_OP_##e] = {.name = n, .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = w, .ref = r, \
-    .no_grad = "a mask is constant almost everywhere", DOMAIN(-3, 3, -3, 3), ARITH}
+    .no_grad = "a mask is constant almost everywhere", .constant = true, DOMAIN(-3, 3, -3, 3), ARITH}
     COMPARE(EQ, "eq", "wgml_mask((%0 == %1) & wgml_ordered(%0, %1))", ref_eq),
     COMPARE(NE, "ne", "wgml_mask(!((%0 == %1) & wgml_ordered(%0, %1)))", ref_ne),
     COMPARE(LT, "lt", "wgml_mask((%0 < %1) & wgml_ordered(%0, %1))", ref_lt),
@@ -498,10 +518,10 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_MEAN] = {.name = "mean", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
     [WGML_OP_MAX] = {.name = "max", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH},
     [WGML_OP_ARGMAX] = {.name = "argmax", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
-                        .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)"},
+                        .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)", .constant = true},
     [WGML_OP_MIN] = {.name = "min", .kind = WGML_KIND_REDUCE, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH},
     [WGML_OP_ARGMIN] = {.name = "argmin", .kind = WGML_KIND_REDUCE, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
-                        .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)"},
+                        .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)", .constant = true},
     [WGML_OP_SOFTMAX] = {.name = "softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), TRANSC},
     /* x - max - log(sum): the row's largest entry is near 0 after cancelling terms up to 40 */
     [WGML_OP_LOG_SOFTMAX] = {.name = "log_softmax", .kind = WGML_KIND_ROW, .arity = 1, .vjp = vjp_log_softmax, DOMAIN(-20, 20, 0, 0), TRANSC, FLOOR(1)},
@@ -513,6 +533,15 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     /* softmax - 1 cancels at the label where its probability is near 1 */
     [WGML_OP_CROSS_ENTROPY_GRAD] = {.name = "cross_entropy_grad", .kind = WGML_KIND_ROW, .arity = 3, DOMAIN(-20, 20, -2, 2), TRANSC, FLOOR(1e-2),
                                     .no_grad = "made by backward only (no second derivatives)"},
+    /* gather and scatter (graph/gather.c): a gather copies bits; index_add's sums of terms up
+       to 10 of both signs cancel (as sum's) */
+    [WGML_OP_INDEX_SELECT] = {.name = "index_select", .kind = WGML_KIND_KERNEL, .arity = 2, .build = wgml_build_index_select,
+                              .vjp = vjp_index_select, .any_dtype = 1, .i32_only = 2, .out = WGML_OUT_SAME, DOMAIN(-10, 10, 0, 0), .tol = 0},
+    [WGML_OP_INDEX_SORT] = {.name = "index_sort", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_index_sort,
+                            .i32_only = 1, .out = WGML_OUT_I32, .no_grad = "made by index_add only (integer positions)",
+                            DOMAIN(0, 300, 0, 0), .tol = 0},
+    [WGML_OP_INDEX_ADD] = {.name = "index_add", .kind = WGML_KIND_KERNEL, .arity = 4, .build = wgml_build_index_add,
+                           .vjp = vjp_index_add, .i32_only = 6, DOMAIN(-10, 10, -10, 10), ARITH, FLOOR(10)},
     /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
     [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
     [WGML_OP_CONCAT] = {.name = "concat", .kind = WGML_KIND_KERNEL, .arity = WGML_MAX_SRC, .build = wgml_build_concat, .vjp = vjp_concat,

@@ -40,6 +40,7 @@ typedef enum wgml_op_kind {
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) X(MASKED_FILL)                                \
     X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)                                                   \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
+    X(INDEX_SELECT) X(INDEX_SORT) X(INDEX_ADD)                                        \
     X(MATMUL) X(CONCAT) X(OPTIM_STEP)                                                 \
     X(RAND) X(RANDN) X(DROPOUT)
 
@@ -95,6 +96,8 @@ typedef struct wgml_op_def {
     int out;
     wgml_vjp_fn vjp;     /* its gradient rule */
     const char *no_grad; /* or why it has none (autograd reports it; the tests require one of the two) */
+    bool constant;       /* with no_grad: constant almost everywhere (argmax, comparisons, casts to
+                            i32), so backward passes nothing through it, as PyTorch, instead of failing */
     struct {
         double lo[2], hi[2]; /* operand k of a test is drawn from [lo[k], hi[k]] */
     } test;

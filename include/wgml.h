@@ -403,7 +403,12 @@ typedef struct wgml_matmul_desc {
     wgml_activation activation;
 } wgml_matmul_desc;
 
-/* a [M,K] (or [B,M,K]), b [K,N] (or [B,K,N]); with the transposes as flagged. */
+/* a [..., M, K], b [..., K, N] (2 to 4 dims each), with the transposes as flagged (on the
+   last two dims). The leading dims broadcast NumPy-style (a missing dim counts as 1, a dim of
+   1 stretches): the result is broadcast(leading dims) + [M, N], e.g. [B,H,T,D] x [B,H,D,T],
+   [B,T,C] x [C,N], [1,H,T,D] x [B,1,D,T]. Views (transposes, permutations, slices, broadcasts)
+   are read through their strides, without a copy, wherever one of the two matrix dims has
+   unit stride. Bias and activation apply to every matrix of the batch. */
 wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b,
                             const wgml_matmul_desc *desc);

@@ -41,6 +41,7 @@ static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16)
            "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
            "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"
            "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
+           "    a_bs1: u32, b_bs1: u32, L1: u32, pad: u32,\n"
            "}\n"
            "@group(0) @binding(0) var<uniform> P: Params;\n"
            "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
@@ -72,9 +73,17 @@ static void put_epilogue_fn(wgml_sbuf *b, int act)
     wgml_sbuf_put(b, ";\n}\n");
 }
 
+/* Where batch bt's matrices start (a_base, b_base): bt = i0 * L1 + i1 over the two leading
+   dims, each with its own stride per operand (0 where broadcast). Once per thread, at the top
+   of main, so the loops only add a row and a column. */
+static const char bases[] = "    let bt = wg.z;\n"
+                           "    let a_base = P.a_off + (bt / P.L1) * P.a_bs + (bt % P.L1) * P.a_bs1;\n"
+                           "    let b_base = P.b_off + (bt / P.L1) * P.b_bs + (bt % P.L1) * P.b_bs1;\n";
+static void put_bases(wgml_sbuf *b) { wgml_sbuf_put(b, "%s", bases); }
+
 /* A element (m, k) and B element (k, n) of batch `bt`, as WGSL index expressions */
-static const char *a_index(bool ta) { return ta ? "P.a_off + bt * P.a_bs + k * P.lda + m" : "P.a_off + bt * P.a_bs + m * P.lda + k"; }
-static const char *b_index(bool tb) { return tb ? "P.b_off + bt * P.b_bs + n * P.ldb + k" : "P.b_off + bt * P.b_bs + k * P.ldb + n"; }
+static const char *a_index(bool ta) { return ta ? "a_base + k * P.lda + m" : "a_base + m * P.lda + k"; }
+static const char *b_index(bool tb) { return tb ? "b_base + n * P.ldb + k" : "b_base + k * P.ldb + n"; }
 
 /* One operand's side of the GEMM tile, as the generator sees it. The tile is staged in
    workgroup memory k-major ([BK][BM] for A, [BK][BN] for B) so the inner product reads
@@ -194,10 +203,10 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
             "    let tiles_n = (P.N + %du) / %du;\n"
             "    let tile = wg.x + wg.y * P.gx;\n"
-            "    let bt = wg.z;\n"
             "    let m0 = (tile / tiles_n) * %du;\n"
             "    let n0 = (tile %% tiles_n) * %du;\n"
             "    if (m0 >= P.M) { return; }\n", BN - 1, BN, BM, BN);
+    put_bases(&b);
     /* a warp covers 8x4 threads (reads 128 B of Bs and 64 B of As per step: one wavefront
        each) or 16x2 (256 B of Bs: two) */
     if (cfg->warp_8x4)
@@ -289,11 +298,12 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     return wgml_sbuf_take(&b);
 }
 
-/* load_b(k, n, bt): B[k, n .. n + 3] of batch bt (B stored [K, N]), zero past N */
+/* load_b(k, n, base): B[k, n .. n + 3] of the batch's matrix at base (B stored [K, N]), zero
+   past N */
 static void put_load_b(wgml_sbuf *b, bool vec_b, bool f16)
 {
-    wgml_sbuf_put(b, "fn load_b(k: u32, n: u32, bt: u32) -> vec4<f32> {\n"
-           "    let row = P.b_off + bt * P.b_bs + k * P.ldb + n;\n");
+    wgml_sbuf_put(b, "fn load_b(k: u32, n: u32, base: u32) -> vec4<f32> {\n"
+           "    let row = base + k * P.ldb + n;\n");
     const char *o = F16_OPEN(f16, false), *c = F16_CLOSE(f16);
     if (vec_b)
         wgml_sbuf_put(b, "    return %sB[row / 4u]%s; // N %% 4 == 0: the vec4 is wholly inside\n}\n",
@@ -327,9 +337,11 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
         put_load_b(&b, cfg->vec_b, cfg->b_f16);
         wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
                 "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32%s) {\n"
-                "    let bt = wg.z;\n"
                 "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
-                "    if (n0 >= P.N) { return; }\n"
+                "    if (n0 >= P.N) { return; }\n",
+            sg ? ", @builtin(subgroup_size) sg_size: u32" : "", cfg->gemv_cols);
+        put_bases(&b);
+        wgml_sbuf_put(&b,
                 "    let c = lid %% %du;\n"
                 "    let ks = lid / %du;\n"
                 "    let n = n0 + c * 4u;\n"
@@ -339,12 +351,12 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "    if (n < P.N) {\n"
                 "        var k = ks;\n"
                 "        for (; k + %du < P.K; k += %du) {\n",
-            sg ? ", @builtin(subgroup_size) sg_size: u32" : "", cfg->gemv_cols, groups, groups, 3 * slices, 4 * slices);
+            groups, groups, 3 * slices, 4 * slices);
         for (int u = 0; u < 4; u++)
-            wgml_sbuf_put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc%d); }\n",
+            wgml_sbuf_put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, b_base), acc%d); }\n",
                 u * slices, u, a_index(false), u);
         wgml_sbuf_put(&b, "        }\n"
-                "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, bt), acc0); }\n"
+                "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, b_base), acc0); }\n"
                 "    }\n",
             slices, a_index(false));
         /* the workgroup's partial sums meet in part[]; thread c < G then holds its 4 columns in r */
@@ -390,7 +402,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
         wgml_sbuf_put(&b, "var<workgroup> part: array<f32, 256>;\n"
                 "@compute @workgroup_size(256)\n"
                 "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-                "    let bt = wg.z;\n"
+                "%s"
                 "    let n = (wg.x + wg.y * P.gx) * 8u + lid / 32u;\n"
                 "    let lane = lid %% 32u;\n"
                 "    let m = 0u;\n"
@@ -406,7 +418,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "    }\n"
                 "    if (lane == 0u && n < P.N) { let idx = P.c_off + bt * P.N + n; C[idx] = epilogue(part[lid], n, idx); }\n"
                 "}\n",
-            a_index(false), F16_OPEN(cfg->b_f16, false), b_index(true), F16_CLOSE(cfg->b_f16));
+            bases, a_index(false), F16_OPEN(cfg->b_f16, false), b_index(true), F16_CLOSE(cfg->b_f16));
     }
     return wgml_sbuf_take(&b);
 }
@@ -428,29 +440,29 @@ char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
     wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 1024>; // [4 rows][256 threads]\n"
             "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-            "    let bt = wg.z;\n"
+            "%s"
             "    let n0 = (wg.x + wg.y * P.gx) * %du;\n"
             "    if (n0 >= P.N) { return; }\n"
             "    let c = lid %% %du;\n"
             "    let ks = lid / %du;\n"
             "    let n = n0 + c * 4u;\n",
-        cfg->gemv_cols, groups, groups);
+        bases, cfg->gemv_cols, groups, groups);
     for (int m = 0; m < R; m++)
-        wgml_sbuf_put(&b, "    var acc%d = vec4<f32>(0.0);\n    let a%d = P.a_off + bt * P.a_bs + min(%du, P.M - 1u) * P.lda;\n",
+        wgml_sbuf_put(&b, "    var acc%d = vec4<f32>(0.0);\n    let a%d = a_base + min(%du, P.M - 1u) * P.lda;\n",
                       m, m, m);
     /* two k per step: two weight loads in flight per thread */
     wgml_sbuf_put(&b, "    if (n < P.N) {\n"
             "        var k = ks;\n"
             "        for (; k + %du < P.K; k += %du) {\n"
-            "            let b0 = load_b(k, n, bt);\n"
-            "            let b1 = load_b(k + %du, n, bt);\n",
+            "            let b0 = load_b(k, n, b_base);\n"
+            "            let b1 = load_b(k + %du, n, b_base);\n",
         slices, 2 * slices, slices);
     for (int m = 0; m < R; m++)
         wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, fma(vec4<f32>(A[a%d + k + %du]), b1, acc%d));\n",
                       m, m, m, slices, m);
     wgml_sbuf_put(&b, "        }\n"
             "        if (k < P.K) {\n"
-            "            let b0 = load_b(k, n, bt);\n");
+            "            let b0 = load_b(k, n, b_base);\n");
     for (int m = 0; m < R; m++) wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, acc%d);\n", m, m, m);
     wgml_sbuf_put(&b, "        }\n    }\n");
     for (int m0 = 0; m0 < R; m0 += 4) {

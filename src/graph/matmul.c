@@ -3,8 +3,10 @@
  *
  *   C[b] = act(alpha * op(A[b]) op(B[b]) + bias)     A [M,K] or [K,M], B [K,N] or [N,K]
  *
- * Operands are read through their strides: a transposed view of a contiguous matrix is the
- * same matrix with the transpose flag flipped, never a copy.
+ * b runs over the leading dims (up to two: tensors have at most four), broadcast NumPy-style:
+ * C is broadcast(A's leading dims, B's) + [M, N], contiguous. Operands are read through their
+ * strides: a transposed view of a contiguous matrix is the same matrix with the transpose flag
+ * flipped, and leading dims (permuted, sliced or broadcast) are a stride each, never a copy.
  *
  * A launch takes the config the tile policy picks for its shape (graph/matmul_tiles.c:
  * GEMV for M == 1 or N == 1, the small-M GEMV for 2 <= M <= 16, else a tiled GEMM), the
@@ -48,21 +50,37 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
             return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "matmul: input %s belongs to another context", roles[i]);
         if (t->status) return wgml_tensor_error(ctx, t->status, "%s", t->error ? t->error : "error in an input");
     }
+    /* the shapes as the errors name them, with the caller's transposes */
     char sa[128], sb[128];
-    wgml_format_shape(sa, sizeof sa, a->ndim, a->shape);
-    wgml_format_shape(sb, sizeof sb, b->ndim, b->shape);
-    if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3)
-        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: operands must be 2-D or 3-D, got %s and %s", sa, sb);
+    wgml_format_shape(sa, sizeof sa - 2, a->ndim, a->shape);
+    wgml_format_shape(sb, sizeof sb - 2, b->ndim, b->shape);
+    if (d.trans_a) strcat(sa, "^T");
+    if (d.trans_b) strcat(sb, "^T");
+    if (a->ndim < 2 || a->ndim > WGML_MAX_DIMS || b->ndim < 2 || b->ndim > WGML_MAX_DIMS)
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: operands must have 2 to %d dims, got %s and %s",
+                                 WGML_MAX_DIMS, sa, sb);
     if ((int)d.activation < 0 || d.activation > WGML_ACT_SILU)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
     int64_t M = d.trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
     int64_t Ka = d.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
     int64_t Kb = d.trans_b ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
     int64_t N = d.trans_b ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
-    int64_t ba = a->ndim == 3 ? a->shape[0] : 1, bb = b->ndim == 3 ? b->shape[0] : 1;
-    if (Ka != Kb || (ba != bb && ba != 1 && bb != 1))
-        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: %s%s and %s%s do not multiply", sa,
-                                 d.trans_a ? "^T" : "", sb, d.trans_b ? "^T" : "");
+    if (Ka != Kb)
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: %s and %s do not multiply (inner dims %lld and %lld)",
+                                 sa, sb, (long long)Ka, (long long)Kb);
+    /* the leading dims, right-aligned (a missing dim counts as 1), broadcast into shape */
+    int la = a->ndim - 2, lb = b->ndim - 2, nl = la > lb ? la : lb;
+    int64_t shape[WGML_MAX_DIMS];
+    for (int j = 0; j < nl; j++) {
+        int ja = j - (nl - la), jb = j - (nl - lb);
+        int64_t x = ja >= 0 ? a->shape[ja] : 1, y = jb >= 0 ? b->shape[jb] : 1;
+        if (x != y && x != 1 && y != 1)
+            return wgml_tensor_error(ctx, WGML_ERROR_SHAPE,
+                                     "matmul: %s and %s do not multiply (leading dims do not broadcast)", sa, sb);
+        shape[j] = x == 1 ? y : x;
+    }
+    shape[nl] = M;
+    shape[nl + 1] = N;
     if (d.bias && (d.bias->ndim != 1 || d.bias->shape[0] != N)) {
         char s[128];
         wgml_format_shape(s, sizeof s, d.bias->ndim, d.bias->shape);
@@ -82,10 +100,7 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
             src[i] = copies[i];
         }
     }
-    int64_t batch = ba > bb ? ba : bb;
-    int64_t shape[3] = {batch, M, N};
-    int nd = (a->ndim == 3 || b->ndim == 3) ? 3 : 2;
-    wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, nd, nd == 3 ? shape : shape + 1, d.bias ? 3 : 2, src);
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, nl + 2, shape, d.bias ? 3 : 2, src);
     for (int i = 0; i < 3; i++) wgml_tensor_free(copies[i]);
     if (!t) return NULL;
     t->iparam[0] = ta;
@@ -112,7 +127,7 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     uint64_t groups;
     if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
     else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
-    uint32_t p[16] = {0};
+    uint32_t p[WGML_GEMM_PARAMS_BYTES / 4] = {0};
     uint32_t gx = wgml_grid(ctx, groups, l->groups);
     l->groups[2] = (uint32_t)g->batch;
     p[0] = (uint32_t)g->M; p[1] = (uint32_t)g->N; p[2] = (uint32_t)g->K; p[3] = (uint32_t)g->batch;
@@ -121,6 +136,7 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     p[12] = (uint32_t)g->bias_off; p[13] = gx;
     memcpy(&p[14], &g->alpha, 4);
     p[15] = g->accumulate;
+    p[16] = (uint32_t)g->a_bs1; p[17] = (uint32_t)g->b_bs1; p[18] = g->L1 > 1 ? (uint32_t)g->L1 : 1u;
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
     /* each thread's trips along K (the generators' loops), plus room for the fixed loops of
@@ -164,6 +180,20 @@ static int64_t ld_of(const wgml_tensor *t)
     return t->shape[c] == 1 ? 1 : t->stride[c];
 }
 
+/* Operand x's stride along each of the output's leading dims (the kernels' slots 0 and 1,
+   L0 and L1; one leading dim is L0): 0 where x lacks the dim or has it as 1 (broadcast). */
+static void lead_strides(const wgml_tensor *x, const wgml_tensor *t, int64_t *bs0, int64_t *bs1)
+{
+    int64_t bs[2] = {0, 0};
+    int nl = t->ndim - 2, lx = x->ndim - 2;
+    for (int j = 0; j < nl; j++) {
+        int jx = j - (nl - lx);
+        if (jx >= 0 && x->shape[jx] > 1) bs[j] = x->stride[jx];
+    }
+    *bs0 = bs[0];
+    *bs1 = bs[1];
+}
+
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 {
     wgml_tensor *a = t->src[0], *b = t->src[1];
@@ -172,7 +202,9 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     g.M = t->shape[t->ndim - 2];
     g.N = t->shape[t->ndim - 1];
     g.K = t->iparam[4];
-    g.batch = t->ndim == 3 ? t->shape[0] : 1;
+    g.batch = 1;
+    for (int j = 0; j < t->ndim - 2; j++) g.batch *= t->shape[j];
+    g.L1 = t->ndim == 4 ? t->shape[1] : 1;
     g.trans_a = t->iparam[0];
     g.trans_b = t->iparam[1];
     g.act = t->iparam[2];
@@ -181,10 +213,23 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     g.ldb = ld_of(b);
     g.a_off = a->offset;
     g.b_off = b->offset;
-    g.a_bs = a->ndim == 3 && a->shape[0] > 1 ? a->stride[0] : 0;
-    g.b_bs = b->ndim == 3 && b->shape[0] > 1 ? b->stride[0] : 0;
+    lead_strides(a, t, &g.a_bs, &g.a_bs1);
+    lead_strides(b, t, &g.b_bs, &g.b_bs1);
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
+    /* B shared by the whole batch and A's matrices one after another, rows lda apart
+       throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
+       whose grid is larger than a batch of small ones. (A single row has no row stride of
+       its own: the batch's stride serves.) */
+    if (g.batch > 1 && !g.trans_a && g.b_bs == 0 && g.b_bs1 == 0) {
+        int64_t L0 = g.batch / g.L1, lda = g.M == 1 ? (g.L1 > 1 ? g.a_bs1 : g.a_bs) : g.lda;
+        if ((g.L1 == 1 || g.a_bs1 == g.M * lda) && (L0 == 1 || g.a_bs == g.L1 * g.M * lda)) {
+            g.M *= g.batch;
+            g.lda = lda;
+            g.batch = g.L1 = 1;
+            g.a_bs = g.a_bs1 = 0;
+        }
+    }
     /* N == 1: C = A b is the GEMV b^T A^T with the operands' roles swapped (b as the row,
        A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
        which the GEMV epilogue does not do, so not then */
@@ -201,9 +246,11 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
         s.lda = 1;
         s.a_off = g.b_off;
         s.a_bs = g.b_bs;
+        s.a_bs1 = g.b_bs1;
         s.ldb = g.lda;
         s.b_off = g.a_off;
         s.b_bs = g.a_bs;
+        s.b_bs1 = g.a_bs1;
         g = s;
     }
     bool gemv;

@@ -18,16 +18,22 @@ typedef struct wgml_gemm_config {
     bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */
 } wgml_gemm_config;
 
-/* Everything a GEMM/GEMV launch needs; offsets and strides in elements. */
+/* Everything a GEMM/GEMV launch needs; offsets and strides in elements. The batch is
+   L0 x L1 matrices over two leading dims (L0 = batch / L1; an L1 of 0 counts as 1): matrix bt
+   of the output reads A at a_off + (bt / L1) * a_bs + (bt % L1) * a_bs1 (B alike), a stride
+   0 where the operand is broadcast along that dim; the output is contiguous [batch, M, N]. */
 typedef struct wgml_gemm_args {
-    int64_t M, N, K, batch;
+    int64_t M, N, K, batch, L1;
     bool trans_a, trans_b;
     int act;
     float alpha;
-    int64_t lda, ldb, a_off, b_off, a_bs, b_bs, c_off, bias_off;
+    int64_t lda, ldb, a_off, b_off, a_bs, b_bs, a_bs1, b_bs1, c_off, bias_off;
     uint32_t has_bias, accumulate; /* accumulate: C += result (split K) */
     bool b_f16;                    /* B is stored as halves (offsets and strides still in elements) */
 } wgml_gemm_args;
+
+/* The kernels' parameter block (wgml_gemm_params fills it; a multiple of 16 bytes) */
+#define WGML_GEMM_PARAMS_BYTES 80
 
 /* The kernels' WGSL for a config (graph/gemm_wgsl.c); NULL when out of host memory. */
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);

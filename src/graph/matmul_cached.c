@@ -173,8 +173,9 @@ wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const flo
     }
     WGPUBufferDescriptor d = {.label = wgml_sv("wgml weight"),
                               .usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, .size = (bytes + 3) & ~3ull};
-    uint32_t stride = ctx->rt.limits.minUniformBufferOffsetAlignment;
-    if (stride < 64) stride = 64; /* a GEMM parameter block is 64 bytes */
+    /* one GEMM parameter block per chunk, at offsets the adapter can bind */
+    uint32_t pa = ctx->rt.limits.minUniformBufferOffsetAlignment ? ctx->rt.limits.minUniformBufferOffsetAlignment : 256;
+    uint32_t stride = (WGML_GEMM_PARAMS_BYTES + pa - 1) / pa * pa;
     WGPUBufferDescriptor pd = {.label = wgml_sv("wgml weight params"),
                                .usage = WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst,
                                .size = (uint64_t)stride * (uint64_t)nchunks};
@@ -324,7 +325,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
             wgpuQueueWriteBuffer(ctx->rt.queue, cw->params, poff, l->params, l->params_size);
             WGPUBuffer raw[4] = {io->input, cw->w.buffer, io->input /* no bias */, io->output};
             uint64_t offsets[4] = {0, off, 0, 0}, sizes[4] = {io->input_size, (size + 3) & ~3ull, io->input_size, io->output_size};
-            WGPUBindGroupEntry e[5] = {{.binding = 0, .buffer = cw->params, .offset = poff, .size = 64}};
+            WGPUBindGroupEntry e[5] = {{.binding = 0, .buffer = cw->params, .offset = poff, .size = WGML_GEMM_PARAMS_BYTES}};
             for (int b = 0; b < 4; b++) {
                 e[b + 1] = (WGPUBindGroupEntry){.binding = (uint32_t)b + 1, .buffer = raw[b], .offset = offsets[b], .size = sizes[b]};
                 l->raw[b] = raw[b];

@@ -388,14 +388,25 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     }
     if (t->iparam[3]) gin[2] = sum_rows(c, gz);
     T *gzs = alpha != 1.0f ? scal(c, WGML_MUL, gz, alpha) : gz;
-    /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is */
+    /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is; over the batch's
+       leading dims, each broadcast as the forward's were */
     wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
     gin[0] = ta ? wgml_matmul_ex(c, b, gzs, &da) : wgml_matmul_ex(c, gzs, b, &da);
     wgml_matmul_desc db = tb ? (wgml_matmul_desc){.trans_a = 1, .trans_b = ta} : (wgml_matmul_desc){.trans_a = !ta};
-    gin[1] = tb ? wgml_matmul_ex(c, gzs, a, &db) : wgml_matmul_ex(c, a, gzs, &db);
-    /* an operand shared by the whole batch gets the batch's sum */
-    if (a->ndim == 2 && gin[0]->ndim == 3) gin[0] = wgml_sum(c, gin[0], 0, 0);
-    if (b->ndim == 2 && gin[1]->ndim == 3) gin[1] = wgml_sum(c, gin[1], 0, 0);
+    int64_t K = t->iparam[4], N = t->shape[t->ndim - 1];
+    if (t->ndim > 2 && b->numel == K * N && !ta && a->numel * N == t->numel * K && wgml_is_contiguous(a)) {
+        /* B shared by the whole batch (a layer's weight) and A not broadcast: the batch's sum
+           is the GEMM's own, A's and gZ's rows flattened into its K (views), rather than a
+           gradient per matrix of the batch summed after */
+        int64_t af[2] = {a->numel / K, K}, gf[2] = {t->numel / N, N};
+        T *a2 = wgml_reshape(c, a, 2, af), *g2 = wgml_reshape(c, gzs, 2, gf);
+        gin[1] = wgml_reshape(c, tb ? wgml_matmul_ex(c, g2, a2, &db) : wgml_matmul_ex(c, a2, g2, &db), b->ndim, b->shape);
+    } else {
+        gin[1] = tb ? wgml_matmul_ex(c, gzs, a, &db) : wgml_matmul_ex(c, a, gzs, &db);
+    }
+    /* an operand broadcast along a leading dim (missing or 1) gets the sum along it */
+    if (gin[0]) gin[0] = unbroadcast(c, gin[0], a);
+    if (gin[1]) gin[1] = unbroadcast(c, gin[1], b);
     return WGML_OK;
 }
 

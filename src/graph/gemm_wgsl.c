@@ -81,9 +81,19 @@ static const char bases[] = "    let bt = wg.z;\n"
                            "    let b_base = P.b_off + (bt / P.L1) * P.b_bs + (bt % P.L1) * P.b_bs1;\n";
 static void put_bases(wgml_sbuf *b) { wgml_sbuf_put(b, "%s", bases); }
 
-/* A element (m, k) and B element (k, n) of batch `bt`, as WGSL index expressions */
-static const char *a_index(bool ta) { return ta ? "a_base + k * P.lda + m" : "a_base + m * P.lda + k"; }
-static const char *b_index(bool tb) { return tb ? "b_base + n * P.ldb + k" : "b_base + k * P.ldb + n"; }
+/* A element (m, k) and B element (k, n) of batch `bt`, as WGSL index expressions: from the
+   bases above with two leading dims, else from the batch index alone. The tiled GEMM keeps
+   the second form where it can: holding the bases cost it 15-18% on the H100 (2048^3, M = 128) */
+static const char *a_index(bool ta, bool two)
+{
+    if (two) return ta ? "a_base + k * P.lda + m" : "a_base + m * P.lda + k";
+    return ta ? "P.a_off + bt * P.a_bs + k * P.lda + m" : "P.a_off + bt * P.a_bs + m * P.lda + k";
+}
+static const char *b_index(bool tb, bool two)
+{
+    if (two) return tb ? "b_base + n * P.ldb + k" : "b_base + k * P.ldb + n";
+    return tb ? "P.b_off + bt * P.b_bs + n * P.ldb + k" : "P.b_off + bt * P.b_bs + k * P.ldb + n";
+}
 
 /* One operand's side of the GEMM tile, as the generator sees it. The tile is staged in
    workgroup memory k-major ([BK][BM] for A, [BK][BN] for B) so the inner product reads
@@ -189,8 +199,8 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     int TM = cfg->tm, TN = cfg->tn, BK = cfg->bk;
     int BM = 16 * TM, BN = 16 * TN;
     int stages = cfg->double_buffer ? 2 : 1;
-    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta), false};
-    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb), cfg->b_f16};
+    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta, cfg->two_leading), false};
+    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb, cfg->two_leading), cfg->b_f16};
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
         TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
@@ -206,7 +216,7 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
             "    let m0 = (tile / tiles_n) * %du;\n"
             "    let n0 = (tile %% tiles_n) * %du;\n"
             "    if (m0 >= P.M) { return; }\n", BN - 1, BN, BM, BN);
-    put_bases(&b);
+    wgml_sbuf_put(&b, "%s", cfg->two_leading ? bases : "    let bt = wg.z;\n");
     /* a warp covers 8x4 threads (reads 128 B of Bs and 64 B of As per step: one wavefront
        each) or 16x2 (256 B of Bs: two) */
     if (cfg->warp_8x4)
@@ -354,11 +364,11 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
             groups, groups, 3 * slices, 4 * slices);
         for (int u = 0; u < 4; u++)
             wgml_sbuf_put(&b, "            { let k = k + %du; acc%d = fma(vec4<f32>(A[%s]), load_b(k, n, b_base), acc%d); }\n",
-                u * slices, u, a_index(false), u);
+                u * slices, u, a_index(false, true), u);
         wgml_sbuf_put(&b, "        }\n"
                 "        for (; k < P.K; k += %du) { acc0 = fma(vec4<f32>(A[%s]), load_b(k, n, b_base), acc0); }\n"
                 "    }\n",
-            slices, a_index(false));
+            slices, a_index(false, true));
         /* the workgroup's partial sums meet in part[]; thread c < G then holds its 4 columns in r */
         if (sg) {
             /* lanes lid and lid ^ o of a subgroup hold the same columns when o is a multiple of
@@ -418,7 +428,7 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
                 "    }\n"
                 "    if (lane == 0u && n < P.N) { let idx = P.c_off + bt * P.N + n; C[idx] = epilogue(part[lid], n, idx); }\n"
                 "}\n",
-            bases, a_index(false), F16_OPEN(cfg->b_f16, false), b_index(true), F16_CLOSE(cfg->b_f16));
+            bases, a_index(false, true), F16_OPEN(cfg->b_f16, false), b_index(true, true), F16_CLOSE(cfg->b_f16));
     }
     return wgml_sbuf_take(&b);
 }

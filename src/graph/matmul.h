@@ -16,6 +16,7 @@ typedef struct wgml_gemm_config {
     int gemv_rows;      /* 2..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
     bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
     bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */
+    bool two_leading;   /* two leading dims (L1 > 1): each matrix's start takes a division */
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. The batch is

@@ -664,6 +664,9 @@ typedef struct rcase {
     int labels_of[MAXIN];  /* > 0: leaf holds class indices 0..labels_of-1 (no gradient) */
     int axis;
     float eps;
+    int flag;              /* cumsum: reverse; rope: 1 interleaved, 2 inverse */
+    int64_t pos;           /* rope: pos_offset */
+    float base;            /* rope */
 } rcase;
 
 /* true when t's graph (before evaluation) has a node of op */
@@ -691,6 +694,9 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_CROSS_ENTROPY: return wgml_cross_entropy(ctx, in[0], in[1]);
     case WGML_OP_CROSS_ENTROPY_GRAD: return wgml_cross_entropy_grad(ctx, in[0], in[1], in[2]);
     case WGML_OP_MATMUL: return wgml_matmul_ex(ctx, in[0], in[1], &(wgml_matmul_desc){.bias = in[2]});
+    case WGML_OP_CUMSUM: return wgml_cumsum(ctx, in[0], c->axis, c->flag);
+    case WGML_OP_ROPE:
+        return wgml_rope_ex(ctx, in[0], &(wgml_rope_desc){.pos_offset = c->pos, .base = c->base, .interleaved = c->flag & 1, .inverse = c->flag >> 1});
     default: return NULL;
     }
 }
@@ -723,6 +729,14 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
         int64_t M = c->sh[0][0], K = c->sh[0][1], N = c->sh[1][1];
         wgml_ref_matmul(1, M, N, K, in[0], 1, 0, in[1], 1, 0, 1.0, in[2], 0, out);
         return M * N;
+    }
+    case WGML_OP_CUMSUM:
+        wgml_ref_cumsum(c->nd[0], c->sh[0], in[0], c->axis < 0 ? c->axis + c->nd[0] : c->axis, c->flag, out);
+        return numel_of(c->nd[0], c->sh[0]);
+    case WGML_OP_ROPE: { /* [B, T, D] */
+        int64_t D = c->sh[0][c->nd[0] - 1], T = c->sh[0][c->nd[0] - 2], n = numel_of(c->nd[0], c->sh[0]);
+        wgml_ref_rope(n / (T * D), T, D, in[0], (double)c->pos, c->base, c->flag & 1, c->flag >> 1, out);
+        return n;
     }
     default: return -1;
     }
@@ -895,6 +909,19 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
             set_leaf(&c, 1, 2, sb, lo1, hi1);
             set_leaf(&c, 2, 1, sbias, lo1, hi1);
             run_rcase(ctx, &c);
+            break;
+        }
+        case WGML_OP_CUMSUM: /* every axis, a negative one too, both directions */
+            set_leaf(&c, 0, 3, s354, lo0, hi0);
+            for (c.axis = -1; c.axis < 3; c.axis++)
+                for (c.flag = 0; c.flag < 2; c.flag++) run_rcase(ctx, &c);
+            break;
+        case WGML_OP_ROPE: { /* [B, T, D] at positions 5..7, both pairings, forward and inverse */
+            const int64_t s234[3] = {2, 3, 4};
+            set_leaf(&c, 0, 3, s234, lo0, hi0);
+            c.pos = 5;
+            c.base = 100.0f; /* frequencies 1 and 0.1 */
+            for (c.flag = 0; c.flag < 4; c.flag++) run_rcase(ctx, &c);
             break;
         }
         default:

@@ -28,6 +28,11 @@ static wgml_tensor *bad_input(wgml_context *ctx, wgml_tensor *t, const char *nam
     return NULL;
 }
 
+wgml_tensor *wgml_input_error(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role)
+{
+    return bad_input(ctx, t, name, role);
+}
+
 #define CHECK_INPUT(ctx, t, name, role)                               \
     do {                                                              \
         if (!(ctx)) return NULL;                                      \

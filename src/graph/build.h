@@ -8,6 +8,9 @@
 /* Records a lazy node of `op` with the given output shape and inputs (retained). */
 wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc,
                        wgml_tensor *const *src);
+/* NULL if t is a usable input `role` of op `name` (not NULL, of this context, not in error),
+   else the error tensor to return. */
+wgml_tensor *wgml_input_error(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role);
 wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a);
 /* The table's op of a public wgml_binary_op (WGML_OP_NONE when it is not one). */

@@ -40,6 +40,7 @@ typedef enum wgml_op_kind {
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) X(MASKED_FILL)                                \
     X(SUM) X(MEAN) X(MAX) X(ARGMAX)                                                   \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
+    X(CUMSUM) X(ROPE)                                                                 \
     X(MATMUL) X(OPTIM_STEP)
 
 #define WGML_UNARY_API(X)                                                        \

@@ -298,6 +298,27 @@ wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weig
                             wgml_tensor *bias, float eps);
 wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps);
 
+/* cumulative sum along axis (negative counts from the end): out[..., i, ...] = sum_{j <= i}
+   a[..., j, ...]; reverse = 1 sums from the end (j >= i). f32, or i32 (whose sums wrap as
+   two's complement). Its gradient is the cumsum of the other direction. */
+wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int reverse);
+
+/* rotary position embedding as in Llama/Qwen (HF's "rotate half" layout): x [..., T, D] (f32,
+   at least 2-D, D even; T is the second-to-last axis, e.g. [B,H,T,D]); element (t, j) for
+   j < D/2 pairs with j + D/2 and is rotated by angle (t + pos_offset) * base^(-2j/D):
+   out[j] = x[j] cos - x[j + D/2] sin, out[j + D/2] = x[j + D/2] cos + x[j] sin. base 0 means
+   10000. As in HF, the angle is the f32 product of the position and the f32 frequency, so a
+   query at t with pos_offset k gets exactly the row t + k of a longer sequence (a KV cache).
+   0 <= pos_offset and pos_offset + T <= 2^24 (positions exact in f32); D <= 3904. */
+wgml_tensor *wgml_rope(wgml_context *ctx, wgml_tensor *x, int64_t pos_offset, float base);
+typedef struct wgml_rope_desc {
+    int64_t pos_offset; /* the position of t = 0 */
+    float base;         /* 0 means 10000 */
+    int interleaved;    /* pairs (2j, 2j + 1), as GPT-J and Meta's original Llama code, instead of (j, j + D/2) */
+    int inverse;        /* rotates by -angle: undoes the rotation (and is its gradient) */
+} wgml_rope_desc;
+wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_desc *desc); /* NULL desc: defaults */
+
 /* views and movement: no copy where a strided view will do */
 wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
 wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes);

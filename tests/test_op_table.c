@@ -669,6 +669,9 @@ typedef struct rcase {
     int axis;
     float eps;
     float r0, r1;          /* random ops: rand's lo, hi; randn's mean, std; dropout's p */
+    int flag;              /* cumsum: reverse; rope: 1 interleaved, 2 inverse */
+    int64_t pos;           /* rope: pos_offset */
+    float base;            /* rope */
 } rcase;
 
 #define RCASE_SEED 20240601 /* random ops are built at (this seed, offset 0) */
@@ -709,6 +712,9 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_INDEX_SELECT: return wgml_index_select(ctx, in[0], c->axis, in[1]);
     case WGML_OP_INDEX_SORT: return wgml_index_sort(ctx, in[0], c->labels_of[0]);
     case WGML_OP_INDEX_ADD: return wgml_index_add(ctx, in[0], c->axis, in[1], in[2]);
+    case WGML_OP_CUMSUM: return wgml_cumsum(ctx, in[0], c->axis, c->flag);
+    case WGML_OP_ROPE:
+        return wgml_rope_ex(ctx, in[0], &(wgml_rope_desc){.pos_offset = c->pos, .base = c->base, .interleaved = c->flag & 1, .inverse = c->flag >> 1});
     default: return NULL;
     }
 }
@@ -796,6 +802,14 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
             for (int64_t p = 0; p < n; p++)
                 if ((int)in[0][p] == v) out[k] = v, out[n + k++] = (double)p;
         return 2 * n;
+    }
+    case WGML_OP_CUMSUM:
+        wgml_ref_cumsum(c->nd[0], c->sh[0], in[0], c->axis < 0 ? c->axis + c->nd[0] : c->axis, c->flag, out);
+        return numel_of(c->nd[0], c->sh[0]);
+    case WGML_OP_ROPE: { /* [B, T, D] */
+        int64_t D = c->sh[0][c->nd[0] - 1], T = c->sh[0][c->nd[0] - 2], n = numel_of(c->nd[0], c->sh[0]);
+        wgml_ref_rope(n / (T * D), T, D, in[0], (double)c->pos, c->base, c->flag & 1, c->flag >> 1, out);
+        return n;
     }
     default: return -1;
     }
@@ -1025,6 +1039,19 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
             c.labels_of[0] = 300;
             c.ints[0] = true;
             run_rcase(ctx, &c);
+            break;
+        }
+        case WGML_OP_CUMSUM: /* every axis, a negative one too, both directions */
+            set_leaf(&c, 0, 3, s354, lo0, hi0);
+            for (c.axis = -1; c.axis < 3; c.axis++)
+                for (c.flag = 0; c.flag < 2; c.flag++) run_rcase(ctx, &c);
+            break;
+        case WGML_OP_ROPE: { /* [B, T, D] at positions 5..7, both pairings, forward and inverse */
+            const int64_t s234[3] = {2, 3, 4};
+            set_leaf(&c, 0, 3, s234, lo0, hi0);
+            c.pos = 5;
+            c.base = 100.0f; /* frequencies 1 and 0.1 */
+            for (c.flag = 0; c.flag < 4; c.flag++) run_rcase(ctx, &c);
             break;
         }
         default:

@@ -364,6 +364,43 @@ void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *we
     }
 }
 
+/* ---------------------------------------------------------------- scans and positions */
+
+/* x is (outer, n, inner), out is (outer, n, inner) */
+void wgml_ref_cumsum(int nd, const int64_t *shape, const double *x, int axis, int reverse, double *out)
+{
+    int64_t outer, n, inner;
+    if (!split_axis(nd, shape, axis, &outer, &n, &inner)) return;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double s = 0;
+            for (int64_t q = 0; q < n; q++) {
+                int64_t k = reverse ? n - 1 - q : q;
+                s += x[(o * n + k) * inner + i];
+                out[(o * n + k) * inner + i] = s;
+            }
+        }
+}
+
+/* x is (batch, T, D), out is (batch, T, D) */
+void wgml_ref_rope(int64_t batch, int64_t T, int64_t D, const double *x, double pos_offset, double base,
+                   int interleaved, int inverse, double *out)
+{
+    if (batch < 0 || T < 0 || D < 2 || D % 2 || !(base > 0)) return;
+    int64_t half = D / 2;
+    for (int64_t r = 0; r < batch * T; r++) {
+        double pos = (double)(r % T) + pos_offset;
+        const double *xr = x + r * D;
+        double *o = out + r * D;
+        for (int64_t j = 0; j < half; j++) {
+            double a = pos * pow(base, -2.0 * (double)j / (double)D), c = cos(a), s = inverse ? -sin(a) : sin(a);
+            int64_t i1 = interleaved ? 2 * j : j, i2 = interleaved ? 2 * j + 1 : j + half;
+            o[i1] = xr[i1] * c - xr[i2] * s;
+            o[i2] = xr[i2] * c + xr[i1] * s;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- movement */
 
 /* x is shape, out is (shape[axes[0]], ..., shape[axes[nd-1]]) */

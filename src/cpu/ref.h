@@ -112,6 +112,19 @@ void wgml_ref_layernorm(int64_t rows, int64_t n, const double *x, const double *
 void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *weight,
                       double eps, double *out);
 
+/* ---------------------------------------------------------------- scans and positions */
+
+/* x is shape (nd dims), 0 <= axis < nd, out is shape: the running sum along axis,
+   out[..., k, ...] = sum of x[..., j, ...] over j <= k (reverse: j >= k). */
+void wgml_ref_cumsum(int nd, const int64_t *shape, const double *x, int axis, int reverse,
+                     double *out);
+/* x is (batch, T, D), D even, out is (batch, T, D): rotary position embedding. Row t is at
+   position p = t + pos_offset; pair j < D/2 is (j, j + D/2) (HF's rotate_half), or (2j, 2j+1)
+   when interleaved, rotated by the angle a = p * base^(-2j/D) (inverse: -a):
+   out[i1] = x[i1] cos a - x[i2] sin a, out[i2] = x[i2] cos a + x[i1] sin a. */
+void wgml_ref_rope(int64_t batch, int64_t T, int64_t D, const double *x, double pos_offset,
+                   double base, int interleaved, int inverse, double *out);
+
 /* ---------------------------------------------------------------- movement */
 
 /* x is shape (nd dims), axes is (nd,) a permutation of 0..nd-1, out is

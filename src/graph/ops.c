@@ -18,6 +18,7 @@
 #include "graph/executor.h"
 #include "graph/random.h"
 #include "graph/gather.h"
+#include "graph/rope_cumsum.h"
 
 typedef wgml_tensor T;
 
@@ -371,6 +372,22 @@ static wgml_status vjp_index_add(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- scans and positions */
+
+/* d/da_j of sum_i g_i cumsum(a)_i is the sum of g_i over i >= j: the cumsum of the other direction */
+static wgml_status vjp_cumsum(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_cumsum(c, g, t->iparam[0], !t->iparam[1]);
+    return WGML_OK;
+}
+/* a rotation's transpose is the rotation by the opposite angle */
+static wgml_status vjp_rope(wgml_context *c, T *t, T *g, T **gin)
+{
+    wgml_rope_desc d = {.pos_offset = t->iparam[0], .base = t->fparam[0], .interleaved = t->iparam[1], .inverse = !t->iparam[2]};
+    gin[0] = wgml_rope_ex(c, g, &d);
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- matmul */
 
 static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
@@ -554,6 +571,13 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
                             DOMAIN(0, 300, 0, 0), .tol = 0},
     [WGML_OP_INDEX_ADD] = {.name = "index_add", .kind = WGML_KIND_KERNEL, .arity = 4, .build = wgml_build_index_add,
                            .vjp = vjp_index_add, .i32_only = 6, DOMAIN(-10, 10, -10, 10), ARITH, FLOOR(10)},
+    /* running sums cancel as sums do (floor as sum); i32 too, wrapping */
+    [WGML_OP_CUMSUM] = {.name = "cumsum", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_cumsum, .vjp = vjp_cumsum,
+                        .any_dtype = 1, .out = WGML_OUT_SAME, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)},
+    /* x1 cos - x2 sin cancels to near 0 on O(1) inputs; the angle's f32 rounding (~6e-8 of
+       it) grows with the position (tests/test_rope_cumsum.c) */
+    [WGML_OP_ROPE] = {.name = "rope", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_rope, .vjp = vjp_rope,
+                      DOMAIN(-2, 2, 0, 0), TRANSC, FLOOR(1)},
     /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
     [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
     [WGML_OP_CONCAT] = {.name = "concat", .kind = WGML_KIND_KERNEL, .arity = WGML_MAX_SRC, .build = wgml_build_concat, .vjp = vjp_concat,

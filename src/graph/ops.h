@@ -34,13 +34,14 @@ typedef enum wgml_op_kind {
    which build.c expands. */
 #define WGML_OPS(X)                                                                   \
     X(NONE) X(VIEW)                                                                   \
-    X(COPY) X(CAST_F32) X(CAST_I32) X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)    \
+    X(COPY) X(CAST_F32) X(CAST_I32)                                                   \
+    X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)           \
     X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP) X(ERF) X(GELU_EXACT) X(SIN) X(COS)           \
     X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) X(MASKED_FILL)                                \
-    X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)                                                   \
+    X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)                                 \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
-    X(INDEX_SELECT) X(INDEX_SORT) X(INDEX_ADD)                                        \
+    X(INDEX_SELECT) X(INDEX_SORT) X(INDEX_ADD) X(CUMSUM) X(ROPE)                      \
     X(MATMUL) X(CONCAT) X(OPTIM_STEP)                                                 \
     X(RAND) X(RANDN) X(DROPOUT)
 

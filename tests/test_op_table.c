@@ -27,6 +27,7 @@
 #include "core/sbuf.h"
 #include "core/tensor.h"
 #include "cpu/ref.h"
+#include "graph/attention.h"
 #include "graph/build.h"
 #include "graph/ops.h"
 #include "harness.h"
@@ -640,7 +641,7 @@ static void every_differentiable_elementwise_entry_has_the_right_gradient(void)
 
 /* ---------------------------------------------------------------- d. reductions, rows, matmul */
 
-#define MAXIN 3
+#define MAXIN 4
 #define MAXEL 64
 
 typedef struct rcase {
@@ -652,6 +653,8 @@ typedef struct rcase {
     int labels_of[MAXIN];  /* > 0: leaf holds class indices 0..labels_of-1 (no gradient) */
     int axis;
     float eps;
+    int causal;            /* attention's desc */
+    float scale;
 } rcase;
 
 /* true when t's graph (before evaluation) has a node of op */
@@ -679,6 +682,11 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_CROSS_ENTROPY: return wgml_cross_entropy(ctx, in[0], in[1]);
     case WGML_OP_CROSS_ENTROPY_GRAD: return wgml_cross_entropy_grad(ctx, in[0], in[1], in[2]);
     case WGML_OP_MATMUL: return wgml_matmul_ex(ctx, in[0], in[1], &(wgml_matmul_desc){.bias = in[2]});
+    case WGML_OP_ATTENTION:
+        return wgml_attention(ctx, in[0], in[1], in[2], &(wgml_attention_desc){.causal = c->causal, .scale = c->scale});
+    case WGML_OP_ATTENTION_GRAD: /* [dq | dk | dv] for upstream gradient in[3] */
+        return wgml_attention_grad(
+            ctx, wgml_attention(ctx, in[0], in[1], in[2], &(wgml_attention_desc){.causal = c->causal, .scale = c->scale}), in[3]);
     default: return NULL;
     }
 }
@@ -712,6 +720,16 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
         wgml_ref_matmul(1, M, N, K, in[0], 1, 0, in[1], 1, 0, 1.0, in[2], 0, out);
         return M * N;
     }
+    case WGML_OP_ATTENTION:
+    case WGML_OP_ATTENTION_GRAD: { /* q [B,H,T,D], k and v [B,Hkv,S,D] */
+        int64_t B = c->sh[0][0], H = c->sh[0][1], T = c->sh[0][2], D = c->sh[0][3], Hkv = c->sh[1][1], S = c->sh[1][2];
+        int64_t nq = B * H * T * D, nk = B * Hkv * S * D;
+        if (c->op == WGML_OP_ATTENTION)
+            return wgml_ref_attention(B, H, Hkv, T, S, D, in[0], in[1], in[2], c->causal, c->scale, out) ? -1 : nq;
+        int bad = wgml_ref_attention_backward(B, H, Hkv, T, S, D, in[0], in[1], in[2], in[3], c->causal, c->scale, out, out + nq,
+                                              out + nq + nk);
+        return bad ? -1 : nq + 2 * nk;
+    }
     default: return -1;
     }
     return numel_of(c->nd[0], c->sh[0]) / c->sh[0][c->axis]; /* reductions */
@@ -732,7 +750,7 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
     const wgml_op_def *d = &wgml_op_table[c->op];
     static float xf[MAXIN][MAXEL], wf[MAXEL];
     static double xd[MAXIN][MAXEL], out[MAXEL], want[MAXEL];
-    double *dp[MAXIN] = {NULL, NULL, NULL};
+    double *dp[MAXIN] = {NULL};
     char what[160], ss[48];
     shape_str(ss, sizeof ss, c->nd[0], c->sh[0]);
     snprintf(what, sizeof what, "%s %s", d->name, ss);
@@ -751,7 +769,7 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
         return;
     }
     wgml_scope_begin(ctx);
-    wgml_tensor *in[MAXIN] = {NULL, NULL, NULL};
+    wgml_tensor *in[MAXIN] = {NULL};
     bool diff = d->vjp != NULL;
     for (int l = 0; l < c->nin; l++) {
         in[l] = test_tensor(ctx, c->nd[l], c->sh[l], xf[l]);
@@ -882,6 +900,18 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
             set_leaf(&c, 0, 2, sa, lo0, hi0);
             set_leaf(&c, 1, 2, sb, lo1, hi1);
             set_leaf(&c, 2, 1, sbias, lo1, hi1);
+            run_rcase(ctx, &c);
+            break;
+        }
+        case WGML_OP_ATTENTION: case WGML_OP_ATTENTION_GRAD: {
+            /* two query heads sharing one key/value head, 3 queries after 2 cached keys */
+            const int64_t sq[4] = {1, 2, 3, 4}, skv[4] = {1, 1, 5, 4};
+            c.causal = 1;
+            c.scale = 0.4f;
+            set_leaf(&c, 0, 4, sq, lo0, hi0);
+            set_leaf(&c, 1, 4, skv, lo1, hi1);
+            set_leaf(&c, 2, 4, skv, lo1, hi1);
+            if (op == WGML_OP_ATTENTION_GRAD) set_leaf(&c, 3, 4, sq, lo1, hi1); /* the upstream gradient */
             run_rcase(ctx, &c);
             break;
         }

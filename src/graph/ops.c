@@ -14,6 +14,7 @@
 
 #include "core/sbuf.h"
 #include "cpu/ref.h"
+#include "graph/attention.h"
 #include "graph/build.h"
 
 typedef wgml_tensor T;
@@ -426,6 +427,11 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
                                     .no_grad = "made by backward only (no second derivatives)"},
     /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
     [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
+    /* sums over S keys and D dims of products of [-2, 2] values, as matmul's */
+    [WGML_OP_ATTENTION] = {.name = "attention", .kind = WGML_KIND_KERNEL, .arity = 3, .build = wgml_build_attention,
+                           .vjp = wgml_vjp_attention, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
+    [WGML_OP_ATTENTION_GRAD] = {.name = "attention_grad", .kind = WGML_KIND_KERNEL, .arity = 5, .build = wgml_build_attention_grad,
+                                DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1), .no_grad = "made by backward only (no second derivatives)"},
     [WGML_OP_OPTIM_STEP] = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
                             .no_grad = "an optimiser's update, not a function of the loss"},
 };

@@ -39,7 +39,7 @@ typedef enum wgml_op_kind {
     X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \
     X(SUM) X(MEAN) X(MAX) X(ARGMAX)                                                   \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
-    X(MATMUL) X(OPTIM_STEP)
+    X(MATMUL) X(ATTENTION) X(ATTENTION_GRAD) X(OPTIM_STEP)
 
 #define WGML_UNARY_API(X)                                                        \
     X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RSQRT, rsqrt) \

@@ -18,7 +18,7 @@
  * after O in the node's buffer (the node's `tail`), for the gradient.
  *
  * Gradient (one node, three launches; the node's buffer is [dQ | dK | dV]):
- *   1. Delta_i = dO_i . O_i, a thread per row, into the node's scratch buffer;
+ *   1. Delta_i = dO_i . O_i, 16 threads per row, into the node's scratch buffer;
  *   2. a workgroup per (tile of `rows` keys, b, key/value head): K and V stay in workgroup
  *      memory while it walks every query head that reads them and every tile of `cols`
  *      queries that sees one of the keys, recomputing P = exp2(s - L) and
@@ -48,8 +48,8 @@
 
 /* ---------------------------------------------------------------- shapes */
 
-/* q, k, v as the kernels see them: [B, H, T, D] (a 3-D [N, T, D] is B = N, H = 1), with the
-   element strides of b, h and t (d's is 1) */
+/* the sizes the kernels see: q [B, H, T, D], k and v [B, Hkv, S, D] (3-D [N, T, D]
+   operands are B = N, H = Hkv = 1) */
 typedef struct attn_dims {
     int64_t B, H, Hkv, T, S, D;
 } attn_dims;
@@ -62,7 +62,7 @@ static attn_dims dims_of(const wgml_tensor *q, const wgml_tensor *k)
     return d;
 }
 
-/* stride of b, h, t */
+/* the element strides of b, h and t (d's is 1) */
 static void strides_of(const wgml_tensor *x, uint32_t *s)
 {
     bool four = x->ndim == 4;
@@ -128,13 +128,15 @@ wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, w
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "attention: scale = %g must be a finite number", scale);
     /* the kernels read rows through the b, h and t strides; a row must be contiguous */
     wgml_tensor *src[3];
+    wgml_tensor *t = NULL;
     for (int i = 0; i < 3; i++) {
         bool rows = in[i]->stride[in[i]->ndim - 1] == 1 || d.D == 1;
         src[i] = rows ? in[i] : wgml_contiguous(ctx, in[i]);
+        if (!t && src[i]->status) t = src[i]; /* (out of memory) */
     }
-    wgml_tensor *t = wgml_node(ctx, WGML_OP_ATTENTION, q->ndim, q->shape, 3, src);
+    if (!t) t = wgml_node(ctx, WGML_OP_ATTENTION, q->ndim, q->shape, 3, src);
     for (int i = 0; i < 3; i++)
-        if (src[i] != in[i]) wgml_tensor_free(src[i]); /* the node holds them */
+        if (src[i] != in[i] && src[i] != t) wgml_tensor_free(src[i]); /* the node holds them */
     if (t && !t->status) {
         t->tail = d.B * d.H * d.T; /* L of every row */
         t->iparam[0] = desc && desc->causal;
@@ -307,7 +309,7 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     long long T = (long long)d.T, S = (long long)d.S, D = (long long)d.D;
 
     /* 1. Delta = rowsum(dO * O) into the scratch buffer */
-    p.gx = wgml_grid(ctx, (rows + 255) / 256, ld->groups);
+    p.gx = wgml_grid(ctx, (rows + 15) / 16, ld->groups); /* 16 rows a workgroup */
     set_params(ld, &p);
     ld->buffers[0] = fwd;
     ld->buffers[1] = wgml_tensor_base(dout);

@@ -68,7 +68,7 @@ uint64_t wgml_attn_shared_bytes(const wgml_attn_kernel *k)
 
 uint64_t wgml_attn_step_trips(const wgml_attn_kernel *k)
 {
-    if (k->kind == WGML_ATTN_DELTA) return (uint64_t)(k->d + 3) / 4;
+    if (k->kind == WGML_ATTN_DELTA) return 0; /* unrolled */
     gen g = gen_of(NULL, k);
     return (uint64_t)(g.dp4 / g.u + k->cols / 8 + 1); /* the dot products, the accumulation, the step */
 }
@@ -408,23 +408,35 @@ static void put_forward(gen *g)
 
 /* ---------------------------------------------------------------- the gradient */
 
-/* Delta[row] = dO[row] . O[row], a thread per row */
+/* Delta[row] = dO[row] . O[row]: 16 lanes per row read its vec4s side by side, then one sums
+   their partial sums in a fixed order */
 static void put_delta(gen *g)
 {
     wgml_sbuf *b = g->b;
+    int d4 = (g->k->d + 3) / 4;
     wgml_sbuf_put(b, "@group(0) @binding(1) var<storage, read> O: array<%s>;\n", g->k->vec ? "vec4<f32>" : "f32");
     put_input(g, 2, "DO");
     wgml_sbuf_put(b, "@group(0) @binding(3) var<storage, read_write> DEL: array<f32>;\n");
     put_loader(g, "o", "O");
     put_loader(g, "do", "DO");
-    wgml_sbuf_put(b, "@compute @workgroup_size(256)\n"
+    wgml_sbuf_put(b, "var<workgroup> part: array<f32, 256>;\n"
+                     "@compute @workgroup_size(256)\n"
                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
-                     "    let row = (wg.x + wg.y * P.gx) * 256u + lid;\n"
-                     "    if (row >= P.B * P.H * P.T) { return; }\n"
+                     "    let row = (wg.x + wg.y * P.gx) * 16u + lid / 16u;\n"
+                     "    let lane = lid %% 16u;\n"
+                     "    let rows = P.B * P.H * P.T;\n"
                      "    var acc = vec4<f32>(0.0);\n"
-                     "    for (var c4 = 0u; c4 < %du; c4++) { acc = fma(ld_o(row * D, c4), ld_do(P.do_off + row * D, c4), acc); }\n"
-                     "    DEL[row] = (acc.x + acc.y) + (acc.z + acc.w);\n}\n",
-                  (g->k->d + 3) / 4);
+                     "    if (row < rows) {\n");
+    for (int c = 0; c * 16 < d4; c++)
+        wgml_sbuf_put(b, "        if (lane + %du < %du) { acc = fma(ld_o(row * D, lane + %du), ld_do(P.do_off + row * D, lane + %du), acc); }\n",
+                      16 * c, d4, 16 * c, 16 * c);
+    wgml_sbuf_put(b, "    }\n"
+                     "    part[lid] = (acc.x + acc.y) + (acc.z + acc.w);\n"
+                     "    workgroupBarrier();\n"
+                     "    if (lane == 0u && row < rows) {\n"
+                     "        var s = part[lid];\n");
+    for (int l = 1; l < 16; l++) wgml_sbuf_put(b, "        s = s + part[lid + %du];\n", l);
+    wgml_sbuf_put(b, "        DEL[row] = s;\n    }\n}\n");
 }
 
 /* the gradient kernels' bindings: inputs, L (after O in the forward's buffer), Delta, out */

@@ -54,6 +54,26 @@ for r in range(205):
     t0 = time.perf_counter(); y = (xh.to(dev, non_blocking=True) @ W).cpu(); ts.append(time.perf_counter() - t0)
 ts = sorted(ts[5:]); report("cached_roundtrip_M1_1536", ts[len(ts)//2], ts[len(ts)//2] * 1e6, "us median")
 
+# causal attention at the shapes of `wgml bench attention` (--attention): forward, then
+# forward + backward, f32 scaled_dot_product_attention; and its peak memory above the inputs
+if "--attention" in sys.argv:
+    F = torch.nn.functional
+    for B, H, T, D in [(64, 6, 256, 64), (8, 12, 1024, 64)]:
+        q, k, v, do = (torch.randn(B, H, T, D, device=dev, requires_grad=i < 3) for i in range(4))
+        flops = 4 * B * H * T * T * D / 2
+        with torch.no_grad():
+            s = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        report(f"attn_fwd_B{B}_H{H}_T{T}_D{D}", s, flops / s / 1e12, "TFLOP/s")
+        def fwdbwd():
+            q.grad = k.grad = v.grad = None
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+        fwdbwd(); torch.cuda.synchronize(); q.grad = k.grad = v.grad = None
+        torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
+        s = timed(fwdbwd)
+        report(f"attn_fwdbwd_B{B}_H{H}_T{T}_D{D}", s, 3.5 * flops / s / 1e12, "TFLOP/s")
+        report(f"attn_fwdbwd_T{T}_peak_extra", 0, (torch.cuda.max_memory_allocated() - base) / 2**20, "MiB above inputs")
+        del q, k, v, do
+
 # one epoch of the default MLP (784-256-128-10, batch 128, AdamW lr 1e-3, clipping 1.0),
 # data already on the GPU, shuffled per epoch: the same work as `wgml train`
 if "--train" in sys.argv:

@@ -452,6 +452,24 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
                                size_t input_len, float *output, size_t output_len,
                                int64_t m);
 
+/* ---------------------------------------------------------------- attention */
+
+typedef struct wgml_attention_desc {
+    int causal;  /* 1: query i sees keys j <= i + (S - T), the mask aligned bottom-right, so a
+                    block of queries that continues a cache of S keys works (the usual tril
+                    when S == T); a query that sees no key (S < T) gives 0 */
+    float scale; /* 0 means 1/sqrt(D); else any finite number */
+} wgml_attention_desc;
+
+/* Fused scaled-dot-product attention: q [B,H,T,D], k and v [B,Hkv,S,D] with H a multiple of
+   Hkv (grouped-query attention: query head h reads key/value head h / (H/Hkv)); returns
+   [B,H,T,D] = softmax(scale q k^T [+ causal mask]) v, computed tile by tile without storing
+   the T x S scores (also in its gradient). 3-D [N,T,D] operands are N independent heads
+   (k and v [N,S,D]). D <= 128 (larger: WGML_ERROR_UNSUPPORTED). Inputs may be strided views
+   (heads split by wgml_permute). desc may be NULL (not causal, default scale). */
+wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v,
+                            const wgml_attention_desc *desc);
+
 /* ---------------------------------------------------------------- autograd */
 
 /* Marks an evaluated (leaf) tensor as trainable. */

@@ -28,6 +28,7 @@
 #include "core/tensor.h"
 #include "cpu/philox.h"
 #include "cpu/ref.h"
+#include "graph/attention.h"
 #include "graph/build.h"
 #include "graph/gather.h"
 #include "graph/ops.h"
@@ -655,7 +656,7 @@ static void every_differentiable_elementwise_entry_has_the_right_gradient(void)
 
 /* ---------------------------------------------------------------- d. reductions, rows, matmul */
 
-#define MAXIN 3
+#define MAXIN 4
 #define MAXEL 64
 
 typedef struct rcase {
@@ -672,6 +673,8 @@ typedef struct rcase {
     int flag;              /* cumsum: reverse; rope: 1 interleaved, 2 inverse */
     int64_t pos;           /* rope: pos_offset */
     float base;            /* rope */
+    int causal;            /* attention's desc */
+    float scale;
 } rcase;
 
 #define RCASE_SEED 20240601 /* random ops are built at (this seed, offset 0) */
@@ -715,6 +718,11 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_CUMSUM: return wgml_cumsum(ctx, in[0], c->axis, c->flag);
     case WGML_OP_ROPE:
         return wgml_rope_ex(ctx, in[0], &(wgml_rope_desc){.pos_offset = c->pos, .base = c->base, .interleaved = c->flag & 1, .inverse = c->flag >> 1});
+    case WGML_OP_ATTENTION:
+        return wgml_attention(ctx, in[0], in[1], in[2], &(wgml_attention_desc){.causal = c->causal, .scale = c->scale});
+    case WGML_OP_ATTENTION_GRAD: /* [dq | dk | dv] for upstream gradient in[3] */
+        return wgml_attention_grad(
+            ctx, wgml_attention(ctx, in[0], in[1], in[2], &(wgml_attention_desc){.causal = c->causal, .scale = c->scale}), in[3]);
     default: return NULL;
     }
 }
@@ -811,6 +819,16 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
         wgml_ref_rope(n / (T * D), T, D, in[0], (double)c->pos, c->base, c->flag & 1, c->flag >> 1, out);
         return n;
     }
+    case WGML_OP_ATTENTION:
+    case WGML_OP_ATTENTION_GRAD: { /* q [B,H,T,D], k and v [B,Hkv,S,D] */
+        int64_t B = c->sh[0][0], H = c->sh[0][1], T = c->sh[0][2], D = c->sh[0][3], Hkv = c->sh[1][1], S = c->sh[1][2];
+        int64_t nq = B * H * T * D, nk = B * Hkv * S * D;
+        if (c->op == WGML_OP_ATTENTION)
+            return wgml_ref_attention(B, H, Hkv, T, S, D, in[0], in[1], in[2], c->causal, c->scale, out) ? -1 : nq;
+        int bad = wgml_ref_attention_backward(B, H, Hkv, T, S, D, in[0], in[1], in[2], in[3], c->causal, c->scale, out, out + nq,
+                                              out + nq + nk);
+        return bad ? -1 : nq + 2 * nk;
+    }
     default: return -1;
     }
     return numel_of(c->nd[0], c->sh[0]) / c->sh[0][c->axis]; /* reductions */
@@ -833,7 +851,7 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
     const wgml_op_def *d = &wgml_op_table[c->op];
     static float xf[MAXIN][MAXEL], wf[MAXEL];
     static double xd[MAXIN][MAXEL], out[MAXEL], want[MAXEL];
-    double *dp[MAXIN] = {NULL, NULL, NULL};
+    double *dp[MAXIN] = {NULL};
     char what[160], ss[48];
     shape_str(ss, sizeof ss, c->nd[0], c->sh[0]);
     snprintf(what, sizeof what, "%s %s", d->name, ss);
@@ -852,7 +870,7 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
         return;
     }
     wgml_scope_begin(ctx);
-    wgml_tensor *in[MAXIN] = {NULL, NULL, NULL};
+    wgml_tensor *in[MAXIN] = {NULL};
     bool diff = d->vjp != NULL;
     for (int l = 0; l < c->nin; l++) {
         if (c->ints[l]) {
@@ -1052,6 +1070,18 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
             c.pos = 5;
             c.base = 100.0f; /* frequencies 1 and 0.1 */
             for (c.flag = 0; c.flag < 4; c.flag++) run_rcase(ctx, &c);
+            break;
+        }
+        case WGML_OP_ATTENTION: case WGML_OP_ATTENTION_GRAD: {
+            /* two query heads sharing one key/value head, 3 queries after 2 cached keys */
+            const int64_t sq[4] = {1, 2, 3, 4}, skv[4] = {1, 1, 5, 4};
+            c.causal = 1;
+            c.scale = 0.4f;
+            set_leaf(&c, 0, 4, sq, lo0, hi0);
+            set_leaf(&c, 1, 4, skv, lo1, hi1);
+            set_leaf(&c, 2, 4, skv, lo1, hi1);
+            if (op == WGML_OP_ATTENTION_GRAD) set_leaf(&c, 3, 4, sq, lo1, hi1); /* the upstream gradient */
+            run_rcase(ctx, &c);
             break;
         }
         default:

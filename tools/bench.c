@@ -1,5 +1,5 @@
 /*
- * wgml bench [ops|matmul|startup|all] [--json] [--quick] [--gpu-time]
+ * wgml bench [ops|matmul|attention|startup|all] [--json] [--quick] [--gpu-time]
  *
  * Each measurement evaluates `inner` independent copies of an op in one submit and waits, so
  * the per-submit overhead is spread; the median over repetitions (after a warm-up that
@@ -391,6 +391,87 @@ static void bench_startup(void)
     wgml_context_free(ctx);
 }
 
+/* ---------------------------------------------------------------- attention */
+
+/* Median seconds of causal attention's forward pass, or forward and backward (q, k, v
+   trainable, L = sum(y * dout) so that dout is y's gradient), one evaluation a run */
+static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv, wgml_tensor *dout, bool backward, int reps)
+{
+    double t[64];
+    if (reps > 64) reps = 64;
+    double warm_until = bench_now() + WARMUP_SECONDS;
+    for (int r = -1; r < reps; r++) {
+        if (r == 0 && bench_now() < warm_until) r = -1;
+        wgml_scope_begin(ctx);
+        wgml_tensor *y = wgml_attention(ctx, qkv[0], qkv[1], qkv[2], &(wgml_attention_desc){.causal = 1});
+        wgml_tensor *outs[3] = {y};
+        int n = 1;
+        wgml_status st = WGML_OK;
+        if (backward) {
+            st = wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, y, dout)));
+            for (int i = 0; i < 3; i++) outs[i] = wgml_grad(qkv[i]);
+            n = 3;
+        }
+        wgml_synchronize(ctx);
+        double t0 = bench_now();
+        if (!st) st = wgml_eval(ctx, n, outs);
+        wgml_synchronize(ctx);
+        double el = bench_now() - t0;
+        wgml_stats s;
+        wgml_stats_get(ctx, &s);
+        for (int i = 0; i < 3 && backward; i++) wgml_zero_grad(qkv[i]);
+        wgml_scope_end(ctx);
+        if (st) {
+            fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+            return NAN;
+        }
+        if (r >= 0) t[r] = gpu_time ? s.gpu_seconds_last : el;
+    }
+    return bench_median(t, reps);
+}
+
+/* wgml_attention at the issue's shapes, causal, in TFLOP/s by FlashAttention's count:
+   4 B H T^2 D / 2 for the forward pass, 2.5 times that for the backward; and the memory that
+   forward + backward take above their inputs */
+static void bench_attention(int quick)
+{
+    wgml_context *ctx;
+    if (context_make(0, &ctx)) {
+        fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
+        exit(1);
+    }
+    const int64_t full[2][4] = {{64, 6, 256, 64}, {8, 12, 1024, 64}}, small[2][4] = {{2, 2, 128, 64}, {1, 2, 256, 64}};
+    char name[64];
+    for (int i = 0; i < 2; i++) {
+        const int64_t *sh = quick ? small[i] : full[i];
+        wgml_tensor *qkv[3], *dout = random_tensor(ctx, 4, sh);
+        for (int j = 0; j < 3; j++) {
+            qkv[j] = random_tensor(ctx, 4, sh);
+            wgml_requires_grad(qkv[j], 1);
+        }
+        double flops = 4.0 * (double)(sh[0] * sh[1]) * (double)(sh[2] * sh[2]) * (double)sh[3] / 2;
+        snprintf(name, sizeof name, "attn_fwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1], (long long)sh[2],
+                 (long long)sh[3]);
+        double sec = time_attention(ctx, qkv, dout, false, quick ? 3 : 15);
+        report(name, sec, flops / sec / 1e12, "TFLOP/s");
+        wgml_stats s0, s1;
+        wgml_synchronize(ctx);
+        wgml_stats_reset_peaks(ctx);
+        wgml_stats_get(ctx, &s0);
+        sec = time_attention(ctx, qkv, dout, true, quick ? 3 : 15);
+        wgml_stats_get(ctx, &s1);
+        snprintf(name, sizeof name, "attn_fwdbwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1],
+                 (long long)sh[2], (long long)sh[3]);
+        report(name, sec, 3.5 * flops / sec / 1e12, "TFLOP/s");
+        snprintf(name, sizeof name, "attn_fwdbwd_T%lld_peak_extra", (long long)sh[2]);
+        last_host_seconds = 0;
+        report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
+        for (int j = 0; j < 3; j++) wgml_tensor_free(qkv[j]);
+        wgml_tensor_free(dout);
+    }
+    wgml_context_free(ctx);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *what = argc > 0 && argv[0][0] != '-' ? argv[0] : "all";
@@ -411,6 +492,7 @@ int cmd_bench(int argc, char **argv)
             gpu_time ? "GPU timestamps, one op per evaluation" : "host clock, ops batched per submit");
     if (!strcmp(what, "ops") || !strcmp(what, "all")) bench_ops(quick);
     if (!strcmp(what, "matmul") || !strcmp(what, "all")) bench_matmul(quick);
+    if (!strcmp(what, "attention")) bench_attention(quick);
     if (!strcmp(what, "startup")) bench_startup();
     if (cli_has_flag(argc, argv, "--json")) {
         printf("{\"device\": \"%s\", \"results\": {", info.name);

@@ -99,7 +99,7 @@ const char *cli_option(int argc, char **argv, const char *name, const char *def)
 static void usage(void)
 {
     fprintf(stderr, "usage: wgml info [--json]\n"
-                    "       wgml bench [ops|matmul|all] [--json] [--quick]\n"
+                    "       wgml bench [ops|matmul|attention|all] [--json] [--quick]\n"
                     "       wgml train [--epochs N] [--batch N] [--lr X] [--hidden 256,128] [--seed N]\n"
                     "                  [--out DIR] [--resume CHECKPOINT] [--data DIR]\n"
                     "       wgml eval CHECKPOINT [--data DIR]\n");

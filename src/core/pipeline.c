@@ -79,7 +79,7 @@ static void dump(wgml_context *ctx, const uint32_t *key, size_t words, uint64_t 
     char name[256];
     const char *tag = "wgsl";
     if (key) {
-        static const char *tags[] = {"key", "named", "fused", "row", "gemm", "gemv"};
+        static const char *tags[] = {"key", "named", "fused", "row", "gemm", "gemv", "attention"};
         uint32_t t = key[0] >> 8;
         tag = t < sizeof tags / sizeof tags[0] ? tags[t] : "key";
         if (key[0] == WGML_KEY_NAMED && words > 1) /* key[1]: the kernel's place among the embedded sources */

@@ -19,7 +19,7 @@
 #include "wgml.h"
 
 #define WGML_TENSOR_MAGIC 0x7767746eu /* "wgtn" */
-#define WGML_MAX_SRC 8
+#define WGML_MAX_SRC 8 /* concat joins up to 8; attention's gradient reads five (q, k, v, the forward's output, dO) */
 #define WGML_MAX_PARAMS 8
 
 /* The two ops core knows; graph/ops.h numbers its table from these. */
@@ -37,6 +37,9 @@ struct wgml_tensor {
     int64_t stride[WGML_MAX_DIMS]; /* elements; 0 for broadcast dims */
     int64_t offset;                /* elements into the buffer */
     int64_t numel;
+    /* elements kept after the data in a node's buffer: an op's side result that its gradient
+       reads (attention's row logsumexps); evaluation allocates numel + tail */
+    int64_t tail;
     int dtype; /* wgml_dtype; every element is 4 bytes (i32 data sits in the same buffers) */
     /* i32 storage from the host: its smallest and largest value, so that an op indexing with
        it checks the range when built (indices made on the GPU are checked there) */

@@ -485,6 +485,99 @@ void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const doubl
     }
 }
 
+/* ---------------------------------------------------------------- attention */
+
+/* p (S,) := the softmax weights of query row qi over the keys it sees (0 elsewhere); returns
+   how many keys it sees */
+static int64_t attention_row(int64_t T, int64_t S, int64_t D, const double *qi, int64_t i,
+                             const double *kg, int causal, double scale, double *p)
+{
+    int64_t seen = causal ? i + S - T + 1 : S;
+    if (seen > S) seen = S;
+    if (seen <= 0) {
+        memset(p, 0, (size_t)S * sizeof *p);
+        return 0;
+    }
+    double m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < seen; j++) {
+        double z = 0;
+        for (int64_t d = 0; d < D; d++) z += qi[d] * kg[j * D + d];
+        p[j] = scale * z;
+        m = wgml_ref_maximum(m, p[j]);
+    }
+    for (int64_t j = 0; j < seen; j++) sum += p[j] = exp(p[j] - m);
+    for (int64_t j = 0; j < seen; j++) p[j] /= sum;
+    for (int64_t j = seen; j < S; j++) p[j] = 0;
+    return seen;
+}
+
+int wgml_ref_attention(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t S, int64_t D,
+                       const double *q, const double *k, const double *v, int causal,
+                       double scale, double *out)
+{
+    double *p = malloc((size_t)S * sizeof *p);
+    if (!p) return -1;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t g = h / (H / Hkv);
+            const double *kg = k + (b * Hkv + g) * S * D, *vg = v + (b * Hkv + g) * S * D;
+            for (int64_t i = 0; i < T; i++) {
+                const double *qi = q + ((b * H + h) * T + i) * D;
+                double *o = out + ((b * H + h) * T + i) * D;
+                int64_t seen = attention_row(T, S, D, qi, i, kg, causal, scale, p);
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < seen; j++) acc += p[j] * vg[j * D + d];
+                    o[d] = acc;
+                }
+            }
+        }
+    free(p);
+    return 0;
+}
+
+/* per query row: dp_j = dout . v_j, dz_j = p_j (dp_j - sum_j' p_j' dp_j'), then
+   dq = scale sum_j dz_j k_j, dk_j += scale dz_j q, dv_j += p_j dout */
+int wgml_ref_attention_backward(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t S,
+                                int64_t D, const double *q, const double *k, const double *v,
+                                const double *dout, int causal, double scale, double *dq,
+                                double *dk, double *dv)
+{
+    double *p = malloc((size_t)S * 2 * sizeof *p);
+    if (!p) return -1;
+    double *dz = p + S;
+    memset(dk, 0, (size_t)(B * Hkv * S * D) * sizeof *dk);
+    memset(dv, 0, (size_t)(B * Hkv * S * D) * sizeof *dv);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t g = h / (H / Hkv);
+            const double *kg = k + (b * Hkv + g) * S * D, *vg = v + (b * Hkv + g) * S * D;
+            double *dkg = dk + (b * Hkv + g) * S * D, *dvg = dv + (b * Hkv + g) * S * D;
+            for (int64_t i = 0; i < T; i++) {
+                int64_t row = ((b * H + h) * T + i) * D;
+                int64_t seen = attention_row(T, S, D, q + row, i, kg, causal, scale, p);
+                double delta = 0;
+                for (int64_t j = 0; j < seen; j++) {
+                    double dp = 0;
+                    for (int64_t d = 0; d < D; d++) dp += dout[row + d] * vg[j * D + d];
+                    dz[j] = dp;
+                    delta += p[j] * dp;
+                }
+                for (int64_t d = 0; d < D; d++) dq[row + d] = 0;
+                for (int64_t j = 0; j < seen; j++) {
+                    dz[j] = p[j] * (dz[j] - delta);
+                    for (int64_t d = 0; d < D; d++) {
+                        dq[row + d] += scale * dz[j] * kg[j * D + d];
+                        dkg[j * D + d] += scale * dz[j] * q[row + d];
+                        dvg[j * D + d] += p[j] * dout[row + d];
+                    }
+                }
+            }
+        }
+    free(p);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- losses */
 
 /* pred is (n,), target is (n,) */

@@ -153,6 +153,25 @@ void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const doubl
                      int64_t batch_a, int trans_a, const double *B, int64_t batch_b,
                      int trans_b, double alpha, const double *bias, int act, double *C);
 
+/* ---------------------------------------------------------------- attention */
+
+/* q is (B, H, T, D), k and v are (B, Hkv, S, D) with H a multiple of Hkv (query head h
+   reads key/value head h / (H / Hkv)); out is (B, H, T, D):
+     out[b, h, i] = sum_j softmax_j(scale q[b, h, i] . k[b, g, j]) v[b, g, j]
+   over the keys j that query i sees: all of them, or with causal those with
+   j <= i + S - T (the mask aligned bottom-right: tril when S == T). A query that sees no
+   key (causal with S < T) gives 0. Returns 0, or -1 when out of memory. */
+int wgml_ref_attention(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t S, int64_t D,
+                       const double *q, const double *k, const double *v, int causal,
+                       double scale, double *out);
+/* The gradients of sum(dout * attention(q, k, v)) (dout is (B, H, T, D)): dq is
+   (B, H, T, D), dk and dv are (B, Hkv, S, D), a key/value head's summing over the query
+   heads that read it. Returns 0, or -1 when out of memory. */
+int wgml_ref_attention_backward(int64_t B, int64_t H, int64_t Hkv, int64_t T, int64_t S,
+                                int64_t D, const double *q, const double *k, const double *v,
+                                const double *dout, int causal, double scale, double *dq,
+                                double *dk, double *dv);
+
 /* ---------------------------------------------------------------- losses */
 
 /* pred is (n,), target is (n,): mean((pred - target)^2); n == 0 gives NaN. */

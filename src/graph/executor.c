@@ -503,7 +503,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             t->buf = t->dest;
             wgml_buffer_retain(t->buf);
         } else {
-            t->buf = wgml_pool_acquire(ctx, (uint64_t)t->numel * 4);
+            t->buf = wgml_pool_acquire(ctx, (uint64_t)(t->numel + t->tail) * 4);
         }
         if (!t->buf) { st = ctx->rt.status; break; }
         wgml_buffer *scratch = NULL;

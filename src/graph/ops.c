@@ -14,6 +14,7 @@
 
 #include "core/sbuf.h"
 #include "cpu/ref.h"
+#include "graph/attention.h"
 #include "graph/build.h"
 #include "graph/executor.h"
 #include "graph/random.h"
@@ -582,6 +583,11 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_MATMUL] = {.name = "matmul", .kind = WGML_KIND_MATMUL, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
     [WGML_OP_CONCAT] = {.name = "concat", .kind = WGML_KIND_KERNEL, .arity = WGML_MAX_SRC, .build = wgml_build_concat, .vjp = vjp_concat,
                         .any_dtype = 0xff, .out = WGML_OUT_SAME, DOMAIN(-10, 10, -10, 10), ARITH},
+    /* sums over S keys and D dims of products of [-2, 2] values, as matmul's */
+    [WGML_OP_ATTENTION] = {.name = "attention", .kind = WGML_KIND_KERNEL, .arity = 3, .build = wgml_build_attention,
+                           .vjp = wgml_vjp_attention, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)},
+    [WGML_OP_ATTENTION_GRAD] = {.name = "attention_grad", .kind = WGML_KIND_KERNEL, .arity = 5, .build = wgml_build_attention_grad,
+                                DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1), .no_grad = "made by backward only (no second derivatives)"},
     [WGML_OP_OPTIM_STEP] = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
                             .no_grad = "an optimiser's update, not a function of the loss"},
     /* random numbers (graph/random.c): rand's values and dropout's products are exact; randn's

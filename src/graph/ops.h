@@ -42,7 +42,7 @@ typedef enum wgml_op_kind {
     X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)                                 \
     X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
     X(INDEX_SELECT) X(INDEX_SORT) X(INDEX_ADD) X(CUMSUM) X(ROPE)                      \
-    X(MATMUL) X(CONCAT) X(OPTIM_STEP)                                                 \
+    X(MATMUL) X(CONCAT) X(ATTENTION) X(ATTENTION_GRAD) X(OPTIM_STEP)                  \
     X(RAND) X(RANDN) X(DROPOUT)
 
 #define WGML_UNARY_API(X)                                                        \

@@ -30,6 +30,10 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
     const char *unroll = getenv("WGML_EW_UNROLL");
     int u = unroll ? atoi(unroll) : 1;
     t->ew_unroll = u == 2 || u == 4 || u == 8 ? u : 1;
+    const char *at = getenv("WGML_ATTN_TILES");
+    int *a = &t->attn_tiles[0][0];
+    t->attn_tiles_set = at && sscanf(at, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6],
+                                     &a[7], &a[8]) == 9;
 }
 
 const wgml_tuning *wgml_tuning_of(wgml_context *ctx)

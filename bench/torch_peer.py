@@ -56,23 +56,34 @@ ts = sorted(ts[5:]); report("cached_roundtrip_M1_1536", ts[len(ts)//2], ts[len(t
 
 # causal attention at the shapes of `wgml bench attention` (--attention): forward, then
 # forward + backward, f32 scaled_dot_product_attention; and its peak memory above the inputs
-if "--attention" in sys.argv:
+if "--attention" in sys.argv or "--transformer" in sys.argv:
     F = torch.nn.functional
     for B, H, T, D in [(64, 6, 256, 64), (8, 12, 1024, 64)]:
         q, k, v, do = (torch.randn(B, H, T, D, device=dev, requires_grad=i < 3) for i in range(4))
         flops = 4 * B * H * T * T * D / 2
         with torch.no_grad():
             s = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-        report(f"attn_fwd_B{B}_H{H}_T{T}_D{D}", s, flops / s / 1e12, "TFLOP/s")
+        report(f"attention_fwd_B{B}_H{H}_T{T}_D{D}", s, flops / s / 1e12, "TFLOP/s")
         def fwdbwd():
             q.grad = k.grad = v.grad = None
             F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
         fwdbwd(); torch.cuda.synchronize(); q.grad = k.grad = v.grad = None
         torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
         s = timed(fwdbwd)
-        report(f"attn_fwdbwd_B{B}_H{H}_T{T}_D{D}", s, 3.5 * flops / s / 1e12, "TFLOP/s")
-        report(f"attn_fwdbwd_T{T}_peak_extra", 0, (torch.cuda.max_memory_allocated() - base) / 2**20, "MiB above inputs")
+        report(f"attention_fwdbwd_B{B}_H{H}_T{T}_D{D}", s, 3.5 * flops / s / 1e12, "TFLOP/s")
+        report(f"attention_fwdbwd_T{T}_peak_extra", 0, (torch.cuda.max_memory_allocated() - base) / 2**20, "MiB above inputs")
         del q, k, v, do
+
+# an embedding's gather and scatter-add (index_add_ into zeros, as `wgml bench gather`), the exact GELU
+if "--gather" in sys.argv or "--transformer" in sys.argv:
+    V, C, N = 32768, 768, 16384
+    table = torch.rand(V, C, device=dev); ids = torch.randint(0, V, (N,), device=dev); src = torch.rand(N, C, device=dev)
+    zeros = torch.zeros(V, C, device=dev)
+    s = timed(lambda: table.index_select(0, ids)); report(f"gather_V{V}_C{C}_N{N}", s, 8 * N * C / s / 1e9, "GB/s")
+    s = timed(lambda: zeros.clone().index_add_(0, ids, src)); report(f"scatter_V{V}_C{C}_N{N}", s, 4 * (N * C + 2 * V * C) / s / 1e9, "GB/s")
+    x = torch.rand(1 << 26, device=dev)
+    s = timed(lambda: torch.nn.functional.gelu(x)); report(f"gelu_exact_{1 << 26}", s, 8 * (1 << 26) / s / 1e9, "GB/s")
+    del table, ids, src, zeros, x
 
 # one epoch of the default MLP (784-256-128-10, batch 128, AdamW lr 1e-3, clipping 1.0),
 # data already on the GPU, shuffled per epoch: the same work as `wgml train`

@@ -1,5 +1,6 @@
 /*
- * wgml bench [ops|matmul|attention|startup|all] [--json] [--quick] [--gpu-time]
+ * wgml bench [ops|matmul|attention|gather|transformer|startup|all] [--json] [--quick] [--gpu-time]
+ *   (transformer = attention + gather)
  *
  * Each measurement evaluates `inner` independent copies of an op in one submit and waits, so
  * the per-submit overhead is spread; the median over repetitions (after a warm-up that
@@ -391,6 +392,63 @@ static void bench_startup(void)
     wgml_context_free(ctx);
 }
 
+/* ---------------------------------------------------------------- gather, scatter, new elementwise ops */
+
+static wgml_tensor *random_ids(wgml_context *ctx, int64_t n, int32_t below)
+{
+    int32_t *v = malloc((size_t)n * sizeof *v);
+    uint64_t s = 777;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (int32_t)((s >> 33) % (uint64_t)below);
+    }
+    wgml_tensor *t = NULL;
+    if (wgml_tensor_from_i32(ctx, 1, &n, v, (size_t)n, &t)) fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+    free(v);
+    return t;
+}
+
+typedef struct gather_args {
+    wgml_tensor *table, *ids, *src, *zeros;
+} gather_args;
+static wgml_tensor *op_gather(wgml_context *ctx, void *p) { gather_args *g = p; return wgml_embedding(ctx, g->table, g->ids); }
+static wgml_tensor *op_scatter(wgml_context *ctx, void *p)
+{
+    gather_args *g = p;
+    return wgml_index_add(ctx, g->zeros, 0, g->ids, g->src);
+}
+static wgml_tensor *op_gelu_exact(wgml_context *ctx, void *p) { operands *t = p; return wgml_gelu_exact(ctx, t->a[pick(t)]); }
+
+/* An embedding's gather (V rows of C, N ids) and its scatter-add (index_add into zeros: the
+   gradient's work), in GB/s of the bytes each must move; the exact GELU against add's rate */
+static void bench_gather(int quick)
+{
+    wgml_context *ctx;
+    if (context_make(0, &ctx)) {
+        fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
+        exit(1);
+    }
+    char name[96];
+    int64_t V = quick ? 1024 : 32768, C = quick ? 128 : 768, N = quick ? 2048 : 16384, tsh[2] = {V, C}, ssh[2] = {N, C};
+    gather_args g = {random_tensor(ctx, 2, tsh), random_ids(ctx, N, (int32_t)V), random_tensor(ctx, 2, ssh), NULL};
+    if (wgml_tensor_zeros(ctx, 2, tsh, &g.zeros)) fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+    int inner = quick ? 2 : 8, reps = quick ? 3 : 15;
+    double s = time_op(ctx, op_gather, &g, inner, reps);
+    snprintf(name, sizeof name, "gather_V%lld_C%lld_N%lld", (long long)V, (long long)C, (long long)N);
+    report(name, s, 2.0 * 4 * (double)(N * C) / s / 1e9, "GB/s");
+    s = time_op(ctx, op_scatter, &g, inner, reps);
+    snprintf(name, sizeof name, "scatter_V%lld_C%lld_N%lld", (long long)V, (long long)C, (long long)N);
+    report(name, s, 4.0 * (double)(N * C + 2 * V * C) / s / 1e9, "GB/s");
+    wgml_tensor_free(g.table), wgml_tensor_free(g.ids), wgml_tensor_free(g.src), wgml_tensor_free(g.zeros);
+    int64_t n = quick ? (1 << 20) : (1 << 26);
+    operands t = operands_make(ctx, inner, 1, &n, 1, &n);
+    s = time_op(ctx, op_gelu_exact, &t, inner, reps);
+    snprintf(name, sizeof name, "gelu_exact_%lld", (long long)n);
+    report(name, s, 2.0 * 4 * (double)n / s / 1e9, "GB/s");
+    operands_free(&t);
+    wgml_context_free(ctx);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* Median seconds of causal attention's forward pass, or forward and backward (q, k, v
@@ -450,7 +508,7 @@ static void bench_attention(int quick)
             wgml_requires_grad(qkv[j], 1);
         }
         double flops = 4.0 * (double)(sh[0] * sh[1]) * (double)(sh[2] * sh[2]) * (double)sh[3] / 2;
-        snprintf(name, sizeof name, "attn_fwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1], (long long)sh[2],
+        snprintf(name, sizeof name, "attention_fwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1], (long long)sh[2],
                  (long long)sh[3]);
         double sec = time_attention(ctx, qkv, dout, false, quick ? 3 : 15);
         report(name, sec, flops / sec / 1e12, "TFLOP/s");
@@ -460,10 +518,10 @@ static void bench_attention(int quick)
         wgml_stats_get(ctx, &s0);
         sec = time_attention(ctx, qkv, dout, true, quick ? 3 : 15);
         wgml_stats_get(ctx, &s1);
-        snprintf(name, sizeof name, "attn_fwdbwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1],
+        snprintf(name, sizeof name, "attention_fwdbwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1],
                  (long long)sh[2], (long long)sh[3]);
         report(name, sec, 3.5 * flops / sec / 1e12, "TFLOP/s");
-        snprintf(name, sizeof name, "attn_fwdbwd_T%lld_peak_extra", (long long)sh[2]);
+        snprintf(name, sizeof name, "attention_fwdbwd_T%lld_peak_extra", (long long)sh[2]);
         last_host_seconds = 0;
         report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
         for (int j = 0; j < 3; j++) wgml_tensor_free(qkv[j]);
@@ -492,7 +550,8 @@ int cmd_bench(int argc, char **argv)
             gpu_time ? "GPU timestamps, one op per evaluation" : "host clock, ops batched per submit");
     if (!strcmp(what, "ops") || !strcmp(what, "all")) bench_ops(quick);
     if (!strcmp(what, "matmul") || !strcmp(what, "all")) bench_matmul(quick);
-    if (!strcmp(what, "attention")) bench_attention(quick);
+    if (!strcmp(what, "attention") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_attention(quick);
+    if (!strcmp(what, "gather") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_gather(quick);
     if (!strcmp(what, "startup")) bench_startup();
     if (cli_has_flag(argc, argv, "--json")) {
         printf("{\"device\": \"%s\", \"results\": {", info.name);

@@ -66,6 +66,33 @@ wgml_status test_read(wgml_tensor *t, float *out, size_t n)
     return st;
 }
 
+float *test_read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_t n)
+{
+    float *got = malloc((size_t)(n > 0 ? n : 1) * sizeof *got);
+    wgml_status st = got ? test_read(t, got, (size_t)n) : WGML_ERROR_OUT_OF_MEMORY;
+    if (st) {
+        fprintf(stderr, "FAIL %s: %s: read gave %s: %s\n", test_current, what, wgml_status_name(st), wgml_error_message(ctx));
+        test_failures++;
+        free(got);
+        return NULL;
+    }
+    return got;
+}
+
+int64_t test_numel(int nd, const int64_t *sh)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= sh[i];
+    return n;
+}
+
+void test_shape_str(char *out, size_t cap, int nd, const int64_t *sh)
+{
+    size_t u = (size_t)snprintf(out, cap, "[");
+    for (int i = 0; i < nd && u < cap; i++) u += (size_t)snprintf(out + u, cap - u, "%s%lld", i ? "," : "", (long long)sh[i]);
+    if (u < cap) snprintf(out + u, cap - u, "]");
+}
+
 double *test_to_double(const float *x, size_t n)
 {
     double *y = malloc((n ? n : 1) * sizeof *y);

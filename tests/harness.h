@@ -65,6 +65,12 @@ void test_fill_uniform(float *x, size_t n, double lo, double hi);
 double *test_to_double(const float *x, size_t n);
 /* Reads t of any dtype into floats (i32 values converted, exact up to 2^24). */
 wgml_status test_read(wgml_tensor *t, float *out, size_t n);
+/* ... into a new array (free it); NULL, and a failure of the current test naming `what`,
+   when the read fails */
+float *test_read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_t n);
+/* the element count of a shape, and the shape as "[2,3,4]" */
+int64_t test_numel(int nd, const int64_t *sh);
+void test_shape_str(char *out, size_t cap, int nd, const int64_t *sh);
 /* wgml_ref_matmul (cpu/ref.h; the arguments as there) of float operands, each widened with
    test_to_double first. */
 void test_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int64_t batch_a,

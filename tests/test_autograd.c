@@ -47,21 +47,6 @@ static char worst_case[200];
 
 /* ---------------------------------------------------------------- shapes */
 
-static int64_t numel_of(int nd, const int64_t *sh)
-{
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= sh[i];
-    return n;
-}
-
-static void shape_str(char *out, size_t n, int nd, const int64_t *sh)
-{
-    size_t k = 0;
-    k += (size_t)snprintf(out + k, n - k, "[");
-    for (int i = 0; i < nd && k < n; i++) k += (size_t)snprintf(out + k, n - k, i ? ",%lld" : "%lld", (long long)sh[i]);
-    if (k < n) snprintf(out + k, n - k, "]");
-}
-
 /* ---------------------------------------------------------------- the cases */
 
 typedef enum {
@@ -246,7 +231,7 @@ static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kin
     for (int i = 0; i < c->nview; i++)
         if (cpu_view(&c->views[i], &op[c->vop], viewbuf[i])) return -1;
     darr *x = &op[0];
-    int64_t n = numel_of(x->nd, x->sh);
+    int64_t n = test_numel(x->nd, x->sh);
     double dummy = INFINITY;
     if (!kink) kink = &dummy;
     /* elementwise and row ops keep x's shape */
@@ -264,7 +249,7 @@ static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kin
     case K_BINARY: {
         if (broadcast_both(&op[0], &op[1], out, tmp[0], tmp[1])) return -1;
         int extremum = c->op == WGML_OP_MAXIMUM || c->op == WGML_OP_MINIMUM;
-        for (int64_t i = 0; i < numel_of(out->nd, out->sh); i++) {
+        for (int64_t i = 0; i < test_numel(out->nd, out->sh); i++) {
             if (extremum) *kink = fmin(*kink, fabs(tmp[0][i] - tmp[1][i]));
             out->v[i] = ref_at(c->op, tmp[0][i], tmp[1][i], 0);
         }
@@ -281,7 +266,7 @@ static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kin
         darr flat = {.nd = 1, .sh = {n}, .v = x->v}; /* the *_all forms reduce x flattened */
         if (c->all) x = &flat;
         int ax = c->all ? 0 : c->axis < 0 ? c->axis + x->nd : c->axis;
-        int64_t outer = numel_of(ax, x->sh), len = x->sh[ax], inner = numel_of(x->nd - ax - 1, x->sh + ax + 1);
+        int64_t outer = test_numel(ax, x->sh), len = x->sh[ax], inner = test_numel(x->nd - ax - 1, x->sh + ax + 1);
         switch (c->op) {
         case WGML_OP_SUM: wgml_ref_sum(x->nd, x->sh, x->v, ax, out->v); break;
         case WGML_OP_MEAN: wgml_ref_mean(x->nd, x->sh, x->v, ax, out->v); break;
@@ -325,7 +310,7 @@ static int cpu_forward(const gcase *c, double *const *in, darr *out, double *kin
     case K_MSE: {
         darr d;
         if (broadcast_both(&op[0], &op[1], &d, tmp[0], tmp[1])) return -1;
-        out->v[0] = wgml_ref_mse(numel_of(d.nd, d.sh), tmp[0], tmp[1]);
+        out->v[0] = wgml_ref_mse(test_numel(d.nd, d.sh), tmp[0], tmp[1]);
         out->nd = 1;
         out->sh[0] = 1;
         return 0;
@@ -422,7 +407,7 @@ static double loss_of(const gcase *c, double *const *in, const double *w, darr *
 {
     if (cpu_forward(c, in, out, NULL)) return NAN;
     double L = 0;
-    int64_t n = numel_of(out->nd, out->sh);
+    int64_t n = test_numel(out->nd, out->sh);
     for (int64_t i = 0; i < n; i++) L += out->v[i] * w[i];
     return L;
 }
@@ -455,7 +440,7 @@ static int grad_close(const char *what, const float *got, const double *want, in
 static void sample_inputs(const gcase *c, float **x)
 {
     for (int l = 0; l < c->nin; l++) {
-        int64_t n = numel_of(c->nd[l], c->sh[l]);
+        int64_t n = test_numel(c->nd[l], c->sh[l]);
         for (int64_t i = 0; i < n; i++) {
             double v;
             do v = test_uniform(c->rlo[l], c->rhi[l]);
@@ -483,7 +468,7 @@ static void run_case(const gcase *c)
     for (;; tries++) {
         sample_inputs(c, xp);
         for (int l = 0; l < c->nin; l++)
-            for (int64_t i = 0; i < numel_of(c->nd[l], c->sh[l]); i++) xd[l][i] = xf[l][i];
+            for (int64_t i = 0; i < test_numel(c->nd[l], c->sh[l]); i++) xd[l][i] = xf[l][i];
         double kink = INFINITY;
         if (cpu_forward(c, dp, &out, &kink)) {
             fprintf(stderr, "FAIL %s: case %s: the CPU reference rejects it (test bug)\n", test_current, c->name);
@@ -497,7 +482,7 @@ static void run_case(const gcase *c)
             return;
         }
     }
-    int64_t nout = numel_of(out.nd, out.sh);
+    int64_t nout = test_numel(out.nd, out.sh);
     test_fill_uniform(wf, (size_t)nout, -1, 1);
     double w[MAXEL];
     for (int64_t i = 0; i < nout; i++) w[i] = wf[i];
@@ -505,7 +490,7 @@ static void run_case(const gcase *c)
     wgml_scope_begin(ctx);
     wgml_tensor *in[MAXIN] = {0};
     for (int l = 0; l < c->nin; l++) {
-        CHECK_OK(ctx, wgml_tensor_from_data(ctx, c->nd[l], c->sh[l], xf[l], (size_t)numel_of(c->nd[l], c->sh[l]), &in[l]));
+        CHECK_OK(ctx, wgml_tensor_from_data(ctx, c->nd[l], c->sh[l], xf[l], (size_t)test_numel(c->nd[l], c->sh[l]), &in[l]));
         CHECK_OK(ctx, wgml_requires_grad(in[l], 1));
     }
     wgml_tensor *y = gpu_forward(ctx, c, in), *wt = NULL;
@@ -519,8 +504,8 @@ static void run_case(const gcase *c)
     int64_t ysh[4];
     for (int d = 0; d < wgml_tensor_ndim(y); d++) ysh[d] = wgml_tensor_dim(y, d);
     if (wgml_tensor_ndim(y) != out.nd || memcmp(ysh, out.sh, (size_t)out.nd * sizeof *ysh)) {
-        shape_str(s1, sizeof s1, wgml_tensor_ndim(y), ysh);
-        shape_str(s2, sizeof s2, out.nd, out.sh);
+        test_shape_str(s1, sizeof s1, wgml_tensor_ndim(y), ysh);
+        test_shape_str(s2, sizeof s2, out.nd, out.sh);
         fprintf(stderr, "FAIL %s: case %s: forward shape %s, want %s\n", test_current, c->name, s1, s2);
         test_failures++;
         goto done;
@@ -546,8 +531,8 @@ static void run_case(const gcase *c)
         int64_t gsh[4];
         for (int d = 0; d < wgml_tensor_ndim(g); d++) gsh[d] = wgml_tensor_dim(g, d);
         if (wgml_tensor_ndim(g) != c->nd[l] || memcmp(gsh, c->sh[l], (size_t)c->nd[l] * sizeof *gsh)) {
-            shape_str(s1, sizeof s1, wgml_tensor_ndim(g), gsh);
-            shape_str(s2, sizeof s2, c->nd[l], c->sh[l]);
+            test_shape_str(s1, sizeof s1, wgml_tensor_ndim(g), gsh);
+            test_shape_str(s2, sizeof s2, c->nd[l], c->sh[l]);
             fprintf(stderr, "FAIL %s: case %s: gradient of input %d has shape %s, want %s (status %s)\n",
                     test_current, c->name, l, s1, s2, wgml_status_name(wgml_tensor_status(g)));
             test_failures++;
@@ -576,7 +561,7 @@ static void run_case(const gcase *c)
 
     /* each leaf's gradient against central differences */
     for (int l = 0; l < c->nin; l++) {
-        int64_t n = numel_of(c->nd[l], c->sh[l]);
+        int64_t n = test_numel(c->nd[l], c->sh[l]);
         for (int64_t i = 0; i < n; i++) {
             double x0 = xd[l][i];
             xd[l][i] = x0 + FD_H;
@@ -588,7 +573,7 @@ static void run_case(const gcase *c)
         }
         CHECK_OK(ctx, wgml_tensor_read(grads[l], got, (size_t)n));
         char what[256];
-        shape_str(s1, sizeof s1, c->nd[l], c->sh[l]);
+        test_shape_str(s1, sizeof s1, c->nd[l], c->sh[l]);
         snprintf(what, sizeof what, "%s: d/d(input %d %s)", c->name, l, s1);
         if (!grad_close(what, got, want, n)) {
             fprintf(stderr, "FAIL %s: case %s: gradient of input %d\n", test_current, c->name, l);
@@ -618,7 +603,7 @@ static void name_shapes(char *buf, size_t n, const gcase *c)
     size_t k = strlen(buf);
     for (int l = 0; l < c->nin && k < n; l++) {
         char s[64];
-        shape_str(s, sizeof s, c->nd[l], c->sh[l]);
+        test_shape_str(s, sizeof s, c->nd[l], c->sh[l]);
         k += (size_t)snprintf(buf + k, n - k, "%s%s", l ? " " : " ", s);
     }
 }
@@ -786,7 +771,7 @@ static void reduce_case(int op, const shape *s, int axis, int keepdim, int all, 
 {
     gcase c = {.kind = K_REDUCE, .op = op, .axis = axis, .keepdim = keepdim, .all = all};
     int ax = axis < 0 ? axis + s->nd : axis;
-    double r = op == WGML_OP_MAX || op == WGML_OP_MIN ? fmax(2, (double)(all ? numel_of(s->nd, s->sh) : s->sh[ax])) : 2;
+    double r = op == WGML_OP_MAX || op == WGML_OP_MIN ? fmax(2, (double)(all ? test_numel(s->nd, s->sh) : s->sh[ax])) : 2;
     set_leaf(&c, 0, s->nd, s->sh, -r, r);
     if (all) snprintf(c.name, sizeof c.name, "%s_all%s", op_name(op), tag);
     else snprintf(c.name, sizeof c.name, "%s(axis %d, keepdim %d)%s", op_name(op), axis, keepdim, tag);
@@ -831,16 +816,16 @@ static void max_ties_case(const shape *s, int axis, int all)
     if (!ctx) return;
     n_cases++;
     int before = test_failures;
-    int64_t n = numel_of(s->nd, s->sh);
+    int64_t n = test_numel(s->nd, s->sh);
     float x[64], w[64], got[64];
     double want[64];
     for (int64_t i = 0; i < n; i++) x[i] = (float)(test_rand_u64() % 3), w[i] = (float)test_uniform(-1, 1);
     int64_t outer = 1, len = n, inner = 1;
     if (!all) {
-        outer = numel_of(axis, s->sh), len = s->sh[axis], inner = numel_of(s->nd - axis - 1, s->sh + axis + 1);
+        outer = test_numel(axis, s->sh), len = s->sh[axis], inner = test_numel(s->nd - axis - 1, s->sh + axis + 1);
     }
     char name[96], sh[32];
-    shape_str(sh, sizeof sh, s->nd, s->sh);
+    test_shape_str(sh, sizeof sh, s->nd, s->sh);
     if (all) snprintf(name, sizeof name, "max_all ties %s", sh);
     else snprintf(name, sizeof name, "max(axis %d) ties %s", axis, sh);
     wgml_scope_begin(ctx);

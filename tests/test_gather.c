@@ -30,13 +30,6 @@ static int64_t count_of(int nd, const int64_t *s)
     return n;
 }
 
-static void shape_str(char *out, size_t cap, int nd, const int64_t *s)
-{
-    size_t u = (size_t)snprintf(out, cap, "[");
-    for (int i = 0; i < nd && u < cap; i++) u += (size_t)snprintf(out + u, cap - u, "%s%lld", i ? "," : "", (long long)s[i]);
-    if (u < cap) snprintf(out + u, cap - u, "]");
-}
-
 static wgml_tensor *ints(wgml_context *ctx, int nd, const int64_t *sh, const int32_t *v)
 {
     wgml_tensor *t = NULL;
@@ -112,19 +105,6 @@ static int sums_close(const char *what, const float *got, const double *want, co
     return 1;
 }
 
-/* reads t (n elements, f32 or i32 read as floats) into a new array; NULL and a FAIL when it fails */
-static float *read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_t n)
-{
-    float *got = malloc((size_t)(n ? n : 1) * sizeof *got);
-    wgml_status st = test_read(t, got, (size_t)n);
-    if (st) {
-        FAILF("%s: read gave %s: %s", what, wgml_status_name(st), wgml_error_message(ctx));
-        free(got);
-        return NULL;
-    }
-    return got;
-}
-
 static void check_shape(const char *what, wgml_tensor *t, int nd, const int64_t *sh)
 {
     bool ok = wgml_tensor_ndim(t) == nd;
@@ -150,7 +130,7 @@ static void embedding_matches_reference(void)
             double *want = malloc((size_t)(n * C) * sizeof *want);
             ref_select(2, tsh, table, 0, ids, n, want);
             char what[128], ss[48];
-            shape_str(ss, sizeof ss, ids_shapes[s].nd, ids_shapes[s].s);
+            test_shape_str(ss, sizeof ss, ids_shapes[s].nd, ids_shapes[s].s);
             snprintf(what, sizeof what, "embedding of table [%lld,%lld] by ids %s", (long long)V, (long long)C, ss);
             wgml_scope_begin(ctx);
             wgml_tensor *y = wgml_embedding(ctx, test_tensor(ctx, 2, tsh, table), ints(ctx, ids_shapes[s].nd, ids_shapes[s].s, ids));
@@ -158,7 +138,7 @@ static void embedding_matches_reference(void)
             memcpy(ysh, ids_shapes[s].s, sizeof ids_shapes[s].s);
             ysh[ids_shapes[s].nd] = C;
             check_shape(what, y, ids_shapes[s].nd + 1, ysh);
-            float *got = read_new(ctx, what, y, n * C);
+            float *got = test_read_new(ctx, what, y, n * C);
             if (got && !test_close(what, got, want, (size_t)(n * C), 0, 1e-30)) FAILF("%s: off the reference", what);
             free(got);
             wgml_scope_end(ctx);
@@ -192,14 +172,14 @@ static void index_select_along_every_axis(void)
                 double *want = malloc((size_t)on * sizeof *want);
                 ref_select(nd, sh, a, ax, idx, len, want);
                 char what[128], ss[48];
-                shape_str(ss, sizeof ss, nd, sh);
+                test_shape_str(ss, sizeof ss, nd, sh);
                 snprintf(what, sizeof what, "index_select of %s along axis %d by %d indices", ss, ax, len);
                 wgml_scope_begin(ctx);
                 wgml_tensor *at = test_tensor(ctx, nd, sh, a), *it = ints(ctx, 1, (int64_t[]){len}, idx);
                 wgml_tensor *ys[2] = {wgml_index_select(ctx, at, ax, it), wgml_index_select(ctx, at, ax - nd, it)};
                 for (int k = 0; k < 2; k++) {
                     check_shape(what, ys[k], nd, osh);
-                    float *got = read_new(ctx, what, ys[k], on);
+                    float *got = test_read_new(ctx, what, ys[k], on);
                     if (got && !test_close(what, got, want, (size_t)on, 0, 1e-30)) FAILF("%s: off the reference", what);
                     free(got);
                 }
@@ -288,7 +268,7 @@ static void index_select_of_views(void)
             char what[96];
             snprintf(what, sizeof what, "index_select of %s along axis %d", views[v].name, ax);
             wgml_tensor *y = wgml_index_select(ctx, views[v].view, ax, it);
-            float *got = read_new(ctx, what, y, orows * ocols);
+            float *got = test_read_new(ctx, what, y, orows * ocols);
             if (got && !test_close(what, got, want, (size_t)(orows * ocols), 0, 1e-30)) FAILF("%s: off the reference", what);
             free(got);
         }
@@ -320,7 +300,7 @@ static void run_add(wgml_context *ctx, const add_case *c)
     double *want = malloc((size_t)numel * sizeof *want), *mag = malloc((size_t)numel * sizeof *mag);
     ref_index_add(c->nd, c->sh, c->zeros ? NULL : a, c->ax, idx, c->n, src, want, mag);
     char what[160], ss[48];
-    shape_str(ss, sizeof ss, c->nd, c->sh);
+    test_shape_str(ss, sizeof ss, c->nd, c->sh);
     snprintf(what, sizeof what, "index_add%s into %s along axis %d of %lld indices", c->zeros ? " (into zeros, by the gradient)" : "", ss,
              c->ax, (long long)c->n);
     for (int run = 0; run < 3; run++) {
@@ -335,7 +315,7 @@ static void run_add(wgml_context *ctx, const add_case *c)
             y = wgml_index_add(ctx, test_tensor(ctx, c->nd, c->sh, a), c->ax, it, st);
         }
         check_shape(what, y, c->nd, c->sh);
-        float *got = y ? read_new(ctx, what, y, numel) : NULL;
+        float *got = y ? test_read_new(ctx, what, y, numel) : NULL;
         if (got && run == 0 && !sums_close(what, got, want, mag, numel, 1e-5)) FAILF("%s: off the reference", what);
         if (got && run > 0 && first && memcmp(got, first, (size_t)numel * sizeof *got) != 0)
             FAILF("%s: run %d's bits differ from the first run's", what, run + 1);
@@ -392,7 +372,7 @@ static void gradients_match_their_references(void)
     CHECK_OK(ctx, wgml_requires_grad(tt, 1));
     wgml_tensor *y = wgml_embedding(ctx, tt, ints(ctx, 2, ish, ids));
     CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, y, test_tensor(ctx, 3, ysh, w)))));
-    float *got = read_new(ctx, "embedding's gradient", wgml_grad(tt), V * C);
+    float *got = test_read_new(ctx, "embedding's gradient", wgml_grad(tt), V * C);
     if (got && !sums_close("embedding's gradient", got, want, mag, V * C, 1e-6)) FAILF("embedding's gradient is off");
     free(got);
 
@@ -407,8 +387,8 @@ static void gradients_match_their_references(void)
     double wd[35], ws[60];
     for (int i = 0; i < V * C; i++) wd[i] = wa[i];
     ref_select(2, tsh, wa, 0, ids, n, ws);
-    float *ga = read_new(ctx, "index_add's gradient to a", wgml_grad(at), V * C);
-    float *gs = read_new(ctx, "index_add's gradient to src", wgml_grad(sv), n * C);
+    float *ga = test_read_new(ctx, "index_add's gradient to a", wgml_grad(at), V * C);
+    float *gs = test_read_new(ctx, "index_add's gradient to src", wgml_grad(sv), n * C);
     if (ga && !test_close("index_add's gradient to a", ga, wd, (size_t)(V * C), 0, 1e-30)) FAILF("index_add's gradient to a is off");
     if (gs && !test_close("index_add's gradient to src", gs, ws, (size_t)(n * C), 0, 1e-30)) FAILF("index_add's gradient to src is off");
     free(ga);

@@ -54,13 +54,6 @@ typedef struct layout {
     int64_t sh[4], st[4], off;
 } layout;
 
-static int64_t numel_of(int nd, const int64_t *sh)
-{
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= sh[d];
-    return n;
-}
-
 static layout layout_of(const operand *o)
 {
     layout l = {.nd = o->nd};
@@ -137,22 +130,17 @@ static int ref_bmm(const layout *pa, const double *A, int ta, const layout *pb, 
     return nl + 2;
 }
 
-static void shape_str(char *out, size_t n, int nd, const int64_t *sh)
-{
-    wgml_format_shape(out, n, nd, sh);
-}
-
 /* "[2, 3, 7, 5]", or "[2, 7, 3, 5] permuted (0 2 1 3)", ... */
 static void operand_str(char *out, size_t n, const operand *o)
 {
     char s[64];
-    shape_str(s, sizeof s, o->nd, o->sh);
+    test_shape_str(s, sizeof s, o->nd, o->sh);
     if (o->view == V_PERMUTE)
         snprintf(out, n, "%s permuted (%d %d %d %d)", s, o->perm[0], o->perm[1], o->nd > 2 ? o->perm[2] : -1,
                  o->nd > 3 ? o->perm[3] : -1);
     else if (o->view == V_BCAST) {
         char t[64];
-        shape_str(t, sizeof t, o->bnd, o->bsh);
+        test_shape_str(t, sizeof t, o->bnd, o->bsh);
         snprintf(out, n, "%s broadcast to %s", s, t);
     } else if (o->view == V_SLICE)
         snprintf(out, n, "%s sliced [%lld:%lld:%lld] on %d", s, (long long)o->start, (long long)o->stop,
@@ -210,8 +198,8 @@ static operand transposed(operand o)
 static int run_case(wgml_context *ctx, const bcase *c)
 {
     layout la = layout_of(&c->a), lb = layout_of(&c->b);
-    int64_t na = numel_of(c->a.nd, c->a.sh), nb = numel_of(c->b.nd, c->b.sh);
-    int64_t nla = numel_of(la.nd, la.sh), nlb = numel_of(lb.nd, lb.sh);
+    int64_t na = test_numel(c->a.nd, c->a.sh), nb = test_numel(c->b.nd, c->b.sh);
+    int64_t nla = test_numel(la.nd, la.sh), nlb = test_numel(lb.nd, lb.sh);
     int64_t N = c->tb ? lb.sh[lb.nd - 2] : lb.sh[lb.nd - 1], K = c->ta ? la.sh[la.nd - 2] : la.sh[la.nd - 1];
     float *A = malloc((size_t)na * 4), *B = malloc((size_t)nb * 4), *bias = malloc((size_t)N * 4);
     test_fill_uniform(A, (size_t)na, -1, 1);
@@ -227,7 +215,7 @@ static int run_case(wgml_context *ctx, const bcase *c)
     int64_t nc_max = (nla / K) * (nlb / K);
     double *want = malloc((size_t)nc_max * sizeof *want);
     int ndc = ref_bmm(&la, Al, c->ta, &lb, Bl, c->tb, alpha, c->bias ? bd : NULL, (int)c->act, sc, want);
-    int64_t nc = ndc ? numel_of(ndc, sc) : 0;
+    int64_t nc = ndc ? test_numel(ndc, sc) : 0;
     float *got = malloc((size_t)(nc ? nc : 1) * 4);
 
     char sa[160], sb[160], what[400];
@@ -257,8 +245,8 @@ static int run_case(wgml_context *ctx, const bcase *c)
     for (int i = 0; i < wgml_tensor_ndim(r) && i < 4; i++) shr[i] = wgml_tensor_dim(r, i);
     if (wgml_tensor_ndim(r) != ndc || memcmp(shr, sc, (size_t)ndc * sizeof *sc)) {
         char s1[64], s2[64];
-        shape_str(s1, sizeof s1, wgml_tensor_ndim(r), shr);
-        shape_str(s2, sizeof s2, ndc, sc);
+        test_shape_str(s1, sizeof s1, wgml_tensor_ndim(r), shr);
+        test_shape_str(s2, sizeof s2, ndc, sc);
         fprintf(stderr, "  %s: output shape %s, want %s\n", what, s1, s2);
         ok = 0;
         goto done;
@@ -557,7 +545,7 @@ static double loss_of(const bcase *c, const double *A, const double *B, const do
     int nd = ref_bmm(&la, Al, c->ta, &lb, Bl, c->tb, c->alpha == 0.0f ? 1.0 : c->alpha, c->bias ? bias : NULL,
                      (int)c->act, sc, Z);
     double L = 0;
-    for (int64_t i = 0; i < numel_of(nd, sc); i++) L += Z[i] * W[i];
+    for (int64_t i = 0; i < test_numel(nd, sc); i++) L += Z[i] * W[i];
     return L;
 }
 
@@ -580,14 +568,14 @@ static void grad_case(wgml_context *ctx, const bcase *c)
     const int64_t *sh[3] = {c->a.sh, c->b.sh, &N};
     int nin = c->bias ? 3 : 2;
     for (int l = 0; l < nin; l++) {
-        test_fill_uniform(xf[l], (size_t)numel_of(nd[l], sh[l]), -1, 1);
-        for (int64_t i = 0; i < numel_of(nd[l], sh[l]); i++) xd[l][i] = xf[l][i];
+        test_fill_uniform(xf[l], (size_t)test_numel(nd[l], sh[l]), -1, 1);
+        for (int64_t i = 0; i < test_numel(nd[l], sh[l]); i++) xd[l][i] = xf[l][i];
     }
     int64_t sc[4];
     gather(&la, xd[0], Al);
     gather(&lb, xd[1], Bl);
     int ndc = ref_bmm(&la, Al, c->ta, &lb, Bl, c->tb, 1.0, NULL, 0, sc, Z);
-    int64_t nc = numel_of(ndc, sc);
+    int64_t nc = test_numel(ndc, sc);
     test_fill_uniform(wf, (size_t)nc, -1, 1);
     for (int64_t i = 0; i < nc; i++) w[i] = wf[i];
 
@@ -620,7 +608,7 @@ static void grad_case(wgml_context *ctx, const bcase *c)
             CHECK(0);
             continue;
         }
-        int64_t n = numel_of(nd[l], sh[l]);
+        int64_t n = test_numel(nd[l], sh[l]);
         for (int64_t i = 0; i < n; i++) {
             double x0 = xd[l][i];
             xd[l][i] = x0 + FD_H;

@@ -119,20 +119,6 @@ static const double *scalars_of(int op)
 
 /* ---------------------------------------------------------------- small helpers */
 
-static int64_t numel_of(int nd, const int64_t *sh)
-{
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= sh[i];
-    return n;
-}
-
-static void shape_str(char *out, size_t cap, int nd, const int64_t *s)
-{
-    size_t u = (size_t)snprintf(out, cap, "[");
-    for (int i = 0; i < nd && u < cap; i++) u += (size_t)snprintf(out + u, cap - u, "%s%lld", i ? "," : "", (long long)s[i]);
-    if (u < cap) snprintf(out + u, cap - u, "]");
-}
-
 /* uniform in [lo, hi], never exactly zero */
 static float draw(double lo, double hi)
 {
@@ -151,19 +137,6 @@ static int grad_close(const char *what, const float *got, const double *want, in
     if (test_max_rel_err(got, want, (size_t)n, GRAD_FLOOR * scale) <= GRAD_TOL) return 1;
     test_close(what, got, want, (size_t)n, GRAD_TOL, GRAD_FLOOR * scale);
     return 0;
-}
-
-/* reads t into a new float array (NULL and a FAIL when the read fails) */
-static float *read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_t n)
-{
-    float *got = malloc((size_t)(n ? n : 1) * sizeof *got);
-    wgml_status st = test_read(t, got, (size_t)n);
-    if (st) {
-        FAILF("%s: read gave %s: %s", what, wgml_status_name(st), wgml_error_message(ctx));
-        free(got);
-        return NULL;
-    }
-    return got;
 }
 
 /* the FD step at x */
@@ -341,7 +314,7 @@ static wgml_tensor *ew_build(wgml_context *ctx, const ew_case *c, wgml_tensor *a
 static void ew_describe(char *out, size_t cap, const ew_case *c)
 {
     char ss[48];
-    shape_str(ss, sizeof ss, c->nd, c->sh);
+    test_shape_str(ss, sizeof ss, c->nd, c->sh);
     const char *n = op_name(c->op);
     if (c->side == 1) snprintf(out, cap, "%s(x%s, %g)", n, ss, c->s);
     else if (c->side == 2) snprintf(out, cap, "%s(%g, x%s)", n, c->s, ss);
@@ -355,7 +328,7 @@ static void ew_describe(char *out, size_t cap, const ew_case *c)
 static wgml_tensor *ew_tensor(wgml_context *ctx, const ew_case *c, int k, float *x)
 {
     if (!(wgml_op_table[c->op].i32_only >> ew_position(c, k) & 1)) return test_tensor(ctx, c->nd, c->sh, x);
-    int64_t n = numel_of(c->nd, c->sh);
+    int64_t n = test_numel(c->nd, c->sh);
     int32_t *v = malloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++) {
         v[i] = (int32_t)lrint(x[i]);
@@ -371,7 +344,7 @@ static wgml_tensor *ew_tensor(wgml_context *ctx, const ew_case *c, int k, float 
 static void ew_forward(wgml_context *ctx, const ew_case *c)
 {
     const wgml_op_def *d = &wgml_op_table[c->op];
-    int64_t n = numel_of(c->nd, c->sh);
+    int64_t n = test_numel(c->nd, c->sh);
     int nt = ew_ntensors(c);
     float *x[2] = {NULL, NULL};
     double *want = malloc((size_t)n * sizeof *want);
@@ -390,7 +363,7 @@ static void ew_forward(wgml_context *ctx, const ew_case *c)
     if (y && y->op != c->op) FAILF("%s: the node built is op %d (%s)", what, y->op, op_name(y->op));
     if (y && wgml_tensor_status(y)) FAILF("%s: built in error: %s", what, wgml_error_message(ctx));
     else if (y) {
-        float *got = read_new(ctx, what, y, n);
+        float *got = test_read_new(ctx, what, y, n);
         if (got && !test_close(what, got, want, (size_t)n, d->tol, floor_of(c->op))) FAILF("%s: off the reference", what);
         free(got);
     }
@@ -495,7 +468,7 @@ static void softplus_at_its_edges(void)
         wgml_tensor *a = test_tensor(ctx, 1, &n, x), *y = wgml_softplus(ctx, a);
         char what[64];
         snprintf(what, sizeof what, "softplus edges (n=%lld)", (long long)n);
-        float *got = read_new(ctx, what, y, n);
+        float *got = test_read_new(ctx, what, y, n);
         if (got) {
             if (!(got[0] == INFINITY)) FAILF("%s: softplus(+inf) = %.9g, want inf", what, got[0]);
             if (!(got[1] == 0.0f)) FAILF("%s: softplus(-inf) = %.9g, want 0", what, got[1]);
@@ -531,7 +504,7 @@ static void fd_range(int op, int pos, double *lo, double *hi)
 
 static void ew_backward(wgml_context *ctx, const ew_case *c)
 {
-    int64_t n = numel_of(c->nd, c->sh);
+    int64_t n = test_numel(c->nd, c->sh);
     int nt = ew_ntensors(c);
     float *x[2] = {NULL, NULL}, *w = malloc((size_t)n * sizeof *w);
     double *want = malloc((size_t)n * sizeof *want);
@@ -609,7 +582,7 @@ static void ew_backward(wgml_context *ctx, const ew_case *c)
         }
         char gw[200];
         snprintf(gw, sizeof gw, "d/d(operand %d) of %s", k, what);
-        float *got = read_new(ctx, gw, ev[1 + k], n);
+        float *got = test_read_new(ctx, gw, ev[1 + k], n);
         if (got && !grad_close(gw, got, want, n)) FAILF("%s: off the central differences", gw);
         free(got);
     }
@@ -739,7 +712,7 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
     case WGML_OP_ARGMAX: wgml_ref_argmax(c->nd[0], c->sh[0], in[0], c->axis, out); break;
     case WGML_OP_MIN: case WGML_OP_ARGMIN: { /* the max and argmax of -x */
         double neg[MAXEL];
-        int64_t n = numel_of(c->nd[0], c->sh[0]);
+        int64_t n = test_numel(c->nd[0], c->sh[0]);
         for (int64_t i = 0; i < n; i++) neg[i] = -in[0][i];
         if (c->op == WGML_OP_ARGMIN) wgml_ref_argmax(c->nd[0], c->sh[0], neg, c->axis, out);
         else {
@@ -782,13 +755,13 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
     }
     case WGML_OP_RAND: { /* exact in f32 */
         float u[MAXEL];
-        int64_t n = numel_of(c->nd[0], c->sh[0]);
+        int64_t n = test_numel(c->nd[0], c->sh[0]);
         wgml_ref_rand(RCASE_SEED, 0, n, c->r0, c->r1, u);
         for (int64_t i = 0; i < n; i++) out[i] = u[i];
         return n;
     }
-    case WGML_OP_RANDN: wgml_ref_randn(RCASE_SEED, 0, numel_of(c->nd[0], c->sh[0]), c->r0, c->r1, out); return numel_of(c->nd[0], c->sh[0]);
-    case WGML_OP_DROPOUT: wgml_ref_dropout(RCASE_SEED, 0, numel_of(c->nd[0], c->sh[0]), in[0], c->r0, out); return numel_of(c->nd[0], c->sh[0]);
+    case WGML_OP_RANDN: wgml_ref_randn(RCASE_SEED, 0, test_numel(c->nd[0], c->sh[0]), c->r0, c->r1, out); return test_numel(c->nd[0], c->sh[0]);
+    case WGML_OP_DROPOUT: wgml_ref_dropout(RCASE_SEED, 0, test_numel(c->nd[0], c->sh[0]), in[0], c->r0, out); return test_numel(c->nd[0], c->sh[0]);
     case WGML_OP_INDEX_SELECT: case WGML_OP_INDEX_ADD: { /* a [outer, len, inner], idx [n], src [outer, n, inner] */
         int64_t outer = 1, len = c->sh[0][c->axis], inner = 1, n = c->sh[1][0];
         for (int d = 0; d < c->axis; d++) outer *= c->sh[0][d];
@@ -813,9 +786,9 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
     }
     case WGML_OP_CUMSUM:
         wgml_ref_cumsum(c->nd[0], c->sh[0], in[0], c->axis < 0 ? c->axis + c->nd[0] : c->axis, c->flag, out);
-        return numel_of(c->nd[0], c->sh[0]);
+        return test_numel(c->nd[0], c->sh[0]);
     case WGML_OP_ROPE: { /* [B, T, D] */
-        int64_t D = c->sh[0][c->nd[0] - 1], T = c->sh[0][c->nd[0] - 2], n = numel_of(c->nd[0], c->sh[0]);
+        int64_t D = c->sh[0][c->nd[0] - 1], T = c->sh[0][c->nd[0] - 2], n = test_numel(c->nd[0], c->sh[0]);
         wgml_ref_rope(n / (T * D), T, D, in[0], (double)c->pos, c->base, c->flag & 1, c->flag >> 1, out);
         return n;
     }
@@ -831,7 +804,7 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
     }
     default: return -1;
     }
-    return numel_of(c->nd[0], c->sh[0]) / c->sh[0][c->axis]; /* reductions */
+    return test_numel(c->nd[0], c->sh[0]) / c->sh[0][c->axis]; /* reductions */
 }
 
 /* how far a max reduction's inputs are from a tie of the max (its kink) */
@@ -853,13 +826,13 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
     static double xd[MAXIN][MAXEL], out[MAXEL], want[MAXEL];
     double *dp[MAXIN] = {NULL};
     char what[160], ss[48];
-    shape_str(ss, sizeof ss, c->nd[0], c->sh[0]);
+    test_shape_str(ss, sizeof ss, c->nd[0], c->sh[0]);
     snprintf(what, sizeof what, "%s %s", d->name, ss);
     for (int l = 0; l < c->nin; l++) dp[l] = xd[l];
     int tries = 0;
     do {
         for (int l = 0; l < c->nin; l++)
-            for (int64_t i = 0; i < numel_of(c->nd[l], c->sh[l]); i++) {
+            for (int64_t i = 0; i < test_numel(c->nd[l], c->sh[l]); i++) {
                 xf[l][i] = c->labels_of[l] ? (float)(test_rand_u64() % (uint64_t)c->labels_of[l]) : draw(c->lo[l], c->hi[l]);
                 xd[l][i] = xf[l][i];
             }
@@ -875,8 +848,8 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
     for (int l = 0; l < c->nin; l++) {
         if (c->ints[l]) {
             int32_t v[MAXEL];
-            for (int64_t i = 0; i < numel_of(c->nd[l], c->sh[l]); i++) v[i] = (int32_t)xf[l][i];
-            if (wgml_tensor_from_i32(ctx, c->nd[l], c->sh[l], v, (size_t)numel_of(c->nd[l], c->sh[l]), &in[l]))
+            for (int64_t i = 0; i < test_numel(c->nd[l], c->sh[l]); i++) v[i] = (int32_t)xf[l][i];
+            if (wgml_tensor_from_i32(ctx, c->nd[l], c->sh[l], v, (size_t)test_numel(c->nd[l], c->sh[l]), &in[l]))
                 FAILF("%s: from_i32: %s", what, wgml_error_message(ctx));
         } else {
             in[l] = test_tensor(ctx, c->nd[l], c->sh[l], xf[l]);
@@ -922,14 +895,14 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
         FAILF("%s: evaluation gave %s: %s", what, wgml_status_name(st), wgml_error_message(ctx));
         goto scope;
     }
-    float *got = read_new(ctx, what, y, nout);
+    float *got = test_read_new(ctx, what, y, nout);
     if (got && !test_close(what, got, out, (size_t)nout, d->tol, floor_of(c->op))) FAILF("%s: off the reference", what);
     free(got);
     if (diff) {
         int g = 1;
         for (int l = 0; l < c->nin; l++) {
             if (c->labels_of[l]) continue;
-            int64_t n = numel_of(c->nd[l], c->sh[l]);
+            int64_t n = test_numel(c->nd[l], c->sh[l]);
             for (int64_t i = 0; i < n; i++) {
                 double x0 = xd[l][i], h = fd_step(x0), lp = 0, lm = 0;
                 xd[l][i] = x0 + h;
@@ -943,7 +916,7 @@ static void run_rcase(wgml_context *ctx, const rcase *c)
             }
             char gw[200];
             snprintf(gw, sizeof gw, "d/d(input %d) of %s", l, what);
-            float *gg = read_new(ctx, gw, ev[g++], n);
+            float *gg = test_read_new(ctx, gw, ev[g++], n);
             if (gg && !grad_close(gw, gg, want, n)) FAILF("%s: off the central differences", gw);
             free(gg);
         }

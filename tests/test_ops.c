@@ -26,13 +26,6 @@ static float *rand_floats(size_t n, double lo, double hi)
     return x;
 }
 
-static void shape_str(char *out, size_t cap, int nd, const int64_t *s)
-{
-    size_t u = (size_t)snprintf(out, cap, "[");
-    for (int i = 0; i < nd; i++) u += (size_t)snprintf(out + u, cap - u, "%s%lld", i ? "," : "", (long long)s[i]);
-    snprintf(out + u, cap - u, "]");
-}
-
 /* Reads t (n elements) and compares with want; prints `what` on failure. */
 static int read_close(wgml_context *ctx, const char *what, wgml_tensor *t, const double *want, size_t n,
                       double tol, double floor)
@@ -194,8 +187,8 @@ static void broadcast_case(wgml_context *ctx, int na, const int64_t *sa, int nb,
             wgml_tensor *r = wgml_binary(ctx, (wgml_binary_op)op, a, b);
             check_shape(r, no, so);
             char what[128], q1[48], q2[48];
-            shape_str(q1, sizeof q1, n1, s1);
-            shape_str(q2, sizeof q2, n2, s2);
+            test_shape_str(q1, sizeof q1, n1, s1);
+            test_shape_str(q2, sizeof q2, n2, s2);
             snprintf(what, sizeof what, "%s(%s, %s)", c->name, q1, q2);
             CHECK_CLOSE(ctx, what, r, want, n, c->tol, floor_of(c));
             wgml_tensor_free(r);
@@ -391,7 +384,7 @@ static void reductions_along_every_axis(void)
                     if (wn == 0) want_shape[wn++] = 1;
                     check_shape(r, wn, want_shape);
                     char what[96], ss[48];
-                    shape_str(ss, sizeof ss, nd, shape);
+                    test_shape_str(ss, sizeof ss, nd, shape);
                     snprintf(what, sizeof what, "%s(%s, axis %d, keepdim %d)", ops[o].name, ss, axis_arg, keep);
                     CHECK_CLOSE(ctx, what, r, want, nout, ops[o].tol, TINY);
                     wgml_tensor_free(r);
@@ -475,7 +468,7 @@ static void softmax_and_log_softmax(void)
         double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x);
         char what[96], ss[48];
-        shape_str(ss, sizeof ss, nd, shape);
+        test_shape_str(ss, sizeof ss, nd, shape);
 
         wgml_ref_softmax(rows, cols, xd, want);
         wgml_tensor *r = wgml_softmax(ctx, a);
@@ -550,7 +543,7 @@ static void layernorm_and_rmsnorm(void)
         double *wd = test_to_double(w, (size_t)cols), *bd = test_to_double(b, (size_t)cols);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x), *tw = test_tensor(ctx, 1, &cols, w), *tb = test_tensor(ctx, 1, &cols, b);
         char what[96], ss[48];
-        shape_str(ss, sizeof ss, nd, shape);
+        test_shape_str(ss, sizeof ss, nd, shape);
         /* outputs are O(1) (normalised, times O(1) weights plus O(1) biases); an element
            that lands near zero carries the absolute rounding of (x - mean) * inv ~ 1e-6,
            so the floor is 1e-2 (1e-6 absolute below it) */

@@ -32,21 +32,6 @@
 
 static const int64_t sizes[] = {1, 7, 1023, 65537};
 
-/* t's n floats in a new array (NULL, with a FAIL, when the read fails) */
-static float *read_new(wgml_context *ctx, wgml_tensor *t, int64_t n)
-{
-    float *v = malloc((size_t)n * sizeof *v);
-    if (!v) return NULL;
-    wgml_status st = wgml_tensor_read(t, v, (size_t)n);
-    if (st) {
-        fprintf(stderr, "FAIL %s: read gave %s: %s\n", test_current, wgml_status_name(st), wgml_error_message(ctx));
-        test_failures++;
-        free(v);
-        return NULL;
-    }
-    return v;
-}
-
 static uint32_t bits_of(float x)
 {
     uint32_t u;
@@ -111,7 +96,7 @@ static void uniform_case(wgml_context *ctx, uint64_t seed, uint64_t offset, int6
     CHECK_OK(ctx, wgml_rng_set_state(ctx, seed, offset));
     wgml_tensor *t = wgml_rand(ctx, 1, &n, lo, hi);
     state_is(ctx, seed, offset + wgml_philox_blocks(n), "after rand");
-    float *got = read_new(ctx, t, n);
+    float *got = test_read_new(ctx, "read", t, n);
     if (got) {
         int64_t at = first_bit_difference(got, want, n);
         if (at >= 0) {
@@ -190,7 +175,7 @@ static void consecutive_calls_and_manual_seed(void)
     /* built after a reset, evaluated before the first two: the same numbers as the first */
     CHECK_OK(ctx, wgml_manual_seed(ctx, 42));
     wgml_tensor *c = wgml_rand(ctx, 1, &n, 0, 1);
-    float *gc = read_new(ctx, c, n), *ga = read_new(ctx, a, n), *gb = read_new(ctx, b, n);
+    float *gc = test_read_new(ctx, "read", c, n), *ga = test_read_new(ctx, "read", a, n), *gb = test_read_new(ctx, "read", b, n);
     float *wa = malloc((size_t)n * sizeof *wa), *wb = malloc((size_t)n * sizeof *wb);
     if (ga && gb && gc && wa && wb) {
         wgml_ref_rand(42, 0, n, 0, 1, wa);
@@ -201,7 +186,7 @@ static void consecutive_calls_and_manual_seed(void)
         CHECK(first_bit_difference(ga, gb, n) == 0); /* the two calls differ */
     }
     /* evaluated again (now storage): the same */
-    float *again = read_new(ctx, a, n);
+    float *again = test_read_new(ctx, "read", a, n);
     if (again && ga) CHECK(first_bit_difference(again, ga, n) < 0);
     free(again);
     free(ga), free(gb), free(gc), free(wa), free(wb);
@@ -237,7 +222,7 @@ static void random_bits_hash(void)
     wgml_ref_rand(1234, 0, n, 0.0f, 1.0f, want);
     CHECK_OK(ctx, wgml_manual_seed(ctx, 1234));
     wgml_tensor *t = wgml_rand(ctx, 1, &n, 0.0f, 1.0f);
-    float *got = read_new(ctx, t, n);
+    float *got = test_read_new(ctx, "read", t, n);
     if (got) {
         wgml_adapter_info info;
         wgml_adapter_info_get(ctx, &info);
@@ -261,7 +246,7 @@ static void uniform_statistics(void)
     int64_t n = BIG;
     CHECK_OK(ctx, wgml_manual_seed(ctx, 99));
     wgml_tensor *t = wgml_rand(ctx, 1, &n, -1.0f, 3.0f);
-    float *v = read_new(ctx, t, n);
+    float *v = test_read_new(ctx, "read", t, n);
     if (v) {
         double sum = 0, below = 0;
         for (int64_t i = 0; i < n; i++) sum += v[i], below += v[i] < 0.0f;
@@ -288,7 +273,7 @@ static void normal_case(wgml_context *ctx, uint64_t seed, uint64_t offset, int64
     CHECK_OK(ctx, wgml_rng_set_state(ctx, seed, offset));
     wgml_tensor *t = wgml_randn(ctx, 1, &n, mean, std);
     state_is(ctx, seed, offset + wgml_philox_blocks(n), "after randn");
-    float *got = read_new(ctx, t, n);
+    float *got = test_read_new(ctx, "read", t, n);
     double worst = 0;
     int64_t at = 0;
     for (int64_t i = 0; got && i < n; i++) {
@@ -325,7 +310,7 @@ static void normal_statistics(void)
     int64_t n = BIG;
     CHECK_OK(ctx, wgml_manual_seed(ctx, 2024));
     wgml_tensor *t = wgml_randn(ctx, 1, &n, 0.0f, 1.0f);
-    float *v = read_new(ctx, t, n);
+    float *v = test_read_new(ctx, "read", t, n);
     if (v) {
         double sum = 0, sq = 0, within = 0, top = 0;
         int64_t bad = 0;
@@ -368,7 +353,7 @@ static void dropout_case(wgml_context *ctx, uint64_t seed, uint64_t offset, int6
     CHECK_OK(ctx, wgml_rng_set_state(ctx, seed, offset));
     wgml_tensor *y = wgml_dropout(ctx, tx, p);
     state_is(ctx, seed, offset + wgml_philox_blocks(n), "after dropout");
-    float *got = read_new(ctx, y, n);
+    float *got = test_read_new(ctx, "read", y, n);
     float scale = (float)(1.0 / (1.0 - (double)p));
     int64_t dropped = 0, wrong = 0, first = -1;
     for (int64_t i = 0; got && i < n; i++) {
@@ -499,7 +484,7 @@ static void dropout_backward(void)
         state_is(ctx, 500 + (uint64_t)k, wgml_philox_blocks(n), "after backward (no counters of its own)");
         wgml_tensor *ev[2] = {y, wgml_grad(tx)};
         CHECK_OK(ctx, wgml_eval(ctx, 2, ev));
-        float *gy = read_new(ctx, y, n), *gg = ev[1] ? read_new(ctx, ev[1], n) : NULL;
+        float *gy = test_read_new(ctx, "read", y, n), *gg = ev[1] ? test_read_new(ctx, "read", ev[1], n) : NULL;
         CHECK(gg != NULL);
         int64_t wrong = 0;
         for (int64_t i = 0; gy && gg && i < n; i++) {
@@ -549,8 +534,8 @@ static void dropout_repeats_and_differs(void)
     wgml_tensor *a = wgml_dropout(ctx, tx, 0.5f), *b = wgml_dropout(ctx, tx, 0.5f);
     /* a computed inside another graph first (it stays lazy), then as a target, then read from
        storage: the same values each time */
-    float *gs = read_new(ctx, wgml_add(ctx, a, b), n);
-    float *ga = read_new(ctx, a, n), *gb = read_new(ctx, b, n), *again = read_new(ctx, a, n);
+    float *gs = test_read_new(ctx, "read", wgml_add(ctx, a, b), n);
+    float *ga = test_read_new(ctx, "read", a, n), *gb = test_read_new(ctx, "read", b, n), *again = test_read_new(ctx, "read", a, n);
     if (gs && ga && gb && again) {
         int64_t same = 0, sums = 0;
         for (int64_t i = 0; i < n; i++) {
@@ -582,7 +567,7 @@ static void dropout_edges(void)
     CHECK_OK(ctx, wgml_manual_seed(ctx, 9));
     wgml_tensor *same = wgml_dropout(ctx, tx, 0.0f);
     state_is(ctx, 9, 0, "after dropout with p = 0");
-    float *g = read_new(ctx, same, n);
+    float *g = test_read_new(ctx, "read", same, n);
     if (g) CHECK(first_bit_difference(g, x, n) < 0);
     free(g);
     /* p = 1: zeros, and a zero gradient */
@@ -591,7 +576,7 @@ static void dropout_edges(void)
     CHECK_OK(ctx, wgml_backward(L));
     wgml_tensor *ev[2] = {none, wgml_grad(tx)};
     CHECK_OK(ctx, wgml_eval(ctx, 2, ev));
-    float *z = read_new(ctx, none, n), *gz = ev[1] ? read_new(ctx, ev[1], n) : NULL;
+    float *z = test_read_new(ctx, "read", none, n), *gz = ev[1] ? test_read_new(ctx, "read", ev[1], n) : NULL;
     int64_t nonzero = 0;
     for (int64_t i = 0; z && gz && i < n; i++) nonzero += z[i] != 0.0f || gz[i] != 0.0f;
     CHECK(z && gz && nonzero == 0);
@@ -637,7 +622,7 @@ static void initialisers(void)
                 CHECK_OK(ctx, wgml_manual_seed(ctx, 11));
                 wgml_tensor *t = inits[f].fn(ctx, shapes[s].nd, shapes[s].sh, gain, (wgml_fan_mode)mode);
                 CHECK(wgml_tensor_ndim(t) == shapes[s].nd && wgml_tensor_numel(t) == n);
-                float *v = read_new(ctx, t, n);
+                float *v = test_read_new(ctx, "read", t, n);
                 if (!v) continue;
                 /* exactly rand(-b, b) / randn(0, std) at the same counters */
                 float b = (float)want;

@@ -24,20 +24,6 @@
 #include "cpu/ref.h"
 #include "harness.h"
 
-static int64_t numel_of(int nd, const int64_t *sh)
-{
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= sh[i];
-    return n;
-}
-
-static void shape_str(char *out, size_t cap, int nd, const int64_t *s)
-{
-    size_t u = (size_t)snprintf(out, cap, "[");
-    for (int i = 0; i < nd && u < cap; i++) u += (size_t)snprintf(out + u, cap - u, "%s%lld", i ? "," : "", (long long)s[i]);
-    if (u < cap) snprintf(out + u, cap - u, "]");
-}
-
 /* ---------------------------------------------------------------- cumsum */
 
 /* every shape is scanned along each of its axes */
@@ -52,7 +38,7 @@ static const struct { int nd; int64_t s[4]; } scan_shapes[] = {
    `whole` (x holds small whole numbers), else within f32 rounding of the running sums */
 static void scan_case(wgml_context *ctx, int nd, const int64_t *sh, int axis, bool whole)
 {
-    int64_t n = numel_of(nd, sh);
+    int64_t n = test_numel(nd, sh);
     float *x = malloc((size_t)n * sizeof *x), *got = malloc((size_t)n * sizeof *got);
     double *xd = malloc((size_t)n * sizeof *xd), *want = malloc((size_t)n * sizeof *want);
     double *abs_x = malloc((size_t)n * sizeof *abs_x), *abs_run = malloc((size_t)n * sizeof *abs_run);
@@ -62,7 +48,7 @@ static void scan_case(wgml_context *ctx, int nd, const int64_t *sh, int axis, bo
         abs_x[i] = fabs(xd[i]);
     }
     char ss[64], what[128];
-    shape_str(ss, sizeof ss, nd, sh);
+    test_shape_str(ss, sizeof ss, nd, sh);
     wgml_scope_begin(ctx);
     wgml_tensor *t = test_tensor(ctx, nd, sh, x);
     int ax = axis < 0 ? axis + nd : axis;
@@ -250,7 +236,7 @@ static void cumsum_gradient_is_the_reverse_scan(void)
     const struct { int nd; int64_t s[2]; int axis; } cases[] = {{2, {3, 65537}, 1}, {2, {65537, 2}, 0}};
     for (int c = 0; c < 2; c++)
         for (int rev = 0; rev < 2; rev++) {
-            int64_t n = numel_of(cases[c].nd, cases[c].s);
+            int64_t n = test_numel(cases[c].nd, cases[c].s);
             float *x = malloc((size_t)n * sizeof *x), *w = malloc((size_t)n * sizeof *w), *got = malloc((size_t)n * sizeof *got);
             double *wd = malloc((size_t)n * sizeof *wd), *want = malloc((size_t)n * sizeof *want);
             for (int64_t i = 0; i < n; i++) {
@@ -337,12 +323,12 @@ static void rope_f32_angles(int64_t batch, int64_t T, int64_t D, const float *x,
    times the row's scale; a wrong angle, pairing or sign is off by O(1) */
 static void rope_case(wgml_context *ctx, int nd, const int64_t *sh, int64_t pos_offset, float base, int interleaved)
 {
-    int64_t n = numel_of(nd, sh), D = sh[nd - 1], T = sh[nd - 2];
+    int64_t n = test_numel(nd, sh), D = sh[nd - 1], T = sh[nd - 2];
     float *x = malloc((size_t)n * sizeof *x), *got = malloc((size_t)n * sizeof *got);
     double *xd = malloc((size_t)n * sizeof *xd), *want = malloc((size_t)n * sizeof *want);
     for (int64_t i = 0; i < n; i++) xd[i] = x[i] = (float)test_uniform(-2, 2);
     char ss[64], what[160];
-    shape_str(ss, sizeof ss, nd, sh);
+    test_shape_str(ss, sizeof ss, nd, sh);
     snprintf(what, sizeof what, "rope %s offset %lld base %g%s", ss, (long long)pos_offset, base, interleaved ? " interleaved" : "");
     wgml_scope_begin(ctx);
     wgml_tensor *t = test_tensor(ctx, nd, sh, x);

@@ -495,28 +495,87 @@ typedef enum wgml_optim_kind { WGML_OPTIM_ADAMW = 0, WGML_OPTIM_SGD } wgml_optim
 
 typedef struct wgml_optim_desc {
     wgml_optim_kind kind;
-    float lr;                /* finite, >= 0 */
+    float lr;                /* finite, >= 0; the peak when a schedule is set */
     float beta1, beta2, eps; /* AdamW; 0 means 0.9, 0.999, 1e-8; betas in [0, 1), eps > 0 */
     float momentum;          /* SGD; in [0, 1) */
     float weight_decay;      /* decoupled for AdamW, added to the gradient for SGD; finite,
-                                >= 0 */
+                                >= 0. With parameter groups each group has its own, and this
+                                one must be 0 */
     float max_grad_norm;     /* clip by global norm; 0: no clipping; >= 0 */
 } wgml_optim_desc;
 /* A number out of its range (NaN included) is WGML_ERROR_INVALID_ARGUMENT, with a message
    naming the field and its value; wgml_optimizer_set_lr checks lr the same way. */
 
 /* The parameters (evaluated, contiguous) move into one flat GPU buffer owned by the
-   optimiser; the tensors stay valid and become trainable. */
+   optimiser; the tensors stay valid and become trainable. One group: every parameter has
+   desc->weight_decay and desc->lr. */
 wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
                                   wgml_tensor *const *params, wgml_optimizer **out);
+
+/* Parameter groups, as PyTorch's param_groups: typically the matrices with weight decay and
+   the biases and norm weights without. A group's lr is the optimiser's lr (desc->lr, or
+   wgml_optimizer_set_lr's, shaped by the schedule) times lr_scale, so one schedule drives
+   every group. Clipping is by the global norm over all groups; the update stays one GPU
+   dispatch whatever the groups. */
+typedef struct wgml_param_group {
+    int n;                       /* parameters in the group, > 0 */
+    wgml_tensor *const *params;  /* n tensors, each in no other group */
+    float lr_scale;              /* 0 means 1; else finite, > 0 */
+    float weight_decay;          /* this group's; finite, >= 0; 0: none */
+} wgml_param_group;
+
+/* As wgml_optimizer_create, with n_groups > 0 groups; desc->weight_decay must be 0 (each
+   group gives its own). Parameter indices (wgml_optimizer_state, checkpoints) run over the
+   groups in order: groups[0]'s parameters first, then groups[1]'s, ... A bad group (NULL
+   params, n <= 0, a number out of range, a tensor in two groups) is
+   WGML_ERROR_INVALID_ARGUMENT naming it, e.g. "groups[1].weight_decay = -1". */
+wgml_status wgml_optimizer_create_groups(wgml_context *ctx, const wgml_optim_desc *desc, int n_groups,
+                                         const wgml_param_group *groups, wgml_optimizer **out);
+
 /* Evaluates the parameters' pending gradients (and `extra` tensors, e.g. the loss) and
    updates every parameter in one submit; gradients are consumed. */
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra);
 /* The global gradient norm of the last step, before clipping (reads 4 bytes). */
 wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm);
+/* Steps taken (or set by wgml_optimizer_set_steps, e.g. on resuming a checkpoint). */
 int64_t wgml_optimizer_steps(const wgml_optimizer *opt);
 wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps);
+/* The base lr: the peak of the schedule, if one is set. */
 wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr);
+
+/* Learning-rate schedules: linear warm-up, then a decay to min_lr_ratio x the base lr. The
+   step is counted from 0 and is the number of steps taken before the one the lr is for
+   (wgml_optimizer_steps when wgml_optimizer_step is called), as nanoGPT's get_lr(it):
+     step <  warmup_steps:                lr = base * (step + 1) / (warmup_steps + 1)
+     warmup_steps <= step <= total_steps: r = (step - warmup_steps) / (total_steps - warmup_steps)
+                                          COSINE: lr = min + (base - min) * (1 + cos(pi r)) / 2
+                                          LINEAR: lr = min + (base - min) * (1 - r)
+                                          NONE:   lr = base
+     step > total_steps:                  lr = min (NONE: base)
+   where min = base * min_lr_ratio. The warm-up never gives 0 and reaches base at
+   step = warmup_steps. The zeroed schedule is a constant lr. */
+typedef enum wgml_lr_decay {
+    WGML_LR_DECAY_NONE = 0, WGML_LR_DECAY_COSINE, WGML_LR_DECAY_LINEAR
+} wgml_lr_decay;
+typedef struct wgml_lr_schedule {
+    int64_t warmup_steps; /* >= 0 */
+    int64_t total_steps;  /* where the decay ends; > warmup_steps with a decay; with NONE
+                             not used (>= 0) */
+    float min_lr_ratio;   /* the lr after the decay over the base lr, in [0, 1] */
+    wgml_lr_decay decay;
+} wgml_lr_schedule;
+
+/* The lr of `step` under schedule s (NULL: no schedule, base_lr), computed on the host in
+   double; NaN for a schedule that wgml_optimizer_set_schedule would refuse, a negative step
+   or a base_lr that is negative or not finite. */
+float wgml_lr_at(const wgml_lr_schedule *s, float base_lr, int64_t step);
+/* Each step then uses wgml_lr_at(s, base lr, wgml_optimizer_steps(opt)), times the group's
+   lr_scale: a number in the step's parameter block, so no kernel is compiled for it. NULL
+   removes the schedule. A bad field is WGML_ERROR_INVALID_ARGUMENT naming it. */
+wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_schedule *s);
+/* The lr the next step will use, before the groups' lr_scale (for logs); NaN if opt is NULL. */
+float wgml_optimizer_lr(const wgml_optimizer *opt);
+
 /* Tensors viewing parameter i's first and second moments (for checkpoints); free them. */
 wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v);
 void wgml_optimizer_free(wgml_optimizer *opt);

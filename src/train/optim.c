@@ -7,8 +7,16 @@
  *      gradient buffer, and the squared global norm as a sum of per-gradient reductions;
  *   2. runs one dispatch that clips and updates every parameter and both moments;
  * all in the same submit as the forward and backward passes that produced the gradients.
+ *
+ * Parameter groups lie one after another in the flat buffers, so each group is a range of
+ * them; a small table of (range end, lr scale, weight decay) per group, written once at
+ * creation, lets the one dispatch find an element's group by binary search. The scheduled
+ * lr is computed on the host each step and goes into the step's parameter block: no kernel
+ * is compiled for a new lr.
  */
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,10 +25,21 @@
 
 #define SLOT_ALIGN 64 /* floats: 256 bytes, enough for any storage-offset alignment */
 
+/* One row of the kernel's group table (kernels/optim.wgsl, struct Group). */
+typedef struct group_row {
+    uint32_t end; /* the group's range in the flat buffers ends here (floats, exclusive) */
+    float lr_scale, weight_decay;
+    uint32_t pad;
+} group_row;
+
 struct wgml_optimizer {
     wgml_custom_op step_op; /* first: a step node's op_data points here */
     wgml_context *ctx;
     wgml_optim_desc desc;
+    wgml_lr_schedule schedule; /* zeroed: a constant lr */
+    int n_groups;
+    wgml_buffer *groups;  /* n_groups group_rows */
+    group_row one_group;  /* the row when n_groups is 1 */
     int n;
     wgml_tensor **params;
     int64_t *slot;  /* offset of each parameter in the flat buffers (floats) */
@@ -52,8 +71,8 @@ void wgml_optimizer_free(wgml_optimizer *opt)
     if (!opt) return;
     wgml_context *ctx = opt->ctx;
     for (int i = 0; i < opt->n; i++) wgml_tensor_unref(opt->params[i]);
-    wgml_buffer *bufs[4] = {opt->P, opt->G, opt->M, opt->V};
-    for (int i = 0; i < 4; i++) wgml_buffer_release(ctx, bufs[i]);
+    wgml_buffer *bufs[5] = {opt->P, opt->G, opt->M, opt->V, opt->groups};
+    for (int i = 0; i < 5; i++) wgml_buffer_release(ctx, bufs[i]);
     if (opt->norm2) wgml_tensor_unref(opt->norm2);
     free(opt->params);
     free(opt->slot);
@@ -70,9 +89,8 @@ static wgml_status check_lr(wgml_context *ctx, const char *fn, float lr)
 
 /* d with its defaults filled in: every number in its range, else INVALID_ARGUMENT naming it.
    The forms !(x >= lo) reject NaN too. */
-static wgml_status check_desc(wgml_context *ctx, const wgml_optim_desc *d)
+static wgml_status check_desc(wgml_context *ctx, const char *fn, const wgml_optim_desc *d)
 {
-    const char *fn = "optimizer_create";
     wgml_status st = check_lr(ctx, fn, d->lr);
     if (st) return st;
     const struct { const char *name; float v; } unit[] = {
@@ -92,79 +110,177 @@ static wgml_status check_desc(wgml_context *ctx, const wgml_optim_desc *d)
     return WGML_OK;
 }
 
-wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
-                                  wgml_tensor *const *params, wgml_optimizer **out)
+/* Names parameter k (k-th of group g, i-th overall) in a message: the caller's own words. */
+static const char *param_name(char *buf, size_t cap, bool grouped, int g, int k, int i)
 {
-    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
-    if (!out || !desc || n <= 0 || !params)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: desc, params and out must be given");
+    if (grouped) snprintf(buf, cap, "groups[%d].params[%d]", g, k);
+    else snprintf(buf, cap, "parameter %d", i);
+    return buf;
+}
+
+/* The groups' numbers in range (lr_scale's default filled into *scale), their sizes and
+   parameters usable, no tensor twice; else INVALID_ARGUMENT naming the field. */
+static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped, int n_groups,
+                                const wgml_param_group *groups, float *scale, int *total)
+{
+    int64_t count = 0;
+    for (int g = 0; g < n_groups; g++) {
+        const wgml_param_group *gr = &groups[g];
+        if (gr->n <= 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: groups[%d].n = %d must be > 0", fn, g, gr->n);
+        if (!gr->params) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: groups[%d].params is NULL", fn, g);
+        scale[g] = gr->lr_scale == 0 ? 1.0f : gr->lr_scale;
+        if (!(scale[g] > 0) || isinf(scale[g]))
+            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: groups[%d].lr_scale = %g must be a finite number > 0 (0 means 1)",
+                             fn, g, gr->lr_scale);
+        if (!(gr->weight_decay >= 0) || isinf(gr->weight_decay))
+            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: groups[%d].weight_decay = %g must be a finite number >= 0", fn,
+                             g, gr->weight_decay);
+        count += gr->n;
+        if (count > INT_MAX)
+            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: more than %d parameters over the groups", fn, INT_MAX);
+    }
+    char name[64], other[64];
+    for (int g = 0, i = 0; g < n_groups; g++) {
+        for (int k = 0; k < groups[g].n; k++, i++) {
+            const wgml_tensor *p = groups[g].params[k];
+            if (!wgml_tensor_valid(p) || p->ctx != ctx)
+                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is not a tensor of this context", fn,
+                                 param_name(name, sizeof name, grouped, g, k, i));
+            if (p->op != WGML_OP_NONE || !wgml_is_contiguous(p))
+                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s must be an evaluated, contiguous tensor", fn,
+                                 param_name(name, sizeof name, grouped, g, k, i));
+            /* quadratic, but a model has hundreds of parameter tensors, not millions */
+            for (int h = 0, j = 0; h <= g; h++)
+                for (int q = 0; q < groups[h].n && j < i; q++, j++)
+                    if (groups[h].params[q] == p)
+                        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is also %s (a tensor may be given once)", fn,
+                                         param_name(name, sizeof name, grouped, g, k, i),
+                                         param_name(other, sizeof other, grouped, h, q, j));
+        }
+    }
+    *total = (int)count;
+    return WGML_OK;
+}
+
+/* Both creators: `grouped` says which one the caller used, for the messages. */
+static wgml_status create(wgml_context *ctx, const char *fn, bool grouped, const wgml_optim_desc *desc, int n_groups,
+                          const wgml_param_group *groups, wgml_optimizer **out)
+{
     *out = NULL;
     wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (desc->kind != WGML_OPTIM_ADAMW && desc->kind != WGML_OPTIM_SGD)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: unknown kind %d", (int)desc->kind);
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: unknown kind %d", fn, (int)desc->kind);
     wgml_optim_desc d = *desc;
     if (d.beta1 == 0 && d.kind == WGML_OPTIM_ADAMW) d.beta1 = 0.9f;
     if (d.beta2 == 0) d.beta2 = 0.999f;
     if (d.eps == 0) d.eps = 1e-8f;
-    if ((st = check_desc(ctx, &d))) return st;
-    for (int i = 0; i < n; i++) {
-        wgml_tensor *p = params[i];
-        if (!wgml_tensor_valid(p) || p->ctx != ctx)
-            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: parameter %d is not a tensor of this context", i);
-        if (p->op != WGML_OP_NONE || !wgml_is_contiguous(p))
-            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: parameter %d must be an evaluated, contiguous tensor", i);
-        for (int j = 0; j < i; j++)
-            if (params[j] == p) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: parameter %d is given twice", i);
+    if ((st = check_desc(ctx, fn, &d))) return st;
+    if (grouped && d.weight_decay != 0)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "%s: desc.weight_decay = %g must be 0 with parameter groups (give each group its own weight_decay)",
+                         fn, d.weight_decay);
+    float *scale = calloc((size_t)n_groups, sizeof *scale);
+    if (!scale) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    int n = 0;
+    if ((st = check_groups(ctx, fn, grouped, n_groups, groups, scale, &n))) {
+        free(scale);
+        return st;
     }
     wgml_optimizer *opt = calloc(1, sizeof *opt);
-    if (!opt) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    group_row *rows = calloc((size_t)n_groups, sizeof *rows);
+    if (opt) {
+        opt->params = calloc((size_t)n, sizeof *opt->params);
+        opt->slot = calloc((size_t)n, sizeof *opt->slot);
+    }
+    if (!opt || !rows || !opt->params || !opt->slot) {
+        wgml_optimizer_free(opt);
+        free(rows);
+        free(scale);
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    }
     opt->ctx = ctx;
     opt->step_op.build = build_step;
     opt->desc = d;
-    opt->n = n;
-    opt->params = calloc((size_t)n, sizeof *opt->params);
-    opt->slot = calloc((size_t)n, sizeof *opt->slot);
-    if (!opt->params || !opt->slot) {
-        wgml_optimizer_free(opt);
-        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    opt->n_groups = n_groups;
+    /* the groups one after another: each is a range of the flat buffers */
+    for (int g = 0, i = 0; g < n_groups; g++) {
+        for (int k = 0; k < groups[g].n; k++, i++) {
+            opt->slot[i] = opt->total;
+            opt->total += (groups[g].params[k]->numel + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+        }
+        rows[g] = (group_row){.end = (uint32_t)opt->total, .lr_scale = scale[g], .weight_decay = groups[g].weight_decay};
     }
-    for (int i = 0; i < n; i++) {
-        opt->slot[i] = opt->total;
-        opt->total += (params[i]->numel + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
-    }
-    if ((st = wgml_check_buffer_size(ctx, (uint64_t)opt->total * 4, "the optimizer's flat parameter buffer")) ||
+    free(scale);
+    opt->one_group = rows[0];
+    opt->n = n; /* opt->params stays NULLs until the move succeeded */
+    /* the kernel indexes elements and group ends with u32 */
+    if (opt->total > (int64_t)UINT32_MAX)
+        st = wgml_fail(ctx, WGML_ERROR_LIMIT, "%s: %lld floats of parameters, past the optimizer's 2^32 - 1", fn,
+                       (long long)opt->total);
+    if (st || (st = wgml_check_buffer_size(ctx, (uint64_t)opt->total * 4, "the optimizer's flat parameter buffer")) ||
         !(opt->P = flat_zeros(ctx, opt->total)) || !(opt->G = flat_zeros(ctx, opt->total)) ||
-        !(opt->M = flat_zeros(ctx, opt->total)) || !(opt->V = flat_zeros(ctx, opt->total))) {
-        st = ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
+        !(opt->M = flat_zeros(ctx, opt->total)) || !(opt->V = flat_zeros(ctx, opt->total)) ||
+        !(opt->groups = wgml_pool_acquire(ctx, (uint64_t)n_groups * sizeof *rows))) {
+        if (!st) st = ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
         wgml_optimizer_free(opt);
+        free(rows);
         return st;
     }
+    wgpuQueueWriteBuffer(ctx->rt.queue, opt->groups->handle, 0, rows, (size_t)n_groups * sizeof *rows);
+    free(rows);
     /* move each parameter into its slot: a GPU copy, then the tensor points at the slot */
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    for (int i = 0; i < n; i++) {
-        wgml_tensor *p = params[i];
-        wgpuCommandEncoderCopyBufferToBuffer(enc, p->buf->handle, (uint64_t)p->offset * 4, opt->P->handle,
-                                             (uint64_t)opt->slot[i] * 4, (uint64_t)p->numel * 4);
-    }
+    for (int g = 0, i = 0; g < n_groups; g++)
+        for (int k = 0; k < groups[g].n; k++, i++) {
+            wgml_tensor *p = groups[g].params[k];
+            wgpuCommandEncoderCopyBufferToBuffer(enc, p->buf->handle, (uint64_t)p->offset * 4, opt->P->handle,
+                                                 (uint64_t)opt->slot[i] * 4, (uint64_t)p->numel * 4);
+        }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
     if ((st = wgml_submit(&ctx->rt, cb))) {
         wgml_optimizer_free(opt);
         return st;
     }
-    for (int i = 0; i < n; i++) {
-        wgml_tensor *p = params[i];
-        wgml_buffer_release(ctx, p->buf);
-        p->buf = opt->P;
-        wgml_buffer_retain(opt->P);
-        p->offset = opt->slot[i];
-        p->requires_grad = true;
-        wgml_tensor_retain(p);
-        opt->params[i] = p;
-    }
+    for (int g = 0, i = 0; g < n_groups; g++)
+        for (int k = 0; k < groups[g].n; k++, i++) {
+            wgml_tensor *p = groups[g].params[k];
+            wgml_buffer_release(ctx, p->buf);
+            p->buf = opt->P;
+            wgml_buffer_retain(opt->P);
+            p->offset = opt->slot[i];
+            p->requires_grad = true;
+            wgml_tensor_retain(p);
+            opt->params[i] = p;
+        }
     *out = opt;
     return WGML_OK;
+}
+
+wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
+                                  wgml_tensor *const *params, wgml_optimizer **out)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!out || !desc || n <= 0 || !params)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_create: desc, params and out must be given, n > 0");
+    *out = NULL;
+    /* one group with the desc's weight decay; check_desc has vetted it before the group is read */
+    wgml_param_group all = {.n = n, .params = params, .lr_scale = 1, .weight_decay = desc->weight_decay};
+    return create(ctx, "optimizer_create", false, desc, 1, &all, out);
+}
+
+wgml_status wgml_optimizer_create_groups(wgml_context *ctx, const wgml_optim_desc *desc, int n_groups,
+                                         const wgml_param_group *groups, wgml_optimizer **out)
+{
+    const char *fn = "optimizer_create_groups";
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!desc) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
+    if (n_groups <= 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: n_groups = %d must be > 0", fn, n_groups);
+    if (!groups) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: groups is NULL", fn);
+    return create(ctx, fn, true, desc, n_groups, groups, out);
 }
 
 /* The launch of a step node: one dispatch over the flat buffers (kernels/optim.wgsl). */
@@ -175,23 +291,30 @@ static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     const wgml_optimizer *opt = (const wgml_optimizer *)t->op_data;
     const wgml_optim_desc *d = &opt->desc;
     double step = (double)(opt->steps + 1);
+    /* one group: its scale and decay go in the block, and the kernel skips the table */
+    float lr = wgml_optimizer_lr(opt), wd = 0;
+    if (opt->n_groups == 1) lr *= opt->one_group.lr_scale, wd = opt->one_group.weight_decay;
     uint32_t p[12];
-    float f[8] = {d->lr, d->kind == WGML_OPTIM_ADAMW ? d->beta1 : d->momentum, d->beta2, d->eps, d->weight_decay,
-                  (float)(1.0 - pow(d->beta1, step)), (float)(1.0 - pow(d->beta2, step)), d->max_grad_norm};
+    float f[8] = {lr, d->kind == WGML_OPTIM_ADAMW ? d->beta1 : d->momentum, d->beta2, d->eps,
+                  (float)(1.0 - pow(d->beta1, step)), (float)(1.0 - pow(d->beta2, step)), d->max_grad_norm, wd};
     p[0] = (uint32_t)opt->total;
     p[1] = d->kind == WGML_OPTIM_ADAMW ? 0 : 1;
     p[2] = wgml_grid(ctx, ((uint64_t)opt->total + 255) / 256, l->groups);
-    p[3] = 0;
+    p[3] = (uint32_t)opt->n_groups;
     memcpy(&p[4], f, sizeof f);
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
+    /* the binary search over the group table: ceil(log2(n_groups)) halvings (none for one) */
+    for (int64_t span = 1; span < opt->n_groups; span *= 2) l->loop_trips++;
+    snprintf(l->what, sizeof l->what, "the optimizer step over %d groups", opt->n_groups);
     l->buffers[0] = wgml_tensor_base(t->src[0]);
     l->raw[1] = opt->G->handle;
     l->raw[2] = opt->P->handle;
     l->raw[3] = opt->M->handle;
     l->raw[4] = opt->V->handle;
+    l->raw[6] = opt->groups->handle;
     l->buffers[5] = t;
-    l->nbuffers = 6;
+    l->nbuffers = 7;
     return WGML_OK;
 }
 
@@ -296,6 +419,57 @@ wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr)
     if (st) return st;
     opt->desc.lr = lr;
     return WGML_OK;
+}
+
+/* NULL if s is a usable schedule, else what is wrong with it (in why). */
+static const char *schedule_problem(const wgml_lr_schedule *s, char *why, size_t cap)
+{
+    if (s->decay != WGML_LR_DECAY_NONE && s->decay != WGML_LR_DECAY_COSINE && s->decay != WGML_LR_DECAY_LINEAR)
+        snprintf(why, cap, "decay = %d is not a wgml_lr_decay", (int)s->decay);
+    else if (s->warmup_steps < 0)
+        snprintf(why, cap, "warmup_steps = %lld must be >= 0", (long long)s->warmup_steps);
+    else if (s->total_steps < 0)
+        snprintf(why, cap, "total_steps = %lld must be >= 0", (long long)s->total_steps);
+    else if (s->decay != WGML_LR_DECAY_NONE && s->total_steps <= s->warmup_steps)
+        snprintf(why, cap, "total_steps = %lld must be > warmup_steps = %lld (the decay runs between them)",
+                 (long long)s->total_steps, (long long)s->warmup_steps);
+    else if (!(s->min_lr_ratio >= 0 && s->min_lr_ratio <= 1))
+        snprintf(why, cap, "min_lr_ratio = %g must be in [0, 1]", s->min_lr_ratio);
+    else
+        return NULL;
+    return why;
+}
+
+float wgml_lr_at(const wgml_lr_schedule *s, float base_lr, int64_t step)
+{
+    char why[160];
+    if (!(base_lr >= 0) || isinf(base_lr) || step < 0 || (s && schedule_problem(s, why, sizeof why))) return NAN;
+    if (!s) return base_lr;
+    const double pi = 3.14159265358979323846;
+    double base = base_lr;
+    /* warm-up from base / (warmup + 1), so the first step already moves, up to base at step = warmup */
+    if (step < s->warmup_steps) return (float)(base * ((double)step + 1) / ((double)s->warmup_steps + 1));
+    if (s->decay == WGML_LR_DECAY_NONE) return base_lr;
+    double min = base * s->min_lr_ratio;
+    if (step >= s->total_steps) return (float)min;
+    double r = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
+    double shape = s->decay == WGML_LR_DECAY_COSINE ? 0.5 * (1 + cos(pi * r)) : 1 - r;
+    return (float)(min + (base - min) * shape);
+}
+
+wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_schedule *s)
+{
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    char why[160];
+    if (s && schedule_problem(s, why, sizeof why))
+        return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_schedule: %s", why);
+    opt->schedule = s ? *s : (wgml_lr_schedule){0};
+    return WGML_OK;
+}
+
+float wgml_optimizer_lr(const wgml_optimizer *opt)
+{
+    return opt ? wgml_lr_at(&opt->schedule, opt->desc.lr, opt->steps) : NAN;
 }
 
 /* A storage tensor viewing parameter i's slot of a moment buffer (for checkpoints). */

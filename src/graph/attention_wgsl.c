@@ -317,6 +317,7 @@ static void put_forward(gen *g)
                      "    let ninf = P.neg_inf;\n",
                   br);
     put_tile_regs(g, "t", br > bc ? br : bc);
+    put_tile_regs(g, "u", bc);
     put_tile_load(g, "t", "q", br, "i0", "P.T", "qb", "P.q_st", "P.scale2");
     put_tile_store(g, "t", "qs", br, false);
     put_key_range(g, br, bc);
@@ -325,10 +326,13 @@ static void put_forward(gen *g)
     put_acc_decl(g, "o");
     for (int r = 0; r < 4; r++) wgml_sbuf_put(b, "    let qr%d = (ty * 4u + %du) * DP4;\n", r, r);
     for (int c = 0; c < cn; c++) wgml_sbuf_put(b, "    let kr%d = (tx + %du) * DP4;\n", c, tx * c);
-    wgml_sbuf_put(b, "    if (ntiles > 0u) {\n");
     g->in = "        ";
-    put_tile_load(g, "t", "k", bc, "0u", "P.S", "kb", "P.k_st", NULL);
-    wgml_sbuf_put(b, "    }\n    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n", bc);
+    if (k->pre & 3) wgml_sbuf_put(b, "    if (ntiles > 0u) {\n");
+    if (k->pre & 1) put_tile_load(g, "t", "k", bc, "0u", "P.S", "kb", "P.k_st", NULL);
+    if (k->pre & 2) put_tile_load(g, "u", "v", bc, "0u", "P.S", "vb", "P.v_st", NULL);
+    if (k->pre & 3) wgml_sbuf_put(b, "    }\n");
+    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n", bc);
+    if (!(k->pre & 1)) put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);
     wgml_sbuf_put(b, "        workgroupBarrier(); // the last step's reads of kv and pb are done\n");
     put_tile_store(g, "t", "kv", bc, true);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
@@ -357,7 +361,7 @@ static void put_forward(gen *g)
         wgml_sbuf_put(b, "%s", r < 3 ? ", " : ");\n");
     }
     wgml_sbuf_put(b, "        workgroupBarrier(); // kv is free (K read), the partial maxima are in\n");
-    put_tile_load(g, "t", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
+    if (!(k->pre & 2)) put_tile_load(g, "u", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
     wgml_sbuf_put(b, "        var mx = m;\n");
     for (int x = 0; x < tx; x++) wgml_sbuf_put(b, "        mx = max(mx, pb[%du + ty]);\n", x * br4);
     wgml_sbuf_put(b, "        // a row with no key yet keeps m = -inf: exponents against 0 instead give 0, not NaN\n"
@@ -376,14 +380,18 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier(); // every lane has read the partial maxima\n");
     for (int c = 0; c < cn; c++)
         wgml_sbuf_put(b, "        pb[(tx + %du) * %du + ty] = vec4<f32>(s0_%d, s1_%d, s2_%d, s3_%d);\n", tx * c, br4, c, c, c, c);
-    put_tile_store(g, "t", "kv", bc, false);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n        if (t + 1u < ntiles) { // the next K tile's loads overlap this P V\n");
-    char next[32];
-    snprintf(next, sizeof next, "j0 + %du", bc);
-    g->in = "            ";
-    put_tile_load(g, "t", "k", bc, next, "P.S", "kb", "P.k_st", NULL);
+    put_tile_store(g, "u", "kv", bc, false);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    if (k->pre & 3) {
+        wgml_sbuf_put(b, "        if (t + 1u < ntiles) { // the next tiles' loads overlap this P V\n");
+        char next[32];
+        snprintf(next, sizeof next, "j0 + %du", bc);
+        g->in = "            ";
+        if (k->pre & 1) put_tile_load(g, "t", "k", bc, next, "P.S", "kb", "P.k_st", NULL);
+        if (k->pre & 2) put_tile_load(g, "u", "v", bc, next, "P.S", "vb", "P.v_st", NULL);
+        wgml_sbuf_put(b, "        }\n");
+    }
     g->in = "    ";
-    wgml_sbuf_put(b, "        }\n");
     {
         const char *acc[] = {"o"}, *ps[] = {"pb"}, *vs[] = {"kv"};
         put_accumulate(g, 1, acc, ps, br4, vs, false, bc);
@@ -480,6 +488,30 @@ static void put_probabilities(gen *g, int nc, bool query_is_row, const char *i_f
         for (int c = 0; c < nc; c++) wgml_sbuf_put(b, "        d%d_%d = s%d_%d * (d%d_%d - dl%d);\n", r, c, r, c, r, c, query_is_row ? r : c);
 }
 
+/* dK/dV's loads of step `it` (an expression) into registers: Q (scaled) into t<n>, dO into
+   u<n>, L and Delta of the step's queries into lv<n>, dv<n> */
+static void put_dkv_fetch(gen *g, const char *it)
+{
+    const int br = g->k->cols;
+    wgml_sbuf *b = g->b;
+    wgml_sbuf_put(b, "        {\n"
+                     "            let fh = g * P.R + (%s) / nq;\n"
+                     "            let fi0 = (qstart + (%s) %% nq) * %du;\n"
+                     "            let frb = (b * P.H + fh) * P.T; // row index of (b, h, 0)\n"
+                     "            let fqb = P.q_off + b * P.q_sb + fh * P.q_sh;\n"
+                     "            let fob = P.do_off + frb * D;\n",
+                  it, it, br);
+    g->in = "            ";
+    put_tile_load(g, "t", "q", br, "fi0", "P.T", "fqb", "P.q_st", "P.scale2");
+    put_tile_load(g, "u", "do", br, "fi0", "P.T", "fob", "D", NULL);
+    g->in = "    ";
+    for (int n = 0; n * g->nt < br; n++)
+        wgml_sbuf_put(b, "            if (lid + %du < %du && fi0 + lid + %du < P.T) { lv%d = LSE[P.lse_off + frb + fi0 + lid + %du]; dv%d = DEL[frb + fi0 + lid + %du]; }\n"
+                         "            else { lv%d = 0.0; dv%d = 0.0; }\n",
+                      n * g->nt, br, n * g->nt, n, n * g->nt, n, n * g->nt, n, n);
+    wgml_sbuf_put(b, "        }\n");
+}
+
 /* dK and dV of `rows` keys of one key/value head: for each query head that reads it and each
    tile of `cols` queries that sees a key of them, recompute the scores, P and dS, then
    dV += P^T dO, dK += dS^T Q */
@@ -504,6 +536,7 @@ static void put_dkv(gen *g)
                      "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n",
                   bc);
     put_tile_regs(g, "t", bc > br ? bc : br);
+    put_tile_regs(g, "u", br);
     put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);
     put_tile_store(g, "t", "ks", bc, false);
     put_tile_load(g, "t", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
@@ -518,28 +551,24 @@ static void put_dkv(gen *g)
     put_acc_decl(g, "dv");
     for (int r = 0; r < 4; r++) wgml_sbuf_put(b, "    let kr%d = (ty * 4u + %du) * DP4;\n", r, r);
     for (int c = 0; c < ca; c++) wgml_sbuf_put(b, "    let qr%d = (tx + %du) * DP4;\n", c, tx * c);
-    wgml_sbuf_put(b, "    for (var it = 0u; it < steps; it++) {\n"
-                     "        let h = g * P.R + it / nq;\n"
-                     "        let i0 = (qstart + it %% nq) * %du;\n"
-                     "        let rb = (b * P.H + h) * P.T; // row index of (b, h, 0)\n"
-                     "        let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
-                     "        let ob = P.do_off + rb * D;\n"
-                     "        workgroupBarrier(); // the last step's reads are done\n",
-                  br);
-    g->in = "        ";
-    put_tile_load(g, "t", "q", br, "i0", "P.T", "qb", "P.q_st", "P.scale2");
-    put_tile_store(g, "t", "qs", br, true);
-    put_tile_load(g, "t", "do", br, "i0", "P.T", "ob", "D", NULL);
-    put_tile_store(g, "t", "os", br, true);
-    g->in = "    ";
-    for (int n = 0; n * g->nt < br; n++) {
-        wgml_sbuf_put(b, "        {\n            let e = lid + %du;\n", n * g->nt);
-        wgml_sbuf_put(b, "            if (e < %du) {\n                let i = i0 + e;\n"
-                         "                var lv = 0.0;\n                var dv = 0.0;\n"
-                         "                if (i < P.T) { lv = LSE[P.lse_off + rb + i]; dv = DEL[rb + i]; }\n"
-                         "                st[e] = lv;\n                st[%du + e] = dv;\n            }\n        }\n",
-                      br, br);
+    for (int n = 0; n * g->nt < br; n++) wgml_sbuf_put(b, "    var lv%d = 0.0;\n    var dv%d = 0.0;\n", n, n);
+    if (k->pre & 4) {
+        wgml_sbuf_put(b, "    if (steps > 0u) {\n");
+        put_dkv_fetch(g, "0u");
+        wgml_sbuf_put(b, "    }\n");
     }
+    wgml_sbuf_put(b, "    for (var it = 0u; it < steps; it++) {\n"
+                     "        let i0 = (qstart + it %% nq) * %du;\n",
+                  br);
+    if (!(k->pre & 4)) put_dkv_fetch(g, "it");
+    wgml_sbuf_put(b, "        workgroupBarrier(); // the last step's reads are done\n");
+    g->in = "        ";
+    put_tile_store(g, "t", "qs", br, true);
+    put_tile_store(g, "u", "os", br, true);
+    g->in = "    ";
+    for (int n = 0; n * g->nt < br; n++)
+        wgml_sbuf_put(b, "        if (lid + %du < %du) { st[lid + %du] = lv%d; st[%du + lid] = dv%d; }\n", n * g->nt, br, n * g->nt, n,
+                      br + n * g->nt, n);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < ca; c++) wgml_sbuf_put(b, "        var s%d_%d = 0.0;\n        var d%d_%d = 0.0;\n", r, c, r, c);
@@ -557,6 +586,11 @@ static void put_dkv(gen *g)
                          "        dss[(tx + %du) * %du + ty] = vec4<f32>(d0_%d, d1_%d, d2_%d, d3_%d);\n",
                       tx * c, bc4, c, c, c, c, tx * c, bc4, c, c, c, c);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    if (k->pre & 4) {
+        wgml_sbuf_put(b, "        if (it + 1u < steps) { // the next step's loads overlap this one's sums\n");
+        put_dkv_fetch(g, "it + 1u");
+        wgml_sbuf_put(b, "        }\n");
+    }
     {
         const char *acc[] = {"dv", "dk"}, *p[] = {"ps", "dss"}, *v[] = {"os", "qs"};
         put_accumulate(g, 2, acc, p, bc4, v, true, br);
@@ -599,6 +633,7 @@ static void put_dq(gen *g)
                      "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n",
                   br);
     put_tile_regs(g, "t", bc > br ? bc : br);
+    put_tile_regs(g, "u", bc);
     put_tile_load(g, "t", "q", br, "i0", "P.T", "qb", "P.q_st", "P.scale2");
     put_tile_store(g, "t", "qs", br, false);
     put_tile_load(g, "t", "do", br, "i0", "P.T", "ob", "D", NULL);
@@ -611,14 +646,21 @@ static void put_dq(gen *g)
     put_acc_decl(g, "dq");
     for (int r = 0; r < 4; r++) wgml_sbuf_put(b, "    let qr%d = (ty * 4u + %du) * DP4;\n", r, r);
     for (int c = 0; c < cn; c++) wgml_sbuf_put(b, "    let kr%d = (tx + %du) * DP4;\n", c, tx * c);
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n"
-                     "        workgroupBarrier(); // the last step's reads are done\n",
-                  bc);
     g->in = "        ";
-    put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);
+    if (k->pre & 8) {
+        wgml_sbuf_put(b, "    if (ntiles > 0u) {\n");
+        put_tile_load(g, "t", "k", bc, "0u", "P.S", "kb", "P.k_st", NULL);
+        put_tile_load(g, "u", "v", bc, "0u", "P.S", "vb", "P.v_st", NULL);
+        wgml_sbuf_put(b, "    }\n");
+    }
+    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n", bc);
+    if (!(k->pre & 8)) {
+        put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);
+        put_tile_load(g, "u", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
+    }
+    wgml_sbuf_put(b, "        workgroupBarrier(); // the last step's reads are done\n");
     put_tile_store(g, "t", "ks", bc, true);
-    put_tile_load(g, "t", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
-    put_tile_store(g, "t", "vs", bc, true);
+    put_tile_store(g, "u", "vs", bc, true);
     g->in = "    ";
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     for (int r = 0; r < 4; r++)
@@ -633,6 +675,16 @@ static void put_dq(gen *g)
     for (int c = 0; c < cn; c++)
         wgml_sbuf_put(b, "        dss[(tx + %du) * %du + ty] = vec4<f32>(d0_%d, d1_%d, d2_%d, d3_%d);\n", tx * c, br4, c, c, c, c);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    if (k->pre & 8) {
+        wgml_sbuf_put(b, "        if (t + 1u < ntiles) { // the next K and V tiles' loads overlap this dS K\n");
+        char next[32];
+        snprintf(next, sizeof next, "j0 + %du", bc);
+        g->in = "            ";
+        put_tile_load(g, "t", "k", bc, next, "P.S", "kb", "P.k_st", NULL);
+        put_tile_load(g, "u", "v", bc, next, "P.S", "vb", "P.v_st", NULL);
+        g->in = "    ";
+        wgml_sbuf_put(b, "        }\n");
+    }
     {
         const char *acc[] = {"dq"}, *p[] = {"dss"}, *v[] = {"ks"};
         put_accumulate(g, 1, acc, p, br4, v, true, bc);

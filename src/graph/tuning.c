@@ -34,11 +34,13 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
     int *a = &t->attn_tiles[0][0];
     t->attn_tiles_set = at && sscanf(at, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6],
                                      &a[7], &a[8]) == 9;
+    const char *ap = getenv("WGML_ATTN_PRE");
+    t->attn_pre = ap && *ap >= '0' && *ap <= '9' ? atoi(ap) & 15 : -1;
 }
 
 const wgml_tuning *wgml_tuning_of(wgml_context *ctx)
 {
-    static const wgml_tuning defaults = {.ew_unroll = 1};
+    static const wgml_tuning defaults = {.ew_unroll = 1, .attn_pre = -1};
     wgml_tuning *t = wgml_extension_get(ctx, &tuning_key);
     if (t) return t;
     if (!(t = wgml_extension_make(ctx, &tuning_key, sizeof *t, NULL))) return &defaults;

@@ -24,6 +24,7 @@ typedef struct wgml_tuning {
        does not fit the adapter (or is 0,0,0) leaves that kernel to the policy */
     bool attn_tiles_set;
     int attn_tiles[3][3];
+    int attn_pre; /* WGML_ATTN_PRE=n: wgml_attn_kernel's pre bits of every kernel; -1: the policy's */
 } wgml_tuning;
 
 /* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of

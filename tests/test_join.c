@@ -88,7 +88,7 @@ static void many_pieces_stack_split_chunk(void)
     CHECK(bad == 0);
     /* split [P, 3] along 0 into 5 + 14, and chunk along 1 into 3: views, no dispatch */
     CHECK_OK(ctx, wgml_eval(ctx, 1, &s0));
-    wgml_tensor *parts[3];
+    wgml_tensor *parts[4];
     int64_t sizes[2] = {5, 14};
     wgml_stats before, after;
     wgml_stats_get(ctx, &before);

@@ -24,7 +24,8 @@ typedef struct wgml_attn_kernel {
     int tx;   /* threads per line: along cols in the score tile, along D in the accumulator */
     bool vec; /* q, k, v and dO are read as vec4 (rows aligned to 4 floats) */
     int pre;  /* the next step's global loads issued before this step's sums: bits 1 (K) and 2 (V)
-                 of the forward, 4 of dK/dV (Q, dO), 8 of dQ (K, V) */
+                 of the forward, 4 of dK/dV (Q, dO), 8 of dQ (K, V); bit 32: the forward's row maxima
+                 meet through subgroup shuffles (needs a line of lanes in one subgroup) */
 } wgml_attn_kernel;
 
 /* The WGSL of kernel k (the caller frees it; NULL when out of memory). */

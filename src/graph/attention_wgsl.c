@@ -352,18 +352,27 @@ static void put_forward(gen *g)
             wgml_sbuf_put(b, "            s%d_%d = select(ninf, s%d_%d, " SEES ");\n", r, c, r, c, i, j, j, i);
         }
     wgml_sbuf_put(b, "        }\n");
-    /* row maxima: this thread's, then every lane's through pb */
-    wgml_sbuf_put(b, "        pb[tx * %du + ty] = vec4<f32>(", br4);
+    /* row maxima: this thread's, then every lane's: through pb, or (a line's lanes in one
+       subgroup) a butterfly of shuffles, which needs no barrier; a max is exact in any order */
+    const bool sg = k->pre & 32;
+    if (sg) wgml_sbuf_put(b, "        var pm = vec4<f32>(");
+    else wgml_sbuf_put(b, "        pb[tx * %du + ty] = vec4<f32>(", br4);
     for (int r = 0; r < 4; r++) {
         for (int c = 1; c < cn; c++) wgml_sbuf_put(b, "max(");
         wgml_sbuf_put(b, "s%d_0", r);
         for (int c = 1; c < cn; c++) wgml_sbuf_put(b, ", s%d_%d)", r, c);
         wgml_sbuf_put(b, "%s", r < 3 ? ", " : ");\n");
     }
-    wgml_sbuf_put(b, "        workgroupBarrier(); // kv is free (K read), the partial maxima are in\n");
-    if (!(k->pre & 2)) put_tile_load(g, "u", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
-    wgml_sbuf_put(b, "        var mx = m;\n");
-    for (int x = 0; x < tx; x++) wgml_sbuf_put(b, "        mx = max(mx, pb[%du + ty]);\n", x * br4);
+    if (sg) {
+        for (int o = 1; o < tx; o <<= 1) wgml_sbuf_put(b, "        pm = max(pm, subgroupShuffleXor(pm, %du));\n", o);
+        if (!(k->pre & 2)) put_tile_load(g, "u", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
+        wgml_sbuf_put(b, "        let mx = max(m, pm);\n");
+    } else {
+        wgml_sbuf_put(b, "        workgroupBarrier(); // kv is free (K read), the partial maxima are in\n");
+        if (!(k->pre & 2)) put_tile_load(g, "u", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
+        wgml_sbuf_put(b, "        var mx = m;\n");
+        for (int x = 0; x < tx; x++) wgml_sbuf_put(b, "        mx = max(mx, pb[%du + ty]);\n", x * br4);
+    }
     wgml_sbuf_put(b, "        // a row with no key yet keeps m = -inf: exponents against 0 instead give 0, not NaN\n"
                      "        let mu = select(mx, vec4<f32>(0.0), mx == vec4<f32>(ninf));\n"
                      "        let al = exp2(m - mu);\n"
@@ -377,7 +386,7 @@ static void put_forward(gen *g)
     }
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < g->nacc; c++) wgml_sbuf_put(b, "        o%d_%d = o%d_%d * al.%c;\n", r, c, r, c, xyzw[r]);
-    wgml_sbuf_put(b, "        workgroupBarrier(); // every lane has read the partial maxima\n");
+    wgml_sbuf_put(b, "        workgroupBarrier(); // %s\n", sg ? "kv is free (K read)" : "every lane has read the partial maxima");
     for (int c = 0; c < cn; c++)
         wgml_sbuf_put(b, "        pb[(tx + %du) * %du + ty] = vec4<f32>(s0_%d, s1_%d, s2_%d, s3_%d);\n", tx * c, br4, c, c, c, c);
     put_tile_store(g, "u", "kv", bc, false);

@@ -35,7 +35,7 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
     t->attn_tiles_set = at && sscanf(at, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6],
                                      &a[7], &a[8]) == 9;
     const char *ap = getenv("WGML_ATTN_PRE");
-    t->attn_pre = ap && *ap >= '0' && *ap <= '9' ? atoi(ap) & 15 : -1;
+    t->attn_pre = ap && *ap >= '0' && *ap <= '9' ? atoi(ap) & 47 : -1;
 }
 
 const wgml_tuning *wgml_tuning_of(wgml_context *ctx)

@@ -222,7 +222,8 @@ wgml_tensor *wgml_pow(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_maximum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_minimum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 /* comparisons, broadcasting: f32 masks, 1 where a op b holds, else 0 (false for NaN, except ne);
-   no gradient passes through them */
+   no gradient passes through them. i32 operands compare as their f32 values (exact below
+   2^24), so argmax against i32 labels works as it is */
 wgml_tensor *wgml_eq(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_ne(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_lt(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
@@ -236,10 +237,12 @@ wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wg
 wgml_tensor *wgml_masked_fill(wgml_context *ctx, wgml_tensor *a, wgml_tensor *mask, float value);
 /* The causal mask of t queries over s keys, [t, s]: 1 where key j lies in query i's future,
    j > i + (s - t) (aligned bottom-right, so queries continuing a cache of s - t keys work),
-   else 0. Built on the GPU from two ranges, never as a t x s host array: pass it to
+   else 0. Built on the GPU from two uploaded ranges (t + s values), never as a t x s host array:
+   pass it to
    wgml_masked_fill(scores, mask, -INFINITY). t <= s. */
 wgml_tensor *wgml_causal_mask(wgml_context *ctx, int64_t t, int64_t s);
-/* [start, start + 1, ..., stop - 1] of dtype (f32 or i32), 1-D; start < stop */
+/* [start, start + 1, ..., stop - 1] of dtype (f32 or i32), 1-D, made on the host and uploaded;
+   start < stop, within i32 and the adapter's buffer limits. f32 values are exact up to 2^24. */
 wgml_tensor *wgml_arange(wgml_context *ctx, int64_t start, int64_t stop, wgml_dtype dtype);
 
 /* the same with a scalar: op(a, s) and op(s, a); the scalar is passed as data */
@@ -309,7 +312,7 @@ wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int revers
    out[j] = x[j] cos - x[j + D/2] sin, out[j + D/2] = x[j + D/2] cos + x[j] sin. base 0 means
    10000. As in HF, the angle is the f32 product of the position and the f32 frequency, so a
    query at t with pos_offset k gets exactly the row t + k of a longer sequence (a KV cache).
-   0 <= pos_offset and pos_offset + T <= 2^24 (positions exact in f32); D <= 3904. */
+   0 <= pos_offset and pos_offset + T - 1 <= 2^24 (positions exact in f32); D <= 3904. */
 wgml_tensor *wgml_rope(wgml_context *ctx, wgml_tensor *x, int64_t pos_offset, float base);
 typedef struct wgml_rope_desc {
     int64_t pos_offset; /* the position of t = 0 */
@@ -399,8 +402,9 @@ wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *sha
 /* gather and scatter with i32 indices. Indices uploaded from the host (wgml_tensor_from_i32)
    are checked when the op is built: one out of range is WGML_ERROR_INVALID_ARGUMENT, naming it.
    Indices computed on the GPU are checked there: a bad one reads and writes nothing (its
-   output entries are 0; index_add skips it) and the next read reports it (its status
-   WGML_ERROR_INVALID_ARGUMENT). No gradient passes to indices. */
+   output entries are 0; index_add skips it) and the next read (of any tensor) returns
+   WGML_ERROR_INVALID_ARGUMENT with a message naming the index's position; the tensors
+   themselves keep no error state. No gradient passes to indices. */
 /* rows of table [V, C] by ids (i32, any shape up to 3-D): result [ids..., C] */
 wgml_tensor *wgml_embedding(wgml_context *ctx, wgml_tensor *table, wgml_tensor *ids);
 /* entries of a (any dtype) along axis picked by idx (1-D i32): result has a's shape with
@@ -483,7 +487,9 @@ void wgml_zero_grad(wgml_tensor *t);
 /* ---------------------------------------------------------------- losses */
 
 /* Softmax cross-entropy with integer labels, averaged over rows: logits [B, C], labels [B]
-   holding class indices (i32, or whole numbers as f32). Fused and numerically stable. */
+   holding class indices (i32, or whole numbers as f32). Fused and numerically stable. i32
+   labels uploaded from the host are checked when the op is built; others on the GPU, where a
+   label that is not a class index makes the next read fail. */
 wgml_tensor *wgml_cross_entropy(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
 /* mean((pred - target)^2), broadcasting */
 wgml_tensor *wgml_mse(wgml_context *ctx, wgml_tensor *pred, wgml_tensor *target);

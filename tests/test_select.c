@@ -109,7 +109,7 @@ static void wrong_dtypes_are_refused(void)
         {"add", wgml_add(ctx, ti, tf)},          {"add", wgml_add(ctx, tf, ti)},
         {"exp", wgml_exp(ctx, ti)},              {"sum", wgml_sum(ctx, ti, 0, 0)},
         {"softmax", wgml_softmax(ctx, ti)},      {"matmul", wgml_matmul(ctx, wgml_reshape(ctx, ti, 2, sh2), wgml_reshape(ctx, tf, 2, sh2))},
-        {"lt", wgml_lt(ctx, ti, tf)},            {"masked_fill", wgml_masked_fill(ctx, tf, ti, 0.0f)},
+        {"maximum", wgml_maximum(ctx, ti, tf)},  {"masked_fill", wgml_masked_fill(ctx, tf, ti, 0.0f)},
         {"cast_f32", wgml_cast(ctx, wgml_cast(ctx, tf, WGML_I32), WGML_F32)}, /* fine: the control */
     };
     for (int i = 0; i < 8; i++) {
@@ -406,6 +406,47 @@ static void min_argmin_var_std(void)
     wgml_clear_error(ctx);
 }
 
+/* what a GPT author writes: accuracy as eq(argmax, i32 labels), where on an i32 condition,
+   host labels out of range refused when cross_entropy is built, errors passed on by chunk and
+   stack, a huge arange refused before any host work */
+static void integer_masks_and_checks(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    wgml_scope_begin(ctx);
+    const float logits[12] = {0, 3, 1, 5, 2, 1, -1, -2, 7, 0.5f, 0.25f, 0.75f}; /* argmax 1, 0, 2, 2 */
+    const int32_t labels[4] = {1, 2, 2, -3};
+    int64_t s43[2] = {4, 3}, four = 4;
+    wgml_tensor *lg = f32(ctx, 2, s43, logits), *lb = i32(ctx, 1, &four, labels);
+    float hit[4], sel[4], ne0[4];
+    CHECK_OK(ctx, wgml_tensor_read(wgml_eq(ctx, wgml_argmax(ctx, lg, -1, 0), lb), hit, 4));
+    CHECK(hit[0] == 1 && hit[1] == 0 && hit[2] == 1 && hit[3] == 0);
+    CHECK_OK(ctx, wgml_tensor_read(wgml_binary_scalar(ctx, WGML_NE, lb, 2.0f), ne0, 4));
+    CHECK(ne0[0] == 1 && ne0[1] == 0 && ne0[2] == 0 && ne0[3] == 1);
+    /* an i32 condition: -3 and INT32_MIN count as true (their f32 values are nonzero) */
+    const int32_t cv[4] = {0, INT32_MIN, 5, -3};
+    const float av[4] = {1, 2, 3, 4}, bv[4] = {-1, -2, -3, -4};
+    CHECK_OK(ctx, wgml_tensor_read(wgml_where(ctx, i32(ctx, 1, &four, cv), f32(ctx, 1, &four, av), f32(ctx, 1, &four, bv)), sel, 4));
+    CHECK(sel[0] == -1 && sel[1] == 2 && sel[2] == 3 && sel[3] == 4);
+    /* host labels out of range: refused when built, naming the range */
+    wgml_tensor *ce = wgml_cross_entropy(ctx, lg, lb);
+    CHECK(wgml_tensor_status(ce) == WGML_ERROR_INVALID_ARGUMENT && strstr(wgml_error_message(ctx), "-3") != NULL);
+    const int32_t big[4] = {0, 1, 2, 3};
+    CHECK(wgml_tensor_status(wgml_cross_entropy(ctx, lg, i32(ctx, 1, &four, big))) == WGML_ERROR_INVALID_ARGUMENT);
+    /* an input's own error passes through chunk and stack */
+    wgml_tensor *err = wgml_exp(ctx, lb), *parts[2] = {lg, lg};
+    CHECK_STATUS(ctx, wgml_chunk(ctx, err, 0, 2, parts), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(parts[0] == NULL && parts[1] == NULL && strstr(wgml_error_message(ctx), "exp") != NULL);
+    wgml_tensor *pair[2] = {lg, err};
+    CHECK(wgml_tensor_status(wgml_stack(ctx, 2, pair, 0)) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(wgml_error_message(ctx), "exp") != NULL);
+    /* 2^32 values: refused by the buffer limits, not attempted on the host */
+    wgml_tensor *huge = wgml_arange(ctx, INT32_MIN, INT32_MAX, WGML_F32);
+    CHECK(wgml_tensor_status(huge) == WGML_ERROR_LIMIT || wgml_tensor_status(huge) == WGML_ERROR_OVERFLOW);
+    wgml_scope_end(ctx);
+    wgml_clear_error(ctx);
+}
+
 int main(void)
 {
     TEST_RUN(integers_round_trip);
@@ -416,5 +457,6 @@ int main(void)
     TEST_RUN(causal_mask_and_arange);
     TEST_RUN(new_math_at_edges);
     TEST_RUN(min_argmin_var_std);
+    TEST_RUN(integer_masks_and_checks);
     return test_summary();
 }

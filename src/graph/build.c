@@ -266,11 +266,26 @@ wgml_op wgml_binary_api_op(wgml_binary_op op)
     return (int)op >= 0 && op < WGML_BINARY_OP_COUNT ? binary_ops[op] : WGML_OP_NONE;
 }
 
+/* comparisons take i32 operands too, as their f32 values (exact below 2^24): argmax against
+   labels is the usual accuracy check. t itself when it needs no cast; the caller frees a cast */
+static bool is_comparison(wgml_op op) { return op >= WGML_OP_EQ && op <= WGML_OP_GE; }
+static wgml_tensor *compared(wgml_context *ctx, wgml_op op, wgml_tensor *t)
+{
+    return is_comparison(op) && t->dtype == WGML_I32 ? wgml_cast(ctx, t, WGML_F32) : t;
+}
+
 wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b)
 {
     const char *name = wgml_op_table[op].name;
     CHECK_INPUT(ctx, a, name, "a");
     CHECK_INPUT(ctx, b, name, "b");
+    if (is_comparison(op) && (a->dtype == WGML_I32 || b->dtype == WGML_I32)) {
+        wgml_tensor *ca = compared(ctx, op, a), *cb = compared(ctx, op, b);
+        wgml_tensor *t = wgml_binary_node(ctx, op, ca, cb);
+        if (ca != a) wgml_tensor_free(ca);
+        if (cb != b) wgml_tensor_free(cb);
+        return t;
+    }
     int64_t shape[WGML_MAX_DIMS];
     int n = wgml_broadcast_shapes(a, b, shape);
     if (n < 0) {
@@ -297,6 +312,11 @@ static wgml_tensor *scalar_node(wgml_context *ctx, wgml_binary_op op, wgml_tenso
         return ctx ? wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "binary: unknown op %d", (int)op) : NULL;
     wgml_op o = binary_ops[op];
     CHECK_INPUT(ctx, a, wgml_op_table[o].name, "a");
+    if (is_comparison(o) && a->dtype == WGML_I32) {
+        wgml_tensor *ca = compared(ctx, o, a), *t = scalar_node(ctx, op, ca, s, side);
+        wgml_tensor_free(ca);
+        return t;
+    }
     wgml_tensor *t = wgml_node(ctx, o, a->ndim, a->shape, 1, &a);
     if (!t) return NULL;
     t->iparam[0] = side;
@@ -357,7 +377,8 @@ wgml_tensor *wgml_masked_fill(wgml_context *ctx, wgml_tensor *a, wgml_tensor *ma
 }
 
 /* a where cond, plus b where not: each side's other elements are replaced (not multiplied)
-   by 0, so an inf or NaN on the side not chosen never reaches the result; one fused kernel */
+   by 0, so an inf or NaN on the side not chosen never reaches the result; four elementwise
+   nodes that fuse into one kernel */
 wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wgml_tensor *b)
 {
     CHECK_INPUT(ctx, cond, "where", "cond");
@@ -372,6 +393,7 @@ wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wg
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "where: shapes %s, %s and %s do not broadcast", sc, sa, sb);
     }
     wgml_scope_begin(ctx);
+    if (cond->dtype == WGML_I32) cond = wgml_cast(ctx, cond, WGML_F32); /* nonzero ints stay nonzero */
     wgml_tensor *not_cond = wgml_binary_scalar(ctx, WGML_EQ, cond, 0.0f);
     wgml_tensor *t = wgml_add(ctx, wgml_masked_fill(ctx, a, not_cond, 0.0f), wgml_masked_fill(ctx, b, cond, 0.0f));
     wgml_keep(t);
@@ -387,6 +409,9 @@ wgml_tensor *wgml_arange(wgml_context *ctx, int64_t start, int64_t stop, wgml_dt
                                  "arange: [%lld, %lld) of dtype %d must be non-empty, within i32, of f32 or i32",
                                  (long long)start, (long long)stop, (int)dtype);
     int64_t n = stop - start;
+    char what[96];
+    snprintf(what, sizeof what, "arange of %lld values", (long long)n);
+    if (wgml_check_buffer_size(ctx, (uint64_t)n * 4, what)) return wgml_tensor_error(ctx, ctx->rt.status, "%s", ctx->rt.message);
     void *v = malloc((size_t)n * 4);
     if (!v) return wgml_tensor_error(ctx, WGML_ERROR_OUT_OF_MEMORY, "arange: out of host memory for %lld values", (long long)n);
     for (int64_t i = 0; i < n; i++) {
@@ -560,6 +585,14 @@ wgml_tensor *wgml_cross_entropy_rows(wgml_context *ctx, wgml_tensor *logits, wgm
         wgml_format_shape(s1, sizeof s1, logits->ndim, logits->shape);
         wgml_format_shape(s2, sizeof s2, labels->ndim, labels->shape);
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "cross_entropy: logits %s must be [B, C] and labels %s [B]", s1, s2);
+    }
+    /* i32 labels from the host carry their range: checked here, as gather's indices */
+    if (labels->dtype == WGML_I32 && wgml_tensor_base(labels)->range_known && wgml_tensor_base(labels)->numel == labels->numel) {
+        const wgml_tensor *b = wgml_tensor_base(labels);
+        if (b->range_lo < 0 || b->range_hi >= logits->shape[1])
+            return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                     "cross_entropy: labels from %d to %d are not all class indices of %lld classes",
+                                     (int)b->range_lo, (int)b->range_hi, (long long)logits->shape[1]);
     }
     /* class indices as i32, or as whole floats */
     wgml_tensor *src[2] = {wgml_contiguous(ctx, logits),

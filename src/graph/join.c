@@ -14,7 +14,8 @@
 static wgml_tensor *check_join(wgml_context *ctx, const char *name, int n, wgml_tensor *const *ts, int axis, int *ax_out,
                                int64_t *shape)
 {
-    if (n < 1 || !ts) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %d tensors (want at least 1)", name, n);
+    if (n < 1 || !ts)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %d tensors%s (want at least 1)", name, n, ts ? "" : " in a NULL list");
     for (int i = 0; i < n; i++) {
         wgml_tensor *t = ts[i];
         if (!wgml_tensor_valid(t)) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: tensor %d is NULL", name, i);
@@ -129,7 +130,7 @@ wgml_tensor *wgml_stack(wgml_context *ctx, int n, wgml_tensor *const *ts, int ax
     if (!each) t = wgml_tensor_error(ctx, WGML_ERROR_OUT_OF_MEMORY, "stack: out of host memory");
     for (int i = 0; i < n && each; i++) {
         wgml_tensor *x = ts[i];
-        if (!wgml_tensor_valid(x)) { /* concat names it */
+        if (!wgml_tensor_valid(x) || x->status || x->ctx != ctx) { /* concat names it */
             each[i] = x;
             continue;
         }
@@ -182,13 +183,17 @@ wgml_status wgml_split(wgml_context *ctx, wgml_tensor *a, int axis, int n, const
 wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_tensor **out)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
-    for (int i = 0; out && i < n && i < 4096; i++) out[i] = NULL;
-    if (!out || !wgml_tensor_valid(a) || n < 1 || n > 4096) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "chunk: NULL tensor or %d parts", n);
+    for (int i = 0; out && i < n; i++) out[i] = NULL;
+    if (!out || !wgml_tensor_valid(a) || n < 1) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "chunk: NULL tensor or out, or %d parts", n);
+    if (a->status) return wgml_fail(ctx, a->status, "%s", a->error ? a->error : "error in the input");
     int ax = axis < 0 ? axis + a->ndim : axis;
     if (ax < 0 || ax >= a->ndim) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "chunk: axis %d is out of range for %d dimensions", axis, a->ndim);
     if (a->shape[ax] % n)
         return wgml_fail(ctx, WGML_ERROR_SHAPE, "chunk: axis %d of size %lld does not split into %d equal parts", ax, (long long)a->shape[ax], n);
-    int64_t sizes[4096];
+    int64_t *sizes = malloc((size_t)n * sizeof *sizes);
+    if (!sizes) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "chunk: out of host memory");
     for (int i = 0; i < n; i++) sizes[i] = a->shape[ax] / n;
-    return wgml_split(ctx, a, ax, n, sizes, out);
+    wgml_status st = wgml_split(ctx, a, ax, n, sizes, out);
+    free(sizes);
+    return st;
 }

@@ -162,8 +162,8 @@ wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_des
     /* positions t + pos_offset are converted to f32 on the GPU: exactly, up to 2^24 */
     if (d.pos_offset < 0 || d.pos_offset > (INT64_C(1) << 24) + 1 - T)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                                 "rope: positions %lld to %lld (pos_offset to pos_offset + T - 1, x %s) must lie in 0..2^24",
-                                 (long long)d.pos_offset, (long long)(d.pos_offset + T - 1), s);
+                                 "rope: pos_offset %lld with T = %lld (x %s): positions pos_offset .. pos_offset + T - 1 "
+                                 "must lie in 0..2^24", (long long)d.pos_offset, (long long)T, s);
     wgml_tensor *c = contiguous_of(ctx, x);
     if (!c || c->status) return c;
     wgml_tensor *t = wgml_node(ctx, WGML_OP_ROPE, x->ndim, x->shape, 1, &c);

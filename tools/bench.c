@@ -554,12 +554,25 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(what, "gather") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_gather(quick);
     if (!strcmp(what, "startup")) bench_startup();
     if (cli_has_flag(argc, argv, "--json")) {
-        printf("{\"device\": \"%s\", \"results\": {", info.name);
-        for (int i = 0; i < nresults; i++)
-            printf("%s\"%s\": {\"ms\": %.6f, \"value\": %.6f, \"unit\": \"%s\", \"host_us_per_eval\": %.3f}",
-                   i ? ", " : "", results[i].name, results[i].seconds * 1e3, results[i].value, results[i].unit,
-                   results[i].host_seconds * 1e6);
-        printf("}}\n");
+        /* every result under "results"; the transformer ops' also by family: "attention",
+           "gather" and "scatter" hold the results whose names begin so */
+        static const char *const groups[] = {"results", "attention", "gather", "scatter"};
+        printf("{\"device\": \"%s\"", info.name);
+        for (int g = 0; g < 4; g++) {
+            size_t len = g ? strlen(groups[g]) : 0;
+            int n = 0;
+            for (int i = 0; i < nresults; i++) {
+                if (len && strncmp(results[i].name, groups[g], len)) continue;
+                if (n++) printf(", ");
+                else printf(", \"%s\": {", groups[g]);
+                printf("\"%s\": {\"ms\": %.6f, \"value\": %.6f, \"unit\": \"%s\", \"host_us_per_eval\": %.3f}",
+                       results[i].name, results[i].seconds * 1e3, results[i].value, results[i].unit,
+                       results[i].host_seconds * 1e6);
+            }
+            if (n) printf("}");
+            else if (g == 0) printf(", \"results\": {}");
+        }
+        printf("}\n");
     }
     return 0;
 }

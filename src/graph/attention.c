@@ -85,16 +85,6 @@ static bool rows_aligned(const wgml_tensor *x)
     return true;
 }
 
-static wgml_tensor *check_input(wgml_context *ctx, wgml_tensor *t, const char *role)
-{
-    if (!t) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "attention: input %s is NULL", role);
-    if (!wgml_tensor_valid(t))
-        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "attention: input %s is not a wgml tensor", role);
-    if (t->ctx != ctx) return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "attention: input %s belongs to another context", role);
-    if (t->status) return wgml_tensor_error(ctx, t->status, "%s", t->error ? t->error : "error in an input");
-    return NULL;
-}
-
 wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v,
                             const wgml_attention_desc *desc)
 {
@@ -102,7 +92,7 @@ wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, w
     wgml_tensor *in[3] = {q, k, v}, *bad;
     static const char *const roles[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++)
-        if ((bad = check_input(ctx, in[i], roles[i]))) return bad;
+        if ((bad = wgml_check_input(ctx, in[i], "attention", roles[i]))) return bad;
     char sq[128], sk[128], sv[128];
     wgml_format_shape(sq, sizeof sq, q->ndim, q->shape);
     wgml_format_shape(sk, sizeof sk, k->ndim, k->shape);
@@ -154,7 +144,7 @@ wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tenso
 {
     if (!ctx) return NULL;
     wgml_tensor *bad;
-    if ((bad = check_input(ctx, fwd, "forward")) || (bad = check_input(ctx, dout, "dout"))) return bad;
+    if ((bad = wgml_check_input(ctx, fwd, "attention_grad", "forward")) || (bad = wgml_check_input(ctx, dout, "attention_grad", "dout"))) return bad;
     if (fwd->op != WGML_OP_ATTENTION || dout->ndim != fwd->ndim || memcmp(dout->shape, fwd->shape, sizeof fwd->shape[0] * (size_t)fwd->ndim))
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "attention gradient: needs the lazy forward node and a gradient of its shape");
     wgml_tensor *q = fwd->src[0], *k = fwd->src[1];

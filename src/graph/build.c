@@ -14,8 +14,7 @@
 
 /* ---------------------------------------------------------------- input checks */
 
-/* NULL if `t` is a usable input of op `name`, else the error tensor to return. */
-static wgml_tensor *bad_input(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role)
+wgml_tensor *wgml_check_input(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role)
 {
     if (!t) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: input %s is NULL", name, role);
     /* only a tag check: a freed handle is undefined behaviour (wgml.h), not something we detect */
@@ -27,18 +26,6 @@ static wgml_tensor *bad_input(wgml_context *ctx, wgml_tensor *t, const char *nam
         return wgml_tensor_error(ctx, t->status, "%s", t->error ? t->error : "error in an input");
     return NULL;
 }
-
-wgml_tensor *wgml_check_input(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role)
-{
-    return bad_input(ctx, t, name, role);
-}
-
-#define CHECK_INPUT(ctx, t, name, role)                               \
-    do {                                                              \
-        if (!(ctx)) return NULL;                                      \
-        wgml_tensor *bad_ = bad_input((ctx), (t), (name), (role));    \
-        if (bad_) return bad_;                                        \
-    } while (0)
 
 static void shape_str(char *out, size_t n, const wgml_tensor *t)
 {

@@ -11,6 +11,13 @@ wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *s
 /* NULL if t is a usable input (role, e.g. "a") of op `name`; else the error tensor to return
    (t NULL, not a tensor, of another context, or in an error state). */
 wgml_tensor *wgml_check_input(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role);
+/* returns from an op's constructor: NULL for a NULL context, else the error tensor of a bad input */
+#define CHECK_INPUT(ctx, t, name, role)                                    \
+    do {                                                                   \
+        if (!(ctx)) return NULL;                                           \
+        wgml_tensor *bad_ = wgml_check_input((ctx), (t), (name), (role));  \
+        if (bad_) return bad_;                                             \
+    } while (0)
 wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b);
 wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a);
 /* The table's op of a public wgml_binary_op (WGML_OP_NONE when it is not one). */

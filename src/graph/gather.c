@@ -44,12 +44,6 @@
 
 /* ---------------------------------------------------------------- checks */
 
-#define CHECK_INPUT(ctx, t, name, role)                                        \
-    do {                                                                       \
-        wgml_tensor *bad_ = wgml_check_input((ctx), (t), (name), (role));      \
-        if (bad_) return bad_;                                                 \
-    } while (0)
-
 static void shape_str(char *out, size_t n, const wgml_tensor *t) { wgml_format_shape(out, n, t->ndim, t->shape); }
 
 /* NULL if idx can index an axis of `len` entries (`what` names it); else the error tensor. An

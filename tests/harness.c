@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/ref.h"
 
@@ -77,6 +78,14 @@ float *test_read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_
         return NULL;
     }
     return got;
+}
+
+int test_message_has(wgml_context *ctx, const char *s)
+{
+    const char *m = wgml_error_message(ctx);
+    if (strstr(m, s)) return 1;
+    fprintf(stderr, "  message \"%s\" does not name \"%s\"\n", m, s);
+    return 0;
 }
 
 int64_t test_numel(int nd, const int64_t *sh)
@@ -187,9 +196,14 @@ void test_context_release(void)
 
 wgml_tensor *test_tensor(wgml_context *ctx, int ndim, const int64_t *shape, const float *data)
 {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
     wgml_tensor *t = NULL;
-    CHECK_OK(ctx, wgml_tensor_from_data(ctx, ndim, shape, data, (size_t)n, &t));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, ndim, shape, data, (size_t)test_numel(ndim, shape), &t));
+    return t;
+}
+
+wgml_tensor *test_tensor_i32(wgml_context *ctx, int ndim, const int64_t *shape, const int32_t *data)
+{
+    wgml_tensor *t = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_i32(ctx, ndim, shape, data, (size_t)test_numel(ndim, shape), &t));
     return t;
 }

@@ -36,6 +36,17 @@ extern const char *test_current;
     } while (0)
 #define CHECK_OK(ctx, expr) CHECK_STATUS(ctx, expr, WGML_OK)
 
+/* A failure of the current test described by a printf format. */
+#define FAILF(...)                                                   \
+    do {                                                             \
+        fprintf(stderr, "FAIL %s: ", test_current);                  \
+        fprintf(stderr, __VA_ARGS__);                                \
+        fprintf(stderr, "\n");                                       \
+        test_failures++;                                             \
+    } while (0)
+
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 #define TEST_RUN(fn)                          \
     do {                                      \
         test_current = #fn;                   \
@@ -68,6 +79,8 @@ wgml_status test_read(wgml_tensor *t, float *out, size_t n);
 /* ... into a new array (free it); NULL, and a failure of the current test naming `what`,
    when the read fails */
 float *test_read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_t n);
+/* whether ctx's last message contains s; prints the message when it does not */
+int test_message_has(wgml_context *ctx, const char *s);
 /* the element count of a shape, and the shape as "[2,3,4]" */
 int64_t test_numel(int nd, const int64_t *sh);
 void test_shape_str(char *out, size_t cap, int nd, const int64_t *sh);
@@ -91,6 +104,8 @@ int test_close(const char *what, const float *got, const double *want, size_t n,
 
 /* An f32 tensor of this shape from host data (CHECKs the upload; NULL if it failed). */
 wgml_tensor *test_tensor(wgml_context *ctx, int ndim, const int64_t *shape, const float *data);
+/* ... of i32 host data */
+wgml_tensor *test_tensor_i32(wgml_context *ctx, int ndim, const int64_t *shape, const int32_t *data);
 
 /* A shared context on the default adapter (lavapipe in CI); NULL (and a FAIL) if none. */
 wgml_context *test_context(void);

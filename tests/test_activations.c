@@ -24,7 +24,6 @@
 #include "graph/ops.h"
 #include "harness.h"
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define NX 64
 #define AGREE 1e-6
 

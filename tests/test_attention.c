@@ -59,7 +59,6 @@ static const acase cases[] = {
     {"S < T, causal: 6 queries over 4 keys", 1, 2, 2, 6, 4, 8, 1, 0, 0, 0, 0},
 };
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -30,7 +30,6 @@
 #include "graph/ops.h"
 #include "harness.h"
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 #define MAXIN 5    /* leaves per case */
 #define MAXOP 6    /* operands per case (a leaf may be used twice) */

@@ -7,7 +7,6 @@
 #include "cpu/ref.h"
 #include "harness.h"
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* |got - want| <= tol * max(1, |want|); NaN only matches NaN, inf only the same inf */
 static int near(double got, double want, double tol)

@@ -11,31 +11,11 @@
 
 #include "harness.h"
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-#define FAILF(...)                                                   \
-    do {                                                             \
-        fprintf(stderr, "FAIL %s: ", test_current);                  \
-        fprintf(stderr, __VA_ARGS__);                                \
-        fprintf(stderr, "\n");                                       \
-        test_failures++;                                             \
-    } while (0)
 
 /* ---------------------------------------------------------------- helpers and references */
 
-static int64_t count_of(int nd, const int64_t *s)
-{
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= s[i];
-    return n;
-}
 
-static wgml_tensor *ints(wgml_context *ctx, int nd, const int64_t *sh, const int32_t *v)
-{
-    wgml_tensor *t = NULL;
-    CHECK_OK(ctx, wgml_tensor_from_i32(ctx, nd, sh, v, (size_t)count_of(nd, sh), &t));
-    return t;
-}
 
 static float *rand_floats(int64_t n, double lo, double hi)
 {
@@ -123,7 +103,7 @@ static void embedding_matches_reference(void)
     int ran = 0;
     for (int t = 0; t < N_OF(tables); t++)
         for (int s = 0; s < N_OF(ids_shapes); s++) {
-            int64_t V = tables[t].V, C = tables[t].C, n = count_of(ids_shapes[s].nd, ids_shapes[s].s), tsh[2] = {V, C};
+            int64_t V = tables[t].V, C = tables[t].C, n = test_numel(ids_shapes[s].nd, ids_shapes[s].s), tsh[2] = {V, C};
             float *table = rand_floats(V * C, -5, 5);
             int32_t *ids = rand_ids(n, V);
             ids[n - 1] = (int32_t)(V - 1); /* the last row is reached */
@@ -133,7 +113,7 @@ static void embedding_matches_reference(void)
             test_shape_str(ss, sizeof ss, ids_shapes[s].nd, ids_shapes[s].s);
             snprintf(what, sizeof what, "embedding of table [%lld,%lld] by ids %s", (long long)V, (long long)C, ss);
             wgml_scope_begin(ctx);
-            wgml_tensor *y = wgml_embedding(ctx, test_tensor(ctx, 2, tsh, table), ints(ctx, ids_shapes[s].nd, ids_shapes[s].s, ids));
+            wgml_tensor *y = wgml_embedding(ctx, test_tensor(ctx, 2, tsh, table), test_tensor_i32(ctx, ids_shapes[s].nd, ids_shapes[s].s, ids));
             int64_t ysh[4];
             memcpy(ysh, ids_shapes[s].s, sizeof ids_shapes[s].s);
             ysh[ids_shapes[s].nd] = C;
@@ -160,7 +140,7 @@ static void index_select_along_every_axis(void)
     for (int s = 0; s < N_OF(shapes); s++) {
         int nd = shapes[s].nd;
         const int64_t *sh = shapes[s].s;
-        int64_t numel = count_of(nd, sh);
+        int64_t numel = test_numel(nd, sh);
         float *a = rand_floats(numel, -3, 3);
         for (int ax = 0; ax < nd; ax++)
             for (int len = 1; len <= 7; len += 6) {
@@ -168,14 +148,14 @@ static void index_select_along_every_axis(void)
                 int64_t osh[4];
                 memcpy(osh, sh, sizeof osh);
                 osh[ax] = len;
-                int64_t on = count_of(nd, osh);
+                int64_t on = test_numel(nd, osh);
                 double *want = malloc((size_t)on * sizeof *want);
                 ref_select(nd, sh, a, ax, idx, len, want);
                 char what[128], ss[48];
                 test_shape_str(ss, sizeof ss, nd, sh);
                 snprintf(what, sizeof what, "index_select of %s along axis %d by %d indices", ss, ax, len);
                 wgml_scope_begin(ctx);
-                wgml_tensor *at = test_tensor(ctx, nd, sh, a), *it = ints(ctx, 1, (int64_t[]){len}, idx);
+                wgml_tensor *at = test_tensor(ctx, nd, sh, a), *it = test_tensor_i32(ctx, 1, (int64_t[]){len}, idx);
                 wgml_tensor *ys[2] = {wgml_index_select(ctx, at, ax, it), wgml_index_select(ctx, at, ax - nd, it)};
                 for (int k = 0; k < 2; k++) {
                     check_shape(what, ys[k], nd, osh);
@@ -205,8 +185,8 @@ static void index_select_of_an_i32_table(void)
         ids[0] = 0;
         ids[1] = (int32_t)(V - 1);
         wgml_scope_begin(ctx);
-        wgml_tensor *y = wgml_index_select(ctx, ints(ctx, 2, tsh, table), 0, ints(ctx, 1, &n, ids));
-        wgml_tensor *e = wgml_embedding(ctx, ints(ctx, 2, tsh, table), ints(ctx, 2, ish, ids));
+        wgml_tensor *y = wgml_index_select(ctx, test_tensor_i32(ctx, 2, tsh, table), 0, test_tensor_i32(ctx, 1, &n, ids));
+        wgml_tensor *e = wgml_embedding(ctx, test_tensor_i32(ctx, 2, tsh, table), test_tensor_i32(ctx, 2, ish, ids));
         CHECK(wgml_tensor_dtype(y) == WGML_I32 && wgml_tensor_dtype(e) == WGML_I32);
         int32_t *got = malloc((size_t)(n * C) * sizeof *got);
         for (int k = 0; k < 2; k++) {
@@ -237,7 +217,7 @@ static void index_select_of_views(void)
     float *base = rand_floats(80, -3, 3);
     int32_t ids10[10] = {3, 0, 9, 4, 4, 1, 2, 2, 7, 5};
     wgml_scope_begin(ctx);
-    wgml_tensor *b = test_tensor(ctx, 2, bsh, base), *ids_all = ints(ctx, 1, (int64_t[]){10}, ids10);
+    wgml_tensor *b = test_tensor(ctx, 2, bsh, base), *ids_all = test_tensor_i32(ctx, 1, (int64_t[]){10}, ids10);
     /* every other index, a non-contiguous idx: 3 9 4 2 7 */
     wgml_tensor *ids = wgml_slice(ctx, ids_all, 0, 0, 10, 2);
     const int32_t picked[5] = {3, 9, 4, 2, 7};
@@ -255,7 +235,7 @@ static void index_select_of_views(void)
             for (int j = 0; j < n; j++) idx[j] = picked[j] % (int32_t)len;
             wgml_tensor *it = ids;
             if (len < 10) { /* indices inside this axis: the same pattern, uploaded */
-                it = ints(ctx, 1, &n, idx);
+                it = test_tensor_i32(ctx, 1, &n, idx);
             }
             int64_t orows = ax ? rows : n, ocols = ax ? n : cols;
             double want[80];
@@ -305,7 +285,7 @@ static void run_add(wgml_context *ctx, const add_case *c)
              c->ax, (long long)c->n);
     for (int run = 0; run < 3; run++) {
         wgml_scope_begin(ctx);
-        wgml_tensor *it = ints(ctx, 1, &c->n, idx), *st = test_tensor(ctx, c->nd, ssh, src), *y;
+        wgml_tensor *it = test_tensor_i32(ctx, 1, &c->n, idx), *st = test_tensor(ctx, c->nd, ssh, src), *y;
         if (c->zeros) { /* the gradient of index_select: loss = sum(w * index_select(a)) with w = src */
             wgml_tensor *at = test_tensor(ctx, c->nd, c->sh, a);
             CHECK_OK(ctx, wgml_requires_grad(at, 1));
@@ -370,7 +350,7 @@ static void gradients_match_their_references(void)
     wgml_scope_begin(ctx);
     wgml_tensor *tt = test_tensor(ctx, 2, tsh, table);
     CHECK_OK(ctx, wgml_requires_grad(tt, 1));
-    wgml_tensor *y = wgml_embedding(ctx, tt, ints(ctx, 2, ish, ids));
+    wgml_tensor *y = wgml_embedding(ctx, tt, test_tensor_i32(ctx, 2, ish, ids));
     CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, y, test_tensor(ctx, 3, ysh, w)))));
     float *got = test_read_new(ctx, "embedding's gradient", wgml_grad(tt), V * C);
     if (got && !sums_close("embedding's gradient", got, want, mag, V * C, 1e-6)) FAILF("embedding's gradient is off");
@@ -382,7 +362,7 @@ static void gradients_match_their_references(void)
     wgml_tensor *at = test_tensor(ctx, 2, tsh, table), *sv = test_tensor(ctx, 2, ssh, s);
     CHECK_OK(ctx, wgml_requires_grad(at, 1));
     CHECK_OK(ctx, wgml_requires_grad(sv, 1));
-    wgml_tensor *z = wgml_index_add(ctx, at, 0, ints(ctx, 1, &n, ids), sv);
+    wgml_tensor *z = wgml_index_add(ctx, at, 0, test_tensor_i32(ctx, 1, &n, ids), sv);
     CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, z, test_tensor(ctx, 2, tsh, wa)))));
     double wd[35], ws[60];
     for (int i = 0; i < V * C; i++) wd[i] = wa[i];
@@ -402,21 +382,13 @@ static void gradients_match_their_references(void)
 
 /* ---------------------------------------------------------------- bad input */
 
-static bool message_has(wgml_context *ctx, const char *what)
-{
-    const char *m = wgml_error_message(ctx);
-    if (strstr(m, what)) return true;
-    FAILF("the message \"%s\" does not say \"%s\"", m, what);
-    return false;
-}
-
 #define CHECK_BUILD(ctx, expr, want_status, needle)                                                             \
     do {                                                                                                         \
         wgml_tensor *t_ = (expr);                                                                                \
         if (wgml_tensor_status(t_) != (want_status))                                                             \
             FAILF("%s gave %s, want %s", #expr, wgml_status_name(wgml_tensor_status(t_)), wgml_status_name(want_status)); \
         else                                                                                                     \
-            message_has(ctx, needle);                                                                            \
+            CHECK(test_message_has(ctx, needle));                                                                \
     } while (0)
 
 static void bad_input_is_refused_when_built(void)
@@ -429,22 +401,22 @@ static void bad_input_is_refused_when_built(void)
     const int32_t neg[3] = {0, -1, 2}, big[3] = {6, 7, 0}, fine[4] = {0, 6, 3, 3};
     wgml_scope_begin(ctx);
     wgml_tensor *t = test_tensor(ctx, 2, tsh, table), *f = test_tensor(ctx, 1, &n3, fidx);
-    wgml_tensor *in = ints(ctx, 1, &n3, neg), *ib = ints(ctx, 1, &n3, big), *ok = ints(ctx, 1, &n4, fine);
+    wgml_tensor *in = test_tensor_i32(ctx, 1, &n3, neg), *ib = test_tensor_i32(ctx, 1, &n3, big), *ok = test_tensor_i32(ctx, 1, &n4, fine);
     /* f32 indices */
     CHECK_BUILD(ctx, wgml_embedding(ctx, t, f), WGML_ERROR_INVALID_ARGUMENT, "i32");
     CHECK_BUILD(ctx, wgml_index_select(ctx, t, 0, f), WGML_ERROR_INVALID_ARGUMENT, "f32");
     CHECK_BUILD(ctx, wgml_index_add(ctx, t, 1, f, t), WGML_ERROR_INVALID_ARGUMENT, "i32");
     /* host indices out of range, named with the range */
     CHECK_BUILD(ctx, wgml_embedding(ctx, t, in), WGML_ERROR_INVALID_ARGUMENT, "index -1 is out of range");
-    message_has(ctx, "0 to 6");
+    CHECK(test_message_has(ctx, "0 to 6"));
     CHECK_BUILD(ctx, wgml_embedding(ctx, t, ib), WGML_ERROR_INVALID_ARGUMENT, "index 7 is out of range");
     CHECK_BUILD(ctx, wgml_index_select(ctx, t, 1, ib), WGML_ERROR_INVALID_ARGUMENT, "index 7");
-    message_has(ctx, "0 to 2");
+    CHECK(test_message_has(ctx, "0 to 2"));
     CHECK_BUILD(ctx, wgml_index_select(ctx, t, 1, in), WGML_ERROR_INVALID_ARGUMENT, "index -1");
     int64_t s3[2] = {7, 3};
     CHECK_BUILD(ctx, wgml_index_add(ctx, t, 1, ib, test_tensor(ctx, 2, s3, table)), WGML_ERROR_INVALID_ARGUMENT, "index 7");
     /* 2-D ids into a reshaped upload: still the whole upload */
-    CHECK_BUILD(ctx, wgml_embedding(ctx, t, wgml_reshape(ctx, ints(ctx, 2, i2, (int32_t[]){1, 2, 3, 70}), 1, &n4)),
+    CHECK_BUILD(ctx, wgml_embedding(ctx, t, wgml_reshape(ctx, test_tensor_i32(ctx, 2, i2, (int32_t[]){1, 2, 3, 70}), 1, &n4)),
                 WGML_ERROR_INVALID_ARGUMENT, "index 70");
     /* bad axes */
     CHECK_BUILD(ctx, wgml_index_select(ctx, t, 2, ok), WGML_ERROR_INVALID_ARGUMENT, "axis 2");
@@ -453,17 +425,17 @@ static void bad_input_is_refused_when_built(void)
     wgml_tensor *src43 = test_tensor(ctx, 2, s43, table);
     CHECK_BUILD(ctx, wgml_index_add(ctx, t, 2, ok, src43), WGML_ERROR_INVALID_ARGUMENT, "axis 2");
     /* shapes */
-    CHECK_BUILD(ctx, wgml_index_select(ctx, t, 0, ints(ctx, 2, i2, fine)), WGML_ERROR_SHAPE, "1-D");
+    CHECK_BUILD(ctx, wgml_index_select(ctx, t, 0, test_tensor_i32(ctx, 2, i2, fine)), WGML_ERROR_SHAPE, "1-D");
     CHECK_BUILD(ctx, wgml_index_add(ctx, t, 0, ok, t), WGML_ERROR_SHAPE, "src [7, 3] must be a's shape [7, 3] with axis 0 of idx's length 4"); /* src has 7 rows, idx 4 */
     int64_t s44[2] = {4, 4}, s3d[3] = {4, 3, 1};
     CHECK_BUILD(ctx, wgml_index_add(ctx, t, 0, ok, test_tensor(ctx, 2, s44, table)), WGML_ERROR_SHAPE, "src [4, 4]");
     CHECK_BUILD(ctx, wgml_index_add(ctx, t, 0, ok, test_tensor(ctx, 3, s3d, table)), WGML_ERROR_SHAPE, "index_add");
-    CHECK_BUILD(ctx, wgml_index_add(ctx, t, 0, ints(ctx, 2, i2, fine), src43), WGML_ERROR_SHAPE, "1-D");
+    CHECK_BUILD(ctx, wgml_index_add(ctx, t, 0, test_tensor_i32(ctx, 2, i2, fine), src43), WGML_ERROR_SHAPE, "1-D");
     int64_t s3x[3] = {7, 3, 1}, s4x[4] = {2, 2, 1, 1};
     CHECK_BUILD(ctx, wgml_embedding(ctx, test_tensor(ctx, 3, s3x, table), ok), WGML_ERROR_SHAPE, "[V, C]");
-    CHECK_BUILD(ctx, wgml_embedding(ctx, t, ints(ctx, 4, s4x, fine)), WGML_ERROR_SHAPE, "1 to 3 dimensions");
+    CHECK_BUILD(ctx, wgml_embedding(ctx, t, test_tensor_i32(ctx, 4, s4x, fine)), WGML_ERROR_SHAPE, "1 to 3 dimensions");
     /* an i32 a or src for index_add */
-    CHECK_BUILD(ctx, wgml_index_add(ctx, ints(ctx, 1, &n4, fine), 0, ok, ints(ctx, 1, &n4, fine)), WGML_ERROR_INVALID_ARGUMENT, "f32");
+    CHECK_BUILD(ctx, wgml_index_add(ctx, test_tensor_i32(ctx, 1, &n4, fine), 0, ok, test_tensor_i32(ctx, 1, &n4, fine)), WGML_ERROR_INVALID_ARGUMENT, "f32");
     /* NULL and error inputs */
     CHECK_BUILD(ctx, wgml_embedding(ctx, NULL, ok), WGML_ERROR_INVALID_ARGUMENT, "NULL");
     CHECK_BUILD(ctx, wgml_index_select(ctx, t, 0, NULL), WGML_ERROR_INVALID_ARGUMENT, "NULL");
@@ -498,8 +470,8 @@ static void gpu_indices_out_of_range_are_reported(void)
     float got[20];
     for (int i = 0; i < 20; i++) got[i] = -777.0f;
     CHECK_STATUS(ctx, wgml_tensor_read(y, got, 20), WGML_ERROR_INVALID_ARGUMENT);
-    message_has(ctx, "out of range");
-    message_has(ctx, "element 1 of");
+    CHECK(test_message_has(ctx, "out of range"));
+    CHECK(test_message_has(ctx, "element 1 of"));
     for (int c = 0; c < 5; c++) {
         if (got[c] != table[5 + c] || got[15 + c] != table[10 + c]) FAILF("a good row read wrong at column %d", c);
         if (got[5 + c] != 0.0f || got[10 + c] != 0.0f) FAILF("a bad index's row reads %g, %g, want 0", got[5 + c], got[10 + c]);
@@ -516,7 +488,7 @@ static void gpu_indices_out_of_range_are_reported(void)
     wgml_tensor *z = wgml_index_add(ctx, t, 0, ids, test_tensor(ctx, 2, ssh, src));
     CHECK_OK(ctx, wgml_eval(ctx, 1, &z));
     CHECK_STATUS(ctx, wgml_tensor_read(t, back, 35), WGML_ERROR_INVALID_ARGUMENT);
-    message_has(ctx, "element 1 of");
+    CHECK(test_message_has(ctx, "element 1 of"));
     float zs[35];
     CHECK_OK(ctx, wgml_tensor_read(z, zs, 35));
     for (int r = 0; r < 7; r++)
@@ -530,7 +502,7 @@ static void gpu_indices_out_of_range_are_reported(void)
     wgml_tensor *y2 = wgml_index_select(ctx, t, 0, wgml_cast(ctx, test_tensor(ctx, 1, &n3, fneg), WGML_I32));
     float g2[15];
     CHECK_STATUS(ctx, wgml_tensor_read(y2, g2, 15), WGML_ERROR_INVALID_ARGUMENT);
-    message_has(ctx, "element 2 of");
+    CHECK(test_message_has(ctx, "element 2 of"));
     /* past 65536 rows (two sort nodes): bad positions 1 and 3 skipped, the first named */
     {
         int64_t V = 70001, n5 = 5;
@@ -538,7 +510,7 @@ static void gpu_indices_out_of_range_are_reported(void)
         wgml_tensor *zb = wgml_index_add(ctx, test_tensor(ctx, 1, &V, big), 0, wgml_cast(ctx, test_tensor(ctx, 1, &n5, fb), WGML_I32),
                                          test_tensor(ctx, 1, &n5, sb));
         CHECK_STATUS(ctx, wgml_tensor_read(zb, gb, (size_t)V), WGML_ERROR_INVALID_ARGUMENT);
-        message_has(ctx, "element 1 of");
+        CHECK(test_message_has(ctx, "element 1 of"));
         float run5 = sb[0] + sb[4]; /* the run's terms in order, then added to a */
         big[5] = big[5] + run5;
         big[70000] = big[70000] + sb[2];

@@ -495,14 +495,6 @@ static void matmul_in_a_graph(void)
     free(got);
 }
 
-static int msg_has(wgml_context *ctx, const char *s)
-{
-    const char *m = wgml_error_message(ctx);
-    if (strstr(m, s)) return 1;
-    fprintf(stderr, "  message \"%s\" does not name \"%s\"\n", m, s);
-    return 0;
-}
-
 static void errors(void)
 {
     wgml_context *ctx = test_context();
@@ -525,17 +517,17 @@ static void errors(void)
     /* K mismatch: SHAPE, naming both shapes */
     wgml_tensor *e = wgml_matmul(ctx, a34, b56);
     CHECK(e != NULL && wgml_tensor_status(e) == WGML_ERROR_SHAPE);
-    CHECK(msg_has(ctx, "[3, 4]") && msg_has(ctx, "[5, 6]"));
+    CHECK(test_message_has(ctx, "[3, 4]") && test_message_has(ctx, "[5, 6]"));
     CHECK_STATUS(ctx, wgml_tensor_read(e, out, (size_t)wgml_tensor_numel(e)), WGML_ERROR_SHAPE);
     wgml_tensor_free(e);
     /* the flags count: a34^T is [4, 3], which does not fit b45 */
     wgml_matmul_desc d = {.trans_a = 1};
     e = wgml_matmul_ex(ctx, a34, b45, &d);
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[3, 4]") && msg_has(ctx, "[4, 5]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[3, 4]") && test_message_has(ctx, "[4, 5]"));
     wgml_tensor_free(e);
     /* 1-D operands (4-D ones batch: tests/test_matmul_batched.c) */
     e = wgml_matmul(ctx, v4, b45);
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[4]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[4]"));
     wgml_tensor_free(e);
     e = wgml_matmul(ctx, a34, v4);
     CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE);
@@ -545,16 +537,16 @@ static void errors(void)
     wgml_tensor_free(e);
     /* batch mismatch */
     e = wgml_matmul(ctx, a234, b345);
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[2, 3, 4]") && msg_has(ctx, "[3, 4, 5]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[2, 3, 4]") && test_message_has(ctx, "[3, 4, 5]"));
     wgml_tensor_free(e);
     /* bad bias: wrong length, 2-D */
     wgml_matmul_desc db = {.bias = bias6};
     e = wgml_matmul_ex(ctx, a34, b45, &db);
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[6]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[6]"));
     wgml_tensor_free(e);
     db.bias = bias55;
     e = wgml_matmul_ex(ctx, a34, b45, &db);
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[5, 5]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[5, 5]"));
     wgml_tensor_free(e);
     /* unknown activation, NULL operands, error operands */
     wgml_matmul_desc da = {.activation = (wgml_activation)9};
@@ -665,9 +657,9 @@ static void cached_matmul(void)
     float in[64 * 37], out[64 * 45];
     test_fill_uniform(in, 64 * 37, -1, 1);
     CHECK_STATUS(ctx, wgml_matmul_cached(ctx, "nope", in, 37, out, 45, 1), WGML_ERROR_NOT_FOUND);
-    CHECK(msg_has(ctx, "nope"));
+    CHECK(test_message_has(ctx, "nope"));
     CHECK_STATUS(ctx, wgml_weight_upload(ctx, "w1", W, K, N), WGML_ERROR_EXISTS);
-    CHECK(msg_has(ctx, "w1"));
+    CHECK(test_message_has(ctx, "w1"));
     CHECK_STATUS(ctx, wgml_matmul_cached(ctx, "w1", in, 3 * 37 - 1, out, 3 * 45, 3), WGML_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(ctx, wgml_matmul_cached(ctx, "w1", in, 3 * 37, out, 3 * 45 - 1, 3), WGML_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(ctx, wgml_matmul_cached(ctx, "w1", in, 37, out, 45, 0), WGML_ERROR_INVALID_ARGUMENT);

@@ -34,20 +34,12 @@
 #include "graph/ops.h"
 #include "harness.h"
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define TINY 1e-30
 #define FD_REL 1e-3    /* central-difference step, relative to |x| (at least 1e-6 absolute) */
 #define GRAD_TOL 1e-3  /* as test_autograd.c's grad_close */
 #define GRAD_FLOOR 1e-3
 #define KINK 1e-2      /* distance kept from every kink (> h everywhere the inputs go) */
 
-#define FAILF(...)                                                   \
-    do {                                                             \
-        fprintf(stderr, "FAIL %s: ", test_current);                  \
-        fprintf(stderr, __VA_ARGS__);                                \
-        fprintf(stderr, "\n");                                       \
-        test_failures++;                                             \
-    } while (0)
 
 /* ---------------------------------------------------------------- what the X-lists say */
 
@@ -335,8 +327,7 @@ static wgml_tensor *ew_tensor(wgml_context *ctx, const ew_case *c, int k, float 
         if (v[i] == 0) v[i] = 1;
         x[i] = (float)v[i];
     }
-    wgml_tensor *t = NULL;
-    if (wgml_tensor_from_i32(ctx, c->nd, c->sh, v, (size_t)n, &t)) FAILF("from_i32: %s", wgml_error_message(ctx));
+    wgml_tensor *t = test_tensor_i32(ctx, c->nd, c->sh, v);
     free(v);
     return t;
 }
@@ -935,7 +926,7 @@ static void set_leaf(rcase *c, int l, int nd, const int64_t *sh, double lo, doub
     if (l >= c->nin) c->nin = l + 1;
 }
 
-static void every_reduce_row_and_matmul_entry_has_a_driver(void)
+static void every_kernel_entry_has_a_driver(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
@@ -1063,7 +1054,7 @@ static void every_reduce_row_and_matmul_entry_has_a_driver(void)
         }
         ran++;
     }
-    fprintf(stderr, "  %d reduce, row and matmul entries driven\n", ran);
+    fprintf(stderr, "  %d reduce, row, matmul and kernel entries driven\n", ran);
 }
 
 int main(void)
@@ -1074,6 +1065,6 @@ int main(void)
     TEST_RUN(binary_ops_with_a_number_on_either_side);
     TEST_RUN(softplus_at_its_edges);
     TEST_RUN(every_differentiable_elementwise_entry_has_the_right_gradient);
-    TEST_RUN(every_reduce_row_and_matmul_entry_has_a_driver);
+    TEST_RUN(every_kernel_entry_has_a_driver);
     return test_summary();
 }

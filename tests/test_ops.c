@@ -12,12 +12,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static size_t count_of(int nd, const int64_t *s)
-{
-    size_t n = 1;
-    for (int i = 0; i < nd; i++) n *= (size_t)s[i];
-    return n;
-}
 
 static float *rand_floats(size_t n, double lo, double hi)
 {
@@ -106,7 +100,7 @@ static void contiguous_copies_strided_views(void)
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int nd = cases[k].nd;
-        size_t n = count_of(nd, cases[k].s);
+        size_t n = (size_t)test_numel(nd, cases[k].s);
         float *x = rand_floats(n, -5, 5);
         double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
         wgml_ref_permute(nd, cases[k].s, xd, cases[k].axes, want);
@@ -168,7 +162,7 @@ static void broadcast_case(wgml_context *ctx, int na, const int64_t *sa, int nb,
     int64_t so[8];
     int no = 0;
     CHECK(wgml_ref_broadcast_shape(na, sa, nb, sb, &no, so) == 0);
-    size_t n_a = count_of(na, sa), n_b = count_of(nb, sb), n = count_of(no, so);
+    size_t n_a = (size_t)test_numel(na, sa), n_b = (size_t)test_numel(nb, sb), n = (size_t)test_numel(no, so);
     for (int op = WGML_ADD; op <= WGML_MINIMUM; op++) {
         int top = wgml_binary_api_op((wgml_binary_op)op);
         const wgml_op_def *c = &wgml_op_table[top];
@@ -362,7 +356,7 @@ static void reductions_along_every_axis(void)
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         int nd = shapes[k].nd;
         const int64_t *shape = shapes[k].s;
-        size_t n = count_of(nd, shape);
+        size_t n = (size_t)test_numel(nd, shape);
         /* [0.5, 1.5]: no cancellation in the sums; random floats so max/argmax have no ties */
         float *x = rand_floats(n, 0.5, 1.5);
         wgml_tensor *a = test_tensor(ctx, nd, shape, x);
@@ -404,7 +398,7 @@ static void reductions_over_all_elements(void)
     if (!ctx) return;
     const struct { int nd; int64_t s[4]; } shapes[] = {{1, {65537}}, {3, {7, 9, 1041}}, {2, {1, 1}}};
     for (size_t k = 0; k < 3; k++) {
-        size_t n = count_of(shapes[k].nd, shapes[k].s);
+        size_t n = (size_t)test_numel(shapes[k].nd, shapes[k].s);
         float *x = rand_floats(n, 0.5, 1.5);
         x[n / 3] = 1.75f; /* a unique max */
         wgml_tensor *a = test_tensor(ctx, shapes[k].nd, shapes[k].s, x);
@@ -462,7 +456,7 @@ static void softmax_and_log_softmax(void)
     for (size_t k = 0; k < NROWSHAPES; k++) {
         int nd = row_shapes[k].nd;
         const int64_t *shape = row_shapes[k].s;
-        size_t n = count_of(nd, shape);
+        size_t n = (size_t)test_numel(nd, shape);
         int64_t cols = shape[nd - 1], rows = (int64_t)n / cols;
         float *x = rand_floats(n, -4, 4);
         double *want = malloc(n * sizeof *want), *xd = test_to_double(x, n);
@@ -535,7 +529,7 @@ static void layernorm_and_rmsnorm(void)
     for (size_t k = 0; k < NROWSHAPES; k++) {
         int nd = row_shapes[k].nd;
         const int64_t *shape = row_shapes[k].s;
-        size_t n = count_of(nd, shape);
+        size_t n = (size_t)test_numel(nd, shape);
         int64_t cols = shape[nd - 1], rows = (int64_t)n / cols;
         /* an offset mean (2) so layernorm really subtracts it */
         float *x = rand_floats(n, 1, 3), *w = rand_floats((size_t)cols, 0.5, 2), *b = rand_floats((size_t)cols, -1, 1);
@@ -855,14 +849,6 @@ static void views_of_lazy_results(void)
 
 /* ---------------------------------------------------------------- bad input */
 
-static int msg_has(wgml_context *ctx, const char *s)
-{
-    const char *m = wgml_error_message(ctx);
-    if (strstr(m, s)) return 1;
-    fprintf(stderr, "  message \"%s\" does not name \"%s\"\n", m, s);
-    return 0;
-}
-
 static void bad_input_gives_error_tensors(void)
 {
     wgml_context *ctx = test_context();
@@ -878,7 +864,7 @@ static void bad_input_gives_error_tensors(void)
     CHECK(e != NULL);
     CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE);
     CHECK(wgml_last_status(ctx) == WGML_ERROR_SHAPE);
-    CHECK(msg_has(ctx, "[2, 3]") && msg_has(ctx, "[3, 2]"));
+    CHECK(test_message_has(ctx, "[2, 3]") && test_message_has(ctx, "[3, 2]"));
     /* ops on it inherit the status and the message; reading returns the status */
     wgml_clear_error(ctx);
     wgml_tensor *f = wgml_exp(ctx, e);
@@ -889,7 +875,7 @@ static void bad_input_gives_error_tensors(void)
     CHECK(wgml_tensor_status(h) == WGML_ERROR_SHAPE);
     wgml_clear_error(ctx);
     CHECK_STATUS(ctx, wgml_tensor_read(h, out, (size_t)wgml_tensor_numel(h)), WGML_ERROR_SHAPE);
-    CHECK(msg_has(ctx, "[2, 3]") && msg_has(ctx, "[3, 2]"));
+    CHECK(test_message_has(ctx, "[2, 3]") && test_message_has(ctx, "[3, 2]"));
     CHECK_STATUS(ctx, wgml_tensor_read(e, out, (size_t)wgml_tensor_numel(e)), WGML_ERROR_SHAPE);
     CHECK_STATUS(ctx, wgml_eval(ctx, 1, &g), WGML_ERROR_SHAPE);
     /* an error tensor among good ones: eval fails, the good one is still fine afterwards */
@@ -907,16 +893,16 @@ static void bad_input_gives_error_tensors(void)
 
     /* other shape errors */
     e = wgml_mul(ctx, v, a);
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[7]") && msg_has(ctx, "[2, 3]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[7]") && test_message_has(ctx, "[2, 3]"));
     wgml_tensor_free(e);
     e = wgml_binary_node(ctx, WGML_OP_RELU_GRAD, a, b);
     CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE);
     wgml_tensor_free(e);
     e = wgml_reshape(ctx, a, 1, (int64_t[]){7});
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[2, 3]") && msg_has(ctx, "[7]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[2, 3]") && test_message_has(ctx, "[7]"));
     wgml_tensor_free(e);
     e = wgml_broadcast_to(ctx, a, 2, (int64_t[]){2, 4});
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && msg_has(ctx, "[2, 3]") && msg_has(ctx, "[2, 4]"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE && test_message_has(ctx, "[2, 3]") && test_message_has(ctx, "[2, 4]"));
     wgml_tensor_free(e);
     e = wgml_broadcast_to(ctx, a, 1, (int64_t[]){3}); /* fewer dims than the input */
     CHECK(wgml_tensor_status(e) == WGML_ERROR_SHAPE);

@@ -17,8 +17,6 @@
 
 #include "harness.h"
 
-static int msg_has(wgml_context *ctx, const char *s) { return strstr(wgml_error_message(ctx), s) != NULL; }
-
 /* |got - want| <= tol * |want|, printing both when not */
 static int near(const char *what, double got, double want, double tol)
 {
@@ -381,7 +379,7 @@ static void bad_groups_are_refused(void)
         CHECK_STATUS(ctx, wgml_optimizer_create_groups(ctx, &bad[k].d, bad[k].n_groups, bad[k].g, &opt),
                      WGML_ERROR_INVALID_ARGUMENT);
         CHECK(opt == NULL);
-        if (!msg_has(ctx, "optimizer_create_groups") || !msg_has(ctx, bad[k].want)) {
+        if (!test_message_has(ctx, "optimizer_create_groups") || !test_message_has(ctx, bad[k].want)) {
             fprintf(stderr, "  want \"%s\" in \"%s\"\n", bad[k].want, wgml_error_message(ctx));
             CHECK(!"the message names the field and its value");
         }
@@ -389,16 +387,16 @@ static void bad_groups_are_refused(void)
     }
     wgml_optimizer *opt = NULL;
     CHECK_STATUS(ctx, wgml_optimizer_create_groups(ctx, &ok, 1, NULL, &opt), WGML_ERROR_INVALID_ARGUMENT);
-    CHECK(msg_has(ctx, "groups is NULL"));
+    CHECK(test_message_has(ctx, "groups is NULL"));
     CHECK_STATUS(ctx, wgml_optimizer_create_groups(ctx, NULL, 1, &g0, &opt), WGML_ERROR_INVALID_ARGUMENT);
-    CHECK(msg_has(ctx, "desc is NULL"));
+    CHECK(test_message_has(ctx, "desc is NULL"));
     CHECK_STATUS(ctx, wgml_optimizer_create_groups(ctx, &ok, 1, &g0, NULL), WGML_ERROR_INVALID_ARGUMENT);
-    CHECK(msg_has(ctx, "out is NULL"));
+    CHECK(test_message_has(ctx, "out is NULL"));
     CHECK_STATUS(NULL, wgml_optimizer_create_groups(NULL, &ok, 1, &g0, &opt), WGML_ERROR_INVALID_ARGUMENT);
     /* the single-group creator names its parameters by index */
     wgml_tensor *dup[2] = {t[0], t[0]};
     CHECK_STATUS(ctx, wgml_optimizer_create(ctx, &ok, 2, dup, &opt), WGML_ERROR_INVALID_ARGUMENT);
-    CHECK(msg_has(ctx, "optimizer_create: parameter 1 is also parameter 0"));
+    CHECK(test_message_has(ctx, "optimizer_create: parameter 1 is also parameter 0"));
 
     /* the refused calls took nothing: the tensors are as they were and make a good optimiser */
     float got[3];
@@ -427,7 +425,7 @@ static void bad_groups_are_refused(void)
         };
         for (size_t j = 0; j < sizeof bs / sizeof bs[0]; j++) {
             CHECK_STATUS(ctx, wgml_optimizer_set_schedule(opt, &bs[j].s), WGML_ERROR_INVALID_ARGUMENT);
-            if (!msg_has(ctx, "optimizer_set_schedule") || !msg_has(ctx, bs[j].want)) {
+            if (!test_message_has(ctx, "optimizer_set_schedule") || !test_message_has(ctx, bs[j].want)) {
                 fprintf(stderr, "  want \"%s\" in \"%s\"\n", bs[j].want, wgml_error_message(ctx));
                 CHECK(!"the message names the field and its value");
             }

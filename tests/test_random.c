@@ -27,7 +27,6 @@
 #include "cpu/philox.h"
 #include "harness.h"
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define BIG (1 << 20)
 
 static const int64_t sizes[] = {1, 7, 1023, 65537};

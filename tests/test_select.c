@@ -9,24 +9,6 @@
 #include "core/tensor.h"
 #include "harness.h"
 
-static wgml_tensor *f32(wgml_context *ctx, int nd, const int64_t *sh, const float *v)
-{
-    wgml_tensor *t = NULL;
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= sh[i];
-    CHECK_OK(ctx, wgml_tensor_from_data(ctx, nd, sh, v, (size_t)n, &t));
-    return t;
-}
-
-static wgml_tensor *i32(wgml_context *ctx, int nd, const int64_t *sh, const int32_t *v)
-{
-    wgml_tensor *t = NULL;
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= sh[i];
-    CHECK_OK(ctx, wgml_tensor_from_i32(ctx, nd, sh, v, (size_t)n, &t));
-    return t;
-}
-
 /* i32 data round trips exactly, values whose bits are f32 denormals and NaNs included, through
    the upload, a contiguous copy of a strided view, and both casts */
 static void integers_round_trip(void)
@@ -43,7 +25,7 @@ static void integers_round_trip(void)
     v[3] = INT32_MAX;
     v[4] = (1 << 24) + 1;      /* not a float */
     int64_t n = N;
-    wgml_tensor *t = i32(ctx, 1, &n, v);
+    wgml_tensor *t = test_tensor_i32(ctx, 1, &n, v);
     CHECK(wgml_tensor_dtype(t) == WGML_I32);
     CHECK_OK(ctx, wgml_tensor_read_i32(t, got, N));
     CHECK(memcmp(v, got, sizeof v) == 0);
@@ -84,7 +66,7 @@ static void float_to_int_edges(void)
     const int32_t want[9] = {2, -2, 0, 2147483520, INT32_MIN, 0, 2147483520, INT32_MIN, 16777216};
     int64_t n = 9;
     int32_t got[9];
-    CHECK_OK(ctx, wgml_tensor_read_i32(wgml_cast(ctx, f32(ctx, 1, &n, x), WGML_I32), got, 9));
+    CHECK_OK(ctx, wgml_tensor_read_i32(wgml_cast(ctx, test_tensor(ctx, 1, &n, x), WGML_I32), got, 9));
     for (int i = 0; i < 9; i++)
         if (got[i] != want[i]) {
             fprintf(stderr, "  cast %g to i32 gave %d, want %d\n", (double)x[i], got[i], want[i]);
@@ -103,7 +85,7 @@ static void wrong_dtypes_are_refused(void)
     int64_t n = 4, sh2[2] = {2, 2};
     const int32_t iv[4] = {3, -1, 7, 2};
     const float fv[4] = {1, 2, 3, 4};
-    wgml_tensor *ti = i32(ctx, 1, &n, iv), *tf = f32(ctx, 1, &n, fv);
+    wgml_tensor *ti = test_tensor_i32(ctx, 1, &n, iv), *tf = test_tensor(ctx, 1, &n, fv);
     CHECK(ti->range_known && ti->range_lo == -1 && ti->range_hi == 7);
     struct { const char *name; wgml_tensor *t; } bad[] = {
         {"add", wgml_add(ctx, ti, tf)},          {"add", wgml_add(ctx, tf, ti)},
@@ -132,7 +114,7 @@ static void wrong_dtypes_are_refused(void)
     CHECK_STATUS(ctx, wgml_tensor_from_i32(ctx, 1, &n, NULL, 4, &ti), WGML_ERROR_INVALID_ARGUMENT);
     CHECK(wgml_tensor_status(wgml_cast(ctx, tf, (wgml_dtype)7)) == WGML_ERROR_INVALID_ARGUMENT);
     /* writing new values updates the remembered range */
-    wgml_tensor *w = i32(ctx, 1, &n, iv);
+    wgml_tensor *w = test_tensor_i32(ctx, 1, &n, iv);
     const int32_t iv2[4] = {0, 100, 5, 6};
     CHECK_OK(ctx, wgml_tensor_write_i32(w, iv2, 4));
     CHECK(w->range_lo == 0 && w->range_hi == 100);
@@ -142,8 +124,8 @@ static void wrong_dtypes_are_refused(void)
     const float labf[2] = {2, 3};
     int64_t ls[2] = {2, 4}, two = 2;
     float a = 0, b = 0;
-    CHECK_OK(ctx, wgml_tensor_read(wgml_cross_entropy(ctx, f32(ctx, 2, ls, logits), i32(ctx, 1, &two, lab)), &a, 1));
-    CHECK_OK(ctx, wgml_tensor_read(wgml_cross_entropy(ctx, f32(ctx, 2, ls, logits), f32(ctx, 1, &two, labf)), &b, 1));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_cross_entropy(ctx, test_tensor(ctx, 2, ls, logits), test_tensor_i32(ctx, 1, &two, lab)), &a, 1));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_cross_entropy(ctx, test_tensor(ctx, 2, ls, logits), test_tensor(ctx, 1, &two, labf)), &b, 1));
     CHECK(a == b && a > 0);
     wgml_scope_end(ctx);
     wgml_clear_error(ctx);
@@ -161,7 +143,7 @@ static void comparisons_at_ties_and_nan(void)
     for (int i = 0; i < 6; i++)
         for (int j = 0; j < 6; j++) a[i * 6 + j] = sp[i], b[i * 6 + j] = sp[j];
     int64_t n = N;
-    wgml_tensor *ta = f32(ctx, 1, &n, a), *tb = f32(ctx, 1, &n, b);
+    wgml_tensor *ta = test_tensor(ctx, 1, &n, a), *tb = test_tensor(ctx, 1, &n, b);
     typedef wgml_tensor *(*cmp_fn)(wgml_context *, wgml_tensor *, wgml_tensor *);
     const cmp_fn fns[6] = {wgml_eq, wgml_ne, wgml_lt, wgml_le, wgml_gt, wgml_ge};
     const wgml_binary_op bops[6] = {WGML_EQ, WGML_NE, WGML_LT, WGML_LE, WGML_GT, WGML_GE};
@@ -204,7 +186,7 @@ static void where_and_masked_fill(void)
     cond[4] = 0;
     b[2] = -INFINITY; /* chosen only where cond is 0 in column 2 */
     int64_t s2[2] = {R, C}, s1 = C;
-    wgml_tensor *ta = f32(ctx, 2, s2, a), *tb = f32(ctx, 1, &s1, b), *tc = f32(ctx, 2, s2, cond);
+    wgml_tensor *ta = test_tensor(ctx, 2, s2, a), *tb = test_tensor(ctx, 1, &s1, b), *tc = test_tensor(ctx, 2, s2, cond);
     CHECK_OK(ctx, wgml_requires_grad(ta, 1));
     CHECK_OK(ctx, wgml_requires_grad(tb, 1));
     wgml_tensor *w = wgml_where(ctx, tc, ta, tb);
@@ -220,7 +202,7 @@ static void where_and_masked_fill(void)
     /* gradients of sum(where * u) for a random u: u on a's chosen elements, u summed by column on b's */
     float u[R * C];
     test_fill_uniform(u, R * C, -1, 1);
-    wgml_tensor *uu = f32(ctx, 2, s2, u);
+    wgml_tensor *uu = test_tensor(ctx, 2, s2, u);
     /* the inf and NaN elements of a are never chosen; keep them out of the loss too */
     wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, wgml_where(ctx, tc, ta, tb), uu));
     CHECK_OK(ctx, wgml_backward(L));
@@ -237,8 +219,8 @@ static void where_and_masked_fill(void)
     float mask[R * C];
     for (int i = 0; i < R * C; i++) mask[i] = (i % C) > (i / C) % C ? 1.0f : 0.0f;
     float sm[R * C];
-    wgml_tensor *x = f32(ctx, 2, s2, u);
-    CHECK_OK(ctx, wgml_tensor_read(wgml_softmax(ctx, wgml_masked_fill(ctx, x, f32(ctx, 2, s2, mask), -INFINITY)), sm, R * C));
+    wgml_tensor *x = test_tensor(ctx, 2, s2, u);
+    CHECK_OK(ctx, wgml_tensor_read(wgml_softmax(ctx, wgml_masked_fill(ctx, x, test_tensor(ctx, 2, s2, mask), -INFINITY)), sm, R * C));
     for (int r = 0; r < R; r++) {
         double z = 0, m = -INFINITY;
         for (int j = 0; j < C; j++)
@@ -252,7 +234,7 @@ static void where_and_masked_fill(void)
     }
     /* a comparison and a cast pass no gradient (as in PyTorch): d/dx sum(x * (x < 0.5) + cast(cast(x))) = (x < 0.5) */
     {
-        wgml_tensor *xs = f32(ctx, 2, s2, u);
+        wgml_tensor *xs = test_tensor(ctx, 2, s2, u);
         CHECK_OK(ctx, wgml_requires_grad(xs, 1));
         wgml_tensor *ints = wgml_cast(ctx, wgml_cast(ctx, xs, WGML_I32), WGML_F32);
         CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_add(ctx, wgml_mul(ctx, xs, wgml_binary_scalar(ctx, WGML_LT, xs, 0.5f)), ints))));
@@ -263,8 +245,8 @@ static void where_and_masked_fill(void)
     /* shapes that do not broadcast */
     int64_t s3 = 3;
     float three[3] = {1, 2, 3};
-    CHECK(wgml_tensor_status(wgml_where(ctx, tc, ta, f32(ctx, 1, &s3, three))) == WGML_ERROR_SHAPE);
-    CHECK(wgml_tensor_status(wgml_masked_fill(ctx, ta, f32(ctx, 1, &s3, three), 0)) == WGML_ERROR_SHAPE);
+    CHECK(wgml_tensor_status(wgml_where(ctx, tc, ta, test_tensor(ctx, 1, &s3, three))) == WGML_ERROR_SHAPE);
+    CHECK(wgml_tensor_status(wgml_masked_fill(ctx, ta, test_tensor(ctx, 1, &s3, three), 0)) == WGML_ERROR_SHAPE);
     CHECK(wgml_tensor_status(wgml_where(ctx, NULL, ta, tb)) == WGML_ERROR_INVALID_ARGUMENT);
     wgml_scope_end(ctx);
     wgml_clear_error(ctx);
@@ -313,7 +295,7 @@ static void new_math_at_edges(void)
     wgml_scope_begin(ctx);
     const float x[8] = {INFINITY, -INFINITY, NAN, 0.0f, -40.0f, 40.0f, 1e-6f, -6.0f};
     int64_t n = 8;
-    wgml_tensor *t = f32(ctx, 1, &n, x);
+    wgml_tensor *t = test_tensor(ctx, 1, &n, x);
     float e[8], g[8], s[8], c[8];
     CHECK_OK(ctx, wgml_tensor_read(wgml_erf(ctx, t), e, 8));
     CHECK_OK(ctx, wgml_tensor_read(wgml_gelu_exact(ctx, t), g, 8));
@@ -345,7 +327,7 @@ static void min_argmin_var_std(void)
               *sd = malloc((size_t)(outer * inner) * sizeof *sd);
         test_fill_uniform(x, (size_t)n, -5, 5);
         if (k == 2) x[5 * inner + 1] = NAN; /* row (0, 1) of the third shape: NaN wins at 5 */
-        wgml_tensor *t = f32(ctx, 3, shapes[k], x);
+        wgml_tensor *t = test_tensor(ctx, 3, shapes[k], x);
         CHECK_OK(ctx, test_read(wgml_min(ctx, t, 1, 0), mn, (size_t)(outer * inner)));
         CHECK_OK(ctx, test_read(wgml_argmin(ctx, t, 1, 0), am, (size_t)(outer * inner)));
         CHECK(wgml_tensor_dtype(wgml_argmin(ctx, t, 1, 0)) == WGML_I32);
@@ -389,7 +371,7 @@ static void min_argmin_var_std(void)
     float x[7];
     test_fill_uniform(x, 7, -2, 2);
     int64_t n = 7;
-    wgml_tensor *t = f32(ctx, 1, &n, x);
+    wgml_tensor *t = test_tensor(ctx, 1, &n, x);
     CHECK_OK(ctx, wgml_requires_grad(t, 1));
     CHECK_OK(ctx, wgml_backward(wgml_var(ctx, t, 0, 1, 0)));
     float g[7];
@@ -417,7 +399,7 @@ static void integer_masks_and_checks(void)
     const float logits[12] = {0, 3, 1, 5, 2, 1, -1, -2, 7, 0.5f, 0.25f, 0.75f}; /* argmax 1, 0, 2, 2 */
     const int32_t labels[4] = {1, 2, 2, -3};
     int64_t s43[2] = {4, 3}, four = 4;
-    wgml_tensor *lg = f32(ctx, 2, s43, logits), *lb = i32(ctx, 1, &four, labels);
+    wgml_tensor *lg = test_tensor(ctx, 2, s43, logits), *lb = test_tensor_i32(ctx, 1, &four, labels);
     float hit[4], sel[4], ne0[4];
     CHECK_OK(ctx, wgml_tensor_read(wgml_eq(ctx, wgml_argmax(ctx, lg, -1, 0), lb), hit, 4));
     CHECK(hit[0] == 1 && hit[1] == 0 && hit[2] == 1 && hit[3] == 0);
@@ -426,13 +408,13 @@ static void integer_masks_and_checks(void)
     /* an i32 condition: -3 and INT32_MIN count as true (their f32 values are nonzero) */
     const int32_t cv[4] = {0, INT32_MIN, 5, -3};
     const float av[4] = {1, 2, 3, 4}, bv[4] = {-1, -2, -3, -4};
-    CHECK_OK(ctx, wgml_tensor_read(wgml_where(ctx, i32(ctx, 1, &four, cv), f32(ctx, 1, &four, av), f32(ctx, 1, &four, bv)), sel, 4));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_where(ctx, test_tensor_i32(ctx, 1, &four, cv), test_tensor(ctx, 1, &four, av), test_tensor(ctx, 1, &four, bv)), sel, 4));
     CHECK(sel[0] == -1 && sel[1] == 2 && sel[2] == 3 && sel[3] == 4);
     /* host labels out of range: refused when built, naming the range */
     wgml_tensor *ce = wgml_cross_entropy(ctx, lg, lb);
     CHECK(wgml_tensor_status(ce) == WGML_ERROR_INVALID_ARGUMENT && strstr(wgml_error_message(ctx), "-3") != NULL);
     const int32_t big[4] = {0, 1, 2, 3};
-    CHECK(wgml_tensor_status(wgml_cross_entropy(ctx, lg, i32(ctx, 1, &four, big))) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_tensor_status(wgml_cross_entropy(ctx, lg, test_tensor_i32(ctx, 1, &four, big))) == WGML_ERROR_INVALID_ARGUMENT);
     /* an input's own error passes through chunk and stack */
     wgml_tensor *err = wgml_exp(ctx, lb), *parts[2] = {lg, lg};
     CHECK_STATUS(ctx, wgml_chunk(ctx, err, 0, 2, parts), WGML_ERROR_INVALID_ARGUMENT);

@@ -9,11 +9,6 @@
 
 #include "harness.h"
 
-static int msg_has(wgml_context *ctx, const char *s)
-{
-    return strstr(wgml_error_message(ctx), s) != NULL;
-}
-
 /* The whole of a small file; NULL if it cannot be read. */
 static char *slurp(const char *path)
 {
@@ -88,9 +83,9 @@ static void freed_handles_are_documented_as_undefined(void)
     wgml_zero_grad(NULL);
     wgml_tensor *none = NULL;
     CHECK_STATUS(ctx, wgml_eval(ctx, 1, &none), WGML_ERROR_INVALID_ARGUMENT);
-    CHECK(msg_has(ctx, "NULL") && !msg_has(ctx, "freed")); /* no claim to have seen a freed one */
+    CHECK(test_message_has(ctx, "NULL") && !test_message_has(ctx, "freed")); /* no claim to have seen a freed one */
     wgml_tensor *e = wgml_exp(ctx, NULL);
-    CHECK(e != NULL && wgml_tensor_status(e) == WGML_ERROR_INVALID_ARGUMENT && msg_has(ctx, "NULL"));
+    CHECK(e != NULL && wgml_tensor_status(e) == WGML_ERROR_INVALID_ARGUMENT && test_message_has(ctx, "NULL"));
     wgml_tensor_free(e);
     wgml_clear_error(ctx);
 }
@@ -155,7 +150,7 @@ static void slice_lengths_match_numpy_at_extremes(void)
                     snprintf(want, sizeof want, "[%lld:%lld:%lld]", (long long)start, (long long)stop,
                              (long long)step);
                     CHECK(wgml_tensor_status(r) == WGML_ERROR_INVALID_ARGUMENT);
-                    CHECK(msg_has(ctx, want));
+                    CHECK(test_message_has(ctx, want));
                 }
                 wgml_tensor_free(r);
             }
@@ -203,7 +198,7 @@ static void clamp_bounds_are_checked(void)
         wgml_tensor *e = wgml_clamp(ctx, a, bad[k].lo, bad[k].hi);
         CHECK(e != NULL && wgml_tensor_status(e) == WGML_ERROR_INVALID_ARGUMENT);
         CHECK(wgml_last_status(ctx) == WGML_ERROR_INVALID_ARGUMENT);
-        CHECK(msg_has(ctx, "clamp") && msg_has(ctx, bad[k].lo_s) && msg_has(ctx, bad[k].hi_s));
+        CHECK(test_message_has(ctx, "clamp") && test_message_has(ctx, bad[k].lo_s) && test_message_has(ctx, bad[k].hi_s));
         CHECK_STATUS(ctx, wgml_tensor_read(e, out, 4), WGML_ERROR_INVALID_ARGUMENT);
         wgml_tensor_free(e);
     }
@@ -234,7 +229,7 @@ static void norm_eps_is_checked(void)
             wgml_clear_error(ctx);
             wgml_tensor *e = op ? wgml_rmsnorm(ctx, a, NULL, bad[k].eps) : wgml_layernorm(ctx, a, NULL, NULL, bad[k].eps);
             CHECK(e != NULL && wgml_tensor_status(e) == WGML_ERROR_INVALID_ARGUMENT);
-            CHECK(msg_has(ctx, op ? "rmsnorm" : "layernorm") && msg_has(ctx, bad[k].s));
+            CHECK(test_message_has(ctx, op ? "rmsnorm" : "layernorm") && test_message_has(ctx, bad[k].s));
             wgml_tensor_free(e);
         }
     /* eps = 0 and +inf are numbers >= 0: accepted (their values are test_ops' business) */
@@ -287,7 +282,7 @@ static void optimizer_numbers_are_checked(void)
         wgml_optimizer *opt = NULL;
         CHECK_STATUS(ctx, wgml_optimizer_create(ctx, &bad[k].d, 1, &p, &opt), WGML_ERROR_INVALID_ARGUMENT);
         CHECK(opt == NULL);
-        if (!msg_has(ctx, bad[k].want)) {
+        if (!test_message_has(ctx, bad[k].want)) {
             fprintf(stderr, "  want \"%s\" in \"%s\"\n", bad[k].want, wgml_error_message(ctx));
             CHECK(!"the message names the field and its value");
         }
@@ -310,7 +305,7 @@ static void optimizer_numbers_are_checked(void)
     const char *bad_lr_s[] = {"lr = -1", "lr = nan", "lr = inf"};
     for (int k = 0; k < 3; k++) {
         CHECK_STATUS(ctx, wgml_optimizer_set_lr(opt, bad_lr[k]), WGML_ERROR_INVALID_ARGUMENT);
-        CHECK(msg_has(ctx, "set_lr") && msg_has(ctx, bad_lr_s[k]));
+        CHECK(test_message_has(ctx, "set_lr") && test_message_has(ctx, bad_lr_s[k]));
     }
     sgd_step(ctx, opt, p);
     CHECK_OK(ctx, wgml_tensor_read(p, got, 2));
@@ -340,7 +335,7 @@ static void error_message_keeps_the_most_recent_failure(void)
     CHECK(wgml_last_status(ctx) == WGML_OK && wgml_error_message(ctx)[0] == 0);
 
     CHECK_STATUS(ctx, wgml_tensor_from_data(ctx, 1, &n, x, 7, &u), WGML_ERROR_INVALID_ARGUMENT);
-    CHECK(msg_has(ctx, "7"));
+    CHECK(test_message_has(ctx, "7"));
     char first[1024];
     snprintf(first, sizeof first, "%s", wgml_error_message(ctx));
     /* successes after it do not clear or change it */
@@ -352,19 +347,19 @@ static void error_message_keeps_the_most_recent_failure(void)
 
     /* a later failure replaces it, whichever function it came from */
     e = wgml_add(ctx, t, NULL);
-    CHECK(wgml_tensor_status(e) == WGML_ERROR_INVALID_ARGUMENT && msg_has(ctx, "add") && msg_has(ctx, "NULL"));
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_INVALID_ARGUMENT && test_message_has(ctx, "add") && test_message_has(ctx, "NULL"));
     wgml_tensor_free(e);
     e = wgml_reshape(ctx, t, 1, (int64_t[]){4});
-    CHECK(wgml_last_status(ctx) == WGML_ERROR_SHAPE && msg_has(ctx, "reshape"));
+    CHECK(wgml_last_status(ctx) == WGML_ERROR_SHAPE && test_message_has(ctx, "reshape"));
     wgml_tensor_free(e);
     wgml_optimizer *opt = NULL;
     wgml_optim_desc d = {.kind = WGML_OPTIM_SGD, .lr = 0.1f};
     CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 1, &t, &opt));
     if (opt) {
         CHECK_STATUS(ctx, wgml_optimizer_set_steps(opt, -3), WGML_ERROR_INVALID_ARGUMENT);
-        CHECK(msg_has(ctx, "set_steps") && msg_has(ctx, "-3"));
+        CHECK(test_message_has(ctx, "set_steps") && test_message_has(ctx, "-3"));
         CHECK_STATUS(ctx, wgml_optimizer_grad_norm(opt, NULL), WGML_ERROR_INVALID_ARGUMENT);
-        CHECK(msg_has(ctx, "grad_norm") && msg_has(ctx, "NULL"));
+        CHECK(test_message_has(ctx, "grad_norm") && test_message_has(ctx, "NULL"));
         wgml_optimizer_free(opt);
     }
     wgml_clear_error(ctx);

@@ -56,9 +56,27 @@ wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *s
     return t;
 }
 
-static int norm_axis(int axis, int ndim)
+int wgml_axis(int axis, int ndim)
 {
-    return axis < 0 ? axis + ndim : axis;
+    int ax = axis < 0 ? axis + ndim : axis;
+    return ax >= 0 && ax < ndim ? ax : -1;
+}
+
+/* (build.h) An upload viewed whole carries its range: a value outside [0, len) is refused
+   here. A view that leaves elements out may leave the bad ones out, so it is left to the GPU. */
+wgml_tensor *wgml_check_indices(wgml_context *ctx, const char *name, wgml_tensor *idx, int64_t len, const char *what)
+{
+    if (idx->dtype != WGML_I32)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the indices are %s; they must be i32 (wgml_cast converts)",
+                                 name, wgml_dtype_name(idx->dtype));
+    if (len > INT32_MAX || idx->numel > INT32_MAX)
+        return wgml_tensor_error(ctx, WGML_ERROR_LIMIT, "%s: %lld indices into %lld entries: past the 2^31 that i32 indices address",
+                                 name, (long long)idx->numel, (long long)len);
+    wgml_tensor *b = wgml_tensor_base(idx);
+    if (b->op != WGML_OP_NONE || !b->range_known || (b->range_lo >= 0 && b->range_hi < len)) return NULL;
+    if (!wgml_is_contiguous(idx) || idx->offset != b->offset || idx->numel != b->numel) return NULL;
+    return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: index %d is out of range for %s (valid: 0 to %lld)", name,
+                             b->range_lo < 0 ? b->range_lo : b->range_hi, what, (long long)len - 1);
 }
 
 /* ---------------------------------------------------------------- views */
@@ -93,7 +111,7 @@ wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype)
 }
 
 /* `a` if contiguous, else a new contiguous copy; the caller owns one reference either way. */
-static wgml_tensor *as_contiguous(wgml_context *ctx, wgml_tensor *a)
+wgml_tensor *wgml_as_contiguous(wgml_context *ctx, wgml_tensor *a)
 {
     if (wgml_is_contiguous(a)) {
         wgml_tensor_retain(a);
@@ -104,9 +122,9 @@ static wgml_tensor *as_contiguous(wgml_context *ctx, wgml_tensor *a)
     return c;
 }
 
-/* A node whose inputs went through as_contiguous: it holds its own references. */
-static wgml_tensor *node_consuming(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape,
-                                   int nsrc, wgml_tensor **src)
+/* A node whose inputs went through wgml_as_contiguous: it holds its own references. */
+wgml_tensor *wgml_node_consuming(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc,
+                                 wgml_tensor **src)
 {
     wgml_tensor *t = wgml_node(ctx, op, ndim, shape, nsrc, src);
     for (int i = 0; i < nsrc; i++) wgml_tensor_unref(src[i]);
@@ -126,7 +144,7 @@ wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "reshape: %s has %lld elements, %s has %lld",
                                  s1, (long long)a->numel, s2, (long long)numel);
     }
-    wgml_tensor *c = as_contiguous(ctx, a);
+    wgml_tensor *c = wgml_as_contiguous(ctx, a);
     if (!c) return NULL;
     int64_t stride[WGML_MAX_DIMS], s = 1;
     for (int i = ndim - 1; i >= 0; i--) { stride[i] = s; s *= shape[i]; }
@@ -157,7 +175,7 @@ wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes)
 wgml_tensor *wgml_transpose(wgml_context *ctx, wgml_tensor *a, int axis0, int axis1)
 {
     CHECK_INPUT(ctx, a, "transpose", "a");
-    int i = norm_axis(axis0, a->ndim), j = norm_axis(axis1, a->ndim);
+    int i = wgml_axis(axis0, a->ndim), j = wgml_axis(axis1, a->ndim);
     if (i < 0 || i >= a->ndim || j < 0 || j >= a->ndim) {
         char s[128];
         shape_str(s, sizeof s, a);
@@ -197,7 +215,7 @@ wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t sta
                         int64_t step)
 {
     CHECK_INPUT(ctx, a, "slice", "a");
-    int ax = norm_axis(axis, a->ndim);
+    int ax = wgml_axis(axis, a->ndim);
     char s[128];
     shape_str(s, sizeof s, a);
     if (ax < 0 || ax >= a->ndim)
@@ -434,7 +452,7 @@ static wgml_tensor *reduce(wgml_context *ctx, wgml_op op, wgml_tensor *a, int ax
 {
     const char *name = wgml_op_table[op].name;
     CHECK_INPUT(ctx, a, name, "a");
-    int ax = norm_axis(axis, a->ndim);
+    int ax = wgml_axis(axis, a->ndim);
     if (ax < 0 || ax >= a->ndim) {
         char s[128];
         shape_str(s, sizeof s, a);
@@ -448,9 +466,9 @@ static wgml_tensor *reduce(wgml_context *ctx, wgml_op op, wgml_tensor *a, int ax
         else if (keepdim) shape[n++] = 1;
     }
     if (n == 0) shape[n++] = 1;
-    wgml_tensor *c = as_contiguous(ctx, a);
+    wgml_tensor *c = wgml_as_contiguous(ctx, a);
     if (!c) return NULL;
-    wgml_tensor *t = node_consuming(ctx, op, n, shape, 1, &c);
+    wgml_tensor *t = wgml_node_consuming(ctx, op, n, shape, 1, &c);
     if (t) t->iparam[0] = ax;
     return t;
 }
@@ -482,7 +500,7 @@ wgml_tensor *wgml_min_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all
 wgml_tensor *wgml_var(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim)
 {
     CHECK_INPUT(ctx, a, "var", "a");
-    int ax = norm_axis(axis, a->ndim);
+    int ax = wgml_axis(axis, a->ndim);
     if (ax < 0 || ax >= a->ndim || correction < 0) {
         char s[128];
         shape_str(s, sizeof s, a);
@@ -527,15 +545,15 @@ static wgml_tensor *row_op(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_t
         }
     wgml_tensor *src[3];
     int nsrc = 0;
-    src[nsrc++] = as_contiguous(ctx, a);
-    if (weight) src[nsrc++] = as_contiguous(ctx, weight);
-    if (bias) src[nsrc++] = as_contiguous(ctx, bias);
+    src[nsrc++] = wgml_as_contiguous(ctx, a);
+    if (weight) src[nsrc++] = wgml_as_contiguous(ctx, weight);
+    if (bias) src[nsrc++] = wgml_as_contiguous(ctx, bias);
     for (int i = 0; i < nsrc; i++)
         if (!src[i]) {
             for (int j = 0; j < nsrc; j++) wgml_tensor_unref(src[j]);
             return NULL;
         }
-    wgml_tensor *t = node_consuming(ctx, op, a->ndim, a->shape, nsrc, src);
+    wgml_tensor *t = wgml_node_consuming(ctx, op, a->ndim, a->shape, nsrc, src);
     if (t) {
         t->iparam[0] = weight != NULL;
         t->iparam[1] = bias != NULL;
@@ -573,13 +591,9 @@ wgml_tensor *wgml_cross_entropy_rows(wgml_context *ctx, wgml_tensor *logits, wgm
         wgml_format_shape(s2, sizeof s2, labels->ndim, labels->shape);
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "cross_entropy: logits %s must be [B, C] and labels %s [B]", s1, s2);
     }
-    /* i32 labels from the host carry their range: checked here, as gather's indices */
-    if (labels->dtype == WGML_I32 && wgml_tensor_base(labels)->range_known && wgml_tensor_base(labels)->numel == labels->numel) {
-        const wgml_tensor *b = wgml_tensor_base(labels);
-        if (b->range_lo < 0 || b->range_hi >= logits->shape[1])
-            return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                                     "cross_entropy: labels from %d to %d are not all class indices of %lld classes",
-                                     (int)b->range_lo, (int)b->range_hi, (long long)logits->shape[1]);
+    if (labels->dtype == WGML_I32) { /* host labels are checked here, as gather's indices */
+        wgml_tensor *bad = wgml_check_indices(ctx, "cross_entropy", labels, logits->shape[1], "the classes");
+        if (bad) return bad;
     }
     /* class indices as i32, or as whole floats */
     wgml_tensor *src[2] = {wgml_contiguous(ctx, logits),

@@ -11,6 +11,17 @@ wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *s
 /* NULL if t is a usable input (role, e.g. "a") of op `name`; else the error tensor to return
    (t NULL, not a tensor, of another context, or in an error state). */
 wgml_tensor *wgml_check_input(wgml_context *ctx, wgml_tensor *t, const char *name, const char *role);
+/* NULL if idx (i32) can index an axis of `len` entries (`what` names it in the message); else
+   the error tensor. Host uploads carry their range and are checked here; indices made on the
+   GPU are checked by the kernels that read them. */
+wgml_tensor *wgml_check_indices(wgml_context *ctx, const char *name, wgml_tensor *idx, int64_t len, const char *what);
+/* axis counted from the end when negative; -1 when out of range for ndim dimensions */
+int wgml_axis(int axis, int ndim);
+/* a itself when contiguous, else a contiguous copy; the caller owns one reference either way
+   and passes it to wgml_node_consuming, which records the node and drops it */
+wgml_tensor *wgml_as_contiguous(wgml_context *ctx, wgml_tensor *a);
+wgml_tensor *wgml_node_consuming(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc,
+                                 wgml_tensor **src);
 /* returns from an op's constructor: NULL for a NULL context, else the error tensor of a bad input */
 #define CHECK_INPUT(ctx, t, name, role)                                    \
     do {                                                                   \

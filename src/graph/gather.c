@@ -46,31 +46,6 @@
 
 static void shape_str(char *out, size_t n, const wgml_tensor *t) { wgml_format_shape(out, n, t->ndim, t->shape); }
 
-/* NULL if idx can index an axis of `len` entries (`what` names it); else the error tensor. An
-   upload viewed whole carries its range: a value outside [0, len) is refused here. A view that
-   leaves elements out may leave the bad ones out, and GPU-made indices have no range: the
-   kernels check those. */
-static wgml_tensor *index_error(wgml_context *ctx, const char *name, wgml_tensor *idx, int64_t len, const char *what)
-{
-    if (idx->dtype != WGML_I32)
-        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the indices are %s; they must be i32 (wgml_cast converts)",
-                                 name, wgml_dtype_name(idx->dtype));
-    if (len > INT32_MAX || idx->numel > INT32_MAX)
-        return wgml_tensor_error(ctx, WGML_ERROR_LIMIT, "%s: %lld indices into %lld entries: past the 2^31 that i32 indices address",
-                                 name, (long long)idx->numel, (long long)len);
-    wgml_tensor *b = wgml_tensor_base(idx);
-    if (b->op != WGML_OP_NONE || !b->range_known || (b->range_lo >= 0 && b->range_hi < len)) return NULL;
-    if (!wgml_is_contiguous(idx) || idx->offset != b->offset || idx->numel != b->numel) return NULL;
-    return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: index %d is out of range for %s (valid: 0 to %lld)", name,
-                             b->range_lo < 0 ? b->range_lo : b->range_hi, what, (long long)len - 1);
-}
-
-/* the axis `axis` of a, counted from the end when negative; -1 when out of range */
-static int axis_of(const wgml_tensor *a, int axis)
-{
-    int ax = axis < 0 ? axis + a->ndim : axis;
-    return ax >= 0 && ax < a->ndim ? ax : -1;
-}
 
 /* ---------------------------------------------------------------- the public constructors */
 
@@ -96,7 +71,7 @@ wgml_tensor *wgml_index_select(wgml_context *ctx, wgml_tensor *a, int axis, wgml
     CHECK_INPUT(ctx, idx, "index_select", "idx");
     char s[128], what[160];
     shape_str(s, sizeof s, a);
-    int ax = axis_of(a, axis);
+    int ax = wgml_axis(axis, a->ndim);
     if (ax < 0)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "index_select: axis %d is out of range for shape %s", axis, s);
     if (idx->ndim != 1) {
@@ -105,7 +80,7 @@ wgml_tensor *wgml_index_select(wgml_context *ctx, wgml_tensor *a, int axis, wgml
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "index_select: idx %s must be 1-D", si);
     }
     snprintf(what, sizeof what, "axis %d of %s", ax, s);
-    wgml_tensor *bad = index_error(ctx, "index_select", idx, a->shape[ax], what);
+    wgml_tensor *bad = wgml_check_indices(ctx, "index_select", idx, a->shape[ax], what);
     return bad ? bad : select_node(ctx, a, ax, idx);
 }
 
@@ -120,7 +95,7 @@ wgml_tensor *wgml_embedding(wgml_context *ctx, wgml_tensor *table, wgml_tensor *
     if (table->ndim != 2 || ids->ndim > 3)
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "embedding: table %s must be [V, C] and ids %s of 1 to 3 dimensions", s, si);
     snprintf(what, sizeof what, "the rows of table %s", s);
-    wgml_tensor *bad = index_error(ctx, "embedding", ids, table->shape[0], what);
+    wgml_tensor *bad = wgml_check_indices(ctx, "embedding", ids, table->shape[0], what);
     if (bad) return bad;
     wgml_tensor *flat = wgml_reshape(ctx, ids, 1, &ids->numel);
     if (!flat || flat->status) return flat;
@@ -189,7 +164,7 @@ wgml_tensor *wgml_index_add(wgml_context *ctx, wgml_tensor *a, int axis, wgml_te
     shape_str(s, sizeof s, a);
     shape_str(si, sizeof si, idx);
     shape_str(ss, sizeof ss, src);
-    int ax = axis_of(a, axis);
+    int ax = wgml_axis(axis, a->ndim);
     if (ax < 0)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "index_add: axis %d is out of range for shape %s", axis, s);
     if (idx->ndim != 1) return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "index_add: idx %s must be 1-D", si);
@@ -202,7 +177,7 @@ wgml_tensor *wgml_index_add(wgml_context *ctx, wgml_tensor *a, int axis, wgml_te
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "index_add: a is %s and src %s; both must be f32",
                                  wgml_dtype_name(a->dtype), wgml_dtype_name(src->dtype));
     snprintf(what, sizeof what, "axis %d of %s", ax, s);
-    wgml_tensor *bad = index_error(ctx, "index_add", idx, a->shape[ax], what);
+    wgml_tensor *bad = wgml_check_indices(ctx, "index_add", idx, a->shape[ax], what);
     return bad ? bad : add_node(ctx, a, a->ndim, a->shape, ax, idx, src);
 }
 

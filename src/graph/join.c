@@ -23,8 +23,8 @@ static wgml_tensor *check_join(wgml_context *ctx, const char *name, int n, wgml_
         if (t->status) return wgml_tensor_error(ctx, t->status, "%s", t->error ? t->error : "error in an input");
     }
     wgml_tensor *a = ts[0];
-    int ax = axis < 0 ? axis + a->ndim : axis;
-    if (ax < 0 || ax >= a->ndim)
+    int ax = wgml_axis(axis, a->ndim);
+    if (ax < 0)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: axis %d is out of range for %d dimensions", name, axis, a->ndim);
     memcpy(shape, a->shape, sizeof a->shape);
     shape[ax] = 0;
@@ -120,8 +120,8 @@ wgml_tensor *wgml_stack(wgml_context *ctx, int n, wgml_tensor *const *ts, int ax
     if (!ctx) return NULL;
     if (n < 1 || !ts || !wgml_tensor_valid(ts[0]))
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "stack: %d tensors, or tensor 0 is NULL", n);
-    int nd = ts[0]->ndim, ax = axis < 0 ? axis + nd + 1 : axis;
-    if (ax < 0 || ax > nd || nd + 1 > WGML_MAX_DIMS)
+    int nd = ts[0]->ndim, ax = wgml_axis(axis, nd + 1); /* a new axis: 0..nd */
+    if (ax < 0 || nd + 1 > WGML_MAX_DIMS)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "stack: a new axis %d for %d-D tensors is out of range (at most %d-D)",
                                  axis, nd, WGML_MAX_DIMS);
     wgml_scope_begin(ctx);
@@ -159,8 +159,8 @@ wgml_status wgml_split(wgml_context *ctx, wgml_tensor *a, int axis, int n, const
     for (int i = 0; i < n; i++) out[i] = NULL;
     if (!wgml_tensor_valid(a)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "split: the tensor is NULL");
     if (a->status) return wgml_fail(ctx, a->status, "%s", a->error ? a->error : "error in the input");
-    int ax = axis < 0 ? axis + a->ndim : axis;
-    if (ax < 0 || ax >= a->ndim) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "split: axis %d is out of range for %d dimensions", axis, a->ndim);
+    int ax = wgml_axis(axis, a->ndim);
+    if (ax < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "split: axis %d is out of range for %d dimensions", axis, a->ndim);
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         if (sizes[i] < 1 || sizes[i] > a->shape[ax]) total = -1;
@@ -186,8 +186,8 @@ wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_
     for (int i = 0; out && i < n; i++) out[i] = NULL;
     if (!out || !wgml_tensor_valid(a) || n < 1) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "chunk: NULL tensor or out, or %d parts", n);
     if (a->status) return wgml_fail(ctx, a->status, "%s", a->error ? a->error : "error in the input");
-    int ax = axis < 0 ? axis + a->ndim : axis;
-    if (ax < 0 || ax >= a->ndim) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "chunk: axis %d is out of range for %d dimensions", axis, a->ndim);
+    int ax = wgml_axis(axis, a->ndim);
+    if (ax < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "chunk: axis %d is out of range for %d dimensions", axis, a->ndim);
     if (a->shape[ax] % n)
         return wgml_fail(ctx, WGML_ERROR_SHAPE, "chunk: axis %d of size %lld does not split into %d equal parts", ax, (long long)a->shape[ax], n);
     int64_t *sizes = malloc((size_t)n * sizeof *sizes);

@@ -12,17 +12,6 @@
 #include "graph/build.h"
 #include "graph/executor.h"
 
-/* the contiguous form of a (a itself when it is), the caller's to release with put_back */
-static wgml_tensor *contiguous_of(wgml_context *ctx, wgml_tensor *a)
-{
-    return wgml_is_contiguous(a) ? a : wgml_contiguous(ctx, a);
-}
-
-static void put_back(wgml_tensor *c, wgml_tensor *a)
-{
-    if (c != a) wgml_tensor_free(c); /* the node holds its own reference */
-}
-
 /* ---------------------------------------------------------------- cumsum */
 
 wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int reverse)
@@ -30,16 +19,15 @@ wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int revers
     if (!ctx) return NULL;
     wgml_tensor *bad = wgml_check_input(ctx, a, "cumsum", "a");
     if (bad) return bad;
-    int ax = axis < 0 ? axis + a->ndim : axis;
-    if (ax < 0 || ax >= a->ndim) {
+    int ax = wgml_axis(axis, a->ndim);
+    if (ax < 0) {
         char s[128];
         wgml_format_shape(s, sizeof s, a->ndim, a->shape);
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "cumsum: axis %d is out of range for shape %s", axis, s);
     }
-    wgml_tensor *c = contiguous_of(ctx, a);
-    if (!c || c->status) return c;
-    wgml_tensor *t = wgml_node(ctx, WGML_OP_CUMSUM, a->ndim, a->shape, 1, &c);
-    put_back(c, a);
+    wgml_tensor *c = wgml_as_contiguous(ctx, a);
+    if (!c) return NULL;
+    wgml_tensor *t = wgml_node_consuming(ctx, WGML_OP_CUMSUM, a->ndim, a->shape, 1, &c);
     if (t && t->op == WGML_OP_CUMSUM) {
         t->iparam[0] = ax;
         t->iparam[1] = reverse != 0;
@@ -164,10 +152,9 @@ wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_des
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
                                  "rope: pos_offset %lld with T = %lld (x %s): positions pos_offset .. pos_offset + T - 1 "
                                  "must lie in 0..2^24", (long long)d.pos_offset, (long long)T, s);
-    wgml_tensor *c = contiguous_of(ctx, x);
-    if (!c || c->status) return c;
-    wgml_tensor *t = wgml_node(ctx, WGML_OP_ROPE, x->ndim, x->shape, 1, &c);
-    put_back(c, x);
+    wgml_tensor *c = wgml_as_contiguous(ctx, x);
+    if (!c) return NULL;
+    wgml_tensor *t = wgml_node_consuming(ctx, WGML_OP_ROPE, x->ndim, x->shape, 1, &c);
     if (t && t->op == WGML_OP_ROPE) {
         t->iparam[0] = (int32_t)d.pos_offset;
         t->iparam[1] = d.interleaved != 0;

@@ -1,6 +1,6 @@
 /*
- * wgml bench [ops|matmul|attention|gather|transformer|startup|all] [--json] [--quick] [--gpu-time]
- *   (transformer = attention + gather)
+ * wgml bench [ops|matmul|attention|gather|transformer|gpt|startup|all] [--json] [--quick] [--gpu-time]
+ *   (transformer = attention + gather; gpt: tools/bench_gpt.c)
  *
  * Each measurement evaluates `inner` independent copies of an op in one submit and waits, so
  * the per-submit overhead is spread; the median over repetitions (after a warm-up that
@@ -98,11 +98,12 @@ typedef struct result {
     double host_seconds; /* per evaluation, see last_host_seconds; 0 where not measured */
 } result;
 
-static result results[64];
+static result results[128];
 static int nresults;
 
-static void report(const char *name, double seconds, double value, const char *unit)
+void bench_report(const char *name, double seconds, double value, const char *unit)
 {
+    if (nresults == (int)(sizeof results / sizeof results[0])) return;
     result *r = &results[nresults++];
     snprintf(r->name, sizeof r->name, "%s", name);
     r->seconds = seconds;
@@ -200,15 +201,15 @@ static void bench_ops(int quick)
     char name[64];
     double s = time_op(ctx, op_add, &t, inner, reps);
     snprintf(name, sizeof name, "add_%lld", (long long)n);
-    report(name, s, 3.0 * 4 * (double)n / s / 1e9, "GB/s");
+    bench_report(name, s, 3.0 * 4 * (double)n / s / 1e9, "GB/s");
     double add_s = s;
     s = time_op(ctx, op_chain, &t, inner, reps);
-    report("chain100_fused", s, s / add_s, "x add");
+    bench_report("chain100_fused", s, s / add_s, "x add");
     operands_free(&t);
     operands u = operands_make(unfused, 1, 1, &n, 1, &n);
     u.len = 100;
     s = time_op(unfused, op_chain, &u, 1, quick ? 2 : 5);
-    report("chain100_unfused", s, s / add_s, "x add");
+    bench_report("chain100_unfused", s, s / add_s, "x add");
     int64_t rows = quick ? 256 : 4096, cols = quick ? 1024 : 8192, shape[2] = {rows, cols};
     operands_free(&u);
     operands r = operands_make(ctx, inner, 2, shape, 0, NULL);
@@ -216,10 +217,10 @@ static void bench_ops(int quick)
     r.bias = random_tensor(ctx, 1, &cols);
     s = time_op(ctx, op_softmax, &r, inner, reps);
     snprintf(name, sizeof name, "softmax_%lldx%lld", (long long)rows, (long long)cols);
-    report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
+    bench_report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
     s = time_op(ctx, op_layernorm, &r, inner, reps);
     snprintf(name, sizeof name, "layernorm_%lldx%lld", (long long)rows, (long long)cols);
-    report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
+    bench_report(name, s, 2.0 * 4 * (double)(rows * cols) / s / 1e9, "GB/s");
     operands_free(&r);
     wgml_context_free(unfused);
     wgml_context_free(ctx);
@@ -264,7 +265,7 @@ static void bench_matmul(int quick)
         if (!wanted(name)) continue;
         operands t = operands_make(ctx, inner, 2, sh, 2, sh);
         double sec = time_op(ctx, op_matmul, &t, inner, quick ? 3 : 9);
-        report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
+        bench_report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
         operands_free(&t);
     }
     /* the transposed-operand GEMMs of a backward pass, at the 4096 size */
@@ -276,7 +277,7 @@ static void bench_matmul(int quick)
         operands t = operands_make(ctx, quick ? 1 : 3, 2, sh, 2, sh);
         t.desc = &d;
         double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 9);
-        report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
+        bench_report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
         operands_free(&t);
     }
     const int64_t ms[] = {1, 16, 128}, ks_full[] = {1536, 4096, 8192}, ks_quick[] = {256, 512};
@@ -289,8 +290,8 @@ static void bench_matmul(int quick)
             if (!wanted(name)) continue;
             operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
             double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
-            if (M == 1) report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
-            else report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
+            if (M == 1) bench_report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
+            else bench_report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
             operands_free(&t);
         }
     /* a narrow GEMV (few columns, long K): the split-K kernel's case */
@@ -300,7 +301,7 @@ static void bench_matmul(int quick)
         if (wanted(name)) {
             operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
             double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
-            report(name, sec, 4.0 * (double)K * N / sec / 1e9, "GB/s (weight read)");
+            bench_report(name, sec, 4.0 * (double)K * N / sec / 1e9, "GB/s (weight read)");
             operands_free(&t);
         }
     }
@@ -328,7 +329,7 @@ static void bench_matmul(int quick)
             }
             if (done == reps) {
                 double med = bench_median(t, reps);
-                report(name, med, (double)K * K * (f16 ? 2 : 4) / med / 1e9, "GB/s (weight read)");
+                bench_report(name, med, (double)K * K * (f16 ? 2 : 4) / med / 1e9, "GB/s (weight read)");
             } else {
                 fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
             }
@@ -358,7 +359,7 @@ static void bench_matmul(int quick)
     }
     double med = bench_median(t, reps);
     snprintf(name, sizeof name, "cached_roundtrip_M1_%lld", (long long)K);
-    report(name, med, med * 1e6, "us median");
+    bench_report(name, med, med * 1e6, "us median");
     free(w);
     free(x);
     free(y);
@@ -387,8 +388,8 @@ static void bench_startup(void)
     wgml_eval(ctx, 3, all);
     wgml_tensor_read(a, out, 1024);
     double t2 = bench_now();
-    report("context_create", t1 - t0, (t1 - t0) * 1e3, "ms");
-    report("first_result_3_kernels", t2 - t1, (t2 - t1) * 1e3, "ms");
+    bench_report("context_create", t1 - t0, (t1 - t0) * 1e3, "ms");
+    bench_report("first_result_3_kernels", t2 - t1, (t2 - t1) * 1e3, "ms");
     wgml_context_free(ctx);
 }
 
@@ -435,16 +436,16 @@ static void bench_gather(int quick)
     int inner = quick ? 2 : 8, reps = quick ? 3 : 15;
     double s = time_op(ctx, op_gather, &g, inner, reps);
     snprintf(name, sizeof name, "gather_V%lld_C%lld_N%lld", (long long)V, (long long)C, (long long)N);
-    report(name, s, 2.0 * 4 * (double)(N * C) / s / 1e9, "GB/s");
+    bench_report(name, s, 2.0 * 4 * (double)(N * C) / s / 1e9, "GB/s");
     s = time_op(ctx, op_scatter, &g, inner, reps);
     snprintf(name, sizeof name, "scatter_V%lld_C%lld_N%lld", (long long)V, (long long)C, (long long)N);
-    report(name, s, 4.0 * (double)(N * C + 2 * V * C) / s / 1e9, "GB/s");
+    bench_report(name, s, 4.0 * (double)(N * C + 2 * V * C) / s / 1e9, "GB/s");
     wgml_tensor_free(g.table), wgml_tensor_free(g.ids), wgml_tensor_free(g.src), wgml_tensor_free(g.zeros);
     int64_t n = quick ? (1 << 20) : (1 << 26);
     operands t = operands_make(ctx, inner, 1, &n, 1, &n);
     s = time_op(ctx, op_gelu_exact, &t, inner, reps);
     snprintf(name, sizeof name, "gelu_exact_%lld", (long long)n);
-    report(name, s, 2.0 * 4 * (double)n / s / 1e9, "GB/s");
+    bench_report(name, s, 2.0 * 4 * (double)n / s / 1e9, "GB/s");
     operands_free(&t);
     wgml_context_free(ctx);
 }
@@ -511,7 +512,7 @@ static void bench_attention(int quick)
         snprintf(name, sizeof name, "attention_fwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1], (long long)sh[2],
                  (long long)sh[3]);
         double sec = time_attention(ctx, qkv, dout, false, quick ? 3 : 15);
-        report(name, sec, flops / sec / 1e12, "TFLOP/s");
+        bench_report(name, sec, flops / sec / 1e12, "TFLOP/s");
         wgml_stats s0, s1;
         wgml_synchronize(ctx);
         wgml_stats_reset_peaks(ctx);
@@ -520,10 +521,10 @@ static void bench_attention(int quick)
         wgml_stats_get(ctx, &s1);
         snprintf(name, sizeof name, "attention_fwdbwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1],
                  (long long)sh[2], (long long)sh[3]);
-        report(name, sec, 3.5 * flops / sec / 1e12, "TFLOP/s");
+        bench_report(name, sec, 3.5 * flops / sec / 1e12, "TFLOP/s");
         snprintf(name, sizeof name, "attention_fwdbwd_T%lld_peak_extra", (long long)sh[2]);
         last_host_seconds = 0;
-        report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
+        bench_report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
         for (int j = 0; j < 3; j++) wgml_tensor_free(qkv[j]);
         wgml_tensor_free(dout);
     }
@@ -552,13 +553,14 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(what, "matmul") || !strcmp(what, "all")) bench_matmul(quick);
     if (!strcmp(what, "attention") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_attention(quick);
     if (!strcmp(what, "gather") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_gather(quick);
+    if (!strcmp(what, "gpt") || !strcmp(what, "all")) bench_gpt(quick);
     if (!strcmp(what, "startup")) bench_startup();
     if (cli_has_flag(argc, argv, "--json")) {
         /* every result under "results"; the transformer ops' also by family: "attention",
            "gather" and "scatter" hold the results whose names begin so */
-        static const char *const groups[] = {"results", "attention", "gather", "scatter"};
+        static const char *const groups[] = {"results", "attention", "gather", "scatter", "gpt"};
         printf("{\"device\": \"%s\"", info.name);
-        for (int g = 0; g < 4; g++) {
+        for (int g = 0; g < 5; g++) {
             size_t len = g ? strlen(groups[g]) : 0;
             int n = 0;
             for (int i = 0; i < nresults; i++) {

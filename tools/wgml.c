@@ -4,6 +4,7 @@
  *   wgml bench [what] [--json]  benchmarks (tools/bench.c)
  *   wgml train [options]        train an MLP on Fashion-MNIST (tools/train.c)
  *   wgml eval CHECKPOINT        score a checkpoint on the test split
+ *   wgml gpt train|sample ...   a character-level GPT on text (tools/gpt.c)
  */
 #include <stdio.h>
 #include <string.h>
@@ -102,7 +103,9 @@ static void usage(void)
                     "       wgml bench [ops|matmul|attention|all] [--json] [--quick]\n"
                     "       wgml train [--epochs N] [--batch N] [--lr X] [--hidden 256,128] [--seed N]\n"
                     "                  [--out DIR] [--resume CHECKPOINT] [--data DIR]\n"
-                    "       wgml eval CHECKPOINT [--data DIR]\n");
+                    "       wgml eval CHECKPOINT [--data DIR]\n"
+                    "       wgml gpt train [options]         (wgml gpt train --help)\n"
+                    "       wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature X] [--top-k N] [--seed N]\n");
 }
 
 int main(int argc, char **argv)
@@ -116,6 +119,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 2, argv + 2);
+    if (strcmp(cmd, "gpt") == 0) return cmd_gpt(argc - 2, argv + 2);
     usage();
     return 2;
 }

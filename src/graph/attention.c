@@ -213,14 +213,20 @@ static bool subgroups_hold(wgml_context *ctx, int n)
     return least >= (uint32_t)n;
 }
 
-/* k's tiles (kind and d set): the knob's, else the policy's first that fits */
-static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k)
+/* k's tiles (kind and d set): the knob's, else the policy's first that fits and whose rows
+   are not twice the `n` rows there are to cover (16 at least): a tile mostly past the end
+   costs every adapter its idle threads, and a CPU adapter (lavapipe) its barriers too, 15
+   times the time at T = 16 */
+static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t n)
 {
     int which = k->kind == WGML_ATTN_FORWARD ? 0 : k->kind == WGML_ATTN_DKV ? 1 : 2;
     const wgml_tuning *tu = wgml_tuning_of(ctx);
     k->pre = (tu->attn_pre >= 0 ? tu->attn_pre : PREFETCH) & (which == 0 ? 3 | 32 : which == 1 ? 4 : 8);
     bool fit = tu->attn_tiles_set && tiles_fit(ctx, k, (tiles){tu->attn_tiles[which][0], tu->attn_tiles[which][1], tu->attn_tiles[which][2]});
-    for (int i = 0; !fit && i < 6 && policy[which][i].rows; i++) fit = tiles_fit(ctx, k, policy[which][i]);
+    int64_t most = 16;
+    while (most < n) most *= 2;
+    for (int i = 0; !fit && i < 6 && policy[which][i].rows; i++)
+        fit = policy[which][i].rows <= most && tiles_fit(ctx, k, policy[which][i]);
     /* the forward's shuffles want each line of tx lanes inside one subgroup */
     if (!subgroups_hold(ctx, k->tx)) k->pre &= ~32;
     if (fit) return WGML_OK;
@@ -277,7 +283,7 @@ wgml_status wgml_build_attention(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     attn_dims d = dims_of(t->src[0], t->src[1]);
     wgml_attn_kernel k = {.kind = WGML_ATTN_FORWARD, .d = (int)d.D,
                           .vec = rows_aligned(t->src[0]) && rows_aligned(t->src[1]) && rows_aligned(t->src[2])};
-    wgml_status st = choose_tiles(ctx, &k);
+    wgml_status st = choose_tiles(ctx, &k, d.T);
     if (st || (st = attn_pipeline(ctx, &k, l))) return st;
     attn_params p = params_of(t, d);
     p.tiles = (uint32_t)ceil_div(d.T, k.rows);
@@ -303,7 +309,7 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     wgml_attn_kernel kkv = {.kind = WGML_ATTN_DKV, .d = (int)d.D, .vec = vec};
     wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec};
     wgml_status st;
-    if ((st = choose_tiles(ctx, &kkv)) || (st = choose_tiles(ctx, &kq))) return st;
+    if ((st = choose_tiles(ctx, &kkv, d.S)) || (st = choose_tiles(ctx, &kq, d.T))) return st;
     wgml_launch *ld = &l[0], *lkv = &l[1], *lq = &l[2];
     if ((st = attn_pipeline(ctx, &kd, ld))) return st;
     *lkv = *ld, *lq = *ld;

@@ -154,12 +154,11 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     bool v4 = n % 4 == 0 && x->offset % 4 == 0 && t->op != WGML_OP_CROSS_ENTROPY &&
               (loss || (w->offset % 4 == 0 && b->offset % 4 == 0));
     int64_t vw = v4 ? 4 : 1, nu = n / vw;
-    /* threads per row: the whole workgroup, or with many rows (enough to fill a GPU) the
-       fewest powers of two that give each thread at most 4 units, so short rows share
-       workgroups instead of leaving most of their threads idle */
-    uint32_t team = 256;
-    if (rows >= 2048)
-        for (team = 1; team < 256 && (int64_t)team * 4 < nu;) team *= 2;
+    /* threads per row: the fewest powers of two that give each thread at most 4 units, so
+       short rows share workgroups instead of leaving most of their threads idle (and, on a
+       CPU adapter, waiting at every barrier: 128 rows of 32 took lavapipe 27 ms with 256) */
+    uint32_t team = 1;
+    while (team < 256 && (int64_t)team * 4 < nu) team *= 2;
     int64_t per = (nu + team - 1) / team; /* units per thread */
     bool cached = per * vw <= ROW_CACHE_FLOATS;
     uint32_t k = 1;

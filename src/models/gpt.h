@@ -86,7 +86,8 @@ typedef struct wgml_gpt {
 
 /* A model with parameters from host data (params[i] has parameter i's elements), or
    initialised on the GPU from seed (wgml_manual_seed(seed) first: the context's generator
-   moves on). */
+   moves on). A config that wgml_gpt_config_resolve refuses is WGML_ERROR_INVALID_ARGUMENT:
+   resolve it first for the message. */
 wgml_status wgml_gpt_create(wgml_context *ctx, const wgml_gpt_config *cfg, const float *const *params, wgml_gpt *out);
 wgml_status wgml_gpt_init(wgml_context *ctx, const wgml_gpt_config *cfg, uint64_t seed, wgml_gpt *out);
 void wgml_gpt_free(wgml_gpt *g); /* safe on a zeroed or freed struct */
@@ -95,6 +96,34 @@ void wgml_gpt_free(wgml_gpt *g); /* safe on a zeroed or freed struct */
 wgml_tensor *wgml_gpt_logits(wgml_gpt *g, wgml_tensor *ids, float dropout);
 /* Lazy: the mean cross-entropy of targets [B,T] (i32) given ids [B,T]. */
 wgml_tensor *wgml_gpt_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, float dropout);
+
+/* Generation with a KV cache: each layer's keys and values of the positions so far stay on
+   the GPU, so a step feeds only the new tokens. */
+typedef struct wgml_gpt_cache {
+    int64_t len;              /* positions held */
+    wgml_tensor **k, **v;     /* per layer, [1,Hkv,len,D]; NULL while len = 0 */
+    wgml_tensor **next_k, **next_v; /* built by a step, in place of k and v once evaluated */
+} wgml_gpt_cache;
+wgml_status wgml_gpt_cache_init(const wgml_gpt *g, wgml_gpt_cache *c);
+void wgml_gpt_cache_reset(wgml_gpt_cache *c, int64_t layers); /* back to no positions */
+void wgml_gpt_cache_free(wgml_gpt_cache *c, int64_t layers);
+
+/* Lazy: the next token's logits [1,V] after ids [1,T] (i32) at positions c->len ..
+   c->len + T - 1 (at most block in all; NULL otherwise). */
+wgml_tensor *wgml_gpt_decode_logits(wgml_gpt *g, wgml_gpt_cache *c, wgml_tensor *ids);
+
+/* Lazy: a token drawn from logits [1,V] (i32 [1]), on the GPU: temperature 0 takes the
+   argmax; otherwise the top_k largest logits (top_k 0 or >= V: all; ties at the k-th value
+   are all kept) divided by temperature, sampled by the Gumbel-max trick from the context's
+   generator (wgml_rand). */
+wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, float temperature, int64_t top_k);
+
+/* One generation step in one submit: feeds ids (n >= 1 tokens) to the cache, draws the next
+   token and reads back only its id. When the cache would pass the block, it restarts from
+   the last block / 2 tokens of `history` (n_history of them, the ids so far, the new ones
+   included), as a sliding window. */
+wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t *history, int64_t n_history,
+                                   int64_t n_new, float temperature, int64_t top_k, int32_t *token);
 
 /* AdamW over the model's parameters in two groups (above). */
 typedef struct wgml_gpt_train_desc {
@@ -105,5 +134,11 @@ typedef struct wgml_gpt_train_desc {
 wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out);
 /* The model's parameter index of optimiser slot i (the decayed group first). */
 int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot);
+
+/* One training step, one submit: the loss of targets given ids with the config's dropout,
+   its gradients, the optimiser's update; *loss is the batch's loss before the update. */
+wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets, float *loss);
+/* The loss without dropout or gradients. */
+wgml_status wgml_gpt_eval_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, float *loss);
 
 #endif

@@ -1,0 +1,124 @@
+/*
+ * wgml bench gpt: the GPT of `wgml gpt train` (src/models/gpt.h), timed.
+ *   - a training step (forward, backward, AdamW with clipping, the loss read back): median
+ *     ms and tokens/s, and the GPU memory the step holds at its peak;
+ *   - generation at batch 1 with the KV cache (one submit and a 4-byte read per token),
+ *     tokens/s.
+ * On a discrete GPU the nanoGPT character-level setup (6 layers, 6 heads, width 384, block
+ * 256, batch 64); elsewhere (lavapipe) or with --quick a small one. Batches are windows of
+ * the fortunes text where it is installed, else random tokens over a vocabulary of its size.
+ * bench/torch_gpt.py --bench measures PyTorch on the same model.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/timing.h"
+#include "io/text.h"
+#include "models/gpt.h"
+#include "tools/cli.h"
+
+static void fail(wgml_context *ctx, const char *what)
+{
+    fprintf(stderr, "wgml bench gpt: %s: %s\n", what, wgml_error_message(ctx));
+}
+
+void bench_gpt(int quick)
+{
+    wgml_context *ctx = NULL;
+    if (wgml_context_create(NULL, &ctx)) {
+        fprintf(stderr, "wgml bench gpt: %s\n", wgml_last_create_error());
+        return;
+    }
+    wgml_adapter_info info;
+    wgml_adapter_info_get(ctx, &info);
+    int big = !quick && strcmp(info.adapter_type, "cpu") != 0;
+    wgml_text text = {0};
+    char err[256];
+    int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;
+    int64_t B = big ? 64 : 4;
+    wgml_gpt_config cfg = {.arch = WGML_GPT_GPT2, .vocab = have_text ? text.vocab_size : 114, .block = big ? 256 : 32,
+                           .layers = big ? 6 : 2, .heads = big ? 6 : 2, .width = big ? 384 : 64};
+    wgml_gpt g = {0};
+    wgml_optimizer *opt = NULL;
+    wgml_gpt_train_desc d = {.lr = 1e-3f, .weight_decay = 0.1f, .max_grad_norm = 1.0f};
+    if (wgml_gpt_init(ctx, &cfg, 1, &g) || wgml_gpt_optimizer(&g, &d, &opt)) {
+        fail(ctx, "model");
+        goto done;
+    }
+    int64_t T = cfg.block, n = B * T;
+    fprintf(stderr, "gpt: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n",
+            (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width, (long long)T, (long long)B,
+            (long long)wgml_gpt_numel(&g.cfg), have_text ? "fortunes text" : "random tokens");
+    int32_t *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    wgml_tensor *ids = NULL, *targets = NULL;
+    int64_t bt[2] = {B, T};
+    int ok = x && y;
+    /* training steps: warm-up (compiles, and the buffers' first seconds), then timed */
+    int warm = quick || !big ? 2 : 10, reps = quick || !big ? 5 : 30;
+    double t[64];
+    wgml_stats s0, s1;
+    for (int r = -warm; ok && r < reps; r++) {
+        int64_t step = r + warm;
+        if (have_text) wgml_text_batch(&text, 0, 1, step, (int)B, (int)T, x, y, err, sizeof err);
+        else
+            for (int64_t i = 0; i < n; i++)
+                x[i] = (int32_t)(wgml_text_mix((uint64_t)(step * n + i)) % (uint64_t)cfg.vocab), y[i] = x[i];
+        wgml_status st = ids ? wgml_tensor_write_i32(ids, x, (size_t)n) : wgml_tensor_from_i32(ctx, 2, bt, x, (size_t)n, &ids);
+        if (!st) st = targets ? wgml_tensor_write_i32(targets, y, (size_t)n) : wgml_tensor_from_i32(ctx, 2, bt, y, (size_t)n, &targets);
+        if (r == 0) {
+            wgml_synchronize(ctx);
+            wgml_stats_reset_peaks(ctx);
+            wgml_stats_get(ctx, &s0);
+        }
+        float loss;
+        double t0 = bench_now();
+        if (!st) st = wgml_gpt_train_step(&g, opt, ids, targets, &loss);
+        if (r >= 0) t[r] = bench_now() - t0;
+        if (st) {
+            fail(ctx, "training step");
+            ok = 0;
+        }
+    }
+    if (ok) {
+        wgml_stats_get(ctx, &s1);
+        double sec = bench_median(t, reps);
+        bench_report("gpt_train_step", sec, (double)n / sec, "tokens/s");
+        bench_report("gpt_train_peak_in_use", 0, (double)s1.bytes_in_use_peak / 1048576.0, "MiB");
+        bench_report("gpt_train_peak_pool", 0, (double)s1.bytes_peak / 1048576.0, "MiB");
+    }
+    /* generation: block - 1 tokens from one, sampled at temperature 1 */
+    int64_t ntok = T - 1;
+    int32_t *hist = malloc((size_t)T * sizeof *hist);
+    wgml_gpt_cache cache = {0};
+    if (ok && hist && !wgml_gpt_cache_init(&g, &cache)) {
+        double best = INFINITY;
+        for (int rep = 0; rep < 3 && ok; rep++) {
+            wgml_gpt_cache_reset(&cache, cfg.layers);
+            hist[0] = 0;
+            int64_t have = 1;
+            double t0 = bench_now();
+            for (int64_t k = 0; k < ntok && ok; k++) {
+                int32_t tok;
+                if (wgml_gpt_generate_step(&g, &cache, hist, have, 1, 1.0f, 0, &tok)) {
+                    fail(ctx, "generation");
+                    ok = 0;
+                }
+                hist[have++] = tok;
+            }
+            double el = bench_now() - t0;
+            if (rep > 0 && el < best) best = el; /* the first compiles */
+        }
+        if (ok) bench_report("gpt_generate_kv_cache", best / (double)ntok, (double)ntok / best, "tokens/s");
+    }
+    wgml_gpt_cache_free(&cache, cfg.layers);
+    free(hist);
+    free(x), free(y);
+    wgml_tensor_free(ids), wgml_tensor_free(targets);
+done:
+    wgml_optimizer_free(opt);
+    wgml_gpt_free(&g);
+    wgml_text_free(&text);
+    wgml_context_free(ctx);
+}

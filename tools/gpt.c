@@ -1,0 +1,551 @@
+/*
+ * wgml gpt train: a character-level GPT (GPT-2 or Llama style, src/models/gpt.h) on a text
+ * folder (Debian's fortunes by default, src/io/text.h), AdamW with warm-up and cosine decay,
+ * clipping, weight decay on the matrices, dropout; the validation loss every N steps; a
+ * progress line; metrics per step in CSV; an atomic safetensors checkpoint
+ * (src/models/gpt_checkpoint.h) every N steps and at the end. --resume continues a run with
+ * the settings stored in its checkpoint: batches are drawn by step number and the GPU
+ * generator's state is stored, so the losses equal those of a run that never stopped.
+ * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU.
+ */
+#include <errno.h>
+#include <float.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io/loader.h"
+#include "io/text.h"
+#include "models/gpt.h"
+#include "models/gpt_checkpoint.h"
+#include "tools/cli.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *message(wgml_context *ctx, wgml_status st)
+{
+    const char *m = ctx ? wgml_error_message(ctx) : "";
+    return m && m[0] ? m : wgml_status_name(st);
+}
+
+static int make_dir(const char *path)
+{
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return -1;
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return -1;
+        *c = '/';
+    }
+    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- options */
+
+enum {
+    O_ARCH = 256, O_STEPS, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK, O_BATCH, O_LR, O_MIN_LR, O_WARMUP,
+    O_WD, O_CLIP, O_DROPOUT, O_SEED, O_DATA, O_OUT, O_RESUME, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_EVERY, O_SAVE_INIT,
+    O_SAMPLE, O_CHECKPOINT, O_PROMPT, O_TOKENS, O_TEMPERATURE, O_TOP_K, O_BETA2
+};
+
+typedef struct train_options {
+    wgml_gpt_config cfg;
+    wgml_gpt_run run;
+    int64_t steps, save_every, sample_tokens;
+    const char *out, *resume;
+    int save_init;
+    unsigned char given[64]; /* which options the command line named (by O_ - 256) */
+} train_options;
+
+static const struct option train_flags[] = {
+    {"arch", required_argument, 0, O_ARCH},       {"steps", required_argument, 0, O_STEPS},
+    {"layers", required_argument, 0, O_LAYERS},   {"heads", required_argument, 0, O_HEADS},
+    {"kv-heads", required_argument, 0, O_KV_HEADS}, {"width", required_argument, 0, O_WIDTH},
+    {"ffn", required_argument, 0, O_FFN},         {"block", required_argument, 0, O_BLOCK},
+    {"batch", required_argument, 0, O_BATCH},     {"lr", required_argument, 0, O_LR},
+    {"min-lr-ratio", required_argument, 0, O_MIN_LR}, {"warmup", required_argument, 0, O_WARMUP},
+    {"weight-decay", required_argument, 0, O_WD}, {"clip", required_argument, 0, O_CLIP},
+    {"dropout", required_argument, 0, O_DROPOUT}, {"beta2", required_argument, 0, O_BETA2},
+    {"seed", required_argument, 0, O_SEED},
+    {"data", required_argument, 0, O_DATA},       {"out", required_argument, 0, O_OUT},
+    {"resume", required_argument, 0, O_RESUME},   {"eval-every", required_argument, 0, O_EVAL_EVERY},
+    {"eval-batches", required_argument, 0, O_EVAL_BATCHES}, {"save-every", required_argument, 0, O_SAVE_EVERY},
+    {"save-init", no_argument, 0, O_SAVE_INIT},   {"sample", required_argument, 0, O_SAMPLE},
+    {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
+};
+
+static const char train_usage[] =
+    "usage: wgml gpt train [options]\n"
+    "  model:  --arch gpt2|llama (gpt2)  --layers N (2)  --heads N (4)  --kv-heads N (= heads)\n"
+    "          --width N (128)  --ffn N (4 width; llama: 8 width / 3)  --block N (64)  --dropout P (0)\n"
+    "  train:  --steps N (500)  --batch N (16)  --lr X (1e-3)  --min-lr-ratio X (0.1)  --warmup N (steps / 20)\n"
+    "          --weight-decay X (0.1)  --clip X (1, 0: none)  --beta2 X (0.99)  --seed N (1)\n"
+    "  data:   --data DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
+    "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
+    "          (also DIR/init.safetensors, the initial weights)  --sample N (print N sampled tokens at the end)\n"
+    "  --resume CHECKPOINT  continue a run; its settings are kept, --steps may extend it\n";
+
+/* Parses a number flag into p, strictly. */
+static int number(int opt, const char *arg, void *p, char *err, size_t errlen)
+{
+    char flag[32];
+    for (const struct option *o = train_flags; o->name; o++)
+        if (o->val == opt) snprintf(flag, sizeof flag, "--%s", o->name);
+    int64_t v;
+    switch (opt) {
+    case O_LR: return wgml_parse_f32(flag, arg, FLT_MIN, 10.0f, p, err, errlen) ? -1 : 0;
+    case O_MIN_LR: return wgml_parse_f32(flag, arg, 0.0f, 1.0f, p, err, errlen) ? -1 : 0;
+    case O_WD: case O_CLIP: return wgml_parse_f32(flag, arg, 0.0f, 1e6f, p, err, errlen) ? -1 : 0;
+    case O_DROPOUT: return wgml_parse_f32(flag, arg, 0.0f, 0.99f, p, err, errlen) ? -1 : 0;
+    case O_BETA2: return wgml_parse_f32(flag, arg, 0.0f, 0.999999f, p, err, errlen) ? -1 : 0;
+    case O_SEED: return wgml_parse_u64(flag, arg, p, err, errlen) ? -1 : 0;
+    default:
+        if (wgml_parse_i64(flag, arg, opt == O_WARMUP || opt == O_EVAL_EVERY || opt == O_SAVE_EVERY || opt == O_STEPS ||
+                                          opt == O_SAMPLE ? 0 : 1,
+                           1ll << 40, &v, err, errlen))
+            return -1;
+        *(int64_t *)p = v;
+        return 0;
+    }
+}
+
+static int parse_train(int argc, char **argv, train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->cfg = (wgml_gpt_config){.arch = WGML_GPT_GPT2, .layers = 2, .heads = 4, .width = 128, .block = 64};
+    o->run = (wgml_gpt_run){.seed = 1, .lr = 1e-3f, .min_lr_ratio = 0.1f, .weight_decay = 0.1f, .max_grad_norm = 1.0f,
+                            .beta1 = 0.9f, .beta2 = 0.99f, .batch = 16, .eval_every = 100, .eval_batches = 8, .warmup = -1};
+    snprintf(o->run.data, sizeof o->run.data, "%s", WGML_TEXT_DEFAULT_DIR);
+    o->steps = 500, o->save_every = -1, o->out = "out/gpt";
+    char err[256];
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":h", train_flags, NULL)) != -1) {
+        void *p = NULL;
+        switch (opt) {
+        case 'h': fputs(train_usage, stdout); return 1;
+        case '?': fprintf(stderr, "wgml gpt train: unknown option '%s' (see --help)\n", argv[optind - 1]); return 2;
+        case ':': fprintf(stderr, "wgml gpt train: option '%s' needs a value\n", argv[optind - 1]); return 2;
+        case O_ARCH:
+            if (strcmp(optarg, "gpt2") && strcmp(optarg, "llama")) {
+                fprintf(stderr, "wgml gpt train: --arch is '%s', want gpt2 or llama\n", optarg);
+                return 2;
+            }
+            o->cfg.arch = strcmp(optarg, "llama") == 0 ? WGML_GPT_LLAMA : WGML_GPT_GPT2;
+            break;
+        case O_DATA: snprintf(o->run.data, sizeof o->run.data, "%s", optarg); break;
+        case O_OUT: o->out = optarg; break;
+        case O_RESUME: o->resume = optarg; break;
+        case O_SAVE_INIT: o->save_init = 1; break;
+        case O_STEPS: p = &o->steps; break;
+        case O_LAYERS: p = &o->cfg.layers; break;
+        case O_HEADS: p = &o->cfg.heads; break;
+        case O_KV_HEADS: p = &o->cfg.kv_heads; break;
+        case O_WIDTH: p = &o->cfg.width; break;
+        case O_FFN: p = &o->cfg.ffn; break;
+        case O_BLOCK: p = &o->cfg.block; break;
+        case O_DROPOUT: p = &o->cfg.dropout; break;
+        case O_BATCH: p = &o->run.batch; break;
+        case O_LR: p = &o->run.lr; break;
+        case O_MIN_LR: p = &o->run.min_lr_ratio; break;
+        case O_WARMUP: p = &o->run.warmup; break;
+        case O_WD: p = &o->run.weight_decay; break;
+        case O_CLIP: p = &o->run.max_grad_norm; break;
+        case O_BETA2: p = &o->run.beta2; break;
+        case O_SEED: p = &o->run.seed; break;
+        case O_EVAL_EVERY: p = &o->run.eval_every; break;
+        case O_EVAL_BATCHES: p = &o->run.eval_batches; break;
+        case O_SAVE_EVERY: p = &o->save_every; break;
+        case O_SAMPLE: p = &o->sample_tokens; break;
+        default: return 2;
+        }
+        if (opt >= 256) o->given[opt - 256] = 1;
+        if (p && number(opt, optarg, p, err, sizeof err)) {
+            fprintf(stderr, "wgml gpt train: %s\n", err);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "wgml gpt train: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (o->run.warmup < 0) o->run.warmup = o->steps / 20;
+    if (o->save_every < 0) o->save_every = o->run.eval_every;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- training */
+
+typedef struct trainer {
+    wgml_context *ctx;
+    wgml_text text;
+    wgml_gpt model;
+    wgml_optimizer *opt;
+    wgml_tensor *ids, *targets, *val_ids, *val_targets;
+    int32_t *x, *y;
+    FILE *csv;
+    int64_t step;
+} trainer;
+
+static void trainer_free(trainer *t)
+{
+    if (t->csv) fclose(t->csv);
+    wgml_optimizer_free(t->opt);
+    wgml_tensor_free(t->ids), wgml_tensor_free(t->targets);
+    wgml_tensor_free(t->val_ids), wgml_tensor_free(t->val_targets);
+    wgml_gpt_free(&t->model);
+    wgml_text_free(&t->text);
+    free(t->x), free(t->y);
+    if (t->ctx) wgml_context_free(t->ctx);
+}
+
+/* Uploads batch i of a split into the (persistent) id and target tensors. */
+static wgml_status load_batch(trainer *t, const train_options *o, int split, int64_t i, wgml_tensor **ids,
+                              wgml_tensor **targets)
+{
+    char err[256];
+    int B = (int)o->run.batch, T = (int)o->cfg.block;
+    wgml_status st = wgml_text_batch(&t->text, split, o->run.seed, i, B, T, t->x, t->y, err, sizeof err);
+    if (st) return fprintf(stderr, "wgml gpt train: %s\n", err), st;
+    size_t n = (size_t)B * (size_t)T;
+    if (!*ids) {
+        int64_t bt[2] = {B, T};
+        st = wgml_tensor_from_i32(t->ctx, 2, bt, t->x, n, ids);
+        if (!st) st = wgml_tensor_from_i32(t->ctx, 2, bt, t->y, n, targets);
+        return st;
+    }
+    st = wgml_tensor_write_i32(*ids, t->x, n);
+    return st ? st : wgml_tensor_write_i32(*targets, t->y, n);
+}
+
+static wgml_status val_loss(trainer *t, const train_options *o, float *out)
+{
+    double sum = 0;
+    for (int64_t i = 0; i < o->run.eval_batches; i++) {
+        float l;
+        wgml_status st = load_batch(t, o, 1, i, &t->val_ids, &t->val_targets);
+        if (!st) st = wgml_gpt_eval_loss(&t->model, t->val_ids, t->val_targets, &l);
+        if (st) return st;
+        sum += l;
+    }
+    *out = (float)(sum / (double)o->run.eval_batches);
+    return WGML_OK;
+}
+
+static wgml_status save(trainer *t, const train_options *o, const char *path, int with_optimizer)
+{
+    wgml_gpt_run run = o->run;
+    wgml_status st = wgml_rng_get_state(t->ctx, &run.rng_seed, &run.rng_offset);
+    if (!st) st = wgml_gpt_checkpoint_save(path, &t->model, with_optimizer ? t->opt : NULL, t->step, &run, t->text.vocab,
+                                           t->text.vocab_size);
+    return st;
+}
+
+/* Prints a sample of n tokens continuing "\n" (or the vocabulary's first byte). */
+static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
+                                float temperature, int64_t top_k, const char *prompt, double *seconds);
+
+static int train_loop(trainer *t, train_options *o)
+{
+    const int tty = isatty(STDERR_FILENO);
+    double t0 = now(), last_print = 0;
+    int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;
+    float loss = NAN, vloss = NAN, norm = NAN;
+    char path[1100];
+    for (; t->step < o->steps; ) {
+        wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
+        float lr = wgml_optimizer_lr(t->opt);
+        if (!st) st = wgml_gpt_train_step(&t->model, t->opt, t->ids, t->targets, &loss);
+        if (!st) st = wgml_optimizer_grad_norm(t->opt, &norm);
+        if (st) {
+            fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step + 1, message(t->ctx, st));
+            return 1;
+        }
+        t->step++;
+        double el = now() - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
+        int last = t->step == o->steps;
+        int eval = last || (o->run.eval_every > 0 && t->step % o->run.eval_every == 0);
+        vloss = NAN;
+        if (eval && (st = val_loss(t, o, &vloss))) {
+            fprintf(stderr, "\nwgml gpt train: validation: %s\n", message(t->ctx, st));
+            return 1;
+        }
+        fprintf(t->csv, "%lld,%.9g,%.9g,%.9g,", (long long)t->step, (double)loss, (double)lr, (double)norm);
+        if (eval) fprintf(t->csv, "%.9g", (double)vloss);
+        fprintf(t->csv, ",%.1f,%.3f\n", tps, el);
+        if (eval) fflush(t->csv);
+        double left = (double)(o->steps - t->step) * el / (double)(t->step - first);
+        if (tty && now() - last_print > 0.2) {
+            fprintf(stderr, "\rstep %lld/%lld  loss %.4f  %.0f tokens/s  %.0f s left   ", (long long)t->step,
+                    (long long)o->steps, (double)loss, tps, left);
+            last_print = now();
+        }
+        if (eval) {
+            fprintf(stderr, "%sstep %lld/%lld  loss %.4f  val %.4f  %.0f tokens/s  %.0f s left\n", tty ? "\r" : "",
+                    (long long)t->step, (long long)o->steps, (double)loss, (double)vloss, tps, left);
+        }
+        if (last || (o->save_every > 0 && t->step % o->save_every == 0)) {
+            snprintf(path, sizeof path, "%s/gpt.safetensors", o->out);
+            if ((st = save(t, o, path, 1))) {
+                fprintf(stderr, "\nwgml gpt train: %s\n", message(t->ctx, st));
+                return 1;
+            }
+        }
+    }
+    fprintf(stderr, "trained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n",
+            (long long)(t->step - first), now() - t0, o->out, o->out);
+    return 0;
+}
+
+/* Takes the model and settings of a checkpoint to resume; flags given must agree with it. */
+static int resume(trainer *t, train_options *o)
+{
+    wgml_gpt_checkpoint ck;
+    wgml_status st = wgml_gpt_checkpoint_read(t->ctx, o->resume, &ck);
+    if (st) return fprintf(stderr, "wgml gpt train: %s\n", message(t->ctx, st)), 1;
+    static const int model_flags[] = {O_ARCH, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK, O_BATCH, O_SEED, O_DATA};
+    for (size_t k = 0; k < sizeof model_flags / sizeof model_flags[0]; k++)
+        if (o->given[model_flags[k] - 256]) {
+            const char *name = "";
+            for (const struct option *f = train_flags; f->name; f++)
+                if (f->val == model_flags[k]) name = f->name;
+            fprintf(stderr, "wgml gpt train: --%s cannot be given with --resume: the checkpoint's model, data and batches are kept\n",
+                    name);
+            wgml_gpt_checkpoint_free(&ck);
+            return 2;
+        }
+    o->cfg = ck.cfg;
+    o->run = ck.run;
+    if (!o->given[O_STEPS - 256]) o->steps = ck.run.total_steps;
+    if (ck.step >= o->steps) {
+        fprintf(stderr, "wgml gpt train: %s is at step %lld of %lld: nothing to train (give --steps past it)\n", o->resume,
+                (long long)ck.step, (long long)o->steps);
+        wgml_gpt_checkpoint_free(&ck);
+        return 1;
+    }
+    st = wgml_gpt_checkpoint_model(t->ctx, &ck, &t->model);
+    if (!st) {
+        wgml_gpt_train_desc d = {.lr = o->run.lr, .weight_decay = o->run.weight_decay, .max_grad_norm = o->run.max_grad_norm,
+                                 .beta1 = o->run.beta1, .beta2 = o->run.beta2,
+                                 .schedule = {.warmup_steps = o->run.warmup, .total_steps = o->run.total_steps,
+                                              .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
+        st = wgml_gpt_optimizer(&t->model, &d, &t->opt);
+    }
+    if (!st) st = wgml_gpt_checkpoint_restore_optimizer(&ck, &t->model, t->opt);
+    if (!st) st = wgml_rng_set_state(t->ctx, ck.run.rng_seed, ck.run.rng_offset);
+    t->step = ck.step;
+    int same_vocab = 1;
+    if (!st) {
+        same_vocab = ck.vocab_size == t->text.vocab_size && memcmp(ck.vocab, t->text.vocab, (size_t)ck.vocab_size) == 0;
+        if (!same_vocab)
+            fprintf(stderr, "wgml gpt train: the text in %s has another vocabulary than %s's\n", o->run.data, o->resume);
+    }
+    wgml_gpt_checkpoint_free(&ck);
+    if (st) fprintf(stderr, "wgml gpt train: %s\n", message(t->ctx, st));
+    return st || !same_vocab ? 1 : 0;
+}
+
+static int cmd_gpt_train(int argc, char **argv)
+{
+    train_options o;
+    int rc = parse_train(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    trainer t = {0};
+    char err[512];
+    wgml_status st;
+    /* The data first: resuming takes the folder from the checkpoint. */
+    if (o.resume) {
+        wgml_context *tmp = NULL;
+        if ((st = wgml_context_create(NULL, &tmp))) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
+        wgml_gpt_checkpoint ck;
+        st = wgml_gpt_checkpoint_read(tmp, o.resume, &ck);
+        if (st) fprintf(stderr, "wgml gpt train: %s\n", message(tmp, st));
+        else snprintf(o.run.data, sizeof o.run.data, "%s", ck.run.data);
+        wgml_gpt_checkpoint_free(&ck);
+        wgml_context_free(tmp);
+        if (st) return 1;
+    }
+    if ((st = wgml_text_load(o.run.data, &t.text, err, sizeof err))) return fprintf(stderr, "wgml gpt train: %s\n", err), 1;
+    if ((st = wgml_context_create(NULL, &t.ctx))) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), trainer_free(&t), 1;
+    if (o.resume) {
+        if ((rc = resume(&t, &o))) return trainer_free(&t), rc;
+    } else {
+        o.cfg.vocab = t.text.vocab_size;
+        o.run.total_steps = o.steps;
+        wgml_gpt_config c;
+        if (wgml_gpt_config_resolve(&o.cfg, &c, err, sizeof err)) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 2;
+        if (o.run.warmup >= o.steps && o.steps > 0) o.run.warmup = o.steps - 1;
+        o.cfg = c;
+        st = wgml_gpt_init(t.ctx, &o.cfg, o.run.seed, &t.model);
+        wgml_gpt_train_desc d = {.lr = o.run.lr, .weight_decay = o.run.weight_decay, .max_grad_norm = o.run.max_grad_norm,
+                                 .beta1 = o.run.beta1, .beta2 = o.run.beta2,
+                                 .schedule = {.warmup_steps = o.run.warmup, .total_steps = o.steps,
+                                              .min_lr_ratio = o.run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
+        if (o.steps <= o.run.warmup) d.schedule = (wgml_lr_schedule){0};
+        if (!st) st = wgml_gpt_optimizer(&t.model, &d, &t.opt);
+        if (st) return fprintf(stderr, "wgml gpt train: %s\n", message(t.ctx, st)), trainer_free(&t), 1;
+    }
+    int64_t T = o.cfg.block;
+    if (t.text.n_train <= T || t.text.n - t.text.n_train <= T) {
+        fprintf(stderr, "wgml gpt train: %s has %lld training and %lld validation tokens; block %lld needs more than that\n",
+                o.run.data, (long long)t.text.n_train, (long long)(t.text.n - t.text.n_train), (long long)T);
+        return trainer_free(&t), 1;
+    }
+    t.x = malloc((size_t)(o.run.batch * T) * sizeof *t.x), t.y = malloc((size_t)(o.run.batch * T) * sizeof *t.y);
+    char path[1100];
+    if (!t.x || !t.y || make_dir(o.out)) {
+        fprintf(stderr, "wgml gpt train: cannot create %s: %s\n", o.out, strerror(errno));
+        return trainer_free(&t), 1;
+    }
+    snprintf(path, sizeof path, "%s/metrics.csv", o.out);
+    struct stat sb;
+    int append = o.resume && stat(path, &sb) == 0 && sb.st_size > 0;
+    t.csv = fopen(path, append ? "a" : "w");
+    if (!t.csv) return fprintf(stderr, "wgml gpt train: cannot write %s: %s\n", path, strerror(errno)), trainer_free(&t), 1;
+    if (!append) fprintf(t.csv, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s\n");
+    if (o.save_init && !o.resume) {
+        snprintf(path, sizeof path, "%s/init.safetensors", o.out);
+        if ((st = save(&t, &o, path, 0))) return fprintf(stderr, "wgml gpt train: %s\n", message(t.ctx, st)), trainer_free(&t), 1;
+    }
+    fprintf(stderr, "gpt: %s, %lld layers, %lld heads (%lld K/V), width %lld, block %lld, %lld parameters; %lld tokens of text "
+                    "(%d bytes of vocabulary) from %d files\n",
+            o.cfg.arch == WGML_GPT_LLAMA ? "llama" : "gpt2", (long long)o.cfg.layers, (long long)o.cfg.heads,
+            (long long)o.cfg.kv_heads, (long long)o.cfg.width, (long long)o.cfg.block, (long long)wgml_gpt_numel(&o.cfg),
+            (long long)t.text.n, t.text.vocab_size, t.text.files);
+    rc = o.steps > t.step ? train_loop(&t, &o) : 0;
+    if (!rc && o.sample_tokens > 0) {
+        double secs;
+        st = print_sample(&t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o.sample_tokens, 0.8f, 0, NULL, &secs);
+        if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", message(t.ctx, st)), rc = 1;
+    }
+    trainer_free(&t);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
+                                float temperature, int64_t top_k, const char *prompt, double *seconds)
+{
+    size_t np = prompt ? strlen(prompt) : 0;
+    int32_t *ids = malloc((np + (size_t)n + 1) * sizeof *ids);
+    if (!ids) return WGML_ERROR_OUT_OF_MEMORY;
+    if (np == 0) {
+        ids[0] = token_of['\n'] >= 0 ? token_of['\n'] : 0;
+        np = 1;
+        fputc(vocab[ids[0]], stdout);
+    } else {
+        for (size_t i = 0; i < np; i++) ids[i] = token_of[(uint8_t)prompt[i]];
+        fputs(prompt, stdout);
+    }
+    wgml_gpt_cache cache;
+    wgml_status st = wgml_gpt_cache_init(g, &cache);
+    int64_t have = (int64_t)np, fresh = (int64_t)np;
+    double t0 = now();
+    for (int64_t k = 0; k < n && !st; k++) {
+        int32_t tok;
+        st = wgml_gpt_generate_step(g, &cache, ids, have, fresh, temperature, top_k, &tok);
+        if (st) break;
+        ids[have++] = tok;
+        fresh = 1;
+        fputc(tok >= 0 && tok < vocab_size ? vocab[tok] : '?', stdout);
+        fflush(stdout);
+    }
+    *seconds = now() - t0;
+    fputc('\n', stdout);
+    wgml_gpt_cache_free(&cache, g->cfg.layers);
+    free(ids);
+    return st;
+}
+
+static const struct option sample_flags[] = {
+    {"checkpoint", required_argument, 0, O_CHECKPOINT}, {"prompt", required_argument, 0, O_PROMPT},
+    {"tokens", required_argument, 0, O_TOKENS},         {"temperature", required_argument, 0, O_TEMPERATURE},
+    {"top-k", required_argument, 0, O_TOP_K},           {"seed", required_argument, 0, O_SEED},
+    {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0},
+};
+
+static const char sample_usage[] =
+    "usage: wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N (200)] [--temperature X (0.8; 0: greedy)]\n"
+    "                       [--top-k N (0: all)] [--seed N (1)]\n";
+
+static int cmd_gpt_sample(int argc, char **argv)
+{
+    const char *path = NULL, *prompt = NULL;
+    int64_t tokens = 200, top_k = 0;
+    float temperature = 0.8f;
+    uint64_t seed = 1;
+    char err[256];
+    int opt, bad = 0;
+    optind = 1;
+    opterr = 0;
+    while (!bad && (opt = getopt_long(argc, argv, ":h", sample_flags, NULL)) != -1) {
+        switch (opt) {
+        case 'h': fputs(sample_usage, stdout); return 0;
+        case '?': fprintf(stderr, "wgml gpt sample: unknown option '%s' (see --help)\n", argv[optind - 1]); return 2;
+        case ':': fprintf(stderr, "wgml gpt sample: option '%s' needs a value\n", argv[optind - 1]); return 2;
+        case O_CHECKPOINT: path = optarg; break;
+        case O_PROMPT: prompt = optarg; break;
+        case O_TOKENS: bad = wgml_parse_i64("--tokens", optarg, 0, 1 << 24, &tokens, err, sizeof err) != 0; break;
+        case O_TOP_K: bad = wgml_parse_i64("--top-k", optarg, 0, 1 << 20, &top_k, err, sizeof err) != 0; break;
+        case O_TEMPERATURE: bad = wgml_parse_f32("--temperature", optarg, 0.0f, 100.0f, &temperature, err, sizeof err) != 0; break;
+        case O_SEED: bad = wgml_parse_u64("--seed", optarg, &seed, err, sizeof err) != 0; break;
+        default: return 2;
+        }
+    }
+    if (bad) return fprintf(stderr, "wgml gpt sample: %s\n", err), 2;
+    if (optind < argc) return fprintf(stderr, "wgml gpt sample: unexpected argument '%s' (see --help)\n", argv[optind]), 2;
+    if (!path) return fprintf(stderr, "wgml gpt sample: --checkpoint FILE is required (see --help)\n"), 2;
+    wgml_context *ctx = NULL;
+    if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
+    wgml_gpt_checkpoint ck;
+    wgml_gpt g = {0};
+    wgml_status st = wgml_gpt_checkpoint_read(ctx, path, &ck);
+    if (!st) st = wgml_gpt_checkpoint_model(ctx, &ck, &g);
+    if (!st) st = wgml_manual_seed(ctx, seed);
+    int16_t token_of[256];
+    for (int b = 0; b < 256; b++) token_of[b] = -1;
+    for (int k = 0; !st && k < ck.vocab_size; k++) token_of[ck.vocab[k]] = (int16_t)k;
+    int rc = st ? 1 : 0;
+    for (size_t i = 0; !rc && prompt && prompt[i]; i++)
+        if (token_of[(uint8_t)prompt[i]] < 0) {
+            fprintf(stderr, "wgml gpt sample: byte %zu of the prompt (0x%02x) is not in the checkpoint's vocabulary\n", i,
+                    (unsigned)(uint8_t)prompt[i]);
+            rc = 2;
+        }
+    double secs = 0;
+    if (!rc) {
+        st = print_sample(&g, ck.vocab, ck.vocab_size, token_of, tokens, temperature, top_k, prompt, &secs);
+        if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)tokens, secs, (double)tokens / secs);
+    }
+    if (st) fprintf(stderr, "wgml gpt sample: %s\n", message(ctx, st)), rc = 1;
+    wgml_gpt_free(&g);
+    wgml_gpt_checkpoint_free(&ck);
+    wgml_context_free(ctx);
+    return rc;
+}
+
+int cmd_gpt(int argc, char **argv)
+{
+    if (argc >= 1 && strcmp(argv[0], "train") == 0) return cmd_gpt_train(argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "sample") == 0) return cmd_gpt_sample(argc, argv);
+    if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        printf("usage: wgml gpt train [options]   (wgml gpt train --help)\n       wgml gpt sample --checkpoint FILE [options]\n");
+        return 0;
+    }
+    fprintf(stderr, "wgml gpt: %s%s%s; want train or sample\n", argc ? "unknown command '" : "no command", argc ? argv[0] : "",
+            argc ? "'" : "");
+    return 2;
+}

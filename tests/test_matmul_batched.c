@@ -435,7 +435,7 @@ static void flattening(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    static wgml_launch l;
+    static wgml_launch l[WGML_MAX_NODE_LAUNCHES];
     struct {
         operand a, b;
         int64_t rows, batch; /* the launch's M and batch */
@@ -455,12 +455,13 @@ static void flattening(void)
         wgml_tensor *r = wgml_matmul(ctx, gpu_operand(ctx, &cs[i].a, xa), gpu_operand(ctx, &cs[i].b, xb));
         CHECK(wgml_tensor_status(r) == WGML_OK);
         if (wgml_tensor_status(r) == WGML_OK) {
-            memset(&l, 0, sizeof l);
-            CHECK_OK(ctx, wgml_build_matmul(ctx, r, &l));
+            memset(l, 0, sizeof l);
+            int count = 1;
+            CHECK_OK(ctx, wgml_build_matmul(ctx, r, l, &count));
             uint32_t M;
-            memcpy(&M, l.params, 4); /* the parameter block's first field */
-            if (M != (uint32_t)cs[i].rows || l.groups[2] != (uint32_t)cs[i].batch) {
-                fprintf(stderr, "  case %d: launch of %u rows x %u matrices, want %lld x %lld\n", i, M, l.groups[2],
+            memcpy(&M, l[0].params, 4); /* the parameter block's first field */
+            if (M != (uint32_t)cs[i].rows || l[0].groups[2] != (uint32_t)cs[i].batch || count != 1) {
+                fprintf(stderr, "  case %d: launch of %u rows x %u matrices, want %lld x %lld\n", i, M, l[0].groups[2],
                         (long long)cs[i].rows, (long long)cs[i].batch);
                 CHECK(0);
             }
@@ -652,8 +653,55 @@ static void gradients(void)
     for (int i = 0; i < N_OF(cs); i++) grad_case(ctx, &cs[i]);
 }
 
+/* Few output tiles and a long K (a weight's gradient, x^T g over every token) split K into a
+   batch of partial GEMMs and a sum: both transposed forms, against the double reference;
+   a K that splits into no chunk of 16 stays one launch. The sums over rows of the same
+   shapes (a bias's gradient) fold columns in two launches. */
+static void split_k_and_column_sums(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    static const struct { int64_t M, N, K; int ta, tb, launches; } cs[] = {
+        {40, 72, 4096, 1, 0, 2}, {33, 65, 8192, 0, 1, 2}, {64, 48, 2560, 1, 1, 2}, {40, 72, 4100, 1, 0, 1}, {40, 72, 1000, 0, 0, 1},
+    };
+    static wgml_launch l[WGML_MAX_NODE_LAUNCHES];
+    for (int i = 0; i < N_OF(cs); i++) {
+        int64_t M = cs[i].M, N = cs[i].N, K = cs[i].K;
+        int64_t sa[2] = {cs[i].ta ? K : M, cs[i].ta ? M : K}, sb[2] = {cs[i].tb ? N : K, cs[i].tb ? K : N};
+        float *a = malloc((size_t)(M * K) * sizeof *a), *b = malloc((size_t)(K * N) * sizeof *b);
+        double *da = malloc((size_t)(M * K) * sizeof *da), *db = malloc((size_t)(K * N) * sizeof *db), *want = malloc((size_t)(M * N) * sizeof *want);
+        test_fill_uniform(a, (size_t)(M * K), -1, 1);
+        test_fill_uniform(b, (size_t)(K * N), -1, 1);
+        for (int64_t j = 0; j < M * K; j++) da[j] = a[j];
+        for (int64_t j = 0; j < K * N; j++) db[j] = b[j];
+        wgml_ref_matmul(1, M, N, K, da, 1, cs[i].ta, db, 1, cs[i].tb, 1.0, NULL, 0, want);
+        wgml_scope_begin(ctx);
+        wgml_tensor *r = wgml_matmul_ex(ctx, test_tensor(ctx, 2, sa, a), test_tensor(ctx, 2, sb, b),
+                                        &(wgml_matmul_desc){.trans_a = cs[i].ta, .trans_b = cs[i].tb});
+        memset(l, 0, sizeof l);
+        int count = 1; /* as the executor: a builder that fills more says so */
+        CHECK_OK(ctx, wgml_build_matmul(ctx, r, l, &count));
+        if (count != cs[i].launches) FAILF("M %lld N %lld K %lld: %d launches, want %d", (long long)M, (long long)N, (long long)K, count, cs[i].launches);
+        float *got = test_read_new(ctx, "split-K matmul", r, M * N);
+        /* sums of K products of [-1, 1] values: errors grow as sqrt(K) */
+        if (got) CHECK(test_close("split-K matmul", got, want, (size_t)(M * N), 1e-5, sqrt((double)K)));
+        free(got);
+        /* column sums of b seen as [K, N] rows */
+        if (!cs[i].tb) {
+            double *cw = calloc((size_t)N, sizeof *cw);
+            wgml_ref_sum(2, sb, db, 0, cw);
+            float *cg = test_read_new(ctx, "column sums", wgml_sum(ctx, test_tensor(ctx, 2, sb, b), 0, 0), N);
+            if (cg) CHECK(test_close("column sums", cg, cw, (size_t)N, 1e-5, sqrt((double)K)));
+            free(cg), free(cw);
+        }
+        wgml_scope_end(ctx);
+        free(a), free(b), free(da), free(db), free(want);
+    }
+}
+
 int main(void)
 {
+    TEST_RUN(split_k_and_column_sums);
     TEST_RUN(attention_forms);
     TEST_RUN(linear_forms);
     TEST_RUN(awkward_sizes);

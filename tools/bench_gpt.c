@@ -57,8 +57,8 @@ void bench_gpt(int quick)
     int ok = x && y;
     /* training steps: warm-up (compiles, and the buffers' first seconds), then timed */
     int warm = quick || !big ? 2 : 10, reps = quick || !big ? 5 : 30;
-    double t[64];
-    wgml_stats s0, s1;
+    double t[64], host[64], gpu[64];
+    wgml_stats s0, s1, sa, sb;
     for (int r = -warm; ok && r < reps; r++) {
         int64_t step = r + warm;
         if (have_text) wgml_text_batch(&text, 0, 1, step, (int)B, (int)T, x, y, err, sizeof err);
@@ -73,9 +73,15 @@ void bench_gpt(int quick)
             wgml_stats_get(ctx, &s0);
         }
         float loss;
+        wgml_stats_get(ctx, &sa);
         double t0 = bench_now();
         if (!st) st = wgml_gpt_train_step(&g, opt, ids, targets, &loss);
         if (r >= 0) t[r] = bench_now() - t0;
+        wgml_stats_get(ctx, &sb);
+        if (r >= 0) host[r] = sb.host_seconds_last, gpu[r] = sb.gpu_seconds_total - sa.gpu_seconds_total;
+        if (r == reps - 1)
+            fprintf(stderr, "  per step: %llu evaluations, %llu submits, %llu dispatches\n", (unsigned long long)(sb.evals - sa.evals),
+                    (unsigned long long)(sb.submits - sa.submits), (unsigned long long)(sb.dispatches - sa.dispatches));
         if (st) {
             fail(ctx, "training step");
             ok = 0;
@@ -85,6 +91,8 @@ void bench_gpt(int quick)
         wgml_stats_get(ctx, &s1);
         double sec = bench_median(t, reps);
         bench_report("gpt_train_step", sec, (double)n / sec, "tokens/s");
+        bench_report("gpt_train_step_host", bench_median(host, reps), 0, "(the last evaluation's host work)");
+        if (s1.gpu_seconds_total > 0) bench_report("gpt_train_step_gpu", bench_median(gpu, reps), 0, "(GPU timestamps)");
         bench_report("gpt_train_peak_in_use", 0, (double)s1.bytes_in_use_peak / 1048576.0, "MiB");
         bench_report("gpt_train_peak_pool", 0, (double)s1.bytes_peak / 1048576.0, "MiB");
     }
@@ -109,6 +117,12 @@ void bench_gpt(int quick)
             }
             double el = bench_now() - t0;
             if (rep > 0 && el < best) best = el; /* the first compiles */
+            wgml_stats_get(ctx, &sb);
+            if (rep == 2) {
+                fprintf(stderr, "  generation: host %.1f us per token's evaluation%s", sb.host_seconds_last * 1e6,
+                        sb.gpu_seconds_last > 0 ? "" : "\n");
+                if (sb.gpu_seconds_last > 0) fprintf(stderr, ", GPU %.1f us\n", sb.gpu_seconds_last * 1e6);
+            }
         }
         if (ok) bench_report("gpt_generate_kv_cache", best / (double)ntok, (double)ntok / best, "tokens/s");
     }

@@ -212,7 +212,7 @@ static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *
     case WGML_KIND_BINARY: return wgml_build_fused(ctx, t, l);
     case WGML_KIND_REDUCE: return wgml_build_reduce(ctx, t, l, count);
     case WGML_KIND_ROW: return wgml_build_row(ctx, t, l);
-    case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l);
+    case WGML_KIND_MATMUL: return wgml_build_matmul(ctx, t, l, count);
     case WGML_KIND_CUSTOM: return ((const wgml_custom_op *)t->op_data)->build(ctx, t, l);
     case WGML_KIND_KERNEL: return wgml_op_table[t->op].build(ctx, t, l, count);
     default:

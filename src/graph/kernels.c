@@ -10,6 +10,7 @@
 
 #include "core/sbuf.h"
 #include "graph/executor.h"
+#include "graph/matmul.h"
 #include "kernels/wgsl_sources.h"
 
 /* A built-in kernel is named by its place in the table of embedded sources. */
@@ -37,6 +38,17 @@ static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, 
 #define REDUCE_TRIPS 64
 #define REDUCE_TREE_TRIPS 9 /* the tree over 256 partials */
 
+void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off)
+{
+    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)WGML_OP_SUM, in_off, 0, 0, 3, 0, 1, 0, 0};
+    p[5] = wgml_grid(ctx, (outer * inner + 255) / 256, l->groups);
+    memcpy(l->params, p, sizeof p);
+    l->params_size = sizeof p;
+    l->loop_trips = len;
+    snprintf(l->what, sizeof l->what, "sum over %llu of [%llu, %llu, %llu]", (unsigned long long)len, (unsigned long long)outer,
+             (unsigned long long)len, (unsigned long long)inner);
+}
+
 /* x [outer, len, inner] -> y [outer, inner]; one launch, or two through partial results when
    the axis is long (see src/kernels/reduce.wgsl) */
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
@@ -63,6 +75,25 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l->buffers[1] = t;
     l->nbuffers = 2;
     snprintf(l->what, sizeof l->what, "%s over %llu elements", wgml_op_table[t->op].name, (unsigned long long)len);
+    /* columns (a long axis of short rows: a bias's gradient sums [rows, N] over rows): one
+       workgroup per output would read the axis inner elements apart, a sector per value;
+       instead threads along inner fold chunks of the axis into partials, and then those */
+    uint64_t c = budget;
+    while (c > 8 && len % c) c--;
+    if (t->op == WGML_OP_SUM && inner >= 32 && len > budget && len % c == 0 && c > 8 &&
+        len / c + 1 < ctx->rt.loop_limit && (uint64_t)(len / c) * outer * inner * 4 <= wgml_binding_limit(ctx)) {
+        wgml_reduce_columns(ctx, l, outer * (len / c), c, inner, (uint32_t)x->offset);
+        wgml_launch *l2 = l + 1;
+        *l2 = *l;
+        l->scratch_bytes = outer * (len / c) * inner * 4;
+        l->buffers[1] = NULL;
+        l->scratch_mask = 1u << 1;
+        wgml_reduce_columns(ctx, l2, outer, len / c, inner, 0);
+        l2->buffers[0] = NULL;
+        l2->scratch_mask = 1u << 0;
+        *count = 2;
+        return WGML_OK;
+    }
     if (len <= budget) { /* a short axis: a thread per output */
         l->loop_trips = len;
         p[7] = 3;

@@ -196,7 +196,21 @@ static void lead_strides(const wgml_tensor *x, const wgml_tensor *t, int64_t *bs
     *bs1 = bs[1];
 }
 
-wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+/* Split K: a GEMM of few output tiles and a long K (a weight's gradient, [C, rows] x
+   [rows, N] with rows = batch x tokens) leaves most of a GPU idle, a tile per workgroup
+   walking all of K. Its K is cut into S chunks that run as a batch of S GEMMs into partial
+   results, which a second launch sums: S the least power of two that gives >= 256 tiles,
+   each chunk a multiple of 16 and at least 256 long. 0: no split. */
+static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
+{
+    if (g->batch != 1 || g->has_bias || g->act != WGML_ACT_NONE || g->M < 32 || g->N < 32 || g->K < 2048) return 0;
+    int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128), s = 1;
+    while (tiles * s < 256 && g->K % (2 * s) == 0 && (g->K / (2 * s)) % 16 == 0 && g->K / (2 * s) >= 256) s *= 2;
+    if (s == 1 || (uint64_t)s * (uint64_t)g->M * (uint64_t)g->N * 4 > wgml_binding_limit(ctx)) return 0;
+    return s;
+}
+
+wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     wgml_tensor *a = t->src[0], *b = t->src[1];
     wgml_tensor *bias = t->iparam[3] ? t->src[2] : NULL;
@@ -255,6 +269,16 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
         s.b_bs1 = g.a_bs1;
         g = s;
     }
+    int64_t S = swap ? 0 : split_k(ctx, &g);
+    if (S) { /* chunk s of K: A's columns (rows when transposed) and B's rows s Kc on */
+        int64_t Kc = g.K / S;
+        g.batch = S;
+        g.K = Kc;
+        g.a_bs = g.trans_a ? Kc * g.lda : Kc;
+        g.b_bs = g.trans_b ? Kc : Kc * g.ldb;
+        g.a_bs1 = g.b_bs1 = 0;
+        g.L1 = 1;
+    }
     bool gemv;
     wgml_gemm_config cfg;
     wgml_status st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg);
@@ -265,5 +289,19 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     l->buffers[2] = bias ? wgml_tensor_base(bias) : wgml_tensor_base(a);
     l->buffers[3] = t;
     l->nbuffers = 4;
+    if (S) { /* the partials [S, M, N] in scratch, then their sum */
+        wgml_launch *l2 = l + 1;
+        *l2 = *l;
+        l->buffers[3] = NULL;
+        l->scratch_mask = 1u << 3;
+        l->scratch_bytes = (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4;
+        if ((st = wgml_kernel_pipeline(ctx, "reduce", l2))) return st;
+        wgml_reduce_columns(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0);
+        l2->buffers[0] = NULL;
+        l2->scratch_mask = 1u << 0;
+        l2->buffers[1] = t;
+        l2->nbuffers = 2;
+        *count = 2;
+    }
     return WGML_OK;
 }

@@ -56,13 +56,13 @@ static int make_dir(const char *path)
 enum {
     O_ARCH = 256, O_STEPS, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK, O_BATCH, O_LR, O_MIN_LR, O_WARMUP,
     O_WD, O_CLIP, O_DROPOUT, O_SEED, O_DATA, O_OUT, O_RESUME, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_EVERY, O_SAVE_INIT,
-    O_SAMPLE, O_CHECKPOINT, O_PROMPT, O_TOKENS, O_TEMPERATURE, O_TOP_K, O_BETA2
+    O_SAMPLE, O_STOP_AT, O_CHECKPOINT, O_PROMPT, O_TOKENS, O_TEMPERATURE, O_TOP_K, O_BETA2
 };
 
 typedef struct train_options {
     wgml_gpt_config cfg;
     wgml_gpt_run run;
-    int64_t steps, save_every, sample_tokens;
+    int64_t steps, stop_at, save_every, sample_tokens;
     const char *out, *resume;
     int save_init;
     unsigned char given[64]; /* which options the command line named (by O_ - 256) */
@@ -82,6 +82,7 @@ static const struct option train_flags[] = {
     {"resume", required_argument, 0, O_RESUME},   {"eval-every", required_argument, 0, O_EVAL_EVERY},
     {"eval-batches", required_argument, 0, O_EVAL_BATCHES}, {"save-every", required_argument, 0, O_SAVE_EVERY},
     {"save-init", no_argument, 0, O_SAVE_INIT},   {"sample", required_argument, 0, O_SAMPLE},
+    {"stop-at", required_argument, 0, O_STOP_AT},
     {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
 };
 
@@ -94,6 +95,7 @@ static const char train_usage[] =
     "  data:   --data DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
     "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
     "          (also DIR/init.safetensors, the initial weights)  --sample N (print N sampled tokens at the end)\n"
+    "  --stop-at N  stop (with a checkpoint) after step N of the --steps schedule; --resume goes on\n"
     "  --resume CHECKPOINT  continue a run; its settings are kept, --steps may extend it\n";
 
 /* Parses a number flag into p, strictly. */
@@ -112,7 +114,7 @@ static int number(int opt, const char *arg, void *p, char *err, size_t errlen)
     case O_SEED: return wgml_parse_u64(flag, arg, p, err, errlen) ? -1 : 0;
     default:
         if (wgml_parse_i64(flag, arg, opt == O_WARMUP || opt == O_EVAL_EVERY || opt == O_SAVE_EVERY || opt == O_STEPS ||
-                                          opt == O_SAMPLE ? 0 : 1,
+                                          opt == O_SAMPLE || opt == O_STOP_AT ? 0 : 1,
                            1ll << 40, &v, err, errlen))
             return -1;
         *(int64_t *)p = v;
@@ -169,6 +171,7 @@ static int parse_train(int argc, char **argv, train_options *o)
         case O_EVAL_BATCHES: p = &o->run.eval_batches; break;
         case O_SAVE_EVERY: p = &o->save_every; break;
         case O_SAMPLE: p = &o->sample_tokens; break;
+        case O_STOP_AT: p = &o->stop_at; break;
         default: return 2;
         }
         if (opt >= 256) o->given[opt - 256] = 1;
@@ -262,9 +265,10 @@ static int train_loop(trainer *t, train_options *o)
     const int tty = isatty(STDERR_FILENO);
     double t0 = now(), last_print = 0;
     int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;
+    int64_t end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
     float loss = NAN, vloss = NAN, norm = NAN;
     char path[1100];
-    for (; t->step < o->steps; ) {
+    while (t->step < end) {
         wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
         float lr = wgml_optimizer_lr(t->opt);
         if (!st) st = wgml_gpt_train_step(&t->model, t->opt, t->ids, t->targets, &loss);
@@ -286,17 +290,17 @@ static int train_loop(trainer *t, train_options *o)
         if (eval) fprintf(t->csv, "%.9g", (double)vloss);
         fprintf(t->csv, ",%.1f,%.3f\n", tps, el);
         if (eval) fflush(t->csv);
-        double left = (double)(o->steps - t->step) * el / (double)(t->step - first);
+        double left = (double)(end - t->step) * el / (double)(t->step - first);
         if (tty && now() - last_print > 0.2) {
             fprintf(stderr, "\rstep %lld/%lld  loss %.4f  %.0f tokens/s  %.0f s left   ", (long long)t->step,
-                    (long long)o->steps, (double)loss, tps, left);
+                    (long long)end, (double)loss, tps, left);
             last_print = now();
         }
         if (eval) {
             fprintf(stderr, "%sstep %lld/%lld  loss %.4f  val %.4f  %.0f tokens/s  %.0f s left\n", tty ? "\r" : "",
-                    (long long)t->step, (long long)o->steps, (double)loss, (double)vloss, tps, left);
+                    (long long)t->step, (long long)end, (double)loss, (double)vloss, tps, left);
         }
-        if (last || (o->save_every > 0 && t->step % o->save_every == 0)) {
+        if (last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0)) {
             snprintf(path, sizeof path, "%s/gpt.safetensors", o->out);
             if ((st = save(t, o, path, 1))) {
                 fprintf(stderr, "\nwgml gpt train: %s\n", message(t->ctx, st));

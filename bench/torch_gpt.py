@@ -607,7 +607,8 @@ def parse_args():
     p.add_argument("--tol", type=float, default=1e-4, help="largest relative loss difference allowed (default 1e-4)")
     p.add_argument("--compare-steps", type=int, default=50, help="steps held to --tol (default 50)")
     p.add_argument("--eval-every", type=int, default=0, help="validation loss every N steps and at the end")
-    p.add_argument("--eval-batches", type=int, default=8, help="validation batches 0..K-1 (default 8, as wgml)")
+    p.add_argument("--eval-batches", type=int,
+                   help="validation batches 0..K-1 (default: the checkpoint's eval_batches, else 8)")
     p.add_argument("--bench", action="store_true", help="time training steps and generation")
     p.add_argument("--compile", action="store_true", help="with --bench: torch.compile too")
     p.add_argument("--bench-steps", type=int, default=20, help="timed steps (default 20)")
@@ -628,6 +629,7 @@ def main():
     tensors, meta = read_safetensors(args.init)
     cfg = model_config(meta, tensors)
     t = train_config(meta, args)
+    args.eval_batches = args.eval_batches or meta_number(meta, "eval_batches", int, 8)
     block = args.block or cfg["block"]
     if block > cfg["block"]:
         fail(f"--block {block} is longer than the model's block {cfg['block']}")

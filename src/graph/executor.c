@@ -1,5 +1,6 @@
 /* The one-submit graph executor; see executor.h for the stages. */
 #include "graph/executor.h"
+#include "graph/profile.h"
 
 #include "core/ptrmap.h"
 
@@ -319,12 +320,18 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
 
     wgml_scope_push(&ctx->rt);
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
+    wgml_profile *prof = n ? wgml_profile_of(ctx) : NULL;
     if (n) {
         WGPUPassTimestampWrites tw;
-        WGPUComputePassDescriptor pd = {.timestampWrites = wgml_timing_writes(&ctx->rt, &tw)};
-        WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
+        WGPUComputePassDescriptor pd = {.timestampWrites = prof ? NULL : wgml_timing_writes(&ctx->rt, &tw)};
+        WGPUComputePassEncoder pass = prof ? NULL : wgpuCommandEncoderBeginComputePass(enc, &pd);
         params_off = 0;
         for (int i = 0; i < n; i++) {
+            if (prof) { /* WGML_PROFILE: each dispatch in a pass of its own, timed */
+                if (pass) wgpuComputePassEncoderEnd(pass), wgpuComputePassEncoderRelease(pass);
+                WGPUComputePassDescriptor one = {.timestampWrites = wgml_profile_writes(prof, i, &tw)};
+                pass = wgpuCommandEncoderBeginComputePass(enc, &one);
+            }
             const wgml_launch *l = &launches[i];
             WGPUBindGroup bg = l->bind;
             if (!bg) {
@@ -359,6 +366,7 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
             return st;
         }
         if (pd.timestampWrites) wgml_timing_resolve(&ctx->rt, enc);
+        if (prof) wgml_profile_resolve(prof, enc, n);
     }
     bool sets_flags = false; /* a launch binds the GPU error flags */
     for (int i = 0; i < n && ex->gpu_errors; i++)
@@ -385,6 +393,7 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     ctx->rt.stats.host_seconds_last = wgml_host_seconds() - started;
     if ((st = wgml_scope_pop(&ctx->rt, what))) return st;
     if (n && (st = wgml_timing_read(&ctx->rt))) return st;
+    if (prof && (st = wgml_profile_collect(ctx, prof, launches, n))) return st;
 
     if (rb) {
         uint64_t map_bytes = rb->size + (flags ? 16 : 0);

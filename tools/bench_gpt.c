@@ -106,6 +106,7 @@ void bench_gpt(int quick)
             wgml_gpt_cache_reset(&cache, cfg.layers);
             hist[0] = 0;
             int64_t have = 1;
+            wgml_stats_get(ctx, &sa);
             double t0 = bench_now();
             for (int64_t k = 0; k < ntok && ok; k++) {
                 int32_t tok;
@@ -119,7 +120,9 @@ void bench_gpt(int quick)
             if (rep > 0 && el < best) best = el; /* the first compiles */
             wgml_stats_get(ctx, &sb);
             if (rep == 2) {
-                fprintf(stderr, "  generation: host %.1f us per token's evaluation%s", sb.host_seconds_last * 1e6,
+                fprintf(stderr, "  generation: %.1f dispatches and %.1f submits per token; host %.1f us per token's evaluation%s",
+                        (double)(sb.dispatches - sa.dispatches) / (double)ntok, (double)(sb.submits - sa.submits) / (double)ntok,
+                        sb.host_seconds_last * 1e6,
                         sb.gpu_seconds_last > 0 ? "" : "\n");
                 if (sb.gpu_seconds_last > 0) fprintf(stderr, ", GPU %.1f us\n", sb.gpu_seconds_last * 1e6);
             }

@@ -40,11 +40,14 @@ static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, 
 
 void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off)
 {
-    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)WGML_OP_SUM, in_off, 0, 0, 3, 0, 1, 0, 0};
-    p[5] = wgml_grid(ctx, (outer * inner + 255) / 256, l->groups);
+    /* a thread per output folding the axis (stage 3), or where the outputs are too few to
+       fill a GPU, a workgroup per output and a tree (stage 0) */
+    bool tree = outer * inner < 65536 && len >= 16;
+    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)WGML_OP_SUM, in_off, 0, 0, tree ? 0 : 3, 0, 1, 0, 0};
+    p[5] = wgml_grid(ctx, tree ? outer * inner : (outer * inner + 255) / 256, l->groups);
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
-    l->loop_trips = len;
+    l->loop_trips = tree ? (len + 255) / 256 + REDUCE_TREE_TRIPS : len;
     snprintf(l->what, sizeof l->what, "sum over %llu of [%llu, %llu, %llu]", (unsigned long long)len, (unsigned long long)outer,
              (unsigned long long)len, (unsigned long long)inner);
 }

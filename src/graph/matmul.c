@@ -147,7 +147,8 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     else if (g->trans_b) l->loop_trips = (K + 31) / 32;
     else l->loop_trips = K / (4 * slices) + 3 + 264;
     l->loop_trips += 64;
-    snprintf(l->what, sizeof l->what, "matmul with K = %lld", (long long)g->K);
+    snprintf(l->what, sizeof l->what, "matmul %lldx%lldx%lld%s%s%s", (long long)g->M, (long long)g->N, (long long)g->K,
+             g->batch > 1 ? " batched" : "", g->trans_a ? " tA" : "", g->trans_b ? " tB" : "");
 }
 
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,

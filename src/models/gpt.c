@@ -223,6 +223,14 @@ static wgml_tensor *norm(wgml_gpt *g, wgml_tensor *x, wgml_tensor *w, wgml_tenso
                                          : wgml_layernorm(g->ctx, x, w, b, g->cfg.norm_eps);
 }
 
+/* x @ w[:, from : from + n] (+ b[from : from + n]): a window of a fused weight's columns,
+   read through strides */
+static wgml_tensor *linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n)
+{
+    wgml_matmul_desc d = {.bias = b ? wgml_slice(ctx, b, 0, from, from + n, 1) : NULL};
+    return wgml_matmul_ex(ctx, x, wgml_slice(ctx, w, 1, from, from + n, 1), &d);
+}
+
 /* One block on x [B,T,C] whose first position is `pos`. With a cache, the layer's keys and
    values so far are prepended, and the joined ones replace them (kept). */
 static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int64_t T, int64_t pos,
@@ -236,11 +244,18 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
     static const int bthd[4] = {0, 2, 1, 3};
 
     wgml_tensor *h = llama ? norm(g, x, P(l, 0), NULL) : norm(g, x, P(l, 0), P(l, 1));
-    wgml_tensor *qkv = llama ? wgml_matmul(ctx, h, P(l, 1))
-                             : wgml_matmul_ex(ctx, h, P(l, 2), &(wgml_matmul_desc){.bias = P(l, 3)});
+    wgml_tensor *wqkv = llama ? P(l, 1) : P(l, 2), *bqkv = llama ? NULL : P(l, 3);
     wgml_tensor *part[3] = {NULL, NULL, NULL};
     const int64_t sizes[3] = {H * D, Hkv * D, Hkv * D};
-    if (wgml_split(ctx, qkv, -1, 3, sizes, part)) return wgml_reshape(ctx, NULL, 0, NULL);
+    if (cache) { /* decoding: one matmul (a GEMV), its columns split */
+        wgml_tensor *qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
+        if (wgml_split(ctx, qkv, -1, 3, sizes, part)) return wgml_reshape(ctx, NULL, 0, NULL);
+    } else { /* training: the weight's columns split instead, so the gradients of the three parts
+                are the weight's and bias's windows, not three zero-padded copies of qkv's */
+        part[0] = linear_cols(ctx, h, wqkv, bqkv, 0, sizes[0]);
+        part[1] = linear_cols(ctx, h, wqkv, bqkv, sizes[0], sizes[1]);
+        part[2] = linear_cols(ctx, h, wqkv, bqkv, sizes[0] + sizes[1], sizes[2]);
+    }
     wgml_tensor *q = to_heads(ctx, part[0], B, T, H, D);
     wgml_tensor *k = to_heads(ctx, part[1], B, T, Hkv, D);
     wgml_tensor *v = to_heads(ctx, part[2], B, T, Hkv, D);
@@ -270,7 +285,12 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
     if (llama) {
         h = norm(g, x, P(l, 3), NULL);
         wgml_tensor *gu[2] = {NULL, NULL};
-        if (wgml_chunk(ctx, wgml_matmul(ctx, h, P(l, 4)), -1, 2, gu)) return wgml_reshape(ctx, NULL, 0, NULL);
+        if (cache) {
+            if (wgml_chunk(ctx, wgml_matmul(ctx, h, P(l, 4)), -1, 2, gu)) return wgml_reshape(ctx, NULL, 0, NULL);
+        } else {
+            gu[0] = linear_cols(ctx, h, P(l, 4), NULL, 0, c->ffn);
+            gu[1] = linear_cols(ctx, h, P(l, 4), NULL, c->ffn, c->ffn);
+        }
         f = wgml_matmul(ctx, wgml_mul(ctx, wgml_silu(ctx, gu[0]), gu[1]), P(l, 5));
     } else {
         h = norm(g, x, P(l, 6), P(l, 7));

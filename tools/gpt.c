@@ -90,7 +90,7 @@ static const char train_usage[] =
     "usage: wgml gpt train [options]\n"
     "  model:  --arch gpt2|llama (gpt2)  --layers N (2)  --heads N (4)  --kv-heads N (= heads)\n"
     "          --width N (128)  --ffn N (4 width; llama: 8 width / 3)  --block N (64)  --dropout P (0)\n"
-    "  train:  --steps N (500)  --batch N (16)  --lr X (1e-3)  --min-lr-ratio X (0.1)  --warmup N (steps / 20)\n"
+    "  train:  --steps N (500)  --batch N (16)  --lr X (1e-3)  --min-lr-ratio X (0.1)  --warmup N (100, at most steps / 10)\n"
     "          --weight-decay X (0.1)  --clip X (1, 0: none)  --beta2 X (0.99)  --seed N (1)\n"
     "  data:   --data DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
     "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
@@ -184,7 +184,7 @@ static int parse_train(int argc, char **argv, train_options *o)
         fprintf(stderr, "wgml gpt train: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    if (o->run.warmup < 0) o->run.warmup = o->steps / 20;
+    if (o->run.warmup < 0) o->run.warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     if (o->save_every < 0) o->save_every = o->run.eval_every;
     return 0;
 }
@@ -260,47 +260,71 @@ static wgml_status save(trainer *t, const train_options *o, const char *path, in
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
                                 float temperature, int64_t top_k, const char *prompt, double *seconds);
 
+/* Steps run without waiting for their losses: the host builds step n + 1 while the GPU
+   runs step n, and every SYNC steps (and at evaluations, checkpoints and the end) the
+   losses come back and the metrics are written. grad_norm is read at those steps only. */
+#define SYNC 10
+
+static void free_pending(wgml_tensor **pending, int n)
+{
+    for (int i = 0; i < n; i++) wgml_tensor_free(pending[i]);
+}
+
 static int train_loop(trainer *t, train_options *o)
 {
     const int tty = isatty(STDERR_FILENO);
-    double t0 = now(), last_print = 0;
+    double t0 = now();
     int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;
     int64_t end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
-    float loss = NAN, vloss = NAN, norm = NAN;
+    wgml_tensor *pending[SYNC];
+    float lrs[SYNC], loss = NAN;
+    int np = 0;
     char path[1100];
     while (t->step < end) {
         wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
-        float lr = wgml_optimizer_lr(t->opt);
-        if (!st) st = wgml_gpt_train_step(&t->model, t->opt, t->ids, t->targets, &loss);
-        if (!st) st = wgml_optimizer_grad_norm(t->opt, &norm);
+        lrs[np] = wgml_optimizer_lr(t->opt);
+        if (!st) st = wgml_gpt_train_step_submit(&t->model, t->opt, t->ids, t->targets, &pending[np]);
         if (st) {
             fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step + 1, message(t->ctx, st));
-            return 1;
+            return free_pending(pending, np), 1;
         }
+        np++;
         t->step++;
-        double el = now() - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
         int last = t->step == o->steps;
         int eval = last || (o->run.eval_every > 0 && t->step % o->run.eval_every == 0);
-        vloss = NAN;
-        if (eval && (st = val_loss(t, o, &vloss))) {
-            fprintf(stderr, "\nwgml gpt train: validation: %s\n", message(t->ctx, st));
+        int save_now = last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0);
+        int scheduled = eval || t->step % SYNC == 0; /* where the metrics hold grad_norm */
+        if (!scheduled && !save_now && np < SYNC) continue;
+        /* the sync: losses of the steps since the last one, the last step's gradient norm */
+        float norm = NAN, vloss = NAN;
+        for (int i = 0; i < np && !st; i++) {
+            st = wgml_tensor_read(pending[i], &loss, 1);
+            if (!st) {
+                int64_t s = t->step - np + 1 + i;
+                fprintf(t->csv, "%lld,%.9g,%.9g,", (long long)s, (double)loss, (double)lrs[i]);
+                if (i == np - 1 && scheduled && !(st = wgml_optimizer_grad_norm(t->opt, &norm))) fprintf(t->csv, "%.9g", (double)norm);
+                fprintf(t->csv, i == np - 1 ? "," : ",,,\n");
+            }
+        }
+        free_pending(pending, np);
+        np = 0;
+        if (!st && eval) st = val_loss(t, o, &vloss);
+        if (st) {
+            fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, message(t->ctx, st));
             return 1;
         }
-        fprintf(t->csv, "%lld,%.9g,%.9g,%.9g,", (long long)t->step, (double)loss, (double)lr, (double)norm);
+        double el = now() - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
         if (eval) fprintf(t->csv, "%.9g", (double)vloss);
         fprintf(t->csv, ",%.1f,%.3f\n", tps, el);
-        if (eval) fflush(t->csv);
+        fflush(t->csv);
         double left = (double)(end - t->step) * el / (double)(t->step - first);
-        if (tty && now() - last_print > 0.2) {
-            fprintf(stderr, "\rstep %lld/%lld  loss %.4f  %.0f tokens/s  %.0f s left   ", (long long)t->step,
-                    (long long)end, (double)loss, tps, left);
-            last_print = now();
-        }
-        if (eval) {
+        if (eval)
             fprintf(stderr, "%sstep %lld/%lld  loss %.4f  val %.4f  %.0f tokens/s  %.0f s left\n", tty ? "\r" : "",
                     (long long)t->step, (long long)end, (double)loss, (double)vloss, tps, left);
-        }
-        if (last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0)) {
+        else if (tty)
+            fprintf(stderr, "\rstep %lld/%lld  loss %.4f  %.0f tokens/s  %.0f s left   ", (long long)t->step, (long long)end,
+                    (double)loss, tps, left);
+        if (save_now) {
             snprintf(path, sizeof path, "%s/gpt.safetensors", o->out);
             if ((st = save(t, o, path, 1))) {
                 fprintf(stderr, "\nwgml gpt train: %s\n", message(t->ctx, st));
@@ -308,7 +332,7 @@ static int train_loop(trainer *t, train_options *o)
             }
         }
     }
-    fprintf(stderr, "trained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n",
+    fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
             (long long)(t->step - first), now() - t0, o->out, o->out);
     return 0;
 }

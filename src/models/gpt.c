@@ -463,16 +463,28 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
     return st;
 }
 
-wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets, float *loss)
+wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets,
+                                       wgml_tensor **loss)
 {
     if (!g || !g->ctx || !opt || !loss) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = g->ctx;
+    *loss = NULL;
     wgml_scope_begin(ctx);
     wgml_tensor *l = wgml_gpt_loss(g, ids, targets, g->cfg.dropout);
     wgml_status st = wgml_backward(l);
     if (!st) st = wgml_optimizer_step(opt, 1, &l);
-    if (!st) st = wgml_tensor_read(l, loss, 1);
+    if (!st) wgml_keep(l), *loss = l;
     wgml_scope_end(ctx);
+    return st;
+}
+
+wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets, float *loss)
+{
+    if (!loss) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_tensor *l = NULL;
+    wgml_status st = wgml_gpt_train_step_submit(g, opt, ids, targets, &l);
+    if (!st) st = wgml_tensor_read(l, loss, 1);
+    wgml_tensor_free(l);
     return st;
 }
 

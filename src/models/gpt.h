@@ -138,6 +138,12 @@ int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot);
 /* One training step, one submit: the loss of targets given ids with the config's dropout,
    its gradients, the optimiser's update; *loss is the batch's loss before the update. */
 wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets, float *loss);
+/* The same, submitted without waiting: *loss is the loss tensor (evaluated with the step;
+   the caller reads and frees it). Steps submitted one after another queue on the GPU while
+   the host builds the next, so a trainer that reads the losses every few steps keeps the
+   GPU busy through the host's work. */
+wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets,
+                                       wgml_tensor **loss);
 /* The loss without dropout or gradients. */
 wgml_status wgml_gpt_eval_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, float *loss);
 

@@ -639,6 +639,7 @@ typedef struct rcase {
     float base;            /* rope */
     int causal;            /* attention's desc */
     float scale;
+    int with_weight;       /* the norms' gradients: a weight, or none */
 } rcase;
 
 #define RCASE_SEED 20240601 /* random ops are built at (this seed, offset 0) */
@@ -669,6 +670,8 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_RMSNORM: return wgml_rmsnorm(ctx, in[0], in[1], c->eps);
     case WGML_OP_CROSS_ENTROPY: return wgml_cross_entropy(ctx, in[0], in[1]);
     case WGML_OP_CROSS_ENTROPY_GRAD: return wgml_cross_entropy_grad(ctx, in[0], in[1], in[2]);
+    case WGML_OP_LAYERNORM_GRAD: case WGML_OP_RMSNORM_GRAD:
+        return wgml_norm_grad(ctx, in[0], c->with_weight ? in[1] : NULL, in[2], c->eps, c->op == WGML_OP_LAYERNORM_GRAD);
     case WGML_OP_MATMUL: return wgml_matmul_ex(ctx, in[0], in[1], &(wgml_matmul_desc){.bias = in[2]});
     case WGML_OP_CONCAT: return wgml_concat(ctx, c->nin, in, c->axis);
     case WGML_OP_RAND: case WGML_OP_RANDN: case WGML_OP_DROPOUT:
@@ -720,6 +723,9 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
         for (int64_t r = 0; r < rows; r++) labels[r] = (int32_t)in[1][r];
         out[0] = wgml_ref_cross_entropy(rows, cols, in[0], labels);
         return 1;
+    case WGML_OP_LAYERNORM_GRAD: case WGML_OP_RMSNORM_GRAD:
+        wgml_ref_norm_grad(rows, cols, in[0], c->with_weight ? in[1] : NULL, in[2], c->eps, c->op == WGML_OP_LAYERNORM_GRAD, out);
+        return rows * cols;
     case WGML_OP_CROSS_ENTROPY_GRAD: /* g_r (softmax(x_r) - onehot(label_r)) */
         wgml_ref_softmax(rows, cols, in[0], out);
         for (int64_t r = 0; r < rows; r++)
@@ -959,6 +965,14 @@ static void every_kernel_entry_has_a_driver(void)
             set_leaf(&c, 1, 1, s4, 0, 0);
             c.labels_of[1] = 7;
             run_rcase(ctx, &c);
+            break;
+        case WGML_OP_LAYERNORM_GRAD: case WGML_OP_RMSNORM_GRAD: /* with a weight and without */
+            c.eps = 1e-5f;
+            set_leaf(&c, 0, 2, s47, lo0, hi0);
+            set_leaf(&c, 1, 1, s7, lo1, hi1); /* weight */
+            set_leaf(&c, 2, 2, s47, lo1, hi1); /* upstream gradient */
+            for (c.with_weight = 1; c.with_weight >= 0; c.with_weight--) run_rcase(ctx, &c);
+            c.with_weight = 0;
             break;
         case WGML_OP_CROSS_ENTROPY_GRAD:
             set_leaf(&c, 0, 2, s47, lo0, hi0);

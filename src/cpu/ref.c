@@ -364,6 +364,34 @@ void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *we
     }
 }
 
+/* d norm(x) / dx times g, rows of n: x, g, dx (rows, n), weight (n,) or NULL; centred:
+   layernorm, else rmsnorm. dx = r (gh - xh mean(gh xh) - [centred] mean(gh)), gh = g w */
+void wgml_ref_norm_grad(int64_t rows, int64_t n, const double *x, const double *weight, const double *g, double eps,
+                        int centred, double *dx)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = x + r * n, *gr = g + r * n;
+        double mean = 0, var = 0, m1 = 0, m2 = 0;
+        if (centred) {
+            for (int64_t j = 0; j < n; j++) mean += xr[j];
+            mean /= (double)n;
+        }
+        for (int64_t j = 0; j < n; j++) var += (xr[j] - mean) * (xr[j] - mean);
+        double inv = 1.0 / sqrt(var / (double)n + eps);
+        for (int64_t j = 0; j < n; j++) {
+            double gh = gr[j] * (weight ? weight[j] : 1.0);
+            m1 += gh;
+            m2 += gh * (xr[j] - mean) * inv;
+        }
+        m1 = centred ? m1 / (double)n : 0.0;
+        m2 /= (double)n;
+        for (int64_t j = 0; j < n; j++) {
+            double gh = gr[j] * (weight ? weight[j] : 1.0);
+            dx[r * n + j] = inv * (gh - (xr[j] - mean) * inv * m2 - m1);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- scans and positions */
 
 /* x is (outer, n, inner), out is (outer, n, inner) */

@@ -107,6 +107,10 @@ void wgml_ref_log_softmax(int64_t rows, int64_t n, const double *x, double *out)
    variance mean((x - mean)^2), as PyTorch. */
 void wgml_ref_layernorm(int64_t rows, int64_t n, const double *x, const double *weight,
                         const double *bias, double eps, double *out);
+/* the input gradient of layernorm (centred) or rmsnorm times g: x, g, dx (rows, n), weight
+   (n,) or NULL */
+void wgml_ref_norm_grad(int64_t rows, int64_t n, const double *x, const double *weight, const double *g, double eps,
+                        int centred, double *dx);
 /* x is (rows, n), weight is (n,) or NULL (ones), out is (rows, n):
    x / sqrt(mean(x^2) + eps) * weight. */
 void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *weight,

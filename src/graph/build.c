@@ -573,6 +573,29 @@ wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight
     return row_op(ctx, WGML_OP_RMSNORM, a, weight, NULL, eps);
 }
 
+wgml_tensor *wgml_norm_grad(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *g, float eps, bool centred)
+{
+    const char *name = centred ? "layernorm_grad" : "rmsnorm_grad";
+    CHECK_INPUT(ctx, x, name, "x");
+    CHECK_INPUT(ctx, g, name, "g");
+    if (w) CHECK_INPUT(ctx, w, name, "weight");
+    int64_t n = x->shape[x->ndim - 1];
+    if (g->numel != x->numel || (w && (w->ndim != 1 || w->shape[0] != n)))
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "%s: x, its weight and the gradient do not match", name);
+    wgml_tensor *src[3] = {wgml_as_contiguous(ctx, x), w ? wgml_as_contiguous(ctx, w) : NULL, wgml_as_contiguous(ctx, g)};
+    if (!src[0] || !src[2] || (w && !src[1])) {
+        for (int i = 0; i < 3; i++) wgml_tensor_unref(src[i]);
+        return NULL;
+    }
+    if (!w) src[1] = src[0], wgml_tensor_retain(src[0]); /* the weight's binding, unread */
+    wgml_tensor *t = wgml_node_consuming(ctx, centred ? WGML_OP_LAYERNORM_GRAD : WGML_OP_RMSNORM_GRAD, x->ndim, x->shape, 3, src);
+    if (t) {
+        t->iparam[0] = w != NULL;
+        t->fparam[0] = eps;
+    }
+    return t;
+}
+
 /* ---------------------------------------------------------------- losses */
 
 /* logits [B, C], labels [B] (class indices as floats) -> per-row losses [B] */

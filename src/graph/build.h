@@ -40,5 +40,8 @@ int wgml_broadcast_shapes(const wgml_tensor *a, const wgml_tensor *b, int64_t *o
 wgml_tensor *wgml_cross_entropy_rows(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
 /* d loss_rows / d logits [B, C], times the upstream gradient of each row g [B] */
 wgml_tensor *wgml_cross_entropy_grad(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels, wgml_tensor *g);
+/* d (layernorm or rmsnorm of x with weight w, which may be NULL) / d x, times the upstream
+   gradient g (x's shape): one row kernel */
+wgml_tensor *wgml_norm_grad(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *g, float eps, bool centred);
 
 #endif

@@ -81,9 +81,11 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     /* columns (a long axis of short rows: a bias's gradient sums [rows, N] over rows): one
        workgroup per output would read the axis inner elements apart, a sector per value;
        instead threads along inner fold chunks of the axis into partials, and then those */
-    uint64_t c = budget;
+    /* (chunks of 16 rows: enough threads, each with few dependent loads, to cover the memory's
+       latency; 64 ran at a quarter of the H100's bandwidth) */
+    uint64_t c = budget < 16 ? budget : 16;
     while (c > 8 && len % c) c--;
-    if (t->op == WGML_OP_SUM && inner >= 32 && len > budget && len % c == 0 && c > 8 &&
+    if (t->op == WGML_OP_SUM && inner >= 32 && len > budget && len % c == 0 && c >= 8 &&
         len / c + 1 < ctx->rt.loop_limit && (uint64_t)(len / c) * outer * inner * 4 <= wgml_binding_limit(ctx)) {
         wgml_reduce_columns(ctx, l, outer * (len / c), c, inner, (uint32_t)x->offset);
         wgml_launch *l2 = l + 1;
@@ -177,10 +179,12 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 {
     wgml_tensor *x = t->src[0];
     bool loss = t->op == WGML_OP_CROSS_ENTROPY || t->op == WGML_OP_CROSS_ENTROPY_GRAD;
-    int has_w = !loss && t->iparam[0], has_b = !loss && t->iparam[1];
-    /* losses: labels take the weight's binding, row gradients the bias's */
+    bool grad = t->op == WGML_OP_LAYERNORM_GRAD || t->op == WGML_OP_RMSNORM_GRAD;
+    int has_w = !loss && t->iparam[0], has_b = !loss && !grad && t->iparam[1];
+    /* losses: labels take the weight's binding, row gradients the bias's; the norms' gradients:
+       the upstream gradient [rows, n] takes the bias's */
     wgml_tensor *w = loss ? t->src[1] : has_w ? t->src[1] : x;
-    wgml_tensor *b = t->op == WGML_OP_CROSS_ENTROPY_GRAD ? t->src[2] : has_b ? t->src[1 + has_w] : x;
+    wgml_tensor *b = t->op == WGML_OP_CROSS_ENTROPY_GRAD || grad ? t->src[2] : has_b ? t->src[1 + has_w] : x;
     int64_t n = x->shape[x->ndim - 1], rows = x->numel / n;
     uint32_t op = (uint32_t)t->op, flags = (uint32_t)(has_w | (has_b << 1));
     /* vec4 loads and stores when every row, the weight and the bias start on a multiple of 4

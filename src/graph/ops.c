@@ -322,20 +322,17 @@ static wgml_status vjp_max(wgml_context *c, T *t, T *g, T **gin)
 /* ---------------------------------------------------------------- rows */
 
 /* y = xh w + b with xh = xc r, r = rsqrt(mean(xc^2) + eps), xc = x - mean(x) (layernorm) or x
-   (rmsnorm); gh = g w: dx = r (gh - xh mean(gh xh) [- mean(gh) for layernorm]) */
+   (rmsnorm); gh = g w: dx = r (gh - xh mean(gh xh) [- mean(gh) for layernorm]), one row kernel
+   (the norm's _grad op); dw = sum over rows of g xh, xh from the norm without weight and bias,
+   db = sum over rows of g */
 static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
 {
-    T *a = t->src[0], *b = t->nsrc > 1 ? t->src[1] : NULL;
-    bool centred = t->op == WGML_OP_LAYERNORM, weight = t->iparam[0], bias = t->iparam[1];
-    T *xc = centred ? wgml_sub(c, a, wgml_mean(c, a, -1, 1)) : a;
-    T *r = wgml_rsqrt(c, scal(c, WGML_ADD, wgml_mean(c, wgml_mul(c, xc, xc), -1, 1), t->fparam[0]));
-    T *xh = wgml_mul(c, xc, r);
-    T *gh = weight ? wgml_mul(c, g, b) : g;
-    T *d = wgml_sub(c, gh, wgml_mul(c, xh, wgml_mean(c, wgml_mul(c, gh, xh), -1, 1)));
-    if (centred) d = wgml_sub(c, d, wgml_mean(c, gh, -1, 1));
-    gin[0] = wgml_mul(c, r, d);
-    if (weight) gin[1] = sum_rows(c, wgml_mul(c, g, xh));
-    if (bias) gin[1 + weight] = sum_rows(c, g);
+    T *a = t->src[0], *w = t->iparam[0] ? t->src[1] : NULL;
+    bool centred = t->op == WGML_OP_LAYERNORM, bias = t->iparam[1];
+    float eps = t->fparam[0];
+    gin[0] = wgml_norm_grad(c, a, w, g, eps, centred);
+    if (w) gin[1] = sum_rows(c, wgml_mul(c, g, centred ? wgml_layernorm(c, a, NULL, NULL, eps) : wgml_rmsnorm(c, a, NULL, eps)));
+    if (bias) gin[1 + (w != NULL)] = sum_rows(c, g);
     return WGML_OK;
 }
 static wgml_status vjp_softmax(wgml_context *c, T *t, T *g, T **gin) /* y (g - sum(g y)) */
@@ -558,6 +555,11 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     /* O(1) outputs: (x - mean) r w + b may cancel to near 0 (~1e-6 absolute); rmsnorm as layernorm */
     [WGML_OP_LAYERNORM] = {.name = "layernorm", .kind = WGML_KIND_ROW, .arity = 3, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)},
     [WGML_OP_RMSNORM] = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .arity = 2, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)},
+    /* one row kernel for a norm's input gradient: x, its weight, the upstream gradient */
+    [WGML_OP_LAYERNORM_GRAD] = {.name = "layernorm_grad", .kind = WGML_KIND_ROW, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
+                                .no_grad = "made by backward only (no second derivatives)"},
+    [WGML_OP_RMSNORM_GRAD] = {.name = "rmsnorm_grad", .kind = WGML_KIND_ROW, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
+                              .no_grad = "made by backward only (no second derivatives)"},
     [WGML_OP_CROSS_ENTROPY] = {.name = "cross_entropy", .kind = WGML_KIND_ROW, .arity = 2, .vjp = vjp_cross_entropy,
                                DOMAIN(-20, 20, 0, 0), TRANSC},
     /* softmax - 1 cancels at the label where its probability is near 1 */

@@ -122,7 +122,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let xo = P.in_off / VW + row * nu;
     let yo = row * nu;
     let iters = select((nu + TEAM - 1u) / TEAM, K, CACHED);  // a constant when CACHED: unrolled
-    let softmax = OP != OP_LAYERNORM && OP != OP_RMSNORM;
+    let grad = OP == OP_LAYERNORM_GRAD || OP == OP_RMSNORM_GRAD;
+    let centred = OP == OP_LAYERNORM || OP == OP_LAYERNORM_GRAD;
+    let softmax = OP != OP_LAYERNORM && OP != OP_RMSNORM && !grad;
     var cache: array<V, K>;  // this thread's units when CACHED: cache[i] is unit t + i * TEAM of its row
     if (CACHED) {
         // all loads first, independent of each other. Units past the row hold -inf, which
@@ -210,14 +212,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let j = t + i * TEAM;
         if (j < nu) {
             let v = unit(&cache, i, j, xo);
-            if (OP == OP_LAYERNORM) { a += v; } else { a += v * v; }
+            if (centred) { a += v; } else { a += v * v; }
         }
     }
     let s = wg_sum(vec2<f32>(hsum(a), 0.0), lid).x / f32(P.n);
     var mu = 0.0;  // layernorm: the mean is mu + c
     var c = 0.0;
     var ms = s;    // the mean of squares (of deviations, for layernorm)
-    if (OP == OP_LAYERNORM) {
+    if (centred) {
         // deviations from mu, summed and squared (the corrected two-pass algorithm): s loses
         // precision to a large mean, c = mean(x - mu) restores it, and x - mu is exact for x
         // near mu, so the outputs (x - mu) - c keep their precision too
@@ -240,6 +242,34 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let inv = inverseSqrt(ms + P.eps);
     let wo = P.w_off / VW;
     let bo = P.b_off / VW;
+    if (grad) {
+        // dx = inv (gh - xh mean(gh xh) - mean(gh) [layernorm]), gh = g w, xh the normalised x;
+        // g is the row of b
+        let go = bo + row * nu;
+        var s1 = V(0.0);
+        var s2 = V(0.0);
+        for (var i = 0u; i < iters; i++) {
+            let j = t + i * TEAM;
+            if (j < nu) {
+                var gh = b[go + j];
+                if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
+                s1 += gh;
+                s2 += gh * (((unit(&cache, i, j, xo) - mu) - c) * inv);
+            }
+        }
+        let m = wg_sum(vec2<f32>(hsum(s1), hsum(s2)), lid) / f32(P.n);
+        let m1 = select(0.0, m.x, centred);
+        for (var i = 0u; i < iters; i++) {
+            let j = t + i * TEAM;
+            if (j < nu) {
+                var gh = b[go + j];
+                if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
+                let xh = ((unit(&cache, i, j, xo) - mu) - c) * inv;
+                y[yo + j] = inv * ((gh - xh * m.y) - m1);
+            }
+        }
+        return;
+    }
     for (var i = 0u; i < iters; i++) {
         let j = t + i * TEAM;
         if (j < nu) {

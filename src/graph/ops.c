@@ -408,6 +408,21 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
     gin[0] = ta ? wgml_matmul_ex(c, b, gzs, &da) : wgml_matmul_ex(c, gzs, b, &da);
     wgml_matmul_desc db = tb ? (wgml_matmul_desc){.trans_a = 1, .trans_b = ta} : (wgml_matmul_desc){.trans_a = !ta};
+    /* A the lazy output of a cheap op whose inputs the backward keeps anyway (an MLP's
+       activation, whose own gradient reads its input; a norm, whose gradient reads its input):
+       computed again for B's gradient rather than kept, so that A is freed after the forward
+       matmul: a GPT-2 block then holds 6 fewer [tokens, C] buffers from its forward to its
+       backward, as many as its saved activations less a third */
+    wgml_op_kind kind = wgml_op_table[a->op].kind;
+    if ((kind == WGML_KIND_UNARY || a->op == WGML_OP_LAYERNORM || a->op == WGML_OP_RMSNORM) && a->nsrc >= 1 && !a->buf &&
+        !a->dest) {
+        T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
+        if (again) {
+            memcpy(again->fparam, a->fparam, sizeof a->fparam);
+            memcpy(again->iparam, a->iparam, sizeof a->iparam);
+            a = again;
+        }
+    }
     int64_t K = t->iparam[4], N = t->shape[t->ndim - 1];
     if (t->ndim > 2 && b->numel == K * N && !ta && a->numel * N == t->numel * K && wgml_is_contiguous(a)) {
         /* B shared by the whole batch (a layer's weight) and A not broadcast: the batch's sum

@@ -210,6 +210,11 @@ void wgml_keep(wgml_tensor *t); /* moves t to the enclosing scope */
 
 /* Evaluates the pending graph that the given tensors need, in one submit. */
 wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors);
+/* The same, and reads `read` (one of the tensors, contiguous, with `count` elements of its
+   dtype: f32 or i32) back into host in that same submit: one wait instead of two, for a loop
+   that needs a small result of each step (a sampled token) and keeps the rest on the GPU. */
+wgml_status wgml_eval_read(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_tensor *read, void *host,
+                           size_t count);
 
 /* ---------------------------------------------------------------- ops (lazy) */
 

@@ -616,6 +616,26 @@ wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host)
     return st;
 }
 
+wgml_status wgml_eval_read(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_tensor *read, void *host, size_t count)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (n < 1 || !tensors) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: bad tensor list");
+    if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: host is NULL");
+    int found = 0;
+    for (int i = 0; i < n; i++) found |= tensors[i] == read;
+    if (!found || !wgml_tensor_valid(read))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: the tensor to read must be one of those evaluated");
+    wgml_status st = target_status(ctx, read);
+    if (st) return st;
+    if ((uint64_t)count != (uint64_t)read->numel)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: host has %zu elements, the tensor %lld", count,
+                         (long long)read->numel);
+    if (!wgml_is_contiguous(read))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: the tensor to read must be contiguous (wgml_contiguous)");
+    readback rb = {read, host};
+    return run(ctx, n, tensors, &rb);
+}
+
 wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;

@@ -245,10 +245,10 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
 
     wgml_tensor *h = llama ? norm(g, x, P(l, 0), NULL) : norm(g, x, P(l, 0), P(l, 1));
     wgml_tensor *wqkv = llama ? P(l, 1) : P(l, 2), *bqkv = llama ? NULL : P(l, 3);
-    wgml_tensor *part[3] = {NULL, NULL, NULL};
+    wgml_tensor *part[3] = {NULL, NULL, NULL}, *qkv = NULL;
     const int64_t sizes[3] = {H * D, Hkv * D, Hkv * D};
     if (cache) { /* decoding: one matmul (a GEMV), its columns split */
-        wgml_tensor *qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
+        qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
         if (wgml_split(ctx, qkv, -1, 3, sizes, part)) return wgml_reshape(ctx, NULL, 0, NULL);
     } else { /* training: the weight's columns split instead, so the gradients of the three parts
                 are the weight's and bias's windows, not three zero-padded copies of qkv's */
@@ -263,20 +263,24 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
         q = wgml_rope(ctx, q, pos, c->rope_base);
         k = wgml_rope(ctx, k, pos, c->rope_base);
     }
-    if (cache) {
-        if (cache->len > 0) {
-            wgml_tensor *kk[2] = {cache->k[l], k}, *vv[2] = {cache->v[l], v};
-            k = wgml_concat(ctx, 2, kk, 2);
-            v = wgml_concat(ctx, 2, vv, 2);
-        } else {
-            k = wgml_contiguous(ctx, k);
-            v = wgml_contiguous(ctx, v);
+    if (cache) { /* B = 1: this step's keys and values as [2,Hkv,T,D], appended to the cache's */
+        wgml_tensor *kv;
+        if (llama) { /* the keys rotated: a copy of both */
+            kv = wgml_concat(ctx, 2, (wgml_tensor *[2]){k, v}, 0);
+        } else { /* GPT-2: keys and values are neighbours in qkv's columns: a view */
+            static const int kv_first[4] = {1, 2, 0, 3};
+            wgml_tensor *cols = wgml_slice(ctx, qkv, 2, H * D, (H + 2 * Hkv) * D, 1);
+            kv = wgml_permute(ctx, wgml_reshape(ctx, cols, 4, (int64_t[4]){T, 2, Hkv, D}), kv_first);
         }
-        cache->next_k[l] = k;
-        cache->next_v[l] = v;
+        if (cache->len > 0) kv = wgml_concat(ctx, 2, (wgml_tensor *[2]){cache->kv[l], kv}, 2);
+        else kv = wgml_contiguous(ctx, kv);
+        cache->next_kv[l] = kv;
+        k = wgml_slice(ctx, kv, 0, 0, 1, 1);
+        v = wgml_slice(ctx, kv, 0, 1, 2, 1);
     }
     wgml_tensor *a = wgml_attention(ctx, q, k, v, &(wgml_attention_desc){.causal = 1});
-    a = wgml_reshape(ctx, wgml_permute(ctx, a, bthd), 3, btc);
+    /* heads back to [B,T,C]; with one position the attention's [1,H,1,D] already is */
+    a = cache && T == 1 ? wgml_reshape(ctx, a, 3, btc) : wgml_reshape(ctx, wgml_permute(ctx, a, bthd), 3, btc);
     wgml_tensor *proj = llama ? wgml_matmul(ctx, a, P(l, 2))
                               : wgml_matmul_ex(ctx, a, P(l, 4), &(wgml_matmul_desc){.bias = P(l, 5)});
     x = wgml_add(ctx, x, maybe_dropout(ctx, proj, dropout));
@@ -342,19 +346,18 @@ wgml_status wgml_gpt_cache_init(const wgml_gpt *g, wgml_gpt_cache *c)
     if (!g || !c) return WGML_ERROR_INVALID_ARGUMENT;
     memset(c, 0, sizeof *c);
     size_t n = (size_t)g->cfg.layers;
-    c->k = calloc(n, sizeof *c->k), c->v = calloc(n, sizeof *c->v);
-    c->next_k = calloc(n, sizeof *c->k), c->next_v = calloc(n, sizeof *c->v);
-    if (c->k && c->v && c->next_k && c->next_v) return WGML_OK;
+    c->kv = calloc(n, sizeof *c->kv), c->next_kv = calloc(n, sizeof *c->next_kv);
+    if (c->kv && c->next_kv) return WGML_OK;
     wgml_gpt_cache_free(c, 0);
     return WGML_ERROR_OUT_OF_MEMORY;
 }
 
 void wgml_gpt_cache_reset(wgml_gpt_cache *c, int64_t layers)
 {
-    if (!c || !c->k) return;
+    if (!c || !c->kv) return;
     for (int64_t l = 0; l < layers; l++) {
-        wgml_tensor_free(c->k[l]), wgml_tensor_free(c->v[l]);
-        c->k[l] = c->v[l] = NULL;
+        wgml_tensor_free(c->kv[l]);
+        c->kv[l] = NULL;
     }
     c->len = 0;
 }
@@ -363,13 +366,13 @@ void wgml_gpt_cache_free(wgml_gpt_cache *c, int64_t layers)
 {
     if (!c) return;
     wgml_gpt_cache_reset(c, layers);
-    free(c->k), free(c->v), free(c->next_k), free(c->next_v);
+    free(c->kv), free(c->next_kv);
     memset(c, 0, sizeof *c);
 }
 
 wgml_tensor *wgml_gpt_decode_logits(wgml_gpt *g, wgml_gpt_cache *c, wgml_tensor *ids)
 {
-    if (!g || !g->ctx || !c || !c->k) return NULL;
+    if (!g || !g->ctx || !c || !c->kv) return NULL;
     int64_t T = wgml_tensor_dim(ids, -1);
     if (wgml_tensor_ndim(ids) != 2 || wgml_tensor_dim(ids, 0) != 1 || c->len + T > g->cfg.block) return NULL;
     wgml_tensor *x = trunk(g, ids, c->len, c, 0.0f);
@@ -397,7 +400,7 @@ wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, floa
 wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t *history, int64_t n_history,
                                    int64_t n_new, float temperature, int64_t top_k, int32_t *token)
 {
-    if (!g || !g->ctx || !c || !c->k || !history || !token || n_new < 1 || n_new > n_history)
+    if (!g || !g->ctx || !c || !c->kv || !history || !token || n_new < 1 || n_new > n_history)
         return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = g->ctx;
     int64_t L = g->cfg.layers, block = g->cfg.block, feed = n_new;
@@ -410,19 +413,18 @@ wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t
     wgml_tensor *ids = NULL;
     wgml_status st = wgml_tensor_from_i32(ctx, 2, (int64_t[2]){1, feed}, history + n_history - feed, (size_t)feed, &ids);
     wgml_tensor *tok = st ? NULL : wgml_gpt_sample_logits(ctx, wgml_gpt_decode_logits(g, c, ids), temperature, top_k);
-    wgml_tensor **out = st ? NULL : malloc((size_t)(2 * L + 1) * sizeof *out);
+    wgml_tensor **out = st ? NULL : malloc((size_t)(L + 1) * sizeof *out);
     if (!st && !out) st = WGML_ERROR_OUT_OF_MEMORY;
     if (!st) {
         out[0] = tok;
-        for (int64_t l = 0; l < L; l++) out[1 + l] = c->next_k[l], out[1 + L + l] = c->next_v[l];
-        st = wgml_eval(ctx, (int)(2 * L + 1), out); /* the one submit */
+        for (int64_t l = 0; l < L; l++) out[1 + l] = c->next_kv[l];
+        st = wgml_eval_read(ctx, (int)(L + 1), out, tok, token, 1); /* the one submit */
     }
-    if (!st) st = wgml_tensor_read_i32(tok, token, 1);
     if (!st) {
         for (int64_t l = 0; l < L; l++) {
-            wgml_keep(c->next_k[l]), wgml_keep(c->next_v[l]);
-            wgml_tensor_free(c->k[l]), wgml_tensor_free(c->v[l]);
-            c->k[l] = c->next_k[l], c->v[l] = c->next_v[l];
+            wgml_keep(c->next_kv[l]);
+            wgml_tensor_free(c->kv[l]);
+            c->kv[l] = c->next_kv[l];
         }
         c->len += feed;
     }

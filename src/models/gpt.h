@@ -100,9 +100,10 @@ wgml_tensor *wgml_gpt_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, 
 /* Generation with a KV cache: each layer's keys and values of the positions so far stay on
    the GPU, so a step feeds only the new tokens. */
 typedef struct wgml_gpt_cache {
-    int64_t len;              /* positions held */
-    wgml_tensor **k, **v;     /* per layer, [1,Hkv,len,D]; NULL while len = 0 */
-    wgml_tensor **next_k, **next_v; /* built by a step, in place of k and v once evaluated */
+    int64_t len;          /* positions held */
+    wgml_tensor **kv;     /* per layer, [2,Hkv,len,D]: the keys, then the values (one copy
+                             launch appends both); NULL while len = 0 */
+    wgml_tensor **next_kv; /* built by a step, in place of kv once evaluated */
 } wgml_gpt_cache;
 wgml_status wgml_gpt_cache_init(const wgml_gpt *g, wgml_gpt_cache *c);
 void wgml_gpt_cache_reset(wgml_gpt_cache *c, int64_t layers); /* back to no positions */

@@ -870,8 +870,42 @@ static void gpu_timing_times_each_pass(void)
     }
 }
 
+/* wgml_eval_read: every tensor evaluated and one read back, in one submit; bad arguments
+   refused with messages, nothing evaluated then */
+static void eval_read_is_one_submit(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    float a[7];
+    test_fill_uniform(a, 7, -2, 2);
+    int64_t n = 7;
+    wgml_tensor *x = test_tensor(ctx, 1, &n, a);
+    wgml_scope_begin(ctx);
+    wgml_tensor *e = wgml_exp(ctx, x), *arg = wgml_argmax(ctx, x, 0, 0), *both[2] = {e, arg};
+    wgml_stats s0, s1;
+    wgml_stats_get(ctx, &s0);
+    int32_t idx = -1;
+    CHECK_OK(ctx, wgml_eval_read(ctx, 2, both, arg, &idx, 1));
+    wgml_stats_get(ctx, &s1);
+    CHECK(s1.submits - s0.submits == 1);
+    int best = 0;
+    for (int i = 1; i < 7; i++) best = a[i] > a[best] ? i : best;
+    CHECK(idx == best);
+    float got[7];
+    CHECK_OK(ctx, wgml_tensor_read(e, got, 7)); /* evaluated with it: a copy only */
+    for (int i = 0; i < 7; i++) CHECK(fabs(got[i] - exp((double)a[i])) <= 1e-5 * exp((double)a[i]));
+    wgml_tensor *other = wgml_neg(ctx, x);
+    CHECK(wgml_eval_read(ctx, 2, both, other, got, 7) == WGML_ERROR_INVALID_ARGUMENT && test_message_has(ctx, "one of those evaluated"));
+    CHECK(wgml_eval_read(ctx, 2, both, e, got, 6) == WGML_ERROR_INVALID_ARGUMENT && test_message_has(ctx, "host has 6 elements"));
+    CHECK(wgml_eval_read(ctx, 2, both, e, NULL, 7) == WGML_ERROR_INVALID_ARGUMENT && test_message_has(ctx, "host is NULL"));
+    wgml_scope_end(ctx);
+    wgml_tensor_free(x);
+    wgml_clear_error(ctx);
+}
+
 int main(void)
 {
+    TEST_RUN(eval_read_is_one_submit);
     TEST_RUN(nothing_runs_until_a_result_is_needed);
     TEST_RUN(one_submit_per_evaluation);
     TEST_RUN(chain_of_100_ops_is_one_dispatch);

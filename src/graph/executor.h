@@ -101,9 +101,11 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
 /* Fills l (whose pipeline is the "reduce" kernel's) to sum x [outer, len, inner] at element
-   in_off over its middle axis, a thread per output folding the axis: for partial results
-   (split K, column sums). */
-void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off);
+   in_off over its middle axis, a thread per output folding the axis (or, for the `last` sum of
+   partials on a GPU with few outputs, a workgroup per output): for partial results (split K,
+   column sums). */
+void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off,
+                         bool last);
 /* KERNEL entries' builders (the op table points at them) */
 wgml_status wgml_build_concat(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count); /* graph/join.c */
 /* The pipeline of a hand-written kernel of src/kernels/ by file name (graph/kernels.c). */

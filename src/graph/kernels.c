@@ -38,11 +38,14 @@ static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, 
 #define REDUCE_TRIPS 64
 #define REDUCE_TREE_TRIPS 9 /* the tree over 256 partials */
 
-void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off)
+void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off,
+                         bool last)
 {
     /* a thread per output folding the axis (stage 3), or where the outputs are too few to
-       fill a GPU, a workgroup per output and a tree (stage 0) */
-    bool tree = outer * inner < 65536 && len >= 16;
+       fill a GPU, a workgroup per output and a tree (stage 0); not on a CPU adapter, where a
+       workgroup's barriers cost more than the whole fold (lavapipe: 70 ms for 1024 outputs
+       of 16) */
+    bool tree = last && outer * inner < 65536 && len >= 16 && strcmp(ctx->rt.info.adapter_type, "CPU") != 0;
     uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)WGML_OP_SUM, in_off, 0, 0, tree ? 0 : 3, 0, 1, 0, 0};
     p[5] = wgml_grid(ctx, tree ? outer * inner : (outer * inner + 255) / 256, l->groups);
     memcpy(l->params, p, sizeof p);
@@ -87,13 +90,13 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     while (c > 8 && len % c) c--;
     if (t->op == WGML_OP_SUM && inner >= 32 && len > budget && len % c == 0 && c >= 8 &&
         len / c + 1 < ctx->rt.loop_limit && (uint64_t)(len / c) * outer * inner * 4 <= wgml_binding_limit(ctx)) {
-        wgml_reduce_columns(ctx, l, outer * (len / c), c, inner, (uint32_t)x->offset);
+        wgml_reduce_columns(ctx, l, outer * (len / c), c, inner, (uint32_t)x->offset, false);
         wgml_launch *l2 = l + 1;
         *l2 = *l;
         l->scratch_bytes = outer * (len / c) * inner * 4;
         l->buffers[1] = NULL;
         l->scratch_mask = 1u << 1;
-        wgml_reduce_columns(ctx, l2, outer, len / c, inner, 0);
+        wgml_reduce_columns(ctx, l2, outer, len / c, inner, 0, true);
         l2->buffers[0] = NULL;
         l2->scratch_mask = 1u << 0;
         *count = 2;

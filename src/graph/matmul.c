@@ -297,7 +297,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         l->scratch_mask = 1u << 3;
         l->scratch_bytes = (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4;
         if ((st = wgml_kernel_pipeline(ctx, "reduce", l2))) return st;
-        wgml_reduce_columns(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0);
+        wgml_reduce_columns(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, true);
         l2->buffers[0] = NULL;
         l2->scratch_mask = 1u << 0;
         l2->buffers[1] = t;

@@ -10,12 +10,7 @@
 set -u
 wgml=$1
 [ -x "$wgml" ] || { echo "test_gpt_cli: $wgml is not an executable" >&2; exit 2; }
-# as test_train_cli.sh: under ASan, keep lavapipe mapped for the leak report's suppressions
-preload=
-asan_rt=$(ldd "$wgml" 2>/dev/null | awk '/libasan/ {print $3; exit}')
-lvp=$(ldconfig -p 2>/dev/null | awk '/libvulkan_lvp\.so/ {print $NF; exit}')
-if [ -n "$asan_rt" ] && [ -n "$lvp" ]; then preload="$asan_rt $lvp"; fi
-run_wgml() { LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}" "$wgml" "$@"; }
+. "$(dirname "$0")/run_wgml.sh"  # run_wgml: $wgml, with ASan's preloads where needed
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_gpt_cli.XXXXXX")
 trap 'rm -rf "$work"' EXIT

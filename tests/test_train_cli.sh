@@ -16,15 +16,7 @@ if [ ! -x "$wgml" ]; then
   echo "test_train_cli: $wgml is not an executable" >&2
   exit 2
 fi
-# Under ASan (WGML_SANITIZE, gcc), LeakSanitizer reports lavapipe's own leaks from frames it
-# cannot name once the driver is unloaded at exit; preloading the driver keeps it mapped, so
-# tests/lsan.supp matches them (tests/harness.c does the same for the C tests). The ASan
-# runtime must come first. Only the wgml runs get this, not python or the shell tools.
-preload=
-asan_rt=$(ldd "$wgml" 2>/dev/null | awk '/libasan/ {print $3; exit}')
-lvp=$(ldconfig -p 2>/dev/null | awk '/libvulkan_lvp\.so/ {print $NF; exit}')
-if [ -n "$asan_rt" ] && [ -n "$lvp" ]; then preload="$asan_rt $lvp"; fi
-run_wgml() { LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}" "$wgml" "$@"; }
+. "$(dirname "$0")/run_wgml.sh"  # run_wgml: $wgml, with ASan's preloads where needed
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_train_cli.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -87,3 +87,11 @@ wgml_status wgml_parse_f32(const char *what, const char *s, float lo, float hi, 
     *out = v;
     return WGML_OK;
 }
+
+void wgml_float_text(char *buf, size_t len, float v)
+{
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, len, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) return;
+    }
+}

@@ -27,4 +27,8 @@ wgml_status wgml_parse_u64(const char *what, const char *s, uint64_t *out, char 
 wgml_status wgml_parse_f32(const char *what, const char *s, float lo, float hi, float *out, char *err,
                            size_t errlen);
 
+/* The shortest %g text of v that reads back as the same float ("0.01", not
+   "0.00999999978"): how checkpoints write their float metadata. */
+void wgml_float_text(char *buf, size_t len, float v);
+
 #endif

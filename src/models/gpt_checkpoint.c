@@ -60,15 +60,6 @@ static void *field_ptr(const field *f, wgml_gpt_config *c, wgml_gpt_run *r)
     return (char *)(f->in_run ? (void *)r : (void *)c) + f->offset;
 }
 
-/* The shortest %g text that reads back as the same float. */
-static void float_text(char *buf, size_t len, float v)
-{
-    for (int digits = 6; digits <= 9; digits++) {
-        snprintf(buf, len, "%.*g", digits, (double)v);
-        if (strtof(buf, NULL) == v) return;
-    }
-}
-
 /* Host copy of a GPU tensor into a safetensors entry. */
 static wgml_status take(wgml_context *ctx, wgml_tensor *t, const char *name, const char *suffix, wgml_st_tensor *e)
 {
@@ -131,7 +122,7 @@ wgml_status wgml_gpt_checkpoint_save(const char *path, wgml_gpt *g, wgml_optimiz
         void *p = field_ptr(&fields[f], &cfg, &r);
         if (fields[f].kind == I64) snprintf(text[nm], sizeof text[nm], "%" PRId64, *(int64_t *)p);
         else if (fields[f].kind == U64) snprintf(text[nm], sizeof text[nm], "%" PRIu64, *(uint64_t *)p);
-        else float_text(text[nm], sizeof text[nm], *(float *)p);
+        else wgml_float_text(text[nm], sizeof text[nm], *(float *)p);
         keys[nm] = fields[f].key, vals[nm] = text[nm];
     }
     if (!st) {

@@ -43,15 +43,6 @@ static void sizes_text(char *buf, size_t len, int nlayers, const int64_t *sizes)
 
 /* ---------------------------------------------------------------- saving */
 
-/* The shortest %g text that reads back as the same float ("0.01", not "0.00999999978"). */
-static void float_text(char *buf, size_t len, float v)
-{
-    for (int digits = 6; digits <= 9; digits++) {
-        snprintf(buf, len, "%.*g", digits, (double)v);
-        if (strtof(buf, NULL) == v) return;
-    }
-}
-
 wgml_status wgml_checkpoint_save(const char *path, wgml_mlp *m, wgml_optimizer *opt, int epoch,
                                  const wgml_train_settings *s)
 {
@@ -88,9 +79,9 @@ wgml_status wgml_checkpoint_save(const char *path, wgml_mlp *m, wgml_optimizer *
     snprintf(ep, sizeof ep, "%d", epoch);
     sizes_text(sizes, sizeof sizes, m->nlayers, m->sizes);
     snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
-    float_text(lr, sizeof lr, s->lr);
-    float_text(wd, sizeof wd, s->weight_decay);
-    float_text(clip, sizeof clip, s->max_grad_norm);
+    wgml_float_text(lr, sizeof lr, s->lr);
+    wgml_float_text(wd, sizeof wd, s->weight_decay);
+    wgml_float_text(clip, sizeof clip, s->max_grad_norm);
     snprintf(batch, sizeof batch, "%d", s->batch);
     const char *keys[] = {"step", "epoch", "sizes", "seed", "lr", "weight_decay", "max_grad_norm", "batch"};
     const char *vals[] = {step, ep, sizes, seed, lr, wd, clip, batch};

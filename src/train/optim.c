@@ -336,7 +336,12 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
     int nt = 0;
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
-    for (int i = 0; i < opt->n && !st; i++) {
+    /* the last parameter's gradient first: the executor orders the graph depth first from
+       its targets, and models list parameters from input to output, so that each layer's
+       weight gradients are computed as soon as the backward reaches it, rather than all at
+       the end with every layer's activations held until then */
+    for (int r = opt->n - 1; r >= 0 && !st; r--) {
+        int i = r;
         wgml_tensor *p = opt->params[i];
         if (!p->grad) {
             st = wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: parameter %d has no gradient (call wgml_backward first)", i);

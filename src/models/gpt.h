@@ -36,9 +36,10 @@
  * Initialisation (wgml_gpt_init, on the GPU from a seed, in this order): 2-D parameters
  * normal(0, 0.02), except the projections into the residual stream (attn.wo, mlp.w2,
  * mlp.wd) normal(0, 0.02 / sqrt(2 layers)); biases 0; norm weights 1.
- * Training (wgml_gpt_optimizer): AdamW, betas (0.9, 0.99), eps 1e-8, two groups: the 2-D
- * parameters with weight decay, the 1-D ones without; in the optimiser (and the checkpoint's
- * moments) the decayed group's parameters come first, each group in the order above.
+ * Training (wgml_gpt_optimizer): AdamW, betas (0.9, 0.99), eps 1e-8; the 2-D parameters
+ * with weight decay, the 1-D ones without; in the optimiser the parameters go block by block
+ * (embeddings, each layer, the final norm), in each the 2-D ones then the 1-D ones
+ * (wgml_gpt_optimizer_param; checkpoints name their moments, so the order is the code's).
  */
 #ifndef WGML_MODELS_GPT_H
 #define WGML_MODELS_GPT_H
@@ -126,14 +127,14 @@ wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, floa
 wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t *history, int64_t n_history,
                                    int64_t n_new, float temperature, int64_t top_k, int32_t *token);
 
-/* AdamW over the model's parameters in two groups (above). */
+/* AdamW over the model's parameters (above). */
 typedef struct wgml_gpt_train_desc {
     float lr, weight_decay, max_grad_norm;
     float beta1, beta2; /* 0 means 0.9, 0.99 */
     wgml_lr_schedule schedule;
 } wgml_gpt_train_desc;
 wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out);
-/* The model's parameter index of optimiser slot i (the decayed group first). */
+/* The model's parameter index of optimiser slot i. */
 int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot);
 
 /* One training step, one submit: the loss of targets given ids with the config's dropout,

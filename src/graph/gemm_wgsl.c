@@ -549,7 +549,7 @@ static void put_cpu_bk(wgml_sbuf *b, const wgml_gemm_config *cfg, const char *k)
    - Every lane of a workgroup has the same rows, so A's values are the same for all lanes:
      with subgroups of 8 (cpu_subgroups; checked at run time, else the plain loop), lane s
      loads A's values for k + 4s .. (or rows m0 + 4s .. for A^T) and the others take them by
-     subgroupBroadcast, one load for 8 lanes' worth of k.
+     subgroupShuffle / subgroupBroadcast, one load for 8 lanes' worth of k.
    K is walked 4 at a time (vec4 reads of an operand bound as vec4s and contiguous along k),
    then one at a time. Rows and columns past the matrix read the last one and are not
    written, so the loops have no branches. cpu_rows is a multiple of 4. */

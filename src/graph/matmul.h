@@ -20,7 +20,7 @@ typedef struct wgml_gemm_config {
     /* the CPU GEMM (CPU adapters): a workgroup of cpu_lanes invocations, each computing
        cpu_rows x cpu_cols outputs (multiples of 4) without workgroup memory; 0: not */
     int cpu_rows, cpu_cols, cpu_lanes;
-    bool cpu_subgroups; /* CPU GEMM: A's values shared by subgroupBroadcast (subgroups of 8) */
+    bool cpu_subgroups; /* CPU GEMM: A's values shared by subgroup shuffles (subgroups of 8) */
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. The batch is

@@ -60,7 +60,9 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0 && g->a_bs1 % 4 == 0;
     c.vec_b = b_inner % 4 == 0 && g->ldb % 4 == 0 && g->b_off % 4 == 0 && g->b_bs % 4 == 0 && g->b_bs1 % 4 == 0;
     /* a CPU adapter (lavapipe): the CPU GEMM wherever the GEMVs do not serve (see
-       wgml_gemm_cpu_source), while its K loop (K / 4 trips) stays under the loop limit */
+       wgml_gemm_cpu_source), while its K loop (K / 4 trips) stays under the loop limit.
+       32 rows x 4 columns a lane, 16 lanes: lavapipe, 512^3, 6.1 GFLOP/s vs 4.3 with 16 rows;
+       8 columns or 64 rows were no faster and took 5-10x longer to compile */
     bool gemv = (g->M == 1 && !g->trans_a) || c.gemv_rows;
     bool cpu = tu->gemm_cpu > 0 || (tu->gemm_cpu == 0 && !strcmp(ctx->rt.info.adapter_type, "CPU"));
     if (cpu && !gemv && (uint64_t)g->K / 4 + 3 + 64 <= ctx->rt.loop_limit) {

@@ -191,6 +191,7 @@ static void every_tile_config(void)
                                 {"8,8,16,4", "16x2"}, {"16,8,8,1", "16x2"}, {"8,16,8,4", "8x4"}};
     const int64_t dims[][3] = {{65, 33, 130}, {132, 68, 132}};
     int failed = 0, ran = 0;
+    setenv("WGML_GEMM_CPU", "0", 1); /* the tiled kernels, on a CPU adapter too */
     for (size_t t = 0; t < sizeof configs / sizeof configs[0]; t++) {
         setenv("WGML_GEMM_TILE", configs[t][0], 1);
         setenv("WGML_GEMM_WARP", configs[t][1], 1);
@@ -209,9 +210,44 @@ static void every_tile_config(void)
     }
     unsetenv("WGML_GEMM_TILE");
     unsetenv("WGML_GEMM_WARP");
+    unsetenv("WGML_GEMM_CPU");
     if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
     CHECK(failed == 0 && ran > 0);
 }
+
+/* The CPU GEMM (wgml_gemm_cpu_source) forced in several shapes (rows, columns and lanes per
+   invocation), with subgroups and without: K around its steps (32 k with vec4s of A, 8
+   without, 4, 1), rows and columns past the workgroup's tile, every transpose, aligned or not,
+   the epilogue, a batch with a broadcast operand. */
+static void cpu_gemm_shapes(void)
+{
+    const char *shapes[][2] = {{"32,4,16", "1"}, {"32,4,16", "0"}, {"4,8,16", "1"}};
+    const int64_t dims[][3] = {{33, 31, 65}, {64, 32, 64}, {40, 67, 36}, {17, 129, 130}, {3, 70, 8}};
+    int failed = 0, ran = 0;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        setenv("WGML_GEMM_CPU", shapes[t][0], 1);
+        setenv("WGML_GEMM_CPU_SUBGROUPS", shapes[t][1], 1);
+        wgml_context *ctx = knob_context();
+        if (!ctx) break;
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+            for (int mode = 0; mode < 6; mode++) {
+                mm_case c = {.M = dims[d][0], .K = dims[d][1], .N = dims[d][2], .ta = mode & 1, .tb = (mode >> 1) & 1};
+                if (mode == 4) c.alpha = 0.5f, c.bias = 1, c.act = WGML_ACT_GELU, c.ta = 1;
+                if (mode == 5) c.batch_a = 3, c.batch_b = 0, c.tb = 1, c.bias = 1, c.act = WGML_ACT_SILU;
+                ran++;
+                if (!run_case(ctx, &c)) {
+                    fprintf(stderr, "  (CPU GEMM %s, subgroups %s)\n", shapes[t][0], shapes[t][1]);
+                    failed++;
+                }
+            }
+        wgml_context_free(ctx);
+    }
+    unsetenv("WGML_GEMM_CPU");
+    unsetenv("WGML_GEMM_CPU_SUBGROUPS");
+    if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
+    CHECK(failed == 0 && ran > 0);
+}
+
 
 /* The opt-in GEMV whose partial sums meet by subgroup shuffles (WGML_SUBGROUPS=1), with each
    workgroup width, on lengths that leave partial slices, with bias and activation. */
@@ -891,6 +927,24 @@ static void exec_submit_raw_launches(void)
     free(want);
 }
 
+/* The GEMM kernel the adapter does not pick by default, through the main suites: the tiled
+   kernels on a CPU adapter (the GPU's path, which CI runs on lavapipe), the CPU GEMM on a GPU. */
+static void other_gemm_kernel(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_adapter_info info;
+    if (!ctx || wgml_adapter_info_get(ctx, &info) != WGML_OK) return;
+    test_context_release(); /* a context reads the knobs at its first kernel choice */
+    setenv("WGML_GEMM_CPU", strcmp(info.adapter_type, "CPU") ? "1" : "0", 1);
+    sizes_and_transposes();
+    aligned_sizes();
+    batched();
+    epilogue();
+    strided_operands();
+    test_context_release();
+    unsetenv("WGML_GEMM_CPU");
+}
+
 int main(void)
 {
     TEST_RUN(sizes_and_transposes);
@@ -911,5 +965,7 @@ int main(void)
     TEST_RUN(cached_matmul_f16);
     TEST_RUN(knobs_read_once);
     TEST_RUN(exec_submit_raw_launches);
+    TEST_RUN(cpu_gemm_shapes);
+    TEST_RUN(other_gemm_kernel);
     return test_summary();
 }

@@ -498,3 +498,199 @@ char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
     wgml_sbuf_put(&b, "}\n");
     return wgml_sbuf_take(&b);
 }
+
+
+
+/* The CPU GEMM's step at k = `ku` once a0 .. a<RM-1> hold A(m0 + i, ku): B's values for the
+   lane's columns (b<j>, a vec4 of 4 columns), and the FMAs. With B^T read in vec4s along k,
+   bk<j>_<c> hold column c's 4 k from ku - u on and u picks the component. */
+static void put_cpu_b_fma(wgml_sbuf *b, const wgml_gemm_config *cfg, bool tb, const char *ku, int u)
+{
+    int RM = cfg->cpu_rows, NV = cfg->cpu_cols / 4;
+    const char *bo = F16_OPEN(cfg->b_f16, false), *bov = F16_OPEN(cfg->b_f16, true), *bc = F16_CLOSE(cfg->b_f16);
+    for (int j = 0; j < NV; j++) {
+        if (!tb && cfg->vec_b)
+            wgml_sbuf_put(b, "            let b%d = %sB[(rb%d + %s * P.ldb) / 4u]%s;\n", j, bov, j, ku, bc);
+        else if (!tb) {
+            wgml_sbuf_put(b, "            let b%d = vec4<f32>(", j);
+            for (int c = 0; c < 4; c++) wgml_sbuf_put(b, "%s%sB[rb%d_%d + %s * P.ldb]%s", c ? ", " : "", bo, j, c, ku, bc);
+            wgml_sbuf_put(b, ");\n");
+        } else if (u >= 0)
+            wgml_sbuf_put(b, "            let b%d = vec4<f32>(bk%d_0.%c, bk%d_1.%c, bk%d_2.%c, bk%d_3.%c);\n", j, j, "xyzw"[u], j,
+                          "xyzw"[u], j, "xyzw"[u], j, "xyzw"[u]);
+        else {
+            wgml_sbuf_put(b, "            let b%d = vec4<f32>(", j);
+            for (int c = 0; c < 4; c++) wgml_sbuf_put(b, "%s%sB[rb%d_%d + %s]%s", c ? ", " : "", bo, j, c, ku, bc);
+            wgml_sbuf_put(b, ");\n");
+        }
+    }
+    for (int i = 0; i < RM; i++)
+        for (int j = 0; j < NV; j++) wgml_sbuf_put(b, "            c%d_%d = fma(vec4<f32>(a%d), b%d, c%d_%d);\n", i, j, i, j, i, j);
+}
+
+/* B^T read in vec4s along k: column c of vec4 j at k .. k + 3 into bk<j>_<c> */
+static void put_cpu_bk(wgml_sbuf *b, const wgml_gemm_config *cfg, const char *k)
+{
+    for (int j = 0; j < cfg->cpu_cols / 4; j++)
+        for (int c = 0; c < 4; c++)
+            wgml_sbuf_put(b, "        let bk%d_%d = %sB[(rb%d_%d + %s) / 4u]%s;\n", j, c, F16_OPEN(cfg->b_f16, true), j, c, k,
+                          F16_CLOSE(cfg->b_f16));
+}
+
+/* C = A B on a CPU adapter (lavapipe). lavapipe runs a workgroup's invocations as SIMD loops
+   of 8 lanes and fetches every storage-buffer element lane by lane (a loop with a bounds
+   check per lane and component, whatever the address), so a load costs about as much as the
+   eight FMAs it could feed many times over: the kernel is built to load little per FMA.
+   - No workgroup memory and no barriers (each barrier splits the shader; workgroup memory is
+     fetched lane by lane too).
+   - Each invocation owns cpu_rows x cpu_cols outputs: per k it loads cpu_cols / 4 vec4s of B
+     (its own columns, cpu_lanes * 4 apart, so neighbouring lanes read neighbouring columns)
+     and uses each for cpu_rows FMAs.
+   - Every lane of a workgroup has the same rows, so A's values are the same for all lanes:
+     with subgroups of 8 (cpu_subgroups; checked at run time, else the plain loop), lane s
+     loads A's values for k + 4s .. (or rows m0 + 4s .. for A^T) and the others take them by
+     subgroupShuffle / subgroupBroadcast, one load for 8 lanes' worth of k.
+   K is walked 4 at a time (vec4 reads of an operand bound as vec4s and contiguous along k),
+   then one at a time. Rows and columns past the matrix read the last one and are not
+   written, so the loops have no branches. cpu_rows is a multiple of 4. */
+char *wgml_gemm_cpu_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
+{
+    int RM = cfg->cpu_rows, W = cfg->cpu_lanes, NV = cfg->cpu_cols / 4;
+    bool va = cfg->vec_a, vb = cfg->vec_b, sg = cfg->cpu_subgroups;
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "// generated CPU GEMM: %d lanes, %dx%d per lane, A%s%s B%s%s%s\n", W, RM, 4 * NV, ta ? "^T" : "",
+                  va ? " vec4" : "", tb ? "^T" : "", vb ? " vec4" : "", sg ? ", A by subgroup broadcast" : "");
+    put_header(&b, va, vb, cfg->b_f16);
+    put_epilogue_fn(&b, act);
+    wgml_sbuf_put(&b, "@compute @workgroup_size(%d)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32%s) {\n"
+            "    let tiles_n = (P.N + %du) / %du;\n"
+            "    let tile = wg.x + wg.y * P.gx;\n"
+            "    let m0 = (tile / tiles_n) * %du;\n"
+            "    let n0 = (tile %% tiles_n) * %du;\n"
+            "    if (m0 >= P.M) { return; }\n",
+        W, sg ? ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sl: u32" : "",
+        W * 4 * NV - 1, W * 4 * NV, RM, W * 4 * NV);
+    put_bases(&b);
+    /* where each row's (column's) reads start, clamped into the matrix */
+    for (int i = 0; i < RM; i++) {
+        if (!ta) wgml_sbuf_put(&b, "    let ra%d = a_base + min(m0 + %du, P.M - 1u) * P.lda;\n", i, i);
+        else if (!va) wgml_sbuf_put(&b, "    let ra%d = a_base + min(m0 + %du, P.M - 1u);\n", i, i);
+        else if (i % 4 == 0) /* M % 4 == 0: the vec4 of rows m0 + i .. + 3 */
+            wgml_sbuf_put(&b, "    let ra%d = a_base + min(m0 + %du, P.M - 4u);\n", i, i);
+    }
+    for (int j = 0; j < NV; j++) {
+        wgml_sbuf_put(&b, "    let nc%d = n0 + (%du + lid) * 4u;\n", j, j * W);
+        if (!tb && vb) /* N % 4 == 0: a vec4 that starts inside is wholly inside */
+            wgml_sbuf_put(&b, "    let rb%d = b_base + min(nc%d, P.N - 4u);\n", j, j);
+        else
+            for (int c = 0; c < 4; c++)
+                wgml_sbuf_put(&b, "    let rb%d_%d = b_base + min(nc%d + %du, P.N - 1u)%s;\n", j, c, j, c, tb ? " * P.ldb" : "");
+    }
+    for (int i = 0; i < RM; i++)
+        for (int j = 0; j < NV; j++) wgml_sbuf_put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
+    wgml_sbuf_put(&b, "    var k = 0u;\n");
+    if (sg) {
+        /* KS k a step: A in vec4s along k: lane s holds k + 4s .. + 3 of each row (32 k); in
+           scalars: k + s (8 k); A^T: 4 k, each a load of rows m0 + 4s .. + 3 per 32 rows
+           (vec4s) or m0 + s per 8 (scalars) */
+        int KS = ta ? 4 : va ? 32 : 8;
+        int groups = ta ? (va ? (RM + 31) / 32 : (RM + 7) / 8) : 0;
+        for (int g = 0; g < groups; g++) {
+            if (va) wgml_sbuf_put(&b, "    let mq%d = a_base + min(m0 + %du + 4u * min(sl, %du), P.M - 4u);\n", g, 32 * g,
+                                  (RM - 32 * g >= 32 ? 32 : RM - 32 * g) / 4 - 1);
+            else wgml_sbuf_put(&b, "    let mq%d = a_base + min(m0 + %du + sl, P.M - 1u);\n", g, 8 * g);
+        }
+        wgml_sbuf_put(&b, "    if (sg_size == 8u) {\n    for (; k + %du < P.K; k += %du) {\n", KS - 1, KS);
+        if (!ta)
+            for (int i = 0; i < RM; i++)
+                wgml_sbuf_put(&b, va ? "        let al%d = A[(ra%d + k) / 4u + sl];\n" : "        let al%d = A[ra%d + k + sl];\n", i, i);
+        if (!ta) {
+            /* the 8 lanes' values one after another, lane q's in trip q (a loop rather than
+               unrolled: the kernel stays small enough to compile quickly) */
+            int per = va ? 4 : 1;
+            wgml_sbuf_put(&b, "        for (var q = 0u; q < 8u; q++) {\n");
+            for (int i = 0; i < RM; i++) wgml_sbuf_put(&b, "        let aq%d = subgroupShuffle(al%d, q);\n", i, i);
+            if (tb && vb) put_cpu_bk(&b, cfg, "k + q * 4u");
+            for (int u = 0; u < per; u++) {
+                wgml_sbuf_put(&b, "        {\n            let ku = k + q * %du + %du;\n", per, u);
+                for (int i = 0; i < RM; i++) {
+                    if (va) wgml_sbuf_put(&b, "            let a%d = aq%d.%c;\n", i, i, "xyzw"[u]);
+                    else wgml_sbuf_put(&b, "            let a%d = aq%d;\n", i, i);
+                }
+                put_cpu_b_fma(&b, cfg, tb, "ku", tb && vb ? u : -1);
+                wgml_sbuf_put(&b, "        }\n");
+            }
+            wgml_sbuf_put(&b, "        }\n");
+        }
+        for (int kk = 0; kk < (ta ? KS : 0); kk++) {
+            if (tb && vb && kk % 4 == 0) { /* B^T's vec4s of these 4 k, in a scope of their own */
+                char k4[32];
+                snprintf(k4, sizeof k4, "k + %du", kk);
+                wgml_sbuf_put(&b, "        {\n");
+                put_cpu_bk(&b, cfg, k4);
+            }
+            if (!ta && va && kk % 4 == 0)
+                for (int i = 0; i < RM; i++)
+                    wgml_sbuf_put(&b, "        let aq%d_%d = subgroupBroadcast(al%d, %du);\n", i, kk / 4, i, kk / 4);
+            wgml_sbuf_put(&b, "        {\n            let ku = k + %du;\n", kk);
+            for (int g = 0; g < groups; g++)
+                wgml_sbuf_put(&b, va ? "            let al%d = A[(mq%d + ku * P.lda) / 4u];\n" : "            let al%d = A[mq%d + ku * P.lda];\n", g, g);
+            for (int i = 0; i < RM; i++) {
+                if (!ta && va)
+                    wgml_sbuf_put(&b, "            let a%d = aq%d_%d.%c;\n", i, i, kk / 4, "xyzw"[kk % 4]);
+                else if (!ta)
+                    wgml_sbuf_put(&b, "            let a%d = subgroupBroadcast(al%d, %du);\n", i, i, kk);
+                else if (va) {
+                    if (i % 4 == 0) wgml_sbuf_put(&b, "            let aq%d = subgroupBroadcast(al%d, %du);\n", i / 4, i / 32, (i % 32) / 4);
+                    wgml_sbuf_put(&b, "            let a%d = aq%d.%c;\n", i, i / 4, "xyzw"[i % 4]);
+                } else
+                    wgml_sbuf_put(&b, "            let a%d = subgroupBroadcast(al%d, %du);\n", i, i / 8, i % 8);
+            }
+            put_cpu_b_fma(&b, cfg, tb, "ku", tb && vb ? kk % 4 : -1);
+            wgml_sbuf_put(&b, "        }\n");
+            if (tb && vb && kk % 4 == 3) wgml_sbuf_put(&b, "        }\n");
+        }
+        wgml_sbuf_put(&b, "    }\n    }\n");
+    }
+    /* 4 k a step; then one a step, where K need not be a multiple of 4 (an operand read as
+       vec4s along k makes it one) */
+    bool tail = !(!ta && va) && !(tb && vb);
+    for (int pass = 0; pass < (tail ? 2 : 1); pass++) {
+        int U = pass == 0 ? 4 : 1;
+        if (U == 4) wgml_sbuf_put(&b, "    for (; k + 3u < P.K; k += 4u) {\n");
+        else wgml_sbuf_put(&b, "    for (; k < P.K; k++) {\n");
+        if (U == 4 && !ta)
+            for (int i = 0; i < RM; i++) {
+                if (va) wgml_sbuf_put(&b, "        let ak%d = A[(ra%d + k) / 4u];\n", i, i);
+                else wgml_sbuf_put(&b, "        let ak%d = vec4<f32>(A[ra%d + k], A[ra%d + k + 1u], A[ra%d + k + 2u], A[ra%d + k + 3u]);\n",
+                                   i, i, i, i, i);
+            }
+        if (U == 4 && tb && vb) put_cpu_bk(&b, cfg, "k");
+        for (int u = 0; u < U; u++) {
+            wgml_sbuf_put(&b, "        {\n            let ku = k + %du;\n", u);
+            for (int i = 0; i < RM; i++) {
+                if (!ta && U == 4) wgml_sbuf_put(&b, "            let a%d = ak%d.%c;\n", i, i, "xyzw"[u]);
+                else if (!ta) wgml_sbuf_put(&b, "            let a%d = A[ra%d + ku];\n", i, i);
+                else if (va) {
+                    if (i % 4 == 0) wgml_sbuf_put(&b, "            let av%d = A[(ra%d + ku * P.lda) / 4u];\n", i / 4, i);
+                    wgml_sbuf_put(&b, "            let a%d = av%d.%c;\n", i, i / 4, "xyzw"[i % 4]);
+                } else wgml_sbuf_put(&b, "            let a%d = A[ra%d + ku * P.lda];\n", i, i);
+            }
+            put_cpu_b_fma(&b, cfg, tb, "ku", tb && vb ? u : -1);
+            wgml_sbuf_put(&b, "        }\n");
+        }
+        wgml_sbuf_put(&b, "    }\n");
+    }
+    wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
+    for (int i = 0; i < RM; i++) {
+        wgml_sbuf_put(&b, "    if (m0 + %du < P.M) {\n        let m = m0 + %du;\n", i, i);
+        for (int j = 0; j < NV; j++)
+            for (int c = 0; c < 4; c++)
+                wgml_sbuf_put(&b, "        if (nc%d + %du < P.N) { let idx = cb + m * P.N + nc%d + %du; C[idx] = epilogue(c%d_%d.%c, nc%d + %du, idx); }\n",
+                              j, c, j, c, i, j, "xyzw"[c], j, c);
+        wgml_sbuf_put(&b, "    }\n");
+    }
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
+}

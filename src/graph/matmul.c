@@ -126,7 +126,10 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
 {
     uint64_t groups;
     if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
-    else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
+    else if (cfg->cpu_rows) {
+        uint64_t w = (uint64_t)cfg->cpu_lanes * (uint64_t)cfg->cpu_cols;
+        groups = (((uint64_t)g->M + cfg->cpu_rows - 1) / (uint64_t)cfg->cpu_rows) * (((uint64_t)g->N + w - 1) / w);
+    } else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
     uint32_t p[WGML_GEMM_PARAMS_BYTES / 4] = {0};
     uint32_t gx = wgml_grid(ctx, groups, l->groups);
     l->groups[2] = (uint32_t)g->batch;
@@ -142,7 +145,8 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     /* each thread's trips along K (the generators' loops), plus room for the fixed loops of
        the reduction trees and the epilogue */
     uint64_t K = (uint64_t)g->K, slices = 256 / (uint64_t)(cfg->gemv_cols / 4);
-    if (!gemv) l->loop_trips = (K + cfg->bk - 1) / cfg->bk;
+    if (cfg->cpu_rows) l->loop_trips = K / 4 + 3; /* 4 k a step, then at most 3 one at a time */
+    else if (!gemv) l->loop_trips = (K + cfg->bk - 1) / cfg->bk;
     else if (cfg->gemv_rows) l->loop_trips = K / (2 * slices) + 1 + 16 * (uint64_t)cfg->gemv_rows;
     else if (g->trans_b) l->loop_trips = (K + 31) / 32;
     else l->loop_trips = K / (4 * slices) + 3 + 264;
@@ -159,16 +163,18 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     /* the GEMV kernel reads A as one contiguous row; the small-M one as a few */
     bool gemv = (g->M == 1 && !g->trans_a) || cfg.gemv_rows;
     /* the variant key: what the generators read */
-    uint32_t key[13] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
+    uint32_t key[14] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
                         cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
                         (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
                         cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2,
-                        g->trans_a, g->trans_b, (uint32_t)g->act};
-    if (!(l->pipeline = wgml_pipeline_find(ctx, key, 13))) {
+                        g->trans_a, g->trans_b, (uint32_t)g->act,
+                        (uint32_t)cfg.cpu_rows | (uint32_t)cfg.cpu_cols << 8 | (uint32_t)cfg.cpu_lanes << 16 | (uint32_t)cfg.cpu_subgroups << 31};
+    if (!(l->pipeline = wgml_pipeline_find(ctx, key, 14))) {
         char *src = cfg.gemv_rows ? wgml_gemv_rows_source(&cfg, g->act)
                     : gemv        ? wgml_gemv_source(&cfg, g->trans_b, g->act)
+                    : cfg.cpu_rows ? wgml_gemm_cpu_source(&cfg, g->trans_a, g->trans_b, g->act)
                                   : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
-        if (!(l->pipeline = wgml_pipeline_add(ctx, key, 13, src, true))) return ctx->rt.status;
+        if (!(l->pipeline = wgml_pipeline_add(ctx, key, 14, src, true))) return ctx->rt.status;
     }
     *gemv_out = gemv;
     *cfg_out = cfg;

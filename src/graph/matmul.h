@@ -17,6 +17,10 @@ typedef struct wgml_gemm_config {
     bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
     bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */
     bool two_leading;   /* two leading dims (L1 > 1): each matrix's start takes a division */
+    /* the CPU GEMM (CPU adapters): a workgroup of cpu_lanes invocations, each computing
+       cpu_rows x cpu_cols outputs (multiples of 4) without workgroup memory; 0: not */
+    int cpu_rows, cpu_cols, cpu_lanes;
+    bool cpu_subgroups; /* CPU GEMM: A's values shared by subgroup shuffles (subgroups of 8) */
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. The batch is
@@ -40,6 +44,7 @@ typedef struct wgml_gemm_args {
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
 char *wgml_gemv_source(const wgml_gemm_config *cfg, bool trans_b, int act);
 char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act);
+char *wgml_gemm_cpu_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
 /* The adapter's storage-binding limit (WGML_DEBUG_BINDING_LIMIT lowers it for tests) */
 uint64_t wgml_binding_limit(const wgml_context *ctx);
 /* The tile config for g: by shape, within the adapter's workgroup memory

@@ -17,6 +17,15 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
         t->gemm_tile_set = true;
         t->gemm_tm = tm, t->gemm_tn = tn, t->gemm_bk = bk, t->gemm_stages = st;
     }
+    const char *gc0 = getenv("WGML_GEMM_CPU");
+    int cr, cc, cl;
+    if (gc0 && *gc0 == '0') t->gemm_cpu = -1;
+    else if (gc0 && *gc0 == '1' && !gc0[1]) t->gemm_cpu = 1;
+    else if (gc0 && sscanf(gc0, "%d,%d,%d", &cr, &cc, &cl) == 3 && (cr == 4 || cr == 8 || cr == 16 || cr == 32 || cr == 64) &&
+             (cc == 4 || cc == 8 || cc == 16) && cl >= 8 && cl <= 256 && !(cl & (cl - 1)))
+        t->gemm_cpu = 1, t->gemm_cpu_rows = cr, t->gemm_cpu_cols = cc, t->gemm_cpu_lanes = cl;
+    const char *cs = getenv("WGML_GEMM_CPU_SUBGROUPS");
+    t->gemm_cpu_no_subgroups = cs && *cs == '0';
     const char *wl = getenv("WGML_GEMM_WARP");
     t->gemm_warp_8x4 = wl && !strcmp(wl, "8x4");
     const char *gr = getenv("WGML_GEMV_ROWS");

@@ -14,6 +14,12 @@ typedef struct wgml_tuning {
        or 32; stages 1..4 as wgml_gemm_choose reads them); gemm_tile_set when given */
     bool gemm_tile_set;
     int gemm_tm, gemm_tn, gemm_bk, gemm_stages;
+    /* WGML_GEMM_CPU=0: no CPU GEMM on a CPU adapter; =1: the CPU GEMM on any adapter;
+       =rows,cols,lanes: that shape of it (rows and cols 4, 8 or 16, lanes 8..256 a power of
+       two), on any adapter */
+    int gemm_cpu; /* -1 off, 0 by the adapter, 1 forced */
+    int gemm_cpu_rows, gemm_cpu_cols, gemm_cpu_lanes;
+    bool gemm_cpu_no_subgroups; /* WGML_GEMM_CPU_SUBGROUPS=0: the CPU GEMM without them */
     bool gemm_warp_8x4;  /* WGML_GEMM_WARP=8x4 (else the 16x2 layout) */
     bool gemv_rows_off;  /* WGML_GEMV_ROWS=0: no small-M GEMV */
     bool gemv_subgroups; /* WGML_SUBGROUPS=1 and the adapter has subgroups */

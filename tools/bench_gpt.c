@@ -33,7 +33,7 @@ void bench_gpt(int quick)
     }
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);
-    int big = !quick && strcmp(info.adapter_type, "cpu") != 0;
+    int big = !quick && strcmp(info.adapter_type, "CPU") != 0;
     wgml_text text = {0};
     char err[256];
     int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;

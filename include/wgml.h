@@ -423,7 +423,8 @@ wgml_tensor *wgml_index_add(wgml_context *ctx, wgml_tensor *a, int axis, wgml_te
 /* ---------------------------------------------------------------- matmul */
 
 typedef enum wgml_activation {
-    WGML_ACT_NONE = 0, WGML_ACT_RELU, WGML_ACT_GELU, WGML_ACT_SILU
+    WGML_ACT_NONE = 0, WGML_ACT_RELU, WGML_ACT_GELU, WGML_ACT_SILU,
+    WGML_ACT_GELU_EXACT /* x Phi(x), as wgml_gelu_exact; WGML_ACT_GELU is the tanh form */
 } wgml_activation;
 
 typedef struct wgml_matmul_desc {

@@ -35,6 +35,7 @@ static const struct { wgml_activation act; int op; unary_fn fused; const char *n
     {WGML_ACT_RELU, WGML_OP_RELU, wgml_relu, "relu", 1e-30},
     {WGML_ACT_GELU, WGML_OP_GELU, wgml_gelu, "gelu", 1e-2},
     {WGML_ACT_SILU, WGML_OP_SILU, wgml_silu, "silu", 1e-30},
+    {WGML_ACT_GELU_EXACT, WGML_OP_GELU_EXACT, wgml_gelu_exact, "gelu_exact", 1e-2},
 };
 
 /* How x reaches the matmul: on A (C[r][c] = x[r]) or on B (C[r][c] = x[c]); the other

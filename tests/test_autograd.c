@@ -1129,7 +1129,7 @@ static void test_matmul_grads(void)
     int64_t sa[3], sb[3];
     /* 2-D: every flag combination with each activation; alpha != 1 and a bias on most */
     for (int t = 0; t < 4; t++)
-        for (int act = 0; act < 4; act++) {
+        for (int act = 0; act <= WGML_ACT_GELU_EXACT; act++) {
             int ta = t & 1, tb = t >> 1;
             int64_t M = (act == 1) ? 1 : 1 + (int64_t)(test_rand_u64() % 5); /* M = 1: the GEMV path */
             int64_t N = 1 + (int64_t)(test_rand_u64() % 6), K = 1 + (int64_t)(test_rand_u64() % 7);

@@ -374,7 +374,7 @@ static void epilogue(void)
     const int64_t dims[][3] = {{1, 130, 65}, {3, 33, 7}, {17, 13, 130}, {64, 65, 33}, {129, 7, 13}};
     const float alphas[] = {0.0f, 1.0f, 0.5f, -2.0f};
     for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
-        for (int act = 0; act <= WGML_ACT_SILU; act++)
+        for (int act = 0; act <= WGML_ACT_GELU_EXACT; act++)
             for (int bias = 0; bias <= 1; bias++)
                 for (int ai = 0; ai < 4; ai++) {
                     mm_case c = {.M = dims[k][0], .K = dims[k][1], .N = dims[k][2], .alpha = alphas[ai],

@@ -482,6 +482,7 @@ static double apply_act(int act, double y)
     case 1: return wgml_ref_relu(y);
     case 2: return wgml_ref_gelu(y);
     case 3: return wgml_ref_silu(y);
+    case 4: return 0.5 * y * erfc(-y / sqrt(2.0));
     default: return y;
     }
 }

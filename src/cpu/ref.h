@@ -152,7 +152,7 @@ void wgml_ref_slice(int nd, const int64_t *shape, const double *x, int axis, int
    bias is (N,) or NULL; C is (batch, M, N).
    batch_a and batch_b are each batch or 1 (1: the same matrix for every b).
    alpha is used as given (wgml_matmul_desc's "0 means 1" is the caller's to resolve).
-   act: 0 none, 1 relu, 2 gelu (tanh form), 3 silu, as wgml_activation. */
+   act: 0 none, 1 relu, 2 gelu (tanh form), 3 silu, 4 gelu (exact), as wgml_activation. */
 void wgml_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const double *A,
                      int64_t batch_a, int trans_a, const double *B, int64_t batch_b,
                      int trans_b, double alpha, const double *bias, int act, double *C);

@@ -25,7 +25,7 @@
 /* the op of the table whose WGSL each activation applies: the same text as the fused ops */
 static const int act_op[] = {
     [WGML_ACT_NONE] = WGML_OP_COPY, [WGML_ACT_RELU] = WGML_OP_RELU,
-    [WGML_ACT_GELU] = WGML_OP_GELU, [WGML_ACT_SILU] = WGML_OP_SILU,
+    [WGML_ACT_GELU] = WGML_OP_GELU, [WGML_ACT_SILU] = WGML_OP_SILU, [WGML_ACT_GELU_EXACT] = WGML_OP_GELU_EXACT,
 };
 
 /* b_f16: B is stored as IEEE halves (cached weights uploaded with f16 = 1); every read of it

@@ -59,7 +59,7 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
     if (a->ndim < 2 || a->ndim > WGML_MAX_DIMS || b->ndim < 2 || b->ndim > WGML_MAX_DIMS)
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: operands must have 2 to %d dims, got %s and %s",
                                  WGML_MAX_DIMS, sa, sb);
-    if ((int)d.activation < 0 || d.activation > WGML_ACT_SILU)
+    if ((int)d.activation < 0 || d.activation > WGML_ACT_GELU_EXACT)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
     int64_t M = d.trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
     int64_t Ka = d.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];

@@ -200,14 +200,13 @@ static wgml_status vjp_erf(wgml_context *c, T *t, T *g, T **gin) /* 2/sqrt(pi) e
     gin[0] = wgml_mul(c, g, scal(c, WGML_MUL, wgml_exp(c, wgml_neg(c, wgml_mul(c, x, x))), 1.1283791670955126f));
     return WGML_OK;
 }
-static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin) /* Phi(x) + x phi(x) */
+static T *gelu_exact_grad(wgml_context *c, T *x, T *g) /* g (Phi(x) + x phi(x)) */
 {
-    T *x = t->src[0];
     T *Phi = scal(c, WGML_MUL, wgml_scalar_binary(c, WGML_ADD, 1.0f, wgml_erf(c, scal(c, WGML_MUL, x, 0.7071067811865476f))), 0.5f);
     T *phi = scal(c, WGML_MUL, wgml_exp(c, scal(c, WGML_MUL, wgml_mul(c, x, x), -0.5f)), 0.3989422804014327f);
-    gin[0] = wgml_mul(c, g, wgml_add(c, Phi, wgml_mul(c, x, phi)));
-    return WGML_OK;
+    return wgml_mul(c, g, wgml_add(c, Phi, wgml_mul(c, x, phi)));
 }
+static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin) { gin[0] = gelu_exact_grad(c, t->src[0], g); return WGML_OK; }
 static wgml_status vjp_sin(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, wgml_cos(c, t->src[0])); return WGML_OK; }
 static wgml_status vjp_cos(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_neg(c, wgml_mul(c, g, wgml_sin(c, t->src[0]))); return WGML_OK; }
 
@@ -399,7 +398,7 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     else if (act != WGML_ACT_NONE) {
         wgml_matmul_desc pre = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .bias = t->iparam[3] ? t->src[2] : NULL};
         T *z = wgml_matmul_ex(c, a, b, &pre); /* recompute the pre-activation */
-        gz = act == WGML_ACT_GELU ? gelu_grad(c, z, g) : silu_grad(c, z, g);
+        gz = act == WGML_ACT_GELU ? gelu_grad(c, z, g) : act == WGML_ACT_GELU_EXACT ? gelu_exact_grad(c, z, g) : silu_grad(c, z, g);
     }
     if (t->iparam[3]) gin[2] = sum_rows(c, gz);
     T *gzs = alpha != 1.0f ? scal(c, WGML_MUL, gz, alpha) : gz;

@@ -298,7 +298,10 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
         f = wgml_matmul(ctx, wgml_mul(ctx, wgml_silu(ctx, gu[0]), gu[1]), P(l, 5));
     } else {
         h = norm(g, x, P(l, 6), P(l, 7));
-        wgml_tensor *u = wgml_gelu_exact(ctx, wgml_matmul_ex(ctx, h, P(l, 8), &(wgml_matmul_desc){.bias = P(l, 9)}));
+        /* decoding: the GELU in the matmul's epilogue (one launch fewer); training keeps them
+           apart, since the fused form's gradient computes the pre-activation again */
+        wgml_tensor *u = cache ? wgml_matmul_ex(ctx, h, P(l, 8), &(wgml_matmul_desc){.bias = P(l, 9), .activation = WGML_ACT_GELU_EXACT})
+                               : wgml_gelu_exact(ctx, wgml_matmul_ex(ctx, h, P(l, 8), &(wgml_matmul_desc){.bias = P(l, 9)}));
         f = wgml_matmul_ex(ctx, u, P(l, 10), &(wgml_matmul_desc){.bias = P(l, 11)});
     }
     return wgml_add(ctx, x, maybe_dropout(ctx, f, dropout));

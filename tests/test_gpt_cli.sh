@@ -2,7 +2,9 @@
 # End-to-end tests of `wgml gpt train` and `wgml gpt sample` on a small text folder:
 #   - a run stopped and resumed writes the same losses, byte for byte, as one that never
 #     stopped (batches by step number, the generator's state in the checkpoint), with
-#     dropout on; the metrics CSV has its header and a loss per step;
+#     dropout on, beside its checkpoint; rows written after the checkpoint before a crash are
+#     dropped; the metrics CSV has its header and a loss per step; flags that would change a
+#     resumed run's stored settings are refused;
 #   - sampling at temperature 0 is deterministic, and with a seed too; a prompt outside the
 #     vocabulary, a missing or corrupt checkpoint, and bad flags are refused with a message
 #     naming the problem (exit 2 for usage, 1 for the rest); --help exits 0.
@@ -37,11 +39,25 @@ PY
 # stopped at step 3 of the same 6-step schedule, then resumed: the same losses, byte for byte
 run_wgml gpt train "${small[@]}" --steps 6 --stop-at 3 --out "$work/c" 2>"$work/c.log" || fail "--stop-at failed: $(cat "$work/c.log")"
 [ "$(wc -l <"$work/c/metrics.csv")" = 4 ] || fail "the stopped run's metrics do not hold 3 steps"
-run_wgml gpt train --resume "$work/c/gpt.safetensors" --out "$work/c" 2>"$work/c2.log" || fail "resuming failed: $(cat "$work/c2.log")"
+# (as if the run had gone on past its checkpoint and died: rows after step 3 are dropped)
+echo "4,9.9,0.001,,,," >>"$work/c/metrics.csv"
+echo "5,9.9,0.001,,,," >>"$work/c/metrics.csv"
+run_wgml gpt train --resume "$work/c/gpt.safetensors" 2>"$work/c2.log" || fail "resuming failed: $(cat "$work/c2.log")"
 cut -d, -f1-5 "$work/full/metrics.csv" >"$work/full.cut"
 cut -d, -f1-5 "$work/c/metrics.csv" >"$work/c.cut"
 cmp -s "$work/full.cut" "$work/c.cut" || { fail "stopped and resumed losses differ from the uninterrupted run's"; diff "$work/full.cut" "$work/c.cut" >&2; }
 cmp -s "$work/full/gpt.safetensors" "$work/c/gpt.safetensors" || fail "the resumed run's final checkpoint differs from the uninterrupted run's"
+
+# a resumed run keeps every stored setting: flags that would change one are refused
+run_wgml gpt train --stop-at 3 "${small[@]}" --steps 6 --out "$work/d" 2>/dev/null
+expect_resume() { # flag value
+  run_wgml gpt train --resume "$work/d/gpt.safetensors" "$1" "$2" >/dev/null 2>"$work/err"
+  local rc=$?
+  [ $rc = 2 ] && grep -q -- "$1 cannot be given with --resume" "$work/err" || fail "--resume with $1 exited $rc: $(cat "$work/err")"
+}
+expect_resume --lr 0.5
+expect_resume --dropout 0.5
+expect_resume --eval-every 1
 
 # nothing left to train
 run_wgml gpt train --resume "$work/full/gpt.safetensors" --out "$work/full" 2>"$work/e.log"
@@ -79,6 +95,13 @@ expect 2 "not in the checkpoint's vocabulary" -- gpt sample --checkpoint "$ck" -
 head -c 200 "$ck" >"$work/cut.safetensors"
 expect 1 "cut.safetensors" -- gpt sample --checkpoint "$work/cut.safetensors"
 expect 2 "unknown command 'fly'" -- gpt fly
+expect 2 "--steps" -- gpt train --data "$work/text" --steps 0
+expect 2 "--warmup 10 is not shorter than --steps 10" -- gpt train --data "$work/text" --steps 10 --warmup 10
+expect 2 "--tokens" -- gpt sample --checkpoint "$ck" --tokens 0
+# a temperature too small to divide by is the argmax
+c=$(run_wgml gpt sample --checkpoint "$ck" --prompt "Line" --tokens 20 --temperature 1e-30 2>/dev/null)
+g=$(run_wgml gpt sample --checkpoint "$ck" --prompt "Line" --tokens 20 --temperature 0 2>/dev/null)
+[ -n "$c" ] && [ "$c" = "$g" ] || fail "temperature 1e-30 is not greedy: '$c' vs '$g'"
 run_wgml gpt train --help >/dev/null || fail "gpt train --help did not exit 0"
 run_wgml gpt sample --help >/dev/null || fail "gpt sample --help did not exit 0"
 

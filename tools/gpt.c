@@ -8,6 +8,7 @@
  * generator's state is stored, so the losses equal those of a run that never stopped.
  * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU.
  */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <float.h>
 #include <getopt.h>
@@ -96,7 +97,8 @@ static const char train_usage[] =
     "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
     "          (also DIR/init.safetensors, the initial weights)  --sample N (print N sampled tokens at the end)\n"
     "  --stop-at N  stop (with a checkpoint) after step N of the --steps schedule; --resume goes on\n"
-    "  --resume CHECKPOINT  continue a run; its settings are kept, --steps may extend it\n";
+    "  --resume CHECKPOINT  continue a run with its stored settings (flags that would change them are refused);\n"
+    "          --steps may extend it (past the stored schedule at its minimum lr); --out defaults to its folder\n";
 
 /* Parses a number flag into p, strictly. */
 static int number(int opt, const char *arg, void *p, char *err, size_t errlen)
@@ -112,13 +114,15 @@ static int number(int opt, const char *arg, void *p, char *err, size_t errlen)
     case O_DROPOUT: return wgml_parse_f32(flag, arg, 0.0f, 0.99f, p, err, errlen) ? -1 : 0;
     case O_BETA2: return wgml_parse_f32(flag, arg, 0.0f, 0.999999f, p, err, errlen) ? -1 : 0;
     case O_SEED: return wgml_parse_u64(flag, arg, p, err, errlen) ? -1 : 0;
-    default:
-        if (wgml_parse_i64(flag, arg, opt == O_WARMUP || opt == O_EVAL_EVERY || opt == O_SAVE_EVERY || opt == O_STEPS ||
-                                          opt == O_SAMPLE || opt == O_STOP_AT ? 0 : 1,
-                           1ll << 40, &v, err, errlen))
-            return -1;
+    default: {
+        /* the ranges a checkpoint's reader accepts (models/gpt_checkpoint.c), so that every run
+           can be resumed */
+        int64_t lo = opt == O_WARMUP || opt == O_EVAL_EVERY || opt == O_SAVE_EVERY || opt == O_SAMPLE || opt == O_STOP_AT ? 0 : 1;
+        int64_t hi = opt == O_BATCH ? 1 << 24 : opt == O_EVAL_BATCHES ? 1 << 20 : opt == O_SAMPLE ? 1 << 24 : 1000000000000000ll;
+        if (wgml_parse_i64(flag, arg, lo, hi, &v, err, errlen)) return -1;
         *(int64_t *)p = v;
         return 0;
+    }
     }
 }
 
@@ -129,7 +133,7 @@ static int parse_train(int argc, char **argv, train_options *o)
     o->run = (wgml_gpt_run){.seed = 1, .lr = 1e-3f, .min_lr_ratio = 0.1f, .weight_decay = 0.1f, .max_grad_norm = 1.0f,
                             .beta1 = 0.9f, .beta2 = 0.99f, .batch = 16, .eval_every = 100, .eval_batches = 8, .warmup = -1};
     snprintf(o->run.data, sizeof o->run.data, "%s", WGML_TEXT_DEFAULT_DIR);
-    o->steps = 500, o->save_every = -1, o->out = "out/gpt";
+    o->steps = 500, o->save_every = -1, o->out = NULL;
     char err[256];
     int opt;
     optind = 1;
@@ -299,6 +303,12 @@ static int train_loop(trainer *t, train_options *o)
         float norm = NAN, vloss = NAN;
         for (int i = 0; i < np && !st; i++) {
             st = wgml_tensor_read(pending[i], &loss, 1);
+            if (!st && !isfinite(loss)) {
+                fprintf(stderr, "\nwgml gpt train: the loss of step %lld is %g: training diverged (a lower --lr, or --clip); the last "
+                                "checkpoint is kept as it was\n", (long long)(t->step - np + 1 + i), (double)loss);
+                free_pending(pending, np);
+                return 1;
+            }
             if (!st) {
                 int64_t s = t->step - np + 1 + i;
                 fprintf(t->csv, "%lld,%.9g,%.9g,", (long long)s, (double)loss, (double)lrs[i]);
@@ -337,19 +347,46 @@ static int train_loop(trainer *t, train_options *o)
     return 0;
 }
 
+/* Rewrites a metrics file with its header and the rows of steps <= last (through a temp
+   file and a rename). -1 when there is no such file or it cannot be rewritten. */
+static int keep_rows_to(const char *path, int64_t last)
+{
+    FILE *in = fopen(path, "r");
+    if (!in) return -1;
+    char tmp[1200], line[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    int rows = 0, ok = out != NULL;
+    while (ok && fgets(line, sizeof line, in)) {
+        char *end;
+        long long step = strtoll(line, &end, 10);
+        if (rows++ == 0 ? strncmp(line, "step,", 5) == 0 : (end != line && *end == ',' && step <= last)) ok = fputs(line, out) >= 0;
+    }
+    fclose(in);
+    if (out && fclose(out)) ok = 0;
+    if (!ok || rows == 0 || rename(tmp, path)) {
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 /* Takes the model and settings of a checkpoint to resume; flags given must agree with it. */
 static int resume(trainer *t, train_options *o)
 {
     wgml_gpt_checkpoint ck;
     wgml_status st = wgml_gpt_checkpoint_read(t->ctx, o->resume, &ck);
     if (st) return fprintf(stderr, "wgml gpt train: %s\n", message(t->ctx, st)), 1;
-    static const int model_flags[] = {O_ARCH, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK, O_BATCH, O_SEED, O_DATA};
+    /* everything the checkpoint holds: a resumed run is the run that wrote it */
+    static const int model_flags[] = {O_ARCH,    O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH,      O_FFN,          O_BLOCK,
+                                      O_BATCH,   O_SEED,   O_DATA,  O_LR,       O_MIN_LR,     O_WARMUP,       O_WD,
+                                      O_CLIP,    O_BETA2,  O_DROPOUT, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_INIT};
     for (size_t k = 0; k < sizeof model_flags / sizeof model_flags[0]; k++)
         if (o->given[model_flags[k] - 256]) {
             const char *name = "";
             for (const struct option *f = train_flags; f->name; f++)
                 if (f->val == model_flags[k]) name = f->name;
-            fprintf(stderr, "wgml gpt train: --%s cannot be given with --resume: the checkpoint's model, data and batches are kept\n",
+            fprintf(stderr, "wgml gpt train: --%s cannot be given with --resume: the checkpoint's model, data and settings are kept\n",
                     name);
             wgml_gpt_checkpoint_free(&ck);
             return 2;
@@ -391,8 +428,31 @@ static int cmd_gpt_train(int argc, char **argv)
     int rc = parse_train(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     trainer t = {0};
-    char err[512];
+    char err[512], out_dir[1024];
     wgml_status st;
+    if (!o.out) { /* resuming: beside the checkpoint */
+        snprintf(out_dir, sizeof out_dir, "%s", o.resume ? o.resume : "out/gpt/x");
+        char *slash = strrchr(out_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(out_dir, sizeof out_dir, ".");
+        o.out = out_dir;
+    }
+    if (!o.resume) { /* the folder as an absolute path, so that a resume from elsewhere finds it */
+        char *abs = realpath(o.run.data, NULL);
+        if (abs && strlen(abs) >= sizeof o.run.data) {
+            fprintf(stderr, "wgml gpt train: the text folder's path has %zu bytes; at most %zu fit in a checkpoint\n", strlen(abs),
+                    sizeof o.run.data - 1);
+            free(abs);
+            return 2;
+        }
+        if (abs) snprintf(o.run.data, sizeof o.run.data, "%s", abs);
+        free(abs);
+        if (o.given[O_WARMUP - 256] && o.run.warmup >= o.steps) {
+            fprintf(stderr, "wgml gpt train: --warmup %lld is not shorter than --steps %lld\n", (long long)o.run.warmup,
+                    (long long)o.steps);
+            return 2;
+        }
+    }
     /* The data first: resuming takes the folder from the checkpoint. */
     if (o.resume) {
         wgml_context *tmp = NULL;
@@ -438,8 +498,9 @@ static int cmd_gpt_train(int argc, char **argv)
         return trainer_free(&t), 1;
     }
     snprintf(path, sizeof path, "%s/metrics.csv", o.out);
-    struct stat sb;
-    int append = o.resume && stat(path, &sb) == 0 && sb.st_size > 0;
+    /* resuming: the rows up to the checkpoint's step are kept, any after it (written before a
+       crash) dropped, so that the file holds each step once */
+    int append = o.resume && keep_rows_to(path, t.step) == 0;
     t.csv = fopen(path, append ? "a" : "w");
     if (!t.csv) return fprintf(stderr, "wgml gpt train: cannot write %s: %s\n", path, strerror(errno)), trainer_free(&t), 1;
     if (!append) fprintf(t.csv, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s\n");
@@ -526,7 +587,7 @@ static int cmd_gpt_sample(int argc, char **argv)
         case ':': fprintf(stderr, "wgml gpt sample: option '%s' needs a value\n", argv[optind - 1]); return 2;
         case O_CHECKPOINT: path = optarg; break;
         case O_PROMPT: prompt = optarg; break;
-        case O_TOKENS: bad = wgml_parse_i64("--tokens", optarg, 0, 1 << 24, &tokens, err, sizeof err) != 0; break;
+        case O_TOKENS: bad = wgml_parse_i64("--tokens", optarg, 1, 1 << 24, &tokens, err, sizeof err) != 0; break;
         case O_TOP_K: bad = wgml_parse_i64("--top-k", optarg, 0, 1 << 20, &top_k, err, sizeof err) != 0; break;
         case O_TEMPERATURE: bad = wgml_parse_f32("--temperature", optarg, 0.0f, 100.0f, &temperature, err, sizeof err) != 0; break;
         case O_SEED: bad = wgml_parse_u64("--seed", optarg, &seed, err, sizeof err) != 0; break;

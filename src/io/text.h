@@ -1,7 +1,8 @@
 /*
  * Text corpora for character-level language models, host only.
  *
- * A corpus is the regular files of a folder (symbolic links and names ending ".dat" skipped:
+ * A corpus is the regular files of a folder (symbolic links, names starting with "." and names
+ * ending ".dat" skipped:
  * in Debian's fortunes folder those are the index files and the .u8 aliases), concatenated
  * in byte order of their names. The vocabulary is the distinct bytes of the whole text in
  * increasing order; a token is a byte's index in it. The first 90% of the tokens (rounded
@@ -38,8 +39,8 @@ typedef struct wgml_text {
 } wgml_text;
 
 /* Reads a folder as above. WGML_ERROR_IO (missing folder, unreadable file),
-   WGML_ERROR_INVALID_ARGUMENT (no files, empty text, a split too short for any window of
-   the smallest block), with a message naming the folder. On failure *out is zeroed. */
+   WGML_ERROR_INVALID_ARGUMENT (no files, empty text), with a message naming the folder. On
+   failure *out is zeroed. (A split too short for a block is wgml_text_batch's error.) */
 wgml_status wgml_text_load(const char *dir, wgml_text *out, char *err, size_t errlen);
 /* The same from bytes in memory (tests). */
 wgml_status wgml_text_from_bytes(const uint8_t *bytes, size_t len, wgml_text *out, char *err, size_t errlen);

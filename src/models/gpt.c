@@ -129,8 +129,11 @@ void wgml_gpt_free(wgml_gpt *g)
     if (!g) return;
     for (int i = 0; g->params && i < g->n_params; i++) wgml_tensor_free(g->params[i]);
     free(g->params);
+    free(g->slot_param);
     memset(g, 0, sizeof *g);
 }
+
+static void order_slots(const wgml_gpt_config *c, int n, int *slot_param); /* (training, below) */
 
 static wgml_status start(wgml_context *ctx, const wgml_gpt_config *cfg, wgml_gpt *out)
 {
@@ -142,7 +145,10 @@ static wgml_status start(wgml_context *ctx, const wgml_gpt_config *cfg, wgml_gpt
     out->cfg = c;
     out->n_params = wgml_gpt_param_count(&c);
     out->params = calloc((size_t)out->n_params, sizeof *out->params);
-    return out->params ? WGML_OK : WGML_ERROR_OUT_OF_MEMORY;
+    out->slot_param = malloc((size_t)out->n_params * sizeof *out->slot_param);
+    if (!out->params || !out->slot_param) return WGML_ERROR_OUT_OF_MEMORY;
+    order_slots(&c, out->n_params, out->slot_param);
+    return WGML_OK;
 }
 
 /* Is parameter i a norm weight (initialised to 1)? */
@@ -384,7 +390,8 @@ wgml_tensor *wgml_gpt_decode_logits(wgml_gpt *g, wgml_gpt_cache *c, wgml_tensor 
 
 wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, float temperature, int64_t top_k)
 {
-    if (!(temperature > 0.0f)) return wgml_reshape(ctx, wgml_argmax(ctx, logits, -1, 0), 1, (int64_t[1]){1});
+    /* (below 1e-4, logits / temperature could overflow to infinity: the argmax then too) */
+    if (!(temperature >= 1e-4f)) return wgml_reshape(ctx, wgml_argmax(ctx, logits, -1, 0), 1, (int64_t[1]){1});
     int64_t V = wgml_tensor_dim(logits, -1);
     wgml_tensor *s = wgml_binary_scalar(ctx, WGML_MUL, logits, 1.0f / temperature);
     if (top_k > 0 && top_k < V) {
@@ -439,12 +446,21 @@ wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t
 /* ---------------------------------------------------------------- training */
 
 /* Parameters by block: the embeddings, each layer, the final norm. */
-static int block_of(const wgml_gpt *g, int i)
+static int block_of(const wgml_gpt_config *c, int i)
 {
-    int head = n_head_params(&g->cfg), per = per_layer(&g->cfg);
+    int head = n_head_params(c), per = per_layer(c);
     if (i < head) return 0;
     int l = (i - head) / per;
-    return l < g->cfg.layers ? 1 + l : 1 + (int)g->cfg.layers;
+    return l < c->layers ? 1 + l : 1 + (int)c->layers;
+}
+
+static int ndim_of(const wgml_gpt_config *c, int i)
+{
+    char name[WGML_GPT_NAME];
+    int nd;
+    int64_t shape[2];
+    wgml_gpt_param_info(c, i, name, &nd, shape);
+    return nd;
 }
 
 /* Slot order: block by block, in each the 2-D parameters (decayed) then the 1-D ones, each
@@ -452,14 +468,18 @@ static int block_of(const wgml_gpt *g, int i)
    last parameter back: each layer's weight gradients then come as the backward reaches it,
    and its activations are freed there (a schedule whose every 1-D parameter came after
    every 2-D one held them all to the end: 270 MiB more at the nanoGPT size). */
+static void order_slots(const wgml_gpt_config *c, int n, int *slot_param)
+{
+    int k = 0;
+    for (int b = 0; b < 2 + (int)c->layers; b++)
+        for (int pass = 2; pass >= 1; pass--)
+            for (int i = 0; i < n; i++)
+                if (block_of(c, i) == b && ndim_of(c, i) == pass) slot_param[k++] = i;
+}
+
 int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot)
 {
-    int blocks = 2 + (int)g->cfg.layers, k = 0;
-    for (int b = 0; b < blocks; b++)
-        for (int pass = 2; pass >= 1; pass--)
-            for (int i = 0; i < g->n_params; i++)
-                if (block_of(g, i) == b && wgml_tensor_ndim(g->params[i]) == pass && k++ == slot) return i;
-    return -1;
+    return g && g->slot_param && slot >= 0 && slot < g->n_params ? g->slot_param[slot] : -1;
 }
 
 wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out)
@@ -475,7 +495,8 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
         int i = wgml_gpt_optimizer_param(g, s);
         order[s] = g->params[i];
         int prev = s ? wgml_gpt_optimizer_param(g, s - 1) : -1;
-        if (s == 0 || block_of(g, i) != block_of(g, prev) || wgml_tensor_ndim(g->params[i]) != wgml_tensor_ndim(g->params[prev])) {
+        if (s == 0 || block_of(&g->cfg, i) != block_of(&g->cfg, prev) ||
+            wgml_tensor_ndim(g->params[i]) != wgml_tensor_ndim(g->params[prev])) {
             groups[ng].params = order + s;
             groups[ng].weight_decay = wgml_tensor_ndim(g->params[i]) == 2 ? d->weight_decay : 0.0f;
             ng++;

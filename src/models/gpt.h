@@ -83,6 +83,7 @@ typedef struct wgml_gpt {
     wgml_gpt_config cfg; /* resolved */
     int n_params;
     wgml_tensor **params; /* in the order above */
+    int *slot_param;      /* the parameter of each optimiser slot (wgml_gpt_optimizer_param) */
 } wgml_gpt;
 
 /* A model with parameters from host data (params[i] has parameter i's elements), or
@@ -102,8 +103,9 @@ wgml_tensor *wgml_gpt_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, 
    the GPU, so a step feeds only the new tokens. */
 typedef struct wgml_gpt_cache {
     int64_t len;          /* positions held */
-    wgml_tensor **kv;     /* per layer, [2,Hkv,len,D]: the keys, then the values (one copy
-                             launch appends both); NULL while len = 0 */
+    wgml_tensor **kv;     /* per layer, [2,Hkv,len,D]: the keys, then the values; a step makes
+                             a new one (the old copied, the new appended: one concat); NULL
+                             while len = 0 */
     wgml_tensor **next_kv; /* built by a step, in place of kv once evaluated */
 } wgml_gpt_cache;
 wgml_status wgml_gpt_cache_init(const wgml_gpt *g, wgml_gpt_cache *c);
@@ -114,8 +116,8 @@ void wgml_gpt_cache_free(wgml_gpt_cache *c, int64_t layers);
    c->len + T - 1 (at most block in all; NULL otherwise). */
 wgml_tensor *wgml_gpt_decode_logits(wgml_gpt *g, wgml_gpt_cache *c, wgml_tensor *ids);
 
-/* Lazy: a token drawn from logits [1,V] (i32 [1]), on the GPU: temperature 0 takes the
-   argmax; otherwise the top_k largest logits (top_k 0 or >= V: all; ties at the k-th value
+/* Lazy: a token drawn from logits [1,V] (i32 [1]), on the GPU: temperature 0 (or below 1e-4,
+   or NaN) takes the argmax; otherwise the top_k largest logits (top_k 0 or >= V: all; ties at the k-th value
    are all kept) divided by temperature, sampled by the Gumbel-max trick from the context's
    generator (wgml_rand). */
 wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, float temperature, int64_t top_k);

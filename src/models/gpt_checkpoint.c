@@ -38,7 +38,7 @@ static const field fields[] = {
     CFG("norm_eps", norm_eps, F32, 0, 1),
     CFG("dropout", dropout, F32, 0, 1),
     RUN("seed", seed, U64, 0, 0),
-    RUN("lr", lr, F32, 0, FLT_MAX),
+    RUN("lr", lr, F32, FLT_MIN, 10),
     RUN("min_lr_ratio", min_lr_ratio, F32, 0, 1),
     RUN("warmup", warmup, I64, 0, 1e15),
     RUN("total_steps", total_steps, I64, 0, 1e15),

@@ -111,7 +111,7 @@ static void unary_range(int op, double *lo, double *hi)
     *hi = own[op][0] != own[op][1] ? own[op][1] : fmin(2, wgml_op_table[op].test.hi[0]);
 }
 
-static const char *const act_names[] = {"none", "relu", "gelu", "silu"};
+static const char *const act_names[] = {"none", "relu", "gelu", "silu", "gelu_exact"};
 
 /* operand k of the op is leaf leaf_of(k) */
 static int n_operands(const gcase *c) { return c->nin + (c->same ? 1 : 0); }

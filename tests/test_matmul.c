@@ -49,7 +49,7 @@ typedef struct mm_case {
     wgml_activation act;
 } mm_case;
 
-static const char *act_name[] = {"none", "relu", "gelu", "silu"};
+static const char *act_name[] = {"none", "relu", "gelu", "silu", "gelu_exact"};
 
 /* Runs one case; returns 1 if it matched the reference. */
 static int run_case(wgml_context *ctx, const mm_case *c)

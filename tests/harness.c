@@ -207,3 +207,15 @@ wgml_tensor *test_tensor_i32(wgml_context *ctx, int ndim, const int64_t *shape, 
     CHECK_OK(ctx, wgml_tensor_from_i32(ctx, ndim, shape, data, (size_t)test_numel(ndim, shape), &t));
     return t;
 }
+
+void test_with_other_gemm_kernel(void (*suite)(void))
+{
+    wgml_context *ctx = test_context();
+    wgml_adapter_info info;
+    if (!ctx || wgml_adapter_info_get(ctx, &info) != WGML_OK) return;
+    test_context_release(); /* a context reads the knobs at its first kernel choice */
+    setenv("WGML_GEMM_CPU", strcmp(info.adapter_type, "CPU") ? "1" : "0", 1);
+    suite();
+    test_context_release();
+    unsetenv("WGML_GEMM_CPU");
+}

@@ -111,4 +111,8 @@ wgml_tensor *test_tensor_i32(wgml_context *ctx, int ndim, const int64_t *shape, 
 wgml_context *test_context(void);
 void test_context_release(void);
 
+/* Runs `suite` with the GEMM kernel the adapter does not pick by default (WGML_GEMM_CPU: the
+   tiled kernels on a CPU adapter, the CPU kernel on a GPU), on a fresh context. */
+void test_with_other_gemm_kernel(void (*suite)(void));
+
 #endif

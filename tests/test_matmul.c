@@ -929,21 +929,15 @@ static void exec_submit_raw_launches(void)
 
 /* The GEMM kernel the adapter does not pick by default, through the main suites: the tiled
    kernels on a CPU adapter (the GPU's path, which CI runs on lavapipe), the CPU GEMM on a GPU. */
-static void other_gemm_kernel(void)
+static void other_gemm_suites(void)
 {
-    wgml_context *ctx = test_context();
-    wgml_adapter_info info;
-    if (!ctx || wgml_adapter_info_get(ctx, &info) != WGML_OK) return;
-    test_context_release(); /* a context reads the knobs at its first kernel choice */
-    setenv("WGML_GEMM_CPU", strcmp(info.adapter_type, "CPU") ? "1" : "0", 1);
     sizes_and_transposes();
     aligned_sizes();
     batched();
     epilogue();
     strided_operands();
-    test_context_release();
-    unsetenv("WGML_GEMM_CPU");
 }
+static void other_gemm_kernel(void) { test_with_other_gemm_kernel(other_gemm_suites); }
 
 int main(void)
 {

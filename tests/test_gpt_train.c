@@ -149,18 +149,33 @@ static void training_matches_reference(wgml_gpt_arch arch)
         FAILF("greedy tokens differ from the reference's in %d of %d places", NEW - same, NEW);
         for (int k = 0; k < NEW; k++) fprintf(stderr, "    %d: %d vs %d\n", k, hist[0][PROMPT + k], want[PROMPT + k]);
     }
-    /* past the block the window slides: generation goes on */
+    /* past the block the window slides (the cache restarts from the last block / 2 tokens):
+       each token is still the reference's argmax over the context the cache holds, the
+       positions of a restarted window included */
     int32_t longer[3 * T];
     memcpy(longer, x, PROMPT * sizeof(int32_t));
     wgml_gpt_cache cache;
     CHECK_OK(ctx, wgml_gpt_cache_init(&g0, &cache));
     int64_t have = PROMPT, fresh = PROMPT;
+    int slides = 0, wrong = 0;
+    double *logits = malloc((size_t)(T * c.vocab) * sizeof *logits);
     while (have < 3 * T) {
         int32_t tok = -1;
+        int64_t before = cache.len;
         CHECK_OK(ctx, wgml_gpt_generate_step(&g0, &cache, longer, have, fresh, 0.0f, 0, &tok));
         CHECK(tok >= 0 && tok < c.vocab && cache.len <= T);
+        slides += cache.len < before;
+        int n = (int)cache.len; /* the context the step saw: the last n tokens */
+        gpt_ref_logits(ref0, longer + have - n, n, logits);
+        const double *last = logits + (size_t)(n - 1) * (size_t)c.vocab;
+        int best = 0;
+        for (int v = 1; v < c.vocab; v++) best = last[v] > last[best] ? v : best;
+        wrong += tok != best;
         longer[have++] = tok, fresh = 1;
     }
+    free(logits);
+    if (wrong) FAILF("%d of %d tokens past the block differ from the reference's argmax", wrong, 3 * T - PROMPT);
+    CHECK(slides >= 2);
     wgml_gpt_cache_free(&cache, c.layers);
 
     gpt_ref_free(ref0), gpt_ref_free(ref);

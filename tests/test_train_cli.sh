@@ -215,6 +215,27 @@ refused "--seed -1" "--seed|'-1'" run_wgml train "${common[@]}" --seed -1 --out 
 refused "--batch larger than the data" "batch 512|256" run_wgml train "${common[@]}" --batch 512 --out "$work/bad_run"
 refused "--hidden unlike the checkpoint's" "--hidden 32|784-16-10" run_wgml train --data "$data" --hidden 32 --epochs 2 \
   --out "$work/bad_run" --resume "$one_epoch"
+refused "an unknown option" "unknown option '--nope'" run_wgml train "${common[@]}" --nope
+refused "a missing value" "'--epochs' needs a value" run_wgml train "${common[@]}" --epochs
+refused "trailing junk" "unexpected argument 'junk'" run_wgml train "${common[@]}" junk
+refused "--epochs 2abc" "--epochs|'2abc'" run_wgml train "${common[@]}" --epochs 2abc
+refused "resuming a finished run" "nothing to train" run_wgml train --data "$data" --epochs 1 --out "$work/bad_run" \
+  --resume "$one_epoch"
+refused "an unknown command" "unknown command 'frobnicate'" run_wgml frobnicate
+refused "an unknown bench target" "unknown target 'foo'" run_wgml bench foo
+refused "eval without a checkpoint" "CHECKPOINT is required" run_wgml eval --data "$data"
+# help and version: exit 0, usage on stdout, nothing run
+for args in "--help" "-h" "--version" "train --help" "train -h" "eval --help" "bench --help" "info --help" "gpt --help"; do
+  # shellcheck disable=SC2086
+  run_wgml $args >"$work/out" 2>"$work/err" || fail "wgml $args: exit $?"
+  grep -q "usage\|^wgml [0-9]" "$work/out" || fail "wgml $args printed no usage or version: $(head -c 200 "$work/out")"
+  ! grep -q "training\|epoch" "$work/err" || fail "wgml $args started something"
+done
+# a metrics file is written with its header even by a resumed run that starts it
+rm -f "$work/half2/metrics.csv"; mkdir -p "$work/half2"
+ran "resume into a new folder" run_wgml train --data "$data" --epochs 2 --out "$work/half2" --resume "$one_epoch"
+head -n 1 "$work/half2/metrics.csv" | grep -q "^epoch,step," || fail "a resumed run's new metrics file has no header"
+! grep -q $'\r' "$work/out" || fail "the progress bar wrote carriage returns into a file"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed" >&2

@@ -531,11 +531,42 @@ static void bench_attention(int quick)
     wgml_context_free(ctx);
 }
 
+typedef struct bench_flags {
+    int quick, json;
+} bench_flags;
+
+static int bench_flag(int opt, const char *arg, void *state)
+{
+    (void)arg;
+    bench_flags *f = state;
+    if (opt == 256) f->quick = 1;
+    else if (opt == 257) gpu_time = 1;
+    else if (opt == 258) f->json = 1;
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    const char *what = argc > 0 && argv[0][0] != '-' ? argv[0] : "all";
-    int quick = cli_has_flag(argc, argv, "--quick");
-    gpu_time = cli_has_flag(argc, argv, "--gpu-time");
+    static const struct option flags[] = {{"quick", no_argument, 0, 256}, {"gpu-time", no_argument, 0, 257},
+                                          {"json", no_argument, 0, 258},  {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const char usage[] =
+        "usage: wgml bench [ops|matmul|attention|gather|transformer|gpt|startup|all] [--json] [--quick] [--gpu-time]\n"
+        "Times ops and the GPT on this adapter (default: all). --quick: small sizes; --gpu-time: GPU timestamps,\n"
+        "one op per evaluation; --json: the results as JSON on stdout.\n";
+    static const char *const targets[] = {"ops", "matmul", "attention", "gather", "transformer", "gpt", "startup", "all"};
+    bench_flags f = {0};
+    char *pos[1];
+    int npos = 0, prc = cli_parse(argc, argv, "bench", flags, usage, bench_flag, &f, pos, 1, &npos);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *what = npos ? pos[0] : "all";
+    int known = 0;
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) known |= !strcmp(what, targets[i]);
+    if (!known) {
+        fprintf(stderr, "wgml bench: unknown target '%s'; want one of ops, matmul, attention, gather, transformer, gpt, startup, all\n",
+                what);
+        return 2;
+    }
+    int quick = f.quick;
     if (quick) warmup_seconds = 0.3;
     const char *wu = getenv("WGML_BENCH_WARMUP");
     if (wu && atof(wu) >= 0) warmup_seconds = atof(wu);
@@ -555,7 +586,7 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(what, "gather") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_gather(quick);
     if (!strcmp(what, "gpt") || !strcmp(what, "all")) bench_gpt(quick);
     if (!strcmp(what, "startup")) bench_startup();
-    if (cli_has_flag(argc, argv, "--json")) {
+    if (f.json) {
         /* every result under "results"; the transformer ops' also by family: "attention",
            "gather" and "scatter" hold the results whose names begin so */
         static const char *const groups[] = {"results", "attention", "gather", "scatter", "gpt"};

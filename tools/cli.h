@@ -2,8 +2,15 @@
 #ifndef WGML_TOOLS_CLI_H
 #define WGML_TOOLS_CLI_H
 
-int cli_has_flag(int argc, char **argv, const char *flag);
-const char *cli_option(int argc, char **argv, const char *name, const char *def);
+#include <getopt.h>
+
+/* Parses a command's argv (argv[0] is its name) with getopt_long: on(opt, optarg, state)
+   for each option (non-zero: a bad value, already reported); -h and --help print usage and
+   return 1 (the caller exits 0); an unknown option, a missing value or more than max_pos
+   positional arguments (collected into pos, *npos of them) are reported naming the option,
+   and return 2. 0 when all is well. */
+int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
+              int (*on)(int opt, const char *arg, void *state), void *state, char **pos, int max_pos, int *npos);
 
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "io/idx.h"
 #include "io/loader.h"
@@ -84,34 +85,71 @@ static int parse_hidden(const char *s, options *o, char *err, size_t errlen)
     return 0;
 }
 
-/* The flags, each parsed strictly (a typo is an error, not a silent 0). */
-static int parse_options(int argc, char **argv, options *o, char *err, size_t errlen)
+enum { O_EPOCHS = 256, O_BATCH, O_SEED, O_FLOAT, O_OUT = O_FLOAT + WGML_FLOAT_SETTINGS, O_RESUME, O_DATA, O_HIDDEN };
+
+static const struct option train_flags[] = {
+    {"epochs", required_argument, 0, O_EPOCHS}, {"batch", required_argument, 0, O_BATCH},
+    {"seed", required_argument, 0, O_SEED},     {"lr", required_argument, 0, O_FLOAT + 0},
+    {"wd", required_argument, 0, O_FLOAT + 1},  {"clip", required_argument, 0, O_FLOAT + 2},
+    {"out", required_argument, 0, O_OUT},       {"resume", required_argument, 0, O_RESUME},
+    {"data", required_argument, 0, O_DATA},     {"hidden", required_argument, 0, O_HIDDEN},
+    {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
+};
+
+/* One flag, parsed strictly (a typo is an error, not a silent 0). */
+static int train_flag(int opt, const char *arg, void *state)
 {
-    const char *text;
+    options *o = state;
+    char err[512];
     int64_t v;
-    if (wgml_parse_i64("--epochs", cli_option(argc, argv, "--epochs", "10"), 1, WGML_CK_MAX_EPOCH, &v, err, errlen)) return -1;
-    o->epochs = (int)v;
-    o->s = (wgml_train_settings){.seed = 1, .lr = 1e-3f, .weight_decay = 0, .max_grad_norm = 1.0f, .batch = 128};
-    if ((text = cli_option(argc, argv, "--batch", NULL))) {
-        if (wgml_parse_i64("--batch", text, 1, WGML_CK_MAX_BATCH, &v, err, errlen)) return -1;
-        o->s.batch = (int)v;
+    int bad = 0;
+    switch (opt) {
+    case O_EPOCHS:
+        if (!(bad = wgml_parse_i64("--epochs", arg, 1, WGML_CK_MAX_EPOCH, &v, err, sizeof err) != 0)) o->epochs = (int)v;
+        break;
+    case O_BATCH:
+        if (!(bad = wgml_parse_i64("--batch", arg, 1, WGML_CK_MAX_BATCH, &v, err, sizeof err) != 0)) o->s.batch = (int)v;
         o->given |= WGML_CK_BATCH;
-    }
-    if ((text = cli_option(argc, argv, "--seed", NULL))) {
-        if (wgml_parse_u64("--seed", text, &o->s.seed, err, errlen)) return -1;
+        break;
+    case O_SEED:
+        bad = wgml_parse_u64("--seed", arg, &o->s.seed, err, sizeof err) != 0;
         o->given |= WGML_CK_SEED;
-    }
-    for (int i = 0; i < WGML_FLOAT_SETTINGS; i++) {
-        const wgml_float_setting *fs = &wgml_float_settings[i];
-        if (!(text = cli_option(argc, argv, fs->flag, NULL))) continue;
-        if (wgml_parse_f32(fs->flag, text, 0.0f, FLT_MAX, wgml_setting_f32(&o->s, fs), err, errlen)) return -1;
+        break;
+    case O_OUT: o->out = arg; break;
+    case O_RESUME: o->resume = arg; break;
+    case O_DATA: o->data = arg; break;
+    case O_HIDDEN: o->hidden = arg; break;
+    default: {
+        const wgml_float_setting *fs = &wgml_float_settings[opt - O_FLOAT];
+        bad = wgml_parse_f32(fs->flag, arg, 0.0f, FLT_MAX, wgml_setting_f32(&o->s, fs), err, sizeof err) != 0;
         o->given |= fs->bit;
     }
-    o->out = cli_option(argc, argv, "--out", "out/train");
-    o->resume = cli_option(argc, argv, "--resume", NULL);
-    o->data = cli_option(argc, argv, "--data", DEFAULT_DATA);
-    o->hidden = cli_option(argc, argv, "--hidden", NULL);
-    return parse_hidden(o->hidden ? o->hidden : "256,128", o, err, errlen);
+    }
+    if (bad) fprintf(stderr, "wgml train: %s (see --help)\n", err);
+    return bad;
+}
+
+static const char train_usage[] =
+    "usage: wgml train [--epochs 10] [--batch 128] [--lr 1e-3] [--wd 0] [--clip 1.0] [--hidden 256,128]\n"
+    "                  [--seed 1] [--out out/train] [--resume CHECKPOINT] [--data " DEFAULT_DATA "]\n"
+    "An MLP on Fashion-MNIST. --resume continues the checkpoint's run: its model, and its seed, batch,\n"
+    "lr, wd and clip unless given here.\n";
+
+/* The flags: 0, 1 (help shown) or 2 (a bad flag, reported). */
+static int parse_options(int argc, char **argv, options *o)
+{
+    o->epochs = 10;
+    o->s = (wgml_train_settings){.seed = 1, .lr = 1e-3f, .weight_decay = 0, .max_grad_norm = 1.0f, .batch = 128};
+    o->out = "out/train";
+    o->data = DEFAULT_DATA;
+    int rc = cli_parse(argc, argv, "train", train_flags, train_usage, train_flag, o, NULL, 0, NULL);
+    if (rc) return rc;
+    char err[512];
+    if (parse_hidden(o->hidden ? o->hidden : "256,128", o, err, sizeof err)) {
+        fprintf(stderr, "wgml train: %s (see --help)\n", err);
+        return 2;
+    }
+    return 0;
 }
 
 /* The checkpoint's model for this data set: MNIST-sized input and output. */
@@ -215,19 +253,10 @@ static void shuffle(int64_t *idx, int64_t n, uint64_t seed, int epoch)
 
 int cmd_train(int argc, char **argv)
 {
-    if (cli_has_flag(argc, argv, "--help")) {
-        printf("wgml train [--epochs 10] [--batch 128] [--lr 1e-3] [--wd 0] [--clip 1.0] [--hidden 256,128]\n"
-               "           [--seed 1] [--out out/train] [--resume CHECKPOINT] [--data %s]\n"
-               "--resume continues the checkpoint's run: its model, and its seed, batch, lr, wd and clip\n"
-               "unless given here.\n", DEFAULT_DATA);
-        return 0;
-    }
     options o = {0};
     char err[512];
-    if (parse_options(argc, argv, &o, err, sizeof err)) {
-        fprintf(stderr, "wgml train: %s (see --help)\n", err);
-        return 2;
-    }
+    int prc = parse_options(argc, argv, &o);
+    if (prc) return prc == 1 ? 0 : 2;
     wgml_mnist train = {0}, test = {0};
     if (wgml_mnist_load(o.data, 1, &train, err, sizeof err) || wgml_mnist_load(o.data, 0, &test, err, sizeof err)) {
         fprintf(stderr, "wgml train: %s\n(install the data set: apt-get install dataset-fashion-mnist)\n", err);
@@ -256,6 +285,11 @@ int cmd_train(int argc, char **argv)
     if (o.resume) {
         if (resume_from(o.resume, ctx, &ck, &m, &o)) goto done;
         start_epoch = ck.epoch;
+        if (start_epoch >= o.epochs) {
+            fprintf(stderr, "wgml train: %s is at epoch %d of %d: nothing to train (give --epochs past it)\n", o.resume,
+                    start_epoch, o.epochs);
+            goto done;
+        }
     } else if ((st = wgml_mlp_create(ctx, o.nlayers, o.sizes, o.s.seed, NULL, NULL, &m))) {
         fprintf(stderr, "wgml train: cannot build the model: %s\n", message(ctx, st));
         goto done;
@@ -284,12 +318,14 @@ int cmd_train(int argc, char **argv)
     snprintf(ckpath, sizeof ckpath, "%s/checkpoint.safetensors", o.out);
     snprintf(csvpath, sizeof csvpath, "%s/metrics.csv", o.out);
     csv = fopen(csvpath, o.resume ? "a" : "w");
+    int csv_empty = csv && fseek(csv, 0, SEEK_END) == 0 && ftell(csv) == 0;
     if (!csv) {
         fprintf(stderr, "wgml train: cannot write %s: %s\n", csvpath, strerror(errno));
         goto done;
     }
-    if (!o.resume) fprintf(csv, "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_s,epoch_seconds\n");
+    if (csv_empty) fprintf(csv, "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_s,epoch_seconds\n");
     const int batch = o.s.batch;
+    const int tty = isatty(STDOUT_FILENO); /* the progress bar's \r only on a terminal */
     printf("training MLP");
     for (int l = 0; l <= o.nlayers; l++) printf("%s%lld", l ? "-" : " ", (long long)o.sizes[l]);
     printf(" on %s (%s), batch %d, AdamW lr %g, wd %g, clip %g, seed %llu, epochs %d..%d\n", info.name, info.backend, batch,
@@ -327,7 +363,7 @@ int cmd_train(int argc, char **argv)
             }
             sum_loss += loss;
             sum_correct += correct;
-            if (s % 20 == 0 || s + 1 == steps) {
+            if (tty && (s % 20 == 0 || s + 1 == steps)) {
                 double el = now() - t0;
                 int bar = (int)(30 * (s + 1) / steps);
                 printf("\repoch %2d/%d [%.*s%*s] %5.1f%% loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, bar,
@@ -339,6 +375,9 @@ int cmd_train(int argc, char **argv)
         }
         double secs = now() - t0;
         if (evaluate(ctx, &m, &test, &test_acc, &test_loss)) goto done;
+        if (!tty) /* a file or a pipe: one plain line per epoch */
+            printf("epoch %2d/%d loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, sum_loss / (double)steps,
+                   sum_correct / (double)(steps * batch), (double)(steps * batch) / secs);
         printf("  | test loss %.4f acc %.4f (%.1f s)\n", test_loss, test_acc, secs);
         fprintf(csv, "%d,%lld,%.6f,%.6f,%.6f,%.6f,%.1f,%.3f\n", epoch + 1, (long long)wgml_optimizer_steps(opt),
                 sum_loss / (double)steps, sum_correct / (double)(steps * batch), test_loss, test_acc,
@@ -367,13 +406,26 @@ done:
     return rc;
 }
 
+static int eval_flag(int opt, const char *arg, void *state)
+{
+    if (opt == 256) *(const char **)state = arg;
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv)
 {
-    if (argc < 1 || argv[0][0] == '-') {
-        fprintf(stderr, "usage: wgml eval CHECKPOINT [--data DIR]\n");
+    static const struct option flags[] = {{"data", required_argument, 0, 256}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const char usage[] = "usage: wgml eval CHECKPOINT [--data " DEFAULT_DATA "]\n"
+                                "The test accuracy of a checkpoint of wgml train.\n";
+    const char *data = DEFAULT_DATA;
+    char *pos[1];
+    int npos = 0, prc = cli_parse(argc, argv, "eval", flags, usage, eval_flag, &data, pos, 1, &npos);
+    if (prc) return prc == 1 ? 0 : 2;
+    if (npos != 1) {
+        fprintf(stderr, "wgml eval: a CHECKPOINT is required (see --help)\n");
         return 2;
     }
-    const char *data = cli_option(argc, argv, "--data", DEFAULT_DATA);
+    const char *path = pos[0];
     char err[512];
     wgml_mnist test = {0};
     if (wgml_mnist_load(data, 0, &test, err, sizeof err)) {
@@ -390,12 +442,12 @@ int cmd_eval(int argc, char **argv)
     wgml_checkpoint ck = {0};
     int rc = 1;
     double acc, loss;
-    wgml_status st = wgml_checkpoint_read(ctx, argv[0], &ck);
+    wgml_status st = wgml_checkpoint_read(ctx, path, &ck);
     if (st) fprintf(stderr, "wgml eval: %s\n", message(ctx, st));
-    else if (check_mnist_sizes(argv[0], &ck, "wgml eval")) st = WGML_ERROR_SHAPE;
-    else if ((st = wgml_checkpoint_mlp(ctx, &ck, &m))) fprintf(stderr, "wgml eval: %s: cannot build the model: %s\n", argv[0], message(ctx, st));
+    else if (check_mnist_sizes(path, &ck, "wgml eval")) st = WGML_ERROR_SHAPE;
+    else if ((st = wgml_checkpoint_mlp(ctx, &ck, &m))) fprintf(stderr, "wgml eval: %s: cannot build the model: %s\n", path, message(ctx, st));
     if (!st && !evaluate(ctx, &m, &test, &acc, &loss)) {
-        printf("checkpoint %s (epoch %d): test loss %.4f accuracy %.4f\n", argv[0], ck.epoch, loss, acc);
+        printf("checkpoint %s (epoch %d): test loss %.4f accuracy %.4f\n", path, ck.epoch, loss, acc);
         rc = 0;
     }
     wgml_mlp_free(&m);

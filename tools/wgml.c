@@ -23,9 +23,20 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+static int info_flag(int opt, const char *arg, void *state)
+{
+    (void)arg;
+    if (opt == 256) *(int *)state = 1;
+    return 0;
+}
+
 static int cmd_info(int argc, char **argv)
 {
-    int json = cli_has_flag(argc, argv, "--json");
+    static const struct option flags[] = {{"json", no_argument, 0, 256}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int json = 0;
+    int prc = cli_parse(argc, argv, "info", flags, "usage: wgml info [--json]\nThe adapter wgml picks, its limits and features.\n",
+                        info_flag, &json, NULL, 0, NULL);
+    if (prc) return prc == 1 ? 0 : 2;
     wgml_context *ctx;
     wgml_status st = wgml_context_create(NULL, &ctx);
     if (st) {
@@ -83,24 +94,14 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
-int cli_has_flag(int argc, char **argv, const char *flag)
-{
-    for (int k = 0; k < argc; k++)
-        if (strcmp(argv[k], flag) == 0) return 1;
-    return 0;
-}
+#ifndef WGML_VERSION
+#define WGML_VERSION "0.8.0"
+#endif
 
-const char *cli_option(int argc, char **argv, const char *name, const char *def)
+static void usage(FILE *f)
 {
-    for (int k = 0; k + 1 < argc; k++)
-        if (strcmp(argv[k], name) == 0) return argv[k + 1];
-    return def;
-}
-
-static void usage(void)
-{
-    fprintf(stderr, "usage: wgml info [--json]\n"
-                    "       wgml bench [ops|matmul|attention|all] [--json] [--quick]\n"
+    fprintf(f, "usage: wgml info [--json]\n"
+                    "       wgml bench [ops|matmul|attention|gather|transformer|gpt|startup|all] [--json] [--quick] [--gpu-time]\n"
                     "       wgml train [--epochs N] [--batch N] [--lr X] [--hidden 256,128] [--seed N]\n"
                     "                  [--out DIR] [--resume CHECKPOINT] [--data DIR]\n"
                     "       wgml eval CHECKPOINT [--data DIR]\n"
@@ -111,15 +112,19 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage();
+        usage(stderr);
         return 2;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
-    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return usage(stdout), 0;
+    if (!strcmp(cmd, "--version")) return printf("wgml %s\n", WGML_VERSION), 0;
+    /* each command sees its own name as argv[0] */
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "gpt") == 0) return cmd_gpt(argc - 2, argv + 2);
-    usage();
+    fprintf(stderr, "wgml: unknown command '%s'\n", cmd);
+    usage(stderr);
     return 2;
 }

@@ -11,7 +11,6 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <float.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +125,54 @@ static int number(int opt, const char *arg, void *p, char *err, size_t errlen)
     }
 }
 
+static int train_flag(int opt, const char *arg, void *state)
+{
+    train_options *o = state;
+    char err[256];
+    void *p = NULL;
+    switch (opt) {
+    case O_ARCH:
+        if (strcmp(arg, "gpt2") && strcmp(arg, "llama")) {
+            fprintf(stderr, "wgml gpt train: --arch is '%s', want gpt2 or llama\n", arg);
+            return 1;
+        }
+        o->cfg.arch = strcmp(arg, "llama") == 0 ? WGML_GPT_LLAMA : WGML_GPT_GPT2;
+        break;
+    case O_DATA: snprintf(o->run.data, sizeof o->run.data, "%s", arg); break;
+    case O_OUT: o->out = arg; break;
+    case O_RESUME: o->resume = arg; break;
+    case O_SAVE_INIT: o->save_init = 1; break;
+    case O_STEPS: p = &o->steps; break;
+    case O_LAYERS: p = &o->cfg.layers; break;
+    case O_HEADS: p = &o->cfg.heads; break;
+    case O_KV_HEADS: p = &o->cfg.kv_heads; break;
+    case O_WIDTH: p = &o->cfg.width; break;
+    case O_FFN: p = &o->cfg.ffn; break;
+    case O_BLOCK: p = &o->cfg.block; break;
+    case O_DROPOUT: p = &o->cfg.dropout; break;
+    case O_BATCH: p = &o->run.batch; break;
+    case O_LR: p = &o->run.lr; break;
+    case O_MIN_LR: p = &o->run.min_lr_ratio; break;
+    case O_WARMUP: p = &o->run.warmup; break;
+    case O_WD: p = &o->run.weight_decay; break;
+    case O_CLIP: p = &o->run.max_grad_norm; break;
+    case O_BETA2: p = &o->run.beta2; break;
+    case O_SEED: p = &o->run.seed; break;
+    case O_EVAL_EVERY: p = &o->run.eval_every; break;
+    case O_EVAL_BATCHES: p = &o->run.eval_batches; break;
+    case O_SAVE_EVERY: p = &o->save_every; break;
+    case O_SAMPLE: p = &o->sample_tokens; break;
+    case O_STOP_AT: p = &o->stop_at; break;
+    default: return 1;
+    }
+    o->given[opt - 256] = 1;
+    if (p && number(opt, arg, p, err, sizeof err)) {
+        fprintf(stderr, "wgml gpt train: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
 static int parse_train(int argc, char **argv, train_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -134,60 +181,8 @@ static int parse_train(int argc, char **argv, train_options *o)
                             .beta1 = 0.9f, .beta2 = 0.99f, .batch = 16, .eval_every = 100, .eval_batches = 8, .warmup = -1};
     snprintf(o->run.data, sizeof o->run.data, "%s", WGML_TEXT_DEFAULT_DIR);
     o->steps = 500, o->save_every = -1, o->out = NULL;
-    char err[256];
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":h", train_flags, NULL)) != -1) {
-        void *p = NULL;
-        switch (opt) {
-        case 'h': fputs(train_usage, stdout); return 1;
-        case '?': fprintf(stderr, "wgml gpt train: unknown option '%s' (see --help)\n", argv[optind - 1]); return 2;
-        case ':': fprintf(stderr, "wgml gpt train: option '%s' needs a value\n", argv[optind - 1]); return 2;
-        case O_ARCH:
-            if (strcmp(optarg, "gpt2") && strcmp(optarg, "llama")) {
-                fprintf(stderr, "wgml gpt train: --arch is '%s', want gpt2 or llama\n", optarg);
-                return 2;
-            }
-            o->cfg.arch = strcmp(optarg, "llama") == 0 ? WGML_GPT_LLAMA : WGML_GPT_GPT2;
-            break;
-        case O_DATA: snprintf(o->run.data, sizeof o->run.data, "%s", optarg); break;
-        case O_OUT: o->out = optarg; break;
-        case O_RESUME: o->resume = optarg; break;
-        case O_SAVE_INIT: o->save_init = 1; break;
-        case O_STEPS: p = &o->steps; break;
-        case O_LAYERS: p = &o->cfg.layers; break;
-        case O_HEADS: p = &o->cfg.heads; break;
-        case O_KV_HEADS: p = &o->cfg.kv_heads; break;
-        case O_WIDTH: p = &o->cfg.width; break;
-        case O_FFN: p = &o->cfg.ffn; break;
-        case O_BLOCK: p = &o->cfg.block; break;
-        case O_DROPOUT: p = &o->cfg.dropout; break;
-        case O_BATCH: p = &o->run.batch; break;
-        case O_LR: p = &o->run.lr; break;
-        case O_MIN_LR: p = &o->run.min_lr_ratio; break;
-        case O_WARMUP: p = &o->run.warmup; break;
-        case O_WD: p = &o->run.weight_decay; break;
-        case O_CLIP: p = &o->run.max_grad_norm; break;
-        case O_BETA2: p = &o->run.beta2; break;
-        case O_SEED: p = &o->run.seed; break;
-        case O_EVAL_EVERY: p = &o->run.eval_every; break;
-        case O_EVAL_BATCHES: p = &o->run.eval_batches; break;
-        case O_SAVE_EVERY: p = &o->save_every; break;
-        case O_SAMPLE: p = &o->sample_tokens; break;
-        case O_STOP_AT: p = &o->stop_at; break;
-        default: return 2;
-        }
-        if (opt >= 256) o->given[opt - 256] = 1;
-        if (p && number(opt, optarg, p, err, sizeof err)) {
-            fprintf(stderr, "wgml gpt train: %s\n", err);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "wgml gpt train: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return 2;
-    }
+    int rc = cli_parse(argc, argv, "gpt train", train_flags, train_usage, train_flag, o, NULL, 0, NULL);
+    if (rc) return rc;
     if (o->run.warmup < 0) o->run.warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     if (o->save_every < 0) o->save_every = o->run.eval_every;
     return 0;
@@ -570,32 +565,40 @@ static const char sample_usage[] =
     "usage: wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N (200)] [--temperature X (0.8; 0: greedy)]\n"
     "                       [--top-k N (0: all)] [--seed N (1)]\n";
 
+typedef struct sample_options {
+    const char *path, *prompt;
+    int64_t tokens, top_k;
+    float temperature;
+    uint64_t seed;
+} sample_options;
+
+static int sample_flag(int opt, const char *arg, void *state)
+{
+    sample_options *o = state;
+    char err[256];
+    int bad = 0;
+    switch (opt) {
+    case O_CHECKPOINT: o->path = arg; break;
+    case O_PROMPT: o->prompt = arg; break;
+    case O_TOKENS: bad = wgml_parse_i64("--tokens", arg, 1, 1 << 24, &o->tokens, err, sizeof err) != 0; break;
+    case O_TOP_K: bad = wgml_parse_i64("--top-k", arg, 0, 1 << 20, &o->top_k, err, sizeof err) != 0; break;
+    case O_TEMPERATURE: bad = wgml_parse_f32("--temperature", arg, 0.0f, 100.0f, &o->temperature, err, sizeof err) != 0; break;
+    case O_SEED: bad = wgml_parse_u64("--seed", arg, &o->seed, err, sizeof err) != 0; break;
+    default: return 1;
+    }
+    if (bad) fprintf(stderr, "wgml gpt sample: %s\n", err);
+    return bad;
+}
+
 static int cmd_gpt_sample(int argc, char **argv)
 {
-    const char *path = NULL, *prompt = NULL;
-    int64_t tokens = 200, top_k = 0;
-    float temperature = 0.8f;
-    uint64_t seed = 1;
-    char err[256];
-    int opt, bad = 0;
-    optind = 1;
-    opterr = 0;
-    while (!bad && (opt = getopt_long(argc, argv, ":h", sample_flags, NULL)) != -1) {
-        switch (opt) {
-        case 'h': fputs(sample_usage, stdout); return 0;
-        case '?': fprintf(stderr, "wgml gpt sample: unknown option '%s' (see --help)\n", argv[optind - 1]); return 2;
-        case ':': fprintf(stderr, "wgml gpt sample: option '%s' needs a value\n", argv[optind - 1]); return 2;
-        case O_CHECKPOINT: path = optarg; break;
-        case O_PROMPT: prompt = optarg; break;
-        case O_TOKENS: bad = wgml_parse_i64("--tokens", optarg, 1, 1 << 24, &tokens, err, sizeof err) != 0; break;
-        case O_TOP_K: bad = wgml_parse_i64("--top-k", optarg, 0, 1 << 20, &top_k, err, sizeof err) != 0; break;
-        case O_TEMPERATURE: bad = wgml_parse_f32("--temperature", optarg, 0.0f, 100.0f, &temperature, err, sizeof err) != 0; break;
-        case O_SEED: bad = wgml_parse_u64("--seed", optarg, &seed, err, sizeof err) != 0; break;
-        default: return 2;
-        }
-    }
-    if (bad) return fprintf(stderr, "wgml gpt sample: %s\n", err), 2;
-    if (optind < argc) return fprintf(stderr, "wgml gpt sample: unexpected argument '%s' (see --help)\n", argv[optind]), 2;
+    sample_options so = {.tokens = 200, .temperature = 0.8f, .seed = 1};
+    int prc = cli_parse(argc, argv, "gpt sample", sample_flags, sample_usage, sample_flag, &so, NULL, 0, NULL);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *path = so.path, *prompt = so.prompt;
+    int64_t tokens = so.tokens, top_k = so.top_k;
+    float temperature = so.temperature;
+    uint64_t seed = so.seed;
     if (!path) return fprintf(stderr, "wgml gpt sample: --checkpoint FILE is required (see --help)\n"), 2;
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;

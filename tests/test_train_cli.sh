@@ -231,6 +231,14 @@ for args in "--help" "-h" "--version" "train --help" "train -h" "eval --help" "b
   grep -q "usage\|^wgml [0-9]" "$work/out" || fail "wgml $args printed no usage or version: $(head -c 200 "$work/out")"
   ! grep -q "training\|epoch" "$work/err" || fail "wgml $args started something"
 done
+# bench: JSON that parsers read (a failed measurement is null, and the exit status says so);
+# without XDG_RUNTIME_DIR no warning from Mesa
+WGML_LOOP_LIMIT=3 run_wgml bench gather --quick --json >"$work/bench.json" 2>"$work/bench.err"
+[ $? = 1 ] || fail "a bench with failed measurements exited 0"
+"$py" -c "import json,sys; json.load(open(sys.argv[1]))" "$work/bench.json" || fail "bench --json is not JSON: $(head -c 300 "$work/bench.json")"
+env -u XDG_RUNTIME_DIR "$wgml" info >/dev/null 2>"$work/err"
+! grep -q "XDG_RUNTIME_DIR" "$work/err" || fail "wgml info warns about XDG_RUNTIME_DIR"
+
 # a metrics file is written with its header even by a resumed run that starts it
 rm -f "$work/half2/metrics.csv"; mkdir -p "$work/half2"
 ran "resume into a new folder" run_wgml train --data "$data" --epochs 2 --out "$work/half2" --resume "$one_epoch"

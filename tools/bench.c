@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "bench/timing.h"
 #include "tools/cli.h"
 #include "wgml.h"
@@ -99,7 +101,7 @@ typedef struct result {
 } result;
 
 static result results[128];
-static int nresults;
+static int nresults, nfailed;
 
 void bench_report(const char *name, double seconds, double value, const char *unit)
 {
@@ -111,9 +113,46 @@ void bench_report(const char *name, double seconds, double value, const char *un
     r->unit = unit;
     r->host_seconds = last_host_seconds;
     last_host_seconds = 0;
+    if (!isfinite(seconds) || !isfinite(value)) { /* a failed measurement: its message came before */
+        nfailed++;
+        fprintf(stderr, "  %-34s FAILED\n", name);
+        return;
+    }
     fprintf(stderr, "  %-34s %10.3f ms  %10.2f %-18s", name, seconds * 1e3, value, unit);
     if (r->host_seconds > 0) fprintf(stderr, "  host %.0f us/eval", r->host_seconds * 1e6);
     fprintf(stderr, "\n");
+}
+
+/* ---------------------------------------------------------------- fitting the adapter */
+
+/* The most f32 elements one tensor may have on ctx's adapter (its storage-binding and buffer
+   limits: lavapipe binds 128 MiB). */
+static int64_t max_elements(wgml_context *ctx)
+{
+    wgml_adapter_info i;
+    if (wgml_adapter_info_get(ctx, &i)) return INT64_MAX;
+    uint64_t bytes = i.max_storage_buffer_binding_size < i.max_buffer_size ? i.max_storage_buffer_binding_size : i.max_buffer_size;
+    return (int64_t)(bytes / 4);
+}
+
+/* want, or the largest power of two that fits the adapter, with a note */
+static int64_t fit_elements(wgml_context *ctx, int64_t want, const char *what)
+{
+    int64_t most = max_elements(ctx), n = want;
+    while (n > most) n /= 2;
+    if (n != want)
+        fprintf(stderr, "  (%s: %lld elements instead of %lld, this adapter's largest binding)\n", what, (long long)n,
+                (long long)want);
+    return n;
+}
+
+/* whether tensors of `elements` fit; a note that `name` is skipped when not */
+static bool fits(wgml_context *ctx, const char *name, int64_t elements)
+{
+    if (elements <= max_elements(ctx)) return true;
+    fprintf(stderr, "  %-34s skipped: %lld MiB tensors are past this adapter's binding limit\n", name,
+            (long long)(elements * 4 >> 20));
+    return false;
 }
 
 /* ---------------------------------------------------------------- ops */
@@ -189,12 +228,12 @@ static wgml_tensor *op_layernorm(wgml_context *ctx, void *p)
 
 static void bench_ops(int quick)
 {
-    int64_t n = quick ? (1 << 20) : (1 << 26);
     wgml_context *ctx, *unfused;
     if (context_make(0, &ctx) || context_make(1, &unfused)) {
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());
         exit(1);
     }
+    int64_t n = fit_elements(ctx, quick ? (1 << 20) : (1 << 26), "elementwise");
     int inner = quick ? 2 : 8, reps = quick ? 3 : 15;
     operands t = operands_make(ctx, inner, 1, &n, 1, &n);
     t.len = 100;
@@ -262,7 +301,7 @@ static void bench_matmul(int quick)
         int64_t s = sq[i], sh[2] = {s, s};
         int inner = quick ? 1 : s >= 4096 ? 3 : 8;
         snprintf(name, sizeof name, "gemm_%lld^3", (long long)s);
-        if (!wanted(name)) continue;
+        if (!wanted(name) || !fits(ctx, name, s * s)) continue;
         operands t = operands_make(ctx, inner, 2, sh, 2, sh);
         double sec = time_op(ctx, op_matmul, &t, inner, quick ? 3 : 9);
         bench_report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
@@ -287,7 +326,7 @@ static void bench_matmul(int quick)
         for (int ki = 0; ki < nk; ki++) {
             int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
             snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)K);
-            if (!wanted(name)) continue;
+            if (!wanted(name) || !fits(ctx, name, K * K)) continue;
             operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
             double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
             if (M == 1) bench_report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
@@ -441,7 +480,7 @@ static void bench_gather(int quick)
     snprintf(name, sizeof name, "scatter_V%lld_C%lld_N%lld", (long long)V, (long long)C, (long long)N);
     bench_report(name, s, 4.0 * (double)(N * C + 2 * V * C) / s / 1e9, "GB/s");
     wgml_tensor_free(g.table), wgml_tensor_free(g.ids), wgml_tensor_free(g.src), wgml_tensor_free(g.zeros);
-    int64_t n = quick ? (1 << 20) : (1 << 26);
+    int64_t n = fit_elements(ctx, quick ? (1 << 20) : (1 << 26), "gelu_exact");
     operands t = operands_make(ctx, inner, 1, &n, 1, &n);
     s = time_op(ctx, op_gelu_exact, &t, inner, reps);
     snprintf(name, sizeof name, "gelu_exact_%lld", (long long)n);
@@ -587,25 +626,33 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(what, "gpt") || !strcmp(what, "all")) bench_gpt(quick);
     if (!strcmp(what, "startup")) bench_startup();
     if (f.json) {
-        /* every result under "results"; the transformer ops' also by family: "attention",
-           "gather" and "scatter" hold the results whose names begin so */
+        /* every result under "results"; the transformer ops' and the GPT's also by family:
+           "attention", "gather", "scatter" and "gpt" hold the results whose names begin so.
+           A failed measurement is null (JSON has no NaN). */
         static const char *const groups[] = {"results", "attention", "gather", "scatter", "gpt"};
-        printf("{\"device\": \"%s\"", info.name);
+        json_t *root = json_object();
+        json_object_set_new(root, "device", json_string(info.name));
         for (int g = 0; g < 5; g++) {
             size_t len = g ? strlen(groups[g]) : 0;
-            int n = 0;
+            json_t *group = json_object();
             for (int i = 0; i < nresults; i++) {
                 if (len && strncmp(results[i].name, groups[g], len)) continue;
-                if (n++) printf(", ");
-                else printf(", \"%s\": {", groups[g]);
-                printf("\"%s\": {\"ms\": %.6f, \"value\": %.6f, \"unit\": \"%s\", \"host_us_per_eval\": %.3f}",
-                       results[i].name, results[i].seconds * 1e3, results[i].value, results[i].unit,
-                       results[i].host_seconds * 1e6);
+                const result *r = &results[i];
+                json_t *e = json_object();
+                bool ok = isfinite(r->seconds) && isfinite(r->value);
+                json_object_set_new(e, "ms", ok ? json_real(r->seconds * 1e3) : json_null());
+                json_object_set_new(e, "value", ok ? json_real(r->value) : json_null());
+                json_object_set_new(e, "unit", json_string(r->unit));
+                json_object_set_new(e, "host_us_per_eval", json_real(r->host_seconds * 1e6));
+                json_object_set_new(group, r->name, e);
             }
-            if (n) printf("}");
-            else if (g == 0) printf(", \"results\": {}");
+            if (g == 0 || json_object_size(group)) json_object_set_new(root, groups[g], group);
+            else json_decref(group);
         }
-        printf("}\n");
+        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        fputc('\n', stdout);
+        json_decref(root);
     }
-    return 0;
+    if (nfailed) fprintf(stderr, "wgml bench: %d measurement(s) failed\n", nfailed);
+    return nfailed ? 1 : 0;
 }

@@ -6,7 +6,9 @@
  *   wgml eval CHECKPOINT        score a checkpoint on the test split
  *   wgml gpt train|sample ...   a character-level GPT on text (tools/gpt.c)
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tools/cli.h"
@@ -115,6 +117,9 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* Mesa's window-system code warns "XDG_RUNTIME_DIR is invalid or not set" on every
+       context without one, though a compute tool never opens a window */
+    if (!getenv("XDG_RUNTIME_DIR")) setenv("XDG_RUNTIME_DIR", "/tmp", 0);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return usage(stdout), 0;
     if (!strcmp(cmd, "--version")) return printf("wgml %s\n", WGML_VERSION), 0;

@@ -5,6 +5,7 @@
  *   wgml train [options]        train an MLP on Fashion-MNIST (tools/train.c)
  *   wgml eval CHECKPOINT        score a checkpoint on the test split
  *   wgml gpt train|sample ...   a character-level GPT on text (tools/gpt.c)
+ *   wgml --help | --version     (each command also takes --help; tools/cli.c parses them all)
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdio.h>
@@ -108,7 +109,9 @@ static void usage(FILE *f)
                     "                  [--out DIR] [--resume CHECKPOINT] [--data DIR]\n"
                     "       wgml eval CHECKPOINT [--data DIR]\n"
                     "       wgml gpt train [options]         (wgml gpt train --help)\n"
-                    "       wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature X] [--top-k N] [--seed N]\n");
+                    "       wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature X] [--top-k N] [--seed N]\n"
+                    "       wgml --version\n"
+                    "Each command takes --help.\n");
 }
 
 int main(int argc, char **argv)

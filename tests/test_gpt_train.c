@@ -252,6 +252,26 @@ static void resume_gives_identical_losses(void)
         for (int s = 0; s < N; s++) fprintf(stderr, "    step %d: %.9g vs %.9g\n", s + 1, (double)straight[s], (double)resumed[s]);
     }
 
+    /* a weight that is not finite: refused, naming it */
+    {
+        wgml_st_file f0;
+        char e0[256];
+        CHECK(wgml_safetensors_read(path, &f0, e0, sizeof e0) == WGML_OK);
+        const char **mk = malloc((size_t)f0.meta_count * sizeof *mk), **mv = malloc((size_t)f0.meta_count * sizeof *mv);
+        for (int i = 0; i < f0.meta_count; i++) mk[i] = f0.meta_keys[i], mv[i] = f0.meta_values[i];
+        wgml_st_tensor *w0 = (wgml_st_tensor *)wgml_st_find(&f0, "h.1.mlp.wd");
+        CHECK(w0 != NULL);
+        if (w0) w0->data[5] = NAN;
+        char bad[512];
+        snprintf(bad, sizeof bad, "%s.nan", path);
+        CHECK(wgml_safetensors_write(bad, f0.tensors, f0.count, mk, mv, f0.meta_count, e0, sizeof e0) == WGML_OK);
+        wgml_gpt_checkpoint ckn;
+        CHECK(wgml_gpt_checkpoint_read(ctx, bad, &ckn) == WGML_ERROR_FORMAT);
+        CHECK(test_message_has(ctx, "h.1.mlp.wd") && test_message_has(ctx, "element 5"));
+        remove(bad);
+        free(mk), free(mv);
+        wgml_st_file_free(&f0);
+    }
     /* bad files: truncated, another format, a tensor of the wrong shape */
     FILE *f = fopen(path, "rb");
     CHECK(f != NULL);

@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,7 +200,14 @@ static wgml_status check_tensors(wgml_context *ctx, const char *path, wgml_gpt_c
     int64_t shape[2];
     for (int i = 0; i < np; i++) {
         wgml_gpt_param_info(c, i, name, &nd, shape);
-        wgml_status st = check_shape(ctx, path, wgml_st_find(&ck->file, name), name, nd, shape);
+        const wgml_st_tensor *pt = wgml_st_find(&ck->file, name);
+        wgml_status st = check_shape(ctx, path, pt, name, nd, shape);
+        /* a weight that is not finite (a run that diverged) cannot be trained or sampled from */
+        int64_t n = shape[0] * (nd == 2 ? shape[1] : 1);
+        for (int64_t e = 0; !st && e < n; e++)
+            if (!isfinite(pt->data[e]))
+                st = wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: tensor '%s' holds %g at element %lld", path, name, (double)pt->data[e],
+                               (long long)e);
         for (int k = 0; !st && k < 2; k++) {
             snprintf(full, sizeof full, "%s%s", name, k ? ".v" : ".m");
             const wgml_st_tensor *t = wgml_st_find(&ck->file, full);

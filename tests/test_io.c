@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -394,7 +395,9 @@ static void test_st_corrupt_headers(void)
         {"missing dtype", "{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
          WGML_ERROR_FORMAT},
         {"dtype not a string", "{" ENTRY("a", "5", "[2]", "[0,8]") "}", 8, WGML_ERROR_FORMAT},
-        {"dtype F16", "{" ENTRY("a", "\"F16\"", "[4]", "[0,8]") "}", 8, WGML_ERROR_FORMAT},
+        {"valid F16", "{" ENTRY("a", "\"F16\"", "[4]", "[0,8]") "}", 8, WGML_OK},
+        {"F16 sized as F32", "{" ENTRY("a", "\"F16\"", "[4]", "[0,16]") "}", 16, WGML_ERROR_FORMAT},
+        {"dtype F64", "{" ENTRY("a", "\"F64\"", "[1]", "[0,8]") "}", 8, WGML_ERROR_FORMAT},
         {"dtype unknown", "{" ENTRY("a", "\"f32\"", "[2]", "[0,8]") "}", 8, WGML_ERROR_FORMAT},
         {"missing shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8,
          WGML_ERROR_FORMAT},
@@ -497,6 +500,52 @@ static void test_st_corrupt_headers(void)
     wgml_st_file f;
     CHECK(wgml_safetensors_parse(buf, len, &f, err, sizeof err) == WGML_OK);
     CHECK(wgml_st_meta(&f, "k") && strlen(wgml_st_meta(&f, "k")) == 255);
+    wgml_st_file_free(&f);
+    free(buf);
+}
+
+/* F16 and BF16 are read as f32 (every value exactly: normal, subnormal, zero, infinity, NaN,
+   negative), I32 as its bits with dtype I32, and the writer writes I32 back as I32. */
+static void test_st_other_dtypes(void)
+{
+    const char *header = "{" ENTRY("h", "\"F16\"", "[7]", "[0,14]") "," ENTRY("b", "\"BF16\"", "[3]", "[14,20]") ","
+                         ENTRY("i", "\"I32\"", "[2]", "[20,28]") "}";
+    static const uint16_t halves[7] = {0x3c00, 0xc000, 0x0001, 0x03ff, 0x7bff, 0xfc00, 0x7e00};
+    static const float want_h[7] = {1.0f, -2.0f, 5.9604645e-8f, 6.0975552e-5f, 65504.0f, -INFINITY, NAN};
+    static const uint16_t bf[3] = {0x3f80, 0xc0a0, 0x0001};
+    static const int32_t ints[2] = {-7, 2147483647};
+    size_t len;
+    uint8_t *buf = make_st(header, strlen(header), 28, &len);
+    uint8_t *data = buf + 8 + strlen(header);
+    memcpy(data, halves, 14);
+    memcpy(data + 14, bf, 6);
+    memcpy(data + 20, ints, 8);
+    wgml_st_file f;
+    char err[512];
+    CHECK(wgml_safetensors_parse(buf, len, &f, err, sizeof err) == WGML_OK);
+    const wgml_st_tensor *h = wgml_st_find(&f, "h"), *b = wgml_st_find(&f, "b"), *i = wgml_st_find(&f, "i");
+    CHECK(h && b && i && h->dtype == WGML_F32 && b->dtype == WGML_F32 && i->dtype == WGML_I32);
+    for (int k = 0; h && k < 7; k++) {
+        int same = isnan(want_h[k]) ? isnan(h->data[k]) : h->data[k] == want_h[k];
+        if (!same) FAILF("F16 0x%04x read as %.9g, want %.9g", halves[k], (double)h->data[k], (double)want_h[k]);
+    }
+    uint32_t tiny = 0x00010000u;
+    float tinyf;
+    memcpy(&tinyf, &tiny, 4);
+    CHECK(b && b->data[0] == 1.0f && b->data[1] == -5.0f && b->data[2] == tinyf);
+    int32_t got[2] = {0, 0};
+    if (i) memcpy(got, i->data, 8);
+    CHECK(got[0] == -7 && got[1] == 2147483647);
+    /* written back: I32 stays I32 */
+    char path[512];
+    tmp_path(path, sizeof path, "dtypes.safetensors");
+    CHECK(wgml_safetensors_write(path, f.tensors, f.count, NULL, NULL, 0, err, sizeof err) == WGML_OK);
+    wgml_st_file g;
+    CHECK(wgml_safetensors_read(path, &g, err, sizeof err) == WGML_OK);
+    const wgml_st_tensor *i2 = wgml_st_find(&g, "i");
+    CHECK(i2 && i2->dtype == WGML_I32 && memcmp(i2->data, ints, 8) == 0);
+    wgml_st_file_free(&g);
+    remove(path);
     wgml_st_file_free(&f);
     free(buf);
 }
@@ -997,6 +1046,7 @@ int main(void)
     TEST_RUN(test_st_roundtrip);
     TEST_RUN(test_st_write_errors);
     TEST_RUN(test_st_corrupt_headers);
+    TEST_RUN(test_st_other_dtypes);
     TEST_RUN(test_st_corrupt_framing);
     TEST_RUN(test_st_too_many_tensors);
     TEST_RUN(test_st_truncation_and_flips);

@@ -20,17 +20,44 @@
 #define META_KEY "__metadata__"
 #define HEADER_LEN_BYTES 8
 
-/* numel of shape, or -1 when it (or its byte size) would pass INT64_MAX. */
-static int64_t checked_byte_size(int ndim, const int64_t *shape)
+/* the byte size of shape at `elem` bytes an element, or -1 when it would pass INT64_MAX */
+static int64_t checked_byte_size(int ndim, const int64_t *shape, int64_t elem)
 {
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] != 0 && numel > INT64_MAX / shape[i]) return -1;
         numel *= shape[i];
     }
-    if (numel > INT64_MAX / (int64_t)sizeof(float)) return -1;
-    return numel * (int64_t)sizeof(float);
+    if (numel > INT64_MAX / elem) return -1;
+    return numel * elem;
 }
+
+/* IEEE half and bfloat16 to f32 (exact: every value of either is an f32) */
+static float half_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, bits;
+    if (e == 31) bits = sign | 0x7f800000u | (m << 13); /* inf, NaN */
+    else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m) bits = sign;
+    else { /* subnormal: normalise */
+        e = 113;
+        while (!(m & 1024)) m <<= 1, e--;
+        bits = sign | (e << 23) | ((m & 1023) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* the dtypes read: F32 and I32 as they are, F16 and BF16 converted to f32 */
+enum { SRC_F32, SRC_I32, SRC_F16, SRC_BF16 };
 
 static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
 {
@@ -123,7 +150,7 @@ static wgml_status build_header(const wgml_st_tensor *tensors, int count,
         }
         char shape_buf[128];
         shape_text(shape_buf, sizeof shape_buf, t->ndim, t->shape);
-        int64_t bytes = checked_byte_size(t->ndim, t->shape);
+        int64_t bytes = checked_byte_size(t->ndim, t->shape, 4);
         if (bytes < 0 || offset > INT64_MAX - bytes) {
             wgml_io_err(err, errlen, "%s: tensor '%s': shape %s: byte size overflows", path,
                     t->name, shape_buf);
@@ -160,7 +187,7 @@ static wgml_status build_header(const wgml_st_tensor *tensors, int count,
         }
         /* The _new setters take the reference even when they fail, so call every one
            (no short circuit) and nothing leaks. */
-        int set_failed = json_object_set_new(entry, "dtype", json_string("F32")) != 0;
+        int set_failed = json_object_set_new(entry, "dtype", json_string(t->dtype == WGML_I32 ? "I32" : "F32")) != 0;
         set_failed |= json_object_set_new(entry, "shape", shape) != 0;
         set_failed |= json_object_set_new(entry, "data_offsets", offsets) != 0;
         set_failed |= json_object_set_new(root, t->name, entry) != 0;
@@ -241,7 +268,7 @@ wgml_status wgml_safetensors_write(const char *path, const wgml_st_tensor *tenso
     int ok = write_all(fp, len_bytes, sizeof len_bytes) && write_all(fp, header, header_len);
     for (int i = 0; i < count && ok; i++) {
         /* build_header checked every size, so this cannot overflow. */
-        size_t bytes = (size_t)checked_byte_size(tensors[i].ndim, tensors[i].shape);
+        size_t bytes = (size_t)checked_byte_size(tensors[i].ndim, tensors[i].shape, 4);
         ok = write_all(fp, tensors[i].data, bytes);
     }
     free(header);
@@ -275,6 +302,7 @@ wgml_status wgml_safetensors_write(const char *path, const wgml_st_tensor *tenso
 typedef struct parsed_tensor {
     wgml_st_tensor t;
     int64_t begin, end;
+    int src; /* SRC_*: the file's dtype */
 } parsed_tensor;
 
 static int compare_by_offset(const void *pa, const void *pb)
@@ -311,14 +339,20 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
         return WGML_ERROR_FORMAT;
     }
     const char *dtype_name = json_string_value(dtype);
-    if (strcmp(dtype_name, "F32") != 0) {
+    static const char *const read_dtypes[] = {"F32", "I32", "F16", "BF16"};
+    p->src = -1;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(dtype_name, read_dtypes[i]) == 0) p->src = i;
+    if (p->src < 0) {
         int known = 0;
         for (int i = 0; other_dtypes[i]; i++) known |= strcmp(dtype_name, other_dtypes[i]) == 0;
-        wgml_io_err(err, errlen, "%s: tensor '%s': dtype %s%.16s%s %s (wgml reads F32 only)",
+        wgml_io_err(err, errlen, "%s: tensor '%s': dtype %s%.16s%s %s (wgml reads F32, F16, BF16 and I32)",
                 what, name, known ? "" : "'", dtype_name, known ? "" : "'",
                 known ? "is not supported" : "is unknown");
         return WGML_ERROR_FORMAT;
     }
+    p->t.dtype = p->src == SRC_I32 ? WGML_I32 : WGML_F32;
+    int64_t elem = p->src == SRC_F16 || p->src == SRC_BF16 ? 2 : 4;
 
     json_t *shape = json_object_get(entry, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > 4) {
@@ -339,7 +373,7 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
     }
     char shape_buf[128];
     shape_text(shape_buf, sizeof shape_buf, p->t.ndim, p->t.shape);
-    int64_t bytes = checked_byte_size(p->t.ndim, p->t.shape);
+    int64_t bytes = checked_byte_size(p->t.ndim, p->t.shape, elem);
     if (bytes < 0) {
         wgml_io_err(err, errlen, "%s: tensor '%s': shape %s: byte size overflows", what, name,
                 shape_buf);
@@ -365,9 +399,9 @@ static wgml_status parse_entry(const char *what, const char *name, json_t *entry
     }
     if (end - begin != bytes) {
         wgml_io_err(err, errlen,
-                "%s: tensor '%s': data_offsets [%lld, %lld] hold %lld bytes, but F32 shape "
+                "%s: tensor '%s': data_offsets [%lld, %lld] hold %lld bytes, but %s shape "
                 "%s needs %lld", what, name, (long long)begin, (long long)end,
-                (long long)(end - begin), shape_buf, (long long)bytes);
+                (long long)(end - begin), dtype_name, shape_buf, (long long)bytes);
         return WGML_ERROR_FORMAT;
     }
     p->begin = begin;
@@ -531,17 +565,26 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
         wgml_st_tensor *t = &out->tensors[i];
         *t = parsed[i].t;
         size_t nbytes = (size_t)(parsed[i].end - parsed[i].begin);
+        int half = parsed[i].src == SRC_F16 || parsed[i].src == SRC_BF16;
         out->count = (int)i + 1; /* so that a failure below frees what was copied */
         if (nbytes == 0) continue;
-        /* nbytes lies within the input, so this allocation is bounded by it. */
-        t->data = malloc(nbytes);
+        /* nbytes lies within the input (halves: twice it), so this allocation is bounded by it. */
+        t->data = malloc(half ? 2 * nbytes : nbytes);
         if (!t->data) {
             wgml_io_err(err, errlen, "%s: out of memory for tensor '%s' (%zu bytes)", what,
                     t->name, nbytes);
             st = WGML_ERROR_OUT_OF_MEMORY;
             goto done;
         }
-        memcpy(t->data, data + parsed[i].begin, nbytes);
+        if (!half) {
+            memcpy(t->data, data + parsed[i].begin, nbytes);
+            continue;
+        }
+        for (size_t e = 0; e < nbytes / 2; e++) {
+            uint16_t h;
+            memcpy(&h, data + parsed[i].begin + 2 * e, 2); /* little-endian, as the host */
+            t->data[e] = parsed[i].src == SRC_F16 ? half_to_f32(h) : bf16_to_f32(h);
+        }
     }
 
 done:

@@ -1,6 +1,7 @@
 /* The safetensors format: an 8-byte little-endian header length N, N bytes of JSON
    ({"name": {"dtype", "shape", "data_offsets"}, ..., "__metadata__": {str: str}}), then the
-   tensor bytes, offsets relative to the start of the data. wgml reads and writes F32 only.
+   tensor bytes, offsets relative to the start of the data. wgml writes F32 and I32 and reads
+   those and F16 and BF16 (converted to f32).
    Host only; nothing here prints or exits: every function returns a status and writes a
    message into err. Assumes a little-endian host, like the format. */
 #ifndef WGML_IO_SAFETENSORS_H
@@ -21,7 +22,9 @@ typedef struct wgml_st_tensor {
     char name[128];
     int ndim;         /* 0 (a scalar) to 4 */
     int64_t shape[4]; /* unused ones are 0 */
-    float *data;      /* owned when read; NULL when the tensor has no elements */
+    float *data;      /* owned when read; NULL when the tensor has no elements. 4 bytes an
+                         element: f32 values, or with dtype WGML_I32 the int32 bits */
+    int dtype;        /* WGML_F32 (read from F32, F16 or BF16, converted) or WGML_I32 */
 } wgml_st_tensor;
 
 typedef struct wgml_st_file {

@@ -182,6 +182,7 @@ static wgml_status check_shape(wgml_context *ctx, const char *path, const wgml_s
                                const int64_t *shape)
 {
     if (!t) return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: tensor '%s' is missing", path, name);
+    if (t->dtype != WGML_F32) return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: tensor '%s' is I32; a GPT checkpoint holds floats", path, name);
     int same = t->ndim == nd;
     for (int d = 0; same && d < nd; d++) same = t->shape[d] == shape[d];
     if (same) return WGML_OK;

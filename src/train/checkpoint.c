@@ -184,6 +184,7 @@ static wgml_status check_tensor(wgml_context *ctx, const char *path, const wgml_
     *found = t != NULL;
     if (!t)
         return required ? wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: tensor '%s' is missing", path, name) : WGML_OK;
+    if (t->dtype != WGML_F32) return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: tensor '%s' is I32; a checkpoint holds floats", path, name);
     int same = t->ndim == ndim;
     for (int d = 0; d < ndim && same; d++) same = t->shape[d] == shape[d];
     if (!same) {

@@ -490,6 +490,30 @@ wgml_status wgml_backward(wgml_tensor *loss);
 wgml_tensor *wgml_grad(wgml_tensor *t); /* borrowed; NULL if none */
 void wgml_zero_grad(wgml_tensor *t);
 
+/* ---------------------------------------------------------------- files */
+
+/* Writes tensors (lazy ones evaluated; views in their logical order; f32 or i32; up to 4
+   dims) to a safetensors file under the given names, with string metadata (n_meta pairs, or
+   0 and NULLs), atomically: a temporary file renamed over path, so a crash leaves the old
+   file or the new one. Names: non-empty, unique, valid UTF-8, at most 127 bytes; metadata
+   keys at most 63 bytes, values 255. Errors name the tensor or key. */
+wgml_status wgml_save(wgml_context *ctx, const char *path, int n, const char *const *names, wgml_tensor *const *tensors,
+                      int n_meta, const char *const *meta_keys, const char *const *meta_values);
+
+/* A safetensors file read and checked whole (wgml_load): F32, F16 and BF16 tensors (as f32)
+   and I32 ones, up to 4 dims; any other dtype, and anything malformed or truncated, is
+   WGML_ERROR_FORMAT naming what; a file that cannot be read WGML_ERROR_IO. */
+typedef struct wgml_file wgml_file;
+wgml_status wgml_load(wgml_context *ctx, const char *path, wgml_file **out);
+int wgml_file_count(const wgml_file *f);
+const char *wgml_file_name(const wgml_file *f, int i);   /* NULL past the count */
+int wgml_file_find(const wgml_file *f, const char *name); /* its index, or -1 */
+const char *wgml_file_meta(const wgml_file *f, const char *key); /* NULL when absent */
+/* Tensor i uploaded (a new tensor of the file's shape and dtype, a scalar as [1]: free it);
+   NULL, with the context's message, for an index out of range or an empty tensor. */
+wgml_tensor *wgml_file_tensor(wgml_file *f, int i);
+void wgml_file_free(wgml_file *f); /* the host copy; tensors made from it stay */
+
 /* ---------------------------------------------------------------- losses */
 
 /* Softmax cross-entropy with integer labels, averaged over rows: logits [B, C], labels [B]

@@ -27,6 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* WGML_API marks the library's interface: only these symbols leave libwgml.so (the rest is
+   built with hidden visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define WGML_API __attribute__((visibility("default")))
+#else
+#define WGML_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,7 +63,7 @@ typedef enum wgml_status {
     WGML_STATUS_COUNT
 } wgml_status;
 
-const char *wgml_status_name(wgml_status status);
+WGML_API const char *wgml_status_name(wgml_status status);
 
 /* ---------------------------------------------------------------- context */
 
@@ -87,9 +95,9 @@ typedef struct wgml_context_desc {
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
    wgml_last_create_error() gives the message (there is no context to hold it). */
-wgml_status wgml_context_create(const wgml_context_desc *desc, wgml_context **out);
-const char *wgml_last_create_error(void);
-void wgml_context_free(wgml_context *ctx);
+WGML_API wgml_status wgml_context_create(const wgml_context_desc *desc, wgml_context **out);
+WGML_API const char *wgml_last_create_error(void);
+WGML_API void wgml_context_free(wgml_context *ctx);
 
 /* The most recent failure on ctx in words, "" if none since its creation or the last
    wgml_clear_error; wgml_last_status gives its status (WGML_OK if none). Every call that fails
@@ -97,12 +105,12 @@ void wgml_context_free(wgml_context *ctx);
    tensor included; calls that succeed never change them. Queries taking a const context
    (wgml_stats_get, wgml_weights_resident) only return their status. The string is valid
    until the next call on ctx. */
-const char *wgml_error_message(const wgml_context *ctx);
-wgml_status wgml_last_status(const wgml_context *ctx);
-void wgml_clear_error(wgml_context *ctx);
+WGML_API const char *wgml_error_message(const wgml_context *ctx);
+WGML_API wgml_status wgml_last_status(const wgml_context *ctx);
+WGML_API void wgml_clear_error(wgml_context *ctx);
 
 /* Blocks until all submitted GPU work is done. */
-wgml_status wgml_synchronize(wgml_context *ctx);
+WGML_API wgml_status wgml_synchronize(wgml_context *ctx);
 
 typedef struct wgml_adapter_info {
     char name[256];
@@ -133,10 +141,10 @@ typedef struct wgml_adapter_info {
     const char *features[64];
 } wgml_adapter_info;
 
-wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info);
+WGML_API wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info);
 
 /* Forces device loss (wgpuDeviceDestroy): for tests of the lost-device path. */
-void wgml_debug_destroy_device(wgml_context *ctx);
+WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
 typedef struct wgml_stats {
     uint64_t buffers_live;        /* GPU buffers held by the pool (in use or free) */
@@ -157,8 +165,8 @@ typedef struct wgml_stats {
     double gpu_seconds_total;     /* ... and the sum over all timed passes */
 } wgml_stats;
 
-wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats);
-void wgml_stats_reset_peaks(wgml_context *ctx); /* peaks := current values */
+WGML_API wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats);
+WGML_API void wgml_stats_reset_peaks(wgml_context *ctx); /* peaks := current values */
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -171,84 +179,84 @@ typedef struct wgml_tensor wgml_tensor;
    (wgml_cast converts). Indices (gather, index_select, embedding) and argmax/argmin results
    are i32. */
 typedef enum wgml_dtype { WGML_F32 = 0, WGML_I32 = 1, WGML_DTYPE_COUNT } wgml_dtype;
-const char *wgml_dtype_name(wgml_dtype dtype); /* "f32", "i32"; "unknown" otherwise */
+WGML_API const char *wgml_dtype_name(wgml_dtype dtype); /* "f32", "i32"; "unknown" otherwise */
 
 /* f32 tensor of 1 to 4 dimensions, from host data (n must equal the element count). */
-wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *shape,
+WGML_API wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *shape,
                                   const float *data, size_t n, wgml_tensor **out);
-wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
+WGML_API wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
                               wgml_tensor **out);
 /* Evaluates t if needed and copies it (row-major, contiguous) into host memory; n must
    equal its element count. */
-wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
+WGML_API wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
 /* Overwrites a realized, contiguous tensor's data from the host. */
-wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
+WGML_API wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
 /* The same for i32 tensors (token ids, labels, indices). An i32 tensor from the host
    remembers its smallest and largest value, so an op that indexes with it (gather) checks
    the range when it is built; indices computed on the GPU are checked there instead. */
-wgml_status wgml_tensor_from_i32(wgml_context *ctx, int ndim, const int64_t *shape,
+WGML_API wgml_status wgml_tensor_from_i32(wgml_context *ctx, int ndim, const int64_t *shape,
                                  const int32_t *data, size_t n, wgml_tensor **out);
-wgml_status wgml_tensor_read_i32(wgml_tensor *t, int32_t *host, size_t n);
-wgml_status wgml_tensor_write_i32(wgml_tensor *t, const int32_t *host, size_t n);
+WGML_API wgml_status wgml_tensor_read_i32(wgml_tensor *t, int32_t *host, size_t n);
+WGML_API wgml_status wgml_tensor_write_i32(wgml_tensor *t, const int32_t *host, size_t n);
 /* Releases the user's hold on t (NULL is ignored). t is then a dangling pointer: passing it to
    any wgml function, wgml_tensor_free included, is undefined behaviour and is not detected. */
-void wgml_tensor_free(wgml_tensor *t);
+WGML_API void wgml_tensor_free(wgml_tensor *t);
 
-int wgml_tensor_ndim(const wgml_tensor *t);
-int64_t wgml_tensor_dim(const wgml_tensor *t, int axis); /* negative axes count from the end */
-int64_t wgml_tensor_numel(const wgml_tensor *t);
-wgml_dtype wgml_tensor_dtype(const wgml_tensor *t); /* WGML_F32 for NULL */
-wgml_status wgml_tensor_status(const wgml_tensor *t); /* error state of a lazy result */
-wgml_context *wgml_tensor_context(const wgml_tensor *t);
+WGML_API int wgml_tensor_ndim(const wgml_tensor *t);
+WGML_API int64_t wgml_tensor_dim(const wgml_tensor *t, int axis); /* negative axes count from the end */
+WGML_API int64_t wgml_tensor_numel(const wgml_tensor *t);
+WGML_API wgml_dtype wgml_tensor_dtype(const wgml_tensor *t); /* WGML_F32 for NULL */
+WGML_API wgml_status wgml_tensor_status(const wgml_tensor *t); /* error state of a lazy result */
+WGML_API wgml_context *wgml_tensor_context(const wgml_tensor *t);
 
 /* Scopes: every tensor created after wgml_scope_begin is freed by the matching
    wgml_scope_end, unless passed to wgml_keep; its handle is then dangling, as after
    wgml_tensor_free. Scopes nest. */
-void wgml_scope_begin(wgml_context *ctx);
-void wgml_scope_end(wgml_context *ctx);
-void wgml_keep(wgml_tensor *t); /* moves t to the enclosing scope */
+WGML_API void wgml_scope_begin(wgml_context *ctx);
+WGML_API void wgml_scope_end(wgml_context *ctx);
+WGML_API void wgml_keep(wgml_tensor *t); /* moves t to the enclosing scope */
 
 /* Evaluates the pending graph that the given tensors need, in one submit. */
-wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors);
+WGML_API wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors);
 /* The same, and reads `read` (one of the tensors, contiguous, with `count` elements of its
    dtype: f32 or i32) back into host in that same submit: one wait instead of two, for a loop
    that needs a small result of each step (a sampled token) and keeps the rest on the GPU. */
-wgml_status wgml_eval_read(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_tensor *read, void *host,
+WGML_API wgml_status wgml_eval_read(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_tensor *read, void *host,
                            size_t count);
 
 /* ---------------------------------------------------------------- ops (lazy) */
 
 /* binary, NumPy broadcasting */
-wgml_tensor *wgml_add(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_sub(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_mul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_div(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_pow(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_maximum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_minimum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_add(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_sub(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_mul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_div(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_pow(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_maximum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_minimum(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 /* comparisons, broadcasting: f32 masks, 1 where a op b holds, else 0 (false for NaN, except ne);
    no gradient passes through them. i32 operands compare as their f32 values (exact below
    2^24), so argmax against i32 labels works as it is */
-wgml_tensor *wgml_eq(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_ne(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_lt(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_le(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_gt(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_ge(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_eq(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_ne(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_lt(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_le(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_gt(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_ge(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
 /* selection, broadcasting: where(cond, a, b) is a where cond != 0, else b (the other side's
    inf or NaN never leaks in); masked_fill(a, mask, value) is value where mask != 0, else a.
    Gradients pass to a and b where each is chosen. */
-wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_masked_fill(wgml_context *ctx, wgml_tensor *a, wgml_tensor *mask, float value);
+WGML_API wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_masked_fill(wgml_context *ctx, wgml_tensor *a, wgml_tensor *mask, float value);
 /* The causal mask of t queries over s keys, [t, s]: 1 where key j lies in query i's future,
    j > i + (s - t) (aligned bottom-right, so queries continuing a cache of s - t keys work),
    else 0. Built on the GPU from two uploaded ranges (t + s values), never as a t x s host array:
    pass it to
    wgml_masked_fill(scores, mask, -INFINITY). t <= s. */
-wgml_tensor *wgml_causal_mask(wgml_context *ctx, int64_t t, int64_t s);
+WGML_API wgml_tensor *wgml_causal_mask(wgml_context *ctx, int64_t t, int64_t s);
 /* [start, start + 1, ..., stop - 1] of dtype (f32 or i32), 1-D, made on the host and uploaded;
    start < stop, within i32 and the adapter's buffer limits. f32 values are exact up to 2^24. */
-wgml_tensor *wgml_arange(wgml_context *ctx, int64_t start, int64_t stop, wgml_dtype dtype);
+WGML_API wgml_tensor *wgml_arange(wgml_context *ctx, int64_t start, int64_t stop, wgml_dtype dtype);
 
 /* the same with a scalar: op(a, s) and op(s, a); the scalar is passed as data */
 typedef enum wgml_binary_op {
@@ -256,60 +264,60 @@ typedef enum wgml_binary_op {
     WGML_EQ, WGML_NE, WGML_LT, WGML_LE, WGML_GT, WGML_GE, /* comparisons: masks of 0 and 1 */
     WGML_BINARY_OP_COUNT
 } wgml_binary_op;
-wgml_tensor *wgml_binary_scalar(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, float s);
-wgml_tensor *wgml_scalar_binary(wgml_context *ctx, wgml_binary_op op, float s, wgml_tensor *a);
-wgml_tensor *wgml_binary(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_binary_scalar(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, float s);
+WGML_API wgml_tensor *wgml_scalar_binary(wgml_context *ctx, wgml_binary_op op, float s, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_binary(wgml_context *ctx, wgml_binary_op op, wgml_tensor *a, wgml_tensor *b);
 
 /* unary */
-wgml_tensor *wgml_neg(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_abs(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_exp(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_log(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_sqrt(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_rsqrt(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_tanh(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a); /* tanh approximation */
-wgml_tensor *wgml_gelu_exact(wgml_context *ctx, wgml_tensor *a); /* x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) */
-wgml_tensor *wgml_erf(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_sin(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_cos(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_softplus(wgml_context *ctx, wgml_tensor *a); /* log(1 + exp(a)), without overflow */
+WGML_API wgml_tensor *wgml_neg(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_abs(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_exp(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_log(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_sqrt(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_rsqrt(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_tanh(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_sigmoid(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_relu(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_gelu(wgml_context *ctx, wgml_tensor *a); /* tanh approximation */
+WGML_API wgml_tensor *wgml_gelu_exact(wgml_context *ctx, wgml_tensor *a); /* x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) */
+WGML_API wgml_tensor *wgml_erf(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_sin(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_cos(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_softplus(wgml_context *ctx, wgml_tensor *a); /* log(1 + exp(a)), without overflow */
 /* min(max(a, lo), hi); lo > hi or a NaN bound is WGML_ERROR_INVALID_ARGUMENT */
-wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
+WGML_API wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
 
 /* reductions along an axis (keepdim keeps it with size 1) and over all elements */
-wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
-wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
-wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
-wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* i32 indices */
-wgml_tensor *wgml_min(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
-wgml_tensor *wgml_argmin(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* i32 indices */
+WGML_API wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+WGML_API wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+WGML_API wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+WGML_API wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* i32 indices */
+WGML_API wgml_tensor *wgml_min(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
+WGML_API wgml_tensor *wgml_argmin(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim); /* i32 indices */
 /* variance and standard deviation along an axis: sum((a - mean)^2) / (n - correction);
    correction 1 is the unbiased estimate (torch.var's default), 0 the population one (NumPy's
    default); n <= correction gives NaN */
-wgml_tensor *wgml_var(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim);
-wgml_tensor *wgml_std(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim);
-wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_min_all(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_var(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim);
+WGML_API wgml_tensor *wgml_std(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim);
+WGML_API wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_min_all(wgml_context *ctx, wgml_tensor *a);
 
 /* along the last axis */
-wgml_tensor *wgml_softmax(wgml_context *ctx, wgml_tensor *a);
-wgml_tensor *wgml_log_softmax(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_softmax(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_log_softmax(wgml_context *ctx, wgml_tensor *a);
 /* weight and bias are optional (NULL) 1-D tensors of the last axis' size; eps must be >= 0
    (negative or NaN: WGML_ERROR_INVALID_ARGUMENT) */
-wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight,
+WGML_API wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight,
                             wgml_tensor *bias, float eps);
-wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps);
+WGML_API wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps);
 
 /* cumulative sum along axis (negative counts from the end): out[..., i, ...] = sum_{j <= i}
    a[..., j, ...]; reverse = 1 sums from the end (j >= i). f32, or i32 (whose sums wrap as
    two's complement). Its gradient is the cumsum of the other direction. */
-wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int reverse);
+WGML_API wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int reverse);
 
 /* rotary position embedding as in Llama/Qwen (HF's "rotate half" layout): x [..., T, D] (f32,
    at least 2-D, D even; T is the second-to-last axis, e.g. [B,H,T,D]); element (t, j) for
@@ -318,41 +326,41 @@ wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int revers
    10000. As in HF, the angle is the f32 product of the position and the f32 frequency, so a
    query at t with pos_offset k gets exactly the row t + k of a longer sequence (a KV cache).
    0 <= pos_offset and pos_offset + T - 1 <= 2^24 (positions exact in f32); D <= 3904. */
-wgml_tensor *wgml_rope(wgml_context *ctx, wgml_tensor *x, int64_t pos_offset, float base);
+WGML_API wgml_tensor *wgml_rope(wgml_context *ctx, wgml_tensor *x, int64_t pos_offset, float base);
 typedef struct wgml_rope_desc {
     int64_t pos_offset; /* the position of t = 0 */
     float base;         /* 0 means 10000 */
     int interleaved;    /* pairs (2j, 2j + 1), as GPT-J and Meta's original Llama code, instead of (j, j + D/2) */
     int inverse;        /* rotates by -angle: undoes the rotation (and is its gradient) */
 } wgml_rope_desc;
-wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_desc *desc); /* NULL desc: defaults */
+WGML_API wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_desc *desc); /* NULL desc: defaults */
 
 /* views and movement: no copy where a strided view will do */
-wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
-wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes);
-wgml_tensor *wgml_transpose(wgml_context *ctx, wgml_tensor *a, int axis0, int axis1);
-wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
+WGML_API wgml_tensor *wgml_reshape(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
+WGML_API wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes);
+WGML_API wgml_tensor *wgml_transpose(wgml_context *ctx, wgml_tensor *a, int axis0, int axis1);
+WGML_API wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape);
 /* [start, stop) with a step >= 1 along one axis, 0 <= start < stop <= the axis' size (no
    negative or clamped indices); else WGML_ERROR_INVALID_ARGUMENT. The length is NumPy's,
    ceil((stop - start) / step), for any step up to INT64_MAX. */
-wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start,
+WGML_API wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start,
                         int64_t stop, int64_t step);
-wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
+WGML_API wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
 /* Joins n >= 1 tensors of one dtype and the same shape off `axis` along it (a copy; more than
    8 are joined in steps). */
-wgml_tensor *wgml_concat(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);
+WGML_API wgml_tensor *wgml_concat(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);
 /* Joins n tensors of one shape along a new axis at position `axis` (0..ndim; the result has
    ndim + 1 <= 4 dimensions). */
-wgml_tensor *wgml_stack(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);
+WGML_API wgml_tensor *wgml_stack(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);
 /* Views of n consecutive parts of a along axis, sizes[i] >= 1 summing to its size, into
    out[0..n); on failure every out[i] is NULL. No copy. */
-wgml_status wgml_split(wgml_context *ctx, wgml_tensor *a, int axis, int n, const int64_t *sizes, wgml_tensor **out);
+WGML_API wgml_status wgml_split(wgml_context *ctx, wgml_tensor *a, int axis, int n, const int64_t *sizes, wgml_tensor **out);
 /* n equal parts (the axis' size must be a multiple of n, else WGML_ERROR_SHAPE), as views */
-wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_tensor **out);
+WGML_API wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_tensor **out);
 /* a converted to dtype: i32 -> f32 is exact up to 2^24 in magnitude (then rounds to nearest);
    f32 -> i32 truncates toward zero as C does, saturates past the i32 range, and gives 0 for
    NaN. Casting to a's own dtype gives a view of a. No gradient passes through a cast. */
-wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype);
+WGML_API wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype);
 
 /* ---------------------------------------------------------------- random numbers */
 
@@ -363,28 +371,28 @@ wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype);
    Philox blocks it uses, ceil(n / 4) for n elements. Element i (row-major) of such an op comes
    from the block with key (seed mod 2^32, seed >> 32) and counter (b mod 2^32, b >> 32, 0, 0),
    b = offset + i / 4: its 32-bit word i % 4, w, whose top 24 bits give u = (w >> 8) 2^-24. */
-wgml_status wgml_manual_seed(wgml_context *ctx, uint64_t seed); /* state := (seed, 0) */
+WGML_API wgml_status wgml_manual_seed(wgml_context *ctx, uint64_t seed); /* state := (seed, 0) */
 /* the state now (save it with a checkpoint), and setting it back */
-wgml_status wgml_rng_get_state(wgml_context *ctx, uint64_t *seed, uint64_t *offset);
-wgml_status wgml_rng_set_state(wgml_context *ctx, uint64_t seed, uint64_t offset);
+WGML_API wgml_status wgml_rng_get_state(wgml_context *ctx, uint64_t *seed, uint64_t *offset);
+WGML_API wgml_status wgml_rng_set_state(wgml_context *ctx, uint64_t seed, uint64_t offset);
 
 /* Uniform in [lo, hi): lo + (hi - lo) u, each step rounded in f32 and the result held below
    hi; bit-identical on every adapter. lo < hi, both finite, hi - lo finite; else
    WGML_ERROR_INVALID_ARGUMENT. A bad shape is refused as by wgml_tensor_zeros; a random op of
    more than 2^32 - 4 elements is WGML_ERROR_LIMIT. */
-wgml_tensor *wgml_rand(wgml_context *ctx, int ndim, const int64_t *shape, float lo, float hi);
+WGML_API wgml_tensor *wgml_rand(wgml_context *ctx, int ndim, const int64_t *shape, float lo, float hi);
 /* Normal(mean, std) by Box-Muller: words 2m, 2m + 1 of a block give elements 2m, 2m + 1 as
    mean + std r cos(t), mean + std r sin(t), r = sqrt(-2 ln u1), u1 = ((w_2m >> 8) + 1) 2^-24
    in (0, 1] (never ln 0), t = 2 pi u of w_2m+1. The kernel computes ln, cos and sin with its
    own f32 polynomials, so adapters agree to a few f32 roundings (~1e-6 of std). mean finite,
    std finite and >= 0; else WGML_ERROR_INVALID_ARGUMENT. */
-wgml_tensor *wgml_randn(wgml_context *ctx, int ndim, const int64_t *shape, float mean, float std);
+WGML_API wgml_tensor *wgml_randn(wgml_context *ctx, int ndim, const int64_t *shape, float mean, float std);
 /* PyTorch's training-mode dropout: element i of a is dropped (0, even if NaN) where u < p, the
    others are multiplied by 1 / (1 - p) rounded to f32 once. Its gradient drops the same
    elements of the incoming gradient (the node keeps its counters) and scales the rest alike.
    p = 0 gives a itself (a view; no counters used), p = 1 zeros; p outside [0, 1] or NaN is
    WGML_ERROR_INVALID_ARGUMENT. */
-wgml_tensor *wgml_dropout(wgml_context *ctx, wgml_tensor *a, float p);
+WGML_API wgml_tensor *wgml_dropout(wgml_context *ctx, wgml_tensor *a, float p);
 
 /* Initialisers: rand and randn with bounds from a weight's shape. A weight is [in, out]
    (x [B, in] @ W [in, out]): fan_in = shape[ndim-2] * rf, fan_out = shape[ndim-1] * rf, where
@@ -394,14 +402,14 @@ wgml_tensor *wgml_dropout(wgml_context *ctx, wgml_tensor *a, float p);
    usual), sqrt(2 / (1 + a^2)) (leaky relu of slope a). */
 typedef enum wgml_fan_mode { WGML_FAN_IN = 0, WGML_FAN_OUT } wgml_fan_mode;
 /* U(-b, b), b = gain sqrt(6 / (fan_in + fan_out)) */
-wgml_tensor *wgml_xavier_uniform(wgml_context *ctx, int ndim, const int64_t *shape, float gain);
+WGML_API wgml_tensor *wgml_xavier_uniform(wgml_context *ctx, int ndim, const int64_t *shape, float gain);
 /* N(0, std), std = gain sqrt(2 / (fan_in + fan_out)) */
-wgml_tensor *wgml_xavier_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain);
+WGML_API wgml_tensor *wgml_xavier_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain);
 /* U(-b, b), b = gain sqrt(3 / fan), fan = fan_in or fan_out as mode says */
-wgml_tensor *wgml_kaiming_uniform(wgml_context *ctx, int ndim, const int64_t *shape, float gain,
+WGML_API wgml_tensor *wgml_kaiming_uniform(wgml_context *ctx, int ndim, const int64_t *shape, float gain,
                                   wgml_fan_mode mode);
 /* N(0, std), std = gain / sqrt(fan) */
-wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain,
+WGML_API wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain,
                                  wgml_fan_mode mode);
 
 /* gather and scatter with i32 indices. Indices uploaded from the host (wgml_tensor_from_i32)
@@ -411,14 +419,14 @@ wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *sha
    WGML_ERROR_INVALID_ARGUMENT with a message naming the index's position; the tensors
    themselves keep no error state. No gradient passes to indices. */
 /* rows of table [V, C] by ids (i32, any shape up to 3-D): result [ids..., C] */
-wgml_tensor *wgml_embedding(wgml_context *ctx, wgml_tensor *table, wgml_tensor *ids);
+WGML_API wgml_tensor *wgml_embedding(wgml_context *ctx, wgml_tensor *table, wgml_tensor *ids);
 /* entries of a (any dtype) along axis picked by idx (1-D i32): result has a's shape with
    that axis of len(idx) */
-wgml_tensor *wgml_index_select(wgml_context *ctx, wgml_tensor *a, int axis, wgml_tensor *idx);
+WGML_API wgml_tensor *wgml_index_select(wgml_context *ctx, wgml_tensor *a, int axis, wgml_tensor *idx);
 /* a copy of a with src's slices added at the positions idx (1-D i32) along axis:
    out[.., idx[i], ..] += src[.., i, ..]; src has a's shape with that axis of len(idx); repeated
    indices accumulate, in a fixed order (the same bits every run). a and src are f32. */
-wgml_tensor *wgml_index_add(wgml_context *ctx, wgml_tensor *a, int axis, wgml_tensor *idx, wgml_tensor *src);
+WGML_API wgml_tensor *wgml_index_add(wgml_context *ctx, wgml_tensor *a, int axis, wgml_tensor *idx, wgml_tensor *src);
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -440,13 +448,13 @@ typedef struct wgml_matmul_desc {
    [B,T,C] x [C,N], [1,H,T,D] x [B,1,D,T]. Views (transposes, permutations, slices, broadcasts)
    are read through their strides, without a copy, wherever one of the two matrix dims has
    unit stride. Bias and activation apply to every matrix of the batch. */
-wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
-wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b,
+WGML_API wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b);
+WGML_API wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b,
                             const wgml_matmul_desc *desc);
 
 /* The cached-matmul API: weights uploaded once by name, host in and out.
    output[m, cols] = input[m, rows] x weight[rows, cols]. */
-wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float *data,
+WGML_API wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float *data,
                                int64_t rows, int64_t cols);
 typedef struct wgml_weight_desc {
     /* store the weight as IEEE halves (round to nearest even; past +-65504: infinity): half
@@ -454,11 +462,11 @@ typedef struct wgml_weight_desc {
        shader-f16 feature (WGML_ERROR_UNSUPPORTED without it). */
     int f16;
 } wgml_weight_desc;
-wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const float *data,
+WGML_API wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const float *data,
                                   int64_t rows, int64_t cols, const wgml_weight_desc *desc);
-wgml_status wgml_weight_remove(wgml_context *ctx, const char *name);
-wgml_status wgml_weights_resident(const wgml_context *ctx, size_t *count, uint64_t *bytes);
-wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float *input,
+WGML_API wgml_status wgml_weight_remove(wgml_context *ctx, const char *name);
+WGML_API wgml_status wgml_weights_resident(const wgml_context *ctx, size_t *count, uint64_t *bytes);
+WGML_API wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float *input,
                                size_t input_len, float *output, size_t output_len,
                                int64_t m);
 
@@ -477,18 +485,18 @@ typedef struct wgml_attention_desc {
    the T x S scores (also in its gradient). 3-D [N,T,D] operands are N independent heads
    (k and v [N,S,D]). D <= 128 (larger: WGML_ERROR_UNSUPPORTED). Inputs may be strided views
    (heads split by wgml_permute). desc may be NULL (not causal, default scale). */
-wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v,
+WGML_API wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v,
                             const wgml_attention_desc *desc);
 
 /* ---------------------------------------------------------------- autograd */
 
 /* Marks an evaluated (leaf) tensor as trainable. */
-wgml_status wgml_requires_grad(wgml_tensor *t, int on);
+WGML_API wgml_status wgml_requires_grad(wgml_tensor *t, int on);
 /* Reverse mode from a one-element loss: each trainable tensor the loss depends on gets its
    gradient added to wgml_grad(t) (lazy: computed with the next evaluation). */
-wgml_status wgml_backward(wgml_tensor *loss);
-wgml_tensor *wgml_grad(wgml_tensor *t); /* borrowed; NULL if none */
-void wgml_zero_grad(wgml_tensor *t);
+WGML_API wgml_status wgml_backward(wgml_tensor *loss);
+WGML_API wgml_tensor *wgml_grad(wgml_tensor *t); /* borrowed; NULL if none */
+WGML_API void wgml_zero_grad(wgml_tensor *t);
 
 /* ---------------------------------------------------------------- files */
 
@@ -497,22 +505,22 @@ void wgml_zero_grad(wgml_tensor *t);
    0 and NULLs), atomically: a temporary file renamed over path, so a crash leaves the old
    file or the new one. Names: non-empty, unique, valid UTF-8, at most 127 bytes; metadata
    keys at most 63 bytes, values 255. Errors name the tensor or key. */
-wgml_status wgml_save(wgml_context *ctx, const char *path, int n, const char *const *names, wgml_tensor *const *tensors,
+WGML_API wgml_status wgml_save(wgml_context *ctx, const char *path, int n, const char *const *names, wgml_tensor *const *tensors,
                       int n_meta, const char *const *meta_keys, const char *const *meta_values);
 
 /* A safetensors file read and checked whole (wgml_load): F32, F16 and BF16 tensors (as f32)
    and I32 ones, up to 4 dims; any other dtype, and anything malformed or truncated, is
    WGML_ERROR_FORMAT naming what; a file that cannot be read WGML_ERROR_IO. */
 typedef struct wgml_file wgml_file;
-wgml_status wgml_load(wgml_context *ctx, const char *path, wgml_file **out);
-int wgml_file_count(const wgml_file *f);
-const char *wgml_file_name(const wgml_file *f, int i);   /* NULL past the count */
-int wgml_file_find(const wgml_file *f, const char *name); /* its index, or -1 */
-const char *wgml_file_meta(const wgml_file *f, const char *key); /* NULL when absent */
+WGML_API wgml_status wgml_load(wgml_context *ctx, const char *path, wgml_file **out);
+WGML_API int wgml_file_count(const wgml_file *f);
+WGML_API const char *wgml_file_name(const wgml_file *f, int i);   /* NULL past the count */
+WGML_API int wgml_file_find(const wgml_file *f, const char *name); /* its index, or -1 */
+WGML_API const char *wgml_file_meta(const wgml_file *f, const char *key); /* NULL when absent */
 /* Tensor i uploaded (a new tensor of the file's shape and dtype, a scalar as [1]: free it);
    NULL, with the context's message, for an index out of range or an empty tensor. */
-wgml_tensor *wgml_file_tensor(wgml_file *f, int i);
-void wgml_file_free(wgml_file *f); /* the host copy; tensors made from it stay */
+WGML_API wgml_tensor *wgml_file_tensor(wgml_file *f, int i);
+WGML_API void wgml_file_free(wgml_file *f); /* the host copy; tensors made from it stay */
 
 /* ---------------------------------------------------------------- losses */
 
@@ -520,9 +528,9 @@ void wgml_file_free(wgml_file *f); /* the host copy; tensors made from it stay *
    holding class indices (i32, or whole numbers as f32). Fused and numerically stable. i32
    labels uploaded from the host are checked when the op is built; others on the GPU, where a
    label that is not a class index makes the next read fail. */
-wgml_tensor *wgml_cross_entropy(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
+WGML_API wgml_tensor *wgml_cross_entropy(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
 /* mean((pred - target)^2), broadcasting */
-wgml_tensor *wgml_mse(wgml_context *ctx, wgml_tensor *pred, wgml_tensor *target);
+WGML_API wgml_tensor *wgml_mse(wgml_context *ctx, wgml_tensor *pred, wgml_tensor *target);
 
 /* ---------------------------------------------------------------- optimisers */
 
@@ -545,7 +553,7 @@ typedef struct wgml_optim_desc {
 /* The parameters (evaluated, contiguous) move into one flat GPU buffer owned by the
    optimiser; the tensors stay valid and become trainable. One group: every parameter has
    desc->weight_decay and desc->lr. */
-wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
+WGML_API wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
                                   wgml_tensor *const *params, wgml_optimizer **out);
 
 /* Parameter groups, as PyTorch's param_groups: typically the matrices with weight decay and
@@ -565,19 +573,19 @@ typedef struct wgml_param_group {
    groups in order: groups[0]'s parameters first, then groups[1]'s, ... A bad group (NULL
    params, n <= 0, a number out of range, a tensor in two groups) is
    WGML_ERROR_INVALID_ARGUMENT naming it, e.g. "groups[1].weight_decay = -1". */
-wgml_status wgml_optimizer_create_groups(wgml_context *ctx, const wgml_optim_desc *desc, int n_groups,
+WGML_API wgml_status wgml_optimizer_create_groups(wgml_context *ctx, const wgml_optim_desc *desc, int n_groups,
                                          const wgml_param_group *groups, wgml_optimizer **out);
 
 /* Evaluates the parameters' pending gradients (and `extra` tensors, e.g. the loss) and
    updates every parameter in one submit; gradients are consumed. */
-wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra);
+WGML_API wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra);
 /* The global gradient norm of the last step, before clipping (reads 4 bytes). */
-wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm);
+WGML_API wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm);
 /* Steps taken (or set by wgml_optimizer_set_steps, e.g. on resuming a checkpoint). */
-int64_t wgml_optimizer_steps(const wgml_optimizer *opt);
-wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps);
+WGML_API int64_t wgml_optimizer_steps(const wgml_optimizer *opt);
+WGML_API wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps);
 /* The base lr: the peak of the schedule, if one is set. */
-wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr);
+WGML_API wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr);
 
 /* Learning-rate schedules: linear warm-up, then a decay to min_lr_ratio x the base lr. The
    step is counted from 0 and is the number of steps taken before the one the lr is for
@@ -604,17 +612,17 @@ typedef struct wgml_lr_schedule {
 /* The lr of `step` under schedule s (NULL: no schedule, base_lr), computed on the host in
    double; NaN for a schedule that wgml_optimizer_set_schedule would refuse, a negative step
    or a base_lr that is negative or not finite. */
-float wgml_lr_at(const wgml_lr_schedule *s, float base_lr, int64_t step);
+WGML_API float wgml_lr_at(const wgml_lr_schedule *s, float base_lr, int64_t step);
 /* Each step then uses wgml_lr_at(s, base lr, wgml_optimizer_steps(opt)), times the group's
    lr_scale: a number in the step's parameter block, so no kernel is compiled for it. NULL
    removes the schedule. A bad field is WGML_ERROR_INVALID_ARGUMENT naming it. */
-wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_schedule *s);
+WGML_API wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_schedule *s);
 /* The lr the next step will use, before the groups' lr_scale (for logs); NaN if opt is NULL. */
-float wgml_optimizer_lr(const wgml_optimizer *opt);
+WGML_API float wgml_optimizer_lr(const wgml_optimizer *opt);
 
 /* Tensors viewing parameter i's first and second moments (for checkpoints); free them. */
-wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v);
-void wgml_optimizer_free(wgml_optimizer *opt);
+WGML_API wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v);
+WGML_API void wgml_optimizer_free(wgml_optimizer *opt);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Fails unless a shared library exports exactly the functions its header declares.
+
+Usage: check_exports.py LIBRARY HEADER
+
+The header's interface is every declaration marked WGML_API; the library's is every defined
+function symbol in its dynamic symbol table (nm -D). Prints what is exported but not declared
+(an internal function leaking) and what is declared but not exported, and exits 1 if either
+is not empty.
+"""
+import re
+import subprocess
+import sys
+
+
+def main():
+    lib, header = sys.argv[1], sys.argv[2]
+    text = open(header, encoding="utf-8").read()
+    declared = set(re.findall(r"^WGML_API[^(;]*?\b(wgml_\w+)\(", text, re.M))
+    out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if len(line.split()) == 3 and line.split()[1] == "T"}
+    leaked, missing = sorted(exported - declared), sorted(declared - exported)
+    for name in leaked:
+        print(f"{lib}: exports {name}, which {header} does not declare")
+    for name in missing:
+        print(f"{lib}: does not export {name}, which {header} declares")
+    if leaked or missing:
+        return 1
+    print(f"check_exports: {len(exported)} functions exported, each declared in {header}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

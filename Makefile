@@ -14,7 +14,7 @@ ifdef WGPU_NATIVE_DIR
 CMAKE_FLAGS += -DWGPU_NATIVE_DIR=$(WGPU_NATIVE_DIR)
 endif
 
-.PHONY: deps build demo test test-clang asan bench clean fuzz
+.PHONY: deps build demo test test-clang asan bench clean fuzz install
 
 deps:
 	@./scripts/deps.sh
@@ -58,6 +58,12 @@ fuzz: deps
 
 bench: build
 	./$(BUILD)/wgml bench
+
+# wgml.h, libwgml.so.0 and libwgml.a, wgpu-native beside them, the wgml command and wgml.pc
+# under PREFIX (cmake --install does the same)
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(CLANG_BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,9 +1,12 @@
 /* The command line's one parser (tools/cli.h). */
 #include "tools/cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
               int (*on)(int opt, const char *arg, void *state), void *state, char **pos, int max_pos, int *npos)
@@ -46,4 +49,30 @@ int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts,
     }
     if (npos) *npos = n;
     return 0;
+}
+
+int cli_make_dirs(const char *path)
+{
+    char p[1024];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return -1;
+        *c = '/';
+    }
+    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *cli_message(wgml_context *ctx, wgml_status st)
+{
+    const char *m = ctx ? wgml_error_message(ctx) : "";
+    return m && m[0] ? m : wgml_status_name(st);
 }

@@ -4,6 +4,14 @@
 
 #include <getopt.h>
 
+#include "wgml.h"
+
+/* mkdir -p: the folder and any missing parents (a fresh checkout has no out/); -1 with errno */
+int cli_make_dirs(const char *path);
+double cli_now(void); /* monotonic seconds */
+/* The context's message, or the status's name where a call left none. */
+const char *cli_message(wgml_context *ctx, wgml_status st);
+
 /* Parses a command's argv (argv[0] is its name) with getopt_long: on(opt, optarg, state)
    for each option (non-zero: a bad value, already reported); -h and --help print usage and
    return 1 (the caller exits 0); an unknown option, a missing value or more than max_pos

@@ -25,32 +25,6 @@
 #include "models/gpt_checkpoint.h"
 #include "tools/cli.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static const char *message(wgml_context *ctx, wgml_status st)
-{
-    const char *m = ctx ? wgml_error_message(ctx) : "";
-    return m && m[0] ? m : wgml_status_name(st);
-}
-
-static int make_dir(const char *path)
-{
-    char p[1024];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return -1;
-    for (char *c = p + 1; *c; c++) {
-        if (*c != '/') continue;
-        *c = 0;
-        if (mkdir(p, 0755) && errno != EEXIST) return -1;
-        *c = '/';
-    }
-    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 /* ---------------------------------------------------------------- options */
 
 enum {
@@ -272,7 +246,7 @@ static void free_pending(wgml_tensor **pending, int n)
 static int train_loop(trainer *t, train_options *o)
 {
     const int tty = isatty(STDERR_FILENO);
-    double t0 = now();
+    double t0 = cli_now();
     int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;
     int64_t end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
     wgml_tensor *pending[SYNC];
@@ -284,7 +258,7 @@ static int train_loop(trainer *t, train_options *o)
         lrs[np] = wgml_optimizer_lr(t->opt);
         if (!st) st = wgml_gpt_train_step_submit(&t->model, t->opt, t->ids, t->targets, &pending[np]);
         if (st) {
-            fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step + 1, message(t->ctx, st));
+            fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step + 1, cli_message(t->ctx, st));
             return free_pending(pending, np), 1;
         }
         np++;
@@ -315,10 +289,10 @@ static int train_loop(trainer *t, train_options *o)
         np = 0;
         if (!st && eval) st = val_loss(t, o, &vloss);
         if (st) {
-            fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, message(t->ctx, st));
+            fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, cli_message(t->ctx, st));
             return 1;
         }
-        double el = now() - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
+        double el = cli_now() - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
         if (eval) fprintf(t->csv, "%.9g", (double)vloss);
         fprintf(t->csv, ",%.1f,%.3f\n", tps, el);
         fflush(t->csv);
@@ -332,13 +306,13 @@ static int train_loop(trainer *t, train_options *o)
         if (save_now) {
             snprintf(path, sizeof path, "%s/gpt.safetensors", o->out);
             if ((st = save(t, o, path, 1))) {
-                fprintf(stderr, "\nwgml gpt train: %s\n", message(t->ctx, st));
+                fprintf(stderr, "\nwgml gpt train: %s\n", cli_message(t->ctx, st));
                 return 1;
             }
         }
     }
     fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
-            (long long)(t->step - first), now() - t0, o->out, o->out);
+            (long long)(t->step - first), cli_now() - t0, o->out, o->out);
     return 0;
 }
 
@@ -366,12 +340,11 @@ static int keep_rows_to(const char *path, int64_t last)
     return 0;
 }
 
-/* Takes the model and settings of a checkpoint to resume; flags given must agree with it. */
-static int resume(trainer *t, train_options *o)
+/* Takes the model, optimiser state and settings of a checkpoint read to resume; flags that would
+   change a stored setting are refused. */
+static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
 {
-    wgml_gpt_checkpoint ck;
-    wgml_status st = wgml_gpt_checkpoint_read(t->ctx, o->resume, &ck);
-    if (st) return fprintf(stderr, "wgml gpt train: %s\n", message(t->ctx, st)), 1;
+    wgml_status st;
     /* everything the checkpoint holds: a resumed run is the run that wrote it */
     static const int model_flags[] = {O_ARCH,    O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH,      O_FFN,          O_BLOCK,
                                       O_BATCH,   O_SEED,   O_DATA,  O_LR,       O_MIN_LR,     O_WARMUP,       O_WD,
@@ -383,19 +356,17 @@ static int resume(trainer *t, train_options *o)
                 if (f->val == model_flags[k]) name = f->name;
             fprintf(stderr, "wgml gpt train: --%s cannot be given with --resume: the checkpoint's model, data and settings are kept\n",
                     name);
-            wgml_gpt_checkpoint_free(&ck);
             return 2;
         }
-    o->cfg = ck.cfg;
-    o->run = ck.run;
-    if (!o->given[O_STEPS - 256]) o->steps = ck.run.total_steps;
-    if (ck.step >= o->steps) {
+    o->cfg = ck->cfg;
+    o->run = ck->run;
+    if (!o->given[O_STEPS - 256]) o->steps = ck->run.total_steps;
+    if (ck->step >= o->steps) {
         fprintf(stderr, "wgml gpt train: %s is at step %lld of %lld: nothing to train (give --steps past it)\n", o->resume,
-                (long long)ck.step, (long long)o->steps);
-        wgml_gpt_checkpoint_free(&ck);
+                (long long)ck->step, (long long)o->steps);
         return 1;
     }
-    st = wgml_gpt_checkpoint_model(t->ctx, &ck, &t->model);
+    st = wgml_gpt_checkpoint_model(t->ctx, ck, &t->model);
     if (!st) {
         wgml_gpt_train_desc d = {.lr = o->run.lr, .weight_decay = o->run.weight_decay, .max_grad_norm = o->run.max_grad_norm,
                                  .beta1 = o->run.beta1, .beta2 = o->run.beta2,
@@ -403,17 +374,16 @@ static int resume(trainer *t, train_options *o)
                                               .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
         st = wgml_gpt_optimizer(&t->model, &d, &t->opt);
     }
-    if (!st) st = wgml_gpt_checkpoint_restore_optimizer(&ck, &t->model, t->opt);
-    if (!st) st = wgml_rng_set_state(t->ctx, ck.run.rng_seed, ck.run.rng_offset);
-    t->step = ck.step;
+    if (!st) st = wgml_gpt_checkpoint_restore_optimizer(ck, &t->model, t->opt);
+    if (!st) st = wgml_rng_set_state(t->ctx, ck->run.rng_seed, ck->run.rng_offset);
+    t->step = ck->step;
     int same_vocab = 1;
     if (!st) {
-        same_vocab = ck.vocab_size == t->text.vocab_size && memcmp(ck.vocab, t->text.vocab, (size_t)ck.vocab_size) == 0;
+        same_vocab = ck->vocab_size == t->text.vocab_size && memcmp(ck->vocab, t->text.vocab, (size_t)ck->vocab_size) == 0;
         if (!same_vocab)
             fprintf(stderr, "wgml gpt train: the text in %s has another vocabulary than %s's\n", o->run.data, o->resume);
     }
-    wgml_gpt_checkpoint_free(&ck);
-    if (st) fprintf(stderr, "wgml gpt train: %s\n", message(t->ctx, st));
+    if (st) fprintf(stderr, "wgml gpt train: %s\n", cli_message(t->ctx, st));
     return st || !same_vocab ? 1 : 0;
 }
 
@@ -448,22 +418,21 @@ static int cmd_gpt_train(int argc, char **argv)
             return 2;
         }
     }
-    /* The data first: resuming takes the folder from the checkpoint. */
-    if (o.resume) {
-        wgml_context *tmp = NULL;
-        if ((st = wgml_context_create(NULL, &tmp))) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
-        wgml_gpt_checkpoint ck;
-        st = wgml_gpt_checkpoint_read(tmp, o.resume, &ck);
-        if (st) fprintf(stderr, "wgml gpt train: %s\n", message(tmp, st));
-        else snprintf(o.run.data, sizeof o.run.data, "%s", ck.run.data);
-        wgml_gpt_checkpoint_free(&ck);
-        wgml_context_free(tmp);
-        if (st) return 1;
+    if ((st = wgml_context_create(NULL, &t.ctx))) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
+    wgml_gpt_checkpoint ck = {0};
+    if (o.resume) { /* the checkpoint first: it names the text folder */
+        if ((st = wgml_gpt_checkpoint_read(t.ctx, o.resume, &ck)))
+            return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
+        snprintf(o.run.data, sizeof o.run.data, "%s", ck.run.data);
     }
-    if ((st = wgml_text_load(o.run.data, &t.text, err, sizeof err))) return fprintf(stderr, "wgml gpt train: %s\n", err), 1;
-    if ((st = wgml_context_create(NULL, &t.ctx))) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), trainer_free(&t), 1;
+    if ((st = wgml_text_load(o.run.data, &t.text, err, sizeof err))) {
+        fprintf(stderr, "wgml gpt train: %s\n", err);
+        return wgml_gpt_checkpoint_free(&ck), trainer_free(&t), 1;
+    }
     if (o.resume) {
-        if ((rc = resume(&t, &o))) return trainer_free(&t), rc;
+        rc = resume(&t, &o, &ck);
+        wgml_gpt_checkpoint_free(&ck);
+        if (rc) return trainer_free(&t), rc;
     } else {
         o.cfg.vocab = t.text.vocab_size;
         o.run.total_steps = o.steps;
@@ -478,7 +447,7 @@ static int cmd_gpt_train(int argc, char **argv)
                                               .min_lr_ratio = o.run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
         if (o.steps <= o.run.warmup) d.schedule = (wgml_lr_schedule){0};
         if (!st) st = wgml_gpt_optimizer(&t.model, &d, &t.opt);
-        if (st) return fprintf(stderr, "wgml gpt train: %s\n", message(t.ctx, st)), trainer_free(&t), 1;
+        if (st) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
     int64_t T = o.cfg.block;
     if (t.text.n_train <= T || t.text.n - t.text.n_train <= T) {
@@ -488,7 +457,7 @@ static int cmd_gpt_train(int argc, char **argv)
     }
     t.x = malloc((size_t)(o.run.batch * T) * sizeof *t.x), t.y = malloc((size_t)(o.run.batch * T) * sizeof *t.y);
     char path[1100];
-    if (!t.x || !t.y || make_dir(o.out)) {
+    if (!t.x || !t.y || cli_make_dirs(o.out)) {
         fprintf(stderr, "wgml gpt train: cannot create %s: %s\n", o.out, strerror(errno));
         return trainer_free(&t), 1;
     }
@@ -501,7 +470,7 @@ static int cmd_gpt_train(int argc, char **argv)
     if (!append) fprintf(t.csv, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s\n");
     if (o.save_init && !o.resume) {
         snprintf(path, sizeof path, "%s/init.safetensors", o.out);
-        if ((st = save(&t, &o, path, 0))) return fprintf(stderr, "wgml gpt train: %s\n", message(t.ctx, st)), trainer_free(&t), 1;
+        if ((st = save(&t, &o, path, 0))) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
     fprintf(stderr, "gpt: %s, %lld layers, %lld heads (%lld K/V), width %lld, block %lld, %lld parameters; %lld tokens of text "
                     "(%d bytes of vocabulary) from %d files\n",
@@ -512,7 +481,7 @@ static int cmd_gpt_train(int argc, char **argv)
     if (!rc && o.sample_tokens > 0) {
         double secs;
         st = print_sample(&t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o.sample_tokens, 0.8f, 0, NULL, &secs);
-        if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", message(t.ctx, st)), rc = 1;
+        if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", cli_message(t.ctx, st)), rc = 1;
     }
     trainer_free(&t);
     return rc;
@@ -537,7 +506,7 @@ static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_siz
     wgml_gpt_cache cache;
     wgml_status st = wgml_gpt_cache_init(g, &cache);
     int64_t have = (int64_t)np, fresh = (int64_t)np;
-    double t0 = now();
+    double t0 = cli_now();
     for (int64_t k = 0; k < n && !st; k++) {
         int32_t tok;
         st = wgml_gpt_generate_step(g, &cache, ids, have, fresh, temperature, top_k, &tok);
@@ -547,7 +516,7 @@ static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_siz
         fputc(tok >= 0 && tok < vocab_size ? vocab[tok] : '?', stdout);
         fflush(stdout);
     }
-    *seconds = now() - t0;
+    *seconds = cli_now() - t0;
     fputc('\n', stdout);
     wgml_gpt_cache_free(&cache, g->cfg.layers);
     free(ids);
@@ -622,7 +591,7 @@ static int cmd_gpt_sample(int argc, char **argv)
         st = print_sample(&g, ck.vocab, ck.vocab_size, token_of, tokens, temperature, top_k, prompt, &secs);
         if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)tokens, secs, (double)tokens / secs);
     }
-    if (st) fprintf(stderr, "wgml gpt sample: %s\n", message(ctx, st)), rc = 1;
+    if (st) fprintf(stderr, "wgml gpt sample: %s\n", cli_message(ctx, st)), rc = 1;
     wgml_gpt_free(&g);
     wgml_gpt_checkpoint_free(&ck);
     wgml_context_free(ctx);

@@ -23,21 +23,6 @@
 #include "train/checkpoint.h"
 #include "train/mlp.h"
 
-/* mkdir -p: the output folder and any missing parents (a fresh checkout has no out/). */
-static int make_dirs(const char *path)
-{
-    char p[1024];
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return errno = ENAMETOOLONG, -1;
-    for (char *c = p + 1; *c; c++) {
-        if (*c != '/') continue;
-        *c = 0;
-        if (mkdir(p, 0755) && errno != EEXIST) return -1;
-        *c = '/';
-    }
-    if (mkdir(p, 0755) && errno != EEXIST) return -1;
-    return 0;
-}
-
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define MNIST_PIXELS 784
 #define MNIST_CLASSES 10
@@ -50,20 +35,6 @@ typedef struct options {
     int64_t sizes[WGML_MLP_MAX_LAYERS + 1];
     const char *out, *resume, *data, *hidden;
 } options;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The context's message, or the status's name where a call left none. */
-static const char *message(wgml_context *ctx, wgml_status st)
-{
-    const char *m = wgml_error_message(ctx);
-    return m && m[0] ? m : wgml_status_name(st);
-}
 
 static int parse_hidden(const char *s, options *o, char *err, size_t errlen)
 {
@@ -167,7 +138,7 @@ static int resume_from(const char *path, wgml_context *ctx, wgml_checkpoint *ck,
 {
     wgml_status st = wgml_checkpoint_read(ctx, path, ck);
     if (st) {
-        fprintf(stderr, "wgml train: %s\n", message(ctx, st));
+        fprintf(stderr, "wgml train: %s\n", cli_message(ctx, st));
         return -1;
     }
     if (check_mnist_sizes(path, ck, "wgml train")) return -1;
@@ -190,7 +161,7 @@ static int resume_from(const char *path, wgml_context *ctx, wgml_checkpoint *ck,
     }
     if (take & WGML_CK_BATCH) o->s.batch = ck->settings.batch;
     if ((st = wgml_checkpoint_mlp(ctx, ck, m))) {
-        fprintf(stderr, "wgml train: %s: cannot build the model: %s\n", path, message(ctx, st));
+        fprintf(stderr, "wgml train: %s: cannot build the model: %s\n", path, cli_message(ctx, st));
         return -1;
     }
     return 0;
@@ -224,7 +195,7 @@ static int evaluate(wgml_context *ctx, wgml_mlp *m, const wgml_mnist *test, doub
         if (!st) st = wgml_tensor_read(ll, &l, 1);
         wgml_scope_end(ctx);
         if (st) {
-            fprintf(stderr, "wgml: evaluation failed: %s\n", message(ctx, st));
+            fprintf(stderr, "wgml: evaluation failed: %s\n", cli_message(ctx, st));
             free(labf);
             return -1;
         }
@@ -291,7 +262,7 @@ int cmd_train(int argc, char **argv)
             goto done;
         }
     } else if ((st = wgml_mlp_create(ctx, o.nlayers, o.sizes, o.s.seed, NULL, NULL, &m))) {
-        fprintf(stderr, "wgml train: cannot build the model: %s\n", message(ctx, st));
+        fprintf(stderr, "wgml train: cannot build the model: %s\n", cli_message(ctx, st));
         goto done;
     }
     if (o.s.batch > train.n) {
@@ -302,15 +273,15 @@ int cmd_train(int argc, char **argv)
     int np = wgml_mlp_params(&m, params);
     wgml_optim_desc d = {.kind = WGML_OPTIM_ADAMW, .lr = o.s.lr, .weight_decay = o.s.weight_decay, .max_grad_norm = o.s.max_grad_norm};
     if ((st = wgml_optimizer_create(ctx, &d, np, params, &opt))) {
-        fprintf(stderr, "wgml train: optimizer: %s\n", message(ctx, st));
+        fprintf(stderr, "wgml train: optimizer: %s\n", cli_message(ctx, st));
         goto done;
     }
     if (o.resume && (st = wgml_checkpoint_restore_optimizer(ctx, &ck, opt))) {
-        fprintf(stderr, "wgml train: %s: %s\n", o.resume, message(ctx, st));
+        fprintf(stderr, "wgml train: %s: %s\n", o.resume, cli_message(ctx, st));
         goto done;
     }
     wgml_checkpoint_free(&ck); /* the model and optimiser hold it all now */
-    if (make_dirs(o.out)) {
+    if (cli_make_dirs(o.out)) {
         fprintf(stderr, "wgml train: cannot create %s: %s\n", o.out, strerror(errno));
         goto done;
     }
@@ -341,14 +312,14 @@ int cmd_train(int argc, char **argv)
         goto done;
     }
     if ((st = wgml_tensor_zeros(ctx, 2, xs, &x)) || (st = wgml_tensor_zeros(ctx, 1, &ls, &lab))) {
-        fprintf(stderr, "wgml train: batch tensors: %s\n", message(ctx, st));
+        fprintf(stderr, "wgml train: batch tensors: %s\n", cli_message(ctx, st));
         goto done;
     }
     double test_acc = 0, test_loss = 0;
     for (int epoch = start_epoch; epoch < o.epochs; epoch++) {
         shuffle(idx, train.n, o.s.seed, epoch);
         int64_t steps = train.n / batch; /* full batches; the remainder is dropped */
-        double t0 = now(), sum_loss = 0, sum_correct = 0;
+        double t0 = cli_now(), sum_loss = 0, sum_correct = 0;
         for (int64_t s = 0; s < steps; s++) {
             for (int i = 0; i < batch; i++) {
                 int64_t k = idx[s * batch + i];
@@ -358,13 +329,13 @@ int cmd_train(int argc, char **argv)
             float loss, correct;
             if ((st = wgml_tensor_write(x, xb, (size_t)batch * MNIST_PIXELS)) || (st = wgml_tensor_write(lab, lb, (size_t)batch)) ||
                 (st = wgml_mlp_train_step(&m, opt, x, lab, &loss, &correct))) {
-                fprintf(stderr, "\nwgml train: step failed: %s\n", message(ctx, st));
+                fprintf(stderr, "\nwgml train: step failed: %s\n", cli_message(ctx, st));
                 goto done;
             }
             sum_loss += loss;
             sum_correct += correct;
             if (tty && (s % 20 == 0 || s + 1 == steps)) {
-                double el = now() - t0;
+                double el = cli_now() - t0;
                 int bar = (int)(30 * (s + 1) / steps);
                 printf("\repoch %2d/%d [%.*s%*s] %5.1f%% loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, bar,
                        "==============================", 30 - bar, "", 100.0 * (double)(s + 1) / (double)steps,
@@ -373,7 +344,7 @@ int cmd_train(int argc, char **argv)
                 fflush(stdout);
             }
         }
-        double secs = now() - t0;
+        double secs = cli_now() - t0;
         if (evaluate(ctx, &m, &test, &test_acc, &test_loss)) goto done;
         if (!tty) /* a file or a pipe: one plain line per epoch */
             printf("epoch %2d/%d loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, sum_loss / (double)steps,
@@ -384,7 +355,7 @@ int cmd_train(int argc, char **argv)
                 (double)(steps * batch) / secs, secs);
         fflush(csv);
         if ((st = wgml_checkpoint_save(ckpath, &m, opt, epoch + 1, &o.s))) {
-            fprintf(stderr, "wgml train: checkpoint: %s\n", message(ctx, st));
+            fprintf(stderr, "wgml train: checkpoint: %s\n", cli_message(ctx, st));
             goto done;
         }
     }
@@ -443,9 +414,9 @@ int cmd_eval(int argc, char **argv)
     int rc = 1;
     double acc, loss;
     wgml_status st = wgml_checkpoint_read(ctx, path, &ck);
-    if (st) fprintf(stderr, "wgml eval: %s\n", message(ctx, st));
+    if (st) fprintf(stderr, "wgml eval: %s\n", cli_message(ctx, st));
     else if (check_mnist_sizes(path, &ck, "wgml eval")) st = WGML_ERROR_SHAPE;
-    else if ((st = wgml_checkpoint_mlp(ctx, &ck, &m))) fprintf(stderr, "wgml eval: %s: cannot build the model: %s\n", path, message(ctx, st));
+    else if ((st = wgml_checkpoint_mlp(ctx, &ck, &m))) fprintf(stderr, "wgml eval: %s: cannot build the model: %s\n", path, cli_message(ctx, st));
     if (!st && !evaluate(ctx, &m, &test, &acc, &loss)) {
         printf("checkpoint %s (epoch %d): test loss %.4f accuracy %.4f\n", path, ck.epoch, loss, acc);
         rc = 0;

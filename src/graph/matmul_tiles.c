@@ -28,7 +28,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
         if (tiles >= 512) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
         /* 2 to 4 waves of 128x128 tiles (the GPT's [16384, 384] x [384, 384] with 384 tiles,
            its split-K weight gradients with 288): 128x64 tiles, double buffered with the
-           register prefetch, even out the last wave: -20 to -33% per GEMM on the H100
+           register prefetch, even out the last wave: 16 to 32% less time per GEMM on the H100
            (docs/MEASUREMENTS.md, the GPT's training step) */
         else if (tiles > 256) c = (wgml_gemm_config){.tm = 8, .tn = 4, .bk = 16, .double_buffer = true, .prefetch = true};
         else if (tiles >= 32) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16, .prefetch = true};

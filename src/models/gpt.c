@@ -466,8 +466,8 @@ static int ndim_of(const wgml_gpt_config *c, int i)
 /* Slot order: block by block, in each the 2-D parameters (decayed) then the 1-D ones, each
    in layout order. Layer by layer, because the optimiser computes the gradients from the
    last parameter back: each layer's weight gradients then come as the backward reaches it,
-   and its activations are freed there (a schedule whose every 1-D parameter came after
-   every 2-D one held them all to the end: 270 MiB more at the nanoGPT size). */
+   and its activations are freed there (with every 1-D parameter after every 2-D one, the
+   nanoGPT-sized step's peak was 2,642 MiB; layer by layer, 2,052: docs/MEASUREMENTS.md). */
 static void order_slots(const wgml_gpt_config *c, int n, int *slot_param)
 {
     int k = 0;

@@ -5,7 +5,9 @@
 #    fortunes text (about 2.6 MB of English for the GPT),
 #    clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`.
 #  - PyPI: the pinned `wgpu` wheel, hash-checked; its wgpu-native library and headers
-#    are extracted into third_party/wgpu-native (ignored by git).
+#    are extracted into third_party/wgpu-native (ignored by git); and a virtual environment
+#    .venv (ignored by git) with scripts/requirements.txt's pinned packages (plots, the
+#    Python package's tests), rebuilt when that file changes.
 # Set WGPU_NATIVE_DIR to an official wgpu-native release folder to skip the wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,16 @@ if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# The Python environment: remade when scripts/requirements.txt changes.
+REQ_SHA=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements.sha256 2>/dev/null)" != "$REQ_SHA" ]; then
+  echo "deps: creating .venv from scripts/requirements.txt"
+  rm -rf .venv
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check --only-binary=:all: --no-deps -r scripts/requirements.txt
+  echo "$REQ_SHA" > .venv/.requirements.sha256
 fi
 
 if [ -n "${WGPU_NATIVE_DIR:-}" ]; then

@@ -59,8 +59,8 @@ fuzz: deps
 bench: build
 	./$(BUILD)/wgml bench
 
-# wgml.h, libwgml.so.0 and libwgml.a, wgpu-native beside them, the wgml command and wgml.pc
-# under PREFIX (cmake --install does the same)
+# wgml.h, libwgml.so.0 and libwgml.a, wgpu-native beside them, the wgml command, wgml.pc and
+# the CMake package (lib/cmake/wgml) under PREFIX (cmake --install does the same)
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

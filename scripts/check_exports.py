@@ -4,7 +4,7 @@
 Usage: check_exports.py LIBRARY HEADER
 
 The header's interface is every declaration marked WGML_API; the library's is every defined
-function symbol in its dynamic symbol table (nm -D). Prints what is exported but not declared
+function symbol in its dynamic symbol table (nm -D). Also fails unless its SONAME is versioned (libwgml.so.MAJOR). Prints what is exported but not declared
 (an internal function leaking) and what is declared but not exported, and exits 1 if either
 is not empty.
 """
@@ -24,6 +24,12 @@ def main():
         print(f"{lib}: exports {name}, which {header} does not declare")
     for name in missing:
         print(f"{lib}: does not export {name}, which {header} declares")
+    # The versioned SONAME (libwgml.so.0) that lets a new major version live beside the old.
+    dyn = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True).stdout
+    soname = re.search(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", dyn)
+    if not soname or not re.fullmatch(r"libwgml\.so\.\d+", soname.group(1)):
+        print(f"{lib}: SONAME is {soname.group(1) if soname else 'missing'}, not libwgml.so.MAJOR")
+        return 1
     if leaked or missing:
         return 1
     print(f"check_exports: {len(exported)} functions exported, each declared in {header}")

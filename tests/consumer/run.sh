@@ -1,19 +1,54 @@
 #!/usr/bin/env bash
-# Installs wgml from a build folder into a fresh prefix, then builds tests/consumer/main.c
-# against the installed tree only, with pkg-config, and runs it without LD_LIBRARY_PATH:
-# the library and wgpu-native are found through the runpath.
-# Usage: run.sh BUILD_DIR
+# wgml used by an outside program (tests/consumer/main.c), three ways:
+#  1. installed from BUILD_DIR into a fresh prefix, built with pkg-config;
+#  2. the same install found by CMake's find_package(wgml) (shared and static);
+#  3. wgml's source pulled into the outside project with FetchContent (add_subdirectory),
+#     which must not bring wgml's tests, its command or its -Werror along.
+# Each program runs without LD_LIBRARY_PATH: libwgml and wgpu-native are found through the
+# runpath. Usage: run.sh BUILD_DIR [SOURCE_DIR]
 set -eu
 build=$1
 src=$(cd "$(dirname "$0")" && pwd)
+wgml_src=${2:-$(cd "$src/../.." && pwd)}
 work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_consumer.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+fail() { echo "run.sh: $*" >&2; exit 1; }
+run() { env -u LD_LIBRARY_PATH "$@" | grep -qx "consumer: ok" || fail "$* did not print 'consumer: ok'"; }
+
+# The README's example is this program, word for word.
+awk '/^```c$/ {c=1; next} c && /^```$/ {exit} c' "$wgml_src/README.md" > "$work/readme.c"
+tail -n +4 "$src/main.c" | cmp -s - "$work/readme.c" || fail "README's first example differs from tests/consumer/main.c"
+
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-for f in include/wgml.h lib/libwgml.so.0 lib/libwgml.a lib/pkgconfig/wgml.pc bin/wgml; do
-  [ -e "$work/prefix/$f" ] || { echo "run.sh: the install has no $f" >&2; exit 1; }
+for f in include/wgml.h lib/libwgml.so.0 lib/libwgml.a lib/libwgpu_native.so lib/pkgconfig/wgml.pc \
+         lib/cmake/wgml/wgmlConfig.cmake lib/cmake/wgml/wgmlConfigVersion.cmake bin/wgml; do
+  [ -e "$work/prefix/$f" ] || fail "the install has no $f"
 done
+env -u LD_LIBRARY_PATH "$work/prefix/bin/wgml" --version | grep -q "^wgml " || fail "installed wgml --version"
+
+echo "== pkg-config"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
-cc -std=c11 -Wall -Werror "$src/main.c" -o "$work/consumer" $(pkg-config --cflags --libs wgml)
-env -u LD_LIBRARY_PATH "$work/consumer"
-env -u LD_LIBRARY_PATH "$work/prefix/bin/wgml" --version
+cc -std=c11 -Wall -Werror "$src/main.c" -o "$work/consumer_pc" $(pkg-config --cflags --libs wgml)
+run "$work/consumer_pc"
+
+echo "== find_package"
+cmake -S "$src" -B "$work/pkg" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_C_FLAGS="-Wall -Werror" >/dev/null
+cmake --build "$work/pkg" >/dev/null
+run "$work/pkg/consumer"
+run "$work/pkg/consumer_static"
+# The shared build really uses the installed libwgml.so.0 (not a copy of the objects).
+env -u LD_LIBRARY_PATH ldd "$work/pkg/consumer" | grep -q "$work/prefix/lib/libwgml.so.0" || fail "consumer does not load the installed libwgml.so.0"
+
+echo "== FetchContent"
+cmake -S "$src" -B "$work/src" -DWGML_FROM=source -DWGML_SOURCE="$wgml_src" >/dev/null
+cmake --build "$work/src" -j "${JOBS:-2}" >/dev/null
+run "$work/src/consumer"
+run "$work/src/consumer_static"
+ntests=$(cd "$work/src" && ctest -N | sed -n 's/^Total Tests: //p')
+[ "$ntests" = 0 ] || fail "wgml added $ntests tests to the outside project"
+[ ! -e "$work/src/_deps/wgml-build/wgml" ] || fail "wgml built its command inside the outside project"
+if grep -rqs -- "-Werror" "$work/src/_deps/wgml-build/CMakeFiles" --include=flags.make; then
+  fail "wgml compiled with -Werror inside the outside project"
+fi
+echo "consumer: all three ways ok"

@@ -26,6 +26,8 @@ def report(name, s, value, unit):
     res[name] = {"ms": s * 1e3, "value": value, "unit": unit}
     print(f"  {name:34s} {s*1e3:10.3f} ms  {value:10.2f} {unit}", file=sys.stderr)
 
+# --matmul: only the GEMM, GEMV and round-trip measurements (the matmul issue's runs)
+matmul_only = "--matmul" in sys.argv
 n = 1 << 26
 a = torch.rand(n, device=dev); b = torch.rand(n, device=dev)
 s = timed(lambda: a + b); report(f"add_{n}", s, 12 * n / s / 1e9, "GB/s"); add_s = s
@@ -34,14 +36,20 @@ def chain():
     for i in range(100):
         x = [lambda x: x * 0.999, lambda x: x + 0.001, lambda x: x + b, torch.relu][i % 4](x)
     return x
-s = timed(chain, reps=5, inner=1); report("chain100_unfused", s, s / add_s, "x add")
-x = torch.rand(4096, 8192, device=dev); w = torch.rand(8192, device=dev); bb = torch.rand(8192, device=dev)
-s = timed(lambda: torch.softmax(x, -1)); report("softmax_4096x8192", s, 8 * x.numel() / s / 1e9, "GB/s")
-s = timed(lambda: torch.nn.functional.layer_norm(x, (8192,), w, bb, 1e-5)); report("layernorm_4096x8192", s, 8 * x.numel() / s / 1e9, "GB/s")
-del x, a, b
+if not matmul_only:
+    s = timed(chain, reps=5, inner=1); report("chain100_unfused", s, s / add_s, "x add")
+    x = torch.rand(4096, 8192, device=dev); w = torch.rand(8192, device=dev); bb = torch.rand(8192, device=dev)
+    s = timed(lambda: torch.softmax(x, -1)); report("softmax_4096x8192", s, 8 * x.numel() / s / 1e9, "GB/s")
+    s = timed(lambda: torch.nn.functional.layer_norm(x, (8192,), w, bb, 1e-5)); report("layernorm_4096x8192", s, 8 * x.numel() / s / 1e9, "GB/s")
+    del x
+del a, b
 for sz in [512, 1024, 2048, 4096, 8192]:
     A = torch.rand(sz, sz, device=dev); B = torch.rand(sz, sz, device=dev)
     s = timed(lambda: A @ B, reps=9, inner=3 if sz >= 4096 else 8); report(f"gemm_{sz}^3", s, 2 * sz**3 / s / 1e12, "TFLOP/s")
+# the transposed forms of a backward pass, at wgml bench's 4096 size
+A = torch.rand(4096, 4096, device=dev); B = torch.rand(4096, 4096, device=dev)
+s = timed(lambda: A.t() @ B, reps=9, inner=3); report("gemm_4096^3_At_B", s, 2 * 4096**3 / s / 1e12, "TFLOP/s")
+s = timed(lambda: A @ B.t(), reps=9, inner=3); report("gemm_4096^3_A_Bt", s, 2 * 4096**3 / s / 1e12, "TFLOP/s")
 for M in [1, 16, 128]:
     for K in [1536, 4096, 8192]:
         A = torch.rand(M, K, device=dev); B = torch.rand(K, K, device=dev)

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "bench/timing.h"
+#include "core/context.h" /* the runtime's timeline (WGML_TIMELINE) */
 #include "tools/cli.h"
 #include "wgml.h"
 
@@ -388,6 +389,10 @@ static void bench_matmul(int quick)
     wgml_weight_upload(ctx, "bench", w, K, K);
     double t[201];
     int reps = quick ? 21 : 201;
+    /* WGML_TIMELINE: each step's time (runtime.h), medians printed after the total */
+    const wgml_runtime *rt = &ctx->rt;
+    double steps[16][201], polls[2][201];
+    int nsteps = 0;
     for (int r = -5; r < reps; r++) {
         double t0 = bench_now();
         if (wgml_matmul_cached(ctx, "bench", x, (size_t)K, y, (size_t)K, 1)) {
@@ -395,10 +400,20 @@ static void bench_matmul(int quick)
             break;
         }
         if (r >= 0) t[r] = bench_now() - t0;
+        if (r >= 0 && rt->timeline.on) {
+            nsteps = rt->timeline.n;
+            for (int i = 1; i < nsteps; i++) steps[i][r] = rt->timeline.t[i] - rt->timeline.t[i - 1];
+            polls[0][r] = rt->timeline.spin_polls, polls[1][r] = rt->timeline.blocking_polls;
+        }
     }
     double med = bench_median(t, reps);
     snprintf(name, sizeof name, "cached_roundtrip_M1_%lld", (long long)K);
     bench_report(name, med, med * 1e6, "us median");
+    for (int i = 1; i < nsteps; i++)
+        fprintf(stderr, "    %-18s %7.1f us median\n", rt->timeline.step[i], bench_median(steps[i], reps) * 1e6);
+    if (nsteps)
+        fprintf(stderr, "    polls: %.0f spinning, %.0f blocking (medians)\n", bench_median(polls[0], reps),
+                bench_median(polls[1], reps));
     free(w);
     free(x);
     free(y);

@@ -317,8 +317,10 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
         if ((st = ensure_params_buffer(ctx, ex, params_bytes))) return st;
         wgpuQueueWriteBuffer(ctx->rt.queue, ex->params_buffer, 0, ex->params_host, params_bytes);
     }
+    wgml_timeline_mark(&ctx->rt, "parameters");
 
     wgml_scope_push(&ctx->rt);
+    wgml_timeline_mark(&ctx->rt, "error scope push");
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     wgml_profile *prof = n ? wgml_profile_of(ctx) : NULL;
     if (n) {
@@ -384,20 +386,24 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     }
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
+    wgml_timeline_mark(&ctx->rt, "encode");
     if ((st = wgml_submit(&ctx->rt, cb))) {
         wgml_scope_pop(&ctx->rt, what);
         return st;
     }
+    wgml_timeline_mark(&ctx->rt, "submit");
     ctx->rt.stats.dispatches += (uint64_t)n;
     ex->gpu_errors_pending |= sets_flags;
     ctx->rt.stats.host_seconds_last = wgml_host_seconds() - started;
     if ((st = wgml_scope_pop(&ctx->rt, what))) return st;
+    wgml_timeline_mark(&ctx->rt, "error scopes");
     if (n && (st = wgml_timing_read(&ctx->rt))) return st;
     if (prof && (st = wgml_profile_collect(ctx, prof, launches, n))) return st;
 
     if (rb) {
         uint64_t map_bytes = rb->size + (flags ? 16 : 0);
         if ((st = wgml_map_read(&ctx->rt, ex->staging, map_bytes))) return st;
+        wgml_timeline_mark(&ctx->rt, "map wait");
         const uint8_t *src = wgpuBufferGetConstMappedRange(ex->staging, 0, (size_t)map_bytes);
         if (!src) {
             wgpuBufferUnmap(ex->staging);
@@ -407,6 +413,7 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
         uint32_t w[4] = {0};
         if (flags) memcpy(w, src + rb->size, sizeof w);
         wgpuBufferUnmap(ex->staging);
+        wgml_timeline_mark(&ctx->rt, "copy, unmap");
         ctx->rt.stats.bytes_downloaded += rb->size;
         if (flags) return report_gpu_errors(ctx, ex, w);
     }

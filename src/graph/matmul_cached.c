@@ -277,6 +277,7 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     double started = wgml_host_seconds();
+    wgml_timeline_start(&ctx->rt);
     wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (!name || !input || !output)
@@ -340,7 +341,9 @@ wgml_status wgml_matmul_cached(wgml_context *ctx, const char *name, const float 
         cw->last_m = m;
         cw->bind_generation = io->generation;
     }
+    wgml_timeline_mark(&ctx->rt, "checks");
     wgpuQueueWriteBuffer(ctx->rt.queue, io->input, 0, input, in_bytes);
+    wgml_timeline_mark(&ctx->rt, "input write");
     wgml_exec_readback rb = {.buffer = io->output, .size = out_bytes, .host = output};
     if ((st = wgml_exec_submit(ctx, cw->launch, cw->nchunks, &rb, "matmul_cached", started))) return st;
     ctx->rt.stats.bytes_uploaded += in_bytes;

@@ -134,10 +134,12 @@ static void wait_for(wgml_runtime *rt, const volatile bool *done)
     while (!*done && !rt->device_lost && spin > 0 && wgml_host_seconds() - t0 < spin) {
         wgpuDevicePoll(rt->device, false, NULL);
         wgpuInstanceProcessEvents(rt->instance);
+        rt->timeline.spin_polls++;
     }
     for (int i = 0; i < 100 && !*done && !rt->device_lost; i++) {
         wgpuDevicePoll(rt->device, true, NULL);
         wgpuInstanceProcessEvents(rt->instance);
+        rt->timeline.blocking_polls++;
     }
 }
 
@@ -508,6 +510,8 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     const char *spin = getenv("WGML_POLL_SPIN_US");
     bool cpu = ai.adapterType == WGPUAdapterType_CPU;
     rt->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 0.0 : 10e-3;
+    const char *tl = getenv("WGML_TIMELINE");
+    rt->timeline.on = tl && *tl && strcmp(tl, "0");
     /* llvmpipe's loop limiter (see wgml_context.loop_limit); the margin is for the fixed loops
        (reduction trees) that the kernels' own counts leave out */
     const char *ll = getenv("WGML_LOOP_LIMIT");

@@ -32,6 +32,16 @@ typedef struct wgml_runtime {
        UINT32_MAX where the driver has no such limit; WGML_LOOP_LIMIT overrides (tests). */
     uint32_t loop_limit;
 
+    /* WGML_TIMELINE=1: the host clock at each step of the last submit-and-read and the polls
+       its wait took (`wgml bench matmul` prints the cached round trip's medians by step).
+       Off, each mark is one branch. */
+    struct {
+        bool on;
+        int n, spin_polls, blocking_polls;
+        const char *step[16];
+        double t[16];
+    } timeline;
+
     bool gpu_timing; /* timestamp the compute pass of each evaluation (runtime/timing.c) */
     WGPUQuerySet timing_queries;
     WGPUBuffer timing_resolve, timing_readback;
@@ -58,6 +68,10 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc, c
 void wgml_runtime_close(wgml_runtime *rt);
 /* Destroys the device as a loss would (tests of the lost-device paths). */
 void wgml_runtime_destroy_device(wgml_runtime *rt);
+
+/* The timeline (rt->timeline, WGML_TIMELINE): start a new one, and mark the end of a step. */
+void wgml_timeline_start(wgml_runtime *rt);
+void wgml_timeline_mark(wgml_runtime *rt, const char *step);
 
 /* ---------------------------------------------------------------- errors */
 

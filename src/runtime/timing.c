@@ -77,3 +77,17 @@ void wgml_timing_destroy(wgml_runtime *rt)
     rt->timing_queries = NULL;
     rt->timing_resolve = rt->timing_readback = NULL;
 }
+
+void wgml_timeline_start(wgml_runtime *rt)
+{
+    if (!rt->timeline.on) return;
+    rt->timeline.n = rt->timeline.spin_polls = rt->timeline.blocking_polls = 0;
+    wgml_timeline_mark(rt, "start");
+}
+
+void wgml_timeline_mark(wgml_runtime *rt, const char *step)
+{
+    if (!rt->timeline.on || rt->timeline.n >= 16) return;
+    rt->timeline.step[rt->timeline.n] = step;
+    rt->timeline.t[rt->timeline.n++] = wgml_host_seconds();
+}

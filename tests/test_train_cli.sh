@@ -2,7 +2,9 @@
 # End-to-end tests of `wgml train --resume` and `wgml eval`, on a synthetic data set of 256
 # training images (each run takes about a second on lavapipe):
 #   - a resume takes the seed, batch, lr, wd and clip stored in the checkpoint, and ends
-#     byte for byte where the uninterrupted run ends; flags given override them;
+#     byte for byte where the uninterrupted run ends, with the same metrics (a row per step;
+#     rows written after the checkpoint by a run that died are dropped); flags given override
+#     them;
 #   - checkpoints that are wrong are refused with a message naming what is wrong, never
 #     trained on or evaluated: a moment or a weight of the wrong shape, a missing moment, a
 #     header length one byte short, bytes appended, bad metadata values; bad flags too;
@@ -139,6 +141,8 @@ ran "1 epoch" run_wgml train "${common[@]}" "${settings[@]}" --epochs 1 --out "$
 cp -r "$work/half" "$work/override"
 one_epoch=$work/one_epoch.safetensors
 cp "$work/half/checkpoint.safetensors" "$one_epoch"
+# (as if the run had gone on into epoch 2 and died there, the last row cut short: dropped on resume)
+printf '9,2,9.9,0.5,0.01,,,100.0,1.000\n10,2,9.9,0.5,0.01,,,100.0,1.0' >>"$work/half/metrics.csv"
 ran "resume" run_wgml train --data "$data" --epochs 2 --out "$work/half" --resume "$work/half/checkpoint.safetensors"
 banner="batch 32, AdamW lr 0.01, wd 0.001, clip 0.5, seed 7, epochs 2..2"
 grep -qF "$banner" "$work/out" || fail "resume: the run does not say '$banner': $(head -n 1 "$work/out")"
@@ -148,6 +152,28 @@ for kv in seed=7 lr=0.01 weight_decay=0.001 max_grad_norm=0.5 batch=32 epoch=2 s
   got=$(ck meta "$work/half/checkpoint.safetensors" "${kv%%=*}")
   [ "$got" = "${kv#*=}" ] || fail "resume: metadata ${kv%%=*} is '$got', want '${kv#*=}'"
 done
+# The metrics: a row per step (256 / 32 = 8 a epoch), the test set's numbers on each epoch's
+# last step only, and at the end those of the final checkpoint (as wgml eval reads them).
+ran "eval of the final checkpoint" run_wgml eval "$work/full/checkpoint.safetensors" --data "$data"
+"$py" - "$work/full/metrics.csv" "$(cat "$work/out")" <<'PY' || fail "the metrics CSV is not a row per step: $(head -n 3 "$work/full/metrics.csv")"
+import csv, re, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert list(rows[0]) == "step,epoch,loss,accuracy,lr,test_loss,test_accuracy,samples_per_s,elapsed_s".split(","), list(rows[0])
+assert [int(r["step"]) for r in rows] == list(range(1, 17)), [r["step"] for r in rows]
+assert [int(r["epoch"]) for r in rows] == [1] * 8 + [2] * 8
+for r in rows:
+    assert 0 < float(r["loss"]) < 20 and float(r["accuracy"]) * 32 in range(33), r
+    assert abs(float(r["lr"]) - 0.01) < 1e-9 and float(r["samples_per_s"]) > 0 and float(r["elapsed_s"]) > 0, r
+    assert bool(r["test_loss"]) == bool(r["test_accuracy"]) == (r["step"] in ("8", "16")), r
+assert [float(r["elapsed_s"]) for r in rows] == sorted(float(r["elapsed_s"]) for r in rows)
+loss, acc = map(float, re.search(r"test loss (\S+) accuracy (\S+)", sys.argv[2]).groups())
+assert abs(float(rows[-1]["test_loss"]) - loss) < 6e-5 and abs(float(rows[-1]["test_accuracy"]) - acc) < 6e-5, (rows[-1], loss, acc)
+PY
+# The resumed file equals the uninterrupted run's but for the timings (the last two columns).
+cut -d, -f1-7 "$work/full/metrics.csv" >"$work/full.cut"
+cut -d, -f1-7 "$work/half/metrics.csv" >"$work/half.cut"
+cmp -s "$work/full.cut" "$work/half.cut" ||
+  { fail "resume: the resumed run's metrics differ from the uninterrupted run's"; diff "$work/full.cut" "$work/half.cut" >&2; }
 
 # Flags given on resume override what the checkpoint stores, and are stored in turn.
 ran "resume with flags" run_wgml train --data "$data" --epochs 2 --out "$work/override" --lr 0.02 --batch 64 \
@@ -158,6 +184,9 @@ for kv in lr=0.02 batch=64 seed=7 step=12; do
   got=$(ck meta "$work/override/checkpoint.safetensors" "${kv%%=*}")
   [ "$got" = "${kv#*=}" ] || fail "resume with flags: metadata ${kv%%=*} is '$got', want '${kv#*=}'"
 done
+got=$(awk -F, 'NR == 2 || NR == 9 || NR == 10 || NR == 13 {printf "%s,%s,%g ", $1, $2, $5}' "$work/override/metrics.csv")
+[ "$got" = "1,1,0.01 8,1,0.01 9,2,0.02 12,2,0.02 " ] ||
+  fail "resume with flags: the metrics' steps, epochs and lr are '$got', want steps 1-8 at lr 0.01 and 9-12 at 0.02"
 
 # Checkpoints that must be refused, by train --resume and, where it reads the part, by eval.
 bad=$work/bad.safetensors
@@ -242,7 +271,15 @@ env -u XDG_RUNTIME_DIR "$wgml" info >/dev/null 2>"$work/err"
 # a metrics file is written with its header even by a resumed run that starts it
 rm -f "$work/half2/metrics.csv"; mkdir -p "$work/half2"
 ran "resume into a new folder" run_wgml train --data "$data" --epochs 2 --out "$work/half2" --resume "$one_epoch"
-head -n 1 "$work/half2/metrics.csv" | grep -q "^epoch,step," || fail "a resumed run's new metrics file has no header"
+head -n 1 "$work/half2/metrics.csv" | grep -q "^step,epoch," || fail "a resumed run's new metrics file has no header"
+[ "$(cut -d, -f1 "$work/half2/metrics.csv" | tr '\n' ' ')" = "step 9 10 11 12 13 14 15 16 " ] ||
+  fail "a resumed run's new metrics file does not hold steps 9-16: $(cut -d, -f1 "$work/half2/metrics.csv" | tr '\n' ' ')"
+# a metrics file of another format is not overwritten by a resumed run
+mkdir -p "$work/other"
+echo "epoch,step,train_loss" >"$work/other/metrics.csv"
+refused "resuming into another command's metrics" "metrics.csv|header" run_wgml train --data "$data" --epochs 2 \
+  --out "$work/other" --resume "$one_epoch"
+[ "$(cat "$work/other/metrics.csv")" = "epoch,step,train_loss" ] || fail "a metrics file of another format was changed"
 ! grep -q $'\r' "$work/out" || fail "the progress bar wrote carriage returns into a file"
 
 if [ "$failures" -ne 0 ]; then

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -75,4 +76,61 @@ const char *cli_message(wgml_context *ctx, wgml_status st)
 {
     const char *m = ctx ? wgml_error_message(ctx) : "";
     return m && m[0] ? m : wgml_status_name(st);
+}
+
+FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step, char *err, size_t errlen)
+{
+    FILE *in = resume_step >= 0 ? fopen(path, "r") : NULL, *out;
+    if (!in && resume_step >= 0 && errno != ENOENT) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (!in) { /* a new file */
+        if (!(out = fopen(path, "w")) || fprintf(out, "%s\n", header) < 0) {
+            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            if (out) fclose(out);
+            return NULL;
+        }
+        return out;
+    }
+    /* the rows to keep go to a temporary file that then replaces the file, so that a crash
+       here leaves the old file whole */
+    char tmp[1100];
+    out = snprintf(tmp, sizeof tmp, "%s.tmp", path) < (int)sizeof tmp ? fopen(tmp, "w") : (errno = ENAMETOOLONG, NULL);
+    char *line = NULL;
+    size_t cap = 0, hlen = strlen(header);
+    ssize_t n;
+    int rows = 0, other = 0, made = out != NULL, e = made ? 0 : errno;
+    while (!e && (n = getline(&line, &cap, in)) > 0) {
+        int keep;
+        if (rows++ == 0) {
+            keep = (size_t)n == hlen + 1 && strncmp(line, header, hlen) == 0 && line[hlen] == '\n';
+            if (!keep) {
+                other = 1;
+                break;
+            }
+        } else {
+            char *end;
+            long long step = strtoll(line, &end, 10);
+            /* a row cut short by a crash (no newline) is dropped too */
+            keep = end != line && *end == ',' && step <= resume_step && line[n - 1] == '\n';
+        }
+        if (keep && fputs(line, out) < 0) e = errno;
+    }
+    if (!e && ferror(in)) e = EIO;
+    if (!e && !other && rows == 0 && fprintf(out, "%s\n", header) < 0) e = errno; /* an empty file: begun afresh */
+    free(line);
+    fclose(in);
+    if (out && fclose(out) && !e) e = errno;
+    if (!e && !other && rename(tmp, path)) e = errno;
+    if (e || other) {
+        if (made) remove(tmp);
+        if (other)
+            snprintf(err, errlen, "%s does not begin with the header '%s' (another command's or version's metrics): move it "
+                                  "away or give another --out", path, header);
+        else snprintf(err, errlen, "cannot rewrite %s: %s", path, strerror(e));
+        return NULL;
+    }
+    if (!(out = fopen(path, "a"))) snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    return out;
 }

@@ -3,6 +3,8 @@
 #define WGML_TOOLS_CLI_H
 
 #include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "wgml.h"
 
@@ -11,6 +13,14 @@ int cli_make_dirs(const char *path);
 double cli_now(void); /* monotonic seconds */
 /* The context's message, or the status's name where a call left none. */
 const char *cli_message(wgml_context *ctx, wgml_status st);
+
+/* Opens a run's metrics CSV (rows begin with their step) for appending rows. A fresh run
+   (resume_step < 0), or a resumed one whose file is missing, starts the file with header. A
+   resumed run keeps the header and the rows of steps <= resume_step and drops any after it (a
+   run that stopped after its last checkpoint wrote them), so the file equals an unbroken run's.
+   NULL with the reason in err when it cannot be written or, resuming, its first line is not
+   header (another command's file is not overwritten). */
+FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step, char *err, size_t errlen);
 
 /* Parses a command's argv (argv[0] is its name) with getopt_long: on(opt, optarg, state)
    for each option (non-zero: a bad value, already reported); -h and --help print usage and

@@ -316,30 +316,6 @@ static int train_loop(trainer *t, train_options *o)
     return 0;
 }
 
-/* Rewrites a metrics file with its header and the rows of steps <= last (through a temp
-   file and a rename). -1 when there is no such file or it cannot be rewritten. */
-static int keep_rows_to(const char *path, int64_t last)
-{
-    FILE *in = fopen(path, "r");
-    if (!in) return -1;
-    char tmp[1200], line[512];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    int rows = 0, ok = out != NULL;
-    while (ok && fgets(line, sizeof line, in)) {
-        char *end;
-        long long step = strtoll(line, &end, 10);
-        if (rows++ == 0 ? strncmp(line, "step,", 5) == 0 : (end != line && *end == ',' && step <= last)) ok = fputs(line, out) >= 0;
-    }
-    fclose(in);
-    if (out && fclose(out)) ok = 0;
-    if (!ok || rows == 0 || rename(tmp, path)) {
-        remove(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 /* Takes the model, optimiser state and settings of a checkpoint read to resume; flags that would
    change a stored setting are refused. */
 static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
@@ -462,12 +438,8 @@ static int cmd_gpt_train(int argc, char **argv)
         return trainer_free(&t), 1;
     }
     snprintf(path, sizeof path, "%s/metrics.csv", o.out);
-    /* resuming: the rows up to the checkpoint's step are kept, any after it (written before a
-       crash) dropped, so that the file holds each step once */
-    int append = o.resume && keep_rows_to(path, t.step) == 0;
-    t.csv = fopen(path, append ? "a" : "w");
-    if (!t.csv) return fprintf(stderr, "wgml gpt train: cannot write %s: %s\n", path, strerror(errno)), trainer_free(&t), 1;
-    if (!append) fprintf(t.csv, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s\n");
+    t.csv = cli_metrics_open(path, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s", o.resume ? t.step : -1, err, sizeof err);
+    if (!t.csv) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 1;
     if (o.save_init && !o.resume) {
         snprintf(path, sizeof path, "%s/init.safetensors", o.out);
         if ((st = save(&t, &o, path, 0))) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;

@@ -1,9 +1,9 @@
 /*
  * wgml train: an MLP on Fashion-MNIST with AdamW and gradient clipping, a progress bar, a
  * safetensors checkpoint after every epoch (train/checkpoint.h: weights, optimiser moments,
- * step, epoch and the run's settings) and a CSV of metrics. --resume continues from a
- * checkpoint with the settings stored in it (flags given override them): shuffling is seeded
- * per epoch, so the result equals the uninterrupted run.
+ * step, epoch and the run's settings) and a CSV of metrics, a row per step. --resume
+ * continues from a checkpoint with the settings stored in it (flags given override them):
+ * shuffling is seeded per epoch, so the result equals the uninterrupted run.
  * wgml eval CHECKPOINT: the test accuracy of a checkpoint.
  */
 #include <errno.h>
@@ -104,7 +104,8 @@ static const char train_usage[] =
     "usage: wgml train [--epochs 10] [--batch 128] [--lr 1e-3] [--wd 0] [--clip 1.0] [--hidden 256,128]\n"
     "                  [--seed 1] [--out out/train] [--resume CHECKPOINT] [--data " DEFAULT_DATA "]\n"
     "An MLP on Fashion-MNIST. --resume continues the checkpoint's run: its model, and its seed, batch,\n"
-    "lr, wd and clip unless given here.\n";
+    "lr, wd and clip unless given here. Writes OUT/checkpoint.safetensors after each epoch and\n"
+    "OUT/metrics.csv, a row per step (scripts/plot_metrics.py draws it).\n";
 
 /* The flags: 0, 1 (help shown) or 2 (a bad flag, reported). */
 static int parse_options(int argc, char **argv, options *o)
@@ -288,13 +289,15 @@ int cmd_train(int argc, char **argv)
     char ckpath[1024], csvpath[1024];
     snprintf(ckpath, sizeof ckpath, "%s/checkpoint.safetensors", o.out);
     snprintf(csvpath, sizeof csvpath, "%s/metrics.csv", o.out);
-    csv = fopen(csvpath, o.resume ? "a" : "w");
-    int csv_empty = csv && fseek(csv, 0, SEEK_END) == 0 && ftell(csv) == 0;
+    /* a row per step: the batch's loss and accuracy; the test set's on an epoch's last step;
+       samples_per_s is the epoch's so far (as the progress bar shows it), elapsed_s counts
+       from this run's first step. A resumed run drops rows past the checkpoint's step. */
+    csv = cli_metrics_open(csvpath, "step,epoch,loss,accuracy,lr,test_loss,test_accuracy,samples_per_s,elapsed_s",
+                           o.resume ? wgml_optimizer_steps(opt) : -1, err, sizeof err);
     if (!csv) {
-        fprintf(stderr, "wgml train: cannot write %s: %s\n", csvpath, strerror(errno));
+        fprintf(stderr, "wgml train: %s\n", err);
         goto done;
     }
-    if (csv_empty) fprintf(csv, "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_s,epoch_seconds\n");
     const int batch = o.s.batch;
     const int tty = isatty(STDOUT_FILENO); /* the progress bar's \r only on a terminal */
     printf("training MLP");
@@ -315,7 +318,7 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "wgml train: batch tensors: %s\n", cli_message(ctx, st));
         goto done;
     }
-    double test_acc = 0, test_loss = 0;
+    double test_acc = 0, test_loss = 0, run_t0 = cli_now();
     for (int epoch = start_epoch; epoch < o.epochs; epoch++) {
         shuffle(idx, train.n, o.s.seed, epoch);
         int64_t steps = train.n / batch; /* full batches; the remainder is dropped */
@@ -326,7 +329,7 @@ int cmd_train(int argc, char **argv)
                 memcpy(xb + (size_t)i * MNIST_PIXELS, train.images + k * MNIST_PIXELS, MNIST_PIXELS * sizeof *xb);
                 lb[i] = train.labels[k];
             }
-            float loss, correct;
+            float loss, correct, lr = wgml_optimizer_lr(opt); /* the lr this step uses */
             if ((st = wgml_tensor_write(x, xb, (size_t)batch * MNIST_PIXELS)) || (st = wgml_tensor_write(lab, lb, (size_t)batch)) ||
                 (st = wgml_mlp_train_step(&m, opt, x, lab, &loss, &correct))) {
                 fprintf(stderr, "\nwgml train: step failed: %s\n", cli_message(ctx, st));
@@ -334,8 +337,13 @@ int cmd_train(int argc, char **argv)
             }
             sum_loss += loss;
             sum_correct += correct;
+            double now = cli_now();
+            fprintf(csv, "%lld,%d,%.9g,%.9g,%.9g,", (long long)wgml_optimizer_steps(opt), epoch + 1, (double)loss,
+                    (double)correct / batch, (double)lr);
+            /* the epoch's last row waits for the test set's numbers */
+            if (s + 1 < steps) fprintf(csv, ",,%.1f,%.3f\n", (double)((s + 1) * batch) / (now - t0), now - run_t0);
             if (tty && (s % 20 == 0 || s + 1 == steps)) {
-                double el = cli_now() - t0;
+                double el = now - t0;
                 int bar = (int)(30 * (s + 1) / steps);
                 printf("\repoch %2d/%d [%.*s%*s] %5.1f%% loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, bar,
                        "==============================", 30 - bar, "", 100.0 * (double)(s + 1) / (double)steps,
@@ -350,10 +358,11 @@ int cmd_train(int argc, char **argv)
             printf("epoch %2d/%d loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, sum_loss / (double)steps,
                    sum_correct / (double)(steps * batch), (double)(steps * batch) / secs);
         printf("  | test loss %.4f acc %.4f (%.1f s)\n", test_loss, test_acc, secs);
-        fprintf(csv, "%d,%lld,%.6f,%.6f,%.6f,%.6f,%.1f,%.3f\n", epoch + 1, (long long)wgml_optimizer_steps(opt),
-                sum_loss / (double)steps, sum_correct / (double)(steps * batch), test_loss, test_acc,
-                (double)(steps * batch) / secs, secs);
-        fflush(csv);
+        fprintf(csv, "%.9g,%.9g,%.1f,%.3f\n", test_loss, test_acc, (double)(steps * batch) / secs, cli_now() - run_t0);
+        if (fflush(csv)) { /* the checkpoint must not get ahead of its metrics */
+            fprintf(stderr, "wgml train: cannot write %s: %s\n", csvpath, strerror(errno));
+            goto done;
+        }
         if ((st = wgml_checkpoint_save(ckpath, &m, opt, epoch + 1, &o.s))) {
             fprintf(stderr, "wgml train: checkpoint: %s\n", cli_message(ctx, st));
             goto done;

@@ -458,6 +458,11 @@ def _as_tensor(x, like=None, dtype=None):
     return _upload(x, dtype, default_context())
 
 
+def _opt(t):
+    """An optional operand's handle: NULL for None."""
+    return ffi.NULL if t is None else t._handle()
+
+
 def _first_tensor(*xs):
     for x in xs:
         if isinstance(x, Tensor):
@@ -597,7 +602,8 @@ def _arg_fn(name):
         a = _as_tensor(a)
         if axis is None:  # NumPy's: the index into the flattened tensor
             nd = a.ndim
-            r = _wrap(a._ctx, cfn(a._ctx._ptr, reshape(a, (-1,))._handle(), 0, 0))
+            flat = reshape(a, (-1,))  # held in a name: a temporary would be freed before the call
+            r = _wrap(a._ctx, cfn(a._ctx._ptr, flat._handle(), 0, 0))
             return reshape(r, (1,) * nd) if keepdims else r
         return _wrap(a._ctx, cfn(a._ctx._ptr, a._handle(), int(axis), 1 if keepdims else 0))
     op.__name__ = op.__qualname__ = name
@@ -620,7 +626,8 @@ def _moment_fn(name):
             correction = ddof
         if axis is None:
             nd = a.ndim
-            r = _wrap(a._ctx, cfn(a._ctx._ptr, reshape(a, (-1,))._handle(), 0, int(correction), 0))
+            flat = reshape(a, (-1,))
+            r = _wrap(a._ctx, cfn(a._ctx._ptr, flat._handle(), 0, int(correction), 0))
             return reshape(r, (1,) * nd) if keepdims else r
         return _wrap(a._ctx, cfn(a._ctx._ptr, a._handle(), int(axis), int(correction), 1 if keepdims else 0))
     op.__name__ = op.__qualname__ = name
@@ -660,16 +667,17 @@ Tensor.log_softmax = log_softmax
 def layernorm(a, weight=None, bias=None, eps=1e-5):
     """(a - mean) / sqrt(var + eps) * weight + bias over the last axis."""
     a = _as_tensor(a)
-    w = _as_tensor(weight, a)._handle() if weight is not None else ffi.NULL
-    b = _as_tensor(bias, a)._handle() if bias is not None else ffi.NULL
-    return _wrap(a._ctx, lib.wgml_layernorm(a._ctx._ptr, a._handle(), w, b, eps))
+    # uploads held in names until the call: a temporary's handle would be freed first
+    w = _as_tensor(weight, a) if weight is not None else None
+    b = _as_tensor(bias, a) if bias is not None else None
+    return _wrap(a._ctx, lib.wgml_layernorm(a._ctx._ptr, a._handle(), _opt(w), _opt(b), eps))
 
 
 def rmsnorm(a, weight=None, eps=1e-5):
     """a / sqrt(mean(a^2) + eps) * weight over the last axis."""
     a = _as_tensor(a)
-    w = _as_tensor(weight, a)._handle() if weight is not None else ffi.NULL
-    return _wrap(a._ctx, lib.wgml_rmsnorm(a._ctx._ptr, a._handle(), w, eps))
+    w = _as_tensor(weight, a) if weight is not None else None
+    return _wrap(a._ctx, lib.wgml_rmsnorm(a._ctx._ptr, a._handle(), _opt(w), eps))
 
 
 def cumsum(a, axis=-1, reverse=False):
@@ -882,7 +890,8 @@ def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=
     d.trans_a = 1 if trans_a else 0
     d.trans_b = 1 if trans_b else 0
     d.alpha = alpha
-    d.bias = _as_tensor(bias, a)._handle() if bias is not None else ffi.NULL
+    bias = _as_tensor(bias, a) if bias is not None else None  # held until the call
+    d.bias = _opt(bias)
     d.activation = _ACTIVATIONS[activation]
     r = _wrap(a._ctx, lib.wgml_matmul_ex(a._ctx._ptr, a._handle(), b._handle(), d))
     if squeeze_a or squeeze_b:

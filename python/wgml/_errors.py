@@ -114,9 +114,10 @@ for _status, _cls in _BY_STATUS.items():
     _cls.status = _status
 DTypeError.status = lib.WGML_ERROR_INVALID_ARGUMENT
 
-# The library's wording for an operand of the wrong dtype: "<op>: operand 1 is i32; <op> takes
-# f32 there" and the like. Matching it only refines InvalidArgumentError into its subclass.
-_DTYPE_MESSAGE = re.compile(r"\bis (f32|i32)\b.*\btakes (f32|i32)\b|\bdtype\b")
+# The library's wordings for an operand of the wrong dtype ("add: operand 1 is i32; add takes
+# f32 there", "embedding: the indices are f32; they must be i32", "cast: dtype 7 is not a
+# wgml_dtype"). Matching one only refines InvalidArgumentError into its subclass.
+_DTYPE_MESSAGE = re.compile(r"\b(is|are) (f32|i32)\b|\b(takes|must be) (f32|i32)\b|\bdtype\b")
 
 
 def _status_name(status):

@@ -67,6 +67,8 @@ class Optimizer:
                                           "lr_scale": g.get("lr_scale", 1.0)})
             self.params = [p for g in self.param_groups for p in g["params"]]
         self._ctx = self.params[0]._ctx
+        # the library takes evaluated parameters: fresh initialisers (lazy) are run here
+        self._ctx.eval(*self.params)
         handles = [p._handle() for p in self.params]
         out = ffi.new("wgml_optimizer **")
         if groups is None:

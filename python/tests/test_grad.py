@@ -1,6 +1,5 @@
 """Gradients from backward() against central finite differences of the float64 NumPy
 reference: loss = sum(op(inputs) * r) with random r, so every output element counts."""
-import math
 
 import numpy as np
 import pytest

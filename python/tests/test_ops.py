@@ -123,8 +123,7 @@ def test_clamp_where_masked_fill(rng):
     close(t.clip(-1, 1).numpy(), np.clip(x, -1, 1))
     cond = x > 0
     close(wgml.where(t > 0, t, wgml.tensor(y)).numpy(), np.where(cond, x, y))
-    close(wgml.where(cond, x, 0.0 * y).numpy() if False else wgml.where(t > 0, t, 0.0 * wgml.tensor(y)).numpy(),
-          np.where(cond, x, 0.0))
+    close(wgml.where(cond, t, y).numpy(), np.where(cond, x, y))  # host condition and operand
     close(wgml.masked_fill(t, t < 0, -7.0).numpy(), np.where(x < 0, -7.0, x))
     close(t.masked_fill(cond.astype(np.float32), 3.0).numpy(), np.where(cond, 3.0, x))
 

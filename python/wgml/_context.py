@@ -163,7 +163,7 @@ class Context:
         ts = [t for t in tensors if isinstance(t, Tensor)]
         if len(ts) != len(tensors):
             raise TypeError("eval takes wgml.Tensor arguments")
-        arr = ffi.new("wgml_tensor *[]", [t._handle(self) for t in ts] or [ffi.NULL])
+        arr = ffi.new("wgml_tensor *[]", [t._handle() for t in ts] or [ffi.NULL])
         self._check(lib.wgml_eval(self._handle(), len(ts), arr))
 
     # ------------------------------------------------------------ random numbers

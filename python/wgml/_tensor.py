@@ -23,20 +23,24 @@ _ACTIVATIONS = {None: lib.WGML_ACT_NONE, "none": lib.WGML_ACT_NONE, "relu": lib.
 _I32_MIN, _I32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
+_DTYPE_NAMES = {"f32": lib.WGML_F32, "float32": lib.WGML_F32, "i32": lib.WGML_I32, "int32": lib.WGML_I32}
+
+
 def _dtype_code(dtype):
     """A wgml_dtype from "f32"/"float32"/np.float32/float or "i32"/"int32"/np.int32/int."""
-    if dtype in ("f32", float) or dtype is not int and _is_np_dtype(dtype, float32):
+    if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype]
+    if dtype is float or dtype is int:
+        return lib.WGML_F32 if dtype is float else lib.WGML_I32
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        d = None
+    if d == float32:
         return lib.WGML_F32
-    if dtype in ("i32", int) or _is_np_dtype(dtype, int32):
+    if d == int32:
         return lib.WGML_I32
     raise DTypeError("wgml tensors are float32 or int32, not %r" % (dtype,), lib.WGML_ERROR_INVALID_ARGUMENT)
-
-
-def _is_np_dtype(dtype, want):
-    try:
-        return np.dtype(dtype) == want
-    except TypeError:
-        return False
 
 
 def _is_scalar(x):
@@ -132,7 +136,7 @@ class Tensor:
             _free(ptr)
         self._ptr = None
 
-    def _handle(self, ctx=None):
+    def _handle(self):
         if self._ptr is None or self._ctx._ptr is None:
             raise ContextError("the tensor's context was closed")
         return self._ptr

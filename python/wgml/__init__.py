@@ -1,0 +1,52 @@
+"""wgml: GPU tensors over WebGPU, from Python.
+
+A thin layer over the C library libwgml (through cffi, ABI mode): every op is the library's,
+lazy as in C; reading a tensor (t.numpy(), np.asarray(t), t.item()) evaluates its pending
+graph in one submit.
+
+    import numpy as np, wgml
+    x = wgml.tensor(np.random.rand(4, 3))
+    w = wgml.tensor(np.random.rand(3, 2), requires_grad=True)
+    loss = ((x @ w).relu() ** 2).mean()
+    loss.backward()
+    print(loss.item(), w.grad.numpy())
+
+The library is found through WGML_LIBRARY (the path of libwgml.so.0), else the copy bundled
+in the package (wgml/_lib, by scripts/build_wheel.sh), else the system (the loader's cache,
+pkg-config). Failures raise wgml.Error subclasses carrying the library's message.
+"""
+from ._ffi import header_path, library_path
+from ._errors import (ContextError, DeviceError, DeviceLostError, DTypeError, Error, ExistsError, FileError,
+                      FormatError, InvalidArgumentError, LimitError, NoAdapterError, NotFoundError,
+                      OutOfMemoryError, ShapeError, SizeOverflowError, UnsupportedError, ValidationError)
+from ._context import Context, default_context, set_default_context
+from ._tensor import (Tensor, float32, int32, tensor, zeros, arange, causal_mask, rand, randn,
+                      xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal, manual_seed,
+                      add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
+                      neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, gelu_exact, erf, sin, cos,
+                      silu, softplus, clamp, where, masked_fill, dropout,
+                      sum, mean, max, min, argmax, argmin, var, std, softmax, log_softmax, layernorm, rmsnorm,
+                      cumsum, rope, reshape, permute, transpose, broadcast_to, slice, contiguous, cast, concat,
+                      stack, split, chunk, embedding, index_select, index_add, matmul, attention,
+                      cross_entropy, mse, eval, UNARY_OPS, BINARY_OPS)
+from ._io import save, load
+from . import optim
+
+__version__ = "0.8.0"
+
+
+def info(ctx=None):
+    """The adapter of ctx (default: the default context) as a dict: name, vendor, backend,
+    adapter_type, limits, features."""
+    return (ctx or default_context()).info()
+
+
+def stats(ctx=None):
+    """The library's counters of ctx (default: the default context) as a dict."""
+    return (ctx or default_context()).stats()
+
+
+def status_name(status):
+    """The name of a wgml_status number, e.g. "WGML_ERROR_SHAPE"."""
+    from ._errors import _status_name
+    return _status_name(status)

@@ -1,0 +1,195 @@
+"""Optimisers over libwgml's (AdamW, SGD with momentum), PyTorch-style:
+
+    opt = wgml.optim.AdamW(params, lr=1e-3, weight_decay=0.01, max_grad_norm=1.0)
+    loss = ...; opt.zero_grad(); loss.backward(); opt.step(); print(loss.item())
+
+The library moves the parameters into one flat GPU buffer and updates them all in one
+dispatch; clipping by the global gradient norm happens on the GPU too. Differences from
+PyTorch, all the C API's: step() consumes the gradients (p.grad is None after it); a group
+takes `lr_scale` (times the optimiser's lr) rather than its own lr.
+"""
+from ._errors import ContextError
+from ._ffi import ffi, lib
+from ._tensor import Tensor, _wrap
+
+__all__ = ["Optimizer", "AdamW", "SGD", "lr_at"]
+
+_DECAYS = {"none": lib.WGML_LR_DECAY_NONE, None: lib.WGML_LR_DECAY_NONE,
+           "cosine": lib.WGML_LR_DECAY_COSINE, "linear": lib.WGML_LR_DECAY_LINEAR}
+
+
+def _schedule(warmup_steps, total_steps, min_lr_ratio, decay):
+    if decay not in _DECAYS:
+        raise ValueError("decay is 'none', 'cosine' or 'linear', not %r" % (decay,))
+    s = ffi.new("wgml_lr_schedule *")
+    s.warmup_steps = int(warmup_steps)
+    s.total_steps = int(total_steps)
+    s.min_lr_ratio = min_lr_ratio
+    s.decay = _DECAYS[decay]
+    return s
+
+
+def lr_at(base_lr, step, warmup_steps=0, total_steps=0, min_lr_ratio=0.0, decay="none"):
+    """The lr a schedule gives at `step` (wgml_lr_at): NaN for a schedule the library refuses."""
+    return lib.wgml_lr_at(_schedule(warmup_steps, total_steps, min_lr_ratio, decay), base_lr, int(step))
+
+
+class Optimizer:
+    """Base of AdamW and SGD. params: tensors, or groups as dicts {"params": [...],
+    "weight_decay": w, "lr_scale": s} (PyTorch's param_groups, with lr_scale for lr)."""
+
+    _kind = None
+
+    def __init__(self, params, lr, weight_decay, max_grad_norm, **fields):
+        self._ptr = None
+        params = list(params)
+        if not params:
+            raise ValueError("the optimiser got no parameters")
+        groups = params if isinstance(params[0], dict) else None
+        desc = ffi.new("wgml_optim_desc *")
+        desc.kind = self._kind
+        desc.lr = lr
+        desc.max_grad_norm = max_grad_norm
+        for k, v in fields.items():
+            setattr(desc, k, v)
+        if groups is None:
+            self.params = [self._param(p) for p in params]
+            self.param_groups = [{"params": self.params, "weight_decay": weight_decay, "lr_scale": 1.0}]
+        else:
+            self.param_groups = []
+            for i, g in enumerate(groups):
+                unknown = set(g) - {"params", "weight_decay", "lr_scale"}
+                if not isinstance(g, dict) or "params" not in g or unknown:
+                    raise ValueError("param group %d: a dict with 'params' and optionally 'weight_decay' and "
+                                     "'lr_scale'%s" % (i, "; unknown keys %s" % sorted(unknown) if unknown else ""))
+                self.param_groups.append({"params": [self._param(p) for p in g["params"]],
+                                          "weight_decay": g.get("weight_decay", weight_decay),
+                                          "lr_scale": g.get("lr_scale", 1.0)})
+            self.params = [p for g in self.param_groups for p in g["params"]]
+        self._ctx = self.params[0]._ctx
+        # the library takes evaluated parameters: fresh initialisers (lazy) are run here
+        self._ctx.eval(*self.params)
+        handles = [p._handle() for p in self.params]
+        out = ffi.new("wgml_optimizer **")
+        if groups is None:
+            desc.weight_decay = weight_decay
+            st = lib.wgml_optimizer_create(self._ctx._handle(), desc, len(handles),
+                                           ffi.new("wgml_tensor *[]", handles), out)
+        else:
+            keep = []  # the cdata arrays must live through the call
+            cgroups = ffi.new("wgml_param_group[]", len(self.param_groups))
+            for cg, g in zip(cgroups, self.param_groups):
+                arr = ffi.new("wgml_tensor *[]", [p._handle() for p in g["params"]] or [ffi.NULL])
+                keep.append(arr)
+                cg.n = len(g["params"])
+                cg.params = arr
+                cg.lr_scale = g["lr_scale"]
+                cg.weight_decay = g["weight_decay"]
+            st = lib.wgml_optimizer_create_groups(self._ctx._handle(), desc, len(self.param_groups), cgroups, out)
+        self._ctx._check(st)
+        self._ptr = out[0]
+        self._ctx._optimizers.add(self)
+        for p in self.params:
+            p._rg = True  # the library made them trainable
+
+    @staticmethod
+    def _param(p):
+        if not isinstance(p, Tensor):
+            raise TypeError("optimiser parameters are wgml.Tensor, not %s" % type(p).__name__)
+        return p
+
+    def _handle(self):
+        if self._ptr is None or self._ctx._ptr is None:
+            raise ContextError("the optimiser was closed (or its context)")
+        return self._ptr
+
+    def _release(self, ptr_alive):
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None and ptr_alive:
+            lib.wgml_optimizer_free(ptr)
+
+    def close(self):
+        """Frees the optimiser's state (the parameters stay)."""
+        self._release(self._ctx._ptr is not None)
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None:
+            self._release(self._ctx._ptr is not None)
+
+    # ------------------------------------------------------------ stepping
+
+    def step(self, *extra):
+        """Evaluates the pending gradients, the losses backward() was called on since the last
+        step, and any `extra` tensors, and updates every parameter, in one submit."""
+        h = self._handle()
+        losses = [r() for r in self._ctx._losses]
+        self._ctx._losses = []
+        ts = [t for t in list(extra) + losses if t is not None and t._ptr is not None]
+        arr = ffi.new("wgml_tensor *[]", [t._handle() for t in ts] or [ffi.NULL])
+        self._ctx._check(lib.wgml_optimizer_step(h, len(ts), arr))
+
+    def zero_grad(self, set_to_none=True):
+        """Clears the parameters' gradients (after a step there are none: it consumed them)."""
+        for p in self.params:
+            p.zero_grad()
+
+    @property
+    def grad_norm(self):
+        """The global gradient norm of the last step, before clipping."""
+        n = ffi.new("float *")
+        self._ctx._check(lib.wgml_optimizer_grad_norm(self._handle(), n))
+        return float(n[0])
+
+    @property
+    def steps(self):
+        return int(lib.wgml_optimizer_steps(self._handle()))
+
+    @steps.setter
+    def steps(self, n):
+        self._ctx._check(lib.wgml_optimizer_set_steps(self._handle(), int(n)))
+
+    @property
+    def lr(self):
+        """The lr the next step uses (the schedule's), before the groups' lr_scale."""
+        return float(lib.wgml_optimizer_lr(self._handle()))
+
+    @lr.setter
+    def lr(self, lr):
+        """The base lr (the schedule's peak, if one is set)."""
+        self._ctx._check(lib.wgml_optimizer_set_lr(self._handle(), lr))
+
+    def set_schedule(self, warmup_steps=0, total_steps=0, min_lr_ratio=0.0, decay="cosine"):
+        """Linear warm-up, then a cosine or linear decay to min_lr_ratio x the base lr
+        (wgml_lr_schedule); set_schedule(None) removes it."""
+        if warmup_steps is None:
+            self._ctx._check(lib.wgml_optimizer_set_schedule(self._handle(), ffi.NULL))
+            return
+        s = _schedule(warmup_steps, total_steps, min_lr_ratio, decay)
+        self._ctx._check(lib.wgml_optimizer_set_schedule(self._handle(), s))
+
+    def state(self, i):
+        """Views of parameter i's first and second moments (m, v)."""
+        m, v = ffi.new("wgml_tensor **"), ffi.new("wgml_tensor **")
+        self._ctx._check(lib.wgml_optimizer_state(self._handle(), int(i), m, v))
+        return _wrap(self._ctx, m[0]), _wrap(self._ctx, v[0])
+
+
+class AdamW(Optimizer):
+    """AdamW with decoupled weight decay (PyTorch's defaults but weight_decay, which is 0
+    here as in the C API: pass 0.01 for torch.optim.AdamW's)."""
+
+    _kind = lib.WGML_OPTIM_ADAMW
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, max_grad_norm=0.0):
+        b1, b2 = betas
+        super().__init__(params, lr, weight_decay, max_grad_norm, beta1=b1, beta2=b2, eps=eps)
+
+
+class SGD(Optimizer):
+    """SGD with momentum; weight decay is added to the gradient (L2), as PyTorch's."""
+
+    _kind = lib.WGML_OPTIM_SGD
+
+    def __init__(self, params, lr=1e-2, momentum=0.0, weight_decay=0.0, max_grad_norm=0.0):
+        super().__init__(params, lr, weight_decay, max_grad_norm, momentum=momentum)
+

@@ -212,10 +212,24 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
             "    let tiles_n = (P.N + %du) / %du;\n"
-            "    let tile = wg.x + wg.y * P.gx;\n"
-            "    let m0 = (tile / tiles_n) * %du;\n"
-            "    let n0 = (tile %% tiles_n) * %du;\n"
-            "    if (m0 >= P.M) { return; }\n", BN - 1, BN, BM, BN);
+            "    let tile = wg.x + wg.y * P.gx;\n", BN - 1, BN);
+    if (cfg->group > 1)
+        /* groups of G tile rows, walked a column of G tiles at a time: the workgroups running
+           together share their A rows and B columns in L2 (row by row, each wave of them
+           streams all of B) */
+        wgml_sbuf_put(&b, "    let tiles_m = (P.M + %du) / %du;\n"
+                "    let per_group = %du * tiles_n;\n"
+                "    let first = (tile / per_group) * %du;\n"
+                "    if (first >= tiles_m) { return; }\n"
+                "    let rows = min(tiles_m - first, %du);\n"
+                "    let m0 = (first + (tile %% per_group) %% rows) * %du;\n"
+                "    let n0 = ((tile %% per_group) / rows) * %du;\n"
+                "    if (n0 >= P.N) { return; } // past the last tile of a grid rounded up\n",
+            BM - 1, BM, cfg->group, cfg->group, cfg->group, BM, BN);
+    else
+        wgml_sbuf_put(&b, "    let m0 = (tile / tiles_n) * %du;\n"
+                "    let n0 = (tile %% tiles_n) * %du;\n"
+                "    if (m0 >= P.M) { return; }\n", BM, BN);
     wgml_sbuf_put(&b, "%s", cfg->two_leading ? bases : "    let bt = wg.z;\n");
     /* a warp covers 8x4 threads (reads 128 B of Bs and 64 B of As per step: one wavefront
        each) or 16x2 (256 B of Bs: two) */

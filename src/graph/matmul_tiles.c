@@ -44,11 +44,13 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     while (c.bk > 4 && (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.bk /= 2;
     if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.double_buffer = false;
     c.warp_8x4 = tu->gemm_warp_8x4;
+    c.group = tu->gemm_group ? tu->gemm_group : 1;
     /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
        (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off */
     c.gemv_rows = 0;
     if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off)
         for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}
+    if (g->M == 1 && !g->trans_a && !g->trans_b && tu->gemv_m1_rows) c.gemv_rows = 1; /* WGML_GEMV_M1_ROWS=1 */
     /* GEMV: the widest workgroup (most columns, longest contiguous reads) that still gives
        >= 256 workgroups (two per SM on an H100); the small-M one does M times the math per
        weight read and was fastest with >= 32 (H100, M = 16, K = N = 1536 / 4096 / 8192:

@@ -12,7 +12,7 @@ export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} XDG_RUNTIME_DIR=/tmp
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== wgml bench matmul"; timeout 240 "$W" bench matmul --json > "$OUT/wgml_matmul.json" 2> "$OUT/wgml_matmul.log"; cat "$OUT/wgml_matmul.log"
 echo "== torch"; timeout 200 python3 bench/torch_peer.py --matmul > "$OUT/torch_matmul.json" 2> "$OUT/torch.log"; cat "$OUT/torch.log"
-if [ -n "${SWEEP:-1}" ]; then
+if [ "${SWEEP:-1}" != 0 ]; then  # SWEEP=0: the bench and the peer only
   echo "== round trip timeline (spinning 10 ms, the default)"
   WGML_TIMELINE=1 WGML_BENCH_ONLY=cached_roundtrip "$W" bench matmul 2>&1 | tail -12
   echo "== round trip timeline, no spinning"

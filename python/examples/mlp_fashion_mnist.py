@@ -2,6 +2,7 @@
 import gzip
 import os
 import sys
+import time
 
 import numpy as np
 import wgml
@@ -32,6 +33,7 @@ def model(x):  # bias and ReLU fused into the first matmul
 
 rng = np.random.default_rng(0)
 for epoch in range(epochs):
+    started = time.perf_counter()
     order = rng.permutation(len(x_train))[: batches and batches * 128]
     for i in range(0, len(order) - 127, 128):
         batch = order[i:i + 128]
@@ -40,4 +42,4 @@ for epoch in range(epochs):
         loss.backward()
         opt.step()  # forward, backward and update: one submit
     accuracy = (wgml.argmax(model(x_test), axis=1).numpy() == y_test).mean()
-    print(f"epoch {epoch + 1}: loss {loss.item():.4f}, test accuracy {accuracy:.4f}")
+    print(f"epoch {epoch + 1}: loss {loss.item():.4f}, test accuracy {accuracy:.4f} ({time.perf_counter() - started:.2f} s)")

@@ -455,10 +455,10 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
 char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
 {
     int R = cfg->gemv_rows, groups = cfg->gemv_cols / 4, slices = 256 / groups;
-    /* vec_a: A read as vec4s along k, 4 k per step. Each thread then loads one vec4 of A per
-       row for four vec4s of B, instead of one float of A per row for each: with 16 rows the
-       loads of A, not of the weight, were what the kernel waited on */
-    bool va = cfg->vec_a;
+    /* one row (M = 1) with A aligned: A read as vec4s along k, 4 k and four weight loads per
+       step. On the H100 that beat the GEMV kernel by 5-17% (K = N = 1536, 4096, 8192); for 2-16
+       rows the float-at-a-time form below was 15-25% faster (docs/MEASUREMENTS.md) */
+    bool va = cfg->vec_a && R == 1;
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated small-M GEMV: up to %d rows, %d columns per workgroup%s%s\n", R, cfg->gemv_cols,
                   cfg->vec_b ? ", B vec4" : "", va ? ", A vec4 along k" : "");

@@ -34,7 +34,7 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
     const char *gr = getenv("WGML_GEMV_ROWS");
     t->gemv_rows_off = gr && *gr == '0';
     const char *g1 = getenv("WGML_GEMV_M1_ROWS");
-    t->gemv_m1_rows = g1 && *g1 == '1';
+    t->gemv_m1_rows_off = g1 && *g1 == '0';
     const char *sge = getenv("WGML_SUBGROUPS");
     t->gemv_subgroups = ctx->rt.info.has_subgroups && sge && *sge == '1';
     const char *gc = getenv("WGML_GEMV_COLS");

@@ -164,7 +164,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     bool gemv = (g->M == 1 && !g->trans_a) || cfg.gemv_rows;
     /* the variant key: what the generators read */
     uint32_t key[14] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
-                        cfg.double_buffer, cfg.prefetch, (uint32_t)cfg.warp_8x4 | (uint32_t)cfg.group << 1,
+                        cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
                         (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
                         cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2,
                         g->trans_a, g->trans_b, (uint32_t)g->act,

@@ -12,7 +12,6 @@ typedef struct wgml_gemm_config {
     bool prefetch;      /* the next slice loaded into registers before the math, stored after it */
     bool vec_a, vec_b;  /* operand bound as vec4s (its contiguous extent, strides, offsets % 4 == 0) */
     bool warp_8x4;      /* thread layout: a warp covers 8x4 threads of the 16x16 grid (else 16x2) */
-    int group;          /* tiles walked in groups of this many tile rows, column by column (L2 reuse); 1: row by row */
     int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */
     int gemv_rows;      /* 2..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
     bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */

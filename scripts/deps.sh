@@ -3,7 +3,8 @@
 #  - apt: Vulkan loader + Mesa's lavapipe (the adapter on machines with no GPU),
 #    zlib and jansson (IDX datasets, safetensors headers), the Fashion-MNIST data set, the
 #    fortunes text (about 2.6 MB of English for the GPT),
-#    clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`.
+#    clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`,
+#    OpenBLAS (the CPU peer of `wgml bench matmul`, scripts/cpu_bench.sh).
 #  - PyPI: the pinned `wgpu` wheel, hash-checked; its wgpu-native library and headers
 #    are extracted into third_party/wgpu-native (ignored by git); and a virtual environment
 #    .venv (ignored by git) with scripts/requirements.txt's pinned packages (plots, the
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 WHEEL=wgpu-0.32.0-py3-none-manylinux_2_28_x86_64.whl
 WHEEL_SHA256=6499a31b5a29a10b4f1089fea4a0806411f42605fa86b6c0b543a07ca0de8568
 DEST=third_party/wgpu-native
-APT_PACKAGES="mesa-vulkan-drivers libvulkan1 zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev"
+APT_PACKAGES="mesa-vulkan-drivers libvulkan1 zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev libopenblas-dev"
 
 missing=""
 for p in $APT_PACKAGES; do

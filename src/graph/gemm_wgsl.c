@@ -441,10 +441,15 @@ char *wgml_gemv_source(const wgml_gemm_config *cfg, bool tb, int act)
 char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
 {
     int R = cfg->gemv_rows, groups = cfg->gemv_cols / 4, slices = 256 / groups;
+    /* one row (M = 1) with A aligned: A read as vec4s along k, 4 k and four weight loads per
+       step. On the H100, medians over the session's runs against the GEMV kernel: +15% at
+       K = N = 4096, +8% at 1536, equal at 8192; for 2-16 rows the float-at-a-time form below
+       was 15-25% faster (docs/MEASUREMENTS.md) */
+    bool va = cfg->vec_a && R == 1;
     wgml_sbuf b = {0};
-    wgml_sbuf_put(&b, "// generated small-M GEMV: up to %d rows, %d columns per workgroup%s\n", R, cfg->gemv_cols,
-                  cfg->vec_b ? ", B vec4" : "");
-    put_header(&b, false, cfg->vec_b, cfg->b_f16);
+    wgml_sbuf_put(&b, "// generated small-M GEMV: up to %d rows, %d columns per workgroup%s%s\n", R, cfg->gemv_cols,
+                  cfg->vec_b ? ", B vec4" : "", va ? ", A vec4 along k" : "");
+    put_header(&b, va, cfg->vec_b, cfg->b_f16);
     put_epilogue_fn(&b, act);
     put_load_b(&b, cfg->vec_b, cfg->b_f16);
     wgml_sbuf_put(&b, "var<workgroup> part: array<vec4<f32>, 1024>; // [4 rows][256 threads]\n"
@@ -458,23 +463,39 @@ char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
             "    let n = n0 + c * 4u;\n",
         bases, cfg->gemv_cols, groups, groups);
     for (int m = 0; m < R; m++)
-        wgml_sbuf_put(&b, "    var acc%d = vec4<f32>(0.0);\n    let a%d = a_base + min(%du, P.M - 1u) * P.lda;\n",
-                      m, m, m);
-    /* two k per step: two weight loads in flight per thread */
-    wgml_sbuf_put(&b, "    if (n < P.N) {\n"
-            "        var k = ks;\n"
-            "        for (; k + %du < P.K; k += %du) {\n"
-            "            let b0 = load_b(k, n, b_base);\n"
-            "            let b1 = load_b(k + %du, n, b_base);\n",
-        slices, 2 * slices, slices);
-    for (int m = 0; m < R; m++)
-        wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, fma(vec4<f32>(A[a%d + k + %du]), b1, acc%d));\n",
-                      m, m, m, slices, m);
-    wgml_sbuf_put(&b, "        }\n"
-            "        if (k < P.K) {\n"
-            "            let b0 = load_b(k, n, b_base);\n");
-    for (int m = 0; m < R; m++) wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, acc%d);\n", m, m, m);
-    wgml_sbuf_put(&b, "        }\n    }\n");
+        wgml_sbuf_put(&b, "    var acc%d = vec4<f32>(0.0);\n    let a%d = (a_base + min(%du, P.M - 1u) * P.lda)%s;\n",
+                      m, m, m, va ? " / 4u" : "");
+    if (va) {
+        /* thread ks takes the quads of k ks, ks + slices, ...; K % 4 == 0 */
+        wgml_sbuf_put(&b, "    if (n < P.N) {\n"
+                "        for (var q = ks; q < P.K / 4u; q += %du) {\n"
+                "            let k = q * 4u;\n"
+                "            let b0 = load_b(k, n, b_base);\n"
+                "            let b1 = load_b(k + 1u, n, b_base);\n"
+                "            let b2 = load_b(k + 2u, n, b_base);\n"
+                "            let b3 = load_b(k + 3u, n, b_base);\n",
+            slices);
+        for (int m = 0; m < R; m++)
+            wgml_sbuf_put(&b, "            { let a = A[a%d + q]; acc%d = fma(vec4<f32>(a.w), b3, fma(vec4<f32>(a.z), b2, "
+                              "fma(vec4<f32>(a.y), b1, fma(vec4<f32>(a.x), b0, acc%d)))); }\n", m, m, m);
+        wgml_sbuf_put(&b, "        }\n    }\n");
+    } else {
+        /* two k per step: two weight loads in flight per thread */
+        wgml_sbuf_put(&b, "    if (n < P.N) {\n"
+                "        var k = ks;\n"
+                "        for (; k + %du < P.K; k += %du) {\n"
+                "            let b0 = load_b(k, n, b_base);\n"
+                "            let b1 = load_b(k + %du, n, b_base);\n",
+            slices, 2 * slices, slices);
+        for (int m = 0; m < R; m++)
+            wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, fma(vec4<f32>(A[a%d + k + %du]), b1, acc%d));\n",
+                          m, m, m, slices, m);
+        wgml_sbuf_put(&b, "        }\n"
+                "        if (k < P.K) {\n"
+                "            let b0 = load_b(k, n, b_base);\n");
+        for (int m = 0; m < R; m++) wgml_sbuf_put(&b, "            acc%d = fma(vec4<f32>(A[a%d + k]), b0, acc%d);\n", m, m, m);
+        wgml_sbuf_put(&b, "        }\n    }\n");
+    }
     for (int m0 = 0; m0 < R; m0 += 4) {
         int q = R - m0 < 4 ? R - m0 : 4;
         for (int r = 0; r < q; r++) wgml_sbuf_put(&b, "    part[%du + lid] = acc%d;\n", r * 256, m0 + r);

@@ -13,7 +13,7 @@ typedef struct wgml_gemm_config {
     bool vec_a, vec_b;  /* operand bound as vec4s (its contiguous extent, strides, offsets % 4 == 0) */
     bool warp_8x4;      /* thread layout: a warp covers 8x4 threads of the 16x16 grid (else 16x2) */
     int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */
-    int gemv_rows;      /* 2..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
+    int gemv_rows;      /* 1..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
     bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
     bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */
     bool two_leading;   /* two leading dims (L1 > 1): each matrix's start takes a division */

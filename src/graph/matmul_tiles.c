@@ -44,11 +44,18 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     while (c.bk > 4 && (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.bk /= 2;
     if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.double_buffer = false;
     c.warp_8x4 = tu->gemm_warp_8x4;
+    /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
+    int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
+    c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0 && g->a_bs1 % 4 == 0;
+    c.vec_b = b_inner % 4 == 0 && g->ldb % 4 == 0 && g->b_off % 4 == 0 && g->b_bs % 4 == 0 && g->b_bs1 % 4 == 0;
     /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
        (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off */
     c.gemv_rows = 0;
     if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off)
         for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}
+    /* M = 1, f32 weights: the small-M GEMV with one row, which reads A in vec4s when aligned
+       (see wgml_gemv_rows_source); WGML_GEMV_M1_ROWS=0 keeps the GEMV kernel */
+    if (g->M == 1 && !g->trans_a && !g->trans_b && !g->b_f16 && c.vec_a && !tu->gemv_m1_rows_off) c.gemv_rows = 1;
     /* GEMV: the widest workgroup (most columns, longest contiguous reads) that still gives
        >= 256 workgroups (two per SM on an H100); the small-M one does M times the math per
        weight read and was fastest with >= 32 (H100, M = 16, K = N = 1536 / 4096 / 8192:
@@ -60,10 +67,6 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     c.gemv_subgroups = tu->gemv_subgroups;
     if (tu->gemv_cols) c.gemv_cols = tu->gemv_cols;
     c.b_f16 = g->b_f16;
-    /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
-    int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
-    c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0 && g->a_bs1 % 4 == 0;
-    c.vec_b = b_inner % 4 == 0 && g->ldb % 4 == 0 && g->b_off % 4 == 0 && g->b_bs % 4 == 0 && g->b_bs1 % 4 == 0;
     /* a CPU adapter (lavapipe): the CPU GEMM wherever the GEMVs do not serve (see
        wgml_gemm_cpu_source), while its K loop (K / 4 trips) stays under the loop limit.
        32 rows x 4 columns a lane, 16 lanes: lavapipe, 512^3, 6.1 GFLOP/s vs 4.3 with 16 rows;

@@ -603,13 +603,8 @@ def _arg_fn(name):
     cfn = getattr(lib, "wgml_" + name)
 
     def op(a, axis=None, keepdims=False):
-        a = _as_tensor(a)
-        if axis is None:  # NumPy's: the index into the flattened tensor
-            nd = a.ndim
-            flat = reshape(a, (-1,))  # held in a name: a temporary would be freed before the call
-            r = _wrap(a._ctx, cfn(a._ctx._ptr, flat._handle(), 0, 0))
-            return reshape(r, (1,) * nd) if keepdims else r
-        return _wrap(a._ctx, cfn(a._ctx._ptr, a._handle(), int(axis), 1 if keepdims else 0))
+        a = _as_tensor(a)  # axis None: NumPy's index into the flattened tensor
+        return _along_axis(a, axis, keepdims, lambda h, ax, kd: cfn(a._ctx._ptr, h, ax, kd))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = "%s along axis (int32 indices)." % name
     return op
@@ -621,6 +616,15 @@ Tensor.argmax = argmax
 Tensor.argmin = argmin
 
 
+def _along_axis(a, axis, keepdims, call):
+    """call(handle, axis, keepdims) along one axis, or with axis None over the flattened tensor."""
+    if axis is None:
+        flat = reshape(a, (-1,))  # held in a name: a temporary would be freed before the call
+        r = _wrap(a._ctx, call(flat._handle(), 0, 0))
+        return reshape(r, (1,) * a.ndim) if keepdims else r
+    return _wrap(a._ctx, call(a._handle(), int(axis), 1 if keepdims else 0))
+
+
 def _moment_fn(name):
     cfn = getattr(lib, "wgml_" + name)
 
@@ -628,12 +632,7 @@ def _moment_fn(name):
         a = _as_tensor(a)
         if ddof is not None:
             correction = ddof
-        if axis is None:
-            nd = a.ndim
-            flat = reshape(a, (-1,))
-            r = _wrap(a._ctx, cfn(a._ctx._ptr, flat._handle(), 0, int(correction), 0))
-            return reshape(r, (1,) * nd) if keepdims else r
-        return _wrap(a._ctx, cfn(a._ctx._ptr, a._handle(), int(axis), int(correction), 1 if keepdims else 0))
+        return _along_axis(a, axis, keepdims, lambda h, ax, kd: cfn(a._ctx._ptr, h, ax, int(correction), kd))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = ("%s along axis (or of all elements): sum((a - mean)^2) / (n - correction); "
                   "correction 0 is NumPy's default, 1 PyTorch's." % name)

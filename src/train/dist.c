@@ -33,13 +33,6 @@ static struct {
     char error[512];
 } dist = {.size = 1, .local_size = 1};
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static wgml_status dist_fail(wgml_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static wgml_status dist_fail(wgml_status st, const char *fmt, ...)
 {
@@ -81,6 +74,13 @@ void wgml_dist_stats_get(wgml_dist_stats *stats)
 void wgml_dist_stats_reset(void) { memset(&dist.stats, 0, sizeof dist.stats); }
 
 #ifdef WGML_HAVE_MPI
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* MPI's words for an error code, after what we were doing. */
 static wgml_status mpi_fail(wgml_context *ctx, int code, const char *what)
 {

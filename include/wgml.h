@@ -680,7 +680,8 @@ WGML_API wgml_status wgml_dist_data_parallel(wgml_optimizer *opt);
 typedef struct wgml_dist_stats {
     uint64_t calls;             /* wgml_dist_allreduce calls (one per step in data parallel) */
     uint64_t bytes;             /* bytes reduced per rank */
-    double copy_out_seconds;    /* reading tensors to host (the GPU's wait included) */
+    double gpu_wait_seconds;    /* data parallel: waiting for the GPU to finish the gradients */
+    double copy_out_seconds;    /* reading tensors to host */
     double reduce_seconds;      /* waiting for MPI */
     double copy_in_seconds;     /* writing the results back */
 } wgml_dist_stats;

@@ -69,6 +69,29 @@ timeout 120 "${mpi[@]}" -np 2 "$wgml" train --data "$work/data" --epochs 2 --res
 cmp -s "$work/two/checkpoint.safetensors" "$work/part/checkpoint.safetensors" ||
   fail "the resumed 2-rank run's checkpoint differs from the unbroken run's"
 
+# wgml gpt train the same way: 2 ranks x 4 sequences against 1 rank x 8, 20 steps
+mkdir -p "$work/text"
+for i in $(seq 1 300); do echo "Line $i: the quick brown fox jumps over the lazy dog, $((i * 7 % 13)) times."; done >"$work/text/a"
+gpt=(gpt train --data "$work/text" --layers 1 --heads 2 --width 32 --block 16 --batch 8 --dropout 0 --eval-every 5
+     --eval-batches 1 --steps 20 --lr 3e-3)
+timeout 120 "$wgml" "${gpt[@]}" --out "$work/gpt1" >"$work/gpt1.log" 2>&1 || fail "gpt, 1 rank: exit $? ($(tail -2 "$work/gpt1.log"))"
+timeout 120 "${mpi[@]}" -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2" >"$work/gpt2.log" 2>&1 ||
+  fail "gpt, 2 ranks: exit $? ($(tail -3 "$work/gpt2.log"))"
+grep -q "replicas: parameters identical on 2 ranks" "$work/gpt2.log" || fail "gpt, 2 ranks: no replica check: $(tail -3 "$work/gpt2.log")"
+"$py" - "$work/gpt1/metrics.csv" "$work/gpt2/metrics.csv" <<'PY' || fail "gpt: 2 ranks x 4 and 1 rank x 8 give different losses"
+import csv, sys
+one, two = ([row for row in csv.DictReader(open(p))] for p in sys.argv[1:3])
+assert len(one) == len(two) == 20, f"{len(one)} and {len(two)} steps, want 20"
+worst = 0.0
+for a, b in zip(one, two):
+    for key in ("loss", "grad_norm", "val_loss"):
+        if a[key] or b[key]:
+            x, y = float(a[key]), float(b[key])
+            worst = max(worst, abs(x - y) / abs(x))
+print(f"gpt: losses, gradient norms and validation losses over 20 steps: worst relative difference {worst:.3g}")
+assert worst <= 1e-5, f"worst relative difference {worst} > 1e-5"
+PY
+
 # rank 1 cannot read its data: every rank ends, non-zero, well before the timeout
 start=$(date +%s)
 timeout 60 "${mpi[@]}" -np 1 "$wgml" "${args[@]}" --out "$work/bad" : -np 1 "$wgml" train --data "$work/missing" \

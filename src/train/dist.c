@@ -378,7 +378,15 @@ static wgml_status average_gradients(wgml_optimizer *opt, wgml_tensor *grads, vo
 {
     (void)opt;
     (void)user;
-    return wgml_dist_allreduce(wgml_tensor_context(grads), 1, &grads, WGML_REDUCE_MEAN);
+    wgml_context *ctx = wgml_tensor_context(grads);
+#ifdef WGML_HAVE_MPI
+    /* the step's compute ends here: timed apart from the copy-out that follows */
+    double t0 = now();
+    wgml_status st = wgml_synchronize(ctx);
+    dist.stats.gpu_wait_seconds += now() - t0;
+    if (st) return st;
+#endif
+    return wgml_dist_allreduce(ctx, 1, &grads, WGML_REDUCE_MEAN);
 }
 
 wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)

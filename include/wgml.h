@@ -620,9 +620,73 @@ WGML_API wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml
 /* The lr the next step will use, before the groups' lr_scale (for logs); NaN if opt is NULL. */
 WGML_API float wgml_optimizer_lr(const wgml_optimizer *opt);
 
+/* A function wgml_optimizer_step calls between computing the gradients and clipping them:
+   grads is a 1-D tensor (borrowed, valid during the call) viewing every parameter's evaluated
+   gradient in the optimiser's flat buffer, in parameter order with zeros between them. The
+   hook may read it and overwrite it (wgml_tensor_read, wgml_tensor_write: e.g. average it
+   across processes, wgml_dist_data_parallel); the norm, the clipping and the update use what
+   it leaves. A failing status ends the step without an update and wgml_optimizer_step returns
+   it. With a hook the step is two submits: the gradients (with the extra tensors), then the
+   update. hook NULL removes it. */
+typedef wgml_status (*wgml_grad_hook)(wgml_optimizer *opt, wgml_tensor *grads, void *user);
+WGML_API wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hook, void *user);
+
 /* Tensors viewing parameter i's first and second moments (for checkpoints); free them. */
 WGML_API wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v);
 WGML_API void wgml_optimizer_free(wgml_optimizer *opt);
+
+/* ---------------------------------------------------------------- distributed (MPI) */
+
+/* Data parallelism across processes started by mpirun, over MPI. The state is the process's,
+   as MPI's is. In a build without MPI (CMake -DWGML_MPI=OFF), or in a process that no MPI
+   launcher started, the process is rank 0 of 1 and the collectives leave data as it is.
+   Functions without a context report failures through wgml_dist_error_message(). */
+typedef enum wgml_reduce_op { WGML_REDUCE_SUM = 0, WGML_REDUCE_MEAN } wgml_reduce_op;
+
+/* Joins the launcher's processes (MPI_Init, unless the program initialised MPI itself). A
+   process started by mpirun in a build without MPI is WGML_ERROR_UNSUPPORTED. Calling it again
+   does nothing. */
+WGML_API wgml_status wgml_dist_init(void);
+/* Leaves (MPI_Finalize if wgml_dist_init called MPI_Init); every rank must call it. */
+WGML_API wgml_status wgml_dist_finalize(void);
+WGML_API int wgml_dist_rank(void);       /* 0 before init */
+WGML_API int wgml_dist_size(void);       /* 1 before init */
+WGML_API int wgml_dist_local_rank(void); /* among the ranks on this machine: picks its GPU */
+WGML_API int wgml_dist_local_size(void);
+WGML_API const char *wgml_dist_error_message(void); /* the last failure of a wgml_dist_ call */
+WGML_API wgml_status wgml_dist_barrier(void);
+/* Ends every rank at once (MPI_Abort with code), for a rank that cannot go on while the others
+   wait in a collective; on one rank, or without MPI, it returns and the caller exits. */
+WGML_API void wgml_dist_abort(int code);
+
+/* Sums (or averages) evaluated, contiguous f32 tensors elementwise across the ranks, in place:
+   every rank passes the same number of tensors of the same sizes, and every rank ends with the
+   same bits. The data goes through host memory in buckets (4M floats; WGML_DIST_BUCKET_MB sets
+   the size), the reduction of one overlapping the copy of the next. */
+WGML_API wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_reduce_op op);
+/* Rank 0's values of evaluated, contiguous f32 tensors copied to every rank (parameters at the
+   start of training). A rank whose tensors differ in size from rank 0's fails, naming both. */
+WGML_API wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *tensors);
+/* The same for host data: n doubles reduced in place; bytes of rank 0's copied to all. */
+WGML_API wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op);
+WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
+/* Makes opt's steps average the gradients across the ranks (a gradient hook) before the norm,
+   the clipping and the update, so that every rank takes the global batch's step. Each rank
+   then trains on its own share of the global batch; the parameters must start equal
+   (wgml_dist_broadcast). Nothing is set on one rank. */
+WGML_API wgml_status wgml_dist_data_parallel(wgml_optimizer *opt);
+
+/* Time the gradient all-reduces took since the start (or the last reset). */
+typedef struct wgml_dist_stats {
+    uint64_t calls;             /* wgml_dist_allreduce calls (one per step in data parallel) */
+    uint64_t bytes;             /* bytes reduced per rank */
+    double gpu_wait_seconds;    /* data parallel: waiting for the GPU to finish the gradients */
+    double copy_out_seconds;    /* reading tensors to host */
+    double reduce_seconds;      /* waiting for MPI */
+    double copy_in_seconds;     /* writing the results back */
+} wgml_dist_stats;
+WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
+WGML_API void wgml_dist_stats_reset(void);
 
 #ifdef __cplusplus
 }

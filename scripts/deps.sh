@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything wgml needs on a fresh Debian bookworm machine. Idempotent.
 #  - apt: Vulkan loader + Mesa's lavapipe (the adapter on machines with no GPU),
+#    Open MPI (data-parallel training over several processes: wgml_dist_*),
 #    zlib and jansson (IDX datasets, safetensors headers), the Fashion-MNIST data set, the
 #    fortunes text (about 2.6 MB of English for the GPT),
 #    clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`,
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 WHEEL=wgpu-0.32.0-py3-none-manylinux_2_28_x86_64.whl
 WHEEL_SHA256=6499a31b5a29a10b4f1089fea4a0806411f42605fa86b6c0b543a07ca0de8568
 DEST=third_party/wgpu-native
-APT_PACKAGES="mesa-vulkan-drivers libvulkan1 zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev libopenblas-dev"
+APT_PACKAGES="mesa-vulkan-drivers libvulkan1 libopenmpi-dev openmpi-bin zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev libopenblas-dev"
 
 missing=""
 for p in $APT_PACKAGES; do

@@ -134,3 +134,73 @@ FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step
     if (!(out = fopen(path, "a"))) snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     return out;
 }
+
+/* ---------------------------------------------------------------- data-parallel runs */
+
+int cli_dist_begin(const char *who)
+{
+    if (wgml_dist_init() == WGML_OK) return 0;
+    fprintf(stderr, "%s: %s\n", who, wgml_dist_error_message());
+    return -1;
+}
+
+int cli_dist_end(const char *who, int rc)
+{
+    if (rc != 0 && wgml_dist_size() > 1) {
+        fprintf(stderr, "%s: rank %d of %d failed: stopping every rank\n", who, wgml_dist_rank(), wgml_dist_size());
+        fflush(stderr);
+        wgml_dist_abort(rc);
+    }
+    if (wgml_dist_finalize() && !rc) {
+        fprintf(stderr, "%s: %s\n", who, wgml_dist_error_message());
+        rc = 1;
+    }
+    return rc;
+}
+
+int cli_dist_check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) {
+        size_t len = (size_t)wgml_tensor_numel(tensors[i]);
+        float *v = malloc(len * sizeof *v);
+        wgml_status st = v ? wgml_tensor_read(tensors[i], v, len) : WGML_ERROR_OUT_OF_MEMORY;
+        if (st) {
+            fprintf(stderr, "%s: reading the parameters: %s\n", who, cli_message(ctx, st));
+            free(v);
+            return -1;
+        }
+        const unsigned char *b = (const unsigned char *)v;
+        for (size_t k = 0; k < len * sizeof *v; k++) h = (h ^ b[k]) * 0x100000001b3ull;
+        free(v);
+    }
+    /* rank 0's hash to all; then how many ranks differ from it */
+    uint64_t root = h;
+    double differ = 0;
+    if (wgml_dist_broadcast_host(&root, sizeof root) == WGML_OK) differ = root != h;
+    if (wgml_dist_allreduce_host(&differ, 1, WGML_REDUCE_SUM)) {
+        fprintf(stderr, "%s: %s\n", who, wgml_dist_error_message());
+        return -1;
+    }
+    if (differ > 0) {
+        if (root != h) fprintf(stderr, "%s: rank %d's parameters (fnv1a %016llx) differ from rank 0's (%016llx)\n", who,
+                               wgml_dist_rank(), (unsigned long long)h, (unsigned long long)root);
+        return -1;
+    }
+    if (wgml_dist_rank() == 0)
+        printf("replicas: parameters identical on %d ranks (fnv1a %016llx)\n", wgml_dist_size(), (unsigned long long)h);
+    return 0;
+}
+
+void cli_dist_report(int64_t steps)
+{
+    wgml_dist_stats s;
+    wgml_dist_stats_get(&s);
+    if (wgml_dist_size() < 2 || wgml_dist_rank() != 0 || steps <= 0) return;
+    double k = 1e3 / (double)steps;
+    printf("gradient all-reduce on %d ranks: %.2f ms/step (copy-out %.2f, MPI %.2f, copy-in %.2f), %.2f MB a step; "
+           "%.2f ms/step waiting for the GPU's gradients\n",
+           wgml_dist_size(), (s.copy_out_seconds + s.reduce_seconds + s.copy_in_seconds) * k, s.copy_out_seconds * k,
+           s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)(s.calls ? s.calls : 1) / 1e6,
+           s.gpu_wait_seconds * k);
+}

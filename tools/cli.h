@@ -30,6 +30,17 @@ FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step
 int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
               int (*on)(int opt, const char *arg, void *state), void *state, char **pos, int max_pos, int *npos);
 
+/* Data-parallel runs (mpirun -np N): cli_dist_begin joins the ranks (0, or -1 reported);
+   cli_dist_end(who, rc) leaves them, or, when this rank failed (rc != 0) with others
+   running, ends them all (MPI_Abort) so that none waits forever in a collective. */
+int cli_dist_begin(const char *who);
+int cli_dist_end(const char *who, int rc);
+/* FNV-1a of the tensors' values, and whether every rank holds the same (-1: a read failed,
+   reported); rank 0 prints the check. For the replicas of a data-parallel run. */
+int cli_dist_check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors);
+/* The gradient all-reduce's time per step over `steps` steps, on rank 0 (nothing on one rank). */
+void cli_dist_report(int64_t steps);
+
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

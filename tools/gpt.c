@@ -195,15 +195,18 @@ static wgml_status load_batch(trainer *t, const train_options *o, int split, int
     int B = (int)o->run.batch, T = (int)o->cfg.block;
     wgml_status st = wgml_text_batch(&t->text, split, o->run.seed, i, B, T, t->x, t->y, err, sizeof err);
     if (st) return fprintf(stderr, "wgml gpt train: %s\n", err), st;
-    size_t n = (size_t)B * (size_t)T;
+    /* data parallel: a training batch is global, and this rank takes its share of the rows */
+    int rows = split == 0 ? B / wgml_dist_size() : B;
+    size_t first = split == 0 ? (size_t)wgml_dist_rank() * (size_t)rows * (size_t)T : 0;
+    size_t n = (size_t)rows * (size_t)T;
     if (!*ids) {
-        int64_t bt[2] = {B, T};
-        st = wgml_tensor_from_i32(t->ctx, 2, bt, t->x, n, ids);
-        if (!st) st = wgml_tensor_from_i32(t->ctx, 2, bt, t->y, n, targets);
+        int64_t bt[2] = {rows, T};
+        st = wgml_tensor_from_i32(t->ctx, 2, bt, t->x + first, n, ids);
+        if (!st) st = wgml_tensor_from_i32(t->ctx, 2, bt, t->y + first, n, targets);
         return st;
     }
-    st = wgml_tensor_write_i32(*ids, t->x, n);
-    return st ? st : wgml_tensor_write_i32(*targets, t->y, n);
+    st = wgml_tensor_write_i32(*ids, t->x + first, n);
+    return st ? st : wgml_tensor_write_i32(*targets, t->y + first, n);
 }
 
 static wgml_status val_loss(trainer *t, const train_options *o, float *out)
@@ -245,7 +248,8 @@ static void free_pending(wgml_tensor **pending, int n)
 
 static int train_loop(trainer *t, train_options *o)
 {
-    const int tty = isatty(STDERR_FILENO);
+    const int lead = wgml_dist_rank() == 0, tty = lead && isatty(STDERR_FILENO);
+    float losses[SYNC];
     double t0 = cli_now();
     int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;
     int64_t end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
@@ -270,15 +274,23 @@ static int train_loop(trainer *t, train_options *o)
         if (!scheduled && !save_now && np < SYNC) continue;
         /* the sync: losses of the steps since the last one, the last step's gradient norm */
         float norm = NAN, vloss = NAN;
+        for (int i = 0; i < np && !st; i++) st = wgml_tensor_read(pending[i], &losses[i], 1);
+        if (!st && wgml_dist_size() > 1) { /* the global batch's losses: the mean of the ranks' */
+            double v[SYNC];
+            for (int i = 0; i < np; i++) v[i] = losses[i];
+            if (wgml_dist_allreduce_host(v, (size_t)np, WGML_REDUCE_MEAN))
+                return fprintf(stderr, "\nwgml gpt train: %s\n", wgml_dist_error_message()), free_pending(pending, np), 1;
+            for (int i = 0; i < np; i++) losses[i] = (float)v[i];
+        }
         for (int i = 0; i < np && !st; i++) {
-            st = wgml_tensor_read(pending[i], &loss, 1);
-            if (!st && !isfinite(loss)) {
+            loss = losses[i];
+            if (!isfinite(loss)) {
                 fprintf(stderr, "\nwgml gpt train: the loss of step %lld is %g: training diverged (a lower --lr, or --clip); the last "
                                 "checkpoint is kept as it was\n", (long long)(t->step - np + 1 + i), (double)loss);
                 free_pending(pending, np);
                 return 1;
             }
-            if (!st) {
+            if (!st && lead) {
                 int64_t s = t->step - np + 1 + i;
                 fprintf(t->csv, "%lld,%.9g,%.9g,", (long long)s, (double)loss, (double)lrs[i]);
                 if (i == np - 1 && scheduled && !(st = wgml_optimizer_grad_norm(t->opt, &norm))) fprintf(t->csv, "%.9g", (double)norm);
@@ -287,6 +299,7 @@ static int train_loop(trainer *t, train_options *o)
         }
         free_pending(pending, np);
         np = 0;
+        if (!lead) continue; /* rank 0 alone evaluates, logs and saves */
         if (!st && eval) st = val_loss(t, o, &vloss);
         if (st) {
             fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, cli_message(t->ctx, st));
@@ -311,8 +324,13 @@ static int train_loop(trainer *t, train_options *o)
             }
         }
     }
-    fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
-            (long long)(t->step - first), cli_now() - t0, o->out, o->out);
+    if (wgml_dist_size() > 1) {
+        if (cli_dist_check_replicas("wgml gpt train", t->ctx, t->model.n_params, t->model.params)) return 1;
+        cli_dist_report(t->step - first);
+    }
+    if (lead)
+        fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
+                (long long)(t->step - first), cli_now() - t0, o->out, o->out);
     return 0;
 }
 
@@ -431,26 +449,39 @@ static int cmd_gpt_train(int argc, char **argv)
                 o.run.data, (long long)t.text.n_train, (long long)(t.text.n - t.text.n_train), (long long)T);
         return trainer_free(&t), 1;
     }
+    const int lead = wgml_dist_rank() == 0, ranks = wgml_dist_size();
+    if (o.run.batch % ranks)
+        return fprintf(stderr, "wgml gpt train: batch %lld (the global batch) does not split evenly over %d ranks\n",
+                       (long long)o.run.batch, ranks), trainer_free(&t), 1;
+    /* every rank starts from rank 0's parameters, and its steps average the gradients */
+    if ((st = wgml_dist_broadcast(t.ctx, t.model.n_params, t.model.params)))
+        return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
+    if ((st = wgml_dist_data_parallel(t.opt)))
+        return fprintf(stderr, "wgml gpt train: %s\n", wgml_dist_error_message()), trainer_free(&t), 1;
     t.x = malloc((size_t)(o.run.batch * T) * sizeof *t.x), t.y = malloc((size_t)(o.run.batch * T) * sizeof *t.y);
     char path[1100];
-    if (!t.x || !t.y || cli_make_dirs(o.out)) {
+    if (!t.x || !t.y || (lead && cli_make_dirs(o.out))) {
         fprintf(stderr, "wgml gpt train: cannot create %s: %s\n", o.out, strerror(errno));
         return trainer_free(&t), 1;
     }
     snprintf(path, sizeof path, "%s/metrics.csv", o.out);
-    t.csv = cli_metrics_open(path, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s", o.resume ? t.step : -1, err, sizeof err);
-    if (!t.csv) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 1;
-    if (o.save_init && !o.resume) {
+    if (lead)
+        t.csv = cli_metrics_open(path, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s", o.resume ? t.step : -1, err, sizeof err);
+    if (lead && !t.csv) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 1;
+    if (lead && o.save_init && !o.resume) {
         snprintf(path, sizeof path, "%s/init.safetensors", o.out);
         if ((st = save(&t, &o, path, 0))) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
-    fprintf(stderr, "gpt: %s, %lld layers, %lld heads (%lld K/V), width %lld, block %lld, %lld parameters; %lld tokens of text "
-                    "(%d bytes of vocabulary) from %d files\n",
-            o.cfg.arch == WGML_GPT_LLAMA ? "llama" : "gpt2", (long long)o.cfg.layers, (long long)o.cfg.heads,
-            (long long)o.cfg.kv_heads, (long long)o.cfg.width, (long long)o.cfg.block, (long long)wgml_gpt_numel(&o.cfg),
-            (long long)t.text.n, t.text.vocab_size, t.text.files);
+    if (lead)
+        fprintf(stderr, "gpt: %s, %lld layers, %lld heads (%lld K/V), width %lld, block %lld, %lld parameters; %lld tokens of text "
+                        "(%d bytes of vocabulary) from %d files\n",
+                o.cfg.arch == WGML_GPT_LLAMA ? "llama" : "gpt2", (long long)o.cfg.layers, (long long)o.cfg.heads,
+                (long long)o.cfg.kv_heads, (long long)o.cfg.width, (long long)o.cfg.block, (long long)wgml_gpt_numel(&o.cfg),
+                (long long)t.text.n, t.text.vocab_size, t.text.files);
+    if (lead && ranks > 1) fprintf(stderr, "data parallel over %d ranks: %lld sequences of each batch per rank\n", ranks,
+                                   (long long)(o.run.batch / ranks));
     rc = o.steps > t.step ? train_loop(&t, &o) : 0;
-    if (!rc && o.sample_tokens > 0) {
+    if (!rc && lead && o.sample_tokens > 0) {
         double secs;
         st = print_sample(&t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o.sample_tokens, 0.8f, 0, NULL, &secs);
         if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", cli_message(t.ctx, st)), rc = 1;
@@ -572,7 +603,10 @@ static int cmd_gpt_sample(int argc, char **argv)
 
 int cmd_gpt(int argc, char **argv)
 {
-    if (argc >= 1 && strcmp(argv[0], "train") == 0) return cmd_gpt_train(argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "train") == 0) {
+        if (cli_dist_begin("wgml gpt train")) return 1;
+        return cli_dist_end("wgml gpt train", cmd_gpt_train(argc, argv));
+    }
     if (argc >= 1 && strcmp(argv[0], "sample") == 0) return cmd_gpt_sample(argc, argv);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
         printf("usage: wgml gpt train [options]   (wgml gpt train --help)\n       wgml gpt sample --checkpoint FILE [options]\n");

@@ -223,8 +223,12 @@ static void shuffle(int64_t *idx, int64_t n, uint64_t seed, int epoch)
     }
 }
 
-int cmd_train(int argc, char **argv)
+/* Under mpirun -np N each rank trains on its N-th of every global batch (the same shuffled
+   order on all ranks) and the optimiser averages the gradients across ranks, so every rank
+   takes the global batch's step; rank 0 alone evaluates and writes the metrics and checkpoints. */
+static int train_run(int argc, char **argv)
 {
+    const int rank = wgml_dist_rank(), ranks = wgml_dist_size(), lead = rank == 0;
     options o = {0};
     char err[512];
     int prc = parse_options(argc, argv, &o);
@@ -245,6 +249,7 @@ int cmd_train(int argc, char **argv)
     }
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);
+    int64_t steps_run = 0;
     wgml_mlp m = {0};
     wgml_checkpoint ck = {0};
     int start_epoch = 0;
@@ -270,8 +275,16 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "wgml train: batch %d is more than the %lld training examples\n", o.s.batch, (long long)train.n);
         goto done;
     }
+    if (o.s.batch % ranks) {
+        fprintf(stderr, "wgml train: batch %d (the global batch) does not split evenly over %d ranks\n", o.s.batch, ranks);
+        goto done;
+    }
     wgml_tensor *params[2 * WGML_MLP_MAX_LAYERS];
     int np = wgml_mlp_params(&m, params);
+    if ((st = wgml_dist_broadcast(ctx, np, params))) { /* every rank starts from rank 0's model */
+        fprintf(stderr, "wgml train: %s\n", cli_message(ctx, st));
+        goto done;
+    }
     wgml_optim_desc d = {.kind = WGML_OPTIM_ADAMW, .lr = o.s.lr, .weight_decay = o.s.weight_decay, .max_grad_norm = o.s.max_grad_norm};
     if ((st = wgml_optimizer_create(ctx, &d, np, params, &opt))) {
         fprintf(stderr, "wgml train: optimizer: %s\n", cli_message(ctx, st));
@@ -281,8 +294,12 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "wgml train: %s: %s\n", o.resume, cli_message(ctx, st));
         goto done;
     }
+    if ((st = wgml_dist_data_parallel(opt))) {
+        fprintf(stderr, "wgml train: %s\n", wgml_dist_error_message());
+        goto done;
+    }
     wgml_checkpoint_free(&ck); /* the model and optimiser hold it all now */
-    if (cli_make_dirs(o.out)) {
+    if (lead && cli_make_dirs(o.out)) {
         fprintf(stderr, "wgml train: cannot create %s: %s\n", o.out, strerror(errno));
         goto done;
     }
@@ -292,24 +309,27 @@ int cmd_train(int argc, char **argv)
     /* a row per step: the batch's loss and accuracy; the test set's on an epoch's last step;
        samples_per_s is the epoch's so far (as the progress bar shows it), elapsed_s counts
        from this run's first step. A resumed run drops rows past the checkpoint's step. */
-    csv = cli_metrics_open(csvpath, "step,epoch,loss,accuracy,lr,test_loss,test_accuracy,samples_per_s,elapsed_s",
-                           o.resume ? wgml_optimizer_steps(opt) : -1, err, sizeof err);
-    if (!csv) {
+    if (lead) csv = cli_metrics_open(csvpath, "step,epoch,loss,accuracy,lr,test_loss,test_accuracy,samples_per_s,elapsed_s",
+                                     o.resume ? wgml_optimizer_steps(opt) : -1, err, sizeof err);
+    if (lead && !csv) {
         fprintf(stderr, "wgml train: %s\n", err);
         goto done;
     }
-    const int batch = o.s.batch;
-    const int tty = isatty(STDOUT_FILENO); /* the progress bar's \r only on a terminal */
-    printf("training MLP");
-    for (int l = 0; l <= o.nlayers; l++) printf("%s%lld", l ? "-" : " ", (long long)o.sizes[l]);
-    printf(" on %s (%s), batch %d, AdamW lr %g, wd %g, clip %g, seed %llu, epochs %d..%d\n", info.name, info.backend, batch,
-           (double)o.s.lr, (double)o.s.weight_decay, (double)o.s.max_grad_norm, (unsigned long long)o.s.seed, start_epoch + 1,
-           o.epochs);
+    const int batch = o.s.batch, local = batch / ranks; /* global, and this rank's share */
+    const int tty = lead && isatty(STDOUT_FILENO); /* the progress bar's \r only on a terminal */
+    if (lead) {
+        printf("training MLP");
+        for (int l = 0; l <= o.nlayers; l++) printf("%s%lld", l ? "-" : " ", (long long)o.sizes[l]);
+        printf(" on %s (%s), batch %d, AdamW lr %g, wd %g, clip %g, seed %llu, epochs %d..%d\n", info.name, info.backend, batch,
+               (double)o.s.lr, (double)o.s.weight_decay, (double)o.s.max_grad_norm, (unsigned long long)o.s.seed, start_epoch + 1,
+               o.epochs);
+        if (ranks > 1) printf("data parallel over %d ranks: %d examples of each batch per rank\n", ranks, local);
+    }
 
     idx = malloc((size_t)train.n * sizeof *idx);
-    xb = malloc((size_t)batch * MNIST_PIXELS * sizeof *xb);
-    lb = malloc((size_t)batch * sizeof *lb);
-    int64_t xs[2] = {batch, MNIST_PIXELS}, ls = batch;
+    xb = malloc((size_t)local * MNIST_PIXELS * sizeof *xb);
+    lb = malloc((size_t)local * sizeof *lb);
+    int64_t xs[2] = {local, MNIST_PIXELS}, ls = local;
     if (!idx || !xb || !lb) {
         fprintf(stderr, "wgml train: out of host memory for a batch of %d\n", batch);
         goto done;
@@ -324,20 +344,31 @@ int cmd_train(int argc, char **argv)
         int64_t steps = train.n / batch; /* full batches; the remainder is dropped */
         double t0 = cli_now(), sum_loss = 0, sum_correct = 0;
         for (int64_t s = 0; s < steps; s++) {
-            for (int i = 0; i < batch; i++) {
-                int64_t k = idx[s * batch + i];
+            for (int i = 0; i < local; i++) {
+                int64_t k = idx[s * batch + rank * local + i];
                 memcpy(xb + (size_t)i * MNIST_PIXELS, train.images + k * MNIST_PIXELS, MNIST_PIXELS * sizeof *xb);
                 lb[i] = train.labels[k];
             }
             float loss, correct, lr = wgml_optimizer_lr(opt); /* the lr this step uses */
-            if ((st = wgml_tensor_write(x, xb, (size_t)batch * MNIST_PIXELS)) || (st = wgml_tensor_write(lab, lb, (size_t)batch)) ||
+            if ((st = wgml_tensor_write(x, xb, (size_t)local * MNIST_PIXELS)) || (st = wgml_tensor_write(lab, lb, (size_t)local)) ||
                 (st = wgml_mlp_train_step(&m, opt, x, lab, &loss, &correct))) {
                 fprintf(stderr, "\nwgml train: step failed: %s\n", cli_message(ctx, st));
                 goto done;
             }
+            steps_run++;
+            if (ranks > 1) { /* the global batch's loss (equal shares: the mean) and count */
+                double v[2] = {loss, correct};
+                if (wgml_dist_allreduce_host(v, 2, WGML_REDUCE_SUM)) {
+                    fprintf(stderr, "\nwgml train: %s\n", wgml_dist_error_message());
+                    goto done;
+                }
+                loss = (float)(v[0] / ranks);
+                correct = (float)v[1];
+            }
             sum_loss += loss;
             sum_correct += correct;
             double now = cli_now();
+            if (!csv) continue;
             fprintf(csv, "%lld,%d,%.9g,%.9g,%.9g,", (long long)wgml_optimizer_steps(opt), epoch + 1, (double)loss,
                     (double)correct / batch, (double)lr);
             /* the epoch's last row waits for the test set's numbers */
@@ -353,6 +384,7 @@ int cmd_train(int argc, char **argv)
             }
         }
         double secs = cli_now() - t0;
+        if (!lead) continue; /* the others go on to the next epoch's first all-reduce */
         if (evaluate(ctx, &m, &test, &test_acc, &test_loss)) goto done;
         if (!tty) /* a file or a pipe: one plain line per epoch */
             printf("epoch %2d/%d loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, sum_loss / (double)steps,
@@ -368,7 +400,9 @@ int cmd_train(int argc, char **argv)
             goto done;
         }
     }
-    printf("test accuracy %.4f\ncheckpoint %s\nmetrics %s\n", test_acc, ckpath, csvpath);
+    if (ranks > 1 && cli_dist_check_replicas("wgml train", ctx, np, params)) goto done;
+    cli_dist_report(steps_run);
+    if (lead) printf("test accuracy %.4f\ncheckpoint %s\nmetrics %s\n", test_acc, ckpath, csvpath);
     rc = 0;
 done:
     free(idx);
@@ -384,6 +418,12 @@ done:
     wgml_mnist_free(&train);
     wgml_mnist_free(&test);
     return rc;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    if (cli_dist_begin("wgml train")) return 1;
+    return cli_dist_end("wgml train", train_run(argc, argv));
 }
 
 static int eval_flag(int opt, const char *arg, void *state)

@@ -47,6 +47,8 @@ struct wgml_optimizer {
     wgml_buffer *P, *G, *M, *V;
     wgml_tensor *norm2; /* squared gradient norm of the last step (storage) */
     int64_t steps;
+    wgml_grad_hook hook; /* runs between the gradients and the update (e.g. an all-reduce) */
+    void *hook_user;
 };
 
 static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
@@ -318,6 +320,32 @@ static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     return WGML_OK;
 }
 
+wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hook, void *user)
+{
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    opt->hook = hook;
+    opt->hook_user = hook ? user : NULL;
+    return WGML_OK;
+}
+
+/* Evaluates the gradients and extras (targets[0..nt)) and calls the hook with a view of the
+   whole flat gradient buffer; the slots' padding is zero (the buffer starts cleared and the
+   gradients write only their own elements), so the hook may treat it as one vector. */
+static wgml_status run_hook(wgml_optimizer *opt, int nt, wgml_tensor *const *targets)
+{
+    wgml_context *ctx = opt->ctx;
+    wgml_status st = wgml_graph_eval(ctx, nt, targets);
+    if (st) return st;
+    wgml_tensor *flat = wgml_tensor_new(ctx, 1, &opt->total); /* freed by the step's scope */
+    if (!flat) return ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
+    flat->buf = opt->G;
+    wgml_buffer_retain(opt->G);
+    st = opt->hook(opt, flat, opt->hook_user);
+    if (st && !wgml_last_status(ctx)) /* a hook's own failure still gets words */
+        wgml_fail(ctx, st, "optimizer_step: the gradient hook failed (%s)", wgml_status_name(st));
+    return st;
+}
+
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
@@ -372,9 +400,12 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
         upd->op_data = &opt->step_op;
         for (int i = 0; i < n_extra; i++) targets[nt++] = extra[i];
+        /* with a hook, the gradients (and extras) are evaluated first and handed to it; the
+           norm and the update then read what it left in the flat buffer, in a second submit */
+        if (opt->hook) st = run_hook(opt, nt, targets);
         targets[nt++] = norm2;
         targets[nt++] = upd; /* last: it runs after every reader of the old parameters */
-        st = wgml_graph_eval(ctx, nt, targets);
+        if (!st) st = wgml_graph_eval(ctx, nt, targets);
         if (!st) {
             opt->steps++;
             if (opt->norm2) wgml_tensor_unref(opt->norm2);

@@ -1,0 +1,396 @@
+/*
+ * Data parallelism over MPI (wgml.h, "distributed"). WebGPU buffers cannot be handed to MPI,
+ * so tensors travel through host memory: a bucket is read from the GPU, its MPI_Iallreduce
+ * started, and the next bucket read while it runs; results are written back with the queue's
+ * writes, which the next submit orders before its kernels.
+ *
+ * Built without MPI (WGML_HAVE_MPI undefined), or in a process no launcher started, the
+ * process is rank 0 of 1: the collectives check their arguments and leave the data as it is.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef WGML_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "graph/executor.h"
+
+#define DEFAULT_BUCKET_FLOATS (4u << 20)
+
+static struct {
+    int started;     /* wgml_dist_init ran */
+    int mpi;         /* collectives go through MPI (more than one rank) */
+    int owns_mpi;    /* we called MPI_Init, so we call MPI_Finalize */
+    int rank, size, local_rank, local_size;
+    float *stage[2]; /* host buckets, alternating between copy-out and reduction */
+    size_t stage_cap;
+    wgml_dist_stats stats;
+    char error[512];
+} dist = {.size = 1, .local_size = 1};
+
+static wgml_status dist_fail(wgml_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static wgml_status dist_fail(wgml_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dist.error, sizeof dist.error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* A failure of a call that has a context: its message there and in dist.error. */
+static wgml_status ctx_fail(wgml_context *ctx, wgml_status st, const char *msg)
+{
+    snprintf(dist.error, sizeof dist.error, "%s", msg);
+    return ctx ? wgml_fail(ctx, st, "%s", msg) : st;
+}
+
+/* Set by the launchers we know (Open MPI, MPICH/Hydra, PMIx, Slurm's PMI): without one, a
+   process is a lone rank and MPI is not touched (a singleton MPI_Init would be slow). */
+static int launched(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+const char *wgml_dist_error_message(void) { return dist.error; }
+int wgml_dist_rank(void) { return dist.rank; }
+int wgml_dist_size(void) { return dist.size; }
+int wgml_dist_local_rank(void) { return dist.local_rank; }
+int wgml_dist_local_size(void) { return dist.local_size; }
+
+void wgml_dist_stats_get(wgml_dist_stats *stats)
+{
+    if (stats) *stats = dist.stats;
+}
+
+void wgml_dist_stats_reset(void) { memset(&dist.stats, 0, sizeof dist.stats); }
+
+#ifdef WGML_HAVE_MPI
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* MPI's words for an error code, after what we were doing. */
+static wgml_status mpi_fail(wgml_context *ctx, int code, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s: MPI error on rank %d of %d: %s", what, dist.rank, dist.size, text);
+    return ctx_fail(ctx, WGML_ERROR_IO, msg);
+}
+#endif
+
+wgml_status wgml_dist_init(void)
+{
+    if (dist.started) return WGML_OK;
+#ifdef WGML_HAVE_MPI
+    if (launched()) {
+        int inited = 0, rc;
+        MPI_Initialized(&inited);
+        if (!inited) {
+            if ((rc = MPI_Init(NULL, NULL)) != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_init: MPI_Init");
+            dist.owns_mpi = 1;
+        }
+        /* errors come back as codes, which become statuses, instead of ending the process */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(MPI_COMM_WORLD, &dist.rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &dist.size);
+        MPI_Comm local;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, dist.rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+            MPI_Comm_rank(local, &dist.local_rank);
+            MPI_Comm_size(local, &dist.local_size);
+            MPI_Comm_free(&local);
+        }
+        dist.mpi = dist.size > 1;
+    }
+#else
+    if (launched() && getenv("OMPI_COMM_WORLD_SIZE") && strcmp(getenv("OMPI_COMM_WORLD_SIZE"), "1") != 0)
+        return dist_fail(WGML_ERROR_UNSUPPORTED,
+                         "dist_init: started by mpirun with %s ranks, but this wgml was built without MPI (-DWGML_MPI=OFF)",
+                         getenv("OMPI_COMM_WORLD_SIZE"));
+#endif
+    dist.started = 1;
+    return WGML_OK;
+}
+
+wgml_status wgml_dist_finalize(void)
+{
+    free(dist.stage[0]);
+    free(dist.stage[1]);
+    dist.stage[0] = dist.stage[1] = NULL;
+    dist.stage_cap = 0;
+#ifdef WGML_HAVE_MPI
+    if (dist.owns_mpi) {
+        int rc = MPI_Finalize();
+        dist.owns_mpi = 0;
+        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_finalize");
+    }
+#endif
+    dist.started = dist.mpi = 0;
+    dist.rank = dist.local_rank = 0;
+    dist.size = dist.local_size = 1;
+    return WGML_OK;
+}
+
+wgml_status wgml_dist_barrier(void)
+{
+#ifdef WGML_HAVE_MPI
+    if (dist.mpi) {
+        int rc = MPI_Barrier(MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_barrier");
+    }
+#endif
+    return WGML_OK;
+}
+
+void wgml_dist_abort(int code)
+{
+#ifdef WGML_HAVE_MPI
+    if (dist.mpi) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+#else
+    (void)code;
+#endif
+}
+
+wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op)
+{
+    if ((!data && n) || (op != WGML_REDUCE_SUM && op != WGML_REDUCE_MEAN))
+        return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_allreduce_host: data is NULL or op %d is not a wgml_reduce_op", (int)op);
+#ifdef WGML_HAVE_MPI
+    if (dist.mpi && n) {
+        if (n > (size_t)INT32_MAX) return dist_fail(WGML_ERROR_LIMIT, "dist_allreduce_host: %zu values, past MPI's int count", n);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, data, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_allreduce_host");
+        if (op == WGML_REDUCE_MEAN)
+            for (size_t i = 0; i < n; i++) data[i] /= dist.size;
+    }
+#endif
+    return WGML_OK;
+}
+
+wgml_status wgml_dist_broadcast_host(void *data, size_t bytes)
+{
+    if (!data && bytes) return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_broadcast_host: data is NULL");
+#ifdef WGML_HAVE_MPI
+    if (dist.mpi && bytes) {
+        if (bytes > (size_t)INT32_MAX) return dist_fail(WGML_ERROR_LIMIT, "dist_broadcast_host: %zu bytes, past MPI's int count", bytes);
+        int rc = MPI_Bcast(data, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_broadcast_host");
+    }
+#endif
+    return WGML_OK;
+}
+
+/* The tensors usable by a collective: evaluated, contiguous f32 of ctx; their total count. */
+static wgml_status check_tensors(wgml_context *ctx, const char *fn, int n, wgml_tensor *const *tensors, int64_t *total)
+{
+    char msg[256];
+    if (!ctx) return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+    if (n < 0 || (n && !tensors)) {
+        snprintf(msg, sizeof msg, "%s: bad tensor list (n = %d)", fn, n);
+        return ctx_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, msg);
+    }
+    *total = 0;
+    for (int i = 0; i < n; i++) {
+        const wgml_tensor *t = tensors[i];
+        const char *why = NULL;
+        if (!wgml_tensor_valid(t) || t->ctx != ctx) why = "is not a tensor of this context";
+        else if (t->status) why = "is in an error state";
+        else if (t->op != WGML_TENSOR_STORAGE || !t->buf || !wgml_is_contiguous(t)) why = "must be evaluated and contiguous";
+        else if (t->dtype != WGML_F32) why = "must be f32";
+        if (why) {
+            snprintf(msg, sizeof msg, "%s: tensor %d %s", fn, i, why);
+            return ctx_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, msg);
+        }
+        *total += t->numel;
+    }
+    return WGML_OK;
+}
+
+#ifdef WGML_HAVE_MPI
+static size_t bucket_floats(void)
+{
+    const char *s = getenv("WGML_DIST_BUCKET_MB");
+    double mb = s ? atof(s) : 0;
+    if (!(mb > 0) || mb > 1024) return DEFAULT_BUCKET_FLOATS;
+    size_t f = (size_t)(mb * 262144.0);
+    return f ? f : 1;
+}
+
+/* Both host buckets of at least cap floats. */
+static wgml_status stage_reserve(wgml_context *ctx, size_t cap)
+{
+    if (dist.stage_cap >= cap) return WGML_OK;
+    for (int i = 0; i < 2; i++) {
+        float *p = realloc(dist.stage[i], cap * sizeof *p);
+        if (!p) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory for the buckets");
+        dist.stage[i] = p;
+    }
+    dist.stage_cap = cap;
+    return WGML_OK;
+}
+
+/* Copies floats [from, from + count) of the tensors' concatenation between the GPU and host
+   (to_host: GPU -> host), through storage tensors viewing each tensor's piece. */
+static wgml_status move_range(wgml_context *ctx, int n, wgml_tensor *const *tensors, int64_t from, int64_t count,
+                              float *host, int to_host)
+{
+    int64_t base = 0;
+    wgml_status st = WGML_OK;
+    for (int i = 0; i < n && count > 0 && !st; i++) {
+        wgml_tensor *t = tensors[i];
+        int64_t lo = from > base ? from - base : 0;
+        if (lo >= t->numel) {
+            base += t->numel;
+            continue;
+        }
+        int64_t len = t->numel - lo < count ? t->numel - lo : count;
+        wgml_tensor *piece = wgml_tensor_new(ctx, 1, &len);
+        if (!piece) return ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
+        piece->buf = t->buf;
+        wgml_buffer_retain(t->buf);
+        piece->offset = t->offset + lo;
+        st = to_host ? wgml_tensor_read(piece, host, (size_t)len) : wgml_tensor_write(piece, host, (size_t)len);
+        wgml_tensor_free(piece);
+        host += len;
+        from += len;
+        count -= len;
+        base += t->numel;
+    }
+    return st;
+}
+
+/* Waits for bucket b's reduction and writes it back. */
+static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *tensors, MPI_Request *req, int64_t from,
+                                 int64_t count, float *host, wgml_reduce_op op)
+{
+    double t0 = now();
+    int rc = MPI_Wait(req, MPI_STATUS_IGNORE);
+    double t1 = now();
+    dist.stats.reduce_seconds += t1 - t0;
+    if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_allreduce");
+    if (op == WGML_REDUCE_MEAN) {
+        float size = (float)dist.size; /* the same division on every rank: the same bits */
+        for (int64_t i = 0; i < count; i++) host[i] /= size;
+    }
+    wgml_status st = move_range(ctx, n, tensors, from, count, host, 0);
+    dist.stats.copy_in_seconds += now() - t1;
+    return st;
+}
+#endif
+
+wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_reduce_op op)
+{
+    int64_t total = 0;
+    wgml_status st = check_tensors(ctx, "dist_allreduce", n, tensors, &total);
+    if (st) return st;
+    if (op != WGML_REDUCE_SUM && op != WGML_REDUCE_MEAN) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "dist_allreduce: op %d is not a wgml_reduce_op", (int)op);
+        return ctx_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, msg);
+    }
+#ifdef WGML_HAVE_MPI
+    if (!dist.mpi || !total) return WGML_OK;
+    size_t bucket = bucket_floats();
+    if ((st = stage_reserve(ctx, bucket))) return st;
+    dist.stats.calls++;
+    dist.stats.bytes += (uint64_t)total * 4;
+    /* bucket k is read while bucket k - 1 is being reduced; reads wait for the GPU */
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int64_t start[2] = {0, 0}, len[2] = {0, 0};
+    int k = 0;
+    for (int64_t from = 0; from < total && !st; from += (int64_t)bucket, k ^= 1) {
+        int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
+        double t0 = now();
+        st = move_range(ctx, n, tensors, from, count, dist.stage[k], 1);
+        dist.stats.copy_out_seconds += now() - t0;
+        if (st) break;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, dist.stage[k], (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[k]);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_fail(ctx, rc, "dist_allreduce");
+            break;
+        }
+        start[k] = from;
+        len[k] = count;
+        if (req[k ^ 1] != MPI_REQUEST_NULL)
+            st = finish_bucket(ctx, n, tensors, &req[k ^ 1], start[k ^ 1], len[k ^ 1], dist.stage[k ^ 1], op);
+    }
+    /* the buckets still in flight: waited for even after a failure, so none outlives its buffer */
+    for (int j = 0; j < 2; j++) {
+        k ^= 1;
+        if (req[k] == MPI_REQUEST_NULL) continue;
+        if (st) MPI_Wait(&req[k], MPI_STATUS_IGNORE);
+        else st = finish_bucket(ctx, n, tensors, &req[k], start[k], len[k], dist.stage[k], op);
+    }
+    return st;
+#else
+    return WGML_OK;
+#endif
+}
+
+wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *tensors)
+{
+    int64_t total = 0;
+    wgml_status st = check_tensors(ctx, "dist_broadcast", n, tensors, &total);
+    if (st) return st;
+#ifdef WGML_HAVE_MPI
+    if (!dist.mpi) return WGML_OK;
+    /* the sizes first, so that ranks whose models differ fail with words, not garbage */
+    int64_t root_total = total;
+    int rc = MPI_Bcast(&root_total, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_broadcast");
+    if (root_total != total) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "dist_broadcast: rank %d has %lld floats in %d tensors, rank 0 %lld (not the same model)",
+                 dist.rank, (long long)total, n, (long long)root_total);
+        return ctx_fail(ctx, WGML_ERROR_SHAPE, msg);
+    }
+    size_t bucket = bucket_floats();
+    if ((st = stage_reserve(ctx, bucket))) return st;
+    for (int64_t from = 0; from < total && !st; from += (int64_t)bucket) {
+        int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
+        if (dist.rank == 0) st = move_range(ctx, n, tensors, from, count, dist.stage[0], 1);
+        if (st) break;
+        if ((rc = MPI_Bcast(dist.stage[0], (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD)) != MPI_SUCCESS)
+            return mpi_fail(ctx, rc, "dist_broadcast");
+        if (dist.rank != 0) st = move_range(ctx, n, tensors, from, count, dist.stage[0], 0);
+    }
+    return st;
+#else
+    return WGML_OK;
+#endif
+}
+
+static wgml_status average_gradients(wgml_optimizer *opt, wgml_tensor *grads, void *user)
+{
+    (void)opt;
+    (void)user;
+    wgml_context *ctx = wgml_tensor_context(grads);
+#ifdef WGML_HAVE_MPI
+    /* the step's compute ends here: timed apart from the copy-out that follows */
+    double t0 = now();
+    wgml_status st = wgml_synchronize(ctx);
+    dist.stats.gpu_wait_seconds += now() - t0;
+    if (st) return st;
+#endif
+    return wgml_dist_allreduce(ctx, 1, &grads, WGML_REDUCE_MEAN);
+}
+
+wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
+{
+    if (!opt) return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_data_parallel: opt is NULL");
+    return dist.mpi ? wgml_optimizer_set_grad_hook(opt, average_gradients, NULL) : WGML_OK;
+}

@@ -1,0 +1,146 @@
+/*
+ * The wgml_dist_ functions in one process (no launcher: rank 0 of 1, whether or not the build
+ * has MPI; the multi-rank runs are tests/test_dist_train.sh), and the optimiser's gradient
+ * hook, which data parallelism rides on: what the hook leaves in the gradients is what the
+ * norm and the update use.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+
+static void one_rank_collectives_leave_data_as_it_is(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    CHECK_OK(NULL, wgml_dist_init());
+    CHECK_OK(NULL, wgml_dist_init()); /* again: nothing */
+    CHECK(wgml_dist_rank() == 0 && wgml_dist_size() == 1);
+    CHECK(wgml_dist_local_rank() == 0 && wgml_dist_local_size() == 1);
+    int64_t n7 = 7, n1023 = 1023;
+    float a[7], b[1023], got[1023];
+    test_fill_uniform(a, 7, -3, 3);
+    test_fill_uniform(b, 1023, -3, 3);
+    wgml_tensor *ts[2] = {test_tensor(ctx, 1, &n7, a), test_tensor(ctx, 1, &n1023, b)};
+    CHECK_OK(ctx, wgml_dist_allreduce(ctx, 2, ts, WGML_REDUCE_MEAN));
+    CHECK_OK(ctx, wgml_dist_allreduce(ctx, 2, ts, WGML_REDUCE_SUM));
+    CHECK_OK(ctx, wgml_dist_broadcast(ctx, 2, ts));
+    CHECK_OK(ctx, wgml_tensor_read(ts[0], got, 7));
+    CHECK(memcmp(got, a, sizeof a) == 0);
+    CHECK_OK(ctx, wgml_tensor_read(ts[1], got, 1023));
+    CHECK(memcmp(got, b, sizeof b) == 0);
+    double h[3] = {1.5, -2, 7};
+    CHECK_OK(NULL, wgml_dist_allreduce_host(h, 3, WGML_REDUCE_MEAN));
+    CHECK(h[0] == 1.5 && h[1] == -2 && h[2] == 7);
+    CHECK_OK(NULL, wgml_dist_broadcast_host(h, sizeof h));
+    CHECK_OK(NULL, wgml_dist_barrier());
+    wgml_dist_abort(3); /* one rank: returns */
+
+    /* bad input: a status and words, never a crash */
+    CHECK_STATUS(ctx, wgml_dist_allreduce(ctx, 2, ts, (wgml_reduce_op)7), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(wgml_dist_error_message(), "op 7"));
+    CHECK_STATUS(ctx, wgml_dist_allreduce(ctx, 1, NULL, WGML_REDUCE_SUM), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(ctx, wgml_dist_allreduce(NULL, 2, ts, WGML_REDUCE_SUM), WGML_ERROR_INVALID_ARGUMENT);
+    wgml_tensor *lazy[1] = {wgml_add(ctx, ts[0], ts[0])};
+    CHECK_STATUS(ctx, wgml_dist_broadcast(ctx, 1, lazy), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "evaluated and contiguous"));
+    int32_t ids[2] = {1, 2};
+    int64_t two = 2;
+    wgml_tensor *ints[1] = {test_tensor_i32(ctx, 1, &two, ids)};
+    CHECK_STATUS(ctx, wgml_dist_allreduce(ctx, 1, ints, WGML_REDUCE_SUM), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "f32"));
+    CHECK_STATUS(NULL, wgml_dist_allreduce_host(NULL, 2, WGML_REDUCE_SUM), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(NULL, wgml_dist_data_parallel(NULL), WGML_ERROR_INVALID_ARGUMENT);
+    wgml_dist_stats s;
+    wgml_dist_stats_get(&s);
+    CHECK(s.calls == 0); /* one rank: nothing went through MPI */
+    wgml_tensor_free(ts[0]), wgml_tensor_free(ts[1]), wgml_tensor_free(lazy[0]), wgml_tensor_free(ints[0]);
+    CHECK_OK(NULL, wgml_dist_finalize());
+}
+
+/* The hook's view, what it does to it, and how many elements it saw. */
+typedef struct hook_state {
+    float scale;
+    wgml_status fail; /* returned instead of working */
+    int64_t seen;
+    float first[5];
+} hook_state;
+
+static wgml_status scale_gradients(wgml_optimizer *opt, wgml_tensor *grads, void *user)
+{
+    hook_state *h = user;
+    h->seen = wgml_tensor_numel(grads);
+    if (h->fail) return h->fail;
+    float buf[256];
+    if (h->seen > 256) return WGML_ERROR_LIMIT;
+    wgml_status st = wgml_tensor_read(grads, buf, (size_t)h->seen);
+    if (st) return st;
+    memcpy(h->first, buf, sizeof h->first);
+    for (int64_t i = 0; i < h->seen; i++) buf[i] *= h->scale;
+    (void)opt;
+    return wgml_tensor_write(grads, buf, (size_t)h->seen);
+}
+
+/* SGD with lr 1: p -= the gradient the hook leaves. loss = sum(p * c), so the gradient is c. */
+static void the_hook_decides_the_update(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const float p0[5] = {1, 2, 3, 4, 5}, c[5] = {0.5f, -1, 2, 0.25f, -3};
+    int64_t five = 5;
+    wgml_tensor *p = test_tensor(ctx, 1, &five, p0), *ct = test_tensor(ctx, 1, &five, c);
+    wgml_optim_desc d = {.kind = WGML_OPTIM_SGD, .lr = 1};
+    wgml_optimizer *opt = NULL;
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 1, &p, &opt));
+    if (!opt) return;
+    hook_state h = {.scale = 2};
+    CHECK_OK(ctx, wgml_optimizer_set_grad_hook(opt, scale_gradients, &h));
+    float got[5], norm = 0;
+    double want[5], n2 = 0;
+
+    wgml_scope_begin(ctx);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
+    wgml_scope_end(ctx);
+    CHECK(h.seen >= 5);                        /* the whole flat buffer, padding included */
+    CHECK(memcmp(h.first, c, sizeof c) == 0); /* the hook saw the evaluated gradient */
+    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
+    for (int i = 0; i < 5; i++) want[i] = p0[i] - 2.0 * c[i], n2 += 4.0 * c[i] * c[i];
+    CHECK(test_close("p after a step with doubled gradients", got, want, 5, 1e-6, 1));
+    CHECK_OK(ctx, wgml_optimizer_grad_norm(opt, &norm));
+    CHECK(fabs(norm - sqrt(n2)) < 1e-5 * sqrt(n2)); /* the norm of what the hook left */
+
+    /* a failing hook: its status, no update, the step count unchanged */
+    h.fail = WGML_ERROR_IO;
+    wgml_scope_begin(ctx);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
+    CHECK_STATUS(ctx, wgml_optimizer_step(opt, 0, NULL), WGML_ERROR_IO);
+    wgml_scope_end(ctx);
+    CHECK(wgml_optimizer_steps(opt) == 1);
+    float after[5];
+    CHECK_OK(ctx, wgml_tensor_read(p, after, 5));
+    CHECK(memcmp(after, got, sizeof got) == 0);
+
+    /* no hook: the plain step, p -= c */
+    CHECK_OK(ctx, wgml_optimizer_set_grad_hook(opt, NULL, NULL));
+    wgml_zero_grad(p); /* the failed step left its gradient */
+    wgml_scope_begin(ctx);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
+    wgml_scope_end(ctx);
+    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
+    for (int i = 0; i < 5; i++) want[i] = p0[i] - 3.0 * c[i];
+    CHECK(test_close("p after a plain step", got, want, 5, 1e-6, 1));
+    CHECK_STATUS(ctx, wgml_optimizer_set_grad_hook(NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    wgml_optimizer_free(opt);
+    wgml_tensor_free(p), wgml_tensor_free(ct);
+}
+
+int main(void)
+{
+    TEST_RUN(one_rank_collectives_leave_data_as_it_is);
+    TEST_RUN(the_hook_decides_the_update);
+    test_context_release();
+    return test_summary();
+}

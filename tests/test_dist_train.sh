@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Data-parallel `wgml train` under mpirun, on a synthetic data set of 1280 training images:
+#   - 2 ranks x 64 examples give the losses of 1 rank x 128 (the same global batch) within
+#     1e-5 relative over 20 steps, and the ranks end with bit-identical parameters (the tool
+#     compares their checksums and says so);
+#   - a 2-rank run resumed from its checkpoint ends byte for byte where the unbroken one ends
+#     (the halves reducing in many small buckets, the unbroken run in one);
+#   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
+#     message naming the rank, instead of leaving rank 0 waiting in a collective.
+# Usage: test_dist_train.sh WGML_BINARY MPIEXEC [PYTHON]
+set -u
+
+wgml=$1
+mpiexec=$2
+py=${3:-python3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_dist_train.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# Ranks share the machine's cores with lavapipe's threads: no binding of a rank to one core.
+mpi=("$mpiexec" --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+
+# Labels 0..9 and pixels that carry a little of the label, so the loss moves.
+"$py" - "$work/data" <<'PY'
+import os, random, struct, sys
+out = sys.argv[1]
+os.makedirs(out)
+rng = random.Random(19)
+for prefix, n in (("train", 1280), ("t10k", 64)):
+    labels = [rng.randrange(10) for _ in range(n)]
+    pixels = bytearray()
+    for label in labels:
+        pixels += bytes(min(255, rng.randrange(128) + (96 if p % 10 == label else 0)) for p in range(784))
+    for kind, dims, data in (("images-idx3", [n, 28, 28], pixels), ("labels-idx1", [n], bytes(labels))):
+        with open(f"{out}/{prefix}-{kind}-ubyte", "wb") as f:
+            f.write(bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data))
+PY
+
+args=(train --data "$work/data" --hidden 32 --batch 128 --lr 3e-3)
+# 1 rank, then 2: 10 steps an epoch, 2 epochs
+timeout 120 "$wgml" "${args[@]}" --epochs 2 --out "$work/one" >"$work/one.log" 2>&1 || fail "1 rank: exit $? ($(tail -2 "$work/one.log"))"
+timeout 120 "${mpi[@]}" -np 2 "$wgml" "${args[@]}" --epochs 2 --out "$work/two" >"$work/two.log" 2>&1 ||
+  fail "2 ranks: exit $? ($(tail -3 "$work/two.log"))"
+grep -q "replicas: parameters identical on 2 ranks" "$work/two.log" || fail "2 ranks: no replica check in the output: $(tail -3 "$work/two.log")"
+grep -q "gradient all-reduce on 2 ranks" "$work/two.log" || fail "2 ranks: no all-reduce timing in the output"
+"$py" - "$work/one/metrics.csv" "$work/two/metrics.csv" <<'PY' || fail "2 ranks x 64 and 1 rank x 128 give different losses"
+import csv, sys
+one, two = ([row for row in csv.DictReader(open(p))] for p in sys.argv[1:3])
+assert len(one) == len(two) == 20, f"{len(one)} and {len(two)} steps, want 20"
+worst = 0.0
+for a, b in zip(one, two):
+    la, lb = float(a["loss"]), float(b["loss"])
+    worst = max(worst, abs(la - lb) / abs(la))
+    assert a["accuracy"] == b["accuracy"], f"step {a['step']}: accuracy {a['accuracy']} and {b['accuracy']}"
+print(f"losses over 20 steps: worst relative difference {worst:.3g}")
+assert worst <= 1e-5, f"worst relative difference {worst} > 1e-5"
+assert float(one[-1]["loss"]) < float(one[0]["loss"]), "the loss did not go down"
+PY
+
+# stop after epoch 1, resume on 2 ranks: the same checkpoint as the unbroken 2-rank run; both
+# halves reduce in buckets of 2621 floats (about 10 a step), the unbroken run in one
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.01 -np 2 "$wgml" "${args[@]}" --epochs 1 --out "$work/part" >"$work/part.log" 2>&1 ||
+  fail "2 ranks, epoch 1: exit $? ($(tail -3 "$work/part.log"))"
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.01 -np 2 "$wgml" train --data "$work/data" --epochs 2 --resume "$work/part/checkpoint.safetensors" \
+  --out "$work/part" >"$work/resume.log" 2>&1 || fail "2 ranks, resumed: exit $? ($(tail -3 "$work/resume.log"))"
+cmp -s "$work/two/checkpoint.safetensors" "$work/part/checkpoint.safetensors" ||
+  fail "the resumed 2-rank run's checkpoint differs from the unbroken run's"
+
+# wgml gpt train the same way: 2 ranks x 4 sequences against 1 rank x 8, 20 steps
+mkdir -p "$work/text"
+for i in $(seq 1 300); do echo "Line $i: the quick brown fox jumps over the lazy dog, $((i * 7 % 13)) times."; done >"$work/text/a"
+gpt=(gpt train --data "$work/text" --layers 1 --heads 2 --width 32 --block 16 --batch 8 --dropout 0 --eval-every 5
+     --eval-batches 1 --steps 20 --lr 3e-3)
+timeout 120 "$wgml" "${gpt[@]}" --out "$work/gpt1" >"$work/gpt1.log" 2>&1 || fail "gpt, 1 rank: exit $? ($(tail -2 "$work/gpt1.log"))"
+timeout 120 "${mpi[@]}" -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2" >"$work/gpt2.log" 2>&1 ||
+  fail "gpt, 2 ranks: exit $? ($(tail -3 "$work/gpt2.log"))"
+grep -q "replicas: parameters identical on 2 ranks" "$work/gpt2.log" || fail "gpt, 2 ranks: no replica check: $(tail -3 "$work/gpt2.log")"
+"$py" - "$work/gpt1/metrics.csv" "$work/gpt2/metrics.csv" <<'PY' || fail "gpt: 2 ranks x 4 and 1 rank x 8 give different losses"
+import csv, sys
+one, two = ([row for row in csv.DictReader(open(p))] for p in sys.argv[1:3])
+assert len(one) == len(two) == 20, f"{len(one)} and {len(two)} steps, want 20"
+worst = 0.0
+for a, b in zip(one, two):
+    for key in ("loss", "grad_norm", "val_loss"):
+        if a[key] or b[key]:
+            x, y = float(a[key]), float(b[key])
+            worst = max(worst, abs(x - y) / abs(x))
+print(f"gpt: losses, gradient norms and validation losses over 20 steps: worst relative difference {worst:.3g}")
+assert worst <= 1e-5, f"worst relative difference {worst} > 1e-5"
+PY
+
+# rank 1 cannot read its data: every rank ends, non-zero, well before the timeout
+start=$(date +%s)
+timeout 60 "${mpi[@]}" -np 1 "$wgml" "${args[@]}" --out "$work/bad" : -np 1 "$wgml" train --data "$work/missing" \
+  --out "$work/bad" >"$work/bad.log" 2>&1
+rc=$?
+[ "$rc" != 0 ] || fail "a failing rank: mpirun exited 0"
+[ "$rc" != 124 ] || fail "a failing rank: mpirun still running after 60 s (a hang)"
+grep -q "rank 1 of 2 failed: stopping every rank" "$work/bad.log" || fail "a failing rank: no message naming it: $(tail -3 "$work/bad.log")"
+echo "a failing rank: mpirun exited $rc after $(($(date +%s) - start)) s"
+
+if [ "$failures" -ne 0 ]; then
+  echo "test_dist_train: $failures failure(s)" >&2
+  exit 1
+fi
+echo "test_dist_train: all passed"

@@ -91,6 +91,12 @@ typedef struct wgml_context_desc {
                                  timestamp queries (stats.gpu_seconds_last); each eval then
                                  waits for its result. Needs the timestamp-query feature;
                                  the WGML_GPU_TIMING=1 environment variable also sets it */
+    int adapter_index;        /* among several adapters of the chosen kind (the best type that
+                                 matches the name), the one at this position, modulo their
+                                 number: a process's local rank gives each rank of a machine
+                                 its own GPU (more ranks than GPUs share them). 0: the
+                                 WGML_ADAPTER_INDEX environment variable, else the first.
+                                 Negative: WGML_ERROR_INVALID_ARGUMENT */
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;

@@ -180,6 +180,29 @@ static void no_adapter_is_a_clear_status(void)
     CHECK_STATUS(NULL, wgml_context_create(NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
 }
 
+/* adapter_index picks among adapters of the chosen kind, modulo their number (one GPU per
+   local rank); here every index lands on the same one, the first; a negative one is refused */
+static void adapter_index_wraps_and_is_checked(void)
+{
+    wgml_context *first = NULL, *seventh = NULL, *bad = NULL;
+    wgml_context_desc d0 = {0}, d7 = {.adapter_index = 7}, dn = {.adapter_index = -1};
+    CHECK_OK(NULL, wgml_context_create(&d0, &first));
+    CHECK_OK(NULL, wgml_context_create(&d7, &seventh));
+    if (first && seventh) {
+        wgml_adapter_info a, b;
+        CHECK_OK(first, wgml_adapter_info_get(first, &a));
+        CHECK_OK(seventh, wgml_adapter_info_get(seventh, &b));
+        CHECK(strcmp(a.name, b.name) == 0 && strcmp(a.adapter_type, b.adapter_type) == 0);
+    }
+    CHECK_STATUS(NULL, wgml_context_create(&dn, &bad), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(bad == NULL && strstr(wgml_last_create_error(), "adapter_index") != NULL);
+    setenv("WGML_ADAPTER_INDEX", "-2", 1);
+    CHECK_STATUS(NULL, wgml_context_create(&d0, &bad), WGML_ERROR_INVALID_ARGUMENT);
+    unsetenv("WGML_ADAPTER_INDEX");
+    wgml_context_free(first);
+    wgml_context_free(seventh);
+}
+
 static void adapter_info_is_filled(void)
 {
     wgml_context *ctx = test_context();
@@ -248,6 +271,7 @@ int main(void)
     TEST_RUN(bad_arguments_allocate_nothing);
     TEST_RUN(past_the_adapter_limit);
     TEST_RUN(no_adapter_is_a_clear_status);
+    TEST_RUN(adapter_index_wraps_and_is_checked);
     TEST_RUN(adapter_info_is_filled);
     TEST_RUN(lost_device_fails_cleanly);
     TEST_RUN(validation_errors_become_statuses);

@@ -139,7 +139,16 @@ FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step
 
 int cli_dist_begin(const char *who)
 {
-    if (wgml_dist_init() == WGML_OK) return 0;
+    if (wgml_dist_init() == WGML_OK) {
+        /* one GPU per rank of a machine where there are several (wgml_context_desc's
+           adapter_index); WGML_ADAPTER_INDEX given by the user wins */
+        if (wgml_dist_size() > 1 && !getenv("WGML_ADAPTER_INDEX")) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", wgml_dist_local_rank());
+            setenv("WGML_ADAPTER_INDEX", v, 1);
+        }
+        return 0;
+    }
     fprintf(stderr, "%s: %s\n", who, wgml_dist_error_message());
     return -1;
 }

@@ -406,6 +406,11 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
     wgml_backend backend = desc.backend == WGML_BACKEND_DEFAULT ? backend_from_env() : desc.backend;
     const char *want_name = desc.adapter_name ? desc.adapter_name : getenv("WGML_ADAPTER");
+    const char *index_env = getenv("WGML_ADAPTER_INDEX");
+    long want_index = desc.adapter_index ? desc.adapter_index : index_env && *index_env ? strtol(index_env, NULL, 10) : 0;
+    if (want_index < 0)
+        return open_fail(rt, WGML_ERROR_INVALID_ARGUMENT, "adapter_index (or WGML_ADAPTER_INDEX) is negative", err,
+                         err_size);
 
     const char *timing = getenv("WGML_GPU_TIMING");
     rt->gpu_timing = desc.gpu_timing || (timing && *timing == '1');
@@ -423,12 +428,14 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     if (count && !adapters) return open_fail(rt, WGML_ERROR_OUT_OF_MEMORY, "out of host memory", err, err_size);
     if (count) count = wgpuInstanceEnumerateAdapters(rt->instance, &eopt, adapters);
 
-    /* Choose: by name if asked, else discrete, integrated, CPU. */
-    int best = -1, best_rank = 99;
+    /* Choose: by name if asked, else discrete, integrated, CPU; among several of the best
+       type, the want_index-th (modulo their number) */
+    int best = -1, best_rank = 99, ranks[64], ties = 0;
     char names[512] = "";
     size_t names_len = 0;
     for (size_t i = 0; i < count; i++) {
         WGPUAdapterInfo ai = {0};
+        if (i < 64) ranks[i] = 99;
         if (wgpuAdapterGetInfo(adapters[i], &ai) != WGPUStatus_Success) continue;
         char name[256];
         sv_copy(name, sizeof name, ai.device);
@@ -438,9 +445,13 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
         if (names_len >= sizeof names) names_len = sizeof names - 1;
         int rank = type_rank(ai.adapterType);
         bool name_ok = !want_name || !*want_name || contains_nocase(name, want_name);
+        if (i < 64) ranks[i] = name_ok ? rank : 99;
         if (name_ok && rank < best_rank) { best = (int)i; best_rank = rank; }
         wgpuAdapterInfoFreeMembers(ai);
     }
+    for (size_t i = 0; i < count && i < 64; i++) ties += ranks[i] == best_rank;
+    for (size_t i = 0, seen = 0; best >= 0 && ties && i < count && i < 64; i++)
+        if (ranks[i] == best_rank && seen++ == (size_t)(want_index % ties)) best = (int)i;
     for (size_t i = 0; i < count; i++)
         if ((int)i != best) wgpuAdapterRelease(adapters[i]);
     if (best >= 0) rt->adapter = adapters[best];

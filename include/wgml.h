@@ -523,6 +523,8 @@ WGML_API int wgml_file_count(const wgml_file *f);
 WGML_API const char *wgml_file_name(const wgml_file *f, int i);   /* NULL past the count */
 WGML_API int wgml_file_find(const wgml_file *f, const char *name); /* its index, or -1 */
 WGML_API const char *wgml_file_meta(const wgml_file *f, const char *key); /* NULL when absent */
+WGML_API int wgml_file_meta_count(const wgml_file *f);                    /* metadata entries */
+WGML_API const char *wgml_file_meta_key(const wgml_file *f, int i);       /* NULL past the count */
 /* Tensor i uploaded (a new tensor of the file's shape and dtype, a scalar as [1]: free it);
    NULL, with the context's message, for an index out of range or an empty tensor. */
 WGML_API wgml_tensor *wgml_file_tensor(wgml_file *f, int i);

@@ -41,6 +41,13 @@ static void round_trip(void)
     CHECK_OK(ctx, wgml_load(ctx, path, &f));
     CHECK(wgml_file_count(f) == 4 && wgml_file_find(f, "ids") >= 0 && wgml_file_find(f, "nope") == -1);
     CHECK(wgml_file_meta(f, "note") && strcmp(wgml_file_meta(f, "note"), "awkward sizes") == 0 && !wgml_file_meta(f, "x"));
+    /* the keys listed, each once; none past the count */
+    CHECK(wgml_file_meta_count(f) == 2 && !wgml_file_meta_key(f, 2) && !wgml_file_meta_key(f, -1) && !wgml_file_meta_key(NULL, 0));
+    for (int i = 0; i < wgml_file_meta_count(f); i++) {
+        const char *k = wgml_file_meta_key(f, i);
+        CHECK(k && (strcmp(k, "format") == 0 || strcmp(k, "note") == 0));
+        if (i > 0) CHECK(k && strcmp(k, wgml_file_meta_key(f, 0)) != 0);
+    }
     wgml_tensor *ra = wgml_file_tensor(f, wgml_file_find(f, "a")), *rv = wgml_file_tensor(f, wgml_file_find(f, "m_t"));
     wgml_tensor *ri = wgml_file_tensor(f, wgml_file_find(f, "ids")), *rl = wgml_file_tensor(f, wgml_file_find(f, "twice_a"));
     CHECK(ra && rv && ri && rl && wgml_tensor_dtype(ri) == WGML_I32 && wgml_tensor_ndim(rv) == 2 && wgml_tensor_dim(rv, 0) == 5);

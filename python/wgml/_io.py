@@ -1,7 +1,5 @@
 """Saving and loading named tensors (safetensors files) through wgml_save and wgml_load."""
-import json
 import os
-import struct
 
 from ._context import default_context
 from ._ffi import ffi, lib
@@ -40,19 +38,6 @@ def _upload_host(t, ctx):
     return t if isinstance(t, Tensor) else _upload(t, None, ctx)
 
 
-def _metadata_keys(path):
-    """The metadata's keys, from the file's JSON header. wgml.h can look a key up
-    (wgml_file_meta) but not list them; the values still come from the library, which has
-    already checked the whole file."""
-    try:
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-        return list(header.get("__metadata__") or {})
-    except (OSError, ValueError, struct.error, AttributeError):
-        return []
-
-
 def load(path, numpy=False, ctx=None):
     """(tensors, metadata) of a safetensors file: {name: Tensor} (or NumPy arrays with
     numpy=True) and {key: str}."""
@@ -67,10 +52,9 @@ def load(path, numpy=False, ctx=None):
             t = _wrap(ctx, lib.wgml_file_tensor(f, i))
             tensors[name] = t.numpy() if numpy else t
         metadata = {}
-        for k in _metadata_keys(path):
-            v = lib.wgml_file_meta(f, k.encode())
-            if v != ffi.NULL:
-                metadata[k] = ffi.string(v).decode()
+        for i in range(lib.wgml_file_meta_count(f)):
+            k = lib.wgml_file_meta_key(f, i)
+            metadata[ffi.string(k).decode()] = ffi.string(lib.wgml_file_meta(f, k)).decode()
         return tensors, metadata
     finally:
         lib.wgml_file_free(f)

@@ -97,6 +97,13 @@ int wgml_file_find(const wgml_file *f, const char *name)
 
 const char *wgml_file_meta(const wgml_file *f, const char *key) { return f && key ? wgml_st_meta(&f->st, key) : NULL; }
 
+int wgml_file_meta_count(const wgml_file *f) { return f ? f->st.meta_count : 0; }
+
+const char *wgml_file_meta_key(const wgml_file *f, int i)
+{
+    return f && i >= 0 && i < f->st.meta_count ? f->st.meta_keys[i] : NULL;
+}
+
 wgml_tensor *wgml_file_tensor(wgml_file *f, int i)
 {
     if (!f) return NULL;

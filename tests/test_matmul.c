@@ -293,6 +293,7 @@ static void small_m_gemv(void)
     const char *cols[] = {"16", "32", "64"};
     const int64_t Ms[] = {2, 3, 9, 16}, Ks[] = {1, 31, 1023}, Ns[] = {5, 67, 1536};
     int failed = 0, ran = 0;
+    setenv("WGML_GEMM_CPU", "0", 1); /* a CPU adapter takes the CPU GEMM for these: not here */
     for (int w = 0; w < 3; w++) {
         setenv("WGML_GEMV_COLS", cols[w], 1);
         wgml_context *ctx = knob_context();
@@ -311,6 +312,7 @@ static void small_m_gemv(void)
         wgml_context_free(ctx);
     }
     unsetenv("WGML_GEMV_COLS");
+    unsetenv("WGML_GEMM_CPU");
     if (failed) fprintf(stderr, "  %d of %d cases failed\n", failed, ran);
     CHECK(failed == 0 && ran > 0);
 }
@@ -875,9 +877,19 @@ static void knobs_read_once(void)
         t = wgml_tuning_of(ctx);
         CHECK(!t->gemm_tile_set && !t->gemm_warp_8x4 && !t->gemv_rows_off && t->gemv_cols == 0 && t->ew_unroll == 1);
         g.M = 3;
-        CHECK(wgml_gemm_choose(ctx, &g).gemv_rows == 4);
+        /* the small-M GEMV for 3 rows (4, a power of two); on a CPU adapter the CPU GEMM */
+        wgml_gemm_config c3 = wgml_gemm_choose(ctx, &g);
+        if (!strcmp(ctx->rt.info.adapter_type, "CPU")) CHECK(c3.gemv_rows == 0 && c3.cpu_rows > 0);
+        else CHECK(c3.gemv_rows == 4);
         wgml_context_free(ctx);
     }
+    setenv("WGML_GEMM_CPU", "0", 1);
+    ctx = knob_context();
+    if (ctx) {
+        CHECK(wgml_gemm_choose(ctx, &g).gemv_rows == 4 && wgml_gemm_choose(ctx, &g).cpu_rows == 0);
+        wgml_context_free(ctx);
+    }
+    unsetenv("WGML_GEMM_CPU");
     unsetenv("WGML_GEMV_COLS");
     unsetenv("WGML_GEMM_TILE");
     unsetenv("WGML_EW_UNROLL");

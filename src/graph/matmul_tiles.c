@@ -48,10 +48,15 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
     c.vec_a = a_inner % 4 == 0 && g->lda % 4 == 0 && g->a_off % 4 == 0 && g->a_bs % 4 == 0 && g->a_bs1 % 4 == 0;
     c.vec_b = b_inner % 4 == 0 && g->ldb % 4 == 0 && g->b_off % 4 == 0 && g->b_bs % 4 == 0 && g->b_bs1 % 4 == 0;
+    /* a CPU adapter whose loop limit the CPU GEMM's K loop (K / 4 trips) fits under: see below */
+    bool cpu = tu->gemm_cpu > 0 || (tu->gemm_cpu == 0 && !strcmp(ctx->rt.info.adapter_type, "CPU"));
+    bool cpu_gemm = cpu && (uint64_t)g->K / 4 + 3 + 64 <= ctx->rt.loop_limit;
     /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
-       (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off */
+       (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off.
+       Not on a CPU adapter, where the CPU GEMM was faster from M = 2 on (lavapipe, K = N =
+       1536: 27-32 ms against 33-78 ms at M = 2-16) */
     c.gemv_rows = 0;
-    if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off)
+    if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off && !cpu_gemm)
         for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}
     /* M = 1, f32 weights: the small-M GEMV with one row, which reads A in vec4s when aligned
        (see wgml_gemv_rows_source); WGML_GEMV_M1_ROWS=0 keeps the GEMV kernel */
@@ -72,8 +77,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
        32 rows x 4 columns a lane, 16 lanes: lavapipe, 512^3, 6.1 GFLOP/s vs 4.3 with 16 rows;
        8 columns or 64 rows were no faster and took 5-10x longer to compile */
     bool gemv = (g->M == 1 && !g->trans_a) || c.gemv_rows;
-    bool cpu = tu->gemm_cpu > 0 || (tu->gemm_cpu == 0 && !strcmp(ctx->rt.info.adapter_type, "CPU"));
-    if (cpu && !gemv && (uint64_t)g->K / 4 + 3 + 64 <= ctx->rt.loop_limit) {
+    if (cpu_gemm && !gemv) {
         c.cpu_rows = 32, c.cpu_cols = 4, c.cpu_lanes = 16;
         c.cpu_subgroups = ctx->rt.info.has_subgroups && !tu->gemm_cpu_no_subgroups;
         if (tu->gemm_cpu_rows) c.cpu_rows = tu->gemm_cpu_rows, c.cpu_cols = tu->gemm_cpu_cols, c.cpu_lanes = tu->gemm_cpu_lanes;

@@ -1,5 +1,5 @@
 # The libraries wgml links, as imported targets: wgml::wgpu_native (the file named by
-# WGML_WGPU_LIBRARY), ZLIB::ZLIB, wgml::jansson and, in a build with WGML_MPI, MPI::MPI_C. Included by wgml's own CMakeLists.txt and
+# WGML_WGPU_LIBRARY), ZLIB::ZLIB and wgml::jansson. Included by wgml's own CMakeLists.txt and
 # by the installed wgmlConfig.cmake, so a build and a find_package link the same way. When
 # something is missing, WGML_DEPENDENCY_MISSING says what; the includer decides what to do.
 set(WGML_DEPENDENCY_MISSING "")
@@ -31,12 +31,5 @@ if(NOT TARGET wgml::jansson)
                                                    INTERFACE_INCLUDE_DIRECTORIES "${WGML_JANSSON_INCLUDE_DIR}")
   else()
     string(APPEND WGML_DEPENDENCY_MISSING "jansson (apt-get install libjansson-dev) ")
-  endif()
-endif()
-
-if(WGML_MPI AND NOT TARGET MPI::MPI_C)
-  find_package(MPI QUIET COMPONENTS C)
-  if(NOT MPI_C_FOUND)
-    string(APPEND WGML_DEPENDENCY_MISSING "MPI (apt-get install libopenmpi-dev) ")
   endif()
 endif()

@@ -48,6 +48,8 @@ timeout 120 "${mpi[@]}" -np 2 "$wgml" "${args[@]}" --epochs 2 --out "$work/two" 
   fail "2 ranks: exit $? ($(tail -3 "$work/two.log"))"
 grep -q "replicas: parameters identical on 2 ranks" "$work/two.log" || fail "2 ranks: no replica check in the output: $(tail -3 "$work/two.log")"
 grep -q "gradient all-reduce on 2 ranks" "$work/two.log" || fail "2 ranks: no all-reduce timing in the output"
+# mpirun gives ranks a pseudo-terminal for stdout: no progress bar's \r may reach the file
+! grep -q $'\r' "$work/two.log" || fail "2 ranks: carriage returns in the log (a progress bar under mpirun)"
 "$py" - "$work/one/metrics.csv" "$work/two/metrics.csv" <<'PY' || fail "2 ranks x 64 and 1 rank x 128 give different losses"
 import csv, sys
 one, two = ([row for row in csv.DictReader(open(p))] for p in sys.argv[1:3])

@@ -248,7 +248,8 @@ static void free_pending(wgml_tensor **pending, int n)
 
 static int train_loop(trainer *t, train_options *o)
 {
-    const int lead = wgml_dist_rank() == 0, tty = lead && isatty(STDERR_FILENO);
+    /* (under mpirun stderr may be a pseudo-terminal whatever the user's is: plain lines) */
+    const int lead = wgml_dist_rank() == 0, tty = lead && isatty(STDERR_FILENO) && wgml_dist_size() == 1;
     float losses[SYNC];
     double t0 = cli_now();
     int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;

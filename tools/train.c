@@ -316,7 +316,9 @@ static int train_run(int argc, char **argv)
         goto done;
     }
     const int batch = o.s.batch, local = batch / ranks; /* global, and this rank's share */
-    const int tty = lead && isatty(STDOUT_FILENO); /* the progress bar's \r only on a terminal */
+    /* the progress bar's \r only on a terminal; under mpirun every rank's stdout is a
+       pseudo-terminal whatever the user's really is, so plain lines there */
+    const int tty = lead && isatty(STDOUT_FILENO) && wgml_dist_size() == 1;
     if (lead) {
         printf("training MLP");
         for (int l = 0; l <= o.nlayers; l++) printf("%s%lld", l ? "-" : " ", (long long)o.sizes[l]);

@@ -6,6 +6,11 @@
  *
  * Built without MPI (WGML_HAVE_MPI undefined), or in a process no launcher started, the
  * process is rank 0 of 1: the collectives check their arguments and leave the data as it is.
+ *
+ * The library does not link MPI. Every MPI symbol used here is a weak reference: resolved
+ * where the process has an MPI library loaded (the wgml command links it, as does any program
+ * of the user's that uses MPI), null otherwise. So libwgml.so loads, and Python imports it,
+ * on machines without MPI; a process without it is a single rank.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -16,6 +21,35 @@
 
 #ifdef WGML_HAVE_MPI
 #include <mpi.h>
+#pragma weak MPI_Abort
+#pragma weak MPI_Allreduce
+#pragma weak MPI_Barrier
+#pragma weak MPI_Bcast
+#pragma weak MPI_Comm_free
+#pragma weak MPI_Comm_rank
+#pragma weak MPI_Comm_set_errhandler
+#pragma weak MPI_Comm_size
+#pragma weak MPI_Comm_split_type
+#pragma weak MPI_Error_string
+#pragma weak MPI_Finalize
+#pragma weak MPI_Iallreduce
+#pragma weak MPI_Init
+#pragma weak MPI_Initialized
+#pragma weak MPI_Wait
+#ifdef OPEN_MPI /* Open MPI's predefined handles are data symbols too */
+#pragma weak ompi_mpi_comm_world
+#pragma weak ompi_mpi_op_sum
+#pragma weak ompi_mpi_byte
+#pragma weak ompi_mpi_int
+#pragma weak ompi_mpi_int64_t
+#pragma weak ompi_mpi_float
+#pragma weak ompi_mpi_double
+#pragma weak ompi_mpi_errors_return
+#pragma weak ompi_mpi_info_null
+#pragma weak ompi_request_null
+#endif
+/* an MPI library is loaded in this process */
+static int mpi_loaded(void) { return MPI_Init != NULL && MPI_Initialized != NULL; }
 #endif
 
 #include "graph/executor.h"
@@ -97,7 +131,13 @@ wgml_status wgml_dist_init(void)
 {
     if (dist.started) return WGML_OK;
 #ifdef WGML_HAVE_MPI
-    if (launched()) {
+    if (launched() && !mpi_loaded()) {
+        const char *n = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+        if (n && strcmp(n, "1") != 0)
+            return dist_fail(WGML_ERROR_UNSUPPORTED,
+                             "dist_init: started by mpirun with %s ranks, but this process has no MPI library "
+                             "loaded (link the program with MPI, e.g. -lmpi)", n);
+    } else if (launched()) {
         int inited = 0, rc;
         MPI_Initialized(&inited);
         if (!inited) {

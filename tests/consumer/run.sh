@@ -25,6 +25,8 @@ for f in include/wgml.h lib/libwgml.so.0 lib/libwgml.a lib/libwgpu_native.so lib
   [ -e "$work/prefix/$f" ] || fail "the install has no $f"
 done
 env -u LD_LIBRARY_PATH "$work/prefix/bin/wgml" --version | grep -q "^wgml " || fail "installed wgml --version"
+# The library loads where MPI is not installed: it references MPI weakly, never needs it
+! readelf -d "$work/prefix/lib/libwgml.so.0" | grep -q "NEEDED.*libmpi" || fail "libwgml.so.0 needs MPI"
 
 echo "== pkg-config"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"

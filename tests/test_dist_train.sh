@@ -13,6 +13,7 @@ set -u
 wgml=$1
 mpiexec=$2
 py=${3:-python3}
+ranks_prog=${4:-} # tests/dist_ranks.c: the collectives across 2 ranks
 work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_dist_train.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -105,6 +106,14 @@ rc=$?
 [ "$rc" != 124 ] || fail "a failing rank: mpirun still running after 60 s (a hang)"
 grep -q "rank 1 of 2 failed: stopping every rank" "$work/bad.log" || fail "a failing rank: no message naming it: $(tail -3 "$work/bad.log")"
 echo "a failing rank: mpirun exited $rc after $(($(date +%s) - start)) s"
+
+# the collectives themselves: sum and mean against double sums in buckets of about 1000
+# floats (smaller than a tensor), broadcast, and unequal sizes refused on every rank
+if [ -n "$ranks_prog" ]; then
+  WGML_DIST_BUCKET_MB=0.004 timeout 60 "${mpi[@]}" -np 2 "$ranks_prog" >"$work/ranks.log" 2>&1 ||
+    fail "dist_ranks: exit $? ($(tail -5 "$work/ranks.log"))"
+  grep -q "dist_ranks: ok" "$work/ranks.log" || fail "dist_ranks did not pass: $(tail -5 "$work/ranks.log")"
+fi
 
 if [ "$failures" -ne 0 ]; then
   echo "test_dist_train: $failures failure(s)" >&2

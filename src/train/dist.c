@@ -392,10 +392,18 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
     int64_t root_total = total;
     int rc = MPI_Bcast(&root_total, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_broadcast");
-    if (root_total != total) {
+    /* every rank learns whether any differs, so all of them fail together (rank 0 too) */
+    int differs = root_total != total, any = differs;
+    if ((rc = MPI_Allreduce(&differs, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD)) != MPI_SUCCESS)
+        return mpi_fail(ctx, rc, "dist_broadcast");
+    if (any) {
         char msg[256];
-        snprintf(msg, sizeof msg, "dist_broadcast: rank %d has %lld floats in %d tensors, rank 0 %lld (not the same model)",
-                 dist.rank, (long long)total, n, (long long)root_total);
+        if (differs)
+            snprintf(msg, sizeof msg, "dist_broadcast: rank %d has %lld floats in %d tensors, rank 0 %lld (not the same model)",
+                     dist.rank, (long long)total, n, (long long)root_total);
+        else
+            snprintf(msg, sizeof msg, "dist_broadcast: %d rank(s) have tensors of another size than rank 0's %lld floats "
+                     "(not the same model)", any, (long long)root_total);
         return ctx_fail(ctx, WGML_ERROR_SHAPE, msg);
     }
     size_t bucket = bucket_floats();

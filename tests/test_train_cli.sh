@@ -248,6 +248,9 @@ refused "an unknown option" "unknown option '--nope'" run_wgml train "${common[@
 refused "a missing value" "'--epochs' needs a value" run_wgml train "${common[@]}" --epochs
 refused "trailing junk" "unexpected argument 'junk'" run_wgml train "${common[@]}" junk
 refused "--epochs 2abc" "--epochs|'2abc'" run_wgml train "${common[@]}" --epochs 2abc
+# --epoch 1 (the issue's typo) is GNU's unambiguous abbreviation of --epochs: one epoch, not the default ten
+ran "--epoch 1" run_wgml train "${common[@]}" --epoch 1 --out "$work/abbrev"
+[ "$(awk -F, 'NR > 1 { print $2 }' "$work/abbrev/metrics.csv" | sort -u)" = 1 ] || fail "--epoch 1 did not train exactly one epoch"
 refused "resuming a finished run" "nothing to train" run_wgml train --data "$data" --epochs 1 --out "$work/bad_run" \
   --resume "$one_epoch"
 refused "an unknown command" "unknown command 'frobnicate'" run_wgml frobnicate

@@ -161,6 +161,15 @@ def test_no_adapter_error():
         wgml.Context(adapter="no-such-adapter")
 
 
+def test_adapter_index():
+    # every index wraps onto the adapters of the chosen kind: here the same one; negative refused
+    first, seventh = wgml.Context(), wgml.Context(adapter_index=7)
+    assert first.info()["name"] == seventh.info()["name"]
+    first.close(), seventh.close()
+    with pytest.raises(wgml.InvalidArgumentError, match="adapter_index"):
+        wgml.Context(adapter_index=-1)
+
+
 def test_device_lost():
     ctx = wgml.Context()
     t = wgml.tensor(np.ones(3), ctx=ctx)

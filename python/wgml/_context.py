@@ -36,9 +36,12 @@ class Context:
         WGML_ADAPTER environment variable, else discrete GPU, integrated, then CPU.
     backend: "vulkan", "metal", "dx12", "gl", "all" or None (Vulkan, or WGML_BACKEND).
     bounds_checks, no_fusion, gpu_timing: as wgml_context_desc.
+    adapter_index: among several adapters of the chosen kind, the one at this position
+        (modulo their number); 0: WGML_ADAPTER_INDEX, else the first.
     """
 
-    def __init__(self, adapter=None, backend=None, bounds_checks=False, no_fusion=False, gpu_timing=False):
+    def __init__(self, adapter=None, backend=None, bounds_checks=False, no_fusion=False, gpu_timing=False,
+                 adapter_index=0):
         self._ptr = None
         self._optimizers = weakref.WeakSet()
         self._losses = []  # losses given to backward() since the last optimiser step
@@ -55,6 +58,7 @@ class Context:
         desc.bounds_checks = 1 if bounds_checks else 0
         desc.no_fusion = 1 if no_fusion else 0
         desc.gpu_timing = 1 if gpu_timing else 0
+        desc.adapter_index = int(adapter_index)  # among several of the chosen kind (one GPU per rank)
         out = ffi.new("wgml_context **")
         st = lib.wgml_context_create(desc, out)
         if st != lib.WGML_OK:

@@ -488,6 +488,20 @@ def test_zeros_and_eval(rng):
     close(b.numpy(), 2 * x)
 
 
+@pytest.mark.parametrize("shape", [1, (7,), (3, 1023)])
+def test_ones_full_and_likes(rng, shape):
+    ref = np.zeros(shape)
+    np.testing.assert_array_equal(wgml.ones(shape).numpy(), np.ones_like(ref))
+    np.testing.assert_array_equal(wgml.full(shape, -2.5).numpy(), np.full_like(ref, -2.5))
+    fi = wgml.full(shape, 7, dtype="i32")
+    assert fi.dtype == np.int32 and (fi.numpy() == 7).all() and fi.shape == np.shape(ref)
+    x = wgml.tensor(nonzero(rng, np.shape(ref)))
+    for t, want in [(wgml.zeros_like(x), 0.0), (wgml.ones_like(x), 1.0), (wgml.full_like(x, 3.25), 3.25)]:
+        assert t.shape == x.shape and t.dtype == np.float32
+        np.testing.assert_array_equal(t.numpy(), np.full(np.shape(ref), want))
+    assert wgml.ones_like(fi).dtype == np.int32 and wgml.zeros_like(x, dtype="i32").dtype == np.int32
+
+
 def test_cached_matmul(rng):
     ctx = wgml.default_context()
     w, x = nonzero(rng, (65, 33)), nonzero(rng, (5, 65))

@@ -387,6 +387,29 @@ def zeros(shape, dtype=None, ctx=None):
     return t if dtype is None or _dtype_code(dtype) == lib.WGML_F32 else cast(t, dtype)
 
 
+def full(shape, fill_value, dtype=None, ctx=None):
+    """A tensor of shape filled with fill_value: zeros plus the value, one elementwise kernel
+    on the GPU (then a cast for int32)."""
+    t = add(zeros(shape, ctx=ctx), float(fill_value))
+    return t if dtype is None or _dtype_code(dtype) == lib.WGML_F32 else cast(t, dtype)
+
+
+def ones(shape, dtype=None, ctx=None):
+    return full(shape, 1.0, dtype, ctx)
+
+
+def zeros_like(t, dtype=None):
+    return zeros(t.shape, dtype if dtype is not None else t.dtype, t._ctx)
+
+
+def ones_like(t, dtype=None):
+    return full(t.shape, 1.0, dtype if dtype is not None else t.dtype, t._ctx)
+
+
+def full_like(t, fill_value, dtype=None):
+    return full(t.shape, fill_value, dtype if dtype is not None else t.dtype, t._ctx)
+
+
 def arange(start, stop=None, dtype="i32", ctx=None):
     """[start, stop) in steps of 1, float32 or int32."""
     if stop is None:

@@ -352,6 +352,8 @@ WGML_API wgml_tensor *wgml_broadcast_to(wgml_context *ctx, wgml_tensor *a, int n
 WGML_API wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t start,
                         int64_t stop, int64_t step);
 WGML_API wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
+/* a's value as a new tensor that gradients do not flow through (a copy) */
+WGML_API wgml_tensor *wgml_detach(wgml_context *ctx, wgml_tensor *a);
 /* Joins n >= 1 tensors of one dtype and the same shape off `axis` along it (a copy; more than
    8 are joined in steps). */
 WGML_API wgml_tensor *wgml_concat(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);

@@ -1444,6 +1444,37 @@ static void test_unsupported_ops(void)
 /* argmax passes no gradient (its indices are constant almost everywhere), as in PyTorch: the
    other factor of argmax(x) * y gets its gradient, x gets none, and a loss reached only
    through argmax has no trainable input */
+/* L = sum(x * detach(x) * w): dL/dx = detach(x) * w, x * w (1x, not 2x); detach's value is x's */
+static void test_detach_stops_the_gradient(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t sizes[3] = {1, 7, 1023};
+    for (int si = 0; si < 3; si++) {
+        int64_t n = sizes[si];
+        float *x = malloc((size_t)n * sizeof *x), *w = malloc((size_t)n * sizeof *w), *got = malloc((size_t)n * sizeof *got);
+        test_fill_uniform(x, (size_t)n, -2, 2);
+        test_fill_uniform(w, (size_t)n, 0.5, 1.5);
+        wgml_scope_begin(ctx);
+        wgml_tensor *xt = test_tensor(ctx, 1, &n, x), *wt = test_tensor(ctx, 1, &n, w);
+        CHECK_OK(ctx, wgml_requires_grad(xt, 1));
+        wgml_tensor *d = wgml_detach(ctx, xt);
+        CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, wgml_mul(ctx, xt, d), wt))));
+        CHECK(wgml_grad(xt) != NULL);
+        if (wgml_grad(xt)) {
+            CHECK_OK(ctx, wgml_tensor_read(wgml_grad(xt), got, (size_t)n));
+            double worst = 0;
+            for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - (double)x[i] * w[i]) / (1e-6 + fabs((double)x[i] * w[i])));
+            CHECK(worst < 1e-5);
+        }
+        /* the detached value alone: no trainable tensor reaches it */
+        CHECK(wgml_backward(wgml_sum_all(ctx, wgml_detach(ctx, xt))) == WGML_ERROR_INVALID_ARGUMENT);
+        wgml_clear_error(ctx);
+        wgml_scope_end(ctx);
+        free(x), free(w), free(got);
+    }
+}
+
 static void test_argmax_passes_no_gradient(void)
 {
     wgml_context *ctx = test_context();
@@ -1494,6 +1525,7 @@ int main(void)
     TEST_RUN(test_backward_errors);
     TEST_RUN(test_unsupported_ops);
     TEST_RUN(test_argmax_passes_no_gradient);
+    TEST_RUN(test_detach_stops_the_gradient);
     fprintf(stderr, "autograd: %d gradient case(s), %d failed; worst gradient error %.3g (%s)\n", n_cases,
             n_failed_cases, worst_err, worst_case);
     return test_summary();

@@ -68,6 +68,17 @@ def test_scalar_forms_grad(rng):
                [x], rng)
 
 
+def test_detach_stops_the_gradient(rng):
+    # d/dx sum(x * detach(x)) is x, not 2x; the detached value is x's
+    xv = nonzero(rng, (7, 5))
+    x = wgml.tensor(xv, requires_grad=True)
+    d = x.detach()
+    loss = (x * d).sum()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.numpy(), xv, rtol=1e-6)
+    np.testing.assert_array_equal(wgml.detach(wgml.tensor(xv)).numpy(), xv.astype(np.float32))
+
+
 @pytest.mark.parametrize("case", ["sum1", "mean0", "max-1", "min_all", "sum_all", "mean_keep", "max_tuple",
                                   "var1", "std0", "var_all"])
 def test_reduction_grad(case, rng):

@@ -26,7 +26,7 @@ from ._tensor import (Tensor, float32, int32, tensor, zeros, ones, full, zeros_l
                       neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, gelu_exact, erf, sin, cos,
                       silu, softplus, clamp, where, masked_fill, dropout,
                       sum, mean, max, min, argmax, argmin, var, std, softmax, log_softmax, layernorm, rmsnorm,
-                      cumsum, rope, reshape, permute, transpose, broadcast_to, slice, contiguous, cast, concat,
+                      cumsum, rope, reshape, permute, transpose, broadcast_to, slice, contiguous, detach, cast, concat,
                       stack, split, chunk, embedding, index_select, index_add, matmul, attention,
                       cross_entropy, mse, eval, UNARY_OPS, BINARY_OPS)
 from ._io import save, load

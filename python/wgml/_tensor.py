@@ -337,6 +337,10 @@ class Tensor:
     def contiguous(self):
         return contiguous(self)
 
+    def detach(self):
+        """The value, with no gradient flowing through it (as PyTorch's detach)."""
+        return detach(self)
+
     def astype(self, dtype):
         return cast(self, dtype)
 
@@ -767,6 +771,11 @@ def slice(a, axis, start, stop, step=1):
     (0 <= start < stop <= size); t[a:b] takes Python's negative and clamped ones."""
     a = _as_tensor(a)
     return _wrap(a._ctx, lib.wgml_slice(a._ctx._ptr, a._handle(), int(axis), int(start), int(stop), int(step)))
+
+
+def detach(a):
+    a = _as_tensor(a)
+    return _wrap(a._ctx, lib.wgml_detach(a._ctx._ptr, a._handle()))
 
 
 def contiguous(a):

@@ -101,6 +101,12 @@ wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a)
     return wgml_node(ctx, WGML_OP_COPY, a->ndim, a->shape, 1, &a);
 }
 
+wgml_tensor *wgml_detach(wgml_context *ctx, wgml_tensor *a)
+{
+    CHECK_INPUT(ctx, a, "detach", "a");
+    return wgml_node(ctx, WGML_OP_DETACH, a->ndim, a->shape, 1, &a);
+}
+
 wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype)
 {
     CHECK_INPUT(ctx, a, "cast", "a");

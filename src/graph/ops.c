@@ -500,6 +500,9 @@ const wgml_op_def wgml_op_table[WGML_OP_COUNT] = {
     [WGML_OP_VIEW] = {.name = "view", .kind = WGML_KIND_VIEW, .arity = 2, .vjp = vjp_view, .any_dtype = 3, .out = WGML_OUT_SAME},
     /*     enum      name          WGSL                          reference      rule          domain        tolerance */
     UNARY(COPY,     "contiguous", "%0",                         ref_copy,      vjp_copy,     -100, 100,    ARITH, .any_dtype = 1, .out = WGML_OUT_SAME),
+    /* the value, with no gradient through it (PyTorch's detach): constant to autograd */
+    UNARY(DETACH,   "detach",     "%0",                         ref_copy,      NULL,         -100, 100,    ARITH, .any_dtype = 1,
+          .out = WGML_OUT_SAME, .constant = true, .no_grad = "detached"),
     /* i32 data travels through the kernels as f32 bits: a cast reinterprets, then converts */
     [WGML_OP_CAST_F32] = {.name = "cast_f32", .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = "wgml_i32_to_f32(%0)", .ref = ref_cast_f32,
                           .i32_only = 1, .no_grad = "an integer input has no gradient", DOMAIN(-70000, 70000, 0, 0), ARITH},

@@ -34,7 +34,7 @@ typedef enum wgml_op_kind {
    which build.c expands. */
 #define WGML_OPS(X)                                                                   \
     X(NONE) X(VIEW)                                                                   \
-    X(COPY) X(CAST_F32) X(CAST_I32)                                                   \
+    X(COPY) X(DETACH) X(CAST_F32) X(CAST_I32)                                                   \
     X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)           \
     X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP) X(ERF) X(GELU_EXACT) X(SIN) X(COS)           \
     X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \

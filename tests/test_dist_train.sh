@@ -14,13 +14,7 @@ wgml=$1
 mpiexec=$2
 py=${3:-python3}
 ranks_prog=${4:-} # tests/dist_ranks.c: the collectives across 2 ranks
-work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_dist_train.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+. "$(dirname "$0")/cli_checks.sh"  # $work, fail, checks_done
 
 # Ranks share the machine's cores with lavapipe's threads: no binding of a rank to one core.
 mpi=("$mpiexec" --oversubscribe --bind-to none)
@@ -115,8 +109,4 @@ if [ -n "$ranks_prog" ]; then
   grep -q "dist_ranks: ok" "$work/ranks.log" || fail "dist_ranks did not pass: $(tail -5 "$work/ranks.log")"
 fi
 
-if [ "$failures" -ne 0 ]; then
-  echo "test_dist_train: $failures failure(s)" >&2
-  exit 1
-fi
-echo "test_dist_train: all passed"
+checks_done

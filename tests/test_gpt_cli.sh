@@ -12,12 +12,7 @@
 set -u
 wgml=$1
 [ -x "$wgml" ] || { echo "test_gpt_cli: $wgml is not an executable" >&2; exit 2; }
-. "$(dirname "$0")/run_wgml.sh"  # run_wgml: $wgml, with ASan's preloads where needed
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_gpt_cli.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+. "$(dirname "$0")/cli_checks.sh"  # $work, fail, checks_done, run_wgml
 
 # a text folder: two files (and an index file and a link, which are skipped)
 mkdir -p "$work/text"
@@ -105,5 +100,5 @@ g=$(run_wgml gpt sample --checkpoint "$ck" --prompt "Line" --tokens 20 --tempera
 run_wgml gpt train --help >/dev/null || fail "gpt train --help did not exit 0"
 run_wgml gpt sample --help >/dev/null || fail "gpt sample --help did not exit 0"
 
-[ $failures = 0 ] && echo "test_gpt_cli: all checks passed"
+checks_done
 exit $((failures > 0))

@@ -16,13 +16,8 @@ if ! "$py" -c "import matplotlib, PIL" 2>/dev/null; then
   echo "test_plot_metrics: $py cannot import matplotlib and PIL (make deps creates .venv; or -DWGML_VENV_PYTHON=...)" >&2
   exit 1
 fi
-. "$(dirname "$0")/run_wgml.sh"  # run_wgml: $wgml, with ASan's preloads where needed
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_plot.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/cli_checks.sh"  # $work, fail, checks_done, run_wgml
 export MPLCONFIGDIR=$work/mpl  # matplotlib's cache in the test's folder, not $HOME
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 # 256 training and 64 test images of random pixels and labels, in Fashion-MNIST's IDX files
 "$py" - "$work/data" <<'PY'
@@ -124,5 +119,5 @@ for f in empty header old junk short; do
   [ ! -e "$work/$f.png" ] || fail "$f.png was written for bad input"
 done
 
-[ $failures = 0 ] && echo "test_plot_metrics: all checks passed"
+checks_done
 exit $((failures > 0))

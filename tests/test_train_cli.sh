@@ -18,15 +18,7 @@ if [ ! -x "$wgml" ]; then
   echo "test_train_cli: $wgml is not an executable" >&2
   exit 2
 fi
-. "$(dirname "$0")/run_wgml.sh"  # run_wgml: $wgml, with ASan's preloads where needed
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/wgml_train_cli.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+. "$(dirname "$0")/cli_checks.sh"  # $work, fail, checks_done, run_wgml
 
 # Synthetic data and checkpoint surgery. The edited checkpoint is rewritten as a valid
 # safetensors file (data contiguous, header padded with spaces as wgml does), so that only
@@ -285,8 +277,4 @@ refused "resuming into another command's metrics" "metrics.csv|header" run_wgml 
 [ "$(cat "$work/other/metrics.csv")" = "epoch,step,train_loss" ] || fail "a metrics file of another format was changed"
 ! grep -q $'\r' "$work/out" || fail "the progress bar wrote carriage returns into a file"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "all checks passed"
+checks_done

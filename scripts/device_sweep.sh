@@ -3,7 +3,7 @@
 # binaries): `wgml bench matmul` restricted to ONLY (WGML_BENCH_ONLY's list) once per variant
 # of VARIANTS, variants separated by ';', each a list of VAR=value (empty: the defaults). With
 # TESTS="bin ...", those test binaries run first on the GPU, under the first variant's
-# settings too. Usage: ONLY=gemm_4096 VARIANTS="; WGML_GEMM_GROUP=8" device_sweep.sh WGML_BINARY
+# settings too. Usage: ONLY=gemm_4096 VARIANTS="; WGML_GEMM_TILE=8,8,8,1" device_sweep.sh WGML_BINARY
 set -u
 W=${1:-build/wgml}
 for f in .gl/*.deb ${EXTRA_DEBS:+$EXTRA_DEBS/*.deb}; do dpkg -x "$f" / 2>/dev/null; done; ldconfig  # EXTRA_DEBS: e.g. Open MPI's, for a build with MPI

@@ -443,8 +443,8 @@ char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act)
     int R = cfg->gemv_rows, groups = cfg->gemv_cols / 4, slices = 256 / groups;
     /* one row (M = 1) with A aligned: A read as vec4s along k, 4 k and four weight loads per
        step. On the H100, medians over the session's runs against the GEMV kernel: +15% at
-       K = N = 4096, +8% at 1536, equal at 8192; for 2-16 rows the float-at-a-time form below
-       was 15-25% faster (docs/MEASUREMENTS.md) */
+       K = N = 4096, +8% at 1536, equal at 8192; for 16 rows (K = N = 4096, 8192) the
+       float-at-a-time form below was 16-28% faster (docs/MEASUREMENTS.md) */
     bool va = cfg->vec_a && R == 1;
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated small-M GEMV: up to %d rows, %d columns per workgroup%s%s\n", R, cfg->gemv_cols,

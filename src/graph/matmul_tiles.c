@@ -54,7 +54,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
        (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off.
        Not on a CPU adapter, where the CPU GEMM was faster from M = 2 on (lavapipe, K = N =
-       1536: 27-32 ms against 33-78 ms at M = 2-16) */
+       1536: 27-35 ms against 33-78 ms at M = 2-16, docs/MEASUREMENTS.md) */
     c.gemv_rows = 0;
     if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off && !cpu_gemm)
         for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}

@@ -193,7 +193,7 @@ static wgml_tensor *bad_fans(wgml_context *ctx, const char *name, int ndim, cons
 wgml_tensor *wgml_xavier_uniform(wgml_context *ctx, int ndim, const int64_t *shape, float gain)
 {
     if (!ctx) return NULL;
-    double in, out;
+    double in = 0, out = 0; /* (set by bad_fans on success; gcc -O3 cannot tell) */
     wgml_tensor *bad = bad_fans(ctx, "xavier_uniform", ndim, shape, gain, &in, &out);
     if (bad) return bad;
     float b = (float)(gain * sqrt(6.0 / (in + out)));
@@ -203,7 +203,7 @@ wgml_tensor *wgml_xavier_uniform(wgml_context *ctx, int ndim, const int64_t *sha
 wgml_tensor *wgml_xavier_normal(wgml_context *ctx, int ndim, const int64_t *shape, float gain)
 {
     if (!ctx) return NULL;
-    double in, out;
+    double in = 0, out = 0; /* (set by bad_fans on success; gcc -O3 cannot tell) */
     wgml_tensor *bad = bad_fans(ctx, "xavier_normal", ndim, shape, gain, &in, &out);
     if (bad) return bad;
     return make_randn(ctx, "xavier_normal", ndim, shape, 0.0f, (float)(gain * sqrt(2.0 / (in + out))));
@@ -213,7 +213,7 @@ wgml_tensor *wgml_xavier_normal(wgml_context *ctx, int ndim, const int64_t *shap
 static double kaiming_fan(wgml_context *ctx, const char *name, int ndim, const int64_t *shape, float gain, wgml_fan_mode mode,
                           wgml_tensor **bad)
 {
-    double in, out;
+    double in = 0, out = 0; /* (set by bad_fans on success; gcc -O3 cannot tell) */
     if ((*bad = bad_fans(ctx, name, ndim, shape, gain, &in, &out))) return 0;
     if (mode != WGML_FAN_IN && mode != WGML_FAN_OUT) {
         *bad = wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: mode %d is not WGML_FAN_IN or WGML_FAN_OUT", name,

@@ -5,7 +5,8 @@
 #    zlib and jansson (IDX datasets, safetensors headers), the Fashion-MNIST data set, the
 #    fortunes text (about 2.6 MB of English for the GPT),
 #    clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`,
-#    OpenBLAS (the CPU peer of `wgml bench matmul`, scripts/cpu_bench.sh).
+#    OpenBLAS (the CPU peer of `wgml bench matmul`, scripts/cpu_bench.sh), Vulkan's headers
+#    and SPIR-V tools (bench/vk_capture.c, the kernels' SPIR-V and driver statistics).
 #  - PyPI: the pinned `wgpu` wheel, hash-checked; its wgpu-native library and headers
 #    are extracted into third_party/wgpu-native (ignored by git); and a virtual environment
 #    .venv (ignored by git) with scripts/requirements.txt's pinned packages (plots, the
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 WHEEL=wgpu-0.32.0-py3-none-manylinux_2_28_x86_64.whl
 WHEEL_SHA256=6499a31b5a29a10b4f1089fea4a0806411f42605fa86b6c0b543a07ca0de8568
 DEST=third_party/wgpu-native
-APT_PACKAGES="mesa-vulkan-drivers libvulkan1 libopenmpi-dev openmpi-bin zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev libopenblas-dev"
+APT_PACKAGES="mesa-vulkan-drivers libvulkan1 libopenmpi-dev openmpi-bin zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev libopenblas-dev libvulkan-dev spirv-tools"
 
 missing=""
 for p in $APT_PACKAGES; do

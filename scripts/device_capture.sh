@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# What the H100's driver makes of the matmul kernels (device tool; carry .gl, .devlibs and a
+# folder holding a wgml binary and build/vk_capture/libvulkan.so.1, bench/vk_capture.c): for each
+# variant of VARIANTS (';'-separated lists of VAR=value, empty = defaults), `wgml bench matmul`
+# restricted to ONLY, with every kernel's SPIR-V and the driver's statistics for it
+# (registers, shared and local memory: VK_KHR_pipeline_executable_properties) written to
+# $OUT/capture<i>/. Usage: ONLY=gemm_4096 VARIANTS="; WGML_GEMM_TILE=8,8,16,2" device_capture.sh DIR
+set -u
+D=${1:-build-bins/cap}
+for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
+OUT=${OUT:-/tmp/out}
+IFS=';' read -ra variants <<< "${VARIANTS:-}"
+[ ${#variants[@]} -gt 0 ] || variants=("")
+i=0
+for v in "${variants[@]}"; do
+  c=$OUT/capture$i; mkdir -p "$c/wgsl"; i=$((i + 1))
+  echo "== ${v:-(defaults)} -> $c"
+  echo "${v:-(defaults)}" > "$c/variant"
+  # shellcheck disable=SC2086
+  env $v WGML_VK_CAPTURE="$c" WGML_DUMP_WGSL="$c/wgsl" WGML_VK_REAL=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
+    LD_LIBRARY_PATH="$PWD/$D:$PWD/.devlibs" WGML_BENCH_ONLY="${ONLY:-gemm_4096}" timeout 150 "$D/wgml" bench matmul 2>&1 | grep -v "^wgml bench on"
+  # one line per kernel, in creation order: registers per thread and shared memory
+  for s in "$c"/shader_*.txt; do
+    [ -f "$s" ] && echo "   $(basename "$s" .txt): $(awk '/Register Count/ {r=$3} /Shared Memory Size/ {m=$4} END {print r " registers, " m " B shared"}' "$s")"
+  done
+done

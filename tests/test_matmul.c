@@ -188,7 +188,7 @@ static void every_tile_config(void)
     /* tm,tn,bk,stages (3: two buffers, no register prefetch; 4: one buffer with register
        prefetch) and the warp layout */
     const char *configs[][2] = {{"8,8,16,1", "16x2"}, {"8,8,16,3", "8x4"}, {"4,8,4,1", "16x2"}, {"8,4,32,2", "8x4"},
-                                {"8,8,16,4", "16x2"}, {"16,8,8,1", "16x2"}, {"8,16,8,4", "8x4"}};
+                                {"8,8,16,4", "16x2"}, {"16,8,8,1", "16x2"}, {"8,16,8,4", "8x4"}, {"8,8,8,4", "16x2"}};
     const int64_t dims[][3] = {{65, 33, 130}, {132, 68, 132}};
     int failed = 0, ran = 0;
     setenv("WGML_GEMM_CPU", "0", 1); /* the tiled kernels, on a CPU adapter too */

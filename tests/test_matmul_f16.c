@@ -157,7 +157,7 @@ static void awkward_sizes(void)
 }
 
 /* Transposes by flag and by view, batches (B shared: the flattened GEMM; B batched too),
-   and the epilogue (alpha, bias, relu) */
+   the epilogue (alpha, bias, relu), a split K */
 static void transposes_batches_epilogue(void)
 {
     wgml_context *ctx = test_context();
@@ -173,6 +173,7 @@ static void transposes_batches_epilogue(void)
         {.M = 33, .K = 257, .N = 7, .batch = 3, .batch_b = 1, .tb = 1},
         {.M = 130, .K = 257, .N = 33, .bias = 1, .act = WGML_ACT_RELU, .alpha = -1.5f},
         {.M = 7, .K = 33, .N = 130, .bias = 1, .act = WGML_ACT_RELU, .alpha = 0.25f, .batch = 2},
+        {.M = 40, .K = 4096, .N = 36}, /* split K: 16 chunks of 256, partial results summed in f32 */
     };
     for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }

@@ -448,6 +448,20 @@ typedef struct wgml_matmul_desc {
     float alpha;          /* 0 means 1 */
     wgml_tensor *bias;    /* optional, [N] */
     wgml_activation activation;
+    /* 1: the product's arithmetic in f16 (opt in). Both operands are rounded to f16 as they
+       are staged into workgroup memory (to nearest, ties to even: so on lavapipe, which the
+       tests check, though WGSL lets an adapter take either neighbour; magnitudes past 65504
+       become infinities: from 65520 on under ties to even, from 65536 on on any adapter);
+       the products of each 16 k (16j .. 16j + 15; fewer where a tile's slice is shallower)
+       are summed in f16 (vec4<f16> fma: such a sum past 65504 is an infinity) and each such
+       sum is added into f32 accumulators; alpha, bias, activation and the result are f32.
+       Error: within about 18 * 2^-11 * sum_k |a_mk b_kn| (2^-11 for each operand's
+       rounding, 16 for the f16 sum). Every shape runs the tiled GEMM kernel (never the GEMV
+       or CPU-adapter kernels), so the result always carries f16 rounding. Needs the
+       adapter's shader-f16 feature (wgml_adapter_info's has_shader_f16): without it
+       wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED. Gradients (autograd) are computed
+       with f32 arithmetic. */
+    int f16_math;
 } wgml_matmul_desc;
 
 /* a [..., M, K], b [..., K, N] (2 to 4 dims each), with the transposes as flagged (on the

@@ -75,16 +75,23 @@ static double time_op(wgml_context *ctx, build_fn fn, void *arg, int inner, int 
     return bench_median(t, reps);
 }
 
+/* n pseudo-random floats in [-0.5, 0.5) from `seed` (a new array) */
+static float *random_floats(int64_t n, uint64_t seed)
+{
+    float *d = malloc((size_t)n * sizeof *d);
+    uint64_t s = seed;
+    for (int64_t i = 0; d && i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        d[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+    return d;
+}
+
 static wgml_tensor *random_tensor(wgml_context *ctx, int nd, const int64_t *shape)
 {
     int64_t n = 1;
     for (int i = 0; i < nd; i++) n *= shape[i];
-    float *d = malloc((size_t)n * sizeof *d);
-    uint64_t s = 12345;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        d[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
-    }
+    float *d = random_floats(n, 12345);
     wgml_tensor *t = NULL;
     if (wgml_tensor_from_data(ctx, nd, shape, d, (size_t)n, &t)) fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
     free(d);
@@ -287,6 +294,91 @@ static wgml_tensor *op_matmul(wgml_context *ctx, void *p)
     return wgml_matmul_ex(ctx, t->a[i], t->b[i], t->desc);
 }
 
+/* ---------------------------------------------------------------- matmul accuracy */
+
+/* The error of the f32 and f16-arithmetic GEMMs against a double reference on the host, over
+   sampled outputs: relative to sum_k |a b| of the output (what rounding bounds) and plain,
+   |c - ref| / |ref| (unbounded where ref is near 0) */
+typedef struct accuracy {
+    char name[64];
+    int64_t size, samples;
+    double max_abs[2], rms_abs[2], max_rel[2], rms_rel[2]; /* [0] f32, [1] f16 arithmetic */
+} accuracy;
+static accuracy accuracies[4];
+static int naccuracies;
+
+static float *matmul_host(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, const wgml_matmul_desc *d, int64_t n)
+{
+    wgml_tensor *c = wgml_matmul_ex(ctx, a, b, d);
+    float *out = malloc((size_t)n * sizeof *out);
+    if (!out || wgml_tensor_read(c, out, (size_t)n)) {
+        fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+        free(out);
+        out = NULL;
+    }
+    wgml_tensor_free(c);
+    return out;
+}
+
+static void matmul_accuracy(wgml_context *ctx, int64_t s)
+{
+    char name[64];
+    snprintf(name, sizeof name, "gemm_%lld^3_error", (long long)s);
+    if (!wanted(name) || naccuracies == (int)(sizeof accuracies / sizeof accuracies[0])) return;
+    int64_t sh[2] = {s, s}, n = s * s, samples = 1024;
+    float *A = random_floats(n, 1), *B = random_floats(n, 2), *C[2] = {NULL, NULL};
+    wgml_tensor *a = NULL, *b = NULL;
+    if (A && B && !wgml_tensor_from_data(ctx, 2, sh, A, (size_t)n, &a) && !wgml_tensor_from_data(ctx, 2, sh, B, (size_t)n, &b))
+        for (int v = 0; v < 2; v++) {
+            wgml_matmul_desc d = {.f16_math = v};
+            C[v] = matmul_host(ctx, a, b, &d, n);
+        }
+    if (C[0] && C[1]) {
+        accuracy *r = &accuracies[naccuracies++];
+        *r = (accuracy){.size = s, .samples = samples};
+        snprintf(r->name, sizeof r->name, "%s", name);
+        double sum2[2][2] = {{0, 0}, {0, 0}};
+        uint64_t x = 777;
+        for (int64_t i = 0; i < samples; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t m = (int64_t)((x >> 33) % (uint64_t)s), col = (int64_t)((x >> 11) % (uint64_t)s);
+            double ref = 0, sabs = 0;
+            for (int64_t k = 0; k < s; k++) {
+                double p = (double)A[m * s + k] * (double)B[k * s + col];
+                ref += p;
+                sabs += fabs(p);
+            }
+            for (int v = 0; v < 2; v++) {
+                double e = fabs((double)C[v][m * s + col] - ref);
+                double ea = sabs > 0 ? e / sabs : e, er = ref != 0 ? e / fabs(ref) : e;
+                r->max_abs[v] = fmax(r->max_abs[v], ea), r->max_rel[v] = fmax(r->max_rel[v], er);
+                sum2[v][0] += ea * ea, sum2[v][1] += er * er;
+            }
+        }
+        for (int v = 0; v < 2; v++)
+            r->rms_abs[v] = sqrt(sum2[v][0] / (double)samples), r->rms_rel[v] = sqrt(sum2[v][1] / (double)samples);
+        fprintf(stderr, "  %-20s |c-ref|/sum|ab|  f32 max %.3g rms %.3g  f16math max %.3g rms %.3g  (%lld outputs)\n", name,
+                r->max_abs[0], r->rms_abs[0], r->max_abs[1], r->rms_abs[1], (long long)samples);
+        fprintf(stderr, "  %-20s |c-ref|/|ref|    f32 max %.3g rms %.3g  f16math max %.3g rms %.3g  (%lld outputs)\n", name,
+                r->max_rel[0], r->rms_rel[0], r->max_rel[1], r->rms_rel[1], (long long)samples);
+    }
+    free(C[0]);
+    free(C[1]);
+    wgml_tensor_free(a);
+    wgml_tensor_free(b);
+    free(A);
+    free(B);
+}
+
+/* whether the f16-arithmetic GEMM (shader-f16) runs here; a note that `name` is skipped when not */
+static bool has_f16_math(wgml_context *ctx, const char *name)
+{
+    wgml_adapter_info i;
+    if (!wgml_adapter_info_get(ctx, &i) && i.has_shader_f16) return true;
+    fprintf(stderr, "  %-34s skipped: the adapter has no shader-f16 (f16 arithmetic)\n", name);
+    return false;
+}
+
 static void bench_matmul(int quick)
 {
     wgml_context *ctx;
@@ -298,15 +390,28 @@ static void bench_matmul(int quick)
     const int64_t *sq = quick ? squares_quick : squares_full;
     int nsq = quick ? 3 : 5;
     char name[64];
-    for (int i = 0; i < nsq; i++) {
-        int64_t s = sq[i], sh[2] = {s, s};
-        int inner = quick ? 1 : s >= 4096 ? 3 : 8;
-        snprintf(name, sizeof name, "gemm_%lld^3", (long long)s);
-        if (!wanted(name) || !fits(ctx, name, s * s)) continue;
-        operands t = operands_make(ctx, inner, 2, sh, 2, sh);
-        double sec = time_op(ctx, op_matmul, &t, inner, quick ? 3 : 9);
-        bench_report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
-        operands_free(&t);
+    /* the two largest also with f16 arithmetic (wgml_matmul_desc f16_math), "_f16math" */
+    const wgml_matmul_desc f16_math = {.f16_math = 1};
+    for (int i = 0; i < nsq; i++)
+        for (int h = 0; h < (i >= nsq - 2 ? 2 : 1); h++) {
+            int64_t s = sq[i], sh[2] = {s, s};
+            int inner = quick ? 1 : s >= 4096 ? 3 : 8;
+            snprintf(name, sizeof name, "gemm_%lld^3%s", (long long)s, h ? "_f16math" : "");
+            if (!wanted(name) || !fits(ctx, name, s * s) || (h && !has_f16_math(ctx, name))) continue;
+            operands t = operands_make(ctx, inner, 2, sh, 2, sh);
+            t.desc = h ? &f16_math : NULL;
+            double sec = time_op(ctx, op_matmul, &t, inner, quick ? 3 : 9);
+            bench_report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
+            operands_free(&t);
+        }
+    /* the error of both against a double reference: at 4096 on a GPU, 512 (quick: 256) on a
+       CPU adapter, where a 4096^3 GEMM takes minutes */
+    {
+        wgml_adapter_info i;
+        bool cpu = !wgml_adapter_info_get(ctx, &i) && !strcmp(i.adapter_type, "CPU");
+        int64_t s = cpu || quick ? (quick ? 256 : 512) : 4096;
+        snprintf(name, sizeof name, "gemm_%lld^3_error", (long long)s);
+        if (wanted(name) && fits(ctx, name, s * s) && has_f16_math(ctx, name)) matmul_accuracy(ctx, s);
     }
     /* the transposed-operand GEMMs of a backward pass, at the 4096 size */
     for (int v = 0; v < 2; v++) {
@@ -324,16 +429,19 @@ static void bench_matmul(int quick)
     const int64_t *ks = quick ? ks_quick : ks_full;
     int nk = quick ? 2 : 3;
     for (int mi = 0; mi < 3; mi++)
-        for (int ki = 0; ki < nk; ki++) {
-            int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
-            snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)K);
-            if (!wanted(name) || !fits(ctx, name, K * K)) continue;
-            operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
-            double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
-            if (M == 1) bench_report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
-            else bench_report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
-            operands_free(&t);
-        }
+        for (int ki = 0; ki < nk; ki++)
+            /* M = 128 at the largest K also with f16 arithmetic */
+            for (int h = 0; h < (mi == 2 && ki == nk - 1 ? 2 : 1); h++) {
+                int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
+                snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld%s", (long long)M, (long long)K, (long long)K, h ? "_f16math" : "");
+                if (!wanted(name) || !fits(ctx, name, K * K) || (h && !has_f16_math(ctx, name))) continue;
+                operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
+                t.desc = h ? &f16_math : NULL;
+                double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
+                if (M == 1) bench_report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
+                else bench_report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
+                operands_free(&t);
+            }
     /* a narrow GEMV (few columns, long K): the split-K kernel's case */
     {
         int64_t K = quick ? 4096 : 16384, N = quick ? 128 : 512, sa[2] = {1, K}, sb[2] = {K, N};
@@ -669,6 +777,26 @@ int cmd_bench(int argc, char **argv)
             }
             if (g == 0 || json_object_size(group)) json_object_set_new(root, groups[g], group);
             else json_decref(group);
+        }
+        /* the GEMMs' errors (matmul_accuracy): "accuracy": {"gemm_S^3_error": {"f32": {...},
+           "f16math": {...}, "samples": n}} */
+        if (naccuracies) {
+            json_t *acc = json_object();
+            for (int i = 0; i < naccuracies; i++) {
+                const accuracy *a = &accuracies[i];
+                json_t *e = json_object();
+                for (int v = 0; v < 2; v++) {
+                    json_t *k = json_object();
+                    json_object_set_new(k, "max_err_over_sum_abs", json_real(a->max_abs[v]));
+                    json_object_set_new(k, "rms_err_over_sum_abs", json_real(a->rms_abs[v]));
+                    json_object_set_new(k, "max_rel_err", json_real(a->max_rel[v]));
+                    json_object_set_new(k, "rms_rel_err", json_real(a->rms_rel[v]));
+                    json_object_set_new(e, v ? "f16math" : "f32", k);
+                }
+                json_object_set_new(e, "samples", json_integer(a->samples));
+                json_object_set_new(acc, a->name, e);
+            }
+            json_object_set_new(root, "accuracy", acc);
         }
         json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         fputc('\n', stdout);

@@ -400,6 +400,19 @@ def test_matmul(m, k, n, rng):
         close(got.numpy(), np_act(0.5 * (a @ b) + bias, act), *tol)
 
 
+def test_matmul_f16_math(rng):
+    a, b = nonzero(rng, (33, 130)), nonzero(rng, (130, 7))
+    t = wgml.tensor(a)
+    if not t.context.info()["has_shader_f16"]:
+        pytest.skip("the adapter has no shader-f16")
+    got = wgml.matmul(t, wgml.tensor(b), f16_math=True).numpy()
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    err = np.abs(got - ref)
+    assert np.all(err <= 19 * 2.0**-11 * scale + 130 * 2.0**-23)  # f16 rounding's bound
+    assert np.mean(np.abs(got - (a @ b)) > 2.0**-20 * scale) > 0.9  # f16, not f32, arithmetic
+
+
 def test_matmul_batched_and_vectors(rng):
     a, b = nonzero(rng, (2, 3, 5, 4)), nonzero(rng, (3, 4, 6))
     close((wgml.tensor(a) @ wgml.tensor(b)).numpy(), a @ b, 1e-4, 1e-5)

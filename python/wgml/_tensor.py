@@ -908,10 +908,13 @@ def index_add(a, axis, idx, src):
 
 # ---------------------------------------------------------------- matmul, attention, losses
 
-def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=None):
+def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=None, f16_math=False):
     """a [..., M, K] @ b [..., K, N] with NumPy-broadcast leading dims; optionally a^T, b^T
     (no copy), a scale alpha, a bias [N] and an activation ("relu", "gelu", "silu",
-    "gelu_exact") fused in. A 1-D operand is a row (a) or column (b) vector, as in NumPy."""
+    "gelu_exact") fused in. A 1-D operand is a row (a) or column (b) vector, as in NumPy.
+    f16_math: the products in f16 arithmetic (operands rounded to halves, 16 k at a time
+    summed in f16, then in f32; see wgml_matmul_desc in wgml.h); needs the adapter's
+    shader-f16 feature."""
     like = _first_tensor(a, b)
     a, b = _as_tensor(a, like), _as_tensor(b, like)
     squeeze_a, squeeze_b = a.ndim == 1, b.ndim == 1
@@ -928,6 +931,7 @@ def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=
     bias = _as_tensor(bias, a) if bias is not None else None  # held until the call
     d.bias = _opt(bias)
     d.activation = _ACTIVATIONS[activation]
+    d.f16_math = 1 if f16_math else 0
     r = _wrap(a._ctx, lib.wgml_matmul_ex(a._ctx._ptr, a._handle(), b._handle(), d))
     if squeeze_a or squeeze_b:
         shape = list(r.shape)

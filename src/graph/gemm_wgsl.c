@@ -12,6 +12,8 @@
  *   - GEMM: 16x16 threads, each computing TM x TN outputs from BK-deep slices staged in
  *     workgroup memory. The generator unrolls the inner product so register tiles are indexed
  *     by constants only (naga emits plain loops and arrays indexed at run time spill).
+ *     With f16 arithmetic (opt in, wgml_matmul_desc f16_math) the slices are staged as
+ *     halves and each 16 k's products are summed in f16 before an f32 accumulator takes them.
  * Edges (M, N, K not multiples of the tile) are guarded in the kernel.
  */
 #include <stdio.h>
@@ -107,6 +109,7 @@ typedef struct operand {
     const char *outer, *outer_lim;   /* the non-k coordinate: "m", "P.M" */
     const char *index;               /* element index expression (a_index/b_index) */
     bool f16;                        /* stored as halves (B of f16 cached weights) */
+    bool half;                       /* staged as halves (f16 arithmetic): the store converts */
 } operand;
 
 /* Loads the vec4s this thread stages of operand o for the K-slice at `k0` into registers
@@ -168,10 +171,11 @@ static void put_tile_store(wgml_sbuf *b, const operand *o, int BK, const char *s
             wgml_sbuf_put(b, "            let s = e / %du; let kq = (e %% %du) * 4u;\n", BK / 4, BK / 4);
             wgml_sbuf_put(b, "            let col = (s / 4u) ^ ((kq / 4u) * %du);\n", swizzle(o, BK));
             for (int c = 0; c < 4; c++)
-                wgml_sbuf_put(b, "            %s[buf + (kq + %du) * %du + col][s %% 4u] = %s%d.%c;\n", o->shared, c, w4, o->reg,
-                    r, "xyzw"[c]);
+                wgml_sbuf_put(b, "            %s[buf + (kq + %du) * %du + col][s %% 4u] = %s%s%d.%c%s;\n", o->shared, c, w4,
+                    o->half ? "f16(" : "", o->reg, r, "xyzw"[c], o->half ? ")" : "");
         } else {
-            wgml_sbuf_put(b, "            %s[buf + e] = %s%d;\n", o->shared, o->reg, r);
+            wgml_sbuf_put(b, "            %s[buf + e] = %s%s%d%s;\n", o->shared, o->half ? "vec4<f16>(" : "", o->reg, r,
+                o->half ? ")" : "");
         }
         if (r * 256 + 256 > vecs) wgml_sbuf_put(b, "            }\n");
         wgml_sbuf_put(b, "        }\n");
@@ -194,21 +198,29 @@ static void put_slice(wgml_sbuf *b, const operand *A, const operand *B, int BK, 
     wgml_sbuf_put(b, "    }\n");
 }
 
+/* f16 arithmetic (cfg->f16_math): the products of F16_RUN consecutive k (a 16-deep slice, or
+   a run of a deeper one) are summed in f16, each run's sum then added in f32. Longer runs
+   would add error (about u per term of the run) for no fewer instructions. */
+#define F16_RUN 16
+
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
 {
     int TM = cfg->tm, TN = cfg->tn, BK = cfg->bk;
     int BM = 16 * TM, BN = 16 * TN;
     int stages = cfg->double_buffer ? 2 : 1;
-    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta, cfg->two_leading), false};
-    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb, cfg->two_leading), cfg->b_f16};
+    bool half = cfg->f16_math;
+    const char *st = half ? "f16" : "f32"; /* the staged type */
+    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta, cfg->two_leading), false, half};
+    operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb, cfg->two_leading), cfg->b_f16, half};
     wgml_sbuf b = {0};
-    wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s\n", BM, BN, BK,
+    wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s%s\n", BM, BN, BK,
         TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
-        cfg->prefetch ? ", register prefetch" : "");
+        cfg->prefetch ? ", register prefetch" : "", half ? ", f16 arithmetic" : "");
+    if (half && !cfg->b_f16) wgml_sbuf_put(&b, "enable f16;\n");
     put_header(&b, cfg->vec_a, cfg->vec_b, cfg->b_f16);
     put_epilogue_fn(&b, act);
-    wgml_sbuf_put(&b, "var<workgroup> As: array<vec4<f32>, %d>; // [stage][BK][BM / 4]\n", stages * BK * BM / 4);
-    wgml_sbuf_put(&b, "var<workgroup> Bs: array<vec4<f32>, %d>; // [stage][BK][BN / 4]\n", stages * BK * BN / 4);
+    wgml_sbuf_put(&b, "var<workgroup> As: array<vec4<%s>, %d>; // [stage][BK][BM / 4]\n", st, stages * BK * BM / 4);
+    wgml_sbuf_put(&b, "var<workgroup> Bs: array<vec4<%s>, %d>; // [stage][BK][BN / 4]\n", st, stages * BK * BN / 4);
     wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {\n"
             "    let tiles_n = (P.N + %du) / %du;\n"
@@ -262,13 +274,24 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
             for (int ib = 0; ib < TM / 4; ib++)
                 wgml_sbuf_put(&b, "        let a%d_%d = As[abuf + %du + ty_s%d];\n", kk, ib, kk * BM / 4 + ib * 16, kk / 4);
         else
-            wgml_sbuf_put(&b, "        let a%d_0 = vec4<f32>(As[abuf + %du + ty / 4u][ty %% 4u]);\n", kk, kk * BM / 4);
+            wgml_sbuf_put(&b, "        let a%d_0 = vec4<%s>(As[abuf + %du + ty / 4u][ty %% 4u]);\n", kk, st, kk * BM / 4);
         for (int jb = 0; jb < TN / 4; jb++)
             wgml_sbuf_put(&b, "        let b%d_%d = Bs[bbuf + %du + tx_s%d];\n", kk, jb, kk * BN / 4 + jb * 16, kk / 4);
         for (int i = 0; i < TM; i++)
-            for (int jb = 0; jb < TN / 4; jb++)
-                wgml_sbuf_put(&b, "        c%d_%d = fma(vec4<f32>(a%d_%d.%c), b%d_%d, c%d_%d);\n", i, jb, kk, i / 4,
-                    "xyzw"[i % 4], kk, jb, i, jb);
+            for (int jb = 0; jb < TN / 4; jb++) {
+                char av[64];
+                snprintf(av, sizeof av, "vec4<%s>(a%d_%d.%c)", st, kk, i / 4, "xyzw"[i % 4]);
+                if (!half)
+                    wgml_sbuf_put(&b, "        c%d_%d = fma(%s, b%d_%d, c%d_%d);\n", i, jb, av, kk, jb, i, jb);
+                else if (kk % F16_RUN == 0) /* a run's f16 sums start from its first products */
+                    wgml_sbuf_put(&b, "        %sh%d_%d = %s * b%d_%d;\n", kk ? "" : "var ", i, jb, av, kk, jb);
+                else
+                    wgml_sbuf_put(&b, "        h%d_%d = fma(%s, b%d_%d, h%d_%d);\n", i, jb, av, kk, jb, i, jb);
+            }
+        /* f16 arithmetic: a run's f16 sums into the f32 accumulators */
+        if (half && (kk % F16_RUN == F16_RUN - 1 || kk == BK - 1))
+            for (int i = 0; i < TM; i++)
+                for (int jb = 0; jb < TN / 4; jb++) wgml_sbuf_put(&b, "        c%d_%d += vec4<f32>(h%d_%d);\n", i, jb, i, jb);
     }
     if (stages == 2 && cfg->prefetch) {
         wgml_sbuf_put(&b, "        if (t + 1u < slices) {\n        {\n");

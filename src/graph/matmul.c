@@ -61,6 +61,10 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
                                  WGML_MAX_DIMS, sa, sb);
     if ((int)d.activation < 0 || d.activation > WGML_ACT_GELU_EXACT)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
+    if (d.f16_math && !ctx->rt.info.has_shader_f16)
+        return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED,
+                                 "matmul: f16_math (%s x %s) needs the adapter's shader-f16 feature, which %s lacks", sa, sb,
+                                 ctx->rt.info.name);
     int64_t M = d.trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
     int64_t Ka = d.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
     int64_t Kb = d.trans_b ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
@@ -110,6 +114,7 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
     t->iparam[4] = (int)Ka;
     t->iparam[5] = d.trans_a; /* the caller's flags, on the logical operands (autograd) */
     t->iparam[6] = d.trans_b;
+    t->iparam[7] = d.f16_math != 0;
     t->fparam[0] = d.alpha == 0.0f ? 1.0f : d.alpha;
     return t;
 }
@@ -161,12 +166,12 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
     cfg.two_leading = g->L1 > 1;
     /* the GEMV kernel reads A as one contiguous row; the small-M one as a few */
-    bool gemv = (g->M == 1 && !g->trans_a) || cfg.gemv_rows;
+    bool gemv = !cfg.f16_math && ((g->M == 1 && !g->trans_a) || cfg.gemv_rows);
     /* the variant key: what the generators read */
     uint32_t key[14] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
                         cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
                         (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
-                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2,
+                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3,
                         g->trans_a, g->trans_b, (uint32_t)g->act,
                         (uint32_t)cfg.cpu_rows | (uint32_t)cfg.cpu_cols << 8 | (uint32_t)cfg.cpu_lanes << 16 | (uint32_t)cfg.cpu_subgroups << 31};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 14))) {
@@ -240,6 +245,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     lead_strides(b, t, &g.b_bs, &g.b_bs1);
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
+    g.f16_math = t->iparam[7];
     /* B shared by the whole batch and A's matrices one after another, rows lda apart
        throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
        whose grid is larger than a batch of small ones. (A single row has no row stride of
@@ -255,8 +261,9 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     }
     /* N == 1: C = A b is the GEMV b^T A^T with the operands' roles swapped (b as the row,
        A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
-       which the GEMV epilogue does not do, so not then */
-    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && (g.trans_b || g.ldb == 1);
+       which the GEMV epilogue does not do, so not then; nor with f16_math, which runs the
+       tiled GEMM for every shape */
+    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && (g.trans_b || g.ldb == 1) && !g.f16_math;
     /* (not when its dot-product GEMV, 32 threads along K, would loop past the adapter's limit
        where the small-M GEMV would not) */
     if (swap && ((uint64_t)g.K + 31) / 32 + 64 > ctx->rt.loop_limit && g.M <= 16) swap = false;

@@ -44,10 +44,13 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
                                    .double_buffer = st == 2 || st == 3, .prefetch = st == 2 || st == 4};
         }
     }
+    /* f16 arithmetic stages halves: 2-byte elements */
+    c.f16_math = g->f16_math;
+    uint64_t esize = c.f16_math ? 2 : 4;
     /* within the adapter's workgroup memory: drop the second stage, then shrink the slice */
     uint64_t room = ctx->rt.limits.maxComputeWorkgroupStorageSize;
-    while (c.bk > 4 && (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.bk /= 2;
-    if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * 4 > room) c.double_buffer = false;
+    while (c.bk > 4 && (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * esize > room) c.bk /= 2;
+    if ((c.double_buffer ? 2 : 1) * (uint64_t)c.bk * 16 * (uint64_t)(c.tm + c.tn) * esize > room) c.double_buffer = false;
     c.warp_8x4 = tu->gemm_warp_8x4;
     /* vec4 reads need every vec4 wholly inside or wholly outside the matrix, and aligned */
     int64_t a_inner = g->trans_a ? g->M : g->K, b_inner = g->trans_b ? g->K : g->N;
@@ -55,17 +58,19 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     c.vec_b = b_inner % 4 == 0 && g->ldb % 4 == 0 && g->b_off % 4 == 0 && g->b_bs % 4 == 0 && g->b_bs1 % 4 == 0;
     /* a CPU adapter whose loop limit the CPU GEMM's K loop (K / 4 trips) fits under: see below */
     bool cpu = tu->gemm_cpu > 0 || (tu->gemm_cpu == 0 && !strcmp(ctx->rt.info.adapter_type, "CPU"));
-    bool cpu_gemm = cpu && (uint64_t)g->K / 4 + 3 + 64 <= ctx->rt.loop_limit;
+    /* (f16 arithmetic: the tiled GEMM for every shape, so it is f16 whatever the shape) */
+    bool cpu_gemm = cpu && (uint64_t)g->K / 4 + 3 + 64 <= ctx->rt.loop_limit && !g->f16_math;
     /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
        (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off.
        Not on a CPU adapter, where the CPU GEMM was faster from M = 2 on (lavapipe, K = N =
        1536: 27-35 ms against 33-78 ms at M = 2-16, docs/MEASUREMENTS.md) */
     c.gemv_rows = 0;
-    if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off && !cpu_gemm)
+    if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off && !cpu_gemm && !g->f16_math)
         for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}
     /* M = 1, f32 weights: the small-M GEMV with one row, which reads A in vec4s when aligned
        (see wgml_gemv_rows_source); WGML_GEMV_M1_ROWS=0 keeps the GEMV kernel */
-    if (g->M == 1 && !g->trans_a && !g->trans_b && !g->b_f16 && c.vec_a && !tu->gemv_m1_rows_off) c.gemv_rows = 1;
+    if (g->M == 1 && !g->trans_a && !g->trans_b && !g->b_f16 && c.vec_a && !tu->gemv_m1_rows_off && !g->f16_math)
+        c.gemv_rows = 1;
     /* GEMV: the widest workgroup (most columns, longest contiguous reads) that still gives
        >= 256 workgroups (two per SM on an H100); the small-M one does M times the math per
        weight read and was fastest with >= 32 (H100, M = 16, K = N = 1536 / 4096 / 8192:

@@ -1,0 +1,386 @@
+/* Matmul with f16 arithmetic (wgml_matmul_desc f16_math): the error against a double
+   reference of the f32 inputs stays within the bound that f16 rounding allows, and the
+   result really is f16 arithmetic (it differs from the f32 kernel's by far more than f32
+   rounding; exact values where the rounding is known: ties to even, infinities, the sum of a
+   16-deep slice in f16, the slices' sums in f32); every shape (M = 1, N = 1, K = 1, batches,
+   transposes, views, the epilogue) runs it; gradients are f32; the error without
+   shader-f16.
+
+   The bound. An output is c = sum_k a_k b_k (K terms). The kernel rounds each operand to
+   f16 (relative error <= u = 2^-11 each, to nearest), sums the 16 products of a slice by
+   fma in f16 (the first product rounded, then 15 fmas: each term meets at most 16
+   roundings, relative error <= gamma_16 = 16u / (1 - 16u)), and adds the slice sums in f32
+   (at most K/16 + 1 roundings of 2^-24, under 0.01u for K <= 1100). So
+       |c - ref| <= ((1 + u)^2 (1 + gamma_16) (1 + 0.01u) - 1) sum_k |a_k b_k| < 18.2u sum_k |a_k b_k|,
+   held to 19u. Halves below 2^-14 are subnormal, with an absolute error up to 2^-25 per
+   rounding instead: inputs in [-1, 1] add at most 3 * 2^-25 per term (each operand's
+   rounding and the product's), held to K * 2^-23. The epilogue (alpha, bias) is f32: 2^-23
+   of |alpha| sum |a b| + |bias| more. relu is 1-Lipschitz, so the bound holds after it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+#include "harness.h"
+
+#define U16 (1.0 / 2048.0) /* f16's unit roundoff, 2^-11 */
+#define TOL (19.0 * U16)
+
+static float *rand_floats(size_t n)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    test_fill_uniform(x, n, -1, 1);
+    return x;
+}
+
+static bool has_f16(wgml_context *ctx)
+{
+    wgml_adapter_info info;
+    if (!ctx || wgml_adapter_info_get(ctx, &info) != WGML_OK) return false;
+    if (!info.has_shader_f16) fprintf(stderr, "  SKIP %s: adapter %s has no shader-f16\n", test_current, info.name);
+    return info.has_shader_f16;
+}
+
+/* c = matmul_ex(a, b, d), evaluated and read into a new array of n floats (NULL: failed) */
+static float *matmul_read(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, const wgml_matmul_desc *d, int64_t n)
+{
+    wgml_tensor *c = wgml_matmul_ex(ctx, a, b, d);
+    if (!c || wgml_tensor_status(c)) {
+        FAILF("matmul_ex: %s", wgml_error_message(ctx));
+        wgml_tensor_free(c);
+        return NULL;
+    }
+    float *out = test_read_new(ctx, "matmul", c, n);
+    wgml_tensor_free(c);
+    return out;
+}
+
+/* One random case: A, B and the bias uniform in [-1, 1]. The logical A is [M, K], stored
+   [K, M] when ta (the flag) or view_a (a transposed view of the stored matrix, flag off);
+   B alike. batch > 0: A [batch, M, K] and B [K, N] shared (the flattened GEMM) or, with
+   batch_b, B [batch, K, N] too. */
+typedef struct f16_case {
+    int64_t M, K, N, batch;
+    int ta, tb, view_a, view_b, batch_b, bias;
+    wgml_activation act;
+    float alpha;
+} f16_case;
+
+static void run_case(wgml_context *ctx, const f16_case *c)
+{
+    int64_t M = c->M, K = c->K, N = c->N, nb = c->batch ? c->batch : 1, bb = c->batch_b ? nb : 1;
+    size_t na = (size_t)(nb * M * K), nbn = (size_t)(bb * K * N), nc = (size_t)(nb * M * N);
+    float *A = rand_floats(na), *B = rand_floats(nbn), *bias = rand_floats((size_t)N);
+    bool sa = c->ta || c->view_a, sb = c->tb || c->view_b; /* stored transposed */
+    int64_t sha[3] = {nb, sa ? K : M, sa ? M : K}, shb[3] = {bb, sb ? N : K, sb ? K : N};
+    wgml_tensor *ta = test_tensor(ctx, c->batch ? 3 : 2, c->batch ? sha : sha + 1, A);
+    wgml_tensor *tb = test_tensor(ctx, c->batch_b ? 3 : 2, c->batch_b ? shb : shb + 1, B);
+    wgml_tensor *tbias = test_tensor(ctx, 1, &N, bias);
+    wgml_tensor *pa = c->view_a ? wgml_transpose(ctx, ta, -1, -2) : ta;
+    wgml_tensor *pb = c->view_b ? wgml_transpose(ctx, tb, -1, -2) : tb;
+    wgml_matmul_desc d = {.trans_a = c->ta, .trans_b = c->tb, .alpha = c->alpha, .bias = c->bias ? tbias : NULL,
+                          .activation = c->act, .f16_math = 1};
+    float *h = matmul_read(ctx, pa, pb, &d, (int64_t)nc);
+    d.f16_math = 0;
+    float *f = matmul_read(ctx, pa, pb, &d, (int64_t)nc);
+    double alpha = c->alpha == 0.0f ? 1.0 : c->alpha, worst = 0, worst_f32 = 0;
+    int64_t apart = 0, bad = 0, live = 0; /* live: outputs that relu does not zero */
+    for (int64_t bt = 0; h && f && bt < nb; bt++) {
+        const float *Ab = A + bt * M * K, *Bb = B + (c->batch_b ? bt : 0) * K * N;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double s = 0, sabs = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double x = sa ? Ab[k * M + m] : Ab[m * K + k], y = sb ? Bb[n * K + k] : Bb[k * N + n];
+                    s += x * y;
+                    sabs += fabs(x * y);
+                }
+                double pre = alpha * s + (c->bias ? bias[n] : 0.0), ref = c->act == WGML_ACT_RELU && pre < 0 ? 0 : pre;
+                double scale = fabs(alpha) * sabs;
+                double bound = TOL * scale + fabs(alpha) * (double)K * 0x1p-23 + 0x1p-23 * (scale + fabs(c->bias ? bias[n] : 0.0));
+                size_t i = (size_t)((bt * M + m) * N + n);
+                double err = fabs(h[i] - ref), rel = scale > 0 ? err / scale : err;
+                if (!(err <= bound)) {
+                    if (bad++ < 3)
+                        FAILF("%lldx%lldx%lld: c[%lld,%lld,%lld] = %.9g, reference %.9g: error %.3g past the bound %.3g",
+                              (long long)M, (long long)K, (long long)N, (long long)bt, (long long)m, (long long)n, h[i], ref,
+                              err, bound);
+                }
+                if (rel > worst) worst = rel;
+                double ef = fabs(f[i] - ref) / (scale > 0 ? scale : 1);
+                if (ef > worst_f32) worst_f32 = ef;
+                /* f16 arithmetic, not f32: apart by more than 16x f32's unit (relative to sum |a b|) */
+                if (c->act == WGML_ACT_RELU && pre <= 0) continue;
+                live++;
+                if (fabs((double)h[i] - f[i]) > 0x1p-20 * scale) apart++;
+            }
+    }
+    if (h && f) {
+        fprintf(stderr, "  %s%lldx%lldx%lld%s%s: max |c - ref| / sum|ab|: f16 math %.3g (bound %.3g), f32 %.3g; %lld of %lld apart\n",
+                c->batch ? "batched " : "", (long long)M, (long long)K, (long long)N, c->ta || c->view_a ? " A^T" : "",
+                c->tb || c->view_b ? " B^T" : "", worst, TOL, worst_f32, (long long)apart, (long long)live);
+        /* most outputs; all but a few rounding coincidences of K = 1 products */
+        if ((double)apart < 0.9 * (double)live)
+            FAILF("%lldx%lldx%lld: only %lld of %lld outputs differ from the f32 kernel's: is f16 arithmetic on?",
+                  (long long)M, (long long)K, (long long)N, (long long)apart, (long long)live);
+    }
+    free(h);
+    free(f);
+    if (pa != ta) wgml_tensor_free(pa);
+    if (pb != tb) wgml_tensor_free(pb);
+    wgml_tensor_free(ta);
+    wgml_tensor_free(tb);
+    wgml_tensor_free(tbias);
+    free(A);
+    free(B);
+    free(bias);
+}
+
+/* Every combination of M, K, N from awkward sizes, then K up to 1100 */
+static void awkward_sizes(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    const int64_t sizes[] = {1, 7, 33, 130, 257};
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 5; j++)
+            for (int l = 0; l < 5; l++) {
+                f16_case c = {.M = sizes[i], .K = sizes[j], .N = sizes[l]};
+                if (c.M * c.N > 130 * 257) continue; /* the largest products once, below */
+                run_case(ctx, &c);
+            }
+    const f16_case more[] = {
+        {.M = 257, .K = 257, .N = 257}, {.M = 33, .K = 1100, .N = 130}, {.M = 130, .K = 1024, .N = 128}, /* vec4 reads */
+        {.M = 1, .K = 1100, .N = 257},  {.M = 257, .K = 1100, .N = 1},   {.M = 200, .K = 1100, .N = 300},
+    };
+    for (int i = 0; i < N_OF(more); i++) run_case(ctx, &more[i]);
+}
+
+/* Transposes by flag and by view, batches (B shared: the flattened GEMM; B batched too),
+   the epilogue (alpha, bias, relu), a split K */
+static void transposes_batches_epilogue(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    const f16_case cases[] = {
+        {.M = 130, .K = 257, .N = 33, .ta = 1},
+        {.M = 33, .K = 130, .N = 257, .tb = 1},
+        {.M = 7, .K = 1100, .N = 130, .ta = 1, .tb = 1},
+        {.M = 130, .K = 64, .N = 132, .view_a = 1, .view_b = 1},
+        {.M = 1, .K = 257, .N = 7, .tb = 1},
+        {.M = 33, .K = 130, .N = 65, .batch = 3},
+        {.M = 1, .K = 130, .N = 65, .batch = 5},
+        {.M = 33, .K = 257, .N = 7, .batch = 3, .batch_b = 1, .tb = 1},
+        {.M = 130, .K = 257, .N = 33, .bias = 1, .act = WGML_ACT_RELU, .alpha = -1.5f},
+        {.M = 7, .K = 33, .N = 130, .bias = 1, .act = WGML_ACT_RELU, .alpha = 0.25f, .batch = 2},
+        {.M = 40, .K = 4096, .N = 36}, /* split K: 16 chunks of 256, partial results summed in f32 */
+    };
+    for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
+}
+
+/* Every tile config the generator emits for M > 64 (forced by WGML_GEMM_TILE on fresh
+   contexts, as the benchmark sweeps do: tm,tn,bk,stages with stages 1 one buffer, 2 two
+   with register prefetch, 3 two without, 4 one with prefetch): BK 32 still sums 16 k in
+   f16, BK 8 and 4 sum a slice */
+static void every_tile_config(void)
+{
+    wgml_context *probe = test_context();
+    if (!has_f16(probe)) return;
+    const char *configs[][2] = {{"8,8,16,1", "16x2"}, {"8,8,16,3", "8x4"}, {"4,8,4,1", "16x2"}, {"8,4,32,2", "8x4"},
+                                {"8,8,16,4", "16x2"}, {"16,8,8,1", "16x2"}, {"8,16,8,4", "8x4"}, {"8,4,16,2", "16x2"}};
+    const int64_t dims[][3] = {{65, 33, 130}, {132, 68, 132}};
+    for (int t = 0; t < N_OF(configs); t++) {
+        setenv("WGML_GEMM_TILE", configs[t][0], 1);
+        setenv("WGML_GEMM_WARP", configs[t][1], 1);
+        wgml_context *ctx = NULL;
+        CHECK_OK(NULL, wgml_context_create(NULL, &ctx));
+        if (!ctx) break;
+        fprintf(stderr, "  tile %s, warp %s:\n", configs[t][0], configs[t][1]);
+        /* one case each (these kernels take seconds each to compile on lavapipe): the shapes
+           and transposes in turn, so every transpose meets aligned and unaligned shapes */
+        int d = t % 2, mode = (t / 2) % 4;
+        f16_case c = {.M = dims[d][0], .K = dims[d][1], .N = dims[d][2], .ta = mode & 1, .tb = mode >> 1};
+        run_case(ctx, &c);
+        wgml_context_free(ctx);
+    }
+    unsetenv("WGML_GEMM_TILE");
+    unsetenv("WGML_GEMM_WARP");
+}
+
+/* Two leading dims (a stride each, broadcast): [2, 1, M, K] x [1, 3, K, N] */
+static void two_leading_dims(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    int64_t M = 33, K = 70, N = 17, sa[4] = {2, 1, M, K}, sb[4] = {1, 3, K, N};
+    float *A = rand_floats((size_t)(2 * M * K)), *B = rand_floats((size_t)(3 * K * N));
+    wgml_tensor *ta = test_tensor(ctx, 4, sa, A), *tb = test_tensor(ctx, 4, sb, B);
+    wgml_matmul_desc d = {.f16_math = 1};
+    float *h = matmul_read(ctx, ta, tb, &d, 6 * M * N);
+    for (int64_t i0 = 0; h && i0 < 2; i0++)
+        for (int64_t i1 = 0; i1 < 3; i1++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double s = 0, sabs = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        double x = A[(i0 * M + m) * K + k], y = B[(i1 * K + k) * N + n];
+                        s += x * y;
+                        sabs += fabs(x * y);
+                    }
+                    double got = h[((i0 * 3 + i1) * M + m) * N + n];
+                    if (!(fabs(got - s) <= TOL * sabs + K * 0x1p-23)) {
+                        FAILF("[%lld,%lld,%lld,%lld] = %.9g, reference %.9g", (long long)i0, (long long)i1, (long long)m,
+                              (long long)n, got, s);
+                        i0 = 2, i1 = 3, m = M, n = N;
+                    }
+                }
+    free(h);
+    wgml_tensor_free(ta);
+    wgml_tensor_free(tb);
+    free(A);
+    free(B);
+}
+
+/* c[m] = a[m, :] . b for K values placed by hand, M outputs of one column, as f16_math */
+static float *column(wgml_context *ctx, int64_t M, int64_t K, const float *a, const float *b)
+{
+    int64_t sa[2] = {M, K}, sb[2] = {K, 1};
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, a), *tb = test_tensor(ctx, 2, sb, b);
+    wgml_matmul_desc d = {.f16_math = 1};
+    float *c = matmul_read(ctx, ta, tb, &d, M);
+    wgml_tensor_free(ta);
+    wgml_tensor_free(tb);
+    return c;
+}
+
+/* Where the rounding is known exactly: operands rounded to the nearest half with ties to
+   even, and infinities past the largest half; the sum of one 16-deep slice in f16, the
+   slices' sums in f32. Each expected value differs from what f32 arithmetic gives. */
+static void exact_roundings(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    /* K = 1, b = 1: c = the half nearest a */
+    const float a1[] = {
+        1.0f + 0x1p-11f,     /* a tie between 1 and 1 + 2^-10: to the even 1 */
+        1.0f + 3 * 0x1p-11f, /* a tie between 1 + 2^-10 and 1 + 2^-9: to the even 1 + 2^-9 */
+        1.0f + 0x1p-12f,     /* below the tie: 1 */
+        65519.0f,            /* under 65520, the midpoint past the largest half: 65504 */
+        65520.0f,            /* the midpoint: to the even, infinity */
+        70000.0f,            /* past: infinity */
+        -1e6f,               /* -infinity */
+        0x1p-26f,            /* below half the smallest subnormal (2^-25): 0 */
+    };
+    const float want1[] = {1.0f, 1.0f + 0x1p-9f, 1.0f, 65504.0f, INFINITY, INFINITY, -INFINITY, 0.0f};
+    const float one = 1.0f;
+    float *c = column(ctx, N_OF(a1), 1, a1, &one);
+    for (int i = 0; c && i < N_OF(a1); i++)
+        if (!(c[i] == want1[i])) FAILF("a = %.9g, b = 1: got %.9g, want %.9g (the nearest half)", a1[i], c[i], want1[i]);
+    free(c);
+    /* K = 32, b = 1 (two slices of 16): row 0 sums 1 and 2^-11 in one slice (f16: a tie, to
+       1); row 1 in two slices (f32: 1 + 2^-11); row 2 sums 60000 + 60000 in one slice
+       (f16: infinity); row 3 in two (f32: 120000) */
+    float a2[4 * 32] = {0}, b2[32];
+    for (int k = 0; k < 32; k++) b2[k] = 1.0f;
+    a2[0 * 32 + 0] = 1.0f, a2[0 * 32 + 5] = 0x1p-11f;
+    a2[1 * 32 + 0] = 1.0f, a2[1 * 32 + 21] = 0x1p-11f;
+    a2[2 * 32 + 3] = 60000.0f, a2[2 * 32 + 9] = 60000.0f;
+    a2[3 * 32 + 3] = 60000.0f, a2[3 * 32 + 19] = 60000.0f;
+    const float want2[] = {1.0f, 1.0f + 0x1p-11f, INFINITY, 120000.0f};
+    c = column(ctx, 4, 32, a2, b2);
+    for (int i = 0; c && i < 4; i++)
+        if (!(c[i] == want2[i])) FAILF("slice sums, row %d: got %.9g, want %.9g", i, c[i], want2[i]);
+    free(c);
+}
+
+/* The backward matmuls do not inherit f16_math. y = a b with every element of b
+   v = 1 + 3 * 2^-12 (exact in f32, not in f16: 1 + 2^-10 is the nearest half), loss =
+   sum(y): dL/da[m, k] = sum_n b[k, n] = N v, exact in f32 arithmetic and 2.4e-4 off in f16
+   arithmetic. dL/db alike with a's elements w = 1 - 3 * 2^-13 (nearest half 1 - 2^-11).
+   The forward is f16: each product rounds to 1, so y = K where f32 gives K v w. */
+static void gradients_are_f32(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    int64_t M = 20, K = 40, N = 24, sa[2] = {M, K}, sb[2] = {K, N};
+    const float v = 1.0f + 3 * 0x1p-12f, w = 1.0f - 3 * 0x1p-13f;
+    float *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
+    for (int64_t i = 0; i < M * K; i++) A[i] = w;
+    for (int64_t i = 0; i < K * N; i++) B[i] = v;
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
+    CHECK_OK(ctx, wgml_requires_grad(ta, 1));
+    CHECK_OK(ctx, wgml_requires_grad(tb, 1));
+    wgml_matmul_desc d = {.f16_math = 1};
+    wgml_tensor *y = wgml_matmul_ex(ctx, ta, tb, &d), *L = wgml_sum_all(ctx, y);
+    CHECK_OK(ctx, wgml_backward(L));
+    float *ga = test_read_new(ctx, "grad a", wgml_grad(ta), M * K), *gb = test_read_new(ctx, "grad b", wgml_grad(tb), K * N);
+    float *fy = test_read_new(ctx, "y", y, M * N);
+    for (int64_t i = 0; ga && i < M * K; i++)
+        if (ga[i] != (float)((double)N * v)) {
+            FAILF("dL/da[%lld] = %.9g, want %.9g (f32 arithmetic)", (long long)i, ga[i], (double)N * v);
+            break;
+        }
+    for (int64_t i = 0; gb && i < K * N; i++)
+        if (gb[i] != (float)((double)M * w)) {
+            FAILF("dL/db[%lld] = %.9g, want %.9g (f32 arithmetic)", (long long)i, gb[i], (double)M * w);
+            break;
+        }
+    /* the forward: (1 + 2^-10)(1 - 2^-11) is under 1 + 2^-11, the tie: each product is 1 */
+    if (fy && fy[0] != (float)K) FAILF("y[0] = %.9g, want %lld (f16 arithmetic; f32: %.9g)", fy[0], (long long)K, (double)K * v * w);
+    free(ga);
+    free(gb);
+    free(fy);
+    wgml_tensor_free(L);
+    wgml_tensor_free(y);
+    wgml_tensor_free(ta);
+    wgml_tensor_free(tb);
+    free(A);
+    free(B);
+}
+
+/* Without shader-f16 the op fails with WGML_ERROR_UNSUPPORTED naming the op, the operands
+   and the adapter. lavapipe has the feature, so a fresh context is told it has not (the
+   check reads the context's adapter info); f16_math = 0 still works there. */
+static void unsupported_without_shader_f16(void)
+{
+    wgml_context *ctx = NULL;
+    CHECK_OK(NULL, wgml_context_create(NULL, &ctx));
+    if (!ctx) return;
+    ctx->rt.info.has_shader_f16 = 0;
+    int64_t sa[2] = {3, 4}, sb[2] = {4, 5};
+    float A[12] = {0}, B[20] = {0};
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
+    wgml_matmul_desc d = {.f16_math = 1};
+    wgml_tensor *c = wgml_matmul_ex(ctx, ta, tb, &d);
+    CHECK(c != NULL && wgml_tensor_status(c) == WGML_ERROR_UNSUPPORTED);
+    if (c) {
+        const char *msg = wgml_error_message(ctx);
+        char want[320];
+        snprintf(want, sizeof want, "which %s lacks", ctx->rt.info.name);
+        if (!msg || !strstr(msg, "matmul: f16_math ([3, 4] x [4, 5])") || !strstr(msg, "shader-f16") || !strstr(msg, want))
+            FAILF("message: %s", msg ? msg : "(none)");
+        else fprintf(stderr, "  message: %s\n", msg);
+    }
+    wgml_tensor_free(c);
+    d.f16_math = 0;
+    c = wgml_matmul_ex(ctx, ta, tb, &d);
+    CHECK(c != NULL && wgml_tensor_status(c) == WGML_OK);
+    float out[15];
+    if (c) CHECK_OK(ctx, wgml_tensor_read(c, out, 15));
+    wgml_tensor_free(c);
+    wgml_tensor_free(ta);
+    wgml_tensor_free(tb);
+    wgml_context_free(ctx);
+}
+
+int main(void)
+{
+    TEST_RUN(exact_roundings);
+    TEST_RUN(awkward_sizes);
+    TEST_RUN(transposes_batches_epilogue);
+    TEST_RUN(every_tile_config);
+    TEST_RUN(two_leading_dims);
+    TEST_RUN(gradients_are_f32);
+    TEST_RUN(unsupported_without_shader_f16);
+    return test_summary();
+}

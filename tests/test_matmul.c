@@ -895,6 +895,46 @@ static void knobs_read_once(void)
     unsetenv("WGML_EW_UNROLL");
 }
 
+/* The large-M tile policy, shape by shape (the table of graph/matmul_tiles.c, which the H100
+   runs chose): a broken branch there would still give right answers, only slower. */
+static void tile_policy(void)
+{
+    wgml_context *ctx = knob_context();
+    if (!ctx) return;
+    if (ctx->rt.limits.maxComputeWorkgroupStorageSize < 32768) {
+        printf("  (skipped: %u bytes of workgroup memory shrink the tiles)\n", ctx->rt.limits.maxComputeWorkgroupStorageSize);
+        wgml_context_free(ctx);
+        return;
+    }
+    struct {
+        int64_t M, N, K;
+        int ta, tb;
+        int tm, tn, bk, double_buffer, prefetch;
+    } want[] = {
+        {4096, 4096, 4096, 0, 0, 8, 8, 16, 0, 0}, /* >= 512 tiles: one buffer */
+        {4096, 4096, 4096, 0, 1, 8, 8, 16, 0, 0},
+        {4096, 4096, 4096, 1, 0, 8, 8, 8, 0, 1},  /* A^T B: 8-deep slices, register prefetch */
+        {2048, 2048, 2048, 0, 0, 8, 8, 16, 0, 0}, /* one wave (256 tiles) */
+        {2048, 2048, 2048, 1, 0, 8, 8, 16, 0, 0},
+        {2560, 2048, 512, 0, 0, 8, 4, 16, 1, 1},  /* 320 tiles: 128x64, two buffers */
+        {1024, 1024, 1024, 0, 0, 8, 8, 16, 0, 1}, /* 64 tiles: register prefetch */
+        {256, 512, 64, 0, 0, 4, 8, 16, 1, 1},     /* 8 tiles: 64x128 */
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        wgml_gemm_args g = {.M = want[i].M, .N = want[i].N, .K = want[i].K, .batch = 1, .trans_a = want[i].ta,
+                            .trans_b = want[i].tb, .lda = want[i].ta ? want[i].M : want[i].K,
+                            .ldb = want[i].tb ? want[i].K : want[i].N};
+        wgml_gemm_config c = wgml_gemm_choose(ctx, &g);
+        bool ok = c.tm == want[i].tm && c.tn == want[i].tn && c.bk == want[i].bk &&
+                  c.double_buffer == (bool)want[i].double_buffer && c.prefetch == (bool)want[i].prefetch;
+        if (!ok)
+            fprintf(stderr, "  [%lld, %lld, %lld]%s%s: tile %d,%d,%d double %d prefetch %d\n", (long long)g.M, (long long)g.N,
+                    (long long)g.K, g.trans_a ? " A^T" : "", g.trans_b ? " B^T" : "", c.tm, c.tn, c.bk, c.double_buffer, c.prefetch);
+        CHECK(ok);
+    }
+    wgml_context_free(ctx);
+}
+
 /* wgml_exec_submit with launches bound through the bind cache (raw buffers): two GEMM
    launches in one pass, the second accumulating onto the first (C = 2 A B), and a read-back
    from an offset of the output buffer. */
@@ -970,6 +1010,7 @@ int main(void)
     TEST_RUN(cached_matmul_split_binding);
     TEST_RUN(cached_matmul_f16);
     TEST_RUN(knobs_read_once);
+    TEST_RUN(tile_policy);
     TEST_RUN(exec_submit_raw_launches);
     TEST_RUN(cpu_gemm_shapes);
     TEST_RUN(other_gemm_kernel);

@@ -21,21 +21,23 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16, .double_buffer = true};
     else {
         /* measured on the H100 (docs/MEASUREMENTS.md): 128x128 tiles, BK 16, one buffer, for
-           grids of >= 512 tiles; fewer tiles: the next slice loaded into registers during
-           this one's math (1024^3 +12%, 2048^3 +18%, M=128 K=N=8192 +23%); under 32 tiles,
+           grids of one wave and more (256 tiles: 2048^3 38.5-40.0 TFLOP/s against 37.4-38.5
+           with the register prefetch, four alternations over two runs); under 32 tiles,
            64x128 tiles for more workgroups */
         int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128) * g->batch;
-        if (tiles >= 512) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
         /* A^T B (a weight's gradient): both tiles stage without the transposing store, and
            8-deep slices loaded into registers during the math won: 4096^3 41.8-42.1 TFLOP/s
-           against 38.4-38.7 with the tile above, three alternations in one H100 run (the
+           against 38.4-38.7 with the default tile, three alternations in one H100 run (the
            other forms were slower that way: 36 and 35) */
         if (tiles >= 512 && g->trans_a && !g->trans_b) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true};
+        else if (tiles >= 512) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
         /* 2 to 4 waves of 128x128 tiles (the GPT's [16384, 384] x [384, 384] with 384 tiles,
            its split-K weight gradients with 288): 128x64 tiles, double buffered with the
            register prefetch, even out the last wave: 16 to 32% less time per GEMM on the H100
            (docs/MEASUREMENTS.md, the GPT's training step) */
         else if (tiles > 256) c = (wgml_gemm_config){.tm = 8, .tn = 4, .bk = 16, .double_buffer = true, .prefetch = true};
+        else if (tiles == 256) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
+        /* 32 to 255 tiles: the next slice loaded into registers during this one's math */
         else if (tiles >= 32) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16, .prefetch = true};
         else c = (wgml_gemm_config){.tm = 4, .tn = 8, .bk = 16, .double_buffer = true, .prefetch = true};
         if (tu->gemm_tile_set) {

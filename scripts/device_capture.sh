@@ -20,8 +20,12 @@ for v in "${variants[@]}"; do
   # shellcheck disable=SC2086
   env $v WGML_VK_CAPTURE="$c" WGML_DUMP_WGSL="$c/wgsl" WGML_VK_REAL=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
     LD_LIBRARY_PATH="$PWD/$D:$PWD/.devlibs" WGML_BENCH_ONLY="${ONLY:-gemm_4096}" timeout 150 "$D/wgml" bench matmul 2>&1 | grep -v "^wgml bench on"
-  # one line per kernel, in creation order: registers per thread and shared memory
+  # one line per kernel, in creation order: registers per thread and shared memory, and the
+  # WGSL file dumped just before it (the dumps in the order they were written)
+  mapfile -t wgsl < <(ls -tr "$c/wgsl")
+  n=0
   for s in "$c"/shader_*.txt; do
-    [ -f "$s" ] && echo "   $(basename "$s" .txt): $(awk '/Register Count/ {r=$3} /Shared Memory Size/ {m=$4} END {print r " registers, " m " B shared"}' "$s")"
+    [ -f "$s" ] && echo "   $(basename "$s" .txt): $(awk '/Register Count/ {r=$3} /Shared Memory Size/ {m=$4} END {print r " registers, " m " B shared"}' "$s")  ${wgsl[$n]:-}"
+    n=$((n + 1))
   done
 done

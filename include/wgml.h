@@ -443,24 +443,32 @@ typedef enum wgml_activation {
     WGML_ACT_GELU_EXACT /* x Phi(x), as wgml_gelu_exact; WGML_ACT_GELU is the tanh form */
 } wgml_activation;
 
+/* wgml_matmul_desc's f16_math */
+enum { WGML_F16_MATH_F32_SUMS = 1, WGML_F16_MATH_F16_SUMS = 2 };
+
 typedef struct wgml_matmul_desc {
     int trans_a, trans_b; /* use a^T / b^T (no copy) */
     float alpha;          /* 0 means 1 */
     wgml_tensor *bias;    /* optional, [N] */
     wgml_activation activation;
-    /* 1: the product's arithmetic in f16 (opt in). Both operands are rounded to f16 as they
-       are staged into workgroup memory (to nearest, ties to even: so on lavapipe, which the
-       tests check, though WGSL lets an adapter take either neighbour; magnitudes past 65504
-       become infinities: from 65520 on under ties to even, from 65536 on on any adapter);
-       the products of each 16 k (16j .. 16j + 15; fewer where a tile's slice is shallower)
-       are summed in f16 (vec4<f16> fma: such a sum past 65504 is an infinity) and each such
-       sum is added into f32 accumulators; alpha, bias, activation and the result are f32.
-       Error: within about 18 * 2^-11 * sum_k |a_mk b_kn| (2^-11 for each operand's
-       rounding, 16 for the f16 sum). Every shape runs the tiled GEMM kernel (never the GEMV
-       or CPU-adapter kernels), so the result always carries f16 rounding. Needs the
-       adapter's shader-f16 feature (wgml_adapter_info's has_shader_f16): without it
-       wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED. Gradients (autograd) are computed
-       with f32 arithmetic. */
+    /* f16 arithmetic (opt in; 0: f32). Both operands are rounded to f16 as they are staged
+       into workgroup memory (to nearest, ties to even: so on lavapipe, which the tests check,
+       though WGSL lets an adapter take either neighbour; magnitudes past 65504 become
+       infinities: from 65520 on under ties to even, from 65536 on on any adapter).
+       WGML_F16_MATH_F32_SUMS (1): the products of each 16 k (16j .. 16j + 15; fewer where a
+       tile's slice is shallower) are summed in f16 (vec4<f16> fma) and each such sum is added
+       into f32 accumulators. Error: within about 18 * 2^-11 * sum_k |a_mk b_kn| (2^-11 for
+       each operand's rounding, 16 for the f16 sum). Slower than f32 on the H100 (0.9x).
+       WGML_F16_MATH_F16_SUMS (2): the whole sum over K in f16, as f16 hardware GEMMs without
+       f32 accumulation do: on the H100 1.2x faster than f32 (about cuBLAS's f32 speed), with
+       an error that grows with K (deterministic bound (K + 2) * 2^-11 * sum_k |a b|; 4096^3
+       of uniform data measured 1.5e-4 rms, 8.3e-4 max of it), and any partial sum past 65504
+       becomes an infinity. Both: alpha, bias, activation and the result are f32. Every shape
+       runs the tiled GEMM kernel (never the GEMV or CPU-adapter kernels), so the result
+       always carries f16 rounding. Needs the adapter's shader-f16 feature (wgml_adapter_info's
+       has_shader_f16): without it wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED; another
+       value is WGML_ERROR_INVALID_ARGUMENT. Gradients (autograd) are computed with f32
+       arithmetic. */
     int f16_math;
 } wgml_matmul_desc;
 

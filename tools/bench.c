@@ -296,13 +296,15 @@ static wgml_tensor *op_matmul(wgml_context *ctx, void *p)
 
 /* ---------------------------------------------------------------- matmul accuracy */
 
-/* The error of the f32 and f16-arithmetic GEMMs against a double reference on the host, over
-   sampled outputs: relative to sum_k |a b| of the output (what rounding bounds) and plain,
-   |c - ref| / |ref| (unbounded where ref is near 0) */
+/* The error of the f32 GEMM and of both f16-arithmetic ones against a double reference on
+   the host, over sampled outputs: relative to sum_k |a b| of the output (what rounding
+   bounds) and plain, |c - ref| / |ref| (unbounded where ref is near 0) */
+#define MATH_MODES 3 /* wgml_matmul_desc f16_math 0, 1, 2 */
+static const char *const math_name[MATH_MODES] = {"f32", "f16math", "f16sums"};
 typedef struct accuracy {
     char name[64];
     int64_t size, samples;
-    double max_abs[2], rms_abs[2], max_rel[2], rms_rel[2]; /* [0] f32, [1] f16 arithmetic */
+    double max_abs[MATH_MODES], rms_abs[MATH_MODES], max_rel[MATH_MODES], rms_rel[MATH_MODES]; /* by f16_math */
 } accuracy;
 static accuracy accuracies[4];
 static int naccuracies;
@@ -326,18 +328,18 @@ static void matmul_accuracy(wgml_context *ctx, int64_t s)
     snprintf(name, sizeof name, "gemm_%lld^3_error", (long long)s);
     if (!wanted(name) || naccuracies == (int)(sizeof accuracies / sizeof accuracies[0])) return;
     int64_t sh[2] = {s, s}, n = s * s, samples = 1024;
-    float *A = random_floats(n, 1), *B = random_floats(n, 2), *C[2] = {NULL, NULL};
+    float *A = random_floats(n, 1), *B = random_floats(n, 2), *C[MATH_MODES] = {NULL, NULL, NULL};
     wgml_tensor *a = NULL, *b = NULL;
     if (A && B && !wgml_tensor_from_data(ctx, 2, sh, A, (size_t)n, &a) && !wgml_tensor_from_data(ctx, 2, sh, B, (size_t)n, &b))
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < MATH_MODES; v++) {
             wgml_matmul_desc d = {.f16_math = v};
             C[v] = matmul_host(ctx, a, b, &d, n);
         }
-    if (C[0] && C[1]) {
+    if (C[0] && C[1] && C[2]) {
         accuracy *r = &accuracies[naccuracies++];
         *r = (accuracy){.size = s, .samples = samples};
         snprintf(r->name, sizeof r->name, "%s", name);
-        double sum2[2][2] = {{0, 0}, {0, 0}};
+        double sum2[MATH_MODES][2] = {{0, 0}};
         uint64_t x = 777;
         for (int64_t i = 0; i < samples; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -348,22 +350,24 @@ static void matmul_accuracy(wgml_context *ctx, int64_t s)
                 ref += p;
                 sabs += fabs(p);
             }
-            for (int v = 0; v < 2; v++) {
+            for (int v = 0; v < MATH_MODES; v++) {
                 double e = fabs((double)C[v][m * s + col] - ref);
                 double ea = sabs > 0 ? e / sabs : e, er = ref != 0 ? e / fabs(ref) : e;
                 r->max_abs[v] = fmax(r->max_abs[v], ea), r->max_rel[v] = fmax(r->max_rel[v], er);
                 sum2[v][0] += ea * ea, sum2[v][1] += er * er;
             }
         }
-        for (int v = 0; v < 2; v++)
+        for (int v = 0; v < MATH_MODES; v++)
             r->rms_abs[v] = sqrt(sum2[v][0] / (double)samples), r->rms_rel[v] = sqrt(sum2[v][1] / (double)samples);
-        fprintf(stderr, "  %-20s |c-ref|/sum|ab|  f32 max %.3g rms %.3g  f16math max %.3g rms %.3g  (%lld outputs)\n", name,
-                r->max_abs[0], r->rms_abs[0], r->max_abs[1], r->rms_abs[1], (long long)samples);
-        fprintf(stderr, "  %-20s |c-ref|/|ref|    f32 max %.3g rms %.3g  f16math max %.3g rms %.3g  (%lld outputs)\n", name,
-                r->max_rel[0], r->rms_rel[0], r->max_rel[1], r->rms_rel[1], (long long)samples);
+        for (int rel = 0; rel < 2; rel++) {
+            fprintf(stderr, "  %-20s %s", name, rel ? "|c-ref|/|ref|   " : "|c-ref|/sum|ab| ");
+            for (int v = 0; v < MATH_MODES; v++)
+                fprintf(stderr, "  %s max %.3g rms %.3g", math_name[v], rel ? r->max_rel[v] : r->max_abs[v],
+                        rel ? r->rms_rel[v] : r->rms_abs[v]);
+            fprintf(stderr, "  (%lld outputs)\n", (long long)samples);
+        }
     }
-    free(C[0]);
-    free(C[1]);
+    for (int v = 0; v < MATH_MODES; v++) free(C[v]);
     wgml_tensor_free(a);
     wgml_tensor_free(b);
     free(A);
@@ -390,16 +394,17 @@ static void bench_matmul(int quick)
     const int64_t *sq = quick ? squares_quick : squares_full;
     int nsq = quick ? 3 : 5;
     char name[64];
-    /* the two largest also with f16 arithmetic (wgml_matmul_desc f16_math), "_f16math" */
-    const wgml_matmul_desc f16_math = {.f16_math = 1};
+    /* the two largest also with f16 arithmetic (wgml_matmul_desc f16_math): "_f16math" with
+       f32 sums of 16-k f16 sums, "_f16sums" with the whole sum in f16 */
+    const wgml_matmul_desc f16_math[MATH_MODES] = {{0}, {.f16_math = 1}, {.f16_math = 2}};
     for (int i = 0; i < nsq; i++)
-        for (int h = 0; h < (i >= nsq - 2 ? 2 : 1); h++) {
+        for (int h = 0; h < (i >= nsq - 2 ? MATH_MODES : 1); h++) {
             int64_t s = sq[i], sh[2] = {s, s};
             int inner = quick ? 1 : s >= 4096 ? 3 : 8;
-            snprintf(name, sizeof name, "gemm_%lld^3%s", (long long)s, h ? "_f16math" : "");
+            snprintf(name, sizeof name, "gemm_%lld^3%s%s", (long long)s, h ? "_" : "", h ? math_name[h] : "");
             if (!wanted(name) || !fits(ctx, name, s * s) || (h && !has_f16_math(ctx, name))) continue;
             operands t = operands_make(ctx, inner, 2, sh, 2, sh);
-            t.desc = h ? &f16_math : NULL;
+            t.desc = h ? &f16_math[h] : NULL;
             double sec = time_op(ctx, op_matmul, &t, inner, quick ? 3 : 9);
             bench_report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
             operands_free(&t);
@@ -431,12 +436,13 @@ static void bench_matmul(int quick)
     for (int mi = 0; mi < 3; mi++)
         for (int ki = 0; ki < nk; ki++)
             /* M = 128 at the largest K also with f16 arithmetic */
-            for (int h = 0; h < (mi == 2 && ki == nk - 1 ? 2 : 1); h++) {
+            for (int h = 0; h < (mi == 2 && ki == nk - 1 ? MATH_MODES : 1); h++) {
                 int64_t M = ms[mi], K = ks[ki], sa[2] = {M, K}, sb[2] = {K, K};
-                snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld%s", (long long)M, (long long)K, (long long)K, h ? "_f16math" : "");
+                snprintf(name, sizeof name, "llm_M%lld_K%lld_N%lld%s%s", (long long)M, (long long)K, (long long)K, h ? "_" : "",
+                         h ? math_name[h] : "");
                 if (!wanted(name) || !fits(ctx, name, K * K) || (h && !has_f16_math(ctx, name))) continue;
                 operands t = operands_make(ctx, quick ? 1 : 8, 2, sa, 2, sb);
-                t.desc = h ? &f16_math : NULL;
+                t.desc = h ? &f16_math[h] : NULL;
                 double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 11);
                 if (M == 1) bench_report(name, sec, 4.0 * (double)K * K / sec / 1e9, "GB/s (weight read)");
                 else bench_report(name, sec, 2.0 * (double)M * K * K / sec / 1e12, "TFLOP/s");
@@ -779,19 +785,19 @@ int cmd_bench(int argc, char **argv)
             else json_decref(group);
         }
         /* the GEMMs' errors (matmul_accuracy): "accuracy": {"gemm_S^3_error": {"f32": {...},
-           "f16math": {...}, "samples": n}} */
+           "f16math": {...}, "f16sums": {...}, "samples": n}} */
         if (naccuracies) {
             json_t *acc = json_object();
             for (int i = 0; i < naccuracies; i++) {
                 const accuracy *a = &accuracies[i];
                 json_t *e = json_object();
-                for (int v = 0; v < 2; v++) {
+                for (int v = 0; v < MATH_MODES; v++) {
                     json_t *k = json_object();
                     json_object_set_new(k, "max_err_over_sum_abs", json_real(a->max_abs[v]));
                     json_object_set_new(k, "rms_err_over_sum_abs", json_real(a->rms_abs[v]));
                     json_object_set_new(k, "max_rel_err", json_real(a->max_rel[v]));
                     json_object_set_new(k, "rms_rel_err", json_real(a->rms_rel[v]));
-                    json_object_set_new(e, v ? "f16math" : "f32", k);
+                    json_object_set_new(e, math_name[v], k);
                 }
                 json_object_set_new(e, "samples", json_integer(a->samples));
                 json_object_set_new(acc, a->name, e);

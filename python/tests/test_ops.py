@@ -411,6 +411,16 @@ def test_matmul_f16_math(rng):
     err = np.abs(got - ref)
     assert np.all(err <= 19 * 2.0**-11 * scale + 130 * 2.0**-23)  # f16 rounding's bound
     assert np.mean(np.abs(got - (a @ b)) > 2.0**-20 * scale) > 0.9  # f16, not f32, arithmetic
+    # the whole sum in f16: 1 + 2^-11 summed across two 16-k runs stays 1 (f32 sums: 1 + 2^-11)
+    x = np.zeros((2, 32), np.float32)
+    x[:, 0], x[0, 5], x[1, 21] = 1.0, 2.0**-11, 2.0**-11
+    ones = wgml.tensor(np.ones((32, 1), np.float32))
+    assert wgml.matmul(x, ones, f16_math="f32_sums").numpy().ravel().tolist() == [1.0, 1.0 + 2.0**-11]
+    assert wgml.matmul(x, ones, f16_math="f16_sums").numpy().ravel().tolist() == [1.0, 1.0]
+    got = wgml.matmul(t, wgml.tensor(b), f16_math="f16_sums").numpy()
+    assert np.all(np.abs(got - ref) <= (3 + 130**0.5) * 2.0**-11 * scale + 130 * 2.0**-23)
+    with pytest.raises(ValueError, match="f16_math must be"):
+        wgml.matmul(t, wgml.tensor(b), f16_math="f8")
 
 
 def test_matmul_batched_and_vectors(rng):

@@ -912,8 +912,9 @@ def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=
     """a [..., M, K] @ b [..., K, N] with NumPy-broadcast leading dims; optionally a^T, b^T
     (no copy), a scale alpha, a bias [N] and an activation ("relu", "gelu", "silu",
     "gelu_exact") fused in. A 1-D operand is a row (a) or column (b) vector, as in NumPy.
-    f16_math: the products in f16 arithmetic (operands rounded to halves, 16 k at a time
-    summed in f16, then in f32; see wgml_matmul_desc in wgml.h); needs the adapter's
+    f16_math: the products in f16 arithmetic (operands rounded to halves; see
+    wgml_matmul_desc in wgml.h): True or "f32_sums", 16 k at a time summed in f16, then in
+    f32; "f16_sums", the whole sum in f16 (faster, less exact); needs the adapter's
     shader-f16 feature."""
     like = _first_tensor(a, b)
     a, b = _as_tensor(a, like), _as_tensor(b, like)
@@ -931,7 +932,11 @@ def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=
     bias = _as_tensor(bias, a) if bias is not None else None  # held until the call
     d.bias = _opt(bias)
     d.activation = _ACTIVATIONS[activation]
-    d.f16_math = 1 if f16_math else 0
+    modes = {False: 0, True: lib.WGML_F16_MATH_F32_SUMS, "f32_sums": lib.WGML_F16_MATH_F32_SUMS,
+             "f16_sums": lib.WGML_F16_MATH_F16_SUMS}
+    if not isinstance(f16_math, (bool, str)) or f16_math not in modes:
+        raise ValueError("f16_math must be False, True, 'f32_sums' or 'f16_sums', not %r" % (f16_math,))
+    d.f16_math = modes[f16_math]
     r = _wrap(a._ctx, lib.wgml_matmul_ex(a._ctx._ptr, a._handle(), b._handle(), d))
     if squeeze_a or squeeze_b:
         shape = list(r.shape)

@@ -238,6 +238,9 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
         wgml_sbuf_put(&b, "    let tx = lid %% 16u;\n    let ty = lid / 16u;\n");
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
+    if (cfg->f16_whole)
+        for (int i = 0; i < TM; i++)
+            for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    var h%d_%d = vec4<f16>(0.0);\n", i, j);
     for (int r = 0; r * 256 < BM * BK / 4; r++) wgml_sbuf_put(&b, "    var ra%d: vec4<f32>;\n", r);
     for (int r = 0; r * 256 < BN * BK / 4; r++) wgml_sbuf_put(&b, "    var rb%d: vec4<f32>;\n", r);
     char next_k0[32];
@@ -283,13 +286,13 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
                 snprintf(av, sizeof av, "vec4<%s>(a%d_%d.%c)", st, kk, i / 4, "xyzw"[i % 4]);
                 if (!half)
                     wgml_sbuf_put(&b, "        c%d_%d = fma(%s, b%d_%d, c%d_%d);\n", i, jb, av, kk, jb, i, jb);
-                else if (kk % F16_RUN == 0) /* a run's f16 sums start from its first products */
+                else if (kk % F16_RUN == 0 && !cfg->f16_whole) /* a run's f16 sums start from its first products */
                     wgml_sbuf_put(&b, "        %sh%d_%d = %s * b%d_%d;\n", kk ? "" : "var ", i, jb, av, kk, jb);
                 else
                     wgml_sbuf_put(&b, "        h%d_%d = fma(%s, b%d_%d, h%d_%d);\n", i, jb, av, kk, jb, i, jb);
             }
         /* f16 arithmetic: a run's f16 sums into the f32 accumulators */
-        if (half && (kk % F16_RUN == F16_RUN - 1 || kk == BK - 1))
+        if (half && !cfg->f16_whole && (kk % F16_RUN == F16_RUN - 1 || kk == BK - 1))
             for (int i = 0; i < TM; i++)
                 for (int jb = 0; jb < TN / 4; jb++) wgml_sbuf_put(&b, "        c%d_%d += vec4<f32>(h%d_%d);\n", i, jb, i, jb);
     }
@@ -314,6 +317,9 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
         wgml_sbuf_put(&b, "        }\n");
     }
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
+    if (cfg->f16_whole)
+        for (int i = 0; i < TM; i++)
+            for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    c%d_%d = vec4<f32>(h%d_%d);\n", i, j, i, j);
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) {

@@ -61,6 +61,10 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
                                  WGML_MAX_DIMS, sa, sb);
     if ((int)d.activation < 0 || d.activation > WGML_ACT_GELU_EXACT)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
+    if (d.f16_math < 0 || d.f16_math > WGML_F16_MATH_F16_SUMS)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "matmul: f16_math %d is not 0, WGML_F16_MATH_F32_SUMS (1) or WGML_F16_MATH_F16_SUMS (2)",
+                                 d.f16_math);
     if (d.f16_math && !ctx->rt.info.has_shader_f16)
         return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED,
                                  "matmul: f16_math (%s x %s) needs the adapter's shader-f16 feature, which %s lacks", sa, sb,
@@ -114,7 +118,7 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
     t->iparam[4] = (int)Ka;
     t->iparam[5] = d.trans_a; /* the caller's flags, on the logical operands (autograd) */
     t->iparam[6] = d.trans_b;
-    t->iparam[7] = d.f16_math != 0;
+    t->iparam[7] = d.f16_math;
     t->fparam[0] = d.alpha == 0.0f ? 1.0f : d.alpha;
     return t;
 }
@@ -171,7 +175,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     uint32_t key[14] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
                         cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
                         (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
-                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3,
+                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3 | (uint32_t)cfg.f16_whole << 4,
                         g->trans_a, g->trans_b, (uint32_t)g->act,
                         (uint32_t)cfg.cpu_rows | (uint32_t)cfg.cpu_cols << 8 | (uint32_t)cfg.cpu_lanes << 16 | (uint32_t)cfg.cpu_subgroups << 31};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 14))) {
@@ -245,7 +249,8 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     lead_strides(b, t, &g.b_bs, &g.b_bs1);
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
-    g.f16_math = t->iparam[7];
+    g.f16_math = t->iparam[7] != 0;
+    g.f16_whole = t->iparam[7] == WGML_F16_MATH_F16_SUMS;
     /* B shared by the whole batch and A's matrices one after another, rows lda apart
        throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
        whose grid is larger than a batch of small ones. (A single row has no row stride of

@@ -40,6 +40,10 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
         /* 32 to 255 tiles: the next slice loaded into registers during this one's math */
         else if (tiles >= 32) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16, .prefetch = true};
         else c = (wgml_gemm_config){.tm = 4, .tn = 8, .bk = 16, .double_buffer = true, .prefetch = true};
+        /* f16 arithmetic: 8x4 a thread for 8x8 (H100, 4096^3 / 8192^3: f32 sums 38.3 / 39.4
+           TFLOP/s against 33.0 / 34.9, at 102 registers against 177 per thread; f16 sums
+           50.0 / 52.0 against 48.5 / 51.5) */
+        if (g->f16_math && c.tm == 8 && c.tn == 8) c.tn = 4;
         if (tu->gemm_tile_set) {
             int st = tu->gemm_stages;
             c = (wgml_gemm_config){.tm = tu->gemm_tm, .tn = tu->gemm_tn, .bk = tu->gemm_bk,
@@ -48,6 +52,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     }
     /* f16 arithmetic stages halves: 2-byte elements */
     c.f16_math = g->f16_math;
+    c.f16_whole = g->f16_math && g->f16_whole;
     uint64_t esize = c.f16_math ? 2 : 4;
     /* within the adapter's workgroup memory: drop the second stage, then shrink the slice */
     uint64_t room = ctx->rt.limits.maxComputeWorkgroupStorageSize;

@@ -131,8 +131,9 @@ static void run_case(wgml_context *ctx, const f16_case *c)
         fprintf(stderr, "  %s%lldx%lldx%lld%s%s: max |c - ref| / sum|ab|: f16 math %.3g (bound %.3g), f32 %.3g; %lld of %lld apart\n",
                 c->batch ? "batched " : "", (long long)M, (long long)K, (long long)N, c->ta || c->view_a ? " A^T" : "",
                 c->tb || c->view_b ? " B^T" : "", worst, tol(K), worst_f32, (long long)apart, (long long)live);
-        /* most outputs; all but a few rounding coincidences of K = 1 products */
-        if ((double)apart < 0.9 * (double)live)
+        /* most outputs: all but a few rounding coincidences (K = 1 products, or one of a
+           handful of outputs: the H100 met one in 7 at 7x130x1) */
+        if ((double)apart < 0.9 * (double)live && apart < live - 1)
             FAILF("%lldx%lldx%lld: only %lld of %lld outputs differ from the f32 kernel's: is f16 arithmetic on?",
                   (long long)M, (long long)K, (long long)N, (long long)apart, (long long)live);
     }

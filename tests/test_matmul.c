@@ -910,20 +910,24 @@ static void tile_policy(void)
         int64_t M, N, K;
         int ta, tb;
         int tm, tn, bk, double_buffer, prefetch;
+        int f16_math;
     } want[] = {
-        {4096, 4096, 4096, 0, 0, 8, 8, 16, 0, 0}, /* >= 512 tiles: one buffer */
-        {4096, 4096, 4096, 0, 1, 8, 8, 16, 0, 0},
-        {4096, 4096, 4096, 1, 0, 8, 8, 8, 0, 1},  /* A^T B: 8-deep slices, register prefetch */
-        {2048, 2048, 2048, 0, 0, 8, 8, 16, 0, 0}, /* one wave (256 tiles) */
-        {2048, 2048, 2048, 1, 0, 8, 8, 16, 0, 0},
-        {2560, 2048, 512, 0, 0, 8, 4, 16, 1, 1},  /* 320 tiles: 128x64, two buffers */
-        {1024, 1024, 1024, 0, 0, 8, 8, 16, 0, 1}, /* 64 tiles: register prefetch */
-        {256, 512, 64, 0, 0, 4, 8, 16, 1, 1},     /* 8 tiles: 64x128 */
+        {4096, 4096, 4096, 0, 0, 8, 8, 16, 0, 0, 0}, /* >= 512 tiles: one buffer */
+        {4096, 4096, 4096, 0, 1, 8, 8, 16, 0, 0, 0},
+        {4096, 4096, 4096, 1, 0, 8, 8, 8, 0, 1, 0},  /* A^T B: 8-deep slices, register prefetch */
+        {2048, 2048, 2048, 0, 0, 8, 8, 16, 0, 0, 0}, /* one wave (256 tiles) */
+        {2048, 2048, 2048, 1, 0, 8, 8, 16, 0, 0, 0},
+        {2560, 2048, 512, 0, 0, 8, 4, 16, 1, 1, 0},  /* 320 tiles: 128x64, two buffers */
+        {1024, 1024, 1024, 0, 0, 8, 8, 16, 0, 1, 0}, /* 64 tiles: register prefetch */
+        {256, 512, 64, 0, 0, 4, 8, 16, 1, 1, 0},     /* 8 tiles: 64x128 */
+        {4096, 4096, 4096, 0, 0, 8, 4, 16, 0, 0, 1}, /* f16 arithmetic: 8x4 a thread */
+        {2048, 2048, 2048, 0, 0, 8, 4, 16, 0, 0, 2},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         wgml_gemm_args g = {.M = want[i].M, .N = want[i].N, .K = want[i].K, .batch = 1, .trans_a = want[i].ta,
                             .trans_b = want[i].tb, .lda = want[i].ta ? want[i].M : want[i].K,
-                            .ldb = want[i].tb ? want[i].K : want[i].N};
+                            .ldb = want[i].tb ? want[i].K : want[i].N, .f16_math = want[i].f16_math != 0,
+                            .f16_whole = want[i].f16_math == 2};
         wgml_gemm_config c = wgml_gemm_choose(ctx, &g);
         bool ok = c.tm == want[i].tm && c.tn == want[i].tn && c.bk == want[i].bk &&
                   c.double_buffer == (bool)want[i].double_buffer && c.prefetch == (bool)want[i].prefetch;

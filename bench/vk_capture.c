@@ -2,7 +2,8 @@
  * A stand-in for the Vulkan loader that shows what the driver gets and makes of wgml's
  * kernels: the SPIR-V naga writes for each WGSL kernel and, where the driver offers
  * VK_KHR_pipeline_executable_properties, the compiled kernel's statistics (on NVIDIA:
- * registers per thread, shared memory, local memory, which decide occupancy and spills).
+ * registers per thread and shared memory, which decide occupancy; its local-memory figure
+ * read 2^36 for every kernel, not a size).
  * wgpu-native reaches Vulkan only through dlopen("libvulkan.so.1") and the loader's
  * vkGetInstanceProcAddr; this file is built as a library of that file name (with another
  * SONAME), found first on LD_LIBRARY_PATH, and passes everything on to the real loader but
@@ -12,8 +13,9 @@
  *   WGML_VK_CAPTURE=dir      where shader_NNN.spv and shader_NNN.txt go (NNN: creation order)
  *   WGML_VK_REAL=path        the real loader (default: Debian's)
  *
- * A diagnostic for kernel work (scripts/spirv_capture.sh builds and runs it); not part of
- * the library.
+ * A diagnostic for kernel work (CMake builds it as build/vk_capture/libvulkan.so.1 where
+ * Vulkan's headers are; scripts/device_capture.sh runs the bench under it); not part of the
+ * library.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -32,7 +34,6 @@ static PFN_vkCreateShaderModule real_create_module;
 static PFN_vkCreateComputePipelines real_create_pipelines;
 static PFN_vkGetPipelineExecutablePropertiesKHR get_props;
 static PFN_vkGetPipelineExecutableStatisticsKHR get_stats;
-static PFN_vkGetPipelineExecutableInternalRepresentationsKHR get_irs;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* modules in creation order, so a pipeline's statistics land beside its SPIR-V */
@@ -99,8 +100,6 @@ static VKAPI_ATTR VkResult VKAPI_CALL capture_create_device(VkPhysicalDevice phy
     if (r == VK_SUCCESS) {
         get_props = (PFN_vkGetPipelineExecutablePropertiesKHR)real_gdpa(*dev, "vkGetPipelineExecutablePropertiesKHR");
         get_stats = (PFN_vkGetPipelineExecutableStatisticsKHR)real_gdpa(*dev, "vkGetPipelineExecutableStatisticsKHR");
-        get_irs = (PFN_vkGetPipelineExecutableInternalRepresentationsKHR)real_gdpa(
-            *dev, "vkGetPipelineExecutableInternalRepresentationsKHR");
     }
     return r;
 }
@@ -122,25 +121,39 @@ static VKAPI_ATTR VkResult VKAPI_CALL capture_create_module(VkDevice dev, const 
     return r;
 }
 
+/* the executables' properties or one executable's statistics, by the records' type */
+static VkResult query(VkDevice dev, VkStructureType type, const void *info, uint32_t *n, void *out)
+{
+    if (type == VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR) return get_props(dev, info, n, out);
+    return get_stats(dev, info, n, out);
+}
+
+/* Vulkan's two-call idiom: how many, then fill `n` records of `size` bytes whose sType is set */
+static void *list(VkDevice dev, VkStructureType type, const void *info, size_t size, uint32_t *n)
+{
+    *n = 0;
+    query(dev, type, info, n, NULL);
+    char *rec = calloc(*n ? *n : 1, size);
+    for (uint32_t i = 0; rec && i < *n; i++) ((VkBaseOutStructure *)(rec + i * size))->sType = type;
+    if (rec) query(dev, type, info, n, rec);
+    else *n = 0;
+    return rec;
+}
+
+/* the driver's statistics of each of the pipeline's executables (a compute pipeline: one) */
 static void write_stats(VkDevice dev, VkPipeline pipe, int index)
 {
     FILE *f = open_out(index, "txt", "w");
     if (!f) return;
     VkPipelineInfoKHR pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, .pipeline = pipe};
-    uint32_t ne = 0;
-    get_props(dev, &pi, &ne, NULL);
-    for (uint32_t e = 0; e < ne && e < 8; e++) {
-        VkPipelineExecutablePropertiesKHR props[8];
-        for (uint32_t i = 0; i < 8; i++) props[i] = (VkPipelineExecutablePropertiesKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR};
-        uint32_t n = ne < 8 ? ne : 8;
-        get_props(dev, &pi, &n, props);
+    uint32_t ne, ns;
+    VkPipelineExecutablePropertiesKHR *props = list(dev, VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR, &pi,
+                                                    sizeof *props, &ne);
+    for (uint32_t e = 0; e < ne; e++) {
         fprintf(f, "executable %u: %s (%s), subgroup size %u\n", e, props[e].name, props[e].description, props[e].subgroupSize);
         VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, .pipeline = pipe, .executableIndex = e};
-        uint32_t ns = 0;
-        get_stats(dev, &ei, &ns, NULL);
-        VkPipelineExecutableStatisticKHR *st = calloc(ns ? ns : 1, sizeof *st);
-        for (uint32_t i = 0; i < ns; i++) st[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
-        get_stats(dev, &ei, &ns, st);
+        VkPipelineExecutableStatisticKHR *st = list(dev, VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR, &ei,
+                                                    sizeof *st, &ns);
         for (uint32_t i = 0; i < ns; i++) {
             fprintf(f, "  %-32s ", st[i].name);
             switch (st[i].format) {
@@ -152,24 +165,8 @@ static void write_stats(VkDevice dev, VkPipeline pipe, int index)
             fprintf(f, "  (%s)\n", st[i].description);
         }
         free(st);
-        /* the driver's own representations (on some drivers, the machine code as text) */
-        uint32_t nr = 0;
-        get_irs(dev, &ei, &nr, NULL);
-        VkPipelineExecutableInternalRepresentationKHR *ir = calloc(nr ? nr : 1, sizeof *ir);
-        for (uint32_t i = 0; i < nr; i++) ir[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR;
-        get_irs(dev, &ei, &nr, ir);
-        for (uint32_t i = 0; i < nr; i++) {
-            ir[i].pData = calloc(1, ir[i].dataSize + 1);
-        }
-        get_irs(dev, &ei, &nr, ir);
-        for (uint32_t i = 0; i < nr; i++) {
-            fprintf(f, "internal representation %u: %s (%s), %zu bytes%s\n", i, ir[i].name, ir[i].description,
-                    ir[i].dataSize, ir[i].isText ? "" : ", binary");
-            if (ir[i].isText) fprintf(f, "%s\n", (char *)ir[i].pData);
-            free(ir[i].pData);
-        }
-        free(ir);
     }
+    free(props);
     fclose(f);
 }
 
@@ -181,7 +178,7 @@ static VKAPI_ATTR VkResult VKAPI_CALL capture_create_pipelines(VkDevice dev, VkP
     VkComputePipelineCreateInfo *ci = calloc(n ? n : 1, sizeof *ci);
     for (uint32_t i = 0; i < n; i++) {
         ci[i] = infos[i];
-        ci[i].flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR | VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
+        ci[i].flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     }
     VkResult r = real_create_pipelines(dev, cache, n, ci, alloc, pipes);
     if (r == VK_SUCCESS)

@@ -458,12 +458,13 @@ typedef struct wgml_matmul_desc {
        WGML_F16_MATH_F32_SUMS (1): the products of each 16 k (16j .. 16j + 15; fewer where a
        tile's slice is shallower) are summed in f16 (vec4<f16> fma) and each such sum is added
        into f32 accumulators. Error: within about 18 * 2^-11 * sum_k |a_mk b_kn| (2^-11 for
-       each operand's rounding, 16 for the f16 sum). Slower than f32 on the H100 (0.9x).
+       each operand's rounding, 16 for the f16 sum). On the H100 no faster than f32 (0.94x).
        WGML_F16_MATH_F16_SUMS (2): the whole sum over K in f16, as f16 hardware GEMMs without
-       f32 accumulation do: on the H100 1.2x faster than f32 (about cuBLAS's f32 speed), with
-       an error that grows with K (deterministic bound (K + 2) * 2^-11 * sum_k |a b|; 4096^3
-       of uniform data measured 1.5e-4 rms, 8.3e-4 max of it), and any partial sum past 65504
-       becomes an infinity. Both: alpha, bias, activation and the result are f32. Every shape
+       f32 accumulation do: on the H100 1.1-1.25x faster than f32 (at 4096^3 about cuBLAS's
+       f32 speed), with an error that grows with K (the worst case, (K + 2) * 2^-11 * sum_k
+       |a b| to first order, says nothing past K = 1024; 4096^3 of uniform data measured
+       1.5e-4 rms, 8.3e-4 max of sum |a b|), and any partial sum past 65504 becomes an
+       infinity. Both: alpha, bias, activation and the result are f32. Every shape
        runs the tiled GEMM kernel (never the GEMV or CPU-adapter kernels), so the result
        always carries f16 rounding. Needs the adapter's shader-f16 feature (wgml_adapter_info's
        has_shader_f16): without it wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED; another

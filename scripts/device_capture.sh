@@ -3,8 +3,8 @@
 # folder holding a wgml binary and build/vk_capture/libvulkan.so.1, bench/vk_capture.c): for each
 # variant of VARIANTS (';'-separated lists of VAR=value, empty = defaults), `wgml bench matmul`
 # restricted to ONLY, with every kernel's SPIR-V and the driver's statistics for it
-# (registers, shared and local memory: VK_KHR_pipeline_executable_properties) written to
-# $OUT/capture<i>/. Usage: ONLY=gemm_4096 VARIANTS="; WGML_GEMM_TILE=8,8,16,2" device_capture.sh DIR
+# (VK_KHR_pipeline_executable_properties: on NVIDIA registers per thread, shared memory,
+# binary size) written to $OUT/capture<i>/; it prints registers and shared memory per kernel. Usage: ONLY=gemm_4096 VARIANTS="; WGML_GEMM_TILE=8,8,16,2" device_capture.sh DIR
 set -u
 D=${1:-build-bins/cap}
 for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig

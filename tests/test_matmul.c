@@ -926,8 +926,7 @@ static void tile_policy(void)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         wgml_gemm_args g = {.M = want[i].M, .N = want[i].N, .K = want[i].K, .batch = 1, .trans_a = want[i].ta,
                             .trans_b = want[i].tb, .lda = want[i].ta ? want[i].M : want[i].K,
-                            .ldb = want[i].tb ? want[i].K : want[i].N, .f16_math = want[i].f16_math != 0,
-                            .f16_whole = want[i].f16_math == 2};
+                            .ldb = want[i].tb ? want[i].K : want[i].N, .f16_math = want[i].f16_math};
         wgml_gemm_config c = wgml_gemm_choose(ctx, &g);
         bool ok = c.tm == want[i].tm && c.tn == want[i].tn && c.bk == want[i].bk &&
                   c.double_buffer == (bool)want[i].double_buffer && c.prefetch == (bool)want[i].prefetch;

@@ -13,7 +13,8 @@
  *     workgroup memory. The generator unrolls the inner product so register tiles are indexed
  *     by constants only (naga emits plain loops and arrays indexed at run time spill).
  *     With f16 arithmetic (opt in, wgml_matmul_desc f16_math) the slices are staged as
- *     halves and each 16 k's products are summed in f16 before an f32 accumulator takes them.
+ *     halves and the products summed in f16: 16 k at a time, each such sum then added into
+ *     the f32 accumulators (WGML_F16_MATH_F32_SUMS), or all of K (WGML_F16_MATH_F16_SUMS).
  * Edges (M, N, K not multiples of the tile) are guarded in the kernel.
  */
 #include <stdio.h>
@@ -198,9 +199,9 @@ static void put_slice(wgml_sbuf *b, const operand *A, const operand *B, int BK, 
     wgml_sbuf_put(b, "    }\n");
 }
 
-/* f16 arithmetic (cfg->f16_math): the products of F16_RUN consecutive k (a 16-deep slice, or
-   a run of a deeper one) are summed in f16, each run's sum then added in f32. Longer runs
-   would add error (about u per term of the run) for no fewer instructions. */
+/* f16 arithmetic with f32 sums: the products of F16_RUN consecutive k (a 16-deep slice, or a
+   run of a deeper one) are summed in f16, each run's sum then added in f32. The error grows
+   with the run (about u = 2^-11 per term): 16 bounds it at ~18u (tests/test_matmul_f16.c) */
 #define F16_RUN 16
 
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
@@ -208,7 +209,7 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     int TM = cfg->tm, TN = cfg->tn, BK = cfg->bk;
     int BM = 16 * TM, BN = 16 * TN;
     int stages = cfg->double_buffer ? 2 : 1;
-    bool half = cfg->f16_math;
+    bool half = cfg->f16_math != 0, whole = cfg->f16_math == WGML_F16_MATH_F16_SUMS;
     const char *st = half ? "f16" : "f32"; /* the staged type */
     operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta, cfg->two_leading), false, half};
     operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb, cfg->two_leading), cfg->b_f16, half};
@@ -238,7 +239,7 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
         wgml_sbuf_put(&b, "    let tx = lid %% 16u;\n    let ty = lid / 16u;\n");
     for (int i = 0; i < TM; i++)
         for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    var c%d_%d = vec4<f32>(0.0);\n", i, j);
-    if (cfg->f16_whole)
+    if (whole)
         for (int i = 0; i < TM; i++)
             for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    var h%d_%d = vec4<f16>(0.0);\n", i, j);
     for (int r = 0; r * 256 < BM * BK / 4; r++) wgml_sbuf_put(&b, "    var ra%d: vec4<f32>;\n", r);
@@ -286,13 +287,13 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
                 snprintf(av, sizeof av, "vec4<%s>(a%d_%d.%c)", st, kk, i / 4, "xyzw"[i % 4]);
                 if (!half)
                     wgml_sbuf_put(&b, "        c%d_%d = fma(%s, b%d_%d, c%d_%d);\n", i, jb, av, kk, jb, i, jb);
-                else if (kk % F16_RUN == 0 && !cfg->f16_whole) /* a run's f16 sums start from its first products */
+                else if (kk % F16_RUN == 0 && !whole) /* a run's f16 sums start from its first products */
                     wgml_sbuf_put(&b, "        %sh%d_%d = %s * b%d_%d;\n", kk ? "" : "var ", i, jb, av, kk, jb);
                 else
                     wgml_sbuf_put(&b, "        h%d_%d = fma(%s, b%d_%d, h%d_%d);\n", i, jb, av, kk, jb, i, jb);
             }
         /* f16 arithmetic: a run's f16 sums into the f32 accumulators */
-        if (half && !cfg->f16_whole && (kk % F16_RUN == F16_RUN - 1 || kk == BK - 1))
+        if (half && !whole && (kk % F16_RUN == F16_RUN - 1 || kk == BK - 1))
             for (int i = 0; i < TM; i++)
                 for (int jb = 0; jb < TN / 4; jb++) wgml_sbuf_put(&b, "        c%d_%d += vec4<f32>(h%d_%d);\n", i, jb, i, jb);
     }
@@ -317,7 +318,7 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
         wgml_sbuf_put(&b, "        }\n");
     }
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
-    if (cfg->f16_whole)
+    if (whole)
         for (int i = 0; i < TM; i++)
             for (int j = 0; j < TN / 4; j++) wgml_sbuf_put(&b, "    c%d_%d = vec4<f32>(h%d_%d);\n", i, j, i, j);
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");

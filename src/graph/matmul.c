@@ -175,7 +175,7 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     uint32_t key[14] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
                         cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
                         (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
-                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3 | (uint32_t)cfg.f16_whole << 4,
+                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3,
                         g->trans_a, g->trans_b, (uint32_t)g->act,
                         (uint32_t)cfg.cpu_rows | (uint32_t)cfg.cpu_cols << 8 | (uint32_t)cfg.cpu_lanes << 16 | (uint32_t)cfg.cpu_subgroups << 31};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 14))) {
@@ -249,8 +249,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     lead_strides(b, t, &g.b_bs, &g.b_bs1);
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
-    g.f16_math = t->iparam[7] != 0;
-    g.f16_whole = t->iparam[7] == WGML_F16_MATH_F16_SUMS;
+    g.f16_math = t->iparam[7];
     /* B shared by the whole batch and A's matrices one after another, rows lda apart
        throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
        whose grid is larger than a batch of small ones. (A single row has no row stride of

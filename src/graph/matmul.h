@@ -16,8 +16,7 @@ typedef struct wgml_gemm_config {
     int gemv_rows;      /* 1..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
     bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
     bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */
-    bool f16_math;      /* tiled GEMM: operands staged as halves, each 16 k's sum in f16 */
-    bool f16_whole;     /* f16_math summing all of K in f16 (WGML_F16_MATH_F16_SUMS) */
+    int f16_math;       /* tiled GEMM: wgml_matmul_desc's f16_math (0: f32 arithmetic) */
     bool two_leading;   /* two leading dims (L1 > 1): each matrix's start takes a division */
     /* the CPU GEMM (CPU adapters): a workgroup of cpu_lanes invocations, each computing
        cpu_rows x cpu_cols outputs (multiples of 4) without workgroup memory; 0: not */
@@ -37,8 +36,7 @@ typedef struct wgml_gemm_args {
     int64_t lda, ldb, a_off, b_off, a_bs, b_bs, a_bs1, b_bs1, c_off, bias_off;
     uint32_t has_bias, accumulate; /* accumulate: C += result (split K) */
     bool b_f16;                    /* B is stored as halves (offsets and strides still in elements) */
-    bool f16_math;                 /* f16 arithmetic (wgml_matmul_desc f16_math): the tiled GEMM only */
-    bool f16_whole;                /* ... WGML_F16_MATH_F16_SUMS: all of K summed in f16 */
+    int f16_math;                  /* wgml_matmul_desc's f16_math (the tiled GEMM only; 0: f32) */
 } wgml_gemm_args;
 
 /* The kernels' parameter block (wgml_gemm_params fills it; a multiple of 16 bytes) */

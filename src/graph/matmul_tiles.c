@@ -20,25 +20,24 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     if (g->M <= 16) c = (wgml_gemm_config){.tm = 1, .tn = 8, .bk = 16, .double_buffer = true};
     else if (g->M <= 64) c = (wgml_gemm_config){.tm = 4, .tn = 4, .bk = 16, .double_buffer = true};
     else {
-        /* measured on the H100 (docs/MEASUREMENTS.md): 128x128 tiles, BK 16, one buffer, for
-           grids of one wave and more (256 tiles: 2048^3 38.5-40.0 TFLOP/s against 37.4-38.5
-           with the register prefetch, four alternations over two runs); under 32 tiles,
-           64x128 tiles for more workgroups */
         int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128) * g->batch;
-        /* A^T B (a weight's gradient): both tiles stage without the transposing store, and
-           8-deep slices loaded into registers during the math won: 4096^3 41.8-42.1 TFLOP/s
-           against 38.4-38.7 with the default tile, three alternations in one H100 run (the
-           other forms were slower that way: 36 and 35) */
-        if (tiles >= 512 && g->trans_a && !g->trans_b) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true};
-        else if (tiles >= 512) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
-        /* 2 to 4 waves of 128x128 tiles (the GPT's [16384, 384] x [384, 384] with 384 tiles,
-           its split-K weight gradients with 288): 128x64 tiles, double buffered with the
-           register prefetch, even out the last wave: 16 to 32% less time per GEMM on the H100
-           (docs/MEASUREMENTS.md, the GPT's training step) */
-        else if (tiles > 256) c = (wgml_gemm_config){.tm = 8, .tn = 4, .bk = 16, .double_buffer = true, .prefetch = true};
-        else if (tiles == 256) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
+        /* measured on the H100 (docs/MEASUREMENTS.md). 2 to 4 waves of 128x128 tiles (the
+           GPT's [16384, 384] x [384, 384] with 384 tiles, its split-K weight gradients with
+           288): 128x64 tiles, double buffered with the register prefetch, even out the last
+           wave: 16 to 32% less time per GEMM (the GPT's training step) */
+        if (tiles > 256 && tiles < 512) c = (wgml_gemm_config){.tm = 8, .tn = 4, .bk = 16, .double_buffer = true, .prefetch = true};
+        /* A^T B (a weight's gradient) of 512 tiles and more: both tiles stage without the
+           transposing store, and 8-deep slices loaded into registers during the math won:
+           4096^3 41.8-42.1 TFLOP/s against 38.4-38.7 with the tile below, three alternations
+           in one run (the other forms were slower that way: 36 and 35) */
+        else if (tiles >= 512 && g->trans_a && !g->trans_b) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 8, .prefetch = true};
+        /* one wave and more: 128x128 tiles, BK 16, one buffer (256 tiles: 2048^3 38.7-40.0
+           TFLOP/s against 37.4-38.5 with the register prefetch, four alternations over two
+           runs) */
+        else if (tiles >= 256) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16};
         /* 32 to 255 tiles: the next slice loaded into registers during this one's math */
         else if (tiles >= 32) c = (wgml_gemm_config){.tm = 8, .tn = 8, .bk = 16, .prefetch = true};
+        /* under 32 tiles: 64x128 tiles, for more workgroups */
         else c = (wgml_gemm_config){.tm = 4, .tn = 8, .bk = 16, .double_buffer = true, .prefetch = true};
         /* f16 arithmetic: 8x4 a thread for 8x8 (H100, 4096^3 / 8192^3: f32 sums 38.3 / 39.4
            TFLOP/s against 33.0 / 34.9, at 102 registers against 177 per thread; f16 sums
@@ -52,7 +51,6 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     }
     /* f16 arithmetic stages halves: 2-byte elements */
     c.f16_math = g->f16_math;
-    c.f16_whole = g->f16_math && g->f16_whole;
     uint64_t esize = c.f16_math ? 2 : 4;
     /* within the adapter's workgroup memory: drop the second stage, then shrink the slice */
     uint64_t room = ctx->rt.limits.maxComputeWorkgroupStorageSize;

@@ -4,9 +4,7 @@
 # start. Expects the carried folders .gl (Vulkan loader debs), .devlibs (libwgpu_native,
 # libjansson, fmnist/ data) and build/ (binaries built on the CPU machine).
 set -u
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=build/wgml
 $W info | tee "$OUT/info.txt"; $W info --json > "$OUT/info.json"

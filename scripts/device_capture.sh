@@ -7,8 +7,7 @@
 # binary size) written to $OUT/capture<i>/; it prints registers and shared memory per kernel. Usage: ONLY=gemm_4096 VARIANTS="; WGML_GEMM_TILE=8,8,16,2" device_capture.sh DIR
 set -u
 D=${1:-build-bins/cap}
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
+. "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries
 OUT=${OUT:-/tmp/out}
 IFS=';' read -ra variants <<< "${VARIANTS:-}"
 [ ${#variants[@]} -gt 0 ] || variants=("")

@@ -7,9 +7,7 @@
 # Usage: device_dist.sh WGML_BINARY OMPI_DEBS
 set -u
 W=$1
-for f in .gl/*.deb "$2"/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} XDG_RUNTIME_DIR=/tmp
+EXTRA_DEBS=$2 . "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries, Open MPI
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI="mpirun --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x VK_DRIVER_FILES -x XDG_RUNTIME_DIR"
 mpirun --version | head -1

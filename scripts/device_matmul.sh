@@ -6,9 +6,7 @@
 # Usage: device_matmul.sh WGML_BINARY   (with .gl and .devlibs carried, as device_bench.sh)
 set -u
 W=${1:-build/wgml}
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} XDG_RUNTIME_DIR=/tmp
+. "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== wgml bench matmul"; timeout 240 "$W" bench matmul --json > "$OUT/wgml_matmul.json" 2> "$OUT/wgml_matmul.log"; cat "$OUT/wgml_matmul.log"
 echo "== torch"; timeout 200 python3 bench/torch_peer.py --matmul > "$OUT/torch_matmul.json" 2> "$OUT/torch.log"; cat "$OUT/torch.log"

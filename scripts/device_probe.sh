@@ -3,9 +3,7 @@
 # variants outside the executor (build/ew_probe), PyTorch's add in the same run, and
 # wgml bench ops. Arguments go to `wgml bench` (default: ops).
 set -u
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw,power.limit --format=csv
 timeout 200 build/ew_probe
 timeout 60 python3 - <<'PY'

@@ -6,9 +6,7 @@
 # Usage: device_python.sh BIN_DIR (holding wgml and libwgml.so.0)
 set -u
 B=$(cd "${1:-build}" && pwd)
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} XDG_RUNTIME_DIR=/tmp
+. "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries
 python3 --version
 python3 -m venv --system-site-packages /tmp/pyenv && /tmp/pyenv/bin/python -m pip install -q --no-index \
   --find-links build-bins/wheels numpy cffi pycparser 2>&1 | tail -2

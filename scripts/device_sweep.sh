@@ -6,9 +6,7 @@
 # settings too. Usage: ONLY=gemm_4096 VARIANTS="; WGML_GEMM_TILE=8,8,8,1" device_sweep.sh WGML_BINARY
 set -u
 W=${1:-build/wgml}
-for f in .gl/*.deb ${EXTRA_DEBS:+$EXTRA_DEBS/*.deb}; do dpkg -x "$f" / 2>/dev/null; done; ldconfig  # EXTRA_DEBS: e.g. Open MPI's, for a build with MPI
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} XDG_RUNTIME_DIR=/tmp
+. "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries  # (EXTRA_DEBS: e.g. Open MPI's, for a build with MPI)
 IFS=';' read -ra variants <<< "${VARIANTS:-}"
 [ ${#variants[@]} -gt 0 ] || variants=("")
 for t in ${TESTS:-}; do

@@ -1441,9 +1441,6 @@ static void test_unsupported_ops(void)
     }
 }
 
-/* argmax passes no gradient (its indices are constant almost everywhere), as in PyTorch: the
-   other factor of argmax(x) * y gets its gradient, x gets none, and a loss reached only
-   through argmax has no trainable input */
 /* L = sum(x * detach(x) * w): dL/dx = detach(x) * w, x * w (1x, not 2x); detach's value is x's */
 static void test_detach_stops_the_gradient(void)
 {
@@ -1475,6 +1472,9 @@ static void test_detach_stops_the_gradient(void)
     }
 }
 
+/* argmax passes no gradient (its indices are constant almost everywhere), as in PyTorch: the
+   other factor of argmax(x) * y gets its gradient, x gets none, and a loss reached only
+   through argmax has no trainable input */
 static void test_argmax_passes_no_gradient(void)
 {
     wgml_context *ctx = test_context();

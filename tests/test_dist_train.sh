@@ -20,21 +20,7 @@ ranks_prog=${4:-} # tests/dist_ranks.c: the collectives across 2 ranks
 mpi=("$mpiexec" --oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
 
-# Labels 0..9 and pixels that carry a little of the label, so the loss moves.
-"$py" - "$work/data" <<'PY'
-import os, random, struct, sys
-out = sys.argv[1]
-os.makedirs(out)
-rng = random.Random(19)
-for prefix, n in (("train", 1280), ("t10k", 64)):
-    labels = [rng.randrange(10) for _ in range(n)]
-    pixels = bytearray()
-    for label in labels:
-        pixels += bytes(min(255, rng.randrange(128) + (96 if p % 10 == label else 0)) for p in range(784))
-    for kind, dims, data in (("images-idx3", [n, 28, 28], pixels), ("labels-idx1", [n], bytes(labels))):
-        with open(f"{out}/{prefix}-{kind}-ubyte", "wb") as f:
-            f.write(bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data))
-PY
+fake_fmnist "$py" "$work/data" 1280 64 19 1  # pixels that carry a little of the label: the loss moves
 
 args=(train --data "$work/data" --hidden 32 --batch 128 --lr 3e-3)
 # 1 rank, then 2: 10 steps an epoch, 2 epochs
@@ -70,7 +56,7 @@ cmp -s "$work/two/checkpoint.safetensors" "$work/part/checkpoint.safetensors" ||
 
 # wgml gpt train the same way: 2 ranks x 4 sequences against 1 rank x 8, 20 steps
 mkdir -p "$work/text"
-for i in $(seq 1 300); do echo "Line $i: the quick brown fox jumps over the lazy dog, $((i * 7 % 13)) times."; done >"$work/text/a"
+fake_text "$work/text/a" 300
 gpt=(gpt train --data "$work/text" --layers 1 --heads 2 --width 32 --block 16 --batch 8 --dropout 0 --eval-every 5
      --eval-batches 1 --steps 20 --lr 3e-3)
 timeout 120 "$wgml" "${gpt[@]}" --out "$work/gpt1" >"$work/gpt1.log" 2>&1 || fail "gpt, 1 rank: exit $? ($(tail -2 "$work/gpt1.log"))"

@@ -269,6 +269,9 @@ static void gemv_subgroup_variant(void)
         setenv("WGML_GEMV_COLS", cols[w], 1);
         wgml_context *kctx = knob_context();
         if (!kctx) break;
+        /* the subgroup reduction is the GEMV kernel's: aligned M = 1 too goes there */
+        wgml_gemm_args g1 = {.M = 1, .N = 1536, .K = 4096, .batch = 1, .lda = 4096, .ldb = 1536};
+        CHECK(wgml_gemm_choose(kctx, &g1).gemv_rows == 0 && wgml_gemm_choose(kctx, &g1).gemv_subgroups);
         for (size_t i = 0; i < sizeof KN / sizeof KN[0]; i++) {
             mm_case c = {.M = 1, .K = KN[i][0], .N = KN[i][1], .bias = (int)(i % 2), .act = (wgml_activation)(i % 4)};
             ran++;
@@ -869,6 +872,9 @@ static void knobs_read_once(void)
     CHECK(c.tm == 4 && c.tn == 8 && c.bk == 4 && !c.double_buffer && !c.prefetch && c.warp_8x4);
     g.M = 3;
     CHECK(wgml_gemm_choose(ctx, &g).gemv_rows == 0 && wgml_gemm_choose(ctx, &g).gemv_cols == 16);
+    g.M = 1; /* aligned: the one-row kernel, but for WGML_GEMV_ROWS=0 */
+    CHECK(wgml_gemm_choose(ctx, &g).gemv_rows == 0);
+    g.M = 3;
     mm_case mc = {.M = 67, .K = 33, .N = 70};
     CHECK(run_case(ctx, &mc));
     wgml_context_free(ctx);
@@ -877,7 +883,11 @@ static void knobs_read_once(void)
         t = wgml_tuning_of(ctx);
         CHECK(!t->gemm_tile_set && !t->gemm_warp_8x4 && !t->gemv_rows_off && t->gemv_cols == 0 && t->ew_unroll == 1);
         g.M = 3;
-        /* the small-M GEMV for 3 rows (4, a power of two); on a CPU adapter the CPU GEMM */
+        /* the small-M GEMV for 3 rows (4, a power of two); on a CPU adapter the CPU GEMM; one
+           row (aligned) through its one-row form */
+        wgml_gemm_args g1 = g;
+        g1.M = 1;
+        CHECK(wgml_gemm_choose(ctx, &g1).gemv_rows == 1);
         wgml_gemm_config c3 = wgml_gemm_choose(ctx, &g);
         if (!strcmp(ctx->rt.info.adapter_type, "CPU")) CHECK(c3.gemv_rows == 0 && c3.cpu_rows > 0);
         else CHECK(c3.gemv_rows == 4);

@@ -24,7 +24,7 @@ fi
 # safetensors file (data contiguous, header padded with spaces as wgml does), so that only
 # the one change is wrong.
 cat >"$work/ck.py" <<'PY'
-import json, os, random, struct, sys
+import json, os, struct, sys
 
 def read(path):
     blob = open(path, "rb").read()
@@ -53,16 +53,7 @@ def numel(dims):
     return n
 
 cmd, args = sys.argv[1], sys.argv[2:]
-if cmd == "data":  # DIR: 256 training and 64 test images, random pixels and labels
-    rng = random.Random(3)
-    os.makedirs(args[0], exist_ok=True)
-    for prefix, n in (("train", 256), ("t10k", 64)):
-        for kind, dims, count in (("images-idx3", [n, 28, 28], n * 784), ("labels-idx1", [n], n)):
-            top = 256 if kind.startswith("images") else 10
-            with open("%s/%s-%s-ubyte" % (args[0], prefix, kind), "wb") as f:
-                f.write(bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims))
-                f.write(bytes(rng.randrange(top) for _ in range(count)))
-elif cmd == "meta":  # PATH KEY: print a metadata value
+if cmd == "meta":  # PATH KEY: print a metadata value
     print(read(args[0])[0].get(args[1], "(absent)"))
 elif cmd == "set_meta":  # IN OUT KEY VALUE
     meta, tensors = read(args[0])
@@ -122,7 +113,7 @@ ran() {
 }
 
 data=$work/data
-ck data "$data"
+fake_fmnist "$py" "$data" 256 64 3  # random pixels and labels
 common=(--data "$data" --hidden 16)
 settings=(--seed 7 --lr 0.01 --wd 0.001 --clip 0.5 --batch 32)
 

@@ -475,7 +475,7 @@ static void bench_matmul(int quick)
             int reps = quick ? 11 : 101, done = 0;
             if (wgml_weight_upload_ex(ctx, name, w, K, K, &d) == WGML_OK) {
                 /* a fresh buffer reads at half speed for its first second or so: warm up */
-                double warm_until = bench_now() + (quick ? 0.0 : 2.0);
+                double warm_until = bench_now() + WARMUP_SECONDS;
                 for (int r = -5; r < reps; r++, done = r) {
                     if (r == -1 && bench_now() < warm_until) r = -2;
                     double t0 = bench_now();
@@ -510,7 +510,7 @@ static void bench_matmul(int quick)
     const wgml_runtime *rt = &ctx->rt;
     double steps[16][201], polls[2][201];
     int nsteps = 0;
-    double warm_until = bench_now() + (quick ? 0.0 : 2.0);
+    double warm_until = bench_now() + WARMUP_SECONDS;
     for (int r = -5; r < reps; r++) {
         if (r == -1 && bench_now() < warm_until) r = -2; /* warm up as above */
         double t0 = bench_now();

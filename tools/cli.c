@@ -201,15 +201,15 @@ int cli_dist_check_replicas(const char *who, wgml_context *ctx, int n, wgml_tens
     return 0;
 }
 
-void cli_dist_report(int64_t steps)
+void cli_dist_report(void)
 {
     wgml_dist_stats s;
     wgml_dist_stats_get(&s);
-    if (wgml_dist_size() < 2 || wgml_dist_rank() != 0 || steps <= 0) return;
-    double k = 1e3 / (double)steps;
+    if (wgml_dist_size() < 2 || wgml_dist_rank() != 0 || !s.calls) return;
+    double k = 1e3 / (double)s.calls; /* one all-reduce a step */
     printf("gradient all-reduce on %d ranks: %.2f ms/step (copy-out %.2f, MPI %.2f, copy-in %.2f), %.2f MB a step; "
            "%.2f ms/step waiting for the GPU's gradients\n",
            wgml_dist_size(), (s.copy_out_seconds + s.reduce_seconds + s.copy_in_seconds) * k, s.copy_out_seconds * k,
-           s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)(s.calls ? s.calls : 1) / 1e6,
+           s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6,
            s.gpu_wait_seconds * k);
 }

@@ -38,8 +38,8 @@ int cli_dist_end(const char *who, int rc);
 /* FNV-1a of the tensors' values, and whether every rank holds the same (-1: a read failed,
    reported); rank 0 prints the check. For the replicas of a data-parallel run. */
 int cli_dist_check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors);
-/* The gradient all-reduce's time per step over `steps` steps, on rank 0 (nothing on one rank). */
-void cli_dist_report(int64_t steps);
+/* The gradient all-reduce's time per step (one all-reduce a step), on rank 0 (nothing on one rank). */
+void cli_dist_report(void);
 
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);

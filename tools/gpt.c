@@ -249,7 +249,7 @@ static void free_pending(wgml_tensor **pending, int n)
 static int train_loop(trainer *t, train_options *o)
 {
     /* (under mpirun stderr may be a pseudo-terminal whatever the user's is: plain lines) */
-    const int lead = wgml_dist_rank() == 0, tty = lead && isatty(STDERR_FILENO) && wgml_dist_size() == 1;
+    const int lead = wgml_dist_rank() == 0, tty = isatty(STDERR_FILENO) && wgml_dist_size() == 1;
     float losses[SYNC];
     double t0 = cli_now();
     int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;
@@ -327,7 +327,7 @@ static int train_loop(trainer *t, train_options *o)
     }
     if (wgml_dist_size() > 1) {
         if (cli_dist_check_replicas("wgml gpt train", t->ctx, t->model.n_params, t->model.params)) return 1;
-        cli_dist_report(t->step - first);
+        cli_dist_report();
     }
     if (lead)
         fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",

@@ -249,7 +249,6 @@ static int train_run(int argc, char **argv)
     }
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);
-    int64_t steps_run = 0;
     wgml_mlp m = {0};
     wgml_checkpoint ck = {0};
     int start_epoch = 0;
@@ -318,7 +317,7 @@ static int train_run(int argc, char **argv)
     const int batch = o.s.batch, local = batch / ranks; /* global, and this rank's share */
     /* the progress bar's \r only on a terminal; under mpirun every rank's stdout is a
        pseudo-terminal whatever the user's really is, so plain lines there */
-    const int tty = lead && isatty(STDOUT_FILENO) && wgml_dist_size() == 1;
+    const int tty = isatty(STDOUT_FILENO) && wgml_dist_size() == 1; /* (one rank: the lead) */
     if (lead) {
         printf("training MLP");
         for (int l = 0; l <= o.nlayers; l++) printf("%s%lld", l ? "-" : " ", (long long)o.sizes[l]);
@@ -357,7 +356,6 @@ static int train_run(int argc, char **argv)
                 fprintf(stderr, "\nwgml train: step failed: %s\n", cli_message(ctx, st));
                 goto done;
             }
-            steps_run++;
             if (ranks > 1) { /* the global batch's loss (equal shares: the mean) and count */
                 double v[2] = {loss, correct};
                 if (wgml_dist_allreduce_host(v, 2, WGML_REDUCE_SUM)) {
@@ -403,7 +401,7 @@ static int train_run(int argc, char **argv)
         }
     }
     if (ranks > 1 && cli_dist_check_replicas("wgml train", ctx, np, params)) goto done;
-    cli_dist_report(steps_run);
+    cli_dist_report();
     if (lead) printf("test accuracy %.4f\ncheckpoint %s\nmetrics %s\n", test_acc, ckpath, csvpath);
     rc = 0;
 done:

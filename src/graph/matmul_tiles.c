@@ -68,13 +68,15 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     /* 2 <= M <= 16, neither operand transposed: the GEMV layout with a row per accumulator
        (rows rounded up to a power of two, so few variants); WGML_GEMV_ROWS=0 turns it off.
        Not on a CPU adapter, where the CPU GEMM was faster from M = 2 on (lavapipe, K = N =
-       1536: 27-35 ms against 33-78 ms at M = 2-16, docs/MEASUREMENTS.md) */
+       1536: 28-35 ms against 33-78 ms at M = 2-16, docs/MEASUREMENTS.md) */
     c.gemv_rows = 0;
     if (g->M >= 2 && g->M <= 16 && !g->trans_a && !g->trans_b && !tu->gemv_rows_off && !cpu_gemm && !g->f16_math)
         for (c.gemv_rows = 2; c.gemv_rows < g->M; c.gemv_rows *= 2) {}
     /* M = 1, f32 weights: the small-M GEMV with one row, which reads A in vec4s when aligned
-       (see wgml_gemv_rows_source); WGML_GEMV_M1_ROWS=0 keeps the GEMV kernel */
-    if (g->M == 1 && !g->trans_a && !g->trans_b && !g->b_f16 && c.vec_a && !tu->gemv_m1_rows_off && !g->f16_math)
+       (see wgml_gemv_rows_source); WGML_GEMV_ROWS=0 keeps the GEMV kernel, and so do
+       subgroup reductions (WGML_SUBGROUPS=1), which only the GEMV kernel has */
+    if (g->M == 1 && !g->trans_a && !g->trans_b && !g->b_f16 && c.vec_a && !tu->gemv_rows_off && !tu->gemv_subgroups &&
+        !g->f16_math)
         c.gemv_rows = 1;
     /* GEMV: the widest workgroup (most columns, longest contiguous reads) that still gives
        >= 256 workgroups (two per SM on an H100); the small-M one does M times the math per

@@ -21,8 +21,7 @@ typedef struct wgml_tuning {
     int gemm_cpu_rows, gemm_cpu_cols, gemm_cpu_lanes;
     bool gemm_cpu_no_subgroups; /* WGML_GEMM_CPU_SUBGROUPS=0: the CPU GEMM without them */
     bool gemm_warp_8x4;  /* WGML_GEMM_WARP=8x4 (else the 16x2 layout) */
-    bool gemv_rows_off;  /* WGML_GEMV_ROWS=0: no small-M GEMV */
-    bool gemv_m1_rows_off; /* WGML_GEMV_M1_ROWS=0: M = 1 through the GEMV kernel, not the small-M one */
+    bool gemv_rows_off;  /* WGML_GEMV_ROWS=0: no small-M GEMV (M = 1 through the GEMV kernel too) */
     bool gemv_subgroups; /* WGML_SUBGROUPS=1 and the adapter has subgroups */
     int gemv_cols;       /* WGML_GEMV_COLS=16|32|64; 0: by shape */
     int ew_unroll;       /* WGML_EW_UNROLL=2|4|8: elements per thread of fused kernels; 1 */

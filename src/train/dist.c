@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef WGML_HAVE_MPI
 #include <mpi.h>
@@ -84,6 +83,7 @@ static wgml_status ctx_fail(wgml_context *ctx, wgml_status st, const char *msg)
     return ctx ? wgml_fail(ctx, st, "%s", msg) : st;
 }
 
+#ifdef WGML_HAVE_MPI
 /* Set by the launchers we know (Open MPI, MPICH/Hydra, PMIx, Slurm's PMI): without one, a
    process is a lone rank and MPI is not touched (a singleton MPI_Init would be slow). */
 static int launched(void)
@@ -92,6 +92,14 @@ static int launched(void)
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         if (getenv(vars[i])) return 1;
     return 0;
+}
+#endif
+
+/* The launcher's count of ranks, as it gave it (Open MPI's, else MPICH/Hydra's), or NULL */
+static const char *launcher_size(void)
+{
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    return n ? n : getenv("PMI_SIZE");
 }
 
 const char *wgml_dist_error_message(void) { return dist.error; }
@@ -108,13 +116,6 @@ void wgml_dist_stats_get(wgml_dist_stats *stats)
 void wgml_dist_stats_reset(void) { memset(&dist.stats, 0, sizeof dist.stats); }
 
 #ifdef WGML_HAVE_MPI
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* MPI's words for an error code, after what we were doing. */
 static wgml_status mpi_fail(wgml_context *ctx, int code, const char *what)
 {
@@ -132,7 +133,7 @@ wgml_status wgml_dist_init(void)
     if (dist.started) return WGML_OK;
 #ifdef WGML_HAVE_MPI
     if (launched() && !mpi_loaded()) {
-        const char *n = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+        const char *n = launcher_size();
         if (n && strcmp(n, "1") != 0)
             return dist_fail(WGML_ERROR_UNSUPPORTED,
                              "dist_init: started by mpirun with %s ranks, but this process has no MPI library "
@@ -157,10 +158,10 @@ wgml_status wgml_dist_init(void)
         dist.mpi = dist.size > 1;
     }
 #else
-    if (launched() && getenv("OMPI_COMM_WORLD_SIZE") && strcmp(getenv("OMPI_COMM_WORLD_SIZE"), "1") != 0)
+    const char *n = launcher_size();
+    if (n && strcmp(n, "1") != 0)
         return dist_fail(WGML_ERROR_UNSUPPORTED,
-                         "dist_init: started by mpirun with %s ranks, but this wgml was built without MPI (-DWGML_MPI=OFF)",
-                         getenv("OMPI_COMM_WORLD_SIZE"));
+                         "dist_init: started by mpirun with %s ranks, but this wgml was built without MPI (-DWGML_MPI=OFF)", n);
 #endif
     dist.started = 1;
     return WGML_OK;
@@ -317,9 +318,9 @@ static wgml_status move_range(wgml_context *ctx, int n, wgml_tensor *const *tens
 static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *tensors, MPI_Request *req, int64_t from,
                                  int64_t count, float *host, wgml_reduce_op op)
 {
-    double t0 = now();
+    double t0 = wgml_host_seconds();
     int rc = MPI_Wait(req, MPI_STATUS_IGNORE);
-    double t1 = now();
+    double t1 = wgml_host_seconds();
     dist.stats.reduce_seconds += t1 - t0;
     if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_allreduce");
     if (op == WGML_REDUCE_MEAN) {
@@ -327,7 +328,7 @@ static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *t
         for (int64_t i = 0; i < count; i++) host[i] /= size;
     }
     wgml_status st = move_range(ctx, n, tensors, from, count, host, 0);
-    dist.stats.copy_in_seconds += now() - t1;
+    dist.stats.copy_in_seconds += wgml_host_seconds() - t1;
     return st;
 }
 #endif
@@ -354,9 +355,9 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     int k = 0;
     for (int64_t from = 0; from < total && !st; from += (int64_t)bucket, k ^= 1) {
         int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
-        double t0 = now();
+        double t0 = wgml_host_seconds();
         st = move_range(ctx, n, tensors, from, count, dist.stage[k], 1);
-        dist.stats.copy_out_seconds += now() - t0;
+        dist.stats.copy_out_seconds += wgml_host_seconds() - t0;
         if (st) break;
         int rc = MPI_Iallreduce(MPI_IN_PLACE, dist.stage[k], (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[k]);
         if (rc != MPI_SUCCESS) {
@@ -429,9 +430,9 @@ static wgml_status average_gradients(wgml_optimizer *opt, wgml_tensor *grads, vo
     wgml_context *ctx = wgml_tensor_context(grads);
 #ifdef WGML_HAVE_MPI
     /* the step's compute ends here: timed apart from the copy-out that follows */
-    double t0 = now();
+    double t0 = wgml_host_seconds();
     wgml_status st = wgml_synchronize(ctx);
-    dist.stats.gpu_wait_seconds += now() - t0;
+    dist.stats.gpu_wait_seconds += wgml_host_seconds() - t0;
     if (st) return st;
 #endif
     return wgml_dist_allreduce(ctx, 1, &grads, WGML_REDUCE_MEAN);

@@ -110,6 +110,16 @@ wgml_tensor *wgml_tensor_new(wgml_context *ctx, int ndim, const int64_t *shape)
     return t;
 }
 
+wgml_tensor *wgml_tensor_over(wgml_context *ctx, int ndim, const int64_t *shape, wgml_buffer *buf, int64_t offset)
+{
+    wgml_tensor *t = wgml_tensor_new(ctx, ndim, shape);
+    if (!t) return NULL;
+    t->buf = buf;
+    wgml_buffer_retain(buf);
+    t->offset = offset;
+    return t;
+}
+
 wgml_tensor *wgml_tensor_error(wgml_context *ctx, wgml_status status, const char *fmt, ...)
 {
     static const int64_t one = 1;

@@ -75,6 +75,10 @@ struct wgml_tensor {
 };
 
 wgml_tensor *wgml_tensor_new(wgml_context *ctx, int ndim, const int64_t *shape);
+/* A storage tensor of this shape over `buf` from element `offset` on (it holds a reference to
+   buf): a view of a slice of a buffer the caller manages. NULL when out of host memory (the
+   context's status says so). */
+wgml_tensor *wgml_tensor_over(wgml_context *ctx, int ndim, const int64_t *shape, struct wgml_buffer *buf, int64_t offset);
 /* A tensor in the error state (status and message), registered like any other. */
 wgml_tensor *wgml_tensor_error(wgml_context *ctx, wgml_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

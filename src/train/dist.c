@@ -299,11 +299,8 @@ static wgml_status move_range(wgml_context *ctx, int n, wgml_tensor *const *tens
             continue;
         }
         int64_t len = t->numel - lo < count ? t->numel - lo : count;
-        wgml_tensor *piece = wgml_tensor_new(ctx, 1, &len);
-        if (!piece) return ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
-        piece->buf = t->buf;
-        wgml_buffer_retain(t->buf);
-        piece->offset = t->offset + lo;
+        wgml_tensor *piece = wgml_tensor_over(ctx, 1, &len, t->buf, t->offset + lo);
+        if (!piece) return ctx->rt.status;
         st = to_host ? wgml_tensor_read(piece, host, (size_t)len) : wgml_tensor_write(piece, host, (size_t)len);
         wgml_tensor_free(piece);
         host += len;

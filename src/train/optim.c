@@ -336,10 +336,8 @@ static wgml_status run_hook(wgml_optimizer *opt, int nt, wgml_tensor *const *tar
     wgml_context *ctx = opt->ctx;
     wgml_status st = wgml_graph_eval(ctx, nt, targets);
     if (st) return st;
-    wgml_tensor *flat = wgml_tensor_new(ctx, 1, &opt->total); /* freed by the step's scope */
-    if (!flat) return ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
-    flat->buf = opt->G;
-    wgml_buffer_retain(opt->G);
+    wgml_tensor *flat = wgml_tensor_over(ctx, 1, &opt->total, opt->G, 0); /* freed by the step's scope */
+    if (!flat) return ctx->rt.status;
     st = opt->hook(opt, flat, opt->hook_user);
     if (st && !wgml_last_status(ctx)) /* a hook's own failure still gets words */
         wgml_fail(ctx, st, "optimizer_step: the gradient hook failed (%s)", wgml_status_name(st));
@@ -514,13 +512,8 @@ static wgml_status moment_view(wgml_optimizer *opt, int i, wgml_buffer *buf, wgm
     wgml_context *ctx = opt->ctx;
     if (i < 0 || i >= opt->n || !out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: bad index %d", i);
     wgml_tensor *p = opt->params[i];
-    wgml_tensor *t = wgml_tensor_new(ctx, p->ndim, p->shape);
-    if (!t) return ctx->rt.status;
-    t->buf = buf;
-    wgml_buffer_retain(buf);
-    t->offset = opt->slot[i];
-    *out = t;
-    return WGML_OK;
+    *out = wgml_tensor_over(ctx, p->ndim, p->shape, buf, opt->slot[i]);
+    return *out ? WGML_OK : ctx->rt.status;
 }
 
 wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v)

@@ -6,7 +6,8 @@
 #   - a 2-rank run resumed from its checkpoint ends byte for byte where the unbroken one ends
 #     (the halves reducing in many small buckets, the unbroken run in one);
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
-#     message naming the rank, instead of leaving rank 0 waiting in a collective.
+#     message naming the rank, instead of leaving rank 0 waiting in a collective;
+#   - a global batch that does not split evenly over the ranks is refused.
 # Usage: test_dist_train.sh WGML_BINARY MPIEXEC [PYTHON]
 set -u
 
@@ -86,6 +87,13 @@ rc=$?
 [ "$rc" != 124 ] || fail "a failing rank: mpirun still running after 60 s (a hang)"
 grep -q "rank 1 of 2 failed: stopping every rank" "$work/bad.log" || fail "a failing rank: no message naming it: $(tail -3 "$work/bad.log")"
 echo "a failing rank: mpirun exited $rc after $(($(date +%s) - start)) s"
+
+# a global batch that does not split over the ranks: refused by both trainers, naming it
+for cmd in "train --data $work/data --batch 127" "gpt train --data $work/text --batch 7 --steps 1"; do
+  # shellcheck disable=SC2086
+  timeout 60 "${mpi[@]}" -np 2 "$wgml" $cmd --out "$work/odd" >"$work/odd.log" 2>&1 && fail "$cmd on 2 ranks: exit 0"
+  grep -q "does not split evenly over 2 ranks" "$work/odd.log" || fail "$cmd on 2 ranks: no message: $(tail -2 "$work/odd.log")"
+done
 
 # the collectives themselves: sum and mean against double sums in buckets of about 1000
 # floats (smaller than a tensor), broadcast, and unequal sizes refused on every rank

@@ -167,7 +167,7 @@ int cli_dist_end(const char *who, int rc)
     return rc;
 }
 
-int cli_dist_check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors)
+static int check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < n; i++) {
@@ -201,15 +201,31 @@ int cli_dist_check_replicas(const char *who, wgml_context *ctx, int n, wgml_tens
     return 0;
 }
 
-void cli_dist_report(void)
+static void report(void)
 {
     wgml_dist_stats s;
     wgml_dist_stats_get(&s);
-    if (wgml_dist_size() < 2 || wgml_dist_rank() != 0 || !s.calls) return;
+    if (wgml_dist_rank() != 0 || !s.calls) return;
     double k = 1e3 / (double)s.calls; /* one all-reduce a step */
     printf("gradient all-reduce on %d ranks: %.2f ms/step (copy-out %.2f, MPI %.2f, copy-in %.2f), %.2f MB a step; "
            "%.2f ms/step waiting for the GPU's gradients\n",
            wgml_dist_size(), (s.copy_out_seconds + s.reduce_seconds + s.copy_in_seconds) * k, s.copy_out_seconds * k,
            s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6,
            s.gpu_wait_seconds * k);
+}
+
+int cli_dist_check_batch(const char *who, int64_t batch)
+{
+    if (batch % wgml_dist_size() == 0) return 0;
+    fprintf(stderr, "%s: batch %lld (the global batch) does not split evenly over %d ranks\n", who, (long long)batch,
+            wgml_dist_size());
+    return 1;
+}
+
+int cli_dist_finish(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors)
+{
+    if (wgml_dist_size() < 2) return 0;
+    int rc = check_replicas(who, ctx, n, tensors);
+    if (!rc) report();
+    return rc;
 }

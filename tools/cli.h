@@ -35,11 +35,12 @@ int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts,
    running, ends them all (MPI_Abort) so that none waits forever in a collective. */
 int cli_dist_begin(const char *who);
 int cli_dist_end(const char *who, int rc);
-/* FNV-1a of the tensors' values, and whether every rank holds the same (-1: a read failed,
-   reported); rank 0 prints the check. For the replicas of a data-parallel run. */
-int cli_dist_check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors);
-/* The gradient all-reduce's time per step (one all-reduce a step), on rank 0 (nothing on one rank). */
-void cli_dist_report(void);
+/* Whether the global batch splits evenly over the ranks (0); else says so, 1. */
+int cli_dist_check_batch(const char *who, int64_t batch);
+/* The end of a data-parallel run (nothing on one rank): whether every rank holds the same
+   tensors (FNV-1a of their values; rank 0 prints the check), then the gradient all-reduce's
+   time per step on rank 0. 0 when the replicas agree; else reported, nonzero. */
+int cli_dist_finish(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors);
 
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);

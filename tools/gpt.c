@@ -325,10 +325,7 @@ static int train_loop(trainer *t, train_options *o)
             }
         }
     }
-    if (wgml_dist_size() > 1) {
-        if (cli_dist_check_replicas("wgml gpt train", t->ctx, t->model.n_params, t->model.params)) return 1;
-        cli_dist_report();
-    }
+    if (cli_dist_finish("wgml gpt train", t->ctx, t->model.n_params, t->model.params)) return 1;
     if (lead)
         fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
                 (long long)(t->step - first), cli_now() - t0, o->out, o->out);
@@ -451,9 +448,7 @@ static int cmd_gpt_train(int argc, char **argv)
         return trainer_free(&t), 1;
     }
     const int lead = wgml_dist_rank() == 0, ranks = wgml_dist_size();
-    if (o.run.batch % ranks)
-        return fprintf(stderr, "wgml gpt train: batch %lld (the global batch) does not split evenly over %d ranks\n",
-                       (long long)o.run.batch, ranks), trainer_free(&t), 1;
+    if (cli_dist_check_batch("wgml gpt train", o.run.batch)) return trainer_free(&t), 1;
     /* every rank starts from rank 0's parameters, and its steps average the gradients */
     if ((st = wgml_dist_broadcast(t.ctx, t.model.n_params, t.model.params)))
         return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;

@@ -274,10 +274,7 @@ static int train_run(int argc, char **argv)
         fprintf(stderr, "wgml train: batch %d is more than the %lld training examples\n", o.s.batch, (long long)train.n);
         goto done;
     }
-    if (o.s.batch % ranks) {
-        fprintf(stderr, "wgml train: batch %d (the global batch) does not split evenly over %d ranks\n", o.s.batch, ranks);
-        goto done;
-    }
+    if (cli_dist_check_batch("wgml train", o.s.batch)) goto done;
     wgml_tensor *params[2 * WGML_MLP_MAX_LAYERS];
     int np = wgml_mlp_params(&m, params);
     if ((st = wgml_dist_broadcast(ctx, np, params))) { /* every rank starts from rank 0's model */
@@ -400,8 +397,7 @@ static int train_run(int argc, char **argv)
             goto done;
         }
     }
-    if (ranks > 1 && cli_dist_check_replicas("wgml train", ctx, np, params)) goto done;
-    cli_dist_report();
+    if (cli_dist_finish("wgml train", ctx, np, params)) goto done;
     if (lead) printf("test accuracy %.4f\ncheckpoint %s\nmetrics %s\n", test_acc, ckpath, csvpath);
     rc = 0;
 done:

@@ -518,6 +518,8 @@ def test_ones_full_and_likes(rng, shape):
     np.testing.assert_array_equal(wgml.full(shape, -2.5).numpy(), np.full_like(ref, -2.5))
     fi = wgml.full(shape, 7, dtype="i32")
     assert fi.dtype == np.int32 and (fi.numpy() == 7).all() and fi.shape == np.shape(ref)
+    big = 2**24 + 1  # not a float32: exact only if never one
+    assert (wgml.full(shape, big, dtype="i32").numpy() == big).all()
     x = wgml.tensor(nonzero(rng, np.shape(ref)))
     for t, want in [(wgml.zeros_like(x), 0.0), (wgml.ones_like(x), 1.0), (wgml.full_like(x, 3.25), 3.25)]:
         assert t.shape == x.shape and t.dtype == np.float32

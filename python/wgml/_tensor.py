@@ -392,10 +392,11 @@ def zeros(shape, dtype=None, ctx=None):
 
 
 def full(shape, fill_value, dtype=None, ctx=None):
-    """A tensor of shape filled with fill_value: zeros plus the value, one elementwise kernel
-    on the GPU (then a cast for int32)."""
-    t = add(zeros(shape, ctx=ctx), float(fill_value))
-    return t if dtype is None or _dtype_code(dtype) == lib.WGML_F32 else cast(t, dtype)
+    """A tensor of shape filled with fill_value: float32, zeros plus the value (one
+    elementwise kernel on the GPU); int32 from the host, where every int32 value is exact."""
+    if dtype is not None and _dtype_code(dtype) != lib.WGML_F32:
+        return tensor(np.full(_shape_arg(shape), int(fill_value), np.int32), dtype, ctx)
+    return add(zeros(shape, ctx=ctx), float(fill_value))
 
 
 def ones(shape, dtype=None, ctx=None):

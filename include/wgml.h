@@ -20,6 +20,18 @@
  *     context after its free, is undefined behaviour, like using memory after free(): it is
  *     not detected, and freeing twice may free another, live tensor.
  *   - Descriptor structs: a field left zero means "the default".
+ *   - Threads: a context may be used from several threads. Every call on a context (or on a
+ *     tensor, optimiser or file of it) holds the context's lock for its duration, so calls
+ *     from two threads run one after the other, never at once: a thread calling while another
+ *     is inside waits. What a context keeps is the context's, not the thread's: the last
+ *     error and its message, the scopes, the random generator's state. A thread that needs
+ *     several calls together (a call and its error message, a scope, a seed and the random op
+ *     it is for) holds the context across them with wgml_context_lock. Different contexts run
+ *     in parallel.
+ *   - fork(): a context belongs to the process that made it. In a child made by fork(), a
+ *     call on a context of the parent returns at once with WGML_ERROR_CONTEXT (an op returns
+ *     an error tensor; frees and other void calls do nothing), never touching the parent's
+ *     device; the child makes its own context.
  */
 #ifndef WGML_H
 #define WGML_H
@@ -29,10 +41,12 @@
 
 /* WGML_API marks the library's interface: only these symbols leave libwgml.so (the rest is
    built with hidden visibility). */
+#ifndef WGML_API /* the library's own sources define it away (scripts/gen_api_locks.py) */
 #if defined(__GNUC__) || defined(__clang__)
 #define WGML_API __attribute__((visibility("default")))
 #else
 #define WGML_API
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -54,7 +68,7 @@ typedef enum wgml_status {
     WGML_ERROR_DEVICE_LOST,      /* the device was lost; the context is unusable */
     WGML_ERROR_OUT_OF_MEMORY,    /* host or GPU allocation failed */
     WGML_ERROR_VALIDATION,       /* WebGPU rejected a command (a bug in wgml; please report) */
-    WGML_ERROR_CONTEXT,          /* a tensor from another context */
+    WGML_ERROR_CONTEXT,          /* a tensor from another context; a context used after fork() */
     WGML_ERROR_NOT_FOUND,        /* unknown name (cached weights) */
     WGML_ERROR_EXISTS,           /* duplicate name (cached weights) */
     WGML_ERROR_IO,               /* a file could not be opened, read or written */
@@ -104,13 +118,19 @@ typedef struct wgml_context_desc {
 WGML_API wgml_status wgml_context_create(const wgml_context_desc *desc, wgml_context **out);
 WGML_API const char *wgml_last_create_error(void);
 WGML_API void wgml_context_free(wgml_context *ctx);
+/* Holds ctx for the calling thread until the matching wgml_context_unlock; other threads'
+   calls on ctx wait meanwhile. Pairs nest (the lock is recursive, and every public call takes
+   it the same way), so this is needed only to keep several calls together.
+   WGML_ERROR_CONTEXT in a fork's child (then unlock does nothing). */
+WGML_API wgml_status wgml_context_lock(wgml_context *ctx);
+WGML_API void wgml_context_unlock(wgml_context *ctx);
 
 /* The most recent failure on ctx in words, "" if none since its creation or the last
    wgml_clear_error; wgml_last_status gives its status (WGML_OK if none). Every call that fails
    on ctx (or on a tensor or optimiser of it) replaces both, an op that returns an error
    tensor included; calls that succeed never change them. Queries taking a const context
    (wgml_stats_get, wgml_weights_resident) only return their status. The string is valid
-   until the next call on ctx. */
+   until the next call on ctx, from any thread (see Threads above). */
 WGML_API const char *wgml_error_message(const wgml_context *ctx);
 WGML_API wgml_status wgml_last_status(const wgml_context *ctx);
 WGML_API void wgml_clear_error(wgml_context *ctx);

@@ -7,6 +7,7 @@
 #ifndef WGML_CORE_CONTEXT_H
 #define WGML_CORE_CONTEXT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,10 @@
 typedef void (*wgml_extension_release)(wgml_context *ctx, void *state);
 
 struct wgml_context {
+    /* held by every public call on the context (core/api_lock.h), recursive */
+    pthread_mutex_t lock;
+    unsigned fork_generation; /* the process's fork count when it was made: a child sees more */
+    long pid;                 /* the process that made it (for the child's message) */
     wgml_runtime rt;
     wgml_context_desc desc;  /* as given at creation (adapter_name not kept) */
     bool trusted_kernels;    /* compile hand-written kernels without runtime bounds checks */

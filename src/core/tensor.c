@@ -14,12 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/api_lock.h"
 #include "core/context.h"
 
 bool wgml_tensor_valid(const wgml_tensor *t)
 {
     return t && t->magic == WGML_TENSOR_MAGIC;
 }
+
+wgml_context *wgml_tensor_owner(const wgml_tensor *t) { return wgml_tensor_valid(t) ? t->ctx : NULL; }
 
 wgml_status wgml_shape_check(wgml_context *ctx, int ndim, const int64_t *shape, int64_t *numel)
 {

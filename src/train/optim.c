@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/api_lock.h"
 #include "graph/build.h"
 #include "graph/executor.h"
 
@@ -52,6 +53,8 @@ struct wgml_optimizer {
 };
 
 static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
+
+wgml_context *wgml_optimizer_owner(const wgml_optimizer *o) { return o ? o->ctx : NULL; }
 
 static wgml_buffer *flat_zeros(wgml_context *ctx, int64_t n)
 {

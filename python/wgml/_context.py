@@ -1,5 +1,13 @@
 """Contexts: one WebGPU device each, owning its tensors and optimisers.
 
+Threads: a context may be used from several threads (the default one included); the library
+serialises the calls on a context with a lock, so a thread waits while another is inside a
+call (the binding releases the GIL during calls, so other Python threads go on meanwhile).
+The last error message is the context's, not the thread's. Contexts are not shared across
+processes: in a child made by fork() (multiprocessing's "fork" start method) every use of a
+context the parent made raises ContextError at once; make a new context in the child, or use
+the "spawn" or "forkserver" start method.
+
 Lifetime: every Tensor and Optimizer holds a reference to its Context, so a context is
 freed only after them. A context closed early (close(), the end of a `with` block, the
 interpreter's exit) marks itself closed first; wrappers then skip their own free (the
@@ -259,8 +267,18 @@ def set_default_context(ctx):
 def _close_all():
     # Free the device while the interpreter is whole: wgpu-native's teardown must not race
     # module cleanup. Tensors still alive then find their context closed and skip their free.
+    # Other threads still running (daemon threads) may be inside a call on a context or about
+    # to make one, which freeing it would crash: then each context's lock is taken instead
+    # (it waits for a call in progress) and held until the process ends, so their later calls
+    # wait, inside the library, for an exit that frees everything at once.
+    me = threading.current_thread()
+    others = any(t is not me and t.is_alive() for t in threading.enumerate())
     for ctx in list(_live):
         try:
-            ctx.close()
+            if others:
+                if ctx._ptr is not None:
+                    lib.wgml_context_lock(ctx._ptr)
+            else:
+                ctx.close()
         except Exception:
             pass

@@ -9,6 +9,11 @@
  *   - Ops are lazy: they record a node and return a tensor at once. Nothing runs until a
  *     result is needed (wgml_tensor_read, wgml_eval); then the whole pending graph is
  *     encoded into one command buffer and submitted once.
+ *   - A lazy result means what it meant when it was built. A call that overwrites data in
+ *     place (wgml_tensor_write, wgml_optimizer_step, wgml_dist_allreduce and _broadcast)
+ *     first evaluates the pending results still held (by a handle, a scope, a gradient)
+ *     that read what it overwrites, in the same submit where it can. Views are not results
+ *     but aliases: a view of a tensor (a parameter's transpose, say) shows its new data.
  *   - An op given bad input still returns a tensor, in an error state: it carries the
  *     status and message, ops built on it inherit them, and reading it returns the status.
  *     Only a NULL context makes an op return NULL.
@@ -215,7 +220,8 @@ WGML_API wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_
 /* Evaluates t if needed and copies it (row-major, contiguous) into host memory; n must
    equal its element count. */
 WGML_API wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
-/* Overwrites a realized, contiguous tensor's data from the host. */
+/* Overwrites a realized, contiguous tensor's data from the host. Pending results that read
+   its buffer are evaluated first (one submit), so they keep the old values. */
 WGML_API wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
 /* The same for i32 tensors (token ids, labels, indices). An i32 tensor from the host
    remembers its smallest and largest value, so an op that indexes with it (gather) checks
@@ -630,7 +636,11 @@ WGML_API wgml_status wgml_optimizer_create_groups(wgml_context *ctx, const wgml_
                                          const wgml_param_group *groups, wgml_optimizer **out);
 
 /* Evaluates the parameters' pending gradients (and `extra` tensors, e.g. the loss) and
-   updates every parameter in one submit; gradients are consumed. */
+   updates every parameter in one submit; gradients are consumed. Other pending results that
+   read the parameters, their gradients or the moments (logits, a handle on a gradient) are
+   evaluated in that submit too, before the update, and keep their values: end a scope's
+   forward and backward tensors before the step (keeping the loss) when nothing reads them
+   after it, or they are all kept as results. */
 WGML_API wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra);
 /* The global gradient norm of the last step, before clipping (reads 4 bytes). */
 WGML_API wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm);

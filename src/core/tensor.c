@@ -334,6 +334,8 @@ static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_d
             if (v[i] > t->range_hi) t->range_hi = v[i];
         }
     }
+    /* results built on the old values get them: they are evaluated before the write */
+    if (ctx->settle_readers && (st = ctx->settle_readers(ctx, 1, &t->buf))) return st;
     wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
     ctx->rt.stats.bytes_uploaded += n * 4;
     return WGML_OK;

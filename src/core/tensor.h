@@ -68,6 +68,12 @@ struct wgml_tensor {
     int scope;       /* scope depth it was made in */
     wgml_tensor *all_prev, *all_next; /* the context's list of live tensors */
 
+    /* scratch of the walk that finds a buffer's pending readers (graph/executor.c), valid
+       while walk_epoch is that walk's */
+    uint32_t walk_epoch;
+    int walk_users;    /* live lazy nodes and views that take it as an input */
+    int8_t walk_reads; /* -1 not yet known, 0 no, 1 it reads one of the walk's buffers */
+
     /* autograd */
     bool requires_grad;
     wgml_tensor *grad; /* accumulated gradient (lazy until evaluated), same shape */

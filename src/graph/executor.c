@@ -35,6 +35,7 @@ typedef struct wgml_executor {
     wgml_ptrmap index;
     sched_node *nodes, none;
     size_t nnodes, cap;
+    uint32_t walk_epoch; /* the last pending-readers walk (wgml_pending_readers) */
 } wgml_executor;
 
 /* The scheduler's note on lazy node t in this evaluation; a zeroed note for other tensors. */
@@ -648,6 +649,71 @@ wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors)
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (n < 0 || (n > 0 && !tensors)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval: bad tensor list");
     return run(ctx, n, tensors, NULL);
+}
+
+/* ---------------------------------------------------------------- in-place writes */
+
+/* Whether t reads one of bufs, through its inputs (memoised in the walk's scratch). */
+static bool reads_any(wgml_tensor *t, int nbufs, struct wgml_buffer *const *bufs)
+{
+    if (t->walk_reads >= 0) return t->walk_reads;
+    bool r = false;
+    if (t->op == WGML_OP_NONE) {
+        for (int i = 0; i < nbufs && t->buf; i++) r |= t->buf == bufs[i];
+    } else {
+        for (int i = 0; i < t->nsrc && !r; i++) r = reads_any(t->src[i], nbufs, bufs);
+    }
+    t->walk_reads = r;
+    return r;
+}
+
+wgml_status wgml_pending_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs, wgml_tensor ***out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    wgml_executor *ex = executor_of(ctx);
+    if (!ex) return ctx->rt.status;
+    uint32_t epoch = ++ex->walk_epoch;
+    for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
+        t->walk_epoch = epoch;
+        t->walk_users = 0;
+        t->walk_reads = -1;
+    }
+    /* inputs of live nodes are live, so each is stamped above */
+    int lazy = 0;
+    for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
+        if (t->op == WGML_OP_NONE) continue;
+        lazy++;
+        for (int i = 0; i < t->nsrc; i++) t->src[i]->walk_users++;
+    }
+    if (!lazy) return WGML_OK;
+    node_list found = {0};
+    for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
+        /* a view of storage is an alias, not a pending result; error tensors never evaluate */
+        if (t->op == WGML_OP_NONE || wgml_tensor_base(t)->op == WGML_OP_NONE || t->status) continue;
+        if (t->refs <= t->walk_users || !reads_any(t, nbufs, bufs)) continue;
+        if (!list_push(&found, t)) {
+            free(found.items);
+            return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        }
+    }
+    if (found.n > INT32_MAX) {
+        free(found.items);
+        return wgml_fail(ctx, WGML_ERROR_LIMIT, "more than 2^31 pending results");
+    }
+    *out = found.items;
+    *n = (int)found.n;
+    return WGML_OK;
+}
+
+wgml_status wgml_settle_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs)
+{
+    wgml_tensor **readers;
+    int n;
+    wgml_status st = wgml_pending_readers(ctx, nbufs, bufs, &readers, &n);
+    if (!st && n) st = run(ctx, n, readers, NULL);
+    free(readers);
+    return st;
 }
 
 /* ---------------------------------------------------------------- reads */

@@ -522,9 +522,14 @@ wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_te
     wgml_scope_begin(ctx);
     wgml_tensor *l = wgml_gpt_loss(g, ids, targets, g->cfg.dropout);
     wgml_status st = wgml_backward(l);
-    if (!st) st = wgml_optimizer_step(opt, 1, &l);
-    if (!st) wgml_keep(l), *loss = l;
+    wgml_keep(l);
+    /* the forward's and backward's tensors end here, before the step: they live on only as
+       the gradients' inputs, so the step, which first evaluates the results still held that
+       read the parameters, finds none but the loss and computes the rest once, as before */
     wgml_scope_end(ctx);
+    if (!st) st = wgml_optimizer_step(opt, 1, &l);
+    if (!st) *loss = l;
+    else wgml_tensor_free(l);
     return st;
 }
 

@@ -357,7 +357,10 @@ WGML_API wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, i
    out[j] = x[j] cos - x[j + D/2] sin, out[j + D/2] = x[j + D/2] cos + x[j] sin. base 0 means
    10000. As in HF, the angle is the f32 product of the position and the f32 frequency, so a
    query at t with pos_offset k gets exactly the row t + k of a longer sequence (a KV cache).
-   0 <= pos_offset and pos_offset + T - 1 <= 2^24 (positions exact in f32); D <= 3904. */
+   0 <= pos_offset and pos_offset + T - 1 <= 2^24 (positions exact in f32); D <= 3904. The
+   angle is reduced to [-pi, pi] exactly (in integer arithmetic), so at every accepted position
+   the result is the rotation by that f32 angle to f32 rounding. A base below 1 (frequencies
+   above 1) whose angles would reach 2^31 is WGML_ERROR_INVALID_ARGUMENT. */
 WGML_API wgml_tensor *wgml_rope(wgml_context *ctx, wgml_tensor *x, int64_t pos_offset, float base);
 typedef struct wgml_rope_desc {
     int64_t pos_offset; /* the position of t = 0 */

@@ -406,12 +406,18 @@ WGML_API wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dt
    at seed 67280421310721 (PyTorch's default), offset 0. A random op takes the state when it is
    built, so evaluating it later or again gives the same numbers, and advances offset by the
    Philox blocks it uses, ceil(n / 4) for n elements. Element i (row-major) of such an op comes
-   from the block with key (seed mod 2^32, seed >> 32) and counter (b mod 2^32, b >> 32, 0, 0),
+   from the block with key (seed mod 2^32, seed >> 32) and counter (b mod 2^32, b >> 32, stream, 0),
    b = offset + i / 4: its 32-bit word i % 4, w, whose top 24 bits give u = (w >> 8) 2^-24. */
 WGML_API wgml_status wgml_manual_seed(wgml_context *ctx, uint64_t seed); /* state := (seed, 0) */
 /* the state now (save it with a checkpoint), and setting it back */
 WGML_API wgml_status wgml_rng_get_state(wgml_context *ctx, uint64_t *seed, uint64_t *offset);
 WGML_API wgml_status wgml_rng_set_state(wgml_context *ctx, uint64_t seed, uint64_t offset);
+/* The stream: the third word of every later random op's Philox counter, (b mod 2^32, b >> 32,
+   stream, 0) in the mapping above; 0 unless set. Processes that share a seed but must draw
+   different numbers (data-parallel ranks: wgml_dist_data_parallel sets each rank's to its
+   rank) each take their own, and stay reproducible. Not part of the state above. */
+WGML_API wgml_status wgml_rng_set_stream(wgml_context *ctx, uint32_t stream);
+WGML_API uint32_t wgml_rng_stream(wgml_context *ctx); /* 0 for NULL */
 
 /* Uniform in [lo, hi): lo + (hi - lo) u, each step rounded in f32 and the result held below
    hi; bit-identical on every adapter. lo < hi, both finite, hi - lo finite; else
@@ -739,7 +745,10 @@ WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
 /* Makes opt's steps average the gradients across the ranks (a gradient hook) before the norm,
    the clipping and the update, so that every rank takes the global batch's step. Each rank
    then trains on its own share of the global batch; the parameters must start equal
-   (wgml_dist_broadcast). Nothing is set on one rank. */
+   (wgml_dist_broadcast). It also sets the context's random stream to the rank
+   (wgml_rng_set_stream), so ranks that share a seed draw different dropout masks, as the
+   shares of one process's batch would, and the same ones run after run. Nothing is set on
+   one rank. */
 WGML_API wgml_status wgml_dist_data_parallel(wgml_optimizer *opt);
 
 /* Time the gradient all-reduces took since the start (or the last reset). */

@@ -51,6 +51,7 @@
 static int mpi_loaded(void) { return MPI_Init != NULL && MPI_Initialized != NULL; }
 #endif
 
+#include "core/api_lock.h"
 #include "graph/executor.h"
 
 #define DEFAULT_BUCKET_FLOATS (4u << 20)
@@ -438,5 +439,8 @@ static wgml_status average_gradients(wgml_optimizer *opt, wgml_tensor *grads, vo
 wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
 {
     if (!opt) return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_data_parallel: opt is NULL");
-    return dist.mpi ? wgml_optimizer_set_grad_hook(opt, average_gradients, NULL) : WGML_OK;
+    if (!dist.mpi) return WGML_OK;
+    /* each rank its own random numbers (dropout), from the seed they share */
+    wgml_status st = wgml_rng_set_stream(wgml_optimizer_owner(opt), (uint32_t)wgml_dist_rank());
+    return st ? st : wgml_optimizer_set_grad_hook(opt, average_gradients, NULL);
 }

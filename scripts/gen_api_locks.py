@@ -91,8 +91,9 @@ def main():
                           "    %s;" % call,
                           "    wgml_context_leave(owner);"]
             else:
-                if ret == "wgml_status":
-                    refuse = "return WGML_ERROR_CONTEXT;"
+                if ret == "wgml_status":  # and a handle it would make is NULL, as on any failure
+                    outs = [n for t, n in params if t.endswith("**") and n == "out"]
+                    refuse = "{ %sreturn WGML_ERROR_CONTEXT; }" % "".join("if (%s) *%s = NULL; " % (n, n) for n in outs)
                 elif ret == "wgml_tensor *":
                     refuse = "return wgml_refused_tensor(owner);"
                 else:  # a query of host memory: answered without the lock (see wgml_context_enter)

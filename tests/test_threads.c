@@ -131,7 +131,8 @@ static int child_checks(wgml_context *ctx, wgml_tensor *parent_tensor)
     if (!strstr(wgml_error_message(ctx), "fork")) fprintf(stderr, "child: message \"%s\"\n", wgml_error_message(ctx)), bad++;
     wgml_tensor *y = wgml_exp(ctx, parent_tensor);
     if (!y || wgml_tensor_status(y) != WGML_ERROR_CONTEXT) fprintf(stderr, "child: op not refused\n"), bad++;
-    wgml_tensor *z = NULL;
+    int not_a_tensor;
+    wgml_tensor *z = (wgml_tensor *)&not_a_tensor; /* the refusal must set it to NULL */
     st = wgml_tensor_zeros(ctx, 1, (int64_t[]){4}, &z);
     if (st != WGML_ERROR_CONTEXT || z) fprintf(stderr, "child: zeros gave %s\n", wgml_status_name(st)), bad++;
     st = wgml_synchronize(ctx);

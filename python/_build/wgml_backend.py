@@ -60,7 +60,7 @@ def _libs():
 
 
 def _metadata():
-    return ("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\nRequires-Python: >=3.8\n"
+    return ("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\nLicense: MIT\nRequires-Python: >=3.8\n"
             "Requires-Dist: cffi>=1.15\nRequires-Dist: numpy>=1.22\n" % (NAME, _version(), SUMMARY))
 
 

@@ -680,6 +680,8 @@ WGML_API void wgml_optimizer_free(wgml_optimizer *opt);
 /* Data parallelism across processes started by mpirun, over MPI. The state is the process's,
    as MPI's is. In a build without MPI (CMake -DWGML_MPI=OFF), or in a process that no MPI
    launcher started, the process is rank 0 of 1 and the collectives leave data as it is.
+   Nothing links MPI: wgml_dist_init uses the process's MPI if it has one, else opens the
+   MPI library under a launcher only (WGML_MPI_LIBRARY, else the one wgml was built against).
    Functions without a context report failures through wgml_dist_error_message(). */
 typedef enum wgml_reduce_op { WGML_REDUCE_SUM = 0, WGML_REDUCE_MEAN } wgml_reduce_op;
 
@@ -757,6 +759,8 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_LOOP_LIMIT=N         pretend the adapter ends shader loops after N iterations (as
                                lavapipe does after 65535): walks the split paths at small sizes
      WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call)
+     WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
+                               none loaded (default: the one wgml was built against)
      OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS  set by MPI launchers:
                                whether one started the process (wgml_dist_*; read at each call)
    Kernel choices, for benchmark sweeps and tests (a value out of range is ignored):

@@ -22,13 +22,21 @@ awk '/^```c$/ {c=1; next} c && /^```$/ {exit} c' "$wgml_src/README.md" > "$work/
 tail -n +4 "$src/main.c" | cmp -s - "$work/readme.c" || fail "README's first example differs from tests/consumer/main.c"
 
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-for f in include/wgml.h include/wgml_gpt.h share/doc/wgml/LICENSE lib/libwgml.so.0 lib/libwgml.a lib/libwgpu_native.so lib/pkgconfig/wgml.pc \
+for f in include/wgml.h include/wgml_gpt.h share/doc/wgml/LICENSE lib/libwgml.so.0 lib/libwgml.a lib/wgml/libwgpu_native.so lib/pkgconfig/wgml.pc \
          lib/cmake/wgml/wgmlConfig.cmake lib/cmake/wgml/wgmlConfigVersion.cmake bin/wgml; do
   [ -e "$work/prefix/$f" ] || fail "the install has no $f"
 done
 env -u LD_LIBRARY_PATH "$work/prefix/bin/wgml" --version | grep -q "^wgml " || fail "installed wgml --version"
-# The library loads where MPI is not installed: it references MPI weakly, never needs it
+# The library and the command load where MPI is not installed: MPI is opened only under a
+# launcher (src/train/dist.c)
 ! readelf -d "$work/prefix/lib/libwgml.so.0" | grep -q "NEEDED.*libmpi" || fail "libwgml.so.0 needs MPI"
+! env -u LD_LIBRARY_PATH ldd "$work/prefix/bin/wgml" | grep -q "libmpi" || fail "the installed wgml needs MPI: $(ldd "$work/prefix/bin/wgml")"
+# wgpu-native is wgml's private copy, not a libwgpu_native.so in lib/ to clash with another
+[ ! -e "$work/prefix/lib/libwgpu_native.so" ] || fail "the install put libwgpu_native.so into lib/"
+for bin in lib/libwgml.so.0 bin/wgml; do
+  env -u LD_LIBRARY_PATH ldd "$work/prefix/$bin" | grep -q "libwgpu_native.so => $work/prefix/\(bin/\.\./\)\?lib/wgml/libwgpu_native.so" \
+    || fail "$bin does not load lib/wgml/libwgpu_native.so: $(ldd "$work/prefix/$bin")"
+done
 
 echo "== pkg-config"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"

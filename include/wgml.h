@@ -1,5 +1,6 @@
 /*
- * wgml.h — the one public header of wgml, a GPU tensor library over WebGPU.
+ * wgml.h — the public header of wgml, a GPU tensor library over WebGPU (wgml_gpt.h, beside
+ * it, adds the GPT models).
  *
  * Shape of the API:
  *   - Opaque handles (wgml_context, wgml_tensor, wgml_optimizer).

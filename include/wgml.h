@@ -470,9 +470,9 @@ typedef struct wgml_matmul_desc {
        into f32 accumulators. Error: within about 18 * 2^-11 * sum_k |a_mk b_kn| (2^-11 for
        each operand's rounding, 16 for the f16 sum).
        WGML_F16_MATH_F16_SUMS (2): the whole sum over K in f16, as f16 hardware GEMMs without
-       f32 accumulation do, with an error that grows with K (the worst case, (K + 2) * 2^-11 * sum_k
-       |a b| to first order, says nothing past K = 1024), and any partial sum past 65504 becomes an
-       infinity. Both: alpha, bias, activation and the result are f32. Every shape
+       f32 accumulation do, with an error that grows with K (the worst case, (K + 2) *
+       2^-11 * sum_k |a b| to first order, says nothing past K = 1024), and any partial sum
+       past 65504 becomes an infinity. Both: alpha, bias, activation and the result are f32. Every shape
        runs the tiled GEMM kernel (never the GEMV or CPU-adapter kernels), so the result
        always carries f16 rounding. Needs the adapter's shader-f16 feature (wgml_adapter_info's
        has_shader_f16): without it wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED; another

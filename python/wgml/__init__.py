@@ -33,8 +33,8 @@ from ._io import save, load
 from . import optim
 
 # the header's version (wgml.h is the one place it is written)
-from ._ffi import lib as _lib
-__version__ = "%d.%d.%d" % (_lib.WGML_VERSION_MAJOR, _lib.WGML_VERSION_MINOR, _lib.WGML_VERSION_PATCH)
+from ._ffi import lib as _ffi_lib
+__version__ = "%d.%d.%d" % (_ffi_lib.WGML_VERSION_MAJOR, _ffi_lib.WGML_VERSION_MINOR, _ffi_lib.WGML_VERSION_PATCH)
 
 
 def info(ctx=None):

@@ -22,7 +22,7 @@ int main(void)
     for (int i = 0; i < K * N; i++) b[i] = (float)((i * 5) % 13) / 12.0f - 0.4f;
     for (int j = 0; j < N; j++) bias[j] = 0.1f * (float)j;
 
-    wgml_tensor *ta, *tb, *tbias;
+    wgml_tensor *ta = NULL, *tb = NULL, *tbias = NULL;
     wgml_status st = wgml_tensor_from_data(ctx, 2, (int64_t[]){M, K}, a, M * K, &ta);
     if (!st) st = wgml_tensor_from_data(ctx, 2, (int64_t[]){K, N}, b, K * N, &tb);
     if (!st) st = wgml_tensor_from_data(ctx, 1, (int64_t[]){N}, bias, N, &tbias);

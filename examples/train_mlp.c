@@ -40,7 +40,7 @@ int main(void)
         xy[2 * i] = (float)(r * cos(phi)), xy[2 * i + 1] = (float)(r * sin(phi));
         label[i] = c;
     }
-    wgml_tensor *x, *y;
+    wgml_tensor *x = NULL, *y = NULL;
     wgml_status st = wgml_tensor_from_data(ctx, 2, (int64_t[]){POINTS, 2}, xy, POINTS * 2, &x);
     if (!st) st = wgml_tensor_from_i32(ctx, 1, (int64_t[]){POINTS}, label, POINTS, &y);
     if (!st) st = wgml_manual_seed(ctx, 7);

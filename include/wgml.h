@@ -1,5 +1,6 @@
 /*
- * wgml.h — the one public header of wgml, a GPU tensor library over WebGPU.
+ * wgml.h — the public header of wgml, a GPU tensor library over WebGPU (wgml_gpt.h, beside
+ * it, adds the GPT models).
  *
  * Shape of the API:
  *   - Opaque handles (wgml_context, wgml_tensor, wgml_optimizer).
@@ -60,6 +61,16 @@ extern "C" {
 
 #define WGML_MAX_DIMS 4
 
+/* ---------------------------------------------------------------- version */
+
+/* The one place the version is written: CMake, the command and the Python package read it
+   from here. wgml_version() is the library's own, which may differ from these macros when a
+   program runs against another build than the header it was compiled with. */
+#define WGML_VERSION_MAJOR 0
+#define WGML_VERSION_MINOR 8
+#define WGML_VERSION_PATCH 0
+WGML_API const char *wgml_version(void); /* "MAJOR.MINOR.PATCH" */
+
 /* ---------------------------------------------------------------- statuses */
 
 typedef enum wgml_status {
@@ -82,6 +93,8 @@ typedef enum wgml_status {
     WGML_STATUS_COUNT
 } wgml_status;
 
+/* The enum's identifier, e.g. "WGML_ERROR_SHAPE" (for logs and bindings; what went wrong in
+   words is wgml_error_message's); "WGML_STATUS_UNKNOWN" for a number that is no status. */
 WGML_API const char *wgml_status_name(wgml_status status);
 
 /* ---------------------------------------------------------------- context */
@@ -173,9 +186,6 @@ typedef struct wgml_adapter_info {
 } wgml_adapter_info;
 
 WGML_API wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info);
-
-/* Forces device loss (wgpuDeviceDestroy): for tests of the lost-device path. */
-WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
 typedef struct wgml_stats {
     uint64_t buffers_live;        /* GPU buffers held by the pool (in use or free) */
@@ -493,18 +503,16 @@ typedef struct wgml_matmul_desc {
        WGML_F16_MATH_F32_SUMS (1): the products of each 16 k (16j .. 16j + 15; fewer where a
        tile's slice is shallower) are summed in f16 (vec4<f16> fma) and each such sum is added
        into f32 accumulators. Error: within about 18 * 2^-11 * sum_k |a_mk b_kn| (2^-11 for
-       each operand's rounding, 16 for the f16 sum). On the H100 no faster than f32 (0.94x).
+       each operand's rounding, 16 for the f16 sum).
        WGML_F16_MATH_F16_SUMS (2): the whole sum over K in f16, as f16 hardware GEMMs without
-       f32 accumulation do: on the H100 1.1-1.25x faster than f32 (at 4096^3 about cuBLAS's
-       f32 speed), with an error that grows with K (the worst case, (K + 2) * 2^-11 * sum_k
-       |a b| to first order, says nothing past K = 1024; 4096^3 of uniform data measured
-       1.5e-4 rms, 8.3e-4 max of sum |a b|), and any partial sum past 65504 becomes an
-       infinity. Both: alpha, bias, activation and the result are f32. Every shape
+       f32 accumulation do, with an error that grows with K (the worst case, (K + 2) *
+       2^-11 * sum_k |a b| to first order, says nothing past K = 1024), and any partial sum
+       past 65504 becomes an infinity. Both: alpha, bias, activation and the result are f32. Every shape
        runs the tiled GEMM kernel (never the GEMV or CPU-adapter kernels), so the result
        always carries f16 rounding. Needs the adapter's shader-f16 feature (wgml_adapter_info's
        has_shader_f16): without it wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED; another
        value is WGML_ERROR_INVALID_ARGUMENT. Gradients (autograd) are computed with f32
-       arithmetic. */
+       arithmetic. Speeds and measured errors of both: docs/MEASUREMENTS.md. */
     int f16_math;
 } wgml_matmul_desc;
 
@@ -712,6 +720,8 @@ WGML_API void wgml_optimizer_free(wgml_optimizer *opt);
 /* Data parallelism across processes started by mpirun, over MPI. The state is the process's,
    as MPI's is. In a build without MPI (CMake -DWGML_MPI=OFF), or in a process that no MPI
    launcher started, the process is rank 0 of 1 and the collectives leave data as it is.
+   Nothing links MPI: wgml_dist_init uses the process's MPI if it has one, else opens the
+   MPI library under a launcher only (WGML_MPI_LIBRARY, else the one wgml was built against).
    Functions without a context report failures through wgml_dist_error_message(). */
 typedef enum wgml_reduce_op { WGML_REDUCE_SUM = 0, WGML_REDUCE_MEAN } wgml_reduce_op;
 
@@ -762,6 +772,52 @@ typedef struct wgml_dist_stats {
 } wgml_dist_stats;
 WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
 WGML_API void wgml_dist_stats_reset(void);
+
+/* ---------------------------------------------------------------- debugging only */
+
+/* For testing programs' error paths; not for normal use. */
+
+/* Forces device loss (wgpuDeviceDestroy): every later call on ctx that needs the GPU fails
+   with WGML_ERROR_DEVICE_LOST, as after a real loss. */
+WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
+
+/* ---------------------------------------------------------------- environment variables */
+
+/* Every environment variable the library reads; none is needed in normal use. Each is read
+   once per context (when it is made or first needs the variable), except where noted.
+   Choosing the adapter (a wgml_context_desc field, when set, wins):
+     WGML_BACKEND=vulkan|metal|dx12|gl|all  .backend
+     WGML_ADAPTER=<part of a name>          .adapter_name
+     WGML_ADAPTER_INDEX=N                   .adapter_index
+     WGML_BOUNDS_CHECKS=1                   .bounds_checks
+     WGML_GPU_TIMING=1                      .gpu_timing
+   Diagnostics:
+     WGML_DUMP_WGSL=<folder>   writes every kernel the context compiles there
+     WGML_PROFILE=<file>       times every dispatch in a pass of its own, GPU time per kind of
+                               launch written to the file when the context is freed
+     WGML_TIMELINE=1           notes the host clock at each step of a submit-and-read
+   Runtime behaviour:
+     WGML_POLL_SPIN_US=N       how long waits spin before blocking (default 10000 on a GPU,
+                               0 on a CPU adapter)
+     WGML_LOOP_LIMIT=N         pretend the adapter ends shader loops after N iterations (as
+                               lavapipe does after 65535): walks the split paths at small sizes
+     WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call)
+     WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
+                               none loaded (default: the one wgml was built against)
+     OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS  set by MPI launchers:
+                               whether one started the process (wgml_dist_*; read at each call)
+   Kernel choices, for benchmark sweeps and tests (a value out of range is ignored):
+     WGML_GEMM_TILE=tm,tn,bk,stages  WGML_GEMM_WARP=8x4  the large-M GEMM's tile
+     WGML_GEMM_CPU=0|1|rows,cols,lanes  the CPU-adapter GEMM off, forced on, or its tile
+     WGML_GEMM_CPU_SUBGROUPS=0       the CPU-adapter GEMM without subgroup broadcasts
+     WGML_GEMV_COLS=16|32|64         the GEMV's columns per workgroup
+     WGML_GEMV_ROWS=0                no small-M GEMV (M <= 16 through the GEMV kernel)
+     WGML_SUBGROUPS=1                GEMV partial sums meet by subgroup shuffles
+     WGML_EW_UNROLL=1|2|4|8          elements per thread of fused elementwise kernels
+     WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t  the attention kernels' tiles (forward, dK/dV, dQ)
+     WGML_ATTN_PRE=N                 the attention kernels' prefetch bits (a mask of 47)
+     WGML_DEBUG_BINDING_LIMIT=bytes  a smaller storage binding limit than the adapter's
+                                     (read at each matmul): walks the split paths in tests */
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,16 @@ for d in "$prefix/lib" "$prefix/lib64" "$prefix"/lib/*-linux-gnu; do
   if [ -f "$d/libwgml.so.0" ]; then libdir=$d; break; fi
 done
 [ -n "$libdir" ] || { echo "build_wheel.sh: no libwgml.so.0 under $prefix/lib" >&2; exit 1; }
-[ -f "$libdir/libwgpu_native.so" ] || { echo "build_wheel.sh: no libwgpu_native.so beside $libdir/libwgml.so.0" >&2; exit 1; }
+# wgpu-native: the install's private copy (lib/wgml/), or beside the library; the wheel
+# holds both side by side (libwgml.so.0's runpath names its own folder too)
+wgpu=""
+for f in "$libdir/wgml/libwgpu_native.so" "$libdir/libwgpu_native.so"; do
+  if [ -f "$f" ]; then wgpu=$f; break; fi
+done
+[ -n "$wgpu" ] || { echo "build_wheel.sh: no libwgpu_native.so in $libdir/wgml or beside $libdir/libwgml.so.0" >&2; exit 1; }
+mkdir -p "$tmp/libs"
+cp "$libdir/libwgml.so.0" "$wgpu" "$tmp/libs/"
+libdir=$tmp/libs
 
 mkdir -p "$out"
 # The package's own backend (python/_build) needs nothing from the network.

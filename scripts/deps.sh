@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs everything wgml needs on a fresh Debian bookworm machine. Idempotent.
+# Installs what wgml needs on a fresh Debian bookworm machine. Idempotent.
+# Usage: scripts/deps.sh          the library, the wgml command and `make demo` (`make deps`)
+#        scripts/deps.sh --test   that and the tools of the tests (`make test` runs it)
 #  - apt: Vulkan loader + Mesa's lavapipe (the adapter on machines with no GPU),
-#    Open MPI (data-parallel training over several processes: wgml_dist_*),
 #    zlib and jansson (IDX datasets, safetensors headers), the Fashion-MNIST data set, the
-#    fortunes text (about 2.6 MB of English for the GPT),
-#    clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`,
-#    OpenBLAS (the CPU peer of `wgml bench matmul`, scripts/cpu_bench.sh), Vulkan's headers
-#    and SPIR-V tools (bench/vk_capture.c, the kernels' SPIR-V and driver statistics).
+#    fortunes text (about 2.6 MB of English for the GPT), CMake;
+#    with --test also: Open MPI (data-parallel training over several processes, wgml_dist_*:
+#    a build finds it and then opens it under mpirun; test_dist_train), clang and its
+#    compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`, OpenBLAS (the CPU
+#    peer of `wgml bench matmul`, scripts/cpu_bench.sh), Vulkan's headers and SPIR-V tools
+#    (bench/vk_capture.c, the kernels' SPIR-V and driver statistics).
 #  - PyPI: the pinned `wgpu` wheel, hash-checked; its wgpu-native library and headers
 #    are extracted into third_party/wgpu-native (ignored by git); and a virtual environment
 #    .venv (ignored by git) with scripts/requirements.txt's pinned packages (plots, the
@@ -18,7 +21,13 @@ cd "$(dirname "$0")/.."
 WHEEL=wgpu-0.32.0-py3-none-manylinux_2_28_x86_64.whl
 WHEEL_SHA256=6499a31b5a29a10b4f1089fea4a0806411f42605fa86b6c0b543a07ca0de8568
 DEST=third_party/wgpu-native
-APT_PACKAGES="mesa-vulkan-drivers libvulkan1 libopenmpi-dev openmpi-bin zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev libopenblas-dev libvulkan-dev spirv-tools"
+APT_PACKAGES="mesa-vulkan-drivers libvulkan1 zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake"
+TEST_APT_PACKAGES="libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libopenblas-dev libvulkan-dev spirv-tools"
+case "${1:-}" in
+  "") ;;
+  --test) APT_PACKAGES="$APT_PACKAGES $TEST_APT_PACKAGES" ;;
+  *) echo "usage: scripts/deps.sh [--test]" >&2; exit 2 ;;
+esac
 
 missing=""
 for p in $APT_PACKAGES; do

@@ -7,6 +7,7 @@
  * the settings stored in its checkpoint: batches are drawn by step number and the GPU
  * generator's state is stored, so the losses equal those of a run that never stopped.
  * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU.
+ * The model is the public one (wgml_gpt.h); the run settings stored beside it are the command's.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
@@ -21,9 +22,9 @@
 
 #include "io/loader.h"
 #include "io/text.h"
-#include "models/gpt.h"
-#include "models/gpt_checkpoint.h"
+#include "models/gpt_checkpoint.h" /* the run settings a checkpoint keeps: the command's */
 #include "tools/cli.h"
+#include "wgml_gpt.h"
 
 /* ---------------------------------------------------------------- options */
 
@@ -167,7 +168,7 @@ static int parse_train(int argc, char **argv, train_options *o)
 typedef struct trainer {
     wgml_context *ctx;
     wgml_text text;
-    wgml_gpt model;
+    wgml_gpt *model;
     wgml_optimizer *opt;
     wgml_tensor *ids, *targets, *val_ids, *val_targets;
     int32_t *x, *y;
@@ -181,7 +182,7 @@ static void trainer_free(trainer *t)
     wgml_optimizer_free(t->opt);
     wgml_tensor_free(t->ids), wgml_tensor_free(t->targets);
     wgml_tensor_free(t->val_ids), wgml_tensor_free(t->val_targets);
-    wgml_gpt_free(&t->model);
+    wgml_gpt_delete(t->model);
     wgml_text_free(&t->text);
     free(t->x), free(t->y);
     if (t->ctx) wgml_context_free(t->ctx);
@@ -215,7 +216,7 @@ static wgml_status val_loss(trainer *t, const train_options *o, float *out)
     for (int64_t i = 0; i < o->run.eval_batches; i++) {
         float l;
         wgml_status st = load_batch(t, o, 1, i, &t->val_ids, &t->val_targets);
-        if (!st) st = wgml_gpt_eval_loss(&t->model, t->val_ids, t->val_targets, &l);
+        if (!st) st = wgml_gpt_eval_loss(t->model, t->val_ids, t->val_targets, &l);
         if (st) return st;
         sum += l;
     }
@@ -227,7 +228,7 @@ static wgml_status save(trainer *t, const train_options *o, const char *path, in
 {
     wgml_gpt_run run = o->run;
     wgml_status st = wgml_rng_get_state(t->ctx, &run.rng_seed, &run.rng_offset);
-    if (!st) st = wgml_gpt_checkpoint_save(path, &t->model, with_optimizer ? t->opt : NULL, t->step, &run, t->text.vocab,
+    if (!st) st = wgml_gpt_checkpoint_save(path, t->model, with_optimizer ? t->opt : NULL, t->step, &run, t->text.vocab,
                                            t->text.vocab_size);
     return st;
 }
@@ -261,7 +262,7 @@ static int train_loop(trainer *t, train_options *o)
     while (t->step < end) {
         wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
         lrs[np] = wgml_optimizer_lr(t->opt);
-        if (!st) st = wgml_gpt_train_step_submit(&t->model, t->opt, t->ids, t->targets, &pending[np]);
+        if (!st) st = wgml_gpt_train_step_submit(t->model, t->opt, t->ids, t->targets, &pending[np]);
         if (st) {
             fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step + 1, cli_message(t->ctx, st));
             return free_pending(pending, np), 1;
@@ -325,7 +326,9 @@ static int train_loop(trainer *t, train_options *o)
             }
         }
     }
-    if (cli_dist_finish("wgml gpt train", t->ctx, t->model.n_params, t->model.params)) return 1;
+    int n_params;
+    wgml_tensor *const *params = wgml_gpt_params(t->model, &n_params);
+    if (cli_dist_finish("wgml gpt train", t->ctx, n_params, params)) return 1;
     if (lead)
         fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
                 (long long)(t->step - first), cli_now() - t0, o->out, o->out);
@@ -358,15 +361,15 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
                 (long long)ck->step, (long long)o->steps);
         return 1;
     }
-    st = wgml_gpt_checkpoint_model(t->ctx, ck, &t->model);
+    st = wgml_gpt_from_checkpoint(t->ctx, ck, &t->model);
     if (!st) {
         wgml_gpt_train_desc d = {.lr = o->run.lr, .weight_decay = o->run.weight_decay, .max_grad_norm = o->run.max_grad_norm,
                                  .beta1 = o->run.beta1, .beta2 = o->run.beta2,
                                  .schedule = {.warmup_steps = o->run.warmup, .total_steps = o->run.total_steps,
                                               .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
-        st = wgml_gpt_optimizer(&t->model, &d, &t->opt);
+        st = wgml_gpt_optimizer(t->model, &d, &t->opt);
     }
-    if (!st) st = wgml_gpt_checkpoint_restore_optimizer(ck, &t->model, t->opt);
+    if (!st) st = wgml_gpt_checkpoint_restore_optimizer(ck, t->model, t->opt);
     if (!st) st = wgml_rng_set_state(t->ctx, ck->run.rng_seed, ck->run.rng_offset);
     t->step = ck->step;
     int same_vocab = 1;
@@ -432,13 +435,13 @@ static int cmd_gpt_train(int argc, char **argv)
         if (wgml_gpt_config_resolve(&o.cfg, &c, err, sizeof err)) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 2;
         if (o.run.warmup >= o.steps && o.steps > 0) o.run.warmup = o.steps - 1;
         o.cfg = c;
-        st = wgml_gpt_init(t.ctx, &o.cfg, o.run.seed, &t.model);
+        st = wgml_gpt_new(t.ctx, &o.cfg, o.run.seed, &t.model);
         wgml_gpt_train_desc d = {.lr = o.run.lr, .weight_decay = o.run.weight_decay, .max_grad_norm = o.run.max_grad_norm,
                                  .beta1 = o.run.beta1, .beta2 = o.run.beta2,
                                  .schedule = {.warmup_steps = o.run.warmup, .total_steps = o.steps,
                                               .min_lr_ratio = o.run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
         if (o.steps <= o.run.warmup) d.schedule = (wgml_lr_schedule){0};
-        if (!st) st = wgml_gpt_optimizer(&t.model, &d, &t.opt);
+        if (!st) st = wgml_gpt_optimizer(t.model, &d, &t.opt);
         if (st) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
     int64_t T = o.cfg.block;
@@ -450,7 +453,9 @@ static int cmd_gpt_train(int argc, char **argv)
     const int lead = wgml_dist_rank() == 0, ranks = wgml_dist_size();
     if (cli_dist_check_batch("wgml gpt train", o.run.batch)) return trainer_free(&t), 1;
     /* every rank starts from rank 0's parameters, and its steps average the gradients */
-    if ((st = wgml_dist_broadcast(t.ctx, t.model.n_params, t.model.params)))
+    int n_params;
+    wgml_tensor *const *params = wgml_gpt_params(t.model, &n_params);
+    if ((st = wgml_dist_broadcast(t.ctx, n_params, params)))
         return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     if ((st = wgml_dist_data_parallel(t.opt)))
         return fprintf(stderr, "wgml gpt train: %s\n", wgml_dist_error_message()), trainer_free(&t), 1;
@@ -479,7 +484,7 @@ static int cmd_gpt_train(int argc, char **argv)
     rc = o.steps > t.step ? train_loop(&t, &o) : 0;
     if (!rc && lead && o.sample_tokens > 0) {
         double secs;
-        st = print_sample(&t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o.sample_tokens, 0.8f, 0, NULL, &secs);
+        st = print_sample(t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o.sample_tokens, 0.8f, 0, NULL, &secs);
         if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", cli_message(t.ctx, st)), rc = 1;
     }
     trainer_free(&t);
@@ -488,11 +493,24 @@ static int cmd_gpt_train(int argc, char **argv)
 
 /* ---------------------------------------------------------------- sampling */
 
+typedef struct printer {
+    const uint8_t *vocab;
+    int vocab_size;
+} printer;
+
+static int print_token(int32_t tok, void *user)
+{
+    const printer *p = user;
+    fputc(tok >= 0 && tok < p->vocab_size ? p->vocab[tok] : '?', stdout);
+    fflush(stdout);
+    return 0;
+}
+
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
                                 float temperature, int64_t top_k, const char *prompt, double *seconds)
 {
     size_t np = prompt ? strlen(prompt) : 0;
-    int32_t *ids = malloc((np + (size_t)n + 1) * sizeof *ids);
+    int32_t *ids = malloc((np + 1) * sizeof *ids);
     if (!ids) return WGML_ERROR_OUT_OF_MEMORY;
     if (np == 0) {
         ids[0] = token_of['\n'] >= 0 ? token_of['\n'] : 0;
@@ -502,22 +520,12 @@ static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_siz
         for (size_t i = 0; i < np; i++) ids[i] = token_of[(uint8_t)prompt[i]];
         fputs(prompt, stdout);
     }
-    wgml_gpt_cache cache;
-    wgml_status st = wgml_gpt_cache_init(g, &cache);
-    int64_t have = (int64_t)np, fresh = (int64_t)np;
+    printer p = {vocab, vocab_size};
+    wgml_gpt_sample_desc d = {.temperature = temperature, .top_k = top_k};
     double t0 = cli_now();
-    for (int64_t k = 0; k < n && !st; k++) {
-        int32_t tok;
-        st = wgml_gpt_generate_step(g, &cache, ids, have, fresh, temperature, top_k, &tok);
-        if (st) break;
-        ids[have++] = tok;
-        fresh = 1;
-        fputc(tok >= 0 && tok < vocab_size ? vocab[tok] : '?', stdout);
-        fflush(stdout);
-    }
+    wgml_status st = wgml_gpt_generate(g, ids, (int64_t)np, n, &d, NULL, print_token, &p);
     *seconds = cli_now() - t0;
     fputc('\n', stdout);
-    wgml_gpt_cache_free(&cache, g->cfg.layers);
     free(ids);
     return st;
 }
@@ -570,14 +578,14 @@ static int cmd_gpt_sample(int argc, char **argv)
     if (!path) return fprintf(stderr, "wgml gpt sample: --checkpoint FILE is required (see --help)\n"), 2;
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
-    wgml_gpt_checkpoint ck;
-    wgml_gpt g = {0};
-    wgml_status st = wgml_gpt_checkpoint_read(ctx, path, &ck);
-    if (!st) st = wgml_gpt_checkpoint_model(ctx, &ck, &g);
+    wgml_gpt *g = NULL;
+    wgml_status st = wgml_gpt_load(ctx, path, &g);
     if (!st) st = wgml_manual_seed(ctx, seed);
+    const uint8_t *vocab = NULL;
+    int vocab_size = wgml_gpt_vocab(g, &vocab);
     int16_t token_of[256];
     for (int b = 0; b < 256; b++) token_of[b] = -1;
-    for (int k = 0; !st && k < ck.vocab_size; k++) token_of[ck.vocab[k]] = (int16_t)k;
+    for (int k = 0; !st && k < vocab_size; k++) token_of[vocab[k]] = (int16_t)k;
     int rc = st ? 1 : 0;
     for (size_t i = 0; !rc && prompt && prompt[i]; i++)
         if (token_of[(uint8_t)prompt[i]] < 0) {
@@ -587,12 +595,11 @@ static int cmd_gpt_sample(int argc, char **argv)
         }
     double secs = 0;
     if (!rc) {
-        st = print_sample(&g, ck.vocab, ck.vocab_size, token_of, tokens, temperature, top_k, prompt, &secs);
+        st = print_sample(g, vocab, vocab_size, token_of, tokens, temperature, top_k, prompt, &secs);
         if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)tokens, secs, (double)tokens / secs);
     }
     if (st) fprintf(stderr, "wgml gpt sample: %s\n", cli_message(ctx, st)), rc = 1;
-    wgml_gpt_free(&g);
-    wgml_gpt_checkpoint_free(&ck);
+    wgml_gpt_delete(g);
     wgml_context_free(ctx);
     return rc;
 }

@@ -20,8 +20,11 @@ SUMMARY = "GPU tensors over WebGPU: Python bindings of the wgml C library"
 
 
 def _version():
-    with open(os.path.join(ROOT, NAME, "__init__.py"), encoding="utf-8") as f:
-        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+    """MAJOR.MINOR.PATCH from wgml.h's WGML_VERSION_* (the one place it is written)."""
+    with open(_header(), encoding="utf-8") as f:
+        text = f.read()
+    return ".".join(re.search(r"^#define WGML_VERSION_%s (\d+)$" % part, text, re.M).group(1)
+                    for part in ("MAJOR", "MINOR", "PATCH"))
 
 
 def _header():
@@ -60,7 +63,7 @@ def _libs():
 
 
 def _metadata():
-    return ("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\nRequires-Python: >=3.8\n"
+    return ("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\nLicense: MIT\nRequires-Python: >=3.8\n"
             "Requires-Dist: cffi>=1.15\nRequires-Dist: numpy>=1.22\n" % (NAME, _version(), SUMMARY))
 
 

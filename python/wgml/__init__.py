@@ -32,7 +32,9 @@ from ._tensor import (Tensor, float32, int32, tensor, zeros, ones, full, zeros_l
 from ._io import save, load
 from . import optim
 
-__version__ = "0.8.0"
+# the header's version (wgml.h is the one place it is written)
+from ._ffi import lib as _ffi_lib
+__version__ = "%d.%d.%d" % (_ffi_lib.WGML_VERSION_MAJOR, _ffi_lib.WGML_VERSION_MINOR, _ffi_lib.WGML_VERSION_PATCH)
 
 
 def info(ctx=None):

@@ -8,7 +8,7 @@ from ._ffi import ffi, lib
 
 class Error(Exception):
     """A call into libwgml failed. `status` is the wgml_status number, `status_name` the
-    library's words for it (wgml_status_name, e.g. "shape mismatch"), the message the
+    library's name for it (wgml_status_name, e.g. "WGML_ERROR_SHAPE"), the message the
     library's own."""
 
     status = None

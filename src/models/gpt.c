@@ -508,6 +508,13 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
     wgml_status st = wgml_optimizer_create_groups(g->ctx, &od, ng, groups, out);
     if (!st) st = wgml_optimizer_set_schedule(*out, &d->schedule);
     if (st && *out) wgml_optimizer_free(*out), *out = NULL;
+    if (!st) { /* what wgml_gpt_save records of the run */
+        wgml_gpt_run *r = &g->run;
+        r->lr = d->lr, r->weight_decay = d->weight_decay, r->max_grad_norm = d->max_grad_norm;
+        r->beta1 = d->beta1 > 0 ? d->beta1 : 0.9f, r->beta2 = d->beta2 > 0 ? d->beta2 : 0.99f;
+        r->warmup = d->schedule.warmup_steps, r->total_steps = d->schedule.total_steps;
+        r->min_lr_ratio = d->schedule.decay == WGML_LR_DECAY_NONE ? 1.0f : d->schedule.min_lr_ratio;
+    }
     free(order);
     free(groups);
     return st;

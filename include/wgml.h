@@ -524,7 +524,10 @@ WGML_API wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_ten
 /* Marks an evaluated (leaf) tensor as trainable. */
 WGML_API wgml_status wgml_requires_grad(wgml_tensor *t, int on);
 /* Reverse mode from a one-element loss: each trainable tensor the loss depends on gets its
-   gradient added to wgml_grad(t) (lazy: computed with the next evaluation). */
+   gradient added to wgml_grad(t) (lazy: computed with the next evaluation). The loss (or any
+   tensor on the way) may have been read or evaluated before: a result that a trainable tensor
+   lies upstream of keeps its graph while it lives, and the evaluation that computes the
+   gradients then recomputes the forward values they need. */
 WGML_API wgml_status wgml_backward(wgml_tensor *loss);
 WGML_API wgml_tensor *wgml_grad(wgml_tensor *t); /* borrowed; NULL if none */
 WGML_API void wgml_zero_grad(wgml_tensor *t);

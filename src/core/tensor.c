@@ -147,6 +147,7 @@ static void tensor_destroy(wgml_tensor *t)
     for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
     if (t->buf) wgml_buffer_release(ctx, t->buf);
     if (t->grad) wgml_tensor_unref(t->grad);
+    if (t->tape) wgml_tensor_unref(t->tape);
     if (t->dest) wgml_buffer_release(ctx, t->dest);
     free(t->error);
     list_remove(ctx, t);

@@ -20,7 +20,8 @@ from ._errors import (ContextError, DeviceError, DeviceLostError, DTypeError, Er
                       FormatError, InvalidArgumentError, LimitError, NoAdapterError, NotFoundError,
                       OutOfMemoryError, ShapeError, SizeOverflowError, UnsupportedError, ValidationError)
 from ._context import Context, default_context, set_default_context
-from ._tensor import (Tensor, float32, int32, tensor, zeros, ones, full, zeros_like, ones_like, full_like, arange, causal_mask, rand, randn,
+from ._tensor import (Tensor, float32, int32, tensor, from_numpy, as_tensor, no_grad, enable_grad, is_grad_enabled,
+                      cat, gelu_tanh, zeros, ones, full, zeros_like, ones_like, full_like, arange, causal_mask, rand, randn,
                       xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal, manual_seed,
                       add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
                       neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, gelu_exact, erf, sin, cos,

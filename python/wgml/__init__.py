@@ -15,8 +15,8 @@ The library is found through WGML_LIBRARY (the path of libwgml.so.0), else the c
 in the package (wgml/_lib, by scripts/build_wheel.sh), else the system (the loader's cache,
 pkg-config). Failures raise wgml.Error subclasses carrying the library's message.
 """
-from ._ffi import header_path, library_path
-from ._errors import (ContextError, DeviceError, DeviceLostError, DTypeError, Error, ExistsError, FileError,
+from ._ffi import header_path, library_path, library_version
+from ._errors import (AxisError, ContextError, DeviceError, DeviceLostError, DTypeError, Error, ExistsError, FileError,
                       FormatError, InvalidArgumentError, LimitError, NoAdapterError, NotFoundError,
                       OutOfMemoryError, ShapeError, SizeOverflowError, UnsupportedError, ValidationError)
 from ._context import Context, default_context, set_default_context
@@ -33,7 +33,7 @@ from ._tensor import (Tensor, float32, int32, tensor, from_numpy, as_tensor, no_
 from ._io import save, load
 from . import optim
 
-__version__ = "0.8.0"
+__version__ = library_version()
 
 
 def info(ctx=None):

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._context import Context, default_context
-from ._errors import ContextError, DTypeError, error_for
+from ._errors import AxisError, ContextError, DTypeError, InvalidArgumentError, error_for
 from ._ffi import ffi, lib
 
 float32 = np.dtype(np.float32)
@@ -33,9 +33,6 @@ _ACTIVATIONS = {None: lib.WGML_ACT_NONE, "none": lib.WGML_ACT_NONE, "relu": lib.
                 "gelu_exact": lib.WGML_ACT_GELU_EXACT}
 _I32_MIN, _I32_MAX = -2 ** 31, 2 ** 31 - 1
 
-
-# NumPy's error for an axis out of range (an IndexError and a ValueError both)
-_AxisError = getattr(getattr(np, "exceptions", np), "AxisError")
 
 Shape = Union[int, Sequence[int]]
 DType = Union[str, type, np.dtype, None]
@@ -117,7 +114,7 @@ def _axis(axis, ndim, what):
         raise TypeError("%s: an axis is an int, not %s" % (what, type(axis).__name__))
     a = int(axis)
     if not -ndim <= a < ndim:
-        raise _AxisError(a, ndim)
+        raise AxisError(a, ndim, what)
     return a + ndim if a < 0 else a
 
 
@@ -1007,7 +1004,8 @@ def _axes(axis, ndim, what):
     axes = (axis,) if _is_int(axis) else tuple(axis)
     got = [_axis(a, ndim, what) for a in axes]
     if len(set(got)) != len(got):
-        raise ValueError("%s: duplicate value in 'axis' (%s)" % (what, ", ".join(str(a) for a in axes)))
+        raise InvalidArgumentError("%s: duplicate value in 'axis' (%s)" % (what, ", ".join(str(a) for a in axes)),
+                                   lib.WGML_ERROR_INVALID_ARGUMENT)
     return sorted(got, reverse=True)
 
 
@@ -1396,7 +1394,7 @@ def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=
             shape.pop(-1)
         if squeeze_a:
             shape.pop(-1 if squeeze_b else -2)
-        r = reshape(r, shape or [1])
+        r = reshape(r, shape)  # vector @ vector: 0-d, as NumPy
     return r
 
 

@@ -47,3 +47,9 @@ def test_gpt_forward_on_a_trained_checkpoint(tmp_path):
     out = run(os.path.join(EXAMPLES, "gpt_forward.py"), "--checkpoint", str(tmp_path / "gpt.safetensors"),
               "--prompt", "The ", "--tokens", "8")
     assert "largest difference from NumPy" in out and "'The " in out
+
+
+def test_save_resume_example(tmp_path):
+    # a whole model and its AdamW state saved mid-run and resumed from the file alone
+    out = run(os.path.join(EXAMPLES, "save_resume.py"), "8", str(tmp_path / "resume.safetensors"))
+    assert "resumed run identical" in out

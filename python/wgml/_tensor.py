@@ -604,16 +604,20 @@ class Tensor:
 
     # ------------------------------------------------------------ views
 
-    def reshape(self, *shape):
+    def reshape(self, *shape: Any) -> "Tensor":
+        """t.reshape(2, 3) or t.reshape((2, 3)): see wgml.reshape."""
         return reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape)
 
-    def view(self, *shape):
+    def view(self, *shape: Any) -> "Tensor":
+        """The same as reshape (PyTorch's name)."""
         return self.reshape(*shape)
 
-    def flatten(self):
+    def flatten(self) -> "Tensor":
+        """All elements in one axis."""
         return reshape(self, (-1,))
 
-    def permute(self, *axes):
+    def permute(self, *axes: Any) -> "Tensor":
+        """t.permute(2, 0, 1) or t.permute((2, 0, 1)): axes reordered (a view)."""
         return permute(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], numbers.Integral) else axes)
 
     def transpose(self, *axes):
@@ -627,24 +631,29 @@ class Tensor:
         return permute(self, axes)
 
     @property
-    def T(self):
+    def T(self) -> "Tensor":
+        """All axes reversed (a view)."""
         return permute(self, tuple(range(self.ndim))[::-1])
 
     @property
-    def mT(self):
+    def mT(self) -> "Tensor":
+        """The last two axes swapped (a view)."""
         return transpose(self, -2, -1)
 
-    def broadcast_to(self, shape):
+    def broadcast_to(self, shape: Shape) -> "Tensor":
+        """See wgml.broadcast_to."""
         return broadcast_to(self, shape)
 
-    def contiguous(self):
+    def contiguous(self) -> "Tensor":
+        """See wgml.contiguous."""
         return contiguous(self)
 
-    def detach(self):
+    def detach(self) -> "Tensor":
         """The value, with no gradient flowing through it (as PyTorch's detach)."""
         return detach(self)
 
-    def astype(self, dtype):
+    def astype(self, dtype: DType) -> "Tensor":
+        """As dtype (NumPy's name; see wgml.cast)."""
         return cast(self, dtype)
 
     def unsqueeze(self, axis: Optional[int] = None, *, dim: Optional[int] = None) -> "Tensor":
@@ -992,7 +1001,9 @@ def masked_fill(a, mask, value):
     return _wrap(a._ctx, lib.wgml_masked_fill(a._ctx._ptr, a._handle(), mask._handle(), value))
 
 
-def dropout(a, p):
+def dropout(a: Any, p: float) -> Tensor:
+    """Zeros each element with probability p and scales the others by 1 / (1 - p) (always:
+    there is no train/eval mode; skip the call to evaluate)."""
     a = _as_tensor(a)
     return _wrap(a._ctx, lib.wgml_dropout(a._ctx._ptr, a._handle(), p))
 
@@ -1185,7 +1196,8 @@ def reshape(a: Any, shape: Shape) -> Tensor:
     return _wrap(a._ctx, lib.wgml_reshape(a._ctx._ptr, a._handle(), len(shape), _i64(shape)))
 
 
-def permute(a, axes):
+def permute(a: Any, axes: Sequence[int]) -> Tensor:
+    """a with its axes in the order given (a view; gradients flow)."""
     a = _as_tensor(a)
     axes = [int(x) + a.ndim if x < 0 else int(x) for x in axes]
     if len(axes) != a.ndim:
@@ -1199,7 +1211,8 @@ def transpose(a, axis0=-2, axis1=-1):
     return _wrap(a._ctx, lib.wgml_transpose(a._ctx._ptr, a._handle(), int(axis0), int(axis1)))
 
 
-def broadcast_to(a, shape):
+def broadcast_to(a: Any, shape: Shape) -> Tensor:
+    """a repeated along axes of size 1 (and new leading axes) to shape (a view)."""
     a = _as_tensor(a)
     shape = _shape_arg(shape)
     return _wrap(a._ctx, lib.wgml_broadcast_to(a._ctx._ptr, a._handle(), len(shape), _i64(shape)))
@@ -1212,17 +1225,21 @@ def slice(a, axis, start, stop, step=1):
     return _wrap(a._ctx, lib.wgml_slice(a._ctx._ptr, a._handle(), int(axis), int(start), int(stop), int(step)))
 
 
-def detach(a):
+def detach(a: Any) -> Tensor:
+    """a's value with no gradient flowing through it (PyTorch's detach)."""
     a = _as_tensor(a)
     return _wrap(a._ctx, lib.wgml_detach(a._ctx._ptr, a._handle()))
 
 
-def contiguous(a):
+def contiguous(a: Any) -> Tensor:
+    """a in row-major order: a itself (as a view) when it already is, else a copy."""
     a = _as_tensor(a)
     return _wrap(a._ctx, lib.wgml_contiguous(a._ctx._ptr, a._handle()))
 
 
-def cast(a, dtype):
+def cast(a: Any, dtype: DType) -> Tensor:
+    """a converted to float32 or int32 ("f32"/"i32", np.float32, float, int); to int32
+    truncates toward zero."""
     a = _as_tensor(a)
     return _wrap(a._ctx, lib.wgml_cast(a._ctx._ptr, a._handle(), _dtype_code(dtype)))
 
@@ -1342,7 +1359,8 @@ def embedding(table, ids):
     return _wrap(table._ctx, lib.wgml_embedding(table._ctx._ptr, table._handle(), ids._handle()))
 
 
-def index_select(a, axis, idx):
+def index_select(a: Any, axis: int, idx: Any) -> Tensor:
+    """The slices of a at int32 positions idx (1-D) along axis; t[idx_tensor] on axis 0."""
     a = _as_tensor(a)
     idx = _as_tensor(idx, a, "i32")
     return _wrap(a._ctx, lib.wgml_index_select(a._ctx._ptr, a._handle(), int(axis), idx._handle()))
@@ -1416,14 +1434,14 @@ def cross_entropy(logits, labels):
     """Mean softmax cross-entropy of logits [B, C] against class indices [B] (int32)."""
     logits = _as_tensor(logits)
     labels = labels if isinstance(labels, Tensor) else _as_tensor(labels, logits, "i32")
-    return _wrap(logits._ctx, lib.wgml_cross_entropy(logits._ctx._ptr, logits._handle(), labels._handle()))
+    return _scalar_result(_wrap(logits._ctx, lib.wgml_cross_entropy(logits._ctx._ptr, logits._handle(), labels._handle())))
 
 
 def mse(pred, target):
     """mean((pred - target)^2), broadcasting."""
     pred = _as_tensor(pred)
     target = _as_tensor(target, pred)
-    return _wrap(pred._ctx, lib.wgml_mse(pred._ctx._ptr, pred._handle(), target._handle()))
+    return _scalar_result(_wrap(pred._ctx, lib.wgml_mse(pred._ctx._ptr, pred._handle(), target._handle())))
 
 
 def eval(*tensors):

@@ -69,7 +69,7 @@ def test_conversions():
     assert np.asarray(t, dtype=np.float64).dtype == np.float64
     with pytest.raises(ValueError):
         np.asarray(t, copy=False) if np.__version__ >= "2" else t.__array__(copy=False)
-    assert repr(t) == "wgml.Tensor(shape=(2, 3), dtype=float32)"
+    assert repr(t) == "wgml.tensor([[0., 1., 2.],\n             [3., 4., 5.]], shape=(2, 3), dtype=float32)"
     assert wgml.tensor(t).tolist() == t.tolist()  # a copy of a tensor
     t2 = wgml.tensor(np.zeros(3))
     t2.write([1, 2, 3])

@@ -467,10 +467,10 @@ def test_losses(b, c, rng):
     lsm = logits - logits.max(-1, keepdims=True)
     lsm -= np.log(np.exp(lsm).sum(-1, keepdims=True))
     want = -lsm[np.arange(b), labels].mean()
-    close(wgml.cross_entropy(wgml.tensor(logits), wgml.tensor(labels)).numpy(), [want], 1e-5, 1e-6)
-    close(wgml.cross_entropy(logits, labels.astype(np.float32)).numpy(), [want], 1e-5, 1e-6)
+    close(wgml.cross_entropy(wgml.tensor(logits), wgml.tensor(labels)).numpy(), want, 1e-5, 1e-6)
+    close(wgml.cross_entropy(logits, labels.astype(np.float32)).numpy(), want, 1e-5, 1e-6)
     target = nonzero(rng, (c,))
-    close(wgml.mse(wgml.tensor(logits), target).numpy(), [((logits - target) ** 2).mean()], 1e-5, 1e-6)
+    close(wgml.mse(wgml.tensor(logits), target).numpy(), ((logits - target) ** 2).mean(), 1e-5, 1e-6)
 
 
 # ---------------------------------------------------------------- random numbers

@@ -12,7 +12,7 @@ graph in one submit.
     print(loss.item(), w.grad.numpy())
 
 The library is found through WGML_LIBRARY (the path of libwgml.so.0), else the copy bundled
-in the package (wgml/_lib, by scripts/build_wheel.sh), else the system (the loader's cache,
+in the package (wgml/_lib: `pip install ./python` builds it), else the system (the loader's cache,
 pkg-config). Failures raise wgml.Error subclasses carrying the library's message.
 """
 from ._ffi import header_path, library_path, library_version

@@ -131,7 +131,7 @@ def _load():
         raise ImportError(
             "wgml: cannot find the C library %s. Tried:\n  %s\n"
             "Set WGML_LIBRARY to the path of libwgml.so.0 (a build folder's or an install's lib/), "
-            "or install a wheel made by scripts/build_wheel.sh, which bundles it."
+            "or install the package with `pip install ./python` (or a wheel of scripts/build_wheel.sh), which bundles it."
             % (LIBNAME, "\n  ".join(tried) if tried else "nothing"))
     if not os.path.isabs(libpath):
         libpath = _loaded_path(libpath) or libpath

@@ -498,6 +498,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         if (order.items[k]->dest) node_of(ex, order.items[k])->pinned = node_of(ex, order.items[k])->target = true;
     for (size_t k = 0; k < order.n; k++) { /* post-order: inputs are noted first */
         wgml_tensor *t = order.items[k];
+        if (wgml_op_table[t->op].constant) continue; /* passes no gradient (detach, argmax) */
         for (int i = 0; i < t->nsrc && !node_of(ex, t)->grad_path; i++)
             node_of(ex, t)->grad_path = carries_grad(ex, t->src[i]);
     }

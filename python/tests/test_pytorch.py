@@ -382,3 +382,23 @@ def test_public_names_have_docstrings():
         if not name.startswith("_") and not (getattr(wgml.Tensor, name).__doc__ or "").strip():
             missing.append("Tensor." + name)
     assert not missing, "no docstring: %s" % ", ".join(missing)
+
+
+def test_public_functions_have_type_hints():
+    # the package's own functions and the Tensor and optimiser methods (Context's are the
+    # thread-safety work's file, left to it)
+    import inspect
+    missing = []
+    for prefix, owner in (("wgml.", wgml), ("Tensor.", wgml.Tensor), ("optim.", wgml.optim),
+                          ("Optimizer.", wgml.optim.Optimizer)):
+        for name in dir(owner):
+            f = getattr(owner, name)
+            if name.startswith("_") or isinstance(f, property) or not callable(f) or inspect.isclass(f) \
+                    or getattr(f, "__module__", "").split(".")[0] != "wgml" or name in ("default_context",
+                                                                                      "set_default_context"):
+                continue
+            sig = inspect.signature(f)
+            bad = [p.name for p in sig.parameters.values() if p.name != "self" and p.annotation is inspect.Parameter.empty]
+            if bad or sig.return_annotation is inspect.Signature.empty:
+                missing.append("%s%s %s" % (prefix, name, bad or "return"))
+    assert not missing, "no type hints: %s" % "; ".join(missing)

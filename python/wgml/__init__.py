@@ -15,6 +15,8 @@ The library is found through WGML_LIBRARY (the path of libwgml.so.0), else the c
 in the package (wgml/_lib: `pip install ./python` builds it), else the system (the loader's cache,
 pkg-config). Failures raise wgml.Error subclasses carrying the library's message.
 """
+import typing as _t
+
 from ._ffi import header_path, library_path, library_version
 from ._errors import (AxisError, ContextError, DeviceError, DeviceLostError, DTypeError, Error, ExistsError, FileError,
                       FormatError, InvalidArgumentError, LimitError, NoAdapterError, NotFoundError,
@@ -36,18 +38,18 @@ from . import optim
 __version__ = library_version()
 
 
-def info(ctx=None):
+def info(ctx: _t.Optional[Context] = None) -> _t.Dict[str, _t.Any]:
     """The adapter of ctx (default: the default context) as a dict: name, vendor, backend,
     adapter_type, limits, features."""
     return (ctx or default_context()).info()
 
 
-def stats(ctx=None):
+def stats(ctx: _t.Optional[Context] = None) -> _t.Dict[str, _t.Any]:
     """The library's counters of ctx (default: the default context) as a dict."""
     return (ctx or default_context()).stats()
 
 
-def status_name(status):
+def status_name(status: int) -> str:
     """The name of a wgml_status number, e.g. "WGML_ERROR_SHAPE"."""
     from ._errors import _status_name
     return _status_name(status)

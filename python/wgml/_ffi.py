@@ -171,7 +171,7 @@ def _loaded_path(name):
 ffi, lib, library_path, header_path = _load()
 
 
-def library_version():
+def library_version() -> str:
     """The loaded library's version, the one place wgml.__version__ comes from: the
     library's own wgml_version() where it has one, else the version in its file name
     (libwgml.so.0 links to libwgml.so.X.Y.Z, CMake's VERSION), else the installed package's

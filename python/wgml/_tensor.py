@@ -620,7 +620,7 @@ class Tensor:
         """t.permute(2, 0, 1) or t.permute((2, 0, 1)): axes reordered (a view)."""
         return permute(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], numbers.Integral) else axes)
 
-    def transpose(self, *axes):
+    def transpose(self, *axes: Any) -> "Tensor":
         """No axes: all reversed (NumPy); two: those swapped (PyTorch); ndim: a permutation."""
         if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
             axes = tuple(axes[0])
@@ -987,14 +987,14 @@ def clamp(a: Any, lo: Optional[float] = None, hi: Optional[float] = None, *, min
     return _scalar_result(_wrap(a._ctx, lib.wgml_clamp(a._ctx._ptr, a._handle(), lo, hi)), a)
 
 
-def where(cond, a, b):
+def where(cond: Any, a: Any, b: Any) -> Tensor:
     """a where cond != 0, else b (broadcasting)."""
     like = _first_tensor(cond, a, b)
     cond, a, b = _as_tensor(cond, like, "f32"), _as_tensor(a, like), _as_tensor(b, like)
     return _wrap(a._ctx, lib.wgml_where(a._ctx._ptr, cond._handle(), a._handle(), b._handle()))
 
 
-def masked_fill(a, mask, value):
+def masked_fill(a: Any, mask: Any, value: float) -> Tensor:
     """value where mask != 0, else a."""
     a = _as_tensor(a)
     mask = _as_tensor(mask, a, "f32")
@@ -1133,7 +1133,7 @@ Tensor.softmax = softmax
 Tensor.log_softmax = log_softmax
 
 
-def layernorm(a, weight=None, bias=None, eps=1e-5):
+def layernorm(a: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Tensor:
     """(a - mean) / sqrt(var + eps) * weight + bias over the last axis."""
     a = _as_tensor(a)
     # uploads held in names until the call: a temporary's handle would be freed first
@@ -1142,7 +1142,7 @@ def layernorm(a, weight=None, bias=None, eps=1e-5):
     return _wrap(a._ctx, lib.wgml_layernorm(a._ctx._ptr, a._handle(), _opt(w), _opt(b), eps))
 
 
-def rmsnorm(a, weight=None, eps=1e-5):
+def rmsnorm(a: Any, weight: Any = None, eps: float = 1e-5) -> Tensor:
     """a / sqrt(mean(a^2) + eps) * weight over the last axis."""
     a = _as_tensor(a)
     w = _as_tensor(weight, a) if weight is not None else None
@@ -1157,7 +1157,7 @@ def cumsum(a: Any, axis: Optional[int] = None, reverse: bool = False, *, dim: Op
     return _wrap(a._ctx, lib.wgml_cumsum(a._ctx._ptr, a._handle(), ax, 1 if reverse else 0))
 
 
-def rope(x, pos_offset=0, base=10000.0, interleaved=False, inverse=False):
+def rope(x: Any, pos_offset: int = 0, base: float = 10000.0, interleaved: bool = False, inverse: bool = False) -> Tensor:
     """Rotary position embedding over x [..., T, D] (rotate-half pairs, or interleaved)."""
     x = _as_tensor(x)
     d = ffi.new("wgml_rope_desc *")
@@ -1205,7 +1205,7 @@ def permute(a: Any, axes: Sequence[int]) -> Tensor:
     return _wrap(a._ctx, lib.wgml_permute(a._ctx._ptr, a._handle(), ffi.new("int[]", axes)))
 
 
-def transpose(a, axis0=-2, axis1=-1):
+def transpose(a: Any, axis0: int = -2, axis1: int = -1) -> Tensor:
     """a with two axes swapped (a view)."""
     a = _as_tensor(a)
     return _wrap(a._ctx, lib.wgml_transpose(a._ctx._ptr, a._handle(), int(axis0), int(axis1)))
@@ -1218,7 +1218,7 @@ def broadcast_to(a: Any, shape: Shape) -> Tensor:
     return _wrap(a._ctx, lib.wgml_broadcast_to(a._ctx._ptr, a._handle(), len(shape), _i64(shape)))
 
 
-def slice(a, axis, start, stop, step=1):
+def slice(a: Any, axis: int, start: int, stop: int, step: int = 1) -> Tensor:
     """[start, stop) with step >= 1 along one axis, indices as the library takes them
     (0 <= start < stop <= size); t[a:b] takes Python's negative and clamped ones."""
     a = _as_tensor(a)
@@ -1279,7 +1279,7 @@ def _views(ctx, n, out):
     return [_wrap(ctx, out[i]) for i in range(n)]
 
 
-def split(a, sizes, axis=0):
+def split(a: Any, sizes: Sequence[int], axis: int = 0) -> list:
     """Views of consecutive parts of the given sizes along axis."""
     a = _as_tensor(a)
     sizes = [int(s) for s in sizes]
@@ -1288,7 +1288,7 @@ def split(a, sizes, axis=0):
     return _views(a._ctx, len(sizes), out)
 
 
-def chunk(a, n, axis=0):
+def chunk(a: Any, n: int, axis: int = 0) -> list:
     """n equal parts along axis, as views."""
     a = _as_tensor(a)
     n = int(n)
@@ -1352,7 +1352,7 @@ def _getitem(t, key):
 
 # ---------------------------------------------------------------- gather and scatter
 
-def embedding(table, ids):
+def embedding(table: Any, ids: Any) -> Tensor:
     """Rows of table [V, C] by int32 ids: [*ids.shape, C]."""
     table = _as_tensor(table)
     ids = _as_tensor(ids, table, "i32")
@@ -1366,7 +1366,7 @@ def index_select(a: Any, axis: int, idx: Any) -> Tensor:
     return _wrap(a._ctx, lib.wgml_index_select(a._ctx._ptr, a._handle(), int(axis), idx._handle()))
 
 
-def index_add(a, axis, idx, src):
+def index_add(a: Any, axis: int, idx: Any, src: Any) -> Tensor:
     """A copy of a with src's slices added at positions idx along axis."""
     a = _as_tensor(a)
     idx = _as_tensor(idx, a, "i32")
@@ -1376,7 +1376,8 @@ def index_add(a, axis, idx, src):
 
 # ---------------------------------------------------------------- matmul, attention, losses
 
-def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=None, f16_math=False):
+def matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0, bias: Any = None,
+           activation: Optional[str] = None, f16_math: Union[bool, str] = False) -> Tensor:
     """a [..., M, K] @ b [..., K, N] with NumPy-broadcast leading dims; optionally a^T, b^T
     (no copy), a scale alpha, a bias [N] and an activation ("relu", "gelu" (exact, as
     PyTorch's), "gelu_tanh", "silu"; "gelu_exact" is "gelu") fused in. A 1-D operand is a row (a) or column (b) vector, as in NumPy.
@@ -1419,7 +1420,7 @@ def matmul(a, b, trans_a=False, trans_b=False, alpha=1.0, bias=None, activation=
 Tensor.matmul = matmul
 
 
-def attention(q, k, v, causal=False, scale=None):
+def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None) -> Tensor:
     """softmax(scale q k^T [+ causal mask]) v, fused: q [B,H,T,D], k and v [B,Hkv,S,D]
     (or [N,T,D] heads); scale None is 1/sqrt(D)."""
     like = _first_tensor(q, k, v)
@@ -1430,21 +1431,21 @@ def attention(q, k, v, causal=False, scale=None):
     return _wrap(q._ctx, lib.wgml_attention(q._ctx._ptr, q._handle(), k._handle(), v._handle(), d))
 
 
-def cross_entropy(logits, labels):
+def cross_entropy(logits: Any, labels: Any) -> Tensor:
     """Mean softmax cross-entropy of logits [B, C] against class indices [B] (int32)."""
     logits = _as_tensor(logits)
     labels = labels if isinstance(labels, Tensor) else _as_tensor(labels, logits, "i32")
     return _scalar_result(_wrap(logits._ctx, lib.wgml_cross_entropy(logits._ctx._ptr, logits._handle(), labels._handle())))
 
 
-def mse(pred, target):
+def mse(pred: Any, target: Any) -> Tensor:
     """mean((pred - target)^2), broadcasting."""
     pred = _as_tensor(pred)
     target = _as_tensor(target, pred)
     return _scalar_result(_wrap(pred._ctx, lib.wgml_mse(pred._ctx._ptr, pred._handle(), target._handle())))
 
 
-def eval(*tensors):
+def eval(*tensors: Tensor) -> None:
     """Evaluates the tensors' pending graph in one submit."""
     t = _first_tensor(*tensors)
     if t is None:

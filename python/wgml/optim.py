@@ -11,7 +11,7 @@ takes `lr_scale` (times the optimiser's lr) rather than its own lr.
 state_dict() / load_state_dict() carry what a resume needs (the moments as NumPy arrays,
 the step count, the base lr and the schedule), as PyTorch's; see examples/save_resume.py.
 """
-from typing import Any, Dict, Iterable, List, Optional, Union
+import typing as _t
 
 import numpy as np
 
@@ -36,7 +36,8 @@ def _schedule(warmup_steps, total_steps, min_lr_ratio, decay):
     return s
 
 
-def lr_at(base_lr, step, warmup_steps=0, total_steps=0, min_lr_ratio=0.0, decay="none"):
+def lr_at(base_lr: float, step: int, warmup_steps: int = 0, total_steps: int = 0, min_lr_ratio: float = 0.0,
+          decay: _t.Optional[str] = "none") -> float:
     """The lr a schedule gives at `step` (wgml_lr_at): NaN for a schedule the library refuses."""
     return lib.wgml_lr_at(_schedule(warmup_steps, total_steps, min_lr_ratio, decay), base_lr, int(step))
 
@@ -125,7 +126,7 @@ class Optimizer:
         if ptr is not None and ptr_alive:
             lib.wgml_optimizer_free(ptr)
 
-    def close(self):
+    def close(self) -> None:
         """Frees the optimiser's state (the parameters stay)."""
         self._release(self._ctx._ptr is not None)
 
@@ -176,8 +177,8 @@ class Optimizer:
         self._ctx._check(lib.wgml_optimizer_set_lr(self._handle(), lr))
         self._base_lr = float(lr)
 
-    def set_schedule(self, warmup_steps: Optional[int] = 0, total_steps: int = 0, min_lr_ratio: float = 0.0,
-                     decay: Optional[str] = "cosine") -> None:
+    def set_schedule(self, warmup_steps: _t.Optional[int] = 0, total_steps: int = 0, min_lr_ratio: float = 0.0,
+                     decay: _t.Optional[str] = "cosine") -> None:
         """Linear warm-up, then a cosine or linear decay to min_lr_ratio x the base lr
         (wgml_lr_schedule); set_schedule(None) removes it."""
         if warmup_steps is None:
@@ -189,7 +190,7 @@ class Optimizer:
         self._schedule = {"warmup_steps": int(warmup_steps), "total_steps": int(total_steps),
                           "min_lr_ratio": float(min_lr_ratio), "decay": decay}
 
-    def state(self, i: int):
+    def state(self, i: int) -> _t.Tuple[Tensor, Tensor]:
         """Views of parameter i's first and second moments (m, v)."""
         m, v = ffi.new("wgml_tensor **"), ffi.new("wgml_tensor **")
         self._ctx._check(lib.wgml_optimizer_state(self._handle(), int(i), m, v))
@@ -199,7 +200,7 @@ class Optimizer:
 
     _MOMENTS = ("exp_avg", "exp_avg_sq")  # PyTorch's names for AdamW's m and v
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> _t.Dict[str, _t.Any]:
         """What a resume needs, as PyTorch's optimiser state_dict: {"state": {i: {moment
         name: NumPy array}}, "param_groups": [{"params": [indices], "weight_decay",
         "lr_scale"}], "step", "lr" (the base lr), "schedule" (or None), "hyper" (the
@@ -214,7 +215,7 @@ class Optimizer:
                 "lr": self._base_lr, "schedule": dict(self._schedule) if self._schedule else None,
                 "hyper": dict(self._hyper)}
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: _t.Dict[str, _t.Any]) -> None:
         """Restores a state_dict(): the moments, step count, base lr and schedule. The
         optimiser must have been made the same way (kind, parameter shapes, groups, the
         constructor's numbers); a difference is a ValueError naming it (PyTorch would take
@@ -247,7 +248,7 @@ class Optimizer:
         self.lr = float(sd["lr"])
         self.set_schedule(None) if not sd.get("schedule") else self.set_schedule(**sd["schedule"])
 
-    def _numbered_groups(self) -> List[Dict[str, Any]]:
+    def _numbered_groups(self) -> _t.List[_t.Dict[str, _t.Any]]:
         """The parameter groups with their parameters as indices (state_dict's form)."""
         out, k = [], 0
         for g in self.param_groups:
@@ -264,7 +265,8 @@ class AdamW(Optimizer):
     _kind = lib.WGML_OPTIM_ADAMW
     _name = "adamw"
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, max_grad_norm=0.0):
+    def __init__(self, params: _t.Iterable[_t.Any], lr: float = 1e-3, betas: _t.Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, max_grad_norm: float = 0.0):
         b1, b2 = betas
         super().__init__(params, lr, weight_decay, max_grad_norm, beta1=b1, beta2=b2, eps=eps)
 
@@ -276,6 +278,7 @@ class SGD(Optimizer):
     _name = "sgd"
     _MOMENTS = ("momentum_buffer", "unused")  # the second moment is AdamW's only
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-2, momentum=0.0, weight_decay=0.0, max_grad_norm=0.0):
+    def __init__(self, params: _t.Iterable[_t.Any], lr: float = 1e-2, momentum: float = 0.0,
+                 weight_decay: float = 0.0, max_grad_norm: float = 0.0):
         super().__init__(params, lr, weight_decay, max_grad_norm, momentum=momentum)
 

@@ -195,7 +195,8 @@ WGML_API wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_
 /* Evaluates t if needed and copies it (row-major, contiguous) into host memory; n must
    equal its element count. */
 WGML_API wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
-/* Overwrites a realized, contiguous tensor's data from the host. */
+/* Overwrites a realized, contiguous tensor's data from the host. The values written are
+   constants to autograd: a graph kept for a later wgml_backward (see there) is dropped. */
 WGML_API wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
 /* The same for i32 tensors (token ids, labels, indices). An i32 tensor from the host
    remembers its smallest and largest value, so an op that indexes with it (gather) checks

@@ -1475,10 +1475,11 @@ static void test_detach_stops_the_gradient(void)
 /* Reading before backward (printing the loss, looking at a hidden layer) must not cut the
    graph: L = sum(h * h), h = tanh(x W + b), x [5,7], W [7,3], b [3]. The loss read first, then
    backward: W's and b's gradients as the CPU's in double; h read first and L built on it: the
-   same; h made trainable after its read: a leaf, so the gradient stops there (2h). */
+   same; h made trainable after its read: a leaf, so the gradient stops there (2h); h written
+   from the host after its read: constants, so no trainable tensor reaches the loss. */
 static void read_before_backward_case(int read_what)
 {
-    static const char *const what[] = {"loss read", "hidden read", "hidden made a leaf"};
+    static const char *const what[] = {"loss read", "hidden read", "hidden made a leaf", "hidden written"};
     wgml_context *ctx = test_context();
     if (!ctx) return;
     enum { B = 5, K = 7, N = 3 };
@@ -1511,6 +1512,15 @@ static void read_before_backward_case(int read_what)
     float hv[B * N];
     if (read_what > 0) CHECK_OK(ctx, wgml_tensor_read(ht, hv, B * N));
     if (read_what == 2) CHECK_OK(ctx, wgml_requires_grad(ht, 1));
+    if (read_what == 3) { /* written over from the host: constants, the graph behind them gone */
+        CHECK_OK(ctx, wgml_tensor_write(ht, hv, B * N));
+        wgml_tensor *cut = wgml_sum_all(ctx, wgml_mul(ctx, ht, ht));
+        CHECK_STATUS(ctx, wgml_backward(cut), WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(wgml_grad(w) == NULL && wgml_grad(b) == NULL);
+        wgml_clear_error(ctx);
+        wgml_scope_end(ctx);
+        return;
+    }
     wgml_tensor *loss = wgml_sum_all(ctx, wgml_mul(ctx, ht, ht));
     CHECK_OK(ctx, wgml_tensor_read(loss, &lossv, 1));
     double got_loss = lossv;
@@ -1541,7 +1551,7 @@ static void read_before_backward_case(int read_what)
 
 static void test_read_before_backward(void)
 {
-    for (int r = 0; r < 3; r++) read_before_backward_case(r);
+    for (int r = 0; r < 4; r++) read_before_backward_case(r);
 }
 
 /* argmax passes no gradient (its indices are constant almost everywhere), as in PyTorch: the

@@ -457,6 +457,7 @@ class Tensor:
         except ValueError:
             raise ValueError("%s: a value of shape %s does not fit a tensor of shape %s"
                              % (what, host.shape, self.shape)) from None
+        self._ctx.eval(self)  # a pending result gets its buffer first (views stay refused)
         self.write(host)
         return self
 

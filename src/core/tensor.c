@@ -334,6 +334,10 @@ static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_d
     }
     wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
     ctx->rt.stats.bytes_uploaded += n * 4;
+    if (t->tape) { /* every value is now the host's: constants to autograd, no graph behind them */
+        wgml_tensor_unref(t->tape);
+        t->tape = NULL;
+    }
     return WGML_OK;
 }
 

@@ -9,6 +9,7 @@ after step() is the cheaper order.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import functools
 import math
@@ -1021,11 +1022,22 @@ def _axes(axis, ndim, what):
     return sorted(got, reverse=True)
 
 
+ValuesIndices = collections.namedtuple("ValuesIndices", ["values", "indices"])
+ValuesIndices.__doc__ = "max(dim=d) / min(dim=d) as PyTorch's: the values and their int32 indices."
+
+
 def _reduce_fn(name):
     c_axis, c_all = getattr(lib, "wgml_" + name), getattr(lib, "wgml_%s_all" % name)
 
     def op(a: Any, axis: Union[int, Sequence[int], None] = None, keepdims: bool = False, *,
            dim: Union[int, Sequence[int], None] = None, keepdim: Optional[bool] = None) -> Tensor:
+        if name in ("max", "min") and _is_int(dim):
+            # PyTorch's max(dim=d) / min(dim=d): the values and where they are
+            if axis is not None:
+                raise TypeError("%s: pass axis= or dim=, not both" % name)
+            a = _as_tensor(a)
+            kd = bool(keepdim if keepdim is not None else keepdims)
+            return ValuesIndices(op(a, dim, kd), (argmax if name == "max" else argmin)(a, dim, kd))
         axis, keepdims = _pick(axis, dim, keepdims, keepdim, name)
         a = _as_tensor(a)
         ctx = a._ctx
@@ -1043,6 +1055,9 @@ def _reduce_fn(name):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = ("%s over axis (an int, a tuple, or None: all elements, a 0-d result); dim=/keepdim= "
                   "(PyTorch's names) work too. An axis out of range is NumPy's AxisError." % name)
+    if name in ("max", "min"):
+        op.__doc__ += (" As PyTorch's, %s(dim=d) with one int d gives (values, indices) (a namedtuple); "
+                       "axis=d gives the values alone, as NumPy's." % name)
     return op
 
 

@@ -312,6 +312,10 @@ def test_save_takes_tensors_then_path(tmp_path, rng):
     close(got["x"], x)
     with pytest.raises(TypeError):
         wgml.save([x], tmp_path / "bad.safetensors")
+    wgml.save_file({"y": x}, tmp_path / "st.safetensors")  # safetensors' names
+    got = wgml.load_file(tmp_path / "st.safetensors")
+    assert list(got) == ["y"]
+    close(got["y"].numpy(), x)
 
 
 # ---------------------------------------------------------------- small conveniences

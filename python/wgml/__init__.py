@@ -32,7 +32,7 @@ from ._tensor import (Tensor, float32, int32, tensor, from_numpy, as_tensor, no_
                       cumsum, rope, reshape, permute, transpose, broadcast_to, slice, contiguous, detach, cast, concat,
                       stack, split, chunk, embedding, index_select, index_add, matmul, attention,
                       cross_entropy, mse, eval, UNARY_OPS, BINARY_OPS)
-from ._io import save, load
+from ._io import save, load, save_file, load_file
 from . import optim
 
 __version__ = library_version()

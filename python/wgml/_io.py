@@ -73,3 +73,15 @@ def load(path: Union[str, "os.PathLike[str]"], numpy: bool = False,
     finally:
         lib.wgml_file_free(f)
 
+
+
+def save_file(tensors: Dict[str, Any], filename: Union[str, "os.PathLike[str]"],
+              metadata: Optional[Dict[str, str]] = None) -> None:
+    """safetensors.save_file's call: save(tensors, filename, metadata)."""
+    save(tensors, filename, metadata)
+
+
+def load_file(filename: Union[str, "os.PathLike[str]"], ctx: Optional[Context] = None) -> Dict[str, Tensor]:
+    """safetensors.load_file's call: the {name: Tensor} dict alone (load() also gives the
+    metadata)."""
+    return load(filename, ctx=ctx)[0]

@@ -19,6 +19,9 @@ trap 'rm -rf "$work"' EXIT
 export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INDEX=1 PYTHONDONTWRITEBYTECODE=1
 unset WGML_LIBRARY WGML_HEADER
 
+# the wheel's library by this build's compiler (make test-clang tests a clang-built one)
+cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+[ -z "$cc" ] || export CC=$cc
 started=$(date +%s)
 "$root/scripts/build_wheel.sh" "$work/dist" "$build/python-wheel" >/dev/null
 wheel=$(ls "$work"/dist/wgml-*manylinux*.whl)

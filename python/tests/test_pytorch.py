@@ -388,9 +388,10 @@ def test_public_names_have_docstrings():
         obj = getattr(wgml, name)
         if callable(obj) and not isinstance(obj, np.dtype) and not (getattr(obj, "__doc__", None) or "").strip():
             missing.append(name)
-    for name in dir(wgml.Tensor):
-        if not name.startswith("_") and not (getattr(wgml.Tensor, name).__doc__ or "").strip():
-            missing.append("Tensor." + name)
+    for cls in (wgml.Tensor, wgml.Context, wgml.optim.Optimizer, wgml.optim.AdamW, wgml.optim.SGD):
+        for name in dir(cls):
+            if not name.startswith("_") and not (getattr(cls, name).__doc__ or "").strip():
+                missing.append("%s.%s" % (cls.__name__, name))
     assert not missing, "no docstring: %s" % ", ".join(missing)
 
 

@@ -159,7 +159,8 @@ class Optimizer:
         return float(n[0])
 
     @property
-    def steps(self):
+    def steps(self) -> int:
+        """Steps taken (settable, e.g. when resuming; load_state_dict sets it)."""
         return int(lib.wgml_optimizer_steps(self._handle()))
 
     @steps.setter

@@ -231,7 +231,9 @@ WGML_API wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_
    equal its element count. */
 WGML_API wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
 /* Overwrites a realized, contiguous tensor's data from the host. Pending results that read
-   its buffer are evaluated first (one submit), so they keep the old values. */
+   its buffer are evaluated first (one submit), so they keep the old values. The values
+   written are constants to autograd: a graph kept for a later wgml_backward (see there) is
+   dropped. */
 WGML_API wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
 /* The same for i32 tensors (token ids, labels, indices). An i32 tensor from the host
    remembers its smallest and largest value, so an op that indexes with it (gather) checks
@@ -567,7 +569,10 @@ WGML_API wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_ten
 /* Marks an evaluated (leaf) tensor as trainable. */
 WGML_API wgml_status wgml_requires_grad(wgml_tensor *t, int on);
 /* Reverse mode from a one-element loss: each trainable tensor the loss depends on gets its
-   gradient added to wgml_grad(t) (lazy: computed with the next evaluation). */
+   gradient added to wgml_grad(t) (lazy: computed with the next evaluation). The loss (or any
+   tensor on the way) may have been read or evaluated before: a result that a trainable tensor
+   lies upstream of keeps its graph while it lives, and the evaluation that computes the
+   gradients then recomputes the forward values they need. */
 WGML_API wgml_status wgml_backward(wgml_tensor *loss);
 WGML_API wgml_tensor *wgml_grad(wgml_tensor *t); /* borrowed; NULL if none */
 WGML_API void wgml_zero_grad(wgml_tensor *t);

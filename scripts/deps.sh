@@ -13,7 +13,8 @@
 #  - PyPI: the pinned `wgpu` wheel, hash-checked; its wgpu-native library and headers
 #    are extracted into third_party/wgpu-native (ignored by git); and a virtual environment
 #    .venv (ignored by git) with scripts/requirements.txt's pinned packages (plots, the
-#    Python package's tests), rebuilt when that file changes.
+#    Python package's tests) and scripts/requirements-wheel.txt's (the wheel's build tools,
+#    hash-checked), rebuilt when either file changes.
 # Set WGPU_NATIVE_DIR to an official wgpu-native release folder to skip the wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,13 +41,16 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-# The Python environment: remade when scripts/requirements.txt changes.
-REQ_SHA=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
+# The Python environment: remade when a requirements file changes.
+REQ_SHA=$(cat scripts/requirements.txt scripts/requirements-wheel.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements.sha256 2>/dev/null)" != "$REQ_SHA" ]; then
   echo "deps: creating .venv from scripts/requirements.txt"
   rm -rf .venv
   python3 -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check --only-binary=:all: --no-deps -r scripts/requirements.txt
+  # the Python wheel's build tools (scripts/build_wheel.sh), hash-checked
+  .venv/bin/python -m pip install -q --disable-pip-version-check --only-binary=:all: --no-deps --require-hashes \
+    -r scripts/requirements-wheel.txt
   echo "$REQ_SHA" > .venv/.requirements.sha256
 fi
 

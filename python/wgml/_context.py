@@ -78,6 +78,7 @@ class Context:
 
     @property
     def closed(self):
+        """Whether close() (or the end of its `with` block) has freed the context."""
         return self._ptr is None
 
     def close(self):
@@ -132,6 +133,7 @@ class Context:
         return _string(lib.wgml_error_message(self._handle()))
 
     def clear_error(self):
+        """Forgets the last failure's message."""
         lib.wgml_clear_error(self._handle())
 
     # ------------------------------------------------------------ queries
@@ -163,6 +165,7 @@ class Context:
         return {field: getattr(s, field) for field, _ in ffi.typeof("wgml_stats").fields}
 
     def reset_peaks(self):
+        """Starts the peak counters of stats() over from the current values."""
         lib.wgml_stats_reset_peaks(self._handle())
 
     def synchronize(self):
@@ -191,6 +194,7 @@ class Context:
         return int(seed[0]), int(off[0])
 
     def set_rng_state(self, state):
+        """Restores a (seed, offset) from get_rng_state()."""
         seed, off = state
         self._check(lib.wgml_rng_set_state(self._handle(), int(seed), int(off)))
 
@@ -210,6 +214,7 @@ class Context:
         self._cached_shapes[name] = w.shape
 
     def weight_remove(self, name):
+        """Frees the cached weight `name`."""
         self._check(lib.wgml_weight_remove(self._handle(), name.encode()))
         self._cached_shapes.pop(name, None)
 

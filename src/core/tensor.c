@@ -150,6 +150,7 @@ static void tensor_destroy(wgml_tensor *t)
     for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
     if (t->buf) wgml_buffer_release(ctx, t->buf);
     if (t->grad) wgml_tensor_unref(t->grad);
+    if (t->tape) wgml_tensor_unref(t->tape);
     if (t->dest) wgml_buffer_release(ctx, t->dest);
     free(t->error);
     list_remove(ctx, t);
@@ -338,6 +339,10 @@ static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_d
     if (ctx->settle_readers && (st = ctx->settle_readers(ctx, 1, &t->buf))) return st;
     wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
     ctx->rt.stats.bytes_uploaded += n * 4;
+    if (t->tape) { /* every value is now the host's: constants to autograd, no graph behind them */
+        wgml_tensor_unref(t->tape);
+        t->tape = NULL;
+    }
     return WGML_OK;
 }
 

@@ -78,6 +78,10 @@ struct wgml_tensor {
     bool requires_grad;
     wgml_tensor *grad; /* accumulated gradient (lazy until evaluated), same shape */
     int view_kind;     /* views: which movement made it (for its gradient), WGML_VIEW_* */
+    /* an evaluated tensor that a trainable tensor lies upstream of: the lazy node it was,
+       kept so that a read before wgml_backward (printing a loss) does not cut the graph;
+       backward passes its gradient through to it (owned: one reference) */
+    wgml_tensor *tape;
 };
 
 wgml_tensor *wgml_tensor_new(wgml_context *ctx, int ndim, const int64_t *shape);

@@ -17,6 +17,7 @@ typedef struct sched_node {
     int kind;    /* SCHED_* */
     bool pinned; /* must get its own buffer (target, read through a view...) */
     bool target;
+    bool grad_path; /* a trainable tensor lies upstream: a target keeps its graph (tape) */
 } sched_node;
 
 /* The executor's extension of a context: buffers kept between evaluations, and the
@@ -421,6 +422,41 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- tapes */
+
+/* Whether gradients could flow from s back to a trainable tensor (s's node notes filled). */
+static bool carries_grad(wgml_executor *ex, wgml_tensor *s)
+{
+    while (s->op == WGML_OP_VIEW) s = s->src[1] ? s->src[1] : s->src[0]; /* a view's gradient goes to its input */
+    if (s->op == WGML_OP_NONE) return s->requires_grad || s->tape;
+    return node_of(ex, s)->grad_path;
+}
+
+/* The lazy node t is (op, inputs, parameters) moved into a new node for t->tape, before t
+   becomes storage. The inputs' references move with them. */
+static wgml_status keep_tape(wgml_context *ctx, wgml_tensor *t)
+{
+    wgml_tensor *s = wgml_tensor_new(ctx, t->ndim, t->shape);
+    if (!s) return ctx->rt.status;
+    s->user_held = false; /* held only by t */
+    s->dtype = t->dtype;
+    s->tail = t->tail;
+    s->op = t->op;
+    s->nsrc = t->nsrc;
+    memcpy(s->src, t->src, sizeof s->src);
+    memcpy(s->fparam, t->fparam, sizeof s->fparam);
+    memcpy(s->iparam, t->iparam, sizeof s->iparam);
+    s->op_data = t->op_data;
+    s->view_kind = t->view_kind;
+    s->range_known = t->range_known;
+    s->range_lo = t->range_lo;
+    s->range_hi = t->range_hi;
+    t->nsrc = 0;
+    if (t->tape) wgml_tensor_unref(t->tape);
+    t->tape = s;
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- the graph */
 
 typedef struct readback {
@@ -461,6 +497,12 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     }
     for (size_t k = 0; k < order.n; k++) /* a node with a destination is its own kernel's output */
         if (order.items[k]->dest) node_of(ex, order.items[k])->pinned = node_of(ex, order.items[k])->target = true;
+    for (size_t k = 0; k < order.n; k++) { /* post-order: inputs are noted first */
+        wgml_tensor *t = order.items[k];
+        if (wgml_op_table[t->op].constant) continue; /* passes no gradient (detach, argmax) */
+        for (int i = 0; i < t->nsrc && !node_of(ex, t)->grad_path; i++)
+            node_of(ex, t)->grad_path = carries_grad(ex, t->src[i]);
+    }
     decide_fusion(ctx, ex, &order);
 
     /* launches per kernel node: one, or a few sharing a scratch buffer */
@@ -579,7 +621,10 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             t->buf = NULL;
             continue;
         }
-        for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
+        /* a result on the way from trainable tensors keeps its graph for a later backward
+           (gradients landing in a destination are never differentiated again) */
+        if (!(node_of(ex, t)->grad_path && !t->dest && keep_tape(ctx, t) == WGML_OK))
+            for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
         t->nsrc = 0;
         t->op = WGML_OP_NONE;
         if (t->dest) {

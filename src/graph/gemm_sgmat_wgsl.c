@@ -10,9 +10,10 @@
  * operand is then read by the matrix loads as column-major instead of being transposed while
  * staged. Global reads go a vector (4 or 8 elements) or an element at a time; f32 operands
  * are converted as they are read. Outside the matrices the staging holds zeros, so edge tiles
- * and a K that is no multiple of bk need no other care in the math. The next slice is read
- * into registers before the math on the current one and stored after it (one barrier a
- * slice with two staging buffers, two with one).
+ * and a K that is no multiple of bk need no other care in the math. With prefetch (always
+ * with two staging buffers) the next slice is read into registers before the math on the
+ * current one and stored after it (one barrier a slice with two buffers, two with one);
+ * without, each slice is read and stored at the top of its step.
  *
  * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
  * lanes apply the epilogue and write the elements inside the matrix; whole interior tiles that
@@ -228,21 +229,34 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     for (int r = 0; r < items_of(&B, NT); r++)
         for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
     wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
-    /* prologue: slice 0 into stage 0 */
-    wgml_sbuf_put(&b, "    {\n        let k0 = 0u;\n");
-    put_load(&b, &A, NT);
-    put_load(&b, &B, NT);
-    put_store(&b, &A, NT, "0u");
-    put_store(&b, &B, NT, "0u");
-    wgml_sbuf_put(&b, "    }\n    workgroupBarrier();\n");
+    bool prefetch = stages == 2 || c->prefetch;
+    if (prefetch) {
+        /* prologue: slice 0 into stage 0 */
+        wgml_sbuf_put(&b, "    {\n        let k0 = 0u;\n");
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        put_store(&b, &A, NT, "0u");
+        put_store(&b, &B, NT, "0u");
+        wgml_sbuf_put(&b, "    }\n    workgroupBarrier();\n");
+    }
     wgml_sbuf_put(&b, "    for (var t = 0u; t < slices; t++) {\n");
     wgml_sbuf_put(&b, "        let cur = %s;\n        let abuf = cur * %du;\n        let bbuf = cur * %du;\n",
                   stages == 2 ? "t & 1u" : "0u", asz, bsz);
-    /* the next slice into registers: its reads are in flight during this slice's math */
-    wgml_sbuf_put(&b, "        let more = t + 1u < slices;\n        if (more) {\n        let k0 = (t + 1u) * %du;\n", BK);
-    put_load(&b, &A, NT);
-    put_load(&b, &B, NT);
-    wgml_sbuf_put(&b, "        }\n");
+    if (prefetch) {
+        /* the next slice into registers: its reads are in flight during this slice's math */
+        wgml_sbuf_put(&b, "        let more = t + 1u < slices;\n        if (more) {\n        let k0 = (t + 1u) * %du;\n", BK);
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        wgml_sbuf_put(&b, "        }\n");
+    } else {
+        /* this slice read and staged at once (fewer registers, no overlap) */
+        wgml_sbuf_put(&b, "        {\n        let k0 = t * %du;\n", BK);
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        put_store(&b, &A, NT, "0u");
+        put_store(&b, &B, NT, "0u");
+        wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n");
+    }
     for (int kk = 0; kk < BK; kk += SK) {
         char off[96], var[32];
         for (int i = 0; i < FM; i++) {
@@ -268,13 +282,16 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     if (stages == 2) {
         snprintf(a_next, sizeof a_next, "(1u - cur) * %du", asz);
         snprintf(b_next, sizeof b_next, "(1u - cur) * %du", bsz);
-    } else {
+    } else if (prefetch) {
         wgml_sbuf_put(&b, "        workgroupBarrier();\n");
     }
-    wgml_sbuf_put(&b, "        if (more) {\n");
-    put_store(&b, &A, NT, a_next);
-    put_store(&b, &B, NT, b_next);
-    wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n    }\n");
+    if (prefetch) {
+        wgml_sbuf_put(&b, "        if (more) {\n");
+        put_store(&b, &A, NT, a_next);
+        put_store(&b, &B, NT, b_next);
+        wgml_sbuf_put(&b, "        }\n");
+    }
+    wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
     if (!act_wgsl) {

@@ -25,6 +25,9 @@ typedef struct wgml_sgmat_config {
     int frag_m, frag_n; /* result fragments per subgroup along M and N */
     int bk;            /* K depth of a staged slice: a multiple of sm_k (and of 8) */
     bool double_buffer; /* two staging buffers: one barrier a slice instead of two */
+    /* one buffer: the next slice read into registers during this slice's math, stored after
+       it (with two buffers, always) */
+    bool prefetch;
     /* global reads of each operand: 0 one element at a time (any layout), or 4 or 8
        elements at once, which needs its offset, strides and contiguous extent to be
        multiples of that (wgml_sgmat_vec_width says which fits) */

@@ -20,7 +20,9 @@
  * epilogue's alpha, accumulate and bias each add a rounding of the running value, and GELU
  * (tanh form; slope under 1.13) its own f32 evaluation, 2^-16 (1 + |v|).
  */
+#ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 199309L
+#endif
 #include "dawn_webgpu.h"
 
 #include <math.h>

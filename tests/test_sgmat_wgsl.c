@@ -156,11 +156,38 @@ static void vector_widths(void)
     CHECK(wgml_sgmat_vec_width(8, 16, 128, 64, 16) == 8);
 }
 
+/* the policy gives a config that generates and fits for every shape and matrix shape */
+static void policy(void)
+{
+    static const int shapes[][3] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}, {8, 8, 8}};
+    static const int64_t sizes[][3] = {{4096, 4096, 4096}, {16384, 1152, 384}, {16384, 384, 1536}, {1, 7, 33}};
+    for (int s = 0; s < N_OF(shapes); s++)
+        for (int z = 0; z < N_OF(sizes); z++)
+            for (int form = 0; form < 4; form++) {
+                wgml_sgmat_config c = wgml_sgmat_choose(shapes[s][0], shapes[s][1], shapes[s][2], 32, sizes[z][0], sizes[z][1],
+                                                        sizes[z][2], form & 1, form & 2, 49152);
+                CHECK(wgml_sgmat_config_problem(&c) == NULL);
+                CHECK(wgml_sgmat_workgroup_bytes(&c, form & 1, form & 2) <= 49152);
+                char *src = wgml_sgmat_gemm_source(&c, form & 1, form & 2, NULL);
+                CHECK(src != NULL);
+                free(src);
+            }
+    /* the measured winners on 16x16x16 */
+    wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.bk == 32 && !c.double_buffer);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 64 && wgml_sgmat_tile_n(&c) == 128);
+    /* a small workgroup memory takes a smaller tile */
+    c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, false, false, 16384);
+    CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);
+}
+
 int main(void)
 {
     TEST_RUN(every_form_and_config);
     TEST_RUN(edges_are_guarded);
     TEST_RUN(bad_configs_refused);
     TEST_RUN(vector_widths);
+    TEST_RUN(policy);
     return test_summary();
 }

@@ -1,0 +1,193 @@
+/* The subgroup-matrix GEMM generator (graph/gemm_sgmat_wgsl.c) on a machine without matrix
+   units: every form, storage, vector width, epilogue and matrix shape gives WGSL whose
+   structure follows from the config (the matrix products, fragment loads and their layouts,
+   the workgroup size, the workgroup memory it reports), and bad configs are refused. The
+   kernels themselves run in bench/sgmat_gemm (on the H100, and emulated on lavapipe). */
+#include <string.h>
+
+#include "graph/gemm_sgmat_wgsl.h"
+#include "harness.h"
+
+static int count(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* Sum of the sizes of the `var<workgroup> X: array<T, n>` declarations, in bytes */
+static uint32_t declared_workgroup_bytes(const char *s)
+{
+    uint32_t bytes = 0;
+    for (const char *p = strstr(s, "var<workgroup>"); p; p = strstr(p + 1, "var<workgroup>")) {
+        const char *a = strstr(p, "array<");
+        unsigned n = 0;
+        char type[8] = "";
+        if (a && sscanf(a, "array<%3[^,], %u>", type, &n) == 2) bytes += n * (strncmp(type, "f16", 3) ? 4u : 2u);
+    }
+    return bytes;
+}
+
+static bool balanced(const char *s)
+{
+    int depth = 0;
+    for (; *s; s++) {
+        depth += *s == '{' || *s == '(';
+        depth -= *s == '}' || *s == ')';
+        if (depth < 0) return false;
+    }
+    return depth == 0;
+}
+
+static const wgml_sgmat_config base = {.sm_m = 16, .sm_n = 16, .sm_k = 16, .subgroup_size = 32, .sg_m = 2, .sg_n = 2,
+                                       .frag_m = 4, .frag_n = 4, .bk = 32, .double_buffer = true, .a_vec = 8, .b_vec = 8,
+                                       .a_f16 = true, .b_f16 = true};
+
+static void every_form_and_config(void)
+{
+    static const int shapes[][3] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}, {8, 8, 8}};
+    static const int layouts[][5] = {/* sg_m, sg_n, frag_m, frag_n, bk */
+                                     {4, 4, 2, 2, 32}, {2, 2, 4, 4, 16}, {2, 4, 4, 2, 32}, {4, 2, 2, 4, 64}, {1, 1, 1, 1, 16}};
+    int made = 0;
+    for (int s = 0; s < N_OF(shapes); s++)
+        for (int l = 0; l < N_OF(layouts); l++)
+            for (int form = 0; form < 4; form++)
+                for (int store = 0; store < 6; store++)
+                    for (int db = 0; db < 2; db++) {
+                        wgml_sgmat_config c = base;
+                        c.sm_m = shapes[s][0], c.sm_n = shapes[s][1], c.sm_k = shapes[s][2];
+                        c.sg_m = layouts[l][0], c.sg_n = layouts[l][1], c.frag_m = layouts[l][2];
+                        c.frag_n = layouts[l][3] * (16 / c.sm_n), c.bk = layouts[l][4];
+                        if (c.bk < c.sm_k) c.bk = c.sm_k;
+                        c.double_buffer = db;
+                        c.prefetch = l % 2;
+                        c.a_f16 = store & 1, c.b_f16 = (store >> 1) & 1;
+                        c.a_vec = store < 4 ? 8 : (store == 4 ? 4 : 0);
+                        c.b_vec = store == 5 ? 0 : c.a_vec;
+                        c.two_leading = store == 3;
+                        bool ta = form & 1, tb = form & 2, act = (form + store) % 2;
+                        CHECK(wgml_sgmat_config_problem(&c) == NULL);
+                        char *src = wgml_sgmat_gemm_source(&c, ta, tb, act ? "fn act(v: f32) -> f32 { return max(v, 0.0); }" : NULL);
+                        CHECK(src != NULL);
+                        if (!src) continue;
+                        made++;
+                        int steps = c.bk / c.sm_k, frags = c.frag_m * c.frag_n;
+                        char want[160];
+                        CHECK(strstr(src, "enable chromium_experimental_subgroup_matrix;") != NULL);
+                        snprintf(want, sizeof want, "alias L = subgroup_matrix_left<f16, %d, %d>;", c.sm_k, c.sm_m);
+                        CHECK(strstr(src, want) != NULL);
+                        snprintf(want, sizeof want, "alias Acc = subgroup_matrix_result<f32, %d, %d>;", c.sm_n, c.sm_m);
+                        CHECK(strstr(src, want) != NULL);
+                        snprintf(want, sizeof want, "@workgroup_size(%d)", wgml_sgmat_threads(&c));
+                        CHECK(strstr(src, want) != NULL);
+                        /* a product per fragment and K step; a load per fragment row / column
+                           and K step, column-major exactly where the operand is transposed */
+                        CHECK(count(src, "subgroupMatrixMultiplyAccumulate(") == frags * steps);
+                        CHECK(count(src, "subgroupMatrixLoad<L>(") == c.frag_m * steps);
+                        CHECK(count(src, "subgroupMatrixLoad<R>(") == c.frag_n * steps);
+                        int col_major = (ta ? c.frag_m : 0) + (tb ? c.frag_n : 0);
+                        CHECK(count(src, ", true, ") == col_major * steps);
+                        /* results through the per-subgroup fragment always; straight to C
+                           only without an activation */
+                        CHECK(count(src, "subgroupMatrixStore(&Cs,") == frags);
+                        CHECK(count(src, "subgroupMatrixStore(&C,") == (act ? 0 : frags));
+                        CHECK(count(src, "fn act(") == act);
+                        CHECK(count(src, "(bt / P.L1)") == (c.two_leading ? 2 : 0));
+                        /* one barrier a slice with two buffers, two with one; one more ahead
+                           of the loop where slices are prefetched */
+                        int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags;
+                        CHECK(count(src, "workgroupBarrier();") == barriers);
+                        CHECK(declared_workgroup_bytes(src) == wgml_sgmat_workgroup_bytes(&c, ta, tb));
+                        CHECK(strstr(src, c.a_f16 ? (c.a_vec == 8 ? "A: array<vec4<u32>>" : c.a_vec ? "A: array<vec2<u32>>" : "A: array<f16>")
+                                                  : (c.a_vec ? "A: array<vec4<f32>>" : "A: array<f32>")) != NULL);
+                        CHECK(balanced(src));
+                        if (test_failures) {
+                            fprintf(stderr, "config %dx%dx%d sg %dx%d frag %dx%d bk %d db %d store %d form %d\n", c.sm_m,
+                                    c.sm_n, c.sm_k, c.sg_m, c.sg_n, c.frag_m, c.frag_n, c.bk, db, store, form);
+                            free(src);
+                            return;
+                        }
+                        free(src);
+                    }
+    fprintf(stderr, "  %d kernels generated\n", made);
+    CHECK(made == N_OF(shapes) * N_OF(layouts) * 4 * 6 * 2);
+}
+
+/* the edge guards: every global read and write is bounded by the matrix it touches */
+static void edges_are_guarded(void)
+{
+    char *src = wgml_sgmat_gemm_source(&base, false, false, NULL);
+    CHECK(src && strstr(src, "if (gr < P.M && gc < P.K)") && strstr(src, "if (gr < P.K && gc < P.N)"));
+    CHECK(src && strstr(src, "if (m < P.M && n < P.N)"));
+    CHECK(src && strstr(src, "m0 + 128u <= P.M && n0 + 128u <= P.N"));
+    free(src);
+    wgml_sgmat_config c = base;
+    c.a_vec = c.b_vec = 0;
+    src = wgml_sgmat_gemm_source(&c, true, true, NULL);
+    /* one element at a time, each checked against the contiguous extent */
+    CHECK(src && strstr(src, "if (gc + 3u < P.M)") && strstr(src, "if (gc + 3u < P.K)"));
+    free(src);
+}
+
+static void bad_configs_refused(void)
+{
+    wgml_sgmat_config c = base;
+    c.bk = 24; /* not a multiple of sm_k */
+    CHECK(wgml_sgmat_config_problem(&c) != NULL && wgml_sgmat_gemm_source(&c, false, false, NULL) == NULL);
+    c = base, c.sm_m = 0;
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
+    c = base, c.sg_m = 8, c.sg_n = 8; /* 2048 invocations */
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
+    c = base, c.a_vec = 2;
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
+    c = base, c.subgroup_size = 64, c.sm_n = 2, c.frag_n = 8; /* 32 elements a fragment over 64 lanes */
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
+    c = base, c.frag_m = 9;
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
+}
+
+static void vector_widths(void)
+{
+    CHECK(wgml_sgmat_vec_width(0, 4096, 0, 0, 4096) == 8);
+    CHECK(wgml_sgmat_vec_width(4, 4096, 0, 0, 4096) == 4);
+    CHECK(wgml_sgmat_vec_width(0, 1028, 0, 0, 1028) == 4);
+    CHECK(wgml_sgmat_vec_width(0, 1024, 1024 * 7, 0, 1023) == 0);
+    CHECK(wgml_sgmat_vec_width(0, 384, 384 * 33, 2, 384) == 0);
+    CHECK(wgml_sgmat_vec_width(8, 16, 128, 64, 16) == 8);
+}
+
+/* the policy gives a config that generates and fits for every shape and matrix shape */
+static void policy(void)
+{
+    static const int shapes[][3] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}, {8, 8, 8}};
+    static const int64_t sizes[][3] = {{4096, 4096, 4096}, {16384, 1152, 384}, {16384, 384, 1536}, {1, 7, 33}};
+    for (int s = 0; s < N_OF(shapes); s++)
+        for (int z = 0; z < N_OF(sizes); z++)
+            for (int form = 0; form < 4; form++) {
+                wgml_sgmat_config c = wgml_sgmat_choose(shapes[s][0], shapes[s][1], shapes[s][2], 32, sizes[z][0], sizes[z][1],
+                                                        sizes[z][2], form & 1, form & 2, 49152);
+                CHECK(wgml_sgmat_config_problem(&c) == NULL);
+                CHECK(wgml_sgmat_workgroup_bytes(&c, form & 1, form & 2) <= 49152);
+                char *src = wgml_sgmat_gemm_source(&c, form & 1, form & 2, NULL);
+                CHECK(src != NULL);
+                free(src);
+            }
+    /* the measured winners on 16x16x16 */
+    wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.bk == 32 && !c.double_buffer);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 64 && wgml_sgmat_tile_n(&c) == 128);
+    /* a small workgroup memory takes a smaller tile */
+    c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, false, false, 16384);
+    CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);
+}
+
+int main(void)
+{
+    TEST_RUN(every_form_and_config);
+    TEST_RUN(edges_are_guarded);
+    TEST_RUN(bad_configs_refused);
+    TEST_RUN(vector_widths);
+    TEST_RUN(policy);
+    return test_summary();
+}

@@ -541,6 +541,7 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     memset(rt, 0, sizeof *rt);
     if (open_on(rt, &desc, WGML_RUNTIME_DAWN, true, err, err_size) == WGML_OK) return WGML_OK;
     memset(rt, 0, sizeof *rt);
+    if (err_size) err[0] = 0; /* Dawn's refusal is no failure of this context */
     return open_on(rt, &desc, WGML_RUNTIME_WGPU_NATIVE, false, err, err_size);
 }
 

@@ -53,7 +53,7 @@ static double pass_seconds(void)
 {
     if (wgml_map_read(&ctx->rt, q_read, 16)) return -1;
     const uint64_t *t = wgpuBufferGetConstMappedRange(q_read, 0, 16);
-    double s = t ? (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(ctx->rt.queue) * 1e-9 : -1;
+    double s = t ? (double)(t[1] - t[0]) * wgml_rt_timestamp_ns(&ctx->rt) * 1e-9 : -1;
     wgpuBufferUnmap(q_read);
     return s;
 }

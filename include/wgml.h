@@ -110,6 +110,19 @@ typedef enum wgml_backend {
     WGML_BACKEND_ALL
 } wgml_backend;
 
+/* The WebGPU implementation a context runs on, loaded at run time (one libwgml runs on
+   either). AUTO: the WGML_RUNTIME environment variable ("auto", "wgpu-native", "dawn"), else
+   Dawn where it is installed and the adapter offers subgroup matrices (the GPU's matrix units,
+   which wgpu-native cannot enable), else wgpu-native. A process runs one implementation at a
+   time: a context asking for the other while one is open gets WGML_ERROR_UNSUPPORTED, as does
+   one whose library cannot be loaded (WGML_DAWN_LIBRARY and WGML_WGPU_NATIVE_LIBRARY name the
+   files; by default they are found beside libwgml). */
+typedef enum wgml_runtime_kind {
+    WGML_RUNTIME_AUTO = 0,
+    WGML_RUNTIME_WGPU_NATIVE,
+    WGML_RUNTIME_DAWN
+} wgml_runtime_kind;
+
 typedef struct wgml_context_desc {
     wgml_backend backend;     /* which WebGPU backends to try; a value that is not one of
                                  the enum's is WGML_ERROR_INVALID_ARGUMENT */
@@ -128,7 +141,10 @@ typedef struct wgml_context_desc {
                                  number: a process's local rank gives each rank of a machine
                                  its own GPU (more ranks than GPUs share them). 0: the
                                  WGML_ADAPTER_INDEX environment variable, else the first.
-                                 Negative: WGML_ERROR_INVALID_ARGUMENT */
+                                 Negative: WGML_ERROR_INVALID_ARGUMENT. Dawn offers one
+                                 adapter: every index is that one */
+    wgml_runtime_kind runtime; /* the WebGPU implementation (see wgml_runtime_kind); a value
+                                 not of the enum is WGML_ERROR_INVALID_ARGUMENT */
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -155,6 +171,12 @@ WGML_API void wgml_clear_error(wgml_context *ctx);
 
 /* Blocks until all submitted GPU work is done. */
 WGML_API wgml_status wgml_synchronize(wgml_context *ctx);
+
+#define WGML_MAX_SUBGROUP_MATRIX_CONFIGS 16
+typedef struct wgml_subgroup_matrix_config {
+    const char *component, *result;
+    uint32_t m, n, k;
+} wgml_subgroup_matrix_config;
 
 typedef struct wgml_adapter_info {
     char name[256];
@@ -183,6 +205,16 @@ typedef struct wgml_adapter_info {
     /* every feature the adapter offers, by name */
     int feature_count;
     const char *features[64];
+    /* the WebGPU implementation: "wgpu-native" or "dawn", its version, the file loaded */
+    const char *runtime;
+    char runtime_version[64];
+    char runtime_library[512];
+    /* Subgroup matrices (Dawn's chromium-experimental-subgroup-matrix, enabled on the device
+       where offered, with shader-f16 and subgroups): a subgroup multiplies M x K `component`
+       by K x N into M x N `result` ("f16", "f32", "i8", ...) in each configuration. */
+    int has_subgroup_matrix;
+    int subgroup_matrix_count;
+    wgml_subgroup_matrix_config subgroup_matrix[WGML_MAX_SUBGROUP_MATRIX_CONFIGS];
 } wgml_adapter_info;
 
 WGML_API wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info);

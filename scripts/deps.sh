@@ -54,6 +54,8 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements.sha256 2>/dev/null)
   echo "$REQ_SHA" > .venv/.requirements.sha256
 fi
 
+./scripts/deps_dawn.sh  # Dawn, the second runtime, and the Mesa 25 lavapipe it needs (third_party/dawn)
+
 if [ -n "${WGPU_NATIVE_DIR:-}" ]; then
   echo "deps: using wgpu-native from WGPU_NATIVE_DIR=$WGPU_NATIVE_DIR"
   exit 0

@@ -135,6 +135,29 @@ FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step
     return out;
 }
 
+/* ---------------------------------------------------------------- the WebGPU runtime */
+
+int cli_take_runtime(int *argc, char **argv)
+{
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        const char *v = NULL;
+        int used = 0;
+        if (!strcmp(argv[i], "--runtime")) v = i + 1 < *argc ? argv[i + 1] : "", used = i + 1 < *argc ? 2 : 1;
+        else if (!strncmp(argv[i], "--runtime=", 10)) v = argv[i] + 10, used = 1;
+        else continue;
+        if (strcmp(v, "auto") && strcmp(v, "wgpu-native") && strcmp(v, "dawn")) {
+            fprintf(stderr, "wgml: --runtime takes auto, wgpu-native or dawn, not '%s'\n", v);
+            return -1;
+        }
+        setenv("WGML_RUNTIME", v, 1);
+        for (int j = i; j + used <= *argc; j++) argv[j] = argv[j + used]; /* argv[argc] is NULL */
+        *argc -= used;
+        i--;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- data-parallel runs */
 
 int cli_dist_begin(const char *who)

@@ -42,6 +42,10 @@ int cli_dist_check_batch(const char *who, int64_t batch);
    time per step on rank 0. 0 when the replicas agree; else reported, nonzero. */
 int cli_dist_finish(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors);
 
+/* Takes `--runtime NAME` (or --runtime=NAME) out of argv, wherever it is, into WGML_RUNTIME,
+   which every context of the command then reads: every command has the option. -1 (after a
+   message) for a name that is no runtime or a missing one. */
+int cli_take_runtime(int *argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

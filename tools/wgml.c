@@ -74,20 +74,36 @@ static int cmd_info(int argc, char **argv)
         json_str(stdout, i.architecture);
         printf(", \"driver\": ");
         json_str(stdout, i.driver);
-        printf(", \"backend\": \"%s\", \"type\": \"%s\", \"vendor_id\": %u, \"device_id\": %u},\n \"limits\": {",
-               i.backend, i.adapter_type, i.vendor_id, i.device_id);
+        printf(", \"backend\": \"%s\", \"type\": \"%s\", \"vendor_id\": %u, \"device_id\": %u},\n \"runtime\": {\"name\": \"%s\", \"version\": ",
+               i.backend, i.adapter_type, i.vendor_id, i.device_id, i.runtime);
+        json_str(stdout, i.runtime_version);
+        printf(", \"library\": ");
+        json_str(stdout, i.runtime_library);
+        printf("},\n \"subgroup_matrix\": [");
+        for (int k = 0; k < i.subgroup_matrix_count; k++)
+            printf("%s{\"component\": \"%s\", \"result\": \"%s\", \"m\": %u, \"n\": %u, \"k\": %u}", k ? ", " : "",
+                   i.subgroup_matrix[k].component, i.subgroup_matrix[k].result, i.subgroup_matrix[k].m,
+                   i.subgroup_matrix[k].n, i.subgroup_matrix[k].k);
+        printf("],\n \"limits\": {");
         for (int k = 0; k < nl; k++) printf("%s\"%s\": %llu", k ? ", " : "", limits[k].name, limits[k].v);
         printf("},\n \"features\": [");
         for (int k = 0; k < i.feature_count; k++) printf("%s\"%s\"", k ? ", " : "", i.features[k]);
         printf("],\n \"enabled\": {\"timestamp_query\": %s, \"subgroups\": %s, \"shader_f16\": %s, \"immediates\": %s, "
-               "\"pipeline_cache\": %s}}\n",
+               "\"pipeline_cache\": %s, \"subgroup_matrix\": %s}}\n",
                i.has_timestamp_query ? "true" : "false", i.has_subgroups ? "true" : "false",
                i.has_shader_f16 ? "true" : "false", i.has_immediates ? "true" : "false",
-               i.has_pipeline_cache ? "true" : "false");
+               i.has_pipeline_cache ? "true" : "false", i.has_subgroup_matrix ? "true" : "false");
     } else {
         printf("adapter       %s\nvendor        %s (0x%04x)\narchitecture  %s\nbackend       %s\ntype          %s\ndriver        %s\n",
                i.name, i.vendor, i.vendor_id, i.architecture[0] ? i.architecture : "-", i.backend, i.adapter_type,
                i.driver[0] ? i.driver : "-");
+        printf("runtime       %s %s (%s)\n", i.runtime, i.runtime_version, i.runtime_library);
+        if (i.subgroup_matrix_count) {
+            printf("subgroup matrices (M x N x K)%s\n", i.has_subgroup_matrix ? "" : ", not enabled");
+            for (int k = 0; k < i.subgroup_matrix_count; k++)
+                printf("  %s x %s -> %-4s %ux%ux%u\n", i.subgroup_matrix[k].component, i.subgroup_matrix[k].component,
+                       i.subgroup_matrix[k].result, i.subgroup_matrix[k].m, i.subgroup_matrix[k].n, i.subgroup_matrix[k].k);
+        }
         printf("limits\n");
         for (int k = 0; k < nl; k++) printf("  %-40s %llu\n", limits[k].name, limits[k].v);
         printf("features\n");
@@ -107,7 +123,8 @@ static void usage(FILE *f)
                     "       wgml gpt train [options]         (wgml gpt train --help)\n"
                     "       wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature X] [--top-k N] [--seed N]\n"
                     "       wgml --version\n"
-                    "Each command takes --help.\n");
+                    "Each command takes --help, and --runtime auto|wgpu-native|dawn: the WebGPU implementation\n"
+                    "(WGML_RUNTIME; auto: Dawn where installed and the adapter has subgroup matrices).\n");
 }
 
 int main(int argc, char **argv)
@@ -119,6 +136,11 @@ int main(int argc, char **argv)
     /* Mesa's window-system code warns "XDG_RUNTIME_DIR is invalid or not set" on every
        context without one, though a compute tool never opens a window */
     if (!getenv("XDG_RUNTIME_DIR")) setenv("XDG_RUNTIME_DIR", "/tmp", 0);
+    if (cli_take_runtime(&argc, argv)) return 2;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return usage(stdout), 0;
     if (!strcmp(cmd, "--version")) return printf("wgml %s\n", wgml_version()), 0;

@@ -27,6 +27,11 @@ _BACKENDS = {
     "dx12": lib.WGML_BACKEND_DX12, "gl": lib.WGML_BACKEND_GL, "all": lib.WGML_BACKEND_ALL,
 }
 
+_RUNTIMES = {
+    None: lib.WGML_RUNTIME_AUTO, "auto": lib.WGML_RUNTIME_AUTO,
+    "wgpu-native": lib.WGML_RUNTIME_WGPU_NATIVE, "dawn": lib.WGML_RUNTIME_DAWN,
+}
+
 _live = weakref.WeakSet()  # every open context, closed at exit before the interpreter unloads
 _default = None
 _default_lock = threading.Lock()
@@ -46,10 +51,12 @@ class Context:
     bounds_checks, no_fusion, gpu_timing: as wgml_context_desc.
     adapter_index: among several adapters of the chosen kind, the one at this position
         (modulo their number); 0: WGML_ADAPTER_INDEX, else the first.
+    runtime: the WebGPU implementation, "wgpu-native", "dawn" or "auto"/None (WGML_RUNTIME,
+        else Dawn where installed and the adapter has subgroup matrices, else wgpu-native).
     """
 
     def __init__(self, adapter=None, backend=None, bounds_checks=False, no_fusion=False, gpu_timing=False,
-                 adapter_index=0):
+                 adapter_index=0, runtime=None):
         self._ptr = None
         self._optimizers = weakref.WeakSet()
         self._losses = []  # losses given to backward() since the last optimiser step
@@ -59,7 +66,11 @@ class Context:
         if backend not in _BACKENDS:
             raise ValueError("backend must be one of %s, not %r"
                              % (", ".join(repr(k) for k in _BACKENDS if k), backend))
+        if runtime not in _RUNTIMES:
+            raise ValueError("runtime must be one of %s, not %r"
+                             % (", ".join(repr(k) for k in _RUNTIMES if k), runtime))
         desc = ffi.new("wgml_context_desc *")
+        desc.runtime = _RUNTIMES[runtime]
         desc.backend = _BACKENDS[backend]
         name = ffi.new("char[]", adapter.encode()) if adapter is not None else ffi.NULL
         desc.adapter_name = name
@@ -147,8 +158,12 @@ class Context:
             v = getattr(info, field)
             if field == "features":
                 d[field] = [_string(info.features[i]) for i in range(info.feature_count)]
-            elif field == "feature_count":
+            elif field in ("feature_count", "subgroup_matrix_count"):
                 continue
+            elif field == "subgroup_matrix":  # a subgroup's M x K by K x N products
+                d[field] = [{"component": _string(c.component), "result": _string(c.result),
+                             "m": c.m, "n": c.n, "k": c.k}
+                            for c in (info.subgroup_matrix[i] for i in range(info.subgroup_matrix_count))]
             elif isinstance(v, ffi.CData):  # char arrays and const char *
                 d[field] = ffi.string(v).decode("utf-8", "replace") if v else None
             elif field.startswith("has_"):

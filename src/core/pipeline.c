@@ -4,9 +4,9 @@
  * generator makes its source from (see context.h), which are much cheaper to hash and compare
  * than the source on every evaluation.
  *
- * Hand-written and generated kernels whose indexing is guarded in the WGSL go through
- * wgpuDeviceCreateShaderModuleTrusted without runtime checks: naga's checked code ran 50x
- * slower on the H100 (shared/DEVICE.md).
+ * Hand-written and generated kernels whose indexing is guarded in the WGSL are compiled
+ * without runtime checks (wgml_rt_shader_module): naga's checked code ran 50x slower on the
+ * H100 (shared/DEVICE.md).
  *
  * WGML_DUMP_WGSL=dir (read once per context) writes every kernel source compiled here to
  * dir/<name>.wgsl, named by its variant key: a tag (fused, row, gemm, gemv, a hand-written
@@ -118,9 +118,7 @@ static wgml_pipeline *add(wgml_context *ctx, const void *key, size_t len, uint64
     WGPUShaderSourceWGSL src = {.chain = {.sType = WGPUSType_ShaderSourceWGSL}, .code = wgml_sv(wgsl)};
     WGPUShaderModuleDescriptor md = {.nextInChain = &src.chain, .label = wgml_sv("wgml kernel")};
     wgml_scope_push(&ctx->rt);
-    WGPUShaderModule module = (trusted && ctx->trusted_kernels)
-        ? wgpuDeviceCreateShaderModuleTrusted(ctx->rt.device, &md, WGPUShaderRuntimeChecks_None)
-        : wgpuDeviceCreateShaderModule(ctx->rt.device, &md);
+    WGPUShaderModule module = wgml_rt_shader_module(&ctx->rt, &md, trusted && ctx->trusted_kernels);
     WGPUComputePipelineDescriptor pd = {
         .label = wgml_sv("wgml kernel"),
         .compute = {.module = module, .entryPoint = wgml_sv("main")},

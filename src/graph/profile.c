@@ -98,7 +98,7 @@ wgml_status wgml_profile_collect(wgml_context *ctx, wgml_profile *p, const wgml_
     wgml_status st = wgml_map_read(&ctx->rt, p->readback, 16 * (uint64_t)n);
     if (st) return st;
     const uint64_t *t = wgpuBufferGetConstMappedRange(p->readback, 0, 16 * (size_t)n);
-    double period = (double)wgpuQueueGetTimestampPeriod(ctx->rt.queue) * 1e-9;
+    double period = wgml_rt_timestamp_ns(&ctx->rt) * 1e-9;
     for (int i = 0; t && i < n; i++) {
         const char *what = l[i].what[0] ? l[i].what : "elementwise (fused)";
         int r = 0;

@@ -54,21 +54,24 @@ fn finish(r: f32, at: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     if (P.stage == 3u) {  // uniform: no barrier follows in this branch
+        // no early return for the threads past the end: WGSL's uniformity rules (Tint, in
+        // Dawn, enforces them) would then call the barriers below non-uniform
         let o = (wg.x + wg.y * P.gx) * WG + lid;
-        if (o >= P.outer * P.inner) { return; }
-        let base = P.in_off + (o / P.inner) * P.len * P.inner + o % P.inner;
-        var acc = select(0.0, P.neg_inf, is_extremum());
-        var idx = 0xffffffffu;
-        for (var j = 0u; j < P.len; j++) {
-            let v = value(x[base + j * P.inner]);
-            if ((P.op == OP_SUM || P.op == OP_MEAN)) {
-                acc += v;
-            } else if (better(v, j, acc, idx)) {
-                acc = v;
-                idx = j;
+        if (o < P.outer * P.inner) {
+            let base = P.in_off + (o / P.inner) * P.len * P.inner + o % P.inner;
+            var acc = select(0.0, P.neg_inf, is_extremum());
+            var idx = 0xffffffffu;
+            for (var j = 0u; j < P.len; j++) {
+                let v = value(x[base + j * P.inner]);
+                if ((P.op == OP_SUM || P.op == OP_MEAN)) {
+                    acc += v;
+                } else if (better(v, j, acc, idx)) {
+                    acc = v;
+                    idx = j;
+                }
             }
+            y[o] = finish(acc, idx);
         }
-        y[o] = finish(acc, idx);
         return;
     }
     let o = wg.x + wg.y * P.gx;

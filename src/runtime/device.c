@@ -1,7 +1,8 @@
 /*
- * WebGPU bring-up: instance (Vulkan unless asked otherwise), adapter choice, a device with
- * the adapter's real limits and the features worth having, error and device-lost callbacks,
- * error scopes and blocking waits built on wgpuDevicePoll.
+ * WebGPU bring-up: the implementation chosen and bound (wgpu-native or Dawn, runtime/impl.h),
+ * instance (Vulkan unless asked otherwise), adapter choice, a device with the adapter's real
+ * limits and the features worth having, error and device-lost callbacks, error scopes and
+ * blocking waits. What the two implementations do differently goes through rt->impl.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -9,14 +10,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/runtime.h"
+#include "runtime/impl.h"
 
 WGPUStringView wgml_sv(const char *s)
 {
     return (WGPUStringView){.data = s, .length = s ? strlen(s) : 0};
 }
 
-static void sv_copy(char *dst, size_t n, WGPUStringView sv)
+void wgml_sv_copy(char *dst, size_t n, WGPUStringView sv)
 {
     size_t len = sv.data ? (sv.length == WGPU_STRLEN ? strlen(sv.data) : sv.length) : 0;
     if (len >= n) len = n - 1;
@@ -58,7 +59,7 @@ static void on_device_lost(WGPUDevice const *device, WGPUDeviceLostReason reason
     wgml_runtime *rt = userdata1;
     if (!rt) return;
     rt->device_lost = true;
-    sv_copy(rt->lost_message, sizeof rt->lost_message, message);
+    wgml_sv_copy(rt->lost_message, sizeof rt->lost_message, message);
     if (!rt->lost_message[0])
         snprintf(rt->lost_message, sizeof rt->lost_message, "reason %d", (int)reason);
 }
@@ -70,11 +71,11 @@ static void on_uncaptured_error(WGPUDevice const *device, WGPUErrorType type,
     if (!rt || rt->uncaptured_status != WGML_OK) return; /* keep the first */
     rt->uncaptured_status =
         type == WGPUErrorType_OutOfMemory ? WGML_ERROR_OUT_OF_MEMORY : WGML_ERROR_VALIDATION;
-    sv_copy(rt->uncaptured_message, sizeof rt->uncaptured_message, message);
+    wgml_sv_copy(rt->uncaptured_message, sizeof rt->uncaptured_message, message);
 }
 
 typedef struct scope_result {
-    bool done;
+    volatile bool done;
     WGPUErrorType type;
     char message[768];
 } scope_result;
@@ -85,7 +86,7 @@ static void on_pop_scope(WGPUPopErrorScopeStatus status, WGPUErrorType type,
     scope_result *r = userdata1;
     r->done = true;
     r->type = status == WGPUPopErrorScopeStatus_Success ? type : WGPUErrorType_NoError;
-    sv_copy(r->message, sizeof r->message, message);
+    wgml_sv_copy(r->message, sizeof r->message, message);
 }
 
 void wgml_scope_push(wgml_runtime *rt)
@@ -97,9 +98,8 @@ void wgml_scope_push(wgml_runtime *rt)
 static void pop_one(wgml_runtime *rt, scope_result *r)
 {
     WGPUPopErrorScopeCallbackInfo cb = {
-        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_pop_scope, .userdata1 = r};
-    wgpuDevicePopErrorScope(rt->device, cb);
-    for (int i = 0; i < 1000 && !r->done; i++) wgpuInstanceProcessEvents(rt->instance);
+        .mode = rt->impl->callback_mode, .callback = on_pop_scope, .userdata1 = r};
+    rt->impl->wait_host(rt, wgpuDevicePopErrorScope(rt->device, cb), &r->done);
 }
 
 wgml_status wgml_scope_pop(wgml_runtime *rt, const char *what)
@@ -122,27 +122,6 @@ wgml_status wgml_scope_pop(wgml_runtime *rt, const char *what)
     return WGML_OK;
 }
 
-/* Waits until *done is set by a callback of the device's queue. Spins on non-blocking polls
-   for a while first (rt->poll_spin_seconds, WGML_POLL_SPIN_US): a blocking poll sleeps on a
-   fence and wakes tens of microseconds late, most of a small round trip. Then blocks: each
-   poll with wait=true returns when the queue is idle, and the callback runs then. The flag,
-   not the poll's "queue empty" answer, says when to stop: on the H100 a non-blocking poll
-   answered "empty" with work still running. */
-static void wait_for(wgml_runtime *rt, const volatile bool *done)
-{
-    double spin = rt->poll_spin_seconds, t0 = wgml_host_seconds();
-    while (!*done && !rt->device_lost && spin > 0 && wgml_host_seconds() - t0 < spin) {
-        wgpuDevicePoll(rt->device, false, NULL);
-        wgpuInstanceProcessEvents(rt->instance);
-        rt->timeline.spin_polls++;
-    }
-    for (int i = 0; i < 100 && !*done && !rt->device_lost; i++) {
-        wgpuDevicePoll(rt->device, true, NULL);
-        wgpuInstanceProcessEvents(rt->instance);
-        rt->timeline.blocking_polls++;
-    }
-}
-
 static void on_work_done(WGPUQueueWorkDoneStatus status, WGPUStringView message, void *userdata1, void *userdata2)
 {
     (void)status, (void)message, (void)userdata2;
@@ -154,9 +133,8 @@ wgml_status wgml_wait_idle(wgml_runtime *rt)
     if (rt->device_lost) return wgml_check_device(rt);
     volatile bool done = false;
     WGPUQueueWorkDoneCallbackInfo cb = {
-        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_work_done, .userdata1 = (void *)&done};
-    wgpuQueueOnSubmittedWorkDone(rt->queue, cb);
-    wait_for(rt, &done);
+        .mode = rt->impl->callback_mode, .callback = on_work_done, .userdata1 = (void *)&done};
+    rt->impl->wait_gpu(rt, wgpuQueueOnSubmittedWorkDone(rt->queue, cb), &done);
     if (rt->device_lost) return wgml_check_device(rt);
     if (!done) return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "synchronizing: the queue never finished its work");
     return wgml_check_device(rt);
@@ -174,7 +152,7 @@ static void on_mapped(WGPUMapAsyncStatus status, WGPUStringView message, void *u
     (void)userdata2;
     map_result *r = userdata1;
     r->status = status;
-    sv_copy(r->message, sizeof r->message, message);
+    wgml_sv_copy(r->message, sizeof r->message, message);
     r->done = true;
 }
 
@@ -182,9 +160,8 @@ wgml_status wgml_map_read(wgml_runtime *rt, WGPUBuffer buffer, uint64_t size)
 {
     map_result r = {0};
     WGPUBufferMapCallbackInfo cb = {
-        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_mapped, .userdata1 = &r};
-    wgpuBufferMapAsync(buffer, WGPUMapMode_Read, 0, (size_t)size, cb);
-    wait_for(rt, &r.done);
+        .mode = rt->impl->callback_mode, .callback = on_mapped, .userdata1 = &r};
+    rt->impl->wait_gpu(rt, wgpuBufferMapAsync(buffer, WGPUMapMode_Read, 0, (size_t)size, cb), &r.done);
     if (rt->device_lost) return wgml_check_device(rt);
     if (!r.done) return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "reading back: the map never completed");
     if (r.status != WGPUMapAsyncStatus_Success)
@@ -192,6 +169,13 @@ wgml_status wgml_map_read(wgml_runtime *rt, WGPUBuffer buffer, uint64_t size)
                          (int)r.status, r.message);
     return WGML_OK;
 }
+
+WGPUShaderModule wgml_rt_shader_module(wgml_runtime *rt, const WGPUShaderModuleDescriptor *md, bool trusted)
+{
+    return rt->impl->shader_module(rt, md, trusted && rt->trusted);
+}
+
+double wgml_rt_timestamp_ns(wgml_runtime *rt) { return rt->impl->timestamp_ns(rt); }
 
 wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb)
 {
@@ -268,17 +252,6 @@ static wgml_backend backend_from_env(void)
     return WGML_BACKEND_VULKAN;
 }
 
-static WGPUInstanceBackend backend_flags(wgml_backend b)
-{
-    switch (b) {
-    case WGML_BACKEND_METAL: return WGPUInstanceBackend_Metal;
-    case WGML_BACKEND_DX12: return WGPUInstanceBackend_DX12;
-    case WGML_BACKEND_GL: return WGPUInstanceBackend_GL;
-    case WGML_BACKEND_ALL: return WGPUInstanceBackend_All;
-    default: return WGPUInstanceBackend_Vulkan;
-    }
-}
-
 static const char *backend_label(wgml_backend b)
 {
     switch (b) {
@@ -292,50 +265,26 @@ static const char *backend_label(wgml_backend b)
 
 /* ---------------------------------------------------------------- features */
 
-typedef struct feature_name {
-    WGPUFeatureName id;
-    const char *name;
-} feature_name;
-
-static const feature_name known_features[] = {
-    {WGPUFeatureName_TimestampQuery, "timestamp-query"},
-    {WGPUFeatureName_ShaderF16, "shader-f16"},
-    {WGPUFeatureName_Subgroups, "subgroups"},
-    {WGPUFeatureName_Float32Filterable, "float32-filterable"},
-    {WGPUFeatureName_Float32Blendable, "float32-blendable"},
-    {WGPUFeatureName_IndirectFirstInstance, "indirect-first-instance"},
-    {WGPUFeatureName_DepthClipControl, "depth-clip-control"},
-    {WGPUFeatureName_Depth32FloatStencil8, "depth32float-stencil8"},
-    {WGPUFeatureName_TextureCompressionBC, "texture-compression-bc"},
-    {WGPUFeatureName_RG11B10UfloatRenderable, "rg11b10ufloat-renderable"},
-    {WGPUFeatureName_BGRA8UnormStorage, "bgra8unorm-storage"},
-    {WGPUFeatureName_ClipDistances, "clip-distances"},
-    {WGPUFeatureName_DualSourceBlending, "dual-source-blending"},
-    {(WGPUFeatureName)WGPUNativeFeature_Immediates, "immediates"},
-    {(WGPUFeatureName)WGPUNativeFeature_Subgroup, "native-subgroup"},
-    {(WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsidePasses, "timestamp-query-inside-passes"},
-    {(WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsideEncoders, "timestamp-query-inside-encoders"},
-    {(WGPUFeatureName)WGPUNativeFeature_PipelineCache, "pipeline-cache"},
-    {(WGPUFeatureName)WGPUNativeFeature_ShaderF64, "shader-f64"},
-    {(WGPUFeatureName)WGPUNativeFeature_ShaderInt64, "shader-int64"},
-    {(WGPUFeatureName)WGPUNativeFeature_ShaderFloat32Atomic, "shader-float32-atomic"},
-    {(WGPUFeatureName)WGPUNativeFeature_CooperativeMatrix, "cooperative-matrix (experimental)"},
-    {(WGPUFeatureName)WGPUNativeFeature_PipelineStatisticsQuery, "pipeline-statistics-query"},
-    {(WGPUFeatureName)WGPUNativeFeature_MappablePrimaryBuffers, "mappable-primary-buffers"},
-};
-
-/* Features wgml enables when offered. Cooperative matrices are experimental in wgpu-native 29
-   and its C API cannot enable them, so they are listed but never requested. */
-static const WGPUFeatureName wanted_features[] = {
-    WGPUFeatureName_TimestampQuery,
-    WGPUFeatureName_ShaderF16,
-    WGPUFeatureName_Subgroups,
-    (WGPUFeatureName)WGPUNativeFeature_Subgroup, /* what wgpu-native 29 offers on Vulkan */
-    (WGPUFeatureName)WGPUNativeFeature_Immediates,
-    (WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsidePasses,
-    (WGPUFeatureName)WGPUNativeFeature_TimestampQueryInsideEncoders,
-    (WGPUFeatureName)WGPUNativeFeature_PipelineCache,
-};
+/* The standard features' names; each implementation names its own (impl->feature_name). */
+static const char *feature_name(const wgml_runtime_impl *impl, WGPUFeatureName id)
+{
+    switch (id) {
+    case WGPUFeatureName_TimestampQuery: return "timestamp-query";
+    case WGPUFeatureName_ShaderF16: return "shader-f16";
+    case WGPUFeatureName_Subgroups: return "subgroups";
+    case WGPUFeatureName_Float32Filterable: return "float32-filterable";
+    case WGPUFeatureName_Float32Blendable: return "float32-blendable";
+    case WGPUFeatureName_IndirectFirstInstance: return "indirect-first-instance";
+    case WGPUFeatureName_DepthClipControl: return "depth-clip-control";
+    case WGPUFeatureName_Depth32FloatStencil8: return "depth32float-stencil8";
+    case WGPUFeatureName_TextureCompressionBC: return "texture-compression-bc";
+    case WGPUFeatureName_RG11B10UfloatRenderable: return "rg11b10ufloat-renderable";
+    case WGPUFeatureName_BGRA8UnormStorage: return "bgra8unorm-storage";
+    case WGPUFeatureName_ClipDistances: return "clip-distances";
+    case WGPUFeatureName_DualSourceBlending: return "dual-source-blending";
+    default: return impl->feature_name(id);
+    }
+}
 
 static bool has_feature(const WGPUSupportedFeatures *f, WGPUFeatureName id)
 {
@@ -347,10 +296,10 @@ static bool has_feature(const WGPUSupportedFeatures *f, WGPUFeatureName id)
 static void fill_info(wgml_runtime *rt, const WGPUAdapterInfo *ai, const WGPUSupportedFeatures *af)
 {
     wgml_adapter_info *info = &rt->info;
-    sv_copy(info->name, sizeof info->name, ai->device);
-    sv_copy(info->vendor, sizeof info->vendor, ai->vendor);
-    sv_copy(info->architecture, sizeof info->architecture, ai->architecture);
-    sv_copy(info->driver, sizeof info->driver, ai->description);
+    wgml_sv_copy(info->name, sizeof info->name, ai->device);
+    wgml_sv_copy(info->vendor, sizeof info->vendor, ai->vendor);
+    wgml_sv_copy(info->architecture, sizeof info->architecture, ai->architecture);
+    wgml_sv_copy(info->driver, sizeof info->driver, ai->description);
     info->backend = backend_name(ai->backendType);
     info->adapter_type = adapter_type_name(ai->adapterType);
     info->vendor_id = ai->vendorID;
@@ -371,13 +320,16 @@ static void fill_info(wgml_runtime *rt, const WGPUAdapterInfo *ai, const WGPUSup
     info->min_storage_buffer_offset_alignment = l->minStorageBufferOffsetAlignment;
     info->min_uniform_buffer_offset_alignment = l->minUniformBufferOffsetAlignment;
     info->feature_count = 0;
-    for (size_t i = 0; i < sizeof known_features / sizeof known_features[0]; i++)
-        if (has_feature(af, known_features[i].id) && info->feature_count < 64)
-            info->features[info->feature_count++] = known_features[i].name;
+    for (size_t i = 0; i < af->featureCount && info->feature_count < 64; i++) {
+        const char *name = feature_name(rt->impl, af->features[i]);
+        if (name) info->features[info->feature_count++] = name;
+    }
+    info->runtime = rt->impl->name;
+    snprintf(info->runtime_library, sizeof info->runtime_library, "%s", wgml_wgpu_library_path(rt->impl->kind));
 }
 
 typedef struct device_result {
-    bool done;
+    volatile bool done;
     WGPURequestDeviceStatus status;
     WGPUDevice device;
     char message[512];
@@ -390,7 +342,7 @@ static void on_device(WGPURequestDeviceStatus status, WGPUDevice device, WGPUStr
     r->done = true;
     r->status = status;
     r->device = device;
-    sv_copy(r->message, sizeof r->message, message);
+    wgml_sv_copy(r->message, sizeof r->message, message);
 }
 
 /* Closes what was opened and says why in err. */
@@ -401,32 +353,42 @@ static wgml_status open_fail(wgml_runtime *rt, wgml_status st, const char *msg, 
     return st;
 }
 
-wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in, char *err, size_t err_size)
+/* WGML_RUNTIME: AUTO for unset or "auto"; -1 for a value that names no runtime */
+static int runtime_from_env(void)
 {
-    wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
-    wgml_backend backend = desc.backend == WGML_BACKEND_DEFAULT ? backend_from_env() : desc.backend;
-    const char *want_name = desc.adapter_name ? desc.adapter_name : getenv("WGML_ADAPTER");
+    const char *e = getenv("WGML_RUNTIME");
+    if (!e || !*e || !strcmp(e, "auto")) return WGML_RUNTIME_AUTO;
+    if (!strcmp(e, "dawn")) return WGML_RUNTIME_DAWN;
+    if (!strcmp(e, "wgpu-native") || !strcmp(e, "wgpu")) return WGML_RUNTIME_WGPU_NATIVE;
+    return -1;
+}
+
+/* Opens everything on one implementation. need_subgroup_matrix (the automatic choice trying
+   Dawn): WGML_ERROR_UNSUPPORTED as soon as the adapter is known not to offer them. */
+static wgml_status open_on(wgml_runtime *rt, const wgml_context_desc *desc, wgml_runtime_kind kind,
+                           bool need_subgroup_matrix, char *err, size_t err_size)
+{
+    wgml_status st = wgml_wgpu_bind(kind, err, err_size);
+    if (st) return st;
+    rt->bound = true;
+    rt->impl = kind == WGML_RUNTIME_DAWN ? &wgml_impl_dawn : &wgml_impl_wgpu_native;
+    wgml_backend backend = desc->backend == WGML_BACKEND_DEFAULT ? backend_from_env() : desc->backend;
+    const char *want_name = desc->adapter_name ? desc->adapter_name : getenv("WGML_ADAPTER");
     const char *index_env = getenv("WGML_ADAPTER_INDEX");
-    long want_index = desc.adapter_index ? desc.adapter_index : index_env && *index_env ? strtol(index_env, NULL, 10) : 0;
+    long want_index = desc->adapter_index ? desc->adapter_index : index_env && *index_env ? strtol(index_env, NULL, 10) : 0;
     if (want_index < 0)
         return open_fail(rt, WGML_ERROR_INVALID_ARGUMENT, "adapter_index (or WGML_ADAPTER_INDEX) is negative", err,
                          err_size);
 
     const char *timing = getenv("WGML_GPU_TIMING");
-    rt->gpu_timing = desc.gpu_timing || (timing && *timing == '1');
+    rt->gpu_timing = desc->gpu_timing || (timing && *timing == '1');
+    const char *checks = getenv("WGML_BOUNDS_CHECKS");
+    rt->trusted = !(desc->bounds_checks || (checks && *checks == '1'));
 
-    WGPUInstanceExtras extras = {.chain = {.sType = (WGPUSType)WGPUSType_InstanceExtras},
-                                 .backends = backend_flags(backend)};
-    WGPUInstanceDescriptor idesc = {.nextInChain = &extras.chain};
-    rt->instance = wgpuCreateInstance(&idesc);
-    if (!rt->instance)
-        return open_fail(rt, WGML_ERROR_NO_ADAPTER, "wgpuCreateInstance failed", err, err_size);
-
-    WGPUInstanceEnumerateAdapterOptions eopt = {.backends = backend_flags(backend)};
-    size_t count = wgpuInstanceEnumerateAdapters(rt->instance, &eopt, NULL);
-    WGPUAdapter *adapters = count ? calloc(count, sizeof *adapters) : NULL;
-    if (count && !adapters) return open_fail(rt, WGML_ERROR_OUT_OF_MEMORY, "out of host memory", err, err_size);
-    if (count) count = wgpuInstanceEnumerateAdapters(rt->instance, &eopt, adapters);
+    char msg[1024];
+    if ((st = rt->impl->create_instance(rt, backend, msg, sizeof msg))) return open_fail(rt, st, msg, err, err_size);
+    WGPUAdapter adapters[64];
+    size_t count = rt->impl->adapters(rt, backend, adapters, 64);
 
     /* Choose: by name if asked, else discrete, integrated, CPU; among several of the best
        type, the want_index-th (modulo their number) */
@@ -435,40 +397,43 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     size_t names_len = 0;
     for (size_t i = 0; i < count; i++) {
         WGPUAdapterInfo ai = {0};
-        if (i < 64) ranks[i] = 99;
+        ranks[i] = 99;
         if (wgpuAdapterGetInfo(adapters[i], &ai) != WGPUStatus_Success) continue;
         char name[256];
-        sv_copy(name, sizeof name, ai.device);
+        wgml_sv_copy(name, sizeof name, ai.device);
         if (names_len < sizeof names - 1)
             names_len += (size_t)snprintf(names + names_len, sizeof names - names_len, "%s'%s' (%s)",
                                           names_len ? ", " : "", name, adapter_type_name(ai.adapterType));
         if (names_len >= sizeof names) names_len = sizeof names - 1;
         int rank = type_rank(ai.adapterType);
         bool name_ok = !want_name || !*want_name || contains_nocase(name, want_name);
-        if (i < 64) ranks[i] = name_ok ? rank : 99;
+        ranks[i] = name_ok ? rank : 99;
         if (name_ok && rank < best_rank) { best = (int)i; best_rank = rank; }
         wgpuAdapterInfoFreeMembers(ai);
     }
-    for (size_t i = 0; i < count && i < 64; i++) ties += ranks[i] == best_rank;
-    for (size_t i = 0, seen = 0; best >= 0 && ties && i < count && i < 64; i++)
+    for (size_t i = 0; i < count; i++) ties += ranks[i] == best_rank;
+    for (size_t i = 0, seen = 0; best >= 0 && ties && i < count; i++)
         if (ranks[i] == best_rank && seen++ == (size_t)(want_index % ties)) best = (int)i;
     for (size_t i = 0; i < count; i++)
         if ((int)i != best) wgpuAdapterRelease(adapters[i]);
     if (best >= 0) rt->adapter = adapters[best];
-    free(adapters);
     if (!rt->adapter) {
-        char msg[1024];
         if (count && want_name && *want_name)
-            snprintf(msg, sizeof msg,
-                     "no WebGPU adapter named like '%s' (backend %s); adapters found: %s",
-                     want_name, backend_label(backend), names);
+            snprintf(msg, sizeof msg, "no WebGPU adapter named like '%s' (%s, backend %s); adapters found: %s",
+                     want_name, rt->impl->name, backend_label(backend), names);
         else
             snprintf(msg, sizeof msg,
-                     "no WebGPU adapter found (backend %s). On a machine without a GPU install "
-                     "Mesa's software Vulkan driver: apt-get install mesa-vulkan-drivers libvulkan1",
-                     backend_label(backend));
+                     "no WebGPU adapter found (%s, backend %s). On a machine without a GPU install "
+                     "Mesa's software Vulkan driver: apt-get install mesa-vulkan-drivers libvulkan1%s",
+                     rt->impl->name, backend_label(backend),
+                     rt->impl->kind == WGML_RUNTIME_DAWN ? " (Dawn needs Mesa 25: VK_DRIVER_FILES="
+                                                          "third_party/dawn/mesa/lvp_icd.json)" : "");
         return open_fail(rt, WGML_ERROR_NO_ADAPTER, msg, err, err_size);
     }
+    rt->info.has_subgroup_matrix = 0;
+    if (need_subgroup_matrix && (!rt->impl->subgroup_matrix_feature ||
+                                 !wgpuAdapterHasFeature(rt->adapter, rt->impl->subgroup_matrix_feature)))
+        return open_fail(rt, WGML_ERROR_UNSUPPORTED, "the adapter offers no subgroup matrices", err, err_size);
 
     /* The device gets the adapter's real limits and the features worth having. */
     WGPULimits limits = {0};
@@ -479,10 +444,12 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     wgpuAdapterGetFeatures(rt->adapter, &af);
     WGPUFeatureName req[16];
     size_t nreq = 0;
-    for (size_t i = 0; i < sizeof wanted_features / sizeof wanted_features[0]; i++)
-        if (has_feature(&af, wanted_features[i])) req[nreq++] = wanted_features[i];
+    for (size_t i = 0; i < rt->impl->wanted_count && nreq < 16; i++)
+        if (has_feature(&af, rt->impl->wanted_features[i])) req[nreq++] = rt->impl->wanted_features[i];
 
+    wgml_toggles toggles;
     WGPUDeviceDescriptor ddesc = {
+        .nextInChain = rt->impl->device_chain(rt, &toggles),
         .label = wgml_sv("wgml"),
         .requiredFeatureCount = nreq,
         .requiredFeatures = req,
@@ -493,13 +460,11 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     };
     device_result dr = {0};
     WGPURequestDeviceCallbackInfo dcb = {
-        .mode = WGPUCallbackMode_AllowProcessEvents, .callback = on_device, .userdata1 = &dr};
-    wgpuAdapterRequestDevice(rt->adapter, &ddesc, dcb);
-    for (int i = 0; i < 1000 && !dr.done; i++) wgpuInstanceProcessEvents(rt->instance);
+        .mode = rt->impl->callback_mode, .callback = on_device, .userdata1 = &dr};
+    rt->impl->wait_host(rt, wgpuAdapterRequestDevice(rt->adapter, &ddesc, dcb), &dr.done);
     if (!dr.done || dr.status != WGPURequestDeviceStatus_Success || !dr.device) {
         wgpuSupportedFeaturesFreeMembers(af);
-        char msg[768];
-        snprintf(msg, sizeof msg, "requesting a device failed: %s", dr.message);
+        snprintf(msg, sizeof msg, "requesting a device (%s) failed: %s", rt->impl->name, dr.message);
         return open_fail(rt, WGML_ERROR_DEVICE, msg, err, err_size);
     }
     rt->device = dr.device;
@@ -514,7 +479,7 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     WGPUAdapterInfo ai = {0};
     wgpuAdapterGetInfo(rt->adapter, &ai);
     fill_info(rt, &ai, &af);
-    /* how long a wait spins before it blocks (see wait_for): up to 10 ms on a GPU; not on a
+    /* how long a wait spins before it blocks (see wait_gpu): up to 10 ms on a GPU; not on a
        CPU adapter, where the spinning thread takes a core from the work it waits for
        (lavapipe on 2 cores, `WGML_BENCH_ONLY=cached_roundtrip wgml bench matmul --quick`:
        352-423 us blocking at once, 497-543 us spinning 1 ms) */
@@ -533,22 +498,58 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
     for (size_t i = 0; i < nreq; i++) {
         if (req[i] == WGPUFeatureName_TimestampQuery) rt->info.has_timestamp_query = 1;
         if (req[i] == WGPUFeatureName_ShaderF16) rt->info.has_shader_f16 = 1;
-        if (req[i] == WGPUFeatureName_Subgroups || req[i] == (WGPUFeatureName)WGPUNativeFeature_Subgroup)
+        const char *name = feature_name(rt->impl, req[i]);
+        if (req[i] == WGPUFeatureName_Subgroups || (name && !strcmp(name, "native-subgroup")))
             rt->info.has_subgroups = 1;
-        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_Immediates) rt->info.has_immediates = 1;
-        if (req[i] == (WGPUFeatureName)WGPUNativeFeature_PipelineCache) rt->info.has_pipeline_cache = 1;
+        if (name && !strcmp(name, "immediates")) rt->info.has_immediates = 1;
+        if (name && !strcmp(name, "pipeline-cache")) rt->info.has_pipeline_cache = 1;
+        if (name && !strcmp(name, "chromium-experimental-subgroup-matrix")) rt->info.has_subgroup_matrix = 1;
     }
     for (int i = 0; i < rt->info.feature_count; i++)
         if (strstr(rt->info.features[i], "cooperative-matrix")) rt->info.has_cooperative_matrix = 1;
+    rt->impl->describe(rt);
+    /* subgroup matrices are usable with shader-f16 and subgroups, and a configuration known */
+    if (!rt->info.has_shader_f16 || !rt->info.has_subgroups || !rt->info.subgroup_matrix_count)
+        rt->info.has_subgroup_matrix = 0;
     return WGML_OK;
+}
+
+wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in, char *err, size_t err_size)
+{
+    wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
+    int kind = desc.runtime;
+    if (kind < WGML_RUNTIME_AUTO || kind > WGML_RUNTIME_DAWN) {
+        snprintf(err, err_size, "runtime %d is not a wgml_runtime_kind (0 to %d)", kind, (int)WGML_RUNTIME_DAWN);
+        return WGML_ERROR_INVALID_ARGUMENT;
+    }
+    if (kind == WGML_RUNTIME_AUTO && (kind = runtime_from_env()) < 0) {
+        snprintf(err, err_size, "WGML_RUNTIME='%s' names no runtime (auto, wgpu-native, dawn)", getenv("WGML_RUNTIME"));
+        return WGML_ERROR_INVALID_ARGUMENT;
+    }
+    if (kind != WGML_RUNTIME_AUTO) return open_on(rt, &desc, (wgml_runtime_kind)kind, false, err, err_size);
+    /* Automatic: the implementation this process already runs; else Dawn where it loads and
+       the adapter has subgroup matrices (the matrix units are Dawn's to reach); else
+       wgpu-native, whose dispatches and waits are the ones measured on every adapter. Asked
+       first, wgpu-native names the adapters with matrix units (its experimental
+       cooperative-matrix feature, which it cannot enable): only those try Dawn, so other
+       machines never load it (nor read its warnings on stderr). */
+    wgml_runtime_kind bound = wgml_wgpu_bound();
+    if (bound != WGML_RUNTIME_AUTO) return open_on(rt, &desc, bound, false, err, err_size);
+    wgml_status st = open_on(rt, &desc, WGML_RUNTIME_WGPU_NATIVE, false, err, err_size);
+    if (st || !rt->info.has_cooperative_matrix || !wgml_wgpu_available(WGML_RUNTIME_DAWN)) return st;
+    wgml_runtime_close(rt);
+    memset(rt, 0, sizeof *rt);
+    if (open_on(rt, &desc, WGML_RUNTIME_DAWN, true, err, err_size) == WGML_OK) return WGML_OK;
+    memset(rt, 0, sizeof *rt);
+    if (err_size) err[0] = 0; /* Dawn's refusal is no failure of this context */
+    return open_on(rt, &desc, WGML_RUNTIME_WGPU_NATIVE, false, err, err_size);
 }
 
 void wgml_runtime_destroy_device(wgml_runtime *rt)
 {
     if (!rt->device) return;
     wgpuDeviceDestroy(rt->device);
-    wgpuDevicePoll(rt->device, false, NULL);
-    wgpuInstanceProcessEvents(rt->instance);
+    rt->impl->poll(rt);
     rt->device_lost = true; /* destroy is a loss, whether or not the callback has run yet */
     if (!rt->lost_message[0])
         snprintf(rt->lost_message, sizeof rt->lost_message, "the device was destroyed");
@@ -557,15 +558,17 @@ void wgml_runtime_destroy_device(wgml_runtime *rt)
 void wgml_runtime_close(wgml_runtime *rt)
 {
     wgml_timing_destroy(rt);
-    if (rt->queue) wgpuQueueRelease(rt->queue);
-    if (rt->device) {
-        if (!rt->device_lost) wgpuDevicePoll(rt->device, true, NULL);
-        wgpuDeviceRelease(rt->device);
+    if (rt->queue) {
+        if (rt->device && !rt->device_lost) wgml_wait_idle(rt);
+        wgpuQueueRelease(rt->queue);
     }
+    if (rt->device) wgpuDeviceRelease(rt->device);
     if (rt->adapter) wgpuAdapterRelease(rt->adapter);
     if (rt->instance) wgpuInstanceRelease(rt->instance);
     rt->queue = NULL;
     rt->device = NULL;
     rt->adapter = NULL;
     rt->instance = NULL;
+    if (rt->bound) wgml_wgpu_unbind();
+    rt->bound = false;
 }

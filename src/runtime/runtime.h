@@ -13,11 +13,15 @@
 #include <stdint.h>
 
 #include <webgpu/webgpu.h>
-#include <webgpu/wgpu.h>
 
 #include "wgml.h"
 
+struct wgml_runtime_impl;
+
 typedef struct wgml_runtime {
+    const struct wgml_runtime_impl *impl; /* wgpu-native's or Dawn's (runtime/impl.h) */
+    bool bound;   /* holds the loaded implementation (runtime/loader.h) */
+    bool trusted; /* kernels without runtime bounds checks (not desc.bounds_checks) */
     WGPUInstance instance;
     WGPUAdapter adapter;
     WGPUDevice device;
@@ -95,6 +99,10 @@ wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb);
 wgml_status wgml_wait_idle(wgml_runtime *rt);
 /* Maps `buffer` for reading and blocks until done. */
 wgml_status wgml_map_read(wgml_runtime *rt, WGPUBuffer buffer, uint64_t size);
+/* A shader module: without runtime bounds checks where trusted and the context allows. */
+WGPUShaderModule wgml_rt_shader_module(wgml_runtime *rt, const WGPUShaderModuleDescriptor *md, bool trusted);
+/* Nanoseconds per timestamp-query tick. */
+double wgml_rt_timestamp_ns(wgml_runtime *rt);
 WGPUStringView wgml_sv(const char *s);
 
 /* ---------------------------------------------------------------- timing (runtime/timing.c) */

@@ -62,7 +62,7 @@ wgml_status wgml_timing_read(wgml_runtime *rt)
     if (st) return st;
     const uint64_t *t = wgpuBufferGetConstMappedRange(rt->timing_readback, 0, 16);
     if (t && t[1] >= t[0]) {
-        rt->stats.gpu_seconds_last = (double)(t[1] - t[0]) * (double)wgpuQueueGetTimestampPeriod(rt->queue) * 1e-9;
+        rt->stats.gpu_seconds_last = (double)(t[1] - t[0]) * wgml_rt_timestamp_ns(rt) * 1e-9;
         rt->stats.gpu_seconds_total += rt->stats.gpu_seconds_last;
     }
     wgpuBufferUnmap(rt->timing_readback);

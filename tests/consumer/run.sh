@@ -33,10 +33,11 @@ env -u LD_LIBRARY_PATH "$work/prefix/bin/wgml" --version | grep -q "^wgml " || f
 ! env -u LD_LIBRARY_PATH ldd "$work/prefix/bin/wgml" | grep -q "libmpi" || fail "the installed wgml needs MPI: $(ldd "$work/prefix/bin/wgml")"
 # wgpu-native is wgml's private copy, not a libwgpu_native.so in lib/ to clash with another
 [ ! -e "$work/prefix/lib/libwgpu_native.so" ] || fail "the install put libwgpu_native.so into lib/"
-for bin in lib/libwgml.so.0 bin/wgml; do
-  env -u LD_LIBRARY_PATH ldd "$work/prefix/$bin" | grep -q "libwgpu_native.so => $work/prefix/\(bin/\.\./\)\?lib/wgml/libwgpu_native.so" \
-    || fail "$bin does not load lib/wgml/libwgpu_native.so: $(ldd "$work/prefix/$bin")"
-done
+# The runtimes are opened with dlopen, which searches the opener's runpath: the library's
+# names lib/wgml/, and the installed command really opens the private copy from there.
+readelf -d "$work/prefix/lib/libwgml.so.0" | grep -q 'RUNPATH.*\$ORIGIN/wgml' || fail "libwgml.so.0's runpath lacks \$ORIGIN/wgml"
+env -u LD_LIBRARY_PATH WGML_RUNTIME=wgpu-native "$work/prefix/bin/wgml" info | grep -q "^runtime .*($work/prefix/\(bin/\.\./\)\?lib/wgml/libwgpu_native.so)" \
+  || fail "the installed wgml does not open lib/wgml/libwgpu_native.so: $("$work/prefix/bin/wgml" info | grep runtime)"
 
 echo "== pkg-config"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"

@@ -523,7 +523,7 @@ typedef enum wgml_activation {
 } wgml_activation;
 
 /* wgml_matmul_desc's f16_math */
-enum { WGML_F16_MATH_F32_SUMS = 1, WGML_F16_MATH_F16_SUMS = 2 };
+enum { WGML_F16_MATH_F32_SUMS = 1, WGML_F16_MATH_F16_SUMS = 2, WGML_F16_MATH_MATRIX = 3 };
 
 typedef struct wgml_matmul_desc {
     int trans_a, trans_b; /* use a^T / b^T (no copy) */
@@ -546,7 +546,13 @@ typedef struct wgml_matmul_desc {
        always carries f16 rounding. Needs the adapter's shader-f16 feature (wgml_adapter_info's
        has_shader_f16): without it wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED; another
        value is WGML_ERROR_INVALID_ARGUMENT. Gradients (autograd) are computed with f32
-       arithmetic. Speeds and measured errors of both: docs/MEASUREMENTS.md. */
+       arithmetic. Speeds and measured errors of both: docs/MEASUREMENTS.md.
+       WGML_F16_MATH_MATRIX (3): f16 operands, f32 sums on the GPU's matrix units where the
+       adapter has them (wgml_adapter_info's has_subgroup_matrix with an f16 -> f32 config and
+       one subgroup size: Dawn), within about (2^-11 per operand + (K + 2) * 2^-23) *
+       sum_k |a_mk b_kn|; elsewhere the WGML_F16_MATH_F32_SUMS kernel (the same bound class).
+       Results of fewer than 16 rows (after batches that share B fold into rows) run the f32
+       kernels (GEMV), which the matrix tiles would mostly waste. `wgml info` says which. */
     int f16_math;
 } wgml_matmul_desc;
 

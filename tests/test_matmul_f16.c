@@ -25,8 +25,11 @@
 
 #define U16 (1.0 / 2048.0) /* f16's unit roundoff, 2^-11 */
 
-/* The mode under test: WGML_F16_MATH_F32_SUMS, then WGML_F16_MATH_F16_SUMS (main). */
+/* The mode under test: WGML_F16_MATH_F32_SUMS, then WGML_F16_MATH_F16_SUMS, then
+   WGML_F16_MATH_MATRIX (main). */
 static int f16_mode = WGML_F16_MATH_F32_SUMS;
+/* WGML_F16_MATH_MATRIX runs on the matrix units here (main sets it from the adapter) */
+static bool matrix_units = false;
 
 /* The error bound relative to sum_k |a b| for K terms. F32 sums: 19u, from the header.
    F16 sums (the whole of K in f16): the worst case, (K + 2)u / (1 - Ku), says nothing past
@@ -36,8 +39,15 @@ static int f16_mode = WGML_F16_MATH_F32_SUMS;
    anything coarser than f16, or a misrounded operand, is far past it. */
 static double tol(int64_t K)
 {
+    /* the matrix units (graph/gemm_sgmat_wgsl.h; docs/MEASUREMENTS.md): each operand rounded
+       to f16, the products summed in f32 (K + 2 roundings of 2^-23 at most); rows under 16
+       run the f32 kernels, well inside it. Their fallback is the f32-sums kernel. */
+    if (f16_mode == WGML_F16_MATH_MATRIX && matrix_units) return 2 * U16 + (double)(K + 2) * 0x1p-23;
     return f16_mode == WGML_F16_MATH_F16_SUMS ? (3.0 + sqrt((double)K)) * U16 : 19.0 * U16;
 }
+
+/* GELU, tanh form (WGML_ACT_GELU), in double */
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
 
 static float *rand_floats(size_t n)
 {
@@ -111,6 +121,8 @@ static void run_case(wgml_context *ctx, const f16_case *c)
                 double pre = alpha * s + (c->bias ? bias[n] : 0.0), ref = c->act == WGML_ACT_RELU && pre < 0 ? 0 : pre;
                 double scale = fabs(alpha) * sabs;
                 double bound = tol(K) * scale + fabs(alpha) * (double)K * 0x1p-23 + 0x1p-23 * (scale + fabs(c->bias ? bias[n] : 0.0));
+                /* GELU's slope is at most 1.13; its WGSL (a tanh approximation) within 2^-16 (1 + |v|) */
+                if (c->act == WGML_ACT_GELU) ref = gelu_ref(pre), bound = 1.13 * bound + 0x1p-16 * (1 + fabs(pre));
                 size_t i = (size_t)((bt * M + m) * N + n);
                 double err = fabs(h[i] - ref), rel = scale > 0 ? err / scale : err;
                 if (!(err <= bound)) {
@@ -122,8 +134,9 @@ static void run_case(wgml_context *ctx, const f16_case *c)
                 if (rel > worst) worst = rel;
                 double ef = fabs(f[i] - ref) / (scale > 0 ? scale : 1);
                 if (ef > worst_f32) worst_f32 = ef;
-                /* f16 arithmetic, not f32: apart by more than 16x f32's unit (relative to sum |a b|) */
-                if (c->act == WGML_ACT_RELU && pre <= 0) continue;
+                /* f16 arithmetic, not f32: apart by more than 16x f32's unit (relative to sum |a b|);
+                   (the matrix mode runs rows under 16 in f32, so is not asked there) */
+                if ((c->act == WGML_ACT_RELU && pre <= 0) || (f16_mode == WGML_F16_MATH_MATRIX && M < 16)) continue;
                 live++;
                 if (fabs((double)h[i] - f[i]) > 0x1p-20 * scale) apart++;
             }
@@ -134,7 +147,7 @@ static void run_case(wgml_context *ctx, const f16_case *c)
                 c->tb || c->view_b ? " B^T" : "", worst, tol(K), worst_f32, (long long)apart, (long long)live);
         /* most outputs: all but a few rounding coincidences (K = 1 products, or one of a
            handful of outputs: the H100 met one in 7 at 7x130x1) */
-        if ((double)apart < 0.9 * (double)live && apart < live - 1)
+        if (live && (double)apart < 0.9 * (double)live && apart < live - 1)
             FAILF("%lldx%lldx%lld: only %lld of %lld outputs differ from the f32 kernel's: is f16 arithmetic on?",
                   (long long)M, (long long)K, (long long)N, (long long)apart, (long long)live);
     }
@@ -388,7 +401,7 @@ static void unsupported_without_shader_f16(void)
     wgml_context_free(ctx);
 }
 
-/* f16_math values other than 0, 1 and 2 are refused, naming the value */
+/* f16_math values other than 0 to 3 are refused, naming the value */
 static void bad_mode(void)
 {
     wgml_context *ctx = test_context();
@@ -396,7 +409,7 @@ static void bad_mode(void)
     float x[4] = {1, 2, 3, 4};
     int64_t sh[2] = {2, 2};
     wgml_tensor *a = test_tensor(ctx, 2, sh, x);
-    for (int v = -1; v <= 3; v += 4) {
+    for (int v = -1; v <= 4; v += 5) {
         wgml_matmul_desc d = {.f16_math = v};
         wgml_tensor *c = wgml_matmul_ex(ctx, a, a, &d);
         CHECK(c && wgml_tensor_status(c) == WGML_ERROR_INVALID_ARGUMENT);
@@ -407,6 +420,69 @@ static void bad_mode(void)
         wgml_tensor_free(c);
     }
     wgml_tensor_free(a);
+}
+
+/* Without matrix units (lavapipe) WGML_F16_MATH_MATRIX is the f32-sums SIMT kernel: the
+   same bits as WGML_F16_MATH_F32_SUMS from 16 rows on, and the f32 kernels' bits below (the
+   GEMV paths); the error against the double reference is checked by the cases that follow. */
+static void matrix_fallback_is_simt(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    if (matrix_units) {
+        fprintf(stderr, "  SKIP %s: this adapter has subgroup matrices (the fallback is not taken)\n", test_current);
+        return;
+    }
+    const int64_t dims[][3] = {{33, 130, 65}, {130, 257, 7}, {16, 1100, 33}, {15, 257, 130}, {1, 130, 257}, {40, 4096, 36}};
+    for (int i = 0; i < N_OF(dims); i++) {
+        int64_t M = dims[i][0], K = dims[i][1], N = dims[i][2], sa[2] = {M, K}, sb[2] = {K, N};
+        float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N));
+        wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
+        wgml_matmul_desc d = {.f16_math = WGML_F16_MATH_MATRIX};
+        float *got = matmul_read(ctx, ta, tb, &d, M * N);
+        d.f16_math = M >= 16 ? WGML_F16_MATH_F32_SUMS : 0;
+        float *want = matmul_read(ctx, ta, tb, &d, M * N);
+        for (int64_t j = 0; got && want && j < M * N; j++)
+            if (memcmp(&got[j], &want[j], sizeof got[j])) {
+                FAILF("%lldx%lldx%lld: c[%lld] = %.9g, the %s kernel gives %.9g", (long long)M, (long long)K, (long long)N,
+                      (long long)j, got[j], M >= 16 ? "f32-sums" : "f32", want[j]);
+                break;
+            }
+        fprintf(stderr, "  %lldx%lldx%lld: as the %s kernel\n", (long long)M, (long long)K, (long long)N,
+                M >= 16 ? "f32-sums" : "f32");
+        free(got);
+        free(want);
+        wgml_tensor_free(ta);
+        wgml_tensor_free(tb);
+        free(A);
+        free(B);
+    }
+}
+
+/* On the matrix units (where the adapter has them): awkward sizes up to 4097 that leave
+   partial tiles on every edge, every form, GELU, split K of A^T.B (a weight's gradient) */
+static void matrix_units_large(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    if (!matrix_units) {
+        fprintf(stderr, "  SKIP %s: no f16 -> f32 subgroup matrices on this adapter (Dawn on a GPU has them)\n",
+                test_current);
+        return;
+    }
+    const f16_case cases[] = {
+        {.M = 1023, .K = 1023, .N = 1023},
+        {.M = 1023, .K = 33, .N = 4097},
+        {.M = 4097, .K = 1023, .N = 7},
+        {.M = 33, .K = 4097, .N = 1023, .tb = 1},
+        {.M = 1023, .K = 257, .N = 1023, .ta = 1, .bias = 1, .act = WGML_ACT_GELU},
+        {.M = 1023, .K = 130, .N = 4097, .tb = 1, .bias = 1, .act = WGML_ACT_RELU, .alpha = 0.5f},
+        {.M = 384, .K = 8192, .N = 130, .ta = 1}, /* split K */
+        {.M = 130, .K = 4097, .N = 384, .ta = 1, .tb = 1},
+        {.M = 257, .K = 1023, .N = 130, .batch = 3, .batch_b = 1, .ta = 1},
+        {.M = 16, .K = 1023, .N = 7, .batch = 5}, /* B shared: one 80-row GEMM */
+    };
+    for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }
 
 int main(void)
@@ -425,5 +501,24 @@ int main(void)
     TEST_RUN(awkward_sizes);
     TEST_RUN(transposes_batches_epilogue);
     TEST_RUN(two_leading_dims);
+    /* f32 sums on the matrix units (WGML_RUNTIME=dawn on a GPU), else the f32-sums kernel:
+       lavapipe checks the fallback only (the cases above ran that kernel) */
+    f16_mode = WGML_F16_MATH_MATRIX;
+    wgml_adapter_info info;
+    wgml_context *ctx = test_context();
+    if (ctx && wgml_adapter_info_get(ctx, &info) == WGML_OK && info.has_subgroup_matrix &&
+        info.subgroup_min_size == info.subgroup_max_size)
+        for (int k = 0; k < info.subgroup_matrix_count; k++)
+            if (!strcmp(info.subgroup_matrix[k].component, "f16") && !strcmp(info.subgroup_matrix[k].result, "f32"))
+                matrix_units = true;
+    fprintf(stderr, "f16_math = WGML_F16_MATH_MATRIX runs on %s\n",
+            matrix_units ? "the matrix units (subgroup matrices)" : "the SIMT f32-sums kernel (no subgroup matrices)");
+    TEST_RUN(matrix_fallback_is_simt);
+    TEST_RUN(matrix_units_large);
+    if (matrix_units) {
+        TEST_RUN(awkward_sizes);
+        TEST_RUN(transposes_batches_epilogue);
+        TEST_RUN(two_leading_dims);
+    }
     return test_summary();
 }

@@ -429,6 +429,35 @@ static void bench_matmul(int quick)
         bench_report(name, sec, 2.0 * (double)s * s * s / sec / 1e12, "TFLOP/s");
         operands_free(&t);
     }
+    /* f16 operands with f32 sums on the matrix units (WGML_F16_MATH_MATRIX; Dawn with
+       subgroup matrices, else the "_f16math" kernel, which stderr notes): the 4096^3 forms
+       and the GPT's projections ([B*T, C] x [C, 3C], [B*T, 4C] x [4C, C], C = 384) */
+    {
+        wgml_adapter_info ai;
+        bool units = false;
+        if (!wgml_adapter_info_get(ctx, &ai) && ai.has_subgroup_matrix && ai.subgroup_min_size == ai.subgroup_max_size)
+            for (int k = 0; k < ai.subgroup_matrix_count; k++)
+                units = units || (!strcmp(ai.subgroup_matrix[k].component, "f16") && !strcmp(ai.subgroup_matrix[k].result, "f32"));
+        int64_t s = quick ? 512 : 4096, rows = quick ? 1024 : 16384;
+        const struct { const char *form; int64_t M, K, N; int ta, tb; } mx[] = {
+            {"gemm", s, s, s, 0, 0}, {"gemm_At_B", s, s, s, 1, 0}, {"gemm_A_Bt", s, s, s, 0, 1},
+            {"gpt", rows, 384, 1152, 0, 0}, {"gpt", rows, 1536, 384, 0, 0}};
+        for (int v = 0; v < 5; v++) {
+            if (v < 3) snprintf(name, sizeof name, "%s_%lld^3_matrix", mx[v].form, (long long)s);
+            else snprintf(name, sizeof name, "gpt_M%lld_K%lld_N%lld_matrix", (long long)mx[v].M, (long long)mx[v].K,
+                          (long long)mx[v].N);
+            if (!wanted(name) || !fits(ctx, name, mx[v].M * mx[v].K) || !has_f16_math(ctx, name)) continue;
+            if (!units) fprintf(stderr, "  %-34s runs the SIMT f16 GEMM: no f16 -> f32 subgroup matrices here\n", name);
+            int64_t sa[2] = {mx[v].ta ? mx[v].K : mx[v].M, mx[v].ta ? mx[v].M : mx[v].K};
+            int64_t sb[2] = {mx[v].tb ? mx[v].N : mx[v].K, mx[v].tb ? mx[v].K : mx[v].N};
+            wgml_matmul_desc d = {.trans_a = mx[v].ta, .trans_b = mx[v].tb, .f16_math = WGML_F16_MATH_MATRIX};
+            operands t = operands_make(ctx, quick ? 1 : 3, 2, sa, 2, sb);
+            t.desc = &d;
+            double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 9);
+            bench_report(name, sec, 2.0 * (double)mx[v].M * mx[v].N * mx[v].K / sec / 1e12, "TFLOP/s");
+            operands_free(&t);
+        }
+    }
     const int64_t ms[] = {1, 16, 128}, ks_full[] = {1536, 4096, 8192}, ks_quick[] = {256, 512};
     const int64_t *ks = quick ? ks_quick : ks_full;
     int nk = quick ? 2 : 3;

@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "tools/cli.h"
@@ -65,6 +66,18 @@ static int cmd_info(int argc, char **argv)
         {"subgroup_max_size", i.subgroup_max_size},
     };
     int nl = (int)(sizeof limits / sizeof limits[0]);
+    /* which kernel WGML_F16_MATH_MATRIX runs here (the library's rule, graph/matmul.c's
+       wgml_sgmat_adapter_shape): the matrix units where an f16 -> f32 subgroup matrix is
+       enabled with one subgroup size, else the SIMT f16 GEMM with f32 sums */
+    bool matrix_units = false;
+    for (int k = 0; k < i.subgroup_matrix_count; k++)
+        if (i.has_subgroup_matrix && i.subgroup_min_size && i.subgroup_min_size == i.subgroup_max_size &&
+            i.subgroup_matrix[k].component && i.subgroup_matrix[k].result &&
+            !strcmp(i.subgroup_matrix[k].component, "f16") && !strcmp(i.subgroup_matrix[k].result, "f32"))
+            matrix_units = true;
+    const char *matrix_kernel = !i.has_shader_f16 ? "unsupported (no shader-f16)"
+                                : matrix_units    ? "subgroup matrices (f16 operands, f32 sums)"
+                                                  : "SIMT f16 GEMM (f32 sums), no subgroup matrices";
     if (json) {
         printf("{\"adapter\": {\"name\": ");
         json_str(stdout, i.name);
@@ -88,7 +101,8 @@ static int cmd_info(int argc, char **argv)
         for (int k = 0; k < nl; k++) printf("%s\"%s\": %llu", k ? ", " : "", limits[k].name, limits[k].v);
         printf("},\n \"features\": [");
         for (int k = 0; k < i.feature_count; k++) printf("%s\"%s\"", k ? ", " : "", i.features[k]);
-        printf("],\n \"enabled\": {\"timestamp_query\": %s, \"subgroups\": %s, \"shader_f16\": %s, \"immediates\": %s, "
+        printf("],\n \"matmul_f16_math_matrix\": \"%s\",", !i.has_shader_f16 ? "unsupported" : matrix_units ? "subgroup_matrix" : "simt_f32_sums");
+        printf("\n \"enabled\": {\"timestamp_query\": %s, \"subgroups\": %s, \"shader_f16\": %s, \"immediates\": %s, "
                "\"pipeline_cache\": %s, \"subgroup_matrix\": %s}}\n",
                i.has_timestamp_query ? "true" : "false", i.has_subgroups ? "true" : "false",
                i.has_shader_f16 ? "true" : "false", i.has_immediates ? "true" : "false",
@@ -104,6 +118,7 @@ static int cmd_info(int argc, char **argv)
                 printf("  %s x %s -> %-4s %ux%ux%u\n", i.subgroup_matrix[k].component, i.subgroup_matrix[k].component,
                        i.subgroup_matrix[k].result, i.subgroup_matrix[k].m, i.subgroup_matrix[k].n, i.subgroup_matrix[k].k);
         }
+        printf("matmul f16_math=matrix  %s\n", matrix_kernel);
         printf("limits\n");
         for (int k = 0; k < nl; k++) printf("  %-40s %llu\n", limits[k].name, limits[k].v);
         printf("features\n");

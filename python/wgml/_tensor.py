@@ -1399,8 +1399,9 @@ def matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, alpha: 
     PyTorch's), "gelu_tanh", "silu"; "gelu_exact" is "gelu") fused in. A 1-D operand is a row (a) or column (b) vector, as in NumPy.
     f16_math: the products in f16 arithmetic (operands rounded to halves; see
     wgml_matmul_desc in wgml.h): True or "f32_sums", 16 k at a time summed in f16, then in
-    f32; "f16_sums", the whole sum in f16 (faster, less exact); needs the adapter's
-    shader-f16 feature."""
+    f32; "f16_sums", the whole sum in f16 (faster, less exact); "matrix", f32 sums on the
+    GPU's matrix units where the adapter has subgroup matrices (Dawn), else as "f32_sums";
+    all need the adapter's shader-f16 feature."""
     like = _first_tensor(a, b)
     a, b = _as_tensor(a, like), _as_tensor(b, like)
     squeeze_a, squeeze_b = a.ndim == 1, b.ndim == 1
@@ -1418,9 +1419,9 @@ def matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, alpha: 
     d.bias = _opt(bias)
     d.activation = _ACTIVATIONS[activation]
     modes = {False: 0, True: lib.WGML_F16_MATH_F32_SUMS, "f32_sums": lib.WGML_F16_MATH_F32_SUMS,
-             "f16_sums": lib.WGML_F16_MATH_F16_SUMS}
+             "f16_sums": lib.WGML_F16_MATH_F16_SUMS, "matrix": lib.WGML_F16_MATH_MATRIX}
     if not isinstance(f16_math, (bool, str)) or f16_math not in modes:
-        raise ValueError("f16_math must be False, True, 'f32_sums' or 'f16_sums', not %r" % (f16_math,))
+        raise ValueError("f16_math must be False, True, 'f32_sums', 'f16_sums' or 'matrix', not %r" % (f16_math,))
     d.f16_math = modes[f16_math]
     r = _wrap(a._ctx, lib.wgml_matmul_ex(a._ctx._ptr, a._handle(), b._handle(), d))
     if squeeze_a or squeeze_b:

@@ -35,7 +35,8 @@ wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trust
    generated source (and frees it; NULL, a generator out of memory, is reported as such). */
 /* (a tag's low byte, a key's first, is 0: never the first byte of WGSL source) */
 enum { WGML_KEY_NAMED = 0x100, WGML_KEY_FUSED = 0x200, WGML_KEY_ROW = 0x300, WGML_KEY_GEMM = 0x400, WGML_KEY_GEMV = 0x500,
-       WGML_KEY_RANDOM = 0x600, WGML_KEY_ATTN = 0x700 };
+       WGML_KEY_RANDOM = 0x600, WGML_KEY_ATTN = 0x700,
+       WGML_KEY_GEMM_MATRIX = 0x800 };
 wgml_pipeline *wgml_pipeline_find(wgml_context *ctx, const uint32_t *key, size_t words);
 wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, char *wgsl, bool trusted);
 void wgml_pipelines_destroy(wgml_context *ctx);

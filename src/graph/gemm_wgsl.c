@@ -76,6 +76,24 @@ static void put_epilogue_fn(wgml_sbuf *b, int act)
     wgml_sbuf_put(b, ";\n}\n");
 }
 
+/* The subgroup-matrix GEMM's activation (graph/gemm_sgmat_wgsl.h's act_wgsl): the same
+   prelude and op-table WGSL as put_epilogue_fn, as `fn act(v: f32) -> f32`; NULL for none
+   (and when out of host memory, which the caller tells apart by act). */
+char *wgml_sgmat_act_source(int act)
+{
+    if (act == WGML_ACT_NONE) return NULL;
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
+                      "fn wgml_nan() -> f32 { return bitcast<f32>(0x7fc00000u | (P.M & 0u)); }\n"
+                      "fn wgml_inf() -> f32 { return bitcast<f32>(0x7f800000u | (P.M & 0u)); }\n%s"
+                      "fn act(v: f32) -> f32 {\n    return ",
+                  wgml_wgsl_find("elementwise"));
+    const char *v = "v";
+    wgml_op_expand(&b, act_op[act], &v, NULL);
+    wgml_sbuf_put(&b, ";\n}\n");
+    return wgml_sbuf_take(&b);
+}
+
 /* Where batch bt's matrices start (a_base, b_base): bt = i0 * L1 + i1 over the two leading
    dims, each with its own stride per operand (0 where broadcast). Once per thread, at the top
    of main, so the loops only add a row and a column. */

@@ -61,9 +61,10 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
                                  WGML_MAX_DIMS, sa, sb);
     if ((int)d.activation < 0 || d.activation > WGML_ACT_GELU_EXACT)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
-    if (d.f16_math < 0 || d.f16_math > WGML_F16_MATH_F16_SUMS)
+    if (d.f16_math < 0 || d.f16_math > WGML_F16_MATH_MATRIX)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                                 "matmul: f16_math %d is not 0, WGML_F16_MATH_F32_SUMS (1) or WGML_F16_MATH_F16_SUMS (2)",
+                                 "matmul: f16_math %d is not 0, WGML_F16_MATH_F32_SUMS (1), WGML_F16_MATH_F16_SUMS (2) "
+                                 "or WGML_F16_MATH_MATRIX (3)",
                                  d.f16_math);
     if (d.f16_math && !ctx->rt.info.has_shader_f16)
         return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED,
@@ -130,11 +131,41 @@ wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b)
 
 /* ---------------------------------------------------------------- launch */
 
+bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size)
+{
+    const wgml_adapter_info *in = &ctx->rt.info;
+    if (!in->has_subgroup_matrix || !in->subgroup_min_size || in->subgroup_min_size != in->subgroup_max_size) return false;
+    int best = -1;
+    for (int i = 0; i < in->subgroup_matrix_count; i++) {
+        const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[i];
+        if (!c->component || !c->result || strcmp(c->component, "f16") || strcmp(c->result, "f32")) continue;
+        /* 16x16x16 where offered: the narrower shapes were never ahead (docs/MEASUREMENTS.md) */
+        if (best < 0 || (c->m == 16 && c->n == 16 && c->k == 16)) best = i;
+    }
+    if (best < 0) return false;
+    const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[best];
+    *m = (int)c->m, *n = (int)c->n, *k = (int)c->k, *subgroup_size = (int)in->subgroup_min_size;
+    return true;
+}
+
+int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g)
+{
+    if (g->f16_math != WGML_F16_MATH_MATRIX) return g->f16_math;
+    /* few rows: the GEMV paths (f32), whose weight reads bound them anyway */
+    if (g->M < 16) return 0;
+    int m, n, k, sgs;
+    return wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs) ? WGML_F16_MATH_MATRIX : WGML_F16_MATH_F32_SUMS;
+}
+
 void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, bool gemv,
                       const wgml_gemm_config *cfg)
 {
     uint64_t groups;
-    if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
+    const wgml_sgmat_config *sc = &cfg->sgmat;
+    if (sc->sm_m) {
+        uint64_t tm = (uint64_t)wgml_sgmat_tile_m(sc), tn = (uint64_t)wgml_sgmat_tile_n(sc);
+        groups = (((uint64_t)g->M + tm - 1) / tm) * (((uint64_t)g->N + tn - 1) / tn);
+    } else if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
     else if (cfg->cpu_rows) {
         uint64_t w = (uint64_t)cfg->cpu_lanes * (uint64_t)cfg->cpu_cols;
         groups = (((uint64_t)g->M + cfg->cpu_rows - 1) / (uint64_t)cfg->cpu_rows) * (((uint64_t)g->N + w - 1) / w);
@@ -154,7 +185,8 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     /* each thread's trips along K (the generators' loops), plus room for the fixed loops of
        the reduction trees and the epilogue */
     uint64_t K = (uint64_t)g->K, slices = 256 / (uint64_t)(cfg->gemv_cols / 4);
-    if (cfg->cpu_rows) l->loop_trips = K / 4 + 3; /* 4 k a step, then at most 3 one at a time */
+    if (sc->sm_m) l->loop_trips = (K + (uint64_t)sc->bk - 1) / (uint64_t)sc->bk; /* then the fixed staging loops */
+    else if (cfg->cpu_rows) l->loop_trips = K / 4 + 3; /* 4 k a step, then at most 3 one at a time */
     else if (!gemv) l->loop_trips = (K + cfg->bk - 1) / cfg->bk;
     else if (cfg->gemv_rows) l->loop_trips = K / (2 * slices) + 1 + 16 * (uint64_t)cfg->gemv_rows;
     else if (g->trans_b) l->loop_trips = (K + 31) / 32;
@@ -164,9 +196,52 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
              g->batch > 1 ? " batched" : "", g->trans_a ? " tA" : "", g->trans_b ? " tB" : "");
 }
 
+/* The GEMM on the matrix units (graph/gemm_sgmat_wgsl.h), for g->f16_math ==
+   WGML_F16_MATH_MATRIX, which wgml_gemm_resolve_f16_math gives only where the adapter has them. */
+static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
+                                  wgml_gemm_config *cfg_out)
+{
+    int sm_m, sm_n, sm_k, sgs;
+    if (!wgml_sgmat_adapter_shape(ctx, &sm_m, &sm_n, &sm_k, &sgs))
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: %s has no f16 -> f32 subgroup matrices",
+                              ctx->rt.info.name);
+    wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->K, g->trans_a, g->trans_b,
+                                            ctx->rt.limits.maxComputeWorkgroupStorageSize);
+    int wa = wgml_sgmat_vec_width(g->a_off, g->lda, g->a_bs, g->a_bs1, g->trans_a ? g->M : g->K);
+    int wb = wgml_sgmat_vec_width(g->b_off, g->ldb, g->b_bs, g->b_bs1, g->trans_b ? g->K : g->N);
+    c.a_vec = wa < 8 ? wa : 8;
+    c.b_vec = wb < 8 ? wb : 8;
+    c.b_f16 = g->b_f16;
+    c.two_leading = g->L1 > 1;
+    const char *why = wgml_sgmat_config_problem(&c);
+    if (why || wgml_sgmat_workgroup_bytes(&c, g->trans_a, g->trans_b) > ctx->rt.limits.maxComputeWorkgroupStorageSize)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: no subgroup-matrix GEMM fits %s (%s)",
+                              ctx->rt.info.name, why ? why : "workgroup memory");
+    /* the variant key: every field the generator reads, the transposes and the activation */
+    uint32_t key[12] = {WGML_KEY_GEMM_MATRIX,
+                        (uint32_t)c.sm_m | (uint32_t)c.sm_n << 8 | (uint32_t)c.sm_k << 16,
+                        (uint32_t)c.subgroup_size,
+                        (uint32_t)c.sg_m | (uint32_t)c.sg_n << 8 | (uint32_t)c.frag_m << 16 | (uint32_t)c.frag_n << 24,
+                        (uint32_t)c.bk, (uint32_t)c.double_buffer | (uint32_t)c.prefetch << 1,
+                        (uint32_t)c.a_vec | (uint32_t)c.b_vec << 8,
+                        (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2,
+                        g->trans_a, g->trans_b, (uint32_t)g->act, 0};
+    if (!(l->pipeline = wgml_pipeline_find(ctx, key, 12))) {
+        char *act = wgml_sgmat_act_source(g->act);
+        if (g->act != WGML_ACT_NONE && !act) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul: out of host memory");
+        char *src = wgml_sgmat_gemm_source(&c, g->trans_a, g->trans_b, act);
+        free(act);
+        if (!(l->pipeline = wgml_pipeline_add(ctx, key, 12, src, true))) return ctx->rt.status;
+    }
+    *gemv_out = false;
+    *cfg_out = (wgml_gemm_config){.sgmat = c, .bk = c.bk, .f16_math = WGML_F16_MATH_MATRIX, .b_f16 = g->b_f16};
+    return WGML_OK;
+}
+
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
                                wgml_gemm_config *cfg_out)
 {
+    if (g->f16_math == WGML_F16_MATH_MATRIX) return sgmat_pipeline(ctx, g, l, gemv_out, cfg_out);
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
     cfg.two_leading = g->L1 > 1;
     /* the GEMV kernel reads A as one contiguous row; the small-M one as a few */
@@ -250,6 +325,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
     g.f16_math = t->iparam[7];
+    bool matrix_asked = g.f16_math == WGML_F16_MATH_MATRIX;
     /* B shared by the whole batch and A's matrices one after another, rows lda apart
        throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
        whose grid is larger than a batch of small ones. (A single row has no row stride of
@@ -263,6 +339,9 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
             g.a_bs = g.a_bs1 = 0;
         }
     }
+    /* WGML_F16_MATH_MATRIX: the matrix units, or the SIMT f16 kernel without them, or the
+       f32 GEMVs for few rows (once B-sharing batches have folded into rows) */
+    if (matrix_asked) g.f16_math = wgml_gemm_resolve_f16_math(ctx, &g);
     /* N == 1: C = A b is the GEMV b^T A^T with the operands' roles swapped (b as the row,
        A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
        which the GEMV epilogue does not do, so not then; nor with f16_math, which runs the

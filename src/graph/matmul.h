@@ -5,6 +5,7 @@
 #define WGML_GRAPH_MATMUL_H
 
 #include "graph/executor.h"
+#include "graph/gemm_sgmat_wgsl.h"
 
 typedef struct wgml_gemm_config {
     int tm, tn, bk;     /* per-thread tile TM x TN (16x16 threads), K-slice depth */
@@ -22,6 +23,9 @@ typedef struct wgml_gemm_config {
        cpu_rows x cpu_cols outputs (multiples of 4) without workgroup memory; 0: not */
     int cpu_rows, cpu_cols, cpu_lanes;
     bool cpu_subgroups; /* CPU GEMM: A's values shared by subgroup shuffles (subgroups of 8) */
+    /* the GEMM on the matrix units (WGML_F16_MATH_MATRIX where the adapter has them):
+       sgmat.sm_m != 0, and the tile fields above unused */
+    wgml_sgmat_config sgmat;
 } wgml_gemm_config;
 
 /* Everything a GEMM/GEMV launch needs; offsets and strides in elements. The batch is
@@ -42,10 +46,20 @@ typedef struct wgml_gemm_args {
 /* The kernels' parameter block (wgml_gemm_params fills it; a multiple of 16 bytes) */
 #define WGML_GEMM_PARAMS_BYTES 80
 
+/* What f16_math mode g's matmul runs on this adapter: WGML_F16_MATH_MATRIX only where the
+   adapter has an f16 -> f32 subgroup matrix and one subgroup size and M >= 16; else
+   WGML_F16_MATH_F32_SUMS, or 0 (f32) for M < 16. Other modes unchanged. */
+int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g);
+/* The adapter's f16 -> f32 subgroup-matrix shape (16x16x16 where offered) in m, n, k and
+   its subgroup size; false when it has none (or several subgroup sizes). */
+bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size);
+
 /* The kernels' WGSL for a config (graph/gemm_wgsl.c); NULL when out of host memory. */
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
 char *wgml_gemv_source(const wgml_gemm_config *cfg, bool trans_b, int act);
 char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act);
+/* The subgroup-matrix GEMM's act_wgsl for an activation (NULL for none) */
+char *wgml_sgmat_act_source(int act);
 char *wgml_gemm_cpu_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
 /* The adapter's storage-binding limit (WGML_DEBUG_BINDING_LIMIT lowers it for tests) */
 uint64_t wgml_binding_limit(const wgml_context *ctx);

@@ -440,10 +440,10 @@ static void bench_matmul(int quick)
                 units = units || (!strcmp(ai.subgroup_matrix[k].component, "f16") && !strcmp(ai.subgroup_matrix[k].result, "f32"));
         int64_t s = quick ? 512 : 4096, rows = quick ? 1024 : 16384;
         const struct { const char *form; int64_t M, K, N; int ta, tb; } mx[] = {
-            {"gemm", s, s, s, 0, 0}, {"gemm_At_B", s, s, s, 1, 0}, {"gemm_A_Bt", s, s, s, 0, 1},
-            {"gpt", rows, 384, 1152, 0, 0}, {"gpt", rows, 1536, 384, 0, 0}};
+            {"", s, s, s, 0, 0}, {"_At_B", s, s, s, 1, 0}, {"_A_Bt", s, s, s, 0, 1},
+            {"", rows, 384, 1152, 0, 0}, {"", rows, 1536, 384, 0, 0}};
         for (int v = 0; v < 5; v++) {
-            if (v < 3) snprintf(name, sizeof name, "%s_%lld^3_matrix", mx[v].form, (long long)s);
+            if (v < 3) snprintf(name, sizeof name, "gemm_%lld^3%s_matrix", (long long)s, mx[v].form);
             else snprintf(name, sizeof name, "gpt_M%lld_K%lld_N%lld_matrix", (long long)mx[v].M, (long long)mx[v].K,
                           (long long)mx[v].N);
             if (!wanted(name) || !fits(ctx, name, mx[v].M * mx[v].K) || !has_f16_math(ctx, name)) continue;

@@ -214,6 +214,8 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.b_f16 = g->b_f16;
     c.two_leading = g->L1 > 1;
     const char *why = wgml_sgmat_config_problem(&c);
+    if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
+        why = "invocations per workgroup";
     if (why || wgml_sgmat_workgroup_bytes(&c, g->trans_a, g->trans_b) > ctx->rt.limits.maxComputeWorkgroupStorageSize)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: no subgroup-matrix GEMM fits %s (%s)",
                               ctx->rt.info.name, why ? why : "workgroup memory");

@@ -423,6 +423,10 @@ def test_matmul_f16_math(rng):
     assert wgml.matmul(x, ones, f16_math="f16_sums").numpy().ravel().tolist() == [1.0, 1.0]
     got = wgml.matmul(t, wgml.tensor(b), f16_math="f16_sums").numpy()
     assert np.all(np.abs(got - ref) <= (3 + 130**0.5) * 2.0**-11 * scale + 130 * 2.0**-23)
+    # the matrix units where the adapter has them, else the f32-sums kernel: its bound either way
+    got = wgml.matmul(t, wgml.tensor(b), f16_math="matrix").numpy()
+    assert np.all(np.abs(got - ref) <= 19 * 2.0**-11 * scale + 130 * 2.0**-23)
+    assert np.mean(np.abs(got - (a @ b)) > 2.0**-20 * scale) > 0.9  # f16 operands, not f32
     with pytest.raises(ValueError, match="f16_math must be"):
         wgml.matmul(t, wgml.tensor(b), f16_math="f8")
 

@@ -4,7 +4,9 @@
    rounding; exact values where the rounding is known: ties to even, infinities, the sum of a
    16-deep slice in f16, the slices' sums in f32); every shape (M = 1, N = 1, K = 1, batches,
    transposes, views, the epilogue) runs it; gradients are f32; the error without
-   shader-f16.
+   shader-f16. Then WGML_F16_MATH_MATRIX: without subgroup matrices (lavapipe) the same bits
+   as the f32-sums kernel (the f32 kernels' under 16 rows); with them (WGML_RUNTIME=dawn on a
+   GPU) the cases above and larger awkward sizes against the matrix units' bound (tol).
 
    The bound. An output is c = sum_k a_k b_k (K terms). The kernel rounds each operand to
    f16 (relative error <= u = 2^-11 each, to nearest), sums the 16 products of a slice by

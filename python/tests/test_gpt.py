@@ -303,3 +303,19 @@ def test_closing():
             m2.generate([1], 3)
         with pytest.raises(wgml.ContextError):
             opt2.lr
+
+
+def test_public_methods_have_docstrings_and_type_hints():
+    import wgml.gpt
+    missing = []
+    for cls in (GPT, GPTConfig, wgml.gpt.GPTOptimizer):
+        assert (cls.__doc__ or "").strip()
+        for name, obj in vars(cls).items():
+            if name.startswith("_") or not (callable(obj) or isinstance(obj, (property, classmethod, staticmethod))):
+                continue
+            fn = obj.fget if isinstance(obj, property) else getattr(obj, "__func__", obj)
+            if not (fn.__doc__ or "").strip():
+                missing.append("%s.%s: no docstring" % (cls.__name__, name))
+            if "return" not in fn.__annotations__:
+                missing.append("%s.%s: no return type" % (cls.__name__, name))
+    assert not missing, missing

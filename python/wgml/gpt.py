@@ -151,7 +151,11 @@ class GPT:
 
     Make one with GPT.load(checkpoint) or GPT.new(config); free it with close() (or a `with`
     block; the context's close frees it too). Arrays of token ids are [B, T] or [T] (one row)
-    of integers in 0..vocab_size-1, T at most config.block."""
+    of integers in 0..vocab_size-1, T at most config.block; where ids are taken, a str or
+    bytes is encoded (one row).
+
+    Attributes: ctx (its Context), config (the resolved GPTConfig), vocab (bytes: the byte of
+    each token id)."""
 
     def __init__(self, ctx: Context, ptr):
         """Internal: use GPT.load or GPT.new."""

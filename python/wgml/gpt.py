@@ -296,7 +296,8 @@ class GPT:
         for i in range(n[0]):
             lib.wgml_gpt_param_info(cfg, i, name, ndim, shape)
             a = np.empty(tuple(shape[k] for k in range(ndim[0])), dtype=np.float32)
-            self.ctx._check(lib.wgml_tensor_read(params[i], ffi.from_buffer("float[]", a, require_writable=True), a.size))
+            host = ffi.from_buffer("float[]", a, require_writable=True)
+            self.ctx._check(lib.wgml_tensor_read(params[i], host, a.size))
             out[ffi.string(name).decode()] = a
         return out
 
@@ -442,7 +443,8 @@ class GPT:
 
     def generate(self, prompt: TextOrIds = "", max_new_tokens: int = 200, temperature: float = 0.8, top_k: int = 0,
                  seed: _t.Optional[int] = None,
-                 on_token: _t.Optional[_t.Callable[[int], _t.Optional[bool]]] = None) -> _t.Union[str, bytes, np.ndarray]:
+                 on_token: _t.Optional[_t.Callable[[int], _t.Optional[bool]]] = None
+                 ) -> _t.Union[str, bytes, np.ndarray]:
         """Continues prompt by up to max_new_tokens tokens with a KV cache on the GPU (one
         submit per token; past config.block the cache slides), as `wgml gpt sample` does.
 

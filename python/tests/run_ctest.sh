@@ -43,6 +43,8 @@ import wgml
 venv = sys.argv[1]
 assert wgml.__file__.startswith(venv), wgml.__file__
 assert wgml.library_path.startswith(venv) and "/_lib/" in wgml.library_path, wgml.library_path
+import wgml.gpt  # the bundled wgml_gpt.h, beside the bundled wgml.h
+assert wgml.gpt.gpt_header_path == wgml.header_path.replace("wgml.h", "wgml_gpt.h") and "/_include/" in wgml.header_path
 maps = open("/proc/self/maps").read()
 jansson = {l.split()[-1] for l in maps.splitlines() if "libjansson" in l}
 assert jansson and all(p.startswith(venv) for p in jansson), jansson  # the wheel's, not the system's

@@ -303,7 +303,9 @@ void cli_stop_catch(void)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;
     cli_stop_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
+    /* SIGINT ignored when we started (a background job of a script, nohup) stays ignored */
+    sigaction(SIGINT, NULL, &old_int);
+    if (old_int.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, &old_term);
     caught = 1;
 }

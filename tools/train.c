@@ -34,6 +34,7 @@ typedef struct options {
     int nlayers, overwrite;
     int64_t sizes[WGML_MLP_MAX_LAYERS + 1];
     const char *out, *resume, *data, *hidden;
+    char resume_dir[1024]; /* the default --out of a resumed run */
 } options;
 
 static int parse_hidden(const char *s, options *o, char *err, size_t errlen)
@@ -104,7 +105,8 @@ static int train_flag(int opt, const char *arg, void *state)
 
 static const char train_usage[] =
     "usage: wgml train [--epochs 10] [--batch 128] [--lr 1e-3] [--wd 0] [--clip 1.0] [--hidden 256,128]\n"
-    "                  [--seed 1] [--out out/train] [--overwrite] [--resume CHECKPOINT] [--data " DEFAULT_DATA "]\n"
+    "                  [--seed 1] [--out out/train; resuming: the checkpoint's folder] [--overwrite]\n"
+    "                  [--resume CHECKPOINT] [--data " DEFAULT_DATA "]\n"
     "An MLP on Fashion-MNIST. --resume continues the checkpoint's run: its model, and its seed, batch,\n"
     "lr, wd and clip unless given here. Writes OUT/checkpoint.safetensors after each epoch and\n"
     "OUT/metrics.csv, a row per step (scripts/plot_metrics.py draws it). A folder that holds a run is\n"
@@ -116,10 +118,18 @@ static int parse_options(int argc, char **argv, options *o)
 {
     o->epochs = 10;
     o->s = (wgml_train_settings){.seed = 1, .lr = 1e-3f, .weight_decay = 0, .max_grad_norm = 1.0f, .batch = 128};
-    o->out = "out/train";
+    o->out = NULL;
     o->data = DEFAULT_DATA;
     int rc = cli_parse(argc, argv, "train", train_flags, train_usage, train_flag, o, NULL, 0, NULL);
     if (rc) return rc;
+    if (!o->out && o->resume) { /* resuming: beside the checkpoint */
+        snprintf(o->resume_dir, sizeof o->resume_dir, "%s", o->resume);
+        char *slash = strrchr(o->resume_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(o->resume_dir, sizeof o->resume_dir, ".");
+        o->out = o->resume_dir;
+    }
+    if (!o->out) o->out = "out/train";
     char err[512];
     if (parse_hidden(o->hidden ? o->hidden : "256,128", o, err, sizeof err)) {
         fprintf(stderr, "wgml train: %s (see --help)\n", err);
@@ -340,6 +350,7 @@ static int train_body(options o)
                (double)o.s.lr, (double)o.s.weight_decay, (double)o.s.max_grad_norm, (unsigned long long)o.s.seed, start_epoch + 1,
                o.epochs);
         if (ranks > 1) printf("data parallel over %d ranks: %d examples of each batch per rank\n", ranks, local);
+        fflush(stdout); /* on a pipe too: the run has begun */
     }
 
     idx = malloc((size_t)train.n * sizeof *idx);
@@ -428,6 +439,7 @@ static int train_body(options o)
             printf("epoch %2d/%d loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, sum_loss / (double)epoch_steps,
                    sum_correct / (double)(epoch_steps * batch), (double)(epoch_steps * batch) / secs);
         printf("  | test loss %.4f acc %.4f (%.1f s)\n", test_loss, test_acc, secs);
+        fflush(stdout);
         fprintf(csv, "%.9g,%.9g,%.1f,%.3f\n", test_loss, test_acc, (double)(epoch_steps * batch) / secs, cli_now() - run_t0);
         if (fflush(csv)) { /* the checkpoint must not get ahead of its metrics */
             fprintf(stderr, "wgml train: cannot write %s: %s\n", csvpath, strerror(errno));

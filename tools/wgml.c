@@ -1,10 +1,10 @@
 /*
  * wgml — the command-line tool.
- *   wgml info [--json]          the adapter, its limits and features
+ *   wgml info [--json] [--all]  the adapter, its limits and (compute) features
  *   wgml bench [what] [--json]  benchmarks (tools/bench.c)
  *   wgml train [options]        train an MLP on Fashion-MNIST (tools/train.c)
  *   wgml eval CHECKPOINT        score a checkpoint on the test split
- *   wgml gpt train|sample ...   a character-level GPT on text (tools/gpt.c)
+ *   wgml gpt train|sample|eval  a character-level GPT on text (tools/gpt.c)
  *   wgml --help | --version     (each command also takes --help; tools/cli.c parses them all)
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */

@@ -6,7 +6,11 @@
  * (src/models/gpt_checkpoint.h) every N steps and at the end. --resume continues a run with
  * the settings stored in its checkpoint: batches are drawn by step number and the GPU
  * generator's state is stored, so the losses equal those of a run that never stopped.
- * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU.
+ * --init-from starts a new run from a checkpoint's weights. The output folder is locked and
+ * a run it holds is not overwritten by accident; Ctrl-C / SIGTERM end the step, write a
+ * checkpoint and exit (tools/cli.h).
+ * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU (top-p
+ * on the host). wgml gpt eval: loss and perplexity of a checkpoint on a file or a split.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>

@@ -3,7 +3,8 @@
  * safetensors checkpoint after every epoch (train/checkpoint.h: weights, optimiser moments,
  * step, epoch and the run's settings) and a CSV of metrics, a row per step. --resume
  * continues from a checkpoint with the settings stored in it (flags given override them):
- * shuffling is seeded per epoch, so the result equals the uninterrupted run.
+ * shuffling is seeded per epoch, so the result equals the uninterrupted run, also from a
+ * checkpoint that Ctrl-C / SIGTERM wrote mid-epoch.
  * wgml eval CHECKPOINT: the test accuracy of a checkpoint.
  */
 #include <errno.h>

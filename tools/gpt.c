@@ -74,8 +74,8 @@ static const char train_usage[] =
     "          --weight-decay X (0.1)  --clip X (1, 0: none)  --beta2 X (0.99)  --seed N (1)\n"
     "  data:   --data FILE|DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
     "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
-    "          --overwrite (replace the run DIR holds; without it such a folder is refused)\n"
     "          (also DIR/init.safetensors, the initial weights)  --sample N (print N sampled tokens at the end)\n"
+    "          --overwrite (replace the run DIR holds; without it such a folder is refused)\n"
     "  --stop-at N  stop (with a checkpoint) after step N of the --steps schedule; --resume goes on\n"
     "  --resume CHECKPOINT  continue a run with its stored settings (flags that would change them are refused);\n"
     "          --steps may extend it (past the stored schedule at its minimum lr); --out defaults to its folder\n"
@@ -341,9 +341,10 @@ static int train_loop(trainer *t, train_options *o)
                     (long long)end, (double)loss, tps, el / (double)(t->step - first), left);
         if (!tty && (eval || first_step || now - shown >= 30)) shown = now;
         /* steps of a second or more gain nothing from queueing, and a Ctrl-C then waits
-           for one step rather than SYNC */
+           for one step rather than SYNC (one process: ranks must agree on their syncs,
+           whose all-reduce of the losses is a collective) */
         if (t->step == first + 1) first_el = el;
-        if (t->step == first + 2 && el - first_el >= 1.0) sync_every = 1;
+        if (t->step == first + 2 && el - first_el >= 1.0 && wgml_dist_size() == 1) sync_every = 1;
         if (save_now) {
             snprintf(path, sizeof path, "%s/gpt.safetensors", o->out);
             if ((st = save(t, o, path, 1))) {
@@ -376,9 +377,10 @@ static int adopt_vocab(const char *who, wgml_text *text, const char *text_name, 
     for (int k = 0; k < text->vocab_size; k++)
         if ((map[k] = token_of[text->vocab[k]]) < 0) {
             uint8_t b = text->vocab[k];
-            fprintf(stderr, "%s: %s holds the byte 0x%02x%s%c%s, which is not in the vocabulary of %s (%d bytes)\n", who, text_name,
-                    (unsigned)b, b >= 32 && b < 127 ? " ('" : "", b >= 32 && b < 127 ? (char)b : ' ', b >= 32 && b < 127 ? "')" : "",
-                    ck_path, vocab_size);
+            char shown[8] = "";
+            if (b >= 32 && b < 127) snprintf(shown, sizeof shown, " ('%c')", (char)b);
+            fprintf(stderr, "%s: %s holds the byte 0x%02x%s, which is not in the vocabulary of %s (%d bytes)\n", who, text_name,
+                    (unsigned)b, shown, ck_path, vocab_size);
             return 1;
         }
     for (int64_t i = 0; i < text->n; i++) text->tokens[i] = map[text->tokens[i]];
@@ -466,10 +468,10 @@ static int init_from(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck
     return st ? 1 : 0;
 }
 
-/* What a CPU adapter (lavapipe) may be expected to do: tokens/s from the useful FLOPs of a
-   step (6 per parameter per token, and the attention's 12 L T C) at the rate measured here
-   for the README's CPU recipe (2 cores, 2026-11). */
-#define CPU_FLOPS_PER_S 2.5e9
+/* A CPU adapter (lavapipe) trains at about this many useful FLOP/s on 2 idle cores (a step's
+   6 per parameter per token and the attention's 12 L T C a token; docs/MEASUREMENTS.md):
+   said up front, since a GPU-sized model takes minutes a step there. */
+#define CPU_FLOPS_PER_S 1e9
 
 static void say_cpu_speed(wgml_context *ctx, const train_options *o)
 {
@@ -477,9 +479,10 @@ static void say_cpu_speed(wgml_context *ctx, const train_options *o)
     wgml_adapter_info_get(ctx, &i);
     if (strcmp(i.adapter_type, "CPU") != 0) return;
     double per_token = 6.0 * (double)wgml_gpt_numel(&o->cfg) + 12.0 * (double)(o->cfg.layers * o->cfg.block * o->cfg.width);
-    double tps = CPU_FLOPS_PER_S / per_token, step = (double)(o->run.batch * o->cfg.block) / tps;
-    fprintf(stderr, "%s is a CPU adapter: expect about %.0f tokens/s (%.1f s a step) on 2 cores, far slower than a GPU; "
-                    "the README has a recipe sized for it\n", i.name, tps, step);
+    double flops = per_token * (double)(o->run.batch * o->cfg.block);
+    fprintf(stderr, "%s is a CPU adapter: a step here is %.2g GFLOP, about %.2g s at the ~1 GFLOP/s of 2 idle cores (the "
+                    "line after the first step gives this machine's time); the README has a recipe sized for a CPU\n",
+            i.name, flops / 1e9, flops / CPU_FLOPS_PER_S);
 }
 
 static int train_run(train_options *o)

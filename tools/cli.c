@@ -198,8 +198,8 @@ static int take_lock(const char *who, const char *dir, cli_out_lock *lock)
             fclose(f);
         }
         if (alive(pid)) {
-            fprintf(stderr, "%s: %s is in use by another run (process %ld holds %s): wait for it, or give another --out\n", who,
-                    dir, pid, lock->path);
+            fprintf(stderr, "%s: %s is in use by another run (process %ld holds %s): wait for it, or give another --out "
+                            "(if that process is no run of wgml, remove the lock file)\n", who, dir, pid, lock->path);
             return 2;
         }
         /* its process is gone (killed, or a second Ctrl-C): the lock is stale */

@@ -11,7 +11,7 @@
 #   - corrupt Adam moments and another rank count are refused when a checkpoint is read;
 #   - --data FILE, --init-from, gpt eval (its loss against a float64 forward pass in Python),
 #     --top-p, wgml eval on a GPT checkpoint, the sampler's statistics on their own line,
-#     wgml info's compute features (--all: every one).
+#     wgml info's compute features (--all: every one), bench's table in a readable unit.
 # Usage: test_cli_runs.sh WGML_BINARY [PYTHON]
 set -u
 wgml=$1
@@ -292,5 +292,19 @@ sed -n '/^features/,$p' "$work/info_all" | grep "^  [a-z]" >"$work/f_all"
 if [ "$(wc -l <"$work/f_all")" -gt "$(wc -l <"$work/f_compute")" ]; then
   grep -q "for drawing: wgml info --all" "$work/info" || fail "wgml info does not say what it left out"
 fi
+
+# ---- bench: the table in a unit its value reads in (never "0.00 TFLOP/s"), --json as declared
+WGML_BENCH_ONLY=gemm_128 run_wgml bench matmul --quick --json >"$work/bench.json" 2>"$work/bench.err" ||
+  fail "wgml bench matmul failed: $(tail -n 3 "$work/bench.err")"
+"$py" - "$work/bench.json" "$work/bench.err" <<'PY' || fail "bench's table unit is wrong: $(grep gemm_128 "$work/bench.err")"
+import json, re, sys
+found = [v for group in json.load(open(sys.argv[1])).values() if isinstance(group, dict)
+         for k, v in group.items() if k == "gemm_128^3"]
+assert found and found[0]["unit"] == "TFLOP/s", found
+m = re.search(r"gemm_128\^3 +[0-9.]+ ms +([0-9.]+) ([TGMk])FLOP/s", open(sys.argv[2]).read())
+shown, scale = float(m[1]), {"T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3}[m[2]]
+assert shown >= 1 or m[2] == "k", shown  # 1.00 .. 999.99 of its unit
+assert abs(shown * scale - found[0]["value"] * 1e12) <= 0.006 * scale, (shown, m[2], found[0]["value"])
+PY
 
 checks_done

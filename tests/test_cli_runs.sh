@@ -61,7 +61,7 @@ PY
 # ---- a run stopped by SIGINT: a progress line early on a pipe, then a checkpoint
 bg_wgml gpt train --data "$work/text" "${small[@]}" --eval-every 5 --steps 100000 --out "$work/a" >"$work/a.log" 2>&1
 pid=$!
-wait_for "$work/a.log" "^step 1/100000" 60 || fail "no progress line after the first step on a pipe: $(cat "$work/a.log")"
+wait_for "$work/a.log" "^step 1/100000" 120 || fail "no progress line after the first step on a pipe: $(cat "$work/a.log")"
 # the folder is in use: a second run is refused, --overwrite too
 run_wgml gpt train --data "$work/text" "${small[@]}" --steps 2 --out "$work/a" --overwrite >/dev/null 2>"$work/err"
 rc=$?
@@ -112,10 +112,10 @@ run_wgml gpt train --data "$work/text" "${small[@]}" --steps 2 --out "$work/a" -
 bg_wgml gpt train --data "$work/text" "${small[@]}" --eval-every 2 --eval-batches 20000 --steps 1000 --out "$work/b" \
   >"$work/b.log" 2>&1
 pid=$!
-wait_for "$work/b.log" "^step 1/1000" 60 || fail "gpt train did not start: $(cat "$work/b.log")"
+wait_for "$work/b.log" "^step 1/1000" 120 || fail "gpt train did not start: $(cat "$work/b.log")"
 sleep 0.5
 kill -INT $pid
-sleep 0.5
+sleep 1  # (two signals pending at once would be one)
 kill -INT $pid
 wait $pid
 rc=$?
@@ -131,7 +131,7 @@ fake_fmnist "$py" "$work/fm" 256 32 3
 mlp=(--data "$work/fm" --hidden 8 --batch 4 --seed 3)
 bg_wgml train "${mlp[@]}" --epochs 100000 --out "$work/m" >"$work/m.log" 2>&1
 pid=$!
-wait_for "$work/m.log" "^epoch  1/" 60 || fail "wgml train printed no epoch line on a pipe: $(cat "$work/m.log")"
+wait_for "$work/m.log" "^epoch  1/" 120 || fail "wgml train printed no epoch line on a pipe: $(cat "$work/m.log")"
 kill -TERM $pid
 wait $pid
 rc=$?

@@ -1,6 +1,7 @@
 # wgml — the two commands a user needs:
-#   make demo   install deps, build, run the main job
-#   make test   install deps, build, run the tests, then a short fuzz run of the loader
+#   make demo   install deps (the library's, the command's and the demo's), build, run the main job
+#   make test   install those and the tests' tools (deps-test), build, run the tests, then a
+#               short fuzz run of the loaders
 BUILD ?= build
 CLANG_BUILD ?= build-clang
 ASAN_BUILD ?= build-asan
@@ -14,10 +15,14 @@ ifdef WGPU_NATIVE_DIR
 CMAKE_FLAGS += -DWGPU_NATIVE_DIR=$(WGPU_NATIVE_DIR)
 endif
 
-.PHONY: deps build demo test test-clang asan bench clean fuzz install
+.PHONY: deps deps-test build demo test test-clang asan bench clean fuzz install
 
 deps:
 	@./scripts/deps.sh
+
+# clang, OpenBLAS, Open MPI, Vulkan's headers, SPIR-V tools: before the build, which looks for them
+deps-test:
+	@./scripts/deps.sh --test
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
@@ -33,7 +38,8 @@ define fuzz_build
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors fuzz_idx
 endef
 
-test: build
+test: deps-test
+	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	$(fuzz_build)
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) ./scripts/fuzz.sh $(FUZZ_BUILD)
@@ -41,26 +47,27 @@ test: build
 # The same tests built by clang (the compiler scripts/deps.sh installs, also used for the
 # fuzz builds), in their own folder: both compilers build with -Werror, so a warning or an
 # extension only one of them has (gcc's _Float16 on x86-64, say) fails here, not for a user.
-test-clang: deps
+test-clang: deps-test
 	@cmake -S . -B $(CLANG_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(CLANG_BUILD) -j $(JOBS)
 	cd $(CLANG_BUILD) && XDG_RUNTIME_DIR=/tmp ctest --output-on-failure -j 2
 
-asan: deps
+asan: deps-test
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DWGML_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2
 
-fuzz: deps
+fuzz: deps-test
 	$(fuzz_build)
 	./scripts/fuzz.sh $(FUZZ_BUILD)
 
 bench: build
 	./$(BUILD)/wgml bench
 
-# wgml.h, libwgml.so.0 and libwgml.a, wgpu-native beside them, the wgml command, wgml.pc and
-# the CMake package (lib/cmake/wgml) under PREFIX (cmake --install does the same)
+# wgml.h and wgml_gpt.h, libwgml.so.0 and libwgml.a, wgpu-native (lib/wgml/, private), the
+# wgml command, wgml.pc, the CMake package (lib/cmake/wgml) and the LICENSE under PREFIX
+# (cmake --install does the same)
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

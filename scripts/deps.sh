@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Installs everything wgml needs on a fresh Debian bookworm machine. Idempotent.
+# Installs what wgml needs on a fresh Debian bookworm machine. Idempotent.
+# Usage: scripts/deps.sh          the library, the wgml command and `make demo` (`make deps`)
+#        scripts/deps.sh --test   that and the tools of the tests (`make test` runs it)
 #  - apt: Vulkan loader + Mesa's lavapipe (the adapter on machines with no GPU),
-#    Open MPI (data-parallel training over several processes: wgml_dist_*),
 #    zlib and jansson (IDX datasets, safetensors headers), the Fashion-MNIST data set, the
-#    fortunes text (about 2.6 MB of English for the GPT),
-#    clang and its compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`,
-#    OpenBLAS (the CPU peer of `wgml bench matmul`, scripts/cpu_bench.sh), Vulkan's headers
-#    and SPIR-V tools (bench/vk_capture.c, the kernels' SPIR-V and driver statistics).
+#    fortunes text (about 2.6 MB of English for the GPT), CMake;
+#    with --test also: Open MPI (data-parallel training over several processes, wgml_dist_*:
+#    a build finds it and then opens it under mpirun; test_dist_train), clang and its
+#    compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`, OpenBLAS (the CPU
+#    peer of `wgml bench matmul`, scripts/cpu_bench.sh), Vulkan's headers and SPIR-V tools
+#    (bench/vk_capture.c, the kernels' SPIR-V and driver statistics).
 #  - PyPI: the pinned `wgpu` wheel, hash-checked; its wgpu-native library and headers
 #    are extracted into third_party/wgpu-native (ignored by git); and a virtual environment
 #    .venv (ignored by git) with scripts/requirements.txt's pinned packages (plots, the
-#    Python package's tests), rebuilt when that file changes.
+#    Python package's tests) and scripts/requirements-wheel.txt's (the wheel's build tools,
+#    hash-checked), rebuilt when either file changes.
 # Set WGPU_NATIVE_DIR to an official wgpu-native release folder to skip the wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +22,13 @@ cd "$(dirname "$0")/.."
 WHEEL=wgpu-0.32.0-py3-none-manylinux_2_28_x86_64.whl
 WHEEL_SHA256=6499a31b5a29a10b4f1089fea4a0806411f42605fa86b6c0b543a07ca0de8568
 DEST=third_party/wgpu-native
-APT_PACKAGES="mesa-vulkan-drivers libvulkan1 libopenmpi-dev openmpi-bin zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake clang libclang-rt-14-dev libopenblas-dev libvulkan-dev spirv-tools"
+APT_PACKAGES="mesa-vulkan-drivers libvulkan1 zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake"
+TEST_APT_PACKAGES="libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libopenblas-dev libvulkan-dev spirv-tools"
+case "${1:-}" in
+  "") ;;
+  --test) APT_PACKAGES="$APT_PACKAGES $TEST_APT_PACKAGES" ;;
+  *) echo "usage: scripts/deps.sh [--test]" >&2; exit 2 ;;
+esac
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -31,13 +41,16 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-# The Python environment: remade when scripts/requirements.txt changes.
-REQ_SHA=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
+# The Python environment: remade when a requirements file changes.
+REQ_SHA=$(cat scripts/requirements.txt scripts/requirements-wheel.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements.sha256 2>/dev/null)" != "$REQ_SHA" ]; then
   echo "deps: creating .venv from scripts/requirements.txt"
   rm -rf .venv
   python3 -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check --only-binary=:all: --no-deps -r scripts/requirements.txt
+  # the Python wheel's build tools (scripts/build_wheel.sh), hash-checked
+  .venv/bin/python -m pip install -q --disable-pip-version-check --only-binary=:all: --no-deps --require-hashes \
+    -r scripts/requirements-wheel.txt
   echo "$REQ_SHA" > .venv/.requirements.sha256
 fi
 

@@ -1472,6 +1472,88 @@ static void test_detach_stops_the_gradient(void)
     }
 }
 
+/* Reading before backward (printing the loss, looking at a hidden layer) must not cut the
+   graph: L = sum(h * h), h = tanh(x W + b), x [5,7], W [7,3], b [3]. The loss read first, then
+   backward: W's and b's gradients as the CPU's in double; h read first and L built on it: the
+   same; h made trainable after its read: a leaf, so the gradient stops there (2h); h written
+   from the host after its read: constants, so no trainable tensor reaches the loss. */
+static void read_before_backward_case(int read_what)
+{
+    static const char *const what[] = {"loss read", "hidden read", "hidden made a leaf", "hidden written"};
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    enum { B = 5, K = 7, N = 3 };
+    int64_t sx[2] = {B, K}, sw[2] = {K, N}, sb[1] = {N};
+    float xv[B * K], wv[K * N], bv[N], gw[K * N], gb[N], gh[B * N], lossv;
+    test_fill_uniform(xv, B * K, -1, 1);
+    test_fill_uniform(wv, K * N, -0.8, 0.8);
+    test_fill_uniform(bv, N, -0.5, 0.5);
+    /* the reference in double */
+    double h[B * N], dpre[B * N], want_w[K * N] = {0}, want_b[N] = {0}, want_h[B * N], want_loss = 0;
+    for (int i = 0; i < B; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = bv[j];
+            for (int k = 0; k < K; k++) acc += (double)xv[i * K + k] * wv[k * N + j];
+            h[i * N + j] = tanh(acc);
+            want_loss += h[i * N + j] * h[i * N + j];
+            want_h[i * N + j] = 2 * h[i * N + j];
+            dpre[i * N + j] = 2 * h[i * N + j] * (1 - h[i * N + j] * h[i * N + j]);
+            want_b[j] += dpre[i * N + j];
+        }
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++)
+            for (int i = 0; i < B; i++) want_w[k * N + j] += (double)xv[i * K + k] * dpre[i * N + j];
+
+    wgml_scope_begin(ctx);
+    wgml_tensor *x = test_tensor(ctx, 2, sx, xv), *w = test_tensor(ctx, 2, sw, wv), *b = test_tensor(ctx, 1, sb, bv);
+    CHECK_OK(ctx, wgml_requires_grad(w, 1));
+    CHECK_OK(ctx, wgml_requires_grad(b, 1));
+    wgml_tensor *ht = wgml_tanh(ctx, wgml_add(ctx, wgml_matmul(ctx, x, w), b));
+    float hv[B * N];
+    if (read_what > 0) CHECK_OK(ctx, wgml_tensor_read(ht, hv, B * N));
+    if (read_what == 2) CHECK_OK(ctx, wgml_requires_grad(ht, 1));
+    if (read_what == 3) { /* written over from the host: constants, the graph behind them gone */
+        CHECK_OK(ctx, wgml_tensor_write(ht, hv, B * N));
+        wgml_tensor *cut = wgml_sum_all(ctx, wgml_mul(ctx, ht, ht));
+        CHECK_STATUS(ctx, wgml_backward(cut), WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(wgml_grad(w) == NULL && wgml_grad(b) == NULL);
+        wgml_clear_error(ctx);
+        wgml_scope_end(ctx);
+        return;
+    }
+    wgml_tensor *loss = wgml_sum_all(ctx, wgml_mul(ctx, ht, ht));
+    CHECK_OK(ctx, wgml_tensor_read(loss, &lossv, 1));
+    double got_loss = lossv;
+    if (fabs(got_loss - want_loss) > 1e-5 * (1 + fabs(want_loss))) FAILF("%s: loss %.9g, want %.9g", what[read_what], got_loss, want_loss);
+    CHECK_OK(ctx, wgml_backward(loss));
+    if (read_what == 2) {
+        CHECK(wgml_grad(w) == NULL && wgml_grad(b) == NULL);
+        CHECK(wgml_grad(ht) != NULL);
+        if (wgml_grad(ht)) {
+            CHECK_OK(ctx, wgml_tensor_read(wgml_grad(ht), gh, B * N));
+            CHECK(test_close(what[read_what], gh, want_h, B * N, 1e-5, 1e-3));
+        }
+    } else {
+        CHECK(wgml_grad(w) != NULL && wgml_grad(b) != NULL);
+        if (wgml_grad(w) && wgml_grad(b)) {
+            CHECK_OK(ctx, wgml_tensor_read(wgml_grad(w), gw, K * N));
+            CHECK_OK(ctx, wgml_tensor_read(wgml_grad(b), gb, N));
+            CHECK(test_close(what[read_what], gw, want_w, K * N, 1e-4, 1e-3));
+            CHECK(test_close(what[read_what], gb, want_b, N, 1e-4, 1e-3));
+        }
+    }
+    /* the value read stays what it was */
+    float again;
+    CHECK_OK(ctx, wgml_tensor_read(loss, &again, 1));
+    CHECK(again == lossv);
+    wgml_scope_end(ctx);
+}
+
+static void test_read_before_backward(void)
+{
+    for (int r = 0; r < 4; r++) read_before_backward_case(r);
+}
+
 /* argmax passes no gradient (its indices are constant almost everywhere), as in PyTorch: the
    other factor of argmax(x) * y gets its gradient, x gets none, and a loss reached only
    through argmax has no trainable input */
@@ -1526,6 +1608,7 @@ int main(void)
     TEST_RUN(test_unsupported_ops);
     TEST_RUN(test_argmax_passes_no_gradient);
     TEST_RUN(test_detach_stops_the_gradient);
+    TEST_RUN(test_read_before_backward);
     fprintf(stderr, "autograd: %d gradient case(s), %d failed; worst gradient error %.3g (%s)\n", n_cases,
             n_failed_cases, worst_err, worst_case);
     return test_summary();

@@ -137,17 +137,20 @@ static void the_hook_decides_the_update(void)
     wgml_tensor_free(p), wgml_tensor_free(ct);
 }
 
-/* Started by a launcher for 2 ranks (Open MPI's or MPICH's variable), a process without MPI
-   (this test links none, and a build may have none) is refused rather than run as a lone
-   rank beside the others; one rank's worth of launcher is fine. Before any dist_init. */
+/* Started by a launcher for 2 ranks (Open MPI's or MPICH's variable), a process that cannot
+   load MPI (this test links none, WGML_MPI_LIBRARY names no file, and a build may have none)
+   is refused rather than run as a lone rank beside the others; one rank's worth of launcher
+   is fine. Before any dist_init. */
 static void a_launch_without_mpi_is_refused(void)
 {
+    setenv("WGML_MPI_LIBRARY", "/nonexistent/libmpi.so.40", 1);
     const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
     for (int v = 0; v < 2; v++) {
         setenv(vars[v], "2", 1);
         CHECK(wgml_dist_init() == WGML_ERROR_UNSUPPORTED);
         const char *msg = wgml_dist_error_message();
-        if (!msg || !strstr(msg, "2 ranks")) FAILF("%s=2: message '%s'", vars[v], msg ? msg : "(none)");
+        if (!msg || !strstr(msg, "2 ranks") || !(strstr(msg, "/nonexistent/libmpi.so.40") || strstr(msg, "without MPI")))
+            FAILF("%s=2: message '%s'", vars[v], msg ? msg : "(none)");
         CHECK(wgml_dist_size() == 1);
         setenv(vars[v], "1", 1);
         CHECK_OK(NULL, wgml_dist_init());

@@ -591,6 +591,45 @@ typedef wgml_tensor *(*init_fn)(wgml_context *, int, const int64_t *, float, wgm
 static wgml_tensor *xu(wgml_context *c, int nd, const int64_t *s, float g, wgml_fan_mode m) { return wgml_xavier_uniform(c, nd, s, g); }
 static wgml_tensor *xn(wgml_context *c, int nd, const int64_t *s, float g, wgml_fan_mode m) { return wgml_xavier_normal(c, nd, s, g); }
 
+/* The stream is the counter's third word: rand(0, 1) of stream 7 is (w >> 8) 2^-24 of the
+   blocks with counter (b, 0, 7, 0), bit for bit; stream 0 is the plain mapping; a random op
+   keeps the stream it was built with (as its seed and offset). */
+static void streams_are_the_third_counter_word(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    enum { N = 37 };
+    float got[N], got0[N], again[N];
+    wgml_scope_begin(ctx);
+    CHECK(wgml_rng_stream(ctx) == 0);
+    CHECK_OK(ctx, wgml_rng_set_stream(ctx, 7));
+    CHECK_OK(ctx, wgml_manual_seed(ctx, 99));
+    wgml_tensor *r7 = wgml_rand(ctx, 1, (int64_t[]){N}, 0, 1);
+    CHECK_OK(ctx, wgml_rng_set_stream(ctx, 0)); /* after building: r7 keeps stream 7 */
+    CHECK_OK(ctx, wgml_tensor_read(r7, got, N));
+    CHECK_OK(ctx, wgml_manual_seed(ctx, 99));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_rand(ctx, 1, (int64_t[]){N}, 0, 1), got0, N));
+    float want0[N];
+    wgml_ref_rand(99, 0, N, 0, 1, want0);
+    CHECK(memcmp(got0, want0, sizeof got0) == 0);
+    int wrong = 0, same = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t ctr[4] = {(uint32_t)(i / 4), 0, 7, 0}, key[2] = {99, 0}, w[4];
+        wgml_philox4x32_10(ctr, key, w);
+        wrong += got[i] != (float)(w[i % 4] >> 8) * (1.0f / 16777216.0f);
+        same += got[i] == got0[i];
+    }
+    CHECK(wrong == 0);
+    CHECK(same < N / 4);
+    CHECK_OK(ctx, wgml_rng_set_stream(ctx, 7));
+    CHECK_OK(ctx, wgml_manual_seed(ctx, 99));
+    CHECK_OK(ctx, wgml_tensor_read(wgml_rand(ctx, 1, (int64_t[]){N}, 0, 1), again, N));
+    CHECK(memcmp(got, again, sizeof got) == 0);
+    CHECK_OK(ctx, wgml_rng_set_stream(ctx, 0));
+    CHECK_STATUS(NULL, wgml_rng_set_stream(NULL, 1), WGML_ERROR_INVALID_ARGUMENT);
+    wgml_scope_end(ctx);
+}
+
 static void initialisers(void)
 {
     wgml_context *ctx = test_context();
@@ -748,6 +787,7 @@ int main(void)
     TEST_RUN(dropout_backward);
     TEST_RUN(dropout_repeats_and_differs);
     TEST_RUN(dropout_edges);
+    TEST_RUN(streams_are_the_third_counter_word);
     TEST_RUN(initialisers);
     TEST_RUN(bad_input_is_refused);
     return test_summary();

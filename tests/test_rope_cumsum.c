@@ -378,9 +378,9 @@ static void rope_matches_the_exact_rotation(void)
     fprintf(stderr, "  %d cases\n", cases + 1);
 }
 
-/* Far out (positions ~1e5), the f32 angle itself is off the exact one by ~4e-3: against the
-   rotation by that same f32 angle, the kernel's own error (the reduction to [-pi, pi], sin
-   and cos) stays ~1e-6. Base 0 means 10000, bit for bit. */
+/* Far out (positions ~1e5 and on to the last accepted, 2^24), the f32 angle itself is off the
+   exact one by up to ~1: against the rotation by that same f32 angle, the kernel's own error
+   (the reduction to [-pi, pi], sin and cos) stays ~1e-6. Base 0 means 10000, bit for bit. */
 static void rope_follows_hf_f32_angles_far_out(void)
 {
     wgml_context *ctx = test_context();
@@ -392,8 +392,8 @@ static void rope_follows_hf_f32_angles_far_out(void)
     for (int i = 0; i < N; i++) x[i] = (float)test_uniform(-2, 2);
     int64_t sh[3] = {B, T, D};
     wgml_tensor *t = test_tensor(ctx, 3, sh, x);
-    const int64_t offsets[] = {0, 4097, 100000, 400000};
-    for (int k = 0; k < 4; k++) {
+    const int64_t offsets[] = {0, 4097, 100000, 400000, 420000, 1000003, 1 << 22, 12345679, (1 << 24) + 1 - T};
+    for (int k = 0; k < N_OF(offsets); k++) {
         CHECK_OK(ctx, wgml_tensor_read(wgml_rope(ctx, t, offsets[k], 10000.0f), got, N));
         rope_f32_angles(B, T, D, x, offsets[k], 10000.0f, want);
         int64_t at = 0;
@@ -534,6 +534,10 @@ static void rope_bad_inputs(void)
     /* the last position, pos_offset + T - 1 = 2^24, is fine; one more is not */
     CHECK(wgml_tensor_status(wgml_rope(ctx, ok, (1 << 24) - 1, 0)) == WGML_OK);
     CHECK(wgml_tensor_status(wgml_rope(ctx, ok, 1 << 24, 0)) == WGML_ERROR_INVALID_ARGUMENT);
+    /* a base below 1 makes frequencies above 1: angles past 2^31 are refused, naming the base */
+    CHECK(wgml_tensor_status(wgml_rope(ctx, ok, 1000, 0.5f)) == WGML_OK);
+    CHECK(wgml_tensor_status(wgml_rope(ctx, ok, 1 << 23, 1e-6f)) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(wgml_error_message(ctx), "base") != NULL && strstr(wgml_error_message(ctx), "2^31") != NULL);
     CHECK(wgml_tensor_status(wgml_rope(ctx, NULL, 0, 0)) == WGML_ERROR_INVALID_ARGUMENT);
     CHECK(wgml_rope(NULL, ok, 0, 0) == NULL);
     CHECK(wgml_tensor_status(wgml_rope_ex(ctx, ok, NULL)) == WGML_OK);

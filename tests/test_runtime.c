@@ -1,5 +1,6 @@
 /* Foundation: context, tensors, round trips, the pool, and every error of the runtime. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -256,10 +257,29 @@ static void validation_errors_become_statuses(void)
     wgml_tensor_free(t);
 }
 
-static void status_names_are_words(void)
+static void status_names_are_identifiers(void)
 {
-    for (int s = 0; s < WGML_STATUS_COUNT; s++) CHECK(strlen(wgml_status_name((wgml_status)s)) > 1);
-    CHECK(strcmp(wgml_status_name((wgml_status)999), "unknown status") == 0);
+    /* each status's name is its enum identifier, spelled as in wgml.h */
+    static const struct { wgml_status s; const char *name; } want[] = {
+        {WGML_OK, "WGML_OK"}, {WGML_ERROR_SHAPE, "WGML_ERROR_SHAPE"}, {WGML_ERROR_IO, "WGML_ERROR_IO"},
+        {WGML_ERROR_DEVICE_LOST, "WGML_ERROR_DEVICE_LOST"}, {WGML_ERROR_UNSUPPORTED, "WGML_ERROR_UNSUPPORTED"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) CHECK(strcmp(wgml_status_name(want[i].s), want[i].name) == 0);
+    /* all of them distinct identifiers */
+    for (int s = 0; s < WGML_STATUS_COUNT; s++) {
+        const char *n = wgml_status_name((wgml_status)s);
+        CHECK(strncmp(n, "WGML_", 5) == 0 && strspn(n, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == strlen(n));
+        for (int r = 0; r < s; r++) CHECK(strcmp(n, wgml_status_name((wgml_status)r)) != 0);
+    }
+    CHECK(strcmp(wgml_status_name((wgml_status)999), "WGML_STATUS_UNKNOWN") == 0);
+    CHECK(strcmp(wgml_status_name((wgml_status)-1), "WGML_STATUS_UNKNOWN") == 0);
+}
+
+/* the library's version string is the header's macros */
+static void version_matches_header(void)
+{
+    char want[64];
+    snprintf(want, sizeof want, "%d.%d.%d", WGML_VERSION_MAJOR, WGML_VERSION_MINOR, WGML_VERSION_PATCH);
+    CHECK(strcmp(wgml_version(), want) == 0);
 }
 
 int main(void)
@@ -275,6 +295,7 @@ int main(void)
     TEST_RUN(adapter_info_is_filled);
     TEST_RUN(lost_device_fails_cleanly);
     TEST_RUN(validation_errors_become_statuses);
-    TEST_RUN(status_names_are_words);
+    TEST_RUN(status_names_are_identifiers);
+    TEST_RUN(version_matches_header);
     return test_summary();
 }

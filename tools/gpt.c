@@ -11,6 +11,7 @@
  * checkpoint and exit (tools/cli.h).
  * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU (top-p
  * on the host). wgml gpt eval: loss and perplexity of a checkpoint on a file or a split.
+ * The model is the public one (wgml_gpt.h); the run settings stored beside it are the command's.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
@@ -25,9 +26,9 @@
 
 #include "io/loader.h"
 #include "io/text.h"
-#include "models/gpt.h"
-#include "models/gpt_checkpoint.h"
+#include "models/gpt_checkpoint.h" /* the run settings a checkpoint keeps: the command's */
 #include "tools/cli.h"
+#include "wgml_gpt.h"
 
 /* ---------------------------------------------------------------- options */
 
@@ -179,7 +180,7 @@ static int parse_train(int argc, char **argv, train_options *o)
 typedef struct trainer {
     wgml_context *ctx;
     wgml_text text;
-    wgml_gpt model;
+    wgml_gpt *model;
     wgml_optimizer *opt;
     wgml_tensor *ids, *targets, *val_ids, *val_targets;
     int32_t *x, *y;
@@ -194,7 +195,7 @@ static void trainer_free(trainer *t)
     wgml_optimizer_free(t->opt);
     wgml_tensor_free(t->ids), wgml_tensor_free(t->targets);
     wgml_tensor_free(t->val_ids), wgml_tensor_free(t->val_targets);
-    wgml_gpt_free(&t->model);
+    wgml_gpt_delete(t->model);
     wgml_text_free(&t->text);
     free(t->x), free(t->y);
     if (t->ctx) wgml_context_free(t->ctx);
@@ -228,7 +229,7 @@ static wgml_status val_loss(trainer *t, const train_options *o, float *out)
     for (int64_t i = 0; i < o->run.eval_batches; i++) {
         float l;
         wgml_status st = load_batch(t, o, 1, i, &t->val_ids, &t->val_targets);
-        if (!st) st = wgml_gpt_eval_loss(&t->model, t->val_ids, t->val_targets, &l);
+        if (!st) st = wgml_gpt_eval_loss(t->model, t->val_ids, t->val_targets, &l);
         if (st) return st;
         sum += l;
     }
@@ -240,15 +241,14 @@ static wgml_status save(trainer *t, const train_options *o, const char *path, in
 {
     wgml_gpt_run run = o->run;
     wgml_status st = wgml_rng_get_state(t->ctx, &run.rng_seed, &run.rng_offset);
-    if (!st) st = wgml_gpt_checkpoint_save(path, &t->model, with_optimizer ? t->opt : NULL, t->step, &run, t->text.vocab,
+    if (!st) st = wgml_gpt_checkpoint_save(path, t->model, with_optimizer ? t->opt : NULL, t->step, &run, t->text.vocab,
                                            t->text.vocab_size);
     return st;
 }
 
 /* Prints a sample of n tokens continuing "\n" (or the vocabulary's first byte). */
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
-                                float temperature, int64_t top_k, float top_p, uint64_t seed, const char *prompt,
-                                double *seconds);
+                                float temperature, int64_t top_k, float top_p, const char *prompt, double *seconds);
 
 /* Steps run without waiting for their losses: the host builds step n + 1 while the GPU
    runs step n, and every SYNC steps (and at evaluations, checkpoints and the end) the
@@ -275,7 +275,7 @@ static int train_loop(trainer *t, train_options *o)
     while (t->step < end) {
         wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
         lrs[np] = wgml_optimizer_lr(t->opt);
-        if (!st) st = wgml_gpt_train_step_submit(&t->model, t->opt, t->ids, t->targets, &pending[np]);
+        if (!st) st = wgml_gpt_train_step_submit(t->model, t->opt, t->ids, t->targets, &pending[np]);
         if (st) {
             fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step + 1, cli_message(t->ctx, st));
             return free_pending(pending, np), 1;
@@ -358,7 +358,9 @@ static int train_loop(trainer *t, train_options *o)
             return 128 + cli_stop_signal;
         }
     }
-    if (cli_dist_finish("wgml gpt train", t->ctx, t->model.n_params, t->model.params)) return 1;
+    int n_params;
+    wgml_tensor *const *params = wgml_gpt_params(t->model, &n_params);
+    if (cli_dist_finish("wgml gpt train", t->ctx, n_params, params)) return 1;
     if (lead)
         fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
                 (long long)(t->step - first), cli_now() - t0, o->out, o->out);
@@ -409,7 +411,7 @@ static wgml_status make_optimizer(trainer *t, const train_options *o, int64_t to
                              .schedule = {.warmup_steps = o->run.warmup, .total_steps = total_steps,
                                           .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
     if (total_steps <= o->run.warmup) d.schedule = (wgml_lr_schedule){0};
-    return wgml_gpt_optimizer(&t->model, &d, &t->opt);
+    return wgml_gpt_optimizer(t->model, &d, &t->opt);
 }
 
 /* Takes the model, optimiser state and settings of a checkpoint read to resume; flags that would
@@ -441,9 +443,9 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
                 (long long)ck->step, (long long)o->steps);
         return 1;
     }
-    st = wgml_gpt_checkpoint_model(t->ctx, ck, &t->model);
+    st = wgml_gpt_from_checkpoint(t->ctx, ck, &t->model);
     if (!st) st = make_optimizer(t, o, o->run.total_steps);
-    if (!st) st = wgml_gpt_checkpoint_restore_optimizer(ck, &t->model, t->opt);
+    if (!st) st = wgml_gpt_checkpoint_restore_optimizer(ck, t->model, t->opt);
     if (!st) st = wgml_rng_set_state(t->ctx, ck->run.rng_seed, ck->run.rng_offset);
     t->step = ck->step;
     if (st) fprintf(stderr, "wgml gpt train: %s\n", cli_message(t->ctx, st));
@@ -460,8 +462,8 @@ static int init_from(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck
     if (adopt_vocab("wgml gpt train", &t->text, o->run.data, ck->vocab, ck->vocab_size, o->init_from)) return 1;
     if (o->run.warmup >= o->steps && o->steps > 0) o->run.warmup = o->steps - 1;
     o->run.total_steps = o->steps;
-    wgml_status st = wgml_gpt_checkpoint_model(t->ctx, ck, &t->model);
-    if (!st) t->model.cfg.dropout = o->cfg.dropout;
+    wgml_status st = wgml_gpt_from_checkpoint(t->ctx, ck, &t->model);
+    if (!st) st = wgml_gpt_set_dropout(t->model, o->cfg.dropout);
     if (!st) st = wgml_manual_seed(t->ctx, o->run.seed); /* the dropout masks, as a new run's */
     if (!st) st = make_optimizer(t, o, o->steps);
     if (st) fprintf(stderr, "wgml gpt train: %s\n", cli_message(t->ctx, st));
@@ -530,7 +532,7 @@ static int train_run(train_options *o)
         if (wgml_gpt_config_resolve(&o->cfg, &c, err, sizeof err)) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 2;
         if (o->run.warmup >= o->steps && o->steps > 0) o->run.warmup = o->steps - 1;
         o->cfg = c;
-        st = wgml_gpt_init(t.ctx, &o->cfg, o->run.seed, &t.model);
+        st = wgml_gpt_new(t.ctx, &o->cfg, o->run.seed, &t.model);
         if (!st) st = make_optimizer(&t, o, o->steps);
         if (st) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
@@ -544,7 +546,9 @@ static int train_run(train_options *o)
     const int lead = wgml_dist_rank() == 0, ranks = wgml_dist_size();
     if (cli_dist_check_batch("wgml gpt train", o->run.batch)) return trainer_free(&t), 1;
     /* every rank starts from rank 0's parameters, and its steps average the gradients */
-    if ((st = wgml_dist_broadcast(t.ctx, t.model.n_params, t.model.params)))
+    int n_params;
+    wgml_tensor *const *params = wgml_gpt_params(t.model, &n_params);
+    if ((st = wgml_dist_broadcast(t.ctx, n_params, params)))
         return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     if ((st = wgml_dist_data_parallel(t.opt)))
         return fprintf(stderr, "wgml gpt train: %s\n", wgml_dist_error_message()), trainer_free(&t), 1;
@@ -577,7 +581,7 @@ static int train_run(train_options *o)
     cli_stop_restore();
     if (!rc && lead && o->sample_tokens > 0) {
         double secs;
-        st = print_sample(&t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o->sample_tokens, 0.8f, 0, 1.0f, 1, NULL, &secs);
+        st = print_sample(t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o->sample_tokens, 0.8f, 0, 1.0f, NULL, &secs);
         if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", cli_message(t.ctx, st)), rc = 1;
     }
     trainer_free(&t);
@@ -621,81 +625,24 @@ static int cmd_gpt_train(int argc, char **argv)
 
 /* ---------------------------------------------------------------- sampling */
 
-/* The generator for nucleus sampling: the text's mixing function over a counter. */
-static double uniform01(uint64_t *state)
-{
-    *state += 0x9E3779B97F4A7C15ull;
-    return (double)(wgml_text_mix(*state) >> 11) * 0x1.0p-53;
-}
+typedef struct printer {
+    const uint8_t *vocab;
+    int vocab_size;
+} printer;
 
-/* Nucleus (top-p) sampling from logits [V] on the host: the top_k largest (0: all) at the
-   temperature, then the fewest most likely tokens whose probabilities reach top_p. */
-static int32_t draw_top_p(const float *logits, int V, float temperature, int64_t top_k, float top_p, uint64_t *rng)
+static int print_token(int32_t tok, void *user)
 {
-    int order[256];
-    double p[256], sum = 0, max = -INFINITY;
-    for (int k = 0; k < V; k++) order[k] = k;
-    for (int a = 1; a < V; a++) /* by logit, largest first (V <= 256: insertion sort) */
-        for (int b = a; b > 0 && logits[order[b]] > logits[order[b - 1]]; b--) {
-            int x = order[b];
-            order[b] = order[b - 1], order[b - 1] = x;
-        }
-    int n = top_k > 0 && top_k < V ? (int)top_k : V;
-    for (int k = 0; k < n; k++) max = fmax(max, (double)logits[order[k]]);
-    for (int k = 0; k < n; k++) sum += p[k] = exp(((double)logits[order[k]] - max) / (double)temperature);
-    double kept = 0;
-    int m = 0;
-    while (m < n && (m == 0 || kept < (double)top_p * sum)) kept += p[m++];
-    double u = uniform01(rng) * kept;
-    for (int k = 0; k < m; k++)
-        if ((u -= p[k]) < 0) return order[k];
-    return order[m - 1];
-}
-
-/* wgml_gpt_generate_step with nucleus sampling: the logits are read back (one submit, with
-   the cache's new keys and values) and the token drawn on the host. */
-static wgml_status generate_step_top_p(wgml_gpt *g, wgml_gpt_cache *c, const int32_t *history, int64_t n_history,
-                                       int64_t n_new, float temperature, int64_t top_k, float top_p, uint64_t *rng,
-                                       int32_t *token)
-{
-    wgml_context *ctx = g->ctx;
-    int64_t L = g->cfg.layers, block = g->cfg.block, feed = n_new, V = g->cfg.vocab;
-    if (c->len + n_new > block) { /* the sliding window, as wgml_gpt_generate_step's */
-        wgml_gpt_cache_reset(c, L);
-        feed = n_new > block / 2 ? block : block / 2 > 0 ? block / 2 : 1;
-        if (feed > n_history) feed = n_history;
-    }
-    float logits[256];
-    wgml_tensor *out[1 + WGML_GPT_MAX_LAYERS];
-    wgml_scope_begin(ctx);
-    wgml_tensor *ids = NULL;
-    wgml_status st = wgml_tensor_from_i32(ctx, 2, (int64_t[2]){1, feed}, history + n_history - feed, (size_t)feed, &ids);
-    wgml_tensor *lg = st ? NULL : wgml_gpt_decode_logits(g, c, ids);
-    if (!st && !lg) st = WGML_ERROR_INVALID_ARGUMENT;
-    if (!st) {
-        out[0] = lg;
-        for (int64_t l = 0; l < L; l++) out[1 + l] = c->next_kv[l];
-        st = wgml_eval_read(ctx, (int)(L + 1), out, lg, logits, (size_t)V);
-    }
-    if (!st) {
-        for (int64_t l = 0; l < L; l++) {
-            wgml_keep(c->next_kv[l]);
-            wgml_tensor_free(c->kv[l]);
-            c->kv[l] = c->next_kv[l];
-        }
-        c->len += feed;
-        *token = draw_top_p(logits, (int)V, temperature, top_k, top_p, rng);
-    }
-    wgml_scope_end(ctx);
-    return st;
+    const printer *p = user;
+    fputc(tok >= 0 && tok < p->vocab_size ? p->vocab[tok] : '?', stdout);
+    fflush(stdout);
+    return 0;
 }
 
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
-                                float temperature, int64_t top_k, float top_p, uint64_t seed, const char *prompt,
-                                double *seconds)
+                                float temperature, int64_t top_k, float top_p, const char *prompt, double *seconds)
 {
     size_t np = prompt ? strlen(prompt) : 0;
-    int32_t *ids = malloc((np + (size_t)n + 1) * sizeof *ids);
+    int32_t *ids = malloc((np + 1) * sizeof *ids);
     if (!ids) return WGML_ERROR_OUT_OF_MEMORY;
     if (np == 0) {
         ids[0] = token_of['\n'] >= 0 ? token_of['\n'] : 0;
@@ -705,27 +652,13 @@ static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_siz
         for (size_t i = 0; i < np; i++) ids[i] = token_of[(uint8_t)prompt[i]];
         fputs(prompt, stdout);
     }
-    wgml_gpt_cache cache;
-    wgml_status st = wgml_gpt_cache_init(g, &cache);
-    int64_t have = (int64_t)np, fresh = (int64_t)np;
-    /* top-p needs the distribution on the host; temperature 0 stays the GPU's argmax */
-    int nucleus = top_p < 1.0f && temperature >= 1e-4f;
-    uint64_t rng = wgml_text_mix(seed ^ 0x746f702d70ull);
+    printer p = {vocab, vocab_size};
+    wgml_gpt_sample_desc d = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     double t0 = cli_now();
-    for (int64_t k = 0; k < n && !st; k++) {
-        int32_t tok;
-        st = nucleus ? generate_step_top_p(g, &cache, ids, have, fresh, temperature, top_k, top_p, &rng, &tok)
-                     : wgml_gpt_generate_step(g, &cache, ids, have, fresh, temperature, top_k, &tok);
-        if (st) break;
-        ids[have++] = tok;
-        fresh = 1;
-        fputc(tok >= 0 && tok < vocab_size ? vocab[tok] : '?', stdout);
-        fflush(stdout);
-    }
+    wgml_status st = wgml_gpt_generate(g, ids, (int64_t)np, n, &d, NULL, print_token, &p);
     *seconds = cli_now() - t0;
     fputc('\n', stdout);
     fflush(stdout); /* the text ends its line before anything on stderr, in a log of both */
-    wgml_gpt_cache_free(&cache, g->cfg.layers);
     free(ids);
     return st;
 }
@@ -781,14 +714,14 @@ static int cmd_gpt_sample(int argc, char **argv)
     if (!path) return fprintf(stderr, "wgml gpt sample: --checkpoint FILE is required (see --help)\n"), 2;
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
-    wgml_gpt_checkpoint ck;
-    wgml_gpt g = {0};
-    wgml_status st = wgml_gpt_checkpoint_read(ctx, path, &ck);
-    if (!st) st = wgml_gpt_checkpoint_model(ctx, &ck, &g);
+    wgml_gpt *g = NULL;
+    wgml_status st = wgml_gpt_load(ctx, path, &g);
     if (!st) st = wgml_manual_seed(ctx, so.seed);
+    const uint8_t *vocab = NULL;
+    int vocab_size = wgml_gpt_vocab(g, &vocab);
     int16_t token_of[256];
     for (int b = 0; b < 256; b++) token_of[b] = -1;
-    for (int k = 0; !st && k < ck.vocab_size; k++) token_of[ck.vocab[k]] = (int16_t)k;
+    for (int k = 0; !st && k < vocab_size; k++) token_of[vocab[k]] = (int16_t)k;
     int rc = st ? 1 : 0;
     for (size_t i = 0; !rc && prompt && prompt[i]; i++)
         if (token_of[(uint8_t)prompt[i]] < 0) {
@@ -798,13 +731,11 @@ static int cmd_gpt_sample(int argc, char **argv)
         }
     double secs = 0;
     if (!rc) {
-        st = print_sample(&g, ck.vocab, ck.vocab_size, token_of, so.tokens, so.temperature, so.top_k, so.top_p, so.seed, prompt,
-                          &secs);
+        st = print_sample(g, vocab, vocab_size, token_of, so.tokens, so.temperature, so.top_k, so.top_p, prompt, &secs);
         if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)so.tokens, secs, (double)so.tokens / secs);
     }
     if (st) fprintf(stderr, "wgml gpt sample: %s\n", cli_message(ctx, st)), rc = 1;
-    wgml_gpt_free(&g);
-    wgml_gpt_checkpoint_free(&ck);
+    wgml_gpt_delete(g);
     wgml_context_free(ctx);
     return rc;
 }
@@ -847,9 +778,13 @@ static int eval_flag(int opt, const char *arg, void *state)
 /* The mean loss over windows [w T, w T + T) of seq (n tokens) predicting the next token. */
 static wgml_status score(wgml_gpt *g, const int32_t *seq, int64_t n, int64_t B, double *loss, int64_t *scored)
 {
-    int64_t T = g->cfg.block < n - 1 ? g->cfg.block : n - 1, windows = (n - 1) / T;
+    wgml_context *ctx = wgml_gpt_context(g);
+    wgml_gpt_config cfg;
+    wgml_status st = wgml_gpt_get_config(g, &cfg);
+    if (st) return st;
+    int64_t T = cfg.block < n - 1 ? cfg.block : n - 1, windows = (n - 1) / T;
     int32_t *x = malloc((size_t)(B * T) * sizeof *x), *y = malloc((size_t)(B * T) * sizeof *y);
-    wgml_status st = x && y ? WGML_OK : WGML_ERROR_OUT_OF_MEMORY;
+    st = x && y ? WGML_OK : WGML_ERROR_OUT_OF_MEMORY;
     double sum = 0;
     for (int64_t w0 = 0; w0 < windows && !st; w0 += B) {
         int64_t b = windows - w0 < B ? windows - w0 : B;
@@ -857,14 +792,14 @@ static wgml_status score(wgml_gpt *g, const int32_t *seq, int64_t n, int64_t B, 
             memcpy(x + r * T, seq + (w0 + r) * T, (size_t)T * sizeof *x);
             memcpy(y + r * T, seq + (w0 + r) * T + 1, (size_t)T * sizeof *y);
         }
-        wgml_scope_begin(g->ctx);
+        wgml_scope_begin(ctx);
         wgml_tensor *ids = NULL, *targets = NULL;
         int64_t shape[2] = {b, T};
         float l = 0;
-        st = wgml_tensor_from_i32(g->ctx, 2, shape, x, (size_t)(b * T), &ids);
-        if (!st) st = wgml_tensor_from_i32(g->ctx, 2, shape, y, (size_t)(b * T), &targets);
+        st = wgml_tensor_from_i32(ctx, 2, shape, x, (size_t)(b * T), &ids);
+        if (!st) st = wgml_tensor_from_i32(ctx, 2, shape, y, (size_t)(b * T), &targets);
         if (!st) st = wgml_gpt_eval_loss(g, ids, targets, &l);
-        wgml_scope_end(g->ctx);
+        wgml_scope_end(ctx);
         sum += (double)l * (double)b;
     }
     free(x), free(y);
@@ -881,8 +816,8 @@ static int cmd_gpt_eval(int argc, char **argv)
     if (!eo.path) return fprintf(stderr, "wgml gpt eval: --checkpoint FILE is required (see --help)\n"), 2;
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
-    wgml_gpt_checkpoint ck;
-    wgml_gpt g = {0};
+    wgml_gpt_checkpoint ck = {0};
+    wgml_gpt *g = NULL;
     wgml_text text = {0};
     char err[512];
     int rc = 1;
@@ -898,7 +833,7 @@ static int cmd_gpt_eval(int argc, char **argv)
         double loss;
         int64_t scored;
         if (n < 2) fprintf(stderr, "wgml gpt eval: %s has %lld tokens to score: want at least 2\n", data, (long long)n);
-        else if ((st = wgml_gpt_checkpoint_model(ctx, &ck, &g)) || (st = score(&g, text.tokens + lo, n, eo.batch, &loss, &scored)))
+        else if ((st = wgml_gpt_from_checkpoint(ctx, &ck, &g)) || (st = score(g, text.tokens + lo, n, eo.batch, &loss, &scored)))
             fprintf(stderr, "wgml gpt eval: %s\n", cli_message(ctx, st));
         else {
             printf("%s: loss %.4f  perplexity %.3f  %.3f bits a byte  (%lld tokens of %s%s, step %lld)\n", eo.path, loss, exp(loss),
@@ -907,7 +842,7 @@ static int cmd_gpt_eval(int argc, char **argv)
         }
     }
     wgml_text_free(&text);
-    wgml_gpt_free(&g);
+    wgml_gpt_delete(g);
     wgml_gpt_checkpoint_free(&ck);
     wgml_context_free(ctx);
     return rc;

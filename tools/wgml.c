@@ -121,10 +121,6 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
-#ifndef WGML_VERSION
-#define WGML_VERSION "0.8.0"
-#endif
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: wgml info [--json] [--all]\n"
@@ -150,7 +146,7 @@ int main(int argc, char **argv)
     if (!getenv("XDG_RUNTIME_DIR")) setenv("XDG_RUNTIME_DIR", "/tmp", 0);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return usage(stdout), 0;
-    if (!strcmp(cmd, "--version")) return printf("wgml %s\n", WGML_VERSION), 0;
+    if (!strcmp(cmd, "--version")) return printf("wgml %s\n", wgml_version()), 0;
     /* each command sees its own name as argv[0] */
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);

@@ -80,8 +80,10 @@ def main():
     ap.add_argument("--checkpoint", help="a GPT-2 checkpoint of `wgml gpt train`")
     ap.add_argument("--prompt", default="The ")
     ap.add_argument("--tokens", type=int, default=40)
-    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--temperature", type=float, default=0.8, help="0: greedy (the most likely token)")
     args = ap.parse_args()
+    if not args.temperature >= 0:
+        ap.error("--temperature must be >= 0 (0: greedy), not %g" % args.temperature)
     rng = np.random.default_rng(0)
 
     if args.checkpoint:
@@ -114,6 +116,9 @@ def main():
     for _ in range(args.tokens):
         window = np.array([ids[-cfg["block"]:]], dtype=np.int32)
         logits = gpt2_forward(params, window, cfg)[:, -1]  # [1, V]: the last position
+        if args.temperature == 0:  # greedy: the most likely token (dividing by 0 would give NaN)
+            ids.append(int(logits.argmax().item()))
+            continue
         probs = wgml.softmax(logits / args.temperature).numpy()[0].astype(np.float64)
         ids.append(int(rng.choice(len(probs), p=probs / probs.sum())))
     print(repr(bytes(vocab[i] for i in ids).decode("utf-8", "replace")))

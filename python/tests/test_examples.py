@@ -33,6 +33,12 @@ def test_gpt_forward_example():
     assert "largest difference from NumPy" in out
 
 
+def test_gpt_forward_greedy():
+    # temperature 0 is greedy decoding: it used to divide the logits by 0 and sample from NaN
+    outs = [run(os.path.join(EXAMPLES, "gpt_forward.py"), "--tokens", "6", "--temperature", "0") for _ in range(2)]
+    assert outs[0] == outs[1] and "largest difference from NumPy" in outs[0]
+
+
 @pytest.mark.skipif(not os.environ.get("WGML_CLI"), reason="WGML_CLI (the wgml command) not set")
 def test_gpt_forward_on_a_trained_checkpoint(tmp_path):
     subprocess.run([os.environ["WGML_CLI"], "gpt", "train", "--layers", "1", "--heads", "2", "--width", "32",
@@ -41,3 +47,9 @@ def test_gpt_forward_on_a_trained_checkpoint(tmp_path):
     out = run(os.path.join(EXAMPLES, "gpt_forward.py"), "--checkpoint", str(tmp_path / "gpt.safetensors"),
               "--prompt", "The ", "--tokens", "8")
     assert "largest difference from NumPy" in out and "'The " in out
+
+
+def test_save_resume_example(tmp_path):
+    # a whole model and its AdamW state saved mid-run and resumed from the file alone
+    out = run(os.path.join(EXAMPLES, "save_resume.py"), "8", str(tmp_path / "resume.safetensors"))
+    assert "resumed run identical" in out

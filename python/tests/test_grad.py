@@ -31,7 +31,7 @@ def check_grad(lib_fn, np_fn, xs, rng, wrt=None, rtol=2e-3, atol=2e-4):
     r = nonzero(rng, out_shape) if out_shape else 1.0
     ts = [wgml.tensor(x, requires_grad=i in wrt) if isinstance(x, np.ndarray) and x.dtype == np.float64
           else x for i, x in enumerate(xs)]
-    loss = wgml.sum(lib_fn(*ts) * wgml.tensor(np.atleast_1d(r)).reshape(out_shape or (1,)))
+    loss = wgml.sum(lib_fn(*ts) * wgml.tensor(np.asarray(r)).reshape(out_shape))
     loss.backward()
     grads = [ts[i].grad for i in wrt]
     wgml.eval(*grads)
@@ -96,7 +96,7 @@ def test_reduction_grad(case, rng):
         "var_all": (lambda t: wgml.var(t), lambda v: v.var()),
     }
     lib_fn, np_fn = fns[case]
-    check_grad(lib_fn, lambda v: np.atleast_1d(np_fn(v)), [x], rng)
+    check_grad(lib_fn, lambda v: np.asarray(np_fn(v)), [x], rng)
 
 
 def test_softmax_grads(rng):
@@ -150,10 +150,10 @@ def test_loss_grads(rng):
     def np_ce(z):
         s = z - z.max(-1, keepdims=True)
         s = s - np.log(np.exp(s).sum(-1, keepdims=True))
-        return np.atleast_1d(-s[np.arange(4), labels].mean())
+        return np.asarray(-s[np.arange(4), labels].mean())
     check_grad(lambda z: wgml.cross_entropy(z, labels), np_ce, [logits], rng)
     p, t = nonzero(rng, (4, 5)), nonzero(rng, (5,))
-    check_grad(wgml.mse, lambda a, b: np.atleast_1d(((a - b) ** 2).mean()), [p, t], rng)
+    check_grad(wgml.mse, lambda a, b: np.asarray(((a - b) ** 2).mean()), [p, t], rng)
 
 
 def test_view_grads(rng):
@@ -218,9 +218,8 @@ def test_backward_errors(rng):
     with pytest.raises(wgml.ShapeError, match="one element"):
         (t * 2).backward()
     loss = (t * 2).sum()
-    loss.item()  # reading keeps only the value
-    with pytest.raises(wgml.InvalidArgumentError, match="already evaluated"):
-        loss.backward()
+    loss.item()  # reading first keeps the graph (test_pytorch.py checks the values)
+    loss.backward()
     with pytest.raises(wgml.InvalidArgumentError, match="no trainable tensor"):
         wgml.tensor([1.0, 2.0]).sum().backward()
     with pytest.raises(wgml.InvalidArgumentError, match="leaf"):

@@ -12,7 +12,7 @@ def test_round_trip(tmp_path, rng):
     big = rng.standard_normal(65537).astype(np.float32)
     tensors = {"a": wgml.tensor(a), "a.T": wgml.tensor(a).T[::2],  # a view, saved in its logical order
                "ids": wgml.tensor(ids), "lazy": wgml.exp(wgml.tensor(big)), "host": big[:5]}
-    wgml.save(path, tensors, metadata={"step": 42, "note": "héllo"})
+    wgml.save(tensors, path, metadata={"step": 42, "note": "héllo"})
     got, meta = wgml.load(path)
     assert set(got) == set(tensors)
     assert meta == {"step": "42", "note": "héllo"}
@@ -33,7 +33,7 @@ def test_round_trip(tmp_path, rng):
 
 def test_no_metadata(tmp_path):
     path = str(tmp_path / "m.safetensors")
-    wgml.save(path, {"x": np.ones(3)})
+    wgml.save({"x": np.ones(3)}, path)
     got, meta = wgml.load(path)
     assert meta == {} and got["x"].tolist() == [1, 1, 1]
 
@@ -48,14 +48,14 @@ def test_bad_files(tmp_path):
     with pytest.raises(wgml.FormatError):
         wgml.load(junk)
     good = tmp_path / "good.safetensors"
-    wgml.save(good, {"x": np.arange(100.0)})
+    wgml.save({"x": np.arange(100.0)}, good)
     data = good.read_bytes()
     (tmp_path / "cut.safetensors").write_bytes(data[:-10])
     with pytest.raises(wgml.FormatError):
         wgml.load(tmp_path / "cut.safetensors")
     with pytest.raises(wgml.FileError):
-        wgml.save(tmp_path / "no" / "such" / "dir.safetensors", {"x": np.ones(2)})
+        wgml.save({"x": np.ones(2)}, tmp_path / "no" / "such" / "dir.safetensors")
     with pytest.raises(wgml.InvalidArgumentError):
-        wgml.save(tmp_path / "bad.safetensors", {"": np.ones(2)})
+        wgml.save({"": np.ones(2)}, tmp_path / "bad.safetensors")
     with pytest.raises(wgml.InvalidArgumentError):
-        wgml.save(tmp_path / "bad.safetensors", {"x": np.ones(2)}, metadata={"k" * 100: "v"})
+        wgml.save({"x": np.ones(2)}, tmp_path / "bad.safetensors", metadata={"k" * 100: "v"})

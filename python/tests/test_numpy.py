@@ -49,13 +49,16 @@ def test_views_read_back(rng):
 
 
 def test_conversions():
-    assert wgml.tensor(3.5).shape == (1,)  # no 0-d tensors: a scalar is one element
+    assert wgml.tensor(3.5).shape == ()  # a scalar is 0-d, as in NumPy and PyTorch
     assert wgml.tensor(3.5).item() == 3.5
     assert wgml.tensor(7).dtype == np.int32 and wgml.tensor(7).item() == 7
     assert wgml.tensor([[1, 2], [3, 4]]).tolist() == [[1, 2], [3, 4]]
     assert wgml.tensor([True, False]).dtype == np.float32  # masks are float32 in wgml
     assert wgml.tensor(np.ones(3), dtype="i32").dtype == np.int32
-    assert wgml.tensor([1.9, -1.9], dtype=np.int32).tolist() == [1, -1]  # NumPy's conversion on the host
+    assert wgml.tensor([2.0, -3.0], dtype=np.int32).tolist() == [2, -3]  # integral floats convert exactly
+    for bad in ([1.9, -1.9], [np.nan], [np.inf], [2.0 ** 31]):  # no silent truncation (issue 27)
+        with pytest.raises((ValueError, OverflowError)):
+            wgml.tensor(bad, dtype="i32")
     assert wgml.Tensor(np.ones((2, 2))).shape == (2, 2)
     t = wgml.tensor(np.arange(6.0).reshape(2, 3))
     assert float(t[1, 2]) == 5.0 and int(t[0, 1]) == 1 and bool(t[0, 1])
@@ -66,7 +69,7 @@ def test_conversions():
     assert np.asarray(t, dtype=np.float64).dtype == np.float64
     with pytest.raises(ValueError):
         np.asarray(t, copy=False) if np.__version__ >= "2" else t.__array__(copy=False)
-    assert repr(t) == "wgml.Tensor(shape=(2, 3), dtype=float32)"
+    assert repr(t) == "wgml.tensor([[0., 1., 2.],\n             [3., 4., 5.]], shape=(2, 3), dtype=float32)"
     assert wgml.tensor(t).tolist() == t.tolist()  # a copy of a tensor
     t2 = wgml.tensor(np.zeros(3))
     t2.write([1, 2, 3])

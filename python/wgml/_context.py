@@ -1,5 +1,13 @@
 """Contexts: one WebGPU device each, owning its tensors and optimisers.
 
+Threads: a context may be used from several threads (the default one included); the library
+serialises the calls on a context with a lock, so a thread waits while another is inside a
+call (the binding releases the GIL during calls, so other Python threads go on meanwhile).
+The last error message is the context's, not the thread's. Contexts are not shared across
+processes: in a child made by fork() (multiprocessing's "fork" start method) every use of a
+context the parent made raises ContextError at once; make a new context in the child, or use
+the "spawn" or "forkserver" start method.
+
 Lifetime: every Tensor and Optimizer holds a reference to its Context, so a context is
 freed only after them. A context closed early (close(), the end of a `with` block, the
 interpreter's exit) marks itself closed first; wrappers then skip their own free (the
@@ -70,6 +78,7 @@ class Context:
 
     @property
     def closed(self):
+        """Whether close() (or the end of its `with` block) has freed the context."""
         return self._ptr is None
 
     def close(self):
@@ -124,6 +133,7 @@ class Context:
         return _string(lib.wgml_error_message(self._handle()))
 
     def clear_error(self):
+        """Forgets the last failure's message."""
         lib.wgml_clear_error(self._handle())
 
     # ------------------------------------------------------------ queries
@@ -155,6 +165,7 @@ class Context:
         return {field: getattr(s, field) for field, _ in ffi.typeof("wgml_stats").fields}
 
     def reset_peaks(self):
+        """Starts the peak counters of stats() over from the current values."""
         lib.wgml_stats_reset_peaks(self._handle())
 
     def synchronize(self):
@@ -183,6 +194,7 @@ class Context:
         return int(seed[0]), int(off[0])
 
     def set_rng_state(self, state):
+        """Restores a (seed, offset) from get_rng_state()."""
         seed, off = state
         self._check(lib.wgml_rng_set_state(self._handle(), int(seed), int(off)))
 
@@ -202,6 +214,7 @@ class Context:
         self._cached_shapes[name] = w.shape
 
     def weight_remove(self, name):
+        """Frees the cached weight `name`."""
         self._check(lib.wgml_weight_remove(self._handle(), name.encode()))
         self._cached_shapes.pop(name, None)
 
@@ -259,8 +272,18 @@ def set_default_context(ctx):
 def _close_all():
     # Free the device while the interpreter is whole: wgpu-native's teardown must not race
     # module cleanup. Tensors still alive then find their context closed and skip their free.
+    # Other threads still running (daemon threads) may be inside a call on a context or about
+    # to make one, which freeing it would crash: then each context's lock is taken instead
+    # (it waits for a call in progress) and held until the process ends, so their later calls
+    # wait, inside the library, for an exit that frees everything at once.
+    me = threading.current_thread()
+    others = any(t is not me and t.is_alive() for t in threading.enumerate())
     for ctx in list(_live):
         try:
-            ctx.close()
+            if others:
+                if ctx._ptr is not None:
+                    lib.wgml_context_lock(ctx._ptr)
+            else:
+                ctx.close()
         except Exception:
             pass

@@ -3,12 +3,14 @@ message. Each also derives from the Python built-in exception that fits, so code
 against those (`except ValueError`) works too."""
 import re
 
+import numpy as np
+
 from ._ffi import ffi, lib
 
 
 class Error(Exception):
     """A call into libwgml failed. `status` is the wgml_status number, `status_name` the
-    library's words for it (wgml_status_name, e.g. "shape mismatch"), the message the
+    library's name for it (wgml_status_name, e.g. "WGML_ERROR_SHAPE"), the message the
     library's own."""
 
     status = None
@@ -26,6 +28,19 @@ class Error(Exception):
 
 class InvalidArgumentError(Error, ValueError):
     """NULL, a bad dimension or axis, a wrong host length, a number out of range."""
+
+
+class AxisError(InvalidArgumentError, getattr(getattr(np, "exceptions", np), "AxisError")):
+    """An axis out of range: NumPy's AxisError (an IndexError and a ValueError) and a
+    wgml.InvalidArgumentError, with a message naming the axis and the tensor's dimensions."""
+
+    def __init__(self, axis, ndim, what=None):
+        Error.__init__(self, "%saxis %d is out of bounds for a tensor of dimension %d"
+                       % (what + ": " if what else "", axis, ndim), lib.WGML_ERROR_INVALID_ARGUMENT)
+        self.axis, self.ndim = axis, ndim
+
+    def __str__(self):
+        return self.message
 
 
 class DTypeError(InvalidArgumentError, TypeError):

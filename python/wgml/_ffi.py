@@ -131,7 +131,7 @@ def _load():
         raise ImportError(
             "wgml: cannot find the C library %s. Tried:\n  %s\n"
             "Set WGML_LIBRARY to the path of libwgml.so.0 (a build folder's or an install's lib/), "
-            "or install a wheel made by scripts/build_wheel.sh, which bundles it."
+            "or install the package with `pip install ./python` (or a wheel of scripts/build_wheel.sh), which bundles it."
             % (LIBNAME, "\n  ".join(tried) if tried else "nothing"))
     if not os.path.isabs(libpath):
         libpath = _loaded_path(libpath) or libpath
@@ -169,3 +169,21 @@ def _loaded_path(name):
 
 
 ffi, lib, library_path, header_path = _load()
+
+
+def library_version() -> str:
+    """The loaded library's version, the one place wgml.__version__ comes from: the
+    library's own wgml_version() where it has one, else the version in its file name
+    (libwgml.so.0 links to libwgml.so.X.Y.Z, CMake's VERSION), else the installed package's
+    metadata (a wheel bundles a plain copy named libwgml.so.0, built from the same tree)."""
+    if hasattr(lib, "wgml_version"):  # declared in wgml.h: cffi knows it
+        v = lib.wgml_version()
+        return ffi.string(v).decode() if isinstance(v, ffi.CData) else str(v)
+    m = re.search(r"libwgml\.so\.(\d+\.\d+\.\d+)$", os.path.realpath(library_path))
+    if m:
+        return m.group(1)
+    try:
+        from importlib.metadata import version
+        return version("wgml")
+    except Exception:
+        return "unknown"

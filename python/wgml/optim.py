@@ -7,7 +7,14 @@ The library moves the parameters into one flat GPU buffer and updates them all i
 dispatch; clipping by the global gradient norm happens on the GPU too. Differences from
 PyTorch, all the C API's: step() consumes the gradients (p.grad is None after it); a group
 takes `lr_scale` (times the optimiser's lr) rather than its own lr.
+
+state_dict() / load_state_dict() carry what a resume needs (the moments as NumPy arrays,
+the step count, the base lr and the schedule), as PyTorch's; see examples/save_resume.py.
 """
+import typing as _t
+
+import numpy as np
+
 from ._errors import ContextError
 from ._ffi import ffi, lib
 from ._tensor import Tensor, _wrap
@@ -29,7 +36,8 @@ def _schedule(warmup_steps, total_steps, min_lr_ratio, decay):
     return s
 
 
-def lr_at(base_lr, step, warmup_steps=0, total_steps=0, min_lr_ratio=0.0, decay="none"):
+def lr_at(base_lr: float, step: int, warmup_steps: int = 0, total_steps: int = 0, min_lr_ratio: float = 0.0,
+          decay: _t.Optional[str] = "none") -> float:
     """The lr a schedule gives at `step` (wgml_lr_at): NaN for a schedule the library refuses."""
     return lib.wgml_lr_at(_schedule(warmup_steps, total_steps, min_lr_ratio, decay), base_lr, int(step))
 
@@ -39,9 +47,13 @@ class Optimizer:
     "weight_decay": w, "lr_scale": s} (PyTorch's param_groups, with lr_scale for lr)."""
 
     _kind = None
+    _name = None
 
     def __init__(self, params, lr, weight_decay, max_grad_norm, **fields):
         self._ptr = None
+        self._base_lr = float(lr)
+        self._schedule = None
+        self._hyper = dict(fields, max_grad_norm=max_grad_norm)
         params = list(params)
         if not params:
             raise ValueError("the optimiser got no parameters")
@@ -91,6 +103,8 @@ class Optimizer:
         self._ctx._optimizers.add(self)
         for p in self.params:
             p._rg = True  # the library made them trainable
+        # tensors read before backward keep their graph: the step evaluates these losses,
+        # which then hold it no longer than the loss itself
 
     @staticmethod
     def _param(p):
@@ -103,12 +117,16 @@ class Optimizer:
             raise ContextError("the optimiser was closed (or its context)")
         return self._ptr
 
+    def __repr__(self) -> str:
+        return "wgml.optim.%s(%d parameters, lr=%g, steps=%d)" % (type(self).__name__, len(self.params),
+                                                                 self._base_lr, self.steps if self._ptr else -1)
+
     def _release(self, ptr_alive):
         ptr, self._ptr = self._ptr, None
         if ptr is not None and ptr_alive:
             lib.wgml_optimizer_free(ptr)
 
-    def close(self):
+    def close(self) -> None:
         """Frees the optimiser's state (the parameters stay)."""
         self._release(self._ctx._ptr is not None)
 
@@ -118,7 +136,7 @@ class Optimizer:
 
     # ------------------------------------------------------------ stepping
 
-    def step(self, *extra):
+    def step(self, *extra: Tensor) -> None:
         """Evaluates the pending gradients, the losses backward() was called on since the last
         step, and any `extra` tensors, and updates every parameter, in one submit."""
         h = self._handle()
@@ -128,7 +146,7 @@ class Optimizer:
         arr = ffi.new("wgml_tensor *[]", [t._handle() for t in ts] or [ffi.NULL])
         self._ctx._check(lib.wgml_optimizer_step(h, len(ts), arr))
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the parameters' gradients (after a step there are none: it consumed them)."""
         for p in self.params:
             p.zero_grad()
@@ -141,7 +159,8 @@ class Optimizer:
         return float(n[0])
 
     @property
-    def steps(self):
+    def steps(self) -> int:
+        """Steps taken (settable, e.g. when resuming; load_state_dict sets it)."""
         return int(lib.wgml_optimizer_steps(self._handle()))
 
     @steps.setter
@@ -157,21 +176,87 @@ class Optimizer:
     def lr(self, lr):
         """The base lr (the schedule's peak, if one is set)."""
         self._ctx._check(lib.wgml_optimizer_set_lr(self._handle(), lr))
+        self._base_lr = float(lr)
 
-    def set_schedule(self, warmup_steps=0, total_steps=0, min_lr_ratio=0.0, decay="cosine"):
+    def set_schedule(self, warmup_steps: _t.Optional[int] = 0, total_steps: int = 0, min_lr_ratio: float = 0.0,
+                     decay: _t.Optional[str] = "cosine") -> None:
         """Linear warm-up, then a cosine or linear decay to min_lr_ratio x the base lr
         (wgml_lr_schedule); set_schedule(None) removes it."""
         if warmup_steps is None:
             self._ctx._check(lib.wgml_optimizer_set_schedule(self._handle(), ffi.NULL))
+            self._schedule = None
             return
         s = _schedule(warmup_steps, total_steps, min_lr_ratio, decay)
         self._ctx._check(lib.wgml_optimizer_set_schedule(self._handle(), s))
+        self._schedule = {"warmup_steps": int(warmup_steps), "total_steps": int(total_steps),
+                          "min_lr_ratio": float(min_lr_ratio), "decay": decay}
 
-    def state(self, i):
+    def state(self, i: int) -> _t.Tuple[Tensor, Tensor]:
         """Views of parameter i's first and second moments (m, v)."""
         m, v = ffi.new("wgml_tensor **"), ffi.new("wgml_tensor **")
         self._ctx._check(lib.wgml_optimizer_state(self._handle(), int(i), m, v))
-        return _wrap(self._ctx, m[0]), _wrap(self._ctx, v[0])
+        return _wrap(self._ctx, m[0], storage=True), _wrap(self._ctx, v[0], storage=True)
+
+    # ------------------------------------------------------------ checkpoints
+
+    _MOMENTS = ("exp_avg", "exp_avg_sq")  # PyTorch's names for AdamW's m and v
+
+    def state_dict(self) -> _t.Dict[str, _t.Any]:
+        """What a resume needs, as PyTorch's optimiser state_dict: {"state": {i: {moment
+        name: NumPy array}}, "param_groups": [{"params": [indices], "weight_decay",
+        "lr_scale"}], "step", "lr" (the base lr), "schedule" (or None), "hyper" (the
+        constructor's numbers), "kind"}. Parameters are numbered over the groups in order.
+        Save it with the model's tensors (examples/save_resume.py) and give it to
+        load_state_dict of an optimiser made the same way."""
+        state = {}
+        for i in range(len(self.params)):
+            m, v = self.state(i)
+            state[i] = {name: t.numpy() for name, t in zip(self._MOMENTS, (m, v))}
+        return {"kind": self._name, "state": state, "param_groups": self._numbered_groups(), "step": self.steps,
+                "lr": self._base_lr, "schedule": dict(self._schedule) if self._schedule else None,
+                "hyper": dict(self._hyper)}
+
+    def load_state_dict(self, state_dict: _t.Dict[str, _t.Any]) -> None:
+        """Restores a state_dict(): the moments, step count, base lr and schedule. The
+        optimiser must have been made the same way (kind, parameter shapes, groups, the
+        constructor's numbers); a difference is a ValueError naming it (PyTorch would take
+        the saved group settings: here they are fixed when the optimiser is made)."""
+        sd = state_dict
+        if sd.get("kind") != self._name:
+            raise ValueError("load_state_dict: the state is of a %s optimiser, this is %s" % (sd.get("kind"), self._name))
+        if len(sd["state"]) != len(self.params):
+            raise ValueError("load_state_dict: the state has %d parameters, this optimiser %d"
+                             % (len(sd["state"]), len(self.params)))
+        mine = self._numbered_groups()
+        for i, (a, b) in enumerate(zip(mine, sd["param_groups"])):
+            if len(a["params"]) != len(b["params"]) or float(a["weight_decay"]) != float(b["weight_decay"]) or \
+                    float(a["lr_scale"]) != float(b["lr_scale"]):
+                raise ValueError("load_state_dict: param group %d differs (%r here, %r saved)" % (i, a, b))
+        if len(mine) != len(sd["param_groups"]):
+            raise ValueError("load_state_dict: %d param groups here, %d saved" % (len(mine), len(sd["param_groups"])))
+        for k, v in sd.get("hyper", {}).items():
+            if k in self._hyper and float(self._hyper[k]) != float(v):
+                raise ValueError("load_state_dict: %s is %r here, %r in the state" % (k, self._hyper[k], v))
+        for i in range(len(self.params)):
+            saved = sd["state"][i] if i in sd["state"] else sd["state"][str(i)]
+            for name, t in zip(self._MOMENTS, self.state(i)):
+                a = np.asarray(saved[name], dtype=np.float32)
+                if a.shape != t.shape:
+                    raise ValueError("load_state_dict: parameter %d's %s has shape %s, the parameter %s"
+                                     % (i, name, a.shape, t.shape))
+                t.write(a)
+        self.steps = int(sd["step"])
+        self.lr = float(sd["lr"])
+        self.set_schedule(None) if not sd.get("schedule") else self.set_schedule(**sd["schedule"])
+
+    def _numbered_groups(self) -> _t.List[_t.Dict[str, _t.Any]]:
+        """The parameter groups with their parameters as indices (state_dict's form)."""
+        out, k = [], 0
+        for g in self.param_groups:
+            out.append({"params": list(range(k, k + len(g["params"]))), "weight_decay": g["weight_decay"],
+                        "lr_scale": g["lr_scale"]})
+            k += len(g["params"])
+        return out
 
 
 class AdamW(Optimizer):
@@ -179,8 +264,10 @@ class AdamW(Optimizer):
     here as in the C API: pass 0.01 for torch.optim.AdamW's)."""
 
     _kind = lib.WGML_OPTIM_ADAMW
+    _name = "adamw"
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, max_grad_norm=0.0):
+    def __init__(self, params: _t.Iterable[_t.Any], lr: float = 1e-3, betas: _t.Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, max_grad_norm: float = 0.0):
         b1, b2 = betas
         super().__init__(params, lr, weight_decay, max_grad_norm, beta1=b1, beta2=b2, eps=eps)
 
@@ -189,7 +276,10 @@ class SGD(Optimizer):
     """SGD with momentum; weight decay is added to the gradient (L2), as PyTorch's."""
 
     _kind = lib.WGML_OPTIM_SGD
+    _name = "sgd"
+    _MOMENTS = ("momentum_buffer", "unused")  # the second moment is AdamW's only
 
-    def __init__(self, params, lr=1e-2, momentum=0.0, weight_decay=0.0, max_grad_norm=0.0):
+    def __init__(self, params: _t.Iterable[_t.Any], lr: float = 1e-2, momentum: float = 0.0,
+                 weight_decay: float = 0.0, max_grad_norm: float = 0.0):
         super().__init__(params, lr, weight_decay, max_grad_norm, momentum=momentum)
 

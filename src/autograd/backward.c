@@ -27,6 +27,7 @@ static bool has_rule(const T *t)
    for an op constant almost everywhere (argmax, comparisons: as in PyTorch, it passes none). */
 static int grad_inputs(T *t, T **out)
 {
+    if (t->op == WGML_OP_NONE && t->tape) { out[0] = t->tape; return 1; } /* evaluated: the graph it was */
     if (wgml_op_table[t->op].constant) return 0;
     if (t->op == WGML_OP_VIEW) { out[0] = NULL; out[1] = t->src[1]; return 2; }
     for (int i = 0; i < t->nsrc; i++) out[i] = t->src[i];
@@ -85,6 +86,10 @@ wgml_status wgml_requires_grad(wgml_tensor *t, int on)
     if (t->op != WGML_OP_NONE)
         return wgml_fail(t->ctx, WGML_ERROR_INVALID_ARGUMENT, "requires_grad: only evaluated (leaf) tensors can be trainable");
     t->requires_grad = on != 0;
+    if (on && t->tape) { /* a leaf now: gradients stop here, as at any trainable tensor */
+        wgml_tensor_unref(t->tape);
+        t->tape = NULL;
+    }
     return WGML_OK;
 }
 
@@ -111,10 +116,6 @@ wgml_status wgml_backward(wgml_tensor *loss)
     }
     if (!note_of(&o, loss)->needs) {
         order_free(&o);
-        if (loss->op == WGML_OP_NONE && !loss->requires_grad) /* evaluation dropped its graph */
-            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                             "backward: the loss was already evaluated (read or eval keeps only its value); "
-                             "call wgml_backward before reading it, then read it after the step");
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "backward: no trainable tensor (wgml_requires_grad) reaches the loss");
     }
     /* every op on the way must have a rule before any gradient is touched */
@@ -142,6 +143,9 @@ wgml_status wgml_backward(wgml_tensor *loss)
                 wgml_tensor_retain(acc);
                 if (t->grad) wgml_tensor_unref(t->grad);
                 t->grad = acc;
+            } else if (t->tape) { /* read before backward: on through the graph it was */
+                note *to = note_of(&o, t->tape);
+                if (to->needs) to->grad = to->grad ? wgml_add(ctx, to->grad, g) : g;
             }
             continue;
         }

@@ -2,12 +2,54 @@
  * Context creation and teardown: the runtime opened below, core's own state around it, and
  * the extensions of the layers above freed through their hooks.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "core/api_lock.h"
 #include "core/context.h"
 
 static _Thread_local char create_error[1024];
+
+/* Forks this process has gone through (counted in the child): a context whose count differs
+   was made by an ancestor. A counter rather than getpid() on every call: it costs a load. */
+static atomic_uint fork_count;
+static pthread_once_t fork_hook_once = PTHREAD_ONCE_INIT;
+static void count_fork_in_child(void) { atomic_fetch_add(&fork_count, 1); }
+static void install_fork_hook(void) { pthread_atfork(NULL, NULL, count_fork_in_child); }
+
+static bool made_here(const wgml_context *ctx) { return ctx->fork_generation == atomic_load(&fork_count); }
+
+wgml_status wgml_context_enter(wgml_context *ctx, const char *fn)
+{
+    if (!made_here(ctx))
+        return wgml_fail(ctx, WGML_ERROR_CONTEXT,
+                         "%s: this context was made by process %ld, and this process (%ld) is a child of it made by "
+                         "fork(): a context belongs to the process that made it; create a new context in the child "
+                         "(or start children with spawn rather than fork)",
+                         fn, ctx->pid, (long)getpid());
+    pthread_mutex_lock(&ctx->lock);
+    return WGML_OK;
+}
+
+void wgml_context_leave(wgml_context *ctx) { pthread_mutex_unlock(&ctx->lock); }
+
+wgml_tensor *wgml_refused_tensor(wgml_context *ctx)
+{
+    return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "%s", wgml_error_message(ctx));
+}
+
+wgml_status wgml_context_lock(wgml_context *ctx)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    return wgml_context_enter(ctx, "wgml_context_lock");
+}
+
+void wgml_context_unlock(wgml_context *ctx)
+{
+    if (ctx && made_here(ctx)) wgml_context_leave(ctx);
+}
 
 const char *wgml_last_create_error(void) { return create_error; }
 
@@ -31,8 +73,22 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
         snprintf(create_error, sizeof create_error, "out of host memory");
         return WGML_ERROR_OUT_OF_MEMORY;
     }
+    pthread_once(&fork_hook_once, install_fork_hook);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    int lock_failed = pthread_mutex_init(&ctx->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if (lock_failed) {
+        free(ctx);
+        snprintf(create_error, sizeof create_error, "wgml_context_create: could not make the context's lock");
+        return WGML_ERROR_OUT_OF_MEMORY;
+    }
+    ctx->fork_generation = atomic_load(&fork_count);
+    ctx->pid = (long)getpid();
     wgml_status st = wgml_runtime_open(&ctx->rt, &desc, create_error, sizeof create_error);
     if (st) {
+        pthread_mutex_destroy(&ctx->lock);
         free(ctx);
         return st;
     }
@@ -47,6 +103,12 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
 void wgml_context_free(wgml_context *ctx)
 {
     if (!ctx) return;
+    /* a fork's child leaves the parent's context alone: releasing its device here could wait
+       on the parent's threads forever */
+    if (!made_here(ctx)) return;
+    /* waits for a call another thread is inside (freeing a context while another thread
+       still calls it, or will, is the caller's bug, as in wgml.h) */
+    pthread_mutex_lock(&ctx->lock);
     wgml_tensors_free_all(ctx);
     for (int i = ctx->n_ext - 1; i >= 0; i--) {
         if (ctx->ext[i].release) ctx->ext[i].release(ctx, ctx->ext[i].state);
@@ -56,6 +118,8 @@ void wgml_context_free(wgml_context *ctx)
     wgml_bind_cache_clear(ctx);
     wgml_pipelines_destroy(ctx);
     wgml_runtime_close(&ctx->rt);
+    pthread_mutex_unlock(&ctx->lock);
+    pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
 

@@ -7,6 +7,7 @@
 #ifndef WGML_CORE_CONTEXT_H
 #define WGML_CORE_CONTEXT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,10 @@
 typedef void (*wgml_extension_release)(wgml_context *ctx, void *state);
 
 struct wgml_context {
+    /* held by every public call on the context (core/api_lock.h), recursive */
+    pthread_mutex_t lock;
+    unsigned fork_generation; /* the process's fork count when it was made: a child sees more */
+    long pid;                 /* the process that made it (for the child's message) */
     wgml_runtime rt;
     wgml_context_desc desc;  /* as given at creation (adapter_name not kept) */
     bool trusted_kernels;    /* compile hand-written kernels without runtime bounds checks */
@@ -35,6 +40,10 @@ struct wgml_context {
     /* live tensors and scopes */
     wgml_tensor *tensors;
     int scope_depth;
+    /* Evaluates the pending results that read one of bufs[0..n), before core overwrites them in
+       place (wgml_tensor_write), so a result keeps the value it had when built. Set by graph/
+       with the first lazy node (none before: nothing can be pending). */
+    wgml_status (*settle_readers)(wgml_context *ctx, int n, struct wgml_buffer *const *bufs);
 
     /* the layers above: state by key, freed in reverse order of registration */
     struct {

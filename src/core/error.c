@@ -5,28 +5,38 @@
 
 #include "core/context.h"
 
+/* The enum's identifiers; the words are the messages' */
+#define NAME(s) [s] = #s
 static const char *const status_names[WGML_STATUS_COUNT] = {
-    [WGML_OK] = "ok",
-    [WGML_ERROR_INVALID_ARGUMENT] = "invalid argument",
-    [WGML_ERROR_SHAPE] = "shape mismatch",
-    [WGML_ERROR_OVERFLOW] = "size overflow",
-    [WGML_ERROR_LIMIT] = "adapter limit exceeded",
-    [WGML_ERROR_NO_ADAPTER] = "no WebGPU adapter",
-    [WGML_ERROR_DEVICE] = "device creation failed",
-    [WGML_ERROR_DEVICE_LOST] = "device lost",
-    [WGML_ERROR_OUT_OF_MEMORY] = "out of memory",
-    [WGML_ERROR_VALIDATION] = "WebGPU validation error",
-    [WGML_ERROR_CONTEXT] = "tensor of another context",
-    [WGML_ERROR_NOT_FOUND] = "not found",
-    [WGML_ERROR_EXISTS] = "already exists",
-    [WGML_ERROR_IO] = "I/O error",
-    [WGML_ERROR_FORMAT] = "bad file format",
-    [WGML_ERROR_UNSUPPORTED] = "unsupported",
+    NAME(WGML_OK),
+    NAME(WGML_ERROR_INVALID_ARGUMENT),
+    NAME(WGML_ERROR_SHAPE),
+    NAME(WGML_ERROR_OVERFLOW),
+    NAME(WGML_ERROR_LIMIT),
+    NAME(WGML_ERROR_NO_ADAPTER),
+    NAME(WGML_ERROR_DEVICE),
+    NAME(WGML_ERROR_DEVICE_LOST),
+    NAME(WGML_ERROR_OUT_OF_MEMORY),
+    NAME(WGML_ERROR_VALIDATION),
+    NAME(WGML_ERROR_CONTEXT),
+    NAME(WGML_ERROR_NOT_FOUND),
+    NAME(WGML_ERROR_EXISTS),
+    NAME(WGML_ERROR_IO),
+    NAME(WGML_ERROR_FORMAT),
+    NAME(WGML_ERROR_UNSUPPORTED),
 };
+#undef NAME
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+const char *wgml_version(void)
+{
+    return STR(WGML_VERSION_MAJOR) "." STR(WGML_VERSION_MINOR) "." STR(WGML_VERSION_PATCH);
+}
 
 const char *wgml_status_name(wgml_status status)
 {
-    if ((int)status < 0 || status >= WGML_STATUS_COUNT) return "unknown status";
+    if ((int)status < 0 || status >= WGML_STATUS_COUNT) return "WGML_STATUS_UNKNOWN";
     return status_names[status];
 }
 

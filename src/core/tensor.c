@@ -14,12 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/api_lock.h"
 #include "core/context.h"
 
 bool wgml_tensor_valid(const wgml_tensor *t)
 {
     return t && t->magic == WGML_TENSOR_MAGIC;
 }
+
+wgml_context *wgml_tensor_owner(const wgml_tensor *t) { return wgml_tensor_valid(t) ? t->ctx : NULL; }
 
 wgml_status wgml_shape_check(wgml_context *ctx, int ndim, const int64_t *shape, int64_t *numel)
 {
@@ -147,6 +150,7 @@ static void tensor_destroy(wgml_tensor *t)
     for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
     if (t->buf) wgml_buffer_release(ctx, t->buf);
     if (t->grad) wgml_tensor_unref(t->grad);
+    if (t->tape) wgml_tensor_unref(t->tape);
     if (t->dest) wgml_buffer_release(ctx, t->dest);
     free(t->error);
     list_remove(ctx, t);
@@ -331,8 +335,14 @@ static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_d
             if (v[i] > t->range_hi) t->range_hi = v[i];
         }
     }
+    /* results built on the old values get them: they are evaluated before the write */
+    if (ctx->settle_readers && (st = ctx->settle_readers(ctx, 1, &t->buf))) return st;
     wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
     ctx->rt.stats.bytes_uploaded += n * 4;
+    if (t->tape) { /* every value is now the host's: constants to autograd, no graph behind them */
+        wgml_tensor_unref(t->tape);
+        t->tape = NULL;
+    }
     return WGML_OK;
 }
 

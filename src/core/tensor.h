@@ -68,10 +68,20 @@ struct wgml_tensor {
     int scope;       /* scope depth it was made in */
     wgml_tensor *all_prev, *all_next; /* the context's list of live tensors */
 
+    /* scratch of the walk that finds a buffer's pending readers (graph/executor.c), valid
+       while walk_epoch is that walk's */
+    uint32_t walk_epoch;
+    int walk_users;    /* live lazy nodes and views that take it as an input */
+    int8_t walk_reads; /* -1 not yet known, 0 no, 1 it reads one of the walk's buffers */
+
     /* autograd */
     bool requires_grad;
     wgml_tensor *grad; /* accumulated gradient (lazy until evaluated), same shape */
     int view_kind;     /* views: which movement made it (for its gradient), WGML_VIEW_* */
+    /* an evaluated tensor that a trainable tensor lies upstream of: the lazy node it was,
+       kept so that a read before wgml_backward (printing a loss) does not cut the graph;
+       backward passes its gradient through to it (owned: one reference) */
+    wgml_tensor *tape;
 };
 
 wgml_tensor *wgml_tensor_new(wgml_context *ctx, int ndim, const int64_t *shape);

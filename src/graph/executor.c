@@ -17,6 +17,7 @@ typedef struct sched_node {
     int kind;    /* SCHED_* */
     bool pinned; /* must get its own buffer (target, read through a view...) */
     bool target;
+    bool grad_path; /* a trainable tensor lies upstream: a target keeps its graph (tape) */
 } sched_node;
 
 /* The executor's extension of a context: buffers kept between evaluations, and the
@@ -35,6 +36,7 @@ typedef struct wgml_executor {
     wgml_ptrmap index;
     sched_node *nodes, none;
     size_t nnodes, cap;
+    uint32_t walk_epoch; /* the last pending-readers walk (wgml_pending_readers) */
 } wgml_executor;
 
 /* The scheduler's note on lazy node t in this evaluation; a zeroed note for other tensors. */
@@ -420,6 +422,41 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- tapes */
+
+/* Whether gradients could flow from s back to a trainable tensor (s's node notes filled). */
+static bool carries_grad(wgml_executor *ex, wgml_tensor *s)
+{
+    while (s->op == WGML_OP_VIEW) s = s->src[1] ? s->src[1] : s->src[0]; /* a view's gradient goes to its input */
+    if (s->op == WGML_OP_NONE) return s->requires_grad || s->tape;
+    return node_of(ex, s)->grad_path;
+}
+
+/* The lazy node t is (op, inputs, parameters) moved into a new node for t->tape, before t
+   becomes storage. The inputs' references move with them. */
+static wgml_status keep_tape(wgml_context *ctx, wgml_tensor *t)
+{
+    wgml_tensor *s = wgml_tensor_new(ctx, t->ndim, t->shape);
+    if (!s) return ctx->rt.status;
+    s->user_held = false; /* held only by t */
+    s->dtype = t->dtype;
+    s->tail = t->tail;
+    s->op = t->op;
+    s->nsrc = t->nsrc;
+    memcpy(s->src, t->src, sizeof s->src);
+    memcpy(s->fparam, t->fparam, sizeof s->fparam);
+    memcpy(s->iparam, t->iparam, sizeof s->iparam);
+    s->op_data = t->op_data;
+    s->view_kind = t->view_kind;
+    s->range_known = t->range_known;
+    s->range_lo = t->range_lo;
+    s->range_hi = t->range_hi;
+    t->nsrc = 0;
+    if (t->tape) wgml_tensor_unref(t->tape);
+    t->tape = s;
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- the graph */
 
 typedef struct readback {
@@ -460,6 +497,12 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     }
     for (size_t k = 0; k < order.n; k++) /* a node with a destination is its own kernel's output */
         if (order.items[k]->dest) node_of(ex, order.items[k])->pinned = node_of(ex, order.items[k])->target = true;
+    for (size_t k = 0; k < order.n; k++) { /* post-order: inputs are noted first */
+        wgml_tensor *t = order.items[k];
+        if (wgml_op_table[t->op].constant) continue; /* passes no gradient (detach, argmax) */
+        for (int i = 0; i < t->nsrc && !node_of(ex, t)->grad_path; i++)
+            node_of(ex, t)->grad_path = carries_grad(ex, t->src[i]);
+    }
     decide_fusion(ctx, ex, &order);
 
     /* launches per kernel node: one, or a few sharing a scratch buffer */
@@ -578,7 +621,10 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             t->buf = NULL;
             continue;
         }
-        for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
+        /* a result on the way from trainable tensors keeps its graph for a later backward
+           (gradients landing in a destination are never differentiated again) */
+        if (!(node_of(ex, t)->grad_path && !t->dest && keep_tape(ctx, t) == WGML_OK))
+            for (int i = 0; i < t->nsrc; i++) wgml_tensor_unref(t->src[i]);
         t->nsrc = 0;
         t->op = WGML_OP_NONE;
         if (t->dest) {
@@ -648,6 +694,71 @@ wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors)
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (n < 0 || (n > 0 && !tensors)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval: bad tensor list");
     return run(ctx, n, tensors, NULL);
+}
+
+/* ---------------------------------------------------------------- in-place writes */
+
+/* Whether t reads one of bufs, through its inputs (memoised in the walk's scratch). */
+static bool reads_any(wgml_tensor *t, int nbufs, struct wgml_buffer *const *bufs)
+{
+    if (t->walk_reads >= 0) return t->walk_reads;
+    bool r = false;
+    if (t->op == WGML_OP_NONE) {
+        for (int i = 0; i < nbufs && t->buf; i++) r |= t->buf == bufs[i];
+    } else {
+        for (int i = 0; i < t->nsrc && !r; i++) r = reads_any(t->src[i], nbufs, bufs);
+    }
+    t->walk_reads = r;
+    return r;
+}
+
+wgml_status wgml_pending_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs, wgml_tensor ***out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    wgml_executor *ex = executor_of(ctx);
+    if (!ex) return ctx->rt.status;
+    uint32_t epoch = ++ex->walk_epoch;
+    for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
+        t->walk_epoch = epoch;
+        t->walk_users = 0;
+        t->walk_reads = -1;
+    }
+    /* inputs of live nodes are live, so each is stamped above */
+    int lazy = 0;
+    for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
+        if (t->op == WGML_OP_NONE) continue;
+        lazy++;
+        for (int i = 0; i < t->nsrc; i++) t->src[i]->walk_users++;
+    }
+    if (!lazy) return WGML_OK;
+    node_list found = {0};
+    for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
+        /* a view of storage is an alias, not a pending result; error tensors never evaluate */
+        if (t->op == WGML_OP_NONE || wgml_tensor_base(t)->op == WGML_OP_NONE || t->status) continue;
+        if (t->refs <= t->walk_users || !reads_any(t, nbufs, bufs)) continue;
+        if (!list_push(&found, t)) {
+            free(found.items);
+            return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        }
+    }
+    if (found.n > INT32_MAX) {
+        free(found.items);
+        return wgml_fail(ctx, WGML_ERROR_LIMIT, "more than 2^31 pending results");
+    }
+    *out = found.items;
+    *n = (int)found.n;
+    return WGML_OK;
+}
+
+wgml_status wgml_settle_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs)
+{
+    wgml_tensor **readers;
+    int n;
+    wgml_status st = wgml_pending_readers(ctx, nbufs, bufs, &readers, &n);
+    if (!st && n) st = run(ctx, n, readers, NULL);
+    free(readers);
+    return st;
 }
 
 /* ---------------------------------------------------------------- reads */

@@ -117,6 +117,17 @@ typedef struct wgml_custom_op {
     wgml_status (*build)(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
 } wgml_custom_op;
 
+/* In-place writes. A pending result means what it meant when it was built, so before a
+   buffer is overwritten in place (wgml_tensor_write, an optimiser step) the pending results
+   that read it are evaluated. wgml_pending_readers finds them: the live lazy tensors (and
+   views of lazy tensors) that read one of bufs[0..nbufs), directly or through other pending
+   nodes, and that something other than pending nodes holds (a user's handle or scope, a
+   parameter's gradient, an optimiser); nodes held only by other pending nodes are computed
+   within their holders' evaluation. *out (malloc'd, free it; NULL when none) gets *n. */
+wgml_status wgml_pending_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs, wgml_tensor ***out, int *n);
+/* ... and evaluates them in one submit (the context's settle_readers hook). */
+wgml_status wgml_settle_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs);
+
 /* Whether t is computed inside its reader's fused kernel in the evaluation under way. */
 bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t);
 

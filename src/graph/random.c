@@ -6,7 +6,7 @@
  *
  * A node keeps the counters it took when it was built, so evaluating it later, or building
  * its gradient, uses the same numbers: iparam[0..1] hold the seed's low and high words,
- * iparam[2..3] the offset's; fparam holds lo, hi (rand), mean, std (randn) or p (dropout).
+ * iparam[2..3] the offset's, iparam[4] the stream; fparam holds lo, hi (rand), mean, std (randn) or p (dropout).
  */
 #include "graph/random.h"
 
@@ -28,6 +28,7 @@
 
 typedef struct rng {
     uint64_t seed, offset; /* offset counts Philox blocks (4 words each) */
+    uint32_t stream;       /* the counter's third word: a rank's own numbers (wgml_rng_set_stream) */
     bool started;
 } rng;
 
@@ -55,6 +56,21 @@ wgml_status wgml_rng_set_state(wgml_context *ctx, uint64_t seed, uint64_t offset
 }
 
 wgml_status wgml_manual_seed(wgml_context *ctx, uint64_t seed) { return wgml_rng_set_state(ctx, seed, 0); }
+
+wgml_status wgml_rng_set_stream(wgml_context *ctx, uint32_t stream)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    rng *r = rng_of(ctx);
+    if (!r) return ctx->rt.status;
+    r->stream = stream;
+    return WGML_OK;
+}
+
+uint32_t wgml_rng_stream(wgml_context *ctx)
+{
+    rng *r = ctx ? rng_of(ctx) : NULL;
+    return r ? r->stream : 0;
+}
 
 wgml_status wgml_rng_get_state(wgml_context *ctx, uint64_t *seed, uint64_t *offset)
 {
@@ -88,6 +104,7 @@ static wgml_tensor *random_node(wgml_context *ctx, wgml_op op, int ndim, const i
     if (!t || t->status) return t;
     uint32_t w[4] = {(uint32_t)r->seed, (uint32_t)(r->seed >> 32), (uint32_t)r->offset, (uint32_t)(r->offset >> 32)};
     memcpy(t->iparam, w, sizeof w);
+    t->iparam[4] = (int32_t)r->stream;
     r->offset += ((uint64_t)t->numel + 3) / 4;
     return t;
 }
@@ -272,7 +289,7 @@ typedef struct random_params {
     uint32_t seed_lo, seed_hi, offset_lo, offset_hi;
     float a, b, c;
     uint32_t zero;
-    uint32_t threshold, pad[3];
+    uint32_t threshold, stream, pad[2];
 } random_params;
 
 /* t [n] (dropout: x [n] -> t [n]) -> a thread per Philox block of 4 elements */
@@ -285,7 +302,7 @@ wgml_status wgml_build_random(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     uint32_t w[4]; /* the seed's and the offset's words */
     memcpy(w, t->iparam, sizeof w);
     random_params p = {.n = (uint32_t)n, .blocks = (uint32_t)blocks, .seed_lo = w[0], .seed_hi = w[1], .offset_lo = w[2],
-                       .offset_hi = w[3]};
+                       .offset_hi = w[3], .stream = (uint32_t)t->iparam[4]};
     p.gx = wgml_grid(ctx, (blocks + 255) / 256, l->groups);
     float f0 = t->fparam[0], f1 = t->fparam[1];
     if (mode == 0) { /* lo, hi - lo (as cpu/philox.c rounds it), the largest float below hi */

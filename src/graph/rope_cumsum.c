@@ -152,6 +152,15 @@ wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_des
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
                                  "rope: pos_offset %lld with T = %lld (x %s): positions pos_offset .. pos_offset + T - 1 "
                                  "must lie in 0..2^24", (long long)d.pos_offset, (long long)T, s);
+    /* the kernel reduces angles below 2^31 exactly (rope.wgsl); past that only a base below 1
+       (frequencies above 1) reaches */
+    int64_t last_pos = d.pos_offset + T - 1;
+    double freq_max = fmax(1.0, 1.0 / pow(base, (double)(D - 2) / (double)D)) * (1 + 1e-6);
+    if ((double)last_pos * freq_max >= 2147483648.0)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "rope: base = %g gives frequencies up to %g, and position %lld then an angle of %g, past "
+                                 "the 2^31 this kernel reduces exactly",
+                                 base, freq_max, (long long)last_pos, (double)last_pos * freq_max);
     wgml_tensor *c = wgml_as_contiguous(ctx, x);
     if (!c) return NULL;
     wgml_tensor *t = wgml_node_consuming(ctx, WGML_OP_ROPE, x->ndim, x->shape, 1, &c);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/api_lock.h"
 #include "core/context.h"
 #include "io/safetensors.h"
 
@@ -11,6 +12,8 @@ struct wgml_file {
     wgml_context *ctx;
     wgml_st_file st;
 };
+
+wgml_context *wgml_file_owner(const wgml_file *f) { return f ? f->ctx : NULL; }
 
 wgml_status wgml_save(wgml_context *ctx, const char *path, int n, const char *const *names, wgml_tensor *const *tensors,
                       int n_meta, const char *const *meta_keys, const char *const *meta_values)

@@ -1,7 +1,7 @@
 // Counter-based random numbers: Philox4x32-10 (Salmon et al., SC11). One thread per Philox
 // block of four elements; the mapping of elements to counters is cpu/philox.h's:
-//   block b = offset + thread (64-bit, carried here), key = seed, element 4 thread + k takes
-//   word k of the block.
+//   block b = offset + thread (64-bit, carried here), key = seed, counter (b, stream, 0),
+//   element 4 thread + k takes word k of the block.
 // graph/random.c puts before this source: MODE (0 uniform, 1 normal, 2 dropout), the output
 // binding Y and, for dropout, its input X (x_at reads it; the generators have none).
 //   uniform  y = min(lo + (hi - lo) u, below hi), u = (w >> 8) 2^-24: integers and correctly
@@ -14,7 +14,7 @@ struct Params {
     n: u32, blocks: u32, gx: u32, x_offset: u32,
     seed_lo: u32, seed_hi: u32, offset_lo: u32, offset_hi: u32,
     a: f32, b: f32, c: f32, zero: u32,  // uniform: lo, hi - lo, the float below hi; normal:
-    threshold: u32, _p0: u32, _p1: u32, _p2: u32,  // mean, std; dropout: scale; zero: 0
+    threshold: u32, stream: u32, _p1: u32, _p2: u32,  // mean, std; dropout: scale; zero: 0
 }
 @group(0) @binding(0) var<uniform> P: Params;
 
@@ -92,7 +92,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.x + gid.y * P.gx * 256u;
     if (t >= P.blocks) { return; }
     let lo = P.offset_lo + t;
-    let w = philox(vec4<u32>(lo, P.offset_hi + select(0u, 1u, lo < t), 0u, 0u), vec2<u32>(P.seed_lo, P.seed_hi));
+    let w = philox(vec4<u32>(lo, P.offset_hi + select(0u, 1u, lo < t), P.stream, 0u), vec2<u32>(P.seed_lo, P.seed_hi));
     var y: vec4<f32>;
     if (MODE == 0u) {
         let u = vec4<f32>(w >> vec4<u32>(8u)) * (1.0 / 16777216.0);

@@ -17,13 +17,52 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 const WG: u32 = 256u;
-// 2 pi in three parts (Cody and Waite): k C1 and k C2 are exact for |k| < 2^16, so the angle
-// reduced to [-pi, pi] keeps its accuracy up to |angle| ~ 4e5, where a GPU's sin and cos
-// (accurate on [-pi, pi] only, by WGSL's rules) would not
-const INV_2PI: f32 = 0.15915494309189535;
-const C1: f32 = 6.28125;
-const C2: f32 = 0.00193023681640625;
-const C3: f32 = 5.070363179981996e-06;
+
+// a * b as (low word, high word)
+fn mul_wide(a: u32, b: u32) -> vec2<u32> {
+    let a0 = a & 0xffffu;
+    let a1 = a >> 16u;
+    let b0 = b & 0xffffu;
+    let b1 = b >> 16u;
+    let p00 = a0 * b0;
+    let p01 = a0 * b1;
+    let p10 = a1 * b0;
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    return vec2<u32>((p00 & 0xffffu) | (mid << 16u), a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
+}
+
+// a (finite, >= 0, < 2^32: the host refuses larger angles) reduced to [-pi, pi), exactly but
+// for the last rounding to f32. A GPU's sin and cos are accurate on [-pi, pi] only (WGSL's
+// rules), and a reduction in f32 arithmetic (Cody and Waite) is exact only while the multiple
+// of 2 pi it takes off stays small (to ~4e5 with three parts). Here a = m 2^e with m the
+// 24-bit significand, and a / (2 pi) = m 2^e (1 / (2 pi)): the product of m with 96 bits of
+// 1 / (2 pi) in integer arithmetic gives the fraction of a turn to 32 bits, whatever a is.
+fn reduce_angle(a: f32) -> f32 {
+    let bits = bitcast<u32>(a);
+    let biased = bits >> 23u;
+    if (biased < 127u) { return a; } // below 1
+    let m = (bits & 0x7fffffu) | 0x800000u;
+    // 1 / (2 pi) = 0x0.28be60db 9391054a 7f09d5f4 ...
+    let t2 = mul_wide(m, 0x7f09d5f4u);
+    let t1 = mul_wide(m, 0x9391054au);
+    let t0 = mul_wide(m, 0x28be60dbu);
+    // p = m (1 / (2 pi)) 2^96 as four words, low first (the lowest is not needed)
+    let p1 = t2.y + t1.x;
+    let c1 = select(0u, 1u, p1 < t2.y);
+    let s2 = t1.y + t0.x;
+    let p2 = s2 + c1;
+    let c2 = select(0u, 1u, s2 < t1.y) + select(0u, 1u, p2 < s2);
+    let p3 = t0.y + c2;
+    // a / (2 pi) = p 2^(e - 96), e = biased - 150: the turn's fraction is bits b .. b + 31 of p
+    let b = 214u - biased; // 64 - e, in 56 .. 87 for 1 <= a < 2^32
+    let sh = b & 31u;
+    var lo = p1;
+    var hi = p2;
+    if (b >= 64u) { lo = p2; hi = p3; }
+    let frac = select((lo >> sh) | (hi << ((32u - sh) & 31u)), lo, sh == 0u);
+    // as a signed fraction in [-1/2, 1/2) of a turn, times 2 pi / 2^32
+    return f32(bitcast<i32>(frac)) * 1.4629180792671596e-09;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -32,9 +71,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let row = i / P.nj;
     let jj = i % P.nj;
     let j = P.j0 + jj;
-    let a = f32(row % P.T + P.pos_off) * P.freq[jj / 4u][jj % 4u];
-    let k = round(a * INV_2PI);
-    let r = ((a - k * C1) - k * C2) - k * C3;
+    let r = reduce_angle(f32(row % P.T + P.pos_off) * P.freq[jj / 4u][jj % 4u]);
     let c = cos(r);
     let s = select(sin(r), -sin(r), P.inverse != 0u);
     let il = P.interleaved != 0u;

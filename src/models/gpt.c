@@ -508,6 +508,13 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
     wgml_status st = wgml_optimizer_create_groups(g->ctx, &od, ng, groups, out);
     if (!st) st = wgml_optimizer_set_schedule(*out, &d->schedule);
     if (st && *out) wgml_optimizer_free(*out), *out = NULL;
+    if (!st) { /* what wgml_gpt_save records of the run */
+        wgml_gpt_run *r = &g->run;
+        r->lr = d->lr, r->weight_decay = d->weight_decay, r->max_grad_norm = d->max_grad_norm;
+        r->beta1 = d->beta1 > 0 ? d->beta1 : 0.9f, r->beta2 = d->beta2 > 0 ? d->beta2 : 0.99f;
+        r->warmup = d->schedule.warmup_steps, r->total_steps = d->schedule.total_steps;
+        r->min_lr_ratio = d->schedule.decay == WGML_LR_DECAY_NONE ? 1.0f : d->schedule.min_lr_ratio;
+    }
     free(order);
     free(groups);
     return st;
@@ -522,9 +529,14 @@ wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_te
     wgml_scope_begin(ctx);
     wgml_tensor *l = wgml_gpt_loss(g, ids, targets, g->cfg.dropout);
     wgml_status st = wgml_backward(l);
-    if (!st) st = wgml_optimizer_step(opt, 1, &l);
-    if (!st) wgml_keep(l), *loss = l;
+    wgml_keep(l);
+    /* the forward's and backward's tensors end here, before the step: they live on only as
+       the gradients' inputs, so the step, which first evaluates the results still held that
+       read the parameters, finds none but the loss and computes the rest once, as before */
     wgml_scope_end(ctx);
+    if (!st) st = wgml_optimizer_step(opt, 1, &l);
+    if (!st) *loss = l;
+    else wgml_tensor_free(l);
     return st;
 }
 

@@ -47,44 +47,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wgml.h"
+#include "wgml_gpt.h"
 
-typedef enum wgml_gpt_arch { WGML_GPT_GPT2 = 0, WGML_GPT_LLAMA = 1 } wgml_gpt_arch;
+/* The config, its queries and the functions the public API offers: wgml_gpt.h. What follows
+   is the library's own: the model as a value (tests, the benchmark), its KV cache, one
+   generation step. */
 
-typedef struct wgml_gpt_config {
-    wgml_gpt_arch arch;
-    int64_t vocab;    /* V, tokens */
-    int64_t block;    /* the longest context (GPT-2's position table) */
-    int64_t layers;
-    int64_t heads;    /* H */
-    int64_t kv_heads; /* Hkv, divides H (Llama; GPT-2: = H); 0 means H */
-    int64_t width;    /* C = H * D */
-    int64_t ffn;      /* F, the MLP's hidden width; 0 means 4C (GPT-2) or 8C/3 rounded up to a
-                         multiple of 32 (Llama) */
-    float dropout;    /* in [0, 1) */
-    float rope_base;  /* 0 means 10000 */
-    float norm_eps;   /* 0 means 1e-5 */
-} wgml_gpt_config;
+/* The settings of the run that trained a model (checkpoint metadata, gpt_checkpoint.h). */
+typedef struct wgml_gpt_run {
+    uint64_t seed; /* initial weights and the batches */
+    float lr, min_lr_ratio, weight_decay, max_grad_norm, beta1, beta2;
+    int64_t warmup, total_steps, batch, eval_every, eval_batches;
+    uint64_t rng_seed, rng_offset; /* the GPU generator after the checkpoint's step */
+    int64_t ranks;                 /* data-parallel processes of the run (0 is 1); a resume needs as many */
+    char data[256];                /* the text folder */
+} wgml_gpt_run;
 
-#define WGML_GPT_MAX_LAYERS 256
-#define WGML_GPT_NAME 48
-
-/* The config with its zeros replaced by the defaults; checks every field (a message names
-   the one out of range, e.g. "heads = 5 does not divide width = 32"). */
-wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *out, char *err, size_t errlen);
-
-/* The parameter count of a resolved config, and parameter i's name, dims and shape. */
-int wgml_gpt_param_count(const wgml_gpt_config *cfg);
-void wgml_gpt_param_info(const wgml_gpt_config *cfg, int i, char name[WGML_GPT_NAME], int *ndim, int64_t shape[2]);
-int64_t wgml_gpt_numel(const wgml_gpt_config *cfg); /* all parameters' elements */
-
-typedef struct wgml_gpt {
+struct wgml_gpt {
     wgml_context *ctx;
     wgml_gpt_config cfg; /* resolved */
     int n_params;
     wgml_tensor **params; /* in the order above */
     int *slot_param;      /* the parameter of each optimiser slot (wgml_gpt_optimizer_param) */
-} wgml_gpt;
+    /* the public handle's (models/gpt_api.c): what a checkpoint holds beside the weights */
+    int64_t step;
+    int vocab_size; /* 0: bytes 0..V-1 */
+    uint8_t vocab[256];
+    wgml_gpt_run run; /* written by wgml_gpt_save: the loaded one, or the last optimiser's */
+};
 
 /* A model with parameters from host data (params[i] has parameter i's elements), or
    initialised on the GPU from seed (wgml_manual_seed(seed) first: the context's generator
@@ -93,11 +83,6 @@ typedef struct wgml_gpt {
 wgml_status wgml_gpt_create(wgml_context *ctx, const wgml_gpt_config *cfg, const float *const *params, wgml_gpt *out);
 wgml_status wgml_gpt_init(wgml_context *ctx, const wgml_gpt_config *cfg, uint64_t seed, wgml_gpt *out);
 void wgml_gpt_free(wgml_gpt *g); /* safe on a zeroed or freed struct */
-
-/* Lazy: logits [B*T, V] for ids [B,T] (i32), T <= block; dropout p (0 in evaluation). */
-wgml_tensor *wgml_gpt_logits(wgml_gpt *g, wgml_tensor *ids, float dropout);
-/* Lazy: the mean cross-entropy of targets [B,T] (i32) given ids [B,T]. */
-wgml_tensor *wgml_gpt_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, float dropout);
 
 /* Generation with a KV cache: each layer's keys and values of the positions so far stay on
    the GPU, so a step feeds only the new tokens. */
@@ -116,12 +101,6 @@ void wgml_gpt_cache_free(wgml_gpt_cache *c, int64_t layers);
    c->len + T - 1 (at most block in all; NULL otherwise). */
 wgml_tensor *wgml_gpt_decode_logits(wgml_gpt *g, wgml_gpt_cache *c, wgml_tensor *ids);
 
-/* Lazy: a token drawn from logits [1,V] (i32 [1]), on the GPU: temperature 0 (or below 1e-4,
-   or NaN) takes the argmax; otherwise the top_k largest logits (top_k 0 or >= V: all; ties at the k-th value
-   are all kept) divided by temperature, sampled by the Gumbel-max trick from the context's
-   generator (wgml_rand). */
-wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, float temperature, int64_t top_k);
-
 /* One generation step in one submit: feeds ids (n >= 1 tokens) to the cache, draws the next
    token and reads back only its id. When the cache would pass the block, it restarts from
    the last block / 2 tokens of `history` (n_history of them, the ids so far, the new ones
@@ -129,26 +108,7 @@ wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, floa
 wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t *history, int64_t n_history,
                                    int64_t n_new, float temperature, int64_t top_k, int32_t *token);
 
-/* AdamW over the model's parameters (above). */
-typedef struct wgml_gpt_train_desc {
-    float lr, weight_decay, max_grad_norm;
-    float beta1, beta2; /* 0 means 0.9, 0.99 */
-    wgml_lr_schedule schedule;
-} wgml_gpt_train_desc;
-wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out);
-/* The model's parameter index of optimiser slot i. */
+/* (the optimiser: wgml_gpt.h) The model's parameter index of optimiser slot i. */
 int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot);
-
-/* One training step, one submit: the loss of targets given ids with the config's dropout,
-   its gradients, the optimiser's update; *loss is the batch's loss before the update. */
-wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets, float *loss);
-/* The same, submitted without waiting: *loss is the loss tensor (evaluated with the step;
-   the caller reads and frees it). Steps submitted one after another queue on the GPU while
-   the host builds the next, so a trainer that reads the losses every few steps keeps the
-   GPU busy through the host's work. */
-wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets,
-                                       wgml_tensor **loss);
-/* The loss without dropout or gradients. */
-wgml_status wgml_gpt_eval_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, float *loss);
 
 #endif

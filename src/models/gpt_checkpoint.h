@@ -20,14 +20,6 @@
 #include "io/safetensors.h"
 #include "models/gpt.h"
 
-typedef struct wgml_gpt_run {
-    uint64_t seed; /* initial weights and the batches */
-    float lr, min_lr_ratio, weight_decay, max_grad_norm, beta1, beta2;
-    int64_t warmup, total_steps, batch, eval_every, eval_batches;
-    uint64_t rng_seed, rng_offset; /* the GPU generator after the checkpoint's step */
-    int64_t ranks;                 /* data-parallel processes of the run (0 is 1); a resume needs as many */
-    char data[256];                /* the text folder */
-} wgml_gpt_run;
 
 typedef struct wgml_gpt_checkpoint {
     wgml_gpt_config cfg; /* resolved */
@@ -48,5 +40,7 @@ wgml_status wgml_gpt_checkpoint_model(wgml_context *ctx, const wgml_gpt_checkpoi
 /* Moments and step into opt (from wgml_gpt_optimizer on the checkpoint's model). */
 wgml_status wgml_gpt_checkpoint_restore_optimizer(const wgml_gpt_checkpoint *ck, wgml_gpt *g, wgml_optimizer *opt);
 void wgml_gpt_checkpoint_free(wgml_gpt_checkpoint *ck); /* safe on a zeroed or freed struct */
+/* The public handle (wgml_gpt_load) of a checkpoint read: its model, vocabulary, step, run. */
+wgml_status wgml_gpt_from_checkpoint(wgml_context *ctx, const wgml_gpt_checkpoint *ck, wgml_gpt **out);
 
 #endif

@@ -7,10 +7,10 @@
  * Built without MPI (WGML_HAVE_MPI undefined), or in a process no launcher started, the
  * process is rank 0 of 1: the collectives check their arguments and leave the data as it is.
  *
- * The library does not link MPI. Every MPI symbol used here is a weak reference: resolved
- * where the process has an MPI library loaded (the wgml command links it, as does any program
- * of the user's that uses MPI), null otherwise. So libwgml.so loads, and Python imports it,
- * on machines without MPI; a process without it is a single rank.
+ * The library does not link MPI. It reaches MPI through pointers (mpi_load): found in the
+ * process when a program links MPI itself, else, in a process an MPI launcher started, in the
+ * MPI library that wgml was built against, opened then. So libwgml.so and the wgml command
+ * load, and Python imports them, on machines without MPI, and one process never loads it.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -19,38 +19,98 @@
 #include <string.h>
 
 #ifdef WGML_HAVE_MPI
+#include <dlfcn.h>
 #include <mpi.h>
-#pragma weak MPI_Abort
-#pragma weak MPI_Allreduce
-#pragma weak MPI_Barrier
-#pragma weak MPI_Bcast
-#pragma weak MPI_Comm_free
-#pragma weak MPI_Comm_rank
-#pragma weak MPI_Comm_set_errhandler
-#pragma weak MPI_Comm_size
-#pragma weak MPI_Comm_split_type
-#pragma weak MPI_Error_string
-#pragma weak MPI_Finalize
-#pragma weak MPI_Iallreduce
-#pragma weak MPI_Init
-#pragma weak MPI_Initialized
-#pragma weak MPI_Wait
-#ifdef OPEN_MPI /* Open MPI's predefined handles are data symbols too */
-#pragma weak ompi_mpi_comm_world
-#pragma weak ompi_mpi_op_sum
-#pragma weak ompi_mpi_byte
-#pragma weak ompi_mpi_int
-#pragma weak ompi_mpi_int64_t
-#pragma weak ompi_mpi_float
-#pragma weak ompi_mpi_double
-#pragma weak ompi_mpi_errors_return
-#pragma weak ompi_mpi_info_null
-#pragma weak ompi_request_null
+/* The MPI functions used here, and Open MPI's predefined handles (data symbols behind
+   MPI_COMM_WORLD, MPI_SUM, ...; MPICH's are constants) */
+#define MPI_FUNCTIONS(X)                                                                                   \
+    X(Abort) X(Allreduce) X(Barrier) X(Bcast) X(Comm_free) X(Comm_rank) X(Comm_set_errhandler) X(Comm_size) \
+        X(Comm_split_type) X(Error_string) X(Finalize) X(Iallreduce) X(Init) X(Initialized) X(Wait)
+#ifdef OPEN_MPI
+#define MPI_HANDLES(X)                                                                                     \
+    X(ompi_mpi_comm_world) X(ompi_mpi_op_sum) X(ompi_mpi_byte) X(ompi_mpi_int) X(ompi_mpi_int64_t)        \
+        X(ompi_mpi_float) X(ompi_mpi_double) X(ompi_mpi_errors_return) X(ompi_mpi_info_null) X(ompi_request_null)
+#else
+#define MPI_HANDLES(X)
 #endif
-/* an MPI library is loaded in this process */
-static int mpi_loaded(void) { return MPI_Init != NULL && MPI_Initialized != NULL; }
+static struct {
+#define FUNCTION_FIELD(f) __typeof__(&MPI_##f) f;
+#define HANDLE_FIELD(h) __typeof__(h) *h;
+    MPI_FUNCTIONS(FUNCTION_FIELD) MPI_HANDLES(HANDLE_FIELD)
+#undef FUNCTION_FIELD
+#undef HANDLE_FIELD
+    int tried, ok;
+    char error[256];
+} mpi;
+
+/* Finds MPI: in the process, else (only called under a launcher) in the library named by
+   WGML_MPI_LIBRARY, else the one wgml was built against (WGML_MPI_SONAME, then its file
+   WGML_MPI_PATH). 1 when every symbol was found. */
+static int mpi_load(void)
+{
+    if (mpi.tried) return mpi.ok;
+    mpi.tried = 1;
+    void *h = dlopen(NULL, RTLD_NOW); /* the process's global symbols */
+    if (!h || !dlsym(h, "MPI_Init")) {
+        const char *lib = getenv("WGML_MPI_LIBRARY");
+        if (lib && *lib) {
+            h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+        } else if (!(h = dlopen(WGML_MPI_SONAME, RTLD_NOW | RTLD_GLOBAL))) {
+            h = dlopen(WGML_MPI_PATH, RTLD_NOW | RTLD_GLOBAL);
+        }
+        if (!h) {
+            const char *e = dlerror();
+            snprintf(mpi.error, sizeof mpi.error, "%s", e ? e : "no MPI library");
+            return 0;
+        }
+    }
+    /* (the POSIX way to store dlsym's object pointer in a function pointer) */
+#define FIND(name, field)                                                                \
+    if (!(*(void **)&mpi.field = dlsym(h, name))) {                                      \
+        snprintf(mpi.error, sizeof mpi.error, "%s has no %s", WGML_MPI_SONAME, name);   \
+        return 0;                                                                        \
+    }
+#define FIND_FUNCTION(f) FIND("MPI_" #f, f)
+#define FIND_HANDLE(x) FIND(#x, x)
+    MPI_FUNCTIONS(FIND_FUNCTION)
+    MPI_HANDLES(FIND_HANDLE)
+#undef FIND
+#undef FIND_FUNCTION
+#undef FIND_HANDLE
+    return mpi.ok = 1;
+}
+
+/* From here on, MPI's names in this file are the pointers found */
+#define MPI_Abort (*mpi.Abort)
+#define MPI_Allreduce (*mpi.Allreduce)
+#define MPI_Barrier (*mpi.Barrier)
+#define MPI_Bcast (*mpi.Bcast)
+#define MPI_Comm_free (*mpi.Comm_free)
+#define MPI_Comm_rank (*mpi.Comm_rank)
+#define MPI_Comm_set_errhandler (*mpi.Comm_set_errhandler)
+#define MPI_Comm_size (*mpi.Comm_size)
+#define MPI_Comm_split_type (*mpi.Comm_split_type)
+#define MPI_Error_string (*mpi.Error_string)
+#define MPI_Finalize (*mpi.Finalize)
+#define MPI_Iallreduce (*mpi.Iallreduce)
+#define MPI_Init (*mpi.Init)
+#define MPI_Initialized (*mpi.Initialized)
+#define MPI_Wait (*mpi.Wait)
+#ifdef OPEN_MPI
+#define ompi_mpi_comm_world (*mpi.ompi_mpi_comm_world)
+#define ompi_mpi_op_sum (*mpi.ompi_mpi_op_sum)
+#define ompi_mpi_byte (*mpi.ompi_mpi_byte)
+#define ompi_mpi_int (*mpi.ompi_mpi_int)
+#define ompi_mpi_int64_t (*mpi.ompi_mpi_int64_t)
+#define ompi_mpi_float (*mpi.ompi_mpi_float)
+#define ompi_mpi_double (*mpi.ompi_mpi_double)
+#define ompi_mpi_errors_return (*mpi.ompi_mpi_errors_return)
+#define ompi_mpi_info_null (*mpi.ompi_mpi_info_null)
+#define ompi_request_null (*mpi.ompi_request_null)
+#endif
 #endif
 
+#include "core/api_lock.h"
 #include "graph/executor.h"
 
 #define DEFAULT_BUCKET_FLOATS (4u << 20)
@@ -132,12 +192,11 @@ wgml_status wgml_dist_init(void)
 {
     if (dist.started) return WGML_OK;
 #ifdef WGML_HAVE_MPI
-    if (launched() && !mpi_loaded()) {
+    if (launched() && !mpi_load()) {
         const char *n = launcher_size();
         if (n && strcmp(n, "1") != 0)
-            return dist_fail(WGML_ERROR_UNSUPPORTED,
-                             "dist_init: started by mpirun with %s ranks, but this process has no MPI library "
-                             "loaded (link the program with MPI, e.g. -lmpi)", n);
+            return dist_fail(WGML_ERROR_UNSUPPORTED, "dist_init: started by mpirun with %s ranks, but MPI could not be loaded: %s",
+                             n, mpi.error);
     } else if (launched()) {
         int inited = 0, rc;
         MPI_Initialized(&inited);
@@ -438,5 +497,8 @@ static wgml_status average_gradients(wgml_optimizer *opt, wgml_tensor *grads, vo
 wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
 {
     if (!opt) return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_data_parallel: opt is NULL");
-    return dist.mpi ? wgml_optimizer_set_grad_hook(opt, average_gradients, NULL) : WGML_OK;
+    if (!dist.mpi) return WGML_OK;
+    /* each rank its own random numbers (dropout), from the seed they share */
+    wgml_status st = wgml_rng_set_stream(wgml_optimizer_owner(opt), (uint32_t)wgml_dist_rank());
+    return st ? st : wgml_optimizer_set_grad_hook(opt, average_gradients, NULL);
 }

@@ -101,11 +101,15 @@ wgml_status wgml_mlp_train_step(wgml_mlp *m, wgml_optimizer *opt, wgml_tensor *x
     if (!st) st = wgml_tensor_from_data(ctx, 1, &two, e1, 2, &u1);
     wgml_tensor *both = wgml_add(ctx, wgml_mul(ctx, l, u0), wgml_mul(ctx, c, u1));
     if (!st) st = wgml_backward(l);
+    /* the graph's tensors end before the step (see wgml_gpt_train_step_submit): the step
+       then has no held result besides `both` to evaluate before it updates the weights */
+    wgml_keep(both);
+    wgml_scope_end(ctx);
     if (!st) st = wgml_optimizer_step(opt, 1, &both);
     float out[2] = {NAN, NAN};
     if (!st) st = wgml_tensor_read(both, out, 2);
     if (loss) *loss = out[0];
     if (correct) *correct = out[1];
-    wgml_scope_end(ctx);
+    wgml_tensor_free(both);
     return st;
 }

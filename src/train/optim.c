@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/api_lock.h"
 #include "graph/build.h"
 #include "graph/executor.h"
 
@@ -52,6 +53,8 @@ struct wgml_optimizer {
 };
 
 static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
+
+wgml_context *wgml_optimizer_owner(const wgml_optimizer *o) { return o ? o->ctx : NULL; }
 
 static wgml_buffer *flat_zeros(wgml_context *ctx, int64_t n)
 {
@@ -351,15 +354,33 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
     wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (n_extra < 0 || (n_extra && !extra)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: bad extra list");
+    /* The step overwrites the parameters, both moments and the gradient slots in place:
+       pending results that read them (logits the user still holds, a gradient taken before
+       the step) are evaluated first, in the same submit, so they keep their values. */
+    wgml_buffer *written[4] = {opt->P, opt->G, opt->M, opt->V};
+    wgml_tensor **readers = NULL;
+    int n_readers = 0;
+    if ((st = wgml_pending_readers(ctx, 4, written, &readers, &n_readers))) return st;
     /* each gradient, written into its slot of G; the squared norm summed over them */
-    wgml_tensor **targets = calloc((size_t)(opt->n + n_extra + 2), sizeof *targets);
+    wgml_tensor **targets = calloc((size_t)(n_readers + opt->n + n_extra + 2), sizeof *targets);
     wgml_tensor **grads = calloc((size_t)opt->n, sizeof *grads);
     if (!targets || !grads) {
         free(targets);
         free(grads);
+        free(readers);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
     int nt = 0;
+    /* first: their graphs run before any gradient lands in its slot. The parameters' own
+       gradients and the extras are among them; they keep their places below (the order
+       matters for memory), which are before the update too */
+    for (int i = 0; i < n_readers; i++) {
+        bool placed = false;
+        for (int k = 0; k < opt->n && !placed; k++) placed = readers[i] == opt->params[k]->grad;
+        for (int k = 0; k < n_extra && !placed; k++) placed = readers[i] == extra[k];
+        if (!placed) targets[nt++] = readers[i];
+    }
+    free(readers);
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
     /* the last parameter's gradient first: the executor orders the graph depth first from
@@ -389,18 +410,23 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         g->offset = opt->slot[i]; /* readers in this evaluation find it in its slot */
         grads[i] = g;
         targets[nt++] = g;
-        wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, g, g));
-        norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;
+    }
+    if (!st) {
+        for (int i = 0; i < n_extra; i++) targets[nt++] = extra[i];
+        /* with a hook, the gradients (and extras) are evaluated first and handed to it; the
+           norm and the update then read what it left in the flat buffer, in a second submit
+           (so they are built after it: its writes would otherwise evaluate them first) */
+        if (opt->hook) st = run_hook(opt, nt, targets);
+        for (int r = opt->n - 1; r >= 0 && !st; r--) {
+            wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, grads[r], grads[r]));
+            norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;
+        }
     }
     if (!st) {
         wgml_tensor *src[1] = {norm2};
         int64_t one = 1;
         wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
         upd->op_data = &opt->step_op;
-        for (int i = 0; i < n_extra; i++) targets[nt++] = extra[i];
-        /* with a hook, the gradients (and extras) are evaluated first and handed to it; the
-           norm and the update then read what it left in the flat buffer, in a second submit */
-        if (opt->hook) st = run_hook(opt, nt, targets);
         targets[nt++] = norm2;
         targets[nt++] = upd; /* last: it runs after every reader of the old parameters */
         if (!st) st = wgml_graph_eval(ctx, nt, targets);

@@ -607,6 +607,10 @@ static int cmd_gpt_train(int argc, char **argv)
         else snprintf(out_dir, sizeof out_dir, ".");
         o.out = out_dir;
     }
+    /* a batch the ranks cannot split is refused by every rank before rank 0 locks the folder:
+       mpirun kills rank 0 when another rank exits, and a killed rank 0 may still be alive
+       (its lock in force) when the next run starts */
+    if (!o.resume && cli_dist_check_batch("wgml gpt train", o.run.batch)) return 1;
     /* the folder is this run's alone: a run it holds is continued or replaced on purpose */
     static const char *const run_files[] = {"gpt.safetensors", "metrics.csv", "init.safetensors", NULL};
     cli_out_lock lock = {0};

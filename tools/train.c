@@ -482,6 +482,10 @@ static int train_run(int argc, char **argv)
     options o = {0};
     int prc = parse_options(argc, argv, &o);
     if (prc) return prc == 1 ? 0 : 2;
+    /* a batch the ranks cannot split is refused by every rank before rank 0 locks the folder:
+       mpirun kills rank 0 when another rank exits, and a killed rank 0 may still be alive
+       (its lock in force) when the next run starts */
+    if (!o.resume && cli_dist_check_batch("wgml train", o.s.batch)) return 1;
     /* the folder is this run's alone: a run it holds is continued or replaced on purpose */
     static const char *const run_files[] = {"checkpoint.safetensors", "metrics.csv", NULL};
     cli_out_lock lock = {0};

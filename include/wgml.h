@@ -828,7 +828,11 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
 /* Every environment variable the library reads; none is needed in normal use. Each is read
    once per context (when it is made or first needs the variable), except where noted.
-   Choosing the adapter (a wgml_context_desc field, when set, wins):
+   Choosing the runtime and the adapter (a wgml_context_desc field, when set, wins):
+     WGML_RUNTIME=auto|wgpu-native|dawn     .runtime
+     WGML_DAWN_LIBRARY=<file>               Dawn's libwebgpu_dawn.so to open instead of wgml's
+     WGML_WGPU_NATIVE_LIBRARY=<file>        wgpu-native's library to open instead of wgml's
+     WGML_DAWN_TOGGLES=a,b,...              more Dawn device toggles (experiments)
      WGML_BACKEND=vulkan|metal|dx12|gl|all  .backend
      WGML_ADAPTER=<part of a name>          .adapter_name
      WGML_ADAPTER_INDEX=N                   .adapter_index

@@ -90,6 +90,9 @@ WGML_API wgml_tensor *const *wgml_gpt_params(const wgml_gpt *g, int *n);
 WGML_API int wgml_gpt_vocab(const wgml_gpt *g, const uint8_t **bytes);
 /* Sets it: n = V distinct bytes in increasing order (what a checkpoint holds). */
 WGML_API wgml_status wgml_gpt_set_vocab(wgml_gpt *g, const uint8_t *bytes, int n);
+/* Sets the config's dropout, p in [0, 1), which training steps use from then on (fine-tuning
+   a loaded model with another rate); saved with the model. */
+WGML_API wgml_status wgml_gpt_set_dropout(wgml_gpt *g, float p);
 
 /* ---------------------------------------------------------------- computing */
 
@@ -127,6 +130,11 @@ WGML_API wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt
 typedef struct wgml_gpt_sample_desc {
     float temperature; /* 0 (or below 1e-4): the argmax; else logits / temperature */
     int64_t top_k;     /* 0: every token; else only the top_k largest logits (ties kept) */
+    float top_p;       /* 0 or 1: every token (of top_k); else nucleus sampling: only the fewest
+                          likeliest tokens whose probabilities reach top_p (at temperature >=
+                          1e-4), drawn on the host (each token's logits read back) by u, the
+                          number a 1-element wgml_rand would draw at the context's generator
+                          state, which then moves on by one block */
 } wgml_gpt_sample_desc;
 
 /* Lazy: a token drawn from logits [1,V] (i32 [1]) on the GPU, by the Gumbel-max trick from the

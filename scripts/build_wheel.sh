@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Python package's manylinux wheel from this source tree: `pip wheel ./python`
-# (scikit-build-core compiles libwgml with CMake and puts it, wgpu-native and wgml.h inside
+# (scikit-build-core compiles libwgml with CMake and puts it, wgpu-native, wgml.h and wgml_gpt.h inside
 # the package), then `auditwheel repair`, which bundles the remaining libraries (jansson) and
 # tags the wheel manylinux_2_X for the oldest glibc its symbols allow. The build tools are
 # scripts/requirements-wheel.txt's (pinned with hashes; scripts/deps.sh installs them into

@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -116,6 +117,21 @@ static void rewrite(const char *src, const char *dst, const char *name, int ndim
     wgml_st_file_free(&f);
 }
 
+/* src with element `index` of tensor `name` set to value, as dst. */
+static void poke(const char *src, const char *dst, const char *name, int64_t index, float value)
+{
+    wgml_st_file f;
+    char err[512];
+    CHECK(wgml_safetensors_read(src, &f, err, sizeof err) == WGML_OK);
+    for (int i = 0; i < f.count; i++)
+        if (strcmp(f.tensors[i].name, name) == 0) f.tensors[i].data[index] = value;
+    const char *keys[32], *vals[32];
+    CHECK(f.meta_count <= 32);
+    for (int i = 0; i < f.meta_count && i < 32; i++) keys[i] = f.meta_keys[i], vals[i] = f.meta_values[i];
+    CHECK(wgml_safetensors_write(dst, f.tensors, f.count, keys, vals, f.meta_count, err, sizeof err) == WGML_OK);
+    wgml_st_file_free(&f);
+}
+
 /* Reading path must fail with `want` and a message holding each of the needles. */
 static void refused(wgml_context *ctx, const char *path, wgml_status want, const char *what, const char *const *needles)
 {
@@ -152,7 +168,7 @@ static void round_trip(void)
     CHECK(ck.stored == (WGML_CK_SEED | WGML_CK_LR | WGML_CK_WEIGHT_DECAY | WGML_CK_MAX_GRAD_NORM | WGML_CK_BATCH));
     /* settings read back as the very same values */
     CHECK(ck.settings.seed == 7 && ck.settings.lr == 0.0123f && ck.settings.weight_decay == 0.01f &&
-          ck.settings.max_grad_norm == 0.5f && ck.settings.batch == 4);
+          ck.settings.max_grad_norm == 0.5f && ck.settings.batch == 4 && ck.settings.ranks == 1); /* ranks 0 is written 1 */
     CHECK(strcmp(wgml_st_meta(&ck.file, "lr"), "0.0123") == 0); /* the shortest exact text */
 
     CHECK_OK(ctx, wgml_checkpoint_mlp(ctx, &ck, &back));
@@ -206,6 +222,7 @@ static void refuses_bad_tensors(void)
     wgml_optimizer *opt = NULL;
     char good[512], bad[512];
     saved_model(ctx, &m, &opt, good, bad);
+    wgml_checkpoint ck;
 
     const int64_t one[1] = {1}, three[1] = {3}, transposed[2] = {8, 12};
     rewrite(good, bad, "W0.v", 1, one, NULL, NULL);
@@ -224,9 +241,19 @@ static void refuses_bad_tensors(void)
     refused(ctx, bad, WGML_ERROR_FORMAT, "moment b0.v missing", (const char *const[]){"'b0.v' is missing", "7 of the 8", NULL});
     rewrite(good, bad, "W2", 2, transposed, NULL, NULL);
     refused(ctx, bad, WGML_ERROR_FORMAT, "a third layer's weight", (const char *const[]){"unexpected tensor 'W2'", NULL});
+    /* moments no AdamW step can leave: refused when read, not at the first step */
+    poke(good, bad, "W0.v", 17, -0.25f);
+    refused(ctx, bad, WGML_ERROR_FORMAT, "a negative second moment",
+            (const char *const[]){"optimiser moment 'W0.v' holds -0.25 at element 17", "corrupt", NULL});
+    poke(good, bad, "b1.m", 4, NAN);
+    refused(ctx, bad, WGML_ERROR_FORMAT, "a first moment NaN", (const char *const[]){"optimiser moment 'b1.m' holds nan at element 4", NULL});
+    poke(good, bad, "b0.v", 0, INFINITY);
+    refused(ctx, bad, WGML_ERROR_FORMAT, "a second moment inf", (const char *const[]){"'b0.v' holds inf at element 0", NULL});
+    poke(good, bad, "W0.m", 3, -5.0f); /* a first moment may be negative */
+    CHECK_OK(ctx, wgml_checkpoint_read(ctx, bad, &ck));
+    wgml_checkpoint_free(&ck);
 
     /* Weights only: fine for evaluation, refused for resuming. */
-    wgml_checkpoint ck;
     const char *moments[] = {"W0.m", "W0.v", "b0.m", "b0.v", "W1.m", "W1.v", "b1.m", "b1.v"};
     char from[512], to[512];
     snprintf(from, sizeof from, "%s", good);
@@ -267,7 +294,7 @@ static void refuses_bad_metadata(void)
         {"step", "-1"}, {"step", "9223372036854775808"}, {"seed", "-1"}, {"seed", "0x7"},
         {"lr", "nan"}, {"lr", "-1"}, {"lr", "1e40"}, {"weight_decay", "inf"}, {"max_grad_norm", "0.5.1"},
         {"batch", "0"}, {"batch", "4294967300"}, {"sizes", "12,8,abc"}, {"sizes", "12,,5"}, {"sizes", "12,8,5,"},
-        {"sizes", "12"}, {"sizes", "12,-8,5"}, {"sizes", "1,1,1,1,1,1,1,1,1"},
+        {"sizes", "12"}, {"sizes", "12,-8,5"}, {"sizes", "1,1,1,1,1,1,1,1,1"}, {"ranks", "0"}, {"ranks", "two"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rewrite(good, bad, NULL, 0, NULL, cases[i].key, cases[i].value);

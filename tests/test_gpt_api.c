@@ -3,9 +3,12 @@
  * its optimiser and loaded back has the same config, step, vocabulary and bit-identical
  * weights, and training goes on from the file exactly as from memory (the moments restored);
  * greedy generation gives the argmax of the full forward's last logits at each step, a
- * callback sees (and can stop) the tokens, and generation runs on past the block; bad files,
- * configs, vocabularies and prompts are refused with messages.
+ * callback sees (and can stop) the tokens, and generation runs on past the block; nucleus
+ * (top-p) sampling draws the token the rule gives for the forward's logits and the generator's
+ * number; a dropout set on a loaded model is saved and changes its training steps; bad files,
+ * configs, vocabularies, prompts and sampling settings are refused with messages.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +183,127 @@ static void generation_is_the_forward_argmax(void)
     wgml_gpt_delete(g);
 }
 
+/* The nucleus rule in double: softmax(logits / temp) sorted, the fewest likeliest tokens
+   whose probabilities reach top_p, u in [0, 1) scaled to their mass picks one. */
+static int nucleus_reference(const float *logits, double temp, double top_p, double u)
+{
+    int order[V];
+    double p[V], sum = 0, kept = 0;
+    for (int v = 0; v < V; v++) order[v] = v;
+    for (int a = 0; a < V; a++)
+        for (int b = a + 1; b < V; b++)
+            if (logits[order[b]] > logits[order[a]]) {
+                int x = order[a];
+                order[a] = order[b], order[b] = x;
+            }
+    for (int k = 0; k < V; k++) sum += p[k] = exp(((double)logits[order[k]] - (double)logits[order[0]]) / temp);
+    int m = 0;
+    while (m < V && (m == 0 || kept < top_p * sum)) kept += p[m++];
+    u *= kept;
+    for (int k = 0; k < m; k++)
+        if ((u -= p[k]) < 0) return order[k];
+    return order[m - 1];
+}
+
+static void nucleus_sampling(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config cfg = small_config(WGML_GPT_GPT2);
+    wgml_gpt *g = NULL;
+    CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 21, &g));
+    if (!g) return;
+    enum { P = 4 };
+    int32_t prompt[P] = {2, 19, 7, 11};
+    wgml_tensor *ids = test_tensor_i32(ctx, 2, (int64_t[2]){1, P}, prompt);
+    float *logits = test_read_new(ctx, "logits", wgml_gpt_logits(g, ids, 0), (int64_t)P * V);
+    if (!logits) return;
+    const float *last = logits + (size_t)(P - 1) * V;
+    /* several seeds, so that more than the likeliest token is drawn */
+    int distinct = 0, first = -1;
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+        const wgml_gpt_sample_desc d = {.temperature = 1.5f, .top_p = 0.7f};
+        int32_t tok = -1;
+        CHECK_OK(ctx, wgml_manual_seed(ctx, seed));
+        CHECK_OK(ctx, wgml_gpt_generate(g, prompt, P, 1, &d, &tok, NULL, NULL));
+        uint64_t s, offset = 99;
+        CHECK_OK(ctx, wgml_rng_get_state(ctx, &s, &offset));
+        CHECK(s == seed && offset == 1); /* one block a token */
+        CHECK_OK(ctx, wgml_manual_seed(ctx, seed));
+        float *u = test_read_new(ctx, "u", wgml_rand(ctx, 1, (int64_t[1]){1}, 0, 1), 1);
+        if (!u) break;
+        int want = nucleus_reference(last, 1.5, 0.7, (double)*u);
+        if (tok != want) fprintf(stderr, "  seed %llu: drew %d, the rule gives %d (u = %g)\n", (unsigned long long)seed, tok, want,
+                                 (double)*u);
+        CHECK(tok == want);
+        if (first < 0) first = tok;
+        distinct += tok != first;
+        free(u);
+    }
+    CHECK(distinct > 0);
+    /* a tiny top_p keeps the likeliest token alone: greedy */
+    int32_t greedy[6], tiny[6];
+    const wgml_gpt_sample_desc one = {.temperature = 1.0f, .top_p = 1e-6f};
+    CHECK_OK(ctx, wgml_gpt_generate(g, prompt, P, 6, NULL, greedy, NULL, NULL));
+    CHECK_OK(ctx, wgml_gpt_generate(g, prompt, P, 6, &one, tiny, NULL, NULL));
+    CHECK(memcmp(greedy, tiny, sizeof greedy) == 0);
+    const wgml_gpt_sample_desc over = {.temperature = 1.0f, .top_p = 1.5f}, nan_p = {.temperature = 1.0f, .top_p = NAN};
+    CHECK_STATUS(ctx, wgml_gpt_generate(g, prompt, P, 2, &over, NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "top_p"));
+    CHECK_STATUS(ctx, wgml_gpt_generate(g, prompt, P, 2, &nan_p, NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    free(logits);
+    wgml_tensor_free(ids);
+    wgml_gpt_delete(g);
+}
+
+/* A dropout set on a model is its config's (saved with it) and its training steps use it. */
+static void dropout_set_on_a_model(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config cfg = small_config(WGML_GPT_LLAMA), got;
+    wgml_gpt *g = NULL, *h = NULL;
+    char path[256];
+    scratch_path(path, sizeof path, "dropout");
+    CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 8, &g));
+    if (!g) return;
+    CHECK_OK(ctx, wgml_gpt_save(g, path, NULL));
+    CHECK_STATUS(ctx, wgml_gpt_set_dropout(g, 1.0f), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "wgml_gpt_set_dropout"));
+    CHECK_STATUS(ctx, wgml_gpt_set_dropout(g, -0.1f), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_OK(ctx, wgml_gpt_set_dropout(g, 0.5f));
+    CHECK_OK(ctx, wgml_gpt_get_config(g, &got));
+    CHECK(got.dropout == 0.5f);
+    CHECK_OK(ctx, wgml_gpt_load(ctx, path, &h)); /* the same weights, dropout 0 */
+    if (!h) {
+        wgml_gpt_delete(g);
+        return;
+    }
+    wgml_tensor *ids = random_ids(ctx, B, T), *targets = random_ids(ctx, B, T);
+    float eval = 0, plain = 0, dropped = 0;
+    CHECK_OK(ctx, wgml_gpt_eval_loss(h, ids, targets, &eval));
+    const wgml_gpt_train_desc d = {.lr = 1e-3f};
+    wgml_optimizer *oh = NULL, *og = NULL;
+    CHECK_OK(ctx, wgml_gpt_optimizer(h, &d, &oh));
+    CHECK_OK(ctx, wgml_gpt_optimizer(g, &d, &og));
+    CHECK_OK(ctx, wgml_manual_seed(ctx, 4));
+    CHECK_OK(ctx, wgml_gpt_train_step(h, oh, ids, targets, &plain));
+    CHECK_OK(ctx, wgml_manual_seed(ctx, 4));
+    CHECK_OK(ctx, wgml_gpt_train_step(g, og, ids, targets, &dropped));
+    CHECK(fabsf(plain - eval) <= 1e-5f * fabsf(eval)); /* no dropout: the evaluation's loss */
+    /* half the activations dropped: a change far past rounding, though small (a new model's
+       logits are near 0, its loss near log V whatever is dropped) */
+    CHECK(fabsf(dropped - eval) > 1e-4f);
+    /* saved with the model */
+    CHECK_OK(ctx, wgml_gpt_save(g, path, NULL));
+    wgml_gpt_delete(h), h = NULL;
+    CHECK_OK(ctx, wgml_gpt_load(ctx, path, &h));
+    CHECK_OK(ctx, wgml_gpt_get_config(h, &got));
+    CHECK(got.dropout == 0.5f);
+    unlink(path);
+    wgml_optimizer_free(oh), wgml_optimizer_free(og);
+    wgml_tensor_free(ids), wgml_tensor_free(targets);
+    wgml_gpt_delete(g), wgml_gpt_delete(h);
+}
+
 static void bad_input_is_refused(void)
 {
     wgml_context *ctx = test_context();
@@ -225,6 +349,8 @@ int main(void)
 {
     TEST_RUN(save_load_and_resume);
     TEST_RUN(generation_is_the_forward_argmax);
+    TEST_RUN(nucleus_sampling);
+    TEST_RUN(dropout_set_on_a_model);
     TEST_RUN(bad_input_is_refused);
     test_context_release();
     return test_summary();

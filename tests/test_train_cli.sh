@@ -263,8 +263,11 @@ head -n 1 "$work/half2/metrics.csv" | grep -q "^step,epoch," || fail "a resumed 
 # a metrics file of another format is not overwritten by a resumed run
 mkdir -p "$work/other"
 echo "epoch,step,train_loss" >"$work/other/metrics.csv"
+refused "resuming into a folder holding another run" "$work/other holds a run|--overwrite" run_wgml train --data "$data" \
+  --epochs 2 --out "$work/other" --resume "$one_epoch"
+cp "$one_epoch" "$work/other/checkpoint.safetensors"
 refused "resuming into another command's metrics" "metrics.csv|header" run_wgml train --data "$data" --epochs 2 \
-  --out "$work/other" --resume "$one_epoch"
+  --resume "$work/other/checkpoint.safetensors" --out "$work/other"
 [ "$(cat "$work/other/metrics.csv")" = "epoch,step,train_loss" ] || fail "a metrics file of another format was changed"
 ! grep -q $'\r' "$work/out" || fail "the progress bar wrote carriage returns into a file"
 

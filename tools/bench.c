@@ -126,7 +126,17 @@ void bench_report(const char *name, double seconds, double value, const char *un
         fprintf(stderr, "  %-34s FAILED\n", name);
         return;
     }
-    fprintf(stderr, "  %-34s %10.3f ms  %10.2f %-18s", name, seconds * 1e3, value, unit);
+    /* the table in a unit the value reads in (a CPU adapter's GEMM is GFLOP/s, not "0.00
+       TFLOP/s"); --json keeps the declared unit, at full precision */
+    char shown[32];
+    double v = value;
+    snprintf(shown, sizeof shown, "%s", unit);
+    static const char prefixes[] = "TGMk"; /* each a thousandth of the one before */
+    const char *p;
+    while (v != 0 && fabs(v) < 1 && shown[0] && (p = strchr(prefixes, shown[0])) && p[1] &&
+           (strncmp(shown + 1, "FLOP/s", 6) == 0 || strncmp(shown + 1, "B/s", 3) == 0))
+        shown[0] = p[1], v *= 1e3;
+    fprintf(stderr, "  %-34s %10.3f ms  %10.2f %-18s", name, seconds * 1e3, v, shown);
     if (r->host_seconds > 0) fprintf(stderr, "  host %.0f us/eval", r->host_seconds * 1e6);
     fprintf(stderr, "\n");
 }

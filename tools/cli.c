@@ -1,13 +1,18 @@
-/* The command line's one parser (tools/cli.h). */
+/* The command line's one parser, and what the commands share (tools/cli.h). */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "tools/cli.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
               int (*on)(int opt, const char *arg, void *state), void *state, char **pos, int max_pos, int *npos)
@@ -156,6 +161,189 @@ int cli_take_runtime(int *argc, char **argv)
         i--;
     }
     return 0;
+}
+
+double cli_metrics_last_elapsed(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *line = NULL, *last = NULL;
+    size_t cap = 0;
+    double v = 0;
+    while (getline(&line, &cap, f) > 0) {
+        free(last);
+        last = strdup(line);
+    }
+    char *comma = last ? strrchr(last, ',') : NULL, *end;
+    if (comma) {
+        double e = strtod(comma + 1, &end);
+        if (end != comma + 1 && e >= 0 && e < 1e12) v = e;
+    }
+    free(line), free(last);
+    fclose(f);
+    return v;
+}
+
+/* ---------------------------------------------------------------- the output folder */
+
+/* Whether process pid is running (a process we may not signal is running too). */
+static int alive(long pid)
+{
+    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+static int take_lock(const char *who, const char *dir, cli_out_lock *lock)
+{
+    snprintf(lock->path, sizeof lock->path, "%s/.wgml.lock", dir);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = open(lock->path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) {
+            char pid[32];
+            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            int ok = write(fd, pid, (size_t)n) == n;
+            close(fd);
+            if (!ok) {
+                fprintf(stderr, "%s: cannot write %s: %s\n", who, lock->path, strerror(errno));
+                unlink(lock->path);
+                return 1;
+            }
+            lock->held = 1;
+            return 0;
+        }
+        if (errno != EEXIST) {
+            fprintf(stderr, "%s: cannot create %s: %s\n", who, lock->path, strerror(errno));
+            return 1;
+        }
+        long pid = 0;
+        FILE *f = fopen(lock->path, "r");
+        if (f) {
+            if (fscanf(f, "%ld", &pid) != 1) pid = 0;
+            fclose(f);
+        }
+        if (alive(pid)) {
+            fprintf(stderr, "%s: %s is in use by another run (process %ld holds %s): wait for it, or give another --out "
+                            "(if that process is no run of wgml, remove the lock file)\n", who, dir, pid, lock->path);
+            return 2;
+        }
+        /* its process is gone (killed, or a second Ctrl-C): the lock is stale */
+        if (unlink(lock->path) && errno != ENOENT) {
+            fprintf(stderr, "%s: cannot remove the stale lock %s: %s\n", who, lock->path, strerror(errno));
+            return 1;
+        }
+    }
+    fprintf(stderr, "%s: cannot take %s: another process keeps taking it\n", who, lock->path);
+    return 2;
+}
+
+/* Removes NAME.tmp.PID (PID no longer running) and NAME.tmp: what a killed atomic write left. */
+static void remove_stale_temporaries(const char *who, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[2048];
+    while ((e = readdir(d))) {
+        const char *tmp = strstr(e->d_name, ".tmp");
+        if (!tmp || tmp == e->d_name) continue;
+        char *end = NULL;
+        long pid = 0;
+        if (tmp[4] == '.') pid = strtol(tmp + 5, &end, 10);
+        int stale = tmp[4] == '.' ? end != tmp + 5 && *end == 0 && !alive(pid) : tmp[4] == 0 && strcmp(e->d_name, "metrics.csv.tmp") == 0;
+        if (!stale) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (remove(path) == 0) fprintf(stderr, "%s: removed %s (left by an interrupted write)\n", who, path);
+    }
+    closedir(d);
+}
+
+int cli_same_dir(const char *dir, const char *file)
+{
+    char *d = realpath(dir, NULL), *f = realpath(file, NULL);
+    char *slash = f ? strrchr(f, '/') : NULL;
+    int same = 0;
+    if (d && slash) {
+        *slash = 0;
+        same = strcmp(d, slash == f ? "/" : f) == 0;
+    }
+    free(d), free(f);
+    return same;
+}
+
+int cli_out_claim(const char *who, const char *dir, const char *const *run_files, int continuing, int overwrite,
+                  cli_out_lock *lock)
+{
+    memset(lock, 0, sizeof *lock);
+    if (cli_make_dirs(dir)) {
+        fprintf(stderr, "%s: cannot create %s: %s\n", who, dir, strerror(errno));
+        return 1;
+    }
+    int rc = take_lock(who, dir, lock);
+    if (rc) return rc;
+    remove_stale_temporaries(who, dir);
+    if (continuing || overwrite) return 0;
+    char held[512] = "", path[1100];
+    size_t n = 0;
+    for (const char *const *name = run_files; *name; name++) {
+        snprintf(path, sizeof path, "%s/%s", dir, *name);
+        struct stat sb;
+        if (stat(path, &sb) == 0 && n < sizeof held)
+            n += (size_t)snprintf(held + n, sizeof held - n, "%s%s", n ? ", " : "", *name);
+    }
+    if (!n) return 0;
+    fprintf(stderr, "%s: %s holds a run (%s): continue it with --resume %s/%s, write elsewhere with --out DIR, or "
+                    "replace it with --overwrite\n", who, dir, held, dir, run_files[0]);
+    cli_out_release(lock);
+    return 2;
+}
+
+void cli_out_release(cli_out_lock *lock)
+{
+    if (lock && lock->held) unlink(lock->path);
+    if (lock) lock->held = 0;
+}
+
+/* ---------------------------------------------------------------- stopping on a signal */
+
+volatile sig_atomic_t cli_stop_signal;
+static struct sigaction old_int, old_term;
+static int caught;
+
+static void on_stop(int sig)
+{
+    /* (async-signal-safe: a flag, write(2) and _exit) */
+    if (cli_stop_signal) _exit(128 + sig);
+    cli_stop_signal = sig;
+    static const char msg[] = "\nstopping after this step, with a checkpoint (signal again to stop at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+void cli_stop_catch(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;
+    cli_stop_signal = 0;
+    /* SIGINT ignored when we started (a background job of a script, nohup) stays ignored */
+    sigaction(SIGINT, NULL, &old_int);
+    if (old_int.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, &old_term);
+    caught = 1;
+}
+
+void cli_stop_restore(void)
+{
+    if (!caught) return;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    caught = 0;
+}
+
+const char *cli_signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
 }
 
 /* ---------------------------------------------------------------- data-parallel runs */

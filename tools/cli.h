@@ -3,6 +3,7 @@
 #define WGML_TOOLS_CLI_H
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -21,6 +22,33 @@ const char *cli_message(wgml_context *ctx, wgml_status st);
    NULL with the reason in err when it cannot be written or, resuming, its first line is not
    header (another command's file is not overwritten). */
 FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step, char *err, size_t errlen);
+/* The last column (elapsed_s) of the last row of a metrics CSV, so that a resumed run's clock
+   goes on from where the run stopped; 0 when there is no such row. */
+double cli_metrics_last_elapsed(const char *path);
+
+/* A run's output folder, held by one process at a time. cli_out_claim creates dir, takes its
+   lock file (dir/.wgml.lock holding the pid; a lock whose process is gone is taken over),
+   removes temporary files that a killed write left (NAME.tmp.PID of a dead PID, and
+   metrics.csv.tmp), and refuses a folder holding a run (any of the names in run_files, a
+   NULL-ended list) unless continuing (the run is resumed from this folder) or overwrite.
+   0, or reported naming the folder and what to do: 1 (cannot), 2 (refused). */
+typedef struct cli_out_lock {
+    char path[1100];
+    int held;
+} cli_out_lock;
+int cli_out_claim(const char *who, const char *dir, const char *const *run_files, int continuing, int overwrite,
+                  cli_out_lock *lock);
+void cli_out_release(cli_out_lock *lock);
+/* Whether file lies in dir (both existing): a resume from dir's own checkpoint. */
+int cli_same_dir(const char *dir, const char *file);
+
+/* SIGINT and SIGTERM while training: the first sets cli_stop_signal (the trainer finishes its
+   step, writes a checkpoint and exits 128 + the signal), and says so on stderr; a second one
+   ends the process at once (exit 128 + the signal). cli_stop_restore puts the old handlers back. */
+extern volatile sig_atomic_t cli_stop_signal;
+void cli_stop_catch(void);
+void cli_stop_restore(void);
+const char *cli_signal_name(int sig);
 
 /* Parses a command's argv (argv[0] is its name) with getopt_long: on(opt, optarg, state)
    for each option (non-zero: a bad value, already reported); -h and --help print usage and

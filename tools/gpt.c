@@ -6,7 +6,11 @@
  * (src/models/gpt_checkpoint.h) every N steps and at the end. --resume continues a run with
  * the settings stored in its checkpoint: batches are drawn by step number and the GPU
  * generator's state is stored, so the losses equal those of a run that never stopped.
- * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU.
+ * --init-from starts a new run from a checkpoint's weights. The output folder is locked and
+ * a run it holds is not overwritten by accident; Ctrl-C / SIGTERM end the step, write a
+ * checkpoint and exit (tools/cli.h).
+ * wgml gpt sample: text from a checkpoint, with a KV cache and sampling on the GPU (top-p
+ * on the host). wgml gpt eval: loss and perplexity of a checkpoint on a file or a split.
  * The model is the public one (wgml_gpt.h); the run settings stored beside it are the command's.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
@@ -31,15 +35,16 @@
 enum {
     O_ARCH = 256, O_STEPS, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK, O_BATCH, O_LR, O_MIN_LR, O_WARMUP,
     O_WD, O_CLIP, O_DROPOUT, O_SEED, O_DATA, O_OUT, O_RESUME, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_EVERY, O_SAVE_INIT,
-    O_SAMPLE, O_STOP_AT, O_CHECKPOINT, O_PROMPT, O_TOKENS, O_TEMPERATURE, O_TOP_K, O_BETA2
+    O_SAMPLE, O_STOP_AT, O_CHECKPOINT, O_PROMPT, O_TOKENS, O_TEMPERATURE, O_TOP_K, O_BETA2, O_INIT_FROM, O_OVERWRITE,
+    O_TOP_P
 };
 
 typedef struct train_options {
     wgml_gpt_config cfg;
     wgml_gpt_run run;
     int64_t steps, stop_at, save_every, sample_tokens;
-    const char *out, *resume;
-    int save_init;
+    const char *out, *resume, *init_from;
+    int save_init, overwrite;
     unsigned char given[64]; /* which options the command line named (by O_ - 256) */
 } train_options;
 
@@ -57,7 +62,8 @@ static const struct option train_flags[] = {
     {"resume", required_argument, 0, O_RESUME},   {"eval-every", required_argument, 0, O_EVAL_EVERY},
     {"eval-batches", required_argument, 0, O_EVAL_BATCHES}, {"save-every", required_argument, 0, O_SAVE_EVERY},
     {"save-init", no_argument, 0, O_SAVE_INIT},   {"sample", required_argument, 0, O_SAMPLE},
-    {"stop-at", required_argument, 0, O_STOP_AT},
+    {"stop-at", required_argument, 0, O_STOP_AT}, {"init-from", required_argument, 0, O_INIT_FROM},
+    {"overwrite", no_argument, 0, O_OVERWRITE},
     {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
 };
 
@@ -67,12 +73,16 @@ static const char train_usage[] =
     "          --width N (128)  --ffn N (4 width; llama: 8 width / 3)  --block N (64)  --dropout P (0)\n"
     "  train:  --steps N (500)  --batch N (16)  --lr X (1e-3)  --min-lr-ratio X (0.1)  --warmup N (100, at most steps / 10)\n"
     "          --weight-decay X (0.1)  --clip X (1, 0: none)  --beta2 X (0.99)  --seed N (1)\n"
-    "  data:   --data DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
+    "  data:   --data FILE|DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
     "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
     "          (also DIR/init.safetensors, the initial weights)  --sample N (print N sampled tokens at the end)\n"
+    "          --overwrite (replace the run DIR holds; without it such a folder is refused)\n"
     "  --stop-at N  stop (with a checkpoint) after step N of the --steps schedule; --resume goes on\n"
     "  --resume CHECKPOINT  continue a run with its stored settings (flags that would change them are refused);\n"
-    "          --steps may extend it (past the stored schedule at its minimum lr); --out defaults to its folder\n";
+    "          --steps may extend it (past the stored schedule at its minimum lr); --out defaults to its folder\n"
+    "  --init-from CHECKPOINT  a new run (its own lr, steps, data, schedule) from a checkpoint's weights\n"
+    "          and model (the model flags are refused; --data defaults to the checkpoint's text)\n"
+    "  Ctrl-C (or SIGTERM) stops after the current step with a checkpoint; a second one stops at once.\n";
 
 /* Parses a number flag into p, strictly. */
 static int number(int opt, const char *arg, void *p, char *err, size_t errlen)
@@ -116,6 +126,8 @@ static int train_flag(int opt, const char *arg, void *state)
     case O_DATA: snprintf(o->run.data, sizeof o->run.data, "%s", arg); break;
     case O_OUT: o->out = arg; break;
     case O_RESUME: o->resume = arg; break;
+    case O_INIT_FROM: o->init_from = arg; break;
+    case O_OVERWRITE: o->overwrite = 1; break;
     case O_SAVE_INIT: o->save_init = 1; break;
     case O_STEPS: p = &o->steps; break;
     case O_LAYERS: p = &o->cfg.layers; break;
@@ -174,6 +186,7 @@ typedef struct trainer {
     int32_t *x, *y;
     FILE *csv;
     int64_t step;
+    double elapsed_before; /* elapsed_s where a resumed run stopped */
 } trainer;
 
 static void trainer_free(trainer *t)
@@ -235,7 +248,7 @@ static wgml_status save(trainer *t, const train_options *o, const char *path, in
 
 /* Prints a sample of n tokens continuing "\n" (or the vocabulary's first byte). */
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
-                                float temperature, int64_t top_k, const char *prompt, double *seconds);
+                                float temperature, int64_t top_k, float top_p, const char *prompt, double *seconds);
 
 /* Steps run without waiting for their losses: the host builds step n + 1 while the GPU
    runs step n, and every SYNC steps (and at evaluations, checkpoints and the end) the
@@ -252,12 +265,12 @@ static int train_loop(trainer *t, train_options *o)
     /* (under mpirun stderr may be a pseudo-terminal whatever the user's is: plain lines) */
     const int lead = wgml_dist_rank() == 0, tty = isatty(STDERR_FILENO) && wgml_dist_size() == 1;
     float losses[SYNC];
-    double t0 = cli_now();
+    double t0 = cli_now(), shown = t0, first_el = 0;
     int64_t first = t->step, tokens_per_step = o->run.batch * o->cfg.block;
     int64_t end = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
     wgml_tensor *pending[SYNC];
     float lrs[SYNC], loss = NAN;
-    int np = 0;
+    int np = 0, sync_every = SYNC;
     char path[1100];
     while (t->step < end) {
         wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
@@ -269,11 +282,16 @@ static int train_loop(trainer *t, train_options *o)
         }
         np++;
         t->step++;
+        const int stop = cli_stop_signal != 0; /* Ctrl-C: this step's checkpoint, then out */
         int last = t->step == o->steps;
         int eval = last || (o->run.eval_every > 0 && t->step % o->run.eval_every == 0);
-        int save_now = last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0);
+        int save_now = last || stop || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0);
         int scheduled = eval || t->step % SYNC == 0; /* where the metrics hold grad_norm */
-        if (!scheduled && !save_now && np < SYNC) continue;
+        /* this session's first step syncs too: its time, shown on a pipe as well, tells how
+           long the run will take (on a CPU adapter a step can take minutes); the second
+           gives a step's time without the kernels' compilation */
+        int first_step = t->step == first + 1;
+        if (!scheduled && !save_now && t->step > first + 2 && np < sync_every) continue;
         /* the sync: losses of the steps since the last one, the last step's gradient norm */
         float norm = NAN, vloss = NAN;
         for (int i = 0; i < np && !st; i++) st = wgml_tensor_read(pending[i], &losses[i], 1);
@@ -307,9 +325,9 @@ static int train_loop(trainer *t, train_options *o)
             fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, cli_message(t->ctx, st));
             return 1;
         }
-        double el = cli_now() - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
+        double now = cli_now(), el = now - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
         if (eval) fprintf(t->csv, "%.9g", (double)vloss);
-        fprintf(t->csv, ",%.1f,%.3f\n", tps, el);
+        fprintf(t->csv, ",%.1f,%.3f\n", tps, t->elapsed_before + el);
         fflush(t->csv);
         double left = (double)(end - t->step) * el / (double)(t->step - first);
         if (eval)
@@ -318,12 +336,26 @@ static int train_loop(trainer *t, train_options *o)
         else if (tty)
             fprintf(stderr, "\rstep %lld/%lld  loss %.4f  %.0f tokens/s  %.0f s left   ", (long long)t->step, (long long)end,
                     (double)loss, tps, left);
+        else if (first_step || now - shown >= 30) /* a file or a pipe: a line now and then */
+            fprintf(stderr, "step %lld/%lld  loss %.4f  %.0f tokens/s  %.1f s a step  %.0f s left\n", (long long)t->step,
+                    (long long)end, (double)loss, tps, el / (double)(t->step - first), left);
+        if (!tty && (eval || first_step || now - shown >= 30)) shown = now;
+        /* steps of a second or more gain nothing from queueing, and a Ctrl-C then waits
+           for one step rather than SYNC (one process: ranks must agree on their syncs,
+           whose all-reduce of the losses is a collective) */
+        if (t->step == first + 1) first_el = el;
+        if (t->step == first + 2 && el - first_el >= 1.0 && wgml_dist_size() == 1) sync_every = 1;
         if (save_now) {
             snprintf(path, sizeof path, "%s/gpt.safetensors", o->out);
             if ((st = save(t, o, path, 1))) {
                 fprintf(stderr, "\nwgml gpt train: %s\n", cli_message(t->ctx, st));
                 return 1;
             }
+        }
+        if (stop) {
+            fprintf(stderr, "wgml gpt train: stopped by %s after step %lld: checkpoint %s (continue with: wgml gpt train --resume %s)\n",
+                    cli_signal_name(cli_stop_signal), (long long)t->step, path, path);
+            return 128 + cli_stop_signal;
         }
     }
     int n_params;
@@ -335,24 +367,74 @@ static int train_loop(trainer *t, train_options *o)
     return 0;
 }
 
+/* Re-tokenises text with a checkpoint's vocabulary, which must hold every byte of the text,
+   so that a model goes on with (or is scored on) text other than its own. 0, or reported. */
+static int adopt_vocab(const char *who, wgml_text *text, const char *text_name, const uint8_t *vocab, int vocab_size,
+                       const char *ck_path)
+{
+    int16_t token_of[256];
+    int32_t map[256];
+    for (int b = 0; b < 256; b++) token_of[b] = -1;
+    for (int k = 0; k < vocab_size; k++) token_of[vocab[k]] = (int16_t)k;
+    for (int k = 0; k < text->vocab_size; k++)
+        if ((map[k] = token_of[text->vocab[k]]) < 0) {
+            uint8_t b = text->vocab[k];
+            char shown[8] = "";
+            if (b >= 32 && b < 127) snprintf(shown, sizeof shown, " ('%c')", (char)b);
+            fprintf(stderr, "%s: %s holds the byte 0x%02x%s, which is not in the vocabulary of %s (%d bytes)\n", who, text_name,
+                    (unsigned)b, shown, ck_path, vocab_size);
+            return 1;
+        }
+    for (int64_t i = 0; i < text->n; i++) text->tokens[i] = map[text->tokens[i]];
+    memcpy(text->vocab, vocab, (size_t)vocab_size);
+    memcpy(text->token_of, token_of, sizeof token_of);
+    text->vocab_size = vocab_size;
+    return 0;
+}
+
+static const int model_flags[] = {O_ARCH, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK};
+
+/* The first of flags[0..n) given on the command line, or NULL. */
+static const char *given_flag(const train_options *o, const int *flags, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (o->given[flags[k] - 256])
+            for (const struct option *f = train_flags; f->name; f++)
+                if (f->val == flags[k]) return f->name;
+    return NULL;
+}
+
+static wgml_status make_optimizer(trainer *t, const train_options *o, int64_t total_steps)
+{
+    wgml_gpt_train_desc d = {.lr = o->run.lr, .weight_decay = o->run.weight_decay, .max_grad_norm = o->run.max_grad_norm,
+                             .beta1 = o->run.beta1, .beta2 = o->run.beta2,
+                             .schedule = {.warmup_steps = o->run.warmup, .total_steps = total_steps,
+                                          .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
+    if (total_steps <= o->run.warmup) d.schedule = (wgml_lr_schedule){0};
+    return wgml_gpt_optimizer(t->model, &d, &t->opt);
+}
+
 /* Takes the model, optimiser state and settings of a checkpoint read to resume; flags that would
    change a stored setting are refused. */
 static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
 {
     wgml_status st;
     /* everything the checkpoint holds: a resumed run is the run that wrote it */
-    static const int model_flags[] = {O_ARCH,    O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH,      O_FFN,          O_BLOCK,
-                                      O_BATCH,   O_SEED,   O_DATA,  O_LR,       O_MIN_LR,     O_WARMUP,       O_WD,
-                                      O_CLIP,    O_BETA2,  O_DROPOUT, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_INIT};
-    for (size_t k = 0; k < sizeof model_flags / sizeof model_flags[0]; k++)
-        if (o->given[model_flags[k] - 256]) {
-            const char *name = "";
-            for (const struct option *f = train_flags; f->name; f++)
-                if (f->val == model_flags[k]) name = f->name;
-            fprintf(stderr, "wgml gpt train: --%s cannot be given with --resume: the checkpoint's model, data and settings are kept\n",
-                    name);
-            return 2;
-        }
+    static const int stored_flags[] = {O_ARCH,    O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH,      O_FFN,          O_BLOCK,
+                                       O_BATCH,   O_SEED,   O_DATA,  O_LR,       O_MIN_LR,     O_WARMUP,       O_WD,
+                                       O_CLIP,    O_BETA2,  O_DROPOUT, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_INIT};
+    const char *name = given_flag(o, stored_flags, sizeof stored_flags / sizeof stored_flags[0]);
+    if (name) {
+        fprintf(stderr, "wgml gpt train: --%s cannot be given with --resume: the checkpoint's model, data and settings are kept "
+                        "(--init-from starts a new run from its weights)\n", name);
+        return 2;
+    }
+    if (ck->run.ranks != wgml_dist_size()) { /* the batch's split over the ranks is part of the run */
+        fprintf(stderr, "wgml gpt train: %s was written by a run on %lld rank%s and this one has %d: resume it with %s%lld\n",
+                o->resume, (long long)ck->run.ranks, ck->run.ranks == 1 ? "" : "s", wgml_dist_size(),
+                ck->run.ranks == 1 ? "one process (no mpirun), or mpirun -np " : "mpirun -np ", (long long)ck->run.ranks);
+        return 1;
+    }
     o->cfg = ck->cfg;
     o->run = ck->run;
     if (!o->given[O_STEPS - 256]) o->steps = ck->run.total_steps;
@@ -362,96 +444,107 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
         return 1;
     }
     st = wgml_gpt_from_checkpoint(t->ctx, ck, &t->model);
-    if (!st) {
-        wgml_gpt_train_desc d = {.lr = o->run.lr, .weight_decay = o->run.weight_decay, .max_grad_norm = o->run.max_grad_norm,
-                                 .beta1 = o->run.beta1, .beta2 = o->run.beta2,
-                                 .schedule = {.warmup_steps = o->run.warmup, .total_steps = o->run.total_steps,
-                                              .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
-        st = wgml_gpt_optimizer(t->model, &d, &t->opt);
-    }
+    if (!st) st = make_optimizer(t, o, o->run.total_steps);
     if (!st) st = wgml_gpt_checkpoint_restore_optimizer(ck, t->model, t->opt);
     if (!st) st = wgml_rng_set_state(t->ctx, ck->run.rng_seed, ck->run.rng_offset);
     t->step = ck->step;
-    int same_vocab = 1;
-    if (!st) {
-        same_vocab = ck->vocab_size == t->text.vocab_size && memcmp(ck->vocab, t->text.vocab, (size_t)ck->vocab_size) == 0;
-        if (!same_vocab)
-            fprintf(stderr, "wgml gpt train: the text in %s has another vocabulary than %s's\n", o->run.data, o->resume);
-    }
     if (st) fprintf(stderr, "wgml gpt train: %s\n", cli_message(t->ctx, st));
-    return st || !same_vocab ? 1 : 0;
+    if (!st && adopt_vocab("wgml gpt train", &t->text, o->run.data, ck->vocab, ck->vocab_size, o->resume)) return 1;
+    return st ? 1 : 0;
 }
 
-static int cmd_gpt_train(int argc, char **argv)
+/* A new run from a checkpoint's weights and model: its own settings, a fresh optimiser. */
+static int init_from(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
 {
-    train_options o;
-    int rc = parse_train(argc, argv, &o);
-    if (rc) return rc == 1 ? 0 : rc;
+    float dropout = o->cfg.dropout;
+    o->cfg = ck->cfg;
+    if (o->given[O_DROPOUT - 256]) o->cfg.dropout = dropout;
+    if (adopt_vocab("wgml gpt train", &t->text, o->run.data, ck->vocab, ck->vocab_size, o->init_from)) return 1;
+    if (o->run.warmup >= o->steps && o->steps > 0) o->run.warmup = o->steps - 1;
+    o->run.total_steps = o->steps;
+    wgml_status st = wgml_gpt_from_checkpoint(t->ctx, ck, &t->model);
+    if (!st) st = wgml_gpt_set_dropout(t->model, o->cfg.dropout);
+    if (!st) st = wgml_manual_seed(t->ctx, o->run.seed); /* the dropout masks, as a new run's */
+    if (!st) st = make_optimizer(t, o, o->steps);
+    if (st) fprintf(stderr, "wgml gpt train: %s\n", cli_message(t->ctx, st));
+    return st ? 1 : 0;
+}
+
+/* A CPU adapter (lavapipe) trains at about this many useful FLOP/s on 2 idle cores (a step's
+   6 per parameter per token and the attention's 12 L T C a token; docs/MEASUREMENTS.md):
+   said up front, since a GPU-sized model takes minutes a step there. */
+#define CPU_FLOPS_PER_S 1e9
+
+static void say_cpu_speed(wgml_context *ctx, const train_options *o)
+{
+    wgml_adapter_info i;
+    wgml_adapter_info_get(ctx, &i);
+    if (strcmp(i.adapter_type, "CPU") != 0) return;
+    double per_token = 6.0 * (double)wgml_gpt_numel(&o->cfg) + 12.0 * (double)(o->cfg.layers * o->cfg.block * o->cfg.width);
+    double flops = per_token * (double)(o->run.batch * o->cfg.block);
+    fprintf(stderr, "%s is a CPU adapter: a step here is %.2g GFLOP, about %.2g s at the ~1 GFLOP/s of 2 idle cores (the "
+                    "line after the first step gives this machine's time); the README has a recipe sized for a CPU\n",
+            i.name, flops / 1e9, flops / CPU_FLOPS_PER_S);
+}
+
+static int train_run(train_options *o)
+{
     trainer t = {0};
-    char err[512], out_dir[1024];
+    char err[512];
     wgml_status st;
-    if (!o.out) { /* resuming: beside the checkpoint */
-        snprintf(out_dir, sizeof out_dir, "%s", o.resume ? o.resume : "out/gpt/x");
-        char *slash = strrchr(out_dir, '/');
-        if (slash) *slash = 0;
-        else snprintf(out_dir, sizeof out_dir, ".");
-        o.out = out_dir;
-    }
-    if (!o.resume) { /* the folder as an absolute path, so that a resume from elsewhere finds it */
-        char *abs = realpath(o.run.data, NULL);
-        if (abs && strlen(abs) >= sizeof o.run.data) {
-            fprintf(stderr, "wgml gpt train: the text folder's path has %zu bytes; at most %zu fit in a checkpoint\n", strlen(abs),
-                    sizeof o.run.data - 1);
+    int rc;
+    if (!o->resume) { /* the folder as an absolute path, so that a resume from elsewhere finds it */
+        char *abs = realpath(o->run.data, NULL);
+        if (abs && strlen(abs) >= sizeof o->run.data) {
+            fprintf(stderr, "wgml gpt train: the text's path has %zu bytes; at most %zu fit in a checkpoint\n", strlen(abs),
+                    sizeof o->run.data - 1);
             free(abs);
             return 2;
         }
-        if (abs) snprintf(o.run.data, sizeof o.run.data, "%s", abs);
+        if (abs) snprintf(o->run.data, sizeof o->run.data, "%s", abs);
         free(abs);
-        if (o.given[O_WARMUP - 256] && o.run.warmup >= o.steps) {
-            fprintf(stderr, "wgml gpt train: --warmup %lld is not shorter than --steps %lld\n", (long long)o.run.warmup,
-                    (long long)o.steps);
+        if (o->given[O_WARMUP - 256] && o->run.warmup >= o->steps) {
+            fprintf(stderr, "wgml gpt train: --warmup %lld is not shorter than --steps %lld\n", (long long)o->run.warmup,
+                    (long long)o->steps);
             return 2;
         }
     }
     if ((st = wgml_context_create(NULL, &t.ctx))) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
     wgml_gpt_checkpoint ck = {0};
-    if (o.resume) { /* the checkpoint first: it names the text folder */
-        if ((st = wgml_gpt_checkpoint_read(t.ctx, o.resume, &ck)))
+    const char *from = o->resume ? o->resume : o->init_from;
+    if (from) { /* the checkpoint first: it names the text */
+        if ((st = wgml_gpt_checkpoint_read(t.ctx, from, &ck)))
             return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
-        snprintf(o.run.data, sizeof o.run.data, "%s", ck.run.data);
+        if (o->resume || !o->given[O_DATA - 256]) snprintf(o->run.data, sizeof o->run.data, "%s", ck.run.data);
     }
-    if ((st = wgml_text_load(o.run.data, &t.text, err, sizeof err))) {
+    if ((st = wgml_text_load(o->run.data, &t.text, err, sizeof err))) {
         fprintf(stderr, "wgml gpt train: %s\n", err);
         return wgml_gpt_checkpoint_free(&ck), trainer_free(&t), 1;
     }
-    if (o.resume) {
-        rc = resume(&t, &o, &ck);
+    if (from) {
+        rc = o->resume ? resume(&t, o, &ck) : init_from(&t, o, &ck);
         wgml_gpt_checkpoint_free(&ck);
         if (rc) return trainer_free(&t), rc;
     } else {
-        o.cfg.vocab = t.text.vocab_size;
-        o.run.total_steps = o.steps;
+        o->cfg.vocab = t.text.vocab_size;
+        o->run.total_steps = o->steps;
         wgml_gpt_config c;
-        if (wgml_gpt_config_resolve(&o.cfg, &c, err, sizeof err)) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 2;
-        if (o.run.warmup >= o.steps && o.steps > 0) o.run.warmup = o.steps - 1;
-        o.cfg = c;
-        st = wgml_gpt_new(t.ctx, &o.cfg, o.run.seed, &t.model);
-        wgml_gpt_train_desc d = {.lr = o.run.lr, .weight_decay = o.run.weight_decay, .max_grad_norm = o.run.max_grad_norm,
-                                 .beta1 = o.run.beta1, .beta2 = o.run.beta2,
-                                 .schedule = {.warmup_steps = o.run.warmup, .total_steps = o.steps,
-                                              .min_lr_ratio = o.run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
-        if (o.steps <= o.run.warmup) d.schedule = (wgml_lr_schedule){0};
-        if (!st) st = wgml_gpt_optimizer(t.model, &d, &t.opt);
+        if (wgml_gpt_config_resolve(&o->cfg, &c, err, sizeof err)) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 2;
+        if (o->run.warmup >= o->steps && o->steps > 0) o->run.warmup = o->steps - 1;
+        o->cfg = c;
+        st = wgml_gpt_new(t.ctx, &o->cfg, o->run.seed, &t.model);
+        if (!st) st = make_optimizer(&t, o, o->steps);
         if (st) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
-    int64_t T = o.cfg.block;
+    o->run.ranks = wgml_dist_size();
+    int64_t T = o->cfg.block;
     if (t.text.n_train <= T || t.text.n - t.text.n_train <= T) {
         fprintf(stderr, "wgml gpt train: %s has %lld training and %lld validation tokens; block %lld needs more than that\n",
-                o.run.data, (long long)t.text.n_train, (long long)(t.text.n - t.text.n_train), (long long)T);
+                o->run.data, (long long)t.text.n_train, (long long)(t.text.n - t.text.n_train), (long long)T);
         return trainer_free(&t), 1;
     }
     const int lead = wgml_dist_rank() == 0, ranks = wgml_dist_size();
-    if (cli_dist_check_batch("wgml gpt train", o.run.batch)) return trainer_free(&t), 1;
+    if (cli_dist_check_batch("wgml gpt train", o->run.batch)) return trainer_free(&t), 1;
     /* every rank starts from rank 0's parameters, and its steps average the gradients */
     int n_params;
     wgml_tensor *const *params = wgml_gpt_params(t.model, &n_params);
@@ -459,35 +552,78 @@ static int cmd_gpt_train(int argc, char **argv)
         return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     if ((st = wgml_dist_data_parallel(t.opt)))
         return fprintf(stderr, "wgml gpt train: %s\n", wgml_dist_error_message()), trainer_free(&t), 1;
-    t.x = malloc((size_t)(o.run.batch * T) * sizeof *t.x), t.y = malloc((size_t)(o.run.batch * T) * sizeof *t.y);
+    t.x = malloc((size_t)(o->run.batch * T) * sizeof *t.x), t.y = malloc((size_t)(o->run.batch * T) * sizeof *t.y);
     char path[1100];
-    if (!t.x || !t.y || (lead && cli_make_dirs(o.out))) {
-        fprintf(stderr, "wgml gpt train: cannot create %s: %s\n", o.out, strerror(errno));
-        return trainer_free(&t), 1;
-    }
-    snprintf(path, sizeof path, "%s/metrics.csv", o.out);
+    if (!t.x || !t.y) return fprintf(stderr, "wgml gpt train: out of host memory\n"), trainer_free(&t), 1;
+    snprintf(path, sizeof path, "%s/metrics.csv", o->out);
     if (lead)
-        t.csv = cli_metrics_open(path, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s", o.resume ? t.step : -1, err, sizeof err);
+        t.csv = cli_metrics_open(path, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s", o->resume ? t.step : -1, err, sizeof err);
     if (lead && !t.csv) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 1;
-    if (lead && o.save_init && !o.resume) {
-        snprintf(path, sizeof path, "%s/init.safetensors", o.out);
-        if ((st = save(&t, &o, path, 0))) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
+    if (lead && o->resume) t.elapsed_before = cli_metrics_last_elapsed(path);
+    if (lead && o->save_init && !o->resume) {
+        snprintf(path, sizeof path, "%s/init.safetensors", o->out);
+        if ((st = save(&t, o, path, 0))) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
     if (lead)
         fprintf(stderr, "gpt: %s, %lld layers, %lld heads (%lld K/V), width %lld, block %lld, %lld parameters; %lld tokens of text "
-                        "(%d bytes of vocabulary) from %d files\n",
-                o.cfg.arch == WGML_GPT_LLAMA ? "llama" : "gpt2", (long long)o.cfg.layers, (long long)o.cfg.heads,
-                (long long)o.cfg.kv_heads, (long long)o.cfg.width, (long long)o.cfg.block, (long long)wgml_gpt_numel(&o.cfg),
-                (long long)t.text.n, t.text.vocab_size, t.text.files);
+                        "(%d bytes of vocabulary) from %d file%s\n",
+                o->cfg.arch == WGML_GPT_LLAMA ? "llama" : "gpt2", (long long)o->cfg.layers, (long long)o->cfg.heads,
+                (long long)o->cfg.kv_heads, (long long)o->cfg.width, (long long)o->cfg.block, (long long)wgml_gpt_numel(&o->cfg),
+                (long long)t.text.n, t.text.vocab_size, t.text.files, t.text.files == 1 ? "" : "s");
+    if (lead && o->init_from) fprintf(stderr, "starting from the weights of %s\n", o->init_from);
+    if (lead) say_cpu_speed(t.ctx, o);
     if (lead && ranks > 1) fprintf(stderr, "data parallel over %d ranks: %lld sequences of each batch per rank\n", ranks,
-                                   (long long)(o.run.batch / ranks));
-    rc = o.steps > t.step ? train_loop(&t, &o) : 0;
-    if (!rc && lead && o.sample_tokens > 0) {
+                                   (long long)(o->run.batch / ranks));
+    /* Ctrl-C finishes the step and writes a checkpoint (one process: under mpirun a rank
+       alone cannot stop the others' collectives) */
+    if (ranks == 1) cli_stop_catch();
+    rc = o->steps > t.step ? train_loop(&t, o) : 0;
+    cli_stop_restore();
+    if (!rc && lead && o->sample_tokens > 0) {
         double secs;
-        st = print_sample(t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o.sample_tokens, 0.8f, 0, NULL, &secs);
+        st = print_sample(t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o->sample_tokens, 0.8f, 0, 1.0f, NULL, &secs);
         if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", cli_message(t.ctx, st)), rc = 1;
     }
     trainer_free(&t);
+    return rc;
+}
+
+static int cmd_gpt_train(int argc, char **argv)
+{
+    train_options o;
+    int rc = parse_train(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (o.resume && o.init_from) return fprintf(stderr, "wgml gpt train: --resume and --init-from exclude each other\n"), 2;
+    const char *name = given_flag(&o, model_flags, sizeof model_flags / sizeof model_flags[0]);
+    if (o.init_from && name) {
+        fprintf(stderr, "wgml gpt train: --%s cannot be given with --init-from: the checkpoint's model is kept\n", name);
+        return 2;
+    }
+    char out_dir[1024];
+    if (!o.out) { /* resuming: beside the checkpoint */
+        snprintf(out_dir, sizeof out_dir, "%s", o.resume ? o.resume : "out/gpt/x");
+        char *slash = strrchr(out_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(out_dir, sizeof out_dir, ".");
+        o.out = out_dir;
+    }
+    /* a batch the ranks cannot split is refused by every rank before rank 0 locks the folder:
+       mpirun kills rank 0 when another rank exits, and a killed rank 0 may still be alive
+       (its lock in force) when the next run starts */
+    if (!o.resume && cli_dist_check_batch("wgml gpt train", o.run.batch)) return 1;
+    /* the folder is this run's alone: a run it holds is continued or replaced on purpose */
+    static const char *const run_files[] = {"gpt.safetensors", "metrics.csv", "init.safetensors", NULL};
+    cli_out_lock lock = {0};
+    if (wgml_dist_rank() == 0) {
+        int continuing = o.resume && cli_same_dir(o.out, o.resume);
+        if ((rc = cli_out_claim("wgml gpt train", o.out, run_files, continuing, o.overwrite, &lock))) return rc;
+        if (o.overwrite && !continuing) { /* the old run goes now, not at the first checkpoint */
+            char path[1100];
+            for (const char *const *f = run_files; *f; f++) snprintf(path, sizeof path, "%s/%s", o.out, *f), remove(path);
+        }
+    }
+    rc = train_run(&o);
+    cli_out_release(&lock);
     return rc;
 }
 
@@ -507,7 +643,7 @@ static int print_token(int32_t tok, void *user)
 }
 
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
-                                float temperature, int64_t top_k, const char *prompt, double *seconds)
+                                float temperature, int64_t top_k, float top_p, const char *prompt, double *seconds)
 {
     size_t np = prompt ? strlen(prompt) : 0;
     int32_t *ids = malloc((np + 1) * sizeof *ids);
@@ -521,11 +657,12 @@ static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_siz
         fputs(prompt, stdout);
     }
     printer p = {vocab, vocab_size};
-    wgml_gpt_sample_desc d = {.temperature = temperature, .top_k = top_k};
+    wgml_gpt_sample_desc d = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     double t0 = cli_now();
     wgml_status st = wgml_gpt_generate(g, ids, (int64_t)np, n, &d, NULL, print_token, &p);
     *seconds = cli_now() - t0;
     fputc('\n', stdout);
+    fflush(stdout); /* the text ends its line before anything on stderr, in a log of both */
     free(ids);
     return st;
 }
@@ -533,18 +670,20 @@ static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_siz
 static const struct option sample_flags[] = {
     {"checkpoint", required_argument, 0, O_CHECKPOINT}, {"prompt", required_argument, 0, O_PROMPT},
     {"tokens", required_argument, 0, O_TOKENS},         {"temperature", required_argument, 0, O_TEMPERATURE},
-    {"top-k", required_argument, 0, O_TOP_K},           {"seed", required_argument, 0, O_SEED},
-    {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0},
+    {"top-k", required_argument, 0, O_TOP_K},           {"top-p", required_argument, 0, O_TOP_P},
+    {"seed", required_argument, 0, O_SEED},             {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
 };
 
 static const char sample_usage[] =
     "usage: wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N (200)] [--temperature X (0.8; 0: greedy)]\n"
-    "                       [--top-k N (0: all)] [--seed N (1)]\n";
+    "                       [--top-k N (0: all)] [--top-p P (1: all; else the fewest likeliest tokens reaching P)] [--seed N (1)]\n"
+    "The text goes to stdout; its speed, on a line of its own, to stderr.\n";
 
 typedef struct sample_options {
     const char *path, *prompt;
     int64_t tokens, top_k;
-    float temperature;
+    float temperature, top_p;
     uint64_t seed;
 } sample_options;
 
@@ -558,6 +697,10 @@ static int sample_flag(int opt, const char *arg, void *state)
     case O_PROMPT: o->prompt = arg; break;
     case O_TOKENS: bad = wgml_parse_i64("--tokens", arg, 1, 1 << 24, &o->tokens, err, sizeof err) != 0; break;
     case O_TOP_K: bad = wgml_parse_i64("--top-k", arg, 0, 1 << 20, &o->top_k, err, sizeof err) != 0; break;
+    case O_TOP_P:
+        bad = wgml_parse_f32("--top-p", arg, 0.0f, 1.0f, &o->top_p, err, sizeof err) != 0;
+        if (!bad && !(o->top_p > 0)) bad = 1, snprintf(err, sizeof err, "--top-p is %s: want more than 0 and at most 1", arg);
+        break;
     case O_TEMPERATURE: bad = wgml_parse_f32("--temperature", arg, 0.0f, 100.0f, &o->temperature, err, sizeof err) != 0; break;
     case O_SEED: bad = wgml_parse_u64("--seed", arg, &o->seed, err, sizeof err) != 0; break;
     default: return 1;
@@ -568,19 +711,16 @@ static int sample_flag(int opt, const char *arg, void *state)
 
 static int cmd_gpt_sample(int argc, char **argv)
 {
-    sample_options so = {.tokens = 200, .temperature = 0.8f, .seed = 1};
+    sample_options so = {.tokens = 200, .temperature = 0.8f, .top_p = 1.0f, .seed = 1};
     int prc = cli_parse(argc, argv, "gpt sample", sample_flags, sample_usage, sample_flag, &so, NULL, 0, NULL);
     if (prc) return prc == 1 ? 0 : 2;
     const char *path = so.path, *prompt = so.prompt;
-    int64_t tokens = so.tokens, top_k = so.top_k;
-    float temperature = so.temperature;
-    uint64_t seed = so.seed;
     if (!path) return fprintf(stderr, "wgml gpt sample: --checkpoint FILE is required (see --help)\n"), 2;
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
     wgml_gpt *g = NULL;
     wgml_status st = wgml_gpt_load(ctx, path, &g);
-    if (!st) st = wgml_manual_seed(ctx, seed);
+    if (!st) st = wgml_manual_seed(ctx, so.seed);
     const uint8_t *vocab = NULL;
     int vocab_size = wgml_gpt_vocab(g, &vocab);
     int16_t token_of[256];
@@ -595,11 +735,119 @@ static int cmd_gpt_sample(int argc, char **argv)
         }
     double secs = 0;
     if (!rc) {
-        st = print_sample(g, vocab, vocab_size, token_of, tokens, temperature, top_k, prompt, &secs);
-        if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)tokens, secs, (double)tokens / secs);
+        st = print_sample(g, vocab, vocab_size, token_of, so.tokens, so.temperature, so.top_k, so.top_p, prompt, &secs);
+        if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)so.tokens, secs, (double)so.tokens / secs);
     }
     if (st) fprintf(stderr, "wgml gpt sample: %s\n", cli_message(ctx, st)), rc = 1;
     wgml_gpt_delete(g);
+    wgml_context_free(ctx);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- evaluation */
+
+static const struct option eval_flags[] = {
+    {"checkpoint", required_argument, 0, O_CHECKPOINT}, {"data", required_argument, 0, O_DATA},
+    {"batch", required_argument, 0, O_BATCH},           {"tokens", required_argument, 0, O_TOKENS},
+    {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0},
+};
+
+static const char eval_usage[] =
+    "usage: wgml gpt eval --checkpoint FILE [--data FILE|DIR] [--batch N (16)] [--tokens N (all)]\n"
+    "The mean loss (nats a byte), perplexity and bits a byte of a checkpoint on text: all of FILE,\n"
+    "or the validation split (the last 10%) of DIR, by default the checkpoint's own text. The text\n"
+    "is cut into windows of the block; --tokens scores only its first N tokens.\n";
+
+typedef struct eval_options {
+    const char *path, *data;
+    int64_t batch, tokens;
+} eval_options;
+
+static int eval_flag(int opt, const char *arg, void *state)
+{
+    eval_options *o = state;
+    char err[256];
+    int bad = 0;
+    switch (opt) {
+    case O_CHECKPOINT: o->path = arg; break;
+    case O_DATA: o->data = arg; break;
+    case O_BATCH: bad = wgml_parse_i64("--batch", arg, 1, 1 << 16, &o->batch, err, sizeof err) != 0; break;
+    case O_TOKENS: bad = wgml_parse_i64("--tokens", arg, 2, INT64_MAX, &o->tokens, err, sizeof err) != 0; break;
+    default: return 1;
+    }
+    if (bad) fprintf(stderr, "wgml gpt eval: %s\n", err);
+    return bad;
+}
+
+/* The mean loss over windows [w T, w T + T) of seq (n tokens) predicting the next token. */
+static wgml_status score(wgml_gpt *g, const int32_t *seq, int64_t n, int64_t B, double *loss, int64_t *scored)
+{
+    wgml_context *ctx = wgml_gpt_context(g);
+    wgml_gpt_config cfg;
+    wgml_status st = wgml_gpt_get_config(g, &cfg);
+    if (st) return st;
+    int64_t T = cfg.block < n - 1 ? cfg.block : n - 1, windows = (n - 1) / T;
+    int32_t *x = malloc((size_t)(B * T) * sizeof *x), *y = malloc((size_t)(B * T) * sizeof *y);
+    st = x && y ? WGML_OK : WGML_ERROR_OUT_OF_MEMORY;
+    double sum = 0;
+    for (int64_t w0 = 0; w0 < windows && !st; w0 += B) {
+        int64_t b = windows - w0 < B ? windows - w0 : B;
+        for (int64_t r = 0; r < b; r++) {
+            memcpy(x + r * T, seq + (w0 + r) * T, (size_t)T * sizeof *x);
+            memcpy(y + r * T, seq + (w0 + r) * T + 1, (size_t)T * sizeof *y);
+        }
+        wgml_scope_begin(ctx);
+        wgml_tensor *ids = NULL, *targets = NULL;
+        int64_t shape[2] = {b, T};
+        float l = 0;
+        st = wgml_tensor_from_i32(ctx, 2, shape, x, (size_t)(b * T), &ids);
+        if (!st) st = wgml_tensor_from_i32(ctx, 2, shape, y, (size_t)(b * T), &targets);
+        if (!st) st = wgml_gpt_eval_loss(g, ids, targets, &l);
+        wgml_scope_end(ctx);
+        sum += (double)l * (double)b;
+    }
+    free(x), free(y);
+    *loss = sum / (double)windows;
+    *scored = windows * T;
+    return st;
+}
+
+static int cmd_gpt_eval(int argc, char **argv)
+{
+    eval_options eo = {.batch = 16};
+    int prc = cli_parse(argc, argv, "gpt eval", eval_flags, eval_usage, eval_flag, &eo, NULL, 0, NULL);
+    if (prc) return prc == 1 ? 0 : 2;
+    if (!eo.path) return fprintf(stderr, "wgml gpt eval: --checkpoint FILE is required (see --help)\n"), 2;
+    wgml_context *ctx = NULL;
+    if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
+    wgml_gpt_checkpoint ck = {0};
+    wgml_gpt *g = NULL;
+    wgml_text text = {0};
+    char err[512];
+    int rc = 1;
+    wgml_status st = wgml_gpt_checkpoint_read(ctx, eo.path, &ck);
+    if (st) fprintf(stderr, "wgml gpt eval: %s\n", cli_message(ctx, st));
+    const char *data = eo.data ? eo.data : ck.run.data;
+    struct stat sb;
+    int whole = stat(data, &sb) == 0 && S_ISREG(sb.st_mode); /* a file: all of it; a folder: its validation split */
+    if (!st && (st = wgml_text_load(data, &text, err, sizeof err))) fprintf(stderr, "wgml gpt eval: %s\n", err);
+    if (!st && !adopt_vocab("wgml gpt eval", &text, data, ck.vocab, ck.vocab_size, eo.path)) {
+        int64_t lo = whole ? 0 : text.n_train, n = text.n - lo;
+        if (eo.tokens && eo.tokens < n) n = eo.tokens;
+        double loss;
+        int64_t scored;
+        if (n < 2) fprintf(stderr, "wgml gpt eval: %s has %lld tokens to score: want at least 2\n", data, (long long)n);
+        else if ((st = wgml_gpt_from_checkpoint(ctx, &ck, &g)) || (st = score(g, text.tokens + lo, n, eo.batch, &loss, &scored)))
+            fprintf(stderr, "wgml gpt eval: %s\n", cli_message(ctx, st));
+        else {
+            printf("%s: loss %.4f  perplexity %.3f  %.3f bits a byte  (%lld tokens of %s%s, step %lld)\n", eo.path, loss, exp(loss),
+                   loss / log(2.0), (long long)scored, whole ? "" : "the validation split of ", data, (long long)ck.step);
+            rc = 0;
+        }
+    }
+    wgml_text_free(&text);
+    wgml_gpt_delete(g);
+    wgml_gpt_checkpoint_free(&ck);
     wgml_context_free(ctx);
     return rc;
 }
@@ -611,11 +859,13 @@ int cmd_gpt(int argc, char **argv)
         return cli_dist_end("wgml gpt train", cmd_gpt_train(argc, argv));
     }
     if (argc >= 1 && strcmp(argv[0], "sample") == 0) return cmd_gpt_sample(argc, argv);
+    if (argc >= 1 && strcmp(argv[0], "eval") == 0) return cmd_gpt_eval(argc, argv);
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("usage: wgml gpt train [options]   (wgml gpt train --help)\n       wgml gpt sample --checkpoint FILE [options]\n");
+        printf("usage: wgml gpt train [options]   (wgml gpt train --help)\n       wgml gpt sample --checkpoint FILE [options]\n"
+               "       wgml gpt eval --checkpoint FILE [--data FILE|DIR]\n");
         return 0;
     }
-    fprintf(stderr, "wgml gpt: %s%s%s; want train or sample\n", argc ? "unknown command '" : "no command", argc ? argv[0] : "",
+    fprintf(stderr, "wgml gpt: %s%s%s; want train, sample or eval\n", argc ? "unknown command '" : "no command", argc ? argv[0] : "",
             argc ? "'" : "");
     return 2;
 }

@@ -3,7 +3,8 @@
  * safetensors checkpoint after every epoch (train/checkpoint.h: weights, optimiser moments,
  * step, epoch and the run's settings) and a CSV of metrics, a row per step. --resume
  * continues from a checkpoint with the settings stored in it (flags given override them):
- * shuffling is seeded per epoch, so the result equals the uninterrupted run.
+ * shuffling is seeded per epoch, so the result equals the uninterrupted run, also from a
+ * checkpoint that Ctrl-C / SIGTERM wrote mid-epoch.
  * wgml eval CHECKPOINT: the test accuracy of a checkpoint.
  */
 #include <errno.h>
@@ -31,9 +32,10 @@ typedef struct options {
     int epochs;
     wgml_train_settings s;
     unsigned given; /* WGML_CK_* bits: settings named on the command line */
-    int nlayers;
+    int nlayers, overwrite;
     int64_t sizes[WGML_MLP_MAX_LAYERS + 1];
     const char *out, *resume, *data, *hidden;
+    char resume_dir[1024]; /* the default --out of a resumed run */
 } options;
 
 static int parse_hidden(const char *s, options *o, char *err, size_t errlen)
@@ -56,7 +58,7 @@ static int parse_hidden(const char *s, options *o, char *err, size_t errlen)
     return 0;
 }
 
-enum { O_EPOCHS = 256, O_BATCH, O_SEED, O_FLOAT, O_OUT = O_FLOAT + WGML_FLOAT_SETTINGS, O_RESUME, O_DATA, O_HIDDEN };
+enum { O_EPOCHS = 256, O_BATCH, O_SEED, O_FLOAT, O_OUT = O_FLOAT + WGML_FLOAT_SETTINGS, O_RESUME, O_DATA, O_HIDDEN, O_OVERWRITE };
 
 static const struct option train_flags[] = {
     {"epochs", required_argument, 0, O_EPOCHS}, {"batch", required_argument, 0, O_BATCH},
@@ -64,7 +66,8 @@ static const struct option train_flags[] = {
     {"wd", required_argument, 0, O_FLOAT + 1},  {"clip", required_argument, 0, O_FLOAT + 2},
     {"out", required_argument, 0, O_OUT},       {"resume", required_argument, 0, O_RESUME},
     {"data", required_argument, 0, O_DATA},     {"hidden", required_argument, 0, O_HIDDEN},
-    {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
+    {"overwrite", no_argument, 0, O_OVERWRITE}, {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
 };
 
 /* One flag, parsed strictly (a typo is an error, not a silent 0). */
@@ -90,6 +93,7 @@ static int train_flag(int opt, const char *arg, void *state)
     case O_RESUME: o->resume = arg; break;
     case O_DATA: o->data = arg; break;
     case O_HIDDEN: o->hidden = arg; break;
+    case O_OVERWRITE: o->overwrite = 1; break;
     default: {
         const wgml_float_setting *fs = &wgml_float_settings[opt - O_FLOAT];
         bad = wgml_parse_f32(fs->flag, arg, 0.0f, FLT_MAX, wgml_setting_f32(&o->s, fs), err, sizeof err) != 0;
@@ -102,20 +106,31 @@ static int train_flag(int opt, const char *arg, void *state)
 
 static const char train_usage[] =
     "usage: wgml train [--epochs 10] [--batch 128] [--lr 1e-3] [--wd 0] [--clip 1.0] [--hidden 256,128]\n"
-    "                  [--seed 1] [--out out/train] [--resume CHECKPOINT] [--data " DEFAULT_DATA "]\n"
+    "                  [--seed 1] [--out out/train; resuming: the checkpoint's folder] [--overwrite]\n"
+    "                  [--resume CHECKPOINT] [--data " DEFAULT_DATA "]\n"
     "An MLP on Fashion-MNIST. --resume continues the checkpoint's run: its model, and its seed, batch,\n"
     "lr, wd and clip unless given here. Writes OUT/checkpoint.safetensors after each epoch and\n"
-    "OUT/metrics.csv, a row per step (scripts/plot_metrics.py draws it).\n";
+    "OUT/metrics.csv, a row per step (scripts/plot_metrics.py draws it). A folder that holds a run is\n"
+    "refused unless resumed from or --overwrite. Ctrl-C (or SIGTERM) stops after the current step with\n"
+    "a checkpoint that --resume continues; a second one stops at once.\n";
 
 /* The flags: 0, 1 (help shown) or 2 (a bad flag, reported). */
 static int parse_options(int argc, char **argv, options *o)
 {
     o->epochs = 10;
     o->s = (wgml_train_settings){.seed = 1, .lr = 1e-3f, .weight_decay = 0, .max_grad_norm = 1.0f, .batch = 128};
-    o->out = "out/train";
+    o->out = NULL;
     o->data = DEFAULT_DATA;
     int rc = cli_parse(argc, argv, "train", train_flags, train_usage, train_flag, o, NULL, 0, NULL);
     if (rc) return rc;
+    if (!o->out && o->resume) { /* resuming: beside the checkpoint */
+        snprintf(o->resume_dir, sizeof o->resume_dir, "%s", o->resume);
+        char *slash = strrchr(o->resume_dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(o->resume_dir, sizeof o->resume_dir, ".");
+        o->out = o->resume_dir;
+    }
+    if (!o->out) o->out = "out/train";
     char err[512];
     if (parse_hidden(o->hidden ? o->hidden : "256,128", o, err, sizeof err)) {
         fprintf(stderr, "wgml train: %s (see --help)\n", err);
@@ -226,13 +241,10 @@ static void shuffle(int64_t *idx, int64_t n, uint64_t seed, int epoch)
 /* Under mpirun -np N each rank trains on its N-th of every global batch (the same shuffled
    order on all ranks) and the optimiser averages the gradients across ranks, so every rank
    takes the global batch's step; rank 0 alone evaluates and writes the metrics and checkpoints. */
-static int train_run(int argc, char **argv)
+static int train_body(options o)
 {
     const int rank = wgml_dist_rank(), ranks = wgml_dist_size(), lead = rank == 0;
-    options o = {0};
     char err[512];
-    int prc = parse_options(argc, argv, &o);
-    if (prc) return prc == 1 ? 0 : 2;
     wgml_mnist train = {0}, test = {0};
     if (wgml_mnist_load(o.data, 1, &train, err, sizeof err) || wgml_mnist_load(o.data, 0, &test, err, sizeof err)) {
         fprintf(stderr, "wgml train: %s\n(install the data set: apt-get install dataset-fashion-mnist)\n", err);
@@ -252,6 +264,7 @@ static int train_run(int argc, char **argv)
     wgml_mlp m = {0};
     wgml_checkpoint ck = {0};
     int start_epoch = 0;
+    int64_t skip = 0; /* steps of the first epoch already taken (a run stopped mid-epoch) */
     int rc = 1;
     wgml_optimizer *opt = NULL;
     FILE *csv = NULL;
@@ -264,6 +277,25 @@ static int train_run(int argc, char **argv)
         if (start_epoch >= o.epochs) {
             fprintf(stderr, "wgml train: %s is at epoch %d of %d: nothing to train (give --epochs past it)\n", o.resume,
                     start_epoch, o.epochs);
+            goto done;
+        }
+        if (ck.settings.ranks != ranks) { /* the batch's split over the ranks is part of the run */
+            fprintf(stderr, "wgml train: %s was written by a run on %d rank%s and this one has %d: resume it with %s%d\n", o.resume,
+                    ck.settings.ranks, ck.settings.ranks == 1 ? "" : "s", ranks,
+                    ck.settings.ranks == 1 ? "one process (no mpirun), or mpirun -np " : "mpirun -np ", ck.settings.ranks);
+            goto done;
+        }
+        /* a run stopped by a signal mid-epoch goes on from the step after its last */
+        int ck_batch = ck.stored & WGML_CK_BATCH ? ck.settings.batch : o.s.batch;
+        skip = ck.step - (int64_t)ck.epoch * (train.n / ck_batch);
+        if (skip && ck_batch != o.s.batch) {
+            fprintf(stderr, "wgml train: %s stopped within epoch %d: resume it with its batch (%d), not --batch %d\n", o.resume,
+                    ck.epoch + 1, ck_batch, o.s.batch);
+            goto done;
+        }
+        if (skip < 0 || skip >= train.n / ck_batch) {
+            fprintf(stderr, "wgml train: %s: step %lld is not in epoch %d of %lld training examples at batch %d\n", o.resume,
+                    (long long)ck.step, ck.epoch + 1, (long long)train.n, ck_batch);
             goto done;
         }
     } else if ((st = wgml_mlp_create(ctx, o.nlayers, o.sizes, o.s.seed, NULL, NULL, &m))) {
@@ -295,10 +327,7 @@ static int train_run(int argc, char **argv)
         goto done;
     }
     wgml_checkpoint_free(&ck); /* the model and optimiser hold it all now */
-    if (lead && cli_make_dirs(o.out)) {
-        fprintf(stderr, "wgml train: cannot create %s: %s\n", o.out, strerror(errno));
-        goto done;
-    }
+    o.s.ranks = ranks;
     char ckpath[1024], csvpath[1024];
     snprintf(ckpath, sizeof ckpath, "%s/checkpoint.safetensors", o.out);
     snprintf(csvpath, sizeof csvpath, "%s/metrics.csv", o.out);
@@ -322,6 +351,7 @@ static int train_run(int argc, char **argv)
                (double)o.s.lr, (double)o.s.weight_decay, (double)o.s.max_grad_norm, (unsigned long long)o.s.seed, start_epoch + 1,
                o.epochs);
         if (ranks > 1) printf("data parallel over %d ranks: %d examples of each batch per rank\n", ranks, local);
+        fflush(stdout); /* on a pipe too: the run has begun */
     }
 
     idx = malloc((size_t)train.n * sizeof *idx);
@@ -336,12 +366,17 @@ static int train_run(int argc, char **argv)
         fprintf(stderr, "wgml train: batch tensors: %s\n", cli_message(ctx, st));
         goto done;
     }
-    double test_acc = 0, test_loss = 0, run_t0 = cli_now();
+    /* elapsed_s goes on from the resumed run's last row */
+    double test_acc = 0, test_loss = 0, run_t0 = cli_now() - (lead && o.resume ? cli_metrics_last_elapsed(csvpath) : 0);
+    /* Ctrl-C: the step finishes and a checkpoint is written (one process: under mpirun a rank
+       alone cannot stop the others' collectives) */
+    if (ranks == 1) cli_stop_catch();
     for (int epoch = start_epoch; epoch < o.epochs; epoch++) {
         shuffle(idx, train.n, o.s.seed, epoch);
         int64_t steps = train.n / batch; /* full batches; the remainder is dropped */
+        int64_t from = epoch == start_epoch ? skip : 0;
         double t0 = cli_now(), sum_loss = 0, sum_correct = 0;
-        for (int64_t s = 0; s < steps; s++) {
+        for (int64_t s = from; s < steps; s++) {
             for (int i = 0; i < local; i++) {
                 int64_t k = idx[s * batch + rank * local + i];
                 memcpy(xb + (size_t)i * MNIST_PIXELS, train.images + k * MNIST_PIXELS, MNIST_PIXELS * sizeof *xb);
@@ -369,25 +404,44 @@ static int train_run(int argc, char **argv)
             fprintf(csv, "%lld,%d,%.9g,%.9g,%.9g,", (long long)wgml_optimizer_steps(opt), epoch + 1, (double)loss,
                     (double)correct / batch, (double)lr);
             /* the epoch's last row waits for the test set's numbers */
-            if (s + 1 < steps) fprintf(csv, ",,%.1f,%.3f\n", (double)((s + 1) * batch) / (now - t0), now - run_t0);
+            int64_t done_here = s + 1 - from; /* steps of this epoch in this process */
+            if (s + 1 < steps) fprintf(csv, ",,%.1f,%.3f\n", (double)(done_here * batch) / (now - t0), now - run_t0);
             if (tty && (s % 20 == 0 || s + 1 == steps)) {
                 double el = now - t0;
                 int bar = (int)(30 * (s + 1) / steps);
                 printf("\repoch %2d/%d [%.*s%*s] %5.1f%% loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, bar,
                        "==============================", 30 - bar, "", 100.0 * (double)(s + 1) / (double)steps,
-                       sum_loss / (double)(s + 1), sum_correct / (double)((s + 1) * batch),
-                       (double)((s + 1) * batch) / el);
+                       sum_loss / (double)done_here, sum_correct / (double)(done_here * batch),
+                       (double)(done_here * batch) / el);
                 fflush(stdout);
             }
+            /* stopped mid-epoch: the checkpoint holds the step, and --resume takes the rest of
+               the epoch (the epoch's last step goes on to its test set and checkpoint) */
+            if (cli_stop_signal && s + 1 < steps) {
+                if (fflush(csv) || (st = wgml_checkpoint_save(ckpath, &m, opt, epoch, &o.s))) {
+                    fprintf(stderr, "\nwgml train: stopped by %s, but the checkpoint failed: %s\n", cli_signal_name(cli_stop_signal),
+                            st ? cli_message(ctx, st) : strerror(errno));
+                    goto done;
+                }
+                break;
+            }
         }
+        if (cli_stop_signal && epoch < o.epochs && wgml_optimizer_steps(opt) % steps != 0) {
+            fprintf(stderr, "\nwgml train: stopped by %s after step %lld: checkpoint %s (continue with: wgml train --resume %s)\n",
+                    cli_signal_name(cli_stop_signal), (long long)wgml_optimizer_steps(opt), ckpath, ckpath);
+            rc = 128 + cli_stop_signal;
+            goto done;
+        }
+        const int64_t epoch_steps = steps - from;
         double secs = cli_now() - t0;
         if (!lead) continue; /* the others go on to the next epoch's first all-reduce */
         if (evaluate(ctx, &m, &test, &test_acc, &test_loss)) goto done;
         if (!tty) /* a file or a pipe: one plain line per epoch */
-            printf("epoch %2d/%d loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, sum_loss / (double)steps,
-                   sum_correct / (double)(steps * batch), (double)(steps * batch) / secs);
+            printf("epoch %2d/%d loss %.4f acc %.4f %8.0f samples/s", epoch + 1, o.epochs, sum_loss / (double)epoch_steps,
+                   sum_correct / (double)(epoch_steps * batch), (double)(epoch_steps * batch) / secs);
         printf("  | test loss %.4f acc %.4f (%.1f s)\n", test_loss, test_acc, secs);
-        fprintf(csv, "%.9g,%.9g,%.1f,%.3f\n", test_loss, test_acc, (double)(steps * batch) / secs, cli_now() - run_t0);
+        fflush(stdout);
+        fprintf(csv, "%.9g,%.9g,%.1f,%.3f\n", test_loss, test_acc, (double)(epoch_steps * batch) / secs, cli_now() - run_t0);
         if (fflush(csv)) { /* the checkpoint must not get ahead of its metrics */
             fprintf(stderr, "wgml train: cannot write %s: %s\n", csvpath, strerror(errno));
             goto done;
@@ -396,11 +450,18 @@ static int train_run(int argc, char **argv)
             fprintf(stderr, "wgml train: checkpoint: %s\n", cli_message(ctx, st));
             goto done;
         }
+        if (cli_stop_signal) {
+            fprintf(stderr, "wgml train: stopped by %s after epoch %d: checkpoint %s (continue with: wgml train --resume %s)\n",
+                    cli_signal_name(cli_stop_signal), epoch + 1, ckpath, ckpath);
+            rc = 128 + cli_stop_signal;
+            goto done;
+        }
     }
     if (cli_dist_finish("wgml train", ctx, np, params)) goto done;
     if (lead) printf("test accuracy %.4f\ncheckpoint %s\nmetrics %s\n", test_acc, ckpath, csvpath);
     rc = 0;
 done:
+    cli_stop_restore();
     free(idx);
     free(xb);
     free(lb);
@@ -413,6 +474,31 @@ done:
     wgml_context_free(ctx);
     wgml_mnist_free(&train);
     wgml_mnist_free(&test);
+    return rc;
+}
+
+static int train_run(int argc, char **argv)
+{
+    options o = {0};
+    int prc = parse_options(argc, argv, &o);
+    if (prc) return prc == 1 ? 0 : 2;
+    /* a batch the ranks cannot split is refused by every rank before rank 0 locks the folder:
+       mpirun kills rank 0 when another rank exits, and a killed rank 0 may still be alive
+       (its lock in force) when the next run starts */
+    if (!o.resume && cli_dist_check_batch("wgml train", o.s.batch)) return 1;
+    /* the folder is this run's alone: a run it holds is continued or replaced on purpose */
+    static const char *const run_files[] = {"checkpoint.safetensors", "metrics.csv", NULL};
+    cli_out_lock lock = {0};
+    if (wgml_dist_rank() == 0) {
+        int continuing = o.resume && cli_same_dir(o.out, o.resume);
+        if ((prc = cli_out_claim("wgml train", o.out, run_files, continuing, o.overwrite, &lock))) return prc;
+        if (o.overwrite && !continuing) { /* the old run goes now, not at the first checkpoint */
+            char path[1100];
+            for (const char *const *f = run_files; *f; f++) snprintf(path, sizeof path, "%s/%s", o.out, *f), remove(path);
+        }
+    }
+    int rc = train_body(o);
+    cli_out_release(&lock);
     return rc;
 }
 
@@ -432,7 +518,7 @@ int cmd_eval(int argc, char **argv)
 {
     static const struct option flags[] = {{"data", required_argument, 0, 256}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     static const char usage[] = "usage: wgml eval CHECKPOINT [--data " DEFAULT_DATA "]\n"
-                                "The test accuracy of a checkpoint of wgml train.\n";
+                                "The test accuracy of a checkpoint of wgml train (wgml gpt eval scores a GPT's).\n";
     const char *data = DEFAULT_DATA;
     char *pos[1];
     int npos = 0, prc = cli_parse(argc, argv, "eval", flags, usage, eval_flag, &data, pos, 1, &npos);
@@ -443,6 +529,18 @@ int cmd_eval(int argc, char **argv)
     }
     const char *path = pos[0];
     char err[512];
+    /* a GPT checkpoint has its own command: say which, rather than "not a wgml checkpoint" */
+    wgml_st_file file = {0};
+    if (wgml_safetensors_read(path, &file, err, sizeof err) == WGML_OK) {
+        const char *format = wgml_st_meta(&file, "format");
+        int gpt = format && strncmp(format, "wgml-gpt", 8) == 0;
+        wgml_st_file_free(&file);
+        if (gpt) {
+            fprintf(stderr, "wgml eval: %s is a GPT checkpoint (of wgml gpt train): score it with wgml gpt eval --checkpoint %s\n",
+                    path, path);
+            return 2;
+        }
+    }
     wgml_mnist test = {0};
     if (wgml_mnist_load(data, 0, &test, err, sizeof err)) {
         fprintf(stderr, "wgml eval: %s\n", err);

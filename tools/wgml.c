@@ -1,10 +1,10 @@
 /*
  * wgml — the command-line tool.
- *   wgml info [--json]          the adapter, its limits and features
+ *   wgml info [--json] [--all]  the adapter, its limits and (compute) features
  *   wgml bench [what] [--json]  benchmarks (tools/bench.c)
  *   wgml train [options]        train an MLP on Fashion-MNIST (tools/train.c)
  *   wgml eval CHECKPOINT        score a checkpoint on the test split
- *   wgml gpt train|sample ...   a character-level GPT on text (tools/gpt.c)
+ *   wgml gpt train|sample|eval  a character-level GPT on text (tools/gpt.c)
  *   wgml --help | --version     (each command also takes --help; tools/cli.c parses them all)
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -30,16 +30,35 @@ static void json_str(FILE *f, const char *s)
 static int info_flag(int opt, const char *arg, void *state)
 {
     (void)arg;
-    if (opt == 256) *(int *)state = 1;
+    if (opt == 256) ((int *)state)[0] = 1;
+    if (opt == 257) ((int *)state)[1] = 1;
+    return 0;
+}
+
+/* Features that only drawing uses (textures, depth, blending, rasterisation): wgml info lists
+   them with --all alone. Anything not named here (a new feature too) counts as compute. */
+static int render_only(const char *feature)
+{
+    static const char *const prefixes[] = {"texture-", "depth", "float32-filterable", "float32-blendable", "indirect-first-instance",
+                                           "rg11b10ufloat", "bgra8unorm", "clip-distances", "dual-source-blending", "multiview",
+                                           "polygon-mode", "conservative-rasterization", "multi-draw", "vertex-", "address-mode",
+                                           "msaa", "unorm16", "snorm16", "norm16", "primitive-", "sampler-", "multisample",
+                                           "renderable", "spirv-shader-passthrough"};
+    for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++)
+        if (strncmp(feature, prefixes[k], strlen(prefixes[k])) == 0 || strstr(feature, "-renderable")) return 1;
     return 0;
 }
 
 static int cmd_info(int argc, char **argv)
 {
-    static const struct option flags[] = {{"json", no_argument, 0, 256}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int json = 0;
-    int prc = cli_parse(argc, argv, "info", flags, "usage: wgml info [--json]\nThe adapter wgml picks, its limits and features.\n",
-                        info_flag, &json, NULL, 0, NULL);
+    static const struct option flags[] = {{"json", no_argument, 0, 256}, {"all", no_argument, 0, 257},
+                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int opts[2] = {0, 0};
+    int prc = cli_parse(argc, argv, "info", flags,
+                        "usage: wgml info [--json] [--all]\nThe adapter wgml picks, its limits and the features compute can use\n"
+                        "(--all: every feature, those for drawing too).\n",
+                        info_flag, opts, NULL, 0, NULL);
+    const int json = opts[0], all = opts[1];
     if (prc) return prc == 1 ? 0 : 2;
     wgml_context *ctx;
     wgml_status st = wgml_context_create(NULL, &ctx);
@@ -100,7 +119,8 @@ static int cmd_info(int argc, char **argv)
         printf("],\n \"limits\": {");
         for (int k = 0; k < nl; k++) printf("%s\"%s\": %llu", k ? ", " : "", limits[k].name, limits[k].v);
         printf("},\n \"features\": [");
-        for (int k = 0; k < i.feature_count; k++) printf("%s\"%s\"", k ? ", " : "", i.features[k]);
+        for (int k = 0, n = 0; k < i.feature_count; k++)
+            if (all || !render_only(i.features[k])) printf("%s\"%s\"", n++ ? ", " : "", i.features[k]);
         printf("],\n \"matmul_f16_math_matrix\": \"%s\",", !i.has_shader_f16 ? "unsupported" : matrix_units ? "subgroup_matrix" : "simt_f32_sums");
         printf("\n \"enabled\": {\"timestamp_query\": %s, \"subgroups\": %s, \"shader_f16\": %s, \"immediates\": %s, "
                "\"pipeline_cache\": %s, \"subgroup_matrix\": %s}}\n",
@@ -121,8 +141,12 @@ static int cmd_info(int argc, char **argv)
         printf("matmul f16_math=matrix  %s\n", matrix_kernel);
         printf("limits\n");
         for (int k = 0; k < nl; k++) printf("  %-40s %llu\n", limits[k].name, limits[k].v);
-        printf("features\n");
-        for (int k = 0; k < i.feature_count; k++) printf("  %s\n", i.features[k]);
+        int hidden = 0;
+        for (int k = 0; k < i.feature_count; k++) hidden += !all && render_only(i.features[k]);
+        printf("features%s\n", all ? "" : " (for compute)");
+        for (int k = 0; k < i.feature_count; k++)
+            if (all || !render_only(i.features[k])) printf("  %s\n", i.features[k]);
+        if (hidden) printf("  (and %d for drawing: wgml info --all)\n", hidden);
     }
     wgml_context_free(ctx);
     return 0;
@@ -130,13 +154,14 @@ static int cmd_info(int argc, char **argv)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: wgml info [--json]\n"
+    fprintf(f, "usage: wgml info [--json] [--all]\n"
                     "       wgml bench [ops|matmul|attention|gather|transformer|gpt|startup|all] [--json] [--quick] [--gpu-time]\n"
                     "       wgml train [--epochs N] [--batch N] [--lr X] [--hidden 256,128] [--seed N]\n"
-                    "                  [--out DIR] [--resume CHECKPOINT] [--data DIR]\n"
+                    "                  [--out DIR] [--overwrite] [--resume CHECKPOINT] [--data DIR]\n"
                     "       wgml eval CHECKPOINT [--data DIR]\n"
                     "       wgml gpt train [options]         (wgml gpt train --help)\n"
-                    "       wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature X] [--top-k N] [--seed N]\n"
+                    "       wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature X] [--top-k N] [--top-p P] [--seed N]\n"
+                    "       wgml gpt eval --checkpoint FILE [--data FILE|DIR]\n"
                     "       wgml --version\n"
                     "Each command takes --help, and --runtime auto|wgpu-native|dawn: the WebGPU implementation\n"
                     "(WGML_RUNTIME; auto: Dawn where installed and the adapter has subgroup matrices).\n");

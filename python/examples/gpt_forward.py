@@ -5,7 +5,7 @@ names and layout, a character-level vocabulary).
     python gpt_forward.py                     # random weights: the forward against NumPy
     python gpt_forward.py --checkpoint out/gpt/gpt.safetensors --prompt "The " --tokens 200
 
-wgml.h has no GPT of its own (the C model is built on the public ops, as this is).
+The C library's own GPT (wgml_gpt.h, built on the same public ops) is wgml.gpt.GPT.
 """
 import argparse
 import math

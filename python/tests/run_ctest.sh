@@ -43,6 +43,8 @@ import wgml
 venv = sys.argv[1]
 assert wgml.__file__.startswith(venv), wgml.__file__
 assert wgml.library_path.startswith(venv) and "/_lib/" in wgml.library_path, wgml.library_path
+import wgml.gpt  # the bundled wgml_gpt.h, beside the bundled wgml.h
+assert wgml.gpt.gpt_header_path == wgml.header_path.replace("wgml.h", "wgml_gpt.h") and "/_include/" in wgml.header_path
 maps = open("/proc/self/maps").read()
 jansson = {l.split()[-1] for l in maps.splitlines() if "libjansson" in l}
 assert jansson and all(p.startswith(venv) for p in jansson), jansson  # the wheel's, not the system's
@@ -50,4 +52,19 @@ x = wgml.tensor(np.arange(6.0).reshape(2, 3))
 assert (x @ x.T).numpy().tolist() == [[5.0, 14.0], [14.0, 50.0]]
 print("wheel %s: %s, jansson %s, on %s" % (wgml.__version__, wgml.library_path, jansson.pop(), wgml.info()["name"]))
 PY
+# Dawn travels in the wheel too, and runs there (on lavapipe it needs the newer Mesa deps.sh unpacks)
+dawn_icd=$root/third_party/dawn/mesa/lvp_icd.json
+if [ -f "$root/third_party/dawn/lib/libwebgpu_dawn.so" ] && [ -f "$dawn_icd" ]; then
+  VK_DRIVER_FILES=$dawn_icd venv/bin/python - "$work/empty/venv" <<'PY'
+import sys
+import numpy as np
+import wgml
+ctx = wgml.Context(runtime="dawn")
+info = ctx.info()
+assert info["runtime"] == "dawn" and info["runtime_library"].startswith(sys.argv[1]), info
+x = wgml.tensor(np.arange(6.0).reshape(2, 3), ctx=ctx)
+assert (x @ x.T).numpy().tolist() == [[5.0, 14.0], [14.0, 50.0]]
+print("wheel on Dawn: %s" % info["runtime_library"])
+PY
+fi
 WGML_CLI=${2:-} venv/bin/python -m pytest -q -p no:cacheprovider --rootdir "$work/empty" tests

@@ -34,6 +34,9 @@ from ._tensor import (Tensor, float32, int32, tensor, from_numpy, as_tensor, no_
                       cross_entropy, mse, eval, UNARY_OPS, BINARY_OPS)
 from ._io import save, load, save_file, load_file
 from . import optim
+from ._ffi import gpt_header_path
+if gpt_header_path is not None:  # wgml_gpt.h found beside wgml.h (import wgml.gpt says why not otherwise)
+    from . import gpt
 
 __version__ = library_version()
 

@@ -1,8 +1,8 @@
 """The C library, loaded through cffi in ABI mode (no compiler needed at install or import).
 
-The declarations come from wgml.h itself, filtered into what cffi's parser takes
-(`header_to_cdef`), so the Python side never holds a hand-copied second description of the
-C API that could drift from the library.
+The declarations come from wgml.h itself, and from wgml_gpt.h (the GPT, wgml.gpt) found beside
+it, filtered into what cffi's parser takes (`header_to_cdef`), so the Python side never holds
+a hand-copied second description of the C API that could drift from the library.
 """
 import ctypes.util
 import os
@@ -14,6 +14,7 @@ from cffi import FFI
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 LIBNAME = "libwgml.so.0"
+GPT_HEADER = "wgml_gpt.h"  # the GPT's declarations, read from beside wgml.h
 
 
 # ---------------------------------------------------------------- the header, filtered
@@ -142,6 +143,14 @@ def _load():
                           % (libpath, "\n  ".join(headers)))
     with open(header, encoding="utf-8") as f:
         text = f.read()
+    # wgml_gpt.h includes wgml.h: read after it (its own #include is dropped with the other
+    # directives). An install without it still gives the tensors; wgml.gpt then says why not.
+    gpt_header = os.path.join(os.path.dirname(header), GPT_HEADER)
+    if os.path.isfile(gpt_header):
+        with open(gpt_header, encoding="utf-8") as f:
+            text += "\n" + f.read()
+    else:
+        gpt_header = None
     ffi.cdef(header_to_cdef(text))
     lib = ffi.dlopen(libpath)
     missing = []
@@ -151,8 +160,9 @@ def _load():
         except AttributeError:
             missing.append(name)
     if missing:
-        raise ImportError("wgml: %s does not match %s: it lacks %s" % (libpath, header, ", ".join(missing)))
-    return ffi, lib, libpath, header
+        raise ImportError("wgml: %s does not match %s: it lacks %s"
+                          % (libpath, " and ".join(h for h in (header, gpt_header) if h), ", ".join(missing)))
+    return ffi, lib, libpath, header, gpt_header
 
 
 def _loaded_path(name):
@@ -168,7 +178,7 @@ def _loaded_path(name):
     return None
 
 
-ffi, lib, library_path, header_path = _load()
+ffi, lib, library_path, header_path, gpt_header_path = _load()
 
 
 def library_version() -> str:

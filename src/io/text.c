@@ -101,6 +101,20 @@ wgml_status wgml_text_load(const char *dir, wgml_text *out, char *err, size_t er
         snprintf(err, errlen, "no text folder given");
         return WGML_ERROR_INVALID_ARGUMENT;
     }
+    struct stat top;
+    if (stat(dir, &top) == 0 && S_ISREG(top.st_mode)) { /* one file: its text alone */
+        uint8_t *buf = NULL;
+        size_t len = 0, cap = 0;
+        wgml_status st = append_file(dir, &buf, &len, &cap, err, errlen) ? WGML_ERROR_IO : WGML_OK;
+        if (!st && len == 0) {
+            snprintf(err, errlen, "the text in %s is empty", dir);
+            st = WGML_ERROR_INVALID_ARGUMENT;
+        }
+        if (!st) st = wgml_text_from_bytes(buf, len, out, err, errlen);
+        free(buf);
+        if (!st) out->files = 1;
+        return st;
+    }
     DIR *d = opendir(dir);
     if (!d) {
         snprintf(err, errlen, "cannot open the text folder %s: %s%s", dir, strerror(errno),

@@ -1,7 +1,7 @@
 /*
  * Text corpora for character-level language models, host only.
  *
- * A corpus is the regular files of a folder (symbolic links, names starting with "." and names
+ * A corpus is one file, or the regular files of a folder (symbolic links, names starting with "." and names
  * ending ".dat" skipped:
  * in Debian's fortunes folder those are the index files and the .u8 aliases), concatenated
  * in byte order of their names. The vocabulary is the distinct bytes of the whole text in
@@ -38,7 +38,7 @@ typedef struct wgml_text {
     int files;            /* files read */
 } wgml_text;
 
-/* Reads a folder as above. WGML_ERROR_IO (missing folder, unreadable file),
+/* Reads a file or a folder as above. WGML_ERROR_IO (missing folder, unreadable file),
    WGML_ERROR_INVALID_ARGUMENT (no files, empty text), with a message naming the folder. On
    failure *out is zeroed. (A split too short for a block is wgml_text_batch's error.) */
 wgml_status wgml_text_load(const char *dir, wgml_text *out, char *err, size_t errlen);

@@ -1,10 +1,12 @@
 /* The GPT's public handle (wgml_gpt.h): the model of gpt.c on the heap, with what a
    checkpoint holds beside the weights (vocabulary, step, run settings), and generation over
    the KV cache. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/context.h"
+#include "cpu/philox.h"
 #include "models/gpt_checkpoint.h"
 
 /* The settings recorded for a model no optimiser has touched: the command's defaults, so
@@ -97,6 +99,15 @@ wgml_status wgml_gpt_set_vocab(wgml_gpt *g, const uint8_t *bytes, int n)
     return WGML_OK;
 }
 
+wgml_status wgml_gpt_set_dropout(wgml_gpt *g, float p)
+{
+    if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!(p >= 0.0f && p < 1.0f))
+        return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_set_dropout: p = %g; want 0 <= p < 1", (double)p);
+    g->cfg.dropout = p;
+    return WGML_OK;
+}
+
 wgml_status wgml_gpt_save(wgml_gpt *g, const char *path, wgml_optimizer *opt)
 {
     if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
@@ -153,6 +164,86 @@ wgml_tensor *const *wgml_gpt_params(const wgml_gpt *g, int *n)
     return g ? g->params : NULL;
 }
 
+/* A uniform in [0, 1) from the context's generator: wgml_rand's first element at its state
+   (word 0 of the block there, top 24 bits), the state then moved on by that one block. */
+static wgml_status host_uniform(wgml_context *ctx, double *u)
+{
+    uint64_t seed, offset;
+    wgml_status st = wgml_rng_get_state(ctx, &seed, &offset);
+    if (st) return st;
+    uint32_t ctr[4] = {(uint32_t)offset, (uint32_t)(offset >> 32), wgml_rng_stream(ctx), 0};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, w[4];
+    wgml_philox4x32_10(ctr, key, w);
+    *u = (double)(w[0] >> 8) * 0x1.0p-24;
+    return wgml_rng_set_state(ctx, seed, offset + 1);
+}
+
+/* Nucleus (top-p) sampling from logits [V] on the host: the top_k largest (0: all; ties kept,
+   as the GPU sampler keeps them) at the temperature, then the fewest most likely tokens whose
+   probabilities reach top_p; u in [0, 1) picks one. */
+static int32_t draw_top_p(const float *logits, int V, float temperature, int64_t top_k, float top_p, double u)
+{
+    int order[256];
+    double p[256], sum = 0, max = -INFINITY;
+    for (int k = 0; k < V; k++) order[k] = k;
+    for (int a = 1; a < V; a++) /* by logit, largest first (V <= 256: insertion sort) */
+        for (int b = a; b > 0 && logits[order[b]] > logits[order[b - 1]]; b--) {
+            int x = order[b];
+            order[b] = order[b - 1], order[b - 1] = x;
+        }
+    int n = top_k > 0 && top_k < V ? (int)top_k : V;
+    while (n < V && logits[order[n]] == logits[order[n - 1]]) n++;
+    for (int k = 0; k < n; k++) max = fmax(max, (double)logits[order[k]]);
+    for (int k = 0; k < n; k++) sum += p[k] = exp(((double)logits[order[k]] - max) / (double)temperature);
+    double kept = 0;
+    int m = 0;
+    while (m < n && (m == 0 || kept < (double)top_p * sum)) kept += p[m++];
+    u *= kept;
+    for (int k = 0; k < m; k++)
+        if ((u -= p[k]) < 0) return order[k];
+    return order[m - 1];
+}
+
+/* wgml_gpt_generate_step with nucleus sampling: the logits are read back (one submit, with
+   the cache's new keys and values) and the token drawn on the host. */
+static wgml_status generate_step_top_p(wgml_gpt *g, wgml_gpt_cache *c, const int32_t *history, int64_t n_history,
+                                       int64_t n_new, const wgml_gpt_sample_desc *d, int32_t *token)
+{
+    wgml_context *ctx = g->ctx;
+    int64_t L = g->cfg.layers, block = g->cfg.block, feed = n_new, V = g->cfg.vocab;
+    if (V > 256) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "wgml_gpt_generate: top_p with %lld tokens (at most 256)", (long long)V);
+    if (c->len + n_new > block) { /* the sliding window, as wgml_gpt_generate_step's */
+        wgml_gpt_cache_reset(c, L);
+        feed = n_new > block / 2 ? block : block / 2 > 0 ? block / 2 : 1;
+        if (feed > n_history) feed = n_history;
+    }
+    float logits[256];
+    wgml_tensor *out[1 + WGML_GPT_MAX_LAYERS];
+    wgml_scope_begin(ctx);
+    wgml_tensor *ids = NULL;
+    wgml_status st = wgml_tensor_from_i32(ctx, 2, (int64_t[2]){1, feed}, history + n_history - feed, (size_t)feed, &ids);
+    wgml_tensor *lg = st ? NULL : wgml_gpt_decode_logits(g, c, ids);
+    if (!st && !lg) st = WGML_ERROR_INVALID_ARGUMENT;
+    if (!st) {
+        out[0] = lg;
+        for (int64_t l = 0; l < L; l++) out[1 + l] = c->next_kv[l];
+        st = wgml_eval_read(ctx, (int)(L + 1), out, lg, logits, (size_t)V);
+    }
+    double u = 0;
+    if (!st) st = host_uniform(ctx, &u);
+    if (!st) {
+        for (int64_t l = 0; l < L; l++) {
+            wgml_keep(c->next_kv[l]);
+            wgml_tensor_free(c->kv[l]);
+            c->kv[l] = c->next_kv[l];
+        }
+        c->len += feed;
+        *token = draw_top_p(logits, (int)V, d->temperature, d->top_k, d->top_p, u);
+    }
+    wgml_scope_end(ctx);
+    return st;
+}
+
 wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new,
                               const wgml_gpt_sample_desc *desc, int32_t *out, wgml_gpt_token_fn on_token, void *user)
 {
@@ -169,6 +260,11 @@ wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prom
     if (!(d.temperature >= 0) || d.top_k < 0)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: temperature %g and top_k %lld must be >= 0",
                          (double)d.temperature, (long long)d.top_k);
+    if (!(d.top_p >= 0 && d.top_p <= 1))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: top_p = %g; want 0 <= top_p <= 1 (0 or 1: all)",
+                         (double)d.top_p);
+    /* top-p needs the distribution on the host; temperature 0 stays the GPU's argmax */
+    const int nucleus = d.top_p > 0 && d.top_p < 1 && d.temperature >= 1e-4f;
     /* the history the sliding window restarts from: the prompt, then the tokens drawn */
     int32_t *ids = malloc((size_t)(n_prompt + n_new) * sizeof *ids);
     if (!ids) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "wgml_gpt_generate: out of host memory");
@@ -178,7 +274,8 @@ wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prom
     int64_t have = n_prompt, fresh = n_prompt;
     for (int64_t k = 0; k < n_new && !st; k++) {
         int32_t tok;
-        st = wgml_gpt_generate_step(g, &cache, ids, have, fresh, d.temperature, d.top_k, &tok);
+        st = nucleus ? generate_step_top_p(g, &cache, ids, have, fresh, &d, &tok)
+                     : wgml_gpt_generate_step(g, &cache, ids, have, fresh, d.temperature, d.top_k, &tok);
         if (st) break;
         ids[have++] = tok, fresh = 1;
         if (out) out[k] = tok;

@@ -11,6 +11,7 @@
 
 #include "core/context.h"
 #include "io/loader.h"
+#include "train/checkpoint.h"
 
 #define FORMAT "wgml-gpt-1"
 
@@ -54,7 +55,7 @@ static const field fields[] = {
     RUN("rng_offset", rng_offset, U64, 0, 0),
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
-#define N_META (N_FIELDS + 5) /* + format, arch, step, data, and room */
+#define N_META (N_FIELDS + 6) /* + format, arch, step, data, ranks, and room */
 
 static void *field_ptr(const field *f, wgml_gpt_config *c, wgml_gpt_run *r)
 {
@@ -119,6 +120,8 @@ wgml_status wgml_gpt_checkpoint_save(const char *path, wgml_gpt *g, wgml_optimiz
     snprintf(text[nm], sizeof text[nm], "%" PRId64, step);
     keys[nm] = "step", vals[nm] = text[nm], nm++;
     keys[nm] = "data", vals[nm++] = r.data;
+    snprintf(text[nm], sizeof text[nm], "%" PRId64, r.ranks > 0 ? r.ranks : 1);
+    keys[nm] = "ranks", vals[nm] = text[nm], nm++;
     for (int f = 0; f < N_FIELDS; f++, nm++) {
         void *p = field_ptr(&fields[f], &cfg, &r);
         if (fields[f].kind == I64) snprintf(text[nm], sizeof text[nm], "%" PRId64, *(int64_t *)p);
@@ -172,6 +175,10 @@ static wgml_status read_metadata(wgml_context *ctx, const char *path, wgml_gpt_c
     if (wgml_parse_i64(what, text, 0, INT64_MAX, &ck->step, err, sizeof err)) return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s", err);
     text = wgml_st_meta(&ck->file, "data");
     snprintf(r.data, sizeof r.data, "%s", text ? text : "");
+    r.ranks = 1;
+    snprintf(what, sizeof what, "%s: metadata 'ranks'", path);
+    if ((text = wgml_st_meta(&ck->file, "ranks")) && wgml_parse_i64(what, text, 1, 1 << 20, &r.ranks, err, sizeof err))
+        return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s", err);
     if (wgml_gpt_config_resolve(&c, &ck->cfg, err, sizeof err)) return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: %s", path, err);
     ck->run = r;
     return WGML_OK;
@@ -213,6 +220,7 @@ static wgml_status check_tensors(wgml_context *ctx, const char *path, wgml_gpt_c
             snprintf(full, sizeof full, "%s%s", name, k ? ".v" : ".m");
             const wgml_st_tensor *t = wgml_st_find(&ck->file, full);
             if (t) st = check_shape(ctx, path, t, full, nd, shape), moments++;
+            if (t && !st) st = wgml_check_moment(ctx, path, t, k);
         }
         if (st) return st;
     }

@@ -9,9 +9,10 @@
  *     the run's settings (seed, lr, min_lr_ratio, warmup, total_steps, weight_decay,
  *     max_grad_norm, beta1, beta2, batch, eval_every, eval_batches, data) and the GPU
  *     generator's state after the step (rng_seed, rng_offset), so that a resumed run draws
- *     the dropout masks the uninterrupted one would.
+ *     the dropout masks the uninterrupted one would; ranks (absent in older files: 1).
  * Everything read is checked before use: each key strictly parsed and in range, each tensor
- * against the shape the config gives, nothing missing, nothing extra.
+ * against the shape the config gives, nothing missing, nothing extra; weights and moments
+ * finite, second moments not negative.
  */
 #ifndef WGML_MODELS_GPT_CHECKPOINT_H
 #define WGML_MODELS_GPT_CHECKPOINT_H

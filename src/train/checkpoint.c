@@ -4,6 +4,7 @@
 #include <float.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +75,7 @@ wgml_status wgml_checkpoint_save(const char *path, wgml_mlp *m, wgml_optimizer *
         wgml_tensor_free(src[2]);
     }
 
-    char step[32], ep[32], sizes[160], seed[32], lr[32], wd[32], clip[32], batch[32];
+    char step[32], ep[32], sizes[160], seed[32], lr[32], wd[32], clip[32], batch[32], ranks[32];
     snprintf(step, sizeof step, "%" PRId64, wgml_optimizer_steps(opt));
     snprintf(ep, sizeof ep, "%d", epoch);
     sizes_text(sizes, sizeof sizes, m->nlayers, m->sizes);
@@ -83,8 +84,9 @@ wgml_status wgml_checkpoint_save(const char *path, wgml_mlp *m, wgml_optimizer *
     wgml_float_text(wd, sizeof wd, s->weight_decay);
     wgml_float_text(clip, sizeof clip, s->max_grad_norm);
     snprintf(batch, sizeof batch, "%d", s->batch);
-    const char *keys[] = {"step", "epoch", "sizes", "seed", "lr", "weight_decay", "max_grad_norm", "batch"};
-    const char *vals[] = {step, ep, sizes, seed, lr, wd, clip, batch};
+    snprintf(ranks, sizeof ranks, "%d", s->ranks > 0 ? s->ranks : 1);
+    const char *keys[] = {"step", "epoch", "sizes", "seed", "lr", "weight_decay", "max_grad_norm", "batch", "ranks"};
+    const char *vals[] = {step, ep, sizes, seed, lr, wd, clip, batch, ranks};
     if (!st) {
         char err[512];
         st = wgml_safetensors_write(path, t, count, keys, vals, (int)(sizeof keys / sizeof keys[0]), err, sizeof err);
@@ -173,6 +175,12 @@ static wgml_status read_metadata(wgml_context *ctx, const char *path, wgml_check
         s->batch = (int)v;
         ck->stored |= WGML_CK_BATCH;
     }
+    s->ranks = 1;
+    if ((text = wgml_st_meta(f, "ranks"))) {
+        if (wgml_parse_i64("metadata 'ranks'", text, 1, 1 << 20, &v, err, sizeof err))
+            return meta_error(ctx, path, WGML_ERROR_FORMAT, err);
+        s->ranks = (int)v;
+    }
     return WGML_OK;
 }
 
@@ -215,6 +223,7 @@ static wgml_status check_tensors(wgml_context *ctx, const char *path, wgml_check
             param_name(name, sizeof name, i, moment_suffix[k]);
             snprintf(why, sizeof why, "the shape of %s", param);
             st = check_tensor(ctx, path, ck, name, ndim, shape, why, 0, &found);
+            if (!st && found) st = wgml_check_moment(ctx, path, wgml_st_find(&ck->file, name), k);
             if (st) return st;
             moments += found;
             if (!found && !missing[0]) snprintf(missing, sizeof missing, "%s", name);
@@ -239,6 +248,19 @@ static wgml_status check_tensors(wgml_context *ctx, const char *path, wgml_check
                 return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: unexpected tensor '%s' (sizes %s give W0..b%d and their moments)", path,
                                  n, sizes, ck->nlayers - 1);
         }
+    }
+    return WGML_OK;
+}
+
+wgml_status wgml_check_moment(wgml_context *ctx, const char *path, const wgml_st_tensor *t, int second)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    for (int64_t e = 0; e < n; e++) {
+        float x = t->data[e];
+        if (!isfinite(x) || (second && x < 0))
+            return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: optimiser moment '%s' holds %g at element %lld (%s): the file is corrupt", path,
+                             t->name, (double)x, (long long)e, second ? "a second moment is finite and never negative" : "a moment is finite");
     }
     return WGML_OK;
 }

@@ -7,7 +7,7 @@
  * Tensors, for each layer l: W<l> [sizes[l], sizes[l+1]] and b<l> [sizes[l+1]]; for each
  * parameter X of them, X.m and X.v (first and second moments, the shape of X).
  * Metadata (text): step, epoch, sizes ("784,256,10"), seed, lr, weight_decay,
- * max_grad_norm, batch.
+ * max_grad_norm, batch, ranks (absent in older files: 1).
  *
  * Everything read from a file is checked before use: each tensor against the shape the
  * reader expects, each metadata value by strict parsing and a range. Errors are statuses
@@ -28,6 +28,7 @@ typedef struct wgml_train_settings {
     float weight_decay;  /* >= 0 */
     float max_grad_norm; /* >= 0; 0: no clipping */
     int batch;           /* >= 1 */
+    int ranks;           /* data-parallel processes of the run (0 is 1); a resume needs as many */
 } wgml_train_settings;
 
 /* Bits of wgml_checkpoint.stored: which settings the file holds. Files written before the
@@ -92,5 +93,10 @@ wgml_status wgml_checkpoint_mlp(wgml_context *ctx, const wgml_checkpoint *ck, wg
 wgml_status wgml_checkpoint_restore_optimizer(wgml_context *ctx, const wgml_checkpoint *ck, wgml_optimizer *opt);
 
 void wgml_checkpoint_free(wgml_checkpoint *ck); /* safe on a zeroed or freed struct */
+
+/* AdamW moments read from path (the GPT checkpoints' too): every value finite, and a second
+   moment (second != 0) never negative; else WGML_ERROR_FORMAT naming the tensor and element,
+   so that a corrupt file is refused when read rather than at the first step. */
+wgml_status wgml_check_moment(wgml_context *ctx, const char *path, const wgml_st_tensor *t, int second);
 
 #endif

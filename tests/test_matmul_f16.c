@@ -39,12 +39,13 @@ static bool matrix_units = false;
    worst this suite meets at each K on lavapipe (4.0u of 8.7u at K = 33, 5.0u of 19u at
    K = 257, 5.4u of 36u at K = 1100; at K = 1 the subnormal slack below covers it); a sum in
    anything coarser than f16, or a misrounded operand, is far past it. */
-static double tol(int64_t K)
+static double tol(int64_t K, int64_t N)
 {
     /* the matrix units (graph/gemm_sgmat_wgsl.h; docs/MEASUREMENTS.md): each operand rounded
        to f16, the products summed in f32 (K + 2 roundings of 2^-23 at most); rows under 16
-       run the f32 kernels, well inside it. Their fallback is the f32-sums kernel. */
-    if (f16_mode == WGML_F16_MATH_MATRIX && matrix_units) return 2 * U16 + (double)(K + 2) * 0x1p-23;
+       run the f32 kernels, well inside it. Their fallback, also for results narrower than 16
+       columns (graph/matmul.c), is the f32-sums kernel. */
+    if (f16_mode == WGML_F16_MATH_MATRIX && matrix_units && N >= 16) return 2 * U16 + (double)(K + 2) * 0x1p-23;
     return f16_mode == WGML_F16_MATH_F16_SUMS ? (3.0 + sqrt((double)K)) * U16 : 19.0 * U16;
 }
 
@@ -122,7 +123,7 @@ static void run_case(wgml_context *ctx, const f16_case *c)
                 }
                 double pre = alpha * s + (c->bias ? bias[n] : 0.0), ref = c->act == WGML_ACT_RELU && pre < 0 ? 0 : pre;
                 double scale = fabs(alpha) * sabs;
-                double bound = tol(K) * scale + fabs(alpha) * (double)K * 0x1p-23 + 0x1p-23 * (scale + fabs(c->bias ? bias[n] : 0.0));
+                double bound = tol(K, N) * scale + fabs(alpha) * (double)K * 0x1p-23 + 0x1p-23 * (scale + fabs(c->bias ? bias[n] : 0.0));
                 /* GELU's slope is at most 1.13; its WGSL (a tanh approximation) within 2^-16 (1 + |v|) */
                 if (c->act == WGML_ACT_GELU) ref = gelu_ref(pre), bound = 1.13 * bound + 0x1p-16 * (1 + fabs(pre));
                 size_t i = (size_t)((bt * M + m) * N + n);
@@ -146,10 +147,12 @@ static void run_case(wgml_context *ctx, const f16_case *c)
     if (h && f) {
         fprintf(stderr, "  %s%lldx%lldx%lld%s%s: max |c - ref| / sum|ab|: f16 math %.3g (bound %.3g), f32 %.3g; %lld of %lld apart\n",
                 c->batch ? "batched " : "", (long long)M, (long long)K, (long long)N, c->ta || c->view_a ? " A^T" : "",
-                c->tb || c->view_b ? " B^T" : "", worst, tol(K), worst_f32, (long long)apart, (long long)live);
+                c->tb || c->view_b ? " B^T" : "", worst, tol(K, N), worst_f32, (long long)apart, (long long)live);
         /* most outputs: all but a few rounding coincidences (K = 1 products, or one of a
-           handful of outputs: the H100 met one in 7 at 7x130x1) */
-        if (live && (double)apart < 0.9 * (double)live && apart < live - 1)
+           handful of outputs: the H100 met one in 7 at 7x130x1). On the matrix units only the
+           operands are rounded (f32 sums): the H100 moved 80-87% of the outputs past 2^-20. */
+        double most = f16_mode == WGML_F16_MATH_MATRIX ? 0.5 : 0.9;
+        if (live && (double)apart < most * (double)live && apart < live - 1)
             FAILF("%lldx%lldx%lld: only %lld of %lld outputs differ from the f32 kernel's: is f16 arithmetic on?",
                   (long long)M, (long long)K, (long long)N, (long long)apart, (long long)live);
     }
@@ -257,7 +260,7 @@ static void two_leading_dims(void)
                         sabs += fabs(x * y);
                     }
                     double got = h[((i0 * 3 + i1) * M + m) * N + n];
-                    if (!(fabs(got - s) <= tol(K) * sabs + K * 0x1p-23)) {
+                    if (!(fabs(got - s) <= tol(K, N) * sabs + K * 0x1p-23)) {
                         FAILF("[%lld,%lld,%lld,%lld] = %.9g, reference %.9g", (long long)i0, (long long)i1, (long long)m,
                               (long long)n, got, s);
                         i0 = 2, i1 = 3, m = M, n = N;

@@ -153,8 +153,10 @@ int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g)
     if (g->f16_math != WGML_F16_MATH_MATRIX) return g->f16_math;
     /* few rows: the GEMV paths (f32), whose weight reads bound them anyway */
     if (g->M < 16) return 0;
+    /* the kernel stores whole 16 x 16 f32 fragments straight into C, so Dawn asks C's binding
+       for at least their 1024 bytes: narrower results take the SIMT f16 kernel */
     int m, n, k, sgs;
-    return wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs) ? WGML_F16_MATH_MATRIX : WGML_F16_MATH_F32_SUMS;
+    return g->N >= 16 && wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs) ? WGML_F16_MATH_MATRIX : WGML_F16_MATH_F32_SUMS;
 }
 
 void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, bool gemv,

@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "core/sbuf.h"
+#include "graph/gemm_bindings.h"
 
 #define STAGE_PAD 8 /* halves of padding per staged row (16 bytes) */
 
@@ -203,20 +204,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "alias L = subgroup_matrix_left<f16, %d, %d>;\n"
                       "alias R = subgroup_matrix_right<f16, %d, %d>;\n"
                       "alias Acc = subgroup_matrix_result<f32, %d, %d>;\n", SK, SM, SN, SK, SN, SM);
-    /* the SIMT GEMM's parameter block and bindings (graph/matmul.h) */
-    wgml_sbuf_put(&b, "struct Params {\n"
-                      "    M: u32, N: u32, K: u32, batch: u32,\n"
-                      "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
-                      "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"
-                      "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
-                      "    a_bs1: u32, b_bs1: u32, L1: u32, pad: u32,\n"
-                      "}\n"
-                      "@group(0) @binding(0) var<uniform> P: Params;\n"
-                      "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
-                      "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
-                      "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
-                      "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n",
-                  bound_type(&A), bound_type(&B));
+    /* the parameter block and bindings of every GEMM kernel (graph/gemm_bindings.h) */
+    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B));
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
     wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
                       "    var v = P.alpha * v0;\n"

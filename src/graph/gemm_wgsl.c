@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "core/sbuf.h"
+#include "graph/gemm_bindings.h"
 #include "graph/matmul.h"
 #include "graph/ops.h"
 #include "kernels/wgsl_sources.h"
@@ -39,18 +40,7 @@ static const int act_op[] = {
 static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16)
 {
     if (b_f16) wgml_sbuf_put(b, "enable f16;\n");
-    wgml_sbuf_put(b, "struct Params {\n"
-           "    M: u32, N: u32, K: u32, batch: u32,\n"
-           "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"
-           "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"
-           "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"
-           "    a_bs1: u32, b_bs1: u32, L1: u32, pad: u32,\n"
-           "}\n"
-           "@group(0) @binding(0) var<uniform> P: Params;\n"
-           "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"
-           "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"
-           "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"
-           "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n",
+    wgml_sbuf_put(b, WGML_GEMM_BINDINGS_WGSL,
         vec_a ? "vec4<f32>" : "f32", b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32");
 }
 

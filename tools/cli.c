@@ -280,8 +280,13 @@ int cli_out_claim(const char *who, const char *dir, const char *const *run_files
     int rc = take_lock(who, dir, lock);
     if (rc) return rc;
     remove_stale_temporaries(who, dir);
-    if (continuing || overwrite) return 0;
-    char held[512] = "", path[1100];
+    if (continuing) return 0;
+    char path[1100];
+    if (overwrite) { /* the old run goes now, not at the first checkpoint */
+        for (const char *const *name = run_files; *name; name++) snprintf(path, sizeof path, "%s/%s", dir, *name), remove(path);
+        return 0;
+    }
+    char held[512] = "";
     size_t n = 0;
     for (const char *const *name = run_files; *name; name++) {
         snprintf(path, sizeof path, "%s/%s", dir, *name);

@@ -30,7 +30,8 @@ double cli_metrics_last_elapsed(const char *path);
    lock file (dir/.wgml.lock holding the pid; a lock whose process is gone is taken over),
    removes temporary files that a killed write left (NAME.tmp.PID of a dead PID, and
    metrics.csv.tmp), and refuses a folder holding a run (any of the names in run_files, a
-   NULL-ended list) unless continuing (the run is resumed from this folder) or overwrite.
+   NULL-ended list) unless continuing (the run is resumed from this folder) or overwrite
+   (the run's files are removed now).
    0, or reported naming the folder and what to do: 1 (cannot), 2 (refused). */
 typedef struct cli_out_lock {
     char path[1100];

@@ -492,10 +492,6 @@ static int train_run(int argc, char **argv)
     if (wgml_dist_rank() == 0) {
         int continuing = o.resume && cli_same_dir(o.out, o.resume);
         if ((prc = cli_out_claim("wgml train", o.out, run_files, continuing, o.overwrite, &lock))) return prc;
-        if (o.overwrite && !continuing) { /* the old run goes now, not at the first checkpoint */
-            char path[1100];
-            for (const char *const *f = run_files; *f; f++) snprintf(path, sizeof path, "%s/%s", o.out, *f), remove(path);
-        }
     }
     int rc = train_body(o);
     cli_out_release(&lock);

@@ -41,6 +41,10 @@ typedef struct wgml_gpt_config {
     float dropout;    /* in [0, 1) */
     float rope_base;  /* 0 means 10000 */
     float norm_eps;   /* 0 means 1e-5 */
+    int64_t head_dim; /* D, each head's size; 0 means C / H. Llama may set another (Qwen3-0.6B:
+                         128 at width 1024 with 16 heads): attn.wo is then [H D, C] */
+    int64_t qk_norm;  /* Llama: 1 = an RMSNorm (weights [D], eps norm_eps) on each query and key
+                         head before RoPE (Qwen3); 0 none */
 } wgml_gpt_config;
 
 #define WGML_GPT_MAX_LAYERS 256

@@ -122,9 +122,10 @@ static void rmsnorm_backward(const double *x, const double *w, const double *rst
 }
 
 /* The attention's dimensions: B batches of T positions, H query heads reading Hkv key/value
-   heads (query head h reads kv head h / (H / Hkv)), head size D, C = H D, QKV = (H + 2 Hkv) D. */
+   heads (query head h reads kv head h / (H / Hkv)), head size D, A = H D (C unless head_dim
+   says otherwise), QKV = (H + 2 Hkv) D. */
 typedef struct dims {
-    int64_t B, T, N, C, H, Hkv, D, QKV, F, V;
+    int64_t B, T, N, C, H, Hkv, D, A, QKV, F, V;
 } dims;
 
 /* qkv is [N,QKV] (q: columns h D.., k: H D + g D.., v: (H + Hkv) D + g D..);
@@ -180,7 +181,7 @@ static void rope_rotate(double *x, int64_t rows, int64_t T, int64_t D, const dou
 }
 
 /* q is [B,H,T,D], k and v [B,Hkv,T,D]; p is [B,H,T,T] (the softmax, 0 above the diagonal);
-   out is [N,C] (head h in columns h D..): out_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(D)) v_j */
+   out is [N,A] (head h in columns h D..): out_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(D)) v_j */
 static void attention_forward(const dims *d, const double *q, const double *k, const double *v, double *p,
                               double *out)
 {
@@ -204,7 +205,7 @@ static void attention_forward(const dims *d, const double *q, const double *k, c
                     sum += pr[j];
                 }
                 for (int64_t j = 0; j < T; j++) pr[j] = j <= i ? pr[j] / sum : 0.0;
-                double *o = out + (b * T + i) * d->C + h * D;
+                double *o = out + (b * T + i) * d->A + h * D;
                 for (int64_t e = 0; e < D; e++) o[e] = 0;
                 for (int64_t j = 0; j <= i; j++) {
                     const double *vj = v + (bg * T + j) * D;
@@ -214,7 +215,7 @@ static void attention_forward(const dims *d, const double *q, const double *k, c
         }
 }
 
-/* dout is [N,C]; dq [B,H,T,D], dk and dv [B,Hkv,T,D] += (a kv head sums over the query heads
+/* dout is [N,A]; dq [B,H,T,D], dk and dv [B,Hkv,T,D] += (a kv head sums over the query heads
    reading it): dp_j = dout_i . v_j, ds_j = p_j (dp_j - sum_k p_k dp_k), dq_i += ds_j k_j / sqrt(D),
    dk_j += ds_j q_i / sqrt(D), dv_j += p_j dout_i. dp is [T] scratch. */
 static void attention_backward(const dims *d, const double *q, const double *k, const double *v, const double *p,
@@ -226,7 +227,7 @@ static void attention_backward(const dims *d, const double *q, const double *k, 
         for (int64_t h = 0; h < d->H; h++) {
             const int64_t bh = b * d->H + h, bg = b * d->Hkv + h / group;
             for (int64_t i = 0; i < T; i++) {
-                const double *pr = p + (bh * T + i) * T, *doi = dout + (b * T + i) * d->C + h * D;
+                const double *pr = p + (bh * T + i) * T, *doi = dout + (b * T + i) * d->A + h * D;
                 const double *qi = q + (bh * T + i) * D;
                 double *dqi = dq + (bh * T + i) * D, pdp = 0;
                 for (int64_t j = 0; j <= i; j++) {
@@ -360,6 +361,7 @@ static double cross_entropy(const dims *d, const double *logits, const int32_t *
    biases (NULL), w1 is mlp.wgu [C,2F] and w2 is mlp.wd [F,C]. */
 typedef struct layer_w {
     double *n1w, *n1b, *wqkv, *bqkv, *wo, *bo, *n2w, *n2b, *w1, *b1, *w2, *b2;
+    double *qnw, *knw; /* qk_norm: the heads' RMSNorm weights [D] */
 } layer_w;
 
 /* One layer's activations of the last forward. */
@@ -370,7 +372,7 @@ typedef struct layer_acts {
     double *qkv;       /* [N,QKV] h1 wqkv + bqkv */
     double *q, *k, *v; /* [B,H,T,D], [B,Hkv,T,D] x2: heads (q and k rotated for Llama) */
     double *p;         /* [B,H,T,T] attention probabilities */
-    double *att;       /* [N,C] the heads' outputs merged */
+    double *att;       /* [N,A] the heads' outputs merged */
     double *x2;        /* [N,C] x + att wo + bo */
     double *h2;        /* [N,C] norm2(x2) */
     double *mu2, *rs2; /* [N] */
@@ -399,7 +401,8 @@ static dims dims_of(const gpt_ref *r, int B, int T)
 {
     const wgml_gpt_config *c = &r->cfg;
     dims d = {.B = B, .T = T, .N = (int64_t)B * T, .C = c->width, .H = c->heads, .Hkv = c->kv_heads,
-              .D = c->width / c->heads, .F = c->ffn, .V = c->vocab};
+              .D = c->head_dim, .F = c->ffn, .V = c->vocab};
+    d.A = d.H * d.D;
     d.QKV = (d.H + 2 * d.Hkv) * d.D;
     return d;
 }
@@ -409,8 +412,9 @@ static layer_w layer_view(const gpt_ref *r, double *const *arr, int l)
 {
     layer_w w = {0};
     if (is_llama(r)) {
-        double *const *a = arr + 1 + 6 * l;
+        double *const *a = arr + 1 + (r->cfg.qk_norm ? 8 : 6) * l;
         w.n1w = a[0], w.wqkv = a[1], w.wo = a[2], w.n2w = a[3], w.w1 = a[4], w.w2 = a[5];
+        if (r->cfg.qk_norm) w.qnw = a[6], w.knw = a[7];
     } else {
         double *const *a = arr + 2 + 12 * l;
         w.n1w = a[0], w.n1b = a[1], w.wqkv = a[2], w.bqkv = a[3], w.wo = a[4], w.bo = a[5];
@@ -439,7 +443,7 @@ static int64_t layout_acts(gpt_ref *r, const dims *d, double *base)
         a->q = take(base, &at, N * d->H * d->D);
         a->k = take(base, &at, N * d->Hkv * d->D), a->v = take(base, &at, N * d->Hkv * d->D);
         a->p = take(base, &at, N * d->H * d->T);
-        a->att = take(base, &at, N * C), a->x2 = take(base, &at, N * C), a->h2 = take(base, &at, N * C);
+        a->att = take(base, &at, N * d->A), a->x2 = take(base, &at, N * C), a->h2 = take(base, &at, N * C);
         a->mu2 = take(base, &at, N), a->rs2 = take(base, &at, N);
         a->pre = take(base, &at, N * d->F * (is_llama(r) ? 2 : 1));
         a->act = take(base, &at, N * d->F);
@@ -489,12 +493,20 @@ static void block_forward(gpt_ref *r, const dims *d, int l, double *out)
     norm_forward(r, a->x, w.n1w, w.n1b, N, a->h1, a->mu1, a->rs1);
     matmul_forward(a->h1, w.wqkv, w.bqkv, N, C, d->QKV, a->qkv);
     split_heads(d, a->qkv, a->q, a->k, a->v);
+    if (w.qnw) { /* each head's vector (a row of D) normalised in place: forward only */
+        double *rs = malloc((size_t)(N * d->H) * sizeof *rs);
+        if (rs) {
+            rmsnorm_forward(a->q, w.qnw, N * d->H, d->D, r->cfg.norm_eps, a->q, rs);
+            rmsnorm_forward(a->k, w.knw, N * d->Hkv, d->D, r->cfg.norm_eps, a->k, rs);
+        }
+        free(rs);
+    }
     if (is_llama(r)) {
         rope_rotate(a->q, d->B * d->H, d->T, d->D, r->rope_cos, r->rope_sin, 1.0);
         rope_rotate(a->k, d->B * d->Hkv, d->T, d->D, r->rope_cos, r->rope_sin, 1.0);
     }
     attention_forward(d, a->q, a->k, a->v, a->p, a->att);
-    matmul_forward(a->att, w.wo, w.bo, N, C, C, a->x2);
+    matmul_forward(a->att, w.wo, w.bo, N, d->A, C, a->x2);
     for (int64_t i = 0; i < N * C; i++) a->x2[i] += a->x[i];
     norm_forward(r, a->x2, w.n2w, w.n2b, N, a->h2, a->mu2, a->rs2);
     if (is_llama(r)) {
@@ -523,7 +535,7 @@ typedef struct scratch {
 static int64_t layout_scratch(const dims *d, double *base, scratch *s)
 {
     int64_t at = 0, N = d->N;
-    s->dh = take(base, &at, N * d->C), s->datt = take(base, &at, N * d->C);
+    s->dh = take(base, &at, N * d->C), s->datt = take(base, &at, N * d->A);
     s->dqkv = take(base, &at, N * d->QKV);
     s->dq = take(base, &at, N * d->H * d->D);
     s->dk = take(base, &at, N * d->Hkv * d->D), s->dv = take(base, &at, N * d->Hkv * d->D);
@@ -551,8 +563,8 @@ static void block_backward(gpt_ref *r, const dims *d, int l, scratch *s)
     matmul_backward(a->h2, w.w1, s->dpre, N, C, F2, s->dh, g.w1, g.b1);
     norm_backward(r, a->x2, w.n2w, a->mu2, a->rs2, s->dh, N, s->dx, g.n2w, g.n2b); /* dx: now d x2 */
     /* x2 = x + att wo + bo */
-    zero(s->datt, N * C);
-    matmul_backward(a->att, w.wo, s->dx, N, C, C, s->datt, g.wo, g.bo);
+    zero(s->datt, N * d->A);
+    matmul_backward(a->att, w.wo, s->dx, N, d->A, C, s->datt, g.wo, g.bo);
     zero(s->dq, N * d->H * d->D);
     zero(s->dk, N * d->Hkv * d->D);
     zero(s->dv, N * d->Hkv * d->D);
@@ -641,7 +653,7 @@ gpt_ref *gpt_ref_create(const wgml_gpt_config *cfg, const float *const *params)
         for (int64_t k = 0; k < r->numel[i]; k++) r->p[i][k] = params[i][k];
     }
     if (is_llama(r)) { /* the angles t base^(-2j/D), base as the float the GPU is given */
-        const int64_t D = c.width / c.heads, half = D / 2;
+        const int64_t D = c.head_dim, half = D / 2;
         r->rope_cos = malloc((size_t)(c.block * half) * sizeof(double));
         r->rope_sin = malloc((size_t)(c.block * half) * sizeof(double));
         if (!r->rope_cos || !r->rope_sin) goto fail;
@@ -673,6 +685,7 @@ double gpt_ref_loss(gpt_ref *r, const int32_t *ids, const int32_t *targets, int 
         return NAN;
     const dims d = dims_of(r, B, T);
     if (!with_grad) return cross_entropy(&d, r->logits, targets, NULL);
+    if (r->cfg.qk_norm) return NAN; /* (its backward is not written here) */
     scratch s;
     double *base = calloc((size_t)layout_scratch(&d, NULL, &s), sizeof(double));
     if (!base) return NAN;

@@ -21,6 +21,7 @@ wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *
         c.ffn = c.arch == WGML_GPT_LLAMA ? (8 * c.width / 3 + 31) / 32 * 32 : 4 * c.width;
     if (c.rope_base == 0.0f) c.rope_base = 10000.0f;
     if (c.norm_eps == 0.0f) c.norm_eps = 1e-5f;
+    if (!c.head_dim && c.heads > 0) c.head_dim = c.width / c.heads;
 #define BAD(...) return snprintf(err, errlen, __VA_ARGS__), WGML_ERROR_INVALID_ARGUMENT
     if (c.arch != WGML_GPT_GPT2 && c.arch != WGML_GPT_LLAMA) BAD("gpt config: arch = %d is not gpt2 (0) or llama (1)", (int)c.arch);
     if (c.vocab < 1 || c.vocab > (1 << 20)) BAD("gpt config: vocab = %lld, want 1 to %d", (long long)c.vocab, 1 << 20);
@@ -28,10 +29,15 @@ wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *
     if (c.layers < 1 || c.layers > WGML_GPT_MAX_LAYERS)
         BAD("gpt config: layers = %lld, want 1 to %d", (long long)c.layers, WGML_GPT_MAX_LAYERS);
     if (c.width < 1 || c.width > (1 << 16)) BAD("gpt config: width = %lld, want 1 to %d", (long long)c.width, 1 << 16);
-    if (c.heads < 1 || c.width % c.heads) BAD("gpt config: heads = %lld does not divide width = %lld", (long long)c.heads, (long long)c.width);
-    if (c.width / c.heads > 128) BAD("gpt config: head size width / heads = %lld; attention takes at most 128", (long long)(c.width / c.heads));
-    if (c.arch == WGML_GPT_LLAMA && (c.width / c.heads) % 2)
-        BAD("gpt config: head size width / heads = %lld must be even for RoPE", (long long)(c.width / c.heads));
+    if (c.heads < 1 || (c.head_dim == c.width / c.heads && c.width % c.heads))
+        BAD("gpt config: heads = %lld does not divide width = %lld", (long long)c.heads, (long long)c.width);
+    if (c.head_dim < 1 || c.head_dim > 128) BAD("gpt config: head size = %lld; attention takes 1 to 128", (long long)c.head_dim);
+    if (c.arch == WGML_GPT_GPT2 && c.head_dim * c.heads != c.width)
+        BAD("gpt config: head_dim = %lld; GPT-2's heads split the width (%lld / %lld)", (long long)c.head_dim, (long long)c.width,
+            (long long)c.heads);
+    if (c.arch == WGML_GPT_LLAMA && c.head_dim % 2) BAD("gpt config: head size = %lld must be even for RoPE", (long long)c.head_dim);
+    if (c.qk_norm != 0 && (c.qk_norm != 1 || c.arch != WGML_GPT_LLAMA))
+        BAD("gpt config: qk_norm = %lld; want 0, or 1 with llama", (long long)c.qk_norm);
     if (c.kv_heads < 1 || c.heads % c.kv_heads)
         BAD("gpt config: kv_heads = %lld does not divide heads = %lld", (long long)c.kv_heads, (long long)c.heads);
     if (c.arch == WGML_GPT_GPT2 && c.kv_heads != c.heads)
@@ -49,7 +55,7 @@ wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *
 typedef struct layer_param {
     const char *name;
     int ndim;
-    char rows, cols; /* 'C' width, 'F' ffn, 'Q' qkv columns, 'G' 2F, '3' 3C */
+    char rows, cols; /* 'C' width, 'F' ffn, 'Q' qkv columns, 'G' 2F, '3' 3C, 'A' H D, 'D' head size */
 } layer_param;
 
 static const layer_param gpt2_layer[] = {
@@ -58,12 +64,16 @@ static const layer_param gpt2_layer[] = {
     {"mlp.w1", 2, 'C', 'F'},    {"mlp.b1", 1, 'F', 0},  {"mlp.w2", 2, 'F', 'C'},    {"mlp.b2", 1, 'C', 0},
 };
 static const layer_param llama_layer[] = {
-    {"norm1.w", 1, 'C', 0}, {"attn.wqkv", 2, 'C', 'Q'}, {"attn.wo", 2, 'C', 'C'},
+    {"norm1.w", 1, 'C', 0}, {"attn.wqkv", 2, 'C', 'Q'}, {"attn.wo", 2, 'A', 'C'},
     {"norm2.w", 1, 'C', 0}, {"mlp.wgu", 2, 'C', 'G'},   {"mlp.wd", 2, 'F', 'C'},
+    {"attn.qnorm.w", 1, 'D', 0}, {"attn.knorm.w", 1, 'D', 0}, /* qk_norm only */
 };
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static int per_layer(const wgml_gpt_config *c) { return c->arch == WGML_GPT_LLAMA ? N_OF(llama_layer) : N_OF(gpt2_layer); }
+static int per_layer(const wgml_gpt_config *c)
+{
+    return c->arch == WGML_GPT_LLAMA ? N_OF(llama_layer) - (c->qk_norm ? 0 : 2) : N_OF(gpt2_layer);
+}
 static int n_head_params(const wgml_gpt_config *c) { return c->arch == WGML_GPT_LLAMA ? 1 : 2; }  /* wte (wpe) */
 static int n_tail_params(const wgml_gpt_config *c) { return c->arch == WGML_GPT_LLAMA ? 1 : 2; }  /* final norm */
 
@@ -74,8 +84,10 @@ int wgml_gpt_param_count(const wgml_gpt_config *c)
 
 static int64_t size_of(const wgml_gpt_config *c, char k)
 {
-    int64_t d = c->width / c->heads;
+    int64_t d = c->head_dim ? c->head_dim : c->width / c->heads;
     switch (k) {
+    case 'A': return c->heads * d;
+    case 'D': return d;
     case 'C': return c->width;
     case 'F': return c->ffn;
     case 'G': return 2 * c->ffn;
@@ -245,8 +257,8 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
     int llama = c->arch == WGML_GPT_LLAMA;
-    int64_t H = c->heads, Hkv = c->kv_heads, D = c->width / c->heads, C = c->width;
-    const int64_t btc[3] = {B, T, C};
+    int64_t H = c->heads, Hkv = c->kv_heads, D = c->head_dim;
+    const int64_t btc[3] = {B, T, H * D};
     static const int bthd[4] = {0, 2, 1, 3};
 
     wgml_tensor *h = llama ? norm(g, x, P(l, 0), NULL) : norm(g, x, P(l, 0), P(l, 1));
@@ -265,6 +277,10 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
     wgml_tensor *q = to_heads(ctx, part[0], B, T, H, D);
     wgml_tensor *k = to_heads(ctx, part[1], B, T, Hkv, D);
     wgml_tensor *v = to_heads(ctx, part[2], B, T, Hkv, D);
+    if (llama && c->qk_norm) { /* per head, over its D elements */
+        q = wgml_rmsnorm(ctx, q, P(l, 6), c->norm_eps);
+        k = wgml_rmsnorm(ctx, k, P(l, 7), c->norm_eps);
+    }
     if (llama) {
         q = wgml_rope(ctx, q, pos, c->rope_base);
         k = wgml_rope(ctx, k, pos, c->rope_base);

@@ -131,7 +131,8 @@ wgml_status wgml_gpt_load_optimizer(wgml_gpt *g, const char *path, wgml_optimize
     if (st) return st;
     const wgml_gpt_config *a = &ck.cfg, *b = &g->cfg;
     if (a->arch != b->arch || a->vocab != b->vocab || a->block != b->block || a->layers != b->layers ||
-        a->heads != b->heads || a->kv_heads != b->kv_heads || a->width != b->width || a->ffn != b->ffn)
+        a->heads != b->heads || a->kv_heads != b->kv_heads || a->width != b->width || a->ffn != b->ffn ||
+        a->head_dim != b->head_dim || a->qk_norm != b->qk_norm)
         st = wgml_fail(g->ctx, WGML_ERROR_SHAPE, "%s: the checkpoint's model (%lld layers, width %lld, vocab %lld) is not this one "
                        "(%lld layers, width %lld, vocab %lld)", path, (long long)a->layers, (long long)a->width,
                        (long long)a->vocab, (long long)b->layers, (long long)b->width, (long long)b->vocab);

@@ -55,7 +55,7 @@ static const field fields[] = {
     RUN("rng_offset", rng_offset, U64, 0, 0),
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
-#define N_META (N_FIELDS + 6) /* + format, arch, step, data, ranks, and room */
+#define N_META (N_FIELDS + 8) /* + format, arch, step, data, ranks, head_dim, qk_norm, and room */
 
 static void *field_ptr(const field *f, wgml_gpt_config *c, wgml_gpt_run *r)
 {
@@ -122,6 +122,12 @@ wgml_status wgml_gpt_checkpoint_save(const char *path, wgml_gpt *g, wgml_optimiz
     keys[nm] = "data", vals[nm++] = r.data;
     snprintf(text[nm], sizeof text[nm], "%" PRId64, r.ranks > 0 ? r.ranks : 1);
     keys[nm] = "ranks", vals[nm] = text[nm], nm++;
+    /* written where they differ from the defaults only, so older readers still read the rest */
+    if (cfg.head_dim != cfg.width / cfg.heads || cfg.width % cfg.heads) {
+        snprintf(text[nm], sizeof text[nm], "%" PRId64, cfg.head_dim);
+        keys[nm] = "head_dim", vals[nm] = text[nm], nm++;
+    }
+    if (cfg.qk_norm) keys[nm] = "qk_norm", vals[nm++] = "1";
     for (int f = 0; f < N_FIELDS; f++, nm++) {
         void *p = field_ptr(&fields[f], &cfg, &r);
         if (fields[f].kind == I64) snprintf(text[nm], sizeof text[nm], "%" PRId64, *(int64_t *)p);
@@ -178,6 +184,13 @@ static wgml_status read_metadata(wgml_context *ctx, const char *path, wgml_gpt_c
     r.ranks = 1;
     snprintf(what, sizeof what, "%s: metadata 'ranks'", path);
     if ((text = wgml_st_meta(&ck->file, "ranks")) && wgml_parse_i64(what, text, 1, 1 << 20, &r.ranks, err, sizeof err))
+        return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s", err);
+    /* optional (older files lack them: the defaults) */
+    snprintf(what, sizeof what, "%s: metadata 'head_dim'", path);
+    if ((text = wgml_st_meta(&ck->file, "head_dim")) && wgml_parse_i64(what, text, 1, 128, &c.head_dim, err, sizeof err))
+        return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s", err);
+    snprintf(what, sizeof what, "%s: metadata 'qk_norm'", path);
+    if ((text = wgml_st_meta(&ck->file, "qk_norm")) && wgml_parse_i64(what, text, 0, 1, &c.qk_norm, err, sizeof err))
         return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s", err);
     if (wgml_gpt_config_resolve(&c, &ck->cfg, err, sizeof err)) return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: %s", path, err);
     ck->run = r;

@@ -1,0 +1,643 @@
+/* The decode plan (see decode.h): buffers, pipelines and bind groups made once; a token is a
+   fixed list of dispatches recorded again and again with the same bind groups. */
+#include "models/decode.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+#include "core/pipeline.h"
+#include "models/decode_wgsl.h"
+#include "runtime/runtime.h"
+
+enum { GRID_FIXED, GRID_ROWS, GRID_ROW_ELEMS, GRID_PICKS };
+
+typedef struct launch {
+    WGPUComputePipeline pipe; /* borrowed from the context's pipeline cache */
+    WGPUBindGroup bg;         /* owned */
+    int grid;                 /* GRID_*: how gx follows the pass's rows */
+    uint32_t gx, gy;          /* fixed gx; per row; elements per row (256 a workgroup) */
+    int is_head;              /* the head and the sampler run only when something is picked */
+} launch;
+
+typedef struct pass {
+    launch *l;
+    int n, cap;
+} pass;
+
+typedef struct layer_bufs {
+    WGPUBuffer wqkv, wo, w1, w2, vecs, kc, vc;
+} layer_bufs;
+
+struct wgml_decode_plan {
+    wgml_context *ctx;
+    wgml_gpt_config cfg;
+    wgml_decode_desc d;
+    int llama;
+    int64_t C, D, H, Hkv, A, Q, F, V, block, B, P, rmax;
+    uint32_t cap; /* tokens each slot's ring holds */
+    layer_bufs *L;
+    WGPUBuffer wte, wpe, fvecs, freq;
+    WGPUBuffer x, qkv, att, h, logits;
+    WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks, staging;
+    pass dec, pre; /* the launches of a decode step and of a prefill pass */
+    int64_t weight_bytes;
+    /* host state per slot */
+    int64_t active;   /* slots started */
+    int64_t *len;     /* cache positions held */
+    int64_t *count;   /* tokens its sampler has written (its ring's next index) */
+    int32_t **hist;   /* every token so far (prompt, then drawn) */
+    int64_t *n_hist, *hist_cap;
+    double host_per_token;
+    double host_acc; /* encoding and submitting, summed */
+};
+
+/* ---------------------------------------------------------------- buffers */
+
+static WGPUBuffer make_buffer(wgml_decode_plan *p, uint64_t bytes, WGPUBufferUsage usage, const char *what, wgml_status *st)
+{
+    if (*st) return NULL;
+    bytes = (bytes + 15) / 16 * 16;
+    if (bytes < 16) bytes = 16;
+    if ((*st = wgml_check_buffer_size(p->ctx, bytes, what))) return NULL;
+    WGPUBufferDescriptor bd = {.label = wgml_sv(what), .size = bytes, .usage = usage};
+    WGPUBuffer b = wgpuDeviceCreateBuffer(p->ctx->rt.device, &bd);
+    if (!b) *st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: could not make the %s buffer (%llu bytes)", what,
+                            (unsigned long long)bytes);
+    return b;
+}
+
+static const WGPUBufferUsage STORAGE = WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst | WGPUBufferUsage_CopySrc;
+
+static void write_buffer(wgml_decode_plan *p, WGPUBuffer b, uint64_t offset, const void *data, size_t bytes)
+{
+    wgpuQueueWriteBuffer(p->ctx->rt.queue, b, offset, data, (bytes + 3) / 4 * 4);
+}
+
+/* f32 to f16 bits, rounding to nearest even (subnormals kept, overflow to infinity). */
+static uint16_t to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e == 0xffu) return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
+    int32_t he = (int32_t)e - 127 + 15;
+    if (he >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (he <= 0) {
+        if (he < -10) return (uint16_t)sign;
+        m |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - he), half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1u))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)he << 10) | (m >> 13), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++; /* may carry into the exponent: right */
+    return (uint16_t)(sign | half);
+}
+
+static int64_t round8(int64_t k) { return (k + 7) / 8 * 8; }
+
+/* A matrix of N rows of K (row n = output n's weights, from get(n, k)) as the GEMV reads it:
+   rows padded to KP = round8(K) with zeros, f32 or f16. */
+typedef float (*elem_fn)(const float *src, int64_t n, int64_t k, const int64_t *dims);
+
+static float elem_rows(const float *src, int64_t n, int64_t k, const int64_t *dims) { return src[n * dims[0] + k]; }
+/* src [K, N] (y = x src): output n's weights are column n */
+static float elem_cols(const float *src, int64_t n, int64_t k, const int64_t *dims) { return src[k * dims[1] + n]; }
+/* src [K, 2F] gate | up: output 2f is gate column f, 2f + 1 up column f */
+static float elem_swiglu(const float *src, int64_t n, int64_t k, const int64_t *dims)
+{
+    return src[k * dims[1] + (n & 1 ? dims[1] / 2 : 0) + n / 2];
+}
+
+static WGPUBuffer upload_matrix(wgml_decode_plan *p, const float *src, int64_t N, int64_t K, elem_fn get, const int64_t *dims,
+                                const char *what, wgml_status *st)
+{
+    const int64_t KP = round8(K);
+    const int f16 = p->d.f16_weights;
+    uint64_t bytes = (uint64_t)(N * KP) * (f16 ? 2u : 4u);
+    WGPUBuffer b = make_buffer(p, bytes, STORAGE, what, st);
+    if (*st) return b;
+    /* in slices of rows, so the host copy stays small */
+    const int64_t rows = 4096;
+    void *tmp = malloc((size_t)(rows * KP) * (f16 ? 2u : 4u));
+    if (!tmp) {
+        *st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+        return b;
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+        int64_t nr = N - n0 < rows ? N - n0 : rows;
+        for (int64_t n = 0; n < nr; n++)
+            for (int64_t k = 0; k < KP; k++) {
+                float v = k < K ? get(src, n0 + n, k, dims) : 0.0f;
+                if (f16) ((uint16_t *)tmp)[n * KP + k] = to_half(v);
+                else ((float *)tmp)[n * KP + k] = v;
+            }
+        write_buffer(p, b, (uint64_t)(n0 * KP) * (f16 ? 2u : 4u), tmp, (size_t)(nr * KP) * (f16 ? 2u : 4u));
+    }
+    free(tmp);
+    p->weight_bytes += (int64_t)bytes;
+    return b;
+}
+
+/* A parameter's values on the host (malloc'ed). */
+static float *read_param(wgml_decode_plan *p, wgml_tensor *t, wgml_status *st)
+{
+    if (*st) return NULL;
+    size_t n = (size_t)wgml_tensor_numel(t);
+    float *h = malloc(n * sizeof *h);
+    if (!h) *st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+    else if ((*st = wgml_tensor_read(t, h, n))) free(h), h = NULL;
+    return h;
+}
+
+/* ---------------------------------------------------------------- launches */
+
+typedef struct bind {
+    uint32_t binding;
+    WGPUBuffer buf;
+} bind;
+
+static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_t used, const bind *b, int nb, int grid,
+                              uint32_t gx, uint32_t gy, int is_head)
+{
+    if (!wgsl) return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+    wgml_pipeline *pl = wgml_pipeline_get(p->ctx, wgsl, true);
+    free(wgsl);
+    if (!pl) return p->ctx->rt.status ? p->ctx->rt.status : WGML_ERROR_VALIDATION;
+    WGPUBindGroupEntry e[16];
+    size_t ne = 0;
+    for (int i = 0; i < nb; i++)
+        if (used & (1u << b[i].binding)) e[ne++] = (WGPUBindGroupEntry){.binding = b[i].binding, .buffer = b[i].buf, .size = WGPU_WHOLE_SIZE};
+    WGPUBindGroupDescriptor bd = {.layout = pl->layout, .entryCount = ne, .entries = e};
+    WGPUBindGroup bg = wgpuDeviceCreateBindGroup(p->ctx->rt.device, &bd);
+    if (!bg) return wgml_fail(p->ctx, WGML_ERROR_VALIDATION, "decode plan: a bind group could not be made");
+    if (ps->n == ps->cap) {
+        int cap = ps->cap ? 2 * ps->cap : 64;
+        launch *l = realloc(ps->l, (size_t)cap * sizeof *l);
+        if (!l) {
+            wgpuBindGroupRelease(bg);
+            return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+        }
+        ps->l = l, ps->cap = cap;
+    }
+    ps->l[ps->n++] = (launch){.pipe = pl->pipeline, .bg = bg, .grid = grid, .gx = gx, .gy = gy, .is_head = is_head};
+    return WGML_OK;
+}
+
+#define ALL_BINDINGS 0x3ffu
+
+/* One pass's launches: the embedding, every layer, the final norm and head, the sampler. */
+static wgml_status build_pass(wgml_decode_plan *p, int prefill)
+{
+    pass *ps = prefill ? &p->pre : &p->dec;
+    WGPUBuffer rows = prefill ? p->prows : p->drows, pas = prefill ? p->ppass : p->dpass, picks = prefill ? p->ppicks : p->dpicks;
+    const unsigned RB = prefill ? 8 : (unsigned)(p->B < 8 ? p->B : 8);
+    const float eps = p->cfg.norm_eps;
+    const int64_t C = p->C, F = p->F;
+    wgml_status st;
+    /* inputs staged at a time: RB rows of kch floats and the 256 RB sums fit the workgroup memory */
+    const uint32_t wg_mem = p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
+    unsigned kch_max = 1024;
+    while (kch_max > 64 && (RB * kch_max + (RB * 256 > 512 ? RB * 256 : 512) + 2 * RB) * 4 > wg_mem) kch_max /= 2;
+#define KCH(K) ((unsigned)(round8(K) < kch_max ? round8(K) : kch_max))
+    {
+        wgml_decode_embed e = {.C = (unsigned)C, .KP = (unsigned)round8(C), .f16 = p->d.f16_weights, .positions = !p->llama};
+        bind b[] = {{0, pas}, {1, rows}, {2, p->wte}, {3, p->wpe}, {4, p->x}};
+        uint32_t used = 1u << 0 | 1u << 1 | 1u << 2 | 1u << 4 | (p->llama ? 0 : 1u << 3);
+        if ((st = add_launch(p, ps, wgml_decode_embed_wgsl(&e), used, b, 5, GRID_ROW_ELEMS, 0, (uint32_t)C, 0))) return st;
+    }
+    for (int64_t l = 0; l < p->cfg.layers; l++) {
+        layer_bufs *lb = &p->L[l];
+        uint32_t used;
+        char *w;
+        /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .RB = RB, .kch = KCH(C),
+                                .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
+                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
+                                .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
+                                .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block};
+        bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
+        w = wgml_decode_gemv_wgsl(&qkv, &used);
+        if ((st = add_launch(p, ps, w, used, bq, 8, GRID_FIXED, (uint32_t)((p->Q + 7) / 8), 1, 0))) return st;
+        if (p->llama) {
+            wgml_decode_rope r = {.D = (unsigned)p->D, .H = (unsigned)p->H, .Hkv = (unsigned)p->Hkv, .qs = (unsigned)p->Q,
+                                  .block = (unsigned)p->block, .qk_norm = (int)p->cfg.qk_norm, .qnorm = (unsigned)(2 * C),
+                                  .knorm = (unsigned)(2 * C + p->D), .eps = eps};
+            bind br[] = {{0, rows}, {1, p->qkv}, {2, p->freq}, {3, lb->kc}, {4, lb->vc}, {5, lb->vecs}};
+            used = 0x1fu | (p->cfg.qk_norm ? 1u << 5 : 0);
+            if ((st = add_launch(p, ps, wgml_decode_rope_wgsl(&r), used, br, 6, GRID_ROWS, 0, (uint32_t)(p->H + p->Hkv), 0))) return st;
+        }
+        wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
+                               .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
+                               .scale = (float)(1.0 / sqrt((double)p->D))};
+        bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}};
+        if ((st = add_launch(p, ps, wgml_decode_attention_wgsl(&at), 0x1fu, ba, 5, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
+        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .RB = RB, .kch = KCH(p->A),
+                               .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
+                               .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};
+        bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
+        w = wgml_decode_gemv_wgsl(&wo, &used);
+        if ((st = add_launch(p, ps, w, used, bo, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB,
+                               .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
+                               .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
+                               .norm_b = (unsigned)(7 * C), .eps = eps, .bias = p->llama ? -1 : (int)(8 * C),
+                               .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU};
+        bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
+        w = wgml_decode_gemv_wgsl(&up, &used);
+        if ((st = add_launch(p, ps, w, used, bu, 5, GRID_FIXED, (uint32_t)((up.N + 7) / 8), 1, 0))) return st;
+        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .RB = RB, .kch = KCH(F),
+                                 .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
+                                 .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID};
+        bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
+        w = wgml_decode_gemv_wgsl(&down, &used);
+        if ((st = add_launch(p, ps, w, used, bd, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
+    }
+    uint32_t used;
+    const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
+    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .RB = RBH, .kch = KCH(C),
+                           .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
+                           .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
+                           .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1};
+    bind bh[] = {{0, pas}, {1, picks}, {2, p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}};
+    char *w = wgml_decode_gemv_wgsl(&hd, &used);
+    if ((st = add_launch(p, ps, w, used, bh, 6, GRID_FIXED, (uint32_t)((p->V + 7) / 8), 1, 1))) return st;
+    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill};
+    bind bs[] = {{0, pas}, {1, picks}, {2, p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
+    return add_launch(p, ps, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1);
+#undef KCH
+}
+
+/* ---------------------------------------------------------------- creation */
+
+static void release(WGPUBuffer *b)
+{
+    if (*b) wgpuBufferRelease(*b);
+    *b = NULL;
+}
+
+void wgml_decode_plan_free(wgml_decode_plan *p)
+{
+    if (!p) return;
+    pass *ps[2] = {&p->dec, &p->pre};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < ps[k]->n; i++) wgpuBindGroupRelease(ps[k]->l[i].bg);
+        free(ps[k]->l);
+    }
+    for (int64_t l = 0; p->L && l < p->cfg.layers; l++) {
+        layer_bufs *b = &p->L[l];
+        release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
+    }
+    free(p->L);
+    WGPUBuffer *bufs[] = {&p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits,
+                          &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
+    for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
+    free(p->hist), free(p->n_hist), free(p->hist_cap), free(p->len), free(p->count);
+    free(p);
+}
+
+typedef struct pass_header {
+    uint32_t R, S;
+    float temperature;
+    uint32_t seed;
+} pass_header;
+
+/* The parameters of layer l (gpt.h's order) on the host, uploaded in the GEMV layout. */
+static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
+{
+    const int per = wgml_gpt_param_count(&p->cfg) - (p->llama ? 2 : 4);
+    const int first = (p->llama ? 1 : 2) + (int)l * (per / (int)p->cfg.layers);
+    wgml_tensor **P = g->params + first;
+    layer_bufs *lb = &p->L[l];
+    const int64_t C = p->C, F = p->F;
+    wgml_status st = WGML_OK;
+    /* the matrices, [in, out] in the model: transposed */
+    const int iq = p->llama ? 1 : 2, io = p->llama ? 2 : 4, i1 = p->llama ? 4 : 8, i2 = p->llama ? 5 : 10;
+    float *m = read_param(p, P[iq], &st);
+    lb->wqkv = upload_matrix(p, m, p->Q, C, elem_cols, (int64_t[2]){C, p->Q}, "decode wqkv", &st);
+    free(m);
+    m = read_param(p, P[io], &st);
+    lb->wo = upload_matrix(p, m, C, p->A, elem_cols, (int64_t[2]){p->A, C}, "decode wo", &st);
+    free(m);
+    m = read_param(p, P[i1], &st);
+    if (p->llama) lb->w1 = upload_matrix(p, m, 2 * F, C, elem_swiglu, (int64_t[2]){C, 2 * F}, "decode wgu", &st);
+    else lb->w1 = upload_matrix(p, m, F, C, elem_cols, (int64_t[2]){C, F}, "decode w1", &st);
+    free(m);
+    m = read_param(p, P[i2], &st);
+    lb->w2 = upload_matrix(p, m, C, F, elem_cols, (int64_t[2]){F, C}, "decode w2", &st);
+    free(m);
+    /* the vectors, one buffer */
+    static const int gpt2_vecs[] = {0, 1, 3, 5, 6, 7, 9, 11}, llama_vecs[] = {0, 3, 6, 7};
+    const int *which = p->llama ? llama_vecs : gpt2_vecs;
+    const int nv = p->llama ? (p->cfg.qk_norm ? 4 : 2) : 8;
+    int64_t total = 0;
+    for (int i = 0; i < nv; i++) total += wgml_tensor_numel(P[which[i]]);
+    float *v = st ? NULL : malloc((size_t)total * sizeof *v);
+    if (!st && !v) st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+    for (int i = 0, at = 0; !st && i < nv; i++) {
+        int64_t n = wgml_tensor_numel(P[which[i]]);
+        st = wgml_tensor_read(P[which[i]], v + at, (size_t)n);
+        at += (int)n;
+    }
+    lb->vecs = make_buffer(p, (uint64_t)total * 4, STORAGE, "decode vectors", &st);
+    if (!st) write_buffer(p, lb->vecs, 0, v, (size_t)total * 4);
+    free(v);
+    const uint64_t cache = (uint64_t)(p->B * p->block * p->Hkv * p->D) * 4;
+    lb->kc = make_buffer(p, cache, STORAGE, "decode K cache", &st);
+    lb->vc = make_buffer(p, cache, STORAGE, "decode V cache", &st);
+    (void)F;
+    return st;
+}
+
+wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, wgml_decode_plan **out)
+{
+    if (!g || !g->ctx || !out) return WGML_ERROR_INVALID_ARGUMENT;
+    *out = NULL;
+    wgml_context *ctx = g->ctx;
+    wgml_decode_desc d = desc ? *desc : (wgml_decode_desc){0};
+    if (d.batch < 0 || d.max_prefill < 0 || d.steps_per_submit < 0 || d.batch > 256 || !(d.temperature >= 0))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: batch %lld (1 to 256), max_prefill %lld, steps %lld and "
+                         "temperature %g must be >= 0", (long long)d.batch, (long long)d.max_prefill,
+                         (long long)d.steps_per_submit, (double)d.temperature);
+    const wgml_gpt_config *c = &g->cfg;
+    if (!d.batch) d.batch = 1;
+    if (!d.max_prefill) d.max_prefill = c->block < 256 ? c->block : 256;
+    if (!d.steps_per_submit) d.steps_per_submit = 16;
+    if (d.temperature < 1e-4f) d.temperature = 0;
+    if (d.steps_per_submit > 4096) d.steps_per_submit = 4096;
+    const int64_t G = c->heads / c->kv_heads;
+    const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
+    if ((uint64_t)(G * c->block + G * c->head_dim + 128 + G) * 4 > wg_mem)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
+                         "(%u bytes here): block %lld is too long", (long long)(G * c->block), wg_mem, (long long)c->block);
+    /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */
+    wgml_decode_plan *p = calloc(1, sizeof *p);
+    if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+    p->ctx = ctx, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA;
+    p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
+    p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
+    p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
+    p->L = calloc((size_t)c->layers, sizeof *p->L);
+    p->len = calloc((size_t)p->B, sizeof *p->len), p->count = calloc((size_t)p->B, sizeof *p->count);
+    p->hist = calloc((size_t)p->B, sizeof *p->hist), p->n_hist = calloc((size_t)p->B, sizeof *p->n_hist);
+    p->hist_cap = calloc((size_t)p->B, sizeof *p->hist_cap);
+    wgml_status st = WGML_OK;
+    if (!p->L || !p->len || !p->count || !p->hist || !p->n_hist || !p->hist_cap)
+        st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+    wgml_scope_push(&ctx->rt);
+    for (int64_t l = 0; !st && l < c->layers; l++) st = upload_layer(p, g, l);
+    float *m = read_param(p, g->params[0], &st);
+    p->wte = upload_matrix(p, m, p->V, p->C, elem_rows, (int64_t[2]){p->C, p->V}, "decode embedding", &st);
+    free(m);
+    if (!p->llama) {
+        m = read_param(p, g->params[1], &st);
+        p->wpe = make_buffer(p, (uint64_t)(p->block * p->C) * 4, STORAGE, "decode positions", &st);
+        if (!st) write_buffer(p, p->wpe, 0, m, (size_t)(p->block * p->C) * 4);
+        free(m);
+    }
+    {
+        const int tail = g->n_params - (p->llama ? 1 : 2);
+        float *v = st ? NULL : malloc((size_t)(2 * p->C) * sizeof *v);
+        if (!st && !v) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+        if (!st) st = wgml_tensor_read(g->params[tail], v, (size_t)p->C);
+        if (!st && !p->llama) st = wgml_tensor_read(g->params[tail + 1], v + p->C, (size_t)p->C);
+        p->fvecs = make_buffer(p, (uint64_t)(2 * p->C) * 4, STORAGE, "decode final norm", &st);
+        if (!st) write_buffer(p, p->fvecs, 0, v, (size_t)(p->llama ? 1 : 2) * (size_t)p->C * 4);
+        free(v);
+    }
+    if (p->llama) { /* RoPE's frequencies as graph/rope_cumsum.c computes them */
+        const int64_t half = p->D / 2;
+        float *f = malloc((size_t)(half > 0 ? half : 1) * sizeof *f);
+        if (!f && !st) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+        for (int64_t j = 0; f && j < half; j++) f[j] = 1.0f / powf(c->rope_base, (float)(2 * j) / (float)p->D);
+        p->freq = make_buffer(p, (uint64_t)half * 4, STORAGE, "decode RoPE frequencies", &st);
+        if (!st) write_buffer(p, p->freq, 0, f, (size_t)half * 4);
+        free(f);
+    }
+    p->x = make_buffer(p, (uint64_t)(p->rmax * p->C) * 4, STORAGE, "decode x", &st);
+    p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
+    p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);
+    p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);
+    p->logits = make_buffer(p, (uint64_t)(p->B * p->V) * 4, STORAGE, "decode logits", &st);
+    p->drows = make_buffer(p, (uint64_t)p->B * 16, STORAGE, "decode rows", &st);
+    p->prows = make_buffer(p, (uint64_t)p->P * 16, STORAGE, "prefill rows", &st);
+    p->dpass = make_buffer(p, 16, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, "decode pass", &st);
+    p->ppass = make_buffer(p, 16, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, "prefill pass", &st);
+    p->dpicks = make_buffer(p, (uint64_t)p->B * 4, STORAGE, "decode picks", &st);
+    p->ppicks = make_buffer(p, (uint64_t)p->B * 4, STORAGE, "prefill picks", &st);
+    p->toks = make_buffer(p, (uint64_t)p->B * p->cap * 4, STORAGE, "decode tokens", &st);
+    p->staging = make_buffer(p, (uint64_t)p->B * p->cap * 4, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "decode staging", &st);
+    if (!st) {
+        uint32_t *id = malloc((size_t)p->B * 4);
+        if (!id) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+        for (int64_t s = 0; id && s < p->B; s++) id[s] = (uint32_t)s;
+        if (!st) write_buffer(p, p->dpicks, 0, id, (size_t)p->B * 4);
+        free(id);
+        int32_t *zero = calloc((size_t)p->B, 16);
+        if (zero) write_buffer(p, p->drows, 0, zero, (size_t)p->B * 16);
+        free(zero);
+    }
+    if (!st) st = build_pass(p, 0);
+    if (!st) st = build_pass(p, 1);
+    wgml_status sst = wgml_scope_pop(&ctx->rt, "decode plan");
+    if (!st) st = sst;
+    if (st) {
+        wgml_decode_plan_free(p);
+        return st;
+    }
+    *out = p;
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- running */
+
+static void encode_pass(wgml_decode_plan *p, WGPUComputePassEncoder cp, const pass *ps, uint32_t R, uint32_t S)
+{
+    for (int i = 0; i < ps->n; i++) {
+        const launch *l = &ps->l[i];
+        if (l->is_head && S == 0) continue;
+        uint32_t gx = l->grid == GRID_FIXED ? l->gx : l->grid == GRID_ROWS ? R : l->grid == GRID_PICKS ? S : (R * l->gy + 255) / 256;
+        uint32_t gy = l->grid == GRID_ROWS ? l->gy : 1;
+        wgpuComputePassEncoderSetPipeline(cp, l->pipe);
+        wgpuComputePassEncoderSetBindGroup(cp, 0, l->bg, 0, NULL);
+        wgpuComputePassEncoderDispatchWorkgroups(cp, gx, gy, 1);
+        p->ctx->rt.stats.dispatches++;
+    }
+}
+
+/* Submits `steps` decode steps (or, steps = 0, one prefill pass of R rows, S picked), then
+   with `read` copies the token rings back and waits for them. */
+static wgml_status run(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32_t S, int read, int32_t *ring)
+{
+    wgml_runtime *rt = &p->ctx->rt;
+    const double t0 = wgml_host_seconds();
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(rt->device, NULL);
+    if (!enc) return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: no command encoder");
+    WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, NULL);
+    if (steps == 0 && R > 0) encode_pass(p, cp, &p->pre, R, S);
+    for (int64_t k = 0; k < steps; k++) encode_pass(p, cp, &p->dec, R, S);
+    wgpuComputePassEncoderEnd(cp);
+    wgpuComputePassEncoderRelease(cp);
+    const uint64_t bytes = (uint64_t)p->B * p->cap * 4;
+    if (read) wgpuCommandEncoderCopyBufferToBuffer(enc, p->toks, 0, p->staging, 0, bytes);
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuCommandEncoderRelease(enc);
+    wgml_status st = wgml_submit(rt, cb);
+    p->host_acc += wgml_host_seconds() - t0;
+    if (st || !read) return st;
+    if ((st = wgml_map_read(rt, p->staging, bytes))) return st;
+    const void *m = wgpuBufferGetConstMappedRange(p->staging, 0, bytes);
+    if (m) memcpy(ring, m, bytes);
+    wgpuBufferUnmap(p->staging);
+    if (!m) return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: the tokens could not be mapped");
+    return WGML_OK;
+}
+
+static wgml_status push_token(wgml_decode_plan *p, int64_t s, int32_t t)
+{
+    if (p->n_hist[s] == p->hist_cap[s]) {
+        int64_t cap = p->hist_cap[s] ? 2 * p->hist_cap[s] : 256;
+        int32_t *h = realloc(p->hist[s], (size_t)cap * sizeof *h);
+        if (!h) return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode: out of host memory");
+        p->hist[s] = h, p->hist_cap[s] = cap;
+    }
+    p->hist[s][p->n_hist[s]++] = t;
+    return WGML_OK;
+}
+
+/* Feeds, for each slot s of n, tokens toks[s][0..lens[s]) at positions pos0[s].. of its cache
+   in prefill passes; with sample[s] its last row draws the slot's next token. */
+static wgml_status prefill(wgml_decode_plan *p, int64_t n, const int64_t *slots, const int32_t *const *toks, const int64_t *lens,
+                           const int64_t *pos0, const int *sample, int *sampled)
+{
+    int32_t *rows = malloc((size_t)p->P * 16);
+    uint32_t *picks = malloc((size_t)p->B * 4);
+    if (!rows || !picks) {
+        free(rows), free(picks);
+        return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode: out of host memory");
+    }
+    wgml_status st = WGML_OK;
+    int64_t s = 0, i = 0; /* the next row to feed: slot s's token i */
+    while (!st && s < n) {
+        uint32_t R = 0, S = 0;
+        while (s < n && R < (uint32_t)p->P) {
+            const int64_t slot = slots[s];
+            int32_t *row = rows + 4 * R;
+            row[0] = (int32_t)slot, row[1] = (int32_t)(pos0[s] + i), row[2] = toks[s][i], row[3] = 0;
+            if (i == lens[s] - 1 && sample[s]) picks[S++] = R;
+            R++;
+            if (++i == lens[s]) s++, i = 0;
+        }
+        pass_header h = {.R = R, .S = S, .temperature = p->d.temperature, .seed = (uint32_t)p->d.seed};
+        write_buffer(p, p->ppass, 0, &h, sizeof h);
+        write_buffer(p, p->prows, 0, rows, (size_t)R * 16);
+        if (S) write_buffer(p, p->ppicks, 0, picks, (size_t)S * 4);
+        st = run(p, 0, R, S, 0, NULL);
+    }
+    for (int64_t k = 0; sampled && k < n; k++) sampled[k] = sample[k];
+    free(rows), free(picks);
+    return st;
+}
+
+static void set_decode_row(wgml_decode_plan *p, int64_t slot, int64_t pos, int32_t tok, int64_t count)
+{
+    int32_t row[4] = {(int32_t)slot, (int32_t)pos, tok, (int32_t)count};
+    write_buffer(p, p->drows, (uint64_t)slot * 16, row, 16);
+}
+
+wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t *const *prompts, const int64_t *lens,
+                              int32_t *first)
+{
+    if (!p) return WGML_ERROR_INVALID_ARGUMENT;
+    if (count < 1 || count > p->B || !prompts || !lens || !first)
+        return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode start: %lld slots of %lld", (long long)count, (long long)p->B);
+    for (int64_t s = 0; s < count; s++) {
+        if (!prompts[s] || lens[s] < 1) return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode start: slot %lld has no prompt", (long long)s);
+        for (int64_t i = 0; i < lens[s]; i++)
+            if (prompts[s][i] < 0 || prompts[s][i] >= p->V)
+                return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode start: token %d is not in the vocabulary (%lld)",
+                                 prompts[s][i], (long long)p->V);
+    }
+    int64_t *slots = malloc((size_t)count * sizeof *slots), *flen = malloc((size_t)count * sizeof *flen);
+    int64_t *pos0 = calloc((size_t)count, sizeof *pos0);
+    const int32_t **from = malloc((size_t)count * sizeof *from);
+    int *sample = malloc((size_t)count * sizeof *sample);
+    wgml_status st = slots && flen && pos0 && from && sample ? WGML_OK : wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode: out of host memory");
+    for (int64_t s = 0; !st && s < count; s++) {
+        p->n_hist[s] = 0;
+        for (int64_t i = 0; !st && i < lens[s]; i++) st = push_token(p, s, prompts[s][i]);
+        /* as wgml_gpt_generate_step's first step: a prompt past the block keeps its last block */
+        flen[s] = lens[s] > p->block ? p->block : lens[s];
+        from[s] = prompts[s] + lens[s] - flen[s];
+        slots[s] = s, sample[s] = 1;
+        p->len[s] = flen[s], p->count[s] = 0;
+        set_decode_row(p, s, 0, 0, 0);
+    }
+    if (!st) st = prefill(p, count, slots, from, flen, pos0, sample, NULL);
+    int32_t *ring = st ? NULL : malloc((size_t)(p->B * p->cap) * 4);
+    if (!st && !ring) st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode: out of host memory");
+    if (!st) st = run(p, 0, 0, 0, 1, ring); /* (an empty pass: the copy and the read) */
+    for (int64_t s = 0; !st && s < count; s++) {
+        first[s] = ring[s * p->cap];
+        p->count[s] = 1;
+        st = push_token(p, s, first[s]);
+    }
+    if (!st) {
+        p->active = count;
+        pass_header h = {.R = (uint32_t)count, .S = (uint32_t)count, .temperature = p->d.temperature, .seed = (uint32_t)p->d.seed};
+        write_buffer(p, p->dpass, 0, &h, sizeof h);
+    }
+    free(ring), free(slots), free(flen), free(pos0), free(from), free(sample);
+    return st;
+}
+
+wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *out)
+{
+    if (!p) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!p->active || steps < 0 || (steps && !out))
+        return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode generate: no slot started, or no room for the tokens");
+    int32_t *ring = malloc((size_t)(p->B * p->cap) * 4);
+    if (!ring) return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode: out of host memory");
+    wgml_status st = WGML_OK;
+    p->host_acc = 0;
+    for (int64_t done = 0; !st && done < steps;) {
+        /* slots whose cache is full restart from their last block / 2 tokens: all but the
+           newest fed now (no sample), the newest by the next decode step, as one pass of
+           wgml_gpt_generate_step would feed them */
+        for (int64_t s = 0; !st && s < p->active; s++) {
+            if (p->len[s] < p->block) continue;
+            int64_t feed = p->block / 2 > 0 ? p->block / 2 : 1;
+            if (feed > p->n_hist[s]) feed = p->n_hist[s];
+            const int32_t *from = p->hist[s] + p->n_hist[s] - feed;
+            int64_t n = feed - 1, zero = 0;
+            int no = 0;
+            if (n > 0) st = prefill(p, 1, &s, &from, &n, &zero, &no, NULL);
+            p->len[s] = n;
+            set_decode_row(p, s, n, from[feed - 1], p->count[s]);
+        }
+        int64_t k = steps - done < (int64_t)p->cap ? steps - done : (int64_t)p->cap;
+        for (int64_t s = 0; s < p->active; s++)
+            if (p->block - p->len[s] < k) k = p->block - p->len[s];
+        if (!st) st = run(p, k, (uint32_t)p->active, (uint32_t)p->active, 1, ring);
+        for (int64_t s = 0; !st && s < p->active; s++) {
+            for (int64_t j = 0; !st && j < k; j++) {
+                int32_t t = ring[s * p->cap + (p->count[s] + j) % p->cap];
+                out[s * steps + done + j] = t;
+                st = push_token(p, s, t);
+            }
+            p->count[s] += k, p->len[s] += k;
+        }
+        done += k;
+    }
+    /* the host's part: encoding and submitting (the wait for the GPU is not host work) */
+    p->host_per_token = steps ? p->host_acc / (double)steps : 0;
+    free(ring);
+    return st;
+}
+
+int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p) { return p ? p->dec.n : 0; }
+double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p) { return p ? p->host_per_token : 0; }
+int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p) { return p ? p->weight_bytes : 0; }

@@ -1,0 +1,63 @@
+/*
+ * The decode plan (models/decode.c): generation without building a graph per token.
+ *
+ * Made once per sampling session from a model: its weights copied into a GEMV-friendly layout
+ * (each output's weights contiguous, optionally as f16), a KV cache per layer for `batch`
+ * sequences (slots), the activations, and every pipeline and bind group. A token then costs a
+ * fixed list of dispatches that reads two small buffers the GPU itself updates: each row's
+ * (slot, position, token) and the tokens sampled so far. The sampling kernel writes the next
+ * token and position there, so several tokens are recorded into one submit and read back
+ * together; the host only writes a pass's rows for a prefill (a prompt, or the sliding window
+ * restarting past the block, as wgml_gpt_generate_step does).
+ *
+ * Dispatches per token and layer: GPT-2 5 (norm+QKV+bias+cache append, attention, output
+ * projection+residual, norm+MLP-up+GELU, MLP-down+residual); Llama 6 (QK-norm+RoPE+append is
+ * a kernel of its own); plus the embedding, the final norm+head, and the sampler.
+ *
+ * Lives in models/ (layer 5) because it reads the model; it uses core's pipeline cache and the
+ * runtime directly instead of the lazy graph (both lower layers), and owns its buffers and
+ * bind groups (the bind cache may drop its entries; the plan's must stay).
+ */
+#ifndef WGML_MODELS_DECODE_H
+#define WGML_MODELS_DECODE_H
+
+#include <stdint.h>
+
+#include "models/gpt.h"
+
+typedef struct wgml_decode_desc {
+    int64_t batch;            /* sequences (slots) sampled together; 0 means 1 */
+    int64_t max_prefill;      /* rows of one prefill pass; 0 means min(block, 256) */
+    int64_t steps_per_submit; /* tokens per slot recorded into one submit; 0 means 16 */
+    int f16_weights;          /* the matrices stored as f16 (f32 sums): half the bytes read */
+    float temperature;        /* 0 (below 1e-4): the argmax; else Gumbel-max at this temperature */
+    uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
+} wgml_decode_desc;
+
+typedef struct wgml_decode_plan wgml_decode_plan;
+
+/* WGML_ERROR_UNSUPPORTED when the shapes are past what the kernels take (the attention keeps
+   a row's scores in workgroup memory: (H / Hkv) block floats); the caller then keeps the
+   graph path. */
+wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *d, wgml_decode_plan **out);
+void wgml_decode_plan_free(wgml_decode_plan *p); /* NULL is fine */
+
+/* Starts slots 0..count-1 (count <= batch) on prompts[s][0..lens[s]) (each >= 1 token),
+   forgetting what they held: each slot's last `block` tokens are fed in prefill passes (the
+   rows of several prompts in one pass, many rows a dispatch), and first[s] gets its first new
+   token. */
+wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t *const *prompts, const int64_t *lens,
+                              int32_t *first);
+/* Every started slot draws `steps` more tokens, out[s * steps + k] (s < the started count).
+   Recorded `steps_per_submit` tokens a submit and read back together; past the block a slot
+   restarts from its last block / 2 tokens (a prefill), as wgml_gpt_generate_step does. */
+wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *out);
+
+/* What one decode step costs: dispatches (structural), and the host's encoding time of the
+   last generate call per token, in seconds. */
+int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p);
+double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p);
+/* Bytes of weights one step reads (for the bandwidth it reaches). */
+int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);
+
+#endif

@@ -1,0 +1,337 @@
+/* The decode plan's kernels (models/decode.c), generated per shape: the sizes are WGSL
+   constants, so loops have fixed bounds and the compiler unrolls the per-row sums. */
+#include "models/decode_wgsl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/wgsl_sources.h"
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void out(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->s && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 8192;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s, b->cap = cap;
+    }
+}
+
+static char *done(sbuf *b)
+{
+    if (b->oom) {
+        free(b->s);
+        return NULL;
+    }
+    return b->s;
+}
+
+/* The elementwise functions (GELU's erf, SiLU) of kernels/elementwise.wgsl, over f32. NaN and
+   infinity come from a private variable: WGSL constants may be neither. */
+static void elementwise_functions(sbuf *b)
+{
+    out(b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
+           "var<private> NAN_BITS: u32 = 0x7fc00000u;\nvar<private> INF_BITS: u32 = 0x7f800000u;\n"
+           "fn wgml_nan() -> T { return bitcast<f32>(NAN_BITS); }\n"
+           "fn wgml_inf() -> T { return bitcast<f32>(INF_BITS); }\n%s\n",
+        wgml_wgsl_find("elementwise"));
+}
+
+/* The weight matrix's element type: vec4<f32> (4 elements a load) or vec4<u32> (8 halves). */
+static const char *wtype(int f16) { return f16 ? "vec4<u32>" : "vec4<f32>"; }
+
+char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
+{
+    sbuf b = {0};
+    const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4;
+    const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
+    uint32_t used = 1u << 0 | 1u << 2 | 1u << 3 | 1u << 5;
+    if (k->head) used |= 1u << 1;
+    if (uses_vecs) used |= 1u << 4;
+    if (k->epilogue == DECODE_OUT_QKV) used |= 1u << 6 | 1u << 7 | 1u << 8;
+    *bindings = used;
+    if (k->epilogue == DECODE_OUT_GELU || k->epilogue == DECODE_OUT_SWIGLU) elementwise_functions(&b);
+    out(&b,
+        "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst N: u32 = %uu;\nconst RB: u32 = %uu;\nconst KCH: u32 = %uu;\n"
+        "const XS: u32 = %uu;\nconst OS: u32 = %uu;\nconst UPR: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+        k->K, k->KP, k->N, k->RB, k->kch, k->xs, k->os, k->KP / wv, (double)k->eps);
+    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+            "@group(0) @binding(0) var<uniform> P: Pass;\n");
+    if (k->head) out(&b, "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n");
+    out(&b, "@group(0) @binding(2) var<storage, read> xin: array<f32>;\n"
+            "@group(0) @binding(3) var<storage, read> W: array<%s>;\n", wtype(k->f16));
+    if (uses_vecs) out(&b, "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n");
+    out(&b, "@group(0) @binding(5) var<storage, read_write> outb: array<f32>;\n");
+    if (k->epilogue == DECODE_OUT_QKV)
+        out(&b, "@group(0) @binding(6) var<storage, read> rows: array<vec4<i32>>;\n"
+                "@group(0) @binding(7) var<storage, read_write> kc: array<f32>;\n"
+                "@group(0) @binding(8) var<storage, read_write> vc: array<f32>;\n"
+                "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
+            k->qd, k->kvd, k->block);
+    out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
+            "var<workgroup> stat: array<vec2<f32>, RB>;\n",
+        k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
+    out(&b, "fn xrow(r: u32) -> u32 { return %s; }\n", k->head ? "picks[r]" : "r");
+    out(&b, "fn xval(j: u32, rr: u32, k: u32) -> f32 {\n    let v = xin[rr * XS + k];\n");
+    if (k->norm == DECODE_NORM_RMS) out(&b, "    return v * stat[j].y * vecs[%uu + k];\n", k->norm_w);
+    else if (k->norm == DECODE_NORM_LN)
+        out(&b, "    return (v - stat[j].x) * stat[j].y * vecs[%uu + k] + vecs[%uu + k];\n", k->norm_w, k->norm_b);
+    else out(&b, "    return v;\n");
+    out(&b, "}\n");
+    out(&b, "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "    let R = %s;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let n = wg.x * 8u + grp;\n"
+            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
+        k->head ? "P.S" : "P.R");
+    if (norm) /* each row's statistics over its K elements, by all 256 threads */
+        out(&b,
+            "        for (var j = 0u; j < RB; j++) {\n"
+            "            var s = 0.0;\n            var ss = 0.0;\n"
+            "            if (r0 + j < R) {\n                let rr = xrow(r0 + j);\n"
+            "                for (var k = tid; k < K; k += 256u) { let v = xin[rr * XS + k]; s += v; ss += v * v; }\n"
+            "            }\n"
+            "            red[tid] = s;\n            red[256u + tid] = ss;\n            workgroupBarrier();\n"
+            "            for (var st = 128u; st > 0u; st >>= 1u) {\n"
+            "                if (tid < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+            "                workgroupBarrier();\n            }\n"
+            "            if (tid == 0u) {\n                let mean = red[0] / f32(K);\n%s"
+            "            }\n            workgroupBarrier();\n        }\n",
+            k->norm == DECODE_NORM_RMS ? "                stat[j] = vec2<f32>(0.0, inverseSqrt(red[256] / f32(K) + EPS));\n"
+                                       : "                let var_ = max(red[256] / f32(K) - mean * mean, 0.0);\n"
+                                         "                stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
+    out(&b,
+        "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+        "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n            workgroupBarrier();\n"
+        "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
+        "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
+        "                var v = vec4<f32>(0.0);\n"
+        "                if (r0 + j < R) {\n                    let rr = xrow(r0 + j);\n"
+        "                    for (var e = 0u; e < 4u; e++) { if (k + e < K) { v[e] = xval(j, rr, k + e); } }\n"
+        "                }\n                xs[i] = v;\n            }\n            workgroupBarrier();\n"
+        "            if (n < N) {\n                let units = min(KCH, KP - k0) / %uu;\n"
+        "                for (var u = lane; u < units; u += 32u) {\n",
+        kch4, kch4, kch4, wv);
+    if (k->f16)
+        out(&b, "                    let w = W[n * UPR + k0 / 8u + u];\n"
+                "                    let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
+                "                    let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
+                "                    for (var j = 0u; j < RB; j++) {\n"
+                "                        acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
+                "                    }\n",
+            kch4, kch4);
+    else
+        out(&b, "                    let w = W[n * UPR + k0 / 4u + u];\n"
+                "                    for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n",
+            kch4);
+    out(&b, "                }\n            }\n        }\n"
+            "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
+            "        for (var st = 16u; st > 0u; st >>= 1u) {\n"
+            "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
+            "            workgroupBarrier();\n        }\n"
+            "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
+            "                let r = r0 + j;\n                if (r < R) {\n"
+            "                    var v = red[j * 256u + tid];\n");
+    if (k->bias >= 0) out(&b, "                    v += vecs[%du + n];\n", k->bias);
+    switch (k->epilogue) {
+    case DECODE_OUT_PLAIN: out(&b, "                    outb[r * OS + n] = v;\n"); break;
+    case DECODE_OUT_RESID: out(&b, "                    outb[r * OS + n] += v;\n"); break;
+    case DECODE_OUT_GELU: out(&b, "                    outb[r * OS + n] = wgml_gelu_exact(v);\n"); break;
+    case DECODE_OUT_SWIGLU: /* rows 2f (gate) and 2f + 1 (up) are neighbouring groups */
+        out(&b, "                    if ((grp & 1u) == 0u) { outb[r * OS + n / 2u] = wgml_silu(v) * red[j * 256u + tid + 32u]; }\n");
+        break;
+    case DECODE_OUT_QKV:
+        out(&b, "                    if (n < QD) { outb[r * OS + n] = v; } else {\n"
+                "                        let base = (u32(rows[r].x) * BLOCK + u32(rows[r].y)) * KVD;\n"
+                "                        let m = n - QD;\n"
+                "                        if (m < KVD) { kc[base + m] = v; } else { vc[base + m - KVD] = v; }\n"
+                "                    }\n");
+        break;
+    }
+    out(&b, "                }\n            }\n        }\n        workgroupBarrier();\n    }\n}\n");
+    return done(&b);
+}
+
+char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
+{
+    sbuf b = {0};
+    out(&b,
+        "const D: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\n"
+        "const AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n",
+        a->D, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale);
+    out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
+            "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
+            "@group(0) @binding(2) var<storage, read> kc: array<f32>;\n"
+            "@group(0) @binding(3) var<storage, read> vc: array<f32>;\n"
+            "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n"
+            "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<f32, %u>;\n"
+            "var<workgroup> red: array<f32, 128>;\nvar<workgroup> inv: array<f32, G>;\n",
+        a->G * a->block, a->G * a->D);
+    out(&b,
+        "@compute @workgroup_size(128)\n"
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+        "    let r = wg.x;\n    let g = wg.y;\n    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
+        "    for (var i = tid; i < G * D; i += 128u) { qs[i] = qb[r * QS + g * G * D + i]; }\n"
+        "    workgroupBarrier();\n"
+        "    for (var t = tid; t < T; t += 128u) {\n"
+        "        let base = (slot * BLOCK + t) * KVD + g * D;\n"
+        "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
+        "        for (var d = 0u; d < D; d++) {\n            let kv = kc[base + d];\n"
+        "            for (var q = 0u; q < G; q++) { s[q] += qs[q * D + d] * kv; }\n        }\n"
+        "        for (var q = 0u; q < G; q++) { sc[q * BLOCK + t] = s[q] * SCALE; }\n    }\n"
+        "    workgroupBarrier();\n"
+        "    for (var q = 0u; q < G; q++) {\n"
+        "        var m = -3.0e38;\n"
+        "        for (var t = tid; t < T; t += 128u) { m = max(m, sc[q * BLOCK + t]); }\n"
+        "        red[tid] = m;\n        workgroupBarrier();\n"
+        "        for (var st = 64u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
+        "        m = red[0];\n        workgroupBarrier();\n"
+        "        var sum = 0.0;\n"
+        "        for (var t = tid; t < T; t += 128u) { let e = exp(sc[q * BLOCK + t] - m); sc[q * BLOCK + t] = e; sum += e; }\n"
+        "        red[tid] = sum;\n        workgroupBarrier();\n"
+        "        for (var st = 64u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+        "        if (tid == 0u) { inv[q] = 1.0 / red[0]; }\n        workgroupBarrier();\n    }\n"
+        "    for (var o = tid; o < G * D; o += 128u) {\n"
+        "        let q = o / D;\n        let d = o %% D;\n        var acc = 0.0;\n"
+        "        for (var t = 0u; t < T; t++) { acc += sc[q * BLOCK + t] * vc[(slot * BLOCK + t) * KVD + g * D + d]; }\n"
+        "        att[r * AS + (g * G + q) * D + d] = acc * inv[q];\n    }\n}\n");
+    return done(&b);
+}
+
+/* reduce_angle and its helper from kernels/rope.wgsl (the same exact reduction the graph's
+   RoPE uses): the text from "fn mul_wide" to the entry point. */
+static void rope_helpers(sbuf *b)
+{
+    const char *src = wgml_wgsl_find("rope");
+    const char *from = src ? strstr(src, "// a * b as (low word, high word)") : NULL;
+    const char *to = from ? strstr(from, "@compute") : NULL;
+    if (!from || !to) {
+        b->oom = 1;
+        return;
+    }
+    out(b, "%.*s\n", (int)(to - from), from);
+}
+
+char *wgml_decode_rope_wgsl(const wgml_decode_rope *k)
+{
+    sbuf b = {0};
+    out(&b, "const D: u32 = %uu;\nconst HALF: u32 = %uu;\nconst H: u32 = %uu;\nconst HKV: u32 = %uu;\nconst QS: u32 = %uu;\n"
+            "const KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+        k->D, k->D / 2, k->H, k->Hkv, k->qs, k->Hkv * k->D, k->block, (double)k->eps);
+    out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
+            "@group(0) @binding(1) var<storage, read_write> qkv: array<f32>;\n"
+            "@group(0) @binding(2) var<storage, read> freq: array<f32>;\n"
+            "@group(0) @binding(3) var<storage, read_write> kc: array<f32>;\n"
+            "@group(0) @binding(4) var<storage, read_write> vc: array<f32>;\n");
+    if (k->qk_norm) out(&b, "@group(0) @binding(5) var<storage, read> vecs: array<f32>;\nvar<workgroup> red: array<f32, 64>;\n");
+    rope_helpers(&b);
+    out(&b, "@compute @workgroup_size(64)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) j: u32) {\n"
+            "    let r = wg.x;\n    let hh = wg.y;\n    let slot = u32(rows[r].x);\n    let pos = u32(rows[r].y);\n"
+            "    let col = r * QS + select(H * D + (hh - H) * D, hh * D, hh < H);\n"
+            "    var a = 0.0;\n    var b = 0.0;\n"
+            "    if (j < HALF) { a = qkv[col + j]; b = qkv[col + j + HALF]; }\n");
+    if (k->qk_norm) /* RMSNorm over the head's D elements, then RoPE (Qwen3's order) */
+        out(&b, "    red[j] = a * a + b * b;\n    workgroupBarrier();\n"
+                "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[j] += red[j + st]; } workgroupBarrier(); }\n"
+                "    let rs = inverseSqrt(red[0] / f32(D) + EPS);\n"
+                "    let w = select(%uu, %uu, hh < H);\n"
+                "    if (j < HALF) { a = a * rs * vecs[w + j]; b = b * rs * vecs[w + j + HALF]; }\n",
+            k->knorm, k->qnorm);
+    out(&b, "    if (j >= HALF) { return; }\n"
+            "    let ang = reduce_angle(f32(pos) * freq[j]);\n    let c = cos(ang);\n    let s = sin(ang);\n"
+            "    let ya = a * c - b * s;\n    let yb = b * c + a * s;\n"
+            "    if (hh < H) { qkv[col + j] = ya; qkv[col + j + HALF] = yb; return; }\n"
+            "    let base = (slot * BLOCK + pos) * KVD + (hh - H) * D;\n"
+            "    kc[base + j] = ya;\n    kc[base + j + HALF] = yb;\n"
+            "    let vcol = r * QS + (H + HKV) * D + (hh - H) * D;\n"
+            "    vc[base + j] = qkv[vcol + j];\n    vc[base + j + HALF] = qkv[vcol + j + HALF];\n}\n");
+    return done(&b);
+}
+
+char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
+{
+    sbuf b = {0};
+    out(&b, "const C: u32 = %uu;\nconst KP: u32 = %uu;\n", k->C, k->KP);
+    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+            "@group(0) @binding(0) var<uniform> P: Pass;\n"
+            "@group(0) @binding(1) var<storage, read> rows: array<vec4<i32>>;\n"
+            "@group(0) @binding(2) var<storage, read> W: array<%s>;\n"
+            "@group(0) @binding(4) var<storage, read_write> x: array<f32>;\n",
+        wtype(k->f16));
+    if (k->positions) out(&b, "@group(0) @binding(3) var<storage, read> wpe: array<f32>;\n");
+    out(&b, "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "    let i = wg.x * 256u + tid;\n    if (i >= P.R * C) { return; }\n"
+            "    let r = i / C;\n    let c = i %% C;\n    let tok = u32(rows[r].z);\n");
+    if (k->f16)
+        out(&b, "    let u = W[tok * (KP / 8u) + c / 8u];\n"
+                "    var v = unpack2x16float(u[(c %% 8u) / 2u])[c %% 2u];\n");
+    else out(&b, "    var v = W[tok * (KP / 4u) + c / 4u][c %% 4u];\n");
+    if (k->positions) out(&b, "    v += wpe[u32(rows[r].y) * C + c];\n");
+    out(&b, "    x[r * C + c] = v;\n}\n");
+    return done(&b);
+}
+
+char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
+{
+    sbuf b = {0};
+    out(&b, "const V: u32 = %uu;\nconst CAP: u32 = %uu;\n", k->V, k->cap);
+    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+            "@group(0) @binding(0) var<uniform> P: Pass;\n"
+            "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n"
+            "@group(0) @binding(2) var<storage, read> logits: array<f32>;\n"
+            "@group(0) @binding(3) var<storage, read_write> drows: array<vec4<i32>>;\n"
+            "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n");
+    if (k->prefill) out(&b, "@group(0) @binding(5) var<storage, read> prows: array<vec4<i32>>;\n");
+    out(&b, "var<workgroup> bv: array<f32, 256>;\nvar<workgroup> bi: array<u32, 256>;\n"
+            /* a 32-bit hash (lowbias32) of the inputs, chained: the Gumbel noise's uniform */
+            "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
+            "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
+            "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "    let s = wg.x;\n    let row = %s[picks[s]];\n"
+            "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
+            "    var best = -3.4e38;\n    var at = 0u;\n"
+            "    let h0 = mix(P.seed ^ mix(slot * 0x9e3779b9u ^ mix(pos)));\n"
+            "    for (var v = tid; v < V; v += 256u) {\n        var l = logits[s * V + v];\n"
+            "        if (P.temp > 0.0) {\n"
+            "            let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
+            "            l = l / P.temp - log(-log(u));\n        }\n"
+            "        if (l > best) { best = l; at = v; }\n    }\n"
+            "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
+            "    for (var st = 128u; st > 0u; st >>= 1u) {\n"
+            "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"
+            "            if (ov > bv[tid] || (ov == bv[tid] && oi < bi[tid])) { bv[tid] = ov; bi[tid] = oi; }\n"
+            "        }\n        workgroupBarrier();\n    }\n"
+            "    if (tid == 0u) {\n        let count = u32(drows[slot].w);\n"
+            "        drows[slot] = vec4<i32>(i32(slot), i32(pos + 1u), i32(bi[0]), i32(count + 1u));\n"
+            "        toks[slot * CAP + count %% CAP] = i32(bi[0]);\n    }\n}\n",
+        k->prefill ? "prows" : "drows");
+    return done(&b);
+}

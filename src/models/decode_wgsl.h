@@ -1,0 +1,69 @@
+/* WGSL generators of the decode plan's kernels (models/decode_wgsl.c). Each returns malloc'ed
+   source (NULL when out of memory). Bindings (group 0):
+   gemv:   0 pass (uniform: R, S, temperature, seed), 1 picks (the head's rows), 2 x, 3 W,
+           4 the layer's vectors (norm weights, biases), 5 out, 6 rows, 7 K cache, 8 V cache
+           (*bindings gets the mask of those the kernel declares)
+   attn:   0 rows, 1 q, 2 K cache, 3 V cache, 4 out
+   rope:   0 rows, 1 qkv, 2 frequencies, 3 K cache, 4 V cache, 5 vectors (qk_norm)
+   embed:  0 pass, 1 rows, 2 the embedding, 3 positions (GPT-2), 4 x
+   sample: 0 pass, 1 picks, 2 logits, 3 the decode rows, 4 tokens, 5 the prefill rows */
+#ifndef WGML_MODELS_DECODE_WGSL_H
+#define WGML_MODELS_DECODE_WGSL_H
+
+#include <stdint.h>
+
+enum { DECODE_NORM_NONE, DECODE_NORM_LN, DECODE_NORM_RMS };
+enum { DECODE_OUT_PLAIN, DECODE_OUT_RESID, DECODE_OUT_GELU, DECODE_OUT_SWIGLU, DECODE_OUT_QKV };
+
+/* out[r, n] = epilogue(sum_k prologue(x)[r, k] W[n, k] (+ bias[n])) for the pass's R rows
+   (the head: its S picked rows), 8 outputs a workgroup of 256 threads, 32 along K each. */
+typedef struct wgml_decode_gemv {
+    unsigned K, KP, N; /* inputs, W's row stride (K rounded up to 8), outputs */
+    unsigned RB;       /* rows summed together (each weight load serves them all) */
+    unsigned kch;      /* inputs staged in workgroup memory at a time (multiple of 8) */
+    unsigned xs, os;   /* row strides of x and out */
+    int f16;           /* W holds halves */
+    int norm;          /* DECODE_NORM_*: the prologue's norm of each x row (weights at norm_w, norm_b in vecs) */
+    unsigned norm_w, norm_b;
+    float eps;
+    int bias; /* offset of the bias in vecs, or -1 */
+    int epilogue;
+    int head; /* x rows are picks[r] of the pass's S */
+    unsigned qd, kvd, block; /* DECODE_OUT_QKV: outputs below qd are q; then K and V into the caches */
+} wgml_decode_gemv;
+char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
+
+/* Attention of a row's G query heads (those of one K/V head) over its slot's cache positions
+   0 .. its position; a workgroup per (row, K/V head). */
+typedef struct wgml_decode_attn {
+    unsigned D, G, kvd, block, qs, as;
+    float scale;
+} wgml_decode_attn;
+char *wgml_decode_attention_wgsl(const wgml_decode_attn *a);
+
+/* Llama: each head of a row's q and k normed (qk_norm) and rotated, q in place, k and v into the
+   caches at the row's position; a workgroup per (row, head of H + Hkv). */
+typedef struct wgml_decode_rope {
+    unsigned D, H, Hkv, qs, block;
+    int qk_norm;
+    unsigned qnorm, knorm; /* offsets of their weights in vecs */
+    float eps;
+} wgml_decode_rope;
+char *wgml_decode_rope_wgsl(const wgml_decode_rope *k);
+
+typedef struct wgml_decode_embed {
+    unsigned C, KP;
+    int f16, positions;
+} wgml_decode_embed;
+char *wgml_decode_embed_wgsl(const wgml_decode_embed *k);
+
+/* A token per picked row: the argmax of its logits, or with the pass's temperature > 0 of
+   logits / temperature + Gumbel noise; written into the slot's decode row (position + 1,
+   count + 1) and its ring of CAP tokens. */
+typedef struct wgml_decode_sample {
+    unsigned V, cap;
+    int prefill; /* the rows are the prefill pass's */
+} wgml_decode_sample;
+char *wgml_decode_sample_wgsl(const wgml_decode_sample *k);
+
+#endif

@@ -1,0 +1,258 @@
+/*
+ * The decode plan (src/models/decode.h): greedy tokens from the replayed plan against the
+ * graph path (wgml_gpt_generate_step, a graph per token) and against the CPU reference
+ * (tests/gpt_ref.c) with the same sliding window, past the block, for GPT-2 and for Llama with
+ * a head size of its own and QK-norm, weights in f32 and in f16; several prompts of
+ * different lengths in one batch; the dispatches per token (a structural count). Also the
+ * config fields head_dim and qk_norm through the graph's forward against the reference.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_ref.h"
+#include "harness.h"
+#include "models/decode.h"
+
+typedef struct params {
+    int n;
+    float **p;
+} params;
+
+/* Random parameters: matrices U(-s, s), biases U(-0.2, 0.2), norm weights U(0.7, 1.3); with
+   f16, every value rounded to a half first, so that the plan's f16 copy is exact and the
+   reference sees the same model. */
+static void params_random(const wgml_gpt_config *c, double s, int f16, params *out)
+{
+    out->n = wgml_gpt_param_count(c);
+    out->p = calloc((size_t)out->n, sizeof *out->p);
+    for (int i = 0; out->p && i < out->n; i++) {
+        char name[WGML_GPT_NAME];
+        int nd;
+        int64_t sh[2];
+        wgml_gpt_param_info(c, i, name, &nd, sh);
+        const int64_t n = sh[0] * (nd == 2 ? sh[1] : 1);
+        out->p[i] = malloc((size_t)n * sizeof(float));
+        if (!out->p[i]) continue;
+        const int is_w = nd == 1 && name[strlen(name) - 1] == 'w';
+        if (nd == 2) test_fill_uniform(out->p[i], (size_t)n, -s, s);
+        else if (is_w) test_fill_uniform(out->p[i], (size_t)n, 0.7, 1.3);
+        else test_fill_uniform(out->p[i], (size_t)n, -0.2, 0.2);
+        if (f16 && nd == 2) /* (f16 has 11 significant bits: keep those of the float) */
+            for (int64_t k = 0; k < n; k++) {
+                int e;
+                double m = frexp((double)out->p[i][k], &e);
+                out->p[i][k] = (float)ldexp(nearbyint(m * 2048.0) / 2048.0, e);
+            }
+    }
+}
+
+static void params_free(params *p)
+{
+    for (int i = 0; p->p && i < p->n; i++) free(p->p[i]);
+    free(p->p);
+}
+
+/* Greedy tokens of the reference with the graph path's window: the cache restarts from the
+   last block / 2 tokens when the next would pass the block (wgml_gpt_generate_step). */
+static void reference_greedy(gpt_ref *r, const int32_t *prompt, int n_prompt, int n_new, int32_t *out)
+{
+    const wgml_gpt_config *c = gpt_ref_config(r);
+    const int64_t block = c->block, V = c->vocab;
+    int32_t *hist = malloc((size_t)(n_prompt + n_new) * sizeof *hist);
+    double *logits = malloc((size_t)(block * V) * sizeof *logits);
+    if (!hist || !logits) {
+        free(hist), free(logits);
+        return;
+    }
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
+    int64_t have = n_prompt, fresh = n_prompt, len = 0;
+    for (int k = 0; k < n_new; k++) {
+        int64_t feed = fresh;
+        if (len + fresh > block) {
+            len = 0;
+            feed = fresh > block / 2 ? block : block / 2 > 0 ? block / 2 : 1;
+            if (feed > have) feed = have;
+        }
+        const int T = (int)(len + feed);
+        gpt_ref_logits(r, hist + have - T, T, logits);
+        const double *last = logits + (int64_t)(T - 1) * V;
+        int32_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (last[v] > last[best]) best = (int32_t)v;
+        len += feed;
+        out[k] = hist[have++] = best;
+        fresh = 1;
+    }
+    free(hist), free(logits);
+}
+
+/* The graph path: one wgml_gpt_generate_step per token. */
+static wgml_status graph_greedy(wgml_gpt *g, const int32_t *prompt, int n_prompt, int n_new, int32_t *out)
+{
+    int32_t *hist = malloc((size_t)(n_prompt + n_new) * sizeof *hist);
+    wgml_gpt_cache cache;
+    wgml_status st = hist ? wgml_gpt_cache_init(g, &cache) : WGML_ERROR_OUT_OF_MEMORY;
+    if (st) return free(hist), st;
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
+    int64_t have = n_prompt, fresh = n_prompt;
+    for (int k = 0; k < n_new && !st; k++) {
+        st = wgml_gpt_generate_step(g, &cache, hist, have, fresh, 0.0f, 0, &out[k]);
+        hist[have++] = out[k], fresh = 1;
+    }
+    wgml_gpt_cache_free(&cache, g->cfg.layers);
+    free(hist);
+    return st;
+}
+
+static int same_tokens(const char *what, const int32_t *got, const int32_t *want, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (got[k] != want[k]) {
+            FAILF("%s: token %d is %d, want %d", what, k, got[k], want[k]);
+            return 0;
+        }
+    return 1;
+}
+
+static const wgml_gpt_config gpt2_cfg = {.arch = WGML_GPT_GPT2, .vocab = 29, .block = 12, .layers = 2, .heads = 3, .width = 24, .ffn = 40};
+static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .block = 11, .layers = 2, .heads = 4, .kv_heads = 2,
+                                          .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
+
+/* One prompt, past the block: plan = graph path = reference. */
+static void check_single(const wgml_gpt_config *cfg_in, int f16, int64_t expect_dispatches)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config cfg;
+    CHECK_OK(ctx, wgml_gpt_config_resolve(cfg_in, &cfg, NULL, 0));
+    params p;
+    params_random(&cfg, 0.5, f16, &p);
+    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
+    wgml_gpt g = {0};
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    enum { NP = 4, NN = 30 };
+    const int32_t prompt[NP] = {3, 17, 5, 11};
+    int32_t want[NN], graph[NN], got[NN], first = -1;
+    reference_greedy(r, prompt, NP, NN, want);
+    CHECK_OK(ctx, graph_greedy(&g, prompt, NP, NN, graph));
+    same_tokens("graph path vs reference", graph, want, NN);
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3};
+    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    if (plan) {
+        CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
+        const int32_t *pp = prompt;
+        const int64_t np = NP;
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, &first));
+        got[0] = first;
+        /* the dispatches of the steps before the window slides (cache 4 + 1 .. block): the structural count */
+        wgml_stats a, b;
+        wgml_stats_get(ctx, &a);
+        CHECK_OK(ctx, wgml_decode_generate(plan, 5, got + 1));
+        wgml_stats_get(ctx, &b);
+        CHECK(b.dispatches - a.dispatches == (uint64_t)(5 * expect_dispatches));
+        CHECK(b.submits - a.submits == 1);
+        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 6, got + 6));
+        same_tokens("plan vs reference", got, want, NN);
+        /* a restart forgets the old sequence */
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, &first));
+        CHECK(first == want[0]);
+    }
+    wgml_decode_plan_free(plan);
+    wgml_gpt_free(&g);
+    gpt_ref_free(r);
+    params_free(&p);
+}
+
+static void gpt2_plan_equals_graph_and_reference(void) { check_single(&gpt2_cfg, 0, 1 + 5 * 2 + 2); }
+static void gpt2_plan_f16_weights(void) { check_single(&gpt2_cfg, 1, 1 + 5 * 2 + 2); }
+static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 1 + 6 * 2 + 2); }
+static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 1 + 6 * 2 + 2); }
+
+/* Three prompts of different lengths (one past the block) in one batch: each slot's tokens are
+   its prompt's alone. */
+static void batch_of_prompts(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config cfg;
+    CHECK_OK(ctx, wgml_gpt_config_resolve(&llama_cfg, &cfg, NULL, 0));
+    params p;
+    params_random(&cfg, 0.5, 0, &p);
+    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
+    wgml_gpt g = {0};
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    enum { S = 3, NN = 20 };
+    const int32_t a[] = {7}, b[] = {1, 2, 3, 4, 5, 6, 7}, c[] = {30, 0, 12, 19, 8, 8, 2, 9, 14, 22, 5, 1, 27};
+    const int32_t *prompts[S] = {a, b, c};
+    const int64_t lens[S] = {N_OF(a), N_OF(b), N_OF(c)};
+    int32_t want[S][NN], got[S * NN], first[S];
+    for (int s = 0; s < S; s++) reference_greedy(r, prompts[s], (int)lens[s], NN, want[s]);
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5};
+    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    if (plan) {
+        CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first));
+        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
+        for (int s = 0; s < S; s++) {
+            CHECK(first[s] == want[s][0]);
+            same_tokens("batch slot vs reference", got + s * (NN - 1), want[s] + 1, NN - 1);
+        }
+    }
+    wgml_decode_plan_free(plan);
+    wgml_gpt_free(&g);
+    gpt_ref_free(r);
+    params_free(&p);
+}
+
+/* head_dim apart from width / heads, and QK-norm: the graph's forward against the reference. */
+static void qk_norm_and_head_dim_forward(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config cfg;
+    CHECK_OK(ctx, wgml_gpt_config_resolve(&llama_cfg, &cfg, NULL, 0));
+    CHECK(cfg.head_dim == 6 && wgml_gpt_param_count(&cfg) == 1 + 8 * 2 + 1);
+    char name[WGML_GPT_NAME];
+    int nd;
+    int64_t sh[2];
+    wgml_gpt_param_info(&cfg, 1 + 2, name, &nd, sh); /* attn.wo: [H D, C] */
+    CHECK(strcmp(name, "h.0.attn.wo") == 0 && sh[0] == 24 && sh[1] == 20);
+    wgml_gpt_param_info(&cfg, 1 + 7, name, &nd, sh);
+    CHECK(strcmp(name, "h.0.attn.knorm.w") == 0 && nd == 1 && sh[0] == 6);
+    params p;
+    params_random(&cfg, 0.5, 0, &p);
+    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
+    wgml_gpt g = {0};
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    enum { T = 9 };
+    const int32_t ids[T] = {1, 30, 4, 4, 17, 0, 9, 22, 3};
+    double want[T * 31];
+    gpt_ref_logits(r, ids, T, want);
+    wgml_tensor *t = test_tensor_i32(ctx, 2, (int64_t[2]){1, T}, ids);
+    float *got = test_read_new(ctx, "logits", wgml_gpt_logits(&g, t, 0.0f), T * 31);
+    if (got) test_close("qk_norm logits", got, want, T * 31, 1e-4, 1e-3);
+    /* a bad head size or qk_norm on GPT-2 is refused with a message */
+    char err[200];
+    wgml_gpt_config bad = llama_cfg;
+    bad.head_dim = 7;
+    CHECK(wgml_gpt_config_resolve(&bad, &cfg, err, sizeof err) == WGML_ERROR_INVALID_ARGUMENT && strstr(err, "even"));
+    bad = gpt2_cfg;
+    bad.qk_norm = 1;
+    CHECK(wgml_gpt_config_resolve(&bad, &cfg, err, sizeof err) == WGML_ERROR_INVALID_ARGUMENT && strstr(err, "qk_norm"));
+    free(got);
+    wgml_tensor_free(t);
+    wgml_gpt_free(&g);
+    gpt_ref_free(r);
+    params_free(&p);
+}
+
+int main(void)
+{
+    test_seed(0xdec0de);
+    TEST_RUN(qk_norm_and_head_dim_forward);
+    TEST_RUN(gpt2_plan_equals_graph_and_reference);
+    TEST_RUN(gpt2_plan_f16_weights);
+    TEST_RUN(llama_plan_equals_graph_and_reference);
+    TEST_RUN(llama_plan_f16_weights);
+    TEST_RUN(batch_of_prompts);
+    return test_summary();
+}

@@ -24,7 +24,7 @@ static void fail(wgml_context *ctx, const char *what)
     fprintf(stderr, "wgml bench gpt: %s: %s\n", what, wgml_error_message(ctx));
 }
 
-void bench_gpt(int quick)
+void bench_gpt(int quick, int decode_only)
 {
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) {
@@ -62,7 +62,7 @@ void bench_gpt(int quick)
     int warm = quick || !big ? 2 : 10, rounds = quick || !big ? 2 : 5;
     double t[16], gpu[16];
     wgml_stats s1, sa, sb;
-    for (int r = -warm; ok && r < rounds * ROUND; r++) {
+    for (int r = -warm; ok && !decode_only && r < rounds * ROUND; r++) {
         int64_t step = r + warm;
         if (have_text) wgml_text_batch(&text, 0, 1, step, (int)B, (int)T, x, y, err, sizeof err);
         else
@@ -92,7 +92,7 @@ void bench_gpt(int quick)
                         (double)(sb.submits - sa.submits) / ROUND, (double)(sb.dispatches - sa.dispatches) / ROUND);
         }
     }
-    if (ok) {
+    if (ok && !decode_only) {
         wgml_stats_get(ctx, &s1);
         double sec = bench_median(t, rounds);
         bench_report("gpt_train_step", sec, (double)n / sec, "tokens/s");
@@ -133,6 +133,7 @@ void bench_gpt(int quick)
         }
         if (ok) bench_report("gpt_generate_kv_cache", best / (double)ntok, (double)ntok / best, "tokens/s");
     }
+    if (ok) bench_decode_char(&g, quick); /* the same model through the decode plan */
     wgml_gpt_cache_free(&cache, cfg.layers);
     free(hist);
     free(x), free(y);
@@ -142,4 +143,5 @@ done:
     wgml_gpt_free(&g);
     wgml_text_free(&text);
     wgml_context_free(ctx);
+    bench_decode_qwen(quick);
 }

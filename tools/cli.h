@@ -82,6 +82,11 @@ int cmd_gpt(int argc, char **argv);
 
 /* wgml bench's results table (tools/bench.c) and its GPT part (tools/bench_gpt.c) */
 void bench_report(const char *name, double seconds, double value, const char *unit);
-void bench_gpt(int quick);
+void bench_gpt(int quick, int decode_only); /* decode_only: generation rows alone (wgml bench decode) */
+/* generation through the decode plan (tools/bench_decode.c): the character GPT g, and the
+   Qwen3-0.6B shape in a context of its own */
+struct wgml_gpt;
+void bench_decode_char(struct wgml_gpt *g, int quick);
+void bench_decode_qwen(int quick);
 
 #endif

@@ -370,7 +370,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.steps_per_submit > 4096) d.steps_per_submit = 4096;
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
-    if ((uint64_t)(G * c->block + G * c->head_dim + 128 + G) * 4 > wg_mem)
+    if ((uint64_t)(G * c->block + G * c->head_dim + 256 + G + 1024) * 4 > wg_mem)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
                          "(%u bytes here): block %lld is too long", (long long)(G * c->block), wg_mem, (long long)c->block);
     /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */

@@ -180,46 +180,64 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 {
     sbuf b = {0};
+    /* vec4 loads of the cache where the head size allows */
+    const unsigned lw = a->D % 4 == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
+    const unsigned parts = no >= 256 ? 1 : 256 / no, opw = 256 / parts;
     out(&b,
-        "const D: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\n"
-        "const AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n",
-        a->D, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale);
+        "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
+        "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
+        "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\n",
+        a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32");
+    out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
+    out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
+        lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
+    out(&b, "fn vput(i: u32, v: VT) { %s }\n",
+        lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;");
     out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
             "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, read> kc: array<f32>;\n"
-            "@group(0) @binding(3) var<storage, read> vc: array<f32>;\n"
+            "@group(0) @binding(2) var<storage, read> kc: array<VT>;\n"
+            "@group(0) @binding(3) var<storage, read> vc: array<VT>;\n"
             "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n"
-            "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<f32, %u>;\n"
-            "var<workgroup> red: array<f32, 128>;\nvar<workgroup> inv: array<f32, G>;\n",
-        a->G * a->block, a->G * a->D);
+            "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
+            "var<workgroup> red: array<f32, 256>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, 256>;\n",
+        a->G * a->block, a->G * a->D / lw);
     out(&b,
-        "@compute @workgroup_size(128)\n"
+        "@compute @workgroup_size(256)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
         "    let r = wg.x;\n    let g = wg.y;\n    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
-        "    for (var i = tid; i < G * D; i += 128u) { qs[i] = qb[r * QS + g * G * D + i]; }\n"
+        "    for (var i = tid; i < G * DV; i += 256u) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n"
         "    workgroupBarrier();\n"
-        "    for (var t = tid; t < T; t += 128u) {\n"
-        "        let base = (slot * BLOCK + t) * KVD + g * D;\n"
+        /* a thread per cached position: its score against each of the group's query heads */
+        "    for (var t = tid; t < T; t += 256u) {\n"
+        "        let base = ((slot * BLOCK + t) * KVD + g * D) / LW;\n"
         "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
-        "        for (var d = 0u; d < D; d++) {\n            let kv = kc[base + d];\n"
-        "            for (var q = 0u; q < G; q++) { s[q] += qs[q * D + d] * kv; }\n        }\n"
+        "        for (var d = 0u; d < DV; d++) {\n            let kv = kc[base + d];\n"
+        "            for (var q = 0u; q < G; q++) { s[q] += vdot(qs[q * DV + d], kv); }\n        }\n"
         "        for (var q = 0u; q < G; q++) { sc[q * BLOCK + t] = s[q] * SCALE; }\n    }\n"
         "    workgroupBarrier();\n"
         "    for (var q = 0u; q < G; q++) {\n"
         "        var m = -3.0e38;\n"
-        "        for (var t = tid; t < T; t += 128u) { m = max(m, sc[q * BLOCK + t]); }\n"
+        "        for (var t = tid; t < T; t += 256u) { m = max(m, sc[q * BLOCK + t]); }\n"
         "        red[tid] = m;\n        workgroupBarrier();\n"
-        "        for (var st = 64u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
+        "        for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
         "        m = red[0];\n        workgroupBarrier();\n"
         "        var sum = 0.0;\n"
-        "        for (var t = tid; t < T; t += 128u) { let e = exp(sc[q * BLOCK + t] - m); sc[q * BLOCK + t] = e; sum += e; }\n"
+        "        for (var t = tid; t < T; t += 256u) { let e = exp(sc[q * BLOCK + t] - m); sc[q * BLOCK + t] = e; sum += e; }\n"
         "        red[tid] = sum;\n        workgroupBarrier();\n"
-        "        for (var st = 64u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+        "        for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
         "        if (tid == 0u) { inv[q] = 1.0 / red[0]; }\n        workgroupBarrier();\n    }\n"
-        "    for (var o = tid; o < G * D; o += 128u) {\n"
-        "        let q = o / D;\n        let d = o %% D;\n        var acc = 0.0;\n"
-        "        for (var t = 0u; t < T; t++) { acc += sc[q * BLOCK + t] * vc[(slot * BLOCK + t) * KVD + g * D + d]; }\n"
-        "        att[r * AS + (g * G + q) * D + d] = acc * inv[q];\n    }\n}\n");
+        /* the weighted values: PARTS threads share an output, each over every PARTS-th position */
+        "    for (var o0 = 0u; o0 < NO; o0 += OPW) {\n"
+        "        let o = o0 + tid %% OPW;\n        let pt = tid / OPW;\n        var acc = VT(0.0);\n"
+        "        if (o < NO && pt < PARTS) {\n"
+        "            let q = o / DV;\n            let dv = o %% DV;\n"
+        "            for (var t = pt; t < T; t += PARTS) { acc += sc[q * BLOCK + t] * vc[((slot * BLOCK + t) * KVD + g * D) / LW + dv]; }\n"
+        "        }\n        part[tid] = acc;\n        workgroupBarrier();\n"
+        "        if (tid < OPW && o < NO) {\n"
+        "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
+        "            let q = o / DV;\n"
+        "            vput(r * AS + g * G * D + o * LW, sum * inv[q]);\n"
+        "        }\n        workgroupBarrier();\n    }\n}\n");
     return done(&b);
 }
 

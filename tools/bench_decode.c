@@ -1,0 +1,115 @@
+/*
+ * wgml bench gpt (and `wgml bench decode`): generation through the decode plan
+ * (src/models/decode.h), one plan per row:
+ *   - the character GPT of bench_gpt at batch 1 and 8, f32 and f16 weights: block - 1 tokens
+ *     from a 1-token prompt (as the graph path's gpt_generate_kv_cache row);
+ *   - a Llama/Qwen model at the shape of Qwen3-0.6B (28 layers, width 1024, 16 query heads and
+ *     8 K/V heads of 128, QK-norm, SwiGLU 3072, tied 151,936-token embedding, RoPE base 1e6),
+ *     random weights held in f16: prompts of 512 random tokens prefilled, then 64 tokens each
+ *     (the context 512 to 576), batch 1 and 8. On lavapipe or --quick a small model of the
+ *     same structure.
+ * Each row prints tokens/s (all slots together), dispatches per token step, the host's
+ * encoding time per token step, and the weights' bytes read per second.
+ * bench/torch_decode.py measures PyTorch eager on the same shapes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/timing.h"
+#include "models/decode.h"
+#include "tools/cli.h"
+
+/* One row: a plan of batch B over g; prompts of n_prompt tokens; ntok steps timed (best of
+   reps after one warm-up round). */
+static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int64_t n_prompt, int64_t ntok, int reps)
+{
+    wgml_context *ctx = g->ctx;
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = B, .f16_weights = f16, .steps_per_submit = 32, .max_prefill = 512};
+    double t0 = bench_now();
+    if (wgml_decode_plan_create(g, &d, &plan)) {
+        fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
+        bench_report(name, NAN, NAN, "tokens/s");
+        return;
+    }
+    const double setup = bench_now() - t0;
+    int32_t *prompt = malloc((size_t)(B * n_prompt) * sizeof *prompt), *out = malloc((size_t)(B * ntok) * sizeof *out);
+    const int32_t **pp = malloc((size_t)B * sizeof *pp);
+    int64_t *lens = malloc((size_t)B * sizeof *lens);
+    int32_t *first = malloc((size_t)B * sizeof *first);
+    int ok = prompt && out && pp && lens && first;
+    for (int64_t i = 0; ok && i < B * n_prompt; i++) prompt[i] = (int32_t)((i * 2654435761u + 7) % (uint64_t)g->cfg.vocab);
+    for (int64_t s = 0; ok && s < B; s++) pp[s] = prompt + s * n_prompt, lens[s] = n_prompt;
+    double best = INFINITY, prefill_best = INFINITY;
+    wgml_stats a, b;
+    for (int r = -1; ok && r < reps; r++) {
+        double tp = bench_now();
+        if (wgml_decode_start(plan, B, pp, lens, first)) ok = 0;
+        tp = bench_now() - tp;
+        wgml_stats_get(ctx, &a);
+        double t = bench_now();
+        if (ok && wgml_decode_generate(plan, ntok, out)) ok = 0;
+        t = bench_now() - t;
+        wgml_stats_get(ctx, &b);
+        if (r >= 0 && t < best) best = t;
+        if (r >= 0 && tp < prefill_best) prefill_best = tp;
+    }
+    if (!ok) {
+        fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
+        bench_report(name, NAN, NAN, "tokens/s");
+    } else {
+        const double steps = (double)ntok, wbytes = (double)wgml_decode_weight_bytes(plan);
+        fprintf(stderr, "  %s: batch %lld, %s weights (%.1f MB), prompt %lld: %lld dispatches and %.2f submits per token step; "
+                "host %.1f us per step; %.0f GB/s of weights; plan made in %.2f s; prefill %.1f ms (%.0f tokens/s)\n",
+                name, (long long)B, f16 ? "f16" : "f32", wbytes / 1e6, (long long)n_prompt,
+                (long long)wgml_decode_dispatches_per_step(plan), (double)(b.submits - a.submits) / steps,
+                wgml_decode_host_seconds_per_token(plan) * 1e6, wbytes * steps / best / 1e9, setup, prefill_best * 1e3,
+                (double)(B * n_prompt) / prefill_best);
+        bench_report(name, best / steps, (double)(B * ntok) / best, "tokens/s");
+    }
+    free(prompt), free(out), free(pp), free(lens), free(first);
+    wgml_decode_plan_free(plan);
+}
+
+void bench_decode_char(wgml_gpt *g, int quick)
+{
+    const int64_t n = g->cfg.block - 1;
+    const int reps = quick ? 1 : 3;
+    decode_row(g, "gpt_generate_plan_b1", 1, 0, 1, n, reps);
+    decode_row(g, "gpt_generate_plan_b1_f16", 1, 1, 1, n, reps);
+    decode_row(g, "gpt_generate_plan_b8", 8, 0, 1, n, reps);
+}
+
+void bench_decode_qwen(int quick)
+{
+    wgml_context *ctx = NULL;
+    if (wgml_context_create(NULL, &ctx)) {
+        fprintf(stderr, "wgml bench decode: %s\n", wgml_last_create_error());
+        return;
+    }
+    wgml_adapter_info info;
+    wgml_adapter_info_get(ctx, &info);
+    const int big = !quick && strcmp(info.adapter_type, "CPU") != 0;
+    /* Qwen3-0.6B's shape, or a small one of the same structure */
+    wgml_gpt_config cfg = {.arch = WGML_GPT_LLAMA, .vocab = big ? 151936 : 1000, .block = big ? 1024 : 64,
+                           .layers = big ? 28 : 2, .heads = big ? 16 : 4, .kv_heads = big ? 8 : 2, .width = big ? 1024 : 64,
+                           .head_dim = big ? 128 : 32, .qk_norm = 1, .ffn = big ? 3072 : 192, .rope_base = 1e6f, .norm_eps = 1e-6f};
+    wgml_gpt g = {0};
+    double t0 = bench_now();
+    if (wgml_gpt_init(ctx, &cfg, 1, &g)) {
+        fprintf(stderr, "wgml bench decode: the model: %s\n", wgml_error_message(ctx));
+        wgml_context_free(ctx);
+        return;
+    }
+    fprintf(stderr, "qwen3-0.6b shape%s: %lld layers, width %lld, %lld/%lld heads of %lld, ffn %lld, vocab %lld, %lld parameters "
+            "(random, made in %.1f s)\n", big ? "" : " (small)", (long long)cfg.layers, (long long)cfg.width, (long long)cfg.heads,
+            (long long)cfg.kv_heads, (long long)g.cfg.head_dim, (long long)cfg.ffn, (long long)cfg.vocab,
+            (long long)wgml_gpt_numel(&g.cfg), bench_now() - t0);
+    const int64_t prompt = big ? 512 : 24, ntok = big ? 64 : 16;
+    decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, prompt, ntok, quick ? 1 : 3);
+    decode_row(&g, "qwen3_0.6b_decode_b8_f16", 8, 1, prompt, ntok, quick ? 1 : 2);
+    wgml_gpt_free(&g);
+    wgml_context_free(ctx);
+}

@@ -641,3 +641,40 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
 int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p) { return p ? p->dec.n : 0; }
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p) { return p ? p->host_per_token : 0; }
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p) { return p ? p->weight_bytes : 0; }
+
+wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
+                               int32_t *out, int (*on_token)(int32_t, void *), void *user, int *used)
+{
+    *used = 0;
+    if (n_new < 1) return WGML_OK;
+    wgml_context *ctx = g->ctx;
+    /* the Gumbel noise's seed from the context's generator, which moves on by one block, so
+       wgml_manual_seed makes a draw repeatable */
+    uint64_t seed = 0, offset = 0;
+    wgml_status st = wgml_rng_get_state(ctx, &seed, &offset);
+    if (!st) st = wgml_rng_set_state(ctx, seed, offset + 1);
+    if (st) return st;
+    uint64_t mixed = seed * 0x9e3779b97f4a7c15ull ^ (offset + 0x632be59bd9b4e019ull);
+    mixed ^= mixed >> 29;
+    const wgml_decode_desc d = {.batch = 1, .temperature = temperature, .seed = mixed ^ (mixed >> 32),
+                                .steps_per_submit = n_new < 16 ? n_new : 16};
+    wgml_decode_plan *p = NULL;
+    st = wgml_decode_plan_create(g, &d, &p);
+    if (st == WGML_ERROR_UNSUPPORTED) return WGML_OK; /* the caller takes the graph path */
+    if (st) return st;
+    *used = 1;
+    int32_t chunk[16];
+    st = wgml_decode_start(p, 1, &prompt, &n_prompt, chunk);
+    int64_t have = st ? 0 : 1, given = 0;
+    while (!st && given < n_new) {
+        for (int64_t k = 0; k < have && given < n_new; k++, given++) {
+            if (out) out[given] = chunk[k];
+            if (on_token && on_token(chunk[k], user)) given = n_new; /* stop: every token after is dropped */
+        }
+        if (given >= n_new) break;
+        have = n_new - given < 16 ? n_new - given : 16;
+        st = wgml_decode_generate(p, have, chunk);
+    }
+    wgml_decode_plan_free(p);
+    return st;
+}

@@ -53,6 +53,13 @@ wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t 
    restarts from its last block / 2 tokens (a prefill), as wgml_gpt_generate_step does. */
 wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *out);
 
+/* wgml_gpt_generate's sampler at batch 1: n_new tokens after prompt, greedy or at a
+   temperature (the Gumbel seed drawn from the context's generator), into out and on_token as
+   wgml_gpt_generate gives them. *used = 0 (and nothing done) where the plan does not take the
+   model: the caller then keeps the graph path. */
+wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
+                               int32_t *out, int (*on_token)(int32_t, void *), void *user, int *used);
+
 /* What one decode step costs: dispatches (structural), and the host's encoding time of the
    last generate call per token, in seconds. */
 int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p);

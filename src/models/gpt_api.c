@@ -7,6 +7,7 @@
 
 #include "core/context.h"
 #include "cpu/philox.h"
+#include "models/decode.h"
 #include "models/gpt_checkpoint.h"
 
 /* The settings recorded for a model no optimiser has touched: the command's defaults, so
@@ -266,6 +267,12 @@ wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prom
                          (double)d.top_p);
     /* top-p needs the distribution on the host; temperature 0 stays the GPU's argmax */
     const int nucleus = d.top_p > 0 && d.top_p < 1 && d.temperature >= 1e-4f;
+    /* the decode plan (models/decode.h) where it takes the model: no graph per token */
+    if (!nucleus && (d.top_k == 0 || d.temperature < 1e-4f)) {
+        int used = 0;
+        wgml_status st = wgml_decode_sample_tokens(g, prompt, n_prompt, n_new, d.temperature, out, on_token, user, &used);
+        if (used || st) return st;
+    }
     /* the history the sliding window restarts from: the prompt, then the tokens drawn */
     int32_t *ids = malloc((size_t)(n_prompt + n_new) * sizeof *ids);
     if (!ids) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "wgml_gpt_generate: out of host memory");

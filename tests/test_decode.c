@@ -120,7 +120,7 @@ static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .
                                           .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
 
 /* One prompt, past the block: plan = graph path = reference. */
-static void check_single(const wgml_gpt_config *cfg_in, int f16, int64_t expect_dispatches)
+static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int64_t expect_dispatches)
 {
     wgml_context *ctx = test_context();
     wgml_gpt_config cfg;
@@ -137,7 +137,7 @@ static void check_single(const wgml_gpt_config *cfg_in, int f16, int64_t expect_
     CHECK_OK(ctx, graph_greedy(&g, prompt, NP, NN, graph));
     same_tokens("graph path vs reference", graph, want, NN);
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3};
+    const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -164,25 +164,31 @@ static void check_single(const wgml_gpt_config *cfg_in, int f16, int64_t expect_
     params_free(&p);
 }
 
-static void gpt2_plan_equals_graph_and_reference(void) { check_single(&gpt2_cfg, 0, 1 + 5 * 2 + 2); }
-static void gpt2_plan_f16_weights(void) { check_single(&gpt2_cfg, 1, 1 + 5 * 2 + 2); }
-static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 1 + 6 * 2 + 2); }
-static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 1 + 6 * 2 + 2); }
+/* GPT-2: 3 launches a layer fused (the embedding in layer 0's), 5 apart plus the embedding;
+   then the head and the sampler. Llama: the embedding, 6 a layer, the head, the sampler. */
+static void gpt2_plan_equals_graph_and_reference(void) { check_single(&gpt2_cfg, 0, 0, 3 * 2 + 2); }
+static void gpt2_plan_f16_weights(void) { check_single(&gpt2_cfg, 1, 0, 3 * 2 + 2); }
+static void gpt2_plan_unfused(void) { check_single(&gpt2_cfg, 0, 1, 1 + 5 * 2 + 2); }
+static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 0, 1 + 6 * 2 + 2); }
+static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 1 + 6 * 2 + 2); }
+
+/* GPT-2 batch: the fused launches with rows of several slots */
+static void gpt2_batch(void);
 
 /* Three prompts of different lengths (one past the block) in one batch: each slot's tokens are
    its prompt's alone. */
-static void batch_of_prompts(void)
+static void check_batch(const wgml_gpt_config *cfg_in)
 {
     wgml_context *ctx = test_context();
     wgml_gpt_config cfg;
-    CHECK_OK(ctx, wgml_gpt_config_resolve(&llama_cfg, &cfg, NULL, 0));
+    CHECK_OK(ctx, wgml_gpt_config_resolve(cfg_in, &cfg, NULL, 0));
     params p;
     params_random(&cfg, 0.5, 0, &p);
     gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
     wgml_gpt g = {0};
     CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
     enum { S = 3, NN = 20 };
-    const int32_t a[] = {7}, b[] = {1, 2, 3, 4, 5, 6, 7}, c[] = {30, 0, 12, 19, 8, 8, 2, 9, 14, 22, 5, 1, 27};
+    const int32_t a[] = {7}, b[] = {1, 2, 3, 4, 5, 6, 7}, c[] = {28, 0, 12, 19, 8, 8, 2, 9, 14, 22, 5, 1, 27};
     const int32_t *prompts[S] = {a, b, c};
     const int64_t lens[S] = {N_OF(a), N_OF(b), N_OF(c)};
     int32_t want[S][NN], got[S * NN], first[S];
@@ -203,6 +209,9 @@ static void batch_of_prompts(void)
     gpt_ref_free(r);
     params_free(&p);
 }
+
+static void batch_of_prompts(void) { check_batch(&llama_cfg); }
+static void gpt2_batch(void) { check_batch(&gpt2_cfg); }
 
 /* head_dim apart from width / heads, and QK-norm: the graph's forward against the reference. */
 static void qk_norm_and_head_dim_forward(void)
@@ -251,8 +260,10 @@ int main(void)
     TEST_RUN(qk_norm_and_head_dim_forward);
     TEST_RUN(gpt2_plan_equals_graph_and_reference);
     TEST_RUN(gpt2_plan_f16_weights);
+    TEST_RUN(gpt2_plan_unfused);
     TEST_RUN(llama_plan_equals_graph_and_reference);
     TEST_RUN(llama_plan_f16_weights);
     TEST_RUN(batch_of_prompts);
+    TEST_RUN(gpt2_batch);
     return test_summary();
 }

@@ -12,6 +12,7 @@
 #include "runtime/runtime.h"
 
 enum { GRID_FIXED, GRID_ROWS, GRID_ROW_ELEMS, GRID_PICKS };
+enum { MLP_BLOCK = 64 }; /* hidden units a workgroup of the fused MLP */
 
 typedef struct launch {
     WGPUComputePipeline pipe; /* borrowed from the context's pipeline cache */
@@ -40,6 +41,9 @@ struct wgml_decode_plan {
     layer_bufs *L;
     WGPUBuffer wte, wpe, fvecs, freq;
     WGPUBuffer x, qkv, att, h, logits;
+    int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
+    int64_t nmlp;               /* the fused MLP's partial sums (blocks of MLP_BLOCK hidden units) */
+    WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks, staging;
     pass dec, pre; /* the launches of a decode step and of a prefill pass */
     int64_t weight_bytes;
@@ -141,6 +145,15 @@ static WGPUBuffer upload_matrix(wgml_decode_plan *p, const float *src, int64_t N
     return b;
 }
 
+/* A matrix as the model holds it ([rows, cols], y = x m), rows padded to round8(cols), f32 or
+   f16 (the fused launches read a row of it per input). */
+static WGPUBuffer upload_io(wgml_decode_plan *p, const float *src, int64_t rows, int64_t cols, const char *what, wgml_status *st)
+{
+    const int64_t dims[2] = {cols, 0};
+    /* the same layout upload_matrix makes of "output" n = row n, "input" k = column k */
+    return upload_matrix(p, src, rows, cols, elem_rows, dims, what, st);
+}
+
 /* A parameter's values on the host (malloc'ed). */
 static float *read_param(wgml_decode_plan *p, wgml_tensor *t, wgml_status *st)
 {
@@ -191,7 +204,7 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill)
 {
-    pass *ps = prefill ? &p->pre : &p->dec;
+    pass *ps_ = prefill ? &p->pre : &p->dec;
     WGPUBuffer rows = prefill ? p->prows : p->drows, pas = prefill ? p->ppass : p->dpass, picks = prefill ? p->ppicks : p->dpicks;
     const unsigned RB = prefill ? 8 : (unsigned)(p->B < 8 ? p->B : 8);
     const float eps = p->cfg.norm_eps;
@@ -202,13 +215,46 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     unsigned kch_max = 1024;
     while (kch_max > 64 && (RB * kch_max + (RB * 256 > 512 ? RB * 256 : 512) + 2 * RB) * 4 > wg_mem) kch_max /= 2;
 #define KCH(K) ((unsigned)(round8(K) < kch_max ? round8(K) : kch_max))
-    {
+    if (!p->fused) {
         wgml_decode_embed e = {.C = (unsigned)C, .KP = (unsigned)round8(C), .f16 = p->d.f16_weights, .positions = !p->llama};
         bind b[] = {{0, pas}, {1, rows}, {2, p->wte}, {3, p->wpe}, {4, p->x}};
         uint32_t used = 1u << 0 | 1u << 1 | 1u << 2 | 1u << 4 | (p->llama ? 0 : 1u << 3);
-        if ((st = add_launch(p, ps, wgml_decode_embed_wgsl(&e), used, b, 5, GRID_ROW_ELEMS, 0, (uint32_t)C, 0))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_embed_wgsl(&e), used, b, 5, GRID_ROW_ELEMS, 0, (uint32_t)C, 0))) return st;
     }
-    for (int64_t l = 0; l < p->cfg.layers; l++) {
+    const unsigned ps = (unsigned)(p->rmax * C), CP = (unsigned)round8(C);
+    for (int64_t l = 0; p->fused && l < p->cfg.layers; l++) {
+        layer_bufs *lb = &p->L[l];
+        uint32_t used;
+        /* norm + QKV + bias + cache append, its input the residual stream: the embedding (layer
+           0) or the last layer's x + its MLP's partial sums, which workgroup 0 writes to x */
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
+                                .os = (unsigned)p->Q, .f16 = p->d.f16_weights, .norm = DECODE_NORM_LN, .norm_w = 0,
+                                .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
+                                .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
+                                .xsrc = l == 0 ? DECODE_X_EMBED : DECODE_X_SUM, .np = (unsigned)p->nmlp, .ps = ps, .ekp = CP,
+                                .e_f16 = p->d.f16_weights, .positions = 1, .persist = 1};
+        bind bq[] = {{0, pas}, {2, p->xb}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc},
+                     {9, p->mlp_parts}, {10, p->x}, {11, p->wpe}, {12, p->wte}};
+        char *w = wgml_decode_gemv_wgsl(&qkv, &used);
+        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, (uint32_t)((p->Q + 7) / 8), 1, 0))) return st;
+        /* attention + the output projection (and its bias), a partial sum per K/V head */
+        wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
+                               .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
+                               .scale = (float)(1.0 / sqrt((double)p->D)), .wo_fused = 1, .f16 = p->d.f16_weights,
+                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps};
+        bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {5, lb->wo}, {6, lb->vecs}, {7, p->attn_parts}};
+        used = 0xefu;
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
+        /* norm + MLP, its input x + those partial sums (workgroup 0 writes the sum to xb) */
+        wgml_decode_mlp mlp = {.C = (unsigned)C, .CP = CP, .F = (unsigned)F, .FB = MLP_BLOCK, .RB = RB, .np = (unsigned)p->Hkv,
+                               .ps = ps, .f16 = p->d.f16_weights, .eps = eps, .norm_w = (unsigned)(6 * C),
+                               .norm_b = (unsigned)(7 * C), .b1 = (unsigned)(8 * C), .b2 = (unsigned)(8 * C + F)};
+        bind bm[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {9, p->attn_parts}, {10, p->xb}, {13, lb->w2},
+                     {14, p->mlp_parts}};
+        used = 1u << 0 | 1u << 2 | 1u << 3 | 1u << 4 | 1u << 9 | 1u << 10 | 1u << 13 | 1u << 14;
+        if ((st = add_launch(p, ps_, wgml_decode_mlp_wgsl(&mlp), used, bm, 8, GRID_FIXED, (uint32_t)p->nmlp, 1, 0))) return st;
+    }
+    for (int64_t l = 0; !p->fused && l < p->cfg.layers; l++) {
         layer_bufs *lb = &p->L[l];
         uint32_t used;
         char *w;
@@ -220,26 +266,26 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps, w, used, bq, 8, GRID_FIXED, (uint32_t)((p->Q + 7) / 8), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, (uint32_t)((p->Q + 7) / 8), 1, 0))) return st;
         if (p->llama) {
             wgml_decode_rope r = {.D = (unsigned)p->D, .H = (unsigned)p->H, .Hkv = (unsigned)p->Hkv, .qs = (unsigned)p->Q,
                                   .block = (unsigned)p->block, .qk_norm = (int)p->cfg.qk_norm, .qnorm = (unsigned)(2 * C),
                                   .knorm = (unsigned)(2 * C + p->D), .eps = eps};
             bind br[] = {{0, rows}, {1, p->qkv}, {2, p->freq}, {3, lb->kc}, {4, lb->vc}, {5, lb->vecs}};
             used = 0x1fu | (p->cfg.qk_norm ? 1u << 5 : 0);
-            if ((st = add_launch(p, ps, wgml_decode_rope_wgsl(&r), used, br, 6, GRID_ROWS, 0, (uint32_t)(p->H + p->Hkv), 0))) return st;
+            if ((st = add_launch(p, ps_, wgml_decode_rope_wgsl(&r), used, br, 6, GRID_ROWS, 0, (uint32_t)(p->H + p->Hkv), 0))) return st;
         }
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D))};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}};
-        if ((st = add_launch(p, ps, wgml_decode_attention_wgsl(&at), 0x1fu, ba, 5, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), 0x1fu, ba, 5, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
-        if ((st = add_launch(p, ps, w, used, bo, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
         wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB,
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
@@ -247,26 +293,27 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
-        if ((st = add_launch(p, ps, w, used, bu, 5, GRID_FIXED, (uint32_t)((up.N + 7) / 8), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, (uint32_t)((up.N + 7) / 8), 1, 0))) return st;
         wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&down, &used);
-        if ((st = add_launch(p, ps, w, used, bd, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
     wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
-                           .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1};
-    bind bh[] = {{0, pas}, {1, picks}, {2, p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}};
+                           .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
+                           .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps};
+    bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {9, p->mlp_parts}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
-    if ((st = add_launch(p, ps, w, used, bh, 6, GRID_FIXED, (uint32_t)((p->V + 7) / 8), 1, 1))) return st;
+    if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, (uint32_t)((p->V + 7) / 8), 1, 1))) return st;
     wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
-    return add_launch(p, ps, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1);
+    return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1);
 #undef KCH
 }
 
@@ -291,7 +338,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
     }
     free(p->L);
-    WGPUBuffer *bufs[] = {&p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits,
+    WGPUBuffer *bufs[] = {&p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits,
                           &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
@@ -320,14 +367,16 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
     lb->wqkv = upload_matrix(p, m, p->Q, C, elem_cols, (int64_t[2]){C, p->Q}, "decode wqkv", &st);
     free(m);
     m = read_param(p, P[io], &st);
-    lb->wo = upload_matrix(p, m, C, p->A, elem_cols, (int64_t[2]){p->A, C}, "decode wo", &st);
+    if (p->fused) lb->wo = upload_io(p, m, p->A, C, "decode wo", &st);
+    else lb->wo = upload_matrix(p, m, C, p->A, elem_cols, (int64_t[2]){p->A, C}, "decode wo", &st);
     free(m);
     m = read_param(p, P[i1], &st);
     if (p->llama) lb->w1 = upload_matrix(p, m, 2 * F, C, elem_swiglu, (int64_t[2]){C, 2 * F}, "decode wgu", &st);
     else lb->w1 = upload_matrix(p, m, F, C, elem_cols, (int64_t[2]){C, F}, "decode w1", &st);
     free(m);
     m = read_param(p, P[i2], &st);
-    lb->w2 = upload_matrix(p, m, C, F, elem_cols, (int64_t[2]){F, C}, "decode w2", &st);
+    if (p->fused) lb->w2 = upload_io(p, m, F, C, "decode w2", &st);
+    else lb->w2 = upload_matrix(p, m, C, F, elem_cols, (int64_t[2]){F, C}, "decode w2", &st);
     free(m);
     /* the vectors, one buffer */
     static const int gpt2_vecs[] = {0, 1, 3, 5, 6, 7, 9, 11}, llama_vecs[] = {0, 3, 6, 7};
@@ -380,6 +429,11 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
+    /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
+       prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
+    p->nmlp = (p->F + MLP_BLOCK - 1) / MLP_BLOCK;
+    const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * MLP_BLOCK + 16) * 4;
+    p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
     p->L = calloc((size_t)c->layers, sizeof *p->L);
     p->len = calloc((size_t)p->B, sizeof *p->len), p->count = calloc((size_t)p->B, sizeof *p->count);
     p->hist = calloc((size_t)p->B, sizeof *p->hist), p->n_hist = calloc((size_t)p->B, sizeof *p->n_hist);
@@ -418,6 +472,11 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         free(f);
     }
     p->x = make_buffer(p, (uint64_t)(p->rmax * p->C) * 4, STORAGE, "decode x", &st);
+    if (p->fused) {
+        p->xb = make_buffer(p, (uint64_t)(p->rmax * p->C) * 4, STORAGE, "decode x (second)", &st);
+        p->attn_parts = make_buffer(p, (uint64_t)(p->Hkv * p->rmax * p->C) * 4, STORAGE, "decode attention sums", &st);
+        p->mlp_parts = make_buffer(p, (uint64_t)(p->nmlp * p->rmax * p->C) * 4, STORAGE, "decode MLP sums", &st);
+    }
     p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);
     p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);

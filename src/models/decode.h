@@ -10,9 +10,13 @@
  * together; the host only writes a pass's rows for a prefill (a prompt, or the sliding window
  * restarting past the block, as wgml_gpt_generate_step does).
  *
- * Dispatches per token and layer: GPT-2 5 (norm+QKV+bias+cache append, attention, output
- * projection+residual, norm+MLP-up+GELU, MLP-down+residual); Llama 6 (QK-norm+RoPE+append is
- * a kernel of its own); plus the embedding, the final norm+head, and the sampler.
+ * Dispatches per token and layer: GPT-2 3 where the shapes allow (norm+QKV+bias+cache append,
+ * with the embedding in layer 0; attention+output projection, a partial sum per K/V head;
+ * norm+MLP-up+GELU+MLP-down, a partial sum per block of hidden units: each launch adds up the
+ * partial sums of the one before as it reads its input, and its workgroup 0 writes the
+ * residual stream), else 5 (norm+QKV+bias+append, attention, projection+residual,
+ * norm+MLP-up+GELU, MLP-down+residual); Llama 6 (QK-norm+RoPE+append is a kernel of its own);
+ * plus the final norm+head and the sampler (and the embedding, where not fused).
  *
  * Lives in models/ (layer 5) because it reads the model; it uses core's pipeline cache and the
  * runtime directly instead of the lazy graph (both lower layers), and owns its buffers and
@@ -32,6 +36,7 @@ typedef struct wgml_decode_desc {
     int f16_weights;          /* the matrices stored as f16 (f32 sums): half the bytes read */
     float temperature;        /* 0 (below 1e-4): the argmax; else Gumbel-max at this temperature */
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
+    int unfused;              /* 1: GPT-2 in the five launches a layer, not three (tests, comparisons) */
 } wgml_decode_desc;
 
 typedef struct wgml_decode_plan wgml_decode_plan;

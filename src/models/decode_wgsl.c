@@ -66,15 +66,121 @@ static void elementwise_functions(sbuf *b)
 /* The weight matrix's element type: vec4<f32> (4 elements a load) or vec4<u32> (8 halves). */
 static const char *wtype(int f16) { return f16 ? "vec4<u32>" : "vec4<f32>"; }
 
+/* The input rows' declarations and fn xraw(rr, k): x, x plus partial sums, or the embedding
+   (then rows at binding 6 give the token and position). */
+static void x_source(sbuf *b, int xsrc, unsigned np, unsigned ps, int e_f16, unsigned ekp, int positions)
+{
+    if (xsrc != DECODE_X_EMBED) out(b, "@group(0) @binding(2) var<storage, read> xin: array<f32>;\n");
+    if (xsrc == DECODE_X_SUM) out(b, "@group(0) @binding(9) var<storage, read> parts: array<f32>;\n");
+    if (xsrc == DECODE_X_EMBED) {
+        out(b, "@group(0) @binding(12) var<storage, read> wte: array<%s>;\n", wtype(e_f16));
+        if (positions) out(b, "@group(0) @binding(11) var<storage, read> wpe: array<f32>;\n");
+    }
+    out(b, "fn xraw(rr: u32, k: u32) -> f32 {\n");
+    if (xsrc == DECODE_X_PLAIN) out(b, "    return xin[rr * XS + k];\n");
+    else if (xsrc == DECODE_X_SUM)
+        out(b, "    var v = xin[rr * XS + k];\n    for (var p = 0u; p < %uu; p++) { v += parts[p * %uu + rr * XS + k]; }\n    return v;\n",
+            np, ps);
+    else {
+        out(b, "    let tok = u32(rows[rr].z);\n");
+        if (e_f16) out(b, "    var v = unpack2x16float(wte[tok * %uu + k / 8u][(k %% 8u) / 2u])[k %% 2u];\n", ekp / 8);
+        else out(b, "    var v = wte[tok * %uu + k / 4u][k %% 4u];\n", ekp / 4);
+        if (positions) out(b, "    v += wpe[u32(rows[rr].y) * XS + k];\n");
+        out(b, "    return v;\n");
+    }
+    out(b, "}\n");
+}
+
+/* fn xnorm(j, k, raw): the prologue's norm with row j's statistics */
+static void x_norm(sbuf *b, int norm, unsigned w, unsigned bias)
+{
+    out(b, "fn xnorm(j: u32, k: u32, v: f32) -> f32 {\n");
+    if (norm == DECODE_NORM_RMS) out(b, "    return v * stat[j].y * vecs[%uu + k];\n", w);
+    else if (norm == DECODE_NORM_LN) out(b, "    return (v - stat[j].x) * stat[j].y * vecs[%uu + k] + vecs[%uu + k];\n", w, bias);
+    else out(b, "    return v;\n");
+    out(b, "}\n");
+}
+
+/* Inside the row-chunk loop: each of the RB rows' statistics over its K inputs, by all 256
+   threads (stat[j] = mean, 1/std). */
+static void row_stats(sbuf *b, int norm)
+{
+    out(b,
+        "        for (var j = 0u; j < RB; j++) {\n"
+        "            var s = 0.0;\n            var ss = 0.0;\n"
+        "            if (r0 + j < R) {\n                let rr = xrow(r0 + j);\n"
+        "                for (var k = tid; k < K; k += 256u) { let v = xraw(rr, k); s += v; ss += v * v; }\n"
+        "            }\n"
+        "            red[tid] = s;\n            red[256u + tid] = ss;\n            workgroupBarrier();\n"
+        "            for (var st = 128u; st > 0u; st >>= 1u) {\n"
+        "                if (tid < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+        "                workgroupBarrier();\n            }\n"
+        "            if (tid == 0u) {\n                let mean = red[0] / f32(K);\n%s"
+        "            }\n            workgroupBarrier();\n        }\n",
+        norm == DECODE_NORM_RMS ? "                stat[j] = vec2<f32>(0.0, inverseSqrt(red[256] / f32(K) + EPS));\n"
+                                : "                let var_ = max(red[256] / f32(K) - mean * mean, 0.0);\n"
+                                  "                stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
+}
+
+/* Inside the row-chunk loop: inputs k0 .. k0 + KCH of the RB rows into xs, normed (workgroup 0
+   writes the raw rows to xout first, with persist). */
+static void stage_rows(sbuf *b, unsigned kch4, int persist)
+{
+    out(b,
+        "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
+        "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
+        "                var v = vec4<f32>(0.0);\n"
+        "                if (r0 + j < R) {\n                    let rr = xrow(r0 + j);\n"
+        "                    for (var e = 0u; e < 4u; e++) {\n"
+        "                        if (k + e < K) {\n                            let raw = xraw(rr, k + e);\n%s"
+        "                            v[e] = xnorm(j, k + e, raw);\n                        }\n                    }\n"
+        "                }\n                xs[i] = v;\n            }\n",
+        kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+}
+
+/* Inside: acc[j] += W row n's units (lane, lane + 32, ...) of this chunk times xs. */
+static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units)
+{
+    out(b, "                for (var u = lane; u < %s; u += 32u) {\n", chunk_units);
+    if (f16)
+        out(b, "                    let w = W[n * UPR + k0 / 8u + u];\n"
+               "                    let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
+               "                    let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
+               "                    for (var j = 0u; j < RB; j++) {\n"
+               "                        acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
+               "                    }\n",
+            kch4, kch4);
+    else
+        out(b, "                    let w = W[n * UPR + k0 / 4u + u];\n"
+               "                    for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n",
+            kch4);
+    out(b, "                }\n");
+}
+
+/* The 32 lanes' sums of each row group, for RB rows: red[j * 256 + group * 32] after. */
+static void lane_sums(sbuf *b)
+{
+    out(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
+           "        for (var st = 16u; st > 0u; st >>= 1u) {\n"
+           "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
+           "            workgroupBarrier();\n        }\n");
+}
+
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
 {
     sbuf b = {0};
     const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4;
     const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
-    uint32_t used = 1u << 0 | 1u << 2 | 1u << 3 | 1u << 5;
+    const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED;
+    uint32_t used = 1u << 0 | 1u << 3 | 1u << 5;
+    if (k->xsrc != DECODE_X_EMBED) used |= 1u << 2;
+    if (k->xsrc == DECODE_X_SUM) used |= 1u << 9;
+    if (k->xsrc == DECODE_X_EMBED) used |= 1u << 12 | (k->positions ? 1u << 11 : 0);
+    if (k->persist) used |= 1u << 10;
     if (k->head) used |= 1u << 1;
     if (uses_vecs) used |= 1u << 4;
-    if (k->epilogue == DECODE_OUT_QKV) used |= 1u << 6 | 1u << 7 | 1u << 8;
+    if (uses_rows) used |= 1u << 6;
+    if (k->epilogue == DECODE_OUT_QKV) used |= 1u << 7 | 1u << 8;
     *bindings = used;
     if (k->epilogue == DECODE_OUT_GELU || k->epilogue == DECODE_OUT_SWIGLU) elementwise_functions(&b);
     out(&b,
@@ -84,77 +190,38 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
             "@group(0) @binding(0) var<uniform> P: Pass;\n");
     if (k->head) out(&b, "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n");
-    out(&b, "@group(0) @binding(2) var<storage, read> xin: array<f32>;\n"
-            "@group(0) @binding(3) var<storage, read> W: array<%s>;\n", wtype(k->f16));
+    out(&b, "@group(0) @binding(3) var<storage, read> W: array<%s>;\n", wtype(k->f16));
     if (uses_vecs) out(&b, "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n");
     out(&b, "@group(0) @binding(5) var<storage, read_write> outb: array<f32>;\n");
+    if (uses_rows) out(&b, "@group(0) @binding(6) var<storage, read> rows: array<vec4<i32>>;\n");
+    if (k->persist) out(&b, "@group(0) @binding(10) var<storage, read_write> xout: array<f32>;\n");
     if (k->epilogue == DECODE_OUT_QKV)
-        out(&b, "@group(0) @binding(6) var<storage, read> rows: array<vec4<i32>>;\n"
-                "@group(0) @binding(7) var<storage, read_write> kc: array<f32>;\n"
+        out(&b, "@group(0) @binding(7) var<storage, read_write> kc: array<f32>;\n"
                 "@group(0) @binding(8) var<storage, read_write> vc: array<f32>;\n"
                 "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
             k->qd, k->kvd, k->block);
+    x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions);
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\n",
         k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
     out(&b, "fn xrow(r: u32) -> u32 { return %s; }\n", k->head ? "picks[r]" : "r");
-    out(&b, "fn xval(j: u32, rr: u32, k: u32) -> f32 {\n    let v = xin[rr * XS + k];\n");
-    if (k->norm == DECODE_NORM_RMS) out(&b, "    return v * stat[j].y * vecs[%uu + k];\n", k->norm_w);
-    else if (k->norm == DECODE_NORM_LN)
-        out(&b, "    return (v - stat[j].x) * stat[j].y * vecs[%uu + k] + vecs[%uu + k];\n", k->norm_w, k->norm_b);
-    else out(&b, "    return v;\n");
-    out(&b, "}\n");
+    x_norm(&b, k->norm, k->norm_w, k->norm_b);
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let R = %s;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let n = wg.x * 8u + grp;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
         k->head ? "P.S" : "P.R");
-    if (norm) /* each row's statistics over its K elements, by all 256 threads */
-        out(&b,
-            "        for (var j = 0u; j < RB; j++) {\n"
-            "            var s = 0.0;\n            var ss = 0.0;\n"
-            "            if (r0 + j < R) {\n                let rr = xrow(r0 + j);\n"
-            "                for (var k = tid; k < K; k += 256u) { let v = xin[rr * XS + k]; s += v; ss += v * v; }\n"
-            "            }\n"
-            "            red[tid] = s;\n            red[256u + tid] = ss;\n            workgroupBarrier();\n"
-            "            for (var st = 128u; st > 0u; st >>= 1u) {\n"
-            "                if (tid < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
-            "                workgroupBarrier();\n            }\n"
-            "            if (tid == 0u) {\n                let mean = red[0] / f32(K);\n%s"
-            "            }\n            workgroupBarrier();\n        }\n",
-            k->norm == DECODE_NORM_RMS ? "                stat[j] = vec2<f32>(0.0, inverseSqrt(red[256] / f32(K) + EPS));\n"
-                                       : "                let var_ = max(red[256] / f32(K) - mean * mean, 0.0);\n"
-                                         "                stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
-    out(&b,
-        "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-        "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n            workgroupBarrier();\n"
-        "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
-        "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
-        "                var v = vec4<f32>(0.0);\n"
-        "                if (r0 + j < R) {\n                    let rr = xrow(r0 + j);\n"
-        "                    for (var e = 0u; e < 4u; e++) { if (k + e < K) { v[e] = xval(j, rr, k + e); } }\n"
-        "                }\n                xs[i] = v;\n            }\n            workgroupBarrier();\n"
-        "            if (n < N) {\n                let units = min(KCH, KP - k0) / %uu;\n"
-        "                for (var u = lane; u < units; u += 32u) {\n",
-        kch4, kch4, kch4, wv);
-    if (k->f16)
-        out(&b, "                    let w = W[n * UPR + k0 / 8u + u];\n"
-                "                    let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
-                "                    let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
-                "                    for (var j = 0u; j < RB; j++) {\n"
-                "                        acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
-                "                    }\n",
-            kch4, kch4);
-    else
-        out(&b, "                    let w = W[n * UPR + k0 / 4u + u];\n"
-                "                    for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n",
-            kch4);
-    out(&b, "                }\n            }\n        }\n"
-            "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
-            "        for (var st = 16u; st > 0u; st >>= 1u) {\n"
-            "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
-            "            workgroupBarrier();\n        }\n"
-            "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
+    if (norm) row_stats(&b, k->norm);
+    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+            "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n            workgroupBarrier();\n");
+    stage_rows(&b, kch4, k->persist);
+    out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
+    char units[64];
+    snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
+    row_dot(&b, k->f16, kch4, units);
+    out(&b, "            }\n        }\n");
+    lane_sums(&b);
+    out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
             "                let r = r0 + j;\n                if (r < R) {\n"
             "                    var v = red[j * 256u + tid];\n");
     if (k->bias >= 0) out(&b, "                    v += vecs[%du + n];\n", k->bias);
@@ -177,6 +244,69 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     return done(&b);
 }
 
+char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
+{
+    sbuf b = {0};
+    const unsigned wv = m->f16 ? 8 : 4, kch4 = m->CP / 4;
+    elementwise_functions(&b);
+    out(&b,
+        "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst KCH: u32 = %uu;\nconst F: u32 = %uu;\nconst FB: u32 = %uu;\n"
+        "const RB: u32 = %uu;\nconst XS: u32 = %uu;\nconst UPR: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+        m->C, m->CP, m->CP, m->F, m->FB, m->RB, m->C, m->CP / wv, (double)m->eps);
+    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+            "@group(0) @binding(0) var<uniform> P: Pass;\n"
+            "@group(0) @binding(3) var<storage, read> W: array<%s>;\n"
+            "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n"
+            "@group(0) @binding(10) var<storage, read_write> xout: array<f32>;\n"
+            "@group(0) @binding(13) var<storage, read> W2: array<%s>;\n"
+            "@group(0) @binding(14) var<storage, read_write> partout: array<f32>;\n",
+        wtype(m->f16), m->f16 ? "u32" : "f32");
+    x_source(&b, DECODE_X_SUM, m->np, m->ps, 0, 0, 0);
+    out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
+            "var<workgroup> stat: array<vec2<f32>, RB>;\nvar<workgroup> hs: array<f32, %u>;\n"
+            "fn xrow(r: u32) -> u32 { return r; }\n",
+        m->RB * kch4, m->RB * 256 > 512 ? m->RB * 256 : 512, m->RB * m->FB);
+    out(&b, "fn w2(i: u32) -> f32 { return %s; }\n", m->f16 ? "unpack2x16float(W2[i / 2u])[i % 2u]" : "W2[i]");
+    x_norm(&b, DECODE_NORM_LN, m->norm_w, m->norm_b);
+    out(&b, "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "    let R = P.R;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let f0 = wg.x * FB;\n"
+            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n");
+    row_stats(&b, DECODE_NORM_LN);
+    out(&b, "        let k0 = 0u;\n");
+    stage_rows(&b, kch4, 1);
+    out(&b, "        workgroupBarrier();\n"
+            /* the block's hidden units, 8 at a time (a row group each) */
+            "        for (var fb = 0u; fb < FB; fb += 8u) {\n"
+            "            let n = f0 + fb + grp;\n"
+            "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+            "            if (n < F) {\n");
+    char units[32];
+    snprintf(units, sizeof units, "%uu", m->CP / wv);
+    row_dot(&b, m->f16, kch4, units);
+    out(&b, "            }\n");
+    lane_sums(&b);
+    out(&b, "            if (lane == 0u) {\n"
+            "                for (var j = 0u; j < RB; j++) {\n"
+            "                    var h = 0.0;\n"
+            "                    if (n < F && r0 + j < R) { h = wgml_gelu_exact(red[j * 256u + tid] + vecs[%uu + n]); }\n"
+            "                    hs[j * FB + fb + grp] = h;\n                }\n            }\n"
+            "            workgroupBarrier();\n        }\n",
+            m->b1);
+    /* times their rows of W2, into this workgroup's partial sum */
+    out(&b, "        for (var c = tid; c < K; c += 256u) {\n"
+            "            var acc: array<f32, RB>;\n"
+            "            for (var j = 0u; j < RB; j++) { acc[j] = select(0.0, vecs[%uu + c], wg.x == 0u); }\n"
+            "            for (var f = 0u; f < FB; f++) {\n"
+            "                if (f0 + f < F) {\n                    let w = w2((f0 + f) * %uu + c);\n"
+            "                    for (var j = 0u; j < RB; j++) { acc[j] += hs[j * FB + f] * w; }\n"
+            "                }\n            }\n"
+            "            for (var j = 0u; j < RB; j++) { if (r0 + j < R) { partout[wg.x * %uu + (r0 + j) * XS + c] = acc[j]; } }\n"
+            "        }\n        workgroupBarrier();\n    }\n}\n",
+        m->b2, m->CP, m->ps);
+    return done(&b);
+}
+
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 {
     sbuf b = {0};
@@ -186,18 +316,31 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
-        "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\n",
-        a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32");
+        "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n",
+        a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
+        a->bias >= 0 ? (unsigned)a->bias : 0u);
     out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
     out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
         lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
-    out(&b, "fn vput(i: u32, v: VT) { %s }\n",
-        lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;");
+    /* the heads' outputs: to att, or (the projection fused) to ob, the group's G D values */
+    if (a->wo_fused)
+        out(&b, "fn vput(i: u32, v: VT) { %s }\n",
+            lw == 4 ? "ob[i] = v.x; ob[i + 1u] = v.y; ob[i + 2u] = v.z; ob[i + 3u] = v.w;" : "ob[i] = v;");
+    else
+        out(&b, "fn vput(i: u32, v: VT) { %s }\n",
+            lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;");
+    if (a->wo_fused) {
+        out(&b, "var<workgroup> ob: array<f32, %u>;\n"
+                "@group(0) @binding(5) var<storage, read> wo: array<%s>;\n"
+                "@group(0) @binding(7) var<storage, read_write> partout: array<f32>;\n"
+                "fn wo_at(i: u32) -> f32 { return %s; }\n",
+            a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
+        if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
+    } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n");
     out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
             "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
             "@group(0) @binding(2) var<storage, read> kc: array<VT>;\n"
             "@group(0) @binding(3) var<storage, read> vc: array<VT>;\n"
-            "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, 256>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, 256>;\n",
         a->G * a->block, a->G * a->D / lw);
@@ -236,8 +379,15 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "        if (tid < OPW && o < NO) {\n"
         "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
         "            let q = o / DV;\n"
-        "            vput(r * AS + g * G * D + o * LW, sum * inv[q]);\n"
-        "        }\n        workgroupBarrier();\n    }\n}\n");
+        "            vput(%s, sum * inv[q]);\n"
+        "        }\n        workgroupBarrier();\n    }\n",
+        a->wo_fused ? "o * LW" : "r * AS + g * G * D + o * LW");
+    if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
+        out(&b, "    for (var c = tid; c < %uu; c += 256u) {\n        var acc = %s;\n"
+                "        for (var i = 0u; i < G * D; i++) { acc += ob[i] * wo_at((g * G * D + i) * %uu + c); }\n"
+                "        partout[g * %uu + r * %uu + c] = acc;\n    }\n",
+            a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0", a->cp, a->ps, a->C);
+    out(&b, "}\n");
     return done(&b);
 }
 

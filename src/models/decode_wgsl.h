@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 enum { DECODE_NORM_NONE, DECODE_NORM_LN, DECODE_NORM_RMS };
+enum { DECODE_X_PLAIN, DECODE_X_SUM, DECODE_X_EMBED }; /* a GEMV's input rows: x; x + partial sums; the embedding */
 enum { DECODE_OUT_PLAIN, DECODE_OUT_RESID, DECODE_OUT_GELU, DECODE_OUT_SWIGLU, DECODE_OUT_QKV };
 
 /* out[r, n] = epilogue(sum_k prologue(x)[r, k] W[n, k] (+ bias[n])) for the pass's R rows
@@ -30,6 +31,11 @@ typedef struct wgml_decode_gemv {
     int epilogue;
     int head; /* x rows are picks[r] of the pass's S */
     unsigned qd, kvd, block; /* DECODE_OUT_QKV: outputs below qd are q; then K and V into the caches */
+    int xsrc;                /* DECODE_X_*: SUM adds np partials (binding 9, ps apart, rows as x's); EMBED
+                                reads the embedding (12, e_f16, row stride ekp) and positions (11) */
+    unsigned np, ps, ekp;
+    int e_f16, positions;
+    int persist; /* workgroup 0 writes the rows it read (before the norm) to binding 10 */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 
@@ -38,7 +44,23 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 typedef struct wgml_decode_attn {
     unsigned D, G, kvd, block, qs, as;
     float scale;
+    /* the output projection fused: partial[g] (binding 7, ps apart, rows of C) = the group's heads
+       times their rows of wo (binding 5, [A, C] as the model holds it, row stride cp, f16 or not),
+       plus, for group 0, the bias at vecs (6) offset bias (-1: none) */
+    int wo_fused, f16, bias;
+    unsigned C, cp, ps;
 } wgml_decode_attn;
+
+/* GPT-2's MLP in one launch: FB hidden units a workgroup (norm of x + np partials, W1 rows of
+   its transposed copy, bias, GELU), times their rows of W2 ([F, C], row stride cp), summed into
+   partial[workgroup] (binding 14; workgroup 0 adds b2). Bindings as the GEMV's, W2 at 13. */
+typedef struct wgml_decode_mlp {
+    unsigned C, CP, F, FB, RB, np, ps;
+    int f16;
+    float eps;
+    unsigned norm_w, norm_b, b1, b2;
+} wgml_decode_mlp;
+char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m);
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a);
 
 /* Llama: each head of a row's q and k normed (qk_norm) and rotated, q in place, k and v into the

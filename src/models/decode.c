@@ -199,7 +199,14 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
     return WGML_OK;
 }
 
-#define ALL_BINDINGS 0x3ffu
+/* Lanes an output: enough workgroups (256 threads each) to fill a large GPU, fewer lanes (more
+   outputs a workgroup) where there are outputs enough. */
+static unsigned lanes_by_size(int64_t N, int forced)
+{
+    return forced ? (unsigned)forced : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
+}
+#define lanes_for(N) lanes_by_size(N, p->d.lanes)
+#define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
 
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill)
@@ -227,7 +234,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         uint32_t used;
         /* norm + QKV + bias + cache append, its input the residual stream: the embedding (layer
            0) or the last layer's x + its MLP's partial sums, which workgroup 0 writes to x */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = lanes_for(p->Q), .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
                                 .os = (unsigned)p->Q, .f16 = p->d.f16_weights, .norm = DECODE_NORM_LN, .norm_w = 0,
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
@@ -236,7 +243,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         bind bq[] = {{0, pas}, {2, p->xb}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc},
                      {9, p->mlp_parts}, {10, p->x}, {11, p->wpe}, {12, p->wte}};
         char *w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, (uint32_t)((p->Q + 7) / 8), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, groups_for(p->Q), 1, 0))) return st;
         /* attention + the output projection (and its bias), a partial sum per K/V head */
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
@@ -259,14 +266,14 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         uint32_t used;
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .RB = RB, .kch = KCH(C),
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = lanes_for(p->Q), .RB = RB, .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                                 .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, (uint32_t)((p->Q + 7) / 8), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0))) return st;
         if (p->llama) {
             wgml_decode_rope r = {.D = (unsigned)p->D, .H = (unsigned)p->H, .Hkv = (unsigned)p->Hkv, .qs = (unsigned)p->Q,
                                   .block = (unsigned)p->block, .qk_norm = (int)p->cfg.qk_norm, .qnorm = (unsigned)(2 * C),
@@ -280,37 +287,37 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .scale = (float)(1.0 / sqrt((double)p->D))};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}};
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), 0x1fu, ba, 5, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
-        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .RB = RB, .kch = KCH(p->A),
+        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
-        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
-        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB,
+        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0))) return st;
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = lanes_for(p->llama ? 2 * F : F),
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
                                .norm_b = (unsigned)(7 * C), .eps = eps, .bias = p->llama ? -1 : (int)(8 * C),
                                .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
-        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, (uint32_t)((up.N + 7) / 8), 1, 0))) return st;
-        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .RB = RB, .kch = KCH(F),
+        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, groups_for(up.N), 1, 0))) return st;
+        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&down, &used);
-        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, (uint32_t)((C + 7) / 8), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), 1, 0))) return st;
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
-    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .RB = RBH, .kch = KCH(C),
+    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = lanes_for(p->V), .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                            .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
                            .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps};
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {9, p->mlp_parts}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
-    if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, (uint32_t)((p->V + 7) / 8), 1, 1))) return st;
+    if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, groups_for(p->V), 1, 1))) return st;
     wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1);
@@ -417,6 +424,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!d.steps_per_submit) d.steps_per_submit = 16;
     if (d.temperature < 1e-4f) d.temperature = 0;
     if (d.steps_per_submit > 4096) d.steps_per_submit = 4096;
+    if (d.lanes != 0 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 32, 64 or 128", d.lanes);
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     if ((uint64_t)(G * c->block + G * c->head_dim + 256 + G + 1024) * 4 > wg_mem)

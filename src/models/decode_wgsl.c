@@ -138,38 +138,45 @@ static void stage_rows(sbuf *b, unsigned kch4, int persist)
         kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
 }
 
-/* Inside: acc[j] += W row n's units (lane, lane + 32, ...) of this chunk times xs. */
-static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units)
+/* Inside: acc[j] += W row n's units (lane, lane + LPO, ...) of this chunk times xs; the
+   chunk's weights are loaded first, ITERS a lane, so that they are all in flight at once. */
+static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
 {
-    out(b, "                for (var u = lane; u < %s; u += 32u) {\n", chunk_units);
+    const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
+    out(b, "                let units = %s;\n                var wr: array<%s, %u>;\n"
+           "                for (var it = 0u; it < %uu; it++) {\n"
+           "                    let u = lane + it * %uu;\n"
+           "                    if (u < units) { wr[it] = W[n * UPR + k0 / %uu + u]; }\n                }\n"
+           "                for (var it = 0u; it < %uu; it++) {\n"
+           "                    let u = lane + it * %uu;\n                    if (u < units) {\n"
+           "                        let w = wr[it];\n",
+        chunk_units, wtype(f16), iters, iters, lpo, wv, iters, lpo);
     if (f16)
-        out(b, "                    let w = W[n * UPR + k0 / 8u + u];\n"
-               "                    let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
-               "                    let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
-               "                    for (var j = 0u; j < RB; j++) {\n"
-               "                        acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
-               "                    }\n",
+        out(b, "                        let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
+               "                        let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
+               "                        for (var j = 0u; j < RB; j++) {\n"
+               "                            acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
+               "                        }\n",
             kch4, kch4);
     else
-        out(b, "                    let w = W[n * UPR + k0 / 4u + u];\n"
-               "                    for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n",
-            kch4);
-    out(b, "                }\n");
+        out(b, "                        for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n", kch4);
+    out(b, "                    }\n                }\n");
 }
 
-/* The 32 lanes' sums of each row group, for RB rows: red[j * 256 + group * 32] after. */
-static void lane_sums(sbuf *b)
+/* The LPO lanes' sums of each row group, for RB rows: red[j * 256 + group * LPO] after. */
+static void lane_sums(sbuf *b, unsigned lpo)
 {
     out(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
-           "        for (var st = 16u; st > 0u; st >>= 1u) {\n"
+           "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
            "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
-           "            workgroupBarrier();\n        }\n");
+           "            workgroupBarrier();\n        }\n",
+        lpo / 2);
 }
 
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
 {
     sbuf b = {0};
-    const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4;
+    const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4, lpo = k->lpo ? k->lpo : 32;
     const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
     const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED;
     uint32_t used = 1u << 0 | 1u << 3 | 1u << 5;
@@ -208,9 +215,9 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     x_norm(&b, k->norm, k->norm_w, k->norm_b);
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-            "    let R = %s;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let n = wg.x * 8u + grp;\n"
+            "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
-        k->head ? "P.S" : "P.R");
+        k->head ? "P.S" : "P.R", lpo, lpo, 256 / lpo);
     if (norm) row_stats(&b, k->norm);
     out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
             "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n            workgroupBarrier();\n");
@@ -218,9 +225,9 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
     char units[64];
     snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
-    row_dot(&b, k->f16, kch4, units);
+    row_dot(&b, k->f16, kch4, units, lpo, wv);
     out(&b, "            }\n        }\n");
-    lane_sums(&b);
+    lane_sums(&b, lpo);
     out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
             "                let r = r0 + j;\n                if (r < R) {\n"
             "                    var v = red[j * 256u + tid];\n");
@@ -230,7 +237,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     case DECODE_OUT_RESID: out(&b, "                    outb[r * OS + n] += v;\n"); break;
     case DECODE_OUT_GELU: out(&b, "                    outb[r * OS + n] = wgml_gelu_exact(v);\n"); break;
     case DECODE_OUT_SWIGLU: /* rows 2f (gate) and 2f + 1 (up) are neighbouring groups */
-        out(&b, "                    if ((grp & 1u) == 0u) { outb[r * OS + n / 2u] = wgml_silu(v) * red[j * 256u + tid + 32u]; }\n");
+        out(&b, "                    if ((grp & 1u) == 0u) { outb[r * OS + n / 2u] = wgml_silu(v) * red[j * 256u + tid + %uu]; }\n", lpo);
         break;
     case DECODE_OUT_QKV:
         out(&b, "                    if (n < QD) { outb[r * OS + n] = v; } else {\n"
@@ -283,9 +290,9 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
             "            if (n < F) {\n");
     char units[32];
     snprintf(units, sizeof units, "%uu", m->CP / wv);
-    row_dot(&b, m->f16, kch4, units);
+    row_dot(&b, m->f16, kch4, units, 32, wv);
     out(&b, "            }\n");
-    lane_sums(&b);
+    lane_sums(&b, 32);
     out(&b, "            if (lane == 0u) {\n"
             "                for (var j = 0u; j < RB; j++) {\n"
             "                    var h = 0.0;\n"

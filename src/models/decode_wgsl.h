@@ -17,7 +17,7 @@ enum { DECODE_X_PLAIN, DECODE_X_SUM, DECODE_X_EMBED }; /* a GEMV's input rows: x
 enum { DECODE_OUT_PLAIN, DECODE_OUT_RESID, DECODE_OUT_GELU, DECODE_OUT_SWIGLU, DECODE_OUT_QKV };
 
 /* out[r, n] = epilogue(sum_k prologue(x)[r, k] W[n, k] (+ bias[n])) for the pass's R rows
-   (the head: its S picked rows), 8 outputs a workgroup of 256 threads, 32 along K each. */
+   (the head: its S picked rows), 256 / lpo outputs a workgroup of 256 threads, lpo along K each. */
 typedef struct wgml_decode_gemv {
     unsigned K, KP, N; /* inputs, W's row stride (K rounded up to 8), outputs */
     unsigned RB;       /* rows summed together (each weight load serves them all) */
@@ -36,6 +36,7 @@ typedef struct wgml_decode_gemv {
     unsigned np, ps, ekp;
     int e_f16, positions;
     int persist; /* workgroup 0 writes the rows it read (before the norm) to binding 10 */
+    unsigned lpo; /* lanes summing an output (32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 

@@ -493,7 +493,7 @@ char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
             "    let s = wg.x;\n    let row = %s[picks[s]];\n"
             "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
             "    var best = -3.4e38;\n    var at = 0u;\n"
-            "    let h0 = mix(P.seed ^ mix(slot * 0x9e3779b9u ^ mix(pos)));\n"
+            "    let h0 = mix(P.seed ^ mix((slot * 0x9e3779b9u) ^ mix(pos)));\n"
             "    for (var v = tid; v < V; v += 256u) {\n        var l = logits[s * V + v];\n"
             "        if (P.temp > 0.0) {\n"
             "            let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"

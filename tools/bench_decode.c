@@ -1,8 +1,9 @@
 /*
  * wgml bench gpt (and `wgml bench decode`): generation through the decode plan
  * (src/models/decode.h), one plan per row:
- *   - the character GPT of bench_gpt at batch 1 and 8, f32 and f16 weights: block - 1 tokens
- *     from a 1-token prompt (as the graph path's gpt_generate_kv_cache row);
+ *   - the character GPT of bench_gpt at batch 1 and 8, f32 and f16 weights, and in the
+ *     unfused five launches a layer: block - 1 tokens from a 1-token prompt (as the graph
+ *     path's gpt_generate_kv_cache row);
  *   - a Llama/Qwen model at the shape of Qwen3-0.6B (28 layers, width 1024, 16 query heads and
  *     8 K/V heads of 128, QK-norm, SwiGLU 3072, tied 151,936-token embedding, RoPE base 1e6),
  *     random weights held in f16: prompts of 512 random tokens prefilled, then 64 tokens each
@@ -23,11 +24,11 @@
 
 /* One row: a plan of batch B over g; prompts of n_prompt tokens; ntok steps timed (best of
    reps after one warm-up round). */
-static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int64_t n_prompt, int64_t ntok, int reps)
+static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int unfused, int64_t n_prompt, int64_t ntok, int reps)
 {
     wgml_context *ctx = g->ctx;
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = B, .f16_weights = f16, .steps_per_submit = 32, .max_prefill = 512};
+    const wgml_decode_desc d = {.batch = B, .f16_weights = f16, .steps_per_submit = 32, .max_prefill = 512, .unfused = unfused};
     double t0 = bench_now();
     if (wgml_decode_plan_create(g, &d, &plan)) {
         fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
@@ -77,9 +78,10 @@ void bench_decode_char(wgml_gpt *g, int quick)
 {
     const int64_t n = g->cfg.block - 1;
     const int reps = quick ? 1 : 3;
-    decode_row(g, "gpt_generate_plan_b1", 1, 0, 1, n, reps);
-    decode_row(g, "gpt_generate_plan_b1_f16", 1, 1, 1, n, reps);
-    decode_row(g, "gpt_generate_plan_b8", 8, 0, 1, n, reps);
+    decode_row(g, "gpt_generate_plan_b1", 1, 0, 0, 1, n, reps);
+    decode_row(g, "gpt_generate_plan_b1_f16", 1, 1, 0, 1, n, reps);
+    decode_row(g, "gpt_generate_plan_b1_unfused", 1, 0, 1, 1, n, reps);
+    decode_row(g, "gpt_generate_plan_b8", 8, 0, 0, 1, n, reps);
 }
 
 void bench_decode_qwen(int quick)
@@ -108,8 +110,8 @@ void bench_decode_qwen(int quick)
             (long long)cfg.kv_heads, (long long)g.cfg.head_dim, (long long)cfg.ffn, (long long)cfg.vocab,
             (long long)wgml_gpt_numel(&g.cfg), bench_now() - t0);
     const int64_t prompt = big ? 512 : 24, ntok = big ? 64 : 16;
-    decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, prompt, ntok, quick ? 1 : 3);
-    decode_row(&g, "qwen3_0.6b_decode_b8_f16", 8, 1, prompt, ntok, quick ? 1 : 2);
+    decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, 0, prompt, ntok, quick ? 1 : 3);
+    decode_row(&g, "qwen3_0.6b_decode_b8_f16", 8, 1, 0, prompt, ntok, quick ? 1 : 2);
     wgml_gpt_free(&g);
     wgml_context_free(ctx);
 }

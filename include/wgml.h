@@ -556,6 +556,16 @@ typedef struct wgml_matmul_desc {
     int f16_math;
 } wgml_matmul_desc;
 
+/* The context's compute precision. WGML_PRECISION_MIXED: every matmul built while it is set
+   whose desc leaves f16_math 0 (wgml_matmul, wgml_linear, the gradients autograd builds)
+   runs as WGML_F16_MATH_MATRIX (f16 operands, f32 sums; on the matrix units where the adapter
+   has them, else the SIMT f16 kernel); everything else stays f32. Needs shader-f16
+   (WGML_ERROR_UNSUPPORTED without it). Training under it wants loss scaling
+   (wgml_optimizer_set_loss_scaling): small gradients underflow in f16. Default F32. */
+typedef enum wgml_precision { WGML_PRECISION_F32 = 0, WGML_PRECISION_MIXED = 1 } wgml_precision;
+WGML_API wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p);
+WGML_API wgml_precision wgml_compute_precision(const wgml_context *ctx);
+
 /* a [..., M, K], b [..., K, N] (2 to 4 dims each), with the transposes as flagged (on the
    last two dims). The leading dims broadcast NumPy-style (a missing dim counts as 1, a dim of
    1 stretches): the result is broadcast(leading dims) + [M, N], e.g. [B,H,T,D] x [B,H,D,T],

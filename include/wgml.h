@@ -768,6 +768,8 @@ typedef struct wgml_loss_scaling {
 } wgml_loss_scaling;
 /* Turns scaling on (s: its settings; the state starts at init_scale) or off (NULL). */
 WGML_API wgml_status wgml_optimizer_set_loss_scaling(wgml_optimizer *opt, const wgml_loss_scaling *s);
+/* Whether scaling is on (0 for NULL). */
+WGML_API int wgml_optimizer_scales_loss(const wgml_optimizer *opt);
 /* loss (one element) times the current scale, for wgml_backward; loss x 1 with scaling off. */
 WGML_API wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss);
 typedef struct wgml_loss_scale_state {

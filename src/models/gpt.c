@@ -505,8 +505,15 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
     }
     wgml_optim_desc od = {.kind = WGML_OPTIM_ADAMW, .lr = d->lr, .beta1 = d->beta1 ? d->beta1 : 0.9f,
                           .beta2 = d->beta2 ? d->beta2 : 0.99f, .eps = 1e-8f, .max_grad_norm = d->max_grad_norm};
-    wgml_status st = wgml_optimizer_create_groups(g->ctx, &od, ng, groups, out);
+    wgml_status st = WGML_OK;
+    if (d->precision != WGML_PRECISION_F32) { /* refused here, not at the first step */
+        wgml_precision was = wgml_compute_precision(g->ctx);
+        st = wgml_set_compute_precision(g->ctx, d->precision);
+        wgml_set_compute_precision(g->ctx, was);
+    }
+    if (!st) st = wgml_optimizer_create_groups(g->ctx, &od, ng, groups, out);
     if (!st) st = wgml_optimizer_set_schedule(*out, &d->schedule);
+    if (!st && d->precision == WGML_PRECISION_MIXED) st = wgml_optimizer_set_loss_scaling(*out, &d->loss_scaling);
     if (st && *out) wgml_optimizer_free(*out), *out = NULL;
     if (!st) { /* what wgml_gpt_save records of the run */
         wgml_gpt_run *r = &g->run;
@@ -514,6 +521,7 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
         r->beta1 = d->beta1 > 0 ? d->beta1 : 0.9f, r->beta2 = d->beta2 > 0 ? d->beta2 : 0.99f;
         r->warmup = d->schedule.warmup_steps, r->total_steps = d->schedule.total_steps;
         r->min_lr_ratio = d->schedule.decay == WGML_LR_DECAY_NONE ? 1.0f : d->schedule.min_lr_ratio;
+        r->precision = d->precision;
     }
     free(order);
     free(groups);
@@ -526,9 +534,14 @@ wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_te
     if (!g || !g->ctx || !opt || !loss) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = g->ctx;
     *loss = NULL;
+    /* the run's precision holds while the step's graph is built (the matmuls take it then) */
+    wgml_precision was = wgml_compute_precision(ctx);
+    wgml_status st = wgml_set_compute_precision(ctx, (wgml_precision)g->run.precision);
+    if (st) return st;
     wgml_scope_begin(ctx);
     wgml_tensor *l = wgml_gpt_loss(g, ids, targets, g->cfg.dropout);
-    wgml_status st = wgml_backward(l);
+    st = wgml_backward(wgml_optimizer_scales_loss(opt) ? wgml_optimizer_scale_loss(opt, l) : l);
+    wgml_set_compute_precision(ctx, was);
     wgml_keep(l);
     /* the forward's and backward's tensors end here, before the step: they live on only as
        the gradients' inputs, so the step, which first evaluates the results still held that

@@ -60,6 +60,7 @@ typedef struct wgml_gpt_run {
     int64_t warmup, total_steps, batch, eval_every, eval_batches;
     uint64_t rng_seed, rng_offset; /* the GPU generator after the checkpoint's step */
     int64_t ranks;                 /* data-parallel processes of the run (0 is 1); a resume needs as many */
+    int64_t precision;             /* wgml_precision of the training steps */
     char data[256];                /* the text folder */
 } wgml_gpt_run;
 

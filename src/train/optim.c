@@ -408,6 +408,8 @@ wgml_status wgml_optimizer_set_loss_scaling(wgml_optimizer *opt, const wgml_loss
     return write_scaler(opt, half);
 }
 
+int wgml_optimizer_scales_loss(const wgml_optimizer *opt) { return opt && opt->scaling; }
+
 wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss)
 {
     if (!opt) return NULL;

@@ -433,7 +433,7 @@ static int has_matrix_units(wgml_context *ctx)
     return 0;
 }
 
-static wgml_status make_optimizer(trainer *t, const train_options *o, int64_t total_steps)
+static wgml_status make_optimizer(trainer *t, train_options *o, int64_t total_steps)
 {
     wgml_gpt_train_desc d = {.lr = o->run.lr, .weight_decay = o->run.weight_decay, .max_grad_norm = o->run.max_grad_norm,
                              .beta1 = o->run.beta1, .beta2 = o->run.beta2,
@@ -441,6 +441,7 @@ static wgml_status make_optimizer(trainer *t, const train_options *o, int64_t to
                              .schedule = {.warmup_steps = o->run.warmup, .total_steps = total_steps,
                                           .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
     if (total_steps <= o->run.warmup) d.schedule = (wgml_lr_schedule){0};
+    o->run.precision = d.precision; /* the checkpoints' record of the run */
     return wgml_gpt_optimizer(t->model, &d, &t->opt);
 }
 

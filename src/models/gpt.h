@@ -65,6 +65,9 @@ typedef struct wgml_gpt_run {
     uint64_t rng_seed, rng_offset; /* the GPU generator after the checkpoint's step */
     int64_t ranks;                 /* data-parallel processes of the run (0 is 1); a resume needs as many */
     int64_t precision;             /* wgml_precision of the training steps */
+    /* the loss scaler's state at the checkpoint (mixed precision; loss_scale 0: none) */
+    float loss_scale;
+    int64_t loss_scale_good, loss_scale_skipped, loss_scale_updates;
     char data[256];                /* the text folder */
 } wgml_gpt_run;
 

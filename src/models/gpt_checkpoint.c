@@ -46,6 +46,12 @@ static const wgml_meta_field fields[] = {
     RUN("rng_offset", rng_offset, U64, 0, 0),
     /* absent in older files: 1 */
     {"ranks", 1, offsetof(wgml_gpt_run, ranks), WGML_META_I64, 1, 1 << 20, 1},
+    /* absent in older files: 0 (f32, no loss scaling) */
+    {"precision", 1, offsetof(wgml_gpt_run, precision), WGML_META_I64, 0, 1, 1},
+    {"loss_scale", 1, offsetof(wgml_gpt_run, loss_scale), WGML_META_F32, 0, FLT_MAX, 1},
+    {"loss_scale_good", 1, offsetof(wgml_gpt_run, loss_scale_good), WGML_META_I64, 0, 1 << 24, 1},
+    {"loss_scale_skipped", 1, offsetof(wgml_gpt_run, loss_scale_skipped), WGML_META_I64, 0, 1 << 24, 1},
+    {"loss_scale_updates", 1, offsetof(wgml_gpt_run, loss_scale_updates), WGML_META_I64, 0, 1 << 24, 1},
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
 #define N_META (N_FIELDS + 4) /* + format, arch, step, data */
@@ -80,6 +86,14 @@ wgml_status wgml_gpt_checkpoint_save(const char *path, wgml_gpt *g, wgml_optimiz
     wgml_gpt_config cfg = g->cfg;
     wgml_gpt_run r = *run;
     if (r.ranks < 1) r.ranks = 1;
+    r.loss_scale = 0, r.loss_scale_good = r.loss_scale_skipped = r.loss_scale_updates = 0;
+    if (opt && wgml_optimizer_scales_loss(opt)) { /* what a resume needs to go on bit for bit */
+        wgml_loss_scale_state sc;
+        wgml_status st = wgml_optimizer_loss_scale_state(opt, &sc);
+        if (st) return st;
+        r.loss_scale = sc.scale, r.loss_scale_good = sc.good_steps, r.loss_scale_skipped = sc.skipped_steps;
+        r.loss_scale_updates = sc.updates;
+    }
     keys[nm] = "format", vals[nm++] = FORMAT;
     keys[nm] = "arch", vals[nm++] = g->arch->name;
     snprintf(text[nm], sizeof text[nm], "%" PRId64, step);
@@ -188,5 +202,12 @@ wgml_status wgml_gpt_checkpoint_restore_optimizer(const wgml_gpt_checkpoint *ck,
 {
     if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (!ck || !opt) return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "gpt checkpoint: a checkpoint and an optimizer must be given");
-    return wgml_model_restore_optimizer(g->ctx, &ck->file, ck->has_moments, g->m.n, g->m.spec, g->slot_param, opt, ck->step);
+    wgml_status st = wgml_model_restore_optimizer(g->ctx, &ck->file, ck->has_moments, g->m.n, g->m.spec, g->slot_param, opt, ck->step);
+    const wgml_gpt_run *r = &ck->run;
+    if (!st && r->loss_scale > 0 && wgml_optimizer_scales_loss(opt)) {
+        wgml_loss_scale_state sc = {.scale = r->loss_scale, .good_steps = r->loss_scale_good,
+                                    .skipped_steps = r->loss_scale_skipped, .updates = r->loss_scale_updates};
+        st = wgml_optimizer_set_loss_scale_state(opt, &sc);
+    }
+    return st;
 }

@@ -556,6 +556,16 @@ typedef struct wgml_matmul_desc {
     int f16_math;
 } wgml_matmul_desc;
 
+/* The context's compute precision. WGML_PRECISION_MIXED: every matmul built while it is set
+   whose desc leaves f16_math 0 (wgml_matmul, wgml_linear, the gradients autograd builds)
+   runs as WGML_F16_MATH_MATRIX (f16 operands, f32 sums; on the matrix units where the adapter
+   has them, else the SIMT f16 kernel); everything else stays f32. Needs shader-f16
+   (WGML_ERROR_UNSUPPORTED without it). Training under it wants loss scaling
+   (wgml_optimizer_set_loss_scaling): small gradients underflow in f16. Default F32. */
+typedef enum wgml_precision { WGML_PRECISION_F32 = 0, WGML_PRECISION_MIXED = 1 } wgml_precision;
+WGML_API wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p);
+WGML_API wgml_precision wgml_compute_precision(const wgml_context *ctx);
+
 /* a [..., M, K], b [..., K, N] (2 to 4 dims each), with the transposes as flagged (on the
    last two dims). The leading dims broadcast NumPy-style (a missing dim counts as 1, a dim of
    1 stretches): the result is broadcast(leading dims) + [M, N], e.g. [B,H,T,D] x [B,H,D,T],
@@ -743,6 +753,36 @@ WGML_API wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml
 /* The lr the next step will use, before the groups' lr_scale (for logs); NaN if opt is NULL. */
 WGML_API float wgml_optimizer_lr(const wgml_optimizer *opt);
 
+/* Dynamic loss scaling for mixed precision, all on the GPU (no read in a step): the loss is
+   multiplied by the scale before the backward pass (wgml_optimizer_scale_loss), the step
+   divides the gradients by it before the norm, the clipping and the update, and a step whose
+   gradients hold inf or NaN (their squared norm is not finite) changes no parameter or moment
+   and multiplies the scale by backoff; growth_interval good steps in a row multiply it by
+   growth. Adam's bias correction counts the updates taken, not the skipped steps; the lr
+   schedule counts steps. Fields left 0 take PyTorch GradScaler's defaults. */
+typedef struct wgml_loss_scaling {
+    float init_scale;    /* 0 means 65536; else finite, > 0 */
+    int growth_interval; /* 0 means 2000; else in [1, 2^24] */
+    float backoff;       /* 0 means 0.5; else in (0, 1) */
+    float growth;        /* 0 means 2; else finite, >= 1 */
+} wgml_loss_scaling;
+/* Turns scaling on (s: its settings; the state starts at init_scale) or off (NULL). */
+WGML_API wgml_status wgml_optimizer_set_loss_scaling(wgml_optimizer *opt, const wgml_loss_scaling *s);
+/* Whether scaling is on (0 for NULL). */
+WGML_API int wgml_optimizer_scales_loss(const wgml_optimizer *opt);
+/* loss (one element) times the current scale, for wgml_backward; loss x 1 with scaling off. */
+WGML_API wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss);
+typedef struct wgml_loss_scale_state {
+    float scale;
+    int64_t good_steps;    /* finite steps since the scale last changed (< growth_interval) */
+    int64_t skipped_steps; /* steps skipped since scaling was turned on */
+    int last_skipped;      /* whether the last step was skipped */
+    int64_t updates;       /* updates taken (Adam's bias correction) */
+} wgml_loss_scale_state;
+/* The state after the last step (reads 32 bytes; for logs and checkpoints), and its
+   restoration (a checkpoint's). Both need scaling on. */
+WGML_API wgml_status wgml_optimizer_loss_scale_state(wgml_optimizer *opt, wgml_loss_scale_state *out);
+WGML_API wgml_status wgml_optimizer_set_loss_scale_state(wgml_optimizer *opt, const wgml_loss_scale_state *s);
 /* A function wgml_optimizer_step calls between computing the gradients and clipping them:
    grads is a 1-D tensor (borrowed, valid during the call) viewing every parameter's evaluated
    gradient in the optimiser's flat buffer, in parameter order with zeros between them. The

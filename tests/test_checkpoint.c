@@ -1,5 +1,5 @@
 /*
- * Training checkpoints (src/train/checkpoint.c): a save and read round trip that restores
+ * Training checkpoints (src/models/mlp_checkpoint.c): a save and read round trip that restores
  * the model, the moments, the step and the run's settings exactly; and files that must be
  * refused with a message naming the tensor or key: a moment or weight of the wrong shape
  * (a moment of shape [1] was once copied as if it had its parameter's size, reading past
@@ -14,7 +14,7 @@
 
 #include "harness.h"
 #include "io/safetensors.h"
-#include "train/checkpoint.h"
+#include "models/mlp_checkpoint.h"
 
 static char dir[256];
 static const int64_t sizes[3] = {12, 8, 5};

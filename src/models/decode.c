@@ -364,7 +364,7 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
 {
     const int per = wgml_gpt_param_count(&p->cfg) - (p->llama ? 2 : 4);
     const int first = (p->llama ? 1 : 2) + (int)l * (per / (int)p->cfg.layers);
-    wgml_tensor **P = g->params + first;
+    wgml_tensor **P = g->m.params + first;
     layer_bufs *lb = &p->L[l];
     const int64_t C = p->C, F = p->F;
     wgml_status st = WGML_OK;
@@ -452,21 +452,21 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     wgml_scope_push(&ctx->rt);
     for (int64_t l = 0; !st && l < c->layers; l++) st = upload_layer(p, g, l);
-    float *m = read_param(p, g->params[0], &st);
+    float *m = read_param(p, g->m.params[0], &st);
     p->wte = upload_matrix(p, m, p->V, p->C, elem_rows, (int64_t[2]){p->C, p->V}, "decode embedding", &st);
     free(m);
     if (!p->llama) {
-        m = read_param(p, g->params[1], &st);
+        m = read_param(p, g->m.params[1], &st);
         p->wpe = make_buffer(p, (uint64_t)(p->block * p->C) * 4, STORAGE, "decode positions", &st);
         if (!st) write_buffer(p, p->wpe, 0, m, (size_t)(p->block * p->C) * 4);
         free(m);
     }
     {
-        const int tail = g->n_params - (p->llama ? 1 : 2);
+        const int tail = g->m.n - (p->llama ? 1 : 2);
         float *v = st ? NULL : malloc((size_t)(2 * p->C) * sizeof *v);
         if (!st && !v) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
-        if (!st) st = wgml_tensor_read(g->params[tail], v, (size_t)p->C);
-        if (!st && !p->llama) st = wgml_tensor_read(g->params[tail + 1], v + p->C, (size_t)p->C);
+        if (!st) st = wgml_tensor_read(g->m.params[tail], v, (size_t)p->C);
+        if (!st && !p->llama) st = wgml_tensor_read(g->m.params[tail + 1], v + p->C, (size_t)p->C);
         p->fvecs = make_buffer(p, (uint64_t)(2 * p->C) * 4, STORAGE, "decode final norm", &st);
         if (!st) write_buffer(p, p->fvecs, 0, v, (size_t)(p->llama ? 1 : 2) * (size_t)p->C * 4);
         free(v);

@@ -42,6 +42,7 @@ struct wgml_decode_plan {
     WGPUBuffer wte, wpe, fvecs, freq;
     WGPUBuffer x, qkv, att, h, logits;
     int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
+    unsigned attn_wgs;          /* the attention's workgroup size */
     int64_t nmlp;               /* the fused MLP's partial sums (blocks of MLP_BLOCK hidden units) */
     WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks, staging;
@@ -248,7 +249,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wo_fused = 1, .f16 = p->d.f16_weights,
-                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps};
+                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->attn_wgs};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {5, lb->wo}, {6, lb->vecs}, {7, p->attn_parts}};
         used = 0xefu;
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
@@ -284,7 +285,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         }
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
-                               .scale = (float)(1.0 / sqrt((double)p->D))};
+                               .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = p->attn_wgs};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}};
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), 0x1fu, ba, 5, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
@@ -428,13 +429,16 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 32, 64 or 128", d.lanes);
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
-    if ((uint64_t)(G * c->block + G * c->head_dim + 256 + G + 1024) * 4 > wg_mem)
+    /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */
+    const WGPULimits *lim = &ctx->rt.limits;
+    const unsigned attn_wgs = lim->maxComputeInvocationsPerWorkgroup >= 1024 && lim->maxComputeWorkgroupSizeX >= 1024 ? 1024 : 256;
+    if ((uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * attn_wgs + G) * 4 > wg_mem)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
                          "(%u bytes here): block %lld is too long", (long long)(G * c->block), wg_mem, (long long)c->block);
     /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */
     wgml_decode_plan *p = calloc(1, sizeof *p);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
-    p->ctx = ctx, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA;
+    p->ctx = ctx, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->attn_wgs = attn_wgs;
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;

@@ -319,13 +319,14 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     sbuf b = {0};
     /* vec4 loads of the cache where the head size allows */
     const unsigned lw = a->D % 4 == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
-    const unsigned parts = no >= 256 ? 1 : 256 / no, opw = 256 / parts;
+    const unsigned wgs = a->wgs ? a->wgs : 256, parts = no >= wgs ? 1 : wgs / no, opw = wgs / parts;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
-        "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n",
+        "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n"
+        "const WGS: u32 = %uu;\n",
         a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
-        a->bias >= 0 ? (unsigned)a->bias : 0u);
+        a->bias >= 0 ? (unsigned)a->bias : 0u, wgs);
     out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
     out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
         lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
@@ -349,16 +350,16 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "@group(0) @binding(2) var<storage, read> kc: array<VT>;\n"
             "@group(0) @binding(3) var<storage, read> vc: array<VT>;\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
-            "var<workgroup> red: array<f32, 256>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, 256>;\n",
+            "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
         a->G * a->block, a->G * a->D / lw);
     out(&b,
-        "@compute @workgroup_size(256)\n"
+        "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
         "    let r = wg.x;\n    let g = wg.y;\n    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
-        "    for (var i = tid; i < G * DV; i += 256u) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n"
+        "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n"
         "    workgroupBarrier();\n"
         /* a thread per cached position: its score against each of the group's query heads */
-        "    for (var t = tid; t < T; t += 256u) {\n"
+        "    for (var t = tid; t < T; t += WGS) {\n"
         "        let base = ((slot * BLOCK + t) * KVD + g * D) / LW;\n"
         "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
         "        for (var d = 0u; d < DV; d++) {\n            let kv = kc[base + d];\n"
@@ -367,14 +368,14 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "    workgroupBarrier();\n"
         "    for (var q = 0u; q < G; q++) {\n"
         "        var m = -3.0e38;\n"
-        "        for (var t = tid; t < T; t += 256u) { m = max(m, sc[q * BLOCK + t]); }\n"
+        "        for (var t = tid; t < T; t += WGS) { m = max(m, sc[q * BLOCK + t]); }\n"
         "        red[tid] = m;\n        workgroupBarrier();\n"
-        "        for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
+        "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
         "        m = red[0];\n        workgroupBarrier();\n"
         "        var sum = 0.0;\n"
-        "        for (var t = tid; t < T; t += 256u) { let e = exp(sc[q * BLOCK + t] - m); sc[q * BLOCK + t] = e; sum += e; }\n"
+        "        for (var t = tid; t < T; t += WGS) { let e = exp(sc[q * BLOCK + t] - m); sc[q * BLOCK + t] = e; sum += e; }\n"
         "        red[tid] = sum;\n        workgroupBarrier();\n"
-        "        for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+        "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
         "        if (tid == 0u) { inv[q] = 1.0 / red[0]; }\n        workgroupBarrier();\n    }\n"
         /* the weighted values: PARTS threads share an output, each over every PARTS-th position */
         "    for (var o0 = 0u; o0 < NO; o0 += OPW) {\n"
@@ -390,7 +391,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "        }\n        workgroupBarrier();\n    }\n",
         a->wo_fused ? "o * LW" : "r * AS + g * G * D + o * LW");
     if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
-        out(&b, "    for (var c = tid; c < %uu; c += 256u) {\n        var acc = %s;\n"
+        out(&b, "    for (var c = tid; c < %uu; c += WGS) {\n        var acc = %s;\n"
                 "        for (var i = 0u; i < G * D; i++) { acc += ob[i] * wo_at((g * G * D + i) * %uu + c); }\n"
                 "        partout[g * %uu + r * %uu + c] = acc;\n    }\n",
             a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0", a->cp, a->ps, a->C);

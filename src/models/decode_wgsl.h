@@ -41,7 +41,8 @@ typedef struct wgml_decode_gemv {
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 
 /* Attention of a row's G query heads (those of one K/V head) over its slot's cache positions
-   0 .. its position; a workgroup per (row, K/V head). */
+   0 .. its position; a workgroup per (row, K/V head): a thread per position for the scores,
+   then threads sharing each output over every PARTS-th position. */
 typedef struct wgml_decode_attn {
     unsigned D, G, kvd, block, qs, as;
     float scale;
@@ -50,6 +51,7 @@ typedef struct wgml_decode_attn {
        plus, for group 0, the bias at vecs (6) offset bias (-1: none) */
     int wo_fused, f16, bias;
     unsigned C, cp, ps;
+    unsigned wgs; /* threads a workgroup, a power of two from 256 (0: 256): more for more loads in flight */
 } wgml_decode_attn;
 
 /* GPT-2's MLP in one launch: FB hidden units a workgroup (norm of x + np partials, W1 rows of

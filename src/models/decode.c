@@ -45,7 +45,8 @@ struct wgml_decode_plan {
     unsigned attn_wgs;          /* the attention's workgroup size */
     int64_t nmlp;               /* the fused MLP's partial sums (blocks of MLP_BLOCK hidden units) */
     WGPUBuffer xb, attn_parts, mlp_parts;
-    WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks, staging;
+    WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
+    WGPUBuffer staging[2]; /* the token rings' copies: one read while the next submit runs */
     pass dec, pre; /* the launches of a decode step and of a prefill pass */
     int64_t weight_bytes;
     /* host state per slot */
@@ -347,7 +348,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
     }
     free(p->L);
     WGPUBuffer *bufs[] = {&p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits,
-                          &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging};
+                          &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging[0], &p->staging[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
     free(p->hist), free(p->n_hist), free(p->hist_cap), free(p->len), free(p->count);
@@ -501,7 +502,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->dpicks = make_buffer(p, (uint64_t)p->B * 4, STORAGE, "decode picks", &st);
     p->ppicks = make_buffer(p, (uint64_t)p->B * 4, STORAGE, "prefill picks", &st);
     p->toks = make_buffer(p, (uint64_t)p->B * p->cap * 4, STORAGE, "decode tokens", &st);
-    p->staging = make_buffer(p, (uint64_t)p->B * p->cap * 4, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "decode staging", &st);
+    for (int i = 0; i < 2; i++)
+        p->staging[i] = make_buffer(p, (uint64_t)p->B * p->cap * 4, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "decode staging", &st);
     if (!st) {
         uint32_t *id = malloc((size_t)p->B * 4);
         if (!id) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
@@ -540,9 +542,9 @@ static void encode_pass(wgml_decode_plan *p, WGPUComputePassEncoder cp, const pa
     }
 }
 
-/* Submits `steps` decode steps (or, steps = 0, one prefill pass of R rows, S picked), then
-   with `read` copies the token rings back and waits for them. */
-static wgml_status run(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32_t S, int read, int32_t *ring)
+/* Submits `steps` decode steps (or, steps = 0, one prefill pass of R rows, S picked), and
+   with staging >= 0 a copy of the token rings into that staging buffer, without waiting. */
+static wgml_status submit(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32_t S, int staging)
 {
     wgml_runtime *rt = &p->ctx->rt;
     const double t0 = wgml_host_seconds();
@@ -554,18 +556,32 @@ static wgml_status run(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32_t 
     wgpuComputePassEncoderEnd(cp);
     wgpuComputePassEncoderRelease(cp);
     const uint64_t bytes = (uint64_t)p->B * p->cap * 4;
-    if (read) wgpuCommandEncoderCopyBufferToBuffer(enc, p->toks, 0, p->staging, 0, bytes);
+    if (staging >= 0) wgpuCommandEncoderCopyBufferToBuffer(enc, p->toks, 0, p->staging[staging], 0, bytes);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
     wgml_status st = wgml_submit(rt, cb);
     p->host_acc += wgml_host_seconds() - t0;
-    if (st || !read) return st;
-    if ((st = wgml_map_read(rt, p->staging, bytes))) return st;
-    const void *m = wgpuBufferGetConstMappedRange(p->staging, 0, bytes);
+    return st;
+}
+
+/* Waits for staging buffer i and copies the token rings out of it. */
+static wgml_status read_rings(wgml_decode_plan *p, int i, int32_t *ring)
+{
+    const uint64_t bytes = (uint64_t)p->B * p->cap * 4;
+    wgml_status st = wgml_map_read(&p->ctx->rt, p->staging[i], bytes);
+    if (st) return st;
+    const void *m = wgpuBufferGetConstMappedRange(p->staging[i], 0, bytes);
     if (m) memcpy(ring, m, bytes);
-    wgpuBufferUnmap(p->staging);
+    wgpuBufferUnmap(p->staging[i]);
     if (!m) return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: the tokens could not be mapped");
     return WGML_OK;
+}
+
+/* submit, then read_rings: one pass waited for */
+static wgml_status run(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32_t S, int read, int32_t *ring)
+{
+    wgml_status st = submit(p, steps, R, S, read ? 0 : -1);
+    return st || !read ? st : read_rings(p, 0, ring);
 }
 
 static wgml_status push_token(wgml_decode_plan *p, int64_t s, int32_t t)
@@ -666,6 +682,22 @@ wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t 
     return st;
 }
 
+/* The tokens of a chunk of k steps, its rings in staging buffer i: each slot's next k into
+   out (from step done0) and its history. */
+static wgml_status collect(wgml_decode_plan *p, int i, int64_t k, int64_t done0, int64_t steps, int32_t *ring, int32_t *out)
+{
+    wgml_status st = read_rings(p, i, ring);
+    for (int64_t s = 0; !st && s < p->active; s++) {
+        for (int64_t j = 0; !st && j < k; j++) {
+            int32_t t = ring[s * p->cap + (p->count[s] + j) % p->cap];
+            out[s * steps + done0 + j] = t;
+            st = push_token(p, s, t);
+        }
+        p->count[s] += k;
+    }
+    return st;
+}
+
 wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *out)
 {
     if (!p) return WGML_ERROR_INVALID_ARGUMENT;
@@ -675,11 +707,21 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
     if (!ring) return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode: out of host memory");
     wgml_status st = WGML_OK;
     p->host_acc = 0;
+    /* two chunks in flight: chunk n + 1 is encoded and submitted before chunk n's tokens are
+       waited for (each copies its rings into a staging buffer of its own, in queue order) */
+    int pending = -1, cur = 0;
+    int64_t pend_k = 0, pend_done = 0;
     for (int64_t done = 0; !st && done < steps;) {
         /* slots whose cache is full restart from their last block / 2 tokens: all but the
            newest fed now (no sample), the newest by the next decode step, as one pass of
-           wgml_gpt_generate_step would feed them */
-        for (int64_t s = 0; !st && s < p->active; s++) {
+           wgml_gpt_generate_step would feed them; they need every token so far */
+        int slide = 0;
+        for (int64_t s = 0; s < p->active; s++) slide |= p->len[s] >= p->block;
+        if (slide && pending >= 0) {
+            st = collect(p, pending, pend_k, pend_done, steps, ring, out);
+            pending = -1;
+        }
+        for (int64_t s = 0; !st && slide && s < p->active; s++) {
             if (p->len[s] < p->block) continue;
             int64_t feed = p->block / 2 > 0 ? p->block / 2 : 1;
             if (feed > p->n_hist[s]) feed = p->n_hist[s];
@@ -693,17 +735,13 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
         int64_t k = steps - done < (int64_t)p->cap ? steps - done : (int64_t)p->cap;
         for (int64_t s = 0; s < p->active; s++)
             if (p->block - p->len[s] < k) k = p->block - p->len[s];
-        if (!st) st = run(p, k, (uint32_t)p->active, (uint32_t)p->active, 1, ring);
-        for (int64_t s = 0; !st && s < p->active; s++) {
-            for (int64_t j = 0; !st && j < k; j++) {
-                int32_t t = ring[s * p->cap + (p->count[s] + j) % p->cap];
-                out[s * steps + done + j] = t;
-                st = push_token(p, s, t);
-            }
-            p->count[s] += k, p->len[s] += k;
-        }
+        if (!st) st = submit(p, k, (uint32_t)p->active, (uint32_t)p->active, cur);
+        for (int64_t s = 0; s < p->active; s++) p->len[s] += k;
+        if (!st && pending >= 0) st = collect(p, pending, pend_k, pend_done, steps, ring, out);
+        pending = cur, pend_k = k, pend_done = done, cur ^= 1;
         done += k;
     }
+    if (!st && pending >= 0) st = collect(p, pending, pend_k, pend_done, steps, ring, out);
     /* the host's part: encoding and submitting (the wait for the GPU is not host work) */
     p->host_per_token = steps ? p->host_acc / (double)steps : 0;
     free(ring);

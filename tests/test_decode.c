@@ -120,7 +120,7 @@ static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .
                                           .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
 
 /* One prompt, past the block: plan = graph path = reference. */
-static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int64_t expect_dispatches)
+static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
 {
     wgml_context *ctx = test_context();
     wgml_gpt_config cfg;
@@ -137,7 +137,8 @@ static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, in
     CHECK_OK(ctx, graph_greedy(&g, prompt, NP, NN, graph));
     same_tokens("graph path vs reference", graph, want, NN);
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes};
+    const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
+                                .attn_parts = parts};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -166,12 +167,13 @@ static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, in
 
 /* GPT-2: 3 launches a layer fused (the embedding in layer 0's), 5 apart plus the embedding;
    then the head and the sampler. Llama: the embedding, 6 a layer, the head, the sampler.
-   (The GEMVs' lanes an output: by size, 128 at these shapes; 32 and 64 forced.) */
-static void gpt2_plan_equals_graph_and_reference(void) { check_single(&gpt2_cfg, 0, 0, 0, 3 * 2 + 2); }
-static void gpt2_plan_f16_weights(void) { check_single(&gpt2_cfg, 1, 0, 64, 3 * 2 + 2); }
-static void gpt2_plan_unfused(void) { check_single(&gpt2_cfg, 0, 1, 32, 1 + 5 * 2 + 2); }
-static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 0, 32, 1 + 6 * 2 + 2); }
-static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 1 + 6 * 2 + 2); }
+   (The GEMVs' lanes an output: by size, 128 at these shapes; 32 and 64 forced. The attention's
+   threads an output: as many as fit, or 2, so that its 4-position rounds run at these lengths.) */
+static void gpt2_plan_equals_graph_and_reference(void) { check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2); }
+static void gpt2_plan_f16_weights(void) { check_single(&gpt2_cfg, 1, 0, 64, 2, 3 * 2 + 2); }
+static void gpt2_plan_unfused(void) { check_single(&gpt2_cfg, 0, 1, 32, 2, 1 + 5 * 2 + 2); }
+static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 0, 32, 0, 1 + 6 * 2 + 2); }
+static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 2, 1 + 6 * 2 + 2); }
 
 /* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void);

@@ -38,6 +38,7 @@ typedef struct wgml_decode_desc {
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
     int unfused;              /* 1: GPT-2 in the five launches a layer, not three (tests, comparisons) */
     int lanes;                /* threads summing one output of a GEMV: 32, 64, 128; 0 by its size (tests) */
+    int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
 } wgml_decode_desc;
 
 typedef struct wgml_decode_plan wgml_decode_plan;

@@ -304,9 +304,11 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     out(&b, "        for (var c = tid; c < K; c += 256u) {\n"
             "            var acc: array<f32, RB>;\n"
             "            for (var j = 0u; j < RB; j++) { acc[j] = select(0.0, vecs[%uu + c], wg.x == 0u); }\n"
-            "            for (var f = 0u; f < FB; f++) {\n"
-            "                if (f0 + f < F) {\n                    let w = w2((f0 + f) * %uu + c);\n"
-            "                    for (var j = 0u; j < RB; j++) { acc[j] += hs[j * FB + f] * w; }\n"
+            "            for (var fa = 0u; fa < FB; fa += 8u) {\n"
+            "                var w: array<f32, 8>;\n"
+            "                for (var i = 0u; i < 8u; i++) { if (f0 + fa + i < F) { w[i] = w2((f0 + fa + i) * %uu + c); } }\n"
+            "                for (var i = 0u; i < 8u; i++) {\n"
+            "                    if (f0 + fa + i < F) { for (var j = 0u; j < RB; j++) { acc[j] += hs[j * FB + fa + i] * w[i]; } }\n"
             "                }\n            }\n"
             "            for (var j = 0u; j < RB; j++) { if (r0 + j < R) { partout[wg.x * %uu + (r0 + j) * XS + c] = acc[j]; } }\n"
             "        }\n        workgroupBarrier();\n    }\n}\n",
@@ -319,7 +321,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     sbuf b = {0};
     /* vec4 loads of the cache where the head size allows */
     const unsigned lw = a->D % 4 == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
-    const unsigned wgs = a->wgs ? a->wgs : 256, parts = no >= wgs ? 1 : wgs / no, opw = wgs / parts;
+    const unsigned wgs = a->wgs ? a->wgs : 256, all = no >= wgs ? 1 : wgs / no;
+    const unsigned parts = a->max_parts && a->max_parts < all ? a->max_parts : all, opw = wgs / parts;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
@@ -382,7 +385,16 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "        let o = o0 + tid %% OPW;\n        let pt = tid / OPW;\n        var acc = VT(0.0);\n"
         "        if (o < NO && pt < PARTS) {\n"
         "            let q = o / DV;\n            let dv = o %% DV;\n"
-        "            for (var t = pt; t < T; t += PARTS) { acc += sc[q * BLOCK + t] * vc[((slot * BLOCK + t) * KVD + g * D) / LW + dv]; }\n"
+        /* four positions a round, their loads issued together (a loop of one load each waits
+           on every load in turn) */
+        "            let vb = (slot * BLOCK * KVD + g * D) / LW + dv;\n"
+        "            var t = pt;\n"
+        "            for (; t + 3u * PARTS < T; t += 4u * PARTS) {\n"
+        "                let v0 = vc[vb + t * (KVD / LW)];\n                let v1 = vc[vb + (t + PARTS) * (KVD / LW)];\n"
+        "                let v2 = vc[vb + (t + 2u * PARTS) * (KVD / LW)];\n                let v3 = vc[vb + (t + 3u * PARTS) * (KVD / LW)];\n"
+        "                acc += sc[q * BLOCK + t] * v0 + sc[q * BLOCK + t + PARTS] * v1 + sc[q * BLOCK + t + 2u * PARTS] * v2\n"
+        "                     + sc[q * BLOCK + t + 3u * PARTS] * v3;\n            }\n"
+        "            for (; t < T; t += PARTS) { acc += sc[q * BLOCK + t] * vc[vb + t * (KVD / LW)]; }\n"
         "        }\n        part[tid] = acc;\n        workgroupBarrier();\n"
         "        if (tid < OPW && o < NO) {\n"
         "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
@@ -392,7 +404,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         a->wo_fused ? "o * LW" : "r * AS + g * G * D + o * LW");
     if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
         out(&b, "    for (var c = tid; c < %uu; c += WGS) {\n        var acc = %s;\n"
-                "        for (var i = 0u; i < G * D; i++) { acc += ob[i] * wo_at((g * G * D + i) * %uu + c); }\n"
+                "        for (var i0 = 0u; i0 < G * D; i0 += 8u) {\n"
+                "            var w: array<f32, 8>;\n"
+                "            for (var i = 0u; i < 8u; i++) { if (i0 + i < G * D) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
+                "            for (var i = 0u; i < 8u; i++) { if (i0 + i < G * D) { acc += ob[i0 + i] * w[i]; } }\n"
+                "        }\n"
                 "        partout[g * %uu + r * %uu + c] = acc;\n    }\n",
             a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0", a->cp, a->ps, a->C);
     out(&b, "}\n");

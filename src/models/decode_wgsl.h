@@ -52,6 +52,7 @@ typedef struct wgml_decode_attn {
     int wo_fused, f16, bias;
     unsigned C, cp, ps;
     unsigned wgs; /* threads a workgroup, a power of two from 256 (0: 256): more for more loads in flight */
+    unsigned max_parts; /* at most this many threads share an output (0: as many as there are; tests) */
 } wgml_decode_attn;
 
 /* GPT-2's MLP in one launch: FB hidden units a workgroup (norm of x + np partials, W1 rows of

@@ -101,24 +101,29 @@ static void x_norm(sbuf *b, int norm, unsigned w, unsigned bias)
     out(b, "}\n");
 }
 
-/* Inside the row-chunk loop: each of the RB rows' statistics over its K inputs, by all 256
-   threads (stat[j] = mean, 1/std). */
-static void row_stats(sbuf *b, int norm)
+/* Inside the row-chunk loop: the RB rows' statistics over their K inputs (stat[j] = mean,
+   1/std), all rows at once: GS threads a row (GS the largest power of two with RB GS <= 256),
+   one tree of log2(GS) rounds for them all. */
+static void row_stats(sbuf *b, int norm, unsigned rb)
 {
+    unsigned gs = 1;
+    while (gs * 2 * rb <= 256) gs *= 2;
     out(b,
-        "        for (var j = 0u; j < RB; j++) {\n"
+        "        {\n"
+        "            let j = tid / %uu;\n            let sub = tid %% %uu;\n"
         "            var s = 0.0;\n            var ss = 0.0;\n"
-        "            if (r0 + j < R) {\n                let rr = xrow(r0 + j);\n"
-        "                for (var k = tid; k < K; k += 256u) { let v = xraw(rr, k); s += v; ss += v * v; }\n"
+        "            if (j < RB && r0 + j < R) {\n                let rr = xrow(r0 + j);\n"
+        "                for (var k = sub; k < K; k += %uu) { let v = xraw(rr, k); s += v; ss += v * v; }\n"
         "            }\n"
         "            red[tid] = s;\n            red[256u + tid] = ss;\n            workgroupBarrier();\n"
-        "            for (var st = 128u; st > 0u; st >>= 1u) {\n"
-        "                if (tid < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+        "            for (var st = %uu; st > 0u; st >>= 1u) {\n"
+        "                if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
         "                workgroupBarrier();\n            }\n"
-        "            if (tid == 0u) {\n                let mean = red[0] / f32(K);\n%s"
+        "            if (sub == 0u && j < RB) {\n                let mean = red[tid] / f32(K);\n%s"
         "            }\n            workgroupBarrier();\n        }\n",
-        norm == DECODE_NORM_RMS ? "                stat[j] = vec2<f32>(0.0, inverseSqrt(red[256] / f32(K) + EPS));\n"
-                                : "                let var_ = max(red[256] / f32(K) - mean * mean, 0.0);\n"
+        gs, gs, gs, gs / 2,
+        norm == DECODE_NORM_RMS ? "                stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n"
+                                : "                let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
                                   "                stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
 }
 
@@ -218,7 +223,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
             "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
         k->head ? "P.S" : "P.R", lpo, lpo, 256 / lpo);
-    if (norm) row_stats(&b, k->norm);
+    if (norm) row_stats(&b, k->norm, k->RB);
     out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
             "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n            workgroupBarrier();\n");
     stage_rows(&b, kch4, k->persist);
@@ -279,7 +284,7 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let R = P.R;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let f0 = wg.x * FB;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n");
-    row_stats(&b, DECODE_NORM_LN);
+    row_stats(&b, DECODE_NORM_LN, m->RB);
     out(&b, "        let k0 = 0u;\n");
     stage_rows(&b, kch4, 1);
     out(&b, "        workgroupBarrier();\n"

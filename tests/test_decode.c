@@ -116,6 +116,9 @@ static int same_tokens(const char *what, const int32_t *got, const int32_t *want
 }
 
 static const wgml_gpt_config gpt2_cfg = {.arch = WGML_GPT_GPT2, .vocab = 29, .block = 12, .layers = 2, .heads = 3, .width = 24, .ffn = 40};
+/* head size 8: the attention's vec4 path (with RoPE inside it) */
+static const wgml_gpt_config llama8_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 23, .block = 10, .layers = 1, .heads = 4, .kv_heads = 2,
+                                           .width = 12, .head_dim = 8, .qk_norm = 1, .ffn = 20, .rope_base = 30.0f};
 static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .block = 11, .layers = 2, .heads = 4, .kv_heads = 2,
                                           .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
 
@@ -166,14 +169,15 @@ static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, in
 }
 
 /* GPT-2: 3 launches a layer fused (the embedding in layer 0's), 5 apart plus the embedding;
-   then the head and the sampler. Llama: the embedding, 6 a layer, the head, the sampler.
+   then the head and the sampler. Llama: the embedding, 5 a layer, the head, the sampler.
    (The GEMVs' lanes an output: by size, 128 at these shapes; 32 and 64 forced. The attention's
    threads an output: as many as fit, or 2, so that its 4-position rounds run at these lengths.) */
 static void gpt2_plan_equals_graph_and_reference(void) { check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2); }
 static void gpt2_plan_f16_weights(void) { check_single(&gpt2_cfg, 1, 0, 64, 2, 3 * 2 + 2); }
 static void gpt2_plan_unfused(void) { check_single(&gpt2_cfg, 0, 1, 32, 2, 1 + 5 * 2 + 2); }
-static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 0, 32, 0, 1 + 6 * 2 + 2); }
-static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 2, 1 + 6 * 2 + 2); }
+static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 0, 32, 0, 1 + 5 * 2 + 2); }
+static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 2, 1 + 5 * 2 + 2); }
+static void llama_plan_head_size_8(void) { check_single(&llama8_cfg, 0, 0, 0, 2, 1 + 5 * 1 + 2); }
 
 /* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void);
@@ -266,6 +270,7 @@ int main(void)
     TEST_RUN(gpt2_plan_unfused);
     TEST_RUN(llama_plan_equals_graph_and_reference);
     TEST_RUN(llama_plan_f16_weights);
+    TEST_RUN(llama_plan_head_size_8);
     TEST_RUN(batch_of_prompts);
     TEST_RUN(gpt2_batch);
     return test_summary();

@@ -276,7 +276,10 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         w = wgml_decode_gemv_wgsl(&qkv, &used);
         if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0))) return st;
-        if (p->llama) {
+        /* Llama decoding: RoPE (and QK-norm) in the attention's launch, each row its own slot;
+           a prefill's rows of one slot need every row's keys first: a launch of its own */
+        const int rope_in_attention = p->llama && !prefill;
+        if (p->llama && !rope_in_attention) {
             wgml_decode_rope r = {.D = (unsigned)p->D, .H = (unsigned)p->H, .Hkv = (unsigned)p->Hkv, .qs = (unsigned)p->Q,
                                   .block = (unsigned)p->block, .qk_norm = (int)p->cfg.qk_norm, .qnorm = (unsigned)(2 * C),
                                   .knorm = (unsigned)(2 * C + p->D), .eps = eps};
@@ -287,9 +290,12 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = p->attn_wgs,
-                               .max_parts = (unsigned)p->d.attn_parts};
-        bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}};
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), 0x1fu, ba, 5, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
+                               .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
+                               .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
+                               .knorm = (unsigned)(2 * C + p->D), .eps = eps};
+        bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}, {6, lb->vecs}, {8, p->freq}};
+        used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0);
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};

@@ -15,7 +15,7 @@
  * norm+MLP-up+GELU+MLP-down, a partial sum per block of hidden units: each launch adds up the
  * partial sums of the one before as it reads its input, and its workgroup 0 writes the
  * residual stream), else 5 (norm+QKV+bias+append, attention, projection+residual,
- * norm+MLP-up+GELU, MLP-down+residual); Llama 6 (QK-norm+RoPE+append is a kernel of its own);
+ * norm+MLP-up+GELU, MLP-down+residual); Llama 5 (QK-norm+RoPE+append inside the attention);
  * plus the final norm+head and the sampler (and the embedding, where not fused).
  *
  * Lives in models/ (layer 5) because it reads the model; it uses core's pipeline cache and the

@@ -321,11 +321,13 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     return done(&b);
 }
 
+static void rope_helpers(sbuf *b);
+
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 {
     sbuf b = {0};
     /* vec4 loads of the cache where the head size allows */
-    const unsigned lw = a->D % 4 == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
+    const unsigned lw = a->D % (a->rope ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
     const unsigned wgs = a->wgs ? a->wgs : 256, all = no >= wgs ? 1 : wgs / no;
     const unsigned parts = a->max_parts && a->max_parts < all ? a->max_parts : all, opw = wgs / parts;
     out(&b,
@@ -353,18 +355,63 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
         if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
     } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n");
+    if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
+        out(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
+                "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+            a->D / 2, a->hq, a->kvd / a->D, (double)a->eps);
+        if (a->qk_norm) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
+        rope_helpers(&b);
+    }
     out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
             "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, read> kc: array<VT>;\n"
-            "@group(0) @binding(3) var<storage, read> vc: array<VT>;\n"
+            "@group(0) @binding(2) var<storage, %s> kc: array<VT>;\n"
+            "@group(0) @binding(3) var<storage, %s> vc: array<VT>;\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
-        a->G * a->block, a->G * a->D / lw);
+        a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * a->block, a->G * a->D / lw);
+    /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
+       the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
+       caches, which this workgroup then reads (storageBarrier) */
+    sbuf pb = {0};
+    if (!a->rope) out(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
+    else {
+        out(&pb, "    let pos = u32(rows[r].y);\n"
+                 "    for (var hh = 0u; hh <= G; hh++) {\n"
+                 "        let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
+                 "        var a = 0.0;\n        var b = 0.0;\n"
+                 "        if (tid < HALF) { a = qb[col + tid]; b = qb[col + tid + HALF]; }\n");
+        if (a->qk_norm)
+            out(&pb, "        red[tid] = a * a + b * b;\n        workgroupBarrier();\n"
+                     "        for (var st = 32u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                     "        let rs = inverseSqrt(red[0] / f32(D) + EPS);\n"
+                     "        let w = select(%uu, %uu, hh < G);\n"
+                     "        if (tid < HALF) { a = a * rs * vecs[w + tid]; b = b * rs * vecs[w + tid + HALF]; }\n"
+                     "        workgroupBarrier();\n",
+                a->knorm, a->qnorm);
+        out(&pb, "        if (tid < HALF) {\n"
+                 "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
+                 "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
+                 "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else {\n"
+                 "                let base = (slot * BLOCK + pos) * KVD + g * D;\n"
+                 "                let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
+                 "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
+                 "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
+                 "            }\n        }\n    }\n    storageBarrier();\n");
+        if (lw == 4)
+            out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
+                    "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
+        else out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = v; }\nfn vcput(i: u32, v: f32) { vc[i] = v; }\n");
+    }
+    char *pro = done(&pb);
+    if (!pro) {
+        free(b.s);
+        return NULL;
+    }
     out(&b,
         "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
         "    let r = wg.x;\n    let g = wg.y;\n    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
-        "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n"
+        "%s"
         "    workgroupBarrier();\n"
         /* a thread per cached position: its score against each of the group's query heads */
         "    for (var t = tid; t < T; t += WGS) {\n"
@@ -406,7 +453,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        a->wo_fused ? "o * LW" : "r * AS + g * G * D + o * LW");
+        pro, a->wo_fused ? "o * LW" : "r * AS + g * G * D + o * LW");
+    free(pro);
     if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
         out(&b, "    for (var c = tid; c < %uu; c += WGS) {\n        var acc = %s;\n"
                 "        for (var i0 = 0u; i0 < G * D; i0 += 8u) {\n"

@@ -53,6 +53,12 @@ typedef struct wgml_decode_attn {
     unsigned C, cp, ps;
     unsigned wgs; /* threads a workgroup, a power of two from 256 (0: 256): more for more loads in flight */
     unsigned max_parts; /* at most this many threads share an output (0: as many as there are; tests) */
+    /* Llama decoding (each row its own slot): this row's heads of the group normed (qk_norm,
+       weights at vecs (6) offsets qnorm, knorm) and rotated (frequencies at 8) first, k and v
+       appended, so no launch of its own; hq query heads in all */
+    int rope, qk_norm;
+    unsigned hq, qnorm, knorm;
+    float eps;
 } wgml_decode_attn;
 
 /* GPT-2's MLP in one launch: FB hidden units a workgroup (norm of x + np partials, W1 rows of

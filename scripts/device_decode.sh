@@ -6,7 +6,7 @@
 # test_decode), lib/ (libwgpu_native.so, libwebgpu_dawn.so, libjansson.so.4) and
 # torch_decode.py, made on the CPU machine:
 #   tar cJf B.tar.xz -C STAGE bin lib torch_decode.py
-# Usage: device_decode.sh BUNDLE   (writes logs and JSON into $OUT)
+# Usage: [RUNTIMES="wgpu-native dawn"] device_decode.sh BUNDLE   (writes logs and JSON into $OUT)
 set -u
 BUNDLE=$1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu
 for rt in wgpu-native dawn; do
   echo "== test_decode on $rt"; WGML_RUNTIME=$rt timeout 120 "$D/bin/test_decode" 2>&1 | grep -v "^Warning" | tail -12
 done
-for rt in wgpu-native dawn; do
+for rt in ${RUNTIMES:-wgpu-native dawn}; do
   echo "== wgml bench decode on $rt"
   WGML_RUNTIME=$rt timeout 240 "$D/bin/wgml" bench decode --json > "$OUT/bench_$rt.json" 2> "$OUT/bench_$rt.log"
   grep -v "^Warning" "$OUT/bench_$rt.log"

@@ -1,17 +1,29 @@
 #!/usr/bin/env python3
-"""Fails when an #include in src/ points up a layer.
+"""Fails when src/ reaches up a layer: by an #include, or (given a build folder) by a
+reference from one object file to a symbol another defines.
 
-Usage: check_layers.py [project root]   (default: the folder above scripts/)
+Usage: check_layers.py [project root [build folder [nm]]]
+       (default root: the folder above scripts/; without a build folder only the includes
+       are checked)
 
 src/ is layered, bottom first:
   0  runtime, cpu
   1  kernels, core
-  2  graph
-  3  autograd, io
-  4  train
-  5  models, nn
-A file may include headers of its own layer or a lower one. A folder of src/ that is not
-in this list is an error too, so that a new folder has to be given its place.
+  2  engine      the op type, nodes, launches, fusion, the plan and submit
+  3  ops         the op families, each reached by the engine only through its table entry
+  4  autograd, io
+  5  train
+  6  models, nn
+A file may include headers of its own layer or a lower one, and its object may reference
+only symbols defined by objects of its own layer or a lower one. A folder of src/ that is
+not in this list is an error too, so that a new folder has to be given its place.
+
+Link level: every object of the library (CMakeFiles/wgml_obj.dir/src/...) is read with nm;
+an undefined symbol is charged to the folder whose object defines it. A public function
+(wgml.h) is defined by the generated locking entry point, which forwards to the library's
+own definition, NAME__impl: a call through the public header is charged to the folder that
+defines NAME__impl, so calling wgml_softmax from engine/ fails as an include would. SEAMS
+lists the only references allowed up a layer, each with why.
 
 An include is resolved as the compiler does (a quoted one next to the including file
 first, then under src/, which is on the include path); one that names no file of src/ (the
@@ -22,8 +34,16 @@ import os
 import re
 import sys
 
-LAYERS = {"runtime": 0, "cpu": 0, "kernels": 1, "core": 1, "graph": 2,
-          "autograd": 3, "io": 3, "train": 4, "models": 5, "nn": 5}
+import subprocess
+
+LAYERS = {"runtime": 0, "cpu": 0, "kernels": 1, "core": 1, "engine": 2, "ops": 3,
+          "autograd": 4, "io": 4, "train": 5, "models": 6, "nn": 6}
+# symbol -> (the folder allowed to reference it, why): data the lower layer declares and the
+# higher one defines, never a function
+SEAMS = {
+    "wgml_op_table": ("engine", "the op table: engine/op.h declares it, ops/table.c defines it "
+                                "(the engine reads entries; it calls an op only through their pointers)"),
+}
 INCLUDE = re.compile(r'\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 
@@ -40,8 +60,65 @@ def target_folder(src, including_dir, quote, name):
     return next((folder for folder in reversed(folders) if folder in LAYERS), None)
 
 
+def nm_symbols(nm, path):
+    """(defined, undefined) global symbol names of an object file."""
+    out = subprocess.run([nm, "-P", "-g", path], check=True, capture_output=True, text=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        if parts[1] == "U":
+            undefined.add(parts[0])
+        elif parts[1] not in "wv":  # a weak undefined reference is no definition
+            defined.add(parts[0])
+    return defined, undefined
+
+
+def check_links(src, build, nm, errors):
+    """Link-level references up a layer; returns how many references within src/ were checked."""
+    objdir = os.path.join(build, "CMakeFiles", "wgml_obj.dir", "src")
+    if not os.path.isdir(objdir):
+        errors.append(f"{objdir}: no object files (build the library first)")
+        return 0
+    objects = {}  # shown source path -> (folder, defined, undefined)
+    for dirpath, _, files in os.walk(objdir):
+        for f in sorted(files):
+            if not f.endswith(".c.o"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, f[:-2]), objdir)
+            if not os.path.isfile(os.path.join(src, rel)):
+                continue  # left from a source that has moved or gone
+            folder = rel.split(os.sep)[0]
+            objects["src/" + rel.replace(os.sep, "/")] = (folder,) + nm_symbols(nm, os.path.join(dirpath, f))
+    owner = {}
+    for shown, (folder, defined, _) in objects.items():
+        for sym in defined:
+            owner[sym] = (folder, shown)
+    refs = 0
+    for shown, (folder, _, undefined) in sorted(objects.items()):
+        if folder not in LAYERS:
+            continue
+        for sym in sorted(undefined):
+            target = owner.get(sym + "__impl") or owner.get(sym)  # a public entry point: its definition
+            if not target:
+                continue
+            refs += 1
+            tfolder, tshown = target
+            if tfolder not in LAYERS or LAYERS[tfolder] <= LAYERS[folder]:
+                continue
+            seam = SEAMS.get(sym)
+            if seam and seam[0] == folder:
+                continue
+            errors.append(f"{shown}: {folder} (layer {LAYERS[folder]}) references {sym}, defined in "
+                          f"{tshown} ({tfolder}, layer {LAYERS[tfolder]})")
+    return refs
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    build = sys.argv[2] if len(sys.argv) > 2 else None
+    nm = sys.argv[3] if len(sys.argv) > 3 else "nm"
     src = os.path.join(root, "src")
     errors, includes = [], 0
     for entry in sorted(os.listdir(src)):
@@ -69,12 +146,14 @@ def main():
                         elif LAYERS[folder] > LAYERS[entry]:
                             errors.append(f"{shown}:{line_no}: {entry} (layer {LAYERS[entry]}) includes "
                                           f"{m.group(2)} ({folder}, layer {LAYERS[folder]})")
+    refs = check_links(src, build, nm, errors) if build else None
     for e in errors:
         print(e)
     if errors:
         print(f"check_layers: {len(errors)} violation(s)")
         return 1
-    print(f"check_layers: OK ({includes} includes within src/, none points up a layer)")
+    linked = f"; {refs} link-level references between objects of src/, none up a layer" if build else ""
+    print(f"check_layers: OK ({includes} includes within src/, none points up a layer{linked})")
     return 0
 
 

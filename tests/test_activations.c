@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/ops.h"
+#include "engine/op.h"
 #include "harness.h"
 
 #define NX 64

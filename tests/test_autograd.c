@@ -26,8 +26,8 @@
 #include <string.h>
 
 #include "cpu/ref.h"
-#include "graph/build.h"
-#include "graph/ops.h"
+#include "engine/build.h"
+#include "engine/op.h"
 #include "harness.h"
 
 
@@ -73,7 +73,7 @@ typedef struct view {
 typedef struct gcase {
     char name[160];
     kind kind;
-    int op, side, axis, keepdim, all; /* op: a wgml_op (graph/ops.h) */
+    int op, side, axis, keepdim, all; /* op: a wgml_op (engine/op.h) */
     float s, lo, hi;
     wgml_matmul_desc md; /* its bias field is unused: has_bias makes the last leaf the bias */
     int has_bias, has_weight;
@@ -347,7 +347,7 @@ static wgml_tensor *gpu_forward(wgml_context *ctx, const gcase *c, wgml_tensor *
     }
     wgml_tensor *x = op[0];
     switch (c->kind) {
-    case K_UNARY: /* the public constructors are these nodes (graph/build.c) */
+    case K_UNARY: /* the public constructors are these nodes (engine/build.c) */
         return c->op == WGML_OP_CLAMP ? wgml_clamp(ctx, x, c->lo, c->hi) : wgml_unary_node(ctx, (wgml_op)c->op, x);
     case K_BINARY: return wgml_binary_node(ctx, (wgml_op)c->op, x, op[1]);
     case K_SCALAR: {

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "cpu/ref.h"
-#include "graph/tuning.h"
+#include "engine/tuning.h"
 #include "harness.h"
 
 #define N 65537

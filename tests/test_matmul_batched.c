@@ -22,9 +22,9 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "cpu/ref.h"
-#include "graph/executor.h"
-#include "graph/matmul.h"
-#include "graph/ops.h"
+#include "engine/executor.h"
+#include "ops/matmul/matmul.h"
+#include "engine/op.h"
 #include "harness.h"
 
 #define MM_TOL 1e-5
@@ -36,7 +36,7 @@
 enum { V_NONE, V_PERMUTE, V_BCAST, V_SLICE };
 
 /* An operand: a stored tensor of shape sh (row-major, uploaded), passed as is or through one
-   view, made as graph/build.c makes it */
+   view, made as engine/build.c makes it */
 typedef struct operand {
     int nd;
     int64_t sh[4];

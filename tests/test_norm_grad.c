@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "cpu/ref.h"
-#include "graph/build.h"
+#include "engine/build.h"
 #include "harness.h"
 
 static void input_gradients_match_reference(void)

@@ -1,5 +1,5 @@
 /*
- * The op table (graph/ops.h, graph/ops.c) walked entry by entry, so that an entry without a
+ * The op table (engine/op.h, ops/table.c) walked entry by entry, so that an entry without a
  * reference, a test domain or (when differentiable) a gradient rule fails the suite, and so
  * that every op of every kind this file knows how to drive is run:
  *
@@ -28,10 +28,10 @@
 #include "core/tensor.h"
 #include "cpu/philox.h"
 #include "cpu/ref.h"
-#include "graph/attention.h"
-#include "graph/build.h"
-#include "graph/gather.h"
-#include "graph/ops.h"
+#include "ops/attention/attention.h"
+#include "engine/build.h"
+#include "ops/gather.h"
+#include "engine/op.h"
 #include "harness.h"
 
 #define TINY 1e-30

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "cpu/ref.h"
-#include "graph/build.h"
-#include "graph/ops.h"
+#include "engine/build.h"
+#include "engine/op.h"
 #include "harness.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -48,7 +48,7 @@ static void check_shape(wgml_tensor *t, int nd, const int64_t *shape)
 
 /* Every elementwise op's forward on awkward sizes is tests/test_op_table.c's; here: broadcasting,
    numbers as operands and special values, each op's reference, domain and tolerance read from
-   its entry (graph/ops.c). */
+   its entry (ops/table.c). */
 
 #define ARITH 1e-5
 #define TRANSC 1e-4

@@ -1,6 +1,6 @@
 /*
  * Reverse-mode autograd over the lazy graph. wgml_backward(loss) walks the graph from the
- * loss, then applies each node's vector-Jacobian rule (the op table's, graph/ops.c) in
+ * loss, then applies each node's vector-Jacobian rule (the op table's, ops/table.c) in
  * reverse order; the rules build more lazy nodes. Gradients
  * accumulate into each trainable tensor's grad, still lazy: they are computed with whatever
  * evaluates next (an optimiser step runs forward, backward and update in one submit).
@@ -10,13 +10,13 @@
 #include <string.h>
 
 #include "core/ptrmap.h"
-#include "graph/build.h"
+#include "engine/build.h"
 
 typedef wgml_tensor T;
 
 /* ---------------------------------------------------------------- the pass */
 
-/* The op table gives each op its rule (graph/ops.c), or says why it has none. */
+/* The op table gives each op its rule (ops/table.c), or says why it has none. */
 static bool has_rule(const T *t)
 {
     if (t->op == WGML_OP_VIEW) return t->view_kind != WGML_VIEW_OTHER;

@@ -1,7 +1,7 @@
 /*
  * philox.h — Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as
  * 1, 2, 3", SC11), the counter-based generator behind wgml's random ops, and the CPU
- * reference of those ops (graph/random.c builds them, kernels/random.wgsl runs them) that
+ * reference of those ops (ops/random.c builds them, ops/random.wgsl runs them) that
  * the tests compare with.
  *
  * The counter mapping (wgml.h says the same to users): a random op of n elements made when

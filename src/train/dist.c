@@ -111,7 +111,7 @@ static int mpi_load(void)
 #endif
 
 #include "core/api_lock.h"
-#include "graph/executor.h"
+#include "engine/executor.h"
 
 #define DEFAULT_BUCKET_FLOATS (4u << 20)
 

@@ -1,0 +1,24 @@
+/* Gather and scatter with i32 indices (ops/gather.c): the internal nodes behind
+   wgml_index_select, wgml_embedding and wgml_index_add, and their launch builders. */
+#ifndef WGML_GRAPH_GATHER_H
+#define WGML_GRAPH_GATHER_H
+
+#include "core/context.h"
+
+struct wgml_launch;
+
+/* index_add into zeros of `shape` (index_select's gradient): y[.., idx[i], ..] += src[.., i, ..]
+   along `axis` (not negative), with src of shape `shape` but idx's length along the axis. */
+wgml_tensor *wgml_index_add_zeros(wgml_context *ctx, int ndim, const int64_t *shape, int axis, wgml_tensor *idx,
+                                  wgml_tensor *src);
+
+/* idx (1-D, i32, contiguous) sorted stably by value: [2, n] i32, the sorted values (an index
+   outside [0, len) as len) then their positions. index_add sums in this order. */
+wgml_tensor *wgml_index_sort(wgml_context *ctx, wgml_tensor *idx, int64_t len);
+
+/* the launches of the INDEX_SELECT, INDEX_SORT and INDEX_ADD entries (ops.h's wgml_build_fn) */
+wgml_status wgml_build_index_select(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
+wgml_status wgml_build_index_sort(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
+wgml_status wgml_build_index_add(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
+
+#endif

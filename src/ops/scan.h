@@ -1,0 +1,12 @@
+/* Cumulative sums and rotary position embedding (ops/scan.c): the build functions
+   of their KERNEL entries in the op table. The public constructors are in wgml.h. */
+#ifndef WGML_GRAPH_ROPE_CUMSUM_H
+#define WGML_GRAPH_ROPE_CUMSUM_H
+
+#include "core/context.h"
+
+struct wgml_launch;
+wgml_status wgml_build_cumsum(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
+wgml_status wgml_build_rope(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
+
+#endif

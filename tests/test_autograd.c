@@ -6,7 +6,7 @@
  * the output's shape (so the upstream gradient is not all ones); the inputs are leaves marked
  * with wgml_requires_grad; wgml_backward(L); wgml_grad(x) is read. On the CPU the same L is
  * computed in double by src/cpu/ref.h, the reference every GPU op is tested against (the
- * elementwise ops through their op table entries' references, wgml_op_table[op].ref), and
+ * elementwise ops through their op table entries' references, wgml_op_table[op]->ref), and
  * dL/dx_i = (L(x + h e_i) - L(x - h e_i)) / 2h, h = 1e-3, perturbing the float inputs
  * converted to double. The unary and binary ops checked are those of the op table with a
  * gradient rule. Gradients must agree to a relative error of 1e-3 (floor
@@ -27,7 +27,7 @@
 
 #include "cpu/ref.h"
 #include "engine/build.h"
-#include "engine/op.h"
+#include "ops/table.h"
 #include "harness.h"
 
 
@@ -89,10 +89,10 @@ typedef struct gcase {
 } gcase;
 
 /* the op table's name of op */
-static const char *op_name(int op) { return wgml_op_table[op].name; }
+static const char *op_name(int op) { return wgml_op_table[op]->name; }
 
 /* an op of the table of this kind with a gradient rule */
-static int has_rule(int op, wgml_op_kind kind) { return wgml_op_table[op].kind == kind && wgml_op_table[op].vjp; }
+static int has_rule(int op, wgml_op_kind kind) { return wgml_op_table[op]->kind == kind && wgml_op_table[op]->vjp; }
 
 /* where a unary op's derivative jumps: 1 at 0, 2 at the clamp bounds (0: nowhere) */
 static int unary_kink(int op) { return op == WGML_OP_ABS || op == WGML_OP_RELU ? 1 : op == WGML_OP_CLAMP ? 2 : 0; }
@@ -107,8 +107,8 @@ static void unary_range(int op, double *lo, double *hi)
         [WGML_OP_TANH] = {-2.5, 2.5}, [WGML_OP_SIGMOID] = {-4, 4}, [WGML_OP_GELU] = {-3, 3},
         [WGML_OP_SILU] = {-4, 4},
     };
-    *lo = own[op][0] != own[op][1] ? own[op][0] : fmax(-2, wgml_op_table[op].test.lo[0]);
-    *hi = own[op][0] != own[op][1] ? own[op][1] : fmin(2, wgml_op_table[op].test.hi[0]);
+    *lo = own[op][0] != own[op][1] ? own[op][0] : fmax(-2, wgml_op_table[op]->test.lo[0]);
+    *hi = own[op][0] != own[op][1] ? own[op][1] : fmin(2, wgml_op_table[op]->test.hi[0]);
 }
 
 static const char *const act_names[] = {"none", "relu", "gelu", "silu", "gelu_exact"};
@@ -160,7 +160,7 @@ static int cpu_view(const view *v, darr *a, double *out)
 static double ref_at(int op, double a, double b, double c)
 {
     const double in[3] = {a, b, c};
-    return wgml_op_table[op].ref(in);
+    return wgml_op_table[op]->ref(in);
 }
 
 /* a and b stretched to their broadcast shape (out's; its values in pa and pb) */

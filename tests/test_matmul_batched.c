@@ -24,7 +24,7 @@
 #include "cpu/ref.h"
 #include "engine/executor.h"
 #include "ops/matmul/matmul.h"
-#include "engine/op.h"
+#include "ops/table.h"
 #include "harness.h"
 
 #define MM_TOL 1e-5

@@ -10,6 +10,7 @@
 
 #include "cpu/ref.h"
 #include "engine/build.h"
+#include "ops/table.h"
 #include "harness.h"
 
 static void input_gradients_match_reference(void)

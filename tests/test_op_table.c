@@ -31,7 +31,7 @@
 #include "ops/attention/attention.h"
 #include "engine/build.h"
 #include "ops/gather.h"
-#include "engine/op.h"
+#include "ops/table.h"
 #include "harness.h"
 
 #define TINY 1e-30
@@ -45,7 +45,9 @@
 
 static const char *const enum_name[WGML_OP_COUNT] = {
 #define ENUM_NAME(e) [WGML_OP_##e] = "WGML_OP_" #e,
-    WGML_OPS(ENUM_NAME)
+#define ENUM_NAME2(e, fn, api) ENUM_NAME(e)
+    WGML_OPS(ENUM_NAME, ENUM_NAME2)
+#undef ENUM_NAME2
 #undef ENUM_NAME
 };
 static const char *const kind_name[WGML_KIND_COUNT] = {
@@ -54,17 +56,23 @@ static const char *const kind_name[WGML_KIND_COUNT] = {
     [WGML_KIND_MATMUL] = "MATMUL",   [WGML_KIND_CUSTOM] = "CUSTOM", [WGML_KIND_KERNEL] = "KERNEL",
 };
 
-/* the public constructors, from the same lists build.c expands */
+/* the public constructors, from the same list ops/elementwise.c expands */
 typedef wgml_tensor *(*unary_fn)(wgml_context *, wgml_tensor *);
 typedef wgml_tensor *(*binary_fn)(wgml_context *, wgml_tensor *, wgml_tensor *);
 static const struct { int op; unary_fn fn; const char *name; } public_unary[] = {
-#define PUB_UNARY(e, f) {WGML_OP_##e, wgml_##f, "wgml_" #f},
-    WGML_UNARY_API(PUB_UNARY)
+#define PUB_UNARY(e, f, api) PUB_UNARY_##api(e, f)
+#define PUB_UNARY_UNARY(e, f) {WGML_OP_##e, wgml_##f, "wgml_" #f},
+#define PUB_UNARY_BINARY(e, f)
+#define PUB_UNARY_NONE(e, f)
+    WGML_ELEMENTWISE_OPS(PUB_UNARY)
 #undef PUB_UNARY
 };
 static const struct { int op; binary_fn fn; wgml_binary_op bop; const char *name; } public_binary[] = {
-#define PUB_BINARY(e, f) {WGML_OP_##e, wgml_##f, WGML_##e, "wgml_" #f},
-    WGML_BINARY_API(PUB_BINARY)
+#define PUB_BINARY(e, f, api) PUB_BINARY_##api(e, f)
+#define PUB_BINARY_BINARY(e, f) {WGML_OP_##e, wgml_##f, WGML_##e, "wgml_" #f},
+#define PUB_BINARY_UNARY(e, f)
+#define PUB_BINARY_NONE(e, f)
+    WGML_ELEMENTWISE_OPS(PUB_BINARY)
 #undef PUB_BINARY
 };
 
@@ -78,14 +86,14 @@ static int public_binary_op(int op)
 
 static const char *op_name(int op)
 {
-    return wgml_op_table[op].name ? wgml_op_table[op].name : enum_name[op];
+    return wgml_op_table[op]->name ? wgml_op_table[op]->name : enum_name[op];
 }
 
 /* ---------------------------------------------------------------- floors and scalars */
 
 /* |gpu - ref| <= tol * max(|ref|, floor): the entry's floor (ops.c says why it has one), else
    1e-30, a plain relative check */
-static double floor_of(int op) { return wgml_op_table[op].floor > 0 ? wgml_op_table[op].floor : TINY; }
+static double floor_of(int op) { return wgml_op_table[op]->floor > 0 ? wgml_op_table[op]->floor : TINY; }
 
 /* the scalars an entry with nscalars > 0 is run with, inside its test domain; a new such op
    without a line here fails (its constructor is also needed in ew_build) */
@@ -154,7 +162,7 @@ static void the_table_is_complete(void)
 {
     int bad_entries = 0;
     for (int op = 0; op < WGML_OP_COUNT; op++) {
-        const wgml_op_def *d = &wgml_op_table[op];
+        const wgml_op_def *d = wgml_op_table[op];
         int before = test_failures;
         const char *nm = op_name(op);
 #define ENTRY_FAIL(...)                                                   \
@@ -216,17 +224,17 @@ static void the_table_is_complete(void)
         if (d->kind == WGML_KIND_REDUCE || d->kind == WGML_KIND_ROW || d->kind == WGML_KIND_MATMUL || d->kind == WGML_KIND_KERNEL)
             if (!(d->test.lo[0] < d->test.hi[0])) ENTRY_FAIL("operand 0's test domain [%g, %g] is empty", d->test.lo[0], d->test.hi[0]);
         for (int o = 0; o < op; o++)
-            if (d->name && wgml_op_table[o].name && strcmp(d->name, wgml_op_table[o].name) == 0)
+            if (d->name && wgml_op_table[o]->name && strcmp(d->name, wgml_op_table[o]->name) == 0)
                 ENTRY_FAIL("the name \"%s\" is also %s's", d->name, enum_name[o]);
 #undef ENTRY_FAIL
         if (test_failures != before) bad_entries++;
     }
     for (int i = 0; i < N_OF(public_unary); i++)
-        if (wgml_op_table[public_unary[i].op].kind != WGML_KIND_UNARY)
-            FAILF("%s is in WGML_UNARY_API but %s is not UNARY", public_unary[i].name, enum_name[public_unary[i].op]);
+        if (wgml_op_table[public_unary[i].op]->kind != WGML_KIND_UNARY)
+            FAILF("%s is UNARY in WGML_ELEMENTWISE_OPS but %s is not UNARY", public_unary[i].name, enum_name[public_unary[i].op]);
     for (int i = 0; i < N_OF(public_binary); i++)
-        if (wgml_op_table[public_binary[i].op].kind != WGML_KIND_BINARY)
-            FAILF("%s is in WGML_BINARY_API but %s is not BINARY", public_binary[i].name, enum_name[public_binary[i].op]);
+        if (wgml_op_table[public_binary[i].op]->kind != WGML_KIND_BINARY)
+            FAILF("%s is BINARY in WGML_ELEMENTWISE_OPS but %s is not BINARY", public_binary[i].name, enum_name[public_binary[i].op]);
     fprintf(stderr, "  %d entries, %d incomplete\n", WGML_OP_COUNT, bad_entries);
 }
 
@@ -241,7 +249,7 @@ typedef struct ew_case {
 } ew_case;
 
 /* the tensor operands a case has */
-static int ew_ntensors(const ew_case *c) { return wgml_op_table[c->op].kind == WGML_KIND_BINARY && !c->side ? 2 : 1; }
+static int ew_ntensors(const ew_case *c) { return wgml_op_table[c->op]->kind == WGML_KIND_BINARY && !c->side ? 2 : 1; }
 
 /* the position of tensor operand k among the op's operands (its test domain) */
 static int ew_position(const ew_case *c, int k) { return c->side == 2 ? 1 : k; }
@@ -249,7 +257,7 @@ static int ew_position(const ew_case *c, int k) { return c->side == 2 ? 1 : k; }
 /* the reference's in[]: operands, then scalars */
 static int ew_inputs(const ew_case *c, double x, double y, double *in)
 {
-    const wgml_op_def *d = &wgml_op_table[c->op];
+    const wgml_op_def *d = wgml_op_table[c->op];
     int k = 0;
     if (d->kind == WGML_KIND_UNARY) in[k++] = x;
     else if (c->side == 1) in[k++] = x, in[k++] = c->s;
@@ -264,7 +272,7 @@ static double ew_ref(const ew_case *c, double x, double y)
 {
     double in[4];
     ew_inputs(c, x, y, in);
-    return wgml_op_table[c->op].ref(in);
+    return wgml_op_table[c->op]->ref(in);
 }
 
 /* how far the inputs are from the op's kinks (where its derivative jumps); a new op with a
@@ -284,7 +292,7 @@ static double ew_kink(const ew_case *c, double x, double y)
 /* the node of case c on tensors a (and b); NULL (and a FAIL) when this test cannot build it */
 static wgml_tensor *ew_build(wgml_context *ctx, const ew_case *c, wgml_tensor *a, wgml_tensor *b)
 {
-    const wgml_op_def *d = &wgml_op_table[c->op];
+    const wgml_op_def *d = wgml_op_table[c->op];
     if (c->side) {
         int bop = public_binary_op(c->op);
         if (bop < 0) {
@@ -319,7 +327,7 @@ static void ew_describe(char *out, size_t cap, const ew_case *c)
    numbers, none zero) */
 static wgml_tensor *ew_tensor(wgml_context *ctx, const ew_case *c, int k, float *x)
 {
-    if (!(wgml_op_table[c->op].i32_only >> ew_position(c, k) & 1)) return test_tensor(ctx, c->nd, c->sh, x);
+    if (!(wgml_op_table[c->op]->i32_only >> ew_position(c, k) & 1)) return test_tensor(ctx, c->nd, c->sh, x);
     int64_t n = test_numel(c->nd, c->sh);
     int32_t *v = malloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++) {
@@ -334,7 +342,7 @@ static wgml_tensor *ew_tensor(wgml_context *ctx, const ew_case *c, int k, float 
 
 static void ew_forward(wgml_context *ctx, const ew_case *c)
 {
-    const wgml_op_def *d = &wgml_op_table[c->op];
+    const wgml_op_def *d = wgml_op_table[c->op];
     int64_t n = test_numel(c->nd, c->sh);
     int nt = ew_ntensors(c);
     float *x[2] = {NULL, NULL};
@@ -376,7 +384,7 @@ static void every_elementwise_entry_matches_its_reference(void)
     int ran = 0;
     for (int op = 0; op < WGML_OP_COUNT; op++) {
         if (!wgml_op_is_elementwise(op)) continue;
-        if (!wgml_op_table[op].ref) continue; /* a FAIL of the completeness test */
+        if (!wgml_op_table[op]->ref) continue; /* a FAIL of the completeness test */
         for (int s = 0; s < N_OF(ew_shapes); s++) {
             ew_case c = {.op = op, .nd = ew_shapes[s].nd};
             memcpy(c.sh, ew_shapes[s].s, sizeof c.sh);
@@ -421,7 +429,7 @@ static void binary_ops_with_a_number_on_either_side(void)
     if (!ctx) return;
     static const struct { int nd; int64_t s[4]; } shapes[] = {{1, {7}}, {1, {4100}}, {3, {2, 3, 7}}};
     for (int i = 0; i < N_OF(public_binary); i++) {
-        const wgml_op_def *d = &wgml_op_table[public_binary[i].op];
+        const wgml_op_def *d = wgml_op_table[public_binary[i].op];
         for (int side = 1; side <= 2; side++)
             for (int s = 0; s < N_OF(shapes); s++) {
                 int other = side == 1 ? 1 : 0;
@@ -438,7 +446,7 @@ static void softplus_at_its_edges(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    const wgml_op_def *d = &wgml_op_table[WGML_OP_SOFTPLUS];
+    const wgml_op_def *d = wgml_op_table[WGML_OP_SOFTPLUS];
     const float x[8] = {INFINITY, -INFINITY, NAN, -30.0f, 80.0f, 0.0f, -80.0f, 30.0f};
     const double sp_m30 = 9.357622968840175e-14; /* log1p(exp(-30)) */
     /* the reference itself */
@@ -484,7 +492,7 @@ static void softplus_at_its_edges(void)
    moderate), or its first unit when the domain lies outside */
 static void fd_range(int op, int pos, double *lo, double *hi)
 {
-    const wgml_op_def *d = &wgml_op_table[op];
+    const wgml_op_def *d = wgml_op_table[op];
     *lo = fmax(d->test.lo[pos], -3.0);
     *hi = fmin(d->test.hi[pos], 3.0);
     if (!(*lo < *hi)) {
@@ -595,7 +603,7 @@ static void every_differentiable_elementwise_entry_has_the_right_gradient(void)
     if (!ctx) return;
     int ran = 0;
     for (int op = 0; op < WGML_OP_COUNT; op++) {
-        const wgml_op_def *d = &wgml_op_table[op];
+        const wgml_op_def *d = wgml_op_table[op];
         if (!wgml_op_is_elementwise(op) || !d->vjp || !d->ref) continue;
         for (int s = 0; s < N_OF(grad_shapes); s++) {
             ew_case c = {.op = op, .nd = grad_shapes[s].nd};
@@ -607,7 +615,7 @@ static void every_differentiable_elementwise_entry_has_the_right_gradient(void)
     /* the public binary ops with a number: the gradient of the tensor operand only */
     for (int i = 0; i < N_OF(public_binary); i++) {
         int op = public_binary[i].op;
-        if (!wgml_op_table[op].vjp) continue;
+        if (!wgml_op_table[op]->vjp) continue;
         for (int side = 1; side <= 2; side++) {
             double lo, hi;
             fd_range(op, side == 1 ? 1 : 0, &lo, &hi);
@@ -818,7 +826,7 @@ static double r_kink(const rcase *c, const double *x)
 
 static void run_rcase(wgml_context *ctx, const rcase *c)
 {
-    const wgml_op_def *d = &wgml_op_table[c->op];
+    const wgml_op_def *d = wgml_op_table[c->op];
     static float xf[MAXIN][MAXEL], wf[MAXEL];
     static double xd[MAXIN][MAXEL], out[MAXEL], want[MAXEL];
     double *dp[MAXIN] = {NULL};
@@ -938,7 +946,7 @@ static void every_kernel_entry_has_a_driver(void)
     if (!ctx) return;
     int ran = 0;
     for (int op = 0; op < WGML_OP_COUNT; op++) {
-        const wgml_op_def *d = &wgml_op_table[op];
+        const wgml_op_def *d = wgml_op_table[op];
         if (d->kind != WGML_KIND_REDUCE && d->kind != WGML_KIND_ROW && d->kind != WGML_KIND_MATMUL && d->kind != WGML_KIND_KERNEL)
             continue;
         double lo0 = d->test.lo[0], hi0 = d->test.hi[0], lo1 = d->test.lo[1], hi1 = d->test.hi[1];

@@ -1,6 +1,6 @@
-/* Graph building helpers shared by the op constructors, autograd and training. */
-#ifndef WGML_GRAPH_BUILD_H
-#define WGML_GRAPH_BUILD_H
+/* Nodes: what the op constructors (src/ops/), autograd and training record the graph with. */
+#ifndef WGML_ENGINE_BUILD_H
+#define WGML_ENGINE_BUILD_H
 
 #include "core/context.h"
 #include "engine/op.h"
@@ -15,6 +15,11 @@ wgml_tensor *wgml_check_input(wgml_context *ctx, wgml_tensor *t, const char *nam
    the error tensor. Host uploads carry their range and are checked here; indices made on the
    GPU are checked by the kernels that read them. */
 wgml_tensor *wgml_check_indices(wgml_context *ctx, const char *name, wgml_tensor *idx, int64_t len, const char *what);
+/* t's shape as text ("[2, 3]") into out, for messages */
+static inline void wgml_shape_str(char *out, size_t n, const wgml_tensor *t)
+{
+    wgml_format_shape(out, n, t->ndim, t->shape);
+}
 /* axis counted from the end when negative; -1 when out of range for ndim dimensions */
 int wgml_axis(int axis, int ndim);
 /* a itself when contiguous, else a contiguous copy; the caller owns one reference either way
@@ -29,19 +34,13 @@ wgml_tensor *wgml_node_consuming(wgml_context *ctx, wgml_op op, int ndim, const 
         wgml_tensor *bad_ = wgml_check_input((ctx), (t), (name), (role));  \
         if (bad_) return bad_;                                             \
     } while (0)
-wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b);
+/* a node of op over a, of a's shape */
 wgml_tensor *wgml_unary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a);
-/* The table's op of a public wgml_binary_op (WGML_OP_NONE when it is not one). */
-wgml_op wgml_binary_api_op(wgml_binary_op op);
+/* A view of a (WGML_OP_VIEW): shape, strides and offset into the buffer a reads; `kind`
+   (WGML_VIEW_*) says which movement made it, for its gradient. */
+wgml_tensor *wgml_view_node(wgml_context *ctx, wgml_tensor *a, int ndim, const int64_t *shape, const int64_t *stride,
+                            int64_t offset, int kind);
 /* NumPy broadcast of two shapes into out; returns its rank or -1. */
 int wgml_broadcast_shapes(const wgml_tensor *a, const wgml_tensor *b, int64_t *out);
-
-/* logits [B, C], labels [B] (class indices as floats) -> per-row losses [B] */
-wgml_tensor *wgml_cross_entropy_rows(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels);
-/* d loss_rows / d logits [B, C], times the upstream gradient of each row g [B] */
-wgml_tensor *wgml_cross_entropy_grad(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels, wgml_tensor *g);
-/* d (layernorm or rmsnorm of x with weight w, which may be NULL) / d x, times the upstream
-   gradient g (x's shape): one row kernel */
-wgml_tensor *wgml_norm_grad(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *g, float eps, bool centred);
 
 #endif

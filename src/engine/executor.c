@@ -199,7 +199,7 @@ static void decide_fusion(wgml_context *ctx, wgml_executor *ex, node_list *order
 static wgml_status build_launch(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     *count = 1;
-    const wgml_op_def *d = &wgml_op_table[t->op];
+    const wgml_op_def *d = wgml_op_table[t->op];
     if (d->kind == WGML_KIND_UNARY || d->kind == WGML_KIND_BINARY) return wgml_build_fused(ctx, t, l);
     if (d->kind == WGML_KIND_CUSTOM) return ((const wgml_custom_op *)t->op_data)->build(ctx, t, l);
     if (d->build) return d->build(ctx, t, l, count);
@@ -466,7 +466,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         if (order.items[k]->dest) node_of(ex, order.items[k])->pinned = node_of(ex, order.items[k])->target = true;
     for (size_t k = 0; k < order.n; k++) { /* post-order: inputs are noted first */
         wgml_tensor *t = order.items[k];
-        if (wgml_op_table[t->op].constant) continue; /* passes no gradient (detach, argmax) */
+        if (wgml_op_table[t->op]->constant) continue; /* passes no gradient (detach, argmax) */
         for (int i = 0; i < t->nsrc && !node_of(ex, t)->grad_path; i++)
             node_of(ex, t)->grad_path = carries_grad(ex, t->src[i]);
     }
@@ -514,7 +514,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             wgml_launch *l = &plan[built];
             *l = ls[c];
             node[built++] = t;
-            if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s", wgml_op_table[t->op].name);
+            if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s", wgml_op_table[t->op]->name);
             st = wgml_check_launch(ctx, l);
             for (int b = 0; b < l->nbuffers; b++)
                 if (l->buffers[b] && l->buffers[b] != t && l->buffers[b]->op != WGML_OP_NONE) node_of(ex, l->buffers[b])->uses++;

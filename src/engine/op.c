@@ -8,7 +8,7 @@
 
 void wgml_op_expand(wgml_sbuf *b, int op, const char *const *operands, const char *const *scalars)
 {
-    for (const char *p = wgml_op_table[op].wgsl; p && *p;) {
+    for (const char *p = wgml_op_table[op]->wgsl; p && *p;) {
         if ((p[0] == '%' || p[0] == '#') && (p[1] == '0' || p[1] == '1')) {
             wgml_sbuf_put(b, "%s", p[0] == '%' ? operands[p[1] - '0'] : scalars[p[1] - '0']);
             p += 2;

@@ -1,15 +1,12 @@
 /*
- * The op table: one entry per op (ops/table.c), the single source of truth for the graph
- * builder, the fusion code generator, the matmul epilogue, the hand-written kernels' op codes,
- * autograd and the tests (which walk it).
- *
- * Adding an elementwise op: its line in WGML_OPS below, its entry in ops.c (WGSL, reference,
- * gradient rule, test domain), its declaration in wgml.h. Its public constructor is made from
- * its line (engine/build.c). A row or reduction op also adds its branch to its kernel, which
- * names it OP_<NAME> (the codes are generated from this list, never numbered by hand).
+ * The op type: what the engine knows of an op, its entry (name, kind, arity, the dtypes it
+ * takes, its launch builder, gradient rule, test domain). The entries live with their
+ * families (src/ops/, one file per family, its kernel beside it); ops/table.c lists them by
+ * code. The engine reads entries and calls an op only through their pointers: it never
+ * includes a family's header or names an op besides its own three below.
  */
-#ifndef WGML_GRAPH_OPS_H
-#define WGML_GRAPH_OPS_H
+#ifndef WGML_ENGINE_OP_H
+#define WGML_ENGINE_OP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,40 +26,11 @@ typedef enum wgml_op_kind {
     WGML_KIND_COUNT
 } wgml_op_kind;
 
-/* Every op, X(ENUM); its entry in ops.c says the rest. Unary and binary ops with public
-   constructors are also listed by WGML_UNARY_API and WGML_BINARY_API (ENUM, function name),
-   which build.c expands. */
-#define WGML_OPS(X)                                                                   \
-    X(NONE) X(VIEW)                                                                   \
-    X(COPY) X(DETACH) X(CAST_F32) X(CAST_I32)                                                   \
-    X(NEG) X(ABS) X(EXP) X(LOG) X(SQRT) X(RSQRT) X(TANH) X(SIGMOID) X(RELU)           \
-    X(GELU) X(SILU) X(SOFTPLUS) X(CLAMP) X(ERF) X(GELU_EXACT) X(SIN) X(COS)           \
-    X(RELU_GRAD) X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)             \
-    X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) X(MASKED_FILL)                                \
-    X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)                                 \
-    X(SOFTMAX) X(LOG_SOFTMAX) X(LAYERNORM) X(RMSNORM) X(LAYERNORM_GRAD) X(RMSNORM_GRAD) X(CROSS_ENTROPY) X(CROSS_ENTROPY_GRAD) \
-    X(INDEX_SELECT) X(INDEX_SORT) X(INDEX_ADD) X(CUMSUM) X(ROPE)                      \
-    X(MATMUL) X(CONCAT) X(ATTENTION) X(ATTENTION_GRAD) X(OPTIM_STEP)                  \
-    X(RAND) X(RANDN) X(DROPOUT)
-
-#define WGML_UNARY_API(X)                                                        \
-    X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RSQRT, rsqrt) \
-    X(TANH, tanh) X(SIGMOID, sigmoid) X(RELU, relu) X(GELU, gelu) X(SILU, silu)  \
-    X(SOFTPLUS, softplus) X(ERF, erf) X(GELU_EXACT, gelu_exact) X(SIN, sin) X(COS, cos)
-
-#define WGML_BINARY_API(X)                                                       \
-    X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(POW, pow) X(MAXIMUM, maximum) \
-    X(MINIMUM, minimum) X(EQ, eq) X(NE, ne) X(LT, lt) X(LE, le) X(GT, gt) X(GE, ge)
-
-typedef enum wgml_op {
-#define WGML_OP_ENUM(e) WGML_OP_##e,
-    WGML_OPS(WGML_OP_ENUM)
-#undef WGML_OP_ENUM
-    WGML_OP_COUNT
-} wgml_op;
-
-_Static_assert((int)WGML_OP_NONE == (int)WGML_TENSOR_STORAGE && (int)WGML_OP_VIEW == (int)WGML_TENSOR_VIEW,
-               "core's two ops come first");
+/* The ops the engine itself names: storage and views (core's two) and the contiguous copy that
+   materialises a view. Every other op's code comes from its family's list (ops/table.h); the
+   engine reaches it only through its entry. */
+enum { WGML_OP_NONE = WGML_TENSOR_STORAGE, WGML_OP_VIEW = WGML_TENSOR_VIEW, WGML_OP_COPY, WGML_OP_ENGINE_COUNT };
+typedef int wgml_op; /* an op's code: its index in wgml_op_table */
 
 /* Fills the launches of node t (engine/launch.h: l points at WGML_MAX_NODE_LAUNCHES of them,
    l[0] zeroed, *count 1 on entry; a builder that fills more sets each one whole, copying l[0]
@@ -101,6 +69,10 @@ typedef struct wgml_op_def {
     const char *no_grad; /* or why it has none (autograd reports it; the tests require one of the two) */
     bool constant;       /* with no_grad: constant almost everywhere (argmax, comparisons, casts to
                             i32), so backward passes nothing through it, as PyTorch, instead of failing */
+    bool compares;       /* a comparison: i32 operands are compared as their f32 values (exact below 2^24) */
+    bool recompute;      /* cheap to compute again from inputs a backward keeps anyway (an activation,
+                            a norm): a matmul's gradient recomputes such an operand rather than
+                            holding it from the forward */
     struct {
         double lo[2], hi[2]; /* operand k of a test is drawn from [lo[k], hi[k]] */
     } test;
@@ -108,25 +80,25 @@ typedef struct wgml_op_def {
     double floor; /* 0, or where results near 0 carry the rounding of larger terms (ops.c says why) */
 } wgml_op_def;
 
-extern const wgml_op_def wgml_op_table[WGML_OP_COUNT];
+/* Every op's entry by code, and how many: declared here, defined by the ops layer
+   (ops/table.c, from the families' lists). The one thing the engine takes from above it
+   (scripts/check_layers.py's SEAMS). */
+extern const wgml_op_def *const wgml_op_table[];
+extern const int wgml_op_count;
 
 static inline bool wgml_op_is_elementwise(int op)
 {
-    return wgml_op_table[op].kind == WGML_KIND_UNARY || wgml_op_table[op].kind == WGML_KIND_BINARY;
+    return wgml_op_table[op]->kind == WGML_KIND_UNARY || wgml_op_table[op]->kind == WGML_KIND_BINARY;
 }
 
 /* The scalars node t passes to its kernel (clamp's bounds, a binary op's number). */
 static inline int wgml_op_scalars(const wgml_tensor *t)
 {
-    const wgml_op_def *d = &wgml_op_table[t->op];
+    const wgml_op_def *d = wgml_op_table[t->op];
     return d->nscalars + (d->kind == WGML_KIND_BINARY && t->nsrc == 1);
 }
 
-/* Appends WGSL `const OP_<NAME> = <code>u;` for every op to b: the codes the hand-written
-   kernels switch on (ops/reduce.c puts them before a kernel's source). */
 struct wgml_sbuf;
-void wgml_op_codes_put(struct wgml_sbuf *b);
-
 /* Appends op's WGSL expression to b, %k replaced by operands[k] and #k by scalars[k] (WGSL
    expressions). The fused kernels and the matmul epilogue both write their ops through here. */
 void wgml_op_expand(struct wgml_sbuf *b, int op, const char *const *operands, const char *const *scalars);

@@ -41,6 +41,9 @@
 #include "engine/build.h"
 #include "engine/executor.h"
 #include "kernels/wgsl_sources.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
 
 /* ---------------------------------------------------------------- checks */
 
@@ -325,3 +328,35 @@ wgml_status wgml_build_index_add(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     *count = 3;
     return WGML_OK;
 }
+
+/* ---------------------------------------------------------------- gradient rules and entries */
+
+typedef wgml_tensor T;
+
+/* index_select: each entry goes back where it came from, summed where an index repeats
+   (index_add into zeros, deterministic); none to the indices (nor to an i32 table) */
+static wgml_status vjp_index_select(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    if (a->dtype == WGML_F32) gin[0] = wgml_index_add_zeros(c, a->ndim, a->shape, t->iparam[0], t->src[1], g);
+    return WGML_OK;
+}
+
+/* index_add's operands are src, idx, its sort, then a (absent: zeros): g itself to a, g's
+   entries at the indices to src */
+static wgml_status vjp_index_add(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_index_select(c, g, t->iparam[0], t->src[1]);
+    if (t->nsrc > 3) gin[3] = g;
+    return WGML_OK;
+}
+
+/* gather and scatter (ops/gather.c): a gather copies bits; index_add's sums of terms up
+   to 10 of both signs cancel (as sum's) */
+WGML_OP_ENTRY(INDEX_SELECT) = {.name = "index_select", .kind = WGML_KIND_KERNEL, .arity = 2, .build = wgml_build_index_select,
+                          .vjp = vjp_index_select, .any_dtype = 1, .i32_only = 2, .out = WGML_OUT_SAME, DOMAIN(-10, 10, 0, 0), .tol = 0};
+WGML_OP_ENTRY(INDEX_SORT) = {.name = "index_sort", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_index_sort,
+                        .i32_only = 1, .out = WGML_OUT_I32, .no_grad = "made by index_add only (integer positions)",
+                        DOMAIN(0, 300, 0, 0), .tol = 0};
+WGML_OP_ENTRY(INDEX_ADD) = {.name = "index_add", .kind = WGML_KIND_KERNEL, .arity = 4, .build = wgml_build_index_add,
+                       .vjp = vjp_index_add, .i32_only = 6, DOMAIN(-10, 10, -10, 10), ARITH, FLOOR(10)};

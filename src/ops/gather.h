@@ -4,6 +4,10 @@
 #define WGML_GRAPH_GATHER_H
 
 #include "core/context.h"
+#include "engine/op.h"
+
+/* its ops, X(ENUM) (ops/table.h) */
+#define WGML_GATHER_OPS(X) X(INDEX_SELECT) X(INDEX_SORT) X(INDEX_ADD)
 
 struct wgml_launch;
 

@@ -10,6 +10,9 @@
 #include "engine/build.h"
 #include "engine/executor.h"
 #include "ops/join.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
 
 /* the output's shape, or an error tensor naming the first input that does not fit */
 static wgml_tensor *check_join(wgml_context *ctx, const char *name, int n, wgml_tensor *const *ts, int axis, int *ax_out,
@@ -198,3 +201,19 @@ wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_
     free(sizes);
     return st;
 }
+
+/* ---------------------------------------------------------------- gradient rules and entries */
+
+typedef wgml_tensor T;
+
+/* each input gets its window of g along the axis */
+static wgml_status vjp_concat(wgml_context *c, T *t, T *g, T **gin)
+{
+    int ax = t->iparam[0];
+    int64_t at = 0;
+    for (int k = 0; k < t->nsrc; at += t->src[k++]->shape[ax]) gin[k] = wgml_slice(c, g, ax, at, at + t->src[k]->shape[ax], 1);
+    return WGML_OK;
+}
+
+WGML_OP_ENTRY(CONCAT) = {.name = "concat", .kind = WGML_KIND_KERNEL, .arity = WGML_MAX_SRC, .build = wgml_build_concat, .vjp = vjp_concat,
+                    .any_dtype = 0xff, .out = WGML_OUT_SAME, DOMAIN(-10, 10, -10, 10), ARITH};

@@ -18,6 +18,9 @@
 #include "engine/build.h"
 #include "engine/executor.h"
 #include "kernels/wgsl_sources.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
 
 /* a context's seed until wgml_manual_seed: PyTorch's default seed */
 #define DEFAULT_SEED 67280421310721ull
@@ -99,7 +102,7 @@ static wgml_tensor *bad_shape(wgml_context *ctx, const char *name, int ndim, con
 static wgml_tensor *random_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc, wgml_tensor **src)
 {
     rng *r = rng_of(ctx);
-    if (!r) return wgml_tensor_error(ctx, ctx->rt.status, "%s: %s", wgml_op_table[op].name, ctx->rt.message);
+    if (!r) return wgml_tensor_error(ctx, ctx->rt.status, "%s: %s", wgml_op_table[op]->name, ctx->rt.message);
     wgml_tensor *t = wgml_node(ctx, op, ndim, shape, nsrc, src);
     if (!t || t->status) return t;
     uint32_t w[4] = {(uint32_t)r->seed, (uint32_t)(r->seed >> 32), (uint32_t)r->offset, (uint32_t)(r->offset >> 32)};
@@ -324,6 +327,26 @@ wgml_status wgml_build_random(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     memcpy(l->params, &p, sizeof p);
     l->params_size = sizeof p;
     l->loop_trips = 10 + 4 + 4; /* Philox rounds, dropout's lanes, the stores */
-    snprintf(l->what, sizeof l->what, "%s of %llu elements", wgml_op_table[t->op].name, (unsigned long long)n);
+    snprintf(l->what, sizeof l->what, "%s of %llu elements", wgml_op_table[t->op]->name, (unsigned long long)n);
     return WGML_OK;
 }
+
+/* ---------------------------------------------------------------- gradient rules and entries */
+
+typedef wgml_tensor T;
+
+/* the same mask and scale on g: a dropout node with t's counters */
+static wgml_status vjp_dropout(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_dropout_like(c, g, t);
+    return WGML_OK;
+}
+
+/* random numbers (ops/random.c): rand's values and dropout's products are exact; randn's
+   r cos t near 0 carries the absolute rounding of r (up to 5.8) times a few 1e-7 */
+WGML_OP_ENTRY(RAND) = {.name = "rand", .kind = WGML_KIND_KERNEL, .build = wgml_build_random, DOMAIN(-2, 2, 0, 0), ARITH,
+                  .no_grad = "random numbers depend on no input"};
+WGML_OP_ENTRY(RANDN) = {.name = "randn", .kind = WGML_KIND_KERNEL, .build = wgml_build_random, DOMAIN(-2, 2, 0, 0), ARITH, FLOOR(1),
+                   .no_grad = "random numbers depend on no input"};
+WGML_OP_ENTRY(DROPOUT) = {.name = "dropout", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_random, .vjp = vjp_dropout,
+                     DOMAIN(-10, 10, 0, 0), ARITH};

@@ -4,6 +4,10 @@
 #define WGML_GRAPH_RANDOM_H
 
 #include "core/context.h"
+#include "engine/op.h"
+
+/* its ops, X(ENUM) (ops/table.h) */
+#define WGML_RANDOM_OPS(X) X(RAND) X(RANDN) X(DROPOUT)
 
 struct wgml_launch;
 /* t [n] -> one launch of ops/random.wgsl, a thread per Philox block of 4 elements */

@@ -1,7 +1,8 @@
 /*
- * Launch builders for the hand-written kernels of src/kernels/: reductions along an axis and
- * row ops along the last axis. Each fills the kernel's parameter block (the Params struct at
- * the top of its .wgsl file) and its buffers in binding order.
+ * Reductions along an axis (sum, mean, max, argmax, min, argmin; var and std composed of
+ * them): constructors, gradient rules, entries and the launch builder of ops/reduce.wgsl,
+ * which fills the kernel's parameter block (the Params struct at the top of the .wgsl file)
+ * and its buffers in binding order.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,10 @@
 #include "engine/executor.h"
 #include "ops/matmul/matmul.h"
 #include "ops/reduce.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
+#include "engine/build.h"
 #include "kernels/wgsl_sources.h"
 
 /* reduce.wgsl switches on the op's code, P.op: the codes of the reductions it knows */
@@ -24,9 +29,6 @@ wgml_status wgml_reduce_pipeline(wgml_context *ctx, wgml_launch *l)
              WGML_OP_SUM, WGML_OP_MEAN, WGML_OP_MAX, WGML_OP_ARGMAX, WGML_OP_MIN, WGML_OP_ARGMIN);
     return wgml_kernel_pipeline_variant(ctx, "reduce", 0, header, l);
 }
-
-static void put_u32(wgml_launch *l, int i, uint32_t v) { memcpy(l->params + 4 * i, &v, 4); }
-static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, &v, 4); }
 
 /* Axis elements each thread folds, at most, before a long axis is split over workgroups: a
    GPU wants more than one workgroup per output when there are few outputs, and lavapipe's
@@ -76,7 +78,7 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l->buffers[0] = wgml_tensor_base(x);
     l->buffers[1] = t;
     l->nbuffers = 2;
-    snprintf(l->what, sizeof l->what, "%s over %llu elements", wgml_op_table[t->op].name, (unsigned long long)len);
+    snprintf(l->what, sizeof l->what, "%s over %llu elements", wgml_op_table[t->op]->name, (unsigned long long)len);
     /* columns (a long axis of short rows: a bias's gradient sums [rows, N] over rows): one
        workgroup per output would read the axis inner elements apart, a sector per value;
        instead threads along inner fold chunks of the axis into partials, and then those */
@@ -135,96 +137,124 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     return WGML_OK;
 }
 
-/* Row units kept in registers per thread, in floats: rows of up to 256 * 32 = 8192 floats are
-   read from memory once; longer ones are read again by each pass. */
-#define ROW_CACHE_FLOATS 32
+/* ---------------------------------------------------------------- constructors */
 
-/* The row kernel specialised by the header that ops/row.wgsl expects: its unit
-   width (vec4 or f32), op, weight/bias flags, team size and register cache; those are its
-   variant key. The losses bind the GPU error flags after the output. */
-static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, bool v4, uint32_t team,
-                                uint32_t k, bool cached, wgml_launch *l)
+static wgml_tensor *reduce(wgml_context *ctx, wgml_op op, wgml_tensor *a, int axis, int keepdim)
 {
-    bool loss = op == WGML_OP_CROSS_ENTROPY || op == WGML_OP_CROSS_ENTROPY_GRAD;
-    uint32_t key[7] = {WGML_KEY_ROW, op, flags, v4, team, k, cached};
-    if ((l->pipeline = wgml_pipeline_find(ctx, key, 7))) return WGML_OK;
-    const char *body = wgml_wgsl_find("row");
-    if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel row is not built in");
-    wgml_sbuf b = {0};
-    wgml_op_codes_put(&b);
-    wgml_sbuf_put(&b,
-                  "alias V = %s;\nalias U = %s;\nconst VW = %uu;\nconst LANES = %s;\n"
-                  "alias WV = %s;\nconst OP = %uu;\nconst FLAGS = %uu;\nconst TEAM = %uu;\n"
-                  "const CACHED = %s;\nconst K = %uu;\n",
-                  v4 ? "vec4<f32>" : "f32", v4 ? "vec4<u32>" : "u32", v4 ? 4u : 1u,
-                  v4 ? "vec4<u32>(0u, 1u, 2u, 3u)" : "0u",
-                  v4 && !loss ? "vec4<f32>" : "f32", /* losses: one label, gradient per row */
-                  op, flags, team, cached ? "true" : "false", k);
-    if (loss)
-        wgml_sbuf_put(&b, "@group(0) @binding(5) var<storage, read_write> gpu_errors: array<atomic<u32>, 4>;\n"
-                          "fn flag_label(row: u32) {\n"
-                          "    atomicOr(&gpu_errors[0], %uu);\n"
-                          "    atomicMax(&gpu_errors[1], 0xffffffffu - row);\n}\n",
-                      (unsigned)WGML_GPU_ERROR_LABEL);
-    else
-        wgml_sbuf_put(&b, "fn flag_label(row: u32) {}\n");
-    wgml_sbuf_put(&b, "%s", body);
-    l->pipeline = wgml_pipeline_add(ctx, key, 7, wgml_sbuf_take(&b), true);
-    return l->pipeline ? WGML_OK : ctx->rt.status;
+    const char *name = wgml_op_table[op]->name;
+    CHECK_INPUT(ctx, a, name, "a");
+    int ax = wgml_axis(axis, a->ndim);
+    if (ax < 0 || ax >= a->ndim) {
+        char s[128];
+        wgml_shape_str(s, sizeof s, a);
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: axis %d is out of range for shape %s",
+                                 name, axis, s);
+    }
+    int64_t shape[WGML_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (d != ax) shape[n++] = a->shape[d];
+        else if (keepdim) shape[n++] = 1;
+    }
+    if (n == 0) shape[n++] = 1;
+    wgml_tensor *c = wgml_as_contiguous(ctx, a);
+    if (!c) return NULL;
+    wgml_tensor *t = wgml_node_consuming(ctx, op, n, shape, 1, &c);
+    if (t) t->iparam[0] = ax;
+    return t;
 }
 
-/* x [rows, n], weight [n], bias [n] -> y [rows, n] */
-wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_SUM, a, axis, keepdim); }
+
+wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MEAN, a, axis, keepdim); }
+
+wgml_tensor *wgml_max(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MAX, a, axis, keepdim); }
+
+wgml_tensor *wgml_argmax(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_ARGMAX, a, axis, keepdim); }
+
+wgml_tensor *wgml_min(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_MIN, a, axis, keepdim); }
+
+wgml_tensor *wgml_argmin(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim) { return reduce(ctx, WGML_OP_ARGMIN, a, axis, keepdim); }
+
+static wgml_tensor *reduce_all(wgml_context *ctx, wgml_op op, wgml_tensor *a)
 {
-    wgml_tensor *x = t->src[0];
-    bool loss = t->op == WGML_OP_CROSS_ENTROPY || t->op == WGML_OP_CROSS_ENTROPY_GRAD;
-    bool grad = t->op == WGML_OP_LAYERNORM_GRAD || t->op == WGML_OP_RMSNORM_GRAD;
-    int has_w = !loss && t->iparam[0], has_b = !loss && !grad && t->iparam[1];
-    /* losses: labels take the weight's binding, row gradients the bias's; the norms' gradients:
-       the upstream gradient [rows, n] takes the bias's */
-    wgml_tensor *w = loss ? t->src[1] : has_w ? t->src[1] : x;
-    wgml_tensor *b = t->op == WGML_OP_CROSS_ENTROPY_GRAD || grad ? t->src[2] : has_b ? t->src[1 + has_w] : x;
-    int64_t n = x->shape[x->ndim - 1], rows = x->numel / n;
-    uint32_t op = (uint32_t)t->op, flags = (uint32_t)(has_w | (has_b << 1));
-    /* vec4 loads and stores when every row, the weight and the bias start on a multiple of 4
-       floats (losses read w and b per row, as f32); cross-entropy writes one f32 per row */
-    bool v4 = n % 4 == 0 && x->offset % 4 == 0 && t->op != WGML_OP_CROSS_ENTROPY &&
-              (loss || (w->offset % 4 == 0 && b->offset % 4 == 0));
-    int64_t vw = v4 ? 4 : 1, nu = n / vw;
-    /* threads per row: the fewest powers of two that give each thread at most 4 units, so
-       short rows share workgroups instead of leaving most of their threads idle (and, on a
-       CPU adapter, waiting at every barrier: 128 rows of 32 took lavapipe 27 ms with 256) */
-    uint32_t team = 1;
-    while (team < 256 && (int64_t)team * 4 < nu) team *= 2;
-    int64_t per = (nu + team - 1) / team; /* units per thread */
-    bool cached = per * vw <= ROW_CACHE_FLOATS;
-    uint32_t k = 1;
-    while (cached && k < per) k *= 2; /* powers of two: few variants */
-    wgml_status st = row_pipeline(ctx, op, flags, v4, team, k, cached, l);
-    if (st) return st;
-    uint32_t gx = wgml_grid(ctx, ((uint64_t)rows + 256 / team - 1) / (256 / team), l->groups);
-    /* up to four passes over a row's units, the team reductions' loops, the cached loads */
-    l->loop_trips = 4 * (uint64_t)(cached ? k : per) + 128;
-    snprintf(l->what, sizeof l->what, "%s of rows of %lld", wgml_op_table[t->op].name, (long long)n);
-    put_u32(l, 0, (uint32_t)rows);
-    put_u32(l, 1, (uint32_t)n);
-    put_u32(l, 4, (uint32_t)x->offset);
-    put_u32(l, 5, (uint32_t)w->offset);
-    put_u32(l, 6, (uint32_t)b->offset);
-    put_u32(l, 7, gx);
-    put_f32(l, 8, t->fparam[0]);
-    put_f32(l, 9, -INFINITY);
-    put_f32(l, 10, NAN);
-    l->params_size = 48;
-    l->buffers[0] = wgml_tensor_base(x);
-    l->buffers[1] = wgml_tensor_base(w);
-    l->buffers[2] = wgml_tensor_base(b);
-    l->buffers[3] = t;
-    l->nbuffers = 4;
-    if (loss) {
-        if (!(l->raw[4] = wgml_gpu_errors_buffer(ctx)))
-            return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "no GPU memory for the error flags");
-        l->nbuffers = 5;
+    CHECK_INPUT(ctx, a, wgml_op_table[op]->name, "a");
+    wgml_tensor *flat = wgml_reshape(ctx, a, 1, &a->numel);
+    if (!flat || flat->status) return flat;
+    flat->user_held = false; /* the reduction's reference keeps it */
+    wgml_tensor *t = reduce(ctx, op, flat, 0, 0);
+    wgml_tensor_unref(flat);
+    return t;
+}
+
+wgml_tensor *wgml_sum_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_SUM, a); }
+
+wgml_tensor *wgml_mean_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MEAN, a); }
+
+wgml_tensor *wgml_max_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MAX, a); }
+
+wgml_tensor *wgml_min_all(wgml_context *ctx, wgml_tensor *a) { return reduce_all(ctx, WGML_OP_MIN, a); }
+
+/* sum((a - mean)^2) / (n - correction) along the axis: the table's ops, so its gradient is theirs */
+wgml_tensor *wgml_var(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim)
+{
+    CHECK_INPUT(ctx, a, "var", "a");
+    int ax = wgml_axis(axis, a->ndim);
+    if (ax < 0 || ax >= a->ndim || correction < 0) {
+        char s[128];
+        wgml_shape_str(s, sizeof s, a);
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "var: axis %d or correction %d is out of range for shape %s",
+                                 axis, correction, s);
     }
+    wgml_scope_begin(ctx);
+    wgml_tensor *d = wgml_sub(ctx, a, wgml_mean(ctx, a, ax, 1));
+    /* n <= correction: NaN, as NumPy and PyTorch give (a division by zero or less) */
+    double n = (double)a->shape[ax] - correction;
+    wgml_tensor *v = wgml_binary_scalar(ctx, WGML_MUL, wgml_sum(ctx, wgml_mul(ctx, d, d), ax, keepdim), n > 0 ? (float)(1.0 / n) : NAN);
+    wgml_keep(v);
+    wgml_scope_end(ctx);
+    return v;
+}
+
+wgml_tensor *wgml_std(wgml_context *ctx, wgml_tensor *a, int axis, int correction, int keepdim)
+{
+    return wgml_sqrt(ctx, wgml_var(ctx, a, axis, correction, keepdim));
+}
+
+/* ---------------------------------------------------------------- gradient rules */
+
+typedef wgml_tensor T;
+
+static wgml_status vjp_sum(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    int ax = t->iparam[0];
+    T *e = wgml_rule_expand_reduced(c, g, a, ax);
+    gin[0] = t->op == WGML_OP_MEAN ? wgml_rule_scal(c, WGML_DIV, e, (float)a->shape[ax]) : e;
     return WGML_OK;
 }
+
+/* to the maxima (minima), split equally among ties (as torch.amax); a row holding NaN shares it
+   over every element */
+static wgml_status vjp_max(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0];
+    int ax = t->iparam[0];
+    T *te = wgml_rule_expand_reduced(c, t, a, ax); /* top: 1 where a equals the extremum */
+    T *top = wgml_scalar_binary(c, WGML_SUB, 1.0f, wgml_rule_positive(c, t->op == WGML_OP_MIN ? wgml_sub(c, a, te) : wgml_sub(c, te, a)));
+    T *share = wgml_div(c, wgml_rule_expand_reduced(c, g, a, ax), wgml_sum(c, top, ax, 1));
+    gin[0] = wgml_rule_relu_grad(c, top, share);
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- entries */
+
+/* sums of terms of both signs up to 10 cancel to near 0; the rounding scales with the terms (mean as sum) */
+WGML_OP_ENTRY(SUM) = {.name = "sum", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)};
+WGML_OP_ENTRY(MEAN) = {.name = "mean", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)};
+WGML_OP_ENTRY(MAX) = {.name = "max", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH};
+WGML_OP_ENTRY(ARGMAX) = {.name = "argmax", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
+                    .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)", .constant = true};
+WGML_OP_ENTRY(MIN) = {.name = "min", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH};
+WGML_OP_ENTRY(ARGMIN) = {.name = "argmin", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
+                    .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)", .constant = true};

@@ -1,11 +1,13 @@
-/* Reductions along an axis and the row ops along the last axis (ops/reduce.c). */
+/* Reductions along an axis (ops/reduce.c). */
 #ifndef WGML_OPS_REDUCE_H
 #define WGML_OPS_REDUCE_H
 
 #include "engine/executor.h"
 
+/* its ops, X(ENUM) (ops/table.h) */
+#define WGML_REDUCE_OPS(X) X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)
+
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
-wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
 /* The "reduce" kernel's pipeline into l (split K's sum of partials takes it too). */
 wgml_status wgml_reduce_pipeline(wgml_context *ctx, wgml_launch *l);
 /* Fills l (whose pipeline is the "reduce" kernel's) to sum x [outer, len, inner] at element

@@ -11,6 +11,9 @@
 
 #include "engine/build.h"
 #include "engine/executor.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
 
 /* ---------------------------------------------------------------- cumsum */
 
@@ -203,3 +206,30 @@ wgml_status wgml_build_rope(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, i
     *count = n;
     return WGML_OK;
 }
+
+/* ---------------------------------------------------------------- gradient rules and entries */
+
+typedef wgml_tensor T;
+
+/* d/da_j of sum_i g_i cumsum(a)_i is the sum of g_i over i >= j: the cumsum of the other direction */
+static wgml_status vjp_cumsum(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_cumsum(c, g, t->iparam[0], !t->iparam[1]);
+    return WGML_OK;
+}
+
+/* a rotation's transpose is the rotation by the opposite angle */
+static wgml_status vjp_rope(wgml_context *c, T *t, T *g, T **gin)
+{
+    wgml_rope_desc d = {.pos_offset = t->iparam[0], .base = t->fparam[0], .interleaved = t->iparam[1], .inverse = !t->iparam[2]};
+    gin[0] = wgml_rope_ex(c, g, &d);
+    return WGML_OK;
+}
+
+/* running sums cancel as sums do (floor as sum); i32 too, wrapping */
+WGML_OP_ENTRY(CUMSUM) = {.name = "cumsum", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_cumsum, .vjp = vjp_cumsum,
+                    .any_dtype = 1, .out = WGML_OUT_SAME, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)};
+/* x1 cos - x2 sin cancels to near 0 on O(1) inputs; the angle's f32 rounding (~6e-8 of
+   it) grows with the position (tests/test_rope_cumsum.c) */
+WGML_OP_ENTRY(ROPE) = {.name = "rope", .kind = WGML_KIND_KERNEL, .arity = 1, .build = wgml_build_rope, .vjp = vjp_rope,
+                  DOMAIN(-2, 2, 0, 0), TRANSC, FLOOR(1)};

@@ -4,6 +4,10 @@
 #define WGML_GRAPH_ROPE_CUMSUM_H
 
 #include "core/context.h"
+#include "engine/op.h"
+
+/* its ops, X(ENUM) (ops/table.h) */
+#define WGML_SCAN_OPS(X) X(CUMSUM) X(ROPE)
 
 struct wgml_launch;
 wgml_status wgml_build_cumsum(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);

@@ -3,6 +3,7 @@
  * ops/row.wgsl) and mean squared error composed from elementwise ops.
  */
 #include "engine/build.h"
+#include "ops/cross_entropy.h"
 
 wgml_tensor *wgml_cross_entropy(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels)
 {

@@ -23,6 +23,7 @@
 #include "core/api_lock.h"
 #include "engine/build.h"
 #include "engine/executor.h"
+#include "ops/table.h"
 
 #define SLOT_ALIGN 64 /* floats: 256 bytes, enough for any storage-offset alignment */
 

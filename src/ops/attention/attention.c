@@ -44,6 +44,9 @@
 #include "ops/attention/attention.h"
 #include "engine/build.h"
 #include "engine/tuning.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
 
 #define MAX_HEAD_DIM 128
 /* the kernels' variant bits (wgml_attn_kernel's pre): the forward's next K tile loaded early, its
@@ -361,3 +364,11 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     *count = 3;
     return WGML_OK;
 }
+
+/* ---------------------------------------------------------------- gradient rules and entries */
+
+/* sums over S keys and D dims of products of [-2, 2] values, as matmul's */
+WGML_OP_ENTRY(ATTENTION) = {.name = "attention", .kind = WGML_KIND_KERNEL, .arity = 3, .build = wgml_build_attention,
+                       .vjp = wgml_vjp_attention, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};
+WGML_OP_ENTRY(ATTENTION_GRAD) = {.name = "attention_grad", .kind = WGML_KIND_KERNEL, .arity = 5, .build = wgml_build_attention_grad,
+                            DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1), .no_grad = "made by backward only (no second derivatives)"};

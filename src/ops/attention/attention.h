@@ -6,6 +6,10 @@
 #define WGML_GRAPH_ATTENTION_H
 
 #include <stdbool.h>
+#include "engine/op.h"
+
+/* its ops, X(ENUM) (ops/table.h) */
+#define WGML_ATTENTION_OPS(X) X(ATTENTION) X(ATTENTION_GRAD)
 
 #include "engine/executor.h"
 

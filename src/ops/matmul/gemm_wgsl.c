@@ -23,14 +23,22 @@
 #include "core/sbuf.h"
 #include "ops/matmul/gemm_bindings.h"
 #include "ops/matmul/matmul.h"
-#include "engine/op.h"
+#include "ops/table.h"
 #include "kernels/wgsl_sources.h"
 
 /* the op of the table whose WGSL each activation applies: the same text as the fused ops */
-static const int act_op[] = {
-    [WGML_ACT_NONE] = WGML_OP_COPY, [WGML_ACT_RELU] = WGML_OP_RELU,
-    [WGML_ACT_GELU] = WGML_OP_GELU, [WGML_ACT_SILU] = WGML_OP_SILU, [WGML_ACT_GELU_EXACT] = WGML_OP_GELU_EXACT,
+const int wgml_matmul_act_op[] = {
+#define WGML_ACT_OP(a, op) [WGML_ACT_##a] = WGML_OP_##op,
+    WGML_MATMUL_ACTS(WGML_ACT_OP)
+#undef WGML_ACT_OP
 };
+#define WGML_ACT_ONE(a, op) +1
+const int wgml_matmul_act_count = 0 WGML_MATMUL_ACTS(WGML_ACT_ONE);
+/* the list's activations are WGML_ACT_NONE.. with no gap, so the count bounds a valid one */
+_Static_assert(sizeof wgml_matmul_act_op / sizeof *wgml_matmul_act_op == 0 WGML_MATMUL_ACTS(WGML_ACT_ONE),
+               "WGML_MATMUL_ACTS numbers the activations 0.. without a gap");
+#undef WGML_ACT_ONE
+#define act_op wgml_matmul_act_op
 
 /* b_f16: B is stored as IEEE halves (cached weights uploaded with f16 = 1); every read of it
    converts to f32 (F16_OPEN / F16_CLOSE around the read), the math stays f32 */

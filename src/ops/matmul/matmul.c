@@ -21,6 +21,9 @@
 #include "engine/executor.h"
 #include "ops/matmul/matmul.h"
 #include "ops/reduce.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
 
 /* ---------------------------------------------------------------- the op */
 
@@ -60,7 +63,7 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
     if (a->ndim < 2 || a->ndim > WGML_MAX_DIMS || b->ndim < 2 || b->ndim > WGML_MAX_DIMS)
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: operands must have 2 to %d dims, got %s and %s",
                                  WGML_MAX_DIMS, sa, sb);
-    if ((int)d.activation < 0 || d.activation > WGML_ACT_GELU_EXACT)
+    if ((int)d.activation < 0 || (int)d.activation >= wgml_matmul_act_count)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
     if (d.f16_math < 0 || d.f16_math > WGML_F16_MATH_MATRIX)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
@@ -407,3 +410,67 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     }
     return WGML_OK;
 }
+
+/* ---------------------------------------------------------------- gradient rules and entries */
+
+typedef wgml_tensor T;
+
+static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->src[1];
+    bool ta = t->iparam[5], tb = t->iparam[6]; /* as the caller gave them */
+    int act = t->iparam[2];
+    float alpha = t->fparam[0];
+    T *gz = g;
+    if (act == WGML_ACT_RELU) gz = wgml_rule_relu_grad(c, t, g); /* relu'(z) = (out > 0) */
+    else if (act != WGML_ACT_NONE) {
+        wgml_matmul_desc pre = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .bias = t->iparam[3] ? t->src[2] : NULL};
+        T *z = wgml_matmul_ex(c, a, b, &pre); /* recompute the pre-activation */
+        /* the activation's own rule, on a node of it over z (its rule reads z; the node
+           itself is never evaluated) */
+        T *y = wgml_unary_node(c, wgml_matmul_act_op[act], z);
+        T *gy[1] = {NULL};
+        wgml_status st = y && !y->status ? wgml_op_table[y->op]->vjp(c, y, g, gy) : WGML_ERROR_INVALID_ARGUMENT;
+        if (y) wgml_tensor_free(y);
+        if (st) return st;
+        gz = gy[0];
+    }
+    if (t->iparam[3]) gin[2] = wgml_rule_sum_rows(c, gz);
+    T *gzs = alpha != 1.0f ? wgml_rule_scal(c, WGML_MUL, gz, alpha) : gz;
+    /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is; over the batch's
+       leading dims, each broadcast as the forward's were */
+    wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
+    gin[0] = ta ? wgml_matmul_ex(c, b, gzs, &da) : wgml_matmul_ex(c, gzs, b, &da);
+    wgml_matmul_desc db = tb ? (wgml_matmul_desc){.trans_a = 1, .trans_b = ta} : (wgml_matmul_desc){.trans_a = !ta};
+    /* A the lazy output of a cheap op whose inputs the backward keeps anyway (an MLP's
+       activation, whose own gradient reads its input; a norm, whose gradient reads its input):
+       computed again for B's gradient rather than kept, so that A is freed after the forward
+       matmul (the GELU's output and the norms' outputs of a GPT-2 block: the nanoGPT-sized
+       step's peak went from 3,258 to 2,922 MiB, docs/MEASUREMENTS.md) */
+    if (wgml_op_table[a->op]->recompute && a->nsrc >= 1 && !a->buf && !a->dest) {
+        T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
+        if (again) {
+            memcpy(again->fparam, a->fparam, sizeof a->fparam);
+            memcpy(again->iparam, a->iparam, sizeof a->iparam);
+            a = again;
+        }
+    }
+    int64_t K = t->iparam[4], N = t->shape[t->ndim - 1];
+    if (t->ndim > 2 && b->numel == K * N && !ta && a->numel * N == t->numel * K && wgml_is_contiguous(a)) {
+        /* B shared by the whole batch (a layer's weight) and A not broadcast: the batch's sum
+           is the GEMM's own, A's and gZ's rows flattened into its K (views), rather than a
+           gradient per matrix of the batch summed after */
+        int64_t af[2] = {a->numel / K, K}, gf[2] = {t->numel / N, N};
+        T *a2 = wgml_reshape(c, a, 2, af), *g2 = wgml_reshape(c, gzs, 2, gf);
+        gin[1] = wgml_reshape(c, tb ? wgml_matmul_ex(c, g2, a2, &db) : wgml_matmul_ex(c, a2, g2, &db), b->ndim, b->shape);
+    } else {
+        gin[1] = tb ? wgml_matmul_ex(c, gzs, a, &db) : wgml_matmul_ex(c, a, gzs, &db);
+    }
+    /* an operand broadcast along a leading dim (missing or 1) gets the sum along it */
+    if (gin[0]) gin[0] = wgml_rule_unbroadcast(c, gin[0], a);
+    if (gin[1]) gin[1] = wgml_rule_unbroadcast(c, gin[1], b);
+    return WGML_OK;
+}
+
+/* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
+WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};

@@ -6,6 +6,18 @@
 
 #include "engine/executor.h"
 #include "ops/matmul/gemm_sgmat_wgsl.h"
+#include "engine/op.h"
+
+/* its ops, X(ENUM) (ops/table.h) */
+#define WGML_MATMUL_OPS(X) X(MATMUL)
+
+/* The epilogue activations, X(ACT, OP): wgml.h's WGML_ACT_<ACT> applies op OP's WGSL (the
+   fused kernels' text), and its gradient is OP's rule. act_op (ops/matmul/gemm_wgsl.c) is made
+   from this list; a WGML_ACT_ missing from it fails to compile. */
+#define WGML_MATMUL_ACTS(X) X(NONE, COPY) X(RELU, RELU) X(GELU, GELU) X(SILU, SILU) X(GELU_EXACT, GELU_EXACT)
+/* the elementwise op of each activation, by WGML_ACT_ */
+extern const int wgml_matmul_act_op[];
+extern const int wgml_matmul_act_count;
 
 typedef struct wgml_gemm_config {
     int tm, tn, bk;     /* per-thread tile TM x TN (16x16 threads), K-slice depth */

@@ -59,10 +59,26 @@ static wgml_status vjp_cross_entropy(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- launch */
+
+/* ops/cross_entropy.wgsl: logits [rows, n], a label per row, and for the gradient the upstream
+   gradient per row (x bound in its place for the loss); a label that is not a class index is
+   flagged in the GPU error flags */
+static wgml_status build_cross_entropy(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+{
+    wgml_tensor *x = t->src[0];
+    bool grad = t->op == WGML_OP_CROSS_ENTROPY_GRAD;
+    wgml_row_kernel rk = {.kernel = "cross_entropy",
+                          .codes = {{"CROSS_ENTROPY", WGML_OP_CROSS_ENTROPY}, {"CROSS_ENTROPY_GRAD", WGML_OP_CROSS_ENTROPY_GRAD}},
+                          .op = t->op, .x = x, .w = t->src[1], .b = grad ? t->src[2] : x, .per_row = true,
+                          .scalar_out = !grad, .errors = true, .eps = t->fparam[0]};
+    return wgml_row_launch(ctx, t, &rk, l);
+}
+
 /* ---------------------------------------------------------------- entries */
 
-WGML_OP_ENTRY(CROSS_ENTROPY) = {.name = "cross_entropy", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 2, .vjp = vjp_cross_entropy,
+WGML_OP_ENTRY(CROSS_ENTROPY) = {.name = "cross_entropy", .kind = WGML_KIND_ROW, .build = build_cross_entropy, .arity = 2, .vjp = vjp_cross_entropy,
                            DOMAIN(-20, 20, 0, 0), TRANSC};
 /* softmax - 1 cancels at the label where its probability is near 1 */
-WGML_OP_ENTRY(CROSS_ENTROPY_GRAD) = {.name = "cross_entropy_grad", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 3, DOMAIN(-20, 20, -2, 2), TRANSC, FLOOR(1e-2),
+WGML_OP_ENTRY(CROSS_ENTROPY_GRAD) = {.name = "cross_entropy_grad", .kind = WGML_KIND_ROW, .build = build_cross_entropy, .arity = 3, DOMAIN(-20, 20, -2, 2), TRANSC, FLOOR(1e-2),
                                 .no_grad = "made by backward only (no second derivatives)"};

@@ -63,13 +63,31 @@ static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- launch */
+
+/* ops/norm.wgsl: x [rows, n], weight [n] and bias [n] (x bound for a missing one), or for a
+   gradient the weight and the upstream gradient [rows, n] */
+static wgml_status build_norm(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+{
+    wgml_tensor *x = t->src[0];
+    bool grad = t->op == WGML_OP_LAYERNORM_GRAD || t->op == WGML_OP_RMSNORM_GRAD;
+    int has_w = t->iparam[0], has_b = !grad && t->iparam[1];
+    wgml_row_kernel rk = {.kernel = "norm",
+                          .codes = {{"LAYERNORM", WGML_OP_LAYERNORM}, {"RMSNORM", WGML_OP_RMSNORM},
+                                    {"LAYERNORM_GRAD", WGML_OP_LAYERNORM_GRAD}, {"RMSNORM_GRAD", WGML_OP_RMSNORM_GRAD}},
+                          .op = t->op, .flags = (uint32_t)(has_w | (has_b << 1)), .x = x,
+                          .w = has_w ? t->src[1] : x, .b = grad ? t->src[2] : has_b ? t->src[1 + has_w] : x,
+                          .eps = t->fparam[0]};
+    return wgml_row_launch(ctx, t, &rk, l);
+}
+
 /* ---------------------------------------------------------------- entries */
 
 /* O(1) outputs: (x - mean) r w + b may cancel to near 0 (~1e-6 absolute); rmsnorm as layernorm */
-WGML_OP_ENTRY(LAYERNORM) = {.name = "layernorm", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 3, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
-WGML_OP_ENTRY(RMSNORM) = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 2, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
+WGML_OP_ENTRY(LAYERNORM) = {.name = "layernorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
+WGML_OP_ENTRY(RMSNORM) = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 2, .vjp = vjp_norm, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
 /* one row kernel for a norm's input gradient: x, its weight, the upstream gradient */
-WGML_OP_ENTRY(LAYERNORM_GRAD) = {.name = "layernorm_grad", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
+WGML_OP_ENTRY(LAYERNORM_GRAD) = {.name = "layernorm_grad", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
                             .no_grad = "made by backward only (no second derivatives)"};
-WGML_OP_ENTRY(RMSNORM_GRAD) = {.name = "rmsnorm_grad", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
+WGML_OP_ENTRY(RMSNORM_GRAD) = {.name = "rmsnorm_grad", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
                           .no_grad = "made by backward only (no second derivatives)"};

@@ -1,6 +1,7 @@
 /*
  * What the row ops (softmax, the norms, cross-entropy: along the last axis, a team of threads
- * per row) share: the constructor's checks and the launch of ops/row.wgsl.
+ * per row) share: the constructor's checks and the launch of a row kernel, which is the
+ * shared ops/row.wgsl followed by the op family's own bindings and main.
  */
 #include "ops/row.h"
 
@@ -12,7 +13,6 @@
 #include "core/sbuf.h"
 #include "engine/build.h"
 #include "kernels/wgsl_sources.h"
-#include "ops/table.h"
 
 wgml_tensor *wgml_row_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *weight,
                            wgml_tensor *bias, float eps)
@@ -59,57 +59,47 @@ static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, 
    read from memory once; longer ones are read again by each pass. */
 #define ROW_CACHE_FLOATS 32
 
-/* The row kernel specialised by the header that ops/row.wgsl expects: its unit
-   width (vec4 or f32), op, weight/bias flags, team size and register cache; those are its
-   variant key. The losses bind the GPU error flags after the output. */
-static wgml_status row_pipeline(wgml_context *ctx, uint32_t op, uint32_t flags, bool v4, uint32_t team,
+/* The row kernel specialised by its header (ops/row.wgsl says what it expects): its unit
+   width (vec4 or f32), op, weight/bias flags, team size and register cache, which are its
+   variant key with the op (each kernel serves its own ops). */
+static wgml_status row_pipeline(wgml_context *ctx, const wgml_row_kernel *rk, uint32_t flags, bool v4, uint32_t team,
                                 uint32_t k, bool cached, wgml_launch *l)
 {
-    bool loss = op == WGML_OP_CROSS_ENTROPY || op == WGML_OP_CROSS_ENTROPY_GRAD;
-    uint32_t key[7] = {WGML_KEY_ROW, op, flags, v4, team, k, cached};
+    uint32_t key[7] = {WGML_KEY_ROW, (uint32_t)rk->op, flags, v4, team, k, cached};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 7))) return WGML_OK;
-    const char *body = wgml_wgsl_find("row");
-    if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel row is not built in");
+    const char *shared = wgml_wgsl_find("row"), *body = wgml_wgsl_find(rk->kernel);
+    if (!shared || !body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel %s is not built in", rk->kernel);
     wgml_sbuf b = {0};
-    wgml_op_codes_put(&b);
+    for (int i = 0; i < WGML_ROW_MAX_OPS && rk->codes[i].name; i++)
+        wgml_sbuf_put(&b, "const OP_%s = %du;\n", rk->codes[i].name, rk->codes[i].op);
     wgml_sbuf_put(&b,
                   "alias V = %s;\nalias U = %s;\nconst VW = %uu;\nconst LANES = %s;\n"
                   "alias WV = %s;\nconst OP = %uu;\nconst FLAGS = %uu;\nconst TEAM = %uu;\n"
                   "const CACHED = %s;\nconst K = %uu;\n",
                   v4 ? "vec4<f32>" : "f32", v4 ? "vec4<u32>" : "u32", v4 ? 4u : 1u,
                   v4 ? "vec4<u32>(0u, 1u, 2u, 3u)" : "0u",
-                  v4 && !loss ? "vec4<f32>" : "f32", /* losses: one label, gradient per row */
-                  op, flags, team, cached ? "true" : "false", k);
-    if (loss)
-        wgml_sbuf_put(&b, "@group(0) @binding(5) var<storage, read_write> gpu_errors: array<atomic<u32>, 4>;\n"
+                  v4 && !rk->per_row ? "vec4<f32>" : "f32", /* one value per row: f32 */
+                  (unsigned)rk->op, flags, team, cached ? "true" : "false", k);
+    if (rk->errors)
+        wgml_sbuf_put(&b, "@group(0) @binding(%d) var<storage, read_write> gpu_errors: array<atomic<u32>, 4>;\n"
                           "fn flag_label(row: u32) {\n"
                           "    atomicOr(&gpu_errors[0], %uu);\n"
                           "    atomicMax(&gpu_errors[1], 0xffffffffu - row);\n}\n",
-                      (unsigned)WGML_GPU_ERROR_LABEL);
+                      3 + (rk->w != NULL) + (rk->b != NULL), (unsigned)WGML_GPU_ERROR_LABEL);
     else
         wgml_sbuf_put(&b, "fn flag_label(row: u32) {}\n");
-    wgml_sbuf_put(&b, "%s", body);
+    wgml_sbuf_put(&b, "%s%s", shared, body);
     l->pipeline = wgml_pipeline_add(ctx, key, 7, wgml_sbuf_take(&b), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
 }
 
-/* x [rows, n], weight [n], bias [n] -> y [rows, n] */
-wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+wgml_status wgml_row_launch(wgml_context *ctx, wgml_tensor *t, const wgml_row_kernel *rk, wgml_launch *l)
 {
-    wgml_tensor *x = t->src[0];
-    bool loss = t->op == WGML_OP_CROSS_ENTROPY || t->op == WGML_OP_CROSS_ENTROPY_GRAD;
-    bool grad = t->op == WGML_OP_LAYERNORM_GRAD || t->op == WGML_OP_RMSNORM_GRAD;
-    int has_w = !loss && t->iparam[0], has_b = !loss && !grad && t->iparam[1];
-    /* losses: labels take the weight's binding, row gradients the bias's; the norms' gradients:
-       the upstream gradient [rows, n] takes the bias's */
-    wgml_tensor *w = loss ? t->src[1] : has_w ? t->src[1] : x;
-    wgml_tensor *b = t->op == WGML_OP_CROSS_ENTROPY_GRAD || grad ? t->src[2] : has_b ? t->src[1 + has_w] : x;
+    wgml_tensor *x = rk->x, *w = rk->w ? rk->w : x, *b = rk->b ? rk->b : x;
     int64_t n = x->shape[x->ndim - 1], rows = x->numel / n;
-    uint32_t op = (uint32_t)t->op, flags = (uint32_t)(has_w | (has_b << 1));
     /* vec4 loads and stores when every row, the weight and the bias start on a multiple of 4
-       floats (losses read w and b per row, as f32); cross-entropy writes one f32 per row */
-    bool v4 = n % 4 == 0 && x->offset % 4 == 0 && t->op != WGML_OP_CROSS_ENTROPY &&
-              (loss || (w->offset % 4 == 0 && b->offset % 4 == 0));
+       floats (w and b of one value per row are read as f32) */
+    bool v4 = n % 4 == 0 && x->offset % 4 == 0 && !rk->scalar_out && (rk->per_row || (w->offset % 4 == 0 && b->offset % 4 == 0));
     int64_t vw = v4 ? 4 : 1, nu = n / vw;
     /* threads per row: the fewest powers of two that give each thread at most 4 units, so
        short rows share workgroups instead of leaving most of their threads idle (and, on a
@@ -120,7 +110,7 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, in
     bool cached = per * vw <= ROW_CACHE_FLOATS;
     uint32_t k = 1;
     while (cached && k < per) k *= 2; /* powers of two: few variants */
-    wgml_status st = row_pipeline(ctx, op, flags, v4, team, k, cached, l);
+    wgml_status st = row_pipeline(ctx, rk, rk->flags, v4, team, k, cached, l);
     if (st) return st;
     uint32_t gx = wgml_grid(ctx, ((uint64_t)rows + 256 / team - 1) / (256 / team), l->groups);
     /* up to four passes over a row's units, the team reductions' loops, the cached loads */
@@ -132,19 +122,18 @@ wgml_status wgml_build_row(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, in
     put_u32(l, 5, (uint32_t)w->offset);
     put_u32(l, 6, (uint32_t)b->offset);
     put_u32(l, 7, gx);
-    put_f32(l, 8, t->fparam[0]);
+    put_f32(l, 8, rk->eps);
     put_f32(l, 9, -INFINITY);
     put_f32(l, 10, NAN);
     l->params_size = 48;
-    l->buffers[0] = wgml_tensor_base(x);
-    l->buffers[1] = wgml_tensor_base(w);
-    l->buffers[2] = wgml_tensor_base(b);
-    l->buffers[3] = t;
-    l->nbuffers = 4;
-    if (loss) {
-        if (!(l->raw[4] = wgml_gpu_errors_buffer(ctx)))
-            return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "no GPU memory for the error flags");
-        l->nbuffers = 5;
-    }
+    /* the kernel's bindings: x, then w and b where it has them, y, the error flags */
+    int nb = 0;
+    l->buffers[nb++] = wgml_tensor_base(x);
+    if (rk->w) l->buffers[nb++] = wgml_tensor_base(w);
+    if (rk->b) l->buffers[nb++] = wgml_tensor_base(b);
+    l->buffers[nb++] = t;
+    if (rk->errors && !(l->raw[nb++] = wgml_gpu_errors_buffer(ctx)))
+        return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "no GPU memory for the error flags");
+    l->nbuffers = nb;
     return WGML_OK;
 }

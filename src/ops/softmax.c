@@ -31,8 +31,18 @@ static wgml_status vjp_log_softmax(wgml_context *c, T *t, T *g, T **gin) /* g - 
     return WGML_OK;
 }
 
+/* ---------------------------------------------------------------- launch */
+
+/* ops/softmax.wgsl over the rows of x, no weight */
+static wgml_status build_softmax(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+{
+    wgml_row_kernel rk = {.kernel = "softmax", .codes = {{"SOFTMAX", WGML_OP_SOFTMAX}, {"LOG_SOFTMAX", WGML_OP_LOG_SOFTMAX}},
+                          .op = t->op, .x = t->src[0]};
+    return wgml_row_launch(ctx, t, &rk, l);
+}
+
 /* ---------------------------------------------------------------- entries */
 
-WGML_OP_ENTRY(SOFTMAX) = {.name = "softmax", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), TRANSC};
+WGML_OP_ENTRY(SOFTMAX) = {.name = "softmax", .kind = WGML_KIND_ROW, .build = build_softmax, .arity = 1, .vjp = vjp_softmax, DOMAIN(-20, 20, 0, 0), TRANSC};
 /* x - max - log(sum): the row's largest entry is near 0 after cancelling terms up to 40 */
-WGML_OP_ENTRY(LOG_SOFTMAX) = {.name = "log_softmax", .kind = WGML_KIND_ROW, .build = wgml_build_row, .arity = 1, .vjp = vjp_log_softmax, DOMAIN(-20, 20, 0, 0), TRANSC, FLOOR(1)};
+WGML_OP_ENTRY(LOG_SOFTMAX) = {.name = "log_softmax", .kind = WGML_KIND_ROW, .build = build_softmax, .arity = 1, .vjp = vjp_log_softmax, DOMAIN(-20, 20, 0, 0), TRANSC, FLOOR(1)};

@@ -5,8 +5,6 @@
 #include "ops/entry.h"
 #include "ops/table.h"
 
-#include "core/sbuf.h"
-
 /* a node whose launch its creator supplies (engine/executor.h's wgml_custom_op) */
 WGML_OP_ENTRY(OPTIM_STEP) = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
                         .no_grad = "an optimiser's update, not a function of the loss"};
@@ -20,15 +18,3 @@ const wgml_op_def *const wgml_op_table[] = {
 };
 _Static_assert(sizeof wgml_op_table / sizeof *wgml_op_table == WGML_OP_COUNT, "an entry per code");
 const int wgml_op_count = WGML_OP_COUNT;
-
-void wgml_op_codes_put(wgml_sbuf *b)
-{
-    static const char *const names[] = {
-#define WGML_OP_NAME(e) [WGML_OP_##e] = "OP_" #e,
-#define WGML_OP_NAME2(e, fn, api) WGML_OP_NAME(e)
-        WGML_OPS(WGML_OP_NAME, WGML_OP_NAME2)
-#undef WGML_OP_NAME
-#undef WGML_OP_NAME2
-    };
-    for (int i = 0; i < WGML_OP_COUNT; i++) wgml_sbuf_put(b, "const %s = %du;\n", names[i], i);
-}

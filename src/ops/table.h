@@ -50,9 +50,4 @@ WGML_OPS(WGML_OP_DECLARE, WGML_OP_DECLARE2)
 #undef WGML_OP_DECLARE
 #undef WGML_OP_DECLARE2
 
-/* Appends WGSL `const OP_<NAME> = <code>u;` for every op to b: the codes a hand-written
-   kernel that serves several ops switches on. */
-struct wgml_sbuf;
-void wgml_op_codes_put(struct wgml_sbuf *b);
-
 #endif

@@ -71,8 +71,8 @@ bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t)
     return ex && node_of(ex, t)->kind == SCHED_FUSED;
 }
 
-#define MAX_FUSED_LEAVES 8
-#define MAX_FUSED_SCALARS 128 /* fusion.c's MAX_SCALARS */
+#define MAX_FUSED_LEAVES WGML_FUSED_MAX_LEAVES
+#define MAX_FUSED_SCALARS WGML_FUSED_MAX_SCALARS
 
 typedef struct node_list {
     wgml_tensor **items;
@@ -413,6 +413,7 @@ static wgml_status keep_tape(wgml_context *ctx, wgml_tensor *t)
     memcpy(s->src, t->src, sizeof s->src);
     memcpy(s->fparam, t->fparam, sizeof s->fparam);
     memcpy(s->iparam, t->iparam, sizeof s->iparam);
+    memcpy(s->params, t->params, sizeof s->params);
     s->op_data = t->op_data;
     s->view_kind = t->view_kind;
     s->range_known = t->range_known;

@@ -47,6 +47,11 @@ wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *target
 /* Evaluates t (and what it needs) and copies it to host in the same submit. */
 wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host);
 
+/* A fused kernel's most distinct inputs and scalars: the plan cuts a bigger tree (executor.c)
+   before the generator (fusion.c) would run out of room. */
+#define WGML_FUSED_MAX_LEAVES 8
+#define WGML_FUSED_MAX_SCALARS 128
+
 /* The elementwise kinds' builder (engine/fusion.c): fills `launch` for the fused tree rooted
    at node `root`, whose inputs are already planned. Other kinds build through their entry. */
 wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *launch);

@@ -21,8 +21,8 @@
 #include "engine/tuning.h"
 #include "kernels/wgsl_sources.h"
 
-#define MAX_LEAVES 8
-#define MAX_SCALARS 128
+#define MAX_LEAVES WGML_FUSED_MAX_LEAVES
+#define MAX_SCALARS WGML_FUSED_MAX_SCALARS
 #define WORKGROUP 256
 
 enum { LEAF_CONTIG, LEAF_SCALAR, LEAF_STRIDED };
@@ -119,12 +119,13 @@ static uint32_t operand(gen *g, wgml_tensor *s)
 static uint32_t lower(gen *g, wgml_tensor *t)
 {
     step st = {.op = (uint32_t)t->op, .arg = {NONE, NONE}, .scalar = NONE};
+    wgml_elementwise_params p = wgml_elementwise_params_of(t);
     if (wgml_op_table[t->op]->kind == WGML_KIND_BINARY && t->nsrc == 1) {
-        st.side = (uint32_t)t->iparam[0];
-        st.scalar = add_scalar(g, t->fparam[0]);
+        st.side = (uint32_t)p.side;
+        st.scalar = add_scalar(g, p.scalar[0]);
     }
     for (int i = 0; i < wgml_op_table[t->op]->nscalars; i++) { /* clamp's bounds */
-        uint32_t k = add_scalar(g, t->fparam[i]);
+        uint32_t k = add_scalar(g, p.scalar[i]);
         if (i == 0) st.scalar = k;
     }
     for (int i = 0; i < t->nsrc && i < 2; i++) st.arg[i] = operand(g, t->src[i]);

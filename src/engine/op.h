@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "core/tensor.h"
 
@@ -97,6 +98,28 @@ static inline int wgml_op_scalars(const wgml_tensor *t)
     const wgml_op_def *d = wgml_op_table[t->op];
     return d->nscalars + (d->kind == WGML_KIND_BINARY && t->nsrc == 1);
 }
+
+/* A family's typed node parameters: WGML_OP_PARAMS(wgml_norm_params, norm_params) defines
+   norm_params(t), which reads them from node t, and norm_params_set(t, p), which stores them
+   (in the tensor's params bytes; copied with the node wherever the engine copies one). */
+#define WGML_OP_PARAMS(type, fn)                                                                    \
+    _Static_assert(sizeof(type) <= WGML_OP_PARAMS_BYTES, #type " fits a node's parameters");       \
+    static inline type fn(const wgml_tensor *t)                                                    \
+    {                                                                                               \
+        type p;                                                                                     \
+        memcpy(&p, t->params, sizeof p);                                                            \
+        return p;                                                                                   \
+    }                                                                                               \
+    static inline void fn##_set(wgml_tensor *t, type p) { memcpy(t->params, &p, sizeof p); }
+
+/* An elementwise node's numbers, which the engine's fusion passes to the kernel: a binary op
+   given a number for an operand (side 1: a op s, 2: s op a; 0: two tensors) takes it as its
+   scalar[0]; clamp's bounds, masked_fill's value are scalar[0], scalar[1] (#0, #1 of its WGSL). */
+typedef struct wgml_elementwise_params {
+    int32_t side;
+    float scalar[2];
+} wgml_elementwise_params;
+WGML_OP_PARAMS(wgml_elementwise_params, wgml_elementwise_params_of)
 
 struct wgml_sbuf;
 /* Appends op's WGSL expression to b, %k replaced by operands[k] and #k by scalars[k] (WGSL

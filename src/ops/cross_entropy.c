@@ -71,7 +71,7 @@ static wgml_status build_cross_entropy(wgml_context *ctx, wgml_tensor *t, wgml_l
     wgml_row_kernel rk = {.kernel = "cross_entropy",
                           .codes = {{"CROSS_ENTROPY", WGML_OP_CROSS_ENTROPY}, {"CROSS_ENTROPY_GRAD", WGML_OP_CROSS_ENTROPY_GRAD}},
                           .op = t->op, .x = x, .w = t->src[1], .b = grad ? t->src[2] : x, .per_row = true,
-                          .scalar_out = !grad, .errors = true, .eps = t->fparam[0]};
+                          .scalar_out = !grad, .errors = true};
     return wgml_row_launch(ctx, t, &rk, l);
 }
 

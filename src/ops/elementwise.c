@@ -109,8 +109,7 @@ static wgml_tensor *scalar_node(wgml_context *ctx, wgml_binary_op op, wgml_tenso
     }
     wgml_tensor *t = wgml_node(ctx, o, a->ndim, a->shape, 1, &a);
     if (!t) return NULL;
-    t->iparam[0] = side;
-    t->fparam[0] = s;
+    wgml_elementwise_params_of_set(t, (wgml_elementwise_params){.side = side, .scalar = {s}});
     return t;
 }
 
@@ -142,8 +141,7 @@ wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi)
                                  "clamp: bounds lo = %g, hi = %g must be numbers with lo <= hi", lo, hi);
     wgml_tensor *t = wgml_unary_node(ctx, WGML_OP_CLAMP, a);
     if (t && t->status == WGML_OK) {
-        t->fparam[0] = lo;
-        t->fparam[1] = hi;
+        wgml_elementwise_params_of_set(t, (wgml_elementwise_params){.scalar = {lo, hi}});
     }
     return t;
 }
@@ -151,7 +149,7 @@ wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi)
 wgml_tensor *wgml_masked_fill(wgml_context *ctx, wgml_tensor *a, wgml_tensor *mask, float value)
 {
     wgml_tensor *t = wgml_binary_node(ctx, WGML_OP_MASKED_FILL, a, mask);
-    if (t && t->op == WGML_OP_MASKED_FILL) t->fparam[0] = value;
+    if (t && t->op == WGML_OP_MASKED_FILL) wgml_elementwise_params_of_set(t, (wgml_elementwise_params){.scalar = {value}});
     return t;
 }
 
@@ -311,7 +309,8 @@ static wgml_status vjp_silu(wgml_context *c, T *t, T *g, T **gin) { gin[0] = sil
 static wgml_status vjp_clamp(wgml_context *c, T *t, T *g, T **gin) /* passes where lo < a < hi */
 {
     T *a = t->src[0];
-    gin[0] = wgml_rule_relu_grad(c, wgml_rule_scal(c, WGML_SUB, a, t->fparam[0]), wgml_rule_relu_grad(c, wgml_scalar_binary(c, WGML_SUB, t->fparam[1], a), g));
+    wgml_elementwise_params p = wgml_elementwise_params_of(t);
+    gin[0] = wgml_rule_relu_grad(c, wgml_rule_scal(c, WGML_SUB, a, p.scalar[0]), wgml_rule_relu_grad(c, wgml_scalar_binary(c, WGML_SUB, p.scalar[1], a), g));
     return WGML_OK;
 }
 
@@ -365,7 +364,7 @@ static wgml_status vjp_add(wgml_context *c, T *t, T *g, T **gin)
 
 static wgml_status vjp_sub(wgml_context *c, T *t, T *g, T **gin)
 {
-    if (wgml_rule_with_scalar(t)) { gin[0] = t->iparam[0] == 1 ? g : wgml_neg(c, g); return WGML_OK; }
+    if (wgml_rule_with_scalar(t)) { gin[0] = wgml_elementwise_params_of(t).side == 1 ? g : wgml_neg(c, g); return WGML_OK; }
     gin[0] = wgml_rule_unbroadcast(c, g, t->src[0]);
     gin[1] = wgml_rule_unbroadcast(c, wgml_neg(c, g), t->src[1]);
     return WGML_OK;
@@ -374,7 +373,7 @@ static wgml_status vjp_sub(wgml_context *c, T *t, T *g, T **gin)
 static wgml_status vjp_mul(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0], *b = t->src[1];
-    if (wgml_rule_with_scalar(t)) { gin[0] = wgml_rule_scal(c, WGML_MUL, g, t->fparam[0]); return WGML_OK; }
+    if (wgml_rule_with_scalar(t)) { gin[0] = wgml_rule_scal(c, WGML_MUL, g, wgml_elementwise_params_of(t).scalar[0]); return WGML_OK; }
     gin[0] = wgml_rule_unbroadcast(c, wgml_mul(c, g, b), a);
     gin[1] = wgml_rule_unbroadcast(c, wgml_mul(c, g, a), b);
     return WGML_OK;
@@ -384,7 +383,8 @@ static wgml_status vjp_div(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0], *b = t->src[1];
     if (wgml_rule_with_scalar(t)) {
-        gin[0] = t->iparam[0] == 1 ? wgml_rule_scal(c, WGML_DIV, g, t->fparam[0])              /* a / s */
+        wgml_elementwise_params p = wgml_elementwise_params_of(t);
+        gin[0] = p.side == 1 ? wgml_rule_scal(c, WGML_DIV, g, p.scalar[0])                   /* a / s */
                                    : wgml_neg(c, wgml_div(c, wgml_mul(c, g, t), a)); /* s / a: -g s/a^2 = -g t / a */
         return WGML_OK;
     }
@@ -396,9 +396,10 @@ static wgml_status vjp_div(wgml_context *c, T *t, T *g, T **gin)
 static wgml_status vjp_pow(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0], *b = t->src[1];
-    float s = t->fparam[0];
+    wgml_elementwise_params p = wgml_elementwise_params_of(t);
+    float s = p.scalar[0];
     if (wgml_rule_with_scalar(t)) {
-        gin[0] = t->iparam[0] == 1 ? wgml_mul(c, g, wgml_rule_scal(c, WGML_MUL, wgml_rule_scal(c, WGML_POW, a, s - 1.0f), s)) /* a^s */
+        gin[0] = p.side == 1 ? wgml_mul(c, g, wgml_rule_scal(c, WGML_MUL, wgml_rule_scal(c, WGML_POW, a, s - 1.0f), s)) /* a^s */
                                    : wgml_mul(c, g, wgml_rule_scal(c, WGML_MUL, t, logf(s)));                     /* s^a */
         return WGML_OK;
     }
@@ -414,7 +415,7 @@ static wgml_status vjp_extremum(wgml_context *c, T *t, T *g, T **gin)
     T *a = t->src[0], *b = t->src[1];
     bool max = t->op == WGML_OP_MAXIMUM;
     if (wgml_rule_with_scalar(t)) {
-        float s = t->fparam[0];
+        float s = wgml_elementwise_params_of(t).scalar[0];
         gin[0] = wgml_rule_relu_grad(c, max ? wgml_rule_scal(c, WGML_SUB, a, s) : wgml_scalar_binary(c, WGML_SUB, s, a), g);
         return WGML_OK;
     }

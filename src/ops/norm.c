@@ -40,8 +40,7 @@ wgml_tensor *wgml_norm_grad(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, w
     if (!w) src[1] = src[0], wgml_tensor_retain(src[0]); /* the weight's binding, unread */
     wgml_tensor *t = wgml_node_consuming(ctx, centred ? WGML_OP_LAYERNORM_GRAD : WGML_OP_RMSNORM_GRAD, x->ndim, x->shape, 3, src);
     if (t) {
-        t->iparam[0] = w != NULL;
-        t->fparam[0] = eps;
+        wgml_row_params_of_set(t, (wgml_row_params){.weight = w != NULL, .eps = eps});
     }
     return t;
 }
@@ -54,9 +53,10 @@ wgml_tensor *wgml_norm_grad(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, w
    db = sum over rows of g */
 static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
 {
-    T *a = t->src[0], *w = t->iparam[0] ? t->src[1] : NULL;
-    bool centred = t->op == WGML_OP_LAYERNORM, bias = t->iparam[1];
-    float eps = t->fparam[0];
+    wgml_row_params p = wgml_row_params_of(t);
+    T *a = t->src[0], *w = p.weight ? t->src[1] : NULL;
+    bool centred = t->op == WGML_OP_LAYERNORM, bias = p.bias;
+    float eps = p.eps;
     gin[0] = wgml_norm_grad(c, a, w, g, eps, centred);
     if (w) gin[1] = wgml_rule_sum_rows(c, wgml_mul(c, g, centred ? wgml_layernorm(c, a, NULL, NULL, eps) : wgml_rmsnorm(c, a, NULL, eps)));
     if (bias) gin[1 + (w != NULL)] = wgml_rule_sum_rows(c, g);
@@ -71,13 +71,14 @@ static wgml_status build_norm(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 {
     wgml_tensor *x = t->src[0];
     bool grad = t->op == WGML_OP_LAYERNORM_GRAD || t->op == WGML_OP_RMSNORM_GRAD;
-    int has_w = t->iparam[0], has_b = !grad && t->iparam[1];
+    wgml_row_params p = wgml_row_params_of(t);
+    int has_w = p.weight, has_b = !grad && p.bias;
     wgml_row_kernel rk = {.kernel = "norm",
                           .codes = {{"LAYERNORM", WGML_OP_LAYERNORM}, {"RMSNORM", WGML_OP_RMSNORM},
                                     {"LAYERNORM_GRAD", WGML_OP_LAYERNORM_GRAD}, {"RMSNORM_GRAD", WGML_OP_RMSNORM_GRAD}},
                           .op = t->op, .flags = (uint32_t)(has_w | (has_b << 1)), .x = x,
                           .w = has_w ? t->src[1] : x, .b = grad ? t->src[2] : has_b ? t->src[1 + has_w] : x,
-                          .eps = t->fparam[0]};
+                          .eps = p.eps};
     return wgml_row_launch(ctx, t, &rk, l);
 }
 

@@ -60,7 +60,7 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     wgml_status st = wgml_reduce_pipeline(ctx, l);
     if (st) return st;
     wgml_tensor *x = t->src[0];
-    int ax = t->iparam[0];
+    int ax = wgml_reduce_params_of(t).axis;
     uint64_t outer = 1, inner = 1, len = (uint64_t)x->shape[ax];
     for (int d = 0; d < ax; d++) outer *= (uint64_t)x->shape[d];
     for (int d = ax + 1; d < x->ndim; d++) inner *= (uint64_t)x->shape[d];
@@ -160,7 +160,7 @@ static wgml_tensor *reduce(wgml_context *ctx, wgml_op op, wgml_tensor *a, int ax
     wgml_tensor *c = wgml_as_contiguous(ctx, a);
     if (!c) return NULL;
     wgml_tensor *t = wgml_node_consuming(ctx, op, n, shape, 1, &c);
-    if (t) t->iparam[0] = ax;
+    if (t) wgml_reduce_params_of_set(t, (wgml_reduce_params){.axis = ax});
     return t;
 }
 
@@ -228,7 +228,7 @@ typedef wgml_tensor T;
 static wgml_status vjp_sum(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0];
-    int ax = t->iparam[0];
+    int ax = wgml_reduce_params_of(t).axis;
     T *e = wgml_rule_expand_reduced(c, g, a, ax);
     gin[0] = t->op == WGML_OP_MEAN ? wgml_rule_scal(c, WGML_DIV, e, (float)a->shape[ax]) : e;
     return WGML_OK;
@@ -239,7 +239,7 @@ static wgml_status vjp_sum(wgml_context *c, T *t, T *g, T **gin)
 static wgml_status vjp_max(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0];
-    int ax = t->iparam[0];
+    int ax = wgml_reduce_params_of(t).axis;
     T *te = wgml_rule_expand_reduced(c, t, a, ax); /* top: 1 where a equals the extremum */
     T *top = wgml_scalar_binary(c, WGML_SUB, 1.0f, wgml_rule_positive(c, t->op == WGML_OP_MIN ? wgml_sub(c, a, te) : wgml_sub(c, te, a)));
     T *share = wgml_div(c, wgml_rule_expand_reduced(c, g, a, ax), wgml_sum(c, top, ax, 1));

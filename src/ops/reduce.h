@@ -7,6 +7,12 @@
 /* its ops, X(ENUM) (ops/table.h) */
 #define WGML_REDUCE_OPS(X) X(SUM) X(MEAN) X(MAX) X(ARGMAX) X(MIN) X(ARGMIN)
 
+/* a reduction node's parameters: the axis it folds (not negative) */
+typedef struct wgml_reduce_params {
+    int32_t axis;
+} wgml_reduce_params;
+WGML_OP_PARAMS(wgml_reduce_params, wgml_reduce_params_of)
+
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count);
 /* The "reduce" kernel's pipeline into l (split K's sum of partials takes it too). */
 wgml_status wgml_reduce_pipeline(wgml_context *ctx, wgml_launch *l);

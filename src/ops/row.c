@@ -45,9 +45,7 @@ wgml_tensor *wgml_row_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_t
         }
     wgml_tensor *t = wgml_node_consuming(ctx, op, a->ndim, a->shape, nsrc, src);
     if (t) {
-        t->iparam[0] = weight != NULL;
-        t->iparam[1] = bias != NULL;
-        t->fparam[0] = eps;
+        wgml_row_params_of_set(t, (wgml_row_params){.weight = weight != NULL, .bias = bias != NULL, .eps = eps});
     }
     return t;
 }

@@ -4,6 +4,13 @@
 
 #include "engine/executor.h"
 
+/* a row node's parameters: whether it has a weight and a bias (its operands after x), its eps */
+typedef struct wgml_row_params {
+    bool weight, bias;
+    float eps;
+} wgml_row_params;
+WGML_OP_PARAMS(wgml_row_params, wgml_row_params_of)
+
 /* A row node of op over a [..., n] with an optional weight and bias [n] and eps (>= 0). */
 wgml_tensor *wgml_row_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *weight, wgml_tensor *bias, float eps);
 

@@ -38,7 +38,7 @@ T *wgml_rule_positive(wgml_context *c, T *x)
 {
     if (!x || x->status) return x;
     T *t = wgml_node(c, WGML_OP_RELU_GRAD, x->ndim, x->shape, 1, &x);
-    if (t) t->iparam[0] = 1, t->fparam[0] = 1.0f;
+    if (t) wgml_elementwise_params_of_set(t, (wgml_elementwise_params){.side = 1, .scalar = {1.0f}});
     return t;
 }
 

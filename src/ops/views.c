@@ -55,7 +55,11 @@ wgml_tensor *wgml_permute(wgml_context *ctx, wgml_tensor *a, const int *axes)
         stride[i] = a->stride[ax];
     }
     wgml_tensor *t = wgml_view_node(ctx, a, a->ndim, shape, stride, a->offset, WGML_VIEW_PERMUTE);
-    if (t) memcpy(t->iparam, axes, (size_t)a->ndim * sizeof *axes);
+    if (t) {
+        wgml_view_params p = {.axis = 0};
+        for (int i = 0; i < a->ndim; i++) p.axes[i] = axes[i];
+        wgml_view_params_of_set(t, p);
+    }
     return t;
 }
 
@@ -125,9 +129,7 @@ wgml_tensor *wgml_slice(wgml_context *ctx, wgml_tensor *a, int axis, int64_t sta
     wgml_tensor *t = wgml_view_node(ctx, a, a->ndim, shape, stride, a->offset + start * a->stride[ax], WGML_VIEW_SLICE);
     if (t) { /* for the gradient: strides cannot tell them where a is broadcast. They fit int32
                 (kernels address elements with u32); a step matters only between two elements */
-        t->iparam[0] = ax;
-        t->iparam[1] = (int32_t)start;
-        t->iparam[2] = (int32_t)step;
+        wgml_view_params_of_set(t, (wgml_view_params){.axis = ax, .start = (int32_t)start, .step = (int32_t)step});
     }
     return t;
 }
@@ -177,12 +179,17 @@ static wgml_status vjp_view(wgml_context *c, T *t, T *g, T **gin)
     case WGML_VIEW_RESHAPE: gin[1] = wgml_reshape(c, g, in->ndim, in->shape); return WGML_OK;
     case WGML_VIEW_PERMUTE: {
         int inv[WGML_MAX_DIMS];
-        for (int i = 0; i < t->ndim; i++) inv[t->iparam[i]] = i;
+        wgml_view_params p = wgml_view_params_of(t);
+        for (int i = 0; i < t->ndim; i++) inv[p.axes[i]] = i;
         gin[1] = wgml_permute(c, g, inv);
         return WGML_OK;
     }
     case WGML_VIEW_BROADCAST: gin[1] = wgml_rule_unbroadcast(c, g, in); return WGML_OK;
-    case WGML_VIEW_SLICE: gin[1] = slice_grad(c, g, in, t->iparam[0], t->iparam[1], t->iparam[2]); return WGML_OK;
+    case WGML_VIEW_SLICE: {
+        wgml_view_params p = wgml_view_params_of(t);
+        gin[1] = slice_grad(c, g, in, p.axis, p.start, p.step);
+        return WGML_OK;
+    }
     default:
         return wgml_fail(c, WGML_ERROR_UNSUPPORTED, "backward: no gradient rule for this view");
     }

@@ -452,6 +452,7 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
         if (again) {
             memcpy(again->fparam, a->fparam, sizeof a->fparam);
             memcpy(again->iparam, a->iparam, sizeof a->iparam);
+            memcpy(again->params, a->params, sizeof a->params);
             a = again;
         }
     }

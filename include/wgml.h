@@ -364,6 +364,21 @@ WGML_API wgml_tensor *wgml_softplus(wgml_context *ctx, wgml_tensor *a); /* log(1
 /* min(max(a, lo), hi); lo > hi or a NaN bound is WGML_ERROR_INVALID_ARGUMENT */
 WGML_API wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
 
+/* The library's ops, for bindings that make their functions from the library rather than a
+   list of their own (python/wgml makes its elementwise functions and methods this way):
+   op index 0 .. wgml_op_count() - 1, in no promised order. */
+typedef struct wgml_op_info {
+    const char *name;   /* as in its constructor: "add", "softmax"; static storage */
+    const char *kind;   /* "storage", "view", "unary", "binary", "reduce", "row", "matmul", "custom", "kernel" */
+    int arity;          /* its tensor operands (a binary op given a number for one takes one) */
+    int has_gradient;   /* 1: backward passes a gradient through it */
+    int public_fn;      /* 1: wgml.h declares wgml_<name>(ctx, a) (unary) or wgml_<name>(ctx, a, b) (binary) */
+    int binary_op;      /* a public binary op's wgml_binary_op (wgml_binary_scalar takes it), else -1 */
+} wgml_op_info;
+WGML_API int wgml_op_count(void);
+/* WGML_ERROR_INVALID_ARGUMENT for an index out of range or a NULL info */
+WGML_API wgml_status wgml_op_get_info(int index, wgml_op_info *info);
+
 /* reductions along an axis (keepdim keeps it with size 1) and over all elements */
 WGML_API wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
 WGML_API wgml_tensor *wgml_mean(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);

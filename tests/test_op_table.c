@@ -19,6 +19,7 @@
  *      fails, so a new op of those kinds cannot come in untested), checked forward against
  *      cpu/ref.h and, when it has a gradient rule, by central differences of that reference.
  */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,6 +397,42 @@ static void every_elementwise_entry_matches_its_reference(void)
 }
 
 /* every public elementwise constructor builds its own op */
+/* wgml_op_get_info (what Python makes its elementwise functions from) says what the table says */
+static void op_info_describes_every_entry(void)
+{
+    CHECK(wgml_op_count() == WGML_OP_COUNT);
+    wgml_op_info info;
+    CHECK(wgml_op_get_info(-1, &info) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_op_get_info(WGML_OP_COUNT, &info) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_op_get_info(0, NULL) == WGML_ERROR_INVALID_ARGUMENT);
+    int unary = 0, binary = 0;
+    for (int op = 0; op < WGML_OP_COUNT; op++) {
+        const wgml_op_def *d = wgml_op_table[op];
+        if (wgml_op_get_info(op, &info) != WGML_OK || !info.name || !info.kind) {
+            FAILF("op %d: no info", op);
+            continue;
+        }
+        if (strcmp(info.name, d->name) || info.arity != d->arity ||
+            info.has_gradient != (d->vjp != NULL))
+            FAILF("op %s: info (%s, %s, arity %d, gradient %d) differs from its entry", enum_name[op], info.name, info.kind,
+                  info.arity, info.has_gradient);
+        for (const char *k = kind_name[d->kind], *c = info.kind; *k || *c; k++, c++)
+            if (tolower((unsigned char)*k) != *c) {
+                FAILF("op %s: kind \"%s\", its entry's %s", enum_name[op], info.kind, kind_name[d->kind]);
+                break;
+            }
+        if (info.public_fn && d->kind == WGML_KIND_UNARY) unary++;
+        if (info.public_fn && d->kind == WGML_KIND_BINARY) {
+            binary++;
+            if (info.binary_op < 0 || wgml_binary_api_op((wgml_binary_op)info.binary_op) != op)
+                FAILF("op %s: binary_op %d is not its wgml_binary_op", enum_name[op], info.binary_op);
+        } else if (info.binary_op != -1) {
+            FAILF("op %s: binary_op %d on an op without a public binary constructor", enum_name[op], info.binary_op);
+        }
+    }
+    CHECK(unary == N_OF(public_unary) && binary == N_OF(public_binary) && binary == WGML_BINARY_OP_COUNT);
+}
+
 static void public_constructors_build_their_ops(void)
 {
     wgml_context *ctx = test_context();
@@ -1083,6 +1120,7 @@ int main(void)
 {
     TEST_RUN(the_table_is_complete);
     TEST_RUN(every_elementwise_entry_matches_its_reference);
+    TEST_RUN(op_info_describes_every_entry);
     TEST_RUN(public_constructors_build_their_ops);
     TEST_RUN(binary_ops_with_a_number_on_either_side);
     TEST_RUN(softplus_at_its_edges);

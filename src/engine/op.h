@@ -81,11 +81,10 @@ typedef struct wgml_op_def {
     double floor; /* 0, or where results near 0 carry the rounding of larger terms (ops.c says why) */
 } wgml_op_def;
 
-/* Every op's entry by code, and how many: declared here, defined by the ops layer
+/* Every op's entry by code (wgml_op_count() of them): declared here, defined by the ops layer
    (ops/table.c, from the families' lists). The one thing the engine takes from above it
    (scripts/check_layers.py's SEAMS). */
 extern const wgml_op_def *const wgml_op_table[];
-extern const int wgml_op_count;
 
 static inline bool wgml_op_is_elementwise(int op)
 {

@@ -17,4 +17,36 @@ const wgml_op_def *const wgml_op_table[] = {
 #undef WGML_OP_POINT2
 };
 _Static_assert(sizeof wgml_op_table / sizeof *wgml_op_table == WGML_OP_COUNT, "an entry per code");
-const int wgml_op_count = WGML_OP_COUNT;
+
+int wgml_op_count(void)
+{
+    return WGML_OP_COUNT;
+}
+
+/* how each elementwise op's public constructor is made (ops/elementwise.h) */
+static const signed char public_api[WGML_OP_COUNT] = {
+#define WGML_OP_API(e, fn, api) [WGML_OP_##e] = WGML_OP_API_##api,
+#define WGML_OP_API_NONE 0
+#define WGML_OP_API_UNARY 1
+#define WGML_OP_API_BINARY 2
+    WGML_ELEMENTWISE_OPS(WGML_OP_API)
+#undef WGML_OP_API
+};
+
+wgml_status wgml_op_get_info(int index, wgml_op_info *info)
+{
+    if (index < 0 || index >= WGML_OP_COUNT || !info) return WGML_ERROR_INVALID_ARGUMENT;
+    static const char *const kinds[WGML_KIND_COUNT] = {
+        [WGML_KIND_STORAGE] = "storage", [WGML_KIND_VIEW] = "view",     [WGML_KIND_UNARY] = "unary",
+        [WGML_KIND_BINARY] = "binary",   [WGML_KIND_REDUCE] = "reduce", [WGML_KIND_ROW] = "row",
+        [WGML_KIND_MATMUL] = "matmul",   [WGML_KIND_CUSTOM] = "custom", [WGML_KIND_KERNEL] = "kernel",
+    };
+    const wgml_op_def *d = wgml_op_table[index];
+    int binary = -1;
+    if (public_api[index] == WGML_OP_API_BINARY)
+        for (int b = 0; b < WGML_BINARY_OP_COUNT; b++)
+            if (wgml_binary_api_op((wgml_binary_op)b) == index) binary = b;
+    *info = (wgml_op_info){.name = d->name, .kind = kinds[d->kind], .arity = d->arity, .has_gradient = d->vjp != NULL,
+                           .public_fn = public_api[index] != WGML_OP_API_NONE, .binary_op = binary};
+    return WGML_OK;
+}

@@ -361,6 +361,7 @@ WGML_API wgml_tensor *wgml_sin(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_cos(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_softplus(wgml_context *ctx, wgml_tensor *a); /* log(1 + exp(a)), without overflow */
+WGML_API wgml_tensor *wgml_softsign(wgml_context *ctx, wgml_tensor *a); /* a / (1 + |a|) */
 /* min(max(a, lo), hi); lo > hi or a NaN bound is WGML_ERROR_INVALID_ARGUMENT */
 WGML_API wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
 

@@ -452,6 +452,15 @@ static wgml_status vjp_masked_fill(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* softsign(x) = x / (1 + |x|); its derivative 1 / (1 + |x|)^2 */
+static double ref_softsign(const double *in) { return in[0] / (1.0 + fabs(in[0])); }
+static wgml_status vjp_softsign(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *d = wgml_scalar_binary(c, WGML_ADD, 1.0f, wgml_abs(c, t->src[0]));
+    gin[0] = wgml_div(c, g, wgml_mul(c, d, d));
+    return WGML_OK;
+}
+
 /* ---------------------------------------------------------------- entries */
 
 /*     enum      name          WGSL                          reference      rule          domain        tolerance */
@@ -489,6 +498,7 @@ UNARY(GELU_EXACT, "gelu_exact", "wgml_gelu_exact(%0)",      ref_gelu_exact, vjp_
    reduction: 1.1e-6 absolute on the H100 for |x| <= 10 */
 UNARY(SIN,      "sin",        "wgml_sin(%0)",               ref_sin,       vjp_sin,      -10, 10,      TRANSC, FLOOR(5e-2));
 UNARY(COS,      "cos",        "wgml_cos(%0)",               ref_cos,       vjp_cos,      -10, 10,      TRANSC, FLOOR(5e-2));
+UNARY(SOFTSIGN, "softsign",   "(%0 / (T(1.0) + abs(%0)))",  ref_softsign,  vjp_softsign, -20, 20,      ARITH);
 WGML_OP_ENTRY(RELU_GRAD) = {.name = "relu_grad", .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = "select(T(0.0), %1, %0 > T(0.0))",
                        .ref = ref_relu_grad, DOMAIN(-1, 1, -5, 5), ARITH,
                        .no_grad = "made by backward only (no second derivatives)"};

@@ -13,7 +13,7 @@
     X(NEG, neg, UNARY) X(ABS, abs, UNARY) X(EXP, exp, UNARY) X(LOG, log, UNARY) X(SQRT, sqrt, UNARY)     \
     X(RSQRT, rsqrt, UNARY) X(TANH, tanh, UNARY) X(SIGMOID, sigmoid, UNARY) X(RELU, relu, UNARY)          \
     X(GELU, gelu, UNARY) X(SILU, silu, UNARY) X(SOFTPLUS, softplus, UNARY) X(CLAMP, clamp, NONE)         \
-    X(ERF, erf, UNARY) X(GELU_EXACT, gelu_exact, UNARY) X(SIN, sin, UNARY) X(COS, cos, UNARY)           \
+    X(ERF, erf, UNARY) X(GELU_EXACT, gelu_exact, UNARY) X(SIN, sin, UNARY) X(COS, cos, UNARY) X(SOFTSIGN, softsign, UNARY) \
     X(RELU_GRAD, relu_grad, NONE)                                                                        \
     X(ADD, add, BINARY) X(SUB, sub, BINARY) X(MUL, mul, BINARY) X(DIV, div, BINARY) X(POW, pow, BINARY)  \
     X(MAXIMUM, maximum, BINARY) X(MINIMUM, minimum, BINARY) X(EQ, eq, BINARY) X(NE, ne, BINARY)          \

@@ -405,6 +405,9 @@ WGML_API wgml_tensor *wgml_log_softmax(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight,
                             wgml_tensor *bias, float eps);
 WGML_API wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps);
+/* each row scaled to unit length, a / max(||a||_2, eps) along the last axis (PyTorch's
+   normalize(a, dim=-1); eps >= 0, 1e-12 there) */
+WGML_API wgml_tensor *wgml_normalize(wgml_context *ctx, wgml_tensor *a, float eps);
 
 /* cumulative sum along axis (negative counts from the end): out[..., i, ...] = sum_{j <= i}
    a[..., j, ...]; reverse = 1 sums from the end (j >= i). f32, or i32 (whose sums wrap as

@@ -713,6 +713,7 @@ static wgml_tensor *r_build(wgml_context *ctx, const rcase *c, wgml_tensor *cons
     case WGML_OP_LOG_SOFTMAX: return wgml_log_softmax(ctx, in[0]);
     case WGML_OP_LAYERNORM: return wgml_layernorm(ctx, in[0], in[1], in[2], c->eps);
     case WGML_OP_RMSNORM: return wgml_rmsnorm(ctx, in[0], in[1], c->eps);
+    case WGML_OP_NORMALIZE: return wgml_normalize(ctx, in[0], c->eps);
     case WGML_OP_CROSS_ENTROPY: return wgml_cross_entropy(ctx, in[0], in[1]);
     case WGML_OP_CROSS_ENTROPY_GRAD: return wgml_cross_entropy_grad(ctx, in[0], in[1], in[2]);
     case WGML_OP_LAYERNORM_GRAD: case WGML_OP_RMSNORM_GRAD:
@@ -764,6 +765,7 @@ static int64_t r_eval(const rcase *c, double *const *in, double *out)
     case WGML_OP_LOG_SOFTMAX: wgml_ref_log_softmax(rows, cols, in[0], out); return rows * cols;
     case WGML_OP_LAYERNORM: wgml_ref_layernorm(rows, cols, in[0], in[1], in[2], c->eps, out); return rows * cols;
     case WGML_OP_RMSNORM: wgml_ref_rmsnorm(rows, cols, in[0], in[1], c->eps, out); return rows * cols;
+    case WGML_OP_NORMALIZE: wgml_ref_normalize(rows, cols, in[0], c->eps, out); return rows * cols;
     case WGML_OP_CROSS_ENTROPY:
         for (int64_t r = 0; r < rows; r++) labels[r] = (int32_t)in[1][r];
         out[0] = wgml_ref_cross_entropy(rows, cols, in[0], labels);
@@ -1005,6 +1007,16 @@ static void every_kernel_entry_has_a_driver(void)
             if (op == WGML_OP_LAYERNORM) set_leaf(&c, 2, 1, s7, lo1, hi1); /* bias */
             run_rcase(ctx, &c);
             break;
+        case WGML_OP_NORMALIZE: { /* f32 and vec4 rows; eps below every row's norm, then above (x / eps) */
+            const int64_t s416[2] = {4, 16};
+            for (int w = 0; w < 2; w++)
+                for (int big = 0; big < 2; big++) {
+                    c.eps = big ? 100.0f : 1e-12f;
+                    set_leaf(&c, 0, 2, w ? s416 : s47, lo0, hi0);
+                    run_rcase(ctx, &c);
+                }
+            break;
+        }
         case WGML_OP_CROSS_ENTROPY:
             set_leaf(&c, 0, 2, s47, lo0, hi0);
             set_leaf(&c, 1, 1, s4, 0, 0);

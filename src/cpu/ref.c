@@ -364,6 +364,17 @@ void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *we
     }
 }
 
+void wgml_ref_normalize(int64_t rows, int64_t n, const double *x, double eps, double *out)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = x + r * n;
+        double ss = 0;
+        for (int64_t j = 0; j < n; j++) ss += xr[j] * xr[j];
+        double d = fmax(sqrt(ss), eps);
+        for (int64_t j = 0; j < n; j++) out[r * n + j] = xr[j] / d;
+    }
+}
+
 /* d norm(x) / dx times g, rows of n: x, g, dx (rows, n), weight (n,) or NULL; centred:
    layernorm, else rmsnorm. dx = r (gh - xh mean(gh xh) - [centred] mean(gh)), gh = g w */
 void wgml_ref_norm_grad(int64_t rows, int64_t n, const double *x, const double *weight, const double *g, double eps,

@@ -115,6 +115,8 @@ void wgml_ref_norm_grad(int64_t rows, int64_t n, const double *x, const double *
    x / sqrt(mean(x^2) + eps) * weight. */
 void wgml_ref_rmsnorm(int64_t rows, int64_t n, const double *x, const double *weight,
                       double eps, double *out);
+/* x / max(||x||_2, eps) per row of n */
+void wgml_ref_normalize(int64_t rows, int64_t n, const double *x, double eps, double *out);
 
 /* ---------------------------------------------------------------- scans and positions */
 

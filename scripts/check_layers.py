@@ -38,6 +38,21 @@ import subprocess
 
 LAYERS = {"runtime": 0, "cpu": 0, "kernels": 1, "core": 1, "engine": 2, "ops": 3,
           "autograd": 4, "io": 4, "train": 5, "models": 6, "nn": 6}
+# Within ops/, each family (a file X.c / X.h / X.wgsl, or a folder X/) includes only engine/,
+# core/ and the headers every family shares (the op list, the entry macros, the rules' helpers,
+# the row launch), never another family's header; the exceptions, each with why:
+OPS_SHARED = {"table", "entry", "rules", "row"}
+OPS_FAMILY_EXCEPTIONS = {
+    ("matmul", "reduce"): "split K sums its partial products with the reduce kernel",
+    ("reduce", "matmul"): "a column sum's partials must fit the binding limit (wgml_binding_limit, ops/matmul/matmul_cached.c)",
+}
+
+
+def ops_family(rel):
+    """The family of a path under src/ops/ (its first component without extension)."""
+    return os.path.splitext(rel.split("/")[1])[0] if rel.startswith("ops/") and "/" in rel else None
+
+
 # symbol -> (the folder allowed to reference it, why): data the lower layer declares and the
 # higher one defines, never a function
 SEAMS = {
@@ -146,6 +161,13 @@ def main():
                         elif LAYERS[folder] > LAYERS[entry]:
                             errors.append(f"{shown}:{line_no}: {entry} (layer {LAYERS[entry]}) includes "
                                           f"{m.group(2)} ({folder}, layer {LAYERS[folder]})")
+                        elif folder == "ops" and entry == "ops":
+                            mine = ops_family(shown[len("src/"):])
+                            theirs = ops_family(os.path.normpath(m.group(2)).replace(os.sep, "/"))
+                            if (theirs and mine not in OPS_SHARED and theirs not in OPS_SHARED and mine != theirs
+                                    and (mine, theirs) not in OPS_FAMILY_EXCEPTIONS):
+                                errors.append(f"{shown}:{line_no}: the {mine} family includes {m.group(2)}, the {theirs} "
+                                              f"family's (families reach each other through ops/table.h and public constructors)")
     refs = check_links(src, build, nm, errors) if build else None
     for e in errors:
         print(e)

@@ -41,7 +41,7 @@ struct wgml_context {
     wgml_tensor *tensors;
     int scope_depth;
     /* Evaluates the pending results that read one of bufs[0..n), before core overwrites them in
-       place (wgml_tensor_write), so a result keeps the value it had when built. Set by graph/
+       place (wgml_tensor_write), so a result keeps the value it had when built. Set by engine/
        with the first lazy node (none before: nothing can be pending). */
     wgml_status (*settle_readers)(wgml_context *ctx, int n, struct wgml_buffer *const *bufs);
 

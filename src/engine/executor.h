@@ -10,8 +10,8 @@
  *             compute pass with a dispatch per kernel, then the read-back copy if asked
  *   submit    once; targets become storage tensors
  */
-#ifndef WGML_GRAPH_EXECUTOR_H
-#define WGML_GRAPH_EXECUTOR_H
+#ifndef WGML_ENGINE_EXECUTOR_H
+#define WGML_ENGINE_EXECUTOR_H
 
 #include "core/context.h"
 #include "engine/launch.h"

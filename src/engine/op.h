@@ -78,7 +78,7 @@ typedef struct wgml_op_def {
         double lo[2], hi[2]; /* operand k of a test is drawn from [lo[k], hi[k]] */
     } test;
     double tol;   /* the tests' bound on |gpu - ref| / max(|ref|, floor) */
-    double floor; /* 0, or where results near 0 carry the rounding of larger terms (ops.c says why) */
+    double floor; /* 0, or where results near 0 carry the rounding of larger terms (each entry says why) */
 } wgml_op_def;
 
 /* Every op's entry by code (wgml_op_count() of them): declared here, defined by the ops layer

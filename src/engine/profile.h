@@ -3,8 +3,8 @@
    pass between two timestamps, and the GPU time of each kind of launch (its description,
    wgml_launch.what) is summed; the table goes to FILE when the context is freed. Separate
    passes cost some overlap, so profiled totals exceed unprofiled ones a little. */
-#ifndef WGML_GRAPH_PROFILE_H
-#define WGML_GRAPH_PROFILE_H
+#ifndef WGML_ENGINE_PROFILE_H
+#define WGML_ENGINE_PROFILE_H
 
 #include "engine/executor.h"
 

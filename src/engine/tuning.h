@@ -4,8 +4,8 @@
  * (ops/matmul/matmul_tiles.c) and the fused kernels read them here rather than calling getenv at
  * every kernel choice. A knob set to something it does not take is as if unset.
  */
-#ifndef WGML_GRAPH_TUNING_H
-#define WGML_GRAPH_TUNING_H
+#ifndef WGML_ENGINE_TUNING_H
+#define WGML_ENGINE_TUNING_H
 
 #include "core/context.h"
 

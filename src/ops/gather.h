@@ -1,7 +1,7 @@
 /* Gather and scatter with i32 indices (ops/gather.c): the internal nodes behind
    wgml_index_select, wgml_embedding and wgml_index_add, and their launch builders. */
-#ifndef WGML_GRAPH_GATHER_H
-#define WGML_GRAPH_GATHER_H
+#ifndef WGML_OPS_GATHER_H
+#define WGML_OPS_GATHER_H
 
 #include "core/context.h"
 #include "engine/op.h"
@@ -20,7 +20,7 @@ wgml_tensor *wgml_index_add_zeros(wgml_context *ctx, int ndim, const int64_t *sh
    outside [0, len) as len) then their positions. index_add sums in this order. */
 wgml_tensor *wgml_index_sort(wgml_context *ctx, wgml_tensor *idx, int64_t len);
 
-/* the launches of the INDEX_SELECT, INDEX_SORT and INDEX_ADD entries (ops.h's wgml_build_fn) */
+/* the launches of the INDEX_SELECT, INDEX_SORT and INDEX_ADD entries (engine/op.h's wgml_build_fn) */
 wgml_status wgml_build_index_select(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
 wgml_status wgml_build_index_sort(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
 wgml_status wgml_build_index_add(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);

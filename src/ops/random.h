@@ -1,7 +1,7 @@
 /* Random ops (ops/random.c): the kernel builder that the op table's RAND, RANDN and
    DROPOUT entries point at, and dropout's mask applied again (its gradient). */
-#ifndef WGML_GRAPH_RANDOM_H
-#define WGML_GRAPH_RANDOM_H
+#ifndef WGML_OPS_RANDOM_H
+#define WGML_OPS_RANDOM_H
 
 #include "core/context.h"
 #include "engine/op.h"

@@ -1,7 +1,7 @@
 /*
  * Cumulative sums along an axis and rotary position embedding: their public constructors
  * (which check the inputs and record a node) and the launches of their KERNEL entries
- * (ops/cumsum.wgsl, ops/rope.wgsl). Their gradient rules are in ops.c.
+ * (ops/cumsum.wgsl, ops/rope.wgsl). Their gradient rules and entries are at the end.
  */
 #include "ops/scan.h"
 

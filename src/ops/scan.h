@@ -1,7 +1,7 @@
 /* Cumulative sums and rotary position embedding (ops/scan.c): the build functions
    of their KERNEL entries in the op table. The public constructors are in wgml.h. */
-#ifndef WGML_GRAPH_ROPE_CUMSUM_H
-#define WGML_GRAPH_ROPE_CUMSUM_H
+#ifndef WGML_OPS_SCAN_H
+#define WGML_OPS_SCAN_H
 
 #include "core/context.h"
 #include "engine/op.h"

@@ -2,8 +2,8 @@
  * Fused attention: the op and its gradient (ops/attention/attention.c, whose header says how the
  * kernels work) and the generator of their WGSL (ops/attention/attention_wgsl.c).
  */
-#ifndef WGML_GRAPH_ATTENTION_H
-#define WGML_GRAPH_ATTENTION_H
+#ifndef WGML_OPS_ATTENTION_ATTENTION_H
+#define WGML_OPS_ATTENTION_ATTENTION_H
 
 #include <stdbool.h>
 #include "engine/op.h"

@@ -3,8 +3,8 @@
  * kernels; ops/matmul/gemm_sgmat_wgsl.c, the matrix units), as one format string: its two %s are
  * the WGSL element types of A and B. wgml_gemm_params (ops/matmul/matmul.c) fills the block.
  */
-#ifndef WGML_GRAPH_GEMM_BINDINGS_H
-#define WGML_GRAPH_GEMM_BINDINGS_H
+#ifndef WGML_OPS_MATMUL_GEMM_BINDINGS_H
+#define WGML_OPS_MATMUL_GEMM_BINDINGS_H
 
 #define WGML_GEMM_BINDINGS_WGSL                                         \
     "struct Params {\n"                                                 \

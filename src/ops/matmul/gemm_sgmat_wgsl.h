@@ -9,8 +9,8 @@
    leading dims with broadcast (stride 0), the epilogue alpha, accumulate (C += result, which
    is how a residual or a split K's chunks are added), bias and an activation. A split K is
    a batch of chunks into partials, as wgml's matmul does it. */
-#ifndef WGML_GRAPH_GEMM_SGMAT_WGSL_H
-#define WGML_GRAPH_GEMM_SGMAT_WGSL_H
+#ifndef WGML_OPS_MATMUL_GEMM_SGMAT_WGSL_H
+#define WGML_OPS_MATMUL_GEMM_SGMAT_WGSL_H
 
 #include <stdbool.h>
 #include <stddef.h>

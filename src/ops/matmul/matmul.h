@@ -1,8 +1,8 @@
 /* Matmul kernels shared by the graph op and the cached-matmul API (ops/matmul/matmul_cached.c):
    the tile policy (ops/matmul/matmul_tiles.c), the WGSL generators (ops/matmul/gemm_wgsl.c) and the
    launch (ops/matmul/matmul.c). */
-#ifndef WGML_GRAPH_MATMUL_H
-#define WGML_GRAPH_MATMUL_H
+#ifndef WGML_OPS_MATMUL_MATMUL_H
+#define WGML_OPS_MATMUL_MATMUL_H
 
 #include "engine/executor.h"
 #include "ops/matmul/gemm_sgmat_wgsl.h"

@@ -51,10 +51,10 @@ static const char *const enum_name[WGML_OP_COUNT] = {
 #undef ENUM_NAME2
 #undef ENUM_NAME
 };
-static const char *const kind_name[WGML_KIND_COUNT] = {
-    [WGML_KIND_STORAGE] = "STORAGE", [WGML_KIND_VIEW] = "VIEW", [WGML_KIND_UNARY] = "UNARY",
-    [WGML_KIND_BINARY] = "BINARY",   [WGML_KIND_REDUCE] = "REDUCE", [WGML_KIND_ROW] = "ROW",
-    [WGML_KIND_MATMUL] = "MATMUL",   [WGML_KIND_CUSTOM] = "CUSTOM", [WGML_KIND_KERNEL] = "KERNEL",
+static const char *const kind_name[] = {
+#define KIND_NAME(k, name) [WGML_KIND_##k] = #k,
+    WGML_OP_KINDS(KIND_NAME)
+#undef KIND_NAME
 };
 
 /* the public constructors, from the same list ops/elementwise.c expands */

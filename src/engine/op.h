@@ -14,16 +14,19 @@
 
 #include "core/tensor.h"
 
+/* The kinds of op, X(KIND, name) (name: wgml_op_get_info's):
+   STORAGE  data on the GPU;                VIEW    a strided view of another tensor's buffer;
+   UNARY    elementwise, one operand;       BINARY  elementwise, two (one may be a number);
+   REDUCE   along one axis;                 ROW     along the last axis, a team of threads per row;
+   MATMUL;  CUSTOM  its launch supplied by its creator (engine/executor.h: the optimiser step);
+   KERNEL   a hand-written or generated kernel of its own. */
+#define WGML_OP_KINDS(X)                                                                        \
+    X(STORAGE, storage) X(VIEW, view) X(UNARY, unary) X(BINARY, binary) X(REDUCE, reduce) X(ROW, row) \
+    X(MATMUL, matmul) X(CUSTOM, custom) X(KERNEL, kernel)
 typedef enum wgml_op_kind {
-    WGML_KIND_STORAGE,   /* data on the GPU */
-    WGML_KIND_VIEW,      /* strided view of another tensor's buffer */
-    WGML_KIND_UNARY,     /* elementwise, one operand */
-    WGML_KIND_BINARY,    /* elementwise, two operands (one may be a scalar) */
-    WGML_KIND_REDUCE,    /* along one axis */
-    WGML_KIND_ROW,       /* along the last axis, one team of threads per row (norms, softmax, losses) */
-    WGML_KIND_MATMUL,
-    WGML_KIND_CUSTOM,    /* its launch supplied by its creator (engine/executor.h: the optimiser step) */
-    WGML_KIND_KERNEL,    /* a hand-written kernel of its own: the entry's build function fills its launches */
+#define WGML_KIND_ENUM(k, name) WGML_KIND_##k,
+    WGML_OP_KINDS(WGML_KIND_ENUM)
+#undef WGML_KIND_ENUM
     WGML_KIND_COUNT
 } wgml_op_kind;
 

@@ -36,10 +36,10 @@ static const signed char public_api[WGML_OP_COUNT] = {
 wgml_status wgml_op_get_info(int index, wgml_op_info *info)
 {
     if (index < 0 || index >= WGML_OP_COUNT || !info) return WGML_ERROR_INVALID_ARGUMENT;
-    static const char *const kinds[WGML_KIND_COUNT] = {
-        [WGML_KIND_STORAGE] = "storage", [WGML_KIND_VIEW] = "view",     [WGML_KIND_UNARY] = "unary",
-        [WGML_KIND_BINARY] = "binary",   [WGML_KIND_REDUCE] = "reduce", [WGML_KIND_ROW] = "row",
-        [WGML_KIND_MATMUL] = "matmul",   [WGML_KIND_CUSTOM] = "custom", [WGML_KIND_KERNEL] = "kernel",
+    static const char *const kinds[] = {
+#define WGML_KIND_NAME(k, name) [WGML_KIND_##k] = #name,
+        WGML_OP_KINDS(WGML_KIND_NAME)
+#undef WGML_KIND_NAME
     };
     const wgml_op_def *d = wgml_op_table[index];
     int binary = -1;

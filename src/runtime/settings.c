@@ -84,7 +84,6 @@ wgml_status wgml_settings_resolve(const wgml_context_desc *desc_in, wgml_setting
             FAIL("%s (or %s) is longer than %zu bytes", texts[i].name, texts[i].var, texts[i].size - 1);
     s->bounds_checks = d.bounds_checks || ((e = env("WGML_BOUNDS_CHECKS")) && *e == '1');
     s->gpu_timing = d.gpu_timing || ((e = env("WGML_GPU_TIMING")) && *e == '1');
-    s->no_fusion = d.no_fusion != 0;
     s->timeline = d.timeline || ((e = env("WGML_TIMELINE")) && strcmp(e, "0"));
 
     if (isnan(d.poll_spin_us)) FAIL("poll_spin_us is NaN");

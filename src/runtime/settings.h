@@ -27,7 +27,7 @@ typedef struct wgml_settings {
     long adapter_index;        /* >= 0 */
     char dawn_library[WGML_SETTING_PATH], wgpu_native_library[WGML_SETTING_PATH]; /* "": the usual name */
     char dawn_toggles[256];
-    bool bounds_checks, gpu_timing, no_fusion;
+    bool bounds_checks, gpu_timing; /* (no_fusion: the executor reads ctx->desc) */
     /* diagnostics ("": off) */
     char dump_wgsl[WGML_SETTING_PATH], profile[WGML_SETTING_PATH];
     bool timeline;

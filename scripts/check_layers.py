@@ -13,6 +13,10 @@ src/ is layered, bottom first:
 A file may include headers of its own layer or a lower one. A folder of src/ that is not
 in this list is an error too, so that a new folder has to be given its place.
 
+Also fails a call of getenv (or secure_getenv) in src/ outside src/runtime/settings.c: the
+library reads the environment there alone, once per context, into the settings every other
+file reads (include/wgml.h lists the variables).
+
 An include is resolved as the compiler does (a quoted one next to the including file
 first, then under src/, which is on the include path); one that names no file of src/ (the
 public wgml.h, webgpu, the C library) is not checked. Prints each violation as file:line and
@@ -25,6 +29,8 @@ import sys
 LAYERS = {"runtime": 0, "cpu": 0, "kernels": 1, "core": 1, "graph": 2,
           "autograd": 3, "io": 3, "train": 4, "models": 5, "nn": 5}
 INCLUDE = re.compile(r'\s*#\s*include\s*([<"])([^>"]+)[>"]')
+GETENV = re.compile(r'\b(secure_)?getenv\s*\(')
+ENV_READER = "src/runtime/settings.c"  # the one file that reads the environment
 
 
 def target_folder(src, including_dir, quote, name):
@@ -57,6 +63,9 @@ def main():
                 shown = "src/" + os.path.relpath(path, src).replace(os.sep, "/")
                 with open(path, errors="replace") as fh:
                     for line_no, line in enumerate(fh, 1):
+                        if shown != ENV_READER and GETENV.search(line.split("//")[0]):
+                            errors.append(f"{shown}:{line_no}: reads the environment; only {ENV_READER} does "
+                                          "(add a wgml_context_desc field and a wgml_settings entry)")
                         m = INCLUDE.match(line)
                         if not m:
                             continue
@@ -74,7 +83,8 @@ def main():
     if errors:
         print(f"check_layers: {len(errors)} violation(s)")
         return 1
-    print(f"check_layers: OK ({includes} includes within src/, none points up a layer)")
+    print(f"check_layers: OK ({includes} includes within src/, none points up a layer; "
+          f"the environment read in {ENV_READER} alone)")
     return 0
 
 

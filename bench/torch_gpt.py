@@ -390,22 +390,45 @@ def loss_of(forward, x, y):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def train_step(forward, model, opt, t, batches, step):
+AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def train_step(forward, model, opt, t, batches, step, amp=None, scaler=None):
     """Step `step` (steps taken before it): training batch `step`, the lr of that step. The
-    loss (before the update) and the gradient norm (before clipping), as tensors."""
+    loss (before the update) and the gradient norm (before clipping, unscaled), as tensors.
+    amp: None (f32), or "fp16" / "bf16" autocast, with scaler a GradScaler for fp16."""
     x, y = batches.get(0, step)
     lr = lr_at(t, step)
     for g in opt.param_groups:
         g["lr"] = lr
-    loss = loss_of(forward, x, y)
+    if amp:
+        with torch.autocast(device_type=x.device.type, dtype=AMP_DTYPES[amp]):
+            loss = loss_of(forward, x, y)
+    else:
+        loss = loss_of(forward, x, y)
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+    else:
+        loss.backward()
     if t["max_grad_norm"] > 0:
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t["max_grad_norm"])
     else:
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()]))
-    opt.step()
+    if scaler is not None:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
     return loss.detach(), norm.detach(), lr
+
+
+def grad_scaler(amp, device):
+    """PyTorch's GradScaler (its defaults: 2^16, 2000 steps, 0.5, 2) for fp16; None otherwise."""
+    if amp != "fp16":
+        return None
+    return torch.amp.GradScaler(device.type)
 
 
 @torch.no_grad()
@@ -434,6 +457,7 @@ def rel_diff(a, b):
 
 def run_training(args, tensors, model, t, batches, device):
     opt = make_optimizer(model, t)
+    scaler = grad_scaler(args.amp, device)
     first = t["step"]
     if first and not load_moments(model, opt, tensors, first):
         print(f"warning: the checkpoint is at step {first} but has no moments: AdamW starts afresh",
@@ -447,7 +471,7 @@ def run_training(args, tensors, model, t, batches, device):
     t0 = time.perf_counter()
     for k in range(args.steps):
         s = first + k
-        loss, norm, lr = train_step(model, model, opt, t, batches, s)
+        loss, norm, lr = train_step(model, model, opt, t, batches, s, args.amp, scaler)
         rec = {"step": s + 1, "lr": lr, "loss": loss.item(), "grad_norm": norm.item()}
         line = f"{s + 1:5d} {lr:9.3e} {rec['loss']:12.7f}"
         row = wgml.get(s + 1) if wgml is not None else None
@@ -496,19 +520,20 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def bench_training(args, model, forward, t, batches, device):
+def bench_training(args, model, forward, t, batches, device, amp=None):
     """Median ms of a whole training step (batch, forward, backward, clipping, AdamW, the loss
     read back as wgml reads it) over --bench-steps after --bench-warmup, and the peak memory."""
     opt = make_optimizer(model, t)
+    scaler = grad_scaler(amp, device)
     for s in range(args.bench_warmup):
-        train_step(forward, model, opt, t, batches, s)[0].item()
+        train_step(forward, model, opt, t, batches, s, amp, scaler)[0].item()
     sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times = []
     for s in range(args.bench_warmup, args.bench_warmup + args.bench_steps):
         t0 = time.perf_counter()
-        train_step(forward, model, opt, t, batches, s)[0].item()
+        train_step(forward, model, opt, t, batches, s, amp, scaler)[0].item()
         sync(device)
         times.append(time.perf_counter() - t0)
     ms = statistics.median(times) * 1e3
@@ -569,6 +594,21 @@ def run_bench(args, tensors, cfg, t, batches, device):
     model = load_model(tensors, cfg, device)
     out["train_eager"] = bench_training(args, model, model, t, batches, device)
     print_bench("train eager", out["train_eager"])
+    for amp in args.bench_amp.split(",") if args.bench_amp else []:
+        if amp not in AMP_DTYPES:
+            fail(f"--bench-amp: {amp} is not one of {', '.join(AMP_DTYPES)}")
+        model = load_model(tensors, cfg, device)
+        out[f"train_amp_{amp}"] = bench_training(args, model, model, t, batches, device, amp)
+        print_bench(f"train amp {amp}", out[f"train_amp_{amp}"])
+        if args.compile:
+            model = load_model(tensors, cfg, device)
+            try:
+                compiled = torch.compile(model)
+                out[f"train_compile_amp_{amp}"] = bench_training(args, model, compiled, t, batches, device, amp)
+                print_bench(f"compile {amp}", out[f"train_compile_amp_{amp}"])
+            except Exception as e:  # the image's Triton has failed to build kernels: keep the rest
+                out[f"train_compile_amp_{amp}"] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+                print(f"compile {amp}: failed ({out[f'train_compile_amp_{amp}']['error']})")
     if args.compile:
         model = load_model(tensors, cfg, device)
         t0 = time.perf_counter()
@@ -611,6 +651,8 @@ def parse_args():
                    help="validation batches 0..K-1 (default: the checkpoint's eval_batches, else 8)")
     p.add_argument("--bench", action="store_true", help="time training steps and generation")
     p.add_argument("--compile", action="store_true", help="with --bench: torch.compile too")
+    p.add_argument("--amp", choices=tuple(AMP_DTYPES), help="train with autocast in this dtype (fp16: with a GradScaler)")
+    p.add_argument("--bench-amp", metavar="LIST", help="with --bench: also time autocast steps, e.g. fp16,bf16")
     p.add_argument("--bench-steps", type=int, default=20, help="timed steps (default 20)")
     p.add_argument("--bench-warmup", type=int, default=5, help="untimed steps first (default 5)")
     p.add_argument("--gen-tokens", type=int, default=0, help="tokens to generate (default block - 1)")

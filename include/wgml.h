@@ -145,6 +145,40 @@ typedef struct wgml_context_desc {
                                  adapter: every index is that one */
     wgml_runtime_kind runtime; /* the WebGPU implementation (see wgml_runtime_kind); a value
                                  not of the enum is WGML_ERROR_INVALID_ARGUMENT */
+    /* The rest mirror the environment variables listed at the end of this file (each field
+       left zero or NULL takes its variable, read once, here; a field that is set wins).
+       Strings are copied: the caller's may go once the context is made. Fields are only
+       ever added at the end, so a zeroed desc of an older header means the same. */
+    const char *dawn_library;        /* Dawn's libwebgpu_dawn.so to open instead of wgml's; */
+    const char *wgpu_native_library; /* wgpu-native's: both only where the process has not
+                                        loaded that runtime yet (it stays loaded) */
+    const char *dawn_toggles;        /* more Dawn device toggles, "a,b,..." (experiments) */
+    const char *dump_wgsl;           /* a folder: every kernel compiled is written there */
+    const char *profile;             /* a file: every dispatch timed in a pass of its own, GPU
+                                        time per kind of launch written when the context is
+                                        freed (needs the timestamp-query feature) */
+    int timeline;                    /* 1: the host clock at each step of a submit-and-read */
+    double poll_spin_us;             /* how long a wait spins before blocking: > 0 that many
+                                        microseconds, < 0 never; 0: the default (10000 on a
+                                        GPU, 0 on a CPU adapter). NaN: INVALID_ARGUMENT */
+    int64_t loop_limit;              /* > 0: pretend the adapter ends shader loops after this
+                                        many iterations (as lavapipe does after 65535), which
+                                        walks the split paths at small sizes; 0: the
+                                        adapter's; < 0: INVALID_ARGUMENT */
+    int64_t binding_limit;           /* > 0: a storage binding limit smaller than the
+                                        adapter's (at least 256; tests of the split paths);
+                                        0: the adapter's; below 256: INVALID_ARGUMENT */
+    double dist_bucket_mb;           /* wgml_dist_allreduce's bucket size in MiB, in (0,
+                                        1024]; 0: 16; other values: INVALID_ARGUMENT */
+    /* Kernel choices, for benchmark sweeps and tests, as text in their variable's syntax (a
+       value out of range is ignored): the large-M GEMM's tile "tm,tn,bk,stages" and warp
+       layout "8x4"; the CPU-adapter GEMM "0" (off), "1" (forced) or "rows,cols,lanes"; "0":
+       that GEMM without subgroup broadcasts; the GEMV's columns per workgroup "16"|"32"|"64";
+       "0": no small-M GEMV; "1": GEMV partial sums meet by subgroup shuffles; elements per
+       thread of fused elementwise kernels "1"|"2"|"4"|"8"; the attention kernels' tiles
+       "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47) */
+    const char *gemm_tile, *gemm_warp, *gemm_cpu, *gemm_cpu_subgroups, *gemv_cols, *gemv_rows, *subgroups,
+        *ew_unroll, *attn_tiles, *attn_pre;
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -575,6 +609,16 @@ typedef struct wgml_matmul_desc {
     int f16_math;
 } wgml_matmul_desc;
 
+/* The context's compute precision. WGML_PRECISION_MIXED: every matmul built while it is set
+   whose desc leaves f16_math 0 (wgml_matmul, wgml_linear, the gradients autograd builds)
+   runs as WGML_F16_MATH_MATRIX (f16 operands, f32 sums; on the matrix units where the adapter
+   has them, else the SIMT f16 kernel); everything else stays f32. Needs shader-f16
+   (WGML_ERROR_UNSUPPORTED without it). Training under it wants loss scaling
+   (wgml_optimizer_set_loss_scaling): small gradients underflow in f16. Default F32. */
+typedef enum wgml_precision { WGML_PRECISION_F32 = 0, WGML_PRECISION_MIXED = 1 } wgml_precision;
+WGML_API wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p);
+WGML_API wgml_precision wgml_compute_precision(const wgml_context *ctx);
+
 /* a [..., M, K], b [..., K, N] (2 to 4 dims each), with the transposes as flagged (on the
    last two dims). The leading dims broadcast NumPy-style (a missing dim counts as 1, a dim of
    1 stretches): the result is broadcast(leading dims) + [M, N], e.g. [B,H,T,D] x [B,H,D,T],
@@ -762,6 +806,36 @@ WGML_API wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml
 /* The lr the next step will use, before the groups' lr_scale (for logs); NaN if opt is NULL. */
 WGML_API float wgml_optimizer_lr(const wgml_optimizer *opt);
 
+/* Dynamic loss scaling for mixed precision, all on the GPU (no read in a step): the loss is
+   multiplied by the scale before the backward pass (wgml_optimizer_scale_loss), the step
+   divides the gradients by it before the norm, the clipping and the update, and a step whose
+   gradients hold inf or NaN (their squared norm is not finite) changes no parameter or moment
+   and multiplies the scale by backoff; growth_interval good steps in a row multiply it by
+   growth. Adam's bias correction counts the updates taken, not the skipped steps; the lr
+   schedule counts steps. Fields left 0 take PyTorch GradScaler's defaults. */
+typedef struct wgml_loss_scaling {
+    float init_scale;    /* 0 means 65536; else finite, > 0 */
+    int growth_interval; /* 0 means 2000; else in [1, 2^24] */
+    float backoff;       /* 0 means 0.5; else in (0, 1) */
+    float growth;        /* 0 means 2; else finite, >= 1 */
+} wgml_loss_scaling;
+/* Turns scaling on (s: its settings; the state starts at init_scale) or off (NULL). */
+WGML_API wgml_status wgml_optimizer_set_loss_scaling(wgml_optimizer *opt, const wgml_loss_scaling *s);
+/* Whether scaling is on (0 for NULL). */
+WGML_API int wgml_optimizer_scales_loss(const wgml_optimizer *opt);
+/* loss (one element) times the current scale, for wgml_backward; loss x 1 with scaling off. */
+WGML_API wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss);
+typedef struct wgml_loss_scale_state {
+    float scale;
+    int64_t good_steps;    /* finite steps since the scale last changed (< growth_interval) */
+    int64_t skipped_steps; /* steps skipped since scaling was turned on */
+    int last_skipped;      /* whether the last step was skipped */
+    int64_t updates;       /* updates taken (Adam's bias correction) */
+} wgml_loss_scale_state;
+/* The state after the last step (reads 32 bytes; for logs and checkpoints), and its
+   restoration (a checkpoint's). Both need scaling on. */
+WGML_API wgml_status wgml_optimizer_loss_scale_state(wgml_optimizer *opt, wgml_loss_scale_state *out);
+WGML_API wgml_status wgml_optimizer_set_loss_scale_state(wgml_optimizer *opt, const wgml_loss_scale_state *s);
 /* A function wgml_optimizer_step calls between computing the gradients and clipping them:
    grads is a 1-D tensor (borrowed, valid during the call) viewing every parameter's evaluated
    gradient in the optimiser's flat buffer, in parameter order with zeros between them. The
@@ -845,45 +919,46 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
 /* ---------------------------------------------------------------- environment variables */
 
-/* Every environment variable the library reads; none is needed in normal use. Each is read
-   once per context (when it is made or first needs the variable), except where noted.
-   Choosing the runtime and the adapter (a wgml_context_desc field, when set, wins):
+/* Every environment variable the library reads; none is needed in normal use. Each has its
+   wgml_context_desc field, and each is read once per context, when wgml_context_create makes
+   it (src/runtime/settings.c, the one place that reads the environment): a field that is set
+   (nonzero, non-NULL) wins over its variable; one left zero takes the variable, else the
+   default. A variable changed after a context is made does not reach it. The yes/no ones
+   (bounds_checks, gpu_timing, timeline) are on when the field or the variable says 1.
      WGML_RUNTIME=auto|wgpu-native|dawn     .runtime
-     WGML_DAWN_LIBRARY=<file>               Dawn's libwebgpu_dawn.so to open instead of wgml's
-     WGML_WGPU_NATIVE_LIBRARY=<file>        wgpu-native's library to open instead of wgml's
-     WGML_DAWN_TOGGLES=a,b,...              more Dawn device toggles (experiments)
+     WGML_DAWN_LIBRARY=<file>               .dawn_library
+     WGML_WGPU_NATIVE_LIBRARY=<file>        .wgpu_native_library
+     WGML_DAWN_TOGGLES=a,b,...              .dawn_toggles
      WGML_BACKEND=vulkan|metal|dx12|gl|all  .backend
      WGML_ADAPTER=<part of a name>          .adapter_name
      WGML_ADAPTER_INDEX=N                   .adapter_index
      WGML_BOUNDS_CHECKS=1                   .bounds_checks
      WGML_GPU_TIMING=1                      .gpu_timing
    Diagnostics:
-     WGML_DUMP_WGSL=<folder>   writes every kernel the context compiles there
-     WGML_PROFILE=<file>       times every dispatch in a pass of its own, GPU time per kind of
-                               launch written to the file when the context is freed
-     WGML_TIMELINE=1           notes the host clock at each step of a submit-and-read
+     WGML_DUMP_WGSL=<folder>                .dump_wgsl
+     WGML_PROFILE=<file>                    .profile
+     WGML_TIMELINE=1                        .timeline
    Runtime behaviour:
-     WGML_POLL_SPIN_US=N       how long waits spin before blocking (default 10000 on a GPU,
-                               0 on a CPU adapter)
-     WGML_LOOP_LIMIT=N         pretend the adapter ends shader loops after N iterations (as
-                               lavapipe does after 65535): walks the split paths at small sizes
-     WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call)
+     WGML_POLL_SPIN_US=N                    .poll_spin_us (0 here: never spin)
+     WGML_LOOP_LIMIT=N                      .loop_limit
+     WGML_DEBUG_BINDING_LIMIT=bytes         .binding_limit
+     WGML_DIST_BUCKET_MB=X                  .dist_bucket_mb
+   Kernel choices (a value out of range is ignored, as it is in the field):
+     WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile
+     WGML_GEMM_WARP=8x4                     .gemm_warp
+     WGML_GEMM_CPU=0|1|rows,cols,lanes      .gemm_cpu
+     WGML_GEMM_CPU_SUBGROUPS=0              .gemm_cpu_subgroups
+     WGML_GEMV_COLS=16|32|64                .gemv_cols
+     WGML_GEMV_ROWS=0                       .gemv_rows
+     WGML_SUBGROUPS=1                       .subgroups
+     WGML_EW_UNROLL=1|2|4|8                 .ew_unroll
+     WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t      .attn_tiles
+     WGML_ATTN_PRE=N                        .attn_pre
+   The process's, read by each wgml_dist_init (there is no context then):
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
                                none loaded (default: the one wgml was built against)
      OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS  set by MPI launchers:
-                               whether one started the process (wgml_dist_*; read at each call)
-   Kernel choices, for benchmark sweeps and tests (a value out of range is ignored):
-     WGML_GEMM_TILE=tm,tn,bk,stages  WGML_GEMM_WARP=8x4  the large-M GEMM's tile
-     WGML_GEMM_CPU=0|1|rows,cols,lanes  the CPU-adapter GEMM off, forced on, or its tile
-     WGML_GEMM_CPU_SUBGROUPS=0       the CPU-adapter GEMM without subgroup broadcasts
-     WGML_GEMV_COLS=16|32|64         the GEMV's columns per workgroup
-     WGML_GEMV_ROWS=0                no small-M GEMV (M <= 16 through the GEMV kernel)
-     WGML_SUBGROUPS=1                GEMV partial sums meet by subgroup shuffles
-     WGML_EW_UNROLL=1|2|4|8          elements per thread of fused elementwise kernels
-     WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t  the attention kernels' tiles (forward, dK/dV, dQ)
-     WGML_ATTN_PRE=N                 the attention kernels' prefetch bits (a mask of 47)
-     WGML_DEBUG_BINDING_LIMIT=bytes  a smaller storage binding limit than the adapter's
-                                     (read at each matmul): walks the split paths in tests */
+                               whether one started the process */
 
 #ifdef __cplusplus
 }

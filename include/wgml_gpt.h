@@ -112,6 +112,12 @@ typedef struct wgml_gpt_train_desc {
     float lr, weight_decay, max_grad_norm;
     float beta1, beta2;
     wgml_lr_schedule schedule;
+    /* WGML_PRECISION_MIXED: the training steps' matmuls (forward and backward) take f16
+       operands with f32 sums (wgml_set_compute_precision), everything else, the weights and
+       the optimiser stay f32, and the loss is scaled dynamically (loss_scaling; zeroed:
+       GradScaler's defaults). Needs shader-f16. F32 (0): as before. */
+    wgml_precision precision;
+    wgml_loss_scaling loss_scaling;
 } wgml_gpt_train_desc;
 /* The optimiser for g (free it with wgml_optimizer_free before g). */
 WGML_API wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out);

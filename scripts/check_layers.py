@@ -25,6 +25,10 @@ own definition, NAME__impl: a call through the public header is charged to the f
 defines NAME__impl, so calling wgml_softmax from engine/ fails as an include would. SEAMS
 lists the only references allowed up a layer, each with why.
 
+Also fails a call of getenv (or secure_getenv) in src/ outside src/runtime/settings.c: the
+library reads the environment there alone, once per context, into the settings every other
+file reads (include/wgml.h lists the variables).
+
 An include is resolved as the compiler does (a quoted one next to the including file
 first, then under src/, which is on the include path); one that names no file of src/ (the
 public wgml.h, webgpu, the C library) is not checked. Prints each violation as file:line and
@@ -60,6 +64,8 @@ SEAMS = {
                                 "(the engine reads entries; it calls an op only through their pointers)"),
 }
 INCLUDE = re.compile(r'\s*#\s*include\s*([<"])([^>"]+)[>"]')
+GETENV = re.compile(r'\b(secure_)?getenv\s*\(')
+ENV_READER = "src/runtime/settings.c"  # the one file that reads the environment
 
 
 def target_folder(src, including_dir, quote, name):
@@ -149,6 +155,9 @@ def main():
                 shown = "src/" + os.path.relpath(path, src).replace(os.sep, "/")
                 with open(path, errors="replace") as fh:
                     for line_no, line in enumerate(fh, 1):
+                        if shown != ENV_READER and GETENV.search(line.split("//")[0]):
+                            errors.append(f"{shown}:{line_no}: reads the environment; only {ENV_READER} does "
+                                          "(add a wgml_context_desc field and a wgml_settings entry)")
                         m = INCLUDE.match(line)
                         if not m:
                             continue
@@ -175,7 +184,8 @@ def main():
         print(f"check_layers: {len(errors)} violation(s)")
         return 1
     linked = f"; {refs} link-level references between objects of src/, none up a layer" if build else ""
-    print(f"check_layers: OK ({includes} includes within src/, none points up a layer{linked})")
+    print(f"check_layers: OK ({includes} includes within src/, none points up a layer{linked}; "
+          f"the environment read in {ENV_READER} alone)")
     return 0
 
 

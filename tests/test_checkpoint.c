@@ -1,5 +1,5 @@
 /*
- * Training checkpoints (src/train/checkpoint.c): a save and read round trip that restores
+ * Training checkpoints (src/models/mlp_checkpoint.c): a save and read round trip that restores
  * the model, the moments, the step and the run's settings exactly; and files that must be
  * refused with a message naming the tensor or key: a moment or weight of the wrong shape
  * (a moment of shape [1] was once copied as if it had its parameter's size, reading past
@@ -14,7 +14,7 @@
 
 #include "harness.h"
 #include "io/safetensors.h"
-#include "train/checkpoint.h"
+#include "models/mlp_checkpoint.h"
 
 static char dir[256];
 static const int64_t sizes[3] = {12, 8, 5};
@@ -249,6 +249,8 @@ static void refuses_bad_tensors(void)
     refused(ctx, bad, WGML_ERROR_FORMAT, "a first moment NaN", (const char *const[]){"optimiser moment 'b1.m' holds nan at element 4", NULL});
     poke(good, bad, "b0.v", 0, INFINITY);
     refused(ctx, bad, WGML_ERROR_FORMAT, "a second moment inf", (const char *const[]){"'b0.v' holds inf at element 0", NULL});
+    poke(good, bad, "W1", 6, NAN); /* a weight of a run that diverged: nothing to go on from */
+    refused(ctx, bad, WGML_ERROR_FORMAT, "a weight NaN", (const char *const[]){"'W1' holds nan at element 6", NULL});
     poke(good, bad, "W0.m", 3, -5.0f); /* a first moment may be negative */
     CHECK_OK(ctx, wgml_checkpoint_read(ctx, bad, &ck));
     wgml_checkpoint_free(&ck);

@@ -11,7 +11,8 @@
 #   - corrupt Adam moments and another rank count are refused when a checkpoint is read;
 #   - --data FILE, --init-from, gpt eval (its loss against a float64 forward pass in Python),
 #     --top-p, wgml eval on a GPT checkpoint, the sampler's statistics on their own line,
-#     wgml info's compute features (--all: every one), bench's table in a readable unit.
+#     wgml info's compute features (--all: every one), bench's table in a readable unit;
+#   - --precision mixed: its resume byte for byte, its metrics and checkpoint fields.
 # Usage: test_cli_runs.sh WGML_BINARY [PYTHON]
 set -u
 wgml=$1
@@ -89,7 +90,15 @@ cmp -s "$work/a.before" "$work/a/gpt.safetensors" || fail "a refused run changed
 echo $dead >"$work/a/.wgml.lock"
 : >"$work/a/gpt.safetensors.tmp.$dead"
 : >"$work/a/gpt.safetensors.tmp.$$"  # a live process's: kept
-last_elapsed=$(tail -n 1 "$work/a/metrics.csv" | cut -d, -f7)
+# the stopped run's clock set far past what any resume takes, so that a restart at 0 shows
+"$py" - "$work/a/metrics.csv" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+head, last = lines[0].split(","), lines[-1].split(",")
+last[head.index("elapsed_s")] = "1000.000"
+open(sys.argv[1], "w").write("\n".join(lines[:-1] + [",".join(last)]) + "\n")
+PY
+last_elapsed=1000
 run_wgml gpt train --resume "$work/a/gpt.safetensors" --steps $((stopped + 2)) >/dev/null 2>"$work/err" ||
   fail "resuming past a stale lock failed: $(cat "$work/err")"
 [ ! -e "$work/a/gpt.safetensors.tmp.$dead" ] || fail "a dead process's temporary file was left"
@@ -100,7 +109,7 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 stopped, before = int(sys.argv[2]), float(sys.argv[3])
 assert [int(r["step"]) for r in rows] == list(range(1, stopped + 3)), [r["step"] for r in rows]
-assert float(rows[-1]["elapsed_s"]) > before, (rows[-1]["elapsed_s"], before)  # not restarted at 0
+assert all(float(r["elapsed_s"]) > before for r in rows[stopped:]), [r["elapsed_s"] for r in rows]  # not restarted at 0
 PY
 
 # --overwrite replaces the run
@@ -292,6 +301,38 @@ sed -n '/^features/,$p' "$work/info_all" | grep "^  [a-z]" >"$work/f_all"
 if [ "$(wc -l <"$work/f_all")" -gt "$(wc -l <"$work/f_compute")" ]; then
   grep -q "for drawing: wgml info --all" "$work/info" || fail "wgml info does not say what it left out"
 fi
+
+# ---- --precision mixed (issue 31): f16 matmuls with loss scaling; the scaler's state and the
+# precision travel in the checkpoint, so a stopped and resumed run ends byte for byte where an
+# unbroken one does; metrics.csv gains loss_scale and skipped_steps
+mixed=("${small[@]}" --steps 8 --eval-every 4 --data "$work/text" --precision mixed)
+run_wgml gpt train "${mixed[@]}" --out "$work/mx" >/dev/null 2>"$work/err" || fail "--precision mixed failed: $(cat "$work/err")"
+run_wgml gpt train "${mixed[@]}" --stop-at 4 --out "$work/mr" >/dev/null 2>&1 || fail "--stop-at 4 failed"
+# its metrics as an older version wrote them (without the last two columns): the resume adds them
+"$py" - "$work/mr/metrics.csv" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+open(sys.argv[1], "w").write("\n".join(",".join(l.split(",")[:7]) for l in lines) + "\n")
+PY
+run_wgml gpt train --resume "$work/mr/gpt.safetensors" >/dev/null 2>"$work/err" || fail "mixed resume failed: $(cat "$work/err")"
+"$py" - "$work/mr/metrics.csv" <<'PY' || fail "an older metrics file was not brought up to the new columns"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines[0].endswith(",loss_scale,skipped_steps") and all(l.count(",") == 8 for l in lines), lines
+PY
+cmp -s "$work/mx/gpt.safetensors" "$work/mr/gpt.safetensors" || fail "a resumed mixed-precision run differs from an unbroken one"
+"$py" - "$work/mx/metrics.csv" "$work/mx/gpt.safetensors" <<'PY' || fail "mixed precision's metrics or checkpoint are wrong"
+import csv, json, struct, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert list(rows[0])[-2:] == ["loss_scale", "skipped_steps"], list(rows[0])
+synced = [r for r in rows if r["loss_scale"]]
+assert synced and all(float(r["loss_scale"]) == 65536 and r["skipped_steps"] == "0" for r in synced), synced
+blob = open(sys.argv[2], "rb").read()
+meta = json.loads(blob[8:8 + struct.unpack("<Q", blob[:8])[0]])["__metadata__"]
+assert meta["precision"] == "1" and float(meta["loss_scale"]) == 65536 and meta["loss_scale_updates"] == "8", meta
+PY
+run_wgml gpt train "${small[@]}" --steps 1 --precision f16 --out "$work/bad" >/dev/null 2>"$work/err" && fail "--precision f16 was taken"
+grep -q "want f32, mixed or auto" "$work/err" || fail "--precision f16's message: $(cat "$work/err")"
 
 # ---- bench: the table in a unit its value reads in (never "0.00 TFLOP/s"), --json as declared
 WGML_BENCH_ONLY=gemm_128 run_wgml bench matmul --quick --json >"$work/bench.json" 2>"$work/bench.err" ||

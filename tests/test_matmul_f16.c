@@ -371,6 +371,43 @@ static void gradients_are_f32(void)
     free(B);
 }
 
+/* wgml_set_compute_precision(MIXED): a matmul that leaves f16_math 0, and the gradient
+   matmuls autograd builds for it, round their operands to f16 (values a tie or less away
+   from f16 neighbours tell); back at F32, the same product is f32 again. */
+static void precision_policy(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    int64_t M = 20, K = 40, N = 24, sa[2] = {M, K}, sb[2] = {K, N};
+    const float v = 1.0f + 3 * 0x1p-12f, w = 1.0f - 3 * 0x1p-13f; /* f16: 1 + 2^-10 and 1 - 2^-11 */
+    float *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
+    for (int64_t i = 0; i < M * K; i++) A[i] = w;
+    for (int64_t i = 0; i < K * N; i++) B[i] = v;
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
+    CHECK_OK(ctx, wgml_requires_grad(ta, 1));
+    CHECK_OK(ctx, wgml_requires_grad(tb, 1));
+    CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_F32);
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_MIXED));
+    CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_MIXED);
+    wgml_tensor *y = wgml_matmul(ctx, ta, tb), *L = wgml_sum_all(ctx, y);
+    CHECK_OK(ctx, wgml_backward(L));
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_F32));
+    wgml_tensor *y32 = wgml_matmul(ctx, ta, tb);
+    float *ga = test_read_new(ctx, "grad a", wgml_grad(ta), M * K), *gb = test_read_new(ctx, "grad b", wgml_grad(tb), K * N);
+    float *fy = test_read_new(ctx, "y", y, M * N), *fy32 = test_read_new(ctx, "y f32", y32, M * N);
+    const float want_ga = (float)N * (1.0f + 0x1p-10f), want_gb = (float)M * (1.0f - 0x1p-11f);
+    if (ga && ga[0] != want_ga) FAILF("dL/da[0] = %.9g, want %.9g (f16 operands)", ga[0], want_ga);
+    if (gb && gb[0] != want_gb) FAILF("dL/db[0] = %.9g, want %.9g (f16 operands)", gb[0], want_gb);
+    if (fy && fy[0] != (float)K) FAILF("y[0] = %.9g, want %lld (f16 operands)", fy[0], (long long)K);
+    if (fy32 && !(fabs(fy32[0] - (double)K * v * w) <= 1e-6 * K)) FAILF("y[0] at F32 = %.9g, want %.9g", fy32[0], (double)K * v * w);
+    CHECK_STATUS(ctx, wgml_set_compute_precision(ctx, (wgml_precision)7), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_F32);
+    free(ga), free(gb), free(fy), free(fy32);
+    wgml_tensor_free(L), wgml_tensor_free(y), wgml_tensor_free(y32), wgml_tensor_free(ta), wgml_tensor_free(tb);
+    free(A), free(B);
+    wgml_clear_error(ctx);
+}
+
 /* Without shader-f16 the op fails with WGML_ERROR_UNSUPPORTED naming the op, the operands
    and the adapter. lavapipe has the feature, so a fresh context is told it has not (the
    check reads the context's adapter info); f16_math = 0 still works there. */
@@ -498,6 +535,7 @@ int main(void)
     TEST_RUN(every_tile_config);
     TEST_RUN(two_leading_dims);
     TEST_RUN(gradients_are_f32);
+    TEST_RUN(precision_policy);
     TEST_RUN(unsupported_without_shader_f16);
     TEST_RUN(bad_mode);
     /* the whole of K in f16 */

@@ -11,7 +11,7 @@
 #include "cpu/ref.h"
 #include "harness.h"
 #include "io/idx.h"
-#include "train/mlp.h"
+#include "models/mlp.h"
 
 #define STEPS 100
 #define BATCH 32

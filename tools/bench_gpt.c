@@ -1,7 +1,8 @@
 /*
  * wgml bench gpt: the GPT of `wgml gpt train` (src/models/gpt.h), timed.
  *   - a training step (forward, backward, AdamW with clipping, the loss read back): median
- *     ms and tokens/s, and the GPU memory the step holds at its peak;
+ *     ms and tokens/s, and the GPU memory the step holds at its peak; in f32, then in mixed
+ *     precision (`_mixed` rows: f16 matmuls with f32 sums, dynamic loss scaling);
  *   - generation at batch 1 with the KV cache (one submit and a 4-byte read per token),
  *     tokens/s.
  * On a discrete GPU the nanoGPT character-level setup (6 layers, 6 heads, width 384, block
@@ -24,6 +25,81 @@ static void fail(wgml_context *ctx, const char *what)
     fprintf(stderr, "wgml bench gpt: %s: %s\n", what, wgml_error_message(ctx));
 }
 
+/* Training steps at one precision: warm-up (compiles, and the buffers' first seconds), then
+   rounds of ROUND steps submitted without waiting (as wgml gpt train runs them) and their
+   losses read at the end of the round: the median round over ROUND. Rows named with suffix. */
+static int bench_training(wgml_context *ctx, wgml_gpt *g, wgml_text *text, int have_text, int64_t B, int small,
+                          wgml_precision precision, const char *suffix)
+{
+    const wgml_gpt_config cfg = g->cfg;
+    int64_t T = cfg.block, n = B * T;
+    char err[256], name[64];
+    wgml_optimizer *opt = NULL;
+    wgml_gpt_train_desc d = {.lr = 1e-3f, .weight_decay = 0.1f, .max_grad_norm = 1.0f, .precision = precision};
+    if (wgml_gpt_optimizer(g, &d, &opt)) {
+        fail(ctx, "optimizer");
+        return 0;
+    }
+    int32_t *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    wgml_tensor *ids = NULL, *targets = NULL;
+    int64_t bt[2] = {B, T};
+    int ok = x && y;
+    enum { ROUND = 10 };
+    int warm = small ? 2 : 10, rounds = small ? 2 : 5;
+    double t[16], gpu[16];
+    wgml_stats s1, sa, sb;
+    for (int r = -warm; ok && r < rounds * ROUND; r++) {
+        int64_t step = r + warm;
+        if (have_text) wgml_text_batch(text, 0, 1, step, (int)B, (int)T, x, y, err, sizeof err);
+        else
+            for (int64_t i = 0; i < n; i++)
+                x[i] = (int32_t)(wgml_text_mix((uint64_t)(step * n + i)) % (uint64_t)cfg.vocab), y[i] = x[i];
+        if (r == 0) { /* the peaks of the timed steps only */
+            wgml_synchronize(ctx);
+            wgml_stats_reset_peaks(ctx);
+        }
+        if (r >= 0 && r % ROUND == 0) wgml_stats_get(ctx, &sa), t[r / ROUND] = bench_now();
+        wgml_status st = ids ? wgml_tensor_write_i32(ids, x, (size_t)n) : wgml_tensor_from_i32(ctx, 2, bt, x, (size_t)n, &ids);
+        if (!st) st = targets ? wgml_tensor_write_i32(targets, y, (size_t)n) : wgml_tensor_from_i32(ctx, 2, bt, y, (size_t)n, &targets);
+        wgml_tensor *l = NULL;
+        if (!st) st = wgml_gpt_train_step_submit(g, opt, ids, targets, &l);
+        float loss;
+        if (!st && (r < 0 || r % ROUND == ROUND - 1)) st = wgml_tensor_read(l, &loss, 1);
+        wgml_tensor_free(l);
+        if (st) {
+            fail(ctx, "training step");
+            ok = 0;
+        } else if (r >= 0 && r % ROUND == ROUND - 1) {
+            t[r / ROUND] = (bench_now() - t[r / ROUND]) / ROUND;
+            wgml_stats_get(ctx, &sb);
+            gpu[r / ROUND] = (sb.gpu_seconds_total - sa.gpu_seconds_total) / ROUND;
+            if (r == rounds * ROUND - 1)
+                fprintf(stderr, "  per step%s: %.1f evaluations, %.1f submits, %.0f dispatches\n", *suffix ? " (mixed)" : "",
+                        (double)(sb.evals - sa.evals) / ROUND, (double)(sb.submits - sa.submits) / ROUND,
+                        (double)(sb.dispatches - sa.dispatches) / ROUND);
+        }
+    }
+    if (ok) {
+        wgml_stats_get(ctx, &s1);
+        double sec = bench_median(t, rounds);
+        snprintf(name, sizeof name, "gpt_train_step%s", suffix);
+        bench_report(name, sec, (double)n / sec, "tokens/s");
+        snprintf(name, sizeof name, "gpt_train_step%s_gpu", suffix);
+        if (s1.gpu_seconds_total > 0) bench_report(name, bench_median(gpu, rounds), 0, "(GPU timestamps)");
+        snprintf(name, sizeof name, "gpt_train%s_peak_in_use", suffix);
+        bench_report(name, 0, (double)s1.bytes_in_use_peak / 1048576.0, "MiB");
+        snprintf(name, sizeof name, "gpt_train%s_peak_pool", suffix);
+        bench_report(name, 0, (double)s1.bytes_peak / 1048576.0, "MiB");
+        wgml_loss_scale_state sc;
+        if (wgml_optimizer_scales_loss(opt) && !wgml_optimizer_loss_scale_state(opt, &sc))
+            fprintf(stderr, "  loss scale %g, %lld skipped steps\n", (double)sc.scale, (long long)sc.skipped_steps);
+    }
+    free(x), free(y);
+    wgml_tensor_free(ids), wgml_tensor_free(targets);
+    wgml_optimizer_free(opt);
+    return ok;
+}
+
 void bench_gpt(int quick)
 {
     wgml_context *ctx = NULL;
@@ -41,66 +117,20 @@ void bench_gpt(int quick)
     wgml_gpt_config cfg = {.arch = WGML_GPT_GPT2, .vocab = have_text ? text.vocab_size : 114, .block = big ? 256 : 32,
                            .layers = big ? 6 : 2, .heads = big ? 6 : 2, .width = big ? 384 : 64};
     wgml_gpt g = {0};
-    wgml_optimizer *opt = NULL;
-    wgml_gpt_train_desc d = {.lr = 1e-3f, .weight_decay = 0.1f, .max_grad_norm = 1.0f};
-    if (wgml_gpt_init(ctx, &cfg, 1, &g) || wgml_gpt_optimizer(&g, &d, &opt)) {
+    if (wgml_gpt_init(ctx, &cfg, 1, &g)) {
         fail(ctx, "model");
         goto done;
     }
-    int64_t T = cfg.block, n = B * T;
+    int64_t T = cfg.block;
     fprintf(stderr, "gpt: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n",
             (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width, (long long)T, (long long)B,
             (long long)wgml_gpt_numel(&g.cfg), have_text ? "fortunes text" : "random tokens");
-    int32_t *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-    wgml_tensor *ids = NULL, *targets = NULL;
-    int64_t bt[2] = {B, T};
-    int ok = x && y;
-    /* training steps: warm-up (compiles, and the buffers' first seconds), then rounds of
-       ROUND steps submitted without waiting (as wgml gpt train runs them) and their losses
-       read at the end of the round: the median round over ROUND */
-    enum { ROUND = 10 };
-    int warm = quick || !big ? 2 : 10, rounds = quick || !big ? 2 : 5;
-    double t[16], gpu[16];
-    wgml_stats s1, sa, sb;
-    for (int r = -warm; ok && r < rounds * ROUND; r++) {
-        int64_t step = r + warm;
-        if (have_text) wgml_text_batch(&text, 0, 1, step, (int)B, (int)T, x, y, err, sizeof err);
-        else
-            for (int64_t i = 0; i < n; i++)
-                x[i] = (int32_t)(wgml_text_mix((uint64_t)(step * n + i)) % (uint64_t)cfg.vocab), y[i] = x[i];
-        if (r == 0) { /* the peaks of the timed steps only */
-            wgml_synchronize(ctx);
-            wgml_stats_reset_peaks(ctx);
-        }
-        if (r >= 0 && r % ROUND == 0) wgml_stats_get(ctx, &sa), t[r / ROUND] = bench_now();
-        wgml_status st = ids ? wgml_tensor_write_i32(ids, x, (size_t)n) : wgml_tensor_from_i32(ctx, 2, bt, x, (size_t)n, &ids);
-        if (!st) st = targets ? wgml_tensor_write_i32(targets, y, (size_t)n) : wgml_tensor_from_i32(ctx, 2, bt, y, (size_t)n, &targets);
-        wgml_tensor *l = NULL;
-        if (!st) st = wgml_gpt_train_step_submit(&g, opt, ids, targets, &l);
-        float loss;
-        if (!st && (r < 0 || r % ROUND == ROUND - 1)) st = wgml_tensor_read(l, &loss, 1);
-        wgml_tensor_free(l);
-        if (st) {
-            fail(ctx, "training step");
-            ok = 0;
-        } else if (r >= 0 && r % ROUND == ROUND - 1) {
-            t[r / ROUND] = (bench_now() - t[r / ROUND]) / ROUND;
-            wgml_stats_get(ctx, &sb);
-            gpu[r / ROUND] = (sb.gpu_seconds_total - sa.gpu_seconds_total) / ROUND;
-            if (r == rounds * ROUND - 1)
-                fprintf(stderr, "  per step: %.1f evaluations, %.1f submits, %.0f dispatches\n", (double)(sb.evals - sa.evals) / ROUND,
-                        (double)(sb.submits - sa.submits) / ROUND, (double)(sb.dispatches - sa.dispatches) / ROUND);
-        }
-    }
-    if (ok) {
-        wgml_stats_get(ctx, &s1);
-        double sec = bench_median(t, rounds);
-        bench_report("gpt_train_step", sec, (double)n / sec, "tokens/s");
-        if (s1.gpu_seconds_total > 0) bench_report("gpt_train_step_gpu", bench_median(gpu, rounds), 0, "(GPU timestamps)");
-        bench_report("gpt_train_peak_in_use", 0, (double)s1.bytes_in_use_peak / 1048576.0, "MiB");
-        bench_report("gpt_train_peak_pool", 0, (double)s1.bytes_peak / 1048576.0, "MiB");
-    }
+    /* f32, then mixed precision (f16 matmuls, loss scaling) where the adapter has shader-f16 */
+    int ok = bench_training(ctx, &g, &text, have_text, B, quick || !big, WGML_PRECISION_F32, "");
+    if (ok && info.has_shader_f16)
+        ok = bench_training(ctx, &g, &text, have_text, B, quick || !big, WGML_PRECISION_MIXED, "_mixed");
     /* generation: block - 1 tokens from one, sampled at temperature 1 */
+    wgml_stats sa, sb;
     int64_t ntok = T - 1;
     int32_t *hist = malloc((size_t)T * sizeof *hist);
     wgml_gpt_cache cache = {0};
@@ -135,10 +165,7 @@ void bench_gpt(int quick)
     }
     wgml_gpt_cache_free(&cache, cfg.layers);
     free(hist);
-    free(x), free(y);
-    wgml_tensor_free(ids), wgml_tensor_free(targets);
 done:
-    wgml_optimizer_free(opt);
     wgml_gpt_free(&g);
     wgml_text_free(&text);
     wgml_context_free(ctx);

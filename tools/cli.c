@@ -106,21 +106,30 @@ FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step
     size_t cap = 0, hlen = strlen(header);
     ssize_t n;
     int rows = 0, other = 0, made = out != NULL, e = made ? 0 : errno;
+    int added = 0; /* columns a newer version appended to an older file's header: its rows get them empty */
     while (!e && (n = getline(&line, &cap, in)) > 0) {
         int keep;
         if (rows++ == 0) {
-            keep = (size_t)n == hlen + 1 && strncmp(line, header, hlen) == 0 && line[hlen] == '\n';
+            size_t old = (size_t)n - 1;
+            keep = line[old] == '\n' && old <= hlen && strncmp(line, header, old) == 0 && (old == hlen || header[old] == ',');
             if (!keep) {
                 other = 1;
                 break;
             }
+            for (size_t k = old; k < hlen; k++) added += header[k] == ',';
+            if (added > 16) { /* more than the row padding below holds */
+                other = 1;
+                break;
+            }
+            if (fprintf(out, "%s\n", header) < 0) e = errno;
+            continue;
         } else {
             char *end;
             long long step = strtoll(line, &end, 10);
             /* a row cut short by a crash (no newline) is dropped too */
             keep = end != line && *end == ',' && step <= resume_step && line[n - 1] == '\n';
         }
-        if (keep && fputs(line, out) < 0) e = errno;
+        if (keep && (fprintf(out, "%.*s%.*s\n", (int)n - 1, line, added, ",,,,,,,,,,,,,,,,") < 0)) e = errno;
     }
     if (!e && ferror(in)) e = EIO;
     if (!e && !other && rows == 0 && fprintf(out, "%s\n", header) < 0) e = errno; /* an empty file: begun afresh */
@@ -163,23 +172,44 @@ int cli_take_runtime(int *argc, char **argv)
     return 0;
 }
 
+/* The index of column `name` in a CSV header line, or -1. */
+static int column_of(const char *header, const char *name)
+{
+    size_t len = strlen(name);
+    int col = 0;
+    for (const char *p = header; *p; col++) {
+        size_t w = strcspn(p, ",\n");
+        if (w == len && !strncmp(p, name, len)) return col;
+        p += w;
+        if (*p != ',') break;
+        p++;
+    }
+    return -1;
+}
+
 double cli_metrics_last_elapsed(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
-    char *line = NULL, *last = NULL;
+    char *line = NULL, *first = NULL, *last = NULL;
     size_t cap = 0;
     double v = 0;
     while (getline(&line, &cap, f) > 0) {
-        free(last);
-        last = strdup(line);
+        if (!first) first = strdup(line);
+        else free(last), last = strdup(line);
     }
-    char *comma = last ? strrchr(last, ',') : NULL, *end;
-    if (comma) {
-        double e = strtod(comma + 1, &end);
-        if (end != comma + 1 && e >= 0 && e < 1e12) v = e;
+    int col = first ? column_of(first, "elapsed_s") : -1;
+    char *field = last;
+    for (int k = 0; field && k < col; k++) {
+        field = strchr(field, ',');
+        if (field) field++;
     }
-    free(line), free(last);
+    if (col >= 0 && field) {
+        char *end;
+        double e = strtod(field, &end);
+        if (end != field && e >= 0 && e < 1e12) v = e;
+    }
+    free(line), free(first), free(last);
     fclose(f);
     return v;
 }

@@ -20,10 +20,11 @@ const char *cli_message(wgml_context *ctx, wgml_status st);
    resumed run keeps the header and the rows of steps <= resume_step and drops any after it (a
    run that stopped after its last checkpoint wrote them), so the file equals an unbroken run's.
    NULL with the reason in err when it cannot be written or, resuming, its first line is not
-   header (another command's file is not overwritten). */
+   header or the start of it (another command's file is not overwritten; an older version's
+   file, whose header lacks columns added at the end, gets them, empty in its rows). */
 FILE *cli_metrics_open(const char *path, const char *header, int64_t resume_step, char *err, size_t errlen);
-/* The last column (elapsed_s) of the last row of a metrics CSV, so that a resumed run's clock
-   goes on from where the run stopped; 0 when there is no such row. */
+/* The elapsed_s column (found by the header) of the last row of a metrics CSV, so that a
+   resumed run's clock goes on from where the run stopped; 0 when there is no such row. */
 double cli_metrics_last_elapsed(const char *path);
 
 /* A run's output folder, held by one process at a time. cli_out_claim creates dir, takes its

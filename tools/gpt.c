@@ -36,7 +36,7 @@ enum {
     O_ARCH = 256, O_STEPS, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK, O_BATCH, O_LR, O_MIN_LR, O_WARMUP,
     O_WD, O_CLIP, O_DROPOUT, O_SEED, O_DATA, O_OUT, O_RESUME, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_EVERY, O_SAVE_INIT,
     O_SAMPLE, O_STOP_AT, O_CHECKPOINT, O_PROMPT, O_TOKENS, O_TEMPERATURE, O_TOP_K, O_BETA2, O_INIT_FROM, O_OVERWRITE,
-    O_TOP_P
+    O_TOP_P, O_PRECISION
 };
 
 typedef struct train_options {
@@ -45,6 +45,7 @@ typedef struct train_options {
     int64_t steps, stop_at, save_every, sample_tokens;
     const char *out, *resume, *init_from;
     int save_init, overwrite;
+    int precision; /* wgml_precision, or -1: mixed where the adapter has matrix units */
     unsigned char given[64]; /* which options the command line named (by O_ - 256) */
 } train_options;
 
@@ -63,7 +64,7 @@ static const struct option train_flags[] = {
     {"eval-batches", required_argument, 0, O_EVAL_BATCHES}, {"save-every", required_argument, 0, O_SAVE_EVERY},
     {"save-init", no_argument, 0, O_SAVE_INIT},   {"sample", required_argument, 0, O_SAMPLE},
     {"stop-at", required_argument, 0, O_STOP_AT}, {"init-from", required_argument, 0, O_INIT_FROM},
-    {"overwrite", no_argument, 0, O_OVERWRITE},
+    {"overwrite", no_argument, 0, O_OVERWRITE},   {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, 'h'},                {0, 0, 0, 0},
 };
 
@@ -73,6 +74,8 @@ static const char train_usage[] =
     "          --width N (128)  --ffn N (4 width; llama: 8 width / 3)  --block N (64)  --dropout P (0)\n"
     "  train:  --steps N (500)  --batch N (16)  --lr X (1e-3)  --min-lr-ratio X (0.1)  --warmup N (100, at most steps / 10)\n"
     "          --weight-decay X (0.1)  --clip X (1, 0: none)  --beta2 X (0.99)  --seed N (1)\n"
+    "          --precision f32|mixed|auto (auto: mixed where the adapter has matrix units, else f32; mixed:\n"
+    "          matmuls with f16 operands and f32 sums, dynamic loss scaling; weights and optimiser in f32)\n"
     "  data:   --data FILE|DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
     "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
     "          (also DIR/init.safetensors, the initial weights)  --sample N (print N sampled tokens at the end)\n"
@@ -128,6 +131,13 @@ static int train_flag(int opt, const char *arg, void *state)
     case O_RESUME: o->resume = arg; break;
     case O_INIT_FROM: o->init_from = arg; break;
     case O_OVERWRITE: o->overwrite = 1; break;
+    case O_PRECISION:
+        if (strcmp(arg, "f32") && strcmp(arg, "mixed") && strcmp(arg, "auto")) {
+            fprintf(stderr, "wgml gpt train: --precision is '%s', want f32, mixed or auto\n", arg);
+            return 1;
+        }
+        o->precision = !strcmp(arg, "f32") ? WGML_PRECISION_F32 : !strcmp(arg, "mixed") ? WGML_PRECISION_MIXED : -1;
+        break;
     case O_SAVE_INIT: o->save_init = 1; break;
     case O_STEPS: p = &o->steps; break;
     case O_LAYERS: p = &o->cfg.layers; break;
@@ -167,7 +177,7 @@ static int parse_train(int argc, char **argv, train_options *o)
     o->run = (wgml_gpt_run){.seed = 1, .lr = 1e-3f, .min_lr_ratio = 0.1f, .weight_decay = 0.1f, .max_grad_norm = 1.0f,
                             .beta1 = 0.9f, .beta2 = 0.99f, .batch = 16, .eval_every = 100, .eval_batches = 8, .warmup = -1};
     snprintf(o->run.data, sizeof o->run.data, "%s", WGML_TEXT_DEFAULT_DIR);
-    o->steps = 500, o->save_every = -1, o->out = NULL;
+    o->steps = 500, o->save_every = -1, o->out = NULL, o->precision = -1;
     int rc = cli_parse(argc, argv, "gpt train", train_flags, train_usage, train_flag, o, NULL, 0, NULL);
     if (rc) return rc;
     if (o->run.warmup < 0) o->run.warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
@@ -314,7 +324,7 @@ static int train_loop(trainer *t, train_options *o)
                 int64_t s = t->step - np + 1 + i;
                 fprintf(t->csv, "%lld,%.9g,%.9g,", (long long)s, (double)loss, (double)lrs[i]);
                 if (i == np - 1 && scheduled && !(st = wgml_optimizer_grad_norm(t->opt, &norm))) fprintf(t->csv, "%.9g", (double)norm);
-                fprintf(t->csv, i == np - 1 ? "," : ",,,\n");
+                fprintf(t->csv, i == np - 1 ? "," : ",,,,,\n");
             }
         }
         free_pending(pending, np);
@@ -327,7 +337,16 @@ static int train_loop(trainer *t, train_options *o)
         }
         double now = cli_now(), el = now - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
         if (eval) fprintf(t->csv, "%.9g", (double)vloss);
-        fprintf(t->csv, ",%.1f,%.3f\n", tps, t->elapsed_before + el);
+        fprintf(t->csv, ",%.1f,%.3f,", tps, t->elapsed_before + el);
+        wgml_loss_scale_state sc;
+        if (wgml_optimizer_scales_loss(t->opt) && !(st = wgml_optimizer_loss_scale_state(t->opt, &sc)))
+            fprintf(t->csv, "%.9g,%lld", (double)sc.scale, (long long)sc.skipped_steps);
+        else fprintf(t->csv, ",");
+        fprintf(t->csv, "\n");
+        if (st) {
+            fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, cli_message(t->ctx, st));
+            return 1;
+        }
         fflush(t->csv);
         double left = (double)(end - t->step) * el / (double)(t->step - first);
         if (eval)
@@ -404,13 +423,25 @@ static const char *given_flag(const train_options *o, const int *flags, size_t n
     return NULL;
 }
 
-static wgml_status make_optimizer(trainer *t, const train_options *o, int64_t total_steps)
+/* Whether the adapter multiplies f16 into f32 on matrix units (what mixed precision needs to pay). */
+static int has_matrix_units(wgml_context *ctx)
+{
+    wgml_adapter_info info;
+    if (wgml_adapter_info_get(ctx, &info) || !info.has_subgroup_matrix || !info.has_shader_f16) return 0;
+    for (int k = 0; k < info.subgroup_matrix_count; k++)
+        if (!strcmp(info.subgroup_matrix[k].component, "f16") && !strcmp(info.subgroup_matrix[k].result, "f32")) return 1;
+    return 0;
+}
+
+static wgml_status make_optimizer(trainer *t, train_options *o, int64_t total_steps)
 {
     wgml_gpt_train_desc d = {.lr = o->run.lr, .weight_decay = o->run.weight_decay, .max_grad_norm = o->run.max_grad_norm,
                              .beta1 = o->run.beta1, .beta2 = o->run.beta2,
+                             .precision = (wgml_precision)(o->precision >= 0 ? o->precision : has_matrix_units(t->ctx)),
                              .schedule = {.warmup_steps = o->run.warmup, .total_steps = total_steps,
                                           .min_lr_ratio = o->run.min_lr_ratio, .decay = WGML_LR_DECAY_COSINE}};
     if (total_steps <= o->run.warmup) d.schedule = (wgml_lr_schedule){0};
+    o->run.precision = d.precision; /* the checkpoints' record of the run */
     return wgml_gpt_optimizer(t->model, &d, &t->opt);
 }
 
@@ -422,7 +453,8 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     /* everything the checkpoint holds: a resumed run is the run that wrote it */
     static const int stored_flags[] = {O_ARCH,    O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH,      O_FFN,          O_BLOCK,
                                        O_BATCH,   O_SEED,   O_DATA,  O_LR,       O_MIN_LR,     O_WARMUP,       O_WD,
-                                       O_CLIP,    O_BETA2,  O_DROPOUT, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_INIT};
+                                       O_CLIP,    O_BETA2,  O_DROPOUT, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_INIT,
+                                       O_PRECISION};
     const char *name = given_flag(o, stored_flags, sizeof stored_flags / sizeof stored_flags[0]);
     if (name) {
         fprintf(stderr, "wgml gpt train: --%s cannot be given with --resume: the checkpoint's model, data and settings are kept "
@@ -437,6 +469,7 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     }
     o->cfg = ck->cfg;
     o->run = ck->run;
+    o->precision = (int)ck->run.precision;
     if (!o->given[O_STEPS - 256]) o->steps = ck->run.total_steps;
     if (ck->step >= o->steps) {
         fprintf(stderr, "wgml gpt train: %s is at step %lld of %lld: nothing to train (give --steps past it)\n", o->resume,
@@ -557,7 +590,7 @@ static int train_run(train_options *o)
     if (!t.x || !t.y) return fprintf(stderr, "wgml gpt train: out of host memory\n"), trainer_free(&t), 1;
     snprintf(path, sizeof path, "%s/metrics.csv", o->out);
     if (lead)
-        t.csv = cli_metrics_open(path, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s", o->resume ? t.step : -1, err, sizeof err);
+        t.csv = cli_metrics_open(path, "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s,loss_scale,skipped_steps", o->resume ? t.step : -1, err, sizeof err);
     if (lead && !t.csv) return fprintf(stderr, "wgml gpt train: %s\n", err), trainer_free(&t), 1;
     if (lead && o->resume) t.elapsed_before = cli_metrics_last_elapsed(path);
     if (lead && o->save_init && !o->resume) {

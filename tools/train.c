@@ -1,6 +1,6 @@
 /*
  * wgml train: an MLP on Fashion-MNIST with AdamW and gradient clipping, a progress bar, a
- * safetensors checkpoint after every epoch (train/checkpoint.h: weights, optimiser moments,
+ * safetensors checkpoint after every epoch (models/mlp_checkpoint.h: weights, optimiser moments,
  * step, epoch and the run's settings) and a CSV of metrics, a row per step. --resume
  * continues from a checkpoint with the settings stored in it (flags given override them):
  * shuffling is seeded per epoch, so the result equals the uninterrupted run, also from a
@@ -21,8 +21,8 @@
 #include "io/idx.h"
 #include "io/loader.h"
 #include "tools/cli.h"
-#include "train/checkpoint.h"
-#include "train/mlp.h"
+#include "models/mlp_checkpoint.h"
+#include "models/mlp.h"
 
 #define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define MNIST_PIXELS 784

@@ -237,6 +237,31 @@ def test_save_load_round_trip_and_resume(tmp_path):
         back.save(tmp_path / "x.safetensors", optimizer=opt)
 
 
+def test_mixed_precision_follows_f32_and_resumes_bit_for_bit(tmp_path):
+    """precision="mixed": f16 matmuls with loss scaling stay within f16's rounding of the f32
+    run from the same weights; the scaler goes through save/load_optimizer."""
+    if not wgml.info()["has_shader_f16"]:
+        pytest.skip("no shader-f16")
+    runs = {}
+    for precision in ("f32", "mixed"):
+        m = GPT.new(vocabulary=TEXT, block=8, layers=1, heads=2, width=16, seed=5)
+        opt = m.optimizer(lr=5e-3, precision=precision)
+        batches = [m.batch(TEXT, 3, seed=s) for s in range(6)]
+        runs[precision] = [m.train_step(opt, x, y) for x, y in batches[:3]]
+    for a, b in zip(runs["f32"], runs["mixed"]):
+        assert abs(a - b) <= 1e-2 * abs(a), (runs["f32"], runs["mixed"])
+    assert runs["f32"] != runs["mixed"]  # the matmuls did round to f16
+    path = tmp_path / "m.safetensors"
+    m.save(path, optimizer=opt)
+    back = GPT.load(path)
+    opt2 = back.optimizer(lr=5e-3, precision="mixed")
+    back.load_optimizer(path, opt2)
+    for x, y in batches[3:]:
+        assert m.train_step(opt, x, y) == back.train_step(opt2, x, y)
+    with pytest.raises(ValueError, match="precision"):
+        m.optimizer(precision="f16")
+
+
 def test_bad_files_raise_clear_errors(tmp_path):
     missing = tmp_path / "none.safetensors"
     with pytest.raises(wgml.FileError, match="none.safetensors") as e:

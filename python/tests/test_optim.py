@@ -160,3 +160,65 @@ def test_training_lowers_the_loss(rng):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_loss_scaling_skips_overflows_and_resumes(rng):
+    """Steps whose loss is multiplied by 1e38 overflow: they leave the parameters alone and
+    halve the scale; the others match unscaled AdamW; state_dict carries the scaler."""
+    x, y, w, b = problem(rng)
+    lr = 0.01
+    tw, tb = wgml.tensor(w), wgml.tensor(b)
+    opt = wgml.optim.AdamW([tw, tb], lr=lr)
+    opt.set_loss_scaling(init_scale=256.0, growth_interval=2)
+    params, m, v = [w.copy(), b.copy()], [0 * w, 0 * b], [0 * w, 0 * b]
+    mults = [1.0, 1e38, 1.0, 1.0, 1e38]
+    updates = 0
+    for mult in mults:
+        before = tw.numpy().copy()
+        opt.scale_loss(lib_loss(x, y, tw, tb) * mult).backward()
+        opt.step()
+        if mult > 1:
+            assert np.array_equal(tw.numpy(), before)
+            continue
+        updates += 1
+        _, gw, gb = np_loss_grads(x, y, *params)
+        for k, g in enumerate((gw, gb)):
+            m[k] = 0.9 * m[k] + 0.1 * g
+            v[k] = 0.999 * v[k] + 0.001 * g * g
+            params[k] -= lr * (m[k] / (1 - 0.9 ** updates) / (np.sqrt(v[k] / (1 - 0.999 ** updates)) + 1e-8))
+        np.testing.assert_allclose(tw.numpy(), params[0], rtol=1e-4, atol=1e-5)
+    st = opt.loss_scale_state
+    # 256 -> 128 (skip) -> 256 (two good) -> 128 (skip)
+    assert st == {"scale": 128.0, "good_steps": 0, "skipped_steps": 2, "last_skipped": True, "updates": 3}
+    sd = opt.state_dict()
+    assert sd["loss_scaling"]["state"] == st
+    tw2, tb2 = wgml.tensor(tw.numpy()), wgml.tensor(tb.numpy())
+    opt2 = wgml.optim.AdamW([tw2, tb2], lr=lr)
+    opt2.load_state_dict(sd)
+    assert opt2.loss_scale_state == st
+    for o, (a, c) in ((opt, (tw, tb)), (opt2, (tw2, tb2))):
+        o.scale_loss(lib_loss(x, y, a, c)).backward()
+        o.step()
+    assert np.array_equal(tw.numpy(), tw2.numpy())
+    opt.set_loss_scaling(None)
+    with pytest.raises(wgml.InvalidArgumentError):
+        opt.loss_scale_state
+
+
+def test_precision_policy():
+    ctx = wgml.default_context()
+    assert ctx.precision == "f32"
+    if not wgml.info()["has_shader_f16"]:
+        pytest.skip("no shader-f16")
+    a = np.full((20, 40), 1.0 - 3 * 2.0 ** -13, np.float32)
+    bm = np.full((40, 24), 1.0 + 3 * 2.0 ** -12, np.float32)
+    try:
+        ctx.precision = "mixed"
+        mixed = (wgml.tensor(a) @ wgml.tensor(bm)).numpy()
+    finally:
+        ctx.precision = "f32"
+    full = (wgml.tensor(a) @ wgml.tensor(bm)).numpy()
+    assert mixed[0, 0] == 40.0  # f16 operands: each product rounds to 1
+    assert abs(full[0, 0] - 40 * a[0, 0] * bm[0, 0]) < 1e-4
+    with pytest.raises(ValueError):
+        ctx.precision = "f16"

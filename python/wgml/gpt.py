@@ -408,12 +408,18 @@ class GPT:
 
     def optimizer(self, lr: float = 1e-3, weight_decay: float = 0.0, max_grad_norm: float = 0.0,
                   betas: _t.Tuple[float, float] = (0.9, 0.99), warmup_steps: int = 0, total_steps: int = 0,
-                  min_lr_ratio: float = 0.0, decay: _t.Optional[str] = "none") -> GPTOptimizer:
+                  min_lr_ratio: float = 0.0, decay: _t.Optional[str] = "none",
+                  precision: str = "f32") -> GPTOptimizer:
         """AdamW for this model (wgml_gpt_optimizer): weight decay on the 2-D weights, none on
         the 1-D ones; gradients clipped to max_grad_norm (0: no clipping). The lr schedule:
         warmup_steps of linear warm-up, then decay ("cosine", "linear" or "none") to
-        min_lr_ratio x lr at total_steps. Save its state with save(path, optimizer=)."""
+        min_lr_ratio x lr at total_steps. precision "mixed": the training steps' matmuls
+        with f16 operands and f32 sums, dynamic loss scaling (PyTorch AMP with a GradScaler);
+        "f32": all f32. Save its state with save(path, optimizer=)."""
+        if precision not in ("f32", "mixed"):
+            raise ValueError("precision is 'f32' or 'mixed', not %r" % (precision,))
         d = ffi.new("wgml_gpt_train_desc *")
+        d.precision = lib.WGML_PRECISION_MIXED if precision == "mixed" else lib.WGML_PRECISION_F32
         d.lr, d.weight_decay, d.max_grad_norm = lr, weight_decay, max_grad_norm
         d.beta1, d.beta2 = betas
         d.schedule = _schedule(warmup_steps, total_steps, min_lr_ratio, decay)[0]

@@ -51,6 +51,7 @@ class Optimizer:
 
     def __init__(self, params, lr, weight_decay, max_grad_norm, **fields):
         self._ptr = None
+        self._scaling = None
         self._base_lr = float(lr)
         self._schedule = None
         self._hyper = dict(fields, max_grad_norm=max_grad_norm)
@@ -197,6 +198,46 @@ class Optimizer:
         self._ctx._check(lib.wgml_optimizer_state(self._handle(), int(i), m, v))
         return _wrap(self._ctx, m[0], storage=True), _wrap(self._ctx, v[0], storage=True)
 
+    # ------------------------------------------------------------ loss scaling
+
+    def set_loss_scaling(self, init_scale: _t.Optional[float] = 65536.0, growth_interval: int = 2000,
+                         backoff: float = 0.5, growth: float = 2.0) -> None:
+        """Dynamic loss scaling for mixed precision, on the GPU (torch.amp.GradScaler's rules
+        and defaults): backward() on scale_loss(loss); step() unscales the gradients, skips a
+        step whose gradients hold inf or NaN and halves the scale, doubles it after
+        growth_interval good steps. set_loss_scaling(None) turns it off."""
+        if init_scale is None:
+            self._ctx._check(lib.wgml_optimizer_set_loss_scaling(self._handle(), ffi.NULL))
+            self._scaling = None
+            return
+        s = ffi.new("wgml_loss_scaling *")
+        s.init_scale, s.growth_interval, s.backoff, s.growth = init_scale, int(growth_interval), backoff, growth
+        self._ctx._check(lib.wgml_optimizer_set_loss_scaling(self._handle(), s))
+        self._scaling = {"init_scale": float(init_scale), "growth_interval": int(growth_interval),
+                         "backoff": float(backoff), "growth": float(growth)}
+
+    def scale_loss(self, loss: Tensor) -> Tensor:
+        """loss x the current scale (a one-element tensor), for backward()."""
+        if not isinstance(loss, Tensor):
+            raise TypeError("scale_loss takes a wgml.Tensor, not %s" % type(loss).__name__)
+        out = lib.wgml_optimizer_scale_loss(self._handle(), loss._handle())
+        return _wrap(self._ctx, out)
+
+    @property
+    def loss_scale_state(self) -> _t.Dict[str, _t.Any]:
+        """{"scale", "good_steps", "skipped_steps", "last_skipped", "updates"} after the last
+        step (reads 32 bytes); the library's error when scaling is off."""
+        st = ffi.new("wgml_loss_scale_state *")
+        self._ctx._check(lib.wgml_optimizer_loss_scale_state(self._handle(), st))
+        return {"scale": float(st.scale), "good_steps": int(st.good_steps), "skipped_steps": int(st.skipped_steps),
+                "last_skipped": bool(st.last_skipped), "updates": int(st.updates)}
+
+    def _set_loss_scale_state(self, d):
+        st = ffi.new("wgml_loss_scale_state *")
+        st.scale, st.good_steps, st.skipped_steps = d["scale"], int(d["good_steps"]), int(d["skipped_steps"])
+        st.last_skipped, st.updates = int(bool(d["last_skipped"])), int(d["updates"])
+        self._ctx._check(lib.wgml_optimizer_set_loss_scale_state(self._handle(), st))
+
     # ------------------------------------------------------------ checkpoints
 
     _MOMENTS = ("exp_avg", "exp_avg_sq")  # PyTorch's names for AdamW's m and v
@@ -214,7 +255,8 @@ class Optimizer:
             state[i] = {name: t.numpy() for name, t in zip(self._MOMENTS, (m, v))}
         return {"kind": self._name, "state": state, "param_groups": self._numbered_groups(), "step": self.steps,
                 "lr": self._base_lr, "schedule": dict(self._schedule) if self._schedule else None,
-                "hyper": dict(self._hyper)}
+                "hyper": dict(self._hyper),
+                "loss_scaling": dict(self._scaling, state=self.loss_scale_state) if self._scaling else None}
 
     def load_state_dict(self, state_dict: _t.Dict[str, _t.Any]) -> None:
         """Restores a state_dict(): the moments, step count, base lr and schedule. The
@@ -248,6 +290,12 @@ class Optimizer:
         self.steps = int(sd["step"])
         self.lr = float(sd["lr"])
         self.set_schedule(None) if not sd.get("schedule") else self.set_schedule(**sd["schedule"])
+        scaling = sd.get("loss_scaling")
+        if scaling:
+            self.set_loss_scaling(**{k: v for k, v in scaling.items() if k != "state"})
+            self._set_loss_scale_state(scaling["state"])
+        elif self._scaling:
+            self.set_loss_scaling(None)
 
     def _numbered_groups(self) -> _t.List[_t.Dict[str, _t.Any]]:
         """The parameter groups with their parameters as indices (state_dict's form)."""

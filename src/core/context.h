@@ -32,6 +32,7 @@ struct wgml_context {
     wgml_runtime rt;
     wgml_context_desc desc;  /* as given at creation (adapter_name not kept) */
     bool trusted_kernels;    /* compile hand-written kernels without runtime bounds checks */
+    int compute_precision;   /* wgml_precision: what matmuls built now run in (ops/matmul/matmul.c) */
 
     wgml_pool pool;
     struct wgml_pipeline *pipelines[WGML_PIPELINE_BUCKETS];

@@ -62,8 +62,7 @@ static const char *dump_dir(wgml_context *ctx)
     dump_state *d = wgml_extension_make(ctx, &dump_key, sizeof *d, NULL);
     if (!d) return NULL;
     if (!d->read) {
-        const char *e = getenv("WGML_DUMP_WGSL");
-        snprintf(d->dir, sizeof d->dir, "%s", e ? e : "");
+        snprintf(d->dir, sizeof d->dir, "%s", ctx->rt.settings.dump_wgsl);
         d->read = true;
         if (*d->dir) mkdir(d->dir, 0777); /* may exist; a failure shows as files not written */
     }

@@ -55,8 +55,8 @@ wgml_profile *wgml_profile_of(wgml_context *ctx)
 {
     wgml_profile *p = wgml_extension_get(ctx, &profile_key);
     if (p) return p->off ? NULL : p;
-    const char *path = getenv("WGML_PROFILE");
-    if (!path || !*path) return NULL;
+    const char *path = ctx->rt.settings.profile; /* (read at the context's creation) */
+    if (!*path) return NULL;
     if (!(p = wgml_extension_make(ctx, &profile_key, sizeof *p, release))) return NULL;
     snprintf(p->path, sizeof p->path, "%s", path);
     wgml_runtime *rt = &ctx->rt;

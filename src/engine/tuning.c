@@ -1,4 +1,5 @@
-/* The benchmark knobs of engine/tuning.h, read from the environment once per context. */
+/* The benchmark knobs of engine/tuning.h, parsed once per context from its settings (the desc's
+   fields or the environment's variables, runtime/settings.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,40 +11,41 @@ static const char tuning_key; /* names the extension */
 static void tuning_read(wgml_context *ctx, wgml_tuning *t)
 {
     *t = (wgml_tuning){0};
-    const char *e = getenv("WGML_GEMM_TILE");
+    const wgml_settings *s = &ctx->rt.settings;
+    const char *e = s->gemm_tile;
     int tm, tn, bk, st;
     if (e && sscanf(e, "%d,%d,%d,%d", &tm, &tn, &bk, &st) == 4 && (tm == 4 || tm == 8 || tm == 16) &&
         (tn == 4 || tn == 8 || tn == 16) && (bk == 4 || bk == 8 || bk == 16 || bk == 32) && st >= 1 && st <= 4) {
         t->gemm_tile_set = true;
         t->gemm_tm = tm, t->gemm_tn = tn, t->gemm_bk = bk, t->gemm_stages = st;
     }
-    const char *gc0 = getenv("WGML_GEMM_CPU");
+    const char *gc0 = s->gemm_cpu;
     int cr, cc, cl;
     if (gc0 && *gc0 == '0') t->gemm_cpu = -1;
     else if (gc0 && *gc0 == '1' && !gc0[1]) t->gemm_cpu = 1;
     else if (gc0 && sscanf(gc0, "%d,%d,%d", &cr, &cc, &cl) == 3 && (cr == 4 || cr == 8 || cr == 16 || cr == 32 || cr == 64) &&
              (cc == 4 || cc == 8 || cc == 16) && cl >= 8 && cl <= 256 && !(cl & (cl - 1)))
         t->gemm_cpu = 1, t->gemm_cpu_rows = cr, t->gemm_cpu_cols = cc, t->gemm_cpu_lanes = cl;
-    const char *cs = getenv("WGML_GEMM_CPU_SUBGROUPS");
+    const char *cs = s->gemm_cpu_subgroups;
     t->gemm_cpu_no_subgroups = cs && *cs == '0';
-    const char *wl = getenv("WGML_GEMM_WARP");
+    const char *wl = s->gemm_warp;
     t->gemm_warp_8x4 = wl && !strcmp(wl, "8x4");
-    const char *gr = getenv("WGML_GEMV_ROWS");
+    const char *gr = s->gemv_rows;
     t->gemv_rows_off = gr && *gr == '0';
-    const char *sge = getenv("WGML_SUBGROUPS");
+    const char *sge = s->subgroups;
     t->gemv_subgroups = ctx->rt.info.has_subgroups && sge && *sge == '1';
-    const char *gc = getenv("WGML_GEMV_COLS");
+    const char *gc = s->gemv_cols;
     int cols = gc ? atoi(gc) : 0;
     t->gemv_cols = cols == 16 || cols == 32 || cols == 64 ? cols : 0;
     /* (unrolling gained nothing for add on the H100, so the default is 1) */
-    const char *unroll = getenv("WGML_EW_UNROLL");
+    const char *unroll = s->ew_unroll;
     int u = unroll ? atoi(unroll) : 1;
     t->ew_unroll = u == 2 || u == 4 || u == 8 ? u : 1;
-    const char *at = getenv("WGML_ATTN_TILES");
+    const char *at = s->attn_tiles;
     int *a = &t->attn_tiles[0][0];
     t->attn_tiles_set = at && sscanf(at, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6],
                                      &a[7], &a[8]) == 9;
-    const char *ap = getenv("WGML_ATTN_PRE");
+    const char *ap = s->attn_pre;
     t->attn_pre = ap && *ap >= '0' && *ap <= '9' ? atoi(ap) & 47 : -1;
 }
 

@@ -1,7 +1,8 @@
 /*
- * The knobs of benchmark sweeps (README, "Measuring"), read from the environment once per
- * context, when first asked for, and kept as the context's extension: the tile policy
- * (ops/matmul/matmul_tiles.c) and the fused kernels read them here rather than calling getenv at
+ * The knobs of benchmark sweeps (README, "Measuring"): the context's settings (its desc's
+ * fields, else the environment's variables, read when it was made: runtime/settings.h),
+ * parsed once, when first asked for, and kept as the context's extension: the tile policy
+ * (ops/matmul/matmul_tiles.c) and the fused kernels read them here rather than parsing them at
  * every kernel choice. A knob set to something it does not take is as if unset.
  */
 #ifndef WGML_ENGINE_TUNING_H

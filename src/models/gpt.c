@@ -1,5 +1,7 @@
-/* GPT-2 and Llama/Qwen decoders through wgml.h alone (see gpt.h for the architecture and
-   the parameter layout). */
+/* The decoder every architecture shares, through wgml.h alone: the config, the parameter
+   table made from the architecture's rows, the embedding, the layers in turn, the final norm
+   and the tied head, the KV cache and generation, training (see gpt.h; the architectures:
+   gpt2.c, llama.c). */
 #include "models/gpt.h"
 
 #include <math.h>
@@ -9,6 +11,11 @@
 
 /* ---------------------------------------------------------------- configuration and layout */
 
+const wgml_gpt_arch_ops *wgml_gpt_arch_of(wgml_gpt_arch arch)
+{
+    return arch == WGML_GPT_GPT2 ? &wgml_gpt2_arch : arch == WGML_GPT_LLAMA ? &wgml_llama_arch : NULL;
+}
+
 wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *out, char *err, size_t errlen)
 {
     if (!in || !out) {
@@ -16,13 +23,13 @@ wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *
         return WGML_ERROR_INVALID_ARGUMENT;
     }
     wgml_gpt_config c = *in;
+    const wgml_gpt_arch_ops *arch = wgml_gpt_arch_of(c.arch);
+#define BAD(...) return snprintf(err, errlen, __VA_ARGS__), WGML_ERROR_INVALID_ARGUMENT
+    if (!arch) BAD("gpt config: arch = %d is not gpt2 (0) or llama (1)", (int)c.arch);
     if (!c.kv_heads) c.kv_heads = c.heads;
-    if (!c.ffn)
-        c.ffn = c.arch == WGML_GPT_LLAMA ? (8 * c.width / 3 + 31) / 32 * 32 : 4 * c.width;
+    if (!c.ffn) c.ffn = arch->default_ffn(c.width);
     if (c.rope_base == 0.0f) c.rope_base = 10000.0f;
     if (c.norm_eps == 0.0f) c.norm_eps = 1e-5f;
-#define BAD(...) return snprintf(err, errlen, __VA_ARGS__), WGML_ERROR_INVALID_ARGUMENT
-    if (c.arch != WGML_GPT_GPT2 && c.arch != WGML_GPT_LLAMA) BAD("gpt config: arch = %d is not gpt2 (0) or llama (1)", (int)c.arch);
     if (c.vocab < 1 || c.vocab > (1 << 20)) BAD("gpt config: vocab = %lld, want 1 to %d", (long long)c.vocab, 1 << 20);
     if (c.block < 1 || c.block > (1 << 16)) BAD("gpt config: block = %lld, want 1 to %d", (long long)c.block, 1 << 16);
     if (c.layers < 1 || c.layers > WGML_GPT_MAX_LAYERS)
@@ -30,12 +37,9 @@ wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *
     if (c.width < 1 || c.width > (1 << 16)) BAD("gpt config: width = %lld, want 1 to %d", (long long)c.width, 1 << 16);
     if (c.heads < 1 || c.width % c.heads) BAD("gpt config: heads = %lld does not divide width = %lld", (long long)c.heads, (long long)c.width);
     if (c.width / c.heads > 128) BAD("gpt config: head size width / heads = %lld; attention takes at most 128", (long long)(c.width / c.heads));
-    if (c.arch == WGML_GPT_LLAMA && (c.width / c.heads) % 2)
-        BAD("gpt config: head size width / heads = %lld must be even for RoPE", (long long)(c.width / c.heads));
     if (c.kv_heads < 1 || c.heads % c.kv_heads)
         BAD("gpt config: kv_heads = %lld does not divide heads = %lld", (long long)c.kv_heads, (long long)c.heads);
-    if (c.arch == WGML_GPT_GPT2 && c.kv_heads != c.heads)
-        BAD("gpt config: kv_heads = %lld; GPT-2 has as many K/V heads as heads (%lld)", (long long)c.kv_heads, (long long)c.heads);
+    if (arch->check(&c, err, errlen)) return WGML_ERROR_INVALID_ARGUMENT;
     if (c.ffn < 1 || c.ffn > (1 << 18)) BAD("gpt config: ffn = %lld, want 1 to %d", (long long)c.ffn, 1 << 18);
     if (!(c.dropout >= 0.0f && c.dropout < 1.0f)) BAD("gpt config: dropout = %g, want [0, 1)", (double)c.dropout);
     if (!(c.rope_base > 1.0f && isfinite(c.rope_base))) BAD("gpt config: rope_base = %g, want > 1", (double)c.rope_base);
@@ -45,37 +49,20 @@ wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *
     return WGML_OK;
 }
 
-/* Per-layer parameters: name, and shape as multiples of the sizes below. */
-typedef struct layer_param {
-    const char *name;
-    int ndim;
-    char rows, cols; /* 'C' width, 'F' ffn, 'Q' qkv columns, 'G' 2F, '3' 3C */
-} layer_param;
-
-static const layer_param gpt2_layer[] = {
-    {"ln1.w", 1, 'C', 0},       {"ln1.b", 1, 'C', 0},   {"attn.wqkv", 2, 'C', '3'}, {"attn.bqkv", 1, '3', 0},
-    {"attn.wo", 2, 'C', 'C'},   {"attn.bo", 1, 'C', 0}, {"ln2.w", 1, 'C', 0},       {"ln2.b", 1, 'C', 0},
-    {"mlp.w1", 2, 'C', 'F'},    {"mlp.b1", 1, 'F', 0},  {"mlp.w2", 2, 'F', 'C'},    {"mlp.b2", 1, 'C', 0},
-};
-static const layer_param llama_layer[] = {
-    {"norm1.w", 1, 'C', 0}, {"attn.wqkv", 2, 'C', 'Q'}, {"attn.wo", 2, 'C', 'C'},
-    {"norm2.w", 1, 'C', 0}, {"mlp.wgu", 2, 'C', 'G'},   {"mlp.wd", 2, 'F', 'C'},
-};
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-static int per_layer(const wgml_gpt_config *c) { return c->arch == WGML_GPT_LLAMA ? N_OF(llama_layer) : N_OF(gpt2_layer); }
-static int n_head_params(const wgml_gpt_config *c) { return c->arch == WGML_GPT_LLAMA ? 1 : 2; }  /* wte (wpe) */
-static int n_tail_params(const wgml_gpt_config *c) { return c->arch == WGML_GPT_LLAMA ? 1 : 2; }  /* final norm */
-
+/* A config that wgml_gpt_config_resolve accepted has an architecture; the queries below
+   still answer for one it did not (0 parameters) rather than read past a table. */
 int wgml_gpt_param_count(const wgml_gpt_config *c)
 {
-    return n_head_params(c) + (int)c->layers * per_layer(c) + n_tail_params(c);
+    const wgml_gpt_arch_ops *a = c ? wgml_gpt_arch_of(c->arch) : NULL;
+    return a ? a->n_embed + (int)c->layers * a->n_layer + a->n_final : 0;
 }
 
 static int64_t size_of(const wgml_gpt_config *c, char k)
 {
     int64_t d = c->width / c->heads;
     switch (k) {
+    case 'V': return c->vocab;
+    case 'B': return c->block;
     case 'C': return c->width;
     case 'F': return c->ffn;
     case 'G': return 2 * c->ffn;
@@ -85,39 +72,50 @@ static int64_t size_of(const wgml_gpt_config *c, char k)
     }
 }
 
+void wgml_gpt_param_spec(const wgml_gpt_config *c, int i, wgml_param_spec *p)
+{
+    const wgml_gpt_arch_ops *a = wgml_gpt_arch_of(c->arch);
+    memset(p, 0, sizeof *p);
+    if (!a || i < 0 || i >= wgml_gpt_param_count(c)) return; /* (not a parameter: an empty spec) */
+    int body = (int)c->layers * a->n_layer;
+    const wgml_gpt_param_row *row;
+    if (i < a->n_embed) {
+        row = &a->embed[i];
+        snprintf(p->name, sizeof p->name, "%s", row->name);
+    } else if (i < a->n_embed + body) {
+        int l = (i - a->n_embed) / a->n_layer;
+        row = &a->layer[(i - a->n_embed) % a->n_layer];
+        snprintf(p->name, sizeof p->name, "h.%d.%s", l, row->name);
+        p->group = 1 + l;
+    } else {
+        row = &a->final[i - a->n_embed - body];
+        snprintf(p->name, sizeof p->name, "%s", row->name);
+        p->group = 1 + (int)c->layers;
+    }
+    p->ndim = row->cols ? 2 : 1;
+    p->shape[0] = size_of(c, row->rows);
+    p->shape[1] = row->cols ? size_of(c, row->cols) : 0;
+    p->init = row->init == '1' ? WGML_INIT_ONES : row->init == '0' ? WGML_INIT_ZEROS : WGML_INIT_NORMAL;
+    /* (the residual deviation computed in float, as it always was) */
+    p->scale = row->init == 'r' ? (double)(0.02f / sqrtf(2.0f * (float)c->layers)) : row->init == 'n' ? (double)0.02f : 0.0;
+}
+
 void wgml_gpt_param_info(const wgml_gpt_config *c, int i, char name[WGML_GPT_NAME], int *ndim, int64_t shape[2])
 {
-    int head = n_head_params(c), body = (int)c->layers * per_layer(c);
-    shape[1] = 0;
-    if (i < head) {
-        snprintf(name, WGML_GPT_NAME, "%s", i == 0 ? "wte" : "wpe");
-        *ndim = 2;
-        shape[0] = i == 0 ? c->vocab : c->block;
-        shape[1] = c->width;
-    } else if (i < head + body) {
-        int l = (i - head) / per_layer(c), k = (i - head) % per_layer(c);
-        const layer_param *p = c->arch == WGML_GPT_LLAMA ? &llama_layer[k] : &gpt2_layer[k];
-        snprintf(name, WGML_GPT_NAME, "h.%d.%s", l, p->name);
-        *ndim = p->ndim;
-        shape[0] = size_of(c, p->rows);
-        if (p->ndim == 2) shape[1] = size_of(c, p->cols);
-    } else {
-        int k = i - head - body;
-        snprintf(name, WGML_GPT_NAME, "%s", c->arch == WGML_GPT_LLAMA ? "normf.w" : k == 0 ? "lnf.w" : "lnf.b");
-        *ndim = 1;
-        shape[0] = c->width;
-    }
+    wgml_param_spec p;
+    wgml_gpt_param_spec(c, i, &p);
+    snprintf(name, WGML_GPT_NAME, "%s", p.name);
+    *ndim = p.ndim;
+    shape[0] = p.shape[0], shape[1] = p.shape[1];
 }
 
 int64_t wgml_gpt_numel(const wgml_gpt_config *c)
 {
     int64_t n = 0;
     for (int i = 0; i < wgml_gpt_param_count(c); i++) {
-        char name[WGML_GPT_NAME];
-        int nd;
-        int64_t s[2];
-        wgml_gpt_param_info(c, i, name, &nd, s);
-        n += s[0] * (nd == 2 ? s[1] : 1);
+        wgml_param_spec p;
+        wgml_gpt_param_spec(c, i, &p);
+        n += wgml_param_numel(&p);
     }
     return n;
 }
@@ -127,15 +125,16 @@ int64_t wgml_gpt_numel(const wgml_gpt_config *c)
 void wgml_gpt_free(wgml_gpt *g)
 {
     if (!g) return;
-    for (int i = 0; g->params && i < g->n_params; i++) wgml_tensor_free(g->params[i]);
-    free(g->params);
+    wgml_model_free(&g->m);
     free(g->slot_param);
     memset(g, 0, sizeof *g);
 }
 
-static void order_slots(const wgml_gpt_config *c, int n, int *slot_param); /* (training, below) */
+static void order_slots(const wgml_gpt *g, int *slot_param); /* (training, below) */
 
-static wgml_status start(wgml_context *ctx, const wgml_gpt_config *cfg, wgml_gpt *out)
+/* The model of cfg: parameter i from params[i] when params is given, else from its rule
+   (seed: the context's generator). */
+static wgml_status make(wgml_context *ctx, const wgml_gpt_config *cfg, const float *const *params, uint64_t seed, wgml_gpt *out)
 {
     memset(out, 0, sizeof *out);
     char err[256];
@@ -143,137 +142,86 @@ static wgml_status start(wgml_context *ctx, const wgml_gpt_config *cfg, wgml_gpt
     if (wgml_gpt_config_resolve(cfg, &c, err, sizeof err)) return WGML_ERROR_INVALID_ARGUMENT;
     out->ctx = ctx;
     out->cfg = c;
-    out->n_params = wgml_gpt_param_count(&c);
-    out->params = calloc((size_t)out->n_params, sizeof *out->params);
-    out->slot_param = malloc((size_t)out->n_params * sizeof *out->slot_param);
-    if (!out->params || !out->slot_param) return WGML_ERROR_OUT_OF_MEMORY;
-    order_slots(&c, out->n_params, out->slot_param);
-    return WGML_OK;
-}
-
-/* Is parameter i a norm weight (initialised to 1)? */
-static int is_norm_weight(const char *name)
-{
-    const char *dot = strrchr(name, '.');
-    return dot && strcmp(dot, ".w") == 0 && (strstr(name, "ln") || strstr(name, "norm"));
-}
-
-static int is_residual_projection(const char *name)
-{
-    return strstr(name, "attn.wo") || strstr(name, "mlp.w2") || strstr(name, "mlp.wd");
+    out->arch = wgml_gpt_arch_of(c.arch);
+    int n = wgml_gpt_param_count(&c);
+    wgml_param_spec *spec = malloc((size_t)n * sizeof *spec);
+    if (!spec) return WGML_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < n; i++) wgml_gpt_param_spec(&c, i, &spec[i]);
+    wgml_status st = wgml_model_create(ctx, n, spec, params, seed, &out->m);
+    free(spec);
+    out->slot_param = st ? NULL : malloc((size_t)n * sizeof *out->slot_param);
+    if (!st && !out->slot_param) st = WGML_ERROR_OUT_OF_MEMORY;
+    if (!st) order_slots(out, out->slot_param);
+    if (st) wgml_gpt_free(out);
+    return st;
 }
 
 wgml_status wgml_gpt_create(wgml_context *ctx, const wgml_gpt_config *cfg, const float *const *params, wgml_gpt *out)
 {
     if (!ctx || !cfg || !params || !out) return WGML_ERROR_INVALID_ARGUMENT;
-    wgml_status st = start(ctx, cfg, out);
-    for (int i = 0; !st && i < out->n_params; i++) {
-        char name[WGML_GPT_NAME];
-        int nd;
-        int64_t s[2];
-        wgml_gpt_param_info(&out->cfg, i, name, &nd, s);
-        st = wgml_tensor_from_data(ctx, nd, s, params[i], (size_t)(s[0] * (nd == 2 ? s[1] : 1)), &out->params[i]);
-    }
-    if (st) wgml_gpt_free(out);
-    return st;
+    return make(ctx, cfg, params, 0, out);
 }
 
 wgml_status wgml_gpt_init(wgml_context *ctx, const wgml_gpt_config *cfg, uint64_t seed, wgml_gpt *out)
 {
     if (!ctx || !cfg || !out) return WGML_ERROR_INVALID_ARGUMENT;
-    wgml_status st = start(ctx, cfg, out);
-    if (!st) st = wgml_manual_seed(ctx, seed);
-    float resid_std = 0.02f / sqrtf(2.0f * (float)out->cfg.layers);
-    for (int i = 0; !st && i < out->n_params; i++) {
-        char name[WGML_GPT_NAME];
-        int nd;
-        int64_t s[2];
-        wgml_gpt_param_info(&out->cfg, i, name, &nd, s);
-        wgml_tensor *t;
-        if (nd == 2) {
-            t = wgml_randn(ctx, 2, s, 0.0f, is_residual_projection(name) ? resid_std : 0.02f);
-        } else {
-            wgml_tensor *z = NULL;
-            st = wgml_tensor_zeros(ctx, 1, s, &z);
-            if (st) break;
-            t = is_norm_weight(name) ? wgml_binary_scalar(ctx, WGML_ADD, z, 1.0f) : z;
-            if (t != z) wgml_tensor_free(z);
-        }
-        if (!st) st = wgml_eval(ctx, 1, &t);
-        out->params[i] = t;
-    }
-    if (st) wgml_gpt_free(out);
-    return st;
+    return make(ctx, cfg, NULL, seed, out);
 }
 
 /* ---------------------------------------------------------------- forward */
 
-#define P(l, k) g->params[n_head_params(&g->cfg) + (int)(l) * per_layer(&g->cfg) + (k)]
-
-static wgml_tensor *maybe_dropout(wgml_context *ctx, wgml_tensor *x, float p)
+wgml_tensor *wgml_gpt_dropout(wgml_context *ctx, wgml_tensor *x, float p)
 {
     return p > 0.0f ? wgml_dropout(ctx, x, p) : x;
 }
 
-/* [B,T,n*D] -> [B,n,T,D] (a view) */
-static wgml_tensor *to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64_t T, int64_t n, int64_t d)
+wgml_tensor *wgml_gpt_to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64_t T, int64_t n, int64_t d)
 {
     const int64_t s[4] = {B, T, n, d};
     static const int bhtd[4] = {0, 2, 1, 3};
     return wgml_permute(ctx, wgml_reshape(ctx, x, 4, s), bhtd);
 }
 
-static wgml_tensor *norm(wgml_gpt *g, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b)
-{
-    return g->cfg.arch == WGML_GPT_LLAMA ? wgml_rmsnorm(g->ctx, x, w, g->cfg.norm_eps)
-                                         : wgml_layernorm(g->ctx, x, w, b, g->cfg.norm_eps);
-}
-
-/* x @ w[:, from : from + n] (+ b[from : from + n]): a window of a fused weight's columns,
-   read through strides */
-static wgml_tensor *linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n)
+wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n)
 {
     wgml_matmul_desc d = {.bias = b ? wgml_slice(ctx, b, 0, from, from + n, 1) : NULL};
     return wgml_matmul_ex(ctx, x, wgml_slice(ctx, w, 1, from, from + n, 1), &d);
 }
 
-/* One block on x [B,T,C] whose first position is `pos`. With a cache, the layer's keys and
-   values so far are prepended, and the joined ones replace them (kept). */
-static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int64_t T, int64_t pos,
-                          wgml_gpt_cache *cache, float dropout)
+wgml_status wgml_gpt_qkv(wgml_gpt *g, wgml_tensor *h, wgml_tensor *wqkv, wgml_tensor *bqkv, const wgml_gpt_pass *s,
+                         wgml_tensor *part[3], wgml_tensor **qkv)
 {
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
-    int llama = c->arch == WGML_GPT_LLAMA;
-    int64_t H = c->heads, Hkv = c->kv_heads, D = c->width / c->heads, C = c->width;
-    const int64_t btc[3] = {B, T, C};
-    static const int bthd[4] = {0, 2, 1, 3};
+    int64_t D = c->width / c->heads;
+    const int64_t sizes[3] = {c->heads * D, c->kv_heads * D, c->kv_heads * D};
+    *qkv = NULL;
+    if (s->cache) { /* decoding: one matmul (a GEMV), its columns split */
+        *qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
+        return wgml_split(ctx, *qkv, -1, 3, sizes, part);
+    }
+    /* training: the weight's columns split instead, so the gradients of the three parts are
+       the weight's and bias's windows, not three zero-padded copies of qkv's */
+    part[0] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, 0, sizes[0]);
+    part[1] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0], sizes[1]);
+    part[2] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0] + sizes[1], sizes[2]);
+    return WGML_OK;
+}
 
-    wgml_tensor *h = llama ? norm(g, x, P(l, 0), NULL) : norm(g, x, P(l, 0), P(l, 1));
-    wgml_tensor *wqkv = llama ? P(l, 1) : P(l, 2), *bqkv = llama ? NULL : P(l, 3);
-    wgml_tensor *part[3] = {NULL, NULL, NULL}, *qkv = NULL;
-    const int64_t sizes[3] = {H * D, Hkv * D, Hkv * D};
-    if (cache) { /* decoding: one matmul (a GEMV), its columns split */
-        qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
-        if (wgml_split(ctx, qkv, -1, 3, sizes, part)) return wgml_reshape(ctx, NULL, 0, NULL);
-    } else { /* training: the weight's columns split instead, so the gradients of the three parts
-                are the weight's and bias's windows, not three zero-padded copies of qkv's */
-        part[0] = linear_cols(ctx, h, wqkv, bqkv, 0, sizes[0]);
-        part[1] = linear_cols(ctx, h, wqkv, bqkv, sizes[0], sizes[1]);
-        part[2] = linear_cols(ctx, h, wqkv, bqkv, sizes[0] + sizes[1], sizes[2]);
-    }
-    wgml_tensor *q = to_heads(ctx, part[0], B, T, H, D);
-    wgml_tensor *k = to_heads(ctx, part[1], B, T, Hkv, D);
-    wgml_tensor *v = to_heads(ctx, part[2], B, T, Hkv, D);
-    if (llama) {
-        q = wgml_rope(ctx, q, pos, c->rope_base);
-        k = wgml_rope(ctx, k, pos, c->rope_base);
-    }
+wgml_tensor *wgml_gpt_attend(wgml_gpt *g, int64_t l, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v, wgml_tensor *qkv,
+                             const wgml_gpt_pass *s)
+{
+    wgml_context *ctx = g->ctx;
+    const wgml_gpt_config *c = &g->cfg;
+    int64_t H = c->heads, Hkv = c->kv_heads, D = c->width / c->heads, T = s->T;
+    const int64_t btc[3] = {s->B, T, c->width};
+    static const int bthd[4] = {0, 2, 1, 3};
+    wgml_gpt_cache *cache = s->cache;
     if (cache) { /* B = 1: this step's keys and values as [2,Hkv,T,D], appended to the cache's */
         wgml_tensor *kv;
-        if (llama) { /* the keys rotated: a copy of both */
+        if (!qkv) { /* keys rotated (or normed): a copy of both */
             kv = wgml_concat(ctx, 2, (wgml_tensor *[2]){k, v}, 0);
-        } else { /* GPT-2: keys and values are neighbours in qkv's columns: a view */
+        } else { /* keys and values are neighbours in qkv's columns: a view */
             static const int kv_first[4] = {1, 2, 0, 3};
             wgml_tensor *cols = wgml_slice(ctx, qkv, 2, H * D, (H + 2 * Hkv) * D, 1);
             kv = wgml_permute(ctx, wgml_reshape(ctx, cols, 4, (int64_t[4]){T, 2, Hkv, D}), kv_first);
@@ -286,52 +234,26 @@ static wgml_tensor *block(wgml_gpt *g, int64_t l, wgml_tensor *x, int64_t B, int
     }
     wgml_tensor *a = wgml_attention(ctx, q, k, v, &(wgml_attention_desc){.causal = 1});
     /* heads back to [B,T,C]; with one position the attention's [1,H,1,D] already is */
-    a = cache && T == 1 ? wgml_reshape(ctx, a, 3, btc) : wgml_reshape(ctx, wgml_permute(ctx, a, bthd), 3, btc);
-    wgml_tensor *proj = llama ? wgml_matmul(ctx, a, P(l, 2))
-                              : wgml_matmul_ex(ctx, a, P(l, 4), &(wgml_matmul_desc){.bias = P(l, 5)});
-    x = wgml_add(ctx, x, maybe_dropout(ctx, proj, dropout));
-
-    wgml_tensor *f;
-    if (llama) {
-        h = norm(g, x, P(l, 3), NULL);
-        wgml_tensor *gu[2] = {NULL, NULL};
-        if (cache) {
-            if (wgml_chunk(ctx, wgml_matmul(ctx, h, P(l, 4)), -1, 2, gu)) return wgml_reshape(ctx, NULL, 0, NULL);
-        } else {
-            gu[0] = linear_cols(ctx, h, P(l, 4), NULL, 0, c->ffn);
-            gu[1] = linear_cols(ctx, h, P(l, 4), NULL, c->ffn, c->ffn);
-        }
-        f = wgml_matmul(ctx, wgml_mul(ctx, wgml_silu(ctx, gu[0]), gu[1]), P(l, 5));
-    } else {
-        h = norm(g, x, P(l, 6), P(l, 7));
-        /* decoding: the GELU in the matmul's epilogue (one launch fewer); training keeps them
-           apart, since the fused form's gradient computes the pre-activation again */
-        wgml_tensor *u = cache ? wgml_matmul_ex(ctx, h, P(l, 8), &(wgml_matmul_desc){.bias = P(l, 9), .activation = WGML_ACT_GELU_EXACT})
-                               : wgml_gelu_exact(ctx, wgml_matmul_ex(ctx, h, P(l, 8), &(wgml_matmul_desc){.bias = P(l, 9)}));
-        f = wgml_matmul_ex(ctx, u, P(l, 10), &(wgml_matmul_desc){.bias = P(l, 11)});
-    }
-    return wgml_add(ctx, x, maybe_dropout(ctx, f, dropout));
+    return cache && T == 1 ? wgml_reshape(ctx, a, 3, btc) : wgml_reshape(ctx, wgml_permute(ctx, a, bthd), 3, btc);
 }
 
 /* The final hidden states [B,T,C] of ids [B,T] at positions pos.. */
 static wgml_tensor *trunk(wgml_gpt *g, wgml_tensor *ids, int64_t pos, wgml_gpt_cache *cache, float dropout)
 {
     wgml_context *ctx = g->ctx;
-    const wgml_gpt_config *c = &g->cfg;
-    if (wgml_tensor_ndim(ids) != 2) return wgml_embedding(ctx, g->params[0], NULL);
-    int64_t B = wgml_tensor_dim(ids, 0), T = wgml_tensor_dim(ids, 1);
-    wgml_tensor *x = wgml_embedding(ctx, g->params[0], ids);
-    if (c->arch == WGML_GPT_GPT2) x = wgml_add(ctx, x, wgml_slice(ctx, g->params[1], 0, pos, pos + T, 1));
-    x = maybe_dropout(ctx, x, dropout);
-    for (int64_t l = 0; l < c->layers; l++) x = block(g, l, x, B, T, pos, cache, dropout);
-    int tail = g->n_params - n_tail_params(c);
-    return c->arch == WGML_GPT_LLAMA ? norm(g, x, g->params[tail], NULL) : norm(g, x, g->params[tail], g->params[tail + 1]);
+    const wgml_gpt_arch_ops *a = g->arch;
+    wgml_tensor *const *p = g->m.params;
+    if (wgml_tensor_ndim(ids) != 2) return wgml_embedding(ctx, p[0], NULL);
+    wgml_gpt_pass s = {.B = wgml_tensor_dim(ids, 0), .T = wgml_tensor_dim(ids, 1), .pos = pos, .cache = cache, .dropout = dropout};
+    wgml_tensor *x = wgml_gpt_dropout(ctx, a->embed_ids(g, p, ids, &s), dropout);
+    for (int64_t l = 0; l < g->cfg.layers; l++) x = a->block(g, p + a->n_embed + l * a->n_layer, l, x, &s);
+    return a->final_norm(g, p + g->m.n - a->n_final, x);
 }
 
 static wgml_tensor *head(wgml_gpt *g, wgml_tensor *x, int64_t rows)
 {
     const int64_t s[2] = {rows, g->cfg.width};
-    return wgml_matmul_ex(g->ctx, wgml_reshape(g->ctx, x, 2, s), g->params[0], &(wgml_matmul_desc){.trans_b = 1});
+    return wgml_matmul_ex(g->ctx, wgml_reshape(g->ctx, x, 2, s), g->m.params[0], &(wgml_matmul_desc){.trans_b = 1});
 }
 
 wgml_tensor *wgml_gpt_logits(wgml_gpt *g, wgml_tensor *ids, float dropout)
@@ -445,68 +367,57 @@ wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t
 
 /* ---------------------------------------------------------------- training */
 
-/* Parameters by block: the embeddings, each layer, the final norm. */
-static int block_of(const wgml_gpt_config *c, int i)
+/* Slot order: block by block (the spec's group: the embeddings, each layer, the final norm),
+   in each the 2-D parameters (decayed) then the 1-D ones, each in layout order. Layer by
+   layer, because the optimiser computes the gradients from the last parameter back: each
+   layer's weight gradients then come as the backward reaches it, and its activations are
+   freed there (with every 1-D parameter after every 2-D one, the nanoGPT-sized step's peak
+   was 2,642 MiB; layer by layer, 2,052: docs/MEASUREMENTS.md). */
+static void order_slots(const wgml_gpt *g, int *slot_param)
 {
-    int head = n_head_params(c), per = per_layer(c);
-    if (i < head) return 0;
-    int l = (i - head) / per;
-    return l < c->layers ? 1 + l : 1 + (int)c->layers;
-}
-
-static int ndim_of(const wgml_gpt_config *c, int i)
-{
-    char name[WGML_GPT_NAME];
-    int nd;
-    int64_t shape[2];
-    wgml_gpt_param_info(c, i, name, &nd, shape);
-    return nd;
-}
-
-/* Slot order: block by block, in each the 2-D parameters (decayed) then the 1-D ones, each
-   in layout order. Layer by layer, because the optimiser computes the gradients from the
-   last parameter back: each layer's weight gradients then come as the backward reaches it,
-   and its activations are freed there (with every 1-D parameter after every 2-D one, the
-   nanoGPT-sized step's peak was 2,642 MiB; layer by layer, 2,052: docs/MEASUREMENTS.md). */
-static void order_slots(const wgml_gpt_config *c, int n, int *slot_param)
-{
-    int k = 0;
-    for (int b = 0; b < 2 + (int)c->layers; b++)
+    int k = 0, n = g->m.n;
+    for (int b = 0; b < 2 + (int)g->cfg.layers; b++)
         for (int pass = 2; pass >= 1; pass--)
             for (int i = 0; i < n; i++)
-                if (block_of(c, i) == b && ndim_of(c, i) == pass) slot_param[k++] = i;
+                if (g->m.spec[i].group == b && g->m.spec[i].ndim == pass) slot_param[k++] = i;
 }
 
 int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot)
 {
-    return g && g->slot_param && slot >= 0 && slot < g->n_params ? g->slot_param[slot] : -1;
+    return g && g->slot_param && slot >= 0 && slot < g->m.n ? g->slot_param[slot] : -1;
 }
 
 wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out)
 {
     if (!g || !g->ctx || !d || !out) return WGML_ERROR_INVALID_ARGUMENT;
     int blocks = 2 + (int)g->cfg.layers;
-    wgml_tensor **order = malloc((size_t)g->n_params * sizeof *order);
+    wgml_tensor **order = malloc((size_t)g->m.n * sizeof *order);
     wgml_param_group *groups = calloc((size_t)(2 * blocks), sizeof *groups);
     if (!order || !groups) return free(order), free(groups), WGML_ERROR_OUT_OF_MEMORY;
     /* a group per run of slots with one block and one dimension: decay on the matrices */
     int ng = 0;
-    for (int s = 0; s < g->n_params; s++) {
+    for (int s = 0; s < g->m.n; s++) {
         int i = wgml_gpt_optimizer_param(g, s);
-        order[s] = g->params[i];
+        order[s] = g->m.params[i];
         int prev = s ? wgml_gpt_optimizer_param(g, s - 1) : -1;
-        if (s == 0 || block_of(&g->cfg, i) != block_of(&g->cfg, prev) ||
-            wgml_tensor_ndim(g->params[i]) != wgml_tensor_ndim(g->params[prev])) {
+        if (s == 0 || g->m.spec[i].group != g->m.spec[prev].group || g->m.spec[i].ndim != g->m.spec[prev].ndim) {
             groups[ng].params = order + s;
-            groups[ng].weight_decay = wgml_tensor_ndim(g->params[i]) == 2 ? d->weight_decay : 0.0f;
+            groups[ng].weight_decay = g->m.spec[i].ndim == 2 ? d->weight_decay : 0.0f;
             ng++;
         }
         groups[ng - 1].n++;
     }
     wgml_optim_desc od = {.kind = WGML_OPTIM_ADAMW, .lr = d->lr, .beta1 = d->beta1 ? d->beta1 : 0.9f,
                           .beta2 = d->beta2 ? d->beta2 : 0.99f, .eps = 1e-8f, .max_grad_norm = d->max_grad_norm};
-    wgml_status st = wgml_optimizer_create_groups(g->ctx, &od, ng, groups, out);
+    wgml_status st = WGML_OK;
+    if (d->precision != WGML_PRECISION_F32) { /* refused here, not at the first step */
+        wgml_precision was = wgml_compute_precision(g->ctx);
+        st = wgml_set_compute_precision(g->ctx, d->precision);
+        wgml_set_compute_precision(g->ctx, was);
+    }
+    if (!st) st = wgml_optimizer_create_groups(g->ctx, &od, ng, groups, out);
     if (!st) st = wgml_optimizer_set_schedule(*out, &d->schedule);
+    if (!st && d->precision == WGML_PRECISION_MIXED) st = wgml_optimizer_set_loss_scaling(*out, &d->loss_scaling);
     if (st && *out) wgml_optimizer_free(*out), *out = NULL;
     if (!st) { /* what wgml_gpt_save records of the run */
         wgml_gpt_run *r = &g->run;
@@ -514,6 +425,7 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
         r->beta1 = d->beta1 > 0 ? d->beta1 : 0.9f, r->beta2 = d->beta2 > 0 ? d->beta2 : 0.99f;
         r->warmup = d->schedule.warmup_steps, r->total_steps = d->schedule.total_steps;
         r->min_lr_ratio = d->schedule.decay == WGML_LR_DECAY_NONE ? 1.0f : d->schedule.min_lr_ratio;
+        r->precision = d->precision;
     }
     free(order);
     free(groups);
@@ -526,9 +438,14 @@ wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_te
     if (!g || !g->ctx || !opt || !loss) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = g->ctx;
     *loss = NULL;
+    /* the run's precision holds while the step's graph is built (the matmuls take it then) */
+    wgml_precision was = wgml_compute_precision(ctx);
+    wgml_status st = wgml_set_compute_precision(ctx, (wgml_precision)g->run.precision);
+    if (st) return st;
     wgml_scope_begin(ctx);
     wgml_tensor *l = wgml_gpt_loss(g, ids, targets, g->cfg.dropout);
-    wgml_status st = wgml_backward(l);
+    st = wgml_backward(wgml_optimizer_scales_loss(opt) ? wgml_optimizer_scale_loss(opt, l) : l);
+    wgml_set_compute_precision(ctx, was);
     wgml_keep(l);
     /* the forward's and backward's tensors end here, before the step: they live on only as
        the gradients' inputs, so the step, which first evaluates the results still held that

@@ -1,6 +1,9 @@
 /*
  * Decoder-only transformers written against the public API (wgml.h) alone: the proof that
- * wgml.h carries a transformer. Two architectures:
+ * wgml.h carries a transformer. gpt.c holds what every architecture shares (the config, the
+ * embedding, the layers in turn, the tied head, the KV cache, generation, training); each
+ * architecture is one file with its parameter table and its block (wgml_gpt_arch_ops):
+ * gpt2.c and llama.c. The parameters and checkpoints are models/model.h's. Two architectures:
  *
  * GPT-2 (WGML_GPT_GPT2), pre-norm:
  *   x = wte[ids] + wpe[0:T];  x = dropout(x)
@@ -47,6 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "models/model.h"
 #include "wgml_gpt.h"
 
 /* The config, its queries and the functions the public API offers: wgml_gpt.h. What follows
@@ -60,15 +64,21 @@ typedef struct wgml_gpt_run {
     int64_t warmup, total_steps, batch, eval_every, eval_batches;
     uint64_t rng_seed, rng_offset; /* the GPU generator after the checkpoint's step */
     int64_t ranks;                 /* data-parallel processes of the run (0 is 1); a resume needs as many */
+    int64_t precision;             /* wgml_precision of the training steps */
+    /* the loss scaler's state at the checkpoint (mixed precision; loss_scale 0: none) */
+    float loss_scale;
+    int64_t loss_scale_good, loss_scale_skipped, loss_scale_updates;
     char data[256];                /* the text folder */
 } wgml_gpt_run;
+
+typedef struct wgml_gpt_arch_ops wgml_gpt_arch_ops;
 
 struct wgml_gpt {
     wgml_context *ctx;
     wgml_gpt_config cfg; /* resolved */
-    int n_params;
-    wgml_tensor **params; /* in the order above */
-    int *slot_param;      /* the parameter of each optimiser slot (wgml_gpt_optimizer_param) */
+    const wgml_gpt_arch_ops *arch;
+    wgml_model m;    /* the parameters, in the order above (m.params, m.n) */
+    int *slot_param; /* the parameter of each optimiser slot (wgml_gpt_optimizer_param) */
     /* the public handle's (models/gpt_api.c): what a checkpoint holds beside the weights */
     int64_t step;
     int vocab_size; /* 0: bytes 0..V-1 */
@@ -110,5 +120,61 @@ wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t
 
 /* (the optimiser: wgml_gpt.h) The model's parameter index of optimiser slot i. */
 int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot);
+
+/* ---------------------------------------------------------------- the architectures */
+
+/* One row of an architecture's parameter table. Sizes are letters: 'V' vocab, 'B' block,
+   'C' width, 'F' ffn, 'G' 2F, '3' 3C, 'Q' (H + 2Hkv)D; cols 0 for a vector. init: '0'
+   zeros, '1' ones, 'n' normal(0, 0.02), 'r' normal(0, 0.02 / sqrt(2 layers)) (the
+   projections into the residual stream). */
+typedef struct wgml_gpt_param_row {
+    const char *name;
+    char rows, cols, init;
+} wgml_gpt_param_row;
+
+/* One forward pass's settings, as a block sees them. */
+typedef struct wgml_gpt_pass {
+    int64_t B, T, pos;    /* x is [B,T,C] at positions pos.. */
+    wgml_gpt_cache *cache; /* decoding (B = 1), or NULL */
+    float dropout;
+} wgml_gpt_pass;
+
+struct wgml_gpt_arch_ops {
+    const char *name; /* the checkpoint's metadata "arch" */
+    /* the parameters: before the layers, of each layer ("h.<l>.<name>"), after them */
+    const wgml_gpt_param_row *embed, *layer, *final;
+    int n_embed, n_layer, n_final;
+    int64_t (*default_ffn)(int64_t width);
+    /* the architecture's own limits on a config (defaults filled): 0, or nonzero and err */
+    int (*check)(const wgml_gpt_config *c, char *err, size_t errlen);
+    /* ids [B,T] to x [B,T,C]; p: the embedding parameters (p[0] is the tied wte) */
+    wgml_tensor *(*embed_ids)(wgml_gpt *g, wgml_tensor *const *p, wgml_tensor *ids, const wgml_gpt_pass *s);
+    /* layer l on x; p: its parameters in table order */
+    wgml_tensor *(*block)(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_tensor *x, const wgml_gpt_pass *s);
+    /* the final norm; p: the parameters after the layers */
+    wgml_tensor *(*final_norm)(wgml_gpt *g, wgml_tensor *const *p, wgml_tensor *x);
+};
+
+extern const wgml_gpt_arch_ops wgml_gpt2_arch, wgml_llama_arch;
+/* Parameter i of a resolved config: its architecture's row made a spec (name, shape, init
+   rule, and as group its optimiser block: 0 the embeddings, 1 + l layer l, 1 + layers the
+   final norm). */
+void wgml_gpt_param_spec(const wgml_gpt_config *c, int i, wgml_param_spec *p);
+const wgml_gpt_arch_ops *wgml_gpt_arch_of(wgml_gpt_arch arch); /* NULL: not an architecture */
+
+/* What the blocks share (gpt.c). */
+wgml_tensor *wgml_gpt_dropout(wgml_context *ctx, wgml_tensor *x, float p); /* x when p is 0 */
+/* [B,T,n*D] -> [B,n,T,D] (a view) */
+wgml_tensor *wgml_gpt_to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64_t T, int64_t n, int64_t d);
+/* x @ w[:, from : from + n] (+ b[from : from + n]), read through strides */
+wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n);
+/* h @ wqkv (+ bqkv) as q, k, v [B,T,n*D]; decoding, *qkv gets the one joined product */
+wgml_status wgml_gpt_qkv(wgml_gpt *g, wgml_tensor *h, wgml_tensor *wqkv, wgml_tensor *bqkv, const wgml_gpt_pass *s,
+                         wgml_tensor *part[3], wgml_tensor **qkv);
+/* Causal attention of heads q [B,H,T,D], k, v [B,Hkv,T,D], merged back to [B,T,C]. Decoding,
+   k and v join layer l's cache (from qkv's columns, a view, when qkv is given: keys that were
+   not rotated). */
+wgml_tensor *wgml_gpt_attend(wgml_gpt *g, int64_t l, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v, wgml_tensor *qkv,
+                             const wgml_gpt_pass *s);
 
 #endif

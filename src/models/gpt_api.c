@@ -160,8 +160,8 @@ int64_t wgml_gpt_step(const wgml_gpt *g) { return g ? g->step : 0; }
 
 wgml_tensor *const *wgml_gpt_params(const wgml_gpt *g, int *n)
 {
-    if (n) *n = g ? g->n_params : 0;
-    return g ? g->params : NULL;
+    if (n) *n = g ? g->m.n : 0;
+    return g ? g->m.params : NULL;
 }
 
 /* A uniform in [0, 1) from the context's generator: wgml_rand's first element at its state

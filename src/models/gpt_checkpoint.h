@@ -10,9 +10,10 @@
  *     max_grad_norm, beta1, beta2, batch, eval_every, eval_batches, data) and the GPU
  *     generator's state after the step (rng_seed, rng_offset), so that a resumed run draws
  *     the dropout masks the uninterrupted one would; ranks (absent in older files: 1).
- * Everything read is checked before use: each key strictly parsed and in range, each tensor
- * against the shape the config gives, nothing missing, nothing extra; weights and moments
- * finite, second moments not negative.
+ * Written and checked by models/model.h (parameters, moments, metadata table) with the
+ * architecture's parameter table: everything read is checked before use (each key strictly
+ * parsed and in range, each tensor against the shape the config gives, nothing missing,
+ * nothing extra; weights and moments finite, second moments not negative).
  */
 #ifndef WGML_MODELS_GPT_CHECKPOINT_H
 #define WGML_MODELS_GPT_CHECKPOINT_H

@@ -51,7 +51,17 @@ struct wgml_optimizer {
     int64_t steps;
     wgml_grad_hook hook; /* runs between the gradients and the update (e.g. an all-reduce) */
     void *hook_user;
+    /* dynamic loss scaling: the state lives on the GPU in two halves of SCALER_WORDS floats
+       (scaler_layout); a step reads half `scaler_half` and writes the other, so every
+       invocation reads the old state while one writes the new, and no step reads it back */
+    bool scaling;
+    wgml_loss_scaling scaler_desc;
+    wgml_buffer *scaler;
+    int scaler_half;
 };
+
+/* One half of the scaler's state (floats; counts are exact in f32 up to 2^24). */
+enum scaler_layout { SC_SCALE, SC_GOOD, SC_SKIPPED, SC_LAST_SKIPPED, SC_NORM2, SC_UPDATES, SCALER_WORDS = 8 };
 
 static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
 
@@ -77,8 +87,9 @@ void wgml_optimizer_free(wgml_optimizer *opt)
     if (!opt) return;
     wgml_context *ctx = opt->ctx;
     for (int i = 0; i < opt->n; i++) wgml_tensor_unref(opt->params[i]);
-    wgml_buffer *bufs[5] = {opt->P, opt->G, opt->M, opt->V, opt->groups};
-    for (int i = 0; i < 5; i++) wgml_buffer_release(ctx, bufs[i]);
+    wgml_buffer *bufs[6] = {opt->P, opt->G, opt->M, opt->V, opt->groups, opt->scaler};
+    for (int i = 0; i < 6; i++)
+        if (bufs[i]) wgml_buffer_release(ctx, bufs[i]);
     if (opt->norm2) wgml_tensor_unref(opt->norm2);
     free(opt->params);
     free(opt->slot);
@@ -227,7 +238,8 @@ static wgml_status create(wgml_context *ctx, const char *fn, bool grouped, const
     if (st || (st = wgml_check_buffer_size(ctx, (uint64_t)opt->total * 4, "the optimizer's flat parameter buffer")) ||
         !(opt->P = flat_zeros(ctx, opt->total)) || !(opt->G = flat_zeros(ctx, opt->total)) ||
         !(opt->M = flat_zeros(ctx, opt->total)) || !(opt->V = flat_zeros(ctx, opt->total)) ||
-        !(opt->groups = wgml_pool_acquire(ctx, (uint64_t)n_groups * sizeof *rows))) {
+        !(opt->groups = wgml_pool_acquire(ctx, (uint64_t)n_groups * sizeof *rows)) ||
+        !(opt->scaler = flat_zeros(ctx, 2 * SCALER_WORDS))) {
         if (!st) st = ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
         wgml_optimizer_free(opt);
         free(rows);
@@ -300,7 +312,7 @@ static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     /* one group: its scale and decay go in the block, and the kernel skips the table */
     float lr = wgml_optimizer_lr(opt), wd = 0;
     if (opt->n_groups == 1) lr *= opt->one_group.lr_scale, wd = opt->one_group.weight_decay;
-    uint32_t p[12];
+    uint32_t p[16];
     float f[8] = {lr, d->kind == WGML_OPTIM_ADAMW ? d->beta1 : d->momentum, d->beta2, d->eps,
                   (float)(1.0 - pow(d->beta1, step)), (float)(1.0 - pow(d->beta2, step)), d->max_grad_norm, wd};
     p[0] = (uint32_t)opt->total;
@@ -308,6 +320,12 @@ static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     p[2] = wgml_grid(ctx, ((uint64_t)opt->total + 255) / 256, l->groups);
     p[3] = (uint32_t)opt->n_groups;
     memcpy(&p[4], f, sizeof f);
+    /* the loss scaler: 0 off, else 1 + the half of its state to read */
+    const wgml_loss_scaling *sc = &opt->scaler_desc;
+    float sf[2] = {sc->backoff, sc->growth};
+    p[12] = opt->scaling ? 1u + (uint32_t)opt->scaler_half : 0u;
+    p[13] = (uint32_t)sc->growth_interval;
+    memcpy(&p[14], sf, sizeof sf);
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
     /* the binary search over the group table: ceil(log2(n_groups)) halvings (none for one) */
@@ -320,7 +338,8 @@ static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
     l->raw[4] = opt->V->handle;
     l->raw[6] = opt->groups->handle;
     l->buffers[5] = t;
-    l->nbuffers = 7;
+    l->raw[7] = opt->scaler->handle; /* bound, unread, when scaling is off: one kernel for both */
+    l->nbuffers = 8;
     return WGML_OK;
 }
 
@@ -330,6 +349,122 @@ wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hoo
     opt->hook = hook;
     opt->hook_user = hook ? user : NULL;
     return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- loss scaling */
+
+/* The half of the scaler's state the next step reads (the last one written). */
+static wgml_status read_scaler(wgml_optimizer *opt, float half[SCALER_WORDS])
+{
+    int64_t n = SCALER_WORDS;
+    wgml_tensor *v = wgml_tensor_over(opt->ctx, 1, &n, opt->scaler, (int64_t)opt->scaler_half * SCALER_WORDS);
+    if (!v) return opt->ctx->rt.status;
+    wgml_status st = wgml_tensor_read(v, half, SCALER_WORDS);
+    wgml_tensor_free(v);
+    return st;
+}
+
+static wgml_status write_scaler(wgml_optimizer *opt, const float half[SCALER_WORDS])
+{
+    wgml_context *ctx = opt->ctx;
+    /* pending results that read the state (a scaled loss not yet evaluated) keep its old value */
+    wgml_status st = wgml_settle_readers(ctx, 1, &opt->scaler);
+    if (st) return st;
+    wgpuQueueWriteBuffer(ctx->rt.queue, opt->scaler->handle, (uint64_t)opt->scaler_half * SCALER_WORDS * 4, half,
+                         SCALER_WORDS * 4);
+    return WGML_OK;
+}
+
+static bool finite_positive(float x) { return x > 0 && !isinf(x); }
+
+wgml_status wgml_optimizer_set_loss_scaling(wgml_optimizer *opt, const wgml_loss_scaling *s)
+{
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_context *ctx = opt->ctx;
+    if (!s) {
+        opt->scaling = false;
+        return WGML_OK;
+    }
+    wgml_loss_scaling d = *s;
+    if (d.init_scale == 0) d.init_scale = 65536.0f;
+    if (d.growth_interval == 0) d.growth_interval = 2000;
+    if (d.backoff == 0) d.backoff = 0.5f;
+    if (d.growth == 0) d.growth = 2.0f;
+    if (!finite_positive(d.init_scale))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_loss_scaling: init_scale = %g must be finite and > 0",
+                         d.init_scale);
+    if (d.growth_interval < 1 || d.growth_interval > (1 << 24))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_loss_scaling: growth_interval = %d must be in [1, 2^24]",
+                         d.growth_interval);
+    if (!(d.backoff > 0 && d.backoff < 1))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_loss_scaling: backoff = %g must be in (0, 1)", d.backoff);
+    if (!(d.growth >= 1) || isinf(d.growth))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_loss_scaling: growth = %g must be finite and >= 1",
+                         d.growth);
+    opt->scaler_desc = d;
+    opt->scaling = true;
+    float half[SCALER_WORDS] = {0};
+    half[SC_SCALE] = d.init_scale;
+    half[SC_UPDATES] = (float)opt->steps; /* Adam's bias correction goes on from the steps taken */
+    return write_scaler(opt, half);
+}
+
+int wgml_optimizer_scales_loss(const wgml_optimizer *opt) { return opt && opt->scaling; }
+
+wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss)
+{
+    if (!opt) return NULL;
+    wgml_context *ctx = opt->ctx;
+    if (!wgml_tensor_valid(loss) || loss->ctx != ctx)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_scale_loss: loss is not a tensor of the optimizer's context");
+    if (loss->numel != 1)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_scale_loss: loss has %lld elements, not 1",
+                                 (long long)loss->numel);
+    if (!opt->scaling) return wgml_binary_scalar(ctx, WGML_MUL, loss, 1.0f);
+    int64_t one = 1;
+    wgml_tensor *scale = wgml_tensor_over(ctx, 1, &one, opt->scaler, (int64_t)opt->scaler_half * SCALER_WORDS + SC_SCALE);
+    if (!scale) return wgml_tensor_error(ctx, ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    wgml_tensor *out = wgml_mul(ctx, loss, scale);
+    wgml_tensor_free(scale);
+    return out;
+}
+
+wgml_status wgml_optimizer_loss_scale_state(wgml_optimizer *opt, wgml_loss_scale_state *out)
+{
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!out) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_loss_scale_state: out is NULL");
+    if (!opt->scaling) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_loss_scale_state: loss scaling is off");
+    float half[SCALER_WORDS];
+    wgml_status st = read_scaler(opt, half);
+    if (st) return st;
+    *out = (wgml_loss_scale_state){.scale = half[SC_SCALE],
+                                   .good_steps = (int64_t)half[SC_GOOD],
+                                   .skipped_steps = (int64_t)half[SC_SKIPPED],
+                                   .last_skipped = half[SC_LAST_SKIPPED] != 0,
+                                   .updates = (int64_t)half[SC_UPDATES]};
+    return WGML_OK;
+}
+
+wgml_status wgml_optimizer_set_loss_scale_state(wgml_optimizer *opt, const wgml_loss_scale_state *s)
+{
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_context *ctx = opt->ctx;
+    if (!s) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_loss_scale_state: state is NULL");
+    if (!opt->scaling) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_loss_scale_state: loss scaling is off");
+    const int64_t exact = (int64_t)1 << 24;
+    if (!finite_positive(s->scale) || s->good_steps < 0 || s->good_steps >= opt->scaler_desc.growth_interval ||
+        s->skipped_steps < 0 || s->skipped_steps > exact || s->updates < 0 || s->updates > exact)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "optimizer_set_loss_scale_state: scale %g, good steps %lld (interval %d), skipped %lld, updates %lld: "
+                         "out of range", s->scale, (long long)s->good_steps, opt->scaler_desc.growth_interval,
+                         (long long)s->skipped_steps, (long long)s->updates);
+    float half[SCALER_WORDS] = {0};
+    half[SC_SCALE] = s->scale;
+    half[SC_GOOD] = (float)s->good_steps;
+    half[SC_SKIPPED] = (float)s->skipped_steps;
+    half[SC_LAST_SKIPPED] = s->last_skipped ? 1.0f : 0.0f;
+    half[SC_UPDATES] = (float)s->updates;
+    return write_scaler(opt, half);
 }
 
 /* Evaluates the gradients and extras (targets[0..nt)) and calls the hook with a view of the
@@ -358,10 +493,10 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
     /* The step overwrites the parameters, both moments and the gradient slots in place:
        pending results that read them (logits the user still holds, a gradient taken before
        the step) are evaluated first, in the same submit, so they keep their values. */
-    wgml_buffer *written[4] = {opt->P, opt->G, opt->M, opt->V};
+    wgml_buffer *written[5] = {opt->P, opt->G, opt->M, opt->V, opt->scaler};
     wgml_tensor **readers = NULL;
     int n_readers = 0;
-    if ((st = wgml_pending_readers(ctx, 4, written, &readers, &n_readers))) return st;
+    if ((st = wgml_pending_readers(ctx, 5, written, &readers, &n_readers))) return st;
     /* each gradient, written into its slot of G; the squared norm summed over them */
     wgml_tensor **targets = calloc((size_t)(n_readers + opt->n + n_extra + 2), sizeof *targets);
     wgml_tensor **grads = calloc((size_t)opt->n, sizeof *grads);
@@ -433,6 +568,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         if (!st) st = wgml_graph_eval(ctx, nt, targets);
         if (!st) {
             opt->steps++;
+            if (opt->scaling) opt->scaler_half ^= 1;
             if (opt->norm2) wgml_tensor_unref(opt->norm2);
             opt->norm2 = norm2;
             wgml_tensor_retain(norm2);
@@ -456,7 +592,13 @@ wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm)
     if (!norm) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: norm is NULL");
     if (!opt->norm2) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: no step yet");
     float n2;
-    wgml_status st = wgml_tensor_read(opt->norm2, &n2, 1);
+    wgml_status st;
+    if (opt->scaling) { /* the kernel unscaled it (NaN or inf on a skipped step) */
+        float half[SCALER_WORDS];
+        st = read_scaler(opt, half);
+        n2 = half[SC_NORM2];
+    } else
+        st = wgml_tensor_read(opt->norm2, &n2, 1);
     if (!st) *norm = sqrtf(n2);
     return st;
 }

@@ -70,6 +70,8 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
                                  "matmul: f16_math %d is not 0, WGML_F16_MATH_F32_SUMS (1), WGML_F16_MATH_F16_SUMS (2) "
                                  "or WGML_F16_MATH_MATRIX (3)",
                                  d.f16_math);
+    /* the context's policy decides for a matmul that does not */
+    if (!d.f16_math && ctx->compute_precision == WGML_PRECISION_MIXED) d.f16_math = WGML_F16_MATH_MATRIX;
     if (d.f16_math && !ctx->rt.info.has_shader_f16)
         return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED,
                                  "matmul: f16_math (%s x %s) needs the adapter's shader-f16 feature, which %s lacks", sa, sb,
@@ -150,6 +152,24 @@ bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, i
     const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[best];
     *m = (int)c->m, *n = (int)c->n, *k = (int)c->k, *subgroup_size = (int)in->subgroup_min_size;
     return true;
+}
+
+wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (p != WGML_PRECISION_F32 && p != WGML_PRECISION_MIXED)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "set_compute_precision: %d is not WGML_PRECISION_F32 (0) or "
+                         "WGML_PRECISION_MIXED (1)", (int)p);
+    if (p == WGML_PRECISION_MIXED && !ctx->rt.info.has_shader_f16)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "set_compute_precision: mixed precision needs the adapter's shader-f16 "
+                         "feature, which %s lacks", ctx->rt.info.name);
+    ctx->compute_precision = (int)p;
+    return WGML_OK;
+}
+
+wgml_precision wgml_compute_precision(const wgml_context *ctx)
+{
+    return ctx ? (wgml_precision)ctx->compute_precision : WGML_PRECISION_F32;
 }
 
 int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g)

@@ -94,13 +94,9 @@ static void free_weight(cached_weight *cw)
 
 uint64_t wgml_binding_limit(const wgml_context *ctx)
 {
-    const char *e = getenv("WGML_DEBUG_BINDING_LIMIT"); /* tests: force the split path */
+    uint64_t v = ctx->rt.settings.binding_limit; /* tests: force the split path */
     uint64_t lim = ctx->rt.limits.maxStorageBufferBindingSize;
-    if (e && *e) {
-        uint64_t v = strtoull(e, NULL, 10);
-        if (v >= 256 && v < lim) lim = v;
-    }
-    return lim;
+    return v && v < lim ? v : lim;
 }
 
 /* IEEE half of f: round to nearest even, +-infinity from 65520 up, NaN kept */

@@ -1,27 +1,29 @@
 /* The MLP (see mlp.h). */
-#include "train/mlp.h"
+#include "models/mlp.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t wgml_rng_next(uint64_t *state)
+int wgml_mlp_table(int nlayers, const int64_t *sizes, wgml_param_spec *spec)
 {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    for (int l = 0; l < nlayers; l++) {
+        int64_t in = sizes[l], n = sizes[l + 1];
+        if (in < 1 || n < 1 || in > (1 << 20) || n > (1 << 20)) return -1;
+        double bound = 1.0 / sqrt((double)in); /* PyTorch's Linear default */
+        spec[2 * l] = (wgml_param_spec){.ndim = 2, .shape = {in, n}, .init = WGML_INIT_UNIFORM, .scale = bound};
+        spec[2 * l + 1] = (wgml_param_spec){.ndim = 1, .shape = {n, 0}, .init = WGML_INIT_UNIFORM, .scale = bound};
+        snprintf(spec[2 * l].name, sizeof spec[2 * l].name, "W%d", l);
+        snprintf(spec[2 * l + 1].name, sizeof spec[2 * l + 1].name, "b%d", l);
+    }
+    return 0;
 }
-
-double wgml_rng_uniform(uint64_t *state) { return (double)(wgml_rng_next(state) >> 11) / 9007199254740992.0; }
 
 void wgml_mlp_free(wgml_mlp *m)
 {
     if (!m) return;
-    for (int l = 0; l < m->nlayers; l++) {
-        wgml_tensor_free(m->W[l]);
-        wgml_tensor_free(m->b[l]);
-    }
+    wgml_model_free(&m->m);
     memset(m, 0, sizeof *m);
 }
 
@@ -30,41 +32,23 @@ wgml_status wgml_mlp_create(wgml_context *ctx, int nlayers, const int64_t *sizes
 {
     if (!ctx || !out || !sizes || nlayers < 1 || nlayers > WGML_MLP_MAX_LAYERS) return WGML_ERROR_INVALID_ARGUMENT;
     memset(out, 0, sizeof *out);
+    wgml_param_spec spec[2 * WGML_MLP_MAX_LAYERS];
+    if (wgml_mlp_table(nlayers, sizes, spec)) return WGML_ERROR_INVALID_ARGUMENT;
+    const float *data[2 * WGML_MLP_MAX_LAYERS];
+    for (int l = 0; l < nlayers; l++) data[2 * l] = W_init ? W_init[l] : NULL, data[2 * l + 1] = b_init ? b_init[l] : NULL;
     out->ctx = ctx;
     out->nlayers = nlayers;
     memcpy(out->sizes, sizes, (size_t)(nlayers + 1) * sizeof *sizes);
-    uint64_t rng = seed;
-    wgml_status st = WGML_OK;
-    for (int l = 0; l < nlayers && !st; l++) {
-        int64_t in = sizes[l], n = sizes[l + 1];
-        if (in < 1 || n < 1 || in > (1 << 20) || n > (1 << 20)) { st = WGML_ERROR_INVALID_ARGUMENT; break; }
-        float *w = malloc((size_t)(in * n) * sizeof *w), *b = malloc((size_t)n * sizeof *b);
-        if (!w || !b) {
-            free(w);
-            free(b);
-            st = WGML_ERROR_OUT_OF_MEMORY;
-            break;
-        }
-        double bound = 1.0 / sqrt((double)in);
-        for (int64_t i = 0; i < in * n; i++) w[i] = W_init ? W_init[l][i] : (float)((2 * wgml_rng_uniform(&rng) - 1) * bound);
-        for (int64_t i = 0; i < n; i++) b[i] = b_init ? b_init[l][i] : (float)((2 * wgml_rng_uniform(&rng) - 1) * bound);
-        int64_t ws[2] = {in, n};
-        st = wgml_tensor_from_data(ctx, 2, ws, w, (size_t)(in * n), &out->W[l]);
-        if (!st) st = wgml_tensor_from_data(ctx, 1, &n, b, (size_t)n, &out->b[l]);
-        free(w);
-        free(b);
-    }
-    if (st) wgml_mlp_free(out);
+    wgml_status st = wgml_model_create(ctx, 2 * nlayers, spec, data, seed, &out->m);
+    if (st) memset(out, 0, sizeof *out);
+    for (int l = 0; !st && l < nlayers; l++) out->W[l] = out->m.params[2 * l], out->b[l] = out->m.params[2 * l + 1];
     return st;
 }
 
 int wgml_mlp_params(wgml_mlp *m, wgml_tensor **params)
 {
-    for (int l = 0; l < m->nlayers; l++) {
-        params[2 * l] = m->W[l];
-        params[2 * l + 1] = m->b[l];
-    }
-    return 2 * m->nlayers;
+    for (int i = 0; i < m->m.n; i++) params[i] = m->m.params[i];
+    return m->m.n;
 }
 
 wgml_tensor *wgml_mlp_forward(wgml_mlp *m, wgml_tensor *x)

@@ -9,17 +9,19 @@
  * Metadata (text): step, epoch, sizes ("784,256,10"), seed, lr, weight_decay,
  * max_grad_norm, batch, ranks (absent in older files: 1).
  *
- * Everything read from a file is checked before use: each tensor against the shape the
- * reader expects, each metadata value by strict parsing and a range. Errors are statuses
- * with the context's message naming the file, the tensor or key, and what was wrong.
+ * Written, read and checked by models/model.h with the MLP's parameter table: everything
+ * read from a file is checked before use (each tensor against the shape the reader expects,
+ * weights and moments finite, each metadata value by strict parsing and a range). Errors are
+ * statuses with the context's message naming the file, the tensor or key, and what was wrong.
  */
-#ifndef WGML_TRAIN_CHECKPOINT_H
-#define WGML_TRAIN_CHECKPOINT_H
+#ifndef WGML_MODELS_MLP_CHECKPOINT_H
+#define WGML_MODELS_MLP_CHECKPOINT_H
 
 #include <stddef.h>
 
 #include "io/safetensors.h"
-#include "train/mlp.h"
+#include "models/mlp.h"
+#include "models/model.h"
 
 /* What a training run is started with, beyond the model's shape. */
 typedef struct wgml_train_settings {
@@ -94,9 +96,6 @@ wgml_status wgml_checkpoint_restore_optimizer(wgml_context *ctx, const wgml_chec
 
 void wgml_checkpoint_free(wgml_checkpoint *ck); /* safe on a zeroed or freed struct */
 
-/* AdamW moments read from path (the GPT checkpoints' too): every value finite, and a second
-   moment (second != 0) never negative; else WGML_ERROR_FORMAT naming the tensor and element,
-   so that a corrupt file is refused when read rather than at the first step. */
-wgml_status wgml_check_moment(wgml_context *ctx, const char *path, const wgml_st_tensor *t, int second);
+/* (wgml_check_moment, the moments' check: model.h) */
 
 #endif

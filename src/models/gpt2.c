@@ -1,0 +1,81 @@
+/* GPT-2 (WGML_GPT_GPT2): learned positions, pre-norm layernorm blocks, exact-GELU MLP,
+   biases (the formulas: gpt.h). Its parameter table and its block. */
+#include <stdio.h>
+
+#include "models/gpt.h"
+
+/* The rows of each table and the names its code reads them by, from one list. */
+#define EMBED(X) X(WTE, "wte", 'V', 'C', 'n') X(WPE, "wpe", 'B', 'C', 'n')
+#define LAYER(X)                                                                                                                   \
+    X(LN1_W, "ln1.w", 'C', 0, '1')                                                                                                  \
+    X(LN1_B, "ln1.b", 'C', 0, '0')                                                                                                  \
+    X(WQKV, "attn.wqkv", 'C', '3', 'n')                                                                                             \
+    X(BQKV, "attn.bqkv", '3', 0, '0')                                                                                               \
+    X(WO, "attn.wo", 'C', 'C', 'r')                                                                                                 \
+    X(BO, "attn.bo", 'C', 0, '0')                                                                                                   \
+    X(LN2_W, "ln2.w", 'C', 0, '1')                                                                                                  \
+    X(LN2_B, "ln2.b", 'C', 0, '0')                                                                                                  \
+    X(W1, "mlp.w1", 'C', 'F', 'n')                                                                                                  \
+    X(B1, "mlp.b1", 'F', 0, '0')                                                                                                    \
+    X(W2, "mlp.w2", 'F', 'C', 'r')                                                                                                  \
+    X(B2, "mlp.b2", 'C', 0, '0')
+#define FINAL(X) X(LNF_W, "lnf.w", 'C', 0, '1') X(LNF_B, "lnf.b", 'C', 0, '0')
+
+#define ID(id, name, rows, cols, init) id,
+#define ROW(id, name, rows, cols, init) {name, rows, cols, init},
+enum { EMBED(ID) N_EMBED };
+enum { LAYER(ID) N_LAYER };
+enum { FINAL(ID) N_FINAL };
+static const wgml_gpt_param_row embed_rows[] = {EMBED(ROW)}, layer_rows[] = {LAYER(ROW)}, final_rows[] = {FINAL(ROW)};
+
+static int64_t default_ffn(int64_t width) { return 4 * width; }
+
+static int check(const wgml_gpt_config *c, char *err, size_t errlen)
+{
+    if (c->kv_heads == c->heads) return 0;
+    snprintf(err, errlen, "gpt config: kv_heads = %lld; GPT-2 has as many K/V heads as heads (%lld)", (long long)c->kv_heads,
+             (long long)c->heads);
+    return 1;
+}
+
+static wgml_tensor *embed_ids(wgml_gpt *g, wgml_tensor *const *p, wgml_tensor *ids, const wgml_gpt_pass *s)
+{
+    wgml_context *ctx = g->ctx;
+    return wgml_add(ctx, wgml_embedding(ctx, p[WTE], ids), wgml_slice(ctx, p[WPE], 0, s->pos, s->pos + s->T, 1));
+}
+
+static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_tensor *x, const wgml_gpt_pass *s)
+{
+    wgml_context *ctx = g->ctx;
+    const wgml_gpt_config *c = &g->cfg;
+    int64_t D = c->width / c->heads;
+    wgml_tensor *h = wgml_layernorm(ctx, x, p[LN1_W], p[LN1_B], c->norm_eps);
+    wgml_tensor *part[3] = {NULL, NULL, NULL}, *qkv = NULL;
+    if (wgml_gpt_qkv(g, h, p[WQKV], p[BQKV], s, part, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
+    wgml_tensor *q = wgml_gpt_to_heads(ctx, part[0], s->B, s->T, c->heads, D);
+    wgml_tensor *k = wgml_gpt_to_heads(ctx, part[1], s->B, s->T, c->kv_heads, D);
+    wgml_tensor *v = wgml_gpt_to_heads(ctx, part[2], s->B, s->T, c->kv_heads, D);
+    wgml_tensor *a = wgml_gpt_attend(g, l, q, k, v, qkv, s); /* the cache takes k|v as a view of qkv */
+    x = wgml_add(ctx, x, wgml_gpt_dropout(ctx, wgml_matmul_ex(ctx, a, p[WO], &(wgml_matmul_desc){.bias = p[BO]}), s->dropout));
+
+    h = wgml_layernorm(ctx, x, p[LN2_W], p[LN2_B], c->norm_eps);
+    /* decoding: the GELU in the matmul's epilogue (one launch fewer); training keeps them
+       apart, since the fused form's gradient computes the pre-activation again */
+    wgml_tensor *u = s->cache ? wgml_matmul_ex(ctx, h, p[W1], &(wgml_matmul_desc){.bias = p[B1], .activation = WGML_ACT_GELU_EXACT})
+                              : wgml_gelu_exact(ctx, wgml_matmul_ex(ctx, h, p[W1], &(wgml_matmul_desc){.bias = p[B1]}));
+    wgml_tensor *f = wgml_matmul_ex(ctx, u, p[W2], &(wgml_matmul_desc){.bias = p[B2]});
+    return wgml_add(ctx, x, wgml_gpt_dropout(ctx, f, s->dropout));
+}
+
+static wgml_tensor *final_norm(wgml_gpt *g, wgml_tensor *const *p, wgml_tensor *x)
+{
+    return wgml_layernorm(g->ctx, x, p[LNF_W], p[LNF_B], g->cfg.norm_eps);
+}
+
+const wgml_gpt_arch_ops wgml_gpt2_arch = {
+    .name = "gpt2",
+    .embed = embed_rows, .layer = layer_rows, .final = final_rows,
+    .n_embed = N_EMBED, .n_layer = N_LAYER, .n_final = N_FINAL,
+    .default_ffn = default_ffn, .check = check,
+    .embed_ids = embed_ids, .block = block, .final_norm = final_norm,
+};

@@ -63,7 +63,7 @@ static wgml_tensor *select_node(wgml_context *ctx, wgml_tensor *a, int ax, wgml_
     wgml_tensor *src[2] = {a, ic};
     wgml_tensor *t = wgml_node(ctx, WGML_OP_INDEX_SELECT, a->ndim, shape, 2, src);
     wgml_tensor_free(ic);
-    if (t && !t->status) t->iparam[0] = ax;
+    if (t && !t->status) wgml_gather_params_of_set(t, (wgml_gather_params){.axis = ax});
     return t;
 }
 
@@ -125,10 +125,9 @@ wgml_tensor *wgml_index_sort(wgml_context *ctx, wgml_tensor *idx, int64_t len)
         t = wgml_node(ctx, WGML_OP_INDEX_SORT, 2, shape, 1, &t);
         wgml_tensor_free(prev); /* the next node holds it */
         if (!t || t->status) return t;
-        t->iparam[0] = (int32_t)len;
-        t->iparam[1] = 8 * done;                        /* first bit */
-        t->iparam[2] = passes - done < 2 ? passes - done : 2;
-        t->iparam[3] = done == 0;                       /* reads raw indices */
+        wgml_index_sort_params_of_set(t, (wgml_index_sort_params){.len = (int32_t)len, .first_bit = 8 * done,
+                                                                  .passes = passes - done < 2 ? passes - done : 2,
+                                                                  .raw = done == 0});
         prev = t;
     }
     return t;
@@ -151,7 +150,7 @@ static wgml_tensor *add_node(wgml_context *ctx, wgml_tensor *a, int ndim, const 
             goto out;
         }
     t = wgml_node(ctx, WGML_OP_INDEX_ADD, ndim, shape, a ? 4 : 3, in);
-    if (t && !t->status) t->iparam[0] = ax;
+    if (t && !t->status) wgml_gather_params_of_set(t, (wgml_gather_params){.axis = ax});
 out:
     for (int i = 0; i < 4; i++) wgml_tensor_free(in[i]);
     return t;
@@ -204,7 +203,7 @@ static wgml_status bind_errors(wgml_context *ctx, wgml_launch *l, int b)
 wgml_status wgml_build_index_select(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     wgml_tensor *a = t->src[0], *idx = t->src[1];
-    int pad = 4 - t->ndim, ax = t->iparam[0] + pad;
+    int pad = 4 - t->ndim, ax = wgml_gather_params_of(t).axis + pad;
     uint64_t d[4], s[4];
     for (int k = 0; k < 4; k++) {
         d[k] = k < pad ? 1 : (uint64_t)t->shape[k - pad];
@@ -248,7 +247,8 @@ wgml_status wgml_build_index_sort(wgml_context *ctx, wgml_tensor *t, wgml_launch
     if ((st = bind_errors(ctx, l, 3))) return st;
     wgml_tensor *in = t->src[0];
     uint64_t n = (uint64_t)t->shape[1];
-    int passes = t->iparam[2];
+    wgml_index_sort_params sp = wgml_index_sort_params_of(t);
+    int passes = sp.passes;
     uint64_t rounds = (n + 256 * SORT_TILES - 1) / (256 * SORT_TILES);
     if (rounds > SORT_MAX_ROUNDS) rounds = SORT_MAX_ROUNDS;
     if (rounds < 1) rounds = 1;
@@ -264,8 +264,8 @@ wgml_status wgml_build_index_sort(wgml_context *ctx, wgml_tensor *t, wgml_launch
         for (int stage = 0; stage < 3; stage++) {
             wgml_launch *c = &l[3 * q + stage];
             if (c != l) *c = proto;
-            uint32_t p[12] = {(uint32_t)n, (uint32_t)nb, (uint32_t)rounds, (uint32_t)(t->iparam[1] + 8 * q),
-                              (uint32_t)stage, (uint32_t)(t->iparam[3] && q == 0), (uint32_t)t->iparam[0], (uint32_t)in->offset,
+            uint32_t p[12] = {(uint32_t)n, (uint32_t)nb, (uint32_t)rounds, (uint32_t)(sp.first_bit + 8 * q),
+                              (uint32_t)stage, (uint32_t)(sp.raw && q == 0), (uint32_t)sp.len, (uint32_t)in->offset,
                               (uint32_t)(q == 1), (uint32_t)(q == 0 && passes == 2), (uint32_t)(256 * nb), 0};
             memcpy(c->params, p, sizeof p);
             c->groups[0] = stage == 1 ? 1 : (uint32_t)nb;
@@ -282,7 +282,7 @@ wgml_status wgml_build_index_sort(wgml_context *ctx, wgml_tensor *t, wgml_launch
 wgml_status wgml_build_index_add(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     wgml_tensor *src = t->src[0], *sorted = t->src[2], *a = t->nsrc > 3 ? t->src[3] : NULL;
-    int ax = t->iparam[0];
+    int ax = wgml_gather_params_of(t).axis;
     uint64_t outer = 1, inner = 1, len = (uint64_t)t->shape[ax], n = (uint64_t)sorted->shape[1];
     for (int d = 0; d < ax; d++) outer *= (uint64_t)t->shape[d];
     for (int d = ax + 1; d < t->ndim; d++) inner *= (uint64_t)t->shape[d];
@@ -338,7 +338,7 @@ typedef wgml_tensor T;
 static wgml_status vjp_index_select(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0];
-    if (a->dtype == WGML_F32) gin[0] = wgml_index_add_zeros(c, a->ndim, a->shape, t->iparam[0], t->src[1], g);
+    if (a->dtype == WGML_F32) gin[0] = wgml_index_add_zeros(c, a->ndim, a->shape, wgml_gather_params_of(t).axis, t->src[1], g);
     return WGML_OK;
 }
 
@@ -346,7 +346,7 @@ static wgml_status vjp_index_select(wgml_context *c, T *t, T *g, T **gin)
    entries at the indices to src */
 static wgml_status vjp_index_add(wgml_context *c, T *t, T *g, T **gin)
 {
-    gin[0] = wgml_index_select(c, g, t->iparam[0], t->src[1]);
+    gin[0] = wgml_index_select(c, g, wgml_gather_params_of(t).axis, t->src[1]);
     if (t->nsrc > 3) gin[3] = g;
     return WGML_OK;
 }

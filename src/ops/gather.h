@@ -9,6 +9,19 @@
 /* its ops, X(ENUM) (ops/table.h) */
 #define WGML_GATHER_OPS(X) X(INDEX_SELECT) X(INDEX_SORT) X(INDEX_ADD)
 
+/* index_select's and index_add's parameters: the axis they index (not negative) */
+typedef struct wgml_gather_params {
+    int32_t axis;
+} wgml_gather_params;
+WGML_OP_PARAMS(wgml_gather_params, wgml_gather_params_of)
+/* an index_sort node's: the indexed axis' length, the first bit it sorts by, its 8-bit passes
+   (1 or 2), whether it reads the raw indices (the first node) or a sort's pairs */
+typedef struct wgml_index_sort_params {
+    int32_t len, first_bit, passes;
+    bool raw;
+} wgml_index_sort_params;
+WGML_OP_PARAMS(wgml_index_sort_params, wgml_index_sort_params_of)
+
 struct wgml_launch;
 
 /* index_add into zeros of `shape` (index_select's gradient): y[.., idx[i], ..] += src[.., i, ..]

@@ -79,7 +79,7 @@ wgml_tensor *wgml_concat(wgml_context *ctx, int n, wgml_tensor *const *ts, int a
     if (wgml_shape_check(ctx, ts[0]->ndim, shape, &numel))
         return wgml_tensor_error(ctx, ctx->rt.status, "concat: %s", ctx->rt.message);
     wgml_tensor *t = wgml_node(ctx, WGML_OP_CONCAT, ts[0]->ndim, shape, n, ts);
-    if (t && !t->status) t->iparam[0] = ax;
+    if (t && !t->status) wgml_concat_params_of_set(t, (wgml_concat_params){.axis = ax});
     return t;
 }
 
@@ -87,7 +87,7 @@ wgml_status wgml_build_concat(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 {
     wgml_status st = wgml_kernel_pipeline(ctx, "concat", l);
     if (st) return st;
-    int ax = t->iparam[0], pad = 4 - t->ndim;
+    int ax = wgml_concat_params_of(t).axis, pad = 4 - t->ndim;
     uint32_t out4[4];
     for (int d = 0; d < 4; d++) out4[d] = d < pad ? 1u : (uint32_t)t->shape[d - pad];
     int64_t start = 0;
@@ -209,7 +209,7 @@ typedef wgml_tensor T;
 /* each input gets its window of g along the axis */
 static wgml_status vjp_concat(wgml_context *c, T *t, T *g, T **gin)
 {
-    int ax = t->iparam[0];
+    int ax = wgml_concat_params_of(t).axis;
     int64_t at = 0;
     for (int k = 0; k < t->nsrc; at += t->src[k++]->shape[ax]) gin[k] = wgml_slice(c, g, ax, at, at + t->src[k]->shape[ax], 1);
     return WGML_OK;

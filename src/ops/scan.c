@@ -32,8 +32,7 @@ wgml_tensor *wgml_cumsum(wgml_context *ctx, wgml_tensor *a, int axis, int revers
     if (!c) return NULL;
     wgml_tensor *t = wgml_node_consuming(ctx, WGML_OP_CUMSUM, a->ndim, a->shape, 1, &c);
     if (t && t->op == WGML_OP_CUMSUM) {
-        t->iparam[0] = ax;
-        t->iparam[1] = reverse != 0;
+        wgml_cumsum_params_of_set(t, (wgml_cumsum_params){.axis = ax, .reverse = reverse != 0});
     }
     return t;
 }
@@ -62,7 +61,8 @@ wgml_status wgml_build_cumsum(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     wgml_status st = wgml_kernel_pipeline(ctx, "cumsum", l);
     if (st) return st;
     wgml_tensor *x = t->src[0];
-    int ax = t->iparam[0];
+    wgml_cumsum_params cp = wgml_cumsum_params_of(t);
+    int ax = cp.axis;
     uint64_t outer = 1, inner = 1, len = (uint64_t)x->shape[ax], budget = ctx->rt.loop_limit;
     for (int d = 0; d < ax; d++) outer *= (uint64_t)x->shape[d];
     for (int d = ax + 1; d < x->ndim; d++) inner *= (uint64_t)x->shape[d];
@@ -86,7 +86,7 @@ wgml_status wgml_build_cumsum(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         return wgml_fail(ctx, WGML_ERROR_LIMIT, "cumsum over %llu elements: no split of it stays under this adapter's loop limit of %llu",
                          (unsigned long long)len, (unsigned long long)budget);
     uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, rows ? 0u : 1u,
-                      (uint32_t)x->offset, (uint32_t)t->iparam[1], (uint32_t)block, (uint32_t)nblocks,
+                      (uint32_t)x->offset, (uint32_t)cp.reverse, (uint32_t)block, (uint32_t)nblocks,
                       0, t->dtype == WGML_I32, 0, 0};
     l->buffers[0] = wgml_tensor_base(x);
     l->buffers[1] = t;
@@ -168,10 +168,8 @@ wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_des
     if (!c) return NULL;
     wgml_tensor *t = wgml_node_consuming(ctx, WGML_OP_ROPE, x->ndim, x->shape, 1, &c);
     if (t && t->op == WGML_OP_ROPE) {
-        t->iparam[0] = (int32_t)d.pos_offset;
-        t->iparam[1] = d.interleaved != 0;
-        t->iparam[2] = d.inverse != 0;
-        t->fparam[0] = base;
+        wgml_rope_params_of_set(t, (wgml_rope_params){.pos_offset = (int32_t)d.pos_offset, .interleaved = d.interleaved != 0,
+                                                      .inverse = d.inverse != 0, .base = base});
     }
     return t;
 }
@@ -183,7 +181,8 @@ wgml_status wgml_build_rope(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, i
     if (st) return st;
     wgml_tensor *x = t->src[0];
     int64_t D = x->shape[x->ndim - 1], T = x->shape[x->ndim - 2], half = D / 2, rows = x->numel / D;
-    float base = t->fparam[0];
+    wgml_rope_params p = wgml_rope_params_of(t);
+    float base = p.base;
     l->buffers[0] = wgml_tensor_base(x);
     l->buffers[1] = t;
     l->nbuffers = 2;
@@ -193,9 +192,9 @@ wgml_status wgml_build_rope(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, i
     for (int64_t j0 = 0; j0 < half; j0 += ROPE_FREQS, n++) {
         if (n) l[n] = l[0];
         int64_t nj = half - j0 < ROPE_FREQS ? half - j0 : ROPE_FREQS;
-        uint32_t h[12] = {(uint32_t)(rows * nj), (uint32_t)half, (uint32_t)T, (uint32_t)t->iparam[0],
+        uint32_t h[12] = {(uint32_t)(rows * nj), (uint32_t)half, (uint32_t)T, (uint32_t)p.pos_offset,
                           (uint32_t)x->offset, (uint32_t)j0, (uint32_t)nj, 0,
-                          (uint32_t)t->iparam[1], (uint32_t)t->iparam[2], 0, 0};
+                          (uint32_t)p.interleaved, (uint32_t)p.inverse, 0, 0};
         h[7] = wgml_grid(ctx, ((uint64_t)rows * (uint64_t)nj + 255) / 256, l[n].groups);
         /* as HF: 1 / base^(2j / D), each step in f32 */
         float freq[ROPE_FREQS] = {0};
@@ -214,14 +213,16 @@ typedef wgml_tensor T;
 /* d/da_j of sum_i g_i cumsum(a)_i is the sum of g_i over i >= j: the cumsum of the other direction */
 static wgml_status vjp_cumsum(wgml_context *c, T *t, T *g, T **gin)
 {
-    gin[0] = wgml_cumsum(c, g, t->iparam[0], !t->iparam[1]);
+    wgml_cumsum_params p = wgml_cumsum_params_of(t);
+    gin[0] = wgml_cumsum(c, g, p.axis, !p.reverse);
     return WGML_OK;
 }
 
 /* a rotation's transpose is the rotation by the opposite angle */
 static wgml_status vjp_rope(wgml_context *c, T *t, T *g, T **gin)
 {
-    wgml_rope_desc d = {.pos_offset = t->iparam[0], .base = t->fparam[0], .interleaved = t->iparam[1], .inverse = !t->iparam[2]};
+    wgml_rope_params p = wgml_rope_params_of(t);
+    wgml_rope_desc d = {.pos_offset = p.pos_offset, .base = p.base, .interleaved = p.interleaved, .inverse = !p.inverse};
     gin[0] = wgml_rope_ex(c, g, &d);
     return WGML_OK;
 }

@@ -20,8 +20,7 @@
 
 #define WGML_TENSOR_MAGIC 0x7767746eu /* "wgtn" */
 #define WGML_MAX_SRC 8 /* concat joins up to 8; attention's gradient reads five (q, k, v, the forward's output, dO) */
-#define WGML_OP_PARAMS_BYTES 32
-#define WGML_MAX_PARAMS 8
+#define WGML_OP_PARAMS_BYTES 32 /* a node's typed parameters (the largest: matmul's, random's) */
 
 /* The two ops core knows; engine/op.h numbers its table from these. */
 enum { WGML_TENSOR_STORAGE = 0, WGML_TENSOR_VIEW = 1 };
@@ -57,9 +56,7 @@ struct wgml_tensor {
     int op; /* a wgml_op of engine/op.h */
     int nsrc;
     wgml_tensor *src[WGML_MAX_SRC];
-    float fparam[WGML_MAX_PARAMS]; /* numbered parameters of the families not yet typed */
-    int32_t iparam[WGML_MAX_PARAMS];
-    /* the op's typed parameters: a struct its family defines (WGML_OP_PARAMS, engine/op.h) */
+    /* the op's parameters: a struct its family defines (WGML_OP_PARAMS, engine/op.h) */
     _Alignas(8) unsigned char params[WGML_OP_PARAMS_BYTES];
     const void *op_data; /* what an op's creator attaches (a custom node's launch builder) */
 

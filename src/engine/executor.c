@@ -411,8 +411,6 @@ static wgml_status keep_tape(wgml_context *ctx, wgml_tensor *t)
     s->op = t->op;
     s->nsrc = t->nsrc;
     memcpy(s->src, t->src, sizeof s->src);
-    memcpy(s->fparam, t->fparam, sizeof s->fparam);
-    memcpy(s->iparam, t->iparam, sizeof s->iparam);
     memcpy(s->params, t->params, sizeof s->params);
     s->op_data = t->op_data;
     s->view_kind = t->view_kind;

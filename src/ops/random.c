@@ -5,8 +5,8 @@
  * reference the tests hold the kernel to.
  *
  * A node keeps the counters it took when it was built, so evaluating it later, or building
- * its gradient, uses the same numbers: iparam[0..1] hold the seed's low and high words,
- * iparam[2..3] the offset's, iparam[4] the stream; fparam holds lo, hi (rand), mean, std (randn) or p (dropout).
+ * its gradient, uses the same numbers: its wgml_random_params (ops/random.h) hold the seed, the
+ * offset and the stream, and lo, hi (rand), mean, std (randn) or p (dropout).
  */
 #include "ops/random.h"
 
@@ -105,9 +105,7 @@ static wgml_tensor *random_node(wgml_context *ctx, wgml_op op, int ndim, const i
     if (!r) return wgml_tensor_error(ctx, ctx->rt.status, "%s: %s", wgml_op_table[op]->name, ctx->rt.message);
     wgml_tensor *t = wgml_node(ctx, op, ndim, shape, nsrc, src);
     if (!t || t->status) return t;
-    uint32_t w[4] = {(uint32_t)r->seed, (uint32_t)(r->seed >> 32), (uint32_t)r->offset, (uint32_t)(r->offset >> 32)};
-    memcpy(t->iparam, w, sizeof w);
-    t->iparam[4] = (int32_t)r->stream;
+    wgml_random_params_of_set(t, (wgml_random_params){.seed = r->seed, .offset = r->offset, .stream = (uint32_t)r->stream});
     r->offset += ((uint64_t)t->numel + 3) / 4;
     return t;
 }
@@ -123,7 +121,11 @@ static wgml_tensor *make_rand(wgml_context *ctx, const char *name, int ndim, con
                                  "%s: bounds lo = %g, hi = %g must be finite numbers with lo < hi and hi - lo finite", name,
                                  lo, hi);
     wgml_tensor *t = random_node(ctx, WGML_OP_RAND, ndim, shape, 0, NULL);
-    if (t && !t->status) t->fparam[0] = lo, t->fparam[1] = hi;
+    if (t && !t->status) {
+        wgml_random_params p = wgml_random_params_of(t);
+        p.a = lo, p.b = hi;
+        wgml_random_params_of_set(t, p);
+    }
     return t;
 }
 
@@ -136,7 +138,11 @@ static wgml_tensor *make_randn(wgml_context *ctx, const char *name, int ndim, co
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
                                  "%s: mean = %g must be finite and std = %g finite and >= 0", name, mean, std);
     wgml_tensor *t = random_node(ctx, WGML_OP_RANDN, ndim, shape, 0, NULL);
-    if (t && !t->status) t->fparam[0] = mean, t->fparam[1] = std;
+    if (t && !t->status) {
+        wgml_random_params p = wgml_random_params_of(t);
+        p.a = mean, p.b = std;
+        wgml_random_params_of_set(t, p);
+    }
     return t;
 }
 
@@ -168,7 +174,11 @@ wgml_tensor *wgml_dropout(wgml_context *ctx, wgml_tensor *a, float p)
     if (!c || c->status) return c;
     wgml_tensor *t = random_node(ctx, WGML_OP_DROPOUT, a->ndim, a->shape, 1, &c);
     wgml_tensor_free(c); /* the node holds it */
-    if (t && !t->status) t->fparam[0] = p;
+    if (t && !t->status) {
+        wgml_random_params rp = wgml_random_params_of(t);
+        rp.a = p;
+        wgml_random_params_of_set(t, rp);
+    }
     return t;
 }
 
@@ -179,8 +189,7 @@ wgml_tensor *wgml_dropout_like(wgml_context *ctx, wgml_tensor *g, const wgml_ten
     wgml_tensor *d = wgml_node(ctx, WGML_OP_DROPOUT, t->ndim, t->shape, 1, &c);
     wgml_tensor_free(c);
     if (d && !d->status) {
-        memcpy(d->iparam, t->iparam, sizeof d->iparam);
-        memcpy(d->fparam, t->fparam, sizeof d->fparam);
+        wgml_random_params_of_set(d, wgml_random_params_of(t));
     }
     return d;
 }
@@ -302,12 +311,12 @@ wgml_status wgml_build_random(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     wgml_status st = random_pipeline(ctx, mode, l);
     if (st) return st;
     uint64_t n = (uint64_t)t->numel, blocks = (n + 3) / 4;
-    uint32_t w[4]; /* the seed's and the offset's words */
-    memcpy(w, t->iparam, sizeof w);
-    random_params p = {.n = (uint32_t)n, .blocks = (uint32_t)blocks, .seed_lo = w[0], .seed_hi = w[1], .offset_lo = w[2],
-                       .offset_hi = w[3], .stream = (uint32_t)t->iparam[4]};
+    wgml_random_params rp = wgml_random_params_of(t);
+    random_params p = {.n = (uint32_t)n, .blocks = (uint32_t)blocks, .seed_lo = (uint32_t)rp.seed,
+                       .seed_hi = (uint32_t)(rp.seed >> 32), .offset_lo = (uint32_t)rp.offset,
+                       .offset_hi = (uint32_t)(rp.offset >> 32), .stream = rp.stream};
     p.gx = wgml_grid(ctx, (blocks + 255) / 256, l->groups);
-    float f0 = t->fparam[0], f1 = t->fparam[1];
+    float f0 = rp.a, f1 = rp.b;
     if (mode == 0) { /* lo, hi - lo (as cpu/philox.c rounds it), the largest float below hi */
         p.a = f0;
         p.b = f1 - f0;

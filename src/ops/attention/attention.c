@@ -137,8 +137,7 @@ wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, w
         if (src[i] != in[i] && src[i] != t) wgml_tensor_free(src[i]); /* the node holds them */
     if (t && !t->status) {
         t->tail = d.B * d.H * d.T; /* L of every row */
-        t->iparam[0] = desc && desc->causal;
-        t->fparam[0] = scale;
+        wgml_attention_params_of_set(t, (wgml_attention_params){.causal = desc && desc->causal, .scale = scale});
     }
     return t;
 }
@@ -158,8 +157,7 @@ wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tenso
     wgml_tensor *t = wgml_node(ctx, WGML_OP_ATTENTION_GRAD, 1, &n, 5, src);
     wgml_tensor_free(dc); /* the node holds it */
     if (t && !t->status) {
-        t->iparam[0] = fwd->iparam[0];
-        t->fparam[0] = fwd->fparam[0];
+        wgml_attention_params_of_set(t, wgml_attention_params_of(fwd));
     }
     return t;
 }
@@ -262,8 +260,9 @@ static wgml_status attn_pipeline(wgml_context *ctx, const wgml_attn_kernel *k, w
 static attn_params params_of(const wgml_tensor *t, attn_dims d)
 {
     attn_params p = {.B = (uint32_t)d.B, .H = (uint32_t)d.H, .Hkv = (uint32_t)d.Hkv, .T = (uint32_t)d.T, .S = (uint32_t)d.S,
-                     .R = (uint32_t)(d.H / d.Hkv), .causal = (uint32_t)(t->iparam[0] != 0), .neg_inf = -INFINITY,
-                     .scale = t->fparam[0], .scale2 = (float)((double)t->fparam[0] * 1.4426950408889634)};
+                     .R = (uint32_t)(d.H / d.Hkv), .causal = (uint32_t)wgml_attention_params_of(t).causal, .neg_inf = -INFINITY,
+                     .scale = wgml_attention_params_of(t).scale,
+                     .scale2 = (float)((double)wgml_attention_params_of(t).scale * 1.4426950408889634)};
     uint32_t *dst[3] = {p.q, p.k, p.v};
     for (int i = 0; i < 3; i++) {
         dst[i][0] = (uint32_t)t->src[i]->offset;

@@ -11,6 +11,13 @@
 /* its ops, X(ENUM) (ops/table.h) */
 #define WGML_ATTENTION_OPS(X) X(ATTENTION) X(ATTENTION_GRAD)
 
+/* attention's and its gradient's parameters: causal or not, the scores' scale */
+typedef struct wgml_attention_params {
+    bool causal;
+    float scale;
+} wgml_attention_params;
+WGML_OP_PARAMS(wgml_attention_params, wgml_attention_params_of)
+
 #include "engine/executor.h"
 
 /* The kernels: the forward pass, and the gradient's three launches (row dot products

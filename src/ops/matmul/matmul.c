@@ -118,15 +118,10 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
     wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, nl + 2, shape, d.bias ? 3 : 2, src);
     for (int i = 0; i < 3; i++) wgml_tensor_free(copies[i]);
     if (!t) return NULL;
-    t->iparam[0] = ta;
-    t->iparam[1] = tb;
-    t->iparam[2] = (int)d.activation;
-    t->iparam[3] = d.bias != NULL;
-    t->iparam[4] = (int)Ka;
-    t->iparam[5] = d.trans_a; /* the caller's flags, on the logical operands (autograd) */
-    t->iparam[6] = d.trans_b;
-    t->iparam[7] = d.f16_math;
-    t->fparam[0] = d.alpha == 0.0f ? 1.0f : d.alpha;
+    wgml_matmul_params_of_set(t, (wgml_matmul_params){.trans_a = ta, .trans_b = tb, .user_trans_a = d.trans_a,
+                                                      .user_trans_b = d.trans_b, .bias = d.bias != NULL,
+                                                      .act = (int32_t)d.activation, .K = (int32_t)Ka,
+                                                      .f16_math = d.f16_math, .alpha = d.alpha == 0.0f ? 1.0f : d.alpha});
     return t;
 }
 
@@ -332,18 +327,19 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     wgml_tensor *a = t->src[0], *b = t->src[1];
-    wgml_tensor *bias = t->iparam[3] ? t->src[2] : NULL;
+    wgml_matmul_params mp = wgml_matmul_params_of(t);
+    wgml_tensor *bias = mp.bias ? t->src[2] : NULL;
     wgml_gemm_args g = {0};
     g.M = t->shape[t->ndim - 2];
     g.N = t->shape[t->ndim - 1];
-    g.K = t->iparam[4];
+    g.K = mp.K;
     g.batch = 1;
     for (int j = 0; j < t->ndim - 2; j++) g.batch *= t->shape[j];
     g.L1 = t->ndim == 4 ? t->shape[1] : 1;
-    g.trans_a = t->iparam[0];
-    g.trans_b = t->iparam[1];
-    g.act = t->iparam[2];
-    g.alpha = t->fparam[0];
+    g.trans_a = mp.trans_a;
+    g.trans_b = mp.trans_b;
+    g.act = mp.act;
+    g.alpha = mp.alpha;
     g.lda = ld_of(a);
     g.ldb = ld_of(b);
     g.a_off = a->offset;
@@ -352,7 +348,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     lead_strides(b, t, &g.b_bs, &g.b_bs1);
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
-    g.f16_math = t->iparam[7];
+    g.f16_math = mp.f16_math;
     bool matrix_asked = g.f16_math == WGML_F16_MATH_MATRIX;
     /* B shared by the whole batch and A's matrices one after another, rows lda apart
        throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
@@ -438,13 +434,14 @@ typedef wgml_tensor T;
 static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0], *b = t->src[1];
-    bool ta = t->iparam[5], tb = t->iparam[6]; /* as the caller gave them */
-    int act = t->iparam[2];
-    float alpha = t->fparam[0];
+    wgml_matmul_params mp = wgml_matmul_params_of(t);
+    bool ta = mp.user_trans_a, tb = mp.user_trans_b; /* as the caller gave them */
+    int act = mp.act;
+    float alpha = mp.alpha;
     T *gz = g;
     if (act == WGML_ACT_RELU) gz = wgml_rule_relu_grad(c, t, g); /* relu'(z) = (out > 0) */
     else if (act != WGML_ACT_NONE) {
-        wgml_matmul_desc pre = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .bias = t->iparam[3] ? t->src[2] : NULL};
+        wgml_matmul_desc pre = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .bias = mp.bias ? t->src[2] : NULL};
         T *z = wgml_matmul_ex(c, a, b, &pre); /* recompute the pre-activation */
         /* the activation's own rule, on a node of it over z (its rule reads z; the node
            itself is never evaluated) */
@@ -455,7 +452,7 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
         if (st) return st;
         gz = gy[0];
     }
-    if (t->iparam[3]) gin[2] = wgml_rule_sum_rows(c, gz);
+    if (mp.bias) gin[2] = wgml_rule_sum_rows(c, gz);
     T *gzs = alpha != 1.0f ? wgml_rule_scal(c, WGML_MUL, gz, alpha) : gz;
     /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is; over the batch's
        leading dims, each broadcast as the forward's were */
@@ -470,13 +467,11 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     if (wgml_op_table[a->op]->recompute && a->nsrc >= 1 && !a->buf && !a->dest) {
         T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
         if (again) {
-            memcpy(again->fparam, a->fparam, sizeof a->fparam);
-            memcpy(again->iparam, a->iparam, sizeof a->iparam);
             memcpy(again->params, a->params, sizeof a->params);
             a = again;
         }
     }
-    int64_t K = t->iparam[4], N = t->shape[t->ndim - 1];
+    int64_t K = mp.K, N = t->shape[t->ndim - 1];
     if (t->ndim > 2 && b->numel == K * N && !ta && a->numel * N == t->numel * K && wgml_is_contiguous(a)) {
         /* B shared by the whole batch (a layer's weight) and A not broadcast: the batch's sum
            is the GEMM's own, A's and gZ's rows flattened into its K (views), rather than a

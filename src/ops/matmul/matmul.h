@@ -11,6 +11,18 @@
 /* its ops, X(ENUM) (ops/table.h) */
 #define WGML_MATMUL_OPS(X) X(MATMUL)
 
+/* a matmul node's parameters */
+typedef struct wgml_matmul_params {
+    bool trans_a, trans_b;           /* how the kernel reads the operands */
+    bool user_trans_a, user_trans_b; /* the caller's flags, on the logical operands (its gradient's) */
+    bool bias;                       /* src[2] is a bias */
+    int32_t act;                     /* wgml_activation */
+    int32_t K;
+    int32_t f16_math;                /* wgml_matmul_desc's */
+    float alpha;
+} wgml_matmul_params;
+WGML_OP_PARAMS(wgml_matmul_params, wgml_matmul_params_of)
+
 /* The epilogue activations, X(ACT, OP): wgml.h's WGML_ACT_<ACT> applies op OP's WGSL (the
    fused kernels' text), and its gradient is OP's rule. act_op (ops/matmul/gemm_wgsl.c) is made
    from this list; a WGML_ACT_ missing from it fails to compile. */

@@ -48,7 +48,6 @@ LAYERS = {"runtime": 0, "cpu": 0, "kernels": 1, "core": 1, "engine": 2, "ops": 3
 OPS_SHARED = {"table", "entry", "rules", "row"}
 OPS_FAMILY_EXCEPTIONS = {
     ("matmul", "reduce"): "split K sums its partial products with the reduce kernel",
-    ("reduce", "matmul"): "a column sum's partials must fit the binding limit (wgml_binding_limit, ops/matmul/matmul_cached.c)",
 }
 
 

@@ -34,6 +34,13 @@ wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l)
                      ctx->rt.info.name);
 }
 
+uint64_t wgml_binding_limit(const wgml_context *ctx)
+{
+    uint64_t v = ctx->rt.settings.binding_limit; /* tests: force the split path */
+    uint64_t lim = ctx->rt.limits.maxStorageBufferBindingSize;
+    return v && v < lim ? v : lim;
+}
+
 wgml_status wgml_kernel_pipeline_variant(wgml_context *ctx, const char *name, uint32_t variant, const char *header,
                                          wgml_launch *l)
 {

@@ -54,6 +54,10 @@ wgml_status wgml_check_launch(wgml_context *ctx, const wgml_launch *l);
    x count (threads = x * workgroup size per row of the grid). */
 uint32_t wgml_grid(wgml_context *ctx, uint64_t groups, uint32_t out[3]);
 
+/* The most bytes one storage binding may address: the adapter's limit (the binding_limit
+   setting, WGML_DEBUG_BINDING_LIMIT, lowers it for tests) */
+uint64_t wgml_binding_limit(const wgml_context *ctx);
+
 /* The pipeline of a hand-written kernel embedded from src/ (a .wgsl file beside its family)
    by file name, compiled once per context. */
 wgml_status wgml_kernel_pipeline(wgml_context *ctx, const char *name, wgml_launch *l);

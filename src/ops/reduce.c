@@ -11,7 +11,6 @@
 
 #include "core/sbuf.h"
 #include "engine/executor.h"
-#include "ops/matmul/matmul.h"
 #include "ops/reduce.h"
 #include "ops/rules.h"
 #include "ops/entry.h"

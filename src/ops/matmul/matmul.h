@@ -85,8 +85,6 @@ char *wgml_gemv_rows_source(const wgml_gemm_config *cfg, int act);
 /* The subgroup-matrix GEMM's act_wgsl for an activation (NULL for none) */
 char *wgml_sgmat_act_source(int act);
 char *wgml_gemm_cpu_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);
-/* The adapter's storage-binding limit (WGML_DEBUG_BINDING_LIMIT lowers it for tests) */
-uint64_t wgml_binding_limit(const wgml_context *ctx);
 /* The tile config for g: by shape, within the adapter's workgroup memory
    (ops/matmul/matmul_tiles.c). */
 wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g);

@@ -92,13 +92,6 @@ static void free_weight(cached_weight *cw)
     free(cw);
 }
 
-uint64_t wgml_binding_limit(const wgml_context *ctx)
-{
-    uint64_t v = ctx->rt.settings.binding_limit; /* tests: force the split path */
-    uint64_t lim = ctx->rt.limits.maxStorageBufferBindingSize;
-    return v && v < lim ? v : lim;
-}
-
 /* IEEE half of f: round to nearest even, +-infinity from 65520 up, NaN kept */
 static uint16_t half_of(float f)
 {

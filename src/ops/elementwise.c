@@ -469,9 +469,9 @@ UNARY(COPY,     "contiguous", "%0",                         ref_copy,      vjp_c
 UNARY(DETACH,   "detach",     "%0",                         ref_copy,      NULL,         -100, 100,    ARITH, .any_dtype = 1,
       .out = WGML_OUT_SAME, .constant = true, .no_grad = "detached");
 /* i32 data travels through the kernels as f32 bits: a cast reinterprets, then converts */
-WGML_OP_ENTRY(CAST_F32) = {.name = "cast_f32", .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = "wgml_i32_to_f32(%0)", .ref = ref_cast_f32,
+WGML_OP_ENTRY(CAST_F32) = {.name = "cast_f32", .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .wgsl = "wgml_i32_to_f32(%0)", .ref = ref_cast_f32,
                       .i32_only = 1, .no_grad = "an integer input has no gradient", DOMAIN(-70000, 70000, 0, 0), ARITH};
-WGML_OP_ENTRY(CAST_I32) = {.name = "cast_i32", .kind = WGML_KIND_UNARY, .arity = 1, .wgsl = "wgml_f32_to_i32(%0)", .ref = ref_cast_i32,
+WGML_OP_ENTRY(CAST_I32) = {.name = "cast_i32", .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .wgsl = "wgml_f32_to_i32(%0)", .ref = ref_cast_i32,
                       .out = WGML_OUT_I32, .no_grad = "an integer result has no gradient", .constant = true, DOMAIN(-3e9, 3e9, 0, 0), ARITH};
 UNARY(NEG,      "neg",        "(-%0)",                      ref_neg,       vjp_neg,      -100, 100,    ARITH);
 UNARY(ABS,      "abs",        "abs(%0)",                    ref_abs,       vjp_abs,      -100, 100,    ARITH);
@@ -488,7 +488,7 @@ UNARY(RELU,     "relu",       "wgml_relu(%0)",              ref_relu,      vjp_r
 UNARY(GELU,     "gelu",       "wgml_gelu(%0)",              ref_gelu,      vjp_gelu,     -5, 5,        TRANSC, FLOOR(1e-2));
 UNARY(SILU,     "silu",       "wgml_silu(%0)",              ref_silu,      vjp_silu,     -15, 15,      TRANSC);
 UNARY(SOFTPLUS, "softplus",   "wgml_softplus(%0)",          ref_softplus,  vjp_softplus, -30, 30,      TRANSC);
-WGML_OP_ENTRY(CLAMP) = {.name = "clamp", .kind = WGML_KIND_UNARY, .arity = 1, .nscalars = 2, .wgsl = "wgml_clamp(%0, #0, #1)",
+WGML_OP_ENTRY(CLAMP) = {.name = "clamp", .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .nscalars = 2, .wgsl = "wgml_clamp(%0, #0, #1)",
                    .ref = ref_clamp, .vjp = vjp_clamp, DOMAIN(-3, 3, 0, 0), ARITH};
 /* erf's series and A&S 7.1.26 are good to ~1.5e-7 absolute: relative 1e-4 needs a floor
    of 1e-3 near 0 (the GELUs as GELU) */

@@ -669,7 +669,7 @@ out:
     free(want);
 }
 
-static const struct { int nd; int64_t s[4]; } grad_shapes[] = {{1, {1}}, {1, {7}}, {2, {3, 5}}};
+static const struct { int nd; int64_t s[4]; } grad_shapes[] = {{1, {1}}, {1, {7}}, {2, {3, 5}}, {3, {2, 3, 4}}};
 
 /* the public binary ops with a number on either side: the gradient of the tensor operand */
 static void binary_ops_with_a_number_have_the_right_gradient(void)
@@ -691,7 +691,7 @@ static void binary_ops_with_a_number_have_the_right_gradient(void)
 /* ---------------------------------------------------------------- d. every other kind: one case per op */
 
 #define MAXIN 4
-#define MAXEL 64
+#define MAXEL 1024 /* elements of a leaf or a result (rows of 300: past one workgroup) */
 
 /* one run of a case: its leaves and the op's parameters */
 typedef struct rcase {
@@ -710,7 +710,10 @@ typedef struct rcase {
     float base;            /* rope */
     int causal;            /* attention's desc */
     float scale;
-    int with_weight;       /* the norms' gradients: a weight, or none */
+    int with_weight;       /* the norms (and their gradients): a weight, or none */
+    int with_bias;         /* layernorm and matmul: a bias, or none */
+    int ta, tb, act;       /* matmul's desc (alpha in scale) */
+    int keepdim, all;      /* reductions: keep the reduced axis; over every element (the *_all form) */
 } rcase;
 
 /* Everything this test knows of one op that is not elementwise, in one record: how to make
@@ -724,7 +727,7 @@ typedef struct op_case {
     bool (*make)(rcase *c, int v, const wgml_op_def *d);
     wgml_tensor *(*build)(wgml_context *ctx, const rcase *c, wgml_tensor *const *in);
     int64_t (*ref)(const rcase *c, double *const *in, double *out); /* out's element count, or -1 */
-    double (*kink)(const rcase *c, const double *x0);                /* NULL: smooth */
+    double (*kink)(const rcase *c, double *const *in);               /* NULL: smooth */
 } op_case;
 
 #define RCASE_SEED 20240601 /* random ops are built at (this seed, offset 0) */
@@ -740,7 +743,7 @@ static void set_leaf(rcase *c, int l, int nd, const int64_t *sh, double lo, doub
 
 static int64_t numel0(const rcase *c) { return test_numel(c->nd[0], c->sh[0]); }
 
-static const int64_t s354[3] = {3, 5, 4}, s47[2] = {4, 7}, s7[1] = {7}, s4[1] = {4};
+static const int64_t s354[3] = {3, 5, 4}, s47[2] = {4, 7}, s7[1] = {7};
 
 /* ---- views: a permutation, a strided slice, a broadcast (each one VIEW node) */
 static bool make_view(rcase *c, int v, const wgml_op_def *d)
@@ -774,61 +777,120 @@ static int64_t ref_view(const rcase *c, double *const *in, double *out)
     return wgml_ref_broadcast_to(c->nd[0], c->sh[0], in[0], 2, view_to, out) ? -1 : view_to[0] * view_to[1];
 }
 
-/* ---- reductions: along each axis of a 3-D tensor */
+/* ---- reductions: along each axis (a negative one too) of awkward shapes, keeping the axis or
+   not, rows past one workgroup, and over every element (the *_all form, at the end: the
+   index reductions have none) */
+static const struct { int nd; int64_t s[4]; int axis, keepdim, all; } reduce_runs[] = {
+    {3, {3, 5, 4}, 0, 0, 0}, {3, {3, 5, 4}, 1, 0, 0},    {3, {3, 5, 4}, 2, 1, 0},    {3, {2, 3, 4}, -1, 1, 0},
+    {1, {7}, 0, 1, 0},       {1, {1}, 0, 0, 0},          {4, {2, 1, 3, 2}, 1, 0, 0}, {4, {2, 1, 3, 2}, 2, 1, 0},
+    {1, {600}, 0, 0, 0},     {2, {3, 300}, 1, 0, 0},     {2, {300, 2}, 0, 0, 0},
+    {3, {2, 3, 4}, 0, 0, 1}, {1, {1}, 0, 0, 1},          {2, {5, 6}, 0, 0, 1},
+};
+enum { REDUCE_ALL_RUNS = 3 };
 static bool make_reduce(rcase *c, int v, const wgml_op_def *d)
 {
-    if (v > 2) return false;
-    set_leaf(c, 0, 3, s354, d->test.lo[0], d->test.hi[0]);
-    c->axis = v;
+    bool index = c->op == WGML_OP_ARGMAX || c->op == WGML_OP_ARGMIN;
+    if (v >= N_OF(reduce_runs) - (index ? REDUCE_ALL_RUNS : 0)) return false;
+    set_leaf(c, 0, reduce_runs[v].nd, reduce_runs[v].s, d->test.lo[0], d->test.hi[0]);
+    c->axis = reduce_runs[v].axis;
+    c->keepdim = reduce_runs[v].keepdim;
+    c->all = reduce_runs[v].all;
     return true;
 }
-static int64_t reduced(const rcase *c) { return numel0(c) / c->sh[0][c->axis]; }
-static wgml_tensor *build_sum(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_sum(ctx, in[0], c->axis, 0); }
-static wgml_tensor *build_mean(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_mean(ctx, in[0], c->axis, 0); }
-static wgml_tensor *build_max(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_max(ctx, in[0], c->axis, 0); }
-static wgml_tensor *build_argmax(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_argmax(ctx, in[0], c->axis, 0); }
-static wgml_tensor *build_min(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_min(ctx, in[0], c->axis, 0); }
-static wgml_tensor *build_argmin(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_argmin(ctx, in[0], c->axis, 0); }
-static int64_t ref_sum(const rcase *c, double *const *in, double *out) { wgml_ref_sum(c->nd[0], c->sh[0], in[0], c->axis, out); return reduced(c); }
-static int64_t ref_mean(const rcase *c, double *const *in, double *out) { wgml_ref_mean(c->nd[0], c->sh[0], in[0], c->axis, out); return reduced(c); }
-static int64_t ref_max(const rcase *c, double *const *in, double *out) { wgml_ref_max(c->nd[0], c->sh[0], in[0], c->axis, out); return reduced(c); }
-static int64_t ref_argmax(const rcase *c, double *const *in, double *out) { wgml_ref_argmax(c->nd[0], c->sh[0], in[0], c->axis, out); return reduced(c); }
+/* what the reference reduces: the leaf along its axis, or all of it as one axis */
+static int reduce_shape(const rcase *c, int64_t *sh, int *axis)
+{
+    if (c->all) {
+        sh[0] = numel0(c);
+        *axis = 0;
+        return 1;
+    }
+    memcpy(sh, c->sh[0], sizeof c->sh[0]);
+    *axis = c->axis < 0 ? c->axis + c->nd[0] : c->axis;
+    return c->nd[0];
+}
+static int64_t reduced(const rcase *c)
+{
+    int64_t sh[4];
+    int ax;
+    reduce_shape(c, sh, &ax);
+    return numel0(c) / sh[ax];
+}
+static int64_t ref_reduce(const rcase *c, const double *x, double *out,
+                          void (*f)(int, const int64_t *, const double *, int, double *))
+{
+    int64_t sh[4];
+    int ax, nd = reduce_shape(c, sh, &ax);
+    f(nd, sh, x, ax, out);
+    return reduced(c);
+}
+static wgml_tensor *build_sum(wgml_context *ctx, const rcase *c, wgml_tensor *const *in)
+{
+    return c->all ? wgml_sum_all(ctx, in[0]) : wgml_sum(ctx, in[0], c->axis, c->keepdim);
+}
+static wgml_tensor *build_mean(wgml_context *ctx, const rcase *c, wgml_tensor *const *in)
+{
+    return c->all ? wgml_mean_all(ctx, in[0]) : wgml_mean(ctx, in[0], c->axis, c->keepdim);
+}
+static wgml_tensor *build_max(wgml_context *ctx, const rcase *c, wgml_tensor *const *in)
+{
+    return c->all ? wgml_max_all(ctx, in[0]) : wgml_max(ctx, in[0], c->axis, c->keepdim);
+}
+static wgml_tensor *build_min(wgml_context *ctx, const rcase *c, wgml_tensor *const *in)
+{
+    return c->all ? wgml_min_all(ctx, in[0]) : wgml_min(ctx, in[0], c->axis, c->keepdim);
+}
+static wgml_tensor *build_argmax(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_argmax(ctx, in[0], c->axis, c->keepdim); }
+static wgml_tensor *build_argmin(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_argmin(ctx, in[0], c->axis, c->keepdim); }
+static int64_t ref_sum(const rcase *c, double *const *in, double *out) { return ref_reduce(c, in[0], out, wgml_ref_sum); }
+static int64_t ref_mean(const rcase *c, double *const *in, double *out) { return ref_reduce(c, in[0], out, wgml_ref_mean); }
+static int64_t ref_max(const rcase *c, double *const *in, double *out) { return ref_reduce(c, in[0], out, wgml_ref_max); }
+static int64_t ref_argmax(const rcase *c, double *const *in, double *out) { return ref_reduce(c, in[0], out, wgml_ref_argmax); }
 /* min and argmin: the max and argmax of -x */
 static int64_t ref_min(const rcase *c, double *const *in, double *out)
 {
-    double neg[MAXEL];
+    static double neg[MAXEL];
     for (int64_t i = 0; i < numel0(c); i++) neg[i] = -in[0][i];
-    wgml_ref_max(c->nd[0], c->sh[0], neg, c->axis, out);
-    for (int64_t i = 0; i < reduced(c); i++) out[i] = -out[i];
-    return reduced(c);
+    int64_t n = ref_reduce(c, neg, out, wgml_ref_max);
+    for (int64_t i = 0; i < n; i++) out[i] = -out[i];
+    return n;
 }
 static int64_t ref_argmin(const rcase *c, double *const *in, double *out)
 {
-    double neg[MAXEL];
+    static double neg[MAXEL];
     for (int64_t i = 0; i < numel0(c); i++) neg[i] = -in[0][i];
-    wgml_ref_argmax(c->nd[0], c->sh[0], neg, c->axis, out);
-    return reduced(c);
+    return ref_reduce(c, neg, out, wgml_ref_argmax);
 }
 /* how far a max's inputs are from a tie of the max (its kink); a min's, of -x */
 static double extremum_gap(const rcase *c, const double *x, double sign)
 {
-    int64_t outer = 1, n = c->sh[0][c->axis], inner = 1;
-    for (int d = 0; d < c->axis; d++) outer *= c->sh[0][d];
-    for (int d = c->axis + 1; d < c->nd[0]; d++) inner *= c->sh[0][d];
-    double v[MAXEL];
+    int64_t sh[4];
+    int ax, nd = reduce_shape(c, sh, &ax);
+    int64_t outer = 1, n = sh[ax], inner = 1;
+    for (int d = 0; d < ax; d++) outer *= sh[d];
+    for (int d = ax + 1; d < nd; d++) inner *= sh[d];
+    static double v[MAXEL];
     for (int64_t i = 0; i < outer * n * inner; i++) v[i] = sign * x[i];
     return test_max_gap(outer, n, inner, v);
 }
-static double kink_max(const rcase *c, const double *x) { return extremum_gap(c, x, 1); }
-static double kink_min(const rcase *c, const double *x) { return extremum_gap(c, x, -1); }
+static double kink_max(const rcase *c, double *const *in) { return extremum_gap(c, in[0], 1); }
+static double kink_min(const rcase *c, double *const *in) { return extremum_gap(c, in[0], -1); }
 
 /* ---- rows: softmax, the norms, cross-entropy ([rows, cols] = [4, 7]) */
-static int64_t rows_of(const rcase *c) { return c->nd[0] == 2 ? c->sh[0][0] : 1; }
 static int64_t cols_of(const rcase *c) { return c->sh[0][c->nd[0] - 1]; }
+static int64_t rows_of(const rcase *c) { return numel0(c) / cols_of(c); }
+/* rows of 1, 7 and 300 (past one workgroup), one row and several, 1-D to 4-D */
+static const struct { int nd; int64_t s[4]; } row_shapes[] = {
+    {2, {4, 7}}, {1, {7}}, {1, {1}}, {2, {4, 1}}, {3, {2, 3, 4}}, {4, {2, 1, 3, 2}}, {2, {2, 300}},
+};
 static bool make_row(rcase *c, int v, const wgml_op_def *d)
 {
-    if (v > 0) return false;
-    set_leaf(c, 0, 2, s47, d->test.lo[0], d->test.hi[0]);
+    if (v >= N_OF(row_shapes)) return false;
+    /* the first run on the whole test domain; the others in [-3, 3], where a float gradient
+       of rows of 300 keeps 1e-3 of the central differences' (log_softmax's g - p sum(g)
+       cancels as the row's largest entry wins) */
+    set_leaf(c, 0, row_shapes[v].nd, row_shapes[v].s, v ? fmax(d->test.lo[0], -3) : d->test.lo[0],
+             v ? fmin(d->test.hi[0], 3) : d->test.hi[0]);
     return true;
 }
 static wgml_tensor *build_softmax(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { (void)c; return wgml_softmax(ctx, in[0]); }
@@ -836,19 +898,59 @@ static wgml_tensor *build_log_softmax(wgml_context *ctx, const rcase *c, wgml_te
 static int64_t ref_softmax(const rcase *c, double *const *in, double *out) { wgml_ref_softmax(rows_of(c), cols_of(c), in[0], out); return numel0(c); }
 static int64_t ref_log_softmax(const rcase *c, double *const *in, double *out) { wgml_ref_log_softmax(rows_of(c), cols_of(c), in[0], out); return numel0(c); }
 
-static bool make_norm(rcase *c, int v, const wgml_op_def *d) /* x, weight (and layernorm's bias) */
+/* the norms: x, then the weight and (layernorm) the bias where the run has them; rows of one
+   element have var 0, so eps keeps them from the singularity */
+static const struct { int nd; int64_t s[4]; float eps; int weight, bias; } norm_runs[] = {
+    {2, {4, 7}, 1e-5f, 1, 1},     {1, {7}, 1e-5f, 0, 0},    {3, {2, 3, 4}, 1e-5f, 1, 0}, {2, {4, 1}, 0.25f, 0, 1},
+    {1, {1}, 0.25f, 1, 1},        {2, {2, 300}, 1e-5f, 1, 1}, {4, {2, 1, 3, 2}, 0.5f, 0, 0}, {2, {5, 2}, 1e-3f, 1, 0},
+    {2, {3, 5}, 1e-5f, 0, 1},
+};
+static bool make_norm(rcase *c, int v, const wgml_op_def *d)
 {
-    if (v > 0) return false;
-    c->eps = 1e-5f;
-    set_leaf(c, 0, 2, s47, d->test.lo[0], d->test.hi[0]);
-    set_leaf(c, 1, 1, s7, d->test.lo[1], d->test.hi[1]);
-    if (c->op == WGML_OP_LAYERNORM) set_leaf(c, 2, 1, s7, d->test.lo[1], d->test.hi[1]);
+    if (v >= N_OF(norm_runs)) return false;
+    c->eps = norm_runs[v].eps;
+    c->with_weight = norm_runs[v].weight;
+    c->with_bias = c->op == WGML_OP_LAYERNORM && norm_runs[v].bias;
+    set_leaf(c, 0, norm_runs[v].nd, norm_runs[v].s, d->test.lo[0], d->test.hi[0]);
+    int64_t n = cols_of(c);
+    if (c->with_weight) set_leaf(c, c->nin, 1, &n, d->test.lo[1], d->test.hi[1]);
+    if (c->with_bias) set_leaf(c, c->nin, 1, &n, d->test.lo[1], d->test.hi[1]);
     return true;
 }
-static wgml_tensor *build_layernorm(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_layernorm(ctx, in[0], in[1], in[2], c->eps); }
-static wgml_tensor *build_rmsnorm(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { return wgml_rmsnorm(ctx, in[0], in[1], c->eps); }
-static int64_t ref_layernorm(const rcase *c, double *const *in, double *out) { wgml_ref_layernorm(rows_of(c), cols_of(c), in[0], in[1], in[2], c->eps, out); return numel0(c); }
-static int64_t ref_rmsnorm(const rcase *c, double *const *in, double *out) { wgml_ref_rmsnorm(rows_of(c), cols_of(c), in[0], in[1], c->eps, out); return numel0(c); }
+static wgml_tensor *build_layernorm(wgml_context *ctx, const rcase *c, wgml_tensor *const *in)
+{
+    return wgml_layernorm(ctx, in[0], c->with_weight ? in[1] : NULL, c->with_bias ? in[1 + c->with_weight] : NULL, c->eps);
+}
+static wgml_tensor *build_rmsnorm(wgml_context *ctx, const rcase *c, wgml_tensor *const *in)
+{
+    return wgml_rmsnorm(ctx, in[0], c->with_weight ? in[1] : NULL, c->eps);
+}
+static int64_t ref_layernorm(const rcase *c, double *const *in, double *out)
+{
+    wgml_ref_layernorm(rows_of(c), cols_of(c), in[0], c->with_weight ? in[1] : NULL, c->with_bias ? in[1 + c->with_weight] : NULL,
+                       c->eps, out);
+    return numel0(c);
+}
+static int64_t ref_rmsnorm(const rcase *c, double *const *in, double *out)
+{
+    wgml_ref_rmsnorm(rows_of(c), cols_of(c), in[0], c->with_weight ? in[1] : NULL, c->eps, out);
+    return numel0(c);
+}
+/* rows keep sqrt(var + eps) >= 0.1: the central difference's error grows as (h / that)^2 */
+static double kink_norm(const rcase *c, double *const *in)
+{
+    const double *x = in[0];
+    int64_t rows = rows_of(c), n = cols_of(c);
+    double least = INFINITY;
+    for (int64_t r = 0; r < rows; r++) {
+        double mean = 0, var = 0;
+        if (c->op == WGML_OP_LAYERNORM)
+            for (int64_t j = 0; j < n; j++) mean += x[r * n + j] / (double)n;
+        for (int64_t j = 0; j < n; j++) var += (x[r * n + j] - mean) * (x[r * n + j] - mean) / (double)n;
+        least = fmin(least, sqrt(var + c->eps));
+    }
+    return least >= 0.1 ? INFINITY : 0;
+}
 
 /* normalize: f32 and vec4 rows; eps below every row's norm, then above (x / eps) */
 static bool make_normalize(rcase *c, int v, const wgml_op_def *d)
@@ -887,11 +989,13 @@ static int64_t ref_norm_grad(const rcase *c, double *const *in, double *out)
    upstream gradient) */
 static bool make_cross_entropy(rcase *c, int v, const wgml_op_def *d)
 {
-    if (v > 0) return false;
-    set_leaf(c, 0, 2, s47, d->test.lo[0], d->test.hi[0]);
-    set_leaf(c, 1, 1, s4, 0, 0);
-    c->labels_of[1] = 7;
-    if (c->op == WGML_OP_CROSS_ENTROPY_GRAD) set_leaf(c, 2, 1, s4, d->test.lo[1], d->test.hi[1]);
+    static const int64_t runs[][2] = {{4, 7}, {4, 5}, {1, 1}, {1, 3}, {3, 7}, {9, 2}, {2, 300}}; /* rows, classes */
+    if (v >= N_OF(runs)) return false;
+    /* the first run on the whole test domain, the others in [-3, 3] (as make_row) */
+    set_leaf(c, 0, 2, runs[v], v ? fmax(d->test.lo[0], -3) : d->test.lo[0], v ? fmin(d->test.hi[0], 3) : d->test.hi[0]);
+    set_leaf(c, 1, 1, runs[v], 0, 0);
+    c->labels_of[1] = (int)runs[v][1];
+    if (c->op == WGML_OP_CROSS_ENTROPY_GRAD) set_leaf(c, 2, 1, runs[v], d->test.lo[1], d->test.hi[1]);
     return true;
 }
 static wgml_tensor *build_cross_entropy(wgml_context *ctx, const rcase *c, wgml_tensor *const *in) { (void)c; return wgml_cross_entropy(ctx, in[0], in[1]); }
@@ -912,26 +1016,63 @@ static int64_t ref_cross_entropy_grad(const rcase *c, double *const *in, double 
     return rows * cols;
 }
 
-/* ---- matmul: [5, 7] x [7, 3] + a bias */
+/* ---- matmul: A (op(A) [M, K]), B (op(B) [K, N]), either batched or shared by the batch,
+   every transpose flag with each epilogue activation (M = 1: the GEMV path), alpha, a bias
+   (the last leaf) */
+static const struct { int64_t batch_a, batch_b, M, N, K; int t, act, bias; float alpha; } matmul_runs[] = {
+    {0, 0, 5, 3, 7, 0, WGML_ACT_NONE, 1, 0.75f},   {0, 0, 1, 4, 6, 1, WGML_ACT_RELU, 1, 0.75f},
+    {0, 0, 3, 2, 5, 2, WGML_ACT_GELU, 1, 0.0f},    {0, 0, 4, 6, 1, 3, WGML_ACT_SILU, 0, 0.75f},
+    {0, 0, 2, 5, 3, 0, WGML_ACT_GELU_EXACT, 1, 0.75f}, {0, 0, 1, 1, 2, 3, WGML_ACT_RELU, 1, 0.75f},
+    {0, 0, 5, 1, 4, 2, WGML_ACT_NONE, 1, 0.75f},   {0, 0, 1, 3, 7, 0, WGML_ACT_SILU, 1, 0.75f},
+    {0, 0, 17, 19, 23, 0, WGML_ACT_GELU, 1, 0.5f}, {0, 0, 7, 1, 9, 3, WGML_ACT_SILU, 1, -0.5f}, /* past one 16-wide tile */
+    {2, 2, 3, 4, 5, 0, WGML_ACT_NONE, 0, 0.5f},    {2, 2, 3, 4, 5, 1, WGML_ACT_NONE, 1, 0.5f},
+    {2, 2, 3, 4, 5, 2, WGML_ACT_RELU, 0, 0.5f},    {2, 2, 3, 4, 5, 3, WGML_ACT_NONE, 1, 1.0f},
+    {3, 0, 2, 4, 5, 0, WGML_ACT_NONE, 0, 1.0f},    {3, 0, 2, 4, 5, 1, WGML_ACT_NONE, 1, 1.0f},
+    {3, 0, 2, 4, 5, 2, WGML_ACT_NONE, 0, 1.0f},    {3, 0, 2, 4, 5, 3, WGML_ACT_GELU, 0, 1.0f},
+    {0, 2, 3, 4, 5, 0, WGML_ACT_NONE, 0, 1.0f},    {0, 2, 3, 4, 5, 1, WGML_ACT_NONE, 0, 1.0f},
+    {0, 2, 3, 4, 5, 2, WGML_ACT_NONE, 0, 1.0f},    {0, 2, 3, 4, 5, 3, WGML_ACT_NONE, 0, 1.0f},
+};
 static bool make_matmul(rcase *c, int v, const wgml_op_def *d)
 {
-    static const int64_t sa[2] = {5, 7}, sb[2] = {7, 3}, sbias[1] = {3};
-    if (v > 0) return false;
-    set_leaf(c, 0, 2, sa, d->test.lo[0], d->test.hi[0]);
-    set_leaf(c, 1, 2, sb, d->test.lo[1], d->test.hi[1]);
-    set_leaf(c, 2, 1, sbias, d->test.lo[1], d->test.hi[1]);
+    if (v >= N_OF(matmul_runs)) return false;
+    int64_t M = matmul_runs[v].M, N = matmul_runs[v].N, K = matmul_runs[v].K, ba = matmul_runs[v].batch_a, bb = matmul_runs[v].batch_b;
+    c->ta = matmul_runs[v].t & 1;
+    c->tb = matmul_runs[v].t >> 1;
+    c->act = matmul_runs[v].act;
+    c->scale = matmul_runs[v].alpha;
+    c->with_bias = matmul_runs[v].bias;
+    int64_t sa[3] = {ba, c->ta ? K : M, c->ta ? M : K}, sb[3] = {bb, c->tb ? N : K, c->tb ? K : N};
+    set_leaf(c, 0, ba ? 3 : 2, ba ? sa : sa + 1, d->test.lo[0], d->test.hi[0]);
+    set_leaf(c, 1, bb ? 3 : 2, bb ? sb : sb + 1, d->test.lo[1], d->test.hi[1]);
+    if (c->with_bias) set_leaf(c, 2, 1, &N, d->test.lo[1], d->test.hi[1]);
     return true;
 }
 static wgml_tensor *build_matmul(wgml_context *ctx, const rcase *c, wgml_tensor *const *in)
 {
-    (void)c;
-    return wgml_matmul_ex(ctx, in[0], in[1], &(wgml_matmul_desc){.bias = in[2]});
+    wgml_matmul_desc md = {.trans_a = c->ta, .trans_b = c->tb, .alpha = c->scale, .activation = (wgml_activation)c->act,
+                           .bias = c->with_bias ? in[2] : NULL};
+    return wgml_matmul_ex(ctx, in[0], in[1], &md);
 }
-static int64_t ref_matmul(const rcase *c, double *const *in, double *out)
+static int64_t matmul_with(const rcase *c, double *const *in, int act, double *out)
 {
-    int64_t M = c->sh[0][0], K = c->sh[0][1], N = c->sh[1][1];
-    wgml_ref_matmul(1, M, N, K, in[0], 1, 0, in[1], 1, 0, 1.0, in[2], 0, out);
-    return M * N;
+    int nda = c->nd[0], ndb = c->nd[1];
+    const int64_t *sa = c->sh[0], *sb = c->sh[1];
+    int64_t M = c->ta ? sa[nda - 1] : sa[nda - 2], K = c->ta ? sa[nda - 2] : sa[nda - 1], N = c->tb ? sb[ndb - 2] : sb[ndb - 1];
+    int64_t ba = nda == 3 ? sa[0] : 1, bb = ndb == 3 ? sb[0] : 1, batch = ba > bb ? ba : bb;
+    double alpha = c->scale == 0.0f ? 1.0 : c->scale; /* wgml_matmul_desc: 0 means 1 */
+    wgml_ref_matmul(batch, M, N, K, in[0], ba, c->ta, in[1], bb, c->tb, alpha, c->with_bias ? in[2] : NULL, act, out);
+    return batch * M * N;
+}
+static int64_t ref_matmul(const rcase *c, double *const *in, double *out) { return matmul_with(c, in, c->act, out); }
+/* relu's kink: the least |pre-activation| */
+static double kink_matmul(const rcase *c, double *const *in)
+{
+    if (c->act != WGML_ACT_RELU) return INFINITY;
+    static double z[MAXEL];
+    int64_t n = matmul_with(c, in, WGML_ACT_NONE, z);
+    double least = INFINITY;
+    for (int64_t i = 0; i < n; i++) least = fmin(least, fabs(z[i]));
+    return least;
 }
 
 /* ---- join: three 2-D tensors along each axis */
@@ -1142,8 +1283,8 @@ static const op_case op_cases[] = {
     {"argmin", NULL, make_reduce, build_argmin, ref_argmin, NULL},
     {"softmax", NULL, make_row, build_softmax, ref_softmax, NULL},
     {"log_softmax", NULL, make_row, build_log_softmax, ref_log_softmax, NULL},
-    {"layernorm", NULL, make_norm, build_layernorm, ref_layernorm, NULL},
-    {"rmsnorm", NULL, make_norm, build_rmsnorm, ref_rmsnorm, NULL},
+    {"layernorm", NULL, make_norm, build_layernorm, ref_layernorm, kink_norm},
+    {"rmsnorm", NULL, make_norm, build_rmsnorm, ref_rmsnorm, kink_norm},
     {"layernorm_grad", NULL, make_norm_grad, build_norm_grad, ref_norm_grad, NULL},
     {"rmsnorm_grad", NULL, make_norm_grad, build_norm_grad, ref_norm_grad, NULL},
     {"normalize", NULL, make_normalize, build_normalize, ref_normalize, NULL},
@@ -1154,7 +1295,7 @@ static const op_case op_cases[] = {
     {"index_sort", NULL, make_index_sort, build_index_sort, ref_index_sort, NULL},
     {"cumsum", NULL, make_cumsum, build_cumsum, ref_cumsum, NULL},
     {"rope", NULL, make_rope, build_rope, ref_rope, NULL},
-    {"matmul", NULL, make_matmul, build_matmul, ref_matmul, NULL},
+    {"matmul", NULL, make_matmul, build_matmul, ref_matmul, kink_matmul},
     {"concat", NULL, make_concat, build_concat, ref_concat, NULL},
     {"attention", NULL, make_attention, build_attention, ref_attention, NULL},
     {"attention_grad", NULL, make_attention, build_attention, ref_attention, NULL},
@@ -1200,7 +1341,7 @@ static void run_rcase(wgml_context *ctx, const op_case *k, const rcase *c)
                 xf[l][i] = c->labels_of[l] ? (float)(test_rand_u64() % (uint64_t)c->labels_of[l]) : draw(c->lo[l], c->hi[l]);
                 xd[l][i] = xf[l][i];
             }
-    } while (k->kink && k->kink(c, xd[0]) < KINK && ++tries < 1000);
+    } while (k->kink && k->kink(c, dp) < KINK && ++tries < 1000);
     int64_t nout = k->ref(c, dp, out);
     if (nout < 0 || nout > MAXEL) {
         FAILF("%s: its reference gives %lld elements", what, (long long)nout);

@@ -94,7 +94,7 @@ static const char *op_name(int op)
 
 /* ---------------------------------------------------------------- floors and scalars */
 
-/* |gpu - ref| <= tol * max(|ref|, floor): the entry's floor (ops.c says why it has one), else
+/* |gpu - ref| <= tol * max(|ref|, floor): the entry's floor (its family says why it has one), else
    1e-30, a plain relative check */
 static double floor_of(int op) { return wgml_op_table[op]->floor > 0 ? wgml_op_table[op]->floor : TINY; }
 

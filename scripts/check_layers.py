@@ -29,6 +29,9 @@ Also fails a call of getenv (or secure_getenv) in src/ outside src/runtime/setti
 library reads the environment there alone, once per context, into the settings every other
 file reads (include/wgml.h lists the variables).
 
+Also fails an object of the library that defines a wgml_ref_ symbol: the double-precision
+references are the tests' (tests/ref/), compiled into their support library only.
+
 An include is resolved as the compiler does (a quoted one next to the including file
 first, then under src/, which is on the include path); one that names no file of src/ (the
 public wgml.h, webgpu, the C library) is not checked. Prints each violation as file:line and
@@ -115,6 +118,8 @@ def check_links(src, build, nm, errors):
     for shown, (folder, defined, _) in objects.items():
         for sym in defined:
             owner[sym] = (folder, shown)
+            if sym.startswith("wgml_ref_"):  # the references are the tests' (tests/ref/)
+                errors.append(f"{shown} defines {sym}: a CPU reference belongs in tests/ref/, not the library")
     refs = 0
     for shown, (folder, _, undefined) in sorted(objects.items()):
         if folder not in LAYERS:

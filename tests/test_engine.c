@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "engine/tuning.h"
 #include "harness.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/buffer.h"
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "ops/matmul/matmul.h"
 #include "engine/tuning.h"
 #include "harness.h"

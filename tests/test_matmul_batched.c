@@ -1,6 +1,6 @@
 /*
  * Batched matmul over up to two leading dims with NumPy broadcasting (issue 14), against a
- * double-precision reference built here on wgml_ref_matmul (cpu/ref.h), one matrix of the
+ * double-precision reference built here on wgml_ref_matmul (tests/ref/ref.h), one matrix of the
  * batch at a time:
  *   - the attention forms ([B,H,T,D] x [B,H,D,T], Q K^T by trans_b, [B,H,T,T] x [B,H,T,D]),
  *     the linear ones ([B,T,C] x [C,N], x [N,C] by trans_b), broadcasting on either side or
@@ -21,7 +21,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "engine/executor.h"
 #include "ops/matmul/matmul.h"
 #include "ops/table.h"

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "engine/build.h"
 #include "ops/table.h"
 #include "harness.h"

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cpu/philox.h"
+#include "ref/ref.h"
 #include "harness.h"
 
 #define BIG (1 << 20)

@@ -1,6 +1,7 @@
 /*
  * The op type: what the engine knows of an op, its entry (name, kind, arity, the dtypes it
- * takes, its launch builder, gradient rule, test domain). The entries live with their
+ * takes, its launch builder, gradient rule, test domain; the double references are the
+ * tests', tests/ref/, found by the op's name). The entries live with their
  * families (src/ops/, one file per family, its kernel beside it); ops/table.c lists them by
  * code. The engine reads entries and calls an op only through their pointers: it never
  * includes a family's header or names an op besides its own three below.
@@ -62,10 +63,6 @@ typedef struct wgml_op_def {
        functions of ops/elementwise.wgsl; the fused kernels and the matmul epilogue both
        use it */
     const char *wgsl;
-    /* the CPU reference in double of one element (unary and binary): in[] holds the operands,
-       then the scalars; NULL for other kinds, whose references are cpu/ref.h's array
-       functions */
-    double (*ref)(const double *in);
     wgml_build_fn build; /* its launches (not elementwise entries: the engine fuses them) */
     unsigned any_dtype, i32_only; /* bit k: operand k (see WGML_OUT_* above) */
     int out;

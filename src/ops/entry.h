@@ -14,9 +14,9 @@
 #define DOMAIN(l0, h0, l1, h1) .test = {.lo = {l0, l1}, .hi = {h0, h1}}
 
 /* an elementwise entry (a unary one is cheap to recompute) */
-#define UNARY(e, n, w, r, v, l, h, ...) \
-    WGML_OP_ENTRY(e) = {.name = n, .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l, h, 0, 0), __VA_ARGS__}
-#define BINARY(e, n, w, r, v, l0, h0, l1, h1, ...) \
-    WGML_OP_ENTRY(e) = {.name = n, .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = w, .ref = r, .vjp = v, DOMAIN(l0, h0, l1, h1), __VA_ARGS__}
+#define UNARY(e, n, w, v, l, h, ...) \
+    WGML_OP_ENTRY(e) = {.name = n, .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .wgsl = w, .vjp = v, DOMAIN(l, h, 0, 0), __VA_ARGS__}
+#define BINARY(e, n, w, v, l0, h0, l1, h1, ...) \
+    WGML_OP_ENTRY(e) = {.name = n, .kind = WGML_KIND_BINARY, .arity = 2, .wgsl = w, .vjp = v, DOMAIN(l0, h0, l1, h1), __VA_ARGS__}
 
 #endif

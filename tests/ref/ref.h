@@ -1,5 +1,6 @@
 /*
- * ref.h — the double-precision CPU reference that every GPU op is tested against.
+ * ref.h — the double-precision CPU reference that every GPU op is tested against (the
+ * tests' own: the library never links it).
  *
  * Conventions:
  *   - Plain C11, no global state. Nothing here prints, exits or aborts.
@@ -16,8 +17,8 @@
  *     that break their stated preconditions they write nothing.
  *   - Shapes are given in comments in the llm.c manner: "x is (rows, n)".
  */
-#ifndef WGML_CPU_REF_H
-#define WGML_CPU_REF_H
+#ifndef WGML_TESTS_REF_H
+#define WGML_TESTS_REF_H
 
 #include <stdint.h>
 
@@ -28,7 +29,7 @@ extern "C" {
 #define WGML_REF_MAX_DIMS 8
 
 /* ---------------------------------------------------------------- elementwise scalars */
-/* The op table points at these. NaN in gives NaN out. Infinite inputs give the
+/* ref/elementwise.c's table maps op names onto these. NaN in gives NaN out. Infinite inputs give the
    mathematical limits (gelu(-inf) = silu(-inf) = 0, sigmoid(-inf) = 0, ...). */
 
 double wgml_ref_neg(double x);
@@ -53,6 +54,12 @@ double wgml_ref_maximum(double a, double b);
 double wgml_ref_minimum(double a, double b);
 /* minimum(maximum(x, lo), hi): NaN in x, lo or hi gives NaN. */
 double wgml_ref_clamp(double x, double lo, double hi);
+
+/* One element of the elementwise op named `name` (wgml_op_get_info's name; ref/elementwise.c):
+   in[] holds its operands, then its scalars (clamp's bounds, masked_fill's value). NULL for
+   a name without a reference (the op-table test fails for such an elementwise op). */
+typedef double (*wgml_ref_elementwise_fn)(const double *in);
+wgml_ref_elementwise_fn wgml_ref_elementwise(const char *name);
 
 /* x is (n,), out is (n,): out[i] = f(x[i]) */
 void wgml_ref_unary(double (*f)(double), int64_t n, const double *x, double *out);
@@ -246,6 +253,33 @@ void wgml_ref_mlp_adamw_step(wgml_ref_mlp *m, double lr, double b1, double b2, d
    start): g' = g + wd p; buf = momentum buf + g'; p -= lr buf. step += 1. */
 void wgml_ref_mlp_sgd_step(wgml_ref_mlp *m, double lr, double momentum, double wd,
                            double max_norm);
+
+/* ---------------------------------------------------------------- random ops (ref/random.c) */
+/* Over cpu/philox.h's generator and its counter mapping (the library's). */
+
+/* The block of elements 4j .. 4j + 3 of an op made at (seed, offset), as the mapping above. */
+void wgml_philox_block(uint64_t seed, uint64_t offset, uint64_t j, uint32_t out[4]);
+
+/* The blocks an op of n elements uses: ceil(n / 4). */
+uint64_t wgml_philox_blocks(int64_t n);
+
+/* out is (n,): wgml_rand's values bit for bit: u = (w >> 8) 2^-24, lo + (hi - lo) u with
+   each operation rounded in f32 (no fused multiply-add), held below hi (at most the largest
+   float under hi). */
+void wgml_ref_rand(uint64_t seed, uint64_t offset, int64_t n, float lo, float hi, float *out);
+
+/* out is (n,): wgml_randn's values in double: words 2m and 2m + 1 of a block give elements
+   2m and 2m + 1 as mean + std r cos(t) and mean + std r sin(t), with r = sqrt(-2 ln u1),
+   u1 = ((w_2m >> 8) + 1) 2^-24 in (0, 1] (so never ln 0) and t = 2 pi (w_2m+1 >> 8) 2^-24. */
+void wgml_ref_randn(uint64_t seed, uint64_t offset, int64_t n, double mean, double std, double *out);
+
+/* Whether wgml_dropout with probability p drops element i: u = (w >> 8) 2^-24 < p. */
+int wgml_ref_dropped(uint64_t seed, uint64_t offset, uint64_t i, float p);
+/* The factor dropout scales kept elements by: 1 / (1 - p) rounded to f32 once; 0 for p = 1. */
+float wgml_ref_dropout_scale(float p);
+/* x and out are (n,): 0 where dropped, else x * scale (each product of a float x and the f32
+   scale is exact in double, so rounding it to f32 gives the GPU's product). */
+void wgml_ref_dropout(uint64_t seed, uint64_t offset, int64_t n, const double *x, float p, double *out);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* The double-precision CPU reference; see ref.h. */
-#include "cpu/ref.h"
+#include "ref/ref.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * The subgroup-matrix GEMM (src/graph/gemm_sgmat_wgsl.c) on Dawn, outside wgml: brings Dawn up
+ * The subgroup-matrix GEMM (src/ops/matmul/gemm_sgmat_wgsl.c) on Dawn, outside wgml: brings Dawn up
  * with the toggles that open the matrix units, builds the generated WGSL for a list of
  * configs and forms, checks results against a double-precision CPU reference and times them.
  * wgml itself runs on wgpu-native until its Dawn runtime lands; this program is how the
@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph/gemm_sgmat_wgsl.h"
+#include "ops/matmul/gemm_sgmat_wgsl.h"
 
 #define DAWN_TOGGLES_STYPE ((WGPUSType)0x0005000A) /* WGPUSType_DawnTogglesDescriptor in this Dawn */
 
@@ -235,7 +235,7 @@ static double act_ref(int act, double v)
     return v;
 }
 
-/* One GEMM problem as wgml's matmul hands it over (graph/matmul.h's wgml_gemm_args) */
+/* One GEMM problem as wgml's matmul hands it over (ops/matmul/matmul.h's wgml_gemm_args) */
 typedef struct problem {
     int64_t M, N, K, L0, L1; /* batch L0 x L1 */
     bool ta, tb, a_f16, b_f16;

@@ -145,6 +145,40 @@ typedef struct wgml_context_desc {
                                  adapter: every index is that one */
     wgml_runtime_kind runtime; /* the WebGPU implementation (see wgml_runtime_kind); a value
                                  not of the enum is WGML_ERROR_INVALID_ARGUMENT */
+    /* The rest mirror the environment variables listed at the end of this file (each field
+       left zero or NULL takes its variable, read once, here; a field that is set wins).
+       Strings are copied: the caller's may go once the context is made. Fields are only
+       ever added at the end, so a zeroed desc of an older header means the same. */
+    const char *dawn_library;        /* Dawn's libwebgpu_dawn.so to open instead of wgml's; */
+    const char *wgpu_native_library; /* wgpu-native's: both only where the process has not
+                                        loaded that runtime yet (it stays loaded) */
+    const char *dawn_toggles;        /* more Dawn device toggles, "a,b,..." (experiments) */
+    const char *dump_wgsl;           /* a folder: every kernel compiled is written there */
+    const char *profile;             /* a file: every dispatch timed in a pass of its own, GPU
+                                        time per kind of launch written when the context is
+                                        freed (needs the timestamp-query feature) */
+    int timeline;                    /* 1: the host clock at each step of a submit-and-read */
+    double poll_spin_us;             /* how long a wait spins before blocking: > 0 that many
+                                        microseconds, < 0 never; 0: the default (10000 on a
+                                        GPU, 0 on a CPU adapter). NaN: INVALID_ARGUMENT */
+    int64_t loop_limit;              /* > 0: pretend the adapter ends shader loops after this
+                                        many iterations (as lavapipe does after 65535), which
+                                        walks the split paths at small sizes; 0: the
+                                        adapter's; < 0: INVALID_ARGUMENT */
+    int64_t binding_limit;           /* > 0: a storage binding limit smaller than the
+                                        adapter's (at least 256; tests of the split paths);
+                                        0: the adapter's; below 256: INVALID_ARGUMENT */
+    double dist_bucket_mb;           /* wgml_dist_allreduce's bucket size in MiB, in (0,
+                                        1024]; 0: 16; other values: INVALID_ARGUMENT */
+    /* Kernel choices, for benchmark sweeps and tests, as text in their variable's syntax (a
+       value out of range is ignored): the large-M GEMM's tile "tm,tn,bk,stages" and warp
+       layout "8x4"; the CPU-adapter GEMM "0" (off), "1" (forced) or "rows,cols,lanes"; "0":
+       that GEMM without subgroup broadcasts; the GEMV's columns per workgroup "16"|"32"|"64";
+       "0": no small-M GEMV; "1": GEMV partial sums meet by subgroup shuffles; elements per
+       thread of fused elementwise kernels "1"|"2"|"4"|"8"; the attention kernels' tiles
+       "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47) */
+    const char *gemm_tile, *gemm_warp, *gemm_cpu, *gemm_cpu_subgroups, *gemv_cols, *gemv_rows, *subgroups,
+        *ew_unroll, *attn_tiles, *attn_pre;
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -361,8 +395,24 @@ WGML_API wgml_tensor *wgml_sin(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_cos(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_silu(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_softplus(wgml_context *ctx, wgml_tensor *a); /* log(1 + exp(a)), without overflow */
+WGML_API wgml_tensor *wgml_softsign(wgml_context *ctx, wgml_tensor *a); /* a / (1 + |a|) */
 /* min(max(a, lo), hi); lo > hi or a NaN bound is WGML_ERROR_INVALID_ARGUMENT */
 WGML_API wgml_tensor *wgml_clamp(wgml_context *ctx, wgml_tensor *a, float lo, float hi);
+
+/* The library's ops, for bindings that make their functions from the library rather than a
+   list of their own (python/wgml makes its elementwise functions and methods this way):
+   op index 0 .. wgml_op_count() - 1, in no promised order. */
+typedef struct wgml_op_info {
+    const char *name;   /* as in its constructor: "add", "softmax"; static storage */
+    const char *kind;   /* "storage", "view", "unary", "binary", "reduce", "row", "matmul", "custom", "kernel" */
+    int arity;          /* its tensor operands (a binary op given a number for one takes one) */
+    int has_gradient;   /* 1: backward passes a gradient through it */
+    int public_fn;      /* 1: wgml.h declares wgml_<name>(ctx, a) (unary) or wgml_<name>(ctx, a, b) (binary) */
+    int binary_op;      /* a public binary op's wgml_binary_op (wgml_binary_scalar takes it), else -1 */
+} wgml_op_info;
+WGML_API int wgml_op_count(void);
+/* WGML_ERROR_INVALID_ARGUMENT for an index out of range or a NULL info */
+WGML_API wgml_status wgml_op_get_info(int index, wgml_op_info *info);
 
 /* reductions along an axis (keepdim keeps it with size 1) and over all elements */
 WGML_API wgml_tensor *wgml_sum(wgml_context *ctx, wgml_tensor *a, int axis, int keepdim);
@@ -389,6 +439,9 @@ WGML_API wgml_tensor *wgml_log_softmax(wgml_context *ctx, wgml_tensor *a);
 WGML_API wgml_tensor *wgml_layernorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight,
                             wgml_tensor *bias, float eps);
 WGML_API wgml_tensor *wgml_rmsnorm(wgml_context *ctx, wgml_tensor *a, wgml_tensor *weight, float eps);
+/* each row scaled to unit length, a / max(||a||_2, eps) along the last axis (PyTorch's
+   normalize(a, dim=-1); eps >= 0, 1e-12 there) */
+WGML_API wgml_tensor *wgml_normalize(wgml_context *ctx, wgml_tensor *a, float eps);
 
 /* cumulative sum along axis (negative counts from the end): out[..., i, ...] = sum_{j <= i}
    a[..., j, ...]; reverse = 1 sums from the end (j >= i). f32, or i32 (whose sums wrap as
@@ -866,45 +919,46 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
 /* ---------------------------------------------------------------- environment variables */
 
-/* Every environment variable the library reads; none is needed in normal use. Each is read
-   once per context (when it is made or first needs the variable), except where noted.
-   Choosing the runtime and the adapter (a wgml_context_desc field, when set, wins):
+/* Every environment variable the library reads; none is needed in normal use. Each has its
+   wgml_context_desc field, and each is read once per context, when wgml_context_create makes
+   it (src/runtime/settings.c, the one place that reads the environment): a field that is set
+   (nonzero, non-NULL) wins over its variable; one left zero takes the variable, else the
+   default. A variable changed after a context is made does not reach it. The yes/no ones
+   (bounds_checks, gpu_timing, timeline) are on when the field or the variable says 1.
      WGML_RUNTIME=auto|wgpu-native|dawn     .runtime
-     WGML_DAWN_LIBRARY=<file>               Dawn's libwebgpu_dawn.so to open instead of wgml's
-     WGML_WGPU_NATIVE_LIBRARY=<file>        wgpu-native's library to open instead of wgml's
-     WGML_DAWN_TOGGLES=a,b,...              more Dawn device toggles (experiments)
+     WGML_DAWN_LIBRARY=<file>               .dawn_library
+     WGML_WGPU_NATIVE_LIBRARY=<file>        .wgpu_native_library
+     WGML_DAWN_TOGGLES=a,b,...              .dawn_toggles
      WGML_BACKEND=vulkan|metal|dx12|gl|all  .backend
      WGML_ADAPTER=<part of a name>          .adapter_name
      WGML_ADAPTER_INDEX=N                   .adapter_index
      WGML_BOUNDS_CHECKS=1                   .bounds_checks
      WGML_GPU_TIMING=1                      .gpu_timing
    Diagnostics:
-     WGML_DUMP_WGSL=<folder>   writes every kernel the context compiles there
-     WGML_PROFILE=<file>       times every dispatch in a pass of its own, GPU time per kind of
-                               launch written to the file when the context is freed
-     WGML_TIMELINE=1           notes the host clock at each step of a submit-and-read
+     WGML_DUMP_WGSL=<folder>                .dump_wgsl
+     WGML_PROFILE=<file>                    .profile
+     WGML_TIMELINE=1                        .timeline
    Runtime behaviour:
-     WGML_POLL_SPIN_US=N       how long waits spin before blocking (default 10000 on a GPU,
-                               0 on a CPU adapter)
-     WGML_LOOP_LIMIT=N         pretend the adapter ends shader loops after N iterations (as
-                               lavapipe does after 65535): walks the split paths at small sizes
-     WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call)
+     WGML_POLL_SPIN_US=N                    .poll_spin_us (0 here: never spin)
+     WGML_LOOP_LIMIT=N                      .loop_limit
+     WGML_DEBUG_BINDING_LIMIT=bytes         .binding_limit
+     WGML_DIST_BUCKET_MB=X                  .dist_bucket_mb
+   Kernel choices (a value out of range is ignored, as it is in the field):
+     WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile
+     WGML_GEMM_WARP=8x4                     .gemm_warp
+     WGML_GEMM_CPU=0|1|rows,cols,lanes      .gemm_cpu
+     WGML_GEMM_CPU_SUBGROUPS=0              .gemm_cpu_subgroups
+     WGML_GEMV_COLS=16|32|64                .gemv_cols
+     WGML_GEMV_ROWS=0                       .gemv_rows
+     WGML_SUBGROUPS=1                       .subgroups
+     WGML_EW_UNROLL=1|2|4|8                 .ew_unroll
+     WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t      .attn_tiles
+     WGML_ATTN_PRE=N                        .attn_pre
+   The process's, read by each wgml_dist_init (there is no context then):
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
                                none loaded (default: the one wgml was built against)
      OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS  set by MPI launchers:
-                               whether one started the process (wgml_dist_*; read at each call)
-   Kernel choices, for benchmark sweeps and tests (a value out of range is ignored):
-     WGML_GEMM_TILE=tm,tn,bk,stages  WGML_GEMM_WARP=8x4  the large-M GEMM's tile
-     WGML_GEMM_CPU=0|1|rows,cols,lanes  the CPU-adapter GEMM off, forced on, or its tile
-     WGML_GEMM_CPU_SUBGROUPS=0       the CPU-adapter GEMM without subgroup broadcasts
-     WGML_GEMV_COLS=16|32|64         the GEMV's columns per workgroup
-     WGML_GEMV_ROWS=0                no small-M GEMV (M <= 16 through the GEMV kernel)
-     WGML_SUBGROUPS=1                GEMV partial sums meet by subgroup shuffles
-     WGML_EW_UNROLL=1|2|4|8          elements per thread of fused elementwise kernels
-     WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t  the attention kernels' tiles (forward, dK/dV, dQ)
-     WGML_ATTN_PRE=N                 the attention kernels' prefetch bits (a mask of 47)
-     WGML_DEBUG_BINDING_LIMIT=bytes  a smaller storage binding limit than the adapter's
-                                     (read at each matmul): walks the split paths in tests */
+                               whether one started the process */
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 
 /* Keep Mesa's lavapipe loaded until exit, so LeakSanitizer can name the driver's own
    allocations (tests/lsan.supp suppresses those, and only those). */

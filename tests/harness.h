@@ -72,7 +72,7 @@ double test_uniform(double lo, double hi);
 void test_fill_uniform(float *x, size_t n, double lo, double hi);
 
 /* x (n floats) widened to double in a new array (free it; NULL if malloc fails): what the
-   CPU reference (cpu/ref.h) reads, exactly the values the GPU was given. */
+   CPU reference (tests/ref/ref.h) reads, exactly the values the GPU was given. */
 double *test_to_double(const float *x, size_t n);
 /* Reads t of any dtype into floats (i32 values converted, exact up to 2^24). */
 wgml_status test_read(wgml_tensor *t, float *out, size_t n);
@@ -84,7 +84,7 @@ int test_message_has(wgml_context *ctx, const char *s);
 /* the element count of a shape, and the shape as "[2,3,4]" */
 int64_t test_numel(int nd, const int64_t *sh);
 void test_shape_str(char *out, size_t cap, int nd, const int64_t *sh);
-/* wgml_ref_matmul (cpu/ref.h; the arguments as there) of float operands, each widened with
+/* wgml_ref_matmul (tests/ref/ref.h; the arguments as there) of float operands, each widened with
    test_to_double first. */
 void test_ref_matmul(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A, int64_t batch_a,
                      int trans_a, const float *B, int64_t batch_b, int trans_b, double alpha,

@@ -1,6 +1,6 @@
 /*
  * wgml_attention, forward and gradient, against
- *   - the double reference (cpu/ref.h: wgml_ref_attention and its analytic gradient), and
+ *   - the double reference (tests/ref/ref.h: wgml_ref_attention and its analytic gradient), and
  *   - the unfused composition on the GPU: matmul (q k^T, scaled) -> + causal mask (a host
  *     tensor of 0 / -inf) -> softmax -> matmul with v, and its gradients through
  *     wgml_backward,
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "harness.h"
 
 #define FWD_TOL 1e-5  /* f32 scores, exp2 and sums over S keys against double */

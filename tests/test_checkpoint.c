@@ -249,6 +249,8 @@ static void refuses_bad_tensors(void)
     refused(ctx, bad, WGML_ERROR_FORMAT, "a first moment NaN", (const char *const[]){"optimiser moment 'b1.m' holds nan at element 4", NULL});
     poke(good, bad, "b0.v", 0, INFINITY);
     refused(ctx, bad, WGML_ERROR_FORMAT, "a second moment inf", (const char *const[]){"'b0.v' holds inf at element 0", NULL});
+    poke(good, bad, "W1", 6, NAN); /* a weight of a run that diverged: nothing to go on from */
+    refused(ctx, bad, WGML_ERROR_FORMAT, "a weight NaN", (const char *const[]){"'W1' holds nan at element 6", NULL});
     poke(good, bad, "W0.m", 3, -5.0f); /* a first moment may be negative */
     CHECK_OK(ctx, wgml_checkpoint_read(ctx, bad, &ck));
     wgml_checkpoint_free(&ck);

@@ -1,10 +1,10 @@
-/* Tests of the double-precision CPU reference (src/cpu/ref.c) against hand-computed
+/* Tests of the double-precision CPU reference (tests/ref/ref.c) against hand-computed
    values, so that the GPU tests have a reference they can trust. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "harness.h"
 
 

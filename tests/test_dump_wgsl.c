@@ -33,7 +33,7 @@ static int count_dumped(const char *dir, const char *prefix, int *with_wgsl)
     return n;
 }
 
-/* a fused chain, a matmul and a reduction, evaluated and read */
+/* a fused chain, a matmul, a reduction, a softmax and random numbers, evaluated and read */
 static void run_kernels(wgml_context *ctx)
 {
     int64_t shape[2] = {8, 8};
@@ -48,6 +48,12 @@ static void run_kernels(wgml_context *ctx)
     wgml_tensor *s = wgml_sum(ctx, x, 0, 0);
     CHECK_OK(ctx, wgml_tensor_read(s, out, 8));
     wgml_tensor_free(s);
+    wgml_tensor *p = wgml_softmax(ctx, x);
+    CHECK_OK(ctx, wgml_tensor_read(p, out, 64));
+    wgml_tensor_free(p);
+    wgml_tensor *r = wgml_rand(ctx, 2, shape, 0.0f, 1.0f);
+    CHECK_OK(ctx, wgml_tensor_read(r, out, 64));
+    wgml_tensor_free(r);
     wgml_tensor_free(m);
     wgml_tensor_free(y);
     wgml_tensor_free(x);
@@ -74,8 +80,12 @@ static void dumps_every_kernel(void)
     int gemv = count_dumped(sub, "gemv-", &wgsl);
     CHECK(gemm + gemv >= 1 && gemm_wgsl + wgsl == gemm + gemv);
     CHECK(count_dumped(sub, "reduce-", &wgsl) == 1 && wgsl == 1); /* a hand-written kernel, by its file name */
+    /* generated kernels by their tag (random numbers were once written as attention-) */
+    CHECK(count_dumped(sub, "row-", &wgsl) == 1 && wgsl == 1);
+    CHECK(count_dumped(sub, "random-", &wgsl) == 1 && wgsl == 1);
+    CHECK(count_dumped(sub, "attention-", &wgsl) == 0);
     int all = count_dumped(sub, "", &wgsl);
-    CHECK(all >= 3 && wgsl == all);
+    CHECK(all >= 5 && wgsl == all);
     wgml_stats st;
     CHECK_OK(ctx, wgml_stats_get(ctx, &st));
     CHECK((uint64_t)all == st.pipelines_compiled); /* one file a kernel compiled */

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu/ref.h"
-#include "graph/tuning.h"
+#include "ref/ref.h"
+#include "engine/tuning.h"
 #include "harness.h"
 
 #define N 65537

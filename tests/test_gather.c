@@ -1,4 +1,4 @@
-/* Gather and scatter with i32 indices (graph/gather.c): embedding, index_select and index_add
+/* Gather and scatter with i32 indices (ops/gather.c): embedding, index_select and index_add
    against references in double on awkward shapes (1, 7, 1023 rows; 1, 3, 64 columns; 65537
    elements; every axis of 3-D and 4-D tensors; views), index_add and the embedding gradient
    with many repeated indices (more than one loop budget on one row) and bit-identical over

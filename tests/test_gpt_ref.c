@@ -1,7 +1,7 @@
 /*
  * The GPT models' CPU reference (gpt_ref.h) checked on its own, no GPU: the parameter
  * layout against gpt.h; its loss and logits against the same model composed from
- * cpu/ref.h's separate functions (layernorm, rmsnorm, matmul, RoPE, grouped causal
+ * tests/ref/ref.h's separate functions (layernorm, rmsnorm, matmul, RoPE, grouped causal
  * attention, cross-entropy); its hand-written gradients against central differences of its
  * own loss, for both architectures at awkward sizes; causality; greedy decoding past the
  * block; and two AdamW steps (clipping, warm-up, cosine decay) against a hand computation.
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "gpt_ref.h"
 #include "harness.h"
 
@@ -162,7 +162,7 @@ static double *mm(const double *x, const double *W, const double *b, int64_t N, 
     return y;
 }
 
-/* The model of gpt.h composed from cpu/ref.h (written apart from gpt_ref.c): the mean loss,
+/* The model of gpt.h composed from tests/ref/ref.h (written apart from gpt_ref.c): the mean loss,
    and the logits [B*T, V] when logits is not NULL. */
 static double composed_loss(const wgml_gpt_config *c, const params *pf, const int32_t *ids, const int32_t *tg,
                             int64_t B, int64_t T, double *logits_out)

@@ -1,6 +1,6 @@
 /*
  * A pending result keeps the value it had when it was built, whatever overwrites its inputs
- * in place afterwards (wgml.h, wgml_tensor_write and wgml_optimizer_step; graph/executor.h,
+ * in place afterwards (wgml.h, wgml_tensor_write and wgml_optimizer_step; engine/executor.h,
  * wgml_pending_readers). Each case builds a lazy result, overwrites what it reads, then reads
  * it and compares with the double-precision value of the inputs it was built on:
  *   - logits = x W held over an SGD step (which moves W);

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "core/buffer.h"
-#include "cpu/ref.h"
-#include "graph/matmul.h"
-#include "graph/tuning.h"
+#include "ref/ref.h"
+#include "ops/matmul/matmul.h"
+#include "engine/tuning.h"
 #include "harness.h"
 
 static wgml_stats stats(wgml_context *ctx)
@@ -172,7 +172,7 @@ static void aligned_sizes(void)
 }
 
 /* A context of its own for a setting of the benchmark knobs: a context reads them once, at
-   its first kernel choice (graph/tuning.h), so the variable must stay set until then. */
+   its first kernel choice (engine/tuning.h), so the variable must stay set until then. */
 static wgml_context *knob_context(void)
 {
     wgml_context *c = NULL;
@@ -905,7 +905,7 @@ static void knobs_read_once(void)
     unsetenv("WGML_EW_UNROLL");
 }
 
-/* The large-M tile policy, shape by shape (the table of graph/matmul_tiles.c, which the H100
+/* The large-M tile policy, shape by shape (the table of ops/matmul/matmul_tiles.c, which the H100
    runs chose): a broken branch there would still give right answers, only slower. */
 static void tile_policy(void)
 {

@@ -1,6 +1,6 @@
 /*
  * Batched matmul over up to two leading dims with NumPy broadcasting (issue 14), against a
- * double-precision reference built here on wgml_ref_matmul (cpu/ref.h), one matrix of the
+ * double-precision reference built here on wgml_ref_matmul (tests/ref/ref.h), one matrix of the
  * batch at a time:
  *   - the attention forms ([B,H,T,D] x [B,H,D,T], Q K^T by trans_b, [B,H,T,T] x [B,H,T,D]),
  *     the linear ones ([B,T,C] x [C,N], x [N,C] by trans_b), broadcasting on either side or
@@ -21,10 +21,10 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
-#include "cpu/ref.h"
-#include "graph/executor.h"
-#include "graph/matmul.h"
-#include "graph/ops.h"
+#include "ref/ref.h"
+#include "engine/executor.h"
+#include "ops/matmul/matmul.h"
+#include "ops/table.h"
 #include "harness.h"
 
 #define MM_TOL 1e-5
@@ -36,7 +36,7 @@
 enum { V_NONE, V_PERMUTE, V_BCAST, V_SLICE };
 
 /* An operand: a stored tensor of shape sh (row-major, uploaded), passed as is or through one
-   view, made as graph/build.c makes it */
+   view, made as engine/build.c makes it */
 typedef struct operand {
     int nd;
     int64_t sh[4];

@@ -41,10 +41,10 @@ static bool matrix_units = false;
    anything coarser than f16, or a misrounded operand, is far past it. */
 static double tol(int64_t K, int64_t N)
 {
-    /* the matrix units (graph/gemm_sgmat_wgsl.h; docs/MEASUREMENTS.md): each operand rounded
+    /* the matrix units (ops/matmul/gemm_sgmat_wgsl.h; docs/MEASUREMENTS.md): each operand rounded
        to f16, the products summed in f32 (K + 2 roundings of 2^-23 at most); rows under 16
        run the f32 kernels, well inside it. Their fallback, also for results narrower than 16
-       columns (graph/matmul.c), is the f32-sums kernel. */
+       columns (ops/matmul/matmul.c), is the f32-sums kernel. */
     if (f16_mode == WGML_F16_MATH_MATRIX && matrix_units && N >= 16) return 2 * U16 + (double)(K + 2) * 0x1p-23;
     return f16_mode == WGML_F16_MATH_F16_SUMS ? (3.0 + sqrt((double)K)) * U16 : 19.0 * U16;
 }

@@ -8,8 +8,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "cpu/ref.h"
-#include "graph/build.h"
+#include "ref/ref.h"
+#include "engine/build.h"
+#include "ops/table.h"
 #include "harness.h"
 
 static void input_gradients_match_reference(void)

@@ -96,10 +96,10 @@ bad "a header alone" "no rows" "$work/header.csv"
 printf 'epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,samples_per_s,epoch_seconds\n1,468,0.5,0.8,0.4,0.8,1000,60\n' \
   >"$work/old.csv"
 bad "an unknown header" "unknown header 'epoch,step,train_loss" "$work/old.csv"
-{ head -n 3 "$work/gpt/metrics.csv"; echo "4,abc,0.1,,,,"; } >"$work/junk.csv"
+{ head -n 3 "$work/gpt/metrics.csv"; echo "4,abc,0.1,,,,,,"; } >"$work/junk.csv"
 bad "a row that is not numbers" "line 4: loss is 'abc'" "$work/junk.csv"
 { head -n 3 "$work/gpt/metrics.csv"; echo "4,2.5"; } >"$work/short.csv"
-bad "a row cut short" "line 4: 2 fields, want 7" "$work/short.csv"
+bad "a row cut short" "line 4: 2 fields, want 9" "$work/short.csv"
 bad "a width of 5 pixels" "--width is 5" "$work/gpt/metrics.csv" --width 5
 bad "no csv" "required: csv"
 for f in empty header old junk short; do

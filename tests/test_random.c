@@ -1,5 +1,5 @@
 /*
- * Random numbers on the GPU (graph/random.c, kernels/random.wgsl) against the CPU Philox
+ * Random numbers on the GPU (ops/random.c, ops/random.wgsl) against the CPU Philox
  * (cpu/philox.c):
  *   - the Philox4x32-10 core gives Random123's known answers;
  *   - wgml_rand's values equal the reference bit for bit, for several seeds, offsets (a carry
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cpu/philox.h"
+#include "ref/ref.h"
 #include "harness.h"
 
 #define BIG (1 << 20)

@@ -1,5 +1,5 @@
 /*
- * Cumulative sums and rotary position embedding against cpu/ref.h in double, beyond what
+ * Cumulative sums and rotary position embedding against tests/ref/ref.h in double, beyond what
  * test_op_table's small cases (which check their gradients by central differences) reach:
  *
  *   cumsum: every axis (negative ones too) of 1-D to 4-D shapes with 1, 7, 1023, 65537 along
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "harness.h"
 
 /* ---------------------------------------------------------------- cumsum */

@@ -1,11 +1,11 @@
-/* The subgroup-matrix GEMM generator (graph/gemm_sgmat_wgsl.c) on a machine without matrix
+/* The subgroup-matrix GEMM generator (ops/matmul/gemm_sgmat_wgsl.c) on a machine without matrix
    units: every form, storage, vector width, epilogue and matrix shape gives WGSL whose
    structure follows from the config (the matrix products, fragment loads and their layouts,
    the workgroup size, the workgroup memory it reports), and bad configs are refused. The
    kernels themselves run in bench/sgmat_gemm (on the H100, and emulated on lavapipe). */
 #include <string.h>
 
-#include "graph/gemm_sgmat_wgsl.h"
+#include "ops/matmul/gemm_sgmat_wgsl.h"
 #include "harness.h"
 
 static int count(const char *s, const char *what)

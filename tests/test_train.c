@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/ref.h"
+#include "ref/ref.h"
 #include "harness.h"
 #include "io/idx.h"
 #include "models/mlp.h"

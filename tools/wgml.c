@@ -85,7 +85,7 @@ static int cmd_info(int argc, char **argv)
         {"subgroup_max_size", i.subgroup_max_size},
     };
     int nl = (int)(sizeof limits / sizeof limits[0]);
-    /* which kernel WGML_F16_MATH_MATRIX runs here (the library's rule, graph/matmul.c's
+    /* which kernel WGML_F16_MATH_MATRIX runs here (the library's rule, ops/matmul/matmul.c's
        wgml_sgmat_adapter_shape): the matrix units where an f16 -> f32 subgroup matrix is
        enabled with one subgroup size, else the SIMT f16 GEMM with f32 sums */
     bool matrix_units = false;

@@ -170,6 +170,21 @@ def test_adapter_index():
         wgml.Context(adapter_index=-1)
 
 
+def test_context_settings(tmp_path, monkeypatch):
+    # a desc field wins over its variable, read once when the context is made
+    monkeypatch.setenv("WGML_DUMP_WGSL", str(tmp_path / "by_env"))
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((9, 13)), rng.standard_normal((13, 7))
+    with wgml.Context(dump_wgsl=str(tmp_path / "by_desc"), kernel_choices={"gemv_cols": "32"}) as ctx:
+        got = (wgml.tensor(a, ctx=ctx) @ wgml.tensor(b, ctx=ctx)).numpy()
+        np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-5, atol=1e-5)
+    assert len(os.listdir(tmp_path / "by_desc")) >= 1 and not (tmp_path / "by_env").exists()
+    with pytest.raises(wgml.InvalidArgumentError, match="binding_limit"):
+        wgml.Context(binding_limit=100)
+    with pytest.raises(ValueError, match="gemm_tiles"):
+        wgml.Context(kernel_choices={"gemm_tiles": "8,8,16,1"})
+
+
 def test_device_lost():
     ctx = wgml.Context()
     t = wgml.tensor(np.ones(3), ctx=ctx)

@@ -1,12 +1,17 @@
 """Gradients from backward() against central finite differences of the float64 NumPy
-reference: loss = sum(op(inputs) * r) with random r, so every output element counts."""
+reference: loss = sum(op(inputs) * r) with random r, so every output element counts.
+
+What this checks is the binding: one op of each kind through Python (its arguments, keywords
+and operators reaching the library), and the gradients of what Python composes itself (var,
+std, tuple axes, softmax along other axes, indexing, stack, split, embedding, where). Each
+op's own gradient, on many shapes, is checked once, in tests/test_op_table.c."""
 
 import numpy as np
 import pytest
 
 import wgml
 from conftest import nonzero
-from test_ops import UNARY, np_attention, np_layernorm, np_rmsnorm, np_rope, np_softmax
+from test_ops import UNARY, np_attention, np_layernorm, np_rope, np_softmax
 
 
 def fd_grad(f, xs, i, h=1e-6):
@@ -42,24 +47,16 @@ def check_grad(lib_fn, np_fn, xs, rng, wrt=None, rtol=2e-3, atol=2e-4):
                                    err_msg="gradient of input %d" % i)
 
 
-@pytest.mark.parametrize("name", sorted(UNARY))
-def test_unary_grad(name, rng):
-    ref, positive, _, _ = UNARY[name]
-    x = nonzero(rng, (3, 5), positive=positive)
-    check_grad(getattr(wgml, name), ref, [x], rng)
-
-
-BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
-       "maximum": np.maximum, "minimum": np.minimum}
+def test_unary_grad(rng):
+    # the unary functions Python makes from the op table (wgml_op_get_info): one of them
+    ref, positive, _, _ = UNARY["tanh"]
+    check_grad(wgml.tanh, ref, [nonzero(rng, (3, 5), positive=positive)], rng)
 
 
 @pytest.mark.parametrize("sa,sb", [((3, 4), (3, 4)), ((2, 1, 4), (3, 4)), ((7,), (1,))])
-@pytest.mark.parametrize("name", sorted(BIN))
-def test_binary_grad(name, sa, sb, rng):
-    a, b = nonzero(rng, sa, positive=name == "pow"), nonzero(rng, sb)
-    if name in ("maximum", "minimum"):
-        b = b + 0.05  # no ties between a and b
-    check_grad(getattr(wgml, name), BIN[name], [a, b], rng)
+def test_binary_grad(sa, sb, rng):
+    # a binary function of the table, its operands broadcast by Python's shapes
+    check_grad(wgml.mul, np.multiply, [nonzero(rng, sa), nonzero(rng, sb)], rng)
 
 
 def test_scalar_forms_grad(rng):
@@ -79,16 +76,12 @@ def test_detach_stops_the_gradient(rng):
     np.testing.assert_array_equal(wgml.detach(wgml.tensor(xv)).numpy(), xv.astype(np.float32))
 
 
-@pytest.mark.parametrize("case", ["sum1", "mean0", "max-1", "min_all", "sum_all", "mean_keep", "max_tuple",
-                                  "var1", "std0", "var_all"])
+@pytest.mark.parametrize("case", ["sum1", "min_all", "mean_keep", "max_tuple", "var1", "std0", "var_all"])
 def test_reduction_grad(case, rng):
     x = nonzero(rng, (3, 4, 5))
     fns = {
         "sum1": (lambda t: wgml.sum(t, 1), lambda v: v.sum(1)),
-        "mean0": (lambda t: wgml.mean(t, 0), lambda v: v.mean(0)),
-        "max-1": (lambda t: wgml.max(t, -1), lambda v: v.max(-1)),
         "min_all": (lambda t: wgml.min(t), lambda v: v.min()),
-        "sum_all": (lambda t: wgml.sum(t), lambda v: v.sum()),
         "mean_keep": (lambda t: wgml.mean(t, 2, keepdims=True), lambda v: v.mean(2, keepdims=True)),
         "max_tuple": (lambda t: wgml.max(t, (0, 2)), lambda v: v.max((0, 2))),
         "var1": (lambda t: wgml.var(t, 1, correction=1), lambda v: v.var(1, ddof=1)),
@@ -104,22 +97,14 @@ def test_softmax_grads(rng):
     check_grad(wgml.softmax, np_softmax, [x], rng)
     check_grad(lambda t: wgml.softmax(t, axis=0), lambda v: np_softmax(v, 0), [x], rng)
 
-    def np_lsm(v):
-        s = v - v.max(-1, keepdims=True)
-        return s - np.log(np.exp(s).sum(-1, keepdims=True))
-    check_grad(wgml.log_softmax, np_lsm, [x], rng)
-
 
 def test_norm_grads(rng):
-    x, w, b = nonzero(rng, (4, 6)), nonzero(rng, (6,)), nonzero(rng, (6,))
+    x, w, b = nonzero(rng, (4, 6)), nonzero(rng, (6,)), nonzero(rng, (6,))  # every argument
     check_grad(lambda t, u, c: wgml.layernorm(t, u, c), np_layernorm, [x, w, b], rng)
-    check_grad(lambda t, u: wgml.rmsnorm(t, u), np_rmsnorm, [x, w], rng)
-    check_grad(lambda t: wgml.layernorm(t, eps=1e-2), lambda v: np_layernorm(v, eps=1e-2), [x], rng)
 
 
 def test_cumsum_and_rope_grads(rng):
     x = nonzero(rng, (3, 5))
-    check_grad(lambda t: wgml.cumsum(t, 1), lambda v: np.cumsum(v, 1), [x], rng)
     check_grad(lambda t: wgml.cumsum(t, 0, reverse=True), lambda v: np.flip(np.cumsum(np.flip(v, 0), 0), 0), [x], rng)
     y = nonzero(rng, (2, 3, 4))
     check_grad(lambda t: wgml.rope(t, pos_offset=2), lambda v: np_rope(v, 2), [y], rng)
@@ -133,8 +118,6 @@ def test_matmul_grads(rng):
                lambda p, q, c: gelu(0.5 * (p @ q) + c), [a, b, bias], rng)
     at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
     check_grad(lambda p, q: wgml.matmul(p, q, trans_a=True, trans_b=True), lambda p, q: p.T @ q.T, [at, bt], rng)
-    x, y = nonzero(rng, (2, 3, 4)), nonzero(rng, (4, 2))
-    check_grad(lambda p, q: p @ q, lambda p, q: p @ q, [x, y], rng)
 
 
 def test_attention_grad(rng):
@@ -175,7 +158,6 @@ def test_gather_grads(rng):
     ids = np.array([[0, 4, 4], [2, 0, 1]], dtype=np.int32)
     check_grad(lambda t: wgml.embedding(t, ids), lambda v: v[ids], [table], rng)
     idx = np.array([3, 1, 1], dtype=np.int32)
-    check_grad(lambda t: wgml.index_select(t, 1, idx), lambda v: v[:, idx], [nonzero(rng, (2, 4))], rng)
 
     def np_index_add(a, s):
         out = a.copy()
@@ -189,7 +171,6 @@ def test_selection_grads(rng):
     a, b = nonzero(rng, (3, 4)), nonzero(rng, (4,))
     cond = (rng.uniform(size=(3, 4)) > 0.5).astype(np.float32)
     check_grad(lambda x, y: wgml.where(cond, x, y), lambda x, y: np.where(cond != 0, x, y), [a, b], rng)
-    check_grad(lambda x: wgml.masked_fill(x, cond, 2.0), lambda x: np.where(cond != 0, 2.0, x), [a], rng)
     check_grad(lambda x: wgml.clamp(x, -0.5, 0.7), lambda x: np.clip(x, -0.5, 0.7), [a], rng)
 
 

@@ -29,6 +29,7 @@ UNARY = {
     "cos": (np.cos, False, 1e-5, 1e-6),
     "silu": (lambda x: x / (1 + np.exp(-x)), False, 1e-5, 1e-6),
     "softplus": (lambda x: np.log1p(np.exp(x)), False, 1e-5, 1e-6),
+    "softsign": (lambda x: x / (1 + np.abs(x)), False, 1e-5, 1e-6),
 }
 
 

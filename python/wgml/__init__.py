@@ -33,6 +33,11 @@ from ._tensor import (Tensor, float32, int32, tensor, from_numpy, as_tensor, no_
                       stack, split, chunk, embedding, index_select, index_add, matmul, attention,
                       cross_entropy, mse, eval, UNARY_OPS, BINARY_OPS)
 from ._io import save, load, save_file, load_file
+from . import _tensor
+# every elementwise op the library lists (wgml_op_get_info), those added after this file too
+for _name in UNARY_OPS + BINARY_OPS:
+    globals()[_name] = getattr(_tensor, _name)
+del _name
 from . import optim
 from ._ffi import gpt_header_path
 if gpt_header_path is not None:  # wgml_gpt.h found beside wgml.h (import wgml.gpt says why not otherwise)

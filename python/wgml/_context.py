@@ -32,6 +32,10 @@ _RUNTIMES = {
     "wgpu-native": lib.WGML_RUNTIME_WGPU_NATIVE, "dawn": lib.WGML_RUNTIME_DAWN,
 }
 
+# The kernel choices of wgml_context_desc (text in their WGML_* variable's syntax)
+_KERNEL_CHOICES = ("gemm_tile", "gemm_warp", "gemm_cpu", "gemm_cpu_subgroups", "gemv_cols", "gemv_rows",
+                   "subgroups", "ew_unroll", "attn_tiles", "attn_pre")
+
 _live = weakref.WeakSet()  # every open context, closed at exit before the interpreter unloads
 _default = None
 _default_lock = threading.Lock()
@@ -53,10 +57,19 @@ class Context:
         (modulo their number); 0: WGML_ADAPTER_INDEX, else the first.
     runtime: the WebGPU implementation, "wgpu-native", "dawn" or "auto"/None (WGML_RUNTIME,
         else Dawn where installed and the adapter has subgroup matrices, else wgpu-native).
+    dump_wgsl, profile, timeline, poll_spin_us, loop_limit, binding_limit, dist_bucket_mb,
+    dawn_library, wgpu_native_library, dawn_toggles: as wgml_context_desc's fields (each None,
+        False or 0 takes its WGML_* environment variable, read once, here; one that is set
+        wins over it).
+    kernel_choices: a dict of the desc's kernel choices ("gemm_tile", "gemm_warp", "gemm_cpu",
+        "gemm_cpu_subgroups", "gemv_cols", "gemv_rows", "subgroups", "ew_unroll", "attn_tiles",
+        "attn_pre") to their text, e.g. {"gemm_tile": "8,8,16,1"}; benchmark sweeps.
     """
 
     def __init__(self, adapter=None, backend=None, bounds_checks=False, no_fusion=False, gpu_timing=False,
-                 adapter_index=0, runtime=None):
+                 adapter_index=0, runtime=None, dump_wgsl=None, profile=None, timeline=False, poll_spin_us=0.0,
+                 loop_limit=0, binding_limit=0, dist_bucket_mb=0.0, dawn_library=None, wgpu_native_library=None,
+                 dawn_toggles=None, kernel_choices=None):
         self._ptr = None
         self._optimizers = weakref.WeakSet()
         self._losses = []  # losses given to backward() since the last optimiser step
@@ -78,6 +91,25 @@ class Context:
         desc.no_fusion = 1 if no_fusion else 0
         desc.gpu_timing = 1 if gpu_timing else 0
         desc.adapter_index = int(adapter_index)  # among several of the chosen kind (one GPU per rank)
+        keep = []  # the strings given, alive until the library has copied them
+
+        def text(value):
+            if value is None:
+                return ffi.NULL
+            keep.append(ffi.new("char[]", str(value).encode()))
+            return keep[-1]
+
+        desc.dump_wgsl, desc.profile = text(dump_wgsl), text(profile)
+        desc.dawn_library, desc.wgpu_native_library = text(dawn_library), text(wgpu_native_library)
+        desc.dawn_toggles = text(dawn_toggles)
+        desc.timeline = 1 if timeline else 0
+        desc.poll_spin_us = float(poll_spin_us)
+        desc.loop_limit, desc.binding_limit = int(loop_limit), int(binding_limit)
+        desc.dist_bucket_mb = float(dist_bucket_mb)
+        for name, value in (kernel_choices or {}).items():
+            if name not in _KERNEL_CHOICES:
+                raise ValueError("kernel_choices: %r is none of %s" % (name, ", ".join(_KERNEL_CHOICES)))
+            setattr(desc, name, text(value))
         out = ffi.new("wgml_context **")
         st = lib.wgml_context_create(desc, out)
         if st != lib.WGML_OK:

@@ -914,22 +914,6 @@ def _binary_fn(name, code):
     return op
 
 
-add = _binary_fn("add", lib.WGML_ADD)
-sub = _binary_fn("sub", lib.WGML_SUB)
-mul = _binary_fn("mul", lib.WGML_MUL)
-div = _binary_fn("div", lib.WGML_DIV)
-pow = _binary_fn("pow", lib.WGML_POW)
-maximum = _binary_fn("maximum", lib.WGML_MAXIMUM)
-minimum = _binary_fn("minimum", lib.WGML_MINIMUM)
-eq = _binary_fn("eq", lib.WGML_EQ)
-ne = _binary_fn("ne", lib.WGML_NE)
-lt = _binary_fn("lt", lib.WGML_LT)
-le = _binary_fn("le", lib.WGML_LE)
-gt = _binary_fn("gt", lib.WGML_GT)
-ge = _binary_fn("ge", lib.WGML_GE)
-BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge")
-
-
 def _unary_fn(name, public=None):
     cfn = getattr(lib, "wgml_" + name)
 
@@ -941,18 +925,32 @@ def _unary_fn(name, public=None):
     return op
 
 
-neg = _unary_fn("neg")
-abs = _unary_fn("abs")
-exp = _unary_fn("exp")
-log = _unary_fn("log")
-sqrt = _unary_fn("sqrt")
-rsqrt = _unary_fn("rsqrt")
-tanh = _unary_fn("tanh")
-sigmoid = _unary_fn("sigmoid")
-relu = _unary_fn("relu")
-gelu_tanh = _unary_fn("gelu", "gelu_tanh")
+# ---------------------------------------------------------------- the library's elementwise ops
+
+def _library_ops():
+    """(name, kind, wgml_binary_op) of every op wgml.h gives a generated constructor
+    wgml_<name> (wgml_op_get_info): a new op reaches Python with no edit here."""
+    info = ffi.new("wgml_op_info *")
+    out = []
+    for i in range(lib.wgml_op_count()):
+        if lib.wgml_op_get_info(i, info) == lib.WGML_OK and info.public_fn:
+            out.append((ffi.string(info.name).decode(), ffi.string(info.kind).decode(), info.binary_op))
+    return out
+
+
+# C names given another name here (wgml_gelu is the tanh form; gelu below is PyTorch's)
+_RENAMED = {"gelu": "gelu_tanh"}
+_binary_names, _unary_names = [], []
+for _name, _kind, _code in _library_ops():
+    if _kind == "binary":
+        globals()[_name] = _binary_fn(_name, _code)
+        _binary_names.append(_name)
+    elif _kind == "unary":
+        globals()[_RENAMED.get(_name, _name)] = _unary_fn(_name, _RENAMED.get(_name))
+        _unary_names.append(_RENAMED.get(_name, _name))
+BINARY_OPS = tuple(_binary_names)
+
 gelu_tanh.__doc__ = "GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2's)."
-gelu_exact = _unary_fn("gelu_exact")
 gelu_exact.__doc__ = "GELU, exact: 0.5 x (1 + erf(x / sqrt(2))) (the same as gelu)."
 
 
@@ -965,13 +963,7 @@ def gelu(a: Any, approximate: str = "none") -> Tensor:
         return gelu_tanh(a)
     raise ValueError("approximate is 'none' or 'tanh', not %r" % (approximate,))
 
-erf = _unary_fn("erf")
-sin = _unary_fn("sin")
-cos = _unary_fn("cos")
-silu = _unary_fn("silu")
-softplus = _unary_fn("softplus")
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "gelu_exact",
-             "erf", "sin", "cos", "silu", "softplus")
+UNARY_OPS = tuple(_unary_names) + ("gelu",)  # gelu: the exact form by default, as PyTorch's
 for _name in UNARY_OPS:
     setattr(Tensor, _name, globals()[_name])
 for _name in BINARY_OPS:

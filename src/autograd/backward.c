@@ -1,6 +1,6 @@
 /*
  * Reverse-mode autograd over the lazy graph. wgml_backward(loss) walks the graph from the
- * loss, then applies each node's vector-Jacobian rule (the op table's, graph/ops.c) in
+ * loss, then applies each node's vector-Jacobian rule (the op table's, ops/table.c) in
  * reverse order; the rules build more lazy nodes. Gradients
  * accumulate into each trainable tensor's grad, still lazy: they are computed with whatever
  * evaluates next (an optimiser step runs forward, backward and update in one submit).
@@ -10,17 +10,17 @@
 #include <string.h>
 
 #include "core/ptrmap.h"
-#include "graph/build.h"
+#include "engine/build.h"
 
 typedef wgml_tensor T;
 
 /* ---------------------------------------------------------------- the pass */
 
-/* The op table gives each op its rule (graph/ops.c), or says why it has none. */
+/* The op table gives each op its rule (ops/table.c), or says why it has none. */
 static bool has_rule(const T *t)
 {
     if (t->op == WGML_OP_VIEW) return t->view_kind != WGML_VIEW_OTHER;
-    return wgml_op_table[t->op].vjp != NULL;
+    return wgml_op_table[t->op]->vjp != NULL;
 }
 
 /* Inputs that carry gradients: for a view, its input (src[1]), not the buffer's owner; none
@@ -28,7 +28,7 @@ static bool has_rule(const T *t)
 static int grad_inputs(T *t, T **out)
 {
     if (t->op == WGML_OP_NONE && t->tape) { out[0] = t->tape; return 1; } /* evaluated: the graph it was */
-    if (wgml_op_table[t->op].constant) return 0;
+    if (wgml_op_table[t->op]->constant) return 0;
     if (t->op == WGML_OP_VIEW) { out[0] = NULL; out[1] = t->src[1]; return 2; }
     for (int i = 0; i < t->nsrc; i++) out[i] = t->src[i];
     return t->nsrc;
@@ -123,8 +123,8 @@ wgml_status wgml_backward(wgml_tensor *loss)
         T *t = o.v[k].t;
         if (!o.v[k].needs || t->op == WGML_OP_NONE || has_rule(t)) continue;
         order_free(&o);
-        const char *why = wgml_op_table[t->op].no_grad;
-        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "backward: %s is not differentiable%s%s", wgml_op_table[t->op].name,
+        const char *why = wgml_op_table[t->op]->no_grad;
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "backward: %s is not differentiable%s%s", wgml_op_table[t->op]->name,
                          why ? ": " : "", why ? why : "");
     }
     wgml_status st = WGML_OK;
@@ -150,14 +150,14 @@ wgml_status wgml_backward(wgml_tensor *loss)
             continue;
         }
         T *gin[WGML_MAX_SRC] = {0};
-        if ((st = wgml_op_table[t->op].vjp(ctx, t, g, gin))) break;
+        if ((st = wgml_op_table[t->op]->vjp(ctx, t, g, gin))) break;
         T *in[WGML_MAX_SRC];
         int n = grad_inputs(t, in);
         for (int i = 0; i < n; i++) {
             if (!in[i] || !gin[i]) continue;
             note *to = note_of(&o, in[i]);
             if (!to->needs) continue;
-            if (gin[i]->status) { st = wgml_fail(ctx, gin[i]->status, "backward of %s: %s", wgml_op_table[t->op].name, gin[i]->error); break; }
+            if (gin[i]->status) { st = wgml_fail(ctx, gin[i]->status, "backward of %s: %s", wgml_op_table[t->op]->name, gin[i]->error); break; }
             to->grad = to->grad ? wgml_add(ctx, to->grad, gin[i]) : gin[i];
         }
     }

@@ -61,13 +61,7 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
         return WGML_ERROR_INVALID_ARGUMENT;
     }
     *out = NULL;
-    wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
-    if ((int)desc.backend < WGML_BACKEND_DEFAULT || (int)desc.backend > WGML_BACKEND_ALL) {
-        snprintf(create_error, sizeof create_error,
-                 "wgml_context_create: backend %d is not a wgml_backend (0 to %d)", (int)desc.backend,
-                 (int)WGML_BACKEND_ALL);
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
+    wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0}; /* checked by wgml_settings_resolve */
     wgml_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         snprintf(create_error, sizeof create_error, "out of host memory");
@@ -92,10 +86,9 @@ wgml_status wgml_context_create(const wgml_context_desc *desc_in, wgml_context *
         free(ctx);
         return st;
     }
-    const char *checks = getenv("WGML_BOUNDS_CHECKS");
-    ctx->trusted_kernels = !(desc.bounds_checks || (checks && *checks == '1'));
+    ctx->trusted_kernels = !ctx->rt.settings.bounds_checks;
     ctx->desc = desc;
-    ctx->desc.adapter_name = NULL; /* the caller's string */
+    wgml_settings_forget_strings(&ctx->desc); /* the caller's (ctx->rt.settings has copies) */
     *out = ctx;
     return WGML_OK;
 }

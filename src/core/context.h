@@ -32,7 +32,7 @@ struct wgml_context {
     wgml_runtime rt;
     wgml_context_desc desc;  /* as given at creation (adapter_name not kept) */
     bool trusted_kernels;    /* compile hand-written kernels without runtime bounds checks */
-    int compute_precision;   /* wgml_precision: what matmuls built now run in (graph/matmul.c) */
+    int compute_precision;   /* wgml_precision: what matmuls built now run in (ops/matmul/matmul.c) */
 
     wgml_pool pool;
     struct wgml_pipeline *pipelines[WGML_PIPELINE_BUCKETS];
@@ -42,7 +42,7 @@ struct wgml_context {
     wgml_tensor *tensors;
     int scope_depth;
     /* Evaluates the pending results that read one of bufs[0..n), before core overwrites them in
-       place (wgml_tensor_write), so a result keeps the value it had when built. Set by graph/
+       place (wgml_tensor_write), so a result keeps the value it had when built. Set by engine/
        with the first lazy node (none before: nothing can be pending). */
     wgml_status (*settle_readers)(wgml_context *ctx, int n, struct wgml_buffer *const *bufs);
 

@@ -62,8 +62,7 @@ static const char *dump_dir(wgml_context *ctx)
     dump_state *d = wgml_extension_make(ctx, &dump_key, sizeof *d, NULL);
     if (!d) return NULL;
     if (!d->read) {
-        const char *e = getenv("WGML_DUMP_WGSL");
-        snprintf(d->dir, sizeof d->dir, "%s", e ? e : "");
+        snprintf(d->dir, sizeof d->dir, "%s", ctx->rt.settings.dump_wgsl);
         d->read = true;
         if (*d->dir) mkdir(d->dir, 0777); /* may exist; a failure shows as files not written */
     }
@@ -79,7 +78,13 @@ static void dump(wgml_context *ctx, const uint32_t *key, size_t words, uint64_t 
     char name[256];
     const char *tag = "wgsl";
     if (key) {
-        static const char *tags[] = {"key", "named", "fused", "row", "gemm", "gemv", "attention"};
+        static const char *const tags[] = {
+            "key",
+#define WGML_KEY_NAME(tag, name) #name,
+            WGML_KEY_TAGS(WGML_KEY_NAME)
+#undef WGML_KEY_NAME
+        };
+        _Static_assert(sizeof tags / sizeof *tags == WGML_KEY_TAG_COUNT, "a name per tag");
         uint32_t t = key[0] >> 8;
         tag = t < sizeof tags / sizeof tags[0] ? tags[t] : "key";
         if (key[0] == WGML_KEY_NAMED && words > 1) /* key[1]: the kernel's place among the embedded sources */

@@ -34,9 +34,22 @@ wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trust
    generate the source and file it under the key with wgml_pipeline_add, which takes the
    generated source (and frees it; NULL, a generator out of memory, is reported as such). */
 /* (a tag's low byte, a key's first, is 0: never the first byte of WGSL source) */
-enum { WGML_KEY_NAMED = 0x100, WGML_KEY_FUSED = 0x200, WGML_KEY_ROW = 0x300, WGML_KEY_GEMM = 0x400, WGML_KEY_GEMV = 0x500,
-       WGML_KEY_RANDOM = 0x600, WGML_KEY_ATTN = 0x700,
-       WGML_KEY_GEMM_MATRIX = 0x800 };
+/* X(TAG, name): WGML_KEY_<TAG> is (its place in this list, from 1) << 8; name names its
+   kernels in the WGML_DUMP_WGSL folder (core/pipeline.c), from the same list */
+#define WGML_KEY_TAGS(X) X(NAMED, named) X(FUSED, fused) X(ROW, row) X(GEMM, gemm) X(GEMV, gemv) \
+    X(RANDOM, random) X(ATTN, attention) X(GEMM_MATRIX, gemm-matrix)
+enum {
+    WGML_KEY_PLACE_NONE_,
+#define WGML_KEY_PLACE(tag, name) WGML_KEY_PLACE_##tag,
+    WGML_KEY_TAGS(WGML_KEY_PLACE)
+#undef WGML_KEY_PLACE
+    WGML_KEY_TAG_COUNT
+};
+enum {
+#define WGML_KEY_VALUE(tag, name) WGML_KEY_##tag = WGML_KEY_PLACE_##tag << 8,
+    WGML_KEY_TAGS(WGML_KEY_VALUE)
+#undef WGML_KEY_VALUE
+};
 wgml_pipeline *wgml_pipeline_find(wgml_context *ctx, const uint32_t *key, size_t words);
 wgml_pipeline *wgml_pipeline_add(wgml_context *ctx, const uint32_t *key, size_t words, char *wgsl, bool trusted);
 void wgml_pipelines_destroy(wgml_context *ctx);

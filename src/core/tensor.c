@@ -302,7 +302,7 @@ wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
     return st;
 }
 
-/* ---------------------------------------------------------------- write (reads evaluate: graph/executor.c) */
+/* ---------------------------------------------------------------- write (reads evaluate: engine/executor.c) */
 
 const char *wgml_dtype_name(wgml_dtype dtype)
 {

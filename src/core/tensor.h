@@ -6,7 +6,7 @@
  *   - storage: op == WGML_TENSOR_STORAGE, buf holds its data (a pool buffer);
  *   - a view:  op == WGML_TENSOR_VIEW, src[0] is the storage-or-lazy tensor whose buffer it
  *              reads, through its own shape, strides and offset (elements);
- *   - lazy:    any other op (a row of graph/ops.h's table), src[] are its inputs; evaluation
+ *   - lazy:    any other op (a row of engine/op.h's table), src[] are its inputs; evaluation
  *              gives it a buffer and turns it into storage (it then drops its inputs).
  * Every lazy result is laid out contiguously, so a view's strides are known when it is made.
  */
@@ -20,9 +20,9 @@
 
 #define WGML_TENSOR_MAGIC 0x7767746eu /* "wgtn" */
 #define WGML_MAX_SRC 8 /* concat joins up to 8; attention's gradient reads five (q, k, v, the forward's output, dO) */
-#define WGML_MAX_PARAMS 8
+#define WGML_OP_PARAMS_BYTES 32 /* a node's typed parameters (the largest: matmul's, random's) */
 
-/* The two ops core knows; graph/ops.h numbers its table from these. */
+/* The two ops core knows; engine/op.h numbers its table from these. */
 enum { WGML_TENSOR_STORAGE = 0, WGML_TENSOR_VIEW = 1 };
 
 enum { WGML_VIEW_OTHER = 0, WGML_VIEW_RESHAPE, WGML_VIEW_PERMUTE, WGML_VIEW_BROADCAST, WGML_VIEW_SLICE };
@@ -53,11 +53,11 @@ struct wgml_tensor {
     struct wgml_buffer *dest;
     int64_t dest_offset;
 
-    int op; /* a wgml_op of graph/ops.h */
+    int op; /* a wgml_op of engine/op.h */
     int nsrc;
     wgml_tensor *src[WGML_MAX_SRC];
-    float fparam[WGML_MAX_PARAMS]; /* scalars, eps, alpha, clamp bounds... */
-    int32_t iparam[WGML_MAX_PARAMS]; /* axis, flags, scalar side... */
+    /* the op's parameters: a struct its family defines (WGML_OP_PARAMS, engine/op.h) */
+    _Alignas(8) unsigned char params[WGML_OP_PARAMS_BYTES];
     const void *op_data; /* what an op's creator attaches (a custom node's launch builder) */
 
     wgml_status status; /* an error state from building the op */
@@ -68,7 +68,7 @@ struct wgml_tensor {
     int scope;       /* scope depth it was made in */
     wgml_tensor *all_prev, *all_next; /* the context's list of live tensors */
 
-    /* scratch of the walk that finds a buffer's pending readers (graph/executor.c), valid
+    /* scratch of the walk that finds a buffer's pending readers (engine/executor.c), valid
        while walk_epoch is that walk's */
     uint32_t walk_epoch;
     int walk_users;    /* live lazy nodes and views that take it as an input */

@@ -1,4 +1,4 @@
-/* The WGSL kernels of src/kernels/ (.wgsl files), embedded at build time (scripts/embed_wgsl.py). */
+/* The WGSL kernels of src/ (.wgsl files beside their launch code), embedded at build time (scripts/embed_wgsl.py). */
 #ifndef WGML_KERNELS_WGSL_SOURCES_H
 #define WGML_KERNELS_WGSL_SOURCES_H
 

@@ -484,7 +484,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         if (!st) write_buffer(p, p->fvecs, 0, v, (size_t)(p->llama ? 1 : 2) * (size_t)p->C * 4);
         free(v);
     }
-    if (p->llama) { /* RoPE's frequencies as graph/rope_cumsum.c computes them */
+    if (p->llama) { /* RoPE's frequencies as ops/scan.c computes them */
         const int64_t half = p->D / 2;
         float *f = malloc((size_t)(half > 0 ? half : 1) * sizeof *f);
         if (!f && !st) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");

@@ -87,9 +87,10 @@ static int64_t size_of(const wgml_gpt_config *c, char k)
 void wgml_gpt_param_spec(const wgml_gpt_config *c, int i, wgml_param_spec *p)
 {
     const wgml_gpt_arch_ops *a = wgml_gpt_arch_of(c->arch);
+    memset(p, 0, sizeof *p);
+    if (!a || i < 0 || i >= wgml_gpt_param_count(c)) return; /* (not a parameter: an empty spec) */
     const int per = wgml_gpt_layer_params(c), body = (int)c->layers * per;
     const wgml_gpt_param_row *row;
-    memset(p, 0, sizeof *p);
     if (i < a->n_embed) {
         row = &a->embed[i];
         snprintf(p->name, sizeof p->name, "%s", row->name);

@@ -264,8 +264,8 @@ wgml_status wgml_model_check_file(wgml_context *ctx, const char *path, const wgm
     /* each tensor checked above was found once by name; anything else is not the model's */
     for (int t = 0; t < f->count; t++)
         if (!known_name(f->tensors[t].name, n, spec, extra, n_extra))
-            return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: unexpected tensor '%s' (%s gives %s..%s and their moments)", path,
-                             f->tensors[t].name, why, spec[0].name, spec[n - 1].name);
+            return wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: unexpected tensor '%s' (the model's are %s..%s, their moments%s%s)", path,
+                             f->tensors[t].name, spec[0].name, spec[n - 1].name, n_extra ? " and " : "", n_extra ? extra[0] : "");
     return WGML_OK;
 }
 

@@ -160,8 +160,8 @@ static WGPUChainedStruct *device_chain(wgml_runtime *rt, wgml_toggles *t)
     size_t n = 0;
     t->names[n++] = "allow_unsafe_apis";
     if (rt->trusted) t->names[n++] = "disable_robustness";
-    const char *e = getenv("WGML_DAWN_TOGGLES");
-    if (e && *e) {
+    const char *e = rt->settings.dawn_toggles;
+    if (*e) {
         snprintf(t->extra, sizeof t->extra, "%s", e);
         for (char *save = NULL, *tok = strtok_r(t->extra, ",", &save); tok && n < 16; tok = strtok_r(NULL, ",", &save))
             if (*tok) t->names[n++] = tok;

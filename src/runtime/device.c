@@ -240,18 +240,6 @@ static bool contains_nocase(const char *hay, const char *needle)
     return n == 0;
 }
 
-static wgml_backend backend_from_env(void)
-{
-    const char *e = getenv("WGML_BACKEND");
-    if (!e || !*e) return WGML_BACKEND_VULKAN;
-    if (contains_nocase(e, "vulkan")) return WGML_BACKEND_VULKAN;
-    if (contains_nocase(e, "metal")) return WGML_BACKEND_METAL;
-    if (contains_nocase(e, "dx12") || contains_nocase(e, "d3d12")) return WGML_BACKEND_DX12;
-    if (contains_nocase(e, "gl")) return WGML_BACKEND_GL;
-    if (contains_nocase(e, "all")) return WGML_BACKEND_ALL;
-    return WGML_BACKEND_VULKAN;
-}
-
 static const char *backend_label(wgml_backend b)
 {
     switch (b) {
@@ -353,37 +341,23 @@ static wgml_status open_fail(wgml_runtime *rt, wgml_status st, const char *msg, 
     return st;
 }
 
-/* WGML_RUNTIME: AUTO for unset or "auto"; -1 for a value that names no runtime */
-static int runtime_from_env(void)
-{
-    const char *e = getenv("WGML_RUNTIME");
-    if (!e || !*e || !strcmp(e, "auto")) return WGML_RUNTIME_AUTO;
-    if (!strcmp(e, "dawn")) return WGML_RUNTIME_DAWN;
-    if (!strcmp(e, "wgpu-native") || !strcmp(e, "wgpu")) return WGML_RUNTIME_WGPU_NATIVE;
-    return -1;
-}
-
 /* Opens everything on one implementation. need_subgroup_matrix (the automatic choice trying
    Dawn): WGML_ERROR_UNSUPPORTED as soon as the adapter is known not to offer them. */
-static wgml_status open_on(wgml_runtime *rt, const wgml_context_desc *desc, wgml_runtime_kind kind,
+static wgml_status open_on(wgml_runtime *rt, const wgml_settings *settings, wgml_runtime_kind kind,
                            bool need_subgroup_matrix, char *err, size_t err_size)
 {
-    wgml_status st = wgml_wgpu_bind(kind, err, err_size);
+    rt->settings = *settings;
+    const wgml_settings *s = &rt->settings;
+    wgml_status st = wgml_wgpu_bind(kind, kind == WGML_RUNTIME_DAWN ? s->dawn_library : s->wgpu_native_library, err, err_size);
     if (st) return st;
     rt->bound = true;
     rt->impl = kind == WGML_RUNTIME_DAWN ? &wgml_impl_dawn : &wgml_impl_wgpu_native;
-    wgml_backend backend = desc->backend == WGML_BACKEND_DEFAULT ? backend_from_env() : desc->backend;
-    const char *want_name = desc->adapter_name ? desc->adapter_name : getenv("WGML_ADAPTER");
-    const char *index_env = getenv("WGML_ADAPTER_INDEX");
-    long want_index = desc->adapter_index ? desc->adapter_index : index_env && *index_env ? strtol(index_env, NULL, 10) : 0;
-    if (want_index < 0)
-        return open_fail(rt, WGML_ERROR_INVALID_ARGUMENT, "adapter_index (or WGML_ADAPTER_INDEX) is negative", err,
-                         err_size);
+    wgml_backend backend = s->backend;
+    const char *want_name = s->adapter_name;
+    long want_index = s->adapter_index;
 
-    const char *timing = getenv("WGML_GPU_TIMING");
-    rt->gpu_timing = desc->gpu_timing || (timing && *timing == '1');
-    const char *checks = getenv("WGML_BOUNDS_CHECKS");
-    rt->trusted = !(desc->bounds_checks || (checks && *checks == '1'));
+    rt->gpu_timing = s->gpu_timing;
+    rt->trusted = !s->bounds_checks;
 
     char msg[1024];
     if ((st = rt->impl->create_instance(rt, backend, msg, sizeof msg))) return open_fail(rt, st, msg, err, err_size);
@@ -483,16 +457,13 @@ static wgml_status open_on(wgml_runtime *rt, const wgml_context_desc *desc, wgml
        CPU adapter, where the spinning thread takes a core from the work it waits for
        (lavapipe on 2 cores, `WGML_BENCH_ONLY=cached_roundtrip wgml bench matmul --quick`:
        352-423 us blocking at once, 497-543 us spinning 1 ms) */
-    const char *spin = getenv("WGML_POLL_SPIN_US");
     bool cpu = ai.adapterType == WGPUAdapterType_CPU;
-    rt->poll_spin_seconds = spin && *spin ? atof(spin) * 1e-6 : cpu ? 0.0 : 10e-3;
-    const char *tl = getenv("WGML_TIMELINE");
-    rt->timeline.on = tl && *tl && strcmp(tl, "0");
+    rt->poll_spin_seconds = s->poll_spin_us >= 0 ? s->poll_spin_us * 1e-6 : cpu ? 0.0 : 10e-3;
+    rt->timeline.on = s->timeline;
     /* llvmpipe's loop limiter (see wgml_context.loop_limit); the margin is for the fixed loops
        (reduction trees) that the kernels' own counts leave out */
-    const char *ll = getenv("WGML_LOOP_LIMIT");
     rt->loop_limit = strstr(rt->info.name, "llvmpipe") ? 65535 - 512 : UINT32_MAX;
-    if (ll && *ll && strtoul(ll, NULL, 10) > 0) rt->loop_limit = (uint32_t)strtoul(ll, NULL, 10);
+    if (s->loop_limit) rt->loop_limit = s->loop_limit;
     wgpuAdapterInfoFreeMembers(ai);
     wgpuSupportedFeaturesFreeMembers(af);
     for (size_t i = 0; i < nreq; i++) {
@@ -514,19 +485,13 @@ static wgml_status open_on(wgml_runtime *rt, const wgml_context_desc *desc, wgml
     return WGML_OK;
 }
 
-wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in, char *err, size_t err_size)
+wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc, char *err, size_t err_size)
 {
-    wgml_context_desc desc = desc_in ? *desc_in : (wgml_context_desc){0};
-    int kind = desc.runtime;
-    if (kind < WGML_RUNTIME_AUTO || kind > WGML_RUNTIME_DAWN) {
-        snprintf(err, err_size, "runtime %d is not a wgml_runtime_kind (0 to %d)", kind, (int)WGML_RUNTIME_DAWN);
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    if (kind == WGML_RUNTIME_AUTO && (kind = runtime_from_env()) < 0) {
-        snprintf(err, err_size, "WGML_RUNTIME='%s' names no runtime (auto, wgpu-native, dawn)", getenv("WGML_RUNTIME"));
-        return WGML_ERROR_INVALID_ARGUMENT;
-    }
-    if (kind != WGML_RUNTIME_AUTO) return open_on(rt, &desc, (wgml_runtime_kind)kind, false, err, err_size);
+    wgml_settings settings; /* kept apart from rt, which a second try below zeroes */
+    wgml_status st = wgml_settings_resolve(desc, &settings, err, err_size);
+    if (st) return st;
+    wgml_runtime_kind kind = settings.runtime;
+    if (kind != WGML_RUNTIME_AUTO) return open_on(rt, &settings, kind, false, err, err_size);
     /* Automatic: the implementation this process already runs; else Dawn where it loads and
        the adapter has subgroup matrices (the matrix units are Dawn's to reach); else
        wgpu-native, whose dispatches and waits are the ones measured on every adapter. Asked
@@ -534,15 +499,15 @@ wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc_in
        cooperative-matrix feature, which it cannot enable): only those try Dawn, so other
        machines never load it (nor read its warnings on stderr). */
     wgml_runtime_kind bound = wgml_wgpu_bound();
-    if (bound != WGML_RUNTIME_AUTO) return open_on(rt, &desc, bound, false, err, err_size);
-    wgml_status st = open_on(rt, &desc, WGML_RUNTIME_WGPU_NATIVE, false, err, err_size);
-    if (st || !rt->info.has_cooperative_matrix || !wgml_wgpu_available(WGML_RUNTIME_DAWN)) return st;
+    if (bound != WGML_RUNTIME_AUTO) return open_on(rt, &settings, bound, false, err, err_size);
+    st = open_on(rt, &settings, WGML_RUNTIME_WGPU_NATIVE, false, err, err_size);
+    if (st || !rt->info.has_cooperative_matrix || !wgml_wgpu_available(WGML_RUNTIME_DAWN, settings.dawn_library)) return st;
     wgml_runtime_close(rt);
     memset(rt, 0, sizeof *rt);
-    if (open_on(rt, &desc, WGML_RUNTIME_DAWN, true, err, err_size) == WGML_OK) return WGML_OK;
+    if (open_on(rt, &settings, WGML_RUNTIME_DAWN, true, err, err_size) == WGML_OK) return WGML_OK;
     memset(rt, 0, sizeof *rt);
     if (err_size) err[0] = 0; /* Dawn's refusal is no failure of this context */
-    return open_on(rt, &desc, WGML_RUNTIME_WGPU_NATIVE, false, err, err_size);
+    return open_on(rt, &settings, WGML_RUNTIME_WGPU_NATIVE, false, err, err_size);
 }
 
 void wgml_runtime_destroy_device(wgml_runtime *rt)

@@ -13,7 +13,7 @@
 
 typedef struct implementation {
     const char *label;        /* for messages */
-    const char *env;          /* the variable naming the file */
+    const char *env;          /* the variable naming the file (for messages: settings.c reads it) */
     const char *default_name; /* found through the search path */
     void *handle;             /* dlopen's, kept for the life of the process */
     bool tried;
@@ -44,13 +44,13 @@ static bool symbol(void *handle, const char *name, void *slot)
     return p != NULL;
 }
 
-/* Loads impl's library once; false (impl->error says why) if it cannot. Holds the lock. */
-static bool load(implementation *impl)
+/* Loads impl's library once, from path ("" or NULL: its usual name); false (impl->error says
+   why) if it cannot. Holds the lock. */
+static bool load(implementation *impl, const char *path)
 {
     if (impl->tried) return impl->handle != NULL;
     impl->tried = true;
-    const char *env = getenv(impl->env);
-    snprintf(impl->path, sizeof impl->path, "%s", env && *env ? env : impl->default_name);
+    snprintf(impl->path, sizeof impl->path, "%s", path && *path ? path : impl->default_name);
     /* RTLD_LOCAL: the library's wgpu* symbols stay out of the global scope, where they could
        meet another copy's */
     void *h = dlopen(impl->path, RTLD_NOW | RTLD_LOCAL);
@@ -92,7 +92,7 @@ static bool load(implementation *impl)
     return true;
 }
 
-wgml_status wgml_wgpu_bind(wgml_runtime_kind kind, char *err, size_t err_size)
+wgml_status wgml_wgpu_bind(wgml_runtime_kind kind, const char *path, char *err, size_t err_size)
 {
     if (kind != WGML_RUNTIME_WGPU_NATIVE && kind != WGML_RUNTIME_DAWN) {
         snprintf(err, err_size, "internal: binding runtime %d", (int)kind);
@@ -107,11 +107,12 @@ wgml_status wgml_wgpu_bind(wgml_runtime_kind kind, char *err, size_t err_size)
                  "WebGPU runtime at a time (free the other contexts first)",
                  impl->label, impls[bound].label);
         st = WGML_ERROR_UNSUPPORTED;
-    } else if (!load(impl)) {
+    } else if (!load(impl, path)) {
         snprintf(err, err_size,
-                 "the %s runtime could not be loaded from '%s' (%s); set %s to the library's "
-                 "path%s",
+                 "the %s runtime could not be loaded from '%s' (%s); set %s (or the context "
+                 "desc's %s) to the library's path%s",
                  impl->label, impl->path, impl->error, impl->env,
+                 kind == WGML_RUNTIME_DAWN ? "dawn_library" : "wgpu_native_library",
                  kind == WGML_RUNTIME_DAWN ? " (scripts/deps_dawn.sh installs it)" : "");
         st = WGML_ERROR_UNSUPPORTED;
     } else {
@@ -141,11 +142,11 @@ wgml_runtime_kind wgml_wgpu_bound(void)
     return k;
 }
 
-bool wgml_wgpu_available(wgml_runtime_kind kind)
+bool wgml_wgpu_available(wgml_runtime_kind kind, const char *path)
 {
     if (kind != WGML_RUNTIME_WGPU_NATIVE && kind != WGML_RUNTIME_DAWN) return false;
     pthread_mutex_lock(&lock);
-    bool ok = load(&impls[kind]);
+    bool ok = load(&impls[kind], path);
     pthread_mutex_unlock(&lock);
     return ok;
 }

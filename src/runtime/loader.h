@@ -106,17 +106,18 @@ typedef struct wgml_wgpu_table {
 extern wgml_wgpu_extras wgml_wgpu_extra;
 
 /* Binds the implementation `kind` (WGPU_NATIVE or DAWN, not AUTO) for one more user, loading
-   its library on first use: WGML_DAWN_LIBRARY or WGML_WGPU_NATIVE_LIBRARY names the file, else
-   the library's usual name through the search path (libwgml's runpath: installed beside it).
-   WGML_ERROR_UNSUPPORTED, with the path tried in err, where it cannot be loaded or another
-   implementation is bound by an open context. */
-wgml_status wgml_wgpu_bind(wgml_runtime_kind kind, char *err, size_t err_size);
+   its library on first use: from `path` (the settings' dawn_library or wgpu_native_library)
+   where it is not "", else the library's usual name through the search path (libwgml's
+   runpath: installed beside it). WGML_ERROR_UNSUPPORTED, with the path tried in err, where it
+   cannot be loaded or another implementation is bound by an open context. */
+wgml_status wgml_wgpu_bind(wgml_runtime_kind kind, const char *path, char *err, size_t err_size);
 /* One user fewer; the last one leaves the table free to be bound to the other. */
 void wgml_wgpu_unbind(void);
 /* The implementation bound now, WGML_RUNTIME_AUTO if none. */
 wgml_runtime_kind wgml_wgpu_bound(void);
-/* Whether the implementation's library loads (loading it if not yet), without binding it. */
-bool wgml_wgpu_available(wgml_runtime_kind kind);
+/* Whether the implementation's library loads (from path as wgml_wgpu_bind's, loading it if
+   not yet), without binding it. */
+bool wgml_wgpu_available(wgml_runtime_kind kind, const char *path);
 /* The file the implementation was loaded from ("" before it is). */
 const char *wgml_wgpu_library_path(wgml_runtime_kind kind);
 

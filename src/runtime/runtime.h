@@ -14,12 +14,14 @@
 
 #include <webgpu/webgpu.h>
 
+#include "runtime/settings.h"
 #include "wgml.h"
 
 struct wgml_runtime_impl;
 
 typedef struct wgml_runtime {
     const struct wgml_runtime_impl *impl; /* wgpu-native's or Dawn's (runtime/impl.h) */
+    wgml_settings settings;               /* the context's knobs, resolved once (settings.h) */
     bool bound;   /* holds the loaded implementation (runtime/loader.h) */
     bool trusted; /* kernels without runtime bounds checks (not desc.bounds_checks) */
     WGPUInstance instance;
@@ -63,8 +65,8 @@ typedef struct wgml_runtime {
 
 /* ---------------------------------------------------------------- bring-up (runtime/device.c) */
 
-/* Opens instance, adapter (desc's backend and adapter name, else WGML_BACKEND and
-   WGML_ADAPTER), device and queue into rt, which must stay at its address while open (the
+/* Resolves desc's settings into rt->settings (desc, else the environment: settings.h) and
+   opens instance, adapter (their backend and adapter name), device and queue into rt, which must stay at its address while open (the
    device's callbacks point at it). On failure returns the status and writes why into err;
    whatever was opened is closed again. */
 wgml_status wgml_runtime_open(wgml_runtime *rt, const wgml_context_desc *desc, char *err, size_t err_size);

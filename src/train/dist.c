@@ -46,14 +46,13 @@ static struct {
 /* Finds MPI: in the process, else (only called under a launcher) in the library named by
    WGML_MPI_LIBRARY, else the one wgml was built against (WGML_MPI_SONAME, then its file
    WGML_MPI_PATH). 1 when every symbol was found. */
-static int mpi_load(void)
+static int mpi_load(const char *lib)
 {
     if (mpi.tried) return mpi.ok;
     mpi.tried = 1;
     void *h = dlopen(NULL, RTLD_NOW); /* the process's global symbols */
     if (!h || !dlsym(h, "MPI_Init")) {
-        const char *lib = getenv("WGML_MPI_LIBRARY");
-        if (lib && *lib) {
+        if (*lib) {
             h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
         } else if (!(h = dlopen(WGML_MPI_SONAME, RTLD_NOW | RTLD_GLOBAL))) {
             h = dlopen(WGML_MPI_PATH, RTLD_NOW | RTLD_GLOBAL);
@@ -111,7 +110,8 @@ static int mpi_load(void)
 #endif
 
 #include "core/api_lock.h"
-#include "graph/executor.h"
+#include "engine/executor.h"
+#include "runtime/settings.h"
 
 #define DEFAULT_BUCKET_FLOATS (4u << 20)
 
@@ -124,6 +124,7 @@ static struct {
     size_t stage_cap;
     wgml_dist_stats stats;
     char error[512];
+    wgml_launch_settings launch; /* the launcher's variables, read at each wgml_dist_init */
 } dist = {.size = 1, .local_size = 1};
 
 static wgml_status dist_fail(wgml_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -146,21 +147,11 @@ static wgml_status ctx_fail(wgml_context *ctx, wgml_status st, const char *msg)
 #ifdef WGML_HAVE_MPI
 /* Set by the launchers we know (Open MPI, MPICH/Hydra, PMIx, Slurm's PMI): without one, a
    process is a lone rank and MPI is not touched (a singleton MPI_Init would be slow). */
-static int launched(void)
-{
-    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-        if (getenv(vars[i])) return 1;
-    return 0;
-}
+static int launched(void) { return dist.launch.launched; }
 #endif
 
 /* The launcher's count of ranks, as it gave it (Open MPI's, else MPICH/Hydra's), or NULL */
-static const char *launcher_size(void)
-{
-    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
-    return n ? n : getenv("PMI_SIZE");
-}
+static const char *launcher_size(void) { return *dist.launch.size ? dist.launch.size : NULL; }
 
 const char *wgml_dist_error_message(void) { return dist.error; }
 int wgml_dist_rank(void) { return dist.rank; }
@@ -191,8 +182,9 @@ static wgml_status mpi_fail(wgml_context *ctx, int code, const char *what)
 wgml_status wgml_dist_init(void)
 {
     if (dist.started) return WGML_OK;
+    wgml_launch_settings_read(&dist.launch);
 #ifdef WGML_HAVE_MPI
-    if (launched() && !mpi_load()) {
+    if (launched() && !mpi_load(dist.launch.mpi_library)) {
         const char *n = launcher_size();
         if (n && strcmp(n, "1") != 0)
             return dist_fail(WGML_ERROR_UNSUPPORTED, "dist_init: started by mpirun with %s ranks, but MPI could not be loaded: %s",
@@ -321,10 +313,9 @@ static wgml_status check_tensors(wgml_context *ctx, const char *fn, int n, wgml_
 }
 
 #ifdef WGML_HAVE_MPI
-static size_t bucket_floats(void)
+static size_t bucket_floats(const wgml_context *ctx)
 {
-    const char *s = getenv("WGML_DIST_BUCKET_MB");
-    double mb = s ? atof(s) : 0;
+    double mb = ctx->rt.settings.dist_bucket_mb; /* (0: unset; else in (0, 1024]) */
     if (!(mb > 0) || mb > 1024) return DEFAULT_BUCKET_FLOATS;
     size_t f = (size_t)(mb * 262144.0);
     return f ? f : 1;
@@ -401,7 +392,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     }
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi || !total) return WGML_OK;
-    size_t bucket = bucket_floats();
+    size_t bucket = bucket_floats(ctx);
     if ((st = stage_reserve(ctx, bucket))) return st;
     dist.stats.calls++;
     dist.stats.bytes += (uint64_t)total * 4;
@@ -463,7 +454,7 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
                      "(not the same model)", any, (long long)root_total);
         return ctx_fail(ctx, WGML_ERROR_SHAPE, msg);
     }
-    size_t bucket = bucket_floats();
+    size_t bucket = bucket_floats(ctx);
     if ((st = stage_reserve(ctx, bucket))) return st;
     for (int64_t from = 0; from < total && !st; from += (int64_t)bucket) {
         int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;

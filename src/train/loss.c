@@ -1,8 +1,9 @@
 /*
- * Losses: the mean of the fused softmax cross-entropy rows (graph/build.c's node, a row op of
- * kernels/row.wgsl) and mean squared error composed from elementwise ops.
+ * Losses: the mean of the fused softmax cross-entropy rows (engine/build.c's node, a row op of
+ * ops/row.wgsl) and mean squared error composed from elementwise ops.
  */
-#include "graph/build.h"
+#include "engine/build.h"
+#include "ops/cross_entropy.h"
 
 wgml_tensor *wgml_cross_entropy(wgml_context *ctx, wgml_tensor *logits, wgml_tensor *labels)
 {

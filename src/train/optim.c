@@ -21,8 +21,9 @@
 #include <string.h>
 
 #include "core/api_lock.h"
-#include "graph/build.h"
-#include "graph/executor.h"
+#include "engine/build.h"
+#include "engine/executor.h"
+#include "ops/table.h"
 
 #define SLOT_ALIGN 64 /* floats: 256 bytes, enough for any storage-offset alignment */
 

@@ -1,0 +1,79 @@
+/*
+ * The executor: evaluates the pending graph that some tensors need, in one command encoder
+ * and one submit.
+ *
+ *   collect   walk the lazy nodes the targets need (post-order = a valid kernel order)
+ *   fuse      an elementwise node with one elementwise consumer joins its consumer's kernel
+ *   plan      each kernel's output gets a pool buffer; an intermediate's buffer goes back to
+ *             the pool after its last reader, so later kernels of the same submit reuse it
+ *   encode    every kernel's parameters go into one uniform buffer (one write), then one
+ *             compute pass with a dispatch per kernel, then the read-back copy if asked
+ *   submit    once; targets become storage tensors
+ */
+#ifndef WGML_ENGINE_EXECUTOR_H
+#define WGML_ENGINE_EXECUTOR_H
+
+#include "core/context.h"
+#include "engine/launch.h"
+#include "engine/op.h"
+
+/* ---------------------------------------------------------------- submitting launches */
+
+/* A read-back after the launches: `size` bytes of `buffer` from `offset` (multiples of 4) go
+   through the executor's staging buffer into host. */
+typedef struct wgml_exec_readback {
+    WGPUBuffer buffer;
+    uint64_t offset, size;
+    void *host;
+    /* also collect the GPU error flags an earlier submit may have set, and report them
+       (graph reads); flags that one of these launches binds are always collected */
+    bool gpu_errors;
+} wgml_exec_readback;
+
+/* The one encode-and-submit path (graph evaluations and the cached matmul): launches[0..n)
+   in one compute pass of one command buffer (timed with gpu_timing), then the read-back
+   copy if rb, one submit, and the map-read of rb into host.
+   A launch is bound through its own `bind` when set; else its parameter block goes into the
+   executor's parameter buffer (one write for all of them) and its bind group, binding 0 that
+   block and 1..nbuffers raw[b] at offsets[b] / sizes[b], comes from the context's bind
+   cache: such raw buffers must stay alive as long as the context (the cache names buffers
+   by handle), as pool buffers and the GPU error flags do. Launches are not checked here
+   (wgml_check_launch). `what` names the work in an error; `started`, the host clock
+   (wgml_host_seconds) when the caller's work began, gives wgml_stats.host_seconds_last. */
+wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
+                             const char *what, double started);
+
+wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *targets);
+/* Evaluates t (and what it needs) and copies it to host in the same submit. */
+wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host);
+
+/* A fused kernel's most distinct inputs and scalars: the plan cuts a bigger tree (executor.c)
+   before the generator (fusion.c) would run out of room. */
+#define WGML_FUSED_MAX_LEAVES 8
+#define WGML_FUSED_MAX_SCALARS 128
+
+/* The elementwise kinds' builder (engine/fusion.c): fills `launch` for the fused tree rooted
+   at node `root`, whose inputs are already planned. Other kinds build through their entry. */
+wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *launch);
+
+/* A node whose launch its creator supplies (kind WGML_KIND_CUSTOM, the optimiser's step): t's
+   op_data points at one of these, which must outlive the node. */
+typedef struct wgml_custom_op {
+    wgml_status (*build)(wgml_context *ctx, wgml_tensor *t, wgml_launch *launch);
+} wgml_custom_op;
+
+/* In-place writes. A pending result means what it meant when it was built, so before a
+   buffer is overwritten in place (wgml_tensor_write, an optimiser step) the pending results
+   that read it are evaluated. wgml_pending_readers finds them: the live lazy tensors (and
+   views of lazy tensors) that read one of bufs[0..nbufs), directly or through other pending
+   nodes, and that something other than pending nodes holds (a user's handle or scope, a
+   parameter's gradient, an optimiser); nodes held only by other pending nodes are computed
+   within their holders' evaluation. *out (malloc'd, free it; NULL when none) gets *n. */
+wgml_status wgml_pending_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs, wgml_tensor ***out, int *n);
+/* ... and evaluates them in one submit (the context's settle_readers hook). */
+wgml_status wgml_settle_readers(wgml_context *ctx, int nbufs, struct wgml_buffer *const *bufs);
+
+/* Whether t is computed inside its reader's fused kernel in the evaluation under way. */
+bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * The knobs of benchmark sweeps (README, "Measuring"): the context's settings (its desc's
+ * fields, else the environment's variables, read when it was made: runtime/settings.h),
+ * parsed once, when first asked for, and kept as the context's extension: the tile policy
+ * (ops/matmul/matmul_tiles.c) and the fused kernels read them here rather than parsing them at
+ * every kernel choice. A knob set to something it does not take is as if unset.
+ */
+#ifndef WGML_ENGINE_TUNING_H
+#define WGML_ENGINE_TUNING_H
+
+#include "core/context.h"
+
+typedef struct wgml_tuning {
+    /* WGML_GEMM_TILE=tm,tn,bk,stages: the large-M GEMM tile (tm, tn 4, 8 or 16; bk 4, 8, 16
+       or 32; stages 1..4 as wgml_gemm_choose reads them); gemm_tile_set when given */
+    bool gemm_tile_set;
+    int gemm_tm, gemm_tn, gemm_bk, gemm_stages;
+    /* WGML_GEMM_CPU=0: no CPU GEMM on a CPU adapter; =1: the CPU GEMM on any adapter;
+       =rows,cols,lanes: that shape of it (rows and cols 4, 8 or 16, lanes 8..256 a power of
+       two), on any adapter */
+    int gemm_cpu; /* -1 off, 0 by the adapter, 1 forced */
+    int gemm_cpu_rows, gemm_cpu_cols, gemm_cpu_lanes;
+    bool gemm_cpu_no_subgroups; /* WGML_GEMM_CPU_SUBGROUPS=0: the CPU GEMM without them */
+    bool gemm_warp_8x4;  /* WGML_GEMM_WARP=8x4 (else the 16x2 layout) */
+    bool gemv_rows_off;  /* WGML_GEMV_ROWS=0: no small-M GEMV (M = 1 through the GEMV kernel too) */
+    bool gemv_subgroups; /* WGML_SUBGROUPS=1 and the adapter has subgroups */
+    int gemv_cols;       /* WGML_GEMV_COLS=16|32|64; 0: by shape */
+    int ew_unroll;       /* WGML_EW_UNROLL=2|4|8: elements per thread of fused kernels; 1 */
+    /* WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t: the attention kernels' tiles (rows, cols, tx of
+       wgml_attn_kernel) for the forward, dK/dV and dQ kernels, in that order; a triple that
+       does not fit the adapter (or is 0,0,0) leaves that kernel to the policy */
+    bool attn_tiles_set;
+    int attn_tiles[3][3];
+    int attn_pre; /* WGML_ATTN_PRE=n: wgml_attn_kernel's pre bits of every kernel; -1: the policy's */
+} wgml_tuning;
+
+/* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of
+   host memory), the defaults. */
+const wgml_tuning *wgml_tuning_of(wgml_context *ctx);
+
+#endif

@@ -1,0 +1,332 @@
+/*
+ * The GEMM on subgroup matrices: WGSL for one config (gemm_sgmat_wgsl.h).
+ *
+ * A workgroup of sg_m x sg_n subgroups owns a tile of the output; each subgroup holds
+ * frag_m x frag_n result fragments (sm_m x sm_n, f32) in variables of their own, and the
+ * generator unrolls every loop over fragments and K steps, so nothing is an array indexed at
+ * run time (on the H100 such arrays spilled: 30 TFLOP/s against 151 unrolled). Slices of K,
+ * bk deep, are staged in workgroup memory as f16, each operand in its stored layout (rows
+ * along its contiguous dimension, padded by 8 halves against bank conflicts): a transposed
+ * operand is then read by the matrix loads as column-major instead of being transposed while
+ * staged. Global reads go a vector (4 or 8 elements) or an element at a time; f32 operands
+ * are converted as they are read. Outside the matrices the staging holds zeros, so edge tiles
+ * and a K that is no multiple of bk need no other care in the math. With prefetch (always
+ * with two staging buffers) the next slice is read into registers before the math on the
+ * current one and stored after it (one barrier a slice with two buffers, two with one);
+ * without, each slice is read and stored at the top of its step.
+ *
+ * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
+ * lanes apply the epilogue and write the elements inside the matrix; whole interior tiles that
+ * need no epilogue at run time are stored by the matrix units straight into C.
+ */
+#include "ops/matmul/gemm_sgmat_wgsl.h"
+
+#include <stdio.h>
+
+#include "core/sbuf.h"
+#include "ops/matmul/gemm_bindings.h"
+
+#define STAGE_PAD 8 /* halves of padding per staged row (16 bytes) */
+
+/* One operand as staged: rows x cols with cols along its contiguous dimension in memory. */
+typedef struct operand {
+    const char *name, *stage, *reg; /* "A", "As", "xa" */
+    const char *base, *ld;          /* WGSL: the batch matrix's start, the row stride */
+    const char *row0, *row_lim;     /* the rows' tile origin and limit ("m0", "P.M") */
+    const char *col0, *col_lim;
+    int rows, cols, stride;         /* the staged tile; stride = cols + STAGE_PAD */
+    int vec;                        /* 0, 4 or 8 */
+    bool f16;
+} operand;
+
+/* elements a thread moves per item: the vector width, or 4 one at a time */
+static int width_of(const operand *o) { return o->vec ? o->vec : 4; }
+
+static int items_of(const operand *o, int threads) { return (o->rows * (o->cols / width_of(o)) + threads - 1) / threads; }
+
+static int stage_elems(const operand *o) { return o->rows * o->stride; }
+
+/* The global array's element type as bound */
+static const char *bound_type(const operand *o)
+{
+    if (!o->vec) return o->f16 ? "f16" : "f32";
+    if (o->f16) return o->vec == 8 ? "vec4<u32>" : "vec2<u32>";
+    return "vec4<f32>";
+}
+
+static void put_item_head(wgml_sbuf *b, const operand *o, int r, int threads)
+{
+    int w = width_of(o), per_row = o->cols / w, total = o->rows * per_row;
+    wgml_sbuf_put(b, "        {\n            let e = li + %du;\n", r * threads);
+    if ((r + 1) * threads > total) wgml_sbuf_put(b, "            if (e < %du) {\n", total);
+    wgml_sbuf_put(b, "            let row = e / %du;\n            let col = (e %% %du) * %du;\n", per_row, per_row, w);
+}
+
+static void put_item_tail(wgml_sbuf *b, const operand *o, int r, int threads)
+{
+    int w = width_of(o), total = o->rows * (o->cols / w);
+    if ((r + 1) * threads > total) wgml_sbuf_put(b, "            }\n");
+    wgml_sbuf_put(b, "        }\n");
+}
+
+/* Reads this thread's items of the slice at k0 into its registers (zeros outside). */
+static void put_load(wgml_sbuf *b, const operand *o, int threads)
+{
+    int w = width_of(o), items = (o->rows * (o->cols / w) + threads - 1) / threads;
+    for (int r = 0; r < items; r++) {
+        put_item_head(b, o, r, threads);
+        for (int g = 0; g < w / 4; g++) wgml_sbuf_put(b, "            %s%d_%d = vec4<f16>();\n", o->reg, r, g);
+        wgml_sbuf_put(b, "            let gr = %s + row;\n            let gc = %s + col;\n", o->row0, o->col0);
+        wgml_sbuf_put(b, "            if (gr < %s && gc < %s) {\n                let i = %s + gr * %s + gc;\n", o->row_lim,
+                      o->col_lim, o->base, o->ld);
+        if (o->vec && o->f16) {
+            /* halves in u32 words: two a word */
+            wgml_sbuf_put(b, "                let v = %s[i / %du];\n", o->name, w);
+            for (int g = 0; g < w / 4; g++)
+                wgml_sbuf_put(b, "                %s%d_%d = vec4<f16>(bitcast<vec2<f16>>(v.%c), bitcast<vec2<f16>>(v.%c));\n",
+                              o->reg, r, g, "xz"[g], "yw"[g]);
+        } else if (o->vec) {
+            for (int g = 0; g < w / 4; g++)
+                wgml_sbuf_put(b, "                %s%d_%d = vec4<f16>(%s[i / 4u + %du]);\n", o->reg, r, g, o->name, g);
+        } else {
+            /* one at a time: each element inside the matrix on its own */
+            wgml_sbuf_put(b, "                %s%d_0.x = f16(%s[i]);\n", o->reg, r, o->name);
+            for (int c = 1; c < 4; c++)
+                wgml_sbuf_put(b, "                if (gc + %du < %s) { %s%d_0.%c = f16(%s[i + %du]); }\n", c, o->col_lim,
+                              o->reg, r, "xyzw"[c], o->name, c);
+        }
+        wgml_sbuf_put(b, "            }\n");
+        put_item_tail(b, o, r, threads);
+    }
+}
+
+/* Stores the registers of put_load into the staging buffer that starts at `stage_base`. */
+static void put_store(wgml_sbuf *b, const operand *o, int threads, const char *stage_base)
+{
+    int w = width_of(o), items = (o->rows * (o->cols / w) + threads - 1) / threads;
+    for (int r = 0; r < items; r++) {
+        put_item_head(b, o, r, threads);
+        wgml_sbuf_put(b, "            let o = %s + row * %du + col;\n", stage_base, o->stride);
+        for (int c = 0; c < w; c++)
+            wgml_sbuf_put(b, "            %s[o + %du] = %s%d_%d.%c;\n", o->stage, c, o->reg, r, c / 4, "xyzw"[c % 4]);
+        put_item_tail(b, o, r, threads);
+    }
+}
+
+int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int64_t extent)
+{
+    for (int w = 8; w >= 4; w /= 2)
+        if (off % w == 0 && ld % w == 0 && bs0 % w == 0 && bs1 % w == 0 && extent % w == 0) return w;
+    return 0;
+}
+
+static void operands(const wgml_sgmat_config *c, bool ta, bool tb, operand *A, operand *B)
+{
+    int BM = wgml_sgmat_tile_m(c), BN = wgml_sgmat_tile_n(c), BK = c->bk;
+    *A = (operand){"A", "As", "xa", "a_base", "P.lda", "m0", "P.M", "k0", "P.K", BM, BK, 0, c->a_vec, c->a_f16};
+    if (ta) A->row0 = "k0", A->row_lim = "P.K", A->col0 = "m0", A->col_lim = "P.M", A->rows = BK, A->cols = BM;
+    *B = (operand){"B", "Bs", "xb", "b_base", "P.ldb", "k0", "P.K", "n0", "P.N", BK, BN, 0, c->b_vec, c->b_f16};
+    if (tb) B->row0 = "n0", B->row_lim = "P.N", B->col0 = "k0", B->col_lim = "P.K", B->rows = BN, B->cols = BK;
+    A->stride = A->cols + STAGE_PAD;
+    B->stride = B->cols + STAGE_PAD;
+}
+
+uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool ta, bool tb)
+{
+    operand A, B;
+    operands(c, ta, tb, &A, &B);
+    uint32_t stages = c->double_buffer ? 2 : 1;
+    return stages * (uint32_t)(stage_elems(&A) + stage_elems(&B)) * 2 +
+           (uint32_t)(c->sg_m * c->sg_n * c->sm_m * c->sm_n) * 4;
+}
+
+const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
+{
+    if (c->sm_m < 1 || c->sm_n < 1 || c->sm_k < 1 || c->sm_m > 64 || c->sm_n > 64 || c->sm_k > 64)
+        return "no subgroup-matrix shape";
+    if (c->subgroup_size < 4 || c->subgroup_size > 128) return "subgroup size out of range";
+    if (c->sg_m < 1 || c->sg_n < 1 || c->sg_m * c->sg_n * c->subgroup_size > 1024) return "subgroups per workgroup";
+    if (c->frag_m < 1 || c->frag_n < 1 || c->frag_m > 8 || c->frag_n > 8) return "fragments per subgroup (1..8)";
+    if (c->bk < c->sm_k || c->bk % c->sm_k || c->bk % 8 || c->bk > 256) return "K depth (a multiple of sm_k and 8)";
+    if (wgml_sgmat_tile_m(c) % 8 || wgml_sgmat_tile_n(c) % 8) return "tile not a multiple of 8";
+    if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
+    if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
+        return "vector width (0, 4 or 8)";
+    return NULL;
+}
+
+wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
+                                    bool ta, bool tb, uint32_t wg_bytes_limit)
+{
+    /* subgroups m x n, fragments m x n (in 16x16 units): 128x256 tiles for long K (4096³:
+       160-180 TFLOP/s against 149 for 128x128), 64x128 for the GPT's wide N over short K
+       (16384 x 1152 x 384: 98.6 against 89.3), 128x128 otherwise */
+    static const int layouts[][4] = {{4, 4, 2, 4}, {2, 4, 2, 2}, {4, 4, 2, 2}, {2, 2, 2, 2}};
+    int first = K >= 2048 ? 0 : N >= 1024 ? 1 : 2;
+    (void)M;
+    wgml_sgmat_config c = {0};
+    for (int i = first; i < 4; i++) {
+        /* narrower matrices than 16 take more fragments for the same tile */
+        int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
+        c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
+                                .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
+                                .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32, .a_vec = 8, .b_vec = 8};
+        if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) break;
+    }
+    return c;
+}
+
+/* The left/right fragment loads: the staged tile read row- or column-major. The matrix
+   builtins take the layout as a bool argument (col_major), the form Dawn's own tests use;
+   this Dawn also takes it as a template argument. */
+static void put_frag_load(wgml_sbuf *b, const char *var, const char *type, const char *stage, bool col_major,
+                          const char *offset, int stride)
+{
+    wgml_sbuf_put(b, "        let %s = subgroupMatrixLoad<%s>(&%s, %s, %s, %du);\n", var, type, stage, offset,
+                  col_major ? "true" : "false", stride);
+}
+
+char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const char *act_wgsl)
+{
+    if (wgml_sgmat_config_problem(c)) return NULL;
+    int BM = wgml_sgmat_tile_m(c), BN = wgml_sgmat_tile_n(c), BK = c->bk, NT = wgml_sgmat_threads(c);
+    int SM = c->sm_m, SN = c->sm_n, SK = c->sm_k, FM = c->frag_m, FN = c->frag_n, SGS = c->subgroup_size;
+    operand A, B;
+    operands(c, ta, tb, &A, &B);
+    int stages = c->double_buffer ? 2 : 1, asz = stage_elems(&A), bsz = stage_elems(&B);
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "// generated subgroup-matrix GEMM: %dx%dx%d matrices, %dx%d subgroups of %dx%d fragments "
+                  "(tile %dx%d), K slices of %d, %d stage(s), A%s %s%s B%s %s%s\n",
+                  SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK, stages, ta ? "^T" : "", c->a_f16 ? "f16" : "f32",
+                  c->a_vec ? (c->a_vec == 8 ? " x8" : " x4") : "", tb ? "^T" : "", c->b_f16 ? "f16" : "f32",
+                  c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "");
+    wgml_sbuf_put(&b, "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n");
+    wgml_sbuf_put(&b, "alias L = subgroup_matrix_left<f16, %d, %d>;\n"
+                      "alias R = subgroup_matrix_right<f16, %d, %d>;\n"
+                      "alias Acc = subgroup_matrix_result<f32, %d, %d>;\n", SK, SM, SN, SK, SN, SM);
+    /* the parameter block and bindings of every GEMM kernel (ops/matmul/gemm_bindings.h) */
+    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B));
+    if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
+    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
+                      "    var v = P.alpha * v0;\n"
+                      "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
+                      "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
+                      "    return %s;\n}\n", act_wgsl ? "act(v)" : "v");
+    wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
+    wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
+    wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
+    wgml_sbuf_put(&b, "@compute @workgroup_size(%d)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32,\n"
+                      "        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n"
+                      "    let tiles_n = (P.N + %du) / %du;\n"
+                      "    let tile = wg.x + wg.y * P.gx;\n"
+                      "    let m0 = (tile / tiles_n) * %du;\n"
+                      "    let n0 = (tile %% tiles_n) * %du;\n"
+                      "    if (m0 >= P.M) { return; }\n"
+                      "    let bt = wg.z;\n",
+                  NT, BN - 1, BN, BM, BN);
+    if (c->two_leading)
+        wgml_sbuf_put(&b, "    let a_base = P.a_off + (bt / P.L1) * P.a_bs + (bt %% P.L1) * P.a_bs1;\n"
+                          "    let b_base = P.b_off + (bt / P.L1) * P.b_bs + (bt %% P.L1) * P.b_bs1;\n");
+    else
+        wgml_sbuf_put(&b, "    let a_base = P.a_off + bt * P.a_bs;\n    let b_base = P.b_off + bt * P.b_bs;\n");
+    /* this subgroup's first row and column in the tile */
+    wgml_sbuf_put(&b, "    let sr = (sg / %du) * %du;\n    let sc = (sg %% %du) * %du;\n", c->sg_n, FM * SM, c->sg_n, FN * SN);
+    for (int i = 0; i < FM; i++)
+        for (int j = 0; j < FN; j++) wgml_sbuf_put(&b, "    var c%d_%d: Acc;\n", i, j);
+    for (int r = 0; r < items_of(&A, NT); r++)
+        for (int g = 0; g < width_of(&A) / 4; g++) wgml_sbuf_put(&b, "    var xa%d_%d: vec4<f16>;\n", r, g);
+    for (int r = 0; r < items_of(&B, NT); r++)
+        for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
+    wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
+    bool prefetch = stages == 2 || c->prefetch;
+    if (prefetch) {
+        /* prologue: slice 0 into stage 0 */
+        wgml_sbuf_put(&b, "    {\n        let k0 = 0u;\n");
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        put_store(&b, &A, NT, "0u");
+        put_store(&b, &B, NT, "0u");
+        wgml_sbuf_put(&b, "    }\n    workgroupBarrier();\n");
+    }
+    wgml_sbuf_put(&b, "    for (var t = 0u; t < slices; t++) {\n");
+    wgml_sbuf_put(&b, "        let cur = %s;\n        let abuf = cur * %du;\n        let bbuf = cur * %du;\n",
+                  stages == 2 ? "t & 1u" : "0u", asz, bsz);
+    if (prefetch) {
+        /* the next slice into registers: its reads are in flight during this slice's math */
+        wgml_sbuf_put(&b, "        let more = t + 1u < slices;\n        if (more) {\n        let k0 = (t + 1u) * %du;\n", BK);
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        wgml_sbuf_put(&b, "        }\n");
+    } else {
+        /* this slice read and staged at once (fewer registers, no overlap) */
+        wgml_sbuf_put(&b, "        {\n        let k0 = t * %du;\n", BK);
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        put_store(&b, &A, NT, "0u");
+        put_store(&b, &B, NT, "0u");
+        wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n");
+    }
+    for (int kk = 0; kk < BK; kk += SK) {
+        char off[96], var[32];
+        for (int i = 0; i < FM; i++) {
+            if (ta) snprintf(off, sizeof off, "abuf + %du + sr + %du", kk * A.stride, i * SM);
+            else snprintf(off, sizeof off, "abuf + (sr + %du) * %du + %du", i * SM, A.stride, kk);
+            snprintf(var, sizeof var, "l%d_%d", kk, i);
+            put_frag_load(&b, var, "L", "As", ta, off, A.stride);
+        }
+        for (int j = 0; j < FN; j++) {
+            if (tb) snprintf(off, sizeof off, "bbuf + (sc + %du) * %du + %du", j * SN, B.stride, kk);
+            else snprintf(off, sizeof off, "bbuf + %du + sc + %du", kk * B.stride, j * SN);
+            snprintf(var, sizeof var, "r%d_%d", kk, j);
+            put_frag_load(&b, var, "R", "Bs", tb, off, B.stride);
+        }
+        for (int i = 0; i < FM; i++)
+            for (int j = 0; j < FN; j++)
+                wgml_sbuf_put(&b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i,
+                              kk, j, i, j);
+    }
+    /* with two buffers the other was last read in the previous slice, before its closing
+       barrier; with one, everyone must be done reading it */
+    char a_next[48] = "0u", b_next[48] = "0u";
+    if (stages == 2) {
+        snprintf(a_next, sizeof a_next, "(1u - cur) * %du", asz);
+        snprintf(b_next, sizeof b_next, "(1u - cur) * %du", bsz);
+    } else if (prefetch) {
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n");
+    }
+    if (prefetch) {
+        wgml_sbuf_put(&b, "        if (more) {\n");
+        put_store(&b, &A, NT, a_next);
+        put_store(&b, &B, NT, b_next);
+        wgml_sbuf_put(&b, "        }\n");
+    }
+    wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
+    /* results */
+    wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
+    if (!act_wgsl) {
+        /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
+        wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
+                          "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
+        for (int i = 0; i < FM; i++)
+            for (int j = 0; j < FN; j++)
+                wgml_sbuf_put(&b, "        subgroupMatrixStore(&C, cb + (m0 + sr + %du) * P.N + n0 + sc + %du, c%d_%d, false, P.N);\n",
+                              i * SM, j * SN, i, j);
+        wgml_sbuf_put(&b, "        return;\n    }\n");
+    }
+    wgml_sbuf_put(&b, "    let cs = sg * %du;\n", SM * SN);
+    for (int i = 0; i < FM; i++)
+        for (int j = 0; j < FN; j++) {
+            wgml_sbuf_put(&b, "    subgroupMatrixStore(&Cs, cs, c%d_%d, false, %du);\n    workgroupBarrier();\n", i, j, SN);
+            for (int q = 0; q < SM * SN / SGS; q++)
+                wgml_sbuf_put(&b, "    {\n        let e = lane + %du;\n"
+                                  "        let m = m0 + sr + %du + e / %du;\n"
+                                  "        let n = n0 + sc + %du + e %% %du;\n"
+                                  "        if (m < P.M && n < P.N) { let idx = cb + m * P.N + n; C[idx] = epilogue(Cs[cs + e], n, idx); }\n"
+                                  "    }\n",
+                              q * SGS, i * SM, SN, j * SN, SN);
+            wgml_sbuf_put(&b, "    workgroupBarrier();\n");
+        }
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
+}

@@ -1,0 +1,70 @@
+/* The GEMM on subgroup matrices (the GPU's matrix units through Dawn's
+   chromium_experimental_subgroup_matrix): f16 operands, f32 sums. Self-contained (it needs only
+   core/sbuf), so the bench (bench/sgmat_gemm.c) and the graph's matmul share it.
+
+   The kernel takes the SIMT GEMM's parameter block and bindings (ops/matmul/matmul.h: 0 the
+   uniform Params of WGML_GEMM_PARAMS_BYTES, 1 A, 2 B, 3 bias, 4 C of f32), so
+   wgml_gemm_params fills its parameters, with the grid counted in this config's tiles
+   (wgml_sgmat_tile_m / _n). Forms A.B, A.B^T, A^T.B (and A^T.B^T), batched over two
+   leading dims with broadcast (stride 0), the epilogue alpha, accumulate (C += result, which
+   is how a residual or a split K's chunks are added), bias and an activation. A split K is
+   a batch of chunks into partials, as wgml's matmul does it. */
+#ifndef WGML_OPS_MATMUL_GEMM_SGMAT_WGSL_H
+#define WGML_OPS_MATMUL_GEMM_SGMAT_WGSL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wgml_sgmat_config {
+    /* the subgroup-matrix shape: one of the adapter's f16 -> f32 configurations (the left
+       operand sm_m x sm_k, the right sm_k x sm_n), never assumed */
+    int sm_m, sm_n, sm_k;
+    int subgroup_size; /* the adapter's subgroup size (its min must equal its max) */
+    int sg_m, sg_n;    /* subgroups per workgroup along M and N */
+    int frag_m, frag_n; /* result fragments per subgroup along M and N */
+    int bk;            /* K depth of a staged slice: a multiple of sm_k (and of 8) */
+    bool double_buffer; /* two staging buffers: one barrier a slice instead of two */
+    /* one buffer: the next slice read into registers during this slice's math, stored after
+       it (with two buffers, always) */
+    bool prefetch;
+    /* global reads of each operand: 0 one element at a time (any layout), or 4 or 8
+       elements at once, which needs its offset, strides and contiguous extent to be
+       multiples of that (wgml_sgmat_vec_width says which fits) */
+    int a_vec, b_vec;
+    bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
+    bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
+} wgml_sgmat_config;
+
+/* The workgroup's output tile and size */
+static inline int wgml_sgmat_tile_m(const wgml_sgmat_config *c) { return c->sg_m * c->frag_m * c->sm_m; }
+static inline int wgml_sgmat_tile_n(const wgml_sgmat_config *c) { return c->sg_n * c->frag_n * c->sm_n; }
+static inline int wgml_sgmat_threads(const wgml_sgmat_config *c) { return c->sg_m * c->sg_n * c->subgroup_size; }
+
+/* Bytes of workgroup memory the kernel declares (staging of both operands, and the f32
+   fragment each subgroup writes its results through at edges and for the epilogue). */
+uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool trans_a, bool trans_b);
+
+/* NULL when the config can be generated, else why not (a static string). */
+const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c);
+
+/* The widest global read (8, 4 or 0) an operand of this layout allows: its element offset,
+   row stride, the two batch strides and its contiguous extent (K for A, N for B when not
+   transposed; M for A^T, K for B^T) all multiples of it. */
+int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int64_t extent);
+
+/* The measured policy (docs/MEASUREMENTS.md, H200): for the shape M x N x K, a config on the
+   adapter's matrix shape sm_m x sm_n x sm_k (16x16x16 where offered: the caller picks it
+   from the adapter's f16 -> f32 list), K slices of 32 in one staging buffer read at the top of
+   each step, 8-wide reads (the caller lowers a_vec / b_vec to wgml_sgmat_vec_width's), within
+   wg_bytes_limit of workgroup memory. */
+wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
+                                    bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
+
+/* The kernel's WGSL, or NULL (a config problem, or out of host memory). act_wgsl: NULL, or
+   WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), applied last in
+   the epilogue; without it, results that need no epilogue at run time (alpha 1, no bias, no
+   accumulate) go from the matrix units straight to C in whole interior tiles. */
+char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool trans_a, bool trans_b, const char *act_wgsl);
+
+#endif

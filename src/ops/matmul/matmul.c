@@ -1,0 +1,492 @@
+/*
+ * Matmul: the op (shape rules, transposes through strides) and its launch.
+ *
+ *   C[b] = act(alpha * op(A[b]) op(B[b]) + bias)     A [M,K] or [K,M], B [K,N] or [N,K]
+ *
+ * b runs over the leading dims (up to two: tensors have at most four), broadcast NumPy-style:
+ * C is broadcast(A's leading dims, B's) + [M, N], contiguous. Operands are read through their
+ * strides: a transposed view of a contiguous matrix is the same matrix with the transpose flag
+ * flipped, and leading dims (permuted, sliced or broadcast) are a stride each, never a copy.
+ *
+ * A launch takes the config the tile policy picks for its shape (ops/matmul/matmul_tiles.c:
+ * GEMV for M == 1 or N == 1, the small-M GEMV for 2 <= M <= 16, else a tiled GEMM), the
+ * kernel generated for that config (ops/matmul/gemm_wgsl.c), compiled once per context under its
+ * variant key, and the parameter block below.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/build.h"
+#include "engine/executor.h"
+#include "ops/matmul/matmul.h"
+#include "ops/reduce.h"
+#include "ops/rules.h"
+#include "ops/entry.h"
+#include "ops/table.h"
+
+/* ---------------------------------------------------------------- the op */
+
+/* How a kernel reads an operand: row stride, batch stride, offset, and whether the
+   stored matrix is the transpose of the logical one. */
+static bool operand_layout(const wgml_tensor *t, bool *trans)
+{
+    int r = t->ndim - 2, c = t->ndim - 1;
+    if (t->stride[c] == 1 || t->shape[c] == 1) return true;
+    if (t->stride[r] == 1 || t->shape[r] == 1) {
+        *trans = !*trans;
+        return true;
+    }
+    return false;
+}
+
+wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, const wgml_matmul_desc *desc)
+{
+    if (!ctx) return NULL;
+    wgml_matmul_desc d = desc ? *desc : (wgml_matmul_desc){0};
+    wgml_tensor *checks[3] = {a, b, d.bias};
+    const char *roles[3] = {"a", "b", "bias"};
+    for (int i = 0; i < 3; i++) {
+        wgml_tensor *t = checks[i];
+        if (i == 2 && !t) break;
+        if (!t) return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: input %s is NULL", roles[i]);
+        if (t->magic != WGML_TENSOR_MAGIC || t->ctx != ctx)
+            return wgml_tensor_error(ctx, WGML_ERROR_CONTEXT, "matmul: input %s belongs to another context", roles[i]);
+        if (t->status) return wgml_tensor_error(ctx, t->status, "%s", t->error ? t->error : "error in an input");
+    }
+    /* the shapes as the errors name them, with the caller's transposes */
+    char sa[128], sb[128];
+    wgml_format_shape(sa, sizeof sa - 2, a->ndim, a->shape);
+    wgml_format_shape(sb, sizeof sb - 2, b->ndim, b->shape);
+    if (d.trans_a) strcat(sa, "^T");
+    if (d.trans_b) strcat(sb, "^T");
+    if (a->ndim < 2 || a->ndim > WGML_MAX_DIMS || b->ndim < 2 || b->ndim > WGML_MAX_DIMS)
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: operands must have 2 to %d dims, got %s and %s",
+                                 WGML_MAX_DIMS, sa, sb);
+    if ((int)d.activation < 0 || (int)d.activation >= wgml_matmul_act_count)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
+    if (d.f16_math < 0 || d.f16_math > WGML_F16_MATH_MATRIX)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "matmul: f16_math %d is not 0, WGML_F16_MATH_F32_SUMS (1), WGML_F16_MATH_F16_SUMS (2) "
+                                 "or WGML_F16_MATH_MATRIX (3)",
+                                 d.f16_math);
+    /* the context's policy decides for a matmul that does not */
+    if (!d.f16_math && ctx->compute_precision == WGML_PRECISION_MIXED) d.f16_math = WGML_F16_MATH_MATRIX;
+    if (d.f16_math && !ctx->rt.info.has_shader_f16)
+        return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED,
+                                 "matmul: f16_math (%s x %s) needs the adapter's shader-f16 feature, which %s lacks", sa, sb,
+                                 ctx->rt.info.name);
+    int64_t M = d.trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
+    int64_t Ka = d.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t Kb = d.trans_b ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
+    int64_t N = d.trans_b ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    if (Ka != Kb)
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: %s and %s do not multiply (inner dims %lld and %lld)",
+                                 sa, sb, (long long)Ka, (long long)Kb);
+    /* the leading dims, right-aligned (a missing dim counts as 1), broadcast into shape */
+    int la = a->ndim - 2, lb = b->ndim - 2, nl = la > lb ? la : lb;
+    int64_t shape[WGML_MAX_DIMS];
+    for (int j = 0; j < nl; j++) {
+        int ja = j - (nl - la), jb = j - (nl - lb);
+        int64_t x = ja >= 0 ? a->shape[ja] : 1, y = jb >= 0 ? b->shape[jb] : 1;
+        if (x != y && x != 1 && y != 1)
+            return wgml_tensor_error(ctx, WGML_ERROR_SHAPE,
+                                     "matmul: %s and %s do not multiply (leading dims do not broadcast)", sa, sb);
+        shape[j] = x == 1 ? y : x;
+    }
+    shape[nl] = M;
+    shape[nl + 1] = N;
+    if (d.bias && (d.bias->ndim != 1 || d.bias->shape[0] != N)) {
+        char s[128];
+        wgml_format_shape(s, sizeof s, d.bias->ndim, d.bias->shape);
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "matmul: bias %s must be [%lld]", s, (long long)N);
+    }
+    /* operands the kernel cannot read through strides get a contiguous copy */
+    bool ta = d.trans_a, tb = d.trans_b;
+    wgml_tensor *src[3] = {a, b, d.bias};
+    bool *flags[2] = {&ta, &tb};
+    wgml_tensor *copies[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        if (!src[i]) continue;
+        bool ok = i < 2 ? operand_layout(src[i], flags[i]) : src[i]->stride[0] == 1;
+        if (!ok) {
+            copies[i] = wgml_contiguous(ctx, src[i]);
+            if (!copies[i]) return NULL;
+            src[i] = copies[i];
+        }
+    }
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, nl + 2, shape, d.bias ? 3 : 2, src);
+    for (int i = 0; i < 3; i++) wgml_tensor_free(copies[i]);
+    if (!t) return NULL;
+    wgml_matmul_params_of_set(t, (wgml_matmul_params){.trans_a = ta, .trans_b = tb, .user_trans_a = d.trans_a,
+                                                      .user_trans_b = d.trans_b, .bias = d.bias != NULL,
+                                                      .act = (int32_t)d.activation, .K = (int32_t)Ka,
+                                                      .f16_math = d.f16_math, .alpha = d.alpha == 0.0f ? 1.0f : d.alpha});
+    return t;
+}
+
+wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b)
+{
+    return wgml_matmul_ex(ctx, a, b, NULL);
+}
+
+/* ---------------------------------------------------------------- launch */
+
+bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size)
+{
+    const wgml_adapter_info *in = &ctx->rt.info;
+    if (!in->has_subgroup_matrix || !in->subgroup_min_size || in->subgroup_min_size != in->subgroup_max_size) return false;
+    int best = -1;
+    for (int i = 0; i < in->subgroup_matrix_count; i++) {
+        const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[i];
+        if (!c->component || !c->result || strcmp(c->component, "f16") || strcmp(c->result, "f32")) continue;
+        /* 16x16x16 where offered: the narrower shapes were never ahead (docs/MEASUREMENTS.md) */
+        if (best < 0 || (c->m == 16 && c->n == 16 && c->k == 16)) best = i;
+    }
+    if (best < 0) return false;
+    const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[best];
+    *m = (int)c->m, *n = (int)c->n, *k = (int)c->k, *subgroup_size = (int)in->subgroup_min_size;
+    return true;
+}
+
+wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p)
+{
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (p != WGML_PRECISION_F32 && p != WGML_PRECISION_MIXED)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "set_compute_precision: %d is not WGML_PRECISION_F32 (0) or "
+                         "WGML_PRECISION_MIXED (1)", (int)p);
+    if (p == WGML_PRECISION_MIXED && !ctx->rt.info.has_shader_f16)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "set_compute_precision: mixed precision needs the adapter's shader-f16 "
+                         "feature, which %s lacks", ctx->rt.info.name);
+    ctx->compute_precision = (int)p;
+    return WGML_OK;
+}
+
+wgml_precision wgml_compute_precision(const wgml_context *ctx)
+{
+    return ctx ? (wgml_precision)ctx->compute_precision : WGML_PRECISION_F32;
+}
+
+int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g)
+{
+    if (g->f16_math != WGML_F16_MATH_MATRIX) return g->f16_math;
+    /* few rows: the GEMV paths (f32), whose weight reads bound them anyway */
+    if (g->M < 16) return 0;
+    /* the kernel stores whole 16 x 16 f32 fragments straight into C, so Dawn asks C's binding
+       for at least their 1024 bytes: narrower results take the SIMT f16 kernel */
+    int m, n, k, sgs;
+    return g->N >= 16 && wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs) ? WGML_F16_MATH_MATRIX : WGML_F16_MATH_F32_SUMS;
+}
+
+void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g, bool gemv,
+                      const wgml_gemm_config *cfg)
+{
+    uint64_t groups;
+    const wgml_sgmat_config *sc = &cfg->sgmat;
+    if (sc->sm_m) {
+        uint64_t tm = (uint64_t)wgml_sgmat_tile_m(sc), tn = (uint64_t)wgml_sgmat_tile_n(sc);
+        groups = (((uint64_t)g->M + tm - 1) / tm) * (((uint64_t)g->N + tn - 1) / tn);
+    } else if (gemv) groups = g->trans_b ? ((uint64_t)g->N + 7) / 8 : ((uint64_t)g->N + cfg->gemv_cols - 1) / (uint64_t)cfg->gemv_cols;
+    else if (cfg->cpu_rows) {
+        uint64_t w = (uint64_t)cfg->cpu_lanes * (uint64_t)cfg->cpu_cols;
+        groups = (((uint64_t)g->M + cfg->cpu_rows - 1) / (uint64_t)cfg->cpu_rows) * (((uint64_t)g->N + w - 1) / w);
+    } else groups = (((uint64_t)g->M + 16 * cfg->tm - 1) / (16 * cfg->tm)) * (((uint64_t)g->N + 16 * cfg->tn - 1) / (16 * cfg->tn));
+    uint32_t p[WGML_GEMM_PARAMS_BYTES / 4] = {0};
+    uint32_t gx = wgml_grid(ctx, groups, l->groups);
+    l->groups[2] = (uint32_t)g->batch;
+    p[0] = (uint32_t)g->M; p[1] = (uint32_t)g->N; p[2] = (uint32_t)g->K; p[3] = (uint32_t)g->batch;
+    p[4] = (uint32_t)g->lda; p[5] = (uint32_t)g->ldb; p[6] = (uint32_t)g->a_off; p[7] = (uint32_t)g->b_off;
+    p[8] = (uint32_t)g->a_bs; p[9] = (uint32_t)g->b_bs; p[10] = (uint32_t)g->c_off; p[11] = g->has_bias;
+    p[12] = (uint32_t)g->bias_off; p[13] = gx;
+    memcpy(&p[14], &g->alpha, 4);
+    p[15] = g->accumulate;
+    p[16] = (uint32_t)g->a_bs1; p[17] = (uint32_t)g->b_bs1; p[18] = g->L1 > 1 ? (uint32_t)g->L1 : 1u;
+    memcpy(l->params, p, sizeof p);
+    l->params_size = sizeof p;
+    /* each thread's trips along K (the generators' loops), plus room for the fixed loops of
+       the reduction trees and the epilogue */
+    uint64_t K = (uint64_t)g->K, slices = 256 / (uint64_t)(cfg->gemv_cols / 4);
+    if (sc->sm_m) l->loop_trips = (K + (uint64_t)sc->bk - 1) / (uint64_t)sc->bk; /* then the fixed staging loops */
+    else if (cfg->cpu_rows) l->loop_trips = K / 4 + 3; /* 4 k a step, then at most 3 one at a time */
+    else if (!gemv) l->loop_trips = (K + cfg->bk - 1) / cfg->bk;
+    else if (cfg->gemv_rows) l->loop_trips = K / (2 * slices) + 1 + 16 * (uint64_t)cfg->gemv_rows;
+    else if (g->trans_b) l->loop_trips = (K + 31) / 32;
+    else l->loop_trips = K / (4 * slices) + 3 + 264;
+    l->loop_trips += 64;
+    snprintf(l->what, sizeof l->what, "matmul %lldx%lldx%lld%s%s%s", (long long)g->M, (long long)g->N, (long long)g->K,
+             g->batch > 1 ? " batched" : "", g->trans_a ? " tA" : "", g->trans_b ? " tB" : "");
+}
+
+/* The GEMM on the matrix units (ops/matmul/gemm_sgmat_wgsl.h), for g->f16_math ==
+   WGML_F16_MATH_MATRIX, which wgml_gemm_resolve_f16_math gives only where the adapter has them. */
+static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
+                                  wgml_gemm_config *cfg_out)
+{
+    int sm_m, sm_n, sm_k, sgs;
+    if (!wgml_sgmat_adapter_shape(ctx, &sm_m, &sm_n, &sm_k, &sgs))
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: %s has no f16 -> f32 subgroup matrices",
+                              ctx->rt.info.name);
+    wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->K, g->trans_a, g->trans_b,
+                                            ctx->rt.limits.maxComputeWorkgroupStorageSize);
+    int wa = wgml_sgmat_vec_width(g->a_off, g->lda, g->a_bs, g->a_bs1, g->trans_a ? g->M : g->K);
+    int wb = wgml_sgmat_vec_width(g->b_off, g->ldb, g->b_bs, g->b_bs1, g->trans_b ? g->K : g->N);
+    c.a_vec = wa < 8 ? wa : 8;
+    c.b_vec = wb < 8 ? wb : 8;
+    c.b_f16 = g->b_f16;
+    c.two_leading = g->L1 > 1;
+    const char *why = wgml_sgmat_config_problem(&c);
+    if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
+        why = "invocations per workgroup";
+    if (why || wgml_sgmat_workgroup_bytes(&c, g->trans_a, g->trans_b) > ctx->rt.limits.maxComputeWorkgroupStorageSize)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: no subgroup-matrix GEMM fits %s (%s)",
+                              ctx->rt.info.name, why ? why : "workgroup memory");
+    /* the variant key: every field the generator reads, the transposes and the activation */
+    uint32_t key[12] = {WGML_KEY_GEMM_MATRIX,
+                        (uint32_t)c.sm_m | (uint32_t)c.sm_n << 8 | (uint32_t)c.sm_k << 16,
+                        (uint32_t)c.subgroup_size,
+                        (uint32_t)c.sg_m | (uint32_t)c.sg_n << 8 | (uint32_t)c.frag_m << 16 | (uint32_t)c.frag_n << 24,
+                        (uint32_t)c.bk, (uint32_t)c.double_buffer | (uint32_t)c.prefetch << 1,
+                        (uint32_t)c.a_vec | (uint32_t)c.b_vec << 8,
+                        (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2,
+                        g->trans_a, g->trans_b, (uint32_t)g->act, 0};
+    if (!(l->pipeline = wgml_pipeline_find(ctx, key, 12))) {
+        char *act = wgml_sgmat_act_source(g->act);
+        if (g->act != WGML_ACT_NONE && !act) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul: out of host memory");
+        char *src = wgml_sgmat_gemm_source(&c, g->trans_a, g->trans_b, act);
+        free(act);
+        if (!(l->pipeline = wgml_pipeline_add(ctx, key, 12, src, true))) return ctx->rt.status;
+    }
+    *gemv_out = false;
+    *cfg_out = (wgml_gemm_config){.sgmat = c, .bk = c.bk, .f16_math = WGML_F16_MATH_MATRIX, .b_f16 = g->b_f16};
+    return WGML_OK;
+}
+
+wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
+                               wgml_gemm_config *cfg_out)
+{
+    if (g->f16_math == WGML_F16_MATH_MATRIX) return sgmat_pipeline(ctx, g, l, gemv_out, cfg_out);
+    wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
+    cfg.two_leading = g->L1 > 1;
+    /* the GEMV kernel reads A as one contiguous row; the small-M one as a few */
+    bool gemv = !cfg.f16_math && ((g->M == 1 && !g->trans_a) || cfg.gemv_rows);
+    /* the variant key: what the generators read */
+    uint32_t key[14] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
+                        cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
+                        (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
+                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3,
+                        g->trans_a, g->trans_b, (uint32_t)g->act,
+                        (uint32_t)cfg.cpu_rows | (uint32_t)cfg.cpu_cols << 8 | (uint32_t)cfg.cpu_lanes << 16 | (uint32_t)cfg.cpu_subgroups << 31};
+    if (!(l->pipeline = wgml_pipeline_find(ctx, key, 14))) {
+        char *src = cfg.gemv_rows ? wgml_gemv_rows_source(&cfg, g->act)
+                    : gemv        ? wgml_gemv_source(&cfg, g->trans_b, g->act)
+                    : cfg.cpu_rows ? wgml_gemm_cpu_source(&cfg, g->trans_a, g->trans_b, g->act)
+                                  : wgml_gemm_source(&cfg, g->trans_a, g->trans_b, g->act);
+        if (!(l->pipeline = wgml_pipeline_add(ctx, key, 14, src, true))) return ctx->rt.status;
+    }
+    *gemv_out = gemv;
+    *cfg_out = cfg;
+    return WGML_OK;
+}
+
+/* Row stride of the stored matrix, mirroring operand_layout's choice. */
+static int64_t ld_of(const wgml_tensor *t)
+{
+    int r = t->ndim - 2, c = t->ndim - 1;
+    if (t->stride[c] == 1 || t->shape[c] == 1) return t->shape[r] == 1 ? t->shape[c] : t->stride[r];
+    return t->shape[c] == 1 ? 1 : t->stride[c];
+}
+
+/* Operand x's stride along each of the output's leading dims (the kernels' slots 0 and 1,
+   L0 and L1; one leading dim is L0): 0 where x lacks the dim or has it as 1 (broadcast). */
+static void lead_strides(const wgml_tensor *x, const wgml_tensor *t, int64_t *bs0, int64_t *bs1)
+{
+    int64_t bs[2] = {0, 0};
+    int nl = t->ndim - 2, lx = x->ndim - 2;
+    for (int j = 0; j < nl; j++) {
+        int jx = j - (nl - lx);
+        if (jx >= 0 && x->shape[jx] > 1) bs[j] = x->stride[jx];
+    }
+    *bs0 = bs[0];
+    *bs1 = bs[1];
+}
+
+/* Split K: a GEMM of few output tiles and a long K (a weight's gradient, [C, rows] x
+   [rows, N] with rows = batch x tokens) leaves most of a GPU idle, a tile per workgroup
+   walking all of K. Its K is cut into S chunks that run as a batch of S GEMMs into partial
+   results, which a second launch sums: S the least power of two that gives >= 256 tiles,
+   each chunk a multiple of 16 and at least 256 long. 0: no split. */
+static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
+{
+    if (g->batch != 1 || g->has_bias || g->act != WGML_ACT_NONE || g->M < 32 || g->N < 32 || g->K < 2048) return 0;
+    int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128), s = 1;
+    while (tiles * s < 256 && g->K % (2 * s) == 0 && (g->K / (2 * s)) % 16 == 0 && g->K / (2 * s) >= 256) s *= 2;
+    if (s == 1 || (uint64_t)s * (uint64_t)g->M * (uint64_t)g->N * 4 > wgml_binding_limit(ctx)) return 0;
+    return s;
+}
+
+wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+{
+    wgml_tensor *a = t->src[0], *b = t->src[1];
+    wgml_matmul_params mp = wgml_matmul_params_of(t);
+    wgml_tensor *bias = mp.bias ? t->src[2] : NULL;
+    wgml_gemm_args g = {0};
+    g.M = t->shape[t->ndim - 2];
+    g.N = t->shape[t->ndim - 1];
+    g.K = mp.K;
+    g.batch = 1;
+    for (int j = 0; j < t->ndim - 2; j++) g.batch *= t->shape[j];
+    g.L1 = t->ndim == 4 ? t->shape[1] : 1;
+    g.trans_a = mp.trans_a;
+    g.trans_b = mp.trans_b;
+    g.act = mp.act;
+    g.alpha = mp.alpha;
+    g.lda = ld_of(a);
+    g.ldb = ld_of(b);
+    g.a_off = a->offset;
+    g.b_off = b->offset;
+    lead_strides(a, t, &g.a_bs, &g.a_bs1);
+    lead_strides(b, t, &g.b_bs, &g.b_bs1);
+    g.has_bias = bias != NULL;
+    g.bias_off = bias ? bias->offset : 0;
+    g.f16_math = mp.f16_math;
+    bool matrix_asked = g.f16_math == WGML_F16_MATH_MATRIX;
+    /* B shared by the whole batch and A's matrices one after another, rows lda apart
+       throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
+       whose grid is larger than a batch of small ones. (A single row has no row stride of
+       its own: the batch's stride serves.) */
+    if (g.batch > 1 && !g.trans_a && g.b_bs == 0 && g.b_bs1 == 0) {
+        int64_t L0 = g.batch / g.L1, lda = g.M == 1 ? (g.L1 > 1 ? g.a_bs1 : g.a_bs) : g.lda;
+        if ((g.L1 == 1 || g.a_bs1 == g.M * lda) && (L0 == 1 || g.a_bs == g.L1 * g.M * lda)) {
+            g.M *= g.batch;
+            g.lda = lda;
+            g.batch = g.L1 = 1;
+            g.a_bs = g.a_bs1 = 0;
+        }
+    }
+    /* WGML_F16_MATH_MATRIX: the matrix units, or the SIMT f16 kernel without them, or the
+       f32 GEMVs for few rows (once B-sharing batches have folded into rows) */
+    if (matrix_asked) g.f16_math = wgml_gemm_resolve_f16_math(ctx, &g);
+    /* N == 1: C = A b is the GEMV b^T A^T with the operands' roles swapped (b as the row,
+       A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
+       which the GEMV epilogue does not do, so not then; nor with f16_math, which runs the
+       tiled GEMM for every shape */
+    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && (g.trans_b || g.ldb == 1) && !g.f16_math;
+    /* (not when its dot-product GEMV, 32 threads along K, would loop past the adapter's limit
+       where the small-M GEMV would not) */
+    if (swap && ((uint64_t)g.K + 31) / 32 + 64 > ctx->rt.loop_limit && g.M <= 16) swap = false;
+    if (swap) {
+        wgml_gemm_args s = g;
+        s.M = 1;
+        s.N = g.M;
+        s.trans_a = false;
+        s.trans_b = !g.trans_a;
+        s.lda = 1;
+        s.a_off = g.b_off;
+        s.a_bs = g.b_bs;
+        s.a_bs1 = g.b_bs1;
+        s.ldb = g.lda;
+        s.b_off = g.a_off;
+        s.b_bs = g.a_bs;
+        s.b_bs1 = g.a_bs1;
+        g = s;
+    }
+    int64_t S = swap ? 0 : split_k(ctx, &g);
+    if (S) { /* chunk s of K: A's columns (rows when transposed) and B's rows s Kc on */
+        int64_t Kc = g.K / S;
+        g.batch = S;
+        g.K = Kc;
+        g.a_bs = g.trans_a ? Kc * g.lda : Kc;
+        g.b_bs = g.trans_b ? Kc : Kc * g.ldb;
+        g.a_bs1 = g.b_bs1 = 0;
+        g.L1 = 1;
+    }
+    bool gemv;
+    wgml_gemm_config cfg;
+    wgml_status st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg);
+    if (st) return st;
+    wgml_gemm_params(ctx, l, &g, gemv, &cfg);
+    l->buffers[0] = wgml_tensor_base(swap ? b : a);
+    l->buffers[1] = wgml_tensor_base(swap ? a : b);
+    l->buffers[2] = bias ? wgml_tensor_base(bias) : wgml_tensor_base(a);
+    l->buffers[3] = t;
+    l->nbuffers = 4;
+    if (S) { /* the partials [S, M, N] in scratch, then their sum */
+        wgml_launch *l2 = l + 1;
+        *l2 = *l;
+        l->buffers[3] = NULL;
+        l->scratch_mask = 1u << 3;
+        l->scratch_bytes = (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4;
+        if ((st = wgml_reduce_pipeline(ctx, l2))) return st;
+        wgml_reduce_columns(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, true);
+        l2->buffers[0] = NULL;
+        l2->scratch_mask = 1u << 0;
+        l2->buffers[1] = t;
+        l2->nbuffers = 2;
+        *count = 2;
+    }
+    return WGML_OK;
+}
+
+/* ---------------------------------------------------------------- gradient rules and entries */
+
+typedef wgml_tensor T;
+
+static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *a = t->src[0], *b = t->src[1];
+    wgml_matmul_params mp = wgml_matmul_params_of(t);
+    bool ta = mp.user_trans_a, tb = mp.user_trans_b; /* as the caller gave them */
+    int act = mp.act;
+    float alpha = mp.alpha;
+    T *gz = g;
+    if (act == WGML_ACT_RELU) gz = wgml_rule_relu_grad(c, t, g); /* relu'(z) = (out > 0) */
+    else if (act != WGML_ACT_NONE) {
+        wgml_matmul_desc pre = {.trans_a = ta, .trans_b = tb, .alpha = alpha, .bias = mp.bias ? t->src[2] : NULL};
+        T *z = wgml_matmul_ex(c, a, b, &pre); /* recompute the pre-activation */
+        /* the activation's own rule, on a node of it over z (its rule reads z; the node
+           itself is never evaluated) */
+        T *y = wgml_unary_node(c, wgml_matmul_act_op[act], z);
+        T *gy[1] = {NULL};
+        wgml_status st = y && !y->status ? wgml_op_table[y->op]->vjp(c, y, g, gy) : WGML_ERROR_INVALID_ARGUMENT;
+        if (y) wgml_tensor_free(y);
+        if (st) return st;
+        gz = gy[0];
+    }
+    if (mp.bias) gin[2] = wgml_rule_sum_rows(c, gz);
+    T *gzs = alpha != 1.0f ? wgml_rule_scal(c, WGML_MUL, gz, alpha) : gz;
+    /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is; over the batch's
+       leading dims, each broadcast as the forward's were */
+    wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};
+    gin[0] = ta ? wgml_matmul_ex(c, b, gzs, &da) : wgml_matmul_ex(c, gzs, b, &da);
+    wgml_matmul_desc db = tb ? (wgml_matmul_desc){.trans_a = 1, .trans_b = ta} : (wgml_matmul_desc){.trans_a = !ta};
+    /* A the lazy output of a cheap op whose inputs the backward keeps anyway (an MLP's
+       activation, whose own gradient reads its input; a norm, whose gradient reads its input):
+       computed again for B's gradient rather than kept, so that A is freed after the forward
+       matmul (the GELU's output and the norms' outputs of a GPT-2 block: the nanoGPT-sized
+       step's peak went from 3,258 to 2,922 MiB, docs/MEASUREMENTS.md) */
+    if (wgml_op_table[a->op]->recompute && a->nsrc >= 1 && !a->buf && !a->dest) {
+        T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
+        if (again) {
+            memcpy(again->params, a->params, sizeof a->params);
+            a = again;
+        }
+    }
+    int64_t K = mp.K, N = t->shape[t->ndim - 1];
+    if (t->ndim > 2 && b->numel == K * N && !ta && a->numel * N == t->numel * K && wgml_is_contiguous(a)) {
+        /* B shared by the whole batch (a layer's weight) and A not broadcast: the batch's sum
+           is the GEMM's own, A's and gZ's rows flattened into its K (views), rather than a
+           gradient per matrix of the batch summed after */
+        int64_t af[2] = {a->numel / K, K}, gf[2] = {t->numel / N, N};
+        T *a2 = wgml_reshape(c, a, 2, af), *g2 = wgml_reshape(c, gzs, 2, gf);
+        gin[1] = wgml_reshape(c, tb ? wgml_matmul_ex(c, g2, a2, &db) : wgml_matmul_ex(c, a2, g2, &db), b->ndim, b->shape);
+    } else {
+        gin[1] = tb ? wgml_matmul_ex(c, gzs, a, &db) : wgml_matmul_ex(c, a, gzs, &db);
+    }
+    /* an operand broadcast along a leading dim (missing or 1) gets the sum along it */
+    if (gin[0]) gin[0] = wgml_rule_unbroadcast(c, gin[0], a);
+    if (gin[1]) gin[1] = wgml_rule_unbroadcast(c, gin[1], b);
+    return WGML_OK;
+}
+
+/* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
+WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};

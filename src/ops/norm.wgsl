@@ -1,0 +1,109 @@
+// layernorm and rmsnorm of each row, and their input gradients (ops/norm.c; the shared part:
+// ops/row.wgsl). layernorm: the mean, then the sum and the sum of squares of the deviations
+// from it (no cancellation when the mean is large); rmsnorm: the mean of squares. Without a
+// weight (FLAGS & 1) or bias (FLAGS & 2), x is bound in its place, unread. The gradients
+// (OP_LAYERNORM_GRAD, OP_RMSNORM_GRAD) take the upstream gradient [rows, n] in b. Rows that do
+// not fit the registers are read two (rmsnorm) or three times.
+@group(0) @binding(1) var<storage, read> x: array<V>;
+@group(0) @binding(2) var<storage, read> w: array<WV>;  // weight
+@group(0) @binding(3) var<storage, read> b: array<WV>;  // bias, or the upstream gradient (the _grad ops)
+@group(0) @binding(4) var<storage, read_write> y: array<V>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let first = (wg.x + wg.y * P.gx) * ROWS;
+    if (first >= P.rows) { return; }  // uniform for the workgroup
+    // a team past the last row runs with an empty row (every thread reaches the barriers)
+    // and writes nothing
+    let row = first + lid / TEAM;
+    let live = row < P.rows;
+    let t = lid % TEAM;  // this thread's place in its team
+    let nu = select(0u, P.n / VW, live);  // units per row
+    let xo = P.in_off / VW + row * nu;
+    let yo = row * nu;
+    let iters = select((nu + TEAM - 1u) / TEAM, K, CACHED);  // a constant when CACHED: unrolled
+    let grad = OP == OP_LAYERNORM_GRAD || OP == OP_RMSNORM_GRAD;
+    let centred = OP == OP_LAYERNORM || OP == OP_LAYERNORM_GRAD;
+    var cache: array<V, K>;  // this thread's units when CACHED: cache[i] is unit t + i * TEAM of its row
+    if (CACHED) {
+        // all loads first, independent of each other. Units past the row hold -inf, which
+        // the passes skip.
+        for (var i = 0u; i < K; i++) {
+            let j = t + i * TEAM;
+            if (j < nu) { cache[i] = x[xo + j]; } else { cache[i] = V(P.neg_inf); }
+        }
+    }
+    // the mean (of squares)
+    var a = V(0.0);
+    for (var i = 0u; i < iters; i++) {
+        let j = t + i * TEAM;
+        if (j < nu) {
+            let v = unit(&cache, i, j, xo);
+            if (centred) { a += v; } else { a += v * v; }
+        }
+    }
+    let s = wg_sum(vec2<f32>(hsum(a), 0.0), lid).x / f32(P.n);
+    var mu = 0.0;  // layernorm: the mean is mu + c
+    var c = 0.0;
+    var ms = s;    // the mean of squares (of deviations, for layernorm)
+    if (centred) {
+        // deviations from mu, summed and squared (the corrected two-pass algorithm): s loses
+        // precision to a large mean, c = mean(x - mu) restores it, and x - mu is exact for x
+        // near mu, so the outputs (x - mu) - c keep their precision too
+        mu = s;
+        var d1 = V(0.0);
+        var d2 = V(0.0);
+        for (var i = 0u; i < iters; i++) {
+            let j = t + i * TEAM;
+            if (j < nu) {
+                let d = unit(&cache, i, j, xo) - mu;
+                d1 += d;
+                d2 += d * d;
+            }
+        }
+        let r = wg_sum(vec2<f32>(hsum(d1), hsum(d2)), lid) / f32(P.n);
+        c = r.x;
+        ms = r.y - c * c;
+        ms = select(ms, 0.0, ms < 0.0);  // rounding; a NaN stays
+    }
+    let inv = inverseSqrt(ms + P.eps);
+    let wo = P.w_off / VW;
+    let bo = P.b_off / VW;
+    if (grad) {
+        // dx = inv (gh - xh mean(gh xh) - mean(gh) [layernorm]), gh = g w, xh the normalised x;
+        // g is the row of b
+        let go = bo + row * nu;
+        var s1 = V(0.0);
+        var s2 = V(0.0);
+        for (var i = 0u; i < iters; i++) {
+            let j = t + i * TEAM;
+            if (j < nu) {
+                var gh = b[go + j];
+                if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
+                s1 += gh;
+                s2 += gh * (((unit(&cache, i, j, xo) - mu) - c) * inv);
+            }
+        }
+        let m = wg_sum(vec2<f32>(hsum(s1), hsum(s2)), lid) / f32(P.n);
+        let m1 = select(0.0, m.x, centred);
+        for (var i = 0u; i < iters; i++) {
+            let j = t + i * TEAM;
+            if (j < nu) {
+                var gh = b[go + j];
+                if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
+                let xh = ((unit(&cache, i, j, xo) - mu) - c) * inv;
+                y[yo + j] = inv * ((gh - xh * m.y) - m1);
+            }
+        }
+        return;
+    }
+    for (var i = 0u; i < iters; i++) {
+        let j = t + i * TEAM;
+        if (j < nu) {
+            var r = ((unit(&cache, i, j, xo) - mu) - c) * inv;
+            if ((FLAGS & 1u) != 0u) { r = r * w[wo + j]; }
+            if ((FLAGS & 2u) != 0u) { r = r + b[bo + j]; }
+            y[yo + j] = r;
+        }
+    }
+}

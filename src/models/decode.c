@@ -371,8 +371,8 @@ typedef struct pass_header {
 /* The parameters of layer l (gpt.h's order) on the host, uploaded in the GEMV layout. */
 static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
 {
-    const int per = wgml_gpt_param_count(&p->cfg) - (p->llama ? 2 : 4);
-    const int first = (p->llama ? 1 : 2) + (int)l * (per / (int)p->cfg.layers);
+    /* (gpt.h's order: the embeddings, then each layer's table rows) */
+    const int first = (p->llama ? 1 : 2) + (int)l * wgml_gpt_layer_params(&p->cfg);
     wgml_tensor **P = g->m.params + first;
     layer_bufs *lb = &p->L[l];
     const int64_t C = p->C, F = p->F;
@@ -413,7 +413,6 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
     const uint64_t cache = (uint64_t)(p->B * p->block * p->Hkv * p->D) * 4;
     lb->kc = make_buffer(p, cache, STORAGE, "decode K cache", &st);
     lb->vc = make_buffer(p, cache, STORAGE, "decode V cache", &st);
-    (void)F;
     return st;
 }
 

@@ -812,6 +812,11 @@ typedef struct wgml_dist_stats {
     double copy_out_seconds;    /* reading tensors to host */
     double reduce_seconds;      /* waiting for MPI */
     double copy_in_seconds;     /* writing the results back */
+    /* the overlapped all-reduce of data parallel (buckets reduced as the backward pass
+       finishes them): gpu_wait_seconds is then the time the step waited after submitting
+       the last bucket (GPU, copies and MPI together), and */
+    uint64_t buckets;           /* buckets reduced */
+    double exposed_seconds;     /* from the last bucket's arrival in host memory to every bucket written back */
 } wgml_dist_stats;
 WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
 WGML_API void wgml_dist_stats_reset(void);

@@ -21,8 +21,10 @@
 #include <string.h>
 
 #include "core/api_lock.h"
+#include "core/ptrmap.h"
 #include "graph/build.h"
 #include "graph/executor.h"
+#include "train/grad_buckets.h"
 
 #define SLOT_ALIGN 64 /* floats: 256 bytes, enough for any storage-offset alignment */
 
@@ -50,6 +52,7 @@ struct wgml_optimizer {
     int64_t steps;
     wgml_grad_hook hook; /* runs between the gradients and the update (e.g. an all-reduce) */
     void *hook_user;
+    wgml_grad_buckets buckets; /* instead of the hook when .ready is set */
 };
 
 static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
@@ -331,6 +334,97 @@ wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hoo
     return WGML_OK;
 }
 
+wgml_status wgml_optimizer_set_grad_buckets(wgml_optimizer *opt, const wgml_grad_buckets *buckets)
+{
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    if (buckets && (!buckets->ready || !buckets->finish || buckets->bucket_floats <= 0))
+        return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer: grad buckets need ready, finish and a size > 0");
+    opt->buckets = buckets ? *buckets : (wgml_grad_buckets){0};
+    return WGML_OK;
+}
+
+/* A growable list of tensors */
+typedef struct tensor_list {
+    wgml_tensor **v;
+    int n, cap;
+} tensor_list;
+
+static bool list_add(tensor_list *l, wgml_tensor *t)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 256;
+        wgml_tensor **v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = t;
+    return true;
+}
+
+/* The lazy nodes t needs (up to evaluated tensors), into set: what an evaluation of t runs. */
+static bool reach(wgml_ptrmap *set, wgml_tensor *t)
+{
+    t = wgml_tensor_base(t);
+    if (t->op == WGML_OP_NONE || wgml_ptrmap_get(set, t) != WGML_PTRMAP_NONE) return true;
+    if (!wgml_ptrmap_put(set, t, 0)) return false;
+    for (int i = 0; i < t->nsrc; i++)
+        if (!reach(set, t->src[i])) return false;
+    return true;
+}
+
+/* Walks the lazy nodes t needs that are not in `now`, and adds to keep each node of `now`
+   where the walk enters it: a result this evaluation computes that a later one reads (an
+   evaluation frees, and leaves lazy, every result that is not one of its targets). */
+static bool meet(const wgml_ptrmap *now, wgml_ptrmap *seen, wgml_tensor *t, tensor_list *keep)
+{
+    t = wgml_tensor_base(t);
+    if (t->op == WGML_OP_NONE || wgml_ptrmap_get(seen, t) != WGML_PTRMAP_NONE) return true;
+    if (!wgml_ptrmap_put(seen, t, 0)) return false;
+    if (wgml_ptrmap_get(now, t) != WGML_PTRMAP_NONE) return list_add(keep, t);
+    for (int i = 0; i < t->nsrc; i++)
+        if (!meet(now, seen, t->src[i], keep)) return false;
+    return true;
+}
+
+/* The gradients (grads[i] for parameter i) evaluated a bucket at a time from the last
+   parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
+   (first) and the extras go with the first bucket. */
+static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *const *first, int n_extra,
+                               wgml_tensor *const *extra, wgml_tensor *const *grads)
+{
+    wgml_context *ctx = opt->ctx;
+    const wgml_grad_buckets *b = &opt->buckets;
+    wgml_status st = WGML_OK;
+    wgml_ptrmap now = {0}, seen = {0};
+    tensor_list targets = {0};
+    for (int hi = opt->n - 1, lo; hi >= 0 && !st; hi = lo - 1) {
+        int64_t end = hi == opt->n - 1 ? opt->total : opt->slot[hi + 1];
+        for (lo = hi; lo > 0 && end - opt->slot[lo] < b->bucket_floats;) lo--;
+        targets.n = 0;
+        bool ok = true;
+        for (int i = 0; i < n_first && ok && hi == opt->n - 1; i++) ok = list_add(&targets, first[i]);
+        for (int i = hi; i >= lo && ok; i--) ok = list_add(&targets, grads[i]);
+        for (int i = 0; i < n_extra && ok && hi == opt->n - 1; i++) ok = list_add(&targets, extra[i]);
+        wgml_ptrmap_clear(&now);
+        wgml_ptrmap_clear(&seen);
+        for (int i = 0; i < targets.n && ok; i++) ok = reach(&now, targets.v[i]);
+        for (int i = lo - 1; i >= 0 && ok; i--) ok = meet(&now, &seen, grads[i], &targets);
+        if (!ok) {
+            st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+            break;
+        }
+        if (!(st = wgml_graph_eval(ctx, targets.n, targets.v))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
+    }
+    wgml_status fin = b->finish(ctx, opt->G, st, b->user);
+    if (!st && fin) st = fin;
+    if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the gradient buckets failed (%s)", wgml_status_name(st));
+    wgml_ptrmap_free(&now);
+    wgml_ptrmap_free(&seen);
+    free(targets.v);
+    return st;
+}
+
 /* Evaluates the gradients and extras (targets[0..nt)) and calls the hook with a view of the
    whole flat gradient buffer; the slots' padding is zero (the buffer starts cleared and the
    gradients write only their own elements), so the hook may treat it as one vector. */
@@ -370,7 +464,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         free(readers);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
-    int nt = 0;
+    int nt = 0, n_first;
     /* first: their graphs run before any gradient lands in its slot. The parameters' own
        gradients and the extras are among them; they keep their places below (the order
        matters for memory), which are before the update too */
@@ -381,6 +475,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         if (!placed) targets[nt++] = readers[i];
     }
     free(readers);
+    n_first = nt;
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
     /* the last parameter's gradient first: the executor orders the graph depth first from
@@ -416,7 +511,11 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         /* with a hook, the gradients (and extras) are evaluated first and handed to it; the
            norm and the update then read what it left in the flat buffer, in a second submit
            (so they are built after it: its writes would otherwise evaluate them first) */
-        if (opt->hook) st = run_hook(opt, nt, targets);
+        if (opt->buckets.ready) {
+            st = run_buckets(opt, n_first, targets, n_extra, extra, grads);
+        } else if (opt->hook) {
+            st = run_hook(opt, nt, targets);
+        }
         for (int r = opt->n - 1; r >= 0 && !st; r--) {
             wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, grads[r], grads[r]));
             norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;

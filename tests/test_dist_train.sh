@@ -9,6 +9,7 @@
 #     the same gpt checkpoint byte for byte, in a few buckets or many;
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
+#   - a process started by another MPI's launcher (PMI_SIZE=2, but one rank in MPI) is refused;
 #   - a global batch that does not split evenly over the ranks is refused.
 # Usage: test_dist_train.sh WGML_BINARY MPIEXEC [PYTHON]
 set -u
@@ -103,6 +104,12 @@ rc=$?
 [ "$rc" != 124 ] || fail "a failing rank: mpirun still running after 60 s (a hang)"
 grep -q "rank 1 of 2 failed: stopping every rank" "$work/bad.log" || fail "a failing rank: no message naming it: $(tail -3 "$work/bad.log")"
 echo "a failing rank: mpirun exited $rc after $(($(date +%s) - start)) s"
+
+# another MPI's launcher (MPICH's Hydra sets PMI_SIZE) over this build's Open MPI: each process
+# would be a lone rank of the whole batch; refused, naming the cause
+PMI_SIZE=2 PMI_RANK=0 timeout 60 "$wgml" "${gpt[@]}" --out "$work/pmi" >"$work/pmi.log" 2>&1 && fail "PMI_SIZE=2 without its launcher: exit 0"
+grep -Eq "launcher started 2 ranks, but MPI .* sees one|could not be loaded" "$work/pmi.log" ||
+  fail "PMI_SIZE=2 without its launcher: no message: $(tail -2 "$work/pmi.log")"
 
 # a global batch that does not split over the ranks: refused by both trainers, naming it
 for cmd in "train --data $work/data --batch 127" "gpt train --data $work/text --batch 7 --steps 1"; do

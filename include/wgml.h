@@ -795,8 +795,13 @@ WGML_API wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *
 /* The same for host data: n doubles reduced in place; bytes of rank 0's copied to all. */
 WGML_API wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op);
 WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
-/* Makes opt's steps average the gradients across the ranks (a gradient hook) before the norm,
-   the clipping and the update, so that every rank takes the global batch's step. Each rank
+/* Makes opt's steps average the gradients across the ranks before the norm, the clipping and
+   the update, so that every rank takes the global batch's step. The average overlaps the
+   backward pass: the gradients are computed in buckets from the last parameter back (1M
+   floats; WGML_DIST_BUCKET_MB), and each bucket is copied to host memory, summed over the
+   ranks by a thread of wgml's (MPI_Allreduce) and written back while the GPU computes the
+   next; WGML_DIST_OVERLAP=0 gives the blocking all-reduce after the whole backward pass (a
+   gradient hook) instead. Both give the same bits on 2 ranks. Each rank
    then trains on its own share of the global batch; the parameters must start equal
    (wgml_dist_broadcast). It also sets the context's random stream to the rank
    (wgml_rng_set_stream), so ranks that share a seed draw different dropout masks, as the
@@ -853,7 +858,11 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
                                0 on a CPU adapter)
      WGML_LOOP_LIMIT=N         pretend the adapter ends shader loops after N iterations (as
                                lavapipe does after 65535): walks the split paths at small sizes
-     WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call)
+     WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call), and
+                               data parallel's (read by wgml_dist_data_parallel)
+     WGML_DIST_OVERLAP=0       data parallel's all-reduce after the whole backward pass
+     WGML_DIST_INLINE=1        data parallel's MPI calls on the calling thread (what an MPI
+                               without MPI_THREAD_SERIALIZED gets)
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
                                none loaded (default: the one wgml was built against)
      OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS  set by MPI launchers:

@@ -50,11 +50,14 @@ assert float(one[-1]["loss"]) < float(one[0]["loss"]), "the loss did not go down
 PY
 
 # stop after epoch 1, resume on 2 ranks: the same checkpoint as the unbroken 2-rank run; both
-# halves reduce in buckets of 2621 floats (about 10 a step), the unbroken run in one
-timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.01 -np 2 "$wgml" "${args[@]}" --epochs 1 --out "$work/part" >"$work/part.log" 2>&1 ||
+# halves reduce in buckets of one parameter each (4 a step) with MPI called on
+# the main thread (WGML_DIST_INLINE, what an MPI without thread support gets), the unbroken
+# run in one bucket from the reducer's thread
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.0001 -x WGML_DIST_INLINE=1 -np 2 "$wgml" "${args[@]}" --epochs 1 --out "$work/part" >"$work/part.log" 2>&1 ||
   fail "2 ranks, epoch 1: exit $? ($(tail -3 "$work/part.log"))"
-timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.01 -np 2 "$wgml" train --data "$work/data" --epochs 2 --resume "$work/part/checkpoint.safetensors" \
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.0001 -x WGML_DIST_INLINE=1 -np 2 "$wgml" train --data "$work/data" --epochs 2 --resume "$work/part/checkpoint.safetensors" \
   --out "$work/part" >"$work/resume.log" 2>&1 || fail "2 ranks, resumed: exit $? ($(tail -3 "$work/resume.log"))"
+grep -q "overlapped: .*(4.0 buckets" "$work/resume.log" || fail "2 ranks, resumed: not 4 buckets a step: $(grep all-reduce "$work/resume.log")"
 cmp -s "$work/two/checkpoint.safetensors" "$work/part/checkpoint.safetensors" ||
   fail "the resumed 2-rank run's checkpoint differs from the unbroken run's"
 

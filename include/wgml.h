@@ -822,6 +822,9 @@ typedef struct wgml_dist_stats {
        the last bucket (GPU, copies and MPI together), and */
     uint64_t buckets;           /* buckets reduced */
     double exposed_seconds;     /* from the last bucket's arrival in host memory to every bucket written back */
+    /* from every bucket written back to the next step's first bucket submitted (the update,
+       the next step's graph built and planned: the GPU has little to do meanwhile) */
+    double between_seconds;
 } wgml_dist_stats;
 WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
 WGML_API void wgml_dist_stats_reset(void);

@@ -538,6 +538,7 @@ typedef struct bucket_set {
     float *host;         /* the reduced gradients, at their offsets in the gradient buffer */
     int64_t host_cap;
     double last_mapped; /* when the last bucket reached host memory */
+    double finished;    /* when the last step's buckets were all written back (0: none yet) */
 } bucket_set;
 
 static const char bucket_key;
@@ -762,6 +763,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     if ((st = wgml_submit(&ctx->rt, cb))) return st;
     wgml_map_begin(&ctx->rt, b->staging, WGPUMapMode_Read, 0, (uint64_t)count * 4, &b->map);
     b->state = B_MAPPING;
+    if (bs->n == 0 && bs->finished > 0) dist.stats.between_seconds += wgml_host_seconds() - bs->finished;
     bs->n++;
     dist.stats.bytes += (uint64_t)count * 4;
     dist.stats.buckets++;
@@ -777,6 +779,7 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     wgml_status st = advance(ctx, bs, G, true, failed);
     double end = wgml_host_seconds();
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
+    bs->finished = st ? 0 : end;
     pthread_mutex_lock(&reducer.mu);
     dist.stats.reduce_seconds += reducer.mpi_seconds - mpi0;
     reducer.mpi_seconds = 0;

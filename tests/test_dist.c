@@ -185,23 +185,29 @@ static void buckets_give_the_plain_update(void)
     if (!ctx) return;
     const int64_t shapes[5][2] = {{17, 13}, {1, 13}, {13, 11}, {1, 11}, {11, 5}}, xs[2] = {7, 17}, cs[2] = {7, 5};
     float data[300], x[7 * 17], c[7 * 5];
-    wgml_tensor *pa[5], *pb[5];
+    wgml_tensor *pa[5], *pb[5], *pc[5];
     for (int i = 0; i < 5; i++) {
         test_fill_uniform(data, (size_t)(shapes[i][0] * shapes[i][1]), -0.6, 0.6);
         pa[i] = test_tensor(ctx, 2, shapes[i], data);
         pb[i] = test_tensor(ctx, 2, shapes[i], data);
+        pc[i] = test_tensor(ctx, 2, shapes[i], data);
     }
     test_fill_uniform(x, 7 * 17, -1, 1);
     test_fill_uniform(c, 7 * 5, -1, 1);
     wgml_tensor *xt = test_tensor(ctx, 2, xs, x), *ct = test_tensor(ctx, 2, cs, c);
     wgml_optim_desc d = {.kind = WGML_OPTIM_ADAMW, .lr = 0.05f, .weight_decay = 0.01f, .max_grad_norm = 0.5f};
-    wgml_optimizer *oa = NULL, *ob = NULL;
+    wgml_optimizer *oa = NULL, *ob = NULL, *oc = NULL;
     CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 5, pa, &oa));
     CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 5, pb, &ob));
-    if (!oa || !ob) return;
-    bucket_log log = {0};
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 5, pc, &oc));
+    if (!oa || !ob || !oc) return;
+    bucket_log log = {0}, logc = {0};
     wgml_grad_buckets gb = {.bucket_floats = 100, .ready = log_ready, .finish = log_finish, .user = &log};
     CHECK_OK(ctx, wgml_optimizer_set_grad_buckets(ob, &gb));
+    /* the third copy defers each step's end until the next step or a read needs it */
+    wgml_grad_buckets gc = {.bucket_floats = 100, .ready = log_ready, .finish = log_finish, .user = &logc, .defer = true};
+    CHECK_OK(ctx, wgml_optimizer_set_grad_buckets(oc, &gc));
+    float lr_before = wgml_optimizer_lr(oc);
     uint64_t kernels[2] = {0, 0};
     for (int step = 0; step < 3; step++) {
         for (int which = 0; which < 2; which++) {
@@ -223,7 +229,16 @@ static void buckets_give_the_plain_update(void)
         if (kernels[1] > kernels[0]) FAILF("step %d: %llu kernels in buckets, %llu in one evaluation", step,
                                            (unsigned long long)kernels[1], (unsigned long long)kernels[0]);
         log.n = log.finished = 0;
+        /* deferred: buckets submitted, the end waits; the step counts as taken */
+        wgml_scope_begin(ctx);
+        wgml_tensor *loss = mlp_loss(ctx, pc, xt, ct);
+        CHECK_OK(ctx, wgml_backward(loss));
+        CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
+        wgml_scope_end(ctx);
+        CHECK(logc.n == 3 * (step + 1) && logc.finished == step); /* the previous step's end ran at this one's start */
+        CHECK(wgml_optimizer_steps(oc) == step + 1);
     }
+    CHECK(wgml_optimizer_lr(oc) == lr_before); /* a constant lr, whatever the count */
     for (int i = 0; i < 5; i++) {
         size_t n = (size_t)(shapes[i][0] * shapes[i][1]);
         float a[300], b[300];
@@ -232,7 +247,28 @@ static void buckets_give_the_plain_update(void)
         CHECK_OK(ctx, wgml_tensor_read(pb[i], b, n));
         for (size_t k = 0; k < n; k++) want[k] = a[k];
         CHECK(test_close("bucketed AdamW against one evaluation", b, want, n, 1e-6, 1e-6));
+        CHECK_OK(ctx, wgml_tensor_read(pc[i], b, n)); /* a read of the parameters ends the step in flight */
+        CHECK(test_close("deferred bucketed AdamW against one evaluation", b, want, n, 1e-6, 1e-6));
+        CHECK(logc.finished == 3);
     }
+    float na = 0, nc = 0;
+    CHECK_OK(ctx, wgml_optimizer_grad_norm(oa, &na));
+    CHECK_OK(ctx, wgml_optimizer_grad_norm(oc, &nc));
+    CHECK(fabsf(na - nc) <= 1e-6f * na);
+    /* a write into the parameters ends a step in flight first: the write wins */
+    wgml_scope_begin(ctx);
+    wgml_tensor *loss = mlp_loss(ctx, pc, xt, ct);
+    CHECK_OK(ctx, wgml_backward(loss));
+    CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
+    wgml_scope_end(ctx);
+    CHECK(logc.finished == 3);
+    float ones[55];
+    for (int k = 0; k < 55; k++) ones[k] = 1;
+    CHECK_OK(ctx, wgml_tensor_write(pc[4], ones, 55));
+    CHECK(logc.finished == 4 && wgml_optimizer_steps(oc) == 4);
+    float back[55];
+    CHECK_OK(ctx, wgml_tensor_read(pc[4], back, 55));
+    CHECK(memcmp(back, ones, sizeof ones) == 0);
 
     /* the second bucket fails: the step returns its status, finish saw it, nothing moved */
     float before[300], now[300];
@@ -251,7 +287,8 @@ static void buckets_give_the_plain_update(void)
                  WGML_ERROR_INVALID_ARGUMENT);
     wgml_optimizer_free(oa);
     wgml_optimizer_free(ob);
-    for (int i = 0; i < 5; i++) wgml_tensor_free(pa[i]), wgml_tensor_free(pb[i]);
+    wgml_optimizer_free(oc);
+    for (int i = 0; i < 5; i++) wgml_tensor_free(pa[i]), wgml_tensor_free(pb[i]), wgml_tensor_free(pc[i]);
     wgml_tensor_free(xt), wgml_tensor_free(ct);
 }
 

@@ -6,7 +6,8 @@
 #   - a 2-rank run resumed from its checkpoint ends byte for byte where the unbroken one ends
 #     (the halves reducing in many small buckets, the unbroken run in one);
 #   - the overlapped all-reduce (default) and the blocking one (WGML_DIST_OVERLAP=0) end with
-#     the same gpt checkpoint byte for byte, in a few buckets or many;
+#     the same gpt checkpoint byte for byte, in one bucket or many, with the step's end
+#     deferred (WGML_DIST_DEFER=1) or not;
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
 #   - a process started by another MPI's launcher (PMI_SIZE=2, but one rank in MPI) is refused;
@@ -85,14 +86,17 @@ assert worst <= 1e-5, f"worst relative difference {worst} > 1e-5"
 PY
 
 # the overlapped all-reduce (the default: buckets reduced as the backward pass finishes them;
-# one bucket a step by default at this size, one a parameter with small buckets) against the
+# one bucket a step by default at this size, one a parameter with small buckets, there with
+# each step's end deferred until the next step's graph is built: WGML_DIST_DEFER) against the
 # blocking one after the whole backward pass: the same checkpoint byte for byte (two ranks'
-# sum does not depend on the order, and the ranks divide alike)
+# sum does not depend on the order, and the ranks divide alike) and the same metrics
 grep -q "gradient all-reduce on 2 ranks, overlapped" "$work/gpt2.log" || fail "gpt, 2 ranks: not overlapped: $(tail -2 "$work/gpt2.log")"
 timeout 120 "${mpi[@]}" -x WGML_DIST_OVERLAP=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2b" >"$work/gpt2b.log" 2>&1 ||
   fail "gpt, 2 ranks, blocking all-reduce: exit $? ($(tail -3 "$work/gpt2b.log"))"
-timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
-  fail "gpt, 2 ranks, small buckets: exit $? ($(tail -3 "$work/gpt2s.log"))"
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_DEFER=1 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
+  fail "gpt, 2 ranks, small buckets, deferred: exit $? ($(tail -3 "$work/gpt2s.log"))"
+cmp -s <(cut -d, -f1-5 "$work/gpt2s/metrics.csv") <(cut -d, -f1-5 "$work/gpt2b/metrics.csv") ||
+  fail "gpt: the deferred steps' metrics (loss, lr, gradient norm, validation) differ from the blocking ones'"
 grep -Eq "overlapped: .*\(([5-9]|[1-9][0-9])\.0 buckets" "$work/gpt2s.log" ||
   fail "gpt, small buckets: not 5-99 buckets a step: $(grep all-reduce "$work/gpt2s.log")"
 cmp -s "$work/gpt2/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt: the overlapped all-reduce ends elsewhere than the blocking one"

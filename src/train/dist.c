@@ -117,6 +117,7 @@ static int mpi_load(void)
 
 #include "core/api_lock.h"
 #include "core/buffer.h"
+#include "core/context.h"
 #include "graph/executor.h"
 #include "train/grad_buckets.h"
 
@@ -253,8 +254,28 @@ wgml_status wgml_dist_init(void)
 static void reducer_stop(void); /* ends the overlapped all-reduce's thread */
 #endif
 
+/* The context whose step has buckets in flight (a deferred step: train/grad_buckets.h) */
+static wgml_context *inflight;
+
+/* A collective of the calling thread first ends the step in flight: every rank must call its
+   collectives in one order (the step's buckets, then this), and MPI from one thread at a
+   time. */
+static wgml_status settle_inflight(void)
+{
+    wgml_context *ctx = inflight;
+    if (!ctx || !ctx->pending_step) return WGML_OK;
+    wgml_status st = wgml_context_enter(ctx, "dist");
+    if (st) return dist_fail(st, "dist: the context of the step in flight cannot be entered");
+    wgml_status (*step)(wgml_context *, void *) = ctx->pending_step;
+    ctx->pending_step = NULL;
+    if (step && (st = step(ctx, ctx->pending_step_arg))) dist_fail(st, "%s", wgml_error_message(ctx));
+    wgml_context_leave(ctx);
+    return st;
+}
+
 wgml_status wgml_dist_finalize(void)
 {
+    wgml_status settled = settle_inflight();
 #ifdef WGML_HAVE_MPI
     reducer_stop();
 #endif
@@ -272,11 +293,13 @@ wgml_status wgml_dist_finalize(void)
     dist.started = dist.mpi = 0;
     dist.rank = dist.local_rank = 0;
     dist.size = dist.local_size = 1;
-    return WGML_OK;
+    return settled;
 }
 
 wgml_status wgml_dist_barrier(void)
 {
+    wgml_status st = settle_inflight();
+    if (st) return st;
 #ifdef WGML_HAVE_MPI
     if (dist.mpi) {
         int rc = MPI_Barrier(MPI_COMM_WORLD);
@@ -297,6 +320,8 @@ void wgml_dist_abort(int code)
 
 wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op)
 {
+    wgml_status settled = settle_inflight();
+    if (settled) return settled;
     if ((!data && n) || (op != WGML_REDUCE_SUM && op != WGML_REDUCE_MEAN))
         return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_allreduce_host: data is NULL or op %d is not a wgml_reduce_op", (int)op);
 #ifdef WGML_HAVE_MPI
@@ -313,6 +338,8 @@ wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op)
 
 wgml_status wgml_dist_broadcast_host(void *data, size_t bytes)
 {
+    wgml_status settled = settle_inflight();
+    if (settled) return settled;
     if (!data && bytes) return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_broadcast_host: data is NULL");
 #ifdef WGML_HAVE_MPI
     if (dist.mpi && bytes) {
@@ -423,7 +450,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
 {
     int64_t total = 0;
     wgml_status st = check_tensors(ctx, "dist_allreduce", n, tensors, &total);
-    if (st) return st;
+    if (st || (st = settle_inflight())) return st;
     if (op != WGML_REDUCE_SUM && op != WGML_REDUCE_MEAN) {
         char msg[128];
         snprintf(msg, sizeof msg, "dist_allreduce: op %d is not a wgml_reduce_op", (int)op);
@@ -472,7 +499,7 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
 {
     int64_t total = 0;
     wgml_status st = check_tensors(ctx, "dist_broadcast", n, tensors, &total);
-    if (st) return st;
+    if (st || (st = settle_inflight())) return st;
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi) return WGML_OK;
     /* the sizes first, so that ranks whose models differ fail with words, not garbage */
@@ -545,8 +572,8 @@ static const char bucket_key;
 
 static void bucket_set_release(wgml_context *ctx, void *state)
 {
-    (void)ctx;
     bucket_set *bs = state;
+    if (inflight == ctx) inflight = NULL;
     for (int i = 0; i < bs->cap; i++)
         if (bs->v[i].staging) wgpuBufferRelease(bs->v[i].staging);
     free(bs->v);
@@ -729,6 +756,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     if (!bs) return ctx->rt.status;
     if (count > (int64_t)INT32_MAX) return ctx_fail(ctx, WGML_ERROR_LIMIT, "dist_allreduce: a bucket past MPI's int count");
     if (bs->n == 0) { /* the step's first bucket: G's whole size is known from it (it ends G) */
+        inflight = ctx;
         if (from + count > bs->host_cap) {
             float *h = realloc(bs->host, (size_t)(from + count) * sizeof *h);
             if (!h) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
@@ -786,6 +814,7 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     pthread_mutex_unlock(&reducer.mu);
     bs->n = 0;
     bs->last_mapped = 0;
+    inflight = NULL;
     return st;
 }
 #endif
@@ -817,8 +846,10 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
        the overlapped one is tested against) */
     const char *overlap = getenv("WGML_DIST_OVERLAP");
     if (!(overlap && !strcmp(overlap, "0"))) {
+        /* WGML_DIST_DEFER=1: the step's end waits until the next step's graph is built */
+        const char *defer = getenv("WGML_DIST_DEFER");
         wgml_grad_buckets b = {.bucket_floats = (int64_t)bucket_floats(DEFAULT_OVERLAP_BUCKET_FLOATS),
-                               .ready = bucket_ready, .finish = buckets_finish};
+                               .ready = bucket_ready, .finish = buckets_finish, .defer = defer && !strcmp(defer, "1")};
         return wgml_optimizer_set_grad_buckets(opt, &b);
     }
 #endif

@@ -6,6 +6,8 @@
 #ifndef WGML_TRAIN_GRAD_BUCKETS_H
 #define WGML_TRAIN_GRAD_BUCKETS_H
 
+#include <stdbool.h>
+
 #include "wgml.h"
 
 struct wgml_buffer;
@@ -23,6 +25,10 @@ typedef struct wgml_grad_buckets {
        what is in flight. */
     wgml_status (*finish)(wgml_context *ctx, struct wgml_buffer *G, wgml_status st, void *user);
     void *user;
+    /* finish, the norm and the update wait until something needs them (the next step, a
+       read of the parameters or moments, a write into them): the next step's graph is built
+       meanwhile. wgml_optimizer_steps and _lr count such a step as taken. */
+    bool defer;
 } wgml_grad_buckets;
 
 /* Replaces the grad hook's one evaluation of every gradient with one per bucket; NULL goes

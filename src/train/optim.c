@@ -53,6 +53,10 @@ struct wgml_optimizer {
     wgml_grad_hook hook; /* runs between the gradients and the update (e.g. an all-reduce) */
     void *hook_user;
     wgml_grad_buckets buckets; /* instead of the hook when .ready is set */
+    /* buckets.defer: a step whose buckets are in flight, its gradients (one reference each);
+       the norm and the update wait until something needs them (complete_step) */
+    bool deferred;
+    wgml_tensor **deferred_grads;
 };
 
 static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
@@ -74,10 +78,14 @@ static wgml_buffer *flat_zeros(wgml_context *ctx, int64_t n)
     return b;
 }
 
+static wgml_status complete_step(wgml_optimizer *opt);
+
 void wgml_optimizer_free(wgml_optimizer *opt)
 {
     if (!opt) return;
     wgml_context *ctx = opt->ctx;
+    complete_step(opt); /* (waits for the all-reduce in flight; a failure has its message) */
+    free(opt->deferred_grads);
     for (int i = 0; i < opt->n; i++) wgml_tensor_unref(opt->params[i]);
     wgml_buffer *bufs[5] = {opt->P, opt->G, opt->M, opt->V, opt->groups};
     for (int i = 0; i < 5; i++) wgml_buffer_release(ctx, bufs[i]);
@@ -329,6 +337,8 @@ static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hook, void *user)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     opt->hook = hook;
     opt->hook_user = hook ? user : NULL;
     return WGML_OK;
@@ -337,6 +347,8 @@ wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hoo
 wgml_status wgml_optimizer_set_grad_buckets(wgml_optimizer *opt, const wgml_grad_buckets *buckets)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     if (buckets && (!buckets->ready || !buckets->finish || buckets->bucket_floats <= 0))
         return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer: grad buckets need ready, finish and a size > 0");
     opt->buckets = buckets ? *buckets : (wgml_grad_buckets){0};
@@ -391,7 +403,7 @@ static bool meet(const wgml_ptrmap *now, wgml_ptrmap *seen, wgml_tensor *t, tens
    parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
    (first) and the extras go with the first bucket. */
 static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *const *first, int n_extra,
-                               wgml_tensor *const *extra, wgml_tensor *const *grads)
+                               wgml_tensor *const *extra, wgml_tensor *const *grads, bool defer)
 {
     wgml_context *ctx = opt->ctx;
     const wgml_grad_buckets *b = &opt->buckets;
@@ -416,7 +428,7 @@ static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *co
         }
         if (!(st = wgml_graph_eval(ctx, targets.n, targets.v))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
     }
-    wgml_status fin = b->finish(ctx, opt->G, st, b->user);
+    wgml_status fin = st || !defer ? b->finish(ctx, opt->G, st, b->user) : WGML_OK;
     if (!st && fin) st = fin;
     if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the gradient buckets failed (%s)", wgml_status_name(st));
     wgml_ptrmap_free(&now);
@@ -441,12 +453,60 @@ static wgml_status run_hook(wgml_optimizer *opt, int nt, wgml_tensor *const *tar
     return st;
 }
 
+/* A deferred step's end: the buckets written back, then the norm and the update. */
+static wgml_status complete_step(wgml_optimizer *opt)
+{
+    if (!opt->deferred) return WGML_OK;
+    wgml_context *ctx = opt->ctx;
+    opt->deferred = false;
+    if (ctx->pending_step_arg == opt) {
+        ctx->pending_step = NULL;
+        ctx->pending_step_arg = NULL;
+        memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
+    }
+    wgml_status st = opt->buckets.finish(ctx, opt->G, WGML_OK, opt->buckets.user);
+    wgml_tensor *norm2 = NULL;
+    wgml_scope_begin(ctx);
+    for (int r = opt->n - 1; r >= 0 && !st; r--) {
+        wgml_tensor *g = opt->deferred_grads[r];
+        wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, g, g));
+        norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;
+    }
+    if (!st) {
+        wgml_tensor *src[1] = {norm2};
+        int64_t one = 1;
+        wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
+        upd->op_data = &opt->step_op;
+        wgml_tensor *targets[2] = {norm2, upd};
+        st = wgml_graph_eval(ctx, 2, targets);
+    }
+    if (!st) {
+        opt->steps++;
+        if (opt->norm2) wgml_tensor_unref(opt->norm2);
+        opt->norm2 = norm2;
+        wgml_tensor_retain(norm2);
+    }
+    for (int i = 0; i < opt->n; i++) {
+        if (opt->deferred_grads[i]) wgml_tensor_unref(opt->deferred_grads[i]);
+        opt->deferred_grads[i] = NULL;
+    }
+    wgml_scope_end(ctx);
+    if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the step in flight failed (%s)", wgml_status_name(st));
+    return st;
+}
+
+static wgml_status pending_step(wgml_context *ctx, void *arg)
+{
+    (void)ctx;
+    return complete_step(arg);
+}
+
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = opt->ctx;
     wgml_status st = wgml_check_device(&ctx->rt);
-    if (st) return st;
+    if (st || (st = complete_step(opt))) return st;
     if (n_extra < 0 || (n_extra && !extra)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: bad extra list");
     /* The step overwrites the parameters, both moments and the gradient slots in place:
        pending results that read them (logits the user still holds, a gradient taken before
@@ -512,7 +572,27 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
            norm and the update then read what it left in the flat buffer, in a second submit
            (so they are built after it: its writes would otherwise evaluate them first) */
         if (opt->buckets.ready) {
-            st = run_buckets(opt, n_first, targets, n_extra, extra, grads);
+            bool defer = opt->buckets.defer;
+            if (defer && !opt->deferred_grads && !(opt->deferred_grads = calloc((size_t)opt->n, sizeof *grads)))
+                st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+            if (!st) st = run_buckets(opt, n_first, targets, n_extra, extra, grads, defer);
+            if (!st && defer) { /* the rest when something needs it */
+                for (int i = 0; i < opt->n; i++) {
+                    opt->deferred_grads[i] = grads[i];
+                    grads[i] = NULL;
+                    wgml_tensor_unref(opt->params[i]->grad);
+                    opt->params[i]->grad = NULL;
+                }
+                opt->deferred = true;
+                ctx->pending_step = pending_step;
+                ctx->pending_step_arg = opt;
+                wgml_buffer *bufs[4] = {opt->P, opt->G, opt->M, opt->V};
+                memcpy(ctx->pending_step_bufs, bufs, sizeof bufs);
+                wgml_scope_end(ctx);
+                free(targets);
+                free(grads);
+                return WGML_OK;
+            }
         } else if (opt->hook) {
             st = run_hook(opt, nt, targets);
         }
@@ -552,6 +632,8 @@ wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
     if (!norm) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: norm is NULL");
+    wgml_status done = complete_step(opt);
+    if (done) return done;
     if (!opt->norm2) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: no step yet");
     float n2;
     wgml_status st = wgml_tensor_read(opt->norm2, &n2, 1);
@@ -559,11 +641,14 @@ wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm)
     return st;
 }
 
-int64_t wgml_optimizer_steps(const wgml_optimizer *opt) { return opt ? opt->steps : 0; }
+/* (a step in flight counts: it has been taken, its update waits) */
+int64_t wgml_optimizer_steps(const wgml_optimizer *opt) { return opt ? opt->steps + opt->deferred : 0; }
 
 wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     if (steps < 0)
         return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_steps: steps = %lld must be >= 0",
                          (long long)steps);
@@ -574,6 +659,8 @@ wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps)
 wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     wgml_status st = check_lr(opt->ctx, "optimizer_set_lr", lr);
     if (st) return st;
     opt->desc.lr = lr;
@@ -619,6 +706,8 @@ float wgml_lr_at(const wgml_lr_schedule *s, float base_lr, int64_t step)
 wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_schedule *s)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     char why[160];
     if (s && schedule_problem(s, why, sizeof why))
         return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_schedule: %s", why);
@@ -628,7 +717,7 @@ wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_sched
 
 float wgml_optimizer_lr(const wgml_optimizer *opt)
 {
-    return opt ? wgml_lr_at(&opt->schedule, opt->desc.lr, opt->steps) : NAN;
+    return opt ? wgml_lr_at(&opt->schedule, opt->desc.lr, opt->steps + opt->deferred) : NAN;
 }
 
 /* A storage tensor viewing parameter i's slot of a moment buffer (for checkpoints). */
@@ -644,6 +733,8 @@ static wgml_status moment_view(wgml_optimizer *opt, int i, wgml_buffer *buf, wgm
 wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     wgml_status st = moment_view(opt, i, opt->M, m);
     if (!st) st = moment_view(opt, i, opt->V, v);
     return st;

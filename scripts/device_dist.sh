@@ -6,15 +6,16 @@
 # and 4 GPUs through torchrun with the same model (bench/torch_gpt_ddp.py), in one command.
 # wgml was built elsewhere against Debian's Open MPI (libmpi.so.40, the image's soname too).
 #
-# Usage: device_dist.sh DIR OUT [RANKS...]
+# Usage: device_dist.sh DIR OUT
 #   DIR holds bin/wgml, lib/ (libwgpu_native.so, libjansson.so.4), text/ (the corpus) and
 #   bench/ (torch_gpt.py, torch_gpt_ddp.py); OUT gets the logs, metrics and a summary.
+#   RUNS="name:ranks[:VAR=VALUE,...] ..." the wgml runs (default np1:1 np2:2 np4:4; the first
+#   is the 1-rank baseline, and the checkpoint PyTorch starts from), TORCH_RANKS="1 2 4".
 # Each line of OUT/summary.txt: what ran, ms/step and tokens/s over the steps after the 20th.
 set -u
 D=$1
 OUT=$2
 shift 2
-RANKS=${*:-1 2 4}
 [ -n "${LOCAL_CHECK:-}" ] || . "$(dirname "$0")/device_env.sh" # the Vulkan loader, NVIDIA's driver file
 export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_NVLS_ENABLE=0
@@ -55,6 +56,7 @@ wgml_run() { # NAME NP [ENV=VALUE...]
   shift 2
   local xs=() e
   for e in "$@"; do xs+=(-x "$e"); done
+  rm -rf "${RUN:?}/$name"
   if [ "$np" = 1 ]; then
     env "$@" timeout 200 "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   else
@@ -69,24 +71,24 @@ wgml_run() { # NAME NP [ENV=VALUE...]
   [ -f "$OUT/$name.gpus" ] && echo "    GPUs in use: $(cut -d, -f2 "$OUT/$name.gpus" | sort -u | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
 }
 
-for n in $RANKS; do
-  wgml_run "wgml_np$n" "$n"
-  [ "$n" -gt 1 ] && [ -n "${BLOCKING:-}" ] && wgml_run "wgml_np${n}_blocking" "$n" WGML_DIST_OVERLAP=0
-done
-for mb in ${BUCKETS_MB:-}; do wgml_run "wgml_np4_bucket$mb" 4 "WGML_DIST_BUCKET_MB=$mb"; done
-
-# the losses of 1 rank and of the most ranks over the same global batches (no dropout)
-last=${RANKS##* }
-[ "$last" != 1 ] && python3 - "$OUT/wgml_np1.metrics.csv" "$OUT/wgml_np$last.metrics.csv" <<'PY' | tee -a "$OUT/summary.txt"
+first=
+for r in ${RUNS:-np1:1 np2:2 np4:4}; do
+  IFS=: read -r name np vars <<<"$r"
+  IFS=, read -ra vars <<<"$vars"
+  wgml_run "wgml_$name" "$np" "${vars[@]}"
+  [ -n "$first" ] || { first=wgml_$name; continue; }
+  # the losses against the first run's over the same global batches (no dropout)
+  python3 - "$OUT/$first.metrics.csv" "$OUT/wgml_$name.metrics.csv" <<'PY' | tee -a "$OUT/summary.txt"
 import csv, sys
 one, many = ([r for r in csv.DictReader(open(p))] for p in sys.argv[1:3])
 worst = max(abs(float(a["loss"]) - float(b["loss"])) / abs(float(a["loss"])) for a, b in zip(one, many))
-print(f"loss parity, 1 rank against {sys.argv[2].split('_np')[1].split('.')[0]}: worst relative difference {worst:.3g} over {min(len(one), len(many))} steps")
+print(f"    losses against {sys.argv[1].split('/')[-1].split('.')[0]}: worst relative difference {worst:.3g} over {min(len(one), len(many))} steps")
 PY
+done
 
-# PyTorch DDP, the same model (from wgml's checkpoint of the 1-rank run)
-for n in $RANKS; do
-  timeout 240 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/wgml_np1/gpt.safetensors" \
+# PyTorch DDP, the same model (from wgml's checkpoint of the first run)
+for n in ${TORCH_RANKS:-1 2 4}; do
+  timeout 240 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/$first/gpt.safetensors" \
     --data "$D/text" --batch "$BATCH" --json "$OUT/torch_np$n.json" >"$OUT/torch_np$n.log" 2>&1
   echo "torch_np$n: rc $? $(grep 'torch DDP' "$OUT/torch_np$n.log")" | tee -a "$OUT/summary.txt"
 done

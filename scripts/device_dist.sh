@@ -58,10 +58,10 @@ wgml_run() { # NAME NP [ENV=VALUE...]
   for e in "$@"; do xs+=(-x "$e"); done
   rm -rf "${RUN:?}/$name"
   if [ "$np" = 1 ]; then
-    env "$@" timeout 200 "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
+    env "$@" timeout 150 "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   else
     (sleep 12; nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader >"$OUT/$name.gpus") &
-    timeout 200 "${MPI[@]}" "${xs[@]}" -np "$np" "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
+    timeout 150 "${MPI[@]}" "${xs[@]}" -np "$np" "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   fi
   local rc=$?
   cp "$RUN/$name/metrics.csv" "$OUT/$name.metrics.csv" 2>/dev/null
@@ -88,7 +88,7 @@ done
 
 # PyTorch DDP, the same model (from wgml's checkpoint of the first run)
 for n in ${TORCH_RANKS:-1 2 4}; do
-  timeout 240 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/$first/gpt.safetensors" \
+  timeout 180 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/$first/gpt.safetensors" \
     --data "$D/text" --batch "$BATCH" --json "$OUT/torch_np$n.json" >"$OUT/torch_np$n.log" 2>&1
   echo "torch_np$n: rc $? $(grep 'torch DDP' "$OUT/torch_np$n.log")" | tee -a "$OUT/summary.txt"
 done

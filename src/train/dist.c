@@ -130,6 +130,7 @@ static struct {
     int mpi;         /* collectives go through MPI (more than one rank) */
     int owns_mpi;    /* we called MPI_Init, so we call MPI_Finalize */
     int mpi_thread;  /* MPI may be called from a thread other than the main one */
+    int defer;       /* data parallel defers each step's end (WGML_DIST_DEFER) */
     int rank, size, local_rank, local_size;
     float *stage[2]; /* host buckets, alternating between copy-out and reduction */
     size_t stage_cap;
@@ -555,6 +556,7 @@ typedef struct bucket {
     int64_t from, count; /* floats of the gradient buffer */
     wgml_map_async map;
     int state;
+    int job; /* its reducer job's number (B_REDUCING) */
 } bucket;
 
 /* A context's buckets (an extension of it: the staging buffers are its device's) */
@@ -684,10 +686,13 @@ static int reducer_done(int *rc)
     return d;
 }
 
-/* Moves the step's buckets on: mapped ones to the reducer, reduced ones back into G, in
-   order. With `all`, until every bucket is written back (or, after a failure, until nothing
-   is in flight). */
-static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, bool all, wgml_status failed)
+/* How far advance goes */
+enum { ONE_PASS, ALL_HANDED, ALL_WRITTEN };
+
+/* Moves the step's buckets on: mapped ones to the reducer, reduced ones back into G, both in
+   order. ALL_HANDED: until every bucket is with the reducer (or skipped); ALL_WRITTEN: until
+   every bucket is written back (after a failure: until none is in flight). */
+static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, int until, wgml_status failed)
 {
     wgml_status st = WGML_OK;
     int mpi_rc = MPI_SUCCESS;
@@ -695,44 +700,48 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, bo
     for (;;) {
         bool moved = false;
         while (bs->handed < bs->n && wgml_map_poll(&ctx->rt, &bs->v[bs->handed].map)) {
-            bucket *b = &bs->v[bs->handed];
-            if (b->map.status != WGPUMapAsyncStatus_Success || failed || st) { /* reduce nothing more */
-                if (!st && !failed) st = wgml_map_end(&ctx->rt, &b->map);
-                if (b->map.status == WGPUMapAsyncStatus_Success) wgpuBufferUnmap(b->staging);
-                b->state = B_DONE;
-                bs->handed++, bs->written++;
-                moved = true;
+            bucket *b = &bs->v[bs->handed++];
+            moved = true;
+            if (b->map.status != WGPUMapAsyncStatus_Success) {
+                if (!st && !failed) st = wgml_map_end(&ctx->rt, &b->map); /* its words */
+                b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
-            const float *src = wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)b->count * 4);
+            const float *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)b->count * 4);
             reduce_job j = {src, bs->host + b->from, (int)b->count};
-            if (!src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
-            else if (!reducer_post(&j)) st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
-            if (st) {
+            if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
+            if (src && (b->job = reducer.posted, !reducer_post(&j)))
+                st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
+            if (failed || st) { /* reduce nothing more */
                 wgpuBufferUnmap(b->staging);
                 b->state = B_DONE;
-                bs->handed++, bs->written++;
                 continue;
             }
             b->state = B_REDUCING;
-            if (++bs->handed == bs->n) bs->last_mapped = wgml_host_seconds();
-            moved = true;
+            if (bs->handed == bs->n) bs->last_mapped = wgml_host_seconds();
         }
-        for (int done = reducer_done(&mpi_rc); bs->written < bs->handed && bs->written < done;) {
-            bucket *b = &bs->v[bs->written++];
-            wgpuBufferUnmap(b->staging);
-            b->state = B_DONE;
-            if (!st && !failed && mpi_rc == MPI_SUCCESS) {
-                double t0 = wgml_host_seconds();
-                wgpuQueueWriteBuffer(ctx->rt.queue, G->handle, (uint64_t)b->from * 4, bs->host + b->from, (size_t)b->count * 4);
-                dist.stats.copy_in_seconds += wgml_host_seconds() - t0;
+        int done = reducer_done(&mpi_rc);
+        for (; bs->written < bs->handed; bs->written++) {
+            bucket *b = &bs->v[bs->written];
+            if (b->state == B_REDUCING) {
+                if (b->job >= done) break; /* still with the reducer */
+                wgpuBufferUnmap(b->staging);
+                b->state = B_DONE;
+                if (!st && !failed && mpi_rc == MPI_SUCCESS) {
+                    double t0 = wgml_host_seconds();
+                    wgpuQueueWriteBuffer(ctx->rt.queue, G->handle, (uint64_t)b->from * 4, bs->host + b->from,
+                                         (size_t)b->count * 4);
+                    dist.stats.copy_in_seconds += wgml_host_seconds() - t0;
+                }
             }
             moved = true;
         }
-        if (!all || bs->written == bs->n) break;
+        if (until == ONE_PASS || (until == ALL_HANDED && bs->handed == bs->n) || bs->written == bs->n) break;
         if (ctx->rt.device_lost) {
             st = wgml_check_device(&ctx->rt);
-            break;
+            failed = failed ? failed : st;
+            if (bs->written == bs->handed) break; /* (maps of a lost device may never end) */
+            continue; /* what the reducer holds is still waited for */
         }
         if (moved) {
             idle_since = wgml_host_seconds();
@@ -743,7 +752,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, bo
             nanosleep(&nap, NULL);
         }
     }
-    if (all) dist.stats.gpu_wait_seconds += wgml_host_seconds() - t_wait;
+    if (until != ONE_PASS) dist.stats.gpu_wait_seconds += wgml_host_seconds() - t_wait;
     reducer_done(&mpi_rc);
     if (!st && !failed && mpi_rc != MPI_SUCCESS) st = mpi_fail(ctx, mpi_rc, "dist_allreduce");
     return st;
@@ -795,7 +804,10 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     bs->n++;
     dist.stats.bytes += (uint64_t)count * 4;
     dist.stats.buckets++;
-    return advance(ctx, bs, G, false, WGML_OK); /* earlier buckets that are ready move on now */
+    /* earlier buckets that are ready move on now; with the step's end deferred, the last
+       bucket (G's start) waits here until every bucket is with the reducer, which then
+       finishes them while the next step's graph is built */
+    return advance(ctx, bs, G, from == 0 && dist.defer ? ALL_HANDED : ONE_PASS, WGML_OK);
 }
 
 static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status failed, void *user)
@@ -804,7 +816,7 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
     if (!bs || !bs->n) return WGML_OK;
     double mpi0 = reducer.mpi_seconds;
-    wgml_status st = advance(ctx, bs, G, true, failed);
+    wgml_status st = advance(ctx, bs, G, ALL_WRITTEN, failed);
     double end = wgml_host_seconds();
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
     bs->finished = st ? 0 : end;
@@ -848,8 +860,9 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
     if (!(overlap && !strcmp(overlap, "0"))) {
         /* WGML_DIST_DEFER=1: the step's end waits until the next step's graph is built */
         const char *defer = getenv("WGML_DIST_DEFER");
+        dist.defer = defer && !strcmp(defer, "1");
         wgml_grad_buckets b = {.bucket_floats = (int64_t)bucket_floats(DEFAULT_OVERLAP_BUCKET_FLOATS),
-                               .ready = bucket_ready, .finish = buckets_finish, .defer = defer && !strcmp(defer, "1")};
+                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer};
         return wgml_optimizer_set_grad_buckets(opt, &b);
     }
 #endif

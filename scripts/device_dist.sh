@@ -21,7 +21,7 @@ export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI
 export NCCL_NVLS_ENABLE=0
 # the image's libmpi (wgml opens it under a launcher: found by soname, or named here)
 MPILIB=$(ldconfig -p | awk '/libmpi\.so\.40 /{print $NF; exit}')
-[ -n "$MPILIB" ] || MPILIB=$(find / -name 'libmpi.so.40' -not -path '*/proc/*' 2>/dev/null | head -1)
+[ -n "$MPILIB" ] || MPILIB=$(find /usr /opt -name 'libmpi.so.40' 2>/dev/null | head -1)
 export WGML_MPI_LIBRARY=$MPILIB
 nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader
 mpirun --version | head -1
@@ -60,7 +60,7 @@ wgml_run() { # NAME NP [ENV=VALUE...]
   if [ "$np" = 1 ]; then
     env "$@" timeout 150 "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   else
-    (sleep 12; nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader >"$OUT/$name.gpus") &
+    (sleep 12; nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader >"$OUT/$name.gpus") &
     timeout 150 "${MPI[@]}" "${xs[@]}" -np "$np" "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   fi
   local rc=$?
@@ -68,7 +68,7 @@ wgml_run() { # NAME NP [ENV=VALUE...]
   echo "$name: rc $rc, $(rate "$OUT/$name.metrics.csv" 2>/dev/null || echo 'no rate')" | tee -a "$OUT/summary.txt"
   grep -E "all-reduce|replicas" "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
   [ "$rc" = 0 ] || tail -5 "$OUT/$name.log"
-  [ -f "$OUT/$name.gpus" ] && echo "    GPUs in use: $(cut -d, -f2 "$OUT/$name.gpus" | sort -u | tr '\n' ' ')" | tee -a "$OUT/summary.txt"
+  [ -f "$OUT/$name.gpus" ] && echo "    GPUs (index, memory, load) at 12 s: $(tr '\n' ';' <"$OUT/$name.gpus")" | tee -a "$OUT/summary.txt"
 }
 
 first=

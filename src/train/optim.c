@@ -399,6 +399,33 @@ static bool meet(const wgml_ptrmap *now, wgml_ptrmap *seen, wgml_tensor *t, tens
     return true;
 }
 
+/* A result that a bucket kept for later ones (meet), made the lazy node it was again once
+   every bucket has run, its buffer back in the pool: a tape that holds it (the loss's, kept
+   for a later backward) would otherwise hold the buffer for as long as the loss lives, a
+   step's activations for every loss not yet read. Only results that nothing but the graph
+   holds, with their node kept (executor.c's keep_tape). */
+static void unkeep(wgml_context *ctx, wgml_tensor *t)
+{
+    wgml_tensor *s = t->tape;
+    if (t->op != WGML_OP_NONE || !s || !t->buf || t->user_held || t->requires_grad || t->grad) return;
+    t->op = s->op;
+    t->nsrc = s->nsrc;
+    memcpy(t->src, s->src, sizeof t->src);
+    memcpy(t->fparam, s->fparam, sizeof t->fparam);
+    memcpy(t->iparam, s->iparam, sizeof t->iparam);
+    t->op_data = s->op_data;
+    t->view_kind = s->view_kind;
+    t->range_known = s->range_known;
+    t->range_lo = s->range_lo;
+    t->range_hi = s->range_hi;
+    s->nsrc = 0; /* its inputs' references are t's again */
+    t->tape = NULL;
+    wgml_tensor_unref(s);
+    wgml_buffer_release(ctx, t->buf);
+    t->buf = NULL;
+    t->offset = 0;
+}
+
 /* The gradients (grads[i] for parameter i) evaluated a bucket at a time from the last
    parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
    (first) and the extras go with the first bucket. */
@@ -409,7 +436,7 @@ static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *co
     const wgml_grad_buckets *b = &opt->buckets;
     wgml_status st = WGML_OK;
     wgml_ptrmap now = {0}, seen = {0};
-    tensor_list targets = {0};
+    tensor_list targets = {0}, kept = {0}; /* kept: what meet added, one reference each */
     for (int hi = opt->n - 1, lo; hi >= 0 && !st; hi = lo - 1) {
         int64_t end = hi == opt->n - 1 ? opt->total : opt->slot[hi + 1];
         for (lo = hi; lo > 0 && end - opt->slot[lo] < b->bucket_floats;) lo--;
@@ -421,13 +448,21 @@ static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *co
         wgml_ptrmap_clear(&now);
         wgml_ptrmap_clear(&seen);
         for (int i = 0; i < targets.n && ok; i++) ok = reach(&now, targets.v[i]);
+        int before = targets.n;
         for (int i = lo - 1; i >= 0 && ok; i--) ok = meet(&now, &seen, grads[i], &targets);
+        for (int i = before; i < targets.n && ok; i++)
+            if ((ok = list_add(&kept, targets.v[i]))) wgml_tensor_retain(targets.v[i]);
         if (!ok) {
             st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
             break;
         }
         if (!(st = wgml_graph_eval(ctx, targets.n, targets.v))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
     }
+    for (int i = 0; i < kept.n; i++) {
+        unkeep(ctx, kept.v[i]);
+        wgml_tensor_unref(kept.v[i]);
+    }
+    free(kept.v);
     wgml_status fin = st || !defer ? b->finish(ctx, opt->G, st, b->user) : WGML_OK;
     if (!st && fin) st = fin;
     if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the gradient buckets failed (%s)", wgml_status_name(st));

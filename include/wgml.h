@@ -864,6 +864,8 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_DIST_BUCKET_MB=X     wgml_dist_allreduce's bucket size (read at each call), and
                                data parallel's (read by wgml_dist_data_parallel)
      WGML_DIST_OVERLAP=0       data parallel's all-reduce after the whole backward pass
+     WGML_DIST_DEFER=1         data parallel leaves each step's end in flight until the
+                               parameters are needed (the next step, a read, a write)
      WGML_DIST_INLINE=1        data parallel's MPI calls on the calling thread (what an MPI
                                without MPI_THREAD_SERIALIZED gets)
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has

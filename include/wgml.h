@@ -170,6 +170,10 @@ typedef struct wgml_context_desc {
                                         0: the adapter's; below 256: INVALID_ARGUMENT */
     double dist_bucket_mb;           /* wgml_dist_allreduce's bucket size in MiB, in (0,
                                         1024]; 0: 16; other values: INVALID_ARGUMENT */
+    int dist_overlap;                /* data parallel: 0 or 1 its all-reduce overlapped with the
+                                        backward pass (the default), -1 after it (blocking) */
+    int dist_defer;                  /* 1: data parallel leaves each step's end in flight */
+    int dist_inline;                 /* 1: data parallel's MPI calls on the calling thread */
     /* Kernel choices, for benchmark sweeps and tests, as text in their variable's syntax (a
        value out of range is ignored): the large-M GEMM's tile "tm,tn,bk,stages" and warp
        layout "8x4"; the CPU-adapter GEMM "0" (off), "1" (forced) or "rows,cols,lanes"; "0":
@@ -888,8 +892,13 @@ WGML_API wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *
 /* The same for host data: n doubles reduced in place; bytes of rank 0's copied to all. */
 WGML_API wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op);
 WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
-/* Makes opt's steps average the gradients across the ranks (a gradient hook) before the norm,
-   the clipping and the update, so that every rank takes the global batch's step. Each rank
+/* Makes opt's steps average the gradients across the ranks before the norm, the clipping and
+   the update, so that every rank takes the global batch's step. The average overlaps the
+   backward pass: the gradients are computed in buckets from the last parameter back (1M
+   floats; WGML_DIST_BUCKET_MB), and each bucket is copied to host memory, summed over the
+   ranks by a thread of wgml's (MPI_Allreduce) and written back while the GPU computes the
+   next; WGML_DIST_OVERLAP=0 gives the blocking all-reduce after the whole backward pass (a
+   gradient hook) instead. Both give the same bits on 2 ranks. Each rank
    then trains on its own share of the global batch; the parameters must start equal
    (wgml_dist_broadcast). It also sets the context's random stream to the rank
    (wgml_rng_set_stream), so ranks that share a seed draw different dropout masks, as the
@@ -905,6 +914,14 @@ typedef struct wgml_dist_stats {
     double copy_out_seconds;    /* reading tensors to host */
     double reduce_seconds;      /* waiting for MPI */
     double copy_in_seconds;     /* writing the results back */
+    /* the overlapped all-reduce of data parallel (buckets reduced as the backward pass
+       finishes them): gpu_wait_seconds is then the time the step waited after submitting
+       the last bucket (GPU, copies and MPI together), and */
+    uint64_t buckets;           /* buckets reduced */
+    double exposed_seconds;     /* from the last bucket's arrival in host memory to every bucket written back */
+    /* from every bucket written back to the next step's first bucket submitted (the update,
+       the next step's graph built and planned: the GPU has little to do meanwhile) */
+    double between_seconds;
 } wgml_dist_stats;
 WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
 WGML_API void wgml_dist_stats_reset(void);
@@ -943,6 +960,12 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_LOOP_LIMIT=N                      .loop_limit
      WGML_DEBUG_BINDING_LIMIT=bytes         .binding_limit
      WGML_DIST_BUCKET_MB=X                  .dist_bucket_mb
+     WGML_DIST_OVERLAP=0                    .dist_overlap = -1 (data parallel's all-reduce after
+                                            the whole backward pass, not overlapped with it)
+     WGML_DIST_DEFER=1                      .dist_defer (each step's end left in flight until
+                                            the parameters are needed: the next step, a read)
+     WGML_DIST_INLINE=1                     .dist_inline (data parallel's MPI calls on the
+                                            calling thread, as without MPI_THREAD_SERIALIZED)
    Kernel choices (a value out of range is ignored, as it is in the field):
      WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile
      WGML_GEMM_WARP=8x4                     .gemm_warp

@@ -1,18 +1,95 @@
 #!/usr/bin/env bash
-# Data parallelism on the GPU machine (device tool): Open MPI is not installed there, so its
-# Debian packages are carried (OMPI_DEBS, a folder of .deb files: apt-get download of
-# openmpi-bin, libopenmpi3 and their dependencies) and unpacked, as the Vulkan loader is.
-# One GPU shared by 2 ranks against 1 rank with the same global batch: the MLP (wgml train)
-# and the nanoGPT-size GPT (wgml gpt train); each 2-rank run prints its all-reduce time.
-# Usage: device_dist.sh WGML_BINARY OMPI_DEBS
+# Data parallelism on the lent multi-GPU machines (device tool, kind nvidia-h100-x4 or x2):
+# `wgml gpt train` in the nanoGPT setup (6 layers, 6 heads, width 384, block 256, global batch
+# 128, no dropout) on 1, 2 and 4 ranks, one GPU each, started by the image's own Open MPI
+# (/usr/bin/mpirun: unpacking Debian's Open MPI over it broke mpirun), then PyTorch DDP on 1, 2
+# and 4 GPUs through torchrun with the same model (bench/torch_gpt_ddp.py), in one command.
+# wgml was built elsewhere against Debian's Open MPI (libmpi.so.40, the image's soname too).
+#
+# Usage: device_dist.sh DIR OUT
+#   DIR holds bin/wgml, lib/ (libwgpu_native.so, libjansson.so.4), text/ (the corpus) and
+#   bench/ (torch_gpt.py, torch_gpt_ddp.py); OUT gets the logs, metrics and a summary.
+#   RUNS="name:ranks[:VAR=VALUE,...] ..." the wgml runs (default np1:1 np2:2 np4:4; the first
+#   is the 1-rank baseline, and the checkpoint PyTorch starts from), TORCH_RANKS="1 2 4".
+# Each line of OUT/summary.txt: what ran, ms/step and tokens/s over the steps after the 20th.
 set -u
-W=$1
-EXTRA_DEBS=$2 . "$(dirname "$0")/device_env.sh"  # the driver, the carried libraries, Open MPI
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPI="mpirun --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x VK_DRIVER_FILES -x XDG_RUNTIME_DIR"
+D=$1
+OUT=$2
+shift 2
+[ -n "${LOCAL_CHECK:-}" ] || . "$(dirname "$0")/device_env.sh" # the Vulkan loader, NVIDIA's driver file
+export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_NVLS_ENABLE=0
+# the image's libmpi (wgml opens it under a launcher: found by soname, or named here)
+MPILIB=$(ldconfig -p | awk '/libmpi\.so\.40 /{print $NF; exit}')
+[ -n "$MPILIB" ] || MPILIB=$(find /usr /opt -name 'libmpi.so.40' 2>/dev/null | head -1)
+export WGML_MPI_LIBRARY=$MPILIB
+nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader
 mpirun --version | head -1
-echo "== MLP, 1 rank, batch 128"; "$W" train --epochs 3 --data .devlibs/fmnist --out /tmp/m1 2>&1 | tail -4
-echo "== MLP, 2 ranks x 64"; $MPI -np 2 "$W" train --epochs 3 --data .devlibs/fmnist --out /tmp/m2 2>&1 | tail -5
-GPT="gpt train --layers 6 --heads 6 --width 384 --block 256 --batch 64 --steps 60 --warmup 10 --eval-every 0 --eval-batches 2"
-echo "== GPT, 1 rank, batch 64"; "$W" $GPT --out /tmp/g1 2>&1 | tail -3
-echo "== GPT, 2 ranks x 32"; $MPI -np 2 "$W" $GPT --out /tmp/g2 2>&1 | tail -4
+echo "libmpi: $MPILIB"
+# --bind-to none: a rank runs the runtime's threads and the all-reduce's beside its own
+MPI=(mpirun --bind-to none -x LD_LIBRARY_PATH -x VK_DRIVER_FILES -x XDG_RUNTIME_DIR -x WGML_MPI_LIBRARY)
+W=$D/bin/wgml
+RUN=/tmp/dist # checkpoints stay here; OUT gets the logs and metrics
+mkdir -p "$RUN" "$OUT"
+# (smaller MODEL, BATCH, STEPS for a check on a machine without GPUs)
+STEPS=${STEPS:-60} BATCH=${BATCH:-128} BLOCK=${BLOCK:-256}
+read -ra MODEL <<<"${MODEL:---layers 6 --heads 6 --width 384}"
+GPT=(gpt train --data "$D/text" "${MODEL[@]}" --block "$BLOCK" --batch "$BATCH" --dropout 0 --steps "$STEPS" --warmup 10
+     --eval-every 0 --eval-batches 2)
+export TOKENS_PER_STEP=$((BATCH * BLOCK))
+
+# tokens/s and ms/step between the 20th step's row of metrics.csv and the last
+rate() {
+  python3 - "$1" <<'PY'
+import csv, os, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["elapsed_s"]]
+a = next(r for r in rows if int(r["step"]) >= 20)
+b = rows[-1]
+steps, secs = int(b["step"]) - int(a["step"]), float(b["elapsed_s"]) - float(a["elapsed_s"])
+tokens = int(os.environ["TOKENS_PER_STEP"])
+print(f"{secs / steps * 1e3:.2f} ms/step {steps * tokens / secs:.0f} tokens/s (steps {a['step']}-{b['step']})")
+PY
+}
+
+wgml_run() { # NAME NP [ENV=VALUE...]
+  local name=$1 np=$2
+  shift 2
+  local xs=() e
+  for e in "$@"; do xs+=(-x "$e"); done
+  rm -rf "${RUN:?}/$name"
+  if [ "$np" = 1 ]; then
+    env "$@" timeout 150 "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
+  else
+    (sleep 12; nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader >"$OUT/$name.gpus") &
+    timeout 150 "${MPI[@]}" "${xs[@]}" -np "$np" "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
+  fi
+  local rc=$?
+  cp "$RUN/$name/metrics.csv" "$OUT/$name.metrics.csv" 2>/dev/null
+  echo "$name: rc $rc, $(rate "$OUT/$name.metrics.csv" 2>/dev/null || echo 'no rate')" | tee -a "$OUT/summary.txt"
+  grep -E "all-reduce|replicas" "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
+  [ "$rc" = 0 ] || tail -5 "$OUT/$name.log"
+  [ -f "$OUT/$name.gpus" ] && echo "    GPUs (index, memory, load) at 12 s: $(tr '\n' ';' <"$OUT/$name.gpus")" | tee -a "$OUT/summary.txt"
+}
+
+first=
+for r in ${RUNS:-np1:1 np2:2 np4:4}; do
+  IFS=: read -r name np vars <<<"$r"
+  IFS=, read -ra vars <<<"$vars"
+  wgml_run "wgml_$name" "$np" "${vars[@]}"
+  [ -n "$first" ] || { first=wgml_$name; continue; }
+  # the losses against the first run's over the same global batches (no dropout)
+  python3 - "$OUT/$first.metrics.csv" "$OUT/wgml_$name.metrics.csv" <<'PY' | tee -a "$OUT/summary.txt"
+import csv, sys
+one, many = ([r for r in csv.DictReader(open(p))] for p in sys.argv[1:3])
+worst = max(abs(float(a["loss"]) - float(b["loss"])) / abs(float(a["loss"])) for a, b in zip(one, many))
+print(f"    losses against {sys.argv[1].split('/')[-1].split('.')[0]}: worst relative difference {worst:.3g} over {min(len(one), len(many))} steps")
+PY
+done
+
+# PyTorch DDP, the same model (from wgml's checkpoint of the first run)
+for n in ${TORCH_RANKS:-1 2 4}; do
+  timeout 180 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/$first/gpt.safetensors" \
+    --data "$D/text" --batch "$BATCH" --json "$OUT/torch_np$n.json" >"$OUT/torch_np$n.log" 2>&1
+  echo "torch_np$n: rc $? $(grep 'torch DDP' "$OUT/torch_np$n.log")" | tee -a "$OUT/summary.txt"
+done
+exit 0

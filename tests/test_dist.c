@@ -2,13 +2,16 @@
  * The wgml_dist_ functions in one process (no launcher: rank 0 of 1, whether or not the build
  * has MPI; the multi-rank runs are tests/test_dist_train.sh), and the optimiser's gradient
  * hook, which data parallelism rides on: what the hook leaves in the gradients is what the
- * norm and the update use.
+ * norm and the update use; and the optimiser's gradient buckets, which the overlapped
+ * all-reduce rides on: the buckets' ranges, the same update as one evaluation, and no
+ * result computed twice.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
+#include "train/grad_buckets.h"
 
 static void one_rank_collectives_leave_data_as_it_is(void)
 {
@@ -137,6 +140,179 @@ static void the_hook_decides_the_update(void)
     wgml_tensor_free(p), wgml_tensor_free(ct);
 }
 
+/* What the bucket callbacks saw. */
+typedef struct bucket_log {
+    int n;
+    int64_t from[8], count[8];
+    int finished;
+    wgml_status finish_status;
+    int fail_at; /* ready fails at this bucket (0: never) */
+} bucket_log;
+
+static wgml_status log_ready(wgml_context *ctx, struct wgml_buffer *G, int64_t from, int64_t count, void *user)
+{
+    (void)ctx, (void)G;
+    bucket_log *l = user;
+    if (l->n < 8) l->from[l->n] = from, l->count[l->n] = count;
+    return ++l->n == l->fail_at ? WGML_ERROR_IO : WGML_OK;
+}
+
+static wgml_status log_finish(wgml_context *ctx, struct wgml_buffer *G, wgml_status st, void *user)
+{
+    (void)ctx, (void)G;
+    bucket_log *l = user;
+    l->finished++;
+    l->finish_status = st;
+    return WGML_OK;
+}
+
+/* A three-layer network's loss sum(c * (tanh(tanh(x W1 + b1) W2 + b2) W3)) on p[0..4]. */
+static wgml_tensor *mlp_loss(wgml_context *ctx, wgml_tensor *const *p, wgml_tensor *x, wgml_tensor *c)
+{
+    wgml_tensor *h = wgml_tanh(ctx, wgml_add(ctx, wgml_matmul(ctx, x, p[0]), p[1]));
+    h = wgml_tanh(ctx, wgml_add(ctx, wgml_matmul(ctx, h, p[2]), p[3]));
+    return wgml_sum_all(ctx, wgml_mul(ctx, wgml_matmul(ctx, h, p[4]), c));
+}
+
+/* Two copies of one network, one stepped plainly and one in buckets of at least 100 floats:
+   the buckets are whole parameters' slots from the end of the flat buffer back, the updates
+   agree, and the bucketed step runs no more kernels than the plain one (a result that a later
+   bucket reads and an earlier one computed is kept, not computed again). A failing bucket
+   fails the step without an update, and finish still runs. */
+static void buckets_give_the_plain_update(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t shapes[5][2] = {{17, 13}, {1, 13}, {13, 11}, {1, 11}, {11, 5}}, xs[2] = {7, 17}, cs[2] = {7, 5};
+    float data[300], x[7 * 17], c[7 * 5];
+    wgml_tensor *pa[5], *pb[5], *pc[5];
+    for (int i = 0; i < 5; i++) {
+        test_fill_uniform(data, (size_t)(shapes[i][0] * shapes[i][1]), -0.6, 0.6);
+        pa[i] = test_tensor(ctx, 2, shapes[i], data);
+        pb[i] = test_tensor(ctx, 2, shapes[i], data);
+        pc[i] = test_tensor(ctx, 2, shapes[i], data);
+    }
+    test_fill_uniform(x, 7 * 17, -1, 1);
+    test_fill_uniform(c, 7 * 5, -1, 1);
+    wgml_tensor *xt = test_tensor(ctx, 2, xs, x), *ct = test_tensor(ctx, 2, cs, c);
+    wgml_optim_desc d = {.kind = WGML_OPTIM_ADAMW, .lr = 0.05f, .weight_decay = 0.01f, .max_grad_norm = 0.5f};
+    wgml_optimizer *oa = NULL, *ob = NULL, *oc = NULL;
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 5, pa, &oa));
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 5, pb, &ob));
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &d, 5, pc, &oc));
+    if (!oa || !ob || !oc) return;
+    bucket_log log = {0}, logc = {0};
+    wgml_grad_buckets gb = {.bucket_floats = 100, .ready = log_ready, .finish = log_finish, .user = &log};
+    CHECK_OK(ctx, wgml_optimizer_set_grad_buckets(ob, &gb));
+    /* the third copy defers each step's end until the next step or a read needs it */
+    wgml_grad_buckets gc = {.bucket_floats = 100, .ready = log_ready, .finish = log_finish, .user = &logc, .defer = true};
+    CHECK_OK(ctx, wgml_optimizer_set_grad_buckets(oc, &gc));
+    float lr_before = wgml_optimizer_lr(oc);
+    uint64_t kernels[2] = {0, 0};
+    for (int step = 0; step < 3; step++) {
+        for (int which = 0; which < 2; which++) {
+            wgml_stats before, after;
+            wgml_stats_get(ctx, &before);
+            wgml_scope_begin(ctx);
+            wgml_tensor *loss = mlp_loss(ctx, which ? pb : pa, xt, ct);
+            CHECK_OK(ctx, wgml_backward(loss));
+            CHECK_OK(ctx, wgml_optimizer_step(which ? ob : oa, 1, &loss)); /* the loss as an extra */
+            wgml_scope_end(ctx);
+            wgml_stats_get(ctx, &after);
+            kernels[which] = after.dispatches - before.dispatches;
+        }
+        /* slots of 64 floats: W1 [0, 256), b1 [256, 320), W2 [320, 512), b2 [512, 576), W3 [576, 640) */
+        CHECK(log.n == 3 && log.finished == 1 && log.finish_status == WGML_OK);
+        CHECK(log.from[0] == 512 && log.count[0] == 128);
+        CHECK(log.from[1] == 320 && log.count[1] == 192);
+        CHECK(log.from[2] == 0 && log.count[2] == 320);
+        if (kernels[1] > kernels[0]) FAILF("step %d: %llu kernels in buckets, %llu in one evaluation", step,
+                                           (unsigned long long)kernels[1], (unsigned long long)kernels[0]);
+        log.n = log.finished = 0;
+        /* deferred: buckets submitted, the end waits; the step counts as taken */
+        wgml_scope_begin(ctx);
+        wgml_tensor *loss = mlp_loss(ctx, pc, xt, ct);
+        CHECK_OK(ctx, wgml_backward(loss));
+        CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
+        wgml_scope_end(ctx);
+        CHECK(logc.n == 3 * (step + 1) && logc.finished == step); /* the previous step's end ran at this one's start */
+        CHECK(wgml_optimizer_steps(oc) == step + 1);
+    }
+    CHECK(wgml_optimizer_lr(oc) == lr_before); /* a constant lr, whatever the count */
+    for (int i = 0; i < 5; i++) {
+        size_t n = (size_t)(shapes[i][0] * shapes[i][1]);
+        float a[300], b[300];
+        double want[300];
+        CHECK_OK(ctx, wgml_tensor_read(pa[i], a, n));
+        CHECK_OK(ctx, wgml_tensor_read(pb[i], b, n));
+        for (size_t k = 0; k < n; k++) want[k] = a[k];
+        CHECK(test_close("bucketed AdamW against one evaluation", b, want, n, 1e-6, 1e-6));
+        CHECK_OK(ctx, wgml_tensor_read(pc[i], b, n)); /* a read of the parameters ends the step in flight */
+        CHECK(test_close("deferred bucketed AdamW against one evaluation", b, want, n, 1e-6, 1e-6));
+        CHECK(logc.finished == 3);
+    }
+    float na = 0, nc = 0;
+    CHECK_OK(ctx, wgml_optimizer_grad_norm(oa, &na));
+    CHECK_OK(ctx, wgml_optimizer_grad_norm(oc, &nc));
+    CHECK(fabsf(na - nc) <= 1e-6f * na);
+    /* a write into the parameters ends a step in flight first: the write wins */
+    wgml_scope_begin(ctx);
+    wgml_tensor *loss = mlp_loss(ctx, pc, xt, ct);
+    CHECK_OK(ctx, wgml_backward(loss));
+    CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
+    wgml_scope_end(ctx);
+    CHECK(logc.finished == 3);
+    float ones[55];
+    for (int k = 0; k < 55; k++) ones[k] = 1;
+    CHECK_OK(ctx, wgml_tensor_write(pc[4], ones, 55));
+    CHECK(logc.finished == 4 && wgml_optimizer_steps(oc) == 4);
+    float back[55];
+    CHECK_OK(ctx, wgml_tensor_read(pc[4], back, 55));
+    CHECK(memcmp(back, ones, sizeof ones) == 0);
+
+    /* losses held across steps (as a trainer holds them until it reads them) keep no memory of
+       their step: what the buckets kept for each other goes back to the pool (results still
+       held by a handle keep their buffers: those the step's graph was built with are let go
+       before the step here, as wgml_gpt_train_step_submit does) */
+    wgml_tensor *held[4];
+    wgml_stats s0, s1;
+    for (int step = 0; step < 4; step++) {
+        if (step == 1) wgml_stats_get(ctx, &s0);
+        wgml_scope_begin(ctx); /* the layers' handles end here; the loss's lives on */
+        held[step] = mlp_loss(ctx, pb, xt, ct);
+        CHECK_OK(ctx, wgml_backward(held[step]));
+        wgml_keep(held[step]);
+        wgml_scope_end(ctx);
+        CHECK_OK(ctx, wgml_optimizer_step(ob, 1, &held[step]));
+    }
+    wgml_stats_get(ctx, &s1);
+    if (s1.bytes_in_use > s0.bytes_in_use + 4096)
+        FAILF("3 steps with their losses held: %llu bytes more in use", (unsigned long long)(s1.bytes_in_use - s0.bytes_in_use));
+    for (int step = 0; step < 4; step++) wgml_tensor_free(held[step]);
+    log.n = log.finished = 0;
+
+    /* the second bucket fails: the step returns its status, finish saw it, nothing moved */
+    float before[300], now[300];
+    CHECK_OK(ctx, wgml_tensor_read(pb[4], before, 55));
+    log.fail_at = 2;
+    wgml_scope_begin(ctx);
+    CHECK_OK(ctx, wgml_backward(mlp_loss(ctx, pb, xt, ct)));
+    CHECK_STATUS(ctx, wgml_optimizer_step(ob, 0, NULL), WGML_ERROR_IO);
+    wgml_scope_end(ctx);
+    CHECK(log.finished == 1 && log.finish_status == WGML_ERROR_IO);
+    CHECK(wgml_optimizer_steps(ob) == 7);
+    CHECK_OK(ctx, wgml_tensor_read(pb[4], now, 55));
+    CHECK(memcmp(now, before, 55 * sizeof *now) == 0);
+    CHECK_STATUS(ctx, wgml_optimizer_set_grad_buckets(ob, &(wgml_grad_buckets){.bucket_floats = 0, .ready = log_ready,
+                                                                                .finish = log_finish}),
+                 WGML_ERROR_INVALID_ARGUMENT);
+    wgml_optimizer_free(oa);
+    wgml_optimizer_free(ob);
+    wgml_optimizer_free(oc);
+    for (int i = 0; i < 5; i++) wgml_tensor_free(pa[i]), wgml_tensor_free(pb[i]), wgml_tensor_free(pc[i]);
+    wgml_tensor_free(xt), wgml_tensor_free(ct);
+}
+
 /* Started by a launcher for 2 ranks (Open MPI's or MPICH's variable), a process that cannot
    load MPI (this test links none, WGML_MPI_LIBRARY names no file, and a build may have none)
    is refused rather than run as a lone rank beside the others; one rank's worth of launcher
@@ -164,6 +340,7 @@ int main(void)
     TEST_RUN(a_launch_without_mpi_is_refused);
     TEST_RUN(one_rank_collectives_leave_data_as_it_is);
     TEST_RUN(the_hook_decides_the_update);
+    TEST_RUN(buckets_give_the_plain_update);
     test_context_release();
     return test_summary();
 }

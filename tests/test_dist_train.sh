@@ -5,8 +5,12 @@
 #     compares their checksums and says so);
 #   - a 2-rank run resumed from its checkpoint ends byte for byte where the unbroken one ends
 #     (the halves reducing in many small buckets, the unbroken run in one);
+#   - the overlapped all-reduce (default) and the blocking one (WGML_DIST_OVERLAP=0) end with
+#     the same gpt checkpoint byte for byte, in one bucket or many, with the step's end
+#     deferred (WGML_DIST_DEFER=1) or not;
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
+#   - a process started by another MPI's launcher (PMI_SIZE=2, but one rank in MPI) is refused;
 #   - a global batch that does not split evenly over the ranks is refused.
 # Usage: test_dist_train.sh WGML_BINARY MPIEXEC [PYTHON]
 set -u
@@ -47,11 +51,14 @@ assert float(one[-1]["loss"]) < float(one[0]["loss"]), "the loss did not go down
 PY
 
 # stop after epoch 1, resume on 2 ranks: the same checkpoint as the unbroken 2-rank run; both
-# halves reduce in buckets of 2621 floats (about 10 a step), the unbroken run in one
-timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.01 -np 2 "$wgml" "${args[@]}" --epochs 1 --out "$work/part" >"$work/part.log" 2>&1 ||
+# halves reduce in buckets of one parameter each (4 a step) with MPI called on
+# the main thread (WGML_DIST_INLINE, what an MPI without thread support gets), the unbroken
+# run in one bucket from the reducer's thread
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.0001 -x WGML_DIST_INLINE=1 -np 2 "$wgml" "${args[@]}" --epochs 1 --out "$work/part" >"$work/part.log" 2>&1 ||
   fail "2 ranks, epoch 1: exit $? ($(tail -3 "$work/part.log"))"
-timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.01 -np 2 "$wgml" train --data "$work/data" --epochs 2 --resume "$work/part/checkpoint.safetensors" \
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.0001 -x WGML_DIST_INLINE=1 -np 2 "$wgml" train --data "$work/data" --epochs 2 --resume "$work/part/checkpoint.safetensors" \
   --out "$work/part" >"$work/resume.log" 2>&1 || fail "2 ranks, resumed: exit $? ($(tail -3 "$work/resume.log"))"
+grep -q "overlapped: .*(4.0 buckets" "$work/resume.log" || fail "2 ranks, resumed: not 4 buckets a step: $(grep all-reduce "$work/resume.log")"
 cmp -s "$work/two/checkpoint.safetensors" "$work/part/checkpoint.safetensors" ||
   fail "the resumed 2-rank run's checkpoint differs from the unbroken run's"
 
@@ -78,6 +85,23 @@ print(f"gpt: losses, gradient norms and validation losses over 20 steps: worst r
 assert worst <= 1e-5, f"worst relative difference {worst} > 1e-5"
 PY
 
+# the overlapped all-reduce (the default: buckets reduced as the backward pass finishes them;
+# one bucket a step by default at this size, one a parameter with small buckets, there with
+# each step's end deferred until the next step's graph is built: WGML_DIST_DEFER) against the
+# blocking one after the whole backward pass: the same checkpoint byte for byte (two ranks'
+# sum does not depend on the order, and the ranks divide alike) and the same metrics
+grep -q "gradient all-reduce on 2 ranks, overlapped" "$work/gpt2.log" || fail "gpt, 2 ranks: not overlapped: $(tail -2 "$work/gpt2.log")"
+timeout 120 "${mpi[@]}" -x WGML_DIST_OVERLAP=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2b" >"$work/gpt2b.log" 2>&1 ||
+  fail "gpt, 2 ranks, blocking all-reduce: exit $? ($(tail -3 "$work/gpt2b.log"))"
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_DEFER=1 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
+  fail "gpt, 2 ranks, small buckets, deferred: exit $? ($(tail -3 "$work/gpt2s.log"))"
+cmp -s <(cut -d, -f1-5 "$work/gpt2s/metrics.csv") <(cut -d, -f1-5 "$work/gpt2b/metrics.csv") ||
+  fail "gpt: the deferred steps' metrics (loss, lr, gradient norm, validation) differ from the blocking ones'"
+grep -Eq "overlapped: .*\(([5-9]|[1-9][0-9])\.0 buckets" "$work/gpt2s.log" ||
+  fail "gpt, small buckets: not 5-99 buckets a step: $(grep all-reduce "$work/gpt2s.log")"
+cmp -s "$work/gpt2/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt: the overlapped all-reduce ends elsewhere than the blocking one"
+cmp -s "$work/gpt2s/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt: the overlapped all-reduce in small buckets ends elsewhere than the blocking one"
+
 # rank 1 cannot read its data: every rank ends, non-zero, well before the timeout
 start=$(date +%s)
 timeout 60 "${mpi[@]}" -np 1 "$wgml" "${args[@]}" --out "$work/bad" : -np 1 "$wgml" train --data "$work/missing" \
@@ -87,6 +111,12 @@ rc=$?
 [ "$rc" != 124 ] || fail "a failing rank: mpirun still running after 60 s (a hang)"
 grep -q "rank 1 of 2 failed: stopping every rank" "$work/bad.log" || fail "a failing rank: no message naming it: $(tail -3 "$work/bad.log")"
 echo "a failing rank: mpirun exited $rc after $(($(date +%s) - start)) s"
+
+# another MPI's launcher (MPICH's Hydra sets PMI_SIZE) over this build's Open MPI: each process
+# would be a lone rank of the whole batch; refused, naming the cause
+PMI_SIZE=2 PMI_RANK=0 timeout 60 "$wgml" "${gpt[@]}" --out "$work/pmi" >"$work/pmi.log" 2>&1 && fail "PMI_SIZE=2 without its launcher: exit 0"
+grep -Eq "launcher started 2 ranks, but MPI .* sees one|could not be loaded" "$work/pmi.log" ||
+  fail "PMI_SIZE=2 without its launcher: no message: $(tail -2 "$work/pmi.log")"
 
 # a global batch that does not split over the ranks: refused by both trainers, naming it
 for cmd in "train --data $work/data --batch 127" "gpt train --data $work/text --batch 7 --steps 1"; do

@@ -329,6 +329,8 @@ static int train_loop(trainer *t, train_options *o)
         }
         free_pending(pending, np);
         np = 0;
+        /* the all-reduce's report leaves out the first steps (kernels compiled, buffers made) */
+        if (t->step - first == SYNC && wgml_dist_size() > 1) wgml_dist_stats_reset();
         if (!lead) continue; /* rank 0 alone evaluates, logs and saves */
         if (!st && eval) st = val_loss(t, o, &vloss);
         if (st) {

@@ -45,6 +45,12 @@ struct wgml_context {
        place (wgml_tensor_write), so a result keeps the value it had when built. Set by engine/
        with the first lazy node (none before: nothing can be pending). */
     wgml_status (*settle_readers)(wgml_context *ctx, int n, struct wgml_buffer *const *bufs);
+    /* A step left in flight (train/optim.c: data parallel's update waits for the all-reduce):
+       graph/ runs it, once, before an evaluation that reads, or a write into, one of the
+       buffers it writes, so nothing sees them before it. */
+    wgml_status (*pending_step)(wgml_context *ctx, void *arg);
+    void *pending_step_arg;
+    struct wgml_buffer *pending_step_bufs[5];
 
     /* the layers above: state by key, freed in reverse order of registration */
     struct {

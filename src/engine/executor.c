@@ -439,6 +439,35 @@ static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
     return WGML_OK;
 }
 
+/* The step left in flight, if any (cleared first: its own evaluations run plainly). */
+static wgml_status complete_pending_step(wgml_context *ctx)
+{
+    wgml_status (*step)(wgml_context *, void *) = ctx->pending_step;
+    if (!step) return WGML_OK;
+    ctx->pending_step = NULL;
+    return step(ctx, ctx->pending_step_arg);
+}
+
+static bool pending_step_writes(const wgml_context *ctx, const struct wgml_buffer *b)
+{
+    for (size_t i = 0; i < sizeof ctx->pending_step_bufs / sizeof ctx->pending_step_bufs[0]; i++)
+        if (b && ctx->pending_step_bufs[i] == b) return true;
+    return false;
+}
+
+/* Whether evaluating t reads a buffer the pending step writes (visited nodes in ex->index). */
+static bool reads_pending(wgml_context *ctx, wgml_executor *ex, wgml_tensor *t)
+{
+    t = wgml_tensor_base(t);
+    if (t->op == WGML_OP_NONE) return pending_step_writes(ctx, t->buf);
+    if (t->dest && pending_step_writes(ctx, t->dest)) return true;
+    if (wgml_ptrmap_get(&ex->index, t) != WGML_PTRMAP_NONE) return false;
+    if (!wgml_ptrmap_put(&ex->index, t, 0)) return true; /* out of memory: complete it, to be safe */
+    for (int i = 0; i < t->nsrc; i++)
+        if (reads_pending(ctx, ex, t->src[i])) return true;
+    return false;
+}
+
 static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targets, const readback *rb)
 {
     double started = wgml_host_seconds();
@@ -449,6 +478,12 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
 
     wgml_executor *ex = executor_of(ctx);
     if (!ex) return ctx->rt.status;
+    if (ctx->pending_step) { /* it goes first if this reads what it writes */
+        wgml_ptrmap_clear(&ex->index);
+        bool reads = false;
+        for (int i = 0; i < ntargets && !reads; i++) reads = reads_pending(ctx, ex, targets[i]);
+        if (reads && (st = complete_pending_step(ctx))) return st;
+    }
     wgml_ptrmap_clear(&ex->index);
     ex->nnodes = 0;
     node_list order = {0};
@@ -693,7 +728,13 @@ wgml_status wgml_pending_readers(wgml_context *ctx, int nbufs, struct wgml_buffe
     /* inputs of live nodes are live, so each is stamped above */
     int lazy = 0;
     for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
-        if (t->op == WGML_OP_NONE) continue;
+        if (t->op == WGML_OP_NONE) {
+            /* a tape is the graph a result was, for a later backward: not a pending result.
+               Counted as one, every loss still held had its forward computed again (H200s:
+               a GPT step 3x slower, with a trainer's ten losses held) */
+            if (t->tape) t->tape->walk_users++;
+            continue;
+        }
         lazy++;
         for (int i = 0; i < t->nsrc; i++) t->src[i]->walk_users++;
     }
@@ -721,7 +762,11 @@ wgml_status wgml_settle_readers(wgml_context *ctx, int nbufs, struct wgml_buffer
 {
     wgml_tensor **readers;
     int n;
-    wgml_status st = wgml_pending_readers(ctx, nbufs, bufs, &readers, &n);
+    wgml_status st = WGML_OK;
+    for (int i = 0; i < nbufs && ctx->pending_step && !st; i++)
+        if (pending_step_writes(ctx, bufs[i])) st = complete_pending_step(ctx);
+    if (st) return st;
+    st = wgml_pending_readers(ctx, nbufs, bufs, &readers, &n);
     if (!st && n) st = run(ctx, n, readers, NULL);
     free(readers);
     return st;

@@ -5,6 +5,7 @@
  * blocking waits. What the two implementations do differently goes through rt->impl.
  */
 #include <ctype.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,58 @@ wgml_status wgml_map_read(wgml_runtime *rt, WGPUBuffer buffer, uint64_t size)
     if (r.status != WGPUMapAsyncStatus_Success)
         return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "reading back: map failed (%d): %s",
                          (int)r.status, r.message);
+    return WGML_OK;
+}
+
+static void on_mapped_async(WGPUMapAsyncStatus status, WGPUStringView message, void *userdata1, void *userdata2)
+{
+    (void)userdata2;
+    wgml_map_async *m = userdata1;
+    m->status = status;
+    wgml_sv_copy(m->message, sizeof m->message, message);
+    m->done = true;
+}
+
+void wgml_map_begin(wgml_runtime *rt, WGPUBuffer buffer, WGPUMapMode mode, uint64_t offset, uint64_t size,
+                    wgml_map_async *m)
+{
+    m->done = false;
+    m->status = 0;
+    m->message[0] = 0;
+    WGPUBufferMapCallbackInfo cb = {.mode = rt->impl->callback_mode, .callback = on_mapped_async, .userdata1 = m};
+    m->future = wgpuBufferMapAsync(buffer, mode, (size_t)offset, (size_t)size, cb);
+}
+
+bool wgml_map_poll(wgml_runtime *rt, wgml_map_async *m)
+{
+    if (!m->done && !rt->device_lost) {
+        if (rt->impl->kind == WGML_RUNTIME_DAWN) {
+            WGPUFutureWaitInfo w = {.future = m->future};
+            wgml_wgpu_extra.InstanceWaitAny(rt->instance, 1, &w, 0);
+        }
+        rt->impl->poll(rt);
+    }
+    return m->done;
+}
+
+wgml_status wgml_map_end(wgml_runtime *rt, wgml_map_async *m)
+{
+    if (rt->impl->kind == WGML_RUNTIME_DAWN) {
+        rt->impl->wait_gpu(rt, m->future, &m->done); /* waits for this future alone */
+    } else {
+        /* wgpu-native's blocking poll waits for the whole queue: spin on non-blocking ones,
+           yielding the core after the first millisecond; give up after ten minutes */
+        double t0 = wgml_host_seconds();
+        while (!wgml_map_poll(rt, m) && !rt->device_lost) {
+            double waited = wgml_host_seconds() - t0;
+            if (waited > 600) break;
+            if (waited > 1e-3) sched_yield();
+        }
+    }
+    if (rt->device_lost) return wgml_check_device(rt);
+    if (!m->done) return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "reading back: the map never completed");
+    if (m->status != WGPUMapAsyncStatus_Success)
+        return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "reading back: map failed (%d): %s", (int)m->status, m->message);
     return WGML_OK;
 }
 

@@ -101,6 +101,21 @@ wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb);
 wgml_status wgml_wait_idle(wgml_runtime *rt);
 /* Maps `buffer` for reading and blocks until done. */
 wgml_status wgml_map_read(wgml_runtime *rt, WGPUBuffer buffer, uint64_t size);
+/* A map that does not block: wgml_map_begin starts it, wgml_map_poll says whether it is done
+   without waiting, wgml_map_end waits for it. The wait is for this map alone, not for work
+   submitted after it (wgml_map_read waits for an idle queue on wgpu-native), so one bucket
+   of gradients can be read while the kernels of the next still run. `m` must live until
+   wgml_map_end returns. */
+typedef struct wgml_map_async {
+    volatile bool done;
+    WGPUMapAsyncStatus status;
+    char message[256];
+    WGPUFuture future;
+} wgml_map_async;
+void wgml_map_begin(wgml_runtime *rt, WGPUBuffer buffer, WGPUMapMode mode, uint64_t offset, uint64_t size,
+                    wgml_map_async *m);
+bool wgml_map_poll(wgml_runtime *rt, wgml_map_async *m);
+wgml_status wgml_map_end(wgml_runtime *rt, wgml_map_async *m);
 /* A shader module: without runtime bounds checks where trusted and the context allows. */
 WGPUShaderModule wgml_rt_shader_module(wgml_runtime *rt, const WGPUShaderModuleDescriptor *md, bool trusted);
 /* Nanoseconds per timestamp-query tick. */

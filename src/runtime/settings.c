@@ -99,6 +99,10 @@ wgml_status wgml_settings_resolve(const wgml_context_desc *desc_in, wgml_setting
         FAIL("dist_bucket_mb = %g, want 0 or (0, 1024]", d.dist_bucket_mb);
     double mb = (e = env("WGML_DIST_BUCKET_MB")) ? atof(e) : 0;
     s->dist_bucket_mb = d.dist_bucket_mb ? d.dist_bucket_mb : mb > 0 && mb <= 1024 ? mb : 0;
+    if (d.dist_overlap < -1 || d.dist_overlap > 1) FAIL("dist_overlap = %d, want -1, 0 or 1", d.dist_overlap);
+    s->dist_overlap = d.dist_overlap ? d.dist_overlap > 0 : !((e = env("WGML_DIST_OVERLAP")) && !strcmp(e, "0"));
+    s->dist_defer = d.dist_defer || ((e = env("WGML_DIST_DEFER")) && !strcmp(e, "1"));
+    s->dist_inline = d.dist_inline || ((e = env("WGML_DIST_INLINE")) && *e && strcmp(e, "0"));
 
     /* kernel choices: a text too long for its room is no value any of them takes: unset */
     struct {

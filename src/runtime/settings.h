@@ -36,6 +36,7 @@ typedef struct wgml_settings {
     uint32_t loop_limit;    /* 0: the adapter's */
     uint64_t binding_limit; /* 0: the adapter's */
     double dist_bucket_mb;  /* 0: the default */
+    bool dist_overlap, dist_defer, dist_inline;
     /* kernel choices: the text of the desc field or variable ("": unset) */
     char gemm_tile[WGML_SETTING_CHOICE], gemm_warp[WGML_SETTING_CHOICE], gemm_cpu[WGML_SETTING_CHOICE],
         gemm_cpu_subgroups[WGML_SETTING_CHOICE], gemv_cols[WGML_SETTING_CHOICE], gemv_rows[WGML_SETTING_CHOICE],

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef WGML_HAVE_MPI
 #include <dlfcn.h>
@@ -25,7 +26,7 @@
    MPI_COMM_WORLD, MPI_SUM, ...; MPICH's are constants) */
 #define MPI_FUNCTIONS(X)                                                                                   \
     X(Abort) X(Allreduce) X(Barrier) X(Bcast) X(Comm_free) X(Comm_rank) X(Comm_set_errhandler) X(Comm_size) \
-        X(Comm_split_type) X(Error_string) X(Finalize) X(Iallreduce) X(Init) X(Initialized) X(Wait)
+        X(Comm_split_type) X(Error_string) X(Finalize) X(Iallreduce) X(Init_thread) X(Initialized) X(Query_thread) X(Wait)
 #ifdef OPEN_MPI
 #define MPI_HANDLES(X)                                                                                     \
     X(ompi_mpi_comm_world) X(ompi_mpi_op_sum) X(ompi_mpi_byte) X(ompi_mpi_int) X(ompi_mpi_int64_t)        \
@@ -92,8 +93,9 @@ static int mpi_load(const char *lib)
 #define MPI_Error_string (*mpi.Error_string)
 #define MPI_Finalize (*mpi.Finalize)
 #define MPI_Iallreduce (*mpi.Iallreduce)
-#define MPI_Init (*mpi.Init)
+#define MPI_Init_thread (*mpi.Init_thread)
 #define MPI_Initialized (*mpi.Initialized)
+#define MPI_Query_thread (*mpi.Query_thread)
 #define MPI_Wait (*mpi.Wait)
 #ifdef OPEN_MPI
 #define ompi_mpi_comm_world (*mpi.ompi_mpi_comm_world)
@@ -109,16 +111,27 @@ static int mpi_load(const char *lib)
 #endif
 #endif
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "core/api_lock.h"
+#include "core/buffer.h"
+#include "core/context.h"
 #include "engine/executor.h"
 #include "runtime/settings.h"
+#include "train/grad_buckets.h"
 
 #define DEFAULT_BUCKET_FLOATS (4u << 20)
+/* overlapped: about half a nanoGPT block (4 MB), so the first all-reduce starts early */
+#define DEFAULT_OVERLAP_BUCKET_FLOATS (1u << 20)
 
 static struct {
     int started;     /* wgml_dist_init ran */
     int mpi;         /* collectives go through MPI (more than one rank) */
     int owns_mpi;    /* we called MPI_Init, so we call MPI_Finalize */
+    int mpi_thread;  /* MPI may be called from a thread other than the main one */
+    int defer;       /* data parallel defers each step's end (settings: dist_defer) */
+    int inline_mpi;  /* data parallel's MPI calls on the calling thread (settings: dist_inline) */
     int rank, size, local_rank, local_size;
     float *stage[2]; /* host buckets, alternating between copy-out and reduction */
     size_t stage_cap;
@@ -190,12 +203,17 @@ wgml_status wgml_dist_init(void)
             return dist_fail(WGML_ERROR_UNSUPPORTED, "dist_init: started by mpirun with %s ranks, but MPI could not be loaded: %s",
                              n, mpi.error);
     } else if (launched()) {
-        int inited = 0, rc;
+        int inited = 0, rc, threads = MPI_THREAD_SINGLE;
         MPI_Initialized(&inited);
         if (!inited) {
-            if ((rc = MPI_Init(NULL, NULL)) != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_init: MPI_Init");
+            /* the overlapped all-reduce calls MPI from a thread of its own, never two at once */
+            if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &threads)) != MPI_SUCCESS)
+                return mpi_fail(NULL, rc, "dist_init: MPI_Init_thread");
             dist.owns_mpi = 1;
+        } else {
+            MPI_Query_thread(&threads);
         }
+        dist.mpi_thread = threads >= MPI_THREAD_SERIALIZED;
         /* errors come back as codes, which become statuses, instead of ending the process */
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         MPI_Comm_rank(MPI_COMM_WORLD, &dist.rank);
@@ -207,6 +225,14 @@ wgml_status wgml_dist_init(void)
             MPI_Comm_free(&local);
         }
         dist.mpi = dist.size > 1;
+        /* another MPI's launcher (MPICH's mpiexec for a wgml built against Open MPI): every
+           process would be a lone rank, training the whole batch into the same files */
+        const char *n = launcher_size();
+        if (n && atoi(n) > 1 && dist.size == 1)
+            return dist_fail(WGML_ERROR_UNSUPPORTED,
+                             "dist_init: the launcher started %s ranks, but MPI (%s) sees one: was it another MPI's "
+                             "launcher? Start wgml with the mpirun of that MPI, or build wgml against the launcher's MPI",
+                             n, WGML_MPI_SONAME);
     }
 #else
     const char *n = launcher_size();
@@ -218,8 +244,35 @@ wgml_status wgml_dist_init(void)
     return WGML_OK;
 }
 
+#ifdef WGML_HAVE_MPI
+static void reducer_stop(void); /* ends the overlapped all-reduce's thread */
+#endif
+
+/* The context whose step has buckets in flight (a deferred step: train/grad_buckets.h) */
+static wgml_context *inflight;
+
+/* A collective of the calling thread first ends the step in flight: every rank must call its
+   collectives in one order (the step's buckets, then this), and MPI from one thread at a
+   time. */
+static wgml_status settle_inflight(void)
+{
+    wgml_context *ctx = inflight;
+    if (!ctx || !ctx->pending_step) return WGML_OK;
+    wgml_status st = wgml_context_enter(ctx, "dist");
+    if (st) return dist_fail(st, "dist: the context of the step in flight cannot be entered");
+    wgml_status (*step)(wgml_context *, void *) = ctx->pending_step;
+    ctx->pending_step = NULL;
+    if (step && (st = step(ctx, ctx->pending_step_arg))) dist_fail(st, "%s", wgml_error_message(ctx));
+    wgml_context_leave(ctx);
+    return st;
+}
+
 wgml_status wgml_dist_finalize(void)
 {
+    wgml_status settled = settle_inflight();
+#ifdef WGML_HAVE_MPI
+    reducer_stop();
+#endif
     free(dist.stage[0]);
     free(dist.stage[1]);
     dist.stage[0] = dist.stage[1] = NULL;
@@ -234,11 +287,13 @@ wgml_status wgml_dist_finalize(void)
     dist.started = dist.mpi = 0;
     dist.rank = dist.local_rank = 0;
     dist.size = dist.local_size = 1;
-    return WGML_OK;
+    return settled;
 }
 
 wgml_status wgml_dist_barrier(void)
 {
+    wgml_status st = settle_inflight();
+    if (st) return st;
 #ifdef WGML_HAVE_MPI
     if (dist.mpi) {
         int rc = MPI_Barrier(MPI_COMM_WORLD);
@@ -259,6 +314,8 @@ void wgml_dist_abort(int code)
 
 wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op)
 {
+    wgml_status settled = settle_inflight();
+    if (settled) return settled;
     if ((!data && n) || (op != WGML_REDUCE_SUM && op != WGML_REDUCE_MEAN))
         return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_allreduce_host: data is NULL or op %d is not a wgml_reduce_op", (int)op);
 #ifdef WGML_HAVE_MPI
@@ -275,6 +332,8 @@ wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op)
 
 wgml_status wgml_dist_broadcast_host(void *data, size_t bytes)
 {
+    wgml_status settled = settle_inflight();
+    if (settled) return settled;
     if (!data && bytes) return dist_fail(WGML_ERROR_INVALID_ARGUMENT, "dist_broadcast_host: data is NULL");
 #ifdef WGML_HAVE_MPI
     if (dist.mpi && bytes) {
@@ -313,10 +372,10 @@ static wgml_status check_tensors(wgml_context *ctx, const char *fn, int n, wgml_
 }
 
 #ifdef WGML_HAVE_MPI
-static size_t bucket_floats(const wgml_context *ctx)
+static size_t bucket_floats(const wgml_context *ctx, size_t default_floats)
 {
     double mb = ctx->rt.settings.dist_bucket_mb; /* (0: unset; else in (0, 1024]) */
-    if (!(mb > 0) || mb > 1024) return DEFAULT_BUCKET_FLOATS;
+    if (!(mb > 0) || mb > 1024) return default_floats;
     size_t f = (size_t)(mb * 262144.0);
     return f ? f : 1;
 }
@@ -384,7 +443,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
 {
     int64_t total = 0;
     wgml_status st = check_tensors(ctx, "dist_allreduce", n, tensors, &total);
-    if (st) return st;
+    if (st || (st = settle_inflight())) return st;
     if (op != WGML_REDUCE_SUM && op != WGML_REDUCE_MEAN) {
         char msg[128];
         snprintf(msg, sizeof msg, "dist_allreduce: op %d is not a wgml_reduce_op", (int)op);
@@ -392,7 +451,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     }
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi || !total) return WGML_OK;
-    size_t bucket = bucket_floats(ctx);
+    size_t bucket = bucket_floats(ctx, DEFAULT_BUCKET_FLOATS);
     if ((st = stage_reserve(ctx, bucket))) return st;
     dist.stats.calls++;
     dist.stats.bytes += (uint64_t)total * 4;
@@ -433,7 +492,7 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
 {
     int64_t total = 0;
     wgml_status st = check_tensors(ctx, "dist_broadcast", n, tensors, &total);
-    if (st) return st;
+    if (st || (st = settle_inflight())) return st;
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi) return WGML_OK;
     /* the sizes first, so that ranks whose models differ fail with words, not garbage */
@@ -454,7 +513,7 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
                      "(not the same model)", any, (long long)root_total);
         return ctx_fail(ctx, WGML_ERROR_SHAPE, msg);
     }
-    size_t bucket = bucket_floats(ctx);
+    size_t bucket = bucket_floats(ctx, DEFAULT_BUCKET_FLOATS);
     if ((st = stage_reserve(ctx, bucket))) return st;
     for (int64_t from = 0; from < total && !st; from += (int64_t)bucket) {
         int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
@@ -469,6 +528,300 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
     return WGML_OK;
 #endif
 }
+
+/* ---------------------------------------------------------------- the overlapped all-reduce
+
+   The optimiser hands over each bucket of gradients as soon as its kernels are submitted
+   (train/grad_buckets.h), from the last layer back. A bucket is copied on the GPU into a
+   mappable buffer of its own and mapped without waiting; once mapped, a thread of ours sums
+   it over the ranks (MPI_Allreduce from the mapped memory into one host array, then the
+   mean); the main thread then writes it back into the gradient buffer with a queue write,
+   which the update's submit follows. So the copies, MPI and the remaining backward kernels
+   run at once, and only what follows the last bucket is exposed. */
+
+#ifdef WGML_HAVE_MPI
+enum { B_IDLE, B_MAPPING, B_REDUCING, B_DONE };
+
+typedef struct bucket {
+    WGPUBuffer staging; /* MapRead | CopyDst */
+    uint64_t staging_size;
+    int64_t from, count; /* floats of the gradient buffer */
+    wgml_map_async map;
+    int state;
+    int job; /* its reducer job's number (B_REDUCING) */
+} bucket;
+
+/* A context's buckets (an extension of it: the staging buffers are its device's) */
+typedef struct bucket_set {
+    bucket *v;
+    int n, cap; /* n: this step's so far */
+    int handed, written; /* buckets given to the reducer, and written back, in order */
+    float *host;         /* the reduced gradients, at their offsets in the gradient buffer */
+    int64_t host_cap;
+    double last_mapped; /* when the last bucket reached host memory */
+    double finished;    /* when the last step's buckets were all written back (0: none yet) */
+} bucket_set;
+
+static const char bucket_key;
+
+static void bucket_set_release(wgml_context *ctx, void *state)
+{
+    bucket_set *bs = state;
+    if (inflight == ctx) inflight = NULL;
+    for (int i = 0; i < bs->cap; i++)
+        if (bs->v[i].staging) wgpuBufferRelease(bs->v[i].staging);
+    free(bs->v);
+    free(bs->host);
+}
+
+/* The reducer: one thread, jobs in order (MPI_THREAD_SERIALIZED: the main thread makes no
+   MPI call while a step's buckets are in flight). Without such MPI, jobs run inline. */
+typedef struct reduce_job {
+    const float *send;
+    float *recv;
+    int count;
+} reduce_job;
+
+static struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    int started, stop;
+    reduce_job *jobs;
+    int jobs_cap;
+    int posted, done; /* this step's */
+    int rc;           /* the first MPI error */
+    double mpi_seconds;
+} reducer = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static int run_job(const reduce_job *j)
+{
+    int rc = MPI_Allreduce(j->send, j->recv, j->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    float size = (float)dist.size; /* the same division on every rank: the same bits */
+    for (int i = 0; i < j->count && rc == MPI_SUCCESS; i++) j->recv[i] /= size;
+    return rc;
+}
+
+static void *reducer_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&reducer.mu);
+    for (;;) {
+        while (!reducer.stop && reducer.done == reducer.posted) pthread_cond_wait(&reducer.wake, &reducer.mu);
+        if (reducer.stop) break;
+        reduce_job j = reducer.jobs[reducer.done];
+        pthread_mutex_unlock(&reducer.mu);
+        double t0 = wgml_host_seconds();
+        int rc = reducer.rc == MPI_SUCCESS ? run_job(&j) : MPI_SUCCESS; /* after an error: skipped */
+        double t1 = wgml_host_seconds();
+        pthread_mutex_lock(&reducer.mu);
+        reducer.mpi_seconds += t1 - t0;
+        if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
+        reducer.done++;
+    }
+    pthread_mutex_unlock(&reducer.mu);
+    return NULL;
+}
+
+static void reducer_stop(void)
+{
+    if (!reducer.started) return;
+    pthread_mutex_lock(&reducer.mu);
+    reducer.stop = 1;
+    pthread_cond_signal(&reducer.wake);
+    pthread_mutex_unlock(&reducer.mu);
+    pthread_join(reducer.thread, NULL);
+    reducer.started = reducer.stop = 0;
+    free(reducer.jobs);
+    reducer.jobs = NULL;
+    reducer.jobs_cap = 0;
+}
+
+/* Queues a job (or runs it here without a thread); false when out of memory. */
+static bool reducer_post(const reduce_job *j)
+{
+    if (!dist.mpi_thread || dist.inline_mpi) {
+        double t0 = wgml_host_seconds();
+        int rc = reducer.rc == MPI_SUCCESS ? run_job(j) : MPI_SUCCESS;
+        reducer.mpi_seconds += wgml_host_seconds() - t0;
+        if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
+        reducer.posted++, reducer.done++;
+        return true;
+    }
+    if (!reducer.started) {
+        if (pthread_create(&reducer.thread, NULL, reducer_main, NULL) != 0) return false;
+        reducer.started = 1;
+    }
+    pthread_mutex_lock(&reducer.mu);
+    bool ok = true;
+    if (reducer.posted == reducer.jobs_cap) {
+        int cap = reducer.jobs_cap ? reducer.jobs_cap * 2 : 64;
+        reduce_job *v = realloc(reducer.jobs, (size_t)cap * sizeof *v);
+        if (v) reducer.jobs = v, reducer.jobs_cap = cap;
+        else ok = false;
+    }
+    if (ok) {
+        reducer.jobs[reducer.posted++] = *j;
+        pthread_cond_signal(&reducer.wake);
+    }
+    pthread_mutex_unlock(&reducer.mu);
+    return ok;
+}
+
+/* The jobs done so far, and the first MPI error (*rc) */
+static int reducer_done(int *rc)
+{
+    pthread_mutex_lock(&reducer.mu);
+    int d = reducer.done;
+    *rc = reducer.rc;
+    pthread_mutex_unlock(&reducer.mu);
+    return d;
+}
+
+/* How far advance goes */
+enum { ONE_PASS, ALL_HANDED, ALL_WRITTEN };
+
+/* Moves the step's buckets on: mapped ones to the reducer, reduced ones back into G, both in
+   order. ALL_HANDED: until every bucket is with the reducer (or skipped); ALL_WRITTEN: until
+   every bucket is written back (after a failure: until none is in flight). */
+static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, int until, wgml_status failed)
+{
+    wgml_status st = WGML_OK;
+    int mpi_rc = MPI_SUCCESS;
+    double t_wait = wgml_host_seconds(), idle_since = t_wait;
+    for (;;) {
+        bool moved = false;
+        while (bs->handed < bs->n && wgml_map_poll(&ctx->rt, &bs->v[bs->handed].map)) {
+            bucket *b = &bs->v[bs->handed++];
+            moved = true;
+            if (b->map.status != WGPUMapAsyncStatus_Success) {
+                if (!st && !failed) st = wgml_map_end(&ctx->rt, &b->map); /* its words */
+                b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
+                continue;
+            }
+            const float *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)b->count * 4);
+            reduce_job j = {src, bs->host + b->from, (int)b->count};
+            if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
+            if (src && (b->job = reducer.posted, !reducer_post(&j)))
+                st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
+            if (failed || st) { /* reduce nothing more */
+                wgpuBufferUnmap(b->staging);
+                b->state = B_DONE;
+                continue;
+            }
+            b->state = B_REDUCING;
+            if (bs->handed == bs->n) bs->last_mapped = wgml_host_seconds();
+        }
+        int done = reducer_done(&mpi_rc);
+        for (; bs->written < bs->handed; bs->written++) {
+            bucket *b = &bs->v[bs->written];
+            if (b->state == B_REDUCING) {
+                if (b->job >= done) break; /* still with the reducer */
+                wgpuBufferUnmap(b->staging);
+                b->state = B_DONE;
+                if (!st && !failed && mpi_rc == MPI_SUCCESS) {
+                    double t0 = wgml_host_seconds();
+                    wgpuQueueWriteBuffer(ctx->rt.queue, G->handle, (uint64_t)b->from * 4, bs->host + b->from,
+                                         (size_t)b->count * 4);
+                    dist.stats.copy_in_seconds += wgml_host_seconds() - t0;
+                }
+            }
+            moved = true;
+        }
+        if (until == ONE_PASS || (until == ALL_HANDED && bs->handed == bs->n) || bs->written == bs->n) break;
+        if (ctx->rt.device_lost) {
+            st = wgml_check_device(&ctx->rt);
+            failed = failed ? failed : st;
+            if (bs->written == bs->handed) break; /* (maps of a lost device may never end) */
+            continue; /* what the reducer holds is still waited for */
+        }
+        if (moved) {
+            idle_since = wgml_host_seconds();
+        } else if (wgml_host_seconds() - idle_since < 1e-3) {
+            sched_yield();
+        } else { /* a long wait (the GPU, or a slower rank): leave the cores to others */
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
+    if (until != ONE_PASS) dist.stats.gpu_wait_seconds += wgml_host_seconds() - t_wait;
+    reducer_done(&mpi_rc);
+    if (!st && !failed && mpi_rc != MPI_SUCCESS) st = mpi_fail(ctx, mpi_rc, "dist_allreduce");
+    return st;
+}
+
+static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from, int64_t count, void *user)
+{
+    (void)user;
+    bucket_set *bs = wgml_extension_make(ctx, &bucket_key, sizeof(bucket_set), bucket_set_release);
+    if (!bs) return ctx->rt.status;
+    if (count > (int64_t)INT32_MAX) return ctx_fail(ctx, WGML_ERROR_LIMIT, "dist_allreduce: a bucket past MPI's int count");
+    if (bs->n == 0) { /* the step's first bucket: G's whole size is known from it (it ends G) */
+        inflight = ctx;
+        if (from + count > bs->host_cap) {
+            float *h = realloc(bs->host, (size_t)(from + count) * sizeof *h);
+            if (!h) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
+            bs->host = h;
+            bs->host_cap = from + count;
+        }
+        pthread_mutex_lock(&reducer.mu);
+        reducer.posted = reducer.done = 0;
+        reducer.rc = MPI_SUCCESS;
+        pthread_mutex_unlock(&reducer.mu);
+        bs->handed = bs->written = 0;
+        dist.stats.calls++;
+    }
+    if (bs->n == bs->cap) {
+        int cap = bs->cap ? bs->cap * 2 : 16;
+        bucket *v = realloc(bs->v, (size_t)cap * sizeof *v);
+        if (!v) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
+        memset(v + bs->cap, 0, (size_t)(cap - bs->cap) * sizeof *v);
+        bs->v = v;
+        bs->cap = cap;
+    }
+    bucket *b = &bs->v[bs->n];
+    wgml_status st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, (uint64_t)count * 4, (uint64_t)count * 4,
+                                      WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
+    if (st) return st;
+    b->from = from;
+    b->count = count;
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, G->handle, (uint64_t)from * 4, b->staging, 0, (uint64_t)count * 4);
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuCommandEncoderRelease(enc);
+    if ((st = wgml_submit(&ctx->rt, cb))) return st;
+    wgml_map_begin(&ctx->rt, b->staging, WGPUMapMode_Read, 0, (uint64_t)count * 4, &b->map);
+    b->state = B_MAPPING;
+    if (bs->n == 0 && bs->finished > 0) dist.stats.between_seconds += wgml_host_seconds() - bs->finished;
+    bs->n++;
+    dist.stats.bytes += (uint64_t)count * 4;
+    dist.stats.buckets++;
+    /* earlier buckets that are ready move on now; with the step's end deferred, the last
+       bucket (G's start) waits here until every bucket is with the reducer, which then
+       finishes them while the next step's graph is built */
+    return advance(ctx, bs, G, from == 0 && dist.defer ? ALL_HANDED : ONE_PASS, WGML_OK);
+}
+
+static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status failed, void *user)
+{
+    (void)user;
+    bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
+    if (!bs || !bs->n) return WGML_OK;
+    double mpi0 = reducer.mpi_seconds;
+    wgml_status st = advance(ctx, bs, G, ALL_WRITTEN, failed);
+    double end = wgml_host_seconds();
+    if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
+    bs->finished = st ? 0 : end;
+    pthread_mutex_lock(&reducer.mu);
+    dist.stats.reduce_seconds += reducer.mpi_seconds - mpi0;
+    reducer.mpi_seconds = 0;
+    pthread_mutex_unlock(&reducer.mu);
+    bs->n = 0;
+    bs->last_mapped = 0;
+    inflight = NULL;
+    return st;
+}
+#endif
 
 static wgml_status average_gradients(wgml_optimizer *opt, wgml_tensor *grads, void *user)
 {
@@ -491,5 +844,19 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
     if (!dist.mpi) return WGML_OK;
     /* each rank its own random numbers (dropout), from the seed they share */
     wgml_status st = wgml_rng_set_stream(wgml_optimizer_owner(opt), (uint32_t)wgml_dist_rank());
-    return st ? st : wgml_optimizer_set_grad_hook(opt, average_gradients, NULL);
+    if (st) return st;
+#ifdef WGML_HAVE_MPI
+    /* dist_overlap -1 (WGML_DIST_OVERLAP=0): the blocking all-reduce after the whole backward
+       pass (the reference the overlapped one is tested against) */
+    const wgml_settings *set = &wgml_optimizer_owner(opt)->rt.settings;
+    dist.inline_mpi = set->dist_inline;
+    if (set->dist_overlap) {
+        /* dist_defer (WGML_DIST_DEFER=1): the step's end waits until the next step's graph is built */
+        dist.defer = set->dist_defer;
+        wgml_grad_buckets b = {.bucket_floats = (int64_t)bucket_floats(wgml_optimizer_owner(opt), DEFAULT_OVERLAP_BUCKET_FLOATS),
+                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer};
+        return wgml_optimizer_set_grad_buckets(opt, &b);
+    }
+#endif
+    return wgml_optimizer_set_grad_hook(opt, average_gradients, NULL);
 }

@@ -21,9 +21,11 @@
 #include <string.h>
 
 #include "core/api_lock.h"
+#include "core/ptrmap.h"
 #include "engine/build.h"
 #include "engine/executor.h"
 #include "ops/table.h"
+#include "train/grad_buckets.h"
 
 #define SLOT_ALIGN 64 /* floats: 256 bytes, enough for any storage-offset alignment */
 
@@ -58,6 +60,11 @@ struct wgml_optimizer {
     wgml_loss_scaling scaler_desc;
     wgml_buffer *scaler;
     int scaler_half;
+    wgml_grad_buckets buckets; /* instead of the hook when .ready is set */
+    /* buckets.defer: a step whose buckets are in flight, its gradients (one reference each);
+       the norm and the update wait until something needs them (complete_step) */
+    bool deferred;
+    wgml_tensor **deferred_grads;
 };
 
 /* One half of the scaler's state (floats; counts are exact in f32 up to 2^24). */
@@ -82,10 +89,14 @@ static wgml_buffer *flat_zeros(wgml_context *ctx, int64_t n)
     return b;
 }
 
+static wgml_status complete_step(wgml_optimizer *opt);
+
 void wgml_optimizer_free(wgml_optimizer *opt)
 {
     if (!opt) return;
     wgml_context *ctx = opt->ctx;
+    complete_step(opt); /* (waits for the all-reduce in flight; a failure has its message) */
+    free(opt->deferred_grads);
     for (int i = 0; i < opt->n; i++) wgml_tensor_unref(opt->params[i]);
     wgml_buffer *bufs[6] = {opt->P, opt->G, opt->M, opt->V, opt->groups, opt->scaler};
     for (int i = 0; i < 6; i++)
@@ -346,6 +357,8 @@ static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
 wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hook, void *user)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     opt->hook = hook;
     opt->hook_user = hook ? user : NULL;
     return WGML_OK;
@@ -356,6 +369,8 @@ wgml_status wgml_optimizer_set_grad_hook(wgml_optimizer *opt, wgml_grad_hook hoo
 /* The half of the scaler's state the next step reads (the last one written). */
 static wgml_status read_scaler(wgml_optimizer *opt, float half[SCALER_WORDS])
 {
+    wgml_status done = complete_step(opt); /* a step in flight writes the half read next */
+    if (done) return done;
     int64_t n = SCALER_WORDS;
     wgml_tensor *v = wgml_tensor_over(opt->ctx, 1, &n, opt->scaler, (int64_t)opt->scaler_half * SCALER_WORDS);
     if (!v) return opt->ctx->rt.status;
@@ -367,8 +382,10 @@ static wgml_status read_scaler(wgml_optimizer *opt, float half[SCALER_WORDS])
 static wgml_status write_scaler(wgml_optimizer *opt, const float half[SCALER_WORDS])
 {
     wgml_context *ctx = opt->ctx;
+    wgml_status st = complete_step(opt);
+    if (st) return st;
     /* pending results that read the state (a scaled loss not yet evaluated) keep its old value */
-    wgml_status st = wgml_settle_readers(ctx, 1, &opt->scaler);
+    st = wgml_settle_readers(ctx, 1, &opt->scaler);
     if (st) return st;
     wgpuQueueWriteBuffer(ctx->rt.queue, opt->scaler->handle, (uint64_t)opt->scaler_half * SCALER_WORDS * 4, half,
                          SCALER_WORDS * 4);
@@ -422,7 +439,9 @@ wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss)
                                  (long long)loss->numel);
     if (!opt->scaling) return wgml_binary_scalar(ctx, WGML_MUL, loss, 1.0f);
     int64_t one = 1;
-    wgml_tensor *scale = wgml_tensor_over(ctx, 1, &one, opt->scaler, (int64_t)opt->scaler_half * SCALER_WORDS + SC_SCALE);
+    /* the half the next step reads: the other one while a deferred step has yet to flip it */
+    int half = opt->scaler_half ^ (opt->deferred ? 1 : 0);
+    wgml_tensor *scale = wgml_tensor_over(ctx, 1, &one, opt->scaler, (int64_t)half * SCALER_WORDS + SC_SCALE);
     if (!scale) return wgml_tensor_error(ctx, ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     wgml_tensor *out = wgml_mul(ctx, loss, scale);
     wgml_tensor_free(scale);
@@ -467,6 +486,133 @@ wgml_status wgml_optimizer_set_loss_scale_state(wgml_optimizer *opt, const wgml_
     return write_scaler(opt, half);
 }
 
+wgml_status wgml_optimizer_set_grad_buckets(wgml_optimizer *opt, const wgml_grad_buckets *buckets)
+{
+    if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
+    if (buckets && (!buckets->ready || !buckets->finish || buckets->bucket_floats <= 0))
+        return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer: grad buckets need ready, finish and a size > 0");
+    opt->buckets = buckets ? *buckets : (wgml_grad_buckets){0};
+    return WGML_OK;
+}
+
+/* A growable list of tensors */
+typedef struct tensor_list {
+    wgml_tensor **v;
+    int n, cap;
+} tensor_list;
+
+static bool list_add(tensor_list *l, wgml_tensor *t)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 256;
+        wgml_tensor **v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = t;
+    return true;
+}
+
+/* The lazy nodes t needs (up to evaluated tensors), into set: what an evaluation of t runs. */
+static bool reach(wgml_ptrmap *set, wgml_tensor *t)
+{
+    t = wgml_tensor_base(t);
+    if (t->op == WGML_OP_NONE || wgml_ptrmap_get(set, t) != WGML_PTRMAP_NONE) return true;
+    if (!wgml_ptrmap_put(set, t, 0)) return false;
+    for (int i = 0; i < t->nsrc; i++)
+        if (!reach(set, t->src[i])) return false;
+    return true;
+}
+
+/* Walks the lazy nodes t needs that are not in `now`, and adds to keep each node of `now`
+   where the walk enters it: a result this evaluation computes that a later one reads (an
+   evaluation frees, and leaves lazy, every result that is not one of its targets). */
+static bool meet(const wgml_ptrmap *now, wgml_ptrmap *seen, wgml_tensor *t, tensor_list *keep)
+{
+    t = wgml_tensor_base(t);
+    if (t->op == WGML_OP_NONE || wgml_ptrmap_get(seen, t) != WGML_PTRMAP_NONE) return true;
+    if (!wgml_ptrmap_put(seen, t, 0)) return false;
+    if (wgml_ptrmap_get(now, t) != WGML_PTRMAP_NONE) return list_add(keep, t);
+    for (int i = 0; i < t->nsrc; i++)
+        if (!meet(now, seen, t->src[i], keep)) return false;
+    return true;
+}
+
+/* A result that a bucket kept for later ones (meet), made the lazy node it was again once
+   every bucket has run, its buffer back in the pool: a tape that holds it (the loss's, kept
+   for a later backward) would otherwise hold the buffer for as long as the loss lives, a
+   step's activations for every loss not yet read. Only results that nothing but the graph
+   holds, with their node kept (executor.c's keep_tape). */
+static void unkeep(wgml_context *ctx, wgml_tensor *t)
+{
+    wgml_tensor *s = t->tape;
+    if (t->op != WGML_OP_NONE || !s || !t->buf || t->user_held || t->requires_grad || t->grad) return;
+    t->op = s->op;
+    t->nsrc = s->nsrc;
+    memcpy(t->src, s->src, sizeof t->src);
+    memcpy(t->params, s->params, sizeof t->params);
+    t->op_data = s->op_data;
+    t->view_kind = s->view_kind;
+    t->range_known = s->range_known;
+    t->range_lo = s->range_lo;
+    t->range_hi = s->range_hi;
+    s->nsrc = 0; /* its inputs' references are t's again */
+    t->tape = NULL;
+    wgml_tensor_unref(s);
+    wgml_buffer_release(ctx, t->buf);
+    t->buf = NULL;
+    t->offset = 0;
+}
+
+/* The gradients (grads[i] for parameter i) evaluated a bucket at a time from the last
+   parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
+   (first) and the extras go with the first bucket. */
+static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *const *first, int n_extra,
+                               wgml_tensor *const *extra, wgml_tensor *const *grads, bool defer)
+{
+    wgml_context *ctx = opt->ctx;
+    const wgml_grad_buckets *b = &opt->buckets;
+    wgml_status st = WGML_OK;
+    wgml_ptrmap now = {0}, seen = {0};
+    tensor_list targets = {0}, kept = {0}; /* kept: what meet added, one reference each */
+    for (int hi = opt->n - 1, lo; hi >= 0 && !st; hi = lo - 1) {
+        int64_t end = hi == opt->n - 1 ? opt->total : opt->slot[hi + 1];
+        for (lo = hi; lo > 0 && end - opt->slot[lo] < b->bucket_floats;) lo--;
+        targets.n = 0;
+        bool ok = true;
+        for (int i = 0; i < n_first && ok && hi == opt->n - 1; i++) ok = list_add(&targets, first[i]);
+        for (int i = hi; i >= lo && ok; i--) ok = list_add(&targets, grads[i]);
+        for (int i = 0; i < n_extra && ok && hi == opt->n - 1; i++) ok = list_add(&targets, extra[i]);
+        wgml_ptrmap_clear(&now);
+        wgml_ptrmap_clear(&seen);
+        for (int i = 0; i < targets.n && ok; i++) ok = reach(&now, targets.v[i]);
+        int before = targets.n;
+        for (int i = lo - 1; i >= 0 && ok; i--) ok = meet(&now, &seen, grads[i], &targets);
+        for (int i = before; i < targets.n && ok; i++)
+            if ((ok = list_add(&kept, targets.v[i]))) wgml_tensor_retain(targets.v[i]);
+        if (!ok) {
+            st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+            break;
+        }
+        if (!(st = wgml_graph_eval(ctx, targets.n, targets.v))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
+    }
+    for (int i = 0; i < kept.n; i++) {
+        unkeep(ctx, kept.v[i]);
+        wgml_tensor_unref(kept.v[i]);
+    }
+    free(kept.v);
+    wgml_status fin = st || !defer ? b->finish(ctx, opt->G, st, b->user) : WGML_OK;
+    if (!st && fin) st = fin;
+    if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the gradient buckets failed (%s)", wgml_status_name(st));
+    wgml_ptrmap_free(&now);
+    wgml_ptrmap_free(&seen);
+    free(targets.v);
+    return st;
+}
+
 /* Evaluates the gradients and extras (targets[0..nt)) and calls the hook with a view of the
    whole flat gradient buffer; the slots' padding is zero (the buffer starts cleared and the
    gradients write only their own elements), so the hook may treat it as one vector. */
@@ -483,12 +629,61 @@ static wgml_status run_hook(wgml_optimizer *opt, int nt, wgml_tensor *const *tar
     return st;
 }
 
+/* A deferred step's end: the buckets written back, then the norm and the update. */
+static wgml_status complete_step(wgml_optimizer *opt)
+{
+    if (!opt->deferred) return WGML_OK;
+    wgml_context *ctx = opt->ctx;
+    opt->deferred = false;
+    if (ctx->pending_step_arg == opt) {
+        ctx->pending_step = NULL;
+        ctx->pending_step_arg = NULL;
+        memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
+    }
+    wgml_status st = opt->buckets.finish(ctx, opt->G, WGML_OK, opt->buckets.user);
+    wgml_tensor *norm2 = NULL;
+    wgml_scope_begin(ctx);
+    for (int r = opt->n - 1; r >= 0 && !st; r--) {
+        wgml_tensor *g = opt->deferred_grads[r];
+        wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, g, g));
+        norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;
+    }
+    if (!st) {
+        wgml_tensor *src[1] = {norm2};
+        int64_t one = 1;
+        wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
+        upd->op_data = &opt->step_op;
+        wgml_tensor *targets[2] = {norm2, upd};
+        st = wgml_graph_eval(ctx, 2, targets);
+    }
+    if (!st) {
+        opt->steps++;
+        if (opt->scaling) opt->scaler_half ^= 1;
+        if (opt->norm2) wgml_tensor_unref(opt->norm2);
+        opt->norm2 = norm2;
+        wgml_tensor_retain(norm2);
+    }
+    for (int i = 0; i < opt->n; i++) {
+        if (opt->deferred_grads[i]) wgml_tensor_unref(opt->deferred_grads[i]);
+        opt->deferred_grads[i] = NULL;
+    }
+    wgml_scope_end(ctx);
+    if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the step in flight failed (%s)", wgml_status_name(st));
+    return st;
+}
+
+static wgml_status pending_step(wgml_context *ctx, void *arg)
+{
+    (void)ctx;
+    return complete_step(arg);
+}
+
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = opt->ctx;
     wgml_status st = wgml_check_device(&ctx->rt);
-    if (st) return st;
+    if (st || (st = complete_step(opt))) return st;
     if (n_extra < 0 || (n_extra && !extra)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: bad extra list");
     /* The step overwrites the parameters, both moments and the gradient slots in place:
        pending results that read them (logits the user still holds, a gradient taken before
@@ -506,7 +701,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         free(readers);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
-    int nt = 0;
+    int nt = 0, n_first;
     /* first: their graphs run before any gradient lands in its slot. The parameters' own
        gradients and the extras are among them; they keep their places below (the order
        matters for memory), which are before the update too */
@@ -517,6 +712,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         if (!placed) targets[nt++] = readers[i];
     }
     free(readers);
+    n_first = nt;
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
     /* the last parameter's gradient first: the executor orders the graph depth first from
@@ -552,7 +748,31 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         /* with a hook, the gradients (and extras) are evaluated first and handed to it; the
            norm and the update then read what it left in the flat buffer, in a second submit
            (so they are built after it: its writes would otherwise evaluate them first) */
-        if (opt->hook) st = run_hook(opt, nt, targets);
+        if (opt->buckets.ready) {
+            bool defer = opt->buckets.defer;
+            if (defer && !opt->deferred_grads && !(opt->deferred_grads = calloc((size_t)opt->n, sizeof *grads)))
+                st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+            if (!st) st = run_buckets(opt, n_first, targets, n_extra, extra, grads, defer);
+            if (!st && defer) { /* the rest when something needs it */
+                for (int i = 0; i < opt->n; i++) {
+                    opt->deferred_grads[i] = grads[i];
+                    grads[i] = NULL;
+                    wgml_tensor_unref(opt->params[i]->grad);
+                    opt->params[i]->grad = NULL;
+                }
+                opt->deferred = true;
+                ctx->pending_step = pending_step;
+                ctx->pending_step_arg = opt;
+                wgml_buffer *bufs[5] = {opt->P, opt->G, opt->M, opt->V, opt->scaler};
+                memcpy(ctx->pending_step_bufs, bufs, sizeof bufs);
+                wgml_scope_end(ctx);
+                free(targets);
+                free(grads);
+                return WGML_OK;
+            }
+        } else if (opt->hook) {
+            st = run_hook(opt, nt, targets);
+        }
         for (int r = opt->n - 1; r >= 0 && !st; r--) {
             wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, grads[r], grads[r]));
             norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;
@@ -590,6 +810,8 @@ wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
     if (!norm) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: norm is NULL");
+    wgml_status done = complete_step(opt);
+    if (done) return done;
     if (!opt->norm2) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_grad_norm: no step yet");
     float n2;
     wgml_status st;
@@ -603,11 +825,14 @@ wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm)
     return st;
 }
 
-int64_t wgml_optimizer_steps(const wgml_optimizer *opt) { return opt ? opt->steps : 0; }
+/* (a step in flight counts: it has been taken, its update waits) */
+int64_t wgml_optimizer_steps(const wgml_optimizer *opt) { return opt ? opt->steps + opt->deferred : 0; }
 
 wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     if (steps < 0)
         return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_steps: steps = %lld must be >= 0",
                          (long long)steps);
@@ -618,6 +843,8 @@ wgml_status wgml_optimizer_set_steps(wgml_optimizer *opt, int64_t steps)
 wgml_status wgml_optimizer_set_lr(wgml_optimizer *opt, float lr)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     wgml_status st = check_lr(opt->ctx, "optimizer_set_lr", lr);
     if (st) return st;
     opt->desc.lr = lr;
@@ -663,6 +890,8 @@ float wgml_lr_at(const wgml_lr_schedule *s, float base_lr, int64_t step)
 wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_schedule *s)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     char why[160];
     if (s && schedule_problem(s, why, sizeof why))
         return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_schedule: %s", why);
@@ -672,7 +901,7 @@ wgml_status wgml_optimizer_set_schedule(wgml_optimizer *opt, const wgml_lr_sched
 
 float wgml_optimizer_lr(const wgml_optimizer *opt)
 {
-    return opt ? wgml_lr_at(&opt->schedule, opt->desc.lr, opt->steps) : NAN;
+    return opt ? wgml_lr_at(&opt->schedule, opt->desc.lr, opt->steps + opt->deferred) : NAN;
 }
 
 /* A storage tensor viewing parameter i's slot of a moment buffer (for checkpoints). */
@@ -688,6 +917,8 @@ static wgml_status moment_view(wgml_optimizer *opt, int i, wgml_buffer *buf, wgm
 wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wgml_tensor **v)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_status done = complete_step(opt); /* a step in flight first */
+    if (done) return done;
     wgml_status st = moment_view(opt, i, opt->M, m);
     if (!st) st = moment_view(opt, i, opt->V, v);
     return st;

@@ -4,7 +4,6 @@
  * limits and the features worth having, error and device-lost callbacks, error scopes and
  * blocking waits. What the two implementations do differently goes through rt->impl.
  */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,17 +228,6 @@ static int type_rank(WGPUAdapterType t)
     }
 }
 
-static bool contains_nocase(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (; *hay; hay++) {
-        size_t i = 0;
-        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
-        if (i == n) return true;
-    }
-    return n == 0;
-}
-
 static const char *backend_label(wgml_backend b)
 {
     switch (b) {
@@ -380,7 +368,7 @@ static wgml_status open_on(wgml_runtime *rt, const wgml_settings *settings, wgml
                                           names_len ? ", " : "", name, adapter_type_name(ai.adapterType));
         if (names_len >= sizeof names) names_len = sizeof names - 1;
         int rank = type_rank(ai.adapterType);
-        bool name_ok = !want_name || !*want_name || contains_nocase(name, want_name);
+        bool name_ok = !want_name || !*want_name || wgml_contains_nocase(name, want_name);
         ranks[i] = name_ok ? rank : 99;
         if (name_ok && rank < best_rank) { best = (int)i; best_rank = rank; }
         wgpuAdapterInfoFreeMembers(ai);

@@ -259,16 +259,16 @@ wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *sha
 
 /* ---------------------------------------------------------------- the kernel */
 
-/* ops/random.wgsl behind its header: MODE and the bindings (dropout reads X, the
+/* ops/random.wgsl behind its header: ops/mul_wide.wgsl, MODE and the bindings (dropout reads X, the
    generators only write Y) */
 static wgml_status random_pipeline(wgml_context *ctx, uint32_t mode, wgml_launch *l)
 {
     uint32_t key[2] = {WGML_KEY_RANDOM, mode};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 2))) return WGML_OK;
-    const char *body = wgml_wgsl_find("random");
-    if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel random is not built in");
+    const char *body = wgml_wgsl_find("random"), *mul_wide = wgml_wgsl_find("mul_wide");
+    if (!body || !mul_wide) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel random is not built in");
     wgml_sbuf b = {0};
-    wgml_sbuf_put(&b, "const MODE = %uu;\n", mode);
+    wgml_sbuf_put(&b, "%sconst MODE = %uu;\n", mul_wide, mode);
     if (mode == 2)
         wgml_sbuf_put(&b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
                           "@group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n"

@@ -11,8 +11,8 @@
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    if (past_rows(wg)) { return; }
     let tm = team_of(wg, lid);
-    if (tm.first >= P.rows) { return; }
     let grad = OP == OP_LAYERNORM_GRAD || OP == OP_RMSNORM_GRAD;
     let centred = OP == OP_LAYERNORM || OP == OP_LAYERNORM_GRAD;
     var cache: array<V, K>;

@@ -14,7 +14,7 @@
 //     registers and every pass works on them: x is read from memory once. Otherwise each
 //     pass reads x again.
 // Every kernel binds the rows x at binding 1 (the helpers below read it); the rest are its own.
-// A kernel's main starts with team_of (its thread's row) and load_row (the cache).
+// A kernel's main starts with past_rows, team_of (its thread's row) and load_row (the cache).
 // Code shared by both widths converts with V(...) and vec4<f32>(...), which are splats or
 // identities, so the module type-checks for either.
 struct Params {
@@ -42,10 +42,14 @@ fn no_nan(v: V) -> V {
     return select(v, V(-P.neg_inf), (bitcast<U>(v) & U(0x7fffffffu)) > U(0x7f800000u));
 }
 
+// Whether the workgroup's rows all lie past the last: main returns at once. Uniform for the
+// workgroup, which the barriers after it need (a value of team_of's, which depends on the
+// thread, would not be to a uniformity analysis such as Tint's).
+fn past_rows(wg: vec3<u32>) -> bool { return (wg.x + wg.y * P.gx) * ROWS >= P.rows; }
+
 // A thread's place: its team's row, and the row's units. A team past the last row runs with
 // an empty row (nu = 0: every thread reaches the barriers) and writes nothing.
 struct Team {
-    first: u32,  // the workgroup's first row: past P.rows, main returns (uniform for the workgroup)
     row: u32,
     live: bool,  // row < P.rows
     t: u32,      // this thread's place in its team
@@ -60,7 +64,7 @@ fn team_of(wg: vec3<u32>, lid: u32) -> Team {
     let row = first + lid / TEAM;
     let live = row < P.rows;
     let nu = select(0u, P.n / VW, live);
-    return Team(first, row, live, lid % TEAM, nu, P.in_off / VW + row * nu, row * nu,
+    return Team(row, live, lid % TEAM, nu, P.in_off / VW + row * nu, row * nu,
                 select((nu + TEAM - 1u) / TEAM, K, CACHED));
 }
 

@@ -5,8 +5,8 @@
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    if (past_rows(wg)) { return; }
     let tm = team_of(wg, lid);
-    if (tm.first >= P.rows) { return; }
     var cache: array<V, K>;
     load_row(&cache, tm);
     let st = max_sumexp(&cache, tm, lid, OP != OP_LOG_SOFTMAX);

@@ -326,6 +326,23 @@ static void exact_roundings(void)
     free(c);
 }
 
+/* The precision tests' operands, both trainable: a [M, K] of w = 1 - 3 * 2^-13 and b [K, N] of
+   v = 1 + 3 * 2^-12 (M, K, N = 20, 40, 24), exact in f32 and not in f16, which rounds them to
+   1 - 2^-11 and 1 + 2^-10. */
+enum { TIE_M = 20, TIE_K = 40, TIE_N = 24 };
+static const float tie_v = 1.0f + 3 * 0x1p-12f, tie_w = 1.0f - 3 * 0x1p-13f;
+static void tie_operands(wgml_context *ctx, wgml_tensor **ta, wgml_tensor **tb)
+{
+    int64_t sa[2] = {TIE_M, TIE_K}, sb[2] = {TIE_K, TIE_N};
+    float *A = malloc((size_t)(TIE_M * TIE_K) * sizeof *A), *B = malloc((size_t)(TIE_K * TIE_N) * sizeof *B);
+    for (int64_t i = 0; i < TIE_M * TIE_K; i++) A[i] = tie_w;
+    for (int64_t i = 0; i < TIE_K * TIE_N; i++) B[i] = tie_v;
+    *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
+    CHECK_OK(ctx, wgml_requires_grad(*ta, 1));
+    CHECK_OK(ctx, wgml_requires_grad(*tb, 1));
+    free(A), free(B);
+}
+
 /* The backward matmuls do not inherit f16_math. y = a b with every element of b
    v = 1 + 3 * 2^-12 (exact in f32, not in f16: 1 + 2^-10 is the nearest half), loss =
    sum(y): dL/da[m, k] = sum_n b[k, n] = N v, exact in f32 arithmetic and 2.4e-4 off in f16
@@ -335,14 +352,10 @@ static void gradients_are_f32(void)
 {
     wgml_context *ctx = test_context();
     if (!has_f16(ctx)) return;
-    int64_t M = 20, K = 40, N = 24, sa[2] = {M, K}, sb[2] = {K, N};
-    const float v = 1.0f + 3 * 0x1p-12f, w = 1.0f - 3 * 0x1p-13f;
-    float *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
-    for (int64_t i = 0; i < M * K; i++) A[i] = w;
-    for (int64_t i = 0; i < K * N; i++) B[i] = v;
-    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
-    CHECK_OK(ctx, wgml_requires_grad(ta, 1));
-    CHECK_OK(ctx, wgml_requires_grad(tb, 1));
+    const int64_t M = TIE_M, K = TIE_K, N = TIE_N;
+    const float v = tie_v, w = tie_w;
+    wgml_tensor *ta, *tb;
+    tie_operands(ctx, &ta, &tb);
     wgml_matmul_desc d = {.f16_math = 1};
     wgml_tensor *y = wgml_matmul_ex(ctx, ta, tb, &d), *L = wgml_sum_all(ctx, y);
     CHECK_OK(ctx, wgml_backward(L));
@@ -367,8 +380,6 @@ static void gradients_are_f32(void)
     wgml_tensor_free(y);
     wgml_tensor_free(ta);
     wgml_tensor_free(tb);
-    free(A);
-    free(B);
 }
 
 /* wgml_set_compute_precision(MIXED): a matmul that leaves f16_math 0, and the gradient
@@ -378,14 +389,10 @@ static void precision_policy(void)
 {
     wgml_context *ctx = test_context();
     if (!has_f16(ctx)) return;
-    int64_t M = 20, K = 40, N = 24, sa[2] = {M, K}, sb[2] = {K, N};
-    const float v = 1.0f + 3 * 0x1p-12f, w = 1.0f - 3 * 0x1p-13f; /* f16: 1 + 2^-10 and 1 - 2^-11 */
-    float *A = malloc((size_t)(M * K) * sizeof *A), *B = malloc((size_t)(K * N) * sizeof *B);
-    for (int64_t i = 0; i < M * K; i++) A[i] = w;
-    for (int64_t i = 0; i < K * N; i++) B[i] = v;
-    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
-    CHECK_OK(ctx, wgml_requires_grad(ta, 1));
-    CHECK_OK(ctx, wgml_requires_grad(tb, 1));
+    const int64_t M = TIE_M, K = TIE_K, N = TIE_N;
+    const float v = tie_v, w = tie_w;
+    wgml_tensor *ta, *tb;
+    tie_operands(ctx, &ta, &tb);
     CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_F32);
     CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_MIXED));
     CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_MIXED);
@@ -404,7 +411,6 @@ static void precision_policy(void)
     CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_F32);
     free(ga), free(gb), free(fy), free(fy32);
     wgml_tensor_free(L), wgml_tensor_free(y), wgml_tensor_free(y32), wgml_tensor_free(ta), wgml_tensor_free(tb);
-    free(A), free(B);
     wgml_clear_error(ctx);
 }
 

@@ -187,7 +187,8 @@ wgml_tensor *wgml_gpt_dropout(wgml_context *ctx, wgml_tensor *x, float p)
     return p > 0.0f ? wgml_dropout(ctx, x, p) : x;
 }
 
-wgml_tensor *wgml_gpt_to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64_t T, int64_t n, int64_t d)
+/* [B,T,n*D] -> [B,n,T,D] (a view) */
+static wgml_tensor *to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64_t T, int64_t n, int64_t d)
 {
     const int64_t s[4] = {B, T, n, d};
     static const int bhtd[4] = {0, 2, 1, 3};
@@ -210,13 +211,16 @@ wgml_status wgml_gpt_qkv(wgml_gpt *g, wgml_tensor *h, wgml_tensor *wqkv, wgml_te
     *qkv = NULL;
     if (s->cache) { /* decoding: one matmul (a GEMV), its columns split */
         *qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
-        return wgml_split(ctx, *qkv, -1, 3, sizes, part);
+        wgml_status st = wgml_split(ctx, *qkv, -1, 3, sizes, part);
+        if (st) return st;
+    } else {
+        /* training: the weight's columns split instead, so the gradients of the three parts
+           are the weight's and bias's windows, not three zero-padded copies of qkv's */
+        part[0] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, 0, sizes[0]);
+        part[1] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0], sizes[1]);
+        part[2] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0] + sizes[1], sizes[2]);
     }
-    /* training: the weight's columns split instead, so the gradients of the three parts are
-       the weight's and bias's windows, not three zero-padded copies of qkv's */
-    part[0] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, 0, sizes[0]);
-    part[1] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0], sizes[1]);
-    part[2] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0] + sizes[1], sizes[2]);
+    for (int i = 0; i < 3; i++) part[i] = to_heads(ctx, part[i], s->B, s->T, i ? c->kv_heads : c->heads, D);
     return WGML_OK;
 }
 

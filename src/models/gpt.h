@@ -132,6 +132,18 @@ typedef struct wgml_gpt_param_row {
     char rows, cols, init;
 } wgml_gpt_param_row;
 
+/* An architecture file's tables from its X-lists EMBED, LAYER and FINAL of
+   X(id, name, rows, cols, init): the ids as enum constants, counted by N_EMBED, N_LAYER and
+   N_FINAL, and the rows as embed_rows, layer_rows and final_rows. */
+#define WGML_GPT_PARAM_ID(id, name, rows, cols, init) id,
+#define WGML_GPT_PARAM_ROW(id, name, rows, cols, init) {name, rows, cols, init},
+#define WGML_GPT_PARAM_TABLES(EMBED, LAYER, FINAL)                                                                              \
+    enum { EMBED(WGML_GPT_PARAM_ID) N_EMBED };                                                                                   \
+    enum { LAYER(WGML_GPT_PARAM_ID) N_LAYER };                                                                                   \
+    enum { FINAL(WGML_GPT_PARAM_ID) N_FINAL };                                                                                   \
+    static const wgml_gpt_param_row embed_rows[] = {EMBED(WGML_GPT_PARAM_ROW)}, layer_rows[] = {LAYER(WGML_GPT_PARAM_ROW)},        \
+                                    final_rows[] = {FINAL(WGML_GPT_PARAM_ROW)}
+
 /* One forward pass's settings, as a block sees them. */
 typedef struct wgml_gpt_pass {
     int64_t B, T, pos;    /* x is [B,T,C] at positions pos.. */
@@ -167,11 +179,10 @@ const wgml_gpt_arch_ops *wgml_gpt_arch_of(wgml_gpt_arch arch); /* NULL: not an a
 
 /* What the blocks share (gpt.c). */
 wgml_tensor *wgml_gpt_dropout(wgml_context *ctx, wgml_tensor *x, float p); /* x when p is 0 */
-/* [B,T,n*D] -> [B,n,T,D] (a view) */
-wgml_tensor *wgml_gpt_to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64_t T, int64_t n, int64_t d);
 /* x @ w[:, from : from + n] (+ b[from : from + n]), read through strides */
 wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n);
-/* h @ wqkv (+ bqkv) as q, k, v [B,T,n*D]; decoding, *qkv gets the one joined product */
+/* h @ wqkv (+ bqkv) as the heads q [B,H,T,D], k, v [B,Hkv,T,D] (views); decoding, *qkv gets
+   the one joined product [B,T,(H+2Hkv)D] */
 wgml_status wgml_gpt_qkv(wgml_gpt *g, wgml_tensor *h, wgml_tensor *wqkv, wgml_tensor *bqkv, const wgml_gpt_pass *s,
                          wgml_tensor *part[3], wgml_tensor **qkv);
 /* Causal attention of heads q [B,H,T,D], k, v [B,Hkv,T,D], merged back to [B,T,C]. Decoding,

@@ -4,7 +4,8 @@
 
 #include "models/gpt.h"
 
-/* The rows of each table and the names its code reads them by, from one list. */
+/* The rows of each table and the names its code reads them by, from one list (gpt.h makes
+   the enums and tables). */
 #define EMBED(X) X(WTE, "wte", 'V', 'C', 'n') X(WPE, "wpe", 'B', 'C', 'n')
 #define LAYER(X)                                                                                                                   \
     X(LN1_W, "ln1.w", 'C', 0, '1')                                                                                                  \
@@ -21,12 +22,7 @@
     X(B2, "mlp.b2", 'C', 0, '0')
 #define FINAL(X) X(LNF_W, "lnf.w", 'C', 0, '1') X(LNF_B, "lnf.b", 'C', 0, '0')
 
-#define ID(id, name, rows, cols, init) id,
-#define ROW(id, name, rows, cols, init) {name, rows, cols, init},
-enum { EMBED(ID) N_EMBED };
-enum { LAYER(ID) N_LAYER };
-enum { FINAL(ID) N_FINAL };
-static const wgml_gpt_param_row embed_rows[] = {EMBED(ROW)}, layer_rows[] = {LAYER(ROW)}, final_rows[] = {FINAL(ROW)};
+WGML_GPT_PARAM_TABLES(EMBED, LAYER, FINAL);
 
 static int64_t default_ffn(int64_t width) { return 4 * width; }
 
@@ -53,13 +49,10 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
 {
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
-    int64_t D = c->width / c->heads;
     wgml_tensor *h = wgml_layernorm(ctx, x, p[LN1_W], p[LN1_B], c->norm_eps);
-    wgml_tensor *part[3] = {NULL, NULL, NULL}, *qkv = NULL;
-    if (wgml_gpt_qkv(g, h, p[WQKV], p[BQKV], s, part, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
-    wgml_tensor *q = wgml_gpt_to_heads(ctx, part[0], s->B, s->T, c->heads, D);
-    wgml_tensor *k = wgml_gpt_to_heads(ctx, part[1], s->B, s->T, c->kv_heads, D);
-    wgml_tensor *v = wgml_gpt_to_heads(ctx, part[2], s->B, s->T, c->kv_heads, D);
+    wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */
+    if (wgml_gpt_qkv(g, h, p[WQKV], p[BQKV], s, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
+    wgml_tensor *q = head[0], *k = head[1], *v = head[2];
     wgml_tensor *a = wgml_gpt_attend(g, l, q, k, v, qkv, s); /* the cache takes k|v as a view of qkv */
     x = wgml_add(ctx, x, wgml_gpt_dropout(ctx, wgml_matmul_ex(ctx, a, p[WO], &(wgml_matmul_desc){.bias = p[BO]}), s->dropout));
 

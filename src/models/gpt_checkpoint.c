@@ -172,10 +172,8 @@ wgml_status wgml_gpt_checkpoint_read(wgml_context *ctx, const char *path, wgml_g
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (!out || !path) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "gpt checkpoint: path and out must be given");
     memset(out, 0, sizeof *out);
-    char err[512];
-    wgml_status st = wgml_safetensors_read(path, &out->file, err, sizeof err);
-    if (st) return wgml_fail(ctx, st, "%s", err);
-    st = read_metadata(ctx, path, out);
+    wgml_status st = wgml_model_read_file(ctx, path, &out->file);
+    if (!st) st = read_metadata(ctx, path, out);
     if (!st) st = check_tensors(ctx, path, out);
     if (st) wgml_gpt_checkpoint_free(out);
     return st;

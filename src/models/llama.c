@@ -4,7 +4,8 @@
 
 #include "models/gpt.h"
 
-/* The rows of each table and the names its code reads them by, from one list. */
+/* The rows of each table and the names its code reads them by, from one list (gpt.h makes
+   the enums and tables). */
 #define EMBED(X) X(WTE, "wte", 'V', 'C', 'n')
 #define LAYER(X)                                                                                                                   \
     X(NORM1_W, "norm1.w", 'C', 0, '1')                                                                                              \
@@ -17,12 +18,7 @@
     X(KNORM_W, "attn.knorm.w", 'D', 0, '1')
 #define FINAL(X) X(NORMF_W, "normf.w", 'C', 0, '1')
 
-#define ID(id, name, rows, cols, init) id,
-#define ROW(id, name, rows, cols, init) {name, rows, cols, init},
-enum { EMBED(ID) N_EMBED };
-enum { LAYER(ID) N_LAYER };
-enum { FINAL(ID) N_FINAL };
-static const wgml_gpt_param_row embed_rows[] = {EMBED(ROW)}, layer_rows[] = {LAYER(ROW)}, final_rows[] = {FINAL(ROW)};
+WGML_GPT_PARAM_TABLES(EMBED, LAYER, FINAL);
 
 /* 8C/3 rounded up to a multiple of 32 */
 static int64_t default_ffn(int64_t width) { return (8 * width / 3 + 31) / 32 * 32; }
@@ -44,13 +40,10 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
 {
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
-    int64_t D = c->head_dim;
     wgml_tensor *h = wgml_rmsnorm(ctx, x, p[NORM1_W], c->norm_eps);
-    wgml_tensor *part[3] = {NULL, NULL, NULL}, *qkv = NULL;
-    if (wgml_gpt_qkv(g, h, p[WQKV], NULL, s, part, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
-    wgml_tensor *q = wgml_gpt_to_heads(ctx, part[0], s->B, s->T, c->heads, D);
-    wgml_tensor *k = wgml_gpt_to_heads(ctx, part[1], s->B, s->T, c->kv_heads, D);
-    wgml_tensor *v = wgml_gpt_to_heads(ctx, part[2], s->B, s->T, c->kv_heads, D);
+    wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */
+    if (wgml_gpt_qkv(g, h, p[WQKV], NULL, s, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
+    wgml_tensor *q = head[0], *k = head[1], *v = head[2];
     if (c->qk_norm) { /* Qwen3: each head's RMSNorm, before RoPE */
         q = wgml_rmsnorm(ctx, q, p[QNORM_W], c->norm_eps);
         k = wgml_rmsnorm(ctx, k, p[KNORM_W], c->norm_eps);

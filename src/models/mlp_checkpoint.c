@@ -113,10 +113,8 @@ wgml_status wgml_checkpoint_read(wgml_context *ctx, const char *path, wgml_check
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (!out || !path) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "checkpoint_read: path and out must be given");
     memset(out, 0, sizeof *out);
-    char err[512];
-    wgml_status st = wgml_safetensors_read(path, &out->file, err, sizeof err);
-    if (st) return wgml_fail(ctx, st, "%s", err);
-    st = read_metadata(ctx, path, out);
+    wgml_status st = wgml_model_read_file(ctx, path, &out->file);
+    if (!st) st = read_metadata(ctx, path, out);
     wgml_param_spec spec[2 * WGML_MLP_MAX_LAYERS];
     if (!st && wgml_mlp_table(out->nlayers, out->sizes, spec))
         st = wgml_fail(ctx, WGML_ERROR_FORMAT, "%s: metadata 'sizes' out of range", path); /* (read_sizes checked them) */

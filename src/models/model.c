@@ -228,6 +228,13 @@ static int known_name(const char *name, int n, const wgml_param_spec *spec, cons
     return 0;
 }
 
+wgml_status wgml_model_read_file(wgml_context *ctx, const char *path, wgml_st_file *f)
+{
+    char err[512];
+    wgml_status st = wgml_safetensors_read(path, f, err, sizeof err);
+    return st ? wgml_fail(ctx, st, "%s", err) : WGML_OK;
+}
+
 wgml_status wgml_model_check_file(wgml_context *ctx, const char *path, const wgml_st_file *f, int n, const wgml_param_spec *spec,
                                   const char *why, const char *const *extra, int n_extra, int *has_moments)
 {

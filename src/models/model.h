@@ -93,6 +93,10 @@ wgml_status wgml_model_save(const wgml_model *m, const char *path, wgml_optimize
                             const wgml_st_tensor *extra, int n_extra, const char *const *keys, const char *const *vals,
                             int n_meta);
 
+/* The safetensors file at path into f (a checkpoint's first step); a file that cannot be read
+   leaves the reader's message in ctx. */
+wgml_status wgml_model_read_file(wgml_context *ctx, const char *path, wgml_st_file *f);
+
 /* Checks f (read from path) against the table: see the top of this file. why says where the
    shapes come from (in the message of a tensor of another shape); extra names the tensors the
    caller checks itself. *has_moments: whether the moments are there. */

@@ -11,34 +11,18 @@
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let first = (wg.x + wg.y * P.gx) * ROWS;
-    if (first >= P.rows) { return; }  // uniform for the workgroup
-    // a team past the last row runs with an empty row (every thread reaches the barriers)
-    // and writes nothing
-    let row = first + lid / TEAM;
-    let live = row < P.rows;
-    let t = lid % TEAM;  // this thread's place in its team
-    let nu = select(0u, P.n / VW, live);  // units per row
-    let xo = P.in_off / VW + row * nu;
-    let yo = row * nu;
-    let iters = select((nu + TEAM - 1u) / TEAM, K, CACHED);  // a constant when CACHED: unrolled
+    if (past_rows(wg)) { return; }
+    let tm = team_of(wg, lid);
     let grad = OP == OP_LAYERNORM_GRAD || OP == OP_RMSNORM_GRAD;
     let centred = OP == OP_LAYERNORM || OP == OP_LAYERNORM_GRAD;
-    var cache: array<V, K>;  // this thread's units when CACHED: cache[i] is unit t + i * TEAM of its row
-    if (CACHED) {
-        // all loads first, independent of each other. Units past the row hold -inf, which
-        // the passes skip.
-        for (var i = 0u; i < K; i++) {
-            let j = t + i * TEAM;
-            if (j < nu) { cache[i] = x[xo + j]; } else { cache[i] = V(P.neg_inf); }
-        }
-    }
+    var cache: array<V, K>;
+    load_row(&cache, tm);
     // the mean (of squares)
     var a = V(0.0);
-    for (var i = 0u; i < iters; i++) {
-        let j = t + i * TEAM;
-        if (j < nu) {
-            let v = unit(&cache, i, j, xo);
+    for (var i = 0u; i < tm.iters; i++) {
+        let j = tm.t + i * TEAM;
+        if (j < tm.nu) {
+            let v = unit(&cache, i, j, tm.xo);
             if (centred) { a += v; } else { a += v * v; }
         }
     }
@@ -53,10 +37,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         mu = s;
         var d1 = V(0.0);
         var d2 = V(0.0);
-        for (var i = 0u; i < iters; i++) {
-            let j = t + i * TEAM;
-            if (j < nu) {
-                let d = unit(&cache, i, j, xo) - mu;
+        for (var i = 0u; i < tm.iters; i++) {
+            let j = tm.t + i * TEAM;
+            if (j < tm.nu) {
+                let d = unit(&cache, i, j, tm.xo) - mu;
                 d1 += d;
                 d2 += d * d;
             }
@@ -72,38 +56,38 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (grad) {
         // dx = inv (gh - xh mean(gh xh) - mean(gh) [layernorm]), gh = g w, xh the normalised x;
         // g is the row of b
-        let go = bo + row * nu;
+        let go = bo + tm.row * tm.nu;
         var s1 = V(0.0);
         var s2 = V(0.0);
-        for (var i = 0u; i < iters; i++) {
-            let j = t + i * TEAM;
-            if (j < nu) {
+        for (var i = 0u; i < tm.iters; i++) {
+            let j = tm.t + i * TEAM;
+            if (j < tm.nu) {
                 var gh = b[go + j];
                 if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
                 s1 += gh;
-                s2 += gh * (((unit(&cache, i, j, xo) - mu) - c) * inv);
+                s2 += gh * (((unit(&cache, i, j, tm.xo) - mu) - c) * inv);
             }
         }
         let m = wg_sum(vec2<f32>(hsum(s1), hsum(s2)), lid) / f32(P.n);
         let m1 = select(0.0, m.x, centred);
-        for (var i = 0u; i < iters; i++) {
-            let j = t + i * TEAM;
-            if (j < nu) {
+        for (var i = 0u; i < tm.iters; i++) {
+            let j = tm.t + i * TEAM;
+            if (j < tm.nu) {
                 var gh = b[go + j];
                 if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
-                let xh = ((unit(&cache, i, j, xo) - mu) - c) * inv;
-                y[yo + j] = inv * ((gh - xh * m.y) - m1);
+                let xh = ((unit(&cache, i, j, tm.xo) - mu) - c) * inv;
+                y[tm.yo + j] = inv * ((gh - xh * m.y) - m1);
             }
         }
         return;
     }
-    for (var i = 0u; i < iters; i++) {
-        let j = t + i * TEAM;
-        if (j < nu) {
-            var r = ((unit(&cache, i, j, xo) - mu) - c) * inv;
+    for (var i = 0u; i < tm.iters; i++) {
+        let j = tm.t + i * TEAM;
+        if (j < tm.nu) {
+            var r = ((unit(&cache, i, j, tm.xo) - mu) - c) * inv;
             if ((FLAGS & 1u) != 0u) { r = r * w[wo + j]; }
             if ((FLAGS & 2u) != 0u) { r = r + b[bo + j]; }
-            y[yo + j] = r;
+            y[tm.yo + j] = r;
         }
     }
 }

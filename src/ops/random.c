@@ -98,14 +98,17 @@ static wgml_tensor *bad_shape(wgml_context *ctx, const char *name, int ndim, con
     return NULL;
 }
 
-/* A node of op over shape that takes the generator's next ceil(numel / 4) blocks. */
-static wgml_tensor *random_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc, wgml_tensor **src)
+/* A node of op over shape that takes the generator's next ceil(numel / 4) blocks; a and b are
+   the op's numbers (rand's bounds, randn's mean and std, dropout's p). */
+static wgml_tensor *random_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *shape, int nsrc, wgml_tensor **src,
+                                float a, float b)
 {
     rng *r = rng_of(ctx);
     if (!r) return wgml_tensor_error(ctx, ctx->rt.status, "%s: %s", wgml_op_table[op]->name, ctx->rt.message);
     wgml_tensor *t = wgml_node(ctx, op, ndim, shape, nsrc, src);
     if (!t || t->status) return t;
-    wgml_random_params_of_set(t, (wgml_random_params){.seed = r->seed, .offset = r->offset, .stream = (uint32_t)r->stream});
+    wgml_random_params_of_set(
+        t, (wgml_random_params){.seed = r->seed, .offset = r->offset, .stream = (uint32_t)r->stream, .a = a, .b = b});
     r->offset += ((uint64_t)t->numel + 3) / 4;
     return t;
 }
@@ -120,13 +123,7 @@ static wgml_tensor *make_rand(wgml_context *ctx, const char *name, int ndim, con
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
                                  "%s: bounds lo = %g, hi = %g must be finite numbers with lo < hi and hi - lo finite", name,
                                  lo, hi);
-    wgml_tensor *t = random_node(ctx, WGML_OP_RAND, ndim, shape, 0, NULL);
-    if (t && !t->status) {
-        wgml_random_params p = wgml_random_params_of(t);
-        p.a = lo, p.b = hi;
-        wgml_random_params_of_set(t, p);
-    }
-    return t;
+    return random_node(ctx, WGML_OP_RAND, ndim, shape, 0, NULL, lo, hi);
 }
 
 static wgml_tensor *make_randn(wgml_context *ctx, const char *name, int ndim, const int64_t *shape, float mean, float std)
@@ -137,13 +134,7 @@ static wgml_tensor *make_randn(wgml_context *ctx, const char *name, int ndim, co
     if (!isfinite(mean) || !(std >= 0) || !isfinite(std)) /* NaN fails !(std >= 0) */
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
                                  "%s: mean = %g must be finite and std = %g finite and >= 0", name, mean, std);
-    wgml_tensor *t = random_node(ctx, WGML_OP_RANDN, ndim, shape, 0, NULL);
-    if (t && !t->status) {
-        wgml_random_params p = wgml_random_params_of(t);
-        p.a = mean, p.b = std;
-        wgml_random_params_of_set(t, p);
-    }
-    return t;
+    return random_node(ctx, WGML_OP_RANDN, ndim, shape, 0, NULL, mean, std);
 }
 
 wgml_tensor *wgml_rand(wgml_context *ctx, int ndim, const int64_t *shape, float lo, float hi)
@@ -172,13 +163,8 @@ wgml_tensor *wgml_dropout(wgml_context *ctx, wgml_tensor *a, float p)
     if (p == 0.0f) return wgml_contiguous(ctx, a); /* a itself (a view), as PyTorch: no counters taken */
     wgml_tensor *c = wgml_contiguous(ctx, a);
     if (!c || c->status) return c;
-    wgml_tensor *t = random_node(ctx, WGML_OP_DROPOUT, a->ndim, a->shape, 1, &c);
+    wgml_tensor *t = random_node(ctx, WGML_OP_DROPOUT, a->ndim, a->shape, 1, &c, p, 0.0f);
     wgml_tensor_free(c); /* the node holds it */
-    if (t && !t->status) {
-        wgml_random_params rp = wgml_random_params_of(t);
-        rp.a = p;
-        wgml_random_params_of_set(t, rp);
-    }
     return t;
 }
 
@@ -273,16 +259,16 @@ wgml_tensor *wgml_kaiming_normal(wgml_context *ctx, int ndim, const int64_t *sha
 
 /* ---------------------------------------------------------------- the kernel */
 
-/* ops/random.wgsl behind its header: MODE and the bindings (dropout reads X, the
+/* ops/random.wgsl behind its header: ops/mul_wide.wgsl, MODE and the bindings (dropout reads X, the
    generators only write Y) */
 static wgml_status random_pipeline(wgml_context *ctx, uint32_t mode, wgml_launch *l)
 {
     uint32_t key[2] = {WGML_KEY_RANDOM, mode};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 2))) return WGML_OK;
-    const char *body = wgml_wgsl_find("random");
-    if (!body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel random is not built in");
+    const char *body = wgml_wgsl_find("random"), *mul_wide = wgml_wgsl_find("mul_wide");
+    if (!body || !mul_wide) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel random is not built in");
     wgml_sbuf b = {0};
-    wgml_sbuf_put(&b, "const MODE = %uu;\n", mode);
+    wgml_sbuf_put(&b, "%sconst MODE = %uu;\n", mul_wide, mode);
     if (mode == 2)
         wgml_sbuf_put(&b, "@group(0) @binding(1) var<storage, read> X: array<f32>;\n"
                           "@group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n"

@@ -2,7 +2,7 @@
 // block of four elements; the mapping of elements to counters is cpu/philox.h's:
 //   block b = offset + thread (64-bit, carried here), key = seed, counter (b, stream, 0),
 //   element 4 thread + k takes word k of the block.
-// ops/random.c puts before this source: MODE (0 uniform, 1 normal, 2 dropout), the output
+// ops/random.c puts before this source: ops/mul_wide.wgsl, MODE (0 uniform, 1 normal, 2 dropout), the output
 // binding Y and, for dropout, its input X (x_at reads it; the generators have none).
 //   uniform  y = min(lo + (hi - lo) u, below hi), u = (w >> 8) 2^-24: integers and correctly
 //            rounded f32 products and sums only, so every adapter gives the same bits
@@ -23,28 +23,14 @@ const PHILOX_M1 = 0xCD9E8D57u;
 const PHILOX_W0 = 0x9E3779B9u;
 const PHILOX_W1 = 0xBB67AE85u;
 
-// (high, low) words of the 64-bit product a b: WGSL has no 32x32 -> 64 multiply, so the
-// high word comes from the four products of 16-bit halves (each fits 32 bits)
-fn mulhilo(a: u32, b: u32) -> vec2<u32> {
-    let al = a & 0xffffu;
-    let ah = a >> 16u;
-    let bl = b & 0xffffu;
-    let bh = b >> 16u;
-    let ll = al * bl;
-    let lh = al * bh;
-    let hl = ah * bl;
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return vec2<u32>(ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u), a * b);
-}
-
 fn philox(counter: vec4<u32>, key_in: vec2<u32>) -> vec4<u32> {
     var c = counter;
     var k = key_in;
     for (var r = 0u; r < 10u; r++) {
         if (r > 0u) { k += vec2<u32>(PHILOX_W0, PHILOX_W1); }
-        let p0 = mulhilo(PHILOX_M0, c.x);
-        let p1 = mulhilo(PHILOX_M1, c.z);
-        c = vec4<u32>(p1.x ^ c.y ^ k.x, p1.y, p0.x ^ c.w ^ k.y, p0.y);
+        let p0 = mul_wide(PHILOX_M0, c.x);  // (low, high)
+        let p1 = mul_wide(PHILOX_M1, c.z);
+        c = vec4<u32>(p1.y ^ c.y ^ k.x, p1.x, p0.y ^ c.w ^ k.y, p0.x);
     }
     return c;
 }

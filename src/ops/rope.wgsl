@@ -5,7 +5,8 @@
 //   y[i1] = x[i1] cos - x[i2] sin,  y[i2] = x[i2] cos + x[i1] sin.
 // A thread per (row, pair) of this launch's pairs j0 .. j0 + nj; the frequencies, computed on
 // the host once, come in the parameter block (a launch holds 244; wider heads take more
-// launches). Neighbouring threads read neighbouring elements of both halves.
+// launches). Neighbouring threads read neighbouring elements of both halves. ops/scan.c puts
+// ops/mul_wide.wgsl before this source.
 struct Params {
     n: u32, half: u32, T: u32, pos_off: u32,  // n = rows * nj threads
     in_off: u32, j0: u32, nj: u32, gx: u32,
@@ -17,19 +18,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 const WG: u32 = 256u;
-
-// a * b as (low word, high word)
-fn mul_wide(a: u32, b: u32) -> vec2<u32> {
-    let a0 = a & 0xffffu;
-    let a1 = a >> 16u;
-    let b0 = b & 0xffffu;
-    let b1 = b >> 16u;
-    let p00 = a0 * b0;
-    let p01 = a0 * b1;
-    let p10 = a1 * b0;
-    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-    return vec2<u32>((p00 & 0xffffu) | (mid << 16u), a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
-}
 
 // a (finite, >= 0, < 2^32: the host refuses larger angles) reduced to [-pi, pi), exactly but
 // for the last rounding to f32. A GPU's sin and cos are accurate on [-pi, pi] only (WGSL's

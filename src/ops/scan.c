@@ -11,6 +11,7 @@
 
 #include "engine/build.h"
 #include "engine/executor.h"
+#include "kernels/wgsl_sources.h"
 #include "ops/rules.h"
 #include "ops/entry.h"
 #include "ops/table.h"
@@ -177,7 +178,9 @@ wgml_tensor *wgml_rope_ex(wgml_context *ctx, wgml_tensor *x, const wgml_rope_des
 /* x [rows, D] -> y [rows, D]; a launch per ROPE_FREQS pairs */
 wgml_status wgml_build_rope(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
-    wgml_status st = wgml_kernel_pipeline(ctx, "rope", l);
+    const char *mul_wide = wgml_wgsl_find("mul_wide"); /* rope.wgsl's 32x32 -> 64 multiply */
+    if (!mul_wide) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel mul_wide is not built in");
+    wgml_status st = wgml_kernel_pipeline_variant(ctx, "rope", 0, mul_wide, l);
     if (st) return st;
     wgml_tensor *x = t->src[0];
     int64_t D = x->shape[x->ndim - 1], T = x->shape[x->ndim - 2], half = D / 2, rows = x->numel / D;

@@ -282,17 +282,6 @@ static int type_rank(WGPUAdapterType t)
     }
 }
 
-static bool contains_nocase(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (; *hay; hay++) {
-        size_t i = 0;
-        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
-        if (i == n) return true;
-    }
-    return n == 0;
-}
-
 static const char *backend_label(wgml_backend b)
 {
     switch (b) {
@@ -433,7 +422,7 @@ static wgml_status open_on(wgml_runtime *rt, const wgml_settings *settings, wgml
                                           names_len ? ", " : "", name, adapter_type_name(ai.adapterType));
         if (names_len >= sizeof names) names_len = sizeof names - 1;
         int rank = type_rank(ai.adapterType);
-        bool name_ok = !want_name || !*want_name || contains_nocase(name, want_name);
+        bool name_ok = !want_name || !*want_name || wgml_contains_nocase(name, want_name);
         ranks[i] = name_ok ? rank : 99;
         if (name_ok && rank < best_rank) { best = (int)i; best_rank = rank; }
         wgpuAdapterInfoFreeMembers(ai);

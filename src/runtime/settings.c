@@ -15,7 +15,7 @@ static const char *env(const char *name)
     return e && *e ? e : NULL;
 }
 
-static bool contains_nocase(const char *hay, const char *needle)
+bool wgml_contains_nocase(const char *hay, const char *needle)
 {
     size_t n = strlen(needle);
     for (; *hay; hay++) {
@@ -29,11 +29,11 @@ static bool contains_nocase(const char *hay, const char *needle)
 /* WGML_BACKEND's text as a backend (Vulkan for anything it does not name) */
 static wgml_backend backend_named(const char *e)
 {
-    if (!e || contains_nocase(e, "vulkan")) return WGML_BACKEND_VULKAN;
-    if (contains_nocase(e, "metal")) return WGML_BACKEND_METAL;
-    if (contains_nocase(e, "dx12") || contains_nocase(e, "d3d12")) return WGML_BACKEND_DX12;
-    if (contains_nocase(e, "gl")) return WGML_BACKEND_GL;
-    if (contains_nocase(e, "all")) return WGML_BACKEND_ALL;
+    if (!e || wgml_contains_nocase(e, "vulkan")) return WGML_BACKEND_VULKAN;
+    if (wgml_contains_nocase(e, "metal")) return WGML_BACKEND_METAL;
+    if (wgml_contains_nocase(e, "dx12") || wgml_contains_nocase(e, "d3d12")) return WGML_BACKEND_DX12;
+    if (wgml_contains_nocase(e, "gl")) return WGML_BACKEND_GL;
+    if (wgml_contains_nocase(e, "all")) return WGML_BACKEND_ALL;
     return WGML_BACKEND_VULKAN;
 }
 

@@ -60,4 +60,7 @@ typedef struct wgml_launch_settings {
 } wgml_launch_settings;
 void wgml_launch_settings_read(wgml_launch_settings *out);
 
+/* Whether hay contains needle, ASCII case ignored (WGML_BACKEND's text, adapter names). */
+bool wgml_contains_nocase(const char *hay, const char *needle);
+
 #endif

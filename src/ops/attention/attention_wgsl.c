@@ -287,6 +287,17 @@ static void put_key_range(gen *g, int br, int bc)
    are masked too: their loads read zeros) */
 #define SEES "(%s < P.T && %s < P.S && (P.causal == 0u || %s + P.T <= %s + P.S))"
 
+/* The score registers of a thread, 4 rows by nc columns, zeroed: s<r>_<c>, and with grads the
+   d<r>_<c> (dO . v) beside them. */
+static void put_score_regs(gen *g, int nc, bool grads)
+{
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < nc; c++) {
+            wgml_sbuf_put(g->b, "        var s%d_%d = 0.0;\n", r, c);
+            if (grads) wgml_sbuf_put(g->b, "        var d%d_%d = 0.0;\n", r, c);
+        }
+}
+
 /* ---------------------------------------------------------------- forward */
 
 /* O = softmax(scale Q K^T) V for `rows` queries of one head, streaming `cols` keys a step;
@@ -336,8 +347,7 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier(); // the last step's reads of kv and pb are done\n");
     put_tile_store(g, "t", "kv", bc, true);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < cn; c++) wgml_sbuf_put(b, "        var s%d_%d = 0.0;\n", r, c);
+    put_score_regs(g, cn, false);
     {
         const char *acc[] = {"s"}, *a[] = {"qs"}, *bs[] = {"kv"};
         put_dots(g, 1, acc, a, "qr", bs, "kr", cn);
@@ -472,11 +482,12 @@ static void put_grad_bindings(gen *g)
     put_loader(g, "do", "DO");
 }
 
-/* The probabilities and score gradients of a tile, from s<r>_<c> (scaled scores) and
-   d<r>_<c> (dO . v): s := P = exp2(s - L), d := dS = P (d - Delta); L and Delta of score
-   (r, c) are the expressions lse/del with %d for r or c (whichever indexes the query), and
-   masked scores give 0. */
-static void put_probabilities(gen *g, int nc, bool query_is_row, const char *i_fmt, const char *j_fmt, const char *need)
+/* The probabilities and score gradients of a tile of br queries from i0 and bc keys from j0,
+   from s<r>_<c> (scaled scores) and d<r>_<c> (dO . v): s := P = exp2(s - L),
+   d := dS = P (d - Delta); L and Delta of score (r, c) are the expressions lse/del with %d for
+   r or c (whichever indexes the query), and masked scores give 0 (masks only on tiles that
+   cross the end of the queries or keys, or the diagonal). */
+static void put_probabilities(gen *g, int nc, bool query_is_row, const char *i_fmt, const char *j_fmt, int br, int bc)
 {
     wgml_sbuf *b = g->b;
     for (int r = 0; r < 4; r++)
@@ -484,7 +495,8 @@ static void put_probabilities(gen *g, int nc, bool query_is_row, const char *i_f
             int qi = query_is_row ? r : c;
             wgml_sbuf_put(b, "        s%d_%d = exp2(s%d_%d - lq%d);\n", r, c, r, c, qi);
         }
-    wgml_sbuf_put(b, "        if (%s) {\n", need);
+    wgml_sbuf_put(b, "        if (i0 + %d > P.T || j0 + %d > P.S || (P.causal != 0u && j0 + %d + P.T > i0 + P.S)) {\n", br, bc,
+                  bc - 1);
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < nc; c++) {
             char i[48], j[48];
@@ -579,17 +591,14 @@ static void put_dkv(gen *g)
         wgml_sbuf_put(b, "        if (lid + %du < %du) { st[lid + %du] = lv%d; st[%du + lid] = dv%d; }\n", n * g->nt, br, n * g->nt, n,
                       br + n * g->nt, n);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < ca; c++) wgml_sbuf_put(b, "        var s%d_%d = 0.0;\n        var d%d_%d = 0.0;\n", r, c, r, c);
+    put_score_regs(g, ca, true);
     {
         const char *acc[] = {"s", "d"}, *a[] = {"ks", "vs"}, *bs[] = {"qs", "os"};
         put_dots(g, 2, acc, a, "kr", bs, "qr", ca);
     }
     for (int c = 0; c < ca; c++)
         wgml_sbuf_put(b, "        let lq%d = st[tx + %du];\n        let dl%d = st[%du + tx + %du];\n", c, tx * c, c, br, tx * c);
-    char need[160];
-    snprintf(need, sizeof need, "i0 + %d > P.T || j0 + %d > P.S || (P.causal != 0u && j0 + %d + P.T > i0 + P.S)", br, bc, bc - 1);
-    put_probabilities(g, ca, false, "(i0 + tx + %du)", "(j0 + ty * 4u + %du)", need);
+    put_probabilities(g, ca, false, "(i0 + tx + %du)", "(j0 + ty * 4u + %du)", br, bc);
     for (int c = 0; c < ca; c++)
         wgml_sbuf_put(b, "        ps[(tx + %du) * %du + ty] = vec4<f32>(s0_%d, s1_%d, s2_%d, s3_%d);\n"
                          "        dss[(tx + %du) * %du + ty] = vec4<f32>(d0_%d, d1_%d, d2_%d, d3_%d);\n",
@@ -616,6 +625,14 @@ static void put_dkv(gen *g)
         wgml_sbuf_put(b, "        }\n    }\n");
     }
     wgml_sbuf_put(b, "}\n");
+}
+
+/* dQ's loads of the K and V tiles from key j0 (an expression) into registers t<n>, u<n> (at
+   the indent g->in) */
+static void put_dq_fetch(gen *g, const char *j0)
+{
+    put_tile_load(g, "t", "k", g->k->cols, j0, "P.S", "kb", "P.k_st", NULL);
+    put_tile_load(g, "u", "v", g->k->cols, j0, "P.S", "vb", "P.v_st", NULL);
 }
 
 /* dQ of `rows` queries: for each tile of `cols` keys they see, recompute the scores, P and
@@ -658,29 +675,22 @@ static void put_dq(gen *g)
     g->in = "        ";
     if (k->pre & 8) {
         wgml_sbuf_put(b, "    if (ntiles > 0u) {\n");
-        put_tile_load(g, "t", "k", bc, "0u", "P.S", "kb", "P.k_st", NULL);
-        put_tile_load(g, "u", "v", bc, "0u", "P.S", "vb", "P.v_st", NULL);
+        put_dq_fetch(g, "0u");
         wgml_sbuf_put(b, "    }\n");
     }
     wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n", bc);
-    if (!(k->pre & 8)) {
-        put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);
-        put_tile_load(g, "u", "v", bc, "j0", "P.S", "vb", "P.v_st", NULL);
-    }
+    if (!(k->pre & 8)) put_dq_fetch(g, "j0");
     wgml_sbuf_put(b, "        workgroupBarrier(); // the last step's reads are done\n");
     put_tile_store(g, "t", "ks", bc, true);
     put_tile_store(g, "u", "vs", bc, true);
     g->in = "    ";
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < cn; c++) wgml_sbuf_put(b, "        var s%d_%d = 0.0;\n        var d%d_%d = 0.0;\n", r, c, r, c);
+    put_score_regs(g, cn, true);
     {
         const char *acc[] = {"s", "d"}, *a[] = {"qs", "os"}, *bs[] = {"ks", "vs"};
         put_dots(g, 2, acc, a, "qr", bs, "kr", cn);
     }
-    char need[160];
-    snprintf(need, sizeof need, "i0 + %d > P.T || j0 + %d > P.S || (P.causal != 0u && j0 + %d + P.T > i0 + P.S)", br, bc, bc - 1);
-    put_probabilities(g, cn, true, "(i0 + ty * 4u + %du)", "(j0 + tx + %du)", need);
+    put_probabilities(g, cn, true, "(i0 + ty * 4u + %du)", "(j0 + tx + %du)", br, bc);
     for (int c = 0; c < cn; c++)
         wgml_sbuf_put(b, "        dss[(tx + %du) * %du + ty] = vec4<f32>(d0_%d, d1_%d, d2_%d, d3_%d);\n", tx * c, br4, c, c, c, c);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
@@ -689,8 +699,7 @@ static void put_dq(gen *g)
         char next[32];
         snprintf(next, sizeof next, "j0 + %du", bc);
         g->in = "            ";
-        put_tile_load(g, "t", "k", bc, next, "P.S", "kb", "P.k_st", NULL);
-        put_tile_load(g, "u", "v", bc, next, "P.S", "vb", "P.v_st", NULL);
+        put_dq_fetch(g, next);
         g->in = "    ";
         wgml_sbuf_put(b, "        }\n");
     }

@@ -177,7 +177,8 @@ typedef struct bind {
 static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_t used, const bind *b, int nb, int grid,
                               uint32_t gx, uint32_t gy, int is_head)
 {
-    if (!wgsl) return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
+    if (!wgsl) /* (or a built-in source it splices in is missing: test_decode then fails) */
+        return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: a kernel's WGSL could not be made (out of host memory)");
     wgml_pipeline *pl = wgml_pipeline_get(p->ctx, wgsl, true);
     free(wgsl);
     if (!pl) return p->ctx->rt.status ? p->ctx->rt.status : WGML_ERROR_VALIDATION;

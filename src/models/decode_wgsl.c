@@ -468,18 +468,18 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     return done(&b);
 }
 
-/* reduce_angle and its helper from kernels/rope.wgsl (the same exact reduction the graph's
-   RoPE uses): the text from "fn mul_wide" to the entry point. */
+/* reduce_angle and its helper (the same exact reduction the graph's RoPE uses): ops/mul_wide.wgsl
+   whole, then ops/rope.wgsl's text from reduce_angle's comment to the entry point. */
 static void rope_helpers(sbuf *b)
 {
-    const char *src = wgml_wgsl_find("rope");
-    const char *from = src ? strstr(src, "// a * b as (low word, high word)") : NULL;
+    const char *mul = wgml_wgsl_find("mul_wide"), *src = wgml_wgsl_find("rope");
+    const char *from = src ? strstr(src, "// a (finite, >= 0, < 2^32") : NULL;
     const char *to = from ? strstr(from, "@compute") : NULL;
-    if (!from || !to) {
+    if (!mul || !from || !to) {
         b->oom = 1;
         return;
     }
-    out(b, "%.*s\n", (int)(to - from), from);
+    out(b, "%s\n%.*s\n", mul, (int)(to - from), from);
 }
 
 char *wgml_decode_rope_wgsl(const wgml_decode_rope *k)

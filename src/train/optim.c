@@ -629,6 +629,33 @@ static wgml_status run_hook(wgml_optimizer *opt, int nt, wgml_tensor *const *tar
     return st;
 }
 
+/* The squared global norm of grads[0..n) (summed from the last back) and the update node that
+   reads it (last among a step's targets: it runs after every reader of the old parameters). */
+static wgml_tensor *update_node(wgml_optimizer *opt, wgml_tensor *const *grads, wgml_tensor **norm2)
+{
+    wgml_context *ctx = opt->ctx;
+    *norm2 = NULL;
+    for (int r = opt->n - 1; r >= 0; r--) {
+        wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, grads[r], grads[r]));
+        *norm2 = *norm2 ? wgml_add(ctx, *norm2, sq) : sq;
+    }
+    wgml_tensor *src[1] = {*norm2};
+    int64_t one = 1;
+    wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
+    if (upd) upd->op_data = &opt->step_op;
+    return upd;
+}
+
+/* A step done: counted, the scaler's halves swapped, its norm kept for wgml_optimizer_grad_norm. */
+static void step_taken(wgml_optimizer *opt, wgml_tensor *norm2)
+{
+    opt->steps++;
+    if (opt->scaling) opt->scaler_half ^= 1;
+    if (opt->norm2) wgml_tensor_unref(opt->norm2);
+    opt->norm2 = norm2;
+    wgml_tensor_retain(norm2);
+}
+
 /* A deferred step's end: the buckets written back, then the norm and the update. */
 static wgml_status complete_step(wgml_optimizer *opt)
 {
@@ -643,26 +670,12 @@ static wgml_status complete_step(wgml_optimizer *opt)
     wgml_status st = opt->buckets.finish(ctx, opt->G, WGML_OK, opt->buckets.user);
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
-    for (int r = opt->n - 1; r >= 0 && !st; r--) {
-        wgml_tensor *g = opt->deferred_grads[r];
-        wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, g, g));
-        norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;
-    }
     if (!st) {
-        wgml_tensor *src[1] = {norm2};
-        int64_t one = 1;
-        wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
-        upd->op_data = &opt->step_op;
+        wgml_tensor *upd = update_node(opt, opt->deferred_grads, &norm2);
         wgml_tensor *targets[2] = {norm2, upd};
-        st = wgml_graph_eval(ctx, 2, targets);
+        st = upd ? wgml_graph_eval(ctx, 2, targets) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
     }
-    if (!st) {
-        opt->steps++;
-        if (opt->scaling) opt->scaler_half ^= 1;
-        if (opt->norm2) wgml_tensor_unref(opt->norm2);
-        opt->norm2 = norm2;
-        wgml_tensor_retain(norm2);
-    }
+    if (!st) step_taken(opt, norm2);
     for (int i = 0; i < opt->n; i++) {
         if (opt->deferred_grads[i]) wgml_tensor_unref(opt->deferred_grads[i]);
         opt->deferred_grads[i] = NULL;
@@ -773,25 +786,14 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         } else if (opt->hook) {
             st = run_hook(opt, nt, targets);
         }
-        for (int r = opt->n - 1; r >= 0 && !st; r--) {
-            wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, grads[r], grads[r]));
-            norm2 = norm2 ? wgml_add(ctx, norm2, sq) : sq;
-        }
     }
     if (!st) {
-        wgml_tensor *src[1] = {norm2};
-        int64_t one = 1;
-        wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
-        upd->op_data = &opt->step_op;
+        wgml_tensor *upd = update_node(opt, grads, &norm2);
         targets[nt++] = norm2;
-        targets[nt++] = upd; /* last: it runs after every reader of the old parameters */
-        if (!st) st = wgml_graph_eval(ctx, nt, targets);
+        targets[nt++] = upd;
+        st = upd ? wgml_graph_eval(ctx, nt, targets) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
         if (!st) {
-            opt->steps++;
-            if (opt->scaling) opt->scaler_half ^= 1;
-            if (opt->norm2) wgml_tensor_unref(opt->norm2);
-            opt->norm2 = norm2;
-            wgml_tensor_retain(norm2);
+            step_taken(opt, norm2);
             for (int i = 0; i < opt->n; i++) { /* gradients are consumed by the step */
                 wgml_tensor_unref(opt->params[i]->grad);
                 opt->params[i]->grad = NULL;

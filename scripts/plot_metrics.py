@@ -31,7 +31,7 @@ except ImportError as e:
 # held-out numbers are called.
 FORMATS = {
     "step,epoch,loss,accuracy,lr,test_loss,test_accuracy,samples_per_s,elapsed_s": ("wgml train", "test"),
-    "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s": ("wgml gpt train", "validation"),  # before 0.9
+    "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s": ("wgml gpt train", "validation"),  # runs written before mixed precision
     "step,loss,lr,grad_norm,val_loss,tokens_per_s,elapsed_s,loss_scale,skipped_steps": ("wgml gpt train", "validation"),
 }
 DPI = 100

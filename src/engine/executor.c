@@ -74,12 +74,7 @@ bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t)
 #define MAX_FUSED_LEAVES WGML_FUSED_MAX_LEAVES
 #define MAX_FUSED_SCALARS WGML_FUSED_MAX_SCALARS
 
-typedef struct node_list {
-    wgml_tensor **items;
-    size_t n, cap;
-} node_list;
-
-static bool list_push(node_list *l, wgml_tensor *t)
+bool wgml_tensor_list_push(wgml_tensor_list *l, wgml_tensor *t)
 {
     if (l->n == l->cap) {
         size_t nc = l->cap ? l->cap * 2 : 64;
@@ -96,7 +91,7 @@ static bool list_push(node_list *l, wgml_tensor *t)
 
 /* Post-order walk of the lazy nodes `t` needs, each given a fresh note; returns false when
    out of host memory. */
-static bool collect(wgml_executor *ex, wgml_tensor *t, node_list *order)
+static bool collect(wgml_executor *ex, wgml_tensor *t, wgml_tensor_list *order)
 {
     t = wgml_tensor_base(t);
     if (t->op == WGML_OP_NONE || wgml_ptrmap_get(&ex->index, t) != WGML_PTRMAP_NONE) return true;
@@ -112,7 +107,7 @@ static bool collect(wgml_executor *ex, wgml_tensor *t, node_list *order)
     t->buf = NULL;
     for (int i = 0; i < t->nsrc; i++)
         if (!collect(ex, t->src[i], order)) return false;
-    return list_push(order, t);
+    return wgml_tensor_list_push(order, t);
 }
 
 /* ---------------------------------------------------------------- fuse */
@@ -153,7 +148,7 @@ static int fused_size(wgml_executor *ex, wgml_tensor *t)
     return n;
 }
 
-static void decide_fusion(wgml_context *ctx, wgml_executor *ex, node_list *order)
+static void decide_fusion(wgml_context *ctx, wgml_executor *ex, wgml_tensor_list *order)
 {
     /* readers of each node, and whether one reads it through a view or is not elementwise */
     for (size_t k = 0; k < order->n; k++) {
@@ -486,7 +481,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     }
     wgml_ptrmap_clear(&ex->index);
     ex->nnodes = 0;
-    node_list order = {0};
+    wgml_tensor_list order = {0};
     for (int i = 0; i < ntargets; i++)
         if (!collect(ex, targets[i], &order)) {
             free(order.items);
@@ -739,12 +734,12 @@ wgml_status wgml_pending_readers(wgml_context *ctx, int nbufs, struct wgml_buffe
         for (int i = 0; i < t->nsrc; i++) t->src[i]->walk_users++;
     }
     if (!lazy) return WGML_OK;
-    node_list found = {0};
+    wgml_tensor_list found = {0};
     for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
         /* a view of storage is an alias, not a pending result; error tensors never evaluate */
         if (t->op == WGML_OP_NONE || wgml_tensor_base(t)->op == WGML_OP_NONE || t->status) continue;
         if (t->refs <= t->walk_users || !reads_any(t, nbufs, bufs)) continue;
-        if (!list_push(&found, t)) {
+        if (!wgml_tensor_list_push(&found, t)) {
             free(found.items);
             return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         }

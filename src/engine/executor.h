@@ -43,6 +43,13 @@ typedef struct wgml_exec_readback {
 wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
                              const char *what, double started);
 
+/* A growable list of tensors (the caller frees items). false: out of host memory. */
+typedef struct wgml_tensor_list {
+    wgml_tensor **items;
+    size_t n, cap;
+} wgml_tensor_list;
+bool wgml_tensor_list_push(wgml_tensor_list *l, wgml_tensor *t);
+
 wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *targets);
 /* Evaluates t (and what it needs) and copies it to host in the same submit. */
 wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host);

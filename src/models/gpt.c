@@ -346,6 +346,16 @@ wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *logits, floa
     return wgml_reshape(ctx, wgml_argmax(ctx, wgml_add(ctx, s, gumbel), -1, 0), 1, (int64_t[1]){1});
 }
 
+void wgml_gpt_cache_advance(wgml_gpt_cache *c, int64_t layers, int64_t feed)
+{
+    for (int64_t l = 0; l < layers; l++) {
+        wgml_keep(c->next_kv[l]);
+        wgml_tensor_free(c->kv[l]);
+        c->kv[l] = c->next_kv[l];
+    }
+    c->len += feed;
+}
+
 wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t *history, int64_t n_history,
                                    int64_t n_new, float temperature, int64_t top_k, int32_t *token)
 {
@@ -369,14 +379,7 @@ wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t
         for (int64_t l = 0; l < L; l++) out[1 + l] = c->next_kv[l];
         st = wgml_eval_read(ctx, (int)(L + 1), out, tok, token, 1); /* the one submit */
     }
-    if (!st) {
-        for (int64_t l = 0; l < L; l++) {
-            wgml_keep(c->next_kv[l]);
-            wgml_tensor_free(c->kv[l]);
-            c->kv[l] = c->next_kv[l];
-        }
-        c->len += feed;
-    }
+    if (!st) wgml_gpt_cache_advance(c, L, feed);
     free(out);
     wgml_scope_end(ctx);
     return st;

@@ -106,6 +106,8 @@ typedef struct wgml_gpt_cache {
 wgml_status wgml_gpt_cache_init(const wgml_gpt *g, wgml_gpt_cache *c);
 void wgml_gpt_cache_reset(wgml_gpt_cache *c, int64_t layers); /* back to no positions */
 void wgml_gpt_cache_free(wgml_gpt_cache *c, int64_t layers);
+/* After a step's evaluation: next_kv (kept) becomes kv, the cache `feed` positions longer. */
+void wgml_gpt_cache_advance(wgml_gpt_cache *c, int64_t layers, int64_t feed);
 
 /* Lazy: the next token's logits [1,V] after ids [1,T] (i32) at positions c->len ..
    c->len + T - 1 (at most block in all; NULL otherwise). */

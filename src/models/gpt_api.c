@@ -234,12 +234,7 @@ static wgml_status generate_step_top_p(wgml_gpt *g, wgml_gpt_cache *c, const int
     double u = 0;
     if (!st) st = host_uniform(ctx, &u);
     if (!st) {
-        for (int64_t l = 0; l < L; l++) {
-            wgml_keep(c->next_kv[l]);
-            wgml_tensor_free(c->kv[l]);
-            c->kv[l] = c->next_kv[l];
-        }
-        c->len += feed;
+        wgml_gpt_cache_advance(c, L, feed);
         *token = draw_top_p(logits, (int)V, d->temperature, d->top_k, d->top_p, u);
     }
     wgml_scope_end(ctx);

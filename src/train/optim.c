@@ -439,9 +439,9 @@ wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss)
                                  (long long)loss->numel);
     if (!opt->scaling) return wgml_binary_scalar(ctx, WGML_MUL, loss, 1.0f);
     int64_t one = 1;
-    /* the half the next step reads: the other one while a deferred step has yet to flip it */
-    int half = opt->scaler_half ^ (opt->deferred ? 1 : 0);
-    wgml_tensor *scale = wgml_tensor_over(ctx, 1, &one, opt->scaler, (int64_t)half * SCALER_WORDS + SC_SCALE);
+    wgml_status done = complete_step(opt); /* a step in flight writes the half read next */
+    if (done) return wgml_tensor_error(ctx, done, "%s", wgml_error_message(ctx));
+    wgml_tensor *scale = wgml_tensor_over(ctx, 1, &one, opt->scaler, (int64_t)opt->scaler_half * SCALER_WORDS + SC_SCALE);
     if (!scale) return wgml_tensor_error(ctx, ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     wgml_tensor *out = wgml_mul(ctx, loss, scale);
     wgml_tensor_free(scale);
@@ -497,25 +497,6 @@ wgml_status wgml_optimizer_set_grad_buckets(wgml_optimizer *opt, const wgml_grad
     return WGML_OK;
 }
 
-/* A growable list of tensors */
-typedef struct tensor_list {
-    wgml_tensor **v;
-    int n, cap;
-} tensor_list;
-
-static bool list_add(tensor_list *l, wgml_tensor *t)
-{
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 256;
-        wgml_tensor **v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v) return false;
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n++] = t;
-    return true;
-}
-
 /* The lazy nodes t needs (up to evaluated tensors), into set: what an evaluation of t runs. */
 static bool reach(wgml_ptrmap *set, wgml_tensor *t)
 {
@@ -530,12 +511,12 @@ static bool reach(wgml_ptrmap *set, wgml_tensor *t)
 /* Walks the lazy nodes t needs that are not in `now`, and adds to keep each node of `now`
    where the walk enters it: a result this evaluation computes that a later one reads (an
    evaluation frees, and leaves lazy, every result that is not one of its targets). */
-static bool meet(const wgml_ptrmap *now, wgml_ptrmap *seen, wgml_tensor *t, tensor_list *keep)
+static bool meet(const wgml_ptrmap *now, wgml_ptrmap *seen, wgml_tensor *t, wgml_tensor_list *keep)
 {
     t = wgml_tensor_base(t);
     if (t->op == WGML_OP_NONE || wgml_ptrmap_get(seen, t) != WGML_PTRMAP_NONE) return true;
     if (!wgml_ptrmap_put(seen, t, 0)) return false;
-    if (wgml_ptrmap_get(now, t) != WGML_PTRMAP_NONE) return list_add(keep, t);
+    if (wgml_ptrmap_get(now, t) != WGML_PTRMAP_NONE) return wgml_tensor_list_push(keep, t);
     for (int i = 0; i < t->nsrc; i++)
         if (!meet(now, seen, t->src[i], keep)) return false;
     return true;
@@ -577,39 +558,39 @@ static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *co
     const wgml_grad_buckets *b = &opt->buckets;
     wgml_status st = WGML_OK;
     wgml_ptrmap now = {0}, seen = {0};
-    tensor_list targets = {0}, kept = {0}; /* kept: what meet added, one reference each */
+    wgml_tensor_list targets = {0}, kept = {0}; /* kept: what meet added, one reference each */
     for (int hi = opt->n - 1, lo; hi >= 0 && !st; hi = lo - 1) {
         int64_t end = hi == opt->n - 1 ? opt->total : opt->slot[hi + 1];
         for (lo = hi; lo > 0 && end - opt->slot[lo] < b->bucket_floats;) lo--;
         targets.n = 0;
         bool ok = true;
-        for (int i = 0; i < n_first && ok && hi == opt->n - 1; i++) ok = list_add(&targets, first[i]);
-        for (int i = hi; i >= lo && ok; i--) ok = list_add(&targets, grads[i]);
-        for (int i = 0; i < n_extra && ok && hi == opt->n - 1; i++) ok = list_add(&targets, extra[i]);
+        for (int i = 0; i < n_first && ok && hi == opt->n - 1; i++) ok = wgml_tensor_list_push(&targets, first[i]);
+        for (int i = hi; i >= lo && ok; i--) ok = wgml_tensor_list_push(&targets, grads[i]);
+        for (int i = 0; i < n_extra && ok && hi == opt->n - 1; i++) ok = wgml_tensor_list_push(&targets, extra[i]);
         wgml_ptrmap_clear(&now);
         wgml_ptrmap_clear(&seen);
-        for (int i = 0; i < targets.n && ok; i++) ok = reach(&now, targets.v[i]);
-        int before = targets.n;
+        for (size_t i = 0; i < targets.n && ok; i++) ok = reach(&now, targets.items[i]);
+        size_t before = targets.n;
         for (int i = lo - 1; i >= 0 && ok; i--) ok = meet(&now, &seen, grads[i], &targets);
-        for (int i = before; i < targets.n && ok; i++)
-            if ((ok = list_add(&kept, targets.v[i]))) wgml_tensor_retain(targets.v[i]);
+        for (size_t i = before; i < targets.n && ok; i++)
+            if ((ok = wgml_tensor_list_push(&kept, targets.items[i]))) wgml_tensor_retain(targets.items[i]);
         if (!ok) {
             st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
             break;
         }
-        if (!(st = wgml_graph_eval(ctx, targets.n, targets.v))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
+        if (!(st = wgml_graph_eval(ctx, (int)targets.n, targets.items))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
     }
-    for (int i = 0; i < kept.n; i++) {
-        unkeep(ctx, kept.v[i]);
-        wgml_tensor_unref(kept.v[i]);
+    for (size_t i = 0; i < kept.n; i++) {
+        unkeep(ctx, kept.items[i]);
+        wgml_tensor_unref(kept.items[i]);
     }
-    free(kept.v);
+    free(kept.items);
     wgml_status fin = st || !defer ? b->finish(ctx, opt->G, st, b->user) : WGML_OK;
     if (!st && fin) st = fin;
     if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the gradient buckets failed (%s)", wgml_status_name(st));
     wgml_ptrmap_free(&now);
     wgml_ptrmap_free(&seen);
-    free(targets.v);
+    free(targets.items);
     return st;
 }
 

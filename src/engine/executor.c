@@ -74,6 +74,20 @@ bool wgml_sched_fused(wgml_context *ctx, const wgml_tensor *t)
 #define MAX_FUSED_LEAVES WGML_FUSED_MAX_LEAVES
 #define MAX_FUSED_SCALARS WGML_FUSED_MAX_SCALARS
 
+void wgml_node_move(wgml_tensor *to, wgml_tensor *from)
+{
+    to->op = from->op;
+    to->nsrc = from->nsrc;
+    memcpy(to->src, from->src, sizeof to->src);
+    memcpy(to->params, from->params, sizeof to->params);
+    to->op_data = from->op_data;
+    to->view_kind = from->view_kind;
+    to->range_known = from->range_known;
+    to->range_lo = from->range_lo;
+    to->range_hi = from->range_hi;
+    from->nsrc = 0;
+}
+
 bool wgml_tensor_list_push(wgml_tensor_list *l, wgml_tensor *t)
 {
     if (l->n == l->cap) {
@@ -403,16 +417,7 @@ static wgml_status keep_tape(wgml_context *ctx, wgml_tensor *t)
     s->user_held = false; /* held only by t */
     s->dtype = t->dtype;
     s->tail = t->tail;
-    s->op = t->op;
-    s->nsrc = t->nsrc;
-    memcpy(s->src, t->src, sizeof s->src);
-    memcpy(s->params, t->params, sizeof s->params);
-    s->op_data = t->op_data;
-    s->view_kind = t->view_kind;
-    s->range_known = t->range_known;
-    s->range_lo = t->range_lo;
-    s->range_hi = t->range_hi;
-    t->nsrc = 0;
+    wgml_node_move(s, t);
     if (t->tape) wgml_tensor_unref(t->tape);
     t->tape = s;
     return WGML_OK;

@@ -43,6 +43,10 @@ typedef struct wgml_exec_readback {
 wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
                              const char *what, double started);
 
+/* A node's op, inputs (with their references), parameters and known range from `from` to `to`;
+   `from` keeps none of the inputs (the tape's keeping and undoing, executor.c and train/optim.c). */
+void wgml_node_move(wgml_tensor *to, wgml_tensor *from);
+
 /* A growable list of tensors (the caller frees items). false: out of host memory. */
 typedef struct wgml_tensor_list {
     wgml_tensor **items;

@@ -531,16 +531,7 @@ static void unkeep(wgml_context *ctx, wgml_tensor *t)
 {
     wgml_tensor *s = t->tape;
     if (t->op != WGML_OP_NONE || !s || !t->buf || t->user_held || t->requires_grad || t->grad) return;
-    t->op = s->op;
-    t->nsrc = s->nsrc;
-    memcpy(t->src, s->src, sizeof t->src);
-    memcpy(t->params, s->params, sizeof t->params);
-    t->op_data = s->op_data;
-    t->view_kind = s->view_kind;
-    t->range_known = s->range_known;
-    t->range_lo = s->range_lo;
-    t->range_hi = s->range_hi;
-    s->nsrc = 0; /* its inputs' references are t's again */
+    wgml_node_move(t, s); /* its inputs' references are t's again */
     t->tape = NULL;
     wgml_tensor_unref(s);
     wgml_buffer_release(ctx, t->buf);

@@ -183,6 +183,14 @@ typedef struct wgml_context_desc {
        "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47) */
     const char *gemm_tile, *gemm_warp, *gemm_cpu, *gemm_cpu_subgroups, *gemv_cols, *gemv_rows, *subgroups,
         *ew_unroll, *attn_tiles, *attn_pre;
+    int dist_shm;                    /* data parallel and wgml_dist_allreduce, when every rank
+                                        is on one machine: 0 or 1 the host reduction through
+                                        a shared-memory segment of wgml's (the default), -1
+                                        MPI_Allreduce; every rank must say the same */
+    int dist_f16;                    /* data parallel's gradients through host memory as f16
+                                        (summed in f32): 1 always, -1 never, 0 (the default)
+                                        when the context computes in WGML_PRECISION_MIXED and
+                                        the optimizer scales the loss; every rank the same */
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -909,7 +917,7 @@ WGML_API wgml_status wgml_dist_data_parallel(wgml_optimizer *opt);
 /* Time the gradient all-reduces took since the start (or the last reset). */
 typedef struct wgml_dist_stats {
     uint64_t calls;             /* wgml_dist_allreduce calls (one per step in data parallel) */
-    uint64_t bytes;             /* bytes reduced per rank */
+    uint64_t bytes;             /* bytes reduced per rank (through host memory) */
     double gpu_wait_seconds;    /* data parallel: waiting for the GPU to finish the gradients */
     double copy_out_seconds;    /* reading tensors to host */
     double reduce_seconds;      /* waiting for MPI */
@@ -922,6 +930,10 @@ typedef struct wgml_dist_stats {
     /* from every bucket written back to the next step's first bucket submitted (the update,
        the next step's graph built and planned: the GPU has little to do meanwhile) */
     double between_seconds;
+    uint64_t values;            /* values reduced: bytes / 4, or / 2 where they travelled as f16
+                                   (data parallel under dist_f16) */
+    int shared_memory;          /* 1: the last reduction went through wgml's shared-memory
+                                   segment (dist_shm), 0: through MPI_Allreduce */
 } wgml_dist_stats;
 WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
 WGML_API void wgml_dist_stats_reset(void);
@@ -966,6 +978,10 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
                                             the parameters are needed: the next step, a read)
      WGML_DIST_INLINE=1                     .dist_inline (data parallel's MPI calls on the
                                             calling thread, as without MPI_THREAD_SERIALIZED)
+     WGML_DIST_SHM=0                        .dist_shm = -1 (MPI_Allreduce, not wgml's
+                                            shared-memory reduction, on one machine)
+     WGML_DIST_F16=0|1                      .dist_f16 = -1 | 1 (gradients through host memory
+                                            as f16: never, always; unset: under mixed precision)
    Kernel choices (a value out of range is ignored, as it is in the field):
      WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile
      WGML_GEMM_WARP=8x4                     .gemm_warp

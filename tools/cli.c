@@ -453,19 +453,22 @@ static void report(void)
     wgml_dist_stats_get(&s);
     if (wgml_dist_rank() != 0 || !s.calls) return;
     double k = 1e3 / (double)s.calls; /* one all-reduce a step */
+    const char *how = s.shared_memory ? "shared memory" : "MPI";
+    /* f16: the gradients travelled as 2 bytes a value */
+    const char *as = s.bytes < 4 * s.values ? "f16" : "f32";
     if (s.buckets) { /* overlapped with the backward pass */
         printf("gradient all-reduce on %d ranks, overlapped: %.2f ms/step exposed after the last bucket reached the host "
-               "(%.1f buckets, MPI %.2f ms in its thread, write-back %.2f); %.2f MB a step; %.2f ms/step waiting after "
-               "the backward pass was submitted, %.2f ms/step from then to the next step's first bucket\n",
-               wgml_dist_size(), s.exposed_seconds * k, (double)s.buckets / (double)s.calls, s.reduce_seconds * k,
-               s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, s.gpu_wait_seconds * k,
+               "(%.1f buckets, %s %.2f ms in its thread, write-back %.2f); %.2f MB a step as %s; %.2f ms/step waiting "
+               "after the backward pass was submitted, %.2f ms/step from then to the next step's first bucket\n",
+               wgml_dist_size(), s.exposed_seconds * k, (double)s.buckets / (double)s.calls, how, s.reduce_seconds * k,
+               s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, as, s.gpu_wait_seconds * k,
                s.between_seconds * k);
         return;
     }
-    printf("gradient all-reduce on %d ranks: %.2f ms/step (copy-out %.2f, MPI %.2f, copy-in %.2f), %.2f MB a step; "
+    printf("gradient all-reduce on %d ranks: %.2f ms/step (copy-out %.2f, %s %.2f, copy-in %.2f), %.2f MB a step as %s; "
            "%.2f ms/step waiting for the GPU's gradients\n",
            wgml_dist_size(), (s.copy_out_seconds + s.reduce_seconds + s.copy_in_seconds) * k, s.copy_out_seconds * k,
-           s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6,
+           how, s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, as,
            s.gpu_wait_seconds * k);
 }
 

@@ -119,6 +119,7 @@ static int mpi_load(const char *lib)
 #include "core/context.h"
 #include "engine/executor.h"
 #include "runtime/settings.h"
+#include "train/dist_shm.h"
 #include "train/grad_buckets.h"
 
 #define DEFAULT_BUCKET_FLOATS (4u << 20)
@@ -138,6 +139,10 @@ static struct {
     wgml_dist_stats stats;
     char error[512];
     wgml_launch_settings launch; /* the launcher's variables, read at each wgml_dist_init */
+    /* the shared-memory reduction (dist_shm.h), set up at the first reduction that wants it */
+    wgml_shm *shm;
+    int shm_state; /* 0 not tried, 1 ready, -1 not available (ranks on several machines, no room) */
+    char shm_error[256];
 } dist = {.size = 1, .local_size = 1};
 
 static wgml_status dist_fail(wgml_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -273,6 +278,9 @@ wgml_status wgml_dist_finalize(void)
 #ifdef WGML_HAVE_MPI
     reducer_stop();
 #endif
+    wgml_shm_close(dist.shm);
+    dist.shm = NULL;
+    dist.shm_state = 0;
     free(dist.stage[0]);
     free(dist.stage[1]);
     dist.stage[0] = dist.stage[1] = NULL;
@@ -380,6 +388,37 @@ static size_t bucket_floats(const wgml_context *ctx, size_t default_floats)
     return f ? f : 1;
 }
 
+/* Whether the shared-memory reduction is ready, setting it up on the first call (collective:
+   every rank calls it at the same reduction). Only where every rank is on this machine; rank 0
+   makes the segment, the others map it by the name it sends, then rank 0 unlinks it, so it
+   leaves no file however the ranks end. Any rank that fails: all of them use MPI. */
+static bool shm_ready(void)
+{
+    if (dist.shm_state) return dist.shm_state > 0;
+    dist.shm_state = -1;
+    if (dist.local_size != dist.size) {
+        snprintf(dist.shm_error, sizeof dist.shm_error, "the ranks are on more than one machine");
+        return false;
+    }
+    char name[WGML_SHM_NAME] = "";
+    int ok = dist.rank == 0 ? wgml_shm_create(dist.size, name, &dist.shm, dist.shm_error, sizeof dist.shm_error) : 0;
+    if (MPI_Bcast(name, WGML_SHM_NAME, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) ok = 0, name[0] = '\0';
+    if (dist.rank != 0 && name[0])
+        ok = wgml_shm_attach(name, dist.size, dist.rank, &dist.shm, dist.shm_error, sizeof dist.shm_error);
+    else if (dist.rank != 0)
+        snprintf(dist.shm_error, sizeof dist.shm_error, "rank 0 has no segment");
+    int failed = !ok, any = 1;
+    if (MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) any = 1;
+    if (dist.rank == 0 && name[0]) wgml_shm_unlink(name);
+    if (any) {
+        wgml_shm_close(dist.shm);
+        dist.shm = NULL;
+        return false;
+    }
+    dist.shm_state = 1;
+    return true;
+}
+
 /* Both host buckets of at least cap floats. */
 static wgml_status stage_reserve(wgml_context *ctx, size_t cap)
 {
@@ -455,6 +494,24 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     if ((st = stage_reserve(ctx, bucket))) return st;
     dist.stats.calls++;
     dist.stats.bytes += (uint64_t)total * 4;
+    dist.stats.values += (uint64_t)total;
+    if (ctx->rt.settings.dist_shm && shm_ready()) { /* one bucket after the other, each in place */
+        dist.stats.shared_memory = 1;
+        for (int64_t from = 0; from < total && !st; from += (int64_t)bucket) {
+            int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
+            double t0 = wgml_host_seconds();
+            if ((st = move_range(ctx, n, tensors, from, count, dist.stage[0], 1))) break;
+            double t1 = wgml_host_seconds();
+            wgml_shm_allreduce(dist.shm, dist.stage[0], false, dist.stage[0], (size_t)count, op == WGML_REDUCE_MEAN);
+            double t2 = wgml_host_seconds();
+            st = move_range(ctx, n, tensors, from, count, dist.stage[0], 0);
+            dist.stats.copy_out_seconds += t1 - t0;
+            dist.stats.reduce_seconds += t2 - t1;
+            dist.stats.copy_in_seconds += wgml_host_seconds() - t2;
+        }
+        return st;
+    }
+    dist.stats.shared_memory = 0;
     /* bucket k is read while bucket k - 1 is being reduced; reads wait for the GPU */
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int64_t start[2] = {0, 0}, len[2] = {0, 0};
@@ -533,11 +590,13 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
 
    The optimiser hands over each bucket of gradients as soon as its kernels are submitted
    (train/grad_buckets.h), from the last layer back. A bucket is copied on the GPU into a
-   mappable buffer of its own and mapped without waiting; once mapped, a thread of ours sums
-   it over the ranks (MPI_Allreduce from the mapped memory into one host array, then the
-   mean); the main thread then writes it back into the gradient buffer with a queue write,
-   which the update's submit follows. So the copies, MPI and the remaining backward kernels
-   run at once, and only what follows the last bucket is exposed. */
+   mappable buffer of its own (under dist_f16 packed to f16 on the way: half the bytes) and
+   mapped without waiting; once mapped, a thread of ours sums it over the ranks straight from
+   the mapped memory into one host array (f32 sums; the mean): through wgml's shared-memory
+   segment where the ranks share a machine (dist_shm.h), else MPI_Allreduce; the main thread
+   then writes it back into the gradient buffer with a queue write, which the update's submit
+   follows. So the copies, the reduction and the remaining backward kernels run at once, and
+   only what follows the last bucket is exposed. */
 
 #ifdef WGML_HAVE_MPI
 enum { B_IDLE, B_MAPPING, B_REDUCING, B_DONE };
@@ -558,6 +617,7 @@ typedef struct bucket_set {
     int handed, written; /* buckets given to the reducer, and written back, in order */
     float *host;         /* the reduced gradients, at their offsets in the gradient buffer */
     int64_t host_cap;
+    bool f16;           /* this step's buckets travel as f16 */
     double last_mapped; /* when the last bucket reached host memory */
     double finished;    /* when the last step's buckets were all written back (0: none yet) */
 } bucket_set;
@@ -577,9 +637,10 @@ static void bucket_set_release(wgml_context *ctx, void *state)
 /* The reducer: one thread, jobs in order (MPI_THREAD_SERIALIZED: the main thread makes no
    MPI call while a step's buckets are in flight). Without such MPI, jobs run inline. */
 typedef struct reduce_job {
-    const float *send;
+    const void *send; /* count f32, or f16 (binary16 bits) */
     float *recv;
     int count;
+    bool f16, shm; /* shm: through the shared-memory segment where it can be */
 } reduce_job;
 
 static struct {
@@ -596,7 +657,16 @@ static struct {
 
 static int run_job(const reduce_job *j)
 {
-    int rc = MPI_Allreduce(j->send, j->recv, j->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (j->shm && shm_ready()) {
+        wgml_shm_allreduce(dist.shm, j->send, j->f16, j->recv, (size_t)j->count, true);
+        return MPI_SUCCESS;
+    }
+    const void *send = j->send;
+    if (j->f16) { /* MPI sums no f16: widened first (no fewer bytes through MPI then) */
+        wgml_f16_to_f32(j->send, j->recv, (size_t)j->count);
+        send = MPI_IN_PLACE;
+    }
+    int rc = MPI_Allreduce(send, j->recv, j->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     float size = (float)dist.size; /* the same division on every rank: the same bits */
     for (int i = 0; i < j->count && rc == MPI_SUCCESS; i++) j->recv[i] /= size;
     return rc;
@@ -699,8 +769,9 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
-            const float *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)b->count * 4);
-            reduce_job j = {src, bs->host + b->from, (int)b->count};
+            size_t wire = bs->f16 ? ((size_t)b->count + 1) / 2 * 4 : (size_t)b->count * 4;
+            const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, wire);
+            reduce_job j = {src, bs->host + b->from, (int)b->count, bs->f16, ctx->rt.settings.dist_shm};
             if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
             if (src && (b->job = reducer.posted, !reducer_post(&j)))
                 st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
@@ -750,9 +821,38 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
     return st;
 }
 
+/* Floats [from, from + count) of G as f16 pairs into `out` (grad_f16.wgsl): one dispatch. */
+static wgml_status pack_f16(wgml_context *ctx, wgml_buffer *G, int64_t from, int64_t count, wgml_buffer *out)
+{
+    wgml_launch l = {0};
+    wgml_status st = wgml_kernel_pipeline(ctx, "grad_f16", &l);
+    if (st) return st;
+    uint64_t words = ((uint64_t)count + 1) / 2;
+    uint32_t p[2] = {(uint32_t)count, wgml_grid(ctx, (words + 255) / 256, l.groups)};
+    memcpy(l.params, p, sizeof p);
+    l.params_size = sizeof p;
+    l.raw[0] = G->handle; /* (a bucket starts a parameter's slot: 256-byte aligned) */
+    l.offsets[0] = (uint64_t)from * 4;
+    l.sizes[0] = (uint64_t)count * 4;
+    l.raw[1] = out->handle;
+    l.sizes[1] = words * 4;
+    l.nbuffers = 2;
+    snprintf(l.what, sizeof l.what, "a gradient bucket to f16");
+    if ((st = wgml_check_launch(ctx, &l))) return st;
+    return wgml_exec_submit(ctx, &l, 1, NULL, "dist_allreduce: gradients to f16", wgml_host_seconds());
+}
+
+/* Whether this step's gradients travel as f16: dist_f16 1, or 0 (the default) under mixed
+   precision with loss scaling (its scale keeps small gradients out of f16's underflow; one
+   that overflows f16 arrives as inf, and every rank skips the step alike) */
+static bool step_f16(wgml_context *ctx, wgml_optimizer *opt)
+{
+    int f16 = ctx->rt.settings.dist_f16;
+    return f16 > 0 || (f16 == 0 && wgml_compute_precision(ctx) == WGML_PRECISION_MIXED && wgml_optimizer_scales_loss(opt));
+}
+
 static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from, int64_t count, void *user)
 {
-    (void)user;
     bucket_set *bs = wgml_extension_make(ctx, &bucket_key, sizeof(bucket_set), bucket_set_release);
     if (!bs) return ctx->rt.status;
     if (count > (int64_t)INT32_MAX) return ctx_fail(ctx, WGML_ERROR_LIMIT, "dist_allreduce: a bucket past MPI's int count");
@@ -769,6 +869,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         reducer.rc = MPI_SUCCESS;
         pthread_mutex_unlock(&reducer.mu);
         bs->handed = bs->written = 0;
+        bs->f16 = step_f16(ctx, user);
         dist.stats.calls++;
     }
     if (bs->n == bs->cap) {
@@ -780,21 +881,34 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         bs->cap = cap;
     }
     bucket *b = &bs->v[bs->n];
-    wgml_status st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, (uint64_t)count * 4, (uint64_t)count * 4,
+    uint64_t wire = bs->f16 ? ((uint64_t)count + 1) / 2 * 4 : (uint64_t)count * 4; /* bytes to the host */
+    wgml_status st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, wire, wire,
                                       WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
     if (st) return st;
     b->from = from;
     b->count = count;
+    wgml_buffer *packed = NULL;
+    if (bs->f16) {
+        if (!(packed = wgml_pool_acquire(ctx, wire))) return ctx->rt.status;
+        if ((st = pack_f16(ctx, G, from, count, packed))) {
+            wgml_buffer_release(ctx, packed);
+            return st;
+        }
+    }
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    wgpuCommandEncoderCopyBufferToBuffer(enc, G->handle, (uint64_t)from * 4, b->staging, 0, (uint64_t)count * 4);
+    if (packed) wgpuCommandEncoderCopyBufferToBuffer(enc, packed->handle, 0, b->staging, 0, wire);
+    else wgpuCommandEncoderCopyBufferToBuffer(enc, G->handle, (uint64_t)from * 4, b->staging, 0, wire);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if ((st = wgml_submit(&ctx->rt, cb))) return st;
-    wgml_map_begin(&ctx->rt, b->staging, WGPUMapMode_Read, 0, (uint64_t)count * 4, &b->map);
+    st = wgml_submit(&ctx->rt, cb);
+    if (packed) wgml_buffer_release(ctx, packed); /* (a later submit that reuses it runs after this copy) */
+    if (st) return st;
+    wgml_map_begin(&ctx->rt, b->staging, WGPUMapMode_Read, 0, wire, &b->map);
     b->state = B_MAPPING;
     if (bs->n == 0 && bs->finished > 0) dist.stats.between_seconds += wgml_host_seconds() - bs->finished;
     bs->n++;
-    dist.stats.bytes += (uint64_t)count * 4;
+    dist.stats.bytes += (uint64_t)count * (bs->f16 ? 2 : 4);
+    dist.stats.values += (uint64_t)count;
     dist.stats.buckets++;
     /* earlier buckets that are ready move on now; with the step's end deferred, the last
        bucket (G's start) waits here until every bucket is with the reducer, which then
@@ -812,6 +926,7 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     double end = wgml_host_seconds();
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
     bs->finished = st ? 0 : end;
+    dist.stats.shared_memory = ctx->rt.settings.dist_shm && dist.shm_state > 0; /* (set up by the first job) */
     pthread_mutex_lock(&reducer.mu);
     dist.stats.reduce_seconds += reducer.mpi_seconds - mpi0;
     reducer.mpi_seconds = 0;
@@ -854,7 +969,7 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
         /* dist_defer (WGML_DIST_DEFER=1): the step's end waits until the next step's graph is built */
         dist.defer = set->dist_defer;
         wgml_grad_buckets b = {.bucket_floats = (int64_t)bucket_floats(wgml_optimizer_owner(opt), DEFAULT_OVERLAP_BUCKET_FLOATS),
-                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer};
+                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer, .user = opt};
         return wgml_optimizer_set_grad_buckets(opt, &b);
     }
 #endif

@@ -189,8 +189,8 @@ typedef struct wgml_context_desc {
                                         MPI_Allreduce; every rank must say the same */
     int dist_f16;                    /* data parallel's gradients through host memory as f16
                                         (summed in f32): 1 always, -1 never, 0 (the default)
-                                        when the context computes in WGML_PRECISION_MIXED and
-                                        the optimizer scales the loss; every rank the same */
+                                        when the optimizer scales the loss (mixed-precision
+                                        training); every rank the same */
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -981,7 +981,7 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_DIST_SHM=0                        .dist_shm = -1 (MPI_Allreduce, not wgml's
                                             shared-memory reduction, on one machine)
      WGML_DIST_F16=0|1                      .dist_f16 = -1 | 1 (gradients through host memory
-                                            as f16: never, always; unset: under mixed precision)
+                                            as f16: never, always; unset: with loss scaling)
    Kernel choices (a value out of range is ignored, as it is in the field):
      WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile
      WGML_GEMM_WARP=8x4                     .gemm_warp

@@ -99,11 +99,12 @@ static void allreduce_and_broadcast(wgml_context *ctx, int R, int me, const char
    absolute below f16's normal range, whatever the GPU's rounding), then summed in f32. The
    step must be the f16 one (some element off the f32 mean by more than f32 rounding) and say
    2 bytes a value. A second step where rank 1's gradient for element 0 of the largest tensor
-   is 1e5, past f16's 65504: that element turns non-finite on every rank, the rest do not. */
-static void f16_gradients(int R, int me)
+   is 1e5, past f16's 65504: that element turns non-finite on every rank, the rest do not.
+   dist_shm: through wgml's shared memory (1) or MPI (-1, the f16 widened first). */
+static void f16_gradients(int R, int me, int dist_shm)
 {
     wgml_context *ctx;
-    wgml_context_desc desc = {.dist_f16 = 1, .dist_bucket_mb = 0.1};
+    wgml_context_desc desc = {.dist_f16 = 1, .dist_bucket_mb = 0.1, .dist_shm = dist_shm};
     if (wgml_context_create(&desc, &ctx) != WGML_OK) {
         EXPECT(0, "f16: %s", wgml_last_create_error());
         return;
@@ -135,6 +136,7 @@ static void f16_gradients(int R, int me)
         wgml_dist_stats_get(&s);
         EXPECT(s.buckets >= 2 && s.bytes == 2 * s.values, "f16: %llu buckets, %llu bytes for %llu values (want 2 a value)",
                (unsigned long long)s.buckets, (unsigned long long)s.bytes, (unsigned long long)s.values);
+        EXPECT(s.shared_memory == (dist_shm > 0), "f16: shared_memory %d with dist_shm %d", s.shared_memory, dist_shm);
         int off_f32 = 0;
         for (int t = 0; t < NT; t++) {
             wgml_tensor_read(p[t], host[t], (size_t)sizes[t]);
@@ -239,7 +241,8 @@ int main(void)
         EXPECT(s.shared_memory == 0, "dist_shm = -1, but the reduction went through shared memory");
         wgml_context_free(mpi_ctx);
     }
-    f16_gradients(R, me);
+    f16_gradients(R, me, 1);
+    f16_gradients(R, me, -1);
     /* a model of another size on the last rank: every rank refuses, none waits */
     int64_t n = me == R - 1 ? 8 : 7;
     float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};

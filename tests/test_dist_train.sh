@@ -11,14 +11,21 @@
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
 #   - a process started by another MPI's launcher (PMI_SIZE=2, but one rank in MPI) is refused;
-#   - a global batch that does not split evenly over the ranks is refused.
+#   - a global batch that does not split evenly over the ranks is refused;
+#   - the blocking all-reduce goes through MPI_Allreduce (WGML_DIST_SHM=0), the others through
+#     wgml's shared-memory reduction: the same checkpoint byte for byte;
+#   - mixed precision (loss scaling): the gradients travel as f16, 2 ranks within 1e-3 of 1
+#     rank's losses with the same skipped steps;
+#   - the collectives (tests/dist_ranks.c) on 2 and 3 ranks;
+#   - no shared-memory segment is left in /dev/shm by any of these runs, failed ones included.
 # Usage: test_dist_train.sh WGML_BINARY MPIEXEC [PYTHON]
 set -u
 
 wgml=$1
 mpiexec=$2
 py=${3:-python3}
-ranks_prog=${4:-} # tests/dist_ranks.c: the collectives across 2 ranks
+ranks_prog=${4:-} # tests/dist_ranks.c: the collectives across 2 and 3 ranks
+shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^wgml-dist-')
 . "$(dirname "$0")/cli_checks.sh"  # $work, fail, checks_done
 
 # Ranks share the machine's cores with lavapipe's threads: no binding of a rank to one core.
@@ -90,9 +97,11 @@ PY
 # each step's end deferred until the next step's graph is built: WGML_DIST_DEFER) against the
 # blocking one after the whole backward pass: the same checkpoint byte for byte (two ranks'
 # sum does not depend on the order, and the ranks divide alike) and the same metrics
-grep -q "gradient all-reduce on 2 ranks, overlapped" "$work/gpt2.log" || fail "gpt, 2 ranks: not overlapped: $(tail -2 "$work/gpt2.log")"
-timeout 120 "${mpi[@]}" -x WGML_DIST_OVERLAP=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2b" >"$work/gpt2b.log" 2>&1 ||
+grep -q "gradient all-reduce on 2 ranks, overlapped: .*shared memory" "$work/gpt2.log" ||
+  fail "gpt, 2 ranks: not overlapped through shared memory: $(tail -2 "$work/gpt2.log")"
+timeout 120 "${mpi[@]}" -x WGML_DIST_OVERLAP=0 -x WGML_DIST_SHM=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2b" >"$work/gpt2b.log" 2>&1 ||
   fail "gpt, 2 ranks, blocking all-reduce: exit $? ($(tail -3 "$work/gpt2b.log"))"
+grep -q "gradient all-reduce on 2 ranks: .*MPI" "$work/gpt2b.log" || fail "gpt, 2 ranks, WGML_DIST_SHM=0: not MPI: $(tail -2 "$work/gpt2b.log")"
 timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_DEFER=1 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
   fail "gpt, 2 ranks, small buckets, deferred: exit $? ($(tail -3 "$work/gpt2s.log"))"
 cmp -s <(cut -d, -f1-5 "$work/gpt2s/metrics.csv") <(cut -d, -f1-5 "$work/gpt2b/metrics.csv") ||
@@ -101,6 +110,30 @@ grep -Eq "overlapped: .*\(([5-9]|[1-9][0-9])\.0 buckets" "$work/gpt2s.log" ||
   fail "gpt, small buckets: not 5-99 buckets a step: $(grep all-reduce "$work/gpt2s.log")"
 cmp -s "$work/gpt2/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt: the overlapped all-reduce ends elsewhere than the blocking one"
 cmp -s "$work/gpt2s/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt: the overlapped all-reduce in small buckets ends elsewhere than the blocking one"
+
+# mixed precision: loss scaling, so the gradients cross host memory as f16 (summed in f32):
+# 2 ranks against 1 within f16's rounding of the gradients, the scaler skipping the same
+# steps
+mixed=("${gpt[@]}" --steps 12 --precision mixed)
+timeout 120 "$wgml" "${mixed[@]}" --out "$work/mx1" >"$work/mx1.log" 2>&1 || fail "mixed, 1 rank: exit $? ($(tail -2 "$work/mx1.log"))"
+timeout 120 "${mpi[@]}" -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2" >"$work/mx2.log" 2>&1 ||
+  fail "mixed, 2 ranks: exit $? ($(tail -3 "$work/mx2.log"))"
+grep -q "overlapped: .*shared memory .* MB a step as f16" "$work/mx2.log" ||
+  fail "mixed, 2 ranks: not f16 through shared memory: $(grep all-reduce "$work/mx2.log")"
+"$py" - "$work/mx1/metrics.csv" "$work/mx2/metrics.csv" <<'PY' || fail "mixed: 2 ranks (f16 gradients) and 1 rank differ"
+import csv, sys
+one, two = ([row for row in csv.DictReader(open(p))] for p in sys.argv[1:3])
+assert len(one) == len(two) == 12, f"{len(one)} and {len(two)} steps, want 12"
+worst = 0.0
+for a, b in zip(one, two):
+    for key in ("loss", "grad_norm", "val_loss"):
+        if a[key] or b[key]:
+            x, y = float(a[key]), float(b[key])
+            worst = max(worst, abs(x - y) / abs(x))
+    assert a["skipped_steps"] == b["skipped_steps"], f"step {a['step']}: skipped {a['skipped_steps']} and {b['skipped_steps']}"
+print(f"mixed: f16 gradients on 2 ranks against 1 rank over 12 steps: worst relative difference {worst:.3g}")
+assert worst <= 1e-3, f"worst relative difference {worst} > 1e-3"
+PY
 
 # rank 1 cannot read its data: every rank ends, non-zero, well before the timeout
 start=$(date +%s)
@@ -128,9 +161,15 @@ done
 # the collectives themselves: sum and mean against double sums in buckets of about 1000
 # floats (smaller than a tensor), broadcast, and unequal sizes refused on every rank
 if [ -n "$ranks_prog" ]; then
-  WGML_DIST_BUCKET_MB=0.004 timeout 60 "${mpi[@]}" -np 2 "$ranks_prog" >"$work/ranks.log" 2>&1 ||
-    fail "dist_ranks: exit $? ($(tail -5 "$work/ranks.log"))"
-  grep -q "dist_ranks: ok" "$work/ranks.log" || fail "dist_ranks did not pass: $(tail -5 "$work/ranks.log")"
+  for np in 2 3; do # 3: slices that do not split evenly
+    WGML_DIST_BUCKET_MB=0.004 timeout 60 "${mpi[@]}" -np $np "$ranks_prog" >"$work/ranks$np.log" 2>&1 ||
+      fail "dist_ranks on $np ranks: exit $? ($(tail -5 "$work/ranks$np.log"))"
+    grep -q "dist_ranks: ok" "$work/ranks$np.log" || fail "dist_ranks on $np ranks did not pass: $(tail -5 "$work/ranks$np.log")"
+  done
 fi
+
+# every run above unlinked its segment once the ranks had mapped it (failed runs too)
+shm_after=$(ls /dev/shm 2>/dev/null | grep -c '^wgml-dist-')
+[ "$shm_after" -le "$shm_before" ] || fail "segments left in /dev/shm: $(ls /dev/shm | grep '^wgml-dist-' | head -3)"
 
 checks_done

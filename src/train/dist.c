@@ -842,13 +842,14 @@ static wgml_status pack_f16(wgml_context *ctx, wgml_buffer *G, int64_t from, int
     return wgml_exec_submit(ctx, &l, 1, NULL, "dist_allreduce: gradients to f16", wgml_host_seconds());
 }
 
-/* Whether this step's gradients travel as f16: dist_f16 1, or 0 (the default) under mixed
-   precision with loss scaling (its scale keeps small gradients out of f16's underflow; one
-   that overflows f16 arrives as inf, and every rank skips the step alike) */
+/* Whether this step's gradients travel as f16: dist_f16 1, or 0 (the default) when the
+   optimizer scales the loss, as mixed-precision training does (the context's precision is
+   set only while a model builds its graph): the scale keeps small gradients out of f16's
+   underflow, and one that overflows f16 arrives as inf, so every rank skips the step alike */
 static bool step_f16(wgml_context *ctx, wgml_optimizer *opt)
 {
     int f16 = ctx->rt.settings.dist_f16;
-    return f16 > 0 || (f16 == 0 && wgml_compute_precision(ctx) == WGML_PRECISION_MIXED && wgml_optimizer_scales_loss(opt));
+    return f16 > 0 || (f16 == 0 && wgml_optimizer_scales_loss(opt));
 }
 
 static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from, int64_t count, void *user)

@@ -9,8 +9,10 @@
 # Usage: device_dist.sh DIR OUT
 #   DIR holds bin/wgml, lib/ (libwgpu_native.so, libjansson.so.4), text/ (the corpus) and
 #   bench/ (torch_gpt.py, torch_gpt_ddp.py); OUT gets the logs, metrics and a summary.
-#   RUNS="name:ranks[:VAR=VALUE,...] ..." the wgml runs (default np1:1 np2:2 np4:4; the first
-#   is the 1-rank baseline, and the checkpoint PyTorch starts from), TORCH_RANKS="1 2 4".
+#   RUNS="name:ranks[:VAR=VALUE,...[:--arg,value,...]] ..." the wgml runs (default np1:1 np2:2
+#   np4:4; the first is the checkpoint PyTorch starts from; each run's losses are compared with
+#   those of the last 1-rank run before it, e.g. np1m:1::--precision,mixed for mixed ones),
+#   TORCH_RANKS="1 2 4".
 # Each line of OUT/summary.txt: what ran, ms/step and tokens/s over the steps after the 20th.
 set -u
 D=$1
@@ -26,6 +28,7 @@ export WGML_MPI_LIBRARY=$MPILIB
 nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader
 mpirun --version | head -1
 echo "libmpi: $MPILIB"
+df -h /dev/shm | tail -1
 # --bind-to none: a rank runs the runtime's threads and the all-reduce's beside its own
 MPI=(mpirun --bind-to none -x LD_LIBRARY_PATH -x VK_DRIVER_FILES -x XDG_RUNTIME_DIR -x WGML_MPI_LIBRARY)
 W=$D/bin/wgml
@@ -51,17 +54,18 @@ print(f"{secs / steps * 1e3:.2f} ms/step {steps * tokens / secs:.0f} tokens/s (s
 PY
 }
 
-wgml_run() { # NAME NP [ENV=VALUE...]
-  local name=$1 np=$2
-  shift 2
+wgml_run() { # NAME NP ARGS(comma-separated) [ENV=VALUE...]
+  local name=$1 np=$2 args
+  IFS=, read -ra args <<<"$3"
+  shift 3
   local xs=() e
   for e in "$@"; do xs+=(-x "$e"); done
   rm -rf "${RUN:?}/$name"
   if [ "$np" = 1 ]; then
-    env "$@" timeout 150 "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
+    env "$@" timeout 150 "$W" "${GPT[@]}" "${args[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   else
     (sleep 12; nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader >"$OUT/$name.gpus") &
-    timeout 150 "${MPI[@]}" "${xs[@]}" -np "$np" "$W" "${GPT[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
+    timeout 150 "${MPI[@]}" "${xs[@]}" -np "$np" "$W" "${GPT[@]}" "${args[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   fi
   local rc=$?
   cp "$RUN/$name/metrics.csv" "$OUT/$name.metrics.csv" 2>/dev/null
@@ -71,20 +75,22 @@ wgml_run() { # NAME NP [ENV=VALUE...]
   [ -f "$OUT/$name.gpus" ] && echo "    GPUs (index, memory, load) at 12 s: $(tr '\n' ';' <"$OUT/$name.gpus")" | tee -a "$OUT/summary.txt"
 }
 
-first=
+first= base=
 for r in ${RUNS:-np1:1 np2:2 np4:4}; do
-  IFS=: read -r name np vars <<<"$r"
+  IFS=: read -r name np vars args <<<"$r"
   IFS=, read -ra vars <<<"$vars"
-  wgml_run "wgml_$name" "$np" "${vars[@]}"
-  [ -n "$first" ] || { first=wgml_$name; continue; }
+  wgml_run "wgml_$name" "$np" "${args:-}" "${vars[@]}"
+  [ -n "$first" ] || first=wgml_$name
+  [ "$np" != 1 ] || { base=wgml_$name; continue; }
   # the losses against the first run's over the same global batches (no dropout)
-  python3 - "$OUT/$first.metrics.csv" "$OUT/wgml_$name.metrics.csv" <<'PY' | tee -a "$OUT/summary.txt"
+  python3 - "$OUT/$base.metrics.csv" "$OUT/wgml_$name.metrics.csv" <<'PY' | tee -a "$OUT/summary.txt"
 import csv, sys
 one, many = ([r for r in csv.DictReader(open(p))] for p in sys.argv[1:3])
 worst = max(abs(float(a["loss"]) - float(b["loss"])) / abs(float(a["loss"])) for a, b in zip(one, many))
 print(f"    losses against {sys.argv[1].split('/')[-1].split('.')[0]}: worst relative difference {worst:.3g} over {min(len(one), len(many))} steps")
 PY
 done
+echo "segments left in /dev/shm: $(ls /dev/shm | grep -c '^wgml-dist-')" | tee -a "$OUT/summary.txt"
 
 # PyTorch DDP, the same model (from wgml's checkpoint of the first run)
 for n in ${TORCH_RANKS:-1 2 4}; do

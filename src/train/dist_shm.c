@@ -138,6 +138,13 @@ static void barrier(wgml_shm *s)
     }
 }
 
+/* The sums' loops below are the reduction's cost: gcc's -O2 (RelWithDebInfo) does not
+   vectorise loops of unknown length; clang's does */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize")
+#endif
+
 /* Branch-free, so that the loops over it vectorise: normal values by moving the exponent,
    subnormals as integers times 2^-24, infinities and NaN by their bits. */
 static inline float half_to_float(uint16_t h)
@@ -146,7 +153,9 @@ static inline float half_to_float(uint16_t h)
     uint32_t normal = (em + ((127u - 15u) << 10)) << 13, special = (em << 13) | 0x7f800000u, bits;
     float sub = (float)em * 0x1p-24f, f;
     memcpy(&bits, &sub, 4);
-    bits = em >= 0x7c00u ? special : em >= 0x400u ? normal : bits;
+    /* (masks, not ?:, which gcc leaves as branches) */
+    uint32_t is_special = 0u - (uint32_t)(em >= 0x7c00u), is_normal = (0u - (uint32_t)(em >= 0x400u)) & ~is_special;
+    bits = (special & is_special) | (normal & is_normal) | (bits & ~(is_special | is_normal));
     bits |= sign;
     memcpy(&f, &bits, 4);
     return f;
@@ -200,3 +209,7 @@ void wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, si
         memcpy(recv + at, result, c * sizeof *recv);
     }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif

@@ -892,7 +892,9 @@ WGML_API void wgml_dist_abort(int code);
 /* Sums (or averages) evaluated, contiguous f32 tensors elementwise across the ranks, in place:
    every rank passes the same number of tensors of the same sizes, and every rank ends with the
    same bits. The data goes through host memory in buckets (4M floats; WGML_DIST_BUCKET_MB sets
-   the size), the reduction of one overlapping the copy of the next. */
+   the size): where every rank is on one machine, summed through a shared-memory segment of
+   wgml's (each rank sums its slice; WGML_DIST_SHM=0 uses MPI_Allreduce), else by MPI with the
+   reduction of one bucket overlapping the copy of the next. */
 WGML_API wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_reduce_op op);
 /* Rank 0's values of evaluated, contiguous f32 tensors copied to every rank (parameters at the
    start of training). A rank whose tensors differ in size from rank 0's fails, naming both. */
@@ -903,9 +905,10 @@ WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
 /* Makes opt's steps average the gradients across the ranks before the norm, the clipping and
    the update, so that every rank takes the global batch's step. The average overlaps the
    backward pass: the gradients are computed in buckets from the last parameter back (1M
-   floats; WGML_DIST_BUCKET_MB), and each bucket is copied to host memory, summed over the
-   ranks by a thread of wgml's (MPI_Allreduce) and written back while the GPU computes the
-   next; WGML_DIST_OVERLAP=0 gives the blocking all-reduce after the whole backward pass (a
+   floats; WGML_DIST_BUCKET_MB), and each bucket is copied to host memory (as f16 where the
+   optimizer scales the loss: dist_f16), summed in f32 over the ranks by a thread of wgml's
+   (shared memory on one machine, else MPI_Allreduce: dist_shm) and written back while the
+   GPU computes the next; WGML_DIST_OVERLAP=0 gives the blocking all-reduce after the whole backward pass (a
    gradient hook) instead. Both give the same bits on 2 ranks. Each rank
    then trains on its own share of the global batch; the parameters must start equal
    (wgml_dist_broadcast). It also sets the context's random stream to the rank

@@ -607,7 +607,8 @@ typedef struct bucket {
     int64_t from, count; /* floats of the gradient buffer */
     wgml_map_async map;
     int state;
-    int job; /* its reducer job's number (B_REDUCING) */
+    int job;  /* its reducer job's number (B_REDUCING) */
+    bool f16; /* it travels as f16 */
 } bucket;
 
 /* A context's buckets (an extension of it: the staging buffers are its device's) */
@@ -769,9 +770,9 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
-            size_t wire = bs->f16 ? ((size_t)b->count + 1) / 2 * 4 : (size_t)b->count * 4;
+            size_t wire = b->f16 ? ((size_t)b->count + 1) / 2 * 4 : (size_t)b->count * 4;
             const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, wire);
-            reduce_job j = {src, bs->host + b->from, (int)b->count, bs->f16, ctx->rt.settings.dist_shm};
+            reduce_job j = {src, bs->host + b->from, (int)b->count, b->f16, ctx->rt.settings.dist_shm};
             if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
             if (src && (b->job = reducer.posted, !reducer_post(&j)))
                 st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
@@ -882,14 +883,16 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         bs->cap = cap;
     }
     bucket *b = &bs->v[bs->n];
-    uint64_t wire = bs->f16 ? ((uint64_t)count + 1) / 2 * 4 : (uint64_t)count * 4; /* bytes to the host */
+    /* (a bucket past one storage binding, a parameter that large, goes as f32: every rank alike) */
+    b->f16 = bs->f16 && (uint64_t)count * 4 <= wgml_binding_limit(ctx);
+    uint64_t wire = b->f16 ? ((uint64_t)count + 1) / 2 * 4 : (uint64_t)count * 4; /* bytes to the host */
     wgml_status st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, wire, wire,
                                       WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
     if (st) return st;
     b->from = from;
     b->count = count;
     wgml_buffer *packed = NULL;
-    if (bs->f16) {
+    if (b->f16) {
         if (!(packed = wgml_pool_acquire(ctx, wire))) return ctx->rt.status;
         if ((st = pack_f16(ctx, G, from, count, packed))) {
             wgml_buffer_release(ctx, packed);
@@ -908,7 +911,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     b->state = B_MAPPING;
     if (bs->n == 0 && bs->finished > 0) dist.stats.between_seconds += wgml_host_seconds() - bs->finished;
     bs->n++;
-    dist.stats.bytes += (uint64_t)count * (bs->f16 ? 2 : 4);
+    dist.stats.bytes += (uint64_t)count * (b->f16 ? 2 : 4);
     dist.stats.values += (uint64_t)count;
     dist.stats.buckets++;
     /* earlier buckets that are ready move on now; with the step's end deferred, the last

@@ -5,7 +5,7 @@
  * (WGML_DIST_BUCKET_MB), through wgml's shared-memory reduction and through MPI_Allreduce,
  * against the sums of every rank's random values in double; data parallel's gradients
  * travelling as f16 (dist_f16), within f16's rounding of each rank's values, and an f16
- * overflow arriving as inf on every rank;
+ * overflow arriving as inf on every rank; a step of 40 buckets;
  * broadcast from rank 0; and a broadcast whose sizes differ on one rank, which every rank
  * must refuse; and dropout under wgml_dist_data_parallel, where each rank must draw its own
  * masks (the Philox reference's with its rank as the stream), so that two ranks' masks differ
@@ -216,6 +216,62 @@ static void dropout_masks_differ_by_rank(wgml_context *ctx, int R, int me)
     wgml_tensor_free(param);
 }
 
+/* Data parallel with more buckets a step than the first 16 the bucket list held (every one
+   of 40 parameters a bucket of its own). A list that moved its buckets when it grew, while
+   their maps were in flight, left the step waiting forever on an H200 (1 MB buckets on the
+   nanoGPT model); here lavapipe usually ends each map before the next bucket, so this checks
+   the sums of many buckets more than it provokes that hang. One SGD step of lr 1 from 0 with
+   gradients c: p = -mean over the ranks of c. */
+static void many_buckets(int R, int me)
+{
+    enum { NP = 40, LEN = 1001 };
+    wgml_context *ctx;
+    if (wgml_context_create(&(wgml_context_desc){.dist_bucket_mb = 1e-6}, &ctx) != WGML_OK) {
+        EXPECT(0, "many buckets: %s", wgml_last_create_error());
+        return;
+    }
+    int64_t len = LEN;
+    static float zero[LEN], c[LEN], got[LEN];
+    wgml_tensor *p[NP], *loss = NULL;
+    for (int t = 0; t < NP; t++) {
+        wgml_tensor_from_data(ctx, 1, &len, zero, LEN, &p[t]);
+        wgml_requires_grad(p[t], 1);
+    }
+    wgml_optimizer *opt = NULL;
+    EXPECT(wgml_optimizer_create(ctx, &(wgml_optim_desc){.kind = WGML_OPTIM_SGD, .lr = 1}, NP, p, &opt) == WGML_OK,
+           "many buckets: optimizer: %s", wgml_error_message(ctx));
+    EXPECT(wgml_dist_data_parallel(opt) == WGML_OK, "many buckets: data parallel: %s", wgml_dist_error_message());
+    for (int t = 0; t < NP && opt; t++) {
+        for (int i = 0; i < LEN; i++) c[i] = value(me, 10 + t, i);
+        wgml_tensor *ct;
+        wgml_tensor_from_data(ctx, 1, &len, c, LEN, &ct);
+        wgml_tensor *term = wgml_sum_all(ctx, wgml_mul(ctx, p[t], ct));
+        loss = loss ? wgml_add(ctx, loss, term) : term;
+        wgml_tensor_free(ct);
+    }
+    wgml_dist_stats_reset();
+    EXPECT(opt && wgml_backward(loss) == WGML_OK && wgml_optimizer_step(opt, 0, NULL) == WGML_OK, "many buckets: step: %s",
+           wgml_error_message(ctx));
+    wgml_dist_stats s;
+    wgml_dist_stats_get(&s);
+    EXPECT(s.buckets == NP, "many buckets: %llu buckets, want %d", (unsigned long long)s.buckets, NP);
+    for (int t = 0; t < NP && opt; t++) {
+        wgml_tensor_read(p[t], got, LEN);
+        for (int i = 0; i < LEN; i++) {
+            double want = 0, mag = 0;
+            for (int r = 0; r < R; r++) want -= value(r, 10 + t, i) / R, mag += fabs(value(r, 10 + t, i)) / R;
+            if (fabs(got[i] - want) > (R + 2) * 0x1p-24 * mag) {
+                EXPECT(0, "many buckets: parameter %d [%d] = %.9g, want %.9g", t, i, got[i], want);
+                break;
+            }
+        }
+    }
+    wgml_tensor_free(loss);
+    wgml_optimizer_free(opt);
+    for (int t = 0; t < NP; t++) wgml_tensor_free(p[t]);
+    wgml_context_free(ctx);
+}
+
 int main(void)
 {
     if (wgml_dist_init() != WGML_OK) {
@@ -243,6 +299,7 @@ int main(void)
     }
     f16_gradients(R, me, 1);
     f16_gradients(R, me, -1);
+    many_buckets(R, me);
     /* a model of another size on the last rank: every rank refuses, none waits */
     int64_t n = me == R - 1 ? 8 : 7;
     float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};

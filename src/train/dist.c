@@ -613,8 +613,11 @@ typedef struct bucket {
 
 /* A context's buckets (an extension of it: the staging buffers are its device's) */
 typedef struct bucket_set {
-    bucket *v;
-    int n, cap; /* n: this step's so far */
+    /* each bucket allocated alone and kept: a pending map writes into its `map` until it ends,
+       so a bucket never moves (a grown array of them did, past 16 buckets a step: the maps in
+       flight then completed into freed memory and the step waited forever) */
+    bucket **v;
+    int n, cap; /* n: this step's so far; cap: made so far */
     int handed, written; /* buckets given to the reducer, and written back, in order */
     float *host;         /* the reduced gradients, at their offsets in the gradient buffer */
     int64_t host_cap;
@@ -629,8 +632,10 @@ static void bucket_set_release(wgml_context *ctx, void *state)
 {
     bucket_set *bs = state;
     if (inflight == ctx) inflight = NULL;
-    for (int i = 0; i < bs->cap; i++)
-        if (bs->v[i].staging) wgpuBufferRelease(bs->v[i].staging);
+    for (int i = 0; i < bs->cap; i++) {
+        if (bs->v[i]->staging) wgpuBufferRelease(bs->v[i]->staging);
+        free(bs->v[i]);
+    }
     free(bs->v);
     free(bs->host);
 }
@@ -762,8 +767,8 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
     double t_wait = wgml_host_seconds(), idle_since = t_wait;
     for (;;) {
         bool moved = false;
-        while (bs->handed < bs->n && wgml_map_poll(&ctx->rt, &bs->v[bs->handed].map)) {
-            bucket *b = &bs->v[bs->handed++];
+        while (bs->handed < bs->n && wgml_map_poll(&ctx->rt, &bs->v[bs->handed]->map)) {
+            bucket *b = bs->v[bs->handed++];
             moved = true;
             if (b->map.status != WGPUMapAsyncStatus_Success) {
                 if (!st && !failed) st = wgml_map_end(&ctx->rt, &b->map); /* its words */
@@ -786,7 +791,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
         }
         int done = reducer_done(&mpi_rc);
         for (; bs->written < bs->handed; bs->written++) {
-            bucket *b = &bs->v[bs->written];
+            bucket *b = bs->v[bs->written];
             if (b->state == B_REDUCING) {
                 if (b->job >= done) break; /* still with the reducer */
                 wgpuBufferUnmap(b->staging);
@@ -875,14 +880,13 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         dist.stats.calls++;
     }
     if (bs->n == bs->cap) {
-        int cap = bs->cap ? bs->cap * 2 : 16;
-        bucket *v = realloc(bs->v, (size_t)cap * sizeof *v);
-        if (!v) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
-        memset(v + bs->cap, 0, (size_t)(cap - bs->cap) * sizeof *v);
-        bs->v = v;
-        bs->cap = cap;
+        bucket **v = realloc(bs->v, (size_t)(bs->cap + 1) * sizeof *v);
+        if (v) bs->v = v;
+        if (!v || !(v[bs->cap] = calloc(1, sizeof **v)))
+            return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
+        bs->cap++;
     }
-    bucket *b = &bs->v[bs->n];
+    bucket *b = bs->v[bs->n];
     /* (a bucket past one storage binding, a parameter that large, goes as f32: every rank alike) */
     b->f16 = bs->f16 && (uint64_t)count * 4 <= wgml_binding_limit(ctx);
     uint64_t wire = b->f16 ? ((uint64_t)count + 1) / 2 * 4 : (uint64_t)count * 4; /* bytes to the host */

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Training speed against PyTorch on the GPU machine (device tool), one command: `wgml bench gpt`
-# (the nanoGPT setup) and `wgml bench gpt2` (GPT-2 small's shape), each in f32 and mixed
-# precision, then bench/torch_gpt.py --bench (f32, fp16 and bf16 autocast) on the same models
+# Training speed against PyTorch on the GPU machine (device tool), one command: `wgml bench
+# train` (the nanoGPT setup and GPT-2 small's shape, each in f32 and mixed precision), then bench/torch_gpt.py --bench (f32, fp16 and bf16 autocast) on the same models
 # (initial checkpoints from `wgml gpt train --save-init`), and the table of ratios. Expects
 # BUNDLE (a tar.xz of bin/wgml and lib/), TEXT (a folder of the fortunes text) and the carried
 # .gl. Logs and JSON go to $OUT.
@@ -16,8 +15,8 @@ W=$D/bin/wgml
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 declare -A SHAPE=([gpt]="--layers 6 --heads 6 --width 384 --block 256 --batch 64"
                   [gpt2]="--layers 12 --heads 12 --width 768 --block 1024 --batch 8")
+timeout 300 $W bench train --json > "$OUT/wgml_train.json" 2> "$OUT/wgml_train.log"; grep -E "train|per step" "$OUT/wgml_train.log"
 for t in gpt gpt2; do
-  timeout 200 $W bench $t --json > "$OUT/wgml_$t.json" 2> "$OUT/wgml_$t.log"; grep -E "train|per step" "$OUT/wgml_$t.log"
   read -ra M <<< "${SHAPE[$t]}"
   timeout 60 $W gpt train "${M[@]}" --steps 1 --eval-every 0 --eval-batches 1 --save-init --out /tmp/init_$t > /dev/null 2>&1
   timeout 200 python3 bench/torch_gpt.py --init /tmp/init_$t/init.safetensors --bench --bench-amp fp16,bf16 --gen-tokens 4 \
@@ -28,7 +27,7 @@ import json, sys
 out = sys.argv[1]
 for t, prefix in (("gpt", "gpt"), ("gpt2", "gpt2_small")):
     try:
-        w = json.load(open(f"{out}/wgml_{t}.json"))["results"]
+        w = json.load(open(f"{out}/wgml_train.json"))["results"]
         p = json.load(open(f"{out}/torch_{t}.json"))["bench"]
     except Exception as e:
         print(f"{t}: missing results ({e})"); continue

@@ -5,8 +5,8 @@
  *     precision (`_mixed` rows: f16 matmuls with f32 sums, dynamic loss scaling);
  *   - generation at batch 1 with the KV cache (one submit and a 4-byte read per token),
  *     tokens/s.
- * `wgml bench gpt2`: the training step alone at GPT-2 small's shape (12 layers, 12 heads, width
- * 768, block 1024, batch 8).
+ * `wgml bench train`: the training steps alone, of the nanoGPT setup and at GPT-2 small's shape
+ * (12 layers, 12 heads, width 768, block 1024, batch 8).
  * On a discrete GPU the nanoGPT character-level setup (6 layers, 6 heads, width 384, block
  * 256, batch 64); elsewhere (lavapipe) or with --quick a small one. Batches are windows of
  * the fortunes text where it is installed, else random tokens over a vocabulary of its size.
@@ -175,36 +175,42 @@ done:
     bench_decode_qwen(quick);
 }
 
-void bench_gpt2_small(int quick)
+/* One shape's training rows (prefix_train_step, _mixed, peaks) in a context of its own */
+static void train_shape(const char *prefix, int64_t B, wgml_gpt_config cfg, int big)
 {
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) {
-        fprintf(stderr, "wgml bench gpt2: %s\n", wgml_last_create_error());
+        fprintf(stderr, "wgml bench train: %s\n", wgml_last_create_error());
         return;
     }
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);
-    int big = !quick && strcmp(info.adapter_type, "CPU") != 0;
     wgml_text text = {0};
     char err[256];
     int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;
-    /* GPT-2 small's shape over bytes (86M parameters with a 256-byte vocabulary), batch 8 of
-       1024 tokens; a toy of it elsewhere */
-    int64_t B = big ? 8 : 2;
-    wgml_gpt_config cfg = {.arch = WGML_GPT_GPT2, .vocab = have_text ? text.vocab_size : 256, .block = big ? 1024 : 64,
-                           .layers = big ? 12 : 2, .heads = big ? 12 : 2, .width = big ? 768 : 64};
+    cfg.vocab = have_text ? text.vocab_size : 256;
     wgml_gpt g = {0};
     if (wgml_gpt_init(ctx, &cfg, 1, &g)) {
         fail(ctx, "model");
     } else {
-        fprintf(stderr, "gpt2: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n",
+        fprintf(stderr, "%s: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n", prefix,
                 (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width, (long long)cfg.block, (long long)B,
                 (long long)wgml_gpt_numel(&g.cfg), have_text ? "fortunes text" : "random tokens");
-        int ok = bench_training(ctx, &g, &text, have_text, B, !big, "gpt2_small", WGML_PRECISION_F32, "");
-        if (ok && info.has_shader_f16)
-            bench_training(ctx, &g, &text, have_text, B, !big, "gpt2_small", WGML_PRECISION_MIXED, "_mixed");
+        int ok = bench_training(ctx, &g, &text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
+        if (ok && info.has_shader_f16) bench_training(ctx, &g, &text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
     }
     wgml_gpt_free(&g);
     wgml_text_free(&text);
     wgml_context_free(ctx);
+}
+
+void bench_train(int quick, int big)
+{
+    big = big && !quick;
+    /* the nanoGPT setup, then GPT-2 small's shape over bytes (86M parameters with a 256-byte
+       vocabulary), batch 8 of 1024 tokens; toys of them elsewhere */
+    train_shape("gpt", big ? 64 : 4, (wgml_gpt_config){.arch = WGML_GPT_GPT2, .block = big ? 256 : 32, .layers = big ? 6 : 2,
+                                                       .heads = big ? 6 : 2, .width = big ? 384 : 64}, big);
+    train_shape("gpt2_small", big ? 8 : 2, (wgml_gpt_config){.arch = WGML_GPT_GPT2, .block = big ? 1024 : 64, .layers = big ? 12 : 2,
+                                                             .heads = big ? 12 : 2, .width = big ? 768 : 64}, big);
 }

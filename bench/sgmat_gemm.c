@@ -579,6 +579,8 @@ static const knob knobs[] = {
     {2, 4, 4, 4, 16, 1, 8, 0}, {4, 2, 4, 4, 16, 1, 8, 0}, {4, 4, 2, 4, 16, 1, 8, 0}, {2, 2, 4, 4, 64, 0, 8, 0},
     {2, 2, 4, 4, 32, 1, 4, 0}, {2, 4, 4, 4, 32, 0, 8, 0}, {2, 4, 2, 2, 32, 0, 8, 0}, {4, 2, 2, 2, 32, 0, 8, 0},
     {4, 4, 2, 2, 32, 0, 0, 0}, {4, 4, 2, 2, 32, 0, 8, 1}, {2, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 32, 0, 8, 0},
+    {2, 4, 2, 2, 64, 0, 8, 0}, {4, 2, 2, 2, 64, 0, 8, 0}, {2, 2, 2, 4, 32, 0, 8, 0}, {4, 4, 2, 4, 32, 0, 8, 1},
+    {2, 4, 2, 4, 32, 0, 8, 0}, {4, 2, 4, 2, 32, 0, 8, 0},
 };
 #define N_KNOBS (int)(sizeof knobs / sizeof knobs[0])
 
@@ -720,16 +722,18 @@ static int cmd_bench(int argc, char **argv)
     if (!n_sm_shapes) return printf("no f16 subgroup matrices: nothing to time\n"), 1;
     problem shapes[16];
     int n = 0;
+    /* SGMAT_F32=1: operands stored as f32 (converted while staged), as the graph's f32 tensors */
+    bool f16 = !getenv("SGMAT_F32") || !atoi(getenv("SGMAT_F32"));
     if (argc >= 5)
         for (int i = 0; i + 4 < argc && n < 16; i += 5)
             shapes[n++] = (problem){atoll(argv[i]), atoll(argv[i + 1]), atoll(argv[i + 2]), 1, 1, atoi(argv[i + 3]) != 0,
-                                    atoi(argv[i + 4]) != 0, true, true, .alpha = 1};
+                                    atoi(argv[i + 4]) != 0, f16, f16, .alpha = 1};
     else {
         static const int64_t def[][5] = {{4096, 4096, 4096, 0, 0}, {4096, 4096, 4096, 0, 1}, {4096, 4096, 4096, 1, 0},
                                          {16384, 1152, 384, 0, 0}, {16384, 1536, 384, 0, 0}, {16384, 384, 1536, 0, 0},
                                          {16384, 384, 1152, 0, 1}, {384, 1152, 16384, 1, 0}};
         for (int i = 0; i < 8; i++)
-            shapes[n++] = (problem){def[i][0], def[i][1], def[i][2], 1, 1, def[i][3] != 0, def[i][4] != 0, true, true, .alpha = 1};
+            shapes[n++] = (problem){def[i][0], def[i][1], def[i][2], 1, 1, def[i][3] != 0, def[i][4] != 0, f16, f16, .alpha = 1};
     }
     for (int i = 0; i < n; i++) {
         problem q = shapes[i];
@@ -761,8 +765,8 @@ static int cmd_bench(int argc, char **argv)
                     if (tf > best) best = tf, snprintf(best_name, sizeof best_name, "%s split %d", name, split);
                 }
             }
-        printf("BEST %lldx%lldx%lld A%s B%s: %.1f TFLOP/s with %s\n", (long long)q.M, (long long)q.N, (long long)q.K,
-               q.ta ? "^T" : "", q.tb ? "^T" : "", best, best_name);
+        printf("BEST %lldx%lldx%lld A%s B%s %s: %.1f TFLOP/s with %s\n", (long long)q.M, (long long)q.N, (long long)q.K,
+               q.ta ? "^T" : "", q.tb ? "^T" : "", f16 ? "f16" : "f32", best, best_name);
         release(&pp);
     }
     return 0;

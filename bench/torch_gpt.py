@@ -3,7 +3,9 @@
 from a wgml checkpoint, so that wgml's losses can be checked step by step and its speed
 compared with PyTorch's on the same work.
 
-The model (src/models/gpt.h), f32 with TF32 off, no dropout: GPT-2 (layernorm, learned
+The model (src/models/gpt.h), f32 with TF32 off, dropout only with --dropout (where wgml draws
+it: after the embedding and after each block's attention and MLP, before the residual add; its
+own masks, so only statistics are comparable): GPT-2 (layernorm, learned
 positions, exact GELU) or Llama/Qwen (rmsnorm, RoPE rotate-half, grouped K/V, SwiGLU), head
 tied to the embedding, matrices [in, out] used as x @ W as wgml stores them. The data
 (src/io/text.h): a folder's files as one byte-level corpus, 90% train, batch i drawn by the
@@ -267,9 +269,10 @@ class GPT(torch.nn.Module):
     forward(idx) gives logits [B, T, V]; with a KV cache (new_cache) it appends idx's keys and
     values at position pos (a prompt from pos 0, or one token at a time)."""
 
-    def __init__(self, cfg, weights):
+    def __init__(self, cfg, weights, dropout=0.0):
         super().__init__()
         self.cfg = cfg
+        self.dropout = dropout
         self.llama = cfg["arch"] == "llama"
         self.C, self.H, self.Hkv = cfg["width"], cfg["heads"], cfg["kv_heads"]
         self.D = self.C // self.H
@@ -332,16 +335,20 @@ class GPT(torch.nn.Module):
         h = F.gelu(h @ self.w(p + "w1") + self.w(p + "b1"))  # exact (erf) GELU
         return h @ self.w(p + "w2") + self.w(p + "b2")
 
+    def drop(self, x):
+        return F.dropout(x, self.dropout, self.training) if self.dropout > 0 else x
+
     def forward(self, idx, cache=None, pos=0):
         T = idx.shape[1]
         assert cache is None or T == 1 or pos == 0, "a cached prompt starts at position 0"
         x = F.embedding(idx, self.w("wte"))
         if not self.llama:
             x = x + self.w("wpe")[pos:pos + T]
+        x = self.drop(x)
         n1, n2, nf = ("norm1", "norm2", "normf") if self.llama else ("ln1", "ln2", "lnf")
         for l in range(self.cfg["layers"]):
-            x = x + self.attention(l, self.norm(x, f"h.{l}.{n1}"), cache, pos)
-            x = x + self.mlp(l, self.norm(x, f"h.{l}.{n2}"))
+            x = x + self.drop(self.attention(l, self.norm(x, f"h.{l}.{n1}"), cache, pos))
+            x = x + self.drop(self.mlp(l, self.norm(x, f"h.{l}.{n2}")))
         return self.norm(x, nf) @ self.w("wte").t()
 
     def new_cache(self, batch, device):
@@ -350,13 +357,13 @@ class GPT(torch.nn.Module):
                 for _ in range(self.cfg["layers"])]
 
 
-def load_model(tensors, cfg, device):
+def load_model(tensors, cfg, device, dropout=0.0):
     for name, shape in param_specs(cfg):
         if name not in tensors:
             fail(f"checkpoint has no tensor '{name}'")
         if list(tensors[name].shape) != shape or tensors[name].dtype != torch.float32:
             fail(f"tensor '{name}' is {list(tensors[name].shape)} {tensors[name].dtype}, expected {shape} float32")
-    return GPT(cfg, tensors).to(device)
+    return GPT(cfg, tensors, dropout).to(device)
 
 
 def make_optimizer(model, t):
@@ -432,9 +439,13 @@ def grad_scaler(amp, device):
 
 
 @torch.no_grad()
-def validation_loss(forward, batches, count):
-    """The mean loss of validation batches 0 .. count-1."""
-    return sum(loss_of(forward, *batches.get(1, i)).item() for i in range(count)) / count
+def validation_loss(model, batches, count):
+    """The mean loss of validation batches 0 .. count-1 (no dropout)."""
+    was = model.training
+    model.eval()
+    v = sum(loss_of(model, *batches.get(1, i)).item() for i in range(count)) / count
+    model.train(was)
+    return v
 
 
 def read_metrics(path):
@@ -651,6 +662,8 @@ def parse_args():
                    help="validation batches 0..K-1 (default: the checkpoint's eval_batches, else 8)")
     p.add_argument("--bench", action="store_true", help="time training steps and generation")
     p.add_argument("--compile", action="store_true", help="with --bench: torch.compile too")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="train with dropout P (PyTorch's masks, not wgml's: for validation-loss comparisons)")
     p.add_argument("--amp", choices=tuple(AMP_DTYPES), help="train with autocast in this dtype (fp16: with a GradScaler)")
     p.add_argument("--bench-amp", metavar="LIST", help="with --bench: also time autocast steps, e.g. fp16,bf16")
     p.add_argument("--bench-steps", type=int, default=20, help="timed steps (default 20)")
@@ -675,8 +688,10 @@ def main():
     block = args.block or cfg["block"]
     if block > cfg["block"]:
         fail(f"--block {block} is longer than the model's block {cfg['block']}")
-    if float(meta.get("dropout", "0") or 0) != 0:
-        print(f"warning: the checkpoint's dropout {meta['dropout']} is not used here (no dropout)", file=sys.stderr)
+    if not 0 <= args.dropout < 1:
+        fail(f"--dropout {args.dropout}: want [0, 1)")
+    if float(meta.get("dropout", "0") or 0) != args.dropout:
+        print(f"warning: the checkpoint's dropout is {meta.get('dropout', '0')}; this run uses {args.dropout}", file=sys.stderr)
 
     folder = args.data or meta.get("data") or DEFAULT_DATA
     corpus = Corpus(folder)
@@ -698,7 +713,8 @@ def main():
                                                                  "tokens": corpus.n, "train_tokens": corpus.n_train}}
     status = 0
     if args.steps > 0:
-        model = load_model(tensors, cfg, device)
+        model = load_model(tensors, cfg, device, args.dropout)
+        model.train()
         results["train"] = run_training(args, tensors, model, t, batches, device)
         if not results["train"].get("compare", {}).get("ok", True):
             status = 1

@@ -23,6 +23,6 @@ fetch "$WGPUDAWN" "$WGPUDAWN_SHA256" wgpudawn==0.32.0.4
 [ -f "$DEST/libwebgpu_dawn.so" ] || python3 -c "import sys, zipfile; open(sys.argv[2], 'wb').write(zipfile.ZipFile(sys.argv[1]).read('rillfacet/libwebgpu_dawn.so'))" \
   "$DEST/$RILLFACET" "$DEST/libwebgpu_dawn.so"
 python3 scripts/dawn_header.py "$DEST/$WGPUDAWN" > "$DEST/dawn_webgpu.h"
-${CC:-cc} -O2 -std=c11 -Wall -Wextra -Werror -I"$DEST" -Isrc bench/sgmat_gemm.c src/graph/gemm_sgmat_wgsl.c \
+${CC:-cc} -O2 -std=c11 -Wall -Wextra -Werror -I"$DEST" -Isrc bench/sgmat_gemm.c src/ops/matmul/gemm_sgmat_wgsl.c \
   src/core/sbuf.c -o "$DEST/sgmat_gemm" -L"$DEST" -lwebgpu_dawn -lm -Wl,-rpath,'$ORIGIN'
 echo "built $DEST/sgmat_gemm"

@@ -165,20 +165,28 @@ static void policy(void)
         for (int z = 0; z < N_OF(sizes); z++)
             for (int form = 0; form < 4; form++) {
                 wgml_sgmat_config c = wgml_sgmat_choose(shapes[s][0], shapes[s][1], shapes[s][2], 32, sizes[z][0], sizes[z][1],
-                                                        sizes[z][2], form & 1, form & 2, 49152);
+                                                        sizes[z][2], 1, form < 2, form & 1, form & 2, 49152);
                 CHECK(wgml_sgmat_config_problem(&c) == NULL);
                 CHECK(wgml_sgmat_workgroup_bytes(&c, form & 1, form & 2) <= 49152);
                 char *src = wgml_sgmat_gemm_source(&c, form & 1, form & 2, NULL);
                 CHECK(src != NULL);
                 free(src);
             }
-    /* the measured winners on 16x16x16 */
-    wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, false, false, 49152);
+    /* the measured winners on 16x16x16: operands in halves */
+    wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, 1, true, false, false, 49152);
     CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.bk == 32 && !c.double_buffer);
-    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, false, false, 49152);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, 1, true, false, false, 49152);
     CHECK(wgml_sgmat_tile_m(&c) == 64 && wgml_sgmat_tile_n(&c) == 128);
+    /* an operand in f32: the large tile where its grid fills the GPU, not over a weight
+       gradient's few tiles (split K into 4: 60 workgroups) */
+    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, 1, false, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 4096, 4, false, true, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 1024, 16, false, true, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
     /* a small workgroup memory takes a smaller tile */
-    c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, false, false, 16384);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, 1, false, false, false, 16384);
     CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);
 }
 

@@ -1,5 +1,5 @@
 /*
- * wgml bench [ops|matmul|attention|gather|transformer|gpt|startup|all] [--json] [--quick] [--gpu-time]
+ * wgml bench [ops|matmul|attention|gather|transformer|gpt|train|decode|startup|all] [--json] [--quick] [--gpu-time]
  *   (transformer = attention + gather; gpt: tools/bench_gpt.c)
  *
  * Each measurement evaluates `inner` independent copies of an op in one submit and waits, so
@@ -762,10 +762,10 @@ int cmd_bench(int argc, char **argv)
     static const struct option flags[] = {{"quick", no_argument, 0, 256}, {"gpu-time", no_argument, 0, 257},
                                           {"json", no_argument, 0, 258},  {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     static const char usage[] =
-        "usage: wgml bench [ops|matmul|attention|gather|transformer|gpt|decode|startup|all] [--json] [--quick] [--gpu-time]\n"
-        "Times ops and the GPT on this adapter (default: all). --quick: small sizes; --gpu-time: GPU timestamps,\n"
-        "one op per evaluation; --json: the results as JSON on stdout.\n";
-    static const char *const targets[] = {"ops", "matmul", "attention", "gather", "transformer", "gpt", "decode", "startup", "all"};
+        "usage: wgml bench [ops|matmul|attention|gather|transformer|gpt|train|decode|startup|all] [--json] [--quick] [--gpu-time]\n"
+        "Times ops and the GPT on this adapter (default: all; train, the GPT's training steps at two sizes, only when named).\n"
+        "--quick: small sizes; --gpu-time: GPU timestamps, one op per evaluation; --json: the results as JSON on stdout.\n";
+    static const char *const targets[] = {"ops", "matmul", "attention", "gather", "transformer", "gpt", "train", "decode", "startup", "all"};
     bench_flags f = {0};
     char *pos[1];
     int npos = 0, prc = cli_parse(argc, argv, "bench", flags, usage, bench_flag, &f, pos, 1, &npos);
@@ -774,7 +774,7 @@ int cmd_bench(int argc, char **argv)
     int known = 0;
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) known |= !strcmp(what, targets[i]);
     if (!known) {
-        fprintf(stderr, "wgml bench: unknown target '%s'; want one of ops, matmul, attention, gather, transformer, gpt, decode, startup, all\n",
+        fprintf(stderr, "wgml bench: unknown target '%s'; want one of ops, matmul, attention, gather, transformer, gpt, train, decode, startup, all\n",
                 what);
         return 2;
     }
@@ -797,6 +797,8 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(what, "attention") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_attention(quick);
     if (!strcmp(what, "gather") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_gather(quick);
     if (!strcmp(what, "gpt") || !strcmp(what, "decode") || !strcmp(what, "all")) bench_gpt(quick, !strcmp(what, "decode"));
+    /* not in all: a GPT-2-sized model's minutes on a small GPU */
+    if (!strcmp(what, "train")) bench_train(quick, strcmp(info.adapter_type, "CPU") != 0);
     if (!strcmp(what, "startup")) bench_startup();
     if (f.json) {
         /* every result under "results"; the transformer ops' and the GPT's also by family:

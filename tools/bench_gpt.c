@@ -5,6 +5,8 @@
  *     precision (`_mixed` rows: f16 matmuls with f32 sums, dynamic loss scaling);
  *   - generation at batch 1 with the KV cache (one submit and a 4-byte read per token),
  *     tokens/s.
+ * `wgml bench train`: the training steps alone, of the nanoGPT setup and at GPT-2 small's shape
+ * (12 layers, 12 heads, width 768, block 1024, batch 8).
  * On a discrete GPU the nanoGPT character-level setup (6 layers, 6 heads, width 384, block
  * 256, batch 64); elsewhere (lavapipe) or with --quick a small one. Batches are windows of
  * the fortunes text where it is installed, else random tokens over a vocabulary of its size.
@@ -29,7 +31,7 @@ static void fail(wgml_context *ctx, const char *what)
    rounds of ROUND steps submitted without waiting (as wgml gpt train runs them) and their
    losses read at the end of the round: the median round over ROUND. Rows named with suffix. */
 static int bench_training(wgml_context *ctx, wgml_gpt *g, wgml_text *text, int have_text, int64_t B, int small,
-                          wgml_precision precision, const char *suffix)
+                          const char *prefix, wgml_precision precision, const char *suffix)
 {
     const wgml_gpt_config cfg = g->cfg;
     int64_t T = cfg.block, n = B * T;
@@ -82,13 +84,13 @@ static int bench_training(wgml_context *ctx, wgml_gpt *g, wgml_text *text, int h
     if (ok) {
         wgml_stats_get(ctx, &s1);
         double sec = bench_median(t, rounds);
-        snprintf(name, sizeof name, "gpt_train_step%s", suffix);
+        snprintf(name, sizeof name, "%s_train_step%s", prefix, suffix);
         bench_report(name, sec, (double)n / sec, "tokens/s");
-        snprintf(name, sizeof name, "gpt_train_step%s_gpu", suffix);
+        snprintf(name, sizeof name, "%s_train_step%s_gpu", prefix, suffix);
         if (s1.gpu_seconds_total > 0) bench_report(name, bench_median(gpu, rounds), 0, "(GPU timestamps)");
-        snprintf(name, sizeof name, "gpt_train%s_peak_in_use", suffix);
+        snprintf(name, sizeof name, "%s_train%s_peak_in_use", prefix, suffix);
         bench_report(name, 0, (double)s1.bytes_in_use_peak / 1048576.0, "MiB");
-        snprintf(name, sizeof name, "gpt_train%s_peak_pool", suffix);
+        snprintf(name, sizeof name, "%s_train%s_peak_pool", prefix, suffix);
         bench_report(name, 0, (double)s1.bytes_peak / 1048576.0, "MiB");
         wgml_loss_scale_state sc;
         if (wgml_optimizer_scales_loss(opt) && !wgml_optimizer_loss_scale_state(opt, &sc))
@@ -126,9 +128,9 @@ void bench_gpt(int quick, int decode_only)
             (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width, (long long)T, (long long)B,
             (long long)wgml_gpt_numel(&g.cfg), have_text ? "fortunes text" : "random tokens");
     /* f32, then mixed precision (f16 matmuls, loss scaling) where the adapter has shader-f16 */
-    int ok = decode_only || bench_training(ctx, &g, &text, have_text, B, quick || !big, WGML_PRECISION_F32, "");
+    int ok = decode_only || bench_training(ctx, &g, &text, have_text, B, quick || !big, "gpt", WGML_PRECISION_F32, "");
     if (ok && !decode_only && info.has_shader_f16)
-        ok = bench_training(ctx, &g, &text, have_text, B, quick || !big, WGML_PRECISION_MIXED, "_mixed");
+        ok = bench_training(ctx, &g, &text, have_text, B, quick || !big, "gpt", WGML_PRECISION_MIXED, "_mixed");
     /* generation: block - 1 tokens from one, sampled at temperature 1 */
     wgml_stats sa, sb;
     int64_t ntok = T - 1;
@@ -171,4 +173,44 @@ done:
     wgml_text_free(&text);
     wgml_context_free(ctx);
     bench_decode_qwen(quick);
+}
+
+/* One shape's training rows (prefix_train_step, _mixed, peaks) in a context of its own */
+static void train_shape(const char *prefix, int64_t B, wgml_gpt_config cfg, int big)
+{
+    wgml_context *ctx = NULL;
+    if (wgml_context_create(NULL, &ctx)) {
+        fprintf(stderr, "wgml bench train: %s\n", wgml_last_create_error());
+        return;
+    }
+    wgml_adapter_info info;
+    wgml_adapter_info_get(ctx, &info);
+    wgml_text text = {0};
+    char err[256];
+    int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;
+    cfg.vocab = have_text ? text.vocab_size : 256;
+    wgml_gpt g = {0};
+    if (wgml_gpt_init(ctx, &cfg, 1, &g)) {
+        fail(ctx, "model");
+    } else {
+        fprintf(stderr, "%s: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n", prefix,
+                (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width, (long long)cfg.block, (long long)B,
+                (long long)wgml_gpt_numel(&g.cfg), have_text ? "fortunes text" : "random tokens");
+        int ok = bench_training(ctx, &g, &text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
+        if (ok && info.has_shader_f16) bench_training(ctx, &g, &text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
+    }
+    wgml_gpt_free(&g);
+    wgml_text_free(&text);
+    wgml_context_free(ctx);
+}
+
+void bench_train(int quick, int big)
+{
+    big = big && !quick;
+    /* the nanoGPT setup, then GPT-2 small's shape over bytes (86M parameters with a 256-byte
+       vocabulary), batch 8 of 1024 tokens; toys of them elsewhere */
+    train_shape("gpt", big ? 64 : 4, (wgml_gpt_config){.arch = WGML_GPT_GPT2, .block = big ? 256 : 32, .layers = big ? 6 : 2,
+                                                       .heads = big ? 6 : 2, .width = big ? 384 : 64}, big);
+    train_shape("gpt2_small", big ? 8 : 2, (wgml_gpt_config){.arch = WGML_GPT_GPT2, .block = big ? 1024 : 64, .layers = big ? 12 : 2,
+                                                             .heads = big ? 12 : 2, .width = big ? 768 : 64}, big);
 }

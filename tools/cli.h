@@ -84,6 +84,9 @@ int cmd_gpt(int argc, char **argv);
 /* wgml bench's results table (tools/bench.c) and its GPT part (tools/bench_gpt.c) */
 void bench_report(const char *name, double seconds, double value, const char *unit);
 void bench_gpt(int quick, int decode_only); /* decode_only: generation rows alone (wgml bench decode) */
+/* wgml bench train: the training rows alone, of the nanoGPT setup and GPT-2 small's shape
+   (big: the real sizes, on a discrete GPU) */
+void bench_train(int quick, int big);
 /* generation through the decode plan (tools/bench_decode.c): the character GPT g, and the
    Qwen3-0.6B shape in a context of its own */
 struct wgml_gpt;

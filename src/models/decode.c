@@ -206,7 +206,9 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
    outputs a workgroup) where there are outputs enough. */
 static unsigned lanes_by_size(int64_t N, int forced)
 {
-    return forced ? (unsigned)forced : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
+    /* (16 for the LM head's vocabulary: half the workgroups of 32, each prologue - the final
+       norm's statistics and staging x - shared by twice the rows) */
+    return forced ? (unsigned)forced : N >= 65536 ? 16 : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
 #define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
@@ -222,7 +224,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     wgml_status st;
     /* inputs staged at a time: RB rows of kch floats and the 256 RB sums fit the workgroup memory */
     const uint32_t wg_mem = p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
-    unsigned kch_max = 1024;
+    unsigned kch_max = 4096; /* (at batch 1 a whole row of x: one chunk, all its weights loaded at once) */
     while (kch_max > 64 && (RB * kch_max + (RB * 256 > 512 ? RB * 256 : 512) + 2 * RB) * 4 > wg_mem) kch_max /= 2;
 #define KCH(K) ((unsigned)(round8(K) < kch_max ? round8(K) : kch_max))
     if (!p->fused) {
@@ -328,7 +330,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {9, p->mlp_parts}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
     if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, groups_for(p->V), 1, 1))) return st;
-    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill};
+    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->attn_wgs};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1);
 #undef KCH
@@ -434,8 +436,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.temperature < 1e-4f) d.temperature = 0;
     if (d.steps_per_submit > 4096) d.steps_per_submit = 4096;
     if (d.attn_parts < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_parts = %d", d.attn_parts);
-    if (d.lanes != 0 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 32, 64 or 128", d.lanes);
+    if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */

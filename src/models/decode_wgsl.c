@@ -143,19 +143,33 @@ static void stage_rows(sbuf *b, unsigned kch4, int persist)
         kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
 }
 
-/* Inside: acc[j] += W row n's units (lane, lane + LPO, ...) of this chunk times xs; the
-   chunk's weights are loaded first, ITERS a lane, so that they are all in flight at once. */
-static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+/* Inside: W row n's units (lane, lane + LPO, ...) of this chunk into wr, ITERS a lane, all
+   loads issued together; they do not depend on x, so they go out before the prologue. */
+static void row_load(sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
 {
     const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
-    out(b, "                let units = %s;\n                var wr: array<%s, %u>;\n"
+    out(b, "                let units = %s;\n"
            "                for (var it = 0u; it < %uu; it++) {\n"
            "                    let u = lane + it * %uu;\n"
-           "                    if (u < units) { wr[it] = W[n * UPR + k0 / %uu + u]; }\n                }\n"
+           "                    if (u < units) { wr[it] = W[n * UPR + k0 / %uu + u]; }\n                }\n",
+        chunk_units, iters, lpo, wv);
+}
+
+/* The wr declaration for row_load. */
+static void row_regs(sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv)
+{
+    out(b, "        var wr: array<%s, %u>;\n", wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo);
+}
+
+/* Inside: acc[j] += the loaded wr times the staged xs. */
+static void row_fma(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+{
+    const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
+    out(b, "                let units = %s;\n"
            "                for (var it = 0u; it < %uu; it++) {\n"
            "                    let u = lane + it * %uu;\n                    if (u < units) {\n"
            "                        let w = wr[it];\n",
-        chunk_units, wtype(f16), iters, iters, lpo, wv, iters, lpo);
+        chunk_units, iters, lpo);
     if (f16)
         out(b, "                        let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
                "                        let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
@@ -166,6 +180,17 @@ static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, un
     else
         out(b, "                        for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n", kch4);
     out(b, "                    }\n                }\n");
+}
+
+/* Both: load, then sum (the fused MLP, whose x is staged already). */
+static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+{
+    out(b, "                {\n");
+    row_regs(b, f16, kch4, lpo, wv);
+    row_load(b, kch4, chunk_units, lpo, wv);
+    out(b, "                {\n");
+    row_fma(b, f16, kch4, chunk_units, lpo, wv);
+    out(b, "                }\n                }\n");
 }
 
 /* The LPO lanes' sums of each row group, for RB rows: red[j * 256 + group * LPO] after. */
@@ -223,15 +248,26 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
             "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
         k->head ? "P.S" : "P.R", lpo, lpo, 256 / lpo);
-    if (norm) row_stats(&b, k->norm, k->RB);
-    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-            "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n            workgroupBarrier();\n");
-    stage_rows(&b, kch4, k->persist);
-    out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
+    /* each chunk's weights are loaded first: their latency hides the norm's statistics and
+       the staging of x (the first chunk's loads go out before anything else) */
     char units[64];
     snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
-    row_dot(&b, k->f16, kch4, units, lpo, wv);
-    out(&b, "            }\n        }\n");
+    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+            "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
+    row_regs(&b, k->f16, kch4, lpo, wv);
+    out(&b, "            if (n < N) {\n");
+    row_load(&b, kch4, units, lpo, wv);
+    out(&b, "            }\n");
+    if (norm) {
+        out(&b, "            if (k0 == 0u) {\n");
+        row_stats(&b, k->norm, k->RB);
+        out(&b, "            }\n");
+    }
+    out(&b, "            workgroupBarrier();\n");
+    stage_rows(&b, kch4, k->persist);
+    out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
+    row_fma(&b, k->f16, kch4, units, lpo, wv);
+    out(&b, "            }\n            workgroupBarrier();\n        }\n");
     lane_sums(&b, lpo);
     out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
             "                let r = r0 + j;\n                if (r < R) {\n"
@@ -546,7 +582,8 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
 char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
 {
     sbuf b = {0};
-    out(&b, "const V: u32 = %uu;\nconst CAP: u32 = %uu;\n", k->V, k->cap);
+    const unsigned wgs = k->wgs ? k->wgs : 256;
+    out(&b, "const V: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", k->V, k->cap, wgs);
     out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
             "@group(0) @binding(0) var<uniform> P: Pass;\n"
             "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n"
@@ -554,23 +591,35 @@ char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
             "@group(0) @binding(3) var<storage, read_write> drows: array<vec4<i32>>;\n"
             "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n");
     if (k->prefill) out(&b, "@group(0) @binding(5) var<storage, read> prows: array<vec4<i32>>;\n");
-    out(&b, "var<workgroup> bv: array<f32, 256>;\nvar<workgroup> bi: array<u32, 256>;\n"
+    out(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n"
             /* a 32-bit hash (lowbias32) of the inputs, chained: the Gumbel noise's uniform */
             "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
             "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
-            "@compute @workgroup_size(256)\n"
+            "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
+            "    if (P.temp > 0.0) {\n"
+            "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
+            "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
+            "@compute @workgroup_size(WGS)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let s = wg.x;\n    let row = %s[picks[s]];\n"
             "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
             "    var best = -3.4e38;\n    var at = 0u;\n"
             "    let h0 = mix(P.seed ^ mix((slot * 0x9e3779b9u) ^ mix(pos)));\n"
-            "    for (var v = tid; v < V; v += 256u) {\n        var l = logits[s * V + v];\n"
-            "        if (P.temp > 0.0) {\n"
-            "            let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
-            "            l = l / P.temp - log(-log(u));\n        }\n"
-            "        if (l > best) { best = l; at = v; }\n    }\n"
+            /* four logits a round, their loads issued together; ascending v in each thread, so
+               the first of equal values wins as in the argmax */
+            "    var v = tid;\n"
+            "    for (; v + 3u * WGS < V; v += 4u * WGS) {\n"
+            "        let l0 = logits[s * V + v];\n        let l1 = logits[s * V + v + WGS];\n"
+            "        let l2 = logits[s * V + v + 2u * WGS];\n        let l3 = logits[s * V + v + 3u * WGS];\n"
+            "        let n0 = noisy(l0, h0, v);\n        if (n0 > best) { best = n0; at = v; }\n"
+            "        let n1 = noisy(l1, h0, v + WGS);\n        if (n1 > best) { best = n1; at = v + WGS; }\n"
+            "        let n2 = noisy(l2, h0, v + 2u * WGS);\n        if (n2 > best) { best = n2; at = v + 2u * WGS; }\n"
+            "        let n3 = noisy(l3, h0, v + 3u * WGS);\n        if (n3 > best) { best = n3; at = v + 3u * WGS; }\n"
+            "    }\n"
+            "    for (; v < V; v += WGS) {\n        let n = noisy(logits[s * V + v], h0, v);\n"
+            "        if (n > best) { best = n; at = v; }\n    }\n"
             "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
-            "    for (var st = 128u; st > 0u; st >>= 1u) {\n"
+            "    for (var st = WGS / 2u; st > 0u; st >>= 1u) {\n"
             "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"
             "            if (ov > bv[tid] || (ov == bv[tid] && oi < bi[tid])) { bv[tid] = ov; bi[tid] = oi; }\n"
             "        }\n        workgroupBarrier();\n    }\n"

@@ -95,6 +95,7 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k);
 typedef struct wgml_decode_sample {
     unsigned V, cap;
     int prefill; /* the rows are the prefill pass's */
+    unsigned wgs; /* threads (a power of two, 0: 256): 1024 where allowed, as a vocabulary is long */
 } wgml_decode_sample;
 char *wgml_decode_sample_wgsl(const wgml_decode_sample *k);
 

@@ -20,6 +20,7 @@ typedef struct launch {
     int grid;                 /* GRID_*: how gx follows the pass's rows */
     uint32_t gx, gy;          /* fixed gx; per row; elements per row (256 a workgroup) */
     int is_head;              /* the head and the sampler run only when something is picked */
+    const char *what;         /* its kind, for wgml_decode_profile (a string constant) */
 } launch;
 
 typedef struct pass {
@@ -175,7 +176,7 @@ typedef struct bind {
 } bind;
 
 static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_t used, const bind *b, int nb, int grid,
-                              uint32_t gx, uint32_t gy, int is_head)
+                              uint32_t gx, uint32_t gy, int is_head, const char *what)
 {
     if (!wgsl) /* (or a built-in source it splices in is missing: test_decode then fails) */
         return wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: a kernel's WGSL could not be made (out of host memory)");
@@ -198,7 +199,7 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
         }
         ps->l = l, ps->cap = cap;
     }
-    ps->l[ps->n++] = (launch){.pipe = pl->pipeline, .bg = bg, .grid = grid, .gx = gx, .gy = gy, .is_head = is_head};
+    ps->l[ps->n++] = (launch){.pipe = pl->pipeline, .bg = bg, .grid = grid, .gx = gx, .gy = gy, .is_head = is_head, .what = what};
     return WGML_OK;
 }
 
@@ -231,7 +232,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         wgml_decode_embed e = {.C = (unsigned)C, .KP = (unsigned)round8(C), .f16 = p->d.f16_weights, .positions = !p->llama};
         bind b[] = {{0, pas}, {1, rows}, {2, p->wte}, {3, p->wpe}, {4, p->x}};
         uint32_t used = 1u << 0 | 1u << 1 | 1u << 2 | 1u << 4 | (p->llama ? 0 : 1u << 3);
-        if ((st = add_launch(p, ps_, wgml_decode_embed_wgsl(&e), used, b, 5, GRID_ROW_ELEMS, 0, (uint32_t)C, 0))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_embed_wgsl(&e), used, b, 5, GRID_ROW_ELEMS, 0, (uint32_t)C, 0, "embedding"))) return st;
     }
     const unsigned ps = (unsigned)(p->rmax * C), CP = (unsigned)round8(C);
     for (int64_t l = 0; p->fused && l < p->cfg.layers; l++) {
@@ -248,7 +249,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         bind bq[] = {{0, pas}, {2, p->xb}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc},
                      {9, p->mlp_parts}, {10, p->x}, {11, p->wpe}, {12, p->wte}};
         char *w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, groups_for(p->Q), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv+append (fused)"))) return st;
         /* attention + the output projection (and its bias), a partial sum per K/V head */
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
@@ -256,7 +257,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->attn_wgs, .max_parts = (unsigned)p->d.attn_parts};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {5, lb->wo}, {6, lb->vecs}, {7, p->attn_parts}};
         used = 0xefu;
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0, "attention+wo (fused)"))) return st;
         /* norm + MLP, its input x + those partial sums (workgroup 0 writes the sum to xb) */
         wgml_decode_mlp mlp = {.C = (unsigned)C, .CP = CP, .F = (unsigned)F, .FB = MLP_BLOCK, .RB = RB, .np = (unsigned)p->Hkv,
                                .ps = ps, .f16 = p->d.f16_weights, .eps = eps, .norm_w = (unsigned)(6 * C),
@@ -264,7 +265,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         bind bm[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {9, p->attn_parts}, {10, p->xb}, {13, lb->w2},
                      {14, p->mlp_parts}};
         used = 1u << 0 | 1u << 2 | 1u << 3 | 1u << 4 | 1u << 9 | 1u << 10 | 1u << 13 | 1u << 14;
-        if ((st = add_launch(p, ps_, wgml_decode_mlp_wgsl(&mlp), used, bm, 8, GRID_FIXED, (uint32_t)p->nmlp, 1, 0))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_mlp_wgsl(&mlp), used, bm, 8, GRID_FIXED, (uint32_t)p->nmlp, 1, 0, "norm+mlp (fused)"))) return st;
     }
     for (int64_t l = 0; !p->fused && l < p->cfg.layers; l++) {
         layer_bufs *lb = &p->L[l];
@@ -278,7 +279,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
         /* Llama decoding: RoPE (and QK-norm) in the attention's launch, each row its own slot;
            a prefill's rows of one slot need every row's keys first: a launch of its own */
         const int rope_in_attention = p->llama && !prefill;
@@ -288,7 +289,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                   .knorm = (unsigned)(2 * C + p->D), .eps = eps};
             bind br[] = {{0, rows}, {1, p->qkv}, {2, p->freq}, {3, lb->kc}, {4, lb->vc}, {5, lb->vecs}};
             used = 0x1fu | (p->cfg.qk_norm ? 1u << 5 : 0);
-            if ((st = add_launch(p, ps_, wgml_decode_rope_wgsl(&r), used, br, 6, GRID_ROWS, 0, (uint32_t)(p->H + p->Hkv), 0))) return st;
+            if ((st = add_launch(p, ps_, wgml_decode_rope_wgsl(&r), used, br, 6, GRID_ROWS, 0, (uint32_t)(p->H + p->Hkv), 0, "qk-norm+rope"))) return st;
         }
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
@@ -298,13 +299,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}, {6, lb->vecs}, {8, p->freq}};
         used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0);
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0, "attention"))) return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
-        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
         wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = lanes_for(p->llama ? 2 * F : F),
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
@@ -312,13 +313,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
-        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, groups_for(up.N), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, groups_for(up.N), 1, 0, "norm+mlp up gemv"))) return st;
         wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&down, &used);
-        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), 1, 0))) return st;
+        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), 1, 0, "mlp down gemv+residual"))) return st;
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
@@ -329,10 +330,10 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                            .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps};
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {9, p->mlp_parts}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
-    if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, groups_for(p->V), 1, 1))) return st;
+    if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, groups_for(p->V), 1, 1, "norm+lm head gemv"))) return st;
     wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->attn_wgs};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
-    return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1);
+    return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1, "sampler");
 #undef KCH
 }
 
@@ -755,6 +756,85 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
     /* the host's part: encoding and submitting (the wait for the GPU is not host work) */
     p->host_per_token = steps ? p->host_acc / (double)steps : 0;
     free(ring);
+    return st;
+}
+
+/* ---------------------------------------------------------------- profile */
+
+wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_profile_row *rows, int max_rows, int *n_rows,
+                                double *step_seconds)
+{
+    if (!p || !rows || !n_rows || !step_seconds || max_rows < 1) return WGML_ERROR_INVALID_ARGUMENT;
+    *n_rows = 0, *step_seconds = 0;
+    wgml_runtime *rt = &p->ctx->rt;
+    if (!rt->info.has_timestamp_query) return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode profile: no timestamp queries here");
+    const int n = p->dec.n;
+    if (!p->active || steps < 1 || n + 1 > 2048)
+        return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode profile: no slot started, no steps, or too many launches (%d)", n);
+    for (int64_t s = 0; s < p->active; s++)
+        if (p->len[s] + 2 * steps > p->block)
+            return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode profile: %lld steps pass the block", (long long)(2 * steps));
+    const uint32_t nq = 2 * (uint32_t)n + 2;
+    WGPUQuerySetDescriptor qd = {.label = wgml_sv("decode profile"), .type = WGPUQueryType_Timestamp, .count = nq};
+    WGPUQuerySet qs = wgpuDeviceCreateQuerySet(rt->device, &qd);
+    wgml_status st = WGML_OK;
+    WGPUBuffer resolve = make_buffer(p, 8 * (uint64_t)nq, WGPUBufferUsage_QueryResolve | WGPUBufferUsage_CopySrc, "decode profile", &st);
+    WGPUBuffer readback = make_buffer(p, 8 * (uint64_t)nq, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "decode profile readback", &st);
+    double *sec = calloc((size_t)n, sizeof *sec);
+    if (!st && (!qs || !sec)) st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode profile: no query set or host memory");
+    const uint32_t R = (uint32_t)p->active;
+    const double period = wgml_rt_timestamp_ns(rt) * 1e-9;
+    for (int64_t k = 0; !st && k < steps; k++) {
+        WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(rt->device, NULL);
+        if (!enc) {
+            st = wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode profile: no command encoder");
+            break;
+        }
+        /* a step with each launch in a pass of its own between two timestamps, then a step in one pass */
+        for (int i = 0; i < n; i++) {
+            const launch *l = &p->dec.l[i];
+            WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 2 * (uint32_t)i, .endOfPassWriteIndex = 2 * (uint32_t)i + 1};
+            WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
+            WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, &pd);
+            pass one = {.l = (launch *)l, .n = 1};
+            encode_pass(p, cp, &one, R, R);
+            wgpuComputePassEncoderEnd(cp);
+            wgpuComputePassEncoderRelease(cp);
+        }
+        WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = nq - 2, .endOfPassWriteIndex = nq - 1};
+        WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
+        WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, &pd);
+        encode_pass(p, cp, &p->dec, R, R);
+        wgpuComputePassEncoderEnd(cp);
+        wgpuComputePassEncoderRelease(cp);
+        wgpuCommandEncoderResolveQuerySet(enc, qs, 0, nq, resolve, 0);
+        wgpuCommandEncoderCopyBufferToBuffer(enc, resolve, 0, readback, 0, 8 * (uint64_t)nq);
+        WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+        wgpuCommandEncoderRelease(enc);
+        if ((st = wgml_submit(rt, cb)) || (st = wgml_map_read(rt, readback, 8 * (uint64_t)nq))) break;
+        const uint64_t *t = wgpuBufferGetConstMappedRange(readback, 0, 8 * (size_t)nq);
+        for (int i = 0; t && i < n; i++)
+            if (t[2 * i + 1] >= t[2 * i]) sec[i] += (double)(t[2 * i + 1] - t[2 * i]) * period;
+        if (t && t[nq - 1] >= t[nq - 2]) *step_seconds += (double)(t[nq - 1] - t[nq - 2]) * period;
+        wgpuBufferUnmap(readback);
+        if (!t) st = wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode profile: the timestamps could not be mapped");
+    }
+    /* by kind, in the step's order */
+    for (int i = 0; !st && i < n; i++) {
+        int r = 0;
+        while (r < *n_rows && strcmp(rows[r].what, p->dec.l[i].what)) r++;
+        if (r == *n_rows) {
+            if (r == max_rows) continue;
+            rows[(*n_rows)++] = (wgml_decode_profile_row){.what = p->dec.l[i].what};
+        }
+        rows[r].launches++;
+        rows[r].seconds += sec[i] / (double)steps;
+    }
+    *step_seconds /= (double)steps;
+    free(sec);
+    release(&resolve), release(&readback);
+    if (qs) wgpuQuerySetRelease(qs);
+    p->active = 0; /* the GPU's rows moved on without the host's: start again */
     return st;
 }
 

@@ -123,7 +123,16 @@ static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .
                                           .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
 
 /* One prompt, past the block: plan = graph path = reference. */
+static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
+                               int64_t expect_dispatches);
 static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
+{
+    check_single_chunk(cfg_in, f16, unfused, lanes, parts, -1, expect_dispatches);
+}
+
+/* (chunk: the decode attention's positions a workgroup, -1 unsplit) */
+static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
+                               int64_t expect_dispatches)
 {
     wgml_context *ctx = test_context();
     wgml_gpt_config cfg;
@@ -141,7 +150,7 @@ static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, in
     same_tokens("graph path vs reference", graph, want, NN);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
-                                .attn_parts = parts};
+                                .attn_parts = parts, .attn_chunk = chunk};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -178,6 +187,55 @@ static void gpt2_plan_unfused(void) { check_single(&gpt2_cfg, 0, 1, 32, 2, 1 + 5
 static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 0, 32, 0, 1 + 5 * 2 + 2); }
 static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 2, 1 + 5 * 2 + 2); }
 static void llama_plan_head_size_8(void) { check_single(&llama8_cfg, 0, 0, 0, 2, 1 + 5 * 1 + 2); }
+
+/* The decode attention split over chunks of positions (one launch more a layer: the combine):
+   chunks of 3 over a block of 11 (contexts 5 .. 11 and, past the block, 6 .. again: chunks
+   partly filled, a context on a chunk's edge), of 1 (every chunk a position), and on GPT-2's
+   unfused form; with 16 lanes a GEMV output. */
+static void llama_split_attention(void) { check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + 6 * 2 + 2); }
+static void llama_split_attention_f16_chunk_1(void) { check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + 6 * 1 + 2); }
+static void gpt2_split_attention(void) { check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + 6 * 2 + 2); }
+
+/* A long context at a vocabulary past the sampler's rounds of four (4 x 1024 logits): prompts
+   of 1, 7 and 512 tokens in one batch, the attention in chunks of 32 (contexts 1, 7 and 513
+   each start a chunk or sit inside one), greedy tokens against the reference. */
+static void long_context_split(void)
+{
+    wgml_context *ctx = test_context();
+    const wgml_gpt_config cin = {.arch = WGML_GPT_LLAMA, .vocab = 4500, .block = 560, .layers = 1, .heads = 2, .kv_heads = 1,
+                                 .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 1000.0f};
+    wgml_gpt_config cfg;
+    CHECK_OK(ctx, wgml_gpt_config_resolve(&cin, &cfg, NULL, 0));
+    params p;
+    params_random(&cfg, 0.5, 0, &p);
+    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
+    wgml_gpt g = {0};
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    enum { S = 3, NN = 4, LONG = 512 };
+    int32_t a[1] = {4321}, b[7], c[LONG];
+    for (int i = 0; i < 7; i++) b[i] = (int32_t)((i * 611 + 5) % 4500);
+    for (int i = 0; i < LONG; i++) c[i] = (int32_t)((i * 2654435761u + 17) % 4500u);
+    const int32_t *prompts[S] = {a, b, c};
+    const int64_t lens[S] = {1, 7, LONG};
+    int32_t want[S][NN], got[S * NN], first[S];
+    for (int s = 0; s < S; s++) reference_greedy(r, prompts[s], (int)lens[s], NN, want[s]);
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = S, .steps_per_submit = 2, .max_prefill = 256};
+    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    if (plan) {
+        CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 6 + 2); /* split by default: the block is >= 512 */
+        CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first));
+        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
+        for (int s = 0; s < S; s++) {
+            CHECK(first[s] == want[s][0]);
+            same_tokens("long context slot vs reference", got + s * (NN - 1), want[s] + 1, NN - 1);
+        }
+    }
+    wgml_decode_plan_free(plan);
+    wgml_gpt_free(&g);
+    gpt_ref_free(r);
+    params_free(&p);
+}
 
 /* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void);
@@ -273,5 +331,9 @@ int main(void)
     TEST_RUN(llama_plan_head_size_8);
     TEST_RUN(batch_of_prompts);
     TEST_RUN(gpt2_batch);
+    TEST_RUN(llama_split_attention);
+    TEST_RUN(llama_split_attention_f16_chunk_1);
+    TEST_RUN(gpt2_split_attention);
+    TEST_RUN(long_context_split);
     return test_summary();
 }

@@ -43,6 +43,8 @@ struct wgml_decode_plan {
     WGPUBuffer wte, wpe, fvecs, freq;
     WGPUBuffer x, qkv, att, h, logits;
     int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
+    unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
+    WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
     unsigned attn_wgs;          /* the attention's workgroup size */
     int64_t nmlp;               /* the fused MLP's partial sums (blocks of MLP_BLOCK hidden units) */
     WGPUBuffer xb, attn_parts, mlp_parts;
@@ -291,15 +293,25 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
             used = 0x1fu | (p->cfg.qk_norm ? 1u << 5 : 0);
             if ((st = add_launch(p, ps_, wgml_decode_rope_wgsl(&r), used, br, 6, GRID_ROWS, 0, (uint32_t)(p->H + p->Hkv), 0, "qk-norm+rope"))) return st;
         }
+        /* decoding over a long block: split over chunks of positions (more workgroups than
+           K/V heads), then a launch combining the chunks */
+        const unsigned chunk = prefill ? 0 : p->attn_chunk;
+        const uint32_t nsplit = chunk ? (uint32_t)((p->block + chunk - 1) / chunk) : 1;
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
-                               .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = p->attn_wgs,
+                               .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = chunk ? 256 : p->attn_wgs,
                                .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
-                               .knorm = (unsigned)(2 * C + p->D), .eps = eps};
-        bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, p->att}, {6, lb->vecs}, {8, p->freq}};
-        used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0);
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0, "attention"))) return st;
+                               .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk};
+        bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, chunk ? p->asums : p->att}, {6, lb->vecs}, {8, p->freq},
+                     {9, p->aml}, {10, p->att}};
+        used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0);
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 8, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
+                             chunk ? "attention (split)" : "attention")))
+            return st;
+        if (chunk && (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 9,
+                                      GRID_ROWS, 0, (uint32_t)p->H, 0, "attention combine")))
+            return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};
@@ -358,7 +370,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
     }
     free(p->L);
-    WGPUBuffer *bufs[] = {&p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits,
+    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits,
                           &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging[0], &p->staging[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
@@ -459,6 +471,11 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->nmlp = (p->F + MLP_BLOCK - 1) / MLP_BLOCK;
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * MLP_BLOCK + 16) * 4;
     p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
+    /* the decode step's attention split over chunks of 32 positions where the block is long
+       (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the
+       fused GPT-2 attention (its projection inside) stays whole */
+    p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 ? 32u : 0u;
+    if (p->attn_chunk >= (unsigned)c->block) p->attn_chunk = 0;
     p->L = calloc((size_t)c->layers, sizeof *p->L);
     p->len = calloc((size_t)p->B, sizeof *p->len), p->count = calloc((size_t)p->B, sizeof *p->count);
     p->hist = calloc((size_t)p->B, sizeof *p->hist), p->n_hist = calloc((size_t)p->B, sizeof *p->n_hist);
@@ -501,6 +518,11 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         p->xb = make_buffer(p, (uint64_t)(p->rmax * p->C) * 4, STORAGE, "decode x (second)", &st);
         p->attn_parts = make_buffer(p, (uint64_t)(p->Hkv * p->rmax * p->C) * 4, STORAGE, "decode attention sums", &st);
         p->mlp_parts = make_buffer(p, (uint64_t)(p->nmlp * p->rmax * p->C) * 4, STORAGE, "decode MLP sums", &st);
+    }
+    if (p->attn_chunk) {
+        const uint64_t ns = (uint64_t)((p->block + p->attn_chunk - 1) / p->attn_chunk);
+        p->asums = make_buffer(p, (uint64_t)(p->B * p->A) * ns * 4, STORAGE, "decode attention chunks", &st);
+        p->aml = make_buffer(p, (uint64_t)(p->B * p->H) * ns * 2 * 4, STORAGE, "decode attention chunk maxima", &st);
     }
     p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);

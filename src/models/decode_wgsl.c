@@ -366,13 +366,18 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     const unsigned lw = a->D % (a->rope ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
     const unsigned wgs = a->wgs ? a->wgs : 256, all = no >= wgs ? 1 : wgs / no;
     const unsigned parts = a->max_parts && a->max_parts < all ? a->max_parts : all, opw = wgs / parts;
+    /* split over positions: chunks of CH, a workgroup each, their unnormalised sums and (max,
+       sum of exponentials) to binding 4 and 9 for wgml_decode_attn_combine_wgsl */
+    const int split = a->chunk > 0 && !a->wo_fused;
+    const unsigned ns = split ? (a->block + a->chunk - 1) / a->chunk : 1;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
         "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n"
-        "const WGS: u32 = %uu;\n",
+        "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n",
         a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
-        a->bias >= 0 ? (unsigned)a->bias : 0u, wgs);
+        a->bias >= 0 ? (unsigned)a->bias : 0u, wgs, split ? a->chunk : a->block, split ? ns : 1u, a->kvd / a->D,
+        split ? a->chunk : a->block);
     out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
     out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
         lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
@@ -391,6 +396,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
         if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
     } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n");
+    if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<f32>;\n");
     if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
         out(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
                 "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
@@ -404,7 +410,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "@group(0) @binding(3) var<storage, %s> vc: array<VT>;\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
-        a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * a->block, a->G * a->D / lw);
+        a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
     /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
        the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
        caches, which this workgroup then reads (storageBarrier) */
@@ -427,7 +433,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         out(&pb, "        if (tid < HALF) {\n"
                  "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
                  "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
-                 "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else {\n"
+                 "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else if (own) {\n"
                  "                let base = (slot * BLOCK + pos) * KVD + g * D;\n"
                  "                let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
                  "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
@@ -446,28 +452,33 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     out(&b,
         "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-        "    let r = wg.x;\n    let g = wg.y;\n    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
+        "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n    let slot = u32(rows[r].x);\n"
+        "    let T = u32(rows[r].y) + 1u;\n"
+        /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
+           own position appends its k and v */
+        "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
         "%s"
         "    workgroupBarrier();\n"
         /* a thread per cached position: its score against each of the group's query heads */
-        "    for (var t = tid; t < T; t += WGS) {\n"
+        "    for (var t = t0 + tid; t < t1; t += WGS) {\n"
         "        let base = ((slot * BLOCK + t) * KVD + g * D) / LW;\n"
         "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
         "        for (var d = 0u; d < DV; d++) {\n            let kv = kc[base + d];\n"
         "            for (var q = 0u; q < G; q++) { s[q] += vdot(qs[q * DV + d], kv); }\n        }\n"
-        "        for (var q = 0u; q < G; q++) { sc[q * BLOCK + t] = s[q] * SCALE; }\n    }\n"
+        "        for (var q = 0u; q < G; q++) { sc[q * SCW + t - t0] = s[q] * SCALE; }\n    }\n"
         "    workgroupBarrier();\n"
         "    for (var q = 0u; q < G; q++) {\n"
         "        var m = -3.0e38;\n"
-        "        for (var t = tid; t < T; t += WGS) { m = max(m, sc[q * BLOCK + t]); }\n"
+        "        for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
         "        red[tid] = m;\n        workgroupBarrier();\n"
         "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
         "        m = red[0];\n        workgroupBarrier();\n"
         "        var sum = 0.0;\n"
-        "        for (var t = tid; t < T; t += WGS) { let e = exp(sc[q * BLOCK + t] - m); sc[q * BLOCK + t] = e; sum += e; }\n"
+        "        for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
         "        red[tid] = sum;\n        workgroupBarrier();\n"
         "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
-        "        if (tid == 0u) { inv[q] = 1.0 / red[0]; }\n        workgroupBarrier();\n    }\n"
+        "%s"
+        "        workgroupBarrier();\n    }\n"
         /* the weighted values: PARTS threads share an output, each over every PARTS-th position */
         "    for (var o0 = 0u; o0 < NO; o0 += OPW) {\n"
         "        let o = o0 + tid %% OPW;\n        let pt = tid / OPW;\n        var acc = VT(0.0);\n"
@@ -476,20 +487,25 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         /* four positions a round, their loads issued together (a loop of one load each waits
            on every load in turn) */
         "            let vb = (slot * BLOCK * KVD + g * D) / LW + dv;\n"
-        "            var t = pt;\n"
-        "            for (; t + 3u * PARTS < T; t += 4u * PARTS) {\n"
+        "            var t = t0 + pt;\n"
+        "            for (; t + 3u * PARTS < t1; t += 4u * PARTS) {\n"
         "                let v0 = vc[vb + t * (KVD / LW)];\n                let v1 = vc[vb + (t + PARTS) * (KVD / LW)];\n"
         "                let v2 = vc[vb + (t + 2u * PARTS) * (KVD / LW)];\n                let v3 = vc[vb + (t + 3u * PARTS) * (KVD / LW)];\n"
-        "                acc += sc[q * BLOCK + t] * v0 + sc[q * BLOCK + t + PARTS] * v1 + sc[q * BLOCK + t + 2u * PARTS] * v2\n"
-        "                     + sc[q * BLOCK + t + 3u * PARTS] * v3;\n            }\n"
-        "            for (; t < T; t += PARTS) { acc += sc[q * BLOCK + t] * vc[vb + t * (KVD / LW)]; }\n"
+        "                acc += sc[q * SCW + t - t0] * v0 + sc[q * SCW + t - t0 + PARTS] * v1 + sc[q * SCW + t - t0 + 2u * PARTS] * v2\n"
+        "                     + sc[q * SCW + t - t0 + 3u * PARTS] * v3;\n            }\n"
+        "            for (; t < t1; t += PARTS) { acc += sc[q * SCW + t - t0] * vc[vb + t * (KVD / LW)]; }\n"
         "        }\n        part[tid] = acc;\n        workgroupBarrier();\n"
         "        if (tid < OPW && o < NO) {\n"
         "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        pro, a->wo_fused ? "o * LW" : "r * AS + g * G * D + o * LW");
+        pro,
+        split ? "        if (tid == 0u) {\n            inv[q] = 1.0;\n"
+                "            let at = (((r * NKV + g) * NS + sp) * G + q) * 2u;\n            ml[at] = m;\n            ml[at + 1u] = red[0];\n"
+                "        }\n"
+              : "        if (tid == 0u) { inv[q] = 1.0 / red[0]; }\n",
+        a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
     if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
         out(&b, "    for (var c = tid; c < %uu; c += WGS) {\n        var acc = %s;\n"
@@ -506,6 +522,34 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 
 /* reduce_angle and its helper (the same exact reduction the graph's RoPE uses): ops/mul_wide.wgsl
    whole, then ops/rope.wgsl's text from reduce_angle's comment to the entry point. */
+char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a)
+{
+    sbuf b = {0};
+    const unsigned ns = (a->block + a->chunk - 1) / a->chunk;
+    out(&b, "const D: u32 = %uu;\nconst G: u32 = %uu;\nconst NKV: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\n"
+            "const AS: u32 = %uu;\n",
+        a->D, a->G, a->kvd / a->D, a->chunk, ns, a->as);
+    out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
+            "@group(0) @binding(4) var<storage, read> parts: array<f32>;\n"
+            "@group(0) @binding(9) var<storage, read> ml: array<f32>;\n"
+            "@group(0) @binding(10) var<storage, read_write> att: array<f32>;\n"
+            "@compute @workgroup_size(64)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "    let r = wg.x;\n    let h = wg.y;\n    let g = h / G;\n    let q = h %% G;\n"
+            "    let T = u32(rows[r].y) + 1u;\n    let n = (T + CH - 1u) / CH;\n"
+            "    let p0 = (r * NKV + g) * NS;\n"
+            "    var m = -3.0e38;\n"
+            "    for (var s = 0u; s < n; s++) { m = max(m, ml[((p0 + s) * G + q) * 2u]); }\n"
+            "    var l = 0.0;\n"
+            "    for (var s = 0u; s < n; s++) { let at = ((p0 + s) * G + q) * 2u; l += exp(ml[at] - m) * ml[at + 1u]; }\n"
+            "    for (var d = tid; d < D; d += 64u) {\n"
+            "        var acc = 0.0;\n"
+            "        for (var s = 0u; s < n; s++) {\n"
+            "            acc += exp(ml[((p0 + s) * G + q) * 2u] - m) * parts[((p0 + s) * G + q) * D + d];\n        }\n"
+            "        att[r * AS + h * D + d] = acc / l;\n    }\n}\n");
+    return done(&b);
+}
+
 static void rope_helpers(sbuf *b)
 {
     const char *mul = wgml_wgsl_find("mul_wide"), *src = wgml_wgsl_find("rope");

@@ -12,7 +12,6 @@
 #include "runtime/runtime.h"
 
 enum { GRID_FIXED, GRID_ROWS, GRID_ROW_ELEMS, GRID_PICKS };
-enum { MLP_BLOCK = 64 }; /* hidden units a workgroup of the fused MLP */
 
 typedef struct launch {
     WGPUComputePipeline pipe; /* borrowed from the context's pipeline cache */
@@ -46,7 +45,7 @@ struct wgml_decode_plan {
     unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
     unsigned attn_wgs;          /* the attention's workgroup size */
-    int64_t nmlp;               /* the fused MLP's partial sums (blocks of MLP_BLOCK hidden units) */
+    int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
     WGPUBuffer staging[2]; /* the token rings' copies: one read while the next submit runs */
@@ -261,7 +260,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         used = 0xefu;
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0, "attention+wo (fused)"))) return st;
         /* norm + MLP, its input x + those partial sums (workgroup 0 writes the sum to xb) */
-        wgml_decode_mlp mlp = {.C = (unsigned)C, .CP = CP, .F = (unsigned)F, .FB = MLP_BLOCK, .RB = RB, .np = (unsigned)p->Hkv,
+        wgml_decode_mlp mlp = {.C = (unsigned)C, .CP = CP, .F = (unsigned)F, .FB = (unsigned)p->mlp_block, .RB = RB, .np = (unsigned)p->Hkv,
                                .ps = ps, .f16 = p->d.f16_weights, .eps = eps, .norm_w = (unsigned)(6 * C),
                                .norm_b = (unsigned)(7 * C), .b1 = (unsigned)(8 * C), .b2 = (unsigned)(8 * C + F)};
         bind bm[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {9, p->attn_parts}, {10, p->xb}, {13, lb->w2},
@@ -448,6 +447,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!d.steps_per_submit) d.steps_per_submit = 16;
     if (d.temperature < 1e-4f) d.temperature = 0;
     if (d.steps_per_submit > 4096) d.steps_per_submit = 4096;
+    if (d.mlp_block < 0 || d.mlp_block % 8)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: mlp_block = %d; want a multiple of 8", d.mlp_block);
     if (d.attn_parts < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_parts = %d", d.attn_parts);
     if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
@@ -468,8 +469,9 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
     /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
        prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
-    p->nmlp = (p->F + MLP_BLOCK - 1) / MLP_BLOCK;
-    const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * MLP_BLOCK + 16) * 4;
+    p->mlp_block = d.mlp_block ? d.mlp_block : 64;
+    p->nmlp = (p->F + p->mlp_block - 1) / p->mlp_block;
+    const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
     p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
     /* the decode step's attention split over chunks of 32 positions where the block is long
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the

@@ -125,6 +125,7 @@ static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .
 /* One prompt, past the block: plan = graph path = reference. */
 static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
                                int64_t expect_dispatches);
+static int x_chunk; /* the GEMVs' inputs staged at a time (0: the plan's choice) */
 static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
 {
     check_single_chunk(cfg_in, f16, unfused, lanes, parts, -1, expect_dispatches);
@@ -150,7 +151,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     same_tokens("graph path vs reference", graph, want, NN);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
-                                .attn_parts = parts, .attn_chunk = chunk};
+                                .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -195,6 +196,16 @@ static void llama_plan_head_size_8(void) { check_single(&llama8_cfg, 0, 0, 0, 2,
 static void llama_split_attention(void) { check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + 6 * 2 + 2); }
 static void llama_split_attention_f16_chunk_1(void) { check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + 6 * 1 + 2); }
 static void gpt2_split_attention(void) { check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + 6 * 2 + 2); }
+
+/* x staged in chunks of 8 inputs (the norm's statistics over the whole row first, then each
+   chunk normed as it is staged), not in one: Llama in f16 and GPT-2's unfused form */
+static void gemv_x_in_chunks(void)
+{
+    x_chunk = 8;
+    check_single(&llama_cfg, 1, 0, 0, 0, 1 + 5 * 2 + 2);
+    check_single(&gpt2_cfg, 0, 1, 0, 0, 1 + 5 * 2 + 2);
+    x_chunk = 0;
+}
 
 /* A long context at a vocabulary past the sampler's rounds of four (4 x 1024 logits): prompts
    of 1, 7 and 512 tokens in one batch, the attention in chunks of 32 (contexts 1, 7 and 513
@@ -335,5 +346,6 @@ int main(void)
     TEST_RUN(llama_split_attention_f16_chunk_1);
     TEST_RUN(gpt2_split_attention);
     TEST_RUN(long_context_split);
+    TEST_RUN(gemv_x_in_chunks);
     return test_summary();
 }

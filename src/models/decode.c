@@ -228,6 +228,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     const uint32_t wg_mem = p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
     unsigned kch_max = 4096; /* (at batch 1 a whole row of x: one chunk, all its weights loaded at once) */
     while (kch_max > 64 && (RB * kch_max + (RB * 256 > 512 ? RB * 256 : 512) + 2 * RB) * 4 > wg_mem) kch_max /= 2;
+    if (p->d.x_chunk && (unsigned)p->d.x_chunk < kch_max) kch_max = (unsigned)p->d.x_chunk;
 #define KCH(K) ((unsigned)(round8(K) < kch_max ? round8(K) : kch_max))
     if (!p->fused) {
         wgml_decode_embed e = {.C = (unsigned)C, .KP = (unsigned)round8(C), .f16 = p->d.f16_weights, .positions = !p->llama};
@@ -447,6 +448,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!d.steps_per_submit) d.steps_per_submit = 16;
     if (d.temperature < 1e-4f) d.temperature = 0;
     if (d.steps_per_submit > 4096) d.steps_per_submit = 4096;
+    if (d.x_chunk < 0 || d.x_chunk % 8)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: x_chunk = %d; want a multiple of 8", d.x_chunk);
     if (d.mlp_block < 0 || d.mlp_block % 8)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: mlp_block = %d; want a multiple of 8", d.mlp_block);
     if (d.attn_parts < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_parts = %d", d.attn_parts);

@@ -127,6 +127,56 @@ static void row_stats(sbuf *b, int norm, unsigned rb)
                                   "                stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
 }
 
+/* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
+   norm's weights for them into registers) in one pass over x, their statistics from xs, then
+   xs normed in place: x is read once (with partial sums, each added once), not twice. */
+static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb)
+{
+    const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
+    char bias[80] = "";
+    if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
+    unsigned gs = 1;
+    while (gs * 2 * rb <= 256) gs *= 2;
+    out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
+           "            for (var it = 0u; it < %uu; it++) {\n"
+           "                let i = tid + it * 256u;\n"
+           "                if (i < RB * %uu) {\n"
+           "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
+           "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
+           "                    var c = vec4<f32>(0.0);\n"
+           "                    for (var e = 0u; e < 4u; e++) {\n"
+           "                        if (k + e < K) {\n"
+           "                            w[e] = vecs[%uu + k + e];\n%s"
+           "                            if (r0 + j < R) {\n"
+           "                                let rr = xrow(r0 + j);\n                                let raw = xraw(rr, k + e);\n%s"
+           "                                v[e] = raw;\n                            }\n"
+           "                        }\n                    }\n"
+           "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
+           "                }\n            }\n            workgroupBarrier();\n",
+        ni, ni, ni, kch4, kch4, kch4, nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+    out(b, "            {\n"
+           "                let j = tid / %uu;\n                let sub = tid %% %uu;\n"
+           "                var s = 0.0;\n                var ss = 0.0;\n"
+           "                if (j < RB) {\n"
+           "                    for (var u = sub; u < %uu; u += %uu) { let v = xs[j * %uu + u]; s += v.x + v.y + v.z + v.w; ss += dot(v, v); }\n"
+           "                }\n"
+           "                red[tid] = s;\n                red[256u + tid] = ss;\n                workgroupBarrier();\n"
+           "                for (var st = %uu; st > 0u; st >>= 1u) {\n"
+           "                    if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+           "                    workgroupBarrier();\n                }\n"
+           "                if (sub == 0u && j < RB) {\n                    let mean = red[tid] / f32(K);\n%s"
+           "                }\n                workgroupBarrier();\n            }\n",
+        gs, gs, kch4, gs, kch4, gs / 2,
+        ln ? "                    let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
+             "                    stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n"
+           : "                    stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n");
+    out(b, "            for (var it = 0u; it < %uu; it++) {\n"
+           "                let i = tid + it * 256u;\n"
+           "                if (i < RB * %uu) {\n                    let j = i / %uu;\n"
+           "                    xs[i] = %s;\n                }\n            }\n",
+        ni, kch4, kch4, ln ? "(xs[i] - stat[j].x) * stat[j].y * nw[it] + nb[it]" : "xs[i] * stat[j].y * nw[it]");
+}
+
 /* Inside the row-chunk loop: inputs k0 .. k0 + KCH of the RB rows into xs, normed (workgroup 0
    writes the raw rows to xout first, with persist). */
 static void stage_rows(sbuf *b, unsigned kch4, int persist)
@@ -258,13 +308,16 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "            if (n < N) {\n");
     row_load(&b, kch4, units, lpo, wv);
     out(&b, "            }\n");
-    if (norm) {
-        out(&b, "            if (k0 == 0u) {\n");
-        row_stats(&b, k->norm, k->RB);
-        out(&b, "            }\n");
+    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b);
+    else {
+        if (norm) {
+            out(&b, "            if (k0 == 0u) {\n");
+            row_stats(&b, k->norm, k->RB);
+            out(&b, "            }\n");
+        }
+        out(&b, "            workgroupBarrier();\n");
+        stage_rows(&b, kch4, k->persist);
     }
-    out(&b, "            workgroupBarrier();\n");
-    stage_rows(&b, kch4, k->persist);
     out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
     row_fma(&b, k->f16, kch4, units, lpo, wv);
     out(&b, "            }\n            workgroupBarrier();\n        }\n");
@@ -320,9 +373,8 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let R = P.R;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let f0 = wg.x * FB;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n");
-    row_stats(&b, DECODE_NORM_LN, m->RB);
     out(&b, "        let k0 = 0u;\n");
-    stage_rows(&b, kch4, 1);
+    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b);
     out(&b, "        workgroupBarrier();\n"
             /* the block's hidden units, 8 at a time (a row group each) */
             "        for (var fb = 0u; fb < FB; fb += 8u) {\n"

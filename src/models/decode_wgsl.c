@@ -497,8 +497,52 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         else out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = v; }\nfn vcput(i: u32, v: f32) { vc[i] = v; }\n");
     }
     char *pro = done(&pb);
-    if (!pro) {
-        free(b.s);
+    /* the softmax of each query head over this workgroup's positions: a tree over the RW
+       threads that hold positions (fewer rounds where the positions are few), the G heads in
+       one tree where RW G fits the reduction array; then inv (or, split, the chunk's max and
+       sum to ml) */
+    unsigned scw = split ? a->chunk : a->block, rw = 1;
+    while (rw < scw && rw < wgs) rw *= 2;
+    const char *tail = split ? "            if (tid == 0u) {\n                inv[q] = 1.0;\n"
+                               "                let at = (((r * NKV + g) * NS + sp) * G + q) * 2u;\n"
+                               "                ml[at] = m;\n                ml[at + 1u] = total;\n            }\n"
+                             : "            if (tid == 0u) { inv[q] = 1.0 / total; }\n";
+    sbuf sb = {0};
+    if (a->G * rw <= wgs)
+        out(&sb, "    {\n        var mq: array<f32, G>;\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                 "            if (tid < %uu) { red[q * %uu + tid] = m; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                 "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] = max(red[q * %uu + tid], red[q * %uu + tid + st]); } }\n"
+                 "            workgroupBarrier();\n        }\n"
+                 "        for (var q = 0u; q < G; q++) { mq[q] = red[q * %uu]; }\n        workgroupBarrier();\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var sum = 0.0;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - mq[q]); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                 "            if (tid < %uu) { red[q * %uu + tid] = sum; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                 "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] += red[q * %uu + tid + st]; } }\n"
+                 "            workgroupBarrier();\n        }\n"
+                 "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            let total = red[q * %uu];\n%s"
+                 "        }\n        workgroupBarrier();\n    }\n",
+            rw, rw, rw / 2, rw, rw, rw, rw, rw, rw, rw / 2, rw, rw, rw, tail);
+    else
+        out(&sb, "    for (var q = 0u; q < G; q++) {\n"
+                 "        var m = -3.0e38;\n"
+                 "        for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                 "        red[tid] = m;\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
+                 "        m = red[0];\n        workgroupBarrier();\n"
+                 "        var sum = 0.0;\n"
+                 "        for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                 "        red[tid] = sum;\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                 "        {\n            let total = red[0];\n%s        }\n"
+                 "        workgroupBarrier();\n    }\n",
+            rw / 2, rw / 2, tail);
+    char *soft = done(&sb);
+    if (!pro || !soft) {
+        free(pro), free(soft), free(b.s);
         return NULL;
     }
     out(&b,
@@ -519,18 +563,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            for (var q = 0u; q < G; q++) { s[q] += vdot(qs[q * DV + d], kv); }\n        }\n"
         "        for (var q = 0u; q < G; q++) { sc[q * SCW + t - t0] = s[q] * SCALE; }\n    }\n"
         "    workgroupBarrier();\n"
-        "    for (var q = 0u; q < G; q++) {\n"
-        "        var m = -3.0e38;\n"
-        "        for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
-        "        red[tid] = m;\n        workgroupBarrier();\n"
-        "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
-        "        m = red[0];\n        workgroupBarrier();\n"
-        "        var sum = 0.0;\n"
-        "        for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
-        "        red[tid] = sum;\n        workgroupBarrier();\n"
-        "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
         "%s"
-        "        workgroupBarrier();\n    }\n"
         /* the weighted values: PARTS threads share an output, each over every PARTS-th position */
         "    for (var o0 = 0u; o0 < NO; o0 += OPW) {\n"
         "        let o = o0 + tid %% OPW;\n        let pt = tid / OPW;\n        var acc = VT(0.0);\n"
@@ -552,13 +585,10 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        pro,
-        split ? "        if (tid == 0u) {\n            inv[q] = 1.0;\n"
-                "            let at = (((r * NKV + g) * NS + sp) * G + q) * 2u;\n            ml[at] = m;\n            ml[at + 1u] = red[0];\n"
-                "        }\n"
-              : "        if (tid == 0u) { inv[q] = 1.0 / red[0]; }\n",
+        pro, soft,
         a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
+    free(soft);
     if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
         out(&b, "    for (var c = tid; c < %uu; c += WGS) {\n        var acc = %s;\n"
                 "        for (var i0 = 0u; i0 < G * D; i0 += 8u) {\n"

@@ -208,8 +208,9 @@ static void gemv_x_in_chunks(void)
 }
 
 /* A long context at a vocabulary past the sampler's rounds of four (4 x 1024 logits): prompts
-   of 1, 7 and 512 tokens in one batch, the attention in chunks of 32 (contexts 1, 7 and 513
-   each start a chunk or sit inside one), greedy tokens against the reference. */
+   of 1, 7 and 512 tokens in one batch, the attention split by default in chunks of 128 (32
+   times the batch, rounded up to a power of two): contexts 1 and 513 each start a chunk, 7
+   sits inside one; greedy tokens against the reference. */
 static void long_context_split(void)
 {
     wgml_context *ctx = test_context();

@@ -40,9 +40,11 @@ typedef struct wgml_decode_desc {
     int lanes;                /* threads summing one output of a GEMV: 16, 32, 64, 128; 0 by its size (tests) */
     int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
     int x_chunk;              /* a GEMV's inputs staged at a time, a multiple of 8 (0: as many as fit; tests) */
-    int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 64) */
+    int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
+                                 that makes more than 64 partial sums) */
     int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
-                                 each, and combined by one more launch a layer; 0: 32 where the block is >= 512,
+                                 each, and combined by one more launch a layer; 0: where the block is >= 512, 32 times
+                                 the batch rounded up to a power of two,
                                  -1: never (the fused GPT-2 form never splits) */
 } wgml_decode_desc;
 

@@ -468,7 +468,34 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        caches, which this workgroup then reads (storageBarrier) */
     sbuf pb = {0};
     if (!a->rope) out(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
-    else {
+    else if ((a->G + 1) * 64 <= wgs) {
+        /* the G + 1 heads at once, 64 threads each (D / 2 <= 64 pairs): all loads issued
+           together, one segmented tree for the norms */
+        out(&pb, "    let pos = u32(rows[r].y);\n"
+                 "    let hh = tid / 64u;\n    let j = tid %% 64u;\n    let act = hh <= G && j < HALF;\n"
+                 "    let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
+                 "    let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
+                 "    var a = 0.0;\n    var b = 0.0;\n    var fr = 0.0;\n    var w1 = 1.0;\n    var w2 = 1.0;\n"
+                 "    var va = 0.0;\n    var vb = 0.0;\n"
+                 "    if (act) {\n        a = qb[col + j];\n        b = qb[col + j + HALF];\n        fr = freq[j];\n");
+        if (a->qk_norm)
+            out(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
+                a->knorm, a->qnorm);
+        out(&pb, "        if (hh == G) { va = qb[vcol + j]; vb = qb[vcol + j + HALF]; }\n    }\n");
+        if (a->qk_norm)
+            out(&pb, "    red[tid] = a * a + b * b;\n    workgroupBarrier();\n"
+                     "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                     "    let rs = inverseSqrt(red[hh * 64u] / f32(D) + EPS);\n"
+                     "    a = a * rs * w1;\n    b = b * rs * w2;\n");
+        out(&pb, "    if (act) {\n"
+                 "        let ang = reduce_angle(f32(pos) * fr);\n        let c = cos(ang);\n        let s = sin(ang);\n"
+                 "        let ya = a * c - b * s;\n        let yb = b * c + a * s;\n"
+                 "        if (hh < G) { qput(hh * D + j, ya); qput(hh * D + j + HALF, yb); } else if (own) {\n"
+                 "            let base = (slot * BLOCK + pos) * KVD + g * D;\n"
+                 "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
+                 "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n"
+                 "        }\n    }\n    storageBarrier();\n");
+    } else {
         out(&pb, "    let pos = u32(rows[r].y);\n"
                  "    for (var hh = 0u; hh <= G; hh++) {\n"
                  "        let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
@@ -491,11 +518,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                  "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
                  "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
                  "            }\n        }\n    }\n    storageBarrier();\n");
-        if (lw == 4)
-            out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
-                    "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
-        else out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = v; }\nfn vcput(i: u32, v: f32) { vc[i] = v; }\n");
     }
+    if (a->rope && lw == 4)
+        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
+                "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
+    else if (a->rope) out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = v; }\nfn vcput(i: u32, v: f32) { vc[i] = v; }\n");
     char *pro = done(&pb);
     /* the softmax of each query head over this workgroup's positions: a tree over the RW
        threads that hold positions (fewer rounds where the positions are few), the G heads in
@@ -620,14 +647,18 @@ char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a)
             "    let r = wg.x;\n    let h = wg.y;\n    let g = h / G;\n    let q = h %% G;\n"
             "    let T = u32(rows[r].y) + 1u;\n    let n = (T + CH - 1u) / CH;\n"
             "    let p0 = (r * NKV + g) * NS;\n"
+            /* every chunk's loads issued together (the loops have fixed bounds and unroll);
+               the chunks past the row's position are read but weigh nothing */
+            "    var mv: array<f32, NS>;\n    var lv: array<f32, NS>;\n"
+            "    for (var s = 0u; s < NS; s++) { let at = ((p0 + s) * G + q) * 2u; mv[s] = ml[at]; lv[s] = ml[at + 1u]; }\n"
             "    var m = -3.0e38;\n"
-            "    for (var s = 0u; s < n; s++) { m = max(m, ml[((p0 + s) * G + q) * 2u]); }\n"
+            "    for (var s = 0u; s < NS; s++) { if (s < n) { m = max(m, mv[s]); } }\n"
             "    var l = 0.0;\n"
-            "    for (var s = 0u; s < n; s++) { let at = ((p0 + s) * G + q) * 2u; l += exp(ml[at] - m) * ml[at + 1u]; }\n"
+            "    for (var s = 0u; s < NS; s++) { mv[s] = select(0.0, exp(mv[s] - m), s < n); l += select(0.0, mv[s] * lv[s], s < n); }\n"
             "    for (var d = tid; d < D; d += 64u) {\n"
             "        var acc = 0.0;\n"
-            "        for (var s = 0u; s < n; s++) {\n"
-            "            acc += exp(ml[((p0 + s) * G + q) * 2u] - m) * parts[((p0 + s) * G + q) * D + d];\n        }\n"
+            "        for (var s = 0u; s < NS; s++) {\n"
+            "            acc += select(0.0, mv[s] * parts[((p0 + s) * G + q) * D + d], s < n);\n        }\n"
             "        att[r * AS + h * D + d] = acc / l;\n    }\n}\n");
     return done(&b);
 }

@@ -616,21 +616,33 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
     free(soft);
-    if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
-        out(&b, "    for (var c = tid; c < %uu; c += WGS) {\n        var acc = %s;\n"
-                "        for (var i0 = 0u; i0 < G * D; i0 += 8u) {\n"
-                "            var w: array<f32, 8>;\n"
-                "            for (var i = 0u; i < 8u; i++) { if (i0 + i < G * D) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
-                "            for (var i = 0u; i < 8u; i++) { if (i0 + i < G * D) { acc += ob[i0 + i] * w[i]; } }\n"
-                "        }\n"
-                "        partout[g * %uu + r * %uu + c] = acc;\n    }\n",
-            a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0", a->cp, a->ps, a->C);
+    if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
+        /* SPL threads a column where the workgroup has threads to spare, each over a slice of
+           the inputs with 16 loads in flight, summed through workgroup memory */
+        const unsigned gd = a->G * a->D, spl = wgs >= 2 * a->C ? wgs / a->C : 1, cpw = wgs / spl, ips = (gd + spl - 1) / spl;
+        out(&b, "    for (var c0 = 0u; c0 < %uu; c0 += %uu) {\n"
+                "        let c = c0 + tid %% %uu;\n        let sl = tid / %uu;\n        var acc = 0.0;\n"
+                "        if (sl < %uu && c < %uu) {\n"
+                "            let i1 = min((sl + 1u) * %uu, G * D);\n"
+                "            for (var i0 = sl * %uu; i0 < i1; i0 += 16u) {\n"
+                "                var w: array<f32, 16>;\n"
+                "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
+                "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { acc += ob[i0 + i] * w[i]; } }\n"
+                "            }\n        }\n",
+            a->C, cpw, cpw, cpw, spl, a->C, ips, ips, a->cp);
+        if (spl > 1)
+            out(&b, "        red[tid] = acc;\n        workgroupBarrier();\n"
+                    "        if (sl == 0u && c < %uu) {\n"
+                    "            for (var k = 1u; k < %uu; k++) { acc += red[k * %uu + tid]; }\n"
+                    "        }\n        workgroupBarrier();\n",
+                a->C, spl, cpw);
+        out(&b, "        if (sl == 0u && c < %uu) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
+            a->C, a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
+    }
     out(&b, "}\n");
     return done(&b);
 }
 
-/* reduce_angle and its helper (the same exact reduction the graph's RoPE uses): ops/mul_wide.wgsl
-   whole, then ops/rope.wgsl's text from reduce_angle's comment to the entry point. */
 char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a)
 {
     sbuf b = {0};
@@ -663,6 +675,8 @@ char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a)
     return done(&b);
 }
 
+/* reduce_angle and its helper (the same exact reduction the graph's RoPE uses): ops/mul_wide.wgsl
+   whole, then ops/rope.wgsl's text from reduce_angle's comment to the entry point. */
 static void rope_helpers(sbuf *b)
 {
     const char *mul = wgml_wgsl_find("mul_wide"), *src = wgml_wgsl_find("rope");

@@ -125,7 +125,8 @@ static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .
 /* One prompt, past the block: plan = graph path = reference. */
 static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
                                int64_t expect_dispatches);
-static int x_chunk; /* the GEMVs' inputs staged at a time (0: the plan's choice) */
+static int x_chunk;   /* the GEMVs' inputs staged at a time (0: the plan's choice) */
+static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the plan's choice) */
 static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
 {
     check_single_chunk(cfg_in, f16, unfused, lanes, parts, -1, expect_dispatches);
@@ -151,7 +152,8 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     same_tokens("graph path vs reference", graph, want, NN);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
-                                .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk};
+                                .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
+                                .mlp_block = mlp_block};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -196,6 +198,18 @@ static void llama_plan_head_size_8(void) { check_single(&llama8_cfg, 0, 0, 0, 2,
 static void llama_split_attention(void) { check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + 6 * 2 + 2); }
 static void llama_split_attention_f16_chunk_1(void) { check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + 6 * 1 + 2); }
 static void gpt2_split_attention(void) { check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + 6 * 2 + 2); }
+
+/* GPT-2's fused MLP with 24 hidden units a workgroup (three rounds of 8, W1 loaded each
+   round) and 64 (two rounds of 32, the last workgroup partly past the 40 units), not the one
+   round of 32 that it takes by default here */
+static void gpt2_fused_mlp_blocks(void)
+{
+    mlp_block = 24;
+    check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+    mlp_block = 64;
+    check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
+    mlp_block = 0;
+}
 
 /* x staged in chunks of 8 inputs (the norm's statistics over the whole row first, then each
    chunk normed as it is staged), not in one: Llama in f16 and GPT-2's unfused form */
@@ -348,5 +362,6 @@ int main(void)
     TEST_RUN(gpt2_split_attention);
     TEST_RUN(long_context_split);
     TEST_RUN(gemv_x_in_chunks);
+    TEST_RUN(gpt2_fused_mlp_blocks);
     return test_summary();
 }

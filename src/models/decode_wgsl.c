@@ -349,6 +349,11 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 {
     sbuf b = {0};
     const unsigned wv = m->f16 ? 8 : 4, kch4 = m->CP / 4;
+    /* RPR hidden units a round (up to 32, dividing FB), LPO = 256 / RPR lanes each: FB <= 32
+       is one round, its W1 rows loaded before x is staged */
+    unsigned rpr = 32;
+    while (m->FB % rpr) rpr /= 2;
+    const unsigned lpo = 256 / rpr, one_round = m->FB == rpr;
     elementwise_functions(&b);
     out(&b,
         "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst KCH: u32 = %uu;\nconst F: u32 = %uu;\nconst FB: u32 = %uu;\n"
@@ -371,21 +376,30 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     x_norm(&b, DECODE_NORM_LN, m->norm_w, m->norm_b);
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-            "    let R = P.R;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let f0 = wg.x * FB;\n"
-            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n");
-    out(&b, "        let k0 = 0u;\n");
-    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b);
-    out(&b, "        workgroupBarrier();\n"
-            /* the block's hidden units, 8 at a time (a row group each) */
-            "        for (var fb = 0u; fb < FB; fb += 8u) {\n"
-            "            let n = f0 + fb + grp;\n"
-            "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-            "            if (n < F) {\n");
+            "    let R = P.R;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let f0 = wg.x * FB;\n"
+            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
+        lpo, lpo);
     char units[32];
     snprintf(units, sizeof units, "%uu", m->CP / wv);
-    row_dot(&b, m->f16, kch4, units, 32, wv);
+    out(&b, "        let k0 = 0u;\n");
+    if (one_round) {
+        row_regs(&b, m->f16, kch4, lpo, wv);
+        out(&b, "        {\n            let n = f0 + grp;\n            if (n < F) {\n");
+        row_load(&b, kch4, units, lpo, wv);
+        out(&b, "            }\n        }\n");
+    }
+    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b);
+    out(&b, "        workgroupBarrier();\n"
+            /* the block's hidden units, RPR at a time (a row group each) */
+            "        for (var fb = 0u; fb < FB; fb += %uu) {\n"
+            "            let n = f0 + fb + grp;\n"
+            "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+            "            if (n < F) {\n",
+        rpr);
+    if (one_round) row_fma(&b, m->f16, kch4, units, lpo, wv);
+    else row_dot(&b, m->f16, kch4, units, lpo, wv);
     out(&b, "            }\n");
-    lane_sums(&b, 32);
+    lane_sums(&b, lpo);
     out(&b, "            if (lane == 0u) {\n"
             "                for (var j = 0u; j < RB; j++) {\n"
             "                    var h = 0.0;\n"
@@ -397,15 +411,15 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     out(&b, "        for (var c = tid; c < K; c += 256u) {\n"
             "            var acc: array<f32, RB>;\n"
             "            for (var j = 0u; j < RB; j++) { acc[j] = select(0.0, vecs[%uu + c], wg.x == 0u); }\n"
-            "            for (var fa = 0u; fa < FB; fa += 8u) {\n"
-            "                var w: array<f32, 8>;\n"
-            "                for (var i = 0u; i < 8u; i++) { if (f0 + fa + i < F) { w[i] = w2((f0 + fa + i) * %uu + c); } }\n"
-            "                for (var i = 0u; i < 8u; i++) {\n"
+            "            for (var fa = 0u; fa < FB; fa += %uu) {\n"
+            "                var w: array<f32, %u>;\n"
+            "                for (var i = 0u; i < %uu; i++) { if (f0 + fa + i < F) { w[i] = w2((f0 + fa + i) * %uu + c); } }\n"
+            "                for (var i = 0u; i < %uu; i++) {\n"
             "                    if (f0 + fa + i < F) { for (var j = 0u; j < RB; j++) { acc[j] += hs[j * FB + fa + i] * w[i]; } }\n"
             "                }\n            }\n"
             "            for (var j = 0u; j < RB; j++) { if (r0 + j < R) { partout[wg.x * %uu + (r0 + j) * XS + c] = acc[j]; } }\n"
             "        }\n        workgroupBarrier();\n    }\n}\n",
-        m->b2, m->CP, m->ps);
+        m->b2, rpr, rpr, rpr, m->CP, rpr, m->ps);
     return done(&b);
 }
 

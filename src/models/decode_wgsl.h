@@ -36,7 +36,7 @@ typedef struct wgml_decode_gemv {
     unsigned np, ps, ekp;
     int e_f16, positions;
     int persist; /* workgroup 0 writes the rows it read (before the norm) to binding 10 */
-    unsigned lpo; /* lanes summing an output (32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
+    unsigned lpo; /* lanes summing an output (16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 

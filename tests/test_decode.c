@@ -263,6 +263,64 @@ static void long_context_split(void)
     params_free(&p);
 }
 
+/* wgml_decode_profile: a row per kind of launch in the step's order, their launches adding up
+   to the step's dispatches, GPU times > 0; the slots must start again after, and then draw the
+   reference's tokens. (Where the adapter has no timestamp queries: UNSUPPORTED.) */
+static void profile_by_kind(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config cfg;
+    CHECK_OK(ctx, wgml_gpt_config_resolve(&llama_cfg, &cfg, NULL, 0));
+    params p;
+    params_random(&cfg, 0.5, 0, &p);
+    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
+    wgml_gpt g = {0};
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    enum { NN = 6 };
+    const int32_t prompt[2] = {9, 4};
+    const int32_t *pp = prompt;
+    const int64_t np = 2;
+    int32_t want[NN], got[NN];
+    reference_greedy(r, prompt, 2, NN, want);
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 3, .attn_chunk = 4};
+    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    wgml_adapter_info info;
+    wgml_adapter_info_get(ctx, &info);
+    if (plan) {
+        wgml_decode_profile_row rows[16];
+        int nr = 0;
+        double step = 0;
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+        wgml_status st = wgml_decode_profile(plan, 2, rows, 16, &nr, &step);
+        if (!info.has_timestamp_query) CHECK(st == WGML_ERROR_UNSUPPORTED);
+        else {
+            CHECK_OK(ctx, st);
+            static const char *const kinds[] = {"embedding", "norm+qkv gemv", "attention (split)", "attention combine", "wo gemv+residual",
+                                                "norm+mlp up gemv", "mlp down gemv+residual", "norm+lm head gemv", "sampler"};
+            CHECK(nr == (int)N_OF(kinds));
+            int64_t launches = 0;
+            for (int i = 0; i < nr && i < (int)N_OF(kinds); i++) {
+                CHECK(strcmp(rows[i].what, kinds[i]) == 0 && rows[i].seconds > 0);
+                launches += rows[i].launches;
+            }
+            CHECK(launches == wgml_decode_dispatches_per_step(plan) && launches == 1 + 6 * 2 + 2);
+            CHECK(step > 0);
+            CHECK(wgml_decode_generate(plan, 1, got + 1) == WGML_ERROR_INVALID_ARGUMENT); /* not started again */
+            /* past the block: refused */
+            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+            CHECK(wgml_decode_profile(plan, 5, rows, 16, &nr, &step) == WGML_ERROR_INVALID_ARGUMENT);
+        }
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+        same_tokens("after the profile vs reference", got, want, NN);
+    }
+    wgml_decode_plan_free(plan);
+    wgml_gpt_free(&g);
+    gpt_ref_free(r);
+    params_free(&p);
+}
+
 /* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void);
 
@@ -363,5 +421,6 @@ int main(void)
     TEST_RUN(long_context_split);
     TEST_RUN(gemv_x_in_chunks);
     TEST_RUN(gpt2_fused_mlp_blocks);
+    TEST_RUN(profile_by_kind);
     return test_summary();
 }

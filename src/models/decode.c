@@ -573,18 +573,20 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
 
 /* ---------------------------------------------------------------- running */
 
+static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const launch *l, uint32_t R, uint32_t S)
+{
+    if (l->is_head && S == 0) return;
+    uint32_t gx = l->grid == GRID_FIXED ? l->gx : l->grid == GRID_ROWS ? R : l->grid == GRID_PICKS ? S : (R * l->gy + 255) / 256;
+    uint32_t gy = l->grid == GRID_ROWS ? l->gy : 1;
+    wgpuComputePassEncoderSetPipeline(cp, l->pipe);
+    wgpuComputePassEncoderSetBindGroup(cp, 0, l->bg, 0, NULL);
+    wgpuComputePassEncoderDispatchWorkgroups(cp, gx, gy, 1);
+    p->ctx->rt.stats.dispatches++;
+}
+
 static void encode_pass(wgml_decode_plan *p, WGPUComputePassEncoder cp, const pass *ps, uint32_t R, uint32_t S)
 {
-    for (int i = 0; i < ps->n; i++) {
-        const launch *l = &ps->l[i];
-        if (l->is_head && S == 0) continue;
-        uint32_t gx = l->grid == GRID_FIXED ? l->gx : l->grid == GRID_ROWS ? R : l->grid == GRID_PICKS ? S : (R * l->gy + 255) / 256;
-        uint32_t gy = l->grid == GRID_ROWS ? l->gy : 1;
-        wgpuComputePassEncoderSetPipeline(cp, l->pipe);
-        wgpuComputePassEncoderSetBindGroup(cp, 0, l->bg, 0, NULL);
-        wgpuComputePassEncoderDispatchWorkgroups(cp, gx, gy, 1);
-        p->ctx->rt.stats.dispatches++;
-    }
+    for (int i = 0; i < ps->n; i++) encode_launch(p, cp, &ps->l[i], R, S);
 }
 
 /* Submits `steps` decode steps (or, steps = 0, one prefill pass of R rows, S picked), and
@@ -826,12 +828,10 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
         }
         /* a step with each launch in a pass of its own between two timestamps, then a step in one pass */
         for (int i = 0; i < n; i++) {
-            const launch *l = &p->dec.l[i];
             WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 2 * (uint32_t)i, .endOfPassWriteIndex = 2 * (uint32_t)i + 1};
             WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
             WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, &pd);
-            pass one = {.l = (launch *)l, .n = 1};
-            encode_pass(p, cp, &one, R, R);
+            encode_launch(p, cp, &p->dec.l[i], R, R);
             wgpuComputePassEncoderEnd(cp);
             wgpuComputePassEncoderRelease(cp);
         }

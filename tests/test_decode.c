@@ -123,7 +123,19 @@ static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .
                                           .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
 
 /* One prompt, past the block: plan = graph path = reference. */
+static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
+                               int64_t expect_dispatches);
+static int x_chunk;   /* the GEMVs' inputs staged at a time (0: the plan's choice) */
+static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the plan's choice) */
+static int plan_only; /* check_single skips the graph path */
 static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
+{
+    check_single_chunk(cfg_in, f16, unfused, lanes, parts, -1, expect_dispatches);
+}
+
+/* (chunk: the decode attention's positions a workgroup, -1 unsplit) */
+static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
+                               int64_t expect_dispatches)
 {
     wgml_context *ctx = test_context();
     wgml_gpt_config cfg;
@@ -137,11 +149,14 @@ static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, in
     const int32_t prompt[NP] = {3, 17, 5, 11};
     int32_t want[NN], graph[NN], got[NN], first = -1;
     reference_greedy(r, prompt, NP, NN, want);
-    CHECK_OK(ctx, graph_greedy(&g, prompt, NP, NN, graph));
-    same_tokens("graph path vs reference", graph, want, NN);
+    if (!plan_only) { /* (the variants of the plan's choices check the plan alone: the graph path is the same) */
+        CHECK_OK(ctx, graph_greedy(&g, prompt, NP, NN, graph));
+        same_tokens("graph path vs reference", graph, want, NN);
+    }
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
-                                .attn_parts = parts};
+                                .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
+                                .mlp_block = mlp_block};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -178,6 +193,141 @@ static void gpt2_plan_unfused(void) { check_single(&gpt2_cfg, 0, 1, 32, 2, 1 + 5
 static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cfg, 0, 0, 32, 0, 1 + 5 * 2 + 2); }
 static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 2, 1 + 5 * 2 + 2); }
 static void llama_plan_head_size_8(void) { check_single(&llama8_cfg, 0, 0, 0, 2, 1 + 5 * 1 + 2); }
+
+/* The decode attention split over chunks of positions (one launch more a layer: the combine):
+   chunks of 3 over a block of 11 (contexts 5 .. 11 and, past the block, 6 .. again: chunks
+   partly filled, a context on a chunk's edge), of 1 (every chunk a position, f16, head size 8),
+   and of 4 on GPT-2's unfused form; with 16 lanes a GEMV output. */
+static void llama_split_attention(void)
+{
+    plan_only = 1;
+    check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + 6 * 2 + 2);
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + 6 * 1 + 2);
+    check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + 6 * 2 + 2);
+    plan_only = 0;
+}
+
+/* GPT-2's fused MLP with 24 hidden units a workgroup (three rounds of 8, W1 loaded each
+   round) and 64 (two rounds of 32, the last workgroup partly past the 40 units), not the one
+   round of 32 that it takes by default here */
+static void gpt2_fused_mlp_blocks(void)
+{
+    mlp_block = 24, plan_only = 1;
+    check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+    mlp_block = 64;
+    check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
+    mlp_block = 0, plan_only = 0;
+}
+
+/* x staged in chunks of 8 inputs (the norm's statistics over the whole row first, then each
+   chunk normed as it is staged), not in one: Llama in f16 and GPT-2's unfused form */
+static void gemv_x_in_chunks(void)
+{
+    x_chunk = 8, plan_only = 1;
+    check_single(&llama_cfg, 1, 0, 0, 0, 1 + 5 * 2 + 2);
+    check_single(&gpt2_cfg, 0, 1, 0, 0, 1 + 5 * 2 + 2);
+    x_chunk = 0, plan_only = 0;
+}
+
+/* A long context at a vocabulary past the sampler's rounds of four (4 x 1024 logits): prompts
+   of 1, 7 and 512 tokens in one batch, the attention split by default in chunks of 128 (32
+   times the batch, rounded up to a power of two): contexts 1 and 513 each start a chunk, 7
+   sits inside one; greedy tokens against the reference. */
+static void long_context_split(void)
+{
+    wgml_context *ctx = test_context();
+    const wgml_gpt_config cin = {.arch = WGML_GPT_LLAMA, .vocab = 4500, .block = 560, .layers = 1, .heads = 2, .kv_heads = 1,
+                                 .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 1000.0f};
+    wgml_gpt_config cfg;
+    CHECK_OK(ctx, wgml_gpt_config_resolve(&cin, &cfg, NULL, 0));
+    params p;
+    params_random(&cfg, 0.5, 0, &p);
+    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
+    wgml_gpt g = {0};
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    enum { S = 3, NN = 4, LONG = 512 };
+    int32_t a[1] = {4321}, b[7], c[LONG];
+    for (int i = 0; i < 7; i++) b[i] = (int32_t)((i * 611 + 5) % 4500);
+    for (int i = 0; i < LONG; i++) c[i] = (int32_t)((i * 2654435761u + 17) % 4500u);
+    const int32_t *prompts[S] = {a, b, c};
+    const int64_t lens[S] = {1, 7, LONG};
+    int32_t want[S][NN], got[S * NN], first[S];
+    for (int s = 0; s < S; s++) reference_greedy(r, prompts[s], (int)lens[s], NN, want[s]);
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = S, .steps_per_submit = 2, .max_prefill = 256};
+    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    if (plan) {
+        CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 6 + 2); /* split by default: the block is >= 512 */
+        CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first));
+        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
+        for (int s = 0; s < S; s++) {
+            CHECK(first[s] == want[s][0]);
+            same_tokens("long context slot vs reference", got + s * (NN - 1), want[s] + 1, NN - 1);
+        }
+    }
+    wgml_decode_plan_free(plan);
+    wgml_gpt_free(&g);
+    gpt_ref_free(r);
+    params_free(&p);
+}
+
+/* wgml_decode_profile: a row per kind of launch in the step's order, their launches adding up
+   to the step's dispatches, GPU times > 0; the slots must start again after, and then draw the
+   reference's tokens. (Where the adapter has no timestamp queries: UNSUPPORTED.) */
+static void profile_by_kind(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config cfg;
+    CHECK_OK(ctx, wgml_gpt_config_resolve(&llama_cfg, &cfg, NULL, 0));
+    params p;
+    params_random(&cfg, 0.5, 0, &p);
+    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
+    wgml_gpt g = {0};
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    enum { NN = 6 };
+    const int32_t prompt[2] = {9, 4};
+    const int32_t *pp = prompt;
+    const int64_t np = 2;
+    int32_t want[NN], got[NN];
+    reference_greedy(r, prompt, 2, NN, want);
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 3, .attn_chunk = 4};
+    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    wgml_adapter_info info;
+    wgml_adapter_info_get(ctx, &info);
+    if (plan) {
+        wgml_decode_profile_row rows[16];
+        int nr = 0;
+        double step = 0;
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+        wgml_status st = wgml_decode_profile(plan, 2, rows, 16, &nr, &step);
+        if (!info.has_timestamp_query) CHECK(st == WGML_ERROR_UNSUPPORTED);
+        else {
+            CHECK_OK(ctx, st);
+            static const char *const kinds[] = {"embedding", "norm+qkv gemv", "attention (split)", "attention combine", "wo gemv+residual",
+                                                "norm+mlp up gemv", "mlp down gemv+residual", "norm+lm head gemv", "sampler"};
+            CHECK(nr == (int)N_OF(kinds));
+            int64_t launches = 0;
+            for (int i = 0; i < nr && i < (int)N_OF(kinds); i++) {
+                CHECK(strcmp(rows[i].what, kinds[i]) == 0 && rows[i].seconds > 0);
+                launches += rows[i].launches;
+            }
+            CHECK(launches == wgml_decode_dispatches_per_step(plan) && launches == 1 + 6 * 2 + 2);
+            CHECK(step > 0);
+            CHECK(wgml_decode_generate(plan, 1, got + 1) == WGML_ERROR_INVALID_ARGUMENT); /* not started again */
+            /* past the block: refused */
+            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+            CHECK(wgml_decode_profile(plan, 5, rows, 16, &nr, &step) == WGML_ERROR_INVALID_ARGUMENT);
+        }
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+        same_tokens("after the profile vs reference", got, want, NN);
+    }
+    wgml_decode_plan_free(plan);
+    wgml_gpt_free(&g);
+    gpt_ref_free(r);
+    params_free(&p);
+}
 
 /* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void);
@@ -273,5 +423,10 @@ int main(void)
     TEST_RUN(llama_plan_head_size_8);
     TEST_RUN(batch_of_prompts);
     TEST_RUN(gpt2_batch);
+    TEST_RUN(llama_split_attention);
+    TEST_RUN(long_context_split);
+    TEST_RUN(gemv_x_in_chunks);
+    TEST_RUN(gpt2_fused_mlp_blocks);
+    TEST_RUN(profile_by_kind);
     return test_summary();
 }

@@ -22,13 +22,38 @@
 #include "models/decode.h"
 #include "tools/cli.h"
 
+/* Where a step's GPU time goes (the plan's launches each timed alone, after the slots start
+   again; skipped without timestamp queries): a line per kind of launch. */
+static void profile(wgml_decode_plan *plan, int64_t B, const int32_t **pp, const int64_t *lens, int32_t *first, int64_t ntok)
+{
+    enum { MAXR = 24 };
+    wgml_decode_profile_row rows[MAXR];
+    int nr = 0;
+    double step = 0;
+    const int64_t steps = ntok / 2 < 4 ? ntok / 2 : 4;
+    if (steps < 1 || wgml_decode_start(plan, B, pp, lens, first) || wgml_decode_profile(plan, steps, rows, MAXR, &nr, &step)) return;
+    double sum = 0;
+    for (int r = 0; r < nr; r++) sum += rows[r].seconds;
+    fprintf(stderr, "    GPU profile (%lld steps): a step %.1f us in one pass; its launches each in a pass of its own add up to %.1f us\n",
+            (long long)steps, step * 1e6, sum * 1e6);
+    for (int r = 0; r < nr; r++)
+        fprintf(stderr, "      %-26s %4lld x %8.2f us = %8.1f us  %5.1f%%\n", rows[r].what, (long long)rows[r].launches,
+                rows[r].seconds * 1e6 / (double)rows[r].launches, rows[r].seconds * 1e6, 100 * rows[r].seconds / sum);
+}
+
 /* One row: a plan of batch B over g; prompts of n_prompt tokens; ntok steps timed (best of
    reps after one warm-up round). */
 static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int unfused, int64_t n_prompt, int64_t ntok, int reps)
 {
     wgml_context *ctx = g->ctx;
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = B, .f16_weights = f16, .steps_per_submit = 32, .max_prefill = 512, .unfused = unfused};
+    /* comparisons on the GPU machine: rows whose name holds WGML_BENCH_DECODE_ONLY, and the
+       plan's choices forced (WGML_DECODE_ATTN_CHUNK, _LANES, _MLP_BLOCK: wgml_decode_desc) */
+    const char *only = getenv("WGML_BENCH_DECODE_ONLY");
+    if (only && *only && !strstr(name, only)) return;
+    const char *chunk = getenv("WGML_DECODE_ATTN_CHUNK"), *lanes = getenv("WGML_DECODE_LANES"), *mb = getenv("WGML_DECODE_MLP_BLOCK");
+    const wgml_decode_desc d = {.batch = B, .f16_weights = f16, .steps_per_submit = 32, .max_prefill = 512, .unfused = unfused,
+                                .attn_chunk = chunk ? atoi(chunk) : 0, .lanes = lanes ? atoi(lanes) : 0, .mlp_block = mb ? atoi(mb) : 0};
     double t0 = bench_now();
     if (wgml_decode_plan_create(g, &d, &plan)) {
         fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
@@ -69,6 +94,7 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
                 wgml_decode_host_seconds_per_token(plan) * 1e6, wbytes * steps / best / 1e9, setup, prefill_best * 1e3,
                 (double)(B * n_prompt) / prefill_best);
         bench_report(name, best / steps, (double)(B * ntok) / best, "tokens/s");
+        profile(plan, B, pp, lens, first, ntok);
     }
     free(prompt), free(out), free(pp), free(lens), free(first);
     wgml_decode_plan_free(plan);

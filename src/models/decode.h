@@ -16,7 +16,9 @@
  * partial sums of the one before as it reads its input, and its workgroup 0 writes the
  * residual stream), else 5 (norm+QKV+bias+append, attention, projection+residual,
  * norm+MLP-up+GELU, MLP-down+residual); Llama 5 (QK-norm+RoPE+append inside the attention);
- * plus the final norm+head and the sampler (and the embedding, where not fused).
+ * one more a layer where the decode step's attention is split over chunks of positions (its
+ * combine; by default where the block is 512 or longer); plus the final norm+head and the
+ * sampler (and the embedding, where not fused).
  *
  * Lives in models/ (layer 5) because it reads the model; it uses core's pipeline cache and the
  * runtime directly instead of the lazy graph (both lower layers), and owns its buffers and
@@ -37,8 +39,15 @@ typedef struct wgml_decode_desc {
     float temperature;        /* 0 (below 1e-4): the argmax; else Gumbel-max at this temperature */
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
     int unfused;              /* 1: GPT-2 in the five launches a layer, not three (tests, comparisons) */
-    int lanes;                /* threads summing one output of a GEMV: 32, 64, 128; 0 by its size (tests) */
+    int lanes;                /* threads summing one output of a GEMV: 16, 32, 64, 128; 0 by its size (tests) */
     int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
+    int x_chunk;              /* a GEMV's inputs staged at a time, a multiple of 8 (0: as many as fit; tests) */
+    int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
+                                 that makes more than 64 partial sums) */
+    int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
+                                 each, and combined by one more launch a layer; 0: where the block is >= 512, 32 times
+                                 the batch rounded up to a power of two,
+                                 -1: never (the fused GPT-2 form never splits) */
 } wgml_decode_desc;
 
 typedef struct wgml_decode_plan wgml_decode_plan;
@@ -74,5 +83,19 @@ int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p);
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p);
 /* Bytes of weights one step reads (for the bandwidth it reaches). */
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);
+
+/* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots
+   runs in a compute pass of its own between two timestamps (rows[r]: its kind, launches of that
+   kind a step, seconds a step; at most max_rows kinds, in the step's order); *step_seconds is a
+   whole step's in one pass, as generation runs it. Needs timestamp queries (else
+   WGML_ERROR_UNSUPPORTED) and room for 2 x steps positions in every slot's block; it draws tokens: start
+   the slots again after. */
+typedef struct wgml_decode_profile_row {
+    const char *what;
+    int64_t launches;
+    double seconds;
+} wgml_decode_profile_row;
+wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_profile_row *rows, int max_rows, int *n_rows,
+                                double *step_seconds);
 
 #endif

@@ -127,6 +127,56 @@ static void row_stats(sbuf *b, int norm, unsigned rb)
                                   "                stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
 }
 
+/* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
+   norm's weights for them into registers) in one pass over x, their statistics from xs, then
+   xs normed in place: x is read once (with partial sums, each added once), not twice. */
+static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb)
+{
+    const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
+    char bias[80] = "";
+    if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
+    unsigned gs = 1;
+    while (gs * 2 * rb <= 256) gs *= 2;
+    out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
+           "            for (var it = 0u; it < %uu; it++) {\n"
+           "                let i = tid + it * 256u;\n"
+           "                if (i < RB * %uu) {\n"
+           "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
+           "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
+           "                    var c = vec4<f32>(0.0);\n"
+           "                    for (var e = 0u; e < 4u; e++) {\n"
+           "                        if (k + e < K) {\n"
+           "                            w[e] = vecs[%uu + k + e];\n%s"
+           "                            if (r0 + j < R) {\n"
+           "                                let rr = xrow(r0 + j);\n                                let raw = xraw(rr, k + e);\n%s"
+           "                                v[e] = raw;\n                            }\n"
+           "                        }\n                    }\n"
+           "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
+           "                }\n            }\n            workgroupBarrier();\n",
+        ni, ni, ni, kch4, kch4, kch4, nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+    out(b, "            {\n"
+           "                let j = tid / %uu;\n                let sub = tid %% %uu;\n"
+           "                var s = 0.0;\n                var ss = 0.0;\n"
+           "                if (j < RB) {\n"
+           "                    for (var u = sub; u < %uu; u += %uu) { let v = xs[j * %uu + u]; s += v.x + v.y + v.z + v.w; ss += dot(v, v); }\n"
+           "                }\n"
+           "                red[tid] = s;\n                red[256u + tid] = ss;\n                workgroupBarrier();\n"
+           "                for (var st = %uu; st > 0u; st >>= 1u) {\n"
+           "                    if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+           "                    workgroupBarrier();\n                }\n"
+           "                if (sub == 0u && j < RB) {\n                    let mean = red[tid] / f32(K);\n%s"
+           "                }\n                workgroupBarrier();\n            }\n",
+        gs, gs, kch4, gs, kch4, gs / 2,
+        ln ? "                    let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
+             "                    stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n"
+           : "                    stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n");
+    out(b, "            for (var it = 0u; it < %uu; it++) {\n"
+           "                let i = tid + it * 256u;\n"
+           "                if (i < RB * %uu) {\n                    let j = i / %uu;\n"
+           "                    xs[i] = %s;\n                }\n            }\n",
+        ni, kch4, kch4, ln ? "(xs[i] - stat[j].x) * stat[j].y * nw[it] + nb[it]" : "xs[i] * stat[j].y * nw[it]");
+}
+
 /* Inside the row-chunk loop: inputs k0 .. k0 + KCH of the RB rows into xs, normed (workgroup 0
    writes the raw rows to xout first, with persist). */
 static void stage_rows(sbuf *b, unsigned kch4, int persist)
@@ -143,19 +193,33 @@ static void stage_rows(sbuf *b, unsigned kch4, int persist)
         kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
 }
 
-/* Inside: acc[j] += W row n's units (lane, lane + LPO, ...) of this chunk times xs; the
-   chunk's weights are loaded first, ITERS a lane, so that they are all in flight at once. */
-static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+/* Inside: W row n's units (lane, lane + LPO, ...) of this chunk into wr, ITERS a lane, all
+   loads issued together; they do not depend on x, so they go out before the prologue. */
+static void row_load(sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
 {
     const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
-    out(b, "                let units = %s;\n                var wr: array<%s, %u>;\n"
+    out(b, "                let units = %s;\n"
            "                for (var it = 0u; it < %uu; it++) {\n"
            "                    let u = lane + it * %uu;\n"
-           "                    if (u < units) { wr[it] = W[n * UPR + k0 / %uu + u]; }\n                }\n"
+           "                    if (u < units) { wr[it] = W[n * UPR + k0 / %uu + u]; }\n                }\n",
+        chunk_units, iters, lpo, wv);
+}
+
+/* The wr declaration for row_load. */
+static void row_regs(sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv)
+{
+    out(b, "        var wr: array<%s, %u>;\n", wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo);
+}
+
+/* Inside: acc[j] += the loaded wr times the staged xs. */
+static void row_fma(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+{
+    const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
+    out(b, "                let units = %s;\n"
            "                for (var it = 0u; it < %uu; it++) {\n"
            "                    let u = lane + it * %uu;\n                    if (u < units) {\n"
            "                        let w = wr[it];\n",
-        chunk_units, wtype(f16), iters, iters, lpo, wv, iters, lpo);
+        chunk_units, iters, lpo);
     if (f16)
         out(b, "                        let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
                "                        let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
@@ -166,6 +230,17 @@ static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, un
     else
         out(b, "                        for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n", kch4);
     out(b, "                    }\n                }\n");
+}
+
+/* Both: load, then sum (the fused MLP, whose x is staged already). */
+static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+{
+    out(b, "                {\n");
+    row_regs(b, f16, kch4, lpo, wv);
+    row_load(b, kch4, chunk_units, lpo, wv);
+    out(b, "                {\n");
+    row_fma(b, f16, kch4, chunk_units, lpo, wv);
+    out(b, "                }\n                }\n");
 }
 
 /* The LPO lanes' sums of each row group, for RB rows: red[j * 256 + group * LPO] after. */
@@ -223,15 +298,29 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
             "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
         k->head ? "P.S" : "P.R", lpo, lpo, 256 / lpo);
-    if (norm) row_stats(&b, k->norm, k->RB);
-    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-            "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n            workgroupBarrier();\n");
-    stage_rows(&b, kch4, k->persist);
-    out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
+    /* each chunk's weights are loaded first: their latency hides the norm's statistics and
+       the staging of x (the first chunk's loads go out before anything else) */
     char units[64];
     snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
-    row_dot(&b, k->f16, kch4, units, lpo, wv);
-    out(&b, "            }\n        }\n");
+    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+            "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
+    row_regs(&b, k->f16, kch4, lpo, wv);
+    out(&b, "            if (n < N) {\n");
+    row_load(&b, kch4, units, lpo, wv);
+    out(&b, "            }\n");
+    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b);
+    else {
+        if (norm) {
+            out(&b, "            if (k0 == 0u) {\n");
+            row_stats(&b, k->norm, k->RB);
+            out(&b, "            }\n");
+        }
+        out(&b, "            workgroupBarrier();\n");
+        stage_rows(&b, kch4, k->persist);
+    }
+    out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
+    row_fma(&b, k->f16, kch4, units, lpo, wv);
+    out(&b, "            }\n            workgroupBarrier();\n        }\n");
     lane_sums(&b, lpo);
     out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
             "                let r = r0 + j;\n                if (r < R) {\n"
@@ -260,6 +349,11 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 {
     sbuf b = {0};
     const unsigned wv = m->f16 ? 8 : 4, kch4 = m->CP / 4;
+    /* RPR hidden units a round (up to 32, dividing FB), LPO = 256 / RPR lanes each: FB <= 32
+       is one round, its W1 rows loaded before x is staged */
+    unsigned rpr = 32;
+    while (m->FB % rpr) rpr /= 2;
+    const unsigned lpo = 256 / rpr, one_round = m->FB == rpr;
     elementwise_functions(&b);
     out(&b,
         "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst KCH: u32 = %uu;\nconst F: u32 = %uu;\nconst FB: u32 = %uu;\n"
@@ -282,22 +376,30 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     x_norm(&b, DECODE_NORM_LN, m->norm_w, m->norm_b);
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-            "    let R = P.R;\n    let lane = tid & 31u;\n    let grp = tid >> 5u;\n    let f0 = wg.x * FB;\n"
-            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n");
-    row_stats(&b, DECODE_NORM_LN, m->RB);
-    out(&b, "        let k0 = 0u;\n");
-    stage_rows(&b, kch4, 1);
-    out(&b, "        workgroupBarrier();\n"
-            /* the block's hidden units, 8 at a time (a row group each) */
-            "        for (var fb = 0u; fb < FB; fb += 8u) {\n"
-            "            let n = f0 + fb + grp;\n"
-            "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-            "            if (n < F) {\n");
+            "    let R = P.R;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let f0 = wg.x * FB;\n"
+            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
+        lpo, lpo);
     char units[32];
     snprintf(units, sizeof units, "%uu", m->CP / wv);
-    row_dot(&b, m->f16, kch4, units, 32, wv);
+    out(&b, "        let k0 = 0u;\n");
+    if (one_round) {
+        row_regs(&b, m->f16, kch4, lpo, wv);
+        out(&b, "        {\n            let n = f0 + grp;\n            if (n < F) {\n");
+        row_load(&b, kch4, units, lpo, wv);
+        out(&b, "            }\n        }\n");
+    }
+    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b);
+    out(&b, "        workgroupBarrier();\n"
+            /* the block's hidden units, RPR at a time (a row group each) */
+            "        for (var fb = 0u; fb < FB; fb += %uu) {\n"
+            "            let n = f0 + fb + grp;\n"
+            "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+            "            if (n < F) {\n",
+        rpr);
+    if (one_round) row_fma(&b, m->f16, kch4, units, lpo, wv);
+    else row_dot(&b, m->f16, kch4, units, lpo, wv);
     out(&b, "            }\n");
-    lane_sums(&b, 32);
+    lane_sums(&b, lpo);
     out(&b, "            if (lane == 0u) {\n"
             "                for (var j = 0u; j < RB; j++) {\n"
             "                    var h = 0.0;\n"
@@ -309,15 +411,15 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     out(&b, "        for (var c = tid; c < K; c += 256u) {\n"
             "            var acc: array<f32, RB>;\n"
             "            for (var j = 0u; j < RB; j++) { acc[j] = select(0.0, vecs[%uu + c], wg.x == 0u); }\n"
-            "            for (var fa = 0u; fa < FB; fa += 8u) {\n"
-            "                var w: array<f32, 8>;\n"
-            "                for (var i = 0u; i < 8u; i++) { if (f0 + fa + i < F) { w[i] = w2((f0 + fa + i) * %uu + c); } }\n"
-            "                for (var i = 0u; i < 8u; i++) {\n"
+            "            for (var fa = 0u; fa < FB; fa += %uu) {\n"
+            "                var w: array<f32, %u>;\n"
+            "                for (var i = 0u; i < %uu; i++) { if (f0 + fa + i < F) { w[i] = w2((f0 + fa + i) * %uu + c); } }\n"
+            "                for (var i = 0u; i < %uu; i++) {\n"
             "                    if (f0 + fa + i < F) { for (var j = 0u; j < RB; j++) { acc[j] += hs[j * FB + fa + i] * w[i]; } }\n"
             "                }\n            }\n"
             "            for (var j = 0u; j < RB; j++) { if (r0 + j < R) { partout[wg.x * %uu + (r0 + j) * XS + c] = acc[j]; } }\n"
             "        }\n        workgroupBarrier();\n    }\n}\n",
-        m->b2, m->CP, m->ps);
+        m->b2, rpr, rpr, rpr, m->CP, rpr, m->ps);
     return done(&b);
 }
 
@@ -330,13 +432,18 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     const unsigned lw = a->D % (a->rope ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
     const unsigned wgs = a->wgs ? a->wgs : 256, all = no >= wgs ? 1 : wgs / no;
     const unsigned parts = a->max_parts && a->max_parts < all ? a->max_parts : all, opw = wgs / parts;
+    /* split over positions: chunks of CH, a workgroup each, their unnormalised sums and (max,
+       sum of exponentials) to binding 4 and 9 for wgml_decode_attn_combine_wgsl */
+    const int split = a->chunk > 0 && !a->wo_fused;
+    const unsigned ns = split ? (a->block + a->chunk - 1) / a->chunk : 1;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
         "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n"
-        "const WGS: u32 = %uu;\n",
+        "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n",
         a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
-        a->bias >= 0 ? (unsigned)a->bias : 0u, wgs);
+        a->bias >= 0 ? (unsigned)a->bias : 0u, wgs, split ? a->chunk : a->block, split ? ns : 1u, a->kvd / a->D,
+        split ? a->chunk : a->block);
     out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
     out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
         lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
@@ -355,6 +462,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
         if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
     } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n");
+    if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<f32>;\n");
     if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
         out(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
                 "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
@@ -368,13 +476,40 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "@group(0) @binding(3) var<storage, %s> vc: array<VT>;\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
-        a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * a->block, a->G * a->D / lw);
+        a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
     /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
        the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
        caches, which this workgroup then reads (storageBarrier) */
     sbuf pb = {0};
     if (!a->rope) out(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
-    else {
+    else if ((a->G + 1) * 64 <= wgs) {
+        /* the G + 1 heads at once, 64 threads each (D / 2 <= 64 pairs): all loads issued
+           together, one segmented tree for the norms */
+        out(&pb, "    let pos = u32(rows[r].y);\n"
+                 "    let hh = tid / 64u;\n    let j = tid %% 64u;\n    let act = hh <= G && j < HALF;\n"
+                 "    let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
+                 "    let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
+                 "    var a = 0.0;\n    var b = 0.0;\n    var fr = 0.0;\n    var w1 = 1.0;\n    var w2 = 1.0;\n"
+                 "    var va = 0.0;\n    var vb = 0.0;\n"
+                 "    if (act) {\n        a = qb[col + j];\n        b = qb[col + j + HALF];\n        fr = freq[j];\n");
+        if (a->qk_norm)
+            out(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
+                a->knorm, a->qnorm);
+        out(&pb, "        if (hh == G) { va = qb[vcol + j]; vb = qb[vcol + j + HALF]; }\n    }\n");
+        if (a->qk_norm)
+            out(&pb, "    red[tid] = a * a + b * b;\n    workgroupBarrier();\n"
+                     "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                     "    let rs = inverseSqrt(red[hh * 64u] / f32(D) + EPS);\n"
+                     "    a = a * rs * w1;\n    b = b * rs * w2;\n");
+        out(&pb, "    if (act) {\n"
+                 "        let ang = reduce_angle(f32(pos) * fr);\n        let c = cos(ang);\n        let s = sin(ang);\n"
+                 "        let ya = a * c - b * s;\n        let yb = b * c + a * s;\n"
+                 "        if (hh < G) { qput(hh * D + j, ya); qput(hh * D + j + HALF, yb); } else if (own) {\n"
+                 "            let base = (slot * BLOCK + pos) * KVD + g * D;\n"
+                 "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
+                 "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n"
+                 "        }\n    }\n    storageBarrier();\n");
+    } else {
         out(&pb, "    let pos = u32(rows[r].y);\n"
                  "    for (var hh = 0u; hh <= G; hh++) {\n"
                  "        let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
@@ -391,47 +526,85 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         out(&pb, "        if (tid < HALF) {\n"
                  "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
                  "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
-                 "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else {\n"
+                 "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else if (own) {\n"
                  "                let base = (slot * BLOCK + pos) * KVD + g * D;\n"
                  "                let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
                  "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
                  "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
                  "            }\n        }\n    }\n    storageBarrier();\n");
-        if (lw == 4)
-            out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
-                    "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
-        else out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = v; }\nfn vcput(i: u32, v: f32) { vc[i] = v; }\n");
     }
+    if (a->rope && lw == 4)
+        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
+                "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
+    else if (a->rope) out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = v; }\nfn vcput(i: u32, v: f32) { vc[i] = v; }\n");
     char *pro = done(&pb);
-    if (!pro) {
-        free(b.s);
+    /* the softmax of each query head over this workgroup's positions: a tree over the RW
+       threads that hold positions (fewer rounds where the positions are few), the G heads in
+       one tree where RW G fits the reduction array; then inv (or, split, the chunk's max and
+       sum to ml) */
+    unsigned scw = split ? a->chunk : a->block, rw = 1;
+    while (rw < scw && rw < wgs) rw *= 2;
+    const char *tail = split ? "            if (tid == 0u) {\n                inv[q] = 1.0;\n"
+                               "                let at = (((r * NKV + g) * NS + sp) * G + q) * 2u;\n"
+                               "                ml[at] = m;\n                ml[at + 1u] = total;\n            }\n"
+                             : "            if (tid == 0u) { inv[q] = 1.0 / total; }\n";
+    sbuf sb = {0};
+    if (a->G * rw <= wgs)
+        out(&sb, "    {\n        var mq: array<f32, G>;\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                 "            if (tid < %uu) { red[q * %uu + tid] = m; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                 "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] = max(red[q * %uu + tid], red[q * %uu + tid + st]); } }\n"
+                 "            workgroupBarrier();\n        }\n"
+                 "        for (var q = 0u; q < G; q++) { mq[q] = red[q * %uu]; }\n        workgroupBarrier();\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var sum = 0.0;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - mq[q]); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                 "            if (tid < %uu) { red[q * %uu + tid] = sum; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                 "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] += red[q * %uu + tid + st]; } }\n"
+                 "            workgroupBarrier();\n        }\n"
+                 "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            let total = red[q * %uu];\n%s"
+                 "        }\n        workgroupBarrier();\n    }\n",
+            rw, rw, rw / 2, rw, rw, rw, rw, rw, rw, rw / 2, rw, rw, rw, tail);
+    else
+        out(&sb, "    for (var q = 0u; q < G; q++) {\n"
+                 "        var m = -3.0e38;\n"
+                 "        for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                 "        red[tid] = m;\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
+                 "        m = red[0];\n        workgroupBarrier();\n"
+                 "        var sum = 0.0;\n"
+                 "        for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                 "        red[tid] = sum;\n        workgroupBarrier();\n"
+                 "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                 "        {\n            let total = red[0];\n%s        }\n"
+                 "        workgroupBarrier();\n    }\n",
+            rw / 2, rw / 2, tail);
+    char *soft = done(&sb);
+    if (!pro || !soft) {
+        free(pro), free(soft), free(b.s);
         return NULL;
     }
     out(&b,
         "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-        "    let r = wg.x;\n    let g = wg.y;\n    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
+        "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n    let slot = u32(rows[r].x);\n"
+        "    let T = u32(rows[r].y) + 1u;\n"
+        /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
+           own position appends its k and v */
+        "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
         "%s"
         "    workgroupBarrier();\n"
         /* a thread per cached position: its score against each of the group's query heads */
-        "    for (var t = tid; t < T; t += WGS) {\n"
+        "    for (var t = t0 + tid; t < t1; t += WGS) {\n"
         "        let base = ((slot * BLOCK + t) * KVD + g * D) / LW;\n"
         "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
         "        for (var d = 0u; d < DV; d++) {\n            let kv = kc[base + d];\n"
         "            for (var q = 0u; q < G; q++) { s[q] += vdot(qs[q * DV + d], kv); }\n        }\n"
-        "        for (var q = 0u; q < G; q++) { sc[q * BLOCK + t] = s[q] * SCALE; }\n    }\n"
+        "        for (var q = 0u; q < G; q++) { sc[q * SCW + t - t0] = s[q] * SCALE; }\n    }\n"
         "    workgroupBarrier();\n"
-        "    for (var q = 0u; q < G; q++) {\n"
-        "        var m = -3.0e38;\n"
-        "        for (var t = tid; t < T; t += WGS) { m = max(m, sc[q * BLOCK + t]); }\n"
-        "        red[tid] = m;\n        workgroupBarrier();\n"
-        "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
-        "        m = red[0];\n        workgroupBarrier();\n"
-        "        var sum = 0.0;\n"
-        "        for (var t = tid; t < T; t += WGS) { let e = exp(sc[q * BLOCK + t] - m); sc[q * BLOCK + t] = e; sum += e; }\n"
-        "        red[tid] = sum;\n        workgroupBarrier();\n"
-        "        for (var st = WGS / 2u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
-        "        if (tid == 0u) { inv[q] = 1.0 / red[0]; }\n        workgroupBarrier();\n    }\n"
+        "%s"
         /* the weighted values: PARTS threads share an output, each over every PARTS-th position */
         "    for (var o0 = 0u; o0 < NO; o0 += OPW) {\n"
         "        let o = o0 + tid %% OPW;\n        let pt = tid / OPW;\n        var acc = VT(0.0);\n"
@@ -440,31 +613,79 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         /* four positions a round, their loads issued together (a loop of one load each waits
            on every load in turn) */
         "            let vb = (slot * BLOCK * KVD + g * D) / LW + dv;\n"
-        "            var t = pt;\n"
-        "            for (; t + 3u * PARTS < T; t += 4u * PARTS) {\n"
+        "            var t = t0 + pt;\n"
+        "            for (; t + 3u * PARTS < t1; t += 4u * PARTS) {\n"
         "                let v0 = vc[vb + t * (KVD / LW)];\n                let v1 = vc[vb + (t + PARTS) * (KVD / LW)];\n"
         "                let v2 = vc[vb + (t + 2u * PARTS) * (KVD / LW)];\n                let v3 = vc[vb + (t + 3u * PARTS) * (KVD / LW)];\n"
-        "                acc += sc[q * BLOCK + t] * v0 + sc[q * BLOCK + t + PARTS] * v1 + sc[q * BLOCK + t + 2u * PARTS] * v2\n"
-        "                     + sc[q * BLOCK + t + 3u * PARTS] * v3;\n            }\n"
-        "            for (; t < T; t += PARTS) { acc += sc[q * BLOCK + t] * vc[vb + t * (KVD / LW)]; }\n"
+        "                acc += sc[q * SCW + t - t0] * v0 + sc[q * SCW + t - t0 + PARTS] * v1 + sc[q * SCW + t - t0 + 2u * PARTS] * v2\n"
+        "                     + sc[q * SCW + t - t0 + 3u * PARTS] * v3;\n            }\n"
+        "            for (; t < t1; t += PARTS) { acc += sc[q * SCW + t - t0] * vc[vb + t * (KVD / LW)]; }\n"
         "        }\n        part[tid] = acc;\n        workgroupBarrier();\n"
         "        if (tid < OPW && o < NO) {\n"
         "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        pro, a->wo_fused ? "o * LW" : "r * AS + g * G * D + o * LW");
+        pro, soft,
+        a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
-    if (a->wo_fused) /* this group's share of the projection: its G D inputs times their rows of wo */
-        out(&b, "    for (var c = tid; c < %uu; c += WGS) {\n        var acc = %s;\n"
-                "        for (var i0 = 0u; i0 < G * D; i0 += 8u) {\n"
-                "            var w: array<f32, 8>;\n"
-                "            for (var i = 0u; i < 8u; i++) { if (i0 + i < G * D) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
-                "            for (var i = 0u; i < 8u; i++) { if (i0 + i < G * D) { acc += ob[i0 + i] * w[i]; } }\n"
-                "        }\n"
-                "        partout[g * %uu + r * %uu + c] = acc;\n    }\n",
-            a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0", a->cp, a->ps, a->C);
+    free(soft);
+    if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
+        /* SPL threads a column where the workgroup has threads to spare, each over a slice of
+           the inputs with 16 loads in flight, summed through workgroup memory */
+        const unsigned gd = a->G * a->D, spl = wgs >= 2 * a->C ? wgs / a->C : 1, cpw = wgs / spl, ips = (gd + spl - 1) / spl;
+        out(&b, "    for (var c0 = 0u; c0 < %uu; c0 += %uu) {\n"
+                "        let c = c0 + tid %% %uu;\n        let sl = tid / %uu;\n        var acc = 0.0;\n"
+                "        if (sl < %uu && c < %uu) {\n"
+                "            let i1 = min((sl + 1u) * %uu, G * D);\n"
+                "            for (var i0 = sl * %uu; i0 < i1; i0 += 16u) {\n"
+                "                var w: array<f32, 16>;\n"
+                "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
+                "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { acc += ob[i0 + i] * w[i]; } }\n"
+                "            }\n        }\n",
+            a->C, cpw, cpw, cpw, spl, a->C, ips, ips, a->cp);
+        if (spl > 1)
+            out(&b, "        red[tid] = acc;\n        workgroupBarrier();\n"
+                    "        if (sl == 0u && c < %uu) {\n"
+                    "            for (var k = 1u; k < %uu; k++) { acc += red[k * %uu + tid]; }\n"
+                    "        }\n        workgroupBarrier();\n",
+                a->C, spl, cpw);
+        out(&b, "        if (sl == 0u && c < %uu) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
+            a->C, a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
+    }
     out(&b, "}\n");
+    return done(&b);
+}
+
+char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a)
+{
+    sbuf b = {0};
+    const unsigned ns = (a->block + a->chunk - 1) / a->chunk;
+    out(&b, "const D: u32 = %uu;\nconst G: u32 = %uu;\nconst NKV: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\n"
+            "const AS: u32 = %uu;\n",
+        a->D, a->G, a->kvd / a->D, a->chunk, ns, a->as);
+    out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
+            "@group(0) @binding(4) var<storage, read> parts: array<f32>;\n"
+            "@group(0) @binding(9) var<storage, read> ml: array<f32>;\n"
+            "@group(0) @binding(10) var<storage, read_write> att: array<f32>;\n"
+            "@compute @workgroup_size(64)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "    let r = wg.x;\n    let h = wg.y;\n    let g = h / G;\n    let q = h %% G;\n"
+            "    let T = u32(rows[r].y) + 1u;\n    let n = (T + CH - 1u) / CH;\n"
+            "    let p0 = (r * NKV + g) * NS;\n"
+            /* every chunk's loads issued together (the loops have fixed bounds and unroll);
+               the chunks past the row's position are read but weigh nothing */
+            "    var mv: array<f32, NS>;\n    var lv: array<f32, NS>;\n"
+            "    for (var s = 0u; s < NS; s++) { let at = ((p0 + s) * G + q) * 2u; mv[s] = ml[at]; lv[s] = ml[at + 1u]; }\n"
+            "    var m = -3.0e38;\n"
+            "    for (var s = 0u; s < NS; s++) { if (s < n) { m = max(m, mv[s]); } }\n"
+            "    var l = 0.0;\n"
+            "    for (var s = 0u; s < NS; s++) { mv[s] = select(0.0, exp(mv[s] - m), s < n); l += select(0.0, mv[s] * lv[s], s < n); }\n"
+            "    for (var d = tid; d < D; d += 64u) {\n"
+            "        var acc = 0.0;\n"
+            "        for (var s = 0u; s < NS; s++) {\n"
+            "            acc += select(0.0, mv[s] * parts[((p0 + s) * G + q) * D + d], s < n);\n        }\n"
+            "        att[r * AS + h * D + d] = acc / l;\n    }\n}\n");
     return done(&b);
 }
 
@@ -546,7 +767,8 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
 char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
 {
     sbuf b = {0};
-    out(&b, "const V: u32 = %uu;\nconst CAP: u32 = %uu;\n", k->V, k->cap);
+    const unsigned wgs = k->wgs ? k->wgs : 256;
+    out(&b, "const V: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", k->V, k->cap, wgs);
     out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
             "@group(0) @binding(0) var<uniform> P: Pass;\n"
             "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n"
@@ -554,23 +776,35 @@ char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
             "@group(0) @binding(3) var<storage, read_write> drows: array<vec4<i32>>;\n"
             "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n");
     if (k->prefill) out(&b, "@group(0) @binding(5) var<storage, read> prows: array<vec4<i32>>;\n");
-    out(&b, "var<workgroup> bv: array<f32, 256>;\nvar<workgroup> bi: array<u32, 256>;\n"
+    out(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n"
             /* a 32-bit hash (lowbias32) of the inputs, chained: the Gumbel noise's uniform */
             "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
             "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
-            "@compute @workgroup_size(256)\n"
+            "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
+            "    if (P.temp > 0.0) {\n"
+            "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
+            "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
+            "@compute @workgroup_size(WGS)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let s = wg.x;\n    let row = %s[picks[s]];\n"
             "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
             "    var best = -3.4e38;\n    var at = 0u;\n"
             "    let h0 = mix(P.seed ^ mix((slot * 0x9e3779b9u) ^ mix(pos)));\n"
-            "    for (var v = tid; v < V; v += 256u) {\n        var l = logits[s * V + v];\n"
-            "        if (P.temp > 0.0) {\n"
-            "            let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
-            "            l = l / P.temp - log(-log(u));\n        }\n"
-            "        if (l > best) { best = l; at = v; }\n    }\n"
+            /* four logits a round, their loads issued together; ascending v in each thread, so
+               the first of equal values wins as in the argmax */
+            "    var v = tid;\n"
+            "    for (; v + 3u * WGS < V; v += 4u * WGS) {\n"
+            "        let l0 = logits[s * V + v];\n        let l1 = logits[s * V + v + WGS];\n"
+            "        let l2 = logits[s * V + v + 2u * WGS];\n        let l3 = logits[s * V + v + 3u * WGS];\n"
+            "        let n0 = noisy(l0, h0, v);\n        if (n0 > best) { best = n0; at = v; }\n"
+            "        let n1 = noisy(l1, h0, v + WGS);\n        if (n1 > best) { best = n1; at = v + WGS; }\n"
+            "        let n2 = noisy(l2, h0, v + 2u * WGS);\n        if (n2 > best) { best = n2; at = v + 2u * WGS; }\n"
+            "        let n3 = noisy(l3, h0, v + 3u * WGS);\n        if (n3 > best) { best = n3; at = v + 3u * WGS; }\n"
+            "    }\n"
+            "    for (; v < V; v += WGS) {\n        let n = noisy(logits[s * V + v], h0, v);\n"
+            "        if (n > best) { best = n; at = v; }\n    }\n"
             "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
-            "    for (var st = 128u; st > 0u; st >>= 1u) {\n"
+            "    for (var st = WGS / 2u; st > 0u; st >>= 1u) {\n"
             "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"
             "            if (ov > bv[tid] || (ov == bv[tid] && oi < bi[tid])) { bv[tid] = ov; bi[tid] = oi; }\n"
             "        }\n        workgroupBarrier();\n    }\n"

@@ -36,7 +36,7 @@ typedef struct wgml_decode_gemv {
     unsigned np, ps, ekp;
     int e_f16, positions;
     int persist; /* workgroup 0 writes the rows it read (before the norm) to binding 10 */
-    unsigned lpo; /* lanes summing an output (32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
+    unsigned lpo; /* lanes summing an output (16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 
@@ -59,7 +59,16 @@ typedef struct wgml_decode_attn {
     int rope, qk_norm;
     unsigned hq, qnorm, knorm;
     float eps;
+    /* chunk > 0 (not with wo_fused): split over positions, a workgroup per (row, K/V head,
+       chunk of this many positions): grid (rows, Hkv NS), NS = ceil(block / chunk); each
+       writes its heads' unnormalised sums to binding 4 (G D floats) and their (max, sum of
+       exponentials) to binding 9, at ((row Hkv + g) NS + chunk) G + head; chunks past the
+       row's position stay empty (wgml_decode_attn_combine_wgsl reads only the others) */
+    unsigned chunk;
 } wgml_decode_attn;
+/* The split attention's chunks combined into each head's output (binding 10, rows of as):
+   grid (rows, heads of G groups); bindings 0 rows, 4 sums, 9 (max, sum). */
+char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a);
 
 /* GPT-2's MLP in one launch: FB hidden units a workgroup (norm of x + np partials, W1 rows of
    its transposed copy, bias, GELU), times their rows of W2 ([F, C], row stride cp), summed into
@@ -95,6 +104,7 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k);
 typedef struct wgml_decode_sample {
     unsigned V, cap;
     int prefill; /* the rows are the prefill pass's */
+    unsigned wgs; /* threads (a power of two, 0: 256): 1024 where allowed, as a vocabulary is long */
 } wgml_decode_sample;
 char *wgml_decode_sample_wgsl(const wgml_decode_sample *k);
 

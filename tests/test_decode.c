@@ -128,6 +128,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
 static int x_chunk;   /* the GEMVs' inputs staged at a time (0: the plan's choice) */
 static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the plan's choice) */
 static int plan_only; /* check_single skips the graph path */
+static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
 static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
 {
     check_single_chunk(cfg_in, f16, unfused, lanes, parts, -1, expect_dispatches);
@@ -156,7 +157,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
-                                .mlp_block = mlp_block};
+                                .mlp_block = mlp_block, .graph_prefill = graph_prefill};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -351,10 +352,15 @@ static void check_batch(const wgml_gpt_config *cfg_in)
     int32_t want[S][NN], got[S * NN], first[S];
     for (int s = 0; s < S; s++) reference_greedy(r, prompts[s], (int)lens[s], NN, want[s]);
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5};
+    const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill};
     CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
     if (plan) {
+        /* the prompts through the graph (an evaluation of it) only where asked */
+        wgml_stats a, b;
+        wgml_stats_get(ctx, &a);
         CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first));
+        wgml_stats_get(ctx, &b);
+        CHECK(graph_prefill > 0 ? b.evals > a.evals : b.evals == a.evals);
         CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
         for (int s = 0; s < S; s++) {
             CHECK(first[s] == want[s][0]);
@@ -369,6 +375,22 @@ static void check_batch(const wgml_gpt_config *cfg_in)
 
 static void batch_of_prompts(void) { check_batch(&llama_cfg); }
 static void gpt2_batch(void) { check_batch(&gpt2_cfg); }
+
+/* Prompts and window restarts of 2 positions or more prefilled through the model's graph
+   (GEMMs; its keys and values copied into the plan's cache), the rest by the plan's rows: the
+   same tokens as the reference, f32 and f16 weights, GPT-2 and Llama (QK-norm and RoPE) */
+static void prefill_through_the_graph(void)
+{
+    graph_prefill = 2;
+    plan_only = 1;
+    check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+    check_single(&llama_cfg, 1, 0, 0, 2, 1 + 5 * 2 + 2);
+    check_batch(&gpt2_cfg);
+    check_batch(&llama_cfg);
+    graph_prefill = -1; /* never: the rows alone */
+    check_batch(&llama_cfg);
+    graph_prefill = 0, plan_only = 0;
+}
 
 /* head_dim apart from width / heads, and QK-norm: the graph's forward against the reference. */
 static void qk_norm_and_head_dim_forward(void)
@@ -416,6 +438,7 @@ int main(void)
     test_seed(0xdec0de);
     TEST_RUN(qk_norm_and_head_dim_forward);
     TEST_RUN(gpt2_plan_equals_graph_and_reference);
+    TEST_RUN(prefill_through_the_graph);
     TEST_RUN(gpt2_plan_f16_weights);
     TEST_RUN(gpt2_plan_unfused);
     TEST_RUN(llama_plan_equals_graph_and_reference);

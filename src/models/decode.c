@@ -8,6 +8,7 @@
 
 #include "core/context.h"
 #include "core/pipeline.h"
+#include "core/tensor.h"
 #include "models/decode_wgsl.h"
 #include "runtime/runtime.h"
 
@@ -33,6 +34,7 @@ typedef struct layer_bufs {
 
 struct wgml_decode_plan {
     wgml_context *ctx;
+    wgml_gpt *g; /* the model: long prompts are prefilled through its graph */
     wgml_gpt_config cfg;
     wgml_decode_desc d;
     int llama;
@@ -456,6 +458,9 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.mlp_block < 0 || d.mlp_block % 8)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: mlp_block = %d; want a multiple of 8", d.mlp_block);
     if (d.attn_parts < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_parts = %d", d.attn_parts);
+    if (d.graph_prefill < -1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: graph_prefill = %d; want -1, 0 or a length", d.graph_prefill);
+    if (!d.graph_prefill) d.graph_prefill = 64;
     if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
     const int64_t G = c->heads / c->kv_heads;
@@ -469,7 +474,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */
     wgml_decode_plan *p = calloc(1, sizeof *p);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
-    p->ctx = ctx, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->attn_wgs = attn_wgs;
+    p->ctx = ctx, p->g = g, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->attn_wgs = attn_wgs;
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
@@ -643,6 +648,53 @@ static wgml_status push_token(wgml_decode_plan *p, int64_t s, int32_t t)
     return WGML_OK;
 }
 
+/* Positions 0..n-1 of slot's cache from tokens toks[0..n) through the model's graph: one
+   forward pass of GEMMs over the whole prompt (the plan's own prefill reads every weight again
+   for each few rows), its keys and values laid out as the plan's cache ([position][K/V head][D])
+   and copied into the slot's part of every layer's cache. The graph's cache holds the same
+   values the plan's append writes (after QK-norm and RoPE), from the model's f32 weights. */
+static wgml_status graph_fill(wgml_decode_plan *p, int64_t slot, const int32_t *toks, int64_t n)
+{
+    wgml_context *ctx = p->ctx;
+    const int64_t L = p->cfg.layers, kvd = p->Hkv * p->D;
+    wgml_gpt_cache c;
+    wgml_status st = wgml_gpt_cache_init(p->g, &c);
+    if (st) return wgml_fail(ctx, st, "decode prefill: out of host memory");
+    wgml_tensor **kv = calloc((size_t)(2 * L), sizeof *kv);
+    wgml_scope_begin(ctx);
+    wgml_tensor *ids = NULL;
+    if (!kv) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode prefill: out of host memory");
+    if (!st) st = wgml_tensor_from_i32(ctx, 2, (int64_t[2]){1, n}, toks, (size_t)n, &ids);
+    /* the head's logits are built but never evaluated: only the caches are */
+    if (!st && !wgml_gpt_decode_logits(p->g, &c, ids)) st = wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode prefill: the model's graph");
+    for (int64_t l = 0; !st && l < L; l++)
+        for (int64_t h = 0; h < 2; h++) { /* [2, Hkv, n, D] -> [n, Hkv, D] */
+            wgml_tensor *one = wgml_reshape(ctx, wgml_slice(ctx, c.next_kv[l], 0, h, h + 1, 1), 3, (int64_t[3]){p->Hkv, n, p->D});
+            kv[2 * l + h] = wgml_contiguous(ctx, wgml_transpose(ctx, one, 0, 1));
+        }
+    if (!st) st = wgml_eval(ctx, (int)(2 * L), kv);
+    if (!st) {
+        WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
+        if (!enc) st = wgml_fail(ctx, WGML_ERROR_DEVICE, "decode prefill: no command encoder");
+        for (int64_t i = 0; !st && i < 2 * L; i++) {
+            wgml_tensor *t = kv[i], *b = wgml_tensor_base(t);
+            WGPUBuffer dst = i % 2 ? p->L[i / 2].vc : p->L[i / 2].kc;
+            wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, (uint64_t)t->offset * 4, dst,
+                                                 (uint64_t)(slot * p->block * kvd) * 4, (uint64_t)(n * kvd) * 4);
+        }
+        if (enc) {
+            WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+            wgpuCommandEncoderRelease(enc);
+            if (!st) st = wgml_submit(&ctx->rt, cb);
+            else wgpuCommandBufferRelease(cb);
+        }
+    }
+    wgml_scope_end(ctx);
+    wgml_gpt_cache_free(&c, L);
+    free(kv);
+    return st;
+}
+
 /* Feeds, for each slot s of n, tokens toks[s][0..lens[s]) at positions pos0[s].. of its cache
    in prefill passes; with sample[s] its last row draws the slot's next token. */
 static wgml_status prefill(wgml_decode_plan *p, int64_t n, const int64_t *slots, const int32_t *const *toks, const int64_t *lens,
@@ -710,6 +762,12 @@ wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t 
         slots[s] = s, sample[s] = 1;
         p->len[s] = flen[s], p->count[s] = 0;
         set_decode_row(p, s, 0, 0, 0);
+        /* a long prompt: all but its last token through the graph, the last by a prefill row
+           that draws the first token */
+        if (!st && p->d.graph_prefill > 0 && flen[s] - 1 >= p->d.graph_prefill) {
+            st = graph_fill(p, s, from[s], flen[s] - 1);
+            pos0[s] = flen[s] - 1, from[s] += flen[s] - 1, flen[s] = 1;
+        }
     }
     if (!st) st = prefill(p, count, slots, from, flen, pos0, sample, NULL);
     int32_t *ring = st ? NULL : malloc((size_t)(p->B * p->cap) * 4);
@@ -775,7 +833,8 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
             const int32_t *from = p->hist[s] + p->n_hist[s] - feed;
             int64_t n = feed - 1, zero = 0;
             int no = 0;
-            if (n > 0) st = prefill(p, 1, &s, &from, &n, &zero, &no, NULL);
+            if (n > 0 && p->d.graph_prefill > 0 && n >= p->d.graph_prefill) st = graph_fill(p, s, from, n);
+            else if (n > 0) st = prefill(p, 1, &s, &from, &n, &zero, &no, NULL);
             p->len[s] = n;
             set_decode_row(p, s, n, from[feed - 1], p->count[s]);
         }

@@ -48,11 +48,15 @@ typedef struct wgml_decode_desc {
                                  each, and combined by one more launch a layer; 0: where the block is >= 512, 32 times
                                  the batch rounded up to a power of two,
                                  -1: never (the fused GPT-2 form never splits) */
+    int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
+                                 restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
+                                 0: 64, -1: never */
 } wgml_decode_desc;
 
 typedef struct wgml_decode_plan wgml_decode_plan;
 
-/* WGML_ERROR_UNSUPPORTED when the shapes are past what the kernels take (the attention keeps
+/* g must outlive the plan: long prompts are prefilled through its graph.
+   WGML_ERROR_UNSUPPORTED when the shapes are past what the kernels take (the attention keeps
    a row's scores in workgroup memory: (H / Hkv) block floats); the caller then keeps the
    graph path. */
 wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *d, wgml_decode_plan **out);

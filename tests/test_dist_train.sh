@@ -69,6 +69,28 @@ grep -q "overlapped: .*(4.0 buckets" "$work/resume.log" || fail "2 ranks, resume
 cmp -s "$work/two/checkpoint.safetensors" "$work/part/checkpoint.safetensors" ||
   fail "the resumed 2-rank run's checkpoint differs from the unbroken run's"
 
+# same_metrics ONE TWO STEPS TOL SAME_COLUMN WHAT: two runs' metrics.csv have STEPS rows whose
+# loss, gradient norm and validation loss agree within TOL (relative), and SAME_COLUMN (if
+# given) equal
+same_metrics() {
+  "$py" - "$@" <<'PY'
+import csv, sys
+p1, p2, steps, tol, same, what = sys.argv[1:7]
+one, two = ([row for row in csv.DictReader(open(p))] for p in (p1, p2))
+assert len(one) == len(two) == int(steps), f"{len(one)} and {len(two)} steps, want {steps}"
+worst = 0.0
+for a, b in zip(one, two):
+    for key in ("loss", "grad_norm", "val_loss"):
+        if a[key] or b[key]:
+            x, y = float(a[key]), float(b[key])
+            worst = max(worst, abs(x - y) / abs(x))
+    if same:
+        assert a[same] == b[same], f"step {a['step']}: {same} {a[same]} and {b[same]}"
+print(f"{what} over {steps} steps: worst relative difference {worst:.3g}")
+assert worst <= float(tol), f"worst relative difference {worst} > {tol}"
+PY
+}
+
 # wgml gpt train the same way: 2 ranks x 4 sequences against 1 rank x 8, 20 steps
 mkdir -p "$work/text"
 fake_text "$work/text/a" 300
@@ -78,19 +100,8 @@ timeout 120 "$wgml" "${gpt[@]}" --out "$work/gpt1" >"$work/gpt1.log" 2>&1 || fai
 timeout 120 "${mpi[@]}" -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2" >"$work/gpt2.log" 2>&1 ||
   fail "gpt, 2 ranks: exit $? ($(tail -3 "$work/gpt2.log"))"
 grep -q "replicas: parameters identical on 2 ranks" "$work/gpt2.log" || fail "gpt, 2 ranks: no replica check: $(tail -3 "$work/gpt2.log")"
-"$py" - "$work/gpt1/metrics.csv" "$work/gpt2/metrics.csv" <<'PY' || fail "gpt: 2 ranks x 4 and 1 rank x 8 give different losses"
-import csv, sys
-one, two = ([row for row in csv.DictReader(open(p))] for p in sys.argv[1:3])
-assert len(one) == len(two) == 20, f"{len(one)} and {len(two)} steps, want 20"
-worst = 0.0
-for a, b in zip(one, two):
-    for key in ("loss", "grad_norm", "val_loss"):
-        if a[key] or b[key]:
-            x, y = float(a[key]), float(b[key])
-            worst = max(worst, abs(x - y) / abs(x))
-print(f"gpt: losses, gradient norms and validation losses over 20 steps: worst relative difference {worst:.3g}")
-assert worst <= 1e-5, f"worst relative difference {worst} > 1e-5"
-PY
+same_metrics "$work/gpt1/metrics.csv" "$work/gpt2/metrics.csv" 20 1e-5 "" "gpt: losses, gradient norms and validation losses" ||
+  fail "gpt: 2 ranks x 4 and 1 rank x 8 give different losses"
 
 # the overlapped all-reduce (the default: buckets reduced as the backward pass finishes them;
 # one bucket a step by default at this size, one a parameter with small buckets, there with
@@ -120,20 +131,8 @@ timeout 120 "${mpi[@]}" -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2" >"$work/mx
   fail "mixed, 2 ranks: exit $? ($(tail -3 "$work/mx2.log"))"
 grep -q "overlapped: .*shared memory .* MB a step as f16" "$work/mx2.log" ||
   fail "mixed, 2 ranks: not f16 through shared memory: $(grep all-reduce "$work/mx2.log")"
-"$py" - "$work/mx1/metrics.csv" "$work/mx2/metrics.csv" <<'PY' || fail "mixed: 2 ranks (f16 gradients) and 1 rank differ"
-import csv, sys
-one, two = ([row for row in csv.DictReader(open(p))] for p in sys.argv[1:3])
-assert len(one) == len(two) == 12, f"{len(one)} and {len(two)} steps, want 12"
-worst = 0.0
-for a, b in zip(one, two):
-    for key in ("loss", "grad_norm", "val_loss"):
-        if a[key] or b[key]:
-            x, y = float(a[key]), float(b[key])
-            worst = max(worst, abs(x - y) / abs(x))
-    assert a["skipped_steps"] == b["skipped_steps"], f"step {a['step']}: skipped {a['skipped_steps']} and {b['skipped_steps']}"
-print(f"mixed: f16 gradients on 2 ranks against 1 rank over 12 steps: worst relative difference {worst:.3g}")
-assert worst <= 1e-3, f"worst relative difference {worst} > 1e-3"
-PY
+same_metrics "$work/mx1/metrics.csv" "$work/mx2/metrics.csv" 12 1e-3 skipped_steps "mixed: f16 gradients on 2 ranks against 1 rank" ||
+  fail "mixed: 2 ranks (f16 gradients) and 1 rank differ"
 
 # rank 1 cannot read its data: every rank ends, non-zero, well before the timeout
 start=$(date +%s)

@@ -580,6 +580,18 @@ static void bench_matmul(int quick)
 
 /* ---------------------------------------------------------------- startup */
 
+wgml_context *bench_context(const char *who, int quick, wgml_adapter_info *info, int *big)
+{
+    wgml_context *ctx = NULL;
+    if (wgml_context_create(NULL, &ctx)) {
+        fprintf(stderr, "wgml bench %s: %s\n", who, wgml_last_create_error());
+        return NULL;
+    }
+    wgml_adapter_info_get(ctx, info);
+    *big = !quick && strcmp(info->adapter_type, "CPU") != 0;
+    return ctx;
+}
+
 /* Context creation to the first result of a small fused kernel: run it twice, with the
    driver's shader cache emptied and then kept, to see a cold and a warm start. */
 static void bench_startup(void)
@@ -798,7 +810,7 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(what, "gather") || !strcmp(what, "transformer") || !strcmp(what, "all")) bench_gather(quick);
     if (!strcmp(what, "gpt") || !strcmp(what, "decode") || !strcmp(what, "all")) bench_gpt(quick, !strcmp(what, "decode"));
     /* not in all: a GPT-2-sized model's minutes on a small GPU */
-    if (!strcmp(what, "train")) bench_train(quick, strcmp(info.adapter_type, "CPU") != 0);
+    if (!strcmp(what, "train")) bench_train(quick);
     if (!strcmp(what, "startup")) bench_startup();
     if (f.json) {
         /* every result under "results"; the transformer ops' and the GPT's also by family:

@@ -114,14 +114,10 @@ void bench_decode_char(wgml_gpt *g, int quick)
 
 void bench_decode_qwen(int quick)
 {
-    wgml_context *ctx = NULL;
-    if (wgml_context_create(NULL, &ctx)) {
-        fprintf(stderr, "wgml bench decode: %s\n", wgml_last_create_error());
-        return;
-    }
     wgml_adapter_info info;
-    wgml_adapter_info_get(ctx, &info);
-    const int big = !quick && strcmp(info.adapter_type, "CPU") != 0;
+    int big;
+    wgml_context *ctx = bench_context("decode", quick, &info, &big);
+    if (!ctx) return;
     /* Qwen3-0.6B's shape, or a small one of the same structure */
     wgml_gpt_config cfg = {.arch = WGML_GPT_LLAMA, .vocab = big ? 151936 : 1000, .block = big ? 1024 : 64,
                            .layers = big ? 28 : 2, .heads = big ? 16 : 4, .kv_heads = big ? 8 : 2, .width = big ? 1024 : 64,

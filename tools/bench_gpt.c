@@ -104,14 +104,10 @@ static int bench_training(wgml_context *ctx, wgml_gpt *g, wgml_text *text, int h
 
 void bench_gpt(int quick, int decode_only)
 {
-    wgml_context *ctx = NULL;
-    if (wgml_context_create(NULL, &ctx)) {
-        fprintf(stderr, "wgml bench gpt: %s\n", wgml_last_create_error());
-        return;
-    }
     wgml_adapter_info info;
-    wgml_adapter_info_get(ctx, &info);
-    int big = !quick && strcmp(info.adapter_type, "CPU") != 0;
+    int big;
+    wgml_context *ctx = bench_context("gpt", quick, &info, &big);
+    if (!ctx) return;
     wgml_text text = {0};
     char err[256];
     int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;
@@ -175,16 +171,22 @@ done:
     bench_decode_qwen(quick);
 }
 
-/* One shape's training rows (prefix_train_step, _mixed, peaks) in a context of its own */
-static void train_shape(const char *prefix, int64_t B, wgml_gpt_config cfg, int big)
+/* The training rows (prefix_train_step, _mixed, peaks) of the nanoGPT setup (gpt2_small 0) or
+   of GPT-2 small's shape over bytes (86M parameters with a 256-byte vocabulary, batch 8 of 1024
+   tokens), each in a context of its own; toys of them on a CPU or with --quick */
+static void train_shape(int gpt2_small, int quick)
 {
-    wgml_context *ctx = NULL;
-    if (wgml_context_create(NULL, &ctx)) {
-        fprintf(stderr, "wgml bench train: %s\n", wgml_last_create_error());
-        return;
-    }
     wgml_adapter_info info;
-    wgml_adapter_info_get(ctx, &info);
+    int big;
+    wgml_context *ctx = bench_context("train", quick, &info, &big);
+    if (!ctx) return;
+    const char *prefix = gpt2_small ? "gpt2_small" : "gpt";
+    int64_t B = gpt2_small ? (big ? 8 : 2) : (big ? 64 : 4);
+    wgml_gpt_config cfg = gpt2_small ? (wgml_gpt_config){.block = big ? 1024 : 64, .layers = big ? 12 : 2, .heads = big ? 12 : 2,
+                                                         .width = big ? 768 : 64}
+                                     : (wgml_gpt_config){.block = big ? 256 : 32, .layers = big ? 6 : 2, .heads = big ? 6 : 2,
+                                                         .width = big ? 384 : 64};
+    cfg.arch = WGML_GPT_GPT2;
     wgml_text text = {0};
     char err[256];
     int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;
@@ -204,13 +206,8 @@ static void train_shape(const char *prefix, int64_t B, wgml_gpt_config cfg, int 
     wgml_context_free(ctx);
 }
 
-void bench_train(int quick, int big)
+void bench_train(int quick)
 {
-    big = big && !quick;
-    /* the nanoGPT setup, then GPT-2 small's shape over bytes (86M parameters with a 256-byte
-       vocabulary), batch 8 of 1024 tokens; toys of them elsewhere */
-    train_shape("gpt", big ? 64 : 4, (wgml_gpt_config){.arch = WGML_GPT_GPT2, .block = big ? 256 : 32, .layers = big ? 6 : 2,
-                                                       .heads = big ? 6 : 2, .width = big ? 384 : 64}, big);
-    train_shape("gpt2_small", big ? 8 : 2, (wgml_gpt_config){.arch = WGML_GPT_GPT2, .block = big ? 1024 : 64, .layers = big ? 12 : 2,
-                                                             .heads = big ? 12 : 2, .width = big ? 768 : 64}, big);
+    train_shape(0, quick);
+    train_shape(1, quick);
 }

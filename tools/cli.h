@@ -83,10 +83,15 @@ int cmd_gpt(int argc, char **argv);
 
 /* wgml bench's results table (tools/bench.c) and its GPT part (tools/bench_gpt.c) */
 void bench_report(const char *name, double seconds, double value, const char *unit);
+/* A context of its own for a part of the bench (NULL, with a message on stderr naming `who`,
+   when none can be made), its adapter's info, and whether the adapter is a discrete GPU's
+   (not a CPU's, nor --quick): the sizes to bench at. */
+struct wgml_context;
+struct wgml_adapter_info;
+struct wgml_context *bench_context(const char *who, int quick, struct wgml_adapter_info *info, int *big);
 void bench_gpt(int quick, int decode_only); /* decode_only: generation rows alone (wgml bench decode) */
-/* wgml bench train: the training rows alone, of the nanoGPT setup and GPT-2 small's shape
-   (big: the real sizes, on a discrete GPU) */
-void bench_train(int quick, int big);
+/* wgml bench train: the training rows alone, of the nanoGPT setup and GPT-2 small's shape */
+void bench_train(int quick);
 /* generation through the decode plan (tools/bench_decode.c): the character GPT g, and the
    Qwen3-0.6B shape in a context of its own */
 struct wgml_gpt;

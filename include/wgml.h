@@ -180,9 +180,11 @@ typedef struct wgml_context_desc {
        that GEMM without subgroup broadcasts; the GEMV's columns per workgroup "16"|"32"|"64";
        "0": no small-M GEMV; "1": GEMV partial sums meet by subgroup shuffles; elements per
        thread of fused elementwise kernels "1"|"2"|"4"|"8"; the attention kernels' tiles
-       "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47) */
+       "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47); the
+       attention under mixed precision: "0" the SIMT f32 kernels, "emulate[,MxNxK,lanes]" the
+       matrix-unit kernels with plain-WGSL stand-ins for the matrices (checks on a CPU adapter) */
     const char *gemm_tile, *gemm_warp, *gemm_cpu, *gemm_cpu_subgroups, *gemv_cols, *gemv_rows, *subgroups,
-        *ew_unroll, *attn_tiles, *attn_pre;
+        *ew_unroll, *attn_tiles, *attn_pre, *attn_matrix;
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -977,6 +979,7 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_EW_UNROLL=1|2|4|8                 .ew_unroll
      WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t      .attn_tiles
      WGML_ATTN_PRE=N                        .attn_pre
+     WGML_ATTN_MATRIX=0|emulate[,MxNxK,L]   .attn_matrix
    The process's, read by each wgml_dist_init (there is no context then):
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
                                none loaded (default: the one wgml was built against)

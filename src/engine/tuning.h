@@ -32,6 +32,12 @@ typedef struct wgml_tuning {
     bool attn_tiles_set;
     int attn_tiles[3][3];
     int attn_pre; /* WGML_ATTN_PRE=n: wgml_attn_kernel's pre bits of every kernel; -1: the policy's */
+    /* WGML_ATTN_MATRIX: 0 (unset) the policy (matrix units under mixed precision where the
+       adapter has them), -1 ("0") the SIMT kernels always, 1 ("emulate[,MxNxK,lanes]") the
+       matrix kernels with stand-ins of that shape and subgroup size (default 8x8x8, 8) under
+       mixed precision on any adapter */
+    int attn_matrix;
+    int attn_emu[4];
 } wgml_tuning;
 
 /* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of

@@ -34,10 +34,11 @@ typedef struct wgml_tuning {
     int attn_pre; /* WGML_ATTN_PRE=n: wgml_attn_kernel's pre bits of every kernel; -1: the policy's */
     /* WGML_ATTN_MATRIX: 0 (unset) the policy (matrix units under mixed precision where the
        adapter has them), -1 ("0") the SIMT kernels always, 1 ("emulate[,MxNxK,lanes]") the
-       matrix kernels with stand-ins of that shape and subgroup size (default 8x8x8, 8) under
-       mixed precision on any adapter */
+       matrix kernels with stand-ins of that shape and subgroup size (default 16x16x16, 32:
+       the H100's), steps of `cols` (default 16: the stand-ins' code grows with the
+       fragments, and llvmpipe's compile with it), under mixed precision on any adapter */
     int attn_matrix;
-    int attn_emu[4];
+    int attn_emu[5];
 } wgml_tuning;
 
 /* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of

@@ -139,7 +139,8 @@ wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, w
         if (src[i] != in[i] && src[i] != t) wgml_tensor_free(src[i]); /* the node holds them */
     if (t && !t->status) {
         t->tail = d.B * d.H * d.T; /* L of every row */
-        wgml_attention_params_of_set(t, (wgml_attention_params){.causal = desc && desc->causal, .scale = scale});
+        wgml_attention_params_of_set(t, (wgml_attention_params){.causal = desc && desc->causal, .scale = scale,
+                                                                .mixed = ctx->compute_precision == WGML_PRECISION_MIXED});
     }
     return t;
 }
@@ -159,7 +160,10 @@ wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tenso
     wgml_tensor *t = wgml_node(ctx, WGML_OP_ATTENTION_GRAD, 1, &n, 5, src);
     wgml_tensor_free(dc); /* the node holds it */
     if (t && !t->status) {
-        wgml_attention_params_of_set(t, wgml_attention_params_of(fwd));
+        /* the precision in force when the gradient is built, as for matmul's */
+        wgml_attention_params pa = wgml_attention_params_of(fwd);
+        pa.mixed = ctx->compute_precision == WGML_PRECISION_MIXED;
+        wgml_attention_params_of_set(t, pa);
     }
     return t;
 }
@@ -240,14 +244,14 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 /* ---------------------------------------------------------------- matrix units */
 
 /* The matrix-unit kernel of `kind` for head dim d (ops/attention/attention_sgmat_wgsl.c):
-   true, with *c, where the context computes in mixed precision, the adapter has f16 -> f32
+   true, with *c, where the node was built under mixed precision, the adapter has f16 -> f32
    subgroup matrices (or WGML_ATTN_MATRIX=emulate stands in for them) and a tile fits its
    limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows; the widest step of
    columns that fits (the dK/dV kernel keeps two f16 blocks and starts at 32). */
-static bool choose_matrix(wgml_context *ctx, int kind, int d, bool vec, wgml_attn_sgmat *c)
+static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, wgml_attn_sgmat *c)
 {
     const wgml_tuning *tu = wgml_tuning_of(ctx);
-    if (ctx->compute_precision != WGML_PRECISION_MIXED || tu->attn_matrix < 0) return false;
+    if (!wgml_attention_params_of(t).mixed || tu->attn_matrix < 0) return false;
     int m, n, k, sgs;
     bool emulate = tu->attn_matrix > 0;
     if (emulate) m = tu->attn_emu[0], n = tu->attn_emu[1], k = tu->attn_emu[2], sgs = tu->attn_emu[3];
@@ -255,7 +259,7 @@ static bool choose_matrix(wgml_context *ctx, int kind, int d, bool vec, wgml_att
     static const int cols[] = {64, 32, 16};
     for (int i = kind == WGML_ATTN_DKV ? 1 : 0; i < 3; i++) {
         *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs, .subgroups = 4,
-                               .cols = cols[i], .vec = vec, .emulate = emulate};
+                               .cols = emulate ? tu->attn_emu[4] : cols[i], .vec = vec, .emulate = emulate};
         if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
             (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
             return true;
@@ -325,7 +329,7 @@ wgml_status wgml_build_attention(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     wgml_attn_kernel k = {.kind = WGML_ATTN_FORWARD, .d = (int)d.D,
                           .vec = rows_aligned(t->src[0]) && rows_aligned(t->src[1]) && rows_aligned(t->src[2])};
     wgml_attn_sgmat mc;
-    bool matrix = choose_matrix(ctx, WGML_ATTN_FORWARD, k.d, k.vec, &mc);
+    bool matrix = choose_matrix(ctx, t, WGML_ATTN_FORWARD, k.d, k.vec, &mc);
     wgml_status st = matrix ? matrix_pipeline(ctx, &mc, l) : choose_tiles(ctx, &k, d.T);
     if (st || (!matrix && (st = attn_pipeline(ctx, &k, l)))) return st;
     attn_params p = params_of(t, d);
@@ -354,7 +358,7 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec};
     wgml_status st;
     wgml_attn_sgmat mkv, mq;
-    bool matrix_kv = choose_matrix(ctx, WGML_ATTN_DKV, kkv.d, vec, &mkv), matrix_q = choose_matrix(ctx, WGML_ATTN_DQ, kq.d, vec, &mq);
+    bool matrix_kv = choose_matrix(ctx, t, WGML_ATTN_DKV, kkv.d, vec, &mkv), matrix_q = choose_matrix(ctx, t, WGML_ATTN_DQ, kq.d, vec, &mq);
     if ((!matrix_kv && (st = choose_tiles(ctx, &kkv, d.S))) || (!matrix_q && (st = choose_tiles(ctx, &kq, d.T)))) return st;
     wgml_launch *ld = &l[0], *lkv = &l[1], *lq = &l[2];
     if ((st = attn_pipeline(ctx, &kd, ld))) return st;

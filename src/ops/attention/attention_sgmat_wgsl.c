@@ -129,13 +129,16 @@ static void put_types(gen *g)
                       SK, SM, SN, SK, SN, SM);
         return;
     }
+    /* the loops' trip counts are not constants, so that llvmpipe's compiler leaves them rolled
+       (unrolled at every call site, the kernels took it minutes and gigabytes) */
     wgml_sbuf_put(b, "enable f16;\n// emulated subgroup matrices: every invocation holds its subgroup's whole matrices\n"
                      "struct L { v: array<f32, %d> }\nstruct R { v: array<f32, %d> }\nstruct Acc { v: array<f32, %d> }\n"
+                     "fn emu_n(n: u32) -> u32 { return select(n, 0u, P.tiles == 0xffffffffu); }\n"
                      "fn emu_mma(a: L, r: R, acc: Acc) -> Acc {\n    var o = acc;\n"
-                     "    for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { for (var k = 0u; k < %du; k++) {\n"
+                     "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { for (var k = 0u; k < emu_n(%du); k++) {\n"
                      "        o.v[i * %du + j] += a.v[i * %du + k] * r.v[k * %du + j]; } } }\n    return o;\n}\n"
                      "fn emu_st_ss(off: u32, x: Acc, stride: u32) {\n"
-                     "    for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { ss[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
+                     "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
                   SM * SK, SK * SN, SM * SN, SM, SN, SK, SN, SK, SN, SM, SN, SN);
     static const char *const lefts[] = {"xs", "ps", "pp"};
     int nl = g->c->kind == WGML_ATTN_DKV ? 3 : 2;
@@ -144,7 +147,7 @@ static void put_types(gen *g)
         const char *arr = right ? "xs" : lefts[i];
         int rows = right ? SK : SM, cols = right ? SN : SK;
         wgml_sbuf_put(b, "fn emu_%c_%s(off: u32, cm: bool, stride: u32) -> %c {\n    var x: %c;\n"
-                         "    for (var r = 0u; r < %du; r++) { for (var c = 0u; c < %du; c++) {\n"
+                         "    for (var r = 0u; r < emu_n(%du); r++) { for (var c = 0u; c < emu_n(%du); c++) {\n"
                          "        x.v[r * %du + c] = f32(%s[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n"
                          "    return x;\n}\n",
                       right ? 'R' : 'L', arr, right ? 'R' : 'L', right ? 'R' : 'L', rows, cols, cols, arr);
@@ -226,7 +229,9 @@ static void put_keep_rows(gen *g, const char *var)
 static void put_scores(gen *g, const char *left, int at)
 {
     for (int f = 0; f < g->FC; f++) {
-        wgml_sbuf_put(g->b, "    {\n        var s: Acc;\n");
+        /* (a copy of a zero kept from the start: `var s: Acc;` here was zeroed once, not at
+           every step, on Dawn over llvmpipe) */
+        wgml_sbuf_put(g->b, "    {\n        var s = zero;\n");
         for (int k = 0; k < g->KD; k++) {
             char l[16], off[64];
             snprintf(l, sizeof l, "%s%d", left, k);
@@ -305,7 +310,8 @@ static void put_main(gen *g, const char *count)
                             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32,\n"
                             "        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n",
                       g->NT);
-    wgml_sbuf_put(g->b, "    let wid = wg.x + wg.y * P.gx;\n    if (wid >= %s) { return; }\n    let ninf = P.neg_inf;\n", count);
+    wgml_sbuf_put(g->b, "    let wid = wg.x + wg.y * P.gx;\n    if (wid >= %s) { return; }\n    let ninf = P.neg_inf;\n"
+                        "    var zero: Acc;\n", count);
 }
 
 /* `ok` for score (query i, key j) */

@@ -20,4 +20,8 @@ if [ "${F32_TEST:-1}" != 0 ]; then
   grep -E "^(ok|FAIL)" "$OUT/test_attention.log"
 fi
 timeout 200 "$D/bin/wgml" bench attention --json > "$OUT/bench.json" 2> "$OUT/bench.log"; echo "bench rc=$?"; grep -vE "XDG|Warning" "$OUT/bench.log"
-timeout 120 python3 bench/torch_attention.py --json > "$OUT/torch.json" 2> "$OUT/torch.log"; echo "torch rc=$?"; cat "$OUT/torch.log"
+# the matrix kernels' steps and subgroups per workgroup (WGML_ATTN_MATRIX=cols,F,K,Q[,S]), mixed rows only
+for v in ${SWEEP:-cols,32,32,32 cols,64,32,64,2 cols,32,16,32,8}; do
+  echo "-- WGML_ATTN_MATRIX=$v"; WGML_ATTN_MATRIX=$v WGML_BENCH_ATTN_MIXED_ONLY=1 timeout 60 "$D/bin/wgml" bench attention 2>&1 | grep -E "mixed|bench:"
+done
+timeout 120 python3 "${TORCH_PEER:-bench/torch_attention.py}" --json > "$OUT/torch.json" 2> "$OUT/torch.log"; echo "torch rc=$?"; cat "$OUT/torch.log"

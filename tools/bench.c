@@ -741,7 +741,10 @@ static void bench_attention(int quick)
         for (int m = 0; m < 2; m++)
             for (int j = 0; j < 4; j++) res[m][j] = malloc(n * sizeof(float));
         double flops = 4.0 * (double)(sh[0] * sh[1]) * (double)(sh[2] * sh[2]) * (double)sh[3] / 2;
-        for (int mixed = 0; mixed < 2; mixed++) {
+        /* WGML_BENCH_ATTN_MIXED_ONLY=1: the mixed rows alone (sweeps of WGML_ATTN_MATRIX) */
+        const char *mo = getenv("WGML_BENCH_ATTN_MIXED_ONLY");
+        bool mixed_only = mo && *mo == '1';
+        for (int mixed = mixed_only; mixed < 2; mixed++) {
             const char *tag = mixed ? "_mixed" : "";
             if (mixed && wgml_set_compute_precision(ctx, WGML_PRECISION_MIXED)) {
                 fprintf(stderr, "wgml bench: no mixed-precision rows: %s\n", wgml_error_message(ctx));
@@ -764,13 +767,13 @@ static void bench_attention(int quick)
             snprintf(name, sizeof name, "attention_fwdbwd_T%lld_peak_extra%s", (long long)sh[2], tag);
             last_host_seconds = 0;
             bench_report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
-            if (attention_results(ctx, qkv, dout, n, res[mixed])) {
+            if (!mixed_only && attention_results(ctx, qkv, dout, n, res[mixed])) {
                 fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
                 wgml_clear_error(ctx);
                 break;
             }
             static const char *const what[4] = {"y", "dq", "dk", "dv"};
-            for (int j = 0; j < 4 && mixed; j++) {
+            for (int j = 0; j < 4 && mixed && !mixed_only; j++) {
                 double big = 0, err = 0;
                 for (size_t e = 0; e < n; e++) {
                     big = fmax(big, fabs((double)res[0][j][e]));

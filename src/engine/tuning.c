@@ -57,6 +57,9 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
         int got = sscanf(am, "emulate,%dx%dx%d,%d,%d", &m, &n, &k, &l, &c);
         if (got >= 4) em[0] = m, em[1] = n, em[2] = k, em[3] = l;
         if (got == 5) em[4] = c;
+    } else if (am) {
+        int *mc = t->attn_mcols;
+        if (sscanf(am, "cols,%d,%d,%d,%d", &mc[0], &mc[1], &mc[2], &t->attn_msub) < 3) mc[0] = mc[1] = mc[2] = t->attn_msub = 0;
     }
 }
 

@@ -257,9 +257,11 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     if (emulate) m = tu->attn_emu[0], n = tu->attn_emu[1], k = tu->attn_emu[2], sgs = tu->attn_emu[3];
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
     static const int cols[] = {64, 32, 16};
-    for (int i = kind == WGML_ATTN_DKV ? 1 : 0; i < 3; i++) {
-        *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs, .subgroups = 4,
-                               .cols = emulate ? tu->attn_emu[4] : cols[i], .vec = vec, .emulate = emulate};
+    int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
+    for (int i = knob ? -1 : kind == WGML_ATTN_DKV ? 1 : 0; i < 3; i++) {
+        *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
+                               .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
+                               .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate};
         if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
             (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
             return true;

@@ -229,9 +229,9 @@ static void put_keep_rows(gen *g, const char *var)
 static void put_scores(gen *g, const char *left, int at)
 {
     for (int f = 0; f < g->FC; f++) {
-        /* (a copy of a zero kept from the start: `var s: Acc;` here was zeroed once, not at
-           every step, on Dawn over llvmpipe) */
-        wgml_sbuf_put(g->b, "    {\n        var s = zero;\n");
+        /* (zeroed by a constructor: a bare `var s: Acc;` here was zeroed once, not at every
+           step, on Dawn over llvmpipe) */
+        wgml_sbuf_put(g->b, "    {\n        var s = Acc();\n");
         for (int k = 0; k < g->KD; k++) {
             char l[16], off[64];
             snprintf(l, sizeof l, "%s%d", left, k);
@@ -310,8 +310,7 @@ static void put_main(gen *g, const char *count)
                             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32,\n"
                             "        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n",
                       g->NT);
-    wgml_sbuf_put(g->b, "    let wid = wg.x + wg.y * P.gx;\n    if (wid >= %s) { return; }\n    let ninf = P.neg_inf;\n"
-                        "    var zero: Acc;\n", count);
+    wgml_sbuf_put(g->b, "    let wid = wg.x + wg.y * P.gx;\n    if (wid >= %s) { return; }\n    let ninf = P.neg_inf;\n", count);
 }
 
 /* `ok` for score (query i, key j) */
@@ -415,7 +414,7 @@ static void put_forward(gen *g)
     for (int k = 0; k < g->rpl; k++)
         wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
     /* pass 2: P = exp2(S - L), O += P V */
-    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d: Acc;\n", f);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
                      "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
@@ -485,7 +484,7 @@ static void put_dq(gen *g)
                          "    if (r0 + row%d < P.T) { lq%d = LSE[P.lse_off + rb + r0 + row%d]; dl%d = DEL[rb + r0 + row%d]; }\n",
                       k, k, k, k, k, k, k);
     put_key_range(g);
-    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d: Acc;\n", f);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
     wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
                      "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
@@ -543,7 +542,7 @@ static void put_dkv(gen *g)
                      "    let nq = (P.T + %du) / %du - qstart;\n"
                      "    let steps = P.R * nq;\n",
                   C, C - 1, C);
-    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dk%d: Acc;\n    var dv%d: Acc;\n", f, f);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dk%d = Acc();\n    var dv%d = Acc();\n", f, f);
     wgml_sbuf_put(b, "    for (var it = 0u; it < steps; it++) {\n"
                      "        let fh = g * P.R + it / nq;\n"
                      "        let i0 = (qstart + it %% nq) * %du;\n"

@@ -246,8 +246,10 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 /* The matrix-unit kernel of `kind` for head dim d (ops/attention/attention_sgmat_wgsl.c):
    true, with *c, where the node was built under mixed precision, the adapter has f16 -> f32
    subgroup matrices (or WGML_ATTN_MATRIX=emulate stands in for them) and a tile fits its
-   limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows; the widest step of
-   columns that fits (the dK/dV kernel keeps two f16 blocks and starts at 32). */
+   limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows, steps of 32 columns (or
+   16 where 32 does not fit): on the H200, forward + backward at B=8 H=12 T=1024 D=64 took
+   1.41 ms with 32 against 1.55 with 64 for the forward and dQ kernels, and two subgroups
+   2.24 (docs/MEASUREMENTS.md). */
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, wgml_attn_sgmat *c)
 {
     const wgml_tuning *tu = wgml_tuning_of(ctx);
@@ -256,9 +258,9 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     bool emulate = tu->attn_matrix > 0;
     if (emulate) m = tu->attn_emu[0], n = tu->attn_emu[1], k = tu->attn_emu[2], sgs = tu->attn_emu[3];
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
-    static const int cols[] = {64, 32, 16};
+    static const int cols[] = {32, 16};
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
-    for (int i = knob ? -1 : kind == WGML_ATTN_DKV ? 1 : 0; i < 3; i++) {
+    for (int i = knob ? -1 : 0; i < 2; i++) {
         *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
                                .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
                                .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate};

@@ -182,7 +182,8 @@ typedef struct wgml_context_desc {
        thread of fused elementwise kernels "1"|"2"|"4"|"8"; the attention kernels' tiles
        "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47); the
        attention under mixed precision: "0" the SIMT f32 kernels, "emulate[,MxNxK,lanes,cols]" the
-       matrix-unit kernels with plain-WGSL stand-ins for the matrices (checks on a CPU adapter) */
+       matrix-unit kernels with plain-WGSL stand-ins for the matrices (checks on a CPU adapter),
+       "cols,F,K,Q[,S]" their steps (forward, dK/dV, dQ) and subgroups per workgroup */
     const char *gemm_tile, *gemm_warp, *gemm_cpu, *gemm_cpu_subgroups, *gemv_cols, *gemv_rows, *subgroups,
         *ew_unroll, *attn_tiles, *attn_pre, *attn_matrix;
 } wgml_context_desc;
@@ -982,7 +983,7 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_EW_UNROLL=1|2|4|8                 .ew_unroll
      WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t      .attn_tiles
      WGML_ATTN_PRE=N                        .attn_pre
-     WGML_ATTN_MATRIX=0|emulate[,MxNxK,L,C] .attn_matrix
+     WGML_ATTN_MATRIX=0|emulate[,MxNxK,L,C]|cols,F,K,Q[,S]  .attn_matrix
    The process's, read by each wgml_dist_init (there is no context then):
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
                                none loaded (default: the one wgml was built against)

@@ -1,6 +1,9 @@
 /*
  * Fused attention, FlashAttention-style: the op, its gradient rule and the launches of its
- * kernels (their WGSL: ops/attention/attention_wgsl.c).
+ * kernels (their WGSL: ops/attention/attention_wgsl.c; under mixed precision, where the
+ * adapter has f16 -> f32 subgroup matrices, the forward, dK/dV and dQ kernels of
+ * ops/attention/attention_sgmat_wgsl.c instead, with the same parameters, bindings and
+ * results: f16 operands, f32 sums and statistics; Delta stays this file's kernel).
  *
  *   O = softmax(scale Q K^T [+ causal mask]) V     Q [B,H,T,D], K and V [B,Hkv,S,D]
  *

@@ -180,7 +180,10 @@ typedef struct wgml_context_desc {
        that GEMM without subgroup broadcasts; the GEMV's columns per workgroup "16"|"32"|"64";
        "0": no small-M GEMV; "1": GEMV partial sums meet by subgroup shuffles; elements per
        thread of fused elementwise kernels "1"|"2"|"4"|"8"; the attention kernels' tiles
-       "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47) */
+       "r,c,t,r,c,t,r,c,t" (forward, dK/dV, dQ) and prefetch bits (a mask of 47); the
+       attention under mixed precision: "0" the SIMT f32 kernels, "emulate[,MxNxK,lanes,cols]" the
+       matrix-unit kernels with plain-WGSL stand-ins for the matrices (checks on a CPU adapter),
+       "cols,F,K,Q[,S]" their steps (forward, dK/dV, dQ) and subgroups per workgroup */
     const char *gemm_tile, *gemm_warp, *gemm_cpu, *gemm_cpu_subgroups, *gemv_cols, *gemv_rows, *subgroups,
         *ew_unroll, *attn_tiles, *attn_pre;
     int dist_shm;                    /* data parallel and wgml_dist_allreduce, when every rank
@@ -191,6 +194,7 @@ typedef struct wgml_context_desc {
                                         (summed in f32): 1 always, -1 never, 0 (the default)
                                         when the optimizer scales the loss (mixed-precision
                                         training); every rank the same */
+    const char *attn_matrix;         /* the attention under mixed precision (the list above) */
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -624,7 +628,10 @@ typedef struct wgml_matmul_desc {
 /* The context's compute precision. WGML_PRECISION_MIXED: every matmul built while it is set
    whose desc leaves f16_math 0 (wgml_matmul, wgml_linear, the gradients autograd builds)
    runs as WGML_F16_MATH_MATRIX (f16 operands, f32 sums; on the matrix units where the adapter
-   has them, else the SIMT f16 kernel); everything else stays f32. Needs shader-f16
+   has them, else the SIMT f16 kernel), and every wgml_attention built or differentiated
+   while it is set runs on the matrix units where the adapter has them (f16 Q, K, V, dO and P,
+   f32 sums and softmax statistics; elsewhere its f32 kernels, the WGML_ATTN_MATRIX knob
+   aside); everything else stays f32. Needs shader-f16
    (WGML_ERROR_UNSUPPORTED without it). Training under it wants loss scaling
    (wgml_optimizer_set_loss_scaling): small gradients underflow in f16. Default F32. */
 typedef enum wgml_precision { WGML_PRECISION_F32 = 0, WGML_PRECISION_MIXED = 1 } wgml_precision;
@@ -996,6 +1003,7 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_EW_UNROLL=1|2|4|8                 .ew_unroll
      WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t      .attn_tiles
      WGML_ATTN_PRE=N                        .attn_pre
+     WGML_ATTN_MATRIX=0|emulate[,MxNxK,L,C]|cols,F,K,Q[,S]  .attn_matrix
    The process's, read by each wgml_dist_init (there is no context then):
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
                                none loaded (default: the one wgml was built against)

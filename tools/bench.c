@@ -713,9 +713,25 @@ static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv, wgml_te
     return bench_median(t, reps);
 }
 
+/* y = attention(q, k, v) and its gradients for L = sum(y * dout), read into out[0..3] (each n
+   floats) */
+static wgml_status attention_results(wgml_context *ctx, wgml_tensor *const *qkv, wgml_tensor *dout, size_t n, float **out)
+{
+    wgml_scope_begin(ctx);
+    wgml_tensor *y = wgml_attention(ctx, qkv[0], qkv[1], qkv[2], &(wgml_attention_desc){.causal = 1});
+    wgml_status st = wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, y, dout)));
+    if (!st) st = wgml_tensor_read(y, out[0], n);
+    for (int i = 0; i < 3 && !st; i++) st = wgml_tensor_read(wgml_grad(qkv[i]), out[1 + i], n);
+    for (int i = 0; i < 3; i++) wgml_zero_grad(qkv[i]);
+    wgml_scope_end(ctx);
+    return st;
+}
+
 /* wgml_attention at the issue's shapes, causal, in TFLOP/s by FlashAttention's count:
    4 B H T^2 D / 2 for the forward pass, 2.5 times that for the backward; and the memory that
-   forward + backward take above their inputs */
+   forward + backward take above their inputs. Then the same under mixed precision (the
+   matrix units where the adapter has them: rows ending _mixed), with its error against the
+   f32 kernels' results, max |mixed - f32| / max |f32| of y, dq, dk and dv in millionths. */
 static void bench_attention(int quick)
 {
     wgml_context *ctx;
@@ -724,7 +740,7 @@ static void bench_attention(int quick)
         exit(1);
     }
     const int64_t full[2][4] = {{64, 6, 256, 64}, {8, 12, 1024, 64}}, small[2][4] = {{2, 2, 128, 64}, {1, 2, 256, 64}};
-    char name[64];
+    char name[80];
     for (int i = 0; i < 2; i++) {
         const int64_t *sh = quick ? small[i] : full[i];
         wgml_tensor *qkv[3], *dout = random_tensor(ctx, 4, sh);
@@ -732,23 +748,56 @@ static void bench_attention(int quick)
             qkv[j] = random_tensor(ctx, 4, sh);
             wgml_requires_grad(qkv[j], 1);
         }
+        size_t n = (size_t)(sh[0] * sh[1] * sh[2] * sh[3]);
+        float *res[2][4];
+        for (int m = 0; m < 2; m++)
+            for (int j = 0; j < 4; j++) res[m][j] = malloc(n * sizeof(float));
         double flops = 4.0 * (double)(sh[0] * sh[1]) * (double)(sh[2] * sh[2]) * (double)sh[3] / 2;
-        snprintf(name, sizeof name, "attention_fwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1], (long long)sh[2],
-                 (long long)sh[3]);
-        double sec = time_attention(ctx, qkv, dout, false, quick ? 3 : 15);
-        bench_report(name, sec, flops / sec / 1e12, "TFLOP/s");
-        wgml_stats s0, s1;
-        wgml_synchronize(ctx);
-        wgml_stats_reset_peaks(ctx);
-        wgml_stats_get(ctx, &s0);
-        sec = time_attention(ctx, qkv, dout, true, quick ? 3 : 15);
-        wgml_stats_get(ctx, &s1);
-        snprintf(name, sizeof name, "attention_fwdbwd_B%lld_H%lld_T%lld_D%lld", (long long)sh[0], (long long)sh[1],
-                 (long long)sh[2], (long long)sh[3]);
-        bench_report(name, sec, 3.5 * flops / sec / 1e12, "TFLOP/s");
-        snprintf(name, sizeof name, "attention_fwdbwd_T%lld_peak_extra", (long long)sh[2]);
-        last_host_seconds = 0;
-        bench_report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
+        /* WGML_BENCH_ATTN_MIXED_ONLY=1: the mixed rows alone (sweeps of WGML_ATTN_MATRIX) */
+        const char *mo = getenv("WGML_BENCH_ATTN_MIXED_ONLY");
+        bool mixed_only = mo && *mo == '1';
+        for (int mixed = mixed_only; mixed < 2; mixed++) {
+            const char *tag = mixed ? "_mixed" : "";
+            if (mixed && wgml_set_compute_precision(ctx, WGML_PRECISION_MIXED)) {
+                fprintf(stderr, "wgml bench: no mixed-precision rows: %s\n", wgml_error_message(ctx));
+                wgml_clear_error(ctx);
+                break;
+            }
+            snprintf(name, sizeof name, "attention_fwd_B%lld_H%lld_T%lld_D%lld%s", (long long)sh[0], (long long)sh[1],
+                     (long long)sh[2], (long long)sh[3], tag);
+            double sec = time_attention(ctx, qkv, dout, false, quick ? 3 : 15);
+            bench_report(name, sec, flops / sec / 1e12, "TFLOP/s");
+            wgml_stats s0, s1;
+            wgml_synchronize(ctx);
+            wgml_stats_reset_peaks(ctx);
+            wgml_stats_get(ctx, &s0);
+            sec = time_attention(ctx, qkv, dout, true, quick ? 3 : 15);
+            wgml_stats_get(ctx, &s1);
+            snprintf(name, sizeof name, "attention_fwdbwd_B%lld_H%lld_T%lld_D%lld%s", (long long)sh[0], (long long)sh[1],
+                     (long long)sh[2], (long long)sh[3], tag);
+            bench_report(name, sec, 3.5 * flops / sec / 1e12, "TFLOP/s");
+            snprintf(name, sizeof name, "attention_fwdbwd_T%lld_peak_extra%s", (long long)sh[2], tag);
+            last_host_seconds = 0;
+            bench_report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
+            if (!mixed_only && attention_results(ctx, qkv, dout, n, res[mixed])) {
+                fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
+                wgml_clear_error(ctx);
+                break;
+            }
+            static const char *const what[4] = {"y", "dq", "dk", "dv"};
+            for (int j = 0; j < 4 && mixed && !mixed_only; j++) {
+                double big = 0, err = 0;
+                for (size_t e = 0; e < n; e++) {
+                    big = fmax(big, fabs((double)res[0][j][e]));
+                    err = fmax(err, fabs((double)res[1][j][e] - (double)res[0][j][e]));
+                }
+                snprintf(name, sizeof name, "attention_mixed_err_T%lld_%s", (long long)sh[2], what[j]);
+                bench_report(name, 0, (big > 0 ? err / big : err) * 1e6, "ppm: max |mixed - f32| / max |f32|");
+            }
+        }
+        wgml_set_compute_precision(ctx, WGML_PRECISION_F32);
+        for (int m = 0; m < 2; m++)
+            for (int j = 0; j < 4; j++) free(res[m][j]);
         for (int j = 0; j < 3; j++) wgml_tensor_free(qkv[j]);
         wgml_tensor_free(dout);
     }

@@ -34,7 +34,7 @@ _RUNTIMES = {
 
 # The kernel choices of wgml_context_desc (text in their WGML_* variable's syntax)
 _KERNEL_CHOICES = ("gemm_tile", "gemm_warp", "gemm_cpu", "gemm_cpu_subgroups", "gemv_cols", "gemv_rows",
-                   "subgroups", "ew_unroll", "attn_tiles", "attn_pre")
+                   "subgroups", "ew_unroll", "attn_tiles", "attn_pre", "attn_matrix")
 
 _live = weakref.WeakSet()  # every open context, closed at exit before the interpreter unloads
 _default = None

@@ -47,6 +47,20 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
                                      &a[7], &a[8]) == 9;
     const char *ap = s->attn_pre;
     t->attn_pre = ap && *ap >= '0' && *ap <= '9' ? atoi(ap) & 47 : -1;
+    const char *am = s->attn_matrix;
+    int *em = t->attn_emu;
+    em[0] = em[1] = em[2] = 16, em[3] = 32, em[4] = 16;
+    if (am && !strcmp(am, "0")) t->attn_matrix = -1;
+    else if (am && !strncmp(am, "emulate", 7)) {
+        t->attn_matrix = 1;
+        int m, n, k, l, c;
+        int got = sscanf(am, "emulate,%dx%dx%d,%d,%d", &m, &n, &k, &l, &c);
+        if (got >= 4) em[0] = m, em[1] = n, em[2] = k, em[3] = l;
+        if (got == 5) em[4] = c;
+    } else if (am) {
+        int *mc = t->attn_mcols;
+        if (sscanf(am, "cols,%d,%d,%d,%d", &mc[0], &mc[1], &mc[2], &t->attn_msub) < 3) mc[0] = mc[1] = mc[2] = t->attn_msub = 0;
+    }
 }
 
 const wgml_tuning *wgml_tuning_of(wgml_context *ctx)

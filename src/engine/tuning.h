@@ -32,6 +32,16 @@ typedef struct wgml_tuning {
     bool attn_tiles_set;
     int attn_tiles[3][3];
     int attn_pre; /* WGML_ATTN_PRE=n: wgml_attn_kernel's pre bits of every kernel; -1: the policy's */
+    /* WGML_ATTN_MATRIX: 0 (unset) the policy (matrix units under mixed precision where the
+       adapter has them), -1 ("0") the SIMT kernels always, 1 ("emulate[,MxNxK,lanes]") the
+       matrix kernels with stand-ins of that shape and subgroup size (default 16x16x16, 32:
+       the H100's), steps of `cols` (default 16: the stand-ins' code grows with the
+       fragments, and llvmpipe's compile with it), under mixed precision on any adapter */
+    int attn_matrix;
+    int attn_emu[5];
+    /* WGML_ATTN_MATRIX=cols,F,K,Q,S: the matrix kernels' steps of columns (forward, dK/dV, dQ)
+       and subgroups per workgroup (0: the policy's), the policy otherwise */
+    int attn_mcols[3], attn_msub;
 } wgml_tuning;
 
 /* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of

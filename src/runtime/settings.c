@@ -123,6 +123,7 @@ wgml_status wgml_settings_resolve(const wgml_context_desc *desc_in, wgml_setting
         {d.ew_unroll, "WGML_EW_UNROLL", s->ew_unroll},
         {d.attn_tiles, "WGML_ATTN_TILES", s->attn_tiles},
         {d.attn_pre, "WGML_ATTN_PRE", s->attn_pre},
+        {d.attn_matrix, "WGML_ATTN_MATRIX", s->attn_matrix},
     };
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++)
         if (!text(choices[i].field, choices[i].var, choices[i].out, WGML_SETTING_CHOICE)) choices[i].out[0] = '\0';
@@ -133,7 +134,7 @@ void wgml_settings_forget_strings(wgml_context_desc *d)
 {
     d->adapter_name = d->dawn_library = d->wgpu_native_library = d->dawn_toggles = d->dump_wgsl = d->profile = NULL;
     d->gemm_tile = d->gemm_warp = d->gemm_cpu = d->gemm_cpu_subgroups = d->gemv_cols = d->gemv_rows = d->subgroups = NULL;
-    d->ew_unroll = d->attn_tiles = d->attn_pre = NULL;
+    d->ew_unroll = d->attn_tiles = d->attn_pre = d->attn_matrix = NULL;
 }
 
 void wgml_launch_settings_read(wgml_launch_settings *out)

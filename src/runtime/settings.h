@@ -43,7 +43,7 @@ typedef struct wgml_settings {
     char gemm_tile[WGML_SETTING_CHOICE], gemm_warp[WGML_SETTING_CHOICE], gemm_cpu[WGML_SETTING_CHOICE],
         gemm_cpu_subgroups[WGML_SETTING_CHOICE], gemv_cols[WGML_SETTING_CHOICE], gemv_rows[WGML_SETTING_CHOICE],
         subgroups[WGML_SETTING_CHOICE], ew_unroll[WGML_SETTING_CHOICE], attn_tiles[WGML_SETTING_CHOICE],
-        attn_pre[WGML_SETTING_CHOICE];
+        attn_pre[WGML_SETTING_CHOICE], attn_matrix[WGML_SETTING_CHOICE];
 } wgml_settings;
 
 /* The settings of desc (NULL: all zero). WGML_ERROR_INVALID_ARGUMENT, why in err, for a field

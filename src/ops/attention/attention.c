@@ -1,6 +1,9 @@
 /*
  * Fused attention, FlashAttention-style: the op, its gradient rule and the launches of its
- * kernels (their WGSL: ops/attention/attention_wgsl.c).
+ * kernels (their WGSL: ops/attention/attention_wgsl.c; under mixed precision, where the
+ * adapter has f16 -> f32 subgroup matrices, the forward, dK/dV and dQ kernels of
+ * ops/attention/attention_sgmat_wgsl.c instead, with the same parameters, bindings and
+ * results: f16 operands, f32 sums and statistics; Delta stays this file's kernel).
  *
  *   O = softmax(scale Q K^T [+ causal mask]) V     Q [B,H,T,D], K and V [B,Hkv,S,D]
  *
@@ -42,6 +45,8 @@
 #include <string.h>
 
 #include "ops/attention/attention.h"
+#include "ops/attention/attention_sgmat_wgsl.h"
+#include "ops/matmul/matmul.h"
 #include "engine/build.h"
 #include "engine/tuning.h"
 #include "ops/rules.h"
@@ -137,7 +142,8 @@ wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, w
         if (src[i] != in[i] && src[i] != t) wgml_tensor_free(src[i]); /* the node holds them */
     if (t && !t->status) {
         t->tail = d.B * d.H * d.T; /* L of every row */
-        wgml_attention_params_of_set(t, (wgml_attention_params){.causal = desc && desc->causal, .scale = scale});
+        wgml_attention_params_of_set(t, (wgml_attention_params){.causal = desc && desc->causal, .scale = scale,
+                                                                .mixed = ctx->compute_precision == WGML_PRECISION_MIXED});
     }
     return t;
 }
@@ -157,7 +163,10 @@ wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tenso
     wgml_tensor *t = wgml_node(ctx, WGML_OP_ATTENTION_GRAD, 1, &n, 5, src);
     wgml_tensor_free(dc); /* the node holds it */
     if (t && !t->status) {
-        wgml_attention_params_of_set(t, wgml_attention_params_of(fwd));
+        /* the precision in force when the gradient is built, as for matmul's */
+        wgml_attention_params pa = wgml_attention_params_of(fwd);
+        pa.mixed = ctx->compute_precision == WGML_PRECISION_MIXED;
+        wgml_attention_params_of_set(t, pa);
     }
     return t;
 }
@@ -235,6 +244,47 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
                      ctx->rt.limits.maxComputeWorkgroupStorageSize);
 }
 
+/* ---------------------------------------------------------------- matrix units */
+
+/* The matrix-unit kernel of `kind` for head dim d (ops/attention/attention_sgmat_wgsl.c):
+   true, with *c, where the node was built under mixed precision, the adapter has f16 -> f32
+   subgroup matrices (or WGML_ATTN_MATRIX=emulate stands in for them) and a tile fits its
+   limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows, steps of 32 columns (or
+   16 where 32 does not fit): on the H200, forward + backward at B=8 H=12 T=1024 D=64 took
+   1.41 ms with 32 against 1.55 with 64 for the forward and dQ kernels, and two subgroups
+   2.24 (docs/MEASUREMENTS.md). */
+static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, wgml_attn_sgmat *c)
+{
+    const wgml_tuning *tu = wgml_tuning_of(ctx);
+    if (!wgml_attention_params_of(t).mixed || tu->attn_matrix < 0) return false;
+    int m, n, k, sgs;
+    bool emulate = tu->attn_matrix > 0;
+    if (emulate) m = tu->attn_emu[0], n = tu->attn_emu[1], k = tu->attn_emu[2], sgs = tu->attn_emu[3];
+    else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
+    static const int cols[] = {32, 16};
+    int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
+    for (int i = knob ? -1 : 0; i < 2; i++) {
+        *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
+                               .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
+                               .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate};
+        if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
+            (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
+            return true;
+    }
+    return false;
+}
+
+static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, wgml_launch *l)
+{
+    /* kind + 16: apart from the SIMT kernels' keys */
+    uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)c->kind + 16, (uint32_t)c->d,
+                       (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
+                       (uint32_t)c->subgroups, (uint32_t)c->cols, c->vec, c->emulate};
+    if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
+    l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);
+    return l->pipeline ? WGML_OK : ctx->rt.status;
+}
+
 /* ---------------------------------------------------------------- launches */
 
 /* the parameter block every attention kernel reads (the Params of attention_wgsl.c) */
@@ -285,17 +335,20 @@ wgml_status wgml_build_attention(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     attn_dims d = dims_of(t->src[0], t->src[1]);
     wgml_attn_kernel k = {.kind = WGML_ATTN_FORWARD, .d = (int)d.D,
                           .vec = rows_aligned(t->src[0]) && rows_aligned(t->src[1]) && rows_aligned(t->src[2])};
-    wgml_status st = choose_tiles(ctx, &k, d.T);
-    if (st || (st = attn_pipeline(ctx, &k, l))) return st;
+    wgml_attn_sgmat mc;
+    bool matrix = choose_matrix(ctx, t, WGML_ATTN_FORWARD, k.d, k.vec, &mc);
+    wgml_status st = matrix ? matrix_pipeline(ctx, &mc, l) : choose_tiles(ctx, &k, d.T);
+    if (st || (!matrix && (st = attn_pipeline(ctx, &k, l)))) return st;
     attn_params p = params_of(t, d);
-    p.tiles = (uint32_t)ceil_div(d.T, k.rows);
+    p.tiles = (uint32_t)ceil_div(d.T, matrix ? wgml_attn_sgmat_rows(&mc) : k.rows);
     p.lse_off = (uint32_t)t->numel;
     p.gx = wgml_grid(ctx, (uint64_t)p.tiles * (uint64_t)(d.B * d.H), l->groups);
     set_params(l, &p);
     for (int i = 0; i < 3; i++) l->buffers[i] = wgml_tensor_base(t->src[i]);
     l->buffers[3] = t;
     l->nbuffers = 4;
-    l->loop_trips = (uint64_t)ceil_div(d.S, k.cols) * wgml_attn_step_trips(&k) + 1;
+    /* (the matrix kernels' loops over D and a tile are unrolled; it walks the keys twice) */
+    l->loop_trips = matrix ? 2 * (uint64_t)ceil_div(d.S, mc.cols) + 1 : (uint64_t)ceil_div(d.S, k.cols) * wgml_attn_step_trips(&k) + 1;
     snprintf(l->what, sizeof l->what, "attention (T %lld, S %lld, D %lld)", (long long)d.T, (long long)d.S, (long long)d.D);
     *count = 1;
     return WGML_OK;
@@ -311,11 +364,15 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     wgml_attn_kernel kkv = {.kind = WGML_ATTN_DKV, .d = (int)d.D, .vec = vec};
     wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec};
     wgml_status st;
-    if ((st = choose_tiles(ctx, &kkv, d.S)) || (st = choose_tiles(ctx, &kq, d.T))) return st;
+    wgml_attn_sgmat mkv, mq;
+    bool matrix_kv = choose_matrix(ctx, t, WGML_ATTN_DKV, kkv.d, vec, &mkv), matrix_q = choose_matrix(ctx, t, WGML_ATTN_DQ, kq.d, vec, &mq);
+    if ((!matrix_kv && (st = choose_tiles(ctx, &kkv, d.S))) || (!matrix_q && (st = choose_tiles(ctx, &kq, d.T)))) return st;
     wgml_launch *ld = &l[0], *lkv = &l[1], *lq = &l[2];
     if ((st = attn_pipeline(ctx, &kd, ld))) return st;
     *lkv = *ld, *lq = *ld;
-    if ((st = attn_pipeline(ctx, &kkv, lkv)) || (st = attn_pipeline(ctx, &kq, lq))) return st;
+    if ((st = matrix_kv ? matrix_pipeline(ctx, &mkv, lkv) : attn_pipeline(ctx, &kkv, lkv)) ||
+        (st = matrix_q ? matrix_pipeline(ctx, &mq, lq) : attn_pipeline(ctx, &kq, lq)))
+        return st;
     attn_params p = params_of(t, d);
     p.do_off = (uint32_t)dout->offset;
     p.lse_off = (uint32_t)(fwd->offset + fwd->numel);
@@ -348,17 +405,18 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
         gl[i]->scratch_mask = 1u << 5;
         gl[i]->scratch_bytes = 0;
     }
-    p.tiles = (uint32_t)ceil_div(d.S, kkv.rows);
+    p.tiles = (uint32_t)ceil_div(d.S, matrix_kv ? wgml_attn_sgmat_rows(&mkv) : kkv.rows);
     p.gx = wgml_grid(ctx, (uint64_t)p.tiles * (uint64_t)(d.B * d.Hkv), lkv->groups);
     set_params(lkv, &p);
-    lkv->loop_trips = (uint64_t)(d.H / d.Hkv) * (uint64_t)ceil_div(d.T, kkv.cols) * wgml_attn_step_trips(&kkv) + 1;
+    lkv->loop_trips = (uint64_t)(d.H / d.Hkv) * (uint64_t)ceil_div(d.T, matrix_kv ? mkv.cols : kkv.cols) *
+                          (matrix_kv ? 1 : wgml_attn_step_trips(&kkv)) + 1;
     snprintf(lkv->what, sizeof lkv->what, "attention dK, dV (T %lld, S %lld, D %lld)", T, S, D);
 
     /* 3. dQ: a workgroup per query tile and head */
-    p.tiles = (uint32_t)ceil_div(d.T, kq.rows);
+    p.tiles = (uint32_t)ceil_div(d.T, matrix_q ? wgml_attn_sgmat_rows(&mq) : kq.rows);
     p.gx = wgml_grid(ctx, (uint64_t)p.tiles * (uint64_t)(d.B * d.H), lq->groups);
     set_params(lq, &p);
-    lq->loop_trips = (uint64_t)ceil_div(d.S, kq.cols) * wgml_attn_step_trips(&kq) + 1;
+    lq->loop_trips = (uint64_t)ceil_div(d.S, matrix_q ? mq.cols : kq.cols) * (matrix_q ? 1 : wgml_attn_step_trips(&kq)) + 1;
     snprintf(lq->what, sizeof lq->what, "attention dQ (T %lld, S %lld, D %lld)", T, S, D);
     *count = 3;
     return WGML_OK;

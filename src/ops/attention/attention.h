@@ -11,9 +11,11 @@
 /* its ops, X(ENUM) (ops/table.h) */
 #define WGML_ATTENTION_OPS(X) X(ATTENTION) X(ATTENTION_GRAD)
 
-/* attention's and its gradient's parameters: causal or not, the scores' scale */
+/* attention's and its gradient's parameters: causal or not, the scores' scale, and whether the
+   node was built under mixed precision (the matrix units where the adapter has them) */
 typedef struct wgml_attention_params {
     bool causal;
+    bool mixed;
     float scale;
 } wgml_attention_params;
 WGML_OP_PARAMS(wgml_attention_params, wgml_attention_params_of)

@@ -1,0 +1,619 @@
+/*
+ * Attention on subgroup matrices: the WGSL of one kernel (attention_sgmat_wgsl.h). What each
+ * kernel computes, and the parameter block, are the SIMT kernels' (ops/attention/attention.c);
+ * this file says how the matrix units do it.
+ *
+ * A workgroup of `subgroups` subgroups owns a tile of rows (queries; keys in dK/dV), sm_m a
+ * subgroup. Each subgroup loads its rows of the operands it keeps (Q, or K and V in dK/dV) once
+ * into left fragments (f16), through the staging buffer xs, which then takes each step's tiles
+ * of the other side, converted from f32 to f16 while staged (rows of the head dim padded to
+ * 16, zeros past D and past the ends). Scores S = Q K^T (and dO V^T in the gradient) go from
+ * the matrix units through the subgroup's own f32 block of workgroup memory to its lanes,
+ * which apply the masks and the softmax in f32 and write P (or dS) as f16 to the subgroup's
+ * block of ps, the left operand of the next product. The T x S scores are never stored.
+ *
+ * The forward pass walks the keys twice: first for each row's max and sum (each lane keeps an
+ * online max and sum over its columns; the lanes of a row merge theirs at the end), then with
+ * the row's log-sum-exp L known, P = exp2(S - L) is exact and O += P V accumulates in result
+ * fragments that are never rescaled, so O stays on the matrix units. (One extra Q K^T
+ * instead of an f32 round trip of O through workgroup memory at every step.) The gradient
+ * kernels recompute P from L as the SIMT kernels do; their accumulators (dQ; dK and dV) stay in
+ * result fragments for the whole walk. Results leave through the subgroup's f32 block.
+ *
+ * Lanes and elements: a subgroup's block is sm_m rows by `cols`; lpr = subgroup_size / sm_m
+ * lanes share a row (or, with fewer lanes than rows, a lane has sm_m / subgroup_size rows),
+ * lane l having columns l % lpr + lpr * j, so every per-row value (max, sum, L, Delta) is a
+ * named register and the loops are unrolled.
+ */
+#include "ops/attention/attention_sgmat_wgsl.h"
+
+#include <stdio.h>
+
+#include "core/sbuf.h"
+#include "ops/attention/attention.h"
+
+#define STAGE_PAD 8 /* halves per staged row against bank conflicts (keeps rows 16-byte aligned) */
+#define SCORE_PAD 4 /* floats per score row */
+
+/* the generator's derived constants */
+typedef struct gen {
+    wgml_sbuf *b;
+    const wgml_attn_sgmat *c;
+    int SM, SN, SK, SGS, NSG, NT, R, C, DP, SD, SC, PC;
+    int lpr, rpl, cpr, rstep; /* lanes per row, rows per lane, columns per lane, a lane's row step */
+    int FD, KD, FC, KC;       /* fragments along D, K steps along D, fragments along cols, K steps along cols */
+} gen;
+
+static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
+{
+    gen g = {.b = b, .c = c, .SM = c->sm_m, .SN = c->sm_n, .SK = c->sm_k, .SGS = c->subgroup_size, .NSG = c->subgroups};
+    g.NT = g.NSG * g.SGS;
+    g.R = g.NSG * g.SM;
+    g.C = c->cols;
+    g.DP = wgml_attn_sgmat_dp(c);
+    g.SD = g.DP + STAGE_PAD;
+    g.SC = g.C + SCORE_PAD;
+    g.PC = g.C + STAGE_PAD;
+    g.lpr = g.SGS >= g.SM ? g.SGS / g.SM : 1;
+    g.rpl = g.SGS >= g.SM ? 1 : g.SM / g.SGS;
+    g.cpr = g.C / g.lpr;
+    g.rstep = g.SGS / g.lpr;
+    g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
+    return g;
+}
+
+static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
+
+const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
+{
+    if (c->kind != WGML_ATTN_FORWARD && c->kind != WGML_ATTN_DKV && c->kind != WGML_ATTN_DQ) return "kernel kind";
+    if (c->d < 1 || c->d > 128) return "head dim (1..128)";
+    if ((c->sm_m != 8 && c->sm_m != 16) || (c->sm_n != 8 && c->sm_n != 16) || (c->sm_k != 8 && c->sm_k != 16))
+        return "matrix shape (each side 8 or 16)";
+    if (!pow2_in(c->subgroup_size, 4, 128)) return "subgroup size (a power of two, 4..128)";
+    if (c->subgroups < 1 || c->subgroups > 16 || c->subgroups * c->subgroup_size > 1024) return "subgroups per workgroup";
+    if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
+    int lpr = c->subgroup_size >= c->sm_m ? c->subgroup_size / c->sm_m : 1;
+    if (c->cols % lpr) return "cols not a multiple of the lanes per row";
+    return NULL;
+}
+
+uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
+{
+    gen g = gen_of(NULL, c);
+    int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;
+    uint32_t bytes = (uint32_t)(xs_rows * g.SD * 2 + g.NSG * g.SM * g.SC * 4 + g.NSG * g.SM * g.PC * 2);
+    if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SM * g.lpr * 2 * 4); /* sx */
+    if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SM * g.PC * 2 + 2 * g.C * 4);     /* pp, sl */
+    return bytes;
+}
+
+/* ---------------------------------------------------------------- matrix calls */
+
+static void ld_left(gen *g, const char *var, const char *arr, const char *off, bool col_major, int stride)
+{
+    if (g->c->emulate)
+        wgml_sbuf_put(g->b, "        let %s = emu_L_%s(%s, %s, %du);\n", var, arr, off, col_major ? "true" : "false", stride);
+    else
+        wgml_sbuf_put(g->b, "        let %s = subgroupMatrixLoad<L>(&%s, %s, %s, %du);\n", var, arr, off, col_major ? "true" : "false",
+                      stride);
+}
+
+/* acc = acc + left * (right loaded from xs at off) */
+static void mma_xs(gen *g, const char *acc, const char *left, const char *off, bool col_major, int stride)
+{
+    const char *cm = col_major ? "true" : "false";
+    if (g->c->emulate)
+        wgml_sbuf_put(g->b, "        %s = emu_mma(%s, emu_R_xs(%s, %s, %du), %s);\n", acc, left, off, cm, stride, acc);
+    else
+        wgml_sbuf_put(g->b, "        %s = subgroupMatrixMultiplyAccumulate(%s, subgroupMatrixLoad<R>(&xs, %s, %s, %du), %s);\n", acc,
+                      left, off, cm, stride, acc);
+}
+
+static void store_ss(gen *g, const char *acc, const char *off)
+{
+    if (g->c->emulate) wgml_sbuf_put(g->b, "        emu_st_ss(%s, %s, %du);\n", off, acc, g->SC);
+    else wgml_sbuf_put(g->b, "        subgroupMatrixStore(&ss, %s, %s, false, %du);\n", off, acc, g->SC);
+}
+
+/* the matrix types, or their stand-ins: whole matrices in every invocation */
+static void put_types(gen *g)
+{
+    wgml_sbuf *b = g->b;
+    int SM = g->SM, SN = g->SN, SK = g->SK;
+    if (!g->c->emulate) {
+        wgml_sbuf_put(b, "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n"
+                         "alias L = subgroup_matrix_left<f16, %d, %d>;\n"
+                         "alias R = subgroup_matrix_right<f16, %d, %d>;\n"
+                         "alias Acc = subgroup_matrix_result<f32, %d, %d>;\n",
+                      SK, SM, SN, SK, SN, SM);
+        return;
+    }
+    /* the loops' trip counts are not constants, so that llvmpipe's compiler leaves them rolled
+       (unrolled at every call site, the kernels took it minutes and gigabytes) */
+    wgml_sbuf_put(b, "enable f16;\n// emulated subgroup matrices: every invocation holds its subgroup's whole matrices\n"
+                     "struct L { v: array<f32, %d> }\nstruct R { v: array<f32, %d> }\nstruct Acc { v: array<f32, %d> }\n"
+                     "fn emu_n(n: u32) -> u32 { return select(n, 0u, P.tiles == 0xffffffffu); }\n"
+                     "fn emu_mma(a: L, r: R, acc: Acc) -> Acc {\n    var o = acc;\n"
+                     "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { for (var k = 0u; k < emu_n(%du); k++) {\n"
+                     "        o.v[i * %du + j] += a.v[i * %du + k] * r.v[k * %du + j]; } } }\n    return o;\n}\n"
+                     "fn emu_st_ss(off: u32, x: Acc, stride: u32) {\n"
+                     "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
+                  SM * SK, SK * SN, SM * SN, SM, SN, SK, SN, SK, SN, SM, SN, SN);
+    static const char *const lefts[] = {"xs", "ps", "pp"};
+    int nl = g->c->kind == WGML_ATTN_DKV ? 3 : 2;
+    for (int i = 0; i < nl + 1; i++) {
+        bool right = i == nl;
+        const char *arr = right ? "xs" : lefts[i];
+        int rows = right ? SK : SM, cols = right ? SN : SK;
+        wgml_sbuf_put(b, "fn emu_%c_%s(off: u32, cm: bool, stride: u32) -> %c {\n    var x: %c;\n"
+                         "    for (var r = 0u; r < emu_n(%du); r++) { for (var c = 0u; c < emu_n(%du); c++) {\n"
+                         "        x.v[r * %du + c] = f32(%s[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n"
+                         "    return x;\n}\n",
+                      right ? 'R' : 'L', arr, right ? 'R' : 'L', right ? 'R' : 'L', rows, cols, cols, arr);
+    }
+}
+
+/* ---------------------------------------------------------------- shared pieces */
+
+static void put_params(gen *g)
+{
+    wgml_sbuf_put(g->b, "struct Params {\n"
+                        "    B: u32, H: u32, Hkv: u32, T: u32,\n"
+                        "    S: u32, R: u32, causal: u32, gx: u32,\n"
+                        "    q_off: u32, q_sb: u32, q_sh: u32, q_st: u32,\n"
+                        "    k_off: u32, k_sb: u32, k_sh: u32, k_st: u32,\n"
+                        "    v_off: u32, v_sb: u32, v_sh: u32, v_st: u32,\n"
+                        "    do_off: u32, lse_off: u32, dk_off: u32, dv_off: u32,\n"
+                        "    scale2: f32, neg_inf: f32, scale: f32, tiles: u32,\n"
+                        "}\n"
+                        "@group(0) @binding(0) var<uniform> P: Params;\n"
+                        "const D = %du;\nconst DP4 = %du;\nconst LN2 = 0.6931471805599453;\n",
+                  g->c->d, g->DP / 4);
+}
+
+static void put_input(gen *g, int binding, const char *name)
+{
+    wgml_sbuf_put(g->b, "@group(0) @binding(%d) var<storage, read> %s: array<%s>;\n", binding, name, g->c->vec ? "vec4<f32>" : "f32");
+}
+
+/* fn ld_<x>(base, c4): floats 4 c4 .. 4 c4 + 3 of the row starting at element base (zeros past D) */
+static void put_loader(gen *g, const char *x, const char *buf)
+{
+    wgml_sbuf_put(g->b, "fn ld_%s(base: u32, c4: u32) -> vec4<f32> {\n", x);
+    if (g->c->vec) {
+        wgml_sbuf_put(g->b, "    if (c4 * 4u >= D) { return vec4<f32>(0.0); }\n    return %s[base / 4u + c4];\n}\n", buf);
+        return;
+    }
+    wgml_sbuf_put(g->b, "    var r = vec4<f32>(0.0);\n    let d = c4 * 4u;\n");
+    for (int c = 0; c < 4; c++) wgml_sbuf_put(g->b, "    if (d + %du < D) { r.%c = %s[base + d + %du]; }\n", c, "xyzw"[c], buf, c);
+    wgml_sbuf_put(g->b, "    return r;\n}\n");
+}
+
+/* The workgroup stages `rows` rows of a tensor into xs from half `dst`: row r is the tensor's
+   row0 + r (zeros at or past lim), starting at element base + (row0 + r) * stride, as f16
+   after multiplying by scale (NULL: 1). */
+static void put_stage(gen *g, const char *x, int rows, const char *row0, const char *lim, const char *base, const char *stride,
+                      const char *scale, int dst)
+{
+    wgml_sbuf *b = g->b;
+    int items = rows * g->DP / 4;
+    for (int n = 0; n * g->NT < items; n++) {
+        bool tail = (n + 1) * g->NT > items;
+        wgml_sbuf_put(b, "    {\n        let e = li + %du;\n", n * g->NT);
+        if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+        wgml_sbuf_put(b, "        let r = e / DP4;\n        let c4 = e %% DP4;\n        var x = vec4<f32>(0.0);\n"
+                         "        if (%s + r < %s) { x = ld_%s(%s + (%s + r) * %s, c4)%s%s; }\n"
+                         "        let o = %du + r * %du + c4 * 4u;\n"
+                         "        xs[o] = f16(x.x);\n        xs[o + 1u] = f16(x.y);\n        xs[o + 2u] = f16(x.z);\n        xs[o + 3u] = f16(x.w);\n",
+                      row0, lim, x, base, row0, stride, scale ? " * " : "", scale ? scale : "", dst, g->SD);
+        if (tail) wgml_sbuf_put(b, "        }\n");
+        wgml_sbuf_put(b, "    }\n");
+    }
+}
+
+/* left fragments <var>0.. of the subgroup's rows of xs (staged from half 0) */
+static void put_keep_rows(gen *g, const char *var)
+{
+    for (int k = 0; k < g->KD; k++) {
+        char v[16], off[64];
+        snprintf(v, sizeof v, "%s%d", var, k);
+        snprintf(off, sizeof off, "sr * %du + %du", g->SD, k * g->SK);
+        ld_left(g, v, "xs", off, false, g->SD);
+    }
+}
+
+/* Scores into the subgroup's f32 block: for each fragment f of `cols` columns, the sum over D of
+   left fragments <left>k times the rows of xs from half `at` (a tile staged row-major [col][d],
+   read column-major as the right operand) */
+static void put_scores(gen *g, const char *left, int at)
+{
+    for (int f = 0; f < g->FC; f++) {
+        /* (zeroed by a constructor: a bare `var s: Acc;` here was zeroed once, not at every
+           step, on Dawn over llvmpipe) */
+        wgml_sbuf_put(g->b, "    {\n        var s = Acc();\n");
+        for (int k = 0; k < g->KD; k++) {
+            char l[16], off[64];
+            snprintf(l, sizeof l, "%s%d", left, k);
+            snprintf(off, sizeof off, "%du", at + f * g->SN * g->SD + k * g->SK);
+            mma_xs(g, "s", l, off, true, g->SD);
+        }
+        char off[48];
+        snprintf(off, sizeof off, "sb + %du", f * g->SN);
+        store_ss(g, "s", off);
+        wgml_sbuf_put(g->b, "    }\n");
+    }
+}
+
+/* acc<f> += (left from array `arr` at the subgroup's block, cols wide) x (xs rows from half `at`,
+   a [col][d] tile read row-major) for every fragment f along D */
+static void put_accumulate(gen *g, const char *acc, const char *arr, int at)
+{
+    wgml_sbuf_put(g->b, "    {\n");
+    for (int k = 0; k < g->KC; k++) {
+        char v[16], off[48];
+        snprintf(v, sizeof v, "a%d", k);
+        snprintf(off, sizeof off, "pb + %du", k * g->SK);
+        ld_left(g, v, arr, off, false, g->PC);
+    }
+    for (int f = 0; f < g->FD; f++)
+        for (int k = 0; k < g->KC; k++) {
+            char a[16], l[16], off[48];
+            snprintf(a, sizeof a, "%s%d", acc, f);
+            snprintf(l, sizeof l, "a%d", k);
+            snprintf(off, sizeof off, "%du", at + k * g->SK * g->SD + f * g->SN);
+            mma_xs(g, a, l, off, false, g->SD);
+        }
+    wgml_sbuf_put(g->b, "    }\n");
+}
+
+/* Writes accumulators <acc>f (times mul) through the subgroup's f32 block: element (row, c)
+   of fragment f goes to out[<base of row> + f * SN + c] when the row's `ok` and the dim < D.
+   row_base and ok are WGSL with the row index `row` in scope. */
+static void put_results(gen *g, const char *acc, const char *out, const char *row_base, const char *ok, const char *mul)
+{
+    wgml_sbuf *b = g->b;
+    int per = g->SM * g->SN;
+    for (int f = 0; f < g->FD; f++) {
+        char a[16];
+        snprintf(a, sizeof a, "%s%d", acc, f);
+        wgml_sbuf_put(b, "    workgroupBarrier();\n    {\n");
+        store_ss(g, a, "sb");
+        wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
+        for (int n = 0; n * g->SGS < per; n++) {
+            wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = e / %du;\n        let d = %du + e %% %du;\n", n * g->SGS,
+                          g->SN, f * g->SN, g->SN);
+            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = ss[sb + row * %du + e %% %du] * %s; }\n    }\n", per, ok,
+                          out, row_base, g->SC, g->SN, mul);
+        }
+    }
+}
+
+/* the lane's rows and columns of its subgroup's block */
+static void put_lane_ids(gen *g)
+{
+    wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
+                        "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = sg * %du; // its f16 block\n",
+                  g->lpr, g->lpr, g->SM, g->SM * g->SC, g->SM * g->PC);
+    for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
+}
+
+static void put_main(gen *g, const char *count)
+{
+    if (g->c->emulate)
+        wgml_sbuf_put(g->b, "@compute @workgroup_size(%d)\n"
+                            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {\n"
+                            "    let sg = li / %du;\n    let lane = li %% %du;\n",
+                      g->NT, g->SGS, g->SGS);
+    else
+        wgml_sbuf_put(g->b, "@compute @workgroup_size(%d)\n"
+                            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32,\n"
+                            "        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n",
+                      g->NT);
+    wgml_sbuf_put(g->b, "    let wid = wg.x + wg.y * P.gx;\n    if (wid >= %s) { return; }\n    let ninf = P.neg_inf;\n", count);
+}
+
+/* `ok` for score (query i, key j) */
+#define SEES "(%s < P.T && %s < P.S && (P.causal == 0u || %s + P.T <= %s + P.S))"
+
+/* Reads the lane's scores of its block into x<k>_<j>, masked to `masked` on tiles that cross
+   an end or the diagonal (`edge`); qi, kj: WGSL of the query and key of element (row<k>,
+   col<j>) with %d for k then j */
+static void put_read_scores(gen *g, const char *masked, bool rows_are_queries)
+{
+    wgml_sbuf *b = g->b;
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        var x%d_%d = ss[sb + row%d * %du + lc + %du];\n", k, j, k, g->SC, j * g->lpr);
+    wgml_sbuf_put(b, "        if (edge) {\n");
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++) {
+            char row[48], col[48];
+            snprintf(row, sizeof row, "(r0 + row%d)", k);
+            snprintf(col, sizeof col, "(c0 + lc + %du)", j * g->lpr);
+            const char *i = rows_are_queries ? row : col, *jj = rows_are_queries ? col : row;
+            wgml_sbuf_put(b, "            x%d_%d = select(%s, x%d_%d, " SEES ");\n", k, j, masked, k, j, i, jj, jj, i);
+        }
+    wgml_sbuf_put(b, "        }\n");
+}
+
+/* the key range of the query tile i0.. as the SIMT forward's */
+static void put_key_range(gen *g)
+{
+    wgml_sbuf_put(g->b, "    let iend = min(i0 + %du, P.T);\n"
+                        "    var kend = P.S;\n"
+                        "    if (P.causal != 0u) { kend = select(0u, min(P.S, iend + P.S - P.T), iend + P.S > P.T); }\n"
+                        "    let ntiles = (kend + %du) / %du;\n",
+                  g->R, g->C - 1, g->C);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static void put_forward(gen *g)
+{
+    wgml_sbuf *b = g->b;
+    const int C = g->C;
+    put_input(g, 1, "Q");
+    put_input(g, 2, "K");
+    put_input(g, 3, "V");
+    wgml_sbuf_put(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n");
+    put_loader(g, "q", "Q");
+    put_loader(g, "k", "K");
+    put_loader(g, "v", "V");
+    put_main(g, "P.tiles * P.B * P.H");
+    put_lane_ids(g);
+    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
+                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
+                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
+                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
+                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
+                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
+                     "    let r0 = i0 + sr; // the query of the subgroup's row 0\n",
+                  g->R);
+    put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
+    wgml_sbuf_put(b, "    workgroupBarrier();\n");
+    put_keep_rows(g, "q");
+    put_key_range(g);
+    for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
+    /* pass 1: each lane's running max and sum of its columns of each of its rows */
+    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
+                     "        workgroupBarrier(); // the last step's reads of xs and ss are done\n",
+                  C, g->R, C, C - 1);
+    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_scores(g, "q", 0);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_read_scores(g, "ninf", true);
+    for (int k = 0; k < g->rpl; k++) {
+        wgml_sbuf_put(b, "        {\n            let mn = max(m%d, ", k);
+        for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, "max(");
+        wgml_sbuf_put(b, "x%d_0", k);
+        for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, ", x%d_%d)", k, j);
+        wgml_sbuf_put(b, ");\n            // a row with no key yet keeps -inf: exponents against 0 give 0, not NaN\n"
+                         "            let mu = select(mn, 0.0, mn == ninf);\n            l%d = l%d * exp2(m%d - mu)", k, k, k);
+        for (int j = 0; j < g->cpr; j++) wgml_sbuf_put(b, " + exp2(x%d_%d - mu)", k, j);
+        wgml_sbuf_put(b, ";\n            m%d = mn;\n        }\n", k);
+    }
+    wgml_sbuf_put(b, "    }\n");
+    /* the lanes of a row merge their maxima and sums: L = m + log2(l) (-inf for a row with no key) */
+    if (g->lpr > 1) {
+        int w = g->lpr * 2;
+        wgml_sbuf_put(b, "    sx[(sr + row0) * %du + lc * 2u] = m0;\n    sx[(sr + row0) * %du + lc * 2u + 1u] = l0;\n"
+                         "    workgroupBarrier();\n    var mm = ninf;\n",
+                      w, w);
+        for (int p = 0; p < g->lpr; p++) wgml_sbuf_put(b, "    mm = max(mm, sx[(sr + row0) * %du + %du]);\n", w, 2 * p);
+        wgml_sbuf_put(b, "    let mmu = select(mm, 0.0, mm == ninf);\n    var ll = 0.0;\n");
+        for (int p = 0; p < g->lpr; p++)
+            wgml_sbuf_put(b, "    ll = ll + sx[(sr + row0) * %du + %du] * exp2(sx[(sr + row0) * %du + %du] - mmu);\n", w, 2 * p + 1, w,
+                          2 * p);
+        wgml_sbuf_put(b, "    let lse0 = select(mm + log2(ll), ninf, ll == 0.0);\n");
+    } else {
+        for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    let lse%d = select(m%d + log2(l%d), ninf, l%d == 0.0);\n", k, k, k, k);
+    }
+    for (int k = 0; k < g->rpl; k++)
+        wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
+    /* pass 2: P = exp2(S - L), O += P V */
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
+    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
+                     "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
+                  C, g->R, C, C - 1);
+    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
+    put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_scores(g, "q", 0);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_read_scores(g, "ninf", true);
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", k,
+                          g->PC, j * g->lpr, k, j, k, k, j);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_accumulate(g, "o", "ps", C * g->SD);
+    wgml_sbuf_put(b, "    }\n");
+    put_results(g, "o", "O", "(bh * P.T + r0 + row) * D", "r0 + row < P.T", "1.0");
+    wgml_sbuf_put(b, "}\n");
+}
+
+/* ---------------------------------------------------------------- gradient */
+
+static void put_grad_bindings(gen *g)
+{
+    put_input(g, 1, "Q");
+    put_input(g, 2, "K");
+    put_input(g, 3, "V");
+    put_input(g, 4, "DO");
+    wgml_sbuf_put(g->b, "@group(0) @binding(5) var<storage, read> LSE: array<f32>;\n"
+                        "@group(0) @binding(6) var<storage, read> DEL: array<f32>;\n"
+                        "@group(0) @binding(7) var<storage, read_write> OUT: array<f32>;\n");
+    put_loader(g, "q", "Q");
+    put_loader(g, "k", "K");
+    put_loader(g, "v", "V");
+    put_loader(g, "do", "DO");
+}
+
+/* dQ of a tile of queries: for each tile of `cols` keys they see, S = Q K^T and dP = dO V^T,
+   P = exp2(S - L) and dS = P (dP - Delta), dQ += dS K */
+static void put_dq(gen *g)
+{
+    wgml_sbuf *b = g->b;
+    const int C = g->C;
+    put_grad_bindings(g);
+    put_main(g, "P.tiles * P.B * P.H");
+    put_lane_ids(g);
+    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
+                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
+                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
+                     "    let rb = bh * P.T;\n"
+                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
+                     "    let ob = P.do_off + rb * D;\n"
+                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
+                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
+                     "    let r0 = i0 + sr;\n",
+                  g->R);
+    put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
+    wgml_sbuf_put(b, "    workgroupBarrier();\n");
+    put_keep_rows(g, "q");
+    wgml_sbuf_put(b, "    workgroupBarrier();\n");
+    put_stage(g, "do", g->R, "i0", "P.T", "ob", "D", NULL, 0);
+    wgml_sbuf_put(b, "    workgroupBarrier();\n");
+    put_keep_rows(g, "w");
+    for (int k = 0; k < g->rpl; k++)
+        wgml_sbuf_put(b, "    var lq%d = 0.0;\n    var dl%d = 0.0;\n"
+                         "    if (r0 + row%d < P.T) { lq%d = LSE[P.lse_off + rb + r0 + row%d]; dl%d = DEL[rb + r0 + row%d]; }\n",
+                      k, k, k, k, k, k, k);
+    put_key_range(g);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
+    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
+                     "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
+                  C, g->R, C, C - 1);
+    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
+    put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_scores(g, "q", 0);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_read_scores(g, "ninf", true);
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
+    wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+    put_scores(g, "w", C * g->SD);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - dl%d));\n", k,
+                          g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, k);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_accumulate(g, "dq", "ps", 0);
+    wgml_sbuf_put(b, "    }\n");
+    put_results(g, "dq", "OUT", "(rb + r0 + row) * D", "r0 + row < P.T", "P.scale");
+    wgml_sbuf_put(b, "}\n");
+}
+
+/* dK and dV of a tile of keys of one key/value head: for each query head that reads it and each
+   tile of `cols` queries that sees one of its keys, S^T = K Q^T and dP^T = V dO^T, P and dS
+   as dQ's, dV += P^T dO and dK += dS^T Q; grouped heads summed here, deterministically */
+static void put_dkv(gen *g)
+{
+    wgml_sbuf *b = g->b;
+    const int C = g->C;
+    put_grad_bindings(g);
+    put_main(g, "P.tiles * P.B * P.Hkv");
+    put_lane_ids(g);
+    wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
+                     "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n"
+                     "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
+                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
+                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
+                     "    let r0 = j0 + sr; // the key of the subgroup's row 0\n",
+                  g->R);
+    put_stage(g, "k", g->R, "j0", "P.S", "kb", "P.k_st", NULL, 0);
+    wgml_sbuf_put(b, "    workgroupBarrier();\n");
+    put_keep_rows(g, "kr");
+    wgml_sbuf_put(b, "    workgroupBarrier();\n");
+    put_stage(g, "v", g->R, "j0", "P.S", "vb", "P.v_st", NULL, 0);
+    wgml_sbuf_put(b, "    workgroupBarrier();\n");
+    put_keep_rows(g, "vr");
+    wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
+                     "    var qstart = 0u;\n"
+                     "    if (P.causal != 0u && j0 + P.T > P.S) { qstart = (j0 + P.T - P.S) / %du; }\n"
+                     "    let nq = (P.T + %du) / %du - qstart;\n"
+                     "    let steps = P.R * nq;\n",
+                  C, C - 1, C);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dk%d = Acc();\n    var dv%d = Acc();\n", f, f);
+    wgml_sbuf_put(b, "    for (var it = 0u; it < steps; it++) {\n"
+                     "        let fh = g * P.R + it / nq;\n"
+                     "        let i0 = (qstart + it %% nq) * %du;\n"
+                     "        let c0 = i0;\n"
+                     "        let frb = (b * P.H + fh) * P.T; // the row of (b, fh, 0)\n"
+                     "        let fqb = P.q_off + b * P.q_sb + fh * P.q_sh;\n"
+                     "        let fob = P.do_off + frb * D;\n"
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
+                     "        workgroupBarrier(); // the last step's reads of xs, ss, pp, ps and sl are done\n",
+                  C, C, g->R, g->R - 1);
+    put_stage(g, "q", C, "i0", "P.T", "fqb", "P.q_st", "P.scale2", 0);
+    put_stage(g, "do", C, "i0", "P.T", "fob", "D", NULL, C * g->SD);
+    for (int n = 0; n * g->NT < C; n++)
+        wgml_sbuf_put(b, "        if (li + %du < %du) {\n            let i = i0 + li + %du;\n"
+                         "            var lv = 0.0;\n            var dv = 0.0;\n"
+                         "            if (i < P.T) { lv = LSE[P.lse_off + frb + i]; dv = DEL[frb + i]; }\n"
+                         "            sl[li + %du] = lv;\n            sl[%du + li + %du] = dv;\n        }\n",
+                      n * g->NT, C, n * g->NT, n * g->NT, C, n * g->NT);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_scores(g, "kr", 0);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_read_scores(g, "ninf", false);
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++) {
+            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - sl[lc + %du]), x%d_%d != ninf);\n", k, j, k, j, j * g->lpr, k,
+                          j);
+            wgml_sbuf_put(b, "        pp[pb + row%d * %du + lc + %du] = f16(p%d_%d);\n", k, g->PC, j * g->lpr, k, j);
+        }
+    wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+    put_scores(g, "vr", C * g->SD);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]));\n",
+                          k, g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, C, j * g->lpr);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_accumulate(g, "dv", "pp", C * g->SD);
+    put_accumulate(g, "dk", "ps", 0);
+    wgml_sbuf_put(b, "    }\n");
+    /* Q was scaled by scale * log2(e): dK = scale dS^T Q = ln 2 dS^T (scaled Q) */
+    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "LN2");
+    put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "1.0");
+    wgml_sbuf_put(b, "}\n");
+}
+
+char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
+{
+    if (wgml_attn_sgmat_problem(c)) return NULL;
+    wgml_sbuf b = {0};
+    gen g = gen_of(&b, c);
+    static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
+    wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
+                      "%d subgroups of %d (tile %d x %d)%s%s\n",
+                  names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.R, g.C, c->vec ? ", vec4 reads" : "",
+                  c->emulate ? ", emulated" : "");
+    put_types(&g);
+    put_params(&g);
+    int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;
+    wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows [%d][%d + pad]\n", xs_rows * g.SD, xs_rows, g.DP);
+    wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SM * g.SC, g.SM, g.C);
+    wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SM * g.PC, g.SM, g.C);
+    if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1)
+        wgml_sbuf_put(&b, "var<workgroup> sx: array<f32, %d>; // each lane's row max and sum\n", g.NSG * g.SM * g.lpr * 2);
+    if (c->kind == WGML_ATTN_DKV)
+        wgml_sbuf_put(&b, "var<workgroup> pp: array<f16, %d>; // each subgroup's P^T\n"
+                          "var<workgroup> sl: array<f32, %d>; // L, then Delta of the step's queries\n",
+                      g.NSG * g.SM * g.PC, 2 * g.C);
+    switch (c->kind) {
+    case WGML_ATTN_FORWARD: put_forward(&g); break;
+    case WGML_ATTN_DKV: put_dkv(&g); break;
+    default: put_dq(&g); break;
+    }
+    return wgml_sbuf_take(&b);
+}

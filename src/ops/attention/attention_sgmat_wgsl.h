@@ -1,0 +1,42 @@
+/*
+ * Fused attention on subgroup matrices (the GPU's matrix units through Dawn's
+ * chromium_experimental_subgroup_matrix): the WGSL of the forward, dK/dV and dQ kernels, f16
+ * operands, f32 sums and f32 softmax statistics. They read the SIMT kernels' parameter block
+ * and bindings (ops/attention/attention_wgsl.c) and write the same results, so the op
+ * (ops/attention/attention.c) picks either per launch and Delta stays the SIMT kernel's.
+ * Self-contained (core/sbuf only) for the structure test.
+ */
+#ifndef WGML_OPS_ATTENTION_ATTENTION_SGMAT_WGSL_H
+#define WGML_OPS_ATTENTION_ATTENTION_SGMAT_WGSL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct wgml_attn_sgmat {
+    int kind; /* WGML_ATTN_FORWARD, WGML_ATTN_DKV or WGML_ATTN_DQ (ops/attention/attention.h) */
+    int d;    /* head dim (1..128) */
+    /* the adapter's f16 -> f32 matrix shape (left sm_m x sm_k, right sm_k x sm_n), each 8 or 16 */
+    int sm_m, sm_n, sm_k;
+    int subgroup_size;
+    int subgroups; /* per workgroup: each owns sm_m rows (queries; keys in dK/dV) */
+    int cols;      /* keys per step (forward, dQ), queries per step (dK/dV): a multiple of 16 */
+    bool vec;      /* q, k, v and dO are read as vec4 (rows aligned to 4 floats) */
+    /* plain-WGSL stand-ins for the matrix builtins and subgroup ids, in which every invocation
+       computes its subgroup's whole matrices: the kernels' indexing, staging, masks and
+       softmax run on an adapter without matrix units (lavapipe), slowly */
+    bool emulate;
+} wgml_attn_sgmat;
+
+/* The workgroup's rows (queries, or keys in dK/dV), threads and head dim padded to 16 */
+static inline int wgml_attn_sgmat_rows(const wgml_attn_sgmat *c) { return c->subgroups * c->sm_m; }
+static inline int wgml_attn_sgmat_threads(const wgml_attn_sgmat *c) { return c->subgroups * c->subgroup_size; }
+static inline int wgml_attn_sgmat_dp(const wgml_attn_sgmat *c) { return (c->d + 15) / 16 * 16; }
+
+/* NULL when the config can be generated, else why not (a static string). */
+const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c);
+/* Bytes of workgroup memory the kernel declares. */
+uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c);
+/* The WGSL, or NULL (a config problem or out of memory); the caller frees it. */
+char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c);
+
+#endif

@@ -1,0 +1,150 @@
+/* The generator of attention on subgroup matrices (ops/attention/attention_sgmat_wgsl.c) on a
+   machine without matrix units: for every kernel, head dim, matrix shape, subgroup size and
+   step, the WGSL's structure follows from the config (the matrix products per step, the
+   fragment loads and their layouts, the workgroup size, the workgroup memory it reports, the
+   stand-ins when emulated), and bad configs are refused. The kernels themselves run in
+   test_attention_mixed (on a GPU with matrix units, and emulated on lavapipe). */
+#include <string.h>
+
+#include "ops/attention/attention.h"
+#include "ops/attention/attention_sgmat_wgsl.h"
+#include "harness.h"
+
+static int count(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* the sizes of the `var<workgroup> X: array<T, n>` declarations, in bytes */
+static uint32_t declared_workgroup_bytes(const char *s)
+{
+    uint32_t bytes = 0;
+    for (const char *p = strstr(s, "var<workgroup>"); p; p = strstr(p + 1, "var<workgroup>")) {
+        const char *a = strstr(p, "array<");
+        unsigned n = 0;
+        char type[8] = "";
+        if (a && sscanf(a, "array<%3[^,], %u>", type, &n) == 2) bytes += n * (strncmp(type, "f16", 3) ? 4u : 2u);
+    }
+    return bytes;
+}
+
+static bool balanced(const char *s)
+{
+    int depth = 0;
+    for (; *s; s++) {
+        depth += *s == '{' || *s == '(';
+        depth -= *s == '}' || *s == ')';
+        if (depth < 0) return false;
+    }
+    return depth == 0;
+}
+
+static void every_kernel_and_config(void)
+{
+    static const int kinds[] = {WGML_ATTN_FORWARD, WGML_ATTN_DKV, WGML_ATTN_DQ};
+    static const int shapes[][3] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}, {8, 8, 8}};
+    static const int dims[] = {5, 16, 32, 33, 64, 96, 128};
+    static const int sizes[] = {32, 8, 64};
+    static const int cols[] = {16, 32, 64};
+    int made = 0;
+    for (int ki = 0; ki < N_OF(kinds); ki++)
+        for (int s = 0; s < N_OF(shapes); s++)
+            for (int di = 0; di < N_OF(dims); di++)
+                for (int z = 0; z < N_OF(sizes); z++)
+                    for (int ci = 0; ci < N_OF(cols); ci++) {
+                        wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
+                                             .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
+                                             .vec = dims[di] % 4 == 0, .emulate = (s + z) % 3 == 0};
+                        int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
+                        if (c.cols % lpr) {
+                            CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+                            continue;
+                        }
+                        CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+                        char *src = wgml_attn_sgmat_source(&c);
+                        CHECK(src != NULL);
+                        if (!src) continue;
+                        made++;
+                        int dp = wgml_attn_sgmat_dp(&c), fd = dp / c.sm_n, kd = dp / c.sm_k, fc = c.cols / c.sm_n,
+                            kc = c.cols / c.sm_k;
+                        /* matrix products: scores (forward twice, the gradients' S and dP) and
+                           the accumulations (P V; dS K; P^T dO and dS^T Q) */
+                        int want_mma = c.kind == WGML_ATTN_FORWARD ? 2 * fc * kd + fd * kc
+                                       : c.kind == WGML_ATTN_DQ    ? 2 * fc * kd + fd * kc
+                                                                   : 2 * fc * kd + 2 * fd * kc;
+                        const char *mma = c.emulate ? "emu_mma(" : "subgroupMatrixMultiplyAccumulate(";
+                        /* (the emulated one's definition is one more) */
+                        if (count(src, mma) - (c.emulate ? 1 : 0) != want_mma) {
+                            FAILF("kind %d d %d %dx%dx%d sg %d cols %d: %d products, want %d", c.kind, c.d, c.sm_m, c.sm_n, c.sm_k,
+                                  c.subgroup_size, c.cols, count(src, mma), want_mma);
+                        }
+                        char want[160];
+                        if (c.emulate) {
+                            CHECK(strstr(src, "subgroupMatrix") == NULL && strstr(src, "enable subgroups") == NULL);
+                            snprintf(want, sizeof want, "struct Acc { v: array<f32, %d> }", c.sm_m * c.sm_n);
+                            CHECK(strstr(src, want) != NULL);
+                            snprintf(want, sizeof want, "let sg = li / %du;", c.subgroup_size);
+                            CHECK(strstr(src, want) != NULL);
+                        } else {
+                            CHECK(strstr(src, "enable chromium_experimental_subgroup_matrix;") != NULL);
+                            snprintf(want, sizeof want, "alias L = subgroup_matrix_left<f16, %d, %d>;", c.sm_k, c.sm_m);
+                            CHECK(strstr(src, want) != NULL);
+                            snprintf(want, sizeof want, "alias Acc = subgroup_matrix_result<f32, %d, %d>;", c.sm_n, c.sm_m);
+                            CHECK(strstr(src, want) != NULL);
+                            /* scores read K (Q, V, dO) column-major: right operands of [col][d] tiles */
+                            CHECK(count(src, "subgroupMatrixLoad<R>(&xs, ") == want_mma);
+                            CHECK(count(src, ", true, ") == 2 * fc * kd);
+                        }
+                        snprintf(want, sizeof want, "@workgroup_size(%d)", wgml_attn_sgmat_threads(&c));
+                        CHECK(strstr(src, want) != NULL);
+                        snprintf(want, sizeof want, "const D = %du;", c.d);
+                        CHECK(strstr(src, want) != NULL);
+                        CHECK(declared_workgroup_bytes(src) == wgml_attn_sgmat_shared_bytes(&c));
+                        CHECK(balanced(src));
+                        /* the forward writes L after O; the gradients read it */
+                        CHECK((strstr(src, "O[P.lse_off") != NULL) == (c.kind == WGML_ATTN_FORWARD));
+                        CHECK((strstr(src, "LSE[P.lse_off") != NULL) == (c.kind != WGML_ATTN_FORWARD));
+                        free(src);
+                    }
+    fprintf(stderr, "  %d kernels generated\n", made);
+    CHECK(made > 500);
+}
+
+static void bad_configs_are_refused(void)
+{
+    const wgml_attn_sgmat good = {.kind = WGML_ATTN_FORWARD, .d = 64, .sm_m = 16, .sm_n = 16, .sm_k = 16, .subgroup_size = 32,
+                                  .subgroups = 4, .cols = 64};
+    CHECK(wgml_attn_sgmat_problem(&good) == NULL);
+    wgml_attn_sgmat c = good;
+    c.kind = WGML_ATTN_DELTA;
+    CHECK(wgml_attn_sgmat_problem(&c) && !wgml_attn_sgmat_source(&c));
+    c = good, c.d = 129;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.d = 0;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.sm_n = 32;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.sm_k = 4;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.subgroup_size = 24;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.subgroups = 0;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.subgroups = 16, c.subgroup_size = 128;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.cols = 48;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.cols = 16, c.subgroup_size = 128, c.sm_m = 8; /* 16 lanes a row over 16 columns: fine */
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c.subgroup_size = 128, c.sm_m = 8, c.cols = 16, c.subgroups = 8;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+}
+
+int main(void)
+{
+    TEST_RUN(every_kernel_and_config);
+    TEST_RUN(bad_configs_are_refused);
+    return test_summary();
+}

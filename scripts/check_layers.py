@@ -51,7 +51,6 @@ LAYERS = {"runtime": 0, "cpu": 0, "kernels": 1, "core": 1, "engine": 2, "ops": 3
 OPS_SHARED = {"table", "entry", "rules", "row"}
 OPS_FAMILY_EXCEPTIONS = {
     ("matmul", "reduce"): "split K sums its partial products with the reduce kernel",
-    ("attention", "matmul"): "the matrix units' shape the adapter offers (wgml_sgmat_adapter_shape), picked as the GEMM picks it",
 }
 
 

@@ -86,7 +86,7 @@ static int cmd_info(int argc, char **argv)
     };
     int nl = (int)(sizeof limits / sizeof limits[0]);
     /* which kernel WGML_F16_MATH_MATRIX runs here (the library's rule, ops/matmul/matmul.c's
-       wgml_sgmat_adapter_shape): the matrix units where an f16 -> f32 subgroup matrix is
+       wgml_sgmat_adapter_shape, core/context.h): the matrix units where an f16 -> f32 subgroup matrix is
        enabled with one subgroup size, else the SIMT f16 GEMM with f32 sums */
     bool matrix_units = false;
     for (int k = 0; k < i.subgroup_matrix_count; k++)

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/api_lock.h"
@@ -158,4 +159,21 @@ wgml_status wgml_synchronize(wgml_context *ctx)
 void wgml_debug_destroy_device(wgml_context *ctx)
 {
     if (ctx && ctx->rt.device) wgml_runtime_destroy_device(&ctx->rt);
+}
+
+bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size)
+{
+    const wgml_adapter_info *in = &ctx->rt.info;
+    if (!in->has_subgroup_matrix || !in->subgroup_min_size || in->subgroup_min_size != in->subgroup_max_size) return false;
+    int best = -1;
+    for (int i = 0; i < in->subgroup_matrix_count; i++) {
+        const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[i];
+        if (!c->component || !c->result || strcmp(c->component, "f16") || strcmp(c->result, "f32")) continue;
+        /* 16x16x16 where offered: the narrower shapes were never ahead (docs/MEASUREMENTS.md) */
+        if (best < 0 || (c->m == 16 && c->n == 16 && c->k == 16)) best = i;
+    }
+    if (best < 0) return false;
+    const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[best];
+    *m = (int)c->m, *n = (int)c->n, *k = (int)c->k, *subgroup_size = (int)in->subgroup_min_size;
+    return true;
 }

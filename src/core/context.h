@@ -76,4 +76,9 @@ wgml_status wgml_fail(wgml_context *ctx, wgml_status status, const char *fmt, ..
     __attribute__((format(printf, 3, 4)));
 void wgml_format_shape(char *out, size_t n, int ndim, const int64_t *shape);
 
+/* The adapter's f16 -> f32 subgroup-matrix shape (16x16x16 where offered) in m, n, k and its
+   subgroup size; false when it has none (or several subgroup sizes). The GEMM and the
+   attention on the matrix units both take it. */
+bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size);
+
 #endif

@@ -46,7 +46,6 @@
 
 #include "ops/attention/attention.h"
 #include "ops/attention/attention_sgmat_wgsl.h"
-#include "ops/matmul/matmul.h"
 #include "engine/build.h"
 #include "engine/tuning.h"
 #include "ops/rules.h"

@@ -132,23 +132,6 @@ wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b)
 
 /* ---------------------------------------------------------------- launch */
 
-bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size)
-{
-    const wgml_adapter_info *in = &ctx->rt.info;
-    if (!in->has_subgroup_matrix || !in->subgroup_min_size || in->subgroup_min_size != in->subgroup_max_size) return false;
-    int best = -1;
-    for (int i = 0; i < in->subgroup_matrix_count; i++) {
-        const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[i];
-        if (!c->component || !c->result || strcmp(c->component, "f16") || strcmp(c->result, "f32")) continue;
-        /* 16x16x16 where offered: the narrower shapes were never ahead (docs/MEASUREMENTS.md) */
-        if (best < 0 || (c->m == 16 && c->n == 16 && c->k == 16)) best = i;
-    }
-    if (best < 0) return false;
-    const wgml_subgroup_matrix_config *c = &in->subgroup_matrix[best];
-    *m = (int)c->m, *n = (int)c->n, *k = (int)c->k, *subgroup_size = (int)in->subgroup_min_size;
-    return true;
-}
-
 wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;

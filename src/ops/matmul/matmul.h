@@ -74,9 +74,6 @@ typedef struct wgml_gemm_args {
    adapter has an f16 -> f32 subgroup matrix and one subgroup size and M >= 16; else
    WGML_F16_MATH_F32_SUMS, or 0 (f32) for M < 16. Other modes unchanged. */
 int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g);
-/* The adapter's f16 -> f32 subgroup-matrix shape (16x16x16 where offered) in m, n, k and
-   its subgroup size; false when it has none (or several subgroup sizes). */
-bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size);
 
 /* The kernels' WGSL for a config (ops/matmul/gemm_wgsl.c); NULL when out of host memory. */
 char *wgml_gemm_source(const wgml_gemm_config *cfg, bool trans_a, bool trans_b, int act);

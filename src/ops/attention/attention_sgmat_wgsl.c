@@ -156,39 +156,10 @@ static void put_types(gen *g)
 
 /* ---------------------------------------------------------------- shared pieces */
 
-static void put_params(gen *g)
-{
-    wgml_sbuf_put(g->b, "struct Params {\n"
-                        "    B: u32, H: u32, Hkv: u32, T: u32,\n"
-                        "    S: u32, R: u32, causal: u32, gx: u32,\n"
-                        "    q_off: u32, q_sb: u32, q_sh: u32, q_st: u32,\n"
-                        "    k_off: u32, k_sb: u32, k_sh: u32, k_st: u32,\n"
-                        "    v_off: u32, v_sb: u32, v_sh: u32, v_st: u32,\n"
-                        "    do_off: u32, lse_off: u32, dk_off: u32, dv_off: u32,\n"
-                        "    scale2: f32, neg_inf: f32, scale: f32, tiles: u32,\n"
-                        "}\n"
-                        "@group(0) @binding(0) var<uniform> P: Params;\n"
-                        "const D = %du;\nconst DP4 = %du;\nconst LN2 = 0.6931471805599453;\n",
-                  g->c->d, g->DP / 4);
-}
-
-static void put_input(gen *g, int binding, const char *name)
-{
-    wgml_sbuf_put(g->b, "@group(0) @binding(%d) var<storage, read> %s: array<%s>;\n", binding, name, g->c->vec ? "vec4<f32>" : "f32");
-}
-
+static void put_params(gen *g) { wgml_attn_put_params(g->b, g->c->d, g->DP / 4); }
+static void put_input(gen *g, int binding, const char *name) { wgml_attn_put_input(g->b, binding, name, g->c->vec); }
 /* fn ld_<x>(base, c4): floats 4 c4 .. 4 c4 + 3 of the row starting at element base (zeros past D) */
-static void put_loader(gen *g, const char *x, const char *buf)
-{
-    wgml_sbuf_put(g->b, "fn ld_%s(base: u32, c4: u32) -> vec4<f32> {\n", x);
-    if (g->c->vec) {
-        wgml_sbuf_put(g->b, "    if (c4 * 4u >= D) { return vec4<f32>(0.0); }\n    return %s[base / 4u + c4];\n}\n", buf);
-        return;
-    }
-    wgml_sbuf_put(g->b, "    var r = vec4<f32>(0.0);\n    let d = c4 * 4u;\n");
-    for (int c = 0; c < 4; c++) wgml_sbuf_put(g->b, "    if (d + %du < D) { r.%c = %s[base + d + %du]; }\n", c, "xyzw"[c], buf, c);
-    wgml_sbuf_put(g->b, "    return r;\n}\n");
-}
+static void put_loader(gen *g, const char *x, const char *buf) { wgml_attn_put_loader(g->b, x, buf, g->c->vec, true); }
 
 /* The workgroup stages `rows` rows of a tensor into xs from half `dst`: row r is the tensor's
    row0 + r (zeros at or past lim), starting at element base + (row0 + r) * stride, as f16
@@ -338,14 +309,7 @@ static void put_read_scores(gen *g, const char *masked, bool rows_are_queries)
 }
 
 /* the key range of the query tile i0.. as the SIMT forward's */
-static void put_key_range(gen *g)
-{
-    wgml_sbuf_put(g->b, "    let iend = min(i0 + %du, P.T);\n"
-                        "    var kend = P.S;\n"
-                        "    if (P.causal != 0u) { kend = select(0u, min(P.S, iend + P.S - P.T), iend + P.S > P.T); }\n"
-                        "    let ntiles = (kend + %du) / %du;\n",
-                  g->R, g->C - 1, g->C);
-}
+static void put_key_range(gen *g) { wgml_attn_put_key_range(g->b, g->R, g->C); }
 
 /* ---------------------------------------------------------------- forward */
 
@@ -438,20 +402,7 @@ static void put_forward(gen *g)
 
 /* ---------------------------------------------------------------- gradient */
 
-static void put_grad_bindings(gen *g)
-{
-    put_input(g, 1, "Q");
-    put_input(g, 2, "K");
-    put_input(g, 3, "V");
-    put_input(g, 4, "DO");
-    wgml_sbuf_put(g->b, "@group(0) @binding(5) var<storage, read> LSE: array<f32>;\n"
-                        "@group(0) @binding(6) var<storage, read> DEL: array<f32>;\n"
-                        "@group(0) @binding(7) var<storage, read_write> OUT: array<f32>;\n");
-    put_loader(g, "q", "Q");
-    put_loader(g, "k", "K");
-    put_loader(g, "v", "V");
-    put_loader(g, "do", "DO");
-}
+static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->c->vec, true); }
 
 /* dQ of a tile of queries: for each tile of `cols` keys they see, S = Q K^T and dP = dO V^T,
    P = exp2(S - L) and dS = P (dP - Delta), dQ += dS K */

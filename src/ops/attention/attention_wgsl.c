@@ -83,6 +83,13 @@ static void put_header(gen *g)
     wgml_sbuf_put(b, "// generated attention kernel: %s, D = %d (rows of %d), tile %d x %d, %d threads (%d x %d)%s\n",
                   names[k->kind], k->d, k->dp, k->rows, k->cols, k->kind == WGML_ATTN_DELTA ? 256 : g->nt,
                   k->rows / 4, k->tx, k->vec ? ", vec4 reads" : "");
+    wgml_attn_put_params(b, k->d, g->dp4);
+}
+
+/* ---------------------------------------------------------------- pieces both generators write */
+
+void wgml_attn_put_params(wgml_sbuf *b, int d, int dp4)
+{
     wgml_sbuf_put(b, "struct Params {\n"
                      "    B: u32, H: u32, Hkv: u32, T: u32,\n"
                      "    S: u32, R: u32, causal: u32, gx: u32,\n"
@@ -93,29 +100,55 @@ static void put_header(gen *g)
                      "    scale2: f32, neg_inf: f32, scale: f32, tiles: u32,\n"
                      "}\n"
                      "@group(0) @binding(0) var<uniform> P: Params;\n");
-    wgml_sbuf_put(b, "const D = %du;\nconst DP4 = %du;\nconst LN2 = 0.6931471805599453;\n", k->d, g->dp4);
+    wgml_sbuf_put(b, "const D = %du;\nconst DP4 = %du;\nconst LN2 = 0.6931471805599453;\n", d, dp4);
 }
+
+void wgml_attn_put_input(wgml_sbuf *b, int binding, const char *name, bool vec)
+{
+    wgml_sbuf_put(b, "@group(0) @binding(%d) var<storage, read> %s: array<%s>;\n", binding, name, vec ? "vec4<f32>" : "f32");
+}
+
+void wgml_attn_put_loader(wgml_sbuf *b, const char *x, const char *buf, bool vec, bool padded)
+{
+    wgml_sbuf_put(b, "fn ld_%s(base: u32, c4: u32) -> vec4<f32> {\n", x);
+    if (vec) {
+        if (padded) wgml_sbuf_put(b, "    if (c4 * 4u >= D) { return vec4<f32>(0.0); }\n");
+        wgml_sbuf_put(b, "    return %s[base / 4u + c4];\n}\n", buf);
+        return;
+    }
+    wgml_sbuf_put(b, "    var r = vec4<f32>(0.0);\n    let d = c4 * 4u;\n");
+    for (int c = 0; c < 4; c++) wgml_sbuf_put(b, "    if (d + %du < D) { r.%c = %s[base + d + %du]; }\n", c, xyzw[c], buf, c);
+    wgml_sbuf_put(b, "    return r;\n}\n");
+}
+
+void wgml_attn_put_key_range(wgml_sbuf *b, int rows, int cols)
+{
+    wgml_sbuf_put(b, "    let iend = min(i0 + %du, P.T);\n"
+                     "    var kend = P.S;\n"
+                     "    if (P.causal != 0u) { kend = select(0u, min(P.S, iend + P.S - P.T), iend + P.S > P.T); }\n"
+                     "    let ntiles = (kend + %du) / %du;\n",
+                  rows, cols - 1, cols);
+}
+
+void wgml_attn_put_grad_bindings(wgml_sbuf *b, bool vec, bool padded)
+{
+    static const char *const in[4][2] = {{"q", "Q"}, {"k", "K"}, {"v", "V"}, {"do", "DO"}};
+    for (int i = 0; i < 4; i++) wgml_attn_put_input(b, i + 1, in[i][1], vec);
+    wgml_sbuf_put(b, "@group(0) @binding(5) var<storage, read> LSE: array<f32>;\n"
+                     "@group(0) @binding(6) var<storage, read> DEL: array<f32>;\n"
+                     "@group(0) @binding(7) var<storage, read_write> OUT: array<f32>;\n");
+    for (int i = 0; i < 4; i++) wgml_attn_put_loader(b, in[i][0], in[i][1], vec, padded);
+}
+
+/* ---------------------------------------------------------------- the SIMT kernels */
 
 /* fn ld_<x>(base, c4): vec4 c4 of the row of tensor X starting at element base (zeros past D) */
 static void put_loader(gen *g, const char *x, const char *buf)
 {
-    const wgml_attn_kernel *k = g->k;
-    wgml_sbuf_put(g->b, "fn ld_%s(base: u32, c4: u32) -> vec4<f32> {\n", x);
-    if (k->vec) {
-        if (k->dp != k->d) wgml_sbuf_put(g->b, "    if (c4 * 4u >= D) { return vec4<f32>(0.0); }\n");
-        wgml_sbuf_put(g->b, "    return %s[base / 4u + c4];\n}\n", buf);
-        return;
-    }
-    wgml_sbuf_put(g->b, "    var r = vec4<f32>(0.0);\n    let d = c4 * 4u;\n");
-    for (int c = 0; c < 4; c++) wgml_sbuf_put(g->b, "    if (d + %du < D) { r.%c = %s[base + d + %du]; }\n", c, xyzw[c], buf, c);
-    wgml_sbuf_put(g->b, "    return r;\n}\n");
+    wgml_attn_put_loader(g->b, x, buf, g->k->vec, g->k->dp != g->k->d);
 }
 
-static void put_input(gen *g, int binding, const char *name)
-{
-    wgml_sbuf_put(g->b, "@group(0) @binding(%d) var<storage, read> %s: array<%s>;\n", binding, name,
-                  g->k->vec ? "vec4<f32>" : "f32");
-}
+static void put_input(gen *g, int binding, const char *name) { wgml_attn_put_input(g->b, binding, name, g->k->vec); }
 
 /* Loads `rows` rows of a tensor into registers <reg>0.. (as many vec4s as this thread
    stages): row r of the tile is the tensor's row row0 + r, which starts at element
@@ -274,14 +307,7 @@ static void put_acc_store(gen *g, const char *acc, int r, const char *out, const
 
 /* the key range of query tile i0.. (`kend`, `ntiles` of `bc` keys): every key, or with the
    causal mask those the tile's last row sees */
-static void put_key_range(gen *g, int br, int bc)
-{
-    wgml_sbuf_put(g->b, "    let iend = min(i0 + %du, P.T);\n"
-                        "    var kend = P.S;\n"
-                        "    if (P.causal != 0u) { kend = select(0u, min(P.S, iend + P.S - P.T), iend + P.S > P.T); }\n"
-                        "    let ntiles = (kend + %du) / %du;\n",
-                  br, bc - 1, bc);
-}
+static void put_key_range(gen *g, int br, int bc) { wgml_attn_put_key_range(g->b, br, bc); }
 
 /* `ok` for score (row i, key j): the key exists and, causal, the query sees it (rows past T
    are masked too: their loads read zeros) */
@@ -467,20 +493,7 @@ static void put_delta(gen *g)
 }
 
 /* the gradient kernels' bindings: inputs, L (after O in the forward's buffer), Delta, out */
-static void put_grad_bindings(gen *g)
-{
-    put_input(g, 1, "Q");
-    put_input(g, 2, "K");
-    put_input(g, 3, "V");
-    put_input(g, 4, "DO");
-    wgml_sbuf_put(g->b, "@group(0) @binding(5) var<storage, read> LSE: array<f32>;\n"
-                        "@group(0) @binding(6) var<storage, read> DEL: array<f32>;\n"
-                        "@group(0) @binding(7) var<storage, read_write> OUT: array<f32>;\n");
-    put_loader(g, "q", "Q");
-    put_loader(g, "k", "K");
-    put_loader(g, "v", "V");
-    put_loader(g, "do", "DO");
-}
+static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->k->vec, g->k->dp != g->k->d); }
 
 /* The probabilities and score gradients of a tile of br queries from i0 and bc keys from j0,
    from s<r>_<c> (scaled scores) and d<r>_<c> (dO . v): s := P = exp2(s - L),

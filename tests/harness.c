@@ -219,3 +219,33 @@ void test_with_other_gemm_kernel(void (*suite)(void))
     test_context_release();
     unsetenv("WGML_GEMM_CPU");
 }
+
+int test_count(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+uint32_t test_wgsl_workgroup_bytes(const char *s)
+{
+    uint32_t bytes = 0;
+    for (const char *p = strstr(s, "var<workgroup>"); p; p = strstr(p + 1, "var<workgroup>")) {
+        const char *a = strstr(p, "array<");
+        unsigned n = 0;
+        char type[8] = "";
+        if (a && sscanf(a, "array<%3[^,], %u>", type, &n) == 2) bytes += n * (strncmp(type, "f16", 3) ? 4u : 2u);
+    }
+    return bytes;
+}
+
+bool test_balanced(const char *s)
+{
+    int depth = 0;
+    for (; *s; s++) {
+        depth += *s == '{' || *s == '(';
+        depth -= *s == '}' || *s == ')';
+        if (depth < 0) return false;
+    }
+    return depth == 0;
+}

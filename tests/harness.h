@@ -4,6 +4,7 @@
 #ifndef WGML_TESTS_HARNESS_H
 #define WGML_TESTS_HARNESS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,6 +84,11 @@ float *test_read_new(wgml_context *ctx, const char *what, wgml_tensor *t, int64_
 int test_message_has(wgml_context *ctx, const char *s);
 /* the element count of a shape, and the shape as "[2,3,4]" */
 int64_t test_numel(int nd, const int64_t *sh);
+/* Checks of generated WGSL: occurrences of `what` in s; the bytes of its `var<workgroup> X:
+   array<T, n>` declarations (f16 2 bytes, else 4); brackets and parentheses balanced. */
+int test_count(const char *s, const char *what);
+uint32_t test_wgsl_workgroup_bytes(const char *s);
+bool test_balanced(const char *s);
 void test_shape_str(char *out, size_t cap, int nd, const int64_t *sh);
 /* wgml_ref_matmul (tests/ref/ref.h; the arguments as there) of float operands, each widened with
    test_to_double first. */

@@ -10,37 +10,6 @@
 #include "ops/attention/attention_sgmat_wgsl.h"
 #include "harness.h"
 
-static int count(const char *s, const char *what)
-{
-    int n = 0;
-    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
-    return n;
-}
-
-/* the sizes of the `var<workgroup> X: array<T, n>` declarations, in bytes */
-static uint32_t declared_workgroup_bytes(const char *s)
-{
-    uint32_t bytes = 0;
-    for (const char *p = strstr(s, "var<workgroup>"); p; p = strstr(p + 1, "var<workgroup>")) {
-        const char *a = strstr(p, "array<");
-        unsigned n = 0;
-        char type[8] = "";
-        if (a && sscanf(a, "array<%3[^,], %u>", type, &n) == 2) bytes += n * (strncmp(type, "f16", 3) ? 4u : 2u);
-    }
-    return bytes;
-}
-
-static bool balanced(const char *s)
-{
-    int depth = 0;
-    for (; *s; s++) {
-        depth += *s == '{' || *s == '(';
-        depth -= *s == '}' || *s == ')';
-        if (depth < 0) return false;
-    }
-    return depth == 0;
-}
-
 static void every_kernel_and_config(void)
 {
     static const int kinds[] = {WGML_ATTN_FORWARD, WGML_ATTN_DKV, WGML_ATTN_DQ};
@@ -76,9 +45,9 @@ static void every_kernel_and_config(void)
                                                                    : 2 * fc * kd + 2 * fd * kc;
                         const char *mma = c.emulate ? "emu_mma(" : "subgroupMatrixMultiplyAccumulate(";
                         /* (the emulated one's definition is one more) */
-                        if (count(src, mma) - (c.emulate ? 1 : 0) != want_mma) {
+                        if (test_count(src, mma) - (c.emulate ? 1 : 0) != want_mma) {
                             FAILF("kind %d d %d %dx%dx%d sg %d cols %d: %d products, want %d", c.kind, c.d, c.sm_m, c.sm_n, c.sm_k,
-                                  c.subgroup_size, c.cols, count(src, mma), want_mma);
+                                  c.subgroup_size, c.cols, test_count(src, mma), want_mma);
                         }
                         char want[160];
                         if (c.emulate) {
@@ -94,15 +63,15 @@ static void every_kernel_and_config(void)
                             snprintf(want, sizeof want, "alias Acc = subgroup_matrix_result<f32, %d, %d>;", c.sm_n, c.sm_m);
                             CHECK(strstr(src, want) != NULL);
                             /* scores read K (Q, V, dO) column-major: right operands of [col][d] tiles */
-                            CHECK(count(src, "subgroupMatrixLoad<R>(&xs, ") == want_mma);
-                            CHECK(count(src, ", true, ") == 2 * fc * kd);
+                            CHECK(test_count(src, "subgroupMatrixLoad<R>(&xs, ") == want_mma);
+                            CHECK(test_count(src, ", true, ") == 2 * fc * kd);
                         }
                         snprintf(want, sizeof want, "@workgroup_size(%d)", wgml_attn_sgmat_threads(&c));
                         CHECK(strstr(src, want) != NULL);
                         snprintf(want, sizeof want, "const D = %du;", c.d);
                         CHECK(strstr(src, want) != NULL);
-                        CHECK(declared_workgroup_bytes(src) == wgml_attn_sgmat_shared_bytes(&c));
-                        CHECK(balanced(src));
+                        CHECK(test_wgsl_workgroup_bytes(src) == wgml_attn_sgmat_shared_bytes(&c));
+                        CHECK(test_balanced(src));
                         /* the forward writes L after O; the gradients read it */
                         CHECK((strstr(src, "O[P.lse_off") != NULL) == (c.kind == WGML_ATTN_FORWARD));
                         CHECK((strstr(src, "LSE[P.lse_off") != NULL) == (c.kind != WGML_ATTN_FORWARD));

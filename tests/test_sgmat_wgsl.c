@@ -8,37 +8,6 @@
 #include "ops/matmul/gemm_sgmat_wgsl.h"
 #include "harness.h"
 
-static int count(const char *s, const char *what)
-{
-    int n = 0;
-    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
-    return n;
-}
-
-/* Sum of the sizes of the `var<workgroup> X: array<T, n>` declarations, in bytes */
-static uint32_t declared_workgroup_bytes(const char *s)
-{
-    uint32_t bytes = 0;
-    for (const char *p = strstr(s, "var<workgroup>"); p; p = strstr(p + 1, "var<workgroup>")) {
-        const char *a = strstr(p, "array<");
-        unsigned n = 0;
-        char type[8] = "";
-        if (a && sscanf(a, "array<%3[^,], %u>", type, &n) == 2) bytes += n * (strncmp(type, "f16", 3) ? 4u : 2u);
-    }
-    return bytes;
-}
-
-static bool balanced(const char *s)
-{
-    int depth = 0;
-    for (; *s; s++) {
-        depth += *s == '{' || *s == '(';
-        depth -= *s == '}' || *s == ')';
-        if (depth < 0) return false;
-    }
-    return depth == 0;
-}
-
 static const wgml_sgmat_config base = {.sm_m = 16, .sm_n = 16, .sm_k = 16, .subgroup_size = 32, .sg_m = 2, .sg_n = 2,
                                        .frag_m = 4, .frag_n = 4, .bk = 32, .double_buffer = true, .a_vec = 8, .b_vec = 8,
                                        .a_f16 = true, .b_f16 = true};
@@ -82,25 +51,25 @@ static void every_form_and_config(void)
                         CHECK(strstr(src, want) != NULL);
                         /* a product per fragment and K step; a load per fragment row / column
                            and K step, column-major exactly where the operand is transposed */
-                        CHECK(count(src, "subgroupMatrixMultiplyAccumulate(") == frags * steps);
-                        CHECK(count(src, "subgroupMatrixLoad<L>(") == c.frag_m * steps);
-                        CHECK(count(src, "subgroupMatrixLoad<R>(") == c.frag_n * steps);
+                        CHECK(test_count(src, "subgroupMatrixMultiplyAccumulate(") == frags * steps);
+                        CHECK(test_count(src, "subgroupMatrixLoad<L>(") == c.frag_m * steps);
+                        CHECK(test_count(src, "subgroupMatrixLoad<R>(") == c.frag_n * steps);
                         int col_major = (ta ? c.frag_m : 0) + (tb ? c.frag_n : 0);
-                        CHECK(count(src, ", true, ") == col_major * steps);
+                        CHECK(test_count(src, ", true, ") == col_major * steps);
                         /* results through the per-subgroup fragment always; straight to C
                            only without an activation */
-                        CHECK(count(src, "subgroupMatrixStore(&Cs,") == frags);
-                        CHECK(count(src, "subgroupMatrixStore(&C,") == (act ? 0 : frags));
-                        CHECK(count(src, "fn act(") == act);
-                        CHECK(count(src, "(bt / P.L1)") == (c.two_leading ? 2 : 0));
+                        CHECK(test_count(src, "subgroupMatrixStore(&Cs,") == frags);
+                        CHECK(test_count(src, "subgroupMatrixStore(&C,") == (act ? 0 : frags));
+                        CHECK(test_count(src, "fn act(") == act);
+                        CHECK(test_count(src, "(bt / P.L1)") == (c.two_leading ? 2 : 0));
                         /* one barrier a slice with two buffers, two with one; one more ahead
                            of the loop where slices are prefetched */
                         int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags;
-                        CHECK(count(src, "workgroupBarrier();") == barriers);
-                        CHECK(declared_workgroup_bytes(src) == wgml_sgmat_workgroup_bytes(&c, ta, tb));
+                        CHECK(test_count(src, "workgroupBarrier();") == barriers);
+                        CHECK(test_wgsl_workgroup_bytes(src) == wgml_sgmat_workgroup_bytes(&c, ta, tb));
                         CHECK(strstr(src, c.a_f16 ? (c.a_vec == 8 ? "A: array<vec4<u32>>" : c.a_vec ? "A: array<vec2<u32>>" : "A: array<f16>")
                                                   : (c.a_vec ? "A: array<vec4<f32>>" : "A: array<f32>")) != NULL);
-                        CHECK(balanced(src));
+                        CHECK(test_balanced(src));
                         if (test_failures) {
                             fprintf(stderr, "config %dx%dx%d sg %dx%d frag %dx%d bk %d db %d store %d form %d\n", c.sm_m,
                                     c.sm_n, c.sm_k, c.sg_m, c.sg_n, c.frag_m, c.frag_n, c.bk, db, store, form);

@@ -157,9 +157,6 @@ static void put_types(gen *g)
 /* ---------------------------------------------------------------- shared pieces */
 
 static void put_params(gen *g) { wgml_attn_put_params(g->b, g->c->d, g->DP / 4); }
-static void put_input(gen *g, int binding, const char *name) { wgml_attn_put_input(g->b, binding, name, g->c->vec); }
-/* fn ld_<x>(base, c4): floats 4 c4 .. 4 c4 + 3 of the row starting at element base (zeros past D) */
-static void put_loader(gen *g, const char *x, const char *buf) { wgml_attn_put_loader(g->b, x, buf, g->c->vec, true); }
 
 /* The workgroup stages `rows` rows of a tensor into xs from half `dst`: row r is the tensor's
    row0 + r (zeros at or past lim), starting at element base + (row0 + r) * stride, as f16
@@ -317,13 +314,7 @@ static void put_forward(gen *g)
 {
     wgml_sbuf *b = g->b;
     const int C = g->C;
-    put_input(g, 1, "Q");
-    put_input(g, 2, "K");
-    put_input(g, 3, "V");
-    wgml_sbuf_put(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n");
-    put_loader(g, "q", "Q");
-    put_loader(g, "k", "K");
-    put_loader(g, "v", "V");
+    wgml_attn_put_forward_bindings(b, g->c->vec, true);
     put_main(g, "P.tiles * P.B * P.H");
     put_lane_ids(g);
     wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"

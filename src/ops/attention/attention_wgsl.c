@@ -130,6 +130,14 @@ void wgml_attn_put_key_range(wgml_sbuf *b, int rows, int cols)
                   rows, cols - 1, cols);
 }
 
+void wgml_attn_put_forward_bindings(wgml_sbuf *b, bool vec, bool padded)
+{
+    static const char *const in[3][2] = {{"q", "Q"}, {"k", "K"}, {"v", "V"}};
+    for (int i = 0; i < 3; i++) wgml_attn_put_input(b, i + 1, in[i][1], vec);
+    wgml_sbuf_put(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n");
+    for (int i = 0; i < 3; i++) wgml_attn_put_loader(b, in[i][0], in[i][1], vec, padded);
+}
+
 void wgml_attn_put_grad_bindings(wgml_sbuf *b, bool vec, bool padded)
 {
     static const char *const in[4][2] = {{"q", "Q"}, {"k", "K"}, {"v", "V"}, {"do", "DO"}};
@@ -333,13 +341,7 @@ static void put_forward(gen *g)
     const wgml_attn_kernel *k = g->k;
     wgml_sbuf *b = g->b;
     const int br = k->rows, bc = k->cols, tx = k->tx, cn = bc / tx, br4 = br / 4;
-    put_input(g, 1, "Q");
-    put_input(g, 2, "K");
-    put_input(g, 3, "V");
-    wgml_sbuf_put(b, "@group(0) @binding(4) var<storage, read_write> O: array<f32>;\n");
-    put_loader(g, "q", "Q");
-    put_loader(g, "k", "K");
-    put_loader(g, "v", "V");
+    wgml_attn_put_forward_bindings(b, k->vec, k->dp != k->d);
     wgml_sbuf_put(b, "var<workgroup> qs: array<vec4<f32>, %d>; // Q tile, scaled\n", br * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> kv: array<vec4<f32>, %d>; // K tile (swizzled), then V tile\n", bc * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> pb: array<vec4<f32>, %d>; // P [key][rows / 4], or each lane's row partials [lane][rows / 4]\n",

@@ -930,7 +930,8 @@ typedef struct wgml_dist_stats {
     uint64_t bytes;             /* bytes reduced per rank (through host memory) */
     double gpu_wait_seconds;    /* data parallel: waiting for the GPU to finish the gradients */
     double copy_out_seconds;    /* reading tensors to host */
-    double reduce_seconds;      /* the reduction (MPI or the shared-memory segment), waiting for the other ranks included */
+    double reduce_seconds;      /* the reduction (MPI or the shared-memory segment), waiting
+                                   for the other ranks included */
     double copy_in_seconds;     /* writing the results back */
     /* the overlapped all-reduce of data parallel (buckets reduced as the backward pass
        finishes them): gpu_wait_seconds is then the time the step waited after submitting

@@ -6,11 +6,11 @@
 # .gl. Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
-D=/tmp/wgml_speed; mkdir -p "$D" && tar -xJf "${BUNDLE:?}" -C "$D"
+# (bench train's default text)
+: "${BUNDLE:?}"
+source "$(dirname "$0")/device_env.sh"  # .gl, the driver, the bundle into $D
 mkdir -p /usr/share/games && rm -rf /usr/share/games/fortunes && cp -r "${TEXT:?}" /usr/share/games/fortunes
-export LD_LIBRARY_PATH=$D/lib WGML_RUNTIME=${WGML_RUNTIME:-dawn}
+export WGML_RUNTIME=${WGML_RUNTIME:-dawn}
 W=$D/bin/wgml
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 declare -A SHAPE=([gpt]="--layers 6 --heads 6 --width 384 --block 256 --batch 64"

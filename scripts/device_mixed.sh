@@ -7,11 +7,10 @@
 # TEXT (a folder of the fortunes text) and the carried .gl. Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
-D=/tmp/wgml_mixed; mkdir -p "$D" && tar -xJf "${BUNDLE:?}" -C "$D"
-mkdir -p /usr/share/games && cp -r "${TEXT:?}" /usr/share/games/fortunes  # bench gpt's default text
-export LD_LIBRARY_PATH=$D/lib WGML_RUNTIME=${WGML_RUNTIME:-dawn}
+: "${BUNDLE:?}"
+source "$(dirname "$0")/device_env.sh"  # .gl, the driver, the bundle into $D
+mkdir -p /usr/share/games && rm -rf /usr/share/games/fortunes && cp -r "${TEXT:?}" /usr/share/games/fortunes  # bench gpt's default text
+export WGML_RUNTIME=${WGML_RUNTIME:-dawn}
 W=$D/bin/wgml
 $W info > "$OUT/info.txt" 2>&1
 timeout 150 $W bench gpt --json > "$OUT/bench_gpt.json" 2> "$OUT/bench_gpt.log"; grep -v "^$" "$OUT/bench_gpt.log"

@@ -9,10 +9,9 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STEPS=${STEPS:-3000} EVAL=${EVAL:-500}
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
-D=/tmp/wgml_validate; mkdir -p "$D" && tar -xJf "${BUNDLE:?}" -C "$D"
-export LD_LIBRARY_PATH=$D/lib WGML_RUNTIME=${WGML_RUNTIME:-dawn}
+: "${BUNDLE:?}"
+source "$(dirname "$0")/device_env.sh"  # .gl, the driver, the bundle into $D
+export WGML_RUNTIME=${WGML_RUNTIME:-dawn}
 W=$D/bin/wgml
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 read -ra MODEL <<< "${MODEL:---layers 6 --heads 6 --width 384 --block 256 --batch 64}"  # smaller for a smoke test

@@ -730,8 +730,8 @@ wgml_status wgml_pending_readers(wgml_context *ctx, int nbufs, struct wgml_buffe
     for (wgml_tensor *t = ctx->tensors; t; t = t->all_next) {
         if (t->op == WGML_OP_NONE) {
             /* a tape is the graph a result was, for a later backward: not a pending result.
-               Counted as one, every loss still held had its forward computed again (H200s:
-               a GPT step 3x slower, with a trainer's ten losses held) */
+               Counted as one, every loss still held had its forward computed again at each
+               optimiser step (a trainer holds up to ten) */
             if (t->tape) t->tape->walk_users++;
             continue;
         }

@@ -391,8 +391,8 @@ wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t
    in each the 2-D parameters (decayed) then the 1-D ones, each in layout order. Layer by
    layer, because the optimiser computes the gradients from the last parameter back: each
    layer's weight gradients then come as the backward reaches it, and its activations are
-   freed there (with every 1-D parameter after every 2-D one, the nanoGPT-sized step's peak
-   was 2,642 MiB; layer by layer, 2,052: docs/MEASUREMENTS.md). */
+   freed there (every 1-D parameter after every 2-D one held about 30% more at the peak:
+   docs/MEASUREMENTS.md). */
 static void order_slots(const wgml_gpt *g, int *slot_param)
 {
     int k = 0, n = g->m.n;

@@ -158,14 +158,12 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
                                     int64_t batch, bool f16_operands, bool ta, bool tb, uint32_t wg_bytes_limit)
 {
-    /* subgroups m x n, fragments m x n (in 16x16 units). Both operands in halves: 128x256
-       tiles for long K (4096³: 160-180 TFLOP/s against 149 for 128x128), 64x128 for the GPT's
-       wide N over short K (16384 x 1152 x 384: 98.6 against 89.3), 128x128 otherwise. An
-       operand in f32 (converted as it is staged: every graph tensor) moves twice the bytes
-       per tile, and the larger tile wins wherever its grid fills the GPU (4096³ 105 against 80;
-       the GPT's forward and input-gradient shapes 62-80 against 60-74), but not on a weight
-       gradient's few tiles (384 x 1152 over K 16384 in 4 chunks: 60 workgroups of 128x256 ran
-       46 TFLOP/s, 108 of 128x128 68). */
+    /* subgroups m x n, fragments m x n (in 16x16 units), the winners of the H200 sweeps
+       (docs/MEASUREMENTS.md). Both operands in halves: 128x256 tiles for long K, 64x128 for
+       wide N over short K (the GPT's), 128x128 otherwise. An operand in f32 (converted as it
+       is staged: every graph tensor) moves twice the bytes a tile, so the larger tile wins
+       wherever its grid still fills the GPU (80 workgroups or more); below that (a weight
+       gradient's few tiles over split K) 128x128. */
     static const int layouts[][4] = {{4, 4, 2, 4}, {2, 4, 2, 2}, {4, 4, 2, 2}, {2, 2, 2, 2}};
     int first;
     if (f16_operands) first = K >= 2048 ? 0 : N >= 1024 ? 1 : 2;

@@ -102,35 +102,57 @@ static int bench_training(wgml_context *ctx, wgml_gpt *g, wgml_text *text, int h
     return ok;
 }
 
+/* The nanoGPT setup (gpt2_small 0) or GPT-2 small's shape over bytes (about 86M parameters,
+   batch 8 of 1024 tokens); toys of them on a CPU or with --quick. Over
+   the fortunes text where it is installed, else random tokens; *B its batch. */
+static int bench_model(wgml_context *ctx, int gpt2_small, int big, wgml_text *text, int *have_text, wgml_gpt *g, int64_t *B)
+{
+    char err[256];
+    *have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, text, err, sizeof err) == WGML_OK;
+    *B = gpt2_small ? (big ? 8 : 2) : (big ? 64 : 4);
+    wgml_gpt_config cfg = gpt2_small ? (wgml_gpt_config){.block = big ? 1024 : 64, .layers = big ? 12 : 2, .heads = big ? 12 : 2,
+                                                         .width = big ? 768 : 64}
+                                     : (wgml_gpt_config){.block = big ? 256 : 32, .layers = big ? 6 : 2, .heads = big ? 6 : 2,
+                                                         .width = big ? 384 : 64};
+    cfg.arch = WGML_GPT_GPT2;
+    cfg.vocab = *have_text ? text->vocab_size : 114;
+    if (wgml_gpt_init(ctx, &cfg, 1, g)) {
+        fail(ctx, "model");
+        return 0;
+    }
+    fprintf(stderr, "%s: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n",
+            gpt2_small ? "gpt2_small" : "gpt", (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width,
+            (long long)cfg.block, (long long)*B, (long long)wgml_gpt_numel(&g->cfg), *have_text ? "fortunes text" : "random tokens");
+    return 1;
+}
+
+/* The training rows in f32, then in mixed precision (f16 matmuls, loss scaling) where the
+   adapter has shader-f16 */
+static int train_rows(wgml_context *ctx, const wgml_adapter_info *info, wgml_gpt *g, wgml_text *text, int have_text,
+                      int64_t B, int big, const char *prefix)
+{
+    int ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
+    if (ok && info->has_shader_f16) ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
+    return ok;
+}
+
 void bench_gpt(int quick, int decode_only)
 {
     wgml_adapter_info info;
-    int big;
+    int big, have_text, ok = 0;
     wgml_context *ctx = bench_context("gpt", quick, &info, &big);
     if (!ctx) return;
     wgml_text text = {0};
-    char err[256];
-    int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;
-    int64_t B = big ? 64 : 4;
-    wgml_gpt_config cfg = {.arch = WGML_GPT_GPT2, .vocab = have_text ? text.vocab_size : 114, .block = big ? 256 : 32,
-                           .layers = big ? 6 : 2, .heads = big ? 6 : 2, .width = big ? 384 : 64};
     wgml_gpt g = {0};
-    if (wgml_gpt_init(ctx, &cfg, 1, &g)) {
-        fail(ctx, "model");
-        goto done;
-    }
-    int64_t T = cfg.block;
-    fprintf(stderr, "gpt: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n",
-            (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width, (long long)T, (long long)B,
-            (long long)wgml_gpt_numel(&g.cfg), have_text ? "fortunes text" : "random tokens");
-    /* f32, then mixed precision (f16 matmuls, loss scaling) where the adapter has shader-f16 */
-    int ok = decode_only || bench_training(ctx, &g, &text, have_text, B, quick || !big, "gpt", WGML_PRECISION_F32, "");
-    if (ok && !decode_only && info.has_shader_f16)
-        ok = bench_training(ctx, &g, &text, have_text, B, quick || !big, "gpt", WGML_PRECISION_MIXED, "_mixed");
+    int64_t B;
+    if (bench_model(ctx, 0, big, &text, &have_text, &g, &B))
+        ok = decode_only || train_rows(ctx, &info, &g, &text, have_text, B, big, "gpt");
     /* generation: block - 1 tokens from one, sampled at temperature 1 */
+    const wgml_gpt_config cfg = g.cfg;
+    int64_t T = cfg.block;
     wgml_stats sa, sb;
     int64_t ntok = T - 1;
-    int32_t *hist = malloc((size_t)T * sizeof *hist);
+    int32_t *hist = ok ? malloc((size_t)T * sizeof *hist) : NULL;
     wgml_gpt_cache cache = {0};
     if (ok && hist && !wgml_gpt_cache_init(&g, &cache)) {
         double best = INFINITY;
@@ -164,43 +186,24 @@ void bench_gpt(int quick, int decode_only)
     if (ok) bench_decode_char(&g, quick); /* the same model through the decode plan */
     wgml_gpt_cache_free(&cache, cfg.layers);
     free(hist);
-done:
     wgml_gpt_free(&g);
     wgml_text_free(&text);
     wgml_context_free(ctx);
     bench_decode_qwen(quick);
 }
 
-/* The training rows (prefix_train_step, _mixed, peaks) of the nanoGPT setup (gpt2_small 0) or
-   of GPT-2 small's shape over bytes (86M parameters with a 256-byte vocabulary, batch 8 of 1024
-   tokens), each in a context of its own; toys of them on a CPU or with --quick */
+/* The training rows of one shape in a context of its own */
 static void train_shape(int gpt2_small, int quick)
 {
     wgml_adapter_info info;
-    int big;
+    int big, have_text;
     wgml_context *ctx = bench_context("train", quick, &info, &big);
     if (!ctx) return;
-    const char *prefix = gpt2_small ? "gpt2_small" : "gpt";
-    int64_t B = gpt2_small ? (big ? 8 : 2) : (big ? 64 : 4);
-    wgml_gpt_config cfg = gpt2_small ? (wgml_gpt_config){.block = big ? 1024 : 64, .layers = big ? 12 : 2, .heads = big ? 12 : 2,
-                                                         .width = big ? 768 : 64}
-                                     : (wgml_gpt_config){.block = big ? 256 : 32, .layers = big ? 6 : 2, .heads = big ? 6 : 2,
-                                                         .width = big ? 384 : 64};
-    cfg.arch = WGML_GPT_GPT2;
     wgml_text text = {0};
-    char err[256];
-    int have_text = wgml_text_load(WGML_TEXT_DEFAULT_DIR, &text, err, sizeof err) == WGML_OK;
-    cfg.vocab = have_text ? text.vocab_size : 256;
     wgml_gpt g = {0};
-    if (wgml_gpt_init(ctx, &cfg, 1, &g)) {
-        fail(ctx, "model");
-    } else {
-        fprintf(stderr, "%s: %lld layers, %lld heads, width %lld, block %lld, batch %lld, %lld parameters, %s\n", prefix,
-                (long long)cfg.layers, (long long)cfg.heads, (long long)cfg.width, (long long)cfg.block, (long long)B,
-                (long long)wgml_gpt_numel(&g.cfg), have_text ? "fortunes text" : "random tokens");
-        int ok = bench_training(ctx, &g, &text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
-        if (ok && info.has_shader_f16) bench_training(ctx, &g, &text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
-    }
+    int64_t B;
+    if (bench_model(ctx, gpt2_small, big, &text, &have_text, &g, &B))
+        train_rows(ctx, &info, &g, &text, have_text, B, big, gpt2_small ? "gpt2_small" : "gpt");
     wgml_gpt_free(&g);
     wgml_text_free(&text);
     wgml_context_free(ctx);

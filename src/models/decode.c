@@ -478,12 +478,12 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
-    /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
-       prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     /* 32 hidden units a workgroup where the partial sums stay few (the character GPT's MLP: 48
-       workgroups, 4,326 tokens/s on the H200 against 3,740 with 24 of 64) */
+       workgroups, 4,604 tokens/s against 3,778 with 64 on the H200, docs/MEASUREMENTS.md) */
     p->mlp_block = d.mlp_block ? d.mlp_block : (p->F + 31) / 32 <= 64 ? 32 : 64;
     p->nmlp = (p->F + p->mlp_block - 1) / p->mlp_block;
+    /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
+       prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
     p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
     /* the decode step's attention split over chunks of 32 positions where the block is long

@@ -43,11 +43,12 @@ typedef struct wgml_decode_desc {
     int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
     int x_chunk;              /* a GEMV's inputs staged at a time, a multiple of 8 (0: as many as fit; tests) */
     int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
-                                 that makes more than 64 partial sums) */
+                                 32 would make more than 64 partial sums) */
     int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
                                  each, and combined by one more launch a layer; 0: where the block is >= 512, 32 times
-                                 the batch rounded up to a power of two,
-                                 -1: never (the fused GPT-2 form never splits) */
+                                 the batch rounded up to a power of two (unsplit where that reaches
+                                 the block), -1: never; a chunk >= the block does not split either,
+                                 nor does the fused GPT-2 form */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -32,9 +32,9 @@
 #include "models/gpt.h"
 
 typedef struct wgml_decode_desc {
-    int64_t batch;            /* sequences (slots) sampled together; 0 means 1 */
+    int64_t batch;            /* sequences (slots) sampled together, at most 256; 0 means 1 */
     int64_t max_prefill;      /* rows of one prefill pass; 0 means min(block, 256) */
-    int64_t steps_per_submit; /* tokens per slot recorded into one submit; 0 means 16 */
+    int64_t steps_per_submit; /* tokens per slot recorded into one submit; 0 means 16, more than 4096 as 4096 */
     int f16_weights;          /* the matrices stored as f16 (f32 sums): half the bytes read */
     float temperature;        /* 0 (below 1e-4): the argmax; else Gumbel-max at this temperature */
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */

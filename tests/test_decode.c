@@ -53,6 +53,30 @@ static void params_free(params *p)
     free(p->p);
 }
 
+/* A model on random parameters (params_random, scale 0.5), on the GPU and in the reference. */
+typedef struct model {
+    wgml_gpt_config cfg; /* resolved */
+    params p;
+    gpt_ref *r;
+    wgml_gpt g;
+} model;
+
+static void model_make(wgml_context *ctx, const wgml_gpt_config *cfg_in, int f16, model *m)
+{
+    memset(m, 0, sizeof *m);
+    CHECK_OK(ctx, wgml_gpt_config_resolve(cfg_in, &m->cfg, NULL, 0));
+    params_random(&m->cfg, 0.5, f16, &m->p);
+    m->r = gpt_ref_create(&m->cfg, (const float *const *)m->p.p);
+    CHECK_OK(ctx, wgml_gpt_create(ctx, &m->cfg, (const float *const *)m->p.p, &m->g));
+}
+
+static void model_free(model *m)
+{
+    wgml_gpt_free(&m->g);
+    gpt_ref_free(m->r);
+    params_free(&m->p);
+}
+
 /* Greedy tokens of the reference with the graph path's window: the cache restarts from the
    last block / 2 tokens when the next would pass the block (wgml_gpt_generate_step). */
 static void reference_greedy(gpt_ref *r, const int32_t *prompt, int n_prompt, int n_new, int32_t *out)
@@ -115,6 +139,15 @@ static int same_tokens(const char *what, const int32_t *got, const int32_t *want
     return 1;
 }
 
+/* Each of the S started slots drew first[s] then got[s * (nn - 1) ..]: want[s * nn ..]. */
+static void same_slots(const char *what, int S, int nn, const int32_t *first, const int32_t *got, const int32_t *want)
+{
+    for (int s = 0; s < S; s++) {
+        CHECK(first[s] == want[s * nn]);
+        same_tokens(what, got + s * (nn - 1), want + s * nn + 1, nn - 1);
+    }
+}
+
 static const wgml_gpt_config gpt2_cfg = {.arch = WGML_GPT_GPT2, .vocab = 29, .block = 12, .layers = 2, .heads = 3, .width = 24, .ffn = 40};
 /* head size 8: the attention's vec4 path (with RoPE inside it) */
 static const wgml_gpt_config llama8_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 23, .block = 10, .layers = 1, .heads = 4, .kv_heads = 2,
@@ -122,43 +155,31 @@ static const wgml_gpt_config llama8_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 23, 
 static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .block = 11, .layers = 2, .heads = 4, .kv_heads = 2,
                                           .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
 
-/* One prompt, past the block: plan = graph path = reference. */
-static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
-                               int64_t expect_dispatches);
 static int x_chunk;   /* the GEMVs' inputs staged at a time (0: the plan's choice) */
 static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the plan's choice) */
 static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
-static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
-{
-    check_single_chunk(cfg_in, f16, unfused, lanes, parts, -1, expect_dispatches);
-}
-
-/* (chunk: the decode attention's positions a workgroup, -1 unsplit) */
+/* One prompt, past the block: plan = graph path = reference (chunk: the decode attention's
+   positions a workgroup, -1 unsplit). */
 static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
                                int64_t expect_dispatches)
 {
     wgml_context *ctx = test_context();
-    wgml_gpt_config cfg;
-    CHECK_OK(ctx, wgml_gpt_config_resolve(cfg_in, &cfg, NULL, 0));
-    params p;
-    params_random(&cfg, 0.5, f16, &p);
-    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
-    wgml_gpt g = {0};
-    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    model m;
+    model_make(ctx, cfg_in, f16, &m);
     enum { NP = 4, NN = 30 };
     const int32_t prompt[NP] = {3, 17, 5, 11};
     int32_t want[NN], graph[NN], got[NN], first = -1;
-    reference_greedy(r, prompt, NP, NN, want);
+    reference_greedy(m.r, prompt, NP, NN, want);
     if (!plan_only) { /* (the variants of the plan's choices check the plan alone: the graph path is the same) */
-        CHECK_OK(ctx, graph_greedy(&g, prompt, NP, NN, graph));
+        CHECK_OK(ctx, graph_greedy(&m.g, prompt, NP, NN, graph));
         same_tokens("graph path vs reference", graph, want, NN);
     }
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill};
-    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
         const int32_t *pp = prompt;
@@ -179,9 +200,12 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
         CHECK(first == want[0]);
     }
     wgml_decode_plan_free(plan);
-    wgml_gpt_free(&g);
-    gpt_ref_free(r);
-    params_free(&p);
+    model_free(&m);
+}
+
+static void check_single(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int64_t expect_dispatches)
+{
+    check_single_chunk(cfg_in, f16, unfused, lanes, parts, -1, expect_dispatches);
 }
 
 /* GPT-2: 3 launches a layer fused (the embedding in layer 0's), 5 apart plus the embedding;
@@ -239,37 +263,27 @@ static void long_context_split(void)
     wgml_context *ctx = test_context();
     const wgml_gpt_config cin = {.arch = WGML_GPT_LLAMA, .vocab = 4500, .block = 560, .layers = 1, .heads = 2, .kv_heads = 1,
                                  .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 1000.0f};
-    wgml_gpt_config cfg;
-    CHECK_OK(ctx, wgml_gpt_config_resolve(&cin, &cfg, NULL, 0));
-    params p;
-    params_random(&cfg, 0.5, 0, &p);
-    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
-    wgml_gpt g = {0};
-    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    model m;
+    model_make(ctx, &cin, 0, &m);
     enum { S = 3, NN = 4, LONG = 512 };
     int32_t a[1] = {4321}, b[7], c[LONG];
     for (int i = 0; i < 7; i++) b[i] = (int32_t)((i * 611 + 5) % 4500);
     for (int i = 0; i < LONG; i++) c[i] = (int32_t)((i * 2654435761u + 17) % 4500u);
     const int32_t *prompts[S] = {a, b, c};
     const int64_t lens[S] = {1, 7, LONG};
-    int32_t want[S][NN], got[S * NN], first[S];
-    for (int s = 0; s < S; s++) reference_greedy(r, prompts[s], (int)lens[s], NN, want[s]);
+    int32_t want[S * NN], got[S * NN], first[S];
+    for (int s = 0; s < S; s++) reference_greedy(m.r, prompts[s], (int)lens[s], NN, want + s * NN);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 2, .max_prefill = 256};
-    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 6 + 2); /* split by default: the block is >= 512 */
         CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first));
         CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
-        for (int s = 0; s < S; s++) {
-            CHECK(first[s] == want[s][0]);
-            same_tokens("long context slot vs reference", got + s * (NN - 1), want[s] + 1, NN - 1);
-        }
+        same_slots("long context slot vs reference", S, NN, first, got, want);
     }
     wgml_decode_plan_free(plan);
-    wgml_gpt_free(&g);
-    gpt_ref_free(r);
-    params_free(&p);
+    model_free(&m);
 }
 
 /* wgml_decode_profile: a row per kind of launch in the step's order, their launches adding up
@@ -278,22 +292,17 @@ static void long_context_split(void)
 static void profile_by_kind(void)
 {
     wgml_context *ctx = test_context();
-    wgml_gpt_config cfg;
-    CHECK_OK(ctx, wgml_gpt_config_resolve(&llama_cfg, &cfg, NULL, 0));
-    params p;
-    params_random(&cfg, 0.5, 0, &p);
-    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
-    wgml_gpt g = {0};
-    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    model m;
+    model_make(ctx, &llama_cfg, 0, &m);
     enum { NN = 6 };
     const int32_t prompt[2] = {9, 4};
     const int32_t *pp = prompt;
     const int64_t np = 2;
     int32_t want[NN], got[NN];
-    reference_greedy(r, prompt, 2, NN, want);
+    reference_greedy(m.r, prompt, 2, NN, want);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 3, .attn_chunk = 4};
-    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);
     if (plan) {
@@ -325,35 +334,25 @@ static void profile_by_kind(void)
         same_tokens("after the profile vs reference", got, want, NN);
     }
     wgml_decode_plan_free(plan);
-    wgml_gpt_free(&g);
-    gpt_ref_free(r);
-    params_free(&p);
+    model_free(&m);
 }
-
-/* GPT-2 batch: the fused launches with rows of several slots */
-static void gpt2_batch(void);
 
 /* Three prompts of different lengths (one past the block) in one batch: each slot's tokens are
    its prompt's alone. */
 static void check_batch(const wgml_gpt_config *cfg_in)
 {
     wgml_context *ctx = test_context();
-    wgml_gpt_config cfg;
-    CHECK_OK(ctx, wgml_gpt_config_resolve(cfg_in, &cfg, NULL, 0));
-    params p;
-    params_random(&cfg, 0.5, 0, &p);
-    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
-    wgml_gpt g = {0};
-    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
+    model m;
+    model_make(ctx, cfg_in, 0, &m);
     enum { S = 3, NN = 20 };
     const int32_t a[] = {7}, b[] = {1, 2, 3, 4, 5, 6, 7}, c[] = {28, 0, 12, 19, 8, 8, 2, 9, 14, 22, 5, 1, 27};
     const int32_t *prompts[S] = {a, b, c};
     const int64_t lens[S] = {N_OF(a), N_OF(b), N_OF(c)};
-    int32_t want[S][NN], got[S * NN], first[S];
-    for (int s = 0; s < S; s++) reference_greedy(r, prompts[s], (int)lens[s], NN, want[s]);
+    int32_t want[S * NN], got[S * NN], first[S];
+    for (int s = 0; s < S; s++) reference_greedy(m.r, prompts[s], (int)lens[s], NN, want + s * NN);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill};
-    CHECK_OK(ctx, wgml_decode_plan_create(&g, &d, &plan));
+    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         /* the prompts through the graph (an evaluation of it) only where asked */
         wgml_stats a, b;
@@ -362,18 +361,14 @@ static void check_batch(const wgml_gpt_config *cfg_in)
         wgml_stats_get(ctx, &b);
         CHECK(graph_prefill > 0 ? b.evals > a.evals : b.evals == a.evals);
         CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
-        for (int s = 0; s < S; s++) {
-            CHECK(first[s] == want[s][0]);
-            same_tokens("batch slot vs reference", got + s * (NN - 1), want[s] + 1, NN - 1);
-        }
+        same_slots("batch slot vs reference", S, NN, first, got, want);
     }
     wgml_decode_plan_free(plan);
-    wgml_gpt_free(&g);
-    gpt_ref_free(r);
-    params_free(&p);
+    model_free(&m);
 }
 
 static void batch_of_prompts(void) { check_batch(&llama_cfg); }
+/* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void) { check_batch(&gpt2_cfg); }
 
 /* Prompts and window restarts of 2 positions or more prefilled through the model's graph
@@ -396,8 +391,9 @@ static void prefill_through_the_graph(void)
 static void qk_norm_and_head_dim_forward(void)
 {
     wgml_context *ctx = test_context();
-    wgml_gpt_config cfg;
-    CHECK_OK(ctx, wgml_gpt_config_resolve(&llama_cfg, &cfg, NULL, 0));
+    model m;
+    model_make(ctx, &llama_cfg, 0, &m);
+    const wgml_gpt_config cfg = m.cfg;
     CHECK(cfg.head_dim == 6 && wgml_gpt_param_count(&cfg) == 1 + 8 * 2 + 1);
     char name[WGML_GPT_NAME];
     int nd;
@@ -406,31 +402,24 @@ static void qk_norm_and_head_dim_forward(void)
     CHECK(strcmp(name, "h.0.attn.wo") == 0 && sh[0] == 24 && sh[1] == 20);
     wgml_gpt_param_info(&cfg, 1 + 7, name, &nd, sh);
     CHECK(strcmp(name, "h.0.attn.knorm.w") == 0 && nd == 1 && sh[0] == 6);
-    params p;
-    params_random(&cfg, 0.5, 0, &p);
-    gpt_ref *r = gpt_ref_create(&cfg, (const float *const *)p.p);
-    wgml_gpt g = {0};
-    CHECK_OK(ctx, wgml_gpt_create(ctx, &cfg, (const float *const *)p.p, &g));
     enum { T = 9 };
     const int32_t ids[T] = {1, 30, 4, 4, 17, 0, 9, 22, 3};
     double want[T * 31];
-    gpt_ref_logits(r, ids, T, want);
+    gpt_ref_logits(m.r, ids, T, want);
     wgml_tensor *t = test_tensor_i32(ctx, 2, (int64_t[2]){1, T}, ids);
-    float *got = test_read_new(ctx, "logits", wgml_gpt_logits(&g, t, 0.0f), T * 31);
+    float *got = test_read_new(ctx, "logits", wgml_gpt_logits(&m.g, t, 0.0f), T * 31);
     if (got) test_close("qk_norm logits", got, want, T * 31, 1e-4, 1e-3);
     /* a bad head size or qk_norm on GPT-2 is refused with a message */
     char err[200];
-    wgml_gpt_config bad = llama_cfg;
+    wgml_gpt_config bad = llama_cfg, resolved;
     bad.head_dim = 7;
-    CHECK(wgml_gpt_config_resolve(&bad, &cfg, err, sizeof err) == WGML_ERROR_INVALID_ARGUMENT && strstr(err, "even"));
+    CHECK(wgml_gpt_config_resolve(&bad, &resolved, err, sizeof err) == WGML_ERROR_INVALID_ARGUMENT && strstr(err, "even"));
     bad = gpt2_cfg;
     bad.qk_norm = 1;
-    CHECK(wgml_gpt_config_resolve(&bad, &cfg, err, sizeof err) == WGML_ERROR_INVALID_ARGUMENT && strstr(err, "qk_norm"));
+    CHECK(wgml_gpt_config_resolve(&bad, &resolved, err, sizeof err) == WGML_ERROR_INVALID_ARGUMENT && strstr(err, "qk_norm"));
     free(got);
     wgml_tensor_free(t);
-    wgml_gpt_free(&g);
-    gpt_ref_free(r);
-    params_free(&p);
+    model_free(&m);
 }
 
 int main(void)

@@ -46,7 +46,7 @@ struct wgml_decode_plan {
     int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
     unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
-    unsigned attn_wgs;          /* the attention's workgroup size */
+    unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
@@ -258,7 +258,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wo_fused = 1, .f16 = p->d.f16_weights,
-                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->attn_wgs, .max_parts = (unsigned)p->d.attn_parts};
+                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->wide_wgs, .max_parts = (unsigned)p->d.attn_parts};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {5, lb->wo}, {6, lb->vecs}, {7, p->attn_parts}};
         used = 0xefu;
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0, "attention+wo (fused)"))) return st;
@@ -301,10 +301,10 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         const uint32_t nsplit = chunk ? (uint32_t)((p->block + chunk - 1) / chunk) : 1;
         /* (a chunk's workgroup: 256 threads, more where its G + 1 heads' RoPE needs 64 each) */
         unsigned split_wgs = 256;
-        while (split_wgs < p->attn_wgs && (unsigned)(p->H / p->Hkv + 1) * 64 > split_wgs) split_wgs *= 2;
+        while (split_wgs < p->wide_wgs && (unsigned)(p->H / p->Hkv + 1) * 64 > split_wgs) split_wgs *= 2;
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
-                               .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = chunk ? split_wgs : p->attn_wgs,
+                               .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = chunk ? split_wgs : p->wide_wgs,
                                .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk};
@@ -348,7 +348,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {9, p->mlp_parts}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
     if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, groups_for(p->V), 1, 1, "norm+lm head gemv"))) return st;
-    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->attn_wgs};
+    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->wide_wgs};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1, "sampler");
 #undef KCH
@@ -467,23 +467,23 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */
     const WGPULimits *lim = &ctx->rt.limits;
-    const unsigned attn_wgs = lim->maxComputeInvocationsPerWorkgroup >= 1024 && lim->maxComputeWorkgroupSizeX >= 1024 ? 1024 : 256;
-    if ((uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * attn_wgs + G) * 4 > wg_mem)
+    const unsigned wide_wgs = lim->maxComputeInvocationsPerWorkgroup >= 1024 && lim->maxComputeWorkgroupSizeX >= 1024 ? 1024 : 256;
+    if ((uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * wide_wgs + G) * 4 > wg_mem)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
                          "(%u bytes here): block %lld is too long", (long long)(G * c->block), wg_mem, (long long)c->block);
     /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */
     wgml_decode_plan *p = calloc(1, sizeof *p);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
-    p->ctx = ctx, p->g = g, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->attn_wgs = attn_wgs;
+    p->ctx = ctx, p->g = g, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->wide_wgs = wide_wgs;
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
-    /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
-       prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     /* 32 hidden units a workgroup where the partial sums stay few (the character GPT's MLP: 48
-       workgroups, 4,326 tokens/s on the H200 against 3,740 with 24 of 64) */
+       workgroups, 4,604 tokens/s against 3,778 with 64 on the H200, docs/MEASUREMENTS.md) */
     p->mlp_block = d.mlp_block ? d.mlp_block : (p->F + 31) / 32 <= 64 ? 32 : 64;
     p->nmlp = (p->F + p->mlp_block - 1) / p->mlp_block;
+    /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
+       prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
     p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
     /* the decode step's attention split over chunks of 32 positions where the block is long
@@ -577,6 +577,10 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
 }
 
 /* ---------------------------------------------------------------- running */
+
+/* A prefill of n positions goes through the model's graph rather than the plan's rows
+   (wgml_decode_desc's graph_prefill; -1 never). */
+static int by_graph(const wgml_decode_plan *p, int64_t n) { return p->d.graph_prefill > 0 && n >= p->d.graph_prefill; }
 
 static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const launch *l, uint32_t R, uint32_t S)
 {
@@ -764,7 +768,7 @@ wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t 
         set_decode_row(p, s, 0, 0, 0);
         /* a long prompt: all but its last token through the graph, the last by a prefill row
            that draws the first token */
-        if (!st && p->d.graph_prefill > 0 && flen[s] - 1 >= p->d.graph_prefill) {
+        if (!st && by_graph(p, flen[s] - 1)) {
             st = graph_fill(p, s, from[s], flen[s] - 1);
             pos0[s] = flen[s] - 1, from[s] += flen[s] - 1, flen[s] = 1;
         }
@@ -833,7 +837,7 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
             const int32_t *from = p->hist[s] + p->n_hist[s] - feed;
             int64_t n = feed - 1, zero = 0;
             int no = 0;
-            if (n > 0 && p->d.graph_prefill > 0 && n >= p->d.graph_prefill) st = graph_fill(p, s, from, n);
+            if (by_graph(p, n)) st = graph_fill(p, s, from, n);
             else if (n > 0) st = prefill(p, 1, &s, &from, &n, &zero, &no, NULL);
             p->len[s] = n;
             set_decode_row(p, s, n, from[feed - 1], p->count[s]);

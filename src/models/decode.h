@@ -32,9 +32,9 @@
 #include "models/gpt.h"
 
 typedef struct wgml_decode_desc {
-    int64_t batch;            /* sequences (slots) sampled together; 0 means 1 */
+    int64_t batch;            /* sequences (slots) sampled together, at most 256; 0 means 1 */
     int64_t max_prefill;      /* rows of one prefill pass; 0 means min(block, 256) */
-    int64_t steps_per_submit; /* tokens per slot recorded into one submit; 0 means 16 */
+    int64_t steps_per_submit; /* tokens per slot recorded into one submit; 0 means 16, more than 4096 as 4096 */
     int f16_weights;          /* the matrices stored as f16 (f32 sums): half the bytes read */
     float temperature;        /* 0 (below 1e-4): the argmax; else Gumbel-max at this temperature */
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
@@ -43,11 +43,12 @@ typedef struct wgml_decode_desc {
     int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
     int x_chunk;              /* a GEMV's inputs staged at a time, a multiple of 8 (0: as many as fit; tests) */
     int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
-                                 that makes more than 64 partial sums) */
+                                 32 would make more than 64 partial sums) */
     int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
                                  each, and combined by one more launch a layer; 0: where the block is >= 512, 32 times
-                                 the batch rounded up to a power of two,
-                                 -1: never (the fused GPT-2 form never splits) */
+                                 the batch rounded up to a power of two (unsplit where that reaches
+                                 the block), -1: never; a chunk >= the block does not split either,
+                                 nor does the fused GPT-2 form */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

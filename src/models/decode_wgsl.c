@@ -101,30 +101,51 @@ static void x_norm(sbuf *b, int norm, unsigned w, unsigned bias)
     out(b, "}\n");
 }
 
-/* Inside the row-chunk loop: the RB rows' statistics over their K inputs (stat[j] = mean,
-   1/std), all rows at once: GS threads a row (GS the largest power of two with RB GS <= 256),
-   one tree of log2(GS) rounds for them all. */
-static void row_stats(sbuf *b, int norm, unsigned rb)
+/* Threads a row of the statistics' trees: the largest power of two with RB of them <= 256. */
+static unsigned stat_threads(unsigned rb)
 {
     unsigned gs = 1;
     while (gs * 2 * rb <= 256) gs *= 2;
-    out(b,
-        "        {\n"
-        "            let j = tid / %uu;\n            let sub = tid %% %uu;\n"
-        "            var s = 0.0;\n            var ss = 0.0;\n"
-        "            if (j < RB && r0 + j < R) {\n                let rr = xrow(r0 + j);\n"
-        "                for (var k = sub; k < K; k += %uu) { let v = xraw(rr, k); s += v; ss += v * v; }\n"
-        "            }\n"
-        "            red[tid] = s;\n            red[256u + tid] = ss;\n            workgroupBarrier();\n"
-        "            for (var st = %uu; st > 0u; st >>= 1u) {\n"
-        "                if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
-        "                workgroupBarrier();\n            }\n"
-        "            if (sub == 0u && j < RB) {\n                let mean = red[tid] / f32(K);\n%s"
-        "            }\n            workgroupBarrier();\n        }\n",
-        gs, gs, gs, gs / 2,
-        norm == DECODE_NORM_RMS ? "                stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n"
-                                : "                let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
-                                  "                stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
+    return gs;
+}
+
+/* A block, each line indented by `in`, that sets stat[j] = (mean, 1/std) of the RB rows (RMS:
+   (0, 1/rms)) over their K inputs: GS threads a row (stat_threads) add up s and ss as `sum`
+   says (thread sub of row j), then one tree of log2(GS) rounds for all the rows. */
+static void stats_tree(sbuf *b, int norm, unsigned rb, const char *in, const char *sum)
+{
+    const unsigned gs = stat_threads(rb);
+    sbuf t = {0};
+    out(&t,
+        "{\n    let j = tid / %uu;\n    let sub = tid %% %uu;\n    var s = 0.0;\n    var ss = 0.0;\n%s"
+        "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
+        "    for (var st = %uu; st > 0u; st >>= 1u) {\n"
+        "        if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+        "        workgroupBarrier();\n    }\n"
+        "    if (sub == 0u && j < RB) {\n        let mean = red[tid] / f32(K);\n%s"
+        "    }\n    workgroupBarrier();\n}\n",
+        gs, gs, sum, gs / 2,
+        norm == DECODE_NORM_RMS ? "        stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n"
+                                : "        let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
+                                  "        stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
+    if (t.oom) b->oom = 1;
+    for (const char *l = t.s; !t.oom && *l;) {
+        const char *e = strchr(l, '\n');
+        out(b, "%s%.*s\n", in, (int)(e - l), l);
+        l = e + 1;
+    }
+    free(t.s);
+}
+
+/* Inside the row-chunk loop: the RB rows' statistics over their K inputs, read from x. */
+static void row_stats(sbuf *b, int norm, unsigned rb)
+{
+    char sum[256];
+    snprintf(sum, sizeof sum,
+             "    if (j < RB && r0 + j < R) {\n        let rr = xrow(r0 + j);\n"
+             "        for (var k = sub; k < K; k += %uu) { let v = xraw(rr, k); s += v; ss += v * v; }\n    }\n",
+             stat_threads(rb));
+    stats_tree(b, norm, rb, "        ", sum);
 }
 
 /* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
@@ -135,8 +156,6 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
     const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
     char bias[80] = "";
     if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
-    unsigned gs = 1;
-    while (gs * 2 * rb <= 256) gs *= 2;
     out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
            "            for (var it = 0u; it < %uu; it++) {\n"
            "                let i = tid + it * 256u;\n"
@@ -154,22 +173,14 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
            "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
            "                }\n            }\n            workgroupBarrier();\n",
         ni, ni, ni, kch4, kch4, kch4, nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
-    out(b, "            {\n"
-           "                let j = tid / %uu;\n                let sub = tid %% %uu;\n"
-           "                var s = 0.0;\n                var ss = 0.0;\n"
-           "                if (j < RB) {\n"
-           "                    for (var u = sub; u < %uu; u += %uu) { let v = xs[j * %uu + u]; s += v.x + v.y + v.z + v.w; ss += dot(v, v); }\n"
-           "                }\n"
-           "                red[tid] = s;\n                red[256u + tid] = ss;\n                workgroupBarrier();\n"
-           "                for (var st = %uu; st > 0u; st >>= 1u) {\n"
-           "                    if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
-           "                    workgroupBarrier();\n                }\n"
-           "                if (sub == 0u && j < RB) {\n                    let mean = red[tid] / f32(K);\n%s"
-           "                }\n                workgroupBarrier();\n            }\n",
-        gs, gs, kch4, gs, kch4, gs / 2,
-        ln ? "                    let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
-             "                    stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n"
-           : "                    stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n");
+    /* the statistics from xs */
+    char sum[256];
+    snprintf(sum, sizeof sum,
+             "    if (j < RB) {\n"
+             "        for (var u = sub; u < %uu; u += %uu) { let v = xs[j * %uu + u]; s += v.x + v.y + v.z + v.w; ss += dot(v, v); }\n"
+             "    }\n",
+             kch4, stat_threads(rb), kch4);
+    stats_tree(b, norm, rb, "            ", sum);
     out(b, "            for (var it = 0u; it < %uu; it++) {\n"
            "                let i = tid + it * 256u;\n"
            "                if (i < RB * %uu) {\n                    let j = i / %uu;\n"

@@ -459,6 +459,13 @@ static wgml_status move_range(wgml_context *ctx, int n, wgml_tensor *const *tens
     return st;
 }
 
+/* MPI's sums divided by the ranks, for the mean (the shared-memory reduction divides its own) */
+static void mean_over_ranks(float *v, int64_t n)
+{
+    float size = (float)dist.size; /* the same division on every rank: the same bits */
+    for (int64_t i = 0; i < n; i++) v[i] /= size;
+}
+
 /* Waits for bucket b's reduction and writes it back. */
 static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *tensors, MPI_Request *req, int64_t from,
                                  int64_t count, float *host, wgml_reduce_op op)
@@ -468,10 +475,7 @@ static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *t
     double t1 = wgml_host_seconds();
     dist.stats.reduce_seconds += t1 - t0;
     if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_allreduce");
-    if (op == WGML_REDUCE_MEAN) {
-        float size = (float)dist.size; /* the same division on every rank: the same bits */
-        for (int64_t i = 0; i < count; i++) host[i] /= size;
-    }
+    if (op == WGML_REDUCE_MEAN) mean_over_ranks(host, count);
     wgml_status st = move_range(ctx, n, tensors, from, count, host, 0);
     dist.stats.copy_in_seconds += wgml_host_seconds() - t1;
     return st;
@@ -673,8 +677,7 @@ static int run_job(const reduce_job *j)
         send = MPI_IN_PLACE;
     }
     int rc = MPI_Allreduce(send, j->recv, j->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    float size = (float)dist.size; /* the same division on every rank: the same bits */
-    for (int i = 0; i < j->count && rc == MPI_SUCCESS; i++) j->recv[i] /= size;
+    if (rc == MPI_SUCCESS) mean_over_ranks(j->recv, j->count);
     return rc;
 }
 

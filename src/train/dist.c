@@ -681,6 +681,23 @@ static int run_job(const reduce_job *j)
     return rc;
 }
 
+/* Job j (skipped after an error: the step fails anyway), and the seconds it took */
+static int run_timed(const reduce_job *j, double *seconds)
+{
+    double t0 = wgml_host_seconds();
+    int rc = reducer.rc == MPI_SUCCESS ? run_job(j) : MPI_SUCCESS;
+    *seconds = wgml_host_seconds() - t0;
+    return rc;
+}
+
+/* A job's end in the reducer's counts (under its lock where the thread runs the jobs) */
+static void job_done(int rc, double seconds)
+{
+    reducer.mpi_seconds += seconds;
+    if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
+    reducer.done++;
+}
+
 static void *reducer_main(void *arg)
 {
     (void)arg;
@@ -690,13 +707,10 @@ static void *reducer_main(void *arg)
         if (reducer.stop) break;
         reduce_job j = reducer.jobs[reducer.done];
         pthread_mutex_unlock(&reducer.mu);
-        double t0 = wgml_host_seconds();
-        int rc = reducer.rc == MPI_SUCCESS ? run_job(&j) : MPI_SUCCESS; /* after an error: skipped */
-        double t1 = wgml_host_seconds();
+        double seconds;
+        int rc = run_timed(&j, &seconds);
         pthread_mutex_lock(&reducer.mu);
-        reducer.mpi_seconds += t1 - t0;
-        if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
-        reducer.done++;
+        job_done(rc, seconds);
     }
     pthread_mutex_unlock(&reducer.mu);
     return NULL;
@@ -720,11 +734,10 @@ static void reducer_stop(void)
 static bool reducer_post(const reduce_job *j)
 {
     if (!dist.mpi_thread || dist.inline_mpi) {
-        double t0 = wgml_host_seconds();
-        int rc = reducer.rc == MPI_SUCCESS ? run_job(j) : MPI_SUCCESS;
-        reducer.mpi_seconds += wgml_host_seconds() - t0;
-        if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
-        reducer.posted++, reducer.done++;
+        double seconds;
+        int rc = run_timed(j, &seconds);
+        reducer.posted++;
+        job_done(rc, seconds);
         return true;
     }
     if (!reducer.started) {

@@ -382,8 +382,8 @@ static wgml_status check_tensors(wgml_context *ctx, const char *fn, int n, wgml_
 #ifdef WGML_HAVE_MPI
 static size_t bucket_floats(const wgml_context *ctx, size_t default_floats)
 {
-    double mb = ctx->rt.settings.dist_bucket_mb; /* (0: unset; else in (0, 1024]) */
-    if (!(mb > 0) || mb > 1024) return default_floats;
+    double mb = ctx->rt.settings.dist_bucket_mb; /* 0: unset; else in (0, 1024] (settings.c checks) */
+    if (mb == 0) return default_floats;
     size_t f = (size_t)(mb * 262144.0);
     return f ? f : 1;
 }

@@ -615,6 +615,12 @@ typedef struct bucket {
     bool f16; /* it travels as f16 */
 } bucket;
 
+/* The bytes a bucket crosses to the host in: f16 pairs (grad_f16.wgsl's words), or f32 */
+static uint64_t wire_bytes(const bucket *b)
+{
+    return b->f16 ? ((uint64_t)b->count + 1) / 2 * 4 : (uint64_t)b->count * 4;
+}
+
 /* A context's buckets (an extension of it: the staging buffers are its device's) */
 typedef struct bucket_set {
     /* each bucket allocated alone and kept: a pending map writes into its `map` until it ends,
@@ -791,8 +797,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
-            size_t wire = b->f16 ? ((size_t)b->count + 1) / 2 * 4 : (size_t)b->count * 4;
-            const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, wire);
+            const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)wire_bytes(b));
             reduce_job j = {src, bs->host + b->from, (int)b->count, b->f16, ctx->rt.settings.dist_shm};
             if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
             if (src && (b->job = reducer.posted, !reducer_post(&j)))
@@ -905,12 +910,12 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     bucket *b = bs->v[bs->n];
     /* (a bucket past one storage binding, a parameter that large, goes as f32: every rank alike) */
     b->f16 = bs->f16 && (uint64_t)count * 4 <= wgml_binding_limit(ctx);
-    uint64_t wire = b->f16 ? ((uint64_t)count + 1) / 2 * 4 : (uint64_t)count * 4; /* bytes to the host */
+    b->from = from;
+    b->count = count;
+    uint64_t wire = wire_bytes(b);
     wgml_status st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, wire, wire,
                                       WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
     if (st) return st;
-    b->from = from;
-    b->count = count;
     wgml_buffer *packed = NULL;
     if (b->f16) {
         if (!(packed = wgml_pool_acquire(ctx, wire))) return ctx->rt.status;

@@ -382,8 +382,8 @@ static wgml_status check_tensors(wgml_context *ctx, const char *fn, int n, wgml_
 #ifdef WGML_HAVE_MPI
 static size_t bucket_floats(const wgml_context *ctx, size_t default_floats)
 {
-    double mb = ctx->rt.settings.dist_bucket_mb; /* (0: unset; else in (0, 1024]) */
-    if (!(mb > 0) || mb > 1024) return default_floats;
+    double mb = ctx->rt.settings.dist_bucket_mb; /* 0: unset; else in (0, 1024] (settings.c checks) */
+    if (mb == 0) return default_floats;
     size_t f = (size_t)(mb * 262144.0);
     return f ? f : 1;
 }
@@ -459,6 +459,13 @@ static wgml_status move_range(wgml_context *ctx, int n, wgml_tensor *const *tens
     return st;
 }
 
+/* MPI's sums divided by the ranks, for the mean (the shared-memory reduction divides its own) */
+static void mean_over_ranks(float *v, int64_t n)
+{
+    float size = (float)dist.size; /* the same division on every rank: the same bits */
+    for (int64_t i = 0; i < n; i++) v[i] /= size;
+}
+
 /* Waits for bucket b's reduction and writes it back. */
 static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *tensors, MPI_Request *req, int64_t from,
                                  int64_t count, float *host, wgml_reduce_op op)
@@ -468,10 +475,7 @@ static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *t
     double t1 = wgml_host_seconds();
     dist.stats.reduce_seconds += t1 - t0;
     if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_allreduce");
-    if (op == WGML_REDUCE_MEAN) {
-        float size = (float)dist.size; /* the same division on every rank: the same bits */
-        for (int64_t i = 0; i < count; i++) host[i] /= size;
-    }
+    if (op == WGML_REDUCE_MEAN) mean_over_ranks(host, count);
     wgml_status st = move_range(ctx, n, tensors, from, count, host, 0);
     dist.stats.copy_in_seconds += wgml_host_seconds() - t1;
     return st;
@@ -611,6 +615,12 @@ typedef struct bucket {
     bool f16; /* it travels as f16 */
 } bucket;
 
+/* The bytes a bucket crosses to the host in: f16 pairs (grad_f16.wgsl's words), or f32 */
+static uint64_t wire_bytes(const bucket *b)
+{
+    return b->f16 ? ((uint64_t)b->count + 1) / 2 * 4 : (uint64_t)b->count * 4;
+}
+
 /* A context's buckets (an extension of it: the staging buffers are its device's) */
 typedef struct bucket_set {
     /* each bucket allocated alone and kept: a pending map writes into its `map` until it ends,
@@ -673,9 +683,25 @@ static int run_job(const reduce_job *j)
         send = MPI_IN_PLACE;
     }
     int rc = MPI_Allreduce(send, j->recv, j->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    float size = (float)dist.size; /* the same division on every rank: the same bits */
-    for (int i = 0; i < j->count && rc == MPI_SUCCESS; i++) j->recv[i] /= size;
+    if (rc == MPI_SUCCESS) mean_over_ranks(j->recv, j->count);
     return rc;
+}
+
+/* Job j (skipped after an error: the step fails anyway), and the seconds it took */
+static int run_timed(const reduce_job *j, double *seconds)
+{
+    double t0 = wgml_host_seconds();
+    int rc = reducer.rc == MPI_SUCCESS ? run_job(j) : MPI_SUCCESS;
+    *seconds = wgml_host_seconds() - t0;
+    return rc;
+}
+
+/* A job's end in the reducer's counts (under its lock where the thread runs the jobs) */
+static void job_done(int rc, double seconds)
+{
+    reducer.mpi_seconds += seconds;
+    if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
+    reducer.done++;
 }
 
 static void *reducer_main(void *arg)
@@ -687,13 +713,10 @@ static void *reducer_main(void *arg)
         if (reducer.stop) break;
         reduce_job j = reducer.jobs[reducer.done];
         pthread_mutex_unlock(&reducer.mu);
-        double t0 = wgml_host_seconds();
-        int rc = reducer.rc == MPI_SUCCESS ? run_job(&j) : MPI_SUCCESS; /* after an error: skipped */
-        double t1 = wgml_host_seconds();
+        double seconds;
+        int rc = run_timed(&j, &seconds);
         pthread_mutex_lock(&reducer.mu);
-        reducer.mpi_seconds += t1 - t0;
-        if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
-        reducer.done++;
+        job_done(rc, seconds);
     }
     pthread_mutex_unlock(&reducer.mu);
     return NULL;
@@ -717,11 +740,10 @@ static void reducer_stop(void)
 static bool reducer_post(const reduce_job *j)
 {
     if (!dist.mpi_thread || dist.inline_mpi) {
-        double t0 = wgml_host_seconds();
-        int rc = reducer.rc == MPI_SUCCESS ? run_job(j) : MPI_SUCCESS;
-        reducer.mpi_seconds += wgml_host_seconds() - t0;
-        if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
-        reducer.posted++, reducer.done++;
+        double seconds;
+        int rc = run_timed(j, &seconds);
+        reducer.posted++;
+        job_done(rc, seconds);
         return true;
     }
     if (!reducer.started) {
@@ -775,8 +797,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
-            size_t wire = b->f16 ? ((size_t)b->count + 1) / 2 * 4 : (size_t)b->count * 4;
-            const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, wire);
+            const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)wire_bytes(b));
             reduce_job j = {src, bs->host + b->from, (int)b->count, b->f16, ctx->rt.settings.dist_shm};
             if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
             if (src && (b->job = reducer.posted, !reducer_post(&j)))
@@ -889,12 +910,12 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     bucket *b = bs->v[bs->n];
     /* (a bucket past one storage binding, a parameter that large, goes as f32: every rank alike) */
     b->f16 = bs->f16 && (uint64_t)count * 4 <= wgml_binding_limit(ctx);
-    uint64_t wire = b->f16 ? ((uint64_t)count + 1) / 2 * 4 : (uint64_t)count * 4; /* bytes to the host */
+    b->from = from;
+    b->count = count;
+    uint64_t wire = wire_bytes(b);
     wgml_status st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, wire, wire,
                                       WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
     if (st) return st;
-    b->from = from;
-    b->count = count;
     wgml_buffer *packed = NULL;
     if (b->f16) {
         if (!(packed = wgml_pool_acquire(ctx, wire))) return ctx->rt.status;

@@ -748,8 +748,9 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
                 opt->deferred = true;
                 ctx->pending_step = pending_step;
                 ctx->pending_step_arg = opt;
-                wgml_buffer *bufs[5] = {opt->P, opt->G, opt->M, opt->V, opt->scaler};
-                memcpy(ctx->pending_step_bufs, bufs, sizeof bufs);
+                /* what the step in flight writes: the same buffers as the readers' above */
+                _Static_assert(sizeof ctx->pending_step_bufs == sizeof written, "the step's buffers");
+                memcpy(ctx->pending_step_bufs, written, sizeof written);
                 wgml_scope_end(ctx);
                 free(targets);
                 free(grads);

@@ -2,6 +2,7 @@
    jansson; every number in it is checked before it sizes an allocation or an offset. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "core/half.h"
 #include "io/loader.h"
 #include "io/safetensors.h"
 
@@ -32,22 +33,7 @@ static int64_t checked_byte_size(int ndim, const int64_t *shape, int64_t elem)
     return numel * elem;
 }
 
-/* IEEE half and bfloat16 to f32 (exact: every value of either is an f32) */
-static float half_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, bits;
-    if (e == 31) bits = sign | 0x7f800000u | (m << 13); /* inf, NaN */
-    else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
-    else if (!m) bits = sign;
-    else { /* subnormal: normalise */
-        e = 113;
-        while (!(m & 1024)) m <<= 1, e--;
-        bits = sign | (e << 23) | ((m & 1023) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+/* bfloat16 to f32 (exact; halves: core/half.h) */
 static float bf16_to_f32(uint16_t h)
 {
     uint32_t bits = (uint32_t)h << 16;
@@ -583,7 +569,7 @@ static wgml_status parse_named(const char *what, const uint8_t *bytes, size_t le
         for (size_t e = 0; e < nbytes / 2; e++) {
             uint16_t h;
             memcpy(&h, data + parsed[i].begin + 2 * e, 2); /* little-endian, as the host */
-            t->data[e] = parsed[i].src == SRC_F16 ? half_to_f32(h) : bf16_to_f32(h);
+            t->data[e] = parsed[i].src == SRC_F16 ? wgml_half_to_f32(h) : bf16_to_f32(h);
         }
     }
 

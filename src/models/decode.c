@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/context.h"
+#include "core/half.h"
 #include "core/pipeline.h"
 #include "core/tensor.h"
 #include "models/decode_wgsl.h"
@@ -85,27 +86,6 @@ static void write_buffer(wgml_decode_plan *p, WGPUBuffer b, uint64_t offset, con
     wgpuQueueWriteBuffer(p->ctx->rt.queue, b, offset, data, (bytes + 3) / 4 * 4);
 }
 
-/* f32 to f16 bits, rounding to nearest even (subnormals kept, overflow to infinity). */
-static uint16_t to_half(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
-    if (e == 0xffu) return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
-    int32_t he = (int32_t)e - 127 + 15;
-    if (he >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (he <= 0) {
-        if (he < -10) return (uint16_t)sign;
-        m |= 0x800000u;
-        uint32_t shift = (uint32_t)(14 - he), half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1u))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t half = ((uint32_t)he << 10) | (m >> 13), rem = m & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++; /* may carry into the exponent: right */
-    return (uint16_t)(sign | half);
-}
-
 static int64_t round8(int64_t k) { return (k + 7) / 8 * 8; }
 
 /* A matrix of N rows of K (row n = output n's weights, from get(n, k)) as the GEMV reads it:
@@ -141,7 +121,7 @@ static WGPUBuffer upload_matrix(wgml_decode_plan *p, const float *src, int64_t N
         for (int64_t n = 0; n < nr; n++)
             for (int64_t k = 0; k < KP; k++) {
                 float v = k < K ? get(src, n0 + n, k, dims) : 0.0f;
-                if (f16) ((uint16_t *)tmp)[n * KP + k] = to_half(v);
+                if (f16) ((uint16_t *)tmp)[n * KP + k] = wgml_f32_to_half(v);
                 else ((float *)tmp)[n * KP + k] = v;
             }
         write_buffer(p, b, (uint64_t)(n0 * KP) * (f16 ? 2u : 4u), tmp, (size_t)(nr * KP) * (f16 ? 2u : 4u));

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/half.h"
 #include "runtime/runtime.h"
 
 #define MAGIC 0x77676d6c73686d31ull /* "wgmlshm1" */
@@ -145,25 +146,9 @@ static void barrier(wgml_shm *s)
 #pragma GCC optimize("tree-vectorize")
 #endif
 
-/* Branch-free, so that the loops over it vectorise: normal values by moving the exponent,
-   subnormals as integers times 2^-24, infinities and NaN by their bits. */
-static inline float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
-    uint32_t normal = (em + ((127u - 15u) << 10)) << 13, special = (em << 13) | 0x7f800000u, bits;
-    float sub = (float)em * 0x1p-24f, f;
-    memcpy(&bits, &sub, 4);
-    /* (masks, not ?:, which gcc leaves as branches) */
-    uint32_t is_special = 0u - (uint32_t)(em >= 0x7c00u), is_normal = (0u - (uint32_t)(em >= 0x400u)) & ~is_special;
-    bits = (special & is_special) | (normal & is_normal) | (bits & ~(is_special | is_normal));
-    bits |= sign;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 void wgml_f16_to_f32(const uint16_t *in, float *out, size_t n)
 {
-    for (size_t i = 0; i < n; i++) out[i] = half_to_float(in[i]);
+    for (size_t i = 0; i < n; i++) out[i] = wgml_half_to_f32(in[i]);
 }
 
 /* out[i] (+)= the slot's value i, over [0, n) */
@@ -177,9 +162,9 @@ static void add_f32(float *restrict out, const float *restrict in, size_t n, boo
 static void add_f16(float *restrict out, const uint16_t *restrict in, size_t n, bool first)
 {
     if (first)
-        for (size_t i = 0; i < n; i++) out[i] = half_to_float(in[i]);
+        for (size_t i = 0; i < n; i++) out[i] = wgml_half_to_f32(in[i]);
     else
-        for (size_t i = 0; i < n; i++) out[i] += half_to_float(in[i]);
+        for (size_t i = 0; i < n; i++) out[i] += wgml_half_to_f32(in[i]);
 }
 
 void wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, size_t count, bool mean)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "ops/matmul/matmul.h"
 
 #define MAX_CHUNKS 16
@@ -92,24 +93,6 @@ static void free_weight(cached_weight *cw)
     free(cw);
 }
 
-/* IEEE half of f: round to nearest even, +-infinity from 65520 up, NaN kept */
-static uint16_t half_of(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) { /* below 2^-14: a multiple of 2^-24, rounded (exact in float) */
-        float a;
-        memcpy(&a, &ax, 4);
-        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
-    }
-    uint32_t h = (ax - 0x38000000u) >> 13, rest = ax & 0x1fffu; /* exponent rebiased, 10 bits kept */
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-}
-
 wgml_status wgml_weight_upload(wgml_context *ctx, const char *name, const float *data, int64_t rows, int64_t cols)
 {
     return wgml_weight_upload_ex(ctx, name, data, rows, cols, NULL);
@@ -175,7 +158,7 @@ wgml_status wgml_weight_upload_ex(wgml_context *ctx, const char *name, const flo
     if (cw->w.buffer && f16) {
         uint16_t *h = malloc((size_t)((bytes + 3) & ~3ull));
         if (h) {
-            for (int64_t i = 0; i < numel; i++) h[i] = half_of(data[i]);
+            for (int64_t i = 0; i < numel; i++) h[i] = wgml_f32_to_half(data[i]);
             if (numel % 2) h[numel] = 0;
             wgpuQueueWriteBuffer(ctx->rt.queue, cw->w.buffer, 0, h, (size_t)((bytes + 3) & ~3ull));
             free(h);

@@ -8,13 +8,10 @@
 #   tar cJf B.tar.xz -C STAGE bin lib torch_decode.py
 # Usage: [RUNTIMES="wgpu-native dawn"] device_decode.sh BUNDLE   (writes logs and JSON into $OUT)
 set -u
-BUNDLE=$1
+BUNDLE=${1:?}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-D=/tmp/decode; rm -rf "$D"; mkdir -p "$D"; tar xJf "$BUNDLE" -C "$D"
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-} XDG_RUNTIME_DIR=/tmp WGML_TEST_SEED=12345
+source "$(dirname "$0")/device_env.sh"  # .gl, the driver, the bundle into $D
+export WGML_TEST_SEED=12345
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 for rt in wgpu-native dawn; do
   echo "== test_decode on $rt"; WGML_RUNTIME=$rt timeout 120 "$D/bin/test_decode" 2>&1 | grep -v "^Warning" | tail -12

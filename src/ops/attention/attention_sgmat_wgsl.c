@@ -317,14 +317,8 @@ static void put_forward(gen *g)
     wgml_attn_put_forward_bindings(b, g->c->vec, true);
     put_main(g, "P.tiles * P.B * P.H");
     put_lane_ids(g);
-    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
-                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
-                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
-                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
-                     "    let r0 = i0 + sr; // the query of the subgroup's row 0\n",
-                  g->R);
+    wgml_attn_put_query_tile(b, g->R, false);
+    wgml_sbuf_put(b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
     put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_keep_rows(g, "q");
@@ -404,16 +398,8 @@ static void put_dq(gen *g)
     put_grad_bindings(g);
     put_main(g, "P.tiles * P.B * P.H");
     put_lane_ids(g);
-    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
-                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
-                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
-                     "    let rb = bh * P.T;\n"
-                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
-                     "    let ob = P.do_off + rb * D;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
-                     "    let r0 = i0 + sr;\n",
-                  g->R);
+    wgml_attn_put_query_tile(b, g->R, true);
+    wgml_sbuf_put(b, "    let r0 = i0 + sr;\n");
     put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_keep_rows(g, "q");
@@ -464,13 +450,8 @@ static void put_dkv(gen *g)
     put_grad_bindings(g);
     put_main(g, "P.tiles * P.B * P.Hkv");
     put_lane_ids(g);
-    wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
-                     "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n"
-                     "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
-                     "    let r0 = j0 + sr; // the key of the subgroup's row 0\n",
-                  g->R);
+    wgml_attn_put_key_tile(b, g->R);
+    wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
     put_stage(g, "k", g->R, "j0", "P.S", "kb", "P.k_st", NULL, 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_keep_rows(g, "kr");

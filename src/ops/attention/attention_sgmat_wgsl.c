@@ -308,6 +308,24 @@ static void put_read_scores(gen *g, const char *masked, bool rows_are_queries)
 /* the key range of the query tile i0.. as the SIMT forward's */
 static void put_key_range(gen *g) { wgml_attn_put_key_range(g->b, g->R, g->C); }
 
+/* the opening of a step over the tile of keys j0.. of a query tile: stage K (and V, after K's
+   C x SD), the scores S = Q K^T of each lane's entries, masked (x<k>_<j>); the step's loop stays open */
+static void put_key_step(gen *g, bool with_v)
+{
+    wgml_sbuf *b = g->b;
+    const int C = g->C;
+    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
+                     "        workgroupBarrier(); // the last step's reads of %s are done\n",
+                  C, g->R, C, C - 1, with_v ? "xs, ss and ps" : "xs and ss");
+    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
+    if (with_v) put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_scores(g, "q", 0);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_read_scores(g, "ninf", true);
+}
+
 /* ---------------------------------------------------------------- forward */
 
 static void put_forward(gen *g)
@@ -325,15 +343,7 @@ static void put_forward(gen *g)
     put_key_range(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
     /* pass 1: each lane's running max and sum of its columns of each of its rows */
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs and ss are done\n",
-                  C, g->R, C, C - 1);
-    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "q", 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_read_scores(g, "ninf", true);
+    put_key_step(g, false);
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "        {\n            let mn = max(m%d, ", k);
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, "max(");
@@ -364,16 +374,7 @@ static void put_forward(gen *g)
         wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
     /* pass 2: P = exp2(S - L), O += P V */
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
-                  C, g->R, C, C - 1);
-    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "q", 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_read_scores(g, "ninf", true);
+    put_key_step(g, true);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", k,
@@ -413,16 +414,7 @@ static void put_dq(gen *g)
                       k, k, k, k, k, k, k);
     put_key_range(g);
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
-                  C, g->R, C, C - 1);
-    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "q", 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_read_scores(g, "ninf", true);
+    put_key_step(g, true);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);

@@ -73,8 +73,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (!pow2_in(c->subgroup_size, 4, 128)) return "subgroup size (a power of two, 4..128)";
     if (c->subgroups < 1 || c->subgroups > 16 || c->subgroups * c->subgroup_size > 1024) return "subgroups per workgroup";
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
-    int lpr = c->subgroup_size >= c->sm_m ? c->subgroup_size / c->sm_m : 1;
-    if (c->cols % lpr) return "cols not a multiple of the lanes per row";
+    if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
 

@@ -308,10 +308,10 @@ static wgml_status attn_pipeline(wgml_context *ctx, const wgml_attn_kernel *k, w
 /* the parameters of node t (forward or gradient: both read q, k, v as src[0..2]) */
 static attn_params params_of(const wgml_tensor *t, attn_dims d)
 {
+    const wgml_attention_params ap = wgml_attention_params_of(t);
     attn_params p = {.B = (uint32_t)d.B, .H = (uint32_t)d.H, .Hkv = (uint32_t)d.Hkv, .T = (uint32_t)d.T, .S = (uint32_t)d.S,
-                     .R = (uint32_t)(d.H / d.Hkv), .causal = (uint32_t)wgml_attention_params_of(t).causal, .neg_inf = -INFINITY,
-                     .scale = wgml_attention_params_of(t).scale,
-                     .scale2 = (float)((double)wgml_attention_params_of(t).scale * 1.4426950408889634)};
+                     .R = (uint32_t)(d.H / d.Hkv), .causal = (uint32_t)ap.causal, .neg_inf = -INFINITY, .scale = ap.scale,
+                     .scale2 = (float)((double)ap.scale * 1.4426950408889634)};
     uint32_t *dst[3] = {p.q, p.k, p.v};
     for (int i = 0; i < 3; i++) {
         dst[i][0] = (uint32_t)t->src[i]->offset;

@@ -45,13 +45,17 @@ typedef struct wgml_attn_kernel {
    (binding 0) and the constants D, DP4 and LN2; an input binding of floats (vec4 or one at a
    time); fn ld_<x>(base, c4), vec4 c4 of a row of `buf` (zeros past D, checked where the rows
    are padded or read one at a time); a tile of `rows` queries from i0: its keys' end (causal)
-   and `ntiles` steps of `cols`; the forward's bindings (Q, K, V, O) and loaders; the gradient
+   and `ntiles` steps of `cols`; a workgroup's (batch, head) and row offsets into Q, K and V (and
+   rb, dO's for the gradients) for a tile of `rows` queries, longest (causal) first, or of `rows`
+   keys of one key/value head; the forward's bindings (Q, K, V, O) and loaders; the gradient
    kernels' bindings (Q, K, V, dO, L, Delta, out) and loaders. */
 struct wgml_sbuf;
 void wgml_attn_put_params(struct wgml_sbuf *b, int d, int dp4);
 void wgml_attn_put_input(struct wgml_sbuf *b, int binding, const char *name, bool vec);
 void wgml_attn_put_loader(struct wgml_sbuf *b, const char *x, const char *buf, bool vec, bool padded);
 void wgml_attn_put_key_range(struct wgml_sbuf *b, int rows, int cols);
+void wgml_attn_put_query_tile(struct wgml_sbuf *b, int rows, bool grads);
+void wgml_attn_put_key_tile(struct wgml_sbuf *b, int rows);
 void wgml_attn_put_forward_bindings(struct wgml_sbuf *b, bool vec, bool padded);
 void wgml_attn_put_grad_bindings(struct wgml_sbuf *b, bool vec, bool padded);
 

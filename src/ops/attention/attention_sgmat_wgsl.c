@@ -73,8 +73,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (!pow2_in(c->subgroup_size, 4, 128)) return "subgroup size (a power of two, 4..128)";
     if (c->subgroups < 1 || c->subgroups > 16 || c->subgroups * c->subgroup_size > 1024) return "subgroups per workgroup";
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
-    int lpr = c->subgroup_size >= c->sm_m ? c->subgroup_size / c->sm_m : 1;
-    if (c->cols % lpr) return "cols not a multiple of the lanes per row";
+    if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
 
@@ -308,6 +307,24 @@ static void put_read_scores(gen *g, const char *masked, bool rows_are_queries)
 /* the key range of the query tile i0.. as the SIMT forward's */
 static void put_key_range(gen *g) { wgml_attn_put_key_range(g->b, g->R, g->C); }
 
+/* the opening of a step over the tile of keys j0.. of a query tile: stage K (and V, after K's
+   C x SD), the scores S = Q K^T of each lane's entries, masked (x<k>_<j>); the step's loop stays open */
+static void put_key_step(gen *g, bool with_v)
+{
+    wgml_sbuf *b = g->b;
+    const int C = g->C;
+    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
+                     "        workgroupBarrier(); // the last step's reads of %s are done\n",
+                  C, g->R, C, C - 1, with_v ? "xs, ss and ps" : "xs and ss");
+    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
+    if (with_v) put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_scores(g, "q", 0);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    put_read_scores(g, "ninf", true);
+}
+
 /* ---------------------------------------------------------------- forward */
 
 static void put_forward(gen *g)
@@ -317,29 +334,15 @@ static void put_forward(gen *g)
     wgml_attn_put_forward_bindings(b, g->c->vec, true);
     put_main(g, "P.tiles * P.B * P.H");
     put_lane_ids(g);
-    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
-                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
-                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
-                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
-                     "    let r0 = i0 + sr; // the query of the subgroup's row 0\n",
-                  g->R);
+    wgml_attn_put_query_tile(b, g->R, false);
+    wgml_sbuf_put(b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
     put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_keep_rows(g, "q");
     put_key_range(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
     /* pass 1: each lane's running max and sum of its columns of each of its rows */
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs and ss are done\n",
-                  C, g->R, C, C - 1);
-    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "q", 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_read_scores(g, "ninf", true);
+    put_key_step(g, false);
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "        {\n            let mn = max(m%d, ", k);
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, "max(");
@@ -370,16 +373,7 @@ static void put_forward(gen *g)
         wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
     /* pass 2: P = exp2(S - L), O += P V */
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
-                  C, g->R, C, C - 1);
-    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "q", 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_read_scores(g, "ninf", true);
+    put_key_step(g, true);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", k,
@@ -404,16 +398,8 @@ static void put_dq(gen *g)
     put_grad_bindings(g);
     put_main(g, "P.tiles * P.B * P.H");
     put_lane_ids(g);
-    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
-                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
-                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
-                     "    let rb = bh * P.T;\n"
-                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
-                     "    let ob = P.do_off + rb * D;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
-                     "    let r0 = i0 + sr;\n",
-                  g->R);
+    wgml_attn_put_query_tile(b, g->R, true);
+    wgml_sbuf_put(b, "    let r0 = i0 + sr;\n");
     put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_keep_rows(g, "q");
@@ -427,16 +413,7 @@ static void put_dq(gen *g)
                       k, k, k, k, k, k, k);
     put_key_range(g);
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs, ss and ps are done\n",
-                  C, g->R, C, C - 1);
-    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "q", 0);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_read_scores(g, "ninf", true);
+    put_key_step(g, true);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
@@ -464,13 +441,8 @@ static void put_dkv(gen *g)
     put_grad_bindings(g);
     put_main(g, "P.tiles * P.B * P.Hkv");
     put_lane_ids(g);
-    wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
-                     "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n"
-                     "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
-                     "    let r0 = j0 + sr; // the key of the subgroup's row 0\n",
-                  g->R);
+    wgml_attn_put_key_tile(b, g->R);
+    wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
     put_stage(g, "k", g->R, "j0", "P.S", "kb", "P.k_st", NULL, 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_keep_rows(g, "kr");

@@ -130,6 +130,29 @@ void wgml_attn_put_key_range(wgml_sbuf *b, int rows, int cols)
                   rows, cols - 1, cols);
 }
 
+void wgml_attn_put_query_tile(wgml_sbuf *b, int rows, bool grads)
+{
+    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
+                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
+                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n",
+                  rows);
+    if (grads) wgml_sbuf_put(b, "    let rb = bh * P.T;\n");
+    wgml_sbuf_put(b, "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n");
+    if (grads) wgml_sbuf_put(b, "    let ob = P.do_off + rb * D;\n");
+    wgml_sbuf_put(b, "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
+                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n");
+}
+
+void wgml_attn_put_key_tile(wgml_sbuf *b, int rows)
+{
+    wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
+                     "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n"
+                     "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
+                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
+                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n",
+                  rows);
+}
+
 void wgml_attn_put_forward_bindings(wgml_sbuf *b, bool vec, bool padded)
 {
     static const char *const in[3][2] = {{"q", "Q"}, {"k", "K"}, {"v", "V"}};
@@ -347,14 +370,8 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "var<workgroup> pb: array<vec4<f32>, %d>; // P [key][rows / 4], or each lane's row partials [lane][rows / 4]\n",
                   bc * br4);
     put_main(g, "P.tiles * P.B * P.H");
-    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
-                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
-                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
-                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n"
-                     "    let ninf = P.neg_inf;\n",
-                  br);
+    wgml_attn_put_query_tile(b, br, false);
+    wgml_sbuf_put(b, "    let ninf = P.neg_inf;\n");
     put_tile_regs(g, "t", br > bc ? br : bc);
     put_tile_regs(g, "u", bc);
     put_tile_load(g, "t", "q", br, "i0", "P.T", "qb", "P.q_st", "P.scale2");
@@ -565,12 +582,7 @@ static void put_dkv(gen *g)
     wgml_sbuf_put(b, "var<workgroup> dss: array<vec4<f32>, %d>; // dS [query][keys / 4]\n", br * bc4);
     wgml_sbuf_put(b, "var<workgroup> st: array<f32, %d>; // L, then Delta of the step's queries\n", 2 * br);
     put_main(g, "P.tiles * P.B * P.Hkv");
-    wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
-                     "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n"
-                     "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n",
-                  bc);
+    wgml_attn_put_key_tile(b, bc);
     put_tile_regs(g, "t", bc > br ? bc : br);
     put_tile_regs(g, "u", br);
     put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);
@@ -664,15 +676,7 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "var<workgroup> vs: array<vec4<f32>, %d>; // swizzled\n", bc * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> dss: array<vec4<f32>, %d>; // dS [key][rows / 4]\n", bc * br4);
     put_main(g, "P.tiles * P.B * P.H");
-    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
-                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
-                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n"
-                     "    let rb = bh * P.T;\n"
-                     "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n"
-                     "    let ob = P.do_off + rb * D;\n"
-                     "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n",
-                  br);
+    wgml_attn_put_query_tile(b, br, true);
     put_tile_regs(g, "t", bc > br ? bc : br);
     put_tile_regs(g, "u", bc);
     put_tile_load(g, "t", "q", br, "i0", "P.T", "qb", "P.q_st", "P.scale2");

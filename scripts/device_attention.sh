@@ -8,10 +8,9 @@
 # libjansson.so.4) and the carried .gl. Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
-D=/tmp/wgml_attn; mkdir -p "$D" && tar -xJf "${BUNDLE:?}" -C "$D"
-export LD_LIBRARY_PATH=$D/lib WGML_RUNTIME=${WGML_RUNTIME:-dawn}
+: "${BUNDLE:?}"
+source "$(dirname "$0")/device_env.sh"  # .gl, the driver, the bundle into $D
+export WGML_RUNTIME=${WGML_RUNTIME:-dawn}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 "$D/bin/wgml" info > "$OUT/info.txt" 2>&1; grep -iE "adapter|matrix|storage_size" "$OUT/info.txt"
 timeout "${BENCH_S:-90}" "$D/bin/wgml" bench attention --json > "$OUT/bench.json" 2> "$OUT/bench.log"; echo "bench rc=$?"; grep -vE "XDG|Warning" "$OUT/bench.log"

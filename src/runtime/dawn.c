@@ -5,7 +5,8 @@
  *    (without it shader-f16 is refused on NVIDIA), use_vulkan_memory_model; on the device
  *    disable_robustness for trusted kernels (Dawn's equivalent of wgpu-native's trusted
  *    modules, chosen per device, not per module), timestamp_quantization off;
- *  - one adapter, from wgpuInstanceRequestAdapter (Dawn's C API enumerates none);
+ *  - adapters from its exported C++ list where present (Dawn's C API enumerates none; else
+ *    one, from wgpuInstanceRequestAdapter);
  *  - waits through wgpuInstanceWaitAny with a timeout (instance feature TimedWaitAny);
  *  - timestamps in nanoseconds;
  *  - chromium-experimental-subgroup-matrix and its configurations.
@@ -114,8 +115,10 @@ static WGPUBackendType backend_type(wgml_backend b)
     }
 }
 
-/* Dawn hands out one adapter per request: a GPU by preference, else (asked again with the
-   fallback flag) a CPU one such as lavapipe. */
+/* Dawn's C API hands out one adapter per request: a GPU by preference, else (asked again with
+   the fallback flag) a CPU one such as lavapipe. Where the library exports its C++ list of
+   adapters (loader.h), all of them are offered instead, so that ranks on a machine with
+   several GPUs each take their own (device.c picks the adapter_index-th of the best type). */
 static size_t adapters(wgml_runtime *rt, wgml_backend backend, WGPUAdapter *out, size_t max)
 {
     if (!max) return 0;
@@ -123,9 +126,22 @@ static size_t adapters(wgml_runtime *rt, wgml_backend backend, WGPUAdapter *out,
         wgml_toggles toggles;
         instance_chain(&toggles);
         WGPURequestAdapterOptions opt = {.nextInChain = &toggles.chain,
+                                         .featureLevel = WGPUFeatureLevel_Core,
                                          .powerPreference = WGPUPowerPreference_HighPerformance,
                                          .forceFallbackAdapter = fallback,
                                          .backendType = backend_type(backend)};
+        if (wgml_wgpu_extra.DawnEnumerateAdapters) {
+            struct { WGPUAdapter *begin, *end, *cap; } list = {0}; /* std::vector's three pointers */
+            wgml_wgpu_extra.DawnEnumerateAdapters(&list, rt->instance, &opt);
+            size_t n = 0;
+            for (WGPUAdapter *a = list.begin; a && a < list.end; a++) {
+                if (n < max) out[n++] = *a; /* the list's reference passes to the caller */
+                else wgpuAdapterRelease(*a);
+            }
+            if (list.begin) wgml_wgpu_extra.CxxDelete(list.begin);
+            if (n) return n;
+            continue;
+        }
         adapter_result r = {0};
         WGPURequestAdapterCallbackInfo cb = {.mode = WGPUCallbackMode_WaitAnyOnly,
                                              .callback = on_adapter, .userdata1 = &r};

@@ -79,6 +79,10 @@ static bool load(implementation *impl, const char *path)
     symbol(h, "wgpuGetVersion", &x->GetVersion);
     symbol(h, "wgpuInstanceWaitAny", &x->InstanceWaitAny);
     symbol(h, "wgpuAdapterPropertiesSubgroupMatrixConfigsFreeMembers", &x->AdapterPropertiesSubgroupMatrixConfigsFreeMembers);
+    if (impl == &impls[WGML_RUNTIME_DAWN] &&
+        (!symbol(h, "_ZN4dawn6native12InstanceBase17EnumerateAdaptersEPKNS0_21RequestAdapterOptionsE",
+                 &x->DawnEnumerateAdapters) || !symbol(h, "_ZdlPv", &x->CxxDelete)))
+        x->DawnEnumerateAdapters = NULL, x->CxxDelete = NULL; /* both or neither */
     /* what the implementation file relies on */
     if (impl == &impls[WGML_RUNTIME_WGPU_NATIVE] && !(x->InstanceEnumerateAdapters && x->DevicePoll))
         missing = "wgpuInstanceEnumerateAdapters or wgpuDevicePoll (is it wgpu-native?)";

@@ -94,6 +94,14 @@ typedef struct wgml_wgpu_extras {
     /* Dawn (the standard wgpuInstanceWaitAny, which wgpu-native 29 leaves unimplemented) */
     WGPUWaitStatus (*InstanceWaitAny)(WGPUInstance, size_t, WGPUFutureWaitInfo *, uint64_t);
     void (*AdapterPropertiesSubgroupMatrixConfigsFreeMembers)(void); /* cast to its type in dawn.c */
+    /* Dawn's C API hands out one adapter per request; its C++ InstanceBase::EnumerateAdapters
+       (exported) lists them all, so that a process can take the N-th GPU (one rank each).
+       Called as the Itanium ABI passes it: the returned std::vector<Ref<AdapterBase>> (three
+       pointers) through `out`, then `this` (a WGPUInstance is an InstanceBase *), then the
+       options (Dawn's internal RequestAdapterOptions has WGPURequestAdapterOptions' layout).
+       CxxDelete (operator delete of Dawn's C++ library) frees the vector's storage. */
+    void (*DawnEnumerateAdapters)(void *out, WGPUInstance, WGPURequestAdapterOptions const *);
+    void (*CxxDelete)(void *);
 } wgml_wgpu_extras;
 
 typedef struct wgml_wgpu_table {

@@ -41,13 +41,14 @@ GPT=(gpt train --data "$D/text" "${MODEL[@]}" --block "$BLOCK" --batch "$BATCH" 
      --eval-every 0 --eval-batches 2)
 export TOKENS_PER_STEP=$((BATCH * BLOCK))
 
-# tokens/s and ms/step between the 20th step's row of metrics.csv and the last
+# tokens/s and ms/step between the 20th step's row of metrics.csv and the last before the
+# final evaluation (on Dawn its first use compiles kernels)
 rate() {
   python3 - "$1" <<'PY'
 import csv, os, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["elapsed_s"]]
 a = next(r for r in rows if int(r["step"]) >= 20)
-b = rows[-1]
+b = [r for r in rows if not r["val_loss"]][-1]  # (the last row's time has the final evaluation in it)
 steps, secs = int(b["step"]) - int(a["step"]), float(b["elapsed_s"]) - float(a["elapsed_s"])
 tokens = int(os.environ["TOKENS_PER_STEP"])
 print(f"{secs / steps * 1e3:.2f} ms/step {steps * tokens / secs:.0f} tokens/s (steps {a['step']}-{b['step']})")

@@ -447,6 +447,24 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 
 typedef wgml_tensor T;
 
+/* A matmul operand computed again for a weight's gradient (see vjp_matmul), or NULL where it
+   is kept instead. An elementwise node storing halves (a cast to f16 fused into its producer)
+   is computed again only with that producer, when the producer is itself computed again (a
+   GELU of a kept pre-activation): else the halves are kept, half their input's memory. */
+static T *recomputed(wgml_context *c, T *a, int depth)
+{
+    if (!wgml_op_table[a->op]->recompute || a->nsrc < 1 || a->buf || a->dest || depth > 1) return NULL;
+    T *src[WGML_MAX_SRC];
+    memcpy(src, a->src, sizeof src);
+    if (wgml_op_is_elementwise(a->op) && a->dtype == WGML_F16 && !(src[0] = recomputed(c, a->src[0], depth + 1))) return NULL;
+    T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, src);
+    if (again) {
+        memcpy(again->params, a->params, sizeof a->params);
+        again->dtype = a->dtype; /* a norm storing halves (a cast to f16 of it) stores them again */
+    }
+    return again;
+}
+
 static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0], *b = t->src[1];
@@ -480,14 +498,8 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
        computed again for B's gradient rather than kept, so that A is freed after the forward
        matmul (the GELU's output and the norms' outputs of a GPT-2 block: the nanoGPT-sized
        step's peak went from 3,258 to 2,922 MiB, docs/MEASUREMENTS.md) */
-    if (wgml_op_table[a->op]->recompute && a->nsrc >= 1 && !a->buf && !a->dest) {
-        T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
-        if (again) {
-            memcpy(again->params, a->params, sizeof a->params);
-            again->dtype = a->dtype; /* a norm storing halves (a cast to f16 of it) stores them again */
-            a = again;
-        }
-    }
+    T *again = recomputed(c, a, 0);
+    if (again) a = again;
     int64_t K = mp.K, N = t->shape[t->ndim - 1];
     if (t->ndim > 2 && b->numel == K * N && !ta && a->numel * N == t->numel * K && wgml_is_contiguous(a)) {
         /* B shared by the whole batch (a layer's weight) and A not broadcast: the batch's sum

@@ -426,6 +426,12 @@ static void other_ops_refuse_f16(void)
         CHECK(test_message_has(ctx, "f16"));
     }
     CHECK(wgml_eval_read(ctx, 1, &h, h, v, 6) == WGML_ERROR_INVALID_ARGUMENT);
+    /* an optimiser's parameters are f32 (its update reads 4-byte floats) */
+    CHECK_OK(ctx, wgml_eval(ctx, 1, &h));
+    wgml_optimizer *opt = NULL;
+    CHECK(wgml_optimizer_create(ctx, &(wgml_optim_desc){.kind = WGML_OPTIM_SGD, .lr = 0.1f}, 1, &h, &opt) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "f16"));
+    wgml_optimizer_free(opt);
     wgml_scope_end(ctx);
     wgml_clear_error(ctx);
 }

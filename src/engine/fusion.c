@@ -169,10 +169,10 @@ static void put_step(wgml_sbuf *b, const step *s, uint32_t k)
     wgml_sbuf_put(b, ";\n");
 }
 
-/* The kernel's source: the Params block, bindings, helpers, the steps as a function of the
-   leaves, and a main that reads the leaves and writes the result. */
 static bool leaf_f16(const leaf *l) { return l->src->dtype == WGML_F16; }
 
+/* The kernel's source: the Params block, bindings, helpers, the steps as a function of the
+   leaves, and a main that reads the leaves and writes the result (out_f16: as halves). */
 static char *fused_source(const gen *g, bool vec4, bool strided, int unroll, bool out_f16)
 {
     wgml_sbuf out = {0};

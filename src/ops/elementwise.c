@@ -69,7 +69,8 @@ wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype)
         wgml_tensor *t = retyped_f16(ctx, a);
         return t ? t : wgml_node(ctx, WGML_OP_CAST_F16, a->ndim, a->shape, 1, &a);
     }
-    /* from f16: the fused kernel reads halves as f32, so to i32 is the f32 cast */
+    /* from f16: widened to f32; to i32, the f32 -> i32 cast below (its fused kernel reads the
+       halves as f32) */
     if (a->dtype == WGML_F16 && dtype == WGML_F32) return wgml_node(ctx, WGML_OP_CAST_F16_TO_F32, a->ndim, a->shape, 1, &a);
     return wgml_node(ctx, dtype == WGML_F32 ? WGML_OP_CAST_F32 : WGML_OP_CAST_I32, a->ndim, a->shape, 1, &a);
 }

@@ -8,14 +8,18 @@
    - matmul with f16 A and/or B in each form (transposes, views, batches), under f32
      arithmetic and each f16_math mode, against the double reference of the halves;
    - gradients through casts (straight through, cast back) and through a matmul of an f16 A;
-   - ops that do not take f16 refuse it with a message.
+   - ops that do not take f16 refuse it with a message;
+   - the GPT's mixed-precision step stores the norms' and activations' outputs as halves.
    Bounds: an f16 store of an f32 value is within half a step of f16 (2^-11 relative, 2^-25
    absolute below 2^-14) of the value; f32 arithmetic on the halves adds f32 rounding. */
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
+#include "wgml_gpt.h"
 #include "ref/ref.h"
 
 static const int64_t sizes[] = {1, 7, 1023, 1024, 65537}; /* 1024: the vec4 path */
@@ -436,6 +440,77 @@ static void other_ops_refuse_f16(void)
     wgml_clear_error(ctx);
 }
 
+/* Files of dir holding any of the strings in `what` (NULL-terminated). */
+static int dumped_with(const char *dir, const char *const *what)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    static char text[1 << 20];
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(text, 1, sizeof text - 1, f);
+        text[got] = 0;
+        fclose(f);
+        bool any = false;
+        for (int i = 0; what[i]; i++) any |= strstr(text, what[i]) != NULL;
+        n += any;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The GPT's mixed-precision step (both architectures) compiles kernels that store halves (a
+   norm, a fused activation) and GEMMs that read an f16 A; its f32 step none; the first step's
+   losses from the same weights agree to f16's rounding. */
+static void gpt_mixed_step_stores_halves(void)
+{
+    wgml_context *probe = test_context();
+    if (!has_f16(probe)) return;
+    static const char *const norm_halves[] = {"alias Y = vec4<f16>", "alias Y = f16;", NULL};
+    static const char *const fused_halves[] = {"out: array<vec4<f16>>", "out: array<f16>", NULL};
+    static const char *const gemm_halves[] = {"var<storage, read> A: array<f16>", "var<storage, read> A: array<vec4<f16>>", NULL};
+    for (int arch = 0; arch < 2; arch++) {
+        float loss[2] = {NAN, NAN};
+        for (int mixed = 0; mixed < 2; mixed++) {
+            char dir[128];
+            snprintf(dir, sizeof dir, "/tmp/wgml_test_f16_%d_%d_%d", (int)getpid(), arch, mixed);
+            wgml_context *ctx = NULL;
+            CHECK_OK(NULL, wgml_context_create(&(wgml_context_desc){.dump_wgsl = dir}, &ctx));
+            if (!ctx) return;
+            wgml_gpt_config cfg = {.arch = arch ? WGML_GPT_LLAMA : WGML_GPT_GPT2, .vocab = 23, .block = 8, .layers = 1, .heads = 2,
+                                   .width = 16, .kv_heads = arch ? 1 : 0};
+            wgml_gpt *g = NULL;
+            wgml_optimizer *opt = NULL;
+            CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 7, &g));
+            CHECK_OK(ctx, wgml_gpt_optimizer(g, &(wgml_gpt_train_desc){.lr = 1e-3f, .precision = mixed ? WGML_PRECISION_MIXED : 0},
+                                             &opt));
+            int32_t ids[16], targets[16];
+            for (int i = 0; i < 16; i++) ids[i] = (i * 7 + 3) % 23, targets[i] = (i * 5 + 1) % 23;
+            int64_t sh[2] = {2, 8};
+            wgml_tensor *ti = test_tensor_i32(ctx, 2, sh, ids), *tt = test_tensor_i32(ctx, 2, sh, targets);
+            if (g && opt) CHECK_OK(ctx, wgml_gpt_train_step(g, opt, ti, tt, &loss[mixed]));
+            int norms = dumped_with(dir, norm_halves), fused = dumped_with(dir, fused_halves), gemms = dumped_with(dir, gemm_halves);
+            if (mixed ? !(norms && fused && gemms) : norms + fused + gemms != 0)
+                FAILF("%s, %s: %d norm, %d fused and %d GEMM kernels with halves", arch ? "llama" : "gpt2", mixed ? "mixed" : "f32",
+                      norms, fused, gemms);
+            wgml_tensor_free(ti);
+            wgml_tensor_free(tt);
+            wgml_optimizer_free(opt);
+            wgml_gpt_delete(g);
+            wgml_context_free(ctx);
+            char cmd[160];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+            CHECK(system(cmd) == 0);
+        }
+        if (!(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0])))
+            FAILF("%s: the first step's loss %.7g in mixed precision, %.7g in f32", arch ? "llama" : "gpt2", loss[1], loss[0]);
+    }
+}
+
 int main(void)
 {
     TEST_RUN(casts_round_to_nearest_even);
@@ -446,6 +521,7 @@ int main(void)
     TEST_RUN(matmul_reads_f16_operands);
     TEST_RUN(gradients_pass_through_casts);
     TEST_RUN(other_ops_refuse_f16);
+    TEST_RUN(gpt_mixed_step_stores_halves);
     test_context_release();
     return test_summary();
 }

@@ -298,11 +298,19 @@ typedef struct wgml_tensor wgml_tensor;
 /* Element types. Every tensor carries one; constructors that name none make f32, so code
    written before integer tensors is unchanged. An op given a dtype it does not take returns
    an error tensor (WGML_ERROR_INVALID_ARGUMENT) naming the op, the operand and the dtype.
-   Views, contiguous, concat/stack/split and gather take any dtype; the arithmetic takes f32
+   Views, contiguous, concat/stack/split and gather take f32 and i32; the arithmetic takes f32
    (wgml_cast converts). Indices (gather, index_select, embedding) and argmax/argmin results
-   are i32. */
-typedef enum wgml_dtype { WGML_F32 = 0, WGML_I32 = 1, WGML_DTYPE_COUNT } wgml_dtype;
-WGML_API const char *wgml_dtype_name(wgml_dtype dtype); /* "f32", "i32"; "unknown" otherwise */
+   are i32.
+   WGML_F16 (IEEE half, 2 bytes an element) is storage for activations under mixed precision:
+   only wgml_cast makes one (from f32; it fails with WGML_ERROR_UNSUPPORTED on an adapter
+   without shader-f16). The elementwise ops, matmul (either operand) and the norms' outputs
+   take it, reading halves and computing in f32 (the elementwise ops' results are f32 unless
+   the op is a cast to f16, which runs inside the producer's kernel: a layernorm, a norm or a
+   fused elementwise chain then stores halves); views and contiguous copies keep it; other
+   ops refuse it. wgml_tensor_read and wgml_tensor_write take f32 values for an f16 tensor
+   (widened exactly; rounded to nearest even, as wgml_cast). */
+typedef enum wgml_dtype { WGML_F32 = 0, WGML_I32 = 1, WGML_F16 = 2, WGML_DTYPE_COUNT } wgml_dtype;
+WGML_API const char *wgml_dtype_name(wgml_dtype dtype); /* "f32", "i32", "f16"; "unknown" otherwise */
 
 /* f32 tensor of 1 to 4 dimensions, from host data (n must equal the element count). */
 WGML_API wgml_status wgml_tensor_from_data(wgml_context *ctx, int ndim, const int64_t *shape,
@@ -509,7 +517,10 @@ WGML_API wgml_status wgml_split(wgml_context *ctx, wgml_tensor *a, int axis, int
 WGML_API wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_tensor **out);
 /* a converted to dtype: i32 -> f32 is exact up to 2^24 in magnitude (then rounds to nearest);
    f32 -> i32 truncates toward zero as C does, saturates past the i32 range, and gives 0 for
-   NaN. Casting to a's own dtype gives a view of a. No gradient passes through a cast. */
+   NaN; f32 -> f16 rounds to nearest, ties to even, as IEEE (subnormal halves kept, +-inf from
+   65520 on, NaN stays NaN); f16 -> f32 is exact; i32 <-> f16 goes through f32. Casting to a's
+   own dtype gives a view of a. The gradient passes through a cast between f32 and f16 (cast
+   back to the input's dtype); none passes through a cast to or from i32. */
 WGML_API wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype);
 
 /* ---------------------------------------------------------------- random numbers */

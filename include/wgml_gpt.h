@@ -117,9 +117,10 @@ typedef struct wgml_gpt_train_desc {
     float beta1, beta2;
     wgml_lr_schedule schedule;
     /* WGML_PRECISION_MIXED: the training steps' matmuls (forward and backward) take f16
-       operands with f32 sums (wgml_set_compute_precision), everything else, the weights and
-       the optimiser stay f32, and the loss is scaled dynamically (loss_scaling; zeroed:
-       GradScaler's defaults). Needs shader-f16. F32 (0): as before. */
+       operands with f32 sums (wgml_set_compute_precision), the activations that only matmuls
+       read (the norms' outputs, the GELU's or SwiGLU's) are stored as f16, everything else, the
+       weights and the optimiser stay f32, and the loss is scaled dynamically (loss_scaling;
+       zeroed: GradScaler's defaults). Needs shader-f16. F32 (0): as before. */
     wgml_precision precision;
     wgml_loss_scaling loss_scaling;
 } wgml_gpt_train_desc;

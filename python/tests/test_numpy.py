@@ -75,3 +75,16 @@ def test_conversions():
     t2.write([1, 2, 3])
     assert t2.tolist() == [1, 2, 3]
     assert hash(t) != hash(t2) and {t: 1}[t] == 1
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_float16_rounds_as_numpy(n, rng):
+    """f16 tensors: made from floats by rounding to nearest even (numpy's float16 conversion,
+    overflow to inf included), read back as float16, widened exactly by a cast to f32."""
+    x = (nonzero(rng, (n,)) * 2.0 ** rng.integers(-26, 18, size=n)).astype(np.float32)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    t = wgml.tensor(x, dtype="f16")
+    assert t.dtype == np.float16
+    np.testing.assert_array_equal(t.numpy(), want)
+    np.testing.assert_array_equal(wgml.cast(t, "f32").numpy(), want.astype(np.float32))

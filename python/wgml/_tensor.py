@@ -27,7 +27,8 @@ from ._ffi import ffi, lib
 
 float32 = np.dtype(np.float32)
 int32 = np.dtype(np.int32)
-_NP_OF = {lib.WGML_F32: float32, lib.WGML_I32: int32}
+float16 = np.dtype(np.float16)
+_NP_OF = {lib.WGML_F32: float32, lib.WGML_I32: int32, lib.WGML_F16: float16}
 # "gelu" is the exact form, as PyTorch's; the tanh form is named
 _ACTIVATIONS = {None: lib.WGML_ACT_NONE, "none": lib.WGML_ACT_NONE, "relu": lib.WGML_ACT_RELU,
                 "gelu": lib.WGML_ACT_GELU_EXACT, "gelu_tanh": lib.WGML_ACT_GELU, "silu": lib.WGML_ACT_SILU,
@@ -38,7 +39,8 @@ _I32_MIN, _I32_MAX = -2 ** 31, 2 ** 31 - 1
 Shape = Union[int, Sequence[int]]
 DType = Union[str, type, np.dtype, None]
 
-_DTYPE_NAMES = {"f32": lib.WGML_F32, "float32": lib.WGML_F32, "i32": lib.WGML_I32, "int32": lib.WGML_I32}
+_DTYPE_NAMES = {"f32": lib.WGML_F32, "float32": lib.WGML_F32, "i32": lib.WGML_I32, "int32": lib.WGML_I32,
+                "f16": lib.WGML_F16, "float16": lib.WGML_F16}
 
 
 def _dtype_code(dtype):
@@ -55,7 +57,9 @@ def _dtype_code(dtype):
         return lib.WGML_F32
     if d == int32:
         return lib.WGML_I32
-    raise DTypeError("wgml tensors are float32 or int32, not %r" % (dtype,), lib.WGML_ERROR_INVALID_ARGUMENT)
+    if d == float16:
+        return lib.WGML_F16
+    raise DTypeError("wgml tensors are float32, int32 or float16, not %r" % (dtype,), lib.WGML_ERROR_INVALID_ARGUMENT)
 
 
 def _is_scalar(x):
@@ -237,6 +241,10 @@ def _upload(data, dtype, ctx):
         raise OverflowError("values outside int32's range cannot be an i32 tensor")
     if code == lib.WGML_I32:
         _integral_or_raise(arr)
+    # f16: uploaded as floats and cast on the device (rounded to nearest even, as numpy's float16)
+    halves = code == lib.WGML_F16
+    if halves:
+        code = lib.WGML_F32
     # a copy in row-major order: transposed and strided arrays arrive in their logical order
     host = np.ascontiguousarray(arr, dtype=_NP_OF[code])
     shape = host.shape if host.ndim else (1,)
@@ -249,6 +257,9 @@ def _upload(data, dtype, ctx):
     ctx._check(st)
     t = _wrap(ctx, out[0], storage=True)
     t._0d = arr.ndim == 0
+    if halves:
+        t = cast(t, "f16")
+        t._0d = arr.ndim == 0
     return t
 
 
@@ -325,7 +336,7 @@ class Tensor:
 
     @property
     def dtype(self) -> np.dtype:
-        """wgml.float32 or wgml.int32 (NumPy dtypes)."""
+        """wgml.float32, wgml.int32 or float16 (NumPy dtypes; f16 tensors come from cast)."""
         return _NP_OF[lib.wgml_tensor_dtype(self._handle())]
 
     def __len__(self) -> int:
@@ -353,7 +364,11 @@ class Tensor:
         """Evaluates the tensor if needed and returns its values as a new NumPy array."""
         p = self._handle()
         out = np.empty(self._cshape, dtype=self.dtype)
-        if out.dtype == float32:
+        if out.dtype == float16:  # the library widens halves to floats: exact, so back to float16 is too
+            wide = np.empty(self._cshape, dtype=float32)
+            st = lib.wgml_tensor_read(p, ffi.from_buffer("float[]", wide, require_writable=True), wide.size)
+            out[...] = wide
+        elif out.dtype == float32:
             st = lib.wgml_tensor_read(p, ffi.from_buffer("float[]", out, require_writable=True), out.size)
         else:
             st = lib.wgml_tensor_read_i32(p, ffi.from_buffer("int32_t[]", out, require_writable=True), out.size)
@@ -1246,8 +1261,8 @@ def contiguous(a: Any) -> Tensor:
 
 
 def cast(a: Any, dtype: DType) -> Tensor:
-    """a converted to float32 or int32 ("f32"/"i32", np.float32, float, int); to int32
-    truncates toward zero."""
+    """a converted to float32, int32 or float16 ("f32"/"i32"/"f16", np.float32, float, int,
+    np.float16); to int32 truncates toward zero, to float16 rounds to nearest even."""
     a = _as_tensor(a)
     return _wrap(a._ctx, lib.wgml_cast(a._ctx._ptr, a._handle(), _dtype_code(dtype)))
 

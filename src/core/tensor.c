@@ -16,6 +16,7 @@
 
 #include "core/api_lock.h"
 #include "core/context.h"
+#include "core/half.h"
 
 bool wgml_tensor_valid(const wgml_tensor *t)
 {
@@ -306,7 +307,7 @@ wgml_status wgml_tensor_zeros(wgml_context *ctx, int ndim, const int64_t *shape,
 
 const char *wgml_dtype_name(wgml_dtype dtype)
 {
-    return dtype == WGML_F32 ? "f32" : dtype == WGML_I32 ? "i32" : "unknown";
+    return dtype == WGML_F32 ? "f32" : dtype == WGML_I32 ? "i32" : dtype == WGML_F16 ? "f16" : "unknown";
 }
 
 /* host data of dtype into a realized, contiguous tensor of that dtype */
@@ -319,9 +320,14 @@ static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_d
     if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host is NULL", fn);
     if (t->op != WGML_TENSOR_STORAGE || !wgml_is_contiguous(t))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: only evaluated, contiguous tensors can be written", fn);
-    if (t->dtype != (int)dtype)
+    bool halves = t->dtype == WGML_F16 && dtype == WGML_F32; /* f32 values rounded into an f16 tensor */
+    if (t->dtype != (int)dtype && !halves)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the tensor is %s, the host data %s", fn,
                          wgml_dtype_name(t->dtype), wgml_dtype_name(dtype));
+    /* the queue writes whole 4-byte words: halves start on one (a result's buffer always does) */
+    if (halves && t->offset % 2)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: an f16 tensor at an odd element offset (%lld) cannot be written",
+                         fn, (long long)t->offset);
     if ((uint64_t)n != (uint64_t)t->numel)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host data has %zu elements, the tensor %lld", fn, n,
                          (long long)t->numel);
@@ -337,8 +343,21 @@ static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_d
     }
     /* results built on the old values get them: they are evaluated before the write */
     if (ctx->settle_readers && (st = ctx->settle_readers(ctx, 1, &t->buf))) return st;
-    wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
-    ctx->rt.stats.bytes_uploaded += n * 4;
+    if (halves) {
+        /* rounded on the host (core/half.h: nearest, ties to even, as the GPU's cast); an odd
+           count's last word is padded with a zero half, past the tensor's elements */
+        size_t words = (n + 1) / 2;
+        uint16_t *h = calloc(words * 2, sizeof *h);
+        if (!h) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        const float *f = host;
+        for (size_t i = 0; i < n; i++) h[i] = wgml_f32_to_half(f[i]);
+        wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 2, h, words * 4);
+        free(h);
+        ctx->rt.stats.bytes_uploaded += words * 4;
+    } else {
+        wgpuQueueWriteBuffer(ctx->rt.queue, t->buf->handle, (uint64_t)t->offset * 4, host, n * 4);
+        ctx->rt.stats.bytes_uploaded += n * 4;
+    }
     if (t->tape) { /* every value is now the host's: constants to autograd, no graph behind them */
         wgml_tensor_unref(t->tape);
         t->tape = NULL;

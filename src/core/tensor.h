@@ -40,7 +40,7 @@ struct wgml_tensor {
     /* elements kept after the data in a node's buffer: an op's side result that its gradient
        reads (attention's row logsumexps); evaluation allocates numel + tail */
     int64_t tail;
-    int dtype; /* wgml_dtype; every element is 4 bytes (i32 data sits in the same buffers) */
+    int dtype; /* wgml_dtype: f32 and i32 elements are 4 bytes (i32 data sits in the same buffers), f16 2 */
     /* i32 storage from the host: its smallest and largest value, so that an op indexing with
        it checks the range when built (indices made on the GPU are checked there) */
     bool range_known;
@@ -83,6 +83,15 @@ struct wgml_tensor {
        backward passes its gradient through to it (owned: one reference) */
     wgml_tensor *tape;
 };
+
+/* Bytes an element of dtype takes (offsets and strides count elements of the tensor's dtype). */
+static inline int wgml_dtype_bytes(int dtype) { return dtype == WGML_F16 ? 2 : 4; }
+/* Bytes a node's result buffer needs: its elements, rounded up to whole 4-byte words (WGSL
+   binds and copies words), then its tail (4-byte elements). */
+static inline uint64_t wgml_result_bytes(int dtype, int64_t numel, int64_t tail)
+{
+    return ((uint64_t)numel * (uint64_t)wgml_dtype_bytes(dtype) + 3) / 4 * 4 + (uint64_t)tail * 4;
+}
 
 wgml_tensor *wgml_tensor_new(wgml_context *ctx, int ndim, const int64_t *shape);
 /* A storage tensor of this shape over `buf` from element `offset` on (it holds a reference to

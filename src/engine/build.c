@@ -33,8 +33,13 @@ wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *s
     /* the dtypes the entry takes (ops.h) */
     const wgml_op_def *d = wgml_op_table[op];
     for (int i = 0; i < nsrc; i++) {
-        int want = d->i32_only >> i & 1 ? WGML_I32 : WGML_F32;
-        if (!(d->any_dtype >> i & 1) && src[i]->dtype != want)
+        int want = d->i32_only >> i & 1 ? WGML_I32 : WGML_F32, got = src[i]->dtype;
+        bool halves_ok = wgml_op_is_elementwise(op) || op == WGML_OP_VIEW || (d->f16_in >> i & 1);
+        if (got == WGML_F16 && !halves_ok)
+            return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: operand %d is f16, which %s does not take%s", d->name,
+                                     i, d->name, " (wgml_cast converts)");
+        if (got == WGML_F16 && want == WGML_F32) continue;
+        if (!(d->any_dtype >> i & 1) && got != want)
             return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: operand %d is %s; %s takes %s there%s", d->name, i,
                                      wgml_dtype_name(src[i]->dtype), d->name, wgml_dtype_name(want),
                                      " (wgml_cast converts)");
@@ -42,7 +47,8 @@ wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *s
     wgml_tensor *t = wgml_tensor_new(ctx, ndim, shape);
     if (!t) return NULL;
     ctx->settle_readers = wgml_settle_readers; /* pending results exist from now on */
-    t->dtype = d->out == WGML_OUT_I32 ? WGML_I32 : d->out == WGML_OUT_SAME && nsrc ? src[0]->dtype : WGML_F32;
+    t->dtype = d->out == WGML_OUT_I32 ? WGML_I32 : d->out == WGML_OUT_F16 ? WGML_F16
+             : d->out == WGML_OUT_SAME && nsrc ? src[0]->dtype : WGML_F32;
     t->op = op;
     t->nsrc = nsrc;
     for (int i = 0; i < nsrc; i++) {

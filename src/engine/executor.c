@@ -1,7 +1,9 @@
 /* The one-submit graph executor; see executor.h for the stages. */
 #include "engine/executor.h"
+#include "engine/build.h"
 #include "engine/profile.h"
 
+#include "core/half.h"
 #include "core/ptrmap.h"
 
 #include <stdio.h>
@@ -563,7 +565,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             t->buf = t->dest;
             wgml_buffer_retain(t->buf);
         } else {
-            t->buf = wgml_pool_acquire(ctx, (uint64_t)(t->numel + t->tail) * 4);
+            t->buf = wgml_pool_acquire(ctx, wgml_result_bytes(t->dtype, t->numel, t->tail));
         }
         if (!t->buf) { st = ctx->rt.status; break; }
         wgml_buffer *scratch = NULL;
@@ -583,8 +585,8 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
                 l->raw[b] = bt->buf->handle;
                 l->sizes[b] = bt->buf->size;
                 if (bt == t && t->dest) {
-                    l->offsets[b] = (uint64_t)t->dest_offset * 4;
-                    l->sizes[b] = ((uint64_t)t->numel * 4 + 3) & ~3ull;
+                    l->offsets[b] = (uint64_t)t->dest_offset * (uint64_t)wgml_dtype_bytes(t->dtype);
+                    l->sizes[b] = wgml_result_bytes(t->dtype, t->numel, 0);
                 }
             }
         }
@@ -607,8 +609,9 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
         /* the read-back names the target's buffer, which the plan has just given it */
         wgml_exec_readback r;
         if (rb) r = (wgml_exec_readback){.buffer = wgml_tensor_base(rb->t)->buf->handle,
-                                         .offset = (uint64_t)rb->t->offset * 4,
-                                         .size = (uint64_t)rb->t->numel * 4, .host = rb->host, .gpu_errors = true};
+                                         .offset = (uint64_t)rb->t->offset * (uint64_t)wgml_dtype_bytes(rb->t->dtype),
+                                         .size = wgml_result_bytes(rb->t->dtype, rb->t->numel, 0), .host = rb->host,
+                                         .gpu_errors = true};
         st = wgml_exec_submit(ctx, plan, (int)built, rb ? &r : NULL, "running the graph", started);
     }
     ctx->rt.stats.evals++;
@@ -653,10 +656,31 @@ wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *target
     return run(ctx, n, targets, NULL);
 }
 
+/* An f16 tensor's halves, widened into host's floats: read from a contiguous copy where t is
+   strided or starts mid-word (the copy to staging moves whole 4-byte words). */
+static wgml_status read_halves(wgml_context *ctx, wgml_tensor *t, float *host)
+{
+    wgml_tensor *c = t;
+    if (!wgml_is_contiguous(t) || t->offset % 2) {
+        if (!(c = wgml_node(ctx, WGML_OP_COPY, t->ndim, t->shape, 1, &t))) return ctx->rt.status;
+    }
+    uint16_t *h = malloc(wgml_result_bytes(WGML_F16, t->numel, 0));
+    wgml_status st = h ? WGML_OK : wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+    if (!st) {
+        readback rb = {c, h};
+        st = run(ctx, 1, &c, &rb);
+    }
+    for (int64_t i = 0; !st && i < t->numel; i++) host[i] = wgml_half_to_f32(h[i]);
+    free(h);
+    if (c != t) wgml_tensor_free(c);
+    return st;
+}
+
 wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host)
 {
     wgml_status st = target_status(ctx, t);
     if (st) return st;
+    if (t->dtype == WGML_F16) return read_halves(ctx, t, host);
     if (wgml_is_contiguous(t)) {
         readback rb = {t, host};
         return run(ctx, 1, &t, &rb);
@@ -686,6 +710,8 @@ wgml_status wgml_eval_read(wgml_context *ctx, int n, wgml_tensor *const *tensors
                          (long long)read->numel);
     if (!wgml_is_contiguous(read))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: the tensor to read must be contiguous (wgml_contiguous)");
+    if (read->dtype == WGML_F16)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: the tensor to read is f16 (wgml_tensor_read widens it)");
     readback rb = {read, host};
     return run(ctx, n, tensors, &rb);
 }
@@ -781,7 +807,7 @@ static wgml_status read_host(wgml_tensor *t, void *host, size_t n, wgml_dtype dt
     wgml_context *ctx = t->ctx;
     if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host is NULL", fn);
     if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
-    if (t->dtype != (int)dtype)
+    if (t->dtype != (int)dtype && !(t->dtype == WGML_F16 && dtype == WGML_F32)) /* halves are read as floats */
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the tensor is %s; read it with %s", fn,
                          wgml_dtype_name(t->dtype), t->dtype == WGML_I32 ? "wgml_tensor_read_i32" : "wgml_tensor_read");
     if ((uint64_t)n != (uint64_t)t->numel) {

@@ -45,9 +45,12 @@ struct wgml_launch;
 typedef wgml_status (*wgml_build_fn)(wgml_context *ctx, wgml_tensor *t, struct wgml_launch *l, int *count);
 
 /* Which dtypes an entry's operands take, and its result's: operands take f32 unless their
-   bit is set in `any_dtype` (any dtype) or in `i32_only`; the result is f32 unless `out`
-   says otherwise. engine/build.c's wgml_node enforces this for every node. */
-enum { WGML_OUT_F32 = 0, WGML_OUT_I32, WGML_OUT_SAME /* as operand 0 */ };
+   bit is set in `any_dtype` (f32 or i32) or in `i32_only`; the result is f32 unless `out`
+   says otherwise. f16 (storage only: the math is f32) is taken where f32 is by the
+   elementwise ops (fusion reads halves), views, and the operands whose bit is set in
+   `f16_in` (their kernels read halves). engine/build.c's wgml_node enforces this for every
+   node. */
+enum { WGML_OUT_F32 = 0, WGML_OUT_I32, WGML_OUT_SAME /* as operand 0 */, WGML_OUT_F16 };
 
 /* A gradient rule: fills gin[i] with the gradient for t->src[i] (NULL: none reaches it),
    given g, the gradient of t's output. Builds lazy nodes only. */
@@ -65,7 +68,12 @@ typedef struct wgml_op_def {
     const char *wgsl;
     wgml_build_fn build; /* its launches (not elementwise entries: the engine fuses them) */
     unsigned any_dtype, i32_only; /* bit k: operand k (see WGML_OUT_* above) */
+    unsigned f16_in;              /* bit k: operand k may be f16 where it takes f32 */
     int out;
+    /* its kernel stores halves when the node's dtype is f16 (the elementwise ops' fused
+       kernels always can): a cast to f16 of such a node, not yet evaluated, is the node again
+       with dtype f16 (ops/elementwise.c's wgml_cast), so no pass of its own */
+    bool f16_out;
     wgml_vjp_fn vjp;     /* its gradient rule */
     const char *no_grad; /* or why it has none (autograd reports it; the tests require one of the two) */
     bool constant;       /* with no_grad: constant almost everywhere (argmax, comparisons, casts to

@@ -195,6 +195,11 @@ static wgml_tensor *to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64
     return wgml_permute(ctx, wgml_reshape(ctx, x, 4, s), bhtd);
 }
 
+wgml_tensor *wgml_gpt_matmul_operand(wgml_context *ctx, wgml_tensor *x)
+{
+    return wgml_compute_precision(ctx) == WGML_PRECISION_MIXED ? wgml_cast(ctx, x, WGML_F16) : x;
+}
+
 wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n)
 {
     wgml_matmul_desc d = {.bias = b ? wgml_slice(ctx, b, 0, from, from + n, 1) : NULL};

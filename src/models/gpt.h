@@ -181,6 +181,11 @@ const wgml_gpt_arch_ops *wgml_gpt_arch_of(wgml_gpt_arch arch); /* NULL: not an a
 
 /* What the blocks share (gpt.c). */
 wgml_tensor *wgml_gpt_dropout(wgml_context *ctx, wgml_tensor *x, float p); /* x when p is 0 */
+/* x as an activation that only matmuls read: under mixed precision (the context's, set while a
+   training step's graph is built) stored as halves by a cast that runs inside x's own kernel
+   (a norm's, a fused activation's), so the GEMMs read half the bytes and the saved or
+   recomputed operand of a weight's gradient takes half the memory; else x itself */
+wgml_tensor *wgml_gpt_matmul_operand(wgml_context *ctx, wgml_tensor *x);
 /* x @ w[:, from : from + n] (+ b[from : from + n]), read through strides */
 wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n);
 /* h @ wqkv (+ bqkv) as the heads q [B,H,T,D], k, v [B,Hkv,T,D] (views); decoding, *qkv gets

@@ -49,18 +49,19 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
 {
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
-    wgml_tensor *h = wgml_layernorm(ctx, x, p[LN1_W], p[LN1_B], c->norm_eps);
+    /* (mixed precision: the norms' outputs and the GELU's, which only matmuls read, as halves) */
+    wgml_tensor *h = wgml_gpt_matmul_operand(ctx, wgml_layernorm(ctx, x, p[LN1_W], p[LN1_B], c->norm_eps));
     wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */
     if (wgml_gpt_qkv(g, h, p[WQKV], p[BQKV], s, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
     wgml_tensor *q = head[0], *k = head[1], *v = head[2];
     wgml_tensor *a = wgml_gpt_attend(g, l, q, k, v, qkv, s); /* the cache takes k|v as a view of qkv */
     x = wgml_add(ctx, x, wgml_gpt_dropout(ctx, wgml_matmul_ex(ctx, a, p[WO], &(wgml_matmul_desc){.bias = p[BO]}), s->dropout));
 
-    h = wgml_layernorm(ctx, x, p[LN2_W], p[LN2_B], c->norm_eps);
+    h = wgml_gpt_matmul_operand(ctx, wgml_layernorm(ctx, x, p[LN2_W], p[LN2_B], c->norm_eps));
     /* decoding: the GELU in the matmul's epilogue (one launch fewer); training keeps them
        apart, since the fused form's gradient computes the pre-activation again */
     wgml_tensor *u = s->cache ? wgml_matmul_ex(ctx, h, p[W1], &(wgml_matmul_desc){.bias = p[B1], .activation = WGML_ACT_GELU_EXACT})
-                              : wgml_gelu_exact(ctx, wgml_matmul_ex(ctx, h, p[W1], &(wgml_matmul_desc){.bias = p[B1]}));
+                              : wgml_gpt_matmul_operand(ctx, wgml_gelu_exact(ctx, wgml_matmul_ex(ctx, h, p[W1], &(wgml_matmul_desc){.bias = p[B1]})));
     wgml_tensor *f = wgml_matmul_ex(ctx, u, p[W2], &(wgml_matmul_desc){.bias = p[B2]});
     return wgml_add(ctx, x, wgml_gpt_dropout(ctx, f, s->dropout));
 }

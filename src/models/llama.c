@@ -40,7 +40,8 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
 {
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
-    wgml_tensor *h = wgml_rmsnorm(ctx, x, p[NORM1_W], c->norm_eps);
+    /* (mixed precision: the norms' outputs and the SwiGLU product, which only matmuls read, as halves) */
+    wgml_tensor *h = wgml_gpt_matmul_operand(ctx, wgml_rmsnorm(ctx, x, p[NORM1_W], c->norm_eps));
     wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */
     if (wgml_gpt_qkv(g, h, p[WQKV], NULL, s, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
     wgml_tensor *q = head[0], *k = head[1], *v = head[2];
@@ -53,7 +54,7 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
     wgml_tensor *a = wgml_gpt_attend(g, l, q, k, v, NULL, s); /* the keys rotated: the cache copies them */
     x = wgml_add(ctx, x, wgml_gpt_dropout(ctx, wgml_matmul(ctx, a, p[WO]), s->dropout));
 
-    h = wgml_rmsnorm(ctx, x, p[NORM2_W], c->norm_eps);
+    h = wgml_gpt_matmul_operand(ctx, wgml_rmsnorm(ctx, x, p[NORM2_W], c->norm_eps));
     wgml_tensor *gu[2] = {NULL, NULL};
     if (s->cache) {
         if (wgml_chunk(ctx, wgml_matmul(ctx, h, p[WGU]), -1, 2, gu)) return wgml_reshape(ctx, NULL, 0, NULL);
@@ -61,7 +62,7 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
         gu[0] = wgml_gpt_linear_cols(ctx, h, p[WGU], NULL, 0, c->ffn);
         gu[1] = wgml_gpt_linear_cols(ctx, h, p[WGU], NULL, c->ffn, c->ffn);
     }
-    wgml_tensor *f = wgml_matmul(ctx, wgml_mul(ctx, wgml_silu(ctx, gu[0]), gu[1]), p[WD]);
+    wgml_tensor *f = wgml_matmul(ctx, wgml_gpt_matmul_operand(ctx, wgml_mul(ctx, wgml_silu(ctx, gu[0]), gu[1])), p[WD]);
     return wgml_add(ctx, x, wgml_gpt_dropout(ctx, f, s->dropout));
 }
 

@@ -32,12 +32,46 @@ wgml_tensor *wgml_detach(wgml_context *ctx, wgml_tensor *a)
     return wgml_node(ctx, WGML_OP_DETACH, a->ndim, a->shape, 1, &a);
 }
 
+/* a's node again, storing halves: where a is a lazy result whose kernel can store them (a
+   norm), the cast costs no pass of its own. NULL where a is not such a node. (If a is read
+   too, it is computed twice, as a matmul's gradient recomputes an operand.) */
+static wgml_tensor *retyped_f16(wgml_context *ctx, wgml_tensor *a)
+{
+    if (a->op == WGML_OP_NONE || a->op == WGML_OP_VIEW || a->buf || a->dest || a->tape || !wgml_op_table[a->op]->f16_out)
+        return NULL;
+    wgml_tensor *t = wgml_node(ctx, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
+    if (t && !t->status) {
+        memcpy(t->params, a->params, sizeof a->params);
+        t->op_data = a->op_data;
+        t->dtype = WGML_F16;
+    }
+    return t;
+}
+
 wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype)
 {
     CHECK_INPUT(ctx, a, "cast", "a");
-    if (dtype != WGML_F32 && dtype != WGML_I32)
+    if (dtype != WGML_F32 && dtype != WGML_I32 && dtype != WGML_F16)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "cast: dtype %d is not a wgml_dtype", (int)dtype);
     if (a->dtype == (int)dtype) return wgml_view_node(ctx, a, a->ndim, a->shape, a->stride, a->offset, WGML_VIEW_RESHAPE);
+    if (dtype == WGML_F16) {
+        if (!ctx->rt.info.has_shader_f16)
+            return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED, "cast: f16 tensors need the adapter's shader-f16 feature, which %s lacks",
+                                     ctx->rt.info.name);
+        if (a->dtype == WGML_I32) { /* through f32 (one fused kernel) */
+            wgml_tensor *f = wgml_node(ctx, WGML_OP_CAST_F32, a->ndim, a->shape, 1, &a);
+            if (!f || f->status) return f;
+            f->user_held = false; /* only the cast's reference keeps it */
+            wgml_tensor *t = wgml_node(ctx, WGML_OP_CAST_F16, a->ndim, a->shape, 1, &f);
+            wgml_tensor_unref(f);
+            return t;
+        }
+        wgml_tensor *t = retyped_f16(ctx, a);
+        return t ? t : wgml_node(ctx, WGML_OP_CAST_F16, a->ndim, a->shape, 1, &a);
+    }
+    /* from f16: widened to f32; to i32, the f32 -> i32 cast below (its fused kernel reads the
+       halves as f32) */
+    if (a->dtype == WGML_F16 && dtype == WGML_F32) return wgml_node(ctx, WGML_OP_CAST_F16_TO_F32, a->ndim, a->shape, 1, &a);
     return wgml_node(ctx, dtype == WGML_F32 ? WGML_OP_CAST_F32 : WGML_OP_CAST_I32, a->ndim, a->shape, 1, &a);
 }
 
@@ -247,6 +281,14 @@ static T *silu_grad(wgml_context *c, T *x, T *g)
 
 static wgml_status vjp_copy(wgml_context *c, T *t, T *g, T **gin) { gin[0] = g; return WGML_OK; }
 
+/* a cast between f32 and f16 passes the gradient through, cast back to the input's dtype (a
+   view where it already is: gradients are f32) */
+static wgml_status vjp_cast_float(wgml_context *c, T *t, T *g, T **gin)
+{
+    gin[0] = wgml_cast(c, g, (wgml_dtype)t->src[0]->dtype);
+    return WGML_OK;
+}
+
 static wgml_status vjp_neg(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_neg(c, g); return WGML_OK; }
 
 static wgml_status vjp_abs(wgml_context *c, T *t, T *g, T **gin)
@@ -413,6 +455,13 @@ WGML_OP_ENTRY(CAST_F32) = {.name = "cast_f32", .kind = WGML_KIND_UNARY, .arity =
                       .i32_only = 1, .no_grad = "an integer input has no gradient", DOMAIN(-70000, 70000, 0, 0), ARITH};
 WGML_OP_ENTRY(CAST_I32) = {.name = "cast_i32", .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .wgsl = "wgml_f32_to_i32(%0)",
                       .out = WGML_OUT_I32, .no_grad = "an integer result has no gradient", .constant = true, DOMAIN(-3e9, 3e9, 0, 0), ARITH};
+/* f32 -> f16 (round to nearest even, +-inf from 65520 on: the fused kernel's wgml_round_f16),
+   stored as halves; f16 -> f32 is the leaf's exact widening as the fused kernel reads it. The
+   test domain stays inside f16's range (overflow and subnormals: tests/test_f16.c) */
+WGML_OP_ENTRY(CAST_F16) = {.name = "cast_f16", .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .wgsl = "wgml_round_f16(%0)",
+                      .out = WGML_OUT_F16, .vjp = vjp_cast_float, DOMAIN(-60000, 60000, 0, 0), ARITH};
+WGML_OP_ENTRY(CAST_F16_TO_F32) = {.name = "cast_f16_to_f32", .kind = WGML_KIND_UNARY, .arity = 1, .recompute = true, .wgsl = "%0",
+                             .vjp = vjp_cast_float, DOMAIN(-60000, 60000, 0, 0), ARITH};
 UNARY(NEG,      "neg",        "(-%0)",                      vjp_neg,      -100, 100,    ARITH);
 UNARY(ABS,      "abs",        "abs(%0)",                    vjp_abs,      -100, 100,    ARITH);
 UNARY(EXP,      "exp",        "exp(%0)",                    vjp_exp,      -20, 20,      TRANSC);

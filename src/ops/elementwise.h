@@ -10,6 +10,7 @@
    the engine's own code; its entry is here.) */
 #define WGML_ELEMENTWISE_OPS(X)                                                                         \
     X(DETACH, detach, NONE) X(CAST_F32, cast_f32, NONE) X(CAST_I32, cast_i32, NONE)                      \
+    X(CAST_F16, cast_f16, NONE) X(CAST_F16_TO_F32, cast_f16_to_f32, NONE)                                \
     X(NEG, neg, UNARY) X(ABS, abs, UNARY) X(EXP, exp, UNARY) X(LOG, log, UNARY) X(SQRT, sqrt, UNARY)     \
     X(RSQRT, rsqrt, UNARY) X(TANH, tanh, UNARY) X(SIGMOID, sigmoid, UNARY) X(RELU, relu, UNARY)          \
     X(GELU, gelu, UNARY) X(SILU, silu, UNARY) X(SOFTPLUS, softplus, UNARY) X(CLAMP, clamp, NONE)         \

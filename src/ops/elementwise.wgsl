@@ -58,6 +58,20 @@ fn wgml_f32_to_i32(x: T) -> T {
     let i = TI(clamp(x, T(-2147483648.0), T(2147483520.0)));
     return bitcast<T>(select(i, TI(0), is_nan(x)));
 }
+// f32 -> the nearest f16 value (ties to even), as an f32: integer arithmetic, so every adapter
+// rounds alike (WGSL leaves a conversion's rounding and overflow to the implementation).
+// Normal halves keep 10 fraction bits (a carry moves the exponent up); below 2^-14 the
+// subnormal halves are multiples of 2^-24 (round() takes ties to even); from 65520 on (half
+// a step past 65504) +-inf; NaN stays NaN
+fn wgml_round_f16(x: T) -> T {
+    let u = bitcast<TU>(x);
+    let a = u & TU(0x7fffffffu);
+    let normal = bitcast<T>((u + TU(0xfffu) + ((u >> TU(13u)) & TU(1u))) & TU(0xffffe000u));
+    let sub = round(x * T(16777216.0)) * T(5.9604644775390625e-8);
+    let r = select(normal, sub, a < TU(0x38800000u));
+    let big = select(r, select(-wgml_inf(), wgml_inf(), (u & TU(0x80000000u)) == TU(0u)), a >= TU(0x477ff000u));
+    return select(big, x, a > TU(0x7f800000u));
+}
 // erf: odd; below 0.5 its Taylor series to z^9 (the first term left out is below 7.4e-7 of
 // the sum), above it 1 - erfc. erfc(z) for z >= 0 is the Chebyshev fit published with
 // fractional error < 1.2e-7 (Numerical Recipes' erfcc), so the exact GELU keeps

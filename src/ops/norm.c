@@ -85,8 +85,8 @@ static wgml_status build_norm(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 /* ---------------------------------------------------------------- entries */
 
 /* O(1) outputs: (x - mean) r w + b may cancel to near 0 (~1e-6 absolute); rmsnorm as layernorm */
-WGML_OP_ENTRY(LAYERNORM) = {.name = "layernorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, .vjp = vjp_norm, .recompute = true, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
-WGML_OP_ENTRY(RMSNORM) = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 2, .vjp = vjp_norm, .recompute = true, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
+WGML_OP_ENTRY(LAYERNORM) = {.name = "layernorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, .vjp = vjp_norm, .recompute = true, .f16_out = true, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
+WGML_OP_ENTRY(RMSNORM) = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 2, .vjp = vjp_norm, .recompute = true, .f16_out = true, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
 /* one row kernel for a norm's input gradient: x, its weight, the upstream gradient */
 WGML_OP_ENTRY(LAYERNORM_GRAD) = {.name = "layernorm_grad", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
                             .no_grad = "made by backward only (no second derivatives)"};

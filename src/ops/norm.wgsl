@@ -7,7 +7,7 @@
 @group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read> w: array<WV>;  // weight
 @group(0) @binding(3) var<storage, read> b: array<WV>;  // bias, or the upstream gradient (the _grad ops)
-@group(0) @binding(4) var<storage, read_write> y: array<V>;
+@group(0) @binding(4) var<storage, read_write> y: array<Y>;  // f32, or halves (a norm cast to f16)
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -76,7 +76,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 var gh = b[go + j];
                 if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
                 let xh = ((unit(&cache, i, j, tm.xo) - mu) - c) * inv;
-                y[tm.yo + j] = inv * ((gh - xh * m.y) - m1);
+                y[tm.yo + j] = Y(inv * ((gh - xh * m.y) - m1));
             }
         }
         return;
@@ -87,7 +87,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var r = ((unit(&cache, i, j, tm.xo) - mu) - c) * inv;
             if ((FLAGS & 1u) != 0u) { r = r * w[wo + j]; }
             if ((FLAGS & 2u) != 0u) { r = r + b[bo + j]; }
-            y[tm.yo + j] = r;
+            y[tm.yo + j] = Y(r);  // as halves: the adapter's conversion (to nearest)
         }
     }
 }

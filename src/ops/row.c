@@ -61,13 +61,17 @@ static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, 
    width (vec4 or f32), op, weight/bias flags, team size and register cache, which are its
    variant key with the op (each kernel serves its own ops). */
 static wgml_status row_pipeline(wgml_context *ctx, const wgml_row_kernel *rk, uint32_t flags, bool v4, uint32_t team,
-                                uint32_t k, bool cached, wgml_launch *l)
+                                uint32_t k, bool cached, bool y_f16, wgml_launch *l)
 {
-    uint32_t key[7] = {WGML_KEY_ROW, (uint32_t)rk->op, flags, v4, team, k, cached};
+    uint32_t key[7] = {WGML_KEY_ROW, (uint32_t)rk->op | (uint32_t)y_f16 << 16, flags, v4, team, k, cached};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 7))) return WGML_OK;
     const char *shared = wgml_wgsl_find("row"), *body = wgml_wgsl_find(rk->kernel);
     if (!shared || !body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel %s is not built in", rk->kernel);
     wgml_sbuf b = {0};
+    /* Y: the element type of the result y, which a kernel that stores halves declares its y
+       with (norm.wgsl: the entries with f16_out); f32 math either way */
+    if (y_f16) wgml_sbuf_put(&b, "enable f16;\nalias Y = %s;\n", v4 ? "vec4<f16>" : "f16");
+    else wgml_sbuf_put(&b, "alias Y = %s;\n", v4 ? "vec4<f32>" : "f32");
     for (int i = 0; i < WGML_ROW_MAX_OPS && rk->codes[i].name; i++)
         wgml_sbuf_put(&b, "const OP_%s = %du;\n", rk->codes[i].name, rk->codes[i].op);
     wgml_sbuf_put(&b,
@@ -108,7 +112,7 @@ wgml_status wgml_row_launch(wgml_context *ctx, wgml_tensor *t, const wgml_row_ke
     bool cached = per * vw <= ROW_CACHE_FLOATS;
     uint32_t k = 1;
     while (cached && k < per) k *= 2; /* powers of two: few variants */
-    wgml_status st = row_pipeline(ctx, rk, rk->flags, v4, team, k, cached, l);
+    wgml_status st = row_pipeline(ctx, rk, rk->flags, v4, team, k, cached, t->dtype == WGML_F16, l);
     if (st) return st;
     uint32_t gx = wgml_grid(ctx, ((uint64_t)rows + 256 / team - 1) / (256 / team), l->groups);
     /* up to four passes over a row's units, the team reductions' loops, the cached loads */

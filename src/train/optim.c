@@ -177,6 +177,11 @@ static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped,
             if (p->op != WGML_OP_NONE || !wgml_is_contiguous(p))
                 return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s must be an evaluated, contiguous tensor", fn,
                                  param_name(name, sizeof name, grouped, g, k, i));
+            /* the update kernel reads 4-byte floats: f16 is storage for activations (train f32
+               masters and cast them) */
+            if (p->dtype == WGML_F16)
+                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is f16; parameters are f32 (cast an f32 master to f16)",
+                                 fn, param_name(name, sizeof name, grouped, g, k, i));
             /* quadratic, but a model has hundreds of parameter tensors, not millions */
             for (int h = 0, j = 0; h <= g; h++)
                 for (int q = 0; q < groups[h].n && j < i; q++, j++)

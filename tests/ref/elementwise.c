@@ -23,6 +23,9 @@ static double ref_relu_grad(const double *in) { return in[0] > 0 ? in[1] : 0.0; 
 /* i32 -> f32 rounds to nearest past 2^24; f32 -> i32 truncates, saturates, NaN gives 0 */
 static double ref_cast_f32(const double *in) { return (double)(float)in[0]; }
 
+/* f32 -> f16: the nearest half, ties to even; f16 -> f32 exact */
+static double ref_cast_f16(const double *in) { return wgml_ref_round_half(in[0]); }
+
 static double ref_cast_i32(const double *in)
 {
     double x = in[0];
@@ -67,6 +70,7 @@ static const struct {
     wgml_ref_elementwise_fn f;
 } elementwise_refs[] = {
     {"contiguous", ref_copy}, {"detach", ref_copy},   {"cast_f32", ref_cast_f32}, {"cast_i32", ref_cast_i32},
+    {"cast_f16", ref_cast_f16}, {"cast_f16_to_f32", ref_copy},
     {"neg", ref_neg},         {"abs", ref_abs},       {"exp", ref_exp},           {"log", ref_log},
     {"sqrt", ref_sqrt},       {"rsqrt", ref_rsqrt},   {"tanh", ref_tanh},         {"sigmoid", ref_sigmoid},
     {"relu", ref_relu},       {"gelu", ref_gelu},     {"silu", ref_silu},         {"softplus", ref_softplus},

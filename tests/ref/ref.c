@@ -117,6 +117,17 @@ double wgml_ref_minimum(double a, double b)
     return a < b ? a : b;
 }
 
+double wgml_ref_round_half(double x)
+{
+    if (isnan(x) || isinf(x)) return x;
+    double a = fabs(x);
+    if (a >= 65520.0) return copysign(INFINITY, x);
+    int e;
+    frexp(a, &e); /* a = m 2^e, m in [0.5, 1): 11 significant bits keep steps of 2^(e - 11) */
+    double step = a < 0x1p-14 ? 0x1p-24 : ldexp(1.0, e - 11);
+    return copysign(nearbyint(a / step) * step, x); /* nearbyint: the default mode, ties to even */
+}
+
 double wgml_ref_clamp(double x, double lo, double hi)
 {
     return wgml_ref_minimum(wgml_ref_maximum(x, lo), hi);

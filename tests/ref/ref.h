@@ -54,6 +54,9 @@ double wgml_ref_maximum(double a, double b);
 double wgml_ref_minimum(double a, double b);
 /* minimum(maximum(x, lo), hi): NaN in x, lo or hi gives NaN. */
 double wgml_ref_clamp(double x, double lo, double hi);
+/* x rounded to the nearest IEEE half (ties to even): subnormal halves below 2^-14 (multiples of
+   2^-24), +-inf from 65520 on, NaN stays NaN; computed in double from the half's spacing */
+double wgml_ref_round_half(double x);
 
 /* One element of the elementwise op named `name` (wgml_op_get_info's name; ref/elementwise.c):
    in[] holds its operands, then its scalars (clamp's bounds, masked_fill's value). NULL for

@@ -40,17 +40,19 @@ _Static_assert(sizeof wgml_matmul_act_op / sizeof *wgml_matmul_act_op == 0 WGML_
 #undef WGML_ACT_ONE
 #define act_op wgml_matmul_act_op
 
-/* b_f16: B is stored as IEEE halves (cached weights uploaded with f16 = 1); every read of it
-   converts to f32 (F16_OPEN / F16_CLOSE around the read), the math stays f32 */
+/* b_f16: B is stored as IEEE halves (cached weights uploaded with f16 = 1, f16 tensors); every
+   read of it converts to f32 (F16_OPEN / F16_CLOSE around the read), the math stays f32. The
+   tiled GEMM reads an f16 A the same way (a_f16) */
 #define F16_OPEN(f16, vec) ((f16) ? ((vec) ? "vec4<f32>(" : "f32(") : "")
 #define F16_CLOSE(f16) ((f16) ? ")" : "")
 
-static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16)
+static void put_header_ab(wgml_sbuf *b, bool vec_a, bool vec_b, bool a_f16, bool b_f16)
 {
-    if (b_f16) wgml_sbuf_put(b, "enable f16;\n");
-    wgml_sbuf_put(b, WGML_GEMM_BINDINGS_WGSL,
-        vec_a ? "vec4<f32>" : "f32", b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32");
+    if (a_f16 || b_f16) wgml_sbuf_put(b, "enable f16;\n");
+    wgml_sbuf_put(b, WGML_GEMM_BINDINGS_WGSL, a_f16 ? (vec_a ? "vec4<f16>" : "f16") : vec_a ? "vec4<f32>" : "f32",
+        b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32");
 }
+static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16) { put_header_ab(b, vec_a, vec_b, false, b_f16); }
 
 /* The epilogue every generator calls on a result: alpha, accumulate, bias, activation. The
    activation is the op table's WGSL over ops/elementwise.wgsl, as in the fused kernels,
@@ -125,7 +127,7 @@ typedef struct operand {
     bool vec;                        /* buffer bound as array<vec4<f32>> (aligned) */
     const char *outer, *outer_lim;   /* the non-k coordinate: "m", "P.M" */
     const char *index;               /* element index expression (a_index/b_index) */
-    bool f16;                        /* stored as halves (B of f16 cached weights) */
+    bool f16;                        /* stored as halves (f16 cached weights, f16 tensors) */
     bool half;                       /* staged as halves (f16 arithmetic): the store converts */
 } operand;
 
@@ -227,14 +229,14 @@ char *wgml_gemm_source(const wgml_gemm_config *cfg, bool ta, bool tb, int act)
     int stages = cfg->double_buffer ? 2 : 1;
     bool half = cfg->f16_math != 0, whole = cfg->f16_math == WGML_F16_MATH_F16_SUMS;
     const char *st = half ? "f16" : "f32"; /* the staged type */
-    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta, cfg->two_leading), false, half};
+    operand A = {"A", "As", "ra", BM, !ta, cfg->vec_a, "m", "P.M", a_index(ta, cfg->two_leading), cfg->a_f16, half};
     operand B = {"B", "Bs", "rb", BN, tb, cfg->vec_b, "n", "P.N", b_index(tb, cfg->two_leading), cfg->b_f16, half};
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated GEMM: tile %dx%dx%d, %dx%d per thread, A%s%s B%s%s, %d stage(s)%s%s\n", BM, BN, BK,
         TM, TN, ta ? "^T" : "", cfg->vec_a ? " vec4" : "", tb ? "^T" : "", cfg->vec_b ? " vec4" : "", stages,
         cfg->prefetch ? ", register prefetch" : "", half ? ", f16 arithmetic" : "");
-    if (half && !cfg->b_f16) wgml_sbuf_put(&b, "enable f16;\n");
-    put_header(&b, cfg->vec_a, cfg->vec_b, cfg->b_f16);
+    if (half && !cfg->b_f16 && !cfg->a_f16) wgml_sbuf_put(&b, "enable f16;\n");
+    put_header_ab(&b, cfg->vec_a, cfg->vec_b, cfg->a_f16, cfg->b_f16);
     put_epilogue_fn(&b, act);
     wgml_sbuf_put(&b, "var<workgroup> As: array<vec4<%s>, %d>; // [stage][BK][BM / 4]\n", st, stages * BK * BM / 4);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<vec4<%s>, %d>; // [stage][BK][BN / 4]\n", st, stages * BK * BN / 4);

@@ -209,13 +209,14 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     if (!wgml_sgmat_adapter_shape(ctx, &sm_m, &sm_n, &sm_k, &sgs))
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: %s has no f16 -> f32 subgroup matrices",
                               ctx->rt.info.name);
-    /* A is always an f32 tensor here (B may be resident halves) */
-    wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->K, g->batch, false, g->trans_a,
-                                            g->trans_b, ctx->rt.limits.maxComputeWorkgroupStorageSize);
+    /* either operand may be stored as halves (f16 tensors, resident f16 weights): read directly */
+    wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->K, g->batch, g->a_f16 && g->b_f16,
+                                            g->trans_a, g->trans_b, ctx->rt.limits.maxComputeWorkgroupStorageSize);
     int wa = wgml_sgmat_vec_width(g->a_off, g->lda, g->a_bs, g->a_bs1, g->trans_a ? g->M : g->K);
     int wb = wgml_sgmat_vec_width(g->b_off, g->ldb, g->b_bs, g->b_bs1, g->trans_b ? g->K : g->N);
     c.a_vec = wa < 8 ? wa : 8;
     c.b_vec = wb < 8 ? wb : 8;
+    c.a_f16 = g->a_f16;
     c.b_f16 = g->b_f16;
     c.two_leading = g->L1 > 1;
     const char *why = wgml_sgmat_config_problem(&c);
@@ -241,7 +242,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
         if (!(l->pipeline = wgml_pipeline_add(ctx, key, 12, src, true))) return ctx->rt.status;
     }
     *gemv_out = false;
-    *cfg_out = (wgml_gemm_config){.sgmat = c, .bk = c.bk, .f16_math = WGML_F16_MATH_MATRIX, .b_f16 = g->b_f16};
+    *cfg_out = (wgml_gemm_config){.sgmat = c, .bk = c.bk, .f16_math = WGML_F16_MATH_MATRIX, .a_f16 = g->a_f16, .b_f16 = g->b_f16};
     return WGML_OK;
 }
 
@@ -257,7 +258,8 @@ wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_
     uint32_t key[14] = {gemv ? WGML_KEY_GEMV : WGML_KEY_GEMM, (uint32_t)cfg.tm, (uint32_t)cfg.tn, (uint32_t)cfg.bk,
                         cfg.double_buffer, cfg.prefetch, cfg.warp_8x4,
                         (uint32_t)cfg.gemv_cols << 8 | (uint32_t)cfg.gemv_rows << 1 | cfg.gemv_subgroups,
-                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3,
+                        cfg.vec_a, (uint32_t)cfg.vec_b | (uint32_t)cfg.b_f16 << 1 | (uint32_t)cfg.two_leading << 2 | (uint32_t)cfg.f16_math << 3 |
+                        (uint32_t)cfg.a_f16 << 6,
                         g->trans_a, g->trans_b, (uint32_t)g->act,
                         (uint32_t)cfg.cpu_rows | (uint32_t)cfg.cpu_cols << 8 | (uint32_t)cfg.cpu_lanes << 16 | (uint32_t)cfg.cpu_subgroups << 31};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 14))) {
@@ -333,6 +335,8 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     g.has_bias = bias != NULL;
     g.bias_off = bias ? bias->offset : 0;
     g.f16_math = mp.f16_math;
+    g.a_f16 = a->dtype == WGML_F16;
+    g.b_f16 = b->dtype == WGML_F16;
     bool matrix_asked = g.f16_math == WGML_F16_MATH_MATRIX;
     /* B shared by the whole batch and A's matrices one after another, rows lda apart
        throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
@@ -372,9 +376,17 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         s.b_off = g.a_off;
         s.b_bs = g.a_bs;
         s.b_bs1 = g.a_bs1;
+        s.a_f16 = g.b_f16;
+        s.b_f16 = g.a_f16;
         g = s;
     }
-    int64_t S = swap ? 0 : split_k(ctx, &g);
+    /* an f16 A under f32 arithmetic: the f32 kernels (GEMVs, the CPU GEMM) read B's halves but
+       only f32 A, so A's buffer is widened into the node's scratch by a launch before the GEMM
+       (f16 arithmetic reads it directly: the tiled GEMM, the matrix units). Not with a split
+       K, whose partials take the scratch */
+    bool widen_a = g.a_f16 && !g.f16_math;
+    if (widen_a) g.a_f16 = false;
+    int64_t S = swap || widen_a ? 0 : split_k(ctx, &g);
     if (S) { /* chunk s of K: A's columns (rows when transposed) and B's rows s Kc on */
         int64_t Kc = g.K / S;
         g.batch = S;
@@ -384,12 +396,32 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         g.a_bs1 = g.b_bs1 = 0;
         g.L1 = 1;
     }
+    wgml_tensor *abase = wgml_tensor_base(swap ? b : a);
+    if (widen_a) { /* launch 0: A's buffer, every element up to its end, widened into scratch */
+        wgml_status st = wgml_kernel_pipeline(ctx, "widen_f16", l);
+        if (st) return st;
+        uint64_t n = (uint64_t)(abase->offset + abase->numel);
+        uint32_t p[4] = {(uint32_t)n, wgml_grid(ctx, (n + 255) / 256, l->groups), 0, 0};
+        memcpy(l->params, p, sizeof p);
+        l->params_size = sizeof p;
+        l->loop_trips = 1;
+        snprintf(l->what, sizeof l->what, "matmul: f16 A widened");
+        l->buffers[0] = abase;
+        l->buffers[1] = NULL;
+        l->scratch_mask = 1u << 1;
+        l->scratch_bytes = n * 4;
+        l->nbuffers = 2;
+        *count = 2;
+        l++;
+        *l = (wgml_launch){0};
+    }
     bool gemv;
     wgml_gemm_config cfg;
     wgml_status st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg);
     if (st) return st;
     wgml_gemm_params(ctx, l, &g, gemv, &cfg);
-    l->buffers[0] = wgml_tensor_base(swap ? b : a);
+    l->buffers[0] = widen_a ? NULL : abase;
+    if (widen_a) l->scratch_mask = 1u << 0;
     l->buffers[1] = wgml_tensor_base(swap ? a : b);
     l->buffers[2] = bias ? wgml_tensor_base(bias) : wgml_tensor_base(a);
     l->buffers[3] = t;
@@ -414,6 +446,24 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 /* ---------------------------------------------------------------- gradient rules and entries */
 
 typedef wgml_tensor T;
+
+/* A matmul operand computed again for a weight's gradient (see vjp_matmul), or NULL where it
+   is kept instead. An elementwise node storing halves (a cast to f16 fused into its producer)
+   is computed again only with that producer, when the producer is itself computed again (a
+   GELU of a kept pre-activation): else the halves are kept, half their input's memory. */
+static T *recomputed(wgml_context *c, T *a, int depth)
+{
+    if (!wgml_op_table[a->op]->recompute || a->nsrc < 1 || a->buf || a->dest || depth > 1) return NULL;
+    T *src[WGML_MAX_SRC];
+    memcpy(src, a->src, sizeof src);
+    if (wgml_op_is_elementwise(a->op) && a->dtype == WGML_F16 && !(src[0] = recomputed(c, a->src[0], depth + 1))) return NULL;
+    T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, src);
+    if (again) {
+        memcpy(again->params, a->params, sizeof a->params);
+        again->dtype = a->dtype; /* a norm storing halves (a cast to f16 of it) stores them again */
+    }
+    return again;
+}
 
 static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 {
@@ -448,13 +498,8 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
        computed again for B's gradient rather than kept, so that A is freed after the forward
        matmul (the GELU's output and the norms' outputs of a GPT-2 block: the nanoGPT-sized
        step's peak went from 3,258 to 2,922 MiB, docs/MEASUREMENTS.md) */
-    if (wgml_op_table[a->op]->recompute && a->nsrc >= 1 && !a->buf && !a->dest) {
-        T *again = wgml_node(c, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
-        if (again) {
-            memcpy(again->params, a->params, sizeof a->params);
-            a = again;
-        }
-    }
+    T *again = recomputed(c, a, 0);
+    if (again) a = again;
     int64_t K = mp.K, N = t->shape[t->ndim - 1];
     if (t->ndim > 2 && b->numel == K * N && !ta && a->numel * N == t->numel * K && wgml_is_contiguous(a)) {
         /* B shared by the whole batch (a layer's weight) and A not broadcast: the batch's sum
@@ -473,4 +518,4 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 }
 
 /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
-WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};
+WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, .f16_in = 3, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};

@@ -40,7 +40,8 @@ typedef struct wgml_gemm_config {
     int gemv_cols;      /* GEMV (M == 1): columns per workgroup, 16, 32 or 64 */
     int gemv_rows;      /* 1..16 (a power of two): the small-M GEMV for up to that many rows; 0: not */
     bool gemv_subgroups; /* GEMV: partial sums meet by subgroup shuffles (opt in: WGML_SUBGROUPS=1) */
-    bool b_f16;         /* B stored as halves (f16 cached weights); read as f32 */
+    bool b_f16;         /* B stored as halves (f16 cached weights, f16 tensors); read as f32 */
+    bool a_f16;         /* A stored as halves (the tiled GEMM under f16_math only) */
     int f16_math;       /* tiled GEMM: wgml_matmul_desc's f16_math (0: f32 arithmetic) */
     bool two_leading;   /* two leading dims (L1 > 1): each matrix's start takes a division */
     /* the CPU GEMM (CPU adapters): a workgroup of cpu_lanes invocations, each computing
@@ -64,6 +65,7 @@ typedef struct wgml_gemm_args {
     int64_t lda, ldb, a_off, b_off, a_bs, b_bs, a_bs1, b_bs1, c_off, bias_off;
     uint32_t has_bias, accumulate; /* accumulate: C += result (split K) */
     bool b_f16;                    /* B is stored as halves (offsets and strides still in elements) */
+    bool a_f16;                    /* A too (read directly under f16_math; else widened first) */
     int f16_math;                  /* wgml_matmul_desc's f16_math (the tiled GEMM only; 0: f32) */
 } wgml_gemm_args;
 

@@ -89,6 +89,7 @@ wgml_gemm_config wgml_gemm_choose(wgml_context *ctx, const wgml_gemm_args *g)
     c.gemv_subgroups = tu->gemv_subgroups;
     if (tu->gemv_cols) c.gemv_cols = tu->gemv_cols;
     c.b_f16 = g->b_f16;
+    c.a_f16 = g->a_f16 && g->f16_math; /* (the f32 kernels' A is widened first: ops/matmul/matmul.c) */
     /* a CPU adapter (lavapipe): the CPU GEMM wherever the GEMVs do not serve (see
        wgml_gemm_cpu_source), while its K loop (K / 4 trips) stays under the loop limit.
        32 rows x 4 columns a lane, 16 lanes: lavapipe, 512^3, 6.1 GFLOP/s vs 4.3 with 16 rows;

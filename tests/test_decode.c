@@ -400,6 +400,44 @@ static void prefill_through_the_graph(void)
     graph_prefill = 0, plan_only = 0;
 }
 
+/* At a temperature, the sampler's draw from the head's candidates (each workgroup's best noised
+   logit) equals its draw from all the logits, token for token: two slots, a vocabulary of
+   4,500 (2,250 candidates at 128 lanes an output, 282 at 16), f32 and f16 weights; and it is a
+   draw (not the greedy tokens throughout). */
+static void candidates_draw_as_logits(void)
+{
+    wgml_context *ctx = test_context();
+    const wgml_gpt_config cin = {.arch = WGML_GPT_LLAMA, .vocab = 4500, .block = 16, .layers = 1, .heads = 2, .kv_heads = 1,
+                                 .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 1000.0f};
+    enum { S = 2, NN = 24 };
+    const int32_t a[] = {4321, 7, 99}, b[] = {12};
+    const int32_t *prompts[S] = {a, b};
+    const int64_t lens[S] = {N_OF(a), N_OF(b)};
+    for (int f16 = 0; f16 < 2; f16++) {
+        model m;
+        model_make(ctx, &cin, f16, &m);
+        int32_t got[2][S * NN], first[2][S], greedy[S * NN];
+        reference_greedy(m.r, a, (int)lens[0], NN, greedy);
+        for (int all = 0; all < 2; all++) {
+            wgml_decode_plan *plan = NULL;
+            const wgml_decode_desc d = {.batch = S, .steps_per_submit = 5, .temperature = 1.5f, .seed = 77, .sample_logits = all,
+                                        .lanes = f16 ? 16 : 0};
+            CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+            if (plan) {
+                CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first[all]));
+                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got[all]));
+            }
+            wgml_decode_plan_free(plan);
+        }
+        int differ = first[1][0] != greedy[0];
+        for (int s = 0; s < S; s++) CHECK(first[0][s] == first[1][s]);
+        same_tokens("candidates vs logits", got[0], got[1], S * (NN - 1));
+        for (int k = 1; k < NN; k++) differ |= got[1][k - 1] != greedy[k];
+        CHECK(differ);
+        model_free(&m);
+    }
+}
+
 /* head_dim apart from width / heads, and QK-norm: the graph's forward against the reference. */
 static void qk_norm_and_head_dim_forward(void)
 {
@@ -453,5 +491,6 @@ int main(void)
     TEST_RUN(gemv_x_in_chunks);
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(profile_by_kind);
+    TEST_RUN(candidates_draw_as_logits);
     return test_summary();
 }

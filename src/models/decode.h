@@ -53,6 +53,8 @@ typedef struct wgml_decode_desc {
                                  launch of their own (-1: the launch, for comparisons) */
     int fold_lanes;           /* lanes an output of that projection (16 .. 128; 0: half of what its size gives, so fewer
                                  workgroups each combine the chunks again) */
+    int sample_logits;        /* 1: the sampler reads every logit; 0: the candidates the head's workgroups leave, each
+                                 its best noised logit (the same draw: comparisons) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

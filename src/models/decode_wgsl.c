@@ -63,6 +63,20 @@ static void elementwise_functions(sbuf *b)
         wgml_wgsl_find("elementwise"));
 }
 
+/* The sampler's noise: a 32-bit hash (lowbias32) of the inputs, chained, gives the Gumbel
+   noise's uniform; noisy(l, h0, v) is logit l of token v as the draw compares it (the head's
+   candidates and the sampler must agree to the bit). Needs the pass uniform P. */
+static void noise_functions(sbuf *b)
+{
+    out(b, "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
+           "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
+           "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
+           "    if (P.temp > 0.0) {\n"
+           "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
+           "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
+           "fn row_hash(row: vec4<i32>) -> u32 { return mix(P.seed ^ mix((u32(row.x) * 0x9e3779b9u) ^ mix(u32(row.y)))); }\n");
+}
+
 /* The weight matrix's element type: vec4<f32> (4 elements a load) or vec4<u32> (8 halves). */
 static const char *wtype(int f16) { return f16 ? "vec4<u32>" : "vec4<f32>"; }
 
@@ -336,7 +350,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4, lpo = k->lpo ? k->lpo : 32;
     const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
     const int comb = k->xsrc == DECODE_X_COMBINE;
-    const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED || comb;
+    const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED || comb || k->cand;
     uint32_t used = 1u << 0 | 1u << 3 | 1u << 5;
     if (k->xsrc != DECODE_X_EMBED && !comb) used |= 1u << 2;
     if (comb) used |= 1u << 9 | 1u << 13;
@@ -344,6 +358,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     if (k->xsrc == DECODE_X_EMBED) used |= 1u << 12 | (k->positions ? 1u << 11 : 0);
     if (k->persist) used |= 1u << 10;
     if (k->head) used |= 1u << 1;
+    if (k->cand) used |= 1u << 6 | 1u << 14;
     if (uses_vecs) used |= 1u << 4;
     if (uses_rows) used |= 1u << 6;
     if (k->epilogue == DECODE_OUT_QKV) used |= 1u << 7 | 1u << 8;
@@ -356,6 +371,10 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
             "@group(0) @binding(0) var<uniform> P: Pass;\n");
     if (k->head) out(&b, "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n");
+    if (k->cand) {
+        out(&b, "@group(0) @binding(14) var<storage, read_write> cand: array<vec2<f32>>;\n");
+        noise_functions(&b);
+    }
     out(&b, "@group(0) @binding(3) var<storage, read> W: array<%s>;\n", wtype(k->f16));
     if (uses_vecs) out(&b, "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n");
     out(&b, "@group(0) @binding(5) var<storage, read_write> outb: array<f32>;\n");
@@ -425,7 +444,18 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                 "                    }\n");
         break;
     }
-    out(&b, "                }\n            }\n        }\n        workgroupBarrier();\n    }\n}\n");
+    out(&b, "                }\n            }\n        }\n");
+    if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
+        out(&b, "        if (tid < RB && r0 + tid < R) {\n"
+                "            let r = r0 + tid;\n            let h0 = row_hash(rows[picks[r]]);\n"
+                "            var best = -3.4e38;\n            var at = 0u;\n"
+                "            for (var g = 0u; g < %uu; g++) {\n"
+                "                let o = wg.x * %uu + g;\n"
+                "                if (o < N) {\n                    let nv = noisy(red[tid * 256u + g * %uu], h0, o);\n"
+                "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n"
+                "            cand[r * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at));\n        }\n",
+            256 / lpo, 256 / lpo, lpo, (k->N + 256 / lpo - 1) / (256 / lpo));
+    out(&b, "        workgroupBarrier();\n    }\n}\n");
     return done(&b);
 }
 
@@ -851,42 +881,42 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
 char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
 {
     sbuf b = {0};
-    const unsigned wgs = k->wgs ? k->wgs : 256;
-    out(&b, "const V: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", k->V, k->cap, wgs);
+    const unsigned wgs = k->wgs ? k->wgs : 256, n = k->cands ? k->cands : k->V;
+    out(&b, "const N: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", n, k->cap, wgs);
     out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
             "@group(0) @binding(0) var<uniform> P: Pass;\n"
             "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n"
-            "@group(0) @binding(2) var<storage, read> logits: array<f32>;\n"
+            "@group(0) @binding(2) var<storage, read> logits: array<%s>;\n"
             "@group(0) @binding(3) var<storage, read_write> drows: array<vec4<i32>>;\n"
-            "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n");
+            "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n",
+        k->cands ? "vec2<f32>" : "f32");
     if (k->prefill) out(&b, "@group(0) @binding(5) var<storage, read> prows: array<vec4<i32>>;\n");
-    out(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n"
-            /* a 32-bit hash (lowbias32) of the inputs, chained: the Gumbel noise's uniform */
-            "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
-            "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
-            "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
-            "    if (P.temp > 0.0) {\n"
-            "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
-            "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
-            "@compute @workgroup_size(WGS)\n"
+    out(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n");
+    noise_functions(&b);
+    /* one of the N values of row s: (noised logit, its token); the candidates are noised already */
+    if (k->cands)
+        out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return logits[s * N + v]; }\n");
+    else
+        out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return vec2<f32>(noisy(logits[s * N + v], h0, v), bitcast<f32>(v)); }\n");
+    out(&b, "@compute @workgroup_size(WGS)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let s = wg.x;\n    let row = %s[picks[s]];\n"
             "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
             "    var best = -3.4e38;\n    var at = 0u;\n"
-            "    let h0 = mix(P.seed ^ mix((slot * 0x9e3779b9u) ^ mix(pos)));\n"
-            /* four logits a round, their loads issued together; ascending v in each thread, so
-               the first of equal values wins as in the argmax */
+            "    let h0 = row_hash(row);\n"
+            /* four values a round, their loads issued together; ascending tokens in each thread
+               (candidates come in token order), so the first of equal values wins as in the argmax */
             "    var v = tid;\n"
-            "    for (; v + 3u * WGS < V; v += 4u * WGS) {\n"
-            "        let l0 = logits[s * V + v];\n        let l1 = logits[s * V + v + WGS];\n"
-            "        let l2 = logits[s * V + v + 2u * WGS];\n        let l3 = logits[s * V + v + 3u * WGS];\n"
-            "        let n0 = noisy(l0, h0, v);\n        if (n0 > best) { best = n0; at = v; }\n"
-            "        let n1 = noisy(l1, h0, v + WGS);\n        if (n1 > best) { best = n1; at = v + WGS; }\n"
-            "        let n2 = noisy(l2, h0, v + 2u * WGS);\n        if (n2 > best) { best = n2; at = v + 2u * WGS; }\n"
-            "        let n3 = noisy(l3, h0, v + 3u * WGS);\n        if (n3 > best) { best = n3; at = v + 3u * WGS; }\n"
+            "    for (; v + 3u * WGS < N; v += 4u * WGS) {\n"
+            "        let c0 = value(s, v, h0);\n        let c1 = value(s, v + WGS, h0);\n"
+            "        let c2 = value(s, v + 2u * WGS, h0);\n        let c3 = value(s, v + 3u * WGS, h0);\n"
+            "        if (c0.x > best) { best = c0.x; at = bitcast<u32>(c0.y); }\n"
+            "        if (c1.x > best) { best = c1.x; at = bitcast<u32>(c1.y); }\n"
+            "        if (c2.x > best) { best = c2.x; at = bitcast<u32>(c2.y); }\n"
+            "        if (c3.x > best) { best = c3.x; at = bitcast<u32>(c3.y); }\n"
             "    }\n"
-            "    for (; v < V; v += WGS) {\n        let n = noisy(logits[s * V + v], h0, v);\n"
-            "        if (n > best) { best = n; at = v; }\n    }\n"
+            "    for (; v < N; v += WGS) {\n        let c = value(s, v, h0);\n"
+            "        if (c.x > best) { best = c.x; at = bitcast<u32>(c.y); }\n    }\n"
             "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
             "    for (var st = WGS / 2u; st > 0u; st >>= 1u) {\n"
             "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"

@@ -31,6 +31,9 @@ typedef struct wgml_decode_gemv {
     int bias; /* offset of the bias in vecs, or -1 */
     int epilogue;
     int head; /* x rows are picks[r] of the pass's S */
+    int cand; /* the head's candidates: for each picked row r, each workgroup's best (noised as the sampler
+                 would, rows at 6 giving slot and position) output and its index at binding 14,
+                 cand[r * workgroups + workgroup] = (value, bits of the index) */
     unsigned qd, kvd, block; /* DECODE_OUT_QKV: outputs below qd are q; then K and V into the caches */
     int xsrc;                /* DECODE_X_*: SUM adds np partials (binding 9, ps apart, rows as x's); EMBED
                                 reads the embedding (12, e_f16, row stride ekp) and positions (11) */
@@ -109,6 +112,7 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k);
    count + 1) and its ring of CAP tokens. */
 typedef struct wgml_decode_sample {
     unsigned V, cap;
+    unsigned cands; /* > 0: not the V logits but that many candidates a row (the head's, binding 2) */
     int prefill; /* the rows are the prefill pass's */
     unsigned wgs; /* threads (a power of two, 0: 256): 1024 where allowed, as a vocabulary is long */
 } wgml_decode_sample;

@@ -159,8 +159,6 @@ static int x_chunk;   /* the GEMVs' inputs staged at a time (0: the plan's choic
 static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the plan's choice) */
 static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
-static int fold_combine;  /* -1: the split attention's combine a launch of its own (0: in the output projection) */
-static int fold_lanes;    /* lanes an output of the projection that combines (0: the plan's choice) */
 /* One prompt, past the block: plan = graph path = reference (chunk: the decode attention's
    positions a workgroup, -1 unsplit). */
 static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
@@ -180,8 +178,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
-                                .mlp_block = mlp_block, .graph_prefill = graph_prefill, .fold_combine = fold_combine,
-                                .fold_lanes = fold_lanes};
+                                .mlp_block = mlp_block, .graph_prefill = graph_prefill};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -222,27 +219,17 @@ static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cf
 static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 2, 1 + 5 * 2 + 2); }
 static void llama_plan_head_size_8(void) { check_single(&llama8_cfg, 0, 0, 0, 2, 1 + 5 * 1 + 2); }
 
-/* The decode attention split over chunks of positions: chunks of 3 over a block of 11
-   (contexts 5 .. 11 and, past the block, 6 .. again: chunks partly filled, a context on a
-   chunk's edge), of 1 (every chunk a position, f16, head size 8: the combine's vec4 loads),
-   and of 4 on GPT-2's unfused form; with 16 lanes a GEMV output. The chunks are combined in
-   the output projection's prologue (no launch more a layer; head size 6 its scalar loads,
-   32 and 128 lanes an output), then by a launch of their own (fold_combine -1: one more). */
+/* The decode attention split over chunks of positions (one launch more a layer: the combine):
+   chunks of 3 over a block of 11 (contexts 5 .. 11 and, past the block, 6 .. again: chunks
+   partly filled, a context on a chunk's edge), of 1 (every chunk a position, f16, head size 8),
+   and of 4 on GPT-2's unfused form; with 16 lanes a GEMV output. */
 static void llama_split_attention(void)
 {
     plan_only = 1;
-    for (int f = 0; f < 2; f++) {
-        fold_combine = f ? -1 : 0;
-        check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + (5 + f) * 2 + 2);
-        check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + (5 + f) * 1 + 2);
-        check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + (5 + f) * 2 + 2);
-    }
-    fold_combine = 0;
-    fold_lanes = 32;
-    check_single_chunk(&llama_cfg, 1, 0, 0, 0, 2, 1 + 5 * 2 + 2);
-    fold_lanes = 128;
-    check_single_chunk(&llama8_cfg, 0, 0, 0, 2, 4, 1 + 5 * 1 + 2);
-    fold_lanes = 0, plan_only = 0;
+    check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + 6 * 2 + 2);
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + 6 * 1 + 2);
+    check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + 6 * 2 + 2);
+    plan_only = 0;
 }
 
 /* GPT-2's fused MLP with 24 hidden units a workgroup (three rounds of 8, W1 loaded each
@@ -290,7 +277,7 @@ static void long_context_split(void)
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 2, .max_prefill = 256};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
-        CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 + 2); /* split by default (the block is >= 512), combined by wo */
+        CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 6 + 2); /* split by default: the block is >= 512 */
         CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first));
         CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
         same_slots("long context slot vs reference", S, NN, first, got, want);
@@ -314,7 +301,7 @@ static void profile_by_kind(void)
     int32_t want[NN], got[NN];
     reference_greedy(m.r, prompt, 2, NN, want);
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 3, .attn_chunk = 4, .fold_combine = -1};
+    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 3, .attn_chunk = 4};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);

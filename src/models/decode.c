@@ -296,28 +296,15 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 8, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
                              chunk ? "attention (split)" : "attention")))
             return st;
-        /* the chunks combined by the output projection as it stages its input (each of its
-           workgroups weighs the chunks again: fewer of them, more outputs each), or by a launch */
-        const unsigned cw = RB * (unsigned)p->H * nsplit; /* (the combine's weights in workgroup memory) */
-        unsigned kch_wo = KCH(p->A);
-        while (kch_wo > 64 && (RB * kch_wo + (RB * 256 > 512 ? RB * 256 : 512) + 3 * RB + cw) * 4 > wg_mem) kch_wo = kch_wo / 16 * 8;
-        const int fold = chunk && p->d.fold_combine >= 0 && (RB * kch_wo + (RB * 256 > 512 ? RB * 256 : 512) + 3 * RB + cw) * 4 <= wg_mem;
-        if (chunk && !fold &&
-            (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 9, GRID_ROWS, 0,
-                             (uint32_t)p->H, 0, "attention combine")))
+        if (chunk && (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 9,
+                                      GRID_ROWS, 0, (uint32_t)p->H, 0, "attention combine")))
             return st;
-        const unsigned wo_lanes = !fold ? lanes_for(C) : p->d.lanes ? (unsigned)p->d.lanes : p->d.fold_lanes ? (unsigned)p->d.fold_lanes
-                                : lanes_by_size(C, 0) > 16 ? lanes_by_size(C, 0) / 2 : 16;
-        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = wo_lanes, .RB = RB,
-                               .kch = fold ? kch_wo : KCH(p->A), .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights,
-                               .norm = DECODE_NORM_NONE, .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID,
-                               .xsrc = fold ? DECODE_X_COMBINE : DECODE_X_PLAIN, .cd = (unsigned)p->D, .cg = (unsigned)(p->H / p->Hkv),
-                               .cnkv = (unsigned)p->Hkv, .cch = chunk, .cns = nsplit};
-        bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}, {6, rows}, {9, p->asums}, {13, p->aml}};
+        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
+                               .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
+                               .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};
+        bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
-        const uint32_t wo_groups = (uint32_t)((C + 256 / wo_lanes - 1) / (256 / wo_lanes));
-        if ((st = add_launch(p, ps_, w, used, bo, 8, GRID_FIXED, wo_groups, 1, 0, fold ? "attention combine+wo gemv+residual" : "wo gemv+residual")))
-            return st;
+        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
         wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = lanes_for(p->llama ? 2 * F : F),
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
@@ -458,13 +445,10 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.graph_prefill < -1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: graph_prefill = %d; want -1, 0 or a length", d.graph_prefill);
     if (!d.graph_prefill) d.graph_prefill = 64;
-    if ((d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128) ||
-        (d.fold_lanes != 0 && d.fold_lanes != 16 && d.fold_lanes != 32 && d.fold_lanes != 64 && d.fold_lanes != 128))
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d, fold_lanes = %d; want 0, 16, 32, 64 or 128",
-                         d.lanes, d.fold_lanes);
+    if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
-    if (d.fold_combine < -1) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: fold_combine = %d", d.fold_combine);
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */

@@ -16,8 +16,8 @@
  * partial sums of the one before as it reads its input, and its workgroup 0 writes the
  * residual stream), else 5 (norm+QKV+bias+append, attention, projection+residual,
  * norm+MLP-up+GELU, MLP-down+residual); Llama 5 (QK-norm+RoPE+append inside the attention);
- * the decode step's attention split over chunks of positions by default where the block is 512
- * or longer, the chunks combined in the output projection's prologue; plus the final norm+head and the
+ * one more a layer where the decode step's attention is split over chunks of positions (its
+ * combine; by default where the block is 512 or longer); plus the final norm+head and the
  * sampler (and the embedding, where not fused).
  *
  * Lives in models/ (layer 5) because it reads the model; it uses core's pipeline cache and the
@@ -49,10 +49,6 @@ typedef struct wgml_decode_desc {
                                  the batch rounded up to a power of two (unsplit where that reaches
                                  the block), -1: never; a chunk >= the block does not split either,
                                  nor does the fused GPT-2 form */
-    int fold_combine;         /* the split attention's chunks combined in the output projection's prologue (0), not by a
-                                 launch of their own (-1: the launch, for comparisons) */
-    int fold_lanes;           /* lanes an output of that projection (16 .. 128; 0: half of what its size gives, so fewer
-                                 workgroups each combine the chunks again) */
     int sample_logits;        /* 1: the sampler reads every logit; 0: the candidates the head's workgroups leave, each
                                  its best noised logit (the same draw: comparisons) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window

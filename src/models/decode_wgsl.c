@@ -278,82 +278,14 @@ static void lane_sums(sbuf *b, unsigned lpo)
         lpo / 2);
 }
 
-/* DECODE_X_COMBINE's declarations: the chunks' sums and statistics, the per-row weights in
-   workgroup memory (cw: RB rows x H heads x NS chunks; cn: each row's chunks in use), and
-   fn xcomb(j, k): inputs k .. k + 3 of row j, the chunks' sums weighted (vec4 loads where the
-   head size allows, k a multiple of 4). */
-static void combine_source(sbuf *b, const wgml_decode_gemv *k)
-{
-    const unsigned h = k->K / k->cd, v4 = k->cd % 4 == 0;
-    out(b, "const CD: u32 = %uu;\nconst CG: u32 = %uu;\nconst CNKV: u32 = %uu;\nconst CCH: u32 = %uu;\nconst CNS: u32 = %uu;\n"
-           "const CH_H: u32 = %uu;\n"
-           "@group(0) @binding(9) var<storage, read> cparts: array<%s>;\n"
-           "@group(0) @binding(13) var<storage, read> cml: array<f32>;\n"
-           "var<workgroup> cw: array<f32, %u>;\nvar<workgroup> cn: array<u32, RB>;\n",
-        k->cd, k->cg, k->cnkv, k->cch, k->cns, h, v4 ? "vec4<f32>" : "f32", k->RB * h * k->cns);
-    /* the chunks past a row's position were not written: skipped, not weighed by 0 */
-    out(b, "fn xcomb(j: u32, r: u32, k: u32) -> vec4<f32> {\n    var v = vec4<f32>(0.0);\n");
-    if (v4)
-        out(b, "    let h = k / CD;\n    let base = (r * CNKV + h / CG) * CNS;\n    let col = (h %% CG) * CD + k %% CD;\n"
-               "    for (var s = 0u; s < CNS; s++) {\n"
-               "        if (s < cn[j]) { v += cw[(j * CH_H + h) * CNS + s] * cparts[(((base + s) * CG) * CD + col) / 4u]; }\n"
-               "    }\n");
-    else
-        out(b, "    for (var e = 0u; e < 4u; e++) {\n        let ke = k + e;\n        if (ke < K) {\n"
-               "            let h = ke / CD;\n            let base = (r * CNKV + h / CG) * CNS;\n"
-               "            let col = (h %% CG) * CD + ke %% CD;\n"
-               "            for (var s = 0u; s < CNS; s++) {\n"
-               "                if (s < cn[j]) { v[e] += cw[(j * CH_H + h) * CNS + s] * cparts[((base + s) * CG) * CD + col]; }\n"
-               "            }\n        }\n    }\n");
-    out(b, "    return v;\n}\n");
-}
-
-/* Inside the row-chunk loop, at its first chunk of inputs: the combine's weights of the RB rows,
-   exp(m_s - max) / sum over chunks s of exp(m_s - max) l_s, as wgml_decode_attn_combine_wgsl
-   weighs them (a thread per row and head). */
-static void combine_weights(sbuf *b)
-{
-    out(b, "            if (k0 == 0u) {\n"
-           "                if (tid < RB) {\n                    var c = 0u;\n"
-           "                    if (r0 + tid < R) { c = (u32(rows[r0 + tid].y) + CCH) / CCH; }\n"
-           "                    cn[tid] = c;\n                }\n"
-           "                for (var i = tid; i < RB * CH_H; i += 256u) {\n"
-           "                    let j = i / CH_H;\n                    let h = i %% CH_H;\n                    let r = r0 + j;\n"
-           "                    var nch = 0u;\n"
-           "                    if (r < R) { nch = (u32(rows[r].y) + CCH) / CCH; }\n"
-           "                    let p0 = (r * CNKV + h / CG) * CNS;\n"
-           "                    var mv: array<f32, CNS>;\n                    var lv: array<f32, CNS>;\n"
-           "                    var m = -3.0e38;\n"
-           "                    for (var s = 0u; s < CNS; s++) {\n"
-           "                        if (s < nch) { let at = ((p0 + s) * CG + h %% CG) * 2u; mv[s] = cml[at]; lv[s] = cml[at + 1u]; m = max(m, mv[s]); }\n"
-           "                    }\n"
-           "                    var l = 0.0;\n"
-           "                    for (var s = 0u; s < CNS; s++) { if (s < nch) { mv[s] = exp(mv[s] - m); l += mv[s] * lv[s]; } }\n"
-           "                    for (var s = 0u; s < CNS; s++) { cw[i * CNS + s] = select(0.0, mv[s] / l, s < nch); }\n"
-           "                }\n            }\n");
-}
-
-/* Inside the row-chunk loop: inputs k0 .. k0 + KCH of the RB rows into xs, combined. */
-static void stage_combined(sbuf *b, unsigned kch4)
-{
-    out(b, "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
-           "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
-           "                var v = vec4<f32>(0.0);\n"
-           "                if (r0 + j < R && k < K) { v = xcomb(j, r0 + j, k); }\n"
-           "                xs[i] = v;\n            }\n",
-        kch4, kch4, kch4);
-}
-
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
 {
     sbuf b = {0};
     const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4, lpo = k->lpo ? k->lpo : 32;
     const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
-    const int comb = k->xsrc == DECODE_X_COMBINE;
-    const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED || comb || k->cand;
+    const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED || k->cand;
     uint32_t used = 1u << 0 | 1u << 3 | 1u << 5;
-    if (k->xsrc != DECODE_X_EMBED && !comb) used |= 1u << 2;
-    if (comb) used |= 1u << 9 | 1u << 13;
+    if (k->xsrc != DECODE_X_EMBED) used |= 1u << 2;
     if (k->xsrc == DECODE_X_SUM) used |= 1u << 9;
     if (k->xsrc == DECODE_X_EMBED) used |= 1u << 12 | (k->positions ? 1u << 11 : 0);
     if (k->persist) used |= 1u << 10;
@@ -385,8 +317,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                 "@group(0) @binding(8) var<storage, read_write> vc: array<f32>;\n"
                 "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
             k->qd, k->kvd, k->block);
-    if (comb) combine_source(&b, k);
-    else x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions);
+    x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions);
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\n",
         k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
@@ -401,17 +332,15 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
        the staging of x (the first chunk's loads go out before anything else) */
     char units[64];
     snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
-    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-            "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
+    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n");
+    /* the candidates' noise: the row's hash, its loads issued before the weights' (not waited for at the end) */
+    if (k->cand) out(&b, "        var h0 = 0u;\n        if (tid < RB && r0 + tid < R) { h0 = row_hash(rows[picks[r0 + tid]]); }\n");
+    out(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
     row_regs(&b, k->f16, kch4, lpo, wv);
     out(&b, "            if (n < N) {\n");
     row_load(&b, kch4, units, lpo, wv);
     out(&b, "            }\n");
-    if (comb) { /* (no norm: the output projection's input) */
-        combine_weights(&b);
-        out(&b, "            workgroupBarrier();\n");
-        stage_combined(&b, kch4);
-    } else if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b);
+    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b);
     else {
         if (norm) {
             out(&b, "            if (k0 == 0u) {\n");
@@ -447,7 +376,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "                }\n            }\n        }\n");
     if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
         out(&b, "        if (tid < RB && r0 + tid < R) {\n"
-                "            let r = r0 + tid;\n            let h0 = row_hash(rows[picks[r]]);\n"
+                "            let r = r0 + tid;\n"
                 "            var best = -3.4e38;\n            var at = 0u;\n"
                 "            for (var g = 0u; g < %uu; g++) {\n"
                 "                let o = wg.x * %uu + g;\n"

@@ -13,8 +13,7 @@
 #include <stdint.h>
 
 enum { DECODE_NORM_NONE, DECODE_NORM_LN, DECODE_NORM_RMS };
-/* a GEMV's input rows: x; x + partial sums; the embedding; the split attention's chunks combined */
-enum { DECODE_X_PLAIN, DECODE_X_SUM, DECODE_X_EMBED, DECODE_X_COMBINE };
+enum { DECODE_X_PLAIN, DECODE_X_SUM, DECODE_X_EMBED }; /* a GEMV's input rows: x; x + partial sums; the embedding */
 enum { DECODE_OUT_PLAIN, DECODE_OUT_RESID, DECODE_OUT_GELU, DECODE_OUT_SWIGLU, DECODE_OUT_QKV };
 
 /* out[r, n] = epilogue(sum_k prologue(x)[r, k] W[n, k] (+ bias[n])) for the pass's R rows
@@ -39,11 +38,6 @@ typedef struct wgml_decode_gemv {
                                 reads the embedding (12, e_f16, row stride ekp) and positions (11) */
     unsigned np, ps, ekp;
     int e_f16, positions;
-    /* DECODE_X_COMBINE: x is the split attention's output (K = H cd inputs), combined as it is
-       staged from the chunks' sums (binding 9) and (max, sum) (13) that wgml_decode_attn_combine_wgsl
-       reads, by weights the workgroup works out once per row (rows at 6 give the positions):
-       cg query heads a K/V head, cnkv K/V heads, chunks of cch positions, cns of them */
-    unsigned cd, cg, cnkv, cch, cns;
     int persist; /* workgroup 0 writes the rows it read (before the norm) to binding 10 */
     unsigned lpo; /* lanes summing an output (16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
 } wgml_decode_gemv;

@@ -80,12 +80,39 @@ static void noise_functions(sbuf *b)
 /* The weight matrix's element type: vec4<f32> (4 elements a load) or vec4<u32> (8 halves). */
 static const char *wtype(int f16) { return f16 ? "vec4<u32>" : "vec4<f32>"; }
 
-/* The input rows' declarations and fn xraw(rr, k): x, x plus partial sums, or the embedding
-   (then rows at binding 6 give the token and position). */
-static void x_source(sbuf *b, int xsrc, unsigned np, unsigned ps, int e_f16, unsigned ekp, int positions)
+/* Threads that stage one vec4 of x plus np partial sums together, each over a slice of the
+   partials (their loads in flight at once, not one element's after another's): as many as
+   the workgroup's 256 threads allow for rb rows of kch4 vec4s, at most np. */
+static unsigned sum_threads(unsigned rb, unsigned kch4, unsigned np)
 {
-    if (xsrc != DECODE_X_EMBED) out(b, "@group(0) @binding(2) var<storage, read> xin: array<f32>;\n");
-    if (xsrc == DECODE_X_SUM) out(b, "@group(0) @binding(9) var<storage, read> parts: array<f32>;\n");
+    unsigned t = rb * kch4 >= 256 ? 1 : 256 / (rb * kch4);
+    return t > np ? (np ? np : 1) : t;
+}
+
+/* The input rows' declarations and fn xraw(rr, k): x, x plus partial sums, or the embedding
+   (then rows at binding 6 give the token and position). tpu > 0 (x plus partial sums, x's row
+   stride, ps and K multiples of 4): x and the partials read as vec4s, and fn xsum4(rr, k, q):
+   inputs k .. k + 3 of x (q = 0) plus the q-th of tpu slices of the partials. */
+static void x_source(sbuf *b, int xsrc, unsigned np, unsigned ps, int e_f16, unsigned ekp, int positions, unsigned tpu)
+{
+    const char *xt = tpu ? "vec4<f32>" : "f32";
+    if (xsrc != DECODE_X_EMBED) out(b, "@group(0) @binding(2) var<storage, read> xin: array<%s>;\n", xt);
+    if (xsrc == DECODE_X_SUM) out(b, "@group(0) @binding(9) var<storage, read> parts: array<%s>;\n", xt);
+    if (tpu) {
+        const unsigned slice = (np + tpu - 1) / tpu;
+        /* (an index clamped, not a load skipped: the slice's loads go out together) */
+        out(b, "fn xsum4(rr: u32, k: u32, q: u32) -> vec4<f32> {\n"
+               "    let i = (rr * XS + k) / 4u;\n"
+               "    var v = select(vec4<f32>(0.0), xin[i], q == 0u);\n"
+               "    for (var s = 0u; s < %uu; s++) {\n"
+               "        let p = q * %uu + s;\n"
+               "        let pv = parts[min(p, %uu) * %uu + i];\n"
+               "        v += select(vec4<f32>(0.0), pv, p < %uu);\n    }\n    return v;\n}\n"
+               "fn xraw(rr: u32, k: u32) -> f32 {\n    let i = rr * XS + k;\n    var v = xin[i / 4u][i %% 4u];\n"
+               "    for (var p = 0u; p < %uu; p++) { v += parts[p * %uu + i / 4u][i %% 4u]; }\n    return v;\n}\n",
+            slice, slice, np - 1, ps / 4, np, np, ps / 4);
+        return;
+    }
     if (xsrc == DECODE_X_EMBED) {
         out(b, "@group(0) @binding(12) var<storage, read> wte: array<%s>;\n", wtype(e_f16));
         if (positions) out(b, "@group(0) @binding(11) var<storage, read> wpe: array<f32>;\n");
@@ -165,9 +192,44 @@ static void row_stats(sbuf *b, int norm, unsigned rb)
 /* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
    norm's weights for them into registers) in one pass over x, their statistics from xs, then
    xs normed in place: x is read once (with partial sums, each added once), not twice. */
-static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb)
+static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb, unsigned tpu)
 {
     const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
+    if (tpu) { /* x plus partial sums, as vec4s (x_source): tpu threads a vec4 */
+        const unsigned units = rb * kch4;
+        if (tpu > 1)
+            out(b, "            for (var i = tid; i < %uu; i += 256u) {\n"
+                   "                let q = i / %uu;\n                let iu = i %% %uu;\n"
+                   "                let j = iu / %uu;\n                let k = (iu %% %uu) * 4u;\n"
+                   "                var v = vec4<f32>(0.0);\n"
+                   "                if (k < K && r0 + j < R) { v = xsum4(xrow(r0 + j), k, q); }\n"
+                   "                xsp[i] = v;\n            }\n            workgroupBarrier();\n",
+                units * tpu, units, units, kch4, kch4);
+        out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
+               "            for (var it = 0u; it < %uu; it++) {\n"
+               "                let i = tid + it * 256u;\n"
+               "                if (i < RB * %uu) {\n"
+               "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
+               "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
+               "                    var c = vec4<f32>(0.0);\n"
+               "                    if (k < K) {\n"
+               "                        w = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
+            ni, ni, ni, kch4, kch4, kch4, nw, nw, nw, nw);
+        if (ln) out(b, "                        c = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
+                    nb, nb, nb, nb);
+        out(b, "                        if (r0 + j < R) {\n                            let rr = xrow(r0 + j);\n");
+        if (tpu > 1) {
+            out(b, "                            v = xsp[i];\n");
+            for (unsigned q = 1; q < tpu; q++) out(b, "                            v += xsp[%uu + i];\n", q * units);
+        } else out(b, "                            v = xsum4(rr, k, 0u);\n");
+        if (persist)
+            out(b, "                            if (wg.x == 0u) {\n"
+                   "                                for (var e = 0u; e < 4u; e++) { xout[rr * XS + k + e] = v[e]; }\n"
+                   "                            }\n");
+        out(b, "                        }\n                    }\n"
+               "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
+               "                }\n            }\n            workgroupBarrier();\n");
+    } else {
     char bias[80] = "";
     if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
     out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
@@ -187,6 +249,7 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
            "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
            "                }\n            }\n            workgroupBarrier();\n",
         ni, ni, ni, kch4, kch4, kch4, nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+    }
     /* the statistics from xs */
     char sum[256];
     snprintf(sum, sizeof sum,
@@ -317,7 +380,11 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                 "@group(0) @binding(8) var<storage, read_write> vc: array<f32>;\n"
                 "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
             k->qd, k->kvd, k->block);
-    x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions);
+    /* x plus partial sums staged once (a single chunk) as vec4s, tpu threads each */
+    const unsigned tpu = k->xsrc == DECODE_X_SUM && norm && k->kch >= k->KP && k->xs % 4 == 0 && k->ps % 4 == 0 && k->K % 4 == 0
+                             ? sum_threads(k->RB, kch4, k->np) : 0;
+    x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
+    if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\n",
         k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
@@ -340,7 +407,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "            if (n < N) {\n");
     row_load(&b, kch4, units, lpo, wv);
     out(&b, "            }\n");
-    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b);
+    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu);
     else {
         if (norm) {
             out(&b, "            if (k0 == 0u) {\n");
@@ -410,7 +477,9 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
             "@group(0) @binding(13) var<storage, read> W2: array<%s>;\n"
             "@group(0) @binding(14) var<storage, read_write> partout: array<f32>;\n",
         wtype(m->f16), m->f16 ? "u32" : "f32");
-    x_source(&b, DECODE_X_SUM, m->np, m->ps, 0, 0, 0);
+    const unsigned tpu = m->C % 4 == 0 && m->ps % 4 == 0 ? sum_threads(m->RB, kch4, m->np) : 0;
+    x_source(&b, DECODE_X_SUM, m->np, m->ps, 0, 0, 0, tpu);
+    if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", m->RB * kch4 * tpu);
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\nvar<workgroup> hs: array<f32, %u>;\n"
             "fn xrow(r: u32) -> u32 { return r; }\n",
@@ -431,7 +500,7 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
         row_load(&b, kch4, units, lpo, wv);
         out(&b, "            }\n        }\n");
     }
-    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b);
+    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b, tpu);
     out(&b, "        workgroupBarrier();\n"
             /* the block's hidden units, RPR at a time (a row group each) */
             "        for (var fb = 0u; fb < FB; fb += %uu) {\n"

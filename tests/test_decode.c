@@ -159,6 +159,7 @@ static int x_chunk;   /* the GEMVs' inputs staged at a time (0: the plan's choic
 static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the plan's choice) */
 static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
+static int attn_cols;     /* GPT-2's fused projection in this many column blocks (0: the plan's choice) */
 /* One prompt, past the block: plan = graph path = reference (chunk: the decode attention's
    positions a workgroup, -1 unsplit). */
 static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
@@ -178,7 +179,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
-                                .mlp_block = mlp_block, .graph_prefill = graph_prefill};
+                                .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -242,6 +243,18 @@ static void gpt2_fused_mlp_blocks(void)
     mlp_block = 64;
     check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
     mlp_block = 0, plan_only = 0;
+}
+
+/* GPT-2's fused attention + projection with the projection's 24 columns in 2 blocks of 12 and
+   in 5 of 5 (the last one 4), a workgroup each: f32 and f16 weights, 2 threads an output */
+static void gpt2_attention_column_blocks(void)
+{
+    plan_only = 1;
+    attn_cols = 2;
+    check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+    attn_cols = 5;
+    check_single(&gpt2_cfg, 1, 0, 0, 2, 3 * 2 + 2);
+    attn_cols = 0, plan_only = 0;
 }
 
 /* x staged in chunks of 8 inputs (the norm's statistics over the whole row first, then each
@@ -477,6 +490,7 @@ int main(void)
     TEST_RUN(long_context_split);
     TEST_RUN(gemv_x_in_chunks);
     TEST_RUN(gpt2_fused_mlp_blocks);
+    TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(profile_by_kind);
     TEST_RUN(candidates_draw_as_logits);
     return test_summary();

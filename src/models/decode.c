@@ -240,10 +240,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wo_fused = 1, .f16 = p->d.f16_weights,
-                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->wide_wgs, .max_parts = (unsigned)p->d.attn_parts};
+                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->wide_wgs, .max_parts = (unsigned)p->d.attn_parts,
+                               .cols = (unsigned)p->d.attn_cols};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {5, lb->wo}, {6, lb->vecs}, {7, p->attn_parts}};
         used = 0xefu;
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0, "attention+wo (fused)"))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)(p->Hkv * p->d.attn_cols), 0,
+                             "attention+wo (fused)")))
+            return st;
         /* norm + MLP, its input x + those partial sums (workgroup 0 writes the sum to xb) */
         wgml_decode_mlp mlp = {.C = (unsigned)C, .CP = CP, .F = (unsigned)F, .FB = (unsigned)p->mlp_block, .RB = RB, .np = (unsigned)p->Hkv,
                                .ps = ps, .f16 = p->d.f16_weights, .eps = eps, .norm_w = (unsigned)(6 * C),
@@ -447,6 +450,9 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!d.graph_prefill) d.graph_prefill = 64;
     if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
+    if (d.attn_cols < 0 || d.attn_cols > c->width)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_cols = %d; want 0 to the width", d.attn_cols);
+    if (!d.attn_cols) d.attn_cols = 1;
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
     const int64_t G = c->heads / c->kv_heads;

@@ -552,10 +552,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
         "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n"
-        "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n",
+        "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n"
+        "const COLS: u32 = %uu;\n",
         a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
         a->bias >= 0 ? (unsigned)a->bias : 0u, wgs, split ? a->chunk : a->block, split ? ns : 1u, a->kvd / a->D,
-        split ? a->chunk : a->block);
+        split ? a->chunk : a->block, a->wo_fused && a->cols ? a->cols : 1u);
     out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
     out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
         lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
@@ -701,7 +702,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     out(&b,
         "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-        "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n    let slot = u32(rows[r].x);\n"
+        "    let r = wg.x;\n    let g = wg.y / (NS * COLS);\n    let sp = (wg.y / COLS) %% NS;\n    let cb = wg.y %% COLS;\n"
+        "    let slot = u32(rows[r].x);\n"
         "    let T = u32(rows[r].y) + 1u;\n"
         /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
            own position appends its k and v */
@@ -743,27 +745,31 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     free(pro);
     free(soft);
     if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
+        /* (columns cb CW .. (cb + 1) CW of it: with cols > 1 each column block's workgroup
+           works out the group's attention again, and the projection is spread wider) */
+        const unsigned cols = a->cols ? a->cols : 1, cw = (a->C + cols - 1) / cols;
         /* SPL threads a column where the workgroup has threads to spare, each over a slice of
            the inputs with 16 loads in flight, summed through workgroup memory */
-        const unsigned gd = a->G * a->D, spl = wgs >= 2 * a->C ? wgs / a->C : 1, cpw = wgs / spl, ips = (gd + spl - 1) / spl;
-        out(&b, "    for (var c0 = 0u; c0 < %uu; c0 += %uu) {\n"
+        const unsigned gd = a->G * a->D, spl = wgs >= 2 * cw ? wgs / cw : 1, cpw = wgs / spl, ips = (gd + spl - 1) / spl;
+        out(&b, "    let cend = min((cb + 1u) * %uu, %uu);\n"
+                "    for (var c0 = cb * %uu; c0 < cend; c0 += %uu) {\n"
                 "        let c = c0 + tid %% %uu;\n        let sl = tid / %uu;\n        var acc = 0.0;\n"
-                "        if (sl < %uu && c < %uu) {\n"
+                "        if (sl < %uu && c < cend) {\n"
                 "            let i1 = min((sl + 1u) * %uu, G * D);\n"
                 "            for (var i0 = sl * %uu; i0 < i1; i0 += 16u) {\n"
                 "                var w: array<f32, 16>;\n"
                 "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
                 "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { acc += ob[i0 + i] * w[i]; } }\n"
                 "            }\n        }\n",
-            a->C, cpw, cpw, cpw, spl, a->C, ips, ips, a->cp);
+            cw, a->C, cw, cpw, cpw, cpw, spl, ips, ips, a->cp);
         if (spl > 1)
             out(&b, "        red[tid] = acc;\n        workgroupBarrier();\n"
-                    "        if (sl == 0u && c < %uu) {\n"
+                    "        if (sl == 0u && c < cend) {\n"
                     "            for (var k = 1u; k < %uu; k++) { acc += red[k * %uu + tid]; }\n"
                     "        }\n        workgroupBarrier();\n",
-                a->C, spl, cpw);
-        out(&b, "        if (sl == 0u && c < %uu) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
-            a->C, a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
+                spl, cpw);
+        out(&b, "        if (sl == 0u && c < cend) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
+            a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
     }
     out(&b, "}\n");
     return done(&b);

@@ -54,6 +54,8 @@ typedef struct wgml_decode_attn {
        plus, for group 0, the bias at vecs (6) offset bias (-1: none) */
     int wo_fused, f16, bias;
     unsigned C, cp, ps;
+    unsigned cols; /* wo_fused: the projection's columns in this many blocks, a workgroup each (grid y Hkv cols),
+                      each working out its group's attention again (0: 1) */
     unsigned wgs; /* threads a workgroup, a power of two from 256 (0: 256): more for more loads in flight */
     unsigned max_parts; /* at most this many threads share an output (0: as many as there are; tests) */
     /* Llama decoding (each row its own slot): this row's heads of the group normed (qk_norm,

@@ -17,8 +17,9 @@
  * residual stream), else 5 (norm+QKV+bias+append, attention, projection+residual,
  * norm+MLP-up+GELU, MLP-down+residual); Llama 5 (QK-norm+RoPE+append inside the attention);
  * one more a layer where the decode step's attention is split over chunks of positions (its
- * combine; by default where the block is 512 or longer); plus the final norm+head and the
- * sampler (and the embedding, where not fused).
+ * combine; by default where the block is 512 or longer); plus the final norm+head (each of its
+ * workgroups leaving its best noised logit as a candidate) and the sampler over the candidates
+ * (and the embedding, where not fused).
  *
  * Lives in models/ (layer 5) because it reads the model; it uses core's pipeline cache and the
  * runtime directly instead of the lazy graph (both lower layers), and owns its buffers and

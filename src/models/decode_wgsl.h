@@ -1,12 +1,13 @@
 /* WGSL generators of the decode plan's kernels (models/decode_wgsl.c). Each returns malloc'ed
    source (NULL when out of memory). Bindings (group 0):
    gemv:   0 pass (uniform: R, S, temperature, seed), 1 picks (the head's rows), 2 x, 3 W,
-           4 the layer's vectors (norm weights, biases), 5 out, 6 rows, 7 K cache, 8 V cache
-           (*bindings gets the mask of those the kernel declares)
+           4 the layer's vectors (norm weights, biases), 5 out, 6 rows, 7 K cache, 8 V cache,
+           14 the head's candidates (*bindings gets the mask of those the kernel declares)
    attn:   0 rows, 1 q, 2 K cache, 3 V cache, 4 out
    rope:   0 rows, 1 qkv, 2 frequencies, 3 K cache, 4 V cache, 5 vectors (qk_norm)
    embed:  0 pass, 1 rows, 2 the embedding, 3 positions (GPT-2), 4 x
-   sample: 0 pass, 1 picks, 2 logits, 3 the decode rows, 4 tokens, 5 the prefill rows */
+   sample: 0 pass, 1 picks, 2 logits (or the head's candidates), 3 the decode rows, 4 tokens,
+           5 the prefill rows */
 #ifndef WGML_MODELS_DECODE_WGSL_H
 #define WGML_MODELS_DECODE_WGSL_H
 

@@ -159,6 +159,7 @@ static int x_chunk;   /* the GEMVs' inputs staged at a time (0: the plan's choic
 static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the plan's choice) */
 static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
+static int attn_cols;     /* GPT-2's fused projection in this many column blocks (0: the plan's choice) */
 /* One prompt, past the block: plan = graph path = reference (chunk: the decode attention's
    positions a workgroup, -1 unsplit). */
 static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
@@ -178,7 +179,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
-                                .mlp_block = mlp_block, .graph_prefill = graph_prefill};
+                                .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -242,6 +243,18 @@ static void gpt2_fused_mlp_blocks(void)
     mlp_block = 64;
     check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
     mlp_block = 0, plan_only = 0;
+}
+
+/* GPT-2's fused attention + projection with the projection's 24 columns in 2 blocks of 12 and
+   in 5 of 5 (the last one 4), a workgroup each: f32 and f16 weights, 2 threads an output */
+static void gpt2_attention_column_blocks(void)
+{
+    plan_only = 1;
+    attn_cols = 2;
+    check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+    attn_cols = 5;
+    check_single(&gpt2_cfg, 1, 0, 0, 2, 3 * 2 + 2);
+    attn_cols = 0, plan_only = 0;
 }
 
 /* x staged in chunks of 8 inputs (the norm's statistics over the whole row first, then each
@@ -387,6 +400,44 @@ static void prefill_through_the_graph(void)
     graph_prefill = 0, plan_only = 0;
 }
 
+/* At a temperature, the sampler's draw from the head's candidates (each workgroup's best noised
+   logit) equals its draw from all the logits, token for token: two slots, a vocabulary of
+   4,500 (282 candidates at 16 lanes an output, 16 outputs a workgroup); and it is a draw (not
+   the greedy tokens throughout). */
+static void candidates_draw_as_logits(void)
+{
+    wgml_context *ctx = test_context();
+    const wgml_gpt_config cin = {.arch = WGML_GPT_LLAMA, .vocab = 4500, .block = 16, .layers = 1, .heads = 2, .kv_heads = 1,
+                                 .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 1000.0f};
+    enum { S = 2, NN = 24 };
+    const int32_t a[] = {4321, 7, 99}, b[] = {12};
+    const int32_t *prompts[S] = {a, b};
+    const int64_t lens[S] = {N_OF(a), N_OF(b)};
+    {
+        model m;
+        model_make(ctx, &cin, 0, &m);
+        int32_t got[2][S * NN], first[2][S], greedy[S * NN];
+        reference_greedy(m.r, a, (int)lens[0], NN, greedy);
+        for (int all = 0; all < 2; all++) {
+            wgml_decode_plan *plan = NULL;
+            const wgml_decode_desc d = {.batch = S, .steps_per_submit = 5, .temperature = 1.5f, .seed = 77, .sample_logits = all,
+                                        .lanes = 16};
+            CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+            if (plan) {
+                CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first[all]));
+                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got[all]));
+            }
+            wgml_decode_plan_free(plan);
+        }
+        int differ = first[1][0] != greedy[0];
+        for (int s = 0; s < S; s++) CHECK(first[0][s] == first[1][s]);
+        same_tokens("candidates vs logits", got[0], got[1], S * (NN - 1));
+        for (int k = 1; k < NN; k++) differ |= got[1][k - 1] != greedy[k];
+        CHECK(differ);
+        model_free(&m);
+    }
+}
+
 /* head_dim apart from width / heads, and QK-norm: the graph's forward against the reference. */
 static void qk_norm_and_head_dim_forward(void)
 {
@@ -439,6 +490,8 @@ int main(void)
     TEST_RUN(long_context_split);
     TEST_RUN(gemv_x_in_chunks);
     TEST_RUN(gpt2_fused_mlp_blocks);
+    TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(profile_by_kind);
+    TEST_RUN(candidates_draw_as_logits);
     return test_summary();
 }

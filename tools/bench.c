@@ -843,6 +843,7 @@ int cmd_bench(int argc, char **argv)
     if (quick) warmup_seconds = 0.3;
     const char *wu = getenv("WGML_BENCH_WARMUP");
     if (wu && atof(wu) >= 0) warmup_seconds = atof(wu);
+    if (!strcmp(what, "decode")) cli_generation_runtime();
     wgml_context *probe;
     if (wgml_context_create(NULL, &probe)) {
         fprintf(stderr, "wgml bench: %s\n", wgml_last_create_error());

@@ -172,6 +172,14 @@ int cli_take_runtime(int *argc, char **argv)
     return 0;
 }
 
+void cli_generation_runtime(void)
+{
+    /* (H200, docs/MEASUREMENTS.md: the batch-1 plan that wgml_gpt_generate takes, 6,138 tokens/s
+       against Dawn's 5,680, and a third of Dawn's host time a step) */
+    const char *e = getenv("WGML_RUNTIME");
+    if (!e || !*e) setenv("WGML_RUNTIME", "wgpu-native", 1);
+}
+
 /* The index of column `name` in a CSV header line, or -1. */
 static int column_of(const char *header, const char *name)
 {

@@ -76,6 +76,10 @@ int cli_dist_finish(const char *who, wgml_context *ctx, int n, wgml_tensor *cons
    which every context of the command then reads: every command has the option. -1 (after a
    message) for a name that is no runtime or a missing one. */
 int cli_take_runtime(int *argc, char **argv);
+/* Generation (wgml gpt sample, wgml bench decode) on wgpu-native where no runtime is named (no
+   --runtime, WGML_RUNTIME unset): its decode launches ran faster than Dawn's, which the library's
+   automatic choice takes on adapters with matrix units. --runtime auto keeps the library's choice. */
+void cli_generation_runtime(void);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

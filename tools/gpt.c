@@ -709,7 +709,8 @@ static const struct option sample_flags[] = {
 static const char sample_usage[] =
     "usage: wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N (200)] [--temperature X (0.8; 0: greedy)]\n"
     "                       [--top-k N (0: all)] [--top-p P (1: all; else the fewest likeliest tokens reaching P)] [--seed N (1)]\n"
-    "The text goes to stdout; its speed, on a line of its own, to stderr.\n";
+    "The text goes to stdout; its speed, on a line of its own, to stderr. Runs on wgpu-native unless\n"
+    "--runtime (or WGML_RUNTIME) names another.\n";
 
 typedef struct sample_options {
     const char *path, *prompt;
@@ -747,6 +748,7 @@ static int cmd_gpt_sample(int argc, char **argv)
     if (prc) return prc == 1 ? 0 : 2;
     const char *path = so.path, *prompt = so.prompt;
     if (!path) return fprintf(stderr, "wgml gpt sample: --checkpoint FILE is required (see --help)\n"), 2;
+    cli_generation_runtime();
     wgml_context *ctx = NULL;
     if (wgml_context_create(NULL, &ctx)) return fprintf(stderr, "wgml: %s\n", wgml_last_create_error()), 1;
     wgml_gpt *g = NULL;

@@ -44,6 +44,8 @@ struct wgml_decode_plan {
     layer_bufs *L;
     WGPUBuffer wte, wpe, fvecs, freq;
     WGPUBuffer x, qkv, att, h, logits;
+    WGPUBuffer cand;            /* the head's candidates for the sampler, ncand a picked row (0: it reads the logits) */
+    int64_t ncand;
     int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
     unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
@@ -238,10 +240,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wo_fused = 1, .f16 = p->d.f16_weights,
-                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->wide_wgs, .max_parts = (unsigned)p->d.attn_parts};
+                               .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->wide_wgs, .max_parts = (unsigned)p->d.attn_parts,
+                               .cols = (unsigned)p->d.attn_cols};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {5, lb->wo}, {6, lb->vecs}, {7, p->attn_parts}};
         used = 0xefu;
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)p->Hkv, 0, "attention+wo (fused)"))) return st;
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)(p->Hkv * p->d.attn_cols), 0,
+                             "attention+wo (fused)")))
+            return st;
         /* norm + MLP, its input x + those partial sums (workgroup 0 writes the sum to xb) */
         wgml_decode_mlp mlp = {.C = (unsigned)C, .CP = CP, .F = (unsigned)F, .FB = (unsigned)p->mlp_block, .RB = RB, .np = (unsigned)p->Hkv,
                                .ps = ps, .f16 = p->d.f16_weights, .eps = eps, .norm_w = (unsigned)(6 * C),
@@ -324,12 +329,14 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                            .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
-                           .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps};
-    bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {9, p->mlp_parts}};
+                           .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps, .cand = p->ncand > 0};
+    bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {6, rows}, {9, p->mlp_parts},
+                 {14, p->cand}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
-    if ((st = add_launch(p, ps_, w, used, bh, 7, GRID_FIXED, groups_for(p->V), 1, 1, "norm+lm head gemv"))) return st;
-    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->wide_wgs};
-    bind bs[] = {{0, pas}, {1, picks}, {2, p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
+    if ((st = add_launch(p, ps_, w, used, bh, 9, GRID_FIXED, groups_for(p->V), 1, 1, "norm+lm head gemv"))) return st;
+    /* the sampler draws from the head's candidates (a best noised logit a workgroup), not from every logit */
+    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->wide_wgs, .cands = (unsigned)p->ncand};
+    bind bs[] = {{0, pas}, {1, picks}, {2, p->ncand ? p->cand : p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1, "sampler");
 #undef KCH
 }
@@ -355,7 +362,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
     }
     free(p->L);
-    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits,
+    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
                           &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging[0], &p->staging[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
@@ -443,6 +450,11 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!d.graph_prefill) d.graph_prefill = 64;
     if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
+    if (d.attn_cols < 0 || d.attn_cols > c->width)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_cols = %d; want 0 to the width", d.attn_cols);
+    if (!d.attn_cols) d.attn_cols = 1;
+    if (d.sample_logits < 0 || d.sample_logits > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */
@@ -525,6 +537,11 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);
     p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);
     p->logits = make_buffer(p, (uint64_t)(p->B * p->V) * 4, STORAGE, "decode logits", &st);
+    if (!d.sample_logits) { /* the head's workgroups (groups_for at this shape) */
+        const int64_t opw = 256 / lanes_by_size(p->V, d.lanes);
+        p->ncand = (p->V + opw - 1) / opw;
+        p->cand = make_buffer(p, (uint64_t)(p->B * p->ncand) * 8, STORAGE, "decode candidates", &st);
+    }
     p->drows = make_buffer(p, (uint64_t)p->B * 16, STORAGE, "decode rows", &st);
     p->prows = make_buffer(p, (uint64_t)p->P * 16, STORAGE, "prefill rows", &st);
     p->dpass = make_buffer(p, 16, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, "decode pass", &st);

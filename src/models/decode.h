@@ -17,8 +17,9 @@
  * residual stream), else 5 (norm+QKV+bias+append, attention, projection+residual,
  * norm+MLP-up+GELU, MLP-down+residual); Llama 5 (QK-norm+RoPE+append inside the attention);
  * one more a layer where the decode step's attention is split over chunks of positions (its
- * combine; by default where the block is 512 or longer); plus the final norm+head and the
- * sampler (and the embedding, where not fused).
+ * combine; by default where the block is 512 or longer); plus the final norm+head (each of its
+ * workgroups leaving its best noised logit as a candidate) and the sampler over the candidates
+ * (and the embedding, where not fused).
  *
  * Lives in models/ (layer 5) because it reads the model; it uses core's pipeline cache and the
  * runtime directly instead of the lazy graph (both lower layers), and owns its buffers and
@@ -49,6 +50,10 @@ typedef struct wgml_decode_desc {
                                  the batch rounded up to a power of two (unsplit where that reaches
                                  the block), -1: never; a chunk >= the block does not split either,
                                  nor does the fused GPT-2 form */
+    int attn_cols;            /* GPT-2's fused attention + projection: the projection's columns in this many blocks, a
+                                 workgroup each that works out its K/V head's attention again (0: 1) */
+    int sample_logits;        /* 1: the sampler reads every logit; 0: the candidates the head's workgroups leave, each
+                                 its best noised logit (the same draw: comparisons) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

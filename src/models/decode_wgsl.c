@@ -63,15 +63,56 @@ static void elementwise_functions(sbuf *b)
         wgml_wgsl_find("elementwise"));
 }
 
+/* The sampler's noise: a 32-bit hash (lowbias32) of the inputs, chained, gives the Gumbel
+   noise's uniform; noisy(l, h0, v) is logit l of token v as the draw compares it (the head's
+   candidates and the sampler must agree to the bit). Needs the pass uniform P. */
+static void noise_functions(sbuf *b)
+{
+    out(b, "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
+           "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
+           "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
+           "    if (P.temp > 0.0) {\n"
+           "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
+           "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
+           "fn row_hash(row: vec4<i32>) -> u32 { return mix(P.seed ^ mix((u32(row.x) * 0x9e3779b9u) ^ mix(u32(row.y)))); }\n");
+}
+
 /* The weight matrix's element type: vec4<f32> (4 elements a load) or vec4<u32> (8 halves). */
 static const char *wtype(int f16) { return f16 ? "vec4<u32>" : "vec4<f32>"; }
 
-/* The input rows' declarations and fn xraw(rr, k): x, x plus partial sums, or the embedding
-   (then rows at binding 6 give the token and position). */
-static void x_source(sbuf *b, int xsrc, unsigned np, unsigned ps, int e_f16, unsigned ekp, int positions)
+/* Threads that stage one vec4 of x plus np partial sums together, each over a slice of the
+   partials (their loads in flight at once, not one element's after another's): as many as
+   the workgroup's 256 threads allow for rb rows of kch4 vec4s, at most np. */
+static unsigned sum_threads(unsigned rb, unsigned kch4, unsigned np)
 {
-    if (xsrc != DECODE_X_EMBED) out(b, "@group(0) @binding(2) var<storage, read> xin: array<f32>;\n");
-    if (xsrc == DECODE_X_SUM) out(b, "@group(0) @binding(9) var<storage, read> parts: array<f32>;\n");
+    unsigned t = rb * kch4 >= 256 ? 1 : 256 / (rb * kch4);
+    return t > np ? (np ? np : 1) : t;
+}
+
+/* The input rows' declarations and fn xraw(rr, k): x, x plus partial sums, or the embedding
+   (then rows at binding 6 give the token and position). tpu > 0 (x plus partial sums, x's row
+   stride, ps and K multiples of 4): x and the partials read as vec4s, and fn xsum4(rr, k, q):
+   inputs k .. k + 3 of x (q = 0) plus the q-th of tpu slices of the partials. */
+static void x_source(sbuf *b, int xsrc, unsigned np, unsigned ps, int e_f16, unsigned ekp, int positions, unsigned tpu)
+{
+    const char *xt = tpu ? "vec4<f32>" : "f32";
+    if (xsrc != DECODE_X_EMBED) out(b, "@group(0) @binding(2) var<storage, read> xin: array<%s>;\n", xt);
+    if (xsrc == DECODE_X_SUM) out(b, "@group(0) @binding(9) var<storage, read> parts: array<%s>;\n", xt);
+    if (tpu) {
+        const unsigned slice = (np + tpu - 1) / tpu;
+        /* (an index clamped, not a load skipped: the slice's loads go out together) */
+        out(b, "fn xsum4(rr: u32, k: u32, q: u32) -> vec4<f32> {\n"
+               "    let i = (rr * XS + k) / 4u;\n"
+               "    var v = select(vec4<f32>(0.0), xin[i], q == 0u);\n"
+               "    for (var s = 0u; s < %uu; s++) {\n"
+               "        let p = q * %uu + s;\n"
+               "        let pv = parts[min(p, %uu) * %uu + i];\n"
+               "        v += select(vec4<f32>(0.0), pv, p < %uu);\n    }\n    return v;\n}\n"
+               "fn xraw(rr: u32, k: u32) -> f32 {\n    let i = rr * XS + k;\n    var v = xin[i / 4u][i %% 4u];\n"
+               "    for (var p = 0u; p < %uu; p++) { v += parts[p * %uu + i / 4u][i %% 4u]; }\n    return v;\n}\n",
+            slice, slice, np - 1, ps / 4, np, np, ps / 4);
+        return;
+    }
     if (xsrc == DECODE_X_EMBED) {
         out(b, "@group(0) @binding(12) var<storage, read> wte: array<%s>;\n", wtype(e_f16));
         if (positions) out(b, "@group(0) @binding(11) var<storage, read> wpe: array<f32>;\n");
@@ -151,9 +192,44 @@ static void row_stats(sbuf *b, int norm, unsigned rb)
 /* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
    norm's weights for them into registers) in one pass over x, their statistics from xs, then
    xs normed in place: x is read once (with partial sums, each added once), not twice. */
-static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb)
+static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb, unsigned tpu)
 {
     const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
+    if (tpu) { /* x plus partial sums, as vec4s (x_source): tpu threads a vec4 */
+        const unsigned units = rb * kch4;
+        if (tpu > 1)
+            out(b, "            for (var i = tid; i < %uu; i += 256u) {\n"
+                   "                let q = i / %uu;\n                let iu = i %% %uu;\n"
+                   "                let j = iu / %uu;\n                let k = (iu %% %uu) * 4u;\n"
+                   "                var v = vec4<f32>(0.0);\n"
+                   "                if (k < K && r0 + j < R) { v = xsum4(xrow(r0 + j), k, q); }\n"
+                   "                xsp[i] = v;\n            }\n            workgroupBarrier();\n",
+                units * tpu, units, units, kch4, kch4);
+        out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
+               "            for (var it = 0u; it < %uu; it++) {\n"
+               "                let i = tid + it * 256u;\n"
+               "                if (i < RB * %uu) {\n"
+               "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
+               "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
+               "                    var c = vec4<f32>(0.0);\n"
+               "                    if (k < K) {\n"
+               "                        w = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
+            ni, ni, ni, kch4, kch4, kch4, nw, nw, nw, nw);
+        if (ln) out(b, "                        c = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
+                    nb, nb, nb, nb);
+        out(b, "                        if (r0 + j < R) {\n                            let rr = xrow(r0 + j);\n");
+        if (tpu > 1) {
+            out(b, "                            v = xsp[i];\n");
+            for (unsigned q = 1; q < tpu; q++) out(b, "                            v += xsp[%uu + i];\n", q * units);
+        } else out(b, "                            v = xsum4(rr, k, 0u);\n");
+        if (persist)
+            out(b, "                            if (wg.x == 0u) {\n"
+                   "                                for (var e = 0u; e < 4u; e++) { xout[rr * XS + k + e] = v[e]; }\n"
+                   "                            }\n");
+        out(b, "                        }\n                    }\n"
+               "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
+               "                }\n            }\n            workgroupBarrier();\n");
+    } else {
     char bias[80] = "";
     if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
     out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
@@ -173,6 +249,7 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
            "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
            "                }\n            }\n            workgroupBarrier();\n",
         ni, ni, ni, kch4, kch4, kch4, nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+    }
     /* the statistics from xs */
     char sum[256];
     snprintf(sum, sizeof sum,
@@ -269,13 +346,14 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     sbuf b = {0};
     const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4, lpo = k->lpo ? k->lpo : 32;
     const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
-    const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED;
+    const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED || k->cand;
     uint32_t used = 1u << 0 | 1u << 3 | 1u << 5;
     if (k->xsrc != DECODE_X_EMBED) used |= 1u << 2;
     if (k->xsrc == DECODE_X_SUM) used |= 1u << 9;
     if (k->xsrc == DECODE_X_EMBED) used |= 1u << 12 | (k->positions ? 1u << 11 : 0);
     if (k->persist) used |= 1u << 10;
     if (k->head) used |= 1u << 1;
+    if (k->cand) used |= 1u << 6 | 1u << 14;
     if (uses_vecs) used |= 1u << 4;
     if (uses_rows) used |= 1u << 6;
     if (k->epilogue == DECODE_OUT_QKV) used |= 1u << 7 | 1u << 8;
@@ -288,6 +366,10 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
             "@group(0) @binding(0) var<uniform> P: Pass;\n");
     if (k->head) out(&b, "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n");
+    if (k->cand) {
+        out(&b, "@group(0) @binding(14) var<storage, read_write> cand: array<vec2<f32>>;\n");
+        noise_functions(&b);
+    }
     out(&b, "@group(0) @binding(3) var<storage, read> W: array<%s>;\n", wtype(k->f16));
     if (uses_vecs) out(&b, "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n");
     out(&b, "@group(0) @binding(5) var<storage, read_write> outb: array<f32>;\n");
@@ -298,7 +380,11 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                 "@group(0) @binding(8) var<storage, read_write> vc: array<f32>;\n"
                 "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
             k->qd, k->kvd, k->block);
-    x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions);
+    /* x plus partial sums staged once (a single chunk) as vec4s, tpu threads each */
+    const unsigned tpu = k->xsrc == DECODE_X_SUM && norm && k->kch >= k->KP && k->xs % 4 == 0 && k->ps % 4 == 0 && k->K % 4 == 0
+                             ? sum_threads(k->RB, kch4, k->np) : 0;
+    x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
+    if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\n",
         k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
@@ -313,13 +399,15 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
        the staging of x (the first chunk's loads go out before anything else) */
     char units[64];
     snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
-    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-            "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
+    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n");
+    /* the candidates' noise: the row's hash, its loads issued before the weights' (not waited for at the end) */
+    if (k->cand) out(&b, "        var h0 = 0u;\n        if (tid < RB && r0 + tid < R) { h0 = row_hash(rows[picks[r0 + tid]]); }\n");
+    out(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
     row_regs(&b, k->f16, kch4, lpo, wv);
     out(&b, "            if (n < N) {\n");
     row_load(&b, kch4, units, lpo, wv);
     out(&b, "            }\n");
-    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b);
+    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu);
     else {
         if (norm) {
             out(&b, "            if (k0 == 0u) {\n");
@@ -352,7 +440,18 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                 "                    }\n");
         break;
     }
-    out(&b, "                }\n            }\n        }\n        workgroupBarrier();\n    }\n}\n");
+    out(&b, "                }\n            }\n        }\n");
+    if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
+        out(&b, "        if (tid < RB && r0 + tid < R) {\n"
+                "            let r = r0 + tid;\n"
+                "            var best = -3.4e38;\n            var at = 0u;\n"
+                "            for (var g = 0u; g < %uu; g++) {\n"
+                "                let o = wg.x * %uu + g;\n"
+                "                if (o < N) {\n                    let nv = noisy(red[tid * 256u + g * %uu], h0, o);\n"
+                "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n"
+                "            cand[r * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at));\n        }\n",
+            256 / lpo, 256 / lpo, lpo, (k->N + 256 / lpo - 1) / (256 / lpo));
+    out(&b, "        workgroupBarrier();\n    }\n}\n");
     return done(&b);
 }
 
@@ -378,7 +477,9 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
             "@group(0) @binding(13) var<storage, read> W2: array<%s>;\n"
             "@group(0) @binding(14) var<storage, read_write> partout: array<f32>;\n",
         wtype(m->f16), m->f16 ? "u32" : "f32");
-    x_source(&b, DECODE_X_SUM, m->np, m->ps, 0, 0, 0);
+    const unsigned tpu = m->C % 4 == 0 && m->ps % 4 == 0 ? sum_threads(m->RB, kch4, m->np) : 0;
+    x_source(&b, DECODE_X_SUM, m->np, m->ps, 0, 0, 0, tpu);
+    if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", m->RB * kch4 * tpu);
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\nvar<workgroup> hs: array<f32, %u>;\n"
             "fn xrow(r: u32) -> u32 { return r; }\n",
@@ -399,7 +500,7 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
         row_load(&b, kch4, units, lpo, wv);
         out(&b, "            }\n        }\n");
     }
-    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b);
+    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b, tpu);
     out(&b, "        workgroupBarrier();\n"
             /* the block's hidden units, RPR at a time (a row group each) */
             "        for (var fb = 0u; fb < FB; fb += %uu) {\n"
@@ -451,10 +552,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
         "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n"
-        "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n",
+        "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n"
+        "const COLS: u32 = %uu;\n",
         a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
         a->bias >= 0 ? (unsigned)a->bias : 0u, wgs, split ? a->chunk : a->block, split ? ns : 1u, a->kvd / a->D,
-        split ? a->chunk : a->block);
+        split ? a->chunk : a->block, a->wo_fused && a->cols ? a->cols : 1u);
     out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
     out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
         lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
@@ -600,7 +702,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     out(&b,
         "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-        "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n    let slot = u32(rows[r].x);\n"
+        "    let r = wg.x;\n    let g = wg.y / (NS * COLS);\n    let sp = (wg.y / COLS) %% NS;\n    let cb = wg.y %% COLS;\n"
+        "    let slot = u32(rows[r].x);\n"
         "    let T = u32(rows[r].y) + 1u;\n"
         /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
            own position appends its k and v */
@@ -642,27 +745,31 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     free(pro);
     free(soft);
     if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
+        /* (columns cb CW .. (cb + 1) CW of it: with cols > 1 each column block's workgroup
+           works out the group's attention again, and the projection is spread wider) */
+        const unsigned cols = a->cols ? a->cols : 1, cw = (a->C + cols - 1) / cols;
         /* SPL threads a column where the workgroup has threads to spare, each over a slice of
            the inputs with 16 loads in flight, summed through workgroup memory */
-        const unsigned gd = a->G * a->D, spl = wgs >= 2 * a->C ? wgs / a->C : 1, cpw = wgs / spl, ips = (gd + spl - 1) / spl;
-        out(&b, "    for (var c0 = 0u; c0 < %uu; c0 += %uu) {\n"
+        const unsigned gd = a->G * a->D, spl = wgs >= 2 * cw ? wgs / cw : 1, cpw = wgs / spl, ips = (gd + spl - 1) / spl;
+        out(&b, "    let cend = min((cb + 1u) * %uu, %uu);\n"
+                "    for (var c0 = cb * %uu; c0 < cend; c0 += %uu) {\n"
                 "        let c = c0 + tid %% %uu;\n        let sl = tid / %uu;\n        var acc = 0.0;\n"
-                "        if (sl < %uu && c < %uu) {\n"
+                "        if (sl < %uu && c < cend) {\n"
                 "            let i1 = min((sl + 1u) * %uu, G * D);\n"
                 "            for (var i0 = sl * %uu; i0 < i1; i0 += 16u) {\n"
                 "                var w: array<f32, 16>;\n"
                 "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
                 "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { acc += ob[i0 + i] * w[i]; } }\n"
                 "            }\n        }\n",
-            a->C, cpw, cpw, cpw, spl, a->C, ips, ips, a->cp);
+            cw, a->C, cw, cpw, cpw, cpw, spl, ips, ips, a->cp);
         if (spl > 1)
             out(&b, "        red[tid] = acc;\n        workgroupBarrier();\n"
-                    "        if (sl == 0u && c < %uu) {\n"
+                    "        if (sl == 0u && c < cend) {\n"
                     "            for (var k = 1u; k < %uu; k++) { acc += red[k * %uu + tid]; }\n"
                     "        }\n        workgroupBarrier();\n",
-                a->C, spl, cpw);
-        out(&b, "        if (sl == 0u && c < %uu) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
-            a->C, a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
+                spl, cpw);
+        out(&b, "        if (sl == 0u && c < cend) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
+            a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
     }
     out(&b, "}\n");
     return done(&b);
@@ -778,42 +885,42 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
 char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
 {
     sbuf b = {0};
-    const unsigned wgs = k->wgs ? k->wgs : 256;
-    out(&b, "const V: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", k->V, k->cap, wgs);
+    const unsigned wgs = k->wgs ? k->wgs : 256, n = k->cands ? k->cands : k->V;
+    out(&b, "const N: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", n, k->cap, wgs);
     out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
             "@group(0) @binding(0) var<uniform> P: Pass;\n"
             "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n"
-            "@group(0) @binding(2) var<storage, read> logits: array<f32>;\n"
+            "@group(0) @binding(2) var<storage, read> logits: array<%s>;\n"
             "@group(0) @binding(3) var<storage, read_write> drows: array<vec4<i32>>;\n"
-            "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n");
+            "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n",
+        k->cands ? "vec2<f32>" : "f32");
     if (k->prefill) out(&b, "@group(0) @binding(5) var<storage, read> prows: array<vec4<i32>>;\n");
-    out(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n"
-            /* a 32-bit hash (lowbias32) of the inputs, chained: the Gumbel noise's uniform */
-            "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
-            "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
-            "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
-            "    if (P.temp > 0.0) {\n"
-            "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
-            "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
-            "@compute @workgroup_size(WGS)\n"
+    out(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n");
+    noise_functions(&b);
+    /* one of the N values of row s: (noised logit, its token); the candidates are noised already */
+    if (k->cands)
+        out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return logits[s * N + v]; }\n");
+    else
+        out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return vec2<f32>(noisy(logits[s * N + v], h0, v), bitcast<f32>(v)); }\n");
+    out(&b, "@compute @workgroup_size(WGS)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let s = wg.x;\n    let row = %s[picks[s]];\n"
             "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
             "    var best = -3.4e38;\n    var at = 0u;\n"
-            "    let h0 = mix(P.seed ^ mix((slot * 0x9e3779b9u) ^ mix(pos)));\n"
-            /* four logits a round, their loads issued together; ascending v in each thread, so
-               the first of equal values wins as in the argmax */
+            "    let h0 = row_hash(row);\n"
+            /* four values a round, their loads issued together; ascending tokens in each thread
+               (candidates come in token order), so the first of equal values wins as in the argmax */
             "    var v = tid;\n"
-            "    for (; v + 3u * WGS < V; v += 4u * WGS) {\n"
-            "        let l0 = logits[s * V + v];\n        let l1 = logits[s * V + v + WGS];\n"
-            "        let l2 = logits[s * V + v + 2u * WGS];\n        let l3 = logits[s * V + v + 3u * WGS];\n"
-            "        let n0 = noisy(l0, h0, v);\n        if (n0 > best) { best = n0; at = v; }\n"
-            "        let n1 = noisy(l1, h0, v + WGS);\n        if (n1 > best) { best = n1; at = v + WGS; }\n"
-            "        let n2 = noisy(l2, h0, v + 2u * WGS);\n        if (n2 > best) { best = n2; at = v + 2u * WGS; }\n"
-            "        let n3 = noisy(l3, h0, v + 3u * WGS);\n        if (n3 > best) { best = n3; at = v + 3u * WGS; }\n"
+            "    for (; v + 3u * WGS < N; v += 4u * WGS) {\n"
+            "        let c0 = value(s, v, h0);\n        let c1 = value(s, v + WGS, h0);\n"
+            "        let c2 = value(s, v + 2u * WGS, h0);\n        let c3 = value(s, v + 3u * WGS, h0);\n"
+            "        if (c0.x > best) { best = c0.x; at = bitcast<u32>(c0.y); }\n"
+            "        if (c1.x > best) { best = c1.x; at = bitcast<u32>(c1.y); }\n"
+            "        if (c2.x > best) { best = c2.x; at = bitcast<u32>(c2.y); }\n"
+            "        if (c3.x > best) { best = c3.x; at = bitcast<u32>(c3.y); }\n"
             "    }\n"
-            "    for (; v < V; v += WGS) {\n        let n = noisy(logits[s * V + v], h0, v);\n"
-            "        if (n > best) { best = n; at = v; }\n    }\n"
+            "    for (; v < N; v += WGS) {\n        let c = value(s, v, h0);\n"
+            "        if (c.x > best) { best = c.x; at = bitcast<u32>(c.y); }\n    }\n"
             "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
             "    for (var st = WGS / 2u; st > 0u; st >>= 1u) {\n"
             "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"

@@ -1,12 +1,13 @@
 /* WGSL generators of the decode plan's kernels (models/decode_wgsl.c). Each returns malloc'ed
    source (NULL when out of memory). Bindings (group 0):
    gemv:   0 pass (uniform: R, S, temperature, seed), 1 picks (the head's rows), 2 x, 3 W,
-           4 the layer's vectors (norm weights, biases), 5 out, 6 rows, 7 K cache, 8 V cache
-           (*bindings gets the mask of those the kernel declares)
+           4 the layer's vectors (norm weights, biases), 5 out, 6 rows, 7 K cache, 8 V cache,
+           14 the head's candidates (*bindings gets the mask of those the kernel declares)
    attn:   0 rows, 1 q, 2 K cache, 3 V cache, 4 out
    rope:   0 rows, 1 qkv, 2 frequencies, 3 K cache, 4 V cache, 5 vectors (qk_norm)
    embed:  0 pass, 1 rows, 2 the embedding, 3 positions (GPT-2), 4 x
-   sample: 0 pass, 1 picks, 2 logits, 3 the decode rows, 4 tokens, 5 the prefill rows */
+   sample: 0 pass, 1 picks, 2 logits (or the head's candidates), 3 the decode rows, 4 tokens,
+           5 the prefill rows */
 #ifndef WGML_MODELS_DECODE_WGSL_H
 #define WGML_MODELS_DECODE_WGSL_H
 
@@ -30,6 +31,9 @@ typedef struct wgml_decode_gemv {
     int bias; /* offset of the bias in vecs, or -1 */
     int epilogue;
     int head; /* x rows are picks[r] of the pass's S */
+    int cand; /* the head's candidates: for each picked row r, each workgroup's best (noised as the sampler
+                 would, rows at 6 giving slot and position) output and its index at binding 14,
+                 cand[r * workgroups + workgroup] = (value, bits of the index) */
     unsigned qd, kvd, block; /* DECODE_OUT_QKV: outputs below qd are q; then K and V into the caches */
     int xsrc;                /* DECODE_X_*: SUM adds np partials (binding 9, ps apart, rows as x's); EMBED
                                 reads the embedding (12, e_f16, row stride ekp) and positions (11) */
@@ -51,6 +55,8 @@ typedef struct wgml_decode_attn {
        plus, for group 0, the bias at vecs (6) offset bias (-1: none) */
     int wo_fused, f16, bias;
     unsigned C, cp, ps;
+    unsigned cols; /* wo_fused: the projection's columns in this many blocks, a workgroup each (grid y Hkv cols),
+                      each working out its group's attention again (0: 1) */
     unsigned wgs; /* threads a workgroup, a power of two from 256 (0: 256): more for more loads in flight */
     unsigned max_parts; /* at most this many threads share an output (0: as many as there are; tests) */
     /* Llama decoding (each row its own slot): this row's heads of the group normed (qk_norm,
@@ -103,6 +109,7 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k);
    count + 1) and its ring of CAP tokens. */
 typedef struct wgml_decode_sample {
     unsigned V, cap;
+    unsigned cands; /* > 0: not the V logits but that many candidates a row (the head's, binding 2) */
     int prefill; /* the rows are the prefill pass's */
     unsigned wgs; /* threads (a power of two, 0: 256): 1024 where allowed, as a vocabulary is long */
 } wgml_decode_sample;

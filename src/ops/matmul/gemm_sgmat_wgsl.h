@@ -33,6 +33,11 @@ typedef struct wgml_sgmat_config {
        multiples of that (wgml_sgmat_vec_width says which fits) */
     int a_vec, b_vec;
     bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
+    /* no staging: each subgroup loads its fragments straight from A and B (both halves,
+       layouts that allow 8-wide reads); no workgroup barrier in the K loop. Only for whole
+       tiles and a K that is a multiple of sm_k (wgml_sgmat_direct_fits): the fragment loads
+       are not guarded. */
+    bool direct;
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
 } wgml_sgmat_config;
 
@@ -47,6 +52,10 @@ uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool trans_a, bo
 
 /* NULL when the config can be generated, else why not (a static string). */
 const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c);
+
+/* Whether a direct config (the field above) may run M x N x K: whole tiles, K a multiple of
+   sm_k, both operands halves whose layouts allow 8-wide reads (a_vec, b_vec as given). */
+bool wgml_sgmat_direct_fits(const wgml_sgmat_config *c, int64_t M, int64_t N, int64_t K);
 
 /* The widest global read (8, 4 or 0) an operand of this layout allows: its element offset,
    row stride, the two batch strides and its contiguous extent (K for A, N for B when not

@@ -428,17 +428,15 @@ static char *replace_all(char *s, const char *from, const char *to)
 static char *emulated(char *src, const wgml_sgmat_config *c)
 {
     int SM = c->sm_m, SN = c->sm_n, SK = c->sm_k;
-    /* the fragment loads read the staging or, direct, the operands themselves */
-    const char *left = c->direct ? "A" : "As", *right = c->direct ? "B" : "Bs";
     char pre[4096];
     snprintf(pre, sizeof pre,
              "struct L { v: array<f32, %d> }\nstruct R { v: array<f32, %d> }\nstruct Acc { v: array<f32, %d> }\n"
              "fn ld_L(off: u32, cm: bool, stride: u32) -> L { var x: L;\n"
              "  for (var r = 0u; r < %du; r++) { for (var c = 0u; c < %du; c++) {\n"
-             "    x.v[r * %du + c] = f32(%s[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n  return x; }\n"
+             "    x.v[r * %du + c] = f32(As[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n  return x; }\n"
              "fn ld_R(off: u32, cm: bool, stride: u32) -> R { var x: R;\n"
              "  for (var r = 0u; r < %du; r++) { for (var c = 0u; c < %du; c++) {\n"
-             "    x.v[r * %du + c] = f32(%s[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n  return x; }\n"
+             "    x.v[r * %du + c] = f32(Bs[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n  return x; }\n"
              "fn mma(a: L, b: R, acc: Acc) -> Acc { var o = acc;\n"
              "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { for (var k = 0u; k < %du; k++) {\n"
              "    o.v[i * %du + j] += a.v[i * %du + k] * b.v[k * %du + j]; } } }\n  return o; }\n"
@@ -446,14 +444,14 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
              "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { C[off + i * stride + j] = x.v[i * %du + j]; } } }\n"
              "fn st_Cs(off: u32, x: Acc, cm: bool, stride: u32) {\n"
              "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { Cs[off + i * stride + j] = x.v[i * %du + j]; } } }\n",
-             SM * SK, SK * SN, SM * SN, SM, SK, SK, left, SK, SN, SN, right, SM, SN, SK, SN, SK, SN, SM, SN, SN, SM, SN, SN);
+             SM * SK, SK * SN, SM * SN, SM, SK, SK, SK, SN, SN, SM, SN, SK, SN, SK, SN, SM, SN, SN, SM, SN, SN);
     char ids[128];
     snprintf(ids, sizeof ids, ") {\n    let sg = li / %du;\n    let lane = li %% %du;\n", c->subgroup_size, c->subgroup_size);
     src = replace_all(src, "enable subgroups;\n", "");
     src = replace_all(src, "enable chromium_experimental_subgroup_matrix;\n", pre);
     src = replace_all(src, ",\n        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n", ids);
-    src = replace_all(src, c->direct ? "subgroupMatrixLoad<L>(&A, " : "subgroupMatrixLoad<L>(&As, ", "ld_L(");
-    src = replace_all(src, c->direct ? "subgroupMatrixLoad<R>(&B, " : "subgroupMatrixLoad<R>(&Bs, ", "ld_R(");
+    src = replace_all(src, "subgroupMatrixLoad<L>(&As, ", "ld_L(");
+    src = replace_all(src, "subgroupMatrixLoad<R>(&Bs, ", "ld_R(");
     src = replace_all(src, "subgroupMatrixStore(&Cs, ", "st_Cs(");
     src = replace_all(src, "subgroupMatrixStore(&C, ", "st_C(");
     src = replace_all(src, "subgroupMatrixMultiplyAccumulate(", "mma(");
@@ -504,7 +502,6 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
     int64_t S = split > 1 ? split : 1, Kc = q->K / S;
     wgml_sgmat_config cfg = config_for(base, q, h, Kc, S);
     const char *problem_text = wgml_sgmat_config_problem(&cfg);
-    if (!problem_text && cfg.direct && !wgml_sgmat_direct_fits(&cfg, q->M, q->N, Kc)) problem_text = "direct: not whole tiles";
     if (problem_text || wgml_sgmat_workgroup_bytes(&cfg, q->ta, q->tb) > wg_storage_limit) {
         snprintf(why, 256, "%s", problem_text ? problem_text : "workgroup memory over the limit");
         return -1;
@@ -575,24 +572,21 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
 
 /* The configs tried: subgroups (m x n), fragments (m x n), K depth, double buffering, vector
    reads, for each of the adapter's f16 -> f32 shapes. */
-typedef struct { int sg_m, sg_n, fm, fn, bk, db, vec, prefetch, direct; } knob;
+typedef struct { int sg_m, sg_n, fm, fn, bk, db, vec, prefetch; } knob;
 static const knob knobs[] = {
-    {4, 4, 2, 2, 32, 0, 8, 0, 0}, {4, 4, 2, 2, 16, 1, 8, 0, 0}, {2, 2, 2, 2, 16, 0, 8, 0, 0}, {2, 2, 2, 2, 16, 1, 4, 0, 0},
-    {2, 2, 4, 4, 32, 1, 8, 0, 0}, {2, 2, 4, 4, 16, 1, 8, 0, 0}, {2, 4, 4, 2, 32, 1, 8, 0, 0}, {4, 2, 2, 4, 32, 1, 8, 0, 0},
-    {2, 4, 4, 4, 16, 1, 8, 0, 0}, {4, 2, 4, 4, 16, 1, 8, 0, 0}, {4, 4, 2, 4, 16, 1, 8, 0, 0}, {2, 2, 4, 4, 64, 0, 8, 0, 0},
-    {2, 2, 4, 4, 32, 1, 4, 0, 0}, {2, 4, 4, 4, 32, 0, 8, 0, 0}, {2, 4, 2, 2, 32, 0, 8, 0, 0}, {4, 2, 2, 2, 32, 0, 8, 0, 0},
-    {4, 4, 2, 2, 32, 0, 0, 0, 0}, {4, 4, 2, 2, 32, 0, 8, 1, 0}, {2, 4, 2, 2, 32, 0, 8, 1, 0}, {4, 4, 2, 4, 32, 0, 8, 0, 0},
-    {2, 4, 2, 2, 64, 0, 8, 0, 0}, {4, 2, 2, 2, 64, 0, 8, 0, 0}, {2, 2, 2, 4, 32, 0, 8, 0, 0}, {4, 4, 2, 4, 32, 0, 8, 1, 0},
-    {2, 4, 2, 4, 32, 0, 8, 0, 0}, {4, 2, 4, 2, 32, 0, 8, 0, 0},
-    /* 26-34: fragments read straight from memory (whole tiles of halves only) */
-    {4, 4, 2, 4, 32, 0, 8, 0, 1}, {4, 4, 2, 2, 32, 0, 8, 0, 1}, {2, 4, 2, 2, 32, 0, 8, 0, 1}, {2, 2, 4, 4, 32, 0, 8, 0, 1},
-    {2, 4, 4, 4, 32, 0, 8, 0, 1}, {4, 2, 2, 4, 32, 0, 8, 0, 1}, {1, 1, 4, 4, 32, 0, 8, 0, 1}, {1, 2, 4, 4, 32, 0, 8, 0, 1},
-    {2, 2, 4, 4, 64, 0, 8, 0, 1},
-    /* 35-39: more staged layouts (256 and 1024 invocations, 256x128 tiles) */
-    {4, 2, 2, 4, 32, 0, 8, 0, 0}, {4, 8, 2, 2, 32, 0, 8, 0, 0}, {8, 4, 2, 2, 32, 0, 8, 0, 0}, {4, 4, 4, 2, 32, 0, 8, 0, 0},
-    {4, 2, 2, 4, 32, 0, 8, 1, 0},
-    /* 40: direct, small (the emulated checks') */
-    {2, 2, 2, 2, 16, 0, 8, 0, 1},
+    {4, 4, 2, 2, 32, 0, 8, 0}, {4, 4, 2, 2, 16, 1, 8, 0}, {2, 2, 2, 2, 16, 0, 8, 0}, {2, 2, 2, 2, 16, 1, 4, 0},
+    {2, 2, 4, 4, 32, 1, 8, 0}, {2, 2, 4, 4, 16, 1, 8, 0}, {2, 4, 4, 2, 32, 1, 8, 0}, {4, 2, 2, 4, 32, 1, 8, 0},
+    {2, 4, 4, 4, 16, 1, 8, 0}, {4, 2, 4, 4, 16, 1, 8, 0}, {4, 4, 2, 4, 16, 1, 8, 0}, {2, 2, 4, 4, 64, 0, 8, 0},
+    {2, 2, 4, 4, 32, 1, 4, 0}, {2, 4, 4, 4, 32, 0, 8, 0}, {2, 4, 2, 2, 32, 0, 8, 0}, {4, 2, 2, 2, 32, 0, 8, 0},
+    {4, 4, 2, 2, 32, 0, 0, 0}, {4, 4, 2, 2, 32, 0, 8, 1}, {2, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 32, 0, 8, 0},
+    {2, 4, 2, 2, 64, 0, 8, 0}, {4, 2, 2, 2, 64, 0, 8, 0}, {2, 2, 2, 4, 32, 0, 8, 0}, {4, 4, 2, 4, 32, 0, 8, 1},
+    {2, 4, 2, 4, 32, 0, 8, 0}, {4, 2, 4, 2, 32, 0, 8, 0},
+    /* 26-34: 128x128 tiles of 256 invocations, 256x128 tiles, prefetch and two buffers elsewhere */
+    {4, 2, 2, 4, 32, 0, 8, 0}, {4, 2, 2, 4, 32, 0, 8, 1}, {4, 4, 4, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 16, 0, 8, 1},
+    {2, 4, 4, 2, 32, 0, 8, 1}, {4, 4, 2, 2, 16, 1, 8, 0}, {2, 4, 2, 2, 32, 1, 8, 0}, {4, 4, 4, 2, 32, 0, 8, 0},
+    {2, 2, 2, 4, 32, 0, 8, 1},
+    /* 35-36: K slices of 64 with prefetch on 256 invocations */
+    {4, 2, 2, 4, 64, 0, 8, 1}, {2, 4, 2, 2, 64, 0, 8, 1},
 };
 #define N_KNOBS (int)(sizeof knobs / sizeof knobs[0])
 
@@ -612,7 +606,7 @@ static bool knob_wanted(int s, int k, bool checking)
         }
         return false;
     }
-    if (emulate) return k == 2 || k == 3 || k == 40;
+    if (emulate) return k == 2 || k == 3 || k == 17;
     if (checking) return s == 0 ? k % 3 == 0 : k == 4 || k == 8;
     return s == 0 || k == 4 || k == 6 || k == 8;
 }
@@ -623,14 +617,13 @@ static wgml_sgmat_config config_of(const knob *k, shape3 s)
     int widen = s.n < 16 && !emulate ? 16 / s.n : 1;
     return (wgml_sgmat_config){.sm_m = s.m, .sm_n = s.n, .sm_k = s.k, .subgroup_size = subgroup_size, .sg_m = k->sg_m,
                                .sg_n = k->sg_n, .frag_m = k->fm, .frag_n = k->fn * widen, .bk = k->bk,
-                               .double_buffer = k->db, .prefetch = k->prefetch, .a_vec = k->vec, .b_vec = k->vec,
-                               .direct = k->direct};
+                               .double_buffer = k->db, .prefetch = k->prefetch, .a_vec = k->vec, .b_vec = k->vec};
 }
 
 static void describe(char *out, size_t n, const wgml_sgmat_config *c)
 {
     snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
-             c->frag_n, c->bk, c->direct ? "direct" : c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec);
+             c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec);
 }
 
 static int cmd_parse(void)
@@ -648,7 +641,6 @@ static int cmd_parse(void)
                     c.a_vec = store == 3 ? c.a_vec : (store ? 4 : 0);
                     c.b_vec = c.a_vec;
                     c.two_leading = store == 2;
-                    if (c.direct && store != 3) continue;
                     int act = (form + store) % 3;
                     bool ta = form & 1, tb = form & 2;
                     if (wgml_sgmat_workgroup_bytes(&c, ta, tb) > wg_storage_limit) continue;
@@ -677,7 +669,7 @@ static int cmd_check(void)
         {20, 24, 12, 2, 3, false, true, true, false, true, false, 1, true, false, 1, 0},
         {24, 40, 64, 1, 1, true, false, false, true, false, false, 0, false, false, 1, 4},
         {100, 72, 40, 3, 5, false, false, true, true, true, false, 0, false, false, 1, 0},
-        /* whole tiles of halves, where the direct configs run (a tail of K past the last bk) */
+        /* whole tiles of halves, a K past the last whole slice */
         {64, 64, 48, 1, 1, false, true, true, true, false, false, 1, true, false, 1, 0},
         {32, 64, 56, 2, 1, true, false, true, true, true, false, 0, false, false, 1, 0},
         {48, 32, 64, 1, 1, false, false, true, true, false, false, 2, false, true, 0.5f, 0},
@@ -716,7 +708,7 @@ static int cmd_check(void)
                 int64_t checked = 0;
                 double t = run_config(&pp, q->split, &base, 0, &err, &checked, why);
                 if (t < 0) {
-                    if (strstr(why, "workgroup memory") || strstr(why, "direct")) continue;
+                    if (strstr(why, "workgroup memory")) continue;
                     printf("FAIL %s | %lldx%lldx%lld: %s\n", name, (long long)q->M, (long long)q->N, (long long)q->K, why);
                     bad++;
                     continue;
@@ -769,12 +761,14 @@ static int cmd_bench(int argc, char **argv)
                 wgml_sgmat_config base = config_of(&knobs[k], sm_shapes[s]);
                 char name[96], why[2048] = "";
                 describe(name, sizeof name, &base);
-                for (int split = 1; split <= max_split; split *= 2) {
+                /* SGMAT_SPLIT_FROM=4: only splits of 4 and more */
+                int split_from = getenv("SGMAT_SPLIT_FROM") ? atoi(getenv("SGMAT_SPLIT_FROM")) : 1;
+                for (int split = split_from > 1 ? split_from : 1; split <= max_split; split *= 2) {
                     double err = 0;
                     int64_t checked = 0;
                     double t = run_config(&pp, split, &base, 10, &err, &checked, why);
                     if (t <= 0) {
-                        if (t < 0 && !strstr(why, "workgroup memory") && !strstr(why, "direct")) printf("  %s: %s\n", name, why);
+                        if (t < 0 && !strstr(why, "workgroup memory")) printf("  %s: %s\n", name, why);
                         if (t == 0) printf("  %s: WRONG (worst %.3g of bound)\n", name, err);
                         continue;
                     }

@@ -16,10 +16,8 @@
  * past the last slice the guards read zeros, so the prefetch has no branch;
  * without, each slice is read and stored at the top of its step.
  *
- * A direct config stages nothing: each subgroup loads its fragments from A and B in memory
- * (halves; the tile's subgroups that share rows meet in the caches), so the K loop has no
- * barrier and no stores to workgroup memory; its loads are unguarded, so it runs only whole
- * tiles over a K that is a multiple of sm_k.
+ * Loading the fragments straight from A and B in memory instead (no staging, no barriers)
+ * ran 2-4 times slower on an H200 (docs/MEASUREMENTS.md), so every config stages.
  *
  * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
  * lanes apply the epilogue and write the elements inside the matrix; whole interior tiles that
@@ -52,11 +50,10 @@ static int items_of(const operand *o, int threads) { return (o->rows * (o->cols 
 
 static int stage_elems(const operand *o) { return o->rows * o->stride; }
 
-/* The global array's element type as bound (halves one at a time where the matrix loads read
-   it: they take an array of the matrix's component type) */
-static const char *bound_type(const operand *o, bool direct)
+/* The global array's element type as bound */
+static const char *bound_type(const operand *o)
 {
-    if (!o->vec || direct) return o->f16 ? "f16" : "f32";
+    if (!o->vec) return o->f16 ? "f16" : "f32";
     if (o->f16) return o->vec == 8 ? "vec4<u32>" : "vec2<u32>";
     return "vec4<f32>";
 }
@@ -120,12 +117,6 @@ static void put_store(wgml_sbuf *b, const operand *o, int threads, const char *s
     }
 }
 
-bool wgml_sgmat_direct_fits(const wgml_sgmat_config *c, int64_t M, int64_t N, int64_t K)
-{
-    return c->direct && !wgml_sgmat_config_problem(c) && M % wgml_sgmat_tile_m(c) == 0 && N % wgml_sgmat_tile_n(c) == 0 &&
-           K % c->sm_k == 0 && K > 0;
-}
-
 int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int64_t extent)
 {
     for (int w = 8; w >= 4; w /= 2)
@@ -148,7 +139,7 @@ uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool ta, bool tb
 {
     operand A, B;
     operands(c, ta, tb, &A, &B);
-    uint32_t stages = c->direct ? 0 : c->double_buffer ? 2 : 1;
+    uint32_t stages = c->double_buffer ? 2 : 1;
     return stages * (uint32_t)(stage_elems(&A) + stage_elems(&B)) * 2 +
            (uint32_t)(c->sg_m * c->sg_n * c->sm_m * c->sm_n) * 4;
 }
@@ -165,96 +156,68 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
     if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
         return "vector width (0, 4 or 8)";
-    if (c->direct && !(c->a_f16 && c->b_f16 && c->a_vec == 8 && c->b_vec == 8))
-        return "direct loads need both operands in halves with 8-wide layouts";
     return NULL;
 }
 
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
                                     int64_t batch, bool f16_operands, bool ta, bool tb, uint32_t wg_bytes_limit)
 {
-    /* subgroups m x n, fragments m x n (in 16x16 units), the winners of the H200 sweeps
-       (docs/MEASUREMENTS.md). Both operands in halves: 128x256 tiles for long K, 64x128 for
-       wide N over short K (the GPT's), 128x128 otherwise. An operand in f32 (converted as it
-       is staged: every graph tensor) moves twice the bytes a tile, so the larger tile wins
-       wherever its grid still fills the GPU (80 workgroups or more); below that (a weight
-       gradient's few tiles over split K) 128x128. */
-    static const int layouts[][4] = {{4, 4, 2, 4}, {2, 4, 2, 2}, {4, 4, 2, 2}, {2, 2, 2, 2}};
-    int first;
-    if (f16_operands) first = K >= 2048 ? 0 : N >= 1024 ? 1 : 2;
-    else first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 ? 0 : 2;
+    /* subgroups m x n, fragments m x n (in 16x16 units), prefetch: the winners of the H200
+       sweeps (docs/MEASUREMENTS.md). With the next slice prefetched into registers, 128x256
+       tiles won every shape whose grid of them still fills the GPU (80 workgroups or more:
+       4096^3 218-225 TFLOP/s with halves, against 159-181 staged at the top of each step; the
+       GPT's K = 384 shapes 107-108 against 99-103), 128x128 below that (a weight gradient's
+       few tiles over split K: 144 against 128) and ties where N = 384 leaves half a tile
+       column idle (141.5 against 139.2). Operands in halves or f32 alike (f32, prefetched:
+       4096^3 110.8 against 105.0). The rest fit smaller workgroup memories. */
+    (void)f16_operands, (void)K;
+    static const int layouts[][5] = {{4, 4, 2, 4, 1}, {4, 4, 2, 2, 1}, {2, 4, 2, 2, 0}, {2, 2, 2, 2, 0}};
+    int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 ? 0 : 1;
     wgml_sgmat_config c = {0};
     for (int i = first; i < 4; i++) {
         /* narrower matrices than 16 take more fragments for the same tile */
         int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
         c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
                                 .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
-                                .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32, .a_vec = 8, .b_vec = 8};
+                                .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32,
+                                .prefetch = layouts[i][4], .a_vec = 8, .b_vec = 8};
         if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) break;
     }
     return c;
 }
 
-/* The left/right fragment loads: the tile read row- or column-major. The matrix builtins take
-   the layout as a bool argument (col_major), the form Dawn's own tests use; this Dawn also
-   takes it as a template argument. */
-static void put_frag_load(wgml_sbuf *b, const char *var, const char *type, const char *array, bool col_major,
-                          const char *offset, const char *stride)
+/* The left/right fragment loads: the staged tile read row- or column-major. The matrix
+   builtins take the layout as a bool argument (col_major), the form Dawn's own tests use; this
+   Dawn also takes it as a template argument. */
+static void put_frag_load(wgml_sbuf *b, const char *var, const char *type, const char *stage, bool col_major,
+                          const char *offset, int stride)
 {
-    wgml_sbuf_put(b, "        let %s = subgroupMatrixLoad<%s>(&%s, %s, %s, %s);\n", var, type, array, offset,
+    wgml_sbuf_put(b, "        let %s = subgroupMatrixLoad<%s>(&%s, %s, %s, %du);\n", var, type, stage, offset,
                   col_major ? "true" : "false", stride);
 }
 
-/* One K step (sm_k deep) of every fragment product, kk into the staged slice or, direct, `k + kk`
-   into the matrices. */
+/* One K step (sm_k deep, kk into the staged slice) of every fragment product */
 static void put_k_step(wgml_sbuf *b, const wgml_sgmat_config *c, bool ta, bool tb, const operand *A, const operand *B,
                        int kk)
 {
     int SM = c->sm_m, SN = c->sm_n, FM = c->frag_m, FN = c->frag_n;
-    char off[128], var[32], a_ld[16], b_ld[16];
-    snprintf(a_ld, sizeof a_ld, "%du", A->stride);
-    snprintf(b_ld, sizeof b_ld, "%du", B->stride);
+    char off[128], var[32];
     for (int i = 0; i < FM; i++) {
-        if (c->direct && ta) snprintf(off, sizeof off, "a_at + (k + %du) * P.lda + %du", kk, i * SM);
-        else if (c->direct) snprintf(off, sizeof off, "a_at + %du * P.lda + k + %du", i * SM, kk);
-        else if (ta) snprintf(off, sizeof off, "abuf + %du + sr + %du", kk * A->stride, i * SM);
+        if (ta) snprintf(off, sizeof off, "abuf + %du + sr + %du", kk * A->stride, i * SM);
         else snprintf(off, sizeof off, "abuf + (sr + %du) * %du + %du", i * SM, A->stride, kk);
         snprintf(var, sizeof var, "l%d_%d", kk, i);
-        put_frag_load(b, var, "L", c->direct ? "A" : "As", ta, off, c->direct ? "P.lda" : a_ld);
+        put_frag_load(b, var, "L", "As", ta, off, A->stride);
     }
     for (int j = 0; j < FN; j++) {
-        if (c->direct && tb) snprintf(off, sizeof off, "b_at + %du * P.ldb + k + %du", j * SN, kk);
-        else if (c->direct) snprintf(off, sizeof off, "b_at + (k + %du) * P.ldb + %du", kk, j * SN);
-        else if (tb) snprintf(off, sizeof off, "bbuf + (sc + %du) * %du + %du", j * SN, B->stride, kk);
+        if (tb) snprintf(off, sizeof off, "bbuf + (sc + %du) * %du + %du", j * SN, B->stride, kk);
         else snprintf(off, sizeof off, "bbuf + %du + sc + %du", kk * B->stride, j * SN);
         snprintf(var, sizeof var, "r%d_%d", kk, j);
-        put_frag_load(b, var, "R", c->direct ? "B" : "Bs", tb, off, c->direct ? "P.ldb" : b_ld);
+        put_frag_load(b, var, "R", "Bs", tb, off, B->stride);
     }
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++)
             wgml_sbuf_put(b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i, kk,
                           j, i, j);
-}
-
-/* The K loop of a direct config: slices of bk, then steps of sm_k for the rest of K. Each
-   subgroup reads its own fragments (the tile's other subgroups read the same rows through the
-   caches), so nothing waits on a barrier. */
-static void put_direct_loop(wgml_sbuf *b, const wgml_sgmat_config *c, bool ta, bool tb, const operand *A,
-                            const operand *B)
-{
-    /* the subgroup's first row of A and column of B in the matrices */
-    if (ta) wgml_sbuf_put(b, "    let a_at = a_base + m0 + sr;\n");
-    else wgml_sbuf_put(b, "    let a_at = a_base + (m0 + sr) * P.lda;\n");
-    if (tb) wgml_sbuf_put(b, "    let b_at = b_base + (n0 + sc) * P.ldb;\n");
-    else wgml_sbuf_put(b, "    let b_at = b_base + n0 + sc;\n");
-    wgml_sbuf_put(b, "    var k = 0u;\n    for (; k + %du <= P.K; k += %du) {\n", c->bk, c->bk);
-    for (int kk = 0; kk < c->bk; kk += c->sm_k) put_k_step(b, c, ta, tb, A, B, kk);
-    wgml_sbuf_put(b, "    }\n");
-    if (c->bk > c->sm_k) {
-        wgml_sbuf_put(b, "    for (; k < P.K; k += %du) {\n", c->sm_k);
-        put_k_step(b, c, ta, tb, A, B, 0);
-        wgml_sbuf_put(b, "    }\n");
-    }
 }
 
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const char *act_wgsl)
@@ -267,9 +230,9 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     int stages = c->double_buffer ? 2 : 1, asz = stage_elems(&A), bsz = stage_elems(&B);
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated subgroup-matrix GEMM: %dx%dx%d matrices, %dx%d subgroups of %dx%d fragments "
-                  "(tile %dx%d), K slices of %d, %s, A%s %s%s B%s %s%s\n",
-                  SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK,
-                  c->direct ? "fragments read from memory" : stages == 2 ? "2 stages" : "1 stage", ta ? "^T" : "",
+                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s\n",
+                  SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK, stages,
+                  stages == 1 && c->prefetch ? " with prefetch" : "", ta ? "^T" : "",
                   c->a_f16 ? "f16" : "f32", c->a_vec ? (c->a_vec == 8 ? " x8" : " x4") : "", tb ? "^T" : "",
                   c->b_f16 ? "f16" : "f32", c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "");
     wgml_sbuf_put(&b, "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n");
@@ -277,17 +240,15 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
                       "alias R = subgroup_matrix_right<f16, %d, %d>;\n"
                       "alias Acc = subgroup_matrix_result<f32, %d, %d>;\n", SK, SM, SN, SK, SN, SM);
     /* the parameter block and bindings of every GEMM kernel (ops/matmul/gemm_bindings.h) */
-    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A, c->direct), bound_type(&B, c->direct));
+    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B));
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
     wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
                       "    var v = P.alpha * v0;\n"
                       "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
                       "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
                       "    return %s;\n}\n", act_wgsl ? "act(v)" : "v");
-    if (!c->direct) {
-        wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
-        wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
-    }
+    wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
+    wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
     wgml_sbuf_put(&b, "@compute @workgroup_size(%d)\n"
                       "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32,\n"
@@ -308,61 +269,58 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "    let sr = (sg / %du) * %du;\n    let sc = (sg %% %du) * %du;\n", c->sg_n, FM * SM, c->sg_n, FN * SN);
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) wgml_sbuf_put(&b, "    var c%d_%d: Acc;\n", i, j);
-    if (c->direct) put_direct_loop(&b, c, ta, tb, &A, &B);
-    else {
-        for (int r = 0; r < items_of(&A, NT); r++)
-            for (int g = 0; g < width_of(&A) / 4; g++) wgml_sbuf_put(&b, "    var xa%d_%d: vec4<f16>;\n", r, g);
-        for (int r = 0; r < items_of(&B, NT); r++)
-            for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
-        wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
-        bool prefetch = stages == 2 || c->prefetch;
-        if (prefetch) {
-            /* prologue: slice 0 into stage 0 */
-            wgml_sbuf_put(&b, "    {\n        let k0 = 0u;\n");
-            put_load(&b, &A, NT);
-            put_load(&b, &B, NT);
-            put_store(&b, &A, NT, "0u");
-            put_store(&b, &B, NT, "0u");
-            wgml_sbuf_put(&b, "    }\n    workgroupBarrier();\n");
-        }
-        wgml_sbuf_put(&b, "    for (var t = 0u; t < slices; t++) {\n");
-        wgml_sbuf_put(&b, "        let cur = %s;\n        let abuf = cur * %du;\n        let bbuf = cur * %du;\n",
-                      stages == 2 ? "t & 1u" : "0u", asz, bsz);
-        if (prefetch) {
-            /* the next slice into registers: its reads are in flight during this slice's math.
-               Past the last slice the edge guards read zeros, so no branch is needed (after
-               the last slice they are stored into a buffer nobody reads again). */
-            wgml_sbuf_put(&b, "        {\n        let k0 = (t + 1u) * %du;\n", BK);
-            put_load(&b, &A, NT);
-            put_load(&b, &B, NT);
-            wgml_sbuf_put(&b, "        }\n");
-        } else {
-            /* this slice read and staged at once (fewer registers, no overlap) */
-            wgml_sbuf_put(&b, "        {\n        let k0 = t * %du;\n", BK);
-            put_load(&b, &A, NT);
-            put_load(&b, &B, NT);
-            put_store(&b, &A, NT, "0u");
-            put_store(&b, &B, NT, "0u");
-            wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n");
-        }
-        for (int kk = 0; kk < BK; kk += SK) put_k_step(&b, c, ta, tb, &A, &B, kk);
-        /* with two buffers the other was last read in the previous slice, before its closing
-           barrier; with one, everyone must be done reading it */
-        char a_next[48] = "0u", b_next[48] = "0u";
-        if (stages == 2) {
-            snprintf(a_next, sizeof a_next, "(1u - cur) * %du", asz);
-            snprintf(b_next, sizeof b_next, "(1u - cur) * %du", bsz);
-        } else if (prefetch) {
-            wgml_sbuf_put(&b, "        workgroupBarrier();\n");
-        }
-        if (prefetch) {
-            wgml_sbuf_put(&b, "        {\n");
-            put_store(&b, &A, NT, a_next);
-            put_store(&b, &B, NT, b_next);
-            wgml_sbuf_put(&b, "        }\n");
-        }
-        wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
+    for (int r = 0; r < items_of(&A, NT); r++)
+        for (int g = 0; g < width_of(&A) / 4; g++) wgml_sbuf_put(&b, "    var xa%d_%d: vec4<f16>;\n", r, g);
+    for (int r = 0; r < items_of(&B, NT); r++)
+        for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
+    wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
+    bool prefetch = stages == 2 || c->prefetch;
+    if (prefetch) {
+        /* prologue: slice 0 into stage 0 */
+        wgml_sbuf_put(&b, "    {\n        let k0 = 0u;\n");
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        put_store(&b, &A, NT, "0u");
+        put_store(&b, &B, NT, "0u");
+        wgml_sbuf_put(&b, "    }\n    workgroupBarrier();\n");
     }
+    wgml_sbuf_put(&b, "    for (var t = 0u; t < slices; t++) {\n");
+    wgml_sbuf_put(&b, "        let cur = %s;\n        let abuf = cur * %du;\n        let bbuf = cur * %du;\n",
+                  stages == 2 ? "t & 1u" : "0u", asz, bsz);
+    if (prefetch) {
+        /* the next slice into registers: its reads are in flight during this slice's math.
+           Past the last slice the edge guards read zeros, so no branch is needed (after
+           the last slice they are stored into a buffer nobody reads again). */
+        wgml_sbuf_put(&b, "        {\n        let k0 = (t + 1u) * %du;\n", BK);
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        wgml_sbuf_put(&b, "        }\n");
+    } else {
+        /* this slice read and staged at once (fewer registers, no overlap) */
+        wgml_sbuf_put(&b, "        {\n        let k0 = t * %du;\n", BK);
+        put_load(&b, &A, NT);
+        put_load(&b, &B, NT);
+        put_store(&b, &A, NT, "0u");
+        put_store(&b, &B, NT, "0u");
+        wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n");
+    }
+    for (int kk = 0; kk < BK; kk += SK) put_k_step(&b, c, ta, tb, &A, &B, kk);
+    /* with two buffers the other was last read in the previous slice, before its closing
+       barrier; with one, everyone must be done reading it */
+    char a_next[48] = "0u", b_next[48] = "0u";
+    if (stages == 2) {
+        snprintf(a_next, sizeof a_next, "(1u - cur) * %du", asz);
+        snprintf(b_next, sizeof b_next, "(1u - cur) * %du", bsz);
+    } else if (prefetch) {
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n");
+    }
+    if (prefetch) {
+        wgml_sbuf_put(&b, "        {\n");
+        put_store(&b, &A, NT, a_next);
+        put_store(&b, &B, NT, b_next);
+        wgml_sbuf_put(&b, "        }\n");
+    }
+    wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
     if (!act_wgsl) {

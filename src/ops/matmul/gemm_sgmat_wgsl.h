@@ -33,11 +33,6 @@ typedef struct wgml_sgmat_config {
        multiples of that (wgml_sgmat_vec_width says which fits) */
     int a_vec, b_vec;
     bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
-    /* no staging: each subgroup loads its fragments straight from A and B (both halves,
-       layouts that allow 8-wide reads); no workgroup barrier in the K loop. Only for whole
-       tiles and a K that is a multiple of sm_k (wgml_sgmat_direct_fits): the fragment loads
-       are not guarded. */
-    bool direct;
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
 } wgml_sgmat_config;
 
@@ -53,10 +48,6 @@ uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool trans_a, bo
 /* NULL when the config can be generated, else why not (a static string). */
 const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c);
 
-/* Whether a direct config (the field above) may run M x N x K: whole tiles, K a multiple of
-   sm_k, both operands halves whose layouts allow 8-wide reads (a_vec, b_vec as given). */
-bool wgml_sgmat_direct_fits(const wgml_sgmat_config *c, int64_t M, int64_t N, int64_t K);
-
 /* The widest global read (8, 4 or 0) an operand of this layout allows: its element offset,
    row stride, the two batch strides and its contiguous extent (K for A, N for B when not
    transposed; M for A^T, K for B^T) all multiples of it. */
@@ -65,9 +56,12 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
 /* The measured policy (docs/MEASUREMENTS.md, H200): for the shape M x N x K over `batch`
    matrices (or split-K chunks), both operands stored as halves or not, a config on the
    adapter's matrix shape sm_m x sm_n x sm_k (16x16x16 where offered: the caller picks it from
-   the adapter's f16 -> f32 list), K slices of 32 in one staging buffer read at the top of each
-   step, 8-wide reads (the caller lowers a_vec / b_vec to wgml_sgmat_vec_width's and sets the
-   storage fields), within wg_bytes_limit of workgroup memory. */
+   the adapter's f16 -> f32 list), K slices of 32 in one staging buffer with the next slice
+   prefetched into registers, 8-wide reads (the caller lowers a_vec / b_vec to
+   wgml_sgmat_vec_width's and sets the storage fields), within wg_bytes_limit of workgroup
+   memory. The tile follows from M, N and batch alone today: the operands' storage and K
+   changed no winner in the sweeps, and stay in the signature for the policies of other
+   adapters. */
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
                                     int64_t batch, bool f16_operands, bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
 

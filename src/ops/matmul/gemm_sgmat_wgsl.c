@@ -165,7 +165,7 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
     /* subgroups m x n, fragments m x n (in 16x16 units), prefetch: the winners of the H200
        sweeps (docs/MEASUREMENTS.md). With the next slice prefetched into registers, 128x256
        tiles won every shape whose grid of them still fills the GPU (80 workgroups or more:
-       4096^3 218-225 TFLOP/s with halves, against 159-181 staged at the top of each step; the
+       4096^3 198-225 TFLOP/s with halves, against 159-181 staged at the top of each step; the
        GPT's K = 384 shapes 107-108 against 99-103), 128x128 below that (a weight gradient's
        few tiles over split K: 144 against 128) and ties where N = 384 leaves half a tile
        column idle (141.5 against 139.2). Operands in halves or f32 alike (f32, prefetched:

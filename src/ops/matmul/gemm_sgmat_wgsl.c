@@ -168,7 +168,7 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
        4096^3 198-225 TFLOP/s with halves, against 159-181 staged at the top of each step; the
        GPT's K = 384 shapes 107-108 against 99-103), 128x128 below that (a weight gradient's
        few tiles over split K: 144 against 128) and ties where N = 384 leaves half a tile
-       column idle (141.5 against 139.2). Operands in halves or f32 alike (f32, prefetched:
+       column idle (128x128 141.5, 128x256 139.2). Operands in halves or f32 alike (f32, prefetched:
        4096^3 110.8 against 105.0). The rest fit smaller workgroup memories. */
     (void)f16_operands, (void)K;
     static const int layouts[][5] = {{4, 4, 2, 4, 1}, {4, 4, 2, 2, 1}, {2, 4, 2, 2, 0}, {2, 2, 2, 2, 0}};

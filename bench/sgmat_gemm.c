@@ -581,6 +581,12 @@ static const knob knobs[] = {
     {4, 4, 2, 2, 32, 0, 0, 0}, {4, 4, 2, 2, 32, 0, 8, 1}, {2, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 32, 0, 8, 0},
     {2, 4, 2, 2, 64, 0, 8, 0}, {4, 2, 2, 2, 64, 0, 8, 0}, {2, 2, 2, 4, 32, 0, 8, 0}, {4, 4, 2, 4, 32, 0, 8, 1},
     {2, 4, 2, 4, 32, 0, 8, 0}, {4, 2, 4, 2, 32, 0, 8, 0},
+    /* 26-34: 128x128 tiles of 256 invocations, 256x128 tiles, prefetch and two buffers elsewhere */
+    {4, 2, 2, 4, 32, 0, 8, 0}, {4, 2, 2, 4, 32, 0, 8, 1}, {4, 4, 4, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 16, 0, 8, 1},
+    {2, 4, 4, 2, 32, 0, 8, 1}, {4, 4, 2, 2, 16, 1, 8, 0}, {2, 4, 2, 2, 32, 1, 8, 0}, {4, 4, 4, 2, 32, 0, 8, 0},
+    {2, 2, 2, 4, 32, 0, 8, 1},
+    /* 35-36: K slices of 64 with prefetch on 256 invocations */
+    {4, 2, 2, 4, 64, 0, 8, 1}, {2, 4, 2, 2, 64, 0, 8, 1},
 };
 #define N_KNOBS (int)(sizeof knobs / sizeof knobs[0])
 
@@ -600,7 +606,7 @@ static bool knob_wanted(int s, int k, bool checking)
         }
         return false;
     }
-    if (emulate) return k == 2 || k == 3;
+    if (emulate) return k == 2 || k == 3 || k == 17;
     if (checking) return s == 0 ? k % 3 == 0 : k == 4 || k == 8;
     return s == 0 || k == 4 || k == 6 || k == 8;
 }
@@ -663,6 +669,12 @@ static int cmd_check(void)
         {20, 24, 12, 2, 3, false, true, true, false, true, false, 1, true, false, 1, 0},
         {24, 40, 64, 1, 1, true, false, false, true, false, false, 0, false, false, 1, 4},
         {100, 72, 40, 3, 5, false, false, true, true, true, false, 0, false, false, 1, 0},
+        /* whole tiles of halves, a K past the last whole slice */
+        {64, 64, 48, 1, 1, false, true, true, true, false, false, 1, true, false, 1, 0},
+        {32, 64, 56, 2, 1, true, false, true, true, true, false, 0, false, false, 1, 0},
+        {48, 32, 64, 1, 1, false, false, true, true, false, false, 2, false, true, 0.5f, 0},
+        {256, 512, 96, 1, 1, true, true, true, true, false, false, 0, false, false, 1, 0},
+        {256, 512, 80, 1, 1, false, false, true, true, false, false, 0, false, false, 1, 0},
         {65, 129, 96, 2, 3, true, true, true, true, false, true, 1, true, false, 1, 0},
         {130, 70, 33, 2, 2, false, true, false, true, true, true, 0, false, true, 1, 0},
         {384, 1152, 16384, 1, 1, true, false, true, true, false, false, 0, false, false, 1, 8},
@@ -749,7 +761,9 @@ static int cmd_bench(int argc, char **argv)
                 wgml_sgmat_config base = config_of(&knobs[k], sm_shapes[s]);
                 char name[96], why[2048] = "";
                 describe(name, sizeof name, &base);
-                for (int split = 1; split <= max_split; split *= 2) {
+                /* SGMAT_SPLIT_FROM=4: only splits of 4 and more */
+                int split_from = getenv("SGMAT_SPLIT_FROM") ? atoi(getenv("SGMAT_SPLIT_FROM")) : 1;
+                for (int split = split_from > 1 ? split_from : 1; split <= max_split; split *= 2) {
                     double err = 0;
                     int64_t checked = 0;
                     double t = run_config(&pp, split, &base, 10, &err, &checked, why);

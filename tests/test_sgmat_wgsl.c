@@ -67,6 +67,12 @@ static void every_form_and_config(void)
                         int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags;
                         CHECK(test_count(src, "workgroupBarrier();") == barriers);
                         CHECK(test_wgsl_workgroup_bytes(src) == wgml_sgmat_workgroup_bytes(&c, ta, tb));
+                        /* a prefetch reads the next slice with no branch around it (the
+                           guards give zeros past K); without, each slice at its own step */
+                        bool pf = db || c.prefetch;
+                        CHECK((strstr(src, "let k0 = (t + 1u) * ") != NULL) == pf);
+                        CHECK((strstr(src, "let k0 = t * ") != NULL) == !pf);
+                        CHECK(strstr(src, "more") == NULL);
                         CHECK(strstr(src, c.a_f16 ? (c.a_vec == 8 ? "A: array<vec4<u32>>" : c.a_vec ? "A: array<vec2<u32>>" : "A: array<f16>")
                                                   : (c.a_vec ? "A: array<vec4<f32>>" : "A: array<f32>")) != NULL);
                         CHECK(test_balanced(src));
@@ -141,19 +147,20 @@ static void policy(void)
                 CHECK(src != NULL);
                 free(src);
             }
-    /* the measured winners on 16x16x16: operands in halves */
-    wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, 1, true, false, false, 49152);
-    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.bk == 32 && !c.double_buffer);
-    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, 1, true, false, false, 49152);
-    CHECK(wgml_sgmat_tile_m(&c) == 64 && wgml_sgmat_tile_n(&c) == 128);
-    /* an operand in f32: the large tile where its grid fills the GPU, not over a weight
-       gradient's few tiles (split K into 4: 60 workgroups) */
-    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, 1, false, false, false, 49152);
-    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
-    c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 4096, 4, false, true, false, 49152);
-    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128);
-    c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 1024, 16, false, true, false, 49152);
-    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
+    /* the measured winners on 16x16x16, operands in halves or f32: 128x256 tiles with the
+       next slice prefetched where their grid fills the GPU, 128x128 not over a weight
+       gradient's few tiles (split K into 4: 60 workgroups of 128x256) */
+    for (int f16 = 0; f16 < 2; f16++) {
+        wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, 1, f16, false, false, 49152);
+        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.bk == 32 && !c.double_buffer && c.prefetch);
+        c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, 1, f16, false, false, 49152);
+        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.prefetch);
+        c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 4096, 4, f16, true, false, 49152);
+        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.prefetch);
+        c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 1024, 16, f16, true, false, 49152);
+        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
+    }
+    wgml_sgmat_config c;
     /* a small workgroup memory takes a smaller tile */
     c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, 1, false, false, false, 16384);
     CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);

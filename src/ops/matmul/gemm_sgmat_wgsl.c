@@ -13,7 +13,11 @@
  * and a K that is no multiple of bk need no other care in the math. With prefetch (always
  * with two staging buffers) the next slice is read into registers before the math on the
  * current one and stored after it (one barrier a slice with two buffers, two with one);
+ * past the last slice the guards read zeros, so the prefetch has no branch;
  * without, each slice is read and stored at the top of its step.
+ *
+ * Loading the fragments straight from A and B in memory instead (no staging, no barriers)
+ * ran 2-4 times slower on an H200 (docs/MEASUREMENTS.md), so every config stages.
  *
  * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
  * lanes apply the epilogue and write the elements inside the matrix; whole interior tiles that
@@ -158,36 +162,62 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
                                     int64_t batch, bool f16_operands, bool ta, bool tb, uint32_t wg_bytes_limit)
 {
-    /* subgroups m x n, fragments m x n (in 16x16 units), the winners of the H200 sweeps
-       (docs/MEASUREMENTS.md). Both operands in halves: 128x256 tiles for long K, 64x128 for
-       wide N over short K (the GPT's), 128x128 otherwise. An operand in f32 (converted as it
-       is staged: every graph tensor) moves twice the bytes a tile, so the larger tile wins
-       wherever its grid still fills the GPU (80 workgroups or more); below that (a weight
-       gradient's few tiles over split K) 128x128. */
-    static const int layouts[][4] = {{4, 4, 2, 4}, {2, 4, 2, 2}, {4, 4, 2, 2}, {2, 2, 2, 2}};
-    int first;
-    if (f16_operands) first = K >= 2048 ? 0 : N >= 1024 ? 1 : 2;
-    else first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 ? 0 : 2;
+    /* subgroups m x n, fragments m x n (in 16x16 units), prefetch: the winners of the H200
+       sweeps (docs/MEASUREMENTS.md). With the next slice prefetched into registers, 128x256
+       tiles won every shape whose grid of them still fills the GPU (80 workgroups or more:
+       4096^3 198-225 TFLOP/s with halves, against 159-181 staged at the top of each step; the
+       GPT's K = 384 shapes 107-108 against 99-103), 128x128 below that (a weight gradient's
+       few tiles over split K: 144 against 128) and ties where N = 384 leaves half a tile
+       column idle (128x128 141.5, 128x256 139.2). Operands in halves or f32 alike (f32, prefetched:
+       4096^3 110.8 against 105.0). The rest fit smaller workgroup memories. */
+    (void)f16_operands, (void)K;
+    static const int layouts[][5] = {{4, 4, 2, 4, 1}, {4, 4, 2, 2, 1}, {2, 4, 2, 2, 0}, {2, 2, 2, 2, 0}};
+    int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 ? 0 : 1;
     wgml_sgmat_config c = {0};
     for (int i = first; i < 4; i++) {
         /* narrower matrices than 16 take more fragments for the same tile */
         int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
         c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
                                 .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
-                                .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32, .a_vec = 8, .b_vec = 8};
+                                .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32,
+                                .prefetch = layouts[i][4], .a_vec = 8, .b_vec = 8};
         if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) break;
     }
     return c;
 }
 
 /* The left/right fragment loads: the staged tile read row- or column-major. The matrix
-   builtins take the layout as a bool argument (col_major), the form Dawn's own tests use;
-   this Dawn also takes it as a template argument. */
+   builtins take the layout as a bool argument (col_major), the form Dawn's own tests use; this
+   Dawn also takes it as a template argument. */
 static void put_frag_load(wgml_sbuf *b, const char *var, const char *type, const char *stage, bool col_major,
                           const char *offset, int stride)
 {
     wgml_sbuf_put(b, "        let %s = subgroupMatrixLoad<%s>(&%s, %s, %s, %du);\n", var, type, stage, offset,
                   col_major ? "true" : "false", stride);
+}
+
+/* One K step (sm_k deep, kk into the staged slice) of every fragment product */
+static void put_k_step(wgml_sbuf *b, const wgml_sgmat_config *c, bool ta, bool tb, const operand *A, const operand *B,
+                       int kk)
+{
+    int SM = c->sm_m, SN = c->sm_n, FM = c->frag_m, FN = c->frag_n;
+    char off[128], var[32];
+    for (int i = 0; i < FM; i++) {
+        if (ta) snprintf(off, sizeof off, "abuf + %du + sr + %du", kk * A->stride, i * SM);
+        else snprintf(off, sizeof off, "abuf + (sr + %du) * %du + %du", i * SM, A->stride, kk);
+        snprintf(var, sizeof var, "l%d_%d", kk, i);
+        put_frag_load(b, var, "L", "As", ta, off, A->stride);
+    }
+    for (int j = 0; j < FN; j++) {
+        if (tb) snprintf(off, sizeof off, "bbuf + (sc + %du) * %du + %du", j * SN, B->stride, kk);
+        else snprintf(off, sizeof off, "bbuf + %du + sc + %du", kk * B->stride, j * SN);
+        snprintf(var, sizeof var, "r%d_%d", kk, j);
+        put_frag_load(b, var, "R", "Bs", tb, off, B->stride);
+    }
+    for (int i = 0; i < FM; i++)
+        for (int j = 0; j < FN; j++)
+            wgml_sbuf_put(b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i, kk,
+                          j, i, j);
 }
 
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const char *act_wgsl)
@@ -200,10 +230,11 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     int stages = c->double_buffer ? 2 : 1, asz = stage_elems(&A), bsz = stage_elems(&B);
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated subgroup-matrix GEMM: %dx%dx%d matrices, %dx%d subgroups of %dx%d fragments "
-                  "(tile %dx%d), K slices of %d, %d stage(s), A%s %s%s B%s %s%s\n",
-                  SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK, stages, ta ? "^T" : "", c->a_f16 ? "f16" : "f32",
-                  c->a_vec ? (c->a_vec == 8 ? " x8" : " x4") : "", tb ? "^T" : "", c->b_f16 ? "f16" : "f32",
-                  c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "");
+                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s\n",
+                  SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK, stages,
+                  stages == 1 && c->prefetch ? " with prefetch" : "", ta ? "^T" : "",
+                  c->a_f16 ? "f16" : "f32", c->a_vec ? (c->a_vec == 8 ? " x8" : " x4") : "", tb ? "^T" : "",
+                  c->b_f16 ? "f16" : "f32", c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "");
     wgml_sbuf_put(&b, "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n");
     wgml_sbuf_put(&b, "alias L = subgroup_matrix_left<f16, %d, %d>;\n"
                       "alias R = subgroup_matrix_right<f16, %d, %d>;\n"
@@ -257,8 +288,10 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        let cur = %s;\n        let abuf = cur * %du;\n        let bbuf = cur * %du;\n",
                   stages == 2 ? "t & 1u" : "0u", asz, bsz);
     if (prefetch) {
-        /* the next slice into registers: its reads are in flight during this slice's math */
-        wgml_sbuf_put(&b, "        let more = t + 1u < slices;\n        if (more) {\n        let k0 = (t + 1u) * %du;\n", BK);
+        /* the next slice into registers: its reads are in flight during this slice's math.
+           Past the last slice the edge guards read zeros, so no branch is needed (after
+           the last slice they are stored into a buffer nobody reads again). */
+        wgml_sbuf_put(&b, "        {\n        let k0 = (t + 1u) * %du;\n", BK);
         put_load(&b, &A, NT);
         put_load(&b, &B, NT);
         wgml_sbuf_put(&b, "        }\n");
@@ -271,25 +304,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         put_store(&b, &B, NT, "0u");
         wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n");
     }
-    for (int kk = 0; kk < BK; kk += SK) {
-        char off[96], var[32];
-        for (int i = 0; i < FM; i++) {
-            if (ta) snprintf(off, sizeof off, "abuf + %du + sr + %du", kk * A.stride, i * SM);
-            else snprintf(off, sizeof off, "abuf + (sr + %du) * %du + %du", i * SM, A.stride, kk);
-            snprintf(var, sizeof var, "l%d_%d", kk, i);
-            put_frag_load(&b, var, "L", "As", ta, off, A.stride);
-        }
-        for (int j = 0; j < FN; j++) {
-            if (tb) snprintf(off, sizeof off, "bbuf + (sc + %du) * %du + %du", j * SN, B.stride, kk);
-            else snprintf(off, sizeof off, "bbuf + %du + sc + %du", kk * B.stride, j * SN);
-            snprintf(var, sizeof var, "r%d_%d", kk, j);
-            put_frag_load(&b, var, "R", "Bs", tb, off, B.stride);
-        }
-        for (int i = 0; i < FM; i++)
-            for (int j = 0; j < FN; j++)
-                wgml_sbuf_put(&b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i,
-                              kk, j, i, j);
-    }
+    for (int kk = 0; kk < BK; kk += SK) put_k_step(&b, c, ta, tb, &A, &B, kk);
     /* with two buffers the other was last read in the previous slice, before its closing
        barrier; with one, everyone must be done reading it */
     char a_next[48] = "0u", b_next[48] = "0u";
@@ -300,7 +315,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         wgml_sbuf_put(&b, "        workgroupBarrier();\n");
     }
     if (prefetch) {
-        wgml_sbuf_put(&b, "        if (more) {\n");
+        wgml_sbuf_put(&b, "        {\n");
         put_store(&b, &A, NT, a_next);
         put_store(&b, &B, NT, b_next);
         wgml_sbuf_put(&b, "        }\n");

@@ -56,9 +56,12 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
 /* The measured policy (docs/MEASUREMENTS.md, H200): for the shape M x N x K over `batch`
    matrices (or split-K chunks), both operands stored as halves or not, a config on the
    adapter's matrix shape sm_m x sm_n x sm_k (16x16x16 where offered: the caller picks it from
-   the adapter's f16 -> f32 list), K slices of 32 in one staging buffer read at the top of each
-   step, 8-wide reads (the caller lowers a_vec / b_vec to wgml_sgmat_vec_width's and sets the
-   storage fields), within wg_bytes_limit of workgroup memory. */
+   the adapter's f16 -> f32 list), K slices of 32 in one staging buffer with the next slice
+   prefetched into registers, 8-wide reads (the caller lowers a_vec / b_vec to
+   wgml_sgmat_vec_width's and sets the storage fields), within wg_bytes_limit of workgroup
+   memory. The tile follows from M, N and batch alone today: the operands' storage and K
+   changed no winner in the sweeps, and stay in the signature for the policies of other
+   adapters. */
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
                                     int64_t batch, bool f16_operands, bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
 

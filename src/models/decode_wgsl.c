@@ -189,6 +189,27 @@ static void row_stats(sbuf *b, int norm, unsigned rb)
     stats_tree(b, norm, rb, "        ", sum);
 }
 
+/* stage_normed_once's loop over the staged vec4s: the head (the norm's weight and bias
+   vectors nw/nb kept per iteration; j the row, k the input, v/w/c zeroed) and the tail
+   (v into xs, w and c kept) */
+static void normed_loop_head(sbuf *b, unsigned ni, unsigned kch4)
+{
+    out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
+           "            for (var it = 0u; it < %uu; it++) {\n"
+           "                let i = tid + it * 256u;\n"
+           "                if (i < RB * %uu) {\n"
+           "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
+           "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
+           "                    var c = vec4<f32>(0.0);\n",
+        ni, ni, ni, kch4, kch4, kch4);
+}
+
+static void normed_loop_tail(sbuf *b)
+{
+    out(b, "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
+           "                }\n            }\n            workgroupBarrier();\n");
+}
+
 /* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
    norm's weights for them into registers) in one pass over x, their statistics from xs, then
    xs normed in place: x is read once (with partial sums, each added once), not twice. */
@@ -205,16 +226,10 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
                    "                if (k < K && r0 + j < R) { v = xsum4(xrow(r0 + j), k, q); }\n"
                    "                xsp[i] = v;\n            }\n            workgroupBarrier();\n",
                 units * tpu, units, units, kch4, kch4);
-        out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
-               "            for (var it = 0u; it < %uu; it++) {\n"
-               "                let i = tid + it * 256u;\n"
-               "                if (i < RB * %uu) {\n"
-               "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
-               "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
-               "                    var c = vec4<f32>(0.0);\n"
-               "                    if (k < K) {\n"
+        normed_loop_head(b, ni, kch4);
+        out(b, "                    if (k < K) {\n"
                "                        w = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
-            ni, ni, ni, kch4, kch4, kch4, nw, nw, nw, nw);
+            nw, nw, nw, nw);
         if (ln) out(b, "                        c = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
                     nb, nb, nb, nb);
         out(b, "                        if (r0 + j < R) {\n                            let rr = xrow(r0 + j);\n");
@@ -226,29 +241,21 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
             out(b, "                            if (wg.x == 0u) {\n"
                    "                                for (var e = 0u; e < 4u; e++) { xout[rr * XS + k + e] = v[e]; }\n"
                    "                            }\n");
-        out(b, "                        }\n                    }\n"
-               "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
-               "                }\n            }\n            workgroupBarrier();\n");
+        out(b, "                        }\n                    }\n");
+        normed_loop_tail(b);
     } else {
     char bias[80] = "";
     if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
-    out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
-           "            for (var it = 0u; it < %uu; it++) {\n"
-           "                let i = tid + it * 256u;\n"
-           "                if (i < RB * %uu) {\n"
-           "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
-           "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
-           "                    var c = vec4<f32>(0.0);\n"
-           "                    for (var e = 0u; e < 4u; e++) {\n"
+    normed_loop_head(b, ni, kch4);
+    out(b, "                    for (var e = 0u; e < 4u; e++) {\n"
            "                        if (k + e < K) {\n"
            "                            w[e] = vecs[%uu + k + e];\n%s"
            "                            if (r0 + j < R) {\n"
            "                                let rr = xrow(r0 + j);\n                                let raw = xraw(rr, k + e);\n%s"
            "                                v[e] = raw;\n                            }\n"
-           "                        }\n                    }\n"
-           "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
-           "                }\n            }\n            workgroupBarrier();\n",
-        ni, ni, ni, kch4, kch4, kch4, nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+           "                        }\n                    }\n",
+        nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+    normed_loop_tail(b);
     }
     /* the statistics from xs */
     char sum[256];

@@ -3,7 +3,7 @@
 # train` (the nanoGPT setup and GPT-2 small's shape, each in f32 and mixed precision), then bench/torch_gpt.py --bench (f32, fp16 and bf16 autocast) on the same models
 # (initial checkpoints from `wgml gpt train --save-init`), and the table of ratios. Expects
 # BUNDLE (a tar.xz of bin/wgml and lib/), TEXT (a folder of the fortunes text) and the carried
-# .gl. Logs and JSON go to $OUT.
+# .gl. Logs and JSON go to $OUT; PROFILE=1 adds the GPU time by kind of launch (below).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # (bench train's default text)
@@ -39,3 +39,9 @@ for t, prefix in (("gpt", "gpt"), ("gpt2", "gpt2_small")):
           f"bf16 AMP {amp['bf16']:.2f} ms; wgml f32 / PyTorch f32 {pf / f32:.2f}x, mixed / fp16 AMP {amp['fp16'] / mixed:.2f}x, "
           f"mixed / bf16 AMP {amp['bf16'] / mixed:.2f}x")
 PY
+# PROFILE=1: where the steps' GPU time goes, by kind of launch (each dispatch timed in a pass
+# of its own, so slower than the rows above; the file is written when the context is freed)
+if [ "${PROFILE:-0}" = 1 ]; then
+  WGML_PROFILE="$OUT/profile.txt" timeout 300 $W bench train > /dev/null 2> "$OUT/profile_run.log"
+  head -40 "$OUT/profile.txt" 2>/dev/null
+fi

@@ -39,9 +39,12 @@ for t, prefix in (("gpt", "gpt"), ("gpt2", "gpt2_small")):
           f"bf16 AMP {amp['bf16']:.2f} ms; wgml f32 / PyTorch f32 {pf / f32:.2f}x, mixed / fp16 AMP {amp['fp16'] / mixed:.2f}x, "
           f"mixed / bf16 AMP {amp['bf16'] / mixed:.2f}x")
 PY
-# PROFILE=1: where the steps' GPU time goes, by kind of launch (each dispatch timed in a pass
-# of its own, so slower than the rows above; the file is written when the context is freed)
+# PROFILE=1: where a mixed-precision step's GPU time goes at the nanoGPT shape, by kind of launch
+# (30 steps of `wgml gpt train`, each dispatch timed in a pass of its own; the file is written
+# when the context is freed)
 if [ "${PROFILE:-0}" = 1 ]; then
-  WGML_PROFILE="$OUT/profile.txt" timeout 300 $W bench train > /dev/null 2> "$OUT/profile_run.log"
+  read -ra M <<< "${SHAPE[gpt]}"
+  WGML_PROFILE="$OUT/profile.txt" timeout 300 $W gpt train "${M[@]}" --precision mixed --steps 30 --eval-every 0 \
+    --eval-batches 1 --out /tmp/profile_run > "$OUT/profile_run.log" 2>&1
   head -40 "$OUT/profile.txt" 2>/dev/null
 fi

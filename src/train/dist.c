@@ -151,11 +151,11 @@ wgml_status wgml_dist_init(void)
         const char *n = launcher_size();
         if (n && atoi(n) > 1 && dist.size == 1)
             return dist_fail(WGML_ERROR_UNSUPPORTED,
-                             "dist_init: the launcher (%s's, by its variables) started %s ranks, but MPI (%s, %s) sees one: "
-                             "was it another MPI's launcher? Start wgml with the mpirun of that MPI, or set "
+                             "dist_init: the launcher started %s ranks, but MPI (%s, %s) sees one: was it another MPI's "
+                             "launcher (its variables are %s's)? Start wgml with the mpirun of that MPI, or set "
                              "WGML_MPI_LIBRARY to the launcher's MPI library",
-                             wgml_mpi_family_name(launcher), n, wgml_mpi_family_name(wgml_mpi_loaded_family()),
-                             wgml_mpi_library());
+                             n, wgml_mpi_family_name(wgml_mpi_loaded_family()), wgml_mpi_library(),
+                             wgml_mpi_family_name(launcher));
     }
 #else
     const char *n = launcher_size();

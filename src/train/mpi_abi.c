@@ -51,7 +51,7 @@ static const int mpich_types[] = {0x4c00010d, 0x4c000405, 0x4c00083a, 0x4c00040a
 #define LIBRARY_VERSION_MAX 8192
 
 static struct {
-    int tried, ok;
+    int ok;
     wgml_mpi_family family;
     char library[256];
     char error[512];
@@ -192,8 +192,8 @@ static bool load_mpich(void *h)
 
 bool wgml_mpi_load(const char *library, wgml_mpi_family launcher)
 {
-    if (mpi.tried) return mpi.ok;
-    mpi.tried = 1;
+    if (mpi.ok) return true; /* (a failure is tried again: the settings may have changed) */
+    mpi.family = WGML_MPI_UNKNOWN;
     void *h = dlopen(NULL, RTLD_NOW); /* the process's global symbols: a program that links MPI */
     if (h && dlsym(h, "MPI_Init")) {
         snprintf(mpi.library, sizeof mpi.library, "the MPI this program links");

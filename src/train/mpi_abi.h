@@ -44,7 +44,7 @@ enum { WGML_MPI_THREAD_SINGLE, WGML_MPI_THREAD_FUNNELED, WGML_MPI_THREAD_SERIALI
 /* The family whose launcher set these variables (runtime/settings.c reads them) */
 const char *wgml_mpi_family_name(wgml_mpi_family f);
 
-/* Finds MPI, once per process (later calls return the first answer): the MPI in the process
+/* Finds MPI, once per process (later calls keep the first found): the MPI in the process
    when a program links one, else `library` when not empty (WGML_MPI_LIBRARY), else the
    library of the launcher's family by its soname. False, with a message in
    wgml_mpi_error(), when none is found, or its family cannot be told. */

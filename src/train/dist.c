@@ -119,9 +119,12 @@ wgml_status wgml_dist_init(void)
     if (launched() && !wgml_mpi_load(dist.launch.mpi_library, launcher)) {
         /* a launcher of one rank may start a process that has no MPI: it is the only rank */
         const char *n = launcher_size();
-        if (!n || strcmp(n, "1") != 0)
+        if (!n)
+            return dist_fail(WGML_ERROR_UNSUPPORTED, "dist_init: started by an MPI launcher, but MPI could not be loaded: %s",
+                             wgml_mpi_error());
+        if (strcmp(n, "1") != 0)
             return dist_fail(WGML_ERROR_UNSUPPORTED, "dist_init: started by mpirun with %s ranks, but MPI could not be loaded: %s",
-                             n ? n : "some", wgml_mpi_error());
+                             n, wgml_mpi_error());
     } else if (launched()) {
         int inited = 0, rc, threads = WGML_MPI_THREAD_SINGLE;
         wgml_mpi_initialized(&inited);

@@ -10,7 +10,7 @@
 #     deferred (WGML_DIST_DEFER=1) or not;
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
-#   - a process started by another MPI's launcher (PMI_SIZE=2, but one rank in MPI) is refused;
+#   - a process whose launcher's variables say 2 ranks (PMI_SIZE=2), but MPI one, is refused;
 #   - a global batch that does not split evenly over the ranks is refused;
 #   - the blocking all-reduce goes through MPI_Allreduce (WGML_DIST_SHM=0), the others through
 #     wgml's shared-memory reduction: the same checkpoint byte for byte;
@@ -151,8 +151,9 @@ rc=$?
 grep -q "rank 1 of 2 failed: stopping every rank" "$work/bad.log" || fail "a failing rank: no message naming it: $(tail -3 "$work/bad.log")"
 echo "a failing rank: mpirun exited $rc after $(($(date +%s) - start)) s"
 
-# another MPI's launcher (MPICH's Hydra sets PMI_SIZE) over this build's Open MPI: each process
-# would be a lone rank of the whole batch; refused, naming the cause
+# a launcher's variables without their launcher (PMI_SIZE, as MPICH's Hydra sets): MPICH's
+# library, opened for them, sees one rank (or is not installed); each process would be a lone
+# rank of the whole batch: refused, naming the cause
 PMI_SIZE=2 PMI_RANK=0 timeout 60 "$wgml" "${gpt[@]}" --out "$work/pmi" >"$work/pmi.log" 2>&1 && fail "PMI_SIZE=2 without its launcher: exit 0"
 grep -Eq "launcher started 2 ranks, but MPI .* sees one|could not be loaded" "$work/pmi.log" ||
   fail "PMI_SIZE=2 without its launcher: no message: $(tail -2 "$work/pmi.log")"

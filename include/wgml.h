@@ -887,7 +887,8 @@ WGML_API void wgml_optimizer_free(wgml_optimizer *opt);
    as MPI's is. In a build without MPI (CMake -DWGML_MPI=OFF), or in a process that no MPI
    launcher started, the process is rank 0 of 1 and the collectives leave data as it is.
    Nothing links MPI: wgml_dist_init uses the process's MPI if it has one, else opens the
-   MPI library under a launcher only (WGML_MPI_LIBRARY, else the one wgml was built against).
+   MPI library under a launcher only (WGML_MPI_LIBRARY, else the launcher's: Open MPI's or
+   MPICH's, told by its variables); one build speaks either's binary interface.
    Functions without a context report failures through wgml_dist_error_message(). */
 typedef enum wgml_reduce_op { WGML_REDUCE_SUM = 0, WGML_REDUCE_MEAN } wgml_reduce_op;
 
@@ -1018,9 +1019,11 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_ATTN_MATRIX=0|emulate[,MxNxK,L,C]|cols,F,K,Q[,S]  .attn_matrix
    The process's, read by each wgml_dist_init (there is no context then):
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
-                               none loaded (default: the one wgml was built against)
+                               none loaded (default: the launcher's family's, libmpi.so.40
+                               for Open MPI, libmpich.so.12 or libmpi.so.12 for MPICH's)
      OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, MPI_LOCALNRANKS  set by MPI launchers:
-                               whether one started the process */
+                               whether one started the process, and whose (OMPI_*: Open
+                               MPI; PMI_SIZE, PMI_RANK, MPI_LOCALNRANKS: MPICH's Hydra) */
 
 #ifdef __cplusplus
 }

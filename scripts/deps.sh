@@ -6,7 +6,8 @@
 #    zlib and jansson (IDX datasets, safetensors headers), the Fashion-MNIST data set, the
 #    fortunes text (about 2.6 MB of English for the GPT), CMake;
 #    with --test also: Open MPI (data-parallel training over several processes, wgml_dist_*:
-#    a build finds it and then opens it under mpirun; test_dist_train), clang and its
+#    a build finds it and then opens it under mpirun; test_dist_train) and MPICH beside it
+#    (the same build under MPICH's mpiexec.mpich; Open MPI stays mpirun), clang and its
 #    compiler-rt (libFuzzer, ASan, UBSan) for the fuzz run of `make test`, OpenBLAS (the CPU
 #    peer of `wgml bench matmul`, scripts/cpu_bench.sh), Vulkan's headers and SPIR-V tools
 #    (bench/vk_capture.c, the kernels' SPIR-V and driver statistics).
@@ -23,7 +24,7 @@ WHEEL=wgpu-0.32.0-py3-none-manylinux_2_28_x86_64.whl
 WHEEL_SHA256=6499a31b5a29a10b4f1089fea4a0806411f42605fa86b6c0b543a07ca0de8568
 DEST=third_party/wgpu-native
 APT_PACKAGES="mesa-vulkan-drivers libvulkan1 zlib1g-dev libjansson-dev dataset-fashion-mnist fortunes cmake"
-TEST_APT_PACKAGES="libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libopenblas-dev libvulkan-dev spirv-tools"
+TEST_APT_PACKAGES="libopenmpi-dev openmpi-bin mpich libmpich12 clang libclang-rt-14-dev libopenblas-dev libvulkan-dev spirv-tools"
 case "${1:-}" in
   "") ;;
   --test) APT_PACKAGES="$APT_PACKAGES $TEST_APT_PACKAGES" ;;

@@ -333,6 +333,17 @@ static void a_launch_without_mpi_is_refused(void)
         CHECK_OK(NULL, wgml_dist_finalize());
         unsetenv(vars[v]);
     }
+#ifdef WGML_TEST_MPI
+    /* PMIx's variable alone (srun --mpi=pmix, say) does not tell Open MPI from MPICH: refused,
+       naming the way out, rather than guessed (and without MPI_LIBRARY: no count of ranks) */
+    unsetenv("WGML_MPI_LIBRARY");
+    setenv("PMIX_RANK", "0", 1);
+    CHECK(wgml_dist_init() == WGML_ERROR_UNSUPPORTED);
+    const char *msg = wgml_dist_error_message();
+    if (!msg || !strstr(msg, "cannot be told") || !strstr(msg, "WGML_MPI_LIBRARY")) FAILF("PMIX_RANK: message '%s'", msg ? msg : "(none)");
+    CHECK(wgml_dist_size() == 1);
+    unsetenv("PMIX_RANK");
+#endif
 }
 
 int main(void)

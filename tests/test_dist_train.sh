@@ -10,21 +10,28 @@
 #     deferred (WGML_DIST_DEFER=1) or not;
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
-#   - a process started by another MPI's launcher (PMI_SIZE=2, but one rank in MPI) is refused;
+#   - a process whose launcher's variables say 2 ranks (PMI_SIZE=2), but MPI one, is refused;
 #   - a global batch that does not split evenly over the ranks is refused;
 #   - the blocking all-reduce goes through MPI_Allreduce (WGML_DIST_SHM=0), the others through
 #     wgml's shared-memory reduction: the same checkpoint byte for byte;
 #   - mixed precision (loss scaling): the gradients travel as f16, 2 ranks within 1e-3 of 1
 #     rank's losses with the same skipped steps;
 #   - the collectives (tests/dist_ranks.c) on 2 and 3 ranks;
+#   - the same build under MPICH's launcher (MPICH_MPIEXEC, where installed), the MPI library
+#     it opens MPICH's: the checkpoints of Open MPI's runs byte for byte (through MPI, not
+#     shared memory), a failing rank ends every rank, the collectives on 2 and 3 ranks, and a
+#     program that links Open MPI started by it is refused;
 #   - no shared-memory segment is left in /dev/shm by any of these runs, failed ones included.
-# Usage: test_dist_train.sh WGML_BINARY MPIEXEC [PYTHON]
+# Usage: test_dist_train.sh WGML_BINARY MPIEXEC [PYTHON [DIST_RANKS [DIST_RANKS_LAUNCHED [MPICH_MPIEXEC]]]]
+#        (MPIEXEC: Open MPI's; DIST_RANKS links Open MPI, DIST_RANKS_LAUNCHED no MPI)
 set -u
 
 wgml=$1
 mpiexec=$2
 py=${3:-python3}
 ranks_prog=${4:-} # tests/dist_ranks.c: the collectives across 2 and 3 ranks
+ranks_launched=${5:-} # the same, linking no MPI: the library opens the launcher's
+mpich=${6:-}          # MPICH's mpiexec (Hydra)
 shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^wgml-dist-')
 . "$(dirname "$0")/cli_checks.sh"  # $work, fail, checks_done
 
@@ -144,8 +151,9 @@ rc=$?
 grep -q "rank 1 of 2 failed: stopping every rank" "$work/bad.log" || fail "a failing rank: no message naming it: $(tail -3 "$work/bad.log")"
 echo "a failing rank: mpirun exited $rc after $(($(date +%s) - start)) s"
 
-# another MPI's launcher (MPICH's Hydra sets PMI_SIZE) over this build's Open MPI: each process
-# would be a lone rank of the whole batch; refused, naming the cause
+# a launcher's variables without their launcher (PMI_SIZE, as MPICH's Hydra sets): MPICH's
+# library, opened for them, sees one rank (or is not installed); each process would be a lone
+# rank of the whole batch: refused, naming the cause
 PMI_SIZE=2 PMI_RANK=0 timeout 60 "$wgml" "${gpt[@]}" --out "$work/pmi" >"$work/pmi.log" 2>&1 && fail "PMI_SIZE=2 without its launcher: exit 0"
 grep -Eq "launcher started 2 ranks, but MPI .* sees one|could not be loaded" "$work/pmi.log" ||
   fail "PMI_SIZE=2 without its launcher: no message: $(tail -2 "$work/pmi.log")"
@@ -165,6 +173,49 @@ if [ -n "$ranks_prog" ]; then
       fail "dist_ranks on $np ranks: exit $? ($(tail -5 "$work/ranks$np.log"))"
     grep -q "dist_ranks: ok" "$work/ranks$np.log" || fail "dist_ranks on $np ranks did not pass: $(tail -5 "$work/ranks$np.log")"
   done
+fi
+
+# The same build started by MPICH's launcher: each process opens MPICH's library (the
+# launcher's family, by its variables) and speaks its binary interface. The all-reduce goes
+# through MPI here (WGML_DIST_SHM=0), blocking for the MLP (MPI_Iallreduce, MPI_Wait) and
+# overlapped for the GPT (MPI_Allreduce from the reducer's thread); two ranks' sums are exact
+# in any order, so both end on Open MPI's runs' checkpoints byte for byte (and so on 1
+# rank's losses, checked above).
+if [ -n "$mpich" ]; then
+  timeout 120 env WGML_DIST_SHM=0 WGML_DIST_OVERLAP=0 "$mpich" -n 2 "$wgml" "${args[@]}" --epochs 2 --out "$work/h_two" \
+    >"$work/h_two.log" 2>&1 || fail "MPICH, 2 ranks: exit $? ($(tail -3 "$work/h_two.log"))"
+  grep -q "gradient all-reduce on 2 ranks: .*MPI" "$work/h_two.log" || fail "MPICH, 2 ranks: not through MPI: $(tail -3 "$work/h_two.log")"
+  grep -q "replicas: parameters identical on 2 ranks" "$work/h_two.log" || fail "MPICH, 2 ranks: no replica check"
+  cmp -s "$work/two/checkpoint.safetensors" "$work/h_two/checkpoint.safetensors" ||
+    fail "MPICH, 2 ranks: the checkpoint differs from Open MPI's 2-rank run's"
+  timeout 120 env WGML_DIST_SHM=0 "$mpich" -n 2 "$wgml" "${gpt[@]}" --out "$work/h_gpt2" >"$work/h_gpt2.log" 2>&1 ||
+    fail "MPICH, gpt, 2 ranks: exit $? ($(tail -3 "$work/h_gpt2.log"))"
+  grep -q "gradient all-reduce on 2 ranks, overlapped: .*MPI" "$work/h_gpt2.log" ||
+    fail "MPICH, gpt, 2 ranks: not overlapped through MPI: $(grep all-reduce "$work/h_gpt2.log")"
+  cmp -s "$work/gpt2b/gpt.safetensors" "$work/h_gpt2/gpt.safetensors" ||
+    fail "MPICH, gpt: the overlapped all-reduce ends elsewhere than Open MPI's blocking one"
+  # rank 1 cannot read its data: Hydra ends every rank, with wgml's message
+  timeout 60 "$mpich" -n 1 "$wgml" "${args[@]}" --out "$work/h_bad" : -n 1 "$wgml" train --data "$work/missing" \
+    --out "$work/h_bad" >"$work/h_bad.log" 2>&1
+  rc=$?
+  [ "$rc" != 0 ] || fail "MPICH, a failing rank: mpiexec exited 0"
+  [ "$rc" != 124 ] || fail "MPICH, a failing rank: mpiexec still running after 60 s (a hang)"
+  grep -q "rank 1 of 2 failed: stopping every rank" "$work/h_bad.log" || fail "MPICH, a failing rank: no message: $(tail -3 "$work/h_bad.log")"
+  if [ -n "$ranks_launched" ]; then
+    for np in 2 3; do
+      WGML_DIST_BUCKET_MB=0.004 timeout 60 "$mpich" -n $np "$ranks_launched" >"$work/h_ranks$np.log" 2>&1 ||
+        fail "MPICH, dist_ranks on $np ranks: exit $? ($(tail -5 "$work/h_ranks$np.log"))"
+      grep -q "dist_ranks: ok" "$work/h_ranks$np.log" || fail "MPICH, dist_ranks on $np ranks did not pass: $(tail -5 "$work/h_ranks$np.log")"
+    done
+  fi
+  # a program that links Open MPI, started by MPICH's launcher: each process would be a lone
+  # rank; refused on every rank, naming the cause
+  if [ -n "$ranks_prog" ]; then
+    timeout 60 "$mpich" -n 2 "$ranks_prog" >"$work/h_other.log" 2>&1 && fail "MPICH's launcher, a program linking Open MPI: exit 0"
+    [ "$(grep -c "launcher started 2 ranks, but MPI (Open MPI" "$work/h_other.log")" = 2 ] ||
+      fail "MPICH's launcher, a program linking Open MPI: not refused by both ranks: $(tail -2 "$work/h_other.log")"
+  fi
+  echo "MPICH's launcher: the same checkpoints as Open MPI's, a failing rank ends the run"
 fi
 
 # every run above unlinked its segment once the ranks had mapped it (failed runs too)

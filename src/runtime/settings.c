@@ -143,6 +143,9 @@ void wgml_launch_settings_read(wgml_launch_settings *out)
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"};
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) out->launched |= getenv(vars[i]) != NULL;
+    /* (Open MPI first: its mpirun may set PMIx's variables too) */
+    if (getenv("OMPI_COMM_WORLD_SIZE")) out->family = WGML_LAUNCHER_OPEN_MPI;
+    else if (getenv("PMI_SIZE") || getenv("PMI_RANK") || getenv("MPI_LOCALNRANKS")) out->family = WGML_LAUNCHER_MPICH;
     const char *n = getenv("OMPI_COMM_WORLD_SIZE"); /* Open MPI's count, else MPICH/Hydra's */
     if (!n) n = getenv("PMI_SIZE");
     snprintf(out->size, sizeof out->size, "%s", n ? n : "");

@@ -57,9 +57,13 @@ void wgml_settings_forget_strings(wgml_context_desc *desc);
 /* The process's launch, read at each wgml_dist_init (it takes no context). */
 typedef struct wgml_launch_settings {
     bool launched;          /* a launcher's variable is set */
+    int family;             /* whose launcher: a wgml_launcher_family */
     char size[32];          /* its count of ranks as given ("" if none) */
     char mpi_library[WGML_SETTING_PATH]; /* WGML_MPI_LIBRARY ("": the built-in one) */
 } wgml_launch_settings;
+/* Whose variables a launcher set: Open MPI's mpirun (OMPI_*), or MPICH's Hydra (PMI_* and
+   MPI_LOCAL*; Intel MPI's and MVAPICH's too); PMIx's alone do not say */
+enum wgml_launcher_family { WGML_LAUNCHER_UNKNOWN, WGML_LAUNCHER_OPEN_MPI, WGML_LAUNCHER_MPICH };
 void wgml_launch_settings_read(wgml_launch_settings *out);
 
 /* Whether hay contains needle, ASCII case ignored (WGML_BACKEND's text, adapter names). */

@@ -7,10 +7,12 @@
  * Built without MPI (WGML_HAVE_MPI undefined), or in a process no launcher started, the
  * process is rank 0 of 1: the collectives check their arguments and leave the data as it is.
  *
- * The library does not link MPI. It reaches MPI through pointers (mpi_load): found in the
- * process when a program links MPI itself, else, in a process an MPI launcher started, in the
- * MPI library that wgml was built against, opened then. So libwgml.so and the wgml command
- * load, and Python imports them, on machines without MPI, and one process never loads it.
+ * The library does not link MPI, nor include its header: it reaches MPI through its own seam
+ * (train/mpi_abi.h), which finds the MPI in the process when a program links one, else, in a
+ * process an MPI launcher started, the library of that launcher's family (Open MPI's or
+ * MPICH's), opened then, and speaks that family's binary interface. So one build runs under
+ * either launcher; libwgml.so and the wgml command load, and Python imports them, on machines
+ * without MPI, and one process never loads it.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -19,97 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef WGML_HAVE_MPI
-#include <dlfcn.h>
-#include <mpi.h>
-/* The MPI functions used here, and Open MPI's predefined handles (data symbols behind
-   MPI_COMM_WORLD, MPI_SUM, ...; MPICH's are constants) */
-#define MPI_FUNCTIONS(X)                                                                                   \
-    X(Abort) X(Allreduce) X(Barrier) X(Bcast) X(Comm_free) X(Comm_rank) X(Comm_set_errhandler) X(Comm_size) \
-        X(Comm_split_type) X(Error_string) X(Finalize) X(Iallreduce) X(Init_thread) X(Initialized) X(Query_thread) X(Wait)
-#ifdef OPEN_MPI
-#define MPI_HANDLES(X)                                                                                     \
-    X(ompi_mpi_comm_world) X(ompi_mpi_op_sum) X(ompi_mpi_byte) X(ompi_mpi_int) X(ompi_mpi_int64_t)        \
-        X(ompi_mpi_float) X(ompi_mpi_double) X(ompi_mpi_errors_return) X(ompi_mpi_info_null) X(ompi_request_null)
-#else
-#define MPI_HANDLES(X)
-#endif
-static struct {
-#define FUNCTION_FIELD(f) __typeof__(&MPI_##f) f;
-#define HANDLE_FIELD(h) __typeof__(h) *h;
-    MPI_FUNCTIONS(FUNCTION_FIELD) MPI_HANDLES(HANDLE_FIELD)
-#undef FUNCTION_FIELD
-#undef HANDLE_FIELD
-    int tried, ok;
-    char error[256];
-} mpi;
-
-/* Finds MPI: in the process, else (only called under a launcher) in the library named by
-   WGML_MPI_LIBRARY, else the one wgml was built against (WGML_MPI_SONAME, then its file
-   WGML_MPI_PATH). 1 when every symbol was found. */
-static int mpi_load(const char *lib)
-{
-    if (mpi.tried) return mpi.ok;
-    mpi.tried = 1;
-    void *h = dlopen(NULL, RTLD_NOW); /* the process's global symbols */
-    if (!h || !dlsym(h, "MPI_Init")) {
-        if (*lib) {
-            h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
-        } else if (!(h = dlopen(WGML_MPI_SONAME, RTLD_NOW | RTLD_GLOBAL))) {
-            h = dlopen(WGML_MPI_PATH, RTLD_NOW | RTLD_GLOBAL);
-        }
-        if (!h) {
-            const char *e = dlerror();
-            snprintf(mpi.error, sizeof mpi.error, "%s", e ? e : "no MPI library");
-            return 0;
-        }
-    }
-    /* (the POSIX way to store dlsym's object pointer in a function pointer) */
-#define FIND(name, field)                                                                \
-    if (!(*(void **)&mpi.field = dlsym(h, name))) {                                      \
-        snprintf(mpi.error, sizeof mpi.error, "%s has no %s", WGML_MPI_SONAME, name);   \
-        return 0;                                                                        \
-    }
-#define FIND_FUNCTION(f) FIND("MPI_" #f, f)
-#define FIND_HANDLE(x) FIND(#x, x)
-    MPI_FUNCTIONS(FIND_FUNCTION)
-    MPI_HANDLES(FIND_HANDLE)
-#undef FIND
-#undef FIND_FUNCTION
-#undef FIND_HANDLE
-    return mpi.ok = 1;
-}
-
-/* From here on, MPI's names in this file are the pointers found */
-#define MPI_Abort (*mpi.Abort)
-#define MPI_Allreduce (*mpi.Allreduce)
-#define MPI_Barrier (*mpi.Barrier)
-#define MPI_Bcast (*mpi.Bcast)
-#define MPI_Comm_free (*mpi.Comm_free)
-#define MPI_Comm_rank (*mpi.Comm_rank)
-#define MPI_Comm_set_errhandler (*mpi.Comm_set_errhandler)
-#define MPI_Comm_size (*mpi.Comm_size)
-#define MPI_Comm_split_type (*mpi.Comm_split_type)
-#define MPI_Error_string (*mpi.Error_string)
-#define MPI_Finalize (*mpi.Finalize)
-#define MPI_Iallreduce (*mpi.Iallreduce)
-#define MPI_Init_thread (*mpi.Init_thread)
-#define MPI_Initialized (*mpi.Initialized)
-#define MPI_Query_thread (*mpi.Query_thread)
-#define MPI_Wait (*mpi.Wait)
-#ifdef OPEN_MPI
-#define ompi_mpi_comm_world (*mpi.ompi_mpi_comm_world)
-#define ompi_mpi_op_sum (*mpi.ompi_mpi_op_sum)
-#define ompi_mpi_byte (*mpi.ompi_mpi_byte)
-#define ompi_mpi_int (*mpi.ompi_mpi_int)
-#define ompi_mpi_int64_t (*mpi.ompi_mpi_int64_t)
-#define ompi_mpi_float (*mpi.ompi_mpi_float)
-#define ompi_mpi_double (*mpi.ompi_mpi_double)
-#define ompi_mpi_errors_return (*mpi.ompi_mpi_errors_return)
-#define ompi_mpi_info_null (*mpi.ompi_mpi_info_null)
-#define ompi_request_null (*mpi.ompi_request_null)
-#endif
-#endif
 
 #include <pthread.h>
 #include <sched.h>
@@ -121,6 +32,7 @@ static int mpi_load(const char *lib)
 #include "runtime/settings.h"
 #include "train/dist_shm.h"
 #include "train/grad_buckets.h"
+#include "train/mpi_abi.h"
 
 #define DEFAULT_BUCKET_FLOATS (4u << 20)
 /* overlapped: about half a nanoGPT block (4 MB), so the first all-reduce starts early */
@@ -188,9 +100,8 @@ void wgml_dist_stats_reset(void) { memset(&dist.stats, 0, sizeof dist.stats); }
 /* MPI's words for an error code, after what we were doing. */
 static wgml_status mpi_fail(wgml_context *ctx, int code, const char *what)
 {
-    char text[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    MPI_Error_string(code, text, &len);
+    char text[256];
+    wgml_mpi_error_string(code, text, sizeof text);
     char msg[512];
     snprintf(msg, sizeof msg, "%s: MPI error on rank %d of %d: %s", what, dist.rank, dist.size, text);
     return ctx_fail(ctx, WGML_ERROR_IO, msg);
@@ -202,42 +113,52 @@ wgml_status wgml_dist_init(void)
     if (dist.started) return WGML_OK;
     wgml_launch_settings_read(&dist.launch);
 #ifdef WGML_HAVE_MPI
-    if (launched() && !mpi_load(dist.launch.mpi_library)) {
+    wgml_mpi_family launcher = dist.launch.family == WGML_LAUNCHER_OPEN_MPI ? WGML_MPI_OPEN_MPI
+                               : dist.launch.family == WGML_LAUNCHER_MPICH  ? WGML_MPI_MPICH
+                                                                             : WGML_MPI_UNKNOWN;
+    if (launched() && !wgml_mpi_load(dist.launch.mpi_library, launcher)) {
+        /* a launcher of one rank may start a process that has no MPI: it is the only rank */
         const char *n = launcher_size();
-        if (n && strcmp(n, "1") != 0)
+        if (!n)
+            return dist_fail(WGML_ERROR_UNSUPPORTED, "dist_init: started by an MPI launcher, but MPI could not be loaded: %s",
+                             wgml_mpi_error());
+        if (strcmp(n, "1") != 0)
             return dist_fail(WGML_ERROR_UNSUPPORTED, "dist_init: started by mpirun with %s ranks, but MPI could not be loaded: %s",
-                             n, mpi.error);
+                             n, wgml_mpi_error());
     } else if (launched()) {
-        int inited = 0, rc, threads = MPI_THREAD_SINGLE;
-        MPI_Initialized(&inited);
+        int inited = 0, rc, threads = WGML_MPI_THREAD_SINGLE;
+        wgml_mpi_initialized(&inited);
         if (!inited) {
             /* the overlapped all-reduce calls MPI from a thread of its own, never two at once */
-            if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &threads)) != MPI_SUCCESS)
+            if ((rc = wgml_mpi_init_thread(WGML_MPI_THREAD_SERIALIZED, &threads)) != WGML_MPI_SUCCESS)
                 return mpi_fail(NULL, rc, "dist_init: MPI_Init_thread");
             dist.owns_mpi = 1;
         } else {
-            MPI_Query_thread(&threads);
+            wgml_mpi_query_thread(&threads);
         }
-        dist.mpi_thread = threads >= MPI_THREAD_SERIALIZED;
+        dist.mpi_thread = threads >= WGML_MPI_THREAD_SERIALIZED;
         /* errors come back as codes, which become statuses, instead of ending the process */
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(MPI_COMM_WORLD, &dist.rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &dist.size);
-        MPI_Comm local;
-        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, dist.rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
-            MPI_Comm_rank(local, &dist.local_rank);
-            MPI_Comm_size(local, &dist.local_size);
-            MPI_Comm_free(&local);
+        wgml_mpi_comm world = wgml_mpi_world(), local;
+        wgml_mpi_errors_return(world);
+        wgml_mpi_comm_rank(world, &dist.rank);
+        wgml_mpi_comm_size(world, &dist.size);
+        if (wgml_mpi_comm_split_shared(world, dist.rank, &local) == WGML_MPI_SUCCESS) {
+            wgml_mpi_comm_rank(local, &dist.local_rank);
+            wgml_mpi_comm_size(local, &dist.local_size);
+            wgml_mpi_comm_free(&local);
         }
         dist.mpi = dist.size > 1;
-        /* another MPI's launcher (MPICH's mpiexec for a wgml built against Open MPI): every
-           process would be a lone rank, training the whole batch into the same files */
+        /* another MPI's launcher (MPICH's mpiexec for a program that links Open MPI, or
+           WGML_MPI_LIBRARY naming the other family's): every process would be a lone rank,
+           training the whole batch into the same files */
         const char *n = launcher_size();
         if (n && atoi(n) > 1 && dist.size == 1)
             return dist_fail(WGML_ERROR_UNSUPPORTED,
-                             "dist_init: the launcher started %s ranks, but MPI (%s) sees one: was it another MPI's "
-                             "launcher? Start wgml with the mpirun of that MPI, or build wgml against the launcher's MPI",
-                             n, WGML_MPI_SONAME);
+                             "dist_init: the launcher started %s ranks, but MPI (%s, %s) sees one: was it another MPI's "
+                             "launcher (its variables are %s's)? Start wgml with the mpirun of that MPI, or set "
+                             "WGML_MPI_LIBRARY to the launcher's MPI library",
+                             n, wgml_mpi_family_name(wgml_mpi_loaded_family()), wgml_mpi_library(),
+                             wgml_mpi_family_name(launcher));
     }
 #else
     const char *n = launcher_size();
@@ -287,9 +208,9 @@ wgml_status wgml_dist_finalize(void)
     dist.stage_cap = 0;
 #ifdef WGML_HAVE_MPI
     if (dist.owns_mpi) {
-        int rc = MPI_Finalize();
+        int rc = wgml_mpi_finalize();
         dist.owns_mpi = 0;
-        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_finalize");
+        if (rc != WGML_MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_finalize");
     }
 #endif
     dist.started = dist.mpi = 0;
@@ -304,8 +225,8 @@ wgml_status wgml_dist_barrier(void)
     if (st) return st;
 #ifdef WGML_HAVE_MPI
     if (dist.mpi) {
-        int rc = MPI_Barrier(MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_barrier");
+        int rc = wgml_mpi_barrier(wgml_mpi_world());
+        if (rc != WGML_MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_barrier");
     }
 #endif
     return WGML_OK;
@@ -314,7 +235,7 @@ wgml_status wgml_dist_barrier(void)
 void wgml_dist_abort(int code)
 {
 #ifdef WGML_HAVE_MPI
-    if (dist.mpi) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    if (dist.mpi) wgml_mpi_abort(wgml_mpi_world(), code ? code : 1);
 #else
     (void)code;
 #endif
@@ -329,8 +250,8 @@ wgml_status wgml_dist_allreduce_host(double *data, size_t n, wgml_reduce_op op)
 #ifdef WGML_HAVE_MPI
     if (dist.mpi && n) {
         if (n > (size_t)INT32_MAX) return dist_fail(WGML_ERROR_LIMIT, "dist_allreduce_host: %zu values, past MPI's int count", n);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, data, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_allreduce_host");
+        int rc = wgml_mpi_allreduce_sum(NULL, data, (int)n, WGML_MPI_DOUBLE, wgml_mpi_world());
+        if (rc != WGML_MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_allreduce_host");
         if (op == WGML_REDUCE_MEAN)
             for (size_t i = 0; i < n; i++) data[i] /= dist.size;
     }
@@ -346,8 +267,8 @@ wgml_status wgml_dist_broadcast_host(void *data, size_t bytes)
 #ifdef WGML_HAVE_MPI
     if (dist.mpi && bytes) {
         if (bytes > (size_t)INT32_MAX) return dist_fail(WGML_ERROR_LIMIT, "dist_broadcast_host: %zu bytes, past MPI's int count", bytes);
-        int rc = MPI_Bcast(data, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
-        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_broadcast_host");
+        int rc = wgml_mpi_bcast(data, (int)bytes, WGML_MPI_BYTE, 0, wgml_mpi_world());
+        if (rc != WGML_MPI_SUCCESS) return mpi_fail(NULL, rc, "dist_broadcast_host");
     }
 #endif
     return WGML_OK;
@@ -402,13 +323,13 @@ static bool shm_ready(void)
     }
     char name[WGML_SHM_NAME] = "";
     int ok = dist.rank == 0 ? wgml_shm_create(dist.size, name, &dist.shm, dist.shm_error, sizeof dist.shm_error) : 0;
-    if (MPI_Bcast(name, WGML_SHM_NAME, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) ok = 0, name[0] = '\0';
+    if (wgml_mpi_bcast(name, WGML_SHM_NAME, WGML_MPI_BYTE, 0, wgml_mpi_world()) != WGML_MPI_SUCCESS) ok = 0, name[0] = '\0';
     if (dist.rank != 0 && name[0])
         ok = wgml_shm_attach(name, dist.size, dist.rank, &dist.shm, dist.shm_error, sizeof dist.shm_error);
     else if (dist.rank != 0)
         snprintf(dist.shm_error, sizeof dist.shm_error, "rank 0 has no segment");
     int failed = !ok, any = 1;
-    if (MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) any = 1;
+    if (wgml_mpi_allreduce_sum(&failed, &any, 1, WGML_MPI_INT, wgml_mpi_world()) != WGML_MPI_SUCCESS) any = 1;
     if (dist.rank == 0 && name[0]) wgml_shm_unlink(name);
     if (any) {
         wgml_shm_close(dist.shm);
@@ -467,14 +388,14 @@ static void mean_over_ranks(float *v, int64_t n)
 }
 
 /* Waits for bucket b's reduction and writes it back. */
-static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *tensors, MPI_Request *req, int64_t from,
+static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_mpi_request *req, int64_t from,
                                  int64_t count, float *host, wgml_reduce_op op)
 {
     double t0 = wgml_host_seconds();
-    int rc = MPI_Wait(req, MPI_STATUS_IGNORE);
+    int rc = wgml_mpi_wait(req);
     double t1 = wgml_host_seconds();
     dist.stats.reduce_seconds += t1 - t0;
-    if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_allreduce");
+    if (rc != WGML_MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_allreduce");
     if (op == WGML_REDUCE_MEAN) mean_over_ranks(host, count);
     wgml_status st = move_range(ctx, n, tensors, from, count, host, 0);
     dist.stats.copy_in_seconds += wgml_host_seconds() - t1;
@@ -517,7 +438,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     }
     dist.stats.shared_memory = 0;
     /* bucket k is read while bucket k - 1 is being reduced; reads wait for the GPU */
-    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    wgml_mpi_request req[2] = {{0, false}, {0, false}};
     int64_t start[2] = {0, 0}, len[2] = {0, 0};
     int k = 0;
     for (int64_t from = 0; from < total && !st; from += (int64_t)bucket, k ^= 1) {
@@ -526,21 +447,21 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
         st = move_range(ctx, n, tensors, from, count, dist.stage[k], 1);
         dist.stats.copy_out_seconds += wgml_host_seconds() - t0;
         if (st) break;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, dist.stage[k], (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[k]);
-        if (rc != MPI_SUCCESS) {
+        int rc = wgml_mpi_iallreduce_sum(dist.stage[k], (int)count, WGML_MPI_FLOAT, wgml_mpi_world(), &req[k]);
+        if (rc != WGML_MPI_SUCCESS) {
             st = mpi_fail(ctx, rc, "dist_allreduce");
             break;
         }
         start[k] = from;
         len[k] = count;
-        if (req[k ^ 1] != MPI_REQUEST_NULL)
+        if (req[k ^ 1].active)
             st = finish_bucket(ctx, n, tensors, &req[k ^ 1], start[k ^ 1], len[k ^ 1], dist.stage[k ^ 1], op);
     }
     /* the buckets still in flight: waited for even after a failure, so none outlives its buffer */
     for (int j = 0; j < 2; j++) {
         k ^= 1;
-        if (req[k] == MPI_REQUEST_NULL) continue;
-        if (st) MPI_Wait(&req[k], MPI_STATUS_IGNORE);
+        if (!req[k].active) continue;
+        if (st) wgml_mpi_wait(&req[k]);
         else st = finish_bucket(ctx, n, tensors, &req[k], start[k], len[k], dist.stage[k], op);
     }
     return st;
@@ -558,11 +479,11 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
     if (!dist.mpi) return WGML_OK;
     /* the sizes first, so that ranks whose models differ fail with words, not garbage */
     int64_t root_total = total;
-    int rc = MPI_Bcast(&root_total, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_broadcast");
+    int rc = wgml_mpi_bcast(&root_total, 1, WGML_MPI_INT64, 0, wgml_mpi_world());
+    if (rc != WGML_MPI_SUCCESS) return mpi_fail(ctx, rc, "dist_broadcast");
     /* every rank learns whether any differs, so all of them fail together (rank 0 too) */
     int differs = root_total != total, any = differs;
-    if ((rc = MPI_Allreduce(&differs, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD)) != MPI_SUCCESS)
+    if ((rc = wgml_mpi_allreduce_sum(&differs, &any, 1, WGML_MPI_INT, wgml_mpi_world())) != WGML_MPI_SUCCESS)
         return mpi_fail(ctx, rc, "dist_broadcast");
     if (any) {
         char msg[256];
@@ -580,7 +501,7 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
         int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
         if (dist.rank == 0) st = move_range(ctx, n, tensors, from, count, dist.stage[0], 1);
         if (st) break;
-        if ((rc = MPI_Bcast(dist.stage[0], (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD)) != MPI_SUCCESS)
+        if ((rc = wgml_mpi_bcast(dist.stage[0], (int)count, WGML_MPI_FLOAT, 0, wgml_mpi_world())) != WGML_MPI_SUCCESS)
             return mpi_fail(ctx, rc, "dist_broadcast");
         if (dist.rank != 0) st = move_range(ctx, n, tensors, from, count, dist.stage[0], 0);
     }
@@ -684,15 +605,15 @@ static int run_job(const reduce_job *j)
 {
     if (j->shm && shm_ready()) {
         wgml_shm_allreduce(dist.shm, j->send, j->f16, j->recv, (size_t)j->count, true);
-        return MPI_SUCCESS;
+        return WGML_MPI_SUCCESS;
     }
     const void *send = j->send;
     if (j->f16) { /* MPI sums no f16: widened first (no fewer bytes through MPI then) */
         wgml_f16_to_f32(j->send, j->recv, (size_t)j->count);
-        send = MPI_IN_PLACE;
+        send = NULL; /* in place */
     }
-    int rc = MPI_Allreduce(send, j->recv, j->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    if (rc == MPI_SUCCESS) mean_over_ranks(j->recv, j->count);
+    int rc = wgml_mpi_allreduce_sum(send, j->recv, j->count, WGML_MPI_FLOAT, wgml_mpi_world());
+    if (rc == WGML_MPI_SUCCESS) mean_over_ranks(j->recv, j->count);
     return rc;
 }
 
@@ -700,7 +621,7 @@ static int run_job(const reduce_job *j)
 static int run_timed(const reduce_job *j, double *seconds)
 {
     double t0 = wgml_host_seconds();
-    int rc = reducer.rc == MPI_SUCCESS ? run_job(j) : MPI_SUCCESS;
+    int rc = reducer.rc == WGML_MPI_SUCCESS ? run_job(j) : WGML_MPI_SUCCESS;
     *seconds = wgml_host_seconds() - t0;
     return rc;
 }
@@ -709,7 +630,7 @@ static int run_timed(const reduce_job *j, double *seconds)
 static void job_done(int rc, double seconds)
 {
     reducer.mpi_seconds += seconds;
-    if (rc != MPI_SUCCESS && reducer.rc == MPI_SUCCESS) reducer.rc = rc;
+    if (rc != WGML_MPI_SUCCESS && reducer.rc == WGML_MPI_SUCCESS) reducer.rc = rc;
     reducer.done++;
 }
 
@@ -826,7 +747,7 @@ enum { ONE_PASS, ALL_HANDED, ALL_WRITTEN };
 static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, int until, wgml_status failed)
 {
     wgml_status st = WGML_OK;
-    int mpi_rc = MPI_SUCCESS;
+    int mpi_rc = WGML_MPI_SUCCESS;
     double t_wait = wgml_host_seconds(), idle_since = t_wait;
     for (;;) {
         bool moved = false;
@@ -858,7 +779,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 if (b->job >= done) break; /* still with the reducer */
                 wgpuBufferUnmap(b->staging);
                 b->state = B_DONE;
-                if (!st && !failed && mpi_rc == MPI_SUCCESS) {
+                if (!st && !failed && mpi_rc == WGML_MPI_SUCCESS) {
                     double t0 = wgml_host_seconds();
                     st = write_back(ctx, bs, b, G);
                     dist.stats.copy_in_seconds += wgml_host_seconds() - t0;
@@ -884,7 +805,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
     }
     if (until != ONE_PASS) dist.stats.gpu_wait_seconds += wgml_host_seconds() - t_wait;
     reducer_done(&mpi_rc);
-    if (!st && !failed && mpi_rc != MPI_SUCCESS) st = mpi_fail(ctx, mpi_rc, "dist_allreduce");
+    if (!st && !failed && mpi_rc != WGML_MPI_SUCCESS) st = mpi_fail(ctx, mpi_rc, "dist_allreduce");
     return st;
 }
 
@@ -934,7 +855,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         }
         pthread_mutex_lock(&reducer.mu);
         reducer.posted = reducer.done = 0;
-        reducer.rc = MPI_SUCCESS;
+        reducer.rc = WGML_MPI_SUCCESS;
         pthread_mutex_unlock(&reducer.mu);
         bs->handed = bs->written = 0;
         bs->f16 = step_f16(ctx, user);

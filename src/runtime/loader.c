@@ -44,6 +44,35 @@ static bool symbol(void *handle, const char *name, void *slot)
     return p != NULL;
 }
 
+/* A bare name the search did not find, looked for where wgml's own build or installation put
+   it: beside the object holding this code, in its wgml/ folder, then the build's third_party
+   folders (WGML_BUILD_RUNTIME_DIRS). The search follows the runpath of the caller of dlopen,
+   which a sanitizer's interception of dlopen hides, and a program linking libwgml.a may lack. */
+static void *load_beside(const char *name)
+{
+    char dirs[2048] = "", path[2560];
+    Dl_info info;
+    if (dladdr((void *)&load_beside, &info) && info.dli_fname) {
+        const char *slash = strrchr(info.dli_fname, '/');
+        if (slash) {
+            int n = (int)(slash - info.dli_fname);
+            snprintf(dirs, sizeof dirs, "%.*s:%.*s/wgml:", n, info.dli_fname, n, info.dli_fname);
+        }
+    }
+#ifdef WGML_BUILD_RUNTIME_DIRS
+    strncat(dirs, WGML_BUILD_RUNTIME_DIRS, sizeof dirs - strlen(dirs) - 1);
+#endif
+    for (char *d = dirs, *end; *d; d = end + (*end != 0)) {
+        end = strchr(d, ':');
+        if (!end) end = d + strlen(d);
+        if (end == d) continue;
+        snprintf(path, sizeof path, "%.*s/%s", (int)(end - d), d, name);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (h) return h;
+    }
+    return NULL;
+}
+
 /* Loads impl's library once, from path ("" or NULL: its usual name); false (impl->error says
    why) if it cannot. Holds the lock. */
 static bool load(implementation *impl, const char *path)
@@ -57,6 +86,9 @@ static bool load(implementation *impl, const char *path)
     if (!h) {
         const char *why = dlerror();
         snprintf(impl->error, sizeof impl->error, "%s", why ? why : "dlopen failed");
+        if (!strchr(impl->path, '/')) h = load_beside(impl->path);
+    }
+    if (!h) {
         return false;
     }
     wgml_wgpu_table t;

@@ -178,6 +178,9 @@ void wgml_tensors_free_all(wgml_context *ctx)
     while (t) {
         wgml_tensor *next = t->all_next;
         if (t->buf) wgml_buffer_release(ctx, t->buf);
+        /* (a node still alive here, say in a cycle of a parameter and the gradient a failed
+           step left it, holds its destination too) */
+        if (t->dest) wgml_buffer_release(ctx, t->dest);
         free(t->error);
         t->magic = 0;
         free(t);

@@ -111,9 +111,12 @@ static bool load(implementation *impl, const char *path)
     symbol(h, "wgpuGetVersion", &x->GetVersion);
     symbol(h, "wgpuInstanceWaitAny", &x->InstanceWaitAny);
     symbol(h, "wgpuAdapterPropertiesSubgroupMatrixConfigsFreeMembers", &x->AdapterPropertiesSubgroupMatrixConfigsFreeMembers);
+    /* operator delete as the process resolves it (a sanitizer's stands in for the C++
+       library's there), else the one Dawn's own dependencies give */
     if (impl == &impls[WGML_RUNTIME_DAWN] &&
         (!symbol(h, "_ZN4dawn6native12InstanceBase17EnumerateAdaptersEPKNS0_21RequestAdapterOptionsE",
-                 &x->DawnEnumerateAdapters) || !symbol(h, "_ZdlPv", &x->CxxDelete)))
+                 &x->DawnEnumerateAdapters) ||
+         !(symbol(RTLD_DEFAULT, "_ZdlPv", &x->CxxDelete) || symbol(h, "_ZdlPv", &x->CxxDelete))))
         x->DawnEnumerateAdapters = NULL, x->CxxDelete = NULL; /* both or neither */
     /* what the implementation file relies on */
     if (impl == &impls[WGML_RUNTIME_WGPU_NATIVE] && !(x->InstanceEnumerateAdapters && x->DevicePoll))

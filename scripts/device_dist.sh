@@ -4,7 +4,7 @@
 # 128, no dropout) on 1, 2 and 4 ranks, one GPU each, started by the image's own Open MPI
 # (/usr/bin/mpirun: unpacking Debian's Open MPI over it broke mpirun), then PyTorch DDP on 1, 2
 # and 4 GPUs through torchrun with the same model (bench/torch_gpt_ddp.py), in one command.
-# wgml was built elsewhere against Debian's Open MPI (libmpi.so.40, the image's soname too).
+# wgml was built elsewhere (no MPI at build time: it opens the launcher's MPI, src/train/mpi_abi.c).
 #
 # Usage: device_dist.sh DIR OUT
 #   DIR holds bin/wgml, lib/ (libwgpu_native.so, libjansson.so.4), text/ (the corpus) and

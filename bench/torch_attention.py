@@ -1,31 +1,16 @@
 """PyTorch's scaled_dot_product_attention at the shapes of `wgml bench attention` (causal,
-forward then forward + backward), in f16 and f32, timed as bench/torch_peer.py times: the peer
+forward then forward + backward), in f16 and f32, timed as bench/torch_peer.py times (bench/torch_timing.py): the peer
 of wgml's f32 and mixed-precision (matrix-unit) attention. Run in the same command as the
 bench, on the same GPU. --json: one JSON object of the results on stdout."""
-import json, sys, time
+import json, sys
 import torch
+
+from torch_timing import reporter, timed
 
 dev = "cuda"
 res = {}
 F = torch.nn.functional
-
-
-def timed(fn, reps=15, inner=8):
-    t_end = time.perf_counter() + 2.0  # warm-up as in `wgml bench`: at least 2 s
-    fn(); torch.cuda.synchronize()
-    while time.perf_counter() < t_end: fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        torch.cuda.synchronize(); t0 = time.perf_counter()
-        for _ in range(inner): fn()
-        torch.cuda.synchronize(); ts.append((time.perf_counter() - t0) / inner)
-    return sorted(ts)[len(ts) // 2]
-
-
-def report(name, s, value, unit):
-    res[name] = {"ms": s * 1e3, "value": value, "unit": unit}
-    print(f"  {name:44s} {s*1e3:10.3f} ms  {value:10.2f} {unit}", file=sys.stderr)
-
+report = reporter(res, 44)
 
 print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", file=sys.stderr)
 for dtype, tag in [(torch.float16, "f16"), (torch.float32, "f32")]:

@@ -4,27 +4,14 @@ Prints one JSON object. TF32 is off: f32 against f32."""
 import json, sys, time
 import torch
 
+from torch_timing import reporter, timed
+
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 dev = "cuda"
 res = {}
 
-def timed(fn, reps=15, inner=8):
-    # warm-up as in `wgml bench`: at least 2 s
-    t_end = time.perf_counter() + 2.0
-    fn(); torch.cuda.synchronize()
-    while time.perf_counter() < t_end: fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        torch.cuda.synchronize(); t0 = time.perf_counter()
-        for _ in range(inner): fn()
-        torch.cuda.synchronize(); ts.append((time.perf_counter() - t0) / inner)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-def report(name, s, value, unit):
-    res[name] = {"ms": s * 1e3, "value": value, "unit": unit}
-    print(f"  {name:34s} {s*1e3:10.3f} ms  {value:10.2f} {unit}", file=sys.stderr)
+report = reporter(res)
 
 # --matmul: only the GEMM, GEMV and round-trip measurements (the matmul issue's runs)
 matmul_only = "--matmul" in sys.argv

@@ -325,6 +325,19 @@ static void put_key_step(gen *g, bool with_v)
     put_read_scores(g, "ninf", true);
 }
 
+/* The start of a kernel over a tile of queries (the forward, dQ): the entry point, the lane
+   ids, the tile, and its scaled queries staged and kept in the subgroups' rows. */
+static void put_query_tile_start(gen *g, bool grad)
+{
+    put_main(g, "P.tiles * P.B * P.H");
+    put_lane_ids(g);
+    wgml_attn_put_query_tile(g->b, g->R, grad);
+    wgml_sbuf_put(g->b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
+    put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
+    wgml_sbuf_put(g->b, "    workgroupBarrier();\n");
+    put_keep_rows(g, "q");
+}
+
 /* ---------------------------------------------------------------- forward */
 
 static void put_forward(gen *g)
@@ -332,13 +345,7 @@ static void put_forward(gen *g)
     wgml_sbuf *b = g->b;
     const int C = g->C;
     wgml_attn_put_forward_bindings(b, g->c->vec, true);
-    put_main(g, "P.tiles * P.B * P.H");
-    put_lane_ids(g);
-    wgml_attn_put_query_tile(b, g->R, false);
-    wgml_sbuf_put(b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
-    put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "q");
+    put_query_tile_start(g, false);
     put_key_range(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
     /* pass 1: each lane's running max and sum of its columns of each of its rows */
@@ -396,13 +403,7 @@ static void put_dq(gen *g)
     wgml_sbuf *b = g->b;
     const int C = g->C;
     put_grad_bindings(g);
-    put_main(g, "P.tiles * P.B * P.H");
-    put_lane_ids(g);
-    wgml_attn_put_query_tile(b, g->R, true);
-    wgml_sbuf_put(b, "    let r0 = i0 + sr;\n");
-    put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "q");
+    put_query_tile_start(g, true);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_stage(g, "do", g->R, "i0", "P.T", "ob", "D", NULL, 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");

@@ -135,34 +135,31 @@ static void vector_widths(void)
 static void policy(void)
 {
     static const int shapes[][3] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}, {8, 8, 8}};
-    static const int64_t sizes[][3] = {{4096, 4096, 4096}, {16384, 1152, 384}, {16384, 384, 1536}, {1, 7, 33}};
+    static const int64_t sizes[][2] = {{4096, 4096}, {16384, 1152}, {16384, 384}, {1, 7}}; /* M x N */
     for (int s = 0; s < N_OF(shapes); s++)
         for (int z = 0; z < N_OF(sizes); z++)
             for (int form = 0; form < 4; form++) {
                 wgml_sgmat_config c = wgml_sgmat_choose(shapes[s][0], shapes[s][1], shapes[s][2], 32, sizes[z][0], sizes[z][1],
-                                                        sizes[z][2], 1, form < 2, form & 1, form & 2, 49152);
+                                                        1, form & 1, form & 2, 49152);
                 CHECK(wgml_sgmat_config_problem(&c) == NULL);
                 CHECK(wgml_sgmat_workgroup_bytes(&c, form & 1, form & 2) <= 49152);
                 char *src = wgml_sgmat_gemm_source(&c, form & 1, form & 2, NULL);
                 CHECK(src != NULL);
                 free(src);
             }
-    /* the measured winners on 16x16x16, operands in halves or f32: 128x256 tiles with the
+    /* the measured winners on 16x16x16 (operands in halves or f32 alike): 128x256 tiles with the
        next slice prefetched where their grid fills the GPU, 128x128 not over a weight
        gradient's few tiles (split K into 4: 60 workgroups of 128x256) */
-    for (int f16 = 0; f16 < 2; f16++) {
-        wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, 1, f16, false, false, 49152);
-        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.bk == 32 && !c.double_buffer && c.prefetch);
-        c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 384, 1, f16, false, false, 49152);
-        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.prefetch);
-        c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 4096, 4, f16, true, false, 49152);
-        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.prefetch);
-        c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 1024, 16, f16, true, false, 49152);
-        CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
-    }
-    wgml_sgmat_config c;
+    wgml_sgmat_config c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 1, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.bk == 32 && !c.double_buffer && c.prefetch);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 16384, 1152, 1, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256 && c.prefetch);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 4, true, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.prefetch);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 16, true, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
     /* a small workgroup memory takes a smaller tile */
-    c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 4096, 1, false, false, false, 16384);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 1, false, false, 16384);
     CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);
 }
 

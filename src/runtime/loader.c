@@ -47,8 +47,8 @@ static bool symbol(void *handle, const char *name, void *slot)
 /* A bare name the search did not find, looked for where wgml's own build or installation put
    it: beside the object holding this code, in its wgml/ folder, then the build's third_party
    folders (WGML_BUILD_RUNTIME_DIRS). The search follows the runpath of the caller of dlopen:
-   under AddressSanitizer, whose dlopen stands between, the bare name was not found (every test
-   of `make asan` failed so); a program linking libwgml.a may lack that runpath too. */
+   under AddressSanitizer, whose dlopen stands between, the bare name was not found (almost every
+   test of `make asan` failed so); a program linking libwgml.a may lack that runpath too. */
 static void *load_beside(const char *name)
 {
     char dirs[2048] = "", path[2560];

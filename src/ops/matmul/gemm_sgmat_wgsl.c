@@ -159,8 +159,8 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     return NULL;
 }
 
-wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
-                                    int64_t batch, bool f16_operands, bool ta, bool tb, uint32_t wg_bytes_limit)
+wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t batch,
+                                    bool ta, bool tb, uint32_t wg_bytes_limit)
 {
     /* subgroups m x n, fragments m x n (in 16x16 units), prefetch: the winners of the H200
        sweeps (docs/MEASUREMENTS.md). With the next slice prefetched into registers, 128x256
@@ -170,7 +170,6 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
        few tiles over split K: 144 against 128) and ties where N = 384 leaves half a tile
        column idle (128x128 141.5, 128x256 139.2). Operands in halves or f32 alike (f32, prefetched:
        4096^3 110.8 against 105.0). The rest fit smaller workgroup memories. */
-    (void)f16_operands, (void)K;
     static const int layouts[][5] = {{4, 4, 2, 4, 1}, {4, 4, 2, 2, 1}, {2, 4, 2, 2, 0}, {2, 2, 2, 2, 0}};
     int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 ? 0 : 1;
     wgml_sgmat_config c = {0};

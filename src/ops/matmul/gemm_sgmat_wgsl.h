@@ -53,17 +53,16 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c);
    transposed; M for A^T, K for B^T) all multiples of it. */
 int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int64_t extent);
 
-/* The measured policy (docs/MEASUREMENTS.md, H200): for the shape M x N x K over `batch`
-   matrices (or split-K chunks), both operands stored as halves or not, a config on the
+/* The measured policy (docs/MEASUREMENTS.md, H200): for an M x N result over `batch`
+   matrices (or split-K chunks), a config on the
    adapter's matrix shape sm_m x sm_n x sm_k (16x16x16 where offered: the caller picks it from
    the adapter's f16 -> f32 list), K slices of 32 in one staging buffer with the next slice
    prefetched into registers, 8-wide reads (the caller lowers a_vec / b_vec to
    wgml_sgmat_vec_width's and sets the storage fields), within wg_bytes_limit of workgroup
-   memory. The tile follows from M, N and batch alone today: the operands' storage and K
-   changed no winner in the sweeps, and stay in the signature for the policies of other
-   adapters. */
-wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t K,
-                                    int64_t batch, bool f16_operands, bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
+   memory. The tile follows from M, N and batch alone: K and the operands' storage (halves or
+   f32) changed no winner in the sweeps. */
+wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t batch,
+                                    bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
 
 /* The kernel's WGSL, or NULL (a config problem, or out of host memory). act_wgsl: NULL, or
    WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), applied last in

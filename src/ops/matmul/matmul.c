@@ -210,8 +210,8 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: %s has no f16 -> f32 subgroup matrices",
                               ctx->rt.info.name);
     /* either operand may be stored as halves (f16 tensors, resident f16 weights): read directly */
-    wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->K, g->batch, g->a_f16 && g->b_f16,
-                                            g->trans_a, g->trans_b, ctx->rt.limits.maxComputeWorkgroupStorageSize);
+    wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->batch, g->trans_a, g->trans_b,
+                                            ctx->rt.limits.maxComputeWorkgroupStorageSize);
     int wa = wgml_sgmat_vec_width(g->a_off, g->lda, g->a_bs, g->a_bs1, g->trans_a ? g->M : g->K);
     int wb = wgml_sgmat_vec_width(g->b_off, g->ldb, g->b_bs, g->b_bs1, g->trans_b ? g->K : g->N);
     c.a_vec = wa < 8 ? wa : 8;

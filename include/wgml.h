@@ -195,6 +195,10 @@ typedef struct wgml_context_desc {
                                         when the optimizer scales the loss (mixed-precision
                                         training); every rank the same */
     const char *attn_matrix;         /* the attention under mixed precision (the list above) */
+    int dist_threads;                /* the shared-memory reduction: threads each rank copies and
+                                        sums with, 1 to 16 (rank 0's count holds for all); 0:
+                                        the machine's cores over the ranks on it, halved, at
+                                        most 8 */
 } wgml_context_desc;
 
 /* Creates a context on the chosen adapter. On failure *out is NULL and the status says why;
@@ -957,6 +961,9 @@ typedef struct wgml_dist_stats {
                                    (data parallel under dist_f16) */
     int shared_memory;          /* 1: the last reduction went through wgml's shared-memory
                                    segment (dist_shm), 0: through MPI_Allreduce */
+    double rank_wait_seconds;   /* of reduce_seconds, waiting in the shared-memory segment for
+                                   the other ranks (their gradients, or their share of the sums) */
+    int shared_memory_threads;  /* the threads each rank reduced with there (dist_threads) */
 } wgml_dist_stats;
 WGML_API void wgml_dist_stats_get(wgml_dist_stats *stats);
 WGML_API void wgml_dist_stats_reset(void);
@@ -1005,6 +1012,7 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
                                             shared-memory reduction, on one machine)
      WGML_DIST_F16=0|1                      .dist_f16 = -1 | 1 (gradients through host memory
                                             as f16: never, always; unset: with loss scaling)
+     WGML_DIST_THREADS=N                    .dist_threads
    Kernel choices (a value out of range is ignored, as it is in the field):
      WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile
      WGML_GEMM_WARP=8x4                     .gemm_warp

@@ -7,7 +7,7 @@
 #     (the halves reducing in many small buckets, the unbroken run in one);
 #   - the overlapped all-reduce (default) and the blocking one (WGML_DIST_OVERLAP=0) end with
 #     the same gpt checkpoint byte for byte, in one bucket or many, with the step's end
-#     deferred (WGML_DIST_DEFER=1) or not;
+#     deferred (WGML_DIST_DEFER=1) or not, with one thread or 3 a rank (WGML_DIST_THREADS);
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
 #   - a process whose launcher's variables say 2 ranks (PMI_SIZE=2), but MPI one, is refused;
@@ -120,12 +120,14 @@ grep -q "gradient all-reduce on 2 ranks, overlapped: .*shared memory" "$work/gpt
 timeout 120 "${mpi[@]}" -x WGML_DIST_OVERLAP=0 -x WGML_DIST_SHM=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2b" >"$work/gpt2b.log" 2>&1 ||
   fail "gpt, 2 ranks, blocking all-reduce: exit $? ($(tail -3 "$work/gpt2b.log"))"
 grep -q "gradient all-reduce on 2 ranks: .*MPI" "$work/gpt2b.log" || fail "gpt, 2 ranks, WGML_DIST_SHM=0: not MPI: $(tail -2 "$work/gpt2b.log")"
-timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_DEFER=1 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_DEFER=1 -x WGML_DIST_THREADS=3 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
   fail "gpt, 2 ranks, small buckets, deferred: exit $? ($(tail -3 "$work/gpt2s.log"))"
 cmp -s <(cut -d, -f1-5 "$work/gpt2s/metrics.csv") <(cut -d, -f1-5 "$work/gpt2b/metrics.csv") ||
   fail "gpt: the deferred steps' metrics (loss, lr, gradient norm, validation) differ from the blocking ones'"
 grep -Eq "overlapped: .*\(([5-9]|[1-9][0-9])\.0 buckets" "$work/gpt2s.log" ||
   fail "gpt, small buckets: not 5-99 buckets a step: $(grep all-reduce "$work/gpt2s.log")"
+grep -q "shared memory (3 threads a rank)" "$work/gpt2s.log" ||
+  fail "gpt, WGML_DIST_THREADS=3: not 3 threads: $(grep all-reduce "$work/gpt2s.log")"
 cmp -s "$work/gpt2/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt: the overlapped all-reduce ends elsewhere than the blocking one"
 cmp -s "$work/gpt2s/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt: the overlapped all-reduce in small buckets ends elsewhere than the blocking one"
 
@@ -134,7 +136,7 @@ cmp -s "$work/gpt2s/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt:
 # steps
 mixed=("${gpt[@]}" --steps 12 --precision mixed)
 timeout 120 "$wgml" "${mixed[@]}" --out "$work/mx1" >"$work/mx1.log" 2>&1 || fail "mixed, 1 rank: exit $? ($(tail -2 "$work/mx1.log"))"
-timeout 120 "${mpi[@]}" -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2" >"$work/mx2.log" 2>&1 ||
+timeout 120 "${mpi[@]}" -x WGML_DIST_THREADS=2 -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2" >"$work/mx2.log" 2>&1 ||
   fail "mixed, 2 ranks: exit $? ($(tail -3 "$work/mx2.log"))"
 grep -q "overlapped: .*shared memory .* MB a step as f16" "$work/mx2.log" ||
   fail "mixed, 2 ranks: not f16 through shared memory: $(grep all-reduce "$work/mx2.log")"
@@ -161,12 +163,12 @@ failing_rank() {
 
 # collectives NAME PROGRAM LAUNCHER...: tests/dist_ranks.c (sums and means against double sums
 # in buckets of about 1000 floats, smaller than a tensor; broadcast; unequal sizes refused on
-# every rank) on 2 and 3 ranks (3: slices that do not split evenly)
+# every rank) on 2 and 3 ranks (3: slices that do not split evenly), with 1 and 2 threads a rank
 collectives() {
   local name=$1 prog=$2 np
   shift 2
   for np in 2 3; do
-    WGML_DIST_BUCKET_MB=0.004 timeout 60 "$@" -n $np "$prog" >"$work/$name$np.log" 2>&1 ||
+    WGML_DIST_BUCKET_MB=0.004 WGML_DIST_THREADS=$((np - 1)) timeout 60 "$@" -n $np "$prog" >"$work/$name$np.log" 2>&1 ||
       fail "$1, dist_ranks on $np ranks: exit $? ($(tail -5 "$work/$name$np.log"))"
     grep -q "dist_ranks: ok" "$work/$name$np.log" || fail "$1, dist_ranks on $np ranks did not pass: $(tail -5 "$work/$name$np.log")"
   done

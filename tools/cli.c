@@ -461,15 +461,18 @@ static void report(void)
     wgml_dist_stats_get(&s);
     if (wgml_dist_rank() != 0 || !s.calls) return;
     double k = 1e3 / (double)s.calls; /* one all-reduce a step */
-    const char *how = s.shared_memory ? "shared memory" : "MPI";
+    char how[64] = "MPI";
+    if (s.shared_memory)
+        snprintf(how, sizeof how, "shared memory (%d thread%s a rank)", s.shared_memory_threads,
+                 s.shared_memory_threads == 1 ? "" : "s");
     /* f16: the gradients travelled as 2 bytes a value */
     const char *as = s.bytes < 4 * s.values ? "f16" : "f32";
     if (s.buckets) { /* overlapped with the backward pass */
         printf("gradient all-reduce on %d ranks, overlapped: %.2f ms/step exposed after the last bucket reached the host "
-               "(%.1f buckets, %s %.2f ms in its thread, write-back %.2f); %.2f MB a step as %s; %.2f ms/step waiting "
+               "(%.1f buckets, %s %.2f ms in its thread of which %.2f waiting for the other ranks, write-back %.2f); %.2f MB a step as %s; %.2f ms/step waiting "
                "after the backward pass was submitted, %.2f ms/step from then to the next step's first bucket\n",
                wgml_dist_size(), s.exposed_seconds * k, (double)s.buckets / (double)s.calls, how, s.reduce_seconds * k,
-               s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, as, s.gpu_wait_seconds * k,
+               s.rank_wait_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, as, s.gpu_wait_seconds * k,
                s.between_seconds * k);
         return;
     }

@@ -107,6 +107,9 @@ wgml_status wgml_settings_resolve(const wgml_context_desc *desc_in, wgml_setting
     s->dist_shm = d.dist_shm ? d.dist_shm > 0 : !((e = env("WGML_DIST_SHM")) && !strcmp(e, "0"));
     if (d.dist_f16 < -1 || d.dist_f16 > 1) FAIL("dist_f16 = %d, want -1, 0 or 1", d.dist_f16);
     s->dist_f16 = d.dist_f16 ? d.dist_f16 : (e = env("WGML_DIST_F16")) ? (!strcmp(e, "0") ? -1 : !strcmp(e, "1") ? 1 : 0) : 0;
+    if (d.dist_threads < 0 || d.dist_threads > 16) FAIL("dist_threads = %d, want 0 to 16", d.dist_threads);
+    int dt = (e = env("WGML_DIST_THREADS")) ? atoi(e) : 0;
+    s->dist_threads = d.dist_threads ? d.dist_threads : dt > 0 && dt <= 16 ? dt : 0;
 
     /* kernel choices: a text too long for its room is no value any of them takes: unset */
     struct {

@@ -39,6 +39,7 @@ typedef struct wgml_settings {
     bool dist_overlap, dist_defer, dist_inline;
     bool dist_shm; /* the shared-memory reduction where the ranks share a machine */
     int dist_f16;  /* -1 never, 0 with loss scaling (mixed precision), 1 always */
+    int dist_threads; /* 0: the default */
     /* kernel choices: the text of the desc field or variable ("": unset) */
     char gemm_tile[WGML_SETTING_CHOICE], gemm_warp[WGML_SETTING_CHOICE], gemm_cpu[WGML_SETTING_CHOICE],
         gemm_cpu_subgroups[WGML_SETTING_CHOICE], gemv_cols[WGML_SETTING_CHOICE], gemv_rows[WGML_SETTING_CHOICE],

@@ -24,6 +24,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include "core/api_lock.h"
 #include "core/buffer.h"
@@ -54,6 +55,7 @@ static struct {
     /* the shared-memory reduction (dist_shm.h), set up at the first reduction that wants it */
     wgml_shm *shm;
     int shm_state; /* 0 not tried, 1 ready, -1 not available (ranks on several machines, no room) */
+    int shm_threads; /* rank 0's settings.dist_threads (0: by the cores), taken when the segment is made */
     char shm_error[256];
 } dist = {.size = 1, .local_size = 1};
 
@@ -322,7 +324,13 @@ static bool shm_ready(void)
         return false;
     }
     char name[WGML_SHM_NAME] = "";
-    int ok = dist.rank == 0 ? wgml_shm_create(dist.size, name, &dist.shm, dist.shm_error, sizeof dist.shm_error) : 0;
+    int threads = dist.shm_threads;
+    if (!threads) { /* half the cores each rank has, at most 8 (a few already copy at the memory's speed) */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cpus > 0 ? (int)(cpus / dist.local_size / 2) : 1;
+        threads = threads < 1 ? 1 : threads > 8 ? 8 : threads;
+    }
+    int ok = dist.rank == 0 ? wgml_shm_create(dist.size, threads, name, &dist.shm, dist.shm_error, sizeof dist.shm_error) : 0;
     if (wgml_mpi_bcast(name, WGML_SHM_NAME, WGML_MPI_BYTE, 0, wgml_mpi_world()) != WGML_MPI_SUCCESS) ok = 0, name[0] = '\0';
     if (dist.rank != 0 && name[0])
         ok = wgml_shm_attach(name, dist.size, dist.rank, &dist.shm, dist.shm_error, sizeof dist.shm_error);
@@ -415,6 +423,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     }
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi || !total) return WGML_OK;
+    if (!dist.shm_state) dist.shm_threads = ctx->rt.settings.dist_threads;
     size_t bucket = bucket_floats(ctx, DEFAULT_BUCKET_FLOATS);
     if ((st = stage_reserve(ctx, bucket))) return st;
     dist.stats.calls++;
@@ -422,12 +431,14 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     dist.stats.values += (uint64_t)total;
     if (ctx->rt.settings.dist_shm && shm_ready()) { /* one bucket after the other, each in place */
         dist.stats.shared_memory = 1;
+        dist.stats.shared_memory_threads = wgml_shm_threads(dist.shm);
         for (int64_t from = 0; from < total && !st; from += (int64_t)bucket) {
             int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
             double t0 = wgml_host_seconds();
             if ((st = move_range(ctx, n, tensors, from, count, dist.stage[0], 1))) break;
             double t1 = wgml_host_seconds();
-            wgml_shm_allreduce(dist.shm, dist.stage[0], false, dist.stage[0], (size_t)count, op == WGML_REDUCE_MEAN);
+            dist.stats.rank_wait_seconds +=
+                wgml_shm_allreduce(dist.shm, dist.stage[0], false, dist.stage[0], (size_t)count, op == WGML_REDUCE_MEAN);
             double t2 = wgml_host_seconds();
             st = move_range(ctx, n, tensors, from, count, dist.stage[0], 0);
             dist.stats.copy_out_seconds += t1 - t0;
@@ -584,7 +595,8 @@ static void bucket_set_release(wgml_context *ctx, void *state)
    MPI call while a step's buckets are in flight). Without such MPI, jobs run inline. */
 typedef struct reduce_job {
     const void *send; /* count f32, or f16 (binary16 bits) */
-    float *recv;
+    float *recv;      /* host memory for MPI's sums */
+    float *out;       /* where the means go: the bucket's mapped upload buffer */
     int count;
     bool f16, shm; /* shm: through the shared-memory segment where it can be */
 } reduce_job;
@@ -598,13 +610,14 @@ static struct {
     int jobs_cap;
     int posted, done; /* this step's */
     int rc;           /* the first MPI error */
-    double mpi_seconds;
+    double mpi_seconds, wait_seconds;
 } reducer = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
-static int run_job(const reduce_job *j)
+/* (*waited: the seconds it waited for the other ranks, where it can tell) */
+static int run_job(const reduce_job *j, double *waited)
 {
     if (j->shm && shm_ready()) {
-        wgml_shm_allreduce(dist.shm, j->send, j->f16, j->recv, (size_t)j->count, true);
+        *waited = wgml_shm_allreduce(dist.shm, j->send, j->f16, j->out, (size_t)j->count, true);
         return WGML_MPI_SUCCESS;
     }
     const void *send = j->send;
@@ -612,24 +625,31 @@ static int run_job(const reduce_job *j)
         wgml_f16_to_f32(j->send, j->recv, (size_t)j->count);
         send = NULL; /* in place */
     }
+    /* (into host memory first: MPI would read the upload buffer's memory, slow to read) */
     int rc = wgml_mpi_allreduce_sum(send, j->recv, j->count, WGML_MPI_FLOAT, wgml_mpi_world());
-    if (rc == WGML_MPI_SUCCESS) mean_over_ranks(j->recv, j->count);
+    if (rc == WGML_MPI_SUCCESS) {
+        mean_over_ranks(j->recv, j->count);
+        memcpy(j->out, j->recv, (size_t)j->count * sizeof *j->out);
+    }
     return rc;
 }
 
-/* Job j (skipped after an error: the step fails anyway), and the seconds it took */
-static int run_timed(const reduce_job *j, double *seconds)
+/* Job j (skipped after an error: the step fails anyway), the seconds it took and those of
+   them it waited for the other ranks */
+static int run_timed(const reduce_job *j, double *seconds, double *waited)
 {
     double t0 = wgml_host_seconds();
-    int rc = reducer.rc == WGML_MPI_SUCCESS ? run_job(j) : WGML_MPI_SUCCESS;
+    *waited = 0;
+    int rc = reducer.rc == WGML_MPI_SUCCESS ? run_job(j, waited) : WGML_MPI_SUCCESS;
     *seconds = wgml_host_seconds() - t0;
     return rc;
 }
 
 /* A job's end in the reducer's counts (under its lock where the thread runs the jobs) */
-static void job_done(int rc, double seconds)
+static void job_done(int rc, double seconds, double waited)
 {
     reducer.mpi_seconds += seconds;
+    reducer.wait_seconds += waited;
     if (rc != WGML_MPI_SUCCESS && reducer.rc == WGML_MPI_SUCCESS) reducer.rc = rc;
     reducer.done++;
 }
@@ -643,10 +663,10 @@ static void *reducer_main(void *arg)
         if (reducer.stop) break;
         reduce_job j = reducer.jobs[reducer.done];
         pthread_mutex_unlock(&reducer.mu);
-        double seconds;
-        int rc = run_timed(&j, &seconds);
+        double seconds, waited;
+        int rc = run_timed(&j, &seconds, &waited);
         pthread_mutex_lock(&reducer.mu);
-        job_done(rc, seconds);
+        job_done(rc, seconds, waited);
     }
     pthread_mutex_unlock(&reducer.mu);
     return NULL;
@@ -670,10 +690,10 @@ static void reducer_stop(void)
 static bool reducer_post(const reduce_job *j)
 {
     if (!dist.mpi_thread || dist.inline_mpi) {
-        double seconds;
-        int rc = run_timed(j, &seconds);
+        double seconds, waited;
+        int rc = run_timed(j, &seconds, &waited);
         reducer.posted++;
-        job_done(rc, seconds);
+        job_done(rc, seconds, waited);
         return true;
     }
     if (!reducer.started) {
@@ -706,15 +726,14 @@ static int reducer_done(int *rc)
     return d;
 }
 
-/* Bucket b's reduced floats (bs->host) into G: into its upload buffer, mapped since the last
-   step, then copied on the GPU (ordered before the update's submit, as a queue write is). */
-static wgml_status write_back(wgml_context *ctx, bucket_set *bs, bucket *b, wgml_buffer *G)
+/* Where bucket b's means go: its upload buffer's memory, mapped since the last step's copy
+   (or made now), which the reducer fills; NULL after a failure (in the context's message) */
+static float *upload_target(wgml_context *ctx, bucket *b)
 {
     uint64_t bytes = (uint64_t)b->count * 4;
-    wgml_status st = WGML_OK;
     if (b->upload_pending) {
         b->upload_pending = false;
-        if ((st = wgml_map_end(&ctx->rt, &b->upload_map))) return st;
+        if (wgml_map_end(&ctx->rt, &b->upload_map)) return NULL;
     }
     if (!b->upload || b->upload_size < bytes) {
         if (b->upload) wgpuBufferRelease(b->upload);
@@ -722,17 +741,27 @@ static wgml_status write_back(wgml_context *ctx, bucket_set *bs, bucket *b, wgml
                                   .usage = WGPUBufferUsage_MapWrite | WGPUBufferUsage_CopySrc, .mappedAtCreation = true};
         b->upload = wgpuDeviceCreateBuffer(ctx->rt.device, &d);
         b->upload_size = b->upload ? bytes : 0;
-        if (!b->upload) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: no upload buffer for a bucket");
+        if (!b->upload) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: no upload buffer for a bucket"), NULL;
     }
-    void *dst = wgpuBufferGetMappedRange(b->upload, 0, (size_t)b->upload_size);
-    if (!dst) return ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: an upload buffer has no mapped range");
-    memcpy(dst, bs->host + b->from, (size_t)bytes);
+    float *dst = wgpuBufferGetMappedRange(b->upload, 0, (size_t)b->upload_size);
+    if (!dst) ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: an upload buffer has no mapped range");
+    return dst;
+}
+
+/* Bucket b's means (in its upload buffer, upload_target) into G: a copy on the GPU, ordered
+   before the update's submit, as a queue write is. (On Dawn, queue writes of the buckets took
+   60-88 ms a step on 2 H200s, where wgpu-native's took 5.5.) The buffer is mapped again for
+   the next step. */
+static wgml_status write_back(wgml_context *ctx, bucket *b, wgml_buffer *G)
+{
+    uint64_t bytes = (uint64_t)b->count * 4;
     wgpuBufferUnmap(b->upload);
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     wgpuCommandEncoderCopyBufferToBuffer(enc, b->upload, 0, G->handle, (uint64_t)b->from * 4, bytes);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if ((st = wgml_submit(&ctx->rt, cb))) return st;
+    wgml_status st = wgml_submit(&ctx->rt, cb);
+    if (st) return st;
     wgml_map_begin(&ctx->rt, b->upload, WGPUMapMode_Write, 0, b->upload_size, &b->upload_map);
     b->upload_pending = true;
     return WGML_OK;
@@ -760,8 +789,13 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 continue;
             }
             const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)wire_bytes(b));
-            reduce_job j = {src, bs->host + b->from, (int)b->count, b->f16, ctx->rt.settings.dist_shm};
             if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
+            float *out = src ? upload_target(ctx, b) : NULL;
+            if (src && !out) {
+                st = ctx->rt.status ? ctx->rt.status : WGML_ERROR_DEVICE;
+                src = NULL;
+            }
+            reduce_job j = {src, bs->host + b->from, out, (int)b->count, b->f16, ctx->rt.settings.dist_shm};
             if (src && (b->job = reducer.posted, !reducer_post(&j)))
                 st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
             if (failed || st) { /* reduce nothing more */
@@ -781,7 +815,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 b->state = B_DONE;
                 if (!st && !failed && mpi_rc == WGML_MPI_SUCCESS) {
                     double t0 = wgml_host_seconds();
-                    st = write_back(ctx, bs, b, G);
+                    st = write_back(ctx, b, G);
                     dist.stats.copy_in_seconds += wgml_host_seconds() - t0;
                 }
             }
@@ -917,9 +951,11 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
     bs->finished = st ? 0 : end;
     dist.stats.shared_memory = ctx->rt.settings.dist_shm && dist.shm_state > 0; /* (set up by the first job) */
+    dist.stats.shared_memory_threads = dist.stats.shared_memory ? wgml_shm_threads(dist.shm) : 0;
     pthread_mutex_lock(&reducer.mu);
     dist.stats.reduce_seconds += reducer.mpi_seconds - mpi0;
-    reducer.mpi_seconds = 0;
+    dist.stats.rank_wait_seconds += reducer.wait_seconds;
+    reducer.mpi_seconds = reducer.wait_seconds = 0;
     pthread_mutex_unlock(&reducer.mu);
     bs->n = 0;
     bs->last_mapped = 0;
@@ -955,6 +991,7 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
        pass (the reference the overlapped one is tested against) */
     const wgml_settings *set = &wgml_optimizer_owner(opt)->rt.settings;
     dist.inline_mpi = set->dist_inline;
+    if (!dist.shm_state) dist.shm_threads = set->dist_threads;
     if (set->dist_overlap) {
         /* dist_defer (WGML_DIST_DEFER=1): the step's end waits until the next step's graph is built */
         dist.defer = set->dist_defer;

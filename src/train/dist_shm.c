@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@
 typedef struct shm_header {
     uint64_t magic;
     int32_t ranks;
-    int32_t pad0;
+    int32_t threads; /* a rank's threads in the reduction (rank 0's choice, every rank's count) */
     uint64_t chunk_floats;
     char pad1[64 - 24];
     _Atomic uint32_t arrived;
@@ -32,14 +33,84 @@ typedef struct shm_header {
     _Atomic uint32_t generation;
 } shm_header;
 
+/* One reduction, as every thread of a rank sees it */
+typedef struct shm_job {
+    const void *send;
+    bool f16, mean;
+    float *recv;
+    size_t count;
+} shm_job;
+
 struct wgml_shm {
     unsigned char *base;
     size_t bytes;
     int ranks, rank;
+    int threads; /* this rank's, the caller's included: each copies and sums its part of a chunk */
     shm_header *head;
     unsigned char *slot0; /* rank r's slot at slot0 + r * slot_bytes; the result after the last */
     size_t slot_bytes;
+    /* the helper threads (threads - 1), woken by a new generation with the job in `job` */
+    pthread_t helper[WGML_SHM_MAX_THREADS];
+    int helpers;
+    pthread_mutex_t mu;
+    pthread_cond_t go, finished;
+    unsigned generation;
+    int busy; /* helpers still in the current job */
+    bool stop;
+    shm_job job;
 };
+
+static double run_part(wgml_shm *s, int t, const shm_job *j);
+
+static void *helper_main(void *arg)
+{
+    wgml_shm *s = arg;
+    pthread_mutex_lock(&s->mu);
+    int t = ++s->helpers; /* (thread 0 is the caller's) */
+    unsigned seen = 0; /* (no job before every helper starts: the generations count from 0) */
+    for (;;) {
+        while (!s->stop && s->generation == seen) pthread_cond_wait(&s->go, &s->mu);
+        if (s->stop) break;
+        seen = s->generation;
+        shm_job j = s->job;
+        pthread_mutex_unlock(&s->mu);
+        run_part(s, t, &j);
+        pthread_mutex_lock(&s->mu);
+        if (--s->busy == 0) pthread_cond_signal(&s->finished);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void stop_helpers(wgml_shm *s, int started)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->go);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < started; i++) pthread_join(s->helper[i], NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->go);
+    pthread_cond_destroy(&s->finished);
+}
+
+/* The helpers of a rank of `threads`: false with why in err (then none runs) */
+static bool start_helpers(wgml_shm *s, int threads, char *err, size_t errlen)
+{
+    s->threads = threads;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->go, NULL);
+    pthread_cond_init(&s->finished, NULL);
+    for (int i = 0; i < threads - 1; i++) {
+        int rc = pthread_create(&s->helper[i], NULL, helper_main, s);
+        if (rc) {
+            stop_helpers(s, i);
+            s->threads = 0;
+            return snprintf(err, errlen, "a thread of the reduction: %s", strerror(rc)), false;
+        }
+    }
+    return true;
+}
 
 static size_t segment_bytes(int ranks) { return HEADER_BYTES + (size_t)(ranks + 1) * WGML_SHM_CHUNK_FLOATS * 4; }
 
@@ -59,7 +130,13 @@ static bool map_segment(int fd, int ranks, int rank, wgml_shm **out, char *err, 
     return true;
 }
 
-bool wgml_shm_create(int ranks, char *name, wgml_shm **out, char *err, size_t errlen)
+static void unmap_segment(wgml_shm *s)
+{
+    munmap(s->base, s->bytes);
+    free(s);
+}
+
+bool wgml_shm_create(int ranks, int threads, char *name, wgml_shm **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct timespec now;
@@ -75,11 +152,16 @@ bool wgml_shm_create(int ranks, char *name, wgml_shm **out, char *err, size_t er
     if (ok && (ok = map_segment(fd, ranks, 0, out, err, errlen))) {
         shm_header *h = (*out)->head;
         h->ranks = ranks;
+        h->threads = threads < 1 ? 1 : threads > WGML_SHM_MAX_THREADS ? WGML_SHM_MAX_THREADS : threads;
         h->chunk_floats = WGML_SHM_CHUNK_FLOATS;
         atomic_store(&h->arrived, 0);
         atomic_store(&h->generation, 0);
         atomic_thread_fence(memory_order_seq_cst);
         h->magic = MAGIC;
+        if (!(ok = start_helpers(*out, h->threads, err, errlen))) {
+            unmap_segment(*out);
+            *out = NULL;
+        }
     }
     close(fd);
     if (!ok) shm_unlink(name);
@@ -96,11 +178,15 @@ bool wgml_shm_attach(const char *name, int ranks, int rank, wgml_shm **out, char
     if (!ok) snprintf(err, errlen, "%s is not the segment of %d ranks", name, ranks);
     if (ok) ok = map_segment(fd, ranks, rank, out, err, errlen);
     close(fd);
-    if (ok && ((*out)->head->magic != MAGIC || (*out)->head->ranks != ranks)) {
+    const shm_header *h = ok ? (*out)->head : NULL;
+    if (ok && (h->magic != MAGIC || h->ranks != ranks || h->threads < 1 || h->threads > WGML_SHM_MAX_THREADS)) {
         snprintf(err, errlen, "%s is not wgml's segment of %d ranks", name, ranks);
-        wgml_shm_close(*out);
-        *out = NULL;
         ok = false;
+    }
+    if (ok) ok = start_helpers(*out, h->threads, err, errlen);
+    if (!ok && *out) {
+        unmap_segment(*out);
+        *out = NULL;
     }
     return ok;
 }
@@ -110,26 +196,27 @@ void wgml_shm_unlink(const char *name) { shm_unlink(name); }
 void wgml_shm_close(wgml_shm *s)
 {
     if (!s) return;
-    munmap(s->base, s->bytes);
-    free(s);
+    if (s->threads) stop_helpers(s, s->threads - 1);
+    unmap_segment(s);
 }
 
-/* Every rank's writes before it are seen by every rank after it. Spins a little (the ranks
+int wgml_shm_threads(const wgml_shm *s) { return s ? s->threads : 0; }
+
+/* Every rank's writes before it are seen by every rank after it (each of its threads arrives). Spins a little (the ranks
    usually arrive close together), then yields, then naps: ranks that share cores with the
-   GPU runtime's threads (lavapipe) must leave them the CPU. */
-static void barrier(wgml_shm *s)
+   GPU runtime's threads (lavapipe) must leave them the CPU. Returns the seconds it waited. */
+static double barrier(wgml_shm *s)
 {
     shm_header *h = s->head;
     uint32_t gen = atomic_load_explicit(&h->generation, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) == (uint32_t)s->ranks - 1) {
+    if (atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) == (uint32_t)(s->ranks * s->threads) - 1) {
         atomic_store_explicit(&h->arrived, 0, memory_order_relaxed);
         atomic_fetch_add_explicit(&h->generation, 1, memory_order_release);
-        return;
+        return 0;
     }
-    double start = 0;
+    double start = wgml_host_seconds();
     for (unsigned spins = 0; atomic_load_explicit(&h->generation, memory_order_acquire) == gen; spins++) {
         if (spins < 256) continue;
-        if (spins == 256) start = wgml_host_seconds();
         if (wgml_host_seconds() - start < 2e-4) {
             sched_yield();
         } else {
@@ -137,6 +224,7 @@ static void barrier(wgml_shm *s)
             nanosleep(&nap, NULL);
         }
     }
+    return wgml_host_seconds() - start;
 }
 
 /* The sums' loops below are the reduction's cost: gcc's -O2 (RelWithDebInfo) does not
@@ -146,9 +234,28 @@ static void barrier(wgml_shm *s)
 #pragma GCC optimize("tree-vectorize")
 #endif
 
+/* The conversion is most of an f16 reduction's time; x86's F16C does eight values an
+   instruction, exactly (every finite value, infinities, NaN), where the CPU has it */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_F16C_PATH 1
+__attribute__((target("avx,f16c"))) static size_t f16_to_f32_f16c(const uint16_t *in, float *out, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
+    return i;
+}
+#endif
+
 void wgml_f16_to_f32(const uint16_t *in, float *out, size_t n)
 {
-    for (size_t i = 0; i < n; i++) out[i] = wgml_half_to_f32(in[i]);
+    size_t i = 0;
+#ifdef HAVE_F16C_PATH
+    static int f16c = -1; /* (a race writes the same answer) */
+    if (f16c < 0) f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    if (f16c) i = f16_to_f32_f16c(in, out, n);
+#endif
+    for (; i < n; i++) out[i] = wgml_half_to_f32(in[i]);
 }
 
 /* out[i] (+)= the slot's value i, over [0, n) */
@@ -161,38 +268,79 @@ static void add_f32(float *restrict out, const float *restrict in, size_t n, boo
 
 static void add_f16(float *restrict out, const uint16_t *restrict in, size_t n, bool first)
 {
-    if (first)
-        for (size_t i = 0; i < n; i++) out[i] = wgml_half_to_f32(in[i]);
-    else
-        for (size_t i = 0; i < n; i++) out[i] += wgml_half_to_f32(in[i]);
+    if (first) {
+        wgml_f16_to_f32(in, out, n);
+        return;
+    }
+    float wide[2048]; /* (the callers' blocks) */
+    for (size_t b = 0; b < n; b += 2048) {
+        size_t m = n - b < 2048 ? n - b : 2048;
+        wgml_f16_to_f32(in + b, wide, m);
+        add_f32(out + b, wide, m, false);
+    }
 }
 
-void wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, size_t count, bool mean)
+/* Part t of n of [0, count): whole cache lines (16 floats) apart from the neighbours' */
+static void part_of(size_t count, int t, int n, size_t *lo, size_t *hi)
 {
-    const size_t esize = f16 ? 2 : 4, chunk = WGML_SHM_CHUNK_FLOATS;
+    size_t per = ((count + (size_t)n - 1) / (size_t)n + 15) & ~(size_t)15;
+    *lo = (size_t)t * per < count ? (size_t)t * per : count;
+    *hi = *lo + per < count ? *lo + per : count;
+}
+
+/* Thread t's share of job j: its part of each chunk copied in, its part of this rank's
+   slice summed, its part of the result copied out. Returns the seconds it waited. */
+static double run_part(wgml_shm *s, int t, const shm_job *j)
+{
+    double waited = 0;
+    const size_t esize = j->f16 ? 2 : 4, chunk = WGML_SHM_CHUNK_FLOATS;
     float *result = (float *)(s->slot0 + (size_t)s->ranks * s->slot_bytes);
     const float n_ranks = (float)s->ranks; /* the same division on every rank: the same bits */
-    for (size_t at = 0; at < count; at += chunk) {
-        size_t c = count - at < chunk ? count - at : chunk;
-        memcpy(s->slot0 + (size_t)s->rank * s->slot_bytes, (const unsigned char *)send + at * esize, c * esize);
-        barrier(s);
-        /* this rank's slice, whole cache lines apart from the neighbours' */
-        size_t per = ((c + (size_t)s->ranks - 1) / (size_t)s->ranks + 15) & ~(size_t)15;
-        size_t lo = (size_t)s->rank * per < c ? (size_t)s->rank * per : c, hi = lo + per < c ? lo + per : c;
+    unsigned char *mine = s->slot0 + (size_t)s->rank * s->slot_bytes;
+    for (size_t at = 0; at < j->count; at += chunk) {
+        size_t c = j->count - at < chunk ? j->count - at : chunk, lo, hi;
+        part_of(c, t, s->threads, &lo, &hi);
+        memcpy(mine + lo * esize, (const unsigned char *)j->send + (at + lo) * esize, (hi - lo) * esize);
+        waited += barrier(s);
+        /* this rank's slice of the chunk, this thread's part of it */
+        size_t slo, shi, plo, phi;
+        part_of(c, s->rank, s->ranks, &slo, &shi);
+        part_of(shi - slo, t, s->threads, &plo, &phi);
         /* in blocks that stay in the L1 cache while every slot is added in */
-        for (size_t b = lo; b < hi; b += 2048) {
-            size_t n = hi - b < 2048 ? hi - b : 2048;
+        for (size_t b = slo + plo; b < slo + phi; b += 2048) {
+            size_t n = slo + phi - b < 2048 ? slo + phi - b : 2048;
             for (int r = 0; r < s->ranks; r++) {
                 const unsigned char *slot = s->slot0 + (size_t)r * s->slot_bytes;
-                if (f16) add_f16(result + b, (const uint16_t *)slot + b, n, r == 0);
+                if (j->f16) add_f16(result + b, (const uint16_t *)slot + b, n, r == 0);
                 else add_f32(result + b, (const float *)slot + b, n, r == 0);
             }
-            if (mean)
+            if (j->mean)
                 for (size_t i = b; i < b + n; i++) result[i] /= n_ranks;
         }
-        barrier(s);
-        memcpy(recv + at, result, c * sizeof *recv);
+        waited += barrier(s);
+        memcpy(j->recv + at + lo, result + lo, (hi - lo) * sizeof *j->recv);
     }
+    return waited;
+}
+
+double wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, size_t count, bool mean)
+{
+    shm_job j = {send, f16, mean, recv, count};
+    if (s->threads > 1) {
+        pthread_mutex_lock(&s->mu);
+        s->job = j;
+        s->busy = s->threads - 1;
+        s->generation++;
+        pthread_cond_broadcast(&s->go);
+        pthread_mutex_unlock(&s->mu);
+    }
+    double waited = run_part(s, 0, &j);
+    if (s->threads > 1) {
+        pthread_mutex_lock(&s->mu);
+        while (s->busy) pthread_cond_wait(&s->finished, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return waited;
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -65,15 +65,20 @@ wgml_run() { # NAME NP ARGS(comma-separated) [ENV=VALUE...]
   if [ "$np" = 1 ]; then
     env "$@" timeout 150 "$W" "${GPT[@]}" "${args[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   else
-    (sleep 12; nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader >"$OUT/$name.gpus") &
+    # which GPU each rank's process is on: sampled every half second while it runs
+    (while :; do nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv,noheader; sleep 0.5; done \
+      >"$OUT/$name.apps" 2>/dev/null) &
+    local sampler=$!
     timeout 150 "${MPI[@]}" "${xs[@]}" -np "$np" "$W" "${GPT[@]}" "${args[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1
   fi
   local rc=$?
+  [ "$np" = 1 ] || { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    sort -u -t, -k1,2 "$OUT/$name.apps" | awk -F, '{n[$2]++} END {for (g in n) printf "%s: %d process(es); ", g, n[g]; print ""}' >"$OUT/$name.gpus"; }
   cp "$RUN/$name/metrics.csv" "$OUT/$name.metrics.csv" 2>/dev/null
   echo "$name: rc $rc, $(rate "$OUT/$name.metrics.csv" 2>/dev/null || echo 'no rate')" | tee -a "$OUT/summary.txt"
   grep -E "all-reduce|replicas" "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
   [ "$rc" = 0 ] || tail -5 "$OUT/$name.log"
-  [ -f "$OUT/$name.gpus" ] && echo "    GPUs (index, memory, load) at 12 s: $(tr '\n' ';' <"$OUT/$name.gpus")" | tee -a "$OUT/summary.txt"
+  [ -f "$OUT/$name.gpus" ] && echo "    processes a GPU (by bus): $(cat "$OUT/$name.gpus")" | tee -a "$OUT/summary.txt"
 }
 
 first= base=

@@ -945,7 +945,6 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     (void)user;
     bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
     if (!bs || !bs->n) return WGML_OK;
-    double mpi0 = reducer.mpi_seconds;
     wgml_status st = advance(ctx, bs, G, ALL_WRITTEN, failed);
     double end = wgml_host_seconds();
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
@@ -953,7 +952,7 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     dist.stats.shared_memory = ctx->rt.settings.dist_shm && dist.shm_state > 0; /* (set up by the first job) */
     dist.stats.shared_memory_threads = dist.stats.shared_memory ? wgml_shm_threads(dist.shm) : 0;
     pthread_mutex_lock(&reducer.mu);
-    dist.stats.reduce_seconds += reducer.mpi_seconds - mpi0;
+    dist.stats.reduce_seconds += reducer.mpi_seconds; /* (the step's jobs, all done now) */
     dist.stats.rank_wait_seconds += reducer.wait_seconds;
     reducer.mpi_seconds = reducer.wait_seconds = 0;
     pthread_mutex_unlock(&reducer.mu);

@@ -51,7 +51,7 @@ typedef struct wgml_decode_desc {
                                  the block), -1: never; a chunk >= the block does not split either,
                                  nor does the fused GPT-2 form */
     int attn_cols;            /* GPT-2's fused attention + projection: the projection's columns in this many blocks, a
-                                 workgroup each that works out its K/V head's attention again (0: 1) */
+                                 workgroup each that works out its K/V head's attention again (0: 4) */
     int sample_logits;        /* 1: the sampler reads every logit; 0: the candidates the head's workgroups leave, each
                                  its best noised logit (the same draw: comparisons) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window

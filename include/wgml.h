@@ -191,9 +191,10 @@ typedef struct wgml_context_desc {
                                         a shared-memory segment of wgml's (the default), -1
                                         MPI_Allreduce; every rank must say the same */
     int dist_f16;                    /* data parallel's gradients through host memory as f16
-                                        (summed in f32): 1 always, -1 never, 0 (the default)
-                                        when the optimizer scales the loss (mixed-precision
-                                        training); every rank the same */
+                                        (summed in f32; half the bytes): 1 always; 0 (the
+                                        default) or -1 never. f16's range is narrower than the
+                                        scaled gradients': ranks then skip steps that one
+                                        process would take. Every rank the same */
     const char *attn_matrix;         /* the attention under mixed precision (the list above) */
     int dist_threads;                /* the shared-memory reduction: threads each rank copies and
                                         sums with, 1 to 16 (rank 0's count holds for all); 0:
@@ -928,8 +929,8 @@ WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
 /* Makes opt's steps average the gradients across the ranks before the norm, the clipping and
    the update, so that every rank takes the global batch's step. The average overlaps the
    backward pass: the gradients are computed in buckets from the last parameter back (1M
-   floats; WGML_DIST_BUCKET_MB), and each bucket is copied to host memory (as f16 where the
-   optimizer scales the loss: dist_f16), summed in f32 over the ranks by a thread of wgml's
+   floats; WGML_DIST_BUCKET_MB), and each bucket is copied to host memory (as f16 under
+   dist_f16), summed in f32 over the ranks by a thread of wgml's
    (shared memory on one machine, else MPI_Allreduce: dist_shm) and written back while the
    GPU computes the next; WGML_DIST_OVERLAP=0 gives the blocking all-reduce after the whole backward pass (a
    gradient hook) instead. Both give the same bits on 2 ranks. Each rank
@@ -1011,7 +1012,7 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_DIST_SHM=0                        .dist_shm = -1 (MPI_Allreduce, not wgml's
                                             shared-memory reduction, on one machine)
      WGML_DIST_F16=0|1                      .dist_f16 = -1 | 1 (gradients through host memory
-                                            as f16: never, always; unset: with loss scaling)
+                                            as f16: never, always; unset: never)
      WGML_DIST_THREADS=N                    .dist_threads
    Kernel choices (a value out of range is ignored, as it is in the field):
      WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile

@@ -864,14 +864,15 @@ static wgml_status pack_f16(wgml_context *ctx, wgml_buffer *G, int64_t from, int
     return wgml_exec_submit(ctx, &l, 1, NULL, "dist_allreduce: gradients to f16", wgml_host_seconds());
 }
 
-/* Whether this step's gradients travel as f16: dist_f16 1, or 0 (the default) when the
-   optimizer scales the loss, as mixed-precision training does (the context's precision is
-   set only while a model builds its graph): the scale keeps small gradients out of f16's
-   underflow, and one that overflows f16 arrives as inf, so every rank skips the step alike */
+/* Whether this step's gradients travel as f16: only when asked (dist_f16 1). Under loss
+   scaling the scale keeps small gradients out of f16's underflow, and one that overflows f16
+   arrives as inf, so every rank skips the step alike; but a scaled gradient past f16's range
+   is finite in one process's f32, so ranks skipped steps one process took (nanoGPT on 4
+   H200s: steps 9-10, a loss 0.9 apart at step 10), while f32 cost 1-2% of the step */
 static bool step_f16(wgml_context *ctx, wgml_optimizer *opt)
 {
-    int f16 = ctx->rt.settings.dist_f16;
-    return f16 > 0 || (f16 == 0 && wgml_optimizer_scales_loss(opt));
+    (void)opt;
+    return ctx->rt.settings.dist_f16 > 0;
 }
 
 static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from, int64_t count, void *user)

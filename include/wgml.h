@@ -938,7 +938,9 @@ WGML_API wgml_status wgml_dist_broadcast_host(void *data, size_t bytes);
    (wgml_dist_broadcast). It also sets the context's random stream to the rank
    (wgml_rng_set_stream), so ranks that share a seed draw different dropout masks, as the
    shares of one process's batch would, and the same ones run after run. Nothing is set on
-   one rank. */
+   one rank. Every rank calls it (as it does wgml_dist_broadcast and _allreduce): the first
+   of them on a context checks that the ranks' data-parallel settings (bucket sizes, dist_shm,
+   dist_f16, dist_overlap) are the same, and fails on every rank with a message where not. */
 WGML_API wgml_status wgml_dist_data_parallel(wgml_optimizer *opt);
 
 /* Time the gradient all-reduces took since the start (or the last reset). */

@@ -8,6 +8,7 @@
 #   - the overlapped all-reduce (default) and the blocking one (WGML_DIST_OVERLAP=0) end with
 #     the same gpt checkpoint byte for byte, in one bucket or many, with the step's end
 #     deferred (WGML_DIST_DEFER=1) or not, with one thread or 3 a rank (WGML_DIST_THREADS);
+#   - ranks with different data-parallel settings (bucket sizes) are refused on every rank;
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
 #   - a process whose launcher's variables say 2 ranks (PMI_SIZE=2), but MPI one, is refused;
@@ -148,6 +149,16 @@ grep -q "overlapped: .*shared memory (2 threads a rank).* MB a step as f16" "$wo
   fail "mixed, 2 ranks, WGML_DIST_F16=1: not f16 through shared memory on 2 threads: $(grep all-reduce "$work/mx2h.log")"
 same_metrics "$work/mx1/metrics.csv" "$work/mx2h/metrics.csv" 12 1e-3 skipped_steps "mixed: f16 gradients on 2 ranks against 1 rank" ||
   fail "mixed: 2 ranks (f16 gradients) and 1 rank differ"
+
+# ranks whose data-parallel settings differ (rank 1's buckets smaller) fail with a message
+# on every rank, before a collective could pair calls of different sizes (Open MPI wrote
+# past a buffer then, under ASan)
+timeout 60 "${mpi[@]}" -np 1 "$wgml" "${gpt[@]}" --out "$work/ds" : -np 1 env WGML_DIST_BUCKET_MB=0.001 "$wgml" "${gpt[@]}" \
+  --out "$work/ds" >"$work/ds.log" 2>&1
+rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "ranks with different settings: exit $rc ($(tail -3 "$work/ds.log"))"
+grep -q "other data-parallel settings than rank 0" "$work/ds.log" ||
+  fail "ranks with different settings: no message naming them: $(tail -3 "$work/ds.log")"
 
 # failing_rank NAME LAUNCHER...: rank 1 cannot read its data: every rank ends, non-zero, well
 # before the timeout, with wgml's message naming the rank. Rank 1 writes its messages into a

@@ -56,6 +56,7 @@ static struct {
     wgml_shm *shm;
     int shm_state; /* 0 not tried, 1 ready, -1 not available (ranks on several machines, no room) */
     int shm_threads; /* rank 0's settings.dist_threads (0: by the cores), taken when the segment is made */
+    const wgml_context *agreed; /* the context whose settings every rank was found to share */
     char shm_error[256];
 } dist = {.size = 1, .local_size = 1};
 
@@ -204,6 +205,7 @@ wgml_status wgml_dist_finalize(void)
     wgml_shm_close(dist.shm);
     dist.shm = NULL;
     dist.shm_state = 0;
+    dist.agreed = NULL;
     free(dist.stage[0]);
     free(dist.stage[1]);
     dist.stage[0] = dist.stage[1] = NULL;
@@ -411,6 +413,47 @@ static wgml_status finish_bucket(wgml_context *ctx, int n, wgml_tensor *const *t
 }
 #endif
 
+#ifdef WGML_HAVE_MPI
+/* The settings that shape the collectives (bucket sizes, which path) must be the same on
+   every rank: ranks that differ would pair MPI calls of different sizes, which Open MPI may
+   answer by writing past a buffer. Rank 0's values go to all, and every rank fails alike,
+   with words, where any differs. Once a context (a collective the first time it is asked):
+   the context's end forgets it (a later context at the same address is asked again, as it is
+   on every other rank). */
+static const char agreed_key;
+
+static void agreed_release(wgml_context *ctx, void *state)
+{
+    (void)state;
+    if (dist.agreed == ctx) dist.agreed = NULL;
+}
+
+static wgml_status agree_settings(wgml_context *ctx, const char *fn)
+{
+    if (dist.agreed == ctx) return WGML_OK;
+    const wgml_settings *s = &ctx->rt.settings;
+    int64_t mine[5] = {(int64_t)bucket_floats(ctx, DEFAULT_BUCKET_FLOATS), (int64_t)bucket_floats(ctx, DEFAULT_OVERLAP_BUCKET_FLOATS),
+                       s->dist_shm, s->dist_f16, s->dist_overlap};
+    int64_t root[5];
+    memcpy(root, mine, sizeof root);
+    int rc = wgml_mpi_bcast(root, 5, WGML_MPI_INT64, 0, wgml_mpi_world());
+    if (rc != WGML_MPI_SUCCESS) return mpi_fail(ctx, rc, fn);
+    int differs = memcmp(root, mine, sizeof mine) != 0, any = differs;
+    if ((rc = wgml_mpi_allreduce_sum(&differs, &any, 1, WGML_MPI_INT, wgml_mpi_world())) != WGML_MPI_SUCCESS)
+        return mpi_fail(ctx, rc, fn);
+    if (any) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "%s: %d rank(s) have other data-parallel settings than rank 0 (this one %s): "
+                 "WGML_DIST_BUCKET_MB, WGML_DIST_SHM, WGML_DIST_F16 and WGML_DIST_OVERLAP (or their wgml_context_desc "
+                 "fields) must be the same on every rank", fn, any, differs ? "among them" : "not");
+        return ctx_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, msg);
+    }
+    if (!wgml_extension_make(ctx, &agreed_key, 1, agreed_release)) return ctx->rt.status;
+    dist.agreed = ctx;
+    return WGML_OK;
+}
+#endif
+
 wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *tensors, wgml_reduce_op op)
 {
     int64_t total = 0;
@@ -423,6 +466,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
     }
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi || !total) return WGML_OK;
+    if ((st = agree_settings(ctx, "dist_allreduce"))) return st;
     if (!dist.shm_state) dist.shm_threads = ctx->rt.settings.dist_threads;
     size_t bucket = bucket_floats(ctx, DEFAULT_BUCKET_FLOATS);
     if ((st = stage_reserve(ctx, bucket))) return st;
@@ -488,6 +532,7 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
     if (st || (st = settle_inflight())) return st;
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi) return WGML_OK;
+    if ((st = agree_settings(ctx, "dist_broadcast"))) return st;
     /* the sizes first, so that ranks whose models differ fail with words, not garbage */
     int64_t root_total = total;
     int rc = wgml_mpi_bcast(&root_total, 1, WGML_MPI_INT64, 0, wgml_mpi_world());
@@ -572,6 +617,8 @@ typedef struct bucket_set {
     int64_t host_cap;
     bool f16;           /* this step's buckets travel as f16 */
     double last_mapped; /* when the last bucket reached host memory */
+    wgml_status progress_failed; /* what bucket_progress met, for buckets_finish to report */
+    wgml_buffer *G;              /* the step's gradient buffer (the optimiser's) */
     double finished;    /* when the last step's buckets were all written back (0: none yet) */
 } bucket_set;
 
@@ -893,6 +940,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         reducer.rc = WGML_MPI_SUCCESS;
         pthread_mutex_unlock(&reducer.mu);
         bs->handed = bs->written = 0;
+        bs->G = G;
         bs->f16 = step_f16(ctx, user);
         dist.stats.calls++;
     }
@@ -935,10 +983,19 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     dist.stats.bytes += (uint64_t)count * (b->f16 ? 2 : 4);
     dist.stats.values += (uint64_t)count;
     dist.stats.buckets++;
-    /* earlier buckets that are ready move on now; with the step's end deferred, the last
-       bucket (G's start) waits here until every bucket is with the reducer, which then
-       finishes them while the next step's graph is built */
-    return advance(ctx, bs, G, from == 0 && dist.defer ? ALL_HANDED : ONE_PASS, WGML_OK);
+    /* earlier buckets that are ready move on now (with the step's end deferred, the rest
+       move on while the next step's graph is built: bucket_progress) */
+    return advance(ctx, bs, G, ONE_PASS, WGML_OK);
+}
+
+/* A deferred step's buckets, while the next graph is built: those mapped go to the reducer,
+   those reduced back into G, without waiting for either */
+static void bucket_progress(wgml_context *ctx, void *user)
+{
+    (void)user;
+    bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
+    if (!bs || !bs->n || !bs->G || bs->progress_failed || bs->written == bs->n) return;
+    bs->progress_failed = advance(ctx, bs, bs->G, ONE_PASS, WGML_OK); fprintf(stderr, "PROGRESS %d %d %d\n", bs->handed, bs->written, bs->n);
 }
 
 static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status failed, void *user)
@@ -946,7 +1003,10 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     (void)user;
     bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
     if (!bs || !bs->n) return WGML_OK;
+    if (!failed) failed = bs->progress_failed;
+    bs->progress_failed = WGML_OK;
     wgml_status st = advance(ctx, bs, G, ALL_WRITTEN, failed);
+    if (!st) st = failed;
     double end = wgml_host_seconds();
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
     bs->finished = st ? 0 : end;
@@ -958,6 +1018,7 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     reducer.mpi_seconds = reducer.wait_seconds = 0;
     pthread_mutex_unlock(&reducer.mu);
     bs->n = 0;
+    bs->G = NULL;
     bs->last_mapped = 0;
     inflight = NULL;
     return st;
@@ -990,13 +1051,15 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
     /* dist_overlap -1 (WGML_DIST_OVERLAP=0): the blocking all-reduce after the whole backward
        pass (the reference the overlapped one is tested against) */
     const wgml_settings *set = &wgml_optimizer_owner(opt)->rt.settings;
+    if ((st = agree_settings(wgml_optimizer_owner(opt), "dist_data_parallel"))) return st;
     dist.inline_mpi = set->dist_inline;
     if (!dist.shm_state) dist.shm_threads = set->dist_threads;
     if (set->dist_overlap) {
         /* dist_defer (WGML_DIST_DEFER=1): the step's end waits until the next step's graph is built */
         dist.defer = set->dist_defer;
         wgml_grad_buckets b = {.bucket_floats = (int64_t)bucket_floats(wgml_optimizer_owner(opt), DEFAULT_OVERLAP_BUCKET_FLOATS),
-                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer, .user = opt};
+                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer,
+                               .progress = bucket_progress, .user = opt};
         return wgml_optimizer_set_grad_buckets(opt, &b);
     }
 #endif

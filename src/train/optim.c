@@ -641,6 +641,7 @@ static wgml_status complete_step(wgml_optimizer *opt)
     opt->deferred = false;
     if (ctx->pending_step_arg == opt) {
         ctx->pending_step = NULL;
+        ctx->pending_progress = NULL;
         ctx->pending_step_arg = NULL;
         memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
     }
@@ -666,6 +667,12 @@ static wgml_status pending_step(wgml_context *ctx, void *arg)
 {
     (void)ctx;
     return complete_step(arg);
+}
+
+static void pending_progress(wgml_context *ctx, void *arg)
+{
+    wgml_optimizer *opt = arg;
+    if (opt->buckets.progress) opt->buckets.progress(ctx, opt->buckets.user);
 }
 
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
@@ -752,6 +759,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
                 }
                 opt->deferred = true;
                 ctx->pending_step = pending_step;
+                ctx->pending_progress = pending_progress;
                 ctx->pending_step_arg = opt;
                 /* what the step in flight writes: the same buffers as the readers' above */
                 _Static_assert(sizeof ctx->pending_step_bufs == sizeof written, "the step's buffers");

@@ -1307,6 +1307,7 @@ static const op_case op_cases[] = {
     {"rand", NULL, make_random, build_rand, ref_rand, NULL},
     {"randn", NULL, make_random, build_randn, ref_randn, NULL},
     {"dropout", NULL, make_random, build_dropout, ref_dropout, NULL},
+    {"grad_sumsq", .covered_by = "test_train.c and test_optim_groups.c (the clipped steps read the squared norm it starts)"},
     {"optimizer_step", .covered_by = "test_train.c and test_optim_groups.c (the optimisers' steps against ref/ref.h's)"},
 };
 

@@ -701,6 +701,24 @@ static wgml_status pending_step(wgml_context *ctx, void *arg)
     return complete_step(arg);
 }
 
+/* The lazy node that can write gradient g into its slot itself: g, where nothing else holds
+   it; or the node under g where g is a chain of views only one another hold that read all of
+   that node's elements in order (a weight's gradient from a GEMM's batched or transposed
+   output, reshaped): no copy then. NULL where a copy must. */
+static wgml_tensor *slot_writer(wgml_tensor *g)
+{
+    wgml_tensor *b = wgml_tensor_base(g);
+    if (b->op == WGML_OP_NONE || b->op == WGML_OP_VIEW || b->user_held || b->dest) return NULL;
+    if (g == b) return g->refs == 1 ? g : NULL;
+    if (g->offset != 0 || g->numel != b->numel || g->dtype != b->dtype || b->tail || !wgml_is_contiguous(g)) return NULL;
+    int held = 0; /* b's references from the chain: each view holds its base and its input */
+    for (wgml_tensor *v = g; v != b; v = v->src[1]) {
+        if (v->op != WGML_OP_VIEW || v->refs != 1 || v->user_held) return NULL;
+        held += 1 + (v->src[1] == b);
+    }
+    return b->refs == held ? b : NULL;
+}
+
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
@@ -753,16 +771,20 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
             st = wgml_fail(ctx, p->grad->status, "%s", p->grad->error);
             break;
         }
-        /* the gradient node itself writes into the slot when nothing else sees it; otherwise a
-           copy does. Either way grads[i] holds one reference, dropped at the end. */
-        bool own = p->grad->op != WGML_OP_NONE && p->grad->op != WGML_OP_VIEW && p->grad->refs == 1 && !p->grad->user_held;
-        wgml_tensor *g = own ? p->grad : wgml_unary_node(ctx, WGML_OP_COPY, p->grad);
+        /* the gradient node itself writes into the slot when nothing else sees it (or the node
+           under a plain reshape of it); otherwise a copy does. Either way grads[i] holds one
+           reference, dropped at the end. */
+        wgml_tensor *w = slot_writer(p->grad);
+        wgml_tensor *g = w ? p->grad : wgml_unary_node(ctx, WGML_OP_COPY, p->grad);
+        if (!w) w = g;
         wgml_tensor_retain(g);
-        if (g->dest) wgml_buffer_release(ctx, g->dest);
-        g->dest = opt->G;
+        if (w->dest) wgml_buffer_release(ctx, w->dest);
+        w->dest = opt->G;
         wgml_buffer_retain(opt->G);
-        g->dest_offset = opt->slot[i];
-        g->offset = opt->slot[i]; /* readers in this evaluation find it in its slot */
+        w->dest_offset = opt->slot[i];
+        /* readers in this evaluation find it in its slot (the reshape's views start where it does) */
+        for (wgml_tensor *v = g; v != w; v = v->src[1]) v->offset = opt->slot[i];
+        w->offset = opt->slot[i];
         grads[i] = g;
         targets[nt++] = g;
     }

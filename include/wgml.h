@@ -689,6 +689,12 @@ typedef struct wgml_attention_desc {
                     block of queries that continues a cache of S keys works (the usual tril
                     when S == T); a query that sees no key (S < T) gives 0 */
     float scale; /* 0 means 1/sqrt(D); else any finite number */
+    /* optional: the tensor q, k and v are windows of, [B,T,(H+2Hkv)D] contiguous, q's heads
+       then k's then v's along its last axis (a fused QKV projection's output, each window
+       split into heads by wgml_reshape to [B,T,H+2Hkv,D], wgml_slice and wgml_permute; S = T).
+       The gradient then goes to it as one tensor, the three side by side, instead of to each
+       window (three zero-padded copies of it, summed). Other q, k, v: WGML_ERROR_INVALID_ARGUMENT */
+    wgml_tensor *packed;
 } wgml_attention_desc;
 
 /* Fused scaled-dot-product attention: q [B,H,T,D], k and v [B,Hkv,S,D] with H a multiple of

@@ -384,6 +384,69 @@ static void bad_inputs_are_refused(void)
     wgml_scope_end(ctx);
 }
 
+/* q, k and v as windows of one [B,T,(H+2Hkv)D] tensor (desc.packed, as a fused QKV projection
+   makes them): the forward against the reference, and the gradient, one tensor, against the
+   reference's dq, dk and dv put back side by side; windows of the wrong order are refused */
+static void packed_windows_take_one_gradient(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    static const struct { int64_t B, H, Hkv, T, D; } shapes[] = {{2, 3, 3, 13, 8}, {1, 4, 2, 21, 12}, {3, 2, 1, 7, 5}};
+    for (int sc = 0; sc < N_OF(shapes); sc++) {
+        const int64_t B = shapes[sc].B, H = shapes[sc].H, Hkv = shapes[sc].Hkv, T = shapes[sc].T, D = shapes[sc].D;
+        const int64_t N = (H + 2 * Hkv) * D, n = B * T * N, ny = B * H * T * D;
+        const double scale = 1.0 / sqrt((double)D);
+        float *x = malloc((size_t)n * sizeof *x), *w = malloc((size_t)ny * sizeof *w);
+        test_fill_uniform(x, (size_t)n, -1, 1);
+        test_fill_uniform(w, (size_t)ny, -1, 1);
+        /* the reference's q, k, v [B,h,T,D] cut out of x's columns */
+        const int64_t heads[3] = {H, Hkv, Hkv}, first[3] = {0, H, H + Hkv}; /* in heads */
+        double *in[3], *d[3], *ref = malloc((size_t)ny * sizeof *ref), *wd = test_to_double(w, (size_t)ny);
+        for (int i = 0; i < 3; i++) {
+            size_t m = (size_t)(B * heads[i] * T * D);
+            in[i] = malloc(m * sizeof **in), d[i] = malloc(m * sizeof **d);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < heads[i]; h++)
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t e = 0; e < D; e++)
+                            in[i][((b * heads[i] + h) * T + t) * D + e] = x[(b * T + t) * N + (first[i] + h) * D + e];
+        }
+        CHECK(wgml_ref_attention(B, H, Hkv, T, T, D, in[0], in[1], in[2], 1, scale, ref) == 0);
+        CHECK(wgml_ref_attention_backward(B, H, Hkv, T, T, D, in[0], in[1], in[2], wd, 1, scale, d[0], d[1], d[2]) == 0);
+        double *dref = malloc((size_t)n * sizeof *dref);
+        for (int i = 0; i < 3; i++)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < heads[i]; h++)
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t e = 0; e < D; e++)
+                            dref[(b * T + t) * N + (first[i] + h) * D + e] = d[i][((b * heads[i] + h) * T + t) * D + e];
+
+        wgml_scope_begin(ctx);
+        int64_t s3[3] = {B, T, N}, s4[4] = {B, T, H + 2 * Hkv, D}, sy[4] = {B, H, T, D};
+        wgml_tensor *qkv = test_tensor(ctx, 3, s3, x);
+        CHECK_OK(ctx, wgml_requires_grad(qkv, 1));
+        wgml_tensor *all = wgml_reshape(ctx, qkv, 4, s4), *part[3];
+        static const int bhtd[4] = {0, 2, 1, 3};
+        for (int i = 0; i < 3; i++) part[i] = wgml_permute(ctx, wgml_slice(ctx, all, 2, first[i], first[i] + heads[i], 1), bhtd);
+        wgml_tensor *y = wgml_attention(ctx, part[0], part[1], part[2], &(wgml_attention_desc){.causal = 1, .packed = qkv});
+        wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, y, test_tensor(ctx, 4, sy, w)));
+        CHECK_OK(ctx, wgml_backward(L));
+        float *got = test_read_new(ctx, "packed forward", y, ny), *grad = test_read_new(ctx, "packed gradient", wgml_grad(qkv), n);
+        acase c = {.name = "packed"};
+        score_factor = 1.0;
+        if (got) compare(&c, "forward", got, ref, (size_t)ny, FWD_TOL);
+        if (grad) compare(&c, "d(qkv)", grad, dref, (size_t)n, GRAD_TOL);
+        /* k's and v's windows swapped: not what packed says */
+        wgml_tensor *bad = wgml_attention(ctx, part[0], part[2], part[1], &(wgml_attention_desc){.causal = 1, .packed = qkv});
+        CHECK(wgml_tensor_status(bad) == WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(test_message_has(ctx, "desc.packed"));
+        wgml_clear_error(ctx);
+        wgml_scope_end(ctx);
+        free(got), free(grad), free(x), free(w), free(ref), free(wd), free(dref);
+        for (int i = 0; i < 3; i++) free(in[i]), free(d[i]);
+    }
+}
+
 /* a sequence whose key loop would pass the adapter's loop limit (lowered here through
    WGML_LOOP_LIMIT) is refused with a status that says so, not run into a wrong answer */
 static void loops_past_the_limit_are_refused(void)
@@ -439,6 +502,7 @@ int main(void)
     TEST_RUN(matches_the_reference_and_the_composition);
     TEST_RUN(other_tiles_give_the_same_results);
     TEST_RUN(bad_inputs_are_refused);
+    TEST_RUN(packed_windows_take_one_gradient);
     TEST_RUN(loops_past_the_limit_are_refused);
     TEST_RUN(memory_stays_linear_in_T);
     return test_summary();

@@ -6,7 +6,8 @@
  * through the KV cache gives the reference's tokens; a checkpoint written and resumed gives
  * bit-identical losses (dropout on, so the generator's state must travel too); the sampler
  * draws from softmax(logits / temperature) restricted to the top k; bad checkpoints, configs
- * and text are refused with messages.
+ * and text are refused with messages; a GPT-2 step's launches besides GEMMs stay within
+ * bounds (counted from the profile, f32 and mixed).
  */
 #include <math.h>
 #include <stdio.h>
@@ -355,6 +356,85 @@ static void sampler_draws_from_softmax(void)
     wgml_tensor_free(l);
 }
 
+/* Launches of one GPT-2 training step by kind, from the profile (WGML_PROFILE's file) of two
+   steps of a context of its own. The step's non-GEMM launches are what a step costs past
+   its matrix work at the nanoGPT size (a launch costs >= ~13 us on the H200 however small):
+   the gradients' squared norm is one pass over the optimiser's flat buffer plus one sum;
+   the QKV projection is one GEMM whose output's windows are the heads, so its gradient is
+   one tensor (three copies from the attention's gradient into place) with no zero-padded
+   spreads (relu_grad) and no per-head copies; the weights' gradients land in their slots
+   without a copy; a norm weight's gradient is summed from its _grad kernel's second output,
+   with no norm computed again and no product. Counts past the bounds below mean one of
+   those came undone. */
+static void step_launches_stay_few(wgml_precision precision)
+{
+    char path[] = "/tmp/wgml_test_profile_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    wgml_context *ctx = NULL;
+    CHECK_OK(NULL, wgml_context_create(&(wgml_context_desc){.profile = path}, &ctx));
+    if (!ctx) return;
+    if (precision == WGML_PRECISION_MIXED && wgml_set_compute_precision(ctx, precision) != WGML_OK) {
+        fprintf(stderr, "  (no mixed precision on this adapter: %s)\n", wgml_error_message(ctx));
+        wgml_context_free(ctx);
+        unlink(path);
+        return;
+    }
+    wgml_set_compute_precision(ctx, WGML_PRECISION_F32);
+    wgml_text text;
+    make_text(&text);
+    enum { LAYERS = 2, STEPS_HERE = 2 };
+    wgml_gpt_config c = {.arch = WGML_GPT_GPT2, .vocab = text.vocab_size, .block = T, .layers = LAYERS, .heads = 2,
+                         .width = 32, .dropout = 0.1f};
+    wgml_gpt g;
+    wgml_optimizer *opt = NULL;
+    wgml_gpt_train_desc d = train_desc();
+    d.precision = precision;
+    CHECK_OK(ctx, wgml_gpt_init(ctx, &c, 5, &g));
+    CHECK_OK(ctx, wgml_gpt_optimizer(&g, &d, &opt));
+    float losses[STEPS_HERE];
+    if (opt) train_steps(ctx, &g, opt, &text, 0, STEPS_HERE, losses);
+    wgml_optimizer_free(opt);
+    wgml_gpt_free(&g);
+    wgml_context_free(ctx); /* writes the profile */
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    long other = 0, norm = 0, relu_grad = 0, contiguous = 0, concat = 0, sums = 0, norms = 0;
+    char line[256], name[200];
+    while (f && fgets(line, sizeof line, f)) {
+        double ms, share, avg;
+        long count;
+        if (sscanf(line, "%lf %lf%% %ld %lf %199[^\n]", &ms, &share, &count, &avg, name) != 5) continue;
+        if (!strncmp(name, "matmul", 6) || !strncmp(name, "randn", 5)) continue; /* GEMMs; the initial weights */
+        other += count;
+        if (strstr(name, "squared gradient norm")) norm += count;
+        if (!strcmp(name, "relu_grad")) relu_grad += count;
+        if (!strcmp(name, "contiguous")) contiguous += count;
+        if (!strncmp(name, "concat", 6)) concat += count;
+        if (!strncmp(name, "sum over", 8)) sums += count;
+        if (!strncmp(name, "layernorm of", 12)) norms += count;
+    }
+    if (f) fclose(f);
+    unlink(path);
+    fprintf(stderr, "  %s, %d layers: a step launches %ld kernels besides GEMMs (%ld sums, %ld contiguous, %ld concat, %ld relu_grad)\n",
+            precision == WGML_PRECISION_MIXED ? "mixed" : "f32", LAYERS, other / STEPS_HERE, sums / STEPS_HERE,
+            contiguous / STEPS_HERE, concat / STEPS_HERE, relu_grad / STEPS_HERE);
+    CHECK(norm == STEPS_HERE);
+    CHECK(relu_grad <= STEPS_HERE);                   /* the positions' window of wpe only */
+    CHECK(contiguous <= 2 * LAYERS * STEPS_HERE);     /* the attention's output and its gradient's */
+    CHECK(concat == 3 * LAYERS * STEPS_HERE);         /* d(qkv): q's, k's and v's gradients into place */
+    /* each layer's 8 biases and norm weights, the final norm's 2, wpe's, the loss's mean, the norm's */
+    CHECK(sums <= (8 * LAYERS + 5) * STEPS_HERE);
+    /* the forward's, and the recomputed ln1 and ln2 outputs the weights' gradients read */
+    CHECK(norms <= (2 * LAYERS + 1 + 2 * LAYERS) * STEPS_HERE);
+    /* 93 today (f32; mixed 94: the GELU's recomputed cast), 211 before these cuts */
+    CHECK(other <= 94 * STEPS_HERE);
+}
+
+static void f32_step_launches_stay_few(void) { step_launches_stay_few(WGML_PRECISION_F32); }
+static void mixed_step_launches_stay_few(void) { step_launches_stay_few(WGML_PRECISION_MIXED); }
+
 static void bad_configs_and_text_are_refused(void)
 {
     char err[256];
@@ -392,5 +472,7 @@ int main(void)
     TEST_RUN(llama_training_matches_reference);
     TEST_RUN(resume_gives_identical_losses);
     TEST_RUN(sampler_draws_from_softmax);
+    TEST_RUN(f32_step_launches_stay_few);
+    TEST_RUN(mixed_step_launches_stay_few);
     return test_summary();
 }

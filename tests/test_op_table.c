@@ -1080,12 +1080,20 @@ static double kink_matmul(const rcase *c, double *const *in)
     return least;
 }
 
-/* ---- join: three 2-D tensors along each axis */
+/* ---- join: three 2-D tensors along each axis; then rows of multiples of 4 (a thread copies
+   four elements) along each axis */
 static bool make_concat(rcase *c, int v, const wgml_op_def *d)
 {
     static const int64_t s23[2] = {2, 3}, s21[2] = {2, 1}, s24[2] = {2, 4}, s13[2] = {1, 3}, s43[2] = {4, 3};
-    if (v > 1) return false;
-    c->axis = !v;
+    static const int64_t s38[2] = {3, 8}, s34[2] = {3, 4}, s3c[2] = {3, 12}, s58[2] = {5, 8}, s28[2] = {2, 8};
+    if (v > 3) return false;
+    c->axis = !(v % 2);
+    if (v >= 2) {
+        set_leaf(c, 0, 2, s38, d->test.lo[0], d->test.hi[0]);
+        set_leaf(c, 1, 2, c->axis ? s34 : s58, d->test.lo[0], d->test.hi[0]);
+        set_leaf(c, 2, 2, c->axis ? s3c : s28, d->test.lo[0], d->test.hi[0]);
+        return true;
+    }
     set_leaf(c, 0, 2, s23, d->test.lo[0], d->test.hi[0]);
     set_leaf(c, 1, 2, v ? s13 : s21, d->test.lo[0], d->test.hi[0]);
     set_leaf(c, 2, 2, v ? s43 : s24, d->test.lo[0], d->test.hi[0]);
@@ -1307,6 +1315,7 @@ static const op_case op_cases[] = {
     {"rand", NULL, make_random, build_rand, ref_rand, NULL},
     {"randn", NULL, make_random, build_randn, ref_randn, NULL},
     {"dropout", NULL, make_random, build_dropout, ref_dropout, NULL},
+    {"grad_sumsq", .covered_by = "test_train.c and test_optim_groups.c (the clipped steps read the squared norm it starts)"},
     {"optimizer_step", .covered_by = "test_train.c and test_optim_groups.c (the optimisers' steps against ref/ref.h's)"},
 };
 

@@ -207,7 +207,7 @@ wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor
 }
 
 wgml_status wgml_gpt_qkv(wgml_gpt *g, wgml_tensor *h, wgml_tensor *wqkv, wgml_tensor *bqkv, const wgml_gpt_pass *s,
-                         wgml_tensor *part[3], wgml_tensor **qkv)
+                         bool packed, wgml_tensor *part[3], wgml_tensor **qkv)
 {
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
@@ -218,9 +218,25 @@ wgml_status wgml_gpt_qkv(wgml_gpt *g, wgml_tensor *h, wgml_tensor *wqkv, wgml_te
         *qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
         wgml_status st = wgml_split(ctx, *qkv, -1, 3, sizes, part);
         if (st) return st;
+    } else if (packed) {
+        /* one product; the heads are windows of [B,T,H+2Hkv,D] (views), and the attention hands
+           their gradient back as one tensor: one GEMM for the weight's gradient, one for h's,
+           one sum for the bias's */
+        *qkv = wgml_matmul_ex(ctx, h, wqkv, &(wgml_matmul_desc){.bias = bqkv});
+        const int64_t heads[4] = {s->B, s->T, c->heads + 2 * c->kv_heads, D};
+        wgml_tensor *all = wgml_reshape(ctx, *qkv, 4, heads);
+        static const int bhtd[4] = {0, 2, 1, 3};
+        int64_t from = 0;
+        for (int i = 0; i < 3; i++) {
+            int64_t n = sizes[i] / D;
+            part[i] = wgml_permute(ctx, wgml_slice(ctx, all, 2, from, from + n, 1), bhtd);
+            from += n;
+        }
+        return WGML_OK;
     } else {
-        /* training: the weight's columns split instead, so the gradients of the three parts
-           are the weight's and bias's windows, not three zero-padded copies of qkv's */
+        /* q or k transformed before the attention (rotated, normed): the weight's columns split
+           instead, so the gradients of the three parts are the weight's and bias's windows,
+           not three zero-padded copies of qkv's */
         part[0] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, 0, sizes[0]);
         part[1] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0], sizes[1]);
         part[2] = wgml_gpt_linear_cols(ctx, h, wqkv, bqkv, sizes[0] + sizes[1], sizes[2]);
@@ -253,7 +269,7 @@ wgml_tensor *wgml_gpt_attend(wgml_gpt *g, int64_t l, wgml_tensor *q, wgml_tensor
         k = wgml_slice(ctx, kv, 0, 0, 1, 1);
         v = wgml_slice(ctx, kv, 0, 1, 2, 1);
     }
-    wgml_tensor *a = wgml_attention(ctx, q, k, v, &(wgml_attention_desc){.causal = 1});
+    wgml_tensor *a = wgml_attention(ctx, q, k, v, &(wgml_attention_desc){.causal = 1, .packed = cache ? NULL : qkv});
     /* heads back to [B,T,C]; with one position the attention's [1,H,1,D] already is */
     return cache && T == 1 ? wgml_reshape(ctx, a, 3, btc) : wgml_reshape(ctx, wgml_permute(ctx, a, bthd), 3, btc);
 }

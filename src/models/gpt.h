@@ -47,6 +47,7 @@
 #ifndef WGML_MODELS_GPT_H
 #define WGML_MODELS_GPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -188,13 +189,15 @@ wgml_tensor *wgml_gpt_dropout(wgml_context *ctx, wgml_tensor *x, float p); /* x 
 wgml_tensor *wgml_gpt_matmul_operand(wgml_context *ctx, wgml_tensor *x);
 /* x @ w[:, from : from + n] (+ b[from : from + n]), read through strides */
 wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n);
-/* h @ wqkv (+ bqkv) as the heads q [B,H,T,D], k, v [B,Hkv,T,D] (views); decoding, *qkv gets
-   the one joined product [B,T,(H+2Hkv)D] */
+/* h @ wqkv (+ bqkv) as the heads q [B,H,T,D], k, v [B,Hkv,T,D] (views); decoding, or with
+   `packed` (q, k and v go into the attention as they are), *qkv gets the one joined product
+   [B,T,(H+2Hkv)D] whose windows they are */
 wgml_status wgml_gpt_qkv(wgml_gpt *g, wgml_tensor *h, wgml_tensor *wqkv, wgml_tensor *bqkv, const wgml_gpt_pass *s,
-                         wgml_tensor *part[3], wgml_tensor **qkv);
+                         bool packed, wgml_tensor *part[3], wgml_tensor **qkv);
 /* Causal attention of heads q [B,H,T,D], k, v [B,Hkv,T,D], merged back to [B,T,C]. Decoding,
    k and v join layer l's cache (from qkv's columns, a view, when qkv is given: keys that were
-   not rotated). */
+   not rotated); otherwise a qkv given is the tensor q, k and v are windows of, which then
+   takes their gradient as one (wgml_attention_desc.packed). */
 wgml_tensor *wgml_gpt_attend(wgml_gpt *g, int64_t l, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v, wgml_tensor *qkv,
                              const wgml_gpt_pass *s);
 

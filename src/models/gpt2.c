@@ -52,7 +52,7 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
     /* (mixed precision: the norms' outputs and the GELU's, which only matmuls read, as halves) */
     wgml_tensor *h = wgml_gpt_matmul_operand(ctx, wgml_layernorm(ctx, x, p[LN1_W], p[LN1_B], c->norm_eps));
     wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */
-    if (wgml_gpt_qkv(g, h, p[WQKV], p[BQKV], s, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
+    if (wgml_gpt_qkv(g, h, p[WQKV], p[BQKV], s, true, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
     wgml_tensor *q = head[0], *k = head[1], *v = head[2];
     wgml_tensor *a = wgml_gpt_attend(g, l, q, k, v, qkv, s); /* the cache takes k|v as a view of qkv */
     x = wgml_add(ctx, x, wgml_gpt_dropout(ctx, wgml_matmul_ex(ctx, a, p[WO], &(wgml_matmul_desc){.bias = p[BO]}), s->dropout));

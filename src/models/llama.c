@@ -43,7 +43,7 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
     /* (mixed precision: the norms' outputs and the SwiGLU product, which only matmuls read, as halves) */
     wgml_tensor *h = wgml_gpt_matmul_operand(ctx, wgml_rmsnorm(ctx, x, p[NORM1_W], c->norm_eps));
     wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */
-    if (wgml_gpt_qkv(g, h, p[WQKV], NULL, s, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
+    if (wgml_gpt_qkv(g, h, p[WQKV], NULL, s, false, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
     wgml_tensor *q = head[0], *k = head[1], *v = head[2];
     if (c->qk_norm) { /* Qwen3: each head's RMSNorm, before RoPE */
         q = wgml_rmsnorm(ctx, q, p[QNORM_W], c->norm_eps);

@@ -85,7 +85,15 @@ wgml_tensor *wgml_concat(wgml_context *ctx, int n, wgml_tensor *const *ts, int a
 
 wgml_status wgml_build_concat(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
-    wgml_status st = wgml_kernel_pipeline(ctx, "concat", l);
+    /* four elements a thread where every input's rows are contiguous runs of a multiple of 4
+       words (its last stride 1): they stay contiguous in the output whatever the axis */
+    bool four = wgml_dtype_bytes(t->dtype) == 4;
+    for (int k = 0; k < t->nsrc; k++) {
+        const wgml_tensor *x = t->src[k];
+        four &= x->shape[x->ndim - 1] % 4 == 0 && x->stride[x->ndim - 1] == 1;
+    }
+    uint32_t per = four ? 4 : 1;
+    wgml_status st = wgml_kernel_pipeline_variant(ctx, "concat", per, four ? "const PER = 4u;\n" : "const PER = 1u;\n", l);
     if (st) return st;
     int ax = wgml_concat_params_of(t).axis, pad = 4 - t->ndim;
     uint32_t out4[4];
@@ -98,7 +106,7 @@ wgml_status wgml_build_concat(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         *lk = first;
         uint32_t p[20] = {0};
         p[0] = (uint32_t)x->numel;
-        p[1] = wgml_grid(ctx, ((uint64_t)x->numel + 255) / 256, lk->groups);
+        p[1] = wgml_grid(ctx, ((uint64_t)x->numel / per + 255) / 256, lk->groups);
         p[2] = (uint32_t)(ax + pad);
         p[3] = (uint32_t)start;
         for (int d = 0; d < 4; d++) {

@@ -49,16 +49,24 @@ wgml_tensor *wgml_norm_grad(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, w
 
 /* y = xh w + b with xh = xc r, r = rsqrt(mean(xc^2) + eps), xc = x - mean(x) (layernorm) or x
    (rmsnorm); gh = g w: dx = r (gh - xh mean(gh xh) [- mean(gh) for layernorm]), one row kernel
-   (the norm's _grad op); dw = sum over rows of g xh, xh from the norm without weight and bias,
-   db = sum over rows of g */
+   (the norm's _grad op); dw = sum over rows of g xh, db = sum over rows of g. The _grad kernel
+   has xh and g at hand: with a weight it writes g xh too, after dx in its node's buffer (the
+   node's tail), which dw sums through a view; no norm is computed again for it, and no product
+   launched */
 static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
 {
     wgml_row_params p = wgml_row_params_of(t);
     T *a = t->src[0], *w = p.weight ? t->src[1] : NULL;
     bool centred = t->op == WGML_OP_LAYERNORM, bias = p.bias;
     float eps = p.eps;
-    gin[0] = wgml_norm_grad(c, a, w, g, eps, centred);
-    if (w) gin[1] = wgml_rule_sum_rows(c, wgml_mul(c, g, centred ? wgml_layernorm(c, a, NULL, NULL, eps) : wgml_rmsnorm(c, a, NULL, eps)));
+    T *dx = wgml_norm_grad(c, a, w, g, eps, centred);
+    gin[0] = dx;
+    if (w && dx && !dx->status) {
+        int64_t stride[WGML_MAX_DIMS], s = 1;
+        for (int d = dx->ndim - 1; d >= 0; d--) stride[d] = s, s *= dx->shape[d];
+        dx->tail = dx->numel; /* g xh [rows, n] after dx */
+        gin[1] = wgml_rule_sum_rows(c, wgml_view_node(c, dx, dx->ndim, dx->shape, stride, dx->numel, WGML_VIEW_OTHER));
+    }
     if (bias) gin[1 + (w != NULL)] = wgml_rule_sum_rows(c, g);
     return WGML_OK;
 }
@@ -66,7 +74,8 @@ static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
 /* ---------------------------------------------------------------- launch */
 
 /* ops/norm.wgsl: x [rows, n], weight [n] and bias [n] (x bound for a missing one), or for a
-   gradient the weight and the upstream gradient [rows, n] */
+   gradient the weight and the upstream gradient [rows, n] (and, where the node has a tail,
+   g xh into it: flag 4) */
 static wgml_status build_norm(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     wgml_tensor *x = t->src[0];
@@ -76,7 +85,7 @@ static wgml_status build_norm(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     wgml_row_kernel rk = {.kernel = "norm",
                           .codes = {{"LAYERNORM", WGML_OP_LAYERNORM}, {"RMSNORM", WGML_OP_RMSNORM},
                                     {"LAYERNORM_GRAD", WGML_OP_LAYERNORM_GRAD}, {"RMSNORM_GRAD", WGML_OP_RMSNORM_GRAD}},
-                          .op = t->op, .flags = (uint32_t)(has_w | (has_b << 1)), .x = x,
+                          .op = t->op, .flags = (uint32_t)(has_w | (has_b << 1) | (grad && t->tail ? 4 : 0)), .x = x,
                           .w = has_w ? t->src[1] : x, .b = grad ? t->src[2] : has_b ? t->src[1 + has_w] : x,
                           .eps = p.eps};
     return wgml_row_launch(ctx, t, &rk, l);

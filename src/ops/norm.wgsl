@@ -2,7 +2,8 @@
 // ops/row.wgsl). layernorm: the mean, then the sum and the sum of squares of the deviations
 // from it (no cancellation when the mean is large); rmsnorm: the mean of squares. Without a
 // weight (FLAGS & 1) or bias (FLAGS & 2), x is bound in its place, unread. The gradients
-// (OP_LAYERNORM_GRAD, OP_RMSNORM_GRAD) take the upstream gradient [rows, n] in b. Rows that do
+// (OP_LAYERNORM_GRAD, OP_RMSNORM_GRAD) take the upstream gradient [rows, n] in b; with FLAGS & 4
+// they also write g xh (the weight's gradient before its sum over rows) after dx. Rows that do
 // not fit the registers are read two (rmsnorm) or three times.
 @group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read> w: array<WV>;  // weight
@@ -77,6 +78,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
                 let xh = ((unit(&cache, i, j, tm.xo) - mu) - c) * inv;
                 y[tm.yo + j] = Y(inv * ((gh - xh * m.y) - m1));
+                // the weight's gradient's rows, g xh, after dx (the node's tail)
+                if ((FLAGS & 4u) != 0u) { y[P.rows * tm.nu + tm.yo + j] = Y(b[go + j] * xh); }
             }
         }
         return;

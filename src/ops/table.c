@@ -8,6 +8,8 @@
 /* a node whose launch its creator supplies (engine/executor.h's wgml_custom_op) */
 WGML_OP_ENTRY(OPTIM_STEP) = {.name = "optimizer_step", .kind = WGML_KIND_CUSTOM, .arity = 1,
                         .no_grad = "an optimiser's update, not a function of the loss"};
+WGML_OP_ENTRY(GRAD_SUMSQ) = {.name = "grad_sumsq", .kind = WGML_KIND_CUSTOM,
+                        .no_grad = "an optimiser's gradient norm, not a function of the loss"};
 
 const wgml_op_def *const wgml_op_table[] = {
 #define WGML_OP_POINT(e) [WGML_OP_##e] = &wgml_opdef_##e,

@@ -21,8 +21,9 @@
 #include "ops/softmax.h"
 #include "ops/views.h"
 
-/* ops whose node's creator supplies its launch (the optimiser's step, train/optim.c) */
-#define WGML_CUSTOM_OPS(X) X(OPTIM_STEP)
+/* ops whose node's creator supplies its launch (the optimiser's step and its squared norm's
+   first stage, train/optim.c) */
+#define WGML_CUSTOM_OPS(X) X(OPTIM_STEP) X(GRAD_SUMSQ)
 
 /* Every family's op, X(ENUM), or X3(ENUM, fn, API) for an elementwise one (ops/elementwise.h);
    WGML_OPS adds the engine's own three first. (The order only numbers the codes.) */

@@ -4,7 +4,7 @@
  * At creation the parameters move into one flat buffer (each tensor becomes a slice of it,
  * 256-byte aligned), next to flat gradient and moment buffers. A step then:
  *   1. evaluates each parameter's pending gradient straight into its slice of the flat
- *      gradient buffer, and the squared global norm as a sum of per-gradient reductions;
+ *      gradient buffer, and the squared global norm in two launches over that whole buffer;
  *   2. runs one dispatch that clips and updates every parameter and both moments;
  * all in the same submit as the forward and backward passes that produced the gradients.
  *
@@ -16,6 +16,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ typedef struct group_row {
 
 struct wgml_optimizer {
     wgml_custom_op step_op; /* first: a step node's op_data points here */
+    wgml_custom_op sumsq_op; /* the squared norm's first stage (build_sumsq) */
     wgml_context *ctx;
     wgml_optim_desc desc;
     wgml_lr_schedule schedule; /* zeroed: a constant lr */
@@ -71,6 +73,7 @@ struct wgml_optimizer {
 enum scaler_layout { SC_SCALE, SC_GOOD, SC_SKIPPED, SC_LAST_SKIPPED, SC_NORM2, SC_UPDATES, SCALER_WORDS = 8 };
 
 static wgml_status build_step(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
+static wgml_status build_sumsq(wgml_context *ctx, wgml_tensor *t, wgml_launch *l);
 
 wgml_context *wgml_optimizer_owner(const wgml_optimizer *o) { return o ? o->ctx : NULL; }
 
@@ -234,6 +237,7 @@ static wgml_status create(wgml_context *ctx, const char *fn, bool grouped, const
     }
     opt->ctx = ctx;
     opt->step_op.build = build_step;
+    opt->sumsq_op.build = build_sumsq;
     opt->desc = d;
     opt->n_groups = n_groups;
     /* the groups one after another: each is a range of the flat buffers */
@@ -606,21 +610,50 @@ static wgml_status run_hook(wgml_optimizer *opt, int nt, wgml_tensor *const *tar
     return st;
 }
 
-/* The squared global norm of grads[0..n) (summed from the last back) and the update node that
-   reads it (last among a step's targets: it runs after every reader of the old parameters). */
+/* The squared global norm of every gradient, read from the flat buffer G, and the update node
+   that reads it (last among a step's targets: it runs after every reader of the old
+   parameters). The norm's first node names no gradient as an input: it runs after them
+   because it follows them among the evaluation's targets (the executor keeps their order),
+   or in a later submit (a hook's, a deferred step's); grads[0..n) are the gradients it then
+   reads, listed for that order. */
 static wgml_tensor *update_node(wgml_optimizer *opt, wgml_tensor *const *grads, wgml_tensor **norm2)
 {
+    (void)grads;
     wgml_context *ctx = opt->ctx;
     *norm2 = NULL;
-    for (int r = opt->n - 1; r >= 0; r--) {
-        wgml_tensor *sq = wgml_sum_all(ctx, wgml_mul(ctx, grads[r], grads[r]));
-        *norm2 = *norm2 ? wgml_add(ctx, *norm2, sq) : sq;
-    }
+    /* vec4s per workgroup part: enough workgroups to fill a big GPU, at most 1024 partial sums */
+    int64_t n4 = opt->total / 4, parts = (n4 + 255) / 256;
+    if (parts > 1024) parts = 1024;
+    wgml_tensor *part = wgml_node(ctx, WGML_OP_GRAD_SUMSQ, 1, &parts, 0, NULL);
+    if (!part || part->status) return part;
+    part->op_data = &opt->sumsq_op;
+    part->user_held = false; /* only the sum's reference keeps it */
+    *norm2 = wgml_sum_all(ctx, part);
+    wgml_tensor_unref(part);
     wgml_tensor *src[1] = {*norm2};
     int64_t one = 1;
     wgml_tensor *upd = wgml_node(ctx, WGML_OP_OPTIM_STEP, 1, &one, 1, src);
     if (upd) upd->op_data = &opt->step_op;
     return upd;
+}
+
+/* The launch of the norm's first node: partial sums of squares over G (kernels/grad_sumsq.wgsl). */
+static wgml_status build_sumsq(wgml_context *ctx, wgml_tensor *t, wgml_launch *l)
+{
+    wgml_status st = wgml_kernel_pipeline(ctx, "grad_sumsq", l);
+    if (st) return st;
+    const wgml_optimizer *opt = (const wgml_optimizer *)((const char *)t->op_data - offsetof(wgml_optimizer, sumsq_op));
+    uint32_t n4 = (uint32_t)(opt->total / 4), parts = (uint32_t)t->numel; /* total: whole slots of 64 floats */
+    uint32_t p[4] = {n4, parts, 0x7f800000u, 0};
+    memcpy(l->params, p, sizeof p);
+    l->params_size = sizeof p;
+    l->groups[0] = parts, l->groups[1] = 1, l->groups[2] = 1;
+    l->loop_trips = (n4 + parts * 256u - 1) / (parts * 256u) + 8; /* the stride loop, the tree's halvings */
+    snprintf(l->what, sizeof l->what, "the squared gradient norm's %u parts", parts);
+    l->raw[0] = opt->G->handle;
+    l->buffers[1] = t;
+    l->nbuffers = 2;
+    return WGML_OK;
 }
 
 /* A step done: counted, the scaler's halves swapped, its norm kept for wgml_optimizer_grad_norm. */
@@ -675,6 +708,24 @@ static void pending_progress(wgml_context *ctx, void *arg)
     if (opt->buckets.progress) opt->buckets.progress(ctx, opt->buckets.user);
 }
 
+/* The lazy node that can write gradient g into its slot itself: g, where nothing else holds
+   it; or the node under g where g is a chain of views only one another hold that read all of
+   that node's elements in order (a weight's gradient from a GEMM's batched or transposed
+   output, reshaped): no copy then. NULL where a copy must. */
+static wgml_tensor *slot_writer(wgml_tensor *g)
+{
+    wgml_tensor *b = wgml_tensor_base(g);
+    if (b->op == WGML_OP_NONE || b->op == WGML_OP_VIEW || b->user_held || b->dest) return NULL;
+    if (g == b) return g->refs == 1 ? g : NULL;
+    if (g->offset != 0 || g->numel != b->numel || g->dtype != b->dtype || b->tail || !wgml_is_contiguous(g)) return NULL;
+    int held = 0; /* b's references from the chain: each view holds its base and its input */
+    for (wgml_tensor *v = g; v != b; v = v->src[1]) {
+        if (v->op != WGML_OP_VIEW || v->refs != 1 || v->user_held) return NULL;
+        held += 1 + (v->src[1] == b);
+    }
+    return b->refs == held ? b : NULL;
+}
+
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
@@ -727,16 +778,20 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
             st = wgml_fail(ctx, p->grad->status, "%s", p->grad->error);
             break;
         }
-        /* the gradient node itself writes into the slot when nothing else sees it; otherwise a
-           copy does. Either way grads[i] holds one reference, dropped at the end. */
-        bool own = p->grad->op != WGML_OP_NONE && p->grad->op != WGML_OP_VIEW && p->grad->refs == 1 && !p->grad->user_held;
-        wgml_tensor *g = own ? p->grad : wgml_unary_node(ctx, WGML_OP_COPY, p->grad);
+        /* the gradient node itself writes into the slot when nothing else sees it (or the node
+           under a plain reshape of it); otherwise a copy does. Either way grads[i] holds one
+           reference, dropped at the end. */
+        wgml_tensor *w = slot_writer(p->grad);
+        wgml_tensor *g = w ? p->grad : wgml_unary_node(ctx, WGML_OP_COPY, p->grad);
+        if (!w) w = g;
         wgml_tensor_retain(g);
-        if (g->dest) wgml_buffer_release(ctx, g->dest);
-        g->dest = opt->G;
+        if (w->dest) wgml_buffer_release(ctx, w->dest);
+        w->dest = opt->G;
         wgml_buffer_retain(opt->G);
-        g->dest_offset = opt->slot[i];
-        g->offset = opt->slot[i]; /* readers in this evaluation find it in its slot */
+        w->dest_offset = opt->slot[i];
+        /* readers in this evaluation find it in its slot (the reshape's views start where it does) */
+        for (wgml_tensor *v = g; v != w; v = v->src[1]) v->offset = opt->slot[i];
+        w->offset = opt->slot[i];
         grads[i] = g;
         targets[nt++] = g;
     }

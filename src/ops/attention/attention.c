@@ -92,6 +92,32 @@ static bool rows_aligned(const wgml_tensor *x)
     return true;
 }
 
+/* NULL where q, k and v are the three windows of `packed` that wgml_attention_desc.packed
+   describes (as views: no copy between), else an error tensor saying what differs */
+static wgml_tensor *check_packed(wgml_context *ctx, const wgml_tensor *q, const wgml_tensor *k, const wgml_tensor *v,
+                                 wgml_tensor *packed, attn_dims d)
+{
+    wgml_tensor *bad = wgml_check_input(ctx, packed, "attention", "packed");
+    if (bad) return bad;
+    int64_t N = (d.H + 2 * d.Hkv) * d.D;
+    bool ok = q->ndim == 4 && packed->ndim == 3 && packed->dtype == WGML_F32 && wgml_is_contiguous(packed) &&
+              packed->shape[0] == d.B && packed->shape[1] == d.T && packed->shape[2] == N && d.S == d.T;
+    const wgml_tensor *in[3] = {q, k, v};
+    const int64_t first[3] = {0, d.H * d.D, (d.H + d.Hkv) * d.D}; /* each window's first column */
+    for (int i = 0; i < 3 && ok; i++) {
+        const wgml_tensor *x = in[i];
+        ok = wgml_tensor_base((wgml_tensor *)x) == wgml_tensor_base(packed) && x->offset == packed->offset + first[i] &&
+             x->stride[0] == d.T * N && x->stride[1] == d.D && x->stride[2] == N && x->stride[3] == 1;
+    }
+    if (ok) return NULL;
+    char sp[128];
+    wgml_format_shape(sp, sizeof sp, packed->ndim, packed->shape);
+    return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                             "attention: q, k and v are not the windows of desc.packed (%s): want it [B,T,(H+2Hkv)D] = "
+                             "[%lld,%lld,%lld] contiguous, S = T, and q, k, v its heads split by reshape, slice and permute",
+                             sp, (long long)d.B, (long long)d.T, (long long)N);
+}
+
 wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v,
                             const wgml_attention_desc *desc)
 {
@@ -128,21 +154,25 @@ wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, w
     float scale = desc && desc->scale != 0.0f ? desc->scale : (float)(1.0 / sqrt((double)d.D));
     if (!isfinite(scale))
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "attention: scale = %g must be a finite number", scale);
-    /* the kernels read rows through the b, h and t strides; a row must be contiguous */
-    wgml_tensor *src[3];
+    wgml_tensor *packed = desc ? desc->packed : NULL;
+    if (packed && (bad = check_packed(ctx, q, k, v, packed, d))) return bad;
+    /* the kernels read rows through the b, h and t strides; a row must be contiguous. A packed
+       tensor rides along as a fourth input that no launch reads: the gradient's way to it */
+    wgml_tensor *src[4] = {NULL, NULL, NULL, packed};
     wgml_tensor *t = NULL;
     for (int i = 0; i < 3; i++) {
         bool rows = in[i]->stride[in[i]->ndim - 1] == 1 || d.D == 1;
         src[i] = rows ? in[i] : wgml_contiguous(ctx, in[i]);
         if (!t && src[i]->status) t = src[i]; /* (out of memory) */
     }
-    if (!t) t = wgml_node(ctx, WGML_OP_ATTENTION, q->ndim, q->shape, 3, src);
+    if (!t) t = wgml_node(ctx, WGML_OP_ATTENTION, q->ndim, q->shape, packed ? 4 : 3, src);
     for (int i = 0; i < 3; i++)
         if (src[i] != in[i] && src[i] != t) wgml_tensor_free(src[i]); /* the node holds them */
     if (t && !t->status) {
         t->tail = d.B * d.H * d.T; /* L of every row */
         wgml_attention_params_of_set(t, (wgml_attention_params){.causal = desc && desc->causal, .scale = scale,
-                                                                .mixed = ctx->compute_precision == WGML_PRECISION_MIXED});
+                                                                .mixed = ctx->compute_precision == WGML_PRECISION_MIXED,
+                                                                .packed = packed != NULL});
     }
     return t;
 }
@@ -174,6 +204,21 @@ wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tenso
 wgml_status wgml_vjp_attention(wgml_context *ctx, wgml_tensor *t, wgml_tensor *g, wgml_tensor **gin)
 {
     wgml_tensor *flat = wgml_attention_grad(ctx, t, g);
+    if (wgml_attention_params_of(t).packed) {
+        /* the packed tensor's gradient: the parts [B,H,T,D] moved to [B,T,H,D] and joined along
+           the heads (a copy launch each) into [B,T,H+2Hkv,D], its shape; none to the windows */
+        static const int bthd[4] = {0, 2, 1, 3};
+        wgml_tensor *part[3], *p = t->src[3];
+        int64_t start = 0;
+        for (int i = 0; i < 3; i++) {
+            wgml_tensor *x = t->src[i];
+            wgml_tensor *flat_i = wgml_slice(ctx, flat, 0, start, start + x->numel, 1);
+            part[i] = wgml_permute(ctx, wgml_reshape(ctx, flat_i, x->ndim, x->shape), bthd);
+            start += x->numel;
+        }
+        gin[3] = wgml_reshape(ctx, wgml_concat(ctx, 3, part, 2), p->ndim, p->shape);
+        return WGML_OK;
+    }
     int64_t start = 0;
     for (int i = 0; i < 3; i++) {
         wgml_tensor *x = t->src[i];

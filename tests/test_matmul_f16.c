@@ -529,6 +529,12 @@ static void matrix_units_large(void)
         {.M = 130, .K = 4097, .N = 384, .ta = 1, .tb = 1},
         {.M = 257, .K = 1023, .N = 130, .batch = 3, .batch_b = 1, .ta = 1},
         {.M = 16, .K = 1023, .N = 7, .batch = 5}, /* B shared: one 80-row GEMM */
+        /* a bias with alpha 1 starts the sums: whole tiles straight to C, edges through the
+           epilogue (which must not add it again), both forms of B, a batch */
+        {.M = 1024, .K = 384, .N = 768, .bias = 1},
+        {.M = 1023, .K = 129, .N = 390, .bias = 1},
+        {.M = 640, .K = 200, .N = 512, .tb = 1, .bias = 1},
+        {.M = 257, .K = 64, .N = 384, .ta = 1, .bias = 1, .batch = 3},
     };
     for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }

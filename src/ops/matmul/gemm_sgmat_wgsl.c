@@ -154,6 +154,8 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if (c->bk < c->sm_k || c->bk % c->sm_k || c->bk % 8 || c->bk > 256) return "K depth (a multiple of sm_k and 8)";
     if (wgml_sgmat_tile_m(c) % 8 || wgml_sgmat_tile_n(c) % 8) return "tile not a multiple of 8";
     if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
+    /* Cs holds sg_m * sg_n fragments of sm_m x sm_n; the bias's rows take sm_m x tile_n */
+    if (c->bias_first && c->sg_m < c->frag_n) return "bias first needs sg_m >= frag_n";
     if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
         return "vector width (0, 4 or 8)";
     return NULL;
@@ -180,6 +182,7 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
                                 .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
                                 .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32,
                                 .prefetch = layouts[i][4], .a_vec = 8, .b_vec = 8};
+        c.bias_first = c.sg_m >= c.frag_n;
         if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) break;
     }
     return c;
@@ -241,11 +244,14 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     /* the parameter block and bindings of every GEMM kernel (ops/matmul/gemm_bindings.h) */
     wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B));
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
+    /* a bias with alpha 1 starts the sums (bias_first below), so the epilogue adds it only
+       otherwise */
+    bool bias_first = c->bias_first;
     wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
                       "    var v = P.alpha * v0;\n"
                       "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
-                      "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-                      "    return %s;\n}\n", act_wgsl ? "act(v)" : "v");
+                      "    if (P.has_bias != 0u%s) { v = v + bias[P.bias_off + n]; }\n"
+                      "    return %s;\n}\n", bias_first ? " && P.alpha != 1.0" : "", act_wgsl ? "act(v)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
@@ -272,6 +278,25 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         for (int g = 0; g < width_of(&A) / 4; g++) wgml_sbuf_put(&b, "    var xa%d_%d: vec4<f16>;\n", r, g);
     for (int r = 0; r < items_of(&B, NT); r++)
         for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
+    if (bias_first) {
+        /* the bias's row repeated down SM rows of Cs (its f32 fragments' room), loaded into
+           every fragment of the column it belongs to: the sums start from it, and whole tiles
+           with a bias still go from the matrix units straight to C */
+        wgml_sbuf_put(&b, "    if (P.has_bias != 0u && P.alpha == 1.0) {\n");
+        for (int r = 0; r < (SM * BN + NT - 1) / NT; r++) {
+            wgml_sbuf_put(&b, "        {\n            let e = li + %du;\n            let n = n0 + e %% %du;\n", r * NT, BN);
+            if ((r + 1) * NT > SM * BN) wgml_sbuf_put(&b, "            if (e < %du) {\n", SM * BN);
+            wgml_sbuf_put(&b, "            Cs[e] = select(0.0, bias[P.bias_off + min(n, P.N - 1u)], n < P.N);\n");
+            if ((r + 1) * NT > SM * BN) wgml_sbuf_put(&b, "            }\n");
+            wgml_sbuf_put(&b, "        }\n");
+        }
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n");
+        for (int j = 0; j < FN; j++) {
+            wgml_sbuf_put(&b, "        let bias%d = subgroupMatrixLoad<Acc>(&Cs, sc + %du, false, %du);\n", j, j * SN, BN);
+            for (int i = 0; i < FM; i++) wgml_sbuf_put(&b, "        c%d_%d = bias%d;\n", i, j, j);
+        }
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
+    }
     wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
     bool prefetch = stages == 2 || c->prefetch;
     if (prefetch) {
@@ -325,7 +350,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     if (!act_wgsl) {
         /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
         wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
-                          "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
+                          "%s && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN,
+                      bias_first ? "(P.has_bias == 0u || P.alpha == 1.0)" : "P.has_bias == 0u");
         for (int i = 0; i < FM; i++)
             for (int j = 0; j < FN; j++)
                 wgml_sbuf_put(&b, "        subgroupMatrixStore(&C, cb + (m0 + sr + %du) * P.N + n0 + sc + %du, c%d_%d, false, P.N);\n",

@@ -407,7 +407,9 @@ static void bench_gpt_step_gemms(wgml_context *ctx, bool units, int quick)
         {"mlp_down", rows, 384, 1536, 0, 0, 1, 0, 1},  {"dx_proj", rows, 384, 384, 0, 1, 0, 1, 1},
         {"dx_mlp_up", rows, 384, 1536, 0, 1, 0, 1, 1}, {"dx_mlp_down", rows, 1536, 384, 0, 1, 0, 1, 1},
         {"dw_proj", 384, 384, rows, 1, 0, 0, 0, 1},    {"dw_mlp_up", 384, 1536, rows, 1, 0, 0, 0, 1},
-        {"dw_mlp_down", 1536, 384, rows, 1, 0, 0, 0, 1}};
+        {"dw_mlp_down", 1536, 384, rows, 1, 0, 0, 0, 1},
+        /* (not in the step: Q, K and V projected by one GEMM instead of three) */
+        {"qkv_one_gemm", rows, 1152, 384, 0, 0, 1, 0, 1}};
     char name[64];
     for (int v = 0; v < (int)(sizeof g / sizeof g[0]); v++)
         for (int halves = 0; halves < 2; halves++) {

@@ -34,7 +34,6 @@ static void every_form_and_config(void)
                         c.a_vec = store < 4 ? 8 : (store == 4 ? 4 : 0);
                         c.b_vec = store == 5 ? 0 : c.a_vec;
                         c.two_leading = store == 3;
-                        c.bias_first = c.sg_m >= c.frag_n && (store + db) % 2;
                         bool ta = form & 1, tb = form & 2, act = (form + store) % 2;
                         CHECK(wgml_sgmat_config_problem(&c) == NULL);
                         char *src = wgml_sgmat_gemm_source(&c, ta, tb, act ? "fn act(v: f32) -> f32 { return max(v, 0.0); }" : NULL);
@@ -62,16 +61,10 @@ static void every_form_and_config(void)
                         CHECK(test_count(src, "subgroupMatrixStore(&Cs,") == frags);
                         CHECK(test_count(src, "subgroupMatrixStore(&C,") == (act ? 0 : frags));
                         CHECK(test_count(src, "fn act(") == act);
-                        /* a bias first: one load of its rows per fragment column, and whole
-                           tiles with it still go straight to C; the epilogue adds it only
-                           where it did not start the sums */
-                        CHECK(test_count(src, "subgroupMatrixLoad<Acc>(&Cs,") == (c.bias_first ? c.frag_n : 0));
-                        CHECK((strstr(src, "(P.has_bias == 0u || P.alpha == 1.0)") != NULL) == (c.bias_first && !act));
-                        CHECK((strstr(src, "if (P.has_bias != 0u && P.alpha != 1.0)") != NULL) == c.bias_first);
                         CHECK(test_count(src, "(bt / P.L1)") == (c.two_leading ? 2 : 0));
                         /* one barrier a slice with two buffers, two with one; one more ahead
                            of the loop where slices are prefetched */
-                        int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags + (c.bias_first ? 2 : 0);
+                        int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags;
                         CHECK(test_count(src, "workgroupBarrier();") == barriers);
                         CHECK(test_wgsl_workgroup_bytes(src) == wgml_sgmat_workgroup_bytes(&c, ta, tb));
                         /* a prefetch reads the next slice with no branch around it (the
@@ -125,8 +118,6 @@ static void bad_configs_refused(void)
     c = base, c.subgroup_size = 64, c.sm_n = 2, c.frag_n = 8; /* 32 elements a fragment over 64 lanes */
     CHECK(wgml_sgmat_config_problem(&c) != NULL);
     c = base, c.frag_m = 9;
-    CHECK(wgml_sgmat_config_problem(&c) != NULL);
-    c = base, c.sg_m = 2, c.frag_n = 4, c.bias_first = true; /* the bias's 16 x 128 past Cs's 4 fragments */
     CHECK(wgml_sgmat_config_problem(&c) != NULL);
 }
 

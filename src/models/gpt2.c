@@ -1,7 +1,6 @@
 /* GPT-2 (WGML_GPT_GPT2): learned positions, pre-norm layernorm blocks, exact-GELU MLP,
    biases (the formulas: gpt.h). Its parameter table and its block. */
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "models/gpt.h"
 
@@ -46,24 +45,22 @@ static wgml_tensor *embed_ids(wgml_gpt *g, wgml_tensor *const *p, wgml_tensor *i
     return wgml_add(ctx, wgml_embedding(ctx, p[WTE], ids), wgml_slice(ctx, p[WPE], 0, s->pos, s->pos + s->T, 1));
 }
 
-static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p_in, int64_t l, wgml_tensor *x, const wgml_gpt_pass *s)
+static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *params, int64_t l, wgml_tensor *x, const wgml_gpt_pass *s)
 {
     wgml_context *ctx = g->ctx;
     const wgml_gpt_config *c = &g->cfg;
+    /* mixed precision, training: the matmuls' weights as halves, cast once a step, which the
+       forward GEMMs and the input gradients' read instead of converting f32 as they stage it (the
+       same values); decoding reads the f32 weights (its GEMVs) */
     wgml_tensor *p[N_LAYER];
-    for (int i = 0; i < N_LAYER; i++) p[i] = p_in[i];
-    const char *ex = getenv("WGML_GEMMSTEP");
-    int exb = ex ? atoi(ex) : 0;
-    if ((exb & 1) && !s->cache) /* EXPERIMENT: the weights as halves once a step */
-        for (int i = 0; i < N_LAYER; i++)
-            if (i == WQKV || i == WO || i == W1 || i == W2) p[i] = wgml_gpt_matmul_operand(ctx, p_in[i]);
+    for (int i = 0; i < N_LAYER; i++)
+        p[i] = !s->cache && (i == WQKV || i == WO || i == W1 || i == W2) ? wgml_gpt_matmul_operand(ctx, params[i]) : params[i];
     /* (mixed precision: the norms' outputs and the GELU's, which only matmuls read, as halves) */
     wgml_tensor *h = wgml_gpt_matmul_operand(ctx, wgml_layernorm(ctx, x, p[LN1_W], p[LN1_B], c->norm_eps));
     wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */
     if (wgml_gpt_qkv(g, h, p[WQKV], p[BQKV], s, head, &qkv)) return wgml_reshape(ctx, NULL, 0, NULL);
     wgml_tensor *q = head[0], *k = head[1], *v = head[2];
     wgml_tensor *a = wgml_gpt_attend(g, l, q, k, v, qkv, s); /* the cache takes k|v as a view of qkv */
-    if ((exb & 8) && !s->cache) a = wgml_gpt_matmul_operand(ctx, a); /* EXPERIMENT */
     x = wgml_add(ctx, x, wgml_gpt_dropout(ctx, wgml_matmul_ex(ctx, a, p[WO], &(wgml_matmul_desc){.bias = p[BO]}), s->dropout));
 
     h = wgml_gpt_matmul_operand(ctx, wgml_layernorm(ctx, x, p[LN2_W], p[LN2_B], c->norm_eps));

@@ -154,8 +154,6 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if (c->bk < c->sm_k || c->bk % c->sm_k || c->bk % 8 || c->bk > 256) return "K depth (a multiple of sm_k and 8)";
     if (wgml_sgmat_tile_m(c) % 8 || wgml_sgmat_tile_n(c) % 8) return "tile not a multiple of 8";
     if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
-    /* Cs holds sg_m * sg_n fragments of sm_m x sm_n; the bias's rows take sm_m x tile_n */
-    if (c->bias_first && c->sg_m < c->frag_n) return "bias first needs sg_m >= frag_n";
     if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
         return "vector width (0, 4 or 8)";
     return NULL;
@@ -173,7 +171,13 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
        column idle (128x128 141.5, 128x256 139.2). Operands in halves or f32 alike (f32, prefetched:
        4096^3 110.8 against 105.0). The rest fit smaller workgroup memories. */
     static const int layouts[][5] = {{4, 4, 2, 4, 1}, {4, 4, 2, 2, 1}, {2, 4, 2, 2, 0}, {2, 2, 2, 2, 0}};
-    int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 ? 0 : 1;
+    /* and 128x128 where 256-wide tiles leave an eighth or more of their columns idle (N = 384:
+       a quarter, and its edge tiles leave through workgroup memory): the GPT step's N = 384
+       GEMMs on an H200, halves, TFLOP/s against 128x256: 16384 x 384 x 384 A.B^T 52.8 / 41.0,
+       A.B with a bias 53.7 / 39.1, 384 x 384 x 16384 A^T.B split 32 ways 47.3 / 32.4, K = 1536
+       107.8-109.5 / 91.1-96.4 (one process a tile; processes differed by up to 16%) */
+    int64_t wide = (N + 255) / 256 * 256;
+    int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 && (wide - N) * 8 < wide ? 0 : 1;
     wgml_sgmat_config c = {0};
     for (int i = first; i < 4; i++) {
         /* narrower matrices than 16 take more fragments for the same tile */
@@ -182,7 +186,6 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
                                 .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
                                 .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32,
                                 .prefetch = layouts[i][4], .a_vec = 8, .b_vec = 8};
-        c.bias_first = c.sg_m >= c.frag_n;
         if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) break;
     }
     return c;
@@ -244,14 +247,11 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     /* the parameter block and bindings of every GEMM kernel (ops/matmul/gemm_bindings.h) */
     wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B));
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
-    /* a bias with alpha 1 starts the sums (bias_first below), so the epilogue adds it only
-       otherwise */
-    bool bias_first = c->bias_first;
     wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
                       "    var v = P.alpha * v0;\n"
                       "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
-                      "    if (P.has_bias != 0u%s) { v = v + bias[P.bias_off + n]; }\n"
-                      "    return %s;\n}\n", bias_first ? " && P.alpha != 1.0" : "", act_wgsl ? "act(v)" : "v");
+                      "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
+                      "    return %s;\n}\n", act_wgsl ? "act(v)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
@@ -278,25 +278,6 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         for (int g = 0; g < width_of(&A) / 4; g++) wgml_sbuf_put(&b, "    var xa%d_%d: vec4<f16>;\n", r, g);
     for (int r = 0; r < items_of(&B, NT); r++)
         for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
-    if (bias_first) {
-        /* the bias's row repeated down SM rows of Cs (its f32 fragments' room), loaded into
-           every fragment of the column it belongs to: the sums start from it, and whole tiles
-           with a bias still go from the matrix units straight to C */
-        wgml_sbuf_put(&b, "    if (P.has_bias != 0u && P.alpha == 1.0) {\n");
-        for (int r = 0; r < (SM * BN + NT - 1) / NT; r++) {
-            wgml_sbuf_put(&b, "        {\n            let e = li + %du;\n            let n = n0 + e %% %du;\n", r * NT, BN);
-            if ((r + 1) * NT > SM * BN) wgml_sbuf_put(&b, "            if (e < %du) {\n", SM * BN);
-            wgml_sbuf_put(&b, "            Cs[e] = select(0.0, bias[P.bias_off + min(n, P.N - 1u)], n < P.N);\n");
-            if ((r + 1) * NT > SM * BN) wgml_sbuf_put(&b, "            }\n");
-            wgml_sbuf_put(&b, "        }\n");
-        }
-        wgml_sbuf_put(&b, "        workgroupBarrier();\n");
-        for (int j = 0; j < FN; j++) {
-            wgml_sbuf_put(&b, "        let bias%d = subgroupMatrixLoad<Acc>(&Cs, sc + %du, false, %du);\n", j, j * SN, BN);
-            for (int i = 0; i < FM; i++) wgml_sbuf_put(&b, "        c%d_%d = bias%d;\n", i, j, j);
-        }
-        wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
-    }
     wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
     bool prefetch = stages == 2 || c->prefetch;
     if (prefetch) {
@@ -350,8 +331,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     if (!act_wgsl) {
         /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
         wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
-                          "%s && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN,
-                      bias_first ? "(P.has_bias == 0u || P.alpha == 1.0)" : "P.has_bias == 0u");
+                          "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
         for (int i = 0; i < FM; i++)
             for (int j = 0; j < FN; j++)
                 wgml_sbuf_put(&b, "        subgroupMatrixStore(&C, cb + (m0 + sr + %du) * P.N + n0 + sc + %du, c%d_%d, false, P.N);\n",

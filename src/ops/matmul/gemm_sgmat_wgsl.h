@@ -34,10 +34,6 @@ typedef struct wgml_sgmat_config {
     int a_vec, b_vec;
     bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
-    /* a bias with alpha 1 starts the sums (its rows staged where the result fragments pass,
-       which needs sg_m >= frag_n), so whole tiles with a bias still go from the matrix units
-       straight to C; else (and with alpha != 1) the epilogue adds it */
-    bool bias_first;
 } wgml_sgmat_config;
 
 /* The workgroup's output tile and size */

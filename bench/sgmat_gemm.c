@@ -665,6 +665,9 @@ static int cmd_check(void)
     if (!n_sm_shapes) return printf("no f16 subgroup matrices: nothing to check\n"), 1;
     /* awkward sizes through every form, storage and epilogue; batched, broadcast, split K */
     static const problem probs[] = {
+        /* a bias with alpha 1 and no activation: whole tiles, then edges */
+        {64, 64, 48, 1, 1, false, false, true, true, false, false, 0, true, false, 1, 0},
+        {65, 70, 40, 1, 1, false, true, false, true, false, false, 0, true, false, 1, 0},
         /* batches, broadcasts and split K first: a run cut short by its time limit has them */
         {20, 24, 12, 2, 3, false, true, true, false, true, false, 1, true, false, 1, 0},
         {24, 40, 64, 1, 1, true, false, false, true, false, false, 0, false, false, 1, 4},

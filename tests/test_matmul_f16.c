@@ -405,7 +405,19 @@ static void precision_policy(void)
     const float want_ga = (float)N * (1.0f + 0x1p-10f), want_gb = (float)M * (1.0f - 0x1p-11f);
     if (ga && ga[0] != want_ga) FAILF("dL/da[0] = %.9g, want %.9g (f16 operands)", ga[0], want_ga);
     if (gb && gb[0] != want_gb) FAILF("dL/db[0] = %.9g, want %.9g (f16 operands)", gb[0], want_gb);
-    if (fy && fy[0] != (float)K) FAILF("y[0] = %.9g, want %lld (f16 operands)", fy[0], (long long)K);
+    /* the matrix units (M, N >= 16 on an adapter with them) multiply the halves exactly and sum
+       in f32: y is K (1 + 2^-10)(1 - 2^-11) there (the operands rounded, no tie in the products;
+       unrounded operands would give K v w, 0.005 less) */
+    wgml_adapter_info info;
+    bool units = wgml_adapter_info_get(ctx, &info) == WGML_OK && info.has_subgroup_matrix &&
+                 info.subgroup_min_size == info.subgroup_max_size;
+    bool f16_to_f32 = false;
+    for (int k = 0; units && k < info.subgroup_matrix_count; k++)
+        f16_to_f32 |= !strcmp(info.subgroup_matrix[k].component, "f16") && !strcmp(info.subgroup_matrix[k].result, "f32");
+    const double halves_product = (double)K * (1.0 + 0x1p-10) * (1.0 - 0x1p-11);
+    if (fy && f16_to_f32 && !(fabs(fy[0] - halves_product) <= 0x1p-23 * K * K))
+        FAILF("y[0] = %.9g, want %.9g (f16 operands on the matrix units)", fy[0], halves_product);
+    if (fy && !f16_to_f32 && fy[0] != (float)K) FAILF("y[0] = %.9g, want %lld (f16 operands)", fy[0], (long long)K);
     if (fy32 && !(fabs(fy32[0] - (double)K * v * w) <= 1e-6 * K)) FAILF("y[0] at F32 = %.9g, want %.9g", fy32[0], (double)K * v * w);
     CHECK_STATUS(ctx, wgml_set_compute_precision(ctx, (wgml_precision)7), WGML_ERROR_INVALID_ARGUMENT);
     CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_F32);
@@ -529,6 +541,12 @@ static void matrix_units_large(void)
         {.M = 130, .K = 4097, .N = 384, .ta = 1, .tb = 1},
         {.M = 257, .K = 1023, .N = 130, .batch = 3, .batch_b = 1, .ta = 1},
         {.M = 16, .K = 1023, .N = 7, .batch = 5}, /* B shared: one 80-row GEMM */
+        /* the step's form of the GPT's projections: a bias with alpha 1 on whole tiles and on
+           edges, both forms of B, a batch */
+        {.M = 1024, .K = 384, .N = 768, .bias = 1},
+        {.M = 1023, .K = 129, .N = 390, .bias = 1},
+        {.M = 640, .K = 200, .N = 512, .tb = 1, .bias = 1},
+        {.M = 257, .K = 64, .N = 384, .ta = 1, .bias = 1, .batch = 3},
     };
     for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }

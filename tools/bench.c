@@ -392,6 +392,78 @@ static bool has_f16_math(wgml_context *ctx, const char *name)
     return false;
 }
 
+/* The GEMMs of the GPT's mixed-precision training step at the nanoGPT setup (B*T = 16384
+   rows, width 384, MLP 1536) on the matrix units, each as the step launches it: the forward
+   projections with their bias, the input gradients (A.B^T) and the weight gradients (A^T.B over
+   K = 16384, which the matmul splits). "_f32" with the operands stored as main's step stored
+   them (f32 weights and gradients, halves of the norms' and the GELU's outputs), "_f16" all
+   halves; each also with its error against a double reference over sampled outputs, relative
+   to sum_k |a b| (f16 operands and f32 sums bound it by about 2 * 2^-11 + K * 2^-24). */
+static void bench_gpt_step_gemms(wgml_context *ctx, bool units, int quick)
+{
+    int64_t rows = quick ? 1024 : 16384;
+    const struct { const char *name; int64_t M, N, K; int ta, tb, bias, a_f32, b_f32; } g[] = {
+        {"qkv_proj", rows, 384, 384, 0, 0, 1, 0, 1},   {"mlp_up", rows, 1536, 384, 0, 0, 1, 0, 1},
+        {"mlp_down", rows, 384, 1536, 0, 0, 1, 0, 1},  {"dx_proj", rows, 384, 384, 0, 1, 0, 1, 1},
+        {"dx_mlp_up", rows, 384, 1536, 0, 1, 0, 1, 1}, {"dx_mlp_down", rows, 1536, 384, 0, 1, 0, 1, 1},
+        {"dw_proj", 384, 384, rows, 1, 0, 0, 0, 1},    {"dw_mlp_up", 384, 1536, rows, 1, 0, 0, 0, 1},
+        {"dw_mlp_down", 1536, 384, rows, 1, 0, 0, 0, 1},
+        /* (not in the step: Q, K and V projected by one GEMM instead of three) */
+        {"qkv_one_gemm", rows, 1152, 384, 0, 0, 1, 0, 1}};
+    char name[64];
+    for (int v = 0; v < (int)(sizeof g / sizeof g[0]); v++)
+        for (int halves = 0; halves < 2; halves++) {
+            snprintf(name, sizeof name, "gptstep_%s_%s", g[v].name, halves ? "f16" : "f32");
+            if (!wanted(name) || !has_f16_math(ctx, name)) continue;
+            if (!units) fprintf(stderr, "  %-34s runs the SIMT f16 GEMM: no f16 -> f32 subgroup matrices here\n", name);
+            int64_t M = g[v].M, N = g[v].N, K = g[v].K;
+            int64_t sa[2] = {g[v].ta ? K : M, g[v].ta ? M : K}, sb[2] = {g[v].tb ? N : K, g[v].tb ? K : N};
+            float *A = random_floats(M * K, 11 + (uint64_t)v), *B = random_floats(K * N, 23 + (uint64_t)v);
+            float *bias = random_floats(N, 37);
+            wgml_tensor *a = NULL, *b = NULL, *bt = NULL, *c = NULL;
+            float *C = malloc((size_t)(M * N) * sizeof *C);
+            bool ok = A && B && bias && C && !wgml_tensor_from_data(ctx, 2, sa, A, (size_t)(M * K), &a) &&
+                      !wgml_tensor_from_data(ctx, 2, sb, B, (size_t)(K * N), &b) &&
+                      !wgml_tensor_from_data(ctx, 1, &N, bias, (size_t)N, &bt);
+            /* operands stored as halves: cast once, outside the timed GEMMs */
+            wgml_tensor *casts[2] = {NULL, NULL}, *stored[2] = {a, b};
+            if (ok && (halves || !g[v].a_f32)) casts[0] = a = wgml_cast(ctx, a, WGML_F16);
+            if (ok && (halves || !g[v].b_f32)) casts[1] = b = wgml_cast(ctx, b, WGML_F16);
+            for (int i = 0; ok && i < 2; i++) ok = !casts[i] || !wgml_eval(ctx, 1, &casts[i]);
+            wgml_matmul_desc d = {.trans_a = g[v].ta, .trans_b = g[v].tb, .f16_math = WGML_F16_MATH_MATRIX,
+                                  .bias = g[v].bias ? bt : NULL};
+            if (ok) {
+                operands t = {.copies = 1, .desc = &d};
+                t.a[0] = a, t.b[0] = b;
+                double sec = time_op(ctx, op_matmul, &t, 1, quick ? 3 : 15);
+                bench_report(name, sec, 2.0 * (double)M * N * K / sec / 1e12, "TFLOP/s");
+                c = wgml_matmul_ex(ctx, a, b, &d);
+                ok = c && !wgml_tensor_read(c, C, (size_t)(M * N));
+            }
+            if (ok) { /* the error over sampled outputs, against the f32 inputs in double */
+                double worst = 0;
+                uint64_t x = 99;
+                for (int i = 0; i < 256; i++) {
+                    x = x * 6364136223846793005ull + 1442695040888963407ull;
+                    int64_t m = (int64_t)((x >> 33) % (uint64_t)M), n = (int64_t)((x >> 11) % (uint64_t)N);
+                    double ref = g[v].bias ? bias[n] : 0, sabs = fabs(ref);
+                    for (int64_t k = 0; k < K; k++) {
+                        double p = (double)A[g[v].ta ? k * M + m : m * K + k] * (double)B[g[v].tb ? n * K + k : k * N + n];
+                        ref += p, sabs += fabs(p);
+                    }
+                    worst = fmax(worst, fabs((double)C[m * N + n] - ref) / sabs);
+                }
+                fprintf(stderr, "  %-34s max |c-ref|/sum|ab| %.3g over 256 outputs (bound ~%.3g)\n", name, worst,
+                        2 * 0x1p-11 + (double)K * 0x1p-24);
+            }
+            if (!ok) fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
+            wgml_tensor_free(c);
+            for (int i = 0; i < 2; i++) wgml_tensor_free(casts[i]), wgml_tensor_free(stored[i]);
+            wgml_tensor_free(bt);
+            free(A), free(B), free(bias), free(C);
+        }
+}
+
 static void bench_matmul(int quick)
 {
     wgml_context *ctx;
@@ -467,6 +539,14 @@ static void bench_matmul(int quick)
             bench_report(name, sec, 2.0 * (double)mx[v].M * mx[v].N * mx[v].K / sec / 1e12, "TFLOP/s");
             operands_free(&t);
         }
+    }
+    {
+        wgml_adapter_info ai;
+        bool units = false;
+        if (!wgml_adapter_info_get(ctx, &ai) && ai.has_subgroup_matrix && ai.subgroup_min_size == ai.subgroup_max_size)
+            for (int k = 0; k < ai.subgroup_matrix_count; k++)
+                units = units || (!strcmp(ai.subgroup_matrix[k].component, "f16") && !strcmp(ai.subgroup_matrix[k].result, "f32"));
+        bench_gpt_step_gemms(ctx, units, quick);
     }
     const int64_t ms[] = {1, 16, 128}, ks_full[] = {1536, 4096, 8192}, ks_quick[] = {256, 512};
     const int64_t *ks = quick ? ks_quick : ks_full;

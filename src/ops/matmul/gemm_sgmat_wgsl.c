@@ -171,7 +171,13 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
        column idle (128x128 141.5, 128x256 139.2). Operands in halves or f32 alike (f32, prefetched:
        4096^3 110.8 against 105.0). The rest fit smaller workgroup memories. */
     static const int layouts[][5] = {{4, 4, 2, 4, 1}, {4, 4, 2, 2, 1}, {2, 4, 2, 2, 0}, {2, 2, 2, 2, 0}};
-    int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 ? 0 : 1;
+    /* and 128x128 where 256-wide tiles leave an eighth or more of their columns idle (N = 384:
+       a quarter, and its edge tiles leave through workgroup memory): the GPT step's N = 384
+       GEMMs on an H200, halves, TFLOP/s against 128x256: 16384 x 384 x 384 A.B^T 52.8 / 41.0,
+       A.B with a bias 53.7 / 39.1, 384 x 384 x 16384 A^T.B split 32 ways 47.3 / 32.4, K = 1536
+       107.8-109.5 / 91.1-96.4 (one process a tile; processes differed by up to 16%) */
+    int64_t wide = (N + 255) / 256 * 256;
+    int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 && (wide - N) * 8 < wide ? 0 : 1;
     wgml_sgmat_config c = {0};
     for (int i = first; i < 4; i++) {
         /* narrower matrices than 16 take more fragments for the same tile */

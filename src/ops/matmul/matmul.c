@@ -305,7 +305,13 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
 {
     if (g->batch != 1 || g->has_bias || g->act != WGML_ACT_NONE || g->M < 32 || g->N < 32 || g->K < 2048) return 0;
     int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128), s = 1;
-    while (tiles * s < 256 && g->K % (2 * s) == 0 && (g->K / (2 * s)) % 16 == 0 && g->K / (2 * s) >= 256) s *= 2;
+    /* the matrix units: chunks at least 1024 deep, while tiles x S < 512 (H200, the GPT's weight
+       gradients at K = 16384: S = 16 ran 51.8 / 91.0 / 93.4 TFLOP/s on [384 x 384] / [384 x 1536] /
+       [1536 x 384] against 32.4 with S = 32 and 79.8 / 75.3 with S = 8, this rule's earlier
+       choices; S = 64 was slower still, docs/MEASUREMENTS.md) */
+    bool units = g->f16_math == WGML_F16_MATH_MATRIX;
+    int64_t most = units ? 512 : 256, depth = units ? 1024 : 256;
+    while (tiles * s < most && g->K % (2 * s) == 0 && (g->K / (2 * s)) % 16 == 0 && g->K / (2 * s) >= depth) s *= 2;
     if (s == 1 || (uint64_t)s * (uint64_t)g->M * (uint64_t)g->N * 4 > wgml_binding_limit(ctx)) return 0;
     return s;
 }
@@ -488,6 +494,14 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     }
     if (mp.bias) gin[2] = wgml_rule_sum_rows(c, gz);
     T *gzs = alpha != 1.0f ? wgml_rule_scal(c, WGML_MUL, gz, alpha) : gz;
+    /* under mixed precision both gradient GEMMs read gZ as halves: they round it to f16 as they
+       stage it anyway (the matrix units and the SIMT f16 kernels alike), so one cast serves both
+       where each read f32 (H200, nanoGPT step: the backward GEMMs 86 ms less over 30 steps, the
+       casts 36 launches a step more; docs/MEASUREMENTS.md). Not where a dim under 16 sends a
+       GEMM to the f32 GEMVs, which would read the rounded values. */
+    int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+    if (c->compute_precision == WGML_PRECISION_MIXED && gzs->dtype == WGML_F32 && rows >= 16 && cols >= 16 && mp.K >= 16)
+        gzs = wgml_cast(c, gzs, WGML_F16);
     /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is; over the batch's
        leading dims, each broadcast as the forward's were */
     wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};

@@ -237,8 +237,16 @@ static double barrier(wgml_shm *s)
 /* The conversion is most of an f16 reduction's time; x86's F16C does eight values an
    instruction, exactly (every finite value, infinities, NaN), where the CPU has it */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_F16C_PATH 1
+/* (clang's __builtin_cpu_supports knows no "f16c": CPUID leaf 1, ECX bit 29, beside AVX's
+   check, which includes the OS saving the registers) */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1) && __builtin_cpu_supports("avx");
+}
 __attribute__((target("avx,f16c"))) static size_t f16_to_f32_f16c(const uint16_t *in, float *out, size_t n)
 {
     size_t i = 0;
@@ -252,7 +260,7 @@ void wgml_f16_to_f32(const uint16_t *in, float *out, size_t n)
     size_t i = 0;
 #ifdef HAVE_F16C_PATH
     static int f16c = -1; /* (a race writes the same answer) */
-    if (f16c < 0) f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    if (f16c < 0) f16c = cpu_has_f16c();
     if (f16c) i = f16_to_f32_f16c(in, out, n);
 #endif
     for (; i < n; i++) out[i] = wgml_half_to_f32(in[i]);

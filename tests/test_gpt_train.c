@@ -397,6 +397,7 @@ static void step_launches_stay_few(wgml_precision precision)
     if (opt) train_steps(ctx, &g, opt, &text, 0, STEPS_HERE, losses);
     wgml_optimizer_free(opt);
     wgml_gpt_free(&g);
+    wgml_text_free(&text);
     wgml_context_free(ctx); /* writes the profile */
     FILE *f = fopen(path, "r");
     CHECK(f != NULL);

@@ -995,7 +995,7 @@ static void bucket_progress(wgml_context *ctx, void *user)
     (void)user;
     bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
     if (!bs || !bs->n || !bs->G || bs->progress_failed || bs->written == bs->n) return;
-    bs->progress_failed = advance(ctx, bs, bs->G, ONE_PASS, WGML_OK); fprintf(stderr, "PROGRESS %d %d %d\n", bs->handed, bs->written, bs->n);
+    bs->progress_failed = advance(ctx, bs, bs->G, ONE_PASS, WGML_OK);
 }
 
 static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status failed, void *user)

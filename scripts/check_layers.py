@@ -29,6 +29,10 @@ Also fails a call of getenv (or secure_getenv) in src/ outside src/runtime/setti
 library reads the environment there alone, once per context, into the settings every other
 file reads (include/wgml.h lists the variables).
 
+Also fails a call in src/ that prints to the terminal or ends the process (printf, puts,
+perror, fprintf/fputs/fwrite to stderr or stdout, abort, exit, _Exit, quick_exit): the library
+returns a status and keeps the message (a debugging print once landed unnoticed).
+
 Also fails an object of the library that defines a wgml_ref_ symbol: the double-precision
 references are the tests' (tests/ref/), compiled into their support library only.
 
@@ -67,6 +71,7 @@ SEAMS = {
 }
 INCLUDE = re.compile(r'\s*#\s*include\s*([<"])([^>"]+)[>"]')
 GETENV = re.compile(r'\b(secure_)?getenv\s*\(')
+PRINTS_OR_ENDS = re.compile(r'\b(printf|puts|perror|abort|exit|_Exit|quick_exit)\s*\(|\bf(printf|puts|putc|write)\s*\(\s*(stderr|stdout)\b')
 ENV_READER = "src/runtime/settings.c"  # the one file that reads the environment
 
 
@@ -159,7 +164,11 @@ def main():
                 shown = "src/" + os.path.relpath(path, src).replace(os.sep, "/")
                 with open(path, errors="replace") as fh:
                     for line_no, line in enumerate(fh, 1):
-                        if shown != ENV_READER and GETENV.search(line.split("//")[0]):
+                        code = line.split("//")[0]
+                        if PRINTS_OR_ENDS.search(code):
+                            errors.append(f"{shown}:{line_no}: prints to the terminal or ends the process; the library "
+                                          "returns a status and keeps the message (wgml_fail)")
+                        if shown != ENV_READER and GETENV.search(code):
                             errors.append(f"{shown}:{line_no}: reads the environment; only {ENV_READER} does "
                                           "(add a wgml_context_desc field and a wgml_settings entry)")
                         m = INCLUDE.match(line)

@@ -55,7 +55,7 @@ static struct {
     /* the shared-memory reduction (dist_shm.h), set up at the first reduction that wants it */
     wgml_shm *shm;
     int shm_state; /* 0 not tried, 1 ready, -1 not available (ranks on several machines, no room) */
-    int shm_threads; /* rank 0's settings.dist_threads (0: by the cores), taken when the segment is made */
+    int shm_threads; /* the dist_threads of the last context checked (agree_settings) before the segment is made (0: by the cores) */
     const wgml_context *agreed; /* the context whose settings every rank was found to share */
     char shm_error[256];
 } dist = {.size = 1, .local_size = 1};
@@ -327,7 +327,8 @@ static bool shm_ready(void)
     }
     char name[WGML_SHM_NAME] = "";
     int threads = dist.shm_threads;
-    if (!threads) { /* half the cores each rank has, at most 8 (a few already copy at the memory's speed) */
+    if (!threads) { /* half the cores each rank has, at most 8 (4 H200s, 16 cores a rank: 1 thread
+                       27.8 ms a step, 4 22.3, 8 21.5) */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cpus > 0 ? (int)(cpus / dist.local_size / 2) : 1;
         threads = threads < 1 ? 1 : threads > 8 ? 8 : threads;
@@ -430,8 +431,10 @@ static void agreed_release(wgml_context *ctx, void *state)
 
 static wgml_status agree_settings(wgml_context *ctx, const char *fn)
 {
-    if (dist.agreed == ctx) return WGML_OK;
     const wgml_settings *s = &ctx->rt.settings;
+    /* (the reduction's threads need no agreement: rank 0's count, in the segment, holds) */
+    if (!dist.shm_state) dist.shm_threads = s->dist_threads;
+    if (dist.agreed == ctx) return WGML_OK;
     int64_t mine[5] = {(int64_t)bucket_floats(ctx, DEFAULT_BUCKET_FLOATS), (int64_t)bucket_floats(ctx, DEFAULT_OVERLAP_BUCKET_FLOATS),
                        s->dist_shm, s->dist_f16, s->dist_overlap};
     int64_t root[5];
@@ -467,7 +470,6 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
 #ifdef WGML_HAVE_MPI
     if (!dist.mpi || !total) return WGML_OK;
     if ((st = agree_settings(ctx, "dist_allreduce"))) return st;
-    if (!dist.shm_state) dist.shm_threads = ctx->rt.settings.dist_threads;
     size_t bucket = bucket_floats(ctx, DEFAULT_BUCKET_FLOATS);
     if ((st = stage_reserve(ctx, bucket))) return st;
     dist.stats.calls++;
@@ -618,7 +620,6 @@ typedef struct bucket_set {
     bool f16;           /* this step's buckets travel as f16 */
     double last_mapped; /* when the last bucket reached host memory */
     wgml_status progress_failed; /* what bucket_progress met, for buckets_finish to report */
-    wgml_buffer *G;              /* the step's gradient buffer (the optimiser's) */
     double finished;    /* when the last step's buckets were all written back (0: none yet) */
 } bucket_set;
 
@@ -916,11 +917,7 @@ static wgml_status pack_f16(wgml_context *ctx, wgml_buffer *G, int64_t from, int
    arrives as inf, so every rank skips the step alike; but a scaled gradient past f16's range
    is finite in one process's f32, so ranks skipped steps one process took (nanoGPT on 4
    H200s: steps 9-10, a loss 0.9 apart at step 10), while f32 cost 1-2% of the step */
-static bool step_f16(wgml_context *ctx, wgml_optimizer *opt)
-{
-    (void)opt;
-    return ctx->rt.settings.dist_f16 > 0;
-}
+static bool step_f16(const wgml_context *ctx) { return ctx->rt.settings.dist_f16 > 0; }
 
 static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from, int64_t count, void *user)
 {
@@ -940,8 +937,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         reducer.rc = WGML_MPI_SUCCESS;
         pthread_mutex_unlock(&reducer.mu);
         bs->handed = bs->written = 0;
-        bs->G = G;
-        bs->f16 = step_f16(ctx, user);
+        bs->f16 = step_f16(ctx);
         dist.stats.calls++;
     }
     if (bs->n == bs->cap) {
@@ -990,12 +986,12 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
 
 /* A deferred step's buckets, while the next graph is built: those mapped go to the reducer,
    those reduced back into G, without waiting for either */
-static void bucket_progress(wgml_context *ctx, void *user)
+static void bucket_progress(wgml_context *ctx, wgml_buffer *G, void *user)
 {
     (void)user;
     bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
-    if (!bs || !bs->n || !bs->G || bs->progress_failed || bs->written == bs->n) return;
-    bs->progress_failed = advance(ctx, bs, bs->G, ONE_PASS, WGML_OK);
+    if (!bs || !bs->n || bs->progress_failed || bs->written == bs->n) return;
+    bs->progress_failed = advance(ctx, bs, G, ONE_PASS, WGML_OK);
 }
 
 static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status failed, void *user)
@@ -1018,7 +1014,6 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     reducer.mpi_seconds = reducer.wait_seconds = 0;
     pthread_mutex_unlock(&reducer.mu);
     bs->n = 0;
-    bs->G = NULL;
     bs->last_mapped = 0;
     inflight = NULL;
     return st;
@@ -1053,7 +1048,6 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
     const wgml_settings *set = &wgml_optimizer_owner(opt)->rt.settings;
     if ((st = agree_settings(wgml_optimizer_owner(opt), "dist_data_parallel"))) return st;
     dist.inline_mpi = set->dist_inline;
-    if (!dist.shm_state) dist.shm_threads = set->dist_threads;
     if (set->dist_overlap) {
         /* dist_defer (WGML_DIST_DEFER=1): the step's end waits until the next step's graph is built */
         dist.defer = set->dist_defer;

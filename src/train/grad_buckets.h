@@ -31,7 +31,7 @@ typedef struct wgml_grad_buckets {
     bool defer;
     /* while such a step's end waits: called now and then as the next graph is built (may be
        NULL); a failure there is finish's to report */
-    void (*progress)(wgml_context *ctx, void *user);
+    void (*progress)(wgml_context *ctx, struct wgml_buffer *G, void *user);
 } wgml_grad_buckets;
 
 /* Replaces the grad hook's one evaluation of every gradient with one per bucket; NULL goes

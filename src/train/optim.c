@@ -705,7 +705,7 @@ static wgml_status pending_step(wgml_context *ctx, void *arg)
 static void pending_progress(wgml_context *ctx, void *arg)
 {
     wgml_optimizer *opt = arg;
-    if (opt->buckets.progress) opt->buckets.progress(ctx, opt->buckets.user);
+    if (opt->buckets.progress) opt->buckets.progress(ctx, opt->G, opt->buckets.user);
 }
 
 /* The lazy node that can write gradient g into its slot itself: g, where nothing else holds

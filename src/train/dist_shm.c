@@ -202,9 +202,10 @@ void wgml_shm_close(wgml_shm *s)
 
 int wgml_shm_threads(const wgml_shm *s) { return s ? s->threads : 0; }
 
-/* Every rank's writes before it are seen by every rank after it (each of its threads arrives). Spins a little (the ranks
-   usually arrive close together), then yields, then naps: ranks that share cores with the
-   GPU runtime's threads (lavapipe) must leave them the CPU. Returns the seconds it waited. */
+/* Every rank's writes before it are seen by every rank after it (each of a rank's threads
+   arrives). Spins a little (the ranks usually arrive close together), then yields, then naps:
+   ranks that share cores with the GPU runtime's threads (lavapipe) must leave them the CPU.
+   Returns the seconds it waited. */
 static double barrier(wgml_shm *s)
 {
     shm_header *h = s->head;
@@ -234,8 +235,9 @@ static double barrier(wgml_shm *s)
 #pragma GCC optimize("tree-vectorize")
 #endif
 
-/* The conversion is most of an f16 reduction's time; x86's F16C does eight values an
-   instruction, exactly (every finite value, infinities, NaN), where the CPU has it */
+/* One value at a time, the conversion made f16 buckets reduce no faster than f32 ones of
+   twice the bytes (4 H200s' ranks); x86's F16C converts eight an instruction, exactly
+   (test_dist compares every f16 value with the scalar conversion), where the CPU has it */
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #include <immintrin.h>
@@ -259,9 +261,10 @@ void wgml_f16_to_f32(const uint16_t *in, float *out, size_t n)
 {
     size_t i = 0;
 #ifdef HAVE_F16C_PATH
-    static int f16c = -1; /* (a race writes the same answer) */
-    if (f16c < 0) f16c = cpu_has_f16c();
-    if (f16c) i = f16_to_f32_f16c(in, out, n);
+    static atomic_int f16c = -1; /* (the reduction's threads may ask at once) */
+    int has = atomic_load_explicit(&f16c, memory_order_relaxed);
+    if (has < 0) atomic_store_explicit(&f16c, has = cpu_has_f16c(), memory_order_relaxed);
+    if (has) i = f16_to_f32_f16c(in, out, n);
 #endif
     for (; i < n; i++) out[i] = wgml_half_to_f32(in[i]);
 }

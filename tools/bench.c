@@ -408,7 +408,8 @@ static void bench_gpt_step_gemms(wgml_context *ctx, bool units, int quick)
         {"dx_mlp_up", rows, 384, 1536, 0, 1, 0, 1, 1}, {"dx_mlp_down", rows, 1536, 384, 0, 1, 0, 1, 1},
         {"dw_proj", 384, 384, rows, 1, 0, 0, 0, 1},    {"dw_mlp_up", 384, 1536, rows, 1, 0, 0, 0, 1},
         {"dw_mlp_down", 1536, 384, rows, 1, 0, 0, 0, 1},
-        /* (not in the step: Q, K and V projected by one GEMM instead of three) */
+        /* (GPT-2's step now projects Q, K and V by this one GEMM; qkv_proj is one of the three
+           it launched before) */
         {"qkv_one_gemm", rows, 1152, 384, 0, 0, 1, 0, 1}};
     char name[64];
     for (int v = 0; v < (int)(sizeof g / sizeof g[0]); v++)

@@ -424,7 +424,7 @@ static void other_ops_refuse_f16(void)
     wgml_scope_begin(ctx);
     wgml_tensor *h = wgml_cast(ctx, test_tensor(ctx, 2, sh, v), WGML_F16);
     wgml_tensor *parts[2] = {h, h};
-    wgml_tensor *bad[3] = {wgml_concat(ctx, 2, parts, 0), wgml_softmax(ctx, h), wgml_sum(ctx, h, 0, false)};
+    wgml_tensor *bad[3] = {wgml_concat(ctx, 2, parts, 0), wgml_softmax(ctx, h), wgml_max(ctx, h, 0, false)};
     for (int i = 0; i < 3; i++) {
         CHECK(wgml_tensor_status(bad[i]) == WGML_ERROR_INVALID_ARGUMENT);
         CHECK(test_message_has(ctx, "f16"));
@@ -438,6 +438,51 @@ static void other_ops_refuse_f16(void)
     wgml_optimizer_free(opt);
     wgml_scope_end(ctx);
     wgml_clear_error(ctx);
+}
+
+/* sum and mean read halves (a bias's gradient under mixed precision): along each axis, on
+   every path of the reduce kernel (a thread per output, a workgroup per output, the long
+   axis in two launches, the columns of a long axis of wide rows), from an odd element offset
+   too, against the double sum of the halves' values */
+static void sums_read_halves(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    static const int64_t shapes[][2] = {{1, 7}, {7, 1}, {1023, 33}, {4096, 48}, {65537, 1}, {3, 65537}, {33, 1023}};
+    for (int s = 0; s < N_OF(shapes); s++)
+        for (int skip = 0; skip < 2; skip++)
+            for (int axis = 0; axis < 2; axis++) {
+                int64_t rows = shapes[s][0] + skip, n = shapes[s][1], sh[2] = {rows, n};
+                float *x = malloc((size_t)(rows * n) * sizeof *x);
+                test_fill_uniform(x, (size_t)(rows * n), -2, 3);
+                wgml_scope_begin(ctx);
+                /* skip = 1: from row 1, an odd element offset where n is odd */
+                wgml_tensor *h = wgml_slice(ctx, wgml_cast(ctx, test_tensor(ctx, 2, sh, x), WGML_F16), 0, skip, rows, 1);
+                int64_t r = rows - skip, outs = axis ? r : n, len = axis ? n : r;
+                wgml_tensor *sum = wgml_sum(ctx, h, axis, 0), *mean = wgml_mean(ctx, h, axis, 0);
+                CHECK(wgml_tensor_dtype(sum) == WGML_F32);
+                float *hv = test_read_new(ctx, "halves", h, r * n);
+                float *gs = test_read_new(ctx, "sum of halves", sum, outs), *gm = test_read_new(ctx, "mean of halves", mean, outs);
+                int bad = 0;
+                for (int64_t o = 0; hv && gs && gm && o < outs; o++) {
+                    double ref = 0, mag = 0;
+                    for (int64_t j = 0; j < len; j++) {
+                        double v = hv[axis ? o * n + j : j * n + o];
+                        ref += v;
+                        mag += fabs(v);
+                    }
+                    double tol = (double)(len + 2) * 0x1p-23 * mag + 1e-30;
+                    if ((fabs(gs[o] - ref) > tol || fabs(gm[o] - ref / (double)len) > tol / (double)len + 0x1p-23 * fabs(ref) / (double)len) &&
+                        bad++ < 3)
+                        FAILF("[%lld, %lld] from row %d, axis %d: output %lld sum %.9g mean %.9g, reference %.9g", (long long)r,
+                              (long long)n, skip, axis, (long long)o, gs[o], gm[o], ref);
+                }
+                free(hv);
+                free(gs);
+                free(gm);
+                wgml_scope_end(ctx);
+                free(x);
+            }
 }
 
 /* Files of dir holding any of the strings in `what` (NULL-terminated). */
@@ -521,6 +566,7 @@ int main(void)
     TEST_RUN(matmul_reads_f16_operands);
     TEST_RUN(gradients_pass_through_casts);
     TEST_RUN(other_ops_refuse_f16);
+    TEST_RUN(sums_read_halves);
     TEST_RUN(gpt_mixed_step_stores_halves);
     test_context_release();
     return test_summary();

@@ -36,14 +36,14 @@ wgml_status wgml_reduce_pipeline(wgml_context *ctx, wgml_launch *l)
 #define REDUCE_TREE_TRIPS 9 /* the tree over 256 partials */
 
 void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off,
-                         bool last)
+                         bool in_half, bool last)
 {
     /* a thread per output folding the axis (stage 3), or where the outputs are too few to
        fill a GPU, a workgroup per output and a tree (stage 0); not on a CPU adapter, where a
        workgroup's barriers cost more than the whole fold (lavapipe: 70 ms for 1024 outputs
        of 16) */
     bool tree = last && outer * inner < 65536 && len >= 16 && strcmp(ctx->rt.info.adapter_type, "CPU") != 0;
-    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)WGML_OP_SUM, in_off, 0, 0, tree ? 0 : 3, 0, 1, 0, 0};
+    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)WGML_OP_SUM, in_off, 0, 0, tree ? 0 : 3, 0, 1, 0, in_half};
     p[5] = wgml_grid(ctx, tree ? outer * inner : (outer * inner + 255) / 256, l->groups);
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
@@ -69,8 +69,9 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     if (budget > REDUCE_TRIPS) budget = REDUCE_TRIPS;
     bool split = trips > budget && (outer * inner < 1024 || trips + REDUCE_TREE_TRIPS > ctx->rt.loop_limit);
     uint64_t chunk = 256 * budget, parts = split ? (len + chunk - 1) / chunk : 1;
+    bool half = x->dtype == WGML_F16; /* the input's launch reads halves; partials are f32 */
     uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)t->op, (uint32_t)x->offset, 0, 0, 0,
-                      (uint32_t)chunk, (uint32_t)parts, 0, 0};
+                      (uint32_t)chunk, (uint32_t)parts, 0, half};
     float neg_inf = -INFINITY;
     memcpy(&p[6], &neg_inf, 4);
     l->params_size = sizeof p;
@@ -87,13 +88,13 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     while (c > 8 && len % c) c--;
     if (t->op == WGML_OP_SUM && inner >= 32 && len > budget && len % c == 0 && c >= 8 &&
         len / c + 1 < ctx->rt.loop_limit && (uint64_t)(len / c) * outer * inner * 4 <= wgml_binding_limit(ctx)) {
-        wgml_reduce_columns(ctx, l, outer * (len / c), c, inner, (uint32_t)x->offset, false);
+        wgml_reduce_columns(ctx, l, outer * (len / c), c, inner, (uint32_t)x->offset, half, false);
         wgml_launch *l2 = l + 1;
         *l2 = *l;
         l->scratch_bytes = outer * (len / c) * inner * 4;
         l->buffers[1] = NULL;
         l->scratch_mask = 1u << 1;
-        wgml_reduce_columns(ctx, l2, outer, len / c, inner, 0, true);
+        wgml_reduce_columns(ctx, l2, outer, len / c, inner, 0, false, true);
         l2->buffers[0] = NULL;
         l2->scratch_mask = 1u << 0;
         *count = 2;
@@ -130,6 +131,7 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l2->loop_trips = (parts + 255) / 256 + REDUCE_TREE_TRIPS;
     p[7] = 2;
     p[4] = 0;
+    p[11] = 0;
     p[5] = wgml_grid(ctx, outer * inner, l2->groups);
     memcpy(l2->params, p, sizeof p);
     *count = 2;
@@ -249,8 +251,12 @@ static wgml_status vjp_max(wgml_context *c, T *t, T *g, T **gin)
 /* ---------------------------------------------------------------- entries */
 
 /* sums of terms of both signs up to 10 cancel to near 0; the rounding scales with the terms (mean as sum) */
-WGML_OP_ENTRY(SUM) = {.name = "sum", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)};
-WGML_OP_ENTRY(MEAN) = {.name = "mean", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10)};
+/* sum and mean read halves (a bias's gradient under mixed precision sums the halves its
+   GEMMs read); their result is f32 */
+WGML_OP_ENTRY(SUM) = {.name = "sum", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10),
+                      .f16_in = 1};
+WGML_OP_ENTRY(MEAN) = {.name = "mean", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_sum, DOMAIN(-10, 10, 0, 0), ARITH, FLOOR(10),
+                       .f16_in = 1};
 WGML_OP_ENTRY(MAX) = {.name = "max", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, .vjp = vjp_max, DOMAIN(-10, 10, 0, 0), ARITH};
 WGML_OP_ENTRY(ARGMAX) = {.name = "argmax", .kind = WGML_KIND_REDUCE, .build = wgml_build_reduce, .arity = 1, DOMAIN(-10, 10, 0, 0), .tol = 0, .out = WGML_OUT_I32,
                     .no_grad = "indices are constant almost everywhere (as in PyTorch, none passes)", .constant = true};

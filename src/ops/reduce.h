@@ -19,8 +19,8 @@ wgml_status wgml_reduce_pipeline(wgml_context *ctx, wgml_launch *l);
 /* Fills l (whose pipeline is the "reduce" kernel's) to sum x [outer, len, inner] at element
    in_off over its middle axis, a thread per output folding the axis (or, for the `last` sum of
    partials on a GPU with few outputs, a workgroup per output): for partial results (split K,
-   column sums). */
+   column sums). in_half: x holds halves. */
 void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off,
-                         bool last);
+                         bool in_half, bool last);
 
 #endif

@@ -11,11 +11,12 @@
 // Stage 0 is the one-launch form; stage 3 too, for short axes: a thread per output, which
 // folds the whole axis itself (millions of short rows need few workgroups, and for inner > 1
 // neighbouring threads read neighbouring elements). Buffers hold f32 bits as u32, so that an argmax index
-// passes through a partial unchanged.
+// passes through a partial unchanged; an input of halves (P.in_half: sums of f16 gradients) is
+// read two to a word and widened, partials are f32.
 struct Params {
     outer: u32, len: u32, inner: u32, op: u32,
     in_off: u32, gx: u32, neg_inf: f32, stage: u32,
-    chunk: u32, parts: u32, idx_off: u32, _pad: u32,
+    chunk: u32, parts: u32, idx_off: u32, in_half: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> x: array<u32>;
@@ -33,6 +34,13 @@ fn better(v: f32, j: u32, a: f32, i: u32) -> bool {
     if (is_nan(a)) { return is_nan(v) && j < i; }
     if (is_nan(v)) { return true; }
     return v > a || (v == a && j < i);
+}
+
+// element i of the input as f32 bits (in elements, halves counted one by one)
+fn input(i: u32) -> u32 {
+    if (P.in_half == 0u) { return x[i]; }
+    let h = unpack2x16float(x[i >> 1u]);
+    return bitcast<u32>(select(h.x, h.y, (i & 1u) == 1u));
 }
 
 fn is_arg() -> bool { return P.op == OP_ARGMAX || P.op == OP_ARGMIN; }
@@ -62,7 +70,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var acc = select(0.0, P.neg_inf, is_extremum());
             var idx = 0xffffffffu;
             for (var j = 0u; j < P.len; j++) {
-                let v = value(x[base + j * P.inner]);
+                let v = value(input(base + j * P.inner));
                 if ((P.op == OP_SUM || P.op == OP_MEAN)) {
                     acc += v;
                 } else if (better(v, j, acc, idx)) {
@@ -96,7 +104,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var acc = select(0.0, P.neg_inf, is_extremum());
     var idx = 0xffffffffu;
     for (var j = lo + lid; j < hi; j += WG) {
-        let v = value(x[base + j * P.inner]);
+        let v = value(input(base + j * P.inner));
         if ((P.op == OP_SUM || P.op == OP_MEAN)) {
             acc += v;
         } else {

@@ -439,7 +439,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         l->scratch_mask = 1u << 3;
         l->scratch_bytes = (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4;
         if ((st = wgml_reduce_pipeline(ctx, l2))) return st;
-        wgml_reduce_columns(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, true);
+        wgml_reduce_columns(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, false, true);
         l2->buffers[0] = NULL;
         l2->scratch_mask = 1u << 0;
         l2->buffers[1] = t;
@@ -492,7 +492,6 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
         if (st) return st;
         gz = gy[0];
     }
-    if (mp.bias) gin[2] = wgml_rule_sum_rows(c, gz);
     T *gzs = alpha != 1.0f ? wgml_rule_scal(c, WGML_MUL, gz, alpha) : gz;
     /* under mixed precision both gradient GEMMs read gZ as halves: they round it to f16 as they
        stage it anyway (the matrix units and the SIMT f16 kernels alike), so one cast serves both
@@ -502,6 +501,10 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
     if (c->compute_precision == WGML_PRECISION_MIXED && gzs->dtype == WGML_F32 && rows >= 16 && cols >= 16 && mp.K >= 16)
         gzs = wgml_cast(c, gzs, WGML_F16);
+    /* the bias's gradient sums gZ's rows; under mixed precision the halves the GEMMs read, as an
+       f16 autocast's would: gZ is then read once, by the cast, into which an elementwise gZ (the
+       GELU's gradient) fuses rather than being stored in f32 for two readers */
+    if (mp.bias) gin[2] = wgml_rule_sum_rows(c, gzs->dtype == WGML_F16 && alpha == 1.0f ? gzs : gz);
     /* gA = gZ op(B)^T, stored as A is; gB = op(A)^T gZ, stored as B is; over the batch's
        leading dims, each broadcast as the forward's were */
     wgml_matmul_desc da = ta ? (wgml_matmul_desc){.trans_a = tb, .trans_b = 1} : (wgml_matmul_desc){.trans_b = !tb};

@@ -440,6 +440,58 @@ static void other_ops_refuse_f16(void)
     wgml_clear_error(ctx);
 }
 
+/* A concatenation cast to f16 is one concat storing halves (a launch per input, no cast
+   pass), also through a reshape: along each axis, rows a multiple of 4 long (four a thread) or not, an input read
+   through a transposed view, against each input's value rounded to half */
+static void concat_stores_halves(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    static const int64_t shapes[][2] = {{1, 7}, {3, 8}, {33, 1023}, {65, 1024}};
+    for (int s = 0; s < N_OF(shapes); s++)
+        for (int axis = 0; axis < 2; axis++) {
+            int64_t r = shapes[s][0], n = shapes[s][1], sh[2] = {r, n}, tsh[2] = {n, r};
+            float *a = malloc((size_t)(r * n) * sizeof *a), *b = malloc((size_t)(r * n) * sizeof *b);
+            test_fill_uniform(a, (size_t)(r * n), -300, 300);
+            test_fill_uniform(b, (size_t)(r * n), -2, 2);
+            wgml_scope_begin(ctx);
+            static const int perm[2] = {1, 0};
+            /* b enters transposed, as a view: [n, r] stored, read as [r, n] */
+            float *bt = malloc((size_t)(r * n) * sizeof *bt);
+            for (int64_t i = 0; i < r; i++)
+                for (int64_t j = 0; j < n; j++) bt[j * r + i] = b[i * n + j];
+            wgml_tensor *parts[3] = {test_tensor(ctx, 2, sh, a), wgml_permute(ctx, test_tensor(ctx, 2, tsh, bt), perm),
+                                     test_tensor(ctx, 2, sh, b)};
+            /* axis 1: the cast of a reshape of it (a view: the same reshape of the concat) */
+            wgml_tensor *cat = wgml_concat(ctx, 3, parts, axis);
+            int64_t flat = 3 * r * n;
+            wgml_tensor *h = wgml_cast(ctx, axis ? wgml_reshape(ctx, cat, 1, &flat) : cat, WGML_F16);
+            CHECK(wgml_tensor_dtype(h) == WGML_F16);
+            CHECK_OK(ctx, wgml_eval(ctx, 3, parts));
+            wgml_stats before, after;
+            wgml_stats_get(ctx, &before);
+            CHECK_OK(ctx, wgml_eval(ctx, 1, &h));
+            wgml_stats_get(ctx, &after);
+            CHECK(after.dispatches - before.dispatches == 3);
+            int64_t rows = axis ? r : 3 * r, cols = axis ? 3 * n : n;
+            float *got = test_read_new(ctx, "concat f16", h, rows * cols);
+            int bad = 0;
+            for (int64_t i = 0; got && i < rows; i++)
+                for (int64_t j = 0; j < cols; j++) {
+                    int64_t k = axis ? j / n : i / r, ii = axis ? i : i % r, jj = axis ? j % n : j;
+                    double want = (k == 0 ? a : b)[ii * n + jj];
+                    if (!within_half_step(got[i * cols + j], want, 0) && bad++ < 3)
+                        FAILF("[%lld, %lld] x 3 along %d: y[%lld, %lld] = %.9g, want %.9g rounded to half", (long long)r,
+                              (long long)n, axis, (long long)i, (long long)j, got[i * cols + j], want);
+                }
+            free(got);
+            wgml_scope_end(ctx);
+            free(a);
+            free(b);
+            free(bt);
+        }
+}
+
 /* sum and mean read halves (a bias's gradient under mixed precision): along each axis, on
    every path of the reduce kernel (a thread per output, a workgroup per output, the long
    axis in two launches, the columns of a long axis of wide rows), from an odd element offset
@@ -567,6 +619,7 @@ int main(void)
     TEST_RUN(gradients_pass_through_casts);
     TEST_RUN(other_ops_refuse_f16);
     TEST_RUN(sums_read_halves);
+    TEST_RUN(concat_stores_halves);
     TEST_RUN(gpt_mixed_step_stores_halves);
     test_context_release();
     return test_summary();

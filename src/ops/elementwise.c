@@ -37,6 +37,18 @@ wgml_tensor *wgml_detach(wgml_context *ctx, wgml_tensor *a)
    too, it is computed twice, as a matmul's gradient recomputes an operand.) */
 static wgml_tensor *retyped_f16(wgml_context *ctx, wgml_tensor *a)
 {
+    wgml_tensor *base = wgml_tensor_base(a);
+    if (a->op == WGML_OP_VIEW && base != a && a->offset == 0 && a->numel == base->numel && wgml_is_contiguous(a) &&
+        wgml_is_contiguous(base)) {
+        /* a reshape of such a node (the GPT's d(qkv), a concatenation seen as [B, T, 3C]): the
+           same reshape of the node storing halves */
+        wgml_tensor *b = retyped_f16(ctx, base);
+        if (!b || b->status) return b;
+        b->user_held = false; /* only the view's reference keeps it */
+        wgml_tensor *t = wgml_view_node(ctx, b, a->ndim, a->shape, a->stride, 0, a->view_kind);
+        wgml_tensor_unref(b);
+        return t;
+    }
     if (a->op == WGML_OP_NONE || a->op == WGML_OP_VIEW || a->buf || a->dest || a->tape || !wgml_op_table[a->op]->f16_out)
         return NULL;
     wgml_tensor *t = wgml_node(ctx, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);

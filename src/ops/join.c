@@ -87,13 +87,17 @@ wgml_status wgml_build_concat(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 {
     /* four elements a thread where every input's rows are contiguous runs of a multiple of 4
        words (its last stride 1): they stay contiguous in the output whatever the axis */
-    bool four = wgml_dtype_bytes(t->dtype) == 4;
+    bool four = true, half = t->dtype == WGML_F16; /* the inputs are 4-byte words; halves out: a cast's */
     for (int k = 0; k < t->nsrc; k++) {
         const wgml_tensor *x = t->src[k];
         four &= x->shape[x->ndim - 1] % 4 == 0 && x->stride[x->ndim - 1] == 1;
     }
     uint32_t per = four ? 4 : 1;
-    wgml_status st = wgml_kernel_pipeline_variant(ctx, "concat", per, four ? "const PER = 4u;\n" : "const PER = 1u;\n", l);
+    char header[160];
+    snprintf(header, sizeof header, "%sconst PER = %uu;\n%s", half ? "enable f16;\n" : "", per,
+             half ? "alias Y = f16;\nfn out(v: u32) -> Y { return Y(bitcast<f32>(v)); } // the adapter's rounding, as a norm's\n"
+                  : "alias Y = u32;\nfn out(v: u32) -> Y { return v; }\n");
+    wgml_status st = wgml_kernel_pipeline_variant(ctx, "concat", per | (uint32_t)half << 3, header, l);
     if (st) return st;
     int ax = wgml_concat_params_of(t).axis, pad = 4 - t->ndim;
     uint32_t out4[4];
@@ -224,4 +228,4 @@ static wgml_status vjp_concat(wgml_context *c, T *t, T *g, T **gin)
 }
 
 WGML_OP_ENTRY(CONCAT) = {.name = "concat", .kind = WGML_KIND_KERNEL, .arity = WGML_MAX_SRC, .build = wgml_build_concat, .vjp = vjp_concat,
-                    .any_dtype = 0xff, .out = WGML_OUT_SAME, DOMAIN(-10, 10, -10, 10), ARITH};
+                    .any_dtype = 0xff, .out = WGML_OUT_SAME, .f16_out = true, DOMAIN(-10, 10, -10, 10), ARITH};

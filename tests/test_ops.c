@@ -393,6 +393,55 @@ static void reductions_along_every_axis(void)
     }
 }
 
+/* Sums over a long axis of wide rows (a bias's gradient, [rows, N] over rows), which the
+   column-sum kernel takes four columns a thread, in one launch or through partials, against
+   the double reference: rows of 32, 36 and 1,024 (and of 1,030, not a multiple of 4: the
+   other kernels), axes of 65 to 70,001 (past 65,536: chunks longer than 256 rows), several
+   leading matrices, and from a row view (an offset) */
+static void column_sums_of_long_axes(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t cases[][3] = {{1, 65, 32}, {3, 1023, 36}, {1, 4097, 1024}, {2, 257, 1030}, {1, 70001, 32}, {1, 256, 64}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int from = 0; from < 2; from++) {
+            int64_t outer = cases[k][0], len = cases[k][1] + from, inner = cases[k][2], shape[3] = {outer, len, inner};
+            size_t n = (size_t)(outer * len * inner);
+            float *x = rand_floats(n, -1, 1);
+            wgml_tensor *a = test_tensor(ctx, 3, shape, x);
+            /* from 1: rows 1.. of each matrix, a view starting at element inner */
+            wgml_tensor *v = from ? wgml_slice(ctx, a, 1, 1, len, 1) : a;
+            wgml_tensor *r = wgml_sum(ctx, v, 1, 0);
+            int64_t rows = len - from;
+            double *want = malloc((size_t)(outer * inner) * sizeof *want), *mag = malloc((size_t)(outer * inner) * sizeof *mag);
+            for (int64_t o = 0; o < outer; o++)
+                for (int64_t c = 0; c < inner; c++) {
+                    double sum = 0, m = 0;
+                    for (int64_t j = from; j < len; j++) {
+                        double e = x[(o * len + j) * inner + c];
+                        sum += e;
+                        m += fabs(e);
+                    }
+                    want[o * inner + c] = sum;
+                    mag[o * inner + c] = m;
+                }
+            float *got = test_read_new(ctx, "column sums", r, outer * inner);
+            int bad = 0;
+            for (int64_t i = 0; got && i < outer * inner; i++)
+                /* f32 sums: each partial rounds at most (rows + 16) times */
+                if (fabs(got[i] - want[i]) > (double)(rows + 16) * 0x1p-24 * mag[i] && bad++ < 3)
+                    FAILF("sum over %lld rows of [%lld, %lld, %lld] from row %d: output %lld = %.9g, reference %.9g", (long long)rows,
+                          (long long)outer, (long long)len, (long long)inner, from, (long long)i, got[i], want[i]);
+            free(got);
+            free(want);
+            free(mag);
+            wgml_tensor_free(r);
+            if (from) wgml_tensor_free(v);
+            wgml_tensor_free(a);
+            free(x);
+        }
+}
+
 static void reductions_over_all_elements(void)
 {
     wgml_context *ctx = test_context();
@@ -1025,6 +1074,7 @@ int main(void)
     TEST_RUN(nan_and_inf_propagate);
     TEST_RUN(reductions_along_every_axis);
     TEST_RUN(reductions_over_all_elements);
+    TEST_RUN(column_sums_of_long_axes);
     TEST_RUN(softmax_and_log_softmax);
     TEST_RUN(softmax_of_huge_values_stays_finite);
     TEST_RUN(layernorm_and_rmsnorm);

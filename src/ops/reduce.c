@@ -52,6 +52,43 @@ void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint
              (unsigned long long)len, (unsigned long long)inner);
 }
 
+int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint64_t in_off,
+                         bool in_half, wgml_status *st)
+{
+    *st = WGML_OK;
+    if (inner % 4 || in_off % 4 || len < 2 || outer * len * inner / 4 > UINT32_MAX) return 0;
+    /* 256 rows a workgroup (32 a lane), more where that would leave over 256 partials */
+    uint64_t chunk = 256;
+    while ((len + chunk - 1) / chunk > 256) chunk *= 2;
+    uint64_t parts = (len + chunk - 1) / chunk, cols4 = inner / 4, col_groups = (cols4 + 31) / 32;
+    if (chunk / 8 + 2 >= ctx->rt.loop_limit || (parts > 1 && outer * parts * inner * 4 > wgml_binding_limit(ctx))) return 0;
+    static const char *const header[2] = {
+        "alias X = vec4<f32>;\nfn load4(v: X) -> vec4<f32> { return v; }\n",
+        "alias X = vec2<u32>;\nfn load4(v: X) -> vec4<f32> { return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)); }\n"};
+    int n = parts > 1 ? 2 : 1;
+    for (int k = 0; k < n; k++) {
+        bool first = k == 0, half = first && in_half;
+        wgml_launch *lk = &l[k];
+        if (k) *lk = l[0];
+        if ((*st = wgml_kernel_pipeline_variant(ctx, "colsum", half, header[half], lk))) return 0;
+        uint64_t rows = first ? len : parts, per = first ? chunk : parts, p = first ? parts : 1;
+        uint32_t q[8] = {(uint32_t)outer, (uint32_t)rows, (uint32_t)inner, (uint32_t)per, (uint32_t)p,
+                         first ? (uint32_t)(in_off / 4) : 0, 0, 0};
+        q[6] = wgml_grid(ctx, outer * p * col_groups, lk->groups);
+        memcpy(lk->params, q, sizeof q);
+        lk->params_size = sizeof q;
+        lk->loop_trips = (uint32_t)((per + 7) / 8 + 8);
+        snprintf(lk->what, sizeof lk->what, "column sums over %llu of [%llu, %llu, %llu]", (unsigned long long)rows,
+                 (unsigned long long)outer, (unsigned long long)rows, (unsigned long long)inner);
+    }
+    if (n == 2) { /* the partials [outer, parts, inner] in the node's scratch buffer */
+        l[0].scratch_bytes = outer * parts * inner * 4;
+        l[0].scratch_mask = 1u << 1;
+        l[1].scratch_mask = 1u << 0;
+    }
+    return n;
+}
+
 /* x [outer, len, inner] -> y [outer, inner]; one launch, or two through partial results when
    the axis is long (see ops/reduce.wgsl) */
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
@@ -84,6 +121,24 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
        instead threads along inner fold chunks of the axis into partials, and then those */
     /* (chunks of 16 rows: enough threads, each with few dependent loads, to cover the memory's
        latency; 64 ran at a quarter of the H100's bandwidth) */
+    if (t->op == WGML_OP_SUM && inner >= 32 && len > budget) {
+        wgml_launch first = *l;
+        int n = wgml_colsum_launches(ctx, l, outer, len, inner, x->offset, half, &st);
+        if (st) return st;
+        if (n) {
+            l[0].buffers[0] = wgml_tensor_base(x);
+            l[0].buffers[1] = n == 2 ? NULL : t;
+            l[0].nbuffers = 2;
+            if (n == 2) {
+                l[1].buffers[0] = NULL;
+                l[1].buffers[1] = t;
+                l[1].nbuffers = 2;
+            }
+            *count = n;
+            return WGML_OK;
+        }
+        *l = first;
+    }
     uint64_t c = budget < 16 ? budget : 16;
     while (c > 8 && len % c) c--;
     if (t->op == WGML_OP_SUM && inner >= 32 && len > budget && len % c == 0 && c >= 8 &&

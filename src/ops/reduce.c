@@ -78,7 +78,7 @@ int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint
         memcpy(lk->params, q, sizeof q);
         lk->params_size = sizeof q;
         lk->loop_trips = (uint32_t)((per + 7) / 8 + 8);
-        snprintf(lk->what, sizeof lk->what, "column sums over %llu of [%llu, %llu, %llu]", (unsigned long long)rows,
+        snprintf(lk->what, sizeof lk->what, "column sums %llu of [%llu, %llu, %llu]", (unsigned long long)rows,
                  (unsigned long long)outer, (unsigned long long)rows, (unsigned long long)inner);
     }
     if (n == 2) { /* the partials [outer, parts, inner] in the node's scratch buffer */

@@ -354,6 +354,57 @@ static void matmul_reads_f16_operands(void)
             for (int m = 0; m < N_OF(modes); m++) matmul_case(ctx, &cases[i], which, modes[m]);
 }
 
+/* A GEMM on the matrix units cast to f16 stores its halves itself (one launch, no cast pass):
+   each value is the f32 result of the same GEMM rounded to half, with a bias, GELU, a batch
+   and awkward sizes. Elsewhere (no matrix units, or split K) the cast stays a pass of its own
+   and the values are the same. */
+static void matmul_stores_halves(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    wgml_adapter_info info;
+    CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
+    static const struct { int64_t batch, M, N, K; int bias, gelu; } cs[] = {
+        {1, 33, 40, 18, 1, 0}, {1, 130, 72, 70, 1, 1}, {3, 64, 48, 16, 0, 0}, {1, 17, 33, 7, 1, 1}, {1, 64, 64, 4096, 0, 0},
+    };
+    for (int i = 0; i < N_OF(cs); i++) {
+        int64_t B = cs[i].batch, M = cs[i].M, N = cs[i].N, K = cs[i].K;
+        int64_t sa[3] = {B, M, K}, sb[2] = {K, N};
+        float *a = malloc((size_t)(B * M * K) * sizeof *a), *w = malloc((size_t)(K * N) * sizeof *w), *bias = malloc((size_t)N * sizeof *bias);
+        test_fill_uniform(a, (size_t)(B * M * K), -1, 1);
+        test_fill_uniform(w, (size_t)(K * N), -1, 1);
+        test_fill_uniform(bias, (size_t)N, -1, 1);
+        wgml_scope_begin(ctx);
+        wgml_tensor *ta = test_tensor(ctx, B > 1 ? 3 : 2, B > 1 ? sa : sa + 1, a), *tw = test_tensor(ctx, 2, sb, w);
+        wgml_matmul_desc d = {.bias = cs[i].bias ? test_tensor(ctx, 1, &N, bias) : NULL,
+                              .activation = cs[i].gelu ? WGML_ACT_GELU_EXACT : WGML_ACT_NONE, .f16_math = WGML_F16_MATH_MATRIX};
+        wgml_tensor *y = wgml_matmul_ex(ctx, ta, tw, &d), *h = wgml_cast(ctx, wgml_matmul_ex(ctx, ta, tw, &d), WGML_F16);
+        CHECK(wgml_tensor_dtype(h) == WGML_F16);
+        CHECK_OK(ctx, wgml_eval(ctx, 1, &y));
+        wgml_stats before, after;
+        wgml_stats_get(ctx, &before);
+        CHECK_OK(ctx, wgml_eval(ctx, 1, &h));
+        wgml_stats_get(ctx, &after);
+        /* the matrix units store the halves, unless split K takes the long K */
+        uint64_t want = info.has_subgroup_matrix && K < 4096 ? 1 : 2, got_n = after.dispatches - before.dispatches;
+        if (K < 4096 ? got_n != want : got_n < 2)
+            FAILF("[%lld] %lld x %lld x %lld: %llu launches, want %llu", (long long)B, (long long)M, (long long)N, (long long)K,
+                  (unsigned long long)got_n, (unsigned long long)want);
+        float *yv = test_read_new(ctx, "f32 GEMM", y, B * M * N), *hv = test_read_new(ctx, "f16 GEMM", h, B * M * N);
+        int bad = 0;
+        for (int64_t j = 0; yv && hv && j < B * M * N; j++)
+            if (!within_half_step(hv[j], yv[j], 0) && bad++ < 3)
+                FAILF("[%lld] %lld x %lld x %lld: c[%lld] = %.9g as half, %.9g in f32", (long long)B, (long long)M, (long long)N,
+                      (long long)K, (long long)j, hv[j], yv[j]);
+        free(yv);
+        free(hv);
+        wgml_scope_end(ctx);
+        free(a);
+        free(w);
+        free(bias);
+    }
+}
+
 /* gradients: through casts, straight (cast back to the input's dtype); through a matmul of an
    f16 A: dW = half(x)^T G, dx = G W^T */
 static void gradients_pass_through_casts(void)
@@ -616,6 +667,7 @@ int main(void)
     TEST_RUN(inner_casts_round);
     TEST_RUN(norms_store_halves);
     TEST_RUN(matmul_reads_f16_operands);
+    TEST_RUN(matmul_stores_halves);
     TEST_RUN(gradients_pass_through_casts);
     TEST_RUN(other_ops_refuse_f16);
     TEST_RUN(sums_read_halves);

@@ -3,6 +3,7 @@
    structure follows from the config (the matrix products, fragment loads and their layouts,
    the workgroup size, the workgroup memory it reports), and bad configs are refused. The
    kernels themselves run in bench/sgmat_gemm (on the H100, and emulated on lavapipe). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/matmul/gemm_sgmat_wgsl.h"
@@ -104,6 +105,25 @@ static void edges_are_guarded(void)
     free(src);
 }
 
+/* C of halves: bound as f16, every result through the epilogue (which rounds it as it is
+   stored), none straight from the matrix units into C; with f32 C interior tiles go straight */
+static void halves_out(void)
+{
+    for (int half = 0; half < 2; half++) {
+        wgml_sgmat_config c = base;
+        c.c_f16 = half;
+        char *src = wgml_sgmat_gemm_source(&c, false, false, NULL);
+        CHECK(src != NULL);
+        if (!src) continue;
+        CHECK((strstr(src, "C: array<f16>") != NULL) == half);
+        CHECK((strstr(src, "C: array<f32>") != NULL) == !half);
+        CHECK((strstr(src, "subgroupMatrixStore(&C,") != NULL) == !half);
+        CHECK(strstr(src, "subgroupMatrixStore(&Cs,") != NULL);
+        CHECK(strstr(src, half ? "return f16(v);" : "return f32(v);") != NULL);
+        free(src);
+    }
+}
+
 static void bad_configs_refused(void)
 {
     wgml_sgmat_config c = base;
@@ -167,6 +187,7 @@ int main(void)
 {
     TEST_RUN(every_form_and_config);
     TEST_RUN(edges_are_guarded);
+    TEST_RUN(halves_out);
     TEST_RUN(bad_configs_refused);
     TEST_RUN(vector_widths);
     TEST_RUN(policy);

@@ -74,6 +74,9 @@ typedef struct wgml_op_def {
        kernels always can): a cast to f16 of such a node, not yet evaluated, is the node again
        with dtype f16 (ops/elementwise.c's wgml_cast), so no pass of its own */
     bool f16_out;
+    /* with f16_out: whether this node's kernel can (a matmul: only on the matrix units); NULL:
+       always */
+    bool (*f16_out_if)(wgml_context *ctx, const struct wgml_tensor *t);
     wgml_vjp_fn vjp;     /* its gradient rule */
     const char *no_grad; /* or why it has none (autograd reports it; the tests require one of the two) */
     bool constant;       /* with no_grad: constant almost everywhere (argmax, comparisons, casts to

@@ -3,6 +3,7 @@
    and the tied head, the KV cache and generation, training (see gpt.h; the architectures:
    gpt2.c, llama.c). */
 #include "models/gpt.h"
+#include "ops/elementwise.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -198,6 +199,13 @@ static wgml_tensor *to_heads(wgml_context *ctx, wgml_tensor *x, int64_t B, int64
 wgml_tensor *wgml_gpt_matmul_operand(wgml_context *ctx, wgml_tensor *x)
 {
     return wgml_compute_precision(ctx) == WGML_PRECISION_MIXED ? wgml_cast(ctx, x, WGML_F16) : x;
+}
+
+wgml_tensor *wgml_gpt_half_if_free(wgml_context *ctx, wgml_tensor *x)
+{
+    if (wgml_compute_precision(ctx) != WGML_PRECISION_MIXED || x->status) return x;
+    wgml_tensor *h = wgml_retyped_f16(ctx, x);
+    return h ? h : x;
 }
 
 wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n)

@@ -187,6 +187,10 @@ wgml_tensor *wgml_gpt_dropout(wgml_context *ctx, wgml_tensor *x, float p); /* x 
    (a norm's, a fused activation's), so the GEMMs read half the bytes and the saved or
    recomputed operand of a weight's gradient takes half the memory; else x itself */
 wgml_tensor *wgml_gpt_matmul_operand(wgml_context *ctx, wgml_tensor *x);
+/* Under mixed precision, x stored as halves where its own kernel can store them (a GEMM on
+   the matrix units: the MLP's pre-activation, half the memory kept for the backward pass);
+   else x */
+wgml_tensor *wgml_gpt_half_if_free(wgml_context *ctx, wgml_tensor *x);
 /* x @ w[:, from : from + n] (+ b[from : from + n]), read through strides */
 wgml_tensor *wgml_gpt_linear_cols(wgml_context *ctx, wgml_tensor *x, wgml_tensor *w, wgml_tensor *b, int64_t from, int64_t n);
 /* h @ wqkv (+ bqkv) as the heads q [B,H,T,D], k, v [B,Hkv,T,D] (views); decoding, or with

@@ -32,24 +32,25 @@ wgml_tensor *wgml_detach(wgml_context *ctx, wgml_tensor *a)
     return wgml_node(ctx, WGML_OP_DETACH, a->ndim, a->shape, 1, &a);
 }
 
-/* a's node again, storing halves: where a is a lazy result whose kernel can store them (a
-   norm), the cast costs no pass of its own. NULL where a is not such a node. (If a is read
-   too, it is computed twice, as a matmul's gradient recomputes an operand.) */
-static wgml_tensor *retyped_f16(wgml_context *ctx, wgml_tensor *a)
+/* (ops/elementwise.h) If a is read too, it is computed twice, as a matmul's gradient
+   recomputes an operand. */
+wgml_tensor *wgml_retyped_f16(wgml_context *ctx, wgml_tensor *a)
 {
     wgml_tensor *base = wgml_tensor_base(a);
     if (a->op == WGML_OP_VIEW && base != a && a->offset == 0 && a->numel == base->numel && wgml_is_contiguous(a) &&
         wgml_is_contiguous(base)) {
         /* a reshape of such a node (the GPT's d(qkv), a concatenation seen as [B, T, 3C]): the
            same reshape of the node storing halves */
-        wgml_tensor *b = retyped_f16(ctx, base);
+        wgml_tensor *b = wgml_retyped_f16(ctx, base);
         if (!b || b->status) return b;
         b->user_held = false; /* only the view's reference keeps it */
         wgml_tensor *t = wgml_view_node(ctx, b, a->ndim, a->shape, a->stride, 0, a->view_kind);
         wgml_tensor_unref(b);
         return t;
     }
-    if (a->op == WGML_OP_NONE || a->op == WGML_OP_VIEW || a->buf || a->dest || a->tape || !wgml_op_table[a->op]->f16_out)
+    const wgml_op_def *d = wgml_op_table[a->op];
+    if (a->op == WGML_OP_NONE || a->op == WGML_OP_VIEW || a->buf || a->dest || a->tape || !d->f16_out ||
+        (d->f16_out_if && !d->f16_out_if(ctx, a)))
         return NULL;
     wgml_tensor *t = wgml_node(ctx, (wgml_op)a->op, a->ndim, a->shape, a->nsrc, a->src);
     if (t && !t->status) {
@@ -78,7 +79,7 @@ wgml_tensor *wgml_cast(wgml_context *ctx, wgml_tensor *a, wgml_dtype dtype)
             wgml_tensor_unref(f);
             return t;
         }
-        wgml_tensor *t = retyped_f16(ctx, a);
+        wgml_tensor *t = wgml_retyped_f16(ctx, a);
         return t ? t : wgml_node(ctx, WGML_OP_CAST_F16, a->ndim, a->shape, 1, &a);
     }
     /* from f16: widened to f32; to i32, the f32 -> i32 cast below (its fused kernel reads the

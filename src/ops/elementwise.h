@@ -25,5 +25,9 @@
 wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgml_tensor *b);
 /* The table's op of a public wgml_binary_op (WGML_OP_NONE when it is not one). */
 wgml_op wgml_binary_api_op(wgml_binary_op op);
+/* a's node again, storing halves, where a is a lazy result whose kernel can store them itself
+   (a norm, a concatenation, a GEMM on the matrix units; or a reshape of one): what wgml_cast
+   to f16 returns then. NULL where it is not (a cast would be a pass of its own). */
+wgml_tensor *wgml_retyped_f16(wgml_context *ctx, wgml_tensor *a);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * The parameter block and bindings every GEMM kernel declares (ops/matmul/gemm_wgsl.c, the SIMT
- * kernels; ops/matmul/gemm_sgmat_wgsl.c, the matrix units), as one format string: its two %s are
- * the WGSL element types of A and B. wgml_gemm_params (ops/matmul/matmul.c) fills the block.
+ * kernels; ops/matmul/gemm_sgmat_wgsl.c, the matrix units), as one format string: its three %s
+ * are the WGSL element types of A, B and C. wgml_gemm_params (ops/matmul/matmul.c) fills the
+ * block.
  */
 #ifndef WGML_OPS_MATMUL_GEMM_BINDINGS_H
 #define WGML_OPS_MATMUL_GEMM_BINDINGS_H
@@ -18,6 +19,6 @@
     "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"          \
     "@group(0) @binding(2) var<storage, read> B: array<%s>;\n"          \
     "@group(0) @binding(3) var<storage, read> bias: array<f32>;\n"      \
-    "@group(0) @binding(4) var<storage, read_write> C: array<f32>;\n"
+    "@group(0) @binding(4) var<storage, read_write> C: array<%s>;\n"
 
 #endif

@@ -235,23 +235,25 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     int stages = c->double_buffer ? 2 : 1, asz = stage_elems(&A), bsz = stage_elems(&B);
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated subgroup-matrix GEMM: %dx%dx%d matrices, %dx%d subgroups of %dx%d fragments "
-                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s\n",
+                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s%s\n",
                   SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK, stages,
                   stages == 1 && c->prefetch ? " with prefetch" : "", ta ? "^T" : "",
                   c->a_f16 ? "f16" : "f32", c->a_vec ? (c->a_vec == 8 ? " x8" : " x4") : "", tb ? "^T" : "",
-                  c->b_f16 ? "f16" : "f32", c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "");
+                  c->b_f16 ? "f16" : "f32", c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "", c->c_f16 ? ", C f16" : "");
     wgml_sbuf_put(&b, "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n");
     wgml_sbuf_put(&b, "alias L = subgroup_matrix_left<f16, %d, %d>;\n"
                       "alias R = subgroup_matrix_right<f16, %d, %d>;\n"
                       "alias Acc = subgroup_matrix_result<f32, %d, %d>;\n", SK, SM, SN, SK, SN, SM);
     /* the parameter block and bindings of every GEMM kernel (ops/matmul/gemm_bindings.h) */
-    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B));
+    /* C of halves: the epilogue's f32 value rounded as it is stored (the adapter's conversion) */
+    const char *ct = c->c_f16 ? "f16" : "f32";
+    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B), ct);
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
-    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
+    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> %s {\n"
                       "    var v = P.alpha * v0;\n"
-                      "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
+                      "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
                       "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-                      "    return %s;\n}\n", act_wgsl ? "act(v)" : "v");
+                      "    return %s(%s);\n}\n", ct, ct, act_wgsl ? "act(v)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
@@ -328,7 +330,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
-    if (!act_wgsl) {
+    if (!act_wgsl && !c->c_f16) {
         /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
         wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
                           "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);

@@ -3,7 +3,8 @@
    core/sbuf), so the bench (bench/sgmat_gemm.c) and the graph's matmul share it.
 
    The kernel takes the SIMT GEMM's parameter block and bindings (ops/matmul/matmul.h: 0 the
-   uniform Params of WGML_GEMM_PARAMS_BYTES, 1 A, 2 B, 3 bias, 4 C of f32), so
+   uniform Params of WGML_GEMM_PARAMS_BYTES, 1 A, 2 B, 3 bias, 4 C of f32, or of f16 with
+   c_f16), so
    wgml_gemm_params fills its parameters, with the grid counted in this config's tiles
    (wgml_sgmat_tile_m / _n). Forms A.B, A.B^T, A^T.B (and A^T.B^T), batched over two
    leading dims with broadcast (stride 0), the epilogue alpha, accumulate (C += result, which
@@ -33,6 +34,7 @@ typedef struct wgml_sgmat_config {
        multiples of that (wgml_sgmat_vec_width says which fits) */
     int a_vec, b_vec;
     bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
+    bool c_f16;        /* C stored as halves (every result through the epilogue) */
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
 } wgml_sgmat_config;
 

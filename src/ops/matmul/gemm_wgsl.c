@@ -50,7 +50,7 @@ static void put_header_ab(wgml_sbuf *b, bool vec_a, bool vec_b, bool a_f16, bool
 {
     if (a_f16 || b_f16) wgml_sbuf_put(b, "enable f16;\n");
     wgml_sbuf_put(b, WGML_GEMM_BINDINGS_WGSL, a_f16 ? (vec_a ? "vec4<f16>" : "f16") : vec_a ? "vec4<f32>" : "f32",
-        b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32");
+        b_f16 ? (vec_b ? "vec4<f16>" : "f16") : vec_b ? "vec4<f32>" : "f32", "f32");
 }
 static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16) { put_header_ab(b, vec_a, vec_b, false, b_f16); }
 

@@ -219,6 +219,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.a_f16 = g->a_f16;
     c.b_f16 = g->b_f16;
     c.two_leading = g->L1 > 1;
+    c.c_f16 = g->c_f16;
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";
@@ -232,7 +233,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
                         (uint32_t)c.sg_m | (uint32_t)c.sg_n << 8 | (uint32_t)c.frag_m << 16 | (uint32_t)c.frag_n << 24,
                         (uint32_t)c.bk, (uint32_t)c.double_buffer | (uint32_t)c.prefetch << 1,
                         (uint32_t)c.a_vec | (uint32_t)c.b_vec << 8,
-                        (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2,
+                        (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2 | (uint32_t)c.c_f16 << 3,
                         g->trans_a, g->trans_b, (uint32_t)g->act, 0};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 12))) {
         char *act = wgml_sgmat_act_source(g->act);
@@ -316,12 +317,16 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
     return s;
 }
 
-wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+/* The GEMM node t runs as: its arguments, the operands' roles swapped (N == 1), A widened first
+   (f16 A under f32 arithmetic), and split K's chunk count (0: none) with g cut into them. */
+static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *out, bool *swap_out, bool *widen_out,
+                      int64_t *S_out)
 {
     wgml_tensor *a = t->src[0], *b = t->src[1];
     wgml_matmul_params mp = wgml_matmul_params_of(t);
     wgml_tensor *bias = mp.bias ? t->src[2] : NULL;
     wgml_gemm_args g = {0};
+    g.c_f16 = t->dtype == WGML_F16;
     g.M = t->shape[t->ndim - 2];
     g.N = t->shape[t->ndim - 1];
     g.K = mp.K;
@@ -402,6 +407,33 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         g.a_bs1 = g.b_bs1 = 0;
         g.L1 = 1;
     }
+    *out = g;
+    *swap_out = swap;
+    *widen_out = widen_a;
+    *S_out = S;
+}
+
+bool wgml_matmul_stores_f16(wgml_context *ctx, const wgml_tensor *t)
+{
+    wgml_gemm_args g;
+    bool swap, widen_a;
+    int64_t S;
+    plan_gemm(ctx, t, &g, &swap, &widen_a, &S);
+    return g.f16_math == WGML_F16_MATH_MATRIX && !swap && !widen_a && !S && wgml_sgmat_adapter_shape(ctx, &(int){0}, &(int){0},
+                                                                                          &(int){0}, &(int){0});
+}
+
+wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
+{
+    wgml_tensor *a = t->src[0], *b = t->src[1];
+    wgml_matmul_params mp = wgml_matmul_params_of(t);
+    wgml_tensor *bias = mp.bias ? t->src[2] : NULL;
+    wgml_gemm_args g;
+    bool swap, widen_a;
+    int64_t S;
+    plan_gemm(ctx, t, &g, &swap, &widen_a, &S);
+    if (g.c_f16 && !wgml_matmul_stores_f16(ctx, t))
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: an f16 result needs the matrix units' GEMM without split K");
     wgml_tensor *abase = wgml_tensor_base(swap ? b : a);
     if (widen_a) { /* launch 0: A's buffer, every element up to its end, widened into scratch */
         wgml_status st = wgml_kernel_pipeline(ctx, "widen_f16", l);
@@ -539,4 +571,5 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 }
 
 /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
-WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, .f16_in = 3, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};
+WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, .f16_in = 3,
+                         .f16_out = true, .f16_out_if = wgml_matmul_stores_f16, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};

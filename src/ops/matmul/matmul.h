@@ -67,7 +67,13 @@ typedef struct wgml_gemm_args {
     bool b_f16;                    /* B is stored as halves (offsets and strides still in elements) */
     bool a_f16;                    /* A too (read directly under f16_math; else widened first) */
     int f16_math;                  /* wgml_matmul_desc's f16_math (the tiled GEMM only; 0: f32) */
+    bool c_f16;                    /* C stored as halves (the matrix units' GEMM only) */
 } wgml_gemm_args;
+
+/* Whether matmul node t, given dtype f16, can store its result as halves itself: it runs the
+   matrix units' GEMM (Dawn's subgroup matrices), without split K. (ops/elementwise.c's
+   wgml_cast asks, so a cast of such a node costs no pass of its own.) */
+bool wgml_matmul_stores_f16(wgml_context *ctx, const struct wgml_tensor *t);
 
 /* The kernels' parameter block (wgml_gemm_params fills it; a multiple of 16 bytes) */
 #define WGML_GEMM_PARAMS_BYTES 80

@@ -49,6 +49,8 @@ struct wgml_decode_plan {
     int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
     unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
+    int combine_in_attn;        /* the last chunk of a (row, K/V head) combines them (no launch of its own) */
+    WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
@@ -292,15 +294,18 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = chunk ? split_wgs : p->wide_wgs,
                                .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
-                               .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk};
+                               .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
+                               .combine = chunk && p->combine_in_attn};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, chunk ? p->asums : p->att}, {6, lb->vecs}, {8, p->freq},
-                     {9, p->aml}, {10, p->att}};
-        used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0);
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 8, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
-                             chunk ? "attention (split)" : "attention")))
+                     {9, p->aml}, {10, p->att}, {11, p->acount}};
+        used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0) |
+               (at.combine ? 1u << 10 | 1u << 11 : 0);
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 10, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
+                             chunk ? at.combine ? "attention (split+combine)" : "attention (split)" : "attention")))
             return st;
-        if (chunk && (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 9,
-                                      GRID_ROWS, 0, (uint32_t)p->H, 0, "attention combine")))
+        if (chunk && !at.combine &&
+            (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 10, GRID_ROWS, 0,
+                             (uint32_t)p->H, 0, "attention combine")))
             return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
@@ -362,7 +367,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
     }
     free(p->L);
-    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
+    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->acount, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
                           &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging[0], &p->staging[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
@@ -455,6 +460,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* (4: the character GPT at batch 1 on an H200, 5,480 tokens/s against 5,081 with 1, one
        run each; Qwen3's shape does not use this form) */
     if (!d.attn_cols) d.attn_cols = c->width >= 4 ? 4 : 1;
+    if (d.combine_launch < 0 || d.combine_launch > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
     const int64_t G = c->heads / c->kv_heads;
@@ -487,6 +494,13 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     while (auto_chunk < 32 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
     p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 ? auto_chunk : 0u;
     if (p->attn_chunk >= (unsigned)c->block) p->attn_chunk = 0;
+    /* the chunks combined inside the attention's launch: wgpu-native only (decode_wgsl.c: the
+       memory model), and where its (max, sum) per chunk fit the workgroup memory too */
+    if (p->attn_chunk) {
+        const int64_t ns = (c->block + p->attn_chunk - 1) / p->attn_chunk;
+        p->combine_in_attn = !d.combine_launch && strcmp(ctx->rt.info.runtime ? ctx->rt.info.runtime : "", "wgpu-native") == 0 &&
+                             (uint64_t)(G * p->attn_chunk + 2 * G * c->head_dim + 5 * wide_wgs + G + 2 * G * ns + 1) * 4 <= wg_mem;
+    }
     p->L = calloc((size_t)c->layers, sizeof *p->L);
     p->len = calloc((size_t)p->B, sizeof *p->len), p->count = calloc((size_t)p->B, sizeof *p->count);
     p->hist = calloc((size_t)p->B, sizeof *p->hist), p->n_hist = calloc((size_t)p->B, sizeof *p->n_hist);
@@ -534,6 +548,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         const uint64_t ns = (uint64_t)((p->block + p->attn_chunk - 1) / p->attn_chunk);
         p->asums = make_buffer(p, (uint64_t)(p->B * p->A) * ns * 4, STORAGE, "decode attention chunks", &st);
         p->aml = make_buffer(p, (uint64_t)(p->B * p->H) * ns * 2 * 4, STORAGE, "decode attention chunk maxima", &st);
+        /* (zeroed, as WebGPU makes every buffer; each launch leaves them at zero again) */
+        if (p->combine_in_attn) p->acount = make_buffer(p, (uint64_t)(p->B * p->Hkv) * 4, STORAGE, "decode attention chunk counters", &st);
     }
     p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);
@@ -819,6 +835,11 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
        waited for (each copies its rings into a staging buffer of its own, in queue order) */
     int pending = -1, cur = 0;
     int64_t pend_k = 0, pend_done = 0;
+    /* the first chunks short (1, 2, 4, .. steps, up to steps_per_submit): the GPU waits for
+       the first chunk's encoding alone (the Qwen3 shape's 32 steps took ~10 ms of host work
+       before the GPU began), and each later one is encoded while the one before runs (a
+       chunk's encoding is under half of its GPU time) */
+    int64_t ramp = 1;
     for (int64_t done = 0; !st && done < steps;) {
         /* slots whose cache is full restart from their last block / 2 tokens: all but the
            newest fed now (no sample), the newest by the next decode step, as one pass of
@@ -841,7 +862,8 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
             p->len[s] = n;
             set_decode_row(p, s, n, from[feed - 1], p->count[s]);
         }
-        int64_t k = steps - done < (int64_t)p->cap ? steps - done : (int64_t)p->cap;
+        int64_t k = steps - done < ramp ? steps - done : ramp;
+        ramp = 2 * ramp < (int64_t)p->cap ? 2 * ramp : (int64_t)p->cap;
         for (int64_t s = 0; s < p->active; s++)
             if (p->block - p->len[s] < k) k = p->block - p->len[s];
         if (!st) st = submit(p, k, (uint32_t)p->active, (uint32_t)p->active, cur);

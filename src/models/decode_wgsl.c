@@ -555,6 +555,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        sum of exponentials) to binding 4 and 9 for wgml_decode_attn_combine_wgsl */
     const int split = a->chunk > 0 && !a->wo_fused;
     const unsigned ns = split ? (a->block + a->chunk - 1) / a->chunk : 1;
+    /* the chunks combined by the last of them to finish (the sums pass as atomics, below) */
+    const int combine = split && a->combine;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
@@ -571,9 +573,15 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     if (a->wo_fused)
         out(&b, "fn vput(i: u32, v: VT) { %s }\n",
             lw == 4 ? "ob[i] = v.x; ob[i + 1u] = v.y; ob[i + 2u] = v.z; ob[i + 3u] = v.w;" : "ob[i] = v;");
+    else if (combine)
+        out(&b, "fn vput(i: u32, v: VT) { %s }\nfn mlput(i: u32, v: f32) { atomicStore(&ml[i], bitcast<u32>(v)); }\n",
+            lw == 4 ? "atomicStore(&att[i], bitcast<u32>(v.x)); atomicStore(&att[i + 1u], bitcast<u32>(v.y)); "
+                      "atomicStore(&att[i + 2u], bitcast<u32>(v.z)); atomicStore(&att[i + 3u], bitcast<u32>(v.w));"
+                    : "atomicStore(&att[i], bitcast<u32>(v));");
     else
-        out(&b, "fn vput(i: u32, v: VT) { %s }\n",
-            lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;");
+        out(&b, "fn vput(i: u32, v: VT) { %s }\n%s",
+            lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;",
+            split ? "fn mlput(i: u32, v: f32) { ml[i] = v; }\n" : "");
     if (a->wo_fused) {
         out(&b, "var<workgroup> ob: array<f32, %u>;\n"
                 "@group(0) @binding(5) var<storage, read> wo: array<%s>;\n"
@@ -581,8 +589,13 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                 "fn wo_at(i: u32) -> f32 { return %s; }\n",
             a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
         if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
-    } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n");
-    if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<f32>;\n");
+    } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<%s>;\n", combine ? "atomic<u32>" : "f32");
+    if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<%s>;\n", combine ? "atomic<u32>" : "f32");
+    if (combine)
+        out(&b, "@group(0) @binding(10) var<storage, read_write> aout: array<f32>;\n"
+                "@group(0) @binding(11) var<storage, read_write> cnt: array<atomic<u32>>;\n"
+                "var<workgroup> lastwg: u32;\nvar<workgroup> cm: array<f32, %u>;\nvar<workgroup> cl: array<f32, %u>;\n",
+            a->G * ns, a->G * ns);
     if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
         out(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
                 "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
@@ -666,7 +679,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     while (rw < scw && rw < wgs) rw *= 2;
     const char *tail = split ? "            if (tid == 0u) {\n                inv[q] = 1.0;\n"
                                "                let at = (((r * NKV + g) * NS + sp) * G + q) * 2u;\n"
-                               "                ml[at] = m;\n                ml[at + 1u] = total;\n            }\n"
+                               "                mlput(at, m);\n                mlput(at + 1u, total);\n            }\n"
                              : "            if (tid == 0u) { inv[q] = 1.0 / total; }\n";
     sbuf sb = {0};
     if (a->G * rw <= wgs)
@@ -715,6 +728,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
            own position appends its k and v */
         "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
+        /* (split: the chunks past the row's position have nothing to do; the combine reads
+           only the others) */
+        "%s"
         "%s"
         "    workgroupBarrier();\n"
         /* a thread per cached position: its score against each of the group's query heads */
@@ -747,10 +763,54 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        pro, soft,
+        split ? "    if (t0 >= T) { return; }\n" : "", pro, soft,
         a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
     free(soft);
+    if (combine) {
+        /* The last chunk workgroup of a (row, K/V head) to finish combines the chunks, so the
+           combine needs no launch of its own. Why it sees every chunk's sums: naga (wgpu-native)
+           emits storageBarrier() as OpControlBarrier(Workgroup, Device, AcquireRelease |
+           UniformMemory), a device-scope fence, and atomics on storage as device-scope relaxed
+           atomics. Each chunk's threads store their sums and (max, sum) as atomics (coherent at
+           device scope whatever the buffer's decorations) and meet at a storageBarrier; thread 0,
+           after a second one (its release fence, after every thread's stores by the first),
+           adds 1 to the counter. The workgroup whose add returns n - 1 read the end of the
+           counter's release sequence (read-modify-writes extend it) and passes a storageBarrier
+           (its acquire fence) before it loads: by the Vulkan memory model's fence
+           synchronization every chunk's stores happen before those loads. It resets the counter
+           for the next launch, which a pipeline barrier orders after this one (the counter is a
+           read_write binding of every split attention launch). Tint (Dawn) gives storageBarrier
+           workgroup scope, as the WGSL spec does: there the plan keeps the combine's launch. */
+        out(&b, "    storageBarrier();\n    storageBarrier();\n"
+                "    let nch = (T + CH - 1u) / CH;\n    let p0 = (r * NKV + g) * NS;\n"
+                "    if (tid == 0u) {\n"
+                "        let done = atomicAdd(&cnt[r * NKV + g], 1u) + 1u;\n"
+                "        lastwg = select(0u, 1u, done == nch);\n"
+                "        if (done == nch) { atomicStore(&cnt[r * NKV + g], 0u); }\n"
+                "    }\n"
+                "    storageBarrier();\n"
+                "    if (workgroupUniformLoad(&lastwg) == 0u) { return; }\n"
+                /* the chunks' (max, sum) of each head into workgroup memory, then each output's
+                   weighted sum over the chunks (fixed bounds: the loads issued together) */
+                "    for (var i = tid; i < G * NS; i += WGS) {\n"
+                "        let s = i / G;\n        let q = i %% G;\n"
+                "        var mv = -3.0e38;\n        var lv = 0.0;\n"
+                "        if (s < nch) { mv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u])); lv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u + 1u])); }\n"
+                "        cm[q * NS + s] = mv;\n        cl[q * NS + s] = lv;\n    }\n"
+                "    workgroupBarrier();\n"
+                "    for (var o = tid; o < G * D; o += WGS) {\n"
+                "        let q = o / D;\n        var m = -3.0e38;\n"
+                "        for (var s = 0u; s < NS; s++) { if (s < nch) { m = max(m, cm[q * NS + s]); } }\n"
+                "        var l = 0.0;\n        var acc = 0.0;\n"
+                "        for (var s = 0u; s < NS; s++) {\n"
+                "            if (s < nch) {\n"
+                "                let w = exp(cm[q * NS + s] - m);\n"
+                "                l += w * cl[q * NS + s];\n"
+                "                acc += w * bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + o]));\n"
+                "            }\n        }\n"
+                "        aout[r * AS + g * G * D + o] = acc / l;\n    }\n");
+    }
     if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
         /* (columns cb CW .. (cb + 1) CW of it: with cols > 1 each column block's workgroup
            works out the group's attention again, and the projection is spread wider) */

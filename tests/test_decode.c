@@ -160,6 +160,7 @@ static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the pl
 static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
 static int attn_cols;     /* GPT-2's fused projection in this many column blocks (0: the plan's choice) */
+static int head_lanes;     /* the LM head's lanes an output (0: the plan's choice) */
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
@@ -190,7 +191,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
-                                .combine_launch = combine_launch};
+                                .combine_launch = combine_launch, .head_lanes = head_lanes};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -270,6 +271,18 @@ static void gpt2_attention_column_blocks(void)
     attn_cols = 5;
     check_single(&gpt2_cfg, 1, 0, 0, 2, 3 * 2 + 2);
     attn_cols = 0, plan_only = 0;
+}
+
+/* The LM head at 8 lanes an output (32 outputs a workgroup: the vocabulary of 31 in one, its
+   last output past the end) and at 64, greedy, against the reference */
+static void lm_head_lanes(void)
+{
+    plan_only = 1;
+    head_lanes = 8;
+    check_single(&llama_cfg, 1, 0, 0, 0, 1 + 5 * 2 + 2);
+    head_lanes = 64;
+    check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+    head_lanes = 0, plan_only = 0;
 }
 
 /* x staged in chunks of 8 inputs (the norm's statistics over the whole row first, then each
@@ -505,6 +518,7 @@ int main(void)
     TEST_RUN(llama_split_attention);
     TEST_RUN(long_context_split);
     TEST_RUN(gemv_x_in_chunks);
+    TEST_RUN(lm_head_lanes);
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(profile_by_kind);

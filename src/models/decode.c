@@ -200,6 +200,8 @@ static unsigned lanes_by_size(int64_t N, int forced)
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
 #define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
+/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs) */
+static unsigned head_lanes(const wgml_decode_desc *d, int64_t V) { return d->head_lanes ? (unsigned)d->head_lanes : lanes_by_size(V, d->lanes); }
 
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill)
@@ -330,7 +332,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
-    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = lanes_for(p->V), .RB = RBH, .kch = KCH(C),
+    const unsigned hl = head_lanes(&p->d, p->V);
+    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                            .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
@@ -338,7 +341,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {6, rows}, {9, p->mlp_parts},
                  {14, p->cand}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
-    if ((st = add_launch(p, ps_, w, used, bh, 9, GRID_FIXED, groups_for(p->V), 1, 1, "norm+lm head gemv"))) return st;
+    if ((st = add_launch(p, ps_, w, used, bh, 9, GRID_FIXED, (uint32_t)((p->V + 256 / hl - 1) / (256 / hl)), 1, 1, "norm+lm head gemv")))
+        return st;
     /* the sampler draws from the head's candidates (a best noised logit a workgroup), not from every logit */
     wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->wide_wgs, .cands = (unsigned)p->ncand};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->ncand ? p->cand : p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
@@ -455,6 +459,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!d.graph_prefill) d.graph_prefill = 64;
     if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
+    if (d.head_lanes != 0 && d.head_lanes != 8 && d.head_lanes != 16 && d.head_lanes != 32 && d.head_lanes != 64 && d.head_lanes != 128)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_lanes = %d; want 0, 8, 16, 32, 64 or 128", d.head_lanes);
     if (d.attn_cols < 0 || d.attn_cols > c->width)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_cols = %d; want 0 to the width", d.attn_cols);
     /* (4: the character GPT at batch 1 on an H200, 5,480 tokens/s against 5,081 with 1, one
@@ -556,7 +562,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);
     p->logits = make_buffer(p, (uint64_t)(p->B * p->V) * 4, STORAGE, "decode logits", &st);
     if (!d.sample_logits) { /* the head's workgroups (groups_for at this shape) */
-        const int64_t opw = 256 / lanes_by_size(p->V, d.lanes);
+        const int64_t opw = 256 / head_lanes(&d, p->V);
         p->ncand = (p->V + opw - 1) / opw;
         p->cand = make_buffer(p, (uint64_t)(p->B * p->ncand) * 8, STORAGE, "decode candidates", &st);
     }

@@ -160,6 +160,7 @@ static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the pl
 static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
 static int attn_cols;     /* GPT-2's fused projection in this many column blocks (0: the plan's choice) */
+static int attn_late;      /* the split attention's cache loads after its prologue */
 static int head_lanes;     /* the LM head's lanes an output (0: the plan's choice) */
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 
@@ -191,7 +192,8 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
-                                .combine_launch = combine_launch, .head_lanes = head_lanes};
+                                .combine_launch = combine_launch, .head_lanes = head_lanes,
+                                .attn_late = attn_late};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -246,7 +248,15 @@ static void llama_split_attention(void)
         check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + (5 + c) * 1 + 2);
         check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + (5 + c) * 2 + 2);
     }
-    combine_launch = 0, plan_only = 0;
+    /* head size 8: the cache's loads issued before the prologue (the default) and after it,
+       chunks of 3 and 4 (the own position in a chunk's middle and at its end) */
+    combine_launch = 0;
+    for (attn_late = 0; attn_late < 2; attn_late++) {
+        const int c = combine_launches(test_context());
+        check_single_chunk(&llama8_cfg, 0, 0, 0, 0, 3, 1 + (5 + c) * 1 + 2);
+        check_single_chunk(&llama8_cfg, 1, 0, 0, 2, 4, 1 + (5 + c) * 1 + 2);
+    }
+    attn_late = 0, combine_launch = 0, plan_only = 0;
 }
 
 /* GPT-2's fused MLP with 24 hidden units a workgroup (three rounds of 8, W1 loaded each

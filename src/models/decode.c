@@ -297,7 +297,11 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
-                               .combine = chunk && p->combine_in_attn};
+                               .combine = chunk && p->combine_in_attn,
+                               .early = chunk && !p->d.attn_late &&
+                                        (uint64_t)(p->H / p->Hkv * (chunk + p->D) + 2 * p->D + split_wgs * (5 + 5 * p->H / p->Hkv) +
+                                                   p->H / p->Hkv * (1 + 2 * ((p->block + chunk - 1) / chunk))) * 4 <=
+                                            p->ctx->rt.limits.maxComputeWorkgroupStorageSize};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, chunk ? p->asums : p->att}, {6, lb->vecs}, {8, p->freq},
                      {9, p->aml}, {10, p->att}, {11, p->acount}};
         used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0) |
@@ -466,6 +470,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* (4: the character GPT at batch 1 on an H200, 5,480 tokens/s against 5,081 with 1, one
        run each; Qwen3's shape does not use this form) */
     if (!d.attn_cols) d.attn_cols = c->width >= 4 ? 4 : 1;
+    if (d.attn_late < 0 || d.attn_late > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_late = %d; want 0 or 1", d.attn_late);
     if (d.combine_launch < 0 || d.combine_launch > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)

@@ -54,6 +54,8 @@ typedef struct wgml_decode_desc {
     int combine_launch;       /* 1: the split attention's chunks combined by a launch of their own; 0: by the last
                                  chunk workgroup of each K/V head to finish, where the runtime is wgpu-native (its
                                  storageBarrier is a device-scope fence: decode_wgsl.c), else the launch */
+    int attn_late;            /* 1: the split attention's cache loads after its prologue (as before; comparisons), not
+                                 issued first */
     int attn_cols;            /* GPT-2's fused attention + projection: the projection's columns in this many blocks, a
                                  workgroup each that works out its K/V head's attention again (0: 4) */
     int sample_logits;        /* 1: the sampler reads every logit; 0: the candidates the head's workgroups leave, each

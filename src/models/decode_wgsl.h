@@ -76,6 +76,10 @@ typedef struct wgml_decode_attn {
        it resets; the sums and (max, sum) then pass as atomics. Only where storageBarrier is a
        device-scope fence (wgpu-native's naga: see the kernel), else the combine's launch. */
     int combine;
+    /* with chunk and rope: the chunk's cache loads issued before the prologue (where D is a
+       multiple of 8, the chunk and (G + 1) 64 fit the workgroup; it takes 5 WGS G more floats of
+       workgroup memory and 2 D) */
+    int early;
 } wgml_decode_attn;
 /* The split attention's chunks combined into each head's output (binding 10, rows of as):
    grid (rows, heads of G groups); bindings 0 rows, 4 sums, 9 (max, sum). */

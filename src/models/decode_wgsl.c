@@ -561,10 +561,12 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        TPP threads a position, coalesced; its V rows loaded once for the G heads, VP threads
        sharing a value column); the row's own position, which the prologue appends, is taken
        from workgroup memory instead */
-    const int early = split && a->early && a->rope && lw == 4 && (a->G + 1) * 64 <= wgs && a->chunk <= wgs && a->D / lw <= wgs;
+    int early = split && a->early && a->rope && lw == 4 && (a->G + 1) * 64 <= wgs && a->chunk <= wgs && a->D / lw <= wgs;
     unsigned tpp = 1;
     while (early && tpp * 2 * a->chunk <= wgs && tpp * 2 <= a->D / lw) tpp *= 2;
-    const unsigned dv = a->D / lw, vpn = early ? wgs / dv : 1, kpt = (dv + tpp - 1) / tpp, vpt = (a->chunk + vpn - 1) / vpn;
+    unsigned dv = a->D / lw, vpn = early ? wgs / dv : 1, kpt = (dv + tpp - 1) / tpp, vpt = (a->chunk + vpn - 1) / vpn;
+    /* (the preloaded K and V in registers: at most 32 vec4s a thread, else the old order) */
+    if (kpt + vpt > 32) early = 0, vpn = 1, vpt = (a->chunk + vpn - 1) / vpn;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"

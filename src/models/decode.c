@@ -506,10 +506,13 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
        prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
     p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
-    /* the decode step's attention split over chunks of 32 positions where the block is long
+    /* the decode step's attention split over chunks of positions where the block is long
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the
-       fused GPT-2 attention (its projection inside) stays whole */
-    unsigned auto_chunk = 32; /* (32 a row at batch 1; longer with more rows, about as many workgroups in all) */
+       fused GPT-2 attention (its projection inside) stays whole. 64 a row at batch 1 (Qwen3's
+       shape on the H200 with the cache's loads issued first: 854 tokens/s against 829 with 32
+       and 707 with 128, docs/MEASUREMENTS.md); 32 times the rows with more rows (about as many
+       workgroups in all) */
+    unsigned auto_chunk = 64;
     while (auto_chunk < 32 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
     p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 ? auto_chunk : 0u;
     if (p->attn_chunk >= (unsigned)c->block) p->attn_chunk = 0;

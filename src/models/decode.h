@@ -47,8 +47,8 @@ typedef struct wgml_decode_desc {
     int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
                                  32 would make more than 64 partial sums) */
     int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
-                                 each, and combined by one more launch a layer; 0: where the block is >= 512, 32 times
-                                 the batch rounded up to a power of two (unsplit where that reaches
+                                 each, and combined (combine_launch); 0: where the block is >= 512, 64 at batch 1,
+                                 else 32 times the batch rounded up to a power of two (unsplit where that reaches
                                  the block), -1: never; a chunk >= the block does not split either,
                                  nor does the fused GPT-2 form */
     int combine_launch;       /* 1: the split attention's chunks combined by a launch of their own; 0: by the last

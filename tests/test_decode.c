@@ -161,6 +161,7 @@ static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
 static int attn_cols;     /* GPT-2's fused projection in this many column blocks (0: the plan's choice) */
 static int attn_late;      /* the split attention's cache loads after its prologue */
+static int attn_wgs;       /* its workgroup's threads (0: the plan's choice) */
 static int head_lanes;     /* the LM head's lanes an output (0: the plan's choice) */
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 
@@ -193,7 +194,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
-                                .attn_late = attn_late};
+                                .attn_late = attn_late, .attn_wgs = attn_wgs};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -249,10 +250,15 @@ static void llama_split_attention(void)
         check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + (5 + c) * 2 + 2);
     }
     /* head size 8 (the cases above with their cache's loads issued before the prologue): chunks
-       of 4 in f16, and of 3 with the loads after the prologue (the old order) */
+       of 4 in f16 (at 512 threads where the adapter takes 1,024), and of 3 with the loads after
+       the prologue (the old order) */
     combine_launch = 0;
     const int c = combine_launches(test_context());
+    wgml_adapter_info info;
+    attn_wgs = wgml_adapter_info_get(test_context(), &info) == WGML_OK && info.max_compute_invocations_per_workgroup >= 1024 &&
+                       info.max_compute_workgroup_size_x >= 1024 ? 512 : 0;
     check_single_chunk(&llama8_cfg, 1, 0, 0, 2, 4, 1 + (5 + c) * 1 + 2);
+    attn_wgs = 0;
     attn_late = 1;
     check_single_chunk(&llama8_cfg, 0, 0, 0, 0, 3, 1 + (5 + c) * 1 + 2);
     attn_late = 0, plan_only = 0;

@@ -297,6 +297,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         const int64_t G = p->H / p->Hkv, ns = chunk ? (p->block + chunk - 1) / chunk : 1;
         unsigned early_wgs = split_wgs;
         while (early_wgs < p->wide_wgs && early_wgs < 8 * chunk) early_wgs *= 2;
+        if (p->d.attn_wgs && (unsigned)p->d.attn_wgs >= split_wgs) early_wgs = (unsigned)p->d.attn_wgs;
         const int early = chunk && !p->d.attn_late &&
                           (uint64_t)(G * (chunk + p->D) + 2 * p->D + early_wgs * (5 + 5 * G) + G * (1 + 2 * ns)) * 4 <=
                               p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
@@ -488,6 +489,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */
     const WGPULimits *lim = &ctx->rt.limits;
     const unsigned wide_wgs = lim->maxComputeInvocationsPerWorkgroup >= 1024 && lim->maxComputeWorkgroupSizeX >= 1024 ? 1024 : 256;
+    if (d.attn_wgs != 0 && d.attn_wgs != 256 && !(d.attn_wgs == 512 && wide_wgs >= 512) && !(d.attn_wgs == 1024 && wide_wgs >= 1024))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_wgs = %d; want 0, 256, 512 or 1024, at most %u", d.attn_wgs, wide_wgs);
     if ((uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * wide_wgs + G) * 4 > wg_mem)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
                          "(%u bytes here): block %lld is too long", (long long)(G * c->block), wg_mem, (long long)c->block);

@@ -54,6 +54,8 @@ typedef struct wgml_decode_desc {
     int combine_launch;       /* 1: the split attention's chunks combined by a launch of their own; 0: by the last
                                  chunk workgroup of each K/V head to finish, where the runtime is wgpu-native (its
                                  storageBarrier is a device-scope fence: decode_wgsl.c), else the launch */
+    int attn_wgs;             /* threads a workgroup of the split attention with its loads first (256, 512, 1024; 0:
+                                 8 a position of the chunk, at least 256, at most the adapter's widest; comparisons) */
     int attn_late;            /* 1: the split attention's cache loads after its prologue (as before; comparisons), not
                                  issued first */
     int attn_cols;            /* GPT-2's fused attention + projection: the projection's columns in this many blocks, a

@@ -29,7 +29,7 @@ done
 # A/B in the same command: bin/wgml_old's rows (a build before), if the bundle has one: the
 # character GPT's batch-1 rows, or OLD_ONLY's (e.g. OLD_ONLY=qwen3_0.6b_decode_b1); then VARIANTS,
 # rows with the plan's choices forced (WGML_DECODE_ATTN_CHUNK, _COMBINE_LAUNCH, _ATTN_LATE,
-# _HEAD_LANES, ...: tools/bench_decode.c), e.g.
+# _ATTN_WGS, _HEAD_LANES, ...: tools/bench_decode.c), e.g.
 #   VARIANTS="WGML_BENCH_DECODE_ONLY=gpt_generate_plan_b1 WGML_DECODE_ATTN_COLS=4;WGML_BENCH_DECODE_ONLY=qwen3_0.6b_decode_b1 WGML_DECODE_SAMPLE_LOGITS=1"
 if [ -x "$D/bin/wgml_old" ]; then
   echo "== the build before: ${OLD_ONLY:-gpt_generate_plan_b1}"

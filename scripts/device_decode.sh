@@ -26,12 +26,14 @@ for rt in ${RUNTIMES:-wgpu-native dawn}; do
   WGML_RUNTIME=$rt timeout 240 "$D/bin/wgml" bench decode --json > "$OUT/bench_$rt.json" 2> "$OUT/bench_$rt.log"
   grep -v "^Warning" "$OUT/bench_$rt.log"
 done
-# A/B in the same command: the character GPT's batch-1 rows of bin/wgml_old (a build before), if
-# the bundle has one; then VARIANTS, rows with the plan's choices forced, e.g.
+# A/B in the same command: bin/wgml_old's rows (a build before), if the bundle has one: the
+# character GPT's batch-1 rows, or OLD_ONLY's (e.g. OLD_ONLY=qwen3_0.6b_decode_b1); then VARIANTS,
+# rows with the plan's choices forced (WGML_DECODE_ATTN_CHUNK, _COMBINE_LAUNCH, _ATTN_LATE,
+# _ATTN_WGS, _HEAD_LANES, ...: tools/bench_decode.c), e.g.
 #   VARIANTS="WGML_BENCH_DECODE_ONLY=gpt_generate_plan_b1 WGML_DECODE_ATTN_COLS=4;WGML_BENCH_DECODE_ONLY=qwen3_0.6b_decode_b1 WGML_DECODE_SAMPLE_LOGITS=1"
 if [ -x "$D/bin/wgml_old" ]; then
-  echo "== the build before: character GPT, batch 1"
-  WGML_RUNTIME=wgpu-native WGML_BENCH_DECODE_ONLY=gpt_generate_plan_b1 timeout 60 "$D/bin/wgml_old" bench decode 2>&1 | grep -v "^Warning"
+  echo "== the build before: ${OLD_ONLY:-gpt_generate_plan_b1}"
+  WGML_RUNTIME=wgpu-native WGML_BENCH_DECODE_ONLY=${OLD_ONLY:-gpt_generate_plan_b1} timeout 90 "$D/bin/wgml_old" bench decode 2>&1 | grep -v "^Warning"
 fi
 IFS=';' read -ra variants <<< "${VARIANTS:-}"
 for v in "${variants[@]}"; do

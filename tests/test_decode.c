@@ -160,6 +160,19 @@ static int mlp_block; /* GPT-2's fused MLP's hidden units a workgroup (0: the pl
 static int plan_only; /* check_single skips the graph path */
 static int graph_prefill; /* prefills of at least this many positions through the model's graph (0: the plan's choice) */
 static int attn_cols;     /* GPT-2's fused projection in this many column blocks (0: the plan's choice) */
+static int attn_late;      /* the split attention's cache loads after its prologue */
+static int attn_wgs;       /* its workgroup's threads (0: the plan's choice) */
+static int head_lanes;     /* the LM head's lanes an output (0: the plan's choice) */
+static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
+
+/* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
+   wgpu-native, where the last chunk to finish does it (decode.h) */
+static int combine_launches(wgml_context *ctx)
+{
+    wgml_adapter_info info;
+    if (!ctx || wgml_adapter_info_get(ctx, &info)) return 1;
+    return combine_launch || !info.runtime || strcmp(info.runtime, "wgpu-native") != 0;
+}
 /* One prompt, past the block: plan = graph path = reference (chunk: the decode attention's
    positions a workgroup, -1 unsplit). */
 static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfused, int lanes, int parts, int chunk,
@@ -179,7 +192,9 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 5, .max_prefill = 3, .unfused = unfused, .lanes = lanes,
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
-                                .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols};
+                                .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
+                                .combine_launch = combine_launch, .head_lanes = head_lanes,
+                                .attn_late = attn_late, .attn_wgs = attn_wgs};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -193,7 +208,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
         CHECK_OK(ctx, wgml_decode_generate(plan, 5, got + 1));
         wgml_stats_get(ctx, &b);
         CHECK(b.dispatches - a.dispatches == (uint64_t)(5 * expect_dispatches));
-        CHECK(b.submits - a.submits == 1);
+        CHECK(b.submits - a.submits == 3); /* the first chunks short: 1, 2, then the 2 left (of 5 a submit) */
         CHECK_OK(ctx, wgml_decode_generate(plan, NN - 6, got + 6));
         same_tokens("plan vs reference", got, want, NN);
         /* a restart forgets the old sequence */
@@ -220,17 +235,33 @@ static void llama_plan_equals_graph_and_reference(void) { check_single(&llama_cf
 static void llama_plan_f16_weights(void) { check_single(&llama_cfg, 1, 0, 0, 2, 1 + 5 * 2 + 2); }
 static void llama_plan_head_size_8(void) { check_single(&llama8_cfg, 0, 0, 0, 2, 1 + 5 * 1 + 2); }
 
-/* The decode attention split over chunks of positions (one launch more a layer: the combine):
-   chunks of 3 over a block of 11 (contexts 5 .. 11 and, past the block, 6 .. again: chunks
-   partly filled, a context on a chunk's edge), of 1 (every chunk a position, f16, head size 8),
-   and of 4 on GPT-2's unfused form; with 16 lanes a GEMV output. */
+/* The decode attention split over chunks of positions, combined by the last chunk to finish
+   (wgpu-native) or by one launch more a layer (Dawn, or forced): chunks of 3 over a block of 11
+   (contexts 5 .. 11 and, past the block, 6 .. again: chunks partly filled, a context on a
+   chunk's edge), of 1 (every chunk a position, f16, head size 8), and of 4 on GPT-2's unfused
+   form; with 16 lanes a GEMV output. */
 static void llama_split_attention(void)
 {
     plan_only = 1;
-    check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + 6 * 2 + 2);
-    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + 6 * 1 + 2);
-    check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + 6 * 2 + 2);
-    plan_only = 0;
+    for (combine_launch = 0; combine_launch < 2; combine_launch++) {
+        const int c = combine_launches(test_context());
+        check_single_chunk(&llama_cfg, 0, 0, 16, 2, 3, 1 + (5 + c) * 2 + 2);
+        check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + (5 + c) * 1 + 2);
+        check_single_chunk(&gpt2_cfg, 0, 1, 0, 0, 4, 1 + (5 + c) * 2 + 2);
+    }
+    /* head size 8 (the cases above with their cache's loads issued before the prologue): chunks
+       of 4 in f16 (at 512 threads where the adapter takes 1,024), and of 3 with the loads after
+       the prologue (the old order) */
+    combine_launch = 0;
+    const int c = combine_launches(test_context());
+    wgml_adapter_info info;
+    attn_wgs = wgml_adapter_info_get(test_context(), &info) == WGML_OK && info.max_compute_invocations_per_workgroup >= 1024 &&
+                       info.max_compute_workgroup_size_x >= 1024 ? 512 : 0;
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 2, 4, 1 + (5 + c) * 1 + 2);
+    attn_wgs = 0;
+    attn_late = 1;
+    check_single_chunk(&llama8_cfg, 0, 0, 0, 0, 3, 1 + (5 + c) * 1 + 2);
+    attn_late = 0, plan_only = 0;
 }
 
 /* GPT-2's fused MLP with 24 hidden units a workgroup (three rounds of 8, W1 loaded each
@@ -255,6 +286,18 @@ static void gpt2_attention_column_blocks(void)
     attn_cols = 5;
     check_single(&gpt2_cfg, 1, 0, 0, 2, 3 * 2 + 2);
     attn_cols = 0, plan_only = 0;
+}
+
+/* The LM head at 8 lanes an output (32 outputs a workgroup: the vocabulary of 31 in one, its
+   last output past the end) and at 64, greedy, against the reference */
+static void lm_head_lanes(void)
+{
+    plan_only = 1;
+    head_lanes = 8;
+    check_single(&llama_cfg, 1, 0, 0, 0, 1 + 5 * 2 + 2);
+    head_lanes = 64;
+    check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+    head_lanes = 0, plan_only = 0;
 }
 
 /* x staged in chunks of 8 inputs (the norm's statistics over the whole row first, then each
@@ -290,7 +333,8 @@ static void long_context_split(void)
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 2, .max_prefill = 256};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
-        CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 6 + 2); /* split by default: the block is >= 512 */
+        /* split by default: the block is >= 512 */
+        CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 + combine_launches(ctx) + 2);
         CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first));
         CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got));
         same_slots("long context slot vs reference", S, NN, first, got, want);
@@ -314,7 +358,7 @@ static void profile_by_kind(void)
     int32_t want[NN], got[NN];
     reference_greedy(m.r, prompt, 2, NN, want);
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 3, .attn_chunk = 4};
+    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 3, .attn_chunk = 4, .combine_launch = 1};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     wgml_adapter_info info;
     wgml_adapter_info_get(ctx, &info);
@@ -489,6 +533,7 @@ int main(void)
     TEST_RUN(llama_split_attention);
     TEST_RUN(long_context_split);
     TEST_RUN(gemv_x_in_chunks);
+    TEST_RUN(lm_head_lanes);
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(profile_by_kind);

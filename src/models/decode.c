@@ -49,6 +49,8 @@ struct wgml_decode_plan {
     int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
     unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
+    int combine_in_attn;        /* the last chunk of a (row, K/V head) combines them (no launch of its own) */
+    WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
@@ -198,6 +200,8 @@ static unsigned lanes_by_size(int64_t N, int forced)
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
 #define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
+/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs) */
+static unsigned head_lanes(const wgml_decode_desc *d, int64_t V) { return d->head_lanes ? (unsigned)d->head_lanes : lanes_by_size(V, d->lanes); }
 
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill)
@@ -287,20 +291,35 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         /* (a chunk's workgroup: 256 threads, more where its G + 1 heads' RoPE needs 64 each) */
         unsigned split_wgs = 256;
         while (split_wgs < p->wide_wgs && (unsigned)(p->H / p->Hkv + 1) * 64 > split_wgs) split_wgs *= 2;
+        /* its cache loads issued first (wgml_decode_attn's early) where the workgroup memory
+           allows; then 8 threads a position where the adapter allows (chunks over 32: more
+           loads in flight, fewer a thread) */
+        const int64_t G = p->H / p->Hkv, ns = chunk ? (p->block + chunk - 1) / chunk : 1;
+        unsigned early_wgs = split_wgs;
+        while (early_wgs < p->wide_wgs && early_wgs < 8 * chunk) early_wgs *= 2;
+        if (p->d.attn_wgs && (unsigned)p->d.attn_wgs >= split_wgs) early_wgs = (unsigned)p->d.attn_wgs;
+        const int early = chunk && !p->d.attn_late &&
+                          (uint64_t)(G * (chunk + p->D) + 2 * p->D + early_wgs * (5 + 5 * G) + G * (1 + 2 * ns)) * 4 <=
+                              p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
+        if (early) split_wgs = early_wgs;
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = chunk ? split_wgs : p->wide_wgs,
                                .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
-                               .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk};
+                               .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
+                               .combine = chunk && p->combine_in_attn,
+                               .early = early};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, chunk ? p->asums : p->att}, {6, lb->vecs}, {8, p->freq},
-                     {9, p->aml}, {10, p->att}};
-        used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0);
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 8, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
-                             chunk ? "attention (split)" : "attention")))
+                     {9, p->aml}, {10, p->att}, {11, p->acount}};
+        used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0) |
+               (at.combine ? 1u << 10 | 1u << 11 : 0);
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 10, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
+                             chunk ? at.combine ? "attention (split+combine)" : "attention (split)" : "attention")))
             return st;
-        if (chunk && (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 9,
-                                      GRID_ROWS, 0, (uint32_t)p->H, 0, "attention combine")))
+        if (chunk && !at.combine &&
+            (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 10, GRID_ROWS, 0,
+                             (uint32_t)p->H, 0, "attention combine")))
             return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
@@ -325,7 +344,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
-    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = lanes_for(p->V), .RB = RBH, .kch = KCH(C),
+    const unsigned hl = head_lanes(&p->d, p->V);
+    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                            .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
@@ -333,7 +353,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {6, rows}, {9, p->mlp_parts},
                  {14, p->cand}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
-    if ((st = add_launch(p, ps_, w, used, bh, 9, GRID_FIXED, groups_for(p->V), 1, 1, "norm+lm head gemv"))) return st;
+    if ((st = add_launch(p, ps_, w, used, bh, 9, GRID_FIXED, (uint32_t)((p->V + 256 / hl - 1) / (256 / hl)), 1, 1, "norm+lm head gemv")))
+        return st;
     /* the sampler draws from the head's candidates (a best noised logit a workgroup), not from every logit */
     wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->wide_wgs, .cands = (unsigned)p->ncand};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->ncand ? p->cand : p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
@@ -362,7 +383,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
     }
     free(p->L);
-    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
+    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->acount, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
                           &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging[0], &p->staging[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
@@ -450,11 +471,17 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!d.graph_prefill) d.graph_prefill = 64;
     if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
+    if (d.head_lanes != 0 && d.head_lanes != 8 && d.head_lanes != 16 && d.head_lanes != 32 && d.head_lanes != 64 && d.head_lanes != 128)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_lanes = %d; want 0, 8, 16, 32, 64 or 128", d.head_lanes);
     if (d.attn_cols < 0 || d.attn_cols > c->width)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_cols = %d; want 0 to the width", d.attn_cols);
     /* (4: the character GPT at batch 1 on an H200, 5,480 tokens/s against 5,081 with 1, one
        run each; Qwen3's shape does not use this form) */
     if (!d.attn_cols) d.attn_cols = c->width >= 4 ? 4 : 1;
+    if (d.attn_late < 0 || d.attn_late > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_late = %d; want 0 or 1", d.attn_late);
+    if (d.combine_launch < 0 || d.combine_launch > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
     const int64_t G = c->heads / c->kv_heads;
@@ -462,6 +489,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */
     const WGPULimits *lim = &ctx->rt.limits;
     const unsigned wide_wgs = lim->maxComputeInvocationsPerWorkgroup >= 1024 && lim->maxComputeWorkgroupSizeX >= 1024 ? 1024 : 256;
+    if (d.attn_wgs != 0 && d.attn_wgs != 256 && !(d.attn_wgs == 512 && wide_wgs >= 512) && !(d.attn_wgs == 1024 && wide_wgs >= 1024))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_wgs = %d; want 0, 256, 512 or 1024, at most %u", d.attn_wgs, wide_wgs);
     if ((uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * wide_wgs + G) * 4 > wg_mem)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
                          "(%u bytes here): block %lld is too long", (long long)(G * c->block), wg_mem, (long long)c->block);
@@ -480,13 +509,23 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
        prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
     p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
-    /* the decode step's attention split over chunks of 32 positions where the block is long
+    /* the decode step's attention split over chunks of positions where the block is long
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the
-       fused GPT-2 attention (its projection inside) stays whole */
-    unsigned auto_chunk = 32; /* (32 a row at batch 1; longer with more rows, about as many workgroups in all) */
+       fused GPT-2 attention (its projection inside) stays whole. 64 a row at batch 1 (Qwen3's
+       shape on the H200 with the cache's loads issued first: 854 tokens/s against 829 with 32
+       and 707 with 128, docs/MEASUREMENTS.md); 32 times the rows with more rows (about as many
+       workgroups in all) */
+    unsigned auto_chunk = 64;
     while (auto_chunk < 32 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
     p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 ? auto_chunk : 0u;
     if (p->attn_chunk >= (unsigned)c->block) p->attn_chunk = 0;
+    /* the chunks combined inside the attention's launch: wgpu-native only (decode_wgsl.c: the
+       memory model), and where its (max, sum) per chunk fit the workgroup memory too */
+    if (p->attn_chunk) {
+        const int64_t ns = (c->block + p->attn_chunk - 1) / p->attn_chunk;
+        p->combine_in_attn = !d.combine_launch && strcmp(ctx->rt.info.runtime ? ctx->rt.info.runtime : "", "wgpu-native") == 0 &&
+                             (uint64_t)(G * p->attn_chunk + 2 * G * c->head_dim + 5 * wide_wgs + G + 2 * G * ns + 1) * 4 <= wg_mem;
+    }
     p->L = calloc((size_t)c->layers, sizeof *p->L);
     p->len = calloc((size_t)p->B, sizeof *p->len), p->count = calloc((size_t)p->B, sizeof *p->count);
     p->hist = calloc((size_t)p->B, sizeof *p->hist), p->n_hist = calloc((size_t)p->B, sizeof *p->n_hist);
@@ -534,13 +573,15 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         const uint64_t ns = (uint64_t)((p->block + p->attn_chunk - 1) / p->attn_chunk);
         p->asums = make_buffer(p, (uint64_t)(p->B * p->A) * ns * 4, STORAGE, "decode attention chunks", &st);
         p->aml = make_buffer(p, (uint64_t)(p->B * p->H) * ns * 2 * 4, STORAGE, "decode attention chunk maxima", &st);
+        /* (zeroed, as WebGPU makes every buffer; each launch leaves them at zero again) */
+        if (p->combine_in_attn) p->acount = make_buffer(p, (uint64_t)(p->B * p->Hkv) * 4, STORAGE, "decode attention chunk counters", &st);
     }
     p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);
     p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);
     p->logits = make_buffer(p, (uint64_t)(p->B * p->V) * 4, STORAGE, "decode logits", &st);
     if (!d.sample_logits) { /* the head's workgroups (groups_for at this shape) */
-        const int64_t opw = 256 / lanes_by_size(p->V, d.lanes);
+        const int64_t opw = 256 / head_lanes(&d, p->V);
         p->ncand = (p->V + opw - 1) / opw;
         p->cand = make_buffer(p, (uint64_t)(p->B * p->ncand) * 8, STORAGE, "decode candidates", &st);
     }
@@ -819,6 +860,11 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
        waited for (each copies its rings into a staging buffer of its own, in queue order) */
     int pending = -1, cur = 0;
     int64_t pend_k = 0, pend_done = 0;
+    /* the first chunks short (1, 2, 4, .. steps, up to steps_per_submit): the GPU waits for
+       the first chunk's encoding alone (the Qwen3 shape's 32 steps took ~10 ms of host work
+       before the GPU began), and each later one is encoded while the one before runs (a
+       chunk's encoding is under half of its GPU time) */
+    int64_t ramp = 1;
     for (int64_t done = 0; !st && done < steps;) {
         /* slots whose cache is full restart from their last block / 2 tokens: all but the
            newest fed now (no sample), the newest by the next decode step, as one pass of
@@ -841,7 +887,8 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
             p->len[s] = n;
             set_decode_row(p, s, n, from[feed - 1], p->count[s]);
         }
-        int64_t k = steps - done < (int64_t)p->cap ? steps - done : (int64_t)p->cap;
+        int64_t k = steps - done < ramp ? steps - done : ramp;
+        ramp = 2 * ramp < (int64_t)p->cap ? 2 * ramp : (int64_t)p->cap;
         for (int64_t s = 0; s < p->active; s++)
             if (p->block - p->len[s] < k) k = p->block - p->len[s];
         if (!st) st = submit(p, k, (uint32_t)p->active, (uint32_t)p->active, cur);

@@ -41,15 +41,23 @@ typedef struct wgml_decode_desc {
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
     int unfused;              /* 1: GPT-2 in the five launches a layer, not three (tests, comparisons) */
     int lanes;                /* threads summing one output of a GEMV: 16, 32, 64, 128; 0 by its size (tests) */
+    int head_lanes;           /* the LM head's: 8, 16, 32, 64, 128; 0 as lanes */
     int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
     int x_chunk;              /* a GEMV's inputs staged at a time, a multiple of 8 (0: as many as fit; tests) */
     int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
                                  32 would make more than 64 partial sums) */
     int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
-                                 each, and combined by one more launch a layer; 0: where the block is >= 512, 32 times
-                                 the batch rounded up to a power of two (unsplit where that reaches
+                                 each, and combined (combine_launch); 0: where the block is >= 512, 64 at batch 1,
+                                 else 32 times the batch rounded up to a power of two (unsplit where that reaches
                                  the block), -1: never; a chunk >= the block does not split either,
                                  nor does the fused GPT-2 form */
+    int combine_launch;       /* 1: the split attention's chunks combined by a launch of their own; 0: by the last
+                                 chunk workgroup of each K/V head to finish, where the runtime is wgpu-native (its
+                                 storageBarrier is a device-scope fence: decode_wgsl.c), else the launch */
+    int attn_wgs;             /* threads a workgroup of the split attention with its loads first (256, 512, 1024; 0:
+                                 8 a position of the chunk, at least 256, at most the adapter's widest; comparisons) */
+    int attn_late;            /* 1: the split attention's cache loads after its prologue (as before; comparisons), not
+                                 issued first */
     int attn_cols;            /* GPT-2's fused attention + projection: the projection's columns in this many blocks, a
                                  workgroup each that works out its K/V head's attention again (0: 4) */
     int sample_logits;        /* 1: the sampler reads every logit; 0: the candidates the head's workgroups leave, each

@@ -555,6 +555,18 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        sum of exponentials) to binding 4 and 9 for wgml_decode_attn_combine_wgsl */
     const int split = a->chunk > 0 && !a->wo_fused;
     const unsigned ns = split ? (a->block + a->chunk - 1) / a->chunk : 1;
+    /* the chunks combined by the last of them to finish (the sums pass as atomics, below) */
+    const int combine = split && a->combine;
+    /* a Llama decode chunk's cache loads issued first, before the prologue (its K rows over
+       TPP threads a position, coalesced; its V rows loaded once for the G heads, VP threads
+       sharing a value column); the row's own position, which the prologue appends, is taken
+       from workgroup memory instead */
+    int early = split && a->early && a->rope && lw == 4 && (a->G + 1) * 64 <= wgs && a->chunk <= wgs && a->D / lw <= wgs;
+    unsigned tpp = 1;
+    while (early && tpp * 2 * a->chunk <= wgs && tpp * 2 <= a->D / lw) tpp *= 2;
+    unsigned dv = a->D / lw, vpn = early ? wgs / dv : 1, kpt = (dv + tpp - 1) / tpp, vpt = (a->chunk + vpn - 1) / vpn;
+    /* (the preloaded K and V in registers: at most 32 vec4s a thread, else the old order) */
+    if (kpt + vpt > 32) early = 0, vpn = 1, vpt = (a->chunk + vpn - 1) / vpn;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
@@ -571,9 +583,15 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     if (a->wo_fused)
         out(&b, "fn vput(i: u32, v: VT) { %s }\n",
             lw == 4 ? "ob[i] = v.x; ob[i + 1u] = v.y; ob[i + 2u] = v.z; ob[i + 3u] = v.w;" : "ob[i] = v;");
+    else if (combine)
+        out(&b, "fn vput(i: u32, v: VT) { %s }\nfn mlput(i: u32, v: f32) { atomicStore(&ml[i], bitcast<u32>(v)); }\n",
+            lw == 4 ? "atomicStore(&att[i], bitcast<u32>(v.x)); atomicStore(&att[i + 1u], bitcast<u32>(v.y)); "
+                      "atomicStore(&att[i + 2u], bitcast<u32>(v.z)); atomicStore(&att[i + 3u], bitcast<u32>(v.w));"
+                    : "atomicStore(&att[i], bitcast<u32>(v));");
     else
-        out(&b, "fn vput(i: u32, v: VT) { %s }\n",
-            lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;");
+        out(&b, "fn vput(i: u32, v: VT) { %s }\n%s",
+            lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;",
+            split ? "fn mlput(i: u32, v: f32) { ml[i] = v; }\n" : "");
     if (a->wo_fused) {
         out(&b, "var<workgroup> ob: array<f32, %u>;\n"
                 "@group(0) @binding(5) var<storage, read> wo: array<%s>;\n"
@@ -581,8 +599,13 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                 "fn wo_at(i: u32) -> f32 { return %s; }\n",
             a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
         if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
-    } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<f32>;\n");
-    if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<f32>;\n");
+    } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<%s>;\n", combine ? "atomic<u32>" : "f32");
+    if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<%s>;\n", combine ? "atomic<u32>" : "f32");
+    if (combine)
+        out(&b, "@group(0) @binding(10) var<storage, read_write> aout: array<f32>;\n"
+                "@group(0) @binding(11) var<storage, read_write> cnt: array<atomic<u32>>;\n"
+                "var<workgroup> lastwg: u32;\nvar<workgroup> cm: array<f32, %u>;\nvar<workgroup> cl: array<f32, %u>;\n",
+            a->G * ns, a->G * ns);
     if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
         out(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
                 "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
@@ -597,6 +620,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
         a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
+    if (early)
+        out(&b, "const TPP: u32 = %uu;\nconst KPT: u32 = %uu;\nconst VP: u32 = %uu;\nconst VPT: u32 = %uu;\n"
+                "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
+                "var<workgroup> sred: array<f32, %u>;\nvar<workgroup> vpart: array<VT, %u>;\n",
+            tpp, kpt, vpn, vpt, wgs * a->G, wgs * a->G);
     /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
        the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
        caches, which this workgroup then reads (storageBarrier) */
@@ -627,8 +655,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                  "        if (hh < G) { qput(hh * D + j, ya); qput(hh * D + j + HALF, yb); } else if (own) {\n"
                  "            let base = (slot * BLOCK + pos) * KVD + g * D;\n"
                  "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
-                 "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n"
-                 "        }\n    }\n    storageBarrier();\n");
+                 "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n%s"
+                 "        }\n    }\n    storageBarrier();\n",
+            early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "");
     } else {
         out(&pb, "    let pos = u32(rows[r].y);\n"
                  "    for (var hh = 0u; hh <= G; hh++) {\n"
@@ -666,7 +695,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     while (rw < scw && rw < wgs) rw *= 2;
     const char *tail = split ? "            if (tid == 0u) {\n                inv[q] = 1.0;\n"
                                "                let at = (((r * NKV + g) * NS + sp) * G + q) * 2u;\n"
-                               "                ml[at] = m;\n                ml[at + 1u] = total;\n            }\n"
+                               "                mlput(at, m);\n                mlput(at + 1u, total);\n            }\n"
                              : "            if (tid == 0u) { inv[q] = 1.0 / total; }\n";
     sbuf sb = {0};
     if (a->G * rw <= wgs)
@@ -706,6 +735,69 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         free(pro), free(soft), free(b.s);
         return NULL;
     }
+    if (early)
+        out(&b,
+            "@compute @workgroup_size(WGS)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n"
+            "    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
+            "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
+            "    if (t0 >= T) { return; }\n"
+            /* K: position ki of the chunk over TPP threads, each a slice of its vec4s; V:
+               value column vd over VP threads, each every VP-th position; all but the row's
+               own position (T - 1: the prologue writes it) loaded before the prologue */
+            "    let ki = tid / TPP;\n    let ks = tid %% TPP;\n    let kt = t0 + ki;\n"
+            "    var kr: array<VT, KPT>;\n"
+            "    if (ki < CH && kt + 1u < T) {\n"
+            "        let kbase = ((slot * BLOCK + kt) * KVD + g * D) / LW;\n"
+            "        for (var e = 0u; e < KPT; e++) { let d = ks + e * TPP; if (d < DV) { kr[e] = kc[kbase + d]; } }\n"
+            "    }\n"
+            "    let vd = tid %% DV;\n    let vp = tid / DV;\n"
+            "    let vbase = (slot * BLOCK * KVD + g * D) / LW + vd;\n"
+            "    var vr: array<VT, VPT>;\n"
+            "    for (var e = 0u; e < VPT; e++) {\n"
+            "        let t = t0 + vp + e * VP;\n"
+            "        if (vp < VP && t + 1u < T && t < t1) { vr[e] = vc[vbase + t * (KVD / LW)]; }\n    }\n"
+            "%s"
+            "    workgroupBarrier();\n"
+            "    if (own) {\n"
+            "        if (ki < CH && kt + 1u == T) {\n"
+            "            for (var e = 0u; e < KPT; e++) {\n"
+            "                let d = ks + e * TPP;\n"
+            "                if (d < DV) { kr[e] = vec4<f32>(kown[4u * d], kown[4u * d + 1u], kown[4u * d + 2u], kown[4u * d + 3u]); }\n"
+            "            }\n        }\n"
+            "        for (var e = 0u; e < VPT; e++) {\n"
+            "            if (vp < VP && t0 + vp + e * VP + 1u == T) {\n"
+            "                vr[e] = vec4<f32>(vown[4u * vd], vown[4u * vd + 1u], vown[4u * vd + 2u], vown[4u * vd + 3u]);\n"
+            "            }\n        }\n    }\n"
+            /* the scores: each thread's slice of its position's dot products, summed over the TPP threads */
+            "    {\n        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
+            "        for (var e = 0u; e < KPT; e++) {\n            let d = ks + e * TPP;\n"
+            "            if (d < DV) { for (var q = 0u; q < G; q++) { s[q] += dot(qs[q * DV + d], kr[e]); } }\n        }\n"
+            "        for (var q = 0u; q < G; q++) { sred[tid * G + q] = s[q]; }\n    }\n"
+            "    workgroupBarrier();\n"
+            "    for (var i = tid; i < CH * G; i += WGS) {\n"
+            "        let pi = i / G;\n        let q = i %% G;\n"
+            "        if (t0 + pi < t1) {\n"
+            "            var sum = 0.0;\n            for (var u = 0u; u < TPP; u++) { sum += sred[(pi * TPP + u) * G + q]; }\n"
+            "            sc[q * SCW + pi] = sum * SCALE;\n        }\n    }\n"
+            "    workgroupBarrier();\n"
+            "%s"
+            /* the weighted values: each V load serves the G heads; then the VP parts summed */
+            "    {\n        var acc: array<VT, G>;\n        for (var q = 0u; q < G; q++) { acc[q] = VT(0.0); }\n"
+            "        for (var e = 0u; e < VPT; e++) {\n"
+            "            let t = t0 + vp + e * VP;\n"
+            "            if (vp < VP && t < t1) { for (var q = 0u; q < G; q++) { acc[q] += sc[q * SCW + t - t0] * vr[e]; } }\n"
+            "        }\n"
+            "        for (var q = 0u; q < G; q++) { vpart[tid * G + q] = acc[q]; }\n    }\n"
+            "    workgroupBarrier();\n"
+            "    for (var o = tid; o < G * DV; o += WGS) {\n"
+            "        let q = o / DV;\n        let d = o %% DV;\n"
+            "        var sum = VT(0.0);\n        for (var u = 0u; u < VP; u++) { sum += vpart[(u * DV + d) * G + q]; }\n"
+            "        vput(((r * NKV + g) * NS + sp) * G * D + o * LW, sum * inv[q]);\n    }\n"
+            "    workgroupBarrier();\n",
+            pro, soft);
+    else
     out(&b,
         "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
@@ -715,6 +807,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
            own position appends its k and v */
         "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
+        /* (split: the chunks past the row's position have nothing to do; the combine reads
+           only the others) */
+        "%s"
         "%s"
         "    workgroupBarrier();\n"
         /* a thread per cached position: its score against each of the group's query heads */
@@ -747,10 +842,62 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        pro, soft,
+        split ? "    if (t0 >= T) { return; }\n" : "", pro, soft,
         a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
     free(soft);
+    if (combine) {
+        /* The last chunk workgroup of a (row, K/V head) to finish combines the chunks, so the
+           combine needs no launch of its own. Why it sees every chunk's sums: naga (wgpu-native)
+           emits storageBarrier() as OpControlBarrier(Workgroup, Device, AcquireRelease |
+           UniformMemory), a device-scope fence, and atomics on storage as device-scope relaxed
+           atomics. Each chunk's threads store their sums and (max, sum) as atomics (coherent at
+           device scope whatever the buffer's decorations) and meet at a storageBarrier; thread 0,
+           after a second one (its release fence, after every thread's stores by the first),
+           adds 1 to the counter. The workgroup whose add returns n - 1 read the end of the
+           counter's release sequence (read-modify-writes extend it) and passes a storageBarrier
+           (its acquire fence) before it loads: by the Vulkan memory model's fence
+           synchronization every chunk's stores happen before those loads. It resets the counter
+           for the next launch, which a pipeline barrier orders after this one (the counter is a
+           read_write binding of every split attention launch). Tint (Dawn) gives storageBarrier
+           workgroup scope, as the WGSL spec does: there the plan keeps the combine's launch. */
+        out(&b, "    storageBarrier();\n    storageBarrier();\n"
+                "    let nch = (T + CH - 1u) / CH;\n    let p0 = (r * NKV + g) * NS;\n"
+                "    if (tid == 0u) {\n"
+                "        let done = atomicAdd(&cnt[r * NKV + g], 1u) + 1u;\n"
+                "        lastwg = select(0u, 1u, done == nch);\n"
+                "        if (done == nch) { atomicStore(&cnt[r * NKV + g], 0u); }\n"
+                "    }\n"
+                "    storageBarrier();\n"
+                "    if (workgroupUniformLoad(&lastwg) == 0u) { return; }\n");
+        /* the chunks' sums of this thread's output loaded first, with the (max, sum) of each
+           head's chunks: their loads in flight together (where an output a thread and the
+           chunks fit registers), then each output weighs the chunks */
+        const int pre = a->G * a->D <= wgs && ns <= 64;
+        if (pre)
+            out(&b, "    var pv: array<f32, NS>;\n"
+                    "    if (tid < G * D) {\n"
+                    "        for (var s = 0u; s < NS; s++) { if (s < nch) { pv[s] = bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + tid])); } }\n"
+                    "    }\n");
+        out(&b, "    for (var i = tid; i < G * NS; i += WGS) {\n"
+                "        let s = i / G;\n        let q = i %% G;\n"
+                "        var mv = -3.0e38;\n        var lv = 0.0;\n"
+                "        if (s < nch) { mv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u])); lv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u + 1u])); }\n"
+                "        cm[q * NS + s] = mv;\n        cl[q * NS + s] = lv;\n    }\n"
+                "    workgroupBarrier();\n"
+                "    for (var o = tid; o < G * D; o += WGS) {\n"
+                "        let q = o / D;\n        var m = -3.0e38;\n"
+                "        for (var s = 0u; s < NS; s++) { if (s < nch) { m = max(m, cm[q * NS + s]); } }\n"
+                "        var l = 0.0;\n        var acc = 0.0;\n"
+                "        for (var s = 0u; s < NS; s++) {\n"
+                "            if (s < nch) {\n"
+                "                let w = exp(cm[q * NS + s] - m);\n"
+                "                l += w * cl[q * NS + s];\n"
+                "                acc += w * %s;\n"
+                "            }\n        }\n"
+                "        aout[r * AS + g * G * D + o] = acc / l;\n    }\n",
+            pre ? "pv[s]" : "bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + o]))");
+    }
     if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
         /* (columns cb CW .. (cb + 1) CW of it: with cols > 1 each column block's workgroup
            works out the group's attention again, and the projection is spread wider) */

@@ -71,6 +71,15 @@ typedef struct wgml_decode_attn {
        exponentials) to binding 9, at ((row Hkv + g) NS + chunk) G + head; chunks past the
        row's position stay empty (wgml_decode_attn_combine_wgsl reads only the others) */
     unsigned chunk;
+    /* with chunk: the last workgroup of a (row, K/V head) to finish combines the chunks itself
+       into binding 10 (rows of as), counted by an atomic per (row, K/V head) at binding 11 that
+       it resets; the sums and (max, sum) then pass as atomics. Only where storageBarrier is a
+       device-scope fence (wgpu-native's naga: see the kernel), else the combine's launch. */
+    int combine;
+    /* with chunk and rope: the chunk's cache loads issued before the prologue (where D is a
+       multiple of 8, the chunk and (G + 1) 64 fit the workgroup; it takes 5 WGS G more floats of
+       workgroup memory and 2 D) */
+    int early;
 } wgml_decode_attn;
 /* The split attention's chunks combined into each head's output (binding 10, rows of as):
    grid (rows, heads of G groups); bindings 0 rows, 4 sums, 9 (max, sum). */

@@ -29,6 +29,7 @@ def main():
     p.add_argument("--batch", type=int, required=True, help="the global batch (split over the ranks)")
     p.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
+    p.add_argument("--amp", choices=tuple(torch_gpt.AMP_DTYPES), help="autocast in this dtype (fp16: with a GradScaler)")
     p.add_argument("--json", help="rank 0 writes the result here")
     args = p.parse_args()
 
@@ -54,17 +55,31 @@ def main():
     opt = torch_gpt.make_optimizer(model, t)
     rows = args.batch // world
 
+    scaler = torch_gpt.grad_scaler(args.amp, device)
+
     def step(s):
         x, y = batches.get(0, s)
         x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
         for g in opt.param_groups:
             g["lr"] = torch_gpt.lr_at(t, s)
-        loss = torch_gpt.loss_of(ddp, x, y)
+        if args.amp:
+            with torch.autocast(device_type="cuda", dtype=torch_gpt.AMP_DTYPES[args.amp]):
+                loss = torch_gpt.loss_of(ddp, x, y)
+        else:
+            loss = torch_gpt.loss_of(ddp, x, y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
         if t["max_grad_norm"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t["max_grad_norm"])
-        opt.step()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         return loss.item()  # read back each step, as wgml reads its loss
 
     for s in range(args.warmup):
@@ -79,9 +94,9 @@ def main():
     ms = statistics.median(times) * 1e3
     res = {"ranks": world, "batch": args.batch, "block": cfg["block"], "ms_per_step": ms,
            "tokens_per_s": args.batch * cfg["block"] / ms * 1e3, "device": torch.cuda.get_device_name(device),
-           "torch": torch.__version__, "steps": args.steps, "warmup": args.warmup}
+           "torch": torch.__version__, "steps": args.steps, "warmup": args.warmup, "amp": args.amp or "f32"}
     if rank == 0:
-        print(f"torch DDP {world} GPU(s): batch {args.batch} x {cfg['block']}: {ms:.2f} ms/step, "
+        print(f"torch DDP {world} GPU(s) {args.amp or 'f32'}: batch {args.batch} x {cfg['block']}: {ms:.2f} ms/step, "
               f"{res['tokens_per_s']:.0f} tokens/s ({res['device']})", flush=True)
         if args.json:
             with open(args.json, "w") as f:

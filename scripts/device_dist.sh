@@ -12,7 +12,7 @@
 #   RUNS="name:ranks[:VAR=VALUE,...[:--arg,value,...]] ..." the wgml runs (default np1:1 np2:2
 #   np4:4; the first is the checkpoint PyTorch starts from; each run's losses are compared with
 #   those of the last 1-rank run before it, e.g. np1m:1::--precision,mixed for mixed ones),
-#   TORCH_RANKS="1 2 4".
+#   TORCH_RANKS="1 2 4", TORCH_AMP="fp16 bf16" (PyTorch's autocast runs too).
 # Each line of OUT/summary.txt: what ran, ms/step and tokens/s over the steps after the 20th.
 set -u
 D=$1
@@ -101,10 +101,15 @@ PY
 done
 echo "segments left in /dev/shm: $(ls /dev/shm | grep -c '^wgml-dist-')" | tee -a "$OUT/summary.txt"
 
-# PyTorch DDP, the same model (from wgml's checkpoint of the first run)
-for n in ${TORCH_RANKS:-1 2 4}; do
-  timeout 180 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/$first/gpt.safetensors" \
-    --data "$D/text" --batch "$BATCH" --json "$OUT/torch_np$n.json" >"$OUT/torch_np$n.log" 2>&1
-  echo "torch_np$n: rc $? $(grep 'torch DDP' "$OUT/torch_np$n.log")" | tee -a "$OUT/summary.txt"
+# PyTorch DDP, the same model (from wgml's checkpoint of the first run), f32 and each autocast
+# dtype of TORCH_AMP (e.g. "fp16 bf16")
+for amp in f32 ${TORCH_AMP:-}; do
+  for n in ${TORCH_RANKS:-1 2 4}; do
+    tag=torch_np$n${amp#f32} amp_arg=()
+    [ "$amp" = f32 ] || amp_arg=(--amp "$amp")
+    timeout 180 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/$first/gpt.safetensors" \
+      --data "$D/text" --batch "$BATCH" "${amp_arg[@]}" --json "$OUT/$tag.json" >"$OUT/$tag.log" 2>&1
+    echo "$tag: rc $? $(grep 'torch DDP' "$OUT/$tag.log")" | tee -a "$OUT/summary.txt"
+  done
 done
 exit 0

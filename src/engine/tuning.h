@@ -39,9 +39,10 @@ typedef struct wgml_tuning {
        fragments, and llvmpipe's compile with it), under mixed precision on any adapter */
     int attn_matrix;
     int attn_emu[5];
-    /* WGML_ATTN_MATRIX=cols,F,K,Q,S[,PF]: the matrix kernels' steps of columns (forward, dK/dV,
-       dQ) and subgroups per workgroup (0: the policy's), the policy otherwise; PF 0 turns their
-       prefetch off (attn_mpre 0; -1: the policy's, on) */
+    /* WGML_ATTN_MATRIX=cols,F,K,Q,S[,O]: the matrix kernels' steps of columns (forward, dK/dV,
+       dQ) and subgroups per workgroup (0: the policy's), the policy otherwise; O (attn_mpre; -1:
+       the policy's, all on) picks their options: 1 prefetch, 2 the gradients' dP block
+       (wgml_attn_sgmat) */
     int attn_mcols[3], attn_msub, attn_mpre;
 } wgml_tuning;
 

@@ -311,7 +311,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
         *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
                                .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
                                .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
-                               .prefetch = tu->attn_mpre != 0};
+                               .prefetch = tu->attn_mpre < 0 || (tu->attn_mpre & 1), .dp_block = tu->attn_mpre < 0 || (tu->attn_mpre & 2)};
         if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
             (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
             return true;
@@ -324,7 +324,7 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
     /* kind + 16: apart from the SIMT kernels' keys */
     uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)c->kind + 16, (uint32_t)c->d,
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
-                       (uint32_t)c->subgroups, (uint32_t)c->cols, c->vec | (uint32_t)c->prefetch << 1, c->emulate};
+                       (uint32_t)c->subgroups, (uint32_t)c->cols, c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2, c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;

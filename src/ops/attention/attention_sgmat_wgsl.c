@@ -63,7 +63,11 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
 }
 
 /* the gradient kernels compute S and dP before their lanes read either: dP has a block of its own */
-static bool has_ss2(const wgml_attn_sgmat *c) { return c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ; }
+static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
+
+/* rows of the results are whole fragments and 16-byte aligned: whole tiles go straight from
+   the matrix units to memory */
+static bool direct_out(const wgml_attn_sgmat *c) { return c->d % 16 == 0; }
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 
@@ -145,6 +149,10 @@ static void put_types(gen *g)
                      "fn emu_st_ss(off: u32, x: Acc, stride: u32) {\n"
                      "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
                   SM * SK, SK * SN, SM * SN, SM, SN, SK, SN, SK, SN, SM, SN, SN);
+    if (direct_out(g->c))
+        wgml_sbuf_put(b, "fn emu_st_%s(off: u32, x: Acc, stride: u32) {\n"
+                         "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { %s[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
+                      g->c->kind == WGML_ATTN_FORWARD ? "O" : "OUT", SM, SN, g->c->kind == WGML_ATTN_FORWARD ? "O" : "OUT", SN);
     if (has_ss2(g->c))
         wgml_sbuf_put(b, "fn emu_st_ss2(off: u32, x: Acc, stride: u32) {\n"
                          "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss2[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
@@ -280,6 +288,29 @@ static void put_accumulate(gen *g, const char *acc, const char *arr, int at)
     wgml_sbuf_put(g->b, "    }\n");
 }
 
+/* Where `full` (workgroup-uniform WGSL: every row of the workgroup's tile is inside), each
+   accumulator <acc>f goes straight to out[<base0> + f * SN ...] (row stride D; base0: the
+   subgroup's row 0), and the rest of the kernel's results code (put_results) runs in the else
+   branch that this leaves open; see put_results_end. */
+static void put_results_begin(gen *g, int n, const char *const *acc, const char *out, const char *const *base0, const char *full)
+{
+    if (!direct_out(g->c)) return;
+    wgml_sbuf_put(g->b, "    if (%s) {\n", full);
+    for (int a = 0; a < n; a++)
+        for (int f = 0; f < g->FD; f++) {
+            if (g->c->emulate)
+                wgml_sbuf_put(g->b, "        emu_st_%s(%s + %du, %s%d, D);\n", out, base0[a], f * g->SN, acc[a], f);
+            else
+                wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s + %du, %s%d, false, D);\n", out, base0[a], f * g->SN, acc[a], f);
+        }
+    wgml_sbuf_put(g->b, "    } else {\n");
+}
+
+static void put_results_end(gen *g)
+{
+    if (direct_out(g->c)) wgml_sbuf_put(g->b, "    }\n");
+}
+
 /* Writes accumulators <acc>f (times mul) through the subgroup's f32 block: element (row, c)
    of fragment f goes to out[<base of row> + f * SN + c] when the row's `ok` and the dim < D.
    row_base and ok are WGSL with the row index `row` in scope. */
@@ -392,7 +423,7 @@ static void put_key_step(gen *g, bool with_v, bool grad)
         wgml_sbuf_put(b, "    }\n");
     }
     put_scores(g, "q", 0, "ss");
-    if (grad) put_scores(g, "w", C * g->SD, "ss2");
+    if (grad && has_ss2(g->c)) put_scores(g, "w", C * g->SD, "ss2");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", true);
 }
@@ -464,7 +495,12 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "o", "ps", C * g->SD);
     wgml_sbuf_put(b, "    }\n");
+    char full[64];
+    snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
+    const char *acc[] = {"o"}, *base0[] = {"(bh * P.T + r0) * D"};
+    put_results_begin(g, 1, acc, "O", base0, full);
     put_results(g, "o", "O", "(bh * P.T + r0 + row) * D", "r0 + row < P.T", "1.0");
+    put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -494,15 +530,35 @@ static void put_dq(gen *g)
     put_stage_regs(g, "va", C);
     put_key_prologue(g, true);
     put_key_step(g, true, true);
+    /* dS times the scale (dQ = scale dS K) before it is rounded to f16: the results need no
+       multiplier, so whole tiles leave straight from the matrix units */
+    const char *dp = has_ss2(g->c) ? "ss2" : "ss";
+    if (!has_ss2(g->c)) {
+        for (int k = 0; k < g->rpl; k++)
+            for (int j = 0; j < g->cpr; j++)
+                wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
+        wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+        put_scores(g, "w", C * g->SD, "ss");
+        wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    } else {
+        for (int k = 0; k < g->rpl; k++)
+            for (int j = 0; j < g->cpr; j++)
+                wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
+    }
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf) * "
-                             "(ss2[sb + row%d * %du + lc + %du] - dl%d));\n",
-                          k, g->PC, j * g->lpr, k, j, k, k, j, k, g->SC, j * g->lpr, k);
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - dl%d) * P.scale);\n",
+                          k, g->PC, j * g->lpr, k, j, dp, k, g->SC, j * g->lpr, k);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    put_results(g, "dq", "OUT", "(rb + r0 + row) * D", "r0 + row < P.T", "P.scale");
+    /* (dS carries the scale: see ps above) */
+    char full[64];
+    snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
+    const char *acc[] = {"dq"}, *base0[] = {"(rb + r0) * D"};
+    put_results_begin(g, 1, acc, "OUT", base0, full);
+    put_results(g, "dq", "OUT", "(rb + r0 + row) * D", "r0 + row < P.T", "1.0");
+    put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -575,7 +631,7 @@ static void put_dkv(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     if (g->c->prefetch) put_query_fetch(g, "it + 1u");
     put_scores(g, "kr", 0, "ss");
-    put_scores(g, "vr", C * g->SD, "ss2");
+    if (has_ss2(g->c)) put_scores(g, "vr", C * g->SD, "ss2");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", false);
     for (int k = 0; k < g->rpl; k++)
@@ -583,16 +639,31 @@ static void put_dkv(gen *g)
             wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - sl[lc + %du]), x%d_%d != ninf);\n", k, j, k, j, j * g->lpr, k,
                           j);
             wgml_sbuf_put(b, "        pp[pb + row%d * %du + lc + %du] = f16(p%d_%d);\n", k, g->PC, j * g->lpr, k, j);
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss2[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]));\n",
-                          k, g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, C, j * g->lpr);
         }
+    if (!has_ss2(g->c)) {
+        wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+        put_scores(g, "vr", C * g->SD, "ss");
+        wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    }
+    /* dS^T times ln 2 before it is rounded to f16: Q was staged times scale log2(e), and
+       dK = scale dS^T Q = ln 2 dS^T (scaled Q), so the results need no multiplier */
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]) * LN2);\n",
+                          k, g->PC, j * g->lpr, k, j, has_ss2(g->c) ? "ss2" : "ss", k, g->SC, j * g->lpr, C, j * g->lpr);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dv", "pp", C * g->SD);
     put_accumulate(g, "dk", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    /* Q was scaled by scale * log2(e): dK = scale dS^T Q = ln 2 dS^T (scaled Q) */
-    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "LN2");
+    /* (dS^T carries ln 2, see ps above) */
+    char full[64];
+    snprintf(full, sizeof full, "j0 + %du <= P.S", g->R);
+    const char *acc[] = {"dk", "dv"},
+               *base0[] = {"P.dk_off + ((b * P.Hkv + g) * P.S + r0) * D", "P.dv_off + ((b * P.Hkv + g) * P.S + r0) * D"};
+    put_results_begin(g, 2, acc, "OUT", base0, full);
+    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "1.0");
     put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "1.0");
+    put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }
 

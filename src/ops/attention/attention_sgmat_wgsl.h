@@ -24,6 +24,9 @@ typedef struct wgml_attn_sgmat {
     /* each step's tiles are read from memory into registers (as f16) during the previous
        step's products, and stored into workgroup memory at the top of the step */
     bool prefetch;
+    /* the gradients: dP in an f32 block of its own (ss2), so S and dP are both computed before
+       one barrier instead of each before its own */
+    bool dp_block;
     /* plain-WGSL stand-ins for the matrix builtins and subgroup ids, in which every invocation
        computes its subgroup's whole matrices: the kernels' indexing, staging, masks and
        softmax run on an adapter without matrix units (lavapipe), slowly */

@@ -67,7 +67,7 @@ static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind =
 
 /* rows of the results are whole fragments and 16-byte aligned: whole tiles go straight from
    the matrix units to memory */
-static bool direct_out(const wgml_attn_sgmat *c) { return c->d % 16 == 0; }
+static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0; }
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 

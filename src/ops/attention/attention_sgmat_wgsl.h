@@ -27,6 +27,9 @@ typedef struct wgml_attn_sgmat {
     /* the gradients: dP in an f32 block of its own (ss2), so S and dP are both computed before
        one barrier instead of each before its own */
     bool dp_block;
+    /* whole tiles of results are stored straight from the matrix units (where d is a multiple
+       of 16); the output binding must then hold a 16 x 16 f32 fragment at least */
+    bool direct;
     /* plain-WGSL stand-ins for the matrix builtins and subgroup ids, in which every invocation
        computes its subgroup's whole matrices: the kernels' indexing, staging, masks and
        softmax run on an adapter without matrix units (lavapipe), slowly */

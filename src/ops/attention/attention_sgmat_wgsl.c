@@ -18,7 +18,17 @@
  * fragments that are never rescaled, so O stays on the matrix units. (One extra Q K^T
  * instead of an f32 round trip of O through workgroup memory at every step.) The gradient
  * kernels recompute P from L as the SIMT kernels do; their accumulators (dQ; dK and dV) stay in
- * result fragments for the whole walk. Results leave through the subgroup's f32 block.
+ * result fragments for the whole walk. Results leave straight from the matrix units where the
+ * workgroup's whole tile lies inside and D is a multiple of 16 (`direct`; dS carries the
+ * result's multiplier, scale in dQ and ln 2 in dK, before it is rounded to f16), else through
+ * the subgroup's f32 block.
+ *
+ * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
+ * into registers, as f16, right after the previous step's tiles were staged, so the reads are in
+ * flight during that step's products; the top of each step only stores them (one staging
+ * buffer: two barriers around the store, as without prefetch). With `dp_block` the gradients
+ * compute S and dP into blocks of their own before the one barrier their lanes wait at, instead
+ * of S, a barrier, the lanes' reads, a barrier, dP, a barrier.
  *
  * Lanes and elements: a subgroup's block is sm_m rows by `cols`; lpr = subgroup_size / sm_m
  * lanes share a row (or, with fewer lanes than rows, a lane has sm_m / subgroup_size rows),

@@ -18,6 +18,7 @@ static void every_kernel_and_config(void)
     static const int sizes[] = {32, 8, 64};
     static const int cols[] = {16, 32, 64};
     int made = 0;
+    for (int opt = 0; opt < 4; opt++) /* prefetch (1), the gradients' dP block (2) */
     for (int ki = 0; ki < N_OF(kinds); ki++)
         for (int s = 0; s < N_OF(shapes); s++)
             for (int di = 0; di < N_OF(dims); di++)
@@ -25,7 +26,8 @@ static void every_kernel_and_config(void)
                     for (int ci = 0; ci < N_OF(cols); ci++) {
                         wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
                                              .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
-                                             .vec = dims[di] % 4 == 0, .emulate = (s + z) % 3 == 0};
+                                             .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
+                                             .prefetch = opt & 1, .dp_block = opt & 2, .direct = (di + ci) % 2 == 0};
                         int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         if (c.cols % lpr) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
@@ -72,13 +74,24 @@ static void every_kernel_and_config(void)
                         CHECK(strstr(src, want) != NULL);
                         CHECK(test_wgsl_workgroup_bytes(src) == wgml_attn_sgmat_shared_bytes(&c));
                         CHECK(test_balanced(src));
+                        /* whole tiles of results straight from the matrix units where rows are whole
+                           fragments: one store a fragment along D of each result */
+                        const char *out = c.kind == WGML_ATTN_FORWARD ? "O" : "OUT";
+                        snprintf(want, sizeof want, c.emulate ? "emu_st_%s(" : "subgroupMatrixStore(&%s, ", out);
+                        int stores = test_count(src, want) - (c.emulate && c.direct && c.d % 16 == 0 ? 1 : 0);
+                        CHECK(stores == (c.d % 16 || !c.direct ? 0 : fd * (c.kind == WGML_ATTN_DKV ? 2 : 1)));
+                        /* dP's own block only in the gradients, when asked */
+                        bool grad = c.kind != WGML_ATTN_FORWARD;
+                        CHECK((strstr(src, "var<workgroup> ss2:") != NULL) == (grad && c.dp_block));
+                        /* prefetch: the next step's reads issued after the step's tiles are staged */
+                        CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let fit = it + 1u;" : "let jn = j0 + ") != NULL) == c.prefetch);
                         /* the forward writes L after O; the gradients read it */
                         CHECK((strstr(src, "O[P.lse_off") != NULL) == (c.kind == WGML_ATTN_FORWARD));
                         CHECK((strstr(src, "LSE[P.lse_off") != NULL) == (c.kind != WGML_ATTN_FORWARD));
                         free(src);
                     }
     fprintf(stderr, "  %d kernels generated\n", made);
-    CHECK(made > 500);
+    CHECK(made > 2000);
 }
 
 static void bad_configs_are_refused(void)

@@ -39,9 +39,11 @@ typedef struct wgml_tuning {
        fragments, and llvmpipe's compile with it), under mixed precision on any adapter */
     int attn_matrix;
     int attn_emu[5];
-    /* WGML_ATTN_MATRIX=cols,F,K,Q,S: the matrix kernels' steps of columns (forward, dK/dV, dQ)
-       and subgroups per workgroup (0: the policy's), the policy otherwise */
-    int attn_mcols[3], attn_msub;
+    /* WGML_ATTN_MATRIX=cols,F,K,Q,S[,O]: the matrix kernels' steps of columns (forward, dK/dV,
+       dQ) and subgroups per workgroup (0: the policy's), the policy otherwise; O (attn_mpre; -1:
+       the policy's: prefetch everywhere, the dP block in dK/dV) picks their options: 1
+       prefetch, 2 the gradients' dP block (wgml_attn_sgmat) */
+    int attn_mcols[3], attn_msub, attn_mpre;
 } wgml_tuning;
 
 /* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of

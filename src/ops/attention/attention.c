@@ -296,8 +296,12 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows, steps of 32 columns (or
    16 where 32 does not fit): on the H200, forward + backward at B=8 H=12 T=1024 D=64 took
    1.41 ms with 32 against 1.55 with 64 for the forward and dQ kernels, and two subgroups
-   2.24 (docs/MEASUREMENTS.md). */
-static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, wgml_attn_sgmat *c)
+   2.24 (docs/MEASUREMENTS.md). Every kernel prefetches; dK/dV keeps dP in a block of its own
+   where that fits (T = 1024: 604 us against 615 without; dQ's took 475 against 289 and has
+   none; docs/MEASUREMENTS.md, helper attn2). `rows` (T, or S for dK/dV): whole tiles of results
+   go straight from the matrix units only where a whole tile exists (a store of a 16 x 16 f32
+   fragment makes Dawn ask bindings of at least 1024 bytes). */
+static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
 {
     const wgml_tuning *tu = wgml_tuning_of(ctx);
     if (!wgml_attention_params_of(t).mixed || tu->attn_matrix < 0) return false;
@@ -307,14 +311,18 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
     static const int cols[] = {32, 16};
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
-    for (int i = knob ? -1 : 0; i < 2; i++) {
-        *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
-                               .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
-                               .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate};
-        if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
-            (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
-            return true;
-    }
+    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? 3 : 1;
+    for (int i = knob ? -1 : 0; i < 2; i++)
+        for (int dp_block = opts >> 1 & 1; dp_block >= 0; dp_block--) {
+            *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
+                                   .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
+                                   .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
+                                   .prefetch = opts & 1, .dp_block = dp_block};
+            c->direct = rows >= wgml_attn_sgmat_rows(c);
+            if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
+                (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
+                return true;
+        }
     return false;
 }
 
@@ -323,7 +331,8 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
     /* kind + 16: apart from the SIMT kernels' keys */
     uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)c->kind + 16, (uint32_t)c->d,
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
-                       (uint32_t)c->subgroups, (uint32_t)c->cols, c->vec, c->emulate};
+                       (uint32_t)c->subgroups, (uint32_t)c->cols,
+                       c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3, c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
@@ -380,7 +389,7 @@ wgml_status wgml_build_attention(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     wgml_attn_kernel k = {.kind = WGML_ATTN_FORWARD, .d = (int)d.D,
                           .vec = rows_aligned(t->src[0]) && rows_aligned(t->src[1]) && rows_aligned(t->src[2])};
     wgml_attn_sgmat mc;
-    bool matrix = choose_matrix(ctx, t, WGML_ATTN_FORWARD, k.d, k.vec, &mc);
+    bool matrix = choose_matrix(ctx, t, WGML_ATTN_FORWARD, k.d, k.vec, d.T, &mc);
     wgml_status st = matrix ? matrix_pipeline(ctx, &mc, l) : choose_tiles(ctx, &k, d.T);
     if (st || (!matrix && (st = attn_pipeline(ctx, &k, l)))) return st;
     attn_params p = params_of(t, d);
@@ -409,7 +418,8 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec};
     wgml_status st;
     wgml_attn_sgmat mkv, mq;
-    bool matrix_kv = choose_matrix(ctx, t, WGML_ATTN_DKV, kkv.d, vec, &mkv), matrix_q = choose_matrix(ctx, t, WGML_ATTN_DQ, kq.d, vec, &mq);
+    bool matrix_kv = choose_matrix(ctx, t, WGML_ATTN_DKV, kkv.d, vec, d.S, &mkv),
+         matrix_q = choose_matrix(ctx, t, WGML_ATTN_DQ, kq.d, vec, d.T, &mq);
     if ((!matrix_kv && (st = choose_tiles(ctx, &kkv, d.S))) || (!matrix_q && (st = choose_tiles(ctx, &kq, d.T)))) return st;
     wgml_launch *ld = &l[0], *lkv = &l[1], *lq = &l[2];
     if ((st = attn_pipeline(ctx, &kd, ld))) return st;

@@ -18,7 +18,17 @@
  * fragments that are never rescaled, so O stays on the matrix units. (One extra Q K^T
  * instead of an f32 round trip of O through workgroup memory at every step.) The gradient
  * kernels recompute P from L as the SIMT kernels do; their accumulators (dQ; dK and dV) stay in
- * result fragments for the whole walk. Results leave through the subgroup's f32 block.
+ * result fragments for the whole walk. Results leave straight from the matrix units where the
+ * workgroup's whole tile lies inside and D is a multiple of 16 (`direct`; dS carries the
+ * result's multiplier, scale in dQ and ln 2 in dK, before it is rounded to f16), else through
+ * the subgroup's f32 block.
+ *
+ * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
+ * into registers, as f16, right after the previous step's tiles were staged, so the reads are in
+ * flight during that step's products; the top of each step only stores them (one staging
+ * buffer: two barriers around the store, as without prefetch). With `dp_block` the gradients
+ * compute S and dP into blocks of their own before the one barrier their lanes wait at, instead
+ * of S, a barrier, the lanes' reads, a barrier, dP, a barrier.
  *
  * Lanes and elements: a subgroup's block is sm_m rows by `cols`; lpr = subgroup_size / sm_m
  * lanes share a row (or, with fewer lanes than rows, a lane has sm_m / subgroup_size rows),
@@ -62,6 +72,13 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     return g;
 }
 
+/* the gradient kernels compute S and dP before their lanes read either: dP has a block of its own */
+static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
+
+/* rows of the results are whole fragments and 16-byte aligned: whole tiles go straight from
+   the matrix units to memory */
+static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0; }
+
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 
 const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
@@ -84,6 +101,7 @@ uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
     uint32_t bytes = (uint32_t)(xs_rows * g.SD * 2 + g.NSG * g.SM * g.SC * 4 + g.NSG * g.SM * g.PC * 2);
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SM * g.lpr * 2 * 4); /* sx */
     if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SM * g.PC * 2 + 2 * g.C * 4);     /* pp, sl */
+    if (has_ss2(c)) bytes += (uint32_t)(g.NSG * g.SM * g.SC * 4);
     return bytes;
 }
 
@@ -109,11 +127,13 @@ static void mma_xs(gen *g, const char *acc, const char *left, const char *off, b
                       left, off, cm, stride, acc);
 }
 
-static void store_ss(gen *g, const char *acc, const char *off)
+/* acc into f32 block `arr` (ss, or the gradients' ss2) at off */
+static void store_ss(gen *g, const char *arr, const char *acc, const char *off)
 {
-    if (g->c->emulate) wgml_sbuf_put(g->b, "        emu_st_ss(%s, %s, %du);\n", off, acc, g->SC);
-    else wgml_sbuf_put(g->b, "        subgroupMatrixStore(&ss, %s, %s, false, %du);\n", off, acc, g->SC);
+    if (g->c->emulate) wgml_sbuf_put(g->b, "        emu_st_%s(%s, %s, %du);\n", arr, off, acc, g->SC);
+    else wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s, %s, false, %du);\n", arr, off, acc, g->SC);
 }
+
 
 /* the matrix types, or their stand-ins: whole matrices in every invocation */
 static void put_types(gen *g)
@@ -139,6 +159,14 @@ static void put_types(gen *g)
                      "fn emu_st_ss(off: u32, x: Acc, stride: u32) {\n"
                      "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
                   SM * SK, SK * SN, SM * SN, SM, SN, SK, SN, SK, SN, SM, SN, SN);
+    if (direct_out(g->c))
+        wgml_sbuf_put(b, "fn emu_st_%s(off: u32, x: Acc, stride: u32) {\n"
+                         "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { %s[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
+                      g->c->kind == WGML_ATTN_FORWARD ? "O" : "OUT", SM, SN, g->c->kind == WGML_ATTN_FORWARD ? "O" : "OUT", SN);
+    if (has_ss2(g->c))
+        wgml_sbuf_put(b, "fn emu_st_ss2(off: u32, x: Acc, stride: u32) {\n"
+                         "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss2[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
+                      SM, SN, SN);
     static const char *const lefts[] = {"xs", "ps", "pp"};
     int nl = g->c->kind == WGML_ATTN_DKV ? 3 : 2;
     for (int i = 0; i < nl + 1; i++) {
@@ -157,11 +185,37 @@ static void put_types(gen *g)
 
 static void put_params(gen *g) { wgml_attn_put_params(g->b, g->c->d, g->DP / 4); }
 
-/* The workgroup stages `rows` rows of a tensor into xs from half `dst`: row r is the tensor's
-   row0 + r (zeros at or past lim), starting at element base + (row0 + r) * stride, as f16
-   after multiplying by scale (NULL: 1). */
-static void put_stage(gen *g, const char *x, int rows, const char *row0, const char *lim, const char *base, const char *stride,
-                      const char *scale, int dst)
+/* The items (vec4 of a row) each thread moves for a tile of `rows` rows */
+static int stage_items(const gen *g, int rows) { return (rows * g->DP / 4 + g->NT - 1) / g->NT; }
+
+/* registers <reg>0.. for a tile of `rows` rows, as f16 */
+static void put_stage_regs(gen *g, const char *reg, int rows)
+{
+    for (int n = 0; n < stage_items(g, rows); n++) wgml_sbuf_put(g->b, "    var %s%d = vec4<f16>();\n", reg, n);
+}
+
+/* This thread's items of `rows` rows of a tensor into registers <reg>0.. as f16 after
+   multiplying by scale (NULL: 1): row r is the tensor's row row0 + r (zeros at or past lim),
+   starting at element base + (row0 + r) * stride */
+static void put_fetch(gen *g, const char *reg, const char *x, int rows, const char *row0, const char *lim, const char *base,
+                      const char *stride, const char *scale)
+{
+    wgml_sbuf *b = g->b;
+    int items = rows * g->DP / 4;
+    for (int n = 0; n * g->NT < items; n++) {
+        bool tail = (n + 1) * g->NT > items;
+        wgml_sbuf_put(b, "    {\n        let e = li + %du;\n        %s%d = vec4<f16>();\n", n * g->NT, reg, n);
+        if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+        wgml_sbuf_put(b, "        let r = e / DP4;\n"
+                         "        if (%s + r < %s) { %s%d = vec4<f16>(ld_%s(%s + (%s + r) * %s, e %% DP4)%s%s); }\n",
+                      row0, lim, reg, n, x, base, row0, stride, scale ? " * " : "", scale ? scale : "");
+        if (tail) wgml_sbuf_put(b, "        }\n");
+        wgml_sbuf_put(b, "    }\n");
+    }
+}
+
+/* ... and stores them into xs from half `dst` (row r at dst + r * SD) */
+static void put_store_regs(gen *g, const char *reg, int rows, int dst)
 {
     wgml_sbuf *b = g->b;
     int items = rows * g->DP / 4;
@@ -169,14 +223,24 @@ static void put_stage(gen *g, const char *x, int rows, const char *row0, const c
         bool tail = (n + 1) * g->NT > items;
         wgml_sbuf_put(b, "    {\n        let e = li + %du;\n", n * g->NT);
         if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
-        wgml_sbuf_put(b, "        let r = e / DP4;\n        let c4 = e %% DP4;\n        var x = vec4<f32>(0.0);\n"
-                         "        if (%s + r < %s) { x = ld_%s(%s + (%s + r) * %s, c4)%s%s; }\n"
-                         "        let o = %du + r * %du + c4 * 4u;\n"
-                         "        xs[o] = f16(x.x);\n        xs[o + 1u] = f16(x.y);\n        xs[o + 2u] = f16(x.z);\n        xs[o + 3u] = f16(x.w);\n",
-                      row0, lim, x, base, row0, stride, scale ? " * " : "", scale ? scale : "", dst, g->SD);
+        wgml_sbuf_put(b, "        let o = %du + (e / DP4) * %du + (e %% DP4) * 4u;\n"
+                         "        xs[o] = %s%d.x;\n        xs[o + 1u] = %s%d.y;\n        xs[o + 2u] = %s%d.z;\n        xs[o + 3u] = %s%d.w;\n",
+                      dst, g->SD, reg, n, reg, n, reg, n, reg, n);
         if (tail) wgml_sbuf_put(b, "        }\n");
         wgml_sbuf_put(b, "    }\n");
     }
+}
+
+/* The workgroup stages `rows` rows of a tensor into xs from half `dst` at once (put_fetch's
+   arguments) */
+static void put_stage(gen *g, const char *x, int rows, const char *row0, const char *lim, const char *base, const char *stride,
+                      const char *scale, int dst)
+{
+    wgml_sbuf_put(g->b, "    {\n");
+    put_stage_regs(g, "st", rows);
+    put_fetch(g, "st", x, rows, row0, lim, base, stride, scale);
+    put_store_regs(g, "st", rows, dst);
+    wgml_sbuf_put(g->b, "    }\n");
 }
 
 /* left fragments <var>0.. of the subgroup's rows of xs (staged from half 0) */
@@ -190,10 +254,10 @@ static void put_keep_rows(gen *g, const char *var)
     }
 }
 
-/* Scores into the subgroup's f32 block: for each fragment f of `cols` columns, the sum over D of
+/* Scores into the subgroup's f32 block of `arr`: for each fragment f of `cols` columns, the sum over D of
    left fragments <left>k times the rows of xs from half `at` (a tile staged row-major [col][d],
    read column-major as the right operand) */
-static void put_scores(gen *g, const char *left, int at)
+static void put_scores(gen *g, const char *left, int at, const char *arr)
 {
     for (int f = 0; f < g->FC; f++) {
         /* (zeroed by a constructor: a bare `var s: Acc;` here was zeroed once, not at every
@@ -207,7 +271,7 @@ static void put_scores(gen *g, const char *left, int at)
         }
         char off[48];
         snprintf(off, sizeof off, "sb + %du", f * g->SN);
-        store_ss(g, "s", off);
+        store_ss(g, arr, "s", off);
         wgml_sbuf_put(g->b, "    }\n");
     }
 }
@@ -234,6 +298,29 @@ static void put_accumulate(gen *g, const char *acc, const char *arr, int at)
     wgml_sbuf_put(g->b, "    }\n");
 }
 
+/* Where `full` (workgroup-uniform WGSL: every row of the workgroup's tile is inside), each
+   accumulator <acc>f goes straight to out[<base0> + f * SN ...] (row stride D; base0: the
+   subgroup's row 0), and the rest of the kernel's results code (put_results) runs in the else
+   branch that this leaves open; see put_results_end. */
+static void put_results_begin(gen *g, int n, const char *const *acc, const char *out, const char *const *base0, const char *full)
+{
+    if (!direct_out(g->c)) return;
+    wgml_sbuf_put(g->b, "    if (%s) {\n", full);
+    for (int a = 0; a < n; a++)
+        for (int f = 0; f < g->FD; f++) {
+            if (g->c->emulate)
+                wgml_sbuf_put(g->b, "        emu_st_%s(%s + %du, %s%d, D);\n", out, base0[a], f * g->SN, acc[a], f);
+            else
+                wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s + %du, %s%d, false, D);\n", out, base0[a], f * g->SN, acc[a], f);
+        }
+    wgml_sbuf_put(g->b, "    } else {\n");
+}
+
+static void put_results_end(gen *g)
+{
+    if (direct_out(g->c)) wgml_sbuf_put(g->b, "    }\n");
+}
+
 /* Writes accumulators <acc>f (times mul) through the subgroup's f32 block: element (row, c)
    of fragment f goes to out[<base of row> + f * SN + c] when the row's `ok` and the dim < D.
    row_base and ok are WGSL with the row index `row` in scope. */
@@ -245,7 +332,7 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
         char a[16];
         snprintf(a, sizeof a, "%s%d", acc, f);
         wgml_sbuf_put(b, "    workgroupBarrier();\n    {\n");
-        store_ss(g, a, "sb");
+        store_ss(g, "ss", a, "sb");
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
         for (int n = 0; n * g->SGS < per; n++) {
             wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = e / %du;\n        let d = %du + e %% %du;\n", n * g->SGS,
@@ -307,9 +394,28 @@ static void put_read_scores(gen *g, const char *masked, bool rows_are_queries)
 /* the key range of the query tile i0.. as the SIMT forward's */
 static void put_key_range(gen *g) { wgml_attn_put_key_range(g->b, g->R, g->C); }
 
+/* K's tile of the keys from `j` (WGSL), and V's, into registers ka<n> and va<n>: rows at or
+   past the query tile's last key (kend) read as zeros (they lie in tiles that are masked) */
+static void put_key_fetch(gen *g, bool with_v, const char *j)
+{
+    put_fetch(g, "ka", "k", g->C, j, "kend", "kb", "P.k_st", NULL);
+    if (with_v) put_fetch(g, "va", "v", g->C, j, "kend", "vb", "P.v_st", NULL);
+}
+
+/* before a walk over the keys: with prefetch, the first tile into the registers */
+static void put_key_prologue(gen *g, bool with_v)
+{
+    if (!g->c->prefetch) return;
+    wgml_sbuf_put(g->b, "    {\n        let jn = 0u;\n");
+    put_key_fetch(g, with_v, "jn");
+    wgml_sbuf_put(g->b, "    }\n");
+}
+
 /* the opening of a step over the tile of keys j0.. of a query tile: stage K (and V, after K's
-   C x SD), the scores S = Q K^T of each lane's entries, masked (x<k>_<j>); the step's loop stays open */
-static void put_key_step(gen *g, bool with_v)
+   C x SD) from the registers (read now, or during the last step with prefetch, which then
+   reads the next tile's), the scores S = Q K^T (and with grad dP = dO V^T into ss2) and each
+   lane's entries of S, masked (x<k>_<j>); the step's loop stays open */
+static void put_key_step(gen *g, bool with_v, bool grad)
 {
     wgml_sbuf *b = g->b;
     const int C = g->C;
@@ -317,10 +423,17 @@ static void put_key_step(gen *g, bool with_v)
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
                      "        workgroupBarrier(); // the last step's reads of %s are done\n",
                   C, g->R, C, C - 1, with_v ? "xs, ss and ps" : "xs and ss");
-    put_stage(g, "k", C, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    if (with_v) put_stage(g, "v", C, "j0", "P.S", "vb", "P.v_st", NULL, C * g->SD);
+    if (!g->c->prefetch) put_key_fetch(g, with_v, "j0");
+    put_store_regs(g, "ka", C, 0);
+    if (with_v) put_store_regs(g, "va", C, C * g->SD);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "q", 0);
+    if (g->c->prefetch) {
+        wgml_sbuf_put(b, "    {\n        let jn = j0 + %du; // the next tile's reads, in flight during this one's products\n", C);
+        put_key_fetch(g, with_v, "jn");
+        wgml_sbuf_put(b, "    }\n");
+    }
+    put_scores(g, "q", 0, "ss");
+    if (grad && has_ss2(g->c)) put_scores(g, "w", C * g->SD, "ss2");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", true);
 }
@@ -347,9 +460,12 @@ static void put_forward(gen *g)
     wgml_attn_put_forward_bindings(b, g->c->vec, true);
     put_query_tile_start(g, false);
     put_key_range(g);
+    put_stage_regs(g, "ka", C);
+    put_stage_regs(g, "va", C);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
     /* pass 1: each lane's running max and sum of its columns of each of its rows */
-    put_key_step(g, false);
+    put_key_prologue(g, false);
+    put_key_step(g, false, false);
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "        {\n            let mn = max(m%d, ", k);
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, "max(");
@@ -380,7 +496,8 @@ static void put_forward(gen *g)
         wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
     /* pass 2: P = exp2(S - L), O += P V */
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
-    put_key_step(g, true);
+    put_key_prologue(g, true);
+    put_key_step(g, true, false);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", k,
@@ -388,7 +505,12 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "o", "ps", C * g->SD);
     wgml_sbuf_put(b, "    }\n");
+    char full[64];
+    snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
+    const char *acc[] = {"o"}, *base0[] = {"(bh * P.T + r0) * D"};
+    put_results_begin(g, 1, acc, "O", base0, full);
     put_results(g, "o", "O", "(bh * P.T + r0 + row) * D", "r0 + row < P.T", "1.0");
+    put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -414,22 +536,64 @@ static void put_dq(gen *g)
                       k, k, k, k, k, k, k);
     put_key_range(g);
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
-    put_key_step(g, true);
+    put_stage_regs(g, "ka", C);
+    put_stage_regs(g, "va", C);
+    put_key_prologue(g, true);
+    put_key_step(g, true, true);
+    /* dS times the scale (dQ = scale dS K) before it is rounded to f16: the results need no
+       multiplier, so whole tiles leave straight from the matrix units */
+    const char *dp = has_ss2(g->c) ? "ss2" : "ss";
+    if (!has_ss2(g->c)) {
+        for (int k = 0; k < g->rpl; k++)
+            for (int j = 0; j < g->cpr; j++)
+                wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
+        wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+        put_scores(g, "w", C * g->SD, "ss");
+        wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    } else {
+        for (int k = 0; k < g->rpl; k++)
+            for (int j = 0; j < g->cpr; j++)
+                wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
+    }
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
-    wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
-    put_scores(g, "w", C * g->SD);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    for (int k = 0; k < g->rpl; k++)
-        for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - dl%d));\n", k,
-                          g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, k);
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - dl%d) * P.scale);\n",
+                          k, g->PC, j * g->lpr, k, j, dp, k, g->SC, j * g->lpr, k);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    put_results(g, "dq", "OUT", "(rb + r0 + row) * D", "r0 + row < P.T", "P.scale");
+    /* (dS carries the scale: see ps above) */
+    char full[64];
+    snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
+    const char *acc[] = {"dq"}, *base0[] = {"(rb + r0) * D"};
+    put_results_begin(g, 1, acc, "OUT", base0, full);
+    put_results(g, "dq", "OUT", "(rb + r0 + row) * D", "r0 + row < P.T", "1.0");
+    put_results_end(g);
     wgml_sbuf_put(b, "}\n");
+}
+
+/* dK/dV's reads of step `it` (WGSL) into registers: Q (scaled) into qa<n>, dO into oa<n>, L
+   and Delta of the step's queries into sla<n>, sld<n>; past the last step, nothing */
+static void put_query_fetch(gen *g, const char *it)
+{
+    wgml_sbuf *b = g->b;
+    const int C = g->C;
+    wgml_sbuf_put(b, "    {\n        let fit = %s;\n"
+                     "        let fh = g * P.R + fit / nq;\n"
+                     "        let fi0 = (qstart + fit %% nq) * %du;\n"
+                     "        let frb = (b * P.H + fh) * P.T; // the row of (b, fh, 0)\n"
+                     "        let fqb = P.q_off + b * P.q_sb + fh * P.q_sh;\n"
+                     "        let fob = P.do_off + frb * D;\n"
+                     "        let flim = select(0u, P.T, fit < steps);\n",
+                  it, C);
+    put_fetch(g, "qa", "q", C, "fi0", "flim", "fqb", "P.q_st", "P.scale2");
+    put_fetch(g, "oa", "do", C, "fi0", "flim", "fob", "D", NULL);
+    for (int n = 0; n * g->NT < C; n++)
+        wgml_sbuf_put(b, "        if (li + %du < %du) {\n            let i = fi0 + li + %du;\n"
+                         "            sla%d = 0.0;\n            sld%d = 0.0;\n"
+                         "            if (i < flim) { sla%d = LSE[P.lse_off + frb + i]; sld%d = DEL[frb + i]; }\n        }\n",
+                      n * g->NT, C, n * g->NT, n, n, n, n);
+    wgml_sbuf_put(b, "    }\n");
 }
 
 /* dK and dV of a tile of keys of one key/value head: for each query head that reads it and each
@@ -458,26 +622,26 @@ static void put_dkv(gen *g)
                      "    let steps = P.R * nq;\n",
                   C, C - 1, C);
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dk%d = Acc();\n    var dv%d = Acc();\n", f, f);
+    put_stage_regs(g, "qa", C);
+    put_stage_regs(g, "oa", C);
+    for (int n = 0; n * g->NT < C; n++) wgml_sbuf_put(b, "    var sla%d = 0.0;\n    var sld%d = 0.0;\n", n, n);
+    if (g->c->prefetch) put_query_fetch(g, "0u");
     wgml_sbuf_put(b, "    for (var it = 0u; it < steps; it++) {\n"
-                     "        let fh = g * P.R + it / nq;\n"
                      "        let i0 = (qstart + it %% nq) * %du;\n"
                      "        let c0 = i0;\n"
-                     "        let frb = (b * P.H + fh) * P.T; // the row of (b, fh, 0)\n"
-                     "        let fqb = P.q_off + b * P.q_sb + fh * P.q_sh;\n"
-                     "        let fob = P.do_off + frb * D;\n"
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs, ss, pp, ps and sl are done\n",
+                     "        workgroupBarrier(); // the last step's reads of xs, ss, ss2, pp, ps and sl are done\n",
                   C, C, g->R, g->R - 1);
-    put_stage(g, "q", C, "i0", "P.T", "fqb", "P.q_st", "P.scale2", 0);
-    put_stage(g, "do", C, "i0", "P.T", "fob", "D", NULL, C * g->SD);
+    if (!g->c->prefetch) put_query_fetch(g, "it");
+    put_store_regs(g, "qa", C, 0);
+    put_store_regs(g, "oa", C, C * g->SD);
     for (int n = 0; n * g->NT < C; n++)
-        wgml_sbuf_put(b, "        if (li + %du < %du) {\n            let i = i0 + li + %du;\n"
-                         "            var lv = 0.0;\n            var dv = 0.0;\n"
-                         "            if (i < P.T) { lv = LSE[P.lse_off + frb + i]; dv = DEL[frb + i]; }\n"
-                         "            sl[li + %du] = lv;\n            sl[%du + li + %du] = dv;\n        }\n",
-                      n * g->NT, C, n * g->NT, n * g->NT, C, n * g->NT);
+        wgml_sbuf_put(b, "        if (li + %du < %du) { sl[li + %du] = sla%d; sl[%du + li + %du] = sld%d; }\n", n * g->NT, C, n * g->NT, n,
+                      C, n * g->NT, n);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_scores(g, "kr", 0);
+    if (g->c->prefetch) put_query_fetch(g, "it + 1u");
+    put_scores(g, "kr", 0, "ss");
+    if (has_ss2(g->c)) put_scores(g, "vr", C * g->SD, "ss2");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", false);
     for (int k = 0; k < g->rpl; k++)
@@ -486,20 +650,30 @@ static void put_dkv(gen *g)
                           j);
             wgml_sbuf_put(b, "        pp[pb + row%d * %du + lc + %du] = f16(p%d_%d);\n", k, g->PC, j * g->lpr, k, j);
         }
-    wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
-    put_scores(g, "vr", C * g->SD);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    if (!has_ss2(g->c)) {
+        wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+        put_scores(g, "vr", C * g->SD, "ss");
+        wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    }
+    /* dS^T times ln 2 before it is rounded to f16: Q was staged times scale log2(e), and
+       dK = scale dS^T Q = ln 2 dS^T (scaled Q), so the results need no multiplier */
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]));\n",
-                          k, g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, C, j * g->lpr);
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]) * LN2);\n",
+                          k, g->PC, j * g->lpr, k, j, has_ss2(g->c) ? "ss2" : "ss", k, g->SC, j * g->lpr, C, j * g->lpr);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dv", "pp", C * g->SD);
     put_accumulate(g, "dk", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    /* Q was scaled by scale * log2(e): dK = scale dS^T Q = ln 2 dS^T (scaled Q) */
-    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "LN2");
+    /* (dS^T carries ln 2, see ps above) */
+    char full[64];
+    snprintf(full, sizeof full, "j0 + %du <= P.S", g->R);
+    const char *acc[] = {"dk", "dv"},
+               *base0[] = {"P.dk_off + ((b * P.Hkv + g) * P.S + r0) * D", "P.dv_off + ((b * P.Hkv + g) * P.S + r0) * D"};
+    put_results_begin(g, 2, acc, "OUT", base0, full);
+    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "1.0");
     put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "1.0");
+    put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -519,6 +693,7 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows [%d][%d + pad]\n", xs_rows * g.SD, xs_rows, g.DP);
     wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SM * g.SC, g.SM, g.C);
     wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SM * g.PC, g.SM, g.C);
+    if (has_ss2(c)) wgml_sbuf_put(&b, "var<workgroup> ss2: array<f32, %d>; // each subgroup's dP\n", g.NSG * g.SM * g.SC);
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1)
         wgml_sbuf_put(&b, "var<workgroup> sx: array<f32, %d>; // each lane's row max and sum\n", g.NSG * g.SM * g.lpr * 2);
     if (c->kind == WGML_ATTN_DKV)

@@ -21,6 +21,15 @@ typedef struct wgml_attn_sgmat {
     int subgroups; /* per workgroup: each owns sm_m rows (queries; keys in dK/dV) */
     int cols;      /* keys per step (forward, dQ), queries per step (dK/dV): a multiple of 16 */
     bool vec;      /* q, k, v and dO are read as vec4 (rows aligned to 4 floats) */
+    /* each step's tiles are read from memory into registers (as f16) during the previous
+       step's products, and stored into workgroup memory at the top of the step */
+    bool prefetch;
+    /* the gradients: dP in an f32 block of its own (ss2), so S and dP are both computed before
+       one barrier instead of each before its own */
+    bool dp_block;
+    /* whole tiles of results are stored straight from the matrix units (where d is a multiple
+       of 16); the output binding must then hold a 16 x 16 f32 fragment at least */
+    bool direct;
     /* plain-WGSL stand-ins for the matrix builtins and subgroup ids, in which every invocation
        computes its subgroup's whole matrices: the kernels' indexing, staging, masks and
        softmax run on an adapter without matrix units (lavapipe), slowly */

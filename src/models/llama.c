@@ -59,8 +59,9 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *p, int64_t l, wgml_te
     if (s->cache) {
         if (wgml_chunk(ctx, wgml_matmul(ctx, h, p[WGU]), -1, 2, gu)) return wgml_reshape(ctx, NULL, 0, NULL);
     } else {
-        gu[0] = wgml_gpt_linear_cols(ctx, h, p[WGU], NULL, 0, c->ffn);
-        gu[1] = wgml_gpt_linear_cols(ctx, h, p[WGU], NULL, c->ffn, c->ffn);
+        /* (mixed precision: kept for the backward pass as halves where the GEMMs store them) */
+        gu[0] = wgml_gpt_half_if_free(ctx, wgml_gpt_linear_cols(ctx, h, p[WGU], NULL, 0, c->ffn));
+        gu[1] = wgml_gpt_half_if_free(ctx, wgml_gpt_linear_cols(ctx, h, p[WGU], NULL, c->ffn, c->ffn));
     }
     wgml_tensor *f = wgml_matmul(ctx, wgml_gpt_matmul_operand(ctx, wgml_mul(ctx, wgml_silu(ctx, gu[0]), gu[1])), p[WD]);
     return wgml_add(ctx, x, wgml_gpt_dropout(ctx, f, s->dropout));

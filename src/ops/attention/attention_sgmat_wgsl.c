@@ -321,10 +321,10 @@ static void put_results_end(gen *g)
     if (direct_out(g->c)) wgml_sbuf_put(g->b, "    }\n");
 }
 
-/* Writes accumulators <acc>f (times mul) through the subgroup's f32 block: element (row, c)
+/* Writes accumulators <acc>f through the subgroup's f32 block: element (row, c)
    of fragment f goes to out[<base of row> + f * SN + c] when the row's `ok` and the dim < D.
    row_base and ok are WGSL with the row index `row` in scope. */
-static void put_results(gen *g, const char *acc, const char *out, const char *row_base, const char *ok, const char *mul)
+static void put_results(gen *g, const char *acc, const char *out, const char *row_base, const char *ok)
 {
     wgml_sbuf *b = g->b;
     int per = g->SM * g->SN;
@@ -337,10 +337,24 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
         for (int n = 0; n * g->SGS < per; n++) {
             wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = e / %du;\n        let d = %du + e %% %du;\n", n * g->SGS,
                           g->SN, f * g->SN, g->SN);
-            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = ss[sb + row * %du + e %% %du] * %s; }\n    }\n", per, ok,
-                          out, row_base, g->SC, g->SN, mul);
+            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = ss[sb + row * %du + e %% %du]; }\n    }\n", per, ok,
+                          out, row_base, g->SC, g->SN);
         }
     }
+}
+
+/* One result per row of the workgroup's query tile (the forward's O, dQ): rows first + row of
+   out, D apart; whole tiles straight from the matrix units where they may */
+static void put_row_results(gen *g, const char *acc, const char *out, const char *first)
+{
+    char full[64], base[96], at[96];
+    snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
+    snprintf(base, sizeof base, "(%s) * D", first);
+    snprintf(at, sizeof at, "(%s + row) * D", first);
+    const char *accs[] = {acc}, *bases[] = {base};
+    put_results_begin(g, 1, accs, out, bases, full);
+    put_results(g, acc, out, at, "r0 + row < P.T");
+    put_results_end(g);
 }
 
 /* the lane's rows and columns of its subgroup's block */
@@ -505,12 +519,7 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "o", "ps", C * g->SD);
     wgml_sbuf_put(b, "    }\n");
-    char full[64];
-    snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
-    const char *acc[] = {"o"}, *base0[] = {"(bh * P.T + r0) * D"};
-    put_results_begin(g, 1, acc, "O", base0, full);
-    put_results(g, "o", "O", "(bh * P.T + r0 + row) * D", "r0 + row < P.T", "1.0");
-    put_results_end(g);
+    put_row_results(g, "o", "O", "bh * P.T + r0");
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -543,17 +552,13 @@ static void put_dq(gen *g)
     /* dS times the scale (dQ = scale dS K) before it is rounded to f16: the results need no
        multiplier, so whole tiles leave straight from the matrix units */
     const char *dp = has_ss2(g->c) ? "ss2" : "ss";
-    if (!has_ss2(g->c)) {
-        for (int k = 0; k < g->rpl; k++)
-            for (int j = 0; j < g->cpr; j++)
-                wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
+    if (!has_ss2(g->c)) { /* dP through the scores' block, once S is read from it */
         wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
         put_scores(g, "w", C * g->SD, "ss");
         wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    } else {
-        for (int k = 0; k < g->rpl; k++)
-            for (int j = 0; j < g->cpr; j++)
-                wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
     }
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
@@ -562,13 +567,7 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    /* (dS carries the scale: see ps above) */
-    char full[64];
-    snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
-    const char *acc[] = {"dq"}, *base0[] = {"(rb + r0) * D"};
-    put_results_begin(g, 1, acc, "OUT", base0, full);
-    put_results(g, "dq", "OUT", "(rb + r0 + row) * D", "r0 + row < P.T", "1.0");
-    put_results_end(g);
+    put_row_results(g, "dq", "OUT", "rb + r0"); /* (dS carries the scale: see ps above) */
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -671,8 +670,8 @@ static void put_dkv(gen *g)
     const char *acc[] = {"dk", "dv"},
                *base0[] = {"P.dk_off + ((b * P.Hkv + g) * P.S + r0) * D", "P.dv_off + ((b * P.Hkv + g) * P.S + r0) * D"};
     put_results_begin(g, 2, acc, "OUT", base0, full);
-    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "1.0");
-    put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S", "1.0");
+    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
+    put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
     put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }

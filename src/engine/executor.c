@@ -275,12 +275,6 @@ static wgml_status ensure_staging(wgml_context *ctx, wgml_executor *ex, uint64_t
 
 /* ---------------------------------------------------------------- submit */
 
-/* A long run is submitted in pieces of this many launches as it is encoded, so that the GPU
-   starts on the first while the host encodes the rest: after a data-parallel step's update
-   the GPU has nothing else to do until the next step's first piece arrives. (Not where the
-   run is timed as a whole: GPU timing, WGML_PROFILE.) */
-#define SUBMIT_EVERY 96
-
 wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
                              const char *what, double started)
 {
@@ -315,17 +309,6 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
         WGPUComputePassEncoder pass = prof ? NULL : wgpuCommandEncoderBeginComputePass(enc, &pd);
         params_off = 0;
         for (int i = 0; i < n; i++) {
-            if (!prof && !pd.timestampWrites && i % SUBMIT_EVERY == 0 && i > 0) {
-                /* the launches so far go to the GPU while the host encodes the rest */
-                wgpuComputePassEncoderEnd(pass);
-                wgpuComputePassEncoderRelease(pass);
-                WGPUCommandBuffer part = wgpuCommandEncoderFinish(enc, NULL);
-                wgpuCommandEncoderRelease(enc);
-                st = wgml_submit(&ctx->rt, part);
-                enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-                pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
-                if (st) break;
-            }
             if (prof) { /* WGML_PROFILE: each dispatch in a pass of its own, timed */
                 if (pass) wgpuComputePassEncoderEnd(pass), wgpuComputePassEncoderRelease(pass);
                 WGPUComputePassDescriptor one = {.timestampWrites = wgml_profile_writes(prof, i, &tw)};

@@ -51,10 +51,6 @@ struct wgml_context {
     wgml_status (*pending_step)(wgml_context *ctx, void *arg);
     void *pending_step_arg;
     struct wgml_buffer *pending_step_bufs[5];
-    /* while it is in flight, called every 64 nodes built (engine/build.c), so
-       that its own work (data parallel's buckets on to the reducer) moves on meanwhile */
-    void (*pending_progress)(wgml_context *ctx, void *arg);
-    unsigned pending_nodes;
 
     /* the layers above: state by key, freed in reverse order of registration */
     struct {

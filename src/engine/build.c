@@ -47,7 +47,6 @@ wgml_tensor *wgml_node(wgml_context *ctx, wgml_op op, int ndim, const int64_t *s
     wgml_tensor *t = wgml_tensor_new(ctx, ndim, shape);
     if (!t) return NULL;
     ctx->settle_readers = wgml_settle_readers; /* pending results exist from now on */
-    if (ctx->pending_progress && ++ctx->pending_nodes % 64 == 0) ctx->pending_progress(ctx, ctx->pending_step_arg);
     t->dtype = d->out == WGML_OUT_I32 ? WGML_I32 : d->out == WGML_OUT_F16 ? WGML_F16
              : d->out == WGML_OUT_SAME && nsrc ? src[0]->dtype : WGML_F32;
     t->op = op;

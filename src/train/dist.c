@@ -619,7 +619,6 @@ typedef struct bucket_set {
     int64_t host_cap;
     bool f16;           /* this step's buckets travel as f16 */
     double last_mapped; /* when the last bucket reached host memory */
-    wgml_status progress_failed; /* what bucket_progress met, for buckets_finish to report */
     double finished;    /* when the last step's buckets were all written back (0: none yet) */
 } bucket_set;
 
@@ -979,19 +978,10 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     dist.stats.bytes += (uint64_t)count * (b->f16 ? 2 : 4);
     dist.stats.values += (uint64_t)count;
     dist.stats.buckets++;
-    /* earlier buckets that are ready move on now (with the step's end deferred, the rest
-       move on while the next step's graph is built: bucket_progress) */
-    return advance(ctx, bs, G, ONE_PASS, WGML_OK);
-}
-
-/* A deferred step's buckets, while the next graph is built: those mapped go to the reducer,
-   those reduced back into G, without waiting for either */
-static void bucket_progress(wgml_context *ctx, wgml_buffer *G, void *user)
-{
-    (void)user;
-    bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
-    if (!bs || !bs->n || bs->progress_failed || bs->written == bs->n) return;
-    bs->progress_failed = advance(ctx, bs, G, ONE_PASS, WGML_OK);
+    /* earlier buckets that are ready move on now; with the step's end deferred, the last
+       bucket (G's start) waits here until every bucket is with the reducer, which then
+       finishes them while the next step's graph is built */
+    return advance(ctx, bs, G, from == 0 && dist.defer ? ALL_HANDED : ONE_PASS, WGML_OK);
 }
 
 static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status failed, void *user)
@@ -999,10 +989,7 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     (void)user;
     bucket_set *bs = wgml_extension_get(ctx, &bucket_key);
     if (!bs || !bs->n) return WGML_OK;
-    if (!failed) failed = bs->progress_failed;
-    bs->progress_failed = WGML_OK;
     wgml_status st = advance(ctx, bs, G, ALL_WRITTEN, failed);
-    if (!st) st = failed;
     double end = wgml_host_seconds();
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
     bs->finished = st ? 0 : end;
@@ -1052,8 +1039,7 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
         /* dist_defer (WGML_DIST_DEFER=1): the step's end waits until the next step's graph is built */
         dist.defer = set->dist_defer;
         wgml_grad_buckets b = {.bucket_floats = (int64_t)bucket_floats(wgml_optimizer_owner(opt), DEFAULT_OVERLAP_BUCKET_FLOATS),
-                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer,
-                               .progress = bucket_progress, .user = opt};
+                               .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer, .user = opt};
         return wgml_optimizer_set_grad_buckets(opt, &b);
     }
 #endif

@@ -29,9 +29,6 @@ typedef struct wgml_grad_buckets {
        read of the parameters or moments, a write into them): the next step's graph is built
        meanwhile. wgml_optimizer_steps and _lr count such a step as taken. */
     bool defer;
-    /* while such a step's end waits: called now and then as the next graph is built (may be
-       NULL); a failure there is finish's to report */
-    void (*progress)(wgml_context *ctx, struct wgml_buffer *G, void *user);
 } wgml_grad_buckets;
 
 /* Replaces the grad hook's one evaluation of every gradient with one per bucket; NULL goes

@@ -674,7 +674,6 @@ static wgml_status complete_step(wgml_optimizer *opt)
     opt->deferred = false;
     if (ctx->pending_step_arg == opt) {
         ctx->pending_step = NULL;
-        ctx->pending_progress = NULL;
         ctx->pending_step_arg = NULL;
         memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
     }
@@ -700,12 +699,6 @@ static wgml_status pending_step(wgml_context *ctx, void *arg)
 {
     (void)ctx;
     return complete_step(arg);
-}
-
-static void pending_progress(wgml_context *ctx, void *arg)
-{
-    wgml_optimizer *opt = arg;
-    if (opt->buckets.progress) opt->buckets.progress(ctx, opt->G, opt->buckets.user);
 }
 
 /* The lazy node that can write gradient g into its slot itself: g, where nothing else holds
@@ -814,7 +807,6 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
                 }
                 opt->deferred = true;
                 ctx->pending_step = pending_step;
-                ctx->pending_progress = pending_progress;
                 ctx->pending_step_arg = opt;
                 /* what the step in flight writes: the same buffers as the readers' above */
                 _Static_assert(sizeof ctx->pending_step_bufs == sizeof written, "the step's buffers");

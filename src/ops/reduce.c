@@ -19,7 +19,7 @@
 #include "kernels/wgsl_sources.h"
 
 /* reduce.wgsl switches on the op's code, P.op: the codes of the reductions it knows */
-wgml_status wgml_reduce_pipeline(wgml_context *ctx, wgml_launch *l)
+static wgml_status reduce_pipeline(wgml_context *ctx, wgml_launch *l)
 {
     char header[256];
     snprintf(header, sizeof header,
@@ -35,45 +35,40 @@ wgml_status wgml_reduce_pipeline(wgml_context *ctx, wgml_launch *l)
 #define REDUCE_TRIPS 64
 #define REDUCE_TREE_TRIPS 9 /* the tree over 256 partials */
 
-void wgml_reduce_columns(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint32_t in_off,
-                         bool in_half, bool last)
-{
-    /* a thread per output folding the axis (stage 3), or where the outputs are too few to
-       fill a GPU, a workgroup per output and a tree (stage 0); not on a CPU adapter, where a
-       workgroup's barriers cost more than the whole fold (lavapipe: 70 ms for 1024 outputs
-       of 16) */
-    bool tree = last && outer * inner < 65536 && len >= 16 && strcmp(ctx->rt.info.adapter_type, "CPU") != 0;
-    uint32_t p[12] = {(uint32_t)outer, (uint32_t)len, (uint32_t)inner, (uint32_t)WGML_OP_SUM, in_off, 0, 0, tree ? 0 : 3, 0, 1, 0, in_half};
-    p[5] = wgml_grid(ctx, tree ? outer * inner : (outer * inner + 255) / 256, l->groups);
-    memcpy(l->params, p, sizeof p);
-    l->params_size = sizeof p;
-    l->loop_trips = tree ? (len + 255) / 256 + REDUCE_TREE_TRIPS : len;
-    snprintf(l->what, sizeof l->what, "sum over %llu of [%llu, %llu, %llu]", (unsigned long long)len, (unsigned long long)outer,
-             (unsigned long long)len, (unsigned long long)inner);
-}
-
 int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint64_t in_off,
-                         bool in_half, wgml_status *st)
+                         bool in_half, bool one_launch, wgml_status *st)
 {
     *st = WGML_OK;
-    if (inner % 4 || in_off % 4 || len < 2 || outer * len * inner / 4 > UINT32_MAX) return 0;
+    /* four columns a thread where the rows and x's start allow 16-byte (8-byte: halves) reads */
+    int wide = inner % 4 == 0 && in_off % 4 == 0;
+    uint64_t W = wide ? 4 : 1;
+    if (len < 2 || outer * len * inner / W > UINT32_MAX) return 0;
     /* 256 rows a workgroup (32 a lane), more where that would leave over 256 partials */
     uint64_t chunk = 256;
     while ((len + chunk - 1) / chunk > 256) chunk *= 2;
-    uint64_t parts = (len + chunk - 1) / chunk, cols4 = inner / 4, col_groups = (cols4 + 31) / 32;
+    if (one_launch) chunk = len;
+    uint64_t parts = (len + chunk - 1) / chunk, cols = inner / W, col_groups = (cols + 31) / 32;
     if (chunk / 8 + 2 >= ctx->rt.loop_limit || (parts > 1 && outer * parts * inner * 4 > wgml_binding_limit(ctx))) return 0;
-    static const char *const header[2] = {
-        "alias X = vec4<f32>;\nfn load4(v: X) -> vec4<f32> { return v; }\n",
-        "alias X = vec2<u32>;\nfn load4(v: X) -> vec4<f32> { return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)); }\n"};
+    /* the header per width and storage: [wide][half] (partials are f32) */
+    static const char *const header[2][2] = {
+        {"const W = 1u;\nalias V = f32;\n@group(0) @binding(1) var<storage, read> x: array<f32>;\n"
+         "fn load(i: u32) -> V { return x[i]; }\n",
+         "const W = 1u;\nalias V = f32;\n@group(0) @binding(1) var<storage, read> x: array<u32>;\n"
+         "fn load(i: u32) -> V { let h = unpack2x16float(x[i >> 1u]); return select(h.x, h.y, (i & 1u) == 1u); }\n"},
+        {"const W = 4u;\nalias V = vec4<f32>;\n@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;\n"
+         "fn load(i: u32) -> V { return x[i]; }\n",
+         "const W = 4u;\nalias V = vec4<f32>;\n@group(0) @binding(1) var<storage, read> x: array<vec2<u32>>;\n"
+         "fn load(i: u32) -> V { let v = x[i]; return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)); }\n"}};
     int n = parts > 1 ? 2 : 1;
     for (int k = 0; k < n; k++) {
         bool first = k == 0, half = first && in_half;
         wgml_launch *lk = &l[k];
         if (k) *lk = l[0];
-        if ((*st = wgml_kernel_pipeline_variant(ctx, "colsum", half, header[half], lk))) return 0;
+        if ((*st = wgml_kernel_pipeline_variant(ctx, "colsum", (uint32_t)half | (uint32_t)wide << 1, header[wide][half], lk)))
+            return 0;
         uint64_t rows = first ? len : parts, per = first ? chunk : parts, p = first ? parts : 1;
         uint32_t q[8] = {(uint32_t)outer, (uint32_t)rows, (uint32_t)inner, (uint32_t)per, (uint32_t)p,
-                         first ? (uint32_t)(in_off / 4) : 0, 0, 0};
+                         first ? (uint32_t)(in_off / W) : 0, 0, 0};
         q[6] = wgml_grid(ctx, outer * p * col_groups, lk->groups);
         memcpy(lk->params, q, sizeof q);
         lk->params_size = sizeof q;
@@ -93,7 +88,7 @@ int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint
    the axis is long (see ops/reduce.wgsl) */
 wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
-    wgml_status st = wgml_reduce_pipeline(ctx, l);
+    wgml_status st = reduce_pipeline(ctx, l);
     if (st) return st;
     wgml_tensor *x = t->src[0];
     int ax = wgml_reduce_params_of(t).axis;
@@ -116,14 +111,14 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l->buffers[1] = t;
     l->nbuffers = 2;
     snprintf(l->what, sizeof l->what, "%s over %llu elements", wgml_op_table[t->op]->name, (unsigned long long)len);
-    /* columns (a long axis of short rows: a bias's gradient sums [rows, N] over rows): one
+    /* columns (a long axis of wide rows: a bias's gradient sums [rows, N] over rows): one
        workgroup per output would read the axis inner elements apart, a sector per value;
-       instead threads along inner fold chunks of the axis into partials, and then those */
-    /* (chunks of 16 rows: enough threads, each with few dependent loads, to cover the memory's
-       latency; 64 ran at a quarter of the H100's bandwidth) */
+       instead the column-sum kernel's threads along inner fold chunks of the axis (on an
+       H200, a bias's sums of [16384, 1536] went from 95.6 to 36.5 us a step's launches, two
+       stages each, against the earlier chunks of 16 rows a thread over this kernel) */
     if (t->op == WGML_OP_SUM && inner >= 32 && len > budget) {
         wgml_launch first = *l;
-        int n = wgml_colsum_launches(ctx, l, outer, len, inner, x->offset, half, &st);
+        int n = wgml_colsum_launches(ctx, l, outer, len, inner, x->offset, half, false, &st);
         if (st) return st;
         if (n) {
             l[0].buffers[0] = wgml_tensor_base(x);
@@ -138,22 +133,6 @@ wgml_status wgml_build_reduce(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
             return WGML_OK;
         }
         *l = first;
-    }
-    uint64_t c = budget < 16 ? budget : 16;
-    while (c > 8 && len % c) c--;
-    if (t->op == WGML_OP_SUM && inner >= 32 && len > budget && len % c == 0 && c >= 8 &&
-        len / c + 1 < ctx->rt.loop_limit && (uint64_t)(len / c) * outer * inner * 4 <= wgml_binding_limit(ctx)) {
-        wgml_reduce_columns(ctx, l, outer * (len / c), c, inner, (uint32_t)x->offset, half, false);
-        wgml_launch *l2 = l + 1;
-        *l2 = *l;
-        l->scratch_bytes = outer * (len / c) * inner * 4;
-        l->buffers[1] = NULL;
-        l->scratch_mask = 1u << 1;
-        wgml_reduce_columns(ctx, l2, outer, len / c, inner, 0, false, true);
-        l2->buffers[0] = NULL;
-        l2->scratch_mask = 1u << 0;
-        *count = 2;
-        return WGML_OK;
     }
     if (len <= budget) { /* a short axis: a thread per output */
         l->loop_trips = len;

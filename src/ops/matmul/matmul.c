@@ -471,11 +471,8 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         l->scratch_mask = 1u << 3;
         l->scratch_bytes = (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4;
         l2->scratch_bytes = 0;
-        /* four columns a thread where M N allows (one launch, for S up to 256) */
-        if (S > 256 || !wgml_colsum_launches(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, false, &st)) {
-            if (st || (st = wgml_reduce_pipeline(ctx, l2))) return st;
-            wgml_reduce_columns(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, false, true);
-        }
+        if (!wgml_colsum_launches(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, false, true, &st))
+            return st ? st : wgml_fail(ctx, WGML_ERROR_LIMIT, "matmul: split K's sum of %lld partials fits no launch", (long long)S);
         l2->buffers[0] = NULL;
         l2->scratch_mask = 1u << 0;
         l2->buffers[1] = t;

@@ -413,14 +413,19 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
     *S_out = S;
 }
 
+/* (f16_math resolved to the matrix units means the adapter has them) */
+static bool plan_stores_f16(const wgml_gemm_args *g, bool swap, bool widen_a, int64_t S)
+{
+    return g->f16_math == WGML_F16_MATH_MATRIX && !swap && !widen_a && !S;
+}
+
 bool wgml_matmul_stores_f16(wgml_context *ctx, const wgml_tensor *t)
 {
     wgml_gemm_args g;
     bool swap, widen_a;
     int64_t S;
     plan_gemm(ctx, t, &g, &swap, &widen_a, &S);
-    return g.f16_math == WGML_F16_MATH_MATRIX && !swap && !widen_a && !S && wgml_sgmat_adapter_shape(ctx, &(int){0}, &(int){0},
-                                                                                          &(int){0}, &(int){0});
+    return plan_stores_f16(&g, swap, widen_a, S);
 }
 
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
@@ -432,7 +437,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     bool swap, widen_a;
     int64_t S;
     plan_gemm(ctx, t, &g, &swap, &widen_a, &S);
-    if (g.c_f16 && !wgml_matmul_stores_f16(ctx, t))
+    if (g.c_f16 && !plan_stores_f16(&g, swap, widen_a, S))
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: an f16 result needs the matrix units' GEMM without split K");
     wgml_tensor *abase = wgml_tensor_base(swap ? b : a);
     if (widen_a) { /* launch 0: A's buffer, every element up to its end, widened into scratch */

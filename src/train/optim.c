@@ -614,11 +614,9 @@ static wgml_status run_hook(wgml_optimizer *opt, int nt, wgml_tensor *const *tar
    that reads it (last among a step's targets: it runs after every reader of the old
    parameters). The norm's first node names no gradient as an input: it runs after them
    because it follows them among the evaluation's targets (the executor keeps their order),
-   or in a later submit (a hook's, a deferred step's); grads[0..n) are the gradients it then
-   reads, listed for that order. */
-static wgml_tensor *update_node(wgml_optimizer *opt, wgml_tensor *const *grads, wgml_tensor **norm2)
+   or in a later submit (a hook's, a deferred step's). */
+static wgml_tensor *update_node(wgml_optimizer *opt, wgml_tensor **norm2)
 {
-    (void)grads;
     wgml_context *ctx = opt->ctx;
     *norm2 = NULL;
     /* vec4s per workgroup part: enough workgroups to fill a big GPU, at most 1024 partial sums */
@@ -681,7 +679,7 @@ static wgml_status complete_step(wgml_optimizer *opt)
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
     if (!st) {
-        wgml_tensor *upd = update_node(opt, opt->deferred_grads, &norm2);
+        wgml_tensor *upd = update_node(opt, &norm2);
         wgml_tensor *targets[2] = {norm2, upd};
         st = upd ? wgml_graph_eval(ctx, 2, targets) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
     }
@@ -821,7 +819,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
         }
     }
     if (!st) {
-        wgml_tensor *upd = update_node(opt, grads, &norm2);
+        wgml_tensor *upd = update_node(opt, &norm2);
         targets[nt++] = norm2;
         targets[nt++] = upd;
         st = upd ? wgml_graph_eval(ctx, nt, targets) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;

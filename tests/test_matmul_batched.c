@@ -656,7 +656,7 @@ static void gradients(void)
 /* Few output tiles and a long K (a weight's gradient, x^T g over every token) split K into a
    batch of partial GEMMs and a sum: both transposed forms, against the double reference;
    a K that splits into no chunk of 16 stays one launch. The sums over rows of the same
-   shapes (a bias's gradient) fold columns in two launches. */
+   shapes (a bias's gradient) go through the same column-sum kernel as split K's sum. */
 static void split_k_and_column_sums(void)
 {
     wgml_context *ctx = test_context();

@@ -394,9 +394,9 @@ static void reductions_along_every_axis(void)
 }
 
 /* Sums over a long axis of wide rows (a bias's gradient, [rows, N] over rows), which the
-   column-sum kernel takes four columns a thread, in one launch or through partials, against
-   the double reference: rows of 32, 36 and 1,024 (and of 1,030, not a multiple of 4: the
-   other kernels), axes of 65 to 70,001 (past 65,536: chunks longer than 256 rows), several
+   column-sum kernel takes four columns a thread (one where rows of 1,030 are no multiple of
+   4), in one launch or through partials, against the double reference: rows of 32, 36,
+   1,024 and 1,030, axes of 65 to 70,001 (past 65,536: chunks longer than 256 rows), several
    leading matrices, and from a row view (an offset) */
 static void column_sums_of_long_axes(void)
 {

@@ -549,11 +549,8 @@ static void unkeep(wgml_context *ctx, wgml_tensor *t)
 }
 
 /* The gradients (grads[i] for parameter i) evaluated a bucket at a time from the last
-   parameter back, each bucket handed to opt->buckets.ready once submitted. The pending
-   readers (first: the loss, so the forward pass) go in a submit of their own before them, so
-   the GPU starts on the forward while the host plans the first bucket (a step waits for the
-   last all-reduce, so without it the GPU idled through the planning of both); the extras go
-   with the first bucket. */
+   parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
+   (first) and the extras go with the first bucket. */
 static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *const *first, int n_extra,
                                wgml_tensor *const *extra, wgml_tensor *const *grads, bool defer)
 {
@@ -562,16 +559,13 @@ static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *co
     wgml_status st = WGML_OK;
     wgml_ptrmap now = {0}, seen = {0};
     wgml_tensor_list targets = {0}, kept = {0}; /* kept: what meet added, one reference each */
-    /* hi == n: the readers alone; then the buckets */
-    for (int hi = n_first ? opt->n : opt->n - 1, lo; hi >= 0 && !st; hi = lo - 1) {
-        bool readers = hi == opt->n;
-        int64_t end = readers ? 0 : hi == opt->n - 1 ? opt->total : opt->slot[hi + 1];
-        lo = hi;
-        while (!readers && lo > 0 && end - opt->slot[lo] < b->bucket_floats) lo--;
+    for (int hi = opt->n - 1, lo; hi >= 0 && !st; hi = lo - 1) {
+        int64_t end = hi == opt->n - 1 ? opt->total : opt->slot[hi + 1];
+        for (lo = hi; lo > 0 && end - opt->slot[lo] < b->bucket_floats;) lo--;
         targets.n = 0;
         bool ok = true;
-        for (int i = 0; i < n_first && ok && readers; i++) ok = wgml_tensor_list_push(&targets, first[i]);
-        for (int i = readers ? -1 : hi; i >= lo && ok; i--) ok = wgml_tensor_list_push(&targets, grads[i]);
+        for (int i = 0; i < n_first && ok && hi == opt->n - 1; i++) ok = wgml_tensor_list_push(&targets, first[i]);
+        for (int i = hi; i >= lo && ok; i--) ok = wgml_tensor_list_push(&targets, grads[i]);
         for (int i = 0; i < n_extra && ok && hi == opt->n - 1; i++) ok = wgml_tensor_list_push(&targets, extra[i]);
         wgml_ptrmap_clear(&now);
         wgml_ptrmap_clear(&seen);
@@ -584,8 +578,7 @@ static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *co
             st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
             break;
         }
-        if (!(st = wgml_graph_eval(ctx, (int)targets.n, targets.items)) && !readers)
-            st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
+        if (!(st = wgml_graph_eval(ctx, (int)targets.n, targets.items))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
     }
     for (size_t i = 0; i < kept.n; i++) {
         unkeep(ctx, kept.items[i]);

@@ -655,7 +655,7 @@ static void gradients(void)
 
 /* Few output tiles and a long K (a weight's gradient, x^T g over every token) split K into a
    batch of partial GEMMs and a sum: both transposed forms, against the double reference;
-   a K that splits into no chunk of 16 stays one launch. The sums over rows of the same
+   a K that splits into no chunk of 16 stays one launch, as do enough tiles. The sums over rows of the same
    shapes (a bias's gradient) go through the same column-sum kernel as split K's sum. */
 static void split_k_and_column_sums(void)
 {
@@ -697,6 +697,19 @@ static void split_k_and_column_sums(void)
         wgml_scope_end(ctx);
         free(a), free(b), free(da), free(db), free(want);
     }
+    /* tiles enough to fill a GPU twice over (256 or more of 128 x 128) never split, however
+       long K: GPT-2 small's dX GEMM, [8192 x 768] over K = 3072 (planned only, not run). The
+       rule that splits it matters on the matrix units (where wgml splits down to 512 tiles);
+       on an adapter without them (lavapipe) the SIMT rule leaves it whole as well. */
+    wgml_scope_begin(ctx);
+    const int64_t sa[2] = {8192, 3072}, sb[2] = {768, 3072};
+    wgml_tensor *r = wgml_matmul_ex(ctx, wgml_rand(ctx, 2, sa, -1, 1), wgml_rand(ctx, 2, sb, -1, 1),
+                                    &(wgml_matmul_desc){.trans_b = 1});
+    memset(l, 0, sizeof l);
+    int count = 1;
+    CHECK_OK(ctx, wgml_build_matmul(ctx, r, l, &count));
+    if (count != 1) FAILF("8192 x 768 over K = 3072: %d launches, want 1 (no split)", count);
+    wgml_scope_end(ctx);
 }
 
 /* The batched forms through the GEMM kernel the adapter does not pick by default: the tiled

@@ -301,11 +301,15 @@ static void lead_strides(const wgml_tensor *x, const wgml_tensor *t, int64_t *bs
    [rows, N] with rows = batch x tokens) leaves most of a GPU idle, a tile per workgroup
    walking all of K. Its K is cut into S chunks that run as a batch of S GEMMs into partial
    results, which a second launch sums: S the least power of two that gives >= 256 tiles,
-   each chunk a multiple of 16 and at least 256 long. 0: no split. */
+   each chunk a multiple of 16 and at least 256 long. 0: no split, also where the tiles
+   already fill the GPU twice over (256 or more: two waves of an H200's 132 SMs), which split K
+   would only add a sum to (GPT-2 small's dX GEMMs, [8192 x 768] over K = 3072 and 2304: 24
+   sums of two [8192 x 768] partials a step). */
 static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
 {
     if (g->batch != 1 || g->has_bias || g->act != WGML_ACT_NONE || g->M < 32 || g->N < 32 || g->K < 2048) return 0;
     int64_t tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128), s = 1;
+    if (tiles >= 256) return 0;
     /* the matrix units: chunks at least 1024 deep, while tiles x S < 512 (H200, the GPT's weight
        gradients at K = 16384: S = 16 ran 51.8 / 91.0 / 93.4 TFLOP/s on [384 x 384] / [384 x 1536] /
        [1536 x 384] against 32.4 with S = 32 and 79.8 / 75.3 with S = 8, this rule's earlier

@@ -550,7 +550,8 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             wgml_launch *l = &plan[built];
             *l = ls[c];
             node[built++] = t;
-            if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s", wgml_op_table[t->op]->name);
+            /* (the size tells a profile's launches of one op apart: WGML_PROFILE) */
+            if (!l->what[0]) snprintf(l->what, sizeof l->what, "%s of %lld", wgml_op_table[t->op]->name, (long long)t->numel);
             st = wgml_check_launch(ctx, l);
             for (int b = 0; b < l->nbuffers; b++)
                 if (l->buffers[b] && l->buffers[b] != t && l->buffers[b]->op != WGML_OP_NONE) node_of(ex, l->buffers[b])->uses++;

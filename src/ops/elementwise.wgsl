@@ -92,10 +92,17 @@ fn wgml_erf(x: T) -> T {
     return select(sign(x) * r, x, is_nan(x));
 }
 // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); for x < 0, 1 + erf is erfc(|x| / sqrt 2), taken
-// directly; 0 at -inf (not -inf * 0)
+// directly; 0 at -inf (not -inf * 0). One erfc serves both signs (wgml_erf's own would be a
+// second: the two arms of a select are both evaluated), and each arm computes what
+// wgml_erf(z) would, so the values are the same.
 fn wgml_gelu_exact(x: T) -> T {
     let z = x * T(0.7071067811865476);
-    let one_plus = select(T(1.0) + wgml_erf(z), wgml_erfc_pos(-z), z < T(-0.5));
+    let a = abs(z);
+    let a2 = a * a;
+    let series = T(1.1283791670955126) * a * (T(1.0) - a2 * (T(1.0 / 3.0) - a2 * (T(0.1) - a2 * (T(1.0 / 42.0) - a2 * T(1.0 / 216.0)))));
+    let e = wgml_erfc_pos(a);
+    let erf_abs = select(T(1.0) - e, series, a < T(0.5));
+    let one_plus = select(select(T(1.0) - series, e, a >= T(0.5)), T(1.0) + erf_abs, (z >= T(0.0)) | is_nan(z));
     return select(T(0.5) * x * one_plus, T(0.0), x < T(-30.0));
 }
 // sin and cos of +-inf are NaN (some drivers return a number)

@@ -19,7 +19,10 @@
  * softmax: the accumulator is rescaled by exp2(m_old - m_new)), P goes to workgroup memory,
  * V's tile replaces K's, and each thread adds P V into its 4 x (D / tx) block of O. The next
  * K tile's loads are issued before that product. O / l goes out, and L = m + log2(l) per row
- * after O in the node's buffer (the node's `tail`), for the gradient.
+ * after O in the node's buffer (the node's `tail`), for the gradient. O lies [B,H,T,D], or
+ * [B,T,H,D] (desc.out_bthd: a GPT's [B,T,C] is then a reshape): every kernel finds a row of O,
+ * as of Q, K, V and dO, through the b, h and t strides in the parameters, so neither O nor a
+ * permuted view of its gradient is copied.
  *
  * Gradient (one node, three launches; the node's buffer is [dQ | dK | dV]):
  *   1. Delta_i = dO_i . O_i, 16 threads per row, into the node's scratch buffer;

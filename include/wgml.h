@@ -695,14 +695,19 @@ typedef struct wgml_attention_desc {
        The gradient then goes to it as one tensor, the three side by side, instead of to each
        window (three zero-padded copies of it, summed). Other q, k, v: WGML_ERROR_INVALID_ARGUMENT */
     wgml_tensor *packed;
+    int out_bthd; /* 1: the result is [B,T,H,D] (heads side by side in each position, as a
+                     reshape to [B,T,H*D] wants it, with no copy) instead of [B,H,T,D]; 3-D
+                     operands: no change */
 } wgml_attention_desc;
 
 /* Fused scaled-dot-product attention: q [B,H,T,D], k and v [B,Hkv,S,D] with H a multiple of
    Hkv (grouped-query attention: query head h reads key/value head h / (H/Hkv)); returns
-   [B,H,T,D] = softmax(scale q k^T [+ causal mask]) v, computed tile by tile without storing
-   the T x S scores (also in its gradient). 3-D [N,T,D] operands are N independent heads
-   (k and v [N,S,D]). D <= 128 (larger: WGML_ERROR_UNSUPPORTED). Inputs may be strided views
-   (heads split by wgml_permute). desc may be NULL (not causal, default scale). */
+   [B,H,T,D] (with desc.out_bthd [B,T,H,D]) = softmax(scale q k^T [+ causal mask]) v,
+   computed tile by tile without storing the T x S scores (also in its gradient, which reads
+   the result's upstream gradient through its strides where its rows are contiguous). 3-D
+   [N,T,D] operands are N independent heads (k and v [N,S,D]). D <= 128 (larger:
+   WGML_ERROR_UNSUPPORTED). Inputs may be strided views (heads split by wgml_permute). desc
+   may be NULL (not causal, default scale). */
 WGML_API wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, wgml_tensor *v,
                             const wgml_attention_desc *desc);
 

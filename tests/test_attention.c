@@ -6,7 +6,9 @@
  *     wgml_backward,
  * on shapes that are not multiples of the tiles (T = 1, 7, 65, 130), S != T (a block of
  * queries after a cache of keys), grouped-query heads, every head dim the kernels are
- * written for, strided inputs and a custom scale; gradients bit-identical from run to run;
+ * written for, strided inputs and a custom scale, the result written [B,T,H,D]
+ * (desc.out_bthd) and upstream gradients that are permuted views; gradients bit-identical
+ * from run to run; no copy launch around the attention in a GPT's [B,T,C] pattern;
  * bad inputs answered with a status; and the memory of forward + backward at T = 512 far
  * below one T x T matrix.
  *
@@ -36,27 +38,35 @@ typedef struct acase {
     int permuted;  /* q, k, v given as [B,T,H,D] buffers permuted to [B,H,T,D] */
     int three_d;   /* [B*H, T, D] operands (H == Hkv) */
     int unfused;   /* also compare with the unfused composition */
+    int layout;    /* 0: y [B,H,T,D], the loss's weights too; 1: y [B,T,H,D] (desc.out_bthd), the
+                      weights too; 2: y [B,T,H,D], the loss on its [B,H,T,D] view (dO a
+                      permuted view); 3: y [B,H,T,D], the loss on its [B,T,H,D] view (ditto) */
 } acase;
 
 static const acase cases[] = {
-    {"T=1 D=16", 1, 1, 1, 1, 1, 16, 1, 0, 0, 0, 1},
-    {"B=2 H=3 T=7 D=8 causal", 2, 3, 3, 7, 7, 8, 1, 0, 0, 0, 1},
-    {"B=2 H=3 T=7 D=8", 2, 3, 3, 7, 7, 8, 0, 0, 0, 0, 1},
-    {"T=65 D=32 causal", 1, 2, 2, 65, 65, 32, 1, 0, 0, 0, 1},
-    {"T=130 D=64 causal", 1, 2, 2, 130, 130, 64, 1, 0, 0, 0, 1},
-    {"T=130 D=64", 1, 1, 1, 130, 130, 64, 0, 0, 0, 0, 0},
-    {"T=3 after 20 cached keys, causal", 2, 2, 2, 3, 23, 16, 1, 0, 0, 0, 1},
-    {"T=40 S=70 D=32, causal", 1, 2, 2, 40, 70, 32, 1, 0, 0, 0, 0},
-    {"GQA H=4 Hkv=2 T=33 causal", 2, 4, 2, 33, 33, 16, 1, 0, 0, 0, 1},
-    {"GQA H=6 Hkv=1 T=20 S=37", 1, 6, 1, 20, 37, 32, 0, 0, 0, 0, 0},
-    {"scale 0.3 T=19 D=24", 1, 2, 2, 19, 19, 24, 1, 0.3f, 0, 0, 1},
-    {"scale 10: scores ~100, T=50 D=32", 1, 2, 2, 50, 50, 32, 1, 10.0f, 0, 0, 1},
-    {"D=128 T=70 causal", 1, 1, 1, 70, 70, 128, 1, 0, 0, 0, 0},
-    {"D=33 (rows not vec4) T=21", 1, 2, 2, 21, 21, 33, 1, 0, 0, 0, 0},
-    {"D=5 T=9", 2, 1, 1, 9, 9, 5, 1, 0, 0, 0, 0},
-    {"permuted [B,T,H,D] T=37 D=64", 2, 3, 3, 37, 37, 64, 1, 0, 1, 0, 1},
-    {"3-D [N,T,D] T=29 D=16", 3, 1, 1, 29, 29, 16, 1, 0, 0, 1, 0},
-    {"S < T, causal: 6 queries over 4 keys", 1, 2, 2, 6, 4, 8, 1, 0, 0, 0, 0},
+    {"T=1 D=16", 1, 1, 1, 1, 1, 16, 1, 0, 0, 0, 1, 0},
+    {"B=2 H=3 T=7 D=8 causal", 2, 3, 3, 7, 7, 8, 1, 0, 0, 0, 1, 0},
+    {"B=2 H=3 T=7 D=8", 2, 3, 3, 7, 7, 8, 0, 0, 0, 0, 1, 0},
+    {"T=65 D=32 causal", 1, 2, 2, 65, 65, 32, 1, 0, 0, 0, 1, 0},
+    {"T=130 D=64 causal", 1, 2, 2, 130, 130, 64, 1, 0, 0, 0, 1, 0},
+    {"T=130 D=64", 1, 1, 1, 130, 130, 64, 0, 0, 0, 0, 0, 0},
+    {"T=3 after 20 cached keys, causal", 2, 2, 2, 3, 23, 16, 1, 0, 0, 0, 1, 0},
+    {"T=40 S=70 D=32, causal", 1, 2, 2, 40, 70, 32, 1, 0, 0, 0, 0, 0},
+    {"GQA H=4 Hkv=2 T=33 causal", 2, 4, 2, 33, 33, 16, 1, 0, 0, 0, 1, 0},
+    {"GQA H=6 Hkv=1 T=20 S=37", 1, 6, 1, 20, 37, 32, 0, 0, 0, 0, 0, 0},
+    {"scale 0.3 T=19 D=24", 1, 2, 2, 19, 19, 24, 1, 0.3f, 0, 0, 1, 0},
+    {"scale 10: scores ~100, T=50 D=32", 1, 2, 2, 50, 50, 32, 1, 10.0f, 0, 0, 1, 0},
+    {"D=128 T=70 causal", 1, 1, 1, 70, 70, 128, 1, 0, 0, 0, 0, 0},
+    {"D=33 (rows not vec4) T=21", 1, 2, 2, 21, 21, 33, 1, 0, 0, 0, 0, 0},
+    {"D=5 T=9", 2, 1, 1, 9, 9, 5, 1, 0, 0, 0, 0, 0},
+    {"permuted [B,T,H,D] T=37 D=64", 2, 3, 3, 37, 37, 64, 1, 0, 1, 0, 1, 0},
+    {"3-D [N,T,D] T=29 D=16", 3, 1, 1, 29, 29, 16, 1, 0, 0, 1, 0, 0},
+    {"S < T, causal: 6 queries over 4 keys", 1, 2, 2, 6, 4, 8, 1, 0, 0, 0, 0, 0},
+    {"out [B,T,H,D] H=3 T=7 D=8 causal", 2, 3, 3, 7, 7, 8, 1, 0, 0, 0, 0, 1},
+    {"out [B,T,H,D] GQA 3/1 T=33 D=16, dO view", 1, 3, 1, 33, 33, 16, 0, 0, 0, 0, 0, 2},
+    {"dO [B,T,H,D] view T=33 D=32 causal", 2, 3, 3, 33, 33, 32, 1, 0, 0, 0, 0, 3},
+    {"out [B,T,H,D] D=5 (not vec4) T=9 H=3", 1, 3, 3, 9, 9, 5, 1, 0, 0, 0, 0, 1},
+    {"out [B,T,H,D] permuted in, T=37 D=64", 2, 3, 3, 37, 37, 64, 1, 0, 1, 0, 0, 1},
 };
 
 
@@ -233,16 +243,28 @@ static void run(wgml_context *ctx, const acase *c, const host_case *h, bool fuse
     operands o;
     upload(ctx, c, h->in, &o);
     for (int i = 0; i < 3; i++) CHECK_OK(ctx, wgml_requires_grad(o.leaf[i], 1));
-    wgml_attention_desc desc = {.causal = c->causal, .scale = c->scale};
+    bool out_bthd = c->layout == 1 || c->layout == 2, loss_bthd = c->layout == 1 || c->layout == 3;
+    wgml_attention_desc desc = {.causal = c->causal, .scale = c->scale, .out_bthd = out_bthd};
     float scale = c->scale != 0.0f ? c->scale : (float)(1.0 / sqrt((double)c->D));
     wgml_tensor *y = fused ? wgml_attention(ctx, o.x[0], o.x[1], o.x[2], &desc) : unfused(ctx, c, o.x, scale);
     CHECK(wgml_tensor_status(y) == WGML_OK);
-    int64_t s4[4] = {c->B, c->H, c->T, c->D};
-    wgml_tensor *w = test_tensor(ctx, 4, s4, h->w);
-    wgml_tensor *yl = c->three_d ? wgml_reshape(ctx, y, 4, s4) : y;
-    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, yl, w));
+    int64_t s4[4] = {c->B, c->H, c->T, c->D}, sb[4] = {c->B, c->T, c->H, c->D};
+    if (out_bthd) CHECK(wgml_tensor_dim(y, 1) == c->T && wgml_tensor_dim(y, 2) == c->H);
+    static const int swap[4] = {0, 2, 1, 3};
+    /* y as [B,H,T,D] (read and compared), and as the loss takes it */
+    wgml_tensor *yh = c->three_d ? wgml_reshape(ctx, y, 4, s4) : out_bthd ? wgml_permute(ctx, y, swap) : y;
+    wgml_tensor *yl = out_bthd == loss_bthd ? y : wgml_permute(ctx, y, swap), *w;
+    if (loss_bthd) {
+        float *wb = malloc(h->n[0] * sizeof *wb);
+        to_bthd(h->w, wb, c->B, c->H, c->T, c->D);
+        w = test_tensor(ctx, 4, sb, wb);
+        free(wb);
+    } else {
+        w = test_tensor(ctx, 4, s4, h->w);
+    }
+    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, c->three_d ? yh : yl, w));
     CHECK_OK(ctx, wgml_backward(L));
-    CHECK_OK(ctx, wgml_tensor_read(yl, out[0], h->n[0]));
+    CHECK_OK(ctx, wgml_tensor_read(yh, out[0], h->n[0]));
     int64_t heads[3] = {c->H, c->Hkv, c->Hkv}, rows[3] = {c->T, c->S, c->S};
     for (int i = 0; i < 3; i++) read_grad(c, o.leaf[i], heads[i], rows[i], out[1 + i]);
     wgml_scope_end(ctx);
@@ -307,7 +329,7 @@ static void other_tiles_give_the_same_results(void)
         "32,32,8,16,16,8,16,16,8",     /* the 48 KiB policy's tiles for D = 128 */
     };
     static const char *const pre[] = {"1", "15", "0", "1"};
-    static const int picks[] = {1, 3, 4, 6, 8, 10, 11, 13, 14, 15};
+    static const int picks[] = {1, 3, 4, 6, 8, 10, 11, 13, 14, 15, 19, 20};
     for (int t = 0; t < N_OF(tiles); t++) {
         setenv("WGML_ATTN_TILES", tiles[t], 1);
         setenv("WGML_ATTN_PRE", pre[t], 1);
@@ -466,6 +488,53 @@ static void loops_past_the_limit_are_refused(void)
     wgml_context_free(ctx);
 }
 
+/* The dispatches of a forward and backward pass of a GPT's attention pattern: heads to [B,T,C]
+   (`pattern` 1: the result written [B,T,H,D] and reshaped; 2: [B,H,T,D] permuted and reshaped,
+   a copy; 0: [B,H,T,D] reshaped as it lies, the same launches with no copy, wrong for a model
+   but a count to compare with), then the output projection and a weighted sum. */
+static uint64_t pattern_dispatches(wgml_context *ctx, int pattern)
+{
+    const int64_t B = 2, H = 3, T = 17, D = 8, C = H * D, n = B * T * C;
+    float *x = malloc((size_t)(n + C * C) * sizeof *x);
+    test_fill_uniform(x, (size_t)(n + C * C), -1, 1);
+    wgml_scope_begin(ctx);
+    int64_t s[4] = {B, H, T, D}, sw[2] = {C, C}, sr[2] = {B * T, C};
+    wgml_tensor *in[3], *wo = test_tensor(ctx, 2, sw, x + n), *w = test_tensor(ctx, 2, sr, x);
+    for (int i = 0; i < 3; i++) {
+        in[i] = test_tensor(ctx, 4, s, x + i * 7);
+        CHECK_OK(ctx, wgml_requires_grad(in[i], 1));
+    }
+    CHECK_OK(ctx, wgml_synchronize(ctx));
+    wgml_stats a, b;
+    CHECK_OK(ctx, wgml_stats_get(ctx, &a));
+    static const int swap[4] = {0, 2, 1, 3};
+    wgml_tensor *y = wgml_attention(ctx, in[0], in[1], in[2], &(wgml_attention_desc){.causal = 1, .out_bthd = pattern == 1});
+    if (pattern == 2) y = wgml_permute(ctx, y, swap);
+    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, wgml_matmul(ctx, wgml_reshape(ctx, y, 2, sr), wo), w));
+    CHECK_OK(ctx, wgml_backward(L));
+    wgml_tensor *all[4] = {wgml_grad(in[0]), wgml_grad(in[1]), wgml_grad(in[2]), L};
+    CHECK_OK(ctx, wgml_eval(ctx, 4, all));
+    CHECK_OK(ctx, wgml_stats_get(ctx, &b));
+    wgml_scope_end(ctx);
+    free(x);
+    return b.dispatches - a.dispatches;
+}
+
+/* [B,T,H,D] out (desc.out_bthd) and a reshape to [B,T,C]: no copy launch, forward or backward,
+   against the same graph without the heads' reordering; permuting [B,H,T,D] costs the
+   forward's copy only (the gradient reads the permuted dO through its strides) */
+static void no_copy_around_the_attention(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    uint64_t none = pattern_dispatches(ctx, 0), bthd = pattern_dispatches(ctx, 1), permuted = pattern_dispatches(ctx, 2);
+    fprintf(stderr, "  dispatches: %llu as it lies, %llu written [B,T,H,D], %llu permuted\n", (unsigned long long)none,
+            (unsigned long long)bthd, (unsigned long long)permuted);
+    CHECK(none > 4);
+    CHECK(bthd == none);
+    CHECK(permuted == none + 1);
+}
+
 /* forward + backward at T = 1024 hold a few [B,H,T,D] tensors, never a [T,T] matrix */
 static void memory_stays_linear_in_T(void)
 {
@@ -503,6 +572,7 @@ int main(void)
     TEST_RUN(other_tiles_give_the_same_results);
     TEST_RUN(bad_inputs_are_refused);
     TEST_RUN(packed_windows_take_one_gradient);
+    TEST_RUN(no_copy_around_the_attention);
     TEST_RUN(loops_past_the_limit_are_refused);
     TEST_RUN(memory_stays_linear_in_T);
     return test_summary();

@@ -6,7 +6,8 @@
  * in CI) the SIMT f32 kernels run and must meet the same bound. WGML_ATTN_MATRIX=emulate runs
  * the matrix kernels with plain-WGSL stand-ins on any adapter (slow: a developer's check on
  * lavapipe, `WGML_RUNTIME=dawn WGML_ATTN_MATRIX=emulate ./test_attention_mixed`);
- * WGML_TEST_ATTN_LONG=1 adds T = 256, 1023 and 4100 (for a GPU).
+ * WGML_TEST_ATTN_LONG=1 adds T = 256, 1023 and 4100 (for a GPU). Some cases take the result
+ * written [B,T,H,D] (desc.out_bthd) or an upstream gradient that is a permuted view.
  *
  * The bound, first order in u = 2^-11 (f16's unit roundoff) and e = 2^-24 (f32's), for query
  * row i and key j (a_ij = scale sum_d |q_id k_jd|, W_ij = sum_d |dO_id v_jd|):
@@ -33,24 +34,31 @@ typedef struct mcase {
     const char *name;
     int64_t B, H, Hkv, T, S, D;
     int causal;
+    int layout; /* 0: y [B,H,T,D]; 1: y [B,T,H,D] (desc.out_bthd), the loss's weights too;
+                   2: y [B,T,H,D], the loss on its [B,H,T,D] view (dO a permuted view) */
 } mcase;
 
 static const mcase short_cases[] = {
-    {"T=1 D=32", 1, 2, 2, 1, 1, 32, 1},
-    {"T=7 D=64 causal GQA 4/2", 2, 4, 2, 7, 7, 64, 1},
-    {"T=33 D=32 GQA 3/1", 1, 3, 1, 33, 33, 32, 0},
-    {"T=33 D=64 causal", 1, 2, 2, 33, 33, 64, 1},
-    {"T=7 S=40 D=24 causal (cached keys)", 1, 2, 1, 7, 40, 24, 1},
-    {"T=9 D=5 (rows not vec4)", 1, 1, 1, 9, 9, 5, 0},
+    {"T=1 D=32", 1, 2, 2, 1, 1, 32, 1, 0},
+    {"T=7 D=64 causal GQA 4/2", 2, 4, 2, 7, 7, 64, 1, 0},
+    {"T=33 D=32 GQA 3/1", 1, 3, 1, 33, 33, 32, 0, 0},
+    {"T=33 D=64 causal", 1, 2, 2, 33, 33, 64, 1, 0},
+    {"T=7 S=40 D=24 causal (cached keys)", 1, 2, 1, 7, 40, 24, 1, 0},
+    {"T=9 D=5 (rows not vec4)", 1, 1, 1, 9, 9, 5, 0, 0},
+    {"T=7 D=64 causal GQA 3/1, out [B,T,H,D]", 2, 3, 1, 7, 7, 64, 1, 1},
+    {"T=33 D=32, out [B,T,H,D], dO view", 1, 3, 3, 33, 33, 32, 0, 2},
+    {"T=65 D=32 causal GQA 3/1, out [B,T,H,D]", 1, 3, 1, 65, 65, 32, 1, 1},
 };
 
 static const mcase long_cases[] = {
-    {"T=256 D=64 causal GQA 6/2", 2, 6, 2, 256, 256, 64, 1},
-    {"T=256 D=128", 1, 2, 2, 256, 256, 128, 0},
-    {"T=1023 D=32 causal", 1, 2, 2, 1023, 1023, 32, 1},
-    {"T=1023 D=96 GQA 4/1", 1, 4, 1, 1023, 1023, 96, 0},
-    {"T=1023 D=128 causal GQA 2/1", 1, 2, 1, 1023, 1023, 128, 1},
-    {"T=4100 D=64 causal GQA 2/1", 1, 2, 1, 4100, 4100, 64, 1},
+    {"T=256 D=64 causal GQA 6/2", 2, 6, 2, 256, 256, 64, 1, 0},
+    {"T=256 D=128", 1, 2, 2, 256, 256, 128, 0, 0},
+    {"T=1023 D=32 causal", 1, 2, 2, 1023, 1023, 32, 1, 0},
+    {"T=1023 D=96 GQA 4/1", 1, 4, 1, 1023, 1023, 96, 0, 0},
+    {"T=1023 D=128 causal GQA 2/1", 1, 2, 1, 1023, 1023, 128, 1, 0},
+    {"T=4100 D=64 causal GQA 2/1", 1, 2, 1, 4100, 4100, 64, 1, 0},
+    {"T=256 D=64 causal GQA 6/2, out [B,T,H,D]", 2, 6, 2, 256, 256, 64, 1, 1},
+    {"T=1023 D=128 causal, out [B,T,H,D], dO view", 1, 3, 3, 1023, 1023, 128, 1, 2},
 };
 
 #define U16 (1.0 / 2048.0)
@@ -133,7 +141,7 @@ static void compare(const mcase *c, const char *what, const float *got, const do
         worst_err = fmax(worst_err, err);
     }
     if (big > 0) largest_rel_err = fmax(largest_rel_err, worst_err / big);
-    fprintf(stderr, "  %-38s %-8s max err %.2e (max |ref| %.2e), worst err / allowed %.2e\n", c->name, what, worst_err, big, worst);
+    fprintf(stderr, "  %-42s %-8s max err %.2e (max |ref| %.2e), worst err / allowed %.2e\n", c->name, what, worst_err, big, worst);
     if (bad) FAILF("%s: %s: %zu of %zu elements past the bound", c->name, what, bad, n);
 }
 
@@ -166,11 +174,23 @@ static void check_case(wgml_context *ctx, const mcase *c)
         x[i] = test_tensor(ctx, 4, s, in[i]);
         CHECK_OK(ctx, wgml_requires_grad(x[i], 1));
     }
-    wgml_tensor *y = wgml_attention(ctx, x[0], x[1], x[2], &(wgml_attention_desc){.causal = c->causal});
-    int64_t s4[4] = {c->B, c->H, c->T, c->D};
-    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, y, test_tensor(ctx, 4, s4, w)));
+    wgml_tensor *y = wgml_attention(ctx, x[0], x[1], x[2], &(wgml_attention_desc){.causal = c->causal, .out_bthd = c->layout != 0});
+    int64_t s4[4] = {c->B, c->H, c->T, c->D}, sb[4] = {c->B, c->T, c->H, c->D};
+    static const int swap[4] = {0, 2, 1, 3};
+    wgml_tensor *yh = c->layout ? wgml_permute(ctx, y, swap) : y, *L; /* y as [B,H,T,D] */
+    if (c->layout == 1) { /* the weights [B,T,H,D]: dO lies as y does */
+        float *wb = malloc(nq * sizeof *wb);
+        for (int64_t b = 0; b < c->B; b++)
+            for (int64_t h = 0; h < c->H; h++)
+                for (int64_t t = 0; t < c->T; t++)
+                    memcpy(wb + ((b * c->T + t) * c->H + h) * c->D, w + ((b * c->H + h) * c->T + t) * c->D, (size_t)c->D * sizeof *w);
+        L = wgml_sum_all(ctx, wgml_mul(ctx, y, test_tensor(ctx, 4, sb, wb)));
+        free(wb);
+    } else {
+        L = wgml_sum_all(ctx, wgml_mul(ctx, yh, test_tensor(ctx, 4, s4, w)));
+    }
     CHECK_OK(ctx, wgml_backward(L));
-    CHECK_OK(ctx, wgml_tensor_read(y, out[0], nq));
+    CHECK_OK(ctx, wgml_tensor_read(yh, out[0], nq));
     for (int i = 0; i < 3; i++) {
         wgml_tensor *gt = wgml_grad(x[i]);
         CHECK(gt != NULL);

@@ -260,7 +260,6 @@ wgml_tensor *wgml_gpt_attend(wgml_gpt *g, int64_t l, wgml_tensor *q, wgml_tensor
     const wgml_gpt_config *c = &g->cfg;
     int64_t H = c->heads, Hkv = c->kv_heads, D = c->head_dim, T = s->T;
     const int64_t btc[3] = {s->B, T, H * D};
-    static const int bthd[4] = {0, 2, 1, 3};
     wgml_gpt_cache *cache = s->cache;
     if (cache) { /* B = 1: this step's keys and values as [2,Hkv,T,D], appended to the cache's */
         wgml_tensor *kv;
@@ -277,9 +276,10 @@ wgml_tensor *wgml_gpt_attend(wgml_gpt *g, int64_t l, wgml_tensor *q, wgml_tensor
         k = wgml_slice(ctx, kv, 0, 0, 1, 1);
         v = wgml_slice(ctx, kv, 0, 1, 2, 1);
     }
-    wgml_tensor *a = wgml_attention(ctx, q, k, v, &(wgml_attention_desc){.causal = 1, .packed = cache ? NULL : qkv});
-    /* heads back to [B,T,C]; with one position the attention's [1,H,1,D] already is */
-    return cache && T == 1 ? wgml_reshape(ctx, a, 3, btc) : wgml_reshape(ctx, wgml_permute(ctx, a, bthd), 3, btc);
+    /* the attention writes [B,T,H,D]: [B,T,C] is a reshape, and its gradient reaches the
+       attention's backward as is (no copy either way) */
+    wgml_tensor *a = wgml_attention(ctx, q, k, v, &(wgml_attention_desc){.causal = 1, .packed = cache ? NULL : qkv, .out_bthd = 1});
+    return wgml_reshape(ctx, a, 3, btc);
 }
 
 /* The final hidden states [B,T,C] of ids [B,T] at positions pos.. */

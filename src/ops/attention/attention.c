@@ -19,7 +19,10 @@
  * softmax: the accumulator is rescaled by exp2(m_old - m_new)), P goes to workgroup memory,
  * V's tile replaces K's, and each thread adds P V into its 4 x (D / tx) block of O. The next
  * K tile's loads are issued before that product. O / l goes out, and L = m + log2(l) per row
- * after O in the node's buffer (the node's `tail`), for the gradient.
+ * after O in the node's buffer (the node's `tail`), for the gradient. O lies [B,H,T,D], or
+ * [B,T,H,D] (desc.out_bthd: a GPT's [B,T,C] is then a reshape): every kernel finds a row of O,
+ * as of Q, K, V and dO, through the b, h and t strides in the parameters, so neither O nor a
+ * permuted view of its gradient is copied.
  *
  * Gradient (one node, three launches; the node's buffer is [dQ | dK | dV]):
  *   1. Delta_i = dO_i . O_i, 16 threads per row, into the node's scratch buffer;
@@ -165,14 +168,17 @@ wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_tensor *k, w
         src[i] = rows ? in[i] : wgml_contiguous(ctx, in[i]);
         if (!t && src[i]->status) t = src[i]; /* (out of memory) */
     }
-    if (!t) t = wgml_node(ctx, WGML_OP_ATTENTION, q->ndim, q->shape, packed ? 4 : 3, src);
+    /* [B,T,H,D] out: the kernels write each row of O at (b, h, t)'s place in that layout */
+    bool bthd = desc && desc->out_bthd && q->ndim == 4;
+    const int64_t bthd_shape[4] = {d.B, d.T, d.H, d.D};
+    if (!t) t = wgml_node(ctx, WGML_OP_ATTENTION, q->ndim, bthd ? bthd_shape : q->shape, packed ? 4 : 3, src);
     for (int i = 0; i < 3; i++)
         if (src[i] != in[i] && src[i] != t) wgml_tensor_free(src[i]); /* the node holds them */
     if (t && !t->status) {
         t->tail = d.B * d.H * d.T; /* L of every row */
         wgml_attention_params_of_set(t, (wgml_attention_params){.causal = desc && desc->causal, .scale = scale,
                                                                 .mixed = ctx->compute_precision == WGML_PRECISION_MIXED,
-                                                                .packed = packed != NULL});
+                                                                .packed = packed != NULL, .bthd = bthd});
     }
     return t;
 }
@@ -186,11 +192,14 @@ wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tenso
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "attention gradient: needs the lazy forward node and a gradient of its shape");
     wgml_tensor *q = fwd->src[0], *k = fwd->src[1];
     int64_t n = q->numel + 2 * k->numel;
-    wgml_tensor *dc = wgml_contiguous(ctx, dout);
+    /* the kernels read dO through its b, h and t strides (a permuted view of a [B,T,C]
+       gradient needs no copy); only rows that are not contiguous are copied */
+    bool rows = dout->stride[dout->ndim - 1] == 1 || dout->shape[dout->ndim - 1] == 1;
+    wgml_tensor *dc = rows ? dout : wgml_contiguous(ctx, dout);
     if (!dc || dc->status) return dc;
     wgml_tensor *src[5] = {q, k, fwd->src[2], fwd, dc};
     wgml_tensor *t = wgml_node(ctx, WGML_OP_ATTENTION_GRAD, 1, &n, 5, src);
-    wgml_tensor_free(dc); /* the node holds it */
+    if (dc != dout) wgml_tensor_free(dc); /* the node holds it */
     if (t && !t->status) {
         /* the precision in force when the gradient is built, as for matmul's */
         wgml_attention_params pa = wgml_attention_params_of(fwd);
@@ -348,6 +357,8 @@ typedef struct attn_params {
     uint32_t do_off, lse_off, dk_off, dv_off;
     float scale2, neg_inf, scale;
     uint32_t tiles;
+    uint32_t o[3], pad0;  /* the stride of b, h, t of O in the forward node's buffer */
+    uint32_t dout[3], pad1; /* ... and of dO */
 } attn_params;
 
 static wgml_status attn_pipeline(wgml_context *ctx, const wgml_attn_kernel *k, wgml_launch *l)
@@ -357,6 +368,15 @@ static wgml_status attn_pipeline(wgml_context *ctx, const wgml_attn_kernel *k, w
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_source(k), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
+}
+
+/* the strides of b, h and t of the forward node's O, [B,H,T,D] or [B,T,H,D] (params bthd) */
+static void o_strides(const wgml_tensor *fwd, attn_dims d, uint32_t *s)
+{
+    bool bthd = wgml_attention_params_of(fwd).bthd;
+    s[0] = (uint32_t)(d.H * d.T * d.D);
+    s[1] = (uint32_t)(bthd ? d.D : d.T * d.D);
+    s[2] = (uint32_t)(bthd ? d.H * d.D : d.D);
 }
 
 /* the parameters of node t (forward or gradient: both read q, k, v as src[0..2]) */
@@ -393,6 +413,7 @@ wgml_status wgml_build_attention(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     wgml_status st = matrix ? matrix_pipeline(ctx, &mc, l) : choose_tiles(ctx, &k, d.T);
     if (st || (!matrix && (st = attn_pipeline(ctx, &k, l)))) return st;
     attn_params p = params_of(t, d);
+    o_strides(t, d, p.o);
     p.tiles = (uint32_t)ceil_div(d.T, matrix ? wgml_attn_sgmat_rows(&mc) : k.rows);
     p.lse_off = (uint32_t)t->numel;
     p.gx = wgml_grid(ctx, (uint64_t)p.tiles * (uint64_t)(d.B * d.H), l->groups);
@@ -428,7 +449,13 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
         (st = matrix_q ? matrix_pipeline(ctx, &mq, lq) : attn_pipeline(ctx, &kq, lq)))
         return st;
     attn_params p = params_of(t, d);
+    o_strides(fwd, d, p.o);
     p.do_off = (uint32_t)dout->offset;
+    /* dO has O's shape: [B,H,T,D], [B,T,H,D] (bthd) or [N,T,D] */
+    bool bthd = wgml_attention_params_of(fwd).bthd;
+    p.dout[0] = (uint32_t)dout->stride[0];
+    p.dout[1] = dout->ndim == 4 ? (uint32_t)dout->stride[bthd ? 2 : 1] : 0;
+    p.dout[2] = (uint32_t)dout->stride[dout->ndim == 4 && !bthd ? 2 : 1];
     p.lse_off = (uint32_t)(fwd->offset + fwd->numel);
     p.dk_off = (uint32_t)q->numel;
     p.dv_off = (uint32_t)(q->numel + kt->numel);

@@ -17,6 +17,7 @@ typedef struct wgml_attention_params {
     bool causal;
     bool mixed;
     bool packed; /* src[3] is the tensor q, k and v are windows of (wgml_attention_desc.packed) */
+    bool bthd;   /* the result is stored [B,T,H,D] (wgml_attention_desc.out_bthd) */
     float scale;
 } wgml_attention_params;
 WGML_OP_PARAMS(wgml_attention_params, wgml_attention_params_of)

@@ -299,19 +299,21 @@ static void put_accumulate(gen *g, const char *acc, const char *arr, int at)
 }
 
 /* Where `full` (workgroup-uniform WGSL: every row of the workgroup's tile is inside), each
-   accumulator <acc>f goes straight to out[<base0> + f * SN ...] (row stride D; base0: the
-   subgroup's row 0), and the rest of the kernel's results code (put_results) runs in the else
-   branch that this leaves open; see put_results_end. */
-static void put_results_begin(gen *g, int n, const char *const *acc, const char *out, const char *const *base0, const char *full)
+   accumulator <acc>f goes straight to out[<base0> + f * SN ...] (rows `stride` apart, WGSL;
+   base0: the subgroup's row 0), and the rest of the kernel's results code (put_results) runs
+   in the else branch that this leaves open; see put_results_end. */
+static void put_results_begin(gen *g, int n, const char *const *acc, const char *out, const char *const *base0, const char *stride,
+                              const char *full)
 {
     if (!direct_out(g->c)) return;
     wgml_sbuf_put(g->b, "    if (%s) {\n", full);
     for (int a = 0; a < n; a++)
         for (int f = 0; f < g->FD; f++) {
             if (g->c->emulate)
-                wgml_sbuf_put(g->b, "        emu_st_%s(%s + %du, %s%d, D);\n", out, base0[a], f * g->SN, acc[a], f);
+                wgml_sbuf_put(g->b, "        emu_st_%s(%s + %du, %s%d, %s);\n", out, base0[a], f * g->SN, acc[a], f, stride);
             else
-                wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s + %du, %s%d, false, D);\n", out, base0[a], f * g->SN, acc[a], f);
+                wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s + %du, %s%d, false, %s);\n", out, base0[a], f * g->SN, acc[a], f,
+                              stride);
         }
     wgml_sbuf_put(g->b, "    } else {\n");
 }
@@ -343,16 +345,16 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
     }
 }
 
-/* One result per row of the workgroup's query tile (the forward's O, dQ): rows first + row of
-   out, D apart; whole tiles straight from the matrix units where they may */
-static void put_row_results(gen *g, const char *acc, const char *out, const char *first)
+/* One result per row of the workgroup's query tile (the forward's O, dQ): the subgroup's row 0
+   at element `base` of out, rows `stride` apart (WGSL); whole tiles straight from the matrix
+   units where they may */
+static void put_row_results(gen *g, const char *acc, const char *out, const char *base, const char *stride)
 {
-    char full[64], base[96], at[96];
+    char full[64], at[160];
     snprintf(full, sizeof full, "i0 + %du <= P.T", g->R);
-    snprintf(base, sizeof base, "(%s) * D", first);
-    snprintf(at, sizeof at, "(%s + row) * D", first);
+    snprintf(at, sizeof at, "%s + row * %s", base, stride);
     const char *accs[] = {acc}, *bases[] = {base};
-    put_results_begin(g, 1, accs, out, bases, full);
+    put_results_begin(g, 1, accs, out, bases, stride, full);
     put_results(g, acc, out, at, "r0 + row < P.T");
     put_results_end(g);
 }
@@ -519,7 +521,7 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "o", "ps", C * g->SD);
     wgml_sbuf_put(b, "    }\n");
-    put_row_results(g, "o", "O", "bh * P.T + r0");
+    put_row_results(g, "o", "O", "b * P.o_sb + h * P.o_sh + r0 * P.o_st", "P.o_st");
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -536,7 +538,7 @@ static void put_dq(gen *g)
     put_grad_bindings(g);
     put_query_tile_start(g, true);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_stage(g, "do", g->R, "i0", "P.T", "ob", "D", NULL, 0);
+    put_stage(g, "do", g->R, "i0", "P.T", "ob", "P.do_st", NULL, 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
     put_keep_rows(g, "w");
     for (int k = 0; k < g->rpl; k++)
@@ -567,7 +569,7 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    put_row_results(g, "dq", "OUT", "rb + r0"); /* (dS carries the scale: see ps above) */
+    put_row_results(g, "dq", "OUT", "(rb + r0) * D", "D"); /* (dS carries the scale: see ps above) */
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -582,11 +584,11 @@ static void put_query_fetch(gen *g, const char *it)
                      "        let fi0 = (qstart + fit %% nq) * %du;\n"
                      "        let frb = (b * P.H + fh) * P.T; // the row of (b, fh, 0)\n"
                      "        let fqb = P.q_off + b * P.q_sb + fh * P.q_sh;\n"
-                     "        let fob = P.do_off + frb * D;\n"
+                     "        let fob = P.do_off + b * P.do_sb + fh * P.do_sh;\n"
                      "        let flim = select(0u, P.T, fit < steps);\n",
                   it, C);
     put_fetch(g, "qa", "q", C, "fi0", "flim", "fqb", "P.q_st", "P.scale2");
-    put_fetch(g, "oa", "do", C, "fi0", "flim", "fob", "D", NULL);
+    put_fetch(g, "oa", "do", C, "fi0", "flim", "fob", "P.do_st", NULL);
     for (int n = 0; n * g->NT < C; n++)
         wgml_sbuf_put(b, "        if (li + %du < %du) {\n            let i = fi0 + li + %du;\n"
                          "            sla%d = 0.0;\n            sld%d = 0.0;\n"
@@ -669,7 +671,7 @@ static void put_dkv(gen *g)
     snprintf(full, sizeof full, "j0 + %du <= P.S", g->R);
     const char *acc[] = {"dk", "dv"},
                *base0[] = {"P.dk_off + ((b * P.Hkv + g) * P.S + r0) * D", "P.dv_off + ((b * P.Hkv + g) * P.S + r0) * D"};
-    put_results_begin(g, 2, acc, "OUT", base0, full);
+    put_results_begin(g, 2, acc, "OUT", base0, "D", full);
     put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
     put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
     put_results_end(g);

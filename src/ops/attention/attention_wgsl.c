@@ -98,6 +98,8 @@ void wgml_attn_put_params(wgml_sbuf *b, int d, int dp4)
                      "    v_off: u32, v_sb: u32, v_sh: u32, v_st: u32,\n"
                      "    do_off: u32, lse_off: u32, dk_off: u32, dv_off: u32,\n"
                      "    scale2: f32, neg_inf: f32, scale: f32, tiles: u32,\n"
+                     "    o_sb: u32, o_sh: u32, o_st: u32, pad0: u32,\n"
+                     "    do_sb: u32, do_sh: u32, do_st: u32, pad1: u32,\n"
                      "}\n"
                      "@group(0) @binding(0) var<uniform> P: Params;\n");
     wgml_sbuf_put(b, "const D = %du;\nconst DP4 = %du;\nconst LN2 = 0.6931471805599453;\n", d, dp4);
@@ -138,7 +140,7 @@ void wgml_attn_put_query_tile(wgml_sbuf *b, int rows, bool grads)
                   rows);
     if (grads) wgml_sbuf_put(b, "    let rb = bh * P.T;\n");
     wgml_sbuf_put(b, "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n");
-    if (grads) wgml_sbuf_put(b, "    let ob = P.do_off + rb * D;\n");
+    if (grads) wgml_sbuf_put(b, "    let ob = P.do_off + b * P.do_sb + h * P.do_sh;\n");
     wgml_sbuf_put(b, "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
                      "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n");
 }
@@ -471,7 +473,7 @@ static void put_forward(gen *g)
     for (int r = 0; r < 4; r++) {
         char mul[16];
         snprintf(mul, sizeof mul, "inv.%c", xyzw[r]);
-        wgml_sbuf_put(b, "    {\n        let i = i0 + ty * 4u + %du;\n        if (i < P.T) {\n            let ob = (bh * P.T + i) * D;\n", r);
+        wgml_sbuf_put(b, "    {\n        let i = i0 + ty * 4u + %du;\n        if (i < P.T) {\n            let ob = b * P.o_sb + h * P.o_sh + i * P.o_st;\n", r);
         put_acc_store(g, "o", r, "O", "ob", mul);
         wgml_sbuf_put(b, "            if (tx == 0u) { O[P.lse_off + bh * P.T + i] = lse.%c; }\n        }\n    }\n", xyzw[r]);
     }
@@ -498,9 +500,12 @@ static void put_delta(gen *g)
                      "    let lane = lid %% 16u;\n"
                      "    let rows = P.B * P.H * P.T;\n"
                      "    var acc = vec4<f32>(0.0);\n"
-                     "    if (row < rows) {\n");
+                     "    if (row < rows) {\n"
+                     "        let t = row %% P.T;\n        let h = (row / P.T) %% P.H;\n        let b = row / P.T / P.H;\n"
+                     "        let ob = b * P.o_sb + h * P.o_sh + t * P.o_st;\n"
+                     "        let db = P.do_off + b * P.do_sb + h * P.do_sh + t * P.do_st;\n");
     for (int c = 0; c * 16 < d4; c++)
-        wgml_sbuf_put(b, "        if (lane + %du < %du) { acc = fma(ld_o(row * D, lane + %du), ld_do(P.do_off + row * D, lane + %du), acc); }\n",
+        wgml_sbuf_put(b, "        if (lane + %du < %du) { acc = fma(ld_o(ob, lane + %du), ld_do(db, lane + %du), acc); }\n",
                       16 * c, d4, 16 * c, 16 * c);
     wgml_sbuf_put(b, "    }\n"
                      "    part[lid] = (acc.x + acc.y) + (acc.z + acc.w);\n"
@@ -552,11 +557,11 @@ static void put_dkv_fetch(gen *g, const char *it)
                      "            let fi0 = (qstart + (%s) %% nq) * %du;\n"
                      "            let frb = (b * P.H + fh) * P.T; // row index of (b, h, 0)\n"
                      "            let fqb = P.q_off + b * P.q_sb + fh * P.q_sh;\n"
-                     "            let fob = P.do_off + frb * D;\n",
+                     "            let fob = P.do_off + b * P.do_sb + fh * P.do_sh;\n",
                   it, it, br);
     g->in = "            ";
     put_tile_load(g, "t", "q", br, "fi0", "P.T", "fqb", "P.q_st", "P.scale2");
-    put_tile_load(g, "u", "do", br, "fi0", "P.T", "fob", "D", NULL);
+    put_tile_load(g, "u", "do", br, "fi0", "P.T", "fob", "P.do_st", NULL);
     g->in = "    ";
     for (int n = 0; n * g->nt < br; n++)
         wgml_sbuf_put(b, "            if (lid + %du < %du && fi0 + lid + %du < P.T) { lv%d = LSE[P.lse_off + frb + fi0 + lid + %du]; dv%d = DEL[frb + fi0 + lid + %du]; }\n"
@@ -681,7 +686,7 @@ static void put_dq(gen *g)
     put_tile_regs(g, "u", bc);
     put_tile_load(g, "t", "q", br, "i0", "P.T", "qb", "P.q_st", "P.scale2");
     put_tile_store(g, "t", "qs", br, false);
-    put_tile_load(g, "t", "do", br, "i0", "P.T", "ob", "D", NULL);
+    put_tile_load(g, "t", "do", br, "i0", "P.T", "ob", "P.do_st", NULL);
     put_tile_store(g, "t", "os", br, false);
     for (int r = 0; r < 4; r++)
         wgml_sbuf_put(b, "    var lq%d = 0.0;\n    var dl%d = 0.0;\n"

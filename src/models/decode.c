@@ -294,14 +294,9 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         /* its cache loads issued first (wgml_decode_attn's early) where the workgroup memory
            allows; then 8 threads a position where the adapter allows (chunks over 32: more
            loads in flight, fewer a thread) */
-        const int64_t G = p->H / p->Hkv, ns = chunk ? (p->block + chunk - 1) / chunk : 1;
         unsigned early_wgs = split_wgs;
         while (early_wgs < p->wide_wgs && early_wgs < 8 * chunk) early_wgs *= 2;
         if (p->d.attn_wgs && (unsigned)p->d.attn_wgs >= split_wgs) early_wgs = (unsigned)p->d.attn_wgs;
-        const int early = chunk && !p->d.attn_late &&
-                          (uint64_t)(G * (chunk + p->D) + 2 * p->D + early_wgs * (5 + 5 * G) + G * (1 + 2 * ns)) * 4 <=
-                              p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
-        if (early) split_wgs = early_wgs;
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wgs = chunk ? split_wgs : p->wide_wgs,
@@ -309,7 +304,12 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
                                .combine = chunk && p->combine_in_attn,
-                               .early = early};
+                               .early = chunk && !p->d.attn_late};
+        if (at.early) { /* the wider workgroup only where the early form takes it */
+            const unsigned late_wgs = at.wgs;
+            at.wgs = early_wgs;
+            if (!wgml_decode_attn_early_fits(&at, p->ctx->rt.limits.maxComputeWorkgroupStorageSize)) at.early = 0, at.wgs = late_wgs;
+        }
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, chunk ? p->asums : p->att}, {6, lb->vecs}, {8, p->freq},
                      {9, p->aml}, {10, p->att}, {11, p->acount}};
         used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0) |

@@ -544,11 +544,37 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 
 static void rope_helpers(sbuf *b);
 
+/* the attention's unit of the cache: vec4 loads where the head size allows */
+static unsigned cache_lw(const wgml_decode_attn *a) { return a->D % (a->rope ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1; }
+
+/* The early form's layout: TPP threads a K row, VP threads a value column, KPT and VPT vec4s a
+   thread of each kept in registers; false where a's shape does not take it (a Llama decode
+   chunk with vec4 loads, whose chunk, (G + 1) 64 threads of RoPE and value columns fit the
+   workgroup, and at most 32 vec4s a thread) */
+static int early_layout(const wgml_decode_attn *a, unsigned *tpp, unsigned *vpn, unsigned *kpt, unsigned *vpt)
+{
+    const unsigned lw = cache_lw(a), wgs = a->wgs ? a->wgs : 256, dv = a->D / lw;
+    if (!(a->chunk > 0 && !a->wo_fused && a->rope && lw == 4 && (a->G + 1) * 64 <= wgs && a->chunk <= wgs && dv <= wgs))
+        return 0;
+    *tpp = 1;
+    while (*tpp * 2 * a->chunk <= wgs && *tpp * 2 <= dv) *tpp *= 2;
+    *vpn = wgs / dv, *kpt = (dv + *tpp - 1) / *tpp, *vpt = (a->chunk + *vpn - 1) / *vpn;
+    return *kpt + *vpt <= 32;
+}
+
+int wgml_decode_attn_early_fits(const wgml_decode_attn *a, uint64_t wg_bytes)
+{
+    unsigned tpp, vpn, kpt, vpt;
+    const uint64_t G = a->G, D = a->D, wgs = a->wgs ? a->wgs : 256, ch = a->chunk, ns = ch ? (a->block + ch - 1) / ch : 1;
+    /* its workgroup memory in floats: sc, qs, kown and vown, red and part, sred and vpart, inv,
+       and (a bound for either way of combining) the chunks' (max, sum) */
+    return early_layout(a, &tpp, &vpn, &kpt, &vpt) && (G * (ch + D) + 2 * D + wgs * (5 + 5 * G) + G * (1 + 2 * ns)) * 4 <= wg_bytes;
+}
+
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 {
     sbuf b = {0};
-    /* vec4 loads of the cache where the head size allows */
-    const unsigned lw = a->D % (a->rope ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1, no = a->G * a->D / lw;
+    const unsigned lw = cache_lw(a), no = a->G * a->D / lw;
     const unsigned wgs = a->wgs ? a->wgs : 256, all = no >= wgs ? 1 : wgs / no;
     const unsigned parts = a->max_parts && a->max_parts < all ? a->max_parts : all, opw = wgs / parts;
     /* split over positions: chunks of CH, a workgroup each, their unnormalised sums and (max,
@@ -560,13 +586,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     /* a Llama decode chunk's cache loads issued first, before the prologue (its K rows over
        TPP threads a position, coalesced; its V rows loaded once for the G heads, VP threads
        sharing a value column); the row's own position, which the prologue appends, is taken
-       from workgroup memory instead */
-    int early = split && a->early && a->rope && lw == 4 && (a->G + 1) * 64 <= wgs && a->chunk <= wgs && a->D / lw <= wgs;
-    unsigned tpp = 1;
-    while (early && tpp * 2 * a->chunk <= wgs && tpp * 2 <= a->D / lw) tpp *= 2;
-    unsigned dv = a->D / lw, vpn = early ? wgs / dv : 1, kpt = (dv + tpp - 1) / tpp, vpt = (a->chunk + vpn - 1) / vpn;
-    /* (the preloaded K and V in registers: at most 32 vec4s a thread, else the old order) */
-    if (kpt + vpt > 32) early = 0, vpn = 1, vpt = (a->chunk + vpn - 1) / vpn;
+       from workgroup memory instead. Else the loads after the prologue. */
+    unsigned tpp = 1, vpn = 1, kpt = 1, vpt = 1;
+    const int early = a->early && early_layout(a, &tpp, &vpn, &kpt, &vpt);
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"

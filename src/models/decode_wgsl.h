@@ -76,11 +76,14 @@ typedef struct wgml_decode_attn {
        it resets; the sums and (max, sum) then pass as atomics. Only where storageBarrier is a
        device-scope fence (wgpu-native's naga: see the kernel), else the combine's launch. */
     int combine;
-    /* with chunk and rope: the chunk's cache loads issued before the prologue (where D is a
-       multiple of 8, the chunk and (G + 1) 64 fit the workgroup; it takes 5 WGS G more floats of
-       workgroup memory and 2 D) */
+    /* with chunk and rope: the chunk's cache loads issued before the prologue where the shape
+       takes it (wgml_decode_attn_early_fits; else after, as without) */
     int early;
 } wgml_decode_attn;
+/* Whether a, with early set, runs the early form within wg_bytes of workgroup memory (D a
+   multiple of 8, the chunk and (G + 1) 64 fit the workgroup, its 5 WGS G more floats of
+   workgroup memory and 2 D fit too): the plan asks before it picks the wider workgroup. */
+int wgml_decode_attn_early_fits(const wgml_decode_attn *a, uint64_t wg_bytes);
 /* The split attention's chunks combined into each head's output (binding 10, rows of as):
    grid (rows, heads of G groups); bindings 0 rows, 4 sums, 9 (max, sum). */
 char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a);

@@ -93,8 +93,9 @@ fn wgml_erf(x: T) -> T {
 }
 // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)); for x < 0, 1 + erf is erfc(|x| / sqrt 2), taken
 // directly; 0 at -inf (not -inf * 0). One erfc serves both signs (wgml_erf's own would be a
-// second: the two arms of a select are both evaluated), and each arm computes what
-// wgml_erf(z) would, so the values are the same.
+// second: both arguments of a select are evaluated). Each case takes the terms wgml_erf(z)
+// would, so the values are those of 1 + wgml_erf(z) but at z = -0.5 exactly, where erfc is
+// taken directly (test_op_table holds the GELU to C's erf).
 fn wgml_gelu_exact(x: T) -> T {
     let z = x * T(0.7071067811865476);
     let a = abs(z);

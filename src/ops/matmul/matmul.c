@@ -300,11 +300,12 @@ static void lead_strides(const wgml_tensor *x, const wgml_tensor *t, int64_t *bs
 /* Split K: a GEMM of few output tiles and a long K (a weight's gradient, [C, rows] x
    [rows, N] with rows = batch x tokens) leaves most of a GPU idle, a tile per workgroup
    walking all of K. Its K is cut into S chunks that run as a batch of S GEMMs into partial
-   results, which a second launch sums: S the least power of two that gives >= 256 tiles,
-   each chunk a multiple of 16 and at least 256 long. 0: no split, also where the tiles
-   already fill the GPU twice over (256 or more: two waves of an H200's 132 SMs), which split K
-   would only add a sum to (GPT-2 small's dX GEMMs, [8192 x 768] over K = 3072 and 2304: 24
-   sums of two [8192 x 768] partials a step). */
+   results, which a second launch sums: S the least power of two that gives >= 256 tiles of
+   128 x 128 (>= 512 on the matrix units, below), each chunk a multiple of 16 and at least 256
+   long (1024). 0: no split, also where the GEMM has 256 tiles or more already, about two waves
+   of an H200's 132 SMs: there split K only added a sum (GPT-2 small's dX GEMMs, 384 tiles of
+   [8192 x 768] over K = 3072 and 2304, were split in two: without, the mixed step took 54.6-54.8
+   ms against 55.8 on an H200, docs/MEASUREMENTS.md). */
 static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
 {
     if (g->batch != 1 || g->has_bias || g->act != WGML_ACT_NONE || g->M < 32 || g->N < 32 || g->K < 2048) return 0;

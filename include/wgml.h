@@ -1038,7 +1038,7 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_EW_UNROLL=1|2|4|8                 .ew_unroll
      WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t      .attn_tiles
      WGML_ATTN_PRE=N                        .attn_pre
-     WGML_ATTN_MATRIX=0|emulate[,MxNxK,L,C]|cols,F,K,Q[,S]  .attn_matrix
+     WGML_ATTN_MATRIX=0|emulate[,MxNxK,L,C[,X]]|cols,F,K,Q[,S,O,X]  .attn_matrix
    The process's, read by each wgml_dist_init (there is no context then):
      WGML_MPI_LIBRARY=<file>   the MPI library to open under a launcher when the process has
                                none loaded (default: the launcher's family's, libmpi.so.40

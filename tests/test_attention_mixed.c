@@ -36,29 +36,38 @@ typedef struct mcase {
     int causal;
     int layout; /* 0: y [B,H,T,D]; 1: y [B,T,H,D] (desc.out_bthd), the loss's weights too;
                    2: y [B,T,H,D], the loss on its [B,H,T,D] view (dO a permuted view) */
+    /* scores along the keys: 0 random; 1 growing (q biased by +0.5, key j by +8 j / S in every
+       dim), so that a row's max passes the one-walk forward's reference by more than 8 (log2)
+       after its first step and O is rescaled; -1 falling (q by +0.5, key j by -8 j / S): it
+       never is */
+    int grow;
 } mcase;
 
 static const mcase short_cases[] = {
-    {"T=1 D=32", 1, 2, 2, 1, 1, 32, 1, 0},
-    {"T=7 D=64 causal GQA 4/2", 2, 4, 2, 7, 7, 64, 1, 0},
-    {"T=33 D=32 GQA 3/1", 1, 3, 1, 33, 33, 32, 0, 0},
-    {"T=33 D=64 causal", 1, 2, 2, 33, 33, 64, 1, 0},
-    {"T=7 S=40 D=24 causal (cached keys)", 1, 2, 1, 7, 40, 24, 1, 0},
-    {"T=9 D=5 (rows not vec4)", 1, 1, 1, 9, 9, 5, 0, 0},
-    {"T=7 D=64 causal GQA 3/1, out [B,T,H,D]", 2, 3, 1, 7, 7, 64, 1, 1},
-    {"T=33 D=32, out [B,T,H,D], dO view", 1, 3, 3, 33, 33, 32, 0, 2},
-    {"T=65 D=32 causal GQA 3/1, out [B,T,H,D]", 1, 3, 1, 65, 65, 32, 1, 1},
+    {"T=1 D=32", 1, 2, 2, 1, 1, 32, 1, 0, 0},
+    {"T=7 D=64 causal GQA 4/2", 2, 4, 2, 7, 7, 64, 1, 0, 0},
+    {"T=33 D=32 GQA 3/1", 1, 3, 1, 33, 33, 32, 0, 0, 0},
+    {"T=33 D=64 causal", 1, 2, 2, 33, 33, 64, 1, 0, 0},
+    {"T=7 S=40 D=24 causal (cached keys)", 1, 2, 1, 7, 40, 24, 1, 0, 0},
+    {"T=9 D=5 (rows not vec4)", 1, 1, 1, 9, 9, 5, 0, 0, 0},
+    {"T=7 D=64 causal GQA 3/1, out [B,T,H,D]", 2, 3, 1, 7, 7, 64, 1, 1, 0},
+    {"T=33 D=32, out [B,T,H,D], dO view", 1, 3, 3, 33, 33, 32, 0, 2, 0},
+    {"T=65 D=32 causal GQA 3/1, out [B,T,H,D]", 1, 3, 1, 65, 65, 32, 1, 1, 0},
+    {"T=47 D=32 causal, scores growing (rescaled)", 1, 2, 2, 47, 47, 32, 1, 0, 1},
+    {"T=40 D=48 GQA 2/1, scores falling (never)", 1, 2, 1, 40, 40, 48, 0, 0, -1},
+    {"T=20 D=128 GQA 2/1", 1, 2, 1, 20, 20, 128, 0, 0, 0},
 };
 
 static const mcase long_cases[] = {
-    {"T=256 D=64 causal GQA 6/2", 2, 6, 2, 256, 256, 64, 1, 0},
-    {"T=256 D=128", 1, 2, 2, 256, 256, 128, 0, 0},
-    {"T=1023 D=32 causal", 1, 2, 2, 1023, 1023, 32, 1, 0},
-    {"T=1023 D=96 GQA 4/1", 1, 4, 1, 1023, 1023, 96, 0, 0},
-    {"T=1023 D=128 causal GQA 2/1", 1, 2, 1, 1023, 1023, 128, 1, 0},
-    {"T=4100 D=64 causal GQA 2/1", 1, 2, 1, 4100, 4100, 64, 1, 0},
-    {"T=256 D=64 causal GQA 6/2, out [B,T,H,D]", 2, 6, 2, 256, 256, 64, 1, 1},
-    {"T=1023 D=128 causal, out [B,T,H,D], dO view", 1, 3, 3, 1023, 1023, 128, 1, 2},
+    {"T=256 D=64 causal GQA 6/2", 2, 6, 2, 256, 256, 64, 1, 0, 0},
+    {"T=256 D=128", 1, 2, 2, 256, 256, 128, 0, 0, 0},
+    {"T=1023 D=32 causal", 1, 2, 2, 1023, 1023, 32, 1, 0, 0},
+    {"T=1023 D=96 GQA 4/1", 1, 4, 1, 1023, 1023, 96, 0, 0, 0},
+    {"T=1023 D=128 causal GQA 2/1", 1, 2, 1, 1023, 1023, 128, 1, 0, 0},
+    {"T=4100 D=64 causal GQA 2/1", 1, 2, 1, 4100, 4100, 64, 1, 0, 0},
+    {"T=256 D=64 causal GQA 6/2, out [B,T,H,D]", 2, 6, 2, 256, 256, 64, 1, 1, 0},
+    {"T=1023 D=128 causal, out [B,T,H,D], dO view", 1, 3, 3, 1023, 1023, 128, 1, 2, 0},
+    {"T=1023 D=64 causal, scores growing (rescaled)", 1, 2, 2, 1023, 1023, 64, 1, 0, 1},
 };
 
 #define U16 (1.0 / 2048.0)
@@ -124,6 +133,37 @@ static void bounds(const mcase *c, const double *q, const double *k, const doubl
     free(p), free(a), free(dp), free(w);
 }
 
+/* The rows and steps (after a row's first key) at which the one-walk forward rescales O when it
+   walks the keys `cols` at a time: the row's max so far passes the max it had when the last
+   rescale (or its first key) set its reference by more than 8 in log2 units (ops/attention/
+   attention_sgmat_wgsl.c, TAU) */
+static int64_t rescales(const mcase *c, const double *q, const double *k, double scale, int cols)
+{
+    const int64_t D = c->D, T = c->T, S = c->S, R = c->H / c->Hkv;
+    int64_t n = 0;
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                int64_t seen = c->causal ? i + S - T + 1 : S;
+                if (seen > S) seen = S;
+                double ref = -INFINITY;
+                for (int64_t j0 = 0; j0 < seen; j0 += cols) {
+                    double m = -INFINITY;
+                    for (int64_t j = j0; j < j0 + cols && j < seen; j++) {
+                        double z = 0;
+                        for (int64_t d = 0; d < D; d++)
+                            z += q[((b * c->H + h) * T + i) * D + d] * k[((b * c->Hkv + h / R) * S + j) * D + d];
+                        m = fmax(m, scale * z * 1.4426950408889634);
+                    }
+                    if (m > ref + 8) {
+                        n += ref > -INFINITY;
+                        ref = m;
+                    }
+                }
+            }
+    return n;
+}
+
 /* the largest error over every result of every case, relative to the result's largest
    magnitude: f16 operands show (~1e-3), the f32 kernels do not (~1e-6) */
 static double largest_rel_err;
@@ -157,6 +197,20 @@ static void check_case(wgml_context *ctx, const mcase *c)
         din[i] = test_to_double(in[i], n[i]);
         dref[i] = malloc(n[i] * sizeof(double));
     }
+    if (c->grow) { /* (see mcase) */
+        for (size_t i = 0; i < nq; i++) in[0][i] += 0.5f;
+        for (int64_t r = 0; r < c->B * c->Hkv * c->S; r++)
+            for (int64_t d = 0; d < c->D; d++) in[1][r * c->D + d] += (float)(c->grow * 8.0 * (double)(r % c->S) / (double)c->S);
+        for (int i = 0; i < 2; i++) {
+            free(din[i]);
+            din[i] = test_to_double(in[i], n[i]);
+        }
+    }
+    /* the one-walk forward's rescales: some where the scores grow, none where they fall */
+    int64_t resc16 = rescales(c, din[0], din[1], scale, 16), resc32 = rescales(c, din[0], din[1], scale, 32);
+    if (c->grow) fprintf(stderr, "  %-42s rescales in steps of 16 / 32 keys: %lld / %lld\n", c->name, (long long)resc16, (long long)resc32);
+    if (c->grow > 0) CHECK(resc16 > 0 && resc32 > 0);
+    if (c->grow < 0) CHECK(resc16 == 0 && resc32 == 0);
     test_fill_uniform(w, nq, -1, 1);
     dw = test_to_double(w, nq);
     size_t nout[4] = {nq, nq, nk, nk};
@@ -226,10 +280,15 @@ static void within_the_f16_bound(void)
             : emulated ? "matrix kernels, emulated"
             : matrix   ? "matrix units"
                        : "no subgroup matrices: the SIMT kernels");
-    for (int i = 0; i < N_OF(short_cases); i++) check_case(ctx, &short_cases[i]);
+    /* WGML_TEST_ATTN_ONLY=text: only the cases whose names hold it (a developer's shortcut for the
+       slow emulated runs) */
+    const char *only = getenv("WGML_TEST_ATTN_ONLY");
+    for (int i = 0; i < N_OF(short_cases); i++)
+        if (!only || strstr(short_cases[i].name, only)) check_case(ctx, &short_cases[i]);
     const char *lg = getenv("WGML_TEST_ATTN_LONG");
     if (lg && *lg == '1')
-        for (int i = 0; i < N_OF(long_cases); i++) check_case(ctx, &long_cases[i]);
+        for (int i = 0; i < N_OF(long_cases); i++)
+            if (!only || strstr(long_cases[i].name, only)) check_case(ctx, &long_cases[i]);
     /* the path taken: f16 rounding where the matrix kernels ran, f32 accuracy elsewhere (an
        adapter with subgroup matrices but no f16 -> f32 shape, none seen yet, would need this
        to ask wgml_info's matmul line instead) */

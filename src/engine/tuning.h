@@ -36,14 +36,17 @@ typedef struct wgml_tuning {
        adapter has them), -1 ("0") the SIMT kernels always, 1 ("emulate[,MxNxK,lanes]") the
        matrix kernels with stand-ins of that shape and subgroup size (default 16x16x16, 32:
        the H100's), steps of `cols` (default 16: the stand-ins' code grows with the
-       fragments, and llvmpipe's compile with it), under mixed precision on any adapter */
+       fragments, and llvmpipe's compile with it), under mixed precision on any adapter;
+       "emulate,MxNxK,L,C,X" also sets the forms (X, as below) */
     int attn_matrix;
     int attn_emu[5];
     /* WGML_ATTN_MATRIX=cols,F,K,Q,S[,O]: the matrix kernels' steps of columns (forward, dK/dV,
        dQ) and subgroups per workgroup (0: the policy's), the policy otherwise; O (attn_mpre; -1:
        the policy's: prefetch everywhere, the dP block in dK/dV) picks their options: 1
-       prefetch, 2 the gradients' dP block (wgml_attn_sgmat) */
-    int attn_mcols[3], attn_msub, attn_mpre;
+       prefetch, 2 the gradients' dP block (wgml_attn_sgmat); ",X" (attn_mform; -1: the
+       policy's) the forms: 1 the forward in one walk, 2 the forward's subgroups two row
+       fragments each, 4 dQ's, 8 dK/dV's */
+    int attn_mcols[3], attn_msub, attn_mpre, attn_mform;
 } wgml_tuning;
 
 /* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of

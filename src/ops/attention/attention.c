@@ -310,6 +310,10 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    none; docs/MEASUREMENTS.md, helper attn2). `rows` (T, or S for dK/dV): whole tiles of results
    go straight from the matrix units only where a whole tile exists (a store of a 16 x 16 f32
    fragment makes Dawn ask bindings of at least 1024 bytes). */
+/* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk, 2 / 4 / 8 two
+   row fragments a subgroup in the forward / dQ / dK, dV */
+#define MATRIX_FORMS 0
+
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
 {
     const wgml_tuning *tu = wgml_tuning_of(ctx);
@@ -321,17 +325,20 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     static const int cols[] = {32, 16};
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
     int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? 3 : 1;
-    for (int i = knob ? -1 : 0; i < 2; i++)
-        for (int dp_block = opts >> 1 & 1; dp_block >= 0; dp_block--) {
-            *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
-                                   .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
-                                   .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
-                                   .prefetch = opts & 1, .dp_block = dp_block};
-            c->direct = rows >= wgml_attn_sgmat_rows(c);
-            if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
-                (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
-                return true;
-        }
+    int forms = tu->attn_mform >= 0 ? tu->attn_mform : MATRIX_FORMS;
+    /* two row fragments a subgroup where this kernel's form asks and they fit, else one */
+    for (int rf = forms >> (which == 0 ? 1 : which == 2 ? 2 : 3) & 1 ? 2 : 1; rf >= 1; rf--)
+        for (int i = knob ? -1 : 0; i < 2; i++)
+            for (int dp_block = opts >> 1 & 1; dp_block >= 0; dp_block--) {
+                *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
+                                       .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4, .row_frags = rf,
+                                       .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
+                                       .prefetch = opts & 1, .dp_block = dp_block, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1)};
+                c->direct = rows >= wgml_attn_sgmat_rows(c);
+                if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
+                    (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
+                    return true;
+            }
     return false;
 }
 
@@ -340,8 +347,10 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
     /* kind + 16: apart from the SIMT kernels' keys */
     uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)c->kind + 16, (uint32_t)c->d,
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
-                       (uint32_t)c->subgroups, (uint32_t)c->cols,
-                       c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3, c->emulate};
+                       (uint32_t)c->subgroups | (uint32_t)c->row_frags << 8, (uint32_t)c->cols,
+                       c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3 |
+                           (uint32_t)c->one_pass << 4,
+                       c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
@@ -421,8 +430,8 @@ wgml_status wgml_build_attention(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     for (int i = 0; i < 3; i++) l->buffers[i] = wgml_tensor_base(t->src[i]);
     l->buffers[3] = t;
     l->nbuffers = 4;
-    /* (the matrix kernels' loops over D and a tile are unrolled; it walks the keys twice) */
-    l->loop_trips = matrix ? 2 * (uint64_t)ceil_div(d.S, mc.cols) + 1 : (uint64_t)ceil_div(d.S, k.cols) * wgml_attn_step_trips(&k) + 1;
+    /* (the matrix kernels' loops over D and a tile are unrolled; it walks the keys once or twice) */
+    l->loop_trips = matrix ? (mc.one_pass ? 1 : 2) * (uint64_t)ceil_div(d.S, mc.cols) + 1 : (uint64_t)ceil_div(d.S, k.cols) * wgml_attn_step_trips(&k) + 1;
     snprintf(l->what, sizeof l->what, "attention (T %lld, S %lld, D %lld)", (long long)d.T, (long long)d.S, (long long)d.D);
     *count = 1;
     return WGML_OK;

@@ -38,6 +38,7 @@
 #include "ops/attention/attention_sgmat_wgsl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "core/sbuf.h"
 #include "ops/attention/attention.h"
@@ -50,6 +51,7 @@ typedef struct gen {
     wgml_sbuf *b;
     const wgml_attn_sgmat *c;
     int SM, SN, SK, SGS, NSG, NT, R, C, DP, SD, SC, PC;
+    int RF, SR; /* row fragments a subgroup, and its rows (RF x SM) */
     int lpr, rpl, cpr, rstep; /* lanes per row, rows per lane, columns per lane, a lane's row step */
     int FD, KD, FC, KC;       /* fragments along D, K steps along D, fragments along cols, K steps along cols */
 } gen;
@@ -58,14 +60,16 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
 {
     gen g = {.b = b, .c = c, .SM = c->sm_m, .SN = c->sm_n, .SK = c->sm_k, .SGS = c->subgroup_size, .NSG = c->subgroups};
     g.NT = g.NSG * g.SGS;
-    g.R = g.NSG * g.SM;
+    g.RF = c->row_frags > 1 ? c->row_frags : 1;
+    g.SR = g.RF * g.SM;
+    g.R = g.NSG * g.SR;
     g.C = c->cols;
     g.DP = wgml_attn_sgmat_dp(c);
     g.SD = g.DP + STAGE_PAD;
     g.SC = g.C + SCORE_PAD;
     g.PC = g.C + STAGE_PAD;
-    g.lpr = g.SGS >= g.SM ? g.SGS / g.SM : 1;
-    g.rpl = g.SGS >= g.SM ? 1 : g.SM / g.SGS;
+    g.lpr = g.SGS >= g.SR ? g.SGS / g.SR : 1;
+    g.rpl = g.SGS >= g.SR ? 1 : g.SR / g.SGS;
     g.cpr = g.C / g.lpr;
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
@@ -75,9 +79,12 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
 /* the gradient kernels compute S and dP before their lanes read either: dP has a block of its own */
 static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
 
+/* the forward in one walk over the keys, O rescaled lazily */
+static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind == WGML_ATTN_FORWARD; }
+
 /* rows of the results are whole fragments and 16-byte aligned: whole tiles go straight from
    the matrix units to memory */
-static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0; }
+static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c); }
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 
@@ -89,6 +96,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
         return "matrix shape (each side 8 or 16)";
     if (!pow2_in(c->subgroup_size, 4, 128)) return "subgroup size (a power of two, 4..128)";
     if (c->subgroups < 1 || c->subgroups > 16 || c->subgroups * c->subgroup_size > 1024) return "subgroups per workgroup";
+    if (c->row_frags < 0 || c->row_frags > 2) return "row fragments a subgroup (1 or 2)";
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
@@ -98,10 +106,11 @@ uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
 {
     gen g = gen_of(NULL, c);
     int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;
-    uint32_t bytes = (uint32_t)(xs_rows * g.SD * 2 + g.NSG * g.SM * g.SC * 4 + g.NSG * g.SM * g.PC * 2);
-    if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SM * g.lpr * 2 * 4); /* sx */
-    if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SM * g.PC * 2 + 2 * g.C * 4);     /* pp, sl */
-    if (has_ss2(c)) bytes += (uint32_t)(g.NSG * g.SM * g.SC * 4);
+    uint32_t bytes = (uint32_t)(xs_rows * g.SD * 2 + g.NSG * g.SR * g.SC * 4 + g.NSG * g.SR * g.PC * 2);
+    if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2) * 4); /* sx */
+    if (one_pass(c)) bytes += (uint32_t)(g.R * 4 + 4);                                                      /* rl, resc */
+    if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SR * g.PC * 2 + 2 * g.C * 4);              /* pp, sl */
+    if (has_ss2(c)) bytes += (uint32_t)(g.NSG * g.SR * g.SC * 4);
     return bytes;
 }
 
@@ -125,6 +134,21 @@ static void mma_xs(gen *g, const char *acc, const char *left, const char *off, b
     else
         wgml_sbuf_put(g->b, "        %s = subgroupMatrixMultiplyAccumulate(%s, subgroupMatrixLoad<R>(&xs, %s, %s, %du), %s);\n", acc,
                       left, off, cm, stride, acc);
+}
+
+/* `let <var> = ` the right fragment in xs at off */
+static void ld_right(gen *g, const char *var, const char *off, bool col_major, int stride)
+{
+    const char *cm = col_major ? "true" : "false";
+    if (g->c->emulate) wgml_sbuf_put(g->b, "        let %s = emu_R_xs(%s, %s, %du);\n", var, off, cm, stride);
+    else wgml_sbuf_put(g->b, "        let %s = subgroupMatrixLoad<R>(&xs, %s, %s, %du);\n", var, off, cm, stride);
+}
+
+/* acc = acc + left * right (a named fragment) */
+static void mma(gen *g, const char *acc, const char *left, const char *right)
+{
+    wgml_sbuf_put(g->b, "        %s = %s(%s, %s, %s);\n", acc, g->c->emulate ? "emu_mma" : "subgroupMatrixMultiplyAccumulate", left, right,
+                  acc);
 }
 
 /* acc into f32 block `arr` (ss, or the gradients' ss2) at off */
@@ -163,6 +187,11 @@ static void put_types(gen *g)
         wgml_sbuf_put(b, "fn emu_st_%s(off: u32, x: Acc, stride: u32) {\n"
                          "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { %s[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
                       g->c->kind == WGML_ATTN_FORWARD ? "O" : "OUT", SM, SN, g->c->kind == WGML_ATTN_FORWARD ? "O" : "OUT", SN);
+    if (one_pass(g->c))
+        wgml_sbuf_put(b, "fn emu_A_ss(off: u32, stride: u32) -> Acc {\n    var x: Acc;\n"
+                         "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { x.v[i * %du + j] = ss[off + i * stride + j]; } }\n"
+                         "    return x;\n}\n",
+                      SM, SN, SN);
     if (has_ss2(g->c))
         wgml_sbuf_put(b, "fn emu_st_ss2(off: u32, x: Acc, stride: u32) {\n"
                          "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss2[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
@@ -243,15 +272,17 @@ static void put_stage(gen *g, const char *x, int rows, const char *row0, const c
     wgml_sbuf_put(g->b, "    }\n");
 }
 
-/* left fragments <var>0.. of the subgroup's rows of xs (staged from half 0) */
+/* left fragments <var>0.. of the subgroup's rows of xs (staged from half 0): row fragment r's
+   K step k is <var><r * KD + k> */
 static void put_keep_rows(gen *g, const char *var)
 {
-    for (int k = 0; k < g->KD; k++) {
-        char v[16], off[64];
-        snprintf(v, sizeof v, "%s%d", var, k);
-        snprintf(off, sizeof off, "sr * %du + %du", g->SD, k * g->SK);
-        ld_left(g, v, "xs", off, false, g->SD);
-    }
+    for (int r = 0; r < g->RF; r++)
+        for (int k = 0; k < g->KD; k++) {
+            char v[16], off[64];
+            snprintf(v, sizeof v, "%s%d", var, r * g->KD + k);
+            snprintf(off, sizeof off, "sr * %du + %du", g->SD, r * g->SM * g->SD + k * g->SK);
+            ld_left(g, v, "xs", off, false, g->SD);
+        }
 }
 
 /* Scores into the subgroup's f32 block of `arr`: for each fragment f of `cols` columns, the sum over D of
@@ -262,16 +293,34 @@ static void put_scores(gen *g, const char *left, int at, const char *arr)
     for (int f = 0; f < g->FC; f++) {
         /* (zeroed by a constructor: a bare `var s: Acc;` here was zeroed once, not at every
            step, on Dawn over llvmpipe) */
-        wgml_sbuf_put(g->b, "    {\n        var s = Acc();\n");
+        wgml_sbuf_put(g->b, "    {\n");
+        for (int r = 0; r < g->RF; r++) wgml_sbuf_put(g->b, "        var s%d = Acc();\n", r);
         for (int k = 0; k < g->KD; k++) {
-            char l[16], off[64];
-            snprintf(l, sizeof l, "%s%d", left, k);
+            char off[64];
             snprintf(off, sizeof off, "%du", at + f * g->SN * g->SD + k * g->SK);
-            mma_xs(g, "s", l, off, true, g->SD);
+            /* row fragment r's left operand is <left><r * KD + k>; the right one loaded once */
+            if (g->RF == 1) {
+                char l0[16];
+                snprintf(l0, sizeof l0, "%s%d", left, k);
+                mma_xs(g, "s0", l0, off, true, g->SD);
+            } else {
+                wgml_sbuf_put(g->b, "        {\n");
+                ld_right(g, "rf", off, true, g->SD);
+                for (int r = 0; r < g->RF; r++) {
+                    char a[16], l1[16];
+                    snprintf(a, sizeof a, "s%d", r);
+                    snprintf(l1, sizeof l1, "%s%d", left, r * g->KD + k);
+                    mma(g, a, l1, "rf");
+                }
+                wgml_sbuf_put(g->b, "        }\n");
+            }
         }
-        char off[48];
-        snprintf(off, sizeof off, "sb + %du", f * g->SN);
-        store_ss(g, arr, "s", off);
+        for (int r = 0; r < g->RF; r++) {
+            char off[48], a[16];
+            snprintf(off, sizeof off, "sb + %du", r * g->SM * g->SC + f * g->SN);
+            snprintf(a, sizeof a, "s%d", r);
+            store_ss(g, arr, a, off);
+        }
         wgml_sbuf_put(g->b, "    }\n");
     }
 }
@@ -281,19 +330,34 @@ static void put_scores(gen *g, const char *left, int at, const char *arr)
 static void put_accumulate(gen *g, const char *acc, const char *arr, int at)
 {
     wgml_sbuf_put(g->b, "    {\n");
-    for (int k = 0; k < g->KC; k++) {
-        char v[16], off[48];
-        snprintf(v, sizeof v, "a%d", k);
-        snprintf(off, sizeof off, "pb + %du", k * g->SK);
-        ld_left(g, v, arr, off, false, g->PC);
-    }
+    for (int r = 0; r < g->RF; r++)
+        for (int k = 0; k < g->KC; k++) {
+            char v[16], off[48];
+            snprintf(v, sizeof v, "a%d", r * g->KC + k);
+            snprintf(off, sizeof off, "pb + %du", r * g->SM * g->PC + k * g->SK);
+            ld_left(g, v, arr, off, false, g->PC);
+        }
+    /* row fragment r's accumulator f is <acc><r * FD + f> */
     for (int f = 0; f < g->FD; f++)
         for (int k = 0; k < g->KC; k++) {
-            char a[16], l[16], off[48];
-            snprintf(a, sizeof a, "%s%d", acc, f);
-            snprintf(l, sizeof l, "a%d", k);
+            char off[48];
             snprintf(off, sizeof off, "%du", at + k * g->SK * g->SD + f * g->SN);
-            mma_xs(g, a, l, off, false, g->SD);
+            if (g->RF == 1) {
+                char a[16], l[16];
+                snprintf(a, sizeof a, "%s%d", acc, f);
+                snprintf(l, sizeof l, "a%d", k);
+                mma_xs(g, a, l, off, false, g->SD);
+                continue;
+            }
+            wgml_sbuf_put(g->b, "        {\n");
+            ld_right(g, "rf", off, false, g->SD);
+            for (int r = 0; r < g->RF; r++) {
+                char a[16], l[16];
+                snprintf(a, sizeof a, "%s%d", acc, r * g->FD + f);
+                snprintf(l, sizeof l, "a%d", r * g->KC + k);
+                mma(g, a, l, "rf");
+            }
+            wgml_sbuf_put(g->b, "        }\n");
         }
     wgml_sbuf_put(g->b, "    }\n");
 }
@@ -308,13 +372,17 @@ static void put_results_begin(gen *g, int n, const char *const *acc, const char 
     if (!direct_out(g->c)) return;
     wgml_sbuf_put(g->b, "    if (%s) {\n", full);
     for (int a = 0; a < n; a++)
-        for (int f = 0; f < g->FD; f++) {
-            if (g->c->emulate)
-                wgml_sbuf_put(g->b, "        emu_st_%s(%s + %du, %s%d, %s);\n", out, base0[a], f * g->SN, acc[a], f, stride);
-            else
-                wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s + %du, %s%d, false, %s);\n", out, base0[a], f * g->SN, acc[a], f,
-                              stride);
-        }
+        for (int r = 0; r < g->RF; r++)
+            for (int f = 0; f < g->FD; f++) {
+                char at[64] = "";
+                if (r) snprintf(at, sizeof at, " + %du * %s", r * g->SM, stride);
+                if (g->c->emulate)
+                    wgml_sbuf_put(g->b, "        emu_st_%s(%s%s + %du, %s%d, %s);\n", out, base0[a], at, f * g->SN, acc[a],
+                                  r * g->FD + f, stride);
+                else
+                    wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s%s + %du, %s%d, false, %s);\n", out, base0[a], at,
+                                  f * g->SN, acc[a], r * g->FD + f, stride);
+            }
     wgml_sbuf_put(g->b, "    } else {\n");
 }
 
@@ -330,17 +398,18 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
 {
     wgml_sbuf *b = g->b;
     int per = g->SM * g->SN;
-    for (int f = 0; f < g->FD; f++) {
+    for (int fr = 0; fr < g->RF * g->FD; fr++) {
+        int f = fr % g->FD, r = fr / g->FD;
         char a[16];
-        snprintf(a, sizeof a, "%s%d", acc, f);
+        snprintf(a, sizeof a, "%s%d", acc, fr);
         wgml_sbuf_put(b, "    workgroupBarrier();\n    {\n");
         store_ss(g, "ss", a, "sb");
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
         for (int n = 0; n * g->SGS < per; n++) {
-            wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = e / %du;\n        let d = %du + e %% %du;\n", n * g->SGS,
-                          g->SN, f * g->SN, g->SN);
-            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = ss[sb + row * %du + e %% %du]; }\n    }\n", per, ok,
-                          out, row_base, g->SC, g->SN);
+            wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = %du + e / %du;\n        let d = %du + e %% %du;\n",
+                          n * g->SGS, r * g->SM, g->SN, f * g->SN, g->SN);
+            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = ss[sb + e / %du * %du + e %% %du]; }\n    }\n", per,
+                          ok, out, row_base, g->SN, g->SC, g->SN);
         }
     }
 }
@@ -364,7 +433,7 @@ static void put_lane_ids(gen *g)
 {
     wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
                         "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = sg * %du; // its f16 block\n",
-                  g->lpr, g->lpr, g->SM, g->SM * g->SC, g->SM * g->PC);
+                  g->lpr, g->lpr, g->SR, g->SR * g->SC, g->SR * g->PC);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
 }
 
@@ -439,6 +508,7 @@ static void put_key_step(gen *g, bool with_v, bool grad)
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
                      "        workgroupBarrier(); // the last step's reads of %s are done\n",
                   C, g->R, C, C - 1, with_v ? "xs, ss and ps" : "xs and ss");
+    if (one_pass(g->c)) wgml_sbuf_put(b, "        if (li == 0u) { resc = 0u; } // (its last reads were before that barrier)\n");
     if (!g->c->prefetch) put_key_fetch(g, with_v, "j0");
     put_store_regs(g, "ka", C, 0);
     if (with_v) put_store_regs(g, "va", C, C * g->SD);
@@ -511,7 +581,7 @@ static void put_forward(gen *g)
     for (int k = 0; k < g->rpl; k++)
         wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
     /* pass 2: P = exp2(S - L), O += P V */
-    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
+    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     put_key_prologue(g, true);
     put_key_step(g, true, false);
     for (int k = 0; k < g->rpl; k++)
@@ -522,6 +592,133 @@ static void put_forward(gen *g)
     put_accumulate(g, "o", "ps", C * g->SD);
     wgml_sbuf_put(b, "    }\n");
     put_row_results(g, "o", "O", "b * P.o_sb + h * P.o_sh + r0 * P.o_st", "P.o_st");
+    wgml_sbuf_put(b, "}\n");
+}
+
+/* The lanes' P = exp2(x - m) of their entries of each row into ps (f16), and their sums in f32
+   into ls<k>; m is the row's reference mr<k> (0 while that is -inf: the row's entries are then
+   all -inf, or the step rescales and writes P again) */
+static void put_lazy_p(gen *g)
+{
+    for (int k = 0; k < g->rpl; k++) {
+        wgml_sbuf_put(g->b, "        {\n            let mu = select(mr%d, 0.0, mr%d == ninf);\n            ls%d = 0.0;\n", k, k, k);
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(g->b, "            { let p = exp2(x%d_%d - mu); ls%d += p; ps[pb + row%d * %du + lc + %du] = f16(p); }\n", k, j, k, k,
+                          g->PC, j * g->lpr);
+        wgml_sbuf_put(g->b, "        }\n");
+    }
+}
+
+/* The subgroup's accumulators <acc>0.. through its f32 block of ss, FC fragments along D at a
+   time: each pass stores them (row fragment r at rows r SM), waits, runs `lane` (WGSL run by
+   every lane, with the pass's first dim f0 and width w in scope), waits, and when `reload`
+   loads them back */
+static void put_acc_passes(gen *g, const char *acc, const char *lane, bool reload)
+{
+    wgml_sbuf *b = g->b;
+    for (int f0 = 0; f0 < g->FD; f0 += g->FC) {
+        int nf = g->FD - f0 < g->FC ? g->FD - f0 : g->FC;
+        wgml_sbuf_put(b, "        {\n        let f0 = %du;\n        let w = %du;\n", f0 * g->SN, nf * g->SN);
+        for (int r = 0; r < g->RF; r++)
+            for (int f = 0; f < nf; f++) {
+                char a[16], off[48];
+                snprintf(a, sizeof a, "%s%d", acc, r * g->FD + f0 + f);
+                snprintf(off, sizeof off, "sb + %du", r * g->SM * g->SC + f * g->SN);
+                store_ss(g, "ss", a, off);
+            }
+        wgml_sbuf_put(b, "        workgroupBarrier();\n%s        workgroupBarrier();\n", lane);
+        if (reload)
+            for (int r = 0; r < g->RF; r++)
+                for (int f = 0; f < nf; f++) {
+                    int off = r * g->SM * g->SC + f * g->SN;
+                    if (g->c->emulate)
+                        wgml_sbuf_put(b, "        %s%d = emu_A_ss(sb + %du, %du);\n", acc, r * g->FD + f0 + f, off, g->SC);
+                    else
+                        wgml_sbuf_put(b, "        %s%d = subgroupMatrixLoad<Acc>(&ss, sb + %du, false, %du);\n", acc, r * g->FD + f0 + f,
+                                      off, g->SC);
+                }
+        /* (the next pass stores over what these loads read) */
+        if (reload && f0 + g->FC < g->FD) wgml_sbuf_put(b, "        workgroupBarrier();\n");
+        wgml_sbuf_put(b, "        }\n");
+    }
+}
+
+/* The forward in one walk over the keys (one_pass): O accumulates P V with P = exp2(S - mr)
+   against each row's reference mr, and l the sum of P in f32. A step where some row's max
+   passes its reference by more than TAU (the workgroup decides, so that the barriers and matrix
+   calls stay in uniform control flow) moves every row's reference to its max, scales l and the
+   rows of O by exp2(old - new) (O through the subgroup's f32 block) and writes P again; other
+   steps cost no more than the second walk of the two-walk form. O / l and L = mr + log2(l) on
+   the way out. */
+static void put_forward_one_pass(gen *g)
+{
+    wgml_sbuf *b = g->b;
+    const int C = g->C;
+    wgml_attn_put_forward_bindings(b, g->c->vec, true);
+    put_query_tile_start(g, false);
+    put_key_range(g);
+    put_stage_regs(g, "ka", C);
+    put_stage_regs(g, "va", C);
+    for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var mr%d = ninf;\n    var l%d = 0.0;\n    var ls%d = 0.0;\n", k, k, k);
+    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
+    put_key_prologue(g, true);
+    put_key_step(g, true, false);
+    for (int k = 0; k < g->rpl; k++) {
+        wgml_sbuf_put(b, "        let lm%d = ", k);
+        for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, "max(");
+        wgml_sbuf_put(b, "x%d_0", k);
+        for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, ", x%d_%d)", k, j);
+        wgml_sbuf_put(b, ";\n");
+        if (g->lpr > 1) wgml_sbuf_put(b, "        sx[(sr + row%d) * %du + lc] = lm%d;\n", k, g->lpr, k);
+        wgml_sbuf_put(b, "        if (lm%d > mr%d + TAU) { resc = 1u; }\n", k, k);
+    }
+    put_lazy_p(g);
+    wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc) != 0u) {\n");
+    for (int k = 0; k < g->rpl; k++) {
+        wgml_sbuf_put(b, "            var mn%d = max(mr%d, lm%d);\n", k, k, k);
+        for (int p = 0; p < g->lpr && g->lpr > 1; p++)
+            wgml_sbuf_put(b, "            mn%d = max(mn%d, sx[(sr + row%d) * %du + %du]);\n", k, k, k, g->lpr, p);
+        /* (a row with no key yet has l = 0 and O = 0: any finite factor) */
+        wgml_sbuf_put(b, "            let al%d = select(exp2(mr%d - mn%d), 1.0, mr%d == ninf);\n            l%d = l%d * al%d;\n"
+                         "            mr%d = mn%d;\n",
+                      k, k, k, k, k, k, k, k, k);
+    }
+    wgml_sbuf_put(b, "            if (t > 0u) { // (O is zero before the first step's product)\n");
+    wgml_sbuf *lane = &(wgml_sbuf){0};
+    for (int k = 0; k < g->rpl; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(lane, "        if (lc + %du < w) { ss[sb + row%d * %du + lc + %du] *= al%d; }\n", j * g->lpr, k, g->SC, j * g->lpr, k);
+    char *lt = wgml_sbuf_take(lane);
+    put_acc_passes(g, "o", lt ? lt : "", true);
+    free(lt);
+    wgml_sbuf_put(b, "            }\n");
+    put_lazy_p(g);
+    wgml_sbuf_put(b, "            workgroupBarrier(); // P again\n        }\n");
+    for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "        l%d = l%d + ls%d;\n", k, k, k);
+    put_accumulate(g, "o", "ps", C * g->SD);
+    wgml_sbuf_put(b, "    }\n");
+    /* each lane summed its columns: the lanes of a row add theirs (sx's last reads were before
+       the rescaling steps' last barrier) */
+    if (g->lpr > 1) {
+        wgml_sbuf_put(b, "    sx[(sr + row0) * %du + lc] = l0;\n    workgroupBarrier();\n    l0 = 0.0;\n", g->lpr);
+        for (int p = 0; p < g->lpr; p++) wgml_sbuf_put(b, "    l0 = l0 + sx[(sr + row0) * %du + %du];\n", g->lpr, p);
+    }
+    /* L, 1 / l of each row for the results (0 for a row with no key: O stays 0) */
+    for (int k = 0; k < g->rpl; k++)
+        wgml_sbuf_put(b, "    if (lc == 0u) {\n        rl[sr + row%d] = select(1.0 / l%d, 0.0, l%d == 0.0);\n"
+                         "        if (r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = select(mr%d + log2(l%d), ninf, l%d == 0.0); }\n    }\n",
+                      k, k, k, k, k, k, k, k);
+    /* O / l: lanes along the rows of the pass's fragments (coalesced) */
+    wgml_sbuf *out = &(wgml_sbuf){0};
+    for (int n = 0; n * g->SGS < g->SR * g->C; n++)
+        wgml_sbuf_put(out, "        {\n            let e = lane + %du;\n            let row = e / w;\n            let d = f0 + e %% w;\n"
+                           "            if (row < %du && d < D && r0 + row < P.T) {\n"
+                           "                O[b * P.o_sb + h * P.o_sh + (r0 + row) * P.o_st + d] = ss[sb + row * %du + e %% w] * rl[sr + row];\n"
+                           "            }\n        }\n",
+                      n * g->SGS, g->SR, g->SC);
+    char *ot = wgml_sbuf_take(out);
+    put_acc_passes(g, "o", ot ? ot : "", false);
+    free(ot);
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -546,7 +743,7 @@ static void put_dq(gen *g)
                          "    if (r0 + row%d < P.T) { lq%d = LSE[P.lse_off + rb + r0 + row%d]; dl%d = DEL[rb + r0 + row%d]; }\n",
                       k, k, k, k, k, k, k);
     put_key_range(g);
-    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
+    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
     put_stage_regs(g, "ka", C);
     put_stage_regs(g, "va", C);
     put_key_prologue(g, true);
@@ -622,7 +819,7 @@ static void put_dkv(gen *g)
                      "    let nq = (P.T + %du) / %du - qstart;\n"
                      "    let steps = P.R * nq;\n",
                   C, C - 1, C);
-    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dk%d = Acc();\n    var dv%d = Acc();\n", f, f);
+    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var dk%d = Acc();\n    var dv%d = Acc();\n", f, f);
     put_stage_regs(g, "qa", C);
     put_stage_regs(g, "oa", C);
     for (int n = 0; n * g->NT < C; n++) wgml_sbuf_put(b, "    var sla%d = 0.0;\n    var sld%d = 0.0;\n", n, n);
@@ -685,24 +882,29 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     gen g = gen_of(&b, c);
     static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
-                      "%d subgroups of %d (tile %d x %d)%s%s\n",
-                  names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.R, g.C, c->vec ? ", vec4 reads" : "",
-                  c->emulate ? ", emulated" : "");
+                      "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s\n",
+                  names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SR, g.R, g.C, c->vec ? ", vec4 reads" : "",
+                  one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "");
     put_types(&g);
     put_params(&g);
     int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;
     wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows [%d][%d + pad]\n", xs_rows * g.SD, xs_rows, g.DP);
-    wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SM * g.SC, g.SM, g.C);
-    wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SM * g.PC, g.SM, g.C);
-    if (has_ss2(c)) wgml_sbuf_put(&b, "var<workgroup> ss2: array<f32, %d>; // each subgroup's dP\n", g.NSG * g.SM * g.SC);
+    wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SR * g.SC, g.SR, g.C);
+    wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SR * g.PC, g.SR, g.C);
+    if (has_ss2(c)) wgml_sbuf_put(&b, "var<workgroup> ss2: array<f32, %d>; // each subgroup's dP\n", g.NSG * g.SR * g.SC);
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1)
-        wgml_sbuf_put(&b, "var<workgroup> sx: array<f32, %d>; // each lane's row max and sum\n", g.NSG * g.SM * g.lpr * 2);
+        wgml_sbuf_put(&b, "var<workgroup> sx: array<f32, %d>; // each lane's row max%s\n", g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2),
+                      one_pass(c) ? " of the step" : " and sum");
+    if (one_pass(c))
+        wgml_sbuf_put(&b, "var<workgroup> rl: array<f32, %d>; // 1 / l of each row at the end\n"
+                          "var<workgroup> resc: u32; // some row passed its reference this step\nconst TAU = 8.0;\n",
+                      g.R);
     if (c->kind == WGML_ATTN_DKV)
         wgml_sbuf_put(&b, "var<workgroup> pp: array<f16, %d>; // each subgroup's P^T\n"
                           "var<workgroup> sl: array<f32, %d>; // L, then Delta of the step's queries\n",
-                      g.NSG * g.SM * g.PC, 2 * g.C);
+                      g.NSG * g.SR * g.PC, 2 * g.C);
     switch (c->kind) {
-    case WGML_ATTN_FORWARD: put_forward(&g); break;
+    case WGML_ATTN_FORWARD: one_pass(c) ? put_forward_one_pass(&g) : put_forward(&g); break;
     case WGML_ATTN_DKV: put_dkv(&g); break;
     default: put_dq(&g); break;
     }

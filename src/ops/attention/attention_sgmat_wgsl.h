@@ -18,7 +18,10 @@ typedef struct wgml_attn_sgmat {
     /* the adapter's f16 -> f32 matrix shape (left sm_m x sm_k, right sm_k x sm_n), each 8 or 16 */
     int sm_m, sm_n, sm_k;
     int subgroup_size;
-    int subgroups; /* per workgroup: each owns sm_m rows (queries; keys in dK/dV) */
+    int subgroups; /* per workgroup: each owns row_frags x sm_m rows (queries; keys in dK/dV) */
+    /* fragments of sm_m rows a subgroup owns (1 or 2; 0 is 1): each right fragment loaded from
+       workgroup memory feeds that many products */
+    int row_frags;
     int cols;      /* keys per step (forward, dQ), queries per step (dK/dV): a multiple of 16 */
     bool vec;      /* q, k, v and dO are read as vec4 (rows aligned to 4 floats) */
     /* each step's tiles are read from memory into registers (as f16) during the previous
@@ -30,6 +33,11 @@ typedef struct wgml_attn_sgmat {
     /* whole tiles of results are stored straight from the matrix units (where d is a multiple
        of 16); the output binding must then hold a 16 x 16 f32 fragment at least */
     bool direct;
+    /* the forward in one walk over the keys: P = exp2(S - m) against a per-row reference m that
+       moves only when a row's max passes it by more than 8 (log2 units; P <= 256 in f16), O's
+       accumulators then rescaled through workgroup memory; O / l on the way out. Without it,
+       two walks: the row statistics first, then P = exp2(S - L) exactly */
+    bool one_pass;
     /* plain-WGSL stand-ins for the matrix builtins and subgroup ids, in which every invocation
        computes its subgroup's whole matrices: the kernels' indexing, staging, masks and
        softmax run on an adapter without matrix units (lavapipe), slowly */
@@ -37,7 +45,7 @@ typedef struct wgml_attn_sgmat {
 } wgml_attn_sgmat;
 
 /* The workgroup's rows (queries, or keys in dK/dV), threads and head dim padded to 16 */
-static inline int wgml_attn_sgmat_rows(const wgml_attn_sgmat *c) { return c->subgroups * c->sm_m; }
+static inline int wgml_attn_sgmat_rows(const wgml_attn_sgmat *c) { return c->subgroups * c->sm_m * (c->row_frags > 1 ? c->row_frags : 1); }
 static inline int wgml_attn_sgmat_threads(const wgml_attn_sgmat *c) { return c->subgroups * c->subgroup_size; }
 static inline int wgml_attn_sgmat_dp(const wgml_attn_sgmat *c) { return (c->d + 15) / 16 * 16; }
 

@@ -27,8 +27,12 @@ static void every_kernel_and_config(void)
                         wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
                                              .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
                                              .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
-                                             .prefetch = opt & 1, .dp_block = opt & 2, .direct = (di + ci) % 2 == 0};
-                        int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
+                                             .prefetch = opt & 1, .dp_block = opt & 2, .direct = (di + ci) % 2 == 0,
+                                             /* the one-walk forward, two row fragments: each in turn */
+                                             .one_pass = (di + z + ci) & 1, .row_frags = (di + z + ci + s) & 2 ? 2 : 1};
+                        int rf = c.row_frags;
+                        bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
+                        int lpr = c.subgroup_size >= rf * c.sm_m ? c.subgroup_size / (rf * c.sm_m) : 1;
                         if (c.cols % lpr) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
                             continue;
@@ -40,11 +44,12 @@ static void every_kernel_and_config(void)
                         made++;
                         int dp = wgml_attn_sgmat_dp(&c), fd = dp / c.sm_n, kd = dp / c.sm_k, fc = c.cols / c.sm_n,
                             kc = c.cols / c.sm_k;
-                        /* matrix products: scores (forward twice, the gradients' S and dP) and
-                           the accumulations (P V; dS K; P^T dO and dS^T Q) */
-                        int want_mma = c.kind == WGML_ATTN_FORWARD ? 2 * fc * kd + fd * kc
-                                       : c.kind == WGML_ATTN_DQ    ? 2 * fc * kd + fd * kc
-                                                                   : 2 * fc * kd + 2 * fd * kc;
+                        /* right fragments loaded from workgroup memory: scores (the forward's twice
+                           unless in one walk, the gradients' S and dP) and the accumulations (P V;
+                           dS K; P^T dO and dS^T Q); each feeds one product per row fragment */
+                        int score_loads = (one ? 1 : 2) * fc * kd;
+                        int right_loads = score_loads + (c.kind == WGML_ATTN_DKV ? 2 : 1) * fd * kc;
+                        int want_mma = rf * right_loads;
                         const char *mma = c.emulate ? "emu_mma(" : "subgroupMatrixMultiplyAccumulate(";
                         /* (the emulated one's definition is one more) */
                         if (test_count(src, mma) - (c.emulate ? 1 : 0) != want_mma) {
@@ -65,8 +70,10 @@ static void every_kernel_and_config(void)
                             snprintf(want, sizeof want, "alias Acc = subgroup_matrix_result<f32, %d, %d>;", c.sm_n, c.sm_m);
                             CHECK(strstr(src, want) != NULL);
                             /* scores read K (Q, V, dO) column-major: right operands of [col][d] tiles */
-                            CHECK(test_count(src, "subgroupMatrixLoad<R>(&xs, ") == want_mma);
-                            CHECK(test_count(src, ", true, ") == 2 * fc * kd);
+                            CHECK(test_count(src, "subgroupMatrixLoad<R>(&xs, ") == right_loads);
+                            CHECK(test_count(src, ", true, ") == score_loads);
+                            /* the one-walk forward's rescaling loads O's fragments back as results */
+                            CHECK(test_count(src, "subgroupMatrixLoad<Acc>(&ss, ") == (one ? rf * fd : 0));
                         }
                         snprintf(want, sizeof want, "@workgroup_size(%d)", wgml_attn_sgmat_threads(&c));
                         CHECK(strstr(src, want) != NULL);
@@ -78,8 +85,12 @@ static void every_kernel_and_config(void)
                            fragments: one store a fragment along D of each result */
                         const char *out = c.kind == WGML_ATTN_FORWARD ? "O" : "OUT";
                         snprintf(want, sizeof want, c.emulate ? "emu_st_%s(" : "subgroupMatrixStore(&%s, ", out);
-                        int stores = test_count(src, want) - (c.emulate && c.direct && c.d % 16 == 0 ? 1 : 0);
-                        CHECK(stores == (c.d % 16 || !c.direct ? 0 : fd * (c.kind == WGML_ATTN_DKV ? 2 : 1)));
+                        /* (not from the one-walk forward: O / l leaves through the lanes) */
+                        bool direct = c.direct && c.d % 16 == 0 && !one;
+                        int stores = test_count(src, want) - (c.emulate && direct ? 1 : 0);
+                        CHECK(stores == (direct ? rf * fd * (c.kind == WGML_ATTN_DKV ? 2 : 1) : 0));
+                        /* one walk: a decision the whole workgroup reads, and O's rescaling */
+                        CHECK((strstr(src, "workgroupUniformLoad(&resc[0])") != NULL) == one);
                         /* dP's own block only in the gradients, when asked */
                         bool grad = c.kind != WGML_ATTN_FORWARD;
                         CHECK((strstr(src, "var<workgroup> ss2:") != NULL) == (grad && c.dp_block));
@@ -121,6 +132,12 @@ static void bad_configs_are_refused(void)
     c = good, c.cols = 16, c.subgroup_size = 128, c.sm_m = 8; /* 16 lanes a row over 16 columns: fine */
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
     c.subgroup_size = 128, c.sm_m = 8, c.cols = 16, c.subgroups = 8;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c = good, c.row_frags = 3;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.row_frags = 2; /* 64 queries a workgroup more */
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 128);
+    c.one_pass = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
 }
 

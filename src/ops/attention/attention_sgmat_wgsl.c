@@ -508,7 +508,7 @@ static void put_key_step(gen *g, bool with_v, bool grad)
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
                      "        workgroupBarrier(); // the last step's reads of %s are done\n",
                   C, g->R, C, C - 1, with_v ? "xs, ss and ps" : "xs and ss");
-    if (one_pass(g->c)) wgml_sbuf_put(b, "        if (li == 0u) { resc = 0u; } // (its last reads were before that barrier)\n");
+    if (one_pass(g->c)) wgml_sbuf_put(b, "        if (li == 0u) { resc[0] = 0u; } // (its last reads were before that barrier)\n");
     if (!g->c->prefetch) put_key_fetch(g, with_v, "j0");
     put_store_regs(g, "ka", C, 0);
     if (with_v) put_store_regs(g, "va", C, C * g->SD);
@@ -670,10 +670,10 @@ static void put_forward_one_pass(gen *g)
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, ", x%d_%d)", k, j);
         wgml_sbuf_put(b, ";\n");
         if (g->lpr > 1) wgml_sbuf_put(b, "        sx[(sr + row%d) * %du + lc] = lm%d;\n", k, g->lpr, k);
-        wgml_sbuf_put(b, "        if (lm%d > mr%d + TAU) { resc = 1u; }\n", k, k);
+        wgml_sbuf_put(b, "        if (lm%d > mr%d + TAU) { resc[0] = 1u; }\n", k, k);
     }
     put_lazy_p(g);
-    wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc) != 0u) {\n");
+    wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc[0]) != 0u) {\n");
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "            var mn%d = max(mr%d, lm%d);\n", k, k, k);
         for (int p = 0; p < g->lpr && g->lpr > 1; p++)
@@ -897,7 +897,7 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
                       one_pass(c) ? " of the step" : " and sum");
     if (one_pass(c))
         wgml_sbuf_put(&b, "var<workgroup> rl: array<f32, %d>; // 1 / l of each row at the end\n"
-                          "var<workgroup> resc: u32; // some row passed its reference this step\nconst TAU = 8.0;\n",
+                          "var<workgroup> resc: array<u32, 1>; // some row passed its reference this step\nconst TAU = 8.0;\n",
                       g.R);
     if (c->kind == WGML_ATTN_DKV)
         wgml_sbuf_put(&b, "var<workgroup> pp: array<f16, %d>; // each subgroup's P^T\n"

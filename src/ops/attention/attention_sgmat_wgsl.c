@@ -597,14 +597,17 @@ static void put_forward(gen *g)
 
 /* The lanes' P = exp2(x - m) of their entries of each row into ps (f16), and their sums in f32
    into ls<k>; m is the row's reference mr<k> (0 while that is -inf: the row's entries are then
-   all -inf, or the step rescales and writes P again) */
+   all -inf, or the step rescales and writes P again). Masked entries and references are tested
+   against -inf rather than computed with, as the two-walk kernels' selects do: Vulkan keeps
+   IEEE infinities only where a shader asks (SignedZeroInfNanPreserve), and without these tests
+   every forward came out wrong on the H200 while right on llvmpipe */
 static void put_lazy_p(gen *g)
 {
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(g->b, "        {\n            let mu = select(mr%d, 0.0, mr%d == ninf);\n            ls%d = 0.0;\n", k, k, k);
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(g->b, "            { let p = exp2(x%d_%d - mu); ls%d += p; ps[pb + row%d * %du + lc + %du] = f16(p); }\n", k, j, k, k,
-                          g->PC, j * g->lpr);
+            wgml_sbuf_put(g->b, "            { let p = select(0.0, exp2(x%d_%d - mu), x%d_%d != ninf); ls%d += p; ps[pb + row%d * %du + lc + %du] = f16(p); }\n",
+                          k, j, k, j, k, k, g->PC, j * g->lpr);
         wgml_sbuf_put(g->b, "        }\n");
     }
 }
@@ -670,7 +673,7 @@ static void put_forward_one_pass(gen *g)
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, ", x%d_%d)", k, j);
         wgml_sbuf_put(b, ";\n");
         if (g->lpr > 1) wgml_sbuf_put(b, "        sx[(sr + row%d) * %du + lc] = lm%d;\n", k, g->lpr, k);
-        wgml_sbuf_put(b, "        if (lm%d > mr%d + TAU) { resc[0] = 1u; }\n", k, k);
+        wgml_sbuf_put(b, "        if (lm%d != ninf && (mr%d == ninf || lm%d - mr%d > TAU)) { resc[0] = 1u; }\n", k, k, k, k);
     }
     put_lazy_p(g);
     wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc[0]) != 0u) {\n");

@@ -4,7 +4,8 @@
  * this file says how the matrix units do it.
  *
  * A workgroup of `subgroups` subgroups owns a tile of rows (queries; keys in dK/dV), sm_m a
- * subgroup. Each subgroup loads its rows of the operands it keeps (Q, or K and V in dK/dV) once
+ * subgroup, or row_frags x sm_m (each right fragment loaded from workgroup memory then feeds
+ * row_frags products; the arithmetic of every row is the same). Each subgroup loads its rows of the operands it keeps (Q, or K and V in dK/dV) once
  * into left fragments (f16), through the staging buffer xs, which then takes each step's tiles
  * of the other side, converted from f32 to f16 while staged (rows of the head dim padded to
  * 16, zeros past D and past the ends). Scores S = Q K^T (and dO V^T in the gradient) go from
@@ -23,6 +24,12 @@
  * result's multiplier, scale in dQ and ln 2 in dK, before it is rounded to f16), else through
  * the subgroup's f32 block.
  *
+ * With `one_pass` the forward walks the keys once (put_forward_one_pass): P = exp2(S - m)
+ * against a per-row reference m that moves only when a row's max passes it by more than TAU, O
+ * rescaled through the subgroup's f32 block at those steps, O / l on the way out. On llvmpipe
+ * (emulated) it meets the test's bound; on the H200 it came out wrong (docs/MEASUREMENTS.md,
+ * helper attn3), so the policy does not take it.
+ *
  * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
  * into registers, as f16, right after the previous step's tiles were staged, so the reads are in
  * flight during that step's products; the top of each step only stores them (one staging
@@ -30,8 +37,8 @@
  * compute S and dP into blocks of their own before the one barrier their lanes wait at, instead
  * of S, a barrier, the lanes' reads, a barrier, dP, a barrier.
  *
- * Lanes and elements: a subgroup's block is sm_m rows by `cols`; lpr = subgroup_size / sm_m
- * lanes share a row (or, with fewer lanes than rows, a lane has sm_m / subgroup_size rows),
+ * Lanes and elements: a subgroup's block is sm_m rows (row_frags x sm_m) by `cols`; lpr =
+ * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),
  * lane l having columns l % lpr + lpr * j, so every per-row value (max, sum, L, Delta) is a
  * named register and the loops are unrolled.
  */
@@ -598,9 +605,8 @@ static void put_forward(gen *g)
 /* The lanes' P = exp2(x - m) of their entries of each row into ps (f16), and their sums in f32
    into ls<k>; m is the row's reference mr<k> (0 while that is -inf: the row's entries are then
    all -inf, or the step rescales and writes P again). Masked entries and references are tested
-   against -inf rather than computed with, as the two-walk kernels' selects do: Vulkan keeps
-   IEEE infinities only where a shader asks (SignedZeroInfNanPreserve), and without these tests
-   every forward came out wrong on the H200 while right on llvmpipe */
+   against -inf rather than computed with, as the two-walk kernels' P is (Vulkan keeps IEEE
+   infinities only where a shader asks for them) */
 static void put_lazy_p(gen *g)
 {
     for (int k = 0; k < g->rpl; k++) {

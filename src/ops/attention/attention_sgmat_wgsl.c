@@ -655,10 +655,10 @@ static void put_acc_passes(gen *g, const char *acc, const char *lane, bool reloa
 /* The forward in one walk over the keys (one_pass): O accumulates P V with P = exp2(S - mr)
    against each row's reference mr, and l the sum of P in f32. A step where some row's max
    passes its reference by more than TAU (the workgroup decides, so that the barriers and matrix
-   calls stay in uniform control flow) moves every row's reference to its max, scales l and the
-   rows of O by exp2(old - new) (O through the subgroup's f32 block) and writes P again; other
-   steps cost no more than the second walk of the two-walk form. O / l and L = mr + log2(l) on
-   the way out. */
+   calls stay in uniform control flow) moves every row's reference to its max and scales l and
+   the rows of O by exp2(old - new) (O through the subgroup's f32 block); then P. A step costs
+   one barrier more than the second walk of the two-walk form (the decision's). O / l and L =
+   mr + log2(l) on the way out. */
 static void put_forward_one_pass(gen *g)
 {
     wgml_sbuf *b = g->b;
@@ -681,7 +681,6 @@ static void put_forward_one_pass(gen *g)
         if (g->lpr > 1) wgml_sbuf_put(b, "        sx[(sr + row%d) * %du + lc] = lm%d;\n", k, g->lpr, k);
         wgml_sbuf_put(b, "        if (lm%d != ninf && (mr%d == ninf || lm%d - mr%d > TAU)) { resc[0] = 1u; }\n", k, k, k, k);
     }
-    put_lazy_p(g);
     wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc[0]) != 0u) {\n");
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "            var mn%d = max(mr%d, lm%d);\n", k, k, k);
@@ -700,9 +699,10 @@ static void put_forward_one_pass(gen *g)
     char *lt = wgml_sbuf_take(lane);
     put_acc_passes(g, "o", lt ? lt : "", true);
     free(lt);
-    wgml_sbuf_put(b, "            }\n");
+    wgml_sbuf_put(b, "            }\n        }\n");
+    /* P once, after the decision: each lane writes its entries of ps once a step */
     put_lazy_p(g);
-    wgml_sbuf_put(b, "            workgroupBarrier(); // P again\n        }\n");
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "        l%d = l%d + ls%d;\n", k, k, k);
     put_accumulate(g, "o", "ps", C * g->SD);
     wgml_sbuf_put(b, "    }\n");

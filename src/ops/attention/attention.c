@@ -312,8 +312,8 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    fragment makes Dawn ask bindings of at least 1024 bytes).
    The forms (MATRIX_FORMS, WGML_ATTN_MATRIX's X bits) stay off. Measured on the H200 at T =
    1024 / 256 (docs/MEASUREMENTS.md, helper attn3): the one-walk forward (1) took 244 / 109 us
-   against 315 / 137 but its results were wrong there (right on llvmpipe, emulated; cause not
-   found); two row fragments a subgroup were slower: forward 294 / 152 us (with one walk), dQ
+   against 315 / 137 but its results were wrong there (right on llvmpipe, emulated); the form
+   here writes P once a step instead of twice and has not run on a GPU yet. Two row fragments a subgroup were slower: forward 294 / 152 us (with one walk), dQ
    398 / 172 against 285 / 120, dK/dV 835 / 478 against 603 / 233 (their workgroups declare
    47-58 KB of workgroup memory against 24-38 KB). */
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk, 2 / 4 / 8 two

@@ -6,7 +6,10 @@
  * in CI) the SIMT f32 kernels run and must meet the same bound. WGML_ATTN_MATRIX=emulate runs
  * the matrix kernels with plain-WGSL stand-ins on any adapter (slow: a developer's check on
  * lavapipe, `WGML_RUNTIME=dawn WGML_ATTN_MATRIX=emulate ./test_attention_mixed`);
- * WGML_TEST_ATTN_LONG=1 adds T = 256, 1023 and 4100 (for a GPU). Some cases take the result
+ * WGML_TEST_ATTN_LONG=1 adds T = 256, 1023 and 4100 (for a GPU); WGML_TEST_ATTN_ONLY=text runs
+ * the cases whose names hold the text. The forms of the matrix kernels are forced with
+ * WGML_ATTN_MATRIX's last field (emulate,16x16x16,32,16,X or cols,32,32,32,0,-1,X: 1 the
+ * one-walk forward, 2 / 4 / 8 two row fragments a subgroup). Some cases take the result
  * written [B,T,H,D] (desc.out_bthd) or an upstream gradient that is a permuted view.
  *
  * The bound, first order in u = 2^-11 (f16's unit roundoff) and e = 2^-24 (f32's), for query

@@ -115,7 +115,7 @@ uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
     int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;
     uint32_t bytes = (uint32_t)(xs_rows * g.SD * 2 + g.NSG * g.SR * g.SC * 4 + g.NSG * g.SR * g.PC * 2);
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2) * 4); /* sx */
-    if (one_pass(c)) bytes += (uint32_t)(g.R * 4 + 4);                                                      /* rl, resc */
+    if (one_pass(c)) bytes += (uint32_t)(g.R * 4 + 4 * (c->emulate ? 1 : g.NSG));                                                      /* rl, resc */
     if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SR * g.PC * 2 + 2 * g.C * 4);              /* pp, sl */
     if (has_ss2(c)) bytes += (uint32_t)(g.NSG * g.SR * g.SC * 4);
     return bytes;
@@ -515,7 +515,7 @@ static void put_key_step(gen *g, bool with_v, bool grad)
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
                      "        workgroupBarrier(); // the last step's reads of %s are done\n",
                   C, g->R, C, C - 1, with_v ? "xs, ss and ps" : "xs and ss");
-    if (one_pass(g->c)) wgml_sbuf_put(b, "        if (li == 0u) { resc[0] = 0u; } // (its last reads were before that barrier)\n");
+    if (one_pass(g->c) && g->c->emulate) wgml_sbuf_put(b, "        if (li == 0u) { resc[0] = 0u; } // (its last reads were before that barrier)\n");
     if (!g->c->prefetch) put_key_fetch(g, with_v, "j0");
     put_store_regs(g, "ka", C, 0);
     if (with_v) put_store_regs(g, "va", C, C * g->SD);
@@ -672,6 +672,7 @@ static void put_forward_one_pass(gen *g)
     for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     put_key_prologue(g, true);
     put_key_step(g, true, false);
+    if (!g->c->emulate) wgml_sbuf_put(b, "        var want = false;\n");
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "        let lm%d = ", k);
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, "max(");
@@ -679,9 +680,19 @@ static void put_forward_one_pass(gen *g)
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, ", x%d_%d)", k, j);
         wgml_sbuf_put(b, ";\n");
         if (g->lpr > 1) wgml_sbuf_put(b, "        sx[(sr + row%d) * %du + lc] = lm%d;\n", k, g->lpr, k);
-        wgml_sbuf_put(b, "        if (lm%d != ninf && (mr%d == ninf || lm%d - mr%d > TAU)) { resc[0] = 1u; }\n", k, k, k, k);
+        if (g->c->emulate)
+            wgml_sbuf_put(b, "        if (lm%d != ninf && (mr%d == ninf || lm%d - mr%d > TAU)) { resc[0] = 1u; }\n", k, k, k, k);
+        else
+            wgml_sbuf_put(b, "        want = want || (lm%d != ninf && (mr%d == ninf || lm%d - mr%d > TAU));\n", k, k, k, k);
     }
-    wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc[0]) != 0u) {\n");
+    if (g->c->emulate) wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc[0]) != 0u) {\n");
+    else {
+        /* no lane-divergent branch before the matrix calls: each subgroup's vote stored by all
+           its lanes, the workgroup's read slot by slot */
+        wgml_sbuf_put(b, "        resc[sg] = select(0u, 1u, subgroupAny(want));\n        if ((");
+        for (int i = 0; i < g->NSG; i++) wgml_sbuf_put(b, "%sworkgroupUniformLoad(&resc[%d])", i ? " | " : "", i);
+        wgml_sbuf_put(b, ") != 0u) {\n");
+    }
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "            var mn%d = max(mr%d, lm%d);\n", k, k, k);
         for (int p = 0; p < g->lpr && g->lpr > 1; p++)
@@ -906,8 +917,8 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
                       one_pass(c) ? " of the step" : " and sum");
     if (one_pass(c))
         wgml_sbuf_put(&b, "var<workgroup> rl: array<f32, %d>; // 1 / l of each row at the end\n"
-                          "var<workgroup> resc: array<u32, 1>; // some row passed its reference this step\nconst TAU = 8.0;\n",
-                      g.R);
+                          "var<workgroup> resc: array<u32, %d>; // some row passed its reference this step (a subgroup's vote)\nconst TAU = 8.0;\n",
+                      g.R, c->emulate ? 1 : g.NSG);
     if (c->kind == WGML_ATTN_DKV)
         wgml_sbuf_put(&b, "var<workgroup> pp: array<f16, %d>; // each subgroup's P^T\n"
                           "var<workgroup> sl: array<f32, %d>; // L, then Delta of the step's queries\n",

@@ -106,6 +106,22 @@ fn wgml_gelu_exact(x: T) -> T {
     let one_plus = select(select(T(1.0) - series, e, a >= T(0.5)), T(1.0) + erf_abs, (z >= T(0.0)) | is_nan(z));
     return select(T(0.5) * x * one_plus, T(0.0), x < T(-30.0));
 }
+// d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = e^(-x^2/2) / sqrt(2 pi): the exact GELU's gradient
+// factor, where a matmul's epilogue multiplies the upstream gradient by it (the GEMM that
+// makes the gradient of a GELU's output). 2 Phi(x) = 1 + erf(x / sqrt 2) as wgml_gelu_exact
+// takes it (erfc for x < 0, so the left tail keeps its relative accuracy); 0 below -30 and 1
+// above 30, where x phi(x) would be inf * 0 at the infinities.
+fn wgml_gelu_exact_grad(x: T) -> T {
+    let z = x * T(0.7071067811865476);
+    let a = abs(z);
+    let a2 = a * a;
+    let series = T(1.1283791670955126) * a * (T(1.0) - a2 * (T(1.0 / 3.0) - a2 * (T(0.1) - a2 * (T(1.0 / 42.0) - a2 * T(1.0 / 216.0)))));
+    let e = wgml_erfc_pos(a);
+    let erf_abs = select(T(1.0) - e, series, a < T(0.5));
+    let one_plus = select(select(T(1.0) - series, e, a >= T(0.5)), T(1.0) + erf_abs, (z >= T(0.0)) | is_nan(z));
+    let d = T(0.5) * one_plus + x * (T(0.3989422804014327) * exp(T(-0.5) * x * x));
+    return select(select(d, T(1.0), x > T(30.0)), T(0.0), x < T(-30.0));
+}
 // sin and cos of +-inf are NaN (some drivers return a number)
 fn wgml_sin(x: T) -> T { return select(sin(x), wgml_nan(), abs(x) == wgml_inf()); }
 fn wgml_cos(x: T) -> T { return select(cos(x), wgml_nan(), abs(x) == wgml_inf()); }

@@ -92,17 +92,21 @@ static void put_epilogue_fn(wgml_sbuf *b, int act)
 }
 
 /* The subgroup-matrix GEMM's activation (ops/matmul/gemm_sgmat_wgsl.h's act_wgsl): the same
-   prelude and op-table WGSL as put_epilogue_fn, as `fn act(v: f32, idx: u32) -> f32`; NULL for
-   none (and when out of host memory, which the caller tells apart by act). */
+   prelude and op-table WGSL as put_epilogue_fn, as `fn act(v: f32, idx: u32) -> f32`, or for a
+   derivative (WGML_ACT_GRAD) `fn act_x(v: f32, x: f32) -> f32` with X's binding; NULL for none
+   (and when out of host memory, which the caller tells apart by act). */
 char *wgml_sgmat_act_source(int act)
 {
     if (act == WGML_ACT_NONE) return NULL;
     wgml_sbuf b = {0};
     put_act_prelude(&b, act);
+    if (act & WGML_ACT_GRAD) { /* X read by the kernel (wgml_sgmat_config act_x) */
+        wgml_sbuf_put(&b, "fn act_x(v: f32, x: f32) -> f32 { return v * %s(x); }\n", wgml_matmul_act_grad_fn(act & 0xff));
+        return wgml_sbuf_take(&b);
+    }
     wgml_sbuf_put(&b, "fn act(v: f32, idx: u32) -> f32 {\n    return ");
     const char *v = "v";
-    if (act & WGML_ACT_GRAD) wgml_sbuf_put(&b, "v * act_grad(idx)");
-    else wgml_op_expand(&b, act_op[act], &v, NULL);
+    wgml_op_expand(&b, act_op[act], &v, NULL);
     wgml_sbuf_put(&b, ";\n}\n");
     return wgml_sbuf_take(&b);
 }

@@ -224,6 +224,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.b_f16 = g->b_f16;
     c.two_leading = g->L1 > 1;
     c.c_f16 = g->c_f16;
+    c.act_x = (g->act & WGML_ACT_GRAD) != 0;
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";

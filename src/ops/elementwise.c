@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "engine/build.h"
-#include "ops/matmul/matmul.h"
 #include "ops/rules.h"
 #include "ops/entry.h"
 #include "ops/table.h"
@@ -364,10 +363,10 @@ static T *gelu_exact_grad(wgml_context *c, T *x, T *g) /* g (Phi(x) + x phi(x)) 
 }
 
 /* under mixed precision, where g is a GEMM's result that only this rule reads, the derivative
-   goes into that GEMM's epilogue (ops/matmul/matmul.h) */
+   goes into that GEMM's epilogue (ops/rules.h) */
 static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin)
 {
-    T *folded = wgml_matmul_act_grad(c, g, WGML_ACT_GELU_EXACT, t->src[0]);
+    T *folded = wgml_rule_matmul_act_grad(c, g, WGML_ACT_GELU_EXACT, t->src[0]);
     gin[0] = folded ? folded : gelu_exact_grad(c, t->src[0], g);
     return WGML_OK;
 }

@@ -504,7 +504,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 
 /* ---------------------------------------------------------------- gradient rules and entries */
 
-wgml_tensor *wgml_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int act, wgml_tensor *x)
+wgml_tensor *wgml_rule_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int act, wgml_tensor *x)
 {
     if (ctx->compute_precision != WGML_PRECISION_MIXED || !wgml_matmul_act_grad_fn(act) || !g || g->status || !x || x->status)
         return NULL;

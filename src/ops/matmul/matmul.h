@@ -34,7 +34,7 @@ extern const int wgml_matmul_act_count;
 /* A GEMM's epilogue code (wgml_gemm_args.act) beyond the activations: WGML_ACT_GRAD | act
    multiplies the result by act's derivative at X (binding 5, the result's shape, contiguous,
    from P.x_off; halves with WGML_ACT_X_F16): the gradient of act(X) where the GEMM makes the
-   gradient of act's output (wgml_matmul_act_grad). */
+   gradient of act's output (wgml_rule_matmul_act_grad, ops/rules.h). */
 #define WGML_ACT_GRAD 0x100
 #define WGML_ACT_X_F16 0x200
 /* The WGSL function of act's derivative (ops/elementwise.wgsl), NULL where no epilogue has it */
@@ -84,14 +84,6 @@ typedef struct wgml_gemm_args {
    matrix units' GEMM (Dawn's subgroup matrices), without split K. (ops/elementwise.c's
    wgml_cast asks, so a cast of such a node costs no pass of its own.) */
 bool wgml_matmul_stores_f16(wgml_context *ctx, const struct wgml_tensor *t);
-
-/* Under mixed precision, the gradient of act(x) from g, the gradient of its output, where g is a
-   GEMM's result (or a reshape of it) that nothing else reads and x has its shape: that GEMM
-   again with act's derivative at x in its epilogue (WGML_ACT_GRAD), which stores halves where
-   it can (the MLP's second matmul's input gradient times the GELU's derivative: one kernel and
-   no f32 gradient in memory); NULL where that does not apply (the caller builds the
-   elementwise rule). The first GEMM, now unread, is never run. */
-wgml_tensor *wgml_matmul_act_grad(wgml_context *ctx, struct wgml_tensor *g, int act, struct wgml_tensor *x);
 
 /* The kernels' parameter block (wgml_gemm_params fills it; a multiple of 16 bytes) */
 #define WGML_GEMM_PARAMS_BYTES 80

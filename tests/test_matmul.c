@@ -881,7 +881,7 @@ static void knobs_read_once(void)
     ctx = knob_context();
     if (ctx) {
         t = wgml_tuning_of(ctx);
-        CHECK(!t->gemm_tile_set && !t->gemm_warp_8x4 && !t->gemv_rows_off && t->gemv_cols == 0 && t->ew_unroll == 1);
+        CHECK(!t->gemm_tile_set && !t->gemm_warp_8x4 && !t->gemv_rows_off && t->gemv_cols == 0 && t->ew_unroll == 0);
         g.M = 3;
         /* the small-M GEMV for 3 rows (4, a power of two); on a CPU adapter the CPU GEMM; one
            row (aligned) through its one-row form */

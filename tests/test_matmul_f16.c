@@ -24,6 +24,8 @@
 
 #include "core/context.h"
 #include "harness.h"
+#include "ops/matmul/matmul.h"
+#include "ops/table.h"
 
 #define U16 (1.0 / 2048.0) /* f16's unit roundoff, 2^-11 */
 
@@ -519,6 +521,96 @@ static void matrix_fallback_is_simt(void)
     }
 }
 
+/* The exact GELU's derivative, Phi(x) + x phi(x), in double */
+static double gelu_exact_grad_ref(double x) { return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) * 0.3989422804014327; }
+
+/* v rounded to f16 (to nearest, ties to even; no overflow at these magnitudes): 11
+   significant bits, or a multiple of 2^-24 below 2^-14 (subnormal halves) */
+static double to_half(float v)
+{
+    int e;
+    if (v == 0.0f) return 0.0;
+    frexp(v, &e); /* |v| in [2^(e-1), 2^e) */
+    double q = ldexp(1.0, e - 11 > -24 ? e - 11 : -24);
+    return nearbyint(v / q) * q;
+}
+
+/* Under mixed precision, L = sum((gelu_exact(x) @ W) * R) over x [rows, F] (x as halves when
+   x_f16, as the GPT's pre-activation is stored; else f32): x's gradient, (R W^T) * gelu'(x), is
+   made by the one GEMM of R and W with the GELU's derivative in its epilogue (the first GEMM's
+   node is not in the gradient's graph), and it matches the double reference of the halves the
+   GEMM reads (R, W and x rounded to f16) within the GEMM's bound plus the f16 rounding of a
+   result stored as halves. x spans [-6, 6] (the left tail where 1 + erf cancels). */
+static void gelu_gradient_case(wgml_context *ctx, int64_t rows, int64_t F, int64_t N, bool x_f16)
+{
+    size_t nx = (size_t)(rows * F), nw = (size_t)(F * N), nr = (size_t)(rows * N);
+    float *X = malloc(nx * sizeof *X), *W = rand_floats(nw), *R = rand_floats(nr);
+    test_fill_uniform(X, nx, -6, 6);
+    int64_t xs[2] = {rows, F}, ws[2] = {F, N}, rs[2] = {rows, N};
+    wgml_tensor *tx = NULL, *tw = NULL, *tr = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, xs, X, nx, &tx));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, ws, W, nw, &tw));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, rs, R, nr, &tr));
+    CHECK_OK(ctx, wgml_requires_grad(tx, 1));
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_MIXED));
+    wgml_tensor *xin = x_f16 ? wgml_cast(ctx, tx, WGML_F16) : tx;
+    wgml_tensor *y = wgml_matmul(ctx, wgml_gelu_exact(ctx, xin), tw);
+    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, y, tr));
+    CHECK_OK(ctx, wgml_backward(L));
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_F32));
+    /* the gradient's node: the folded GEMM, behind the cast back to f32 when x was halves */
+    wgml_tensor *gx = wgml_grad(tx), *m = gx ? wgml_tensor_base(gx) : NULL;
+    if (m && m->op == WGML_OP_CAST_F16_TO_F32) m = wgml_tensor_base(m->src[0]);
+    if (!m || m->op != WGML_OP_MATMUL || wgml_matmul_params_of(m).act_grad != WGML_ACT_GELU_EXACT)
+        FAILF("x's gradient is not the GEMM with the GELU's derivative in its epilogue (op %s)",
+              m ? wgml_op_table[m->op]->name : "none");
+    bool stored_f16 = m && m->dtype == WGML_F16;
+    float *got = test_read_new(ctx, "grad x", gx, rows * F);
+    double worst = 0.0;
+    for (int64_t i = 0; got && i < rows; i++)
+        for (int64_t j = 0; j < F; j++) {
+            double du = 0.0, mag = 0.0;
+            for (int64_t k = 0; k < N; k++) {
+                double p = to_half(R[i * N + k]) * to_half(W[j * N + k]);
+                du += p;
+                mag += fabs(p);
+            }
+            double xv = x_f16 ? to_half(X[i * F + j]) : (double)X[i * F + j];
+            double d = gelu_exact_grad_ref(xv), ref = du * d;
+            /* the GEMM's bound on du, the derivative's f32 error (~1e-6 of its size, at most
+               1.13), the result's rounding to f16 where stored as halves */
+            double bound = tol(N, F) * mag * fabs(d) + 2e-6 * mag + (stored_f16 ? U16 : 0x1p-23) * fabs(ref);
+            double err = fabs(got[i * F + j] - ref);
+            if (err / (bound + 1e-30) > worst) worst = err / (bound + 1e-30);
+            if (!(err <= bound)) {
+                FAILF("[%lldx%lld, N %lld, x %s] dx[%lld,%lld] = %.9g, want %.9g (x %.6g; bound %.3g)", (long long)rows,
+                      (long long)F, (long long)N, x_f16 ? "f16" : "f32", (long long)i, (long long)j, got[i * F + j], ref, xv,
+                      bound);
+                i = rows;
+                break;
+            }
+        }
+    fprintf(stderr, "  gelu gradient %lldx%lld N %lld x %s (%s): worst error %.3f of the bound\n", (long long)rows,
+            (long long)F, (long long)N, x_f16 ? "f16" : "f32", stored_f16 ? "stored as halves" : "f32", worst);
+    free(got), free(X), free(W), free(R);
+    wgml_tensor_free(L), wgml_tensor_free(y);
+    if (xin != tx) wgml_tensor_free(xin);
+    wgml_tensor_free(tx), wgml_tensor_free(tw), wgml_tensor_free(tr);
+}
+
+static void gelu_gradient_in_gemm_epilogue(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    gelu_gradient_case(ctx, 37, 130, 47, true);
+    gelu_gradient_case(ctx, 53, 29, 18, false);
+    if (matrix_units) { /* partial tiles on every edge of the matrix units' GEMM */
+        gelu_gradient_case(ctx, 1023, 390, 129, true);
+        gelu_gradient_case(ctx, 300, 1540, 384, true);
+    }
+    wgml_clear_error(ctx);
+}
+
 /* On the matrix units (where the adapter has them): awkward sizes up to 4097 that leave
    partial tiles on every edge, every form, GELU, split K of A^T.B (a weight's gradient) */
 static void matrix_units_large(void)
@@ -582,6 +674,7 @@ int main(void)
             matrix_units ? "the matrix units (subgroup matrices)" : "the SIMT f32-sums kernel (no subgroup matrices)");
     TEST_RUN(matrix_fallback_is_simt);
     TEST_RUN(matrix_units_large);
+    TEST_RUN(gelu_gradient_in_gemm_epilogue);
     if (matrix_units) {
         TEST_RUN(awkward_sizes);
         TEST_RUN(transposes_batches_epilogue);

@@ -362,7 +362,14 @@ static T *gelu_exact_grad(wgml_context *c, T *x, T *g) /* g (Phi(x) + x phi(x)) 
     return wgml_mul(c, g, wgml_add(c, Phi, wgml_mul(c, x, phi)));
 }
 
-static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin) { gin[0] = gelu_exact_grad(c, t->src[0], g); return WGML_OK; }
+/* under mixed precision, where g is a GEMM's result that only this rule reads, the derivative
+   goes into that GEMM's epilogue (ops/rules.h) */
+static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *folded = wgml_rule_matmul_act_grad(c, g, WGML_ACT_GELU_EXACT, t->src[0]);
+    gin[0] = folded ? folded : gelu_exact_grad(c, t->src[0], g);
+    return WGML_OK;
+}
 
 static wgml_status vjp_sin(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, wgml_cos(c, t->src[0])); return WGML_OK; }
 

@@ -262,6 +262,13 @@ static void llama_split_attention(void)
                        info.max_compute_workgroup_size_x >= 1024 ? 512 : 0;
     check_single_chunk(&llama8_cfg, 1, 0, 0, 2, 4, 1 + (5 + c) * 1 + 2);
     attn_wgs = 0;
+    /* chunks of 16 over a block of 40 (more positions a chunk than lavapipe's subgroup has
+       lanes: the softmax adds several subgroups' parts), the QK-norm's and softmax's sums by
+       subgroups where the adapter has them, and by trees */
+    wgml_gpt_config long8 = llama8_cfg;
+    long8.block = 40;
+    for (subgroups = -1; subgroups <= 0; subgroups++) check_single_chunk(&long8, 0, 0, 0, 0, 16, 1 + (5 + c) * 1 + 2);
+    subgroups = 0;
     attn_late = 1;
     check_single_chunk(&llama8_cfg, 0, 0, 0, 0, 3, 1 + (5 + c) * 1 + 2);
     attn_late = 0, plan_only = 0;

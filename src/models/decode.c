@@ -313,7 +313,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
                                .combine = chunk && p->combine_in_attn,
-                               .early = chunk && !p->d.attn_late};
+                               .early = chunk && !p->d.attn_late, .sg = p->sg};
         if (at.early) { /* the wider workgroup only where the early form takes it */
             const unsigned late_wgs = at.wgs;
             at.wgs = early_wgs;

@@ -652,7 +652,7 @@ int wgml_decode_attn_early_fits(const wgml_decode_attn *a, uint64_t wg_bytes)
     const uint64_t G = a->G, D = a->D, wgs = a->wgs ? a->wgs : 256, ch = a->chunk, ns = ch ? (a->block + ch - 1) / ch : 1;
     /* its workgroup memory in floats: sc, qs, kown and vown, red and part, sred and vpart, inv,
        and (a bound for either way of combining) the chunks' (max, sum) */
-    return early_layout(a, &tpp, &vpn, &kpt, &vpt) && (G * (ch + D) + 2 * D + wgs * (5 + 5 * G) + G * (1 + 2 * ns)) * 4 <= wg_bytes;
+    return early_layout(a, &tpp, &vpn, &kpt, &vpt) && (G * (ch + D) + 2 * D + wgs * (5 + 5 * G) + G * (1 + 2 * ns) + (a->sg ? 4 * G * ch : 0)) * 4 <= wg_bytes;
 }
 
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
@@ -673,6 +673,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        from workgroup memory instead. Else the loads after the prologue. */
     unsigned tpp = 1, vpn = 1, kpt = 1, vpt = 1;
     const int early = a->early && early_layout(a, &tpp, &vpn, &kpt, &vpt);
+    /* the early form's trees (QK-norm, softmax) by subgroups, where its G + 1 heads take 64 threads each */
+    const int sgx = a->sg && early && (a->G + 1) * 64 <= wgs;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
@@ -731,6 +733,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                 "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
                 "var<workgroup> sred: array<f32, %u>;\nvar<workgroup> vpart: array<VT, %u>;\n",
             tpp, kpt, vpn, vpt, wgs * a->G, wgs * a->G);
+    if (sgx) { /* the softmax's exchange: each head's subgroup maxima, then sums */
+        unsigned rw = 1;
+        while (rw < a->chunk && rw < wgs) rw *= 2;
+        out(&b, "var<workgroup> smx: array<f32, %u>;\n", 2 * a->G * rw);
+    }
     /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
        the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
        caches, which this workgroup then reads (storageBarrier) */
@@ -750,7 +757,14 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             out(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
                 a->knorm, a->qnorm);
         out(&pb, "        if (hh == G) { va = qb[vcol + j]; vb = qb[vcol + j + HALF]; }\n    }\n");
-        if (a->qk_norm)
+        if (a->qk_norm && sgx) { /* a butterfly in each subgroup, then the head's 64 / sgs parts */
+            out(&pb, "    var nsq = a * a + b * b;\n");
+            for (unsigned o = 1; o < 64; o *= 2) out(&pb, "    nsq += select(0.0, subgroupShuffleXor(nsq, %uu), %uu < sgs);\n", o, o);
+            out(&pb, "    red[tid] = nsq;\n    workgroupBarrier();\n    nsq = 0.0;\n"
+                     "    for (var q = 0u; q < 64u; q += min(sgs, 64u)) { nsq += red[hh * 64u + q]; }\n"
+                     "    let rs = inverseSqrt(nsq / f32(D) + EPS);\n"
+                     "    a = a * rs * w1;\n    b = b * rs * w2;\n");
+        } else if (a->qk_norm)
             out(&pb, "    red[tid] = a * a + b * b;\n    workgroupBarrier();\n"
                      "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
                      "    let rs = inverseSqrt(red[hh * 64u] / f32(D) + EPS);\n"
@@ -804,7 +818,23 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                                "                mlput(at, m);\n                mlput(at + 1u, total);\n            }\n"
                              : "            if (tid == 0u) { inv[q] = 1.0 / total; }\n";
     sbuf sb = {0};
-    if (a->G * rw <= wgs)
+    if (sgx) /* (sg) each subgroup's max and sum (the threads past RW hold -3e38 and 0), RW / sgs of them a head exchanged: a barrier each */
+        out(&sb, "    {\n        var mq: array<f32, G>;\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                 "            m = subgroupMax(m);\n"
+                 "            if (tid %% sgs == 0u && tid < %uu) { smx[q * %uu + tid / sgs] = m; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                 "            for (var i = 0u; i * sgs < %uu; i++) { m = max(m, smx[q * %uu + i]); }\n            mq[q] = m;\n"
+                 "            var sum = 0.0;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                 "            sum = subgroupAdd(sum);\n"
+                 "            if (tid %% sgs == 0u && tid < %uu) { smx[(G + q) * %uu + tid / sgs] = sum; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            var total = 0.0;\n"
+                 "            for (var i = 0u; i * sgs < %uu; i++) { total += smx[(G + q) * %uu + i]; }\n%s"
+                 "        }\n        workgroupBarrier();\n    }\n",
+            rw, rw, rw, rw, rw, rw, rw, rw, tail);
+    else if (a->G * rw <= wgs)
         out(&sb, "    {\n        var mq: array<f32, G>;\n"
                  "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
                  "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
@@ -844,7 +874,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     if (early)
         out(&b,
             "@compute @workgroup_size(WGS)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n"
             "    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
             "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
@@ -902,7 +932,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "        var sum = VT(0.0);\n        for (var u = 0u; u < VP; u++) { sum += vpart[(u * DV + d) * G + q]; }\n"
             "        vput(((r * NKV + g) * NS + sp) * G * D + o * LW, sum * inv[q]);\n    }\n"
             "    workgroupBarrier();\n",
-            pro, soft);
+            sgx ? ", @builtin(subgroup_size) sgs: u32" : "", pro, soft);
     else
     out(&b,
         "@compute @workgroup_size(WGS)\n"

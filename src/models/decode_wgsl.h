@@ -84,6 +84,9 @@ typedef struct wgml_decode_attn {
     /* with chunk and rope: the chunk's cache loads issued before the prologue where the shape
        takes it (wgml_decode_attn_early_fits; else after, as without) */
     int early;
+    /* with early: the QK-norm's and the softmax's sums by subgroup operations (the adapter has
+       subgroups), a barrier each instead of a tree of a barrier a round */
+    int sg;
 } wgml_decode_attn;
 /* Whether a, with early set, runs the early form within wg_bytes of workgroup memory (D a
    multiple of 8, the chunk and (G + 1) 64 fit the workgroup, its 5 WGS G more floats of

@@ -205,10 +205,12 @@ static unsigned lanes_by_size(int64_t N, int forced)
 static unsigned head_lanes(const wgml_decode_desc *d, int64_t V) { return d->head_lanes ? (unsigned)d->head_lanes : lanes_by_size(V, d->lanes); }
 
 /* The LM head's workgroups in its grid-stride form (wgml_decode_desc's head_wgs; 0: a workgroup a
-   tile of rows, as the other GEMVs), at most its tiles. */
+   tile of rows, as the other GEMVs), at most its tiles. 512 where the tiles are many (Qwen3's
+   9,496 on an H200: the head alone 94.3 us at 512, 97.7 at 1,024, 103.6 at 2,048, 103.9 a tile
+   each; docs/MEASUREMENTS.md). */
 static uint32_t head_workgroups(const wgml_decode_desc *d, uint32_t tiles)
 {
-    const int64_t want = d->head_wgs < 0 ? 0 : d->head_wgs > 0 ? d->head_wgs : tiles >= 4096 ? 1024 : 0;
+    const int64_t want = d->head_wgs < 0 ? 0 : d->head_wgs > 0 ? d->head_wgs : tiles >= 4096 ? 512 : 0;
     return (uint32_t)(want < tiles ? want : tiles);
 }
 

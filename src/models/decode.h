@@ -66,7 +66,7 @@ typedef struct wgml_decode_desc {
                                  have subgroups), -1 off (trees in workgroup memory), 0 on where the adapter has them */
     int head_wgs;             /* the LM head in this many workgroups, each staging x once and going over tiles of rows,
                                  the next tile's loads before this one's sums (its candidates then this many a row);
-                                 -1: a workgroup a tile; 0: 1024 where the tiles number 4096 or more, else a tile each */
+                                 -1: a workgroup a tile; 0: 512 where the tiles number 4096 or more, else a tile each */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

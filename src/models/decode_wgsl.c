@@ -162,7 +162,7 @@ static void stats_tree(sbuf *b, int norm, unsigned rb, int sg, const char *in, c
     if (sg) {
         /* (sg) a butterfly over each subgroup's lanes of the row (min(GS, its size)): one
            exchange through workgroup memory, then a thread a row adds the subgroups' sums */
-        for (unsigned o = 1; o < gs; o *= 2)
+        for (unsigned o = 1; o < gs && o < 128; o *= 2) /* (subgroups have at most 128 lanes; Tint refuses masks past 127) */
             out(&t, "    s += select(0.0, subgroupShuffleXor(s, %uu), %uu < sgs);\n"
                     "    ss += select(0.0, subgroupShuffleXor(ss, %uu), %uu < sgs);\n", o, o, o, o);
         out(&t, "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
@@ -484,6 +484,8 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
         out(&b, "            if (n < N) {\n");
         row_load(&b, kch4, units, lpo, wv);
         out(&b, "            }\n");
+        /* (no barrier before the staging: the last chunk's FMA ended with one, and the last
+           row block with another; the statistics end with theirs) */
         if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
         else {
             if (norm) {
@@ -491,12 +493,13 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                 row_stats(&b, k->norm, k->RB, k->sg);
                 out(&b, "            }\n");
             }
-            out(&b, "            workgroupBarrier();\n");
             stage_rows(&b, kch4, k->persist);
         }
         out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
         row_fma(&b, k->f16, kch4, units, lpo, wv);
-        out(&b, "            }\n            workgroupBarrier();\n        }\n");
+        /* (a barrier only where another chunk overwrites xs: lane_sums's writes of red race
+           with nothing, the statistics' last reads of it being behind their final barrier) */
+        out(&b, "            }\n%s        }\n", k->kch < k->KP ? "            workgroupBarrier();\n" : "");
     }
     lane_sums(&b, lpo, k->sg);
     out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"

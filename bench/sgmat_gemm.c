@@ -395,9 +395,9 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
 {
     wgml_sgmat_config c = *base;
     c.a_f16 = q->a_f16, c.b_f16 = q->b_f16, c.c_f16 = c_f16;
-    /* C in vectors as wgml chooses (halves only); SGMAT_C_VEC=0: an element at a time, =2: f32 too */
-    const char *cv = getenv("SGMAT_C_VEC");
-    c.c_vec = cv && !atoi(cv) ? 0 : c_f16 || (cv && atoi(cv) == 2) ? wgml_sgmat_c_vec(&c, q->N, 0) : 0;
+    /* SGMAT_C_VEC=0: C an element at a time (and whole tiles with no epilogue straight from the
+       matrix units), as before c_vec; else as wgml chooses */
+    c.c_vec = getenv("SGMAT_C_VEC") && !atoi(getenv("SGMAT_C_VEC")) ? 0 : wgml_sgmat_c_vec(&c, q->N, 0);
     c.two_leading = q->L1 > 1;
     /* vector reads where the layout allows, as wgml would choose */
     int64_t a_ext = q->ta ? q->M : q->K, b_ext = q->tb ? q->K : q->N;

@@ -20,10 +20,8 @@
  * ran 2-4 times slower on an H200 (docs/MEASUREMENTS.md), so every config stages.
  *
  * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
- * lanes apply the epilogue and write the elements inside the matrix, one at a time (f32: 32
- * lanes, 128 contiguous bytes a store) or, for halves, 8 a lane in one 16-byte store. Storing
- * whole tiles from the matrix units straight into C ran slower on an H200 (16384 x 1536 x 384:
- * 111 TFLOP/s against 139 through workgroup memory, with a bias; docs/MEASUREMENTS.md).
+ * lanes apply the epilogue and write the elements inside the matrix; whole interior tiles that
+ * need no epilogue at run time are stored by the matrix units straight into C.
  */
 #include "ops/matmul/gemm_sgmat_wgsl.h"
 
@@ -417,6 +415,16 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
+    if (!act_wgsl && !c->c_f16 && !c->c_vec) {
+        /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
+        wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
+                          "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
+        for (int i = 0; i < FM; i++)
+            for (int j = 0; j < FN; j++)
+                wgml_sbuf_put(&b, "        subgroupMatrixStore(&C, cb + (m0 + sr + %du) * P.N + n0 + sc + %du, c%d_%d, false, P.N);\n",
+                              i * SM, j * SN, i, j);
+        wgml_sbuf_put(&b, "        return;\n    }\n");
+    }
     wgml_sbuf_put(&b, "    let cs = sg * %du;\n", SM * SN);
     int per_lane = SM * SN / SGS;
     if (c->act_x) { /* X of fragment 0 (two sets of registers: the next fragment's loads in flight) */

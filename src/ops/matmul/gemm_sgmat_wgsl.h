@@ -36,9 +36,8 @@ typedef struct wgml_sgmat_config {
     bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
     bool c_f16;        /* C stored as halves (every result through the epilogue) */
     /* C read and written c_vec (4 or 8) consecutive elements a lane at once (0: one at a
-       time): N and C's offset must be multiples of it (wgml_sgmat_c_vec says which fits).
-       Measured for halves (8: a lane's 16 bytes, two lanes a row's 32); f32 C in vec4s wrote
-       half sectors and ran slower than one element at a time (docs/MEASUREMENTS.md) */
+       time, and whole interior tiles with no epilogue straight from the matrix units): N and
+       C's offset must be multiples of it (wgml_sgmat_c_vec says which fits) */
     int c_vec;
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
     /* the activation reads X at each result (act_wgsl defines `fn act_x(v: f32, x: f32) -> f32`

@@ -395,9 +395,10 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
 {
     wgml_sgmat_config c = *base;
     c.a_f16 = q->a_f16, c.b_f16 = q->b_f16, c.c_f16 = c_f16;
-    /* SGMAT_C_VEC=0: C an element at a time (and whole tiles with no epilogue straight from the
-       matrix units), as before c_vec; else as wgml chooses */
-    c.c_vec = getenv("SGMAT_C_VEC") && !atoi(getenv("SGMAT_C_VEC")) ? 0 : wgml_sgmat_c_vec(&c, q->N, 0);
+    /* as wgml: C an element at a time; SGMAT_C_VEC=1: in vectors where C is halves, =2: f32 too */
+    const char *cv = getenv("SGMAT_C_VEC");
+    int cv_mode = cv ? atoi(cv) : 0;
+    c.c_vec = cv_mode == 2 || (cv_mode == 1 && c_f16) ? wgml_sgmat_c_vec(&c, q->N, 0) : 0;
     c.two_leading = q->L1 > 1;
     /* vector reads where the layout allows, as wgml would choose */
     int64_t a_ext = q->ta ? q->M : q->K, b_ext = q->tb ? q->K : q->N;

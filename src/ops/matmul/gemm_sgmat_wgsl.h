@@ -37,7 +37,9 @@ typedef struct wgml_sgmat_config {
     bool c_f16;        /* C stored as halves (every result through the epilogue) */
     /* C read and written c_vec (4 or 8) consecutive elements a lane at once (0: one at a
        time, and whole interior tiles with no epilogue straight from the matrix units): N and
-       C's offset must be multiples of it (wgml_sgmat_c_vec says which fits) */
+       C's offset must be multiples of it (wgml_sgmat_c_vec says which fits). The bench's
+       option (SGMAT_C_VEC): halves 8 a lane won there, but not in the GPT step, so wgml's
+       matmul keeps 0 (docs/MEASUREMENTS.md) */
     int c_vec;
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
     /* the activation reads X at each result (act_wgsl defines `fn act_x(v: f32, x: f32) -> f32`

@@ -225,7 +225,9 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.two_leading = g->L1 > 1;
     c.c_f16 = g->c_f16;
     c.act_x = (g->act & WGML_ACT_GRAD) != 0;
-    c.c_vec = wgml_sgmat_c_vec(&c, g->N, g->c_off);
+    /* C one element at a time (c_vec 0): vectors won in the bench for halves but not in the GPT
+       step (docs/MEASUREMENTS.md, "The matrix-unit GEMM's results") */
+    c.c_vec = 0;
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";

@@ -395,10 +395,6 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
 {
     wgml_sgmat_config c = *base;
     c.a_f16 = q->a_f16, c.b_f16 = q->b_f16, c.c_f16 = c_f16;
-    /* as wgml: C an element at a time; SGMAT_C_VEC=1: in vectors where C is halves, =2: f32 too */
-    const char *cv = getenv("SGMAT_C_VEC");
-    int cv_mode = cv ? atoi(cv) : 0;
-    c.c_vec = cv_mode == 2 || (cv_mode == 1 && c_f16) ? wgml_sgmat_c_vec(&c, q->N, 0) : 0;
     c.two_leading = q->L1 > 1;
     /* vector reads where the layout allows, as wgml would choose */
     int64_t a_ext = q->ta ? q->M : q->K, b_ext = q->tb ? q->K : q->N;
@@ -450,7 +446,7 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
              "fn st_Cs(off: u32, x: Acc, cm: bool, stride: u32) {\n"
              "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { Cs[off + i * stride + j] = x.v[i * %du + j]; } } }\n",
              SM * SK, SK * SN, SM * SN, SM, SK, SK, SK, SN, SN, SM, SN, SK, SN, SK, SN, SM, SN, SN);
-    /* stores straight into C only where the kernel has them (C of vectors or halves has none:
+    /* stores straight into C only where the kernel has them (C of halves has none:
        an f32 store into it would not compile) */
     if (strstr(src, "subgroupMatrixStore(&C, ")) {
         size_t used = strlen(pre);

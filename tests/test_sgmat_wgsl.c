@@ -144,43 +144,6 @@ static void x_loaded_ahead(void)
     free(src);
 }
 
-/* C in vectors (c_vec): bound as vec4<f32>, or halves packed into u32 vectors; results through
-   the epilogue four at a time, none straight from the matrix units; the width follows N, C's
-   offset and the fragments, and is refused where a lane would not hold a whole vector */
-static void c_in_vectors(void)
-{
-    static const struct { int vec, half; const char *bound; } cases[] = {
-        {4, 0, "C: array<vec4<f32>>"}, {8, 0, "C: array<vec4<f32>>"}, {4, 1, "C: array<vec2<u32>>"}, {8, 1, "C: array<vec4<u32>>"}};
-    for (int i = 0; i < N_OF(cases); i++) {
-        wgml_sgmat_config c = base;
-        c.c_vec = cases[i].vec, c.c_f16 = cases[i].half;
-        CHECK(wgml_sgmat_config_problem(&c) == NULL);
-        char *src = wgml_sgmat_gemm_source(&c, false, true, "fn act(v: f32, idx: u32) -> f32 { return max(v, 0.0); }");
-        CHECK(src != NULL);
-        if (!src) continue;
-        CHECK(strstr(src, cases[i].bound) != NULL);
-        CHECK(strstr(src, "subgroupMatrixStore(&C,") == NULL);
-        CHECK(strstr(src, "fn epilogue4(") != NULL && strstr(src, "act(v.w, idx + 3u)") != NULL);
-        CHECK((strstr(src, "bitcast<vec2<u32>>(vec4<f16>(") != NULL) == cases[i].half);
-        free(src);
-    }
-    wgml_sgmat_config c = base; /* 16 x 16 fragments over 32 lanes: 8 elements a lane at most */
-    CHECK(wgml_sgmat_c_vec(&c, 1152, 0) == 8);
-    CHECK(wgml_sgmat_c_vec(&c, 1156, 0) == 4);
-    CHECK(wgml_sgmat_c_vec(&c, 1152, 4) == 4);
-    CHECK(wgml_sgmat_c_vec(&c, 1153, 0) == 0);
-    CHECK(wgml_sgmat_c_vec(&c, 1152, 2) == 0);
-    c.sm_n = 8, c.frag_n = 8; /* 16 x 8: 4 a lane */
-    CHECK(wgml_sgmat_c_vec(&c, 1152, 0) == 4);
-    c.c_vec = 8;
-    CHECK(wgml_sgmat_config_problem(&c) != NULL);
-    c = base, c.c_vec = 2;
-    CHECK(wgml_sgmat_config_problem(&c) != NULL);
-    c = base, c.c_vec = 8, c.act_x = true; /* X's epilogue goes an element at a time */
-    CHECK(wgml_sgmat_config_problem(&c) != NULL);
-    CHECK(wgml_sgmat_c_vec(&c, 1152, 0) == 0);
-}
-
 static void bad_configs_refused(void)
 {
     wgml_sgmat_config c = base;
@@ -245,7 +208,6 @@ int main(void)
     TEST_RUN(every_form_and_config);
     TEST_RUN(edges_are_guarded);
     TEST_RUN(halves_out);
-    TEST_RUN(c_in_vectors);
     TEST_RUN(x_loaded_ahead);
     TEST_RUN(bad_configs_refused);
     TEST_RUN(vector_widths);

@@ -156,20 +156,7 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
     if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
         return "vector width (0, 4 or 8)";
-    if (c->c_vec && ((c->c_vec != 4 && c->c_vec != 8) || c->sm_n % c->c_vec || c->sm_m * c->sm_n / c->c_vec < c->subgroup_size))
-        return "C's vector width (0, 4 or 8, dividing sm_n, a whole vector a lane)";
-    if (c->c_vec && c->act_x) return "C's vector width with an X operand (its epilogue goes an element at a time)";
     return NULL;
-}
-
-int wgml_sgmat_c_vec(const wgml_sgmat_config *c, int64_t N, int64_t c_off)
-{
-    for (int w = 8; w >= 4; w /= 2) {
-        wgml_sgmat_config t = *c;
-        t.c_vec = w;
-        if (!wgml_sgmat_config_problem(&t) && N % w == 0 && c_off % w == 0) return w;
-    }
-    return 0;
 }
 
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t batch,
@@ -253,48 +240,6 @@ static void put_x_loads(wgml_sbuf *b, const wgml_sgmat_config *c, int i, int j, 
                       q * c->subgroup_size, i * SM, SN, j * SN, SN, set, q, set, q);
 }
 
-/* Fragment (i, j), stored in the subgroup's block of Cs, into C c_vec elements a lane: each
-   lane takes a run of them along a row (N and C's offset are multiples of c_vec, so a run is
-   inside the matrix wherever its first element is, and its vector index is exact). */
-static void put_vec_results(wgml_sbuf *b, const wgml_sgmat_config *c, int i, int j)
-{
-    int SM = c->sm_m, SN = c->sm_n, W = c->c_vec, SGS = c->subgroup_size, runs = SM * SN / W, per_row = SN / W;
-    for (int q = 0; q * SGS < runs; q++) {
-        wgml_sbuf_put(b, "    {\n        let u = lane + %du;\n", q * SGS);
-        wgml_sbuf_put(b, "        let m = m0 + sr + %du + u / %du;\n"
-                         "        let n = n0 + sc + %du + (u %% %du) * %du;\n"
-                         "        if (u < %du && m < P.M && n < P.N) {\n"
-                         "            let e = cs + (u / %du) * %du + (u %% %du) * %du;\n"
-                         "            let q = (cb + m * P.N + n) / %du;\n",
-                      i * SM, per_row, j * SN, per_row, W, runs, per_row, SN, per_row, W, W);
-        for (int h = 0; h < W / 4; h++)
-            wgml_sbuf_put(b, "            let r%d = vec4<f32>(Cs[e + %du], Cs[e + %du], Cs[e + %du], Cs[e + %du]);\n", h,
-                          4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3);
-        if (!c->c_f16) { /* f32: a vec4 of C each */
-            for (int h = 0; h < W / 4; h++)
-                wgml_sbuf_put(b, "            var o%d = vec4<f32>();\n"
-                                 "            if (P.accumulate != 0u) { o%d = C[q * %du + %du]; }\n"
-                                 "            C[q * %du + %du] = epilogue4(r%d, n + %du, o%d, q * %du + %du);\n",
-                              h, h, W / 4, h, W / 4, h, h, 4 * h, h, W, 4 * h);
-        } else if (W == 4) { /* four halves: a vec2<u32> */
-            wgml_sbuf_put(b, "            var o0 = vec4<f32>();\n"
-                             "            if (P.accumulate != 0u) { o0 = vec4<f32>(bitcast<vec4<f16>>(C[q])); }\n"
-                             "            C[q] = bitcast<vec2<u32>>(vec4<f16>(epilogue4(r0, n, o0, q * 4u)));\n");
-        } else { /* eight halves: a vec4<u32> */
-            wgml_sbuf_put(b, "            var o0 = vec4<f32>();\n            var o1 = vec4<f32>();\n"
-                             "            if (P.accumulate != 0u) {\n"
-                             "                let w = C[q];\n"
-                             "                o0 = vec4<f32>(bitcast<vec4<f16>>(w.xy));\n"
-                             "                o1 = vec4<f32>(bitcast<vec4<f16>>(w.zw));\n"
-                             "            }\n"
-                             "            let lo = bitcast<vec2<u32>>(vec4<f16>(epilogue4(r0, n, o0, q * 8u)));\n"
-                             "            let hi = bitcast<vec2<u32>>(vec4<f16>(epilogue4(r1, n + 4u, o1, q * 8u + 4u)));\n"
-                             "            C[q] = vec4<u32>(lo, hi);\n");
-        }
-        wgml_sbuf_put(b, "        }\n    }\n");
-    }
-}
-
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const char *act_wgsl)
 {
     if (wgml_sgmat_config_problem(c)) return NULL;
@@ -317,28 +262,14 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     /* the parameter block and bindings of every GEMM kernel (ops/matmul/gemm_bindings.h) */
     /* C of halves: the epilogue's f32 value rounded as it is stored (the adapter's conversion) */
     const char *ct = c->c_f16 ? "f16" : "f32";
-    /* with c_vec, C is bound as vectors: f32 in vec4s, halves in pairs of u32 (4) or vec4<u32> (8) */
-    const char *c_bound = !c->c_vec ? ct : !c->c_f16 ? "vec4<f32>" : c->c_vec == 8 ? "vec4<u32>" : "vec2<u32>";
-    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B), c_bound);
+    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B), ct);
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
-    if (c->c_vec)
-        /* four results of a row at once; old: C's values there (read only to accumulate) */
-        wgml_sbuf_put(&b, "fn epilogue4(v0: vec4<f32>, n: u32, old: vec4<f32>, idx: u32) -> vec4<f32> {\n"
-                          "    var v = P.alpha * v0;\n"
-                          "    if (P.accumulate != 0u) { v = v + old; }\n"
-                          "    if (P.has_bias != 0u) {\n"
-                          "        let o = P.bias_off + n;\n"
-                          "        v = v + vec4<f32>(bias[o], bias[o + 1u], bias[o + 2u], bias[o + 3u]);\n"
-                          "    }\n"
-                          "    return %s;\n}\n",
-                      act_wgsl ? "vec4<f32>(act(v.x, idx), act(v.y, idx + 1u), act(v.z, idx + 2u), act(v.w, idx + 3u))" : "v");
-    else
-        wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32%s) -> %s {\n"
-                          "    var v = P.alpha * v0;\n"
-                          "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
-                          "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-                          "    return %s(%s);\n}\n", c->act_x ? ", x: f32" : "", ct, ct,
-                      c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v, idx)" : "v");
+    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32%s) -> %s {\n"
+                      "    var v = P.alpha * v0;\n"
+                      "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
+                      "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
+                      "    return %s(%s);\n}\n", c->act_x ? ", x: f32" : "", ct, ct,
+                  c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v, idx)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
@@ -415,7 +346,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
-    if (!act_wgsl && !c->c_f16 && !c->c_vec) {
+    if (!act_wgsl && !c->c_f16) {
         /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
         wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
                           "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
@@ -435,11 +366,6 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         for (int j = 0; j < FN; j++) {
             int f = i * FN + j;
             wgml_sbuf_put(&b, "    subgroupMatrixStore(&Cs, cs, c%d_%d, false, %du);\n    workgroupBarrier();\n", i, j, SN);
-            if (c->c_vec) {
-                put_vec_results(&b, c, i, j);
-                wgml_sbuf_put(&b, "    workgroupBarrier();\n");
-                continue;
-            }
             if (c->act_x && f + 1 < FM * FN) put_x_loads(&b, c, (f + 1) / FN, (f + 1) % FN, (f + 1) % 2);
             char xarg[32] = "";
             for (int q = 0; q < per_lane; q++) {

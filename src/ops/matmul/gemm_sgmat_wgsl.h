@@ -35,12 +35,6 @@ typedef struct wgml_sgmat_config {
     int a_vec, b_vec;
     bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
     bool c_f16;        /* C stored as halves (every result through the epilogue) */
-    /* C read and written c_vec (4 or 8) consecutive elements a lane at once (0: one at a
-       time, and whole interior tiles with no epilogue straight from the matrix units): N and
-       C's offset must be multiples of it (wgml_sgmat_c_vec says which fits). The bench's
-       option (SGMAT_C_VEC): halves 8 a lane won there, but not in the GPT step, so wgml's
-       matmul keeps 0 (docs/MEASUREMENTS.md) */
-    int c_vec;
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
     /* the activation reads X at each result (act_wgsl defines `fn act_x(v: f32, x: f32) -> f32`
        and X's binding 5, and `P.x_off`): each fragment's X is loaded while the one before it
@@ -64,10 +58,6 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c);
    row stride, the two batch strides and its contiguous extent (K for A, N for B when not
    transposed; M for A^T, K for B^T) all multiples of it. */
 int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int64_t extent);
-
-/* The widest C access (8, 4 or 0) the config's fragments allow for an output whose row length
-   N and offset c_off are multiples of it. */
-int wgml_sgmat_c_vec(const wgml_sgmat_config *c, int64_t N, int64_t c_off);
 
 /* The measured policy (docs/MEASUREMENTS.md, H200): for an M x N result over `batch`
    matrices (or split-K chunks), a config on the

@@ -225,9 +225,6 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.two_leading = g->L1 > 1;
     c.c_f16 = g->c_f16;
     c.act_x = (g->act & WGML_ACT_GRAD) != 0;
-    /* C one element at a time (c_vec 0): vectors won in the bench for halves but not in the GPT
-       step (docs/MEASUREMENTS.md, "The matrix-unit GEMM's results") */
-    c.c_vec = 0;
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";
@@ -242,7 +239,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
                         (uint32_t)c.bk, (uint32_t)c.double_buffer | (uint32_t)c.prefetch << 1,
                         (uint32_t)c.a_vec | (uint32_t)c.b_vec << 8,
                         (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2 | (uint32_t)c.c_f16 << 3,
-                        g->trans_a, g->trans_b, (uint32_t)g->act, (uint32_t)c.c_vec};
+                        g->trans_a, g->trans_b, (uint32_t)g->act, 0};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 12))) {
         char *act = wgml_sgmat_act_source(g->act);
         if (g->act != WGML_ACT_NONE && !act) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul: out of host memory");

@@ -166,7 +166,6 @@ static int head_lanes;     /* the LM head's lanes an output (0: the plan's choic
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
-static int head_group_best; /* its candidates kept per group of lanes */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
@@ -198,8 +197,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
-                                .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .head_group_best = head_group_best};
+                                .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -421,8 +419,7 @@ static void check_batch(const wgml_gpt_config *cfg_in)
     for (int s = 0; s < S; s++) reference_greedy(m.r, prompts[s], (int)lens[s], NN, want + s * NN);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill,
-                                .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes,
-                                .head_group_best = head_group_best};
+                                .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         /* the prompts through the graph (an evaluation of it) only where asked */
@@ -459,12 +456,10 @@ static void gemv_subgroups_and_head_stride(void)
         check_single(&gpt2_cfg, 0, 0, 32, 0, 3 * 2 + 2);
         head_lanes = 64; /* 4 rows a tile: the vocabulary of 31 in 8 tiles */
         for (head_wgs = 1; head_wgs <= 3; head_wgs += 2) {
-            head_group_best = head_wgs == 3; /* (each group's candidates, in 3 workgroups) */
             check_single(&llama_cfg, on > 0, 0, 0, 0, 1 + 5 * 2 + 2);
             check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
             check_batch(&llama_cfg);
         }
-        head_group_best = 0;
         lanes_all = 128, head_wgs = 5; /* (5 workgroups for the 8 tiles) */
         check_batch(&gpt2_cfg);
         lanes_all = 0, head_wgs = 0, head_lanes = 0;
@@ -506,12 +501,12 @@ static void candidates_draw_as_logits(void)
     {
         model m;
         model_make(ctx, &cin, 0, &m);
-        int32_t got[4][S * NN], first[4][S], greedy[S * NN];
+        int32_t got[3][S * NN], first[3][S], greedy[S * NN];
         reference_greedy(m.r, a, (int)lens[0], NN, greedy);
-        for (int all = 0; all < 4; all++) { /* (2: the candidates of 7 grid-stride workgroups; 3: kept by each group of lanes) */
+        for (int all = 0; all < 3; all++) { /* (2: the candidates of 7 grid-stride workgroups) */
             wgml_decode_plan *plan = NULL;
             const wgml_decode_desc d = {.batch = S, .steps_per_submit = 5, .temperature = 1.5f, .seed = 77, .sample_logits = all == 1,
-                                        .lanes = 16, .head_wgs = all >= 2 ? 7 : -1, .head_group_best = all == 3};
+                                        .lanes = 16, .head_wgs = all >= 2 ? 7 : -1};
             CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
             if (plan) {
                 CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first[all]));
@@ -520,10 +515,9 @@ static void candidates_draw_as_logits(void)
             wgml_decode_plan_free(plan);
         }
         int differ = first[1][0] != greedy[0];
-        for (int s = 0; s < S; s++) CHECK(first[0][s] == first[1][s] && first[2][s] == first[1][s] && first[3][s] == first[1][s]);
+        for (int s = 0; s < S; s++) CHECK(first[0][s] == first[1][s] && first[2][s] == first[1][s]);
         same_tokens("candidates vs logits", got[0], got[1], S * (NN - 1));
         same_tokens("grid-stride candidates vs logits", got[2], got[1], S * (NN - 1));
-        same_tokens("grid-stride groups' candidates vs logits", got[3], got[1], S * (NN - 1));
         for (int k = 1; k < NN; k++) differ |= got[1][k - 1] != greedy[k];
         CHECK(differ);
         model_free(&m);

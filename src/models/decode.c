@@ -364,7 +364,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                            .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
                            .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps, .cand = p->ncand > 0,
-                           .sg = p->sg, .hwg = hwg, .hbest = p->d.head_group_best};
+                           .sg = p->sg, .hwg = hwg};
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {6, rows}, {9, p->mlp_parts},
                  {14, p->cand}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
@@ -493,8 +493,6 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: subgroups = %d; want -1, 0 or 1", d.subgroups);
     if (d.subgroups > 0 && !ctx->rt.info.has_subgroups)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: subgroups asked for, and the adapter has none");
-    if (d.head_group_best < 0 || d.head_group_best > 1)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_group_best = %d; want 0 or 1", d.head_group_best);
     if (d.head_wgs < -1) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_wgs = %d; want -1, 0 or a count", d.head_wgs);
     if (d.attn_cols < 0 || d.attn_cols > c->width)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_cols = %d; want 0 to the width", d.attn_cols);

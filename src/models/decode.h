@@ -68,8 +68,6 @@ typedef struct wgml_decode_desc {
     int head_wgs;             /* the LM head in this many workgroups, each staging x once and going over tiles of rows,
                                  the next tile's loads before this one's sums (its candidates then this many a row);
                                  -1: a workgroup a tile; 0: 512 where the tiles number 4096 or more, else a tile each */
-    int head_group_best;      /* 1: in that form each group of lanes keeps its rows' best candidate over its tiles (one
-                                 barrier a tile; untimed, so not the default) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

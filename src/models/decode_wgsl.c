@@ -363,26 +363,13 @@ static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, un
    (lanes numbered along local_invocation_index, as Vulkan drivers do for a 1-D workgroup), so
    every lane holds its subgroup's part; one barrier, then red_at adds the LPO / sgs parts (one
    where the group fits a subgroup). */
-static void lane_sums_at(sbuf *b, unsigned lpo, int sg, const char *ofs)
+static void lane_sums(sbuf *b, unsigned lpo, int sg)
 {
     if (sg) {
         out(b, "        for (var j = 0u; j < RB; j++) {\n            var v = acc[j];\n");
         for (unsigned o = 1; o < lpo; o *= 2)
             out(b, "            v += select(0.0, subgroupShuffleXor(v, %uu), %uu < sgs);\n", o, o);
-        out(b, "            red[%s + j * 256u + tid] = v;\n        }\n        workgroupBarrier();\n", ofs);
-        return;
-    }
-    out(b, "        for (var j = 0u; j < RB; j++) { red[%s + j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
-           "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
-           "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[%s + j * 256u + tid] += red[%s + j * 256u + tid + st]; } }\n"
-           "            workgroupBarrier();\n        }\n",
-        ofs, lpo / 2, ofs, ofs);
-}
-
-static void lane_sums(sbuf *b, unsigned lpo, int sg)
-{
-    if (sg) {
-        lane_sums_at(b, lpo, sg, "0u");
+        out(b, "            red[j * 256u + tid] = v;\n        }\n        workgroupBarrier();\n");
         return;
     }
     out(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
@@ -397,11 +384,10 @@ static void lane_sums(sbuf *b, unsigned lpo, int sg)
 static void red_at_fn(sbuf *b, unsigned lpo, int sg)
 {
     if (sg)
-        out(b, "fn red_at_o(o0: u32, j: u32, g0: u32, sgs: u32) -> f32 {\n    var v = 0.0;\n"
-               "    for (var q = 0u; q < %uu; q += min(sgs, %uu)) { v += red[o0 + j * 256u + g0 + q]; }\n    return v;\n}\n",
+        out(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 {\n    var v = 0.0;\n"
+               "    for (var q = 0u; q < %uu; q += min(sgs, %uu)) { v += red[j * 256u + g0 + q]; }\n    return v;\n}\n",
             lpo, lpo);
-    else out(b, "fn red_at_o(o0: u32, j: u32, g0: u32, sgs: u32) -> f32 { return red[o0 + j * 256u + g0]; }\n");
-    out(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 { return red_at_o(0u, j, g0, sgs); }\n");
+    else out(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 { return red[j * 256u + g0]; }\n");
 }
 
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
@@ -449,14 +435,11 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
     if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
     const unsigned opw = 256 / lpo, tiles = (k->N + opw - 1) / opw;
-    /* the grid-stride head: x staged once a workgroup, its tiles of OPW rows in turn; gb: each
-       group of lanes keeps its rows' best candidate over the tiles (one barrier a tile, the
-       reduction array in two halves by the tile's parity) */
-    const int stride = k->head && k->hwg > 0 && norm && k->kch >= k->KP, gb = stride && k->hbest;
+    /* the grid-stride head: x staged once a workgroup, its tiles of OPW rows in turn */
+    const int stride = k->head && k->hwg > 0 && norm && k->kch >= k->KP;
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\n",
-        k->RB * kch4, gb ? 2 * k->RB * 256 : k->RB * 256 > 512 ? k->RB * 256 : 512);
-    if (gb && k->cand) out(&b, "var<workgroup> gbs: array<vec2<f32>, %u>;\n", k->RB * opw);
+        k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
     out(&b, "fn xrow(r: u32) -> u32 { return %s; }\n", k->head ? "picks[r]" : "r");
     x_norm(&b, k->norm, k->norm_w, k->norm_b);
     red_at_fn(&b, lpo, k->sg);
@@ -481,19 +464,12 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
         row_load(&b, kch4, units, lpo, wv);
         out(&b, "        }\n");
         stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
-        /* (the candidate of each row over all this workgroup's tiles, ascending: the first of
-           equal values kept) */
-        if (gb && k->cand)
-            out(&b, "        var gbv: array<f32, RB>;\n        var gbi: array<u32, RB>;\n        var h0s: array<u32, RB>;\n"
-                    "        for (var j = 0u; j < RB; j++) {\n            gbv[j] = -3.4e38;\n            gbi[j] = 0u;\n"
-                    "            if (r0 + j < R) { h0s[j] = row_hash(rows[picks[r0 + j]]); }\n        }\n");
         out(&b, "        workgroupBarrier();\n        var best = -3.4e38;\n        var at = 0u;\n"
                 "        for (var t = wg.x; t < %uu; t += %uu) {\n"
                 "            let n = t * %uu + grp;\n"
-                "            let po = (((t - wg.x) / %uu) & 1u) * (RB * 256u);\n"
                 /* the next tile's loads go out before this one's sums */
                 "            let nn = n + %uu;\n",
-            tiles, nwg, opw, nwg, nwg * opw);
+            tiles, nwg, opw, nwg * opw);
         row_regs_named(&b, k->f16, kch4, lpo, wv, "wn");
         out(&b, "            if (nn < N) {\n");
         row_load_into(&b, kch4, units, lpo, wv, "wn", "nn");
@@ -522,30 +498,6 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
         /* (a barrier only where another chunk overwrites xs: lane_sums's writes of red race
            with nothing, the statistics' last reads of it being behind their final barrier) */
         out(&b, "            }\n%s        }\n", k->kch < k->KP ? "            workgroupBarrier();\n" : "");
-    }
-    if (gb) { /* the head's plain epilogue, and each group's running candidates */
-        lane_sums_at(&b, lpo, k->sg, "po");
-        out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
-                "                if (r0 + j < R) {\n                    let v = red_at_o(po, j, tid, SGS);\n"
-                "                    outb[(r0 + j) * OS + n] = v;\n%s"
-                "                }\n            }\n        }\n"
-                /* (no barrier: the next tile's sums go to the other half of red, and the one
-                   after waits at that tile's barrier, which every reader of this one reaches
-                   only after reading) */
-                "        wr = wn;\n        }\n",
-            k->cand ? "                    let nv = noisy(v, h0s[j], n);\n"
-                      "                    if (nv > gbv[j]) { gbv[j] = nv; gbi[j] = n; }\n" : "");
-        if (k->cand) /* the groups' candidates: the best, of equal ones the lowest output */
-            out(&b, "        if (lane == 0u) { for (var j = 0u; j < RB; j++) { gbs[j * %uu + grp] = vec2<f32>(gbv[j], bitcast<f32>(gbi[j])); } }\n"
-                    "        workgroupBarrier();\n"
-                    "        if (tid < RB && r0 + tid < R) {\n"
-                    "            for (var g = 0u; g < %uu; g++) {\n"
-                    "                let c = gbs[tid * %uu + g];\n                let i = bitcast<u32>(c.y);\n"
-                    "                if (c.x > best || (c.x == best && i < at)) { best = c.x; at = i; }\n            }\n"
-                    "            cand[(r0 + tid) * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at));\n        }\n",
-                opw, opw, opw, nwg);
-        out(&b, "        workgroupBarrier();\n    }\n}\n");
-        return done(&b);
     }
     lane_sums(&b, lpo, k->sg);
     out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"

@@ -46,9 +46,6 @@ typedef struct wgml_decode_gemv {
     unsigned hwg; /* the head (with norm, x in one chunk): this many workgroups, each staging x once and
                      going over tiles of 256 / lpo rows (grid stride), the next tile's loads issued before
                      this one's sums; its candidates then hwg a row (0: a workgroup a tile) */
-    int hbest;    /* with hwg: each group of lanes keeps its rows' best candidate over the tiles, the groups'
-                     compared once at the end (one barrier a tile, not two and one thread's pass over the
-                     tile's outputs) */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 

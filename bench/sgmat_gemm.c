@@ -225,8 +225,8 @@ static float uniform_pm1(void)
 enum { ACT_NONE, ACT_RELU, ACT_GELU };
 static const char *act_wgsl[] = {
     NULL,
-    "fn act(v: f32, idx: u32) -> f32 { return max(v, 0.0); }",
-    "fn act(v: f32, idx: u32) -> f32 { return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); }",
+    "fn act(v: f32) -> f32 { return max(v, 0.0); }",
+    "fn act(v: f32) -> f32 { return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); }",
 };
 static double act_ref(int act, double v)
 {

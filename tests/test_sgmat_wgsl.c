@@ -37,7 +37,7 @@ static void every_form_and_config(void)
                         c.two_leading = store == 3;
                         bool ta = form & 1, tb = form & 2, act = (form + store) % 2;
                         CHECK(wgml_sgmat_config_problem(&c) == NULL);
-                        char *src = wgml_sgmat_gemm_source(&c, ta, tb, act ? "fn act(v: f32, idx: u32) -> f32 { return max(v, 0.0); }" : NULL);
+                        char *src = wgml_sgmat_gemm_source(&c, ta, tb, act ? "fn act(v: f32) -> f32 { return max(v, 0.0); }" : NULL);
                         CHECK(src != NULL);
                         if (!src) continue;
                         made++;

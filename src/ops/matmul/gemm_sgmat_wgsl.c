@@ -269,7 +269,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
                       "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
                       "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
                       "    return %s(%s);\n}\n", c->act_x ? ", x: f32" : "", ct, ct,
-                  c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v, idx)" : "v");
+                  c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);

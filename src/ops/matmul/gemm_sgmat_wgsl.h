@@ -71,8 +71,7 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
                                     bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
 
 /* The kernel's WGSL, or NULL (a config problem, or out of host memory). act_wgsl: NULL, or
-   WGSL text that defines `fn act(v: f32, idx: u32) -> f32` (and whatever that needs; idx is
-   the element of C), or with act_x `fn act_x(v: f32, x: f32) -> f32`, applied last in the
+   WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), or with act_x `fn act_x(v: f32, x: f32) -> f32`, applied last in the
    epilogue; without it, results that need no epilogue at run time (alpha 1, no bias, no
    accumulate) go from the matrix units straight to C in whole interior tiles. */
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool trans_a, bool trans_b, const char *act_wgsl);

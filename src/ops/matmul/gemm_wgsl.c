@@ -92,7 +92,7 @@ static void put_epilogue_fn(wgml_sbuf *b, int act)
 }
 
 /* The subgroup-matrix GEMM's activation (ops/matmul/gemm_sgmat_wgsl.h's act_wgsl): the same
-   prelude and op-table WGSL as put_epilogue_fn, as `fn act(v: f32, idx: u32) -> f32`, or for a
+   prelude and op-table WGSL as put_epilogue_fn, as `fn act(v: f32) -> f32`, or for a
    derivative (WGML_ACT_GRAD) `fn act_x(v: f32, x: f32) -> f32` with X's binding; NULL for none
    (and when out of host memory, which the caller tells apart by act). */
 char *wgml_sgmat_act_source(int act)
@@ -104,7 +104,7 @@ char *wgml_sgmat_act_source(int act)
         wgml_sbuf_put(&b, "fn act_x(v: f32, x: f32) -> f32 { return v * %s(x); }\n", wgml_matmul_act_grad_fn(act & 0xff));
         return wgml_sbuf_take(&b);
     }
-    wgml_sbuf_put(&b, "fn act(v: f32, idx: u32) -> f32 {\n    return ");
+    wgml_sbuf_put(&b, "fn act(v: f32) -> f32 {\n    return ");
     const char *v = "v";
     wgml_op_expand(&b, act_op[act], &v, NULL);
     wgml_sbuf_put(&b, ";\n}\n");

@@ -34,6 +34,19 @@ static int grad_inputs(T *t, T **out)
     return t->nsrc;
 }
 
+/* A node's gradient so far plus g: where g is a node its rule just made for this input alone
+   (`fresh`) and g's kernel can add the sum to its result (the op table's take_addend: a norm's
+   input gradient taking the residual stream's), g itself, else an add. Never a tensor that
+   may be another node's gradient too (the sum so far, or a g passed through, as an add's
+   rule passes its g to both operands): its value would change under the other. */
+static T *accumulate(wgml_context *ctx, T *sum, T *g, bool fresh)
+{
+    if (!sum) return g;
+    bool (*take)(wgml_context *, T *, T *) = wgml_op_table[g->op]->take_addend;
+    if (fresh && take && !sum->status && take(ctx, g, sum)) return g;
+    return wgml_add(ctx, sum, g);
+}
+
 /* The pass's note on a node it visits: the gradient reaching it so far, and whether a
    trainable tensor lies upstream of it. */
 typedef struct note {
@@ -158,7 +171,9 @@ wgml_status wgml_backward(wgml_tensor *loss)
             note *to = note_of(&o, in[i]);
             if (!to->needs) continue;
             if (gin[i]->status) { st = wgml_fail(ctx, gin[i]->status, "backward of %s: %s", wgml_op_table[t->op]->name, gin[i]->error); break; }
-            to->grad = to->grad ? wgml_add(ctx, to->grad, gin[i]) : gin[i];
+            bool fresh = gin[i] != g;
+            for (int j = 0; j < n && fresh; j++) fresh = j == i || gin[j] != gin[i];
+            to->grad = accumulate(ctx, to->grad, gin[i], fresh);
         }
     }
     order_free(&o);

@@ -224,7 +224,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.b_f16 = g->b_f16;
     c.two_leading = g->L1 > 1;
     c.c_f16 = g->c_f16;
-    c.act_x = (g->act & WGML_ACT_GRAD) != 0;
+    c.act_x = (g->act & (WGML_ACT_GRAD | WGML_ACT_RESID)) != 0;
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";
@@ -350,6 +350,11 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
         g.act = WGML_ACT_GRAD | mp.act_grad | (t->src[2]->dtype == WGML_F16 ? WGML_ACT_X_F16 : 0);
         g.x_off = t->src[2]->offset;
     }
+    if (mp.residual) { /* X is src[2 + bias], f32 */
+        const wgml_tensor *x = t->src[2 + mp.bias];
+        g.act = WGML_ACT_RESID | mp.act;
+        g.x_off = x->offset;
+    }
     g.alpha = mp.alpha;
     g.lda = ld_of(a);
     g.ldb = ld_of(b);
@@ -383,7 +388,7 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
        A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
        which the GEMV epilogue does not do, so not then; nor with f16_math, which runs the
        tiled GEMM for every shape */
-    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && !mp.act_grad && (g.trans_b || g.ldb == 1) && !g.f16_math;
+    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && !mp.act_grad && !mp.residual && (g.trans_b || g.ldb == 1) && !g.f16_math;
     /* (not when its dot-product GEMV, 32 threads along K, would loop past the adapter's limit
        where the small-M GEMV would not) */
     if (swap && ((uint64_t)g.K + 31) / 32 + 64 > ctx->rt.loop_limit && g.M <= 16) swap = false;
@@ -483,7 +488,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l->buffers[2] = bias ? wgml_tensor_base(bias) : wgml_tensor_base(a);
     l->buffers[3] = t;
     l->nbuffers = 4;
-    if (mp.act_grad) l->buffers[l->nbuffers++] = wgml_tensor_base(t->src[2]); /* X, binding 5 */
+    if (mp.act_grad || mp.residual) l->buffers[l->nbuffers++] = wgml_tensor_base(t->src[2 + mp.bias]); /* X, binding 5 */
     if (S) { /* the partials [S, M, N] in scratch, then their sum */
         wgml_launch *l2 = l + 1;
         *l2 = *l;
@@ -523,7 +528,7 @@ wgml_tensor *wgml_rule_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int ac
         (x->dtype != WGML_F32 && x->dtype != WGML_F16))
         return NULL;
     wgml_matmul_params mp = wgml_matmul_params_of(m);
-    if (mp.bias || mp.act != WGML_ACT_NONE || mp.act_grad) return NULL;
+    if (mp.bias || mp.act != WGML_ACT_NONE || mp.act_grad || mp.residual) return NULL;
     wgml_tensor *src[3] = {m->src[0], m->src[1], x};
     wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, m->ndim, m->shape, 3, src);
     if (!t || t->status) return t;
@@ -533,6 +538,25 @@ wgml_tensor *wgml_rule_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int ac
        read it would round it anyway (vjp_matmul's cast); else f32 */
     t->dtype = WGML_F16;
     if (!wgml_matmul_stores_f16(ctx, t)) t->dtype = WGML_F32;
+    return t;
+}
+
+/* (ops/rules.h) m + r as one GEMM: m's operands, bias and activation, r its epilogue's X.
+   Where nothing reads m yet, it is never run (an unread lazy node). */
+wgml_tensor *wgml_rule_matmul_residual(wgml_context *ctx, wgml_tensor *m, wgml_tensor *r)
+{
+    if (m->op != WGML_OP_MATMUL || m->status || r->status || m->buf || m->dest || m->refs != (m->user_held ? 1 : 0) ||
+        m->dtype != WGML_F32 || m->tail || r->ndim != m->ndim || memcmp(r->shape, m->shape, (size_t)m->ndim * sizeof *m->shape) ||
+        !wgml_is_contiguous(r) || r->dtype != WGML_F32) /* (X of halves: the SIMT kernels do not enable f16 for it) */
+        return NULL;
+    wgml_matmul_params mp = wgml_matmul_params_of(m);
+    if (mp.act_grad || mp.residual) return NULL;
+    wgml_tensor *src[4] = {m->src[0], m->src[1], m->src[2], m->src[3]};
+    src[2 + mp.bias] = r;
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, m->ndim, m->shape, 3 + mp.bias, src);
+    if (!t || t->status) return t;
+    mp.residual = true;
+    wgml_matmul_params_of_set(t, mp);
     return t;
 }
 
@@ -562,6 +586,7 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
     wgml_matmul_params mp = wgml_matmul_params_of(t);
     if (mp.act_grad) return wgml_fail(c, WGML_ERROR_UNSUPPORTED, "backward: a matmul times an activation's derivative is made "
                                       "by backward only (no second derivatives)");
+    if (mp.residual) gin[2 + mp.bias] = g; /* the residual's gradient: the sum's own */
     bool ta = mp.user_trans_a, tb = mp.user_trans_b; /* as the caller gave them */
     int act = mp.act;
     float alpha = mp.alpha;

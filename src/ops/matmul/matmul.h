@@ -21,6 +21,7 @@ typedef struct wgml_matmul_params {
     int32_t f16_math;                /* wgml_matmul_desc's */
     float alpha;
     int32_t act_grad; /* nonzero: the result times this activation's derivative at src[2] (no bias) */
+    bool residual;    /* src[2 + bias] (the result's shape, contiguous) is added to the result */
 } wgml_matmul_params;
 WGML_OP_PARAMS(wgml_matmul_params, wgml_matmul_params_of)
 
@@ -37,6 +38,9 @@ extern const int wgml_matmul_act_count;
    gradient of act's output (wgml_rule_matmul_act_grad, ops/rules.h). */
 #define WGML_ACT_GRAD 0x100
 #define WGML_ACT_X_F16 0x200
+/* WGML_ACT_RESID | act adds X (as above) to act's result: a residual stream's sum folded into
+   the GEMM that makes its other term (wgml_rule_matmul_residual, ops/rules.h) */
+#define WGML_ACT_RESID 0x400
 /* The WGSL function of act's derivative (ops/elementwise.wgsl), NULL where no epilogue has it */
 const char *wgml_matmul_act_grad_fn(int act);
 
@@ -77,7 +81,7 @@ typedef struct wgml_gemm_args {
     bool a_f16;                    /* A too (read directly under f16_math; else widened first) */
     int f16_math;                  /* wgml_matmul_desc's f16_math (the tiled GEMM only; 0: f32) */
     bool c_f16;                    /* C stored as halves (the matrix units' GEMM only) */
-    int64_t x_off;                 /* WGML_ACT_GRAD: X's offset */
+    int64_t x_off;                 /* WGML_ACT_GRAD, WGML_ACT_RESID: X's offset */
 } wgml_gemm_args;
 
 /* Whether matmul node t, given dtype f16, can store its result as halves itself: it runs the

@@ -417,7 +417,7 @@ static void residual_epilogue(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    const int64_t dims[][3] = {{1, 130, 65}, {3, 33, 7}, {7, 1023, 9}, {64, 65, 33}, {129, 7, 13}, {33, 384, 1}};
+    const int64_t dims[][3] = {{1, 130, 65}, {3, 33, 7}, {7, 1023, 9}, {64, 65, 33}, {129, 7, 13}, {33, 384, 2}};
     for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
         for (int v = 0; v < 4; v++) {
             mm_case c = {.M = dims[k][0], .K = dims[k][1], .N = dims[k][2], .alpha = v == 3 ? -0.5f : 0.0f, .bias = v & 1,
@@ -431,6 +431,25 @@ static void residual_epilogue(void)
     c.residual = 2;
     CHECK(run_case(ctx, &c));
 
+    /* a GEMM that splits K (few tiles, a long K) keeps its split: the add stays a launch of its own */
+    {
+        int64_t sm[2] = {64, 4096}, sk[2] = {4096, 64}, sn[2] = {64, 64};
+        float *a = rand_floats(64 * 4096, -1, 1), *b = rand_floats(4096 * 64, -1, 1), *q = rand_floats(64 * 64, -1, 1);
+        double *want = malloc(64 * 64 * sizeof *want);
+        test_ref_matmul(1, 64, 64, 4096, a, 1, 0, b, 1, 0, 1.0, NULL, 0, want);
+        for (int i = 0; i < 64 * 64; i++) want[i] += q[i];
+        wgml_scope_begin(ctx);
+        wgml_tensor *sum = wgml_add(ctx, wgml_matmul(ctx, test_tensor(ctx, 2, sm, a), test_tensor(ctx, 2, sk, b)), test_tensor(ctx, 2, sn, q));
+        wgml_stats s0 = stats(ctx);
+        float *got = test_read_new(ctx, "split K + r", sum, 64 * 64);
+        wgml_stats s1 = stats(ctx);
+        if (got) CHECK(test_close("split K + r", got, want, 64 * 64, MM_TOL, mm_floor(4096, 1)));
+        if (s1.dispatches - s0.dispatches != 3)
+            FAILF("split K + r: %llu dispatches, want 3 (the chunks, their sum, the add)", (unsigned long long)(s1.dispatches - s0.dispatches));
+        free(got);
+        wgml_scope_end(ctx);
+        free(a), free(b), free(q), free(want);
+    }
     /* y = x W + r and also 2 (x W), read; L = sum(G * (y + x W)): dr = G, dx = 2 G W^T */
     int64_t M = 7, K = 33, N = 9, sx[2] = {M, K}, sw[2] = {K, N}, sy[2] = {M, N};
     float *x = rand_floats((size_t)(M * K), -1, 1), *w = rand_floats((size_t)(K * N), -1, 1), *rr = rand_floats((size_t)(M * N), -1, 1),

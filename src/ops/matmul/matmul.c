@@ -551,6 +551,14 @@ wgml_tensor *wgml_rule_matmul_residual(wgml_context *ctx, wgml_tensor *m, wgml_t
         return NULL;
     wgml_matmul_params mp = wgml_matmul_params_of(m);
     if (mp.act_grad || mp.residual) return NULL;
+    /* not where m runs as a GEMV with its operands swapped, or splits K (a weight's gradient of
+       few tiles, the tied embedding's): those kernels have no X, and the GEMM would lose more
+       than the add costs */
+    wgml_gemm_args g;
+    bool swap, widen_a;
+    int64_t S;
+    plan_gemm(ctx, m, &g, &swap, &widen_a, &S);
+    if (swap || S) return NULL;
     wgml_tensor *src[4] = {m->src[0], m->src[1], m->src[2], m->src[3]};
     src[2 + mp.bias] = r;
     wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, m->ndim, m->shape, 3 + mp.bias, src);

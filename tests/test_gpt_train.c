@@ -369,12 +369,8 @@ static void sampler_draws_from_softmax(void)
    one of those came undone. */
 static void step_launches_stay_few(wgml_precision precision)
 {
-    char path[] = "/tmp/wgml_test_profile_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    wgml_context *ctx = NULL;
-    CHECK_OK(NULL, wgml_context_create(&(wgml_context_desc){.profile = path}, &ctx));
+    char path[TEST_PROFILE_PATH];
+    wgml_context *ctx = test_profiled_context(path);
     if (!ctx) return;
     if (precision == WGML_PRECISION_MIXED && wgml_set_compute_precision(ctx, precision) != WGML_OK) {
         fprintf(stderr, "  (no mixed precision on this adapter: %s)\n", wgml_error_message(ctx));
@@ -400,26 +396,12 @@ static void step_launches_stay_few(wgml_precision precision)
     wgml_gpt_free(&g);
     wgml_text_free(&text);
     wgml_context_free(ctx); /* writes the profile */
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    long other = 0, norm = 0, relu_grad = 0, contiguous = 0, concat = 0, sums = 0, norms = 0, casts = 0, adds = 0;
-    char line[256], name[200];
-    while (f && fgets(line, sizeof line, f)) {
-        double ms, share, avg;
-        long count;
-        if (sscanf(line, "%lf %lf%% %ld %lf %199[^\n]", &ms, &share, &count, &avg, name) != 5) continue;
-        if (!strncmp(name, "matmul", 6) || !strncmp(name, "randn", 5)) continue; /* GEMMs; the initial weights */
-        other += count;
-        if (strstr(name, "squared gradient norm")) norm += count;
-        if (!strcmp(name, "relu_grad")) relu_grad += count;
-        if (!strcmp(name, "contiguous")) contiguous += count;
-        if (!strncmp(name, "concat", 6)) concat += count;
-        if (!strncmp(name, "sum over", 8)) sums += count;
-        if (!strncmp(name, "layernorm of", 12)) norms += count;
-        if (!strncmp(name, "cast_", 5)) casts += count;
-        if (!strncmp(name, "add of", 6)) adds += count;
-    }
-    if (f) fclose(f);
+    /* by name: the GEMMs and the initial weights apart */
+    long other = test_profile_count(path, "") - test_profile_count(path, "matmul") - test_profile_count(path, "randn");
+    long norm = test_profile_count(path, "the squared gradient norm"), relu_grad = test_profile_count(path, "relu_grad");
+    long contiguous = test_profile_count(path, "contiguous"), concat = test_profile_count(path, "concat");
+    long sums = test_profile_count(path, "sum over"), norms = test_profile_count(path, "layernorm of");
+    long casts = test_profile_count(path, "cast_"), adds = test_profile_count(path, "add of");
     unlink(path);
     fprintf(stderr, "  %s, %d layers: a step launches %ld kernels besides GEMMs (%ld sums, %ld contiguous, %ld concat, %ld relu_grad, "
             "%ld casts, %ld adds)\n", precision == WGML_PRECISION_MIXED ? "mixed" : "f32", LAYERS, other / STEPS_HERE, sums / STEPS_HERE,

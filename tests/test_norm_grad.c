@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "ref/ref.h"
@@ -59,12 +58,8 @@ static void residual_sums_fold_into_the_norm_gradient(void)
     static const int64_t shapes[][2] = {{1, 7}, {33, 384}, {7, 1023}, {2, 8196}};
     for (int s = 0; s < N_OF(shapes); s++)
         for (int centred = 0; centred < 2; centred++) {
-            char path[] = "/tmp/wgml_test_profile_XXXXXX";
-            int fd = mkstemp(path);
-            CHECK(fd >= 0);
-            close(fd);
-            wgml_context *ctx = NULL;
-            CHECK_OK(NULL, wgml_context_create(&(wgml_context_desc){.profile = path}, &ctx));
+            char path[TEST_PROFILE_PATH];
+            wgml_context *ctx = test_profiled_context(path);
             if (!ctx) return;
             int64_t rows = shapes[s][0], n = shapes[s][1], sh[2] = {rows, n};
             size_t total = (size_t)(rows * n);
@@ -101,18 +96,7 @@ static void residual_sums_fold_into_the_norm_gradient(void)
             free(got);
             wgml_scope_end(ctx);
             wgml_context_free(ctx); /* writes the profile */
-            FILE *f = fopen(path, "r");
-            CHECK(f != NULL);
-            long adds = 0, grads = 0;
-            char line[256], name[200];
-            while (f && fgets(line, sizeof line, f)) {
-                double ms, share, avg;
-                long count;
-                if (sscanf(line, "%lf %lf%% %ld %lf %199[^\n]", &ms, &share, &count, &avg, name) != 5) continue;
-                if (!strncmp(name, "add of", 6)) adds += count;
-                if (strstr(name, "norm_grad of")) grads += count;
-            }
-            if (f) fclose(f);
+            long adds = test_profile_count(path, "add of"), grads = test_profile_count(path, "layernorm_grad of") + test_profile_count(path, "rmsnorm_grad of");
             unlink(path);
             /* the forward's x1 (the second residual add fuses into the product with G); the
                backward's two sums inside the norms' gradients */

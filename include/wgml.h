@@ -172,7 +172,8 @@ typedef struct wgml_context_desc {
                                         1024]; 0: 16; other values: INVALID_ARGUMENT */
     int dist_overlap;                /* data parallel: 0 or 1 its all-reduce overlapped with the
                                         backward pass (the default), -1 after it (blocking) */
-    int dist_defer;                  /* 1: data parallel leaves each step's end in flight */
+    int dist_defer;                  /* data parallel: 0 or 1 each step's end left in flight
+                                        until the next step's first bucket (the default), -1 not */
     int dist_inline;                 /* 1: data parallel's MPI calls on the calling thread */
     /* Kernel choices, for benchmark sweeps and tests, as text in their variable's syntax (a
        value out of range is ignored): the large-M GEMM's tile "tm,tn,bk,stages" and warp
@@ -1018,8 +1019,9 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_DIST_BUCKET_MB=X                  .dist_bucket_mb
      WGML_DIST_OVERLAP=0                    .dist_overlap = -1 (data parallel's all-reduce after
                                             the whole backward pass, not overlapped with it)
-     WGML_DIST_DEFER=1                      .dist_defer (each step's end left in flight until
-                                            the parameters are needed: the next step, a read)
+     WGML_DIST_DEFER=0                      .dist_defer = -1 (each step's end, the last
+                                            write-backs and the update, waited for in the step,
+                                            not left in flight until the next step's first bucket)
      WGML_DIST_INLINE=1                     .dist_inline (data parallel's MPI calls on the
                                             calling thread, as without MPI_THREAD_SERIALIZED)
      WGML_DIST_SHM=0                        .dist_shm = -1 (MPI_Allreduce, not wgml's

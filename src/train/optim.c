@@ -550,9 +550,6 @@ static void unkeep(wgml_context *ctx, wgml_tensor *t)
     t->offset = 0;
 }
 
-/* The gradients (grads[i] for parameter i) evaluated a bucket at a time from the last
-   parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
-   (first) and the extras go with the first bucket. */
 /* The deferred step in flight ends inside this step's first bucket (run_buckets, `carried`):
    its update and this step's first bucket (the forward pass, the last layers' backward) are
    planned and encoded first, while the GPU still runs that step's backward and its buckets
@@ -586,6 +583,9 @@ static wgml_status carry_step(wgml_optimizer *opt, int n, wgml_tensor *const *ta
     return st;
 }
 
+/* The gradients (grads[i] for parameter i) evaluated a bucket at a time from the last
+   parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
+   (first) and the extras go with the first bucket. */
 static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *const *first, int n_extra,
                                wgml_tensor *const *extra, wgml_tensor *const *grads, bool defer, bool *carried)
 {
@@ -781,7 +781,6 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
     }
     st = step(opt, n_extra, extra, &carried);
     if (carried) { /* this step failed before its first bucket: the one in flight still ends */
-        opt->deferred = true;
         wgml_status done = complete_step(opt);
         if (!st) st = done;
     }

@@ -319,14 +319,6 @@ static wgml_status encode_submit(wgml_context *ctx, const wgml_launch *launches,
         WGPUComputePassEncoder pass = prof ? NULL : wgpuCommandEncoderBeginComputePass(enc, &pd);
         params_off = 0;
         for (int i = 0; i < n; i++) {
-            if (prep && i == prep->head_launches) { /* the first launches in a command buffer of their own */
-                wgpuComputePassEncoderEnd(pass);
-                wgpuComputePassEncoderRelease(pass);
-                prep->head = wgpuCommandEncoderFinish(enc, NULL);
-                wgpuCommandEncoderRelease(enc);
-                enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-                pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
-            }
             if (prof) { /* WGML_PROFILE: each dispatch in a pass of its own, timed */
                 if (pass) wgpuComputePassEncoderEnd(pass), wgpuComputePassEncoderRelease(pass);
                 WGPUComputePassDescriptor one = {.timestampWrites = wgml_profile_writes(prof, i, &tw)};
@@ -434,7 +426,6 @@ bool wgml_graph_can_prepare(wgml_context *ctx) { return !ctx->rt.gpu_timing && !
 
 void wgml_prepared_discard(wgml_prepared *p)
 {
-    if (p->head) wgpuCommandBufferRelease(p->head);
     if (p->cb) wgpuCommandBufferRelease(p->cb);
     if (p->params) wgpuBufferRelease(p->params);
     free(p->params_host);
@@ -452,11 +443,9 @@ wgml_status wgml_prepared_submit(wgml_context *ctx, wgml_prepared *p)
     wgml_scope_push(&ctx->rt);
     /* (queue order: after every submit before this one, before this one's kernels) */
     if (p->params_bytes) wgpuQueueWriteBuffer(ctx->rt.queue, p->params, 0, p->params_host, p->params_bytes);
-    WGPUCommandBuffer head = p->head, cb = p->cb;
-    p->head = p->cb = NULL;
-    wgml_status st = head ? wgml_submit(&ctx->rt, head) : WGML_OK; /* (it releases what it submits) */
-    if (st) wgpuCommandBufferRelease(cb);
-    else st = wgml_submit(&ctx->rt, cb);
+    WGPUCommandBuffer cb = p->cb;
+    p->cb = NULL;
+    wgml_status st = wgml_submit(&ctx->rt, cb); /* (it releases cb) */
     wgml_status popped = wgml_scope_pop(&ctx->rt, "running a prepared graph");
     if (!st) {
         ctx->rt.stats.dispatches += p->dispatches;
@@ -725,10 +714,9 @@ wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *target
     return run(ctx, n, targets, NULL, NULL);
 }
 
-wgml_status wgml_graph_prepare(wgml_context *ctx, int n, wgml_tensor *const *targets, int head, wgml_prepared *out)
+wgml_status wgml_graph_prepare(wgml_context *ctx, int n, wgml_tensor *const *targets, wgml_prepared *out)
 {
     memset(out, 0, sizeof *out);
-    out->head_launches = head > 0 ? head : -1;
     if (!wgml_graph_can_prepare(ctx))
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "graph_prepare: not while launches are timed (profile, GPU timing)");
     wgml_status st = run(ctx, n, targets, NULL, out);

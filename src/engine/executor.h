@@ -51,11 +51,7 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
    also be submitted after it. Its targets are storage as soon as it is prepared (their
    data once it has run). */
 typedef struct wgml_prepared {
-    /* head: its first head_launches launches (where it has more), submitted first: Dawn
-       records a command buffer's Vulkan commands at its submit, so the GPU starts on a short
-       head while the rest is recorded */
-    WGPUCommandBuffer head, cb;
-    int head_launches;
+    WGPUCommandBuffer cb;
     WGPUBuffer params;     /* the parameter buffer its bind groups name (a reference), or NULL */
     uint8_t *params_host;  /* what goes into it before the submit */
     uint64_t params_bytes;
@@ -66,7 +62,7 @@ typedef struct wgml_prepared {
 /* Whether evaluations can be prepared here: not while every launch is timed (WGML_PROFILE,
    WGML_GPU_TIMING), whose read-backs follow each submit. */
 bool wgml_graph_can_prepare(wgml_context *ctx);
-wgml_status wgml_graph_prepare(wgml_context *ctx, int n, wgml_tensor *const *targets, int head, wgml_prepared *out);
+wgml_status wgml_graph_prepare(wgml_context *ctx, int n, wgml_tensor *const *targets, wgml_prepared *out);
 /* Submits it and releases what it holds (after a failure too); a zeroed one is a no-op. */
 wgml_status wgml_prepared_submit(wgml_context *ctx, wgml_prepared *p);
 /* Releases it unsubmitted (after a failure elsewhere). */

@@ -569,10 +569,8 @@ static wgml_status carry_step(wgml_optimizer *opt, int n, wgml_tensor *const *ta
     opt->deferred = false; /* its update: the learning rate and bias correction of its own step */
     wgml_tensor *norm2 = NULL, *upd = update_node(opt, &norm2);
     wgml_tensor *u[2] = {norm2, upd};
-    wgml_status st = upd ? wgml_graph_prepare(ctx, 2, u, 0, &upd_cb) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
-    /* (the first bucket's head, 16 launches, about a layer of the forward pass, is submitted
-       alone: the GPU runs it while the rest is recorded) */
-    if (!st) st = wgml_graph_prepare(ctx, n, targets, 16, &first_cb);
+    wgml_status st = upd ? wgml_graph_prepare(ctx, 2, u, &upd_cb) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
+    if (!st) st = wgml_graph_prepare(ctx, n, targets, &first_cb);
     wgml_status fin = b->finish(ctx, opt->G, st, b->user);
     if (!st) st = fin;
     if (!st) st = wgml_prepared_submit(ctx, &upd_cb);

@@ -969,8 +969,10 @@ typedef struct wgml_dist_stats {
        the last bucket (GPU, copies and MPI together), and */
     uint64_t buckets;           /* buckets reduced */
     double exposed_seconds;     /* from the last bucket's arrival in host memory to every bucket written back */
-    /* from every bucket written back to the next step's first bucket submitted (the update,
-       the next step's graph built and planned: the GPU has little to do meanwhile) */
+    /* from every bucket written back to the next step's first bucket submitted (the update
+       and that bucket's submits; where the step's end is not left in flight, dist_defer, or
+       the trainer reads results in between, also their planning and the graph's build: the
+       GPU has little to do meanwhile) */
     double between_seconds;
     uint64_t values;            /* values reduced: bytes / 4, or / 2 where they travelled as f16
                                    (data parallel under dist_f16) */

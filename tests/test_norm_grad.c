@@ -105,9 +105,48 @@ static void residual_sums_fold_into_the_norm_gradient(void)
         }
 }
 
+/* The addend's own variants, given to the kernel directly (the op table's take_addend): rows
+   of vec4 units and of single floats, the addend starting at an element that is a multiple of
+   4 (vec4 units) or not (single floats), a view into a larger buffer */
+static void addend_offsets(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    static const int64_t shapes[][3] = {{33, 384, 0}, {33, 384, 4}, {33, 384, 1}, {5, 385, 3}, {1, 7, 0}};
+    for (int s = 0; s < N_OF(shapes); s++) {
+        int64_t rows = shapes[s][0], n = shapes[s][1], off = shapes[s][2], sh[2] = {rows, n}, whole = rows * n + off;
+        size_t total = (size_t)(rows * n);
+        float *x = malloc(total * sizeof *x), *g = malloc(total * sizeof *g), *w = malloc((size_t)n * sizeof *w),
+              *r = malloc((size_t)whole * sizeof *r);
+        double *dxv = malloc(total * sizeof *dxv), *dg = malloc(total * sizeof *dg), *dw = malloc((size_t)n * sizeof *dw),
+               *want = malloc(total * sizeof *want);
+        test_fill_uniform(x, total, -3, 5);
+        test_fill_uniform(g, total, -1, 1);
+        test_fill_uniform(w, (size_t)n, 0.5f, 1.5f);
+        test_fill_uniform(r, (size_t)whole, -2, 2);
+        for (size_t i = 0; i < total; i++) dxv[i] = x[i], dg[i] = g[i];
+        for (int64_t j = 0; j < n; j++) dw[j] = w[j];
+        wgml_ref_norm_grad(rows, n, dxv, dw, dg, 1e-5, 1, want);
+        for (size_t i = 0; i < total; i++) want[i] += r[off + (int64_t)i];
+        wgml_scope_begin(ctx);
+        wgml_tensor *tx = test_tensor(ctx, 2, sh, x), *tg = test_tensor(ctx, 2, sh, g), *tw = test_tensor(ctx, 1, &n, w);
+        wgml_tensor *tr = wgml_reshape(ctx, wgml_slice(ctx, test_tensor(ctx, 1, &whole, r), 0, off, whole, 1), 2, sh);
+        wgml_tensor *dx = wgml_norm_grad(ctx, tx, tw, tg, 1e-5f, true);
+        CHECK(dx && tr && wgml_op_table[dx->op]->take_addend(ctx, dx, tr));
+        float *got = test_read_new(ctx, "norm gradient + r", dx, (int64_t)total);
+        char what[96];
+        snprintf(what, sizeof what, "layernorm grad + r at element %lld, [%lld, %lld]", (long long)off, (long long)rows, (long long)n);
+        if (got) CHECK(test_close(what, got, want, total, 2e-4, 1e-2));
+        free(got);
+        wgml_scope_end(ctx);
+        free(x), free(g), free(w), free(r), free(dxv), free(dg), free(dw), free(want);
+    }
+}
+
 int main(void)
 {
     TEST_RUN(input_gradients_match_reference);
+    TEST_RUN(addend_offsets);
     TEST_RUN(residual_sums_fold_into_the_norm_gradient);
     return test_summary();
 }

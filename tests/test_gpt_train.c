@@ -409,9 +409,10 @@ static void step_launches_stay_few(wgml_precision precision)
     CHECK(norm == STEPS_HERE);
     CHECK(relu_grad <= STEPS_HERE);                   /* the positions' window of wpe only */
     CHECK(contiguous == 0); /* (2 a layer, the attention's output and its gradient, before out_bthd) */
-    /* the forward's residual adds, the embeddings' sum, the tied embedding's two gradients; the
-       backward's sums of the residual's and a norm's gradient are in the norms' gradient
-       kernels (2 a layer more before) */
+    /* the forward's residual adds (kept by the dropout between each GEMM and its add), the
+       embeddings' sum, the tied embedding's two gradients; the backward's sums of the
+       residual's and a norm's gradient are in the norms' gradient kernels (2 a layer more
+       before) */
     CHECK(adds <= (2 * LAYERS + 2) * STEPS_HERE);
     CHECK(concat == 3 * LAYERS * STEPS_HERE);         /* d(qkv): q's, k's and v's gradients into place */
     /* each layer's 8 biases and norm weights, the final norm's 2, wpe's, the loss's mean, the norm's */

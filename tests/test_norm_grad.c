@@ -51,7 +51,7 @@ static void input_gradients_match_reference(void)
 
 /* Two residual blocks, x1 = x + norm(x), out = x1 + norm(x1), L = sum(out G): backward folds
    each block's sum of gradients (the residual's and the norm's) into the norm's gradient kernel
-   (the op table's take_addend), and the second block's folded node is passed on to both of the
+   (the op table's add_in), and the second block's folded node is passed on to both of the
    first add's operands. dx against the double reference, and no add launched for either sum. */
 static void residual_sums_fold_into_the_norm_gradient(void)
 {
@@ -105,7 +105,7 @@ static void residual_sums_fold_into_the_norm_gradient(void)
         }
 }
 
-/* The addend's own variants, given to the kernel directly (the op table's take_addend): rows
+/* The addend's own variants, given to the kernel directly (the op table's add_in): rows
    of vec4 units and of single floats, the addend starting at an element that is a multiple of
    4 (vec4 units) or not (single floats), a view into a larger buffer */
 static void addend_offsets(void)
@@ -132,7 +132,7 @@ static void addend_offsets(void)
         wgml_tensor *tx = test_tensor(ctx, 2, sh, x), *tg = test_tensor(ctx, 2, sh, g), *tw = test_tensor(ctx, 1, &n, w);
         wgml_tensor *tr = wgml_reshape(ctx, wgml_slice(ctx, test_tensor(ctx, 1, &whole, r), 0, off, whole, 1), 2, sh);
         wgml_tensor *dx = wgml_norm_grad(ctx, tx, tw, tg, 1e-5f, true);
-        CHECK(dx && tr && wgml_op_table[dx->op]->take_addend(ctx, dx, tr));
+        CHECK(dx && tr && wgml_op_table[dx->op]->add_in(ctx, dx, tr, true) == dx);
         float *got = test_read_new(ctx, "norm gradient + r", dx, (int64_t)total);
         char what[96];
         snprintf(what, sizeof what, "layernorm grad + r at element %lld, [%lld, %lld]", (long long)off, (long long)rows, (long long)n);

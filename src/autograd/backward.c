@@ -34,17 +34,17 @@ static int grad_inputs(T *t, T **out)
     return t->nsrc;
 }
 
-/* A node's gradient so far plus g: where g is a node its rule just made for this input alone
-   (`fresh`) and g's kernel can add the sum to its result (the op table's take_addend: a norm's
-   input gradient taking the residual stream's), g itself, else an add. Never a tensor that
-   may be another node's gradient too (the sum so far, or a g passed through, as an add's
-   rule passes its g to both operands): its value would change under the other. */
+/* A node's gradient so far plus g. Where g is a node its rule just made for this input alone
+   (`fresh`), its op's add_in may take the sum into g itself (a norm's input gradient taking the
+   residual stream's); never a tensor that may be another node's gradient too (the sum so far,
+   or a g passed through, as an add's rule passes its g to both operands). Else wgml_add, which
+   asks add_in of either operand without that licence. */
 static T *accumulate(wgml_context *ctx, T *sum, T *g, bool fresh)
 {
     if (!sum) return g;
-    bool (*take)(wgml_context *, T *, T *) = wgml_op_table[g->op]->take_addend;
-    if (fresh && take && !sum->status && take(ctx, g, sum)) return g;
-    return wgml_add(ctx, sum, g);
+    T *(*add_in)(wgml_context *, T *, T *, bool) = wgml_op_table[g->op]->add_in;
+    T *s = fresh && add_in && !sum->status ? add_in(ctx, g, sum, true) : NULL;
+    return s ? s : wgml_add(ctx, sum, g);
 }
 
 /* The pass's note on a node it visits: the gradient reaching it so far, and whether a

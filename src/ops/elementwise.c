@@ -130,10 +130,11 @@ wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgm
         wgml_shape_str(s2, sizeof s2, b);
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "%s: shapes %s and %s do not broadcast", name, s1, s2);
     }
-    /* a GEMM's result plus a tensor of its shape: the GEMM adds it in its epilogue */
+    /* a sum of two tensors of one shape: in the kernel of either operand's op where it can (the
+       op table's add_in: a GEMM adds a residual in its epilogue) */
     if (op == WGML_OP_ADD && a->ndim == b->ndim && n == a->ndim && !memcmp(a->shape, b->shape, (size_t)n * sizeof *shape)) {
-        wgml_tensor *t = wgml_rule_matmul_residual(ctx, b, a);
-        if (!t) t = wgml_rule_matmul_residual(ctx, a, b);
+        wgml_tensor *t = wgml_op_table[b->op]->add_in ? wgml_op_table[b->op]->add_in(ctx, b, a, false) : NULL;
+        if (!t && wgml_op_table[a->op]->add_in) t = wgml_op_table[a->op]->add_in(ctx, a, b, false);
         if (t) return t;
     }
     wgml_tensor *src[2] = {a, b};

@@ -72,18 +72,19 @@ static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
-/* (the op table's take_addend) dx + r in the gradient's kernel, r f32 of its shape. Backward
-   gives it t right after vjp_norm made it, when only the weight's gradient reads t, through
-   a view of the tail (g xh, after dx), which r leaves alone. */
-static bool norm_grad_take_addend(wgml_context *ctx, wgml_tensor *t, wgml_tensor *r)
+/* (the op table's add_in) dx + r in the gradient's kernel, r f32 of its shape, taken into t
+   itself: only where t is its caller's own (backward, right after vjp_norm made it, when only
+   the weight's gradient reads t, through a view of the tail, g xh after dx, which r leaves
+   alone) */
+static wgml_tensor *norm_grad_add_in(wgml_context *ctx, wgml_tensor *t, wgml_tensor *r, bool own)
 {
     (void)ctx;
-    if (t->nsrc != 3 || t->buf || t->dest || t->dtype != WGML_F32 || r->dtype != WGML_F32 ||
+    if (!own || t->nsrc != 3 || t->buf || t->dest || t->dtype != WGML_F32 || r->dtype != WGML_F32 ||
         !wgml_is_contiguous(r) || r->ndim != t->ndim || memcmp(r->shape, t->shape, (size_t)t->ndim * sizeof *t->shape))
-        return false;
+        return NULL;
     t->src[t->nsrc++] = r;
     wgml_tensor_retain(r);
-    return true;
+    return t;
 }
 
 /* ---------------------------------------------------------------- launch */
@@ -114,6 +115,6 @@ WGML_OP_ENTRY(RMSNORM) = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .build = bui
 /* one row kernel for a norm's input gradient: x, its weight, the upstream gradient (and an
    addend after them where backward folded another gradient of x into it) */
 WGML_OP_ENTRY(LAYERNORM_GRAD) = {.name = "layernorm_grad", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
-                            .no_grad = "made by backward only (no second derivatives)", .take_addend = norm_grad_take_addend};
+                            .no_grad = "made by backward only (no second derivatives)", .add_in = norm_grad_add_in};
 WGML_OP_ENTRY(RMSNORM_GRAD) = {.name = "rmsnorm_grad", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
-                          .no_grad = "made by backward only (no second derivatives)", .take_addend = norm_grad_take_addend};
+                          .no_grad = "made by backward only (no second derivatives)", .add_in = norm_grad_add_in};

@@ -25,11 +25,6 @@ wgml_tensor *wgml_rule_sum_rows(wgml_context *c, wgml_tensor *g);
    elementwise rule). The first GEMM, now unread, is never run. (The matmul family's,
    ops/matmul/matmul.c.) */
 wgml_tensor *wgml_rule_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int act, wgml_tensor *x);
-/* m + r where m is a matmul's f32 result that nothing reads yet and r has its shape: that GEMM
-   again with r added in its epilogue (WGML_ACT_RESID: a residual stream's add, or a gradient's
-   sum, with no launch or pass over memory of its own); NULL where that does not apply (the
-   caller builds the add). (The matmul family's, ops/matmul/matmul.c.) */
-wgml_tensor *wgml_rule_matmul_residual(wgml_context *ctx, wgml_tensor *m, wgml_tensor *r);
 /* a binary node given a number instead of its second operand */
 bool wgml_rule_with_scalar(const wgml_tensor *t);
 

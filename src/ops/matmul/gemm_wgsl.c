@@ -62,7 +62,7 @@ const char *wgml_matmul_act_grad_fn(int act) { return act == WGML_ACT_GELU_EXACT
    contiguous) */
 static void put_act_prelude(wgml_sbuf *b, int act)
 {
-    if ((act & 0xff) != WGML_ACT_NONE || (act & WGML_ACT_GRAD))
+    if ((act & 0xff) != WGML_ACT_NONE)
         /* NaN and inf as runtime values (P.M & 0u is 0): WGSL constants may be neither */
         wgml_sbuf_put(b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
                          "fn wgml_nan() -> f32 { return bitcast<f32>(0x7fc00000u | (P.M & 0u)); }\n"

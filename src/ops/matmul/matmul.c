@@ -541,11 +541,13 @@ wgml_tensor *wgml_rule_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int ac
     return t;
 }
 
-/* (ops/rules.h) m + r as one GEMM: m's operands, bias and activation, r its epilogue's X.
-   Where nothing reads m yet, it is never run (an unread lazy node). */
-wgml_tensor *wgml_rule_matmul_residual(wgml_context *ctx, wgml_tensor *m, wgml_tensor *r)
+/* (the op table's add_in) m + r as one GEMM, m an f32 result that nothing reads yet: m's
+   operands, bias and activation again, r its epilogue's X (WGML_ACT_RESID). m, now unread, is
+   never run; it is left as it is, so `own` changes nothing. */
+static wgml_tensor *matmul_add_in(wgml_context *ctx, wgml_tensor *m, wgml_tensor *r, bool own)
 {
-    if (m->op != WGML_OP_MATMUL || m->status || r->status || m->buf || m->dest || m->refs != (m->user_held ? 1 : 0) ||
+    (void)own;
+    if (m->status || r->status || m->buf || m->dest || m->refs != (m->user_held ? 1 : 0) ||
         m->dtype != WGML_F32 || m->tail || r->ndim != m->ndim || memcmp(r->shape, m->shape, (size_t)m->ndim * sizeof *m->shape) ||
         !wgml_is_contiguous(r) || r->dtype != WGML_F32) /* (X of halves: the SIMT kernels do not enable f16 for it) */
         return NULL;
@@ -559,8 +561,7 @@ wgml_tensor *wgml_rule_matmul_residual(wgml_context *ctx, wgml_tensor *m, wgml_t
     int64_t S;
     plan_gemm(ctx, m, &g, &swap, &widen_a, &S);
     if (swap || S) return NULL;
-    wgml_tensor *src[4] = {m->src[0], m->src[1], m->src[2], m->src[3]};
-    src[2 + mp.bias] = r;
+    wgml_tensor *src[4] = {m->src[0], m->src[1], mp.bias ? m->src[2] : r, r};
     wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, m->ndim, m->shape, 3 + mp.bias, src);
     if (!t || t->status) return t;
     mp.residual = true;
@@ -656,4 +657,4 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 
 /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
 WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, .f16_in = 7,
-                         .f16_out = true, .f16_out_if = wgml_matmul_stores_f16, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};
+                         .f16_out = true, .f16_out_if = wgml_matmul_stores_f16, .add_in = matmul_add_in, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};

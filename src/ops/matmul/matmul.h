@@ -39,7 +39,7 @@ extern const int wgml_matmul_act_count;
 #define WGML_ACT_GRAD 0x100
 #define WGML_ACT_X_F16 0x200
 /* WGML_ACT_RESID | act adds X (as above) to act's result: a residual stream's sum folded into
-   the GEMM that makes its other term (wgml_rule_matmul_residual, ops/rules.h) */
+   the GEMM that makes its other term (the op table's add_in, ops/matmul/matmul.c) */
 #define WGML_ACT_RESID 0x400
 /* The WGSL function of act's derivative (ops/elementwise.wgsl), NULL where no epilogue has it */
 const char *wgml_matmul_act_grad_fn(int act);

@@ -713,17 +713,21 @@ static void drop_deferred_grads(wgml_optimizer *opt)
     }
 }
 
+/* The context no longer ends this optimizer's step before an evaluation (it ends it itself). */
+static void forget_pending_step(wgml_context *ctx)
+{
+    ctx->pending_step = NULL;
+    ctx->pending_step_arg = NULL;
+    memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
+}
+
 /* A deferred step's end: the buckets written back, then the norm and the update. */
 static wgml_status complete_step(wgml_optimizer *opt)
 {
     if (!opt->deferred) return WGML_OK;
     wgml_context *ctx = opt->ctx;
     opt->deferred = false;
-    if (ctx->pending_step_arg == opt) {
-        ctx->pending_step = NULL;
-        ctx->pending_step_arg = NULL;
-        memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
-    }
+    if (ctx->pending_step_arg == opt) forget_pending_step(ctx);
     wgml_status st = opt->buckets.finish(ctx, opt->G, WGML_OK, opt->buckets.user);
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
@@ -774,11 +778,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
     bool carried = opt->deferred && opt->buckets.ready && opt->buckets.defer && ctx->pending_step_arg == opt &&
                    wgml_graph_can_prepare(ctx);
     if (st || (!carried && (st = complete_step(opt)))) return st;
-    if (carried) { /* evaluations until then leave it alone: they read nothing it writes */
-        ctx->pending_step = NULL;
-        ctx->pending_step_arg = NULL;
-        memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
-    }
+    if (carried) forget_pending_step(ctx); /* evaluations until then leave it alone: they read nothing it writes */
     st = step(opt, n_extra, extra, &carried);
     if (carried) { /* this step failed before its first bucket: the one in flight still ends */
         wgml_status done = complete_step(opt);

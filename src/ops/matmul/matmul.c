@@ -574,10 +574,13 @@ typedef wgml_tensor T;
 /* A matmul operand computed again for a weight's gradient (see vjp_matmul), or NULL where it
    is kept instead. An elementwise node storing halves (a cast to f16 fused into its producer)
    is computed again only with that producer, when the producer is itself computed again (a
-   GELU of a kept pre-activation): else the halves are kept, half their input's memory. */
+   GELU of a kept pre-activation): else the halves are kept, half their input's memory. A row
+   op storing halves (a norm under mixed precision) is kept too: a second launch over its rows
+   cost more than the memory was worth (docs/MEASUREMENTS.md). */
 static T *recomputed(wgml_context *c, T *a, int depth)
 {
     if (!wgml_op_table[a->op]->recompute || a->nsrc < 1 || a->buf || a->dest || depth > 1) return NULL;
+    if (a->dtype == WGML_F16 && !wgml_op_is_elementwise(a->op)) return NULL;
     T *src[WGML_MAX_SRC];
     memcpy(src, a->src, sizeof src);
     if (wgml_op_is_elementwise(a->op) && a->dtype == WGML_F16 && !(src[0] = recomputed(c, a->src[0], depth + 1))) return NULL;

@@ -245,6 +245,8 @@ typedef struct problem {
     float alpha;
     int split; /* > 1: K cut into that many chunks, run as a batch into partials, summed here */
 } problem;
+/* SGMAT_C_F16=1 (bench): C stored as halves, every result rounded by the epilogue */
+static bool c_f16;
 
 typedef struct operands_host {
     float *a, *b, *bias, *c0; /* values as the GPU sees them before any f16 rounding of f32 storage */
@@ -372,6 +374,7 @@ static double check(const problem *q, const operands_host *h, const float *c, in
         if (q->accumulate) v += h->c0[idx], run += fabs(h->c0[idx]), bound += 0x1p-23 * run;
         if (q->bias) v += h->bias[n], run += fabs(h->bias[n]), bound += 0x1p-23 * run;
         if (q->act == ACT_GELU) bound = 1.13 * bound + 0x1p-16 * (1 + fabs(v));
+        if (c_f16) bound += 0x1p-11 * fabs(act_ref(q->act, v)) + 0x1p-24; /* the result rounded to a half */
         double want = act_ref(q->act, v);
         double e = fabs((double)c[idx] - want) / (bound + 1e-30);
         if (isnan(e)) worst = INFINITY;
@@ -391,7 +394,7 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
                                      int64_t S)
 {
     wgml_sgmat_config c = *base;
-    c.a_f16 = q->a_f16, c.b_f16 = q->b_f16;
+    c.a_f16 = q->a_f16, c.b_f16 = q->b_f16, c.c_f16 = c_f16;
     c.two_leading = q->L1 > 1;
     /* vector reads where the layout allows, as wgml would choose */
     int64_t a_ext = q->ta ? q->M : q->K, b_ext = q->tb ? q->K : q->N;
@@ -440,11 +443,18 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
              "fn mma(a: L, b: R, acc: Acc) -> Acc { var o = acc;\n"
              "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { for (var k = 0u; k < %du; k++) {\n"
              "    o.v[i * %du + j] += a.v[i * %du + k] * b.v[k * %du + j]; } } }\n  return o; }\n"
-             "fn st_C(off: u32, x: Acc, cm: bool, stride: u32) {\n"
-             "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { C[off + i * stride + j] = x.v[i * %du + j]; } } }\n"
              "fn st_Cs(off: u32, x: Acc, cm: bool, stride: u32) {\n"
              "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { Cs[off + i * stride + j] = x.v[i * %du + j]; } } }\n",
-             SM * SK, SK * SN, SM * SN, SM, SK, SK, SK, SN, SN, SM, SN, SK, SN, SK, SN, SM, SN, SN, SM, SN, SN);
+             SM * SK, SK * SN, SM * SN, SM, SK, SK, SK, SN, SN, SM, SN, SK, SN, SK, SN, SM, SN, SN);
+    /* stores straight into C only where the kernel has them (C of halves has none:
+       an f32 store into it would not compile) */
+    if (strstr(src, "subgroupMatrixStore(&C, ")) {
+        size_t used = strlen(pre);
+        snprintf(pre + used, sizeof pre - used,
+                 "fn st_C(off: u32, x: Acc, cm: bool, stride: u32) {\n"
+                 "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { C[off + i * stride + j] = x.v[i * %du + j]; } } }\n",
+                 SM, SN, SN);
+    }
     char ids[128];
     snprintf(ids, sizeof ids, ") {\n    let sg = li / %du;\n    let lane = li %% %du;\n", c->subgroup_size, c->subgroup_size);
     src = replace_all(src, "enable subgroups;\n", "");
@@ -508,8 +518,8 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
     }
     char *src = wgml_sgmat_gemm_source(&cfg, q->ta, q->tb, act_wgsl[q->act]);
     if (emulate) src = emulated(src, &cfg);
+    if (getenv("SGMAT_DUMP")) fputs(src, stderr); /* before compiling: a compiler that fails hard still shows it */
     WGPUComputePipeline pipe = compile(src, why);
-    if (getenv("SGMAT_DUMP")) fputs(src, stderr);
     free(src);
     if (!pipe) return -1;
     gpu_run r = {0};
@@ -535,7 +545,16 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
     dispatch(pipe, &r, 1);
     finish();
     float *c = calloc((size_t)ncols + 4, 4);
-    read_buffer(pp->c, c, (uint64_t)ncols * 4);
+    if (c_f16) { /* halves: widened in place from the back (each half's float lies at or past it) */
+        read_buffer(pp->c, c, (uint64_t)(ncols + 1) / 2 * 4);
+        for (int64_t i = ncols - 1; i >= 0; i--) {
+            uint16_t hv;
+            memcpy(&hv, (const char *)c + 2 * i, 2);
+            c[i] = from_half(hv);
+        }
+    } else {
+        read_buffer(pp->c, c, (uint64_t)ncols * 4);
+    }
     if (S > 1) { /* the partials' sum: wgml's reduce launch does this */
         float *sum = calloc((size_t)(q->M * q->N), 4);
         for (int64_t s = 0; s < S; s++)
@@ -739,6 +758,10 @@ static int cmd_bench(int argc, char **argv)
     int n = 0;
     /* SGMAT_F32=1: operands stored as f32 (converted while staged), as the graph's f32 tensors */
     bool f16 = !getenv("SGMAT_F32") || !atoi(getenv("SGMAT_F32"));
+    /* SGMAT_BIAS=1, SGMAT_C_F16=1: every timed problem with a bias, with C in halves (the GPT's
+       forward GEMMs: the epilogue through workgroup memory) */
+    bool with_bias = getenv("SGMAT_BIAS") && atoi(getenv("SGMAT_BIAS"));
+    c_f16 = getenv("SGMAT_C_F16") && atoi(getenv("SGMAT_C_F16"));
     if (argc >= 5)
         for (int i = 0; i + 4 < argc && n < 16; i += 5)
             shapes[n++] = (problem){atoll(argv[i]), atoll(argv[i + 1]), atoll(argv[i + 2]), 1, 1, atoi(argv[i + 3]) != 0,
@@ -752,6 +775,7 @@ static int cmd_bench(int argc, char **argv)
     }
     for (int i = 0; i < n; i++) {
         problem q = shapes[i];
+        q.bias = with_bias;
         int max_split = q.M * q.N <= 1 << 20 && q.K >= 4096 ? 8 : 1;
         if (getenv("SGMAT_MAX_SPLIT") && atoi(getenv("SGMAT_MAX_SPLIT")) < max_split) max_split = atoi(getenv("SGMAT_MAX_SPLIT"));
         prepared pp;

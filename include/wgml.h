@@ -172,7 +172,8 @@ typedef struct wgml_context_desc {
                                         1024]; 0: 16; other values: INVALID_ARGUMENT */
     int dist_overlap;                /* data parallel: 0 or 1 its all-reduce overlapped with the
                                         backward pass (the default), -1 after it (blocking) */
-    int dist_defer;                  /* 1: data parallel leaves each step's end in flight */
+    int dist_defer;                  /* data parallel: 0 or 1 each step's end left in flight
+                                        until the next step's first bucket (the default), -1 not */
     int dist_inline;                 /* 1: data parallel's MPI calls on the calling thread */
     /* Kernel choices, for benchmark sweeps and tests, as text in their variable's syntax (a
        value out of range is ignored): the large-M GEMM's tile "tm,tn,bk,stages" and warp
@@ -968,8 +969,10 @@ typedef struct wgml_dist_stats {
        the last bucket (GPU, copies and MPI together), and */
     uint64_t buckets;           /* buckets reduced */
     double exposed_seconds;     /* from the last bucket's arrival in host memory to every bucket written back */
-    /* from every bucket written back to the next step's first bucket submitted (the update,
-       the next step's graph built and planned: the GPU has little to do meanwhile) */
+    /* from every bucket written back to the next step's first bucket submitted (the update
+       and that bucket's submits; where the step's end is not left in flight, dist_defer, or
+       the trainer reads results in between, also their planning and the graph's build: the
+       GPU has little to do meanwhile) */
     double between_seconds;
     uint64_t values;            /* values reduced: bytes / 4, or / 2 where they travelled as f16
                                    (data parallel under dist_f16) */
@@ -1018,8 +1021,9 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_DIST_BUCKET_MB=X                  .dist_bucket_mb
      WGML_DIST_OVERLAP=0                    .dist_overlap = -1 (data parallel's all-reduce after
                                             the whole backward pass, not overlapped with it)
-     WGML_DIST_DEFER=1                      .dist_defer (each step's end left in flight until
-                                            the parameters are needed: the next step, a read)
+     WGML_DIST_DEFER=0                      .dist_defer = -1 (each step's end, the last
+                                            write-backs and the update, waited for in the step,
+                                            not left in flight until the next step's first bucket)
      WGML_DIST_INLINE=1                     .dist_inline (data parallel's MPI calls on the
                                             calling thread, as without MPI_THREAD_SERIALIZED)
      WGML_DIST_SHM=0                        .dist_shm = -1 (MPI_Allreduce, not wgml's

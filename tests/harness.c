@@ -5,8 +5,10 @@
 #include <dlfcn.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ref/ref.h"
 
@@ -192,6 +194,44 @@ void test_context_release(void)
 {
     if (shared_ctx) wgml_context_free(shared_ctx);
     shared_ctx = NULL;
+}
+
+wgml_context *test_profiled_context(char *path)
+{
+    snprintf(path, TEST_PROFILE_PATH, "/tmp/wgml_test_profile_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, "FAIL %s: no temporary file for the profile\n", test_current);
+        test_failures++;
+        return NULL;
+    }
+    close(fd);
+    wgml_context *ctx = NULL;
+    if (wgml_context_create(&(wgml_context_desc){.profile = path}, &ctx) != WGML_OK) {
+        fprintf(stderr, "FAIL %s: no context: %s\n", test_current, wgml_last_create_error());
+        test_failures++;
+        return NULL;
+    }
+    return ctx;
+}
+
+long test_profile_count(const char *path, const char *part)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "FAIL %s: no profile at %s\n", test_current, path);
+        test_failures++;
+        return -1;
+    }
+    long n = 0;
+    char line[256], name[200];
+    while (fgets(line, sizeof line, f)) {
+        double ms, share, avg;
+        long count;
+        if (sscanf(line, "%lf %lf%% %ld %lf %199[^\n]", &ms, &share, &count, &avg, name) == 5 && !strncmp(name, part, strlen(part))) n += count;
+    }
+    fclose(f);
+    return n;
 }
 
 wgml_tensor *test_tensor(wgml_context *ctx, int ndim, const int64_t *shape, const float *data)

@@ -117,6 +117,15 @@ wgml_tensor *test_tensor_i32(wgml_context *ctx, int ndim, const int64_t *shape, 
 wgml_context *test_context(void);
 void test_context_release(void);
 
+/* A fresh context that writes its profile (WGML_PROFILE's table of launches) to a new
+   temporary file when freed; the file's name goes into path (TEST_PROFILE_PATH bytes). NULL
+   (and a FAIL) if none. */
+#define TEST_PROFILE_PATH 40
+wgml_context *test_profiled_context(char *path);
+/* The launches of that profile (read after its context is freed) whose names start with
+   `part` ("" for all of them) */
+long test_profile_count(const char *path, const char *part);
+
 /* Runs `suite` with the GEMM kernel the adapter does not pick by default (WGML_GEMM_CPU: the
    tiled kernels on a CPU adapter, the CPU kernel on a GPU), on a fresh context. */
 void test_with_other_gemm_kernel(void (*suite)(void));

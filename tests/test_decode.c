@@ -164,6 +164,9 @@ static int attn_late;      /* the split attention's cache loads after its prolog
 static int attn_wgs;       /* its workgroup's threads (0: the plan's choice) */
 static int head_lanes;     /* the LM head's lanes an output (0: the plan's choice) */
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
+static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
+static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
+static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
    wgpu-native, where the last chunk to finish does it (decode.h) */
@@ -194,7 +197,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
-                                .attn_late = attn_late, .attn_wgs = attn_wgs};
+                                .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -259,6 +262,13 @@ static void llama_split_attention(void)
                        info.max_compute_workgroup_size_x >= 1024 ? 512 : 0;
     check_single_chunk(&llama8_cfg, 1, 0, 0, 2, 4, 1 + (5 + c) * 1 + 2);
     attn_wgs = 0;
+    /* chunks of 16 over a block of 40 (more positions a chunk than lavapipe's subgroup has
+       lanes: the softmax adds several subgroups' parts), the QK-norm's and softmax's sums by
+       subgroups where the adapter has them, and by trees */
+    wgml_gpt_config long8 = llama8_cfg;
+    long8.block = 40;
+    for (subgroups = -1; subgroups <= 0; subgroups++) check_single_chunk(&long8, 0, 0, 0, 0, 16, 1 + (5 + c) * 1 + 2);
+    subgroups = 0;
     attn_late = 1;
     check_single_chunk(&llama8_cfg, 0, 0, 0, 0, 3, 1 + (5 + c) * 1 + 2);
     attn_late = 0, plan_only = 0;
@@ -408,7 +418,8 @@ static void check_batch(const wgml_gpt_config *cfg_in)
     int32_t want[S * NN], got[S * NN], first[S];
     for (int s = 0; s < S; s++) reference_greedy(m.r, prompts[s], (int)lens[s], NN, want + s * NN);
     wgml_decode_plan *plan = NULL;
-    const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill};
+    const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill,
+                                .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         /* the prompts through the graph (an evaluation of it) only where asked */
@@ -425,6 +436,36 @@ static void check_batch(const wgml_gpt_config *cfg_in)
 }
 
 static void batch_of_prompts(void) { check_batch(&llama_cfg); }
+
+/* The GEMVs' sums (lanes of an output, the norm's statistics) by subgroup shuffles and by trees
+   in workgroup memory, where the adapter has subgroups (lavapipe's are narrower than 32 lanes,
+   so 64 and 128 lanes an output add the parts of several subgroups; 16 may fit one); and the
+   LM head over its tiles in few workgroups (grid stride: 1 workgroup for all 8 tiles of 4 rows,
+   3 for them, each going over 2 or 3; the next tile's loads before this one's sums): greedy
+   tokens against the reference, batch 1 and 3, f32 and f16. */
+static void gemv_subgroups_and_head_stride(void)
+{
+    wgml_adapter_info info;
+    const int has_sg = wgml_adapter_info_get(test_context(), &info) == WGML_OK && info.has_subgroups;
+    plan_only = 1;
+    for (int on = has_sg ? 1 : -1; on >= -1; on -= 2) {
+        subgroups = on;
+        check_single(&llama_cfg, 1, 0, 128, 0, 1 + 5 * 2 + 2);
+        check_single(&llama_cfg, 0, 0, 16, 0, 1 + 5 * 2 + 2);
+        check_single(&gpt2_cfg, 0, 1, 64, 0, 1 + 5 * 2 + 2);
+        check_single(&gpt2_cfg, 0, 0, 32, 0, 3 * 2 + 2);
+        head_lanes = 64; /* 4 rows a tile: the vocabulary of 31 in 8 tiles */
+        for (head_wgs = 1; head_wgs <= 3; head_wgs += 2) {
+            check_single(&llama_cfg, on > 0, 0, 0, 0, 1 + 5 * 2 + 2);
+            check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
+            check_batch(&llama_cfg);
+        }
+        lanes_all = 128, head_wgs = 5; /* (5 workgroups for the 8 tiles) */
+        check_batch(&gpt2_cfg);
+        lanes_all = 0, head_wgs = 0, head_lanes = 0;
+    }
+    subgroups = 0, plan_only = 0;
+}
 /* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void) { check_batch(&gpt2_cfg); }
 
@@ -446,8 +487,8 @@ static void prefill_through_the_graph(void)
 
 /* At a temperature, the sampler's draw from the head's candidates (each workgroup's best noised
    logit) equals its draw from all the logits, token for token: two slots, a vocabulary of
-   4,500 (282 candidates at 16 lanes an output, 16 outputs a workgroup); and it is a draw (not
-   the greedy tokens throughout). */
+   4,500 (282 candidates at 16 lanes an output, 16 outputs a workgroup; and 7 from the grid-stride
+   head, each over 40 or 41 tiles); and it is a draw (not the greedy tokens throughout). */
 static void candidates_draw_as_logits(void)
 {
     wgml_context *ctx = test_context();
@@ -460,12 +501,12 @@ static void candidates_draw_as_logits(void)
     {
         model m;
         model_make(ctx, &cin, 0, &m);
-        int32_t got[2][S * NN], first[2][S], greedy[S * NN];
+        int32_t got[3][S * NN], first[3][S], greedy[S * NN];
         reference_greedy(m.r, a, (int)lens[0], NN, greedy);
-        for (int all = 0; all < 2; all++) {
+        for (int all = 0; all < 3; all++) { /* (2: the candidates of 7 grid-stride workgroups) */
             wgml_decode_plan *plan = NULL;
-            const wgml_decode_desc d = {.batch = S, .steps_per_submit = 5, .temperature = 1.5f, .seed = 77, .sample_logits = all,
-                                        .lanes = 16};
+            const wgml_decode_desc d = {.batch = S, .steps_per_submit = 5, .temperature = 1.5f, .seed = 77, .sample_logits = all == 1,
+                                        .lanes = 16, .head_wgs = all >= 2 ? 7 : -1};
             CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
             if (plan) {
                 CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first[all]));
@@ -474,8 +515,9 @@ static void candidates_draw_as_logits(void)
             wgml_decode_plan_free(plan);
         }
         int differ = first[1][0] != greedy[0];
-        for (int s = 0; s < S; s++) CHECK(first[0][s] == first[1][s]);
+        for (int s = 0; s < S; s++) CHECK(first[0][s] == first[1][s] && first[2][s] == first[1][s]);
         same_tokens("candidates vs logits", got[0], got[1], S * (NN - 1));
+        same_tokens("grid-stride candidates vs logits", got[2], got[1], S * (NN - 1));
         for (int k = 1; k < NN; k++) differ |= got[1][k - 1] != greedy[k];
         CHECK(differ);
         model_free(&m);
@@ -534,6 +576,7 @@ int main(void)
     TEST_RUN(long_context_split);
     TEST_RUN(gemv_x_in_chunks);
     TEST_RUN(lm_head_lanes);
+    TEST_RUN(gemv_subgroups_and_head_stride);
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(profile_by_kind);

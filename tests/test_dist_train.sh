@@ -7,7 +7,8 @@
 #     (the halves reducing in many small buckets, the unbroken run in one);
 #   - the overlapped all-reduce (default) and the blocking one (WGML_DIST_OVERLAP=0) end with
 #     the same gpt checkpoint byte for byte, in one bucket or many, with the step's end
-#     deferred (WGML_DIST_DEFER=1) or not, with one thread or 3 a rank (WGML_DIST_THREADS);
+#     left in flight until the next step's first bucket (the default) or not
+#     (WGML_DIST_DEFER=0), with one thread or 3 a rank (WGML_DIST_THREADS);
 #   - ranks with different data-parallel settings (bucket sizes) are refused on every rank;
 #   - a rank that fails (a bad data path on rank 1 only) makes mpirun exit non-zero, with a
 #     message naming the rank, instead of leaving rank 0 waiting in a collective;
@@ -16,7 +17,9 @@
 #   - the blocking all-reduce goes through MPI_Allreduce (WGML_DIST_SHM=0), the others through
 #     wgml's shared-memory reduction: the same checkpoint byte for byte;
 #   - mixed precision (loss scaling): 2 ranks within 1e-4 of 1 rank's losses with the same
-#     skipped steps; with the gradients through host memory as f16 (WGML_DIST_F16=1), 1e-3;
+#     skipped steps (small buckets, each step's end in flight: the next step scales its loss
+#     by what that end writes); with the gradients through host memory as f16
+#     (WGML_DIST_F16=1, each step's end waited for in it), 1e-3;
 #   - the collectives (tests/dist_ranks.c) on 2 and 3 ranks;
 #   - the same build under MPICH's launcher (MPICH_MPIEXEC, where installed), the MPI library
 #     it opens MPICH's: the checkpoints of Open MPI's runs byte for byte (through MPI, not
@@ -105,23 +108,24 @@ fake_text "$work/text/a" 300
 gpt=(gpt train --data "$work/text" --layers 1 --heads 2 --width 32 --block 16 --batch 8 --dropout 0 --eval-every 5
      --eval-batches 1 --steps 20 --lr 3e-3)
 timeout 120 "$wgml" "${gpt[@]}" --out "$work/gpt1" >"$work/gpt1.log" 2>&1 || fail "gpt, 1 rank: exit $? ($(tail -2 "$work/gpt1.log"))"
-timeout 120 "${mpi[@]}" -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2" >"$work/gpt2.log" 2>&1 ||
+timeout 120 "${mpi[@]}" -x WGML_DIST_DEFER=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2" >"$work/gpt2.log" 2>&1 ||
   fail "gpt, 2 ranks: exit $? ($(tail -3 "$work/gpt2.log"))"
 grep -q "replicas: parameters identical on 2 ranks" "$work/gpt2.log" || fail "gpt, 2 ranks: no replica check: $(tail -3 "$work/gpt2.log")"
 same_metrics "$work/gpt1/metrics.csv" "$work/gpt2/metrics.csv" 20 1e-5 "" "gpt: losses, gradient norms and validation losses" ||
   fail "gpt: 2 ranks x 4 and 1 rank x 8 give different losses"
 
 # the overlapped all-reduce (the default: buckets reduced as the backward pass finishes them;
-# one bucket a step by default at this size, one a parameter with small buckets, there with
-# each step's end deferred until the next step's graph is built: WGML_DIST_DEFER) against the
-# blocking one after the whole backward pass: the same checkpoint byte for byte (two ranks'
-# sum does not depend on the order, and the ranks divide alike) and the same metrics
+# one bucket a step by default at this size, each step's end waited for in it:
+# WGML_DIST_DEFER=0; one a parameter with small buckets, there with each step's end left in
+# flight until the next step's first bucket, the default) against the blocking one after the
+# whole backward pass: the same checkpoint byte for byte (two ranks' sum does not depend on
+# the order, and the ranks divide alike) and the same metrics
 grep -q "gradient all-reduce on 2 ranks, overlapped: .*shared memory" "$work/gpt2.log" ||
   fail "gpt, 2 ranks: not overlapped through shared memory: $(tail -2 "$work/gpt2.log")"
 timeout 120 "${mpi[@]}" -x WGML_DIST_OVERLAP=0 -x WGML_DIST_SHM=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2b" >"$work/gpt2b.log" 2>&1 ||
   fail "gpt, 2 ranks, blocking all-reduce: exit $? ($(tail -3 "$work/gpt2b.log"))"
 grep -q "gradient all-reduce on 2 ranks: .*MPI" "$work/gpt2b.log" || fail "gpt, 2 ranks, WGML_DIST_SHM=0: not MPI: $(tail -2 "$work/gpt2b.log")"
-timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_DEFER=1 -x WGML_DIST_THREADS=3 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_THREADS=3 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2s" >"$work/gpt2s.log" 2>&1 ||
   fail "gpt, 2 ranks, small buckets, deferred: exit $? ($(tail -3 "$work/gpt2s.log"))"
 cmp -s <(cut -d, -f1-5 "$work/gpt2s/metrics.csv") <(cut -d, -f1-5 "$work/gpt2b/metrics.csv") ||
   fail "gpt: the deferred steps' metrics (loss, lr, gradient norm, validation) differ from the blocking ones'"
@@ -137,13 +141,13 @@ cmp -s "$work/gpt2s/gpt.safetensors" "$work/gpt2b/gpt.safetensors" || fail "gpt:
 # (WGML_DIST_F16=1, summed in f32), within f16's rounding of the gradients
 mixed=("${gpt[@]}" --steps 12 --precision mixed)
 timeout 120 "$wgml" "${mixed[@]}" --out "$work/mx1" >"$work/mx1.log" 2>&1 || fail "mixed, 1 rank: exit $? ($(tail -2 "$work/mx1.log"))"
-timeout 120 "${mpi[@]}" -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2" >"$work/mx2.log" 2>&1 ||
+timeout 120 "${mpi[@]}" -x WGML_DIST_BUCKET_MB=0.001 -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2" >"$work/mx2.log" 2>&1 ||
   fail "mixed, 2 ranks: exit $? ($(tail -3 "$work/mx2.log"))"
 grep -q "overlapped: .*shared memory .* MB a step as f32" "$work/mx2.log" ||
   fail "mixed, 2 ranks: not f32 through shared memory: $(grep all-reduce "$work/mx2.log")"
 same_metrics "$work/mx1/metrics.csv" "$work/mx2/metrics.csv" 12 1e-4 skipped_steps "mixed: 2 ranks against 1 rank" ||
   fail "mixed: 2 ranks and 1 rank differ"
-timeout 120 "${mpi[@]}" -x WGML_DIST_F16=1 -x WGML_DIST_THREADS=2 -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2h" >"$work/mx2h.log" 2>&1 ||
+timeout 120 "${mpi[@]}" -x WGML_DIST_F16=1 -x WGML_DIST_THREADS=2 -x WGML_DIST_DEFER=0 -np 2 "$wgml" "${mixed[@]}" --out "$work/mx2h" >"$work/mx2h.log" 2>&1 ||
   fail "mixed, 2 ranks, f16 gradients: exit $? ($(tail -3 "$work/mx2h.log"))"
 grep -q "overlapped: .*shared memory (2 threads a rank).* MB a step as f16" "$work/mx2h.log" ||
   fail "mixed, 2 ranks, WGML_DIST_F16=1: not f16 through shared memory on 2 threads: $(grep all-reduce "$work/mx2h.log")"

@@ -823,7 +823,7 @@ static void gpu_timing_times_each_pass(void)
         wgml_context_desc d = {.gpu_timing = 1};
         CHECK_OK(NULL, wgml_context_create(&d, &ctx));
         if (!ctx) return;
-        CHECK(wgml_tuning_of(ctx)->ew_unroll == (u ? 4 : 1));
+        CHECK(wgml_tuning_of(ctx)->ew_unroll == (u ? 4 : 0));
         unsetenv("WGML_EW_UNROLL");
         wgml_adapter_info info;
         wgml_adapter_info_get(ctx, &info);

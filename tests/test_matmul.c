@@ -47,6 +47,7 @@ typedef struct mm_case {
     float alpha;        /* 0: the default (1) */
     int bias;
     wgml_activation act;
+    int residual; /* 1: the result + R read (wgml_add(result, R)), 2: wgml_add(R, result); one launch either way */
 } mm_case;
 
 static const char *act_name[] = {"none", "relu", "gelu", "silu", "gelu_exact"};
@@ -70,6 +71,9 @@ static int run_case(wgml_context *ctx, const mm_case *c)
     int ref_ta = c->view_a ? !c->ta : c->ta, ref_tb = c->view_b ? !c->tb : c->tb;
     double alpha = c->alpha == 0.0f ? 1.0 : c->alpha;
     test_ref_matmul(batch, M, N, K, A, ba, ref_ta, B, bb, ref_tb, alpha, c->bias ? bias : NULL, (int)c->act, want);
+    float *R = rand_floats(nc, -1, 1);
+    if (c->residual)
+        for (size_t i = 0; i < nc; i++) want[i] += R[i];
 
     int64_t sha[3] = {ba, sa_r, sa_c}, shb[3] = {bb, sb_r, sb_c};
     wgml_tensor *ta = NULL, *tb = NULL, *tbias = NULL;
@@ -80,8 +84,16 @@ static int run_case(wgml_context *ctx, const mm_case *c)
     wgml_tensor *pb = c->view_b ? wgml_transpose(ctx, tb, -1, -2) : tb;
     wgml_matmul_desc d = {.trans_a = c->ta, .trans_b = c->tb, .alpha = c->alpha,
                           .bias = c->bias ? tbias : NULL, .activation = c->act};
+    int64_t shc[3] = {batch, M, N};
+    int ndc = (c->batch_a || c->batch_b) ? 3 : 2;
+    wgml_tensor *tR = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, ndc, ndc == 3 ? shc : shc + 1, R, nc, &tR));
     wgml_stats s0 = stats(ctx);
-    wgml_tensor *r = wgml_matmul_ex(ctx, pa, pb, &d);
+    wgml_tensor *r = wgml_matmul_ex(ctx, pa, pb, &d), *mm = NULL;
+    if (c->residual) { /* the add folds into the GEMM's epilogue: r is a new GEMM node, mm (unread) never runs */
+        mm = r;
+        r = c->residual == 1 ? wgml_add(ctx, mm, tR) : wgml_add(ctx, tR, mm);
+    }
     int ok = wgml_tensor_status(r) == WGML_OK;
     int nd = (c->batch_a || c->batch_b) ? 3 : 2;
     ok &= wgml_tensor_ndim(r) == nd;
@@ -92,10 +104,10 @@ static int run_case(wgml_context *ctx, const mm_case *c)
     wgml_stats s1 = stats(ctx);
     char what[200];
     snprintf(what, sizeof what,
-             "matmul A%s%s [%lld x] B%s%s [%lld x] M=%lld K=%lld N=%lld alpha=%g bias=%d act=%s",
+             "matmul A%s%s [%lld x] B%s%s [%lld x] M=%lld K=%lld N=%lld alpha=%g bias=%d act=%s%s",
              c->ta ? "^T" : "", c->view_a ? "(view)" : "", (long long)c->batch_a, c->tb ? "^T" : "",
              c->view_b ? "(view)" : "", (long long)c->batch_b, (long long)M, (long long)K, (long long)N,
-             (double)alpha, c->bias, act_name[c->act]);
+             (double)alpha, c->bias, act_name[c->act], c->residual ? " + R" : "");
     if (st != WGML_OK) {
         fprintf(stderr, "  %s: read gave %s: %s\n", what, wgml_status_name(st), wgml_error_message(ctx));
         ok = 0;
@@ -109,6 +121,9 @@ static int run_case(wgml_context *ctx, const mm_case *c)
         ok = 0;
     }
     wgml_tensor_free(r);
+    wgml_tensor_free(mm);
+    wgml_tensor_free(tR);
+    free(R);
     if (pa != ta) wgml_tensor_free(pa);
     if (pb != tb) wgml_tensor_free(pb);
     wgml_tensor_free(ta);
@@ -392,6 +407,84 @@ static void epilogue(void)
     c.batch_b = 0;
     c.act = WGML_ACT_SILU;
     CHECK(run_case(ctx, &c));
+}
+
+/* A GEMM's result plus a tensor of its shape (a residual stream's add) runs as one launch, the
+   add in the epilogue after alpha, bias and activation: every path (tiles, GEMV, small-M GEMV,
+   batches, transposes) against the double reference. Where the GEMM's own result is read too,
+   both values are right. Its gradient passes the sum's on to the residual. */
+static void residual_epilogue(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t dims[][3] = {{1, 130, 65}, {3, 33, 7}, {7, 1023, 9}, {64, 65, 33}, {129, 7, 13}, {33, 384, 2}};
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+        for (int v = 0; v < 4; v++) {
+            mm_case c = {.M = dims[k][0], .K = dims[k][1], .N = dims[k][2], .alpha = v == 3 ? -0.5f : 0.0f, .bias = v & 1,
+                         .act = v == 2 ? WGML_ACT_GELU_EXACT : WGML_ACT_NONE, .tb = (int)(k & 1), .ta = v == 3,
+                         .residual = 1 + (v & 1)};
+            CHECK(run_case(ctx, &c));
+        }
+    mm_case c = {.batch_a = 2, .batch_b = 2, .M = 17, .K = 33, .N = 13, .alpha = 0.75f, .bias = 1, .act = WGML_ACT_RELU, .residual = 1};
+    CHECK(run_case(ctx, &c));
+    c.batch_b = 0;
+    c.residual = 2;
+    CHECK(run_case(ctx, &c));
+
+    /* a GEMM that splits K (few tiles, a long K) keeps its split: the add stays a launch of its own */
+    {
+        int64_t sm[2] = {64, 4096}, sk[2] = {4096, 64}, sn[2] = {64, 64};
+        float *a = rand_floats(64 * 4096, -1, 1), *b = rand_floats(4096 * 64, -1, 1), *q = rand_floats(64 * 64, -1, 1);
+        double *want = malloc(64 * 64 * sizeof *want);
+        test_ref_matmul(1, 64, 64, 4096, a, 1, 0, b, 1, 0, 1.0, NULL, 0, want);
+        for (int i = 0; i < 64 * 64; i++) want[i] += q[i];
+        wgml_scope_begin(ctx);
+        wgml_tensor *sum = wgml_add(ctx, wgml_matmul(ctx, test_tensor(ctx, 2, sm, a), test_tensor(ctx, 2, sk, b)), test_tensor(ctx, 2, sn, q));
+        wgml_stats s0 = stats(ctx);
+        float *got = test_read_new(ctx, "split K + r", sum, 64 * 64);
+        wgml_stats s1 = stats(ctx);
+        if (got) CHECK(test_close("split K + r", got, want, 64 * 64, MM_TOL, mm_floor(4096, 1)));
+        if (s1.dispatches - s0.dispatches != 3)
+            FAILF("split K + r: %llu dispatches, want 3 (the chunks, their sum, the add)", (unsigned long long)(s1.dispatches - s0.dispatches));
+        free(got);
+        wgml_scope_end(ctx);
+        free(a), free(b), free(q), free(want);
+    }
+    /* y = x W + r and also 2 (x W), read; L = sum(G * (y + x W)): dr = G, dx = 2 G W^T */
+    int64_t M = 7, K = 33, N = 9, sx[2] = {M, K}, sw[2] = {K, N}, sy[2] = {M, N};
+    float *x = rand_floats((size_t)(M * K), -1, 1), *w = rand_floats((size_t)(K * N), -1, 1), *rr = rand_floats((size_t)(M * N), -1, 1),
+          *G = rand_floats((size_t)(M * N), -1, 1);
+    wgml_scope_begin(ctx);
+    wgml_tensor *tx = test_tensor(ctx, 2, sx, x), *tw = test_tensor(ctx, 2, sw, w), *tr = test_tensor(ctx, 2, sy, rr),
+                *tG = test_tensor(ctx, 2, sy, G);
+    CHECK_OK(ctx, wgml_requires_grad(tx, 1));
+    CHECK_OK(ctx, wgml_requires_grad(tr, 1));
+    wgml_tensor *xw = wgml_matmul(ctx, tx, tw), *y = wgml_add(ctx, xw, tr), *twice = wgml_binary_scalar(ctx, WGML_MUL, xw, 2.0f);
+    float *gy = test_read_new(ctx, "x W + r", y, M * N), *g2 = test_read_new(ctx, "2 x W", twice, M * N);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, tG, wgml_add(ctx, y, xw)))));
+    float *dr = test_read_new(ctx, "dr", wgml_grad(tr), M * N), *dx = test_read_new(ctx, "dx", wgml_grad(tx), M * K);
+    double *want_y = malloc((size_t)(M * N) * sizeof *want_y), *want_2 = malloc((size_t)(M * N) * sizeof *want_2),
+           *want_dr = malloc((size_t)(M * N) * sizeof *want_dr), *want_dx = malloc((size_t)(M * K) * sizeof *want_dx);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++) s += (double)x[m * K + k] * w[k * N + n];
+            want_y[m * N + n] = s + rr[m * N + n], want_2[m * N + n] = 2 * s, want_dr[m * N + n] = G[m * N + n];
+        }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) {
+            double s = 0;
+            for (int64_t n = 0; n < N; n++) s += 2.0 * G[m * N + n] * w[k * N + n];
+            want_dx[m * K + k] = s;
+        }
+    if (gy) CHECK(test_close("x W + r", gy, want_y, (size_t)(M * N), MM_TOL, mm_floor(K, 1)));
+    if (g2) CHECK(test_close("2 x W, the GEMM's own result read too", g2, want_2, (size_t)(M * N), MM_TOL, mm_floor(K, 2)));
+    if (dr) CHECK(test_close("dr", dr, want_dr, (size_t)(M * N), MM_TOL, 1));
+    if (dx) CHECK(test_close("dx", dx, want_dx, (size_t)(M * K), MM_TOL, mm_floor(N, 2)));
+    CHECK(gy && g2 && dr && dx);
+    free(gy), free(g2), free(dr), free(dx), free(want_y), free(want_2), free(want_dr), free(want_dx);
+    wgml_scope_end(ctx);
+    free(x), free(w), free(rr), free(G);
 }
 
 /* Operands that are views with row strides other than their width, offsets, and a row of a
@@ -881,7 +974,7 @@ static void knobs_read_once(void)
     ctx = knob_context();
     if (ctx) {
         t = wgml_tuning_of(ctx);
-        CHECK(!t->gemm_tile_set && !t->gemm_warp_8x4 && !t->gemv_rows_off && t->gemv_cols == 0 && t->ew_unroll == 1);
+        CHECK(!t->gemm_tile_set && !t->gemm_warp_8x4 && !t->gemv_rows_off && t->gemv_cols == 0 && t->ew_unroll == 0);
         g.M = 3;
         /* the small-M GEMV for 3 rows (4, a power of two); on a CPU adapter the CPU GEMM; one
            row (aligned) through its one-row form */
@@ -1015,6 +1108,7 @@ int main(void)
     TEST_RUN(tall_and_thin);
     TEST_RUN(batched);
     TEST_RUN(epilogue);
+    TEST_RUN(residual_epilogue);
     TEST_RUN(strided_operands);
     TEST_RUN(one_row_strided_views);
     TEST_RUN(matmul_in_a_graph);

@@ -24,6 +24,8 @@
 
 #include "core/context.h"
 #include "harness.h"
+#include "ops/matmul/matmul.h"
+#include "ops/table.h"
 
 #define U16 (1.0 / 2048.0) /* f16's unit roundoff, 2^-11 */
 
@@ -67,17 +69,27 @@ static bool has_f16(wgml_context *ctx)
     return info.has_shader_f16;
 }
 
-/* c = matmul_ex(a, b, d), evaluated and read into a new array of n floats (NULL: failed) */
-static float *matmul_read(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, const wgml_matmul_desc *d, int64_t n)
+/* c = matmul_ex(a, b, d) (plus r where given: the add folds into the GEMM's epilogue),
+   evaluated and read into a new array of n floats (NULL: failed) */
+static float *matmul_read(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, const wgml_matmul_desc *d, wgml_tensor *r, int64_t n)
 {
-    wgml_tensor *c = wgml_matmul_ex(ctx, a, b, d);
-    if (!c || wgml_tensor_status(c)) {
+    wgml_tensor *c = wgml_matmul_ex(ctx, a, b, d), *sum = r && c ? wgml_add(ctx, c, r) : NULL;
+    wgml_tensor *out_t = r ? sum : c;
+    if (!out_t || wgml_tensor_status(out_t)) {
         FAILF("matmul_ex: %s", wgml_error_message(ctx));
         wgml_tensor_free(c);
+        wgml_tensor_free(sum);
         return NULL;
     }
-    float *out = test_read_new(ctx, "matmul", c, n);
+    wgml_stats s0;
+    wgml_stats_get(ctx, &s0);
+    float *out = test_read_new(ctx, "matmul", out_t, n);
+    wgml_stats s1;
+    wgml_stats_get(ctx, &s1);
+    if (r && s1.dispatches - s0.dispatches != 1)
+        FAILF("matmul + r: %llu dispatches, want 1 (the add in the epilogue)", (unsigned long long)(s1.dispatches - s0.dispatches));
     wgml_tensor_free(c);
+    wgml_tensor_free(sum);
     return out;
 }
 
@@ -90,6 +102,7 @@ typedef struct f16_case {
     int ta, tb, view_a, view_b, batch_b, bias;
     wgml_activation act;
     float alpha;
+    int residual; /* the result plus R, uniform in [-1, 1], of its shape (a residual stream's add) */
 } f16_case;
 
 static void run_case(wgml_context *ctx, const f16_case *c)
@@ -106,9 +119,12 @@ static void run_case(wgml_context *ctx, const f16_case *c)
     wgml_tensor *pb = c->view_b ? wgml_transpose(ctx, tb, -1, -2) : tb;
     wgml_matmul_desc d = {.trans_a = c->ta, .trans_b = c->tb, .alpha = c->alpha, .bias = c->bias ? tbias : NULL,
                           .activation = c->act, .f16_math = f16_mode};
-    float *h = matmul_read(ctx, pa, pb, &d, (int64_t)nc);
+    float *R = rand_floats(nc);
+    int64_t shr[3] = {nb, M, N};
+    wgml_tensor *tr = c->residual ? test_tensor(ctx, c->batch ? 3 : 2, c->batch ? shr : shr + 1, R) : NULL;
+    float *h = matmul_read(ctx, pa, pb, &d, tr, (int64_t)nc);
     d.f16_math = 0;
-    float *f = matmul_read(ctx, pa, pb, &d, (int64_t)nc);
+    float *f = matmul_read(ctx, pa, pb, &d, tr, (int64_t)nc);
     double alpha = c->alpha == 0.0f ? 1.0 : c->alpha, worst = 0, worst_f32 = 0;
     int64_t apart = 0, bad = 0, live = 0; /* live: outputs that relu does not zero */
     for (int64_t bt = 0; h && f && bt < nb; bt++) {
@@ -127,6 +143,8 @@ static void run_case(wgml_context *ctx, const f16_case *c)
                 /* GELU's slope is at most 1.13; its WGSL (a tanh approximation) within 2^-16 (1 + |v|) */
                 if (c->act == WGML_ACT_GELU) ref = gelu_ref(pre), bound = 1.13 * bound + 0x1p-16 * (1 + fabs(pre));
                 size_t i = (size_t)((bt * M + m) * N + n);
+                /* the residual: added in f32 after the activation (one more rounding) */
+                if (c->residual) ref += R[i], bound += 0x1p-24 * (fabs(ref) + 2);
                 double err = fabs(h[i] - ref), rel = scale > 0 ? err / scale : err;
                 if (!(err <= bound)) {
                     if (bad++ < 3)
@@ -163,9 +181,28 @@ static void run_case(wgml_context *ctx, const f16_case *c)
     wgml_tensor_free(ta);
     wgml_tensor_free(tb);
     wgml_tensor_free(tbias);
+    wgml_tensor_free(tr);
     free(A);
     free(B);
     free(bias);
+    free(R);
+}
+
+/* The GEMM's result plus a tensor of its shape: one launch, the add in the epilogue after the
+   bias and activation (on the matrix units, the X the epilogue reads), awkward sizes, batches,
+   transposes */
+static void residual_in_gemm_epilogue(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    const f16_case cases[] = {
+        {.M = 33, .K = 384, .N = 65, .residual = 1},
+        {.M = 1023, .K = 64, .N = 390, .bias = 1, .residual = 1},
+        {.M = 17, .K = 7, .N = 16, .bias = 1, .act = WGML_ACT_RELU, .residual = 1},
+        {.M = 257, .K = 64, .N = 384, .ta = 1, .bias = 1, .batch = 3, .residual = 1},
+        {.M = 40, .K = 96, .N = 33, .tb = 1, .alpha = 0.5f, .batch = 2, .batch_b = 1, .residual = 1},
+    };
+    for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }
 
 /* Every combination of M, K, N from awkward sizes, then K up to 1100 */
@@ -248,7 +285,7 @@ static void two_leading_dims(void)
     float *A = rand_floats((size_t)(2 * M * K)), *B = rand_floats((size_t)(3 * K * N));
     wgml_tensor *ta = test_tensor(ctx, 4, sa, A), *tb = test_tensor(ctx, 4, sb, B);
     wgml_matmul_desc d = {.f16_math = f16_mode};
-    float *h = matmul_read(ctx, ta, tb, &d, 6 * M * N);
+    float *h = matmul_read(ctx, ta, tb, &d, NULL, 6 * M * N);
     for (int64_t i0 = 0; h && i0 < 2; i0++)
         for (int64_t i1 = 0; i1 < 3; i1++)
             for (int64_t m = 0; m < M; m++)
@@ -279,7 +316,7 @@ static float *column(wgml_context *ctx, int64_t M, int64_t K, const float *a, co
     int64_t sa[2] = {M, K}, sb[2] = {K, 1};
     wgml_tensor *ta = test_tensor(ctx, 2, sa, a), *tb = test_tensor(ctx, 2, sb, b);
     wgml_matmul_desc d = {.f16_math = f16_mode};
-    float *c = matmul_read(ctx, ta, tb, &d, M);
+    float *c = matmul_read(ctx, ta, tb, &d, NULL, M);
     wgml_tensor_free(ta);
     wgml_tensor_free(tb);
     return c;
@@ -499,9 +536,9 @@ static void matrix_fallback_is_simt(void)
         float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N));
         wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
         wgml_matmul_desc d = {.f16_math = WGML_F16_MATH_MATRIX};
-        float *got = matmul_read(ctx, ta, tb, &d, M * N);
+        float *got = matmul_read(ctx, ta, tb, &d, NULL, M * N);
         d.f16_math = M >= 16 ? WGML_F16_MATH_F32_SUMS : 0;
-        float *want = matmul_read(ctx, ta, tb, &d, M * N);
+        float *want = matmul_read(ctx, ta, tb, &d, NULL, M * N);
         for (int64_t j = 0; got && want && j < M * N; j++)
             if (memcmp(&got[j], &want[j], sizeof got[j])) {
                 FAILF("%lldx%lldx%lld: c[%lld] = %.9g, the %s kernel gives %.9g", (long long)M, (long long)K, (long long)N,
@@ -517,6 +554,96 @@ static void matrix_fallback_is_simt(void)
         free(A);
         free(B);
     }
+}
+
+/* The exact GELU's derivative, Phi(x) + x phi(x), in double */
+static double gelu_exact_grad_ref(double x) { return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) * 0.3989422804014327; }
+
+/* v rounded to f16 (to nearest, ties to even; no overflow at these magnitudes): 11
+   significant bits, or a multiple of 2^-24 below 2^-14 (subnormal halves) */
+static double to_half(float v)
+{
+    int e;
+    if (v == 0.0f) return 0.0;
+    frexp(v, &e); /* |v| in [2^(e-1), 2^e) */
+    double q = ldexp(1.0, e - 11 > -24 ? e - 11 : -24);
+    return nearbyint(v / q) * q;
+}
+
+/* Under mixed precision, L = sum((gelu_exact(x) @ W) * R) over x [rows, F] (x as halves when
+   x_f16, as the GPT's pre-activation is stored; else f32): x's gradient, (R W^T) * gelu'(x), is
+   made by the one GEMM of R and W with the GELU's derivative in its epilogue (the first GEMM's
+   node is not in the gradient's graph), and it matches the double reference of the halves the
+   GEMM reads (R, W and x rounded to f16) within the GEMM's bound plus the f16 rounding of a
+   result stored as halves. x spans [-6, 6] (the left tail where 1 + erf cancels). */
+static void gelu_gradient_case(wgml_context *ctx, int64_t rows, int64_t F, int64_t N, bool x_f16)
+{
+    size_t nx = (size_t)(rows * F), nw = (size_t)(F * N), nr = (size_t)(rows * N);
+    float *X = malloc(nx * sizeof *X), *W = rand_floats(nw), *R = rand_floats(nr);
+    test_fill_uniform(X, nx, -6, 6);
+    int64_t xs[2] = {rows, F}, ws[2] = {F, N}, rs[2] = {rows, N};
+    wgml_tensor *tx = NULL, *tw = NULL, *tr = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, xs, X, nx, &tx));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, ws, W, nw, &tw));
+    CHECK_OK(ctx, wgml_tensor_from_data(ctx, 2, rs, R, nr, &tr));
+    CHECK_OK(ctx, wgml_requires_grad(tx, 1));
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_MIXED));
+    wgml_tensor *xin = x_f16 ? wgml_cast(ctx, tx, WGML_F16) : tx;
+    wgml_tensor *y = wgml_matmul(ctx, wgml_gelu_exact(ctx, xin), tw);
+    wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, y, tr));
+    CHECK_OK(ctx, wgml_backward(L));
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_F32));
+    /* the gradient's node: the folded GEMM, behind the cast back to f32 when x was halves */
+    wgml_tensor *gx = wgml_grad(tx), *m = gx ? wgml_tensor_base(gx) : NULL;
+    if (m && m->op == WGML_OP_CAST_F16_TO_F32) m = wgml_tensor_base(m->src[0]);
+    if (!m || m->op != WGML_OP_MATMUL || wgml_matmul_params_of(m).act_grad != WGML_ACT_GELU_EXACT)
+        FAILF("x's gradient is not the GEMM with the GELU's derivative in its epilogue (op %s)",
+              m ? wgml_op_table[m->op]->name : "none");
+    bool stored_f16 = m && m->dtype == WGML_F16;
+    float *got = test_read_new(ctx, "grad x", gx, rows * F);
+    double worst = 0.0;
+    for (int64_t i = 0; got && i < rows; i++)
+        for (int64_t j = 0; j < F; j++) {
+            double du = 0.0, mag = 0.0;
+            for (int64_t k = 0; k < N; k++) {
+                double p = to_half(R[i * N + k]) * to_half(W[j * N + k]);
+                du += p;
+                mag += fabs(p);
+            }
+            double xv = x_f16 ? to_half(X[i * F + j]) : (double)X[i * F + j];
+            double d = gelu_exact_grad_ref(xv), ref = du * d;
+            /* the GEMM's bound on du, the derivative's f32 error (~1e-6 of its size, at most
+               1.13), the result's rounding to f16 where stored as halves */
+            double bound = tol(N, F) * mag * fabs(d) + 2e-6 * mag + (stored_f16 ? U16 : 0x1p-23) * fabs(ref);
+            double err = fabs(got[i * F + j] - ref);
+            if (err / (bound + 1e-30) > worst) worst = err / (bound + 1e-30);
+            if (!(err <= bound)) {
+                FAILF("[%lldx%lld, N %lld, x %s] dx[%lld,%lld] = %.9g, want %.9g (x %.6g; bound %.3g)", (long long)rows,
+                      (long long)F, (long long)N, x_f16 ? "f16" : "f32", (long long)i, (long long)j, got[i * F + j], ref, xv,
+                      bound);
+                i = rows;
+                break;
+            }
+        }
+    fprintf(stderr, "  gelu gradient %lldx%lld N %lld x %s (%s): worst error %.3f of the bound\n", (long long)rows,
+            (long long)F, (long long)N, x_f16 ? "f16" : "f32", stored_f16 ? "stored as halves" : "f32", worst);
+    free(got), free(X), free(W), free(R);
+    wgml_tensor_free(L), wgml_tensor_free(y);
+    if (xin != tx) wgml_tensor_free(xin);
+    wgml_tensor_free(tx), wgml_tensor_free(tw), wgml_tensor_free(tr);
+}
+
+static void gelu_gradient_in_gemm_epilogue(void)
+{
+    wgml_context *ctx = test_context();
+    if (!has_f16(ctx)) return;
+    gelu_gradient_case(ctx, 37, 130, 47, true);
+    gelu_gradient_case(ctx, 53, 29, 18, false);
+    if (matrix_units) { /* partial tiles on every edge of the matrix units' GEMM */
+        gelu_gradient_case(ctx, 1023, 390, 129, true);
+        gelu_gradient_case(ctx, 300, 1540, 384, true);
+    }
+    wgml_clear_error(ctx);
 }
 
 /* On the matrix units (where the adapter has them): awkward sizes up to 4097 that leave
@@ -562,6 +689,7 @@ int main(void)
     TEST_RUN(precision_policy);
     TEST_RUN(unsupported_without_shader_f16);
     TEST_RUN(bad_mode);
+    TEST_RUN(residual_in_gemm_epilogue);
     /* the whole of K in f16 */
     f16_mode = WGML_F16_MATH_F16_SUMS;
     TEST_RUN(exact_roundings);
@@ -582,7 +710,9 @@ int main(void)
             matrix_units ? "the matrix units (subgroup matrices)" : "the SIMT f32-sums kernel (no subgroup matrices)");
     TEST_RUN(matrix_fallback_is_simt);
     TEST_RUN(matrix_units_large);
+    TEST_RUN(gelu_gradient_in_gemm_epilogue);
     if (matrix_units) {
+        TEST_RUN(residual_in_gemm_epilogue);
         TEST_RUN(awkward_sizes);
         TEST_RUN(transposes_batches_epilogue);
         TEST_RUN(two_leading_dims);

@@ -124,6 +124,26 @@ static void halves_out(void)
     }
 }
 
+/* act_x (an activation's derivative at X, WGML_ACT_GRAD): every element the epilogue writes
+   has its X loaded once, guarded like the store, in two alternating register sets (the next
+   fragment's while this one leaves), and is passed to act_x */
+static void x_loaded_ahead(void)
+{
+    wgml_sgmat_config c = base;
+    c.c_f16 = true;
+    c.act_x = true;
+    char *src = wgml_sgmat_gemm_source(&c, false, true, "fn act_x(v: f32, x: f32) -> f32 { return v * x; }");
+    CHECK(src != NULL);
+    if (!src) return;
+    int frags = c.frag_m * c.frag_n, per_lane = c.sm_m * c.sm_n / c.subgroup_size;
+    CHECK(test_count(src, "f32(X[cb - P.c_off + P.x_off + m * P.N + n])") == frags * per_lane);
+    CHECK(test_count(src, "epilogue(Cs[cs + e], n, idx, x0_") == (frags + 1) / 2 * per_lane);
+    CHECK(test_count(src, "epilogue(Cs[cs + e], n, idx, x1_") == frags / 2 * per_lane);
+    CHECK(test_count(src, "act_x(v, x)") == 1);
+    CHECK(test_count(src, "subgroupMatrixStore(&C,") == 0);
+    free(src);
+}
+
 static void bad_configs_refused(void)
 {
     wgml_sgmat_config c = base;
@@ -188,6 +208,7 @@ int main(void)
     TEST_RUN(every_form_and_config);
     TEST_RUN(edges_are_guarded);
     TEST_RUN(halves_out);
+    TEST_RUN(x_loaded_ahead);
     TEST_RUN(bad_configs_refused);
     TEST_RUN(vector_widths);
     TEST_RUN(policy);

@@ -34,6 +34,19 @@ static int grad_inputs(T *t, T **out)
     return t->nsrc;
 }
 
+/* A node's gradient so far plus g. Where g is a node its rule just made for this input alone
+   (`fresh`), its op's add_in may take the sum into g itself (a norm's input gradient taking the
+   residual stream's); never a tensor that may be another node's gradient too (the sum so far,
+   or a g passed through, as an add's rule passes its g to both operands). Else wgml_add, which
+   asks add_in of either operand without that licence. */
+static T *accumulate(wgml_context *ctx, T *sum, T *g, bool fresh)
+{
+    if (!sum) return g;
+    T *(*add_in)(wgml_context *, T *, T *, bool) = wgml_op_table[g->op]->add_in;
+    T *s = fresh && add_in && !sum->status ? add_in(ctx, g, sum, true) : NULL;
+    return s ? s : wgml_add(ctx, sum, g);
+}
+
 /* The pass's note on a node it visits: the gradient reaching it so far, and whether a
    trainable tensor lies upstream of it. */
 typedef struct note {
@@ -158,7 +171,9 @@ wgml_status wgml_backward(wgml_tensor *loss)
             note *to = note_of(&o, in[i]);
             if (!to->needs) continue;
             if (gin[i]->status) { st = wgml_fail(ctx, gin[i]->status, "backward of %s: %s", wgml_op_table[t->op]->name, gin[i]->error); break; }
-            to->grad = to->grad ? wgml_add(ctx, to->grad, gin[i]) : gin[i];
+            bool fresh = gin[i] != g;
+            for (int j = 0; j < n && fresh; j++) fresh = j == i || gin[j] != gin[i];
+            to->grad = accumulate(ctx, to->grad, gin[i], fresh);
         }
     }
     order_free(&o);

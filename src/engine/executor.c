@@ -275,8 +275,10 @@ static wgml_status ensure_staging(wgml_context *ctx, wgml_executor *ex, uint64_t
 
 /* ---------------------------------------------------------------- submit */
 
-wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
-                             const char *what, double started)
+/* prep: encoded only, its parameters kept for wgml_prepared_submit (no read-back, nothing
+   timed: wgml_graph_can_prepare) */
+static wgml_status encode_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
+                                 const char *what, double started, wgml_prepared *prep)
 {
     wgml_executor *ex = executor_of(ctx);
     if (!ex) return ctx->rt.status;
@@ -295,17 +297,25 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     }
     if (params_bytes) {
         if ((st = ensure_params_buffer(ctx, ex, params_bytes))) return st;
-        wgpuQueueWriteBuffer(ctx->rt.queue, ex->params_buffer, 0, ex->params_host, params_bytes);
+        if (prep) {
+            if (!(prep->params_host = malloc(params_bytes))) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+            memcpy(prep->params_host, ex->params_host, params_bytes);
+            prep->params_bytes = params_bytes;
+            prep->params = ex->params_buffer;
+            wgpuBufferAddRef(prep->params); /* (a later growth replaces the executor's) */
+        } else {
+            wgpuQueueWriteBuffer(ctx->rt.queue, ex->params_buffer, 0, ex->params_host, params_bytes);
+        }
     }
     wgml_timeline_mark(&ctx->rt, "parameters");
 
     wgml_scope_push(&ctx->rt);
     wgml_timeline_mark(&ctx->rt, "error scope push");
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    wgml_profile *prof = n ? wgml_profile_of(ctx) : NULL;
+    wgml_profile *prof = n && !prep ? wgml_profile_of(ctx) : NULL;
     if (n) {
         WGPUPassTimestampWrites tw;
-        WGPUComputePassDescriptor pd = {.timestampWrites = prof ? NULL : wgml_timing_writes(&ctx->rt, &tw)};
+        WGPUComputePassDescriptor pd = {.timestampWrites = prof || prep ? NULL : wgml_timing_writes(&ctx->rt, &tw)};
         WGPUComputePassEncoder pass = prof ? NULL : wgpuCommandEncoderBeginComputePass(enc, &pd);
         params_off = 0;
         for (int i = 0; i < n; i++) {
@@ -367,6 +377,12 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
     wgml_timeline_mark(&ctx->rt, "encode");
+    if (prep) {
+        prep->cb = cb;
+        prep->dispatches = (uint64_t)n;
+        prep->sets_flags = sets_flags;
+        return wgml_scope_pop(&ctx->rt, what);
+    }
     if ((st = wgml_submit(&ctx->rt, cb))) {
         wgml_scope_pop(&ctx->rt, what);
         return st;
@@ -398,6 +414,47 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
         if (flags) return report_gpu_errors(ctx, ex, w);
     }
     return WGML_OK;
+}
+
+wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
+                             const char *what, double started)
+{
+    return encode_submit(ctx, launches, n, rb, what, started, NULL);
+}
+
+bool wgml_graph_can_prepare(wgml_context *ctx) { return !ctx->rt.gpu_timing && !wgml_profile_of(ctx); }
+
+void wgml_prepared_discard(wgml_prepared *p)
+{
+    if (p->cb) wgpuCommandBufferRelease(p->cb);
+    if (p->params) wgpuBufferRelease(p->params);
+    free(p->params_host);
+    memset(p, 0, sizeof *p);
+}
+
+wgml_status wgml_prepared_submit(wgml_context *ctx, wgml_prepared *p)
+{
+    wgml_executor *ex = executor_of(ctx);
+    if (!ex || !p->cb) {
+        wgml_prepared_discard(p);
+        return ex ? WGML_OK : ctx->rt.status;
+    }
+    double started = wgml_host_seconds();
+    wgml_scope_push(&ctx->rt);
+    /* (queue order: after every submit before this one, before this one's kernels) */
+    if (p->params_bytes) wgpuQueueWriteBuffer(ctx->rt.queue, p->params, 0, p->params_host, p->params_bytes);
+    WGPUCommandBuffer cb = p->cb;
+    p->cb = NULL;
+    wgml_status st = wgml_submit(&ctx->rt, cb); /* (it releases cb) */
+    wgml_status popped = wgml_scope_pop(&ctx->rt, "running a prepared graph");
+    if (!st) {
+        ctx->rt.stats.dispatches += p->dispatches;
+        ex->gpu_errors_pending |= p->sets_flags;
+        ctx->rt.stats.host_seconds_last = wgml_host_seconds() - started;
+        st = popped;
+    }
+    wgml_prepared_discard(p);
+    return st;
 }
 
 /* ---------------------------------------------------------------- tapes */
@@ -470,7 +527,7 @@ static bool reads_pending(wgml_context *ctx, wgml_executor *ex, wgml_tensor *t)
     return false;
 }
 
-static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targets, const readback *rb)
+static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targets, const readback *rb, wgml_prepared *prep)
 {
     double started = wgml_host_seconds();
     wgml_status st = wgml_check_device(&ctx->rt);
@@ -613,7 +670,7 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
                                          .offset = (uint64_t)rb->t->offset * (uint64_t)wgml_dtype_bytes(rb->t->dtype),
                                          .size = wgml_result_bytes(rb->t->dtype, rb->t->numel, 0), .host = rb->host,
                                          .gpu_errors = true};
-        st = wgml_exec_submit(ctx, plan, (int)built, rb ? &r : NULL, "running the graph", started);
+        st = encode_submit(ctx, plan, (int)built, rb ? &r : NULL, prep ? "encoding the graph" : "running the graph", started, prep);
     }
     ctx->rt.stats.evals++;
 
@@ -654,7 +711,17 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
 
 wgml_status wgml_graph_eval(wgml_context *ctx, int n, wgml_tensor *const *targets)
 {
-    return run(ctx, n, targets, NULL);
+    return run(ctx, n, targets, NULL, NULL);
+}
+
+wgml_status wgml_graph_prepare(wgml_context *ctx, int n, wgml_tensor *const *targets, wgml_prepared *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!wgml_graph_can_prepare(ctx))
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "graph_prepare: not while launches are timed (profile, GPU timing)");
+    wgml_status st = run(ctx, n, targets, NULL, out);
+    if (st) wgml_prepared_discard(out);
+    return st;
 }
 
 /* An f16 tensor's halves, widened into host's floats: read from a contiguous copy where t is
@@ -669,7 +736,7 @@ static wgml_status read_halves(wgml_context *ctx, wgml_tensor *t, float *host)
     wgml_status st = h ? WGML_OK : wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     if (!st) {
         readback rb = {c, h};
-        st = run(ctx, 1, &c, &rb);
+        st = run(ctx, 1, &c, &rb, NULL);
     }
     for (int64_t i = 0; !st && i < t->numel; i++) host[i] = wgml_half_to_f32(h[i]);
     free(h);
@@ -684,13 +751,13 @@ wgml_status wgml_graph_read(wgml_context *ctx, wgml_tensor *t, void *host)
     if (t->dtype == WGML_F16) return read_halves(ctx, t, host);
     if (wgml_is_contiguous(t)) {
         readback rb = {t, host};
-        return run(ctx, 1, &t, &rb);
+        return run(ctx, 1, &t, &rb, NULL);
     }
     /* a strided view: copy it into contiguous order first, in the same submit */
     wgml_tensor *c = wgml_contiguous(ctx, t);
     if (!c) return ctx->rt.status;
     readback rb = {c, host};
-    st = run(ctx, 1, &c, &rb);
+    st = run(ctx, 1, &c, &rb, NULL);
     wgml_tensor_free(c);
     return st;
 }
@@ -714,14 +781,14 @@ wgml_status wgml_eval_read(wgml_context *ctx, int n, wgml_tensor *const *tensors
     if (read->dtype == WGML_F16)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval_read: the tensor to read is f16 (wgml_tensor_read widens it)");
     readback rb = {read, host};
-    return run(ctx, n, tensors, &rb);
+    return run(ctx, n, tensors, &rb, NULL);
 }
 
 wgml_status wgml_eval(wgml_context *ctx, int n, wgml_tensor *const *tensors)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
     if (n < 0 || (n > 0 && !tensors)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_eval: bad tensor list");
-    return run(ctx, n, tensors, NULL);
+    return run(ctx, n, tensors, NULL, NULL);
 }
 
 /* ---------------------------------------------------------------- in-place writes */
@@ -794,7 +861,7 @@ wgml_status wgml_settle_readers(wgml_context *ctx, int nbufs, struct wgml_buffer
         if (pending_step_writes(ctx, bufs[i])) st = complete_pending_step(ctx);
     if (st) return st;
     st = wgml_pending_readers(ctx, nbufs, bufs, &readers, &n);
-    if (!st && n) st = run(ctx, n, readers, NULL);
+    if (!st && n) st = run(ctx, n, readers, NULL, NULL);
     free(readers);
     return st;
 }

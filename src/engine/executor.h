@@ -43,6 +43,31 @@ typedef struct wgml_exec_readback {
 wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int n, const wgml_exec_readback *rb,
                              const char *what, double started);
 
+/* An evaluation planned and encoded now, submitted later (wgml_prepared_submit): the host's
+   work on a graph done while the GPU is still busy with what must run before it. Its
+   parameter blocks go into the parameter buffer right before its submit, so submits in
+   between (which rewrite that buffer) are harmless; the buffers its plan gave out are its
+   own, and those it gave back to the pool go to evaluations planned after it, which must
+   also be submitted after it. Its targets are storage as soon as it is prepared (their
+   data once it has run). */
+typedef struct wgml_prepared {
+    WGPUCommandBuffer cb;
+    WGPUBuffer params;     /* the parameter buffer its bind groups name (a reference), or NULL */
+    uint8_t *params_host;  /* what goes into it before the submit */
+    uint64_t params_bytes;
+    uint64_t dispatches;
+    bool sets_flags; /* a launch binds the GPU error flags */
+} wgml_prepared;
+
+/* Whether evaluations can be prepared here: not while every launch is timed (WGML_PROFILE,
+   WGML_GPU_TIMING), whose read-backs follow each submit. */
+bool wgml_graph_can_prepare(wgml_context *ctx);
+wgml_status wgml_graph_prepare(wgml_context *ctx, int n, wgml_tensor *const *targets, wgml_prepared *out);
+/* Submits it and releases what it holds (after a failure too); a zeroed one is a no-op. */
+wgml_status wgml_prepared_submit(wgml_context *ctx, wgml_prepared *p);
+/* Releases it unsubmitted (after a failure elsewhere). */
+void wgml_prepared_discard(wgml_prepared *p);
+
 /* A node's op, inputs (with their references), parameters and known range from `from` to `to`;
    `from` keeps none of the inputs (the tape's keeping and undoing, executor.c and train/optim.c). */
 void wgml_node_move(wgml_tensor *to, wgml_tensor *from);

@@ -201,7 +201,7 @@ static char *fused_source(const gen *g, bool vec4, bool strided, int unroll, boo
     /* the fused expression as a function of its leaves, then a main that loads, for each of
        its `unroll` elements, all leaves first (so they can be in flight together), then
        computes and stores; a workgroup's elements are u * WORKGROUP + lid, so every load is
-       coalesced. Unrolling gained nothing measurable for add on the H100, so it stays 1 */
+       coalesced (how many: wgml_build_fused) */
     OUT("fn body(");
     for (int k = 0; k < g->nleaves; k++) OUT("%sL%d: T", k ? ", " : "", k);
     OUT(") -> T {\n");
@@ -286,7 +286,15 @@ wgml_status wgml_build_fused(wgml_context *ctx, wgml_tensor *root, wgml_launch *
         if (g.leaves[i].mode == LEAF_CONTIG && g.leaves[i].offset % 4) vec4 = false;
     }
     uint64_t threads = vec4 ? (uint64_t)root->numel / 4 : (uint64_t)root->numel;
+    /* elements a thread: 2 where halves are read or written, whose vec4 loads move 8 bytes, so one a
+       thread leaves too few bytes in flight (H200: the mixed GPT's GELU over [16384 x 1536] halves
+       13-22% faster, docs/MEASUREMENTS.md); else 1 (unrolling gained nothing for add on the H100) */
     int unroll = wgml_tuning_of(ctx)->ew_unroll;
+    if (!unroll) {
+        unroll = root->dtype == WGML_F16 ? 2 : 1;
+        for (int i = 0; i < g.nleaves; i++)
+            if (leaf_f16(&g.leaves[i])) unroll = 2;
+    }
     launch->pipeline = fused_pipeline(ctx, &g, vec4, strided, unroll, root->dtype == WGML_F16);
     free(g.steps);
     if (!launch->pipeline) return ctx->rt.status;

@@ -78,6 +78,12 @@ typedef struct wgml_op_def {
        always */
     bool (*f16_out_if)(wgml_context *ctx, const struct wgml_tensor *t);
     wgml_vjp_fn vjp;     /* its gradient rule */
+    /* t + r as one node whose kernel adds r (t's shape) to its result: a sum with no launch or
+       pass over memory of its own (wgml_add asks it of either operand, autograd of a gradient
+       it sums). `own`: t was made for this sum alone (autograd's fresh gradient), so the op may
+       take r into t itself; else t may be read elsewhere and stays as it is. NULL where the op
+       cannot (the caller builds an add) */
+    struct wgml_tensor *(*add_in)(wgml_context *ctx, struct wgml_tensor *t, struct wgml_tensor *r, bool own);
     const char *no_grad; /* or why it has none (autograd reports it; the tests require one of the two) */
     bool constant;       /* with no_grad: constant almost everywhere (argmax, comparisons, casts to
                             i32), so backward passes nothing through it, as PyTorch, instead of failing */

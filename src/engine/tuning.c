@@ -37,10 +37,10 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
     const char *gc = s->gemv_cols;
     int cols = gc ? atoi(gc) : 0;
     t->gemv_cols = cols == 16 || cols == 32 || cols == 64 ? cols : 0;
-    /* (unrolling gained nothing for add on the H100, so the default is 1) */
+    /* 0: the fused kernel decides (engine/fusion.c) */
     const char *unroll = s->ew_unroll;
-    int u = unroll ? atoi(unroll) : 1;
-    t->ew_unroll = u == 2 || u == 4 || u == 8 ? u : 1;
+    int u = unroll ? atoi(unroll) : 0;
+    t->ew_unroll = u == 1 || u == 2 || u == 4 || u == 8 ? u : 0;
     const char *at = s->attn_tiles;
     int *a = &t->attn_tiles[0][0];
     t->attn_tiles_set = at && sscanf(at, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6],
@@ -68,7 +68,7 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
 
 const wgml_tuning *wgml_tuning_of(wgml_context *ctx)
 {
-    static const wgml_tuning defaults = {.ew_unroll = 1, .attn_pre = -1, .attn_mpre = -1, .attn_mform = -1};
+    static const wgml_tuning defaults = {.ew_unroll = 0, .attn_pre = -1, .attn_mpre = -1, .attn_mform = -1};
     wgml_tuning *t = wgml_extension_get(ctx, &tuning_key);
     if (t) return t;
     if (!(t = wgml_extension_make(ctx, &tuning_key, sizeof *t, NULL))) return &defaults;

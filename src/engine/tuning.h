@@ -25,7 +25,7 @@ typedef struct wgml_tuning {
     bool gemv_rows_off;  /* WGML_GEMV_ROWS=0: no small-M GEMV (M = 1 through the GEMV kernel too) */
     bool gemv_subgroups; /* WGML_SUBGROUPS=1 and the adapter has subgroups */
     int gemv_cols;       /* WGML_GEMV_COLS=16|32|64; 0: by shape */
-    int ew_unroll;       /* WGML_EW_UNROLL=2|4|8: elements per thread of fused kernels; 1 */
+    int ew_unroll;       /* WGML_EW_UNROLL=1|2|4|8: elements per thread of fused kernels; 0: by kernel */
     /* WGML_ATTN_TILES=r,c,t,r,c,t,r,c,t: the attention kernels' tiles (rows, cols, tx of
        wgml_attn_kernel) for the forward, dK/dV and dQ kernels, in that order; a triple that
        does not fit the adapter (or is 0,0,0) leaves that kernel to the policy */

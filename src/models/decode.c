@@ -52,6 +52,7 @@ struct wgml_decode_plan {
     int combine_in_attn;        /* the last chunk of a (row, K/V head) combines them (no launch of its own) */
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
+    int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
     int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
@@ -203,6 +204,16 @@ static unsigned lanes_by_size(int64_t N, int forced)
 /* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs) */
 static unsigned head_lanes(const wgml_decode_desc *d, int64_t V) { return d->head_lanes ? (unsigned)d->head_lanes : lanes_by_size(V, d->lanes); }
 
+/* The LM head's workgroups in its grid-stride form (wgml_decode_desc's head_wgs; 0: a workgroup a
+   tile of rows, as the other GEMVs), at most its tiles. 512 where the tiles are many (Qwen3's
+   9,496 on an H200: the head alone 94.3 us at 512, 97.7 at 1,024, 103.6 at 2,048, 103.9 a tile
+   each; docs/MEASUREMENTS.md). */
+static uint32_t head_workgroups(const wgml_decode_desc *d, uint32_t tiles)
+{
+    const int64_t want = d->head_wgs < 0 ? 0 : d->head_wgs > 0 ? d->head_wgs : tiles >= 4096 ? 512 : 0;
+    return (uint32_t)(want < tiles ? want : tiles);
+}
+
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill)
 {
@@ -235,7 +246,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
                                 .xsrc = l == 0 ? DECODE_X_EMBED : DECODE_X_SUM, .np = (unsigned)p->nmlp, .ps = ps, .ekp = CP,
-                                .e_f16 = p->d.f16_weights, .positions = 1, .persist = 1};
+                                .e_f16 = p->d.f16_weights, .positions = 1, .persist = 1, .sg = p->sg};
         bind bq[] = {{0, pas}, {2, p->xb}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc},
                      {9, p->mlp_parts}, {10, p->x}, {11, p->wpe}, {12, p->wte}};
         char *w = wgml_decode_gemv_wgsl(&qkv, &used);
@@ -269,7 +280,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                                 .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
-                                .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block};
+                                .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block, .sg = p->sg};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         w = wgml_decode_gemv_wgsl(&qkv, &used);
         if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
@@ -304,7 +315,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
                                .combine = chunk && p->combine_in_attn,
-                               .early = chunk && !p->d.attn_late};
+                               .early = chunk && !p->d.attn_late, .sg = p->sg};
         if (at.early) { /* the wider workgroup only where the early form takes it */
             const unsigned late_wgs = at.wgs;
             at.wgs = early_wgs;
@@ -323,7 +334,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
             return st;
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
-                               .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID};
+                               .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
         if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
@@ -331,13 +342,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
                                .norm_b = (unsigned)(7 * C), .eps = eps, .bias = p->llama ? -1 : (int)(8 * C),
-                               .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU};
+                               .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU, .sg = p->sg};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
         if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, groups_for(up.N), 1, 0, "norm+mlp up gemv"))) return st;
         wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
-                                 .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID};
+                                 .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&down, &used);
         if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), 1, 0, "mlp down gemv+residual"))) return st;
@@ -345,18 +356,23 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
     const unsigned hl = head_lanes(&p->d, p->V);
+    /* the head's workgroups going over its tiles (grid stride; the generator's condition: x in one chunk) */
+    const uint32_t tiles = (uint32_t)((p->V + 256 / hl - 1) / (256 / hl));
+    const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, tiles) : 0;
     wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                            .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
-                           .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps, .cand = p->ncand > 0};
+                           .xsrc = p->fused ? DECODE_X_SUM : DECODE_X_PLAIN, .np = (unsigned)p->nmlp, .ps = ps, .cand = p->ncand > 0,
+                           .sg = p->sg, .hwg = hwg};
     bind bh[] = {{0, pas}, {1, picks}, {2, p->fused ? p->xb : p->x}, {3, p->wte}, {4, p->fvecs}, {5, p->logits}, {6, rows}, {9, p->mlp_parts},
                  {14, p->cand}};
     char *w = wgml_decode_gemv_wgsl(&hd, &used);
-    if ((st = add_launch(p, ps_, w, used, bh, 9, GRID_FIXED, (uint32_t)((p->V + 256 / hl - 1) / (256 / hl)), 1, 1, "norm+lm head gemv")))
+    if ((st = add_launch(p, ps_, w, used, bh, 9, GRID_FIXED, hwg ? hwg : tiles, 1, 1, "norm+lm head gemv")))
         return st;
     /* the sampler draws from the head's candidates (a best noised logit a workgroup), not from every logit */
-    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->wide_wgs, .cands = (unsigned)p->ncand};
+    wgml_decode_sample sm = {.V = (unsigned)p->V, .cap = p->cap, .prefill = prefill, .wgs = p->wide_wgs,
+                             .cands = p->ncand ? hwg ? hwg : (unsigned)p->ncand : 0};
     bind bs[] = {{0, pas}, {1, picks}, {2, p->ncand ? p->cand : p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1, "sampler");
 #undef KCH
@@ -473,6 +489,11 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
     if (d.head_lanes != 0 && d.head_lanes != 8 && d.head_lanes != 16 && d.head_lanes != 32 && d.head_lanes != 64 && d.head_lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_lanes = %d; want 0, 8, 16, 32, 64 or 128", d.head_lanes);
+    if (d.subgroups < -1 || d.subgroups > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: subgroups = %d; want -1, 0 or 1", d.subgroups);
+    if (d.subgroups > 0 && !ctx->rt.info.has_subgroups)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: subgroups asked for, and the adapter has none");
+    if (d.head_wgs < -1) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_wgs = %d; want -1, 0 or a count", d.head_wgs);
     if (d.attn_cols < 0 || d.attn_cols > c->width)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_cols = %d; want 0 to the width", d.attn_cols);
     /* (4: the character GPT at batch 1 on an H200, 5,480 tokens/s against 5,081 with 1, one
@@ -498,6 +519,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     wgml_decode_plan *p = calloc(1, sizeof *p);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     p->ctx = ctx, p->g = g, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->wide_wgs = wide_wgs;
+    p->sg = d.subgroups > 0 || (d.subgroups == 0 && ctx->rt.info.has_subgroups);
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;

@@ -62,6 +62,12 @@ typedef struct wgml_decode_desc {
                                  workgroup each that works out its K/V head's attention again (0: 4) */
     int sample_logits;        /* 1: the sampler reads every logit; 0: the candidates the head's workgroups leave, each
                                  its best noised logit (the same draw: comparisons) */
+    int subgroups;            /* the GEMVs' lanes' sums and norm statistics, and the split attention's QK-norm and softmax
+                                 sums, by subgroup operations: 1 on (the adapter must have subgroups), -1 off (trees in
+                                 workgroup memory), 0 on where the adapter has them */
+    int head_wgs;             /* the LM head in this many workgroups, each staging x once and going over tiles of rows,
+                                 the next tile's loads before this one's sums (its candidates then this many a row);
+                                 -1: a workgroup a tile; 0: 512 where the tiles number 4096 or more, else a tile each */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -152,20 +152,32 @@ static unsigned stat_threads(unsigned rb)
 
 /* A block, each line indented by `in`, that sets stat[j] = (mean, 1/std) of the RB rows (RMS:
    (0, 1/rms)) over their K inputs: GS threads a row (stat_threads) add up s and ss as `sum`
-   says (thread sub of row j), then one tree of log2(GS) rounds for all the rows. */
-static void stats_tree(sbuf *b, int norm, unsigned rb, const char *in, const char *sum)
+   says (thread sub of row j), then one tree of log2(GS) rounds for all the rows (sg: 2 barriers,
+   not 2 + log2(GS), where the kernel has the subgroup size as sgs). */
+static void stats_tree(sbuf *b, int norm, unsigned rb, int sg, const char *in, const char *sum)
 {
     const unsigned gs = stat_threads(rb);
     sbuf t = {0};
-    out(&t,
-        "{\n    let j = tid / %uu;\n    let sub = tid %% %uu;\n    var s = 0.0;\n    var ss = 0.0;\n%s"
-        "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
-        "    for (var st = %uu; st > 0u; st >>= 1u) {\n"
-        "        if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
-        "        workgroupBarrier();\n    }\n"
-        "    if (sub == 0u && j < RB) {\n        let mean = red[tid] / f32(K);\n%s"
+    out(&t, "{\n    let j = tid / %uu;\n    let sub = tid %% %uu;\n    var s = 0.0;\n    var ss = 0.0;\n%s", gs, gs, sum);
+    if (sg) {
+        /* (sg) a butterfly over each subgroup's lanes of the row (min(GS, its size)): one
+           exchange through workgroup memory, then a thread a row adds the subgroups' sums */
+        for (unsigned o = 1; o < gs && o < 128; o *= 2) /* (subgroups have at most 128 lanes; Tint refuses masks past 127) */
+            out(&t, "    s += select(0.0, subgroupShuffleXor(s, %uu), %uu < sgs);\n"
+                    "    ss += select(0.0, subgroupShuffleXor(ss, %uu), %uu < sgs);\n", o, o, o, o);
+        out(&t, "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
+                "    if (sub == 0u && j < RB) {\n"
+                "        for (var q = min(sgs, %uu); q < %uu; q += min(sgs, %uu)) { red[tid] += red[tid + q]; red[256u + tid] += red[256u + tid + q]; }\n",
+            gs, gs, gs);
+    } else
+        out(&t, "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
+                "    for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                "        if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+                "        workgroupBarrier();\n    }\n"
+                "    if (sub == 0u && j < RB) {\n",
+            gs / 2);
+    out(&t, "        let mean = red[tid] / f32(K);\n%s"
         "    }\n    workgroupBarrier();\n}\n",
-        gs, gs, sum, gs / 2,
         norm == DECODE_NORM_RMS ? "        stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n"
                                 : "        let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
                                   "        stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
@@ -179,14 +191,14 @@ static void stats_tree(sbuf *b, int norm, unsigned rb, const char *in, const cha
 }
 
 /* Inside the row-chunk loop: the RB rows' statistics over their K inputs, read from x. */
-static void row_stats(sbuf *b, int norm, unsigned rb)
+static void row_stats(sbuf *b, int norm, unsigned rb, int sg)
 {
     char sum[256];
     snprintf(sum, sizeof sum,
              "    if (j < RB && r0 + j < R) {\n        let rr = xrow(r0 + j);\n"
              "        for (var k = sub; k < K; k += %uu) { let v = xraw(rr, k); s += v; ss += v * v; }\n    }\n",
              stat_threads(rb));
-    stats_tree(b, norm, rb, "        ", sum);
+    stats_tree(b, norm, rb, sg, "        ", sum);
 }
 
 /* stage_normed_once's loop over the staged vec4s: the head (the norm's weight and bias
@@ -213,7 +225,8 @@ static void normed_loop_tail(sbuf *b)
 /* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
    norm's weights for them into registers) in one pass over x, their statistics from xs, then
    xs normed in place: x is read once (with partial sums, each added once), not twice. */
-static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb, unsigned tpu)
+static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb, unsigned tpu,
+                              int sg)
 {
     const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
     if (tpu) { /* x plus partial sums, as vec4s (x_source): tpu threads a vec4 */
@@ -264,7 +277,7 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
              "        for (var u = sub; u < %uu; u += %uu) { let v = xs[j * %uu + u]; s += v.x + v.y + v.z + v.w; ss += dot(v, v); }\n"
              "    }\n",
              kch4, stat_threads(rb), kch4);
-    stats_tree(b, norm, rb, "            ", sum);
+    stats_tree(b, norm, rb, sg, "            ", sum);
     out(b, "            for (var it = 0u; it < %uu; it++) {\n"
            "                let i = tid + it * 256u;\n"
            "                if (i < RB * %uu) {\n                    let j = i / %uu;\n"
@@ -290,21 +303,28 @@ static void stage_rows(sbuf *b, unsigned kch4, int persist)
 
 /* Inside: W row n's units (lane, lane + LPO, ...) of this chunk into wr, ITERS a lane, all
    loads issued together; they do not depend on x, so they go out before the prologue. */
-static void row_load(sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+static void row_load_into(sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, const char *reg, const char *row)
 {
     const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
     out(b, "                let units = %s;\n"
            "                for (var it = 0u; it < %uu; it++) {\n"
            "                    let u = lane + it * %uu;\n"
-           "                    if (u < units) { wr[it] = W[n * UPR + k0 / %uu + u]; }\n                }\n",
-        chunk_units, iters, lpo, wv);
+           "                    if (u < units) { %s[it] = W[%s * UPR + k0 / %uu + u]; }\n                }\n",
+        chunk_units, iters, lpo, reg, row, wv);
 }
 
-/* The wr declaration for row_load. */
-static void row_regs(sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv)
+static void row_load(sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
 {
-    out(b, "        var wr: array<%s, %u>;\n", wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo);
+    row_load_into(b, kch4, chunk_units, lpo, wv, "wr", "n");
 }
+
+/* The declaration of a register array `reg` for row_load_into. */
+static void row_regs_named(sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv, const char *reg)
+{
+    out(b, "        var %s: array<%s, %u>;\n", reg, wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo);
+}
+
+static void row_regs(sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv) { row_regs_named(b, f16, kch4, lpo, wv, "wr"); }
 
 /* Inside: acc[j] += the loaded wr times the staged xs. */
 static void row_fma(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
@@ -338,14 +358,36 @@ static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, un
     out(b, "                }\n                }\n");
 }
 
-/* The LPO lanes' sums of each row group, for RB rows: red[j * 256 + group * LPO] after. */
-static void lane_sums(sbuf *b, unsigned lpo)
+/* The LPO lanes' sums of each row group, for RB rows: red_at(j, group * LPO) after. The tree:
+   log2(LPO) rounds, a barrier each. sg: a butterfly over the group's lanes in each subgroup
+   (lanes numbered along local_invocation_index, as Vulkan drivers do for a 1-D workgroup), so
+   every lane holds its subgroup's part; one barrier, then red_at adds the LPO / sgs parts (one
+   where the group fits a subgroup). */
+static void lane_sums(sbuf *b, unsigned lpo, int sg)
 {
+    if (sg) {
+        out(b, "        for (var j = 0u; j < RB; j++) {\n            var v = acc[j];\n");
+        for (unsigned o = 1; o < lpo; o *= 2)
+            out(b, "            v += select(0.0, subgroupShuffleXor(v, %uu), %uu < sgs);\n", o, o);
+        out(b, "            red[j * 256u + tid] = v;\n        }\n        workgroupBarrier();\n");
+        return;
+    }
     out(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
            "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
            "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
            "            workgroupBarrier();\n        }\n",
         lpo / 2);
+}
+
+/* fn red_at(j, g0): row j's sum of the group whose first thread is g0, after lane_sums (sg: the
+   parts of its subgroups, sgs the subgroup size passed in) */
+static void red_at_fn(sbuf *b, unsigned lpo, int sg)
+{
+    if (sg)
+        out(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 {\n    var v = 0.0;\n"
+               "    for (var q = 0u; q < %uu; q += min(sgs, %uu)) { v += red[j * 256u + g0 + q]; }\n    return v;\n}\n",
+            lpo, lpo);
+    else out(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 { return red[j * 256u + g0]; }\n");
 }
 
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
@@ -392,16 +434,22 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                              ? sum_threads(k->RB, kch4, k->np) : 0;
     x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
     if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
+    const unsigned opw = 256 / lpo, tiles = (k->N + opw - 1) / opw;
+    /* the grid-stride head: x staged once a workgroup, its tiles of OPW rows in turn */
+    const int stride = k->head && k->hwg > 0 && norm && k->kch >= k->KP;
     out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
             "var<workgroup> stat: array<vec2<f32>, RB>;\n",
         k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
     out(&b, "fn xrow(r: u32) -> u32 { return %s; }\n", k->head ? "picks[r]" : "r");
     x_norm(&b, k->norm, k->norm_w, k->norm_b);
+    red_at_fn(&b, lpo, k->sg);
+    const unsigned nwg = stride ? k->hwg : tiles; /* the workgroups: the candidates a row */
     out(&b, "@compute @workgroup_size(256)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
+            "    let SGS = %s;\n"
             "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
-        k->head ? "P.S" : "P.R", lpo, lpo, 256 / lpo);
+        k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->head ? "P.S" : "P.R", lpo, lpo, opw, k->sg ? "sgs" : "0u");
     /* each chunk's weights are loaded first: their latency hides the norm's statistics and
        the staging of x (the first chunk's loads go out before anything else) */
     char units[64];
@@ -409,35 +457,59 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n");
     /* the candidates' noise: the row's hash, its loads issued before the weights' (not waited for at the end) */
     if (k->cand) out(&b, "        var h0 = 0u;\n        if (tid < RB && r0 + tid < R) { h0 = row_hash(rows[picks[r0 + tid]]); }\n");
-    out(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
-    row_regs(&b, k->f16, kch4, lpo, wv);
-    out(&b, "            if (n < N) {\n");
-    row_load(&b, kch4, units, lpo, wv);
-    out(&b, "            }\n");
-    if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu);
-    else {
-        if (norm) {
-            out(&b, "            if (k0 == 0u) {\n");
-            row_stats(&b, k->norm, k->RB);
-            out(&b, "            }\n");
+    if (stride) {
+        out(&b, "        let k0 = 0u;\n");
+        row_regs(&b, k->f16, kch4, lpo, wv);
+        out(&b, "        if (n < N) {\n");
+        row_load(&b, kch4, units, lpo, wv);
+        out(&b, "        }\n");
+        stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
+        out(&b, "        workgroupBarrier();\n        var best = -3.4e38;\n        var at = 0u;\n"
+                "        for (var t = wg.x; t < %uu; t += %uu) {\n"
+                "            let n = t * %uu + grp;\n"
+                /* the next tile's loads go out before this one's sums */
+                "            let nn = n + %uu;\n",
+            tiles, nwg, opw, nwg * opw);
+        row_regs_named(&b, k->f16, kch4, lpo, wv, "wn");
+        out(&b, "            if (nn < N) {\n");
+        row_load_into(&b, kch4, units, lpo, wv, "wn", "nn");
+        out(&b, "            }\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n            if (n < N) {\n");
+        row_fma(&b, k->f16, kch4, units, lpo, wv);
+        out(&b, "            }\n");
+    } else {
+        out(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
+        row_regs(&b, k->f16, kch4, lpo, wv);
+        out(&b, "            if (n < N) {\n");
+        row_load(&b, kch4, units, lpo, wv);
+        out(&b, "            }\n");
+        /* (no barrier before the staging: the last chunk's FMA ended with one, and the last
+           row block with another; the statistics end with theirs) */
+        if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
+        else {
+            if (norm) {
+                out(&b, "            if (k0 == 0u) {\n");
+                row_stats(&b, k->norm, k->RB, k->sg);
+                out(&b, "            }\n");
+            }
+            stage_rows(&b, kch4, k->persist);
         }
-        out(&b, "            workgroupBarrier();\n");
-        stage_rows(&b, kch4, k->persist);
+        out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
+        row_fma(&b, k->f16, kch4, units, lpo, wv);
+        /* (a barrier only where another chunk overwrites xs: lane_sums's writes of red race
+           with nothing, the statistics' last reads of it being behind their final barrier) */
+        out(&b, "            }\n%s        }\n", k->kch < k->KP ? "            workgroupBarrier();\n" : "");
     }
-    out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
-    row_fma(&b, k->f16, kch4, units, lpo, wv);
-    out(&b, "            }\n            workgroupBarrier();\n        }\n");
-    lane_sums(&b, lpo);
+    lane_sums(&b, lpo, k->sg);
     out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
             "                let r = r0 + j;\n                if (r < R) {\n"
-            "                    var v = red[j * 256u + tid];\n");
+            "                    var v = red_at(j, tid, SGS);\n");
     if (k->bias >= 0) out(&b, "                    v += vecs[%du + n];\n", k->bias);
     switch (k->epilogue) {
     case DECODE_OUT_PLAIN: out(&b, "                    outb[r * OS + n] = v;\n"); break;
     case DECODE_OUT_RESID: out(&b, "                    outb[r * OS + n] += v;\n"); break;
     case DECODE_OUT_GELU: out(&b, "                    outb[r * OS + n] = wgml_gelu_exact(v);\n"); break;
     case DECODE_OUT_SWIGLU: /* rows 2f (gate) and 2f + 1 (up) are neighbouring groups */
-        out(&b, "                    if ((grp & 1u) == 0u) { outb[r * OS + n / 2u] = wgml_silu(v) * red[j * 256u + tid + %uu]; }\n", lpo);
+        out(&b, "                    if ((grp & 1u) == 0u) { outb[r * OS + n / 2u] = wgml_silu(v) * red_at(j, tid + %uu, SGS); }\n", lpo);
         break;
     case DECODE_OUT_QKV:
         out(&b, "                    if (n < QD) { outb[r * OS + n] = v; } else {\n"
@@ -448,16 +520,29 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
         break;
     }
     out(&b, "                }\n            }\n        }\n");
-    if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
+    if (stride) {
+        /* this tile's outputs into the row's running candidate; red is free again after the
+           barrier, and the next tile's weights become this one's */
+        if (k->cand)
+            out(&b, "        if (tid < RB && r0 + tid < R) {\n"
+                    "            for (var g = 0u; g < %uu; g++) {\n"
+                    "                let o = t * %uu + g;\n"
+                    "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
+                    "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n        }\n",
+                opw, opw, lpo);
+        out(&b, "        workgroupBarrier();\n        wr = wn;\n        }\n");
+        if (k->cand)
+            out(&b, "        if (tid < RB && r0 + tid < R) { cand[(r0 + tid) * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at)); }\n", nwg);
+    } else if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
         out(&b, "        if (tid < RB && r0 + tid < R) {\n"
                 "            let r = r0 + tid;\n"
                 "            var best = -3.4e38;\n            var at = 0u;\n"
                 "            for (var g = 0u; g < %uu; g++) {\n"
                 "                let o = wg.x * %uu + g;\n"
-                "                if (o < N) {\n                    let nv = noisy(red[tid * 256u + g * %uu], h0, o);\n"
+                "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
                 "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n"
                 "            cand[r * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at));\n        }\n",
-            256 / lpo, 256 / lpo, lpo, (k->N + 256 / lpo - 1) / (256 / lpo));
+            opw, opw, lpo, nwg);
     out(&b, "        workgroupBarrier();\n    }\n}\n");
     return done(&b);
 }
@@ -507,7 +592,7 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
         row_load(&b, kch4, units, lpo, wv);
         out(&b, "            }\n        }\n");
     }
-    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b, tpu);
+    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b, tpu, 0);
     out(&b, "        workgroupBarrier();\n"
             /* the block's hidden units, RPR at a time (a row group each) */
             "        for (var fb = 0u; fb < FB; fb += %uu) {\n"
@@ -518,7 +603,7 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     if (one_round) row_fma(&b, m->f16, kch4, units, lpo, wv);
     else row_dot(&b, m->f16, kch4, units, lpo, wv);
     out(&b, "            }\n");
-    lane_sums(&b, lpo);
+    lane_sums(&b, lpo, 0);
     out(&b, "            if (lane == 0u) {\n"
             "                for (var j = 0u; j < RB; j++) {\n"
             "                    var h = 0.0;\n"
@@ -568,7 +653,7 @@ int wgml_decode_attn_early_fits(const wgml_decode_attn *a, uint64_t wg_bytes)
     const uint64_t G = a->G, D = a->D, wgs = a->wgs ? a->wgs : 256, ch = a->chunk, ns = ch ? (a->block + ch - 1) / ch : 1;
     /* its workgroup memory in floats: sc, qs, kown and vown, red and part, sred and vpart, inv,
        and (a bound for either way of combining) the chunks' (max, sum) */
-    return early_layout(a, &tpp, &vpn, &kpt, &vpt) && (G * (ch + D) + 2 * D + wgs * (5 + 5 * G) + G * (1 + 2 * ns)) * 4 <= wg_bytes;
+    return early_layout(a, &tpp, &vpn, &kpt, &vpt) && (G * (ch + D) + 2 * D + wgs * (5 + 5 * G) + G * (1 + 2 * ns) + (a->sg ? 4 * G * ch : 0)) * 4 <= wg_bytes;
 }
 
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
@@ -589,6 +674,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        from workgroup memory instead. Else the loads after the prologue. */
     unsigned tpp = 1, vpn = 1, kpt = 1, vpt = 1;
     const int early = a->early && early_layout(a, &tpp, &vpn, &kpt, &vpt);
+    /* the early form's trees (QK-norm, softmax) by subgroups, where its G + 1 heads take 64 threads each */
+    const int sgx = a->sg && early && (a->G + 1) * 64 <= wgs;
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
@@ -647,6 +734,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                 "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
                 "var<workgroup> sred: array<f32, %u>;\nvar<workgroup> vpart: array<VT, %u>;\n",
             tpp, kpt, vpn, vpt, wgs * a->G, wgs * a->G);
+    if (sgx) { /* the softmax's exchange: each head's subgroup maxima, then sums */
+        unsigned rw = 1;
+        while (rw < a->chunk && rw < wgs) rw *= 2;
+        out(&b, "var<workgroup> smx: array<f32, %u>;\n", 2 * a->G * rw);
+    }
     /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
        the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
        caches, which this workgroup then reads (storageBarrier) */
@@ -666,7 +758,14 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             out(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
                 a->knorm, a->qnorm);
         out(&pb, "        if (hh == G) { va = qb[vcol + j]; vb = qb[vcol + j + HALF]; }\n    }\n");
-        if (a->qk_norm)
+        if (a->qk_norm && sgx) { /* a butterfly in each subgroup, then the head's 64 / sgs parts */
+            out(&pb, "    var nsq = a * a + b * b;\n");
+            for (unsigned o = 1; o < 64; o *= 2) out(&pb, "    nsq += select(0.0, subgroupShuffleXor(nsq, %uu), %uu < sgs);\n", o, o);
+            out(&pb, "    red[tid] = nsq;\n    workgroupBarrier();\n    nsq = 0.0;\n"
+                     "    for (var q = 0u; q < 64u; q += min(sgs, 64u)) { nsq += red[hh * 64u + q]; }\n"
+                     "    let rs = inverseSqrt(nsq / f32(D) + EPS);\n"
+                     "    a = a * rs * w1;\n    b = b * rs * w2;\n");
+        } else if (a->qk_norm)
             out(&pb, "    red[tid] = a * a + b * b;\n    workgroupBarrier();\n"
                      "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
                      "    let rs = inverseSqrt(red[hh * 64u] / f32(D) + EPS);\n"
@@ -720,7 +819,23 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                                "                mlput(at, m);\n                mlput(at + 1u, total);\n            }\n"
                              : "            if (tid == 0u) { inv[q] = 1.0 / total; }\n";
     sbuf sb = {0};
-    if (a->G * rw <= wgs)
+    if (sgx) /* (sg) each subgroup's max and sum (the threads past RW hold -3e38 and 0), RW / sgs of them a head exchanged: a barrier each */
+        out(&sb, "    {\n        var mq: array<f32, G>;\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                 "            m = subgroupMax(m);\n"
+                 "            if (tid %% sgs == 0u && tid < %uu) { smx[q * %uu + tid / sgs] = m; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                 "            for (var i = 0u; i * sgs < %uu; i++) { m = max(m, smx[q * %uu + i]); }\n            mq[q] = m;\n"
+                 "            var sum = 0.0;\n"
+                 "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                 "            sum = subgroupAdd(sum);\n"
+                 "            if (tid %% sgs == 0u && tid < %uu) { smx[(G + q) * %uu + tid / sgs] = sum; }\n        }\n        workgroupBarrier();\n"
+                 "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            var total = 0.0;\n"
+                 "            for (var i = 0u; i * sgs < %uu; i++) { total += smx[(G + q) * %uu + i]; }\n%s"
+                 "        }\n        workgroupBarrier();\n    }\n",
+            rw, rw, rw, rw, rw, rw, rw, rw, tail);
+    else if (a->G * rw <= wgs)
         out(&sb, "    {\n        var mq: array<f32, G>;\n"
                  "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
                  "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
@@ -760,7 +875,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     if (early)
         out(&b,
             "@compute @workgroup_size(WGS)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n"
             "    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
             "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
@@ -818,7 +933,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "        var sum = VT(0.0);\n        for (var u = 0u; u < VP; u++) { sum += vpart[(u * DV + d) * G + q]; }\n"
             "        vput(((r * NKV + g) * NS + sp) * G * D + o * LW, sum * inv[q]);\n    }\n"
             "    workgroupBarrier();\n",
-            pro, soft);
+            sgx ? ", @builtin(subgroup_size) sgs: u32" : "", pro, soft);
     else
     out(&b,
         "@compute @workgroup_size(WGS)\n"
@@ -1078,25 +1193,27 @@ char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
         out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return logits[s * N + v]; }\n");
     else
         out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return vec2<f32>(noisy(logits[s * N + v], h0, v), bitcast<f32>(v)); }\n");
+    /* a value into a thread's best: the larger, of equal ones the lower token (the grid-stride
+       head's candidates do not come in token order) */
+    out(&b, "fn take(c: vec2<f32>, best: ptr<function, f32>, at: ptr<function, u32>) {\n"
+            "    let i = bitcast<u32>(c.y);\n"
+            "    if (c.x > *best || (c.x == *best && i < *at)) { *best = c.x; *at = i; }\n}\n");
     out(&b, "@compute @workgroup_size(WGS)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
             "    let s = wg.x;\n    let row = %s[picks[s]];\n"
             "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
             "    var best = -3.4e38;\n    var at = 0u;\n"
             "    let h0 = row_hash(row);\n"
-            /* four values a round, their loads issued together; ascending tokens in each thread
-               (candidates come in token order), so the first of equal values wins as in the argmax */
+            /* four values a round, their loads issued together; of equal values the lowest token
+               wins, as in the argmax */
             "    var v = tid;\n"
             "    for (; v + 3u * WGS < N; v += 4u * WGS) {\n"
             "        let c0 = value(s, v, h0);\n        let c1 = value(s, v + WGS, h0);\n"
             "        let c2 = value(s, v + 2u * WGS, h0);\n        let c3 = value(s, v + 3u * WGS, h0);\n"
-            "        if (c0.x > best) { best = c0.x; at = bitcast<u32>(c0.y); }\n"
-            "        if (c1.x > best) { best = c1.x; at = bitcast<u32>(c1.y); }\n"
-            "        if (c2.x > best) { best = c2.x; at = bitcast<u32>(c2.y); }\n"
-            "        if (c3.x > best) { best = c3.x; at = bitcast<u32>(c3.y); }\n"
+            "        take(c0, &best, &at);\n        take(c1, &best, &at);\n"
+            "        take(c2, &best, &at);\n        take(c3, &best, &at);\n"
             "    }\n"
-            "    for (; v < N; v += WGS) {\n        let c = value(s, v, h0);\n"
-            "        if (c.x > best) { best = c.x; at = bitcast<u32>(c.y); }\n    }\n"
+            "    for (; v < N; v += WGS) { take(value(s, v, h0), &best, &at); }\n"
             "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
             "    for (var st = WGS / 2u; st > 0u; st >>= 1u) {\n"
             "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"

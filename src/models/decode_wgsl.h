@@ -41,6 +41,11 @@ typedef struct wgml_decode_gemv {
     int e_f16, positions;
     int persist; /* workgroup 0 writes the rows it read (before the norm) to binding 10 */
     unsigned lpo; /* lanes summing an output (16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
+    int sg;       /* the lanes' sums and the norm's statistics by subgroup shuffles (the adapter has subgroups):
+                     a barrier each, not a tree of a barrier a round */
+    unsigned hwg; /* the head (with norm, x in one chunk): this many workgroups, each staging x once and
+                     going over tiles of 256 / lpo rows (grid stride), the next tile's loads issued before
+                     this one's sums; its candidates then hwg a row (0: a workgroup a tile) */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 
@@ -79,6 +84,9 @@ typedef struct wgml_decode_attn {
     /* with chunk and rope: the chunk's cache loads issued before the prologue where the shape
        takes it (wgml_decode_attn_early_fits; else after, as without) */
     int early;
+    /* with early: the QK-norm's and the softmax's sums by subgroup operations (the adapter has
+       subgroups), a barrier each instead of a tree of a barrier a round */
+    int sg;
 } wgml_decode_attn;
 /* Whether a, with early set, runs the early form within wg_bytes of workgroup memory (D a
    multiple of 8, the chunk and (G + 1) 64 fit the workgroup, its 5 WGS G more floats of

@@ -279,7 +279,11 @@ wgml_tensor *wgml_gpt_attend(wgml_gpt *g, int64_t l, wgml_tensor *q, wgml_tensor
     /* the attention writes [B,T,H,D]: [B,T,C] is a reshape, and its gradient reaches the
        attention's backward as is (no copy either way) */
     wgml_tensor *a = wgml_attention(ctx, q, k, v, &(wgml_attention_desc){.causal = 1, .packed = cache ? NULL : qkv, .out_bthd = 1});
-    return wgml_reshape(ctx, a, 3, btc);
+    a = wgml_reshape(ctx, a, 3, btc);
+    /* training under mixed precision: the projection's GEMMs (forward and its weight's
+       gradient) read halves, a cast launch cheaper than their staging f32 (H200: the nanoGPT
+       step 2% faster; docs/MEASUREMENTS.md) */
+    return cache ? a : wgml_gpt_matmul_operand(ctx, a);
 }
 
 /* The final hidden states [B,T,C] of ids [B,T] at positions pos.. */

@@ -65,7 +65,9 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *params, int64_t l, wg
 
     h = wgml_gpt_matmul_operand(ctx, wgml_layernorm(ctx, x, p[LN2_W], p[LN2_B], c->norm_eps));
     /* decoding: the GELU in the matmul's epilogue (one launch fewer); training keeps them
-       apart, since the fused form's gradient computes the pre-activation again */
+       apart, since the fused form's gradient computes the pre-activation again (under mixed
+       precision the GELU's gradient goes into the epilogue of the GEMM that makes dU instead:
+       wgml_rule_matmul_act_grad) */
     wgml_tensor *u = s->cache ? wgml_matmul_ex(ctx, h, p[W1], &(wgml_matmul_desc){.bias = p[B1], .activation = WGML_ACT_GELU_EXACT})
                               : wgml_gpt_matmul_operand(ctx, wgml_gelu_exact(ctx, wgml_gpt_half_if_free(ctx, wgml_matmul_ex(ctx, h, p[W1], &(wgml_matmul_desc){.bias = p[B1]}))));
     wgml_tensor *f = wgml_matmul_ex(ctx, u, p[W2], &(wgml_matmul_desc){.bias = p[B2]});

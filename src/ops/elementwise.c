@@ -130,6 +130,13 @@ wgml_tensor *wgml_binary_node(wgml_context *ctx, wgml_op op, wgml_tensor *a, wgm
         wgml_shape_str(s2, sizeof s2, b);
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "%s: shapes %s and %s do not broadcast", name, s1, s2);
     }
+    /* a sum of two tensors of one shape: in the kernel of either operand's op where it can (the
+       op table's add_in: a GEMM adds a residual in its epilogue) */
+    if (op == WGML_OP_ADD && a->ndim == b->ndim && n == a->ndim && !memcmp(a->shape, b->shape, (size_t)n * sizeof *shape)) {
+        wgml_tensor *t = wgml_op_table[b->op]->add_in ? wgml_op_table[b->op]->add_in(ctx, b, a, false) : NULL;
+        if (!t && wgml_op_table[a->op]->add_in) t = wgml_op_table[a->op]->add_in(ctx, a, b, false);
+        if (t) return t;
+    }
     wgml_tensor *src[2] = {a, b};
     return wgml_node(ctx, op, n, shape, 2, src);
 }
@@ -362,7 +369,14 @@ static T *gelu_exact_grad(wgml_context *c, T *x, T *g) /* g (Phi(x) + x phi(x)) 
     return wgml_mul(c, g, wgml_add(c, Phi, wgml_mul(c, x, phi)));
 }
 
-static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin) { gin[0] = gelu_exact_grad(c, t->src[0], g); return WGML_OK; }
+/* under mixed precision, where g is a GEMM's result that only this rule reads, the derivative
+   goes into that GEMM's epilogue (ops/rules.h) */
+static wgml_status vjp_gelu_exact(wgml_context *c, T *t, T *g, T **gin)
+{
+    T *folded = wgml_rule_matmul_act_grad(c, g, WGML_ACT_GELU_EXACT, t->src[0]);
+    gin[0] = folded ? folded : gelu_exact_grad(c, t->src[0], g);
+    return WGML_OK;
+}
 
 static wgml_status vjp_sin(wgml_context *c, T *t, T *g, T **gin) { gin[0] = wgml_mul(c, g, wgml_cos(c, t->src[0])); return WGML_OK; }
 

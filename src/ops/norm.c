@@ -2,6 +2,7 @@
 #include "ops/norm.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "engine/build.h"
 #include "ops/row.h"
@@ -71,6 +72,21 @@ static wgml_status vjp_norm(wgml_context *c, T *t, T *g, T **gin)
     return WGML_OK;
 }
 
+/* (the op table's add_in) dx + r in the gradient's kernel, r f32 of its shape, taken into t
+   itself: only where t is its caller's own (backward, right after vjp_norm made it, when only
+   the weight's gradient reads t, through a view of the tail, g xh after dx, which r leaves
+   alone) */
+static wgml_tensor *norm_grad_add_in(wgml_context *ctx, wgml_tensor *t, wgml_tensor *r, bool own)
+{
+    (void)ctx;
+    if (!own || t->nsrc != 3 || t->buf || t->dest || t->dtype != WGML_F32 || r->dtype != WGML_F32 ||
+        !wgml_is_contiguous(r) || r->ndim != t->ndim || memcmp(r->shape, t->shape, (size_t)t->ndim * sizeof *t->shape))
+        return NULL;
+    t->src[t->nsrc++] = r;
+    wgml_tensor_retain(r);
+    return t;
+}
+
 /* ---------------------------------------------------------------- launch */
 
 /* ops/norm.wgsl: x [rows, n], weight [n] and bias [n] (x bound for a missing one), or for a
@@ -87,7 +103,7 @@ static wgml_status build_norm(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
                                     {"LAYERNORM_GRAD", WGML_OP_LAYERNORM_GRAD}, {"RMSNORM_GRAD", WGML_OP_RMSNORM_GRAD}},
                           .op = t->op, .flags = (uint32_t)(has_w | (has_b << 1) | (grad && t->tail ? 4 : 0)), .x = x,
                           .w = has_w ? t->src[1] : x, .b = grad ? t->src[2] : has_b ? t->src[1 + has_w] : x,
-                          .eps = p.eps};
+                          .r = grad && t->nsrc > 3 ? t->src[3] : NULL, .eps = p.eps};
     return wgml_row_launch(ctx, t, &rk, l);
 }
 
@@ -96,8 +112,9 @@ static wgml_status build_norm(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 /* O(1) outputs: (x - mean) r w + b may cancel to near 0 (~1e-6 absolute); rmsnorm as layernorm */
 WGML_OP_ENTRY(LAYERNORM) = {.name = "layernorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, .vjp = vjp_norm, .recompute = true, .f16_out = true, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
 WGML_OP_ENTRY(RMSNORM) = {.name = "rmsnorm", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 2, .vjp = vjp_norm, .recompute = true, .f16_out = true, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2)};
-/* one row kernel for a norm's input gradient: x, its weight, the upstream gradient */
+/* one row kernel for a norm's input gradient: x, its weight, the upstream gradient (and an
+   addend after them where backward folded another gradient of x into it) */
 WGML_OP_ENTRY(LAYERNORM_GRAD) = {.name = "layernorm_grad", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
-                            .no_grad = "made by backward only (no second derivatives)"};
+                            .no_grad = "made by backward only (no second derivatives)", .add_in = norm_grad_add_in};
 WGML_OP_ENTRY(RMSNORM_GRAD) = {.name = "rmsnorm_grad", .kind = WGML_KIND_ROW, .build = build_norm, .arity = 3, DOMAIN(-10, 10, -2, 2), TRANSC, FLOOR(1e-2),
-                          .no_grad = "made by backward only (no second derivatives)"};
+                          .no_grad = "made by backward only (no second derivatives)", .add_in = norm_grad_add_in};

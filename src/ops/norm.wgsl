@@ -3,7 +3,8 @@
 // from it (no cancellation when the mean is large); rmsnorm: the mean of squares. Without a
 // weight (FLAGS & 1) or bias (FLAGS & 2), x is bound in its place, unread. The gradients
 // (OP_LAYERNORM_GRAD, OP_RMSNORM_GRAD) take the upstream gradient [rows, n] in b; with FLAGS & 4
-// they also write g xh (the weight's gradient before its sum over rows) after dx. Rows that do
+// they also write g xh (the weight's gradient before its sum over rows) after dx, and add an
+// addend to dx where the node has one (add_r: another gradient of x, the residual stream's). Rows that do
 // not fit the registers are read two (rmsnorm) or three times.
 @group(0) @binding(1) var<storage, read> x: array<V>;
 @group(0) @binding(2) var<storage, read> w: array<WV>;  // weight
@@ -77,7 +78,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 var gh = b[go + j];
                 if ((FLAGS & 1u) != 0u) { gh = gh * w[wo + j]; }
                 let xh = ((unit(&cache, i, j, tm.xo) - mu) - c) * inv;
-                y[tm.yo + j] = Y(inv * ((gh - xh * m.y) - m1));
+                y[tm.yo + j] = Y(add_r(tm.yo + j, inv * ((gh - xh * m.y) - m1)));
                 // the weight's gradient's rows, g xh, after dx (the node's tail)
                 if ((FLAGS & 4u) != 0u) { y[P.rows * tm.nu + tm.yo + j] = Y(b[go + j] * xh); }
             }

@@ -63,7 +63,7 @@ static void put_f32(wgml_launch *l, int i, float v) { memcpy(l->params + 4 * i, 
 static wgml_status row_pipeline(wgml_context *ctx, const wgml_row_kernel *rk, uint32_t flags, bool v4, uint32_t team,
                                 uint32_t k, bool cached, bool y_f16, wgml_launch *l)
 {
-    uint32_t key[7] = {WGML_KEY_ROW, (uint32_t)rk->op | (uint32_t)y_f16 << 16, flags, v4, team, k, cached};
+    uint32_t key[7] = {WGML_KEY_ROW, (uint32_t)rk->op | (uint32_t)y_f16 << 16 | (uint32_t)(rk->r != NULL) << 17, flags, v4, team, k, cached};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 7))) return WGML_OK;
     const char *shared = wgml_wgsl_find("row"), *body = wgml_wgsl_find(rk->kernel);
     if (!shared || !body) return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "kernel %s is not built in", rk->kernel);
@@ -82,12 +82,19 @@ static wgml_status row_pipeline(wgml_context *ctx, const wgml_row_kernel *rk, ui
                   v4 ? "vec4<u32>(0u, 1u, 2u, 3u)" : "0u",
                   v4 && !rk->per_row ? "vec4<f32>" : "f32", /* one value per row: f32 */
                   (unsigned)rk->op, flags, team, cached ? "true" : "false", k);
+    /* add_r(i, v): v plus the addend's unit i of the result (the bindings' order: wgml_row_launch) */
+    if (rk->r)
+        wgml_sbuf_put(&b, "@group(0) @binding(%d) var<storage, read> addend: array<V>;\n"
+                          "fn add_r(i: u32, v: V) -> V { return v + addend[P.r_off / VW + i]; }\n",
+                      3 + (rk->w != NULL) + (rk->b != NULL));
+    else
+        wgml_sbuf_put(&b, "fn add_r(i: u32, v: V) -> V { return v; }\n");
     if (rk->errors)
         wgml_sbuf_put(&b, "@group(0) @binding(%d) var<storage, read_write> gpu_errors: array<atomic<u32>, 4>;\n"
                           "fn flag_label(row: u32) {\n"
                           "    atomicOr(&gpu_errors[0], %uu);\n"
                           "    atomicMax(&gpu_errors[1], 0xffffffffu - row);\n}\n",
-                      3 + (rk->w != NULL) + (rk->b != NULL), (unsigned)WGML_GPU_ERROR_LABEL);
+                      3 + (rk->w != NULL) + (rk->b != NULL) + (rk->r != NULL), (unsigned)WGML_GPU_ERROR_LABEL);
     else
         wgml_sbuf_put(&b, "fn flag_label(row: u32) {}\n");
     wgml_sbuf_put(&b, "%s%s", shared, body);
@@ -101,7 +108,8 @@ wgml_status wgml_row_launch(wgml_context *ctx, wgml_tensor *t, const wgml_row_ke
     int64_t n = x->shape[x->ndim - 1], rows = x->numel / n;
     /* vec4 loads and stores when every row, the weight and the bias start on a multiple of 4
        floats (w and b of one value per row are read as f32) */
-    bool v4 = n % 4 == 0 && x->offset % 4 == 0 && !rk->scalar_out && (rk->per_row || (w->offset % 4 == 0 && b->offset % 4 == 0));
+    bool v4 = n % 4 == 0 && x->offset % 4 == 0 && !rk->scalar_out && (rk->per_row || (w->offset % 4 == 0 && b->offset % 4 == 0)) &&
+              (!rk->r || rk->r->offset % 4 == 0);
     int64_t vw = v4 ? 4 : 1, nu = n / vw;
     /* threads per row: the fewest powers of two that give each thread at most 4 units, so
        short rows share workgroups instead of leaving most of their threads idle (and, on a
@@ -120,6 +128,7 @@ wgml_status wgml_row_launch(wgml_context *ctx, wgml_tensor *t, const wgml_row_ke
     snprintf(l->what, sizeof l->what, "%s of rows of %lld", wgml_op_table[t->op]->name, (long long)n);
     put_u32(l, 0, (uint32_t)rows);
     put_u32(l, 1, (uint32_t)n);
+    put_u32(l, 2, rk->r ? (uint32_t)rk->r->offset : 0);
     put_u32(l, 4, (uint32_t)x->offset);
     put_u32(l, 5, (uint32_t)w->offset);
     put_u32(l, 6, (uint32_t)b->offset);
@@ -128,12 +137,13 @@ wgml_status wgml_row_launch(wgml_context *ctx, wgml_tensor *t, const wgml_row_ke
     put_f32(l, 9, -INFINITY);
     put_f32(l, 10, NAN);
     l->params_size = 48;
-    /* the kernel's bindings: x, then w and b where it has them, y, the error flags */
+    /* the kernel's bindings: x, then w and b where it has them, y, the addend, the error flags */
     int nb = 0;
     l->buffers[nb++] = wgml_tensor_base(x);
     if (rk->w) l->buffers[nb++] = wgml_tensor_base(w);
     if (rk->b) l->buffers[nb++] = wgml_tensor_base(b);
     l->buffers[nb++] = t;
+    if (rk->r) l->buffers[nb++] = wgml_tensor_base(rk->r);
     if (rk->errors && !(l->raw[nb++] = wgml_gpu_errors_buffer(ctx)))
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "no GPU memory for the error flags");
     l->nbuffers = nb;

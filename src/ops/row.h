@@ -29,6 +29,7 @@ typedef struct wgml_row_kernel {
        bindings are x, w if given, b if given, y, the error flags if errors); a kernel that
        reads w or b under a flag gets x bound in place of a missing one, given as x */
     wgml_tensor *x, *w, *b;
+    wgml_tensor *r;       /* bound after y where given: an addend of y's shape (the norms' gradients) */
     bool per_row;         /* w and b hold one value per row (read as f32) */
     bool scalar_out;      /* one output per row (f32 units) */
     bool errors;          /* binds the GPU error flags after y (flag_label) */

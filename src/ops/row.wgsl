@@ -18,7 +18,7 @@
 // Code shared by both widths converts with V(...) and vec4<f32>(...), which are splats or
 // identities, so the module type-checks for either.
 struct Params {
-    rows: u32, n: u32, _p0: u32, _p1: u32,  // the op and flags are the header's OP and FLAGS
+    rows: u32, n: u32, r_off: u32, _p1: u32,  // r_off: an addend's offset (the norms' gradients); the op and flags are the header's OP and FLAGS
     in_off: u32, w_off: u32, b_off: u32, gx: u32,
     eps: f32, neg_inf: f32, nan: f32, _p2: u32,  // WGSL constants cannot be infinite or NaN
 }

@@ -17,6 +17,14 @@ wgml_tensor *wgml_rule_relu_grad(wgml_context *c, wgml_tensor *x, wgml_tensor *g
 wgml_tensor *wgml_rule_positive(wgml_context *c, wgml_tensor *x);
 /* g [..., n] summed over every row to [n] (a bias's or a norm weight's gradient) */
 wgml_tensor *wgml_rule_sum_rows(wgml_context *c, wgml_tensor *g);
+/* Under mixed precision, the gradient of act(x) from g, the gradient of its output, where g is a
+   GEMM's result (or a reshape of it) that nothing else reads and x has its shape: that GEMM
+   again with act's derivative at x in its epilogue (WGML_ACT_GRAD), which stores halves where
+   it can (the MLP's second matmul's input gradient times the GELU's derivative: one kernel and
+   no f32 gradient in memory); NULL where that does not apply (the caller builds the
+   elementwise rule). The first GEMM, now unread, is never run. (The matmul family's,
+   ops/matmul/matmul.c.) */
+wgml_tensor *wgml_rule_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int act, wgml_tensor *x);
 /* a binary node given a number instead of its second operand */
 bool wgml_rule_with_scalar(const wgml_tensor *t);
 

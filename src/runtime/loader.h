@@ -60,6 +60,7 @@
     X(void, BufferUnmap, (WGPUBuffer b), (b)) \
     X(uint64_t, BufferGetSize, (WGPUBuffer b), (b)) \
     X(void, BufferDestroy, (WGPUBuffer b), (b)) \
+    X(void, BufferAddRef, (WGPUBuffer b), (b)) \
     X(void, BufferRelease, (WGPUBuffer b), (b)) \
     X(void, ShaderModuleRelease, (WGPUShaderModule m), (m)) \
     X(WGPUBindGroupLayout, ComputePipelineGetBindGroupLayout, (WGPUComputePipeline p, uint32_t i), (p, i)) \

@@ -101,7 +101,8 @@ wgml_status wgml_settings_resolve(const wgml_context_desc *desc_in, wgml_setting
     s->dist_bucket_mb = d.dist_bucket_mb ? d.dist_bucket_mb : mb > 0 && mb <= 1024 ? mb : 0;
     if (d.dist_overlap < -1 || d.dist_overlap > 1) FAIL("dist_overlap = %d, want -1, 0 or 1", d.dist_overlap);
     s->dist_overlap = d.dist_overlap ? d.dist_overlap > 0 : !((e = env("WGML_DIST_OVERLAP")) && !strcmp(e, "0"));
-    s->dist_defer = d.dist_defer || ((e = env("WGML_DIST_DEFER")) && !strcmp(e, "1"));
+    if (d.dist_defer < -1 || d.dist_defer > 1) FAIL("dist_defer = %d, want -1, 0 or 1", d.dist_defer);
+    s->dist_defer = d.dist_defer ? d.dist_defer > 0 : !((e = env("WGML_DIST_DEFER")) && !strcmp(e, "0"));
     s->dist_inline = d.dist_inline || ((e = env("WGML_DIST_INLINE")) && *e && strcmp(e, "0"));
     if (d.dist_shm < -1 || d.dist_shm > 1) FAIL("dist_shm = %d, want -1, 0 or 1", d.dist_shm);
     s->dist_shm = d.dist_shm ? d.dist_shm > 0 : !((e = env("WGML_DIST_SHM")) && !strcmp(e, "0"));

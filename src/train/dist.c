@@ -815,11 +815,11 @@ static wgml_status write_back(wgml_context *ctx, bucket *b, wgml_buffer *G)
 }
 
 /* How far advance goes */
-enum { ONE_PASS, ALL_HANDED, ALL_WRITTEN };
+enum { ONE_PASS, ALL_WRITTEN };
 
 /* Moves the step's buckets on: mapped ones to the reducer, reduced ones back into G, both in
-   order. ALL_HANDED: until every bucket is with the reducer (or skipped); ALL_WRITTEN: until
-   every bucket is written back (after a failure: until none is in flight). */
+   order. ALL_WRITTEN: until every bucket is written back (after a failure: until none is in
+   flight). */
 static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, int until, wgml_status failed)
 {
     wgml_status st = WGML_OK;
@@ -868,7 +868,7 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
             }
             moved = true;
         }
-        if (until == ONE_PASS || (until == ALL_HANDED && bs->handed == bs->n) || bs->written == bs->n) break;
+        if (until == ONE_PASS || bs->written == bs->n) break;
         if (ctx->rt.device_lost) {
             st = wgml_check_device(&ctx->rt);
             failed = failed ? failed : st;
@@ -978,10 +978,11 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     dist.stats.bytes += (uint64_t)count * (b->f16 ? 2 : 4);
     dist.stats.values += (uint64_t)count;
     dist.stats.buckets++;
-    /* earlier buckets that are ready move on now; with the step's end deferred, the last
-       bucket (G's start) waits here until every bucket is with the reducer, which then
-       finishes them while the next step's graph is built */
-    return advance(ctx, bs, G, from == 0 && dist.defer ? ALL_HANDED : ONE_PASS, WGML_OK);
+    /* earlier buckets that are ready move on now. With the step's end deferred, the last
+       bucket does not wait either: the next step's graph is built and its first bucket
+       encoded while the GPU still runs this step's backward (mapped buckets wait meanwhile),
+       then this step's buckets are finished (train/optim.c, carry_step) */
+    return advance(ctx, bs, G, ONE_PASS, WGML_OK);
 }
 
 static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status failed, void *user)
@@ -1036,7 +1037,8 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
     if ((st = agree_settings(wgml_optimizer_owner(opt), "dist_data_parallel"))) return st;
     dist.inline_mpi = set->dist_inline;
     if (set->dist_overlap) {
-        /* dist_defer (WGML_DIST_DEFER=1): the step's end waits until the next step's graph is built */
+        /* dist_defer (the default; WGML_DIST_DEFER=0: off): the step's end waits for the next
+           step's first bucket, whose host work is done meanwhile (optim.c, carry_step) */
         dist.defer = set->dist_defer;
         wgml_grad_buckets b = {.bucket_floats = (int64_t)bucket_floats(wgml_optimizer_owner(opt), DEFAULT_OVERLAP_BUCKET_FLOATS),
                                .ready = bucket_ready, .finish = buckets_finish, .defer = dist.defer, .user = opt};

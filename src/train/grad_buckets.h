@@ -25,9 +25,11 @@ typedef struct wgml_grad_buckets {
        what is in flight. */
     wgml_status (*finish)(wgml_context *ctx, struct wgml_buffer *G, wgml_status st, void *user);
     void *user;
-    /* finish, the norm and the update wait until something needs them (the next step, a
-       read of the parameters or moments, a write into them): the next step's graph is built
-       meanwhile. wgml_optimizer_steps and _lr count such a step as taken. */
+    /* finish, the norm and the update wait until something needs them (a read of the
+       parameters or moments, a write into them), or until the next step's first bucket,
+       which encodes the update and itself first, then calls finish and submits both (the GPU
+       then waits for no host work between the steps). wgml_optimizer_steps and _lr count such
+       a step as taken. */
     bool defer;
 } wgml_grad_buckets;
 

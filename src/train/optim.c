@@ -448,9 +448,11 @@ wgml_tensor *wgml_optimizer_scale_loss(wgml_optimizer *opt, wgml_tensor *loss)
                                  (long long)loss->numel);
     if (!opt->scaling) return wgml_binary_scalar(ctx, WGML_MUL, loss, 1.0f);
     int64_t one = 1;
-    wgml_status done = complete_step(opt); /* a step in flight writes the half read next */
-    if (done) return wgml_tensor_error(ctx, done, "%s", wgml_error_message(ctx));
-    wgml_tensor *scale = wgml_tensor_over(ctx, 1, &one, opt->scaler, (int64_t)opt->scaler_half * SCALER_WORDS + SC_SCALE);
+    /* a step in flight writes the half read next: the view names that half, and evaluating
+       it (the scaler is among the buffers that step writes) ends that step first. So the
+       next step's graph is built, and its first bucket planned, while that step runs */
+    int half = opt->scaler_half ^ (opt->deferred ? 1 : 0);
+    wgml_tensor *scale = wgml_tensor_over(ctx, 1, &one, opt->scaler, (int64_t)half * SCALER_WORDS + SC_SCALE);
     if (!scale) return wgml_tensor_error(ctx, ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     wgml_tensor *out = wgml_mul(ctx, loss, scale);
     wgml_tensor_free(scale);
@@ -548,11 +550,44 @@ static void unkeep(wgml_context *ctx, wgml_tensor *t)
     t->offset = 0;
 }
 
+/* The deferred step in flight ends inside this step's first bucket (run_buckets, `carried`):
+   its update and this step's first bucket (the forward pass, the last layers' backward) are
+   planned and encoded first, while the GPU still runs that step's backward and its buckets
+   are reduced; then its buckets are waited for and written back, and the two submitted in
+   that order, so that the GPU goes from the update to the forward with nothing to wait for.
+   The update is planned first: the first bucket may take the buffers it gives back, never the
+   other way round (the update runs first). The step in flight is ended after a failure too. */
+static wgml_tensor *update_node(wgml_optimizer *opt, wgml_tensor **norm2);
+static void step_taken(wgml_optimizer *opt, wgml_tensor *norm2);
+static void drop_deferred_grads(wgml_optimizer *opt);
+
+static wgml_status carry_step(wgml_optimizer *opt, int n, wgml_tensor *const *targets)
+{
+    wgml_context *ctx = opt->ctx;
+    const wgml_grad_buckets *b = &opt->buckets;
+    wgml_prepared upd_cb = {0}, first_cb = {0};
+    opt->deferred = false; /* its update: the learning rate and bias correction of its own step */
+    wgml_tensor *norm2 = NULL, *upd = update_node(opt, &norm2);
+    wgml_tensor *u[2] = {norm2, upd};
+    wgml_status st = upd ? wgml_graph_prepare(ctx, 2, u, &upd_cb) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
+    if (!st) st = wgml_graph_prepare(ctx, n, targets, &first_cb);
+    wgml_status fin = b->finish(ctx, opt->G, st, b->user);
+    if (!st) st = fin;
+    if (!st) st = wgml_prepared_submit(ctx, &upd_cb);
+    if (!st) step_taken(opt, norm2);
+    drop_deferred_grads(opt);
+    if (!st) st = wgml_prepared_submit(ctx, &first_cb);
+    wgml_prepared_discard(&upd_cb);
+    wgml_prepared_discard(&first_cb);
+    if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the step in flight failed (%s)", wgml_status_name(st));
+    return st;
+}
+
 /* The gradients (grads[i] for parameter i) evaluated a bucket at a time from the last
    parameter back, each bucket handed to opt->buckets.ready once submitted; the pending readers
    (first) and the extras go with the first bucket. */
 static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *const *first, int n_extra,
-                               wgml_tensor *const *extra, wgml_tensor *const *grads, bool defer)
+                               wgml_tensor *const *extra, wgml_tensor *const *grads, bool defer, bool *carried)
 {
     wgml_context *ctx = opt->ctx;
     const wgml_grad_buckets *b = &opt->buckets;
@@ -578,7 +613,13 @@ static wgml_status run_buckets(wgml_optimizer *opt, int n_first, wgml_tensor *co
             st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
             break;
         }
-        if (!(st = wgml_graph_eval(ctx, (int)targets.n, targets.items))) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
+        if (*carried) { /* (the step in flight's buckets end before this step's first is handed over) */
+            *carried = false;
+            st = carry_step(opt, (int)targets.n, targets.items);
+        } else {
+            st = wgml_graph_eval(ctx, (int)targets.n, targets.items);
+        }
+        if (!st) st = b->ready(ctx, opt->G, opt->slot[lo], end - opt->slot[lo], b->user);
     }
     for (size_t i = 0; i < kept.n; i++) {
         unkeep(ctx, kept.items[i]);
@@ -664,17 +705,29 @@ static void step_taken(wgml_optimizer *opt, wgml_tensor *norm2)
     wgml_tensor_retain(norm2);
 }
 
+static void drop_deferred_grads(wgml_optimizer *opt)
+{
+    for (int i = 0; i < opt->n; i++) {
+        if (opt->deferred_grads[i]) wgml_tensor_unref(opt->deferred_grads[i]);
+        opt->deferred_grads[i] = NULL;
+    }
+}
+
+/* The context no longer ends this optimizer's step before an evaluation (it ends it itself). */
+static void forget_pending_step(wgml_context *ctx)
+{
+    ctx->pending_step = NULL;
+    ctx->pending_step_arg = NULL;
+    memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
+}
+
 /* A deferred step's end: the buckets written back, then the norm and the update. */
 static wgml_status complete_step(wgml_optimizer *opt)
 {
     if (!opt->deferred) return WGML_OK;
     wgml_context *ctx = opt->ctx;
     opt->deferred = false;
-    if (ctx->pending_step_arg == opt) {
-        ctx->pending_step = NULL;
-        ctx->pending_step_arg = NULL;
-        memset(ctx->pending_step_bufs, 0, sizeof ctx->pending_step_bufs);
-    }
+    if (ctx->pending_step_arg == opt) forget_pending_step(ctx);
     wgml_status st = opt->buckets.finish(ctx, opt->G, WGML_OK, opt->buckets.user);
     wgml_tensor *norm2 = NULL;
     wgml_scope_begin(ctx);
@@ -684,10 +737,7 @@ static wgml_status complete_step(wgml_optimizer *opt)
         st = upd ? wgml_graph_eval(ctx, 2, targets) : ctx->rt.status ? ctx->rt.status : WGML_ERROR_OUT_OF_MEMORY;
     }
     if (!st) step_taken(opt, norm2);
-    for (int i = 0; i < opt->n; i++) {
-        if (opt->deferred_grads[i]) wgml_tensor_unref(opt->deferred_grads[i]);
-        opt->deferred_grads[i] = NULL;
-    }
+    drop_deferred_grads(opt);
     wgml_scope_end(ctx);
     if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the step in flight failed (%s)", wgml_status_name(st));
     return st;
@@ -717,12 +767,30 @@ static wgml_tensor *slot_writer(wgml_tensor *g)
     return b->refs == held ? b : NULL;
 }
 
+static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra, bool *carried);
+
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = opt->ctx;
     wgml_status st = wgml_check_device(&ctx->rt);
-    if (st || (st = complete_step(opt))) return st;
+    /* a deferred step in flight ends inside this one's first bucket (carry_step), where it can */
+    bool carried = opt->deferred && opt->buckets.ready && opt->buckets.defer && ctx->pending_step_arg == opt &&
+                   wgml_graph_can_prepare(ctx);
+    if (st || (!carried && (st = complete_step(opt)))) return st;
+    if (carried) forget_pending_step(ctx); /* evaluations until then leave it alone: they read nothing it writes */
+    st = step(opt, n_extra, extra, &carried);
+    if (carried) { /* this step failed before its first bucket: the one in flight still ends */
+        wgml_status done = complete_step(opt);
+        if (!st) st = done;
+    }
+    return st;
+}
+
+static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra, bool *carried)
+{
+    wgml_context *ctx = opt->ctx;
+    wgml_status st = WGML_OK;
     if (n_extra < 0 || (n_extra && !extra)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: bad extra list");
     /* The step overwrites the parameters, both moments and the gradient slots in place:
        pending results that read them (logits the user still holds, a gradient taken before
@@ -795,7 +863,7 @@ wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *c
             bool defer = opt->buckets.defer;
             if (defer && !opt->deferred_grads && !(opt->deferred_grads = calloc((size_t)opt->n, sizeof *grads)))
                 st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
-            if (!st) st = run_buckets(opt, n_first, targets, n_extra, extra, grads, defer);
+            if (!st) st = run_buckets(opt, n_first, targets, n_extra, extra, grads, defer, carried);
             if (!st && defer) { /* the rest when something needs it */
                 for (int i = 0; i < opt->n; i++) {
                     opt->deferred_grads[i] = grads[i];

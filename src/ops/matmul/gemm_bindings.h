@@ -13,7 +13,7 @@
     "    lda: u32, ldb: u32, a_off: u32, b_off: u32,\n"                 \
     "    a_bs: u32, b_bs: u32, c_off: u32, has_bias: u32,\n"            \
     "    bias_off: u32, gx: u32, alpha: f32, accumulate: u32,\n"        \
-    "    a_bs1: u32, b_bs1: u32, L1: u32, pad: u32,\n"                  \
+    "    a_bs1: u32, b_bs1: u32, L1: u32, x_off: u32,\n"                \
     "}\n"                                                               \
     "@group(0) @binding(0) var<uniform> P: Params;\n"                   \
     "@group(0) @binding(1) var<storage, read> A: array<%s>;\n"          \

@@ -225,6 +225,21 @@ static void put_k_step(wgml_sbuf *b, const wgml_sgmat_config *c, bool ta, bool t
                           j, i, j);
 }
 
+/* act_x: this lane's X of fragment (i, j) into register set `set`, the elements the epilogue
+   writes (0 outside the matrix) */
+static void put_x_loads(wgml_sbuf *b, const wgml_sgmat_config *c, int i, int j, int set)
+{
+    int SM = c->sm_m, SN = c->sm_n;
+    for (int q = 0; q < SM * SN / c->subgroup_size; q++)
+        wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n"
+                         "        let m = m0 + sr + %du + e / %du;\n"
+                         "        let n = n0 + sc + %du + e %% %du;\n"
+                         "        x%d_%d = 0.0;\n"
+                         "        if (m < P.M && n < P.N) { x%d_%d = f32(X[cb - P.c_off + P.x_off + m * P.N + n]); }\n"
+                         "    }\n",
+                      q * c->subgroup_size, i * SM, SN, j * SN, SN, set, q, set, q);
+}
+
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const char *act_wgsl)
 {
     if (wgml_sgmat_config_problem(c)) return NULL;
@@ -249,11 +264,12 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     const char *ct = c->c_f16 ? "f16" : "f32";
     wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B), ct);
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
-    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32) -> %s {\n"
+    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32%s) -> %s {\n"
                       "    var v = P.alpha * v0;\n"
                       "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
                       "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-                      "    return %s(%s);\n}\n", ct, ct, act_wgsl ? "act(v)" : "v");
+                      "    return %s(%s);\n}\n", c->act_x ? ", x: f32" : "", ct, ct,
+                  c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
@@ -341,16 +357,26 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         wgml_sbuf_put(&b, "        return;\n    }\n");
     }
     wgml_sbuf_put(&b, "    let cs = sg * %du;\n", SM * SN);
+    int per_lane = SM * SN / SGS;
+    if (c->act_x) { /* X of fragment 0 (two sets of registers: the next fragment's loads in flight) */
+        for (int q = 0; q < per_lane; q++) wgml_sbuf_put(&b, "    var x0_%d = 0.0;\n    var x1_%d = 0.0;\n", q, q);
+        put_x_loads(&b, c, 0, 0, 0);
+    }
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) {
+            int f = i * FN + j;
             wgml_sbuf_put(&b, "    subgroupMatrixStore(&Cs, cs, c%d_%d, false, %du);\n    workgroupBarrier();\n", i, j, SN);
-            for (int q = 0; q < SM * SN / SGS; q++)
+            if (c->act_x && f + 1 < FM * FN) put_x_loads(&b, c, (f + 1) / FN, (f + 1) % FN, (f + 1) % 2);
+            char xarg[32] = "";
+            for (int q = 0; q < per_lane; q++) {
+                if (c->act_x) snprintf(xarg, sizeof xarg, ", x%d_%d", f % 2, q);
                 wgml_sbuf_put(&b, "    {\n        let e = lane + %du;\n"
                                   "        let m = m0 + sr + %du + e / %du;\n"
                                   "        let n = n0 + sc + %du + e %% %du;\n"
-                                  "        if (m < P.M && n < P.N) { let idx = cb + m * P.N + n; C[idx] = epilogue(Cs[cs + e], n, idx); }\n"
+                                  "        if (m < P.M && n < P.N) { let idx = cb + m * P.N + n; C[idx] = epilogue(Cs[cs + e], n, idx%s); }\n"
                                   "    }\n",
-                              q * SGS, i * SM, SN, j * SN, SN);
+                              q * SGS, i * SM, SN, j * SN, SN, xarg);
+            }
             wgml_sbuf_put(&b, "    workgroupBarrier();\n");
         }
     wgml_sbuf_put(&b, "}\n");

@@ -36,6 +36,10 @@ typedef struct wgml_sgmat_config {
     bool a_f16, b_f16; /* stored as halves (else f32, converted to f16 while staged) */
     bool c_f16;        /* C stored as halves (every result through the epilogue) */
     bool two_leading;  /* two leading dims (L1 > 1): each matrix's start takes a division */
+    /* the activation reads X at each result (act_wgsl defines `fn act_x(v: f32, x: f32) -> f32`
+       and X's binding 5, and `P.x_off`): each fragment's X is loaded while the one before it
+       leaves, so the loads' latency is paid once, not once a fragment */
+    bool act_x;
 } wgml_sgmat_config;
 
 /* The workgroup's output tile and size */
@@ -67,8 +71,8 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
                                     bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
 
 /* The kernel's WGSL, or NULL (a config problem, or out of host memory). act_wgsl: NULL, or
-   WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), applied last in
-   the epilogue; without it, results that need no epilogue at run time (alpha 1, no bias, no
+   WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), or with act_x `fn act_x(v: f32, x: f32) -> f32`, applied last in the
+   epilogue; without it, results that need no epilogue at run time (alpha 1, no bias, no
    accumulate) go from the matrix units straight to C in whole interior tiles. */
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool trans_a, bool trans_b, const char *act_wgsl);
 

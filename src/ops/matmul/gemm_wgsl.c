@@ -54,40 +54,74 @@ static void put_header_ab(wgml_sbuf *b, bool vec_a, bool vec_b, bool a_f16, bool
 }
 static void put_header(wgml_sbuf *b, bool vec_a, bool vec_b, bool b_f16) { put_header_ab(b, vec_a, vec_b, false, b_f16); }
 
-/* The epilogue every generator calls on a result: alpha, accumulate, bias, activation. The
-   activation is the op table's WGSL over ops/elementwise.wgsl, as in the fused kernels,
-   so both give the same value at every input (infinities and NaN included). Written right
-   after put_header. */
-static void put_epilogue_fn(wgml_sbuf *b, int act)
+const char *wgml_matmul_act_grad_fn(int act) { return act == WGML_ACT_GELU_EXACT ? "wgml_gelu_exact_grad" : NULL; }
+
+/* The prelude of an epilogue that applies an activation, its derivative or a residual: the
+   shared elementwise functions, and where X is read (WGML_ACT_GRAD, WGML_ACT_RESID) its binding
+   and `fn x_at(idx) -> f32`, X's element of result index idx (C and X have the same shape, both
+   contiguous) */
+static void put_act_prelude(wgml_sbuf *b, int act)
 {
-    if (act != WGML_ACT_NONE)
+    if ((act & 0xff) != WGML_ACT_NONE)
         /* NaN and inf as runtime values (P.M & 0u is 0): WGSL constants may be neither */
         wgml_sbuf_put(b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
                          "fn wgml_nan() -> f32 { return bitcast<f32>(0x7fc00000u | (P.M & 0u)); }\n"
                          "fn wgml_inf() -> f32 { return bitcast<f32>(0x7f800000u | (P.M & 0u)); }\n%s",
                       wgml_wgsl_find("elementwise"));
+    if (act & (WGML_ACT_GRAD | WGML_ACT_RESID))
+        wgml_sbuf_put(b, "@group(0) @binding(5) var<storage, read> X: array<%s>;\n"
+                         "fn x_at(idx: u32) -> f32 { return f32(X[idx - P.c_off + P.x_off]); }\n",
+                      act & WGML_ACT_X_F16 ? "f16" : "f32");
+}
+
+/* `fn act_x(v: f32, x: f32) -> f32` of an epilogue that reads X: v times the derivative at x
+   (WGML_ACT_GRAD), or the activation of v plus x (WGML_ACT_RESID) */
+static void put_act_x(wgml_sbuf *b, int act)
+{
+    const char *v = "v";
+    if (act & WGML_ACT_GRAD) {
+        wgml_sbuf_put(b, "fn act_x(v: f32, x: f32) -> f32 { return v * %s(x); }\n", wgml_matmul_act_grad_fn(act & 0xff));
+        return;
+    }
+    wgml_sbuf_put(b, "fn act_x(v: f32, x: f32) -> f32 { return ");
+    wgml_op_expand(b, act_op[act & 0xff], &v, NULL);
+    wgml_sbuf_put(b, " + x; }\n");
+}
+
+/* The epilogue every generator calls on a result: alpha, accumulate, bias, activation (or
+   its derivative, WGML_ACT_GRAD; or plus a residual, WGML_ACT_RESID). The activation is the op
+   table's WGSL over ops/elementwise.wgsl, as in the fused kernels, so both give the same value
+   at every input (infinities and NaN included). Written right after put_header. */
+static void put_epilogue_fn(wgml_sbuf *b, int act)
+{
+    put_act_prelude(b, act);
+    bool reads_x = (act & (WGML_ACT_GRAD | WGML_ACT_RESID)) != 0;
+    if (reads_x) put_act_x(b, act);
     const char *v = "v";
     wgml_sbuf_put(b, "fn epilogue(v0: f32, n: u32, idx: u32) -> f32 {\n"
            "    var v = P.alpha * v0;\n"
            "    if (P.accumulate != 0u) { v = v + C[idx]; }\n"
            "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
            "    return ");
-    wgml_op_expand(b, act_op[act], &v, NULL);
+    if (reads_x) wgml_sbuf_put(b, "act_x(v, x_at(idx))");
+    else wgml_op_expand(b, act_op[act], &v, NULL);
     wgml_sbuf_put(b, ";\n}\n");
 }
 
 /* The subgroup-matrix GEMM's activation (ops/matmul/gemm_sgmat_wgsl.h's act_wgsl): the same
-   prelude and op-table WGSL as put_epilogue_fn, as `fn act(v: f32) -> f32`; NULL for none
-   (and when out of host memory, which the caller tells apart by act). */
+   prelude and op-table WGSL as put_epilogue_fn, as `fn act(v: f32) -> f32`, or where X is read
+   (WGML_ACT_GRAD, WGML_ACT_RESID) `fn act_x(v: f32, x: f32) -> f32` with X's binding; NULL for
+   none (and when out of host memory, which the caller tells apart by act). */
 char *wgml_sgmat_act_source(int act)
 {
     if (act == WGML_ACT_NONE) return NULL;
     wgml_sbuf b = {0};
-    wgml_sbuf_put(&b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
-                      "fn wgml_nan() -> f32 { return bitcast<f32>(0x7fc00000u | (P.M & 0u)); }\n"
-                      "fn wgml_inf() -> f32 { return bitcast<f32>(0x7f800000u | (P.M & 0u)); }\n%s"
-                      "fn act(v: f32) -> f32 {\n    return ",
-                  wgml_wgsl_find("elementwise"));
+    put_act_prelude(&b, act);
+    if (act & (WGML_ACT_GRAD | WGML_ACT_RESID)) { /* X read by the kernel (wgml_sgmat_config act_x) */
+        put_act_x(&b, act);
+        return wgml_sbuf_take(&b);
+    }
+    wgml_sbuf_put(&b, "fn act(v: f32) -> f32 {\n    return ");
     const char *v = "v";
     wgml_op_expand(&b, act_op[act], &v, NULL);
     wgml_sbuf_put(&b, ";\n}\n");

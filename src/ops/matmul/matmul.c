@@ -96,6 +96,9 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
     }
     shape[nl] = M;
     shape[nl + 1] = N;
+    if (d.bias && d.bias->dtype != WGML_F32)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: bias is %s; it must be f32 (wgml_cast converts)",
+                                 wgml_dtype_name(d.bias->dtype));
     if (d.bias && (d.bias->ndim != 1 || d.bias->shape[0] != N)) {
         char s[128];
         wgml_format_shape(s, sizeof s, d.bias->ndim, d.bias->shape);
@@ -184,6 +187,7 @@ void wgml_gemm_params(wgml_context *ctx, wgml_launch *l, const wgml_gemm_args *g
     memcpy(&p[14], &g->alpha, 4);
     p[15] = g->accumulate;
     p[16] = (uint32_t)g->a_bs1; p[17] = (uint32_t)g->b_bs1; p[18] = g->L1 > 1 ? (uint32_t)g->L1 : 1u;
+    p[19] = (uint32_t)g->x_off;
     memcpy(l->params, p, sizeof p);
     l->params_size = sizeof p;
     /* each thread's trips along K (the generators' loops), plus room for the fixed loops of
@@ -220,6 +224,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.b_f16 = g->b_f16;
     c.two_leading = g->L1 > 1;
     c.c_f16 = g->c_f16;
+    c.act_x = (g->act & (WGML_ACT_GRAD | WGML_ACT_RESID)) != 0;
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";
@@ -341,6 +346,15 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
     g.trans_a = mp.trans_a;
     g.trans_b = mp.trans_b;
     g.act = mp.act;
+    if (mp.act_grad) { /* X is src[2] */
+        g.act = WGML_ACT_GRAD | mp.act_grad | (t->src[2]->dtype == WGML_F16 ? WGML_ACT_X_F16 : 0);
+        g.x_off = t->src[2]->offset;
+    }
+    if (mp.residual) { /* X is src[2 + bias], f32 */
+        const wgml_tensor *x = t->src[2 + mp.bias];
+        g.act = WGML_ACT_RESID | mp.act;
+        g.x_off = x->offset;
+    }
     g.alpha = mp.alpha;
     g.lda = ld_of(a);
     g.ldb = ld_of(b);
@@ -374,7 +388,7 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
        A as the matrix, its transpose flag flipped); a bias of one element would broadcast,
        which the GEMV epilogue does not do, so not then; nor with f16_math, which runs the
        tiled GEMM for every shape */
-    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && (g.trans_b || g.ldb == 1) && !g.f16_math;
+    bool swap = g.N == 1 && g.M > 1 && !g.has_bias && !mp.act_grad && !mp.residual && (g.trans_b || g.ldb == 1) && !g.f16_math;
     /* (not when its dot-product GEMV, 32 threads along K, would loop past the adapter's limit
        where the small-M GEMV would not) */
     if (swap && ((uint64_t)g.K + 31) / 32 + 64 > ctx->rt.loop_limit && g.M <= 16) swap = false;
@@ -474,6 +488,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l->buffers[2] = bias ? wgml_tensor_base(bias) : wgml_tensor_base(a);
     l->buffers[3] = t;
     l->nbuffers = 4;
+    if (mp.act_grad || mp.residual) l->buffers[l->nbuffers++] = wgml_tensor_base(t->src[2 + mp.bias]); /* X, binding 5 */
     if (S) { /* the partials [S, M, N] in scratch, then their sum */
         wgml_launch *l2 = l + 1;
         *l2 = *l;
@@ -494,15 +509,78 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
 
 /* ---------------------------------------------------------------- gradient rules and entries */
 
+wgml_tensor *wgml_rule_matmul_act_grad(wgml_context *ctx, wgml_tensor *g, int act, wgml_tensor *x)
+{
+    if (ctx->compute_precision != WGML_PRECISION_MIXED || !wgml_matmul_act_grad_fn(act) || !g || g->status || !x || x->status)
+        return NULL;
+    /* g is the GEMM's result itself, or a reshape of all of it to the same shape (a cast's
+       gradient passes an f32 g on as such a view), and nothing else reads either: refs count
+       the scope's hold and each lazy reader (a view holds its base twice) */
+    wgml_tensor *m = g;
+    if (g->op == WGML_OP_VIEW) {
+        m = wgml_tensor_base(g);
+        if (g->view_kind != WGML_VIEW_RESHAPE || g->offset || g->numel != m->numel || !wgml_is_contiguous(g) ||
+            g->refs != (g->user_held ? 1 : 0) || m->refs != (m->user_held ? 1 : 0) + 2)
+            return NULL;
+    } else if (g->refs != (g->user_held ? 1 : 0)) return NULL;
+    if (m->op != WGML_OP_MATMUL || m->buf || m->dest || m->dtype != WGML_F32 || m->ndim != x->ndim ||
+        memcmp(m->shape, x->shape, (size_t)x->ndim * sizeof *x->shape) || !wgml_is_contiguous(x) ||
+        (x->dtype != WGML_F32 && x->dtype != WGML_F16))
+        return NULL;
+    wgml_matmul_params mp = wgml_matmul_params_of(m);
+    if (mp.bias || mp.act != WGML_ACT_NONE || mp.act_grad || mp.residual) return NULL;
+    wgml_tensor *src[3] = {m->src[0], m->src[1], x};
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, m->ndim, m->shape, 3, src);
+    if (!t || t->status) return t;
+    mp.act_grad = act;
+    wgml_matmul_params_of_set(t, mp);
+    /* halves where the GEMM stores them itself (the matrix units), as the gradient GEMMs that
+       read it would round it anyway (vjp_matmul's cast); else f32 */
+    t->dtype = WGML_F16;
+    if (!wgml_matmul_stores_f16(ctx, t)) t->dtype = WGML_F32;
+    return t;
+}
+
+/* (the op table's add_in) m + r as one GEMM, m an f32 result that nothing reads yet: m's
+   operands, bias and activation again, r its epilogue's X (WGML_ACT_RESID). m, now unread, is
+   never run; it is left as it is, so `own` changes nothing. */
+static wgml_tensor *matmul_add_in(wgml_context *ctx, wgml_tensor *m, wgml_tensor *r, bool own)
+{
+    (void)own;
+    if (m->status || r->status || m->buf || m->dest || m->refs != (m->user_held ? 1 : 0) ||
+        m->dtype != WGML_F32 || m->tail || r->ndim != m->ndim || memcmp(r->shape, m->shape, (size_t)m->ndim * sizeof *m->shape) ||
+        !wgml_is_contiguous(r) || r->dtype != WGML_F32) /* (X of halves: the SIMT kernels do not enable f16 for it) */
+        return NULL;
+    wgml_matmul_params mp = wgml_matmul_params_of(m);
+    if (mp.act_grad || mp.residual) return NULL;
+    /* not where m runs as a GEMV with its operands swapped, or splits K (a weight's gradient of
+       few tiles, the tied embedding's): those kernels have no X, and the GEMM would lose more
+       than the add costs */
+    wgml_gemm_args g;
+    bool swap, widen_a;
+    int64_t S;
+    plan_gemm(ctx, m, &g, &swap, &widen_a, &S);
+    if (swap || S) return NULL;
+    wgml_tensor *src[4] = {m->src[0], m->src[1], mp.bias ? m->src[2] : r, r};
+    wgml_tensor *t = wgml_node(ctx, WGML_OP_MATMUL, m->ndim, m->shape, 3 + mp.bias, src);
+    if (!t || t->status) return t;
+    mp.residual = true;
+    wgml_matmul_params_of_set(t, mp);
+    return t;
+}
+
 typedef wgml_tensor T;
 
 /* A matmul operand computed again for a weight's gradient (see vjp_matmul), or NULL where it
    is kept instead. An elementwise node storing halves (a cast to f16 fused into its producer)
    is computed again only with that producer, when the producer is itself computed again (a
-   GELU of a kept pre-activation): else the halves are kept, half their input's memory. */
+   GELU of a kept pre-activation): else the halves are kept, half their input's memory. A row
+   op storing halves (a norm under mixed precision) is kept too: a second launch over its rows
+   cost more than the memory was worth (docs/MEASUREMENTS.md). */
 static T *recomputed(wgml_context *c, T *a, int depth)
 {
     if (!wgml_op_table[a->op]->recompute || a->nsrc < 1 || a->buf || a->dest || depth > 1) return NULL;
+    if (a->dtype == WGML_F16 && !wgml_op_is_elementwise(a->op)) return NULL;
     T *src[WGML_MAX_SRC];
     memcpy(src, a->src, sizeof src);
     if (wgml_op_is_elementwise(a->op) && a->dtype == WGML_F16 && !(src[0] = recomputed(c, a->src[0], depth + 1))) return NULL;
@@ -518,6 +596,9 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 {
     T *a = t->src[0], *b = t->src[1];
     wgml_matmul_params mp = wgml_matmul_params_of(t);
+    if (mp.act_grad) return wgml_fail(c, WGML_ERROR_UNSUPPORTED, "backward: a matmul times an activation's derivative is made "
+                                      "by backward only (no second derivatives)");
+    if (mp.residual) gin[2 + mp.bias] = g; /* the residual's gradient: the sum's own */
     bool ta = mp.user_trans_a, tb = mp.user_trans_b; /* as the caller gave them */
     int act = mp.act;
     float alpha = mp.alpha;
@@ -578,5 +659,5 @@ static wgml_status vjp_matmul(wgml_context *c, T *t, T *g, T **gin)
 }
 
 /* a sum of K products of [-2, 2] values (typically ~3 for K = 7) may cancel to near 0 */
-WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, .f16_in = 3,
-                         .f16_out = true, .f16_out_if = wgml_matmul_stores_f16, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};
+WGML_OP_ENTRY(MATMUL) = {.name = "matmul", .kind = WGML_KIND_MATMUL, .build = wgml_build_matmul, .arity = 3, .vjp = vjp_matmul, .f16_in = 7,
+                         .f16_out = true, .f16_out_if = wgml_matmul_stores_f16, .add_in = matmul_add_in, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};

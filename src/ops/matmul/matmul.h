@@ -20,6 +20,8 @@ typedef struct wgml_matmul_params {
     int32_t K;
     int32_t f16_math;                /* wgml_matmul_desc's */
     float alpha;
+    int32_t act_grad; /* nonzero: the result times this activation's derivative at src[2] (no bias) */
+    bool residual;    /* src[2 + bias] (the result's shape, contiguous) is added to the result */
 } wgml_matmul_params;
 WGML_OP_PARAMS(wgml_matmul_params, wgml_matmul_params_of)
 
@@ -30,6 +32,17 @@ WGML_OP_PARAMS(wgml_matmul_params, wgml_matmul_params_of)
 /* the elementwise op of each activation, by WGML_ACT_ */
 extern const int wgml_matmul_act_op[];
 extern const int wgml_matmul_act_count;
+/* A GEMM's epilogue code (wgml_gemm_args.act) beyond the activations: WGML_ACT_GRAD | act
+   multiplies the result by act's derivative at X (binding 5, the result's shape, contiguous,
+   from P.x_off; halves with WGML_ACT_X_F16): the gradient of act(X) where the GEMM makes the
+   gradient of act's output (wgml_rule_matmul_act_grad, ops/rules.h). */
+#define WGML_ACT_GRAD 0x100
+#define WGML_ACT_X_F16 0x200
+/* WGML_ACT_RESID | act adds X (as above) to act's result: a residual stream's sum folded into
+   the GEMM that makes its other term (the op table's add_in, ops/matmul/matmul.c) */
+#define WGML_ACT_RESID 0x400
+/* The WGSL function of act's derivative (ops/elementwise.wgsl), NULL where no epilogue has it */
+const char *wgml_matmul_act_grad_fn(int act);
 
 typedef struct wgml_gemm_config {
     int tm, tn, bk;     /* per-thread tile TM x TN (16x16 threads), K-slice depth */
@@ -68,6 +81,7 @@ typedef struct wgml_gemm_args {
     bool a_f16;                    /* A too (read directly under f16_math; else widened first) */
     int f16_math;                  /* wgml_matmul_desc's f16_math (the tiled GEMM only; 0: f32) */
     bool c_f16;                    /* C stored as halves (the matrix units' GEMM only) */
+    int64_t x_off;                 /* WGML_ACT_GRAD, WGML_ACT_RESID: X's offset */
 } wgml_gemm_args;
 
 /* Whether matmul node t, given dtype f16, can store its result as halves itself: it runs the

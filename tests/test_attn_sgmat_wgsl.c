@@ -91,6 +91,10 @@ static void every_kernel_and_config(void)
                         CHECK(stores == (direct ? rf * fd * (c.kind == WGML_ATTN_DKV ? 2 : 1) : 0));
                         /* one walk: a decision the whole workgroup reads, and O's rescaling */
                         CHECK((strstr(src, "workgroupUniformLoad(&resc[0])") != NULL) == one);
+                        /* ... voted on the matrix units with no lane-divergent branch before the
+                           matrix calls (the stored-under-an-if form was wrong on an H200) */
+                        CHECK((strstr(src, "resc[sg] = select(0u, 1u, subgroupAny(want));") != NULL) == (one && !c.emulate));
+                        CHECK((strstr(src, "{ resc[0] = 1u; }") != NULL) == (one && c.emulate));
                         /* dP's own block only in the gradients, when asked */
                         bool grad = c.kind != WGML_ATTN_FORWARD;
                         CHECK((strstr(src, "var<workgroup> ss2:") != NULL) == (grad && c.dp_block));

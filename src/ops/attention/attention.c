@@ -310,15 +310,15 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    none; docs/MEASUREMENTS.md, helper attn2). `rows` (T, or S for dK/dV): whole tiles of results
    go straight from the matrix units only where a whole tile exists (a store of a 16 x 16 f32
    fragment makes Dawn ask bindings of at least 1024 bytes).
-   The forms (MATRIX_FORMS, WGML_ATTN_MATRIX's X bits) stay off. Measured on the H200 at T =
-   1024 / 256 (docs/MEASUREMENTS.md, helper attn3): the one-walk forward (1) took 244 / 109 us
-   against 315 / 137 but its results were wrong there (right on llvmpipe, emulated); the form
-   here writes P once a step instead of twice and has not run on a GPU yet. Two row fragments a subgroup were slower: forward 294 / 152 us (with one walk), dQ
-   398 / 172 against 285 / 120, dK/dV 835 / 478 against 603 / 233 (their workgroups declare
-   47-58 KB of workgroup memory against 24-38 KB). */
+   The forward walks the keys once (MATRIX_FORMS 1, WGML_ATTN_MATRIX's X bit 1): on the H200 its
+   kernel took 24-29% less time than two walks (host medians of `wgml bench attention`, T = 1024
+   / 256; docs/MEASUREMENTS.md, twentieth session). Two row fragments a subgroup (X bits 2, 4, 8)
+   stay off: slower everywhere (helper attn3: forward 294 / 152 us with one walk, dQ 398 / 172
+   against 285 / 120, dK/dV 835 / 478 against 603 / 233; their workgroups declare 47-58 KB of
+   workgroup memory against 24-38 KB). */
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk, 2 / 4 / 8 two
    row fragments a subgroup in the forward / dQ / dK, dV */
-#define MATRIX_FORMS 0
+#define MATRIX_FORMS 1
 
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
 {

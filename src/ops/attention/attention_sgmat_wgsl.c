@@ -26,9 +26,13 @@
  *
  * With `one_pass` the forward walks the keys once (put_forward_one_pass): P = exp2(S - m)
  * against a per-row reference m that moves only when a row's max passes it by more than TAU, O
- * rescaled through the subgroup's f32 block at those steps, O / l on the way out. On llvmpipe
- * (emulated) it meets the test's bound; an earlier form (P written twice a step) came out wrong
- * on the H200 (docs/MEASUREMENTS.md, helper attn3), so the policy does not take it yet.
+ * rescaled through the subgroup's f32 block at those steps, O / l on the way out (the
+ * policy's forward). Whether a step rescales is the workgroup's vote: each subgroup's
+ * subgroupAny stored by all its lanes, the slots read with workgroupUniformLoad. A vote stored
+ * under a lane-divergent `if` (the first forms) came out wrong on the H200 although right on
+ * llvmpipe: NVIDIA's subgroups need not reconverge after such a branch, and the matrix calls
+ * after it need the whole subgroup (docs/MEASUREMENTS.md). The emulated stand-ins, which have
+ * no subgroups, keep that form.
  *
  * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
  * into registers, as f16, right after the previous step's tiles were staged, so the reads are in

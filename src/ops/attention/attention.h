@@ -75,7 +75,9 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
 wgml_status wgml_vjp_attention(wgml_context *ctx, wgml_tensor *t, wgml_tensor *g, wgml_tensor **gin);
 
 /* The gradient node of forward node fwd (a WGML_OP_ATTENTION node) for upstream gradient
-   dout (q's shape): one flat tensor [dQ | dK | dV], each laid out as q, k, v are. */
+   dout (q's shape): one flat tensor [dQ | dK | dV], each laid out as contiguous q, k, v
+   ([B,H,T,D], [B,Hkv,S,D]); where fwd was packed (wgml_attention_desc.packed), the packed
+   tensor's gradient [B,T,H+2Hkv,D] instead (the same number of elements). */
 wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tensor *dout);
 
 #endif

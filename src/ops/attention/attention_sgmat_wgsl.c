@@ -569,7 +569,8 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    put_row_results(g, "dq", "OUT", "(rb + r0) * D", "D"); /* (dS carries the scale: see ps above) */
+    /* (dS carries the scale: see ps above) */
+    put_row_results(g, "dq", "OUT", "P.dq_off + b * P.dq_sb + h * P.dq_sh + r0 * P.dq_st", "P.dq_st");
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -669,11 +670,11 @@ static void put_dkv(gen *g)
     /* (dS^T carries ln 2, see ps above) */
     char full[64];
     snprintf(full, sizeof full, "j0 + %du <= P.S", g->R);
-    const char *acc[] = {"dk", "dv"},
-               *base0[] = {"P.dk_off + ((b * P.Hkv + g) * P.S + r0) * D", "P.dv_off + ((b * P.Hkv + g) * P.S + r0) * D"};
-    put_results_begin(g, 2, acc, "OUT", base0, "D", full);
-    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
-    put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
+    const char *acc[] = {"dk", "dv"}, *base0[] = {"P.dk_off + b * P.kv_sb + g * P.kv_sh + r0 * P.kv_st",
+                                                  "P.dv_off + b * P.kv_sb + g * P.kv_sh + r0 * P.kv_st"};
+    put_results_begin(g, 2, acc, "OUT", base0, "P.kv_st", full);
+    put_results(g, "dk", "OUT", "P.dk_off + b * P.kv_sb + g * P.kv_sh + (r0 + row) * P.kv_st", "r0 + row < P.S");
+    put_results(g, "dv", "OUT", "P.dv_off + b * P.kv_sb + g * P.kv_sh + (r0 + row) * P.kv_st", "r0 + row < P.S");
     put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }

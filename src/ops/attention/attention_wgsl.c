@@ -100,6 +100,8 @@ void wgml_attn_put_params(wgml_sbuf *b, int d, int dp4)
                      "    scale2: f32, neg_inf: f32, scale: f32, tiles: u32,\n"
                      "    o_sb: u32, o_sh: u32, o_st: u32, pad0: u32,\n"
                      "    do_sb: u32, do_sh: u32, do_st: u32, pad1: u32,\n"
+                     "    dq_off: u32, dq_sb: u32, dq_sh: u32, dq_st: u32,\n"
+                     "    kv_sb: u32, kv_sh: u32, kv_st: u32, pad2: u32,\n"
                      "}\n"
                      "@group(0) @binding(0) var<uniform> P: Params;\n");
     wgml_sbuf_put(b, "const D = %du;\nconst DP4 = %du;\nconst LN2 = 0.6931471805599453;\n", d, dp4);
@@ -649,7 +651,7 @@ static void put_dkv(gen *g)
     /* Q was scaled by scale * log2(e): dK = scale dS^T Q = ln 2 dS^T (scaled Q) */
     for (int r = 0; r < 4; r++) {
         wgml_sbuf_put(b, "    {\n        let j = j0 + ty * 4u + %du;\n        if (j < P.S) {\n"
-                         "            let kvb = ((b * P.Hkv + g) * P.S + j) * D;\n"
+                         "            let kvb = b * P.kv_sb + g * P.kv_sh + j * P.kv_st;\n"
                          "            let dkb = P.dk_off + kvb;\n            let dvb = P.dv_off + kvb;\n",
                       r);
         put_acc_store(g, "dk", r, "OUT", "dkb", "LN2");
@@ -733,7 +735,7 @@ static void put_dq(gen *g)
     }
     wgml_sbuf_put(b, "    }\n");
     for (int r = 0; r < 4; r++) {
-        wgml_sbuf_put(b, "    {\n        let i = i0 + ty * 4u + %du;\n        if (i < P.T) {\n            let qo = (rb + i) * D;\n", r);
+        wgml_sbuf_put(b, "    {\n        let i = i0 + ty * 4u + %du;\n        if (i < P.T) {\n            let qo = P.dq_off + b * P.dq_sb + h * P.dq_sh + i * P.dq_st;\n", r);
         put_acc_store(g, "dq", r, "OUT", "qo", "P.scale");
         wgml_sbuf_put(b, "        }\n    }\n");
     }

@@ -6,8 +6,10 @@
  * in CI) the SIMT f32 kernels run and must meet the same bound. WGML_ATTN_MATRIX=emulate runs
  * the matrix kernels with plain-WGSL stand-ins on any adapter (slow: a developer's check on
  * lavapipe, `WGML_RUNTIME=dawn WGML_ATTN_MATRIX=emulate ./test_attention_mixed`);
- * WGML_TEST_ATTN_LONG=1 adds T = 256, 1023 and 4100 (for a GPU). Some cases take the result
- * written [B,T,H,D] (desc.out_bthd) or an upstream gradient that is a permuted view.
+ * WGML_TEST_ATTN_LONG=1 adds T = 256, 1023 and 4100 (for a GPU); WGML_TEST_ATTN_CASE=text runs
+ * only the cases whose name holds text. Some cases take the result written [B,T,H,D]
+ * (desc.out_bthd), an upstream gradient that is a permuted view, or q, k and v as windows of
+ * one packed tensor whose gradient the kernels write in place (desc.packed).
  *
  * The bound, first order in u = 2^-11 (f16's unit roundoff) and e = 2^-24 (f32's), for query
  * row i and key j (a_ij = scale sum_d |q_id k_jd|, W_ij = sum_d |dO_id v_jd|):
@@ -35,7 +37,9 @@ typedef struct mcase {
     int64_t B, H, Hkv, T, S, D;
     int causal;
     int layout; /* 0: y [B,H,T,D]; 1: y [B,T,H,D] (desc.out_bthd), the loss's weights too;
-                   2: y [B,T,H,D], the loss on its [B,H,T,D] view (dO a permuted view) */
+                   2: y [B,T,H,D], the loss on its [B,H,T,D] view (dO a permuted view);
+                   3: as 1, with q, k and v the windows of one [B,T,(H+2Hkv)D] tensor
+                   (desc.packed, a GPT's QKV projection), whose gradient the kernels write */
 } mcase;
 
 static const mcase short_cases[] = {
@@ -48,6 +52,8 @@ static const mcase short_cases[] = {
     {"T=7 D=64 causal GQA 3/1, out [B,T,H,D]", 2, 3, 1, 7, 7, 64, 1, 1},
     {"T=33 D=32, out [B,T,H,D], dO view", 1, 3, 3, 33, 33, 32, 0, 2},
     {"T=65 D=32 causal GQA 3/1, out [B,T,H,D]", 1, 3, 1, 65, 65, 32, 1, 1},
+    {"T=65 D=32 causal GQA 4/2, packed", 2, 4, 2, 65, 65, 32, 1, 3},
+    {"T=21 D=24 GQA 3/1, packed", 2, 3, 1, 21, 21, 24, 0, 3},
 };
 
 static const mcase long_cases[] = {
@@ -59,6 +65,8 @@ static const mcase long_cases[] = {
     {"T=4100 D=64 causal GQA 2/1", 1, 2, 1, 4100, 4100, 64, 1, 0},
     {"T=256 D=64 causal GQA 6/2, out [B,T,H,D]", 2, 6, 2, 256, 256, 64, 1, 1},
     {"T=1023 D=128 causal, out [B,T,H,D], dO view", 1, 3, 3, 1023, 1023, 128, 1, 2},
+    {"T=256 D=64 causal H=6, packed", 4, 6, 6, 256, 256, 64, 1, 3},
+    {"T=1023 D=64 causal GQA 6/2, packed", 2, 6, 2, 1023, 1023, 64, 1, 3},
 };
 
 #define U16 (1.0 / 2048.0)
@@ -168,17 +176,37 @@ static void check_case(wgml_context *ctx, const mcase *c)
 
     wgml_scope_begin(ctx);
     int64_t heads[3] = {c->H, c->Hkv, c->Hkv}, rows[3] = {c->T, c->S, c->S};
-    wgml_tensor *x[3];
-    for (int i = 0; i < 3; i++) {
-        int64_t s[4] = {c->B, heads[i], rows[i], c->D};
-        x[i] = test_tensor(ctx, 4, s, in[i]);
-        CHECK_OK(ctx, wgml_requires_grad(x[i], 1));
+    /* packed: [B,T,N], q's heads then k's then v's along N (S = T) */
+    const int64_t N = (c->H + 2 * c->Hkv) * c->D, first[3] = {0, c->H, c->H + c->Hkv};
+    wgml_tensor *x[3], *qkv = NULL;
+    if (c->layout == 3) {
+        float *xp = malloc((size_t)(c->B * c->T * N) * sizeof *xp);
+        for (int i = 0; i < 3; i++)
+            for (int64_t b = 0; b < c->B; b++)
+                for (int64_t h = 0; h < heads[i]; h++)
+                    for (int64_t t = 0; t < c->T; t++)
+                        memcpy(xp + (b * c->T + t) * N + (first[i] + h) * c->D, in[i] + ((b * heads[i] + h) * c->T + t) * c->D,
+                               (size_t)c->D * sizeof *xp);
+        int64_t s3[3] = {c->B, c->T, N}, s4[4] = {c->B, c->T, c->H + 2 * c->Hkv, c->D};
+        qkv = test_tensor(ctx, 3, s3, xp);
+        free(xp);
+        CHECK_OK(ctx, wgml_requires_grad(qkv, 1));
+        static const int bhtd[4] = {0, 2, 1, 3};
+        wgml_tensor *all = wgml_reshape(ctx, qkv, 4, s4);
+        for (int i = 0; i < 3; i++) x[i] = wgml_permute(ctx, wgml_slice(ctx, all, 2, first[i], first[i] + heads[i], 1), bhtd);
+    } else {
+        for (int i = 0; i < 3; i++) {
+            int64_t s[4] = {c->B, heads[i], rows[i], c->D};
+            x[i] = test_tensor(ctx, 4, s, in[i]);
+            CHECK_OK(ctx, wgml_requires_grad(x[i], 1));
+        }
     }
-    wgml_tensor *y = wgml_attention(ctx, x[0], x[1], x[2], &(wgml_attention_desc){.causal = c->causal, .out_bthd = c->layout != 0});
+    wgml_tensor *y = wgml_attention(ctx, x[0], x[1], x[2],
+                                    &(wgml_attention_desc){.causal = c->causal, .out_bthd = c->layout != 0, .packed = qkv});
     int64_t s4[4] = {c->B, c->H, c->T, c->D}, sb[4] = {c->B, c->T, c->H, c->D};
     static const int swap[4] = {0, 2, 1, 3};
     wgml_tensor *yh = c->layout ? wgml_permute(ctx, y, swap) : y, *L; /* y as [B,H,T,D] */
-    if (c->layout == 1) { /* the weights [B,T,H,D]: dO lies as y does */
+    if (c->layout == 1 || c->layout == 3) { /* the weights [B,T,H,D]: dO lies as y does */
         float *wb = malloc(nq * sizeof *wb);
         for (int64_t b = 0; b < c->B; b++)
             for (int64_t h = 0; h < c->H; h++)
@@ -191,7 +219,21 @@ static void check_case(wgml_context *ctx, const mcase *c)
     }
     CHECK_OK(ctx, wgml_backward(L));
     CHECK_OK(ctx, wgml_tensor_read(yh, out[0], nq));
-    for (int i = 0; i < 3; i++) {
+    if (qkv) { /* the packed gradient's parts back to [B,h,T,D] */
+        size_t np = (size_t)(c->B * c->T * N);
+        float *gp = malloc(np * sizeof *gp);
+        wgml_tensor *gt = wgml_grad(qkv);
+        CHECK(gt != NULL);
+        if (gt) CHECK_OK(ctx, wgml_tensor_read(gt, gp, np));
+        for (int i = 0; i < 3; i++)
+            for (int64_t b = 0; b < c->B; b++)
+                for (int64_t h = 0; h < heads[i]; h++)
+                    for (int64_t t = 0; t < c->T; t++)
+                        memcpy(out[1 + i] + ((b * heads[i] + h) * c->T + t) * c->D, gp + (b * c->T + t) * N + (first[i] + h) * c->D,
+                               (size_t)c->D * sizeof *gp);
+        free(gp);
+    }
+    for (int i = 0; i < 3 && !qkv; i++) {
         wgml_tensor *gt = wgml_grad(x[i]);
         CHECK(gt != NULL);
         if (gt) CHECK_OK(ctx, wgml_tensor_read(gt, out[1 + i], n[i]));
@@ -226,10 +268,14 @@ static void within_the_f16_bound(void)
             : emulated ? "matrix kernels, emulated"
             : matrix   ? "matrix units"
                        : "no subgroup matrices: the SIMT kernels");
-    for (int i = 0; i < N_OF(short_cases); i++) check_case(ctx, &short_cases[i]);
+    /* WGML_TEST_ATTN_CASE: only the cases whose name holds it (the emulated kernels are slow) */
+    const char *only = getenv("WGML_TEST_ATTN_CASE");
+    for (int i = 0; i < N_OF(short_cases); i++)
+        if (!only || strstr(short_cases[i].name, only)) check_case(ctx, &short_cases[i]);
     const char *lg = getenv("WGML_TEST_ATTN_LONG");
     if (lg && *lg == '1')
-        for (int i = 0; i < N_OF(long_cases); i++) check_case(ctx, &long_cases[i]);
+        for (int i = 0; i < N_OF(long_cases); i++)
+            if (!only || strstr(long_cases[i].name, only)) check_case(ctx, &long_cases[i]);
     /* the path taken: f16 rounding where the matrix kernels ran, f32 accuracy elsewhere (an
        adapter with subgroup matrices but no f16 -> f32 shape, none seen yet, would need this
        to ask wgml_info's matmul line instead) */

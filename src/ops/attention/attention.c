@@ -332,7 +332,9 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
     uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)c->kind + 16, (uint32_t)c->d,
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
                        (uint32_t)c->subgroups, (uint32_t)c->cols,
-                       c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3, c->emulate};
+                       c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3 |
+                           (uint32_t)c->out16 << 4,
+                       c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
@@ -357,7 +359,7 @@ typedef struct attn_params {
 static wgml_status attn_pipeline(wgml_context *ctx, const wgml_attn_kernel *k, wgml_launch *l)
 {
     uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)k->kind, (uint32_t)k->d, (uint32_t)k->dp,
-                       (uint32_t)k->rows, (uint32_t)k->cols, (uint32_t)k->tx, k->vec, (uint32_t)k->pre};
+                       (uint32_t)k->rows, (uint32_t)k->cols, (uint32_t)k->tx, k->vec | (uint32_t)k->out16 << 1, (uint32_t)k->pre};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_source(k), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
@@ -448,12 +450,15 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     attn_dims d = dims_of(q, kt);
     bool vec = rows_aligned(q) && rows_aligned(kt) && rows_aligned(t->src[2]) && rows_aligned(dout);
     wgml_attn_kernel kd = {.kind = WGML_ATTN_DELTA, .d = (int)d.D, .dp = (int)(d.D + 3) / 4 * 4, .rows = 4, .cols = 4, .tx = 4, .vec = vec};
-    wgml_attn_kernel kkv = {.kind = WGML_ATTN_DKV, .d = (int)d.D, .vec = vec};
-    wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec};
+    /* a cast to f16 of the node (the GPT's d(qkv) under mixed precision) is the node storing halves */
+    bool out16 = t->dtype == WGML_F16;
+    wgml_attn_kernel kkv = {.kind = WGML_ATTN_DKV, .d = (int)d.D, .vec = vec, .out16 = out16};
+    wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec, .out16 = out16};
     wgml_status st;
     wgml_attn_sgmat mkv, mq;
     bool matrix_kv = choose_matrix(ctx, t, WGML_ATTN_DKV, kkv.d, vec, d.S, &mkv),
          matrix_q = choose_matrix(ctx, t, WGML_ATTN_DQ, kq.d, vec, d.T, &mq);
+    mkv.out16 = mq.out16 = out16;
     if ((!matrix_kv && (st = choose_tiles(ctx, &kkv, d.S))) || (!matrix_q && (st = choose_tiles(ctx, &kq, d.T)))) return st;
     wgml_launch *ld = &l[0], *lkv = &l[1], *lq = &l[2];
     if ((st = attn_pipeline(ctx, &kd, ld))) return st;
@@ -521,4 +526,5 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
 WGML_OP_ENTRY(ATTENTION) = {.name = "attention", .kind = WGML_KIND_KERNEL, .arity = 3, .build = wgml_build_attention,
                        .vjp = wgml_vjp_attention, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};
 WGML_OP_ENTRY(ATTENTION_GRAD) = {.name = "attention_grad", .kind = WGML_KIND_KERNEL, .arity = 5, .build = wgml_build_attention_grad,
-                            DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1), .no_grad = "made by backward only (no second derivatives)"};
+                            .f16_out = true, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1),
+                            .no_grad = "made by backward only (no second derivatives)"};

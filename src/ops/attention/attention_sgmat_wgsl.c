@@ -75,9 +75,12 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
 /* the gradient kernels compute S and dP before their lanes read either: dP has a block of its own */
 static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
 
-/* rows of the results are whole fragments and 16-byte aligned: whole tiles go straight from
-   the matrix units to memory */
-static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0; }
+/* the gradient's results are stored as halves */
+static bool grad_out16(const wgml_attn_sgmat *c) { return c->out16 && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
+
+/* rows of the results are whole fragments and 16-byte aligned (and f32, the fragments' type):
+   whole tiles go straight from the matrix units to memory */
+static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !grad_out16(c); }
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 
@@ -339,8 +342,8 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
         for (int n = 0; n * g->SGS < per; n++) {
             wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = e / %du;\n        let d = %du + e %% %du;\n", n * g->SGS,
                           g->SN, f * g->SN, g->SN);
-            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = ss[sb + row * %du + e %% %du]; }\n    }\n", per, ok,
-                          out, row_base, g->SC, g->SN);
+            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = %s(ss[sb + row * %du + e %% %du]); }\n    }\n", per, ok,
+                          out, row_base, grad_out16(g->c) ? "f16" : "", g->SC, g->SN);
         }
     }
 }
@@ -527,7 +530,7 @@ static void put_forward(gen *g)
 
 /* ---------------------------------------------------------------- gradient */
 
-static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->c->vec, true); }
+static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->c->vec, true, grad_out16(g->c)); }
 
 /* dQ of a tile of queries: for each tile of `cols` keys they see, S = Q K^T and dP = dO V^T,
    P = exp2(S - L) and dS = P (dP - Delta), dQ += dS K */
@@ -686,9 +689,9 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     gen g = gen_of(&b, c);
     static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
-                      "%d subgroups of %d (tile %d x %d)%s%s\n",
+                      "%d subgroups of %d (tile %d x %d)%s%s%s\n",
                   names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.R, g.C, c->vec ? ", vec4 reads" : "",
-                  c->emulate ? ", emulated" : "");
+                  c->emulate ? ", emulated" : "", grad_out16(c) ? ", halves out" : "");
     put_types(&g);
     put_params(&g);
     int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;

@@ -25,7 +25,8 @@
  * permuted view of its gradient is copied.
  *
  * Gradient (one node, three launches; the node's buffer is [dQ | dK | dV], or after a packed
- * forward the packed tensor's gradient [B,T,H+2Hkv,D], each row written where it lies):
+ * forward the packed tensor's gradient [B,T,H+2Hkv,D], each row written where it lies; halves
+ * where the node is cast to f16, as the QKV GEMM's backward reads it under mixed precision):
  *   1. Delta_i = dO_i . O_i, 16 threads per row, into the node's scratch buffer;
  *   2. a workgroup per (tile of `rows` keys, b, key/value head): K and V stay in workgroup
  *      memory while it walks every query head that reads them and every tile of `cols`

@@ -407,15 +407,23 @@ static void bad_inputs_are_refused(void)
 }
 
 /* q, k and v as windows of one [B,T,(H+2Hkv)D] tensor (desc.packed, as a fused QKV projection
-   makes them): the forward against the reference, and the gradient, one tensor, against the
-   reference's dq, dk and dv put back side by side; windows of the wrong order are refused */
+   makes them): the forward against the reference, and the gradient, one tensor that the
+   kernels write in place (dQ, dK and dV rows at their heads' columns), against the reference's
+   dq, dk and dv put back side by side: a wrong stride of b, h or t or a wrong offset of a part
+   moves rows or leaves some unwritten. Grouped heads (dK and dV at other columns than dQ's
+   heads would put them), several batches, T past one tile, rows read as vec4 and not;
+   windows of the wrong order are refused */
 static void packed_windows_take_one_gradient(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    static const struct { int64_t B, H, Hkv, T, D; } shapes[] = {{2, 3, 3, 13, 8}, {1, 4, 2, 21, 12}, {3, 2, 1, 7, 5}};
+    static const struct { int64_t B, H, Hkv, T, D; int causal; } shapes[] = {
+        {2, 3, 3, 13, 8, 1}, {1, 4, 2, 21, 12, 1}, {3, 2, 1, 7, 5, 1},
+        {2, 4, 2, 70, 64, 1}, {2, 6, 2, 37, 33, 0}, {1, 3, 1, 129, 16, 1},
+    };
     for (int sc = 0; sc < N_OF(shapes); sc++) {
         const int64_t B = shapes[sc].B, H = shapes[sc].H, Hkv = shapes[sc].Hkv, T = shapes[sc].T, D = shapes[sc].D;
+        const int causal = shapes[sc].causal;
         const int64_t N = (H + 2 * Hkv) * D, n = B * T * N, ny = B * H * T * D;
         const double scale = 1.0 / sqrt((double)D);
         float *x = malloc((size_t)n * sizeof *x), *w = malloc((size_t)ny * sizeof *w);
@@ -433,8 +441,8 @@ static void packed_windows_take_one_gradient(void)
                         for (int64_t e = 0; e < D; e++)
                             in[i][((b * heads[i] + h) * T + t) * D + e] = x[(b * T + t) * N + (first[i] + h) * D + e];
         }
-        CHECK(wgml_ref_attention(B, H, Hkv, T, T, D, in[0], in[1], in[2], 1, scale, ref) == 0);
-        CHECK(wgml_ref_attention_backward(B, H, Hkv, T, T, D, in[0], in[1], in[2], wd, 1, scale, d[0], d[1], d[2]) == 0);
+        CHECK(wgml_ref_attention(B, H, Hkv, T, T, D, in[0], in[1], in[2], causal, scale, ref) == 0);
+        CHECK(wgml_ref_attention_backward(B, H, Hkv, T, T, D, in[0], in[1], in[2], wd, causal, scale, d[0], d[1], d[2]) == 0);
         double *dref = malloc((size_t)n * sizeof *dref);
         for (int i = 0; i < 3; i++)
             for (int64_t b = 0; b < B; b++)
@@ -450,11 +458,14 @@ static void packed_windows_take_one_gradient(void)
         wgml_tensor *all = wgml_reshape(ctx, qkv, 4, s4), *part[3];
         static const int bhtd[4] = {0, 2, 1, 3};
         for (int i = 0; i < 3; i++) part[i] = wgml_permute(ctx, wgml_slice(ctx, all, 2, first[i], first[i] + heads[i], 1), bhtd);
-        wgml_tensor *y = wgml_attention(ctx, part[0], part[1], part[2], &(wgml_attention_desc){.causal = 1, .packed = qkv});
+        wgml_tensor *y = wgml_attention(ctx, part[0], part[1], part[2], &(wgml_attention_desc){.causal = causal, .packed = qkv});
         wgml_tensor *L = wgml_sum_all(ctx, wgml_mul(ctx, y, test_tensor(ctx, 4, sy, w)));
         CHECK_OK(ctx, wgml_backward(L));
         float *got = test_read_new(ctx, "packed forward", y, ny), *grad = test_read_new(ctx, "packed gradient", wgml_grad(qkv), n);
-        acase c = {.name = "packed"};
+        char name[64];
+        snprintf(name, sizeof name, "packed B=%lld H=%lld/%lld T=%lld D=%lld%s", (long long)B, (long long)H, (long long)Hkv,
+                 (long long)T, (long long)D, causal ? " causal" : "");
+        acase c = {.name = name};
         score_factor = 1.0;
         if (got) compare(&c, "forward", got, ref, (size_t)ny, FWD_TOL);
         if (grad) compare(&c, "d(qkv)", grad, dref, (size_t)n, GRAD_TOL);

@@ -39,7 +39,7 @@ wgml_tensor *wgml_retyped_f16(wgml_context *ctx, wgml_tensor *a)
     wgml_tensor *base = wgml_tensor_base(a);
     if (a->op == WGML_OP_VIEW && base != a && a->offset == 0 && a->numel == base->numel && wgml_is_contiguous(a) &&
         wgml_is_contiguous(base)) {
-        /* a reshape of such a node (the GPT's d(qkv), a concatenation seen as [B, T, 3C]): the
+        /* a reshape of such a node (the GPT's d(qkv), the attention's gradient seen as [B, T, 3C]): the
            same reshape of the node storing halves */
         wgml_tensor *b = wgml_retyped_f16(ctx, base);
         if (!b || b->status) return b;

@@ -24,7 +24,9 @@
  * as of Q, K, V and dO, through the b, h and t strides in the parameters, so neither O nor a
  * permuted view of its gradient is copied.
  *
- * Gradient (one node, three launches; the node's buffer is [dQ | dK | dV]):
+ * Gradient (one node, three launches; the node's buffer is [dQ | dK | dV], or after a packed
+ * forward the packed tensor's gradient [B,T,H+2Hkv,D], each row written where it lies; halves
+ * where the node is cast to f16, as the QKV GEMM's backward reads it under mixed precision):
  *   1. Delta_i = dO_i . O_i, 16 threads per row, into the node's scratch buffer;
  *   2. a workgroup per (tile of `rows` keys, b, key/value head): K and V stay in workgroup
  *      memory while it walks every query head that reads them and every tile of `cols`
@@ -209,23 +211,13 @@ wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tenso
     return t;
 }
 
-/* the gradients are views of the flat [dQ | dK | dV] */
+/* the gradients are views of the flat [dQ | dK | dV]; after a packed forward the node is the
+   packed tensor's gradient as it lies (grad_layout), and none goes to the windows */
 wgml_status wgml_vjp_attention(wgml_context *ctx, wgml_tensor *t, wgml_tensor *g, wgml_tensor **gin)
 {
     wgml_tensor *flat = wgml_attention_grad(ctx, t, g);
     if (wgml_attention_params_of(t).packed) {
-        /* the packed tensor's gradient: the parts [B,H,T,D] moved to [B,T,H,D] and joined along
-           the heads (a copy launch each) into [B,T,H+2Hkv,D], its shape; none to the windows */
-        static const int bthd[4] = {0, 2, 1, 3};
-        wgml_tensor *part[3], *p = t->src[3];
-        int64_t start = 0;
-        for (int i = 0; i < 3; i++) {
-            wgml_tensor *x = t->src[i];
-            wgml_tensor *flat_i = wgml_slice(ctx, flat, 0, start, start + x->numel, 1);
-            part[i] = wgml_permute(ctx, wgml_reshape(ctx, flat_i, x->ndim, x->shape), bthd);
-            start += x->numel;
-        }
-        gin[3] = wgml_reshape(ctx, wgml_concat(ctx, 3, part, 2), p->ndim, p->shape);
+        gin[3] = wgml_reshape(ctx, flat, t->src[3]->ndim, t->src[3]->shape);
         return WGML_OK;
     }
     int64_t start = 0;
@@ -355,7 +347,7 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
                        (uint32_t)c->subgroups | (uint32_t)c->row_frags << 8, (uint32_t)c->cols,
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3 |
-                           (uint32_t)c->one_pass << 4,
+                           (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);
@@ -374,12 +366,14 @@ typedef struct attn_params {
     uint32_t tiles;
     uint32_t o[3], pad0;  /* the stride of b, h, t of O in the forward node's buffer */
     uint32_t dout[3], pad1; /* ... and of dO */
+    uint32_t dq[4];         /* the gradient's dQ: offset, stride of b, h, t in the gradient node's buffer */
+    uint32_t dkv[3], pad2;  /* ... dK's and dV's stride of b, h, t (their offsets dk_off, dv_off) */
 } attn_params;
 
 static wgml_status attn_pipeline(wgml_context *ctx, const wgml_attn_kernel *k, wgml_launch *l)
 {
     uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)k->kind, (uint32_t)k->d, (uint32_t)k->dp,
-                       (uint32_t)k->rows, (uint32_t)k->cols, (uint32_t)k->tx, k->vec, (uint32_t)k->pre};
+                       (uint32_t)k->rows, (uint32_t)k->cols, (uint32_t)k->tx, k->vec | (uint32_t)k->out16 << 1, (uint32_t)k->pre};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_source(k), true);
     return l->pipeline ? WGML_OK : ctx->rt.status;
@@ -443,19 +437,42 @@ wgml_status wgml_build_attention(wgml_context *ctx, wgml_tensor *t, wgml_launch 
     return WGML_OK;
 }
 
-/* [dQ | dK | dV] from q, k, v, the forward's O and L, and dO (src[0..4]) */
+/* where the gradient node's kernels write each row of dQ, dK and dV: flat [dQ | dK | dV], each
+   as q, k, v lie contiguous ([B,H,T,D], [B,Hkv,S,D]); or, after a packed forward, the packed
+   tensor's gradient [B,T,H+2Hkv,D] itself, dQ at heads 0.., dK at H.., dV at H+Hkv.. (S = T) */
+static void grad_layout(const wgml_tensor *t, attn_dims d, attn_params *p)
+{
+    if (wgml_attention_params_of(t).packed) {
+        uint32_t N = (uint32_t)((d.H + 2 * d.Hkv) * d.D);
+        p->dq[0] = 0, p->dk_off = (uint32_t)(d.H * d.D), p->dv_off = (uint32_t)((d.H + d.Hkv) * d.D);
+        p->dq[1] = p->dkv[0] = (uint32_t)d.T * N;
+        p->dq[2] = p->dkv[1] = (uint32_t)d.D;
+        p->dq[3] = p->dkv[2] = N;
+        return;
+    }
+    int64_t nq = d.B * d.H * d.T * d.D, nk = d.B * d.Hkv * d.S * d.D;
+    p->dq[0] = 0, p->dk_off = (uint32_t)nq, p->dv_off = (uint32_t)(nq + nk);
+    p->dq[1] = (uint32_t)(d.H * d.T * d.D), p->dq[2] = (uint32_t)(d.T * d.D), p->dq[3] = (uint32_t)d.D;
+    p->dkv[0] = (uint32_t)(d.Hkv * d.S * d.D), p->dkv[1] = (uint32_t)(d.S * d.D), p->dkv[2] = (uint32_t)d.D;
+}
+
+/* [dQ | dK | dV] (or the packed gradient: grad_layout) from q, k, v, the forward's O and L, and
+   dO (src[0..4]) */
 wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
 {
     wgml_tensor *q = t->src[0], *kt = t->src[1], *fwd = t->src[3], *dout = t->src[4];
     attn_dims d = dims_of(q, kt);
     bool vec = rows_aligned(q) && rows_aligned(kt) && rows_aligned(t->src[2]) && rows_aligned(dout);
     wgml_attn_kernel kd = {.kind = WGML_ATTN_DELTA, .d = (int)d.D, .dp = (int)(d.D + 3) / 4 * 4, .rows = 4, .cols = 4, .tx = 4, .vec = vec};
-    wgml_attn_kernel kkv = {.kind = WGML_ATTN_DKV, .d = (int)d.D, .vec = vec};
-    wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec};
+    /* a cast to f16 of the node (the GPT's d(qkv) under mixed precision) is the node storing halves */
+    bool out16 = t->dtype == WGML_F16;
+    wgml_attn_kernel kkv = {.kind = WGML_ATTN_DKV, .d = (int)d.D, .vec = vec, .out16 = out16};
+    wgml_attn_kernel kq = {.kind = WGML_ATTN_DQ, .d = (int)d.D, .vec = vec, .out16 = out16};
     wgml_status st;
     wgml_attn_sgmat mkv, mq;
     bool matrix_kv = choose_matrix(ctx, t, WGML_ATTN_DKV, kkv.d, vec, d.S, &mkv),
          matrix_q = choose_matrix(ctx, t, WGML_ATTN_DQ, kq.d, vec, d.T, &mq);
+    mkv.out16 = mq.out16 = out16;
     if ((!matrix_kv && (st = choose_tiles(ctx, &kkv, d.S))) || (!matrix_q && (st = choose_tiles(ctx, &kq, d.T)))) return st;
     wgml_launch *ld = &l[0], *lkv = &l[1], *lq = &l[2];
     if ((st = attn_pipeline(ctx, &kd, ld))) return st;
@@ -472,8 +489,7 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
     p.dout[1] = dout->ndim == 4 ? (uint32_t)dout->stride[bthd ? 2 : 1] : 0;
     p.dout[2] = (uint32_t)dout->stride[dout->ndim == 4 && !bthd ? 2 : 1];
     p.lse_off = (uint32_t)(fwd->offset + fwd->numel);
-    p.dk_off = (uint32_t)q->numel;
-    p.dv_off = (uint32_t)(q->numel + kt->numel);
+    grad_layout(t, d, &p);
     uint64_t rows = (uint64_t)(d.B * d.H * d.T);
     long long T = (long long)d.T, S = (long long)d.S, D = (long long)d.D;
 
@@ -524,4 +540,5 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
 WGML_OP_ENTRY(ATTENTION) = {.name = "attention", .kind = WGML_KIND_KERNEL, .arity = 3, .build = wgml_build_attention,
                        .vjp = wgml_vjp_attention, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1)};
 WGML_OP_ENTRY(ATTENTION_GRAD) = {.name = "attention_grad", .kind = WGML_KIND_KERNEL, .arity = 5, .build = wgml_build_attention_grad,
-                            DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1), .no_grad = "made by backward only (no second derivatives)"};
+                            .f16_out = true, DOMAIN(-2, 2, -2, 2), ARITH, FLOOR(1),
+                            .no_grad = "made by backward only (no second derivatives)"};

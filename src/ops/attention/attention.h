@@ -41,6 +41,7 @@ typedef struct wgml_attn_kernel {
     int pre;  /* the next step's global loads issued before this step's sums: bits 1 (K) and 2 (V)
                  of the forward, 4 of dK/dV (Q, dO), 8 of dQ (K, V); bit 32: the forward's row maxima
                  meet through subgroup shuffles (needs a line of lanes in one subgroup) */
+    bool out16; /* dK/dV and dQ: the gradient node stores halves (a cast to f16 of it, wgml_cast) */
 } wgml_attn_kernel;
 
 /* WGSL pieces both generators write (ops/attention/attention_wgsl.c): the parameter block
@@ -50,7 +51,8 @@ typedef struct wgml_attn_kernel {
    and `ntiles` steps of `cols`; a workgroup's (batch, head) and row offsets into Q, K and V (and
    rb, dO's for the gradients) for a tile of `rows` queries, longest (causal) first, or of `rows`
    keys of one key/value head; the forward's bindings (Q, K, V, O) and loaders; the gradient
-   kernels' bindings (Q, K, V, dO, L, Delta, out) and loaders. */
+   kernels' bindings (Q, K, V, dO, L, Delta, out: of f16 with out16, which needs `enable f16`)
+   and loaders. */
 struct wgml_sbuf;
 void wgml_attn_put_params(struct wgml_sbuf *b, int d, int dp4);
 void wgml_attn_put_input(struct wgml_sbuf *b, int binding, const char *name, bool vec);
@@ -59,7 +61,7 @@ void wgml_attn_put_key_range(struct wgml_sbuf *b, int rows, int cols);
 void wgml_attn_put_query_tile(struct wgml_sbuf *b, int rows, bool grads);
 void wgml_attn_put_key_tile(struct wgml_sbuf *b, int rows);
 void wgml_attn_put_forward_bindings(struct wgml_sbuf *b, bool vec, bool padded);
-void wgml_attn_put_grad_bindings(struct wgml_sbuf *b, bool vec, bool padded);
+void wgml_attn_put_grad_bindings(struct wgml_sbuf *b, bool vec, bool padded, bool out16);
 
 /* The WGSL of kernel k (the caller frees it; NULL when out of memory). */
 char *wgml_attn_source(const wgml_attn_kernel *k);
@@ -75,7 +77,9 @@ wgml_status wgml_build_attention_grad(wgml_context *ctx, wgml_tensor *t, wgml_la
 wgml_status wgml_vjp_attention(wgml_context *ctx, wgml_tensor *t, wgml_tensor *g, wgml_tensor **gin);
 
 /* The gradient node of forward node fwd (a WGML_OP_ATTENTION node) for upstream gradient
-   dout (q's shape): one flat tensor [dQ | dK | dV], each laid out as q, k, v are. */
+   dout (q's shape): one flat tensor [dQ | dK | dV], each laid out as contiguous q, k, v
+   ([B,H,T,D], [B,Hkv,S,D]); where fwd was packed (wgml_attention_desc.packed), the packed
+   tensor's gradient [B,T,H+2Hkv,D] instead (the same number of elements). */
 wgml_tensor *wgml_attention_grad(wgml_context *ctx, wgml_tensor *fwd, wgml_tensor *dout);
 
 #endif

@@ -93,9 +93,12 @@ static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind =
 /* the forward in one walk over the keys, O rescaled lazily */
 static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind == WGML_ATTN_FORWARD; }
 
-/* rows of the results are whole fragments and 16-byte aligned: whole tiles go straight from
-   the matrix units to memory */
-static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c); }
+/* the gradient's results are stored as halves */
+static bool grad_out16(const wgml_attn_sgmat *c) { return c->out16 && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
+
+/* rows of the results are whole fragments and 16-byte aligned (and f32, the fragments' type):
+   whole tiles go straight from the matrix units to memory */
+static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c) && !grad_out16(c); }
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 
@@ -419,8 +422,8 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
         for (int n = 0; n * g->SGS < per; n++) {
             wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = %du + e / %du;\n        let d = %du + e %% %du;\n",
                           n * g->SGS, r * g->SM, g->SN, f * g->SN, g->SN);
-            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = ss[sb + e / %du * %du + e %% %du]; }\n    }\n", per,
-                          ok, out, row_base, g->SN, g->SC, g->SN);
+            wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = %s(ss[sb + e / %du * %du + e %% %du]); }\n    }\n", per,
+                          ok, out, row_base, grad_out16(g->c) ? "f16" : "", g->SN, g->SC, g->SN);
         }
     }
 }
@@ -748,7 +751,7 @@ static void put_forward_one_pass(gen *g)
 
 /* ---------------------------------------------------------------- gradient */
 
-static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->c->vec, true); }
+static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->c->vec, true, grad_out16(g->c)); }
 
 /* dQ of a tile of queries: for each tile of `cols` keys they see, S = Q K^T and dP = dO V^T,
    P = exp2(S - L) and dS = P (dP - Delta), dQ += dS K */
@@ -790,7 +793,8 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", "ps", 0);
     wgml_sbuf_put(b, "    }\n");
-    put_row_results(g, "dq", "OUT", "(rb + r0) * D", "D"); /* (dS carries the scale: see ps above) */
+    /* (dS carries the scale: see ps above) */
+    put_row_results(g, "dq", "OUT", "P.dq_off + b * P.dq_sb + h * P.dq_sh + r0 * P.dq_st", "P.dq_st");
     wgml_sbuf_put(b, "}\n");
 }
 
@@ -890,11 +894,11 @@ static void put_dkv(gen *g)
     /* (dS^T carries ln 2, see ps above) */
     char full[64];
     snprintf(full, sizeof full, "j0 + %du <= P.S", g->R);
-    const char *acc[] = {"dk", "dv"},
-               *base0[] = {"P.dk_off + ((b * P.Hkv + g) * P.S + r0) * D", "P.dv_off + ((b * P.Hkv + g) * P.S + r0) * D"};
-    put_results_begin(g, 2, acc, "OUT", base0, "D", full);
-    put_results(g, "dk", "OUT", "P.dk_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
-    put_results(g, "dv", "OUT", "P.dv_off + ((b * P.Hkv + g) * P.S + r0 + row) * D", "r0 + row < P.S");
+    const char *acc[] = {"dk", "dv"}, *base0[] = {"P.dk_off + b * P.kv_sb + g * P.kv_sh + r0 * P.kv_st",
+                                                  "P.dv_off + b * P.kv_sb + g * P.kv_sh + r0 * P.kv_st"};
+    put_results_begin(g, 2, acc, "OUT", base0, "P.kv_st", full);
+    put_results(g, "dk", "OUT", "P.dk_off + b * P.kv_sb + g * P.kv_sh + (r0 + row) * P.kv_st", "r0 + row < P.S");
+    put_results(g, "dv", "OUT", "P.dv_off + b * P.kv_sb + g * P.kv_sh + (r0 + row) * P.kv_st", "r0 + row < P.S");
     put_results_end(g);
     wgml_sbuf_put(b, "}\n");
 }
@@ -906,9 +910,9 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     gen g = gen_of(&b, c);
     static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
-                      "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s\n",
+                      "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s%s\n",
                   names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SR, g.R, g.C, c->vec ? ", vec4 reads" : "",
-                  one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "");
+                  one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", grad_out16(c) ? ", halves out" : "");
     put_types(&g);
     put_params(&g);
     int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;

@@ -75,14 +75,18 @@ uint64_t wgml_attn_step_trips(const wgml_attn_kernel *k)
 
 /* ---------------------------------------------------------------- shared pieces */
 
+/* the gradient's results are stored as halves */
+static bool grad_out16(const wgml_attn_kernel *k) { return k->out16 && (k->kind == WGML_ATTN_DKV || k->kind == WGML_ATTN_DQ); }
+
 static void put_header(gen *g)
 {
     const wgml_attn_kernel *k = g->k;
     static const char *const names[] = {"forward", "row dot products dO . O", "dK and dV", "dQ"};
     wgml_sbuf *b = g->b;
-    wgml_sbuf_put(b, "// generated attention kernel: %s, D = %d (rows of %d), tile %d x %d, %d threads (%d x %d)%s\n",
+    wgml_sbuf_put(b, "// generated attention kernel: %s, D = %d (rows of %d), tile %d x %d, %d threads (%d x %d)%s%s\n",
                   names[k->kind], k->d, k->dp, k->rows, k->cols, k->kind == WGML_ATTN_DELTA ? 256 : g->nt,
-                  k->rows / 4, k->tx, k->vec ? ", vec4 reads" : "");
+                  k->rows / 4, k->tx, k->vec ? ", vec4 reads" : "", grad_out16(k) ? ", halves out" : "");
+    if (grad_out16(k)) wgml_sbuf_put(b, "enable f16;\n");
     wgml_attn_put_params(b, k->d, g->dp4);
 }
 
@@ -100,6 +104,8 @@ void wgml_attn_put_params(wgml_sbuf *b, int d, int dp4)
                      "    scale2: f32, neg_inf: f32, scale: f32, tiles: u32,\n"
                      "    o_sb: u32, o_sh: u32, o_st: u32, pad0: u32,\n"
                      "    do_sb: u32, do_sh: u32, do_st: u32, pad1: u32,\n"
+                     "    dq_off: u32, dq_sb: u32, dq_sh: u32, dq_st: u32,\n"
+                     "    kv_sb: u32, kv_sh: u32, kv_st: u32, pad2: u32,\n"
                      "}\n"
                      "@group(0) @binding(0) var<uniform> P: Params;\n");
     wgml_sbuf_put(b, "const D = %du;\nconst DP4 = %du;\nconst LN2 = 0.6931471805599453;\n", d, dp4);
@@ -163,13 +169,14 @@ void wgml_attn_put_forward_bindings(wgml_sbuf *b, bool vec, bool padded)
     for (int i = 0; i < 3; i++) wgml_attn_put_loader(b, in[i][0], in[i][1], vec, padded);
 }
 
-void wgml_attn_put_grad_bindings(wgml_sbuf *b, bool vec, bool padded)
+void wgml_attn_put_grad_bindings(wgml_sbuf *b, bool vec, bool padded, bool out16)
 {
     static const char *const in[4][2] = {{"q", "Q"}, {"k", "K"}, {"v", "V"}, {"do", "DO"}};
     for (int i = 0; i < 4; i++) wgml_attn_put_input(b, i + 1, in[i][1], vec);
     wgml_sbuf_put(b, "@group(0) @binding(5) var<storage, read> LSE: array<f32>;\n"
                      "@group(0) @binding(6) var<storage, read> DEL: array<f32>;\n"
-                     "@group(0) @binding(7) var<storage, read_write> OUT: array<f32>;\n");
+                     "@group(0) @binding(7) var<storage, read_write> OUT: array<%s>;\n",
+                  out16 ? "f16" : "f32");
     for (int i = 0; i < 4; i++) wgml_attn_put_loader(b, in[i][0], in[i][1], vec, padded);
 }
 
@@ -320,20 +327,20 @@ static void put_acc_decl(gen *g, const char *acc)
 }
 
 /* Writes accumulator row r (times `mul`) into out at element `base` + the thread's head dims,
-   those below D. */
-static void put_acc_store(gen *g, const char *acc, int r, const char *out, const char *base, const char *mul)
+   those below D; as halves where `to` is "f16" (else ""). */
+static void put_acc_store(gen *g, const char *acc, int r, const char *out, const char *base, const char *mul, const char *to)
 {
     const int tx = g->k->tx;
     for (int c = 0; c < g->nacc; c++) {
         if (g->v4) {
             wgml_sbuf_put(g->b, "            {\n                let d = (tx + %du) * 4u;\n", tx * c);
             for (int e = 0; e < 4; e++)
-                wgml_sbuf_put(g->b, "                if (d + %du < D) { %s[%s + d + %du] = %s%d_%d.%c * %s; }\n", e, out, base, e,
-                              acc, r, c, xyzw[e], mul);
+                wgml_sbuf_put(g->b, "                if (d + %du < D) { %s[%s + d + %du] = %s(%s%d_%d.%c * %s); }\n", e, out, base, e,
+                              to, acc, r, c, xyzw[e], mul);
             wgml_sbuf_put(g->b, "            }\n");
         } else {
-            wgml_sbuf_put(g->b, "            if (tx + %du < D) { %s[%s + tx + %du] = %s%d_%d * %s; }\n", tx * c, out, base, tx * c,
-                          acc, r, c, mul);
+            wgml_sbuf_put(g->b, "            if (tx + %du < D) { %s[%s + tx + %du] = %s(%s%d_%d * %s); }\n", tx * c, out, base, tx * c,
+                          to, acc, r, c, mul);
         }
     }
 }
@@ -474,7 +481,7 @@ static void put_forward(gen *g)
         char mul[16];
         snprintf(mul, sizeof mul, "inv.%c", xyzw[r]);
         wgml_sbuf_put(b, "    {\n        let i = i0 + ty * 4u + %du;\n        if (i < P.T) {\n            let ob = b * P.o_sb + h * P.o_sh + i * P.o_st;\n", r);
-        put_acc_store(g, "o", r, "O", "ob", mul);
+        put_acc_store(g, "o", r, "O", "ob", mul, "");
         wgml_sbuf_put(b, "            if (tx == 0u) { O[P.lse_off + bh * P.T + i] = lse.%c; }\n        }\n    }\n", xyzw[r]);
     }
     wgml_sbuf_put(b, "}\n");
@@ -517,7 +524,7 @@ static void put_delta(gen *g)
 }
 
 /* the gradient kernels' bindings: inputs, L (after O in the forward's buffer), Delta, out */
-static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->k->vec, g->k->dp != g->k->d); }
+static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->k->vec, g->k->dp != g->k->d, grad_out16(g->k)); }
 
 /* The probabilities and score gradients of a tile of br queries from i0 and bc keys from j0,
    from s<r>_<c> (scaled scores) and d<r>_<c> (dO . v): s := P = exp2(s - L),
@@ -578,6 +585,7 @@ static void put_dkv(gen *g)
     const wgml_attn_kernel *k = g->k;
     wgml_sbuf *b = g->b;
     const int bc = k->rows, br = k->cols, tx = k->tx, ca = br / tx, bc4 = bc / 4;
+    const char *to = grad_out16(k) ? "f16" : "";
     put_grad_bindings(g);
     wgml_sbuf_put(b, "var<workgroup> ks: array<vec4<f32>, %d>;\n", bc * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> vs: array<vec4<f32>, %d>;\n", bc * g->dp4);
@@ -649,11 +657,11 @@ static void put_dkv(gen *g)
     /* Q was scaled by scale * log2(e): dK = scale dS^T Q = ln 2 dS^T (scaled Q) */
     for (int r = 0; r < 4; r++) {
         wgml_sbuf_put(b, "    {\n        let j = j0 + ty * 4u + %du;\n        if (j < P.S) {\n"
-                         "            let kvb = ((b * P.Hkv + g) * P.S + j) * D;\n"
+                         "            let kvb = b * P.kv_sb + g * P.kv_sh + j * P.kv_st;\n"
                          "            let dkb = P.dk_off + kvb;\n            let dvb = P.dv_off + kvb;\n",
                       r);
-        put_acc_store(g, "dk", r, "OUT", "dkb", "LN2");
-        put_acc_store(g, "dv", r, "OUT", "dvb", "1.0");
+        put_acc_store(g, "dk", r, "OUT", "dkb", "LN2", to);
+        put_acc_store(g, "dv", r, "OUT", "dvb", "1.0", to);
         wgml_sbuf_put(b, "        }\n    }\n");
     }
     wgml_sbuf_put(b, "}\n");
@@ -674,6 +682,7 @@ static void put_dq(gen *g)
     const wgml_attn_kernel *k = g->k;
     wgml_sbuf *b = g->b;
     const int br = k->rows, bc = k->cols, tx = k->tx, cn = bc / tx, br4 = br / 4;
+    const char *to = grad_out16(k) ? "f16" : "";
     put_grad_bindings(g);
     wgml_sbuf_put(b, "var<workgroup> qs: array<vec4<f32>, %d>; // scaled\n", br * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> os: array<vec4<f32>, %d>; // dO\n", br * g->dp4);
@@ -733,8 +742,8 @@ static void put_dq(gen *g)
     }
     wgml_sbuf_put(b, "    }\n");
     for (int r = 0; r < 4; r++) {
-        wgml_sbuf_put(b, "    {\n        let i = i0 + ty * 4u + %du;\n        if (i < P.T) {\n            let qo = (rb + i) * D;\n", r);
-        put_acc_store(g, "dq", r, "OUT", "qo", "P.scale");
+        wgml_sbuf_put(b, "    {\n        let i = i0 + ty * 4u + %du;\n        if (i < P.T) {\n            let qo = P.dq_off + b * P.dq_sb + h * P.dq_sh + i * P.dq_st;\n", r);
+        put_acc_store(g, "dq", r, "OUT", "qo", "P.scale", to);
         wgml_sbuf_put(b, "        }\n    }\n");
     }
     wgml_sbuf_put(b, "}\n");

@@ -553,15 +553,21 @@ static void put_query_tile_start(gen *g, bool grad)
 
 /* ---------------------------------------------------------------- forward */
 
+/* Both forwards' opening: the bindings, the query tile, its key range, K's and V's registers */
+static void put_forward_start(gen *g)
+{
+    wgml_attn_put_forward_bindings(g->b, g->c->vec, true);
+    put_query_tile_start(g, false);
+    put_key_range(g);
+    put_stage_regs(g, "ka", g->C);
+    put_stage_regs(g, "va", g->C);
+}
+
 static void put_forward(gen *g)
 {
     wgml_sbuf *b = g->b;
     const int C = g->C;
-    wgml_attn_put_forward_bindings(b, g->c->vec, true);
-    put_query_tile_start(g, false);
-    put_key_range(g);
-    put_stage_regs(g, "ka", C);
-    put_stage_regs(g, "va", C);
+    put_forward_start(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
     /* pass 1: each lane's running max and sum of its columns of each of its rows */
     put_key_prologue(g, false);
@@ -670,11 +676,7 @@ static void put_forward_one_pass(gen *g)
 {
     wgml_sbuf *b = g->b;
     const int C = g->C;
-    wgml_attn_put_forward_bindings(b, g->c->vec, true);
-    put_query_tile_start(g, false);
-    put_key_range(g);
-    put_stage_regs(g, "ka", C);
-    put_stage_regs(g, "va", C);
+    put_forward_start(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var mr%d = ninf;\n    var l%d = 0.0;\n    var ls%d = 0.0;\n", k, k, k);
     for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     put_key_prologue(g, true);

@@ -143,6 +143,10 @@ static void bad_configs_are_refused(void)
     CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 128);
     c.one_pass = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c = good, c.out16 = true; /* halves out: the gradients' results only */
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c.kind = WGML_ATTN_DQ;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
 }
 
 int main(void)

@@ -41,7 +41,7 @@ typedef struct wgml_attn_kernel {
     int pre;  /* the next step's global loads issued before this step's sums: bits 1 (K) and 2 (V)
                  of the forward, 4 of dK/dV (Q, dO), 8 of dQ (K, V); bit 32: the forward's row maxima
                  meet through subgroup shuffles (needs a line of lanes in one subgroup) */
-    bool out16; /* dK/dV and dQ: the gradient node stores halves (a cast to f16 of it, wgml_cast) */
+    bool out16; /* dK/dV and dQ only: the gradient node stores halves (a cast to f16 of it, wgml_cast) */
 } wgml_attn_kernel;
 
 /* WGSL pieces both generators write (ops/attention/attention_wgsl.c): the parameter block

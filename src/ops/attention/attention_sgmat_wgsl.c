@@ -30,9 +30,10 @@
  * policy's forward). Whether a step rescales is the workgroup's vote: each subgroup's
  * subgroupAny stored by all its lanes, the slots read with workgroupUniformLoad. A vote stored
  * under a lane-divergent `if` (the first forms) came out wrong on the H200 although right on
- * llvmpipe: NVIDIA's subgroups need not reconverge after such a branch, and the matrix calls
- * after it need the whole subgroup (docs/MEASUREMENTS.md). The emulated stand-ins, which have
- * no subgroups, keep that form.
+ * llvmpipe; taking the store out of the branch made it right (docs/MEASUREMENTS.md). The likely
+ * reason, not shown: NVIDIA's subgroups need not reconverge after such a branch, and the matrix
+ * calls after it need the whole subgroup. The emulated stand-ins, which have no subgroups, keep
+ * that form.
  *
  * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
  * into registers, as f16, right after the previous step's tiles were staged, so the reads are in
@@ -93,12 +94,9 @@ static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind =
 /* the forward in one walk over the keys, O rescaled lazily */
 static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind == WGML_ATTN_FORWARD; }
 
-/* the gradient's results are stored as halves */
-static bool grad_out16(const wgml_attn_sgmat *c) { return c->out16 && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
-
 /* rows of the results are whole fragments and 16-byte aligned (and f32, the fragments' type):
    whole tiles go straight from the matrix units to memory */
-static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c) && !grad_out16(c); }
+static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c) && !c->out16; }
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 
@@ -112,6 +110,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->subgroups < 1 || c->subgroups > 16 || c->subgroups * c->subgroup_size > 1024) return "subgroups per workgroup";
     if (c->row_frags < 0 || c->row_frags > 2) return "row fragments a subgroup (1 or 2)";
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
+    if (c->out16 && c->kind == WGML_ATTN_FORWARD) return "results as halves (the gradients only)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -423,7 +422,7 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
             wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = %du + e / %du;\n        let d = %du + e %% %du;\n",
                           n * g->SGS, r * g->SM, g->SN, f * g->SN, g->SN);
             wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = %s(ss[sb + e / %du * %du + e %% %du]); }\n    }\n", per,
-                          ok, out, row_base, grad_out16(g->c) ? "f16" : "", g->SN, g->SC, g->SN);
+                          ok, out, row_base, g->c->out16 ? "f16" : "", g->SN, g->SC, g->SN);
         }
     }
 }
@@ -753,7 +752,7 @@ static void put_forward_one_pass(gen *g)
 
 /* ---------------------------------------------------------------- gradient */
 
-static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->c->vec, true, grad_out16(g->c)); }
+static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->c->vec, true, g->c->out16); }
 
 /* dQ of a tile of queries: for each tile of `cols` keys they see, S = Q K^T and dP = dO V^T,
    P = exp2(S - L) and dS = P (dP - Delta), dQ += dS K */
@@ -914,7 +913,7 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
                       "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s%s\n",
                   names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SR, g.R, g.C, c->vec ? ", vec4 reads" : "",
-                  one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", grad_out16(c) ? ", halves out" : "");
+                  one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", c->out16 ? ", halves out" : "");
     put_types(&g);
     put_params(&g);
     int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;

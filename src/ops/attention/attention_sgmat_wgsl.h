@@ -42,7 +42,7 @@ typedef struct wgml_attn_sgmat {
        computes its subgroup's whole matrices: the kernels' indexing, staging, masks and
        softmax run on an adapter without matrix units (lavapipe), slowly */
     bool emulate;
-    /* dK/dV and dQ: the gradient node stores halves (a cast to f16 of it); the results then
+    /* dK/dV and dQ only (a problem on the forward): the gradient node stores halves (a cast to f16 of it); the results then
        leave through the f32 block, converted (a matrix store writes its own component type) */
     bool out16;
 } wgml_attn_sgmat;

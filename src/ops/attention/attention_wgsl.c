@@ -75,9 +75,6 @@ uint64_t wgml_attn_step_trips(const wgml_attn_kernel *k)
 
 /* ---------------------------------------------------------------- shared pieces */
 
-/* the gradient's results are stored as halves */
-static bool grad_out16(const wgml_attn_kernel *k) { return k->out16 && (k->kind == WGML_ATTN_DKV || k->kind == WGML_ATTN_DQ); }
-
 static void put_header(gen *g)
 {
     const wgml_attn_kernel *k = g->k;
@@ -85,8 +82,8 @@ static void put_header(gen *g)
     wgml_sbuf *b = g->b;
     wgml_sbuf_put(b, "// generated attention kernel: %s, D = %d (rows of %d), tile %d x %d, %d threads (%d x %d)%s%s\n",
                   names[k->kind], k->d, k->dp, k->rows, k->cols, k->kind == WGML_ATTN_DELTA ? 256 : g->nt,
-                  k->rows / 4, k->tx, k->vec ? ", vec4 reads" : "", grad_out16(k) ? ", halves out" : "");
-    if (grad_out16(k)) wgml_sbuf_put(b, "enable f16;\n");
+                  k->rows / 4, k->tx, k->vec ? ", vec4 reads" : "", k->out16 ? ", halves out" : "");
+    if (k->out16) wgml_sbuf_put(b, "enable f16;\n");
     wgml_attn_put_params(b, k->d, g->dp4);
 }
 
@@ -524,7 +521,7 @@ static void put_delta(gen *g)
 }
 
 /* the gradient kernels' bindings: inputs, L (after O in the forward's buffer), Delta, out */
-static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->k->vec, g->k->dp != g->k->d, grad_out16(g->k)); }
+static void put_grad_bindings(gen *g) { wgml_attn_put_grad_bindings(g->b, g->k->vec, g->k->dp != g->k->d, g->k->out16); }
 
 /* The probabilities and score gradients of a tile of br queries from i0 and bc keys from j0,
    from s<r>_<c> (scaled scores) and d<r>_<c> (dO . v): s := P = exp2(s - L),
@@ -585,7 +582,7 @@ static void put_dkv(gen *g)
     const wgml_attn_kernel *k = g->k;
     wgml_sbuf *b = g->b;
     const int bc = k->rows, br = k->cols, tx = k->tx, ca = br / tx, bc4 = bc / 4;
-    const char *to = grad_out16(k) ? "f16" : "";
+    const char *to = k->out16 ? "f16" : "";
     put_grad_bindings(g);
     wgml_sbuf_put(b, "var<workgroup> ks: array<vec4<f32>, %d>;\n", bc * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> vs: array<vec4<f32>, %d>;\n", bc * g->dp4);
@@ -682,7 +679,7 @@ static void put_dq(gen *g)
     const wgml_attn_kernel *k = g->k;
     wgml_sbuf *b = g->b;
     const int br = k->rows, bc = k->cols, tx = k->tx, cn = bc / tx, br4 = br / 4;
-    const char *to = grad_out16(k) ? "f16" : "";
+    const char *to = k->out16 ? "f16" : "";
     put_grad_bindings(g);
     wgml_sbuf_put(b, "var<workgroup> qs: array<vec4<f32>, %d>; // scaled\n", br * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> os: array<vec4<f32>, %d>; // dO\n", br * g->dp4);

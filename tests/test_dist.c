@@ -6,9 +6,12 @@
  * all-reduce rides on: the buckets' ranges, the same update as one evaluation, and no
  * result computed twice.
  */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_* */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/half.h"
 #include "harness.h"
@@ -371,9 +374,32 @@ static void a_launch_without_mpi_is_refused(void)
 #endif
 }
 
+/* The reduction's threads are sized by the CPUs this process may use: within the online ones,
+   and one where its affinity allows one (as under a launcher's binding or a container's) */
+static void usable_cpus_follow_the_affinity(void)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int all = wgml_usable_cpus();
+    if (all < 1 || all > online) FAILF("usable CPUs %d, online %ld", all, online);
+#ifdef __linux__
+    cpu_set_t old, one;
+    if (sched_getaffinity(0, sizeof old, &old) != 0) return;
+    int first = 0;
+    while (first < CPU_SETSIZE && !CPU_ISSET(first, &old)) first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return;
+    int pinned = wgml_usable_cpus();
+    sched_setaffinity(0, sizeof old, &old);
+    if (pinned != 1) FAILF("usable CPUs %d with one CPU in the affinity, want 1", pinned);
+    if (wgml_usable_cpus() != all) FAILF("usable CPUs %d after the affinity's restore, want %d", wgml_usable_cpus(), all);
+#endif
+}
+
 int main(void)
 {
     TEST_RUN(f16_widening_is_exact);
+    TEST_RUN(usable_cpus_follow_the_affinity);
     TEST_RUN(a_launch_without_mpi_is_refused);
     TEST_RUN(one_rank_collectives_leave_data_as_it_is);
     TEST_RUN(the_hook_decides_the_update);

@@ -329,8 +329,8 @@ static bool shm_ready(void)
     int threads = dist.shm_threads;
     if (!threads) { /* half the cores each rank has, at most 8 (4 H200s, 16 cores a rank: 1 thread
                        27.8 ms a step, 4 22.3, 8 21.5) */
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cpus > 0 ? (int)(cpus / dist.local_size / 2) : 1;
+        int cpus = wgml_usable_cpus();
+        threads = cpus / dist.local_size / 2;
         threads = threads < 1 ? 1 : threads > 8 ? 8 : threads;
     }
     int ok = dist.rank == 0 ? wgml_shm_create(dist.size, threads, name, &dist.shm, dist.shm_error, sizeof dist.shm_error) : 0;

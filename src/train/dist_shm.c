@@ -1,4 +1,5 @@
 /* The shared-memory reduction of the ranks on one machine (dist_shm.h). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "train/dist_shm.h"
 
 #include <errno.h>
@@ -201,6 +202,41 @@ void wgml_shm_close(wgml_shm *s)
 }
 
 int wgml_shm_threads(const wgml_shm *s) { return s ? s->threads : 0; }
+
+#ifdef __linux__
+/* A cgroup's CPU quota in CPUs, rounded up (0: none): v2's cpu.max ("max" or "quota period"),
+   else v1's cfs_quota_us and cfs_period_us */
+static long cpu_quota(void)
+{
+    long quota = -1, period = 0;
+    char q[32];
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        if (fscanf(f, "%31s %ld", q, &period) == 2 && strcmp(q, "max") != 0) quota = atol(q);
+        fclose(f);
+    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
+        if (fscanf(f, "%ld", &quota) != 1) quota = -1;
+        fclose(f);
+        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+            if (fscanf(f, "%ld", &period) != 1) period = 0;
+            fclose(f);
+        }
+    }
+    return quota > 0 && period > 0 ? (quota + period - 1) / period : 0;
+}
+#endif
+
+int wgml_usable_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n) n = CPU_COUNT(&set);
+    long quota = cpu_quota();
+    if (quota > 0 && quota < n) n = quota;
+#endif
+    return n > 0 ? (int)n : 1;
+}
 
 /* Every rank's writes before it are seen by every rank after it (each of a rank's threads
    arrives). Spins a little (the ranks usually arrive close together), then yields, then naps:

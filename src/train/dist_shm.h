@@ -36,6 +36,9 @@ void wgml_shm_unlink(const char *name);
 void wgml_shm_close(wgml_shm *s);
 /* The threads each rank reduces with */
 int wgml_shm_threads(const wgml_shm *s);
+/* The CPUs this process may use: the online ones, fewer where its affinity or a cgroup's CPU
+   quota says so */
+int wgml_usable_cpus(void);
 
 /* Every rank calls it with the same count, in the same order: recv = the sum (mean: / ranks)
    over the ranks of send, count values that are f32, or f16 (IEEE binary16 bits) where f16;

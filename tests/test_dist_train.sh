@@ -3,6 +3,7 @@
 #   - 2 ranks x 64 examples give the losses of 1 rank x 128 (the same global batch) within
 #     1e-5 relative over 20 steps, and the ranks end with bit-identical parameters (the tool
 #     compares their checksums and says so);
+#   - rank 0 prints every rank's waits in one line (which rank the others wait for);
 #   - a 2-rank run resumed from its checkpoint ends byte for byte where the unbroken one ends
 #     (the halves reducing in many small buckets, the unbroken run in one);
 #   - the overlapped all-reduce (default) and the blocking one (WGML_DIST_OVERLAP=0) end with
@@ -122,6 +123,9 @@ same_metrics "$work/gpt1/metrics.csv" "$work/gpt2/metrics.csv" 20 1e-5 "" "gpt: 
 # the order, and the ranks divide alike) and the same metrics
 grep -q "gradient all-reduce on 2 ranks, overlapped: .*shared memory" "$work/gpt2.log" ||
   fail "gpt, 2 ranks: not overlapped through shared memory: $(tail -2 "$work/gpt2.log")"
+# every rank's waits in one line on rank 0 (which rank the others wait for)
+grep -Eq "^per rank, ms/step waiting .*: rank 0 [0-9.]+ / [0-9.]+ / [0-9.]+; rank 1 [0-9.]+ / [0-9.]+ / [0-9.]+$" "$work/gpt2.log" ||
+  fail "gpt, 2 ranks: no line of every rank's waits: $(grep -A1 all-reduce "$work/gpt2.log")"
 timeout 120 "${mpi[@]}" -x WGML_DIST_OVERLAP=0 -x WGML_DIST_SHM=0 -np 2 "$wgml" "${gpt[@]}" --out "$work/gpt2b" >"$work/gpt2b.log" 2>&1 ||
   fail "gpt, 2 ranks, blocking all-reduce: exit $? ($(tail -3 "$work/gpt2b.log"))"
 grep -q "gradient all-reduce on 2 ranks: .*MPI" "$work/gpt2b.log" || fail "gpt, 2 ranks, WGML_DIST_SHM=0: not MPI: $(tail -2 "$work/gpt2b.log")"

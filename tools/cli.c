@@ -455,12 +455,26 @@ static int check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor
     return 0;
 }
 
-static void report(void)
+/* Every rank's waits, one line on rank 0: the rank that waits least for the others is the one
+   they wait for (a slower GPU, its bus, its host). Every rank calls it. */
+static void per_rank_waits(const wgml_dist_stats *s, double k)
 {
-    wgml_dist_stats s;
-    wgml_dist_stats_get(&s);
-    if (wgml_dist_rank() != 0 || !s.calls) return;
-    double k = 1e3 / (double)s.calls; /* one all-reduce a step */
+    int n = wgml_dist_size(), r = wgml_dist_rank();
+    double *w = calloc((size_t)n * 3, sizeof *w);
+    if (!w) return;
+    w[3 * r] = s->rank_wait_seconds * k, w[3 * r + 1] = s->exposed_seconds * k, w[3 * r + 2] = s->gpu_wait_seconds * k;
+    if (wgml_dist_allreduce_host(w, (size_t)n * 3, WGML_REDUCE_SUM) == WGML_OK && r == 0) {
+        printf("per rank, ms/step waiting for the other ranks / exposed / waiting after the backward pass was submitted:");
+        for (int i = 0; i < n; i++) printf("%s rank %d %.2f / %.2f / %.2f", i ? ";" : "", i, w[3 * i], w[3 * i + 1], w[3 * i + 2]);
+        printf("\n");
+    }
+    free(w);
+}
+
+/* Rank 0's all-reduce times a step */
+static void print_totals(const wgml_dist_stats *stats, double k)
+{
+    const wgml_dist_stats s = *stats;
     char how[64] = "MPI";
     if (s.shared_memory)
         snprintf(how, sizeof how, "shared memory (%d thread%s a rank)", s.shared_memory_threads,
@@ -481,6 +495,16 @@ static void report(void)
            wgml_dist_size(), (s.copy_out_seconds + s.reduce_seconds + s.copy_in_seconds) * k, s.copy_out_seconds * k,
            how, s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, as,
            s.gpu_wait_seconds * k);
+}
+
+static void report(void)
+{
+    wgml_dist_stats s;
+    wgml_dist_stats_get(&s);
+    if (!s.calls) return; /* (the same on every rank: one all-reduce a step) */
+    double k = 1e3 / (double)s.calls;
+    if (wgml_dist_rank() == 0) print_totals(&s, k);
+    if (s.buckets) per_rank_waits(&s, k);
 }
 
 int cli_dist_check_batch(const char *who, int64_t batch)

@@ -25,7 +25,9 @@ export NCCL_NVLS_ENABLE=0
 MPILIB=$(ldconfig -p | awk '/libmpi\.so\.40 /{print $NF; exit}')
 [ -n "$MPILIB" ] || MPILIB=$(find /usr /opt -name 'libmpi.so.40' 2>/dev/null | head -1)
 export WGML_MPI_LIBRARY=$MPILIB
-nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader
+# (each GPU's link: one on a slower bus makes every rank wait for it)
+nvidia-smi --query-gpu=index,name,pci.bus_id,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader
+nproc; cat /sys/fs/cgroup/cpu.max 2>/dev/null
 mpirun --version | head -1
 echo "libmpi: $MPILIB"
 df -h /dev/shm | tail -1
@@ -76,7 +78,7 @@ wgml_run() { # NAME NP ARGS(comma-separated) [ENV=VALUE...]
     sort -u -t, -k1,2 "$OUT/$name.apps" | awk -F, '{n[$2]++} END {for (g in n) printf "%s: %d process(es); ", g, n[g]; print ""}' >"$OUT/$name.gpus"; }
   cp "$RUN/$name/metrics.csv" "$OUT/$name.metrics.csv" 2>/dev/null
   echo "$name: rc $rc, $(rate "$OUT/$name.metrics.csv" 2>/dev/null || echo 'no rate')" | tee -a "$OUT/summary.txt"
-  grep -E "all-reduce|replicas" "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
+  grep -E "all-reduce|replicas|per rank" "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/summary.txt"
   [ "$rc" = 0 ] || tail -5 "$OUT/$name.log"
   [ -f "$OUT/$name.gpus" ] && echo "    processes a GPU (by bus): $(cat "$OUT/$name.gpus")" | tee -a "$OUT/summary.txt"
 }

@@ -18,7 +18,7 @@ static void every_kernel_and_config(void)
     static const int sizes[] = {32, 8, 64};
     static const int cols[] = {16, 32, 64};
     int made = 0;
-    for (int opt = 0; opt < 4; opt++) /* prefetch (1), the gradients' dP block (2) */
+    for (int opt = 0; opt < 8; opt++) /* prefetch (1), the gradients' dP block (2), two staging buffers (4) */
     for (int ki = 0; ki < N_OF(kinds); ki++)
         for (int s = 0; s < N_OF(shapes); s++)
             for (int di = 0; di < N_OF(dims); di++)
@@ -27,7 +27,7 @@ static void every_kernel_and_config(void)
                         wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
                                              .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
                                              .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
-                                             .prefetch = opt & 1, .dp_block = opt & 2, .direct = (di + ci) % 2 == 0,
+                                             .prefetch = opt & 1, .dp_block = opt & 2, .stage2 = opt & 4, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
                                              /* the one-walk forward, two row fragments: each in turn */
                                              .one_pass = (di + z + ci) & 1, .row_frags = (di + z + ci + s) & 2 ? 2 : 1};
                         int rf = c.row_frags;
@@ -100,6 +100,15 @@ static void every_kernel_and_config(void)
                         CHECK((strstr(src, "var<workgroup> ss2:") != NULL) == (grad && c.dp_block));
                         /* prefetch: the next step's reads issued after the step's tiles are staged */
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let fit = it + 1u;" : "let jn = j0 + ") != NULL) == c.prefetch);
+                        /* two staging buffers: each step's own, and no barrier at a step's top */
+                        CHECK((strstr(src, "let xb = (") != NULL) == c.stage2);
+                        CHECK((strstr(src, "// the last step's reads of") != NULL) == !c.stage2);
+                        CHECK(!c.stage2 || (c.emulate ? test_count(src, "xb + ") > 0 : test_count(src, "subgroupMatrixLoad<R>(&xs, xb + ") == right_loads));
+                        /* workgroups in tile-major order, or a head's (kv head's) tiles together */
+                        CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let bg = wid % (P.B * P.Hkv);" : "let bh = wid % (P.B * P.H);") != NULL) ==
+                              c.tile_major);
+                        CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let bg = wid / P.tiles;" : "let bh = wid / P.tiles;") != NULL) ==
+                              !c.tile_major);
                         /* the forward writes L after O; the gradients read it */
                         CHECK((strstr(src, "O[P.lse_off") != NULL) == (c.kind == WGML_ATTN_FORWARD));
                         CHECK((strstr(src, "LSE[P.lse_off") != NULL) == (c.kind != WGML_ATTN_FORWARD));

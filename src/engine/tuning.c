@@ -48,7 +48,7 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
     const char *ap = s->attn_pre;
     t->attn_pre = ap && *ap >= '0' && *ap <= '9' ? atoi(ap) & 47 : -1;
     const char *am = s->attn_matrix;
-    t->attn_mpre = t->attn_mform = -1;
+    t->attn_mpre = t->attn_mform = t->attn_morder = -1;
     int *em = t->attn_emu;
     em[0] = em[1] = em[2] = 16, em[3] = 32, em[4] = 16;
     if (am && !strcmp(am, "0")) t->attn_matrix = -1;
@@ -61,14 +61,15 @@ static void tuning_read(wgml_context *ctx, wgml_tuning *t)
         if (got == 6) t->attn_mform = f;
     } else if (am) {
         int *mc = t->attn_mcols;
-        if (sscanf(am, "cols,%d,%d,%d,%d,%d,%d", &mc[0], &mc[1], &mc[2], &t->attn_msub, &t->attn_mpre, &t->attn_mform) < 3)
-            mc[0] = mc[1] = mc[2] = t->attn_msub = 0, t->attn_mpre = t->attn_mform = -1;
+        if (sscanf(am, "cols,%d,%d,%d,%d,%d,%d,%d", &mc[0], &mc[1], &mc[2], &t->attn_msub, &t->attn_mpre, &t->attn_mform,
+                   &t->attn_morder) < 3)
+            mc[0] = mc[1] = mc[2] = t->attn_msub = 0, t->attn_mpre = t->attn_mform = t->attn_morder = -1;
     }
 }
 
 const wgml_tuning *wgml_tuning_of(wgml_context *ctx)
 {
-    static const wgml_tuning defaults = {.ew_unroll = 0, .attn_pre = -1, .attn_mpre = -1, .attn_mform = -1};
+    static const wgml_tuning defaults = {.ew_unroll = 0, .attn_pre = -1, .attn_mpre = -1, .attn_mform = -1, .attn_morder = -1};
     wgml_tuning *t = wgml_extension_get(ctx, &tuning_key);
     if (t) return t;
     if (!(t = wgml_extension_make(ctx, &tuning_key, sizeof *t, NULL))) return &defaults;

@@ -42,11 +42,12 @@ typedef struct wgml_tuning {
     int attn_emu[5];
     /* WGML_ATTN_MATRIX=cols,F,K,Q,S[,O]: the matrix kernels' steps of columns (forward, dK/dV,
        dQ) and subgroups per workgroup (0: the policy's), the policy otherwise; O (attn_mpre; -1:
-       the policy's: prefetch everywhere, the dP block in dK/dV) picks their options: 1
-       prefetch, 2 the gradients' dP block (wgml_attn_sgmat); ",X" (attn_mform; -1: the
+       the policy's: prefetch everywhere, two staging buffers in dK/dV) picks their options: 1
+       prefetch, 2 the gradients' dP block, 4 two staging buffers (wgml_attn_sgmat); ",X" (attn_mform; -1: the
        policy's) the forms: 1 the forward in one walk, 2 the forward's subgroups two row
-       fragments each, 4 dQ's, 8 dK/dV's */
-    int attn_mcols[3], attn_msub, attn_mpre, attn_mform;
+       fragments each, 4 dQ's, 8 dK/dV's; ",G" (attn_morder; -1: the policy's) the kernels whose
+       workgroups go in tile-major order: 1 the forward, 2 dK/dV, 4 dQ */
+    int attn_mcols[3], attn_msub, attn_mpre, attn_mform, attn_morder;
 } wgml_tuning;
 
 /* The context's knobs, read on first use. Never NULL: when the state cannot be kept (out of

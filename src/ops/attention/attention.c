@@ -294,12 +294,18 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 /* The matrix-unit kernel of `kind` for head dim d (ops/attention/attention_sgmat_wgsl.c):
    true, with *c, where the node was built under mixed precision, the adapter has f16 -> f32
    subgroup matrices (or WGML_ATTN_MATRIX=emulate stands in for them) and a tile fits its
-   limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows, steps of 32 columns (or
-   16 where 32 does not fit): on the H200, forward + backward at B=8 H=12 T=1024 D=64 took
-   1.41 ms with 32 against 1.55 with 64 for the forward and dQ kernels, and two subgroups
-   2.24 (docs/MEASUREMENTS.md). Every kernel prefetches; dK/dV keeps dP in a block of its own
-   where that fits (T = 1024: 604 us against 615 without; dQ's took 475 against 289 and has
-   none; docs/MEASUREMENTS.md, helper attn2). `rows` (T, or S for dK/dV): whole tiles of results
+   limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows; the forward in steps of
+   32 keys, the gradients of 16 columns (32 where 16 does not fit). The kernels' speed on the
+   H200 follows their workgroup memory more than their barriers (likely the workgroups an SM
+   holds): at B=8 H=12 T=1024 D=64, dK/dV in steps of 16 with two staging buffers and no dP
+   block (20.5 KB) took 391 us against 596 with the dP block (25.6 KB) and 620 in steps of 32
+   with it (38.1 KB); dQ in steps of 16 246 us against 265 in steps of 32; two staging buffers
+   where they grow xs lost (forward 315 against 210 us, dQ 441 against 265); the forward in
+   steps of 16 257 against 210 (docs/MEASUREMENTS.md, helper attnbwd). Every kernel
+   prefetches; dP's own block (dp_block) stays off (it grows the workgroup memory). The
+   forward and dQ go tile-major (every head's longest tile first): forward 192 against 210 us,
+   dQ 265 against 290 at T = 1024; dK/dV keeps a head's tiles together (596 against 605
+   tile-major; likely they share the head's Q and dO in L2). `rows` (T, or S for dK/dV): whole tiles of results
    go straight from the matrix units only where a whole tile exists (a store of a 16 x 16 f32
    fragment makes Dawn ask bindings of at least 1024 bytes).
    The forward walks the keys once (MATRIX_FORMS 1, WGML_ATTN_MATRIX's X bit 1): on the H200 its
@@ -311,6 +317,8 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk, 2 / 4 / 8 two
    row fragments a subgroup in the forward / dQ / dK, dV */
 #define MATRIX_FORMS 1
+/* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 2 dK/dV, 4 dQ */
+#define MATRIX_TILE_MAJOR 5
 
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
 {
@@ -320,23 +328,26 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     bool emulate = tu->attn_matrix > 0;
     if (emulate) m = tu->attn_emu[0], n = tu->attn_emu[1], k = tu->attn_emu[2], sgs = tu->attn_emu[3];
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
-    static const int cols[] = {32, 16};
+    static const int cols[] = {32, 16}, grad_cols[] = {16, 32};
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
-    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? 3 : 1;
+    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? 5 : 1;
+    int order = tu->attn_morder >= 0 ? tu->attn_morder : MATRIX_TILE_MAJOR;
     int forms = tu->attn_mform >= 0 ? tu->attn_mform : MATRIX_FORMS;
     /* two row fragments a subgroup where this kernel's form asks and they fit, else one */
     for (int rf = forms >> (which == 0 ? 1 : which == 2 ? 2 : 3) & 1 ? 2 : 1; rf >= 1; rf--)
         for (int i = knob ? -1 : 0; i < 2; i++)
-            for (int dp_block = opts >> 1 & 1; dp_block >= 0; dp_block--) {
-                *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
-                                       .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4, .row_frags = rf,
-                                       .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
-                                       .prefetch = opts & 1, .dp_block = dp_block, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1)};
-                c->direct = rows >= wgml_attn_sgmat_rows(c);
-                if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
-                    (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
-                    return true;
-            }
+            for (int dp_block = opts >> 1 & 1; dp_block >= 0; dp_block--)
+                for (int stage2 = opts >> 2 & 1; stage2 >= 0; stage2--) {
+                    *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
+                                           .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4, .row_frags = rf,
+                                           .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : kind == WGML_ATTN_FORWARD ? cols[i] : grad_cols[i], .vec = vec, .emulate = emulate,
+                                           .prefetch = opts & 1, .dp_block = dp_block, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
+                                           .tile_major = order >> which & 1};
+                    c->direct = rows >= wgml_attn_sgmat_rows(c);
+                    if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
+                        (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
+                        return true;
+                }
     return false;
 }
 
@@ -347,7 +358,7 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
                        (uint32_t)c->subgroups | (uint32_t)c->row_frags << 8, (uint32_t)c->cols,
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3 |
-                           (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5,
+                           (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);

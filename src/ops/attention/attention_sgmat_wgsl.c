@@ -40,7 +40,9 @@
  * flight during that step's products; the top of each step only stores them (one staging
  * buffer: two barriers around the store, as without prefetch). With `dp_block` the gradients
  * compute S and dP into blocks of their own before the one barrier their lanes wait at, instead
- * of S, a barrier, the lanes' reads, a barrier, dP, a barrier.
+ * of S, a barrier, the lanes' reads, a barrier, dP, a barrier. With `stage2` the walk's tiles
+ * go to two staging buffers in turn, so a step's store cannot meet the last step's products and
+ * the barrier at the top of each step goes (xs grows unless the kept rows already need it).
  *
  * Lanes and elements: a subgroup's block is sm_m rows (row_frags x sm_m) by `cols`; lpr =
  * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),
@@ -66,6 +68,7 @@ typedef struct gen {
     int RF, SR; /* row fragments a subgroup, and its rows (RF x SM) */
     int lpr, rpl, cpr, rstep; /* lanes per row, rows per lane, columns per lane, a lane's row step */
     int FD, KD, FC, KC;       /* fragments along D, K steps along D, fragments along cols, K steps along cols */
+    const char *xb;           /* WGSL before the walk's offsets into xs: "xb + " (the step's buffer) with stage2 */
 } gen;
 
 static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
@@ -85,6 +88,7 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.cpr = g.C / g.lpr;
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
+    g.xb = c->stage2 ? "xb + " : "";
     return g;
 }
 
@@ -97,6 +101,30 @@ static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind =
 /* rows of the results are whole fragments and 16-byte aligned (and f32, the fragments' type):
    whole tiles go straight from the matrix units to memory */
 static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c) && !c->out16; }
+
+/* xs's rows: the rows the workgroup keeps (staged once), or the walk's tiles (2 x cols: K and
+   V, or Q and dO), twice with stage2 */
+static int xs_rows(const gen *g)
+{
+    int walk = 2 * g->C * (g->c->stage2 ? 2 : 1);
+    return g->R > walk ? g->R : walk;
+}
+
+/* the walk's step `it` (WGSL): its staging buffer with stage2, and no barrier at its top (the
+   other buffer's last reads, two steps back, are behind the last step's barriers; ss, ps, pp
+   and sl are written after this step's first barrier and last read before the last step's
+   final one). Without stage2 the barrier. */
+static void put_step_top(const gen *g, const char *it, const char *what)
+{
+    if (g->c->stage2) wgml_sbuf_put(g->b, "        let xb = (%s & 1u) * %du; // this step's staging buffer\n", it, 2 * g->C * g->SD);
+    else wgml_sbuf_put(g->b, "        workgroupBarrier(); // the last step's reads of %s are done\n", what);
+}
+
+/* before a walk with stage2: the reads of xs before it (the rows kept) are done */
+static void put_walk_start(const gen *g)
+{
+    if (g->c->stage2) wgml_sbuf_put(g->b, "    workgroupBarrier(); // the kept rows' reads of xs are done\n");
+}
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && !(v & (v - 1)); }
 
@@ -118,8 +146,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
 uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
 {
     gen g = gen_of(NULL, c);
-    int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;
-    uint32_t bytes = (uint32_t)(xs_rows * g.SD * 2 + g.NSG * g.SR * g.SC * 4 + g.NSG * g.SR * g.PC * 2);
+    uint32_t bytes = (uint32_t)(xs_rows(&g) * g.SD * 2 + g.NSG * g.SR * g.SC * 4 + g.NSG * g.SR * g.PC * 2);
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2) * 4); /* sx */
     if (one_pass(c)) bytes += (uint32_t)(g.R * 4 + 4 * (c->emulate ? 1 : g.NSG));                                                      /* rl, resc */
     if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SR * g.PC * 2 + 2 * g.C * 4);              /* pp, sl */
@@ -265,9 +292,9 @@ static void put_store_regs(gen *g, const char *reg, int rows, int dst)
         bool tail = (n + 1) * g->NT > items;
         wgml_sbuf_put(b, "    {\n        let e = li + %du;\n", n * g->NT);
         if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
-        wgml_sbuf_put(b, "        let o = %du + (e / DP4) * %du + (e %% DP4) * 4u;\n"
+        wgml_sbuf_put(b, "        let o = %s%du + (e / DP4) * %du + (e %% DP4) * 4u;\n"
                          "        xs[o] = %s%d.x;\n        xs[o + 1u] = %s%d.y;\n        xs[o + 2u] = %s%d.z;\n        xs[o + 3u] = %s%d.w;\n",
-                      dst, g->SD, reg, n, reg, n, reg, n, reg, n);
+                      g->xb, dst, g->SD, reg, n, reg, n, reg, n, reg, n);
         if (tail) wgml_sbuf_put(b, "        }\n");
         wgml_sbuf_put(b, "    }\n");
     }
@@ -281,7 +308,10 @@ static void put_stage(gen *g, const char *x, int rows, const char *row0, const c
     wgml_sbuf_put(g->b, "    {\n");
     put_stage_regs(g, "st", rows);
     put_fetch(g, "st", x, rows, row0, lim, base, stride, scale);
+    const char *xb = g->xb;
+    g->xb = ""; /* (before the walk: its own rows of xs) */
     put_store_regs(g, "st", rows, dst);
+    g->xb = xb;
     wgml_sbuf_put(g->b, "    }\n");
 }
 
@@ -310,7 +340,7 @@ static void put_scores(gen *g, const char *left, int at, const char *arr)
         for (int r = 0; r < g->RF; r++) wgml_sbuf_put(g->b, "        var s%d = Acc();\n", r);
         for (int k = 0; k < g->KD; k++) {
             char off[64];
-            snprintf(off, sizeof off, "%du", at + f * g->SN * g->SD + k * g->SK);
+            snprintf(off, sizeof off, "%s%du", g->xb, at + f * g->SN * g->SD + k * g->SK);
             /* row fragment r's left operand is <left><r * KD + k>; the right one loaded once */
             if (g->RF == 1) {
                 char l0[16];
@@ -354,7 +384,7 @@ static void put_accumulate(gen *g, const char *acc, const char *arr, int at)
     for (int f = 0; f < g->FD; f++)
         for (int k = 0; k < g->KC; k++) {
             char off[48];
-            snprintf(off, sizeof off, "%du", at + k * g->SK * g->SD + f * g->SN);
+            snprintf(off, sizeof off, "%s%du", g->xb, at + k * g->SK * g->SD + f * g->SN);
             if (g->RF == 1) {
                 char a[16], l[16];
                 snprintf(a, sizeof a, "%s%d", acc, f);
@@ -517,10 +547,11 @@ static void put_key_step(gen *g, bool with_v, bool grad)
 {
     wgml_sbuf *b = g->b;
     const int C = g->C;
+    put_walk_start(g);
     wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of %s are done\n",
-                  C, g->R, C, C - 1, with_v ? "xs, ss and ps" : "xs and ss");
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n",
+                  C, g->R, C, C - 1);
+    put_step_top(g, "t", with_v ? "xs, ss and ps" : "xs and ss");
     if (one_pass(g->c) && g->c->emulate) wgml_sbuf_put(b, "        if (li == 0u) { resc[0] = 0u; } // (its last reads were before that barrier)\n");
     if (!g->c->prefetch) put_key_fetch(g, with_v, "j0");
     put_store_regs(g, "ka", C, 0);
@@ -543,7 +574,7 @@ static void put_query_tile_start(gen *g, bool grad)
 {
     put_main(g, "P.tiles * P.B * P.H");
     put_lane_ids(g);
-    wgml_attn_put_query_tile(g->b, g->R, grad);
+    wgml_attn_put_query_tile(g->b, g->R, grad, g->c->tile_major);
     wgml_sbuf_put(g->b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
     put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
     wgml_sbuf_put(g->b, "    workgroupBarrier();\n");
@@ -833,7 +864,7 @@ static void put_dkv(gen *g)
     put_grad_bindings(g);
     put_main(g, "P.tiles * P.B * P.Hkv");
     put_lane_ids(g);
-    wgml_attn_put_key_tile(b, g->R);
+    wgml_attn_put_key_tile(b, g->R, g->c->tile_major);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
     put_stage(g, "k", g->R, "j0", "P.S", "kb", "P.k_st", NULL, 0);
     wgml_sbuf_put(b, "    workgroupBarrier();\n");
@@ -853,12 +884,13 @@ static void put_dkv(gen *g)
     put_stage_regs(g, "oa", C);
     for (int n = 0; n * g->NT < C; n++) wgml_sbuf_put(b, "    var sla%d = 0.0;\n    var sld%d = 0.0;\n", n, n);
     if (g->c->prefetch) put_query_fetch(g, "0u");
+    put_walk_start(g);
     wgml_sbuf_put(b, "    for (var it = 0u; it < steps; it++) {\n"
                      "        let i0 = (qstart + it %% nq) * %du;\n"
                      "        let c0 = i0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n"
-                     "        workgroupBarrier(); // the last step's reads of xs, ss, ss2, pp, ps and sl are done\n",
+                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n",
                   C, C, g->R, g->R - 1);
+    put_step_top(g, "it", "xs, ss, ss2, pp, ps and sl");
     if (!g->c->prefetch) put_query_fetch(g, "it");
     put_store_regs(g, "qa", C, 0);
     put_store_regs(g, "oa", C, C * g->SD);
@@ -911,13 +943,13 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     gen g = gen_of(&b, c);
     static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
-                      "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s%s\n",
+                      "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s%s%s\n",
                   names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SR, g.R, g.C, c->vec ? ", vec4 reads" : "",
-                  one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", c->out16 ? ", halves out" : "");
+                  one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", c->out16 ? ", halves out" : "",
+                  c->stage2 ? ", two staging buffers" : "");
     put_types(&g);
     put_params(&g);
-    int xs_rows = g.R > 2 * g.C ? g.R : 2 * g.C;
-    wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows [%d][%d + pad]\n", xs_rows * g.SD, xs_rows, g.DP);
+    wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows [%d][%d + pad]\n", xs_rows(&g) * g.SD, xs_rows(&g), g.DP);
     wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SR * g.SC, g.SR, g.C);
     wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SR * g.PC, g.SR, g.C);
     if (has_ss2(c)) wgml_sbuf_put(&b, "var<workgroup> ss2: array<f32, %d>; // each subgroup's dP\n", g.NSG * g.SR * g.SC);

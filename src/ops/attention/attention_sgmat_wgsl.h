@@ -30,6 +30,12 @@ typedef struct wgml_attn_sgmat {
     /* the gradients: dP in an f32 block of its own (ss2), so S and dP are both computed before
        one barrier instead of each before its own */
     bool dp_block;
+    /* two staging buffers for the tiles of the walk, used in turn: a step stores into the one
+       the last step's products did not read, so the barrier at the top of each step goes */
+    bool stage2;
+    /* workgroups in tile-major order (every head's first tile, then every head's second...)
+       instead of a head's tiles together */
+    bool tile_major;
     /* whole tiles of results are stored straight from the matrix units (where d is a multiple
        of 16); the output binding must then hold a 16 x 16 f32 fragment at least */
     bool direct;

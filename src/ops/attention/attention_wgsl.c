@@ -135,12 +135,19 @@ void wgml_attn_put_key_range(wgml_sbuf *b, int rows, int cols)
                   rows, cols - 1, cols);
 }
 
-void wgml_attn_put_query_tile(wgml_sbuf *b, int rows, bool grads)
+void wgml_attn_put_query_tile(wgml_sbuf *b, int rows, bool grads, bool tile_major)
 {
-    wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
-                     "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n"
-                     "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n",
-                  rows);
+    /* tile-major: every head's longest tile (causal) before any head's next, the short ones
+       last; else a head's tiles together (longest first), which share its K and V in L2 */
+    if (tile_major)
+        wgml_sbuf_put(b, "    let bh = wid %% (P.B * P.H);\n"
+                         "    let i0 = (P.tiles - 1u - wid / (P.B * P.H)) * %du; // the longest rows (causal) first, tile-major\n",
+                      rows);
+    else
+        wgml_sbuf_put(b, "    let bh = wid / P.tiles;\n"
+                         "    let i0 = (P.tiles - 1u - wid %% P.tiles) * %du; // the longest rows (causal) first\n",
+                      rows);
+    wgml_sbuf_put(b, "    let b = bh / P.H;\n    let h = bh %% P.H;\n    let g = h / P.R;\n");
     if (grads) wgml_sbuf_put(b, "    let rb = bh * P.T;\n");
     wgml_sbuf_put(b, "    let qb = P.q_off + b * P.q_sb + h * P.q_sh;\n");
     if (grads) wgml_sbuf_put(b, "    let ob = P.do_off + b * P.do_sb + h * P.do_sh;\n");
@@ -148,14 +155,19 @@ void wgml_attn_put_query_tile(wgml_sbuf *b, int rows, bool grads)
                      "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n");
 }
 
-void wgml_attn_put_key_tile(wgml_sbuf *b, int rows)
+void wgml_attn_put_key_tile(wgml_sbuf *b, int rows, bool tile_major)
 {
-    wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
-                     "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n"
-                     "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
+    if (tile_major)
+        wgml_sbuf_put(b, "    let bg = wid %% (P.B * P.Hkv);\n"
+                         "    let j0 = (wid / (P.B * P.Hkv)) * %du; // the keys most queries see (causal) first, tile-major\n",
+                      rows);
+    else
+        wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
+                         "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n",
+                      rows);
+    wgml_sbuf_put(b, "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
                      "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n",
-                  rows);
+                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n");
 }
 
 void wgml_attn_put_forward_bindings(wgml_sbuf *b, bool vec, bool padded)
@@ -376,7 +388,7 @@ static void put_forward(gen *g)
     wgml_sbuf_put(b, "var<workgroup> pb: array<vec4<f32>, %d>; // P [key][rows / 4], or each lane's row partials [lane][rows / 4]\n",
                   bc * br4);
     put_main(g, "P.tiles * P.B * P.H");
-    wgml_attn_put_query_tile(b, br, false);
+    wgml_attn_put_query_tile(b, br, false, false);
     wgml_sbuf_put(b, "    let ninf = P.neg_inf;\n");
     put_tile_regs(g, "t", br > bc ? br : bc);
     put_tile_regs(g, "u", bc);
@@ -592,7 +604,7 @@ static void put_dkv(gen *g)
     wgml_sbuf_put(b, "var<workgroup> dss: array<vec4<f32>, %d>; // dS [query][keys / 4]\n", br * bc4);
     wgml_sbuf_put(b, "var<workgroup> st: array<f32, %d>; // L, then Delta of the step's queries\n", 2 * br);
     put_main(g, "P.tiles * P.B * P.Hkv");
-    wgml_attn_put_key_tile(b, bc);
+    wgml_attn_put_key_tile(b, bc, false);
     put_tile_regs(g, "t", bc > br ? bc : br);
     put_tile_regs(g, "u", br);
     put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);
@@ -687,7 +699,7 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "var<workgroup> vs: array<vec4<f32>, %d>; // swizzled\n", bc * g->dp4);
     wgml_sbuf_put(b, "var<workgroup> dss: array<vec4<f32>, %d>; // dS [key][rows / 4]\n", bc * br4);
     put_main(g, "P.tiles * P.B * P.H");
-    wgml_attn_put_query_tile(b, br, true);
+    wgml_attn_put_query_tile(b, br, true, false);
     put_tile_regs(g, "t", bc > br ? bc : br);
     put_tile_regs(g, "u", bc);
     put_tile_load(g, "t", "q", br, "i0", "P.T", "qb", "P.q_st", "P.scale2");

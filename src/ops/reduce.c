@@ -35,6 +35,9 @@ static wgml_status reduce_pipeline(wgml_context *ctx, wgml_launch *l)
 #define REDUCE_TRIPS 64
 #define REDUCE_TREE_TRIPS 9 /* the tree over 256 partials */
 
+/* rows that ops/colsum_few.wgsl sums a thread a column group (split K's partials: S <= 16) */
+#define COLSUM_FEW_ROWS 16
+
 int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint64_t len, uint64_t inner, uint64_t in_off,
                          bool in_half, bool one_launch, wgml_status *st)
 {
@@ -44,10 +47,14 @@ int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint
     uint64_t W = wide ? 4 : 1;
     if (len < 2 || outer * len * inner / W > UINT32_MAX) return 0;
     /* 256 rows a workgroup (32 a lane), more where that would leave over 256 partials */
-    uint64_t chunk = 256;
+    uint64_t chunk = 256, cols = inner / W, col_groups = (cols + 31) / 32;
     while ((len + chunk - 1) / chunk > 256) chunk *= 2;
+    /* narrow rows (a bias of 384 or 768): chunks down to 64 rows until the workgroups number
+       512 (about four an SM of an H200's 132); 256-row chunks left [8192 x 768] 192
+       workgroups (docs/MEASUREMENTS.md) */
+    while (chunk > 64 && outer * ((len + chunk - 1) / chunk) * col_groups < 512) chunk /= 2;
     if (one_launch) chunk = len;
-    uint64_t parts = (len + chunk - 1) / chunk, cols = inner / W, col_groups = (cols + 31) / 32;
+    uint64_t parts = (len + chunk - 1) / chunk;
     if (chunk / 8 + 2 >= ctx->rt.loop_limit || (parts > 1 && outer * parts * inner * 4 > wgml_binding_limit(ctx))) return 0;
     /* the header per width and storage: [wide][half] (partials are f32) */
     static const char *const header[2][2] = {
@@ -64,15 +71,19 @@ int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint
         bool first = k == 0, half = first && in_half;
         wgml_launch *lk = &l[k];
         if (k) *lk = l[0];
-        if ((*st = wgml_kernel_pipeline_variant(ctx, "colsum", (uint32_t)half | (uint32_t)wide << 1, header[wide][half], lk)))
-            return 0;
         uint64_t rows = first ? len : parts, per = first ? chunk : parts, p = first ? parts : 1;
+        /* a few rows (split K's partials, a second launch's few parts): a thread folds all of
+           them for its columns (ops/colsum_few.wgsl) */
+        bool few = rows <= COLSUM_FEW_ROWS && p == 1;
+        if ((*st = wgml_kernel_pipeline_variant(ctx, few ? "colsum_few" : "colsum", (uint32_t)half | (uint32_t)wide << 1,
+                                                header[wide][half], lk)))
+            return 0;
         uint32_t q[8] = {(uint32_t)outer, (uint32_t)rows, (uint32_t)inner, (uint32_t)per, (uint32_t)p,
                          first ? (uint32_t)(in_off / W) : 0, 0, 0};
-        q[6] = wgml_grid(ctx, outer * p * col_groups, lk->groups);
+        q[6] = wgml_grid(ctx, few ? (outer * cols + 255) / 256 : outer * p * col_groups, lk->groups);
         memcpy(lk->params, q, sizeof q);
         lk->params_size = sizeof q;
-        lk->loop_trips = (uint32_t)((per + 7) / 8 + 8);
+        lk->loop_trips = few ? (uint32_t)(rows / 4 + 4) : (uint32_t)((per + 7) / 8 + 8);
         snprintf(lk->what, sizeof lk->what, "column sums %llu of [%llu, %llu, %llu]", (unsigned long long)rows,
                  (unsigned long long)outer, (unsigned long long)rows, (unsigned long long)inner);
     }

@@ -47,14 +47,10 @@ int wgml_colsum_launches(wgml_context *ctx, wgml_launch *l, uint64_t outer, uint
     uint64_t W = wide ? 4 : 1;
     if (len < 2 || outer * len * inner / W > UINT32_MAX) return 0;
     /* 256 rows a workgroup (32 a lane), more where that would leave over 256 partials */
-    uint64_t chunk = 256, cols = inner / W, col_groups = (cols + 31) / 32;
+    uint64_t chunk = 256;
     while ((len + chunk - 1) / chunk > 256) chunk *= 2;
-    /* narrow rows (a bias of 384 or 768): chunks down to 64 rows until the workgroups number
-       512 (about four an SM of an H200's 132); 256-row chunks left [8192 x 768] 192
-       workgroups (docs/MEASUREMENTS.md) */
-    while (chunk > 64 && outer * ((len + chunk - 1) / chunk) * col_groups < 512) chunk /= 2;
     if (one_launch) chunk = len;
-    uint64_t parts = (len + chunk - 1) / chunk;
+    uint64_t parts = (len + chunk - 1) / chunk, cols = inner / W, col_groups = (cols + 31) / 32;
     if (chunk / 8 + 2 >= ctx->rt.loop_limit || (parts > 1 && outer * parts * inner * 4 > wgml_binding_limit(ctx))) return 0;
     /* the header per width and storage: [wide][half] (partials are f32) */
     static const char *const header[2][2] = {

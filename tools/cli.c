@@ -472,29 +472,28 @@ static void per_rank_waits(const wgml_dist_stats *s, double k)
 }
 
 /* Rank 0's all-reduce times a step */
-static void print_totals(const wgml_dist_stats *stats, double k)
+static void print_totals(const wgml_dist_stats *s, double k)
 {
-    const wgml_dist_stats s = *stats;
     char how[64] = "MPI";
-    if (s.shared_memory)
-        snprintf(how, sizeof how, "shared memory (%d thread%s a rank)", s.shared_memory_threads,
-                 s.shared_memory_threads == 1 ? "" : "s");
+    if (s->shared_memory)
+        snprintf(how, sizeof how, "shared memory (%d thread%s a rank)", s->shared_memory_threads,
+                 s->shared_memory_threads == 1 ? "" : "s");
     /* f16: the gradients travelled as 2 bytes a value */
-    const char *as = s.bytes < 4 * s.values ? "f16" : "f32";
-    if (s.buckets) { /* overlapped with the backward pass */
+    const char *as = s->bytes < 4 * s->values ? "f16" : "f32";
+    if (s->buckets) { /* overlapped with the backward pass */
         printf("gradient all-reduce on %d ranks, overlapped: %.2f ms/step exposed after the last bucket reached the host "
                "(%.1f buckets, %s %.2f ms in its thread of which %.2f waiting for the other ranks, write-back %.2f); %.2f MB a step as %s; %.2f ms/step waiting "
                "after the backward pass was submitted, %.2f ms/step from then to the next step's first bucket\n",
-               wgml_dist_size(), s.exposed_seconds * k, (double)s.buckets / (double)s.calls, how, s.reduce_seconds * k,
-               s.rank_wait_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, as, s.gpu_wait_seconds * k,
-               s.between_seconds * k);
+               wgml_dist_size(), s->exposed_seconds * k, (double)s->buckets / (double)s->calls, how, s->reduce_seconds * k,
+               s->rank_wait_seconds * k, s->copy_in_seconds * k, (double)s->bytes / (double)s->calls / 1e6, as, s->gpu_wait_seconds * k,
+               s->between_seconds * k);
         return;
     }
     printf("gradient all-reduce on %d ranks: %.2f ms/step (copy-out %.2f, %s %.2f, copy-in %.2f), %.2f MB a step as %s; "
            "%.2f ms/step waiting for the GPU's gradients\n",
-           wgml_dist_size(), (s.copy_out_seconds + s.reduce_seconds + s.copy_in_seconds) * k, s.copy_out_seconds * k,
-           how, s.reduce_seconds * k, s.copy_in_seconds * k, (double)s.bytes / (double)s.calls / 1e6, as,
-           s.gpu_wait_seconds * k);
+           wgml_dist_size(), (s->copy_out_seconds + s->reduce_seconds + s->copy_in_seconds) * k, s->copy_out_seconds * k,
+           how, s->reduce_seconds * k, s->copy_in_seconds * k, (double)s->bytes / (double)s->calls / 1e6, as,
+           s->gpu_wait_seconds * k);
 }
 
 static void report(void)

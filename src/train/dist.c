@@ -327,8 +327,8 @@ static bool shm_ready(void)
     }
     char name[WGML_SHM_NAME] = "";
     int threads = dist.shm_threads;
-    if (!threads) { /* half the cores each rank has, at most 8 (4 H200s, 16 cores a rank: 1 thread
-                       27.8 ms a step, 4 22.3, 8 21.5) */
+    if (!threads) { /* half the CPUs each rank may use, at most 8 (4 H200s, 16 cores a rank: 1
+                       thread 27.8 ms a step, 4 22.3, 8 21.5) */
         int cpus = wgml_usable_cpus();
         threads = cpus / dist.local_size / 2;
         threads = threads < 1 ? 1 : threads > 8 ? 8 : threads;

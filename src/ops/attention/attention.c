@@ -294,31 +294,25 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 /* The matrix-unit kernel of `kind` for head dim d (ops/attention/attention_sgmat_wgsl.c):
    true, with *c, where the node was built under mixed precision, the adapter has f16 -> f32
    subgroup matrices (or WGML_ATTN_MATRIX=emulate stands in for them) and a tile fits its
-   limits; else the SIMT f32 kernels run. Four subgroups of sm_m rows; the forward in steps of
-   32 keys, the gradients of 16 columns (32 where 16 does not fit). The kernels' speed on the
-   H200 follows their workgroup memory more than their barriers (likely the workgroups an SM
-   holds): at B=8 H=12 T=1024 D=64, dK/dV in steps of 16 with two staging buffers and no dP
-   block (20.5 KB) took 391 us against 596 with the dP block (25.6 KB) and 620 in steps of 32
-   with it (38.1 KB); dQ in steps of 16 246 us against 265 in steps of 32; two staging buffers
-   where they grow xs lost (forward 315 against 210 us, dQ 441 against 265); the forward in
-   steps of 16 257 against 210 (docs/MEASUREMENTS.md, helper attnbwd). Every kernel
-   prefetches; dP's own block (dp_block) stays off (it grows the workgroup memory). The
-   forward and dQ go tile-major (every head's longest tile first): forward 192 against 210 us,
-   dQ 265 against 290 at T = 1024; dK/dV keeps a head's tiles together (596 against 605
-   tile-major; likely they share the head's Q and dO in L2). `rows` (T, or S for dK/dV): whole tiles of results
-   go straight from the matrix units only where a whole tile exists (a store of a 16 x 16 f32
-   fragment makes Dawn ask bindings of at least 1024 bytes).
-   The forward walks the keys once (MATRIX_FORMS 1, WGML_ATTN_MATRIX's X bit 1): on the H200 its
-   kernel took 24-29% less time than two walks (host medians of `wgml bench attention`, T = 1024
-   / 256; docs/MEASUREMENTS.md, twentieth session). Two row fragments a subgroup (X bits 2, 4, 8)
-   stay off: slower everywhere (helper attn3: forward 294 / 152 us with one walk, dQ 398 / 172
-   against 285 / 120, dK/dV 835 / 478 against 603 / 233; their workgroups declare 47-58 KB of
-   workgroup memory against 24-38 KB). */
+   limits; else the SIMT f32 kernels run. The policy below was measured on an H200
+   (docs/MEASUREMENTS.md, helpers attn2, attn3, attnbwd and the twentieth session): four
+   subgroups of sm_m rows; the forward in steps of 32 keys, the gradients of 16 columns (32
+   where 16 does not fit). These kernels' speed follows their workgroup memory more than their
+   barriers (likely the workgroups an SM holds), hence: two staging buffers only in dK/dV, whose
+   steps of 16 already keep the room they take; dP's own block (dp_block) off; two row
+   fragments a subgroup off. Every kernel prefetches. The forward and dQ go tile-major (every
+   head's longest tile first); dK/dV keeps a head's tiles together (likely they share its Q and
+   dO in L2). The forward walks the keys once. `rows` (T, or S for dK/dV): whole tiles of
+   results go straight from the matrix units only where a whole tile exists (a store of a
+   16 x 16 f32 fragment makes Dawn ask bindings of at least 1024 bytes). */
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk, 2 / 4 / 8 two
    row fragments a subgroup in the forward / dQ / dK, dV */
 #define MATRIX_FORMS 1
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 2 dK/dV, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
+/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging buffers */
+#define MATRIX_OPTS 1
+#define MATRIX_OPTS_DKV 5
 
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
 {
@@ -330,7 +324,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
     static const int cols[] = {32, 16}, grad_cols[] = {16, 32};
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
-    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? 5 : 1;
+    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : MATRIX_OPTS;
     int order = tu->attn_morder >= 0 ? tu->attn_morder : MATRIX_TILE_MAJOR;
     int forms = tu->attn_mform >= 0 ? tu->attn_mform : MATRIX_FORMS;
     /* two row fragments a subgroup where this kernel's form asks and they fit, else one */

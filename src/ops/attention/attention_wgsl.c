@@ -138,7 +138,7 @@ void wgml_attn_put_key_range(wgml_sbuf *b, int rows, int cols)
 void wgml_attn_put_query_tile(wgml_sbuf *b, int rows, bool grads, bool tile_major)
 {
     /* tile-major: every head's longest tile (causal) before any head's next, the short ones
-       last; else a head's tiles together (longest first), which share its K and V in L2 */
+       last; else a head's tiles together (longest first), which likely share its K and V in L2 */
     if (tile_major)
         wgml_sbuf_put(b, "    let bh = wid %% (P.B * P.H);\n"
                          "    let i0 = (P.tiles - 1u - wid / (P.B * P.H)) * %du; // the longest rows (causal) first, tile-major\n",

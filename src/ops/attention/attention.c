@@ -310,8 +310,9 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 #define MATRIX_FORMS 1
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 2 dK/dV, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
-/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging buffers */
-#define MATRIX_OPTS 1
+/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging buffers,
+   8 P (dS) over a staged tile in xs (the forward and dQ) */
+#define MATRIX_OPTS 9
 #define MATRIX_OPTS_DKV 5
 
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
@@ -336,6 +337,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                                            .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4, .row_frags = rf,
                                            .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : kind == WGML_ATTN_FORWARD ? cols[i] : grad_cols[i], .vec = vec, .emulate = emulate,
                                            .prefetch = opts & 1, .dp_block = dp_block, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
+                                           .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
                                            .tile_major = order >> which & 1};
                     c->direct = rows >= wgml_attn_sgmat_rows(c);
                     if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
@@ -352,7 +354,8 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
                        (uint32_t)c->subgroups | (uint32_t)c->row_frags << 8, (uint32_t)c->cols,
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3 |
-                           (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7,
+                           (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7 |
+                           (uint32_t)c->p_in_xs << 8,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);

@@ -70,6 +70,7 @@ typedef struct gen {
     int FD, KD, FC, KC;       /* fragments along D, K steps along D, fragments along cols, K steps along cols */
     const char *xb;           /* WGSL before the walk's offsets into xs: "xb + " (the step's buffer) with stage2 */
     int ko, vo;               /* halves of xs where the walk's K and V tiles go (the forward, dQ) */
+    int KP, SW;               /* parts the kept rows are staged in (kept_halves: 2), and their staged rows' stride */
     const char *pa;           /* the array P (dS) goes to: ps, or xs with p_in_xs (at po, in pb) */
     int po;
 } gen;
@@ -98,6 +99,8 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.vo = c->p_in_xs && fwd ? 0 : g.C * g.SD;
     g.pa = c->p_in_xs ? "xs" : "ps";
     g.po = c->p_in_xs ? g.C * g.SD : 0;
+    g.KP = c->kept_halves && c->kind != WGML_ATTN_DKV && g.DP / 2 % g.SK == 0 ? 2 : 1;
+    g.SW = g.DP / g.KP + STAGE_PAD;
     return g;
 }
 
@@ -111,19 +114,14 @@ static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind =
    whole tiles go straight from the matrix units to memory */
 static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c) && !c->out16; }
 
-/* xs's rows: the rows the workgroup keeps (staged once), or the walk's tiles (2 x cols: K and
-   V, or Q and dO), twice with stage2 */
-static int xs_rows(const gen *g)
-{
-    int walk = 2 * g->C * (g->c->stage2 ? 2 : 1);
-    return g->R > walk ? g->R : walk;
-}
-
-/* xs's halves: its rows, and with p_in_xs P's blocks from po */
+/* xs's halves: the rows the workgroup keeps (staged once, a part of their columns at a time),
+   the walk's tiles (2 x cols rows: K and V, or Q and dO; twice with stage2), and with p_in_xs
+   P's blocks from po */
 static int xs_halves(const gen *g)
 {
-    int n = xs_rows(g) * g->SD, p = g->po + g->NSG * g->SR * g->PC;
-    return g->c->p_in_xs && p > n ? p : n;
+    int kept = g->R * g->SW, walk = 2 * g->C * (g->c->stage2 ? 2 : 1) * g->SD, p = g->c->p_in_xs ? g->po + g->NSG * g->SR * g->PC : 0;
+    int n = kept > walk ? kept : walk;
+    return p > n ? p : n;
 }
 
 /* the walk's step `it` (WGSL): its staging buffer with stage2, and no barrier at its top (the
@@ -156,6 +154,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
     if (c->out16 && c->kind == WGML_ATTN_FORWARD) return "results as halves (the gradients only)";
     if (c->p_in_xs && (c->kind == WGML_ATTN_DKV || c->stage2)) return "P in xs (the forward and dQ, one staging buffer)";
+    if (c->kept_halves && c->kind == WGML_ATTN_DKV) return "kept rows by halves (the forward and dQ)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -318,32 +317,49 @@ static void put_store_regs(gen *g, const char *reg, int rows, int dst)
     }
 }
 
-/* The workgroup stages `rows` rows of a tensor into xs from half `dst` at once (put_fetch's
-   arguments) */
-static void put_stage(gen *g, const char *x, int rows, const char *row0, const char *lim, const char *base, const char *stride,
-                      const char *scale, int dst)
+/* The rows the workgroup keeps: its R rows of a tensor (row r is the tensor's row row0 + r,
+   zeros at or past lim, from element base + (row0 + r) * stride, times scale unless NULL),
+   staged into xs KP parts of their columns at a time (rows SW apart), each part's K steps
+   loaded into left fragments <var>0.. of the subgroup's rows (row fragment r's K step k is
+   <var><r * KD + k>). A barrier first where `barrier` (xs's last reads are before it) and
+   between parts; the last part's loads are left to the next barrier. */
+static void put_kept(gen *g, const char *x, const char *row0, const char *lim, const char *base, const char *stride,
+                     const char *scale, const char *var, bool barrier)
 {
-    wgml_sbuf_put(g->b, "    {\n");
-    put_stage_regs(g, "st", rows);
-    put_fetch(g, "st", x, rows, row0, lim, base, stride, scale);
-    const char *xb = g->xb;
-    g->xb = ""; /* (before the walk: its own rows of xs) */
-    put_store_regs(g, "st", rows, dst);
-    g->xb = xb;
-    wgml_sbuf_put(g->b, "    }\n");
-}
-
-/* left fragments <var>0.. of the subgroup's rows of xs (staged from half 0): row fragment r's
-   K step k is <var><r * KD + k> */
-static void put_keep_rows(gen *g, const char *var)
-{
-    for (int r = 0; r < g->RF; r++)
-        for (int k = 0; k < g->KD; k++) {
-            char v[16], off[64];
-            snprintf(v, sizeof v, "%s%d", var, r * g->KD + k);
-            snprintf(off, sizeof off, "sr * %du + %du", g->SD, r * g->SM * g->SD + k * g->SK);
-            ld_left(g, v, "xs", off, false, g->SD);
+    wgml_sbuf *b = g->b;
+    int W4 = g->DP / 4 / g->KP, KDP = g->KD / g->KP, items = g->R * W4;
+    for (int p = 0; p < g->KP; p++) {
+        if (barrier || p) wgml_sbuf_put(b, "    workgroupBarrier();%s\n", p ? " // the last part's loads are done" : "");
+        wgml_sbuf_put(b, "    {\n");
+        for (int n = 0; n * g->NT < items; n++) {
+            bool tail = (n + 1) * g->NT > items;
+            wgml_sbuf_put(b, "    var st%d = vec4<f16>();\n    {\n        let e = li + %du;\n", n, n * g->NT);
+            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+            wgml_sbuf_put(b, "        let r = e / %du;\n"
+                             "        if (%s + r < %s) { st%d = vec4<f16>(ld_%s(%s + (%s + r) * %s, %du + e %% %du)%s%s); }\n",
+                          W4, row0, lim, n, x, base, row0, stride, p * W4, W4, scale ? " * " : "", scale ? scale : "");
+            if (tail) wgml_sbuf_put(b, "        }\n");
+            wgml_sbuf_put(b, "    }\n");
         }
+        for (int n = 0; n * g->NT < items; n++) {
+            bool tail = (n + 1) * g->NT > items;
+            wgml_sbuf_put(b, "    {\n        let e = li + %du;\n", n * g->NT);
+            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+            wgml_sbuf_put(b, "        let o = (e / %du) * %du + (e %% %du) * 4u;\n"
+                             "        xs[o] = st%d.x;\n        xs[o + 1u] = st%d.y;\n        xs[o + 2u] = st%d.z;\n        xs[o + 3u] = st%d.w;\n",
+                          W4, g->SW, W4, n, n, n, n);
+            if (tail) wgml_sbuf_put(b, "        }\n");
+            wgml_sbuf_put(b, "    }\n");
+        }
+        wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
+        for (int r = 0; r < g->RF; r++)
+            for (int k = p * KDP; k < (p + 1) * KDP; k++) {
+                char v[16], off[64];
+                snprintf(v, sizeof v, "%s%d", var, r * g->KD + k);
+                snprintf(off, sizeof off, "sr * %du + %du", g->SW, r * g->SM * g->SW + (k - p * KDP) * g->SK);
+                ld_left(g, v, "xs", off, false, g->SW);
+            }
+    }
 }
 
 /* Scores into the subgroup's f32 block of `arr`: for each fragment f of `cols` columns, the sum over D of
@@ -594,9 +610,7 @@ static void put_query_tile_start(gen *g, bool grad)
     put_lane_ids(g);
     wgml_attn_put_query_tile(g->b, g->R, grad, g->c->tile_major);
     wgml_sbuf_put(g->b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
-    put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
-    wgml_sbuf_put(g->b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "q");
+    put_kept(g, "q", "i0", "P.T", "qb", "P.q_st", "P.scale2", "q", false);
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -809,10 +823,7 @@ static void put_dq(gen *g)
     const int C = g->C;
     put_grad_bindings(g);
     put_query_tile_start(g, true);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_stage(g, "do", g->R, "i0", "P.T", "ob", "P.do_st", NULL, 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "w");
+    put_kept(g, "do", "i0", "P.T", "ob", "P.do_st", NULL, "w", true);
     for (int k = 0; k < g->rpl; k++)
         wgml_sbuf_put(b, "    var lq%d = 0.0;\n    var dl%d = 0.0;\n"
                          "    if (r0 + row%d < P.T) { lq%d = LSE[P.lse_off + rb + r0 + row%d]; dl%d = DEL[rb + r0 + row%d]; }\n",
@@ -883,13 +894,8 @@ static void put_dkv(gen *g)
     put_lane_ids(g);
     wgml_attn_put_key_tile(b, g->R, g->c->tile_major);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
-    put_stage(g, "k", g->R, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "kr");
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_stage(g, "v", g->R, "j0", "P.S", "vb", "P.v_st", NULL, 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "vr");
+    put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
+    put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
     wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
                      "    var qstart = 0u;\n"
                      "    if (P.causal != 0u && j0 + P.T > P.S) { qstart = (j0 + P.T - P.S) / %du; }\n"
@@ -966,8 +972,8 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
                   c->stage2 ? ", two staging buffers" : "");
     put_types(&g);
     put_params(&g);
-    wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows [%d][%d + pad]%s\n", xs_halves(&g), xs_rows(&g), g.DP,
-                  c->p_in_xs ? ", each subgroup's P or dS over the walk's tile done with" : "");
+    wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows of %d + pad%s%s\n", xs_halves(&g), g.DP,
+                  g.KP > 1 ? " (the kept rows' in halves)" : "", c->p_in_xs ? ", each subgroup's P or dS over the walk's tile done with" : "");
     wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SR * g.SC, g.SR, g.C);
     if (!c->p_in_xs)
         wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SR * g.PC, g.SR, g.C);

@@ -295,12 +295,14 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    true, with *c, where the node was built under mixed precision, the adapter has f16 -> f32
    subgroup matrices (or WGML_ATTN_MATRIX=emulate stands in for them) and a tile fits its
    limits; else the SIMT f32 kernels run. The policy below was measured on an H200
-   (docs/MEASUREMENTS.md, helpers attn2, attn3, attnbwd and the twentieth session): four
-   subgroups of sm_m rows; the forward in steps of 32 keys, the gradients of 16 columns (32
-   where 16 does not fit). These kernels' speed follows their workgroup memory more than their
-   barriers (likely the workgroups an SM holds), hence: two staging buffers only in dK/dV, whose
-   steps of 16 already keep the room they take; dP's own block (dp_block) off; two row
-   fragments a subgroup off. Every kernel prefetches. The forward and dQ go tile-major (every
+   (docs/MEASUREMENTS.md, helpers attn2, attn3, attnbwd, attnfwd and the twentieth session):
+   four subgroups of sm_m rows; every kernel in steps of 16 columns (32 where 16 does not fit).
+   These kernels' speed follows their workgroup memory more than their barriers (likely the
+   workgroups an SM holds), hence: two staging buffers only in dK/dV, whose steps of 16 already
+   keep the room they take; dP's own block (dp_block) off; two row fragments a subgroup off; P
+   (dS) over the staged tile whose products are done in the forward and dQ (p_in_xs); the
+   forward's Q staged by halves of its columns (kept_halves: dQ's Q and dO so staged measured
+   1-2% slower). Every kernel prefetches. The forward and dQ go tile-major (every
    head's longest tile first); dK/dV keeps a head's tiles together (likely they share its Q and
    dO in L2). The forward walks the keys once. `rows` (T, or S for dK/dV): whole tiles of
    results go straight from the matrix units only where a whole tile exists (a store of a
@@ -312,7 +314,8 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 #define MATRIX_TILE_MAJOR 5
 /* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging buffers,
    8 P (dS) over a staged tile in xs (the forward and dQ), 16 the kept rows staged by halves (the forward and dQ) */
-#define MATRIX_OPTS 25
+#define MATRIX_OPTS_FWD 25
+#define MATRIX_OPTS_DQ 9
 #define MATRIX_OPTS_DKV 5
 
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
@@ -325,7 +328,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
     static const int cols[] = {16, 32}; /* (32 where 16 does not fit) */
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
-    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : MATRIX_OPTS;
+    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : kind == WGML_ATTN_DQ ? MATRIX_OPTS_DQ : MATRIX_OPTS_FWD;
     int order = tu->attn_morder >= 0 ? tu->attn_morder : MATRIX_TILE_MAJOR;
     int forms = tu->attn_mform >= 0 ? tu->attn_mform : MATRIX_FORMS;
     /* two row fragments a subgroup where this kernel's form asks and they fit, else one */

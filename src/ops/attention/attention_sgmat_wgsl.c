@@ -43,6 +43,11 @@
  * of S, a barrier, the lanes' reads, a barrier, dP, a barrier. With `stage2` the walk's tiles
  * go to two staging buffers in turn, so a step's store cannot meet the last step's products and
  * the barrier at the top of each step goes (xs grows unless the kept rows already need it).
+ * With `p_in_xs` the forward and dQ write P (dS) into xs over the step's tile whose products
+ * are done, behind the barrier that follows them (K in the forward, staged after V; V in dQ, whose
+ * dS K still reads K), so ps goes. With `kept_halves` the rows kept (Q; dO) are staged half
+ * their columns at a time, each half's K steps loaded before the next is staged, so xs needs
+ * half their room. Both cut the workgroup memory, which these kernels' speed follows.
  *
  * Lanes and elements: a subgroup's block is sm_m rows (row_frags x sm_m) by `cols`; lpr =
  * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),

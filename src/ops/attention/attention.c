@@ -312,8 +312,9 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 #define MATRIX_FORMS 1
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 2 dK/dV, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
-/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging buffers,
-   8 P (dS) over a staged tile in xs (the forward and dQ), 16 the kept rows staged by halves (the forward and dQ) */
+/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging
+   buffers, 8 P (dS) over a staged tile in xs, 16 the kept rows staged by halves (8, 16: the
+   forward and dQ) */
 #define MATRIX_OPTS_FWD 25
 #define MATRIX_OPTS_DQ 9
 #define MATRIX_OPTS_DKV 5

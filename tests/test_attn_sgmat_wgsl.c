@@ -18,7 +18,9 @@ static void every_kernel_and_config(void)
     static const int sizes[] = {32, 8, 64};
     static const int cols[] = {16, 32, 64};
     int made = 0;
-    for (int opt = 0; opt < 8; opt++) /* prefetch (1), the gradients' dP block (2), two staging buffers (4) */
+    /* prefetch (1), the gradients' dP block (2), two staging buffers (4), P over a staged tile (8),
+       the kept rows staged by halves (16) */
+    for (int opt = 0; opt < 32; opt++)
     for (int ki = 0; ki < N_OF(kinds); ki++)
         for (int s = 0; s < N_OF(shapes); s++)
             for (int di = 0; di < N_OF(dims); di++)
@@ -27,13 +29,14 @@ static void every_kernel_and_config(void)
                         wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
                                              .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
                                              .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
-                                             .prefetch = opt & 1, .dp_block = opt & 2, .stage2 = opt & 4, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
+                                             .prefetch = opt & 1, .dp_block = opt & 2, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
                                              /* the one-walk forward, two row fragments: each in turn */
                                              .one_pass = (di + z + ci) & 1, .row_frags = (di + z + ci + s) & 2 ? 2 : 1};
                         int rf = c.row_frags;
                         bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
                         int lpr = c.subgroup_size >= rf * c.sm_m ? c.subgroup_size / (rf * c.sm_m) : 1;
-                        if (c.cols % lpr) {
+                        if (c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
+                            (c.kept_halves && c.kind == WGML_ATTN_DKV)) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
                             continue;
                         }
@@ -95,6 +98,20 @@ static void every_kernel_and_config(void)
                            matrix calls (the stored-under-an-if form was wrong on an H200) */
                         CHECK((strstr(src, "resc[sg] = select(0u, 1u, subgroupAny(want));") != NULL) == (one && !c.emulate));
                         CHECK((strstr(src, "{ resc[0] = 1u; }") != NULL) == (one && c.emulate));
+                        /* P (dS) over the tile done with: no block of its own, the products' left
+                           operands from xs */
+                        CHECK((strstr(src, "var<workgroup> ps:") != NULL) == !c.p_in_xs);
+                        if (!c.emulate)
+                            CHECK(test_count(src, "subgroupMatrixLoad<L>(&xs, pb + ") ==
+                                  (c.p_in_xs ? rf * kc : 0));
+                        /* kept rows by halves where a half is whole K steps: each half's rows
+                           staged (a barrier between) and loaded into left fragments */
+                        bool halves = c.kept_halves && dp / 2 % c.sm_k == 0;
+                        CHECK((strstr(src, "// the last part's loads are done") != NULL) == halves);
+                        if (!c.emulate) {
+                            snprintf(want, sizeof want, "subgroupMatrixLoad<L>(&xs, sr * %du + ", dp / (halves ? 2 : 1) + 8);
+                            CHECK(test_count(src, want) == rf * kd * (c.kind == WGML_ATTN_FORWARD ? 1 : 2));
+                        }
                         /* dP's own block only in the gradients, when asked */
                         bool grad = c.kind != WGML_ATTN_FORWARD;
                         CHECK((strstr(src, "var<workgroup> ss2:") != NULL) == (grad && c.dp_block));

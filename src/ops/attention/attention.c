@@ -295,12 +295,14 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    true, with *c, where the node was built under mixed precision, the adapter has f16 -> f32
    subgroup matrices (or WGML_ATTN_MATRIX=emulate stands in for them) and a tile fits its
    limits; else the SIMT f32 kernels run. The policy below was measured on an H200
-   (docs/MEASUREMENTS.md, helpers attn2, attn3, attnbwd and the twentieth session): four
-   subgroups of sm_m rows; the forward in steps of 32 keys, the gradients of 16 columns (32
-   where 16 does not fit). These kernels' speed follows their workgroup memory more than their
-   barriers (likely the workgroups an SM holds), hence: two staging buffers only in dK/dV, whose
-   steps of 16 already keep the room they take; dP's own block (dp_block) off; two row
-   fragments a subgroup off. Every kernel prefetches. The forward and dQ go tile-major (every
+   (docs/MEASUREMENTS.md, helpers attn2, attn3, attnbwd, attnfwd and the twentieth session):
+   four subgroups of sm_m rows; every kernel in steps of 16 columns (32 where 16 does not fit).
+   These kernels' speed follows their workgroup memory more than their barriers (likely the
+   workgroups an SM holds), hence: two staging buffers only in dK/dV, whose steps of 16 already
+   keep the room they take; dP's own block (dp_block) off; two row fragments a subgroup off; P
+   (dS) over the staged tile whose products are done in the forward and dQ (p_in_xs); the
+   forward's Q staged by halves of its columns (kept_halves: dQ's Q and dO so staged measured
+   1-2% slower). Every kernel prefetches. The forward and dQ go tile-major (every
    head's longest tile first); dK/dV keeps a head's tiles together (likely they share its Q and
    dO in L2). The forward walks the keys once. `rows` (T, or S for dK/dV): whole tiles of
    results go straight from the matrix units only where a whole tile exists (a store of a
@@ -310,8 +312,11 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 #define MATRIX_FORMS 1
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 2 dK/dV, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
-/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging buffers */
-#define MATRIX_OPTS 1
+/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging
+   buffers, 8 P (dS) over a staged tile in xs, 16 the kept rows staged by halves (8, 16: the
+   forward and dQ) */
+#define MATRIX_OPTS_FWD 25
+#define MATRIX_OPTS_DQ 9
 #define MATRIX_OPTS_DKV 5
 
 static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int d, bool vec, int64_t rows, wgml_attn_sgmat *c)
@@ -322,9 +327,9 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     bool emulate = tu->attn_matrix > 0;
     if (emulate) m = tu->attn_emu[0], n = tu->attn_emu[1], k = tu->attn_emu[2], sgs = tu->attn_emu[3];
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
-    static const int cols[] = {32, 16}, grad_cols[] = {16, 32};
+    static const int cols[] = {16, 32}; /* (32 where 16 does not fit) */
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
-    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : MATRIX_OPTS;
+    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : kind == WGML_ATTN_DQ ? MATRIX_OPTS_DQ : MATRIX_OPTS_FWD;
     int order = tu->attn_morder >= 0 ? tu->attn_morder : MATRIX_TILE_MAJOR;
     int forms = tu->attn_mform >= 0 ? tu->attn_mform : MATRIX_FORMS;
     /* two row fragments a subgroup where this kernel's form asks and they fit, else one */
@@ -334,8 +339,10 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                 for (int stage2 = opts >> 2 & 1; stage2 >= 0; stage2--) {
                     *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
                                            .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4, .row_frags = rf,
-                                           .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : kind == WGML_ATTN_FORWARD ? cols[i] : grad_cols[i], .vec = vec, .emulate = emulate,
+                                           .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
                                            .prefetch = opts & 1, .dp_block = dp_block, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
+                                           .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
+                                           .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
                                            .tile_major = order >> which & 1};
                     c->direct = rows >= wgml_attn_sgmat_rows(c);
                     if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
@@ -352,7 +359,8 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
                        (uint32_t)c->subgroups | (uint32_t)c->row_frags << 8, (uint32_t)c->cols,
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3 |
-                           (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7,
+                           (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7 |
+                           (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);

@@ -43,6 +43,11 @@
  * of S, a barrier, the lanes' reads, a barrier, dP, a barrier. With `stage2` the walk's tiles
  * go to two staging buffers in turn, so a step's store cannot meet the last step's products and
  * the barrier at the top of each step goes (xs grows unless the kept rows already need it).
+ * With `p_in_xs` the forward and dQ write P (dS) into xs over the step's tile whose products
+ * are done, behind the barrier that follows them (K in the forward, staged after V; V in dQ, whose
+ * dS K still reads K), so ps goes. With `kept_halves` the rows kept (Q; dO) are staged half
+ * their columns at a time, each half's K steps loaded before the next is staged, so xs needs
+ * half their room. Both cut the workgroup memory, which these kernels' speed follows.
  *
  * Lanes and elements: a subgroup's block is sm_m rows (row_frags x sm_m) by `cols`; lpr =
  * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),
@@ -69,6 +74,10 @@ typedef struct gen {
     int lpr, rpl, cpr, rstep; /* lanes per row, rows per lane, columns per lane, a lane's row step */
     int FD, KD, FC, KC;       /* fragments along D, K steps along D, fragments along cols, K steps along cols */
     const char *xb;           /* WGSL before the walk's offsets into xs: "xb + " (the step's buffer) with stage2 */
+    int ko, vo;               /* halves of xs where the walk's K and V tiles go (the forward, dQ) */
+    int KP, SW;               /* parts the kept rows are staged in (kept_halves: 2), and their staged rows' stride */
+    const char *pa;           /* the array P (dS) goes to: ps, or xs with p_in_xs (at po, in pb) */
+    int po;
 } gen;
 
 static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
@@ -89,6 +98,14 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
     g.xb = c->stage2 ? "xb + " : "";
+    /* with p_in_xs P goes over K in the forward (staged after V), over V in dQ (K is dS K's) */
+    bool fwd = c->kind == WGML_ATTN_FORWARD;
+    g.ko = c->p_in_xs && fwd ? g.C * g.SD : 0;
+    g.vo = c->p_in_xs && fwd ? 0 : g.C * g.SD;
+    g.pa = c->p_in_xs ? "xs" : "ps";
+    g.po = c->p_in_xs ? g.C * g.SD : 0;
+    g.KP = c->kept_halves && c->kind != WGML_ATTN_DKV && g.DP / 2 % g.SK == 0 ? 2 : 1;
+    g.SW = g.DP / g.KP + STAGE_PAD;
     return g;
 }
 
@@ -102,12 +119,14 @@ static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind =
    whole tiles go straight from the matrix units to memory */
 static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c) && !c->out16; }
 
-/* xs's rows: the rows the workgroup keeps (staged once), or the walk's tiles (2 x cols: K and
-   V, or Q and dO), twice with stage2 */
-static int xs_rows(const gen *g)
+/* xs's halves: the rows the workgroup keeps (staged once, a part of their columns at a time),
+   the walk's tiles (2 x cols rows: K and V, or Q and dO; twice with stage2), and with p_in_xs
+   P's blocks from po */
+static int xs_halves(const gen *g)
 {
-    int walk = 2 * g->C * (g->c->stage2 ? 2 : 1);
-    return g->R > walk ? g->R : walk;
+    int kept = g->R * g->SW, walk = 2 * g->C * (g->c->stage2 ? 2 : 1) * g->SD, p = g->c->p_in_xs ? g->po + g->NSG * g->SR * g->PC : 0;
+    int n = kept > walk ? kept : walk;
+    return p > n ? p : n;
 }
 
 /* the walk's step `it` (WGSL): its staging buffer with stage2, and no barrier at its top (the
@@ -139,6 +158,8 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->row_frags < 0 || c->row_frags > 2) return "row fragments a subgroup (1 or 2)";
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
     if (c->out16 && c->kind == WGML_ATTN_FORWARD) return "results as halves (the gradients only)";
+    if (c->p_in_xs && (c->kind == WGML_ATTN_DKV || c->stage2)) return "P in xs (the forward and dQ, one staging buffer)";
+    if (c->kept_halves && c->kind == WGML_ATTN_DKV) return "kept rows by halves (the forward and dQ)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -146,7 +167,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
 uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
 {
     gen g = gen_of(NULL, c);
-    uint32_t bytes = (uint32_t)(xs_rows(&g) * g.SD * 2 + g.NSG * g.SR * g.SC * 4 + g.NSG * g.SR * g.PC * 2);
+    uint32_t bytes = (uint32_t)(xs_halves(&g) * 2 + g.NSG * g.SR * g.SC * 4 + (c->p_in_xs ? 0 : g.NSG * g.SR * g.PC * 2));
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2) * 4); /* sx */
     if (one_pass(c)) bytes += (uint32_t)(g.R * 4 + 4 * (c->emulate ? 1 : g.NSG));                                                      /* rl, resc */
     if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SR * g.PC * 2 + 2 * g.C * 4);              /* pp, sl */
@@ -240,6 +261,7 @@ static void put_types(gen *g)
     int nl = g->c->kind == WGML_ATTN_DKV ? 3 : 2;
     for (int i = 0; i < nl + 1; i++) {
         bool right = i == nl;
+        if (i == 1 && g->c->p_in_xs) continue; /* (no ps) */
         const char *arr = right ? "xs" : lefts[i];
         int rows = right ? SK : SM, cols = right ? SN : SK;
         wgml_sbuf_put(b, "fn emu_%c_%s(off: u32, cm: bool, stride: u32) -> %c {\n    var x: %c;\n"
@@ -300,32 +322,49 @@ static void put_store_regs(gen *g, const char *reg, int rows, int dst)
     }
 }
 
-/* The workgroup stages `rows` rows of a tensor into xs from half `dst` at once (put_fetch's
-   arguments) */
-static void put_stage(gen *g, const char *x, int rows, const char *row0, const char *lim, const char *base, const char *stride,
-                      const char *scale, int dst)
+/* The rows the workgroup keeps: its R rows of a tensor (row r is the tensor's row row0 + r,
+   zeros at or past lim, from element base + (row0 + r) * stride, times scale unless NULL),
+   staged into xs KP parts of their columns at a time (rows SW apart), each part's K steps
+   loaded into left fragments <var>0.. of the subgroup's rows (row fragment r's K step k is
+   <var><r * KD + k>). A barrier first where `barrier` (xs's last reads are before it) and
+   between parts; the last part's loads are left to the next barrier. */
+static void put_kept(gen *g, const char *x, const char *row0, const char *lim, const char *base, const char *stride,
+                     const char *scale, const char *var, bool barrier)
 {
-    wgml_sbuf_put(g->b, "    {\n");
-    put_stage_regs(g, "st", rows);
-    put_fetch(g, "st", x, rows, row0, lim, base, stride, scale);
-    const char *xb = g->xb;
-    g->xb = ""; /* (before the walk: its own rows of xs) */
-    put_store_regs(g, "st", rows, dst);
-    g->xb = xb;
-    wgml_sbuf_put(g->b, "    }\n");
-}
-
-/* left fragments <var>0.. of the subgroup's rows of xs (staged from half 0): row fragment r's
-   K step k is <var><r * KD + k> */
-static void put_keep_rows(gen *g, const char *var)
-{
-    for (int r = 0; r < g->RF; r++)
-        for (int k = 0; k < g->KD; k++) {
-            char v[16], off[64];
-            snprintf(v, sizeof v, "%s%d", var, r * g->KD + k);
-            snprintf(off, sizeof off, "sr * %du + %du", g->SD, r * g->SM * g->SD + k * g->SK);
-            ld_left(g, v, "xs", off, false, g->SD);
+    wgml_sbuf *b = g->b;
+    int W4 = g->DP / 4 / g->KP, KDP = g->KD / g->KP, items = g->R * W4;
+    for (int p = 0; p < g->KP; p++) {
+        if (barrier || p) wgml_sbuf_put(b, "    workgroupBarrier();%s\n", p ? " // the last part's loads are done" : "");
+        wgml_sbuf_put(b, "    {\n");
+        for (int n = 0; n * g->NT < items; n++) {
+            bool tail = (n + 1) * g->NT > items;
+            wgml_sbuf_put(b, "    var st%d = vec4<f16>();\n    {\n        let e = li + %du;\n", n, n * g->NT);
+            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+            wgml_sbuf_put(b, "        let r = e / %du;\n"
+                             "        if (%s + r < %s) { st%d = vec4<f16>(ld_%s(%s + (%s + r) * %s, %du + e %% %du)%s%s); }\n",
+                          W4, row0, lim, n, x, base, row0, stride, p * W4, W4, scale ? " * " : "", scale ? scale : "");
+            if (tail) wgml_sbuf_put(b, "        }\n");
+            wgml_sbuf_put(b, "    }\n");
         }
+        for (int n = 0; n * g->NT < items; n++) {
+            bool tail = (n + 1) * g->NT > items;
+            wgml_sbuf_put(b, "    {\n        let e = li + %du;\n", n * g->NT);
+            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+            wgml_sbuf_put(b, "        let o = (e / %du) * %du + (e %% %du) * 4u;\n"
+                             "        xs[o] = st%d.x;\n        xs[o + 1u] = st%d.y;\n        xs[o + 2u] = st%d.z;\n        xs[o + 3u] = st%d.w;\n",
+                          W4, g->SW, W4, n, n, n, n);
+            if (tail) wgml_sbuf_put(b, "        }\n");
+            wgml_sbuf_put(b, "    }\n");
+        }
+        wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
+        for (int r = 0; r < g->RF; r++)
+            for (int k = p * KDP; k < (p + 1) * KDP; k++) {
+                char v[16], off[64];
+                snprintf(v, sizeof v, "%s%d", var, r * g->KD + k);
+                snprintf(off, sizeof off, "sr * %du + %du", g->SW, r * g->SM * g->SW + (k - p * KDP) * g->SK);
+                ld_left(g, v, "xs", off, false, g->SW);
+            }
+    }
 }
 
 /* Scores into the subgroup's f32 block of `arr`: for each fragment f of `cols` columns, the sum over D of
@@ -475,8 +514,8 @@ static void put_row_results(gen *g, const char *acc, const char *out, const char
 static void put_lane_ids(gen *g)
 {
     wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
-                        "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = sg * %du; // its f16 block\n",
-                  g->lpr, g->lpr, g->SR, g->SR * g->SC, g->SR * g->PC);
+                        "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = %du + sg * %du; // its f16 block (in %s)\n",
+                  g->lpr, g->lpr, g->SR, g->SR * g->SC, g->po, g->SR * g->PC, g->pa);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
 }
 
@@ -554,16 +593,16 @@ static void put_key_step(gen *g, bool with_v, bool grad)
     put_step_top(g, "t", with_v ? "xs, ss and ps" : "xs and ss");
     if (one_pass(g->c) && g->c->emulate) wgml_sbuf_put(b, "        if (li == 0u) { resc[0] = 0u; } // (its last reads were before that barrier)\n");
     if (!g->c->prefetch) put_key_fetch(g, with_v, "j0");
-    put_store_regs(g, "ka", C, 0);
-    if (with_v) put_store_regs(g, "va", C, C * g->SD);
+    put_store_regs(g, "ka", C, g->ko);
+    if (with_v) put_store_regs(g, "va", C, g->vo);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     if (g->c->prefetch) {
         wgml_sbuf_put(b, "    {\n        let jn = j0 + %du; // the next tile's reads, in flight during this one's products\n", C);
         put_key_fetch(g, with_v, "jn");
         wgml_sbuf_put(b, "    }\n");
     }
-    put_scores(g, "q", 0, "ss");
-    if (grad && has_ss2(g->c)) put_scores(g, "w", C * g->SD, "ss2");
+    put_scores(g, "q", g->ko, "ss");
+    if (grad && has_ss2(g->c)) put_scores(g, "w", g->vo, "ss2");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", true);
 }
@@ -576,9 +615,7 @@ static void put_query_tile_start(gen *g, bool grad)
     put_lane_ids(g);
     wgml_attn_put_query_tile(g->b, g->R, grad, g->c->tile_major);
     wgml_sbuf_put(g->b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
-    put_stage(g, "q", g->R, "i0", "P.T", "qb", "P.q_st", "P.scale2", 0);
-    wgml_sbuf_put(g->b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "q");
+    put_kept(g, "q", "i0", "P.T", "qb", "P.q_st", "P.scale2", "q", false);
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -596,7 +633,6 @@ static void put_forward_start(gen *g)
 static void put_forward(gen *g)
 {
     wgml_sbuf *b = g->b;
-    const int C = g->C;
     put_forward_start(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
     /* pass 1: each lane's running max and sum of its columns of each of its rows */
@@ -636,10 +672,10 @@ static void put_forward(gen *g)
     put_key_step(g, true, false);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", k,
-                          g->PC, j * g->lpr, k, j, k, k, j);
+            wgml_sbuf_put(b, "        %s[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", g->pa,
+                          k, g->PC, j * g->lpr, k, j, k, k, j);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_accumulate(g, "o", "ps", C * g->SD);
+    put_accumulate(g, "o", g->pa, g->vo);
     wgml_sbuf_put(b, "    }\n");
     put_row_results(g, "o", "O", "b * P.o_sb + h * P.o_sh + r0 * P.o_st", "P.o_st");
     wgml_sbuf_put(b, "}\n");
@@ -655,8 +691,8 @@ static void put_lazy_p(gen *g)
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(g->b, "        {\n            let mu = select(mr%d, 0.0, mr%d == ninf);\n            ls%d = 0.0;\n", k, k, k);
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(g->b, "            { let p = select(0.0, exp2(x%d_%d - mu), x%d_%d != ninf); ls%d += p; ps[pb + row%d * %du + lc + %du] = f16(p); }\n",
-                          k, j, k, j, k, k, g->PC, j * g->lpr);
+            wgml_sbuf_put(g->b, "            { let p = select(0.0, exp2(x%d_%d - mu), x%d_%d != ninf); ls%d += p; %s[pb + row%d * %du + lc + %du] = f16(p); }\n",
+                          k, j, k, j, k, g->pa, k, g->PC, j * g->lpr);
         wgml_sbuf_put(g->b, "        }\n");
     }
 }
@@ -705,7 +741,6 @@ static void put_acc_passes(gen *g, const char *acc, const char *lane, bool reloa
 static void put_forward_one_pass(gen *g)
 {
     wgml_sbuf *b = g->b;
-    const int C = g->C;
     put_forward_start(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var mr%d = ninf;\n    var l%d = 0.0;\n    var ls%d = 0.0;\n", k, k, k);
     for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
@@ -754,7 +789,7 @@ static void put_forward_one_pass(gen *g)
     put_lazy_p(g);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "        l%d = l%d + ls%d;\n", k, k, k);
-    put_accumulate(g, "o", "ps", C * g->SD);
+    put_accumulate(g, "o", g->pa, g->vo);
     wgml_sbuf_put(b, "    }\n");
     /* each lane summed its columns: the lanes of a row add theirs (sx's last reads were before
        the rescaling steps' last barrier) */
@@ -793,10 +828,7 @@ static void put_dq(gen *g)
     const int C = g->C;
     put_grad_bindings(g);
     put_query_tile_start(g, true);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_stage(g, "do", g->R, "i0", "P.T", "ob", "P.do_st", NULL, 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "w");
+    put_kept(g, "do", "i0", "P.T", "ob", "P.do_st", NULL, "w", true);
     for (int k = 0; k < g->rpl; k++)
         wgml_sbuf_put(b, "    var lq%d = 0.0;\n    var dl%d = 0.0;\n"
                          "    if (r0 + row%d < P.T) { lq%d = LSE[P.lse_off + rb + r0 + row%d]; dl%d = DEL[rb + r0 + row%d]; }\n",
@@ -815,15 +847,16 @@ static void put_dq(gen *g)
             wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
     if (!has_ss2(g->c)) { /* dP through the scores' block, once S is read from it */
         wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
-        put_scores(g, "w", C * g->SD, "ss");
+        put_scores(g, "w", g->vo, "ss");
         wgml_sbuf_put(b, "        workgroupBarrier();\n");
     }
+    /* (with p_in_xs dS goes over V, whose last reads, dP's, are behind the last barrier) */
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - dl%d) * P.scale);\n",
-                          k, g->PC, j * g->lpr, k, j, dp, k, g->SC, j * g->lpr, k);
+            wgml_sbuf_put(b, "        %s[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - dl%d) * P.scale);\n",
+                          g->pa, k, g->PC, j * g->lpr, k, j, dp, k, g->SC, j * g->lpr, k);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_accumulate(g, "dq", "ps", 0);
+    put_accumulate(g, "dq", g->pa, g->ko);
     wgml_sbuf_put(b, "    }\n");
     /* (dS carries the scale: see ps above) */
     put_row_results(g, "dq", "OUT", "P.dq_off + b * P.dq_sb + h * P.dq_sh + r0 * P.dq_st", "P.dq_st");
@@ -866,13 +899,8 @@ static void put_dkv(gen *g)
     put_lane_ids(g);
     wgml_attn_put_key_tile(b, g->R, g->c->tile_major);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
-    put_stage(g, "k", g->R, "j0", "P.S", "kb", "P.k_st", NULL, 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "kr");
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_stage(g, "v", g->R, "j0", "P.S", "vb", "P.v_st", NULL, 0);
-    wgml_sbuf_put(b, "    workgroupBarrier();\n");
-    put_keep_rows(g, "vr");
+    put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
+    put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
     wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
                      "    var qstart = 0u;\n"
                      "    if (P.causal != 0u && j0 + P.T > P.S) { qstart = (j0 + P.T - P.S) / %du; }\n"
@@ -949,9 +977,11 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
                   c->stage2 ? ", two staging buffers" : "");
     put_types(&g);
     put_params(&g);
-    wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows [%d][%d + pad]\n", xs_rows(&g) * g.SD, xs_rows(&g), g.DP);
+    wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows of %d + pad%s%s\n", xs_halves(&g), g.DP,
+                  g.KP > 1 ? " (the kept rows' in halves)" : "", c->p_in_xs ? ", each subgroup's P or dS over the walk's tile done with" : "");
     wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SR * g.SC, g.SR, g.C);
-    wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SR * g.PC, g.SR, g.C);
+    if (!c->p_in_xs)
+        wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SR * g.PC, g.SR, g.C);
     if (has_ss2(c)) wgml_sbuf_put(&b, "var<workgroup> ss2: array<f32, %d>; // each subgroup's dP\n", g.NSG * g.SR * g.SC);
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1)
         wgml_sbuf_put(&b, "var<workgroup> sx: array<f32, %d>; // each lane's row max%s\n", g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2),

@@ -33,6 +33,13 @@ typedef struct wgml_attn_sgmat {
     /* two staging buffers for the tiles of the walk, used in turn: a step stores into the one
        the last step's products did not read, so the barrier at the top of each step goes */
     bool stage2;
+    /* the forward and dQ: P (dS in dQ) written into xs over the step's tile whose products are
+       done (K in the forward, staged after V; V in dQ) instead of a block of its own (ps), so the
+       workgroup declares less memory; not with stage2 */
+    bool p_in_xs;
+    /* the forward and dQ: the rows kept (Q; dO) staged half their columns at a time (where a
+       half is whole K steps), so they need half the room in xs (the walk's tiles may need more) */
+    bool kept_halves;
     /* workgroups in tile-major order (every head's first tile, then every head's second...)
        instead of a head's tiles together */
     bool tile_major;

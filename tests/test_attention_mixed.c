@@ -8,8 +8,8 @@
  * lavapipe, `WGML_RUNTIME=dawn WGML_ATTN_MATRIX=emulate ./test_attention_mixed`);
  * WGML_TEST_ATTN_LONG=1 adds T = 256, 1023 and 4100 (for a GPU); WGML_TEST_ATTN_ONLY=text runs
  * the cases whose names hold the text. The forms of the matrix kernels are forced with
- * WGML_ATTN_MATRIX's last field (emulate,16x16x16,32,16,X or cols,32,32,32,0,-1,X: 1 the
- * one-walk forward, 2 / 4 / 8 two row fragments a subgroup). Some cases take the result
+ * WGML_ATTN_MATRIX's form field (emulate,16x16x16,32,16,X or cols,32,32,32,0,-1,X: 1 the
+ * one-walk forward, 0 two walks). Some cases take the result
  * written [B,T,H,D] (desc.out_bthd), an upstream gradient that is a permuted view, or q, k and
  * v as windows of one packed tensor whose gradient the kernels write in place (desc.packed), in
  * f32 or, read through a cast to f16 as the QKV GEMM's backward reads it, as halves.

@@ -18,9 +18,9 @@ static void every_kernel_and_config(void)
     static const int sizes[] = {32, 8, 64};
     static const int cols[] = {16, 32, 64};
     int made = 0;
-    /* prefetch (1), the gradients' dP block (2), two staging buffers (4), P over a staged tile (8),
-       the kept rows staged by halves (16) */
-    for (int opt = 0; opt < 32; opt++)
+    /* prefetch (1), two staging buffers (4), P over a staged tile (8), the kept rows staged by
+       halves (16); bit 2 has no meaning, so it is stepped over */
+    for (int opt = 0; opt < 32; opt += (opt & 1) ? 3 : 1)
     for (int ki = 0; ki < N_OF(kinds); ki++)
         for (int s = 0; s < N_OF(shapes); s++)
             for (int di = 0; di < N_OF(dims); di++)
@@ -29,12 +29,11 @@ static void every_kernel_and_config(void)
                         wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
                                              .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
                                              .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
-                                             .prefetch = opt & 1, .dp_block = opt & 2, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
-                                             /* the one-walk forward, two row fragments: each in turn */
-                                             .one_pass = (di + z + ci) & 1, .row_frags = (di + z + ci + s) & 2 ? 2 : 1};
-                        int rf = c.row_frags;
+                                             .prefetch = opt & 1, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
+                                             /* the one-walk forward and two walks in turn */
+                                             .one_pass = (di + z + ci) & 1};
                         bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
-                        int lpr = c.subgroup_size >= rf * c.sm_m ? c.subgroup_size / (rf * c.sm_m) : 1;
+                        int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         if (c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
                             (c.kept_halves && c.kind == WGML_ATTN_DKV)) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
@@ -52,7 +51,7 @@ static void every_kernel_and_config(void)
                            dS K; P^T dO and dS^T Q); each feeds one product per row fragment */
                         int score_loads = (one ? 1 : 2) * fc * kd;
                         int right_loads = score_loads + (c.kind == WGML_ATTN_DKV ? 2 : 1) * fd * kc;
-                        int want_mma = rf * right_loads;
+                        int want_mma = right_loads;
                         const char *mma = c.emulate ? "emu_mma(" : "subgroupMatrixMultiplyAccumulate(";
                         /* (the emulated one's definition is one more) */
                         if (test_count(src, mma) - (c.emulate ? 1 : 0) != want_mma) {
@@ -76,7 +75,7 @@ static void every_kernel_and_config(void)
                             CHECK(test_count(src, "subgroupMatrixLoad<R>(&xs, ") == right_loads);
                             CHECK(test_count(src, ", true, ") == score_loads);
                             /* the one-walk forward's rescaling loads O's fragments back as results */
-                            CHECK(test_count(src, "subgroupMatrixLoad<Acc>(&ss, ") == (one ? rf * fd : 0));
+                            CHECK(test_count(src, "subgroupMatrixLoad<Acc>(&ss, ") == (one ? fd : 0));
                         }
                         snprintf(want, sizeof want, "@workgroup_size(%d)", wgml_attn_sgmat_threads(&c));
                         CHECK(strstr(src, want) != NULL);
@@ -91,7 +90,7 @@ static void every_kernel_and_config(void)
                         /* (not from the one-walk forward: O / l leaves through the lanes) */
                         bool direct = c.direct && c.d % 16 == 0 && !one;
                         int stores = test_count(src, want) - (c.emulate && direct ? 1 : 0);
-                        CHECK(stores == (direct ? rf * fd * (c.kind == WGML_ATTN_DKV ? 2 : 1) : 0));
+                        CHECK(stores == (direct ? fd * (c.kind == WGML_ATTN_DKV ? 2 : 1) : 0));
                         /* one walk: a decision the whole workgroup reads, and O's rescaling */
                         CHECK((strstr(src, "workgroupUniformLoad(&resc[0])") != NULL) == one);
                         /* ... voted on the matrix units with no lane-divergent branch before the
@@ -103,18 +102,15 @@ static void every_kernel_and_config(void)
                         CHECK((strstr(src, "var<workgroup> ps:") != NULL) == !c.p_in_xs);
                         if (!c.emulate)
                             CHECK(test_count(src, "subgroupMatrixLoad<L>(&xs, pb + ") ==
-                                  (c.p_in_xs ? rf * kc : 0));
+                                  (c.p_in_xs ? kc : 0));
                         /* kept rows by halves where a half is whole K steps: each half's rows
                            staged (a barrier between) and loaded into left fragments */
                         bool halves = c.kept_halves && dp / 2 % c.sm_k == 0;
                         CHECK((strstr(src, "// the last part's loads are done") != NULL) == halves);
                         if (!c.emulate) {
                             snprintf(want, sizeof want, "subgroupMatrixLoad<L>(&xs, sr * %du + ", dp / (halves ? 2 : 1) + 8);
-                            CHECK(test_count(src, want) == rf * kd * (c.kind == WGML_ATTN_FORWARD ? 1 : 2));
+                            CHECK(test_count(src, want) == kd * (c.kind == WGML_ATTN_FORWARD ? 1 : 2));
                         }
-                        /* dP's own block only in the gradients, when asked */
-                        bool grad = c.kind != WGML_ATTN_FORWARD;
-                        CHECK((strstr(src, "var<workgroup> ss2:") != NULL) == (grad && c.dp_block));
                         /* prefetch: the next step's reads issued after the step's tiles are staged */
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let fit = it + 1u;" : "let jn = j0 + ") != NULL) == c.prefetch);
                         /* two staging buffers: each step's own, and no barrier at a step's top */
@@ -163,12 +159,8 @@ static void bad_configs_are_refused(void)
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
     c.subgroup_size = 128, c.sm_m = 8, c.cols = 16, c.subgroups = 8;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
-    c = good, c.row_frags = 3;
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c = good, c.row_frags = 2; /* 64 queries a workgroup more */
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 128);
-    c.one_pass = true;
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c = good, c.one_pass = true;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 64);
     c = good, c.out16 = true; /* halves out: the gradients' results only */
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c.kind = WGML_ATTN_DQ;

@@ -299,7 +299,7 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    four subgroups of sm_m rows; every kernel in steps of 16 columns (32 where 16 does not fit).
    These kernels' speed follows their workgroup memory more than their barriers (likely the
    workgroups an SM holds), hence: two staging buffers only in dK/dV, whose steps of 16 already
-   keep the room they take; dP's own block (dp_block) off; two row fragments a subgroup off; P
+   keep the room they take; P
    (dS) over the staged tile whose products are done in the forward and dQ (p_in_xs); the
    forward's Q staged by halves of its columns (kept_halves: dQ's Q and dO so staged measured
    1-2% slower). Every kernel prefetches. The forward and dQ go tile-major (every
@@ -307,12 +307,11 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    dO in L2). The forward walks the keys once. `rows` (T, or S for dK/dV): whole tiles of
    results go straight from the matrix units only where a whole tile exists (a store of a
    16 x 16 f32 fragment makes Dawn ask bindings of at least 1024 bytes). */
-/* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk, 2 / 4 / 8 two
-   row fragments a subgroup in the forward / dQ / dK, dV */
+/* the matrix kernels' forms (WGML_ATTN_MATRIX's X bit 1): the forward in one walk */
 #define MATRIX_FORMS 1
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 2 dK/dV, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
-/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 2 dP's own block, 4 two staging
+/* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 4 two staging
    buffers, 8 P (dS) over a staged tile in xs, 16 the kept rows staged by halves (8, 16: the
    forward and dQ) */
 #define MATRIX_OPTS_FWD 25
@@ -332,23 +331,20 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : kind == WGML_ATTN_DQ ? MATRIX_OPTS_DQ : MATRIX_OPTS_FWD;
     int order = tu->attn_morder >= 0 ? tu->attn_morder : MATRIX_TILE_MAJOR;
     int forms = tu->attn_mform >= 0 ? tu->attn_mform : MATRIX_FORMS;
-    /* two row fragments a subgroup where this kernel's form asks and they fit, else one */
-    for (int rf = forms >> (which == 0 ? 1 : which == 2 ? 2 : 3) & 1 ? 2 : 1; rf >= 1; rf--)
-        for (int i = knob ? -1 : 0; i < 2; i++)
-            for (int dp_block = opts >> 1 & 1; dp_block >= 0; dp_block--)
-                for (int stage2 = opts >> 2 & 1; stage2 >= 0; stage2--) {
-                    *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
-                                           .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4, .row_frags = rf,
-                                           .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
-                                           .prefetch = opts & 1, .dp_block = dp_block, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
-                                           .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
-                                           .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
-                                           .tile_major = order >> which & 1};
-                    c->direct = rows >= wgml_attn_sgmat_rows(c);
-                    if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
-                        (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
-                        return true;
-                }
+    for (int i = knob ? -1 : 0; i < 2; i++)
+        for (int stage2 = opts >> 2 & 1; stage2 >= 0; stage2--) {
+            *c = (wgml_attn_sgmat){.kind = kind, .d = d, .sm_m = m, .sm_n = n, .sm_k = k, .subgroup_size = sgs,
+                                   .subgroups = tu->attn_msub > 0 && i < 0 ? tu->attn_msub : 4,
+                                   .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
+                                   .prefetch = opts & 1, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
+                                   .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
+                                   .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
+                                   .tile_major = order >> which & 1};
+            c->direct = rows >= wgml_attn_sgmat_rows(c);
+            if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
+                (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
+                return true;
+        }
     return false;
 }
 
@@ -357,8 +353,8 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
     /* kind + 16: apart from the SIMT kernels' keys */
     uint32_t key[9] = {WGML_KEY_ATTN, (uint32_t)c->kind + 16, (uint32_t)c->d,
                        (uint32_t)c->sm_m | (uint32_t)c->sm_n << 8 | (uint32_t)c->sm_k << 16, (uint32_t)c->subgroup_size,
-                       (uint32_t)c->subgroups | (uint32_t)c->row_frags << 8, (uint32_t)c->cols,
-                       c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->dp_block << 2 | (uint32_t)c->direct << 3 |
+                       (uint32_t)c->subgroups, (uint32_t)c->cols,
+                       c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->direct << 3 |
                            (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7 |
                            (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9,
                        c->emulate};

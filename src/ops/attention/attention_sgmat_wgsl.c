@@ -4,8 +4,7 @@
  * this file says how the matrix units do it.
  *
  * A workgroup of `subgroups` subgroups owns a tile of rows (queries; keys in dK/dV), sm_m a
- * subgroup, or row_frags x sm_m (each right fragment loaded from workgroup memory then feeds
- * row_frags products; the arithmetic of every row is the same). Each subgroup loads its rows of the operands it keeps (Q, or K and V in dK/dV) once
+ * subgroup. Each subgroup loads its rows of the operands it keeps (Q, or K and V in dK/dV) once
  * into left fragments (f16), through the staging buffer xs, which then takes each step's tiles
  * of the other side, converted from f32 to f16 while staged (rows of the head dim padded to
  * 16, zeros past D and past the ends). Scores S = Q K^T (and dO V^T in the gradient) go from
@@ -38,9 +37,9 @@
  * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
  * into registers, as f16, right after the previous step's tiles were staged, so the reads are in
  * flight during that step's products; the top of each step only stores them (one staging
- * buffer: two barriers around the store, as without prefetch). With `dp_block` the gradients
- * compute S and dP into blocks of their own before the one barrier their lanes wait at, instead
- * of S, a barrier, the lanes' reads, a barrier, dP, a barrier. With `stage2` the walk's tiles
+ * buffer: two barriers around the store, as without prefetch). The gradients compute S, a
+ * barrier, the lanes read it, a barrier, then dP through the same block (dP in a block of its
+ * own, one barrier fewer, was no faster: its memory cost more). With `stage2` the walk's tiles
  * go to two staging buffers in turn, so a step's store cannot meet the last step's products and
  * the barrier at the top of each step goes (xs grows unless the kept rows already need it).
  * With `p_in_xs` the forward and dQ write P (dS) into xs over the step's tile whose products
@@ -49,7 +48,7 @@
  * their columns at a time, each half's K steps loaded before the next is staged, so xs needs
  * half their room. Both cut the workgroup memory, which these kernels' speed follows.
  *
- * Lanes and elements: a subgroup's block is sm_m rows (row_frags x sm_m) by `cols`; lpr =
+ * Lanes and elements: a subgroup's block is sm_m rows by `cols`; lpr =
  * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),
  * lane l having columns l % lpr + lpr * j, so every per-row value (max, sum, L, Delta) is a
  * named register and the loops are unrolled.
@@ -70,7 +69,6 @@ typedef struct gen {
     wgml_sbuf *b;
     const wgml_attn_sgmat *c;
     int SM, SN, SK, SGS, NSG, NT, R, C, DP, SD, SC, PC;
-    int RF, SR; /* row fragments a subgroup, and its rows (RF x SM) */
     int lpr, rpl, cpr, rstep; /* lanes per row, rows per lane, columns per lane, a lane's row step */
     int FD, KD, FC, KC;       /* fragments along D, K steps along D, fragments along cols, K steps along cols */
     const char *xb;           /* WGSL before the walk's offsets into xs: "xb + " (the step's buffer) with stage2 */
@@ -84,16 +82,14 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
 {
     gen g = {.b = b, .c = c, .SM = c->sm_m, .SN = c->sm_n, .SK = c->sm_k, .SGS = c->subgroup_size, .NSG = c->subgroups};
     g.NT = g.NSG * g.SGS;
-    g.RF = c->row_frags > 1 ? c->row_frags : 1;
-    g.SR = g.RF * g.SM;
-    g.R = g.NSG * g.SR;
+    g.R = g.NSG * g.SM;
     g.C = c->cols;
     g.DP = wgml_attn_sgmat_dp(c);
     g.SD = g.DP + STAGE_PAD;
     g.SC = g.C + SCORE_PAD;
     g.PC = g.C + STAGE_PAD;
-    g.lpr = g.SGS >= g.SR ? g.SGS / g.SR : 1;
-    g.rpl = g.SGS >= g.SR ? 1 : g.SR / g.SGS;
+    g.lpr = g.SGS >= g.SM ? g.SGS / g.SM : 1;
+    g.rpl = g.SGS >= g.SM ? 1 : g.SM / g.SGS;
     g.cpr = g.C / g.lpr;
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
@@ -109,9 +105,6 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     return g;
 }
 
-/* the gradient kernels compute S and dP before their lanes read either: dP has a block of its own */
-static bool has_ss2(const wgml_attn_sgmat *c) { return c->dp_block && (c->kind == WGML_ATTN_DKV || c->kind == WGML_ATTN_DQ); }
-
 /* the forward in one walk over the keys, O rescaled lazily */
 static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind == WGML_ATTN_FORWARD; }
 
@@ -124,7 +117,7 @@ static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16
    P's blocks from po */
 static int xs_halves(const gen *g)
 {
-    int kept = g->R * g->SW, walk = 2 * g->C * (g->c->stage2 ? 2 : 1) * g->SD, p = g->c->p_in_xs ? g->po + g->NSG * g->SR * g->PC : 0;
+    int kept = g->R * g->SW, walk = 2 * g->C * (g->c->stage2 ? 2 : 1) * g->SD, p = g->c->p_in_xs ? g->po + g->NSG * g->SM * g->PC : 0;
     int n = kept > walk ? kept : walk;
     return p > n ? p : n;
 }
@@ -155,7 +148,6 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
         return "matrix shape (each side 8 or 16)";
     if (!pow2_in(c->subgroup_size, 4, 128)) return "subgroup size (a power of two, 4..128)";
     if (c->subgroups < 1 || c->subgroups > 16 || c->subgroups * c->subgroup_size > 1024) return "subgroups per workgroup";
-    if (c->row_frags < 0 || c->row_frags > 2) return "row fragments a subgroup (1 or 2)";
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
     if (c->out16 && c->kind == WGML_ATTN_FORWARD) return "results as halves (the gradients only)";
     if (c->p_in_xs && (c->kind == WGML_ATTN_DKV || c->stage2)) return "P in xs (the forward and dQ, one staging buffer)";
@@ -167,11 +159,10 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
 uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
 {
     gen g = gen_of(NULL, c);
-    uint32_t bytes = (uint32_t)(xs_halves(&g) * 2 + g.NSG * g.SR * g.SC * 4 + (c->p_in_xs ? 0 : g.NSG * g.SR * g.PC * 2));
-    if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2) * 4); /* sx */
+    uint32_t bytes = (uint32_t)(xs_halves(&g) * 2 + g.NSG * g.SM * g.SC * 4 + (c->p_in_xs ? 0 : g.NSG * g.SM * g.PC * 2));
+    if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SM * g.lpr * (one_pass(c) ? 1 : 2) * 4); /* sx */
     if (one_pass(c)) bytes += (uint32_t)(g.R * 4 + 4 * (c->emulate ? 1 : g.NSG));                                                      /* rl, resc */
-    if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SR * g.PC * 2 + 2 * g.C * 4);              /* pp, sl */
-    if (has_ss2(c)) bytes += (uint32_t)(g.NSG * g.SR * g.SC * 4);
+    if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SM * g.PC * 2 + 2 * g.C * 4);              /* pp, sl */
     return bytes;
 }
 
@@ -197,26 +188,11 @@ static void mma_xs(gen *g, const char *acc, const char *left, const char *off, b
                       left, off, cm, stride, acc);
 }
 
-/* `let <var> = ` the right fragment in xs at off */
-static void ld_right(gen *g, const char *var, const char *off, bool col_major, int stride)
+/* acc into the f32 block ss at off */
+static void store_ss(gen *g, const char *acc, const char *off)
 {
-    const char *cm = col_major ? "true" : "false";
-    if (g->c->emulate) wgml_sbuf_put(g->b, "        let %s = emu_R_xs(%s, %s, %du);\n", var, off, cm, stride);
-    else wgml_sbuf_put(g->b, "        let %s = subgroupMatrixLoad<R>(&xs, %s, %s, %du);\n", var, off, cm, stride);
-}
-
-/* acc = acc + left * right (a named fragment) */
-static void mma(gen *g, const char *acc, const char *left, const char *right)
-{
-    wgml_sbuf_put(g->b, "        %s = %s(%s, %s, %s);\n", acc, g->c->emulate ? "emu_mma" : "subgroupMatrixMultiplyAccumulate", left, right,
-                  acc);
-}
-
-/* acc into f32 block `arr` (ss, or the gradients' ss2) at off */
-static void store_ss(gen *g, const char *arr, const char *acc, const char *off)
-{
-    if (g->c->emulate) wgml_sbuf_put(g->b, "        emu_st_%s(%s, %s, %du);\n", arr, off, acc, g->SC);
-    else wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s, %s, false, %du);\n", arr, off, acc, g->SC);
+    if (g->c->emulate) wgml_sbuf_put(g->b, "        emu_st_ss(%s, %s, %du);\n", off, acc, g->SC);
+    else wgml_sbuf_put(g->b, "        subgroupMatrixStore(&ss, %s, %s, false, %du);\n", off, acc, g->SC);
 }
 
 
@@ -252,10 +228,6 @@ static void put_types(gen *g)
         wgml_sbuf_put(b, "fn emu_A_ss(off: u32, stride: u32) -> Acc {\n    var x: Acc;\n"
                          "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { x.v[i * %du + j] = ss[off + i * stride + j]; } }\n"
                          "    return x;\n}\n",
-                      SM, SN, SN);
-    if (has_ss2(g->c))
-        wgml_sbuf_put(b, "fn emu_st_ss2(off: u32, x: Acc, stride: u32) {\n"
-                         "    for (var i = 0u; i < emu_n(%du); i++) { for (var j = 0u; j < emu_n(%du); j++) { ss2[off + i * stride + j] = x.v[i * %du + j]; } }\n}\n",
                       SM, SN, SN);
     static const char *const lefts[] = {"xs", "ps", "pp"};
     int nl = g->c->kind == WGML_ATTN_DKV ? 3 : 2;
@@ -357,52 +329,34 @@ static void put_kept(gen *g, const char *x, const char *row0, const char *lim, c
             wgml_sbuf_put(b, "    }\n");
         }
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
-        for (int r = 0; r < g->RF; r++)
-            for (int k = p * KDP; k < (p + 1) * KDP; k++) {
-                char v[16], off[64];
-                snprintf(v, sizeof v, "%s%d", var, r * g->KD + k);
-                snprintf(off, sizeof off, "sr * %du + %du", g->SW, r * g->SM * g->SW + (k - p * KDP) * g->SK);
-                ld_left(g, v, "xs", off, false, g->SW);
-            }
+        for (int k = p * KDP; k < (p + 1) * KDP; k++) {
+            char v[16], off[64];
+            snprintf(v, sizeof v, "%s%d", var, k);
+            snprintf(off, sizeof off, "sr * %du + %du", g->SW, (k - p * KDP) * g->SK);
+            ld_left(g, v, "xs", off, false, g->SW);
+        }
     }
 }
 
-/* Scores into the subgroup's f32 block of `arr`: for each fragment f of `cols` columns, the sum over D of
+/* Scores into the subgroup's f32 block of ss: for each fragment f of `cols` columns, the sum over D of
    left fragments <left>k times the rows of xs from half `at` (a tile staged row-major [col][d],
    read column-major as the right operand) */
-static void put_scores(gen *g, const char *left, int at, const char *arr)
+static void put_scores(gen *g, const char *left, int at)
 {
     for (int f = 0; f < g->FC; f++) {
         /* (zeroed by a constructor: a bare `var s: Acc;` here was zeroed once, not at every
            step, on Dawn over llvmpipe) */
         wgml_sbuf_put(g->b, "    {\n");
-        for (int r = 0; r < g->RF; r++) wgml_sbuf_put(g->b, "        var s%d = Acc();\n", r);
+        wgml_sbuf_put(g->b, "        var s0 = Acc();\n");
         for (int k = 0; k < g->KD; k++) {
-            char off[64];
+            char off[64], l0[16];
             snprintf(off, sizeof off, "%s%du", g->xb, at + f * g->SN * g->SD + k * g->SK);
-            /* row fragment r's left operand is <left><r * KD + k>; the right one loaded once */
-            if (g->RF == 1) {
-                char l0[16];
-                snprintf(l0, sizeof l0, "%s%d", left, k);
-                mma_xs(g, "s0", l0, off, true, g->SD);
-            } else {
-                wgml_sbuf_put(g->b, "        {\n");
-                ld_right(g, "rf", off, true, g->SD);
-                for (int r = 0; r < g->RF; r++) {
-                    char a[16], l1[16];
-                    snprintf(a, sizeof a, "s%d", r);
-                    snprintf(l1, sizeof l1, "%s%d", left, r * g->KD + k);
-                    mma(g, a, l1, "rf");
-                }
-                wgml_sbuf_put(g->b, "        }\n");
-            }
+            snprintf(l0, sizeof l0, "%s%d", left, k);
+            mma_xs(g, "s0", l0, off, true, g->SD);
         }
-        for (int r = 0; r < g->RF; r++) {
-            char off[48], a[16];
-            snprintf(off, sizeof off, "sb + %du", r * g->SM * g->SC + f * g->SN);
-            snprintf(a, sizeof a, "s%d", r);
-            store_ss(g, arr, a, off);
-        }
+        char off[48];
+        snprintf(off, sizeof off, "sb + %du", f * g->SN);
+        store_ss(g, "s0", off);
         wgml_sbuf_put(g->b, "    }\n");
     }
 }
@@ -412,34 +366,19 @@ static void put_scores(gen *g, const char *left, int at, const char *arr)
 static void put_accumulate(gen *g, const char *acc, const char *arr, int at)
 {
     wgml_sbuf_put(g->b, "    {\n");
-    for (int r = 0; r < g->RF; r++)
-        for (int k = 0; k < g->KC; k++) {
-            char v[16], off[48];
-            snprintf(v, sizeof v, "a%d", r * g->KC + k);
-            snprintf(off, sizeof off, "pb + %du", r * g->SM * g->PC + k * g->SK);
-            ld_left(g, v, arr, off, false, g->PC);
-        }
-    /* row fragment r's accumulator f is <acc><r * FD + f> */
+    for (int k = 0; k < g->KC; k++) {
+        char v[16], off[48];
+        snprintf(v, sizeof v, "a%d", k);
+        snprintf(off, sizeof off, "pb + %du", k * g->SK);
+        ld_left(g, v, arr, off, false, g->PC);
+    }
     for (int f = 0; f < g->FD; f++)
         for (int k = 0; k < g->KC; k++) {
-            char off[48];
+            char off[48], a[16], l[16];
             snprintf(off, sizeof off, "%s%du", g->xb, at + k * g->SK * g->SD + f * g->SN);
-            if (g->RF == 1) {
-                char a[16], l[16];
-                snprintf(a, sizeof a, "%s%d", acc, f);
-                snprintf(l, sizeof l, "a%d", k);
-                mma_xs(g, a, l, off, false, g->SD);
-                continue;
-            }
-            wgml_sbuf_put(g->b, "        {\n");
-            ld_right(g, "rf", off, false, g->SD);
-            for (int r = 0; r < g->RF; r++) {
-                char a[16], l[16];
-                snprintf(a, sizeof a, "%s%d", acc, r * g->FD + f);
-                snprintf(l, sizeof l, "a%d", r * g->KC + k);
-                mma(g, a, l, "rf");
-            }
-            wgml_sbuf_put(g->b, "        }\n");
+            snprintf(a, sizeof a, "%s%d", acc, f);
+            snprintf(l, sizeof l, "a%d", k);
+            mma_xs(g, a, l, off, false, g->SD);
         }
     wgml_sbuf_put(g->b, "    }\n");
 }
@@ -454,17 +393,13 @@ static void put_results_begin(gen *g, int n, const char *const *acc, const char 
     if (!direct_out(g->c)) return;
     wgml_sbuf_put(g->b, "    if (%s) {\n", full);
     for (int a = 0; a < n; a++)
-        for (int r = 0; r < g->RF; r++)
-            for (int f = 0; f < g->FD; f++) {
-                char at[64] = "";
-                if (r) snprintf(at, sizeof at, " + %du * %s", r * g->SM, stride);
-                if (g->c->emulate)
-                    wgml_sbuf_put(g->b, "        emu_st_%s(%s%s + %du, %s%d, %s);\n", out, base0[a], at, f * g->SN, acc[a],
-                                  r * g->FD + f, stride);
-                else
-                    wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s%s + %du, %s%d, false, %s);\n", out, base0[a], at,
-                                  f * g->SN, acc[a], r * g->FD + f, stride);
-            }
+        for (int f = 0; f < g->FD; f++) {
+            if (g->c->emulate)
+                wgml_sbuf_put(g->b, "        emu_st_%s(%s + %du, %s%d, %s);\n", out, base0[a], f * g->SN, acc[a], f, stride);
+            else
+                wgml_sbuf_put(g->b, "        subgroupMatrixStore(&%s, %s + %du, %s%d, false, %s);\n", out, base0[a], f * g->SN, acc[a], f,
+                              stride);
+        }
     wgml_sbuf_put(g->b, "    } else {\n");
 }
 
@@ -480,16 +415,15 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
 {
     wgml_sbuf *b = g->b;
     int per = g->SM * g->SN;
-    for (int fr = 0; fr < g->RF * g->FD; fr++) {
-        int f = fr % g->FD, r = fr / g->FD;
+    for (int f = 0; f < g->FD; f++) {
         char a[16];
-        snprintf(a, sizeof a, "%s%d", acc, fr);
+        snprintf(a, sizeof a, "%s%d", acc, f);
         wgml_sbuf_put(b, "    workgroupBarrier();\n    {\n");
-        store_ss(g, "ss", a, "sb");
+        store_ss(g, a, "sb");
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
         for (int n = 0; n * g->SGS < per; n++) {
-            wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = %du + e / %du;\n        let d = %du + e %% %du;\n",
-                          n * g->SGS, r * g->SM, g->SN, f * g->SN, g->SN);
+            wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = 0u + e / %du;\n        let d = %du + e %% %du;\n",
+                          n * g->SGS, g->SN, f * g->SN, g->SN);
             wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = %s(ss[sb + e / %du * %du + e %% %du]); }\n    }\n", per,
                           ok, out, row_base, g->c->out16 ? "f16" : "", g->SN, g->SC, g->SN);
         }
@@ -515,7 +449,7 @@ static void put_lane_ids(gen *g)
 {
     wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
                         "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = %du + sg * %du; // its f16 block (in %s)\n",
-                  g->lpr, g->lpr, g->SR, g->SR * g->SC, g->po, g->SR * g->PC, g->pa);
+                  g->lpr, g->lpr, g->SM, g->SM * g->SC, g->po, g->SM * g->PC, g->pa);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
 }
 
@@ -580,9 +514,9 @@ static void put_key_prologue(gen *g, bool with_v)
 
 /* the opening of a step over the tile of keys j0.. of a query tile: stage K (and V, after K's
    C x SD) from the registers (read now, or during the last step with prefetch, which then
-   reads the next tile's), the scores S = Q K^T (and with grad dP = dO V^T into ss2) and each
+   reads the next tile's), the scores S = Q K^T and each
    lane's entries of S, masked (x<k>_<j>); the step's loop stays open */
-static void put_key_step(gen *g, bool with_v, bool grad)
+static void put_key_step(gen *g, bool with_v)
 {
     wgml_sbuf *b = g->b;
     const int C = g->C;
@@ -601,8 +535,7 @@ static void put_key_step(gen *g, bool with_v, bool grad)
         put_key_fetch(g, with_v, "jn");
         wgml_sbuf_put(b, "    }\n");
     }
-    put_scores(g, "q", g->ko, "ss");
-    if (grad && has_ss2(g->c)) put_scores(g, "w", g->vo, "ss2");
+    put_scores(g, "q", g->ko);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", true);
 }
@@ -637,7 +570,7 @@ static void put_forward(gen *g)
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var m%d = ninf;\n    var l%d = 0.0;\n", k, k);
     /* pass 1: each lane's running max and sum of its columns of each of its rows */
     put_key_prologue(g, false);
-    put_key_step(g, false, false);
+    put_key_step(g, false);
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "        {\n            let mn = max(m%d, ", k);
         for (int j = 1; j < g->cpr; j++) wgml_sbuf_put(b, "max(");
@@ -667,9 +600,9 @@ static void put_forward(gen *g)
     for (int k = 0; k < g->rpl; k++)
         wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
     /* pass 2: P = exp2(S - L), O += P V */
-    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     put_key_prologue(g, true);
-    put_key_step(g, true, false);
+    put_key_step(g, true);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        %s[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", g->pa,
@@ -707,24 +640,21 @@ static void put_acc_passes(gen *g, const char *acc, const char *lane, bool reloa
     for (int f0 = 0; f0 < g->FD; f0 += g->FC) {
         int nf = g->FD - f0 < g->FC ? g->FD - f0 : g->FC;
         wgml_sbuf_put(b, "        {\n        let f0 = %du;\n        let w = %du;\n", f0 * g->SN, nf * g->SN);
-        for (int r = 0; r < g->RF; r++)
-            for (int f = 0; f < nf; f++) {
-                char a[16], off[48];
-                snprintf(a, sizeof a, "%s%d", acc, r * g->FD + f0 + f);
-                snprintf(off, sizeof off, "sb + %du", r * g->SM * g->SC + f * g->SN);
-                store_ss(g, "ss", a, off);
-            }
+        for (int f = 0; f < nf; f++) {
+            char a[16], off[48];
+            snprintf(a, sizeof a, "%s%d", acc, f0 + f);
+            snprintf(off, sizeof off, "sb + %du", f * g->SN);
+            store_ss(g, a, off);
+        }
         wgml_sbuf_put(b, "        workgroupBarrier();\n%s        workgroupBarrier();\n", lane);
         if (reload)
-            for (int r = 0; r < g->RF; r++)
-                for (int f = 0; f < nf; f++) {
-                    int off = r * g->SM * g->SC + f * g->SN;
-                    if (g->c->emulate)
-                        wgml_sbuf_put(b, "        %s%d = emu_A_ss(sb + %du, %du);\n", acc, r * g->FD + f0 + f, off, g->SC);
-                    else
-                        wgml_sbuf_put(b, "        %s%d = subgroupMatrixLoad<Acc>(&ss, sb + %du, false, %du);\n", acc, r * g->FD + f0 + f,
-                                      off, g->SC);
-                }
+            for (int f = 0; f < nf; f++) {
+                int off = f * g->SN;
+                if (g->c->emulate)
+                    wgml_sbuf_put(b, "        %s%d = emu_A_ss(sb + %du, %du);\n", acc, f0 + f, off, g->SC);
+                else
+                    wgml_sbuf_put(b, "        %s%d = subgroupMatrixLoad<Acc>(&ss, sb + %du, false, %du);\n", acc, f0 + f, off, g->SC);
+            }
         /* (the next pass stores over what these loads read) */
         if (reload && f0 + g->FC < g->FD) wgml_sbuf_put(b, "        workgroupBarrier();\n");
         wgml_sbuf_put(b, "        }\n");
@@ -743,9 +673,9 @@ static void put_forward_one_pass(gen *g)
     wgml_sbuf *b = g->b;
     put_forward_start(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var mr%d = ninf;\n    var l%d = 0.0;\n    var ls%d = 0.0;\n", k, k, k);
-    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     put_key_prologue(g, true);
-    put_key_step(g, true, false);
+    put_key_step(g, true);
     if (!g->c->emulate) wgml_sbuf_put(b, "        var want = false;\n");
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "        let lm%d = ", k);
@@ -804,12 +734,12 @@ static void put_forward_one_pass(gen *g)
                       k, k, k, k, k, k, k, k);
     /* O / l: lanes along the rows of the pass's fragments (coalesced) */
     wgml_sbuf *out = &(wgml_sbuf){0};
-    for (int n = 0; n * g->SGS < g->SR * g->C; n++)
+    for (int n = 0; n * g->SGS < g->SM * g->C; n++)
         wgml_sbuf_put(out, "        {\n            let e = lane + %du;\n            let row = e / w;\n            let d = f0 + e %% w;\n"
                            "            if (row < %du && d < D && r0 + row < P.T) {\n"
                            "                O[b * P.o_sb + h * P.o_sh + (r0 + row) * P.o_st + d] = ss[sb + row * %du + e %% w] * rl[sr + row];\n"
                            "            }\n        }\n",
-                      n * g->SGS, g->SR, g->SC);
+                      n * g->SGS, g->SM, g->SC);
     char *ot = wgml_sbuf_take(out);
     put_acc_passes(g, "o", ot ? ot : "", false);
     free(ot);
@@ -834,27 +764,25 @@ static void put_dq(gen *g)
                          "    if (r0 + row%d < P.T) { lq%d = LSE[P.lse_off + rb + r0 + row%d]; dl%d = DEL[rb + r0 + row%d]; }\n",
                       k, k, k, k, k, k, k);
     put_key_range(g);
-    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dq%d = Acc();\n", f);
     put_stage_regs(g, "ka", C);
     put_stage_regs(g, "va", C);
     put_key_prologue(g, true);
-    put_key_step(g, true, true);
+    put_key_step(g, true);
     /* dS times the scale (dQ = scale dS K) before it is rounded to f16: the results need no
        multiplier, so whole tiles leave straight from the matrix units */
-    const char *dp = has_ss2(g->c) ? "ss2" : "ss";
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - lq%d), x%d_%d != ninf);\n", k, j, k, j, k, k, j);
-    if (!has_ss2(g->c)) { /* dP through the scores' block, once S is read from it */
-        wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
-        put_scores(g, "w", g->vo, "ss");
-        wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    }
+    /* dP through the scores' block, once S is read from it */
+    wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+    put_scores(g, "w", g->vo);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
     /* (with p_in_xs dS goes over V, whose last reads, dP's, are behind the last barrier) */
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        %s[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - dl%d) * P.scale);\n",
-                          g->pa, k, g->PC, j * g->lpr, k, j, dp, k, g->SC, j * g->lpr, k);
+            wgml_sbuf_put(b, "        %s[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - dl%d) * P.scale);\n",
+                          g->pa, k, g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, k);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", g->pa, g->ko);
     wgml_sbuf_put(b, "    }\n");
@@ -907,7 +835,7 @@ static void put_dkv(gen *g)
                      "    let nq = (P.T + %du) / %du - qstart;\n"
                      "    let steps = P.R * nq;\n",
                   C, C - 1, C);
-    for (int f = 0; f < g->RF * g->FD; f++) wgml_sbuf_put(b, "    var dk%d = Acc();\n    var dv%d = Acc();\n", f, f);
+    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var dk%d = Acc();\n    var dv%d = Acc();\n", f, f);
     put_stage_regs(g, "qa", C);
     put_stage_regs(g, "oa", C);
     for (int n = 0; n * g->NT < C; n++) wgml_sbuf_put(b, "    var sla%d = 0.0;\n    var sld%d = 0.0;\n", n, n);
@@ -918,7 +846,7 @@ static void put_dkv(gen *g)
                      "        let c0 = i0;\n"
                      "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n",
                   C, C, g->R, g->R - 1);
-    put_step_top(g, "it", "xs, ss, ss2, pp, ps and sl");
+    put_step_top(g, "it", "xs, ss, pp, ps and sl");
     if (!g->c->prefetch) put_query_fetch(g, "it");
     put_store_regs(g, "qa", C, 0);
     put_store_regs(g, "oa", C, C * g->SD);
@@ -927,8 +855,7 @@ static void put_dkv(gen *g)
                       C, n * g->NT, n);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     if (g->c->prefetch) put_query_fetch(g, "it + 1u");
-    put_scores(g, "kr", 0, "ss");
-    if (has_ss2(g->c)) put_scores(g, "vr", C * g->SD, "ss2");
+    put_scores(g, "kr", 0);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", false);
     for (int k = 0; k < g->rpl; k++)
@@ -937,17 +864,15 @@ static void put_dkv(gen *g)
                           j);
             wgml_sbuf_put(b, "        pp[pb + row%d * %du + lc + %du] = f16(p%d_%d);\n", k, g->PC, j * g->lpr, k, j);
         }
-    if (!has_ss2(g->c)) {
-        wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
-        put_scores(g, "vr", C * g->SD, "ss");
-        wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    }
+    wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+    put_scores(g, "vr", C * g->SD);
+    wgml_sbuf_put(b, "        workgroupBarrier();\n");
     /* dS^T times ln 2 before it is rounded to f16: Q was staged times scale log2(e), and
        dK = scale dS^T Q = ln 2 dS^T (scaled Q), so the results need no multiplier */
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (%s[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]) * LN2);\n",
-                          k, g->PC, j * g->lpr, k, j, has_ss2(g->c) ? "ss2" : "ss", k, g->SC, j * g->lpr, C, j * g->lpr);
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]) * LN2);\n",
+                          k, g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, C, j * g->lpr);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dv", "pp", C * g->SD);
     put_accumulate(g, "dk", "ps", 0);
@@ -972,19 +897,18 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
                       "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s%s%s\n",
-                  names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SR, g.R, g.C, c->vec ? ", vec4 reads" : "",
+                  names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SM, g.R, g.C, c->vec ? ", vec4 reads" : "",
                   one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", c->out16 ? ", halves out" : "",
                   c->stage2 ? ", two staging buffers" : "");
     put_types(&g);
     put_params(&g);
     wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows of %d + pad%s%s\n", xs_halves(&g), g.DP,
                   g.KP > 1 ? " (the kept rows' in halves)" : "", c->p_in_xs ? ", each subgroup's P or dS over the walk's tile done with" : "");
-    wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SR * g.SC, g.SR, g.C);
+    wgml_sbuf_put(&b, "var<workgroup> ss: array<f32, %d>; // each subgroup's scores [%d][%d + pad]\n", g.NSG * g.SM * g.SC, g.SM, g.C);
     if (!c->p_in_xs)
-        wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SR * g.PC, g.SR, g.C);
-    if (has_ss2(c)) wgml_sbuf_put(&b, "var<workgroup> ss2: array<f32, %d>; // each subgroup's dP\n", g.NSG * g.SR * g.SC);
+        wgml_sbuf_put(&b, "var<workgroup> ps: array<f16, %d>; // each subgroup's P or dS [%d][%d + pad]\n", g.NSG * g.SM * g.PC, g.SM, g.C);
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1)
-        wgml_sbuf_put(&b, "var<workgroup> sx: array<f32, %d>; // each lane's row max%s\n", g.NSG * g.SR * g.lpr * (one_pass(c) ? 1 : 2),
+        wgml_sbuf_put(&b, "var<workgroup> sx: array<f32, %d>; // each lane's row max%s\n", g.NSG * g.SM * g.lpr * (one_pass(c) ? 1 : 2),
                       one_pass(c) ? " of the step" : " and sum");
     if (one_pass(c))
         wgml_sbuf_put(&b, "var<workgroup> rl: array<f32, %d>; // 1 / l of each row at the end\n"
@@ -993,7 +917,7 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     if (c->kind == WGML_ATTN_DKV)
         wgml_sbuf_put(&b, "var<workgroup> pp: array<f16, %d>; // each subgroup's P^T\n"
                           "var<workgroup> sl: array<f32, %d>; // L, then Delta of the step's queries\n",
-                      g.NSG * g.SR * g.PC, 2 * g.C);
+                      g.NSG * g.SM * g.PC, 2 * g.C);
     switch (c->kind) {
     case WGML_ATTN_FORWARD: one_pass(c) ? put_forward_one_pass(&g) : put_forward(&g); break;
     case WGML_ATTN_DKV: put_dkv(&g); break;

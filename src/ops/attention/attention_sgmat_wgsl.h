@@ -18,18 +18,12 @@ typedef struct wgml_attn_sgmat {
     /* the adapter's f16 -> f32 matrix shape (left sm_m x sm_k, right sm_k x sm_n), each 8 or 16 */
     int sm_m, sm_n, sm_k;
     int subgroup_size;
-    int subgroups; /* per workgroup: each owns row_frags x sm_m rows (queries; keys in dK/dV) */
-    /* fragments of sm_m rows a subgroup owns (1 or 2; 0 is 1): each right fragment loaded from
-       workgroup memory feeds that many products */
-    int row_frags;
+    int subgroups; /* per workgroup: each owns sm_m rows (queries; keys in dK/dV) */
     int cols;      /* keys per step (forward, dQ), queries per step (dK/dV): a multiple of 16 */
     bool vec;      /* q, k, v and dO are read as vec4 (rows aligned to 4 floats) */
     /* each step's tiles are read from memory into registers (as f16) during the previous
        step's products, and stored into workgroup memory at the top of the step */
     bool prefetch;
-    /* the gradients: dP in an f32 block of its own (ss2), so S and dP are both computed before
-       one barrier instead of each before its own */
-    bool dp_block;
     /* two staging buffers for the tiles of the walk, used in turn: a step stores into the one
        the last step's products did not read, so the barrier at the top of each step goes */
     bool stage2;
@@ -61,7 +55,7 @@ typedef struct wgml_attn_sgmat {
 } wgml_attn_sgmat;
 
 /* The workgroup's rows (queries, or keys in dK/dV), threads and head dim padded to 16 */
-static inline int wgml_attn_sgmat_rows(const wgml_attn_sgmat *c) { return c->subgroups * c->sm_m * (c->row_frags > 1 ? c->row_frags : 1); }
+static inline int wgml_attn_sgmat_rows(const wgml_attn_sgmat *c) { return c->subgroups * c->sm_m; }
 static inline int wgml_attn_sgmat_threads(const wgml_attn_sgmat *c) { return c->subgroups * c->subgroup_size; }
 static inline int wgml_attn_sgmat_dp(const wgml_attn_sgmat *c) { return (c->d + 15) / 16 * 16; }
 

@@ -35,6 +35,9 @@ static void every_form_and_config(void)
                         c.a_vec = store < 4 ? 8 : (store == 4 ? 4 : 0);
                         c.b_vec = store == 5 ? 0 : c.a_vec;
                         c.two_leading = store == 3;
+                        /* results in one round or two (a block for half the subgroups) */
+                        c.cs_rounds = c.sg_m * c.sg_n > 1 ? (form + db) % 3 : 0;
+                        int rounds = c.cs_rounds > 1 ? c.cs_rounds : 1;
                         bool ta = form & 1, tb = form & 2, act = (form + store) % 2;
                         CHECK(wgml_sgmat_config_problem(&c) == NULL);
                         char *src = wgml_sgmat_gemm_source(&c, ta, tb, act ? "fn act(v: f32) -> f32 { return max(v, 0.0); }" : NULL);
@@ -59,13 +62,16 @@ static void every_form_and_config(void)
                         CHECK(test_count(src, ", true, ") == col_major * steps);
                         /* results through the per-subgroup fragment always; straight to C
                            only without an activation */
-                        CHECK(test_count(src, "subgroupMatrixStore(&Cs,") == frags);
+                        CHECK(test_count(src, "subgroupMatrixStore(&Cs,") == frags * rounds);
+                        CHECK(test_count(src, "if (sg / ") == (rounds > 1 ? 2 * frags * rounds : 0));
+                        snprintf(want, sizeof want, "Cs: array<f32, %d>;", c.sg_m * c.sg_n / rounds * c.sm_m * c.sm_n);
+                        CHECK(strstr(src, want) != NULL);
                         CHECK(test_count(src, "subgroupMatrixStore(&C,") == (act ? 0 : frags));
                         CHECK(test_count(src, "fn act(") == act);
                         CHECK(test_count(src, "(bt / P.L1)") == (c.two_leading ? 2 : 0));
                         /* one barrier a slice with two buffers, two with one; one more ahead
                            of the loop where slices are prefetched */
-                        int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags;
+                        int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags * rounds;
                         CHECK(test_count(src, "workgroupBarrier();") == barriers);
                         CHECK(test_wgsl_workgroup_bytes(src) == wgml_sgmat_workgroup_bytes(&c, ta, tb));
                         /* a prefetch reads the next slice with no branch around it (the
@@ -158,6 +164,8 @@ static void bad_configs_refused(void)
     c = base, c.subgroup_size = 64, c.sm_n = 2, c.frag_n = 8; /* 32 elements a fragment over 64 lanes */
     CHECK(wgml_sgmat_config_problem(&c) != NULL);
     c = base, c.frag_m = 9;
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
+    c = base, c.cs_rounds = 3; /* 4 subgroups in 3 rounds */
     CHECK(wgml_sgmat_config_problem(&c) != NULL);
 }
 

@@ -40,6 +40,9 @@ typedef struct wgml_sgmat_config {
        and X's binding 5, and `P.x_off`): each fragment's X is loaded while the one before it
        leaves, so the loads' latency is paid once, not once a fragment */
     bool act_x;
+    /* results leave through workgroup memory in this many rounds (0 or 1: every subgroup at
+       once), a round's subgroups sharing a result block of sg_m * sg_n / rounds fragments */
+    int cs_rounds;
 } wgml_sgmat_config;
 
 /* The workgroup's output tile and size */

@@ -183,7 +183,7 @@ static void vector_widths(void)
 static void policy(void)
 {
     static const int shapes[][3] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}, {8, 8, 8}};
-    static const int64_t sizes[][2] = {{4096, 4096}, {16384, 1152}, {16384, 384}, {1, 7}}; /* M x N */
+    static const int64_t sizes[][2] = {{4096, 4096}, {16384, 1152}, {16384, 384}, {8192, 768}, {1, 7}}; /* M x N */
     for (int s = 0; s < N_OF(shapes); s++)
         for (int z = 0; z < N_OF(sizes); z++)
             for (int form = 0; form < 4; form++) {
@@ -206,6 +206,19 @@ static void policy(void)
     CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.prefetch);
     c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 16, true, false, 49152);
     CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
+    /* N = 768 over many rows: 128x128 with results in two rounds, two buffers for A.B, K slices
+       of 64 for A.B^T; A^T.B keeps 128x256 */
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.cs_rounds == 2 && c.double_buffer && c.bk == 32);
+    CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) == 46080);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, false, true, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.cs_rounds == 2 && !c.double_buffer &&
+          c.prefetch && c.bk == 64);
+    CHECK(wgml_sgmat_workgroup_bytes(&c, false, true) == 45056);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, true, false, 49152);
+    CHECK(wgml_sgmat_tile_n(&c) == 256 && c.cs_rounds == 0);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 2304, 1, false, true, 49152);
+    CHECK(wgml_sgmat_tile_n(&c) == 256 && c.cs_rounds == 0);
     /* a small workgroup memory takes a smaller tile */
     c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 1, false, false, 16384);
     CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);

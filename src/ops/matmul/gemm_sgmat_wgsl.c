@@ -184,9 +184,21 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
     int64_t wide = (N + 255) / 256 * 256;
     int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 && (wide - N) * 8 < wide ? 0 : 1;
     wgml_sgmat_config c = {0};
+    /* narrower matrices than 16 take more fragments for the same tile */
+    int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
+    /* N up to 768 (GPT-2 small's width) where 128x256 tiles would fill the GPU: 128x128 tiles
+       with their results in two rounds (half the result block), which leaves the room for
+       deeper staging: K slices of 64 for A.B^T, two buffers of 32 for A.B (H200, halves,
+       8192 x 768 x 3072: A.B^T 189.1 TFLOP/s against 148.4, A.B 178.1 against 158.7;
+       docs/MEASUREMENTS.md, "workgroup memory and registers") */
+    if (first == 0 && N <= 768 && !ta) {
+        c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size, .sg_m = 4,
+                                .sg_n = 4, .frag_m = 2 * widen_m, .frag_n = 2 * widen_n, .bk = tb ? 64 : 32,
+                                .double_buffer = !tb, .prefetch = tb, .a_vec = 8, .b_vec = 8, .cs_rounds = 2};
+        if (c.bk < sm_k) c.bk = sm_k;
+        if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) return c;
+    }
     for (int i = first; i < 4; i++) {
-        /* narrower matrices than 16 take more fragments for the same tile */
-        int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
         c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
                                 .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
                                 .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32,

@@ -216,29 +216,6 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     /* either operand may be stored as halves (f16 tensors, resident f16 weights): read directly */
     wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->batch, g->trans_a, g->trans_b,
                                             ctx->rt.limits.maxComputeWorkgroupStorageSize);
-    /* EXPERIMENT (branch h-gemmwg only, not for merging): WGML_SGMAT_X (where the policy took
-       128x256) and WGML_SGMAT_X1 (128x128) = "sm_n,sg_m,sg_n,frag_m,frag_n,bk,double_buffer,prefetch",
-       [,cs_rounds]", taken where the adapter offers 16 x sm_n x 16 */
-    {
-        const char *x = c.frag_n * c.sm_n == 64 ? getenv("WGML_SGMAT_X") : c.sg_m * c.sg_n == 16 ? getenv("WGML_SGMAT_X1") : NULL;
-        int v[9] = {0};
-        if (x && sscanf(x, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) >= 8) {
-            const wgml_adapter_info *in = &ctx->rt.info;
-            for (int i = 0; i < in->subgroup_matrix_count; i++) {
-                const wgml_subgroup_matrix_config *m = &in->subgroup_matrix[i];
-                if (m->component && m->result && !strcmp(m->component, "f16") && !strcmp(m->result, "f32") && m->m == 16 &&
-                    (int)m->n == v[0] && m->k == 16) {
-                    wgml_sgmat_config o = c;
-                    o.sm_n = v[0], o.sg_m = v[1], o.sg_n = v[2], o.frag_m = v[3], o.frag_n = v[4], o.bk = v[5];
-                    o.double_buffer = v[6], o.prefetch = v[7], o.cs_rounds = v[8];
-                    if (!wgml_sgmat_config_problem(&o) &&
-                        wgml_sgmat_workgroup_bytes(&o, g->trans_a, g->trans_b) <= ctx->rt.limits.maxComputeWorkgroupStorageSize)
-                        c = o;
-                    break;
-                }
-            }
-        }
-    }
     int wa = wgml_sgmat_vec_width(g->a_off, g->lda, g->a_bs, g->a_bs1, g->trans_a ? g->M : g->K);
     int wb = wgml_sgmat_vec_width(g->b_off, g->ldb, g->b_bs, g->b_bs1, g->trans_b ? g->K : g->N);
     c.a_vec = wa < 8 ? wa : 8;

@@ -606,7 +606,20 @@ static const knob knobs[] = {
     {2, 2, 2, 4, 32, 0, 8, 1},
     /* 35-36: K slices of 64 with prefetch on 256 invocations */
     {4, 2, 2, 4, 64, 0, 8, 1}, {2, 4, 2, 2, 64, 0, 8, 1},
+    /* 37-41: 128x128 with two buffers of 32 or K slices of 64 (they fit 48 KiB only with a
+       smaller result block: 16x8 matrices'), 64x256 and 128x256 of 256 invocations, 64x256 of
+       512 */
+    {4, 4, 2, 2, 32, 1, 8, 0}, {4, 4, 2, 2, 64, 0, 8, 1}, {2, 4, 2, 4, 32, 0, 8, 1}, {2, 4, 4, 4, 32, 0, 8, 1},
+    {4, 4, 1, 4, 32, 0, 8, 1},
+    /* 42: 128x256 in K slices of 48 (48 KiB with 16x8 matrices' result block) */
+    {4, 4, 2, 4, 48, 0, 8, 1},
+    /* 43-47 (ROUNDS_FROM on): results in two rounds (half the result block): the policy's
+       128x256 and 128x128, 128x256 in K slices of 48, 128x128 with two buffers of 32 or in K
+       slices of 64 */
+    {4, 4, 2, 4, 32, 0, 8, 1}, {4, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 48, 0, 8, 1}, {4, 4, 2, 2, 32, 1, 8, 0},
+    {4, 4, 2, 2, 64, 0, 8, 1},
 };
+#define ROUNDS_FROM 43
 #define N_KNOBS (int)(sizeof knobs / sizeof knobs[0])
 
 /* SGMAT_KNOBS="0,4,6": those knobs only; else all for the first matrix shape and a few for
@@ -615,6 +628,16 @@ static bool knob_wanted(int s, int k, bool checking)
 {
     const char *only = getenv("SGMAT_KNOBS");
     if (getenv("SGMAT_FIRST_SHAPE") && s > 0) return false;
+    /* SGMAT_SM="16x16x16,16x8x16": those matrix shapes of the adapter's only */
+    const char *sm = getenv("SGMAT_SM");
+    if (sm) {
+        char want[24];
+        snprintf(want, sizeof want, "%dx%dx%d", sm_shapes[s].m, sm_shapes[s].n, sm_shapes[s].k);
+        bool found = false;
+        for (const char *p = sm; (p = strstr(p, want)) && !found; p++)
+            found = (p == sm || p[-1] == ',') && (p[strlen(want)] == ',' || !p[strlen(want)]);
+        if (!found) return false;
+    }
     if (only) {
         for (const char *p = only; *p;) {
             char *end;
@@ -636,13 +659,14 @@ static wgml_sgmat_config config_of(const knob *k, shape3 s)
     int widen = s.n < 16 && !emulate ? 16 / s.n : 1;
     return (wgml_sgmat_config){.sm_m = s.m, .sm_n = s.n, .sm_k = s.k, .subgroup_size = subgroup_size, .sg_m = k->sg_m,
                                .sg_n = k->sg_n, .frag_m = k->fm, .frag_n = k->fn * widen, .bk = k->bk,
-                               .double_buffer = k->db, .prefetch = k->prefetch, .a_vec = k->vec, .b_vec = k->vec};
+                               .double_buffer = k->db, .prefetch = k->prefetch, .a_vec = k->vec, .b_vec = k->vec,
+                               .cs_rounds = k - knobs >= ROUNDS_FROM ? 2 : 0};
 }
 
 static void describe(char *out, size_t n, const wgml_sgmat_config *c)
 {
-    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
-             c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec);
+    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
+             c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec, c->cs_rounds > 1 ? " r2" : "");
 }
 
 static int cmd_parse(void)
@@ -800,9 +824,10 @@ static int cmd_bench(int argc, char **argv)
                         continue;
                     }
                     double tf = flops / t / 1e12;
-                    printf("%6lldx%-6lldx%-6lld A%s B%s  %-36s split %d: %8.3f ms %7.1f TFLOP/s (err %.2g of bound)\n",
+                    printf("%6lldx%-6lldx%-6lld A%s B%s  %-36s split %d: %8.3f ms %7.1f TFLOP/s (err %.2g of bound) "
+                           "%d inv %u B\n",
                            (long long)q.M, (long long)q.N, (long long)q.K, q.ta ? "^T" : " ", q.tb ? "^T" : " ", name, split,
-                           t * 1e3, tf, err);
+                           t * 1e3, tf, err, wgml_sgmat_threads(&base), wgml_sgmat_workgroup_bytes(&base, q.ta, q.tb));
                     if (tf > best) best = tf, snprintf(best_name, sizeof best_name, "%s split %d", name, split);
                 }
             }

@@ -155,6 +155,11 @@ static void write_stats(VkDevice dev, VkPipeline pipe, int index)
         VkPipelineExecutableStatisticKHR *st = list(dev, VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR, &ei,
                                                     sizeof *st, &ns);
         for (uint32_t i = 0; i < ns; i++) {
+            /* WGML_VK_CAPTURE_PRINT=1: the registers and shared memory also on stderr, where they fall
+               between the lines of a bench that compiles a kernel and then times it */
+            if (getenv("WGML_VK_CAPTURE_PRINT") && st[i].format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR &&
+                (strstr(st[i].name, "Register") || strstr(st[i].name, "Shared")))
+                fprintf(stderr, "vk_capture: shader_%03d %s %" PRIu64 "\n", index, st[i].name, st[i].value.u64);
             fprintf(f, "  %-32s ", st[i].name);
             switch (st[i].format) {
             case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: fprintf(f, "%s", st[i].value.b32 ? "true" : "false"); break;
@@ -188,6 +193,12 @@ static VKAPI_ATTR VkResult VKAPI_CALL capture_create_pipelines(VkDevice dev, VkP
             for (int j = nmodules - 1; j >= 0 && index < 0; j--)
                 if (modules[j] == ci[i].stage.module) index = j;
             pthread_mutex_unlock(&lock);
+            /* a pipeline whose module was never seen (its SPIR-V given inline) gets an index of its own */
+            if (index < 0) {
+                pthread_mutex_lock(&lock);
+                index = nmodules < MAX_MODULES ? nmodules++ : -1;
+                pthread_mutex_unlock(&lock);
+            }
             if (index >= 0) write_stats(dev, pipes[i], index);
         }
     free(ci);

@@ -35,6 +35,9 @@ static void every_form_and_config(void)
                         c.a_vec = store < 4 ? 8 : (store == 4 ? 4 : 0);
                         c.b_vec = store == 5 ? 0 : c.a_vec;
                         c.two_leading = store == 3;
+                        /* results in one round or two (a block for half the subgroups) */
+                        c.cs_rounds = c.sg_m * c.sg_n > 1 ? (form + db) % 3 : 0;
+                        int rounds = c.cs_rounds > 1 ? c.cs_rounds : 1;
                         bool ta = form & 1, tb = form & 2, act = (form + store) % 2;
                         CHECK(wgml_sgmat_config_problem(&c) == NULL);
                         char *src = wgml_sgmat_gemm_source(&c, ta, tb, act ? "fn act(v: f32) -> f32 { return max(v, 0.0); }" : NULL);
@@ -59,13 +62,16 @@ static void every_form_and_config(void)
                         CHECK(test_count(src, ", true, ") == col_major * steps);
                         /* results through the per-subgroup fragment always; straight to C
                            only without an activation */
-                        CHECK(test_count(src, "subgroupMatrixStore(&Cs,") == frags);
+                        CHECK(test_count(src, "subgroupMatrixStore(&Cs,") == frags * rounds);
+                        CHECK(test_count(src, "if (sg / ") == (rounds > 1 ? 2 * frags * rounds : 0));
+                        snprintf(want, sizeof want, "Cs: array<f32, %d>;", c.sg_m * c.sg_n / rounds * c.sm_m * c.sm_n);
+                        CHECK(strstr(src, want) != NULL);
                         CHECK(test_count(src, "subgroupMatrixStore(&C,") == (act ? 0 : frags));
                         CHECK(test_count(src, "fn act(") == act);
                         CHECK(test_count(src, "(bt / P.L1)") == (c.two_leading ? 2 : 0));
                         /* one barrier a slice with two buffers, two with one; one more ahead
                            of the loop where slices are prefetched */
-                        int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags;
+                        int barriers = (db || c.prefetch ? 1 : 0) + (db ? 1 : 2) + 2 * frags * rounds;
                         CHECK(test_count(src, "workgroupBarrier();") == barriers);
                         CHECK(test_wgsl_workgroup_bytes(src) == wgml_sgmat_workgroup_bytes(&c, ta, tb));
                         /* a prefetch reads the next slice with no branch around it (the
@@ -159,6 +165,8 @@ static void bad_configs_refused(void)
     CHECK(wgml_sgmat_config_problem(&c) != NULL);
     c = base, c.frag_m = 9;
     CHECK(wgml_sgmat_config_problem(&c) != NULL);
+    c = base, c.cs_rounds = 3; /* 4 subgroups in 3 rounds */
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
 }
 
 static void vector_widths(void)
@@ -175,7 +183,7 @@ static void vector_widths(void)
 static void policy(void)
 {
     static const int shapes[][3] = {{16, 16, 16}, {16, 8, 16}, {16, 8, 8}, {8, 8, 8}};
-    static const int64_t sizes[][2] = {{4096, 4096}, {16384, 1152}, {16384, 384}, {1, 7}}; /* M x N */
+    static const int64_t sizes[][2] = {{4096, 4096}, {16384, 1152}, {16384, 384}, {8192, 768}, {1, 7}}; /* M x N */
     for (int s = 0; s < N_OF(shapes); s++)
         for (int z = 0; z < N_OF(sizes); z++)
             for (int form = 0; form < 4; form++) {
@@ -198,6 +206,19 @@ static void policy(void)
     CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.prefetch);
     c = wgml_sgmat_choose(16, 16, 16, 32, 384, 1152, 16, true, false, 49152);
     CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 256);
+    /* N = 768 over many rows: 128x128 with results in two rounds, two buffers for A.B, K slices
+       of 64 for A.B^T; A^T.B keeps 128x256 */
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, false, false, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.cs_rounds == 2 && c.double_buffer && c.bk == 32);
+    CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) == 46080);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, false, true, 49152);
+    CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.cs_rounds == 2 && !c.double_buffer &&
+          c.prefetch && c.bk == 64);
+    CHECK(wgml_sgmat_workgroup_bytes(&c, false, true) == 45056);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, true, false, 49152);
+    CHECK(wgml_sgmat_tile_n(&c) == 256 && c.cs_rounds == 0);
+    c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 2304, 1, false, true, 49152);
+    CHECK(wgml_sgmat_tile_n(&c) == 256 && c.cs_rounds == 0);
     /* a small workgroup memory takes a smaller tile */
     c = wgml_sgmat_choose(16, 16, 16, 32, 4096, 4096, 1, false, false, 16384);
     CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);

@@ -135,13 +135,16 @@ static void operands(const wgml_sgmat_config *c, bool ta, bool tb, operand *A, o
     B->stride = B->cols + STAGE_PAD;
 }
 
+/* the result blocks in workgroup memory: one a subgroup of a round */
+static int cs_slots(const wgml_sgmat_config *c) { return c->sg_m * c->sg_n / (c->cs_rounds > 1 ? c->cs_rounds : 1); }
+
 uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool ta, bool tb)
 {
     operand A, B;
     operands(c, ta, tb, &A, &B);
     uint32_t stages = c->double_buffer ? 2 : 1;
     return stages * (uint32_t)(stage_elems(&A) + stage_elems(&B)) * 2 +
-           (uint32_t)(c->sg_m * c->sg_n * c->sm_m * c->sm_n) * 4;
+           (uint32_t)(cs_slots(c) * c->sm_m * c->sm_n) * 4;
 }
 
 const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
@@ -156,6 +159,8 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
     if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
         return "vector width (0, 4 or 8)";
+    if (c->cs_rounds < 0 || c->cs_rounds > 4 || (c->cs_rounds > 1 && (c->sg_m * c->sg_n) % c->cs_rounds))
+        return "result rounds (0 to 4, dividing the subgroups)";
     return NULL;
 }
 
@@ -179,9 +184,21 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
     int64_t wide = (N + 255) / 256 * 256;
     int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 && (wide - N) * 8 < wide ? 0 : 1;
     wgml_sgmat_config c = {0};
+    /* narrower matrices than 16 take more fragments for the same tile */
+    int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
+    /* N up to 768 (GPT-2 small's width) where 128x256 tiles would fill the GPU: 128x128 tiles
+       with their results in two rounds (half the result block), which leaves the room for
+       deeper staging: K slices of 64 for A.B^T, two buffers of 32 for A.B (H200, halves,
+       8192 x 768 x 3072: A.B^T 189.1 TFLOP/s against 148.4, A.B 178.1 against 158.7;
+       docs/MEASUREMENTS.md, "workgroup memory and registers") */
+    if (first == 0 && N <= 768 && !ta) {
+        c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size, .sg_m = 4,
+                                .sg_n = 4, .frag_m = 2 * widen_m, .frag_n = 2 * widen_n, .bk = tb ? 64 : 32,
+                                .double_buffer = !tb, .prefetch = tb, .a_vec = 8, .b_vec = 8, .cs_rounds = 2};
+        if (c.bk < sm_k) c.bk = sm_k;
+        if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) return c;
+    }
     for (int i = first; i < 4; i++) {
-        /* narrower matrices than 16 take more fragments for the same tile */
-        int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
         c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
                                 .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
                                 .frag_n = layouts[i][3] * widen_n, .bk = sm_k > 32 ? sm_k : 32,
@@ -250,12 +267,17 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     int stages = c->double_buffer ? 2 : 1, asz = stage_elems(&A), bsz = stage_elems(&B);
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated subgroup-matrix GEMM: %dx%dx%d matrices, %dx%d subgroups of %dx%d fragments "
-                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s%s\n",
+                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s%s%s\n",
                   SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK, stages,
                   stages == 1 && c->prefetch ? " with prefetch" : "", ta ? "^T" : "",
                   c->a_f16 ? "f16" : "f32", c->a_vec ? (c->a_vec == 8 ? " x8" : " x4") : "", tb ? "^T" : "",
-                  c->b_f16 ? "f16" : "f32", c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "", c->c_f16 ? ", C f16" : "");
+                  c->b_f16 ? "f16" : "f32", c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "", c->c_f16 ? ", C f16" : "",
+                  c->cs_rounds > 1 ? ", results in rounds" : "");
     wgml_sbuf_put(&b, "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n");
+    /* results in rounds: matrix stores under a branch on the subgroup's index, uniform in each
+       subgroup, which the uniformity analysis (by workgroups) cannot see */
+    if (c->cs_rounds > 1)
+        wgml_sbuf_put(&b, "diagnostic(off, subgroup_matrix_uniformity);\ndiagnostic(off, chromium.subgroup_matrix_uniformity);\n");
     wgml_sbuf_put(&b, "alias L = subgroup_matrix_left<f16, %d, %d>;\n"
                       "alias R = subgroup_matrix_right<f16, %d, %d>;\n"
                       "alias Acc = subgroup_matrix_result<f32, %d, %d>;\n", SK, SM, SN, SK, SN, SM);
@@ -272,7 +294,9 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
                   c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
-    wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup\n", c->sg_m * c->sg_n * SM * SN);
+    int rounds = c->cs_rounds > 1 ? c->cs_rounds : 1, slots = cs_slots(c);
+    wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup%s\n", slots * SM * SN,
+                  rounds > 1 ? " of a round" : "");
     wgml_sbuf_put(&b, "@compute @workgroup_size(%d)\n"
                       "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32,\n"
                       "        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n"
@@ -356,7 +380,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
                               i * SM, j * SN, i, j);
         wgml_sbuf_put(&b, "        return;\n    }\n");
     }
-    wgml_sbuf_put(&b, "    let cs = sg * %du;\n", SM * SN);
+    if (rounds > 1) wgml_sbuf_put(&b, "    let cs = (sg %% %du) * %du;\n", slots, SM * SN);
+    else wgml_sbuf_put(&b, "    let cs = sg * %du;\n", SM * SN);
     int per_lane = SM * SN / SGS;
     if (c->act_x) { /* X of fragment 0 (two sets of registers: the next fragment's loads in flight) */
         for (int q = 0; q < per_lane; q++) wgml_sbuf_put(&b, "    var x0_%d = 0.0;\n    var x1_%d = 0.0;\n", q, q);
@@ -365,19 +390,27 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) {
             int f = i * FN + j;
-            wgml_sbuf_put(&b, "    subgroupMatrixStore(&Cs, cs, c%d_%d, false, %du);\n    workgroupBarrier();\n", i, j, SN);
-            if (c->act_x && f + 1 < FM * FN) put_x_loads(&b, c, (f + 1) / FN, (f + 1) % FN, (f + 1) % 2);
-            char xarg[32] = "";
-            for (int q = 0; q < per_lane; q++) {
-                if (c->act_x) snprintf(xarg, sizeof xarg, ", x%d_%d", f % 2, q);
-                wgml_sbuf_put(&b, "    {\n        let e = lane + %du;\n"
-                                  "        let m = m0 + sr + %du + e / %du;\n"
-                                  "        let n = n0 + sc + %du + e %% %du;\n"
-                                  "        if (m < P.M && n < P.N) { let idx = cb + m * P.N + n; C[idx] = epilogue(Cs[cs + e], n, idx%s); }\n"
-                                  "    }\n",
-                              q * SGS, i * SM, SN, j * SN, SN, xarg);
+            /* in rounds, a round's subgroups (whole subgroups: the branch is uniform in each) */
+            for (int r = 0; r < rounds; r++) {
+                if (rounds > 1) wgml_sbuf_put(&b, "    if (sg / %du == %du) {\n", slots, r);
+                wgml_sbuf_put(&b, "    subgroupMatrixStore(&Cs, cs, c%d_%d, false, %du);\n", i, j, SN);
+                if (rounds > 1) wgml_sbuf_put(&b, "    }\n");
+                wgml_sbuf_put(&b, "    workgroupBarrier();\n");
+                if (c->act_x && r == 0 && f + 1 < FM * FN) put_x_loads(&b, c, (f + 1) / FN, (f + 1) % FN, (f + 1) % 2);
+                if (rounds > 1) wgml_sbuf_put(&b, "    if (sg / %du == %du) {\n", slots, r);
+                char xarg[32] = "";
+                for (int q = 0; q < per_lane; q++) {
+                    if (c->act_x) snprintf(xarg, sizeof xarg, ", x%d_%d", f % 2, q);
+                    wgml_sbuf_put(&b, "    {\n        let e = lane + %du;\n"
+                                      "        let m = m0 + sr + %du + e / %du;\n"
+                                      "        let n = n0 + sc + %du + e %% %du;\n"
+                                      "        if (m < P.M && n < P.N) { let idx = cb + m * P.N + n; C[idx] = epilogue(Cs[cs + e], n, idx%s); }\n"
+                                      "    }\n",
+                                  q * SGS, i * SM, SN, j * SN, SN, xarg);
+                }
+                if (rounds > 1) wgml_sbuf_put(&b, "    }\n");
+                wgml_sbuf_put(&b, "    workgroupBarrier();\n");
             }
-            wgml_sbuf_put(&b, "    workgroupBarrier();\n");
         }
     wgml_sbuf_put(&b, "}\n");
     return wgml_sbuf_take(&b);

@@ -40,6 +40,9 @@ typedef struct wgml_sgmat_config {
        and X's binding 5, and `P.x_off`): each fragment's X is loaded while the one before it
        leaves, so the loads' latency is paid once, not once a fragment */
     bool act_x;
+    /* results leave through workgroup memory in this many rounds (0 or 1: every subgroup at
+       once), a round's subgroups sharing a result block of sg_m * sg_n / rounds fragments */
+    int cs_rounds;
 } wgml_sgmat_config;
 
 /* The workgroup's output tile and size */
@@ -63,7 +66,7 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
    matrices (or split-K chunks), a config on the
    adapter's matrix shape sm_m x sm_n x sm_k (16x16x16 where offered: the caller picks it from
    the adapter's f16 -> f32 list), K slices of 32 in one staging buffer with the next slice
-   prefetched into registers, 8-wide reads (the caller lowers a_vec / b_vec to
+   prefetched into registers (at N <= 768, 128x128 tiles with results in two rounds and deeper staging), 8-wide reads (the caller lowers a_vec / b_vec to
    wgml_sgmat_vec_width's and sets the storage fields), within wg_bytes_limit of workgroup
    memory. The tile follows from M, N and batch alone: K and the operands' storage (halves or
    f32) changed no winner in the sweeps. */

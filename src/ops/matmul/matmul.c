@@ -239,7 +239,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
                         (uint32_t)c.bk, (uint32_t)c.double_buffer | (uint32_t)c.prefetch << 1,
                         (uint32_t)c.a_vec | (uint32_t)c.b_vec << 8,
                         (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2 | (uint32_t)c.c_f16 << 3,
-                        g->trans_a, g->trans_b, (uint32_t)g->act, 0};
+                        g->trans_a, g->trans_b, (uint32_t)g->act, (uint32_t)c.cs_rounds};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 12))) {
         char *act = wgml_sgmat_act_source(g->act);
         if (g->act != WGML_ACT_NONE && !act) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul: out of host memory");

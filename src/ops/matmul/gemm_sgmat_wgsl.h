@@ -66,7 +66,8 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
    matrices (or split-K chunks), a config on the
    adapter's matrix shape sm_m x sm_n x sm_k (16x16x16 where offered: the caller picks it from
    the adapter's f16 -> f32 list), K slices of 32 in one staging buffer with the next slice
-   prefetched into registers (at N <= 768, 128x128 tiles with results in two rounds and deeper staging), 8-wide reads (the caller lowers a_vec / b_vec to
+   prefetched into registers (where N <= 768 fills the GPU: 128x128 tiles, results in two
+   rounds, deeper staging), 8-wide reads (the caller lowers a_vec / b_vec to
    wgml_sgmat_vec_width's and sets the storage fields), within wg_bytes_limit of workgroup
    memory. The tile follows from M, N and batch alone: K and the operands' storage (halves or
    f32) changed no winner in the sweeps. */

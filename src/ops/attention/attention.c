@@ -299,10 +299,9 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    four subgroups of sm_m rows; every kernel in steps of 16 columns (32 where 16 does not fit).
    These kernels' speed follows their workgroup memory more than their barriers (likely the
    workgroups an SM holds), hence: two staging buffers only in dK/dV, whose steps of 16 already
-   keep the room they take; P
-   (dS) over the staged tile whose products are done in the forward and dQ (p_in_xs); the
-   forward's Q staged by halves of its columns (kept_halves: dQ's Q and dO so staged measured
-   1-2% slower). Every kernel prefetches. The forward and dQ go tile-major (every
+   keep the room they take; P (dS) over the staged tile whose products are done in the forward
+   and dQ (p_in_xs); the forward's Q staged by halves of its columns (kept_halves: dQ's Q and dO
+   so staged measured 1-2% slower). Every kernel prefetches. The forward and dQ go tile-major (every
    head's longest tile first); dK/dV keeps a head's tiles together (likely they share its Q and
    dO in L2). The forward walks the keys once. `rows` (T, or S for dK/dV): whole tiles of
    results go straight from the matrix units only where a whole tile exists (a store of a

@@ -35,7 +35,7 @@ static void every_kernel_and_config(void)
                         bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
                         int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         if (c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
-                            (c.kept_halves && c.kind == WGML_ATTN_DKV)) {
+                            ((c.kept_halves || c.tile_major) && c.kind == WGML_ATTN_DKV)) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
                             continue;
                         }
@@ -118,8 +118,7 @@ static void every_kernel_and_config(void)
                         CHECK((strstr(src, "// the last step's reads of") != NULL) == !c.stage2);
                         CHECK(!c.stage2 || (c.emulate ? test_count(src, "xb + ") > 0 : test_count(src, "subgroupMatrixLoad<R>(&xs, xb + ") == right_loads));
                         /* workgroups in tile-major order, or a head's (kv head's) tiles together */
-                        CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let bg = wid % (P.B * P.Hkv);" : "let bh = wid % (P.B * P.H);") != NULL) ==
-                              c.tile_major);
+                        CHECK((strstr(src, "let bh = wid % (P.B * P.H);") != NULL) == c.tile_major);
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let bg = wid / P.tiles;" : "let bh = wid / P.tiles;") != NULL) ==
                               !c.tile_major);
                         /* the forward writes L after O; the gradients read it */

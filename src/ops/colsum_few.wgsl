@@ -1,9 +1,9 @@
 // Column sums over a short axis: x seen as [outer, len, inner] summed over its middle axis of a
 // few rows (split K's partial products, [S, M, N] with S <= 16). A thread takes W neighbouring
 // columns and folds all len rows itself, four loads issued before their adds (the sum's order
-// stays row 0, 1, 2, ...): no workgroup memory, and every thread's loads are 16 bytes of a warp's
-// contiguous 512. colsum.wgsl's eight lanes a column group left half its threads idle at S = 4
-// and a workgroup only 2 KB to move (H200, GPT-2 small's weight gradients: docs/MEASUREMENTS.md).
+// stays row 0, 1, 2, ...): no workgroup memory, and a warp's loads of a row are contiguous (16
+// bytes a thread where W is 4: 8 from halves). colsum.wgsl's eight lanes a column group likely
+// left half its threads idle at S = 4 (its A/B on an H200, GPT-2 small: docs/MEASUREMENTS.md).
 // The header (ops/reduce.c) defines W, V, x's binding and load(i) as for colsum.wgsl.
 struct Params {
     outer: u32, len: u32, inner: u32, chunk: u32,

@@ -308,7 +308,7 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    16 x 16 f32 fragment makes Dawn ask bindings of at least 1024 bytes). */
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bit 1): the forward in one walk */
 #define MATRIX_FORMS 1
-/* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 2 dK/dV, 4 dQ */
+/* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
 /* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 4 two staging
    buffers, 8 P (dS) over a staged tile in xs, 16 the kept rows staged by halves (8, 16: the
@@ -338,7 +338,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                                    .prefetch = opts & 1, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
                                    .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
                                    .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
-                                   .tile_major = order >> which & 1};
+                                   .tile_major = kind != WGML_ATTN_DKV && (order >> which & 1)};
             c->direct = rows >= wgml_attn_sgmat_rows(c);
             if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
                 (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)

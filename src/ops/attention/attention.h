@@ -59,7 +59,7 @@ void wgml_attn_put_input(struct wgml_sbuf *b, int binding, const char *name, boo
 void wgml_attn_put_loader(struct wgml_sbuf *b, const char *x, const char *buf, bool vec, bool padded);
 void wgml_attn_put_key_range(struct wgml_sbuf *b, int rows, int cols);
 void wgml_attn_put_query_tile(struct wgml_sbuf *b, int rows, bool grads, bool tile_major);
-void wgml_attn_put_key_tile(struct wgml_sbuf *b, int rows, bool tile_major);
+void wgml_attn_put_key_tile(struct wgml_sbuf *b, int rows);
 void wgml_attn_put_forward_bindings(struct wgml_sbuf *b, bool vec, bool padded);
 void wgml_attn_put_grad_bindings(struct wgml_sbuf *b, bool vec, bool padded, bool out16);
 

@@ -151,6 +151,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (!pow2_in(c->cols, 16, 128)) return "cols (16, 32, 64 or 128)";
     if (c->out16 && c->kind == WGML_ATTN_FORWARD) return "results as halves (the gradients only)";
     if (c->p_in_xs && (c->kind == WGML_ATTN_DKV || c->stage2)) return "P in xs (the forward and dQ, one staging buffer)";
+    if (c->tile_major && c->kind == WGML_ATTN_DKV) return "tile-major order (the forward and dQ)";
     if (c->kept_halves && c->kind == WGML_ATTN_DKV) return "kept rows by halves (the forward and dQ)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
@@ -297,8 +298,7 @@ static void put_store_regs(gen *g, const char *reg, int rows, int dst)
 /* The rows the workgroup keeps: its R rows of a tensor (row r is the tensor's row row0 + r,
    zeros at or past lim, from element base + (row0 + r) * stride, times scale unless NULL),
    staged into xs KP parts of their columns at a time (rows SW apart), each part's K steps
-   loaded into left fragments <var>0.. of the subgroup's rows (row fragment r's K step k is
-   <var><r * KD + k>). A barrier first where `barrier` (xs's last reads are before it) and
+   loaded into left fragments <var>0.. of the subgroup's rows (K step k in <var>k). A barrier first where `barrier` (xs's last reads are before it) and
    between parts; the last part's loads are left to the next barrier. */
 static void put_kept(gen *g, const char *x, const char *row0, const char *lim, const char *base, const char *stride,
                      const char *scale, const char *var, bool barrier)
@@ -422,7 +422,7 @@ static void put_results(gen *g, const char *acc, const char *out, const char *ro
         store_ss(g, a, "sb");
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
         for (int n = 0; n * g->SGS < per; n++) {
-            wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = 0u + e / %du;\n        let d = %du + e %% %du;\n",
+            wgml_sbuf_put(b, "    {\n        let e = lane + %du;\n        let row = e / %du;\n        let d = %du + e %% %du;\n",
                           n * g->SGS, g->SN, f * g->SN, g->SN);
             wgml_sbuf_put(b, "        if (e < %du && d < D && %s) { %s[%s + d] = %s(ss[sb + e / %du * %du + e %% %du]); }\n    }\n", per,
                           ok, out, row_base, g->c->out16 ? "f16" : "", g->SN, g->SC, g->SN);
@@ -825,7 +825,7 @@ static void put_dkv(gen *g)
     put_grad_bindings(g);
     put_main(g, "P.tiles * P.B * P.Hkv");
     put_lane_ids(g);
-    wgml_attn_put_key_tile(b, g->R, g->c->tile_major);
+    wgml_attn_put_key_tile(b, g->R);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
     put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
     put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
@@ -896,7 +896,7 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     gen g = gen_of(&b, c);
     static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
-                      "%d subgroups of %d x %d rows (tile %d x %d)%s%s%s%s%s\n",
+                      "%d subgroups of %d lanes and %d rows (tile %d x %d)%s%s%s%s%s\n",
                   names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SM, g.R, g.C, c->vec ? ", vec4 reads" : "",
                   one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", c->out16 ? ", halves out" : "",
                   c->stage2 ? ", two staging buffers" : "");

@@ -34,8 +34,8 @@ typedef struct wgml_attn_sgmat {
     /* the forward and dQ: the rows kept (Q; dO) staged half their columns at a time (where a
        half is whole K steps), so they need half the room in xs (the walk's tiles may need more) */
     bool kept_halves;
-    /* workgroups in tile-major order (every head's first tile, then every head's second...)
-       instead of a head's tiles together */
+    /* the forward and dQ: workgroups in tile-major order (every head's first tile, then every
+       head's second...) instead of a head's tiles together */
     bool tile_major;
     /* whole tiles of results are stored straight from the matrix units (where d is a multiple
        of 16); the output binding must then hold a 16 x 16 f32 fragment at least */

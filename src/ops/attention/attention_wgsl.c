@@ -155,19 +155,14 @@ void wgml_attn_put_query_tile(wgml_sbuf *b, int rows, bool grads, bool tile_majo
                      "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n");
 }
 
-void wgml_attn_put_key_tile(wgml_sbuf *b, int rows, bool tile_major)
+void wgml_attn_put_key_tile(wgml_sbuf *b, int rows)
 {
-    if (tile_major)
-        wgml_sbuf_put(b, "    let bg = wid %% (P.B * P.Hkv);\n"
-                         "    let j0 = (wid / (P.B * P.Hkv)) * %du; // the keys most queries see (causal) first, tile-major\n",
-                      rows);
-    else
-        wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
-                         "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n",
-                      rows);
-    wgml_sbuf_put(b, "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
+    wgml_sbuf_put(b, "    let bg = wid / P.tiles;\n"
+                     "    let j0 = (wid %% P.tiles) * %du; // the keys most queries see (causal) first\n"
+                     "    let b = bg / P.Hkv;\n    let g = bg %% P.Hkv;\n"
                      "    let kb = P.k_off + b * P.k_sb + g * P.k_sh;\n"
-                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n");
+                     "    let vb = P.v_off + b * P.v_sb + g * P.v_sh;\n",
+                  rows);
 }
 
 void wgml_attn_put_forward_bindings(wgml_sbuf *b, bool vec, bool padded)
@@ -604,7 +599,7 @@ static void put_dkv(gen *g)
     wgml_sbuf_put(b, "var<workgroup> dss: array<vec4<f32>, %d>; // dS [query][keys / 4]\n", br * bc4);
     wgml_sbuf_put(b, "var<workgroup> st: array<f32, %d>; // L, then Delta of the step's queries\n", 2 * br);
     put_main(g, "P.tiles * P.B * P.Hkv");
-    wgml_attn_put_key_tile(b, bc, false);
+    wgml_attn_put_key_tile(b, bc);
     put_tile_regs(g, "t", bc > br ? bc : br);
     put_tile_regs(g, "u", br);
     put_tile_load(g, "t", "k", bc, "j0", "P.S", "kb", "P.k_st", NULL);

@@ -278,28 +278,37 @@ static void put_fetch(gen *g, const char *reg, const char *x, int rows, const ch
     }
 }
 
-/* ... and stores them into xs from half `dst` (row r at dst + r * SD) */
-static void put_store_regs(gen *g, const char *reg, int rows, int dst)
+/* Stores registers <reg>n (vec4<f16>, `items` of them over the workgroup's threads: thread li
+   has item li + n NT) into xs at o, a WGSL expression of the item e */
+static void put_xs_store(gen *g, const char *reg, int items, const char *o)
 {
     wgml_sbuf *b = g->b;
-    int items = rows * g->DP / 4;
     for (int n = 0; n * g->NT < items; n++) {
         bool tail = (n + 1) * g->NT > items;
         wgml_sbuf_put(b, "    {\n        let e = li + %du;\n", n * g->NT);
         if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
-        wgml_sbuf_put(b, "        let o = %s%du + (e / DP4) * %du + (e %% DP4) * 4u;\n"
+        wgml_sbuf_put(b, "        let o = %s;\n"
                          "        xs[o] = %s%d.x;\n        xs[o + 1u] = %s%d.y;\n        xs[o + 2u] = %s%d.z;\n        xs[o + 3u] = %s%d.w;\n",
-                      g->xb, dst, g->SD, reg, n, reg, n, reg, n, reg, n);
+                      o, reg, n, reg, n, reg, n, reg, n);
         if (tail) wgml_sbuf_put(b, "        }\n");
         wgml_sbuf_put(b, "    }\n");
     }
 }
 
+/* ... and stores them into xs from half `dst` (row r at dst + r * SD) */
+static void put_store_regs(gen *g, const char *reg, int rows, int dst)
+{
+    char o[80];
+    snprintf(o, sizeof o, "%s%du + (e / DP4) * %du + (e %% DP4) * 4u", g->xb, dst, g->SD);
+    put_xs_store(g, reg, rows * g->DP / 4, o);
+}
+
 /* The rows the workgroup keeps: its R rows of a tensor (row r is the tensor's row row0 + r,
    zeros at or past lim, from element base + (row0 + r) * stride, times scale unless NULL),
    staged into xs KP parts of their columns at a time (rows SW apart), each part's K steps
-   loaded into left fragments <var>0.. of the subgroup's rows (K step k in <var>k). A barrier first where `barrier` (xs's last reads are before it) and
-   between parts; the last part's loads are left to the next barrier. */
+   loaded into left fragments <var>0.. of the subgroup's rows (K step k in <var>k). A barrier
+   first where `barrier` (xs's last reads are before it) and between parts; the last part's
+   loads are left to the next barrier. */
 static void put_kept(gen *g, const char *x, const char *row0, const char *lim, const char *base, const char *stride,
                      const char *scale, const char *var, bool barrier)
 {
@@ -318,16 +327,9 @@ static void put_kept(gen *g, const char *x, const char *row0, const char *lim, c
             if (tail) wgml_sbuf_put(b, "        }\n");
             wgml_sbuf_put(b, "    }\n");
         }
-        for (int n = 0; n * g->NT < items; n++) {
-            bool tail = (n + 1) * g->NT > items;
-            wgml_sbuf_put(b, "    {\n        let e = li + %du;\n", n * g->NT);
-            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
-            wgml_sbuf_put(b, "        let o = (e / %du) * %du + (e %% %du) * 4u;\n"
-                             "        xs[o] = st%d.x;\n        xs[o + 1u] = st%d.y;\n        xs[o + 2u] = st%d.z;\n        xs[o + 3u] = st%d.w;\n",
-                          W4, g->SW, W4, n, n, n, n);
-            if (tail) wgml_sbuf_put(b, "        }\n");
-            wgml_sbuf_put(b, "    }\n");
-        }
+        char o[64];
+        snprintf(o, sizeof o, "(e / %du) * %du + (e %% %du) * 4u", W4, g->SW, W4);
+        put_xs_store(g, "st", items, o);
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
         for (int k = p * KDP; k < (p + 1) * KDP; k++) {
             char v[16], off[64];

@@ -143,11 +143,12 @@ void bench_decode_qwen(int quick)
             (long long)wgml_gpt_numel(&g.cfg), bench_now() - t0);
     const int64_t prompt = big ? 512 : 24, ntok = big ? 64 : 16;
     decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, 0, prompt, ntok, quick ? 1 : 3);
-    /* EXPERIMENT: WGML_BENCH_DECODE_SWEEP="VAR=v VAR=v;...": the b1 row again per entry, the model made once */
+    /* WGML_BENCH_DECODE_SWEEP="VAR=v VAR=v;...": the b1 row again for each entry with its variables
+       set (the plan's knobs above), the model made once (a plan takes ~11 s on the GPU machine) */
     const char *sweep = getenv("WGML_BENCH_DECODE_SWEEP");
     if (sweep && *sweep) {
         char *all = strdup(sweep);
-        for (char *e = strtok(all, ";"); e; e = strtok(NULL, ";")) {
+        for (char *e = all ? strtok(all, ";") : NULL; e; e = strtok(NULL, ";")) {
             char entry[512], name[600], *vars[16];
             int nv = 0;
             snprintf(entry, sizeof entry, "%s", e);

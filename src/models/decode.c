@@ -195,29 +195,30 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
    outputs a workgroup) where there are outputs enough. */
 static unsigned lanes_by_size(int64_t N, int forced)
 {
-    /* (16 for the LM head's vocabulary: half the workgroups of 32, each prologue - the final
-       norm's statistics and staging x - shared by twice the rows) */
+    /* (16 for the LM head's vocabulary past batch 1: half the workgroups of 32, each prologue -
+       the final norm's statistics and staging x - shared by twice the rows) */
     return forced ? (unsigned)forced : N >= 65536 ? 16 : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
 #define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
-/* EXPERIMENT: per-GEMV lanes from the environment */
-static unsigned exp_lanes(unsigned dflt, const char *var)
+/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs; at batch 1
+   over a large vocabulary 32, for its grid-stride form's registers: head_workgroups) */
+static unsigned head_lanes(const wgml_decode_desc *d, int64_t V)
 {
-    const char *e = getenv(var);
-    return e && atoi(e) > 0 ? (unsigned)atoi(e) : dflt;
+    if (d->head_lanes) return (unsigned)d->head_lanes;
+    return !d->lanes && d->batch == 1 && V >= 65536 ? 32u : lanes_by_size(V, d->lanes);
 }
-#define groups_l(N, l) ((uint32_t)(((N) + 256 / (l) - 1) / (256 / (l))))
-/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs) */
-static unsigned head_lanes(const wgml_decode_desc *d, int64_t V) { return d->head_lanes ? (unsigned)d->head_lanes : lanes_by_size(V, d->lanes); }
 
 /* The LM head's workgroups in its grid-stride form (wgml_decode_desc's head_wgs; 0: a workgroup a
    tile of rows, as the other GEMVs), at most its tiles. 512 where the tiles are many (Qwen3's
    9,496 on an H200: the head alone 94.3 us at 512, 97.7 at 1,024, 103.6 at 2,048, 103.9 a tile
-   each; docs/MEASUREMENTS.md). */
-static uint32_t head_workgroups(const wgml_decode_desc *d, uint32_t tiles)
+   each; docs/MEASUREMENTS.md). At 32 lanes (batch 1) 528: the kernel takes 63 registers a thread
+   on an H200 (123 at 16 lanes), so 4 of its workgroups fit a multiprocessor and 528 are one wave
+   on 132 of them (H200, H100 SXM); Qwen3's head alone 81.3 us against 92.5 at 16 lanes and 512
+   workgroups, which ran in two waves of 2 a multiprocessor. */
+static uint32_t head_workgroups(const wgml_decode_desc *d, unsigned lanes, uint32_t tiles)
 {
-    const int64_t want = d->head_wgs < 0 ? 0 : d->head_wgs > 0 ? d->head_wgs : tiles >= 4096 ? 512 : 0;
+    const int64_t want = d->head_wgs < 0 ? 0 : d->head_wgs > 0 ? d->head_wgs : tiles >= 4096 ? (lanes == 32 ? 528 : 512) : 0;
     return (uint32_t)(want < tiles ? want : tiles);
 }
 
@@ -283,16 +284,14 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         uint32_t used;
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
-        const unsigned lq = exp_lanes(lanes_for(p->Q), "WGML_DECODE_LANES_QKV"), lwo = exp_lanes(lanes_for(C), "WGML_DECODE_LANES_WO");
-        const unsigned lup = exp_lanes(lanes_for(p->llama ? 2 * F : F), "WGML_DECODE_LANES_UP"), ldn = exp_lanes(lanes_for(C), "WGML_DECODE_LANES_DOWN");
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = lq, .RB = RB, .kch = KCH(C),
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = lanes_for(p->Q), .RB = RB, .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                                 .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block, .sg = p->sg};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_l(p->Q, lq), 1, 0, "norm+qkv gemv"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
         /* Llama decoding: RoPE (and QK-norm) in the attention's launch, each row its own slot;
            a prefill's rows of one slot need every row's keys first: a launch of its own */
         const int rope_in_attention = p->llama && !prefill;
@@ -341,33 +340,33 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
             (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 10, GRID_ROWS, 0,
                              (uint32_t)p->H, 0, "attention combine")))
             return st;
-        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lwo, .RB = RB, .kch = KCH(p->A),
+        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
-        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_l(C, lwo), 1, 0, "wo gemv+residual"))) return st;
-        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = lup,
+        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = lanes_for(p->llama ? 2 * F : F),
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
                                .norm_b = (unsigned)(7 * C), .eps = eps, .bias = p->llama ? -1 : (int)(8 * C),
                                .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU, .sg = p->sg};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
-        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, groups_l(up.N, lup), 1, 0, "norm+mlp up gemv"))) return st;
-        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = ldn, .RB = RB, .kch = KCH(F),
+        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, groups_for(up.N), 1, 0, "norm+mlp up gemv"))) return st;
+        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&down, &used);
-        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_l(C, ldn), 1, 0, "mlp down gemv+residual"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), 1, 0, "mlp down gemv+residual"))) return st;
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
     const unsigned hl = head_lanes(&p->d, p->V);
     /* the head's workgroups going over its tiles (grid stride; the generator's condition: x in one chunk) */
     const uint32_t tiles = (uint32_t)((p->V + 256 / hl - 1) / (256 / hl));
-    const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, tiles) : 0;
+    const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, hl, tiles) : 0;
     wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,

@@ -441,7 +441,8 @@ static void batch_of_prompts(void) { check_batch(&llama_cfg); }
    in workgroup memory, where the adapter has subgroups (lavapipe's are narrower than 32 lanes,
    so 64 and 128 lanes an output add the parts of several subgroups; 16 may fit one); and the
    LM head over its tiles in few workgroups (grid stride: 1 workgroup for all 8 tiles of 4 rows,
-   3 for them, each going over 2 or 3; the next tile's loads before this one's sums): greedy
+   3 for them, each going over 2 or 3, and 3 for 4 tiles of 8 rows; the next tile's loads before
+   this one's sums): greedy
    tokens against the reference, batch 1 and 3, f32 and f16. */
 static void gemv_subgroups_and_head_stride(void)
 {
@@ -460,6 +461,10 @@ static void gemv_subgroups_and_head_stride(void)
             check_single(&gpt2_cfg, 0, 0, 0, 0, 3 * 2 + 2);
             check_batch(&llama_cfg);
         }
+        head_lanes = 32, head_wgs = 3; /* 8 rows a tile (the batch-1 head's lanes): 4 tiles, the last short, in 3 workgroups */
+        check_single(&llama_cfg, on > 0, 0, 0, 0, 1 + 5 * 2 + 2);
+        check_batch(&llama_cfg);
+        head_lanes = 64;
         lanes_all = 128, head_wgs = 5; /* (5 workgroups for the 8 tiles) */
         check_batch(&gpt2_cfg);
         lanes_all = 0, head_wgs = 0, head_lanes = 0;

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L
 /*
  * wgml bench gpt (and `wgml bench decode`): generation through the decode plan
  * (src/models/decode.h), one plan per row:
@@ -142,6 +143,31 @@ void bench_decode_qwen(int quick)
             (long long)wgml_gpt_numel(&g.cfg), bench_now() - t0);
     const int64_t prompt = big ? 512 : 24, ntok = big ? 64 : 16;
     decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, 0, prompt, ntok, quick ? 1 : 3);
+    /* WGML_BENCH_DECODE_SWEEP="VAR=v VAR=v;...": the b1 row again for each entry with its variables
+       set (the plan's knobs above), the model made once (a plan takes ~11 s on the GPU machine) */
+    const char *sweep = getenv("WGML_BENCH_DECODE_SWEEP");
+    if (sweep && *sweep) {
+        char *all = strdup(sweep);
+        for (char *e = all ? strtok(all, ";") : NULL; e; e = strtok(NULL, ";")) {
+            char entry[512], name[600], *vars[16];
+            int nv = 0;
+            snprintf(entry, sizeof entry, "%s", e);
+            snprintf(name, sizeof name, "qwen3_0.6b_decode_b1_f16 [%s]", e);
+            for (char *q = entry, *t; nv < 16 && q && *q;) {
+                t = q;
+                q = strchr(q, ' ');
+                if (q) *q++ = 0;
+                char *eq = strchr(t, '=');
+                if (!eq) continue;
+                *eq = 0;
+                setenv(t, eq + 1, 1);
+                vars[nv++] = t;
+            }
+            decode_row(&g, name, 1, 1, 0, prompt, ntok, quick ? 1 : 3);
+            for (int i = 0; i < nv; i++) unsetenv(vars[i]);
+        }
+        free(all);
+    }
     decode_row(&g, "qwen3_0.6b_decode_b8_f16", 8, 1, 0, prompt, ntok, quick ? 1 : 2);
     wgml_gpt_free(&g);
     wgml_context_free(ctx);

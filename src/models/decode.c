@@ -195,22 +195,30 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
    outputs a workgroup) where there are outputs enough. */
 static unsigned lanes_by_size(int64_t N, int forced)
 {
-    /* (16 for the LM head's vocabulary: half the workgroups of 32, each prologue - the final
-       norm's statistics and staging x - shared by twice the rows) */
+    /* (16 for the LM head's vocabulary past batch 1: half the workgroups of 32, each prologue -
+       the final norm's statistics and staging x - shared by twice the rows) */
     return forced ? (unsigned)forced : N >= 65536 ? 16 : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
 #define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
-/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs) */
-static unsigned head_lanes(const wgml_decode_desc *d, int64_t V) { return d->head_lanes ? (unsigned)d->head_lanes : lanes_by_size(V, d->lanes); }
+/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs; at batch 1
+   over a large vocabulary 32, for its grid-stride form's registers: head_workgroups) */
+static unsigned head_lanes(const wgml_decode_desc *d, int64_t V)
+{
+    if (d->head_lanes) return (unsigned)d->head_lanes;
+    return !d->lanes && d->batch == 1 && V >= 65536 ? 32u : lanes_by_size(V, d->lanes);
+}
 
 /* The LM head's workgroups in its grid-stride form (wgml_decode_desc's head_wgs; 0: a workgroup a
    tile of rows, as the other GEMVs), at most its tiles. 512 where the tiles are many (Qwen3's
    9,496 on an H200: the head alone 94.3 us at 512, 97.7 at 1,024, 103.6 at 2,048, 103.9 a tile
-   each; docs/MEASUREMENTS.md). */
-static uint32_t head_workgroups(const wgml_decode_desc *d, uint32_t tiles)
+   each; docs/MEASUREMENTS.md). At 32 lanes (batch 1) 528: the kernel takes 63 registers a thread
+   on an H200 (123 at 16 lanes), so 4 of its workgroups fit a multiprocessor and 528 are one wave
+   on 132 of them (H200, H100 SXM); Qwen3's head alone 81.3 us against 92.5 at 16 lanes and 512
+   workgroups, which ran in two waves of 2 a multiprocessor. */
+static uint32_t head_workgroups(const wgml_decode_desc *d, unsigned lanes, uint32_t tiles)
 {
-    const int64_t want = d->head_wgs < 0 ? 0 : d->head_wgs > 0 ? d->head_wgs : tiles >= 4096 ? 512 : 0;
+    const int64_t want = d->head_wgs < 0 ? 0 : d->head_wgs > 0 ? d->head_wgs : tiles >= 4096 ? (lanes == 32 ? 528 : 512) : 0;
     return (uint32_t)(want < tiles ? want : tiles);
 }
 
@@ -358,7 +366,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
     const unsigned hl = head_lanes(&p->d, p->V);
     /* the head's workgroups going over its tiles (grid stride; the generator's condition: x in one chunk) */
     const uint32_t tiles = (uint32_t)((p->V + 256 / hl - 1) / (256 / hl));
-    const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, tiles) : 0;
+    const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, hl, tiles) : 0;
     wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,

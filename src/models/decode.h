@@ -41,7 +41,7 @@ typedef struct wgml_decode_desc {
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
     int unfused;              /* 1: GPT-2 in the five launches a layer, not three (tests, comparisons) */
     int lanes;                /* threads summing one output of a GEMV: 16, 32, 64, 128; 0 by its size (tests) */
-    int head_lanes;           /* the LM head's: 8, 16, 32, 64, 128; 0 as lanes */
+    int head_lanes;           /* the LM head's: 8, 16, 32, 64, 128; 0 as lanes (at batch 1 over 65,536 rows or more: 32) */
     int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
     int x_chunk;              /* a GEMV's inputs staged at a time, a multiple of 8 (0: as many as fit; tests) */
     int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
@@ -67,7 +67,8 @@ typedef struct wgml_decode_desc {
                                  workgroup memory), 0 on where the adapter has them */
     int head_wgs;             /* the LM head in this many workgroups, each staging x once and going over tiles of rows,
                                  the next tile's loads before this one's sums (its candidates then this many a row);
-                                 -1: a workgroup a tile; 0: 512 where the tiles number 4096 or more, else a tile each */
+                                 -1: a workgroup a tile; 0: where the tiles number 4096 or more 528 at 32 lanes, else
+                                 512; a tile each where they are fewer */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -19,8 +19,9 @@ static void every_kernel_and_config(void)
     static const int cols[] = {16, 32, 64};
     int made = 0;
     /* prefetch (1), two staging buffers (4), P over a staged tile (8), the kept rows staged by
-       halves (16), dK/dV's subgroups in pairs (32); bit 2 has no meaning, so it is stepped over */
-    for (int opt = 0; opt < 64; opt += (opt & 1) ? 3 : 1)
+       halves (16), dK/dV's subgroups in pairs (32), dK/dV's K and V kept in xs (64); bit 2 has
+       no meaning, so it is stepped over */
+    for (int opt = 0; opt < 128; opt += (opt & 1) ? 3 : 1)
     for (int ki = 0; ki < N_OF(kinds); ki++)
         for (int s = 0; s < N_OF(shapes); s++)
             for (int di = 0; di < N_OF(dims); di++)
@@ -29,14 +30,14 @@ static void every_kernel_and_config(void)
                         wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
                                              .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
                                              .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
-                                             .prefetch = opt & 1, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .split = opt & 32, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
+                                             .prefetch = opt & 1, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .split = opt & 32, .kv_in_xs = opt & 64, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
                                              /* the one-walk forward and two walks in turn */
                                              .one_pass = (di + z + ci) & 1};
-                        bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD, split = c.split;
+                        bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD, split = c.split, kvx = c.kv_in_xs;
                         int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         if (c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
                             (((c.kept_halves && !c.split) || c.tile_major) && c.kind == WGML_ATTN_DKV) ||
-                            (c.split && c.kind != WGML_ATTN_DKV)) {
+                            (c.split && c.kind != WGML_ATTN_DKV) || (kvx && (c.kind != WGML_ATTN_DKV || split || !c.stage2))) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
                             continue;
                         }
@@ -110,8 +111,17 @@ static void every_kernel_and_config(void)
                         bool halves = c.kept_halves && dp / 2 % c.sm_k == 0;
                         CHECK((strstr(src, "// the last part's loads are done") != NULL) == halves);
                         if (!c.emulate && !split) {
-                            snprintf(want, sizeof want, "subgroupMatrixLoad<L>(&xs, sr * %du + ", dp / (halves ? 2 : 1) + 8);
+                            snprintf(want, sizeof want, "%ssr * %du + ", kvx ? "u + " : "subgroupMatrixLoad<L>(&xs, ", dp / (halves ? 2 : 1) + 8);
                             CHECK(test_count(src, want) == kd * (c.kind == WGML_ATTN_FORWARD ? 1 : 2));
+                        }
+                        /* K and V kept in xs: their rows loaded at each step's products (inside the
+                           loop), the walk's buffers past them */
+                        if (kvx) {
+                            snprintf(want, sizeof want, "let xb = %du + (it & 1u) * ", 2 * wgml_attn_sgmat_rows(&c) * (dp + 8));
+                            CHECK(strstr(src, want) != NULL);
+                            snprintf(want, sizeof want, "let vr0 = %s%du + sr * ", c.emulate ? "emu_L_xs(" : "subgroupMatrixLoad<L>(&xs, ",
+                                     wgml_attn_sgmat_rows(&c) * (dp + 8));
+                            CHECK(strstr(src, want) != NULL && strstr(src, want) > strstr(src, "for (var it = 0u;"));
                         }
                         /* split dK/dV: K's and V's rows staged together, each subgroup loading its
                            role's (rows SW apart); no P^T block, S^T read from the pair's block */
@@ -124,7 +134,7 @@ static void every_kernel_and_config(void)
                         /* prefetch: the next step's reads issued after the step's tiles are staged */
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let fit = it + 1u;" : "let jn = j0 + ") != NULL) == c.prefetch);
                         /* two staging buffers: each step's own, and no barrier at a step's top */
-                        CHECK((strstr(src, "let xb = (") != NULL) == c.stage2);
+                        CHECK((strstr(src, kvx ? "let xb = " : "let xb = (") != NULL) == c.stage2);
                         CHECK((strstr(src, "// the last step's reads of") != NULL) == !c.stage2);
                         if (split) /* (the products' offsets from xb: ro and ao) */
                             CHECK(!c.stage2 || (strstr(src, "let ro = xb + role * ") != NULL &&
@@ -181,6 +191,12 @@ static void bad_configs_are_refused(void)
     c.subgroups = 8, c.kept_halves = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 64);
     c.split = false;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c.kept_halves = false, c.kv_in_xs = true; /* K and V in xs: dK/dV with two staging buffers, not split */
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c.stage2 = true;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c.split = true;
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c = good, c.one_pass = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 64);

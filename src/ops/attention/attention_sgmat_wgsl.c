@@ -75,6 +75,7 @@ typedef struct gen {
     int ko, vo;               /* halves of xs where the walk's K and V tiles go (the forward, dQ) */
     int KP, SW;               /* parts the kept rows are staged in (kept_halves: 2), and their staged rows' stride */
     bool split;               /* dK/dV's subgroups in pairs (role 0: S^T and dV, 1: dP^T and dK) */
+    int wb;                   /* halves of xs before the walk's buffers (kv_in_xs: K's and V's rows) */
     const char *pa;           /* the array P (dS) goes to: ps, or xs with p_in_xs (at po, in pb) */
     int po;
 } gen;
@@ -88,6 +89,7 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.C = c->cols;
     g.DP = wgml_attn_sgmat_dp(c);
     g.SD = g.DP + STAGE_PAD;
+    g.wb = c->kv_in_xs && c->kind == WGML_ATTN_DKV ? 2 * g.R * g.SD : 0;
     g.SC = g.C + SCORE_PAD;
     g.PC = g.C + STAGE_PAD;
     g.lpr = g.SGS >= g.SM ? g.SGS / g.SM : 1;
@@ -121,6 +123,7 @@ static int xs_halves(const gen *g)
 {
     int kept = (g->split ? 2 : 1) * g->R * g->SW, walk = 2 * g->C * (g->c->stage2 ? 2 : 1) * g->SD, p = g->c->p_in_xs ? g->po + g->NSG * g->SM * g->PC : 0;
     int n = kept > walk ? kept : walk;
+    if (g->wb) n = g->wb + walk; /* (kv_in_xs: the kept rows stay) */
     return p > n ? p : n;
 }
 
@@ -130,7 +133,9 @@ static int xs_halves(const gen *g)
    final one). Without stage2 the barrier. */
 static void put_step_top(const gen *g, const char *it, const char *what)
 {
-    if (g->c->stage2) wgml_sbuf_put(g->b, "        let xb = (%s & 1u) * %du; // this step's staging buffer\n", it, 2 * g->C * g->SD);
+    if (g->c->stage2 && g->wb)
+        wgml_sbuf_put(g->b, "        let xb = %du + (%s & 1u) * %du; // this step's staging buffer (past the kept rows)\n", g->wb, it, 2 * g->C * g->SD);
+    else if (g->c->stage2) wgml_sbuf_put(g->b, "        let xb = (%s & 1u) * %du; // this step's staging buffer\n", it, 2 * g->C * g->SD);
     else wgml_sbuf_put(g->b, "        workgroupBarrier(); // the last step's reads of %s are done\n", what);
 }
 
@@ -156,6 +161,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->tile_major && c->kind == WGML_ATTN_DKV) return "tile-major order (the forward and dQ)";
     if (c->split && (c->kind != WGML_ATTN_DKV || c->subgroups % 2)) return "subgroups in pairs (dK/dV, an even number)";
     if (c->kept_halves && c->kind == WGML_ATTN_DKV && !c->split) return "kept rows by halves (the forward, dQ and split dK/dV)";
+    if (c->kv_in_xs && (c->kind != WGML_ATTN_DKV || c->split || !c->stage2)) return "K and V kept in xs (dK/dV, not split, two staging buffers)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -799,6 +805,56 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "}\n");
 }
 
+/* dK/dV's kept rows in pairs: the workgroup's R keys' rows of K (xs rows 0..R-1) and of V
+   (R..2R-1) staged together, KP parts of their columns at a time; split, each subgroup loads
+   its role's rows (K for S^T, V for dP^T) into left fragments kv<k> (K step k), the last part's
+   loads left to the next barrier; with kv_in_xs they stay there for the walk */
+static void put_kept_pair(gen *g)
+{
+    wgml_sbuf *b = g->b;
+    int W4 = g->DP / 4 / g->KP, KDP = g->KD / g->KP, items = 2 * g->R * W4;
+    if (g->split) wgml_sbuf_put(b, "    let kvo = (role * %du + sr) * %du; // the subgroup's rows: K's or V's\n", g->R, g->SW);
+    for (int p = 0; p < g->KP; p++) {
+        if (p) wgml_sbuf_put(b, "    workgroupBarrier(); // the last part's loads are done\n");
+        wgml_sbuf_put(b, "    {\n");
+        for (int n = 0; n * g->NT < items; n++) {
+            bool tail = (n + 1) * g->NT > items;
+            wgml_sbuf_put(b, "    var st%d = vec4<f16>();\n    {\n        let e = li + %du;\n", n, n * g->NT);
+            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+            wgml_sbuf_put(b, "        let r = e / %du;\n        let c4 = %du + e %% %du;\n"
+                             "        if (r < %du) {\n"
+                             "            if (j0 + r < P.S) { st%d = vec4<f16>(ld_k(kb + (j0 + r) * P.k_st, c4)); }\n"
+                             "        } else if (j0 + r - %du < P.S) { st%d = vec4<f16>(ld_v(vb + (j0 + r - %du) * P.v_st, c4)); }\n",
+                          W4, p * W4, W4, g->R, n, g->R, n, g->R);
+            if (tail) wgml_sbuf_put(b, "        }\n");
+            wgml_sbuf_put(b, "    }\n");
+        }
+        char o[64];
+        snprintf(o, sizeof o, "(e / %du) * %du + (e %% %du) * 4u", W4, g->SW, W4);
+        put_xs_store(g, "st", items, o);
+        wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
+        for (int k = p * KDP; k < (p + 1) * KDP && g->split; k++) {
+            char v[16], off[64];
+            snprintf(v, sizeof v, "kv%d", k);
+            snprintf(off, sizeof off, "kvo + %du", (k - p * KDP) * g->SK);
+            ld_left(g, v, "xs", off, false, g->SW);
+        }
+    }
+}
+
+/* kv_in_xs: a block opened with the subgroup's kept rows from half `at` of xs loaded into left
+   fragments <var>k (K step k) for the products that follow (the caller closes it) */
+static void put_kept_loads(gen *g, const char *var, int at)
+{
+    wgml_sbuf_put(g->b, "    {\n");
+    for (int k = 0; k < g->KD; k++) {
+        char v[16], off[64];
+        snprintf(v, sizeof v, "%s%d", var, k);
+        snprintf(off, sizeof off, "%du + sr * %du + %du", at, g->SD, k * g->SK);
+        ld_left(g, v, "xs", off, false, g->SD);
+    }
+}
+
 /* dK/dV's reads of step `it` (WGSL) into registers: Q (scaled) into qa<n>, dO into oa<n>, L
    and Delta of the step's queries into sla<n>, sld<n>; past the last step, nothing */
 static void put_query_fetch(gen *g, const char *it)
@@ -835,8 +891,11 @@ static void put_dkv(gen *g)
     put_lane_ids(g);
     wgml_attn_put_key_tile(b, g->R);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
-    put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
-    put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
+    if (g->wb) put_kept_pair(g);
+    else {
+        put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
+        put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
+    }
     wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
                      "    var qstart = 0u;\n"
                      "    if (P.causal != 0u && j0 + P.T > P.S) { qstart = (j0 + P.T - P.S) / %du; }\n"
@@ -863,7 +922,9 @@ static void put_dkv(gen *g)
                       C, n * g->NT, n);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     if (g->c->prefetch) put_query_fetch(g, "it + 1u");
+    if (g->wb) put_kept_loads(g, "kr", 0);
     put_scores(g, "kr", 0);
+    if (g->wb) wgml_sbuf_put(b, "    }\n");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", false);
     for (int k = 0; k < g->rpl; k++)
@@ -873,7 +934,9 @@ static void put_dkv(gen *g)
             wgml_sbuf_put(b, "        pp[pb + row%d * %du + lc + %du] = f16(p%d_%d);\n", k, g->PC, j * g->lpr, k, j);
         }
     wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
+    if (g->wb) put_kept_loads(g, "vr", g->R * g->SD);
     put_scores(g, "vr", C * g->SD);
+    if (g->wb) wgml_sbuf_put(b, "    }\n");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     /* dS^T times ln 2 before it is rounded to f16: Q was staged times scale log2(e), and
        dK = scale dS^T Q = ln 2 dS^T (scaled Q), so the results need no multiplier */
@@ -897,43 +960,6 @@ static void put_dkv(gen *g)
     wgml_sbuf_put(b, "}\n");
 }
 
-/* Split dK/dV's kept rows: the workgroup's R keys' rows of K (xs rows 0..R-1) and of V (R..2R-1)
-   staged together, KP parts of their columns at a time, each subgroup loading its role's rows
-   (K for S^T, V for dP^T) into left fragments kv<k> (K step k); the last part's loads are left
-   to the next barrier */
-static void put_kept_split(gen *g)
-{
-    wgml_sbuf *b = g->b;
-    int W4 = g->DP / 4 / g->KP, KDP = g->KD / g->KP, items = 2 * g->R * W4;
-    wgml_sbuf_put(b, "    let kvo = (role * %du + sr) * %du; // the subgroup's rows: K's or V's\n", g->R, g->SW);
-    for (int p = 0; p < g->KP; p++) {
-        if (p) wgml_sbuf_put(b, "    workgroupBarrier(); // the last part's loads are done\n");
-        wgml_sbuf_put(b, "    {\n");
-        for (int n = 0; n * g->NT < items; n++) {
-            bool tail = (n + 1) * g->NT > items;
-            wgml_sbuf_put(b, "    var st%d = vec4<f16>();\n    {\n        let e = li + %du;\n", n, n * g->NT);
-            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
-            wgml_sbuf_put(b, "        let r = e / %du;\n        let c4 = %du + e %% %du;\n"
-                             "        if (r < %du) {\n"
-                             "            if (j0 + r < P.S) { st%d = vec4<f16>(ld_k(kb + (j0 + r) * P.k_st, c4)); }\n"
-                             "        } else if (j0 + r - %du < P.S) { st%d = vec4<f16>(ld_v(vb + (j0 + r - %du) * P.v_st, c4)); }\n",
-                          W4, p * W4, W4, g->R, n, g->R, n, g->R);
-            if (tail) wgml_sbuf_put(b, "        }\n");
-            wgml_sbuf_put(b, "    }\n");
-        }
-        char o[64];
-        snprintf(o, sizeof o, "(e / %du) * %du + (e %% %du) * 4u", W4, g->SW, W4);
-        put_xs_store(g, "st", items, o);
-        wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
-        for (int k = p * KDP; k < (p + 1) * KDP; k++) {
-            char v[16], off[64];
-            snprintf(v, sizeof v, "kv%d", k);
-            snprintf(off, sizeof off, "kvo + %du", (k - p * KDP) * g->SK);
-            ld_left(g, v, "xs", off, false, g->SW);
-        }
-    }
-}
-
 /* dK/dV with its subgroups in pairs (split): for the pair's sm_m keys, role 0 computes
    S^T = K Q^T and role 1 dP^T = V dO^T at once, each into its own f32 block; then each lane
    of both reads S^T (P = exp2(S - L), as put_dkv's) and role 1's also its dP^T, role 0 writing
@@ -949,7 +975,7 @@ static void put_dkv_split(gen *g)
     put_lane_ids(g);
     wgml_attn_put_key_tile(b, g->R);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
-    put_kept_split(g);
+    put_kept_pair(g);
     wgml_sbuf_put(b, "    let sbs = sb - role * %du; // the pair's S^T block (role 0's)\n", g->SM * g->SC);
     wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
                      "    var qstart = 0u;\n"
@@ -1042,7 +1068,7 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
                       "%d subgroups of %d lanes and %d rows (tile %d x %d)%s%s%s%s%s%s\n",
                   names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SM, g.R, g.C, c->vec ? ", vec4 reads" : "",
                   one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", c->out16 ? ", halves out" : "",
-                  c->stage2 ? ", two staging buffers" : "", g.split ? ", subgroups in pairs" : "");
+                  c->stage2 ? ", two staging buffers" : "", g.split ? ", subgroups in pairs" : g.wb ? ", K and V kept in xs" : "");
     put_types(&g);
     put_params(&g);
     wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows of %d + pad%s%s\n", xs_halves(&g), g.DP,

@@ -37,7 +37,7 @@ static void every_kernel_and_config(void)
                         int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         if (c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
                             (((c.kept_halves && !c.split) || c.tile_major) && c.kind == WGML_ATTN_DKV) ||
-                            (c.split && c.kind != WGML_ATTN_DKV) || (kvx && (c.kind != WGML_ATTN_DKV || split || !c.stage2))) {
+                            (c.split && c.kind != WGML_ATTN_DKV) || (kvx && (c.kind != WGML_ATTN_DKV || c.kept_halves || !c.stage2))) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
                             continue;
                         }
@@ -119,6 +119,11 @@ static void every_kernel_and_config(void)
                         if (kvx) {
                             snprintf(want, sizeof want, "let xb = %du + (it & 1u) * ", 2 * wgml_attn_sgmat_rows(&c) * (dp + 8));
                             CHECK(strstr(src, want) != NULL);
+                        }
+                        if (kvx && split) {
+                            snprintf(want, sizeof want, "let kv0 = %skvo + 0u", c.emulate ? "emu_L_xs(" : "subgroupMatrixLoad<L>(&xs, ");
+                            CHECK(strstr(src, want) != NULL && strstr(src, want) > strstr(src, "for (var it = 0u;"));
+                        } else if (kvx) {
                             snprintf(want, sizeof want, "let vr0 = %s%du + sr * ", c.emulate ? "emu_L_xs(" : "subgroupMatrixLoad<L>(&xs, ",
                                      wgml_attn_sgmat_rows(&c) * (dp + 8));
                             CHECK(strstr(src, want) != NULL && strstr(src, want) > strstr(src, "for (var it = 0u;"));
@@ -129,6 +134,7 @@ static void every_kernel_and_config(void)
                             snprintf(want, sizeof want, "let kvo = (role * %du + sr) * %du;", wgml_attn_sgmat_rows(&c), dp / (halves ? 2 : 1) + 8);
                             CHECK(strstr(src, want) != NULL);
                             if (!c.emulate) CHECK(test_count(src, "subgroupMatrixLoad<L>(&xs, kvo + ") == kd);
+                            if (!kvx) CHECK(strstr(src, "let kv0 = ") < strstr(src, "for (var it = 0u;"));
                             CHECK(strstr(src, "var<workgroup> pp:") == NULL && strstr(src, "ss[sbs + row0 * ") != NULL);
                         }
                         /* prefetch: the next step's reads issued after the step's tiles are staged */
@@ -196,7 +202,9 @@ static void bad_configs_are_refused(void)
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c.stage2 = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
-    c.split = true;
+    c.split = true; /* (and split) */
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c.kept_halves = true; /* (not by halves) */
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c = good, c.one_pass = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 64);

@@ -161,7 +161,8 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->tile_major && c->kind == WGML_ATTN_DKV) return "tile-major order (the forward and dQ)";
     if (c->split && (c->kind != WGML_ATTN_DKV || c->subgroups % 2)) return "subgroups in pairs (dK/dV, an even number)";
     if (c->kept_halves && c->kind == WGML_ATTN_DKV && !c->split) return "kept rows by halves (the forward, dQ and split dK/dV)";
-    if (c->kv_in_xs && (c->kind != WGML_ATTN_DKV || c->split || !c->stage2)) return "K and V kept in xs (dK/dV, not split, two staging buffers)";
+    if (c->kv_in_xs && (c->kind != WGML_ATTN_DKV || c->kept_halves || !c->stage2))
+        return "K and V kept in xs (dK/dV, whole rows, two staging buffers)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -833,7 +834,7 @@ static void put_kept_pair(gen *g)
         snprintf(o, sizeof o, "(e / %du) * %du + (e %% %du) * 4u", W4, g->SW, W4);
         put_xs_store(g, "st", items, o);
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
-        for (int k = p * KDP; k < (p + 1) * KDP && g->split; k++) {
+        for (int k = p * KDP; k < (p + 1) * KDP && g->split && !g->wb; k++) {
             char v[16], off[64];
             snprintf(v, sizeof v, "kv%d", k);
             snprintf(off, sizeof off, "kvo + %du", (k - p * KDP) * g->SK);
@@ -1005,6 +1006,13 @@ static void put_dkv_split(gen *g)
     if (g->c->prefetch) put_query_fetch(g, "it + 1u");
     /* the product's right operand: Q (role 0) or dO (role 1); the accumulation's: dO or Q */
     wgml_sbuf_put(b, "        let ro = %srole * %du;\n        let ao = %s(1u - role) * %du;\n", g->xb, C * g->SD, g->xb, C * g->SD);
+    if (g->wb) /* (kv_in_xs: the subgroup's kept rows loaded for the step's product) */
+        for (int k = 0; k < g->KD; k++) {
+            char v[16], off[64];
+            snprintf(v, sizeof v, "kv%d", k);
+            snprintf(off, sizeof off, "kvo + %du", k * g->SK);
+            ld_left(g, v, "xs", off, false, g->SW);
+        }
     for (int f = 0; f < g->FC; f++) {
         wgml_sbuf_put(b, "    {\n        var s0 = Acc();\n");
         for (int k = 0; k < g->KD; k++) {

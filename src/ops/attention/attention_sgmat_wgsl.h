@@ -41,7 +41,7 @@ typedef struct wgml_attn_sgmat {
        other dP^T and dK, so each keeps half the fragments (K or V; dV or dK) and a step takes
        three barriers instead of five; the workgroup's keys are subgroups / 2 x sm_m */
     bool split;
-    /* dK/dV (not split, with stage2): K's and V's rows kept in xs for the whole walk and loaded
+    /* dK/dV (with stage2, whole rows): K's and V's rows kept in xs for the whole walk and loaded
        into left fragments at each step's products instead of held in registers */
     bool kv_in_xs;
     /* whole tiles of results are stored straight from the matrix units (where d is a multiple

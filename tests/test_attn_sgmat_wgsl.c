@@ -19,9 +19,8 @@ static void every_kernel_and_config(void)
     static const int cols[] = {16, 32, 64};
     int made = 0;
     /* prefetch (1), two staging buffers (4), P over a staged tile (8), the kept rows staged by
-       halves (16), dK/dV's subgroups in pairs (32), dK/dV's K and V kept in xs (64); bit 2 has
-       no meaning, so it is stepped over */
-    for (int opt = 0; opt < 128; opt += (opt & 1) ? 3 : 1)
+       halves (16); bit 2 has no meaning, so it is stepped over */
+    for (int opt = 0; opt < 32; opt += (opt & 1) ? 3 : 1)
     for (int ki = 0; ki < N_OF(kinds); ki++)
         for (int s = 0; s < N_OF(shapes); s++)
             for (int di = 0; di < N_OF(dims); di++)
@@ -30,14 +29,13 @@ static void every_kernel_and_config(void)
                         wgml_attn_sgmat c = {.kind = kinds[ki], .d = dims[di], .sm_m = shapes[s][0], .sm_n = shapes[s][1],
                                              .sm_k = shapes[s][2], .subgroup_size = sizes[z], .subgroups = 4, .cols = cols[ci],
                                              .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
-                                             .prefetch = opt & 1, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .split = opt & 32, .kv_in_xs = opt & 64, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
+                                             .prefetch = opt & 1, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
                                              /* the one-walk forward and two walks in turn */
                                              .one_pass = (di + z + ci) & 1};
-                        bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD, split = c.split, kvx = c.kv_in_xs;
+                        bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
                         int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         if (c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
-                            (((c.kept_halves && !c.split) || c.tile_major) && c.kind == WGML_ATTN_DKV) ||
-                            (c.split && c.kind != WGML_ATTN_DKV) || (kvx && (c.kind != WGML_ATTN_DKV || c.kept_halves || !c.stage2))) {
+                            ((c.kept_halves || c.tile_major) && c.kind == WGML_ATTN_DKV)) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
                             continue;
                         }
@@ -50,10 +48,9 @@ static void every_kernel_and_config(void)
                             kc = c.cols / c.sm_k;
                         /* right fragments loaded from workgroup memory: scores (the forward's twice
                            unless in one walk, the gradients' S and dP) and the accumulations (P V;
-                           dS K; P^T dO and dS^T Q); each feeds one product per row fragment. A
-                           split dK/dV subgroup computes one of S^T, dP^T and one of dV, dK */
-                        int score_loads = (one || split ? 1 : 2) * fc * kd;
-                        int right_loads = score_loads + (c.kind == WGML_ATTN_DKV && !split ? 2 : 1) * fd * kc;
+                           dS K; P^T dO and dS^T Q); each feeds one product per row fragment */
+                        int score_loads = (one ? 1 : 2) * fc * kd;
+                        int right_loads = score_loads + (c.kind == WGML_ATTN_DKV ? 2 : 1) * fd * kc;
                         int want_mma = right_loads;
                         const char *mma = c.emulate ? "emu_mma(" : "subgroupMatrixMultiplyAccumulate(";
                         /* (the emulated one's definition is one more) */
@@ -93,7 +90,7 @@ static void every_kernel_and_config(void)
                         /* (not from the one-walk forward: O / l leaves through the lanes) */
                         bool direct = c.direct && c.d % 16 == 0 && !one;
                         int stores = test_count(src, want) - (c.emulate && direct ? 1 : 0);
-                        CHECK(stores == (direct ? fd * (c.kind == WGML_ATTN_DKV && !split ? 2 : 1) : 0));
+                        CHECK(stores == (direct ? fd * (c.kind == WGML_ATTN_DKV ? 2 : 1) : 0));
                         /* one walk: a decision the whole workgroup reads, and O's rescaling */
                         CHECK((strstr(src, "workgroupUniformLoad(&resc[0])") != NULL) == one);
                         /* ... voted on the matrix units with no lane-divergent branch before the
@@ -110,43 +107,16 @@ static void every_kernel_and_config(void)
                            staged (a barrier between) and loaded into left fragments */
                         bool halves = c.kept_halves && dp / 2 % c.sm_k == 0;
                         CHECK((strstr(src, "// the last part's loads are done") != NULL) == halves);
-                        if (!c.emulate && !split) {
-                            snprintf(want, sizeof want, "%ssr * %du + ", kvx ? "u + " : "subgroupMatrixLoad<L>(&xs, ", dp / (halves ? 2 : 1) + 8);
+                        if (!c.emulate) {
+                            snprintf(want, sizeof want, "subgroupMatrixLoad<L>(&xs, sr * %du + ", dp / (halves ? 2 : 1) + 8);
                             CHECK(test_count(src, want) == kd * (c.kind == WGML_ATTN_FORWARD ? 1 : 2));
-                        }
-                        /* K and V kept in xs: their rows loaded at each step's products (inside the
-                           loop), the walk's buffers past them */
-                        if (kvx) {
-                            snprintf(want, sizeof want, "let xb = %du + (it & 1u) * ", 2 * wgml_attn_sgmat_rows(&c) * (dp + 8));
-                            CHECK(strstr(src, want) != NULL);
-                        }
-                        if (kvx && split) {
-                            snprintf(want, sizeof want, "let kv0 = %skvo + 0u", c.emulate ? "emu_L_xs(" : "subgroupMatrixLoad<L>(&xs, ");
-                            CHECK(strstr(src, want) != NULL && strstr(src, want) > strstr(src, "for (var it = 0u;"));
-                        } else if (kvx) {
-                            snprintf(want, sizeof want, "let vr0 = %s%du + sr * ", c.emulate ? "emu_L_xs(" : "subgroupMatrixLoad<L>(&xs, ",
-                                     wgml_attn_sgmat_rows(&c) * (dp + 8));
-                            CHECK(strstr(src, want) != NULL && strstr(src, want) > strstr(src, "for (var it = 0u;"));
-                        }
-                        /* split dK/dV: K's and V's rows staged together, each subgroup loading its
-                           role's (rows SW apart); no P^T block, S^T read from the pair's block */
-                        if (split) {
-                            snprintf(want, sizeof want, "let kvo = (role * %du + sr) * %du;", wgml_attn_sgmat_rows(&c), dp / (halves ? 2 : 1) + 8);
-                            CHECK(strstr(src, want) != NULL);
-                            if (!c.emulate) CHECK(test_count(src, "subgroupMatrixLoad<L>(&xs, kvo + ") == kd);
-                            if (!kvx) CHECK(strstr(src, "let kv0 = ") < strstr(src, "for (var it = 0u;"));
-                            CHECK(strstr(src, "var<workgroup> pp:") == NULL && strstr(src, "ss[sbs + row0 * ") != NULL);
                         }
                         /* prefetch: the next step's reads issued after the step's tiles are staged */
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let fit = it + 1u;" : "let jn = j0 + ") != NULL) == c.prefetch);
                         /* two staging buffers: each step's own, and no barrier at a step's top */
-                        CHECK((strstr(src, kvx ? "let xb = " : "let xb = (") != NULL) == c.stage2);
+                        CHECK((strstr(src, "let xb = (") != NULL) == c.stage2);
                         CHECK((strstr(src, "// the last step's reads of") != NULL) == !c.stage2);
-                        if (split) /* (the products' offsets from xb: ro and ao) */
-                            CHECK(!c.stage2 || (strstr(src, "let ro = xb + role * ") != NULL &&
-                                                (c.emulate || test_count(src, "subgroupMatrixLoad<R>(&xs, ro + ") + test_count(src, "subgroupMatrixLoad<R>(&xs, ao + ") == right_loads)));
-                        else
-                            CHECK(!c.stage2 || (c.emulate ? test_count(src, "xb + ") > 0 : test_count(src, "subgroupMatrixLoad<R>(&xs, xb + ") == right_loads));
+                        CHECK(!c.stage2 || (c.emulate ? test_count(src, "xb + ") > 0 : test_count(src, "subgroupMatrixLoad<R>(&xs, xb + ") == right_loads));
                         /* workgroups in tile-major order, or a head's (kv head's) tiles together */
                         CHECK((strstr(src, "let bh = wid % (P.B * P.H);") != NULL) == c.tile_major);
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let bg = wid / P.tiles;" : "let bh = wid / P.tiles;") != NULL) ==
@@ -188,24 +158,6 @@ static void bad_configs_are_refused(void)
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
     c.subgroup_size = 128, c.sm_m = 8, c.cols = 16, c.subgroups = 8;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
-    c = good, c.split = true; /* subgroups in pairs: dK/dV only, an even number of them */
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c.kind = WGML_ATTN_DKV;
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 32);
-    c.subgroups = 3;
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c.subgroups = 8, c.kept_halves = true;
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 64);
-    c.split = false;
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c.kept_halves = false, c.kv_in_xs = true; /* K and V in xs: dK/dV with two staging buffers, not split */
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c.stage2 = true;
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
-    c.split = true; /* (and split) */
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
-    c.kept_halves = true; /* (not by halves) */
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c = good, c.one_pass = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL && wgml_attn_sgmat_rows(&c) == 64);
     c = good, c.out16 = true; /* halves out: the gradients' results only */

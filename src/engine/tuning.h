@@ -43,9 +43,8 @@ typedef struct wgml_tuning {
     /* WGML_ATTN_MATRIX=cols,F,K,Q,S[,O]: the matrix kernels' steps of columns (forward, dK/dV,
        dQ) and subgroups per workgroup (0: the policy's), the policy otherwise; O (attn_mpre; -1:
        the policy's, per kernel) picks every kernel's options: 1 prefetch, 4 two staging
-       buffers, 8 P over a staged tile (the forward and dQ), 16 the kept rows staged by halves
-       (the forward, dQ and split dK/dV), 32 dK/dV's subgroups in pairs, 64 dK/dV's K and V
-       kept in xs; with 128 added, dK/dV's options alone (the others keep the policy's; wgml_attn_sgmat); ",X" (attn_mform; -1: the policy's) the forms: 1 the
+       buffers, 8 P over a staged tile, 16 the kept rows staged by halves (8 and 16: the forward
+       and dQ only; wgml_attn_sgmat); ",X" (attn_mform; -1: the policy's) the forms: 1 the
        forward in one walk; ",G" (attn_morder; -1: the policy's) the kernels whose
        workgroups go in tile-major order: 1 the forward, 4 dQ */
     int attn_mcols[3], attn_msub, attn_mpre, attn_mform, attn_morder;

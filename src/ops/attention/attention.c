@@ -311,9 +311,8 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
 /* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 4 two staging
-   buffers, 8 P (dS) over a staged tile in xs (the forward and dQ), 16 the kept rows staged by
-   halves (the forward, dQ and split dK/dV), 32 dK/dV's subgroups in pairs (split), 64 dK/dV's
-   K and V kept in xs */
+   buffers, 8 P (dS) over a staged tile in xs, 16 the kept rows staged by halves (8, 16: the
+   forward and dQ) */
 #define MATRIX_OPTS_FWD 25
 #define MATRIX_OPTS_DQ 9
 #define MATRIX_OPTS_DKV 5
@@ -328,9 +327,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
     else if (!wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs)) return false;
     static const int cols[] = {16, 32}; /* (32 where 16 does not fit) */
     int which = kind == WGML_ATTN_FORWARD ? 0 : kind == WGML_ATTN_DKV ? 1 : 2, knob = tu->attn_mcols[which];
-    /* (the knob's O bit 128: its options for dK/dV alone, the policy's for the others) */
-    bool knob_opts = tu->attn_mpre >= 0 && (tu->attn_mpre < 128 || kind == WGML_ATTN_DKV);
-    int opts = knob_opts ? tu->attn_mpre & 127 : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : kind == WGML_ATTN_DQ ? MATRIX_OPTS_DQ : MATRIX_OPTS_FWD;
+    int opts = tu->attn_mpre >= 0 ? tu->attn_mpre : kind == WGML_ATTN_DKV ? MATRIX_OPTS_DKV : kind == WGML_ATTN_DQ ? MATRIX_OPTS_DQ : MATRIX_OPTS_FWD;
     int order = tu->attn_morder >= 0 ? tu->attn_morder : MATRIX_TILE_MAJOR;
     int forms = tu->attn_mform >= 0 ? tu->attn_mform : MATRIX_FORMS;
     for (int i = knob ? -1 : 0; i < 2; i++)
@@ -340,9 +337,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                                    .cols = emulate ? tu->attn_emu[4] : i < 0 ? knob : cols[i], .vec = vec, .emulate = emulate,
                                    .prefetch = opts & 1, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
                                    .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
-                                   .split = kind == WGML_ATTN_DKV && (opts & 32),
-                                   .kv_in_xs = kind == WGML_ATTN_DKV && (opts & 64),
-                                   .kept_halves = (kind != WGML_ATTN_DKV || (opts & 32)) && (opts & 16),
+                                   .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
                                    .tile_major = kind != WGML_ATTN_DKV && (order >> which & 1)};
             c->direct = rows >= wgml_attn_sgmat_rows(c);
             if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
@@ -360,7 +355,7 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        (uint32_t)c->subgroups, (uint32_t)c->cols,
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->direct << 3 |
                            (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7 |
-                           (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9 | (uint32_t)c->split << 10 | (uint32_t)c->kv_in_xs << 11,
+                           (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);

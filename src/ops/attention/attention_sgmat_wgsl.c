@@ -74,8 +74,6 @@ typedef struct gen {
     const char *xb;           /* WGSL before the walk's offsets into xs: "xb + " (the step's buffer) with stage2 */
     int ko, vo;               /* halves of xs where the walk's K and V tiles go (the forward, dQ) */
     int KP, SW;               /* parts the kept rows are staged in (kept_halves: 2), and their staged rows' stride */
-    bool split;               /* dK/dV's subgroups in pairs (role 0: S^T and dV, 1: dP^T and dK) */
-    int wb;                   /* halves of xs before the walk's buffers (kv_in_xs: K's and V's rows) */
     const char *pa;           /* the array P (dS) goes to: ps, or xs with p_in_xs (at po, in pb) */
     int po;
 } gen;
@@ -84,12 +82,10 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
 {
     gen g = {.b = b, .c = c, .SM = c->sm_m, .SN = c->sm_n, .SK = c->sm_k, .SGS = c->subgroup_size, .NSG = c->subgroups};
     g.NT = g.NSG * g.SGS;
-    g.split = c->split && c->kind == WGML_ATTN_DKV;
-    g.R = (g.split ? g.NSG / 2 : g.NSG) * g.SM;
+    g.R = g.NSG * g.SM;
     g.C = c->cols;
     g.DP = wgml_attn_sgmat_dp(c);
     g.SD = g.DP + STAGE_PAD;
-    g.wb = c->kv_in_xs && c->kind == WGML_ATTN_DKV ? 2 * g.R * g.SD : 0;
     g.SC = g.C + SCORE_PAD;
     g.PC = g.C + STAGE_PAD;
     g.lpr = g.SGS >= g.SM ? g.SGS / g.SM : 1;
@@ -104,7 +100,7 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.vo = c->p_in_xs && fwd ? 0 : g.C * g.SD;
     g.pa = c->p_in_xs ? "xs" : "ps";
     g.po = c->p_in_xs ? g.C * g.SD : 0;
-    g.KP = c->kept_halves && (c->kind != WGML_ATTN_DKV || g.split) && g.DP / 2 % g.SK == 0 ? 2 : 1;
+    g.KP = c->kept_halves && c->kind != WGML_ATTN_DKV && g.DP / 2 % g.SK == 0 ? 2 : 1;
     g.SW = g.DP / g.KP + STAGE_PAD;
     return g;
 }
@@ -116,14 +112,13 @@ static bool one_pass(const wgml_attn_sgmat *c) { return c->one_pass && c->kind =
    whole tiles go straight from the matrix units to memory */
 static bool direct_out(const wgml_attn_sgmat *c) { return c->direct && c->d % 16 == 0 && !one_pass(c) && !c->out16; }
 
-/* xs's halves: the rows the workgroup keeps (staged once, a part of their columns at a time;
-   split dK/dV stages K's and V's together), the walk's tiles (2 x cols rows: K and V, or Q and
-   dO; twice with stage2), and with p_in_xs P's blocks from po */
+/* xs's halves: the rows the workgroup keeps (staged once, a part of their columns at a time),
+   the walk's tiles (2 x cols rows: K and V, or Q and dO; twice with stage2), and with p_in_xs
+   P's blocks from po */
 static int xs_halves(const gen *g)
 {
-    int kept = (g->split ? 2 : 1) * g->R * g->SW, walk = 2 * g->C * (g->c->stage2 ? 2 : 1) * g->SD, p = g->c->p_in_xs ? g->po + g->NSG * g->SM * g->PC : 0;
+    int kept = g->R * g->SW, walk = 2 * g->C * (g->c->stage2 ? 2 : 1) * g->SD, p = g->c->p_in_xs ? g->po + g->NSG * g->SM * g->PC : 0;
     int n = kept > walk ? kept : walk;
-    if (g->wb) n = g->wb + walk; /* (kv_in_xs: the kept rows stay) */
     return p > n ? p : n;
 }
 
@@ -133,9 +128,7 @@ static int xs_halves(const gen *g)
    final one). Without stage2 the barrier. */
 static void put_step_top(const gen *g, const char *it, const char *what)
 {
-    if (g->c->stage2 && g->wb)
-        wgml_sbuf_put(g->b, "        let xb = %du + (%s & 1u) * %du; // this step's staging buffer (past the kept rows)\n", g->wb, it, 2 * g->C * g->SD);
-    else if (g->c->stage2) wgml_sbuf_put(g->b, "        let xb = (%s & 1u) * %du; // this step's staging buffer\n", it, 2 * g->C * g->SD);
+    if (g->c->stage2) wgml_sbuf_put(g->b, "        let xb = (%s & 1u) * %du; // this step's staging buffer\n", it, 2 * g->C * g->SD);
     else wgml_sbuf_put(g->b, "        workgroupBarrier(); // the last step's reads of %s are done\n", what);
 }
 
@@ -159,10 +152,7 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->out16 && c->kind == WGML_ATTN_FORWARD) return "results as halves (the gradients only)";
     if (c->p_in_xs && (c->kind == WGML_ATTN_DKV || c->stage2)) return "P in xs (the forward and dQ, one staging buffer)";
     if (c->tile_major && c->kind == WGML_ATTN_DKV) return "tile-major order (the forward and dQ)";
-    if (c->split && (c->kind != WGML_ATTN_DKV || c->subgroups % 2)) return "subgroups in pairs (dK/dV, an even number)";
-    if (c->kept_halves && c->kind == WGML_ATTN_DKV && !c->split) return "kept rows by halves (the forward, dQ and split dK/dV)";
-    if (c->kv_in_xs && (c->kind != WGML_ATTN_DKV || c->kept_halves || !c->stage2))
-        return "K and V kept in xs (dK/dV, whole rows, two staging buffers)";
+    if (c->kept_halves && c->kind == WGML_ATTN_DKV) return "kept rows by halves (the forward and dQ)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -173,7 +163,7 @@ uint32_t wgml_attn_sgmat_shared_bytes(const wgml_attn_sgmat *c)
     uint32_t bytes = (uint32_t)(xs_halves(&g) * 2 + g.NSG * g.SM * g.SC * 4 + (c->p_in_xs ? 0 : g.NSG * g.SM * g.PC * 2));
     if (c->kind == WGML_ATTN_FORWARD && g.lpr > 1) bytes += (uint32_t)(g.NSG * g.SM * g.lpr * (one_pass(c) ? 1 : 2) * 4); /* sx */
     if (one_pass(c)) bytes += (uint32_t)(g.R * 4 + 4 * (c->emulate ? 1 : g.NSG));                                                      /* rl, resc */
-    if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)((g.split ? 0 : g.NSG * g.SM * g.PC * 2) + 2 * g.C * 4); /* pp, sl */
+    if (c->kind == WGML_ATTN_DKV) bytes += (uint32_t)(g.NSG * g.SM * g.PC * 2 + 2 * g.C * 4);              /* pp, sl */
     return bytes;
 }
 
@@ -241,7 +231,7 @@ static void put_types(gen *g)
                          "    return x;\n}\n",
                       SM, SN, SN);
     static const char *const lefts[] = {"xs", "ps", "pp"};
-    int nl = g->c->kind == WGML_ATTN_DKV && !g->split ? 3 : 2;
+    int nl = g->c->kind == WGML_ATTN_DKV ? 3 : 2;
     for (int i = 0; i < nl + 1; i++) {
         bool right = i == nl;
         if (i == 1 && g->c->p_in_xs) continue; /* (no ps) */
@@ -459,11 +449,9 @@ static void put_row_results(gen *g, const char *acc, const char *out, const char
 /* the lane's rows and columns of its subgroup's block */
 static void put_lane_ids(gen *g)
 {
-    wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n", g->lpr, g->lpr);
-    if (g->split) wgml_sbuf_put(g->b, "    let role = sg & 1u; // 0: S^T and dV, 1: dP^T and dK\n    let sr = (sg / 2u) * %du;\n", g->SM);
-    else wgml_sbuf_put(g->b, "    let sr = sg * %du;\n", g->SM);
-    wgml_sbuf_put(g->b, "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = %du + sg * %du; // its f16 block (in %s)\n",
-                  g->SM * g->SC, g->po, g->SM * g->PC, g->pa);
+    wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
+                        "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = %du + sg * %du; // its f16 block (in %s)\n",
+                  g->lpr, g->lpr, g->SM, g->SM * g->SC, g->po, g->SM * g->PC, g->pa);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
 }
 
@@ -491,10 +479,9 @@ static void put_main(gen *g, const char *count)
 static void put_read_scores(gen *g, const char *masked, bool rows_are_queries)
 {
     wgml_sbuf *b = g->b;
-    /* (split dK/dV: every subgroup of a pair reads the S^T block, its role 0's) */
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        var x%d_%d = ss[%s + row%d * %du + lc + %du];\n", k, j, g->split ? "sbs" : "sb", k, g->SC, j * g->lpr);
+            wgml_sbuf_put(b, "        var x%d_%d = ss[sb + row%d * %du + lc + %du];\n", k, j, k, g->SC, j * g->lpr);
     wgml_sbuf_put(b, "        if (edge) {\n");
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++) {
@@ -806,56 +793,6 @@ static void put_dq(gen *g)
     wgml_sbuf_put(b, "}\n");
 }
 
-/* dK/dV's kept rows in pairs: the workgroup's R keys' rows of K (xs rows 0..R-1) and of V
-   (R..2R-1) staged together, KP parts of their columns at a time; split, each subgroup loads
-   its role's rows (K for S^T, V for dP^T) into left fragments kv<k> (K step k), the last part's
-   loads left to the next barrier; with kv_in_xs they stay there for the walk */
-static void put_kept_pair(gen *g)
-{
-    wgml_sbuf *b = g->b;
-    int W4 = g->DP / 4 / g->KP, KDP = g->KD / g->KP, items = 2 * g->R * W4;
-    if (g->split) wgml_sbuf_put(b, "    let kvo = (role * %du + sr) * %du; // the subgroup's rows: K's or V's\n", g->R, g->SW);
-    for (int p = 0; p < g->KP; p++) {
-        if (p) wgml_sbuf_put(b, "    workgroupBarrier(); // the last part's loads are done\n");
-        wgml_sbuf_put(b, "    {\n");
-        for (int n = 0; n * g->NT < items; n++) {
-            bool tail = (n + 1) * g->NT > items;
-            wgml_sbuf_put(b, "    var st%d = vec4<f16>();\n    {\n        let e = li + %du;\n", n, n * g->NT);
-            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
-            wgml_sbuf_put(b, "        let r = e / %du;\n        let c4 = %du + e %% %du;\n"
-                             "        if (r < %du) {\n"
-                             "            if (j0 + r < P.S) { st%d = vec4<f16>(ld_k(kb + (j0 + r) * P.k_st, c4)); }\n"
-                             "        } else if (j0 + r - %du < P.S) { st%d = vec4<f16>(ld_v(vb + (j0 + r - %du) * P.v_st, c4)); }\n",
-                          W4, p * W4, W4, g->R, n, g->R, n, g->R);
-            if (tail) wgml_sbuf_put(b, "        }\n");
-            wgml_sbuf_put(b, "    }\n");
-        }
-        char o[64];
-        snprintf(o, sizeof o, "(e / %du) * %du + (e %% %du) * 4u", W4, g->SW, W4);
-        put_xs_store(g, "st", items, o);
-        wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
-        for (int k = p * KDP; k < (p + 1) * KDP && g->split && !g->wb; k++) {
-            char v[16], off[64];
-            snprintf(v, sizeof v, "kv%d", k);
-            snprintf(off, sizeof off, "kvo + %du", (k - p * KDP) * g->SK);
-            ld_left(g, v, "xs", off, false, g->SW);
-        }
-    }
-}
-
-/* kv_in_xs: a block opened with the subgroup's kept rows from half `at` of xs loaded into left
-   fragments <var>k (K step k) for the products that follow (the caller closes it) */
-static void put_kept_loads(gen *g, const char *var, int at)
-{
-    wgml_sbuf_put(g->b, "    {\n");
-    for (int k = 0; k < g->KD; k++) {
-        char v[16], off[64];
-        snprintf(v, sizeof v, "%s%d", var, k);
-        snprintf(off, sizeof off, "%du + sr * %du + %du", at, g->SD, k * g->SK);
-        ld_left(g, v, "xs", off, false, g->SD);
-    }
-}
-
 /* dK/dV's reads of step `it` (WGSL) into registers: Q (scaled) into qa<n>, dO into oa<n>, L
    and Delta of the step's queries into sla<n>, sld<n>; past the last step, nothing */
 static void put_query_fetch(gen *g, const char *it)
@@ -892,11 +829,8 @@ static void put_dkv(gen *g)
     put_lane_ids(g);
     wgml_attn_put_key_tile(b, g->R);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
-    if (g->wb) put_kept_pair(g);
-    else {
-        put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
-        put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
-    }
+    put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
+    put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
     wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
                      "    var qstart = 0u;\n"
                      "    if (P.causal != 0u && j0 + P.T > P.S) { qstart = (j0 + P.T - P.S) / %du; }\n"
@@ -923,9 +857,7 @@ static void put_dkv(gen *g)
                       C, n * g->NT, n);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     if (g->c->prefetch) put_query_fetch(g, "it + 1u");
-    if (g->wb) put_kept_loads(g, "kr", 0);
     put_scores(g, "kr", 0);
-    if (g->wb) wgml_sbuf_put(b, "    }\n");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", false);
     for (int k = 0; k < g->rpl; k++)
@@ -935,9 +867,7 @@ static void put_dkv(gen *g)
             wgml_sbuf_put(b, "        pp[pb + row%d * %du + lc + %du] = f16(p%d_%d);\n", k, g->PC, j * g->lpr, k, j);
         }
     wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
-    if (g->wb) put_kept_loads(g, "vr", g->R * g->SD);
     put_scores(g, "vr", C * g->SD);
-    if (g->wb) wgml_sbuf_put(b, "    }\n");
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     /* dS^T times ln 2 before it is rounded to f16: Q was staged times scale log2(e), and
        dK = scale dS^T Q = ln 2 dS^T (scaled Q), so the results need no multiplier */
@@ -961,111 +891,6 @@ static void put_dkv(gen *g)
     wgml_sbuf_put(b, "}\n");
 }
 
-/* dK/dV with its subgroups in pairs (split): for the pair's sm_m keys, role 0 computes
-   S^T = K Q^T and role 1 dP^T = V dO^T at once, each into its own f32 block; then each lane
-   of both reads S^T (P = exp2(S - L), as put_dkv's) and role 1's also its dP^T, role 0 writing
-   P^T and role 1 dS^T (times ln 2) as f16 into its own block of ps; then role 0 accumulates
-   dV += P^T dO and role 1 dK += dS^T Q. The roles differ only in offsets (no branch around a
-   matrix call): three barriers a step, half the fragments a subgroup. */
-static void put_dkv_split(gen *g)
-{
-    wgml_sbuf *b = g->b;
-    const int C = g->C;
-    put_grad_bindings(g);
-    put_main(g, "P.tiles * P.B * P.Hkv");
-    put_lane_ids(g);
-    wgml_attn_put_key_tile(b, g->R);
-    wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
-    put_kept_pair(g);
-    wgml_sbuf_put(b, "    let sbs = sb - role * %du; // the pair's S^T block (role 0's)\n", g->SM * g->SC);
-    wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
-                     "    var qstart = 0u;\n"
-                     "    if (P.causal != 0u && j0 + P.T > P.S) { qstart = (j0 + P.T - P.S) / %du; }\n"
-                     "    let nq = (P.T + %du) / %du - qstart;\n"
-                     "    let steps = P.R * nq;\n",
-                  C, C - 1, C);
-    for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var acc%d = Acc(); // dV (role 0), dK (role 1)\n", f);
-    put_stage_regs(g, "qa", C);
-    put_stage_regs(g, "oa", C);
-    for (int n = 0; n * g->NT < C; n++) wgml_sbuf_put(b, "    var sla%d = 0.0;\n    var sld%d = 0.0;\n", n, n);
-    if (g->c->prefetch) put_query_fetch(g, "0u");
-    put_walk_start(g);
-    wgml_sbuf_put(b, "    for (var it = 0u; it < steps; it++) {\n"
-                     "        let i0 = (qstart + it %% nq) * %du;\n"
-                     "        let c0 = i0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n",
-                  C, C, g->R, g->R - 1);
-    put_step_top(g, "it", "xs, ss, ps and sl");
-    if (!g->c->prefetch) put_query_fetch(g, "it");
-    put_store_regs(g, "qa", C, 0);
-    put_store_regs(g, "oa", C, C * g->SD);
-    for (int n = 0; n * g->NT < C; n++)
-        wgml_sbuf_put(b, "        if (li + %du < %du) { sl[li + %du] = sla%d; sl[%du + li + %du] = sld%d; }\n", n * g->NT, C, n * g->NT, n,
-                      C, n * g->NT, n);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    if (g->c->prefetch) put_query_fetch(g, "it + 1u");
-    /* the product's right operand: Q (role 0) or dO (role 1); the accumulation's: dO or Q */
-    wgml_sbuf_put(b, "        let ro = %srole * %du;\n        let ao = %s(1u - role) * %du;\n", g->xb, C * g->SD, g->xb, C * g->SD);
-    if (g->wb) /* (kv_in_xs: the subgroup's kept rows loaded for the step's product) */
-        for (int k = 0; k < g->KD; k++) {
-            char v[16], off[64];
-            snprintf(v, sizeof v, "kv%d", k);
-            snprintf(off, sizeof off, "kvo + %du", k * g->SK);
-            ld_left(g, v, "xs", off, false, g->SW);
-        }
-    for (int f = 0; f < g->FC; f++) {
-        wgml_sbuf_put(b, "    {\n        var s0 = Acc();\n");
-        for (int k = 0; k < g->KD; k++) {
-            char off[64], l0[16];
-            snprintf(off, sizeof off, "ro + %du", f * g->SN * g->SD + k * g->SK);
-            snprintf(l0, sizeof l0, "kv%d", k);
-            mma_xs(g, "s0", l0, off, true, g->SD);
-        }
-        char off[48];
-        snprintf(off, sizeof off, "sb + %du", f * g->SN);
-        store_ss(g, "s0", off);
-        wgml_sbuf_put(b, "    }\n");
-    }
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_read_scores(g, "ninf", false);
-    /* dS^T times ln 2 before it is rounded to f16 (see put_dkv); role 0's lanes read their own
-       S^T block as dP^T and drop it */
-    for (int k = 0; k < g->rpl; k++)
-        for (int j = 0; j < g->cpr; j++) {
-            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - sl[lc + %du]), x%d_%d != ninf);\n", k, j, k, j, j * g->lpr, k,
-                          j);
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(select(p%d_%d, p%d_%d * (ss[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]) * LN2, role == 1u));\n",
-                          k, g->PC, j * g->lpr, k, j, k, j, k, g->SC, j * g->lpr, C, j * g->lpr);
-        }
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    wgml_sbuf_put(b, "    {\n");
-    for (int k = 0; k < g->KC; k++) {
-        char v[16], off[48];
-        snprintf(v, sizeof v, "a%d", k);
-        snprintf(off, sizeof off, "pb + %du", k * g->SK);
-        ld_left(g, v, "ps", off, false, g->PC);
-    }
-    for (int f = 0; f < g->FD; f++)
-        for (int k = 0; k < g->KC; k++) {
-            char off[48], a[16], l[16];
-            snprintf(off, sizeof off, "ao + %du", k * g->SK * g->SD + f * g->SN);
-            snprintf(a, sizeof a, "acc%d", f);
-            snprintf(l, sizeof l, "a%d", k);
-            mma_xs(g, a, l, off, false, g->SD);
-        }
-    wgml_sbuf_put(b, "    }\n    }\n");
-    /* (dS^T carries ln 2) */
-    char full[64];
-    snprintf(full, sizeof full, "j0 + %du <= P.S", g->R);
-    const char *base = "select(P.dv_off, P.dk_off, role == 1u) + b * P.kv_sb + g * P.kv_sh + r0 * P.kv_st";
-    const char *acc[] = {"acc"}, *base0[] = {base};
-    put_results_begin(g, 1, acc, "OUT", base0, "P.kv_st", full);
-    put_results(g, "acc", "OUT", "select(P.dv_off, P.dk_off, role == 1u) + b * P.kv_sb + g * P.kv_sh + (r0 + row) * P.kv_st",
-                "r0 + row < P.S");
-    put_results_end(g);
-    wgml_sbuf_put(b, "}\n");
-}
-
 char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
 {
     if (wgml_attn_sgmat_problem(c)) return NULL;
@@ -1073,10 +898,10 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
     gen g = gen_of(&b, c);
     static const char *const names[] = {"forward", "", "dK and dV", "dQ"};
     wgml_sbuf_put(&b, "// generated attention kernel on subgroup matrices: %s, D = %d (rows of %d), %dx%dx%d matrices, "
-                      "%d subgroups of %d lanes and %d rows (tile %d x %d)%s%s%s%s%s%s\n",
+                      "%d subgroups of %d lanes and %d rows (tile %d x %d)%s%s%s%s%s\n",
                   names[c->kind], c->d, g.DP, g.SM, g.SN, g.SK, g.NSG, g.SGS, g.SM, g.R, g.C, c->vec ? ", vec4 reads" : "",
                   one_pass(c) ? ", one walk" : "", c->emulate ? ", emulated" : "", c->out16 ? ", halves out" : "",
-                  c->stage2 ? ", two staging buffers" : "", g.split ? ", subgroups in pairs" : g.wb ? ", K and V kept in xs" : "");
+                  c->stage2 ? ", two staging buffers" : "");
     put_types(&g);
     put_params(&g);
     wgml_sbuf_put(&b, "var<workgroup> xs: array<f16, %d>; // staged rows of %d + pad%s%s\n", xs_halves(&g), g.DP,
@@ -1091,11 +916,13 @@ char *wgml_attn_sgmat_source(const wgml_attn_sgmat *c)
         wgml_sbuf_put(&b, "var<workgroup> rl: array<f32, %d>; // 1 / l of each row at the end\n"
                           "var<workgroup> resc: array<u32, %d>; // some row passed its reference this step (a subgroup's vote)\nconst TAU = 8.0;\n",
                       g.R, c->emulate ? 1 : g.NSG);
-    if (c->kind == WGML_ATTN_DKV && !g.split) wgml_sbuf_put(&b, "var<workgroup> pp: array<f16, %d>; // each subgroup's P^T\n", g.NSG * g.SM * g.PC);
-    if (c->kind == WGML_ATTN_DKV) wgml_sbuf_put(&b, "var<workgroup> sl: array<f32, %d>; // L, then Delta of the step's queries\n", 2 * g.C);
+    if (c->kind == WGML_ATTN_DKV)
+        wgml_sbuf_put(&b, "var<workgroup> pp: array<f16, %d>; // each subgroup's P^T\n"
+                          "var<workgroup> sl: array<f32, %d>; // L, then Delta of the step's queries\n",
+                      g.NSG * g.SM * g.PC, 2 * g.C);
     switch (c->kind) {
     case WGML_ATTN_FORWARD: one_pass(c) ? put_forward_one_pass(&g) : put_forward(&g); break;
-    case WGML_ATTN_DKV: g.split ? put_dkv_split(&g) : put_dkv(&g); break;
+    case WGML_ATTN_DKV: put_dkv(&g); break;
     default: put_dq(&g); break;
     }
     return wgml_sbuf_take(&b);

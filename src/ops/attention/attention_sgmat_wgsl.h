@@ -37,13 +37,6 @@ typedef struct wgml_attn_sgmat {
     /* the forward and dQ: workgroups in tile-major order (every head's first tile, then every
        head's second...) instead of a head's tiles together */
     bool tile_major;
-    /* dK/dV: the subgroups in pairs over sm_m keys, one computing S^T and accumulating dV, the
-       other dP^T and dK, so each keeps half the fragments (K or V; dV or dK) and a step takes
-       three barriers instead of five; the workgroup's keys are subgroups / 2 x sm_m */
-    bool split;
-    /* dK/dV (with stage2, whole rows): K's and V's rows kept in xs for the whole walk and loaded
-       into left fragments at each step's products instead of held in registers */
-    bool kv_in_xs;
     /* whole tiles of results are stored straight from the matrix units (where d is a multiple
        of 16); the output binding must then hold a 16 x 16 f32 fragment at least */
     bool direct;
@@ -62,7 +55,7 @@ typedef struct wgml_attn_sgmat {
 } wgml_attn_sgmat;
 
 /* The workgroup's rows (queries, or keys in dK/dV), threads and head dim padded to 16 */
-static inline int wgml_attn_sgmat_rows(const wgml_attn_sgmat *c) { return (c->split ? c->subgroups / 2 : c->subgroups) * c->sm_m; }
+static inline int wgml_attn_sgmat_rows(const wgml_attn_sgmat *c) { return c->subgroups * c->sm_m; }
 static inline int wgml_attn_sgmat_threads(const wgml_attn_sgmat *c) { return c->subgroups * c->subgroup_size; }
 static inline int wgml_attn_sgmat_dp(const wgml_attn_sgmat *c) { return (c->d + 15) / 16 * 16; }
 

@@ -198,16 +198,6 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
         if (c.bk < sm_k) c.bk = sm_k;
         if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) return c;
     }
-    /* 128x192 tiles with two staging buffers of 32 (one barrier a slice; results in eight
-       rounds to fit 48 KiB) where 192-wide tiles leave no more columns idle than 256-wide ones
-       (N = 1152, 1536, 2304, 3072) and B is not transposed (B^T's staging does not fit twice) */
-    int64_t wide192 = (N + 191) / 192 * 192;
-    if (first == 0 && !tb && wide192 - N <= wide - N && sm_n <= 16 && 192 % (sm_n * widen_n) == 0) {
-        c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size, .sg_m = 4,
-                                .sg_n = 4, .frag_m = 2 * widen_m, .frag_n = 3 * widen_n, .bk = sm_k > 32 ? sm_k : 32,
-                                .double_buffer = true, .a_vec = 8, .b_vec = 8, .cs_rounds = 8};
-        if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) return c;
-    }
     for (int i = first; i < 4; i++) {
         c = (wgml_sgmat_config){.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
                                 .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,

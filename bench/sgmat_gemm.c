@@ -620,26 +620,21 @@ static const knob knobs[] = {
        slices of 64 */
     {4, 4, 2, 4, 32, 0, 8, 1}, {4, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 48, 0, 8, 1}, {4, 4, 2, 2, 32, 1, 8, 0},
     {4, 4, 2, 2, 64, 0, 8, 1},
-    /* 48-50: the policy's 128x256 with the right fragments loaded one at a time in the
-       products, the next slice's B read after the first K step, both */
-    {4, 4, 2, 4, 32, 0, 8, 1}, {4, 4, 2, 4, 32, 0, 8, 1}, {4, 4, 2, 4, 32, 0, 8, 1},
-    /* 51-52: 128x256 of 256 invocations (warp tiles 64x64), right fragments one at a time, and
-       with results in two rounds; 53: 256x128 of 256 */
-    {2, 4, 4, 4, 32, 0, 8, 1}, {2, 4, 4, 4, 32, 0, 8, 1}, {4, 2, 4, 4, 32, 0, 8, 1},
-    /* 54-56: 384 invocations: 128x192 prefetched, 128x192 with two buffers of 32 (results in
-       four rounds: 49,152 bytes), 96x256 prefetched */
-    {4, 3, 2, 4, 32, 0, 8, 1}, {4, 3, 2, 4, 32, 1, 8, 0}, {3, 4, 2, 4, 32, 0, 8, 1},
-    /* 57-58: 1024 invocations of 2x2 fragments (results in four rounds): 128x256, 256x128 */
-    {4, 8, 2, 2, 32, 0, 8, 1}, {8, 4, 2, 2, 32, 0, 8, 1},
-    /* 59-61: 128x192 of 512 invocations: two buffers of 32 (results in eight rounds: 48,128
-       bytes), prefetched, prefetched with results in two rounds */
-    {4, 4, 2, 3, 32, 1, 8, 0}, {4, 4, 2, 3, 32, 0, 8, 1}, {4, 4, 2, 3, 32, 0, 8, 1},
+    /* 48-56 (results in EXTRA_ROUNDS' rounds): 128x256 of 256 invocations (warp tiles 64x64)
+       with results in two rounds, 256x128 of 256; 384 invocations: 128x192 prefetched, 128x192
+       with two buffers of 32 (four rounds: 49,152 bytes), 96x256 prefetched; 1024 invocations
+       of 2x2 fragments (four rounds): 128x256, 256x128; 128x192 of 512 prefetched, in one
+       round and in two */
+    {2, 4, 4, 4, 32, 0, 8, 1}, {4, 2, 4, 4, 32, 0, 8, 1}, {4, 3, 2, 4, 32, 0, 8, 1}, {4, 3, 2, 4, 32, 1, 8, 0},
+    {3, 4, 2, 4, 32, 0, 8, 1}, {4, 8, 2, 2, 32, 0, 8, 1}, {8, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 3, 32, 0, 8, 1},
+    {4, 4, 2, 3, 32, 0, 8, 1},
 };
 #define ROUNDS_FROM 43
 #define N_KNOBS (int)(sizeof knobs / sizeof knobs[0])
-/* knobs from EXTRA_FROM on: result rounds, right fragments one at a time, B's prefetch split */
+/* the result rounds of the knobs from EXTRA_FROM on */
 #define EXTRA_FROM 48
-static const int extras[][3] = {{1, 1, 0}, {1, 0, 1}, {1, 1, 1}, {1, 1, 0}, {2, 1, 0}, {1, 1, 0}, {1, 0, 0}, {4, 0, 0}, {1, 0, 0}, {4, 0, 0}, {4, 0, 0}, {8, 0, 0}, {1, 0, 0}, {2, 0, 0}};
+static const int extra_rounds[] = {2, 1, 1, 4, 1, 4, 4, 1, 2};
+_Static_assert(sizeof extra_rounds / sizeof extra_rounds[0] == N_KNOBS - EXTRA_FROM, "a round count for every knob");
 
 /* SGMAT_KNOBS="0,4,6": those knobs only; else all for the first matrix shape and a few for
    the others (checks: every third, every fourth) */
@@ -679,17 +674,15 @@ static wgml_sgmat_config config_of(const knob *k, shape3 s)
     return (wgml_sgmat_config){.sm_m = s.m, .sm_n = s.n, .sm_k = s.k, .subgroup_size = subgroup_size, .sg_m = k->sg_m,
                                .sg_n = k->sg_n, .frag_m = k->fm, .frag_n = k->fn * widen, .bk = k->bk,
                                .double_buffer = k->db, .prefetch = k->prefetch, .a_vec = k->vec, .b_vec = k->vec,
-                               .cs_rounds = k - knobs >= EXTRA_FROM ? extras[k - knobs - EXTRA_FROM][0]
-                                            : k - knobs >= ROUNDS_FROM ? 2 : 0,
-                               .r_inner = k - knobs >= EXTRA_FROM && extras[k - knobs - EXTRA_FROM][1],
-                               .pf_split = k - knobs >= EXTRA_FROM && extras[k - knobs - EXTRA_FROM][2]};
+                               .cs_rounds = k - knobs >= EXTRA_FROM ? extra_rounds[k - knobs - EXTRA_FROM]
+                                            : k - knobs >= ROUNDS_FROM ? 2 : 0};
 }
 
 static void describe(char *out, size_t n, const wgml_sgmat_config *c)
 {
-    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s%s%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
+    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
              c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec,
-             c->cs_rounds == 8 ? " r8" : c->cs_rounds == 4 ? " r4" : c->cs_rounds > 1 ? " r2" : "", c->r_inner ? " ri" : "", c->pf_split ? " ps" : "");
+             c->cs_rounds == 4 ? " r4" : c->cs_rounds > 1 ? " r2" : "");
 }
 
 static int cmd_parse(void)

@@ -12,7 +12,6 @@
  *
  *   WGML_VK_CAPTURE=dir      where shader_NNN.spv and shader_NNN.txt go (NNN: creation order)
  *   WGML_VK_REAL=path        the real loader (default: Debian's)
- *   WGML_VK_CAPTURE_IR=1     also the driver's internal representations of each kernel
  *
  * A diagnostic for kernel work (CMake builds it as build/vk_capture/libvulkan.so.1 where
  * Vulkan's headers are; scripts/device_capture.sh runs the bench under it); not part of the
@@ -35,7 +34,6 @@ static PFN_vkCreateShaderModule real_create_module;
 static PFN_vkCreateComputePipelines real_create_pipelines;
 static PFN_vkGetPipelineExecutablePropertiesKHR get_props;
 static PFN_vkGetPipelineExecutableStatisticsKHR get_stats;
-static PFN_vkGetPipelineExecutableInternalRepresentationsKHR get_irs;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* modules in creation order, so a pipeline's statistics land beside its SPIR-V */
@@ -102,8 +100,6 @@ static VKAPI_ATTR VkResult VKAPI_CALL capture_create_device(VkPhysicalDevice phy
     if (r == VK_SUCCESS) {
         get_props = (PFN_vkGetPipelineExecutablePropertiesKHR)real_gdpa(*dev, "vkGetPipelineExecutablePropertiesKHR");
         get_stats = (PFN_vkGetPipelineExecutableStatisticsKHR)real_gdpa(*dev, "vkGetPipelineExecutableStatisticsKHR");
-        get_irs = (PFN_vkGetPipelineExecutableInternalRepresentationsKHR)real_gdpa(
-            *dev, "vkGetPipelineExecutableInternalRepresentationsKHR");
     }
     return r;
 }
@@ -144,30 +140,6 @@ static void *list(VkDevice dev, VkStructureType type, const void *info, size_t s
     return rec;
 }
 
-/* WGML_VK_CAPTURE_IR=1: the driver's internal representations of an executable (whatever it
-   offers: on some drivers the machine code's disassembly), as shader_NNN.irE_K.txt or .bin */
-static void write_irs(VkDevice dev, const VkPipelineExecutableInfoKHR *ei, int index, uint32_t e)
-{
-    uint32_t n = 0;
-    get_irs(dev, ei, &n, NULL);
-    fprintf(stderr, "vk_capture: shader_%03d executable %u: %u internal representations\n", index, e, n);
-    VkPipelineExecutableInternalRepresentationKHR *ir = calloc(n ? n : 1, sizeof *ir);
-    for (uint32_t i = 0; ir && i < n; i++) ir[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR;
-    if (!ir || get_irs(dev, ei, &n, ir) < 0) n = 0; /* sizes first */
-    for (uint32_t i = 0; i < n; i++) ir[i].pData = malloc(ir[i].dataSize ? ir[i].dataSize : 1);
-    if (n && get_irs(dev, ei, &n, ir) >= 0)
-        for (uint32_t i = 0; i < n; i++) {
-            char ext[32];
-            snprintf(ext, sizeof ext, "ir%u_%u.%s", e, i, ir[i].isText ? "txt" : "bin");
-            FILE *f = open_out(index, ext, "wb");
-            fprintf(stderr, "vk_capture: shader_%03d %s: %s (%s), %zu bytes\n", index, ext, ir[i].name, ir[i].description,
-                    ir[i].dataSize);
-            if (f) fwrite(ir[i].pData, 1, ir[i].dataSize, f), fclose(f);
-        }
-    for (uint32_t i = 0; ir && i < n; i++) free(ir[i].pData);
-    free(ir);
-}
-
 /* the driver's statistics of each of the pipeline's executables (a compute pipeline: one) */
 static void write_stats(VkDevice dev, VkPipeline pipe, int index)
 {
@@ -198,7 +170,6 @@ static void write_stats(VkDevice dev, VkPipeline pipe, int index)
             fprintf(f, "  (%s)\n", st[i].description);
         }
         free(st);
-        if (getenv("WGML_VK_CAPTURE_IR") && get_irs) write_irs(dev, &ei, index, e);
     }
     free(props);
     fclose(f);
@@ -213,7 +184,6 @@ static VKAPI_ATTR VkResult VKAPI_CALL capture_create_pipelines(VkDevice dev, VkP
     for (uint32_t i = 0; i < n; i++) {
         ci[i] = infos[i];
         ci[i].flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
-        if (getenv("WGML_VK_CAPTURE_IR")) ci[i].flags |= VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
     }
     VkResult r = real_create_pipelines(dev, cache, n, ci, alloc, pipes);
     if (r == VK_SUCCESS)

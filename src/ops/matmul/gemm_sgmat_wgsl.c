@@ -159,8 +159,8 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
     if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
         return "vector width (0, 4 or 8)";
-    if (c->cs_rounds < 0 || c->cs_rounds > 8 || (c->cs_rounds > 1 && (c->sg_m * c->sg_n) % c->cs_rounds))
-        return "result rounds (0 to 8, dividing the subgroups)";
+    if (c->cs_rounds < 0 || c->cs_rounds > 4 || (c->cs_rounds > 1 && (c->sg_m * c->sg_n) % c->cs_rounds))
+        return "result rounds (0 to 4, dividing the subgroups)";
     return NULL;
 }
 
@@ -235,16 +235,11 @@ static void put_k_step(wgml_sbuf *b, const wgml_sgmat_config *c, bool ta, bool t
         else snprintf(off, sizeof off, "bbuf + %du + sc + %du", kk * B->stride, j * SN);
         snprintf(var, sizeof var, "r%d_%d", kk, j);
         put_frag_load(b, var, "R", "Bs", tb, off, B->stride);
-        if (c->r_inner)
-            for (int i = 0; i < FM; i++)
-                wgml_sbuf_put(b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i,
-                              kk, j, i, j);
     }
-    if (!c->r_inner)
-        for (int i = 0; i < FM; i++)
-            for (int j = 0; j < FN; j++)
-                wgml_sbuf_put(b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i,
-                              kk, j, i, j);
+    for (int i = 0; i < FM; i++)
+        for (int j = 0; j < FN; j++)
+            wgml_sbuf_put(b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i, kk,
+                          j, i, j);
 }
 
 /* act_x: this lane's X of fragment (i, j) into register set `set`, the elements the epilogue
@@ -326,7 +321,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     for (int r = 0; r < items_of(&B, NT); r++)
         for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
     wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
-    bool prefetch = stages == 2 || c->prefetch, split_b = prefetch && c->pf_split && BK > SK;
+    bool prefetch = stages == 2 || c->prefetch;
     if (prefetch) {
         /* prologue: slice 0 into stage 0 */
         wgml_sbuf_put(&b, "    {\n        let k0 = 0u;\n");
@@ -345,7 +340,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
            the last slice they are stored into a buffer nobody reads again). */
         wgml_sbuf_put(&b, "        {\n        let k0 = (t + 1u) * %du;\n", BK);
         put_load(&b, &A, NT);
-        if (!split_b) put_load(&b, &B, NT);
+        put_load(&b, &B, NT);
         wgml_sbuf_put(&b, "        }\n");
     } else {
         /* this slice read and staged at once (fewer registers, no overlap) */
@@ -356,14 +351,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         put_store(&b, &B, NT, "0u");
         wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n");
     }
-    for (int kk = 0; kk < BK; kk += SK) {
-        put_k_step(&b, c, ta, tb, &A, &B, kk);
-        if (split_b && kk == 0) {
-            wgml_sbuf_put(&b, "        {\n        let k0 = (t + 1u) * %du;\n", BK);
-            put_load(&b, &B, NT);
-            wgml_sbuf_put(&b, "        }\n");
-        }
-    }
+    for (int kk = 0; kk < BK; kk += SK) put_k_step(&b, c, ta, tb, &A, &B, kk);
     /* with two buffers the other was last read in the previous slice, before its closing
        barrier; with one, everyone must be done reading it */
     char a_next[48] = "0u", b_next[48] = "0u";

@@ -43,10 +43,6 @@ typedef struct wgml_sgmat_config {
     /* results leave through workgroup memory in this many rounds (0 or 1: every subgroup at
        once), a round's subgroups sharing a result block of sg_m * sg_n / rounds fragments */
     int cs_rounds;
-    /* the right fragments loaded one at a time inside the products (one live at once) */
-    bool r_inner;
-    /* with prefetch: the next slice's B read after the first K step's products, not before */
-    bool pf_split;
 } wgml_sgmat_config;
 
 /* The workgroup's output tile and size */

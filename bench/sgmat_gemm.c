@@ -458,6 +458,8 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
     char ids[128];
     snprintf(ids, sizeof ids, ") {\n    let sg = li / %du;\n    let lane = li %% %du;\n", c->subgroup_size, c->subgroup_size);
     src = replace_all(src, "enable subgroups;\n", "");
+    /* the matrix rules' diagnostics name an extension the emulation does not enable */
+    src = replace_all(src, "diagnostic(off, subgroup_matrix_uniformity);\ndiagnostic(off, chromium.subgroup_matrix_uniformity);\n", "");
     src = replace_all(src, "enable chromium_experimental_subgroup_matrix;\n", pre);
     src = replace_all(src, ",\n        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n", ids);
     src = replace_all(src, "subgroupMatrixLoad<L>(&As, ", "ld_L(");
@@ -618,9 +620,21 @@ static const knob knobs[] = {
        slices of 64 */
     {4, 4, 2, 4, 32, 0, 8, 1}, {4, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 4, 48, 0, 8, 1}, {4, 4, 2, 2, 32, 1, 8, 0},
     {4, 4, 2, 2, 64, 0, 8, 1},
+    /* 48-56 (results in EXTRA_ROUNDS' rounds): 128x256 of 256 invocations (warp tiles 64x64)
+       with results in two rounds, 256x128 of 256; 384 invocations: 128x192 prefetched, 128x192
+       with two buffers of 32 (four rounds: 49,152 bytes), 96x256 prefetched; 1024 invocations
+       of 2x2 fragments (four rounds): 128x256, 256x128; 128x192 of 512 prefetched, in one
+       round and in two */
+    {2, 4, 4, 4, 32, 0, 8, 1}, {4, 2, 4, 4, 32, 0, 8, 1}, {4, 3, 2, 4, 32, 0, 8, 1}, {4, 3, 2, 4, 32, 1, 8, 0},
+    {3, 4, 2, 4, 32, 0, 8, 1}, {4, 8, 2, 2, 32, 0, 8, 1}, {8, 4, 2, 2, 32, 0, 8, 1}, {4, 4, 2, 3, 32, 0, 8, 1},
+    {4, 4, 2, 3, 32, 0, 8, 1},
 };
 #define ROUNDS_FROM 43
 #define N_KNOBS (int)(sizeof knobs / sizeof knobs[0])
+/* the result rounds of the knobs from EXTRA_FROM on */
+#define EXTRA_FROM 48
+static const int extra_rounds[] = {2, 1, 1, 4, 1, 4, 4, 1, 2};
+_Static_assert(sizeof extra_rounds / sizeof extra_rounds[0] == N_KNOBS - EXTRA_FROM, "a round count for every knob");
 
 /* SGMAT_KNOBS="0,4,6": those knobs only; else all for the first matrix shape and a few for
    the others (checks: every third, every fourth) */
@@ -660,13 +674,15 @@ static wgml_sgmat_config config_of(const knob *k, shape3 s)
     return (wgml_sgmat_config){.sm_m = s.m, .sm_n = s.n, .sm_k = s.k, .subgroup_size = subgroup_size, .sg_m = k->sg_m,
                                .sg_n = k->sg_n, .frag_m = k->fm, .frag_n = k->fn * widen, .bk = k->bk,
                                .double_buffer = k->db, .prefetch = k->prefetch, .a_vec = k->vec, .b_vec = k->vec,
-                               .cs_rounds = k - knobs >= ROUNDS_FROM ? 2 : 0};
+                               .cs_rounds = k - knobs >= EXTRA_FROM ? extra_rounds[k - knobs - EXTRA_FROM]
+                                            : k - knobs >= ROUNDS_FROM ? 2 : 0};
 }
 
 static void describe(char *out, size_t n, const wgml_sgmat_config *c)
 {
     snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
-             c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec, c->cs_rounds > 1 ? " r2" : "");
+             c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec,
+             c->cs_rounds == 4 ? " r4" : c->cs_rounds > 1 ? " r2" : "");
 }
 
 static int cmd_parse(void)

@@ -131,7 +131,10 @@ static int bench_model(wgml_context *ctx, int gpt2_small, int big, wgml_text *te
 static int train_rows(wgml_context *ctx, const wgml_adapter_info *info, wgml_gpt *g, wgml_text *text, int have_text,
                       int64_t B, int big, const char *prefix)
 {
-    int ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
+    /* WGML_BENCH_TRAIN_MIXED_ONLY=1: the mixed rows alone (A/B runs of matrix-unit kernels) */
+    const char *mo = getenv("WGML_BENCH_TRAIN_MIXED_ONLY");
+    int ok = mo && *mo == '1' && info->has_shader_f16 ? 1
+                                                      : bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
     if (ok && info->has_shader_f16) ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
     return ok;
 }

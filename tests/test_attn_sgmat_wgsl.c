@@ -92,7 +92,9 @@ static void every_kernel_and_config(void)
                         int stores = test_count(src, want) - (c.emulate && direct ? 1 : 0);
                         CHECK(stores == (direct ? fd * (c.kind == WGML_ATTN_DKV ? 2 : 1) : 0));
                         /* one walk: a decision the whole workgroup reads, and O's rescaling */
-                        CHECK((strstr(src, "workgroupUniformLoad(&resc[0])") != NULL) == one);
+                        CHECK((strstr(src, c.emulate ? "workgroupUniformLoad(&resc[0])" : "workgroupUniformLoad(&resc);") != NULL) == one);
+                        /* (the votes read in one load: a load a slot costs two barriers) */
+                        CHECK(test_count(src, "workgroupUniformLoad(") == (one ? 1 : 0));
                         /* ... voted on the matrix units with no lane-divergent branch before the
                            matrix calls (the stored-under-an-if form was wrong on an H200) */
                         CHECK((strstr(src, "resc[sg] = select(0u, 1u, subgroupAny(want));") != NULL) == (one && !c.emulate));

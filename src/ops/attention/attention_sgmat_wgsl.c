@@ -27,7 +27,7 @@
  * against a per-row reference m that moves only when a row's max passes it by more than TAU, O
  * rescaled through the subgroup's f32 block at those steps, O / l on the way out (the
  * policy's forward). Whether a step rescales is the workgroup's vote: each subgroup's
- * subgroupAny stored by all its lanes, the slots read with workgroupUniformLoad. A vote stored
+ * subgroupAny stored by all its lanes, the slots read in one workgroupUniformLoad. A vote stored
  * under a lane-divergent `if` (the first forms) came out wrong on the H200 although right on
  * llvmpipe; taking the store out of the branch made it right (docs/MEASUREMENTS.md). The likely
  * reason, not shown: NVIDIA's subgroups need not reconverge after such a branch, and the matrix
@@ -694,9 +694,10 @@ static void put_forward_one_pass(gen *g)
     if (g->c->emulate) wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc[0]) != 0u) {\n");
     else {
         /* no lane-divergent branch before the matrix calls: each subgroup's vote stored by all
-           its lanes, the workgroup's read slot by slot */
-        wgml_sbuf_put(b, "        resc[sg] = select(0u, 1u, subgroupAny(want));\n        if ((");
-        for (int i = 0; i < g->NSG; i++) wgml_sbuf_put(b, "%sworkgroupUniformLoad(&resc[%d])", i ? " | " : "", i);
+           its lanes, the workgroup's read in one uniform load (two barriers; a load a slot took
+           two each: docs/MEASUREMENTS.md) */
+        wgml_sbuf_put(b, "        resc[sg] = select(0u, 1u, subgroupAny(want));\n        let votes = workgroupUniformLoad(&resc);\n        if ((");
+        for (int i = 0; i < g->NSG; i++) wgml_sbuf_put(b, "%svotes[%d]", i ? " | " : "", i);
         wgml_sbuf_put(b, ") != 0u) {\n");
     }
     for (int k = 0; k < g->rpl; k++) {

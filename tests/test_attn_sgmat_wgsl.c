@@ -36,7 +36,7 @@ static void every_kernel_and_config(void)
                                              .quads = (di + s + opt) & 1};
                         bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
                         int lpr = c.quads ? 4 : c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
-                        bool quads_bad = c.quads && ((c.kind == WGML_ATTN_FORWARD && !c.one_pass) || (c.sm_m * 4) % c.subgroup_size);
+                        bool quads_bad = c.quads && (c.kind == WGML_ATTN_FORWARD || (c.sm_m * 4) % c.subgroup_size);
                         if (quads_bad || c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
                             ((c.kept_halves || c.tile_major) && c.kind == WGML_ATTN_DKV)) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
@@ -179,10 +179,8 @@ static void bad_configs_are_refused(void)
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c.kind = WGML_ATTN_DQ;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
-    c = good, c.quads = true; /* quads: the gradients and the one-walk forward, rows whole 4-lane groups */
+    c = good, c.quads = true; /* quads: the gradients only, rows whole 4-lane groups */
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c.one_pass = true;
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
     c.kind = WGML_ATTN_DKV;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
     c.subgroup_size = 64, c.sm_m = 8;

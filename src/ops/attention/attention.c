@@ -307,7 +307,7 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    results go straight from the matrix units only where a whole tile exists (a store of a
    16 x 16 f32 fragment makes Dawn ask bindings of at least 1024 bytes). */
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk; the lanes
-   in quads over the score blocks (wgml_attn_sgmat.quads): 2 dK/dV, 4 dQ, 8 the one-walk forward */
+   in quads over the score blocks (wgml_attn_sgmat.quads): 2 dK/dV, 4 dQ */
 #define MATRIX_FORMS 1
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
@@ -340,8 +340,7 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                                    .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
                                    .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
                                    .tile_major = kind != WGML_ATTN_DKV && (order >> which & 1),
-                                   .quads = (kind == WGML_ATTN_DKV && (forms & 2)) || (kind == WGML_ATTN_DQ && (forms & 4)) ||
-                                            (kind == WGML_ATTN_FORWARD && (forms & 9) == 9)};
+                                   .quads = (kind == WGML_ATTN_DKV && (forms & 2)) || (kind == WGML_ATTN_DQ && (forms & 4))};
             c->direct = rows >= wgml_attn_sgmat_rows(c);
             if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
                 (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)

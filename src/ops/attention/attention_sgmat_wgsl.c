@@ -163,8 +163,8 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->p_in_xs && (c->kind == WGML_ATTN_DKV || c->stage2)) return "P in xs (the forward and dQ, one staging buffer)";
     if (c->tile_major && c->kind == WGML_ATTN_DKV) return "tile-major order (the forward and dQ)";
     if (c->kept_halves && c->kind == WGML_ATTN_DKV) return "kept rows by halves (the forward and dQ)";
-    if (c->quads && ((c->kind == WGML_ATTN_FORWARD && !one_pass(c)) || c->subgroup_size < 4 || (c->sm_m * 4) % c->subgroup_size || c->cols % 8))
-        return "quads (the gradients and the one-walk forward, rows a whole number of 4-lane groups of the subgroup)";
+    if (c->quads && (c->kind == WGML_ATTN_FORWARD || c->subgroup_size < 4 || (c->sm_m * 4) % c->subgroup_size || c->cols % 8))
+        return "quads (dK/dV and dQ, rows a whole number of 4-lane groups of the subgroup)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -637,12 +637,11 @@ static void put_forward(gen *g)
    infinities only where a shader asks for them) */
 static void put_lazy_p(gen *g)
 {
-    char lcol[32];
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(g->b, "        {\n            let mu = select(mr%d, 0.0, mr%d == ninf);\n            ls%d = 0.0;\n", k, k, k);
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(g->b, "            { let p = select(0.0, exp2(x%d_%d - mu), x%d_%d != ninf); ls%d += p; %s[pb + row%d * %du + %s] = f16(p); }\n",
-                          k, j, k, j, k, g->pa, k, g->PC, lane_col(g, j, lcol, sizeof lcol));
+            wgml_sbuf_put(g->b, "            { let p = select(0.0, exp2(x%d_%d - mu), x%d_%d != ninf); ls%d += p; %s[pb + row%d * %du + lc + %du] = f16(p); }\n",
+                          k, j, k, j, k, g->pa, k, g->PC, j * g->lpr);
         wgml_sbuf_put(g->b, "        }\n");
     }
 }
@@ -726,11 +725,8 @@ static void put_forward_one_pass(gen *g)
     wgml_sbuf_put(b, "            if (t > 0u) { // (O is zero before the first step's product)\n");
     wgml_sbuf *lane = &(wgml_sbuf){0};
     for (int k = 0; k < g->rpl; k++)
-        for (int j = 0; j < g->cpr; j++) {
-            char lcol[32];
-            lane_col(g, j, lcol, sizeof lcol);
-            wgml_sbuf_put(lane, "        if (%s < w) { ss[sb + row%d * %du + %s] *= al%d; }\n", lcol, k, g->SC, lcol, k);
-        }
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(lane, "        if (lc + %du < w) { ss[sb + row%d * %du + lc + %du] *= al%d; }\n", j * g->lpr, k, g->SC, j * g->lpr, k);
     char *lt = wgml_sbuf_take(lane);
     put_acc_passes(g, "o", lt ? lt : "", true);
     free(lt);
@@ -744,12 +740,8 @@ static void put_forward_one_pass(gen *g)
     /* each lane summed its columns: the lanes of a row add theirs (sx's last reads were before
        the rescaling steps' last barrier) */
     if (g->lpr > 1) {
-        for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    sx[(sr + row%d) * %du + lc] = l%d;\n", k, g->lpr, k);
-        wgml_sbuf_put(b, "    workgroupBarrier();\n");
-        for (int k = 0; k < g->rpl; k++) {
-            wgml_sbuf_put(b, "    l%d = 0.0;\n", k);
-            for (int p = 0; p < g->lpr; p++) wgml_sbuf_put(b, "    l%d = l%d + sx[(sr + row%d) * %du + %du];\n", k, k, k, g->lpr, p);
-        }
+        wgml_sbuf_put(b, "    sx[(sr + row0) * %du + lc] = l0;\n    workgroupBarrier();\n    l0 = 0.0;\n", g->lpr);
+        for (int p = 0; p < g->lpr; p++) wgml_sbuf_put(b, "    l0 = l0 + sx[(sr + row0) * %du + %du];\n", g->lpr, p);
     }
     /* L, 1 / l of each row for the results (0 for a row with no key: O stays 0) */
     for (int k = 0; k < g->rpl; k++)

@@ -51,7 +51,13 @@
  * Lanes and elements: a subgroup's block is sm_m rows by `cols`; lpr =
  * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),
  * lane l having columns l % lpr + lpr * j, so every per-row value (max, sum, L, Delta) is a
- * named register and the loops are unrolled.
+ * named register and the loops are unrolled. With `quads` (the gradients) 4 lanes share a row,
+ * each taking pairs of adjacent columns, 2 (l % 4) + 8 j and the next, of rows l / 4 + 8 k: NVIDIA's
+ * result fragment layout, so with score rows cols + 8 floats apart (8 banks, mod 32) the block's
+ * stores (64-bit) and the lanes' reads (pairs: 64-bit) meet no bank twice in a half warp, and
+ * P and dS are stored a pair (4 bytes) at a time, none twice in a bank (rows cols + 8 halves
+ * apart); two lanes a row at columns l % 2 + 2 j, rows cols + 4 floats apart, put rows r and
+ * r + 8 in one bank (likely; the bank pattern is from NVIDIA's rules, not measured by itself).
  */
 #include "ops/attention/attention_sgmat_wgsl.h"
 

@@ -31,10 +31,13 @@ static void every_kernel_and_config(void)
                                              .vec = dims[di] % 4 == 0, .emulate = (s + z + opt) % 3 == 0,
                                              .prefetch = opt & 1, .stage2 = opt & 4, .p_in_xs = opt & 8, .kept_halves = opt & 16, .tile_major = (z + ci) & 1, .direct = (di + ci) % 2 == 0,
                                              /* the one-walk forward and two walks in turn */
-                                             .one_pass = (di + z + ci) & 1};
+                                             .one_pass = (di + z + ci) & 1,
+                                             /* the gradients' lanes in quads, or two a row */
+                                             .quads = (di + s + opt) & 1};
                         bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
-                        int lpr = c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
-                        if (c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
+                        int lpr = c.quads ? 4 : c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
+                        bool quads_bad = c.quads && (c.kind == WGML_ATTN_FORWARD || (c.sm_m * 4) % c.subgroup_size);
+                        if (quads_bad || c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
                             ((c.kept_halves || c.tile_major) && c.kind == WGML_ATTN_DKV)) {
                             CHECK(wgml_attn_sgmat_problem(&c) != NULL);
                             continue;
@@ -123,6 +126,18 @@ static void every_kernel_and_config(void)
                         CHECK((strstr(src, "let bh = wid % (P.B * P.H);") != NULL) == c.tile_major);
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let bg = wid / P.tiles;" : "let bh = wid / P.tiles;") != NULL) ==
                               !c.tile_major);
+                        /* quads: 4 lanes a row, each a pair of adjacent columns of the score block
+                           (rows cols + 8 floats apart), else 2 (rows cols + 4 apart) */
+                        CHECK((strstr(src, "let lc2 = lc * 2u;") != NULL) == c.quads);
+                        snprintf(want, sizeof want, "var<workgroup> ss: array<f32, %d>;", 4 * c.sm_m * (c.cols + (c.quads ? 8 : 4)));
+                        CHECK(strstr(src, want) != NULL);
+                        if (c.quads) {
+                            snprintf(want, sizeof want, "row%d = lr + %du;", c.sm_m * 4 / c.subgroup_size - 1,
+                                     (c.sm_m * 4 / c.subgroup_size - 1) * c.subgroup_size / 4);
+                            CHECK(strstr(src, want) != NULL);
+                            snprintf(want, sizeof want, "ss[sb + row0 * %du + lc2 + 9u]", c.cols + 8);
+                            CHECK(strstr(src, want) != NULL);
+                        }
                         /* the forward writes L after O; the gradients read it */
                         CHECK((strstr(src, "O[P.lse_off") != NULL) == (c.kind == WGML_ATTN_FORWARD));
                         CHECK((strstr(src, "LSE[P.lse_off") != NULL) == (c.kind != WGML_ATTN_FORWARD));
@@ -166,6 +181,12 @@ static void bad_configs_are_refused(void)
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c.kind = WGML_ATTN_DQ;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c = good, c.quads = true; /* quads: the gradients only, rows whole 4-lane groups */
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c.kind = WGML_ATTN_DKV;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c.subgroup_size = 64, c.sm_m = 8;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
 }
 
 int main(void)

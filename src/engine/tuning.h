@@ -45,7 +45,7 @@ typedef struct wgml_tuning {
        the policy's, per kernel) picks every kernel's options: 1 prefetch, 4 two staging
        buffers, 8 P over a staged tile, 16 the kept rows staged by halves (8 and 16: the forward
        and dQ only; wgml_attn_sgmat); ",X" (attn_mform; -1: the policy's) the forms: 1 the
-       forward in one walk; ",G" (attn_morder; -1: the policy's) the kernels whose
+       forward in one walk, 2 dK/dV's and 4 dQ's lanes in quads; ",G" (attn_morder; -1: the policy's) the kernels whose
        workgroups go in tile-major order: 1 the forward, 4 dQ */
     int attn_mcols[3], attn_msub, attn_mpre, attn_mform, attn_morder;
 } wgml_tuning;

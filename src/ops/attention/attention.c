@@ -303,11 +303,16 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    and dQ (p_in_xs); the forward's Q staged by halves of its columns (kept_halves: dQ's Q and dO
    so staged measured 1-2% slower). Every kernel prefetches. The forward and dQ go tile-major (every
    head's longest tile first); dK/dV keeps a head's tiles together (likely they share its Q and
-   dO in L2). The forward walks the keys once. `rows` (T, or S for dK/dV): whole tiles of
+   dO in L2). The forward walks the keys once. The gradients' lanes take their score blocks in
+   quads (the result fragment's layout: pairs of adjacent columns; likely fewer bank conflicts
+   and wider accesses of workgroup memory). `rows` (T, or S for dK/dV): whole tiles of
    results go straight from the matrix units only where a whole tile exists (a store of a
    16 x 16 f32 fragment makes Dawn ask bindings of at least 1024 bytes). */
-/* the matrix kernels' forms (WGML_ATTN_MATRIX's X bit 1): the forward in one walk */
-#define MATRIX_FORMS 1
+/* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk; the lanes
+   in quads over the score blocks (wgml_attn_sgmat.quads, where the generator takes them): 2
+   dK/dV, 4 dQ (measured on an H200: dK/dV -16.5% / -10.5%, dQ -7.2% / -1.5% at T = 1024 / 256;
+   the forward's lost, +12% at T = 256) */
+#define MATRIX_FORMS 7
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
 /* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 4 two staging
@@ -338,8 +343,10 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                                    .prefetch = opts & 1, .stage2 = stage2, .one_pass = kind == WGML_ATTN_FORWARD && (forms & 1),
                                    .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
                                    .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
-                                   .tile_major = kind != WGML_ATTN_DKV && (order >> which & 1)};
+                                   .tile_major = kind != WGML_ATTN_DKV && (order >> which & 1),
+                                   .quads = (kind == WGML_ATTN_DKV && (forms & 2)) || (kind == WGML_ATTN_DQ && (forms & 4))};
             c->direct = rows >= wgml_attn_sgmat_rows(c);
+            if (c->quads && wgml_attn_sgmat_problem(c)) c->quads = false; /* (rows not whole 4-lane groups) */
             if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
                 (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
                 return true;
@@ -355,7 +362,7 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        (uint32_t)c->subgroups, (uint32_t)c->cols,
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->direct << 3 |
                            (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7 |
-                           (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9,
+                           (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9 | (uint32_t)c->quads << 10,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);

@@ -51,7 +51,13 @@
  * Lanes and elements: a subgroup's block is sm_m rows by `cols`; lpr =
  * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),
  * lane l having columns l % lpr + lpr * j, so every per-row value (max, sum, L, Delta) is a
- * named register and the loops are unrolled.
+ * named register and the loops are unrolled. With `quads` (the gradients) 4 lanes share a row,
+ * each taking pairs of adjacent columns, 2 (l % 4) + 8 j and the next, of rows l / 4 + 8 k: NVIDIA's
+ * result fragment layout, so with score rows cols + 8 floats apart (8 banks, mod 32) the block's
+ * stores (64-bit) and the lanes' reads (pairs: 64-bit) meet no bank twice in a half warp, and
+ * P and dS are stored a pair (4 bytes) at a time, none twice in a bank (rows cols + 8 halves
+ * apart); two lanes a row at columns l % 2 + 2 j, rows cols + 4 floats apart, put rows r and
+ * r + 8 in one bank (likely; the bank pattern is from NVIDIA's rules, not measured by itself).
  */
 #include "ops/attention/attention_sgmat_wgsl.h"
 
@@ -63,6 +69,7 @@
 
 #define STAGE_PAD 8 /* halves per staged row against bank conflicts (keeps rows 16-byte aligned) */
 #define SCORE_PAD 4 /* floats per score row */
+#define QUAD_SCORE_PAD 8 /* ... with quads: rows 8 (mod 32) banks apart */
 
 /* the generator's derived constants */
 typedef struct gen {
@@ -86,10 +93,10 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.C = c->cols;
     g.DP = wgml_attn_sgmat_dp(c);
     g.SD = g.DP + STAGE_PAD;
-    g.SC = g.C + SCORE_PAD;
+    g.SC = g.C + (c->quads ? QUAD_SCORE_PAD : SCORE_PAD);
     g.PC = g.C + STAGE_PAD;
-    g.lpr = g.SGS >= g.SM ? g.SGS / g.SM : 1;
-    g.rpl = g.SGS >= g.SM ? 1 : g.SM / g.SGS;
+    g.lpr = c->quads ? 4 : g.SGS >= g.SM ? g.SGS / g.SM : 1;
+    g.rpl = c->quads ? g.SM * 4 / g.SGS : g.SGS >= g.SM ? 1 : g.SM / g.SGS;
     g.cpr = g.C / g.lpr;
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
@@ -103,6 +110,15 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.KP = c->kept_halves && c->kind != WGML_ATTN_DKV && g.DP / 2 % g.SK == 0 ? 2 : 1;
     g.SW = g.DP / g.KP + STAGE_PAD;
     return g;
+}
+
+/* the column of a lane's entry j of each of its rows (WGSL): lc + j lpr, or with quads the
+   pair 2 lc + 8 (j / 2) (+1 for odd j) */
+static const char *lane_col(const gen *g, int j, char *buf, size_t n)
+{
+    if (g->c->quads) snprintf(buf, n, "lc2 + %du", (j & 1) + 2 * g->lpr * (j >> 1));
+    else snprintf(buf, n, "lc + %du", j * g->lpr);
+    return buf;
 }
 
 /* the forward in one walk over the keys, O rescaled lazily */
@@ -153,6 +169,8 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->p_in_xs && (c->kind == WGML_ATTN_DKV || c->stage2)) return "P in xs (the forward and dQ, one staging buffer)";
     if (c->tile_major && c->kind == WGML_ATTN_DKV) return "tile-major order (the forward and dQ)";
     if (c->kept_halves && c->kind == WGML_ATTN_DKV) return "kept rows by halves (the forward and dQ)";
+    if (c->quads && (c->kind == WGML_ATTN_FORWARD || c->subgroup_size < 4 || (c->sm_m * 4) % c->subgroup_size || c->cols % 8))
+        return "quads (dK/dV and dQ, rows a whole number of 4-lane groups of the subgroup)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -452,6 +470,7 @@ static void put_lane_ids(gen *g)
     wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
                         "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = %du + sg * %du; // its f16 block (in %s)\n",
                   g->lpr, g->lpr, g->SM, g->SM * g->SC, g->po, g->SM * g->PC, g->pa);
+    if (g->c->quads) wgml_sbuf_put(g->b, "    let lc2 = lc * 2u;\n");
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
 }
 
@@ -479,15 +498,16 @@ static void put_main(gen *g, const char *count)
 static void put_read_scores(gen *g, const char *masked, bool rows_are_queries)
 {
     wgml_sbuf *b = g->b;
+    char lcol[32];
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        var x%d_%d = ss[sb + row%d * %du + lc + %du];\n", k, j, k, g->SC, j * g->lpr);
+            wgml_sbuf_put(b, "        var x%d_%d = ss[sb + row%d * %du + %s];\n", k, j, k, g->SC, lane_col(g, j, lcol, sizeof lcol));
     wgml_sbuf_put(b, "        if (edge) {\n");
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++) {
             char row[48], col[48];
             snprintf(row, sizeof row, "(r0 + row%d)", k);
-            snprintf(col, sizeof col, "(c0 + lc + %du)", j * g->lpr);
+            snprintf(col, sizeof col, "(c0 + %s)", lane_col(g, j, lcol, sizeof lcol));
             const char *i = rows_are_queries ? row : col, *jj = rows_are_queries ? col : row;
             wgml_sbuf_put(b, "            x%d_%d = select(%s, x%d_%d, " SEES ");\n", k, j, masked, k, j, i, jj, jj, i);
         }
@@ -782,10 +802,13 @@ static void put_dq(gen *g)
     put_scores(g, "w", g->vo);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     /* (with p_in_xs dS goes over V, whose last reads, dP's, are behind the last barrier) */
+    char lcol[32];
     for (int k = 0; k < g->rpl; k++)
-        for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        %s[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - dl%d) * P.scale);\n",
-                          g->pa, k, g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, k);
+        for (int j = 0; j < g->cpr; j++) {
+            lane_col(g, j, lcol, sizeof lcol);
+            wgml_sbuf_put(b, "        %s[pb + row%d * %du + %s] = f16(p%d_%d * (ss[sb + row%d * %du + %s] - dl%d) * P.scale);\n",
+                          g->pa, k, g->PC, lcol, k, j, k, g->SC, lcol, k);
+        }
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dq", g->pa, g->ko);
     wgml_sbuf_put(b, "    }\n");
@@ -861,21 +884,28 @@ static void put_dkv(gen *g)
     put_scores(g, "kr", 0);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_read_scores(g, "ninf", false);
+    char lcol[32];
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++) {
-            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - sl[lc + %du]), x%d_%d != ninf);\n", k, j, k, j, j * g->lpr, k,
-                          j);
-            wgml_sbuf_put(b, "        pp[pb + row%d * %du + lc + %du] = f16(p%d_%d);\n", k, g->PC, j * g->lpr, k, j);
+            lane_col(g, j, lcol, sizeof lcol);
+            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - sl[%s]), x%d_%d != ninf);\n", k, j, k, j, lcol, k, j);
+            /* (with quads a row's pair is stored together: one 4-byte store) */
+            if (!g->c->quads) wgml_sbuf_put(b, "        pp[pb + row%d * %du + %s] = f16(p%d_%d);\n", k, g->PC, lcol, k, j);
         }
+    for (int k = 0; k < g->rpl && g->c->quads; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        pp[pb + row%d * %du + %s] = f16(p%d_%d);\n", k, g->PC, lane_col(g, j, lcol, sizeof lcol), k, j);
     wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");
     put_scores(g, "vr", C * g->SD);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     /* dS^T times ln 2 before it is rounded to f16: Q was staged times scale log2(e), and
        dK = scale dS^T Q = ln 2 dS^T (scaled Q), so the results need no multiplier */
     for (int k = 0; k < g->rpl; k++)
-        for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        ps[pb + row%d * %du + lc + %du] = f16(p%d_%d * (ss[sb + row%d * %du + lc + %du] - sl[%du + lc + %du]) * LN2);\n",
-                          k, g->PC, j * g->lpr, k, j, k, g->SC, j * g->lpr, C, j * g->lpr);
+        for (int j = 0; j < g->cpr; j++) {
+            lane_col(g, j, lcol, sizeof lcol);
+            wgml_sbuf_put(b, "        ps[pb + row%d * %du + %s] = f16(p%d_%d * (ss[sb + row%d * %du + %s] - sl[%du + %s]) * LN2);\n", k,
+                          g->PC, lcol, k, j, k, g->SC, lcol, C, lcol);
+        }
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "dv", "pp", C * g->SD);
     put_accumulate(g, "dk", "ps", 0);

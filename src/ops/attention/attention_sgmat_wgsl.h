@@ -52,6 +52,12 @@ typedef struct wgml_attn_sgmat {
     /* dK/dV and dQ only (a problem on the forward): the gradient node stores halves (a cast to f16 of it); the results then
        leave through the f32 block, converted (a matrix store writes its own component type) */
     bool out16;
+    /* dK/dV and dQ: the lanes read the f32 score block (and write P, dS) in the result
+       fragment's layout on NVIDIA: 4 lanes a row, rows lane / 4 + 8 k, each lane two adjacent
+       columns at 2 (lane % 4) + 8 j, so a lane's pairs are 8-byte reads and 4-byte f16 stores;
+       score rows cols + 8 floats apart (without it: 2 lanes a row, columns lane % 2 + 2 j, rows
+       cols + 4 apart) */
+    bool quads;
 } wgml_attn_sgmat;
 
 /* The workgroup's rows (queries, or keys in dK/dV), threads and head dim padded to 16 */

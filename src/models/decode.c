@@ -195,18 +195,18 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
    outputs a workgroup) where there are outputs enough. */
 static unsigned lanes_by_size(int64_t N, int forced)
 {
-    /* (16 for the LM head's vocabulary past batch 1: half the workgroups of 32, each prologue -
-       the final norm's statistics and staging x - shared by twice the rows) */
-    return forced ? (unsigned)forced : N >= 65536 ? 16 : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
+    return forced ? (unsigned)forced : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
 #define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
-/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs; at batch 1
-   over a large vocabulary 32, for its grid-stride form's registers: head_workgroups) */
+/* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs'), but over
+   a large vocabulary 16 past batch 1 (half the workgroups of 32, each prologue - the final norm's
+   statistics and staging x - shared by twice the rows) and 32 at batch 1 (its grid-stride form's
+   registers: head_workgroups) */
 static unsigned head_lanes(const wgml_decode_desc *d, int64_t V)
 {
     if (d->head_lanes) return (unsigned)d->head_lanes;
-    return !d->lanes && d->batch == 1 && V >= 65536 ? 32u : lanes_by_size(V, d->lanes);
+    return !d->lanes && V >= 65536 ? (d->batch == 1 ? 32u : 16u) : lanes_by_size(V, d->lanes);
 }
 
 /* The LM head's workgroups in its grid-stride form (wgml_decode_desc's head_wgs; 0: a workgroup a

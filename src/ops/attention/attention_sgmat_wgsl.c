@@ -96,7 +96,7 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.SC = g.C + (c->quads ? QUAD_SCORE_PAD : SCORE_PAD);
     g.PC = g.C + STAGE_PAD;
     g.lpr = c->quads ? 4 : g.SGS >= g.SM ? g.SGS / g.SM : 1;
-    g.rpl = c->quads ? g.SM * 4 / g.SGS : g.SGS >= g.SM ? 1 : g.SM / g.SGS;
+    g.rpl = g.SM * g.lpr / g.SGS;
     g.cpr = g.C / g.lpr;
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
@@ -622,13 +622,14 @@ static void put_forward(gen *g)
     for (int k = 0; k < g->rpl; k++)
         wgml_sbuf_put(b, "    if (lc == 0u && r0 + row%d < P.T) { O[P.lse_off + bh * P.T + r0 + row%d] = lse%d; }\n", k, k, k);
     /* pass 2: P = exp2(S - L), O += P V */
+    char lcol[32];
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     put_key_prologue(g, true);
     put_key_step(g, true);
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(b, "        %s[pb + row%d * %du + lc + %du] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", g->pa,
-                          k, g->PC, j * g->lpr, k, j, k, k, j);
+            wgml_sbuf_put(b, "        %s[pb + row%d * %du + %s] = f16(select(0.0, exp2(x%d_%d - lse%d), x%d_%d != ninf));\n", g->pa,
+                          k, g->PC, lane_col(g, j, lcol, sizeof lcol), k, j, k, k, j);
     wgml_sbuf_put(b, "        workgroupBarrier();\n");
     put_accumulate(g, "o", g->pa, g->vo);
     wgml_sbuf_put(b, "    }\n");
@@ -643,11 +644,12 @@ static void put_forward(gen *g)
    infinities only where a shader asks for them) */
 static void put_lazy_p(gen *g)
 {
+    char lcol[32];
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(g->b, "        {\n            let mu = select(mr%d, 0.0, mr%d == ninf);\n            ls%d = 0.0;\n", k, k, k);
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(g->b, "            { let p = select(0.0, exp2(x%d_%d - mu), x%d_%d != ninf); ls%d += p; %s[pb + row%d * %du + lc + %du] = f16(p); }\n",
-                          k, j, k, j, k, g->pa, k, g->PC, j * g->lpr);
+            wgml_sbuf_put(g->b, "            { let p = select(0.0, exp2(x%d_%d - mu), x%d_%d != ninf); ls%d += p; %s[pb + row%d * %du + %s] = f16(p); }\n",
+                          k, j, k, j, k, g->pa, k, g->PC, lane_col(g, j, lcol, sizeof lcol));
         wgml_sbuf_put(g->b, "        }\n");
     }
 }
@@ -731,9 +733,10 @@ static void put_forward_one_pass(gen *g)
     }
     wgml_sbuf_put(b, "            if (t > 0u) { // (O is zero before the first step's product)\n");
     wgml_sbuf *lane = &(wgml_sbuf){0};
+    char lcol[32];
     for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
-            wgml_sbuf_put(lane, "        if (lc + %du < w) { ss[sb + row%d * %du + lc + %du] *= al%d; }\n", j * g->lpr, k, g->SC, j * g->lpr, k);
+            wgml_sbuf_put(lane, "        if (%s < w) { ss[sb + row%d * %du + %s] *= al%d; }\n", lane_col(g, j, lcol, sizeof lcol), k, g->SC, lcol, k);
     char *lt = wgml_sbuf_take(lane);
     put_acc_passes(g, "o", lt ? lt : "", true);
     free(lt);
@@ -886,13 +889,11 @@ static void put_dkv(gen *g)
     put_read_scores(g, "ninf", false);
     char lcol[32];
     for (int k = 0; k < g->rpl; k++)
-        for (int j = 0; j < g->cpr; j++) {
-            lane_col(g, j, lcol, sizeof lcol);
-            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - sl[%s]), x%d_%d != ninf);\n", k, j, k, j, lcol, k, j);
-            /* (with quads a row's pair is stored together: one 4-byte store) */
-            if (!g->c->quads) wgml_sbuf_put(b, "        pp[pb + row%d * %du + %s] = f16(p%d_%d);\n", k, g->PC, lcol, k, j);
-        }
-    for (int k = 0; k < g->rpl && g->c->quads; k++)
+        for (int j = 0; j < g->cpr; j++)
+            wgml_sbuf_put(b, "        let p%d_%d = select(0.0, exp2(x%d_%d - sl[%s]), x%d_%d != ninf);\n", k, j, k, j, lane_col(g, j, lcol, sizeof lcol),
+                          k, j);
+    /* (then P^T: a quad lane's pair stored together, likely one 4-byte store) */
+    for (int k = 0; k < g->rpl; k++)
         for (int j = 0; j < g->cpr; j++)
             wgml_sbuf_put(b, "        pp[pb + row%d * %du + %s] = f16(p%d_%d);\n", k, g->PC, lane_col(g, j, lcol, sizeof lcol), k, j);
     wgml_sbuf_put(b, "        workgroupBarrier(); // the scores are read\n");

@@ -54,9 +54,9 @@ typedef struct wgml_attn_sgmat {
     bool out16;
     /* dK/dV and dQ: the lanes read the f32 score block (and write P, dS) in the result
        fragment's layout on NVIDIA: 4 lanes a row, rows lane / 4 + 8 k, each lane two adjacent
-       columns at 2 (lane % 4) + 8 j, so a lane's pairs are 8-byte reads and 4-byte f16 stores;
-       score rows cols + 8 floats apart (without it: 2 lanes a row, columns lane % 2 + 2 j, rows
-       cols + 4 apart) */
+       columns at 2 (lane % 4) + 8 j, so a lane's pairs are likely 8-byte reads and 4-byte f16 stores;
+       score rows cols + 8 floats apart (without it: subgroup_size / sm_m lanes a row, columns
+       lane % lanes + lanes j, rows cols + 4 apart) */
     bool quads;
 } wgml_attn_sgmat;
 

@@ -305,7 +305,9 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    head's longest tile first); dK/dV keeps a head's tiles together (likely they share its Q and
    dO in L2). The forward walks the keys once. The gradients' lanes take their score blocks in
    quads (the result fragment's layout: pairs of adjacent columns; likely fewer bank conflicts
-   and wider accesses of workgroup memory). `rows` (T, or S for dK/dV): whole tiles of
+   and wider accesses of workgroup memory); the forward's two lanes a row take pairs of
+   adjacent columns, write P before the vote on rescaling (one barrier fewer a step) and read
+   the first K and V tile and all of Q before staging any. `rows` (T, or S for dK/dV): whole tiles of
    results go straight from the matrix units only where a whole tile exists (a store of a
    16 x 16 f32 fragment makes Dawn ask bindings of at least 1024 bytes). */
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk; the lanes
@@ -313,8 +315,9 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    dK/dV, 4 dQ (measured on an H200: dK/dV -16.5% / -10.5%, dQ -7.2% / -1.5% at T = 1024 / 256;
    the forward's lost, +12% at T = 256); the forward's: 8 its lanes on column pairs (pairs,
    where two lanes share a row), 16 P before the vote (p_early), 32 its first reads up front
-   (front_loads); 16 and 32 in one walk only */
-#define MATRIX_FORMS 7
+   (front_loads); 16 and 32 in one walk only (measured on an H200, the forward at T = 1024 /
+   256: 8 -4.1% / -0.9%, 16 -2.6% / +0.6%, 32 -0.8% / 0.0%, all three -6.7% / -1.2%) */
+#define MATRIX_FORMS 63
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
 /* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 4 two staging

@@ -33,6 +33,10 @@
  * reason, not shown: NVIDIA's subgroups need not reconverge after such a branch, and the matrix
  * calls after it need the whole subgroup. The emulated stand-ins, which have no subgroups, keep
  * that form.
+ * With `p_early` each step's P is written against the references before the vote (the
+ * steps that rescale write it again after), so the vote's barriers order it before P V and the
+ * barrier between them goes. With `front_loads` the first K and V tile and every part of Q are
+ * read from memory before any is staged, their latencies overlapping.
  *
  * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
  * into registers, as f16, right after the previous step's tiles were staged, so the reads are in
@@ -58,6 +62,9 @@
  * P and dS are stored a pair (4 bytes) at a time, none twice in a bank (rows cols + 8 halves
  * apart); two lanes a row at columns l % 2 + 2 j, rows cols + 4 floats apart, put rows r and
  * r + 8 in one bank (likely; the bank pattern is from NVIDIA's rules, not measured by itself).
+ * With `pairs` (the forward's two lanes a row) lane l takes the pairs 2 (l % 2) + 4 j and the
+ * next: with score rows cols + 4 floats apart its 8-byte reads meet no bank twice in a half
+ * warp, and P goes a pair (4 bytes) at a time.
  */
 #include "ops/attention/attention_sgmat_wgsl.h"
 
@@ -70,7 +77,7 @@
 #define STAGE_PAD 8 /* halves per staged row against bank conflicts (keeps rows 16-byte aligned) */
 #define SCORE_PAD 4 /* floats per score row */
 #define QUAD_SCORE_PAD 8 /* ... with quads: rows 8 (mod 32) banks apart */
-#define FWD_SCORE_PAD 2 /* ... the forward's two lanes a row: rows 18 (mod 32) banks apart, so a lane pair's reads of 16 rows meet no bank twice */
+#define FWD_SCORE_PAD 2 /* ... the forward's two lanes a row (not pairs): rows 18 (mod 32) banks apart, so a lane pair's reads of 16 rows meet no bank twice */
 
 /* the generator's derived constants */
 typedef struct gen {

@@ -40,7 +40,6 @@ static void every_kernel_and_config(void)
                         c.pairs = c.kind == WGML_ATTN_FORWARD && !c.quads && c.subgroup_size == 2 * c.sm_m && (di + z + opt) % 2 == 0;
                         c.p_early = one && (s + ci + opt) % 2 == 0;
                         c.front_loads = one && c.prefetch && (di + ci) % 3 != 1;
-                        c.early_stage = one && c.prefetch && c.p_early && c.p_in_xs && !c.stage2 && (di + z) % 2 == 1;
                         int lpr = c.quads ? 4 : c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         bool quads_bad = c.quads && (c.kind == WGML_ATTN_FORWARD || (c.sm_m * 4) % c.subgroup_size);
                         if (quads_bad || c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
@@ -126,7 +125,7 @@ static void every_kernel_and_config(void)
                         CHECK((strstr(src, c.kind == WGML_ATTN_DKV ? "let fit = it + 1u;" : "let jn = j0 + ") != NULL) == c.prefetch);
                         /* two staging buffers: each step's own, and no barrier at a step's top */
                         CHECK((strstr(src, "let xb = (") != NULL) == c.stage2);
-                        CHECK((strstr(src, "// the last step's reads of") != NULL) == (!c.stage2 && !c.early_stage));
+                        CHECK((strstr(src, "// the last step's reads of") != NULL) == !c.stage2);
                         CHECK(!c.stage2 || (c.emulate ? test_count(src, "xb + ") > 0 : test_count(src, "subgroupMatrixLoad<R>(&xs, xb + ") == right_loads));
                         /* workgroups in tile-major order, or a head's (kv head's) tiles together */
                         CHECK((strstr(src, "let bh = wid % (P.B * P.H);") != NULL) == c.tile_major);
@@ -165,19 +164,6 @@ static void every_kernel_and_config(void)
                             CHECK(k0 && qs && (k0 < qs) == c.front_loads);
                             CHECK((strstr(src, "xs[o] = st0_0.x;") != NULL) == c.front_loads);
                             if (c.front_loads && halves) CHECK(strstr(src, "st1_0 = vec4<f16>(ld_q(") < qs);
-                        }
-                        /* staging after the scores: one barrier from a step's top to its vote (the
-                           scores'), the next K's and this V's reads, P after K and V in xs */
-                        if (one) {
-                            const char *top = strstr(src, "for (var t = 0u;"), *vote = strstr(src, "workgroupUniformLoad(");
-                            int bars = 0;
-                            for (const char *q = top; q && vote && (q = strstr(q, "workgroupBarrier();")) && q < vote; q++) bars++;
-                            CHECK(bars == (c.early_stage ? 1 : c.stage2 ? 2 : 3));
-                            CHECK((strstr(src, "let jv = j0 + ") != NULL) == c.early_stage);
-                            if (c.early_stage) {
-                                snprintf(want, sizeof want, "let pb = %du + sg * ", 2 * c.cols * (dp + 8));
-                                CHECK(strstr(src, want) != NULL);
-                            }
                         }
                         /* the forward writes L after O; the gradients read it */
                         CHECK((strstr(src, "O[P.lse_off") != NULL) == (c.kind == WGML_ATTN_FORWARD));
@@ -238,14 +224,6 @@ static void bad_configs_are_refused(void)
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c.prefetch = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
-    c = good, c.one_pass = true, c.prefetch = true, c.p_early = true, c.p_in_xs = true, c.early_stage = true;
-    CHECK(wgml_attn_sgmat_problem(&c) == NULL); /* staging after the scores: needs each of those */
-    c.p_early = false;
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c.p_early = true, c.p_in_xs = false;
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
-    c.p_in_xs = true, c.prefetch = false;
-    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c = good, c.quads = true; /* quads: the gradients only, rows whole 4-lane groups */
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c.kind = WGML_ATTN_DKV;

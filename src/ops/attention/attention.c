@@ -315,8 +315,7 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    dK/dV, 4 dQ (measured on an H200: dK/dV -16.5% / -10.5%, dQ -7.2% / -1.5% at T = 1024 / 256;
    the forward's lost, +12% at T = 256); the forward's: 8 its lanes on column pairs (pairs,
    where two lanes share a row), 16 P before the vote (p_early), 32 its first reads up front
-   (front_loads); 16 and 32 in one walk only; 64 the tiles staged after the scores' barrier
-   (early_stage: with 1, 16, prefetch and P in xs; not measured, not in the policy) (measured on an H200, the forward at T = 1024 /
+   (front_loads); 16 and 32 in one walk only (measured on an H200, the forward at T = 1024 /
    256: 8 -4.1% / -0.9%, 16 -2.6% / +0.6%, 32 -0.8% / 0.0%, all three -6.7% / -1.2%) */
 #define MATRIX_FORMS 63
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 4 dQ */
@@ -353,12 +352,10 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                                    .quads = (kind == WGML_ATTN_DKV && (forms & 2)) || (kind == WGML_ATTN_DQ && (forms & 4)),
                                    .pairs = kind == WGML_ATTN_FORWARD && (forms & 8),
                                    .p_early = kind == WGML_ATTN_FORWARD && (forms & 1) && (forms & 16),
-                                   .front_loads = kind == WGML_ATTN_FORWARD && (forms & 1) && (opts & 1) && (forms & 32),
-                                   .early_stage = kind == WGML_ATTN_FORWARD && (forms & 64)};
+                                   .front_loads = kind == WGML_ATTN_FORWARD && (forms & 1) && (opts & 1) && (forms & 32)};
             c->direct = rows >= wgml_attn_sgmat_rows(c);
             if (c->quads && wgml_attn_sgmat_problem(c)) c->quads = false; /* (rows not whole 4-lane groups) */
             if (c->pairs && wgml_attn_sgmat_problem(c)) c->pairs = false; /* (not two lanes a row) */
-            if (c->early_stage && wgml_attn_sgmat_problem(c)) c->early_stage = false; /* (not the forms it needs) */
             if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
                 (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
                 return true;
@@ -375,8 +372,7 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->direct << 3 |
                            (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7 |
                            (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9 | (uint32_t)c->quads << 10 |
-                           (uint32_t)c->pairs << 11 | (uint32_t)c->p_early << 12 | (uint32_t)c->front_loads << 13 |
-                           (uint32_t)c->early_stage << 14,
+                           (uint32_t)c->pairs << 11 | (uint32_t)c->p_early << 12 | (uint32_t)c->front_loads << 13,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);

@@ -116,7 +116,7 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.ko = c->p_in_xs && fwd ? g.C * g.SD : 0;
     g.vo = c->p_in_xs && fwd ? 0 : g.C * g.SD;
     g.pa = c->p_in_xs ? "xs" : "ps";
-    g.po = c->early_stage ? 2 * g.C * g.SD : c->p_in_xs ? g.C * g.SD : 0; /* (early_stage: after K and V) */
+    g.po = c->p_in_xs ? g.C * g.SD : 0;
     g.KP = c->kept_halves && c->kind != WGML_ATTN_DKV && g.DP / 2 % g.SK == 0 ? 2 : 1;
     g.SW = g.DP / g.KP + STAGE_PAD;
     return g;
@@ -185,8 +185,6 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
         return "pairs (the forward with two lanes a row)";
     if (c->p_early && !one_pass(c)) return "P before the vote (the one-walk forward)";
     if (c->front_loads && (!one_pass(c) || !c->prefetch)) return "loads up front (the one-walk forward with prefetch)";
-    if (c->early_stage && (!one_pass(c) || !c->prefetch || !c->p_early || !c->p_in_xs || c->stage2))
-        return "staging after the scores (the one-walk forward with prefetch, P before the vote and P in xs)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -597,36 +595,6 @@ static void put_key_step(gen *g, bool with_v)
     put_read_scores(g, "ninf", true);
 }
 
-/* The one-walk forward's step with early_stage (put_key_step's part): K of the first tile staged
-   before the walk (the next one read meanwhile); each step the scores, the barrier, then the
-   next step's K and this step's V stored (their slots' last reads, this step's Q K^T and the
-   last step's P V, are behind that barrier; the vote's barriers order the stores before their
-   reads) and the reads of the tiles after them issued; the step's loop stays open */
-static void put_early_step(gen *g)
-{
-    wgml_sbuf *b = g->b;
-    const int C = g->C;
-    wgml_sbuf_put(b, "    workgroupBarrier(); // the kept rows' loads from xs are done\n");
-    put_store_regs(g, "ka", C, g->ko);
-    wgml_sbuf_put(b, "    {\n        let jn = %du;\n", C);
-    put_fetch(g, "ka", "k", C, "jn", "kend", "kb", "P.k_st", NULL);
-    wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
-    wgml_sbuf_put(b, "    for (var t = 0u; t < ntiles; t++) {\n        let j0 = t * %du;\n        let c0 = j0;\n"
-                     "        let edge = i0 + %du > P.T || j0 + %du > P.S || (P.causal != 0u && j0 + %du + P.T > i0 + P.S);\n",
-                  C, g->R, C, C - 1);
-    if (g->c->emulate)
-        wgml_sbuf_put(b, "        if (li == 0u) { resc[0] = 0u; } // (its last reads were before the last step's vote's second barrier)\n");
-    put_scores(g, "q", g->ko);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
-    put_store_regs(g, "ka", C, g->ko);
-    put_store_regs(g, "va", C, g->vo);
-    wgml_sbuf_put(b, "    {\n        let jn = j0 + %du; // the tiles after them, in flight during this step\n        let jv = j0 + %du;\n", 2 * C, C);
-    put_fetch(g, "ka", "k", C, "jn", "kend", "kb", "P.k_st", NULL);
-    put_fetch(g, "va", "v", C, "jv", "kend", "vb", "P.v_st", NULL);
-    wgml_sbuf_put(b, "    }\n");
-    put_read_scores(g, "ninf", true);
-}
-
 /* The start of a kernel over a tile of queries (the forward, dQ): the entry point, the lane
    ids, the tile, and its scaled queries staged and kept in the subgroups' rows. */
 static void put_query_tile_start(gen *g, bool grad, bool kept)
@@ -769,8 +737,7 @@ static void put_forward_one_pass(gen *g)
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var mr%d = ninf;\n    var l%d = 0.0;\n    var ls%d = 0.0;\n", k, k, k);
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
     if (!g->c->front_loads) put_key_prologue(g, true);
-    if (g->c->early_stage) put_early_step(g);
-    else put_key_step(g, true);
+    put_key_step(g, true);
     if (!g->c->emulate) wgml_sbuf_put(b, "        var want = false;\n");
     for (int k = 0; k < g->rpl; k++) {
         wgml_sbuf_put(b, "        let lm%d = ", k);

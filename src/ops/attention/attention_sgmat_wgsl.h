@@ -70,12 +70,6 @@ typedef struct wgml_attn_sgmat {
     /* the one-walk forward with prefetch: the first K and V tile and every part of the kept
        rows (Q) read from memory before any is staged, so their latencies overlap */
     bool front_loads;
-    /* the one-walk forward with prefetch, P before the vote and P in xs: each step stores the
-       next step's K and this step's V right after its scores' barrier (K's last reads, and the
-       last step's P V, are behind it), P in a block of xs of its own; the vote's barriers then
-       order them before their reads, and the barriers at a step's top and after its staging go
-       (3 a step) */
-    bool early_stage;
 } wgml_attn_sgmat;
 
 /* The workgroup's rows (queries, or keys in dK/dV), threads and head dim padded to 16 */

@@ -759,7 +759,17 @@ static void bench_gather(int quick)
 
 /* Median seconds of causal attention's forward pass, or forward and backward (q, k, v
    trainable, L = sum(y * dout) so that dout is y's gradient), one evaluation a run */
-static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv, wgml_tensor *dout, bool backward, int reps)
+/* q, k, v as the GPT's step makes them (packed non-NULL): windows of the QKV GEMM's [B,T,3C]
+   result seen as [B,H,T,D], the output [B,T,H,D], the gradient one [B,T,3C] tensor */
+static void gpt_heads(wgml_context *ctx, wgml_tensor *packed, const int64_t *sh, wgml_tensor **qkv)
+{
+    static const int bhtd[4] = {0, 2, 1, 3};
+    wgml_tensor *all = wgml_reshape(ctx, packed, 4, (int64_t[4]){sh[0], sh[2], 3 * sh[1], sh[3]});
+    for (int i = 0; i < 3; i++) qkv[i] = wgml_permute(ctx, wgml_slice(ctx, all, 2, i * sh[1], (i + 1) * sh[1], 1), bhtd);
+}
+
+static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv_in, wgml_tensor *packed, const int64_t *sh,
+                             wgml_tensor *dout, bool backward, int reps)
 {
     double t[64];
     if (reps > 64) reps = 64;
@@ -767,14 +777,16 @@ static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv, wgml_te
     for (int r = -1; r < reps; r++) {
         if (r == 0 && bench_now() < warm_until) r = -1;
         wgml_scope_begin(ctx);
-        wgml_tensor *y = wgml_attention(ctx, qkv[0], qkv[1], qkv[2], &(wgml_attention_desc){.causal = 1});
+        wgml_tensor *qkv[3] = {qkv_in[0], qkv_in[1], qkv_in[2]};
+        if (packed) gpt_heads(ctx, packed, sh, qkv);
+        wgml_tensor *y = wgml_attention(ctx, qkv[0], qkv[1], qkv[2], &(wgml_attention_desc){.causal = 1, .packed = packed, .out_bthd = packed != NULL});
         wgml_tensor *outs[3] = {y};
         int n = 1;
         wgml_status st = WGML_OK;
         if (backward) {
             st = wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, y, dout)));
-            for (int i = 0; i < 3; i++) outs[i] = wgml_grad(qkv[i]);
-            n = 3;
+            for (int i = 0; i < 3; i++) outs[i] = wgml_grad(packed ? packed : qkv[i]);
+            n = packed ? 1 : 3;
         }
         wgml_synchronize(ctx);
         double t0 = bench_now();
@@ -783,7 +795,7 @@ static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv, wgml_te
         double el = bench_now() - t0;
         wgml_stats s;
         wgml_stats_get(ctx, &s);
-        for (int i = 0; i < 3 && backward; i++) wgml_zero_grad(qkv[i]);
+        for (int i = 0; i < 3 && backward; i++) wgml_zero_grad(packed ? packed : qkv[i]);
         wgml_scope_end(ctx);
         if (st) {
             fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
@@ -825,6 +837,10 @@ static void bench_attention(int quick)
     for (int i = 0; i < 2; i++) {
         const int64_t *sh = quick ? small[i] : full[i];
         wgml_tensor *qkv[3], *dout = random_tensor(ctx, 4, sh);
+        /* the GPT step's layout: one [B,T,3C] input, the output and its gradient [B,T,H,D] */
+        const int64_t btc3[3] = {sh[0], sh[2], 3 * sh[1] * sh[3]}, bthd[4] = {sh[0], sh[2], sh[1], sh[3]};
+        wgml_tensor *packed = random_tensor(ctx, 3, btc3), *dout_bthd = random_tensor(ctx, 4, bthd);
+        wgml_requires_grad(packed, 1);
         for (int j = 0; j < 3; j++) {
             qkv[j] = random_tensor(ctx, 4, sh);
             wgml_requires_grad(qkv[j], 1);
@@ -846,13 +862,13 @@ static void bench_attention(int quick)
             }
             snprintf(name, sizeof name, "attention_fwd_B%lld_H%lld_T%lld_D%lld%s", (long long)sh[0], (long long)sh[1],
                      (long long)sh[2], (long long)sh[3], tag);
-            double sec = time_attention(ctx, qkv, dout, false, quick ? 3 : 15);
+            double sec = time_attention(ctx, qkv, NULL, sh, dout, false, quick ? 3 : 15);
             bench_report(name, sec, flops / sec / 1e12, "TFLOP/s");
             wgml_stats s0, s1;
             wgml_synchronize(ctx);
             wgml_stats_reset_peaks(ctx);
             wgml_stats_get(ctx, &s0);
-            sec = time_attention(ctx, qkv, dout, true, quick ? 3 : 15);
+            sec = time_attention(ctx, qkv, NULL, sh, dout, true, quick ? 3 : 15);
             wgml_stats_get(ctx, &s1);
             snprintf(name, sizeof name, "attention_fwdbwd_B%lld_H%lld_T%lld_D%lld%s", (long long)sh[0], (long long)sh[1],
                      (long long)sh[2], (long long)sh[3], tag);
@@ -860,6 +876,10 @@ static void bench_attention(int quick)
             snprintf(name, sizeof name, "attention_fwdbwd_T%lld_peak_extra%s", (long long)sh[2], tag);
             last_host_seconds = 0;
             bench_report(name, 0, (double)(s1.bytes_in_use_peak - s0.bytes_in_use) / 1048576.0, "MiB above inputs");
+            snprintf(name, sizeof name, "attention_fwdbwd_B%lld_H%lld_T%lld_D%lld_gpt_layout%s", (long long)sh[0], (long long)sh[1],
+                     (long long)sh[2], (long long)sh[3], tag);
+            sec = time_attention(ctx, qkv, packed, sh, dout_bthd, true, quick ? 3 : 15);
+            bench_report(name, sec, 3.5 * flops / sec / 1e12, "TFLOP/s");
             if (!mixed_only && attention_results(ctx, qkv, dout, n, res[mixed])) {
                 fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
                 wgml_clear_error(ctx);
@@ -881,6 +901,8 @@ static void bench_attention(int quick)
             for (int j = 0; j < 4; j++) free(res[m][j]);
         for (int j = 0; j < 3; j++) wgml_tensor_free(qkv[j]);
         wgml_tensor_free(dout);
+        wgml_tensor_free(packed);
+        wgml_tensor_free(dout_bthd);
     }
     wgml_context_free(ctx);
 }

@@ -63,8 +63,8 @@
  * apart); two lanes a row at columns l % 2 + 2 j, rows cols + 4 floats apart, put rows r and
  * r + 8 in one bank (likely; the bank pattern is from NVIDIA's rules, not measured by itself).
  * With `pairs` (the forward's two lanes a row) lane l takes the pairs 2 (l % 2) + 4 j and the
- * next: with score rows cols + 4 floats apart its 8-byte reads meet no bank twice in a half
- * warp, and P goes a pair (4 bytes) at a time.
+ * next: with score rows cols + 4 floats apart its 8-byte reads (LDS.64 in the H200 driver's
+ * SASS) meet no bank twice in a half warp, and P goes a pair (4 bytes) at a time.
  */
 #include "ops/attention/attention_sgmat_wgsl.h"
 

@@ -59,9 +59,9 @@ typedef struct wgml_attn_sgmat {
        lane % lanes + lanes j, rows cols + 4 apart) */
     bool quads;
     /* the forward with two lanes a row: each lane takes pairs of adjacent columns, 2 (lane % 2)
-       + 4 j and the next, so its reads of the score block are likely 8-byte loads and its P
-       4-byte stores (half the instructions); score rows cols + 4 floats apart, where those
-       reads meet no bank twice */
+       + 4 j and the next, so its reads of the score block are 8-byte loads and its P 4-byte
+       stores (half the instructions, in the H200 driver's SASS); score rows cols + 4 floats
+       apart, where those reads meet no bank twice */
     bool pairs;
     /* the one-walk forward: each step's P written against the row's reference before the vote
        on rescaling (written again in the rescaling branch), so the vote's barriers order P

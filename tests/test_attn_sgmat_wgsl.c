@@ -35,6 +35,11 @@ static void every_kernel_and_config(void)
                                              /* the gradients' lanes in quads, or two a row */
                                              .quads = (di + s + opt) & 1};
                         bool one = c.one_pass && c.kind == WGML_ATTN_FORWARD;
+                        /* the forward's forms: its lanes on column pairs, P before the vote, its
+                           first reads up front (where each applies: the refusals are below) */
+                        c.pairs = c.kind == WGML_ATTN_FORWARD && !c.quads && c.subgroup_size == 2 * c.sm_m && (di + z + opt) % 2 == 0;
+                        c.p_early = one && (s + ci + opt) % 2 == 0;
+                        c.front_loads = one && c.prefetch && (di + ci) % 3 != 1;
                         int lpr = c.quads ? 4 : c.subgroup_size >= c.sm_m ? c.subgroup_size / c.sm_m : 1;
                         bool quads_bad = c.quads && (c.kind == WGML_ATTN_FORWARD || (c.sm_m * 4) % c.subgroup_size);
                         if (quads_bad || c.cols % lpr || (c.p_in_xs && (c.stage2 || c.kind == WGML_ATTN_DKV)) ||
@@ -128,10 +133,10 @@ static void every_kernel_and_config(void)
                               !c.tile_major);
                         /* quads: 4 lanes a row, each a pair of adjacent columns of the score block
                            (rows cols + 8 floats apart), else 2 (rows cols + 4 apart) */
-                        CHECK((strstr(src, "let lc2 = lc * 2u;") != NULL) == c.quads);
+                        CHECK((strstr(src, "let lc2 = lc * 2u;") != NULL) == (c.quads || c.pairs));
                         /* (the forward's two lanes a row: rows cols + 2 apart, its reads in no bank twice) */
                         bool two_lanes = !c.quads && c.subgroup_size >= c.sm_m && c.subgroup_size / c.sm_m == 2;
-                        int pad = c.quads ? 8 : c.kind == WGML_ATTN_FORWARD && two_lanes ? 2 : 4;
+                        int pad = c.quads ? 8 : c.kind == WGML_ATTN_FORWARD && two_lanes && !c.pairs ? 2 : 4;
                         snprintf(want, sizeof want, "var<workgroup> ss: array<f32, %d>;", 4 * c.sm_m * (c.cols + pad));
                         CHECK(strstr(src, want) != NULL);
                         if (c.quads) {
@@ -140,6 +145,25 @@ static void every_kernel_and_config(void)
                             CHECK(strstr(src, want) != NULL);
                             snprintf(want, sizeof want, "ss[sb + row0 * %du + lc2 + 9u]", c.cols + 8);
                             CHECK(strstr(src, want) != NULL);
+                        }
+                        /* pairs: a lane's entries 1 and 3 are columns 1 and 5 of its pairs */
+                        if (c.pairs) {
+                            snprintf(want, sizeof want, "var x0_3 = ss[sb + row0 * %du + lc2 + 5u];", c.cols + 4);
+                            CHECK(strstr(src, want) != NULL);
+                        }
+                        /* P before the vote: written there and again where a step rescales */
+                        if (one) {
+                            const char *lazy = "            ls0 = 0.0;\n", *vote = strstr(src, "workgroupUniformLoad(");
+                            CHECK(test_count(src, lazy) == (c.p_early ? 2 : 1));
+                            CHECK(vote && (strstr(src, lazy) < vote) == c.p_early);
+                        }
+                        /* loads up front: the first K tile's and every part of Q's before Q is
+                           staged */
+                        if (c.kind == WGML_ATTN_FORWARD) {
+                            const char *k0 = strstr(src, "= vec4<f16>(ld_k("), *qs = strstr(src, "xs[o] = st");
+                            CHECK(k0 && qs && (k0 < qs) == c.front_loads);
+                            CHECK((strstr(src, "xs[o] = st0_0.x;") != NULL) == c.front_loads);
+                            if (c.front_loads && halves) CHECK(strstr(src, "st1_0 = vec4<f16>(ld_q(") < qs);
                         }
                         /* the forward writes L after O; the gradients read it */
                         CHECK((strstr(src, "O[P.lse_off") != NULL) == (c.kind == WGML_ATTN_FORWARD));
@@ -183,6 +207,22 @@ static void bad_configs_are_refused(void)
     c = good, c.out16 = true; /* halves out: the gradients' results only */
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);
     c.kind = WGML_ATTN_DQ;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c = good, c.pairs = true; /* pairs: the forward with two lanes a row */
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c.kind = WGML_ATTN_DQ;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.pairs = true, c.subgroup_size = 64;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.p_early = true; /* P before the vote, loads up front: the one-walk forward */
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c.one_pass = true;
+    CHECK(wgml_attn_sgmat_problem(&c) == NULL);
+    c.kind = WGML_ATTN_DQ;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c = good, c.one_pass = true, c.front_loads = true;
+    CHECK(wgml_attn_sgmat_problem(&c) != NULL);
+    c.prefetch = true;
     CHECK(wgml_attn_sgmat_problem(&c) == NULL);
     c = good, c.quads = true; /* quads: the gradients only, rows whole 4-lane groups */
     CHECK(wgml_attn_sgmat_problem(&c) != NULL);

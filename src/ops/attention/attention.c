@@ -305,14 +305,19 @@ static wgml_status choose_tiles(wgml_context *ctx, wgml_attn_kernel *k, int64_t 
    head's longest tile first); dK/dV keeps a head's tiles together (likely they share its Q and
    dO in L2). The forward walks the keys once. The gradients' lanes take their score blocks in
    quads (the result fragment's layout: pairs of adjacent columns; likely fewer bank conflicts
-   and wider accesses of workgroup memory). `rows` (T, or S for dK/dV): whole tiles of
+   and wider accesses of workgroup memory); the forward's two lanes a row take pairs of
+   adjacent columns, write P before the vote on rescaling (one barrier fewer a step) and read
+   the first K and V tile and all of Q before staging any. `rows` (T, or S for dK/dV): whole tiles of
    results go straight from the matrix units only where a whole tile exists (a store of a
    16 x 16 f32 fragment makes Dawn ask bindings of at least 1024 bytes). */
 /* the matrix kernels' forms (WGML_ATTN_MATRIX's X bits): 1 the forward in one walk; the lanes
    in quads over the score blocks (wgml_attn_sgmat.quads, where the generator takes them): 2
    dK/dV, 4 dQ (measured on an H200: dK/dV -16.5% / -10.5%, dQ -7.2% / -1.5% at T = 1024 / 256;
-   the forward's lost, +12% at T = 256) */
-#define MATRIX_FORMS 7
+   the forward's lost, +12% at T = 256); the forward's: 8 its lanes on column pairs (pairs,
+   where two lanes share a row), 16 P before the vote (p_early), 32 its first reads up front
+   (front_loads); 16 and 32 in one walk only (measured on an H200, the forward at T = 1024 /
+   256: 8 -4.1% / -0.9%, 16 -2.6% / +0.6%, 32 -0.8% / 0.0%, all three -6.7% / -1.2%) */
+#define MATRIX_FORMS 63
 /* the kernels in tile-major order (WGML_ATTN_MATRIX's G bits): 1 the forward, 4 dQ */
 #define MATRIX_TILE_MAJOR 5
 /* the kernels' options (WGML_ATTN_MATRIX's O bits): 1 prefetch, 4 two staging
@@ -344,9 +349,13 @@ static bool choose_matrix(wgml_context *ctx, const wgml_tensor *t, int kind, int
                                    .p_in_xs = kind != WGML_ATTN_DKV && !stage2 && (opts & 8),
                                    .kept_halves = kind != WGML_ATTN_DKV && (opts & 16),
                                    .tile_major = kind != WGML_ATTN_DKV && (order >> which & 1),
-                                   .quads = (kind == WGML_ATTN_DKV && (forms & 2)) || (kind == WGML_ATTN_DQ && (forms & 4))};
+                                   .quads = (kind == WGML_ATTN_DKV && (forms & 2)) || (kind == WGML_ATTN_DQ && (forms & 4)),
+                                   .pairs = kind == WGML_ATTN_FORWARD && (forms & 8),
+                                   .p_early = kind == WGML_ATTN_FORWARD && (forms & 1) && (forms & 16),
+                                   .front_loads = kind == WGML_ATTN_FORWARD && (forms & 1) && (opts & 1) && (forms & 32)};
             c->direct = rows >= wgml_attn_sgmat_rows(c);
             if (c->quads && wgml_attn_sgmat_problem(c)) c->quads = false; /* (rows not whole 4-lane groups) */
+            if (c->pairs && wgml_attn_sgmat_problem(c)) c->pairs = false; /* (not two lanes a row) */
             if (!wgml_attn_sgmat_problem(c) && wgml_attn_sgmat_shared_bytes(c) <= ctx->rt.limits.maxComputeWorkgroupStorageSize &&
                 (uint32_t)wgml_attn_sgmat_threads(c) <= ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
                 return true;
@@ -362,7 +371,8 @@ static wgml_status matrix_pipeline(wgml_context *ctx, const wgml_attn_sgmat *c, 
                        (uint32_t)c->subgroups, (uint32_t)c->cols,
                        c->vec | (uint32_t)c->prefetch << 1 | (uint32_t)c->direct << 3 |
                            (uint32_t)c->one_pass << 4 | (uint32_t)c->out16 << 5 | (uint32_t)c->stage2 << 6 | (uint32_t)c->tile_major << 7 |
-                           (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9 | (uint32_t)c->quads << 10,
+                           (uint32_t)c->p_in_xs << 8 | (uint32_t)c->kept_halves << 9 | (uint32_t)c->quads << 10 |
+                           (uint32_t)c->pairs << 11 | (uint32_t)c->p_early << 12 | (uint32_t)c->front_loads << 13,
                        c->emulate};
     if ((l->pipeline = wgml_pipeline_find(ctx, key, 9))) return WGML_OK;
     l->pipeline = wgml_pipeline_add(ctx, key, 9, wgml_attn_sgmat_source(c), true);

@@ -33,6 +33,10 @@
  * reason, not shown: NVIDIA's subgroups need not reconverge after such a branch, and the matrix
  * calls after it need the whole subgroup. The emulated stand-ins, which have no subgroups, keep
  * that form.
+ * With `p_early` each step's P is written against the references before the vote (the
+ * steps that rescale write it again after), so the vote's barriers order it before P V and the
+ * barrier between them goes. With `front_loads` the first K and V tile and every part of Q are
+ * read from memory before any is staged, their latencies overlapping.
  *
  * With `prefetch` each step's tiles (K and V; Q, dO, L and Delta in dK/dV) are read from memory
  * into registers, as f16, right after the previous step's tiles were staged, so the reads are in
@@ -58,6 +62,9 @@
  * P and dS are stored a pair (4 bytes) at a time, none twice in a bank (rows cols + 8 halves
  * apart); two lanes a row at columns l % 2 + 2 j, rows cols + 4 floats apart, put rows r and
  * r + 8 in one bank (likely; the bank pattern is from NVIDIA's rules, not measured by itself).
+ * With `pairs` (the forward's two lanes a row) lane l takes the pairs 2 (l % 2) + 4 j and the
+ * next: with score rows cols + 4 floats apart its 8-byte reads (LDS.64 in the H200 driver's
+ * SASS) meet no bank twice in a half warp, and P goes a pair (4 bytes) at a time.
  */
 #include "ops/attention/attention_sgmat_wgsl.h"
 
@@ -70,7 +77,7 @@
 #define STAGE_PAD 8 /* halves per staged row against bank conflicts (keeps rows 16-byte aligned) */
 #define SCORE_PAD 4 /* floats per score row */
 #define QUAD_SCORE_PAD 8 /* ... with quads: rows 8 (mod 32) banks apart */
-#define FWD_SCORE_PAD 2 /* ... the forward's two lanes a row: rows 18 (mod 32) banks apart, so a lane pair's reads of 16 rows meet no bank twice */
+#define FWD_SCORE_PAD 2 /* ... the forward's two lanes a row (not pairs): rows 18 (mod 32) banks apart, so a lane pair's reads of 16 rows meet no bank twice */
 
 /* the generator's derived constants */
 typedef struct gen {
@@ -98,7 +105,9 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.lpr = c->quads ? 4 : g.SGS >= g.SM ? g.SGS / g.SM : 1;
     g.rpl = g.SM * g.lpr / g.SGS;
     g.cpr = g.C / g.lpr;
-    g.SC = g.C + (c->quads ? QUAD_SCORE_PAD : c->kind == WGML_ATTN_FORWARD && g.lpr == 2 ? FWD_SCORE_PAD : SCORE_PAD);
+    g.SC = g.C + (c->quads                                                      ? QUAD_SCORE_PAD
+                  : c->kind == WGML_ATTN_FORWARD && g.lpr == 2 && !c->pairs ? FWD_SCORE_PAD
+                                                                            : SCORE_PAD);
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
     g.xb = c->stage2 ? "xb + " : "";
@@ -113,11 +122,11 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     return g;
 }
 
-/* the column of a lane's entry j of each of its rows (WGSL): lc + j lpr, or with quads the
-   pair 2 lc + 8 (j / 2) (+1 for odd j) */
+/* the column of a lane's entry j of each of its rows (WGSL): lc + j lpr, or with quads (pairs)
+   the pair 2 lc + 8 (4) (j / 2) (+1 for odd j) */
 static const char *lane_col(const gen *g, int j, char *buf, size_t n)
 {
-    if (g->c->quads) snprintf(buf, n, "lc2 + %du", (j & 1) + 2 * g->lpr * (j >> 1));
+    if (g->c->quads || g->c->pairs) snprintf(buf, n, "lc2 + %du", (j & 1) + 2 * g->lpr * (j >> 1));
     else snprintf(buf, n, "lc + %du", j * g->lpr);
     return buf;
 }
@@ -172,6 +181,10 @@ const char *wgml_attn_sgmat_problem(const wgml_attn_sgmat *c)
     if (c->kept_halves && c->kind == WGML_ATTN_DKV) return "kept rows by halves (the forward and dQ)";
     if (c->quads && (c->kind == WGML_ATTN_FORWARD || c->subgroup_size < 4 || (c->sm_m * 4) % c->subgroup_size || c->cols % 8))
         return "quads (dK/dV and dQ, rows a whole number of 4-lane groups of the subgroup)";
+    if (c->pairs && (c->kind != WGML_ATTN_FORWARD || c->quads || c->subgroup_size != 2 * c->sm_m))
+        return "pairs (the forward with two lanes a row)";
+    if (c->p_early && !one_pass(c)) return "P before the vote (the one-walk forward)";
+    if (c->front_loads && (!one_pass(c) || !c->prefetch)) return "loads up front (the one-walk forward with prefetch)";
     if (c->cols % gen_of(NULL, c).lpr) return "cols not a multiple of the lanes per row"; /* (the fields it reads are checked) */
     return NULL;
 }
@@ -322,33 +335,52 @@ static void put_store_regs(gen *g, const char *reg, int rows, int dst)
     put_xs_store(g, reg, rows * g->DP / 4, o);
 }
 
+/* The reads of part p of the kept rows (put_kept) into registers <reg>0.. (declared here) */
+static void put_kept_loads(gen *g, int p, const char *reg, const char *x, const char *row0, const char *lim, const char *base,
+                           const char *stride, const char *scale)
+{
+    wgml_sbuf *b = g->b;
+    int W4 = g->DP / 4 / g->KP, items = g->R * W4;
+    for (int n = 0; n * g->NT < items; n++) {
+        bool tail = (n + 1) * g->NT > items;
+        wgml_sbuf_put(b, "    var %s%d = vec4<f16>();\n    {\n        let e = li + %du;\n", reg, n, n * g->NT);
+        if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
+        wgml_sbuf_put(b, "        let r = e / %du;\n"
+                         "        if (%s + r < %s) { %s%d = vec4<f16>(ld_%s(%s + (%s + r) * %s, %du + e %% %du)%s%s); }\n",
+                      W4, row0, lim, reg, n, x, base, row0, stride, p * W4, W4, scale ? " * " : "", scale ? scale : "");
+        if (tail) wgml_sbuf_put(b, "        }\n");
+        wgml_sbuf_put(b, "    }\n");
+    }
+}
+
 /* The rows the workgroup keeps: its R rows of a tensor (row r is the tensor's row row0 + r,
    zeros at or past lim, from element base + (row0 + r) * stride, times scale unless NULL),
    staged into xs KP parts of their columns at a time (rows SW apart), each part's K steps
    loaded into left fragments <var>0.. of the subgroup's rows (K step k in <var>k). A barrier
    first where `barrier` (xs's last reads are before it) and between parts; the last part's
-   loads are left to the next barrier. */
+   loads are left to the next barrier. With `front` every part is read from memory first (into
+   st<part>_<n>), else each part just before it is staged. */
 static void put_kept(gen *g, const char *x, const char *row0, const char *lim, const char *base, const char *stride,
-                     const char *scale, const char *var, bool barrier)
+                     const char *scale, const char *var, bool barrier, bool front)
 {
     wgml_sbuf *b = g->b;
     int W4 = g->DP / 4 / g->KP, KDP = g->KD / g->KP, items = g->R * W4;
+    char reg[16];
+    for (int p = 0; p < g->KP && front; p++) {
+        snprintf(reg, sizeof reg, "st%d_", p);
+        put_kept_loads(g, p, reg, x, row0, lim, base, stride, scale);
+    }
     for (int p = 0; p < g->KP; p++) {
         if (barrier || p) wgml_sbuf_put(b, "    workgroupBarrier();%s\n", p ? " // the last part's loads are done" : "");
         wgml_sbuf_put(b, "    {\n");
-        for (int n = 0; n * g->NT < items; n++) {
-            bool tail = (n + 1) * g->NT > items;
-            wgml_sbuf_put(b, "    var st%d = vec4<f16>();\n    {\n        let e = li + %du;\n", n, n * g->NT);
-            if (tail) wgml_sbuf_put(b, "        if (e < %du) {\n", items);
-            wgml_sbuf_put(b, "        let r = e / %du;\n"
-                             "        if (%s + r < %s) { st%d = vec4<f16>(ld_%s(%s + (%s + r) * %s, %du + e %% %du)%s%s); }\n",
-                          W4, row0, lim, n, x, base, row0, stride, p * W4, W4, scale ? " * " : "", scale ? scale : "");
-            if (tail) wgml_sbuf_put(b, "        }\n");
-            wgml_sbuf_put(b, "    }\n");
+        if (front) snprintf(reg, sizeof reg, "st%d_", p);
+        else {
+            snprintf(reg, sizeof reg, "st");
+            put_kept_loads(g, p, reg, x, row0, lim, base, stride, scale);
         }
         char o[64];
         snprintf(o, sizeof o, "(e / %du) * %du + (e %% %du) * 4u", W4, g->SW, W4);
-        put_xs_store(g, "st", items, o);
+        put_xs_store(g, reg, items, o);
         wgml_sbuf_put(b, "    }\n    workgroupBarrier();\n");
         for (int k = p * KDP; k < (p + 1) * KDP; k++) {
             char v[16], off[64];
@@ -471,7 +503,7 @@ static void put_lane_ids(gen *g)
     wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
                         "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = %du + sg * %du; // its f16 block (in %s)\n",
                   g->lpr, g->lpr, g->SM, g->SM * g->SC, g->po, g->SM * g->PC, g->pa);
-    if (g->c->quads) wgml_sbuf_put(g->b, "    let lc2 = lc * 2u;\n");
+    if (g->c->quads || g->c->pairs) wgml_sbuf_put(g->b, "    let lc2 = lc * 2u;\n");
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
 }
 
@@ -565,13 +597,13 @@ static void put_key_step(gen *g, bool with_v)
 
 /* The start of a kernel over a tile of queries (the forward, dQ): the entry point, the lane
    ids, the tile, and its scaled queries staged and kept in the subgroups' rows. */
-static void put_query_tile_start(gen *g, bool grad)
+static void put_query_tile_start(gen *g, bool grad, bool kept)
 {
     put_main(g, "P.tiles * P.B * P.H");
     put_lane_ids(g);
     wgml_attn_put_query_tile(g->b, g->R, grad, g->c->tile_major);
     wgml_sbuf_put(g->b, "    let r0 = i0 + sr; // the query of the subgroup's row 0\n");
-    put_kept(g, "q", "i0", "P.T", "qb", "P.q_st", "P.scale2", "q", false);
+    if (kept) put_kept(g, "q", "i0", "P.T", "qb", "P.q_st", "P.scale2", "q", false, false);
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -580,10 +612,15 @@ static void put_query_tile_start(gen *g, bool grad)
 static void put_forward_start(gen *g)
 {
     wgml_attn_put_forward_bindings(g->b, g->c->vec, true);
-    put_query_tile_start(g, false);
+    bool front = g->c->front_loads;
+    put_query_tile_start(g, false, !front);
     put_key_range(g);
     put_stage_regs(g, "ka", g->C);
     put_stage_regs(g, "va", g->C);
+    if (!front) return;
+    /* the first tile's reads and Q's, all in flight together (the walk's prologue is here) */
+    put_key_prologue(g, true);
+    put_kept(g, "q", "i0", "P.T", "qb", "P.q_st", "P.scale2", "q", false, true);
 }
 
 static void put_forward(gen *g)
@@ -699,7 +736,7 @@ static void put_forward_one_pass(gen *g)
     put_forward_start(g);
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "    var mr%d = ninf;\n    var l%d = 0.0;\n    var ls%d = 0.0;\n", k, k, k);
     for (int f = 0; f < g->FD; f++) wgml_sbuf_put(b, "    var o%d = Acc();\n", f);
-    put_key_prologue(g, true);
+    if (!g->c->front_loads) put_key_prologue(g, true);
     put_key_step(g, true);
     if (!g->c->emulate) wgml_sbuf_put(b, "        var want = false;\n");
     for (int k = 0; k < g->rpl; k++) {
@@ -714,6 +751,9 @@ static void put_forward_one_pass(gen *g)
         else
             wgml_sbuf_put(b, "        want = want || (lm%d != ninf && (mr%d == ninf || lm%d - mr%d > TAU));\n", k, k, k, k);
     }
+    /* with p_early P now, against the reference before the vote: the vote's barriers order it
+       before P V (the steps that rescale write it again, as they would overflow) */
+    if (g->c->p_early) put_lazy_p(g);
     if (g->c->emulate) wgml_sbuf_put(b, "        if (workgroupUniformLoad(&resc[0]) != 0u) {\n");
     else {
         /* no lane-divergent branch before the matrix calls: each subgroup's vote stored by all
@@ -741,10 +781,17 @@ static void put_forward_one_pass(gen *g)
     char *lt = wgml_sbuf_take(lane);
     put_acc_passes(g, "o", lt ? lt : "", true);
     free(lt);
-    wgml_sbuf_put(b, "            }\n        }\n");
-    /* P once, after the decision: each lane writes its entries of ps once a step */
-    put_lazy_p(g);
-    wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    wgml_sbuf_put(b, "            }\n");
+    if (g->c->p_early) {
+        put_lazy_p(g);
+        wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    }
+    wgml_sbuf_put(b, "        }\n");
+    if (!g->c->p_early) {
+        /* P once, after the decision: each lane writes its entries of ps once a step */
+        put_lazy_p(g);
+        wgml_sbuf_put(b, "        workgroupBarrier();\n");
+    }
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(b, "        l%d = l%d + ls%d;\n", k, k, k);
     put_accumulate(g, "o", g->pa, g->vo);
     wgml_sbuf_put(b, "    }\n");
@@ -784,8 +831,8 @@ static void put_dq(gen *g)
     wgml_sbuf *b = g->b;
     const int C = g->C;
     put_grad_bindings(g);
-    put_query_tile_start(g, true);
-    put_kept(g, "do", "i0", "P.T", "ob", "P.do_st", NULL, "w", true);
+    put_query_tile_start(g, true, true);
+    put_kept(g, "do", "i0", "P.T", "ob", "P.do_st", NULL, "w", true, false);
     for (int k = 0; k < g->rpl; k++)
         wgml_sbuf_put(b, "    var lq%d = 0.0;\n    var dl%d = 0.0;\n"
                          "    if (r0 + row%d < P.T) { lq%d = LSE[P.lse_off + rb + r0 + row%d]; dl%d = DEL[rb + r0 + row%d]; }\n",
@@ -857,8 +904,8 @@ static void put_dkv(gen *g)
     put_lane_ids(g);
     wgml_attn_put_key_tile(b, g->R);
     wgml_sbuf_put(b, "    let r0 = j0 + sr; // the key of the subgroup's row 0\n");
-    put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false);
-    put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true);
+    put_kept(g, "k", "j0", "P.S", "kb", "P.k_st", NULL, "kr", false, false);
+    put_kept(g, "v", "j0", "P.S", "vb", "P.v_st", NULL, "vr", true, false);
     wgml_sbuf_put(b, "    // the first query tile that sees one of these keys: i + S >= j0 + T\n"
                      "    var qstart = 0u;\n"
                      "    if (P.causal != 0u && j0 + P.T > P.S) { qstart = (j0 + P.T - P.S) / %du; }\n"

@@ -58,6 +58,18 @@ typedef struct wgml_attn_sgmat {
        score rows cols + 8 floats apart (without it: subgroup_size / sm_m lanes a row, columns
        lane % lanes + lanes j, rows cols + 4 apart) */
     bool quads;
+    /* the forward with two lanes a row: each lane takes pairs of adjacent columns, 2 (lane % 2)
+       + 4 j and the next, so its reads of the score block are 8-byte loads and its P 4-byte
+       stores (half the instructions, in the H200 driver's SASS); score rows cols + 4 floats
+       apart, where those reads meet no bank twice */
+    bool pairs;
+    /* the one-walk forward: each step's P written against the row's reference before the vote
+       on rescaling (written again in the rescaling branch), so the vote's barriers order P
+       before P V and the barrier between them goes */
+    bool p_early;
+    /* the one-walk forward with prefetch: the first K and V tile and every part of the kept
+       rows (Q) read from memory before any is staged, so their latencies overlap */
+    bool front_loads;
 } wgml_attn_sgmat;
 
 /* The workgroup's rows (queries, or keys in dK/dV), threads and head dim padded to 16 */

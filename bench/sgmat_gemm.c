@@ -247,6 +247,9 @@ typedef struct problem {
 } problem;
 /* SGMAT_C_F16=1 (bench): C stored as halves, every result rounded by the epilogue */
 static bool c_f16;
+/* SGMAT_C_VEC=1: results 8 a lane as vectors where wgml would take them (N a multiple of 8,
+   C of halves or an activation; not split K's partials) */
+static bool c_vec_wanted(void) { return getenv("SGMAT_C_VEC") && atoi(getenv("SGMAT_C_VEC")); }
 
 typedef struct operands_host {
     float *a, *b, *bias, *c0; /* values as the GPU sees them before any f16 rounding of f32 storage */
@@ -402,6 +405,7 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
     int bv = wgml_sgmat_vec_width(0, h->ldb, S > 1 ? (q->tb ? Kc : Kc * h->ldb) : h->b_bs0, h->b_bs1, b_ext);
     c.a_vec = base->a_vec ? (av < base->a_vec ? av : base->a_vec) : 0;
     c.b_vec = base->b_vec ? (bv < base->b_vec ? bv : base->b_vec) : 0;
+    c.c_vec = c_vec_wanted() && S <= 1 && q->N % 8 == 0 && wgml_sgmat_c_vec_fits(&c, q->act != 0);
     return c;
 }
 
@@ -680,9 +684,9 @@ static wgml_sgmat_config config_of(const knob *k, shape3 s)
 
 static void describe(char *out, size_t n, const wgml_sgmat_config *c)
 {
-    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
+    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
              c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec,
-             c->cs_rounds == 4 ? " r4" : c->cs_rounds > 1 ? " r2" : "");
+             c->cs_rounds == 4 ? " r4" : c->cs_rounds > 1 ? " r2" : "", c_vec_wanted() ? " cv" : "");
 }
 
 static int cmd_parse(void)
@@ -702,6 +706,8 @@ static int cmd_parse(void)
                     c.two_leading = store == 2;
                     int act = (form + store) % 3;
                     bool ta = form & 1, tb = form & 2;
+                    c.c_f16 = c_vec_wanted() && form == 3;
+                    c.c_vec = c_vec_wanted() && wgml_sgmat_c_vec_fits(&c, act != 0);
                     if (wgml_sgmat_workgroup_bytes(&c, ta, tb) > wg_storage_limit) continue;
                     char *src = wgml_sgmat_gemm_source(&c, ta, tb, act_wgsl[act]), why[2048], name[96];
                     describe(name, sizeof name, &c);
@@ -871,6 +877,8 @@ int main(int argc, char **argv)
            reasonable time, and the generator's indexing is the same for every shape */
         sm_shapes[0] = (shape3){4, 4, 8}, sm_shapes[1] = (shape3){8, 4, 8};
         n_sm_shapes = 2;
+        /* results 8 a lane (SGMAT_C_VEC) need fragments of 8 x subgroup size, 8 wide */
+        if (c_vec_wanted()) sm_shapes[n_sm_shapes++] = (shape3){4, 8, 8};
         subgroup_size = 4;
     }
     if (!wg_storage_limit) wg_storage_limit = 16384;

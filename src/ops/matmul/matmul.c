@@ -225,6 +225,9 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.two_leading = g->L1 > 1;
     c.c_f16 = g->c_f16;
     c.act_x = (g->act & (WGML_ACT_GRAD | WGML_ACT_RESID)) != 0;
+    /* results written 8 a lane as 16-byte vectors where every run of 8 is whole or outside */
+    c.c_vec = g->N % 8 == 0 && g->c_off % 8 == 0 &&
+              wgml_sgmat_c_vec_fits(&c, g->act != WGML_ACT_NONE);
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";
@@ -238,7 +241,8 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
                         (uint32_t)c.sg_m | (uint32_t)c.sg_n << 8 | (uint32_t)c.frag_m << 16 | (uint32_t)c.frag_n << 24,
                         (uint32_t)c.bk, (uint32_t)c.double_buffer | (uint32_t)c.prefetch << 1,
                         (uint32_t)c.a_vec | (uint32_t)c.b_vec << 8,
-                        (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2 | (uint32_t)c.c_f16 << 3,
+                        (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2 | (uint32_t)c.c_f16 << 3 |
+                            (uint32_t)c.c_vec << 4,
                         g->trans_a, g->trans_b, (uint32_t)g->act, (uint32_t)c.cs_rounds};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 12))) {
         char *act = wgml_sgmat_act_source(g->act);

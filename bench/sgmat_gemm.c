@@ -248,7 +248,8 @@ typedef struct problem {
 /* SGMAT_C_F16=1 (bench): C stored as halves, every result rounded by the epilogue */
 static bool c_f16;
 /* SGMAT_C_VEC=1: results 8 a lane as vectors where wgml would take them (N a multiple of 8,
-   C of halves or an activation; not split K's partials) */
+   C of halves or an activation; not split K's partials); "cv" in a config's name says it was
+   asked, not that the problem took it */
 static bool c_vec_wanted(void) { return getenv("SGMAT_C_VEC") && atoi(getenv("SGMAT_C_VEC")); }
 
 typedef struct operands_host {

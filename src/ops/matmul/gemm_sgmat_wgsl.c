@@ -20,8 +20,9 @@
  * ran 2-4 times slower on an H200 (docs/MEASUREMENTS.md), so every config stages.
  *
  * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
- * lanes apply the epilogue and write the elements inside the matrix; whole interior tiles that
- * need no epilogue at run time are stored by the matrix units straight into C.
+ * lanes apply the epilogue and write the elements inside the matrix (with c_vec, a run of 8
+ * of a row a lane, as 16-byte vectors); whole interior tiles that need no epilogue at run time
+ * are stored by the matrix units straight into C.
  */
 #include "ops/matmul/gemm_sgmat_wgsl.h"
 

@@ -763,6 +763,17 @@ static int cmd_check(void)
     int bad = 0, runs = 0;
     for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) {
         const problem *q = &probs[i];
+        /* SGMAT_CHECK="0,7": those problems only */
+        const char *only = getenv("SGMAT_CHECK");
+        bool listed = !only;
+        for (const char *p = only; p && *p && !listed;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p) break;
+            listed = v == (long)i;
+            p = *end ? end + 1 : end;
+        }
+        if (!listed) continue;
         /* emulated, every lane does a subgroup's work: small problems only */
         if (emulate && (double)q->M * q->N * q->K * q->L0 * q->L1 > 3e5) continue;
         prepared pp;

@@ -333,7 +333,8 @@ static void make_host(const problem *q, operands_host *h)
     for (int64_t i = 0; i < q->N; i++) h->bias[i] = uniform_pm1();
     int64_t nc = q->L0 * q->L1 * q->M * q->N;
     h->c0 = malloc((size_t)nc * 4);
-    for (int64_t i = 0; i < nc; i++) h->c0[i] = q->accumulate ? uniform_pm1() : 0.0f;
+    /* (C in halves: the values it starts from are halves) */
+    for (int64_t i = 0; i < nc; i++) h->c0[i] = q->accumulate ? (c_f16 ? from_half(to_half(uniform_pm1())) : uniform_pm1()) : 0.0f;
 }
 
 static void free_host(operands_host *h)
@@ -542,7 +543,12 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
     if (S > 1) p[16] = p[17] = 0;
     r.params = make_buffer(80, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst);
     wgpuQueueWriteBuffer(queue, r.params, 0, p, 80);
-    if (q->accumulate) wgpuQueueWriteBuffer(queue, pp->c, 0, h->c0, (uint64_t)ncols * 4);
+    if (q->accumulate && c_f16) { /* halves, two a word (the buffer holds ncols floats) */
+        uint16_t *hv = calloc((size_t)ncols + 2, 2);
+        for (int64_t i = 0; hv && i < ncols; i++) hv[i] = to_half(h->c0[i]);
+        if (hv) wgpuQueueWriteBuffer(queue, pp->c, 0, hv, (uint64_t)(ncols + 1) / 2 * 4);
+        free(hv);
+    } else if (q->accumulate) wgpuQueueWriteBuffer(queue, pp->c, 0, h->c0, (uint64_t)ncols * 4);
     WGPUBindGroupEntry e[5] = {
         {.binding = 0, .buffer = r.params, .size = 80}, {.binding = 1, .buffer = pp->a, .size = WGPU_WHOLE_SIZE},
         {.binding = 2, .buffer = pp->b, .size = WGPU_WHOLE_SIZE}, {.binding = 3, .buffer = pp->bias, .size = WGPU_WHOLE_SIZE},
@@ -760,6 +766,8 @@ static int cmd_check(void)
         {1023, 1023, 1023, 1, 1, false, true, false, false, false, false, 2, true, true, 1, 0},
         {256, 256, 256, 1, 1, false, false, true, true, false, false, 0, false, false, 1, 0},
     };
+    /* SGMAT_C_F16=1: every problem with C in halves */
+    c_f16 = getenv("SGMAT_C_F16") && atoi(getenv("SGMAT_C_F16"));
     int bad = 0, runs = 0;
     for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) {
         const problem *q = &probs[i];

@@ -225,7 +225,10 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.two_leading = g->L1 > 1;
     c.c_f16 = g->c_f16;
     c.act_x = (g->act & (WGML_ACT_GRAD | WGML_ACT_RESID)) != 0;
-    /* results written 8 a lane as 16-byte vectors where every run of 8 is whole or outside */
+    /* results written 8 a lane as 16-byte vectors where every run of 8 is whole or outside, and
+       only where the epilogue runs anyway (H200, the mixed step: GPT-2 small 42.25 -> 41.73 ms,
+       nanoGPT 14.21 -> 14.09; with f32 C's direct stores dropped too it had lost;
+       docs/MEASUREMENTS.md) */
     c.c_vec = g->N % 8 == 0 && g->c_off % 8 == 0 &&
               wgml_sgmat_c_vec_fits(&c, g->act != WGML_ACT_NONE);
     const char *why = wgml_sgmat_config_problem(&c);

@@ -247,6 +247,10 @@ typedef struct problem {
 } problem;
 /* SGMAT_C_F16=1 (bench): C stored as halves, every result rounded by the epilogue */
 static bool c_f16;
+/* SGMAT_C_VEC=1: results 8 a lane as vectors where wgml would take them (N a multiple of 8,
+   C of halves or an activation; not split K's partials); "cv" in a config's name says it was
+   asked, not that the problem took it */
+static bool c_vec_wanted(void) { return getenv("SGMAT_C_VEC") && atoi(getenv("SGMAT_C_VEC")); }
 
 typedef struct operands_host {
     float *a, *b, *bias, *c0; /* values as the GPU sees them before any f16 rounding of f32 storage */
@@ -329,7 +333,8 @@ static void make_host(const problem *q, operands_host *h)
     for (int64_t i = 0; i < q->N; i++) h->bias[i] = uniform_pm1();
     int64_t nc = q->L0 * q->L1 * q->M * q->N;
     h->c0 = malloc((size_t)nc * 4);
-    for (int64_t i = 0; i < nc; i++) h->c0[i] = q->accumulate ? uniform_pm1() : 0.0f;
+    /* (C in halves: the values it starts from are halves) */
+    for (int64_t i = 0; i < nc; i++) h->c0[i] = q->accumulate ? (c_f16 ? from_half(to_half(uniform_pm1())) : uniform_pm1()) : 0.0f;
 }
 
 static void free_host(operands_host *h)
@@ -402,6 +407,7 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
     int bv = wgml_sgmat_vec_width(0, h->ldb, S > 1 ? (q->tb ? Kc : Kc * h->ldb) : h->b_bs0, h->b_bs1, b_ext);
     c.a_vec = base->a_vec ? (av < base->a_vec ? av : base->a_vec) : 0;
     c.b_vec = base->b_vec ? (bv < base->b_vec ? bv : base->b_vec) : 0;
+    c.c_vec = c_vec_wanted() && S <= 1 && q->N % 8 == 0 && wgml_sgmat_c_vec_fits(&c, q->act != 0);
     return c;
 }
 
@@ -537,7 +543,12 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
     if (S > 1) p[16] = p[17] = 0;
     r.params = make_buffer(80, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst);
     wgpuQueueWriteBuffer(queue, r.params, 0, p, 80);
-    if (q->accumulate) wgpuQueueWriteBuffer(queue, pp->c, 0, h->c0, (uint64_t)ncols * 4);
+    if (q->accumulate && c_f16) { /* halves, two a word (the buffer holds ncols floats) */
+        uint16_t *hv = calloc((size_t)ncols + 2, 2);
+        for (int64_t i = 0; hv && i < ncols; i++) hv[i] = to_half(h->c0[i]);
+        if (hv) wgpuQueueWriteBuffer(queue, pp->c, 0, hv, (uint64_t)(ncols + 1) / 2 * 4);
+        free(hv);
+    } else if (q->accumulate) wgpuQueueWriteBuffer(queue, pp->c, 0, h->c0, (uint64_t)ncols * 4);
     WGPUBindGroupEntry e[5] = {
         {.binding = 0, .buffer = r.params, .size = 80}, {.binding = 1, .buffer = pp->a, .size = WGPU_WHOLE_SIZE},
         {.binding = 2, .buffer = pp->b, .size = WGPU_WHOLE_SIZE}, {.binding = 3, .buffer = pp->bias, .size = WGPU_WHOLE_SIZE},
@@ -680,9 +691,9 @@ static wgml_sgmat_config config_of(const knob *k, shape3 s)
 
 static void describe(char *out, size_t n, const wgml_sgmat_config *c)
 {
-    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
+    snprintf(out, n, "%dx%dx%d sg%dx%d fr%dx%d bk%d %s v%d%s%s", c->sm_m, c->sm_n, c->sm_k, c->sg_m, c->sg_n, c->frag_m,
              c->frag_n, c->bk, c->double_buffer ? "db" : c->prefetch ? "sb+pf" : "sb", c->a_vec,
-             c->cs_rounds == 4 ? " r4" : c->cs_rounds > 1 ? " r2" : "");
+             c->cs_rounds == 4 ? " r4" : c->cs_rounds > 1 ? " r2" : "", c_vec_wanted() ? " cv" : "");
 }
 
 static int cmd_parse(void)
@@ -702,6 +713,8 @@ static int cmd_parse(void)
                     c.two_leading = store == 2;
                     int act = (form + store) % 3;
                     bool ta = form & 1, tb = form & 2;
+                    c.c_f16 = c_vec_wanted() && form == 3;
+                    c.c_vec = c_vec_wanted() && wgml_sgmat_c_vec_fits(&c, act != 0);
                     if (wgml_sgmat_workgroup_bytes(&c, ta, tb) > wg_storage_limit) continue;
                     char *src = wgml_sgmat_gemm_source(&c, ta, tb, act_wgsl[act]), why[2048], name[96];
                     describe(name, sizeof name, &c);
@@ -753,9 +766,22 @@ static int cmd_check(void)
         {1023, 1023, 1023, 1, 1, false, true, false, false, false, false, 2, true, true, 1, 0},
         {256, 256, 256, 1, 1, false, false, true, true, false, false, 0, false, false, 1, 0},
     };
+    /* SGMAT_C_F16=1: every problem with C in halves */
+    c_f16 = getenv("SGMAT_C_F16") && atoi(getenv("SGMAT_C_F16"));
     int bad = 0, runs = 0;
     for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) {
         const problem *q = &probs[i];
+        /* SGMAT_CHECK="0,7": those problems only */
+        const char *only = getenv("SGMAT_CHECK");
+        bool listed = !only;
+        for (const char *p = only; p && *p && !listed;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p) break;
+            listed = v == (long)i;
+            p = *end ? end + 1 : end;
+        }
+        if (!listed) continue;
         /* emulated, every lane does a subgroup's work: small problems only */
         if (emulate && (double)q->M * q->N * q->K * q->L0 * q->L1 > 3e5) continue;
         prepared pp;
@@ -871,6 +897,8 @@ int main(int argc, char **argv)
            reasonable time, and the generator's indexing is the same for every shape */
         sm_shapes[0] = (shape3){4, 4, 8}, sm_shapes[1] = (shape3){8, 4, 8};
         n_sm_shapes = 2;
+        /* results 8 a lane (SGMAT_C_VEC) need fragments of 8 x subgroup size, 8 wide */
+        if (c_vec_wanted()) sm_shapes[n_sm_shapes++] = (shape3){4, 8, 8};
         subgroup_size = 4;
     }
     if (!wg_storage_limit) wg_storage_limit = 16384;

@@ -366,6 +366,9 @@ static void matmul_stores_halves(void)
     CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
     static const struct { int64_t batch, M, N, K; int bias, gelu; } cs[] = {
         {1, 33, 40, 18, 1, 0}, {1, 130, 72, 70, 1, 1}, {3, 64, 48, 16, 0, 0}, {1, 17, 33, 7, 1, 1}, {1, 64, 64, 4096, 0, 0},
+        /* N a multiple of 8 over several tiles, rows cut by M's edge (the matrix units write
+           halves 8 a lane) */
+        {1, 1023, 1024, 130, 1, 0}, {2, 257, 392, 64, 1, 1},
     };
     for (int i = 0; i < N_OF(cs); i++) {
         int64_t B = cs[i].batch, M = cs[i].M, N = cs[i].N, K = cs[i].K;

@@ -201,6 +201,9 @@ static void residual_in_gemm_epilogue(void)
         {.M = 17, .K = 7, .N = 16, .bias = 1, .act = WGML_ACT_RELU, .residual = 1},
         {.M = 257, .K = 64, .N = 384, .ta = 1, .bias = 1, .batch = 3, .residual = 1},
         {.M = 40, .K = 96, .N = 33, .tb = 1, .alpha = 0.5f, .batch = 2, .batch_b = 1, .residual = 1},
+        /* N a multiple of 8: the residual's X read and the results written 8 a lane (matrix units) */
+        {.M = 1023, .K = 64, .N = 392, .bias = 1, .residual = 1},
+        {.M = 130, .K = 200, .N = 768, .tb = 1, .batch = 2, .residual = 1},
     };
     for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }
@@ -642,6 +645,9 @@ static void gelu_gradient_in_gemm_epilogue(void)
     if (matrix_units) { /* partial tiles on every edge of the matrix units' GEMM */
         gelu_gradient_case(ctx, 1023, 390, 129, true);
         gelu_gradient_case(ctx, 300, 1540, 384, true);
+        /* F a multiple of 8: the results written 8 a lane as halves, X read a run at a time */
+        gelu_gradient_case(ctx, 301, 1536, 384, true);
+        gelu_gradient_case(ctx, 129, 264, 200, false);
     }
     wgml_clear_error(ctx);
 }
@@ -674,6 +680,10 @@ static void matrix_units_large(void)
         {.M = 1023, .K = 129, .N = 390, .bias = 1},
         {.M = 640, .K = 200, .N = 512, .tb = 1, .bias = 1},
         {.M = 257, .K = 64, .N = 384, .ta = 1, .bias = 1, .batch = 3},
+        /* N a multiple of 8 with an activation: results written 8 a lane as vectors, rows cut
+           by M's edge, a batch; with alpha and B^T */
+        {.M = 1023, .K = 130, .N = 1024, .bias = 1, .act = WGML_ACT_GELU},
+        {.M = 300, .K = 96, .N = 392, .tb = 1, .bias = 1, .act = WGML_ACT_RELU, .alpha = -0.75f, .batch = 2},
     };
     for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }

@@ -150,6 +150,44 @@ static void x_loaded_ahead(void)
     free(src);
 }
 
+/* c_vec: each lane takes a run of 8 results of a fragment row and writes it as 16-byte
+   vectors (C bound as vec4<u32> of halves or vec4<f32>), guarded by its row and its run's
+   first column; X loaded per run; nothing straight from the matrix units; refused where a
+   fragment is not 8 a lane or not 8 wide, and not fitted where f32 C would go straight */
+static void vector_results(void)
+{
+    for (int half = 0; half < 2; half++)
+        for (int xact = 0; xact < 2; xact++) {
+            wgml_sgmat_config c = base;
+            c.c_f16 = half, c.act_x = xact, c.c_vec = true;
+            CHECK(wgml_sgmat_c_vec_fits(&c, true));
+            CHECK(wgml_sgmat_c_vec_fits(&c, false) == (bool)half);
+            const char *act = xact ? "fn act_x(v: f32, x: f32) -> f32 { return v * x; }" : "fn act(v: f32) -> f32 { return v; }";
+            char *src = wgml_sgmat_gemm_source(&c, false, xact, act);
+            CHECK(src != NULL);
+            if (!src) continue;
+            int frags = c.frag_m * c.frag_n;
+            CHECK(strstr(src, half ? "C: array<vec4<u32>>" : "C: array<vec4<f32>>") != NULL);
+            CHECK(test_count(src, "subgroupMatrixStore(&C,") == 0);
+            CHECK(test_count(src, "subgroupMatrixStore(&Cs,") == frags);
+            CHECK(test_count(src, half ? "C[idx / 8u] = vec4<u32>(" : "C[idx / 4u] = vec4<f32>(") == frags);
+            CHECK(test_count(src, "C[idx / 4u + 1u] = vec4<f32>(") == (half ? 0 : frags));
+            CHECK(test_count(src, "let n = n0 + sc + ") == frags * (xact ? 2 : 1));
+            CHECK(test_count(src, "(lane % 2u) * 8u;") == frags * (xact ? 3 : 2));
+            CHECK(test_count(src, "if (m < P.M && n < P.N) {") == frags * (xact ? 2 : 1));
+            CHECK(test_count(src, "epilogue(Cs[e + ") == 8 * frags);
+            CHECK(test_count(src, "= f32(X[xi + ") == (xact ? 8 * frags : 0));
+            CHECK(test_count(src, "workgroupBarrier();") == 1 + 1 + 2 * frags); /* prologue, a slice's (two buffers), the results' */
+            CHECK(test_balanced(src));
+            free(src);
+        }
+    wgml_sgmat_config c = base;
+    c.c_vec = true, c.sm_n = 8, c.frag_n = 8; /* 16x8: 4 a lane */
+    CHECK(wgml_sgmat_config_problem(&c) != NULL && !wgml_sgmat_c_vec_fits(&c, true));
+    c = base, c.c_vec = true, c.subgroup_size = 16; /* 16 a lane */
+    CHECK(wgml_sgmat_config_problem(&c) != NULL);
+}
+
 static void bad_configs_refused(void)
 {
     wgml_sgmat_config c = base;
@@ -230,6 +268,7 @@ int main(void)
     TEST_RUN(edges_are_guarded);
     TEST_RUN(halves_out);
     TEST_RUN(x_loaded_ahead);
+    TEST_RUN(vector_results);
     TEST_RUN(bad_configs_refused);
     TEST_RUN(vector_widths);
     TEST_RUN(policy);

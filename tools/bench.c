@@ -183,6 +183,7 @@ typedef struct operands {
     wgml_tensor *a[MAX_COPIES], *b[MAX_COPIES], *w, *bias;
     int copies, next, len;
     const wgml_matmul_desc *desc;
+    bool c_f16; /* op_matmul: the result stored as halves, as a cast of it makes the GEMM do */
 } operands;
 
 static operands operands_make(wgml_context *ctx, int copies, int nda, const int64_t *sa, int ndb, const int64_t *sb)
@@ -301,7 +302,8 @@ static wgml_tensor *op_matmul(wgml_context *ctx, void *p)
 {
     operands *t = p;
     int i = pick(t);
-    return wgml_matmul_ex(ctx, t->a[i], t->b[i], t->desc);
+    wgml_tensor *c = wgml_matmul_ex(ctx, t->a[i], t->b[i], t->desc);
+    return t->c_f16 ? wgml_cast(ctx, c, WGML_F16) : c;
 }
 
 /* ---------------------------------------------------------------- matmul accuracy */
@@ -392,77 +394,95 @@ static bool has_f16_math(wgml_context *ctx, const char *name)
     return false;
 }
 
-/* The GEMMs of the GPT's mixed-precision training step at the nanoGPT setup (B*T = 16384
-   rows, width 384, MLP 1536) on the matrix units, each as the step launches it: the forward
-   projections with their bias, the input gradients (A.B^T) and the weight gradients (A^T.B over
-   K = 16384, which the matmul splits). "_f32" with the operands stored as main's step stored
-   them (f32 weights and gradients, halves of the norms' and the GELU's outputs), "_f16" all
-   halves; each also with its error against a double reference over sampled outputs, relative
-   to sum_k |a b| (f16 operands and f32 sums bound it by about 2 * 2^-11 + K * 2^-24). */
+/* The GEMMs of the GPT's mixed-precision training step on the matrix units, each as the step
+   launches it: the forward projections with their bias, the input gradients (A.B^T) and the
+   weight gradients (A^T.B over K = rows, which the matmul splits). nanoGPT's setup (B*T = 16384
+   rows, width 384, MLP 1536; "gptstep_"): "_f32" with the operands stored as an earlier step
+   stored them (f32 weights and gradients, halves of the norms' and the GELU's outputs), "_f16"
+   all halves. GPT-2 small's (8192 rows, width 768, MLP 3072; "gpt2step_"): halves, and
+   "_cf16" where the step stores the result as halves too (the MLP's up projection, whose
+   output only the GELU reads; the step's other epilogues, the residual's add and the GELU's
+   gradient, are not here). Each also with its error
+   against a double reference over sampled outputs, relative to sum_k |a b| (f16 operands and
+   f32 sums bound it by about 2 * 2^-11 + K * 2^-24; halves of C add 2^-11 of |c|). */
+typedef struct { const char *name; int64_t M, N, K; int ta, tb, bias, a_f32, b_f32, c_f16; } step_gemm;
+
+static void bench_step_gemm(wgml_context *ctx, const char *model, const step_gemm *g, int v, int halves, int quick)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s_%s_%s", model, g->name, g->c_f16 ? "cf16" : halves ? "f16" : "f32");
+    if (!wanted(name) || !has_f16_math(ctx, name)) return;
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t sa[2] = {g->ta ? K : M, g->ta ? M : K}, sb[2] = {g->tb ? N : K, g->tb ? K : N};
+    float *A = random_floats(M * K, 11 + (uint64_t)v), *B = random_floats(K * N, 23 + (uint64_t)v);
+    float *bias = random_floats(N, 37);
+    wgml_tensor *a = NULL, *b = NULL, *bt = NULL, *c = NULL;
+    float *C = malloc((size_t)(M * N) * sizeof *C);
+    bool ok = A && B && bias && C && !wgml_tensor_from_data(ctx, 2, sa, A, (size_t)(M * K), &a) &&
+              !wgml_tensor_from_data(ctx, 2, sb, B, (size_t)(K * N), &b) &&
+              !wgml_tensor_from_data(ctx, 1, &N, bias, (size_t)N, &bt);
+    /* operands stored as halves: cast once, outside the timed GEMMs */
+    wgml_tensor *casts[2] = {NULL, NULL}, *stored[2] = {a, b};
+    if (ok && (halves || !g->a_f32)) casts[0] = a = wgml_cast(ctx, a, WGML_F16);
+    if (ok && (halves || !g->b_f32)) casts[1] = b = wgml_cast(ctx, b, WGML_F16);
+    for (int i = 0; ok && i < 2; i++) ok = !casts[i] || !wgml_eval(ctx, 1, &casts[i]);
+    wgml_matmul_desc d = {.trans_a = g->ta, .trans_b = g->tb, .f16_math = WGML_F16_MATH_MATRIX, .bias = g->bias ? bt : NULL};
+    if (ok) {
+        operands t = {.copies = 1, .desc = &d, .c_f16 = g->c_f16};
+        t.a[0] = a, t.b[0] = b;
+        double sec = time_op(ctx, op_matmul, &t, 1, quick ? 3 : 15);
+        bench_report(name, sec, 2.0 * (double)M * N * K / sec / 1e12, "TFLOP/s");
+        c = op_matmul(ctx, &t);
+        if (c && g->c_f16) c = wgml_cast(ctx, c, WGML_F32);
+        ok = c && !wgml_tensor_read(c, C, (size_t)(M * N));
+    }
+    if (ok) { /* the error over sampled outputs, against the f32 inputs in double */
+        double worst = 0;
+        uint64_t x = 99;
+        for (int i = 0; i < 256; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t m = (int64_t)((x >> 33) % (uint64_t)M), n = (int64_t)((x >> 11) % (uint64_t)N);
+            double ref = g->bias ? bias[n] : 0, sabs = fabs(ref);
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)A[g->ta ? k * M + m : m * K + k] * (double)B[g->tb ? n * K + k : k * N + n];
+                ref += p, sabs += fabs(p);
+            }
+            worst = fmax(worst, fabs((double)C[m * N + n] - ref) / sabs);
+        }
+        fprintf(stderr, "  %-34s max |c-ref|/sum|ab| %.3g over 256 outputs (bound ~%.3g)\n", name, worst,
+                2 * 0x1p-11 + (double)K * 0x1p-24 + (g->c_f16 ? 0x1p-11 : 0));
+    }
+    if (!ok) fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
+    wgml_tensor_free(c);
+    for (int i = 0; i < 2; i++) wgml_tensor_free(casts[i]), wgml_tensor_free(stored[i]);
+    wgml_tensor_free(bt);
+    free(A), free(B), free(bias), free(C);
+}
+
 static void bench_gpt_step_gemms(wgml_context *ctx, bool units, int quick)
 {
     int64_t rows = quick ? 1024 : 16384;
-    const struct { const char *name; int64_t M, N, K; int ta, tb, bias, a_f32, b_f32; } g[] = {
-        {"qkv_proj", rows, 384, 384, 0, 0, 1, 0, 1},   {"mlp_up", rows, 1536, 384, 0, 0, 1, 0, 1},
-        {"mlp_down", rows, 384, 1536, 0, 0, 1, 0, 1},  {"dx_proj", rows, 384, 384, 0, 1, 0, 1, 1},
-        {"dx_mlp_up", rows, 384, 1536, 0, 1, 0, 1, 1}, {"dx_mlp_down", rows, 1536, 384, 0, 1, 0, 1, 1},
-        {"dw_proj", 384, 384, rows, 1, 0, 0, 0, 1},    {"dw_mlp_up", 384, 1536, rows, 1, 0, 0, 0, 1},
-        {"dw_mlp_down", 1536, 384, rows, 1, 0, 0, 0, 1},
+    const step_gemm g[] = {
+        {"qkv_proj", rows, 384, 384, 0, 0, 1, 0, 1, 0},   {"mlp_up", rows, 1536, 384, 0, 0, 1, 0, 1, 0},
+        {"mlp_down", rows, 384, 1536, 0, 0, 1, 0, 1, 0},  {"dx_proj", rows, 384, 384, 0, 1, 0, 1, 1, 0},
+        {"dx_mlp_up", rows, 384, 1536, 0, 1, 0, 1, 1, 0}, {"dx_mlp_down", rows, 1536, 384, 0, 1, 0, 1, 1, 0},
+        {"dw_proj", 384, 384, rows, 1, 0, 0, 0, 1, 0},    {"dw_mlp_up", 384, 1536, rows, 1, 0, 0, 0, 1, 0},
+        {"dw_mlp_down", 1536, 384, rows, 1, 0, 0, 0, 1, 0},
         /* (GPT-2's step now projects Q, K and V by this one GEMM; qkv_proj is one of the three
            it launched before) */
-        {"qkv_one_gemm", rows, 1152, 384, 0, 0, 1, 0, 1}};
-    char name[64];
+        {"qkv_one_gemm", rows, 1152, 384, 0, 0, 1, 0, 1, 0}};
+    if (!units) fprintf(stderr, "  gptstep rows run the SIMT f16 GEMM: no f16 -> f32 subgroup matrices here\n");
     for (int v = 0; v < (int)(sizeof g / sizeof g[0]); v++)
-        for (int halves = 0; halves < 2; halves++) {
-            snprintf(name, sizeof name, "gptstep_%s_%s", g[v].name, halves ? "f16" : "f32");
-            if (!wanted(name) || !has_f16_math(ctx, name)) continue;
-            if (!units) fprintf(stderr, "  %-34s runs the SIMT f16 GEMM: no f16 -> f32 subgroup matrices here\n", name);
-            int64_t M = g[v].M, N = g[v].N, K = g[v].K;
-            int64_t sa[2] = {g[v].ta ? K : M, g[v].ta ? M : K}, sb[2] = {g[v].tb ? N : K, g[v].tb ? K : N};
-            float *A = random_floats(M * K, 11 + (uint64_t)v), *B = random_floats(K * N, 23 + (uint64_t)v);
-            float *bias = random_floats(N, 37);
-            wgml_tensor *a = NULL, *b = NULL, *bt = NULL, *c = NULL;
-            float *C = malloc((size_t)(M * N) * sizeof *C);
-            bool ok = A && B && bias && C && !wgml_tensor_from_data(ctx, 2, sa, A, (size_t)(M * K), &a) &&
-                      !wgml_tensor_from_data(ctx, 2, sb, B, (size_t)(K * N), &b) &&
-                      !wgml_tensor_from_data(ctx, 1, &N, bias, (size_t)N, &bt);
-            /* operands stored as halves: cast once, outside the timed GEMMs */
-            wgml_tensor *casts[2] = {NULL, NULL}, *stored[2] = {a, b};
-            if (ok && (halves || !g[v].a_f32)) casts[0] = a = wgml_cast(ctx, a, WGML_F16);
-            if (ok && (halves || !g[v].b_f32)) casts[1] = b = wgml_cast(ctx, b, WGML_F16);
-            for (int i = 0; ok && i < 2; i++) ok = !casts[i] || !wgml_eval(ctx, 1, &casts[i]);
-            wgml_matmul_desc d = {.trans_a = g[v].ta, .trans_b = g[v].tb, .f16_math = WGML_F16_MATH_MATRIX,
-                                  .bias = g[v].bias ? bt : NULL};
-            if (ok) {
-                operands t = {.copies = 1, .desc = &d};
-                t.a[0] = a, t.b[0] = b;
-                double sec = time_op(ctx, op_matmul, &t, 1, quick ? 3 : 15);
-                bench_report(name, sec, 2.0 * (double)M * N * K / sec / 1e12, "TFLOP/s");
-                c = wgml_matmul_ex(ctx, a, b, &d);
-                ok = c && !wgml_tensor_read(c, C, (size_t)(M * N));
-            }
-            if (ok) { /* the error over sampled outputs, against the f32 inputs in double */
-                double worst = 0;
-                uint64_t x = 99;
-                for (int i = 0; i < 256; i++) {
-                    x = x * 6364136223846793005ull + 1442695040888963407ull;
-                    int64_t m = (int64_t)((x >> 33) % (uint64_t)M), n = (int64_t)((x >> 11) % (uint64_t)N);
-                    double ref = g[v].bias ? bias[n] : 0, sabs = fabs(ref);
-                    for (int64_t k = 0; k < K; k++) {
-                        double p = (double)A[g[v].ta ? k * M + m : m * K + k] * (double)B[g[v].tb ? n * K + k : k * N + n];
-                        ref += p, sabs += fabs(p);
-                    }
-                    worst = fmax(worst, fabs((double)C[m * N + n] - ref) / sabs);
-                }
-                fprintf(stderr, "  %-34s max |c-ref|/sum|ab| %.3g over 256 outputs (bound ~%.3g)\n", name, worst,
-                        2 * 0x1p-11 + (double)K * 0x1p-24);
-            }
-            if (!ok) fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
-            wgml_tensor_free(c);
-            for (int i = 0; i < 2; i++) wgml_tensor_free(casts[i]), wgml_tensor_free(stored[i]);
-            wgml_tensor_free(bt);
-            free(A), free(B), free(bias), free(C);
-        }
+        for (int halves = 0; halves < 2; halves++) bench_step_gemm(ctx, "gptstep", &g[v], v, halves, quick);
+    int64_t r2 = quick ? 512 : 8192, c2 = quick ? 128 : 768;
+    const step_gemm g2[] = {
+        {"qkv", r2, 3 * c2, c2, 0, 0, 1, 0, 0, 0},        {"proj", r2, c2, c2, 0, 0, 1, 0, 0, 0},
+        {"mlp_up", r2, 4 * c2, c2, 0, 0, 1, 0, 0, 1},     {"mlp_down", r2, c2, 4 * c2, 0, 0, 1, 0, 0, 0},
+        {"dx_qkv", r2, c2, 3 * c2, 0, 1, 0, 0, 0, 0},     {"dx_proj", r2, c2, c2, 0, 1, 0, 0, 0, 0},
+        {"dx_mlp_up", r2, c2, 4 * c2, 0, 1, 0, 0, 0, 0},  {"dx_mlp_down", r2, 4 * c2, c2, 0, 1, 0, 0, 0, 0},
+        {"dw_qkv", c2, 3 * c2, r2, 1, 0, 0, 0, 0, 0},     {"dw_proj", c2, c2, r2, 1, 0, 0, 0, 0, 0},
+        {"dw_mlp_up", c2, 4 * c2, r2, 1, 0, 0, 0, 0, 0},  {"dw_mlp_down", 4 * c2, c2, r2, 1, 0, 0, 0, 0, 0}};
+    for (int v = 0; v < (int)(sizeof g2 / sizeof g2[0]); v++) bench_step_gemm(ctx, "gpt2step", &g2[v], 20 + v, 1, quick);
 }
 
 static void bench_matmul(int quick)

@@ -20,8 +20,9 @@
  * ran 2-4 times slower on an H200 (docs/MEASUREMENTS.md), so every config stages.
  *
  * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
- * lanes apply the epilogue and write the elements inside the matrix; whole interior tiles that
- * need no epilogue at run time are stored by the matrix units straight into C.
+ * lanes apply the epilogue and write the elements inside the matrix (with c_vec, a run of 8
+ * of a row a lane, as 16-byte vectors); whole interior tiles that need no epilogue at run time
+ * are stored by the matrix units straight into C.
  */
 #include "ops/matmul/gemm_sgmat_wgsl.h"
 
@@ -159,6 +160,7 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if ((c->sm_m * c->sm_n) % c->subgroup_size) return "fragment not a whole number of elements per lane";
     if ((c->a_vec && c->a_vec != 4 && c->a_vec != 8) || (c->b_vec && c->b_vec != 4 && c->b_vec != 8))
         return "vector width (0, 4 or 8)";
+    if (c->c_vec && (c->sm_m * c->sm_n != 8 * c->subgroup_size || c->sm_n % 8)) return "vector results (8 a lane)";
     if (c->cs_rounds < 0 || c->cs_rounds > 4 || (c->cs_rounds > 1 && (c->sg_m * c->sg_n) % c->cs_rounds))
         return "result rounds (0 to 4, dividing the subgroups)";
     return NULL;
@@ -206,6 +208,11 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
         if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) break;
     }
     return c;
+}
+
+bool wgml_sgmat_c_vec_fits(const wgml_sgmat_config *c, bool has_act)
+{
+    return c->sm_m * c->sm_n == 8 * c->subgroup_size && c->sm_n % 8 == 0 && (c->c_f16 || has_act);
 }
 
 /* The left/right fragment loads: the staged tile read row- or column-major. The matrix
@@ -257,6 +264,27 @@ static void put_x_loads(wgml_sbuf *b, const wgml_sgmat_config *c, int i, int j, 
                       q * c->subgroup_size, i * SM, SN, j * SN, SN, set, q, set, q);
 }
 
+/* c_vec: this lane's run of 8 in fragment (i, j): row lane / (sm_n / 8), columns from
+   (lane % (sm_n / 8)) * 8 */
+static void put_run_origin(wgml_sbuf *b, const wgml_sgmat_config *c, int i, int j)
+{
+    int runs = c->sm_n / 8;
+    wgml_sbuf_put(b, "        let m = m0 + sr + %du + lane / %du;\n"
+                     "        let n = n0 + sc + %du + (lane %% %du) * 8u;\n",
+                  i * c->sm_m, runs, j * c->sm_n, runs);
+}
+
+/* act_x with c_vec: X of this lane's run into register set `set` (0 outside the matrix) */
+static void put_x_run_loads(wgml_sbuf *b, const wgml_sgmat_config *c, int i, int j, int set)
+{
+    wgml_sbuf_put(b, "    {\n");
+    put_run_origin(b, c, i, j);
+    for (int q = 0; q < 8; q++) wgml_sbuf_put(b, "        x%d_%d = 0.0;\n", set, q);
+    wgml_sbuf_put(b, "        if (m < P.M && n < P.N) {\n            let xi = cb - P.c_off + P.x_off + m * P.N + n;\n");
+    for (int q = 0; q < 8; q++) wgml_sbuf_put(b, "            x%d_%d = f32(X[xi + %du]);\n", set, q, q);
+    wgml_sbuf_put(b, "        }\n    }\n");
+}
+
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const char *act_wgsl)
 {
     if (wgml_sgmat_config_problem(c)) return NULL;
@@ -284,14 +312,23 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     /* the parameter block and bindings of every GEMM kernel (ops/matmul/gemm_bindings.h) */
     /* C of halves: the epilogue's f32 value rounded as it is stored (the adapter's conversion) */
     const char *ct = c->c_f16 ? "f16" : "f32";
-    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B), ct);
+    wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B),
+                  c->c_vec ? (c->c_f16 ? "vec4<u32>" : "vec4<f32>") : ct);
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
-    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32%s) -> %s {\n"
-                      "    var v = P.alpha * v0;\n"
-                      "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
-                      "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-                      "    return %s(%s);\n}\n", c->act_x ? ", x: f32" : "", ct, ct,
-                  c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
+    if (c->c_vec) /* the old value of C (accumulate) passed in: C is read as vectors */
+        wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, old: f32%s) -> f32 {\n"
+                          "    var v = P.alpha * v0;\n"
+                          "    if (P.accumulate != 0u) { v = v + old; }\n"
+                          "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
+                          "    return %s;\n}\n", c->act_x ? ", x: f32" : "",
+                      c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
+    else
+        wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32%s) -> %s {\n"
+                          "    var v = P.alpha * v0;\n"
+                          "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
+                          "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
+                          "    return %s(%s);\n}\n", c->act_x ? ", x: f32" : "", ct, ct,
+                      c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     int rounds = c->cs_rounds > 1 ? c->cs_rounds : 1, slots = cs_slots(c);
@@ -370,7 +407,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
-    if (!act_wgsl && !c->c_f16) {
+    if (!act_wgsl && !c->c_f16 && !c->c_vec) {
         /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
         wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
                           "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
@@ -385,7 +422,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     int per_lane = SM * SN / SGS;
     if (c->act_x) { /* X of fragment 0 (two sets of registers: the next fragment's loads in flight) */
         for (int q = 0; q < per_lane; q++) wgml_sbuf_put(&b, "    var x0_%d = 0.0;\n    var x1_%d = 0.0;\n", q, q);
-        put_x_loads(&b, c, 0, 0, 0);
+        if (c->c_vec) put_x_run_loads(&b, c, 0, 0, 0);
+        else put_x_loads(&b, c, 0, 0, 0);
     }
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) {
@@ -396,10 +434,45 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
                 wgml_sbuf_put(&b, "    subgroupMatrixStore(&Cs, cs, c%d_%d, false, %du);\n", i, j, SN);
                 if (rounds > 1) wgml_sbuf_put(&b, "    }\n");
                 wgml_sbuf_put(&b, "    workgroupBarrier();\n");
-                if (c->act_x && r == 0 && f + 1 < FM * FN) put_x_loads(&b, c, (f + 1) / FN, (f + 1) % FN, (f + 1) % 2);
+                if (c->act_x && r == 0 && f + 1 < FM * FN) {
+                    if (c->c_vec) put_x_run_loads(&b, c, (f + 1) / FN, (f + 1) % FN, (f + 1) % 2);
+                    else put_x_loads(&b, c, (f + 1) / FN, (f + 1) % FN, (f + 1) % 2);
+                }
                 if (rounds > 1) wgml_sbuf_put(&b, "    if (sg / %du == %du) {\n", slots, r);
                 char xarg[32] = "";
-                for (int q = 0; q < per_lane; q++) {
+                if (c->c_vec) { /* this lane's run of 8: one or two 16-byte stores */
+                    int runs = SN / 8;
+                    wgml_sbuf_put(&b, "    {\n");
+                    put_run_origin(&b, c, i, j);
+                    wgml_sbuf_put(&b, "        if (m < P.M && n < P.N) {\n"
+                                      "            let idx = cb + m * P.N + n;\n"
+                                      "            let e = cs + (lane / %du) * %du + (lane %% %du) * 8u;\n",
+                                  runs, SN, runs);
+                    /* the old values for accumulate (read only when asked) */
+                    wgml_sbuf_put(&b, "            var o0 = vec4<f32>();\n            var o1 = vec4<f32>();\n"
+                                      "            if (P.accumulate != 0u) {\n");
+                    if (c->c_f16)
+                        wgml_sbuf_put(&b, "                let w = C[idx / 8u];\n"
+                                          "                o0 = vec4<f32>(vec2<f32>(bitcast<vec2<f16>>(w.x)), vec2<f32>(bitcast<vec2<f16>>(w.y)));\n"
+                                          "                o1 = vec4<f32>(vec2<f32>(bitcast<vec2<f16>>(w.z)), vec2<f32>(bitcast<vec2<f16>>(w.w)));\n");
+                    else
+                        wgml_sbuf_put(&b, "                o0 = C[idx / 4u];\n                o1 = C[idx / 4u + 1u];\n");
+                    wgml_sbuf_put(&b, "            }\n");
+                    for (int q = 0; q < 8; q++) {
+                        if (c->act_x) snprintf(xarg, sizeof xarg, ", x%d_%d", f % 2, q);
+                        wgml_sbuf_put(&b, "            let v%d = epilogue(Cs[e + %du], n + %du, o%d.%c%s);\n", q, q, q, q / 4,
+                                      "xyzw"[q % 4], xarg);
+                    }
+                    if (c->c_f16)
+                        wgml_sbuf_put(&b, "            C[idx / 8u] = vec4<u32>(bitcast<u32>(vec2<f16>(f16(v0), f16(v1))), "
+                                          "bitcast<u32>(vec2<f16>(f16(v2), f16(v3))), bitcast<u32>(vec2<f16>(f16(v4), f16(v5))), "
+                                          "bitcast<u32>(vec2<f16>(f16(v6), f16(v7))));\n");
+                    else
+                        wgml_sbuf_put(&b, "            C[idx / 4u] = vec4<f32>(v0, v1, v2, v3);\n"
+                                          "            C[idx / 4u + 1u] = vec4<f32>(v4, v5, v6, v7);\n");
+                    wgml_sbuf_put(&b, "        }\n    }\n");
+                }
+                for (int q = 0; q < per_lane && !c->c_vec; q++) {
                     if (c->act_x) snprintf(xarg, sizeof xarg, ", x%d_%d", f % 2, q);
                     wgml_sbuf_put(&b, "    {\n        let e = lane + %du;\n"
                                       "        let m = m0 + sr + %du + e / %du;\n"

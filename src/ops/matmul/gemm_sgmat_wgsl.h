@@ -43,7 +43,16 @@ typedef struct wgml_sgmat_config {
     /* results leave through workgroup memory in this many rounds (0 or 1: every subgroup at
        once), a round's subgroups sharing a result block of sg_m * sg_n / rounds fragments */
     int cs_rounds;
+    /* the epilogue's lanes each take a run of 8 neighbouring results of a fragment row and
+       write them as 16-byte vectors (C bound as vec4<u32> of halves, or vec4<f32>): needs
+       N and C's offset multiples of 8 (a run is then wholly inside or outside the matrix),
+       16x16 fragments of 32 lanes, and no straight store (C of halves, or an activation) */
+    bool c_vec;
 } wgml_sgmat_config;
+
+/* Whether c_vec can serve this config, given N and C's offset divisible by 8 (the caller's
+   part) */
+bool wgml_sgmat_c_vec_fits(const wgml_sgmat_config *c, bool has_act);
 
 /* The workgroup's output tile and size */
 static inline int wgml_sgmat_tile_m(const wgml_sgmat_config *c) { return c->sg_m * c->frag_m * c->sm_m; }

@@ -180,6 +180,17 @@ static void every_kernel_and_config(void)
                             const char *lazy = "            ls0 = 0.0;\n", *vote = strstr(src, "workgroupUniformLoad(");
                             CHECK(test_count(src, lazy) == (c.p_early ? 2 : 1));
                             CHECK(vote && (strstr(src, lazy) < vote) == c.p_early);
+                            /* the last P (the rescaling steps' with p_early) is behind a barrier
+                               before P V reads it, inside the branch with p_early */
+                            const char *last = strstr(src, lazy), *pv = strstr(src, "        l0 = l0 + ls0;\n");
+                            if (c.p_early && last) last = strstr(last + 1, lazy);
+                            CHECK(last && pv && last < pv);
+                            int barriers = 0;
+                            const char *bar = last ? strstr(last, "workgroupBarrier();") : NULL;
+                            for (const char *x = bar; x && pv && x < pv; x = strstr(x + 1, "workgroupBarrier();")) barriers++;
+                            CHECK(barriers == 1);
+                            const char *then = c.p_early ? "workgroupBarrier();\n        }\n" : "workgroupBarrier();\n        l0";
+                            CHECK(bar && !strncmp(bar, then, strlen(then)));
                         }
                         /* loads up front: the first K tile's and every part of Q's before Q is
                            staged */

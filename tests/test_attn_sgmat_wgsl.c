@@ -4,11 +4,37 @@
    fragment loads and their layouts, the workgroup size, the workgroup memory it reports, the
    stand-ins when emulated), and bad configs are refused. The kernels themselves run in
    test_attention_mixed (on a GPU with matrix units, and emulated on lavapipe). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/attention/attention.h"
 #include "ops/attention/attention_sgmat_wgsl.h"
 #include "harness.h"
+
+/* Every matrix load and store with a constant stride has rows a multiple of 16 bytes apart:
+   Vulkan asks it of OpCooperativeMatrixLoadKHR and OpCooperativeMatrixStoreKHR, which Dawn's
+   subgroupMatrixLoad and subgroupMatrixStore become there (VUID-RuntimeSpirv-
+   OpCooperativeMatrixLoadKHR-08986; xs, ps and pp hold halves, the rest f32) */
+static bool matrix_strides_aligned(const char *src)
+{
+    static const char *const calls[] = {"subgroupMatrixLoad<", "subgroupMatrixStore("};
+    for (int i = 0; i < N_OF(calls); i++)
+        for (const char *p = strstr(src, calls[i]); p; p = strstr(p + 1, calls[i])) {
+            const char *open = strchr(p, '('), *amp = strchr(p, '&'), *last = NULL, *e = open;
+            for (int depth = 0; *e; e++) {
+                depth += *e == '(' ? 1 : *e == ')' ? -1 : 0;
+                if (*e == ',' && depth == 1) last = e;
+                if (depth == 0) break;
+            }
+            if (!open || !amp || !last || !*e) return false;
+            char *end;
+            long stride = strtol(last + 1, &end, 10);
+            if (*end != 'u') continue; /* (a stride known at run time: the direct stores' rows of O) */
+            bool halves = !strncmp(amp, "&xs", 3) || !strncmp(amp, "&ps", 3) || !strncmp(amp, "&pp", 3);
+            if (stride * (halves ? 2 : 4) % 16) return false;
+        }
+    return true;
+}
 
 static void every_kernel_and_config(void)
 {
@@ -134,11 +160,9 @@ static void every_kernel_and_config(void)
                         /* quads: 4 lanes a row, each a pair of adjacent columns of the score block
                            (rows cols + 8 floats apart), else 2 (rows cols + 4 apart) */
                         CHECK((strstr(src, "let lc2 = lc * 2u;") != NULL) == (c.quads || c.pairs));
-                        /* (the forward's two lanes a row: rows cols + 2 apart, its reads in no bank twice) */
-                        bool two_lanes = !c.quads && c.subgroup_size >= c.sm_m && c.subgroup_size / c.sm_m == 2;
-                        int pad = c.quads ? 8 : c.kind == WGML_ATTN_FORWARD && two_lanes && !c.pairs ? 2 : 4;
-                        snprintf(want, sizeof want, "var<workgroup> ss: array<f32, %d>;", 4 * c.sm_m * (c.cols + pad));
+                        snprintf(want, sizeof want, "var<workgroup> ss: array<f32, %d>;", 4 * c.sm_m * (c.cols + (c.quads ? 8 : 4)));
                         CHECK(strstr(src, want) != NULL);
+                        CHECK(c.emulate || matrix_strides_aligned(src));
                         if (c.quads) {
                             snprintf(want, sizeof want, "row%d = lr + %du;", c.sm_m * 4 / c.subgroup_size - 1,
                                      (c.sm_m * 4 / c.subgroup_size - 1) * c.subgroup_size / 4);
@@ -156,6 +180,17 @@ static void every_kernel_and_config(void)
                             const char *lazy = "            ls0 = 0.0;\n", *vote = strstr(src, "workgroupUniformLoad(");
                             CHECK(test_count(src, lazy) == (c.p_early ? 2 : 1));
                             CHECK(vote && (strstr(src, lazy) < vote) == c.p_early);
+                            /* the last P (the rescaling steps' with p_early) is behind a barrier
+                               before P V reads it, inside the branch with p_early */
+                            const char *last = strstr(src, lazy), *pv = strstr(src, "        l0 = l0 + ls0;\n");
+                            if (c.p_early && last) last = strstr(last + 1, lazy);
+                            CHECK(last && pv && last < pv);
+                            int barriers = 0;
+                            const char *bar = last ? strstr(last, "workgroupBarrier();") : NULL;
+                            for (const char *x = bar; x && pv && x < pv; x = strstr(x + 1, "workgroupBarrier();")) barriers++;
+                            CHECK(barriers == 1);
+                            const char *then = c.p_early ? "workgroupBarrier();\n        }\n" : "workgroupBarrier();\n        l0";
+                            CHECK(bar && !strncmp(bar, then, strlen(then)));
                         }
                         /* loads up front: the first K tile's and every part of Q's before Q is
                            staged */

@@ -204,6 +204,9 @@ static void residual_in_gemm_epilogue(void)
         /* N a multiple of 8: the residual's X read and the results written 8 a lane (matrix units) */
         {.M = 1023, .K = 64, .N = 392, .bias = 1, .residual = 1},
         {.M = 130, .K = 200, .N = 768, .tb = 1, .batch = 2, .residual = 1},
+        /* 28 x 3 tiles of 128x256, enough for the form of N up to 768 on the matrix units
+           (128x128 tiles, results in two rounds), each round's results 8 a lane */
+        {.M = 3500, .K = 64, .N = 768, .bias = 1, .residual = 1},
     };
     for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }
@@ -684,6 +687,8 @@ static void matrix_units_large(void)
            by M's edge, a batch; with alpha and B^T */
         {.M = 1023, .K = 130, .N = 1024, .bias = 1, .act = WGML_ACT_GELU},
         {.M = 300, .K = 96, .N = 392, .tb = 1, .bias = 1, .act = WGML_ACT_RELU, .alpha = -0.75f, .batch = 2},
+        /* ... and in two rounds (N up to 768 over 80 tiles or more), B^T's deeper slices */
+        {.M = 3500, .K = 96, .N = 768, .tb = 1, .bias = 1, .act = WGML_ACT_GELU},
     };
     for (int i = 0; i < N_OF(cases); i++) run_case(ctx, &cases[i]);
 }

@@ -253,6 +253,12 @@ static void policy(void)
     CHECK(wgml_sgmat_tile_m(&c) == 128 && wgml_sgmat_tile_n(&c) == 128 && c.cs_rounds == 2 && !c.double_buffer &&
           c.prefetch && c.bk == 64);
     CHECK(wgml_sgmat_workgroup_bytes(&c, false, true) == 45056);
+    /* (test_matmul_f16's 3500 x 768 cases: that form, with the results 8 a lane) */
+    for (int tb = 0; tb < 2; tb++) {
+        c = wgml_sgmat_choose(16, 16, 16, 32, 3500, 768, 1, false, tb, 49152);
+        c.c_vec = true;
+        CHECK(c.cs_rounds == 2 && wgml_sgmat_tile_n(&c) == 128 && !wgml_sgmat_config_problem(&c) && wgml_sgmat_c_vec_fits(&c, true));
+    }
     c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, true, false, 49152);
     CHECK(wgml_sgmat_tile_n(&c) == 256 && c.cs_rounds == 0);
     c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 2304, 1, false, true, 49152);

@@ -407,16 +407,17 @@ static bool has_f16_math(wgml_context *ctx, const char *name)
    f32 sums bound it by about 2 * 2^-11 + K * 2^-24; halves of C add 2^-11 of |c|). */
 typedef struct { const char *name; int64_t M, N, K; int ta, tb, bias, a_f32, b_f32, c_f16; } step_gemm;
 
-static void bench_step_gemm(wgml_context *ctx, const char *model, const step_gemm *g, int v, int halves, int quick)
+static void bench_step_gemm(wgml_context *ctx, bool units, const char *model, const step_gemm *g, int v, int halves, int quick)
 {
     char name[64];
     snprintf(name, sizeof name, "%s_%s_%s", model, g->name, g->c_f16 ? "cf16" : halves ? "f16" : "f32");
     if (!wanted(name) || !has_f16_math(ctx, name)) return;
+    if (!units) fprintf(stderr, "  %-34s runs the SIMT f16 GEMM: no f16 -> f32 subgroup matrices here\n", name);
     int64_t M = g->M, N = g->N, K = g->K;
     int64_t sa[2] = {g->ta ? K : M, g->ta ? M : K}, sb[2] = {g->tb ? N : K, g->tb ? K : N};
     float *A = random_floats(M * K, 11 + (uint64_t)v), *B = random_floats(K * N, 23 + (uint64_t)v);
     float *bias = random_floats(N, 37);
-    wgml_tensor *a = NULL, *b = NULL, *bt = NULL, *c = NULL;
+    wgml_tensor *a = NULL, *b = NULL, *bt = NULL;
     float *C = malloc((size_t)(M * N) * sizeof *C);
     bool ok = A && B && bias && C && !wgml_tensor_from_data(ctx, 2, sa, A, (size_t)(M * K), &a) &&
               !wgml_tensor_from_data(ctx, 2, sb, B, (size_t)(K * N), &b) &&
@@ -432,9 +433,12 @@ static void bench_step_gemm(wgml_context *ctx, const char *model, const step_gem
         t.a[0] = a, t.b[0] = b;
         double sec = time_op(ctx, op_matmul, &t, 1, quick ? 3 : 15);
         bench_report(name, sec, 2.0 * (double)M * N * K / sec / 1e12, "TFLOP/s");
-        c = op_matmul(ctx, &t);
+        /* (a scope: with halves of C the GEMM node lies under two casts) */
+        wgml_scope_begin(ctx);
+        wgml_tensor *c = op_matmul(ctx, &t);
         if (c && g->c_f16) c = wgml_cast(ctx, c, WGML_F32);
         ok = c && !wgml_tensor_read(c, C, (size_t)(M * N));
+        wgml_scope_end(ctx);
     }
     if (ok) { /* the error over sampled outputs, against the f32 inputs in double */
         double worst = 0;
@@ -453,7 +457,6 @@ static void bench_step_gemm(wgml_context *ctx, const char *model, const step_gem
                 2 * 0x1p-11 + (double)K * 0x1p-24 + (g->c_f16 ? 0x1p-11 : 0));
     }
     if (!ok) fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));
-    wgml_tensor_free(c);
     for (int i = 0; i < 2; i++) wgml_tensor_free(casts[i]), wgml_tensor_free(stored[i]);
     wgml_tensor_free(bt);
     free(A), free(B), free(bias), free(C);
@@ -468,12 +471,10 @@ static void bench_gpt_step_gemms(wgml_context *ctx, bool units, int quick)
         {"dx_mlp_up", rows, 384, 1536, 0, 1, 0, 1, 1, 0}, {"dx_mlp_down", rows, 1536, 384, 0, 1, 0, 1, 1, 0},
         {"dw_proj", 384, 384, rows, 1, 0, 0, 0, 1, 0},    {"dw_mlp_up", 384, 1536, rows, 1, 0, 0, 0, 1, 0},
         {"dw_mlp_down", 1536, 384, rows, 1, 0, 0, 0, 1, 0},
-        /* (GPT-2's step now projects Q, K and V by this one GEMM; qkv_proj is one of the three
-           it launched before) */
+        /* (GPT-2's step projects Q, K and V by this one GEMM; qkv_proj is a third of it) */
         {"qkv_one_gemm", rows, 1152, 384, 0, 0, 1, 0, 1, 0}};
-    if (!units) fprintf(stderr, "  gptstep rows run the SIMT f16 GEMM: no f16 -> f32 subgroup matrices here\n");
     for (int v = 0; v < (int)(sizeof g / sizeof g[0]); v++)
-        for (int halves = 0; halves < 2; halves++) bench_step_gemm(ctx, "gptstep", &g[v], v, halves, quick);
+        for (int halves = 0; halves < 2; halves++) bench_step_gemm(ctx, units, "gptstep", &g[v], v, halves, quick);
     int64_t r2 = quick ? 512 : 8192, c2 = quick ? 128 : 768;
     const step_gemm g2[] = {
         {"qkv", r2, 3 * c2, c2, 0, 0, 1, 0, 0, 0},        {"proj", r2, c2, c2, 0, 0, 1, 0, 0, 0},
@@ -482,7 +483,7 @@ static void bench_gpt_step_gemms(wgml_context *ctx, bool units, int quick)
         {"dx_mlp_up", r2, c2, 4 * c2, 0, 1, 0, 0, 0, 0},  {"dx_mlp_down", r2, 4 * c2, c2, 0, 1, 0, 0, 0, 0},
         {"dw_qkv", c2, 3 * c2, r2, 1, 0, 0, 0, 0, 0},     {"dw_proj", c2, c2, r2, 1, 0, 0, 0, 0, 0},
         {"dw_mlp_up", c2, 4 * c2, r2, 1, 0, 0, 0, 0, 0},  {"dw_mlp_down", 4 * c2, c2, r2, 1, 0, 0, 0, 0, 0}};
-    for (int v = 0; v < (int)(sizeof g2 / sizeof g2[0]); v++) bench_step_gemm(ctx, "gpt2step", &g2[v], 20 + v, 1, quick);
+    for (int v = 0; v < (int)(sizeof g2 / sizeof g2[0]); v++) bench_step_gemm(ctx, units, "gpt2step", &g2[v], 20 + v, 1, quick);
 }
 
 static void bench_matmul(int quick)
@@ -805,8 +806,8 @@ static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv_in, wgml
         wgml_status st = WGML_OK;
         if (backward) {
             st = wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, y, dout)));
-            for (int i = 0; i < 3; i++) outs[i] = wgml_grad(packed ? packed : qkv[i]);
-            n = packed ? 1 : 3;
+            n = packed ? 1 : 3; /* (the packed input's gradient holds all three) */
+            for (int i = 0; i < n; i++) outs[i] = wgml_grad(packed ? packed : qkv[i]);
         }
         wgml_synchronize(ctx);
         double t0 = bench_now();
@@ -815,7 +816,7 @@ static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv_in, wgml
         double el = bench_now() - t0;
         wgml_stats s;
         wgml_stats_get(ctx, &s);
-        for (int i = 0; i < 3 && backward; i++) wgml_zero_grad(packed ? packed : qkv[i]);
+        for (int i = 0; i < n && backward; i++) wgml_zero_grad(packed ? packed : qkv[i]);
         wgml_scope_end(ctx);
         if (st) {
             fprintf(stderr, "wgml bench: %s\n", wgml_error_message(ctx));
@@ -842,7 +843,9 @@ static wgml_status attention_results(wgml_context *ctx, wgml_tensor *const *qkv,
 
 /* wgml_attention at the issue's shapes, causal, in TFLOP/s by FlashAttention's count:
    4 B H T^2 D / 2 for the forward pass, 2.5 times that for the backward; and the memory that
-   forward + backward take above their inputs. Then the same under mixed precision (the
+   forward + backward take above their inputs; forward + backward again in the GPT step's
+   layout (rows ending _gpt_layout: q, k and v windows of one [B,T,3C] tensor, the output
+   [B,T,H,D]). Then the same under mixed precision (the
    matrix units where the adapter has them: rows ending _mixed), with its error against the
    f32 kernels' results, max |mixed - f32| / max |f32| of y, dq, dk and dv in millionths. */
 static void bench_attention(int quick)

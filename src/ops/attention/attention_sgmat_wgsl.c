@@ -75,9 +75,12 @@
 #include "ops/attention/attention.h"
 
 #define STAGE_PAD 8 /* halves per staged row against bank conflicts (keeps rows 16-byte aligned) */
-#define SCORE_PAD 4 /* floats per score row */
+/* floats per score row. The matrix units store and load the score block with a stride of
+   cols + pad, which Vulkan asks to be a multiple of 16 bytes (VUID-RuntimeSpirv-
+   OpCooperativeMatrixLoadKHR-08986: Dawn's subgroupMatrixStore is OpCooperativeMatrixStoreKHR
+   there), so each pad is a multiple of 4 floats */
+#define SCORE_PAD 4
 #define QUAD_SCORE_PAD 8 /* ... with quads: rows 8 (mod 32) banks apart */
-#define FWD_SCORE_PAD 2 /* ... the forward's two lanes a row (not pairs): rows 18 (mod 32) banks apart, so a lane pair's reads of 16 rows meet no bank twice */
 
 /* the generator's derived constants */
 typedef struct gen {
@@ -105,9 +108,7 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     g.lpr = c->quads ? 4 : g.SGS >= g.SM ? g.SGS / g.SM : 1;
     g.rpl = g.SM * g.lpr / g.SGS;
     g.cpr = g.C / g.lpr;
-    g.SC = g.C + (c->quads                                                      ? QUAD_SCORE_PAD
-                  : c->kind == WGML_ATTN_FORWARD && g.lpr == 2 && !c->pairs ? FWD_SCORE_PAD
-                                                                            : SCORE_PAD);
+    g.SC = g.C + (c->quads ? QUAD_SCORE_PAD : SCORE_PAD);
     g.rstep = g.SGS / g.lpr;
     g.FD = g.DP / g.SN, g.KD = g.DP / g.SK, g.FC = g.C / g.SN, g.KC = g.C / g.SK;
     g.xb = c->stage2 ? "xb + " : "";

@@ -45,8 +45,10 @@ typedef struct wgml_sgmat_config {
     int cs_rounds;
     /* the epilogue's lanes each take a run of 8 neighbouring results of a fragment row and
        write them as 16-byte vectors (C bound as vec4<u32> of halves, or vec4<f32>): needs
-       N and C's offset multiples of 8 (a run is then wholly inside or outside the matrix),
-       16x16 fragments of 32 lanes, and no straight store (C of halves, or an activation) */
+       N and C's offset multiples of 8 (a run is then wholly inside or outside the matrix;
+       the caller's part) and fragments of 8 results a lane whose rows are whole runs (16x16
+       of 32 lanes). It drops the straight store of f32 C, so wgml takes it only where there
+       is none (C of halves, or an activation: wgml_sgmat_c_vec_fits) */
     bool c_vec;
 } wgml_sgmat_config;
 

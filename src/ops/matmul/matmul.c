@@ -342,15 +342,17 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
            wave) instead of 8 (432 tiles, 4 waves: 213 + 24 us) */
         double best = 0, at_s = 0;
         int64_t pick = s;
-        for (int64_t c = 1; g->K % c == 0 && (g->K / c) % 16 == 0 && (c == 1 || g->K / c >= depth); c *= 2) {
-            wgml_sgmat_config t = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, c, g->trans_a, g->trans_b,
-                                                    ctx->rt.limits.maxComputeWorkgroupStorageSize);
-            int64_t tm = wgml_sgmat_tile_m(&t), tn = wgml_sgmat_tile_n(&t);
-            int64_t n = ((g->M + tm - 1) / tm) * ((g->N + tn - 1) / tn) * c, waves = (n + 131) / 132;
-            double us = (double)waves * ((double)(g->K / c) / 32.0 * (tm * tn >= 128 * 256 ? 1.23 : 0.8) + 9.0) +
-                        (c > 1 ? 2e-6 * (double)c * (double)g->M * (double)g->N : 0.0);
-            if (c == s) at_s = us;
-            if (c == 1 || us < best) best = us, pick = c;
+        for (int64_t chunks = 1; g->K % chunks == 0 && (g->K / chunks) % 16 == 0 && (chunks == 1 || g->K / chunks >= depth);
+             chunks *= 2) {
+            /* (the chunks run as a batch: the tile the GEMM of that batch would take) */
+            wgml_sgmat_config tile = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, chunks, g->trans_a, g->trans_b,
+                                                       ctx->rt.limits.maxComputeWorkgroupStorageSize);
+            int64_t tm = wgml_sgmat_tile_m(&tile), tn = wgml_sgmat_tile_n(&tile);
+            int64_t groups = ((g->M + tm - 1) / tm) * ((g->N + tn - 1) / tn) * chunks, waves = (groups + 131) / 132;
+            double us = (double)waves * ((double)(g->K / chunks) / 32.0 * (tm * tn >= 128 * 256 ? 1.23 : 0.8) + 9.0) +
+                        (chunks > 1 ? 2e-6 * (double)chunks * (double)g->M * (double)g->N : 0.0);
+            if (chunks == s) at_s = us;
+            if (chunks == 1 || us < best) best = us, pick = chunks;
         }
         if (at_s > 0 && best < 0.95 * at_s) s = pick;
     }

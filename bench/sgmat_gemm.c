@@ -407,7 +407,7 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
     int bv = wgml_sgmat_vec_width(0, h->ldb, S > 1 ? (q->tb ? Kc : Kc * h->ldb) : h->b_bs0, h->b_bs1, b_ext);
     c.a_vec = base->a_vec ? (av < base->a_vec ? av : base->a_vec) : 0;
     c.b_vec = base->b_vec ? (bv < base->b_vec ? bv : base->b_vec) : 0;
-    c.c_vec = c_vec_wanted() && S <= 1 && q->N % 8 == 0 && wgml_sgmat_c_vec_fits(&c, q->act != 0);
+    c.c_vec = c_vec_wanted() && S <= 1 && wgml_sgmat_c_vec_fits(&c, q->act != 0, (uint64_t)q->N, 0);
     return c;
 }
 
@@ -714,7 +714,7 @@ static int cmd_parse(void)
                     int act = (form + store) % 3;
                     bool ta = form & 1, tb = form & 2;
                     c.c_f16 = c_vec_wanted() && form == 3;
-                    c.c_vec = c_vec_wanted() && wgml_sgmat_c_vec_fits(&c, act != 0);
+                    c.c_vec = c_vec_wanted() && wgml_sgmat_c_vec_fits(&c, act != 0, 8, 0); /* (generated only: any N of runs) */
                     if (wgml_sgmat_workgroup_bytes(&c, ta, tb) > wg_storage_limit) continue;
                     char *src = wgml_sgmat_gemm_source(&c, ta, tb, act_wgsl[act]), why[2048], name[96];
                     describe(name, sizeof name, &c);

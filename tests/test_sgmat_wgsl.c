@@ -160,8 +160,9 @@ static void vector_results(void)
         for (int xact = 0; xact < 2; xact++) {
             wgml_sgmat_config c = base;
             c.c_f16 = half, c.act_x = xact, c.c_vec = true;
-            CHECK(wgml_sgmat_c_vec_fits(&c, true));
-            CHECK(wgml_sgmat_c_vec_fits(&c, false) == (bool)half);
+            CHECK(wgml_sgmat_c_vec_fits(&c, true, 768, 0));
+            CHECK(wgml_sgmat_c_vec_fits(&c, false, 768, 0) == (bool)half);
+            CHECK(!wgml_sgmat_c_vec_fits(&c, true, 772, 0) && !wgml_sgmat_c_vec_fits(&c, true, 768, 4)); /* runs cut by N or the offset */
             const char *act = xact ? "fn act_x(v: f32, x: f32) -> f32 { return v * x; }" : "fn act(v: f32) -> f32 { return v; }";
             char *src = wgml_sgmat_gemm_source(&c, false, xact, act);
             CHECK(src != NULL);
@@ -183,7 +184,7 @@ static void vector_results(void)
         }
     wgml_sgmat_config c = base;
     c.c_vec = true, c.sm_n = 8, c.frag_n = 8; /* 16x8: 4 a lane */
-    CHECK(wgml_sgmat_config_problem(&c) != NULL && !wgml_sgmat_c_vec_fits(&c, true));
+    CHECK(wgml_sgmat_config_problem(&c) != NULL && !wgml_sgmat_c_vec_fits(&c, true, 768, 0));
     c = base, c.c_vec = true, c.subgroup_size = 16; /* 16 a lane */
     CHECK(wgml_sgmat_config_problem(&c) != NULL);
 }
@@ -257,7 +258,7 @@ static void policy(void)
     for (int tb = 0; tb < 2; tb++) {
         c = wgml_sgmat_choose(16, 16, 16, 32, 3500, 768, 1, false, tb, 49152);
         c.c_vec = true;
-        CHECK(c.cs_rounds == 2 && wgml_sgmat_tile_n(&c) == 128 && !wgml_sgmat_config_problem(&c) && wgml_sgmat_c_vec_fits(&c, true));
+        CHECK(c.cs_rounds == 2 && wgml_sgmat_tile_n(&c) == 128 && !wgml_sgmat_config_problem(&c) && wgml_sgmat_c_vec_fits(&c, true, 768, 0));
     }
     c = wgml_sgmat_choose(16, 16, 16, 32, 8192, 768, 1, true, false, 49152);
     CHECK(wgml_sgmat_tile_n(&c) == 256 && c.cs_rounds == 0);

@@ -778,10 +778,8 @@ static void bench_gather(int quick)
 
 /* ---------------------------------------------------------------- attention */
 
-/* Median seconds of causal attention's forward pass, or forward and backward (q, k, v
-   trainable, L = sum(y * dout) so that dout is y's gradient), one evaluation a run */
-/* q, k, v as the GPT's step makes them (packed non-NULL): windows of the QKV GEMM's [B,T,3C]
-   result seen as [B,H,T,D], the output [B,T,H,D], the gradient one [B,T,3C] tensor */
+/* q, k, v as the GPT's step makes them: windows of the QKV GEMM's [B,T,3C] result (packed)
+   seen as [B,H,T,D] (sh: B, H, T, D) */
 static void gpt_heads(wgml_context *ctx, wgml_tensor *packed, const int64_t *sh, wgml_tensor **qkv)
 {
     static const int bhtd[4] = {0, 2, 1, 3};
@@ -789,6 +787,10 @@ static void gpt_heads(wgml_context *ctx, wgml_tensor *packed, const int64_t *sh,
     for (int i = 0; i < 3; i++) qkv[i] = wgml_permute(ctx, wgml_slice(ctx, all, 2, i * sh[1], (i + 1) * sh[1], 1), bhtd);
 }
 
+/* Median seconds of causal attention's forward pass, or forward and backward (q, k, v
+   trainable, L = sum(y * dout) so that dout is y's gradient), one evaluation a run; with
+   packed (non-NULL) in the GPT step's layout (gpt_heads; the output and dout [B,T,H,D], the
+   gradient packed's), else qkv_in [B,H,T,D] */
 static double time_attention(wgml_context *ctx, wgml_tensor *const *qkv_in, wgml_tensor *packed, const int64_t *sh,
                              wgml_tensor *dout, bool backward, int reps)
 {

@@ -56,15 +56,17 @@
  * subgroup_size / rows lanes share a row (or, with fewer lanes than rows, a lane has several),
  * lane l having columns l % lpr + lpr * j, so every per-row value (max, sum, L, Delta) is a
  * named register and the loops are unrolled. With `quads` (the gradients) 4 lanes share a row,
- * each taking pairs of adjacent columns, 2 (l % 4) + 8 j and the next, of rows l / 4 + 8 k: NVIDIA's
- * result fragment layout, so with score rows cols + 8 floats apart (8 banks, mod 32) the block's
- * stores (64-bit) and the lanes' reads (pairs: 64-bit) meet no bank twice in a half warp, and
- * P and dS are stored a pair (4 bytes) at a time, none twice in a bank (rows cols + 8 halves
- * apart); two lanes a row at columns l % 2 + 2 j, rows cols + 4 floats apart, put rows r and
- * r + 8 in one bank (likely; the bank pattern is from NVIDIA's rules, not measured by itself).
+ * each taking pairs of adjacent columns, 2 (l % 4) + 8 j and the next, of rows l / 4 + 8 k:
+ * likely NVIDIA's result fragment layout (assumed, not shown), so with score rows cols + 8
+ * floats apart (8 banks, mod 32) the block's stores (64-bit) and the lanes' reads (pairs:
+ * 64-bit) would meet no bank twice in a half warp, and P and dS are stored a pair (4 bytes) at
+ * a time (rows cols + 8 halves apart); two lanes a row at columns l % 2 + 2 j, rows cols + 4
+ * floats apart, put rows r and r + 8 in one bank. (The bank patterns are worked out from
+ * NVIDIA's rules, not measured access by access; the kernels' times are in docs/MEASUREMENTS.md.)
  * With `pairs` (the forward's two lanes a row) lane l takes the pairs 2 (l % 2) + 4 j and the
- * next: with score rows cols + 4 floats apart its 8-byte reads (LDS.64 in the H200 driver's
- * SASS) meet no bank twice in a half warp, and P goes a pair (4 bytes) at a time.
+ * next: its reads of the score block are 8-byte loads (LDS.64 in the H200 driver's SASS), by
+ * the same rules meeting no bank twice in a half warp with rows cols + 4 floats apart, and P
+ * goes a pair (4 bytes) at a time.
  */
 #include "ops/attention/attention_sgmat_wgsl.h"
 
@@ -123,11 +125,14 @@ static gen gen_of(wgml_sbuf *b, const wgml_attn_sgmat *c)
     return g;
 }
 
-/* the column of a lane's entry j of each of its rows (WGSL): lc + j lpr, or with quads (pairs)
-   the pair 2 lc + 8 (4) (j / 2) (+1 for odd j) */
+/* lanes taking pairs of adjacent columns (quads in the gradients, pairs in the forward) */
+static bool column_pairs(const wgml_attn_sgmat *c) { return c->quads || c->pairs; }
+
+/* the column of a lane's entry j of each of its rows (WGSL): lc + j lpr, or with column pairs
+   the pair 2 lc + 2 lpr (j / 2) (+1 for odd j) */
 static const char *lane_col(const gen *g, int j, char *buf, size_t n)
 {
-    if (g->c->quads || g->c->pairs) snprintf(buf, n, "lc2 + %du", (j & 1) + 2 * g->lpr * (j >> 1));
+    if (column_pairs(g->c)) snprintf(buf, n, "lc2 + %du", (j & 1) + 2 * g->lpr * (j >> 1));
     else snprintf(buf, n, "lc + %du", j * g->lpr);
     return buf;
 }
@@ -504,7 +509,7 @@ static void put_lane_ids(gen *g)
     wgml_sbuf_put(g->b, "    let lr = lane / %du;\n    let lc = lane %% %du;\n    let sr = sg * %du;\n"
                         "    let sb = sg * %du; // the subgroup's f32 block\n    let pb = %du + sg * %du; // its f16 block (in %s)\n",
                   g->lpr, g->lpr, g->SM, g->SM * g->SC, g->po, g->SM * g->PC, g->pa);
-    if (g->c->quads || g->c->pairs) wgml_sbuf_put(g->b, "    let lc2 = lc * 2u;\n");
+    if (column_pairs(g->c)) wgml_sbuf_put(g->b, "    let lc2 = lc * 2u;\n");
     for (int k = 0; k < g->rpl; k++) wgml_sbuf_put(g->b, "    let row%d = lr + %du;\n", k, k * g->rstep);
 }
 

@@ -52,16 +52,16 @@ typedef struct wgml_attn_sgmat {
     /* dK/dV and dQ only (a problem on the forward): the gradient node stores halves (a cast to f16 of it); the results then
        leave through the f32 block, converted (a matrix store writes its own component type) */
     bool out16;
-    /* dK/dV and dQ: the lanes read the f32 score block (and write P, dS) in the result
-       fragment's layout on NVIDIA: 4 lanes a row, rows lane / 4 + 8 k, each lane two adjacent
-       columns at 2 (lane % 4) + 8 j, so a lane's pairs are likely 8-byte reads and 4-byte f16 stores;
+    /* dK/dV and dQ: the lanes read the f32 score block (and write P, dS) in what is likely the
+       result fragment's layout on NVIDIA: 4 lanes a row, rows lane / 4 + 8 k, each lane two adjacent
+       columns at 2 (lane % 4) + 8 j, so a lane's pairs are 8-byte reads and 4-byte f16 stores;
        score rows cols + 8 floats apart (without it: subgroup_size / sm_m lanes a row, columns
        lane % lanes + lanes j, rows cols + 4 apart) */
     bool quads;
     /* the forward with two lanes a row: each lane takes pairs of adjacent columns, 2 (lane % 2)
        + 4 j and the next, so its reads of the score block are 8-byte loads and its P 4-byte
        stores (half the instructions, in the H200 driver's SASS); score rows cols + 4 floats
-       apart, where those reads meet no bank twice */
+       apart, where those reads meet no bank twice by NVIDIA's bank rules (worked out) */
     bool pairs;
     /* the one-walk forward: each step's P written against the row's reference before the vote
        on rescaling (written again in the rescaling branch), so the vote's barriers order P

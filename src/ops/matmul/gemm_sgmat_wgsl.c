@@ -210,9 +210,11 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
     return c;
 }
 
-bool wgml_sgmat_c_vec_fits(const wgml_sgmat_config *c, bool has_act)
+bool wgml_sgmat_c_vec_fits(const wgml_sgmat_config *c, bool has_act, uint64_t N, uint64_t c_off)
 {
-    return c->sm_m * c->sm_n == 8 * c->subgroup_size && c->sm_n % 8 == 0 && (c->c_f16 || has_act);
+    wgml_sgmat_config v = *c;
+    v.c_vec = true;
+    return N % 8 == 0 && c_off % 8 == 0 && (c->c_f16 || has_act) && !wgml_sgmat_config_problem(&v);
 }
 
 /* The left/right fragment loads: the staged tile read row- or column-major. The matrix
@@ -315,20 +317,17 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B),
                   c->c_vec ? (c->c_f16 ? "vec4<u32>" : "vec4<f32>") : ct);
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
-    if (c->c_vec) /* the old value of C (accumulate) passed in: C is read as vectors */
-        wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, old: f32%s) -> f32 {\n"
-                          "    var v = P.alpha * v0;\n"
-                          "    if (P.accumulate != 0u) { v = v + old; }\n"
-                          "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-                          "    return %s;\n}\n", c->act_x ? ", x: f32" : "",
-                      c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
-    else
-        wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, idx: u32%s) -> %s {\n"
-                          "    var v = P.alpha * v0;\n"
-                          "    if (P.accumulate != 0u) { v = v + f32(C[idx]); }\n"
-                          "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n"
-                          "    return %s(%s);\n}\n", c->act_x ? ", x: f32" : "", ct, ct,
-                      c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v");
+    /* the epilogue of one result; with c_vec the caller reads C as vectors and passes the old
+       value in (accumulate) and rounds the f32 it gets back */
+    const char *vr = c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v";
+    wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, %s%s) -> %s {\n"
+                      "    var v = P.alpha * v0;\n"
+                      "    if (P.accumulate != 0u) { v = v + %s; }\n"
+                      "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n",
+                  c->c_vec ? "old: f32" : "idx: u32", c->act_x ? ", x: f32" : "", c->c_vec ? "f32" : ct,
+                  c->c_vec ? "old" : "f32(C[idx])");
+    if (c->c_vec) wgml_sbuf_put(&b, "    return %s;\n}\n", vr);
+    else wgml_sbuf_put(&b, "    return %s(%s);\n}\n", ct, vr);
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
     int rounds = c->cs_rounds > 1 ? c->cs_rounds : 1, slots = cs_slots(c);

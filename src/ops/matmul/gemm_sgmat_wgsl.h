@@ -45,16 +45,17 @@ typedef struct wgml_sgmat_config {
     int cs_rounds;
     /* the epilogue's lanes each take a run of 8 neighbouring results of a fragment row and
        write them as 16-byte vectors (C bound as vec4<u32> of halves, or vec4<f32>): needs
-       N and C's offset multiples of 8 (a run is then wholly inside or outside the matrix;
-       the caller's part) and fragments of 8 results a lane whose rows are whole runs (16x16
+       N and C's offset multiples of 8 (a run is then wholly inside or outside the matrix)
+       and fragments of 8 results a lane whose rows are whole runs (16x16
        of 32 lanes). It drops the straight store of f32 C, so wgml takes it only where there
        is none (C of halves, or an activation: wgml_sgmat_c_vec_fits) */
     bool c_vec;
 } wgml_sgmat_config;
 
-/* Whether c_vec can serve this config, given N and C's offset divisible by 8 (the caller's
-   part) */
-bool wgml_sgmat_c_vec_fits(const wgml_sgmat_config *c, bool has_act);
+/* Whether c_vec serves this config for a C of N columns starting at element c_off (runs of 8
+   whole or outside: N and c_off multiples of 8), with an activation or not: the config takes it
+   (wgml_sgmat_config_problem) and the epilogue runs anyway (C of halves, or an activation) */
+bool wgml_sgmat_c_vec_fits(const wgml_sgmat_config *c, bool has_act, uint64_t N, uint64_t c_off);
 
 /* The workgroup's output tile and size */
 static inline int wgml_sgmat_tile_m(const wgml_sgmat_config *c) { return c->sg_m * c->frag_m * c->sm_m; }

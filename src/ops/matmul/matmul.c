@@ -229,8 +229,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
        only where the epilogue runs anyway (H200, the mixed step: GPT-2 small 42.25 -> 41.73 ms,
        nanoGPT 14.21 -> 14.09; with f32 C's direct stores dropped too it had lost;
        docs/MEASUREMENTS.md) */
-    c.c_vec = g->N % 8 == 0 && g->c_off % 8 == 0 &&
-              wgml_sgmat_c_vec_fits(&c, g->act != WGML_ACT_NONE);
+    c.c_vec = wgml_sgmat_c_vec_fits(&c, g->act != WGML_ACT_NONE, (uint64_t)g->N, (uint64_t)g->c_off);
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
         why = "invocations per workgroup";
@@ -340,15 +339,18 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
            tiles, 3 waves, 264 + 19 us). It takes fewer, deeper chunks where the rule above
            leaves most of a wave idle: 768 x 2304 over K = 8192 in 2 chunks (108 tiles, one
            wave) instead of 8 (432 tiles, 4 waves: 213 + 24 us) */
+        const int64_t sms = 132;
         double best = 0, at_s = 0;
         int64_t pick = s;
-        for (int64_t chunks = 1; g->K % chunks == 0 && (g->K / chunks) % 16 == 0 && (chunks == 1 || g->K / chunks >= depth);
+        /* (counts whose partials fit a binding) */
+        for (int64_t chunks = 1; g->K % chunks == 0 && (g->K / chunks) % 16 == 0 && (chunks == 1 || g->K / chunks >= depth) &&
+                                 (uint64_t)chunks * (uint64_t)g->M * (uint64_t)g->N * 4 <= wgml_binding_limit(ctx);
              chunks *= 2) {
             /* (the chunks run as a batch: the tile the GEMM of that batch would take) */
             wgml_sgmat_config tile = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, chunks, g->trans_a, g->trans_b,
                                                        ctx->rt.limits.maxComputeWorkgroupStorageSize);
             int64_t tm = wgml_sgmat_tile_m(&tile), tn = wgml_sgmat_tile_n(&tile);
-            int64_t groups = ((g->M + tm - 1) / tm) * ((g->N + tn - 1) / tn) * chunks, waves = (groups + 131) / 132;
+            int64_t groups = ((g->M + tm - 1) / tm) * ((g->N + tn - 1) / tn) * chunks, waves = (groups + sms - 1) / sms;
             double us = (double)waves * ((double)(g->K / chunks) / 32.0 * (tm * tn >= 128 * 256 ? 1.23 : 0.8) + 9.0) +
                         (chunks > 1 ? 2e-6 * (double)chunks * (double)g->M * (double)g->N : 0.0);
             if (chunks == s) at_s = us;

@@ -534,6 +534,8 @@ def sync(device):
 def bench_training(args, model, forward, t, batches, device, amp=None):
     """Median ms of a whole training step (batch, forward, backward, clipping, AdamW, the loss
     read back as wgml reads it) over --bench-steps after --bench-warmup, and the peak memory."""
+    if device.type == "cuda":  # the caching allocator's peak of this run alone (wgml's bench releases its pool too)
+        torch.cuda.empty_cache()
     opt = make_optimizer(model, t)
     scaler = grad_scaler(amp, device)
     for s in range(args.bench_warmup):
@@ -552,6 +554,7 @@ def bench_training(args, model, forward, t, batches, device, amp=None):
            "steps": args.bench_steps, "warmup": args.bench_warmup}
     if device.type == "cuda":
         res["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        res["peak_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20  # beside wgml's peak_pool
     return res
 
 
@@ -638,6 +641,8 @@ def run_bench(args, tensors, cfg, t, batches, device):
 
 def print_bench(name, r):
     peak = f" peak {r['peak_mib']:.1f} MiB" if "peak_mib" in r else ""
+    if "peak_reserved_mib" in r:
+        peak += f" (reserved {r['peak_reserved_mib']:.1f} MiB)"
     print(f"{name:14s} {r['ms_per_step']:9.3f} ms/step {r['tokens_per_s']:12.1f} tokens/s{peak}")
 
 

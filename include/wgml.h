@@ -296,6 +296,10 @@ typedef struct wgml_stats {
 
 WGML_API wgml_status wgml_stats_get(const wgml_context *ctx, wgml_stats *stats);
 WGML_API void wgml_stats_reset_peaks(wgml_context *ctx); /* peaks := current values */
+/* Hands the pool's free buffers (bytes_live - bytes_in_use) back to the device, as
+   torch.cuda.empty_cache does: for another process, or before a phase that needs other sizes.
+   Tensors alive keep their buffers; later work allocates again. bytes_released may be NULL. */
+WGML_API wgml_status wgml_release_cached(wgml_context *ctx, uint64_t *bytes_released);
 
 /* ---------------------------------------------------------------- tensors */
 

@@ -414,6 +414,46 @@ static void unfused_chain_runs_in_bounded_memory(void)
     free(want);
 }
 
+/* wgml_release_cached hands the free buffers back, keeps what tensors hold, and the same
+   graph afterwards (new buffers, maybe under a released one's handle: the bind groups cached
+   for the old ones must not be reused) is still right */
+static void release_cached_returns_free_buffers(void)
+{
+    wgml_context *ctx = NULL;
+    wgml_context_desc d = {.no_fusion = 1};
+    CHECK_OK(NULL, wgml_context_create(&d, &ctx));
+    if (!ctx) return;
+    CHECK(wgml_release_cached(NULL, NULL) == WGML_ERROR_INVALID_ARGUMENT);
+    float *x = malloc(N * 4), *y = malloc(N * 4);
+    double *want = malloc(N * sizeof *want);
+    chain_inputs(x, y);
+    chain_reference(pattern_main, 30, x, y, want);
+    wgml_tensor *kept = NULL;
+    for (int round = 0; round < 3; round++) {
+        wgml_tensor *a = mk1(ctx, N, x), *b = mk1(ctx, N, y), *steps[30];
+        wgml_tensor *r = build_chain(ctx, pattern_main, 30, a, b, steps);
+        CHECK_CLOSE(ctx, "chain before release", r, want, N, 1e-4, 1e-30);
+        free_steps(steps, 29); /* steps[29] is r */
+        wgml_tensor_free(a), wgml_tensor_free(b);
+        wgml_stats s0 = stats(ctx);
+        CHECK(s0.bytes_live > s0.bytes_in_use); /* the chain's intermediates wait in the pool */
+        uint64_t released = 0;
+        CHECK_OK(ctx, wgml_release_cached(ctx, &released));
+        wgml_stats s1 = stats(ctx);
+        CHECK(released == s0.bytes_live - s0.bytes_in_use);
+        CHECK(s1.bytes_live == s1.bytes_in_use && s1.bytes_in_use == s0.bytes_in_use);
+        CHECK(s1.buffers_live < s0.buffers_live);
+        CHECK_OK(ctx, wgml_release_cached(ctx, &released)); /* nothing left to hand back */
+        CHECK(released == 0);
+        CHECK_CLOSE(ctx, "a result kept over the release", kept ? kept : r, want, N, 1e-4, 1e-30);
+        if (kept) wgml_tensor_free(r);
+        else kept = r;
+    }
+    wgml_tensor_free(kept);
+    wgml_context_free(ctx);
+    free(x), free(y), free(want);
+}
+
 /* the fused chain also holds only its result: no buffer per step */
 static void fused_chain_allocates_only_its_result(void)
 {
@@ -913,6 +953,7 @@ int main(void)
     TEST_RUN(chain_with_50_scalars_is_one_dispatch);
     TEST_RUN(unfused_chain_runs_in_bounded_memory);
     TEST_RUN(fused_chain_allocates_only_its_result);
+    TEST_RUN(release_cached_returns_free_buffers);
     TEST_RUN(fused_kernel_with_many_inputs_and_scalars);
     TEST_RUN(dag_evaluates_correctly);
     TEST_RUN(fused_kernels_differing_in_structure_stay_apart);

@@ -38,6 +38,9 @@ static int bench_training(wgml_context *ctx, wgml_gpt *g, wgml_text *text, int h
     char err[256], name[64];
     wgml_optimizer *opt = NULL;
     wgml_gpt_train_desc d = {.lr = 1e-3f, .weight_decay = 0.1f, .max_grad_norm = 1.0f, .precision = precision};
+    /* the pool's peak of this precision alone: another precision's buffers of other sizes
+       (an earlier run in this process) would otherwise sit in it */
+    wgml_release_cached(ctx, NULL);
     if (wgml_gpt_optimizer(g, &d, &opt)) {
         fail(ctx, "optimizer");
         return 0;

@@ -105,6 +105,24 @@ def test_tensors_free_their_buffers():
     ctx.close()
 
 
+def test_release_cached_hands_back_free_buffers(rng):
+    ctx = wgml.Context()
+    a = rng.standard_normal(1023).astype(np.float32)
+    kept = wgml.tensor(a, ctx=ctx)
+    ts = [wgml.tensor(rng.standard_normal(65537), ctx=ctx) for _ in range(4)]
+    del ts
+    gc.collect()
+    s0 = ctx.stats()
+    assert s0["bytes_live"] >= s0["bytes_in_use"] + 4 * 65537 * 4  # freed into the pool
+    released = ctx.release_cached()
+    s1 = ctx.stats()
+    assert released == s0["bytes_live"] - s0["bytes_in_use"]
+    assert s1["bytes_live"] == s1["bytes_in_use"] == s0["bytes_in_use"]
+    assert ctx.release_cached() == 0
+    np.testing.assert_allclose((kept * 2.0).numpy(), a.astype(np.float64) * 2, rtol=1e-6)
+    ctx.close()
+
+
 def test_context_outlives_its_tensors():
     ctx = wgml.Context()
     t = wgml.tensor(np.arange(5.0), ctx=ctx)

@@ -215,6 +215,13 @@ class Context:
         """Starts the peak counters of stats() over from the current values."""
         lib.wgml_stats_reset_peaks(self._handle())
 
+    def release_cached(self):
+        """Hands the buffer pool's free buffers back to the device (as torch.cuda.empty_cache);
+        tensors alive keep theirs. Returns the bytes released."""
+        n = ffi.new("uint64_t *")
+        self._check(lib.wgml_release_cached(self._handle(), n))
+        return int(n[0])
+
     def synchronize(self):
         """Waits for all submitted GPU work."""
         self._check(lib.wgml_synchronize(self._handle()))

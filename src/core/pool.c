@@ -131,16 +131,36 @@ wgml_status wgml_grow_buffer(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size,
     return WGML_OK;
 }
 
-void wgml_pool_destroy(wgml_context *ctx)
+/* Every buffer on the free lists back to the device; returns their bytes. */
+static uint64_t release_free(wgml_context *ctx)
 {
+    uint64_t bytes = 0;
     for (int c = 0; c < WGML_POOL_CLASSES; c++) {
         wgml_buffer *b = ctx->pool.free_list[c];
         while (b) {
             wgml_buffer *next = b->next_free;
+            bytes += b->size;
+            ctx->rt.stats.buffers_live--;
+            ctx->rt.stats.bytes_live -= b->size;
             wgpuBufferRelease(b->handle);
             free(b);
             b = next;
         }
         ctx->pool.free_list[c] = NULL;
     }
+    return bytes;
+}
+
+void wgml_pool_destroy(wgml_context *ctx) { release_free(ctx); }
+
+wgml_status wgml_release_cached(wgml_context *ctx, uint64_t *bytes_released)
+{
+    if (bytes_released) *bytes_released = 0;
+    if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    uint64_t bytes = release_free(ctx);
+    /* cached bind groups hold references to the buffers they bind: the memory goes only
+       with them. Work already submitted keeps what it binds alive (WebGPU's references). */
+    if (bytes) wgml_bind_cache_clear(ctx);
+    if (bytes_released) *bytes_released = bytes;
+    return WGML_OK;
 }

@@ -53,7 +53,8 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *params, int64_t l, wg
        forward GEMMs and the input gradients' read instead of converting f32 as they stage it (the
        same values); decoding reads the f32 weights (its GEMVs) */
     wgml_tensor *p[N_LAYER];
-    for (int i = 0; i < N_LAYER; i++) p[i] = params[i];
+    for (int i = 0; i < N_LAYER; i++)
+        p[i] = !s->cache && (i == WQKV || i == WO || i == W1 || i == W2) ? wgml_gpt_matmul_operand(ctx, params[i]) : params[i];
     /* (mixed precision: the norms' outputs and the GELU's, which only matmuls read, as halves) */
     wgml_tensor *h = wgml_gpt_matmul_operand(ctx, wgml_layernorm(ctx, x, p[LN1_W], p[LN1_B], c->norm_eps));
     wgml_tensor *head[3] = {NULL, NULL, NULL}, *qkv = NULL; /* q, k, v */

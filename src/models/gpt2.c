@@ -51,7 +51,8 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *params, int64_t l, wg
     const wgml_gpt_config *c = &g->cfg;
     /* mixed precision, training: the matmuls' weights as halves, cast once a step, which the
        forward GEMMs and the input gradients' read instead of converting f32 as they stage it (the
-       same values); decoding reads the f32 weights (its GEMVs) */
+       same values; reading f32 there made GPT-2 small's step 15% slower, docs/MEASUREMENTS.md);
+       decoding reads the f32 weights (its GEMVs) */
     wgml_tensor *p[N_LAYER];
     for (int i = 0; i < N_LAYER; i++)
         p[i] = !s->cache && (i == WQKV || i == WO || i == W1 || i == W2) ? wgml_gpt_matmul_operand(ctx, params[i]) : params[i];

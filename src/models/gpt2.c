@@ -51,7 +51,7 @@ static wgml_tensor *block(wgml_gpt *g, wgml_tensor *const *params, int64_t l, wg
     const wgml_gpt_config *c = &g->cfg;
     /* mixed precision, training: the matmuls' weights as halves, cast once a step, which the
        forward GEMMs and the input gradients' read instead of converting f32 as they stage it (the
-       same values; reading f32 there made GPT-2 small's step 15% slower, docs/MEASUREMENTS.md);
+       same values; reading f32 there was slower: docs/MEASUREMENTS.md);
        decoding reads the f32 weights (its GEMVs) */
     wgml_tensor *p[N_LAYER];
     for (int i = 0; i < N_LAYER; i++)

@@ -21,10 +21,8 @@
  *
  * Results leave through a per-subgroup f32 fragment in workgroup memory, from which the
  * lanes apply the epilogue and write the elements inside the matrix (with c_vec, a run of 8
- * of a row a lane, as 16-byte vectors). Every result takes that path: the matrix units' own
- * stores of f32 fragments straight into C were slower (H200, 128x256 tiles, 8192 x 2304 x 768
- * without a bias: 0.201 ms straight against 0.179 through the block with a bias;
- * docs/MEASUREMENTS.md, "the fixed part").
+ * of a row a lane, as 16-byte vectors); whole interior tiles that need no epilogue at run time
+ * are stored by the matrix units straight into C.
  */
 #include "ops/matmul/gemm_sgmat_wgsl.h"
 
@@ -408,6 +406,16 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
+    if (!act_wgsl && !c->c_f16 && !c->c_vec) {
+        /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
+        wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
+                          "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
+        for (int i = 0; i < FM; i++)
+            for (int j = 0; j < FN; j++)
+                wgml_sbuf_put(&b, "        subgroupMatrixStore(&C, cb + (m0 + sr + %du) * P.N + n0 + sc + %du, c%d_%d, false, P.N);\n",
+                              i * SM, j * SN, i, j);
+        wgml_sbuf_put(&b, "        return;\n    }\n");
+    }
     if (rounds > 1) wgml_sbuf_put(&b, "    let cs = (sg %% %du) * %du;\n", slots, SM * SN);
     else wgml_sbuf_put(&b, "    let cs = sg * %du;\n", SM * SN);
     int per_lane = SM * SN / SGS;

@@ -47,8 +47,8 @@ typedef struct wgml_sgmat_config {
        write them as 16-byte vectors (C bound as vec4<u32> of halves, or vec4<f32>): needs
        N and C's offset multiples of 8 (a run is then wholly inside or outside the matrix)
        and fragments of 8 results a lane whose rows are whole runs (16x16
-       of 32 lanes). f32 C in vectors lost with a bias alone, so wgml takes it only for C of
-       halves or with an activation (wgml_sgmat_c_vec_fits) */
+       of 32 lanes). It drops the straight store of f32 C, so wgml takes it only where there
+       is none (C of halves, or an activation: wgml_sgmat_c_vec_fits) */
     bool c_vec;
 } wgml_sgmat_config;
 
@@ -88,7 +88,8 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
 
 /* The kernel's WGSL, or NULL (a config problem, or out of host memory). act_wgsl: NULL, or
    WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), or with act_x `fn act_x(v: f32, x: f32) -> f32`, applied last in the
-   epilogue. Every result leaves through the per-subgroup result block in workgroup memory. */
+   epilogue; without it, results that need no epilogue at run time (alpha 1, no bias, no
+   accumulate) go from the matrix units straight to C in whole interior tiles. */
 char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool trans_a, bool trans_b, const char *act_wgsl);
 
 #endif

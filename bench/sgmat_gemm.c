@@ -879,6 +879,8 @@ static int cmd_bench(int argc, char **argv)
         q.bias = with_bias;
         int max_split = q.M * q.N <= 1 << 20 && q.K >= 4096 ? 8 : 1;
         if (getenv("SGMAT_MAX_SPLIT") && atoi(getenv("SGMAT_MAX_SPLIT")) < max_split) max_split = atoi(getenv("SGMAT_MAX_SPLIT"));
+        /* SGMAT_SPLIT_FROM past the default's splits: that split is timed too */
+        if (getenv("SGMAT_SPLIT_FROM") && atoi(getenv("SGMAT_SPLIT_FROM")) > max_split) max_split = atoi(getenv("SGMAT_SPLIT_FROM"));
         prepared pp;
         prepare(&pp, &q, max_split);
         double flops = 2.0 * (double)q.M * (double)q.N * (double)q.K, best = 0;

@@ -415,8 +415,7 @@ static void unfused_chain_runs_in_bounded_memory(void)
 }
 
 /* wgml_release_cached hands the free buffers back, keeps what tensors hold, and the same
-   graph afterwards (new buffers, maybe under a released one's handle: the bind groups cached
-   for the old ones must not be reused) is still right */
+   graph afterwards (on new buffers, its bind groups made again) is still right */
 static void release_cached_returns_free_buffers(void)
 {
     wgml_context *ctx = NULL;

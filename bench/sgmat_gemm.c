@@ -682,6 +682,19 @@ static const knob knobs[] = {
 static const int extra_rounds[] = {2, 1, 1, 4, 1, 4, 4, 1, 2};
 _Static_assert(sizeof extra_rounds / sizeof extra_rounds[0] == N_KNOBS - EXTRA_FROM, "a round count for every knob");
 
+/* Whether v is in a comma-separated list of numbers ("0,4,6") */
+static bool in_list(const char *list, long v)
+{
+    for (const char *p = list; *p;) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p) return false;
+        if (x == v) return true;
+        p = *end ? end + 1 : end;
+    }
+    return false;
+}
+
 /* SGMAT_KNOBS="0,4,6": those knobs only; else all for the first matrix shape and a few for
    the others (checks: every third, every fourth) */
 static bool knob_wanted(int s, int k, bool checking)
@@ -698,16 +711,7 @@ static bool knob_wanted(int s, int k, bool checking)
             found = (p == sm || p[-1] == ',') && (p[strlen(want)] == ',' || !p[strlen(want)]);
         if (!found) return false;
     }
-    if (only) {
-        for (const char *p = only; *p;) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p) break;
-            if (v == k) return true;
-            p = *end ? end + 1 : end;
-        }
-        return false;
-    }
+    if (only) return in_list(only, k);
     if (emulate) return k == 2 || k == 3 || k == 17;
     if (checking) return s == 0 ? k % 3 == 0 : k == 4 || k == 8;
     return s == 0 || k == 4 || k == 6 || k == 8;
@@ -808,15 +812,7 @@ static int cmd_check(void)
         const problem *q = &probs[i];
         /* SGMAT_CHECK="0,7": those problems only */
         const char *only = getenv("SGMAT_CHECK");
-        bool listed = !only;
-        for (const char *p = only; p && *p && !listed;) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p) break;
-            listed = v == (long)i;
-            p = *end ? end + 1 : end;
-        }
-        if (!listed) continue;
+        if (only && !in_list(only, (long)i)) continue;
         /* emulated, every lane does a subgroup's work: small problems only */
         if (emulate && (double)q->M * q->N * q->K * q->L0 * q->L1 > 3e5) continue;
         prepared pp;

@@ -226,9 +226,8 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     c.c_f16 = g->c_f16;
     c.act_x = (g->act & (WGML_ACT_GRAD | WGML_ACT_RESID)) != 0;
     /* results written 8 a lane as 16-byte vectors where every run of 8 is whole or outside, and
-       only where the epilogue runs anyway (H200, the mixed step: GPT-2 small 42.25 -> 41.73 ms,
-       nanoGPT 14.21 -> 14.09; with f32 C's direct stores dropped too it had lost;
-       docs/MEASUREMENTS.md) */
+       only where the epilogue runs anyway: the mixed step gained, and lost where f32 C's direct
+       stores were dropped too (H200, docs/MEASUREMENTS.md) */
     c.c_vec = wgml_sgmat_c_vec_fits(&c, g->act != WGML_ACT_NONE, (uint64_t)g->N, (uint64_t)g->c_off);
     const char *why = wgml_sgmat_config_problem(&c);
     if (!why && (uint32_t)wgml_sgmat_threads(&c) > ctx->rt.limits.maxComputeInvocationsPerWorkgroup)
@@ -308,6 +307,37 @@ static void lead_strides(const wgml_tensor *x, const wgml_tensor *t, int64_t *bs
     *bs1 = bs[1];
 }
 
+/* K cut into `chunks` equal chunks, each a multiple of 16 and at least `depth` deep */
+static bool chunks_fit(const wgml_gemm_args *g, int64_t chunks, int64_t depth)
+{
+    return g->K % chunks == 0 && (g->K / chunks) % 16 == 0 && g->K / chunks >= depth;
+}
+
+/* the partial results of `chunks` chunks fit one binding */
+static bool partials_fit(const wgml_context *ctx, const wgml_gemm_args *g, int64_t chunks)
+{
+    return (uint64_t)chunks * (uint64_t)g->M * (uint64_t)g->N * 4 <= wgml_binding_limit(ctx);
+}
+
+/* Split K's model on the matrix units (shape: the adapter's matrix m, n, k and subgroup size):
+   us for `chunks` chunks as waves of the policy's tiles over 132 SMs (an H100's or H200's;
+   WebGPU does not say how many) plus the partials' sum. Fitted to an H200's GPT weight
+   gradients: 9 us a wave besides its K slices (mostly the tiles' results), 1.23 us a slice of
+   32 for 128x256 tiles (0.8 for 128x128), 2 ps a partial's element summed
+   (docs/MEASUREMENTS.md). */
+static double split_model_us(const wgml_context *ctx, const wgml_gemm_args *g, const int shape[4], int64_t chunks)
+{
+    const int64_t sms = 132;
+    /* (the chunks run as a batch: the tile the GEMM of that batch would take) */
+    wgml_sgmat_config tile = wgml_sgmat_choose(shape[0], shape[1], shape[2], shape[3], g->M, g->N, chunks, g->trans_a,
+                                               g->trans_b, ctx->rt.limits.maxComputeWorkgroupStorageSize);
+    int64_t tm = wgml_sgmat_tile_m(&tile), tn = wgml_sgmat_tile_n(&tile);
+    int64_t groups = ((g->M + tm - 1) / tm) * ((g->N + tn - 1) / tn) * chunks, waves = (groups + sms - 1) / sms;
+    double slice_us = tm * tn >= 128 * 256 ? 1.23 : 0.8;
+    return (double)waves * ((double)(g->K / chunks) / 32.0 * slice_us + 9.0) +
+           (chunks > 1 ? 2e-6 * (double)chunks * (double)g->M * (double)g->N : 0.0);
+}
+
 /* Split K: a GEMM of few output tiles and a long K (a weight's gradient, [C, rows] x
    [rows, N] with rows = batch x tokens) leaves most of a GPU idle, a tile per workgroup
    walking all of K. Its K is cut into S chunks that run as a batch of S GEMMs into partial
@@ -328,37 +358,22 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
        choices; S = 64 was slower still, docs/MEASUREMENTS.md) */
     bool units = g->f16_math == WGML_F16_MATH_MATRIX;
     int64_t most = units ? 512 : 256, depth = units ? 1024 : 256;
-    while (tiles * s < most && g->K % (2 * s) == 0 && (g->K / (2 * s)) % 16 == 0 && g->K / (2 * s) >= depth) s *= 2;
-    int sm_m, sm_n, sm_k, sgs;
-    if (units && wgml_sgmat_adapter_shape(ctx, &sm_m, &sm_n, &sm_k, &sgs)) {
-        /* the matrix units: another count (a power of two, chunks at least 1024 deep) where it
-           takes 5% less time by a model of waves of the policy's tiles over 132 SMs (an H100's
-           or H200's) and the partials' sum, fitted to the H200's GPT weight gradients: 9 us a
-           tile besides its K slices, 1.23 us a slice of 32 for 128x256 tiles (0.8 for
-           128x128), 2 ps a partial's element summed (768 x 3072 over K = 8192 in 4 chunks: 288
-           tiles, 3 waves, 264 + 19 us). It takes fewer, deeper chunks where the rule above
-           leaves most of a wave idle: 768 x 2304 over K = 8192 in 2 chunks (108 tiles, one
-           wave) instead of 8 (432 tiles, 4 waves: 213 + 24 us) */
-        const int64_t sms = 132;
+    while (tiles * s < most && chunks_fit(g, 2 * s, depth)) s *= 2;
+    int shape[4];
+    if (units && wgml_sgmat_adapter_shape(ctx, &shape[0], &shape[1], &shape[2], &shape[3])) {
+        /* the matrix units: another count (a power of two whose partials fit a binding) where the
+           model takes 5% less time: fewer, deeper chunks where the rule above leaves most of a
+           wave idle (768 x 2304 over K = 8192: 2 chunks, 108 tiles, one wave, instead of 8) */
         double best = 0, at_s = 0;
         int64_t pick = s;
-        /* (counts whose partials fit a binding) */
-        for (int64_t chunks = 1; g->K % chunks == 0 && (g->K / chunks) % 16 == 0 && (chunks == 1 || g->K / chunks >= depth) &&
-                                 (uint64_t)chunks * (uint64_t)g->M * (uint64_t)g->N * 4 <= wgml_binding_limit(ctx);
-             chunks *= 2) {
-            /* (the chunks run as a batch: the tile the GEMM of that batch would take) */
-            wgml_sgmat_config tile = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, chunks, g->trans_a, g->trans_b,
-                                                       ctx->rt.limits.maxComputeWorkgroupStorageSize);
-            int64_t tm = wgml_sgmat_tile_m(&tile), tn = wgml_sgmat_tile_n(&tile);
-            int64_t groups = ((g->M + tm - 1) / tm) * ((g->N + tn - 1) / tn) * chunks, waves = (groups + sms - 1) / sms;
-            double us = (double)waves * ((double)(g->K / chunks) / 32.0 * (tm * tn >= 128 * 256 ? 1.23 : 0.8) + 9.0) +
-                        (chunks > 1 ? 2e-6 * (double)chunks * (double)g->M * (double)g->N : 0.0);
+        for (int64_t chunks = 1; chunks_fit(g, chunks, chunks > 1 ? depth : 0) && partials_fit(ctx, g, chunks); chunks *= 2) {
+            double us = split_model_us(ctx, g, shape, chunks);
             if (chunks == s) at_s = us;
             if (chunks == 1 || us < best) best = us, pick = chunks;
         }
         if (at_s > 0 && best < 0.95 * at_s) s = pick;
     }
-    if (s == 1 || (uint64_t)s * (uint64_t)g->M * (uint64_t)g->N * 4 > wgml_binding_limit(ctx)) return 0;
+    if (s == 1 || !partials_fit(ctx, g, s)) return 0;
     return s;
 }
 

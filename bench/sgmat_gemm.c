@@ -252,6 +252,11 @@ static bool c_f16;
    C of halves or an activation; not split K's partials); "cv" in a config's name says it was
    asked, not that the problem took it */
 static bool c_vec_wanted(void) { return getenv("SGMAT_C_VEC") && atoi(getenv("SGMAT_C_VEC")); }
+/* SGMAT_HILO=1: f32 operands as hi and lo halves, three products (the config's hilo); the
+   operands' maxima by wgml_sgmat_max_abs_wgsl's kernel */
+static bool hilo_wanted(void) { return getenv("SGMAT_HILO") && atoi(getenv("SGMAT_HILO")); }
+/* the worst error of the last check relative to sum_k |a_k b_k| (plus what the epilogue adds) */
+static double last_rel;
 
 typedef struct operands_host {
     float *a, *b, *bias, *c0; /* values as the GPU sees them before any f16 rounding of f32 storage */
@@ -349,6 +354,7 @@ static double check(const problem *q, const operands_host *h, const float *c, in
     int64_t batch = q->L0 * q->L1, total = batch * q->M * q->N;
     double worst = 0;
     *checked = 0;
+    last_rel = 0;
     bool all = total <= 200000;
     int64_t samples = all ? total : 4000;
     for (int64_t s = 0; s < samples; s++) {
@@ -374,7 +380,12 @@ static double check(const problem *q, const operands_host *h, const float *c, in
             ref += a * b, mag += fabs(a * b);
         }
         double conv = (!q->a_f16 ? 0x1p-11 : 0) + (!q->b_f16 ? 0x1p-11 : 0);
-        double bound = (conv + 0x1p-23 * (double)(q->K + 2)) * mag * fabs(q->alpha);
+        /* hi and lo: each operand within 2^-20 of itself (two conversions of 2^-10 each) and
+           lo.lo (2^-20 of a product) left out, three sums a k; an element whose lo falls
+           among f16's subnormals is off by 2^-25 of its scaled value, under 2^-39 of its
+           operand's largest magnitude (1 here) */
+        if (hilo_wanted()) conv = 0x1p-18 + 0x1p-37 * (double)q->K / (mag + 1e-30);
+        double bound = (conv + 0x1p-23 * (double)(hilo_wanted() ? 3 * q->K + 2 : q->K + 2)) * mag * fabs(q->alpha);
         double v = q->alpha * ref, run = fabs(v);
         bound += 0x1p-23 * run;
         if (q->accumulate) v += h->c0[idx], run += fabs(h->c0[idx]), bound += 0x1p-23 * run;
@@ -385,6 +396,8 @@ static double check(const problem *q, const operands_host *h, const float *c, in
         double e = fabs((double)c[idx] - want) / (bound + 1e-30);
         if (isnan(e)) worst = INFINITY;
         else if (e > worst) worst = e;
+        double rel = fabs((double)c[idx] - want) / (mag * fabs(q->alpha) + run + 1e-30);
+        if (!(rel <= last_rel)) last_rel = rel;
         (*checked)++;
     }
     return worst;
@@ -401,6 +414,7 @@ static wgml_sgmat_config config_for(const wgml_sgmat_config *base, const problem
 {
     wgml_sgmat_config c = *base;
     c.a_f16 = q->a_f16, c.b_f16 = q->b_f16, c.c_f16 = c_f16;
+    c.hilo = hilo_wanted();
     c.two_leading = q->L1 > 1;
     /* vector reads where the layout allows, as wgml would choose */
     int64_t a_ext = q->ta ? q->M : q->K, b_ext = q->tb ? q->K : q->N;
@@ -438,7 +452,7 @@ static char *replace_all(char *s, const char *from, const char *to)
 static char *emulated(char *src, const wgml_sgmat_config *c)
 {
     int SM = c->sm_m, SN = c->sm_n, SK = c->sm_k;
-    char pre[4096];
+    char pre[8192];
     snprintf(pre, sizeof pre,
              "struct L { v: array<f32, %d> }\nstruct R { v: array<f32, %d> }\nstruct Acc { v: array<f32, %d> }\n"
              "fn ld_L(off: u32, cm: bool, stride: u32) -> L { var x: L;\n"
@@ -462,6 +476,17 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
                  "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { C[off + i * stride + j] = x.v[i * %du + j]; } } }\n",
                  SM, SN, SN);
     }
+    if (strstr(src, "&Al, ")) { /* hi and lo: the lo stages' loads */
+        size_t used = strlen(pre);
+        snprintf(pre + used, sizeof pre - used,
+                 "fn ld_Ll(off: u32, cm: bool, stride: u32) -> L { var x: L;\n"
+                 "  for (var r = 0u; r < %du; r++) { for (var c = 0u; c < %du; c++) {\n"
+                 "    x.v[r * %du + c] = f32(Al[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n  return x; }\n"
+                 "fn ld_Rl(off: u32, cm: bool, stride: u32) -> R { var x: R;\n"
+                 "  for (var r = 0u; r < %du; r++) { for (var c = 0u; c < %du; c++) {\n"
+                 "    x.v[r * %du + c] = f32(Bl[select(off + r * stride + c, off + c * stride + r, cm)]); } }\n  return x; }\n",
+                 SM, SK, SK, SK, SN, SN);
+    }
     char ids[128];
     snprintf(ids, sizeof ids, ") {\n    let sg = li / %du;\n    let lane = li %% %du;\n", c->subgroup_size, c->subgroup_size);
     src = replace_all(src, "enable subgroups;\n", "");
@@ -471,6 +496,8 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
     src = replace_all(src, ",\n        @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {\n", ids);
     src = replace_all(src, "subgroupMatrixLoad<L>(&As, ", "ld_L(");
     src = replace_all(src, "subgroupMatrixLoad<R>(&Bs, ", "ld_R(");
+    src = replace_all(src, "subgroupMatrixLoad<L>(&Al, ", "ld_Ll(");
+    src = replace_all(src, "subgroupMatrixLoad<R>(&Bl, ", "ld_Rl(");
     src = replace_all(src, "subgroupMatrixStore(&Cs, ", "st_Cs(");
     src = replace_all(src, "subgroupMatrixStore(&C, ", "st_C(");
     src = replace_all(src, "subgroupMatrixMultiplyAccumulate(", "mma(");
@@ -521,8 +548,56 @@ typedef struct prepared {
     problem q;
     operands_host h;
     WGPUBuffer a, b, bias, c;
+    WGPUBuffer scales; /* hilo: max |A| and max |B| as f32 bits, by the GPU */
     int64_t c_elems;
 } prepared;
+
+/* hilo: the operands' partial maxima (wgml_sgmat_max_abs_wgsl) into a fresh buffer, their
+   largest checked against the host's; NULL when that fails */
+static WGPUBuffer operand_maxima(const prepared *p)
+{
+    char why[2048] = "";
+    WGPUComputePipeline pipe = compile(wgml_sgmat_max_abs_wgsl(), why);
+    if (!pipe) return fprintf(stderr, "max-abs kernel: %s\n", why), NULL;
+    enum { W = WGML_SGMAT_MAX_ABS_GROUPS };
+    WGPUBuffer out = make_buffer(2 * W * 4, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc);
+    const problem *q = &p->q;
+    const operands_host *h = &p->h;
+    int64_t am = q->ta ? q->K : q->M, an = q->ta ? q->M : q->K, bm = q->tb ? q->N : q->K, bn = q->tb ? q->K : q->N;
+    uint32_t L1 = q->L1 > 1 ? (uint32_t)q->L1 : 1u, batch = (uint32_t)(q->L0 * q->L1);
+    wgml_sgmat_max_abs_params mp[2] = {
+        {0, (uint32_t)h->lda, (uint32_t)am, (uint32_t)an, (uint32_t)h->a_bs0, (uint32_t)h->a_bs1, L1, batch},
+        {0, (uint32_t)h->ldb, (uint32_t)bm, (uint32_t)bn, (uint32_t)h->b_bs0, (uint32_t)h->b_bs1, L1, batch}};
+    WGPUBuffer params = make_buffer(sizeof mp, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst);
+    wgpuQueueWriteBuffer(queue, params, 0, mp, sizeof mp);
+    WGPUBindGroupEntry e[4] = {{.binding = 0, .buffer = params, .size = sizeof mp},
+                               {.binding = 1, .buffer = out, .size = WGPU_WHOLE_SIZE},
+                               {.binding = 2, .buffer = p->a, .size = WGPU_WHOLE_SIZE},
+                               {.binding = 3, .buffer = p->b, .size = WGPU_WHOLE_SIZE}};
+    WGPUBindGroupDescriptor bd = {.layout = wgpuComputePipelineGetBindGroupLayout(pipe, 0), .entryCount = 4, .entries = e};
+    gpu_run r = {.group = wgpuDeviceCreateBindGroup(device, &bd), .gx = 2 * W, .gy = 1, .gz = 1};
+    dispatch(pipe, &r, 1);
+    finish();
+    wgpuBindGroupRelease(r.group);
+    wgpuBufferRelease(params);
+    wgpuComputePipelineRelease(pipe);
+    uint32_t got[2 * W];
+    read_buffer(out, got, sizeof got);
+    float g[2] = {0, 0}, want[2] = {0, 0};
+    for (int i = 0; i < 2 * W; i++) {
+        float v;
+        memcpy(&v, &got[i], 4);
+        g[i / W] = fmaxf(g[i / W], v);
+    }
+    for (int64_t i = 0; i < h->a_elems; i++) want[0] = fmaxf(want[0], fabsf(h->a[i]));
+    for (int64_t i = 0; i < h->b_elems; i++) want[1] = fmaxf(want[1], fabsf(h->b[i]));
+    if (g[0] != want[0] || g[1] != want[1]) {
+        fprintf(stderr, "max-abs kernel: %g %g, want %g %g\n", g[0], g[1], want[0], want[1]);
+        wgpuBufferRelease(out);
+        return NULL;
+    }
+    return out;
+}
 
 static void prepare(prepared *p, const problem *q, int max_split)
 {
@@ -534,11 +609,13 @@ static void prepare(prepared *p, const problem *q, int max_split)
     int64_t batch = q->L0 * q->L1;
     p->c_elems = (batch > max_split ? batch : max_split) * q->M * q->N;
     p->c = make_buffer((uint64_t)p->c_elems * 4, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst | WGPUBufferUsage_CopySrc);
+    p->scales = hilo_wanted() && !q->a_f16 && !q->b_f16 ? operand_maxima(p) : NULL;
 }
 
 static void release(prepared *p)
 {
     wgpuBufferRelease(p->a), wgpuBufferRelease(p->b), wgpuBufferRelease(p->bias), wgpuBufferRelease(p->c);
+    if (p->scales) wgpuBufferRelease(p->scales);
     free_host(&p->h);
 }
 
@@ -553,6 +630,7 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
     int64_t S = split > 1 ? split : 1, Kc = q->K / S;
     wgml_sgmat_config cfg = config_for(base, q, h, Kc, S);
     const char *problem_text = wgml_sgmat_config_problem(&cfg);
+    if (!problem_text && cfg.hilo && !pp->scales) problem_text = "no operand maxima";
     if (problem_text || wgml_sgmat_workgroup_bytes(&cfg, q->ta, q->tb) > wg_storage_limit) {
         snprintf(why, 256, "%s", problem_text ? problem_text : "workgroup memory over the limit");
         return -1;
@@ -583,11 +661,13 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
         if (hv) wgpuQueueWriteBuffer(queue, pp->c, 0, hv, (uint64_t)(ncols + 1) / 2 * 4);
         free(hv);
     } else if (q->accumulate) wgpuQueueWriteBuffer(queue, pp->c, 0, h->c0, (uint64_t)ncols * 4);
-    WGPUBindGroupEntry e[5] = {
+    WGPUBindGroupEntry e[6] = {
         {.binding = 0, .buffer = r.params, .size = 80}, {.binding = 1, .buffer = pp->a, .size = WGPU_WHOLE_SIZE},
         {.binding = 2, .buffer = pp->b, .size = WGPU_WHOLE_SIZE}, {.binding = 3, .buffer = pp->bias, .size = WGPU_WHOLE_SIZE},
-        {.binding = 4, .buffer = pp->c, .size = WGPU_WHOLE_SIZE}};
-    WGPUBindGroupDescriptor bd = {.layout = wgpuComputePipelineGetBindGroupLayout(pipe, 0), .entryCount = 5, .entries = e};
+        {.binding = 4, .buffer = pp->c, .size = WGPU_WHOLE_SIZE},
+        {.binding = WGML_SGMAT_SCALES_BINDING, .buffer = pp->scales, .size = WGPU_WHOLE_SIZE}};
+    WGPUBindGroupDescriptor bd = {.layout = wgpuComputePipelineGetBindGroupLayout(pipe, 0), .entryCount = cfg.hilo ? 6 : 5,
+                                  .entries = e};
     r.group = wgpuDeviceCreateBindGroup(device, &bd);
     dispatch(pipe, &r, 1);
     finish();
@@ -809,7 +889,9 @@ static int cmd_check(void)
     c_f16 = getenv("SGMAT_C_F16") && atoi(getenv("SGMAT_C_F16"));
     int bad = 0, runs = 0;
     for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) {
-        const problem *q = &probs[i];
+        problem qf = probs[i];
+        if (hilo_wanted()) qf.a_f16 = qf.b_f16 = false; /* (hi and lo are of f32 operands) */
+        const problem *q = &qf;
         /* SGMAT_CHECK="0,7": those problems only */
         const char *only = getenv("SGMAT_CHECK");
         if (only && !in_list(only, (long)i)) continue;
@@ -836,11 +918,11 @@ static int cmd_check(void)
                 bool ok = err <= 1;
                 if (!ok) bad++;
                 if (!ok || k == 0 || emulate)
-                    printf("%s %s | %lldx%lldx%lld batch %lldx%lld A%s%s B%s%s act %d%s%s%s split %d: %lld checked, worst %.3g of bound\n",
+                    printf("%s %s | %lldx%lldx%lld batch %lldx%lld A%s%s B%s%s act %d%s%s%s split %d: %lld checked, worst %.3g of bound (%.2g of sum |ab|)\n",
                            ok ? "ok  " : "FAIL", name, (long long)q->M, (long long)q->N, (long long)q->K, (long long)q->L0,
                            (long long)q->L1, q->ta ? "^T" : "", q->a_f16 ? " f16" : " f32", q->tb ? "^T" : "",
                            q->b_f16 ? " f16" : " f32", q->act, q->bias ? " bias" : "", q->accumulate ? " acc" : "",
-                           q->a_bcast0 || q->b_bcast1 ? " bcast" : "", q->split, (long long)checked, err);
+                           q->a_bcast0 || q->b_bcast1 ? " bcast" : "", q->split, (long long)checked, err, last_rel);
             }
         release(&pp);
     }
@@ -885,6 +967,7 @@ static int cmd_bench(int argc, char **argv)
             for (int k = 0; k < N_KNOBS; k++) {
                 if (!knob_wanted(s, k, false)) continue;
                 wgml_sgmat_config base = config_of(&knobs[k], sm_shapes[s]);
+                base.hilo = hilo_wanted();
                 char name[96], why[2048] = "";
                 describe(name, sizeof name, &base);
                 /* SGMAT_SPLIT_FROM=4: only splits of 4 and more */
@@ -899,10 +982,10 @@ static int cmd_bench(int argc, char **argv)
                         continue;
                     }
                     double tf = flops / t / 1e12;
-                    printf("%6lldx%-6lldx%-6lld A%s B%s  %-36s split %d: %8.3f ms %7.1f TFLOP/s (err %.2g of bound) "
+                    printf("%6lldx%-6lldx%-6lld A%s B%s  %-36s split %d: %8.3f ms %7.1f TFLOP/s (err %.2g of bound, %.2g of sum |ab|) "
                            "%d inv %u B\n",
                            (long long)q.M, (long long)q.N, (long long)q.K, q.ta ? "^T" : " ", q.tb ? "^T" : " ", name, split,
-                           t * 1e3, tf, err, wgml_sgmat_threads(&base), wgml_sgmat_workgroup_bytes(&base, q.ta, q.tb));
+                           t * 1e3, tf, err, last_rel, wgml_sgmat_threads(&base), wgml_sgmat_workgroup_bytes(&base, q.ta, q.tb));
                     if (tf > best) best = tf, snprintf(best_name, sizeof best_name, "%s split %d", name, split);
                 }
             }

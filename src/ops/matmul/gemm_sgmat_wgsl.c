@@ -32,7 +32,10 @@
 #include "core/sbuf.h"
 #include "ops/matmul/gemm_bindings.h"
 
-#define STAGE_PAD 8 /* halves of padding per staged row (16 bytes) */
+#define STAGE_PAD 8
+#define STR(x) #x
+#define XSTR(x) STR(x)
+#define GROUPS_TEXT XSTR(WGML_SGMAT_MAX_ABS_GROUPS) /* halves of padding per staged row (16 bytes) */
 
 /* One operand as staged: rows x cols with cols along its contiguous dimension in memory. */
 typedef struct operand {
@@ -43,6 +46,8 @@ typedef struct operand {
     int rows, cols, stride;         /* the staged tile; stride = cols + STAGE_PAD */
     int vec;                        /* 0, 4 or 8 */
     bool f16;
+    bool hilo; /* f32 kept in registers, staged as hi in `stage` and lo in `lo_stage`, scaled by `mul` */
+    const char *lo_stage, *mul;
 } operand;
 
 /* elements a thread moves per item: the vector width, or 4 one at a time */
@@ -75,13 +80,16 @@ static void put_item_tail(wgml_sbuf *b, const operand *o, int r, int threads)
     wgml_sbuf_put(b, "        }\n");
 }
 
+/* The registers an item's 4 elements wait in until they are staged */
+static const char *reg_type(const operand *o) { return o->hilo ? "vec4<f32>" : "vec4<f16>"; }
+
 /* Reads this thread's items of the slice at k0 into its registers (zeros outside). */
 static void put_load(wgml_sbuf *b, const operand *o, int threads)
 {
     int w = width_of(o), items = (o->rows * (o->cols / w) + threads - 1) / threads;
     for (int r = 0; r < items; r++) {
         put_item_head(b, o, r, threads);
-        for (int g = 0; g < w / 4; g++) wgml_sbuf_put(b, "            %s%d_%d = vec4<f16>();\n", o->reg, r, g);
+        for (int g = 0; g < w / 4; g++) wgml_sbuf_put(b, "            %s%d_%d = %s();\n", o->reg, r, g, reg_type(o));
         wgml_sbuf_put(b, "            let gr = %s + row;\n            let gc = %s + col;\n", o->row0, o->col0);
         wgml_sbuf_put(b, "            if (gr < %s && gc < %s) {\n                let i = %s + gr * %s + gc;\n", o->row_lim,
                       o->col_lim, o->base, o->ld);
@@ -93,13 +101,14 @@ static void put_load(wgml_sbuf *b, const operand *o, int threads)
                               o->reg, r, g, "xz"[g], "yw"[g]);
         } else if (o->vec) {
             for (int g = 0; g < w / 4; g++)
-                wgml_sbuf_put(b, "                %s%d_%d = vec4<f16>(%s[i / 4u + %du]);\n", o->reg, r, g, o->name, g);
+                wgml_sbuf_put(b, "                %s%d_%d = %s(%s[i / 4u + %du]);\n", o->reg, r, g, reg_type(o), o->name, g);
         } else {
             /* one at a time: each element inside the matrix on its own */
-            wgml_sbuf_put(b, "                %s%d_0.x = f16(%s[i]);\n", o->reg, r, o->name);
+            const char *cv = o->hilo ? "" : "f16";
+            wgml_sbuf_put(b, "                %s%d_0.x = %s(%s[i]);\n", o->reg, r, cv, o->name);
             for (int c = 1; c < 4; c++)
-                wgml_sbuf_put(b, "                if (gc + %du < %s) { %s%d_0.%c = f16(%s[i + %du]); }\n", c, o->col_lim,
-                              o->reg, r, "xyzw"[c], o->name, c);
+                wgml_sbuf_put(b, "                if (gc + %du < %s) { %s%d_0.%c = %s(%s[i + %du]); }\n", c, o->col_lim,
+                              o->reg, r, "xyzw"[c], cv, o->name, c);
         }
         wgml_sbuf_put(b, "            }\n");
         put_item_tail(b, o, r, threads);
@@ -113,8 +122,19 @@ static void put_store(wgml_sbuf *b, const operand *o, int threads, const char *s
     for (int r = 0; r < items; r++) {
         put_item_head(b, o, r, threads);
         wgml_sbuf_put(b, "            let o = %s + row * %du + col;\n", stage_base, o->stride);
-        for (int c = 0; c < w; c++)
-            wgml_sbuf_put(b, "            %s[o + %du] = %s%d_%d.%c;\n", o->stage, c, o->reg, r, c / 4, "xyzw"[c % 4]);
+        /* the scaled value's halves: hi its leading 11 bits (cut in f32, where a compiler cannot
+           take f32(f16(v)) for v, as lavapipe's did), lo what hi missed */
+        for (int g = 0; g < w / 4 && o->hilo; g++)
+            wgml_sbuf_put(b, "            let v%d = %s%d_%d * %s;\n"
+                             "            let t%d = bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u));\n"
+                             "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(v%d - t%d);\n",
+                          g, o->reg, r, g, o->mul, g, g, g, g, g, g, g);
+        for (int c = 0; c < w; c++) {
+            if (o->hilo)
+                wgml_sbuf_put(b, "            %s[o + %du] = h%d.%c;\n            %s[o + %du] = l%d.%c;\n", o->stage, c, c / 4,
+                              "xyzw"[c % 4], o->lo_stage, c, c / 4, "xyzw"[c % 4]);
+            else wgml_sbuf_put(b, "            %s[o + %du] = %s%d_%d.%c;\n", o->stage, c, o->reg, r, c / 4, "xyzw"[c % 4]);
+        }
         put_item_tail(b, o, r, threads);
     }
 }
@@ -129,9 +149,9 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
 static void operands(const wgml_sgmat_config *c, bool ta, bool tb, operand *A, operand *B)
 {
     int BM = wgml_sgmat_tile_m(c), BN = wgml_sgmat_tile_n(c), BK = c->bk;
-    *A = (operand){"A", "As", "xa", "a_base", "P.lda", "m0", "P.M", "k0", "P.K", BM, BK, 0, c->a_vec, c->a_f16};
+    *A = (operand){"A", "As", "xa", "a_base", "P.lda", "m0", "P.M", "k0", "P.K", BM, BK, 0, c->a_vec, c->a_f16, c->hilo, "Al", "sa"};
     if (ta) A->row0 = "k0", A->row_lim = "P.K", A->col0 = "m0", A->col_lim = "P.M", A->rows = BK, A->cols = BM;
-    *B = (operand){"B", "Bs", "xb", "b_base", "P.ldb", "k0", "P.K", "n0", "P.N", BK, BN, 0, c->b_vec, c->b_f16};
+    *B = (operand){"B", "Bs", "xb", "b_base", "P.ldb", "k0", "P.K", "n0", "P.N", BK, BN, 0, c->b_vec, c->b_f16, c->hilo, "Bl", "sb"};
     if (tb) B->row0 = "n0", B->row_lim = "P.N", B->col0 = "k0", B->col_lim = "P.K", B->rows = BN, B->cols = BK;
     A->stride = A->cols + STAGE_PAD;
     B->stride = B->cols + STAGE_PAD;
@@ -144,9 +164,9 @@ uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool ta, bool tb
 {
     operand A, B;
     operands(c, ta, tb, &A, &B);
-    uint32_t stages = c->double_buffer ? 2 : 1;
+    uint32_t stages = (c->double_buffer ? 2 : 1) * (c->hilo ? 2 : 1);
     return stages * (uint32_t)(stage_elems(&A) + stage_elems(&B)) * 2 +
-           (uint32_t)(cs_slots(c) * c->sm_m * c->sm_n) * 4;
+           (uint32_t)(cs_slots(c) * c->sm_m * c->sm_n) * 4 + (c->hilo ? 8u : 0u);
 }
 
 const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
@@ -164,6 +184,7 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     if (c->c_vec && (c->sm_m * c->sm_n != 8 * c->subgroup_size || c->sm_n % 8)) return "vector results (8 a lane)";
     if (c->cs_rounds < 0 || c->cs_rounds > 4 || (c->cs_rounds > 1 && (c->sg_m * c->sg_n) % c->cs_rounds))
         return "result rounds (0 to 4, dividing the subgroups)";
+    if (c->hilo && (c->a_f16 || c->b_f16)) return "hi and lo halves of operands stored as halves";
     return NULL;
 }
 
@@ -228,28 +249,44 @@ static void put_frag_load(wgml_sbuf *b, const char *var, const char *type, const
                   col_major ? "true" : "false", stride);
 }
 
-/* One K step (sm_k deep, kk into the staged slice) of every fragment product */
+/* The fragments of one K step (kk into the staged slice) from staging `stage` as l<pre><kk>_<i>
+   (left) or r<pre><kk>_<j> (right) */
+static void put_frag_loads(wgml_sbuf *b, const wgml_sgmat_config *c, bool left, bool trans, const operand *o,
+                           const char *stage, const char *pre, int kk)
+{
+    int S = left ? c->sm_m : c->sm_n, F = left ? c->frag_m : c->frag_n;
+    const char *buf = left ? "abuf" : "bbuf", *tile0 = left ? "sr" : "sc";
+    char off[128], var[32];
+    for (int i = 0; i < F; i++) {
+        /* along the operand's contiguous dimension or across its rows */
+        if (trans == left) snprintf(off, sizeof off, "%s + %du + %s + %du", buf, kk * o->stride, tile0, i * S);
+        else snprintf(off, sizeof off, "%s + (%s + %du) * %du + %du", buf, tile0, i * S, o->stride, kk);
+        snprintf(var, sizeof var, "%c%s%d_%d", left ? 'l' : 'r', pre, kk, i);
+        put_frag_load(b, var, left ? "L" : "R", stage, trans, off, o->stride);
+    }
+}
+
+static void put_products(wgml_sbuf *b, const wgml_sgmat_config *c, const char *lpre, const char *rpre, int kk)
+{
+    for (int i = 0; i < c->frag_m; i++)
+        for (int j = 0; j < c->frag_n; j++)
+            wgml_sbuf_put(b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%s%d_%d, r%s%d_%d, c%d_%d);\n", i, j, lpre, kk, i,
+                          rpre, kk, j, i, j);
+}
+
+/* One K step (sm_k deep, kk into the staged slice) of every fragment product; with hilo the
+   three products, each operand's lo fragments loaded as the one before is done with */
 static void put_k_step(wgml_sbuf *b, const wgml_sgmat_config *c, bool ta, bool tb, const operand *A, const operand *B,
                        int kk)
 {
-    int SM = c->sm_m, SN = c->sm_n, FM = c->frag_m, FN = c->frag_n;
-    char off[128], var[32];
-    for (int i = 0; i < FM; i++) {
-        if (ta) snprintf(off, sizeof off, "abuf + %du + sr + %du", kk * A->stride, i * SM);
-        else snprintf(off, sizeof off, "abuf + (sr + %du) * %du + %du", i * SM, A->stride, kk);
-        snprintf(var, sizeof var, "l%d_%d", kk, i);
-        put_frag_load(b, var, "L", "As", ta, off, A->stride);
-    }
-    for (int j = 0; j < FN; j++) {
-        if (tb) snprintf(off, sizeof off, "bbuf + (sc + %du) * %du + %du", j * SN, B->stride, kk);
-        else snprintf(off, sizeof off, "bbuf + %du + sc + %du", kk * B->stride, j * SN);
-        snprintf(var, sizeof var, "r%d_%d", kk, j);
-        put_frag_load(b, var, "R", "Bs", tb, off, B->stride);
-    }
-    for (int i = 0; i < FM; i++)
-        for (int j = 0; j < FN; j++)
-            wgml_sbuf_put(b, "        c%d_%d = subgroupMatrixMultiplyAccumulate(l%d_%d, r%d_%d, c%d_%d);\n", i, j, kk, i, kk,
-                          j, i, j);
+    put_frag_loads(b, c, true, ta, A, "As", "", kk);
+    put_frag_loads(b, c, false, tb, B, "Bs", "", kk);
+    put_products(b, c, "", "", kk);
+    if (!c->hilo) return;
+    put_frag_loads(b, c, true, ta, A, "Al", "lo", kk);
+    put_products(b, c, "lo", "", kk);
+    put_frag_loads(b, c, false, tb, B, "Bl", "lo", kk);
+    put_products(b, c, "", "lo", kk);
 }
 
 /* act_x: this lane's X of fragment (i, j) into register set `set`, the elements the epilogue
@@ -298,12 +335,12 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     int stages = c->double_buffer ? 2 : 1, asz = stage_elems(&A), bsz = stage_elems(&B);
     wgml_sbuf b = {0};
     wgml_sbuf_put(&b, "// generated subgroup-matrix GEMM: %dx%dx%d matrices, %dx%d subgroups of %dx%d fragments "
-                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s%s%s\n",
+                  "(tile %dx%d), K slices of %d, %d stage(s)%s, A%s %s%s B%s %s%s%s%s%s\n",
                   SM, SN, SK, c->sg_m, c->sg_n, FM, FN, BM, BN, BK, stages,
                   stages == 1 && c->prefetch ? " with prefetch" : "", ta ? "^T" : "",
                   c->a_f16 ? "f16" : "f32", c->a_vec ? (c->a_vec == 8 ? " x8" : " x4") : "", tb ? "^T" : "",
                   c->b_f16 ? "f16" : "f32", c->b_vec ? (c->b_vec == 8 ? " x8" : " x4") : "", c->c_f16 ? ", C f16" : "",
-                  c->cs_rounds > 1 ? ", results in rounds" : "");
+                  c->cs_rounds > 1 ? ", results in rounds" : "", c->hilo ? ", hi and lo halves (three products)" : "");
     wgml_sbuf_put(&b, "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;\n");
     /* results in rounds: matrix stores under a branch on the subgroup's index, uniform in each
        subgroup, which the uniformity analysis (by workgroups) cannot see */
@@ -318,19 +355,33 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, WGML_GEMM_BINDINGS_WGSL, bound_type(&A), bound_type(&B),
                   c->c_vec ? (c->c_f16 ? "vec4<u32>" : "vec4<f32>") : ct);
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
+    if (c->hilo)
+        /* the operands' scales from their maxima: 2^k with max |v| 2^k in [2^14, 2^15) (an
+           operand of zeros or subnormals 2^126; one with inf or NaN 1, which keeps them) */
+        wgml_sbuf_put(&b, "@group(0) @binding(%d) var<storage, read> maxima: array<u32, %d>;\n"
+                          "var<workgroup> max_ab: array<atomic<u32>, 2>;\n"
+                          "var<private> unscale: vec2<f32>;\n"
+                          "fn scale_exp(bits: u32) -> i32 {\n"
+                          "    let e = i32((bits >> 23u) & 255u);\n"
+                          "    return select(min(141 - e, 126), 0, e == 255);\n"
+                          "}\n", WGML_SGMAT_SCALES_BINDING, 2 * WGML_SGMAT_MAX_ABS_GROUPS);
     /* the epilogue of one result; with c_vec the caller reads C as vectors and passes the old
        value in (accumulate) and rounds the f32 it gets back */
     const char *vr = c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v";
     wgml_sbuf_put(&b, "fn epilogue(v0: f32, n: u32, %s%s) -> %s {\n"
-                      "    var v = P.alpha * v0;\n"
+                      "    var v = P.alpha * %s;\n"
                       "    if (P.accumulate != 0u) { v = v + %s; }\n"
                       "    if (P.has_bias != 0u) { v = v + bias[P.bias_off + n]; }\n",
                   c->c_vec ? "old: f32" : "idx: u32", c->act_x ? ", x: f32" : "", c->c_vec ? "f32" : ct,
+                  c->hilo ? "(v0 * unscale.x * unscale.y)" : "v0",
                   c->c_vec ? "old" : "f32(C[idx])");
     if (c->c_vec) wgml_sbuf_put(&b, "    return %s;\n}\n", vr);
     else wgml_sbuf_put(&b, "    return %s(%s);\n}\n", ct, vr);
     wgml_sbuf_put(&b, "var<workgroup> As: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * asz, A.rows, A.cols);
     wgml_sbuf_put(&b, "var<workgroup> Bs: array<f16, %d>; // [stage][%d][%d + pad]\n", stages * bsz, B.rows, B.cols);
+    if (c->hilo)
+        wgml_sbuf_put(&b, "var<workgroup> Al: array<f16, %d>; // what As's halves missed\n"
+                          "var<workgroup> Bl: array<f16, %d>;\n", stages * asz, stages * bsz);
     int rounds = c->cs_rounds > 1 ? c->cs_rounds : 1, slots = cs_slots(c);
     wgml_sbuf_put(&b, "var<workgroup> Cs: array<f32, %d>; // a fragment per subgroup%s\n", slots * SM * SN,
                   rounds > 1 ? " of a round" : "");
@@ -351,12 +402,21 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         wgml_sbuf_put(&b, "    let a_base = P.a_off + bt * P.a_bs;\n    let b_base = P.b_off + bt * P.b_bs;\n");
     /* this subgroup's first row and column in the tile */
     wgml_sbuf_put(&b, "    let sr = (sg / %du) * %du;\n    let sc = (sg %% %du) * %du;\n", c->sg_n, FM * SM, c->sg_n, FN * SN);
+    if (c->hilo) /* the maxima's partial words, each operand's in one word of workgroup memory
+                    (zeros at the start); the scales and their inverses exact powers of two in
+                    f32's normal range */
+        wgml_sbuf_put(&b, "    for (var i = li; i < %du; i += %du) { atomicMax(&max_ab[i / %du], maxima[i]); }\n"
+                          "    workgroupBarrier();\n"
+                          "    let ka = scale_exp(atomicLoad(&max_ab[0]));\n    let kb = scale_exp(atomicLoad(&max_ab[1]));\n"
+                          "    let sa = ldexp(1.0, ka);\n    let sb = ldexp(1.0, kb);\n"
+                          "    unscale = vec2<f32>(ldexp(1.0, -ka), ldexp(1.0, -kb));\n",
+                      2 * WGML_SGMAT_MAX_ABS_GROUPS, NT, WGML_SGMAT_MAX_ABS_GROUPS);
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) wgml_sbuf_put(&b, "    var c%d_%d: Acc;\n", i, j);
     for (int r = 0; r < items_of(&A, NT); r++)
-        for (int g = 0; g < width_of(&A) / 4; g++) wgml_sbuf_put(&b, "    var xa%d_%d: vec4<f16>;\n", r, g);
+        for (int g = 0; g < width_of(&A) / 4; g++) wgml_sbuf_put(&b, "    var xa%d_%d: %s;\n", r, g, reg_type(&A));
     for (int r = 0; r < items_of(&B, NT); r++)
-        for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: vec4<f16>;\n", r, g);
+        for (int g = 0; g < width_of(&B) / 4; g++) wgml_sbuf_put(&b, "    var xb%d_%d: %s;\n", r, g, reg_type(&B));
     wgml_sbuf_put(&b, "    let slices = (P.K + %du) / %du;\n", BK - 1, BK);
     bool prefetch = stages == 2 || c->prefetch;
     if (prefetch) {
@@ -407,7 +467,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
-    if (!act_wgsl && !c->c_f16 && !c->c_vec) {
+    if (!act_wgsl && !c->c_f16 && !c->c_vec && !c->hilo) {
         /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
         wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
                           "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
@@ -487,4 +547,35 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         }
     wgml_sbuf_put(&b, "}\n");
     return wgml_sbuf_take(&b);
+}
+
+/* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand, each over rows of it (batch x rows of them)
+   grid-strided, its lanes along each row; a workgroup's maximum into its word. */
+const char *wgml_sgmat_max_abs_wgsl(void)
+{
+    return "struct Op { off: u32, ld: u32, rows: u32, cols: u32, bs0: u32, bs1: u32, L1: u32, batch: u32 }\n"
+           "@group(0) @binding(0) var<uniform> P: array<Op, 2>;\n"
+           "@group(0) @binding(1) var<storage, read_write> maxima: array<u32>;\n"
+           "@group(0) @binding(2) var<storage, read> A: array<f32>;\n"
+           "@group(0) @binding(3) var<storage, read> B: array<f32>;\n"
+           "var<workgroup> part: array<u32, 256>;\n"
+           "fn at(which: u32, i: u32) -> f32 { if (which == 0u) { return A[i]; } return B[i]; }\n"
+           "@compute @workgroup_size(256)\n"
+           "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {\n"
+           "    let which = wg.x / " GROUPS_TEXT "u;\n"
+           "    let o = P[which];\n"
+           "    var m = 0u;\n"
+           "    for (var r = wg.x % " GROUPS_TEXT "u; r < o.batch * o.rows; r += " GROUPS_TEXT "u) {\n"
+           "        let bt = r / o.rows;\n"
+           "        let base = o.off + (bt / o.L1) * o.bs0 + (bt % o.L1) * o.bs1 + (r % o.rows) * o.ld;\n"
+           "        for (var j = li; j < o.cols; j += 256u) { m = max(m, bitcast<u32>(abs(at(which, base + j)))); }\n"
+           "    }\n"
+           "    part[li] = m;\n"
+           "    workgroupBarrier();\n"
+           "    for (var s = 128u; s > 0u; s >>= 1u) {\n"
+           "        if (li < s) { part[li] = max(part[li], part[li + s]); }\n"
+           "        workgroupBarrier();\n"
+           "    }\n"
+           "    if (li == 0u) { maxima[wg.x] = part[0]; }\n"
+           "}\n";
 }

@@ -50,7 +50,28 @@ typedef struct wgml_sgmat_config {
        of 32 lanes). It drops the straight store of f32 C, so wgml takes it only where there
        is none (C of halves, or an activation: wgml_sgmat_c_vec_fits) */
     bool c_vec;
+    /* f32 accuracy on the matrix units: each f32 operand staged as two halves, hi = s v cut
+       to its leading 11 bits and lo = f16(s v - hi), and three products a K step (hi.hi + lo.hi
+       + hi.lo; lo.lo, under 2^-20 of a product, is left out). s is a power of two per operand that puts its largest
+       magnitude in [2^14, 2^15) (f16's range holds, and lo stays clear of f16's subnormals for
+       all but the smallest elements); the kernel reads max|A| and max|B| as f32 bits from
+       binding 6 (wgml_sgmat_max_abs_wgsl's partial maxima) and divides s out in the
+       epilogue, so every result goes through it. Needs both operands stored as f32. */
+    bool hilo;
 } wgml_sgmat_config;
+
+/* A hilo config's operand maxima: wgml_sgmat_max_abs_wgsl's kernel, WGML_SGMAT_MAX_ABS_GROUPS
+   workgroups an operand (A's first), writes each workgroup's largest |v| as f32 bits into its
+   word of binding 1, which the GEMM reads as its binding WGML_SGMAT_SCALES_BINDING (no word
+   needs clearing first). Binding 0: a wgml_sgmat_max_abs_params for A then one for B, a strided
+   view's batch x rows x cols elements from `off` (leading dims L0 x L1, strides bs0 and bs1,
+   L1 1 for one); 2 and 3: A's and B's f32 elements. */
+#define WGML_SGMAT_SCALES_BINDING 6
+#define WGML_SGMAT_MAX_ABS_GROUPS 64
+const char *wgml_sgmat_max_abs_wgsl(void);
+typedef struct wgml_sgmat_max_abs_params {
+    uint32_t off, ld, rows, cols, bs0, bs1, L1, batch;
+} wgml_sgmat_max_abs_params;
 
 /* Whether c_vec serves this config for a C of N columns starting at element c_off (runs of 8
    whole or outside: N and c_off multiples of 8), with an activation or not: the config takes it

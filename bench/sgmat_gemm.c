@@ -665,7 +665,7 @@ static double run_config(const prepared *pp, int split, const wgml_sgmat_config 
         {.binding = 0, .buffer = r.params, .size = 80}, {.binding = 1, .buffer = pp->a, .size = WGPU_WHOLE_SIZE},
         {.binding = 2, .buffer = pp->b, .size = WGPU_WHOLE_SIZE}, {.binding = 3, .buffer = pp->bias, .size = WGPU_WHOLE_SIZE},
         {.binding = 4, .buffer = pp->c, .size = WGPU_WHOLE_SIZE},
-        {.binding = WGML_SGMAT_SCALES_BINDING, .buffer = pp->scales, .size = WGPU_WHOLE_SIZE}};
+        {.binding = (uint32_t)wgml_sgmat_scales_binding(&cfg), .buffer = pp->scales, .size = WGPU_WHOLE_SIZE}};
     WGPUBindGroupDescriptor bd = {.layout = wgpuComputePipelineGetBindGroupLayout(pipe, 0), .entryCount = cfg.hilo ? 6 : 5,
                                   .entries = e};
     r.group = wgpuDeviceCreateBindGroup(device, &bd);

@@ -613,7 +613,7 @@ typedef enum wgml_activation {
 } wgml_activation;
 
 /* wgml_matmul_desc's f16_math */
-enum { WGML_F16_MATH_F32_SUMS = 1, WGML_F16_MATH_F16_SUMS = 2, WGML_F16_MATH_MATRIX = 3 };
+enum { WGML_F16_MATH_F32_SUMS = 1, WGML_F16_MATH_F16_SUMS = 2, WGML_F16_MATH_MATRIX = 3, WGML_F16_MATH_MATRIX_SPLIT = 4 };
 
 typedef struct wgml_matmul_desc {
     int trans_a, trans_b; /* use a^T / b^T (no copy) */
@@ -642,7 +642,16 @@ typedef struct wgml_matmul_desc {
        one subgroup size: Dawn), within about (2^-11 per operand + (K + 2) * 2^-23) *
        sum_k |a_mk b_kn|; elsewhere the WGML_F16_MATH_F32_SUMS kernel (the same bound class).
        Results of fewer than 16 rows (after batches that share B fold into rows) run the f32
-       kernels (GEMV), which the matrix tiles would mostly waste. `wgml info` says which. */
+       kernels (GEMV), which the matrix tiles would mostly waste. `wgml info` says which.
+       WGML_F16_MATH_MATRIX_SPLIT (4): f32 accuracy at matrix-unit speed: each f32 operand,
+       scaled by a power of two from its largest magnitude (a launch before the GEMM finds
+       it), is split into two halves (its leading 11 bits and the rest) and three products
+       of them are summed in f32 on the matrix units, within about (2^-18 + (3K + 2) * 2^-23)
+       * sum_k |a_mk b_kn| (an H200 measured 1.1-1.8e-6 of sum |ab| at 4096^3 and the GPT's
+       shapes, f32's kernel 1.8e-7, the f16 modes 2e-5). Where the adapter has no matrix
+       units, either operand is stored as f16, or the result has fewer than 16 rows or
+       columns, the f32 kernels run instead (the same bound holds), and shader-f16 is not
+       needed. No split K. */
     int f16_math;
 } wgml_matmul_desc;
 

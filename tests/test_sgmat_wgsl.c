@@ -269,6 +269,54 @@ static void policy(void)
     CHECK(wgml_sgmat_workgroup_bytes(&c, false, false) <= 16384);
 }
 
+/* hilo: f32 operands staged as hi and lo halves (two stages each), three products a fragment
+   and K step, lo fragments loaded from their own stages; the operands' maxima at the binding
+   after X's, the scale undone in the epilogue, every result through it (no straight stores);
+   refused with an operand of halves; the chooser's configs fit the memory they are given */
+static void hilo_products(void)
+{
+    for (int form = 0; form < 4; form++)
+        for (int ax = 0; ax < 2; ax++) {
+            wgml_sgmat_config c = base;
+            c.a_f16 = c.b_f16 = false;
+            c.hilo = true;
+            c.act_x = ax;
+            bool ta = form & 1, tb = form & 2;
+            CHECK(wgml_sgmat_config_problem(&c) == NULL);
+            char *src = wgml_sgmat_gemm_source(&c, ta, tb, ax ? "fn act_x(v: f32, x: f32) -> f32 { return v * x; }" : NULL);
+            CHECK(src != NULL);
+            if (!src) continue;
+            int steps = c.bk / c.sm_k, frags = c.frag_m * c.frag_n;
+            CHECK(test_count(src, "subgroupMatrixMultiplyAccumulate(") == 3 * frags * steps);
+            CHECK(test_count(src, "subgroupMatrixLoad<L>(&As,") == c.frag_m * steps);
+            CHECK(test_count(src, "subgroupMatrixLoad<L>(&Al,") == c.frag_m * steps);
+            CHECK(test_count(src, "subgroupMatrixLoad<R>(&Bl,") == c.frag_n * steps);
+            CHECK(strstr(src, "subgroupMatrixStore(&C,") == NULL);
+            char want[96];
+            snprintf(want, sizeof want, "@binding(%d) var<storage, read> maxima: array<u32, %d>;", ax ? 6 : 5,
+                     2 * WGML_SGMAT_MAX_ABS_GROUPS);
+            CHECK(strstr(src, want) != NULL);
+            CHECK(strstr(src, "(v0 * unscale.x * unscale.y)") != NULL);
+            CHECK(strstr(src, "& vec4<u32>(0xffffe000u)") != NULL);
+            free(src);
+            /* the stages doubled, and the maxima's two words */
+            wgml_sgmat_config plain = c;
+            plain.hilo = false;
+            uint32_t staging = wgml_sgmat_workgroup_bytes(&plain, ta, tb) - (uint32_t)(c.sg_m * c.sg_n * c.sm_m * c.sm_n * 4);
+            CHECK(wgml_sgmat_workgroup_bytes(&c, ta, tb) == wgml_sgmat_workgroup_bytes(&plain, ta, tb) + staging + 8);
+            c.a_f16 = form & 1, c.b_f16 = !(form & 1);
+            CHECK(wgml_sgmat_config_problem(&c) != NULL);
+        }
+    for (int form = 0; form < 4; form++) {
+        wgml_sgmat_config c = wgml_sgmat_choose_hilo(16, 16, 16, 32, form & 1, form & 2, 49152);
+        CHECK(c.sm_m == 16 && c.hilo && !wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, form & 1, form & 2) <= 49152);
+        CHECK(wgml_sgmat_choose_hilo(16, 16, 16, 32, form & 1, form & 2, 16384).sm_m == 0);
+    }
+    /* the maxima's kernel: a word a workgroup, both operands' views */
+    const char *mx = wgml_sgmat_max_abs_wgsl();
+    CHECK(strstr(mx, "maxima[wg.x] = part[0];") && strstr(mx, "var<uniform> P: array<Op, 2>;"));
+}
+
 int main(void)
 {
     TEST_RUN(every_form_and_config);
@@ -279,5 +327,6 @@ int main(void)
     TEST_RUN(bad_configs_refused);
     TEST_RUN(vector_widths);
     TEST_RUN(policy);
+    TEST_RUN(hilo_products);
     return test_summary();
 }

@@ -535,7 +535,9 @@ static void bench_matmul(int quick)
     }
     /* f16 operands with f32 sums on the matrix units (WGML_F16_MATH_MATRIX; Dawn with
        subgroup matrices, else the "_f16math" kernel, which stderr notes): the 4096^3 forms
-       and the GPT's projections ([B*T, C] x [C, 3C], [B*T, 4C] x [4C, C], C = 384) */
+       and the GPT's projections ([B*T, C] x [C, 3C], [B*T, 4C] x [4C, C], C = 384); then the
+       same with f32 operands as hi and lo halves ("_split": WGML_F16_MATH_MATRIX_SPLIT, else
+       the f32 kernels) */
     {
         wgml_adapter_info ai;
         bool units = false;
@@ -546,19 +548,24 @@ static void bench_matmul(int quick)
         const struct { const char *form; int64_t M, K, N; int ta, tb; } mx[] = {
             {"", s, s, s, 0, 0}, {"_At_B", s, s, s, 1, 0}, {"_A_Bt", s, s, s, 0, 1},
             {"", rows, 384, 1152, 0, 0}, {"", rows, 1536, 384, 0, 0}};
-        for (int v = 0; v < 5; v++) {
-            if (v < 3) snprintf(name, sizeof name, "gemm_%lld^3%s_matrix", (long long)s, mx[v].form);
-            else snprintf(name, sizeof name, "gpt_M%lld_K%lld_N%lld_matrix", (long long)mx[v].M, (long long)mx[v].K,
-                          (long long)mx[v].N);
-            if (!wanted(name) || !fits(ctx, name, mx[v].M * mx[v].K) || !has_f16_math(ctx, name)) continue;
-            if (!units) fprintf(stderr, "  %-34s runs the SIMT f16 GEMM: no f16 -> f32 subgroup matrices here\n", name);
-            int64_t sa[2] = {mx[v].ta ? mx[v].K : mx[v].M, mx[v].ta ? mx[v].M : mx[v].K};
-            int64_t sb[2] = {mx[v].tb ? mx[v].N : mx[v].K, mx[v].tb ? mx[v].K : mx[v].N};
-            wgml_matmul_desc d = {.trans_a = mx[v].ta, .trans_b = mx[v].tb, .f16_math = WGML_F16_MATH_MATRIX};
+        for (int v = 0; v < 10; v++) {
+            bool split = v >= 5;
+            const char *mode = split ? "split" : "matrix";
+            if (v % 5 < 3) snprintf(name, sizeof name, "gemm_%lld^3%s_%s", (long long)s, mx[v % 5].form, mode);
+            else snprintf(name, sizeof name, "gpt_M%lld_K%lld_N%lld_%s", (long long)mx[v % 5].M, (long long)mx[v % 5].K,
+                          (long long)mx[v % 5].N, mode);
+            if (!wanted(name) || !fits(ctx, name, mx[v % 5].M * mx[v % 5].K) || !has_f16_math(ctx, name)) continue;
+            if (!units) fprintf(stderr, "  %-34s runs the %s: no f16 -> f32 subgroup matrices here\n", name,
+                                split ? "f32 GEMM" : "SIMT f16 GEMM");
+            int w = v % 5;
+            int64_t sa[2] = {mx[w].ta ? mx[w].K : mx[w].M, mx[w].ta ? mx[w].M : mx[w].K};
+            int64_t sb[2] = {mx[w].tb ? mx[w].N : mx[w].K, mx[w].tb ? mx[w].K : mx[w].N};
+            wgml_matmul_desc d = {.trans_a = mx[w].ta, .trans_b = mx[w].tb,
+                                  .f16_math = split ? WGML_F16_MATH_MATRIX_SPLIT : WGML_F16_MATH_MATRIX};
             operands t = operands_make(ctx, quick ? 1 : 3, 2, sa, 2, sb);
             t.desc = &d;
             double sec = time_op(ctx, op_matmul, &t, t.copies, quick ? 3 : 9);
-            bench_report(name, sec, 2.0 * (double)mx[v].M * mx[v].N * mx[v].K / sec / 1e12, "TFLOP/s");
+            bench_report(name, sec, 2.0 * (double)mx[w].M * mx[w].N * mx[w].K / sec / 1e12, "TFLOP/s");
             operands_free(&t);
         }
     }

@@ -37,7 +37,7 @@ wgml_pipeline *wgml_pipeline_get(wgml_context *ctx, const char *wgsl, bool trust
 /* X(TAG, name): WGML_KEY_<TAG> is (its place in this list, from 1) << 8; name names its
    kernels in the WGML_DUMP_WGSL folder (core/pipeline.c), from the same list */
 #define WGML_KEY_TAGS(X) X(NAMED, named) X(FUSED, fused) X(ROW, row) X(GEMM, gemm) X(GEMV, gemv) \
-    X(RANDOM, random) X(ATTN, attention) X(GEMM_MATRIX, gemm-matrix)
+    X(RANDOM, random) X(ATTN, attention) X(GEMM_MATRIX, gemm-matrix) X(GEMM_MAX_ABS, gemm-max-abs)
 enum {
     WGML_KEY_PLACE_NONE_,
 #define WGML_KEY_PLACE(tag, name) WGML_KEY_PLACE_##tag,

@@ -232,6 +232,26 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
     return c;
 }
 
+wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgroup_size, bool ta, bool tb,
+                                         uint32_t wg_bytes_limit)
+{
+    /* sg_m, sg_n, frag_m, frag_n (16x16 units), bk, result rounds; all prefetched. 4096^3 A.B
+       with hi and lo: 63.7, 61.0 and 35.7 TFLOP/s (the first, third and fifth); 8192 x 3072 x
+       768 58.0 with the first. The same in two result rounds fit where a transposed B's
+       staging does not. */
+    static const int layouts[][6] = {{4, 4, 2, 4, 16, 0}, {4, 4, 2, 4, 16, 2}, {4, 2, 2, 4, 32, 0}, {4, 2, 2, 4, 32, 2},
+                                     {2, 4, 2, 2, 32, 0}};
+    int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
+    for (int i = 0; i < 5; i++) {
+        wgml_sgmat_config c = {.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
+                               .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
+                               .frag_n = layouts[i][3] * widen_n, .bk = layouts[i][4] > sm_k ? layouts[i][4] : sm_k,
+                               .prefetch = true, .a_vec = 8, .b_vec = 8, .cs_rounds = layouts[i][5], .hilo = true};
+        if (!wgml_sgmat_config_problem(&c) && wgml_sgmat_workgroup_bytes(&c, ta, tb) <= wg_bytes_limit) return c;
+    }
+    return (wgml_sgmat_config){0};
+}
+
 bool wgml_sgmat_c_vec_fits(const wgml_sgmat_config *c, bool has_act, uint64_t N, uint64_t c_off)
 {
     wgml_sgmat_config v = *c;
@@ -364,7 +384,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
                           "fn scale_exp(bits: u32) -> i32 {\n"
                           "    let e = i32((bits >> 23u) & 255u);\n"
                           "    return select(min(141 - e, 126), 0, e == 255);\n"
-                          "}\n", WGML_SGMAT_SCALES_BINDING, 2 * WGML_SGMAT_MAX_ABS_GROUPS);
+                          "}\n", wgml_sgmat_scales_binding(c), 2 * WGML_SGMAT_MAX_ABS_GROUPS);
     /* the epilogue of one result; with c_vec the caller reads C as vectors and passes the old
        value in (accumulate) and rounds the f32 it gets back */
     const char *vr = c->act_x ? "act_x(v, x)" : act_wgsl ? "act(v)" : "v";
@@ -402,10 +422,14 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         wgml_sbuf_put(&b, "    let a_base = P.a_off + bt * P.a_bs;\n    let b_base = P.b_off + bt * P.b_bs;\n");
     /* this subgroup's first row and column in the tile */
     wgml_sbuf_put(&b, "    let sr = (sg / %du) * %du;\n    let sc = (sg %% %du) * %du;\n", c->sg_n, FM * SM, c->sg_n, FN * SN);
-    if (c->hilo) /* the maxima's partial words, each operand's in one word of workgroup memory
-                    (zeros at the start); the scales and their inverses exact powers of two in
+    if (c->hilo) /* the maxima's partial words, each operand's in one word of workgroup memory;
+                    the scales and their inverses exact powers of two in
                     f32's normal range */
-        wgml_sbuf_put(&b, "    for (var i = li; i < %du; i += %du) { atomicMax(&max_ab[i / %du], maxima[i]); }\n"
+        /* (cleared here: under Dawn's disable_workgroup_init, as sgmat_gemm runs, workgroup memory
+           starts as the last workgroup on the multiprocessor left it) */
+        wgml_sbuf_put(&b, "    if (li < 2u) { atomicStore(&max_ab[li], 0u); }\n"
+                          "    workgroupBarrier();\n"
+                          "    for (var i = li; i < %du; i += %du) { atomicMax(&max_ab[i / %du], maxima[i]); }\n"
                           "    workgroupBarrier();\n"
                           "    let ka = scale_exp(atomicLoad(&max_ab[0]));\n    let kb = scale_exp(atomicLoad(&max_ab[1]));\n"
                           "    let sa = ldexp(1.0, ka);\n    let sb = ldexp(1.0, kb);\n"
@@ -549,8 +573,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     return wgml_sbuf_take(&b);
 }
 
-/* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand, each over rows of it (batch x rows of them)
-   grid-strided, its lanes along each row; a workgroup's maximum into its word. */
+/* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand, its elements (batch x rows x cols of them)
+   grid-strided over all its lanes; a workgroup's maximum into its word. */
 const char *wgml_sgmat_max_abs_wgsl(void)
 {
     return "struct Op { off: u32, ld: u32, rows: u32, cols: u32, bs0: u32, bs1: u32, L1: u32, batch: u32 }\n"
@@ -565,10 +589,11 @@ const char *wgml_sgmat_max_abs_wgsl(void)
            "    let which = wg.x / " GROUPS_TEXT "u;\n"
            "    let o = P[which];\n"
            "    var m = 0u;\n"
-           "    for (var r = wg.x % " GROUPS_TEXT "u; r < o.batch * o.rows; r += " GROUPS_TEXT "u) {\n"
+           "    for (var e = (wg.x % " GROUPS_TEXT "u) * 256u + li; e < o.batch * o.rows * o.cols; e += " GROUPS_TEXT "u * 256u) {\n"
+           "        let r = e / o.cols;\n"
            "        let bt = r / o.rows;\n"
-           "        let base = o.off + (bt / o.L1) * o.bs0 + (bt % o.L1) * o.bs1 + (r % o.rows) * o.ld;\n"
-           "        for (var j = li; j < o.cols; j += 256u) { m = max(m, bitcast<u32>(abs(at(which, base + j)))); }\n"
+           "        let i = o.off + (bt / o.L1) * o.bs0 + (bt % o.L1) * o.bs1 + (r % o.rows) * o.ld + e % o.cols;\n"
+           "        m = max(m, bitcast<u32>(abs(at(which, i))));\n"
            "    }\n"
            "    part[li] = m;\n"
            "    workgroupBarrier();\n"

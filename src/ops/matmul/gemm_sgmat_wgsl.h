@@ -55,19 +55,19 @@ typedef struct wgml_sgmat_config {
        + hi.lo; lo.lo, under 2^-20 of a product, is left out). s is a power of two per operand that puts its largest
        magnitude in [2^14, 2^15) (f16's range holds, and lo stays clear of f16's subnormals for
        all but the smallest elements); the kernel reads max|A| and max|B| as f32 bits from
-       binding 6 (wgml_sgmat_max_abs_wgsl's partial maxima) and divides s out in the
+       wgml_sgmat_scales_binding (wgml_sgmat_max_abs_wgsl's partial maxima) and divides s out in the
        epilogue, so every result goes through it. Needs both operands stored as f32. */
     bool hilo;
 } wgml_sgmat_config;
 
 /* A hilo config's operand maxima: wgml_sgmat_max_abs_wgsl's kernel, WGML_SGMAT_MAX_ABS_GROUPS
    workgroups an operand (A's first), writes each workgroup's largest |v| as f32 bits into its
-   word of binding 1, which the GEMM reads as its binding WGML_SGMAT_SCALES_BINDING (no word
+   word of binding 1, which the GEMM reads as its binding wgml_sgmat_scales_binding (no word
    needs clearing first). Binding 0: a wgml_sgmat_max_abs_params for A then one for B, a strided
    view's batch x rows x cols elements from `off` (leading dims L0 x L1, strides bs0 and bs1,
    L1 1 for one); 2 and 3: A's and B's f32 elements. */
-#define WGML_SGMAT_SCALES_BINDING 6
-#define WGML_SGMAT_MAX_ABS_GROUPS 64
+static inline int wgml_sgmat_scales_binding(const wgml_sgmat_config *c) { return c->act_x ? 6 : 5; } /* after X's */
+#define WGML_SGMAT_MAX_ABS_GROUPS 256
 const char *wgml_sgmat_max_abs_wgsl(void);
 typedef struct wgml_sgmat_max_abs_params {
     uint32_t off, ld, rows, cols, bs0, bs1, L1, batch;
@@ -106,6 +106,12 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
    f32) changed no winner in the sweeps. */
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t batch,
                                     bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
+
+/* A hilo config for an M x N result (wgml_sgmat_choose's arguments): the first of the measured
+   layouts (H200, docs/MEASUREMENTS.md: 128x256 in K slices of 16 prefetched, then 128x128 and
+   64x128 in slices of 32) whose doubled staging fits wg_bytes_limit; sm_m 0 when none does. */
+wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgroup_size, bool trans_a, bool trans_b,
+                                         uint32_t wg_bytes_limit);
 
 /* The kernel's WGSL, or NULL (a config problem, or out of host memory). act_wgsl: NULL, or
    WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), or with act_x `fn act_x(v: f32, x: f32) -> f32`, applied last in the

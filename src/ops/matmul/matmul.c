@@ -65,14 +65,15 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
                                  WGML_MAX_DIMS, sa, sb);
     if ((int)d.activation < 0 || (int)d.activation >= wgml_matmul_act_count)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "matmul: unknown activation %d", (int)d.activation);
-    if (d.f16_math < 0 || d.f16_math > WGML_F16_MATH_MATRIX)
+    if (d.f16_math < 0 || d.f16_math > WGML_F16_MATH_MATRIX_SPLIT)
         return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                                 "matmul: f16_math %d is not 0, WGML_F16_MATH_F32_SUMS (1), WGML_F16_MATH_F16_SUMS (2) "
-                                 "or WGML_F16_MATH_MATRIX (3)",
+                                 "matmul: f16_math %d is not 0, WGML_F16_MATH_F32_SUMS (1), WGML_F16_MATH_F16_SUMS (2), "
+                                 "WGML_F16_MATH_MATRIX (3) or WGML_F16_MATH_MATRIX_SPLIT (4)",
                                  d.f16_math);
     /* the context's policy decides for a matmul that does not */
     if (!d.f16_math && ctx->compute_precision == WGML_PRECISION_MIXED) d.f16_math = WGML_F16_MATH_MATRIX;
-    if (d.f16_math && !ctx->rt.info.has_shader_f16)
+    /* (the split mode falls back to the f32 kernels without the matrix units) */
+    if (d.f16_math && d.f16_math != WGML_F16_MATH_MATRIX_SPLIT && !ctx->rt.info.has_shader_f16)
         return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED,
                                  "matmul: f16_math (%s x %s) needs the adapter's shader-f16 feature, which %s lacks", sa, sb,
                                  ctx->rt.info.name);
@@ -155,12 +156,21 @@ wgml_precision wgml_compute_precision(const wgml_context *ctx)
 
 int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g)
 {
+    int m, n, k, sgs;
+    if (g->f16_math == WGML_F16_MATH_MATRIX_SPLIT) /* the matrix units' hi and lo halves, else f32 */
+        /* (the maxima's kernel counts each operand's elements in u32) */
+        return g->M >= 16 && g->N >= 16 && !g->a_f16 && !g->b_f16 && ctx->rt.info.has_shader_f16 &&
+                       (uint64_t)g->batch * (uint64_t)g->K * (uint64_t)(g->M > g->N ? g->M : g->N) < (1ull << 31) &&
+                       wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs) &&
+                       wgml_sgmat_choose_hilo(m, n, k, sgs, g->trans_a, g->trans_b,
+                                              ctx->rt.limits.maxComputeWorkgroupStorageSize).sm_m
+                   ? WGML_F16_MATH_MATRIX_SPLIT
+                   : 0;
     if (g->f16_math != WGML_F16_MATH_MATRIX) return g->f16_math;
     /* few rows: the GEMV paths (f32), whose weight reads bound them anyway */
     if (g->M < 16) return 0;
     /* the kernel stores whole 16 x 16 f32 fragments straight into C, so Dawn asks C's binding
        for at least their 1024 bytes: narrower results take the SIMT f16 kernel */
-    int m, n, k, sgs;
     return g->N >= 16 && wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs) ? WGML_F16_MATH_MATRIX : WGML_F16_MATH_F32_SUMS;
 }
 
@@ -214,8 +224,10 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "matmul: %s has no f16 -> f32 subgroup matrices",
                               ctx->rt.info.name);
     /* either operand may be stored as halves (f16 tensors, resident f16 weights): read directly */
-    wgml_sgmat_config c = wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->batch, g->trans_a, g->trans_b,
-                                            ctx->rt.limits.maxComputeWorkgroupStorageSize);
+    uint32_t wg_limit = ctx->rt.limits.maxComputeWorkgroupStorageSize;
+    bool hilo = g->f16_math == WGML_F16_MATH_MATRIX_SPLIT;
+    wgml_sgmat_config c = hilo ? wgml_sgmat_choose_hilo(sm_m, sm_n, sm_k, sgs, g->trans_a, g->trans_b, wg_limit)
+                               : wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->batch, g->trans_a, g->trans_b, wg_limit);
     int wa = wgml_sgmat_vec_width(g->a_off, g->lda, g->a_bs, g->a_bs1, g->trans_a ? g->M : g->K);
     int wb = wgml_sgmat_vec_width(g->b_off, g->ldb, g->b_bs, g->b_bs1, g->trans_b ? g->K : g->N);
     c.a_vec = wa < 8 ? wa : 8;
@@ -243,7 +255,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
                         (uint32_t)c.bk, (uint32_t)c.double_buffer | (uint32_t)c.prefetch << 1,
                         (uint32_t)c.a_vec | (uint32_t)c.b_vec << 8,
                         (uint32_t)c.a_f16 | (uint32_t)c.b_f16 << 1 | (uint32_t)c.two_leading << 2 | (uint32_t)c.c_f16 << 3 |
-                            (uint32_t)c.c_vec << 4,
+                            (uint32_t)c.c_vec << 4 | (uint32_t)c.hilo << 5,
                         g->trans_a, g->trans_b, (uint32_t)g->act, (uint32_t)c.cs_rounds};
     if (!(l->pipeline = wgml_pipeline_find(ctx, key, 12))) {
         char *act = wgml_sgmat_act_source(g->act);
@@ -253,14 +265,15 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
         if (!(l->pipeline = wgml_pipeline_add(ctx, key, 12, src, true))) return ctx->rt.status;
     }
     *gemv_out = false;
-    *cfg_out = (wgml_gemm_config){.sgmat = c, .bk = c.bk, .f16_math = WGML_F16_MATH_MATRIX, .a_f16 = g->a_f16, .b_f16 = g->b_f16};
+    *cfg_out = (wgml_gemm_config){.sgmat = c, .bk = c.bk, .f16_math = g->f16_math, .a_f16 = g->a_f16, .b_f16 = g->b_f16};
     return WGML_OK;
 }
 
 wgml_status wgml_gemm_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wgml_launch *l, bool *gemv_out,
                                wgml_gemm_config *cfg_out)
 {
-    if (g->f16_math == WGML_F16_MATH_MATRIX) return sgmat_pipeline(ctx, g, l, gemv_out, cfg_out);
+    if (g->f16_math == WGML_F16_MATH_MATRIX || g->f16_math == WGML_F16_MATH_MATRIX_SPLIT)
+        return sgmat_pipeline(ctx, g, l, gemv_out, cfg_out);
     wgml_gemm_config cfg = wgml_gemm_choose(ctx, g);
     cfg.two_leading = g->L1 > 1;
     /* the GEMV kernel reads A as one contiguous row; the small-M one as a few */
@@ -417,7 +430,7 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
     g.f16_math = mp.f16_math;
     g.a_f16 = a->dtype == WGML_F16;
     g.b_f16 = b->dtype == WGML_F16;
-    bool matrix_asked = g.f16_math == WGML_F16_MATH_MATRIX;
+    bool matrix_asked = g.f16_math == WGML_F16_MATH_MATRIX || g.f16_math == WGML_F16_MATH_MATRIX_SPLIT;
     /* B shared by the whole batch and A's matrices one after another, rows lda apart
        throughout ([B, T, C] x [C, N] with A contiguous): one [batch * M, K] x [K, N] GEMM,
        whose grid is larger than a batch of small ones. (A single row has no row stride of
@@ -466,7 +479,8 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
        K, whose partials take the scratch */
     bool widen_a = g.a_f16 && !g.f16_math;
     if (widen_a) g.a_f16 = false;
-    int64_t S = swap || widen_a ? 0 : split_k(ctx, &g);
+    /* (the split mode's operand maxima take the scratch) */
+    int64_t S = swap || widen_a || g.f16_math == WGML_F16_MATH_MATRIX_SPLIT ? 0 : split_k(ctx, &g);
     if (S) { /* chunk s of K: A's columns (rows when transposed) and B's rows s Kc on */
         int64_t Kc = g.K / S;
         g.batch = S;
@@ -495,6 +509,39 @@ bool wgml_matmul_stores_f16(wgml_context *ctx, const wgml_tensor *t)
     int64_t S;
     plan_gemm(ctx, t, &g, &swap, &widen_a, &S);
     return plan_stores_f16(&g, swap, widen_a, S);
+}
+
+/* The split mode's first launch: A's and B's partial maxima (wgml_sgmat_max_abs_wgsl) into the
+   node's scratch */
+static wgml_status max_abs_launch(wgml_context *ctx, const wgml_gemm_args *g, wgml_tensor *abase, wgml_tensor *bbase,
+                                  wgml_launch *l)
+{
+    uint32_t key[1] = {WGML_KEY_GEMM_MAX_ABS};
+    if (!(l->pipeline = wgml_pipeline_find(ctx, key, 1))) {
+        char *src = strdup(wgml_sgmat_max_abs_wgsl());
+        if (!src) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "matmul: out of host memory");
+        if (!(l->pipeline = wgml_pipeline_add(ctx, key, 1, src, true))) return ctx->rt.status;
+    }
+    int64_t batch = g->batch, L1 = g->L1 > 1 ? g->L1 : 1;
+    wgml_sgmat_max_abs_params mp[2] = {
+        {(uint32_t)g->a_off, (uint32_t)g->lda, (uint32_t)(g->trans_a ? g->K : g->M), (uint32_t)(g->trans_a ? g->M : g->K),
+         (uint32_t)g->a_bs, (uint32_t)g->a_bs1, (uint32_t)L1, (uint32_t)batch},
+        {(uint32_t)g->b_off, (uint32_t)g->ldb, (uint32_t)(g->trans_b ? g->N : g->K), (uint32_t)(g->trans_b ? g->K : g->N),
+         (uint32_t)g->b_bs, (uint32_t)g->b_bs1, (uint32_t)L1, (uint32_t)batch}};
+    memcpy(l->params, mp, sizeof mp);
+    l->params_size = sizeof mp;
+    l->groups[0] = 2 * WGML_SGMAT_MAX_ABS_GROUPS, l->groups[1] = l->groups[2] = 1;
+    /* a lane's elements of the larger operand, then the workgroup's tree */
+    uint64_t a_n = (uint64_t)batch * (uint64_t)g->M * (uint64_t)g->K, b_n = (uint64_t)batch * (uint64_t)g->K * (uint64_t)g->N;
+    l->loop_trips = (a_n > b_n ? a_n : b_n) / (WGML_SGMAT_MAX_ABS_GROUPS * 256) + 1 + 8;
+    snprintf(l->what, sizeof l->what, "matmul: operand maxima");
+    l->buffers[0] = NULL;
+    l->buffers[1] = abase;
+    l->buffers[2] = bbase;
+    l->nbuffers = 3;
+    l->scratch_mask = 1u << 0;
+    l->scratch_bytes = 2 * WGML_SGMAT_MAX_ABS_GROUPS * 4;
+    return WGML_OK;
 }
 
 wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l, int *count)
@@ -527,6 +574,14 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         l++;
         *l = (wgml_launch){0};
     }
+    bool hilo = g.f16_math == WGML_F16_MATH_MATRIX_SPLIT;
+    if (hilo) { /* launch 0: the operands' partial maxima into scratch, which the GEMM reads */
+        wgml_status st = max_abs_launch(ctx, &g, abase, wgml_tensor_base(b), l);
+        if (st) return st;
+        *count = 2;
+        l++;
+        *l = (wgml_launch){0};
+    }
     bool gemv;
     wgml_gemm_config cfg;
     wgml_status st = wgml_gemm_pipeline(ctx, &g, l, &gemv, &cfg);
@@ -539,6 +594,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l->buffers[3] = t;
     l->nbuffers = 4;
     if (mp.act_grad || mp.residual) l->buffers[l->nbuffers++] = wgml_tensor_base(t->src[2 + mp.bias]); /* X, binding 5 */
+    if (hilo) l->scratch_mask = 1u << l->nbuffers, l->buffers[l->nbuffers++] = NULL; /* the maxima, after X */
     if (S) { /* the partials [S, M, N] in scratch, then their sum */
         wgml_launch *l2 = l + 1;
         *l2 = *l;

@@ -663,8 +663,12 @@ typedef struct wgml_matmul_desc {
    f32 sums and softmax statistics; elsewhere its f32 kernels, the WGML_ATTN_MATRIX knob
    aside); everything else stays f32. Needs shader-f16
    (WGML_ERROR_UNSUPPORTED without it). Training under it wants loss scaling
-   (wgml_optimizer_set_loss_scaling): small gradients underflow in f16. Default F32. */
-typedef enum wgml_precision { WGML_PRECISION_F32 = 0, WGML_PRECISION_MIXED = 1 } wgml_precision;
+   (wgml_optimizer_set_loss_scaling): small gradients underflow in f16. Default F32.
+   WGML_PRECISION_F32_SPLIT: every such matmul runs as WGML_F16_MATH_MATRIX_SPLIT (f32
+   operands as hi and lo halves on the matrix units, error near f32's; the f32 kernels where
+   the adapter has none); everything else, attention included, stays f32, and no loss scaling
+   is needed. */
+typedef enum wgml_precision { WGML_PRECISION_F32 = 0, WGML_PRECISION_MIXED = 1, WGML_PRECISION_F32_SPLIT = 2 } wgml_precision;
 WGML_API wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p);
 WGML_API wgml_precision wgml_compute_precision(const wgml_context *ctx);
 

@@ -476,6 +476,32 @@ static void precision_policy(void)
     wgml_clear_error(ctx);
 }
 
+/* wgml_set_compute_precision(F32_SPLIT): a matmul that leaves f16_math 0, and the gradient
+   matmuls backward builds, keep f32 accuracy (hi and lo halves on the matrix units, else the f32
+   kernels): the tie operands' products are not rounded to halves, as under MIXED */
+static void split_policy(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t M = TIE_M, K = TIE_K, N = TIE_N;
+    const double v = tie_v, w = tie_w;
+    wgml_tensor *ta, *tb;
+    tie_operands(ctx, &ta, &tb);
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_F32_SPLIT));
+    CHECK(wgml_compute_precision(ctx) == WGML_PRECISION_F32_SPLIT);
+    wgml_tensor *y = wgml_matmul(ctx, ta, tb), *L = wgml_sum_all(ctx, y);
+    CHECK_OK(ctx, wgml_backward(L));
+    CHECK_OK(ctx, wgml_set_compute_precision(ctx, WGML_PRECISION_F32));
+    float *ga = test_read_new(ctx, "grad a", wgml_grad(ta), M * K), *gb = test_read_new(ctx, "grad b", wgml_grad(tb), K * N);
+    float *fy = test_read_new(ctx, "y", y, M * N);
+    /* the halves' values would be 2^-12 (y) and 2^-13 (the gradients) of each product away */
+    if (fy && !(fabs(fy[0] - K * v * w) <= 1e-6 * K)) FAILF("y[0] = %.9g, want %.9g (f32 accuracy)", fy[0], K * v * w);
+    if (ga && !(fabs(ga[0] - N * v) <= 1e-6 * N)) FAILF("dL/da[0] = %.9g, want %.9g", ga[0], N * v);
+    if (gb && !(fabs(gb[0] - M * w) <= 1e-6 * M)) FAILF("dL/db[0] = %.9g, want %.9g", gb[0], M * w);
+    free(ga), free(gb), free(fy);
+    wgml_tensor_free(L), wgml_tensor_free(y), wgml_tensor_free(ta), wgml_tensor_free(tb);
+}
+
 /* Without shader-f16 the op fails with WGML_ERROR_UNSUPPORTED naming the op, the operands
    and the adapter. lavapipe has the feature, so a fresh context is told it has not (the
    check reads the context's adapter info); f16_math = 0 still works there. */
@@ -795,6 +821,7 @@ int main(void)
             matrix_units ? "the matrix units (hi and lo halves)" : "the f32 kernels (no subgroup matrices)");
     TEST_RUN(bad_mode);
     TEST_RUN(split_mode_scales);
+    TEST_RUN(split_policy);
     TEST_RUN(awkward_sizes);
     TEST_RUN(transposes_batches_epilogue);
     TEST_RUN(residual_in_gemm_epilogue);

@@ -139,6 +139,9 @@ static int train_rows(wgml_context *ctx, const wgml_adapter_info *info, wgml_gpt
     int ok = mo && *mo == '1' && info->has_shader_f16 ? 1
                                                       : bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
     if (ok && info->has_shader_f16) ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
+    /* f32 matmuls as hi and lo halves, where there are matrix units to run them */
+    if (ok && !(mo && *mo == '1') && info->has_subgroup_matrix && info->has_shader_f16)
+        ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32_SPLIT, "_f32split");
     return ok;
 }
 

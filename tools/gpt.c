@@ -74,8 +74,9 @@ static const char train_usage[] =
     "          --width N (128)  --ffn N (4 width; llama: 8 width / 3)  --block N (64)  --dropout P (0)\n"
     "  train:  --steps N (500)  --batch N (16)  --lr X (1e-3)  --min-lr-ratio X (0.1)  --warmup N (100, at most steps / 10)\n"
     "          --weight-decay X (0.1)  --clip X (1, 0: none)  --beta2 X (0.99)  --seed N (1)\n"
-    "          --precision f32|mixed|auto (auto: mixed where the adapter has matrix units, else f32; mixed:\n"
-    "          matmuls with f16 operands and f32 sums, dynamic loss scaling; weights and optimiser in f32)\n"
+    "          --precision f32|mixed|f32split|auto (auto: mixed where the adapter has matrix units, else f32;\n"
+    "          mixed: matmuls with f16 operands and f32 sums, dynamic loss scaling; weights and optimiser in f32;\n"
+    "          f32split: f32 matmuls on the matrix units as hi and lo halves, error near f32's)\n"
     "  data:   --data FILE|DIR (" WGML_TEXT_DEFAULT_DIR ")  --eval-every N (100, 0: only at the end)  --eval-batches N (8)\n"
     "  output: --out DIR (out/gpt): metrics.csv, gpt.safetensors  --save-every N (eval-every)  --save-init\n"
     "          (also DIR/init.safetensors, the initial weights)  --sample N (print N sampled tokens at the end)\n"
@@ -132,11 +133,14 @@ static int train_flag(int opt, const char *arg, void *state)
     case O_INIT_FROM: o->init_from = arg; break;
     case O_OVERWRITE: o->overwrite = 1; break;
     case O_PRECISION:
-        if (strcmp(arg, "f32") && strcmp(arg, "mixed") && strcmp(arg, "auto")) {
-            fprintf(stderr, "wgml gpt train: --precision is '%s', want f32, mixed or auto\n", arg);
+        if (strcmp(arg, "f32") && strcmp(arg, "mixed") && strcmp(arg, "f32split") && strcmp(arg, "auto")) {
+            fprintf(stderr, "wgml gpt train: --precision is '%s', want f32, mixed, f32split or auto\n", arg);
             return 1;
         }
-        o->precision = !strcmp(arg, "f32") ? WGML_PRECISION_F32 : !strcmp(arg, "mixed") ? WGML_PRECISION_MIXED : -1;
+        o->precision = !strcmp(arg, "f32")        ? WGML_PRECISION_F32
+                       : !strcmp(arg, "mixed")    ? WGML_PRECISION_MIXED
+                       : !strcmp(arg, "f32split") ? WGML_PRECISION_F32_SPLIT
+                                                  : -1;
         break;
     case O_SAVE_INIT: o->save_init = 1; break;
     case O_STEPS: p = &o->steps; break;

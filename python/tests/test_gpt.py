@@ -262,6 +262,32 @@ def test_mixed_precision_follows_f32_and_resumes_bit_for_bit(tmp_path):
         m.optimizer(precision="f16")
 
 
+def test_f32split_follows_f32_and_resumes(tmp_path):
+    """precision="f32split": f32 matmuls as hi and lo halves on the matrix units (the f32
+    kernels where there are none: then the very losses of "f32"), within f32-class error of
+    the f32 run from the same weights; the run's precision goes through save and load."""
+    runs = {}
+    for precision in ("f32", "f32split"):
+        m = GPT.new(vocabulary=TEXT, block=8, layers=1, heads=2, width=16, seed=5)
+        opt = m.optimizer(lr=5e-3, precision=precision)
+        batches = [m.batch(TEXT, 3, seed=s) for s in range(5)]
+        runs[precision] = [m.train_step(opt, x, y) for x, y in batches[:3]]
+    for a, b in zip(runs["f32"], runs["f32split"]):
+        assert abs(a - b) <= 1e-4 * abs(a), (runs["f32"], runs["f32split"])
+    if not wgml.info().get("has_subgroup_matrix"):
+        assert runs["f32"] == runs["f32split"]
+    path = tmp_path / "s.safetensors"
+    m.save(path, optimizer=opt)
+    back = GPT.load(path)
+    opt2 = back.optimizer(lr=5e-3, precision="f32split")
+    back.load_optimizer(path, opt2)
+    for x, y in batches[3:]:
+        assert m.train_step(opt, x, y) == back.train_step(opt2, x, y)
+    ctx = wgml.Context()
+    ctx.precision = "f32split"
+    assert ctx.precision == "f32split"
+
+
 def test_bad_files_raise_clear_errors(tmp_path):
     missing = tmp_path / "none.safetensors"
     with pytest.raises(wgml.FileError, match="none.safetensors") as e:

@@ -237,20 +237,22 @@ class Context:
 
     # ------------------------------------------------------------ random numbers
 
-    _PRECISIONS = {"f32": 0, "mixed": 1}
+    _PRECISIONS = {"f32": 0, "mixed": 1, "f32split": 2}
 
     @property
     def precision(self):
         """What matmuls built from now on compute in: "f32" (the default) or "mixed" (f16
         operands with f32 sums, on the matrix units where the adapter has them; their
-        gradients too; everything else stays f32): wgml_set_compute_precision."""
+        gradients too; everything else stays f32) or "f32split" (f32 matmuls on the matrix
+        units as hi and lo halves, error near f32's; the f32 kernels without them):
+        wgml_set_compute_precision."""
         v = int(lib.wgml_compute_precision(self._handle()))
         return {n: k for k, n in self._PRECISIONS.items()}.get(v, str(v))
 
     @precision.setter
     def precision(self, name):
         if name not in self._PRECISIONS:
-            raise ValueError("precision is 'f32' or 'mixed', not %r" % (name,))
+            raise ValueError("precision is 'f32', 'mixed' or 'f32split', not %r" % (name,))
         self._check(lib.wgml_set_compute_precision(self._handle(), self._PRECISIONS[name]))
 
     def manual_seed(self, seed):

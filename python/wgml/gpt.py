@@ -415,11 +415,13 @@ class GPT:
         warmup_steps of linear warm-up, then decay ("cosine", "linear" or "none") to
         min_lr_ratio x lr at total_steps. precision "mixed": the training steps' matmuls
         with f16 operands and f32 sums, dynamic loss scaling (PyTorch AMP with a GradScaler);
-        "f32": all f32. Save its state with save(path, optimizer=)."""
-        if precision not in ("f32", "mixed"):
-            raise ValueError("precision is 'f32' or 'mixed', not %r" % (precision,))
+        "f32": all f32; "f32split": f32 matmuls on the matrix units as hi and lo halves (error
+        near f32's, no loss scaling). Save its state with save(path, optimizer=)."""
+        modes = {"f32": lib.WGML_PRECISION_F32, "mixed": lib.WGML_PRECISION_MIXED, "f32split": lib.WGML_PRECISION_F32_SPLIT}
+        if precision not in modes:
+            raise ValueError("precision is 'f32', 'mixed' or 'f32split', not %r" % (precision,))
         d = ffi.new("wgml_gpt_train_desc *")
-        d.precision = lib.WGML_PRECISION_MIXED if precision == "mixed" else lib.WGML_PRECISION_F32
+        d.precision = modes[precision]
         d.lr, d.weight_decay, d.max_grad_norm = lr, weight_decay, max_grad_norm
         d.beta1, d.beta2 = betas
         d.schedule = _schedule(warmup_steps, total_steps, min_lr_ratio, decay)[0]

@@ -50,7 +50,7 @@ static const wgml_meta_field fields[] = {
     /* absent in older files: 1 */
     {"ranks", 1, offsetof(wgml_gpt_run, ranks), WGML_META_I64, 1, 1 << 20, 1},
     /* absent in older files: 0 (f32, no loss scaling) */
-    {"precision", 1, offsetof(wgml_gpt_run, precision), WGML_META_I64, 0, 1, 1},
+    {"precision", 1, offsetof(wgml_gpt_run, precision), WGML_META_I64, 0, 2, 1},
     {"loss_scale", 1, offsetof(wgml_gpt_run, loss_scale), WGML_META_F32, 0, FLT_MAX, 1},
     {"loss_scale_good", 1, offsetof(wgml_gpt_run, loss_scale_good), WGML_META_I64, 0, 1 << 24, 1},
     {"loss_scale_skipped", 1, offsetof(wgml_gpt_run, loss_scale_skipped), WGML_META_I64, 0, 1 << 24, 1},

@@ -72,6 +72,7 @@ wgml_tensor *wgml_matmul_ex(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, c
                                  d.f16_math);
     /* the context's policy decides for a matmul that does not */
     if (!d.f16_math && ctx->compute_precision == WGML_PRECISION_MIXED) d.f16_math = WGML_F16_MATH_MATRIX;
+    if (!d.f16_math && ctx->compute_precision == WGML_PRECISION_F32_SPLIT) d.f16_math = WGML_F16_MATH_MATRIX_SPLIT;
     /* (the split mode falls back to the f32 kernels without the matrix units) */
     if (d.f16_math && d.f16_math != WGML_F16_MATH_MATRIX_SPLIT && !ctx->rt.info.has_shader_f16)
         return wgml_tensor_error(ctx, WGML_ERROR_UNSUPPORTED,
@@ -139,9 +140,9 @@ wgml_tensor *wgml_matmul(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b)
 wgml_status wgml_set_compute_precision(wgml_context *ctx, wgml_precision p)
 {
     if (!ctx) return WGML_ERROR_INVALID_ARGUMENT;
-    if (p != WGML_PRECISION_F32 && p != WGML_PRECISION_MIXED)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "set_compute_precision: %d is not WGML_PRECISION_F32 (0) or "
-                         "WGML_PRECISION_MIXED (1)", (int)p);
+    if (p != WGML_PRECISION_F32 && p != WGML_PRECISION_MIXED && p != WGML_PRECISION_F32_SPLIT)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "set_compute_precision: %d is not WGML_PRECISION_F32 (0), "
+                         "WGML_PRECISION_MIXED (1) or WGML_PRECISION_F32_SPLIT (2)", (int)p);
     if (p == WGML_PRECISION_MIXED && !ctx->rt.info.has_shader_f16)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "set_compute_precision: mixed precision needs the adapter's shader-f16 "
                          "feature, which %s lacks", ctx->rt.info.name);

@@ -370,11 +370,12 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
        gradients at K = 16384: S = 16 ran 51.8 / 91.0 / 93.4 TFLOP/s on [384 x 384] / [384 x 1536] /
        [1536 x 384] against 32.4 with S = 32 and 79.8 / 75.3 with S = 8, this rule's earlier
        choices; S = 64 was slower still, docs/MEASUREMENTS.md) */
-    bool units = g->f16_math == WGML_F16_MATH_MATRIX;
+    bool units = g->f16_math == WGML_F16_MATH_MATRIX || g->f16_math == WGML_F16_MATH_MATRIX_SPLIT;
     int64_t most = units ? 512 : 256, depth = units ? 1024 : 256;
     while (tiles * s < most && chunks_fit(g, 2 * s, depth)) s *= 2;
     int shape[4];
-    if (units && wgml_sgmat_adapter_shape(ctx, &shape[0], &shape[1], &shape[2], &shape[3])) {
+    /* (the model is the f16 policy's kernel's) */
+    if (g->f16_math == WGML_F16_MATH_MATRIX && wgml_sgmat_adapter_shape(ctx, &shape[0], &shape[1], &shape[2], &shape[3])) {
         /* the matrix units: another count (a power of two whose partials fit a binding) where the
            model takes 5% less time: fewer, deeper chunks where the rule above leaves most of a
            wave idle (768 x 2304 over K = 8192: 2 chunks, 108 tiles, one wave, instead of 8) */
@@ -480,8 +481,10 @@ static void plan_gemm(wgml_context *ctx, const wgml_tensor *t, wgml_gemm_args *o
        K, whose partials take the scratch */
     bool widen_a = g.a_f16 && !g.f16_math;
     if (widen_a) g.a_f16 = false;
-    /* (the split mode's operand maxima take the scratch) */
-    int64_t S = swap || widen_a || g.f16_math == WGML_F16_MATH_MATRIX_SPLIT ? 0 : split_k(ctx, &g);
+    int64_t S = swap || widen_a ? 0 : split_k(ctx, &g);
+    /* the split mode's operand maxima then wait in C's memory (the scratch holds the partials,
+       and the sum of them writes C after the GEMM read them): 2 x WGML_SGMAT_MAX_ABS_GROUPS words */
+    if (g.f16_math == WGML_F16_MATH_MATRIX_SPLIT && g.M * g.N < 2 * WGML_SGMAT_MAX_ABS_GROUPS) S = 0;
     if (S) { /* chunk s of K: A's columns (rows when transposed) and B's rows s Kc on */
         int64_t Kc = g.K / S;
         g.batch = S;
@@ -576,9 +579,10 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         *l = (wgml_launch){0};
     }
     bool hilo = g.f16_math == WGML_F16_MATH_MATRIX_SPLIT;
-    if (hilo) { /* launch 0: the operands' partial maxima into scratch, which the GEMM reads */
+    if (hilo) { /* launch 0: the operands' partial maxima into scratch (C with a split K), which the GEMM reads */
         wgml_status st = max_abs_launch(ctx, &g, abase, wgml_tensor_base(b), l);
         if (st) return st;
+        if (S) l->buffers[0] = t, l->scratch_mask = 0, l->scratch_bytes = (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4;
         *count = 2;
         l++;
         *l = (wgml_launch){0};
@@ -595,13 +599,14 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
     l->buffers[3] = t;
     l->nbuffers = 4;
     if (mp.act_grad || mp.residual) l->buffers[l->nbuffers++] = wgml_tensor_base(t->src[2 + mp.bias]); /* X, binding 5 */
-    if (hilo) l->scratch_mask = 1u << l->nbuffers, l->buffers[l->nbuffers++] = NULL; /* the maxima, after X */
+    if (hilo && S) l->buffers[l->nbuffers++] = t; /* the maxima, after X */
+    else if (hilo) l->scratch_mask = 1u << l->nbuffers, l->buffers[l->nbuffers++] = NULL;
     if (S) { /* the partials [S, M, N] in scratch, then their sum */
         wgml_launch *l2 = l + 1;
         *l2 = *l;
         l->buffers[3] = NULL;
         l->scratch_mask = 1u << 3;
-        l->scratch_bytes = (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4;
+        l->scratch_bytes = hilo ? 0 : (uint64_t)S * (uint64_t)g.M * (uint64_t)g.N * 4; /* (the first launch's) */
         l2->scratch_bytes = 0;
         if (!wgml_colsum_launches(ctx, l2, 1, (uint64_t)S, (uint64_t)(g.M * g.N), 0, false, true, &st))
             return st ? st : wgml_fail(ctx, WGML_ERROR_LIMIT, "matmul: split K's sum of %lld partials fits no launch", (long long)S);
@@ -609,7 +614,7 @@ wgml_status wgml_build_matmul(wgml_context *ctx, wgml_tensor *t, wgml_launch *l,
         l2->scratch_mask = 1u << 0;
         l2->buffers[1] = t;
         l2->nbuffers = 2;
-        *count = 2;
+        *count = hilo ? 3 : 2;
     }
     return WGML_OK;
 }

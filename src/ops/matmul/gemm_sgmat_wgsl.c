@@ -573,8 +573,30 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     return wgml_sbuf_take(&b);
 }
 
-/* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand, its elements (batch x rows x cols of them)
-   grid-strided over all its lanes; a workgroup's maximum into its word. */
+/* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand; a workgroup's maximum into its word. A
+   contiguous operand is read as one run of elements, four a lane at a time (loads in flight
+   together); a strided view a row at a time, grid-strided over its rows (its index arithmetic
+   once a row: a division an element cost more than the reads). */
+#define MAX_ABS_LOOPS(X)                                                                                        \
+    "    if (flat) {\n"                                                                                      \
+    "        let n = o.batch * o.rows * o.cols;\n"                                                            \
+    "        let step = " GROUPS_TEXT "u * 256u;\n"                                                          \
+    "        var e = g * 256u + li;\n"                                                                       \
+    "        for (; e + 3u * step < n; e += 4u * step) {\n"                                                  \
+    "            let v = vec4<f32>(" X "[o.off + e], " X "[o.off + e + step], " X "[o.off + e + 2u * step], " \
+    X "[o.off + e + 3u * step]);\n"                                                                         \
+    "            let u = bitcast<vec4<u32>>(abs(v));\n"                                                      \
+    "            m = max(m, max(max(u.x, u.y), max(u.z, u.w)));\n"                                            \
+    "        }\n"                                                                                            \
+    "        for (; e < n; e += step) { m = max(m, bitcast<u32>(abs(" X "[o.off + e]))); }\n"                \
+    "    } else {\n"                                                                                         \
+    "        for (var r = g; r < o.batch * o.rows; r += " GROUPS_TEXT "u) {\n"                               \
+    "            let bt = r / o.rows;\n"                                                                     \
+    "            let base = o.off + (bt / o.L1) * o.bs0 + (bt % o.L1) * o.bs1 + (r % o.rows) * o.ld;\n"      \
+    "            for (var j = li; j < o.cols; j += 256u) { m = max(m, bitcast<u32>(abs(" X "[base + j]))); }\n" \
+    "        }\n"                                                                                            \
+    "    }\n"
+
 const char *wgml_sgmat_max_abs_wgsl(void)
 {
     return "struct Op { off: u32, ld: u32, rows: u32, cols: u32, bs0: u32, bs1: u32, L1: u32, batch: u32 }\n"
@@ -583,18 +605,19 @@ const char *wgml_sgmat_max_abs_wgsl(void)
            "@group(0) @binding(2) var<storage, read> A: array<f32>;\n"
            "@group(0) @binding(3) var<storage, read> B: array<f32>;\n"
            "var<workgroup> part: array<u32, 256>;\n"
-           "fn at(which: u32, i: u32) -> f32 { if (which == 0u) { return A[i]; } return B[i]; }\n"
+           "fn max_a(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("A") "    return m;\n}\n"
+           "fn max_b(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("B") "    return m;\n}\n"
            "@compute @workgroup_size(256)\n"
            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {\n"
            "    let which = wg.x / " GROUPS_TEXT "u;\n"
            "    let o = P[which];\n"
+           "    let g = wg.x % " GROUPS_TEXT "u;\n"
+           /* one run: rows ld apart, matrices rows * ld apart, in order */
+           "    let mat = o.rows * o.ld;\n"
+           "    let flat = o.ld == o.cols && (o.batch == 1u || (o.L1 == 1u && o.bs0 == mat) ||\n"
+           "                                  (o.bs1 == mat && o.bs0 == o.L1 * mat));\n"
            "    var m = 0u;\n"
-           "    for (var e = (wg.x % " GROUPS_TEXT "u) * 256u + li; e < o.batch * o.rows * o.cols; e += " GROUPS_TEXT "u * 256u) {\n"
-           "        let r = e / o.cols;\n"
-           "        let bt = r / o.rows;\n"
-           "        let i = o.off + (bt / o.L1) * o.bs0 + (bt % o.L1) * o.bs1 + (r % o.rows) * o.ld + e % o.cols;\n"
-           "        m = max(m, bitcast<u32>(abs(at(which, i))));\n"
-           "    }\n"
+           "    if (which == 0u) { m = max_a(o, g, li, flat); } else { m = max_b(o, g, li, flat); }\n"
            "    part[li] = m;\n"
            "    workgroupBarrier();\n"
            "    for (var s = 128u; s > 0u; s >>= 1u) {\n"

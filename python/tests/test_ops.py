@@ -428,6 +428,10 @@ def test_matmul_f16_math(rng):
     got = wgml.matmul(t, wgml.tensor(b), f16_math="matrix").numpy()
     assert np.all(np.abs(got - ref) <= 19 * 2.0**-11 * scale + 130 * 2.0**-23)
     assert np.mean(np.abs(got - (a @ b)) > 2.0**-20 * scale) > 0.9  # f16 operands, not f32
+    # hi and lo halves on the matrix units, else the f32 kernels: f32-class either way
+    got = wgml.matmul(t, wgml.tensor(b), f16_math="split").numpy()
+    assert np.all(np.abs(got - ref) <= (2.0**-18 + (3 * 130 + 2) * 2.0**-23) * scale)
+    assert np.max(np.abs(got - ref) / scale) < 2.0**-16  # no operand rounded to f16 (2^-12 of it)
     with pytest.raises(ValueError, match="f16_math must be"):
         wgml.matmul(t, wgml.tensor(b), f16_math="f8")
 

@@ -1408,7 +1408,8 @@ def matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, alpha: 
     wgml_matmul_desc in wgml.h): True or "f32_sums", 16 k at a time summed in f16, then in
     f32; "f16_sums", the whole sum in f16 (faster, less exact); "matrix", f32 sums on the
     GPU's matrix units where the adapter has subgroup matrices (Dawn), else as "f32_sums";
-    all need the adapter's shader-f16 feature."""
+    all need the adapter's shader-f16 feature. "split": f32 accuracy on the matrix units
+    (each f32 operand as two halves, three products; error near f32's), else the f32 kernels."""
     like = _first_tensor(a, b)
     a, b = _as_tensor(a, like), _as_tensor(b, like)
     squeeze_a, squeeze_b = a.ndim == 1, b.ndim == 1
@@ -1426,9 +1427,10 @@ def matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False, alpha: 
     d.bias = _opt(bias)
     d.activation = _ACTIVATIONS[activation]
     modes = {False: 0, True: lib.WGML_F16_MATH_F32_SUMS, "f32_sums": lib.WGML_F16_MATH_F32_SUMS,
-             "f16_sums": lib.WGML_F16_MATH_F16_SUMS, "matrix": lib.WGML_F16_MATH_MATRIX}
+             "f16_sums": lib.WGML_F16_MATH_F16_SUMS, "matrix": lib.WGML_F16_MATH_MATRIX,
+             "split": lib.WGML_F16_MATH_MATRIX_SPLIT}
     if not isinstance(f16_math, (bool, str)) or f16_math not in modes:
-        raise ValueError("f16_math must be False, True, 'f32_sums', 'f16_sums' or 'matrix', not %r" % (f16_math,))
+        raise ValueError("f16_math must be False, True, 'f32_sums', 'f16_sums', 'matrix' or 'split', not %r" % (f16_math,))
     d.f16_math = modes[f16_math]
     r = _wrap(a._ctx, lib.wgml_matmul_ex(a._ctx._ptr, a._handle(), b._handle(), d))
     if squeeze_a or squeeze_b:

@@ -237,27 +237,35 @@ def test_save_load_round_trip_and_resume(tmp_path):
         back.save(tmp_path / "x.safetensors", optimizer=opt)
 
 
+def _against_f32_then_resumed(tmp_path, precision, rel):
+    """Three steps in f32 and in `precision` from the same weights, their losses within rel of
+    each other; then the `precision` run saved with its optimizer, loaded, and two more steps
+    of both alike. Returns the two runs' losses and the model."""
+    runs = {}
+    for p in ("f32", precision):
+        m = GPT.new(vocabulary=TEXT, block=8, layers=1, heads=2, width=16, seed=5)
+        opt = m.optimizer(lr=5e-3, precision=p)
+        batches = [m.batch(TEXT, 3, seed=s) for s in range(5)]
+        runs[p] = [m.train_step(opt, x, y) for x, y in batches[:3]]
+    for a, b in zip(runs["f32"], runs[precision]):
+        assert abs(a - b) <= rel * abs(a), (runs["f32"], runs[precision])
+    path = tmp_path / "m.safetensors"
+    m.save(path, optimizer=opt)
+    back = GPT.load(path)
+    opt2 = back.optimizer(lr=5e-3, precision=precision)
+    back.load_optimizer(path, opt2)
+    for x, y in batches[3:]:
+        assert m.train_step(opt, x, y) == back.train_step(opt2, x, y)
+    return runs["f32"], runs[precision], m
+
+
 def test_mixed_precision_follows_f32_and_resumes_bit_for_bit(tmp_path):
     """precision="mixed": f16 matmuls with loss scaling stay within f16's rounding of the f32
     run from the same weights; the scaler goes through save/load_optimizer."""
     if not wgml.info()["has_shader_f16"]:
         pytest.skip("no shader-f16")
-    runs = {}
-    for precision in ("f32", "mixed"):
-        m = GPT.new(vocabulary=TEXT, block=8, layers=1, heads=2, width=16, seed=5)
-        opt = m.optimizer(lr=5e-3, precision=precision)
-        batches = [m.batch(TEXT, 3, seed=s) for s in range(6)]
-        runs[precision] = [m.train_step(opt, x, y) for x, y in batches[:3]]
-    for a, b in zip(runs["f32"], runs["mixed"]):
-        assert abs(a - b) <= 1e-2 * abs(a), (runs["f32"], runs["mixed"])
-    assert runs["f32"] != runs["mixed"]  # the matmuls did round to f16
-    path = tmp_path / "m.safetensors"
-    m.save(path, optimizer=opt)
-    back = GPT.load(path)
-    opt2 = back.optimizer(lr=5e-3, precision="mixed")
-    back.load_optimizer(path, opt2)
-    for x, y in batches[3:]:
-        assert m.train_step(opt, x, y) == back.train_step(opt2, x, y)
+    f32, mixed, m = _against_f32_then_resumed(tmp_path, "mixed", 1e-2)
+    assert f32 != mixed  # the matmuls did round to f16
     with pytest.raises(ValueError, match="precision"):
         m.optimizer(precision="f16")
 
@@ -266,23 +274,9 @@ def test_f32split_follows_f32_and_resumes(tmp_path):
     """precision="f32split": f32 matmuls as hi and lo halves on the matrix units (the f32
     kernels where there are none: then the very losses of "f32"), within f32-class error of
     the f32 run from the same weights; the run's precision goes through save and load."""
-    runs = {}
-    for precision in ("f32", "f32split"):
-        m = GPT.new(vocabulary=TEXT, block=8, layers=1, heads=2, width=16, seed=5)
-        opt = m.optimizer(lr=5e-3, precision=precision)
-        batches = [m.batch(TEXT, 3, seed=s) for s in range(5)]
-        runs[precision] = [m.train_step(opt, x, y) for x, y in batches[:3]]
-    for a, b in zip(runs["f32"], runs["f32split"]):
-        assert abs(a - b) <= 1e-4 * abs(a), (runs["f32"], runs["f32split"])
+    f32, split, _ = _against_f32_then_resumed(tmp_path, "f32split", 1e-4)
     if not wgml.info().get("has_subgroup_matrix"):
-        assert runs["f32"] == runs["f32split"]
-    path = tmp_path / "s.safetensors"
-    m.save(path, optimizer=opt)
-    back = GPT.load(path)
-    opt2 = back.optimizer(lr=5e-3, precision="f32split")
-    back.load_optimizer(path, opt2)
-    for x, y in batches[3:]:
-        assert m.train_step(opt, x, y) == back.train_step(opt2, x, y)
+        assert f32 == split
     ctx = wgml.Context()
     ctx.precision = "f32split"
     assert ctx.precision == "f32split"

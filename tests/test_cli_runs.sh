@@ -332,7 +332,15 @@ meta = json.loads(blob[8:8 + struct.unpack("<Q", blob[:8])[0]])["__metadata__"]
 assert meta["precision"] == "1" and float(meta["loss_scale"]) == 65536 and meta["loss_scale_updates"] == "8", meta
 PY
 run_wgml gpt train "${small[@]}" --steps 1 --precision f16 --out "$work/bad" >/dev/null 2>"$work/err" && fail "--precision f16 was taken"
-grep -q "want f32, mixed or auto" "$work/err" || fail "--precision f16's message: $(cat "$work/err")"
+grep -q "want f32, mixed, f32split or auto" "$work/err" || fail "--precision f16's message: $(cat "$work/err")"
+# f32split: the f32 kernels here (no matrix units), the run's precision in its checkpoint
+run_wgml gpt train "${small[@]}" --steps 2 --precision f32split --out "$work/fs" >/dev/null 2>"$work/err" ||
+  fail "--precision f32split failed: $(cat "$work/err")"
+"$py" - "$work/fs/gpt.safetensors" <<'PY' || fail "f32split's checkpoint does not record its precision"
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+assert json.loads(blob[8:8 + struct.unpack("<Q", blob[:8])[0]])["__metadata__"]["precision"] == "2"
+PY
 
 # ---- bench: the table in a unit its value reads in (never "0.00 TFLOP/s"), --json as declared
 WGML_BENCH_ONLY=gemm_128 run_wgml bench matmul --quick --json >"$work/bench.json" 2>"$work/bench.err" ||

@@ -651,7 +651,7 @@ typedef struct wgml_matmul_desc {
        shapes, f32's kernel 1.8e-7, the f16 modes 2e-5). Where the adapter has no matrix
        units, either operand is stored as f16, or the result has fewer than 16 rows or
        columns, the f32 kernels run instead (the same bound holds), and shader-f16 is not
-       needed. No split K. */
+       needed. */
     int f16_math;
 } wgml_matmul_desc;
 

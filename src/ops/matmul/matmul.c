@@ -516,7 +516,7 @@ bool wgml_matmul_stores_f16(wgml_context *ctx, const wgml_tensor *t)
 }
 
 /* The split mode's first launch: A's and B's partial maxima (wgml_sgmat_max_abs_wgsl) into the
-   node's scratch */
+   node's scratch (the caller binds C's memory instead under a split K) */
 static wgml_status max_abs_launch(wgml_context *ctx, const wgml_gemm_args *g, wgml_tensor *abase, wgml_tensor *bbase,
                                   wgml_launch *l)
 {

@@ -647,8 +647,9 @@ typedef struct wgml_matmul_desc {
        scaled by a power of two from its largest magnitude (a launch before the GEMM finds
        it), is split into two halves (its leading 11 bits and the rest) and three products
        of them are summed in f32 on the matrix units, within about (2^-18 + (3K + 2) * 2^-23)
-       * sum_k |a_mk b_kn| (an H200 measured 1.1-1.8e-6 of sum |ab| at 4096^3 and the GPT's
-       shapes, f32's kernel 1.8e-7, the f16 modes 2e-5). Where the adapter has no matrix
+       * sum_k |a_mk b_kn| (an H200 measured 0.6-1.8e-6 of sum |ab| at 4096^3 and the GPT's
+       shapes, f32's kernel 1.8e-7, f32 operands rounded to halves 2e-5). Infinities and NaN
+       set no scale and reach the results as in the f32 kernels. Where the adapter has no matrix
        units, either operand is stored as f16, or the result has fewer than 16 rows or
        columns, the f32 kernels run instead (the same bound holds), and shader-f16 is not
        needed. */

@@ -88,11 +88,14 @@ static float *matmul_read(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, con
     float *out = test_read_new(ctx, "matmul", out_t, n);
     wgml_stats s1;
     wgml_stats_get(ctx, &s1);
-    /* (the split mode's operand maxima take a launch of their own) */
-    uint64_t launches = f16_mode == WGML_F16_MATH_MATRIX_SPLIT && matrix_units ? 2 : 1;
-    if (r && s1.dispatches - s0.dispatches > launches)
-        FAILF("matmul + r: %llu dispatches, want %llu (the add in the epilogue)", (unsigned long long)(s1.dispatches - s0.dispatches),
-              (unsigned long long)launches);
+    /* one launch, the add in the epilogue; the split mode on the matrix units adds its operand
+       maxima's launch (an H200 ran 5 of the 8 residual cases in one launch there, likely the
+       f32 kernel: why is open, docs/MEASUREMENTS.md; their results meet the bound) */
+    uint64_t launches = s1.dispatches - s0.dispatches;
+    bool split_units = f16_mode == WGML_F16_MATH_MATRIX_SPLIT && matrix_units;
+    if (r && launches != 1 && !(split_units && launches == 2))
+        FAILF("matmul + r: %llu dispatches, want 1%s (the add in the epilogue)", (unsigned long long)launches,
+              split_units ? " or 2" : "");
     wgml_tensor_free(c);
     wgml_tensor_free(sum);
     return out;
@@ -476,6 +479,40 @@ static void precision_policy(void)
     wgml_clear_error(ctx);
 }
 
+/* Infinities and NaN in the split mode's operands: they set no scale (the finite elements keep
+   their accuracy) and reach the results as in the f32 kernel: the same outputs infinite (with
+   the same sign) or NaN, the finite ones within the bound */
+static void split_mode_non_finite(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const int64_t M = 40, K = 70, N = 36, sa[2] = {M, K}, sb[2] = {K, N};
+    float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N));
+    A[3 * K + 5] = INFINITY, A[7 * K + 60] = -INFINITY, A[20 * K + 1] = NAN;
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
+    wgml_matmul_desc d = {.f16_math = WGML_F16_MATH_MATRIX_SPLIT};
+    float *got = matmul_read(ctx, ta, tb, &d, NULL, M * N);
+    d.f16_math = 0;
+    float *f32 = matmul_read(ctx, ta, tb, &d, NULL, M * N);
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; got && f32 && i < M * N; i++) {
+        int64_t m = i / N, n = i % N;
+        if (!isfinite(f32[i])) {
+            nonfinite++;
+            if (isnan(f32[i]) != isnan(got[i]) || (isinf(f32[i]) && got[i] != f32[i]))
+                FAILF("c[%lld,%lld] = %g, the f32 kernel's %g", (long long)m, (long long)n, got[i], f32[i]);
+            continue;
+        }
+        double ref = 0, sabs = 0;
+        for (int64_t k = 0; k < K; k++) ref += (double)A[m * K + k] * B[k * N + n], sabs += fabs((double)A[m * K + k] * B[k * N + n]);
+        if (!(fabs(got[i] - ref) <= tol(K, N) * sabs))
+            FAILF("c[%lld,%lld] = %.9g, reference %.9g (finite row)", (long long)m, (long long)n, got[i], ref);
+    }
+    CHECK(nonfinite == 3 * N); /* rows 3, 7 and 20 */
+    free(got), free(f32), free(A), free(B);
+    wgml_tensor_free(ta), wgml_tensor_free(tb);
+}
+
 /* wgml_set_compute_precision(F32_SPLIT): a matmul that leaves f16_math 0, and the gradient
    matmuls backward builds, keep f32 accuracy (hi and lo halves on the matrix units, else the f32
    kernels): the tie operands' products are not rounded to halves, as under MIXED */
@@ -823,6 +860,7 @@ int main(void)
     TEST_RUN(bad_mode);
     TEST_RUN(split_mode_scales);
     TEST_RUN(split_policy);
+    TEST_RUN(split_mode_non_finite);
     TEST_RUN(awkward_sizes);
     TEST_RUN(transposes_batches_epilogue);
     TEST_RUN(residual_in_gemm_epilogue);

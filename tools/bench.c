@@ -550,14 +550,14 @@ static void bench_matmul(int quick)
             {"", rows, 384, 1152, 0, 0}, {"", rows, 1536, 384, 0, 0}};
         for (int v = 0; v < 10; v++) {
             bool split = v >= 5;
+            int w = v % 5;
             const char *mode = split ? "split" : "matrix";
-            if (v % 5 < 3) snprintf(name, sizeof name, "gemm_%lld^3%s_%s", (long long)s, mx[v % 5].form, mode);
-            else snprintf(name, sizeof name, "gpt_M%lld_K%lld_N%lld_%s", (long long)mx[v % 5].M, (long long)mx[v % 5].K,
-                          (long long)mx[v % 5].N, mode);
-            if (!wanted(name) || !fits(ctx, name, mx[v % 5].M * mx[v % 5].K) || !has_f16_math(ctx, name)) continue;
+            if (w < 3) snprintf(name, sizeof name, "gemm_%lld^3%s_%s", (long long)s, mx[w].form, mode);
+            else snprintf(name, sizeof name, "gpt_M%lld_K%lld_N%lld_%s", (long long)mx[w].M, (long long)mx[w].K,
+                          (long long)mx[w].N, mode);
+            if (!wanted(name) || !fits(ctx, name, mx[w].M * mx[w].K) || !has_f16_math(ctx, name)) continue;
             if (!units) fprintf(stderr, "  %-34s runs the %s: no f16 -> f32 subgroup matrices here\n", name,
                                 split ? "f32 GEMM" : "SIMT f16 GEMM");
-            int w = v % 5;
             int64_t sa[2] = {mx[w].ta ? mx[w].K : mx[w].M, mx[w].ta ? mx[w].M : mx[w].K};
             int64_t sb[2] = {mx[w].tb ? mx[w].N : mx[w].K, mx[w].tb ? mx[w].K : mx[w].N};
             wgml_matmul_desc d = {.trans_a = mx[w].ta, .trans_b = mx[w].tb,

@@ -32,10 +32,10 @@
 #include "core/sbuf.h"
 #include "ops/matmul/gemm_bindings.h"
 
-#define STAGE_PAD 8
+#define STAGE_PAD 8 /* halves of padding per staged row (16 bytes) */
 #define STR(x) #x
 #define XSTR(x) STR(x)
-#define GROUPS_TEXT XSTR(WGML_SGMAT_MAX_ABS_GROUPS) /* halves of padding per staged row (16 bytes) */
+#define GROUPS_TEXT XSTR(WGML_SGMAT_MAX_ABS_GROUPS)
 
 /* One operand as staged: rows x cols with cols along its contiguous dimension in memory. */
 typedef struct operand {
@@ -123,12 +123,14 @@ static void put_store(wgml_sbuf *b, const operand *o, int threads, const char *s
         put_item_head(b, o, r, threads);
         wgml_sbuf_put(b, "            let o = %s + row * %du + col;\n", stage_base, o->stride);
         /* the scaled value's halves: hi its leading 11 bits (cut in f32, where a compiler cannot
-           take f32(f16(v)) for v, as lavapipe's did), lo what hi missed */
+           take f32(f16(v)) for v, as lavapipe's did), lo what hi missed; an infinity or NaN
+           (outside the maxima) as it is in hi, lo 0 */
         for (int g = 0; g < w / 4 && o->hilo; g++)
             wgml_sbuf_put(b, "            let v%d = %s%d_%d * %s;\n"
-                             "            let t%d = bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u));\n"
-                             "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(v%d - t%d);\n",
-                          g, o->reg, r, g, o->mul, g, g, g, g, g, g, g);
+                             "            let n%d = (bitcast<vec4<u32>>(v%d) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);\n"
+                             "            let t%d = select(bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u)), v%d, n%d);\n"
+                             "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(select(v%d - t%d, vec4<f32>(), n%d));\n",
+                          g, o->reg, r, g, o->mul, g, g, g, g, g, g, g, g, g, g, g, g);
         for (int c = 0; c < w; c++) {
             if (o->hilo)
                 wgml_sbuf_put(b, "            %s[o + %du] = h%d.%c;\n            %s[o + %du] = l%d.%c;\n", o->stage, c, c / 4,
@@ -376,14 +378,14 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
                   c->c_vec ? (c->c_f16 ? "vec4<u32>" : "vec4<f32>") : ct);
     if (act_wgsl) wgml_sbuf_put(&b, "%s\n", act_wgsl);
     if (c->hilo)
-        /* the operands' scales from their maxima: 2^k with max |v| 2^k in [2^14, 2^15) (an
-           operand of zeros or subnormals 2^126; one with inf or NaN 1, which keeps them) */
+        /* the operands' scales from their finite maxima: 2^k with max |v| 2^k in [2^14, 2^15)
+           (an operand of zeros or subnormals 2^126) */
         wgml_sbuf_put(&b, "@group(0) @binding(%d) var<storage, read> maxima: array<u32, %d>;\n"
                           "var<workgroup> max_ab: array<atomic<u32>, 2>;\n"
                           "var<private> unscale: vec2<f32>;\n"
                           "fn scale_exp(bits: u32) -> i32 {\n"
                           "    let e = i32((bits >> 23u) & 255u);\n"
-                          "    return select(min(141 - e, 126), 0, e == 255);\n"
+                          "    return min(141 - e, 126);\n"
                           "}\n", wgml_sgmat_scales_binding(c), 2 * WGML_SGMAT_MAX_ABS_GROUPS);
     /* the epilogue of one result; with c_vec the caller reads C as vectors and passes the old
        value in (accumulate) and rounds the f32 it gets back */
@@ -573,7 +575,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     return wgml_sbuf_take(&b);
 }
 
-/* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand; a workgroup's maximum into its word. A
+/* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand; a workgroup's largest finite |v| into its
+   word (an infinity or NaN sets no scale; the GEMM passes it on as f32 would). A
    contiguous operand is read as one run of elements, four a lane at a time (loads in flight
    together); a strided view a row at a time, grid-strided over its rows (its index arithmetic
    once a row: a division an element cost more than the reads). */
@@ -586,14 +589,15 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     "            let v = vec4<f32>(" X "[o.off + e], " X "[o.off + e + step], " X "[o.off + e + 2u * step], " \
     X "[o.off + e + 3u * step]);\n"                                                                         \
     "            let u = bitcast<vec4<u32>>(abs(v));\n"                                                      \
-    "            m = max(m, max(max(u.x, u.y), max(u.z, u.w)));\n"                                            \
+    "            let f = select(u, vec4<u32>(0u), u >= vec4<u32>(0x7f800000u));\n"                           \
+    "            m = max(m, max(max(f.x, f.y), max(f.z, f.w)));\n"                                            \
     "        }\n"                                                                                            \
-    "        for (; e < n; e += step) { m = max(m, bitcast<u32>(abs(" X "[o.off + e]))); }\n"                \
+    "        for (; e < n; e += step) { m = max(m, finite_bits(" X "[o.off + e])); }\n"                      \
     "    } else {\n"                                                                                         \
     "        for (var r = g; r < o.batch * o.rows; r += " GROUPS_TEXT "u) {\n"                               \
     "            let bt = r / o.rows;\n"                                                                     \
     "            let base = o.off + (bt / o.L1) * o.bs0 + (bt % o.L1) * o.bs1 + (r % o.rows) * o.ld;\n"      \
-    "            for (var j = li; j < o.cols; j += 256u) { m = max(m, bitcast<u32>(abs(" X "[base + j]))); }\n" \
+    "            for (var j = li; j < o.cols; j += 256u) { m = max(m, finite_bits(" X "[base + j])); }\n"     \
     "        }\n"                                                                                            \
     "    }\n"
 
@@ -605,6 +609,7 @@ const char *wgml_sgmat_max_abs_wgsl(void)
            "@group(0) @binding(2) var<storage, read> A: array<f32>;\n"
            "@group(0) @binding(3) var<storage, read> B: array<f32>;\n"
            "var<workgroup> part: array<u32, 256>;\n"
+           "fn finite_bits(x: f32) -> u32 { let u = bitcast<u32>(abs(x)); return select(u, 0u, u >= 0x7f800000u); }\n"
            "fn max_a(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("A") "    return m;\n}\n"
            "fn max_b(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("B") "    return m;\n}\n"
            "@compute @workgroup_size(256)\n"

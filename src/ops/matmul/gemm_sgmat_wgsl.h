@@ -53,7 +53,7 @@ typedef struct wgml_sgmat_config {
     /* f32 accuracy on the matrix units: each f32 operand staged as two halves, hi = s v cut
        to its leading 11 bits and lo = f16(s v - hi), and three products a K step (hi.hi + lo.hi
        + hi.lo; lo.lo, under 2^-20 of a product, is left out). s is a power of two per operand that puts its largest
-       magnitude in [2^14, 2^15) (f16's range holds, and lo stays clear of f16's subnormals for
+       finite magnitude in [2^14, 2^15) (f16's range holds, and lo stays clear of f16's subnormals for
        all but the smallest elements); the kernel reads max|A| and max|B| as f32 bits from
        wgml_sgmat_scales_binding (wgml_sgmat_max_abs_wgsl's partial maxima) and divides s out in the
        epilogue, so every result goes through it. Needs both operands stored as f32. */
@@ -61,7 +61,7 @@ typedef struct wgml_sgmat_config {
 } wgml_sgmat_config;
 
 /* A hilo config's operand maxima: wgml_sgmat_max_abs_wgsl's kernel, WGML_SGMAT_MAX_ABS_GROUPS
-   workgroups an operand (A's first), writes each workgroup's largest |v| as f32 bits into its
+   workgroups an operand (A's first), writes each workgroup's largest finite |v| as f32 bits into its
    word of binding 1, which the GEMM reads as its binding wgml_sgmat_scales_binding (no word
    needs clearing first). Binding 0: a wgml_sgmat_max_abs_params for A then one for B, a strided
    view's batch x rows x cols elements from `off` (leading dims L0 x L1, strides bs0 and bs1,
@@ -107,9 +107,10 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t batch,
                                     bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
 
-/* A hilo config for an M x N result (wgml_sgmat_choose's arguments): the first of the measured
+/* A hilo config for the matrix shape and transposes given: the first of the measured
    layouts (H200, docs/MEASUREMENTS.md: 128x256 in K slices of 16 prefetched, then 128x128 and
-   64x128 in slices of 32) whose doubled staging fits wg_bytes_limit; sm_m 0 when none does. */
+   64x128 in slices of 32, the first two also with results in two rounds) whose doubled staging
+   fits wg_bytes_limit; sm_m 0 when none does. */
 wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgroup_size, bool trans_a, bool trans_b,
                                          uint32_t wg_bytes_limit);
 

@@ -479,6 +479,30 @@ static void precision_policy(void)
     wgml_clear_error(ctx);
 }
 
+/* A [M, K] @ B [K, N] of host arrays in the split mode and with f16_math 0: *split and *f32,
+   new arrays (NULL on failure) */
+static void split_and_f32(wgml_context *ctx, const float *A, const float *B, int64_t M, int64_t K, int64_t N, float **split,
+                          float **f32)
+{
+    int64_t sa[2] = {M, K}, sb[2] = {K, N};
+    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
+    wgml_matmul_desc d = {.f16_math = WGML_F16_MATH_MATRIX_SPLIT};
+    *split = matmul_read(ctx, ta, tb, &d, NULL, M * N);
+    d.f16_math = 0;
+    *f32 = matmul_read(ctx, ta, tb, &d, NULL, M * N);
+    wgml_tensor_free(ta);
+    wgml_tensor_free(tb);
+}
+
+/* Row m of A [M, K] times column n of B [K, N] in double, and sum_k |a b| into *sabs */
+static double dot_ref(const float *A, const float *B, int64_t K, int64_t N, int64_t m, int64_t n, double *sabs)
+{
+    double ref = 0;
+    *sabs = 0;
+    for (int64_t k = 0; k < K; k++) ref += (double)A[m * K + k] * B[k * N + n], *sabs += fabs((double)A[m * K + k] * B[k * N + n]);
+    return ref;
+}
+
 /* Infinities and NaN in the split mode's operands: they set no scale (the finite elements keep
    their accuracy) and reach the results as in the f32 kernel: the same outputs infinite (with
    the same sign) or NaN, the finite ones within the bound */
@@ -486,14 +510,10 @@ static void split_mode_non_finite(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    const int64_t M = 40, K = 70, N = 36, sa[2] = {M, K}, sb[2] = {K, N};
-    float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N));
+    const int64_t M = 40, K = 70, N = 36;
+    float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N)), *got, *f32;
     A[3 * K + 5] = INFINITY, A[7 * K + 60] = -INFINITY, A[20 * K + 1] = NAN;
-    wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
-    wgml_matmul_desc d = {.f16_math = WGML_F16_MATH_MATRIX_SPLIT};
-    float *got = matmul_read(ctx, ta, tb, &d, NULL, M * N);
-    d.f16_math = 0;
-    float *f32 = matmul_read(ctx, ta, tb, &d, NULL, M * N);
+    split_and_f32(ctx, A, B, M, K, N, &got, &f32);
     int64_t nonfinite = 0;
     for (int64_t i = 0; got && f32 && i < M * N; i++) {
         int64_t m = i / N, n = i % N;
@@ -503,14 +523,12 @@ static void split_mode_non_finite(void)
                 FAILF("c[%lld,%lld] = %g, the f32 kernel's %g", (long long)m, (long long)n, got[i], f32[i]);
             continue;
         }
-        double ref = 0, sabs = 0;
-        for (int64_t k = 0; k < K; k++) ref += (double)A[m * K + k] * B[k * N + n], sabs += fabs((double)A[m * K + k] * B[k * N + n]);
+        double sabs, ref = dot_ref(A, B, K, N, m, n, &sabs);
         if (!(fabs(got[i] - ref) <= tol(K, N) * sabs))
             FAILF("c[%lld,%lld] = %.9g, reference %.9g (finite row)", (long long)m, (long long)n, got[i], ref);
     }
     CHECK(nonfinite == 3 * N); /* rows 3, 7 and 20 */
     free(got), free(f32), free(A), free(B);
-    wgml_tensor_free(ta), wgml_tensor_free(tb);
 }
 
 /* wgml_set_compute_precision(F32_SPLIT): a matmul that leaves f16_math 0, and the gradient
@@ -643,20 +661,15 @@ static void split_mode_scales(void)
     /* (the last a split K on the matrix units: its maxima wait in C's memory) */
     const int64_t dims[][3] = {{33, 130, 65}, {130, 257, 7}, {1, 130, 257}, {1023, 33, 100}, {200, 1100, 300}, {96, 4100, 130}};
     for (int i = 0; i < N_OF(dims); i++) {
-        int64_t M = dims[i][0], K = dims[i][1], N = dims[i][2], sa[2] = {M, K}, sb[2] = {K, N};
-        float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N));
+        int64_t M = dims[i][0], K = dims[i][1], N = dims[i][2];
+        float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N)), *got, *f32;
         for (int64_t j = 0; j < M * K; j++) A[j] = ldexpf(A[j], j % 97 == 5 ? -70 : -30);
         for (int64_t j = 0; j < K * N; j++) B[j] = ldexpf(B[j], 20);
-        wgml_tensor *ta = test_tensor(ctx, 2, sa, A), *tb = test_tensor(ctx, 2, sb, B);
-        wgml_matmul_desc d = {.f16_math = WGML_F16_MATH_MATRIX_SPLIT};
-        float *got = matmul_read(ctx, ta, tb, &d, NULL, M * N);
-        d.f16_math = 0;
-        float *f32 = matmul_read(ctx, ta, tb, &d, NULL, M * N);
+        split_and_f32(ctx, A, B, M, K, N, &got, &f32);
         double worst = 0;
         for (int64_t m = 0; got && f32 && m < M; m++)
             for (int64_t n = 0; n < N; n++) {
-                double ref = 0, sabs = 0;
-                for (int64_t k = 0; k < K; k++) ref += (double)A[m * K + k] * B[k * N + n], sabs += fabs((double)A[m * K + k] * B[k * N + n]);
+                double sabs, ref = dot_ref(A, B, K, N, m, n, &sabs);
                 double err = fabs(got[m * N + n] - ref), bound = tol(K, N) * sabs + 0x1p-149;
                 if (err / sabs > worst) worst = err / sabs;
                 if (!(err <= bound)) {
@@ -676,8 +689,6 @@ static void split_mode_scales(void)
         if (worst > 0x1p-16) FAILF("%lldx%lldx%lld: %.3g of sum |ab|, past 2^-16: not f32-class", (long long)M, (long long)K, (long long)N, worst);
         free(got);
         free(f32);
-        wgml_tensor_free(ta);
-        wgml_tensor_free(tb);
         free(A);
         free(B);
     }

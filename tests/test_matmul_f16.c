@@ -23,6 +23,10 @@
 #include <string.h>
 
 #include "core/context.h"
+#include "core/pipeline.h"
+#include "engine/executor.h"
+#include "engine/launch.h"
+#include "ops/matmul/gemm_sgmat_wgsl.h"
 #include "harness.h"
 #include "ops/matmul/matmul.h"
 #include "ops/table.h"
@@ -501,6 +505,107 @@ static double dot_ref(const float *A, const float *B, int64_t K, int64_t N, int6
     return ref;
 }
 
+/* The split mode's maxima kernel on any adapter (plain WGSL: lavapipe runs it too): two
+   operands' views, each read by its 256 workgroups into a word each; the largest word must be
+   the largest finite |v| of that view exactly (and no word above it), with infinities, NaN and
+   larger values outside the view (padding, other offsets) all ignored. Sizes: one element,
+   awkward strided batches, two leading dims, and a run past the 16-a-lane loop's end. */
+typedef struct maxima_view {
+    uint32_t off, ld, rows, cols, bs0, bs1, L1, batch;
+} maxima_view;
+
+static uint64_t view_extent(const maxima_view *v)
+{
+    uint64_t L0 = v->batch / v->L1, last = (uint64_t)(L0 - 1) * v->bs0 + (uint64_t)(v->L1 - 1) * v->bs1;
+    return v->off + last + (uint64_t)(v->rows - 1) * v->ld + v->cols;
+}
+
+/* fills x[0..n) so that the view's largest finite magnitude is |top|, at a random element of
+   it (the others below it), with non-finite values inside and larger finite values outside
+   where there is room; returns the expected bits */
+static uint32_t fill_view(float *x, uint64_t n, const maxima_view *v, float top)
+{
+    for (uint64_t i = 0; i < n; i++) x[i] = 4.0f * fabsf(top); /* outside the view: larger than its maximum */
+    uint64_t count = (uint64_t)v->batch * v->rows * v->cols, at = (uint64_t)rand() % count, k = 0;
+    for (uint32_t b = 0; b < v->batch; b++)
+        for (uint32_t r = 0; r < v->rows; r++)
+            for (uint32_t c = 0; c < v->cols; c++, k++) {
+                uint64_t i = v->off + (uint64_t)(b / v->L1) * v->bs0 + (uint64_t)(b % v->L1) * v->bs1 + (uint64_t)r * v->ld + c;
+                float u;
+                test_fill_uniform(&u, 1, -1, 1);
+                x[i] = k == at ? top : u * 0.999f * top;
+                if (count > 8 && k != at && k % 997 == 3) x[i] = k % 3 ? INFINITY : k % 2 ? -INFINITY : NAN;
+            }
+    uint32_t bits;
+    float t = fabsf(top);
+    memcpy(&bits, &t, 4);
+    return bits;
+}
+
+static void split_maxima_kernel(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    const maxima_view views[][2] = {
+        /* a run past 16 x 65536 elements (the unrolled loop, then its tail) beside one element */
+        {{3, 1023, 1093, 1023, 0, 0, 1, 1}, {0, 1, 1, 1, 0, 0, 1, 1}},
+        /* rows ld apart (a column window), batches with gaps; a contiguous batch */
+        {{5, 40, 7, 33, 7 * 40 + 5, 0, 1, 3}, {1, 130, 257, 130, 257 * 130, 0, 1, 2}},
+        /* two leading dims, strided and contiguous */
+        {{0, 9, 4, 7, 3 * (4 * 9 + 3) + 5, 4 * 9 + 3, 3, 6}, {2, 65, 3, 65, 2 * 3 * 65, 3 * 65, 2, 4}},
+        /* a single row of 65537; a run ending 100 past the unrolled loop's 15 x 65536 */
+        {{0, 65537, 1, 65537, 0, 0, 1, 1}, {7, 16, 1023, 7, 0, 0, 1, 1}},
+        {{1, 100, 9831, 100, 0, 0, 1, 1}, {0, 983140, 1, 983140, 0, 0, 1, 1}},
+    };
+    const float tops[] = {-3.75f, 1.0e-30f, 2.5e30f, 1.5f, -7.0f, 0x1p-20f, 1.0f, -1.0f, 0.3f, -1.0e5f};
+    for (int v = 0; v < N_OF(views); v++) {
+        wgml_tensor *t[3] = {NULL, NULL, NULL};
+        uint32_t want[2];
+        float *x[2] = {NULL, NULL};
+        for (int o = 0; o < 2; o++) {
+            uint64_t n = view_extent(&views[v][o]) + 70000; /* a read past the view's end meets larger values */
+            x[o] = malloc((size_t)n * sizeof *x[o]);
+            want[o] = fill_view(x[o], n, &views[v][o], tops[2 * v + o]);
+            int64_t sh = (int64_t)n;
+            t[o] = test_tensor(ctx, 1, &sh, x[o]);
+        }
+        float init[2 * WGML_SGMAT_MAX_ABS_GROUPS];
+        for (int i = 0; i < N_OF(init); i++) init[i] = 1.0e38f; /* above every view's maximum */
+        int64_t nw = N_OF(init);
+        t[2] = test_tensor(ctx, 1, &nw, init);
+        uint32_t key[1] = {WGML_KEY_GEMM_MAX_ABS}, got[2 * WGML_SGMAT_MAX_ABS_GROUPS];
+        wgml_launch l;
+        memset(&l, 0, sizeof l);
+        if (t[0] && t[1] && t[2] &&
+            ((l.pipeline = wgml_pipeline_find(ctx, key, 1)) ||
+             (l.pipeline = wgml_pipeline_add(ctx, key, 1, strdup(wgml_sgmat_max_abs_wgsl()), true)))) {
+            memcpy(l.params, views[v], sizeof views[v]);
+            l.params_size = sizeof views[v];
+            l.groups[0] = 2 * WGML_SGMAT_MAX_ABS_GROUPS, l.groups[1] = l.groups[2] = 1;
+            l.loop_trips = 1 << 20;
+            WGPUBuffer raw[3] = {t[2]->buf->handle, t[0]->buf->handle, t[1]->buf->handle};
+            memcpy(l.raw, raw, sizeof raw);
+            l.nbuffers = 3;
+            wgml_exec_readback rb = {.buffer = raw[0], .offset = 0, .size = sizeof got, .host = got};
+            CHECK_OK(ctx, wgml_exec_submit(ctx, &l, 1, &rb, "the maxima kernel", wgml_host_seconds()));
+            for (int o = 0; o < 2; o++) {
+                uint32_t best = 0, over = 0;
+                for (int g = 0; g < WGML_SGMAT_MAX_ABS_GROUPS; g++) {
+                    uint32_t w = got[o * WGML_SGMAT_MAX_ABS_GROUPS + g];
+                    best = w > best ? w : best;
+                    over += w > want[o];
+                }
+                if (best != want[o] || over)
+                    FAILF("view %d operand %d: largest word 0x%08x, want 0x%08x (|%g|); %u words above it", v, o, best,
+                          want[o], (double)tops[2 * v + o], over);
+            }
+        } else FAILF("maxima kernel: %s", wgml_error_message(ctx));
+        for (int i = 0; i < 3; i++) wgml_tensor_free(t[i]);
+        free(x[0]);
+        free(x[1]);
+    }
+}
+
 /* Infinities and NaN in the split mode's operands: they set no scale (the finite elements keep
    their accuracy) and reach the results as in the f32 kernel: the same outputs infinite (with
    the same sign) or NaN, the finite ones within the bound */
@@ -867,6 +972,7 @@ int main(void)
     fprintf(stderr, "f16_math = WGML_F16_MATH_MATRIX_SPLIT runs on %s\n",
             matrix_units ? "the matrix units (hi and lo halves)" : "the f32 kernels (no subgroup matrices)");
     TEST_RUN(bad_mode);
+    TEST_RUN(split_maxima_kernel);
     TEST_RUN(split_mode_scales);
     TEST_RUN(split_policy);
     TEST_RUN(split_mode_non_finite);

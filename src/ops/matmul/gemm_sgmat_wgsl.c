@@ -577,20 +577,22 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
 
 /* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand; a workgroup's largest finite |v| into its
    word (an infinity or NaN sets no scale; the GEMM passes it on as f32 would). A
-   contiguous operand is read as one run of elements, four a lane at a time (loads in flight
-   together); a strided view a row at a time, grid-strided over its rows (its index arithmetic
-   once a row: a division an element cost more than the reads). */
+   contiguous operand is read as one run of elements, sixteen a lane at a time (loads in
+   flight together: four, ~1 MB in flight an operand, left memory's latency exposed); a
+   strided view a row at a time, grid-strided over its rows (its index arithmetic once a
+   row: a division an element cost more than the reads). */
 #define MAX_ABS_LOOPS(X)                                                                                        \
     "    if (flat) {\n"                                                                                      \
     "        let n = o.batch * o.rows * o.cols;\n"                                                            \
     "        let step = " GROUPS_TEXT "u * 256u;\n"                                                          \
     "        var e = g * 256u + li;\n"                                                                       \
-    "        for (; e + 3u * step < n; e += 4u * step) {\n"                                                  \
-    "            let v = vec4<f32>(" X "[o.off + e], " X "[o.off + e + step], " X "[o.off + e + 2u * step], " \
-    X "[o.off + e + 3u * step]);\n"                                                                         \
-    "            let u = bitcast<vec4<u32>>(abs(v));\n"                                                      \
-    "            let f = select(u, vec4<u32>(0u), u >= vec4<u32>(0x7f800000u));\n"                           \
-    "            m = max(m, max(max(f.x, f.y), max(f.z, f.w)));\n"                                            \
+    "        for (; e + 15u * step < n; e += 16u * step) {\n"                                                \
+    "            var v: array<vec4<f32>, 4>;\n"                                                               \
+    "            for (var q = 0u; q < 4u; q++) {\n"                                                           \
+    "                let at = o.off + e + 4u * q * step;\n"                                                   \
+    "                v[q] = vec4<f32>(" X "[at], " X "[at + step], " X "[at + 2u * step], " X "[at + 3u * step]);\n" \
+    "            }\n"                                                                                        \
+    "            for (var q = 0u; q < 4u; q++) { m = max(m, finite_bits4(v[q])); }\n"                         \
     "        }\n"                                                                                            \
     "        for (; e < n; e += step) { m = max(m, finite_bits(" X "[o.off + e])); }\n"                      \
     "    } else {\n"                                                                                         \
@@ -610,6 +612,10 @@ const char *wgml_sgmat_max_abs_wgsl(void)
            "@group(0) @binding(3) var<storage, read> B: array<f32>;\n"
            "var<workgroup> part: array<u32, 256>;\n"
            "fn finite_bits(x: f32) -> u32 { let u = bitcast<u32>(abs(x)); return select(u, 0u, u >= 0x7f800000u); }\n"
+           "fn finite_bits4(v: vec4<f32>) -> u32 {\n"
+           "    let u = bitcast<vec4<u32>>(abs(v));\n"
+           "    let f = select(u, vec4<u32>(0u), u >= vec4<u32>(0x7f800000u));\n"
+           "    return max(max(f.x, f.y), max(f.z, f.w));\n}\n"
            "fn max_a(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("A") "    return m;\n}\n"
            "fn max_b(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("B") "    return m;\n}\n"
            "@compute @workgroup_size(256)\n"

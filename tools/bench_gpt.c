@@ -129,18 +129,30 @@ static int bench_model(wgml_context *ctx, int gpt2_small, int big, wgml_text *te
     return 1;
 }
 
+/* WGML_BENCH_TRAIN_ONLY="mixed,f32split": only these precisions' training rows (A/B runs) */
+static bool train_wanted(const char *precision)
+{
+    const char *only = getenv("WGML_BENCH_TRAIN_ONLY");
+    if (!only || !*only) return true;
+    char list[64];
+    snprintf(list, sizeof list, "%s", only);
+    for (char *save = NULL, *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save))
+        if (!strcmp(w, precision)) return true;
+    return false;
+}
+
 /* The training rows in f32, then in mixed precision (f16 matmuls, loss scaling) where the
-   adapter has shader-f16 */
+   adapter has shader-f16, then f32split where it has matrix units */
 static int train_rows(wgml_context *ctx, const wgml_adapter_info *info, wgml_gpt *g, wgml_text *text, int have_text,
                       int64_t B, int big, const char *prefix)
 {
-    /* WGML_BENCH_TRAIN_MIXED_ONLY=1: the mixed rows alone (A/B runs of matrix-unit kernels) */
-    const char *mo = getenv("WGML_BENCH_TRAIN_MIXED_ONLY");
-    int ok = mo && *mo == '1' && info->has_shader_f16 ? 1
-                                                      : bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
-    if (ok && info->has_shader_f16) ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
+    const bool units = info->has_subgroup_matrix && info->has_shader_f16;
+    int ok = 1;
+    if (train_wanted("f32")) ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
+    if (ok && info->has_shader_f16 && train_wanted("mixed"))
+        ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_MIXED, "_mixed");
     /* f32 matmuls as hi and lo halves, where there are matrix units to run them */
-    if (ok && !(mo && *mo == '1') && info->has_subgroup_matrix && info->has_shader_f16)
+    if (ok && units && train_wanted("f32split"))
         ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32_SPLIT, "_f32split");
     return ok;
 }

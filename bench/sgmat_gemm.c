@@ -586,7 +586,8 @@ static WGPUBuffer operand_maxima(const prepared *p)
     float g[2] = {0, 0}, want[2] = {0, 0};
     for (int i = 0; i < 2 * W; i++) {
         float v;
-        memcpy(&v, &got[i], 4);
+        uint32_t finite = got[i] & 0x7fffffffu; /* (bit 31: an infinity or NaN met) */
+        memcpy(&v, &finite, 4);
         g[i / W] = fmaxf(g[i / W], v);
     }
     for (int64_t i = 0; i < h->a_elems; i++) want[0] = fmaxf(want[0], fabsf(h->a[i]));

@@ -506,10 +506,11 @@ static double dot_ref(const float *A, const float *B, int64_t K, int64_t N, int6
 }
 
 /* The split mode's maxima kernel on any adapter (plain WGSL: lavapipe runs it too): two
-   operands' views, each read by its 256 workgroups into a word each; the largest word must be
-   the largest finite |v| of that view exactly (and no word above it), with infinities, NaN and
-   larger values outside the view (padding, other offsets) all ignored. Sizes: one element,
-   awkward strided batches, two leading dims, and a run past the 16-a-lane loop's end. */
+   operands' views, each read by its 256 workgroups into a word each; the largest word's low 31
+   bits must be the largest finite |v| of that view exactly (and no word above it), bit 31 set in
+   some word exactly where the view holds an infinity or NaN, and values outside the view
+   (padding, other offsets) ignored. Sizes: one element, awkward strided batches, two leading
+   dims, and runs past the 16-a-lane loop's end. */
 typedef struct maxima_view {
     uint32_t off, ld, rows, cols, bs0, bs1, L1, batch;
 } maxima_view;
@@ -521,12 +522,14 @@ static uint64_t view_extent(const maxima_view *v)
 }
 
 /* fills x[0..n) so that the view's largest finite magnitude is |top|, at a random element of
-   it (the others below it), with non-finite values inside and larger finite values outside
-   where there is room; returns the expected bits */
-static uint32_t fill_view(float *x, uint64_t n, const maxima_view *v, float top)
+   it (the others below it), with non-finite values inside where *nonfinite asks and it has more
+   than 8 elements (*nonfinite says whether it did) and larger finite values outside; returns the
+   expected bits */
+static uint32_t fill_view(float *x, uint64_t n, const maxima_view *v, float top, bool *nonfinite)
 {
     for (uint64_t i = 0; i < n; i++) x[i] = 4.0f * fabsf(top); /* outside the view: larger than its maximum */
     uint64_t count = (uint64_t)v->batch * v->rows * v->cols, at = (uint64_t)rand() % count, k = 0;
+    *nonfinite = *nonfinite && count > 8;
     for (uint32_t b = 0; b < v->batch; b++)
         for (uint32_t r = 0; r < v->rows; r++)
             for (uint32_t c = 0; c < v->cols; c++, k++) {
@@ -534,7 +537,7 @@ static uint32_t fill_view(float *x, uint64_t n, const maxima_view *v, float top)
                 float u;
                 test_fill_uniform(&u, 1, -1, 1);
                 x[i] = k == at ? top : u * 0.999f * top;
-                if (count > 8 && k != at && k % 997 == 3) x[i] = k % 3 ? INFINITY : k % 2 ? -INFINITY : NAN;
+                if (*nonfinite && k != at && k % 997 == 3) x[i] = k % 3 ? INFINITY : k % 2 ? -INFINITY : NAN;
             }
     uint32_t bits;
     float t = fabsf(top);
@@ -561,11 +564,13 @@ static void split_maxima_kernel(void)
     for (int v = 0; v < N_OF(views); v++) {
         wgml_tensor *t[3] = {NULL, NULL, NULL};
         uint32_t want[2];
+        bool nonfinite[2];
         float *x[2] = {NULL, NULL};
         for (int o = 0; o < 2; o++) {
             uint64_t n = view_extent(&views[v][o]) + 70000; /* a read past the view's end meets larger values */
+            nonfinite[o] = (v + o) % 2 == 0;
             x[o] = malloc((size_t)n * sizeof *x[o]);
-            want[o] = fill_view(x[o], n, &views[v][o], tops[2 * v + o]);
+            want[o] = fill_view(x[o], n, &views[v][o], tops[2 * v + o], &nonfinite[o]);
             int64_t sh = (int64_t)n;
             t[o] = test_tensor(ctx, 1, &sh, x[o]);
         }
@@ -589,15 +594,16 @@ static void split_maxima_kernel(void)
             wgml_exec_readback rb = {.buffer = raw[0], .offset = 0, .size = sizeof got, .host = got};
             CHECK_OK(ctx, wgml_exec_submit(ctx, &l, 1, &rb, "the maxima kernel", wgml_host_seconds()));
             for (int o = 0; o < 2; o++) {
-                uint32_t best = 0, over = 0;
+                uint32_t best = 0, over = 0, flags = 0;
                 for (int g = 0; g < WGML_SGMAT_MAX_ABS_GROUPS; g++) {
-                    uint32_t w = got[o * WGML_SGMAT_MAX_ABS_GROUPS + g];
-                    best = w > best ? w : best;
-                    over += w > want[o];
+                    uint32_t w = got[o * WGML_SGMAT_MAX_ABS_GROUPS + g], f = w & 0x7fffffffu;
+                    best = f > best ? f : best;
+                    over += f > want[o];
+                    flags += w >> 31;
                 }
-                if (best != want[o] || over)
-                    FAILF("view %d operand %d: largest word 0x%08x, want 0x%08x (|%g|); %u words above it", v, o, best,
-                          want[o], (double)tops[2 * v + o], over);
+                if (best != want[o] || over || (flags > 0) != nonfinite[o])
+                    FAILF("view %d operand %d: largest word 0x%08x, want 0x%08x (|%g|); %u words above it; %u flagged, "
+                          "want %s", v, o, best, want[o], (double)tops[2 * v + o], over, flags, nonfinite[o] ? "some" : "none");
             }
         } else FAILF("maxima kernel: %s", wgml_error_message(ctx));
         for (int i = 0; i < 3; i++) wgml_tensor_free(t[i]);

@@ -298,12 +298,16 @@ static void hilo_products(void)
             CHECK(strstr(src, want) != NULL);
             CHECK(strstr(src, "(v0 * unscale.x * unscale.y)") != NULL);
             CHECK(strstr(src, "& vec4<u32>(0xffffe000u)") != NULL);
+            /* every staging twice: with the selects that keep infinities and NaN (where the
+               maxima flagged them) and without */
+            CHECK(test_count(src, "if (nfa) {") == test_count(src, "if (nfb) {") && test_count(src, "if (nfa) {") >= 2);
+            CHECK(test_count(src, "== vec4<u32>(0x7f800000u);") * 2 == test_count(src, "& vec4<u32>(0xffffe000u)"));
             free(src);
-            /* the stages doubled, and the maxima's two words */
+            /* the stages doubled, and the maxima's and flags' four words */
             wgml_sgmat_config plain = c;
             plain.hilo = false;
             uint32_t staging = wgml_sgmat_workgroup_bytes(&plain, ta, tb) - (uint32_t)(c.sg_m * c.sg_n * c.sm_m * c.sm_n * 4);
-            CHECK(wgml_sgmat_workgroup_bytes(&c, ta, tb) == wgml_sgmat_workgroup_bytes(&plain, ta, tb) + staging + 8);
+            CHECK(wgml_sgmat_workgroup_bytes(&c, ta, tb) == wgml_sgmat_workgroup_bytes(&plain, ta, tb) + staging + 16);
             c.a_f16 = form & 1, c.b_f16 = !(form & 1);
             CHECK(wgml_sgmat_config_problem(&c) != NULL);
         }

@@ -48,6 +48,7 @@ typedef struct operand {
     bool f16;
     bool hilo; /* f32 kept in registers, staged as hi in `stage` and lo in `lo_stage`, scaled by `mul` */
     const char *lo_stage, *mul;
+    const char *nonfinite; /* hilo: WGSL's flag that the operand holds an infinity or NaN */
 } operand;
 
 /* elements a thread moves per item: the vector width, or 4 one at a time */
@@ -115,22 +116,27 @@ static void put_load(wgml_sbuf *b, const operand *o, int threads)
     }
 }
 
-/* Stores the registers of put_load into the staging buffer that starts at `stage_base`. */
-static void put_store(wgml_sbuf *b, const operand *o, int threads, const char *stage_base)
+/* put_store's items; keep_nonfinite: the hilo cut passes an infinity or NaN on in hi, lo 0 */
+static void put_store_items(wgml_sbuf *b, const operand *o, int threads, const char *stage_base, bool keep_nonfinite)
 {
     int w = width_of(o), items = (o->rows * (o->cols / w) + threads - 1) / threads;
     for (int r = 0; r < items; r++) {
         put_item_head(b, o, r, threads);
         wgml_sbuf_put(b, "            let o = %s + row * %du + col;\n", stage_base, o->stride);
         /* the scaled value's halves: hi its leading 11 bits (cut in f32, where a compiler cannot
-           take f32(f16(v)) for v, as lavapipe's did), lo what hi missed; an infinity or NaN
-           (outside the maxima) as it is in hi, lo 0 */
-        for (int g = 0; g < w / 4 && o->hilo; g++)
-            wgml_sbuf_put(b, "            let v%d = %s%d_%d * %s;\n"
-                             "            let n%d = (bitcast<vec4<u32>>(v%d) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);\n"
-                             "            let t%d = select(bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u)), v%d, n%d);\n"
-                             "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(select(v%d - t%d, vec4<f32>(), n%d));\n",
-                          g, o->reg, r, g, o->mul, g, g, g, g, g, g, g, g, g, g, g, g);
+           take f32(f16(v)) for v, as lavapipe's did), lo what hi missed */
+        for (int g = 0; g < w / 4 && o->hilo; g++) {
+            wgml_sbuf_put(b, "            let v%d = %s%d_%d * %s;\n", g, o->reg, r, g, o->mul);
+            if (keep_nonfinite)
+                wgml_sbuf_put(b, "            let n%d = (bitcast<vec4<u32>>(v%d) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);\n"
+                                 "            let t%d = select(bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u)), v%d, n%d);\n"
+                                 "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(select(v%d - t%d, vec4<f32>(), n%d));\n",
+                              g, g, g, g, g, g, g, g, g, g, g, g);
+            else
+                wgml_sbuf_put(b, "            let t%d = bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u));\n"
+                                 "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(v%d - t%d);\n",
+                              g, g, g, g, g, g, g);
+        }
         for (int c = 0; c < w; c++) {
             if (o->hilo)
                 wgml_sbuf_put(b, "            %s[o + %du] = h%d.%c;\n            %s[o + %du] = l%d.%c;\n", o->stage, c, c / 4,
@@ -139,6 +145,22 @@ static void put_store(wgml_sbuf *b, const operand *o, int threads, const char *s
         }
         put_item_tail(b, o, r, threads);
     }
+}
+
+/* Stores the registers of put_load into the staging buffer that starts at `stage_base`. hilo:
+   the selects that keep an infinity or NaN only where the maxima found one (a branch the
+   whole workgroup takes alike: in every item they cost ~5% of an f32split training step) */
+static void put_store(wgml_sbuf *b, const operand *o, int threads, const char *stage_base)
+{
+    if (!o->hilo) {
+        put_store_items(b, o, threads, stage_base, false);
+        return;
+    }
+    wgml_sbuf_put(b, "        if (%s) {\n", o->nonfinite);
+    put_store_items(b, o, threads, stage_base, true);
+    wgml_sbuf_put(b, "        } else {\n");
+    put_store_items(b, o, threads, stage_base, false);
+    wgml_sbuf_put(b, "        }\n");
 }
 
 int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int64_t extent)
@@ -151,9 +173,9 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
 static void operands(const wgml_sgmat_config *c, bool ta, bool tb, operand *A, operand *B)
 {
     int BM = wgml_sgmat_tile_m(c), BN = wgml_sgmat_tile_n(c), BK = c->bk;
-    *A = (operand){"A", "As", "xa", "a_base", "P.lda", "m0", "P.M", "k0", "P.K", BM, BK, 0, c->a_vec, c->a_f16, c->hilo, "Al", "sa"};
+    *A = (operand){"A", "As", "xa", "a_base", "P.lda", "m0", "P.M", "k0", "P.K", BM, BK, 0, c->a_vec, c->a_f16, c->hilo, "Al", "sa", "nfa"};
     if (ta) A->row0 = "k0", A->row_lim = "P.K", A->col0 = "m0", A->col_lim = "P.M", A->rows = BK, A->cols = BM;
-    *B = (operand){"B", "Bs", "xb", "b_base", "P.ldb", "k0", "P.K", "n0", "P.N", BK, BN, 0, c->b_vec, c->b_f16, c->hilo, "Bl", "sb"};
+    *B = (operand){"B", "Bs", "xb", "b_base", "P.ldb", "k0", "P.K", "n0", "P.N", BK, BN, 0, c->b_vec, c->b_f16, c->hilo, "Bl", "sb", "nfb"};
     if (tb) B->row0 = "n0", B->row_lim = "P.N", B->col0 = "k0", B->col_lim = "P.K", B->rows = BN, B->cols = BK;
     A->stride = A->cols + STAGE_PAD;
     B->stride = B->cols + STAGE_PAD;
@@ -168,7 +190,7 @@ uint32_t wgml_sgmat_workgroup_bytes(const wgml_sgmat_config *c, bool ta, bool tb
     operands(c, ta, tb, &A, &B);
     uint32_t stages = (c->double_buffer ? 2 : 1) * (c->hilo ? 2 : 1);
     return stages * (uint32_t)(stage_elems(&A) + stage_elems(&B)) * 2 +
-           (uint32_t)(cs_slots(c) * c->sm_m * c->sm_n) * 4 + (c->hilo ? 8u : 0u);
+           (uint32_t)(cs_slots(c) * c->sm_m * c->sm_n) * 4 + (c->hilo ? 16u : 0u);
 }
 
 const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
@@ -381,7 +403,7 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         /* the operands' scales from their finite maxima: 2^k with max |v| 2^k in [2^14, 2^15)
            (an operand of zeros or subnormals 2^126) */
         wgml_sbuf_put(&b, "@group(0) @binding(%d) var<storage, read> maxima: array<u32, %d>;\n"
-                          "var<workgroup> max_ab: array<atomic<u32>, 2>;\n"
+                          "var<workgroup> max_ab: array<atomic<u32>, 4>;\n"
                           "var<private> unscale: vec2<f32>;\n"
                           "fn scale_exp(bits: u32) -> i32 {\n"
                           "    let e = i32((bits >> 23u) & 255u);\n"
@@ -424,19 +446,24 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
         wgml_sbuf_put(&b, "    let a_base = P.a_off + bt * P.a_bs;\n    let b_base = P.b_off + bt * P.b_bs;\n");
     /* this subgroup's first row and column in the tile */
     wgml_sbuf_put(&b, "    let sr = (sg / %du) * %du;\n    let sc = (sg %% %du) * %du;\n", c->sg_n, FM * SM, c->sg_n, FN * SN);
-    if (c->hilo) /* the maxima's partial words, each operand's in one word of workgroup memory;
-                    the scales and their inverses exact powers of two in
-                    f32's normal range */
+    if (c->hilo) /* the maxima's partial words, each operand's in one word of workgroup memory
+                    and its non-finite flags in another; the scales and their inverses exact
+                    powers of two in f32's normal range */
         /* (cleared here: under Dawn's disable_workgroup_init, as sgmat_gemm runs, workgroup memory
            starts as the last workgroup on the multiprocessor left it) */
-        wgml_sbuf_put(&b, "    if (li < 2u) { atomicStore(&max_ab[li], 0u); }\n"
+        wgml_sbuf_put(&b, "    if (li < 4u) { atomicStore(&max_ab[li], 0u); }\n"
                           "    workgroupBarrier();\n"
-                          "    for (var i = li; i < %du; i += %du) { atomicMax(&max_ab[i / %du], maxima[i]); }\n"
+                          "    for (var i = li; i < %du; i += %du) {\n"
+                          "        let w = maxima[i];\n"
+                          "        atomicMax(&max_ab[i / %du], w & 0x7fffffffu);\n"
+                          "        if (w >= 0x80000000u) { atomicOr(&max_ab[2u + i / %du], 1u); }\n"
+                          "    }\n"
                           "    workgroupBarrier();\n"
                           "    let ka = scale_exp(atomicLoad(&max_ab[0]));\n    let kb = scale_exp(atomicLoad(&max_ab[1]));\n"
+                          "    let nfa = atomicLoad(&max_ab[2]) != 0u;\n    let nfb = atomicLoad(&max_ab[3]) != 0u;\n"
                           "    let sa = ldexp(1.0, ka);\n    let sb = ldexp(1.0, kb);\n"
                           "    unscale = vec2<f32>(ldexp(1.0, -ka), ldexp(1.0, -kb));\n",
-                      2 * WGML_SGMAT_MAX_ABS_GROUPS, NT, WGML_SGMAT_MAX_ABS_GROUPS);
+                      2 * WGML_SGMAT_MAX_ABS_GROUPS, NT, WGML_SGMAT_MAX_ABS_GROUPS, WGML_SGMAT_MAX_ABS_GROUPS);
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) wgml_sbuf_put(&b, "    var c%d_%d: Acc;\n", i, j);
     for (int r = 0; r < items_of(&A, NT); r++)
@@ -576,7 +603,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
 }
 
 /* WGML_SGMAT_MAX_ABS_GROUPS workgroups an operand; a workgroup's largest finite |v| into its
-   word (an infinity or NaN sets no scale; the GEMM passes it on as f32 would). A
+   word's low 31 bits, and whether it met an infinity or NaN into bit 31 (they set no scale;
+   the GEMM passes them on as f32 would, where the flag is set). A
    contiguous operand is read as one run of elements, sixteen a lane at a time (loads in
    flight together: four, ~1 MB in flight an operand, left memory's latency exposed); a
    strided view a row at a time, grid-strided over its rows (its index arithmetic once a
@@ -592,14 +620,14 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     "                let at = o.off + e + 4u * q * step;\n"                                                   \
     "                v[q] = vec4<f32>(" X "[at], " X "[at + step], " X "[at + 2u * step], " X "[at + 3u * step]);\n" \
     "            }\n"                                                                                        \
-    "            for (var q = 0u; q < 4u; q++) { m = max(m, finite_bits4(v[q])); }\n"                         \
+    "            for (var q = 0u; q < 4u; q++) { m = merge(m, finite_bits4(v[q])); }\n"                         \
     "        }\n"                                                                                            \
-    "        for (; e < n; e += step) { m = max(m, finite_bits(" X "[o.off + e])); }\n"                      \
+    "        for (; e < n; e += step) { m = merge(m, finite_bits(" X "[o.off + e])); }\n"                      \
     "    } else {\n"                                                                                         \
     "        for (var r = g; r < o.batch * o.rows; r += " GROUPS_TEXT "u) {\n"                               \
     "            let bt = r / o.rows;\n"                                                                     \
     "            let base = o.off + (bt / o.L1) * o.bs0 + (bt % o.L1) * o.bs1 + (r % o.rows) * o.ld;\n"      \
-    "            for (var j = li; j < o.cols; j += 256u) { m = max(m, finite_bits(" X "[base + j])); }\n"     \
+    "            for (var j = li; j < o.cols; j += 256u) { m = merge(m, finite_bits(" X "[base + j])); }\n"     \
     "        }\n"                                                                                            \
     "    }\n"
 
@@ -611,11 +639,12 @@ const char *wgml_sgmat_max_abs_wgsl(void)
            "@group(0) @binding(2) var<storage, read> A: array<f32>;\n"
            "@group(0) @binding(3) var<storage, read> B: array<f32>;\n"
            "var<workgroup> part: array<u32, 256>;\n"
-           "fn finite_bits(x: f32) -> u32 { let u = bitcast<u32>(abs(x)); return select(u, 0u, u >= 0x7f800000u); }\n"
+           /* |x|'s bits, or the flag alone for an infinity or NaN; merge keeps the larger
+              magnitude and either flag */
+           "fn finite_bits(x: f32) -> u32 { let u = bitcast<u32>(abs(x)); return select(u, 0x80000000u, u >= 0x7f800000u); }\n"
+           "fn merge(a: u32, b: u32) -> u32 { return max(a & 0x7fffffffu, b & 0x7fffffffu) | ((a | b) & 0x80000000u); }\n"
            "fn finite_bits4(v: vec4<f32>) -> u32 {\n"
-           "    let u = bitcast<vec4<u32>>(abs(v));\n"
-           "    let f = select(u, vec4<u32>(0u), u >= vec4<u32>(0x7f800000u));\n"
-           "    return max(max(f.x, f.y), max(f.z, f.w));\n}\n"
+           "    return merge(merge(finite_bits(v.x), finite_bits(v.y)), merge(finite_bits(v.z), finite_bits(v.w)));\n}\n"
            "fn max_a(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("A") "    return m;\n}\n"
            "fn max_b(o: Op, g: u32, li: u32, flat: bool) -> u32 {\n    var m = 0u;\n" MAX_ABS_LOOPS("B") "    return m;\n}\n"
            "@compute @workgroup_size(256)\n"
@@ -632,7 +661,7 @@ const char *wgml_sgmat_max_abs_wgsl(void)
            "    part[li] = m;\n"
            "    workgroupBarrier();\n"
            "    for (var s = 128u; s > 0u; s >>= 1u) {\n"
-           "        if (li < s) { part[li] = max(part[li], part[li + s]); }\n"
+           "        if (li < s) { part[li] = merge(part[li], part[li + s]); }\n"
            "        workgroupBarrier();\n"
            "    }\n"
            "    if (li == 0u) { maxima[wg.x] = part[0]; }\n"

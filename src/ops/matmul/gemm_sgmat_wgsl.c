@@ -212,18 +212,6 @@ const char *wgml_sgmat_config_problem(const wgml_sgmat_config *c)
     return NULL;
 }
 
-/* Whether 128x256 tiles serve an M x N result (batch of them): their grid fills the GPU (80
-   workgroups or more) and they leave under an eighth of their columns idle; else 128x128. N =
-   384 leaves a quarter (and its edge tiles leave through workgroup memory): the GPT step's N =
-   384 GEMMs on an H200, halves, TFLOP/s against 128x256: 16384 x 384 x 384 A.B^T 52.8 / 41.0,
-   A.B with a bias 53.7 / 39.1, 384 x 384 x 16384 A^T.B split 32 ways 47.3 / 32.4, K = 1536
-   107.8-109.5 / 91.1-96.4 (one process a tile; processes differed by up to 16%) */
-static bool wide_tiles_pay(int64_t M, int64_t N, int64_t batch)
-{
-    int64_t wide = (N + 255) / 256 * 256;
-    return ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 && (wide - N) * 8 < wide;
-}
-
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t batch,
                                     bool ta, bool tb, uint32_t wg_bytes_limit)
 {
@@ -236,7 +224,13 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
        column idle (128x128 141.5, 128x256 139.2). Operands in halves or f32 alike (f32, prefetched:
        4096^3 110.8 against 105.0). The rest fit smaller workgroup memories. */
     static const int layouts[][5] = {{4, 4, 2, 4, 1}, {4, 4, 2, 2, 1}, {2, 4, 2, 2, 0}, {2, 2, 2, 2, 0}};
-    int first = wide_tiles_pay(M, N, batch) ? 0 : 1;
+    /* and 128x128 where 256-wide tiles leave an eighth or more of their columns idle (N = 384:
+       a quarter, and its edge tiles leave through workgroup memory): the GPT step's N = 384
+       GEMMs on an H200, halves, TFLOP/s against 128x256: 16384 x 384 x 384 A.B^T 52.8 / 41.0,
+       A.B with a bias 53.7 / 39.1, 384 x 384 x 16384 A^T.B split 32 ways 47.3 / 32.4, K = 1536
+       107.8-109.5 / 91.1-96.4 (one process a tile; processes differed by up to 16%) */
+    int64_t wide = (N + 255) / 256 * 256;
+    int first = ((M + 127) / 128) * ((N + 255) / 256) * (batch > 0 ? batch : 1) >= 80 && (wide - N) * 8 < wide ? 0 : 1;
     wgml_sgmat_config c = {0};
     /* narrower matrices than 16 take more fragments for the same tile */
     int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
@@ -262,8 +256,8 @@ wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_s
     return c;
 }
 
-wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N,
-                                         int64_t batch, bool ta, bool tb, uint32_t wg_bytes_limit)
+wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgroup_size, bool ta, bool tb,
+                                         uint32_t wg_bytes_limit)
 {
     /* sg_m, sg_n, frag_m, frag_n (16x16 units), bk, result rounds; all prefetched. 4096^3 A.B
        with hi and lo: 63.7, 61.0 and 35.7 TFLOP/s (the first, third and fifth); 8192 x 3072 x
@@ -272,8 +266,7 @@ wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgr
     static const int layouts[][6] = {{4, 4, 2, 4, 16, 0}, {4, 4, 2, 4, 16, 2}, {4, 2, 2, 4, 32, 0}, {4, 2, 2, 4, 32, 2},
                                      {2, 4, 2, 2, 32, 0}};
     int widen_m = sm_m < 16 ? 16 / sm_m : 1, widen_n = sm_n < 16 ? 16 / sm_n : 1;
-    /* 128x128 first where 256-wide tiles do not pay, as in the f16 policy */
-    for (int i = wide_tiles_pay(M, N, batch) ? 0 : 2; i < 5; i++) {
+    for (int i = 0; i < 5; i++) {
         wgml_sgmat_config c = {.sm_m = sm_m, .sm_n = sm_n, .sm_k = sm_k, .subgroup_size = subgroup_size,
                                .sg_m = layouts[i][0], .sg_n = layouts[i][1], .frag_m = layouts[i][2] * widen_m,
                                .frag_n = layouts[i][3] * widen_n, .bk = layouts[i][4] > sm_k ? layouts[i][4] : sm_k,

@@ -107,13 +107,12 @@ int wgml_sgmat_vec_width(int64_t off, int64_t ld, int64_t bs0, int64_t bs1, int6
 wgml_sgmat_config wgml_sgmat_choose(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N, int64_t batch,
                                     bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
 
-/* A hilo config for the matrix shape, result (M x N, batch of them) and transposes given: the
-   first of the measured layouts (H200, docs/MEASUREMENTS.md: 128x256 in K slices of 16
-   prefetched, then 128x128 and 64x128 in slices of 32, the first two also with results in two
-   rounds) whose doubled staging fits wg_bytes_limit, from 128x128 on where the f16 policy's
-   rule finds 256-wide tiles do not pay; sm_m 0 when none fits. */
-wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgroup_size, int64_t M, int64_t N,
-                                         int64_t batch, bool trans_a, bool trans_b, uint32_t wg_bytes_limit);
+/* A hilo config for the matrix shape and transposes given: the first of the measured
+   layouts (H200, docs/MEASUREMENTS.md: 128x256 in K slices of 16 prefetched, then 128x128 and
+   64x128 in slices of 32, the first two also with results in two rounds) whose doubled staging
+   fits wg_bytes_limit; sm_m 0 when none does. */
+wgml_sgmat_config wgml_sgmat_choose_hilo(int sm_m, int sm_n, int sm_k, int subgroup_size, bool trans_a, bool trans_b,
+                                         uint32_t wg_bytes_limit);
 
 /* The kernel's WGSL, or NULL (a config problem, or out of host memory). act_wgsl: NULL, or
    WGSL text that defines `fn act(v: f32) -> f32` (and whatever that needs), or with act_x `fn act_x(v: f32, x: f32) -> f32`, applied last in the

@@ -163,7 +163,7 @@ int wgml_gemm_resolve_f16_math(const wgml_context *ctx, const wgml_gemm_args *g)
         return g->M >= 16 && g->N >= 16 && !g->a_f16 && !g->b_f16 && ctx->rt.info.has_shader_f16 &&
                        (uint64_t)g->batch * (uint64_t)g->K * (uint64_t)(g->M > g->N ? g->M : g->N) < (1ull << 31) &&
                        wgml_sgmat_adapter_shape(ctx, &m, &n, &k, &sgs) &&
-                       wgml_sgmat_choose_hilo(m, n, k, sgs, g->M, g->N, g->batch, g->trans_a, g->trans_b,
+                       wgml_sgmat_choose_hilo(m, n, k, sgs, g->trans_a, g->trans_b,
                                               ctx->rt.limits.maxComputeWorkgroupStorageSize).sm_m
                    ? WGML_F16_MATH_MATRIX_SPLIT
                    : 0;
@@ -227,7 +227,7 @@ static wgml_status sgmat_pipeline(wgml_context *ctx, const wgml_gemm_args *g, wg
     /* either operand may be stored as halves (f16 tensors, resident f16 weights): read directly */
     uint32_t wg_limit = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     bool hilo = g->f16_math == WGML_F16_MATH_MATRIX_SPLIT;
-    wgml_sgmat_config c = hilo ? wgml_sgmat_choose_hilo(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->batch, g->trans_a, g->trans_b, wg_limit)
+    wgml_sgmat_config c = hilo ? wgml_sgmat_choose_hilo(sm_m, sm_n, sm_k, sgs, g->trans_a, g->trans_b, wg_limit)
                                : wgml_sgmat_choose(sm_m, sm_n, sm_k, sgs, g->M, g->N, g->batch, g->trans_a, g->trans_b, wg_limit);
     int wa = wgml_sgmat_vec_width(g->a_off, g->lda, g->a_bs, g->a_bs1, g->trans_a ? g->M : g->K);
     int wb = wgml_sgmat_vec_width(g->b_off, g->ldb, g->b_bs, g->b_bs1, g->trans_b ? g->K : g->N);

@@ -476,12 +476,6 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
                  "  for (var i = 0u; i < %du; i++) { for (var j = 0u; j < %du; j++) { C[off + i * stride + j] = x.v[i * %du + j]; } } }\n",
                  SM, SN, SN);
     }
-    if (strstr(src, "subgroupMatrixScalarMultiply(")) { /* hi and lo: the scales out of a fragment */
-        size_t used = strlen(pre);
-        snprintf(pre + used, sizeof pre - used,
-                 "fn scal(x: Acc, s: f32) -> Acc { var o = x;\n"
-                 "  for (var i = 0u; i < %du; i++) { o.v[i] *= s; }\n  return o; }\n", SM * SN);
-    }
     if (strstr(src, "&Al, ")) { /* hi and lo: the lo stages' loads */
         size_t used = strlen(pre);
         snprintf(pre + used, sizeof pre - used,
@@ -507,7 +501,6 @@ static char *emulated(char *src, const wgml_sgmat_config *c)
     src = replace_all(src, "subgroupMatrixStore(&Cs, ", "st_Cs(");
     src = replace_all(src, "subgroupMatrixStore(&C, ", "st_C(");
     src = replace_all(src, "subgroupMatrixMultiplyAccumulate(", "mma(");
-    src = replace_all(src, "subgroupMatrixScalarMultiply(", "scal(");
     /* the aliases of the real types go */
     for (char *a = strstr(src, "alias "); a; a = strstr(src, "alias ")) {
         char *end = strchr(a, '\n');

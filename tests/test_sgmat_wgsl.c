@@ -291,10 +291,7 @@ static void hilo_products(void)
             CHECK(test_count(src, "subgroupMatrixLoad<L>(&As,") == c.frag_m * steps);
             CHECK(test_count(src, "subgroupMatrixLoad<L>(&Al,") == c.frag_m * steps);
             CHECK(test_count(src, "subgroupMatrixLoad<R>(&Bl,") == c.frag_n * steps);
-            /* whole tiles without an epilogue straight from the matrix units, the scales
-               multiplied out of each fragment (not where X is read) */
-            CHECK(test_count(src, "subgroupMatrixStore(&C,") == (ax ? 0 : frags));
-            CHECK(test_count(src, "subgroupMatrixScalarMultiply(subgroupMatrixScalarMultiply(c") == (ax ? 0 : frags));
+            CHECK(strstr(src, "subgroupMatrixStore(&C,") == NULL);
             char want[96];
             snprintf(want, sizeof want, "@binding(%d) var<storage, read> maxima: array<u32, %d>;", ax ? 6 : 5,
                      2 * WGML_SGMAT_MAX_ABS_GROUPS);

@@ -520,22 +520,14 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n");
     /* results */
     wgml_sbuf_put(&b, "    let cb = P.c_off + bt * P.M * P.N;\n");
-    if (!act_wgsl && !c->c_f16 && !c->c_vec) {
-        /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned
-           (hilo: the scales multiplied out of each fragment, one after the other, as the
-           epilogue does: their product alone can leave f32's range) */
+    if (!act_wgsl && !c->c_f16 && !c->c_vec && !c->hilo) {
+        /* straight from the matrix units: a whole tile, no epilogue, C's rows 16-byte aligned */
         wgml_sbuf_put(&b, "    if (m0 + %du <= P.M && n0 + %du <= P.N && P.alpha == 1.0 && P.accumulate == 0u && "
                           "P.has_bias == 0u && P.N %% 4u == 0u && cb %% 4u == 0u) {\n", BM, BN);
         for (int i = 0; i < FM; i++)
-            for (int j = 0; j < FN; j++) {
-                char frag[128];
-                if (c->hilo)
-                    snprintf(frag, sizeof frag, "subgroupMatrixScalarMultiply(subgroupMatrixScalarMultiply(c%d_%d, unscale.x), unscale.y)",
-                             i, j);
-                else snprintf(frag, sizeof frag, "c%d_%d", i, j);
-                wgml_sbuf_put(&b, "        subgroupMatrixStore(&C, cb + (m0 + sr + %du) * P.N + n0 + sc + %du, %s, false, P.N);\n",
-                              i * SM, j * SN, frag);
-            }
+            for (int j = 0; j < FN; j++)
+                wgml_sbuf_put(&b, "        subgroupMatrixStore(&C, cb + (m0 + sr + %du) * P.N + n0 + sc + %du, c%d_%d, false, P.N);\n",
+                              i * SM, j * SN, i, j);
         wgml_sbuf_put(&b, "        return;\n    }\n");
     }
     if (rounds > 1) wgml_sbuf_put(&b, "    let cs = (sg %% %du) * %du;\n", slots, SM * SN);

@@ -301,6 +301,14 @@ sed -n '/^features/,$p' "$work/info_all" | grep "^  [a-z]" >"$work/f_all"
 if [ "$(wc -l <"$work/f_all")" -gt "$(wc -l <"$work/f_compute")" ]; then
   grep -q "for drawing: wgml info --all" "$work/info" || fail "wgml info does not say what it left out"
 fi
+# which kernels the matrix modes run: the split mode on the matrix units exactly where the
+# matrix mode is (both need shader-f16 there), else the f32 kernels; the JSON says the same
+m=$(grep "^matmul f16_math=matrix " "$work/info") && sp=$(grep "^matmul f16_math=split " "$work/info") || fail "wgml info lacks the matmul modes"
+case "$m" in *"no subgroup"* | *unsupported*) [[ "$sp" == *"f32 kernels"* ]] ;; *) [[ "$sp" == *"hi and lo halves"* ]] ;; esac ||
+  fail "wgml info: '$m' but '$sp'"
+run_wgml info --json >"$work/info_json" 2>/dev/null || fail "wgml info --json failed"
+case "$sp" in *"hi and lo"*) want=subgroup_matrix_hilo ;; *) want=f32 ;; esac
+grep -q "\"matmul_f16_math_split\": \"$want\"" "$work/info_json" || fail "wgml info --json: matmul_f16_math_split is not $want"
 
 # ---- --precision mixed (issue 31): f16 matmuls with loss scaling; the scaler's state and the
 # precision travel in the checkpoint, so a stopped and resumed run ends byte for byte where an

@@ -97,6 +97,11 @@ static int cmd_info(int argc, char **argv)
     const char *matrix_kernel = !i.has_shader_f16 ? "unsupported (no shader-f16)"
                                 : matrix_units    ? "subgroup matrices (f16 operands, f32 sums)"
                                                   : "SIMT f16 GEMM (f32 sums), no subgroup matrices";
+    /* WGML_F16_MATH_MATRIX_SPLIT (and --precision f32split): hi and lo halves on the matrix units
+       (they need shader-f16), else the f32 kernels */
+    const bool split_units = matrix_units && i.has_shader_f16;
+    const char *split_kernel = split_units ? "subgroup matrices (f32 operands as hi and lo halves, f32 sums)"
+                                           : "f32 kernels, no subgroup matrices";
     /* and what attention runs under mixed precision (ops/attention/attention.c, same rule) */
     const char *attention_kernel = !i.has_shader_f16 ? "unsupported (no shader-f16)"
                                    : matrix_units    ? "subgroup matrices (f16 operands, f32 sums and softmax)"
@@ -126,6 +131,7 @@ static int cmd_info(int argc, char **argv)
         for (int k = 0, n = 0; k < i.feature_count; k++)
             if (all || !render_only(i.features[k])) printf("%s\"%s\"", n++ ? ", " : "", i.features[k]);
         printf("],\n \"matmul_f16_math_matrix\": \"%s\",", !i.has_shader_f16 ? "unsupported" : matrix_units ? "subgroup_matrix" : "simt_f32_sums");
+        printf("\n \"matmul_f16_math_split\": \"%s\",", split_units ? "subgroup_matrix_hilo" : "f32");
         printf("\n \"attention_mixed\": \"%s\",", !i.has_shader_f16 ? "unsupported" : matrix_units ? "subgroup_matrix" : "f32");
         printf("\n \"enabled\": {\"timestamp_query\": %s, \"subgroups\": %s, \"shader_f16\": %s, \"immediates\": %s, "
                "\"pipeline_cache\": %s, \"subgroup_matrix\": %s}}\n",
@@ -144,6 +150,7 @@ static int cmd_info(int argc, char **argv)
                        i.subgroup_matrix[k].result, i.subgroup_matrix[k].m, i.subgroup_matrix[k].n, i.subgroup_matrix[k].k);
         }
         printf("matmul f16_math=matrix  %s\n", matrix_kernel);
+        printf("matmul f16_math=split   %s\n", split_kernel);
         printf("attention mixed         %s\n", attention_kernel);
         printf("limits\n");
         for (int k = 0; k < nl; k++) printf("  %-40s %llu\n", limits[k].name, limits[k].v);

@@ -286,17 +286,19 @@ static void bench_ops(int quick)
 
 /* ---------------------------------------------------------------- matmul */
 
-/* WGML_BENCH_ONLY="a,b": only the matmul measurements whose names contain a or b (sweeps) */
-static bool wanted(const char *name)
+bool bench_listed(const char *env, const char *name, bool part)
 {
-    const char *only = getenv("WGML_BENCH_ONLY");
+    const char *only = getenv(env);
     if (!only || !*only) return true;
     char list[256];
     snprintf(list, sizeof list, "%s", only);
     for (char *save = NULL, *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save))
-        if (strstr(name, w)) return true;
+        if (part ? strstr(name, w) != NULL : !strcmp(name, w)) return true;
     return false;
 }
+
+/* WGML_BENCH_ONLY="a,b": only the matmul measurements whose names contain a or b (sweeps) */
+static bool wanted(const char *name) { return bench_listed("WGML_BENCH_ONLY", name, true); }
 
 static wgml_tensor *op_matmul(wgml_context *ctx, void *p)
 {

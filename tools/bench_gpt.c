@@ -130,16 +130,7 @@ static int bench_model(wgml_context *ctx, int gpt2_small, int big, wgml_text *te
 }
 
 /* WGML_BENCH_TRAIN_ONLY="mixed,f32split": only these precisions' training rows (A/B runs) */
-static bool train_wanted(const char *precision)
-{
-    const char *only = getenv("WGML_BENCH_TRAIN_ONLY");
-    if (!only || !*only) return true;
-    char list[64];
-    snprintf(list, sizeof list, "%s", only);
-    for (char *save = NULL, *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save))
-        if (!strcmp(w, precision)) return true;
-    return false;
-}
+static bool train_wanted(const char *precision) { return bench_listed("WGML_BENCH_TRAIN_ONLY", precision, false); }
 
 /* The training rows in f32, then in mixed precision (f16 matmuls, loss scaling) where the
    adapter has shader-f16, then f32split where it has matrix units */

@@ -4,6 +4,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -87,6 +88,9 @@ int cmd_gpt(int argc, char **argv);
 
 /* wgml bench's results table (tools/bench.c) and its GPT part (tools/bench_gpt.c) */
 void bench_report(const char *name, double seconds, double value, const char *unit);
+/* Whether the comma list in environment variable env (unset or empty: everything) names
+   name: one of its words equal to it, or with part, contained in it */
+bool bench_listed(const char *env, const char *name, bool part);
 /* A context of its own for a part of the bench (NULL, with a message on stderr naming `who`,
    when none can be made), its adapter's info, and whether the adapter is a discrete GPU's
    (not a CPU's, nor --quick): the sizes to bench at. */

@@ -548,7 +548,7 @@ typedef struct prepared {
     problem q;
     operands_host h;
     WGPUBuffer a, b, bias, c;
-    WGPUBuffer scales; /* hilo: max |A| and max |B| as f32 bits, by the GPU */
+    WGPUBuffer scales; /* hilo: the operands' partial maxima words (wgml_sgmat_max_abs_wgsl), by the GPU */
     int64_t c_elems;
 } prepared;
 

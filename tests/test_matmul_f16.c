@@ -93,7 +93,8 @@ static float *matmul_read(wgml_context *ctx, wgml_tensor *a, wgml_tensor *b, con
     wgml_stats s1;
     wgml_stats_get(ctx, &s1);
     /* one launch, the add in the epilogue; the split mode on the matrix units adds its operand
-       maxima's launch (the mode of this call: run_case's f32 comparison passes 0) */
+       maxima's launch (the mode of this call: run_case's f32 comparison passes 0; every
+       residual case is 16 x 16 or more, which the split path takes) */
     uint64_t launches = s1.dispatches - s0.dispatches, want = d->f16_math == WGML_F16_MATH_MATRIX_SPLIT && matrix_units ? 2 : 1;
     if (r && launches != want)
         FAILF("matmul + r: %llu dispatches, want %llu (the add in the epilogue)", (unsigned long long)launches,
@@ -510,10 +511,9 @@ static double dot_ref(const float *A, const float *B, int64_t K, int64_t N, int6
    bits must be the largest finite |v| of that view exactly (and no word above it), bit 31 set in
    some word exactly where the view holds an infinity or NaN, and values outside the view
    (padding, other offsets) ignored. Sizes: one element, awkward strided batches, two leading
-   dims, and runs past the 16-a-lane loop's end. */
-typedef struct maxima_view {
-    uint32_t off, ld, rows, cols, bs0, bs1, L1, batch;
-} maxima_view;
+   dims, and runs past the 16-a-lane loop's end; the maximum placed at random, last, and in two
+   of that loop's four groups of loads; the non-finite values scattered or one alone. */
+typedef wgml_sgmat_max_abs_params maxima_view;
 
 static uint64_t view_extent(const maxima_view *v)
 {
@@ -521,15 +521,18 @@ static uint64_t view_extent(const maxima_view *v)
     return v->off + last + (uint64_t)(v->rows - 1) * v->ld + v->cols;
 }
 
-/* fills x[0..n) so that the view's largest finite magnitude is |top|, at a random element of
-   it (the others below it), with non-finite values inside where *nonfinite asks and it has more
-   than 8 elements (*nonfinite says whether it did) and larger finite values outside; returns the
-   expected bits */
-static uint32_t fill_view(float *x, uint64_t n, const maxima_view *v, float top, bool *nonfinite)
+static uint64_t view_count(const maxima_view *v) { return (uint64_t)v->batch * v->rows * v->cols; }
+
+/* fills x[0..n) so that the view's largest finite magnitude is |top|, at its element `at` (in
+   the view's order; the others below it), with larger finite values outside; bad 1: infinities
+   and NaN scattered through it, 2: one infinity at its element bad_at (neither where the view
+   has too few elements). Returns the expected bits, and whether it placed a non-finite value. */
+static uint32_t fill_view(float *x, uint64_t n, const maxima_view *v, float top, uint64_t at, int bad, uint64_t bad_at,
+                          bool *nonfinite)
 {
     for (uint64_t i = 0; i < n; i++) x[i] = 4.0f * fabsf(top); /* outside the view: larger than its maximum */
-    uint64_t count = (uint64_t)v->batch * v->rows * v->cols, at = (uint64_t)rand() % count, k = 0;
-    *nonfinite = *nonfinite && count > 8;
+    uint64_t count = view_count(v), k = 0;
+    *nonfinite = (bad == 1 && count > 8) || (bad == 2 && bad_at != at);
     for (uint32_t b = 0; b < v->batch; b++)
         for (uint32_t r = 0; r < v->rows; r++)
             for (uint32_t c = 0; c < v->cols; c++, k++) {
@@ -537,12 +540,33 @@ static uint32_t fill_view(float *x, uint64_t n, const maxima_view *v, float top,
                 float u;
                 test_fill_uniform(&u, 1, -1, 1);
                 x[i] = k == at ? top : u * 0.999f * top;
-                if (*nonfinite && k != at && k % 997 == 3) x[i] = k % 3 ? INFINITY : k % 2 ? -INFINITY : NAN;
+                if (*nonfinite && k != at && (bad == 1 ? k % 997 == 3 : k == bad_at))
+                    x[i] = k % 3 ? INFINITY : k % 2 ? -INFINITY : NAN;
             }
     uint32_t bits;
     float t = fabsf(top);
     memcpy(&bits, &t, 4);
     return bits;
+}
+
+/* one launch of the maxima kernel over views[0..1] held in t[0..1], its words into got */
+static bool run_maxima(wgml_context *ctx, const maxima_view views[2], wgml_tensor *const t[3], uint32_t *got)
+{
+    uint32_t key[1] = {WGML_KEY_GEMM_MAX_ABS};
+    wgml_launch l;
+    memset(&l, 0, sizeof l);
+    if (!(l.pipeline = wgml_pipeline_find(ctx, key, 1)) &&
+        !(l.pipeline = wgml_pipeline_add(ctx, key, 1, strdup(wgml_sgmat_max_abs_wgsl()), true)))
+        return false;
+    memcpy(l.params, views, 2 * sizeof *views);
+    l.params_size = 2 * sizeof *views;
+    l.groups[0] = 2 * WGML_SGMAT_MAX_ABS_GROUPS, l.groups[1] = l.groups[2] = 1;
+    l.loop_trips = 1 << 20;
+    WGPUBuffer raw[3] = {t[2]->buf->handle, t[0]->buf->handle, t[1]->buf->handle};
+    memcpy(l.raw, raw, sizeof raw);
+    l.nbuffers = 3;
+    wgml_exec_readback rb = {.buffer = raw[0], .offset = 0, .size = 2 * WGML_SGMAT_MAX_ABS_GROUPS * 4, .host = got};
+    return wgml_exec_submit(ctx, &l, 1, &rb, "the maxima kernel", wgml_host_seconds()) == WGML_OK;
 }
 
 static void split_maxima_kernel(void)
@@ -561,55 +585,77 @@ static void split_maxima_kernel(void)
         {{1, 100, 9831, 100, 0, 0, 1, 1}, {0, 983140, 1, 983140, 0, 0, 1, 1}},
     };
     const float tops[] = {-3.75f, 1.0e-30f, 2.5e30f, 1.5f, -7.0f, 0x1p-20f, 1.0f, -1.0f, 0.3f, -1.0e5f};
-    for (int v = 0; v < N_OF(views); v++) {
-        wgml_tensor *t[3] = {NULL, NULL, NULL};
-        uint32_t want[2];
-        bool nonfinite[2];
-        float *x[2] = {NULL, NULL};
-        for (int o = 0; o < 2; o++) {
-            uint64_t n = view_extent(&views[v][o]) + 70000; /* a read past the view's end meets larger values */
-            nonfinite[o] = (v + o) % 2 == 0;
-            x[o] = malloc((size_t)n * sizeof *x[o]);
-            want[o] = fill_view(x[o], n, &views[v][o], tops[2 * v + o], &nonfinite[o]);
-            int64_t sh = (int64_t)n;
-            t[o] = test_tensor(ctx, 1, &sh, x[o]);
-        }
-        float init[2 * WGML_SGMAT_MAX_ABS_GROUPS];
-        for (int i = 0; i < N_OF(init); i++) init[i] = 1.0e38f; /* above every view's maximum */
-        int64_t nw = N_OF(init);
-        t[2] = test_tensor(ctx, 1, &nw, init);
-        uint32_t key[1] = {WGML_KEY_GEMM_MAX_ABS}, got[2 * WGML_SGMAT_MAX_ABS_GROUPS];
-        wgml_launch l;
-        memset(&l, 0, sizeof l);
-        if (t[0] && t[1] && t[2] &&
-            ((l.pipeline = wgml_pipeline_find(ctx, key, 1)) ||
-             (l.pipeline = wgml_pipeline_add(ctx, key, 1, strdup(wgml_sgmat_max_abs_wgsl()), true)))) {
-            memcpy(l.params, views[v], sizeof views[v]);
-            l.params_size = sizeof views[v];
-            l.groups[0] = 2 * WGML_SGMAT_MAX_ABS_GROUPS, l.groups[1] = l.groups[2] = 1;
-            l.loop_trips = 1 << 20;
-            WGPUBuffer raw[3] = {t[2]->buf->handle, t[0]->buf->handle, t[1]->buf->handle};
-            memcpy(l.raw, raw, sizeof raw);
-            l.nbuffers = 3;
-            wgml_exec_readback rb = {.buffer = raw[0], .offset = 0, .size = sizeof got, .host = got};
-            CHECK_OK(ctx, wgml_exec_submit(ctx, &l, 1, &rb, "the maxima kernel", wgml_host_seconds()));
+    float init[2 * WGML_SGMAT_MAX_ABS_GROUPS];
+    for (int i = 0; i < N_OF(init); i++) init[i] = 1.0e38f; /* above every view's maximum */
+    for (int v = 0; v < N_OF(views); v++)
+        for (int p = 0; p < 4; p++) {
+            wgml_tensor *t[3] = {NULL, NULL, NULL};
+            uint32_t want[2], got[2 * WGML_SGMAT_MAX_ABS_GROUPS];
+            bool nonfinite[2];
+            float *x[2] = {NULL, NULL};
             for (int o = 0; o < 2; o++) {
-                uint32_t best = 0, over = 0, flags = 0;
-                for (int g = 0; g < WGML_SGMAT_MAX_ABS_GROUPS; g++) {
-                    uint32_t w = got[o * WGML_SGMAT_MAX_ABS_GROUPS + g], f = w & 0x7fffffffu;
-                    best = f > best ? f : best;
-                    over += f > want[o];
-                    flags += w >> 31;
-                }
-                if (best != want[o] || over || (flags > 0) != nonfinite[o])
-                    FAILF("view %d operand %d: largest word 0x%08x, want 0x%08x (|%g|); %u words above it; %u flagged, "
-                          "want %s", v, o, best, want[o], (double)tops[2 * v + o], over, flags, nonfinite[o] ? "some" : "none");
+                const maxima_view *w = &views[v][o];
+                uint64_t n = view_extent(w) + 70000, count = view_count(w); /* a read past the view's end meets larger values */
+                /* at random, last, and (in a long run) in the unrolled loop's last and second group of four loads */
+                uint64_t places[4] = {test_rand_u64() % count, count - 1, 14 * 65536 + 3, 5 * 65536 + 5};
+                uint64_t at = places[p] < count ? places[p] : count - 1, bad_at = (at + 7 * 65536 + 1) % count;
+                x[o] = malloc((size_t)n * sizeof *x[o]);
+                want[o] = fill_view(x[o], n, w, tops[2 * v + o], at, (v + o + p) % 3, bad_at, &nonfinite[o]);
+                int64_t sh = (int64_t)n;
+                t[o] = test_tensor(ctx, 1, &sh, x[o]);
             }
-        } else FAILF("maxima kernel: %s", wgml_error_message(ctx));
-        for (int i = 0; i < 3; i++) wgml_tensor_free(t[i]);
-        free(x[0]);
-        free(x[1]);
+            int64_t nw = N_OF(init);
+            t[2] = test_tensor(ctx, 1, &nw, init);
+            if (t[0] && t[1] && t[2] && run_maxima(ctx, views[v], t, got))
+                for (int o = 0; o < 2; o++) {
+                    uint32_t best = 0, over = 0, flags = 0;
+                    for (int g = 0; g < WGML_SGMAT_MAX_ABS_GROUPS; g++) {
+                        uint32_t w = got[o * WGML_SGMAT_MAX_ABS_GROUPS + g], f = w & 0x7fffffffu;
+                        best = f > best ? f : best;
+                        over += f > want[o];
+                        flags += w >> 31;
+                    }
+                    if (best != want[o] || over || (flags > 0) != nonfinite[o])
+                        FAILF("view %d place %d operand %d: largest word 0x%08x, want 0x%08x (|%g|); %u words above it; "
+                              "%u flagged, want %s", v, p, o, best, want[o], (double)tops[2 * v + o], over, flags,
+                              nonfinite[o] ? "some" : "none");
+                }
+            else FAILF("maxima kernel: %s", wgml_error_message(ctx));
+            for (int i = 0; i < 3; i++) wgml_tensor_free(t[i]);
+            free(x[0]);
+            free(x[1]);
+        }
+}
+
+/* One product with a few infinities or NaN set in A (bad_a, count na) and B (bad_b): nonfinite
+   outputs counted, each as the f32 kernel's, the finite ones within the bound */
+static void non_finite_case(wgml_context *ctx, int64_t M, int64_t K, int64_t N, const int64_t *bad_a, int na,
+                            const int64_t *bad_b, int nb, int64_t want_nonfinite)
+{
+    const float vals[3] = {INFINITY, -INFINITY, NAN};
+    float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N)), *got, *f32;
+    for (int i = 0; i < na; i++) A[bad_a[i]] = vals[i % 3];
+    for (int i = 0; i < nb; i++) B[bad_b[i]] = vals[i % 3];
+    split_and_f32(ctx, A, B, M, K, N, &got, &f32);
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; got && f32 && i < M * N; i++) {
+        int64_t m = i / N, n = i % N;
+        if (!isfinite(f32[i])) {
+            nonfinite++;
+            if (isnan(f32[i]) != isnan(got[i]) || (isinf(f32[i]) && got[i] != f32[i]))
+                FAILF("%lldx%lldx%lld: c[%lld,%lld] = %g, the f32 kernel's %g", (long long)M, (long long)K, (long long)N,
+                      (long long)m, (long long)n, got[i], f32[i]);
+            continue;
+        }
+        double sabs, ref = dot_ref(A, B, K, N, m, n, &sabs);
+        if (!(fabs(got[i] - ref) <= tol(K, N) * sabs))
+            FAILF("%lldx%lldx%lld: c[%lld,%lld] = %.9g, reference %.9g (finite)", (long long)M, (long long)K, (long long)N,
+                  (long long)m, (long long)n, got[i], ref);
     }
+    if (got && f32 && nonfinite != want_nonfinite)
+        FAILF("%lldx%lldx%lld: %lld outputs not finite, want %lld", (long long)M, (long long)K, (long long)N,
+              (long long)nonfinite, (long long)want_nonfinite);
+    free(got), free(f32), free(A), free(B);
 }
 
 /* Infinities and NaN in the split mode's operands: they set no scale (the finite elements keep
@@ -619,25 +665,13 @@ static void split_mode_non_finite(void)
 {
     wgml_context *ctx = test_context();
     if (!ctx) return;
-    const int64_t M = 40, K = 70, N = 36;
-    float *A = rand_floats((size_t)(M * K)), *B = rand_floats((size_t)(K * N)), *got, *f32;
-    A[3 * K + 5] = INFINITY, A[7 * K + 60] = -INFINITY, A[20 * K + 1] = NAN;
-    split_and_f32(ctx, A, B, M, K, N, &got, &f32);
-    int64_t nonfinite = 0;
-    for (int64_t i = 0; got && f32 && i < M * N; i++) {
-        int64_t m = i / N, n = i % N;
-        if (!isfinite(f32[i])) {
-            nonfinite++;
-            if (isnan(f32[i]) != isnan(got[i]) || (isinf(f32[i]) && got[i] != f32[i]))
-                FAILF("c[%lld,%lld] = %g, the f32 kernel's %g", (long long)m, (long long)n, got[i], f32[i]);
-            continue;
-        }
-        double sabs, ref = dot_ref(A, B, K, N, m, n, &sabs);
-        if (!(fabs(got[i] - ref) <= tol(K, N) * sabs))
-            FAILF("c[%lld,%lld] = %.9g, reference %.9g (finite row)", (long long)m, (long long)n, got[i], ref);
-    }
-    CHECK(nonfinite == 3 * N); /* rows 3, 7 and 20 */
-    free(got), free(f32), free(A), free(B);
+    /* in A's rows 3, 7 and 20 */
+    const int64_t K = 70, bad_a[3] = {3 * K + 5, 7 * K + 60, 20 * K + 1};
+    non_finite_case(ctx, 40, K, 36, bad_a, 3, NULL, 0, 3 * 36);
+    /* in B's columns 513 and 2, a run long enough for the maxima's 16-a-lane loop: one inside
+       it (element 14 x 65536 + 9), one in its tail (past 16 x 65536) */
+    const int64_t bad_b[2] = {14 * 65536 + 9, 1099 * 1000 + 2};
+    non_finite_case(ctx, 33, 1100, 1000, NULL, 0, bad_b, 2, 2 * 33);
 }
 
 /* wgml_set_compute_precision(F32_SPLIT): a matmul that leaves f16_math 0, and the gradient

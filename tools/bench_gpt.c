@@ -138,6 +138,9 @@ static int train_rows(wgml_context *ctx, const wgml_adapter_info *info, wgml_gpt
                       int64_t B, int big, const char *prefix)
 {
     const bool units = info->has_subgroup_matrix && info->has_shader_f16;
+    if (!train_wanted("f32") && !train_wanted("mixed") && !train_wanted("f32split"))
+        fprintf(stderr, "  %s: WGML_BENCH_TRAIN_ONLY=%s names none of f32, mixed, f32split: no training rows\n", prefix,
+                getenv("WGML_BENCH_TRAIN_ONLY"));
     int ok = 1;
     if (train_wanted("f32")) ok = bench_training(ctx, g, text, have_text, B, !big, prefix, WGML_PRECISION_F32, "");
     if (ok && info->has_shader_f16 && train_wanted("mixed"))

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "ops/matmul/matmul.h" /* wgml_gemm_resolve_f16_math: what the matrix modes run here */
 #include "tools/cli.h"
 #include "wgml.h"
 
@@ -97,9 +98,10 @@ static int cmd_info(int argc, char **argv)
     const char *matrix_kernel = !i.has_shader_f16 ? "unsupported (no shader-f16)"
                                 : matrix_units    ? "subgroup matrices (f16 operands, f32 sums)"
                                                   : "SIMT f16 GEMM (f32 sums), no subgroup matrices";
-    /* WGML_F16_MATH_MATRIX_SPLIT (and --precision f32split): hi and lo halves on the matrix units
-       (they need shader-f16), else the f32 kernels */
-    const bool split_units = matrix_units && i.has_shader_f16;
+    /* WGML_F16_MATH_MATRIX_SPLIT (and --precision f32split), by the library's own rule for an f32
+       GEMM of 4096^3: hi and lo halves on the matrix units, else the f32 kernels */
+    const wgml_gemm_args big = {.M = 4096, .N = 4096, .K = 4096, .batch = 1, .L1 = 1, .f16_math = WGML_F16_MATH_MATRIX_SPLIT};
+    const bool split_units = wgml_gemm_resolve_f16_math(ctx, &big) == WGML_F16_MATH_MATRIX_SPLIT;
     const char *split_kernel = split_units ? "subgroup matrices (f32 operands as hi and lo halves, f32 sums)"
                                            : "f32 kernels, no subgroup matrices";
     /* and what attention runs under mixed precision (ops/attention/attention.c, same rule) */

@@ -126,16 +126,18 @@ static void put_store_items(wgml_sbuf *b, const operand *o, int threads, const c
         /* the scaled value's halves: hi its leading 11 bits (cut in f32, where a compiler cannot
            take f32(f16(v)) for v, as lavapipe's did), lo what hi missed */
         for (int g = 0; g < w / 4 && o->hilo; g++) {
+            char cut[96], rest[32];
+            snprintf(cut, sizeof cut, "bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u))", g);
+            snprintf(rest, sizeof rest, "v%d - t%d", g, g);
             wgml_sbuf_put(b, "            let v%d = %s%d_%d * %s;\n", g, o->reg, r, g, o->mul);
             if (keep_nonfinite)
                 wgml_sbuf_put(b, "            let n%d = (bitcast<vec4<u32>>(v%d) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u);\n"
-                                 "            let t%d = select(bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u)), v%d, n%d);\n"
-                                 "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(select(v%d - t%d, vec4<f32>(), n%d));\n",
-                              g, g, g, g, g, g, g, g, g, g, g, g);
-            else
-                wgml_sbuf_put(b, "            let t%d = bitcast<vec4<f32>>(bitcast<vec4<u32>>(v%d) & vec4<u32>(0xffffe000u));\n"
-                                 "            let h%d = vec4<f16>(t%d);\n            let l%d = vec4<f16>(v%d - t%d);\n",
-                              g, g, g, g, g, g, g);
+                                 "            let t%d = select(%s, v%d, n%d);\n",
+                              g, g, g, cut, g, g);
+            else wgml_sbuf_put(b, "            let t%d = %s;\n", g, cut);
+            wgml_sbuf_put(b, "            let h%d = vec4<f16>(t%d);\n", g, g);
+            if (keep_nonfinite) wgml_sbuf_put(b, "            let l%d = vec4<f16>(select(%s, vec4<f32>(), n%d));\n", g, rest, g);
+            else wgml_sbuf_put(b, "            let l%d = vec4<f16>(%s);\n", g, rest);
         }
         for (int c = 0; c < w; c++) {
             if (o->hilo)
@@ -608,7 +610,8 @@ char *wgml_sgmat_gemm_source(const wgml_sgmat_config *c, bool ta, bool tb, const
    contiguous operand is read as one run of elements, sixteen a lane at a time (loads in
    flight together: four, ~1 MB in flight an operand, left memory's latency exposed); a
    strided view a row at a time, grid-strided over its rows (its index arithmetic once a
-   row: a division an element cost more than the reads). */
+   row: a division an element cost more than the reads). The loops twice, once an operand's
+   binding: a WGSL function takes no pointer to storage. */
 #define MAX_ABS_LOOPS(X)                                                                                        \
     "    if (flat) {\n"                                                                                      \
     "        let n = o.batch * o.rows * o.cols;\n"                                                            \

@@ -54,15 +54,16 @@ typedef struct wgml_sgmat_config {
        to its leading 11 bits and lo = f16(s v - hi), and three products a K step (hi.hi + lo.hi
        + hi.lo; lo.lo, under 2^-20 of a product, is left out). s is a power of two per operand that puts its largest
        finite magnitude in [2^14, 2^15) (f16's range holds, and lo stays clear of f16's subnormals for
-       all but the smallest elements); the kernel reads max|A| and max|B| as f32 bits from
-       wgml_sgmat_scales_binding (wgml_sgmat_max_abs_wgsl's partial maxima) and divides s out in the
-       epilogue, so every result goes through it. Needs both operands stored as f32. */
+       all but the smallest elements); the kernel reads the partial maxima from
+       wgml_sgmat_scales_binding (wgml_sgmat_max_abs_wgsl's words) and divides s out in the
+       epilogue, so every result goes through it; where a word flags an infinity or NaN the
+       operand is staged keeping it (hi the value, lo 0). Needs both operands stored as f32. */
     bool hilo;
 } wgml_sgmat_config;
 
 /* A hilo config's operand maxima: wgml_sgmat_max_abs_wgsl's kernel, WGML_SGMAT_MAX_ABS_GROUPS
-   workgroups an operand (A's first), writes each workgroup's largest finite |v| as f32 bits into its
-   word of binding 1, which the GEMM reads as its binding wgml_sgmat_scales_binding (no word
+   workgroups an operand (A's first), writes each workgroup's largest finite |v| (as f32 bits, in
+   the low 31) and whether it met an infinity or NaN (bit 31) into its word of binding 1, which the GEMM reads as its binding wgml_sgmat_scales_binding (no word
    needs clearing first). Binding 0: a wgml_sgmat_max_abs_params for A then one for B, a strided
    view's batch x rows x cols elements from `off` (leading dims L0 x L1, strides bs0 and bs1,
    L1 1 for one); 2 and 3: A's and B's f32 elements. */

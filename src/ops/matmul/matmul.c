@@ -371,8 +371,8 @@ static int64_t split_k(const wgml_context *ctx, const wgml_gemm_args *g)
        [1536 x 384] against 32.4 with S = 32 and 79.8 / 75.3 with S = 8, this rule's earlier
        choices; S = 64 was slower still, docs/MEASUREMENTS.md). The split mode's three products a
        tile take tiles x S < 1024: GPT-2 small's f32split step -1.9% (768 x 3072 over K = 8192 in
-       8 chunks, not 4), nanoGPT's unchanged; fewer chunks (< 256) cost 4%, chunks 512 deep lost
-       nanoGPT 0.7% (H200) */
+       8 chunks, not 4), nanoGPT's unchanged; fewer chunks (< 256) cost 3.5-4.1%, chunks 512 deep
+       lost nanoGPT 0.6-0.8% (H200, docs/MEASUREMENTS.md) */
     bool units = g->f16_math == WGML_F16_MATH_MATRIX || g->f16_math == WGML_F16_MATH_MATRIX_SPLIT;
     int64_t most = g->f16_math == WGML_F16_MATH_MATRIX_SPLIT ? 1024 : units ? 512 : 256, depth = units ? 1024 : 256;
     while (tiles * s < most && chunks_fit(g, 2 * s, depth)) s *= 2;

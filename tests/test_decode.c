@@ -354,13 +354,18 @@ static void long_context_split(void)
 }
 
 /* wgml_decode_profile: a row per kind of launch in the step's order, their launches adding up
-   to the step's dispatches, GPU times > 0; the slots must start again after, and then draw the
-   reference's tokens. (Where the adapter has no timestamp queries: UNSUPPORTED.) */
-static void profile_by_kind(void)
+   to the step's dispatches, GPU times > 0; the steps without each kind timed where the block
+   has room for them (block 40: 2 + 11 x 2 positions), else left 0 (block 11); the slots must
+   start again after, and then draw the reference's tokens. (Where the adapter has no timestamp
+   queries: UNSUPPORTED.) */
+static void profile_by_kind(int64_t block)
 {
     wgml_context *ctx = test_context();
     model m;
-    model_make(ctx, &llama_cfg, 0, &m);
+    wgml_gpt_config cfg = llama_cfg;
+    cfg.block = block;
+    const int room = block >= 2 + 11 * 2;
+    model_make(ctx, &cfg, 0, &m);
     enum { NN = 6 };
     const int32_t prompt[2] = {9, 4};
     const int32_t *pp = prompt;
@@ -387,6 +392,7 @@ static void profile_by_kind(void)
             int64_t launches = 0;
             for (int i = 0; i < nr && i < (int)N_OF(kinds); i++) {
                 CHECK(strcmp(rows[i].what, kinds[i]) == 0 && rows[i].seconds > 0);
+                CHECK(room ? rows[i].without_seconds > 0 : rows[i].without_seconds == 0);
                 launches += rows[i].launches;
             }
             CHECK(launches == wgml_decode_dispatches_per_step(plan) && launches == 1 + 6 * 2 + 2);
@@ -394,7 +400,7 @@ static void profile_by_kind(void)
             CHECK(wgml_decode_generate(plan, 1, got + 1) == WGML_ERROR_INVALID_ARGUMENT); /* not started again */
             /* past the block: refused */
             CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
-            CHECK(wgml_decode_profile(plan, 5, rows, 16, &nr, &step) == WGML_ERROR_INVALID_ARGUMENT);
+            CHECK(wgml_decode_profile(plan, (block - np) / 2 + 1, rows, 16, &nr, &step) == WGML_ERROR_INVALID_ARGUMENT);
         }
         CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
         CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
@@ -403,6 +409,9 @@ static void profile_by_kind(void)
     wgml_decode_plan_free(plan);
     model_free(&m);
 }
+
+static void profile_by_kind_short_block(void) { profile_by_kind(11); }
+static void profile_by_kind_with_room(void) { profile_by_kind(40); }
 
 /* Three prompts of different lengths (one past the block) in one batch: each slot's tokens are
    its prompt's alone. */
@@ -584,7 +593,8 @@ int main(void)
     TEST_RUN(gemv_subgroups_and_head_stride);
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(gpt2_attention_column_blocks);
-    TEST_RUN(profile_by_kind);
+    TEST_RUN(profile_by_kind_short_block);
+    TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);
     return test_summary();
 }

@@ -35,11 +35,15 @@ static void profile(wgml_decode_plan *plan, int64_t B, const int32_t **pp, const
     if (steps < 1 || wgml_decode_start(plan, B, pp, lens, first) || wgml_decode_profile(plan, steps, rows, MAXR, &nr, &step)) return;
     double sum = 0;
     for (int r = 0; r < nr; r++) sum += rows[r].seconds;
-    fprintf(stderr, "    GPU profile (%lld steps): a step %.1f us in one pass; its launches each in a pass of its own add up to %.1f us\n",
+    fprintf(stderr, "    GPU profile (%lld steps): a step %.1f us in one pass; its launches each in a pass of its own add up to %.1f us;\n"
+            "    \"in the pass\": the step less the step without that kind\n",
             (long long)steps, step * 1e6, sum * 1e6);
-    for (int r = 0; r < nr; r++)
-        fprintf(stderr, "      %-26s %4lld x %8.2f us = %8.1f us  %5.1f%%\n", rows[r].what, (long long)rows[r].launches,
-                rows[r].seconds * 1e6 / (double)rows[r].launches, rows[r].seconds * 1e6, 100 * rows[r].seconds / sum);
+    for (int r = 0; r < nr; r++) {
+        const double in_pass = rows[r].without_seconds > 0 ? step - rows[r].without_seconds : 0;
+        fprintf(stderr, "      %-26s %4lld x %8.2f us = %8.1f us  %5.1f%%; in the pass %8.1f us (%.2f us a launch)\n", rows[r].what,
+                (long long)rows[r].launches, rows[r].seconds * 1e6 / (double)rows[r].launches, rows[r].seconds * 1e6,
+                100 * rows[r].seconds / sum, in_pass * 1e6, in_pass * 1e6 / (double)rows[r].launches);
+    }
 }
 
 /* One row: a plan of batch B over g; prompts of n_prompt tokens; ntok steps timed (best of

@@ -936,6 +936,21 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
 
 /* ---------------------------------------------------------------- profile */
 
+/* the step's pass with the launches of kind `skip` left out (NULL: none) */
+static void encode_pass_without(wgml_decode_plan *p, WGPUComputePassEncoder cp, const pass *ps, uint32_t R, const char *skip)
+{
+    for (int i = 0; i < ps->n; i++)
+        if (!skip || strcmp(ps->l[i].what, skip)) encode_launch(p, cp, &ps->l[i], R, R);
+}
+
+/* a compute pass between timestamps q and q + 1 */
+static WGPUComputePassEncoder timed_pass(WGPUCommandEncoder enc, WGPUQuerySet qs, uint32_t q)
+{
+    WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = q, .endOfPassWriteIndex = q + 1};
+    WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
+    return wgpuCommandEncoderBeginComputePass(enc, &pd);
+}
+
 wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_profile_row *rows, int max_rows, int *n_rows,
                                 double *step_seconds)
 {
@@ -944,12 +959,32 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
     wgml_runtime *rt = &p->ctx->rt;
     if (!rt->info.has_timestamp_query) return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode profile: no timestamp queries here");
     const int n = p->dec.n;
-    if (!p->active || steps < 1 || n + 1 > 2048)
+    /* the kinds, in the step's order (at most max_rows) */
+    for (int i = 0; i < n; i++) {
+        int r = 0;
+        while (r < *n_rows && strcmp(rows[r].what, p->dec.l[i].what)) r++;
+        if (r == *n_rows) {
+            if (r == max_rows) continue;
+            rows[(*n_rows)++] = (wgml_decode_profile_row){.what = p->dec.l[i].what};
+        }
+        rows[r].launches++;
+    }
+    const int nk = *n_rows;
+    if (!p->active || steps < 1 || n + 1 + nk > 2048) {
+        *n_rows = 0;
         return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode profile: no slot started, no steps, or too many launches (%d)", n);
-    for (int64_t s = 0; s < p->active; s++)
-        if (p->len[s] + 2 * steps > p->block)
+    }
+    /* the passes without each kind where every slot's block has room for them too */
+    int without = nk;
+    for (int64_t s = 0; s < p->active; s++) {
+        if (p->len[s] + 2 * steps > p->block) {
+            *n_rows = 0;
             return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode profile: %lld steps pass the block", (long long)(2 * steps));
-    const uint32_t nq = 2 * (uint32_t)n + 2;
+        }
+        if (p->len[s] + (2 + nk) * steps > p->block) without = 0;
+    }
+    /* timestamps: each launch alone (2 n), the step in one pass (2), the step without each kind (2 nk) */
+    const uint32_t nq = 2 * (uint32_t)n + 2 + 2 * (uint32_t)without, whole = 2 * (uint32_t)n;
     WGPUQuerySetDescriptor qd = {.label = wgml_sv("decode profile"), .type = WGPUQueryType_Timestamp, .count = nq};
     WGPUQuerySet qs = wgpuDeviceCreateQuerySet(rt->device, &qd);
     wgml_status st = WGML_OK;
@@ -965,21 +1000,20 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
             st = wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode profile: no command encoder");
             break;
         }
-        /* a step with each launch in a pass of its own between two timestamps, then a step in one pass */
+        /* a step with each launch in a pass of its own, a step in one pass, then a step in one
+           pass without each kind in turn (values then differ; the launches' work does not) */
         for (int i = 0; i < n; i++) {
-            WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 2 * (uint32_t)i, .endOfPassWriteIndex = 2 * (uint32_t)i + 1};
-            WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
-            WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, &pd);
+            WGPUComputePassEncoder cp = timed_pass(enc, qs, 2 * (uint32_t)i);
             encode_launch(p, cp, &p->dec.l[i], R, R);
             wgpuComputePassEncoderEnd(cp);
             wgpuComputePassEncoderRelease(cp);
         }
-        WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = nq - 2, .endOfPassWriteIndex = nq - 1};
-        WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
-        WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, &pd);
-        encode_pass(p, cp, &p->dec, R, R);
-        wgpuComputePassEncoderEnd(cp);
-        wgpuComputePassEncoderRelease(cp);
+        for (int r = -1; r < without; r++) {
+            WGPUComputePassEncoder cp = timed_pass(enc, qs, whole + 2 * (uint32_t)(r + 1));
+            encode_pass_without(p, cp, &p->dec, R, r < 0 ? NULL : rows[r].what);
+            wgpuComputePassEncoderEnd(cp);
+            wgpuComputePassEncoderRelease(cp);
+        }
         wgpuCommandEncoderResolveQuerySet(enc, qs, 0, nq, resolve, 0);
         wgpuCommandEncoderCopyBufferToBuffer(enc, resolve, 0, readback, 0, 8 * (uint64_t)nq);
         WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
@@ -988,22 +1022,20 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
         const uint64_t *t = wgpuBufferGetConstMappedRange(readback, 0, 8 * (size_t)nq);
         for (int i = 0; t && i < n; i++)
             if (t[2 * i + 1] >= t[2 * i]) sec[i] += (double)(t[2 * i + 1] - t[2 * i]) * period;
-        if (t && t[nq - 1] >= t[nq - 2]) *step_seconds += (double)(t[nq - 1] - t[nq - 2]) * period;
+        if (t && t[whole + 1] >= t[whole]) *step_seconds += (double)(t[whole + 1] - t[whole]) * period;
+        for (int r = 0; t && r < without; r++) {
+            const uint32_t q = whole + 2 * (uint32_t)(r + 1);
+            if (t[q + 1] >= t[q]) rows[r].without_seconds += (double)(t[q + 1] - t[q]) * period;
+        }
         wgpuBufferUnmap(readback);
         if (!t) st = wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode profile: the timestamps could not be mapped");
     }
-    /* by kind, in the step's order */
-    for (int i = 0; !st && i < n; i++) {
-        int r = 0;
-        while (r < *n_rows && strcmp(rows[r].what, p->dec.l[i].what)) r++;
-        if (r == *n_rows) {
-            if (r == max_rows) continue;
-            rows[(*n_rows)++] = (wgml_decode_profile_row){.what = p->dec.l[i].what};
-        }
-        rows[r].launches++;
-        rows[r].seconds += sec[i] / (double)steps;
-    }
+    for (int i = 0; !st && i < n; i++)
+        for (int r = 0; r < nk; r++)
+            if (!strcmp(rows[r].what, p->dec.l[i].what)) rows[r].seconds += sec[i] / (double)steps;
+    for (int r = 0; r < nk; r++) rows[r].without_seconds /= (double)steps;
     *step_seconds /= (double)steps;
+    if (st) *n_rows = 0;
     free(sec);
     release(&resolve), release(&readback);
     if (qs) wgpuQuerySetRelease(qs);

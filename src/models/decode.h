@@ -112,13 +112,17 @@ int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);
 /* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots
    runs in a compute pass of its own between two timestamps (rows[r]: its kind, launches of that
    kind a step, seconds a step; at most max_rows kinds, in the step's order); *step_seconds is a
-   whole step's in one pass, as generation runs it. Needs timestamp queries (else
-   WGML_ERROR_UNSUPPORTED) and room for 2 x steps positions in every slot's block; it draws tokens: start
-   the slots again after. */
+   whole step's in one pass, as generation runs it, and rows[r].without_seconds the same pass with
+   that kind's launches left out (so step - without is what the kind costs inside the pass, its
+   share of the gaps between launches included: alone, each launch pays a pass's start and
+   drain; 0 where a slot's block has no room for (2 + kinds) x steps positions). Needs timestamp
+   queries (else WGML_ERROR_UNSUPPORTED) and room for 2 x steps positions in every slot's block;
+   it draws tokens: start the slots again after. */
 typedef struct wgml_decode_profile_row {
     const char *what;
     int64_t launches;
     double seconds;
+    double without_seconds;
 } wgml_decode_profile_row;
 wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_profile_row *rows, int max_rows, int *n_rows,
                                 double *step_seconds);

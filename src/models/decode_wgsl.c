@@ -741,7 +741,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     }
     /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
        the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
-       caches, which this workgroup then reads (storageBarrier) */
+       caches, which this workgroup then reads (storageBarrier); the early form reads them from
+       kown and vown instead, so no launch reads them back and the fence goes (naga makes it a
+       device-scope one: 14.5 -> 14.0 us alone on the H200, docs/MEASUREMENTS.md) */
     sbuf pb = {0};
     if (!a->rope) out(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
     else if ((a->G + 1) * 64 <= wgs) {
@@ -777,8 +779,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                  "            let base = (slot * BLOCK + pos) * KVD + g * D;\n"
                  "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
                  "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n%s"
-                 "        }\n    }\n    storageBarrier();\n",
-            early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "");
+                 "        }\n    }\n%s",
+            early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "",
+            early ? "" : "    storageBarrier();\n");
     } else {
         out(&pb, "    let pos = u32(rows[r].y);\n"
                  "    for (var hh = 0u; hh <= G; hh++) {\n"

@@ -53,6 +53,7 @@ struct wgml_decode_plan {
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
+    int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f32_cache) */
     int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
@@ -254,7 +255,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
                                 .xsrc = l == 0 ? DECODE_X_EMBED : DECODE_X_SUM, .np = (unsigned)p->nmlp, .ps = ps, .ekp = CP,
-                                .e_f16 = p->d.f16_weights, .positions = 1, .persist = 1, .sg = p->sg};
+                                .e_f16 = p->d.f16_weights, .positions = 1, .persist = 1, .sg = p->sg, .f16c = p->f16c};
         bind bq[] = {{0, pas}, {2, p->xb}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc},
                      {9, p->mlp_parts}, {10, p->x}, {11, p->wpe}, {12, p->wte}};
         char *w = wgml_decode_gemv_wgsl(&qkv, &used);
@@ -264,7 +265,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
                                .scale = (float)(1.0 / sqrt((double)p->D)), .wo_fused = 1, .f16 = p->d.f16_weights,
                                .bias = (int)(5 * C), .C = (unsigned)C, .cp = CP, .ps = ps, .wgs = p->wide_wgs, .max_parts = (unsigned)p->d.attn_parts,
-                               .cols = (unsigned)p->d.attn_cols};
+                               .cols = (unsigned)p->d.attn_cols, .f16c = p->f16c};
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {5, lb->wo}, {6, lb->vecs}, {7, p->attn_parts}};
         used = 0xefu;
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 7, GRID_ROWS, 0, (uint32_t)(p->Hkv * p->d.attn_cols), 0,
@@ -288,7 +289,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                                 .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
-                                .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block, .sg = p->sg};
+                                .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block, .sg = p->sg,
+                                .f16c = p->f16c};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         w = wgml_decode_gemv_wgsl(&qkv, &used);
         if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
@@ -298,7 +300,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         if (p->llama && !rope_in_attention) {
             wgml_decode_rope r = {.D = (unsigned)p->D, .H = (unsigned)p->H, .Hkv = (unsigned)p->Hkv, .qs = (unsigned)p->Q,
                                   .block = (unsigned)p->block, .qk_norm = (int)p->cfg.qk_norm, .qnorm = (unsigned)(2 * C),
-                                  .knorm = (unsigned)(2 * C + p->D), .eps = eps};
+                                  .knorm = (unsigned)(2 * C + p->D), .eps = eps, .f16c = p->f16c};
             bind br[] = {{0, rows}, {1, p->qkv}, {2, p->freq}, {3, lb->kc}, {4, lb->vc}, {5, lb->vecs}};
             used = 0x1fu | (p->cfg.qk_norm ? 1u << 5 : 0);
             if ((st = add_launch(p, ps_, wgml_decode_rope_wgsl(&r), used, br, 6, GRID_ROWS, 0, (uint32_t)(p->H + p->Hkv), 0, "qk-norm+rope"))) return st;
@@ -323,7 +325,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
                                .combine = chunk && p->combine_in_attn,
-                               .early = chunk && !p->d.attn_late, .sg = p->sg};
+                               .early = chunk && !p->d.attn_late, .sg = p->sg, .f16c = p->f16c};
         if (at.early) { /* the wider workgroup only where the early form takes it */
             const unsigned late_wgs = at.wgs;
             at.wgs = early_wgs;
@@ -463,7 +465,7 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
     lb->vecs = make_buffer(p, (uint64_t)total * 4, STORAGE, "decode vectors", &st);
     if (!st) write_buffer(p, lb->vecs, 0, v, (size_t)total * 4);
     free(v);
-    const uint64_t cache = (uint64_t)(p->B * p->block * p->Hkv * p->D) * 4;
+    const uint64_t cache = (uint64_t)(p->B * p->block * p->Hkv * p->D) * (p->f16c ? 2 : 4);
     lb->kc = make_buffer(p, cache, STORAGE, "decode K cache", &st);
     lb->vc = make_buffer(p, cache, STORAGE, "decode V cache", &st);
     return st;
@@ -513,6 +515,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
+    if (d.f32_cache < 0 || d.f32_cache > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: f32_cache = %d; want 0 or 1", d.f32_cache);
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */
@@ -528,6 +532,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     p->ctx = ctx, p->g = g, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->wide_wgs = wide_wgs;
     p->sg = d.subgroups > 0 || (d.subgroups == 0 && ctx->rt.info.has_subgroups);
+    p->f16c = d.f16_weights && !d.f32_cache && ctx->rt.info.has_shader_f16 && c->kv_heads * c->head_dim % 2 == 0;
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
@@ -745,6 +750,7 @@ static wgml_status graph_fill(wgml_decode_plan *p, int64_t slot, const int32_t *
         for (int64_t h = 0; h < 2; h++) { /* [2, Hkv, n, D] -> [n, Hkv, D] */
             wgml_tensor *one = wgml_reshape(ctx, wgml_slice(ctx, c.next_kv[l], 0, h, h + 1, 1), 3, (int64_t[3]){p->Hkv, n, p->D});
             kv[2 * l + h] = wgml_contiguous(ctx, wgml_transpose(ctx, one, 0, 1));
+            if (p->f16c) kv[2 * l + h] = wgml_cast(ctx, kv[2 * l + h], WGML_F16);
         }
     if (!st) st = wgml_eval(ctx, (int)(2 * L), kv);
     if (!st) {
@@ -753,8 +759,12 @@ static wgml_status graph_fill(wgml_decode_plan *p, int64_t slot, const int32_t *
         for (int64_t i = 0; !st && i < 2 * L; i++) {
             wgml_tensor *t = kv[i], *b = wgml_tensor_base(t);
             WGPUBuffer dst = i % 2 ? p->L[i / 2].vc : p->L[i / 2].kc;
-            wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, (uint64_t)t->offset * 4, dst,
-                                                 (uint64_t)(slot * p->block * kvd) * 4, (uint64_t)(n * kvd) * 4);
+            const uint64_t es = (uint64_t)wgml_dtype_bytes(t->dtype), from = (uint64_t)t->offset * es;
+            if (from % 4) { /* (copies move whole words: kvd is even with halves, and a node's own buffer starts at 0) */
+                st = wgml_fail(ctx, WGML_ERROR_VALIDATION, "decode prefill: the graph's cache at byte %llu", (unsigned long long)from);
+                break;
+            }
+            wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, from, dst, (uint64_t)(slot * p->block * kvd) * es, (uint64_t)(n * kvd) * es);
         }
         if (enc) {
             WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);

@@ -69,6 +69,8 @@ typedef struct wgml_decode_desc {
                                  the next tile's loads before this one's sums (its candidates then this many a row);
                                  -1: a workgroup a tile; 0: where the tiles number 4096 or more 528 at 32 lanes, else
                                  512; a tile each where they are fewer */
+    int f32_cache;            /* 1: the K/V cache in f32 with f16 weights too (comparisons); else the cache holds halves
+                                 where the weights do and the adapter has shader-f16 (half its memory and its reads) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -407,6 +407,8 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     if (uses_rows) used |= 1u << 6;
     if (k->epilogue == DECODE_OUT_QKV) used |= 1u << 7 | 1u << 8;
     *bindings = used;
+    const int f16c = k->epilogue == DECODE_OUT_QKV && k->f16c;
+    if (f16c) out(&b, "enable f16;\n");
     if (k->epilogue == DECODE_OUT_GELU || k->epilogue == DECODE_OUT_SWIGLU) elementwise_functions(&b);
     out(&b,
         "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst N: u32 = %uu;\nconst RB: u32 = %uu;\nconst KCH: u32 = %uu;\n"
@@ -425,10 +427,10 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     if (uses_rows) out(&b, "@group(0) @binding(6) var<storage, read> rows: array<vec4<i32>>;\n");
     if (k->persist) out(&b, "@group(0) @binding(10) var<storage, read_write> xout: array<f32>;\n");
     if (k->epilogue == DECODE_OUT_QKV)
-        out(&b, "@group(0) @binding(7) var<storage, read_write> kc: array<f32>;\n"
-                "@group(0) @binding(8) var<storage, read_write> vc: array<f32>;\n"
+        out(&b, "alias CE = %s;\n@group(0) @binding(7) var<storage, read_write> kc: array<CE>;\n"
+                "@group(0) @binding(8) var<storage, read_write> vc: array<CE>;\n"
                 "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
-            k->qd, k->kvd, k->block);
+            f16c ? "f16" : "f32", k->qd, k->kvd, k->block);
     /* x plus partial sums staged once (a single chunk) as vec4s, tpu threads each */
     const unsigned tpu = k->xsrc == DECODE_X_SUM && norm && k->kch >= k->KP && k->xs % 4 == 0 && k->ps % 4 == 0 && k->K % 4 == 0
                              ? sum_threads(k->RB, kch4, k->np) : 0;
@@ -515,7 +517,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
         out(&b, "                    if (n < QD) { outb[r * OS + n] = v; } else {\n"
                 "                        let base = (u32(rows[r].x) * BLOCK + u32(rows[r].y)) * KVD;\n"
                 "                        let m = n - QD;\n"
-                "                        if (m < KVD) { kc[base + m] = v; } else { vc[base + m - KVD] = v; }\n"
+                "                        if (m < KVD) { kc[base + m] = CE(v); } else { vc[base + m - KVD] = CE(v); }\n"
                 "                    }\n");
         break;
     }
@@ -676,6 +678,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     const int early = a->early && early_layout(a, &tpp, &vpn, &kpt, &vpt);
     /* the early form's trees (QK-norm, softmax) by subgroups, where its G + 1 heads take 64 threads each */
     const int sgx = a->sg && early && (a->G + 1) * 64 <= wgs;
+    /* the caches' unit CT (VT's, of halves with f16c), read as VT by kcl and vcl */
+    if (a->f16c) out(&b, "enable f16;\nalias CT = %s;\n", lw == 4 ? "vec4<f16>" : "f16");
+    else out(&b, "alias CT = %s;\n", lw == 4 ? "vec4<f32>" : "f32");
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
@@ -724,8 +729,9 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     }
     out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
             "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, %s> kc: array<VT>;\n"
-            "@group(0) @binding(3) var<storage, %s> vc: array<VT>;\n"
+            "@group(0) @binding(2) var<storage, %s> kc: array<CT>;\n"
+            "@group(0) @binding(3) var<storage, %s> vc: array<CT>;\n"
+            "fn kcl(i: u32) -> VT { return VT(kc[i]); }\nfn vcl(i: u32) -> VT { return VT(vc[i]); }\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
         a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
@@ -807,9 +813,10 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                  "            }\n        }\n    }\n    storageBarrier();\n");
     }
     if (a->rope && lw == 4)
-        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
-                "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
-    else if (a->rope) out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = v; }\nfn vcput(i: u32, v: f32) { vc[i] = v; }\n");
+        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = %s(v); }\n"
+                "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = %s(v); }\n",
+            a->f16c ? "f16" : "f32", a->f16c ? "f16" : "f32");
+    else if (a->rope) out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = CT(v); }\nfn vcput(i: u32, v: f32) { vc[i] = CT(v); }\n");
     char *pro = done(&pb);
     /* the softmax of each query head over this workgroup's positions: a tree over the RW
        threads that hold positions (fewer rounds where the positions are few), the G heads in
@@ -890,14 +897,14 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "    var kr: array<VT, KPT>;\n"
             "    if (ki < CH && kt + 1u < T) {\n"
             "        let kbase = ((slot * BLOCK + kt) * KVD + g * D) / LW;\n"
-            "        for (var e = 0u; e < KPT; e++) { let d = ks + e * TPP; if (d < DV) { kr[e] = kc[kbase + d]; } }\n"
+            "        for (var e = 0u; e < KPT; e++) { let d = ks + e * TPP; if (d < DV) { kr[e] = kcl(kbase + d); } }\n"
             "    }\n"
             "    let vd = tid %% DV;\n    let vp = tid / DV;\n"
             "    let vbase = (slot * BLOCK * KVD + g * D) / LW + vd;\n"
             "    var vr: array<VT, VPT>;\n"
             "    for (var e = 0u; e < VPT; e++) {\n"
             "        let t = t0 + vp + e * VP;\n"
-            "        if (vp < VP && t + 1u < T && t < t1) { vr[e] = vc[vbase + t * (KVD / LW)]; }\n    }\n"
+            "        if (vp < VP && t + 1u < T && t < t1) { vr[e] = vcl(vbase + t * (KVD / LW)); }\n    }\n"
             "%s"
             "    workgroupBarrier();\n"
             "    if (own) {\n"
@@ -956,7 +963,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "    for (var t = t0 + tid; t < t1; t += WGS) {\n"
         "        let base = ((slot * BLOCK + t) * KVD + g * D) / LW;\n"
         "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
-        "        for (var d = 0u; d < DV; d++) {\n            let kv = kc[base + d];\n"
+        "        for (var d = 0u; d < DV; d++) {\n            let kv = kcl(base + d);\n"
         "            for (var q = 0u; q < G; q++) { s[q] += vdot(qs[q * DV + d], kv); }\n        }\n"
         "        for (var q = 0u; q < G; q++) { sc[q * SCW + t - t0] = s[q] * SCALE; }\n    }\n"
         "    workgroupBarrier();\n"
@@ -971,11 +978,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            let vb = (slot * BLOCK * KVD + g * D) / LW + dv;\n"
         "            var t = t0 + pt;\n"
         "            for (; t + 3u * PARTS < t1; t += 4u * PARTS) {\n"
-        "                let v0 = vc[vb + t * (KVD / LW)];\n                let v1 = vc[vb + (t + PARTS) * (KVD / LW)];\n"
-        "                let v2 = vc[vb + (t + 2u * PARTS) * (KVD / LW)];\n                let v3 = vc[vb + (t + 3u * PARTS) * (KVD / LW)];\n"
+        "                let v0 = vcl(vb + t * (KVD / LW));\n                let v1 = vcl(vb + (t + PARTS) * (KVD / LW));\n"
+        "                let v2 = vcl(vb + (t + 2u * PARTS) * (KVD / LW));\n                let v3 = vcl(vb + (t + 3u * PARTS) * (KVD / LW));\n"
         "                acc += sc[q * SCW + t - t0] * v0 + sc[q * SCW + t - t0 + PARTS] * v1 + sc[q * SCW + t - t0 + 2u * PARTS] * v2\n"
         "                     + sc[q * SCW + t - t0 + 3u * PARTS] * v3;\n            }\n"
-        "            for (; t < t1; t += PARTS) { acc += sc[q * SCW + t - t0] * vc[vb + t * (KVD / LW)]; }\n"
+        "            for (; t < t1; t += PARTS) { acc += sc[q * SCW + t - t0] * vcl(vb + t * (KVD / LW)); }\n"
         "        }\n        part[tid] = acc;\n        workgroupBarrier();\n"
         "        if (tid < OPW && o < NO) {\n"
         "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
@@ -1118,14 +1125,15 @@ static void rope_helpers(sbuf *b)
 char *wgml_decode_rope_wgsl(const wgml_decode_rope *k)
 {
     sbuf b = {0};
-    out(&b, "const D: u32 = %uu;\nconst HALF: u32 = %uu;\nconst H: u32 = %uu;\nconst HKV: u32 = %uu;\nconst QS: u32 = %uu;\n"
-            "const KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
-        k->D, k->D / 2, k->H, k->Hkv, k->qs, k->Hkv * k->D, k->block, (double)k->eps);
+    out(&b, "%sconst D: u32 = %uu;\nconst HALF: u32 = %uu;\nconst H: u32 = %uu;\nconst HKV: u32 = %uu;\nconst QS: u32 = %uu;\n"
+            "const KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\nconst EPS: f32 = %.9g;\nalias CE = %s;\n",
+        k->f16c ? "enable f16;\n" : "", k->D, k->D / 2, k->H, k->Hkv, k->qs, k->Hkv * k->D, k->block, (double)k->eps,
+        k->f16c ? "f16" : "f32");
     out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
             "@group(0) @binding(1) var<storage, read_write> qkv: array<f32>;\n"
             "@group(0) @binding(2) var<storage, read> freq: array<f32>;\n"
-            "@group(0) @binding(3) var<storage, read_write> kc: array<f32>;\n"
-            "@group(0) @binding(4) var<storage, read_write> vc: array<f32>;\n");
+            "@group(0) @binding(3) var<storage, read_write> kc: array<CE>;\n"
+            "@group(0) @binding(4) var<storage, read_write> vc: array<CE>;\n");
     if (k->qk_norm) out(&b, "@group(0) @binding(5) var<storage, read> vecs: array<f32>;\nvar<workgroup> red: array<f32, 64>;\n");
     rope_helpers(&b);
     out(&b, "@compute @workgroup_size(64)\n"
@@ -1146,9 +1154,9 @@ char *wgml_decode_rope_wgsl(const wgml_decode_rope *k)
             "    let ya = a * c - b * s;\n    let yb = b * c + a * s;\n"
             "    if (hh < H) { qkv[col + j] = ya; qkv[col + j + HALF] = yb; return; }\n"
             "    let base = (slot * BLOCK + pos) * KVD + (hh - H) * D;\n"
-            "    kc[base + j] = ya;\n    kc[base + j + HALF] = yb;\n"
+            "    kc[base + j] = CE(ya);\n    kc[base + j + HALF] = CE(yb);\n"
             "    let vcol = r * QS + (H + HKV) * D + (hh - H) * D;\n"
-            "    vc[base + j] = qkv[vcol + j];\n    vc[base + j + HALF] = qkv[vcol + j + HALF];\n}\n");
+            "    vc[base + j] = CE(qkv[vcol + j]);\n    vc[base + j + HALF] = CE(qkv[vcol + j + HALF]);\n}\n");
     return done(&b);
 }
 

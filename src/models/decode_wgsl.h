@@ -35,6 +35,7 @@ typedef struct wgml_decode_gemv {
                  would, rows at 6 giving slot and position) output and its index at binding 14,
                  cand[r * workgroups + workgroup] = (value, bits of the index) */
     unsigned qd, kvd, block; /* DECODE_OUT_QKV: outputs below qd are q; then K and V into the caches */
+    int f16c;                /* the caches hold halves (WGSL's f16: the adapter has shader-f16) */
     int xsrc;                /* DECODE_X_*: SUM adds np partials (binding 9, ps apart, rows as x's); EMBED
                                 reads the embedding (12, e_f16, row stride ekp) and positions (11) */
     unsigned np, ps, ekp;
@@ -87,6 +88,7 @@ typedef struct wgml_decode_attn {
     /* with early: the QK-norm's and the softmax's sums by subgroup operations (the adapter has
        subgroups), a barrier each instead of a tree of a barrier a round */
     int sg;
+    int f16c; /* the caches hold halves (WGSL's f16), read into f32 */
 } wgml_decode_attn;
 /* Whether a, with early set, runs the early form within wg_bytes of workgroup memory (D a
    multiple of 8, the chunk and (G + 1) 64 fit the workgroup, its 5 WGS G more floats of
@@ -115,6 +117,7 @@ typedef struct wgml_decode_rope {
     int qk_norm;
     unsigned qnorm, knorm; /* offsets of their weights in vecs */
     float eps;
+    int f16c; /* the caches hold halves */
 } wgml_decode_rope;
 char *wgml_decode_rope_wgsl(const wgml_decode_rope *k);
 

@@ -410,6 +410,41 @@ static void profile_by_kind(int64_t block)
     model_free(&m);
 }
 
+/* The K/V cache holds halves where the weights do (and the adapter has shader-f16): half the
+   bytes; f32_cache keeps it f32, the same tokens as the reference either way (the f16 weights'
+   other cases above run the cache in halves); f32_cache out of range refused. */
+static void cache_in_halves(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_adapter_info info;
+    CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
+    model m;
+    model_make(ctx, &llama_cfg, 1, &m);
+    enum { NP = 3, NN = 14 };
+    const int32_t prompt[NP] = {8, 2, 30};
+    const int32_t *pp = prompt;
+    const int64_t np = NP;
+    int32_t want[NN], got[NN];
+    reference_greedy(m.r, prompt, NP, NN, want);
+    const int64_t f32_bytes = 2 * llama_cfg.layers * llama_cfg.block * llama_cfg.kv_heads * llama_cfg.head_dim * 4;
+    for (int f32c = 0; f32c < 2; f32c++) {
+        wgml_decode_plan *plan = NULL;
+        const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .steps_per_submit = 4, .attn_chunk = 4, .f32_cache = f32c};
+        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+        if (plan) {
+            CHECK(wgml_decode_cache_bytes(plan) == (f32c || !info.has_shader_f16 ? f32_bytes : f32_bytes / 2));
+            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+            CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+            same_tokens(f32c ? "f32 cache vs reference" : "cache in halves vs reference", got, want, NN);
+        }
+        wgml_decode_plan_free(plan);
+    }
+    wgml_decode_plan *bad = NULL;
+    const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .f32_cache = 2};
+    CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+    model_free(&m);
+}
+
 static void profile_by_kind_short_block(void) { profile_by_kind(11); }
 static void profile_by_kind_with_room(void) { profile_by_kind(40); }
 
@@ -593,6 +628,7 @@ int main(void)
     TEST_RUN(gemv_subgroups_and_head_stride);
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(gpt2_attention_column_blocks);
+    TEST_RUN(cache_in_halves);
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);

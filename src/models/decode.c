@@ -1056,6 +1056,10 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
 int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p) { return p ? p->dec.n : 0; }
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p) { return p ? p->host_per_token : 0; }
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p) { return p ? p->weight_bytes : 0; }
+int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p)
+{
+    return p ? 2 * p->cfg.layers * p->B * p->block * p->Hkv * p->D * (p->f16c ? 2 : 4) : 0;
+}
 
 wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
                                int32_t *out, int (*on_token)(int32_t, void *), void *user, int *used)

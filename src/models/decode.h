@@ -110,6 +110,9 @@ int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p);
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p);
 /* Bytes of weights one step reads (for the bandwidth it reaches). */
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);
+/* Bytes of the K/V caches (every layer's, both, all slots): halves where wgml_decode_desc's
+   f32_cache allows. */
+int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p);
 
 /* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots
    runs in a compute pass of its own between two timestamps (rows[r]: its kind, launches of that

@@ -678,9 +678,14 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     const int early = a->early && early_layout(a, &tpp, &vpn, &kpt, &vpt);
     /* the early form's trees (QK-norm, softmax) by subgroups, where its G + 1 heads take 64 threads each */
     const int sgx = a->sg && early && (a->G + 1) * 64 <= wgs;
-    /* the caches' unit CT (VT's, of halves with f16c), read as VT by kcl and vcl */
-    if (a->f16c) out(&b, "enable f16;\nalias CT = %s;\n", lw == 4 ? "vec4<f16>" : "f16");
-    else out(&b, "alias CT = %s;\n", lw == 4 ? "vec4<f32>" : "f32");
+    /* the caches' unit CT, read as VT by kcl and vcl: VT itself, or with f16c four halves in two
+       words (one 8-byte load; the row's own k and v then written as such words from kown and
+       vown), or (single elements) WGSL's f16 */
+    const int pk = a->f16c && lw == 4;
+    if (pk) out(&b, "alias CT = vec2<u32>;\nfn cunpack(w: CT) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }\n"
+                    "fn cpack(a: f32, b: f32, c: f32, d: f32) -> CT { return CT(pack2x16float(vec2<f32>(a, b)), pack2x16float(vec2<f32>(c, d))); }\n");
+    else if (a->f16c) out(&b, "enable f16;\nalias CT = f16;\nfn cunpack(w: CT) -> f32 { return f32(w); }\n");
+    else out(&b, "alias CT = %s;\nfn cunpack(w: CT) -> CT { return w; }\n", lw == 4 ? "vec4<f32>" : "f32");
     out(&b,
         "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
         "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
@@ -731,7 +736,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
             "@group(0) @binding(2) var<storage, %s> kc: array<CT>;\n"
             "@group(0) @binding(3) var<storage, %s> vc: array<CT>;\n"
-            "fn kcl(i: u32) -> VT { return VT(kc[i]); }\nfn vcl(i: u32) -> VT { return VT(vc[i]); }\n"
+            "fn kcl(i: u32) -> VT { return cunpack(kc[i]); }\nfn vcl(i: u32) -> VT { return cunpack(vc[i]); }\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
         a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
@@ -740,6 +745,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                 "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
                 "var<workgroup> sred: array<f32, %u>;\nvar<workgroup> vpart: array<VT, %u>;\n",
             tpp, kpt, vpn, vpt, wgs * a->G, wgs * a->G);
+    else if (pk && a->rope) out(&b, "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n");
     if (sgx) { /* the softmax's exchange: each head's subgroup maxima, then sums */
         unsigned rw = 1;
         while (rw < a->chunk && rw < wgs) rw *= 2;
@@ -787,7 +793,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                  "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n%s"
                  "        }\n    }\n%s",
             early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "",
-            early ? "" : "    storageBarrier();\n");
+            early || pk ? "" : "    storageBarrier();\n");
     } else {
         out(&pb, "    let pos = u32(rows[r].y);\n"
                  "    for (var hh = 0u; hh <= G; hh++) {\n"
@@ -810,12 +816,24 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                  "                let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
                  "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
                  "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
-                 "            }\n        }\n    }\n    storageBarrier();\n");
+                 "            }\n        }\n    }\n%s",
+            pk ? "" : "    storageBarrier();\n");
     }
-    if (a->rope && lw == 4)
-        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = %s(v); }\n"
-                "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = %s(v); }\n",
-            a->f16c ? "f16" : "f32", a->f16c ? "f16" : "f32");
+    /* (packed halves: the row's own k and v, gathered in kown and vown, written four to a thread) */
+    if (pk && a->rope)
+        out(&pb, "    workgroupBarrier();\n"
+                 "    if (own && tid < D / 4u) {\n"
+                 "        let cw = ((slot * BLOCK + pos) * KVD + g * D) / 4u + tid;\n"
+                 "        kc[cw] = cpack(kown[4u * tid], kown[4u * tid + 1u], kown[4u * tid + 2u], kown[4u * tid + 3u]);\n"
+                 "        vc[cw] = cpack(vown[4u * tid], vown[4u * tid + 1u], vown[4u * tid + 2u], vown[4u * tid + 3u]);\n"
+                 "    }\n%s",
+            early ? "" : "    storageBarrier();\n");
+    if (a->rope && pk) /* (the cache's base is a multiple of D: i %% D is the element's index in the head) */
+        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kown[i %% D] = v; }\n"
+                "fn vcput(i: u32, v: f32) { vown[i %% D] = v; }\n");
+    else if (a->rope && lw == 4)
+        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
+                "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
     else if (a->rope) out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = CT(v); }\nfn vcput(i: u32, v: f32) { vc[i] = CT(v); }\n");
     char *pro = done(&pb);
     /* the softmax of each query head over this workgroup's positions: a tree over the RW

@@ -410,37 +410,46 @@ static void profile_by_kind(int64_t block)
     model_free(&m);
 }
 
-/* The K/V cache holds halves where the weights do (and the adapter has shader-f16): half the
-   bytes; f32_cache keeps it f32, the same tokens as the reference either way (the f16 weights'
-   other cases above run the cache in halves); f32_cache out of range refused. */
+/* The K/V cache in halves (f16_cache, where the adapter has shader-f16): half the bytes, and
+   the reference's tokens, in single elements (head size 6) and in packed words (head size 8:
+   split and unsplit, past the block); the f32 cache's alike; f16_cache out of range refused. */
 static void cache_in_halves(void)
 {
     wgml_context *ctx = test_context();
     wgml_adapter_info info;
     CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
+    const wgml_gpt_config *cfgs[] = {&llama_cfg, &llama8_cfg, &gpt2_cfg};
+    for (int ci = 0; ci < 3; ci++) {
+        const wgml_gpt_config *cfg = cfgs[ci];
+        model m;
+        model_make(ctx, cfg, 1, &m);
+        enum { NP = 3, NN = 14 };
+        const int32_t prompt[NP] = {8, 2, 20};
+        const int32_t *pp = prompt;
+        const int64_t np = NP;
+        int32_t want[NN], got[NN];
+        reference_greedy(m.r, prompt, NP, NN, want);
+        const int64_t f32_bytes = 2 * m.cfg.layers * m.cfg.block * m.cfg.kv_heads * m.cfg.head_dim * 4;
+        for (int v = 0; v < 4; v++) { /* halves or not, split or not */
+            const int f16c = v & 1, chunk = v & 2 ? -1 : 4;
+            wgml_decode_plan *plan = NULL;
+            const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .steps_per_submit = 4, .attn_chunk = chunk, .f16_cache = f16c,
+                                        .graph_prefill = -1};
+            CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+            if (plan) {
+                CHECK(wgml_decode_cache_bytes(plan) == (f16c && info.has_shader_f16 ? f32_bytes / 2 : f32_bytes));
+                CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+                same_tokens(f16c ? "cache in halves vs reference" : "f32 cache vs reference", got, want, NN);
+            }
+            wgml_decode_plan_free(plan);
+        }
+        model_free(&m);
+    }
     model m;
     model_make(ctx, &llama_cfg, 1, &m);
-    enum { NP = 3, NN = 14 };
-    const int32_t prompt[NP] = {8, 2, 30};
-    const int32_t *pp = prompt;
-    const int64_t np = NP;
-    int32_t want[NN], got[NN];
-    reference_greedy(m.r, prompt, NP, NN, want);
-    const int64_t f32_bytes = 2 * llama_cfg.layers * llama_cfg.block * llama_cfg.kv_heads * llama_cfg.head_dim * 4;
-    for (int f32c = 0; f32c < 2; f32c++) {
-        wgml_decode_plan *plan = NULL;
-        const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .steps_per_submit = 4, .attn_chunk = 4, .f32_cache = f32c};
-        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-        if (plan) {
-            CHECK(wgml_decode_cache_bytes(plan) == (f32c || !info.has_shader_f16 ? f32_bytes : f32_bytes / 2));
-            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
-            CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
-            same_tokens(f32c ? "f32 cache vs reference" : "cache in halves vs reference", got, want, NN);
-        }
-        wgml_decode_plan_free(plan);
-    }
     wgml_decode_plan *bad = NULL;
-    const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .f32_cache = 2};
+    const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .f16_cache = 2};
     CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
     model_free(&m);
 }

@@ -53,7 +53,7 @@ struct wgml_decode_plan {
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
-    int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f32_cache) */
+    int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f16_cache) */
     int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
@@ -515,8 +515,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
-    if (d.f32_cache < 0 || d.f32_cache > 1)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: f32_cache = %d; want 0 or 1", d.f32_cache);
+    if (d.f16_cache < 0 || d.f16_cache > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: f16_cache = %d; want 0 or 1", d.f16_cache);
     const int64_t G = c->heads / c->kv_heads;
     const uint32_t wg_mem = ctx->rt.limits.maxComputeWorkgroupStorageSize;
     /* the attention: 1024 threads where the adapter allows (more of the cache's loads in flight) */
@@ -532,7 +532,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     p->ctx = ctx, p->g = g, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->wide_wgs = wide_wgs;
     p->sg = d.subgroups > 0 || (d.subgroups == 0 && ctx->rt.info.has_subgroups);
-    p->f16c = d.f16_weights && !d.f32_cache && ctx->rt.info.has_shader_f16 && c->kv_heads * c->head_dim % 2 == 0;
+    p->f16c = d.f16_cache && ctx->rt.info.has_shader_f16 && c->kv_heads * c->head_dim % 2 == 0;
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;

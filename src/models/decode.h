@@ -69,8 +69,8 @@ typedef struct wgml_decode_desc {
                                  the next tile's loads before this one's sums (its candidates then this many a row);
                                  -1: a workgroup a tile; 0: where the tiles number 4096 or more 528 at 32 lanes, else
                                  512; a tile each where they are fewer */
-    int f32_cache;            /* 1: the K/V cache in f32 with f16 weights too (comparisons); else the cache holds halves
-                                 where the weights do and the adapter has shader-f16 (half its memory and its reads) */
+    int f16_cache;            /* 1: the K/V cache in halves (f32 sums) where the adapter has shader-f16: half its memory
+                                 and its reads; 0: f32 */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */
@@ -110,8 +110,8 @@ int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p);
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p);
 /* Bytes of weights one step reads (for the bandwidth it reaches). */
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);
-/* Bytes of the K/V caches (every layer's, both, all slots): halves where wgml_decode_desc's
-   f32_cache allows. */
+/* Bytes of the K/V caches (every layer's, both, all slots): halves with wgml_decode_desc's
+   f16_cache where the adapter has shader-f16. */
 int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p);
 
 /* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots

@@ -162,6 +162,7 @@ static int graph_prefill; /* prefills of at least this many positions through th
 static int attn_cols;     /* GPT-2's fused projection in this many column blocks (0: the plan's choice) */
 static int attn_late;      /* the split attention's cache loads after its prologue */
 static int attn_wgs;       /* its workgroup's threads (0: the plan's choice) */
+static int f16_cache;      /* the K/V cache in halves */
 static int head_lanes;     /* the LM head's lanes an output (0: the plan's choice) */
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
@@ -197,7 +198,8 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .attn_parts = parts, .attn_chunk = chunk, .x_chunk = x_chunk,
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
-                                .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs};
+                                .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
+                                .f16_cache = f16_cache};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -411,47 +413,42 @@ static void profile_by_kind(int64_t block)
 }
 
 /* The K/V cache in halves (f16_cache, where the adapter has shader-f16): half the bytes, and
-   the reference's tokens, in single elements (head size 6) and in packed words (head size 8:
-   split and unsplit, past the block); the f32 cache's alike; f16_cache out of range refused. */
+   the reference's tokens past the block (check_single_chunk): single elements (head size 6),
+   packed words (head size 8: chunks of 1 and 4, loads before and after the prologue, unsplit),
+   GPT-2's (its QKV launch appends); f16_cache out of range refused. */
 static void cache_in_halves(void)
 {
     wgml_context *ctx = test_context();
     wgml_adapter_info info;
     CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
-    const wgml_gpt_config *cfgs[] = {&llama_cfg, &llama8_cfg, &gpt2_cfg};
-    for (int ci = 0; ci < 3; ci++) {
-        const wgml_gpt_config *cfg = cfgs[ci];
+    {
         model m;
-        model_make(ctx, cfg, 1, &m);
-        enum { NP = 3, NN = 14 };
-        const int32_t prompt[NP] = {8, 2, 20};
-        const int32_t *pp = prompt;
-        const int64_t np = NP;
-        int32_t want[NN], got[NN];
-        reference_greedy(m.r, prompt, NP, NN, want);
-        const int64_t f32_bytes = 2 * m.cfg.layers * m.cfg.block * m.cfg.kv_heads * m.cfg.head_dim * 4;
-        for (int v = 0; v < 4; v++) { /* halves or not, split or not */
-            const int f16c = v & 1, chunk = v & 2 ? -1 : 4;
+        model_make(ctx, &llama8_cfg, 1, &m);
+        for (int v = 0; v < 2; v++) {
             wgml_decode_plan *plan = NULL;
-            const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .steps_per_submit = 4, .attn_chunk = chunk, .f16_cache = f16c,
-                                        .graph_prefill = -1};
+            const wgml_decode_desc d = {.batch = 3, .f16_weights = 1, .f16_cache = v};
             CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-            if (plan) {
-                CHECK(wgml_decode_cache_bytes(plan) == (f16c && info.has_shader_f16 ? f32_bytes / 2 : f32_bytes));
-                CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
-                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
-                same_tokens(f16c ? "cache in halves vs reference" : "f32 cache vs reference", got, want, NN);
-            }
+            const int64_t f32_bytes = 2 * m.cfg.layers * 3 * m.cfg.block * m.cfg.kv_heads * m.cfg.head_dim * 4;
+            if (plan) CHECK(wgml_decode_cache_bytes(plan) == (v && info.has_shader_f16 ? f32_bytes / 2 : f32_bytes));
             wgml_decode_plan_free(plan);
         }
+        wgml_decode_plan *bad = NULL;
+        const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .f16_cache = 2};
+        CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
         model_free(&m);
     }
-    model m;
-    model_make(ctx, &llama_cfg, 1, &m);
-    wgml_decode_plan *bad = NULL;
-    const wgml_decode_desc d = {.batch = 1, .f16_weights = 1, .f16_cache = 2};
-    CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
-    model_free(&m);
+    f16_cache = 1, plan_only = 1;
+    const int c = combine_launches(ctx);
+    check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2);
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 1, 1 + (5 + c) * 1 + 2);
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2);
+    attn_late = 1;
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2);
+    attn_late = 0;
+    check_single(&llama8_cfg, 1, 0, 0, 0, 1 + 5 * 1 + 2);
+    check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
+    check_single_chunk(&gpt2_cfg, 1, 1, 0, 0, 4, 1 + (5 + c) * 2 + 2);
+    f16_cache = 0, plan_only = 0;
 }
 
 static void profile_by_kind_short_block(void) { profile_by_kind(11); }

@@ -451,6 +451,48 @@ static void cache_in_halves(void)
     f16_cache = 0, plan_only = 0;
 }
 
+/* The GEMVs' matrices laid out by a graph on the GPU (where the widths are multiples of 8: here
+   every matrix, the SwiGLU's interleaved gate and up among them) give the tokens of the host's
+   layout and of the reference: f32 and f16 weights, Llama and GPT-2 (fused and not). */
+static void matrices_laid_out_on_the_gpu(void)
+{
+    wgml_context *ctx = test_context();
+    const wgml_gpt_config llama16 = {.arch = WGML_GPT_LLAMA, .vocab = 37, .block = 12, .layers = 2, .heads = 4, .kv_heads = 2,
+                                     .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 100.0f};
+    const wgml_gpt_config *cfgs[] = {&llama16, &gpt2_cfg};
+    enum { NP = 3, NN = 20 };
+    const int32_t prompt[NP] = {5, 1, 19};
+    const int32_t *pp = prompt;
+    const int64_t np = NP;
+    for (int ci = 0; ci < 2; ci++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            model m;
+            model_make(ctx, cfgs[ci], f16, &m);
+            int32_t want[NN], got[2][NN];
+            reference_greedy(m.r, prompt, NP, NN, want);
+            for (int host = 0; host < 2; host++)
+                for (int unfused = 0; unfused < (ci == 1 ? 2 : 1); unfused++) {
+                    wgml_decode_plan *plan = NULL;
+                    const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 4, .host_layout = host,
+                                                .unfused = unfused};
+                    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+                    if (plan) {
+                        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got[host]));
+                        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got[host] + 1));
+                        same_tokens(host ? "host layout vs reference" : "GPU layout vs reference", got[host], want, NN);
+                    }
+                    wgml_decode_plan_free(plan);
+                }
+            model_free(&m);
+        }
+    wgml_decode_plan *bad = NULL;
+    model m;
+    model_make(ctx, &gpt2_cfg, 0, &m);
+    const wgml_decode_desc d = {.batch = 1, .host_layout = 2};
+    CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+    model_free(&m);
+}
+
 static void profile_by_kind_short_block(void) { profile_by_kind(11); }
 static void profile_by_kind_with_room(void) { profile_by_kind(40); }
 
@@ -635,6 +677,7 @@ int main(void)
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(cache_in_halves);
+    TEST_RUN(matrices_laid_out_on_the_gpu);
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);

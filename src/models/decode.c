@@ -54,6 +54,7 @@ struct wgml_decode_plan {
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
     int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f16_cache) */
+    int gpu_layout;             /* the matrices laid out by a graph on the GPU (not host_layout) */
     int64_t mlp_block, nmlp;    /* the fused MLP's hidden units a workgroup, and its partial sums */
     WGPUBuffer xb, attn_parts, mlp_parts;
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
@@ -122,14 +123,20 @@ static WGPUBuffer upload_matrix(wgml_decode_plan *p, const float *src, int64_t N
         *st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
         return b;
     }
+    /* in tiles of 64 x 64, so that a transposing get (a column of the model's matrix: reads
+       N floats apart) reads each of its cache lines once (Qwen3-0.6B's plan: 12 s -> ,
+       docs/MEASUREMENTS.md) */
+    enum { TILE = 64 };
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
         int64_t nr = N - n0 < rows ? N - n0 : rows;
-        for (int64_t n = 0; n < nr; n++)
-            for (int64_t k = 0; k < KP; k++) {
-                float v = k < K ? get(src, n0 + n, k, dims) : 0.0f;
-                if (f16) ((uint16_t *)tmp)[n * KP + k] = wgml_f32_to_half(v);
-                else ((float *)tmp)[n * KP + k] = v;
-            }
+        for (int64_t nb = 0; nb < nr; nb += TILE)
+            for (int64_t kb = 0; kb < KP; kb += TILE)
+                for (int64_t n = nb; n < nb + TILE && n < nr; n++)
+                    for (int64_t k = kb; k < kb + TILE && k < KP; k++) {
+                        float v = k < K ? get(src, n0 + n, k, dims) : 0.0f;
+                        if (f16) ((uint16_t *)tmp)[n * KP + k] = wgml_f32_to_half(v);
+                        else ((float *)tmp)[n * KP + k] = v;
+                    }
         write_buffer(p, b, (uint64_t)(n0 * KP) * (f16 ? 2u : 4u), tmp, (size_t)(nr * KP) * (f16 ? 2u : 4u));
     }
     free(tmp);
@@ -155,6 +162,72 @@ static float *read_param(wgml_decode_plan *p, wgml_tensor *t, wgml_status *st)
     if (!h) *st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     else if ((*st = wgml_tensor_read(t, h, n))) free(h), h = NULL;
     return h;
+}
+
+/* How a matrix of the model becomes the GEMV's [N, K] rows (upload_matrix's get functions). */
+enum { LAYOUT_ROWS, LAYOUT_COLS, LAYOUT_SWIGLU };
+
+typedef struct gpu_matrix {
+    wgml_tensor *src;
+    int layout;
+    int64_t N, K;
+    const char *what;
+    WGPUBuffer *out;
+} gpu_matrix;
+
+/* Whether the matrices can be laid out on the GPU: rows need no padding (K a multiple of 8)
+   and each fits a binding. */
+static int gpu_layout_fits(const wgml_decode_plan *p, const gpu_matrix *m, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (m[i].K % 8 || (uint64_t)(m[i].N * m[i].K) * 4 > p->ctx->rt.limits.maxStorageBufferBindingSize) return 0;
+    return 1;
+}
+
+/* The matrices laid out as upload_matrix would (the same values: transposed, interleaved,
+   rounded to halves as wgml_cast rounds) by one graph on the GPU and copied into buffers of
+   their own: no trip through the host (Qwen3-0.6B's plan took 10-14 s to make on the GPU
+   machine that way, docs/MEASUREMENTS.md). */
+static wgml_status gpu_matrices(wgml_decode_plan *p, gpu_matrix *m, int n)
+{
+    wgml_context *ctx = p->ctx;
+    wgml_tensor *t[4];
+    wgml_status st = WGML_OK;
+    if (n > 4) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: %d matrices at once", n);
+    wgml_scope_begin(ctx);
+    for (int i = 0; i < n; i++) {
+        wgml_tensor *s = m[i].src, *r;
+        if (m[i].layout == LAYOUT_ROWS) r = s;
+        else if (m[i].layout == LAYOUT_COLS) r = wgml_transpose(ctx, s, 0, 1);
+        else { /* [K, 2F] gate | up -> rows gate 0, up 0, gate 1, ... */
+            const int64_t F = m[i].N / 2;
+            wgml_tensor *gu[2] = {wgml_transpose(ctx, wgml_slice(ctx, s, 1, 0, F, 1), 0, 1),
+                                  wgml_transpose(ctx, wgml_slice(ctx, s, 1, F, 2 * F, 1), 0, 1)};
+            r = wgml_reshape(ctx, wgml_stack(ctx, 2, gu, 1), 2, (int64_t[2]){m[i].N, m[i].K});
+        }
+        t[i] = p->d.f16_weights ? wgml_cast(ctx, r, WGML_F16) : wgml_contiguous(ctx, r);
+        if (!t[i]) st = wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: %s: %s", m[i].what, wgml_error_message(ctx));
+    }
+    if (!st) st = wgml_eval(ctx, n, t);
+    WGPUCommandEncoder enc = st ? NULL : wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
+    if (!st && !enc) st = wgml_fail(ctx, WGML_ERROR_DEVICE, "decode plan: no command encoder");
+    for (int i = 0; !st && i < n; i++) {
+        wgml_tensor *b = wgml_tensor_base(t[i]);
+        const uint64_t es = (uint64_t)wgml_dtype_bytes(t[i]->dtype), from = (uint64_t)t[i]->offset * es,
+                       bytes = (uint64_t)(m[i].N * m[i].K) * es;
+        *m[i].out = make_buffer(p, bytes, STORAGE, m[i].what, &st);
+        if (!st && from % 4) st = wgml_fail(ctx, WGML_ERROR_VALIDATION, "decode plan: %s at byte %llu", m[i].what, (unsigned long long)from);
+        if (!st) wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, from, *m[i].out, 0, bytes);
+        if (!st) p->weight_bytes += (int64_t)bytes;
+    }
+    if (enc) {
+        WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+        wgpuCommandEncoderRelease(enc);
+        if (!st) st = wgml_submit(&ctx->rt, cb);
+        else wgpuCommandBufferRelease(cb);
+    }
+    wgml_scope_end(ctx);
+    return st;
 }
 
 /* ---------------------------------------------------------------- launches */
@@ -432,9 +505,18 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
     layer_bufs *lb = &p->L[l];
     const int64_t C = p->C, F = p->F;
     wgml_status st = WGML_OK;
-    /* the matrices, [in, out] in the model: transposed */
+    /* the matrices, [in, out] in the model: transposed (on the GPU where they fit) */
     const int iq = p->llama ? 1 : 2, io = p->llama ? 2 : 4, i1 = p->llama ? 4 : 8, i2 = p->llama ? 5 : 10;
-    float *m = read_param(p, P[iq], &st);
+    gpu_matrix gm[4] = {{P[iq], LAYOUT_COLS, p->Q, C, "decode wqkv", &lb->wqkv},
+                        {P[io], p->fused ? LAYOUT_ROWS : LAYOUT_COLS, p->fused ? p->A : C, p->fused ? C : p->A, "decode wo", &lb->wo},
+                        {P[i1], p->llama ? LAYOUT_SWIGLU : LAYOUT_COLS, p->llama ? 2 * F : F, C, "decode w1", &lb->w1},
+                        {P[i2], p->fused ? LAYOUT_ROWS : LAYOUT_COLS, p->fused ? F : C, p->fused ? C : F, "decode w2", &lb->w2}};
+    float *m = NULL;
+    if (p->gpu_layout && gpu_layout_fits(p, gm, 4)) {
+        st = gpu_matrices(p, gm, 4);
+        goto vectors;
+    }
+    m = read_param(p, P[iq], &st);
     lb->wqkv = upload_matrix(p, m, p->Q, C, elem_cols, (int64_t[2]){C, p->Q}, "decode wqkv", &st);
     free(m);
     m = read_param(p, P[io], &st);
@@ -449,6 +531,7 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
     if (p->fused) lb->w2 = upload_io(p, m, F, C, "decode w2", &st);
     else lb->w2 = upload_matrix(p, m, C, F, elem_cols, (int64_t[2]){F, C}, "decode w2", &st);
     free(m);
+vectors:
     /* the vectors, one buffer */
     static const int gpt2_vecs[] = {0, 1, 3, 5, 6, 7, 9, 11}, llama_vecs[] = {0, 3, 6, 7};
     const int *which = p->llama ? llama_vecs : gpt2_vecs;
@@ -515,6 +598,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
+    if (d.host_layout < 0 || d.host_layout > 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: host_layout = %d; want 0 or 1", d.host_layout);
     if (d.f16_cache < 0 || d.f16_cache > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: f16_cache = %d; want 0 or 1", d.f16_cache);
     const int64_t G = c->heads / c->kv_heads;
@@ -532,6 +617,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     p->ctx = ctx, p->g = g, p->cfg = *c, p->d = d, p->llama = c->arch == WGML_GPT_LLAMA, p->wide_wgs = wide_wgs;
     p->sg = d.subgroups > 0 || (d.subgroups == 0 && ctx->rt.info.has_subgroups);
+    p->gpu_layout = !d.host_layout;
     p->f16c = d.f16_cache && ctx->rt.info.has_shader_f16 && c->kv_heads * c->head_dim % 2 == 0;
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
@@ -570,9 +656,14 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     wgml_scope_push(&ctx->rt);
     for (int64_t l = 0; !st && l < c->layers; l++) st = upload_layer(p, g, l);
-    float *m = read_param(p, g->m.params[0], &st);
-    p->wte = upload_matrix(p, m, p->V, p->C, elem_rows, (int64_t[2]){p->C, p->V}, "decode embedding", &st);
-    free(m);
+    float *m = NULL;
+    gpu_matrix ge = {g->m.params[0], LAYOUT_ROWS, p->V, p->C, "decode embedding", &p->wte};
+    if (!st && p->gpu_layout && gpu_layout_fits(p, &ge, 1)) st = gpu_matrices(p, &ge, 1);
+    else {
+        m = read_param(p, g->m.params[0], &st);
+        p->wte = upload_matrix(p, m, p->V, p->C, elem_rows, (int64_t[2]){p->C, p->V}, "decode embedding", &st);
+        free(m);
+    }
     if (!p->llama) {
         m = read_param(p, g->m.params[1], &st);
         p->wpe = make_buffer(p, (uint64_t)(p->block * p->C) * 4, STORAGE, "decode positions", &st);

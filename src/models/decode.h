@@ -71,6 +71,8 @@ typedef struct wgml_decode_desc {
                                  512; a tile each where they are fewer */
     int f16_cache;            /* 1: the K/V cache in halves (f32 sums) where the adapter has shader-f16: half its memory
                                  and its reads; 0: f32 */
+    int host_layout;          /* 1: the matrices laid out for the GEMVs on the host (as before; comparisons), not by a
+                                 graph on the GPU (where rows need no padding and each fits a binding) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

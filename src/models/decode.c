@@ -124,8 +124,7 @@ static WGPUBuffer upload_matrix(wgml_decode_plan *p, const float *src, int64_t N
         return b;
     }
     /* in tiles of 64 x 64, so that a transposing get (a column of the model's matrix: reads
-       N floats apart) reads each of its cache lines once (Qwen3-0.6B's plan: 12 s -> ,
-       docs/MEASUREMENTS.md) */
+       N floats apart) reads each of its cache lines once */
     enum { TILE = 64 };
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
         int64_t nr = N - n0 < rows ? N - n0 : rows;
@@ -186,8 +185,8 @@ static int gpu_layout_fits(const wgml_decode_plan *p, const gpu_matrix *m, int n
 
 /* The matrices laid out as upload_matrix would (the same values: transposed, interleaved,
    rounded to halves as wgml_cast rounds) by one graph on the GPU and copied into buffers of
-   their own: no trip through the host (Qwen3-0.6B's plan took 10-14 s to make on the GPU
-   machine that way, docs/MEASUREMENTS.md). */
+   their own, with no trip through the host (Qwen3-0.6B's plan on an H200: 8.7-10.2 s through
+   the host, 0.08-0.15 s so; docs/MEASUREMENTS.md). */
 static wgml_status gpu_matrices(wgml_decode_plan *p, gpu_matrix *m, int n)
 {
     wgml_context *ctx = p->ctx;

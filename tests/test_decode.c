@@ -493,6 +493,51 @@ static void matrices_laid_out_on_the_gpu(void)
     model_free(&m);
 }
 
+/* wgml_gpt_generate through the decode plan (WGML_DECODE_ON_CPU=1: lavapipe too): the
+   reference's greedy tokens past the block in one call, each passed to on_token in order; a
+   callback that stops at the 7th gets 7 and out holds those 7 only; one token alone. */
+typedef struct seen {
+    int32_t tok[64];
+    int n, stop_at;
+} seen;
+
+static int see_token(int32_t token, void *user)
+{
+    seen *s = user;
+    if (s->n < 64) s->tok[s->n] = token;
+    s->n++;
+    return s->stop_at && s->n == s->stop_at;
+}
+
+static void generate_through_the_plan(void)
+{
+    wgml_context *ctx = test_context();
+    setenv("WGML_DECODE_ON_CPU", "1", 1);
+    const wgml_gpt_config *cfgs[] = {&llama8_cfg, &gpt2_cfg};
+    enum { NP = 4, NN = 45 };
+    const int32_t prompt[NP] = {3, 9, 1, 7};
+    for (int ci = 0; ci < 2; ci++) {
+        model m;
+        model_make(ctx, cfgs[ci], 0, &m);
+        int32_t want[NN], got[NN + 1];
+        reference_greedy(m.r, prompt, NP, NN, want);
+        seen sn = {.n = 0};
+        got[NN] = -7;
+        CHECK_OK(ctx, wgml_gpt_generate(&m.g, prompt, NP, NN, NULL, got, see_token, &sn));
+        same_tokens("generate through the plan vs reference", got, want, NN);
+        CHECK(sn.n == NN && got[NN] == -7 && memcmp(sn.tok, want, sizeof want) == 0);
+        seen st = {.stop_at = 7};
+        for (int i = 0; i < NN; i++) got[i] = -1;
+        CHECK_OK(ctx, wgml_gpt_generate(&m.g, prompt, NP, NN, NULL, got, see_token, &st));
+        CHECK(st.n == 7 && memcmp(got, want, 7 * sizeof *got) == 0 && got[7] == -1 && got[NN - 1] == -1);
+        int32_t one = -1;
+        CHECK_OK(ctx, wgml_gpt_generate(&m.g, prompt, NP, 1, NULL, &one, NULL, NULL));
+        CHECK(one == want[0]);
+        model_free(&m);
+    }
+    unsetenv("WGML_DECODE_ON_CPU");
+}
+
 static void profile_by_kind_short_block(void) { profile_by_kind(11); }
 static void profile_by_kind_with_room(void) { profile_by_kind(40); }
 
@@ -678,6 +723,7 @@ int main(void)
     TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(cache_in_halves);
     TEST_RUN(matrices_laid_out_on_the_gpu);
+    TEST_RUN(generate_through_the_plan);
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);

@@ -69,6 +69,10 @@ struct wgml_decode_plan {
     int64_t *n_hist, *hist_cap;
     double host_per_token;
     double host_acc; /* encoding and submitting, summed */
+    /* wgml_decode_generate_each's: each token passed on as its chunk is read, until it says stop */
+    wgml_decode_token_fn each;
+    void *each_user;
+    int stopped;
 };
 
 /* ---------------------------------------------------------------- buffers */
@@ -974,6 +978,18 @@ static wgml_status collect(wgml_decode_plan *p, int i, int64_t k, int64_t done0,
         }
         p->count[s] += k;
     }
+    for (int64_t j = 0; !st && p->each && j < k; j++) /* (step by step, the slots in order) */
+        for (int64_t s = 0; !p->stopped && s < p->active; s++) p->stopped = p->each(s, out[s * steps + done0 + j], p->each_user) != 0;
+    if (p->stopped) p->each = NULL;
+    return st;
+}
+
+wgml_status wgml_decode_generate_each(wgml_decode_plan *p, int64_t steps, int32_t *out, wgml_decode_token_fn each, void *user)
+{
+    if (!p) return WGML_ERROR_INVALID_ARGUMENT;
+    p->each = each, p->each_user = user, p->stopped = 0;
+    wgml_status st = wgml_decode_generate(p, steps, out);
+    p->each = NULL, p->each_user = NULL;
     return st;
 }
 
@@ -995,7 +1011,7 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
        before the GPU began), and each later one is encoded while the one before runs (a
        chunk's encoding is under half of its GPU time) */
     int64_t ramp = 1;
-    for (int64_t done = 0; !st && done < steps;) {
+    for (int64_t done = 0; !st && done < steps && !p->stopped;) {
         /* slots whose cache is full restart from their last block / 2 tokens: all but the
            newest fed now (no sample), the newest by the next decode step, as one pass of
            wgml_gpt_generate_step would feed them; they need every token so far */
@@ -1151,6 +1167,24 @@ int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p)
     return p ? 2 * p->cfg.layers * p->B * p->block * p->Hkv * p->D * (p->f16c ? 2 : 4) : 0;
 }
 
+/* wgml_decode_sample_tokens' tokens to its caller: out[given] and on_token, which may stop */
+typedef struct deliver {
+    int32_t *out;
+    int64_t given, n_new;
+    int (*on_token)(int32_t, void *);
+    void *user;
+} deliver;
+
+static int deliver_token(int64_t slot, int32_t token, void *user)
+{
+    (void)slot;
+    deliver *d = user;
+    if (d->out) d->out[d->given] = token;
+    d->given++;
+    if (d->on_token && d->on_token(token, d->user)) return 1; /* every token after is dropped */
+    return d->given >= d->n_new;
+}
+
 wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
                                int32_t *out, int (*on_token)(int32_t, void *), void *user, int *used)
 {
@@ -1159,7 +1193,8 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
     wgml_context *ctx = g->ctx;
     /* on a CPU adapter (lavapipe) the graph path is the faster (bench decode --quick there:
        the character GPT's 2 layers at 134 tokens/s against the plan's 35), on a GPU the plan */
-    if (strcmp(ctx->rt.info.adapter_type, "CPU") == 0) return WGML_OK;
+    if (strcmp(ctx->rt.info.adapter_type, "CPU") == 0 && !(getenv("WGML_DECODE_ON_CPU") && *getenv("WGML_DECODE_ON_CPU") == '1'))
+        return WGML_OK; /* (WGML_DECODE_ON_CPU=1: the plan there too, for the tests) */
     /* the Gumbel noise's seed from the context's generator, which moves on by one block, so
        wgml_manual_seed makes a draw repeatable */
     uint64_t seed = 0, offset = 0;
@@ -1177,18 +1212,17 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
     if (st == WGML_ERROR_UNSUPPORTED) return WGML_OK; /* the caller takes the graph path */
     if (st) return st;
     *used = 1;
-    int32_t chunk[16];
-    st = wgml_decode_start(p, 1, &prompt, &n_prompt, chunk);
-    int64_t have = st ? 0 : 1, given = 0;
-    while (!st && given < n_new) {
-        for (int64_t k = 0; k < have && given < n_new; k++, given++) {
-            if (out) out[given] = chunk[k];
-            if (on_token && on_token(chunk[k], user)) given = n_new; /* stop: every token after is dropped */
-        }
-        if (given >= n_new) break;
-        have = n_new - given < 16 ? n_new - given : 16;
-        st = wgml_decode_generate(p, have, chunk);
-    }
+    /* one generate call for every token after the first, each passed on as its chunk is read:
+       the chunks stay in flight back to back (calls of 16 tokens each began with a chunk of
+       one, the GPU waiting for its encoding, and ended with the GPU idle) */
+    deliver dv = {.out = out, .n_new = n_new, .on_token = on_token, .user = user};
+    int32_t first = 0;
+    st = wgml_decode_start(p, 1, &prompt, &n_prompt, &first);
+    int stop = st ? 1 : deliver_token(0, first, &dv);
+    int32_t *scratch = !stop ? malloc((size_t)(n_new - 1) * sizeof *scratch) : NULL;
+    if (!stop && !scratch) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "wgml_gpt_generate: out of host memory");
+    if (scratch) st = wgml_decode_generate_each(p, n_new - 1, scratch, deliver_token, &dv);
+    free(scratch);
     wgml_decode_plan_free(p);
     return st;
 }

@@ -97,6 +97,11 @@ wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t 
    Recorded `steps_per_submit` tokens a submit and read back together; past the block a slot
    restarts from its last block / 2 tokens (a prefill), as wgml_gpt_generate_step does. */
 wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *out);
+/* As wgml_decode_generate, each token also passed to each(slot, token, user) as its chunk is read
+   (step by step, the slots in order); each returning nonzero stops: no chunk is submitted after,
+   those in flight are read (their tokens in out and the slots' state, not passed to each). */
+typedef int (*wgml_decode_token_fn)(int64_t slot, int32_t token, void *user);
+wgml_status wgml_decode_generate_each(wgml_decode_plan *p, int64_t steps, int32_t *out, wgml_decode_token_fn each, void *user);
 
 /* wgml_gpt_generate's sampler at batch 1: n_new tokens after prompt, greedy or at a
    temperature (the Gumbel seed drawn from the context's generator), into out and on_token as

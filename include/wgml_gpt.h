@@ -155,10 +155,12 @@ WGML_API wgml_tensor *wgml_gpt_sample_logits(wgml_context *ctx, wgml_tensor *log
 /* Called with each new token; a nonzero return stops the generation (with WGML_OK). */
 typedef int (*wgml_gpt_token_fn)(int32_t token, void *user);
 
-/* Continues prompt (n_prompt >= 1 token ids) by n_new tokens: a KV cache on the GPU, one
-   submit per token that reads back only its id. Past the block the cache restarts from the
-   last block / 2 tokens (a sliding window). out (room for n_new, or NULL) gets the tokens,
-   on_token (or NULL) sees each as it comes. */
+/* Continues prompt (n_prompt >= 1 token ids) by n_new tokens: a KV cache on the GPU. Greedy or
+   plain temperature sampling on a GPU runs the decode plan (no graph per token; up to 16 tokens
+   a submit, two submits in flight, only the ids read back); top-k, top-p and CPU adapters a
+   graph per token. Past the block the cache restarts from the last block / 2 tokens (a sliding
+   window). out (room for n_new, or NULL) gets the tokens, on_token (or NULL) sees each as it
+   comes (a stop drops the tokens the GPU had drawn past it). */
 WGML_API wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new,
                                        const wgml_gpt_sample_desc *desc, int32_t *out, wgml_gpt_token_fn on_token,
                                        void *user);

@@ -116,6 +116,28 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
     wgml_decode_plan_free(plan);
 }
 
+/* What wgml_gpt_generate gives a caller: a plan made, the prompt fed, n tokens drawn (greedy),
+   all timed; the second of two calls (the first compiles the kernels). */
+static void generate_row(wgml_gpt *g, const char *name, int64_t n_prompt, int64_t n)
+{
+    const char *only = getenv("WGML_BENCH_DECODE_ONLY");
+    if (only && *only && !strstr(name, only)) return;
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt), *out = malloc((size_t)n * sizeof *out);
+    double t = NAN;
+    int ok = prompt && out;
+    for (int64_t i = 0; ok && i < n_prompt; i++) prompt[i] = (int32_t)((i * 7919 + 13) % g->cfg.vocab);
+    for (int r = 0; ok && r < 2; r++) {
+        t = bench_now();
+        ok = wgml_gpt_generate(g, prompt, n_prompt, n, NULL, out, NULL, NULL) == WGML_OK;
+        t = bench_now() - t;
+    }
+    if (!ok) fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(g->ctx));
+    else fprintf(stderr, "  %s: wgml_gpt_generate, f32 weights, prompt %lld, %lld tokens in %.1f ms, the plan's making and the prompt's "
+                 "feeding included\n", name, (long long)n_prompt, (long long)n, t * 1e3);
+    bench_report(name, ok ? t / (double)n : NAN, ok ? (double)n / t : NAN, "tokens/s");
+    free(prompt), free(out);
+}
+
 void bench_decode_char(wgml_gpt *g, int quick)
 {
     const int64_t n = g->cfg.block - 1;
@@ -124,6 +146,7 @@ void bench_decode_char(wgml_gpt *g, int quick)
     decode_row(g, "gpt_generate_plan_b1_f16", 1, 1, 0, 1, n, reps);
     decode_row(g, "gpt_generate_plan_b1_unfused", 1, 0, 1, 1, n, reps);
     decode_row(g, "gpt_generate_plan_b8", 8, 0, 0, 1, n, reps);
+    generate_row(g, "gpt_generate_api", 1, 4 * n);
 }
 
 void bench_decode_qwen(int quick)
@@ -149,6 +172,7 @@ void bench_decode_qwen(int quick)
             (long long)wgml_gpt_numel(&g.cfg), bench_now() - t0);
     const int64_t prompt = big ? 512 : 24, ntok = big ? 64 : 16;
     decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, 0, prompt, ntok, quick ? 1 : 3);
+    generate_row(&g, "qwen3_0.6b_generate", prompt, big ? 256 : 8);
     /* WGML_BENCH_DECODE_SWEEP="VAR=v VAR=v;...": the b1 row again for each entry with its variables
        set (the plan's knobs above), the model made once (a plan takes ~11 s on the GPU machine) */
     const char *sweep = getenv("WGML_BENCH_DECODE_SWEEP");

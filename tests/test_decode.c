@@ -538,6 +538,46 @@ static void generate_through_the_plan(void)
     unsetenv("WGML_DECODE_ON_CPU");
 }
 
+/* A block whose scores do not fit the workgroup memory whole (8,192 positions: 64 KiB of them
+   at two query heads a K/V head): the plan splits its prefill's attention too (chunks of 128,
+   combined by a launch) and its decode step's; the reference's tokens after a prompt fed by the
+   model's graph, by rows of 16 a pass, and a short one; GPT-2 (unfused there) alike. */
+static void long_block(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_gpt_config l = llama8_cfg, gp = gpt2_cfg;
+    l.block = 8192, gp.block = 8192;
+    const wgml_gpt_config *cfgs[] = {&l, &gp};
+    enum { NP = 70, NN = 12 };
+    int32_t prompt[NP];
+    for (int ci = 0; ci < 2; ci++) {
+        model m;
+        model_make(ctx, cfgs[ci], 0, &m);
+        for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 11 + 3) % m.cfg.vocab);
+        for (int v = 0; v < 3; v++) {
+            const int64_t np = v == 2 ? 5 : NP;
+            const int32_t *pp = prompt;
+            int32_t want[NN], got[NN];
+            reference_greedy(m.r, prompt, (int)np, NN, want);
+            wgml_decode_plan *plan = NULL;
+            const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .max_prefill = 16, .graph_prefill = v == 1 ? -1 : 0};
+            CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+            if (plan) {
+                CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+                same_tokens(v == 0 ? "long block, graph prefill" : v == 1 ? "long block, rows prefill" : "long block, short prompt",
+                            got, want, NN);
+            }
+            wgml_decode_plan_free(plan);
+        }
+        /* kept whole, as attn_chunk -1 asks: refused */
+        wgml_decode_plan *bad = NULL;
+        const wgml_decode_desc d = {.batch = 1, .attn_chunk = -1};
+        CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_UNSUPPORTED && !bad);
+        model_free(&m);
+    }
+}
+
 static void profile_by_kind_short_block(void) { profile_by_kind(11); }
 static void profile_by_kind_with_room(void) { profile_by_kind(40); }
 
@@ -724,6 +764,7 @@ int main(void)
     TEST_RUN(cache_in_halves);
     TEST_RUN(matrices_laid_out_on_the_gpu);
     TEST_RUN(generate_through_the_plan);
+    TEST_RUN(long_block);
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);

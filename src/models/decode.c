@@ -48,6 +48,7 @@ struct wgml_decode_plan {
     int64_t ncand;
     int fused;                  /* GPT-2 in 3 launches a layer (decode.h) */
     unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
+    unsigned pre_chunk;         /* the prefill's (0: unsplit; split where a whole block's scores do not fit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
     int combine_in_attn;        /* the last chunk of a (row, K/V head) combines them (no launch of its own) */
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
@@ -383,7 +384,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         }
         /* decoding over a long block: split over chunks of positions (more workgroups than
            K/V heads), then a launch combining the chunks */
-        const unsigned chunk = prefill ? 0 : p->attn_chunk;
+        const unsigned chunk = prefill ? p->pre_chunk : p->attn_chunk;
         const uint32_t nsplit = chunk ? (uint32_t)((p->block + chunk - 1) / chunk) : 1;
         /* (a chunk's workgroup: 256 threads, more where its G + 1 heads' RoPE needs 64 each) */
         unsigned split_wgs = 256;
@@ -400,7 +401,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
-                               .combine = chunk && p->combine_in_attn,
+                               .combine = chunk && !prefill && p->combine_in_attn,
                                .early = chunk && !p->d.attn_late, .sg = p->sg, .f16c = p->f16c};
         if (at.early) { /* the wider workgroup only where the early form takes it */
             const unsigned late_wgs = at.wgs;
@@ -612,9 +613,22 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     const unsigned wide_wgs = lim->maxComputeInvocationsPerWorkgroup >= 1024 && lim->maxComputeWorkgroupSizeX >= 1024 ? 1024 : 256;
     if (d.attn_wgs != 0 && d.attn_wgs != 256 && !(d.attn_wgs == 512 && wide_wgs >= 512) && !(d.attn_wgs == 1024 && wide_wgs >= 1024))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_wgs = %d; want 0, 256, 512 or 1024, at most %u", d.attn_wgs, wide_wgs);
-    if ((uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * wide_wgs + G) * 4 > wg_mem)
-        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
-                         "(%u bytes here): block %lld is too long", (long long)(G * c->block), wg_mem, (long long)c->block);
+    /* The attention over a whole block keeps its scores (G a position) in workgroup memory;
+       past that the prefill's attention splits too, into at most 64 chunks of a power of two
+       positions (the late form: its scores, query heads, sums and parts in workgroup memory),
+       combined by a launch, and the decode step neither keeps it whole nor fuses GPT-2's */
+    const int whole_fits = (uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * wide_wgs + G) * 4 <= wg_mem;
+    unsigned pre_chunk = 0;
+    if (!whole_fits) {
+        unsigned wgs_s = 256; /* (build_pass's split_wgs) */
+        while (wgs_s < wide_wgs && (unsigned)(G + 1) * 64 > wgs_s) wgs_s *= 2;
+        pre_chunk = 64;
+        while ((c->block + pre_chunk - 1) / pre_chunk > 64) pre_chunk *= 2;
+        if ((uint64_t)(G * pre_chunk + G * c->head_dim + 5 * wgs_s + G) * 4 > wg_mem || d.attn_chunk < 0)
+            return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
+                             "(%u bytes here): block %lld is too long%s", (long long)(G * (d.attn_chunk < 0 ? c->block : pre_chunk)),
+                             wg_mem, (long long)c->block, d.attn_chunk < 0 ? " to keep whole (attn_chunk -1)" : "");
+    }
     /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */
     wgml_decode_plan *p = calloc(1, sizeof *p);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
@@ -632,7 +646,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
        prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
-    p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64;
+    p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64 && whole_fits;
+    p->pre_chunk = pre_chunk;
     /* the decode step's attention split over chunks of positions where the block is long
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the
        fused GPT-2 attention (its projection inside) stays whole. 64 a row at batch 1 (Qwen3's
@@ -641,8 +656,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
        workgroups in all) */
     unsigned auto_chunk = 64;
     while (auto_chunk < 32 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
-    p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 ? auto_chunk : 0u;
-    if (p->attn_chunk >= (unsigned)c->block) p->attn_chunk = 0;
+    p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 || !whole_fits ? auto_chunk : 0u;
+    if (p->attn_chunk >= (unsigned)c->block && whole_fits) p->attn_chunk = 0;
     /* the chunks combined inside the attention's launch: wgpu-native only (decode_wgsl.c: the
        memory model), and where its (max, sum) per chunk fit the workgroup memory too */
     if (p->attn_chunk) {
@@ -698,10 +713,12 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         p->attn_parts = make_buffer(p, (uint64_t)(p->Hkv * p->rmax * p->C) * 4, STORAGE, "decode attention sums", &st);
         p->mlp_parts = make_buffer(p, (uint64_t)(p->nmlp * p->rmax * p->C) * 4, STORAGE, "decode MLP sums", &st);
     }
-    if (p->attn_chunk) {
-        const uint64_t ns = (uint64_t)((p->block + p->attn_chunk - 1) / p->attn_chunk);
-        p->asums = make_buffer(p, (uint64_t)(p->B * p->A) * ns * 4, STORAGE, "decode attention chunks", &st);
-        p->aml = make_buffer(p, (uint64_t)(p->B * p->H) * ns * 2 * 4, STORAGE, "decode attention chunk maxima", &st);
+    if (p->attn_chunk || p->pre_chunk) { /* (the decode step's rows and chunks, or the prefill's) */
+        const uint64_t ns = p->attn_chunk ? (uint64_t)((p->block + p->attn_chunk - 1) / p->attn_chunk) : 0;
+        const uint64_t nsp = p->pre_chunk ? (uint64_t)((p->block + p->pre_chunk - 1) / p->pre_chunk) : 0;
+        const uint64_t rows_ns = (uint64_t)p->B * ns > (uint64_t)p->P * nsp ? (uint64_t)p->B * ns : (uint64_t)p->P * nsp;
+        p->asums = make_buffer(p, (uint64_t)p->A * rows_ns * 4, STORAGE, "decode attention chunks", &st);
+        p->aml = make_buffer(p, (uint64_t)p->H * rows_ns * 2 * 4, STORAGE, "decode attention chunk maxima", &st);
         /* (zeroed, as WebGPU makes every buffer; each launch leaves them at zero again) */
         if (p->combine_in_attn) p->acount = make_buffer(p, (uint64_t)(p->B * p->Hkv) * 4, STORAGE, "decode attention chunk counters", &st);
     }

@@ -203,5 +203,16 @@ void bench_decode_qwen(int quick)
     }
     decode_row(&g, "qwen3_0.6b_decode_b8_f16", 8, 1, 0, prompt, ntok, quick ? 1 : 2);
     wgml_gpt_free(&g);
+    /* a long context: block 8,192 (a whole block's scores past the workgroup memory: the
+       prefill's attention splits too), 4,096 positions held (GPU only) */
+    const char *only = getenv("WGML_BENCH_DECODE_ONLY");
+    if (big && (!only || !*only || strstr("qwen3_0.6b_decode_b1_f16_ctx4096", only))) {
+        cfg.block = 8192;
+        if (wgml_gpt_init(ctx, &cfg, 1, &g)) fprintf(stderr, "wgml bench decode: the model: %s\n", wgml_error_message(ctx));
+        else {
+            decode_row(&g, "qwen3_0.6b_decode_b1_f16_ctx4096", 1, 1, 0, 4096, ntok, quick ? 1 : 3);
+            wgml_gpt_free(&g);
+        }
+    }
     wgml_context_free(ctx);
 }

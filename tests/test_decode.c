@@ -541,7 +541,9 @@ static void generate_through_the_plan(void)
 /* A block whose scores do not fit the workgroup memory whole (8,192 positions: 64 KiB of them
    at two query heads a K/V head): the plan splits its prefill's attention too (chunks of 128,
    combined by a launch) and its decode step's; the reference's tokens after a prompt fed by the
-   model's graph, by rows of 16 a pass, and a short one; GPT-2 (unfused there) alike. */
+   model's graph, by rows of 16 a pass, and a short one, and with the decode step's longer
+   chunks taken (attn_target: chunks of 64 to position 64, then 128; or 512 throughout); GPT-2
+   (unfused there) alike. attn_target below 0 refused. */
 static void long_block(void)
 {
     wgml_context *ctx = test_context();
@@ -554,18 +556,20 @@ static void long_block(void)
         model m;
         model_make(ctx, cfgs[ci], 0, &m);
         for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 11 + 3) % m.cfg.vocab);
-        for (int v = 0; v < 3; v++) {
-            const int64_t np = v == 2 ? 5 : NP;
+        for (int v = 0; v < 5; v++) { /* (3, 4: the decode step's longer chunks, 128 from position 65 on, and 512) */
+            const int64_t np = v == 2 ? 5 : v == 3 ? 58 : NP;
             const int32_t *pp = prompt;
             int32_t want[NN], got[NN];
             reference_greedy(m.r, prompt, (int)np, NN, want);
             wgml_decode_plan *plan = NULL;
-            const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .max_prefill = 16, .graph_prefill = v == 1 ? -1 : 0};
+            const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .max_prefill = 16, .graph_prefill = v == 1 ? -1 : 0,
+                                        .attn_target = v == 3 ? (int)m.cfg.kv_heads : v == 4 ? 1 : 0};
             CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
             if (plan) {
                 CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
                 CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
-                same_tokens(v == 0 ? "long block, graph prefill" : v == 1 ? "long block, rows prefill" : "long block, short prompt",
+                same_tokens(v == 0 ? "long block, graph prefill" : v == 1 ? "long block, rows prefill" : v == 2 ? "long block, short prompt"
+                                                                                        : "long block, longer chunks",
                             got, want, NN);
             }
             wgml_decode_plan_free(plan);
@@ -574,6 +578,8 @@ static void long_block(void)
         wgml_decode_plan *bad = NULL;
         const wgml_decode_desc d = {.batch = 1, .attn_chunk = -1};
         CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_UNSUPPORTED && !bad);
+        const wgml_decode_desc d2 = {.batch = 1, .attn_target = -1};
+        CHECK(wgml_decode_plan_create(&m.g, &d2, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
         model_free(&m);
     }
 }

@@ -50,7 +50,6 @@ struct wgml_decode_plan {
     unsigned attn_chunk;        /* positions a workgroup of the decode step's attention (0: unsplit) */
     unsigned pre_chunk;         /* the prefill's (0: unsplit; split where a whole block's scores do not fit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
-    int combine_in_attn;        /* the last chunk of a (row, K/V head) combines them (no launch of its own) */
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
@@ -61,6 +60,11 @@ struct wgml_decode_plan {
     WGPUBuffer drows, prows, dpass, ppass, dpicks, ppicks, toks;
     WGPUBuffer staging[2]; /* the token rings' copies: one read while the next submit runs */
     pass dec, pre; /* the launches of a decode step and of a prefill pass */
+    /* decode steps whose attention takes longer chunks (twice attn_chunk, four times...: at
+       most a sixteenth of the block each), for long contexts: submit picks by the positions */
+    pass longer[4];
+    unsigned longer_chunk[4];
+    int nlonger;
     int64_t weight_bytes;
     /* host state per slot */
     int64_t active;   /* slots started */
@@ -300,10 +304,20 @@ static uint32_t head_workgroups(const wgml_decode_desc *d, unsigned lanes, uint3
     return (uint32_t)(want < tiles ? want : tiles);
 }
 
-/* One pass's launches: the embedding, every layer, the final norm and head, the sampler. */
-static wgml_status build_pass(wgml_decode_plan *p, int prefill)
+/* The chunks combined inside the split attention's launch: wgpu-native only (decode_wgsl.c: the
+   memory model), and where its (max, sum) per chunk fit the workgroup memory too. */
+static int combine_fits(const wgml_decode_plan *p, unsigned chunk)
 {
-    pass *ps_ = prefill ? &p->pre : &p->dec;
+    const wgml_context *ctx = p->ctx;
+    const int64_t G = p->H / p->Hkv, ns = (p->block + chunk - 1) / chunk;
+    return !p->d.combine_launch && strcmp(ctx->rt.info.runtime ? ctx->rt.info.runtime : "", "wgpu-native") == 0 &&
+           (uint64_t)(G * chunk + 2 * G * p->D + 5 * p->wide_wgs + G + 2 * G * ns + 1) * 4 <= ctx->rt.limits.maxComputeWorkgroupStorageSize;
+}
+
+/* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
+   decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
+static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
+{
     WGPUBuffer rows = prefill ? p->prows : p->drows, pas = prefill ? p->ppass : p->dpass, picks = prefill ? p->ppicks : p->dpicks;
     const unsigned RB = prefill ? 8 : (unsigned)(p->B < 8 ? p->B : 8);
     const float eps = p->cfg.norm_eps;
@@ -384,7 +398,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
         }
         /* decoding over a long block: split over chunks of positions (more workgroups than
            K/V heads), then a launch combining the chunks */
-        const unsigned chunk = prefill ? p->pre_chunk : p->attn_chunk;
+        const unsigned chunk = prefill ? p->pre_chunk : dec_chunk;
         const uint32_t nsplit = chunk ? (uint32_t)((p->block + chunk - 1) / chunk) : 1;
         /* (a chunk's workgroup: 256 threads, more where its G + 1 heads' RoPE needs 64 each) */
         unsigned split_wgs = 256;
@@ -401,7 +415,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill)
                                .max_parts = (unsigned)p->d.attn_parts, .rope = rope_in_attention,
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
-                               .combine = chunk && !prefill && p->combine_in_attn,
+                               .combine = chunk && !prefill && combine_fits(p, chunk),
                                .early = chunk && !p->d.attn_late, .sg = p->sg, .f16c = p->f16c};
         if (at.early) { /* the wider workgroup only where the early form takes it */
             const unsigned late_wgs = at.wgs;
@@ -476,8 +490,8 @@ static void release(WGPUBuffer *b)
 void wgml_decode_plan_free(wgml_decode_plan *p)
 {
     if (!p) return;
-    pass *ps[2] = {&p->dec, &p->pre};
-    for (int k = 0; k < 2; k++) {
+    pass *ps[6] = {&p->dec, &p->pre, &p->longer[0], &p->longer[1], &p->longer[2], &p->longer[3]};
+    for (int k = 0; k < 6; k++) {
         for (int i = 0; i < ps[k]->n; i++) wgpuBindGroupRelease(ps[k]->l[i].bg);
         free(ps[k]->l);
     }
@@ -602,6 +616,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
+    if (d.attn_target < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_target = %d; want 0 or more", d.attn_target);
     if (d.host_layout < 0 || d.host_layout > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: host_layout = %d; want 0 or 1", d.host_layout);
     if (d.f16_cache < 0 || d.f16_cache > 1)
@@ -660,11 +675,6 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (p->attn_chunk >= (unsigned)c->block && whole_fits) p->attn_chunk = 0;
     /* the chunks combined inside the attention's launch: wgpu-native only (decode_wgsl.c: the
        memory model), and where its (max, sum) per chunk fit the workgroup memory too */
-    if (p->attn_chunk) {
-        const int64_t ns = (c->block + p->attn_chunk - 1) / p->attn_chunk;
-        p->combine_in_attn = !d.combine_launch && strcmp(ctx->rt.info.runtime ? ctx->rt.info.runtime : "", "wgpu-native") == 0 &&
-                             (uint64_t)(G * p->attn_chunk + 2 * G * c->head_dim + 5 * wide_wgs + G + 2 * G * ns + 1) * 4 <= wg_mem;
-    }
     p->L = calloc((size_t)c->layers, sizeof *p->L);
     p->len = calloc((size_t)p->B, sizeof *p->len), p->count = calloc((size_t)p->B, sizeof *p->count);
     p->hist = calloc((size_t)p->B, sizeof *p->hist), p->n_hist = calloc((size_t)p->B, sizeof *p->n_hist);
@@ -720,7 +730,9 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         p->asums = make_buffer(p, (uint64_t)p->A * rows_ns * 4, STORAGE, "decode attention chunks", &st);
         p->aml = make_buffer(p, (uint64_t)p->H * rows_ns * 2 * 4, STORAGE, "decode attention chunk maxima", &st);
         /* (zeroed, as WebGPU makes every buffer; each launch leaves them at zero again) */
-        if (p->combine_in_attn) p->acount = make_buffer(p, (uint64_t)(p->B * p->Hkv) * 4, STORAGE, "decode attention chunk counters", &st);
+        /* (for every chunk size whose combine_fits: they are wgpu-native's) */
+        if (p->attn_chunk && !d.combine_launch && strcmp(ctx->rt.info.runtime ? ctx->rt.info.runtime : "", "wgpu-native") == 0)
+            p->acount = make_buffer(p, (uint64_t)(p->B * p->Hkv) * 4, STORAGE, "decode attention chunk counters", &st);
     }
     p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);
@@ -750,8 +762,12 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         if (zero) write_buffer(p, p->drows, 0, zero, (size_t)p->B * 16);
         free(zero);
     }
-    if (!st) st = build_pass(p, 0);
-    if (!st) st = build_pass(p, 1);
+    if (!st) st = build_pass(p, 0, p->attn_chunk, &p->dec);
+    if (!st) st = build_pass(p, 1, 0, &p->pre);
+    for (unsigned ch = 2 * p->attn_chunk; !st && p->attn_chunk && ch <= (unsigned)p->block / 16 && p->nlonger < 4; ch *= 2) {
+        p->longer_chunk[p->nlonger] = ch;
+        st = build_pass(p, 0, ch, &p->longer[p->nlonger++]);
+    }
     wgml_status sst = wgml_scope_pop(&ctx->rt, "decode plan");
     if (!st) st = sst;
     if (st) {
@@ -784,6 +800,22 @@ static void encode_pass(wgml_decode_plan *p, WGPUComputePassEncoder cp, const pa
     for (int i = 0; i < ps->n; i++) encode_launch(p, cp, &ps->l[i], R, S);
 }
 
+/* The decode step's pass for `steps` steps from the slots' positions now: the attention's
+   shortest chunk whose workgroups at the longest position reached stay within attn_target
+   (the policy's chunk at 512 positions a row, Qwen3's shape: 64 workgroups; at 4,096, chunks of
+   256 ran it at 604 tokens/s against 460 with 64 on an H200, docs/MEASUREMENTS.md). */
+static const pass *decode_pass(const wgml_decode_plan *p, int64_t steps, uint32_t R)
+{
+    int64_t t = 0;
+    for (int64_t s = 0; s < p->active; s++)
+        if (p->len[s] + steps > t) t = p->len[s] + steps;
+    const int64_t target = p->d.attn_target > 0 ? p->d.attn_target : 128;
+    unsigned ch = p->attn_chunk;
+    const pass *ps = &p->dec;
+    for (int i = 0; i < p->nlonger && (int64_t)R * p->Hkv * ((t + ch - 1) / ch) > target; i++) ch = p->longer_chunk[i], ps = &p->longer[i];
+    return ps;
+}
+
 /* Submits `steps` decode steps (or, steps = 0, one prefill pass of R rows, S picked), and
    with staging >= 0 a copy of the token rings into that staging buffer, without waiting. */
 static wgml_status submit(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32_t S, int staging)
@@ -794,7 +826,8 @@ static wgml_status submit(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32
     if (!enc) return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: no command encoder");
     WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, NULL);
     if (steps == 0 && R > 0) encode_pass(p, cp, &p->pre, R, S);
-    for (int64_t k = 0; k < steps; k++) encode_pass(p, cp, &p->dec, R, S);
+    const pass *dec = steps ? decode_pass(p, steps, R) : &p->dec;
+    for (int64_t k = 0; k < steps; k++) encode_pass(p, cp, dec, R, S);
     wgpuComputePassEncoderEnd(cp);
     wgpuComputePassEncoderRelease(cp);
     const uint64_t bytes = (uint64_t)p->B * p->cap * 4;

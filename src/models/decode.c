@@ -802,14 +802,16 @@ static void encode_pass(wgml_decode_plan *p, WGPUComputePassEncoder cp, const pa
 
 /* The decode step's pass for `steps` steps from the slots' positions now: the attention's
    shortest chunk whose workgroups at the longest position reached stay within attn_target
-   (the policy's chunk at 512 positions a row, Qwen3's shape: 64 workgroups; at 4,096, chunks of
-   256 ran it at 604 tokens/s against 460 with 64 on an H200, docs/MEASUREMENTS.md). */
+   (192: about one per multiprocessor of an H100 or H200, or up to half again; Qwen3's shape on an
+   H200 at 4,096 positions: chunks of 64 (512 workgroups) 460 tokens/s, 128 (256) 557, 256
+   (128) 604, 512 (64) 477; at 512 positions the policy's 64 make 64 workgroups;
+   docs/MEASUREMENTS.md). */
 static const pass *decode_pass(const wgml_decode_plan *p, int64_t steps, uint32_t R)
 {
     int64_t t = 0;
     for (int64_t s = 0; s < p->active; s++)
         if (p->len[s] + steps > t) t = p->len[s] + steps;
-    const int64_t target = p->d.attn_target > 0 ? p->d.attn_target : 128;
+    const int64_t target = p->d.attn_target > 0 ? p->d.attn_target : 192;
     unsigned ch = p->attn_chunk;
     const pass *ps = &p->dec;
     for (int i = 0; i < p->nlonger && (int64_t)R * p->Hkv * ((t + ch - 1) / ch) > target; i++) ch = p->longer_chunk[i], ps = &p->longer[i];

@@ -54,7 +54,7 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
     wgml_decode_plan *plan = NULL;
     /* comparisons on the GPU machine: rows whose name holds WGML_BENCH_DECODE_ONLY, and the
        plan's choices forced (WGML_DECODE_ATTN_CHUNK, _LANES, _MLP_BLOCK, _GRAPH_PREFILL,
-       _SAMPLE_LOGITS, _ATTN_COLS, _COMBINE_LAUNCH, _HEAD_LANES, _ATTN_LATE, _ATTN_WGS, _SUBGROUPS, _HEAD_WGS, _F16_CACHE, _HOST_LAYOUT:
+       _SAMPLE_LOGITS, _ATTN_COLS, _COMBINE_LAUNCH, _HEAD_LANES, _ATTN_LATE, _ATTN_WGS, _SUBGROUPS, _HEAD_WGS, _F16_CACHE, _HOST_LAYOUT, _ATTN_TARGET:
        wgml_decode_desc) */
     const char *only = getenv("WGML_BENCH_DECODE_ONLY");
     if (only && *only && !strstr(name, only)) return;
@@ -62,14 +62,15 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
     const char *gp = getenv("WGML_DECODE_GRAPH_PREFILL"), *sl = getenv("WGML_DECODE_SAMPLE_LOGITS"), *ac = getenv("WGML_DECODE_ATTN_COLS");
     const char *cl = getenv("WGML_DECODE_COMBINE_LAUNCH"), *hl = getenv("WGML_DECODE_HEAD_LANES"), *al = getenv("WGML_DECODE_ATTN_LATE");
     const char *aw = getenv("WGML_DECODE_ATTN_WGS"), *sg = getenv("WGML_DECODE_SUBGROUPS"), *hw = getenv("WGML_DECODE_HEAD_WGS");
-    const char *fc = getenv("WGML_DECODE_F16_CACHE"), *hl2 = getenv("WGML_DECODE_HOST_LAYOUT");
+    const char *fc = getenv("WGML_DECODE_F16_CACHE"), *hl2 = getenv("WGML_DECODE_HOST_LAYOUT"), *at = getenv("WGML_DECODE_ATTN_TARGET");
     const wgml_decode_desc d = {.batch = B, .f16_weights = f16, .steps_per_submit = 32, .max_prefill = 512, .unfused = unfused,
                                 .attn_chunk = chunk ? atoi(chunk) : 0, .lanes = lanes ? atoi(lanes) : 0, .mlp_block = mb ? atoi(mb) : 0,
                                 .graph_prefill = gp ? atoi(gp) : 0, .sample_logits = sl ? atoi(sl) : 0,
                                 .attn_cols = ac ? atoi(ac) : 0, .combine_launch = cl ? atoi(cl) : 0,
                                 .head_lanes = hl ? atoi(hl) : 0, .attn_late = al ? atoi(al) : 0,
                                 .attn_wgs = aw ? atoi(aw) : 0, .subgroups = sg ? atoi(sg) : 0, .head_wgs = hw ? atoi(hw) : 0,
-                                .f16_cache = fc ? atoi(fc) : 0, .host_layout = hl2 ? atoi(hl2) : 0};
+                                .f16_cache = fc ? atoi(fc) : 0, .host_layout = hl2 ? atoi(hl2) : 0,
+                                .attn_target = at ? atoi(at) : 0};
     double t0 = bench_now();
     if (wgml_decode_plan_create(g, &d, &plan)) {
         fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));

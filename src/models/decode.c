@@ -1126,14 +1126,16 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
     *n_rows = 0, *step_seconds = 0;
     wgml_runtime *rt = &p->ctx->rt;
     if (!rt->info.has_timestamp_query) return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode profile: no timestamp queries here");
-    const int n = p->dec.n;
+    /* the pass generation would take from the slots' positions now */
+    const pass *dec = p->active ? decode_pass(p, 1, (uint32_t)p->active) : &p->dec;
+    const int n = dec->n;
     /* the kinds, in the step's order (at most max_rows) */
     for (int i = 0; i < n; i++) {
         int r = 0;
-        while (r < *n_rows && strcmp(rows[r].what, p->dec.l[i].what)) r++;
+        while (r < *n_rows && strcmp(rows[r].what, dec->l[i].what)) r++;
         if (r == *n_rows) {
             if (r == max_rows) continue;
-            rows[(*n_rows)++] = (wgml_decode_profile_row){.what = p->dec.l[i].what};
+            rows[(*n_rows)++] = (wgml_decode_profile_row){.what = dec->l[i].what};
         }
         rows[r].launches++;
     }
@@ -1172,13 +1174,13 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
            pass without each kind in turn (values then differ; the launches' work does not) */
         for (int i = 0; i < n; i++) {
             WGPUComputePassEncoder cp = timed_pass(enc, qs, 2 * (uint32_t)i);
-            encode_launch(p, cp, &p->dec.l[i], R, R);
+            encode_launch(p, cp, &dec->l[i], R, R);
             wgpuComputePassEncoderEnd(cp);
             wgpuComputePassEncoderRelease(cp);
         }
         for (int r = -1; r < without; r++) {
             WGPUComputePassEncoder cp = timed_pass(enc, qs, whole + 2 * (uint32_t)(r + 1));
-            encode_pass_without(p, cp, &p->dec, R, r < 0 ? NULL : rows[r].what);
+            encode_pass_without(p, cp, dec, R, r < 0 ? NULL : rows[r].what);
             wgpuComputePassEncoderEnd(cp);
             wgpuComputePassEncoderRelease(cp);
         }
@@ -1200,7 +1202,7 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
     }
     for (int i = 0; !st && i < n; i++)
         for (int r = 0; r < nk; r++)
-            if (!strcmp(rows[r].what, p->dec.l[i].what)) rows[r].seconds += sec[i] / (double)steps;
+            if (!strcmp(rows[r].what, dec->l[i].what)) rows[r].seconds += sec[i] / (double)steps;
     for (int r = 0; r < nk; r++) rows[r].without_seconds /= (double)steps;
     *step_seconds /= (double)steps;
     if (st) *n_rows = 0;

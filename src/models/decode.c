@@ -183,6 +183,30 @@ typedef struct gpu_matrix {
     WGPUBuffer *out;
 } gpu_matrix;
 
+/* A copy of evaluated tensor t's bytes into dst at dst_off, recorded in enc (a node's own buffer
+   starts at 0, and copies move whole words: offsets and sizes are kept multiples of 4). */
+static wgml_status copy_out(wgml_context *ctx, WGPUCommandEncoder enc, const wgml_tensor *t, WGPUBuffer dst, uint64_t dst_off,
+                            uint64_t bytes, const char *what)
+{
+    const uint64_t from = (uint64_t)t->offset * (uint64_t)wgml_dtype_bytes(t->dtype);
+    if (from % 4 || dst_off % 4 || bytes % 4)
+        return wgml_fail(ctx, WGML_ERROR_VALIDATION, "%s: a copy at byte %llu of %llu bytes", what, (unsigned long long)from,
+                         (unsigned long long)bytes);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, wgml_tensor_base((wgml_tensor *)t)->buf->handle, from, dst, dst_off, bytes);
+    return WGML_OK;
+}
+
+/* Submits enc's copies, or drops them where st is an error already. */
+static wgml_status submit_copies(wgml_context *ctx, WGPUCommandEncoder enc, wgml_status st)
+{
+    if (!enc) return st;
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuCommandEncoderRelease(enc);
+    if (!st) return wgml_submit(&ctx->rt, cb);
+    wgpuCommandBufferRelease(cb);
+    return st;
+}
+
 /* Whether the matrices can be laid out on the GPU: rows need no padding (K a multiple of 8)
    and each fits a binding. */
 static int gpu_layout_fits(const wgml_decode_plan *p, const gpu_matrix *m, int n)
@@ -220,20 +244,12 @@ static wgml_status gpu_matrices(wgml_decode_plan *p, gpu_matrix *m, int n)
     WGPUCommandEncoder enc = st ? NULL : wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
     if (!st && !enc) st = wgml_fail(ctx, WGML_ERROR_DEVICE, "decode plan: no command encoder");
     for (int i = 0; !st && i < n; i++) {
-        wgml_tensor *b = wgml_tensor_base(t[i]);
-        const uint64_t es = (uint64_t)wgml_dtype_bytes(t[i]->dtype), from = (uint64_t)t[i]->offset * es,
-                       bytes = (uint64_t)(m[i].N * m[i].K) * es;
+        const uint64_t bytes = (uint64_t)(m[i].N * m[i].K) * (uint64_t)wgml_dtype_bytes(t[i]->dtype);
         *m[i].out = make_buffer(p, bytes, STORAGE, m[i].what, &st);
-        if (!st && from % 4) st = wgml_fail(ctx, WGML_ERROR_VALIDATION, "decode plan: %s at byte %llu", m[i].what, (unsigned long long)from);
-        if (!st) wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, from, *m[i].out, 0, bytes);
+        if (!st) st = copy_out(ctx, enc, t[i], *m[i].out, 0, bytes, m[i].what);
         if (!st) p->weight_bytes += (int64_t)bytes;
     }
-    if (enc) {
-        WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-        wgpuCommandEncoderRelease(enc);
-        if (!st) st = wgml_submit(&ctx->rt, cb);
-        else wgpuCommandBufferRelease(cb);
-    }
+    st = submit_copies(ctx, enc, st);
     wgml_scope_end(ctx);
     return st;
 }
@@ -902,22 +918,12 @@ static wgml_status graph_fill(wgml_decode_plan *p, int64_t slot, const int32_t *
     if (!st) {
         WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
         if (!enc) st = wgml_fail(ctx, WGML_ERROR_DEVICE, "decode prefill: no command encoder");
-        for (int64_t i = 0; !st && i < 2 * L; i++) {
-            wgml_tensor *t = kv[i], *b = wgml_tensor_base(t);
-            WGPUBuffer dst = i % 2 ? p->L[i / 2].vc : p->L[i / 2].kc;
-            const uint64_t es = (uint64_t)wgml_dtype_bytes(t->dtype), from = (uint64_t)t->offset * es;
-            if (from % 4) { /* (copies move whole words: kvd is even with halves, and a node's own buffer starts at 0) */
-                st = wgml_fail(ctx, WGML_ERROR_VALIDATION, "decode prefill: the graph's cache at byte %llu", (unsigned long long)from);
-                break;
-            }
-            wgpuCommandEncoderCopyBufferToBuffer(enc, b->buf->handle, from, dst, (uint64_t)(slot * p->block * kvd) * es, (uint64_t)(n * kvd) * es);
+        for (int64_t i = 0; !st && i < 2 * L; i++) { /* (kvd is even where the cache holds halves) */
+            const uint64_t es = (uint64_t)wgml_dtype_bytes(kv[i]->dtype);
+            st = copy_out(ctx, enc, kv[i], i % 2 ? p->L[i / 2].vc : p->L[i / 2].kc, (uint64_t)(slot * p->block * kvd) * es,
+                          (uint64_t)(n * kvd) * es, "decode prefill: the graph's cache");
         }
-        if (enc) {
-            WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-            wgpuCommandEncoderRelease(enc);
-            if (!st) st = wgml_submit(&ctx->rt, cb);
-            else wgpuCommandBufferRelease(cb);
-        }
+        st = submit_copies(ctx, enc, st);
     }
     wgml_scope_end(ctx);
     wgml_gpt_cache_free(&c, L);

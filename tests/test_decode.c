@@ -493,9 +493,10 @@ static void matrices_laid_out_on_the_gpu(void)
     model_free(&m);
 }
 
-/* wgml_gpt_generate through the decode plan (WGML_DECODE_ON_CPU=1: lavapipe too): the
-   reference's greedy tokens past the block in one call, each passed to on_token in order; a
-   callback that stops at the 7th gets 7 and out holds those 7 only; one token alone. */
+/* wgml_gpt_generate's sampler through the decode plan (wgml_decode_sample_tokens with on_cpu:
+   lavapipe too): the reference's greedy tokens past the block in one call, each passed to
+   on_token in order; a callback that stops at the 7th gets 7 and out holds those 7 only; one
+   token alone. */
 typedef struct seen {
     int32_t tok[64];
     int n, stop_at;
@@ -512,7 +513,6 @@ static int see_token(int32_t token, void *user)
 static void generate_through_the_plan(void)
 {
     wgml_context *ctx = test_context();
-    setenv("WGML_DECODE_ON_CPU", "1", 1);
     const wgml_gpt_config *cfgs[] = {&llama8_cfg, &gpt2_cfg};
     enum { NP = 4, NN = 45 };
     const int32_t prompt[NP] = {3, 9, 1, 7};
@@ -523,19 +523,20 @@ static void generate_through_the_plan(void)
         reference_greedy(m.r, prompt, NP, NN, want);
         seen sn = {.n = 0};
         got[NN] = -7;
-        CHECK_OK(ctx, wgml_gpt_generate(&m.g, prompt, NP, NN, NULL, got, see_token, &sn));
+        int used = 0;
+        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, NN, 0.0f, got, see_token, &sn, 1, &used));
+        CHECK(used == 1);
         same_tokens("generate through the plan vs reference", got, want, NN);
         CHECK(sn.n == NN && got[NN] == -7 && memcmp(sn.tok, want, sizeof want) == 0);
         seen st = {.stop_at = 7};
         for (int i = 0; i < NN; i++) got[i] = -1;
-        CHECK_OK(ctx, wgml_gpt_generate(&m.g, prompt, NP, NN, NULL, got, see_token, &st));
+        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, NN, 0.0f, got, see_token, &st, 1, &used));
         CHECK(st.n == 7 && memcmp(got, want, 7 * sizeof *got) == 0 && got[7] == -1 && got[NN - 1] == -1);
         int32_t one = -1;
-        CHECK_OK(ctx, wgml_gpt_generate(&m.g, prompt, NP, 1, NULL, &one, NULL, NULL));
+        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, 1, 0.0f, &one, NULL, NULL, 1, &used));
         CHECK(one == want[0]);
         model_free(&m);
     }
-    unsetenv("WGML_DECODE_ON_CPU");
 }
 
 /* A block whose scores do not fit the workgroup memory whole (8,192 positions: 64 KiB of them

@@ -1246,15 +1246,14 @@ static int deliver_token(int64_t slot, int32_t token, void *user)
 }
 
 wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
-                               int32_t *out, int (*on_token)(int32_t, void *), void *user, int *used)
+                               int32_t *out, int (*on_token)(int32_t, void *), void *user, int on_cpu, int *used)
 {
     *used = 0;
     if (n_new < 1) return WGML_OK;
     wgml_context *ctx = g->ctx;
     /* on a CPU adapter (lavapipe) the graph path is the faster (bench decode --quick there:
        the character GPT's 2 layers at 134 tokens/s against the plan's 35), on a GPU the plan */
-    if (strcmp(ctx->rt.info.adapter_type, "CPU") == 0 && !(getenv("WGML_DECODE_ON_CPU") && *getenv("WGML_DECODE_ON_CPU") == '1'))
-        return WGML_OK; /* (WGML_DECODE_ON_CPU=1: the plan there too, for the tests) */
+    if (strcmp(ctx->rt.info.adapter_type, "CPU") == 0 && !on_cpu) return WGML_OK;
     /* the Gumbel noise's seed from the context's generator, which moves on by one block, so
        wgml_manual_seed makes a draw repeatable */
     uint64_t seed = 0, offset = 0;

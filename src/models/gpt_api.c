@@ -265,7 +265,7 @@ wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prom
     /* the decode plan (models/decode.h) where it takes the model: no graph per token */
     if (!nucleus && (d.top_k == 0 || d.temperature < 1e-4f)) {
         int used = 0;
-        wgml_status st = wgml_decode_sample_tokens(g, prompt, n_prompt, n_new, d.temperature, out, on_token, user, &used);
+        wgml_status st = wgml_decode_sample_tokens(g, prompt, n_prompt, n_new, d.temperature, out, on_token, user, 0, &used);
         if (used || st) return st;
     }
     /* the history the sliding window restarts from: the prompt, then the tokens drawn */

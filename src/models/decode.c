@@ -545,27 +545,24 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
                         {P[io], p->fused ? LAYOUT_ROWS : LAYOUT_COLS, p->fused ? p->A : C, p->fused ? C : p->A, "decode wo", &lb->wo},
                         {P[i1], p->llama ? LAYOUT_SWIGLU : LAYOUT_COLS, p->llama ? 2 * F : F, C, "decode w1", &lb->w1},
                         {P[i2], p->fused ? LAYOUT_ROWS : LAYOUT_COLS, p->fused ? F : C, p->fused ? C : F, "decode w2", &lb->w2}};
-    float *m = NULL;
-    if (p->gpu_layout && gpu_layout_fits(p, gm, 4)) {
-        st = gpu_matrices(p, gm, 4);
-        goto vectors;
+    if (p->gpu_layout && gpu_layout_fits(p, gm, 4)) st = gpu_matrices(p, gm, 4);
+    else { /* on the host */
+        float *m = read_param(p, P[iq], &st);
+        lb->wqkv = upload_matrix(p, m, p->Q, C, elem_cols, (int64_t[2]){C, p->Q}, "decode wqkv", &st);
+        free(m);
+        m = read_param(p, P[io], &st);
+        if (p->fused) lb->wo = upload_io(p, m, p->A, C, "decode wo", &st);
+        else lb->wo = upload_matrix(p, m, C, p->A, elem_cols, (int64_t[2]){p->A, C}, "decode wo", &st);
+        free(m);
+        m = read_param(p, P[i1], &st);
+        if (p->llama) lb->w1 = upload_matrix(p, m, 2 * F, C, elem_swiglu, (int64_t[2]){C, 2 * F}, "decode wgu", &st);
+        else lb->w1 = upload_matrix(p, m, F, C, elem_cols, (int64_t[2]){C, F}, "decode w1", &st);
+        free(m);
+        m = read_param(p, P[i2], &st);
+        if (p->fused) lb->w2 = upload_io(p, m, F, C, "decode w2", &st);
+        else lb->w2 = upload_matrix(p, m, C, F, elem_cols, (int64_t[2]){F, C}, "decode w2", &st);
+        free(m);
     }
-    m = read_param(p, P[iq], &st);
-    lb->wqkv = upload_matrix(p, m, p->Q, C, elem_cols, (int64_t[2]){C, p->Q}, "decode wqkv", &st);
-    free(m);
-    m = read_param(p, P[io], &st);
-    if (p->fused) lb->wo = upload_io(p, m, p->A, C, "decode wo", &st);
-    else lb->wo = upload_matrix(p, m, C, p->A, elem_cols, (int64_t[2]){p->A, C}, "decode wo", &st);
-    free(m);
-    m = read_param(p, P[i1], &st);
-    if (p->llama) lb->w1 = upload_matrix(p, m, 2 * F, C, elem_swiglu, (int64_t[2]){C, 2 * F}, "decode wgu", &st);
-    else lb->w1 = upload_matrix(p, m, F, C, elem_cols, (int64_t[2]){C, F}, "decode w1", &st);
-    free(m);
-    m = read_param(p, P[i2], &st);
-    if (p->fused) lb->w2 = upload_io(p, m, F, C, "decode w2", &st);
-    else lb->w2 = upload_matrix(p, m, C, F, elem_cols, (int64_t[2]){F, C}, "decode w2", &st);
-    free(m);
-vectors:
     /* the vectors, one buffer */
     static const int gpt2_vecs[] = {0, 1, 3, 5, 6, 7, 9, 11}, llama_vecs[] = {0, 3, 6, 7};
     const int *which = p->llama ? llama_vecs : gpt2_vecs;

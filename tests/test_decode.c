@@ -397,6 +397,10 @@ static void profile_by_kind(int64_t block)
                 CHECK(room ? rows[i].without_seconds > 0 : rows[i].without_seconds == 0);
                 launches += rows[i].launches;
             }
+            /* (leaving out the four GEMV kinds and the attention's takes time off the step) */
+            double left_out = 0;
+            for (int i = 0; room && i < nr; i++) left_out += step - rows[i].without_seconds;
+            if (room) CHECK(left_out > 0);
             CHECK(launches == wgml_decode_dispatches_per_step(plan) && launches == 1 + 6 * 2 + 2);
             CHECK(step > 0);
             CHECK(wgml_decode_generate(plan, 1, got + 1) == WGML_ERROR_INVALID_ARGUMENT); /* not started again */
@@ -448,6 +452,10 @@ static void cache_in_halves(void)
     check_single(&llama8_cfg, 1, 0, 0, 0, 1 + 5 * 1 + 2);
     check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
     check_single_chunk(&gpt2_cfg, 1, 1, 0, 0, 4, 1 + (5 + c) * 2 + 2);
+    graph_prefill = 2; /* (the graph's keys and values cast to halves into the cache) */
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2);
+    check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
+    graph_prefill = 0;
     f16_cache = 0, plan_only = 0;
 }
 
@@ -508,6 +516,38 @@ static int see_token(int32_t token, void *user)
     if (s->n < 64) s->tok[s->n] = token;
     s->n++;
     return s->stop_at && s->n == s->stop_at;
+}
+
+/* A stop met while the window restarts: no chunk is submitted after it (block 10, a prompt of
+   4: chunks of 1, 2 and 3 steps fill the block; the 4th token, in the third, stops: 6 tokens
+   written, none after). */
+static int stop_at_4th(int64_t slot, int32_t token, void *user)
+{
+    (void)slot, (void)token;
+    return ++*(int *)user == 4;
+}
+
+static void stop_at_the_restart(void)
+{
+    wgml_context *ctx = test_context();
+    model m;
+    model_make(ctx, &llama8_cfg, 0, &m);
+    const int32_t prompt[4] = {3, 9, 1, 7};
+    const int32_t *pp = prompt;
+    const int64_t np = 4;
+    int32_t first = 0, out[20];
+    for (int i = 0; i < 20; i++) out[i] = -1;
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .graph_prefill = -1};
+    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+    if (plan) {
+        int n = 0;
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, &first));
+        CHECK_OK(ctx, wgml_decode_generate_each(plan, 20, out, stop_at_4th, &n));
+        CHECK(n == 4 && out[5] >= 0 && out[6] == -1 && out[19] == -1);
+    }
+    wgml_decode_plan_free(plan);
+    model_free(&m);
 }
 
 static void generate_through_the_plan(void)
@@ -581,6 +621,56 @@ static void long_block(void)
         CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_UNSUPPORTED && !bad);
         const wgml_decode_desc d2 = {.batch = 1, .attn_target = -1};
         CHECK(wgml_decode_plan_create(&m.g, &d2, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+        model_free(&m);
+    }
+    /* a prompt of 300 by rows of 64 (the prefill's chunks of 128: three combined), then chunks
+       of 256 two at a time (attn_target twice the K/V heads), the chunk asked of the plan; and
+       8 query heads a K/V head at a block of 16,384 (its chunks held to what fits: 64 a decode
+       step, 256 a prefill; longer ones not built where they would not fit) */
+    {
+        model m;
+        model_make(ctx, &l, 0, &m);
+        enum { LP = 300 };
+        int32_t lp[LP], want[NN], got[NN];
+        for (int i = 0; i < LP; i++) lp[i] = (int32_t)((i * 7 + 1) % m.cfg.vocab);
+        reference_greedy(m.r, lp, LP, NN, want);
+        const int32_t *pp = lp;
+        const int64_t np = LP;
+        wgml_decode_plan *plan = NULL;
+        const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .max_prefill = 64, .graph_prefill = -1,
+                                    .attn_target = 2 * (int)m.cfg.kv_heads};
+        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+        if (plan) {
+            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+            CHECK(wgml_decode_step_chunk(plan, 1) == 256);
+            CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+            same_tokens("long block, 300 positions", got, want, NN);
+        }
+        wgml_decode_plan_free(plan);
+        model_free(&m);
+    }
+    {
+        wgml_gpt_config g8 = llama8_cfg;
+        g8.block = 16384, g8.heads = 8, g8.kv_heads = 1, g8.width = 16;
+        model m;
+        model_make(ctx, &g8, 0, &m);
+        enum { SP = 6 };
+        const int32_t sp[SP] = {4, 8, 15, 16, 2, 4};
+        int32_t want[NN], got[NN];
+        reference_greedy(m.r, sp, SP, NN, want);
+        const int32_t *pp = sp;
+        const int64_t np = SP;
+        for (int t = 0; t < 2; t++) { /* the policy's chunk, and the longest that fits (attn_target 1) */
+            wgml_decode_plan *plan = NULL;
+            const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .attn_target = t};
+            CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+            if (plan) {
+                CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+                same_tokens("long block, 8 query heads a K/V head", got, want, NN);
+            }
+            wgml_decode_plan_free(plan);
+        }
         model_free(&m);
     }
 }
@@ -771,6 +861,7 @@ int main(void)
     TEST_RUN(cache_in_halves);
     TEST_RUN(matrices_laid_out_on_the_gpu);
     TEST_RUN(generate_through_the_plan);
+    TEST_RUN(stop_at_the_restart);
     TEST_RUN(long_block);
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);

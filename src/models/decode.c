@@ -330,6 +330,25 @@ static int combine_fits(const wgml_decode_plan *p, unsigned chunk)
            (uint64_t)(G * chunk + 2 * G * p->D + 5 * p->wide_wgs + G + 2 * G * ns + 1) * 4 <= ctx->rt.limits.maxComputeWorkgroupStorageSize;
 }
 
+/* The split attention's threads: 256, more where its G + 1 heads' RoPE needs 64 each. */
+static unsigned split_wgs_of(const wgml_decode_plan *p)
+{
+    unsigned w = 256;
+    while (w < p->wide_wgs && (unsigned)(p->H / p->Hkv + 1) * 64 > w) w *= 2;
+    return w;
+}
+
+/* Whether the split attention at this chunk (the prefill's, or the decode step's with its
+   combine where it fits) fits the workgroup memory in its late form (the early one is taken only
+   where it fits: wgml_decode_attn_early_fits). */
+static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
+{
+    const wgml_decode_attn a = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
+                                .block = (unsigned)p->block, .chunk = chunk, .wgs = split_wgs_of(p), .rope = p->llama && !prefill,
+                                .combine = !prefill && combine_fits(p, chunk), .f16c = p->f16c};
+    return wgml_decode_attn_late_bytes(&a) <= p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
+}
+
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
@@ -417,8 +436,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         const unsigned chunk = prefill ? p->pre_chunk : dec_chunk;
         const uint32_t nsplit = chunk ? (uint32_t)((p->block + chunk - 1) / chunk) : 1;
         /* (a chunk's workgroup: 256 threads, more where its G + 1 heads' RoPE needs 64 each) */
-        unsigned split_wgs = 256;
-        while (split_wgs < p->wide_wgs && (unsigned)(p->H / p->Hkv + 1) * 64 > split_wgs) split_wgs *= 2;
+        const unsigned split_wgs = split_wgs_of(p);
         /* its cache loads issued first (wgml_decode_attn's early) where the workgroup memory
            allows; then 8 threads a position where the adapter allows (chunks over 32: more
            loads in flight, fewer a thread) */
@@ -646,17 +664,10 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
        positions (the late form: its scores, query heads, sums and parts in workgroup memory),
        combined by a launch, and the decode step neither keeps it whole nor fuses GPT-2's */
     const int whole_fits = (uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * wide_wgs + G) * 4 <= wg_mem;
-    unsigned pre_chunk = 0;
-    if (!whole_fits) {
-        unsigned wgs_s = 256; /* (build_pass's split_wgs) */
-        while (wgs_s < wide_wgs && (unsigned)(G + 1) * 64 > wgs_s) wgs_s *= 2;
-        pre_chunk = 64;
-        while ((c->block + pre_chunk - 1) / pre_chunk > 64) pre_chunk *= 2;
-        if ((uint64_t)(G * pre_chunk + G * c->head_dim + 5 * wgs_s + G) * 4 > wg_mem || d.attn_chunk < 0)
-            return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
-                             "(%u bytes here): block %lld is too long%s", (long long)(G * (d.attn_chunk < 0 ? c->block : pre_chunk)),
-                             wg_mem, (long long)c->block, d.attn_chunk < 0 ? " to keep whole (attn_chunk -1)" : "");
-    }
+    if (!whole_fits && d.attn_chunk < 0)
+        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
+                         "(%u bytes here): block %lld is too long to keep whole (attn_chunk -1)", (long long)(G * c->block), wg_mem,
+                         (long long)c->block);
     /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */
     wgml_decode_plan *p = calloc(1, sizeof *p);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
@@ -675,7 +686,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
        prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
     p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64 && whole_fits;
-    p->pre_chunk = pre_chunk;
+
     /* the decode step's attention split over chunks of positions where the block is long
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the
        fused GPT-2 attention (its projection inside) stays whole. 64 a row at batch 1 (Qwen3's
@@ -686,6 +697,23 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     while (auto_chunk < 32 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
     p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 || !whole_fits ? auto_chunk : 0u;
     if (p->attn_chunk >= (unsigned)c->block && whole_fits) p->attn_chunk = 0;
+    /* The attention over a whole block keeps its scores (G a position) in workgroup memory;
+       past that the prefill's attention splits too, into at most 64 chunks of a power of two
+       positions (the late form), combined by a launch, the decode step's chunks are halved
+       until they fit, and GPT-2 is not fused (above) */
+    if (!whole_fits) {
+        unsigned pc = 64;
+        while ((c->block + pc - 1) / pc > 64) pc *= 2;
+        while (p->attn_chunk > 1 && !split_fits(p, p->attn_chunk, 0)) p->attn_chunk /= 2;
+        if (!split_fits(p, pc, 1) || !p->attn_chunk || !split_fits(p, p->attn_chunk, 0)) {
+            wgml_status e = wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention's chunks of a block of %lld positions "
+                                      "do not fit %u bytes of workgroup memory (%lld query heads a K/V head)",
+                                      (long long)c->block, wg_mem, (long long)G);
+            free(p);
+            return e;
+        }
+        p->pre_chunk = pc;
+    }
     /* the chunks combined inside the attention's launch: wgpu-native only (decode_wgsl.c: the
        memory model), and where its (max, sum) per chunk fit the workgroup memory too */
     p->L = calloc((size_t)c->layers, sizeof *p->L);
@@ -777,7 +805,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     }
     if (!st) st = build_pass(p, 0, p->attn_chunk, &p->dec);
     if (!st) st = build_pass(p, 1, 0, &p->pre);
-    for (unsigned ch = 2 * p->attn_chunk; !st && p->attn_chunk && ch <= (unsigned)p->block / 16 && p->nlonger < 4; ch *= 2) {
+    for (unsigned ch = 2 * p->attn_chunk; !st && p->attn_chunk && ch <= (unsigned)p->block / 16 && p->nlonger < 4 && split_fits(p, ch, 0);
+         ch *= 2) {
         p->longer_chunk[p->nlonger] = ch;
         st = build_pass(p, 0, ch, &p->longer[p->nlonger++]);
     }
@@ -829,6 +858,15 @@ static const pass *decode_pass(const wgml_decode_plan *p, int64_t steps, uint32_
     const pass *ps = &p->dec;
     for (int i = 0; i < p->nlonger && (int64_t)R * p->Hkv * ((t + ch - 1) / ch) > target; i++) ch = p->longer_chunk[i], ps = &p->longer[i];
     return ps;
+}
+
+unsigned wgml_decode_step_chunk(const wgml_decode_plan *p, int64_t steps)
+{
+    if (!p || !p->active) return p ? p->attn_chunk : 0;
+    const pass *ps = decode_pass(p, steps, (uint32_t)p->active);
+    for (int i = 0; i < p->nlonger; i++)
+        if (ps == &p->longer[i]) return p->longer_chunk[i];
+    return p->attn_chunk;
 }
 
 /* Submits `steps` decode steps (or, steps = 0, one prefill pass of R rows, S picked), and
@@ -1075,6 +1113,7 @@ wgml_status wgml_decode_generate(wgml_decode_plan *p, int64_t steps, int32_t *ou
         if (slide && pending >= 0) {
             st = collect(p, pending, pend_k, pend_done, steps, ring, out);
             pending = -1;
+            if (p->stopped) break; /* (no restart, no chunk after a stop) */
         }
         for (int64_t s = 0; !st && slide && s < p->active; s++) {
             if (p->len[s] < p->block) continue;

@@ -118,6 +118,9 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
 /* What one decode step costs: dispatches (structural), and the host's encoding time of the
    last generate call per token, in seconds. */
 int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p);
+/* The attention's chunk (positions a workgroup; 0: whole) the next `steps` decode steps would
+   take from the started slots' positions now (attn_target). */
+unsigned wgml_decode_step_chunk(const wgml_decode_plan *p, int64_t steps);
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p);
 /* Bytes of weights one step reads (for the bandwidth it reaches). */
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);

@@ -658,6 +658,20 @@ int wgml_decode_attn_early_fits(const wgml_decode_attn *a, uint64_t wg_bytes)
     return early_layout(a, &tpp, &vpn, &kpt, &vpt) && (G * (ch + D) + 2 * D + wgs * (5 + 5 * G) + G * (1 + 2 * ns) + (a->sg ? 4 * G * ch : 0)) * 4 <= wg_bytes;
 }
 
+uint64_t wgml_decode_attn_late_bytes(const wgml_decode_attn *a)
+{
+    /* as the declarations below: sc, qs, red, inv and part; kown and vown (packed halves with
+       RoPE); the combine's cm, cl and lastwg; the fused projection's ob */
+    const uint64_t lw = cache_lw(a), G = a->G, D = a->D, wgs = a->wgs ? a->wgs : 256;
+    const int split = a->chunk > 0 && !a->wo_fused;
+    const uint64_t ch = split ? a->chunk : a->block, ns = split ? (a->block + a->chunk - 1) / a->chunk : 1;
+    uint64_t floats = G * ch + G * D + wgs + G + wgs * lw;
+    if (a->f16c && lw == 4 && a->rope) floats += 2 * D;
+    if (split && a->combine) floats += 2 * G * ns + 1;
+    if (a->wo_fused) floats += G * D;
+    return floats * 4;
+}
+
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 {
     sbuf b = {0};

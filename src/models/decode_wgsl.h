@@ -94,6 +94,9 @@ typedef struct wgml_decode_attn {
    multiple of 8, the chunk and (G + 1) 64 fit the workgroup, its 5 WGS G more floats of
    workgroup memory and 2 D fit too): the plan asks before it picks the wider workgroup. */
 int wgml_decode_attn_early_fits(const wgml_decode_attn *a, uint64_t wg_bytes);
+/* Bytes of workgroup memory a's kernel declares in its other forms (unsplit, or split with the
+   loads after the prologue), which the plan checks before it picks a chunk. */
+uint64_t wgml_decode_attn_late_bytes(const wgml_decode_attn *a);
 /* The split attention's chunks combined into each head's output (binding 10, rows of as):
    grid (rows, heads of G groups); bindings 0 rows, 4 sums, 9 (max, sum). */
 char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a);

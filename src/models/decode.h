@@ -47,10 +47,11 @@ typedef struct wgml_decode_desc {
     int mlp_block;            /* hidden units a workgroup of GPT-2's fused MLP, a multiple of 8 (0: 32, or 64 where
                                  32 would make more than 64 partial sums) */
     int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
-                                 each, and combined (combine_launch); 0: where the block is >= 512, 64 at batch 1,
-                                 else 32 times the batch rounded up to a power of two (unsplit where that reaches
-                                 the block), -1: never; a chunk >= the block does not split either,
-                                 nor does the fused GPT-2 form */
+                                 each, and combined (combine_launch); 0: where the block is >= 512 or its whole row
+                                 of scores does not fit the workgroup memory, 64 at batch 1, else 32 times the batch
+                                 rounded up to a power of two (unsplit where that reaches a block that fits whole),
+                                 -1: never (refused where the whole row does not fit); a chunk >= such a block does
+                                 not split either, nor does the fused GPT-2 form; halved until the chunk fits */
     int combine_launch;       /* 1: the split attention's chunks combined by a launch of their own; 0: by the last
                                  chunk workgroup of each K/V head to finish, where the runtime is wgpu-native (its
                                  storageBarrier is a device-scope fence: decode_wgsl.c), else the launch */
@@ -69,10 +70,11 @@ typedef struct wgml_decode_desc {
                                  the next tile's loads before this one's sums (its candidates then this many a row);
                                  -1: a workgroup a tile; 0: where the tiles number 4096 or more 528 at 32 lanes, else
                                  512; a tile each where they are fewer */
-    int f16_cache;            /* 1: the K/V cache in halves (f32 sums) where the adapter has shader-f16: half its memory
-                                 and its reads; 0: f32 */
+    int f16_cache;            /* 1: the K/V cache in halves (f32 sums) where the adapter has shader-f16 and K/V heads
+                                 times head size is even: half its memory and its reads; 0: f32 */
     int attn_target;          /* the decode step's attention takes, for each submit, the shortest of its chunk sizes
-                                 (attn_chunk's, then doubled while a sixteenth of the block) whose workgroups at the
+                                 (attn_chunk's, then doubled while a sixteenth of the block and the workgroup memory
+                                 allow, at most 4 more) whose workgroups at the
                                  longest position reached number at most this many (0: 192, an H100's or H200's
                                  multiprocessors and up to half again) */
     int host_layout;          /* 1: the matrices laid out for the GEMVs on the host (as before; comparisons), not by a
@@ -85,9 +87,9 @@ typedef struct wgml_decode_desc {
 typedef struct wgml_decode_plan wgml_decode_plan;
 
 /* g must outlive the plan: long prompts are prefilled through its graph.
-   WGML_ERROR_UNSUPPORTED when the shapes are past what the kernels take (the attention keeps
-   a row's scores in workgroup memory: (H / Hkv) block floats); the caller then keeps the
-   graph path. */
+   WGML_ERROR_UNSUPPORTED when the shapes are past what the kernels take (the attention keeps a
+   row's scores in workgroup memory: (H / Hkv) floats a position of a chunk, or of the whole
+   block where it fits or attn_chunk is -1); the caller then keeps the graph path. */
 wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *d, wgml_decode_plan **out);
 void wgml_decode_plan_free(wgml_decode_plan *p); /* NULL is fine */
 
@@ -115,8 +117,9 @@ wgml_status wgml_decode_generate_each(wgml_decode_plan *p, int64_t steps, int32_
 wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
                                int32_t *out, int (*on_token)(int32_t, void *), void *user, int on_cpu, int *used);
 
-/* What one decode step costs: dispatches (structural), and the host's encoding time of the
-   last generate call per token, in seconds. */
+/* What one decode step costs: dispatches (structural; the policy's chunk: a longer one may
+   differ by the combine's launches), and the host's encoding time of the last generate call
+   per token, in seconds. */
 int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p);
 /* The attention's chunk (positions a workgroup; 0: whole) the next `steps` decode steps would
    take from the started slots' positions now (attn_target). */

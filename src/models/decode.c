@@ -663,7 +663,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
        past that the prefill's attention splits too, into at most 64 chunks of a power of two
        positions (the late form: its scores, query heads, sums and parts in workgroup memory),
        combined by a launch, and the decode step neither keeps it whole nor fuses GPT-2's */
-    const int whole_fits = (uint64_t)(G * c->block + 2 * G * c->head_dim + 5 * wide_wgs + G) * 4 <= wg_mem;
+    const int whole_fits = (uint64_t)(G * c->block + 2 * G * c->head_dim + (d.f16_cache ? 2 * c->head_dim : 0) + 5 * wide_wgs + G) * 4 <=
+                           wg_mem; /* (scores, q (or the fused projection's inputs too), own k and v in halves, sums, parts) */
     if (!whole_fits && d.attn_chunk < 0)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
                          "(%u bytes here): block %lld is too long to keep whole (attn_chunk -1)", (long long)(G * c->block), wg_mem,

@@ -384,7 +384,10 @@ static void profile_by_kind(int64_t block)
         int nr = 0;
         double step = 0;
         CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+        wgml_stats a, b;
+        wgml_stats_get(ctx, &a);
         wgml_status st = wgml_decode_profile(plan, 2, rows, 16, &nr, &step);
+        wgml_stats_get(ctx, &b);
         if (!info.has_timestamp_query) CHECK(st == WGML_ERROR_UNSUPPORTED);
         else {
             CHECK_OK(ctx, st);
@@ -397,11 +400,11 @@ static void profile_by_kind(int64_t block)
                 CHECK(room ? rows[i].without_seconds > 0 : rows[i].without_seconds == 0);
                 launches += rows[i].launches;
             }
-            /* (leaving out the four GEMV kinds and the attention's takes time off the step) */
-            double left_out = 0;
-            for (int i = 0; room && i < nr; i++) left_out += step - rows[i].without_seconds;
-            if (room) CHECK(left_out > 0);
             CHECK(launches == wgml_decode_dispatches_per_step(plan) && launches == 1 + 6 * 2 + 2);
+            /* each of the 2 steps: its n launches alone, in one pass, and (with room) the pass
+               without each kind, n - that kind's launches: n (1 + kinds) in all */
+            const int64_t n = launches;
+            CHECK((int64_t)(b.dispatches - a.dispatches) == 2 * (room ? n * (1 + nr) : 2 * n));
             CHECK(step > 0);
             CHECK(wgml_decode_generate(plan, 1, got + 1) == WGML_ERROR_INVALID_ARGUMENT); /* not started again */
             /* past the block: refused */

@@ -2,8 +2,9 @@
  * The decode plan (models/decode.c): generation without building a graph per token.
  *
  * Made once per sampling session from a model: its weights copied into a GEMV-friendly layout
- * (each output's weights contiguous, optionally as f16), a KV cache per layer for `batch`
- * sequences (slots), the activations, and every pipeline and bind group. A token then costs a
+ * (each output's weights contiguous, optionally as f16; laid out by a graph on the GPU), a KV
+ * cache per layer for `batch` sequences (slots; f32, or halves), the activations, and every
+ * pipeline and bind group. A token then costs a
  * fixed list of dispatches that reads two small buffers the GPU itself updates: each row's
  * (slot, position, token) and the tokens sampled so far. The sampling kernel writes the next
  * token and position there, so several tokens are recorded into one submit and read back
@@ -17,7 +18,9 @@
  * residual stream), else 5 (norm+QKV+bias+append, attention, projection+residual,
  * norm+MLP-up+GELU, MLP-down+residual); Llama 5 (QK-norm+RoPE+append inside the attention);
  * one more a layer where the decode step's attention is split over chunks of positions (its
- * combine; by default where the block is 512 or longer); plus the final norm+head (each of its
+ * combine, unless the chunks' last workgroup does it on wgpu-native; by default where the block
+ * is 512 or longer, or too long for a whole row of scores: then with a few chunk sizes, each
+ * submit taking the one its positions call for); plus the final norm+head (each of its
  * workgroups leaving its best noised logit as a candidate) and the sampler over the candidates
  * (and the embedding, where not fused).
  *

@@ -462,6 +462,26 @@ static void cache_in_halves(void)
     f16_cache = 0, plan_only = 0;
 }
 
+/* A plan of d over m from prompt: its first nn tokens are the reference's greedy ones (and, where
+   chunk > 0, the attention's chunk its first step takes after the prompt is that). */
+static void plan_vs_reference(model *m, const wgml_decode_desc *d, const int32_t *prompt, int64_t np, int nn, unsigned chunk,
+                              const char *what)
+{
+    wgml_context *ctx = test_context();
+    int32_t want[32], got[32];
+    if (nn > 32) nn = 32;
+    reference_greedy(m->r, prompt, (int)np, nn, want);
+    wgml_decode_plan *plan = NULL;
+    CHECK_OK(ctx, wgml_decode_plan_create(&m->g, d, &plan));
+    if (plan) {
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &prompt, &np, got));
+        if (chunk) CHECK(wgml_decode_step_chunk(plan, 1) == chunk);
+        CHECK_OK(ctx, wgml_decode_generate(plan, nn - 1, got + 1));
+        same_tokens(what, got, want, nn);
+    }
+    wgml_decode_plan_free(plan);
+}
+
 /* The GEMVs' matrices laid out by a graph on the GPU (where the widths are multiples of 8: here
    every matrix, the SwiGLU's interleaved gate and up among them) give the tokens of the host's
    layout and of the reference: f32 and f16 weights, Llama and GPT-2 (fused and not). */
@@ -471,28 +491,16 @@ static void matrices_laid_out_on_the_gpu(void)
     const wgml_gpt_config llama16 = {.arch = WGML_GPT_LLAMA, .vocab = 37, .block = 12, .layers = 2, .heads = 4, .kv_heads = 2,
                                      .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 100.0f};
     const wgml_gpt_config *cfgs[] = {&llama16, &gpt2_cfg};
-    enum { NP = 3, NN = 20 };
-    const int32_t prompt[NP] = {5, 1, 19};
-    const int32_t *pp = prompt;
-    const int64_t np = NP;
+    const int32_t prompt[3] = {5, 1, 19};
     for (int ci = 0; ci < 2; ci++)
         for (int f16 = 0; f16 < 2; f16++) {
             model m;
             model_make(ctx, cfgs[ci], f16, &m);
-            int32_t want[NN], got[2][NN];
-            reference_greedy(m.r, prompt, NP, NN, want);
             for (int host = 0; host < 2; host++)
                 for (int unfused = 0; unfused < (ci == 1 ? 2 : 1); unfused++) {
-                    wgml_decode_plan *plan = NULL;
                     const wgml_decode_desc d = {.batch = 1, .f16_weights = f16, .steps_per_submit = 4, .host_layout = host,
                                                 .unfused = unfused};
-                    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-                    if (plan) {
-                        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got[host]));
-                        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got[host] + 1));
-                        same_tokens(host ? "host layout vs reference" : "GPU layout vs reference", got[host], want, NN);
-                    }
-                    wgml_decode_plan_free(plan);
+                    plan_vs_reference(&m, &d, prompt, 3, 20, 0, host ? "host layout vs reference" : "GPU layout vs reference");
                 }
             model_free(&m);
         }
@@ -601,22 +609,11 @@ static void long_block(void)
         model_make(ctx, cfgs[ci], 0, &m);
         for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 11 + 3) % m.cfg.vocab);
         for (int v = 0; v < 5; v++) { /* (3, 4: the decode step's longer chunks, 128 from position 65 on, and 512) */
-            const int64_t np = v == 2 ? 5 : v == 3 ? 58 : NP;
-            const int32_t *pp = prompt;
-            int32_t want[NN], got[NN];
-            reference_greedy(m.r, prompt, (int)np, NN, want);
-            wgml_decode_plan *plan = NULL;
             const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .max_prefill = 16, .graph_prefill = v == 1 ? -1 : 0,
                                         .attn_target = v == 3 ? (int)m.cfg.kv_heads : v == 4 ? 1 : 0};
-            CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-            if (plan) {
-                CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
-                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
-                same_tokens(v == 0 ? "long block, graph prefill" : v == 1 ? "long block, rows prefill" : v == 2 ? "long block, short prompt"
-                                                                                        : "long block, longer chunks",
-                            got, want, NN);
-            }
-            wgml_decode_plan_free(plan);
+            static const char *const what[] = {"long block, graph prefill", "long block, rows prefill", "long block, short prompt",
+                                               "long block, longer chunks", "long block, longest chunks"};
+            plan_vs_reference(&m, &d, prompt, v == 2 ? 5 : v == 3 ? 58 : NP, NN, 0, what[v]);
         }
         /* kept whole, as attn_chunk -1 asks: refused */
         wgml_decode_plan *bad = NULL;
@@ -634,22 +631,11 @@ static void long_block(void)
         model m;
         model_make(ctx, &l, 0, &m);
         enum { LP = 300 };
-        int32_t lp[LP], want[NN], got[NN];
+        int32_t lp[LP];
         for (int i = 0; i < LP; i++) lp[i] = (int32_t)((i * 7 + 1) % m.cfg.vocab);
-        reference_greedy(m.r, lp, LP, NN, want);
-        const int32_t *pp = lp;
-        const int64_t np = LP;
-        wgml_decode_plan *plan = NULL;
         const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .max_prefill = 64, .graph_prefill = -1,
                                     .attn_target = 2 * (int)m.cfg.kv_heads};
-        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-        if (plan) {
-            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
-            CHECK(wgml_decode_step_chunk(plan, 1) == 256);
-            CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
-            same_tokens("long block, 300 positions", got, want, NN);
-        }
-        wgml_decode_plan_free(plan);
+        plan_vs_reference(&m, &d, lp, LP, NN, 256, "long block, 300 positions");
         model_free(&m);
     }
     {
@@ -657,22 +643,10 @@ static void long_block(void)
         g8.block = 16384, g8.heads = 8, g8.kv_heads = 1, g8.width = 16;
         model m;
         model_make(ctx, &g8, 0, &m);
-        enum { SP = 6 };
-        const int32_t sp[SP] = {4, 8, 15, 16, 2, 4};
-        int32_t want[NN], got[NN];
-        reference_greedy(m.r, sp, SP, NN, want);
-        const int32_t *pp = sp;
-        const int64_t np = SP;
+        const int32_t sp[6] = {4, 8, 15, 16, 2, 4};
         for (int t = 0; t < 2; t++) { /* the policy's chunk, and the longest that fits (attn_target 1) */
-            wgml_decode_plan *plan = NULL;
             const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 4, .attn_target = t};
-            CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-            if (plan) {
-                CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
-                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
-                same_tokens("long block, 8 query heads a K/V head", got, want, NN);
-            }
-            wgml_decode_plan_free(plan);
+            plan_vs_reference(&m, &d, sp, 6, NN, 0, "long block, 8 query heads a K/V head");
         }
         model_free(&m);
     }

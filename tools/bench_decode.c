@@ -46,18 +46,23 @@ static void profile(wgml_decode_plan *plan, int64_t B, const int32_t **pp, const
     }
 }
 
+/* Rows whose name holds WGML_BENCH_DECODE_ONLY (comparisons on the GPU machine), or all. */
+static int wanted(const char *name)
+{
+    const char *only = getenv("WGML_BENCH_DECODE_ONLY");
+    return !only || !*only || strstr(name, only) != NULL;
+}
+
 /* One row: a plan of batch B over g; prompts of n_prompt tokens; ntok steps timed (best of
    reps after one warm-up round). */
 static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int unfused, int64_t n_prompt, int64_t ntok, int reps)
 {
     wgml_context *ctx = g->ctx;
     wgml_decode_plan *plan = NULL;
-    /* comparisons on the GPU machine: rows whose name holds WGML_BENCH_DECODE_ONLY, and the
-       plan's choices forced (WGML_DECODE_ATTN_CHUNK, _LANES, _MLP_BLOCK, _GRAPH_PREFILL,
+    /* comparisons on the GPU machine: the plan's choices forced (WGML_DECODE_ATTN_CHUNK, _LANES, _MLP_BLOCK, _GRAPH_PREFILL,
        _SAMPLE_LOGITS, _ATTN_COLS, _COMBINE_LAUNCH, _HEAD_LANES, _ATTN_LATE, _ATTN_WGS, _SUBGROUPS, _HEAD_WGS, _F16_CACHE, _HOST_LAYOUT, _ATTN_TARGET:
        wgml_decode_desc) */
-    const char *only = getenv("WGML_BENCH_DECODE_ONLY");
-    if (only && *only && !strstr(name, only)) return;
+    if (!wanted(name)) return;
     const char *chunk = getenv("WGML_DECODE_ATTN_CHUNK"), *lanes = getenv("WGML_DECODE_LANES"), *mb = getenv("WGML_DECODE_MLP_BLOCK");
     const char *gp = getenv("WGML_DECODE_GRAPH_PREFILL"), *sl = getenv("WGML_DECODE_SAMPLE_LOGITS"), *ac = getenv("WGML_DECODE_ATTN_COLS");
     const char *cl = getenv("WGML_DECODE_COMBINE_LAUNCH"), *hl = getenv("WGML_DECODE_HEAD_LANES"), *al = getenv("WGML_DECODE_ATTN_LATE");
@@ -122,8 +127,7 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
    (each the second of two calls: the first compiles the kernels). */
 static void generate_row(wgml_gpt *g, const char *name, int64_t n_prompt, int64_t n)
 {
-    const char *only = getenv("WGML_BENCH_DECODE_ONLY");
-    if (only && *only && !strstr(name, only)) return;
+    if (!wanted(name)) return;
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt), *out = malloc((size_t)n * sizeof *out);
     double t[2] = {NAN, NAN};
     int ok = prompt && out;
@@ -178,7 +182,7 @@ void bench_decode_qwen(int quick)
     decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, 0, prompt, ntok, quick ? 1 : 3);
     generate_row(&g, "qwen3_0.6b_generate", prompt, big ? 256 : 8);
     /* WGML_BENCH_DECODE_SWEEP="VAR=v VAR=v;...": the b1 row again for each entry with its variables
-       set (the plan's knobs above), the model made once (a plan takes ~11 s on the GPU machine) */
+       set (the plan's knobs above), the model made once */
     const char *sweep = getenv("WGML_BENCH_DECODE_SWEEP");
     if (sweep && *sweep) {
         char *all = strdup(sweep);
@@ -206,8 +210,7 @@ void bench_decode_qwen(int quick)
     wgml_gpt_free(&g);
     /* a long context: block 8,192 (a whole block's scores past the workgroup memory: the
        prefill's attention splits too), 4,096 positions held (GPU only) */
-    const char *only = getenv("WGML_BENCH_DECODE_ONLY");
-    if (big && (!only || !*only || strstr("qwen3_0.6b_decode_b1_f16_ctx4096", only))) {
+    if (big && wanted("qwen3_0.6b_decode_b1_f16_ctx4096")) {
         cfg.block = 8192;
         if (wgml_gpt_init(ctx, &cfg, 1, &g)) fprintf(stderr, "wgml bench decode: the model: %s\n", wgml_error_message(ctx));
         else {

@@ -27,6 +27,7 @@ typedef struct launch {
 typedef struct pass {
     launch *l;
     int n, cap;
+    unsigned chunk; /* a decode step's: its attention's positions a workgroup (0: whole) */
 } pass;
 
 typedef struct layer_bufs {
@@ -63,7 +64,6 @@ struct wgml_decode_plan {
     /* decode steps whose attention takes longer chunks (twice attn_chunk, four times...: at
        most a sixteenth of the block each), for long contexts: submit picks by the positions */
     pass longer[4];
-    unsigned longer_chunk[4];
     int nlonger;
     int64_t weight_bytes;
     /* host state per slot */
@@ -132,33 +132,19 @@ static WGPUBuffer upload_matrix(wgml_decode_plan *p, const float *src, int64_t N
         *st = wgml_fail(p->ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
         return b;
     }
-    /* in tiles of 64 x 64, so that a transposing get (a column of the model's matrix: reads
-       N floats apart) reads each of its cache lines once */
-    enum { TILE = 64 };
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
         int64_t nr = N - n0 < rows ? N - n0 : rows;
-        for (int64_t nb = 0; nb < nr; nb += TILE)
-            for (int64_t kb = 0; kb < KP; kb += TILE)
-                for (int64_t n = nb; n < nb + TILE && n < nr; n++)
-                    for (int64_t k = kb; k < kb + TILE && k < KP; k++) {
-                        float v = k < K ? get(src, n0 + n, k, dims) : 0.0f;
-                        if (f16) ((uint16_t *)tmp)[n * KP + k] = wgml_f32_to_half(v);
-                        else ((float *)tmp)[n * KP + k] = v;
-                    }
+        for (int64_t n = 0; n < nr; n++)
+            for (int64_t k = 0; k < KP; k++) {
+                float v = k < K ? get(src, n0 + n, k, dims) : 0.0f;
+                if (f16) ((uint16_t *)tmp)[n * KP + k] = wgml_f32_to_half(v);
+                else ((float *)tmp)[n * KP + k] = v;
+            }
         write_buffer(p, b, (uint64_t)(n0 * KP) * (f16 ? 2u : 4u), tmp, (size_t)(nr * KP) * (f16 ? 2u : 4u));
     }
     free(tmp);
     p->weight_bytes += (int64_t)bytes;
     return b;
-}
-
-/* A matrix as the model holds it ([rows, cols], y = x m), rows padded to round8(cols), f32 or
-   f16 (the fused launches read a row of it per input). */
-static WGPUBuffer upload_io(wgml_decode_plan *p, const float *src, int64_t rows, int64_t cols, const char *what, wgml_status *st)
-{
-    const int64_t dims[2] = {cols, 0};
-    /* the same layout upload_matrix makes of "output" n = row n, "input" k = column k */
-    return upload_matrix(p, src, rows, cols, elem_rows, dims, what, st);
 }
 
 /* A parameter's values on the host (malloc'ed). */
@@ -172,7 +158,8 @@ static float *read_param(wgml_decode_plan *p, wgml_tensor *t, wgml_status *st)
     return h;
 }
 
-/* How a matrix of the model becomes the GEMV's [N, K] rows (upload_matrix's get functions). */
+/* How a matrix of the model becomes the GEMV's [N, K] rows: as it is ([N, K]), transposed
+   ([K, N]), or SwiGLU's [K, 2F] gate | up interleaved (row 2f gate column f, 2f + 1 up's). */
 enum { LAYOUT_ROWS, LAYOUT_COLS, LAYOUT_SWIGLU };
 
 typedef struct gpu_matrix {
@@ -185,14 +172,14 @@ typedef struct gpu_matrix {
 
 /* A copy of evaluated tensor t's bytes into dst at dst_off, recorded in enc (a node's own buffer
    starts at 0, and copies move whole words: offsets and sizes are kept multiples of 4). */
-static wgml_status copy_out(wgml_context *ctx, WGPUCommandEncoder enc, const wgml_tensor *t, WGPUBuffer dst, uint64_t dst_off,
+static wgml_status copy_out(wgml_context *ctx, WGPUCommandEncoder enc, wgml_tensor *t, WGPUBuffer dst, uint64_t dst_off,
                             uint64_t bytes, const char *what)
 {
     const uint64_t from = (uint64_t)t->offset * (uint64_t)wgml_dtype_bytes(t->dtype);
     if (from % 4 || dst_off % 4 || bytes % 4)
         return wgml_fail(ctx, WGML_ERROR_VALIDATION, "%s: a copy at byte %llu of %llu bytes", what, (unsigned long long)from,
                          (unsigned long long)bytes);
-    wgpuCommandEncoderCopyBufferToBuffer(enc, wgml_tensor_base((wgml_tensor *)t)->buf->handle, from, dst, dst_off, bytes);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, wgml_tensor_base(t)->buf->handle, from, dst, dst_off, bytes);
     return WGML_OK;
 }
 
@@ -252,6 +239,25 @@ static wgml_status gpu_matrices(wgml_decode_plan *p, gpu_matrix *m, int n)
     st = submit_copies(ctx, enc, st);
     wgml_scope_end(ctx);
     return st;
+}
+
+/* The same on the host, element by element (rows needing padding, or past a binding). */
+static wgml_status host_matrices(wgml_decode_plan *p, gpu_matrix *m, int n)
+{
+    static const elem_fn get[] = {[LAYOUT_ROWS] = elem_rows, [LAYOUT_COLS] = elem_cols, [LAYOUT_SWIGLU] = elem_swiglu};
+    wgml_status st = WGML_OK;
+    for (int i = 0; !st && i < n; i++) {
+        float *h = read_param(p, m[i].src, &st);
+        *m[i].out = upload_matrix(p, h, m[i].N, m[i].K, get[m[i].layout], (int64_t[2]){m[i].K, m[i].N}, m[i].what, &st);
+        free(h);
+    }
+    return st;
+}
+
+/* The matrices in the GEMVs' layout, by the GPU where they fit (host_layout 0), else the host. */
+static wgml_status lay_out(wgml_decode_plan *p, gpu_matrix *m, int n)
+{
+    return p->gpu_layout && gpu_layout_fits(p, m, n) ? gpu_matrices(p, m, n) : host_matrices(p, m, n);
 }
 
 /* ---------------------------------------------------------------- launches */
@@ -320,14 +326,12 @@ static uint32_t head_workgroups(const wgml_decode_desc *d, unsigned lanes, uint3
     return (uint32_t)(want < tiles ? want : tiles);
 }
 
-/* The chunks combined inside the split attention's launch: wgpu-native only (decode_wgsl.c: the
-   memory model), and where its (max, sum) per chunk fit the workgroup memory too. */
-static int combine_fits(const wgml_decode_plan *p, unsigned chunk)
+/* Whether the split attention's chunks may be combined by its launch's last workgroup:
+   wgpu-native only (decode_wgsl.c: the memory model), unless combine_launch. */
+static int combine_possible(const wgml_decode_plan *p)
 {
-    const wgml_context *ctx = p->ctx;
-    const int64_t G = p->H / p->Hkv, ns = (p->block + chunk - 1) / chunk;
-    return !p->d.combine_launch && strcmp(ctx->rt.info.runtime ? ctx->rt.info.runtime : "", "wgpu-native") == 0 &&
-           (uint64_t)(G * chunk + 2 * G * p->D + 5 * p->wide_wgs + G + 2 * G * ns + 1) * 4 <= ctx->rt.limits.maxComputeWorkgroupStorageSize;
+    const char *rt = p->ctx->rt.info.runtime;
+    return !p->d.combine_launch && rt && strcmp(rt, "wgpu-native") == 0;
 }
 
 /* The split attention's threads: 256, more where its G + 1 heads' RoPE needs 64 each. */
@@ -338,21 +342,34 @@ static unsigned split_wgs_of(const wgml_decode_plan *p)
     return w;
 }
 
-/* Whether the split attention at this chunk (the prefill's, or the decode step's with its
-   combine where it fits) fits the workgroup memory in its late form (the early one is taken only
-   where it fits: wgml_decode_attn_early_fits). */
-static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
+/* Whether the attention's late form (unsplit: chunk 0) fits the workgroup memory: the
+   prefill's, or the decode step's (RoPE inside for Llama; combined where combine asks) (the
+   early form is taken only where it fits too: wgml_decode_attn_early_fits). */
+static int attn_fits(const wgml_decode_plan *p, unsigned chunk, int prefill, int combine)
 {
     const wgml_decode_attn a = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
-                                .block = (unsigned)p->block, .chunk = chunk, .wgs = split_wgs_of(p), .rope = p->llama && !prefill,
-                                .combine = !prefill && combine_fits(p, chunk), .f16c = p->f16c};
+                                .block = (unsigned)p->block, .chunk = chunk, .wgs = chunk ? split_wgs_of(p) : p->wide_wgs,
+                                .rope = p->llama && !prefill, .combine = combine, .f16c = p->f16c,
+                                .wo_fused = !chunk && !p->llama}; /* (whole: GPT-2's fused form, the larger) */
     return wgml_decode_attn_late_bytes(&a) <= p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
+}
+
+/* The chunks combined inside the split attention's launch, where that is possible and its
+   (max, sum) per chunk fit the workgroup memory too. */
+static int combine_fits(const wgml_decode_plan *p, unsigned chunk) { return combine_possible(p) && attn_fits(p, chunk, 0, 1); }
+
+/* Whether the split attention at this chunk (the prefill's, or the decode step's with its
+   combine where it fits) fits the workgroup memory. */
+static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
+{
+    return attn_fits(p, chunk, prefill, !prefill && combine_fits(p, chunk));
 }
 
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
 {
+    ps_->chunk = dec_chunk;
     WGPUBuffer rows = prefill ? p->prows : p->drows, pas = prefill ? p->ppass : p->dpass, picks = prefill ? p->ppicks : p->dpicks;
     const unsigned RB = prefill ? 8 : (unsigned)(p->B < 8 ? p->B : 8);
     const float eps = p->cfg.norm_eps;
@@ -556,31 +573,13 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
     wgml_tensor **P = g->m.params + first;
     layer_bufs *lb = &p->L[l];
     const int64_t C = p->C, F = p->F;
-    wgml_status st = WGML_OK;
-    /* the matrices, [in, out] in the model: transposed (on the GPU where they fit) */
+    /* the matrices, [in, out] in the model: transposed (the fused GPT-2's wo and w2 read as they are) */
     const int iq = p->llama ? 1 : 2, io = p->llama ? 2 : 4, i1 = p->llama ? 4 : 8, i2 = p->llama ? 5 : 10;
     gpu_matrix gm[4] = {{P[iq], LAYOUT_COLS, p->Q, C, "decode wqkv", &lb->wqkv},
                         {P[io], p->fused ? LAYOUT_ROWS : LAYOUT_COLS, p->fused ? p->A : C, p->fused ? C : p->A, "decode wo", &lb->wo},
                         {P[i1], p->llama ? LAYOUT_SWIGLU : LAYOUT_COLS, p->llama ? 2 * F : F, C, "decode w1", &lb->w1},
                         {P[i2], p->fused ? LAYOUT_ROWS : LAYOUT_COLS, p->fused ? F : C, p->fused ? C : F, "decode w2", &lb->w2}};
-    if (p->gpu_layout && gpu_layout_fits(p, gm, 4)) st = gpu_matrices(p, gm, 4);
-    else { /* on the host */
-        float *m = read_param(p, P[iq], &st);
-        lb->wqkv = upload_matrix(p, m, p->Q, C, elem_cols, (int64_t[2]){C, p->Q}, "decode wqkv", &st);
-        free(m);
-        m = read_param(p, P[io], &st);
-        if (p->fused) lb->wo = upload_io(p, m, p->A, C, "decode wo", &st);
-        else lb->wo = upload_matrix(p, m, C, p->A, elem_cols, (int64_t[2]){p->A, C}, "decode wo", &st);
-        free(m);
-        m = read_param(p, P[i1], &st);
-        if (p->llama) lb->w1 = upload_matrix(p, m, 2 * F, C, elem_swiglu, (int64_t[2]){C, 2 * F}, "decode wgu", &st);
-        else lb->w1 = upload_matrix(p, m, F, C, elem_cols, (int64_t[2]){C, F}, "decode w1", &st);
-        free(m);
-        m = read_param(p, P[i2], &st);
-        if (p->fused) lb->w2 = upload_io(p, m, F, C, "decode w2", &st);
-        else lb->w2 = upload_matrix(p, m, C, F, elem_cols, (int64_t[2]){F, C}, "decode w2", &st);
-        free(m);
-    }
+    wgml_status st = lay_out(p, gm, 4);
     /* the vectors, one buffer */
     static const int gpt2_vecs[] = {0, 1, 3, 5, 6, 7, 9, 11}, llama_vecs[] = {0, 3, 6, 7};
     const int *which = p->llama ? llama_vecs : gpt2_vecs;
@@ -659,16 +658,6 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     const unsigned wide_wgs = lim->maxComputeInvocationsPerWorkgroup >= 1024 && lim->maxComputeWorkgroupSizeX >= 1024 ? 1024 : 256;
     if (d.attn_wgs != 0 && d.attn_wgs != 256 && !(d.attn_wgs == 512 && wide_wgs >= 512) && !(d.attn_wgs == 1024 && wide_wgs >= 1024))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_wgs = %d; want 0, 256, 512 or 1024, at most %u", d.attn_wgs, wide_wgs);
-    /* The attention over a whole block keeps its scores (G a position) in workgroup memory;
-       past that the prefill's attention splits too, into at most 64 chunks of a power of two
-       positions (the late form: its scores, query heads, sums and parts in workgroup memory),
-       combined by a launch, and the decode step neither keeps it whole nor fuses GPT-2's */
-    const int whole_fits = (uint64_t)(G * c->block + 2 * G * c->head_dim + (d.f16_cache ? 2 * c->head_dim : 0) + 5 * wide_wgs + G) * 4 <=
-                           wg_mem; /* (scores, q (or the fused projection's inputs too), own k and v in halves, sums, parts) */
-    if (!whole_fits && d.attn_chunk < 0)
-        return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
-                         "(%u bytes here): block %lld is too long to keep whole (attn_chunk -1)", (long long)(G * c->block), wg_mem,
-                         (long long)c->block);
     /* (f16 weights need no shader-f16: unpack2x16float is core WGSL, the sums stay f32) */
     wgml_decode_plan *p = calloc(1, sizeof *p);
     if (!p) return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
@@ -679,6 +668,16 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->C = c->width, p->D = c->head_dim, p->H = c->heads, p->Hkv = c->kv_heads, p->A = p->H * p->D;
     p->Q = (p->H + 2 * p->Hkv) * p->D, p->F = c->ffn, p->V = c->vocab, p->block = c->block, p->B = d.batch;
     p->P = d.max_prefill, p->rmax = p->P > p->B ? p->P : p->B, p->cap = (uint32_t)d.steps_per_submit;
+    /* The attention over a whole block keeps its scores (G a position) in workgroup memory;
+       past that the prefill's attention splits too (below) and GPT-2 is not fused */
+    const int whole_fits = attn_fits(p, 0, 0, 0);
+    if (!whole_fits && d.attn_chunk < 0) {
+        wgml_status e = wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the attention keeps %lld scores a row in workgroup memory "
+                                  "(%u bytes here): block %lld is too long to keep whole (attn_chunk -1)", (long long)(G * c->block),
+                                  wg_mem, (long long)c->block);
+        free(p);
+        return e;
+    }
     /* 32 hidden units a workgroup where the partial sums stay few (the character GPT's MLP: 48
        workgroups, 4,604 tokens/s against 3,778 with 64 on the H200, docs/MEASUREMENTS.md) */
     p->mlp_block = d.mlp_block ? d.mlp_block : (p->F + 31) / 32 <= 64 ? 32 : 64;
@@ -698,10 +697,9 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     while (auto_chunk < 32 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
     p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 || !whole_fits ? auto_chunk : 0u;
     if (p->attn_chunk >= (unsigned)c->block && whole_fits) p->attn_chunk = 0;
-    /* The attention over a whole block keeps its scores (G a position) in workgroup memory;
-       past that the prefill's attention splits too, into at most 64 chunks of a power of two
-       positions (the late form), combined by a launch, the decode step's chunks are halved
-       until they fit, and GPT-2 is not fused (above) */
+    /* Where the whole block's scores do not fit: the prefill's attention in at most 64 chunks of
+       a power of two positions, combined by a launch; the decode step's chunks halved until
+       they fit */
     if (!whole_fits) {
         unsigned pc = 64;
         while ((c->block + pc - 1) / pc > 64) pc *= 2;
@@ -726,16 +724,10 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
     wgml_scope_push(&ctx->rt);
     for (int64_t l = 0; !st && l < c->layers; l++) st = upload_layer(p, g, l);
-    float *m = NULL;
     gpu_matrix ge = {g->m.params[0], LAYOUT_ROWS, p->V, p->C, "decode embedding", &p->wte};
-    if (!st && p->gpu_layout && gpu_layout_fits(p, &ge, 1)) st = gpu_matrices(p, &ge, 1);
-    else {
-        m = read_param(p, g->m.params[0], &st);
-        p->wte = upload_matrix(p, m, p->V, p->C, elem_rows, (int64_t[2]){p->C, p->V}, "decode embedding", &st);
-        free(m);
-    }
+    if (!st) st = lay_out(p, &ge, 1);
     if (!p->llama) {
-        m = read_param(p, g->m.params[1], &st);
+        float *m = read_param(p, g->m.params[1], &st);
         p->wpe = make_buffer(p, (uint64_t)(p->block * p->C) * 4, STORAGE, "decode positions", &st);
         if (!st) write_buffer(p, p->wpe, 0, m, (size_t)(p->block * p->C) * 4);
         free(m);
@@ -772,8 +764,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         p->asums = make_buffer(p, (uint64_t)p->A * rows_ns * 4, STORAGE, "decode attention chunks", &st);
         p->aml = make_buffer(p, (uint64_t)p->H * rows_ns * 2 * 4, STORAGE, "decode attention chunk maxima", &st);
         /* (zeroed, as WebGPU makes every buffer; each launch leaves them at zero again) */
-        /* (for every chunk size whose combine_fits: they are wgpu-native's) */
-        if (p->attn_chunk && !d.combine_launch && strcmp(ctx->rt.info.runtime ? ctx->rt.info.runtime : "", "wgpu-native") == 0)
+        /* (for every chunk size whose combine_fits) */
+        if (p->attn_chunk && combine_possible(p))
             p->acount = make_buffer(p, (uint64_t)(p->B * p->Hkv) * 4, STORAGE, "decode attention chunk counters", &st);
     }
     p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
@@ -807,10 +799,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (!st) st = build_pass(p, 0, p->attn_chunk, &p->dec);
     if (!st) st = build_pass(p, 1, 0, &p->pre);
     for (unsigned ch = 2 * p->attn_chunk; !st && p->attn_chunk && ch <= (unsigned)p->block / 16 && p->nlonger < 4 && split_fits(p, ch, 0);
-         ch *= 2) {
-        p->longer_chunk[p->nlonger] = ch;
+         ch *= 2)
         st = build_pass(p, 0, ch, &p->longer[p->nlonger++]);
-    }
     wgml_status sst = wgml_scope_pop(&ctx->rt, "decode plan");
     if (!st) st = sst;
     if (st) {
@@ -855,19 +845,14 @@ static const pass *decode_pass(const wgml_decode_plan *p, int64_t steps, uint32_
     for (int64_t s = 0; s < p->active; s++)
         if (p->len[s] + steps > t) t = p->len[s] + steps;
     const int64_t target = p->d.attn_target > 0 ? p->d.attn_target : 192;
-    unsigned ch = p->attn_chunk;
     const pass *ps = &p->dec;
-    for (int i = 0; i < p->nlonger && (int64_t)R * p->Hkv * ((t + ch - 1) / ch) > target; i++) ch = p->longer_chunk[i], ps = &p->longer[i];
+    for (int i = 0; i < p->nlonger && (int64_t)R * p->Hkv * ((t + ps->chunk - 1) / ps->chunk) > target; i++) ps = &p->longer[i];
     return ps;
 }
 
 unsigned wgml_decode_step_chunk(const wgml_decode_plan *p, int64_t steps)
 {
-    if (!p || !p->active) return p ? p->attn_chunk : 0;
-    const pass *ps = decode_pass(p, steps, (uint32_t)p->active);
-    for (int i = 0; i < p->nlonger; i++)
-        if (ps == &p->longer[i]) return p->longer_chunk[i];
-    return p->attn_chunk;
+    return !p ? 0 : p->active ? decode_pass(p, steps, (uint32_t)p->active)->chunk : p->attn_chunk;
 }
 
 /* Submits `steps` decode steps (or, steps = 0, one prefill pass of R rows, S picked), and

@@ -834,11 +834,10 @@ static void encode_pass(wgml_decode_plan *p, WGPUComputePassEncoder cp, const pa
 }
 
 /* The decode step's pass for `steps` steps from the slots' positions now: the attention's
-   shortest chunk whose workgroups at the longest position reached stay within attn_target
-   (192: about one per multiprocessor of an H100 or H200, or up to half again; Qwen3's shape on an
-   H200 at 4,096 positions: chunks of 64 (512 workgroups) 460 tokens/s, 128 (256) 557, 256
-   (128) 604, 512 (64) 477; at 512 positions the policy's 64 make 64 workgroups;
-   docs/MEASUREMENTS.md). */
+   shortest chunk whose workgroups at the longest position reached stay within attn_target.
+   192 takes chunks of 256 (128 workgroups) for Qwen3's shape at 4,096 positions, the best of
+   an H200's sweep there (chunks of 64: 460 tokens/s, 128: 557, 256: 604, 512: 477), and keeps
+   the policy's 64 at 512 positions (64 workgroups); docs/MEASUREMENTS.md. */
 static const pass *decode_pass(const wgml_decode_plan *p, int64_t steps, uint32_t R)
 {
     int64_t t = 0;

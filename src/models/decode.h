@@ -78,8 +78,8 @@ typedef struct wgml_decode_desc {
     int attn_target;          /* the decode step's attention takes, for each submit, the shortest of its chunk sizes
                                  (attn_chunk's, then doubled while a sixteenth of the block and the workgroup memory
                                  allow, at most 4 more) whose workgroups at the
-                                 longest position reached number at most this many (0: 192, an H100's or H200's
-                                 multiprocessors and up to half again) */
+                                 longest position reached number at most this many (0: 192: chunks of 256 for Qwen3's
+                                 shape at 4,096 positions, the best of an H200's sweep there) */
     int host_layout;          /* 1: the matrices laid out for the GEMVs on the host (as before; comparisons), not by a
                                  graph on the GPU (where rows need no padding and each fits a binding) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window

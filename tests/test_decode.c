@@ -167,7 +167,6 @@ static int head_lanes;     /* the LM head's lanes an output (0: the plan's choic
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
-static int prefetch;       /* the attention's matrices read ahead (wgml_decode_desc's prefetch) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
@@ -200,7 +199,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
                                 .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .f16_cache = f16_cache, .prefetch = prefetch, .prefetch_wgs = prefetch ? 3 : 0};
+                                .f16_cache = f16_cache};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -461,49 +460,6 @@ static void cache_in_halves(void)
     check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
     graph_prefill = 0;
     f16_cache = 0, plan_only = 0;
-}
-
-/* The decode step's split attention reading its layer's next matrices ahead (prefetch 1 .. 4,
-   three workgroups of its own): the reference's tokens past the block (check_single_chunk), f32
-   and f16 weights, loads before and after the prologue; the bytes read ahead are the matrices'
-   (wo, gate/up, down, then the next layer's QKV: layer 0's only of 2); none unsplit; prefetch
-   out of range refused. */
-static const wgml_gpt_config llama16_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 37, .block = 12, .layers = 2, .heads = 4, .kv_heads = 2,
-                                            .width = 16, .head_dim = 8, .qk_norm = 1, .ffn = 24, .rope_base = 100.0f};
-static void read_ahead(void)
-{
-    wgml_context *ctx = test_context();
-    const int c = combine_launches(ctx);
-    plan_only = 1;
-    for (prefetch = 1; prefetch <= 4; prefetch++) {
-        check_single_chunk(&llama16_cfg, prefetch % 2, 0, 0, 0, 4, 1 + (5 + c) * 2 + 2);
-        attn_late = 1;
-        check_single_chunk(&llama16_cfg, 0, 0, 0, 0, 4, 1 + (5 + c) * 2 + 2);
-        attn_late = 0;
-    }
-    prefetch = 0, plan_only = 0;
-    /* (in elements: wo 32 x 16, gate/up 48 x 16, down 16 x 24, QKV 64 x 16) */
-    static const int64_t mat[4] = {512, 768, 384, 1024};
-    for (int f16 = 0; f16 < 2; f16++) {
-        model m;
-        model_make(ctx, &llama16_cfg, f16, &m);
-        for (int k = -1; k <= 4; k++)
-            for (int chunk = -1; chunk <= 4; chunk += 5) {
-                wgml_decode_plan *plan = NULL;
-                const wgml_decode_desc d = {.batch = 2, .f16_weights = f16, .attn_chunk = chunk, .prefetch = k};
-                CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-                int64_t want = 0;
-                for (int i = 0; chunk > 0 && i < k; i++) want += mat[i] * (i == 3 ? 1 : 2) * (f16 ? 2 : 4);
-                if (plan) CHECK(wgml_decode_prefetch_bytes(plan) == want);
-                wgml_decode_plan_free(plan);
-            }
-        wgml_decode_plan *bad = NULL;
-        for (int k = -2; k <= 5; k += 7) {
-            const wgml_decode_desc d = {.batch = 1, .prefetch = k};
-            CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
-        }
-        model_free(&m);
-    }
 }
 
 /* A plan of d over m from prompt: its first nn tokens are the reference's greedy ones (and, where
@@ -887,6 +843,5 @@ int main(void)
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);
-    TEST_RUN(read_ahead); /* (last: the tests' random weights are drawn in order) */
     return test_summary();
 }

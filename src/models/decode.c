@@ -28,7 +28,6 @@ typedef struct pass {
     launch *l;
     int n, cap;
     unsigned chunk; /* a decode step's: its attention's positions a workgroup (0: whole) */
-    int64_t pf_bytes; /* what its attentions read ahead into the L2 cache (wgml_decode_desc's prefetch) */
 } pass;
 
 typedef struct layer_bufs {
@@ -366,15 +365,6 @@ static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
     return attn_fits(p, chunk, prefill, !prefill && combine_fits(p, chunk));
 }
 
-/* The matrices the decode step's attention reads ahead (wgml_decode_desc's prefetch), within
-   the adapter's storage bindings a stage (the attention's 10 besides), and its workgroups. */
-static int prefetch_count(const wgml_decode_plan *p)
-{
-    const int want = p->d.prefetch < 0 ? 0 : p->d.prefetch > 0 ? p->d.prefetch : 0, room = (int)p->ctx->rt.info.max_storage_buffers_per_shader_stage - 10;
-    return want < room ? want : room < 0 ? 0 : room;
-}
-static uint32_t prefetch_wgs(const wgml_decode_plan *p) { return p->d.prefetch_wgs > 0 ? (uint32_t)p->d.prefetch_wgs : 132; }
-
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
@@ -483,17 +473,11 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             at.wgs = early_wgs;
             if (!wgml_decode_attn_early_fits(&at, p->ctx->rt.limits.maxComputeWorkgroupStorageSize)) at.early = 0, at.wgs = late_wgs;
         }
-        /* a decode step's next matrices read into the L2 cache by workgroups of its own */
-        WGPUBuffer next[4] = {lb->wo, lb->w1, lb->w2, l + 1 < p->cfg.layers ? p->L[l + 1].wqkv : NULL};
-        if (chunk && !prefill)
-            for (int i = 0; i < prefetch_count(p) && next[i]; i++) at.pf_len[at.pf_n++] = (unsigned)(wgpuBufferGetSize(next[i]) / 16);
-        at.pf_wgs = at.pf_n ? prefetch_wgs(p) : 0;
-        for (unsigned i = 0; i < at.pf_n; i++) ps_->pf_bytes += 16 * (int64_t)at.pf_len[i];
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, chunk ? p->asums : p->att}, {6, lb->vecs}, {8, p->freq},
-                     {9, p->aml}, {10, p->att}, {11, p->acount}, {12, next[0]}, {13, next[1]}, {14, next[2]}, {15, next[3]}};
+                     {9, p->aml}, {10, p->att}, {11, p->acount}};
         used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0) |
-               (at.combine ? 1u << 10 | 1u << 11 : 0) | ((1u << at.pf_n) - 1u) << 12;
-        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 14, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit + at.pf_wgs, 0,
+               (at.combine ? 1u << 10 | 1u << 11 : 0);
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 10, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
                              chunk ? at.combine ? "attention (split+combine)" : "attention (split)" : "attention")))
             return st;
         if (chunk && !at.combine &&
@@ -662,7 +646,6 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
-    if (d.prefetch < -1 || d.prefetch > 4) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: prefetch = %d; want -1 .. 4", d.prefetch);
     if (d.attn_target < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_target = %d; want 0 or more", d.attn_target);
     if (d.host_layout < 0 || d.host_layout > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: host_layout = %d; want 0 or 1", d.host_layout);
@@ -1260,8 +1243,6 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
 int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p) { return p ? p->dec.n : 0; }
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p) { return p ? p->host_per_token : 0; }
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p) { return p ? p->weight_bytes : 0; }
-int64_t wgml_decode_prefetch_bytes(const wgml_decode_plan *p) { return p ? p->dec.pf_bytes : 0; }
-
 int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p)
 {
     return p ? 2 * p->cfg.layers * p->B * p->block * p->Hkv * p->D * (p->f16c ? 2 : 4) : 0;

@@ -82,11 +82,6 @@ typedef struct wgml_decode_desc {
                                  shape at 4,096 positions, the best of an H200's sweep there) */
     int host_layout;          /* 1: the matrices laid out for the GEMVs on the host (as before; comparisons), not by a
                                  graph on the GPU (where rows need no padding and each fits a binding) */
-    int prefetch;             /* the decode step's split attention also reads this many of the matrices its layer's
-                                 next launches read (wo, gate/up, down, the next layer's QKV, in that order; 0..4)
-                                 in workgroups of its own, so that those GEMVs find them in the L2 cache (-1: none;
-                                 0: the policy's) */
-    int prefetch_wgs;         /* the workgroups that do so (0: the policy's) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */
@@ -135,9 +130,6 @@ unsigned wgml_decode_step_chunk(const wgml_decode_plan *p, int64_t steps);
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p);
 /* Bytes of weights one step reads (for the bandwidth it reaches). */
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);
-/* Bytes a decode step (the policy's chunk) reads ahead into the L2 cache (wgml_decode_desc's
-   prefetch; 0 where its attention is not split). */
-int64_t wgml_decode_prefetch_bytes(const wgml_decode_plan *p);
 /* Bytes of the K/V caches (every layer's, both, all slots): halves with wgml_decode_desc's
    f16_cache where the adapter has shader-f16. */
 int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p);

@@ -672,25 +672,6 @@ uint64_t wgml_decode_attn_late_bytes(const wgml_decode_attn *a)
     return floats * 4;
 }
 
-/* The prefetching workgroups' reads (wgml_decode_attn's pf_n): workgroup w of PFW reads its
-   slice of each buffer, 8 loads a thread in flight, folded into one word; a store that never
-   happens (a negative position) keeps the loads from being dropped. */
-static void prefetch_wgsl(sbuf *b, const wgml_decode_attn *a)
-{
-    out(b, "const PFW: u32 = %uu;\n", a->pf_wgs);
-    for (unsigned i = 0; i < a->pf_n; i++)
-        out(b, "@group(0) @binding(%u) var<storage, read> pf%u: array<vec4<u32>>;\n"
-               "fn pf_read%u(w: u32, tid: u32) -> u32 {\n"
-               "    let per = (%uu + PFW - 1u) / PFW;\n    let lo = w * per;\n    let hi = min(lo + per, %uu);\n"
-               "    var acc = 0u;\n"
-               "    for (var i = lo + tid; i < hi; i += 8u * WGS) {\n"
-               "        var v: array<vec4<u32>, 8>;\n"
-               "        for (var k = 0u; k < 8u; k++) { if (i + k * WGS < hi) { v[k] = pf%u[i + k * WGS]; } }\n"
-               "        for (var k = 0u; k < 8u; k++) { acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w; }\n"
-               "    }\n    return acc;\n}\n",
-            12 + i, i, i, a->pf_len[i], a->pf_len[i], i);
-}
-
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 {
     sbuf b = {0};
@@ -753,9 +734,6 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
     } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<%s>;\n", combine ? "atomic<u32>" : "f32");
     if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<%s>;\n", combine ? "atomic<u32>" : "f32");
-    /* (prefetching only with the chunks: its never-taken store goes to ml) */
-    const int pf = split && a->pf_n > 0 && a->pf_wgs > 0;
-    if (pf) prefetch_wgsl(&b, a);
     if (combine)
         out(&b, "@group(0) @binding(10) var<storage, read_write> aout: array<f32>;\n"
                 "@group(0) @binding(11) var<storage, read_write> cnt: array<atomic<u32>>;\n"
@@ -936,19 +914,10 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         free(pro), free(soft), free(b.s);
         return NULL;
     }
-    char pfx[512] = "";
-    if (pf) {
-        size_t n = 0;
-        n += (size_t)snprintf(pfx + n, sizeof pfx - n, "    if (wg.y >= NKV * NS) {\n        if (wg.x == 0u) {\n            let acc = 0u");
-        for (unsigned i = 0; i < a->pf_n; i++) n += (size_t)snprintf(pfx + n, sizeof pfx - n, " ^ pf_read%u(wg.y - NKV * NS, tid)", i);
-        snprintf(pfx + n, sizeof pfx - n, ";\n            if (acc == 0x2545f491u && rows[0].y < 0) { mlput(0u, bitcast<f32>(acc)); }\n"
-                                          "        }\n        return;\n    }\n");
-    }
     if (early)
         out(&b,
             "@compute @workgroup_size(WGS)\n"
             "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
-            "%s"
             "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n"
             "    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
             "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
@@ -1006,12 +975,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "        var sum = VT(0.0);\n        for (var u = 0u; u < VP; u++) { sum += vpart[(u * DV + d) * G + q]; }\n"
             "        vput(((r * NKV + g) * NS + sp) * G * D + o * LW, sum * inv[q]);\n    }\n"
             "    workgroupBarrier();\n",
-            sgx ? ", @builtin(subgroup_size) sgs: u32" : "", pfx, pro, soft);
+            sgx ? ", @builtin(subgroup_size) sgs: u32" : "", pro, soft);
     else
     out(&b,
         "@compute @workgroup_size(WGS)\n"
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-        "%s"
         "    let r = wg.x;\n    let g = wg.y / (NS * COLS);\n    let sp = (wg.y / COLS) %% NS;\n    let cb = wg.y %% COLS;\n"
         "    let slot = u32(rows[r].x);\n"
         "    let T = u32(rows[r].y) + 1u;\n"
@@ -1053,7 +1021,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        pfx, split ? "    if (t0 >= T) { return; }\n" : "", pro, soft,
+        split ? "    if (t0 >= T) { return; }\n" : "", pro, soft,
         a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
     free(soft);

@@ -89,11 +89,6 @@ typedef struct wgml_decode_attn {
        subgroups), a barrier each instead of a tree of a barrier a round */
     int sg;
     int f16c; /* the caches hold halves (WGSL's f16), read into f32 */
-    /* with chunk: pf_wgs more workgroups (grid y past Hkv NS, row 0's) that only read the
-       buffers at bindings 12.. (pf_n of them, pf_len[i] 16-byte words each) so that they are in
-       the L2 cache when the launches after this one read them: the attention's own loads leave
-       most of the memory's bandwidth idle */
-    unsigned pf_n, pf_wgs, pf_len[4];
 } wgml_decode_attn;
 /* Whether a, with early set, runs the early form within wg_bytes of workgroup memory (D a
    multiple of 8, the chunk and (G + 1) 64 fit the workgroup, its 5 WGS G more floats of

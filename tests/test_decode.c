@@ -167,6 +167,7 @@ static int head_lanes;     /* the LM head's lanes an output (0: the plan's choic
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
+static int grid_block;     /* the MLP block's workgroups in one launch (0: three launches) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
@@ -199,7 +200,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
                                 .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .f16_cache = f16_cache};
+                                .f16_cache = f16_cache, .grid_block = grid_block};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -460,6 +461,39 @@ static void cache_in_halves(void)
     check_single(&gpt2_cfg, 1, 0, 0, 0, 3 * 2 + 2);
     graph_prefill = 0;
     f16_cache = 0, plan_only = 0;
+}
+
+/* The MLP block in one launch (grid_block, wgpu-native at batch 1): the reference's tokens past
+   the block (check_single_chunk), f32 and f16 weights, the attention whole and split, head
+   sizes 6 and 8, 32 lanes a row (lavapipe: one workgroup, whose barriers pass at once; its tiles
+   go over every row); 3 launches a layer less 2. Elsewhere the three launches; grid_block not a
+   power of two refused. */
+static void mlp_block_in_one_launch(void)
+{
+    wgml_context *ctx = test_context();
+    wgml_adapter_info info;
+    CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
+    const int one = info.runtime && strcmp(info.runtime, "wgpu-native") == 0, c = combine_launches(ctx), saved = one ? 2 : 0;
+    grid_block = 1, plan_only = 1;
+    check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - saved * 2);
+    check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - saved * 2);
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - saved);
+    check_single_chunk(&llama8_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - saved);
+    grid_block = 0, plan_only = 0;
+    model m;
+    model_make(ctx, &llama_cfg, 0, &m);
+    for (int k = -1; k <= 3; k += 4) {
+        wgml_decode_plan *bad = NULL;
+        const wgml_decode_desc d = {.batch = 1, .grid_block = k};
+        CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+    }
+    /* (batch 2: the three launches) */
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = 2, .grid_block = 4};
+    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+    if (plan) CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 * 2 + 2);
+    wgml_decode_plan_free(plan);
+    model_free(&m);
 }
 
 /* A plan of d over m from prompt: its first nn tokens are the reference's greedy ones (and, where
@@ -843,5 +877,6 @@ int main(void)
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);
+    TEST_RUN(mlp_block_in_one_launch); /* (last: the tests' random weights are drawn in order) */
     return test_summary();
 }

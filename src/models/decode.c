@@ -52,6 +52,7 @@ struct wgml_decode_plan {
     unsigned pre_chunk;         /* the prefill's (0: unsplit; split where a whole block's scores do not fit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
+    WGPUBuffer gbar;            /* the MLP block's grid barrier: its arrivals, and a word set where a wait gave up */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
     int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f16_cache) */
@@ -365,6 +366,12 @@ static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
     return attn_fits(p, chunk, prefill, !prefill && combine_fits(p, chunk));
 }
 
+/* The MLP block's workgroups where one launch takes it (wgml_decode_desc's grid_block), else 0. */
+static int grid_block(const wgml_decode_plan *p)
+{
+    return p->d.grid_block > 0 && p->llama && !p->fused && p->B == 1 && combine_possible(p) ? p->d.grid_block : 0;
+}
+
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
@@ -484,6 +491,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 10, GRID_ROWS, 0,
                              (uint32_t)p->H, 0, "attention combine")))
             return st;
+        if (!prefill && grid_block(p)) { /* the projection, norm + gate/up and down in one launch */
+            const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = (unsigned)grid_block(p),
+                                          .norm_w = (unsigned)C, .spin = 1u << 24, .f16 = p->d.f16_weights, .sg = p->sg, .eps = eps};
+            bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar}};
+            if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), 0x1feu, bb, 8, GRID_FIXED, bk.W, 1, 0, "mlp block (grid)"))) return st;
+            continue;
+        }
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
@@ -551,7 +565,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
     }
     free(p->L);
-    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->acount, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
+    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->acount, &p->gbar, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
                           &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging[0], &p->staging[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
@@ -646,6 +660,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
+    if (d.grid_block < 0 || d.grid_block > 4096 || (d.grid_block & (d.grid_block - 1)))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_block = %d; want 0 or a power of two up to 4096", d.grid_block);
     if (d.attn_target < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_target = %d; want 0 or more", d.attn_target);
     if (d.host_layout < 0 || d.host_layout > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: host_layout = %d; want 0 or 1", d.host_layout);
@@ -796,6 +812,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         if (zero) write_buffer(p, p->drows, 0, zero, (size_t)p->B * 16);
         free(zero);
     }
+    if (grid_block(p)) p->gbar = make_buffer(p, 16, STORAGE, "decode grid barrier", &st);
     if (!st) st = build_pass(p, 0, p->attn_chunk, &p->dec);
     if (!st) st = build_pass(p, 1, 0, &p->pre);
     for (unsigned ch = 2 * p->attn_chunk; !st && p->attn_chunk && ch <= (unsigned)p->block / 16 && p->nlonger < 4 && split_fits(p, ch, 0);

@@ -629,6 +629,117 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     return done(&b);
 }
 
+/* One phase of wgml_decode_block_wgsl: rows of N outputs over K4 weight units each (f16: 8
+   halves, f32: 4 floats), LPO lanes a row, tiles of 256 / LPO rows taken by the grid's
+   workgroups in turn; `epi` stores v, the row's sum (lane 0 of its group). */
+static void block_phase(sbuf *b, const char *wbuf, unsigned k4, unsigned N, unsigned lpo, int sg, const char *epi)
+{
+    const unsigned rpt = 256 / lpo, tiles = (N + rpt - 1) / rpt, it = (k4 + lpo - 1) / lpo;
+    out(b, "    for (var t = wg; t < %uu; t += W) {\n"
+           "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
+           "        if (n < %uu) {\n            var wr: array<WT, %u>;\n"
+           "            for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr[i] = %s[n * %uu + u]; } }\n"
+           "            for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr[i], u); } }\n"
+           "        }\n",
+        tiles, lpo, lpo, rpt, N, it, it, lpo, k4, wbuf, k4, it, lpo, k4);
+    if (sg)
+        for (unsigned o = 1; o < lpo; o *= 2) out(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
+    out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
+    if (!sg)
+        out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
+    out(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs);\n            %s\n        }\n"
+           "        workgroupBarrier();\n    }\n",
+        N, lpo, epi);
+}
+
+/* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
+   tiles would not reach every workgroup of the grid. */
+static unsigned block_lanes(unsigned N, unsigned W)
+{
+    unsigned l = 32;
+    while (l < 128 && (N + 256 / l - 1) / (256 / l) < W) l *= 2;
+    return l;
+}
+
+char *wgml_decode_block_wgsl(const wgml_decode_block *k)
+{
+    sbuf b = {0};
+    const unsigned wv = k->f16 ? 8 : 4, ka = (k->A + 7) / 8 * 8, kc = (k->C + 7) / 8 * 8, kf = (k->F + 7) / 8 * 8;
+    const unsigned xs4 = (ka > kc ? ka > kf ? ka : kf : kc > kf ? kc : kf) / 4;
+    elementwise_functions(&b);
+    out(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nconst EPS: f32 = %.9g;\n"
+            "alias WT = %s;\n"
+            "@group(0) @binding(1) var<storage, read> att: array<f32>;\n"
+            "@group(0) @binding(2) var<storage, read_write> x: array<atomic<u32>>;\n"
+            "@group(0) @binding(3) var<storage, read> wo: array<WT>;\n"
+            "@group(0) @binding(4) var<storage, read> w1: array<WT>;\n"
+            "@group(0) @binding(5) var<storage, read> w2: array<WT>;\n"
+            "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n"
+            "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
+            "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n"
+            "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n",
+        k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16), xs4);
+    if (k->f16)
+        out(&b, "fn wdot(w: WT, u: u32) -> f32 {\n"
+                "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[2u * u])\n"
+                "         + dot(vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)), xs[2u * u + 1u]);\n}\n");
+    else out(&b, "fn wdot(w: WT, u: u32) -> f32 { return dot(w, xs[u]); }\n");
+    out(&b, "fn gsum(g0: u32, l: u32, sgs: u32) -> f32 {\n%s}\n",
+        k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
+    out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
+            "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xget(i) + v)); }\n"
+            /* every workgroup's writes before it (its fence, then its arrival), none of the next
+               phase's reads before all have arrived (their fence after the wait) */
+            "fn grid_sync(tid: u32) {\n    storageBarrier();\n"
+            "    if (tid == 0u) {\n"
+            "        let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
+            "        var n = 0u;\n"
+            "        loop {\n            if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0) { break; }\n"
+            "            n++;\n            if (n >= %uu) { atomicStore(&bar[1], 1u); break; }\n        }\n"
+            "    }\n    storageBarrier();\n}\n",
+        k->spin);
+    out(&b, "@compute @workgroup_size(256)\n"
+            "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
+            "    let wg = g.x;\n%s"
+            /* the projection: the attention's output staged, x += wo att */
+            "    for (var i = tid; i < %uu; i += 256u) {\n"
+            "        var v = vec4<f32>(0.0);\n"
+            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < A) { v[e] = att[4u * i + e]; } }\n"
+            "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
+        k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n", ka / 4);
+    block_phase(&b, "wo", ka / wv, k->C, block_lanes(k->C, k->W), k->sg, "xadd(n, v);");
+    /* the norm: every workgroup reads the whole new x, its own sum of squares */
+    out(&b, "    grid_sync(tid);\n"
+            "    var ss = 0.0;\n"
+            "    for (var i = tid; i < %uu; i += 256u) {\n"
+            "        var v = vec4<f32>(0.0);\n"
+            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e); } }\n"
+            "        xs[i] = v;\n        ss += dot(v, v);\n    }\n"
+            "    red[tid] = ss;\n    workgroupBarrier();\n"
+            "    for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+            "    let rs = inverseSqrt(red[0] / f32(C) + EPS);\n    workgroupBarrier();\n"
+            "    for (var i = tid; i < %uu; i += 256u) {\n"
+            "        var v = xs[i];\n"
+            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = v[e] * rs * vecs[%uu + 4u * i + e]; } }\n"
+            "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
+        kc / 4, kc / 4, k->norm_w);
+    /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
+    const unsigned lu = block_lanes(2 * k->F, k->W);
+    char epi[160];
+    snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs))); }", lu, lu);
+    block_phase(&b, "w1", kc / wv, 2 * k->F, lu, k->sg, epi);
+    /* down: h staged, x += w2 h */
+    out(&b, "    grid_sync(tid);\n"
+            "    for (var i = tid; i < %uu; i += 256u) {\n"
+            "        var v = vec4<f32>(0.0);\n"
+            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < F) { v[e] = bitcast<f32>(atomicLoad(&h[4u * i + e])); } }\n"
+            "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
+        kf / 4);
+    block_phase(&b, "w2", kf / wv, k->C, block_lanes(k->C, k->W), k->sg, "xadd(n, v);");
+    out(&b, "}\n");
+    return done(&b);
+}
+
 static void rope_helpers(sbuf *b);
 
 /* the attention's unit of the cache: vec4 loads where the head size allows */

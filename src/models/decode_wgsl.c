@@ -629,19 +629,41 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     return done(&b);
 }
 
-/* One phase of wgml_decode_block_wgsl: rows of N outputs over K4 weight units each (f16: 8
+/* A phase of wgml_decode_block_wgsl: rows of N outputs over K4 weight units each (f16: 8
    halves, f32: 4 floats), LPO lanes a row, tiles of 256 / LPO rows taken by the grid's
-   workgroups in turn; `epi` stores v, the row's sum (lane 0 of its group). */
-static void block_phase(sbuf *b, const char *wbuf, unsigned k4, unsigned N, unsigned lpo, int sg, const char *epi)
+   workgroups in turn. block_preload declares the phase's registers (wr<id>) and loads its first
+   tile (issued before the barrier the phase waits on: their latency hides in the wait);
+   block_phase then goes over the tiles, the next tile's loads issued before this one's sums, and
+   `epi` stores v, a row's sum (lane 0 of its group). */
+typedef struct block_ph {
+    const char *w;
+    unsigned k4, N, lpo, id;
+} block_ph;
+
+static void block_load(sbuf *b, const block_ph *ph, const char *tile, const char *in)
 {
-    const unsigned rpt = 256 / lpo, tiles = (N + rpt - 1) / rpt, it = (k4 + lpo - 1) / lpo;
+    const unsigned rpt = 256 / ph->lpo, it = (ph->k4 + ph->lpo - 1) / ph->lpo;
+    out(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
+           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n%s}\n",
+        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4, in);
+}
+
+static void block_preload(sbuf *b, const block_ph *ph)
+{
+    out(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
+    block_load(b, ph, "wg", "    ");
+}
+
+static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *epi)
+{
+    const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = (ph->N + rpt - 1) / rpt, it = (ph->k4 + lpo - 1) / lpo;
     out(b, "    for (var t = wg; t < %uu; t += W) {\n"
            "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
-           "        if (n < %uu) {\n            var wr: array<WT, %u>;\n"
-           "            for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr[i] = %s[n * %uu + u]; } }\n"
-           "            for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr[i], u); } }\n"
-           "        }\n",
-        tiles, lpo, lpo, rpt, N, it, it, lpo, k4, wbuf, k4, it, lpo, k4);
+           "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
+        tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
+    out(b, "        if (t + W < %uu) {\n", tiles);
+    block_load(b, ph, "t + W", "            ");
+    out(b, "        }\n");
     if (sg)
         for (unsigned o = 1; o < lpo; o *= 2) out(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
     out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
@@ -649,7 +671,17 @@ static void block_phase(sbuf *b, const char *wbuf, unsigned k4, unsigned N, unsi
         out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
     out(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs);\n            %s\n        }\n"
            "        workgroupBarrier();\n    }\n",
-        N, lpo, epi);
+        ph->N, lpo, epi);
+}
+
+/* The barrier across the grid, with the next phase's first loads issued between its fence and
+   the wait: every workgroup's writes before it (its fence, then its arrival), none of the next
+   phase's reads of them before all have arrived (their fence after the wait). */
+static void block_sync(sbuf *b, const block_ph *next)
+{
+    out(b, "    storageBarrier();\n");
+    block_preload(b, next);
+    out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
@@ -688,29 +720,31 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
         k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
     out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
             "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xget(i) + v)); }\n"
-            /* every workgroup's writes before it (its fence, then its arrival), none of the next
-               phase's reads before all have arrived (their fence after the wait) */
-            "fn grid_sync(tid: u32) {\n    storageBarrier();\n"
-            "    if (tid == 0u) {\n"
-            "        let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
-            "        var n = 0u;\n"
-            "        loop {\n            if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0) { break; }\n"
-            "            n++;\n            if (n >= %uu) { atomicStore(&bar[1], 1u); break; }\n        }\n"
-            "    }\n    storageBarrier();\n}\n",
+            /* (thread 0: its arrival, then the wait for the others') */
+            "fn grid_wait() {\n"
+            "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
+            "    var n = 0u;\n"
+            "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0) { break; }\n"
+            "        n++;\n        if (n >= %uu) { atomicStore(&bar[1], 1u); break; }\n    }\n}\n",
         k->spin);
+    const unsigned lu = block_lanes(2 * k->F, k->W);
+    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0}, pb = {"w1", kc / wv, 2 * k->F, lu, 1},
+                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2};
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
-            "    let wg = g.x;\n%s"
-            /* the projection: the attention's output staged, x += wo att */
-            "    for (var i = tid; i < %uu; i += 256u) {\n"
+            "    let wg = g.x;\n%s",
+        k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
+    /* the projection: its first loads, the attention's output staged, x += wo att */
+    block_preload(&b, &pa);
+    out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
             "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < A) { v[e] = att[4u * i + e]; } }\n"
             "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
-        k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n", ka / 4);
-    block_phase(&b, "wo", ka / wv, k->C, block_lanes(k->C, k->W), k->sg, "xadd(n, v);");
+        ka / 4);
+    block_phase(&b, &pa, k->sg, "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
-    out(&b, "    grid_sync(tid);\n"
-            "    var ss = 0.0;\n"
+    block_sync(&b, &pb);
+    out(&b, "    var ss = 0.0;\n"
             "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
             "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e); } }\n"
@@ -724,18 +758,17 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
         kc / 4, kc / 4, k->norm_w);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
-    const unsigned lu = block_lanes(2 * k->F, k->W);
     char epi[160];
     snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs))); }", lu, lu);
-    block_phase(&b, "w1", kc / wv, 2 * k->F, lu, k->sg, epi);
+    block_phase(&b, &pb, k->sg, epi);
     /* down: h staged, x += w2 h */
-    out(&b, "    grid_sync(tid);\n"
-            "    for (var i = tid; i < %uu; i += 256u) {\n"
+    block_sync(&b, &pc);
+    out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
             "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < F) { v[e] = bitcast<f32>(atomicLoad(&h[4u * i + e])); } }\n"
             "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
         kf / 4);
-    block_phase(&b, "w2", kf / wv, k->C, block_lanes(k->C, k->W), k->sg, "xadd(n, v);");
+    block_phase(&b, &pc, k->sg, "xadd(n, v);");
     out(&b, "}\n");
     return done(&b);
 }

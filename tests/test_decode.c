@@ -167,7 +167,7 @@ static int head_lanes;     /* the LM head's lanes an output (0: the plan's choic
 static int combine_launch; /* the split attention's combine a launch of its own even on wgpu-native */
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
-static int grid_block;     /* the MLP block's workgroups in one launch (0: three launches) */
+static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
@@ -466,27 +466,54 @@ static void cache_in_halves(void)
 /* The MLP block in one launch (grid_block, wgpu-native at batch 1): the reference's tokens past
    the block (check_single_chunk), f32 and f16 weights, the attention whole and split, head
    sizes 6 and 8 (lavapipe: one workgroup, whose barriers pass at once, its tiles over every row;
-   a GPU: 128); 3 launches a layer less 2. Elsewhere the three launches; grid_block not a
-   power of two refused. */
+   a GPU: 128); 3 launches a layer fewer (the block works out the next layer's QKV), 2 layers and
+   3. The policy's grid on a GPU, none on lavapipe; more workgroups than are resident refused
+   (4,096 on a GPU: its trial's waits give up), and more than one on lavapipe; elsewhere the
+   launches apart; grid_block past -1 or not a power of two refused. */
 static void mlp_block_in_one_launch(void)
 {
     wgml_context *ctx = test_context();
     wgml_adapter_info info;
     CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
-    const int one = info.runtime && strcmp(info.runtime, "wgpu-native") == 0, c = combine_launches(ctx), saved = one ? 2 : 0;
+    /* (3 launches a layer fewer, less layer 0's QKV) */
+    const int one = info.runtime && strcmp(info.runtime, "wgpu-native") == 0, c = combine_launches(ctx);
+#define SAVED(L) (one ? 3 * (L) - 1 : 0)
     /* (a GPU: 128 workgroups, their barriers waited on) */
     grid_block = info.adapter_type && strcmp(info.adapter_type, "CPU") == 0 ? 1 : 128, plan_only = 1;
-    check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - saved * 2);
-    check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - saved * 2);
-    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - saved);
-    check_single_chunk(&llama8_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - saved);
-    grid_block = 0, plan_only = 0;
+    check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
+    check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - SAVED(1));
+    check_single_chunk(&llama8_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
+    {
+        wgml_gpt_config l3 = llama_cfg;
+        l3.layers = 3;
+        check_single_chunk(&l3, 1, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
+    }
+#undef SAVED
+    grid_block = -1, plan_only = 0;
     model m;
     model_make(ctx, &llama_cfg, 0, &m);
-    for (int k = -1; k <= 3; k += 4) {
+    for (int k = -2; k <= 3; k += 5) {
         wgml_decode_plan *bad = NULL;
         const wgml_decode_desc d = {.batch = 1, .grid_block = k};
         CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+    }
+    if (one && info.adapter_type && strcmp(info.adapter_type, "CPU") == 0) { /* (no policy's grid there; more than one refused) */
+        wgml_decode_plan *plan = NULL;
+        const wgml_decode_desc d = {.batch = 1};
+        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+        if (plan) CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 * 2 + 2);
+        wgml_decode_plan_free(plan);
+        const wgml_decode_desc d2 = {.batch = 1, .grid_block = 2};
+        CHECK(wgml_decode_plan_create(&m.g, &d2, &plan) == WGML_ERROR_UNSUPPORTED && !plan);
+    } else if (one) { /* (a GPU: the policy's grid, and one past any GPU's residency refused) */
+        wgml_decode_plan *plan = NULL;
+        const wgml_decode_desc d = {.batch = 1};
+        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+        if (plan) CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 * 2 + 2 - 5);
+        wgml_decode_plan_free(plan);
+        const wgml_decode_desc d2 = {.batch = 1, .grid_block = 4096};
+        CHECK(wgml_decode_plan_create(&m.g, &d2, &plan) == WGML_ERROR_UNSUPPORTED && !plan);
     }
     /* (batch 2: the three launches) */
     wgml_decode_plan *plan = NULL;

@@ -52,7 +52,8 @@ struct wgml_decode_plan {
     unsigned pre_chunk;         /* the prefill's (0: unsplit; split where a whole block's scores do not fit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
-    WGPUBuffer gbar;            /* the MLP block's grid barrier: its arrivals, and a word set where a wait gave up */
+    WGPUBuffer gbar;            /* the MLP block's grid barrier: its arrivals, a word set where a wait gave up, the waits' bound */
+    unsigned grid_w;            /* the MLP block's workgroups where one launch takes it (0: three launches) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
     int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f16_cache) */
@@ -366,11 +367,8 @@ static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
     return attn_fits(p, chunk, prefill, !prefill && combine_fits(p, chunk));
 }
 
-/* The MLP block's workgroups where one launch takes it (wgml_decode_desc's grid_block), else 0. */
-static int grid_block(const wgml_decode_plan *p)
-{
-    return p->d.grid_block > 0 && p->llama && !p->fused && p->B == 1 && combine_possible(p) ? p->d.grid_block : 0;
-}
+/* The MLP block's workgroups where one launch takes it (choose_grid), else 0. */
+static unsigned grid_block(const wgml_decode_plan *p) { return p->grid_w; }
 
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
@@ -442,8 +440,11 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block, .sg = p->sg,
                                 .f16c = p->f16c};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
-        w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
+        /* (a decode step's MLP block in one launch works out the next layer's QKV itself) */
+        if (l == 0 || prefill || !grid_block(p)) {
+            w = wgml_decode_gemv_wgsl(&qkv, &used);
+            if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
+        }
         /* Llama decoding: RoPE (and QK-norm) in the attention's launch, each row its own slot;
            a prefill's rows of one slot need every row's keys first: a launch of its own */
         const int rope_in_attention = p->llama && !prefill;
@@ -492,10 +493,15 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                              (uint32_t)p->H, 0, "attention combine")))
             return st;
         if (!prefill && grid_block(p)) { /* the projection, norm + gate/up and down in one launch */
+            const int next = l + 1 < p->cfg.layers;
             const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = (unsigned)grid_block(p),
-                                          .norm_w = (unsigned)C, .spin = 1u << 24, .f16 = p->d.f16_weights, .sg = p->sg, .eps = eps};
-            bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar}};
-            if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), 0x1feu, bb, 8, GRID_FIXED, bk.W, 1, 0, "mlp block (grid)"))) return st;
+                                          .norm_w = (unsigned)C, .Q = next ? (unsigned)p->Q : 0, .f16 = p->d.f16_weights,
+                                          .sg = p->sg, .eps = eps};
+            bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar},
+                         {9, next ? p->L[l + 1].wqkv : NULL}, {10, next ? p->L[l + 1].vecs : NULL}, {11, p->qkv}};
+            if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), next ? 0xffeu : 0x1feu, bb, 11, GRID_FIXED, bk.W, 1, 0,
+                                 next ? "mlp block + next qkv (grid)" : "mlp block (grid)")))
+                return st;
             continue;
         }
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
@@ -552,14 +558,18 @@ static void release(WGPUBuffer *b)
     *b = NULL;
 }
 
+static void pass_free(pass *ps)
+{
+    for (int i = 0; i < ps->n; i++) wgpuBindGroupRelease(ps->l[i].bg);
+    free(ps->l);
+    *ps = (pass){0};
+}
+
 void wgml_decode_plan_free(wgml_decode_plan *p)
 {
     if (!p) return;
     pass *ps[6] = {&p->dec, &p->pre, &p->longer[0], &p->longer[1], &p->longer[2], &p->longer[3]};
-    for (int k = 0; k < 6; k++) {
-        for (int i = 0; i < ps[k]->n; i++) wgpuBindGroupRelease(ps[k]->l[i].bg);
-        free(ps[k]->l);
-    }
+    for (int k = 0; k < 6; k++) pass_free(ps[k]);
     for (int64_t l = 0; p->L && l < p->cfg.layers; l++) {
         layer_bufs *b = &p->L[l];
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
@@ -616,6 +626,76 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
     return st;
 }
 
+static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const launch *l, uint32_t R, uint32_t S);
+
+/* The MLP block's barrier words: arrivals, set where a wait gave up, the waits' bound (reads of
+   the arrivals: short for the trial, long enough for any real wait after it) */
+enum { GRID_TRIAL_SPIN = 1 << 16, GRID_RUN_SPIN = 1 << 24 };
+
+static void grid_reset(wgml_decode_plan *p, uint32_t spin)
+{
+    const uint32_t w[4] = {0, 0, spin, 0};
+    write_buffer(p, p->gbar, 0, w, sizeof w);
+}
+
+/* Whether the decode pass's MLP block launch (grid_w workgroups) had them all resident at once:
+   its first launch alone with short waits, then the word a wait sets where it gave up. */
+static int grid_trial(wgml_decode_plan *p, wgml_status *st)
+{
+    const launch *l = NULL;
+    for (int i = 0; i < p->dec.n && !l; i++)
+        if (strncmp(p->dec.l[i].what, "mlp block", 9) == 0) l = &p->dec.l[i];
+    if (!l) return 0;
+    grid_reset(p, GRID_TRIAL_SPIN);
+    wgml_runtime *rt = &p->ctx->rt;
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(rt->device, NULL);
+    if (!enc) {
+        *st = wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode plan: no command encoder");
+        return 0;
+    }
+    WGPUComputePassEncoder cp = wgpuCommandEncoderBeginComputePass(enc, NULL);
+    encode_launch(p, cp, l, 1, 0);
+    wgpuComputePassEncoderEnd(cp);
+    wgpuComputePassEncoderRelease(cp);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, p->gbar, 0, p->staging[0], 0, 16);
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuCommandEncoderRelease(enc);
+    if ((*st = wgml_submit(rt, cb)) || (*st = wgml_map_read(rt, p->staging[0], 16))) return 0;
+    const uint32_t *w = wgpuBufferGetConstMappedRange(p->staging[0], 0, 16);
+    const int ok = w && w[1] == 0;
+    wgpuBufferUnmap(p->staging[0]);
+    return ok;
+}
+
+/* The MLP block in one launch (wgml_decode_desc's grid_block): Llama at batch 1 where
+   storageBarrier is a device-scope fence (combine_possible), on a GPU (lavapipe's loops stop
+   after 65,535 rounds without saying so: one workgroup only, whose waits end at once); forced,
+   or the policy's 256 workgroups, else 128 (on an H200, Qwen3's b1 step: 256 and 128 +3.6% and
+   +2.8% over three launches; docs/MEASUREMENTS.md), each kept where a trial launch finds its
+   workgroups all resident at once. Builds the decode pass where it takes the block. */
+static wgml_status choose_grid(wgml_decode_plan *p)
+{
+    const int forced = p->d.grid_block > 0, cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;
+    if (p->d.grid_block < 0 || !p->llama || p->fused || p->B != 1 || !combine_possible(p) || (cpu && !forced)) return WGML_OK;
+    if (cpu && p->d.grid_block > 1)
+        return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block = %d: a CPU adapter's barriers across workgroups take "
+                         "one workgroup only", p->d.grid_block);
+    wgml_status st = WGML_OK;
+    p->gbar = make_buffer(p, 16, STORAGE, "decode grid barrier", &st);
+    const unsigned tries[2] = {forced ? (unsigned)p->d.grid_block : 256u, forced ? 0u : 128u};
+    for (int k = 0; k < 2 && tries[k] && !st; k++) {
+        p->grid_w = tries[k];
+        if (!(st = build_pass(p, 0, p->attn_chunk, &p->dec)) && grid_trial(p, &st)) break;
+        pass_free(&p->dec);
+        p->grid_w = 0;
+    }
+    if (!st && forced && !p->grid_w)
+        st = wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the MLP block's %d workgroups are not all resident at once on "
+                       "this adapter (a barrier across them gave up); ask for fewer, or 0 for the policy", p->d.grid_block);
+    if (!st && p->grid_w) grid_reset(p, GRID_RUN_SPIN);
+    return st;
+}
+
 wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, wgml_decode_plan **out)
 {
     if (!g || !g->ctx || !out) return WGML_ERROR_INVALID_ARGUMENT;
@@ -660,8 +740,9 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
-    if (d.grid_block < 0 || d.grid_block > 4096 || (d.grid_block & (d.grid_block - 1)))
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_block = %d; want 0 or a power of two up to 4096", d.grid_block);
+    if (d.grid_block < -1 || d.grid_block > 4096 || (d.grid_block > 0 && (d.grid_block & (d.grid_block - 1))))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_block = %d; want -1, 0 or a power of two up to 4096",
+                         d.grid_block);
     if (d.attn_target < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_target = %d; want 0 or more", d.attn_target);
     if (d.host_layout < 0 || d.host_layout > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: host_layout = %d; want 0 or 1", d.host_layout);
@@ -801,7 +882,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->ppicks = make_buffer(p, (uint64_t)p->B * 4, STORAGE, "prefill picks", &st);
     p->toks = make_buffer(p, (uint64_t)p->B * p->cap * 4, STORAGE, "decode tokens", &st);
     for (int i = 0; i < 2; i++)
-        p->staging[i] = make_buffer(p, (uint64_t)p->B * p->cap * 4, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "decode staging", &st);
+        p->staging[i] = make_buffer(p, (uint64_t)p->B * p->cap * 4 + 16, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "decode staging", &st);
     if (!st) {
         uint32_t *id = malloc((size_t)p->B * 4);
         if (!id) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
@@ -812,8 +893,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         if (zero) write_buffer(p, p->drows, 0, zero, (size_t)p->B * 16);
         free(zero);
     }
-    if (grid_block(p)) p->gbar = make_buffer(p, 16, STORAGE, "decode grid barrier", &st);
-    if (!st) st = build_pass(p, 0, p->attn_chunk, &p->dec);
+    if (!st) st = choose_grid(p);
+    if (!st && !p->dec.n) st = build_pass(p, 0, p->attn_chunk, &p->dec);
     if (!st) st = build_pass(p, 1, 0, &p->pre);
     for (unsigned ch = 2 * p->attn_chunk; !st && p->attn_chunk && ch <= (unsigned)p->block / 16 && p->nlonger < 4 && split_fits(p, ch, 0);
          ch *= 2)
@@ -887,6 +968,8 @@ static wgml_status submit(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32
     wgpuComputePassEncoderRelease(cp);
     const uint64_t bytes = (uint64_t)p->B * p->cap * 4;
     if (staging >= 0) wgpuCommandEncoderCopyBufferToBuffer(enc, p->toks, 0, p->staging[staging], 0, bytes);
+    /* (the grid barrier's words after the tokens: read_rings sees a wait that gave up) */
+    if (staging >= 0 && p->gbar) wgpuCommandEncoderCopyBufferToBuffer(enc, p->gbar, 0, p->staging[staging], bytes, 16);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
     wgml_status st = wgml_submit(rt, cb);
@@ -897,13 +980,19 @@ static wgml_status submit(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32
 /* Waits for staging buffer i and copies the token rings out of it. */
 static wgml_status read_rings(wgml_decode_plan *p, int i, int32_t *ring)
 {
-    const uint64_t bytes = (uint64_t)p->B * p->cap * 4;
-    wgml_status st = wgml_map_read(&p->ctx->rt, p->staging[i], bytes);
+    const uint64_t bytes = (uint64_t)p->B * p->cap * 4, all = bytes + (p->gbar ? 16 : 0);
+    wgml_status st = wgml_map_read(&p->ctx->rt, p->staging[i], all);
     if (st) return st;
-    const void *m = wgpuBufferGetConstMappedRange(p->staging[i], 0, bytes);
+    const char *m = wgpuBufferGetConstMappedRange(p->staging[i], 0, all);
+    uint32_t gave_up = 0;
     if (m) memcpy(ring, m, bytes);
+    if (m && p->gbar) memcpy(&gave_up, m + bytes + 4, 4);
     wgpuBufferUnmap(p->staging[i]);
     if (!m) return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: the tokens could not be mapped");
+    if (gave_up)
+        return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: the MLP block's %u workgroups were not all resident at once (a barrier "
+                         "across them gave up, so these tokens are wrong); make the plan with grid_block -1 or fewer workgroups",
+                         p->grid_w);
     return WGML_OK;
 }
 

@@ -684,6 +684,25 @@ static void block_sync(sbuf *b, const block_ph *next)
     out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
+/* x staged by every workgroup, RMS-normed (its own sum of squares) with the weights at
+   vname[w..]. */
+static void block_stage_normed(sbuf *b, unsigned kc4, const char *vname, unsigned w)
+{
+    out(b, "    {\n        var ss = 0.0;\n"
+           "        for (var i = tid; i < %uu; i += 256u) {\n"
+           "            var v = vec4<f32>(0.0);\n"
+           "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e); } }\n"
+           "            xs[i] = v;\n            ss += dot(v, v);\n        }\n"
+           "        red[tid] = ss;\n        workgroupBarrier();\n"
+           "        for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+           "        let rs = inverseSqrt(red[0] / f32(C) + EPS);\n        workgroupBarrier();\n"
+           "        for (var i = tid; i < %uu; i += 256u) {\n"
+           "            var v = xs[i];\n"
+           "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = v[e] * rs * %s[%uu + 4u * i + e]; } }\n"
+           "            xs[i] = v;\n        }\n        workgroupBarrier();\n    }\n",
+        kc4, kc4, vname, w);
+}
+
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
    tiles would not reach every workgroup of the grid. */
 static unsigned block_lanes(unsigned N, unsigned W)
@@ -708,9 +727,13 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "@group(0) @binding(5) var<storage, read> w2: array<WT>;\n"
             "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n"
             "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
-            "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n"
+            "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
             "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n",
-        k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16), xs4);
+        k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
+        k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
+               "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
+               "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
+        xs4);
     if (k->f16)
         out(&b, "fn wdot(w: WT, u: u32) -> f32 {\n"
                 "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[2u * u])\n"
@@ -725,8 +748,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
             "    var n = 0u;\n"
             "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0) { break; }\n"
-            "        n++;\n        if (n >= %uu) { atomicStore(&bar[1], 1u); break; }\n    }\n}\n",
-        k->spin);
+            "        n++;\n        if (n >= atomicLoad(&bar[2])) { atomicStore(&bar[1], 1u); break; }\n    }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
     const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0}, pb = {"w1", kc / wv, 2 * k->F, lu, 1},
                    pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2};
@@ -744,19 +766,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_phase(&b, &pa, k->sg, "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     block_sync(&b, &pb);
-    out(&b, "    var ss = 0.0;\n"
-            "    for (var i = tid; i < %uu; i += 256u) {\n"
-            "        var v = vec4<f32>(0.0);\n"
-            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e); } }\n"
-            "        xs[i] = v;\n        ss += dot(v, v);\n    }\n"
-            "    red[tid] = ss;\n    workgroupBarrier();\n"
-            "    for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
-            "    let rs = inverseSqrt(red[0] / f32(C) + EPS);\n    workgroupBarrier();\n"
-            "    for (var i = tid; i < %uu; i += 256u) {\n"
-            "        var v = xs[i];\n"
-            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = v[e] * rs * vecs[%uu + 4u * i + e]; } }\n"
-            "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
-        kc / 4, kc / 4, k->norm_w);
+    block_stage_normed(&b, kc / 4, "vecs", k->norm_w);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
     char epi[160];
     snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs))); }", lu, lu);
@@ -769,6 +779,12 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
         kf / 4);
     block_phase(&b, &pc, k->sg, "xadd(n, v);");
+    if (k->Q) { /* the next layer's norm and QKV */
+        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3};
+        block_sync(&b, &pd);
+        block_stage_normed(&b, kc / 4, "vnext", 0);
+        block_phase(&b, &pd, k->sg, "qkv[n] = v;");
+    }
     out(&b, "}\n");
     return done(&b);
 }

@@ -488,6 +488,9 @@ static void mlp_block_in_one_launch(void)
         wgml_gpt_config l3 = llama_cfg;
         l3.layers = 3;
         check_single_chunk(&l3, 1, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
+        subgroups = -1; /* (the lanes' sums by trees in workgroup memory) */
+        check_single_chunk(&l3, 0, 0, 0, 0, -1, 1 + 5 * 3 + 2 - SAVED(3));
+        subgroups = 0;
     }
 #undef SAVED
     grid_block = -1, plan_only = 0;

@@ -676,7 +676,15 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 static wgml_status choose_grid(wgml_decode_plan *p)
 {
     const int forced = p->d.grid_block > 0, cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;
+    /* (its workgroup memory: the widest input staged as vec4s, and 256 sums) */
+    const int64_t af = p->A > p->F ? p->A : p->F;
+    const uint64_t widest = (uint64_t)round8(af > p->C ? af : p->C), wg_bytes = widest * 4 + 256 * 4;
     if (p->d.grid_block < 0 || !p->llama || p->fused || p->B != 1 || !combine_possible(p) || (cpu && !forced)) return WGML_OK;
+    if (wg_bytes > p->ctx->rt.limits.maxComputeWorkgroupStorageSize)
+        return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block stages %llu bytes of inputs, "
+                                  "past this adapter's %u of workgroup memory", (unsigned long long)wg_bytes,
+                                  p->ctx->rt.limits.maxComputeWorkgroupStorageSize)
+                      : WGML_OK;
     if (cpu && p->d.grid_block > 1)
         return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block = %d: a CPU adapter's barriers across workgroups take "
                          "one workgroup only", p->d.grid_block);

@@ -505,7 +505,7 @@ static void mlp_block_in_one_launch(void)
         wgml_decode_plan *plan = NULL;
         const wgml_decode_desc d = {.batch = 1};
         CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-        if (plan) CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 * 2 + 2);
+        if (plan) CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 * 2 + 2 && wgml_decode_grid_workgroups(plan) == 0);
         wgml_decode_plan_free(plan);
         const wgml_decode_desc d2 = {.batch = 1, .grid_block = 2};
         CHECK(wgml_decode_plan_create(&m.g, &d2, &plan) == WGML_ERROR_UNSUPPORTED && !plan);
@@ -513,7 +513,7 @@ static void mlp_block_in_one_launch(void)
         wgml_decode_plan *plan = NULL;
         const wgml_decode_desc d = {.batch = 1};
         CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
-        if (plan) CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 * 2 + 2 - 5);
+        if (plan) CHECK(wgml_decode_dispatches_per_step(plan) == 1 + 5 * 2 + 2 - 5 && wgml_decode_grid_workgroups(plan) >= 128);
         wgml_decode_plan_free(plan);
         const wgml_decode_desc d2 = {.batch = 1, .grid_block = 4096};
         CHECK(wgml_decode_plan_create(&m.g, &d2, &plan) == WGML_ERROR_UNSUPPORTED && !plan);

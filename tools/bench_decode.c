@@ -115,10 +115,10 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
         bench_report(name, NAN, NAN, "tokens/s");
     } else {
         const double steps = (double)ntok, wbytes = (double)wgml_decode_weight_bytes(plan);
-        fprintf(stderr, "  %s: batch %lld, %s weights (%.1f MB), K/V cache %.1f MB, prompt %lld: %lld dispatches and %.2f submits per token step; "
+        fprintf(stderr, "  %s: batch %lld, %s weights (%.1f MB), K/V cache %.1f MB, prompt %lld: %lld dispatches (grid %u) and %.2f submits per token step; "
                 "host %.1f us per step; %.0f GB/s of weights; plan made in %.2f s; prefill %.1f ms (%.0f tokens/s)\n",
                 name, (long long)B, f16 ? "f16" : "f32", wbytes / 1e6, (double)wgml_decode_cache_bytes(plan) / 1e6, (long long)n_prompt,
-                (long long)wgml_decode_dispatches_per_step(plan), (double)(b.submits - a.submits) / steps,
+                (long long)wgml_decode_dispatches_per_step(plan), wgml_decode_grid_workgroups(plan), (double)(b.submits - a.submits) / steps,
                 wgml_decode_host_seconds_per_token(plan) * 1e6, wbytes * steps / best / 1e9, setup, prefill_best * 1e3,
                 (double)(B * n_prompt) / prefill_best);
         bench_report(name, best / steps, (double)(B * ntok) / best, "tokens/s");

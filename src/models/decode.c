@@ -693,7 +693,8 @@ static wgml_status choose_grid(wgml_decode_plan *p)
     const unsigned tries[2] = {forced ? (unsigned)p->d.grid_block : 256u, forced ? 0u : 128u};
     for (int k = 0; k < 2 && tries[k] && !st; k++) {
         p->grid_w = tries[k];
-        if (!(st = build_pass(p, 0, p->attn_chunk, &p->dec)) && grid_trial(p, &st)) break;
+        /* (twice: a fresh pipeline's first launch may start its workgroups late) */
+        if (!(st = build_pass(p, 0, p->attn_chunk, &p->dec)) && (grid_trial(p, &st) || (!st && grid_trial(p, &st)))) break;
         pass_free(&p->dec);
         p->grid_w = 0;
     }
@@ -1357,6 +1358,8 @@ wgml_status wgml_decode_profile(wgml_decode_plan *p, int64_t steps, wgml_decode_
 int64_t wgml_decode_dispatches_per_step(const wgml_decode_plan *p) { return p ? p->dec.n : 0; }
 double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p) { return p ? p->host_per_token : 0; }
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p) { return p ? p->weight_bytes : 0; }
+unsigned wgml_decode_grid_workgroups(const wgml_decode_plan *p) { return p ? p->grid_w : 0; }
+
 int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p)
 {
     return p ? 2 * p->cfg.layers * p->B * p->block * p->Hkv * p->D * (p->f16c ? 2 : 4) : 0;

@@ -139,6 +139,9 @@ int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p);
 /* Bytes of the K/V caches (every layer's, both, all slots): halves with wgml_decode_desc's
    f16_cache where the adapter has shader-f16. */
 int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p);
+/* The workgroups of the decode step's MLP block in one launch (wgml_decode_desc's grid_block;
+   0: its launches apart). */
+unsigned wgml_decode_grid_workgroups(const wgml_decode_plan *p);
 
 /* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots
    runs in a compute pass of its own between two timestamps (rows[r]: its kind, launches of that

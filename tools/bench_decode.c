@@ -94,10 +94,6 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
     for (int64_t s = 0; ok && s < B; s++) pp[s] = prompt + s * n_prompt, lens[s] = n_prompt;
     double best = INFINITY, prefill_best = INFINITY;
     wgml_stats a, b;
-    /* warm-up rounds for at least 0.3 s: a process's first row otherwise ran while the GPU's
-       clocks were still coming up (2-5% low on an H200, docs/MEASUREMENTS.md) */
-    for (double w0 = bench_now(); ok && bench_now() - w0 < 0.3;)
-        ok = !wgml_decode_start(plan, B, pp, lens, first) && !wgml_decode_generate(plan, ntok, out);
     for (int r = -1; ok && r < reps; r++) {
         double tp = bench_now();
         if (wgml_decode_start(plan, B, pp, lens, first)) ok = 0;

@@ -168,7 +168,6 @@ static int combine_launch; /* the split attention's combine a launch of its own 
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
 static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
-static int grid_attention;  /* with it, the attention a phase of that launch (-1: its own launch) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
@@ -201,7 +200,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
                                 .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .f16_cache = f16_cache, .grid_block = grid_block, .grid_attention = grid_attention};
+                                .f16_cache = f16_cache, .grid_block = grid_block};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -476,36 +475,24 @@ static void mlp_block_in_one_launch(void)
     wgml_context *ctx = test_context();
     wgml_adapter_info info;
     CHECK_OK(ctx, wgml_adapter_info_get(ctx, &info));
-    /* (the attention whole: 3 launches a layer fewer, less layer 0's QKV; split, its chunks
-       combined inside it, also a phase of the block: 4 fewer, or 3 with grid_attention -1) */
+    /* (3 launches a layer fewer, less layer 0's QKV) */
     const int one = info.runtime && strcmp(info.runtime, "wgpu-native") == 0, c = combine_launches(ctx);
 #define SAVED(L) (one ? 3 * (L) - 1 : 0)
-#define SAVED_SPLIT(L) (one ? (grid_attention < 0 ? 3 : 4) * (L) - 1 : 0)
     /* (a GPU: 128 workgroups, their barriers waited on) */
     grid_block = info.adapter_type && strcmp(info.adapter_type, "CPU") == 0 ? 1 : 128, plan_only = 1;
-    for (grid_attention = 0; grid_attention >= -1; grid_attention--) {
-        check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED_SPLIT(2));
-        check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - SAVED_SPLIT(1));
-        wgml_gpt_config l3 = llama_cfg;
-        l3.layers = 3;
-        check_single_chunk(&l3, 1, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED_SPLIT(3));
-        attn_late = 1; /* (the attention's loads after its prologue) */
-        check_single_chunk(&llama8_cfg, 0, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - SAVED_SPLIT(1));
-        attn_late = 0;
-    }
-    grid_attention = 0;
     check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
+    check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
+    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - SAVED(1));
     check_single_chunk(&llama8_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
     {
         wgml_gpt_config l3 = llama_cfg;
         l3.layers = 3;
+        check_single_chunk(&l3, 1, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
         subgroups = -1; /* (the lanes' sums by trees in workgroup memory) */
         check_single_chunk(&l3, 0, 0, 0, 0, -1, 1 + 5 * 3 + 2 - SAVED(3));
-        check_single_chunk(&l3, 0, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED_SPLIT(3));
         subgroups = 0;
     }
 #undef SAVED
-#undef SAVED_SPLIT
     grid_block = -1, plan_only = 0;
     model m;
     model_make(ctx, &llama_cfg, 0, &m);

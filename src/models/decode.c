@@ -277,7 +277,7 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
     wgml_pipeline *pl = wgml_pipeline_get(p->ctx, wgsl, true);
     free(wgsl);
     if (!pl) return p->ctx->rt.status ? p->ctx->rt.status : WGML_ERROR_VALIDATION;
-    WGPUBindGroupEntry e[24];
+    WGPUBindGroupEntry e[16];
     size_t ne = 0;
     for (int i = 0; i < nb; i++)
         if (used & (1u << b[i].binding)) e[ne++] = (WGPUBindGroupEntry){.binding = b[i].binding, .buffer = b[i].buf, .size = WGPU_WHOLE_SIZE};
@@ -476,34 +476,15 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
                                .combine = chunk && !prefill && combine_fits(p, chunk),
                                .early = chunk && !p->d.attn_late, .sg = p->sg, .f16c = p->f16c};
-        /* the attention a phase of the MLP block's launch (grid_attention) where its workgroup
-           of 256 and the block's staged inputs fit the workgroup memory and the bindings fit */
-        const int next = l + 1 < p->cfg.layers;
-        const uint32_t block_bytes = (uint32_t)round8(p->A > p->F ? (p->A > C ? p->A : C) : (p->F > C ? p->F : C)) * 4;
-        const uint32_t wg_room = p->ctx->rt.limits.maxComputeWorkgroupStorageSize - block_bytes;
-        const int fuse = !prefill && grid_block(p) && p->d.grid_attention >= 0 && at.combine && at.wgs == 256 &&
-                         p->ctx->rt.info.max_storage_buffers_per_shader_stage >= 20 &&
-                         wgml_decode_attn_late_bytes(&at) <= wg_room;
         if (at.early) { /* the wider workgroup only where the early form takes it */
             const unsigned late_wgs = at.wgs;
-            at.wgs = fuse ? 256 : early_wgs;
-            if (!wgml_decode_attn_early_fits(&at, fuse ? wg_room : p->ctx->rt.limits.maxComputeWorkgroupStorageSize)) at.early = 0, at.wgs = late_wgs;
+            at.wgs = early_wgs;
+            if (!wgml_decode_attn_early_fits(&at, p->ctx->rt.limits.maxComputeWorkgroupStorageSize)) at.early = 0, at.wgs = late_wgs;
         }
         bind ba[] = {{0, rows}, {1, p->qkv}, {2, lb->kc}, {3, lb->vc}, {4, chunk ? p->asums : p->att}, {6, lb->vecs}, {8, p->freq},
-                     {9, p->aml}, {10, p->att}, {11, p->acount}, {12, p->x}, {13, lb->wo}, {14, lb->w1}, {15, lb->w2}, {16, p->h},
-                     {17, p->gbar}, {18, next ? p->L[l + 1].wqkv : NULL}, {19, next ? p->L[l + 1].vecs : NULL}};
+                     {9, p->aml}, {10, p->att}, {11, p->acount}};
         used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0) |
                (at.combine ? 1u << 10 | 1u << 11 : 0);
-        if (fuse) { /* the layer in one launch: attention, projection, norm + gate/up, down, the next QKV */
-            const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = (unsigned)grid_block(p),
-                                          .norm_w = (unsigned)C, .Q = next ? (unsigned)p->Q : 0, .f16 = p->d.f16_weights,
-                                          .sg = p->sg, .eps = eps, .attn = &at};
-            used |= 1u << 1 | 1u << 6 | 1u << 10 | 0x3fu << 12 | (next ? 3u << 18 : 0);
-            if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), used, ba, 18, GRID_FIXED, bk.W, 1, 0,
-                                 next ? "attention + mlp block + next qkv (grid)" : "attention + mlp block (grid)")))
-                return st;
-            continue;
-        }
         if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 10, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
                              chunk ? at.combine ? "attention (split+combine)" : "attention (split)" : "attention")))
             return st;
@@ -512,6 +493,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                              (uint32_t)p->H, 0, "attention combine")))
             return st;
         if (!prefill && grid_block(p)) { /* the projection, norm + gate/up and down in one launch */
+            const int next = l + 1 < p->cfg.layers;
             const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = (unsigned)grid_block(p),
                                           .norm_w = (unsigned)C, .Q = next ? (unsigned)p->Q : 0, .f16 = p->d.f16_weights,
                                           .sg = p->sg, .eps = eps};
@@ -662,7 +644,7 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 {
     const launch *l = NULL;
     for (int i = 0; i < p->dec.n && !l; i++)
-        if (strstr(p->dec.l[i].what, "(grid)")) l = &p->dec.l[i];
+        if (strncmp(p->dec.l[i].what, "mlp block", 9) == 0) l = &p->dec.l[i];
     if (!l) return 0;
     grid_reset(p, GRID_TRIAL_SPIN);
     wgml_runtime *rt = &p->ctx->rt;

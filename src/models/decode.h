@@ -88,8 +88,6 @@ typedef struct wgml_decode_desc {
                                  making checks they are all resident at once (else WGML_ERROR_UNSUPPORTED). 0: the
                                  policy's (on a GPU 256, else 128, where the trial passes; a CPU adapter: off); -1:
                                  off. Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE */
-    int grid_attention;       /* with grid_block's launch: the layer's attention a phase of it too (one launch a layer)
-                                 where its workgroup is 256 and it fits; -1: its own launch */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -717,33 +717,23 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     sbuf b = {0};
     const unsigned wv = k->f16 ? 8 : 4, ka = (k->A + 7) / 8 * 8, kc = (k->C + 7) / 8 * 8, kf = (k->F + 7) / 8 * 8;
     const unsigned xs4 = (ka > kc ? ka > kf ? ka : kf : kc > kf ? kc : kf) / 4;
-    const wgml_decode_attn *at = k->attn;
-    if (at) { /* the attention as a function (its EPS, red, vecs where it has QK-norm, qb and aout are the block's too) */
-        wgml_decode_attn ap = *at;
-        ap.phase = 1;
-        char *t = wgml_decode_attention_wgsl(&ap);
-        if (!t) b.oom = 1;
-        else out(&b, "%s\n", t);
-        free(t);
-    }
     elementwise_functions(&b);
-    /* (bindings: fused, the attention's first; see wgml_decode_block) */
-    const unsigned bx = at ? 12 : 2, bw = at ? 13 : 3, bh = at ? 16 : 7, bb = at ? 17 : 8, bq = at ? 18 : 9;
-    out(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nalias WT = %s;\n"
-            "@group(0) @binding(%u) var<storage, read_write> x: array<atomic<u32>>;\n"
-            "@group(0) @binding(%u) var<storage, read> wo: array<WT>;\n"
-            "@group(0) @binding(%u) var<storage, read> w1: array<WT>;\n"
-            "@group(0) @binding(%u) var<storage, read> w2: array<WT>;\n"
-            "@group(0) @binding(%u) var<storage, read_write> h: array<atomic<u32>>;\n"
-            "@group(0) @binding(%u) var<storage, read_write> bar: array<atomic<u32>>;\n"
-            "var<workgroup> xs: array<vec4<f32>, %u>;\n",
-        k->W, k->A, k->C, k->F, wtype(k->f16), bx, bw, bw + 1, bw + 2, bh, bb, xs4);
-    if (!at) out(&b, "const EPS: f32 = %.9g;\nvar<workgroup> red: array<f32, 256>;\n"
-                     "@group(0) @binding(1) var<storage, read> att: array<f32>;\n", (double)k->eps);
-    if (!at || !at->qk_norm) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
-    if (k->Q)
-        out(&b, "@group(0) @binding(%u) var<storage, read> wq: array<WT>;\n@group(0) @binding(%u) var<storage, read> vnext: array<f32>;\n%s",
-            bq, bq + 1, at ? "" : "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n");
+    out(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nconst EPS: f32 = %.9g;\n"
+            "alias WT = %s;\n"
+            "@group(0) @binding(1) var<storage, read> att: array<f32>;\n"
+            "@group(0) @binding(2) var<storage, read_write> x: array<atomic<u32>>;\n"
+            "@group(0) @binding(3) var<storage, read> wo: array<WT>;\n"
+            "@group(0) @binding(4) var<storage, read> w1: array<WT>;\n"
+            "@group(0) @binding(5) var<storage, read> w2: array<WT>;\n"
+            "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n"
+            "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
+            "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
+            "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n",
+        k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
+        k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
+               "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
+               "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
+        xs4);
     if (k->f16)
         out(&b, "fn wdot(w: WT, u: u32) -> f32 {\n"
                 "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[2u * u])\n"
@@ -766,17 +756,13 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let wg = g.x;\n%s",
         k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
-    /* (fused: the attention's slots first, every workgroup through the barrier after them) */
-    if (at) {
-        out(&b, "    for (var s = wg; s < NKV * NS; s += W) { attn_phase(vec3<u32>(0u, s, 0u), tid, sgs); }\n");
-        block_sync(&b, &pa);
-    } else block_preload(&b, &pa);
     /* the projection: its first loads, the attention's output staged, x += wo att */
+    block_preload(&b, &pa);
     out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
-            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < A) { v[e] = %s; } }\n"
+            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < A) { v[e] = att[4u * i + e]; } }\n"
             "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
-        ka / 4, at ? "bitcast<f32>(atomicLoad(&aout[4u * i + e]))" : "att[4u * i + e]");
+        ka / 4);
     block_phase(&b, &pa, k->sg, "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     block_sync(&b, &pb);
@@ -797,7 +783,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
         const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3};
         block_sync(&b, &pd);
         block_stage_normed(&b, kc / 4, "vnext", 0);
-        block_phase(&b, &pd, k->sg, at ? "qb[n] = v;" : "qkv[n] = v;");
+        block_phase(&b, &pd, k->sg, "qkv[n] = v;");
     }
     out(&b, "}\n");
     return done(&b);
@@ -909,10 +895,10 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<%s>;\n", combine ? "atomic<u32>" : "f32");
     if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<%s>;\n", combine ? "atomic<u32>" : "f32");
     if (combine)
-        out(&b, "@group(0) @binding(10) var<storage, read_write> aout: array<%s>;\n"
+        out(&b, "@group(0) @binding(10) var<storage, read_write> aout: array<f32>;\n"
                 "@group(0) @binding(11) var<storage, read_write> cnt: array<atomic<u32>>;\n"
                 "var<workgroup> lastwg: u32;\nvar<workgroup> cm: array<f32, %u>;\nvar<workgroup> cl: array<f32, %u>;\n",
-            a->phase ? "atomic<u32>" : "f32", a->G * ns, a->G * ns);
+            a->G * ns, a->G * ns);
     if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
         out(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
                 "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
@@ -921,14 +907,13 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         rope_helpers(&b);
     }
     out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
-            "@group(0) @binding(1) var<storage, %s> qb: array<f32>;\n"
+            "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
             "@group(0) @binding(2) var<storage, %s> kc: array<CT>;\n"
             "@group(0) @binding(3) var<storage, %s> vc: array<CT>;\n"
             "fn kcl(i: u32) -> VT { return cunpack(kc[i]); }\nfn vcl(i: u32) -> VT { return cunpack(vc[i]); }\n"
             "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
             "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
-        a->phase ? "read_write" : "read", a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block),
-        a->G * a->D / lw);
+        a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
     if (early)
         out(&b, "const TPP: u32 = %uu;\nconst KPT: u32 = %uu;\nconst VP: u32 = %uu;\nconst VPT: u32 = %uu;\n"
                 "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
@@ -1091,7 +1076,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
     }
     if (early)
         out(&b,
-            "%s"
+            "@compute @workgroup_size(WGS)\n"
+            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n"
             "    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
             "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
@@ -1149,15 +1135,11 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
             "        var sum = VT(0.0);\n        for (var u = 0u; u < VP; u++) { sum += vpart[(u * DV + d) * G + q]; }\n"
             "        vput(((r * NKV + g) * NS + sp) * G * D + o * LW, sum * inv[q]);\n    }\n"
             "    workgroupBarrier();\n",
-            a->phase ? "fn attn_phase(wg: vec3<u32>, tid: u32, sgs: u32) {\n"
-            : sgx ? "@compute @workgroup_size(WGS)\n"
-                    "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32, @builtin(subgroup_size) sgs: u32) {\n"
-                  : "@compute @workgroup_size(WGS)\n"
-                    "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n",
-            pro, soft);
+            sgx ? ", @builtin(subgroup_size) sgs: u32" : "", pro, soft);
     else
     out(&b,
-        "%s"
+        "@compute @workgroup_size(WGS)\n"
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
         "    let r = wg.x;\n    let g = wg.y / (NS * COLS);\n    let sp = (wg.y / COLS) %% NS;\n    let cb = wg.y %% COLS;\n"
         "    let slot = u32(rows[r].x);\n"
         "    let T = u32(rows[r].y) + 1u;\n"
@@ -1199,8 +1181,6 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         "            let q = o / DV;\n"
         "            vput(%s, sum * inv[q]);\n"
         "        }\n        workgroupBarrier();\n    }\n",
-        a->phase ? "fn attn_phase(wg: vec3<u32>, tid: u32, sgs: u32) {\n"
-                 : "@compute @workgroup_size(WGS)\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n",
         split ? "    if (t0 >= T) { return; }\n" : "", pro, soft,
         a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
@@ -1254,9 +1234,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                 "                l += w * cl[q * NS + s];\n"
                 "                acc += w * %s;\n"
                 "            }\n        }\n"
-                "        %s\n    }\n",
-            pre ? "pv[s]" : "bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + o]))",
-            a->phase ? "atomicStore(&aout[r * AS + g * G * D + o], bitcast<u32>(acc / l));" : "aout[r * AS + g * G * D + o] = acc / l;");
+                "        aout[r * AS + g * G * D + o] = acc / l;\n    }\n",
+            pre ? "pv[s]" : "bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + o]))");
     }
     if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
         /* (columns cb CW .. (cb + 1) CW of it: with cols > 1 each column block's workgroup

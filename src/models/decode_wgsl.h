@@ -89,9 +89,6 @@ typedef struct wgml_decode_attn {
        subgroups), a barrier each instead of a tree of a barrier a round */
     int sg;
     int f16c; /* the caches hold halves (WGSL's f16), read into f32 */
-    /* emitted as fn attn_phase(wg, tid, sgs), not a launch's main, for wgml_decode_block_wgsl's
-       fused form: qb read and written, aout stored as atomics */
-    int phase;
 } wgml_decode_attn;
 /* Whether a, with early set, runs the early form within wg_bytes of workgroup memory (D a
    multiple of 8, the chunk and (G + 1) 64 fit the workgroup, its 5 WGS G more floats of
@@ -131,12 +128,6 @@ typedef struct wgml_decode_block {
                    (binding 9, Q rows) into binding 11 */
     int f16, sg;
     float eps;
-    /* non-NULL: the layer's split attention first, as a phase of the same launch (attn's grid
-       of slots taken by the W workgroups in turn, then a barrier): the attention's bindings
-       (0-4, 6, 8-11) as it has them, the attention's output read from its aout (10) and the QKV
-       written into its qb (1); the block's others at 12 (x), 13-15 (wo, gate/up, down), 16 (h),
-       17 (the barrier), 18-19 (the next layer's QKV and vectors); attn's workgroup is 256 */
-    const wgml_decode_attn *attn;
 } wgml_decode_block;
 char *wgml_decode_block_wgsl(const wgml_decode_block *k);
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a);

@@ -702,6 +702,7 @@ static wgml_status choose_grid(wgml_decode_plan *p)
         st = wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the MLP block's %d workgroups are not all resident at once on "
                        "this adapter (a barrier across them gave up); ask for fewer, or 0 for the policy", p->d.grid_block);
     if (!st && p->grid_w) grid_reset(p, GRID_RUN_SPIN);
+    if (!p->grid_w) release(&p->gbar); /* (no block: no word for the token reads to check) */
     return st;
 }
 

@@ -11,8 +11,9 @@
  *             adds to and spins on, device-scope fences around it: wgpu-native's storageBarrier);
  *             the step's loads after the barrier
  *   grid+pre  the same, each step's loads issued before the barrier that ends the previous step
- * Every workgroup of a grid form must be resident at once: W at most what the GPU holds. The
- * result of each form is checked (every word N after N steps). wgpu-native only.
+ * Every workgroup of a grid form must be resident at once: W at most what the GPU holds (past
+ * it the waits give up after 2^22 reads and the result reads WRONG). The result of each form is
+ * checked (every word N after N steps). wgpu-native only.
  *
  *   sync_probe [--steps N] [--forms F] [--workgroups W]   (F = 1: the chain alone, for a CPU adapter, whose
  *                                        workgroups are not all resident)
@@ -60,7 +61,7 @@ static char *source(int form, unsigned W, unsigned WB, unsigned N, unsigned regi
                      "    storageBarrier();\n"
                      "    if (tid == 0u) {\n"
                      "        atomicAdd(&bar[0], 1u);\n"
-                     "        loop { if (atomicLoad(&bar[0]) >= goal) { break; } }\n"
+                     "        for (var n = 0u; n < 4194304u; n++) { if (atomicLoad(&bar[0]) >= goal) { break; } }\n"
                      "    }\n"
                      "    storageBarrier();\n"
                      "}\n"

@@ -332,8 +332,9 @@ static uint32_t head_workgroups(const wgml_decode_desc *d, unsigned lanes, uint3
    wgpu-native only (decode_wgsl.c: the memory model), unless combine_launch. */
 static int combine_possible(const wgml_decode_plan *p)
 {
-    const char *rt = p->ctx->rt.info.runtime;
-    return !p->d.combine_launch && rt && strcmp(rt, "wgpu-native") == 0;
+    /* (naga's SPIR-V: its Metal and HLSL barriers order the threadgroup only) */
+    const char *rt = p->ctx->rt.info.runtime, *be = p->ctx->rt.info.backend;
+    return !p->d.combine_launch && rt && strcmp(rt, "wgpu-native") == 0 && be && strcmp(be, "Vulkan") == 0;
 }
 
 /* The split attention's threads: 256, more where its G + 1 heads' RoPE needs 64 each. */
@@ -680,6 +681,10 @@ static wgml_status choose_grid(wgml_decode_plan *p)
     const int64_t af = p->A > p->F ? p->A : p->F;
     const uint64_t widest = (uint64_t)round8(af > p->C ? af : p->C), wg_bytes = widest * 4 + 256 * 4;
     if (p->d.grid_block < 0 || !p->llama || p->fused || p->B != 1 || !combine_possible(p) || (cpu && !forced)) return WGML_OK;
+    if (p->ctx->rt.info.max_storage_buffers_per_shader_stage < 11) /* (its bindings) */
+        return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block binds 11 storage buffers, "
+                                  "past this adapter's %u", p->ctx->rt.info.max_storage_buffers_per_shader_stage)
+                      : WGML_OK;
     if (wg_bytes > p->ctx->rt.limits.maxComputeWorkgroupStorageSize)
         return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block stages %llu bytes of inputs, "
                                   "past this adapter's %u of workgroup memory", (unsigned long long)wg_bytes,
@@ -1120,6 +1125,8 @@ wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t 
                 return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode start: token %d is not in the vocabulary (%lld)",
                                  prompts[s][i], (long long)p->V);
     }
+    /* (a restart: the grid barrier's words afresh, a wait that gave up before forgotten) */
+    if (p->gbar) grid_reset(p, GRID_RUN_SPIN);
     int64_t *slots = malloc((size_t)count * sizeof *slots), *flen = malloc((size_t)count * sizeof *flen);
     int64_t *pos0 = calloc((size_t)count, sizeof *pos0);
     const int32_t **from = malloc((size_t)count * sizeof *from);

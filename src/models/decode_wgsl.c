@@ -679,7 +679,9 @@ static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *epi)
    phase's reads of them before all have arrived (their fence after the wait). */
 static void block_sync(sbuf *b, const block_ph *next)
 {
-    out(b, "    storageBarrier();\n");
+    /* (two fences, as the split attention's combine: thread 0's release after every lane's
+       stores, which the first barrier orders before it) */
+    out(b, "    storageBarrier();\n    storageBarrier();\n");
     block_preload(b, next);
     out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
@@ -744,11 +746,15 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
             "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xget(i) + v)); }\n"
             /* (thread 0: its arrival, then the wait for the others') */
+            /* (a wait gives up past word 2's reads, or at once where another gave up; any
+               way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
+               after 65,535 rounds without a word) */
             "fn grid_wait() {\n"
             "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
             "    var n = 0u;\n"
-            "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0) { break; }\n"
-            "        n++;\n        if (n >= atomicLoad(&bar[2])) { atomicStore(&bar[1], 1u); break; }\n    }\n}\n");
+            "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
+            "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
+            "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
     const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0}, pb = {"w1", kc / wv, 2 * k->F, lu, 1},
                    pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2};

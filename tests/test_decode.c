@@ -466,7 +466,7 @@ static void cache_in_halves(void)
 /* The MLP block in one launch (grid_block, wgpu-native at batch 1): the reference's tokens past
    the block (check_single_chunk), f32 and f16 weights, the attention whole and split, head
    sizes 6 and 8 (lavapipe: one workgroup, whose barriers pass at once, its tiles over every row;
-   a GPU: 128); 3 launches a layer fewer (the block works out the next layer's QKV), 2 layers and
+   a GPU: the policy's grid, forced); 3 launches a layer fewer (the block works out the next layer's QKV), 2 layers and
    3. The policy's grid on a GPU, none on lavapipe; more workgroups than are resident refused
    (4,096 on a GPU: its trial's waits give up), and more than one on lavapipe; elsewhere the
    launches apart; grid_block past -1 or not a power of two refused. */
@@ -478,19 +478,33 @@ static void mlp_block_in_one_launch(void)
     /* (3 launches a layer fewer, less layer 0's QKV) */
     const int one = info.runtime && strcmp(info.runtime, "wgpu-native") == 0, c = combine_launches(ctx);
 #define SAVED(L) (one ? 3 * (L) - 1 : 0)
-    /* (a GPU: 128 workgroups, their barriers waited on) */
-    grid_block = info.adapter_type && strcmp(info.adapter_type, "CPU") == 0 ? 1 : 128, plan_only = 1;
-    check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
-    check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
-    check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - SAVED(1));
-    check_single_chunk(&llama8_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
-    {
-        wgml_gpt_config l3 = llama_cfg;
-        l3.layers = 3;
-        check_single_chunk(&l3, 1, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
-        subgroups = -1; /* (the lanes' sums by trees in workgroup memory) */
-        check_single_chunk(&l3, 0, 0, 0, 0, -1, 1 + 5 * 3 + 2 - SAVED(3));
-        subgroups = 0;
+    /* (a GPU: the policy's grid, whose barriers are waited on; none resident: nothing to check) */
+    const int cpu = info.adapter_type && strcmp(info.adapter_type, "CPU") == 0;
+    grid_block = 1;
+    if (!cpu) {
+        model pm;
+        model_make(ctx, &llama_cfg, 0, &pm);
+        wgml_decode_plan *pp = NULL;
+        const wgml_decode_desc d = {.batch = 1};
+        CHECK_OK(ctx, wgml_decode_plan_create(&pm.g, &d, &pp));
+        grid_block = (int)wgml_decode_grid_workgroups(pp);
+        wgml_decode_plan_free(pp);
+        model_free(&pm);
+    }
+    plan_only = 1;
+    if (grid_block > 0 || !one) {
+        check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
+        check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
+        check_single_chunk(&llama8_cfg, 1, 0, 0, 0, 4, 1 + (5 + c) * 1 + 2 - SAVED(1));
+        check_single_chunk(&llama8_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
+        {
+            wgml_gpt_config l3 = llama_cfg;
+            l3.layers = 3;
+            check_single_chunk(&l3, 1, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
+            subgroups = -1; /* (the lanes' sums by trees in workgroup memory) */
+            check_single_chunk(&l3, 0, 0, 0, 0, -1, 1 + 5 * 3 + 2 - SAVED(3));
+            subgroups = 0;
+        }
     }
 #undef SAVED
     grid_block = -1, plan_only = 0;

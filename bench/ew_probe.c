@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/pass_timer.h"
 #include "bench/timing.h"
 #include "core/context.h"
 
@@ -39,23 +40,13 @@ static void fill(float *x, uint32_t n, uint64_t seed)
         }
     }
 }
-static WGPUQuerySet qs;
-static WGPUBuffer q_resolve, q_read;
+static bench_pass_timer timer;
 
 static WGPUBuffer make_buffer(uint64_t size)
 {
     WGPUBufferDescriptor d = {.usage = WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst,
                               .size = size};
     return wgpuDeviceCreateBuffer(ctx->rt.device, &d);
-}
-
-static double pass_seconds(void)
-{
-    if (wgml_map_read(&ctx->rt, q_read, 16)) return -1;
-    const uint64_t *t = wgpuBufferGetConstMappedRange(q_read, 0, 16);
-    double s = t ? (double)(t[1] - t[0]) * wgml_rt_timestamp_ns(&ctx->rt) * 1e-9 : -1;
-    wgpuBufferUnmap(q_read);
-    return s;
 }
 
 typedef struct variant {
@@ -159,18 +150,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "ew_probe: %s\n", wgml_last_create_error());
         return 1;
     }
-    if (!ctx->rt.info.has_timestamp_query) {
+    if (bench_pass_timer_init(ctx, &timer)) {
         fprintf(stderr, "ew_probe: the adapter has no timestamp queries\n");
         return 1;
     }
     uint32_t n = quick ? 1u << 22 : 1u << 26;
     uint64_t bytes = (uint64_t)n * 4;
-    WGPUQuerySetDescriptor qd = {.type = WGPUQueryType_Timestamp, .count = 2};
-    qs = wgpuDeviceCreateQuerySet(ctx->rt.device, &qd);
-    WGPUBufferDescriptor rd = {.usage = WGPUBufferUsage_QueryResolve | WGPUBufferUsage_CopySrc, .size = 256};
-    WGPUBufferDescriptor bd = {.usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, .size = 256};
-    q_resolve = wgpuDeviceCreateBuffer(ctx->rt.device, &rd);
-    q_read = wgpuDeviceCreateBuffer(ctx->rt.device, &bd);
 
     WGPUBuffer a = make_buffer(bytes), b = make_buffer(bytes), c = make_buffer(bytes);
     float *host = malloc(bytes);
@@ -231,7 +216,7 @@ int main(int argc, char **argv)
             int reps = mode == 0 ? 15 : 5, per_pass = mode == 0 ? 1 : 20;
             for (int r = -1; r < reps; r++) {
                 WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-                WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 0, .endOfPassWriteIndex = 1};
+                WGPUPassTimestampWrites tw = bench_pass_timer_writes(&timer);
                 WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
                 WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
                 wgpuComputePassEncoderSetPipeline(pass, p->pipeline);
@@ -239,12 +224,11 @@ int main(int argc, char **argv)
                 for (int k = 0; k < per_pass; k++) wgpuComputePassEncoderDispatchWorkgroups(pass, gx, gy, 1);
                 wgpuComputePassEncoderEnd(pass);
                 wgpuComputePassEncoderRelease(pass);
-                wgpuCommandEncoderResolveQuerySet(enc, qs, 0, 2, q_resolve, 0);
-                wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
+                bench_pass_timer_resolve(&timer, enc);
                 WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
                 double t0 = bench_now();
                 wgpuQueueSubmit(ctx->rt.queue, 1, &cb);
-                double s = pass_seconds();
+                double s = bench_pass_timer_seconds(ctx, &timer);
                 double host_s = bench_now() - t0;
                 wgpuCommandBufferRelease(cb);
                 wgpuCommandEncoderRelease(enc);
@@ -293,7 +277,7 @@ int main(int argc, char **argv)
         double t[9], th[9];
         for (int r = -1; r < 9; r++) {
             WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-            WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 0, .endOfPassWriteIndex = 1};
+            WGPUPassTimestampWrites tw = bench_pass_timer_writes(&timer);
             WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
             WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
             wgpuComputePassEncoderSetPipeline(pass, p->pipeline);
@@ -303,13 +287,12 @@ int main(int argc, char **argv)
             }
             wgpuComputePassEncoderEnd(pass);
             wgpuComputePassEncoderRelease(pass);
-            wgpuCommandEncoderResolveQuerySet(enc, qs, 0, 2, q_resolve, 0);
-            wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
+            bench_pass_timer_resolve(&timer, enc);
             WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
             wgml_synchronize(ctx);
             double t0 = bench_now();
             wgpuQueueSubmit(ctx->rt.queue, 1, &cb);
-            double gs = pass_seconds();
+            double gs = bench_pass_timer_seconds(ctx, &timer);
             if (r >= 0) t[r] = gs / K, th[r] = (bench_now() - t0) / K;
             wgpuCommandBufferRelease(cb);
             wgpuCommandEncoderRelease(enc);
@@ -394,6 +377,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < K; k++) wgml_tensor_free(x[k]), wgml_tensor_free(y[k]);
         wgml_context_free(tc);
     }
+    bench_pass_timer_free(&timer);
     wgml_context_free(ctx);
     return 0;
 }

@@ -22,12 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/pass_timer.h"
 #include "bench/timing.h"
 #include "core/context.h"
 
 static wgml_context *ctx;
-static WGPUQuerySet qs;
-static WGPUBuffer q_resolve, q_read;
+static bench_pass_timer timer;
 enum { REGIONS = 32 };
 
 static WGPUBuffer make_buffer(uint64_t size, WGPUBufferUsage extra)
@@ -86,15 +86,6 @@ static char *source(int form, unsigned W, unsigned WB, unsigned N, unsigned regi
     return s;
 }
 
-static double pass_seconds(void)
-{
-    if (wgml_map_read(&ctx->rt, q_read, 16)) return -1;
-    const uint64_t *t = wgpuBufferGetConstMappedRange(q_read, 0, 16);
-    double s = t ? (double)(t[1] - t[0]) * wgml_rt_timestamp_ns(&ctx->rt) * 1e-9 : -1;
-    wgpuBufferUnmap(q_read);
-    return s;
-}
-
 int main(int argc, char **argv)
 {
     unsigned N = 200;
@@ -110,17 +101,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "sync_probe: %s\n", wgml_last_create_error());
         return 1;
     }
-    if (!ctx->rt.info.has_timestamp_query) {
+    if (bench_pass_timer_init(ctx, &timer)) {
         fprintf(stderr, "sync_probe: the adapter has no timestamp queries\n");
         return 1;
     }
     printf("adapter %s, runtime %s\n", ctx->rt.info.name, ctx->rt.info.runtime);
-    WGPUQuerySetDescriptor qd = {.type = WGPUQueryType_Timestamp, .count = 2};
-    qs = wgpuDeviceCreateQuerySet(ctx->rt.device, &qd);
-    WGPUBufferDescriptor rd = {.usage = WGPUBufferUsage_QueryResolve | WGPUBufferUsage_CopySrc, .size = 256};
     WGPUBufferDescriptor bd = {.usage = WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, .size = 1 << 16};
-    q_resolve = wgpuDeviceCreateBuffer(ctx->rt.device, &rd);
-    q_read = wgpuDeviceCreateBuffer(ctx->rt.device, &bd);
     static const unsigned Ws[] = {132, 264, 528}, WBs[] = {0, 256, 1024};
     for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++)
         for (size_t bi = 0; bi < sizeof WBs / sizeof WBs[0]; bi++) {
@@ -157,7 +143,7 @@ int main(int argc, char **argv)
                     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
                     wgpuCommandEncoderClearBuffer(enc, st, 0, 3 * W * 4);
                     wgpuCommandEncoderClearBuffer(enc, bar, 0, 256);
-                    WGPUPassTimestampWrites tw = {.querySet = qs, .beginningOfPassWriteIndex = 0, .endOfPassWriteIndex = 1};
+                    WGPUPassTimestampWrites tw = bench_pass_timer_writes(&timer);
                     WGPUComputePassDescriptor pd = {.timestampWrites = &tw};
                     WGPUComputePassEncoder pass = wgpuCommandEncoderBeginComputePass(enc, &pd);
                     wgpuComputePassEncoderSetPipeline(pass, p->pipeline);
@@ -165,12 +151,11 @@ int main(int argc, char **argv)
                     for (unsigned k = 0; k < (form == 0 ? N : 1); k++) wgpuComputePassEncoderDispatchWorkgroups(pass, W, 1, 1);
                     wgpuComputePassEncoderEnd(pass);
                     wgpuComputePassEncoderRelease(pass);
-                    wgpuCommandEncoderResolveQuerySet(enc, qs, 0, 2, q_resolve, 0);
-                    wgpuCommandEncoderCopyBufferToBuffer(enc, q_resolve, 0, q_read, 0, 16);
+                    bench_pass_timer_resolve(&timer, enc);
                     wgpuCommandEncoderCopyBufferToBuffer(enc, st, (1 + N % 2) * W * 4, rb, 0, W * 4);
                     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
                     wgpuQueueSubmit(ctx->rt.queue, 1, &cb);
-                    double s = pass_seconds();
+                    double s = bench_pass_timer_seconds(ctx, &timer);
                     wgpuCommandBufferRelease(cb);
                     wgpuCommandEncoderRelease(enc);
                     if (r >= 0) t[r] = s / N;
@@ -189,6 +174,7 @@ int main(int argc, char **argv)
             }
             wgpuBufferRelease(st), wgpuBufferRelease(wt), wgpuBufferRelease(bar), wgpuBufferRelease(rb);
         }
+    bench_pass_timer_free(&timer);
     wgml_context_free(ctx);
     return 0;
 }

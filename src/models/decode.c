@@ -53,7 +53,7 @@ struct wgml_decode_plan {
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     WGPUBuffer gbar;            /* the MLP block's grid barrier: its arrivals, a word set where a wait gave up, the waits' bound */
-    unsigned grid_w;            /* the MLP block's workgroups where one launch takes it (0: three launches) */
+    unsigned grid_w;            /* the MLP block's workgroups where one launch takes it (choose_grid; 0: its launches apart) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
     int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f16_cache) */
@@ -368,9 +368,6 @@ static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
     return attn_fits(p, chunk, prefill, !prefill && combine_fits(p, chunk));
 }
 
-/* The MLP block's workgroups where one launch takes it (choose_grid), else 0. */
-static unsigned grid_block(const wgml_decode_plan *p) { return p->grid_w; }
-
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
@@ -442,7 +439,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                 .f16c = p->f16c};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
         /* (a decode step's MLP block in one launch works out the next layer's QKV itself) */
-        if (l == 0 || prefill || !grid_block(p)) {
+        if (l == 0 || prefill || !p->grid_w) {
             w = wgml_decode_gemv_wgsl(&qkv, &used);
             if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
         }
@@ -493,9 +490,9 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 10, GRID_ROWS, 0,
                              (uint32_t)p->H, 0, "attention combine")))
             return st;
-        if (!prefill && grid_block(p)) { /* the projection, norm + gate/up and down in one launch */
+        if (!prefill && p->grid_w) { /* the projection, norm + gate/up and down in one launch */
             const int next = l + 1 < p->cfg.layers;
-            const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = (unsigned)grid_block(p),
+            const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = p->grid_w,
                                           .norm_w = (unsigned)C, .Q = next ? (unsigned)p->Q : 0, .f16 = p->d.f16_weights,
                                           .sg = p->sg, .eps = eps};
             bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar},
@@ -671,9 +668,10 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 /* The MLP block in one launch (wgml_decode_desc's grid_block): Llama at batch 1 where
    storageBarrier is a device-scope fence (combine_possible), on a GPU (lavapipe's loops stop
    after 65,535 rounds without saying so: one workgroup only, whose waits end at once); forced,
-   or the policy's 256 workgroups, else 128 (on an H200, Qwen3's b1 step: 256 and 128 +3.6% and
-   +2.8% over three launches; docs/MEASUREMENTS.md), each kept where a trial launch finds its
-   workgroups all resident at once. Builds the decode pass where it takes the block. */
+   or the policy's 256 workgroups, else 128 (on an H200, Qwen3's b1 step: 1,013.9 and 991.8
+   tokens/s against 947.7 with the launches apart; docs/MEASUREMENTS.md), each kept where a
+   trial launch (twice, if the first gives up) finds its workgroups all resident at once. Builds
+   the decode pass where it takes the block. */
 static wgml_status choose_grid(wgml_decode_plan *p)
 {
     const int forced = p->d.grid_block > 0, cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;

@@ -82,14 +82,15 @@ typedef struct wgml_decode_desc {
                                  shape at 4,096 positions, the best of an H200's sweep there) */
     int host_layout;          /* 1: the matrices laid out for the GEMVs on the host (as before; comparisons), not by a
                                  graph on the GPU (where rows need no padding and each fits a binding) */
-    int grid_block;           /* Llama at batch 1 on wgpu-native over Vulkan: each layer's projection, norm + gate/up and down, and
-                                 the next layer's norm + QKV, in one launch of this many workgroups (a power of two)
-                                 apart by barriers across the grid, not four launches; a trial launch at the plan's
-                                 making checks they are all resident at once (else WGML_ERROR_UNSUPPORTED). 0: the
-                                 policy's (on a GPU 256, else 128, where the trial passes; a CPU adapter: off); -1:
-                                 off (also where the block's staged inputs pass the workgroup memory: F past ~12,000
-                                 at 48 KB). Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the
-                                 next wgml_decode_start begins afresh) */
+    int grid_block;           /* Llama at batch 1 on wgpu-native over Vulkan, a GPU: each layer's projection, norm +
+                                 gate/up and down, and the next layer's norm + QKV, in one launch of this many
+                                 workgroups (a power of two) apart by barriers across the grid, not four launches.
+                                 A trial launch at the plan's making checks they are all resident at once: a forced
+                                 count that is not, WGML_ERROR_UNSUPPORTED. 0: the policy's, 256 else 128 where the
+                                 trial passes, else the launches apart (so too where the block's staged inputs pass
+                                 the workgroup memory: F past ~12,000 at 48 KB; and on a CPU adapter); -1: apart.
+                                 Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
+                                 wgml_decode_start begins afresh) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -115,9 +115,10 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m);
 /* Llama decoding at batch 1: the layer's output projection plus the residual, its norm with
    gate/up and SwiGLU, its down projection plus the residual (and with Q the next layer's norm
    and QKV) in one launch of W workgroups (a power of two, all resident at once), the phases
-   apart by barriers across the grid: binding 8 holds an arrival counter (word 0, never reset:
-   its count stays a multiple of W) that each workgroup adds to and spins on, at most word 2's
-   reads (past that it sets word 1 and goes on). Bindings: 1 the attention's output (A), 2 x
+   apart by barriers across the grid: binding 8 holds an arrival counter (word 0, which the
+   kernel never resets: its count stays a multiple of W) that each workgroup adds to and spins
+   on, at most word 2's reads or until word 1 is set; a wait that ends short of its goal sets
+   word 1 and goes on. Bindings: 1 the attention's output (A), 2 x
    (C, read and written as atomics: other workgroups' writes are read across the barriers), 3
    wo, 4 gate/up interleaved, 5 down (rows of an output, round8(K) wide, f16 or f32), 6 the
    vectors (the norm's weights at norm_w), 7 h (F, atomics). Needs storageBarrier to be a

@@ -631,47 +631,64 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 
 /* A phase of wgml_decode_block_wgsl: rows of N outputs over K4 weight units each (f16: 8
    halves, f32: 4 floats), LPO lanes a row, tiles of 256 / LPO rows taken by the grid's
-   workgroups in turn. block_preload declares the phase's registers (wr<id>) and loads its first
-   tile (issued before the barrier the phase waits on: their latency hides in the wait);
-   block_phase then goes over the tiles, the next tile's loads issued before this one's sums, and
-   `epi` stores v, a row's sum (lane 0 of its group). */
+   workgroups in turn, D tiles in flight: slots of registers (wr<id>, IT units a lane each).
+   block_preload declares them and loads a workgroup's first D tiles (issued before the barrier
+   the phase waits on: their latency hides in the wait); block_phase then goes over the tiles D at
+   a time, each slot's next tile (D on) loaded as soon as its sums are taken, and `epi` stores v, a
+   row's sum (lane 0 of its group). D = 1 streams a tile at a time. */
 typedef struct block_ph {
     const char *w;
-    unsigned k4, N, lpo, id;
+    unsigned k4, N, lpo, id, D;
 } block_ph;
 
-static void block_load(sbuf *b, const block_ph *ph, const char *tile, const char *in)
+static unsigned block_it(const block_ph *ph) { return (ph->k4 + ph->lpo - 1) / ph->lpo; }
+static unsigned block_tiles(const block_ph *ph) { return (ph->N + 256 / ph->lpo - 1) / (256 / ph->lpo); }
+
+/* tile `tile`'s loads into slot s */
+static void block_load(sbuf *b, const block_ph *ph, const char *tile, unsigned s, const char *in)
 {
-    const unsigned rpt = 256 / ph->lpo, it = (ph->k4 + ph->lpo - 1) / ph->lpo;
+    const unsigned rpt = 256 / ph->lpo, it = block_it(ph);
     out(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
-           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n%s}\n",
-        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4, in);
+           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[%uu + i] = %s[n * %uu + u]; } } }\n%s}\n",
+        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, s * it, ph->w, ph->k4, in);
 }
 
 static void block_preload(sbuf *b, const block_ph *ph)
 {
-    out(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
-    block_load(b, ph, "wg", "    ");
+    const unsigned tiles = block_tiles(ph);
+    out(b, "    var wr%u: array<WT, %u>;\n", ph->id, ph->D * block_it(ph));
+    for (unsigned s = 0; s < ph->D; s++) {
+        char t[48];
+        snprintf(t, sizeof t, "wg + %uu * W", s);
+        if (s) out(b, "    if (wg + %uu * W < %uu) ", s, tiles);
+        block_load(b, ph, t, s, "    ");
+    }
 }
 
 static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *epi)
 {
-    const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = (ph->N + rpt - 1) / rpt, it = (ph->k4 + lpo - 1) / lpo;
-    out(b, "    for (var t = wg; t < %uu; t += W) {\n"
-           "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
-           "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
-        tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
-    out(b, "        if (t + W < %uu) {\n", tiles);
-    block_load(b, ph, "t + W", "            ");
-    out(b, "        }\n");
-    if (sg)
-        for (unsigned o = 1; o < lpo; o *= 2) out(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
-    out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
-    if (!sg)
-        out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
-    out(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs);\n            %s\n        }\n"
-           "        workgroupBarrier();\n    }\n",
-        ph->N, lpo, epi);
+    const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = block_tiles(ph), it = block_it(ph);
+    out(b, "    for (var t0 = wg; t0 < %uu; t0 += %uu * W) {\n", tiles, ph->D);
+    for (unsigned s = 0; s < ph->D; s++) {
+        out(b, "    let t%u = t0 + %uu * W;\n    if (t%u < %uu) {\n", s, s, s, tiles);
+        out(b, "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t%u * %uu + grp;\n        var acc = 0.0;\n"
+               "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[%uu + i], u); } } }\n",
+            lpo, lpo, s, rpt, ph->N, it, lpo, ph->k4, ph->id, s * it);
+        char t[48];
+        snprintf(t, sizeof t, "t%u + %uu * W", s, ph->D);
+        out(b, "        if (%s < %uu) {\n", t, tiles);
+        block_load(b, ph, t, s, "            ");
+        out(b, "        }\n");
+        if (sg)
+            for (unsigned o = 1; o < lpo; o *= 2) out(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
+        out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
+        if (!sg)
+            out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
+        out(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs);\n            %s\n        }\n"
+               "        workgroupBarrier();\n    }\n",
+            ph->N, lpo, epi);
+    }
+    out(b, "    }\n");
 }
 
 /* The barrier across the grid, with the next phase's first loads issued between its fence and
@@ -712,6 +729,14 @@ static unsigned block_lanes(unsigned N, unsigned W)
     unsigned l = 32;
     while (l < 128 && (N + 256 / l - 1) / (256 / l) < W) l *= 2;
     return l;
+}
+
+/* Tiles in flight for a phase: all of a workgroup's, as far as k->units weight units a lane
+   hold them (at least one tile). */
+static void block_depth(block_ph *ph, const wgml_decode_block *k)
+{
+    const unsigned mine = (block_tiles(ph) + k->W - 1) / k->W, fit = k->units / block_it(ph);
+    ph->D = fit < 1 ? 1 : fit < mine ? fit : mine;
 }
 
 char *wgml_decode_block_wgsl(const wgml_decode_block *k)
@@ -756,8 +781,11 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
             "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
-    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0}, pb = {"w1", kc / wv, 2 * k->F, lu, 1},
-                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2};
+    block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 1},
+             pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1};
+    block_depth(&pa, k);
+    block_depth(&pb, k);
+    block_depth(&pc, k);
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let wg = g.x;\n%s",
@@ -786,7 +814,8 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
         kf / 4);
     block_phase(&b, &pc, k->sg, "xadd(n, v);");
     if (k->Q) { /* the next layer's norm and QKV */
-        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3};
+        block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};
+        block_depth(&pd, k);
         block_sync(&b, &pd);
         block_stage_normed(&b, kc / 4, "vnext", 0);
         block_phase(&b, &pd, k->sg, "qkv[n] = v;");

@@ -678,9 +678,9 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 static wgml_status choose_grid(wgml_decode_plan *p)
 {
     const int forced = p->d.grid_block > 0, cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;
-    /* (its workgroup memory: the widest input staged as vec4s, and 256 sums) */
+    /* (its workgroup memory: the widest input staged as vec4s, x, and 2 x 256 + 16 sums) */
     const int64_t af = p->A > p->F ? p->A : p->F;
-    const uint64_t widest = (uint64_t)round8(af > p->C ? af : p->C), wg_bytes = widest * 4 + 256 * 4;
+    const uint64_t widest = (uint64_t)round8(af > p->C ? af : p->C), wg_bytes = widest * 4 + (uint64_t)p->C * 4 + 528 * 4;
     if (p->d.grid_block < 0 || !p->llama || p->fused || p->B != 1 || !combine_possible(p) || (cpu && !forced)) return WGML_OK;
     if (p->ctx->rt.info.max_storage_buffers_per_shader_stage < 11) /* (its bindings) */
         return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block binds 11 storage buffers, "

@@ -635,7 +635,8 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
    block_preload declares them and loads a workgroup's first D tiles (issued before the barrier
    the phase waits on: their latency hides in the wait); block_phase then goes over the tiles D at
    a time, each slot's next tile (D on) loaded as soon as its sums are taken, and `epi` stores v, a
-   row's sum (lane 0 of its group). D = 1 streams a tile at a time. */
+   row's sum times sc (lane 0 of its group; sc: rsn(), the norm's scale, or 1). D = 1 streams a tile
+   at a time. */
 typedef struct block_ph {
     const char *w;
     unsigned k4, N, lpo, id, D;
@@ -665,7 +666,7 @@ static void block_preload(sbuf *b, const block_ph *ph)
     }
 }
 
-static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *epi)
+static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *sc, const char *epi)
 {
     const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = block_tiles(ph), it = block_it(ph);
     out(b, "    for (var t0 = wg; t0 < %uu; t0 += %uu * W) {\n", tiles, ph->D);
@@ -684,42 +685,54 @@ static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *epi)
         out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
         if (!sg)
             out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
-        out(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs);\n            %s\n        }\n"
+        out(b, "        if (lane == 0u && n < %uu) {\n            let sc = %s;\n            let v = gsum(tid, %uu, sgs) * sc;\n            %s\n        }\n"
                "        workgroupBarrier();\n    }\n",
-            ph->N, lpo, epi);
+            ph->N, sc, lpo, epi);
     }
     out(b, "    }\n");
 }
 
-/* The barrier across the grid, with the next phase's first loads issued between its fence and
-   the wait: every workgroup's writes before it (its fence, then its arrival), none of the next
-   phase's reads of them before all have arrived (their fence after the wait). */
-static void block_sync(sbuf *b, const block_ph *next)
+/* An RMS norm's weights for the next phase, read before the barrier as its matrix's first loads:
+   nothing of theirs waits on the other workgroups. */
+typedef struct block_norm {
+    const char *v; /* the array holding them, from offset w */
+    unsigned w, kc4;
+} block_norm;
+
+/* The barrier across the grid, with the next phase's first loads (and its norm's weights, where
+   it has one) issued between its fence and the wait: every workgroup's writes before it (its
+   fence, then its arrival), none of the next phase's reads of them before all have arrived
+   (their fence after the wait). */
+static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm)
 {
     /* (two fences, as the split attention's combine: thread 0's release after every lane's
        stores, which the first barrier orders before it) */
     out(b, "    storageBarrier();\n    storageBarrier();\n");
     block_preload(b, next);
+    if (nm)
+        out(b, "    var gw%u: array<vec4<f32>, %u>;\n"
+               "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
+               "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { gw%u[j][e] = %s[%uu + 4u * i + e]; } }\n    }\n",
+            next->id, (nm->kc4 + 255) / 256, (nm->kc4 + 255) / 256, next->id, nm->v, nm->w);
     out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
-/* x staged by every workgroup, RMS-normed (its own sum of squares) with the weights at
-   vname[w..]. */
-static void block_stage_normed(sbuf *b, unsigned kc4, const char *vname, unsigned w)
+/* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
+   ssq's 16 partial sums: the phase's sums take the norm's scale at the end (rsn()), so the
+   GEMV's products need not wait on the sum. keep: x itself into xsh too (the next phase's
+   residual). */
+static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id, int keep)
 {
     out(b, "    {\n        var ss = 0.0;\n"
-           "        for (var i = tid; i < %uu; i += 256u) {\n"
-           "            var v = vec4<f32>(0.0);\n"
-           "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e); } }\n"
-           "            xs[i] = v;\n            ss += dot(v, v);\n        }\n"
-           "        red[tid] = ss;\n        workgroupBarrier();\n"
-           "        for (var st = 128u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
-           "        let rs = inverseSqrt(red[0] / f32(C) + EPS);\n        workgroupBarrier();\n"
-           "        for (var i = tid; i < %uu; i += 256u) {\n"
-           "            var v = xs[i];\n"
-           "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = v[e] * rs * %s[%uu + 4u * i + e]; } }\n"
-           "            xs[i] = v;\n        }\n        workgroupBarrier();\n    }\n",
-        kc4, kc4, vname, w);
+           "        for (var j = 0u; j < %uu; j++) {\n"
+           "            let i = tid + 256u * j;\n"
+           "            if (i < %uu) {\n"
+           "                var v = vec4<f32>(0.0);\n"
+           "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e);%s } }\n"
+           "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
+           "        ssr[tid] = ss;\n        workgroupBarrier();\n"
+           "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
+        (kc4 + 255) / 256, kc4, keep ? " xsh[4u * i + e] = v[e];" : "", id);
 }
 
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
@@ -755,7 +768,9 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n"
             "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
             "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
-            "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n",
+            "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
+            /* (x as the phase began: the residual's base; the norm's partial sums of squares) */
+            "var<workgroup> xsh: array<f32, C>;\nvar<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
         k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
         k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
                "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
@@ -769,7 +784,9 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     out(&b, "fn gsum(g0: u32, l: u32, sgs: u32) -> f32 {\n%s}\n",
         k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
     out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
-            "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xget(i) + v)); }\n"
+            "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xsh[i] + v)); }\n"
+            "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
+            "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
             /* (thread 0: its arrival, then the wait for the others') */
             /* (a wait gives up past word 2's reads, or at once where another gave up; any
                way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
@@ -795,30 +812,32 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
             "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < A) { v[e] = att[4u * i + e]; } }\n"
-            "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
+            "        xs[i] = v;\n    }\n"
+            "    for (var i = tid; i < C; i += 256u) { xsh[i] = xget(i); }\n    workgroupBarrier();\n",
         ka / 4);
-    block_phase(&b, &pa, k->sg, "xadd(n, v);");
+    block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
-    block_sync(&b, &pb);
-    block_stage_normed(&b, kc / 4, "vecs", k->norm_w);
+    const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
+    block_sync(&b, &pb, &nb);
+    block_stage_normed(&b, kc / 4, pb.id, 1);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
     char epi[160];
-    snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs))); }", lu, lu);
-    block_phase(&b, &pb, k->sg, epi);
+    snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * sc)); }", lu, lu);
+    block_phase(&b, &pb, k->sg, "rsn()", epi);
     /* down: h staged, x += w2 h */
-    block_sync(&b, &pc);
+    block_sync(&b, &pc, NULL);
     out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
             "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < F) { v[e] = bitcast<f32>(atomicLoad(&h[4u * i + e])); } }\n"
             "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
         kf / 4);
-    block_phase(&b, &pc, k->sg, "xadd(n, v);");
+    block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v);");
     if (k->Q) { /* the next layer's norm and QKV */
         block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};
         block_depth(&pd, k);
-        block_sync(&b, &pd);
-        block_stage_normed(&b, kc / 4, "vnext", 0);
-        block_phase(&b, &pd, k->sg, "qkv[n] = v;");
+        block_sync(&b, &pd, &nd);
+        block_stage_normed(&b, kc / 4, pd.id, 0);
+        block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");
     }
     out(&b, "}\n");
     return done(&b);

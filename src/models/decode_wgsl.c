@@ -703,47 +703,36 @@ typedef struct block_norm {
    it has one) issued between its fence and the wait: every workgroup's writes before it (its
    fence, then its arrival), none of the next phase's reads of them before all have arrived
    (their fence after the wait). */
-static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm, const char *wait)
+static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm)
 {
     /* (two fences, as the split attention's combine: thread 0's release after every lane's
-       stores, which the first barrier orders before it; where x carries its phase's tag, no
-       barrier: the next phase's reads wait on the values themselves) */
-    out(b, wait ? "    storageBarrier();\n    storageBarrier();\n" : "    workgroupBarrier();\n");
+       stores, which the first barrier orders before it) */
+    out(b, "    storageBarrier();\n    storageBarrier();\n");
     block_preload(b, next);
     if (nm)
         out(b, "    var gw%u: array<vec4<f32>, %u>;\n"
                "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
                "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { gw%u[j][e] = %s[%uu + 4u * i + e]; } }\n    }\n",
             next->id, (nm->kc4 + 255) / 256, (nm->kc4 + 255) / 256, next->id, nm->v, nm->w);
-    if (wait) out(b, "    if (tid == 0u) { %s; }\n    storageBarrier();\n", wait);
+    out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
    ssq's 16 partial sums: the phase's sums take the norm's scale at the end (rsn()), so the
    GEMV's products need not wait on the sum. keep: x itself into xsh too (the next phase's
    residual). */
-static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id, int keep, int tag)
+static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id, int keep)
 {
-    const unsigned nj = (kc4 + 255) / 256;
-    /* (a thread's elements of x read together, again while any lacks the tag: its lowest bit) */
-    out(b, "    {\n        var ss = 0.0;\n        var xu: array<u32, %u>;\n        let lim = atomicLoad(&bar[2]);\n        var tries = 0u;\n"
-           "        var ok = false;\n        loop {\n            ok = true;\n"
-           "            for (var q = 0u; q < %uu; q++) {\n"
-           "                let c = 4u * (tid + 256u * (q / 4u)) + q %% 4u;\n"
-           "                if (c < C) { xu[q] = atomicLoad(&x[c]); ok = ok && (xu[q] & TAGM) == %uu; }\n            }\n"
-           "            if (ok) { break; }\n            tries++;\n"
-           "            if (tries >= lim || atomicLoad(&bar[1]) != 0u) { break; }\n        }\n"
-           /* (any way out without the tags, lavapipe's silent end of long loops too, sets word 1) */
-           "        if (!ok) { atomicStore(&bar[1], 1u); }\n"
+    out(b, "    {\n        var ss = 0.0;\n"
            "        for (var j = 0u; j < %uu; j++) {\n"
            "            let i = tid + 256u * j;\n"
            "            if (i < %uu) {\n"
            "                var v = vec4<f32>(0.0);\n"
-           "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = bitcast<f32>(xu[4u * j + e]);%s } }\n"
+           "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e);%s } }\n"
            "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
            "        ssr[tid] = ss;\n        workgroupBarrier();\n"
            "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
-        4 * nj, 4 * nj, tag < 0 ? 0u : (unsigned)tag, nj, kc4, keep ? " xsh[4u * i + e] = v[e];" : "", id);
+        (kc4 + 255) / 256, kc4, keep ? " xsh[4u * i + e] = v[e];" : "", id);
 }
 
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
@@ -770,7 +759,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     const unsigned xs4 = (ka > kc ? ka > kf ? ka : kf : kc > kf ? kc : kf) / 4;
     elementwise_functions(&b);
     out(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nconst EPS: f32 = %.9g;\n"
-            "const TAGM: u32 = %uu;\nalias WT = %s;\n"
+            "alias WT = %s;\n"
             "@group(0) @binding(1) var<storage, read> att: array<f32>;\n"
             "@group(0) @binding(2) var<storage, read_write> x: array<atomic<u32>>;\n"
             "@group(0) @binding(3) var<storage, read> wo: array<WT>;\n"
@@ -782,7 +771,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
             /* (x as the phase began: the residual's base; the norm's partial sums of squares) */
             "var<workgroup> xsh: array<f32, C>;\nvar<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
-        k->W, k->A, k->C, k->F, (double)k->eps, k->tagged ? 1u : 0u, wtype(k->f16),
+        k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
         k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
                "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
                "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
@@ -795,19 +784,19 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     out(&b, "fn gsum(g0: u32, l: u32, sgs: u32) -> f32 {\n%s}\n",
         k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
     out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
-            "fn xadd(i: u32, v: f32, t: u32) { atomicStore(&x[i], (bitcast<u32>(xsh[i] + v) & ~TAGM) | t); }\n"
+            "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xsh[i] + v)); }\n"
             "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
             "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
             /* (thread 0: its arrival, then the wait for the others') */
             /* (a wait gives up past word 2's reads, or at once where another gave up; any
                way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
                after 65,535 rounds without a word) */
-            "fn grid_wait_for(goal: u32) {\n"
+            "fn grid_wait() {\n"
+            "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
             "    var n = 0u;\n"
             "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
             "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
-            "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n"
-            "fn grid_wait() { grid_wait_for((atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W); }\n");
+            "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
     block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 1},
              pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1};
@@ -818,9 +807,6 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let wg = g.x;\n%s",
         k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
-    /* (tagged: the one barrier's goal from the counter as the launch began, which the earlier
-       launches left at a multiple of W; the arrival then needs no answer) */
-    if (k->tagged) out(&b, "    var goal = 0u;\n    if (tid == 0u) { goal = (atomicLoad(&bar[0]) & ~(W - 1u)) + W; }\n");
     /* the projection: its first loads, the attention's output staged, x += wo att */
     block_preload(&b, &pa);
     out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
@@ -829,28 +815,28 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "        xs[i] = v;\n    }\n"
             "    for (var i = tid; i < C; i += 256u) { xsh[i] = xget(i); }\n    workgroupBarrier();\n",
         ka / 4);
-    block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v, 0u);");
+    block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
-    block_sync(&b, &pb, &nb, k->tagged ? NULL : "grid_wait()");
-    block_stage_normed(&b, kc / 4, pb.id, 1, k->tagged ? 0 : -1);
+    block_sync(&b, &pb, &nb);
+    block_stage_normed(&b, kc / 4, pb.id, 1);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
     char epi[160];
     snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * sc)); }", lu, lu);
     block_phase(&b, &pb, k->sg, "rsn()", epi);
     /* down: h staged, x += w2 h */
-    block_sync(&b, &pc, NULL, k->tagged ? "_ = atomicAdd(&bar[0], 1u); grid_wait_for(goal)" : "grid_wait()");
+    block_sync(&b, &pc, NULL);
     out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
             "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < F) { v[e] = bitcast<f32>(atomicLoad(&h[4u * i + e])); } }\n"
             "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
         kf / 4);
-    block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v, TAGM);");
+    block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v);");
     if (k->Q) { /* the next layer's norm and QKV */
         block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};
         block_depth(&pd, k);
-        block_sync(&b, &pd, &nd, k->tagged ? NULL : "grid_wait()");
-        block_stage_normed(&b, kc / 4, pd.id, 0, k->tagged ? 1 : -1);
+        block_sync(&b, &pd, &nd);
+        block_stage_normed(&b, kc / 4, pd.id, 0);
         block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");
     }
     out(&b, "}\n");
@@ -1440,7 +1426,7 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
                 "    var v = unpack2x16float(u[(c %% 8u) / 2u])[c %% 2u];\n");
     else out(&b, "    var v = W[tok * (KP / 4u) + c / 4u][c %% 4u];\n");
     if (k->positions) out(&b, "    v += wpe[u32(rows[r].y) * C + c];\n");
-    out(&b, k->tag ? "    x[r * C + c] = bitcast<f32>(bitcast<u32>(v) | 1u);\n}\n" : "    x[r * C + c] = v;\n}\n");
+    out(&b, "    x[r * C + c] = v;\n}\n");
     return done(&b);
 }
 

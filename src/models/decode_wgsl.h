@@ -127,9 +127,6 @@ typedef struct wgml_decode_block {
     unsigned A, C, F, W, norm_w;
     unsigned Q; /* > 0: a fourth phase, the next layer's RMS norm (weights at binding 10, offset 0) and QKV
                    (binding 9, Q rows) into binding 11 */
-    int tagged;     /* x's lowest bit tells the phase that wrote it (0 the projection, 1 down; the
-                       embedding sets it): the norms' reads wait on it, not on barriers across
-                       the grid; one barrier a launch stays, before down (h untagged) */
     unsigned units; /* weight loads (f16: 8 halves, f32: 4 floats) a lane keeps in flight per phase: a
                        workgroup's tiles of a phase loaded together as far as they fit (0: one tile) */
     int f16, sg;
@@ -152,7 +149,6 @@ char *wgml_decode_rope_wgsl(const wgml_decode_rope *k);
 typedef struct wgml_decode_embed {
     unsigned C, KP;
     int f16, positions;
-    int tag; /* x's lowest bit set (wgml_decode_block's tagged) */
 } wgml_decode_embed;
 char *wgml_decode_embed_wgsl(const wgml_decode_embed *k);
 

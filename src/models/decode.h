@@ -91,8 +91,6 @@ typedef struct wgml_decode_desc {
                                  the workgroup memory: F past ~12,000 at 48 KB; and on a CPU adapter); -1: apart.
                                  Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
                                  wgml_decode_start begins afresh) */
-    int grid_arrival;         /* 1: grid_block's barriers each wait for its arrival's count (comparisons); 0: their
-                                 goals from the count as the launch began */
     int grid_loads;           /* grid_block's weight loads (f16: 8 halves, f32: 4 floats) a thread keeps in flight in
                                  a phase: its workgroup's tiles of the phase loaded together as far as they fit;
                                  0: 16, -1: a tile at a time (comparisons), at most 64 */

@@ -703,7 +703,7 @@ typedef struct block_norm {
    it has one) issued between its fence and the wait: every workgroup's writes before it (its
    fence, then its arrival), none of the next phase's reads of them before all have arrived
    (their fence after the wait). */
-static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm, const char *wait)
+static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm)
 {
     /* (two fences, as the split attention's combine: thread 0's release after every lane's
        stores, which the first barrier orders before it) */
@@ -714,7 +714,7 @@ static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm, cons
                "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
                "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { gw%u[j][e] = %s[%uu + 4u * i + e]; } }\n    }\n",
             next->id, (nm->kc4 + 255) / 256, (nm->kc4 + 255) / 256, next->id, nm->v, nm->w);
-    out(b, "    if (tid == 0u) { %s; }\n    storageBarrier();\n", wait);
+    out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
@@ -791,12 +791,12 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             /* (a wait gives up past word 2's reads, or at once where another gave up; any
                way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
                after 65,535 rounds without a word) */
-            "fn grid_wait_for(goal: u32) {\n"
+            "fn grid_wait() {\n"
+            "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
             "    var n = 0u;\n"
             "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
             "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
-            "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n"
-            "fn grid_wait() { grid_wait_for((atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W); }\n");
+            "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
     block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 1},
              pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1};
@@ -807,14 +807,6 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let wg = g.x;\n%s",
         k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
-    /* (the barriers' goals from the counter as the launch began: none of this launch's barriers
-       can have passed, so it is the earlier launches' arrivals, a multiple of W, plus fewer than
-       W; the arrivals then need no answer) */
-    const char *wait = "grid_wait()";
-    if (k->goal_at_start) {
-        out(&b, "    var goal = 0u;\n    if (tid == 0u) { goal = atomicLoad(&bar[0]) & ~(W - 1u); }\n");
-        wait = "goal += W; _ = atomicAdd(&bar[0], 1u); grid_wait_for(goal)";
-    }
     /* the projection: its first loads, the attention's output staged, x += wo att */
     block_preload(&b, &pa);
     out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
@@ -826,14 +818,14 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
-    block_sync(&b, &pb, &nb, wait);
+    block_sync(&b, &pb, &nb);
     block_stage_normed(&b, kc / 4, pb.id, 1);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
     char epi[160];
     snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * sc)); }", lu, lu);
     block_phase(&b, &pb, k->sg, "rsn()", epi);
     /* down: h staged, x += w2 h */
-    block_sync(&b, &pc, NULL, wait);
+    block_sync(&b, &pc, NULL);
     out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
             "        var v = vec4<f32>(0.0);\n"
             "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < F) { v[e] = bitcast<f32>(atomicLoad(&h[4u * i + e])); } }\n"
@@ -843,7 +835,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     if (k->Q) { /* the next layer's norm and QKV */
         block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};
         block_depth(&pd, k);
-        block_sync(&b, &pd, &nd, wait);
+        block_sync(&b, &pd, &nd);
         block_stage_normed(&b, kc / 4, pd.id, 0);
         block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");
     }

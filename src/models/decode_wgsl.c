@@ -717,22 +717,37 @@ static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm)
     out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
+/* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load issued before any store (a
+   loop of loads and stores in turn waits a round trip an iteration) */
+static void block_stage(sbuf *b, unsigned n4, const char *get, const char *lim)
+{
+    const unsigned nj = (n4 + 255) / 256;
+    out(b, "    {\n        var sv: array<vec4<f32>, %u>;\n"
+           "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
+           "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"
+           "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < %uu) { xs[i] = sv[j]; } }\n    }\n",
+        nj, nj, n4, lim, get, nj, n4);
+}
+
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
    ssq's 16 partial sums: the phase's sums take the norm's scale at the end (rsn()), so the
    GEMV's products need not wait on the sum. keep: x itself into xsh too (the next phase's
    residual). */
 static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id, int keep)
 {
-    out(b, "    {\n        var ss = 0.0;\n"
+    out(b, "    {\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
+           "        for (var j = 0u; j < %uu; j++) {\n"
+           "            let i = tid + 256u * j;\n"
+           "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n"
            "        for (var j = 0u; j < %uu; j++) {\n"
            "            let i = tid + 256u * j;\n"
            "            if (i < %uu) {\n"
-           "                var v = vec4<f32>(0.0);\n"
-           "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { v[e] = xget(4u * i + e);%s } }\n"
+           "                let v = xv[j];\n"
+           "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) {%s } }\n"
            "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
            "        ssr[tid] = ss;\n        workgroupBarrier();\n"
            "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
-        (kc4 + 255) / 256, kc4, keep ? " xsh[4u * i + e] = v[e];" : "", id);
+        (kc4 + 255) / 256, (kc4 + 255) / 256, (kc4 + 255) / 256, kc4, keep ? " xsh[4u * i + e] = v[e];" : "", id);
 }
 
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
@@ -784,6 +799,8 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     out(&b, "fn gsum(g0: u32, l: u32, sgs: u32) -> f32 {\n%s}\n",
         k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
     out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
+            "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
+            "fn aget(i: u32) -> f32 { return att[i]; }\n"
             "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xsh[i] + v)); }\n"
             "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
             "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
@@ -812,12 +829,12 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
         k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
     /* the projection: its first loads, the attention's output staged, x += wo att */
     block_preload(&b, &pa);
-    out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
-            "        var v = vec4<f32>(0.0);\n"
-            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < A) { v[e] = att[4u * i + e]; } }\n"
-            "        xs[i] = v;\n    }\n"
-            "    for (var i = tid; i < C; i += 256u) { xsh[i] = xget(i); }\n    workgroupBarrier();\n",
-        ka / 4);
+    block_stage(&b, ka / 4, "aget", "A");
+    out(&b, "    {\n        var xv: array<f32, %u>;\n"
+            "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xv[j] = xget(i); } }\n"
+            "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xsh[i] = xv[j]; } }\n    }\n"
+            "    workgroupBarrier();\n",
+        (k->C + 255) / 256, (k->C + 255) / 256, (k->C + 255) / 256);
     block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
@@ -829,11 +846,8 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_phase(&b, &pb, k->sg, "rsn()", epi);
     /* down: h staged, x += w2 h */
     block_sync(&b, &pc, NULL);
-    out(&b, "    for (var i = tid; i < %uu; i += 256u) {\n"
-            "        var v = vec4<f32>(0.0);\n"
-            "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < F) { v[e] = bitcast<f32>(atomicLoad(&h[4u * i + e])); } }\n"
-            "        xs[i] = v;\n    }\n    workgroupBarrier();\n",
-        kf / 4);
+    block_stage(&b, kf / 4, "hget", "F");
+    out(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v);");
     if (k->Q) { /* the next layer's norm and QKV */
         block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};

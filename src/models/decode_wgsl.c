@@ -808,14 +808,11 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             /* (a wait gives up past word 2's reads, or at once where another gave up; any
                way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
                after 65,535 rounds without a word) */
-            /* (one load a round on the counter's line, where the arrivals add: the bound read
-               once, the others' giving up every 16th round) */
             "fn grid_wait() {\n"
-            "    let lim = atomicLoad(&bar[2]);\n"
             "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
             "    var n = 0u;\n"
-            "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0) { break; }\n"
-            "        n++;\n        if (n >= lim || ((n & 15u) == 0u && atomicLoad(&bar[1]) != 0u)) { break; }\n    }\n"
+            "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
+            "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
             "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
     block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 1},

@@ -541,6 +541,38 @@ static void mlp_block_in_one_launch(void)
         const wgml_decode_desc d2 = {.batch = 1, .grid_block = 4096};
         CHECK(wgml_decode_plan_create(&m.g, &d2, &plan) == WGML_ERROR_UNSUPPORTED && !plan);
     }
+    /* (the barrier's count about to wrap past 2^32 within a step: the reference's tokens; then a
+       wait that gave up: the tokens refused, and a fresh start right again) */
+    if (one) {
+        wgml_decode_plan *plan = NULL;
+        const int gb = cpu ? 1 : 0;
+        const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 5, .grid_block = gb};
+        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+        const unsigned w = plan ? wgml_decode_grid_workgroups(plan) : 0;
+        if (w) {
+            enum { NP = 4, NN = 16 };
+            const int32_t prompt[NP] = {3, 17, 5, 11}, *pp = prompt;
+            const int64_t np = NP;
+            int32_t want[NN], got[NN];
+            reference_greedy(m.r, prompt, NP, NN, want);
+            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+            CHECK(wgml_decode_grid_words(plan, 3u, 0) == (w > 1 ? WGML_ERROR_INVALID_ARGUMENT : WGML_OK));
+            CHECK_OK(ctx, wgml_decode_grid_words(plan, 0u - 3u * w, 0));
+            CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+            same_tokens("grid count past 2^32 vs reference", got, want, NN);
+            CHECK_OK(ctx, wgml_decode_grid_words(plan, 0, 1));
+            CHECK(wgml_decode_generate(plan, 3, got) == WGML_ERROR_DEVICE);
+            CHECK(strstr(wgml_error_message(ctx), "gave up") != NULL);
+            CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+            CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+            same_tokens("a fresh start after a wait gave up vs reference", got, want, NN);
+        }
+        wgml_decode_plan_free(plan);
+        const wgml_decode_desc d0 = {.batch = 1, .grid_block = -1};
+        CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d0, &plan));
+        if (plan) CHECK(wgml_decode_grid_words(plan, 0, 0) == WGML_ERROR_UNSUPPORTED);
+        wgml_decode_plan_free(plan);
+    }
     /* (batch 2: the three launches) */
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = 2, .grid_block = 4};

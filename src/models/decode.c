@@ -1371,6 +1371,18 @@ double wgml_decode_host_seconds_per_token(const wgml_decode_plan *p) { return p 
 int64_t wgml_decode_weight_bytes(const wgml_decode_plan *p) { return p ? p->weight_bytes : 0; }
 unsigned wgml_decode_grid_workgroups(const wgml_decode_plan *p) { return p ? p->grid_w : 0; }
 
+wgml_status wgml_decode_grid_words(wgml_decode_plan *p, uint32_t count, uint32_t gave_up)
+{
+    if (!p) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!p->gbar) return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode: this plan has no grid barrier");
+    if (count & (p->grid_w - 1))
+        return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode: a count of %u is not a multiple of the grid's %u workgroups",
+                         count, p->grid_w);
+    const uint32_t w[4] = {count, gave_up, GRID_RUN_SPIN, 0};
+    write_buffer(p, p->gbar, 0, w, sizeof w);
+    return WGML_OK;
+}
+
 int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p)
 {
     return p ? 2 * p->cfg.layers * p->B * p->block * p->Hkv * p->D * (p->f16c ? 2 : 4) : 0;

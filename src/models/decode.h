@@ -148,6 +148,10 @@ int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p);
 /* The workgroups of the decode step's MLP block in one launch (wgml_decode_desc's grid_block;
    0: its launches apart). */
 unsigned wgml_decode_grid_workgroups(const wgml_decode_plan *p);
+/* Tests: the grid barrier's words set as if earlier launches had left them (the arrivals' count,
+   a multiple of the workgroups; the word a wait sets where it gave up); wgml_decode_start sets
+   them afresh. WGML_ERROR_UNSUPPORTED where the plan has no grid. */
+wgml_status wgml_decode_grid_words(wgml_decode_plan *p, uint32_t count, uint32_t gave_up);
 
 /* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots
    runs in a compute pass of its own between two timestamps (rows[r]: its kind, launches of that

@@ -703,12 +703,12 @@ typedef struct block_norm {
    it has one) issued between its fence and the wait: every workgroup's writes before it (its
    fence, then its arrival), none of the next phase's reads of them before all have arrived
    (their fence after the wait). */
-static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm, int preload)
+static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm)
 {
     /* (two fences, as the split attention's combine: thread 0's release after every lane's
        stores, which the first barrier orders before it) */
     out(b, "    storageBarrier();\n    storageBarrier();\n");
-    if (preload) block_preload(b, next);
+    block_preload(b, next);
     if (nm)
         out(b, "    var gw%u: array<vec4<f32>, %u>;\n"
                "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
@@ -824,10 +824,8 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let wg = g.x;\n%s",
         k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
-    /* the projection: its loads and gate/up's (each phase's weights go out a phase ahead: they
-       have the phase before to arrive in), the attention's output staged, x += wo att */
+    /* the projection: its first loads, the attention's output staged, x += wo att */
     block_preload(&b, &pa);
-    block_preload(&b, &pb);
     block_stage(&b, ka / 4, "aget", "A");
     out(&b, "    {\n        var xv: array<f32, %u>;\n"
             "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xv[j] = xget(i); } }\n"
@@ -837,23 +835,21 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
-    block_sync(&b, &pb, &nb, 0);
-    block_preload(&b, &pc);
+    block_sync(&b, &pb, &nb);
     block_stage_normed(&b, kc / 4, pb.id, 1);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
     char epi[160];
     snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * sc)); }", lu, lu);
     block_phase(&b, &pb, k->sg, "rsn()", epi);
     /* down: h staged, x += w2 h */
-    block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};
-    block_depth(&pd, k);
-    block_sync(&b, &pc, NULL, 0);
-    if (k->Q) block_preload(&b, &pd);
+    block_sync(&b, &pc, NULL);
     block_stage(&b, kf / 4, "hget", "F");
     out(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v);");
     if (k->Q) { /* the next layer's norm and QKV */
-        block_sync(&b, &pd, &nd, 0);
+        block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};
+        block_depth(&pd, k);
+        block_sync(&b, &pd, &nd);
         block_stage_normed(&b, kc / 4, pd.id, 0);
         block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");
     }

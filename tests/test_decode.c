@@ -505,11 +505,11 @@ static void mlp_block_in_one_launch(void)
             subgroups = -1; /* (the lanes' sums by trees in workgroup memory) */
             check_single_chunk(&l3, 0, 0, 0, 0, -1, 1 + 5 * 3 + 2 - SAVED(3));
             subgroups = 0;
-            /* (a phase's tiles a tile at a time, and 2 or 3 in flight: rounds of slots, the last
-               one's partly past the tiles) */
-            for (int gl = -1; gl <= 3; gl += 2) {
+            /* (a phase's tiles a tile at a time, and 2 or 3 in flight: rounds of slots, with 2
+               the last one's partly past the tiles) */
+            for (int gl = -1; gl <= 3; gl += gl < 0 ? 3 : 1) {
                 grid_loads = gl;
-                check_single_chunk(&l3, gl == 1, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
+                check_single_chunk(&l3, gl == 2, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
             }
             grid_loads = 0;
         }

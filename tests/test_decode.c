@@ -168,7 +168,6 @@ static int combine_launch; /* the split attention's combine a launch of its own 
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
 static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
-static int grid_loads;      /* its weight loads a thread keeps in flight (0: the plan's choice, -1: a tile at a time) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
@@ -201,7 +200,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
                                 .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .f16_cache = f16_cache, .grid_block = grid_block, .grid_loads = grid_loads};
+                                .f16_cache = f16_cache, .grid_block = grid_block};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -505,13 +504,6 @@ static void mlp_block_in_one_launch(void)
             subgroups = -1; /* (the lanes' sums by trees in workgroup memory) */
             check_single_chunk(&l3, 0, 0, 0, 0, -1, 1 + 5 * 3 + 2 - SAVED(3));
             subgroups = 0;
-            /* (a phase's tiles a tile at a time, and 2 or 3 in flight: rounds of slots, with 2
-               the last one's partly past the tiles) */
-            for (int gl = -1; gl <= 3; gl += gl < 0 ? 3 : 1) {
-                grid_loads = gl;
-                check_single_chunk(&l3, gl == 2, 0, 0, 0, 4, 1 + (5 + c) * 3 + 2 - SAVED(3));
-            }
-            grid_loads = 0;
         }
     }
 #undef SAVED
@@ -520,9 +512,8 @@ static void mlp_block_in_one_launch(void)
     model_make(ctx, &llama_cfg, 0, &m);
     for (int k = -2; k <= 3; k += 5) {
         wgml_decode_plan *bad = NULL;
-        const wgml_decode_desc d = {.batch = 1, .grid_block = k}, d2 = {.batch = 1, .grid_loads = k < 0 ? -2 : 65};
+        const wgml_decode_desc d = {.batch = 1, .grid_block = k};
         CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
-        CHECK(wgml_decode_plan_create(&m.g, &d2, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
     }
     if (one && info.adapter_type && strcmp(info.adapter_type, "CPU") == 0) { /* (no policy's grid there; more than one refused) */
         wgml_decode_plan *plan = NULL;

@@ -368,9 +368,6 @@ static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
     return attn_fits(p, chunk, prefill, !prefill && combine_fits(p, chunk));
 }
 
-/* the grid block's weight loads a thread keeps in flight (wgml_decode_desc's grid_loads) */
-static unsigned grid_units(const wgml_decode_desc *d) { return d->grid_loads < 0 ? 0u : d->grid_loads ? (unsigned)d->grid_loads : 16u; }
-
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
@@ -497,7 +494,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             const int next = l + 1 < p->cfg.layers;
             const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = p->grid_w,
                                           .norm_w = (unsigned)C, .Q = next ? (unsigned)p->Q : 0, .f16 = p->d.f16_weights,
-                                          .units = grid_units(&p->d), .sg = p->sg, .eps = eps};
+                                          .sg = p->sg, .eps = eps};
             bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar},
                          {9, next ? p->L[l + 1].wqkv : NULL}, {10, next ? p->L[l + 1].vecs : NULL}, {11, p->qkv}};
             if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), next ? 0xffeu : 0x1feu, bb, 11, GRID_FIXED, bk.W, 1, 0,
@@ -756,8 +753,6 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: combine_launch = %d; want 0 or 1", d.combine_launch);
     if (d.sample_logits < 0 || d.sample_logits > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: sample_logits = %d; want 0 or 1", d.sample_logits);
-    if (d.grid_loads < -1 || d.grid_loads > 64)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_loads = %d; want -1 to 64", d.grid_loads);
     if (d.grid_block < -1 || d.grid_block > 4096 || (d.grid_block > 0 && (d.grid_block & (d.grid_block - 1))))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_block = %d; want -1, 0 or a power of two up to 4096",
                          d.grid_block);

@@ -91,9 +91,6 @@ typedef struct wgml_decode_desc {
                                  the workgroup memory: F past ~12,000 at 48 KB; and on a CPU adapter); -1: apart.
                                  Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
                                  wgml_decode_start begins afresh) */
-    int grid_loads;           /* grid_block's weight loads (f16: 8 halves, f32: 4 floats) a thread keeps in flight in
-                                 a phase: its workgroup's tiles of the phase loaded together as far as they fit;
-                                 0: 16, -1: a tile at a time (comparisons), at most 64 */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -631,70 +631,49 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 
 /* A phase of wgml_decode_block_wgsl: rows of N outputs over K4 weight units each (f16: 8
    halves, f32: 4 floats), LPO lanes a row, tiles of 256 / LPO rows taken by the grid's
-   workgroups in turn, D tiles in flight: slots of registers (wr<id>, IT units a lane each).
-   block_preload declares them and loads a workgroup's first D tiles (issued before the barrier
-   the phase waits on: their latency hides in the wait); block_phase then goes over the tiles D at
-   a time, each slot's next tile (D on) loaded as soon as its sums are taken, and `epi` stores v, a
-   row's sum times sc (lane 0 of its group; sc: rsn(), the norm's scale, or 1). D = 1 streams a tile
-   at a time. */
+   workgroups in turn. block_preload declares the phase's registers (wr<id>) and loads its first
+   tile (issued before the barrier the phase waits on: their latency hides in the wait);
+   block_phase then goes over the tiles, the next tile's loads issued before this one's sums, and
+   `epi` stores v, a row's sum times sc (lane 0 of its group; sc: rsn(), the norm's scale, or
+   1). (A phase's tiles all in flight at once, as registers, and the loop's tiles under an `if`
+   were both slower on an H200: docs/MEASUREMENTS.md.) */
 typedef struct block_ph {
     const char *w;
-    unsigned k4, N, lpo, id, D;
+    unsigned k4, N, lpo, id;
 } block_ph;
 
-static unsigned block_it(const block_ph *ph) { return (ph->k4 + ph->lpo - 1) / ph->lpo; }
-static unsigned block_tiles(const block_ph *ph) { return (ph->N + 256 / ph->lpo - 1) / (256 / ph->lpo); }
-
-/* tile `tile`'s loads into slot s */
-static void block_load(sbuf *b, const block_ph *ph, const char *tile, unsigned s, const char *in)
+static void block_load(sbuf *b, const block_ph *ph, const char *tile, const char *in)
 {
-    const unsigned rpt = 256 / ph->lpo, it = block_it(ph);
+    const unsigned rpt = 256 / ph->lpo, it = (ph->k4 + ph->lpo - 1) / ph->lpo;
     out(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
-           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[%uu + i] = %s[n * %uu + u]; } } }\n%s}\n",
-        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, s * it, ph->w, ph->k4, in);
+           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n%s}\n",
+        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4, in);
 }
 
 static void block_preload(sbuf *b, const block_ph *ph)
 {
-    const unsigned tiles = block_tiles(ph);
-    out(b, "    var wr%u: array<WT, %u>;\n", ph->id, ph->D * block_it(ph));
-    for (unsigned s = 0; s < ph->D; s++) {
-        char t[48];
-        snprintf(t, sizeof t, "wg + %uu * W", s);
-        if (s) out(b, "    if (wg + %uu * W < %uu) ", s, tiles);
-        block_load(b, ph, t, s, "    ");
-    }
+    out(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
+    block_load(b, ph, "wg", "    ");
 }
 
 static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *sc, const char *epi)
 {
-    const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = block_tiles(ph), it = block_it(ph);
-    /* (no `if` around a tile's barriers: one cost ~5% of Qwen3's step on an H200; a slot past
-       the tiles has rows past N, which load and store nothing) */
-    const int one = ph->D == 1;
-    if (one) out(b, "    for (var t0 = wg; t0 < %uu; t0 += W) {\n", tiles);
-    else out(b, "    for (var tb = wg; tb < %uu; tb += %uu * W) {\n", tiles, ph->D);
-    for (unsigned s = 0; s < ph->D; s++) {
-        if (!one) out(b, "    let t%u = tb + %uu * W;\n", s, s);
-        out(b, "    {\n");
-        out(b, "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t%u * %uu + grp;\n        var acc = 0.0;\n"
-               "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[%uu + i], u); } } }\n",
-            lpo, lpo, s, rpt, ph->N, it, lpo, ph->k4, ph->id, s * it);
-        char t[48];
-        snprintf(t, sizeof t, "t%u + %uu * W", s, ph->D);
-        out(b, "        if (%s < %uu) {\n", t, tiles);
-        block_load(b, ph, t, s, "            ");
-        out(b, "        }\n");
-        if (sg)
-            for (unsigned o = 1; o < lpo; o *= 2) out(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
-        out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
-        if (!sg)
-            out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
-        out(b, "        if (lane == 0u && n < %uu) {\n            let sc = %s;\n            let v = gsum(tid, %uu, sgs) * sc;\n            %s\n        }\n"
-               "        workgroupBarrier();\n    }\n",
-            ph->N, sc, lpo, epi);
-    }
-    out(b, "    }\n");
+    const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = (ph->N + rpt - 1) / rpt, it = (ph->k4 + lpo - 1) / lpo;
+    out(b, "    for (var t = wg; t < %uu; t += W) {\n"
+           "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
+           "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
+        tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
+    out(b, "        if (t + W < %uu) {\n", tiles);
+    block_load(b, ph, "t + W", "            ");
+    out(b, "        }\n");
+    if (sg)
+        for (unsigned o = 1; o < lpo; o *= 2) out(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
+    out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
+    if (!sg)
+        out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
+    out(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs) * %s;\n            %s\n        }\n"
+           "        workgroupBarrier();\n    }\n",
+        ph->N, lpo, sc, epi);
 }
 
 /* An RMS norm's weights for the next phase, read before the barrier as its matrix's first loads:
@@ -764,14 +743,6 @@ static unsigned block_lanes(unsigned N, unsigned W)
     return l;
 }
 
-/* Tiles in flight for a phase: all of a workgroup's, as far as k->units weight units a lane
-   hold them (at least one tile). */
-static void block_depth(block_ph *ph, const wgml_decode_block *k)
-{
-    const unsigned mine = (block_tiles(ph) + k->W - 1) / k->W, fit = k->units / block_it(ph);
-    ph->D = fit < 1 ? 1 : fit < mine ? fit : mine;
-}
-
 char *wgml_decode_block_wgsl(const wgml_decode_block *k)
 {
     sbuf b = {0};
@@ -820,11 +791,8 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
             "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
-    block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 1},
-             pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1};
-    block_depth(&pa, k);
-    block_depth(&pb, k);
-    block_depth(&pc, k);
+    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0}, pb = {"w1", kc / wv, 2 * k->F, lu, 1},
+                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2};
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let wg = g.x;\n%s",
@@ -844,7 +812,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_stage_normed(&b, kc / 4, pb.id, 1);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
     char epi[160];
-    snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * sc)); }", lu, lu);
+    snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * rsn())); }", lu, lu);
     block_phase(&b, &pb, k->sg, "rsn()", epi);
     /* down: h staged, x += w2 h */
     block_sync(&b, &pc, NULL);
@@ -852,8 +820,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     out(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v);");
     if (k->Q) { /* the next layer's norm and QKV */
-        block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 1};
-        block_depth(&pd, k);
+        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3};
         block_sync(&b, &pd, &nd);
         block_stage_normed(&b, kc / 4, pd.id, 0);
         block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");

@@ -127,8 +127,6 @@ typedef struct wgml_decode_block {
     unsigned A, C, F, W, norm_w;
     unsigned Q; /* > 0: a fourth phase, the next layer's RMS norm (weights at binding 10, offset 0) and QKV
                    (binding 9, Q rows) into binding 11 */
-    unsigned units; /* weight loads (f16: 8 halves, f32: 4 floats) a lane keeps in flight per phase: a
-                       workgroup's tiles of a phase loaded together as far as they fit (0: one tile) */
     int f16, sg;
     float eps;
 } wgml_decode_block;

@@ -702,16 +702,15 @@ static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm)
 }
 
 /* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load issued before any store (a
-   loop of loads and stores in turn waits a round trip an iteration); `loads` and `stores`, where
-   given, more of each in the same order */
-static void block_stage(sbuf *b, unsigned n4, const char *get, const char *lim, const char *loads, const char *stores)
+   loop of loads and stores in turn waits a round trip an iteration) */
+static void block_stage(sbuf *b, unsigned n4, const char *get, const char *lim)
 {
     const unsigned nj = (n4 + 255) / 256;
     out(b, "    {\n        var sv: array<vec4<f32>, %u>;\n"
            "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
-           "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n%s"
-           "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < %uu) { xs[i] = sv[j]; } }\n%s    }\n",
-        nj, nj, n4, lim, get, loads ? loads : "", nj, n4, stores ? stores : "");
+           "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"
+           "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < %uu) { xs[i] = sv[j]; } }\n    }\n",
+        nj, nj, n4, lim, get, nj, n4);
 }
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
@@ -800,15 +799,12 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
         k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
     /* the projection: its first loads, the attention's output staged, x += wo att */
     block_preload(&b, &pa);
-    {
-        char xl[200], xst[120];
-        const unsigned nc = (k->C + 255) / 256;
-        snprintf(xl, sizeof xl, "        var xv: array<f32, %u>;\n"
-                 "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xv[j] = xget(i); } }\n", nc, nc);
-        snprintf(xst, sizeof xst, "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xsh[i] = xv[j]; } }\n", nc);
-        block_stage(&b, ka / 4, "aget", "A", xl, xst);
-    }
-    out(&b, "    workgroupBarrier();\n");
+    block_stage(&b, ka / 4, "aget", "A");
+    out(&b, "    {\n        var xv: array<f32, %u>;\n"
+            "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xv[j] = xget(i); } }\n"
+            "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xsh[i] = xv[j]; } }\n    }\n"
+            "    workgroupBarrier();\n",
+        (k->C + 255) / 256, (k->C + 255) / 256, (k->C + 255) / 256);
     block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v);");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
@@ -820,7 +816,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_phase(&b, &pb, k->sg, "rsn()", epi);
     /* down: h staged, x += w2 h */
     block_sync(&b, &pc, NULL);
-    block_stage(&b, kf / 4, "hget", "F", NULL, NULL);
+    block_stage(&b, kf / 4, "hget", "F");
     out(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v);");
     if (k->Q) { /* the next layer's norm and QKV */

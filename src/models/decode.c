@@ -675,16 +675,16 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 static wgml_status choose_grid(wgml_decode_plan *p)
 {
     const int forced = p->d.grid_block > 0, cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;
-    /* (its workgroup memory: the widest input staged as vec4s, x, and 2 x 256 + 16 sums) */
+    /* (its workgroup memory: the widest input staged as vec4s, and 2 x 256 + 16 sums) */
     const int64_t af = p->A > p->F ? p->A : p->F;
-    const uint64_t widest = (uint64_t)round8(af > p->C ? af : p->C), wg_bytes = widest * 4 + (uint64_t)p->C * 4 + 528 * 4;
+    const uint64_t widest = (uint64_t)round8(af > p->C ? af : p->C), wg_bytes = widest * 4 + 528 * 4;
     if (p->d.grid_block < 0 || !p->llama || p->fused || p->B != 1 || !combine_possible(p) || (cpu && !forced)) return WGML_OK;
     if (p->ctx->rt.info.max_storage_buffers_per_shader_stage < 11) /* (its bindings) */
         return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block binds 11 storage buffers, "
                                   "past this adapter's %u", p->ctx->rt.info.max_storage_buffers_per_shader_stage)
                       : WGML_OK;
     if (wg_bytes > p->ctx->rt.limits.maxComputeWorkgroupStorageSize)
-        return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block stages %llu bytes of inputs, "
+        return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block declares %llu bytes of workgroup memory, "
                                   "past this adapter's %u of workgroup memory", (unsigned long long)wg_bytes,
                                   p->ctx->rt.limits.maxComputeWorkgroupStorageSize)
                       : WGML_OK;
@@ -1371,6 +1371,7 @@ wgml_status wgml_decode_grid_words(wgml_decode_plan *p, uint32_t count, uint32_t
     if (!p) return WGML_ERROR_INVALID_ARGUMENT;
     if (!p->gbar) return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode: this plan has no grid barrier");
     if (count & (p->grid_w - 1))
+        /* (the grid is a power of two: the barriers' goals are multiples of it) */
         return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode: a count of %u is not a multiple of the grid's %u workgroups",
                          count, p->grid_w);
     const uint32_t w[4] = {count, gave_up, GRID_RUN_SPIN, 0};

@@ -640,19 +640,24 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 typedef struct block_ph {
     const char *w;
     unsigned k4, N, lpo, id;
+    int resid; /* x[n] += the sums: a tile's x[n] read with its weights (xr<id>, lane 0), so the
+                  store waits on no load */
 } block_ph;
 
 static void block_load(sbuf *b, const block_ph *ph, const char *tile, const char *in)
 {
     const unsigned rpt = 256 / ph->lpo, it = (ph->k4 + ph->lpo - 1) / ph->lpo;
     out(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
-           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n%s}\n",
-        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4, in);
+           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n",
+        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4);
+    if (ph->resid) out(b, "%s    if (lane == 0u && n < %uu) { xr%u = xget(n); }\n", in, ph->N, ph->id);
+    out(b, "%s}\n", in);
 }
 
 static void block_preload(sbuf *b, const block_ph *ph)
 {
     out(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
+    if (ph->resid) out(b, "    var xr%u = 0.0;\n", ph->id);
     block_load(b, ph, "wg", "    ");
 }
 
@@ -663,6 +668,8 @@ static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *sc, con
            "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
            "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
         tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
+    /* (this tile's x[n] before the next tile's loads take its register) */
+    if (ph->resid) out(b, "        let xb = xr%u;\n", ph->id);
     out(b, "        if (t + W < %uu) {\n", tiles);
     block_load(b, ph, "t + W", "            ");
     out(b, "        }\n");
@@ -715,9 +722,8 @@ static void block_stage(sbuf *b, unsigned n4, const char *get, const char *lim)
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
    ssq's 16 partial sums: the phase's sums take the norm's scale at the end (rsn()), so the
-   GEMV's products need not wait on the sum. keep: x itself into xsh too (the next phase's
-   residual). */
-static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id, int keep)
+   GEMV's products need not wait on the sum. */
+static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id)
 {
     out(b, "    {\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
            "        for (var j = 0u; j < %uu; j++) {\n"
@@ -727,11 +733,10 @@ static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id, int keep)
            "            let i = tid + 256u * j;\n"
            "            if (i < %uu) {\n"
            "                let v = xv[j];\n"
-           "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) {%s } }\n"
            "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
            "        ssr[tid] = ss;\n        workgroupBarrier();\n"
            "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
-        (kc4 + 255) / 256, (kc4 + 255) / 256, (kc4 + 255) / 256, kc4, keep ? " xsh[4u * i + e] = v[e];" : "", id);
+        (kc4 + 255) / 256, (kc4 + 255) / 256, (kc4 + 255) / 256, kc4, id);
 }
 
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
@@ -761,7 +766,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
             "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
             /* (x as the phase began: the residual's base; the norm's partial sums of squares) */
-            "var<workgroup> xsh: array<f32, C>;\nvar<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
+            "var<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
         k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
         k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
                "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
@@ -777,7 +782,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
             "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
             "fn aget(i: u32) -> f32 { return att[i]; }\n"
-            "fn xadd(i: u32, v: f32) { atomicStore(&x[i], bitcast<u32>(xsh[i] + v)); }\n"
+
             "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
             "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
             /* (thread 0: its arrival, then the wait for the others') */
@@ -791,8 +796,8 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
             "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
             "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
-    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0}, pb = {"w1", kc / wv, 2 * k->F, lu, 1},
-                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2};
+    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 0},
+                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1};
     out(&b, "@compute @workgroup_size(256)\n"
             "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
             "    let wg = g.x;\n%s",
@@ -800,16 +805,12 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     /* the projection: its first loads, the attention's output staged, x += wo att */
     block_preload(&b, &pa);
     block_stage(&b, ka / 4, "aget", "A");
-    out(&b, "    {\n        var xv: array<f32, %u>;\n"
-            "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xv[j] = xget(i); } }\n"
-            "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < C) { xsh[i] = xv[j]; } }\n    }\n"
-            "    workgroupBarrier();\n",
-        (k->C + 255) / 256, (k->C + 255) / 256, (k->C + 255) / 256);
-    block_phase(&b, &pa, k->sg, "1.0", "xadd(n, v);");
+    out(&b, "    workgroupBarrier();\n");
+    block_phase(&b, &pa, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
     block_sync(&b, &pb, &nb);
-    block_stage_normed(&b, kc / 4, pb.id, 1);
+    block_stage_normed(&b, kc / 4, pb.id);
     /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
     char epi[160];
     snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * rsn())); }", lu, lu);
@@ -818,11 +819,11 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_sync(&b, &pc, NULL);
     block_stage(&b, kf / 4, "hget", "F");
     out(&b, "    workgroupBarrier();\n");
-    block_phase(&b, &pc, k->sg, "1.0", "xadd(n, v);");
+    block_phase(&b, &pc, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
     if (k->Q) { /* the next layer's norm and QKV */
-        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3};
+        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 0};
         block_sync(&b, &pd, &nd);
-        block_stage_normed(&b, kc / 4, pd.id, 0);
+        block_stage_normed(&b, kc / 4, pd.id);
         block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");
     }
     out(&b, "}\n");

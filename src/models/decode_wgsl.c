@@ -2,79 +2,36 @@
    constants, so loops have fixed bounds and the compiler unrolls the per-row sums. */
 #include "models/decode_wgsl.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sbuf.h"
 #include "kernels/wgsl_sources.h"
-
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void out(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out(sbuf *b, const char *fmt, ...)
-{
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 8192;
-        while (cap < b->n + (size_t)k + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s, b->cap = cap;
-    }
-}
-
-static char *done(sbuf *b)
-{
-    if (b->oom) {
-        free(b->s);
-        return NULL;
-    }
-    return b->s;
-}
 
 /* The elementwise functions (GELU's erf, SiLU) of kernels/elementwise.wgsl, over f32. NaN and
    infinity come from a private variable: WGSL constants may be neither. */
-static void elementwise_functions(sbuf *b)
+static void elementwise_functions(wgml_sbuf *b)
 {
-    out(b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
-           "var<private> NAN_BITS: u32 = 0x7fc00000u;\nvar<private> INF_BITS: u32 = 0x7f800000u;\n"
-           "fn wgml_nan() -> T { return bitcast<f32>(NAN_BITS); }\n"
-           "fn wgml_inf() -> T { return bitcast<f32>(INF_BITS); }\n%s\n",
-        wgml_wgsl_find("elementwise"));
+    wgml_sbuf_put(b, "alias T = f32;\nalias TU = u32;\nalias TI = i32;\nalias TB = bool;\n"
+                     "var<private> NAN_BITS: u32 = 0x7fc00000u;\nvar<private> INF_BITS: u32 = 0x7f800000u;\n"
+                     "fn wgml_nan() -> T { return bitcast<f32>(NAN_BITS); }\n"
+                     "fn wgml_inf() -> T { return bitcast<f32>(INF_BITS); }\n%s\n",
+                  wgml_wgsl_find("elementwise"));
 }
 
 /* The sampler's noise: a 32-bit hash (lowbias32) of the inputs, chained, gives the Gumbel
    noise's uniform; noisy(l, h0, v) is logit l of token v as the draw compares it (the head's
    candidates and the sampler must agree to the bit). Needs the pass uniform P. */
-static void noise_functions(sbuf *b)
+static void noise_functions(wgml_sbuf *b)
 {
-    out(b, "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
-           "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
-           "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
-           "    if (P.temp > 0.0) {\n"
-           "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
-           "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
-           "fn row_hash(row: vec4<i32>) -> u32 { return mix(P.seed ^ mix((u32(row.x) * 0x9e3779b9u) ^ mix(u32(row.y)))); }\n");
+    wgml_sbuf_put(b, "fn mix(x0: u32) -> u32 {\n    var x = x0;\n    x ^= x >> 16u;\n    x *= 0x7feb352du;\n"
+                     "    x ^= x >> 15u;\n    x *= 0x846ca68bu;\n    x ^= x >> 16u;\n    return x;\n}\n"
+                     "fn noisy(l: f32, h0: u32, v: u32) -> f32 {\n"
+                     "    if (P.temp > 0.0) {\n"
+                     "        let u = (f32(mix(h0 ^ v) >> 8u) + 0.5) * (1.0 / 16777216.0);\n"
+                     "        return l / P.temp - log(-log(u));\n    }\n    return l;\n}\n"
+                     "fn row_hash(row: vec4<i32>) -> u32 { return mix(P.seed ^ mix((u32(row.x) * 0x9e3779b9u) ^ mix(u32(row.y)))); }\n");
 }
 
 /* The weight matrix's element type: vec4<f32> (4 elements a load) or vec4<u32> (8 halves). */
@@ -93,53 +50,53 @@ static unsigned sum_threads(unsigned rb, unsigned kch4, unsigned np)
    (then rows at binding 6 give the token and position). tpu > 0 (x plus partial sums, x's row
    stride, ps and K multiples of 4): x and the partials read as vec4s, and fn xsum4(rr, k, q):
    inputs k .. k + 3 of x (q = 0) plus the q-th of tpu slices of the partials. */
-static void x_source(sbuf *b, int xsrc, unsigned np, unsigned ps, int e_f16, unsigned ekp, int positions, unsigned tpu)
+static void x_source(wgml_sbuf *b, int xsrc, unsigned np, unsigned ps, int e_f16, unsigned ekp, int positions, unsigned tpu)
 {
     const char *xt = tpu ? "vec4<f32>" : "f32";
-    if (xsrc != DECODE_X_EMBED) out(b, "@group(0) @binding(2) var<storage, read> xin: array<%s>;\n", xt);
-    if (xsrc == DECODE_X_SUM) out(b, "@group(0) @binding(9) var<storage, read> parts: array<%s>;\n", xt);
+    if (xsrc != DECODE_X_EMBED) wgml_sbuf_put(b, "@group(0) @binding(2) var<storage, read> xin: array<%s>;\n", xt);
+    if (xsrc == DECODE_X_SUM) wgml_sbuf_put(b, "@group(0) @binding(9) var<storage, read> parts: array<%s>;\n", xt);
     if (tpu) {
         const unsigned slice = (np + tpu - 1) / tpu;
         /* (an index clamped, not a load skipped: the slice's loads go out together) */
-        out(b, "fn xsum4(rr: u32, k: u32, q: u32) -> vec4<f32> {\n"
-               "    let i = (rr * XS + k) / 4u;\n"
-               "    var v = select(vec4<f32>(0.0), xin[i], q == 0u);\n"
-               "    for (var s = 0u; s < %uu; s++) {\n"
-               "        let p = q * %uu + s;\n"
-               "        let pv = parts[min(p, %uu) * %uu + i];\n"
-               "        v += select(vec4<f32>(0.0), pv, p < %uu);\n    }\n    return v;\n}\n"
-               "fn xraw(rr: u32, k: u32) -> f32 {\n    let i = rr * XS + k;\n    var v = xin[i / 4u][i %% 4u];\n"
-               "    for (var p = 0u; p < %uu; p++) { v += parts[p * %uu + i / 4u][i %% 4u]; }\n    return v;\n}\n",
-            slice, slice, np - 1, ps / 4, np, np, ps / 4);
+        wgml_sbuf_put(b, "fn xsum4(rr: u32, k: u32, q: u32) -> vec4<f32> {\n"
+                         "    let i = (rr * XS + k) / 4u;\n"
+                         "    var v = select(vec4<f32>(0.0), xin[i], q == 0u);\n"
+                         "    for (var s = 0u; s < %uu; s++) {\n"
+                         "        let p = q * %uu + s;\n"
+                         "        let pv = parts[min(p, %uu) * %uu + i];\n"
+                         "        v += select(vec4<f32>(0.0), pv, p < %uu);\n    }\n    return v;\n}\n"
+                         "fn xraw(rr: u32, k: u32) -> f32 {\n    let i = rr * XS + k;\n    var v = xin[i / 4u][i %% 4u];\n"
+                         "    for (var p = 0u; p < %uu; p++) { v += parts[p * %uu + i / 4u][i %% 4u]; }\n    return v;\n}\n",
+                      slice, slice, np - 1, ps / 4, np, np, ps / 4);
         return;
     }
     if (xsrc == DECODE_X_EMBED) {
-        out(b, "@group(0) @binding(12) var<storage, read> wte: array<%s>;\n", wtype(e_f16));
-        if (positions) out(b, "@group(0) @binding(11) var<storage, read> wpe: array<f32>;\n");
+        wgml_sbuf_put(b, "@group(0) @binding(12) var<storage, read> wte: array<%s>;\n", wtype(e_f16));
+        if (positions) wgml_sbuf_put(b, "@group(0) @binding(11) var<storage, read> wpe: array<f32>;\n");
     }
-    out(b, "fn xraw(rr: u32, k: u32) -> f32 {\n");
-    if (xsrc == DECODE_X_PLAIN) out(b, "    return xin[rr * XS + k];\n");
+    wgml_sbuf_put(b, "fn xraw(rr: u32, k: u32) -> f32 {\n");
+    if (xsrc == DECODE_X_PLAIN) wgml_sbuf_put(b, "    return xin[rr * XS + k];\n");
     else if (xsrc == DECODE_X_SUM)
-        out(b, "    var v = xin[rr * XS + k];\n    for (var p = 0u; p < %uu; p++) { v += parts[p * %uu + rr * XS + k]; }\n    return v;\n",
-            np, ps);
+        wgml_sbuf_put(b, "    var v = xin[rr * XS + k];\n    for (var p = 0u; p < %uu; p++) { v += parts[p * %uu + rr * XS + k]; }\n    return v;\n",
+                      np, ps);
     else {
-        out(b, "    let tok = u32(rows[rr].z);\n");
-        if (e_f16) out(b, "    var v = unpack2x16float(wte[tok * %uu + k / 8u][(k %% 8u) / 2u])[k %% 2u];\n", ekp / 8);
-        else out(b, "    var v = wte[tok * %uu + k / 4u][k %% 4u];\n", ekp / 4);
-        if (positions) out(b, "    v += wpe[u32(rows[rr].y) * XS + k];\n");
-        out(b, "    return v;\n");
+        wgml_sbuf_put(b, "    let tok = u32(rows[rr].z);\n");
+        if (e_f16) wgml_sbuf_put(b, "    var v = unpack2x16float(wte[tok * %uu + k / 8u][(k %% 8u) / 2u])[k %% 2u];\n", ekp / 8);
+        else wgml_sbuf_put(b, "    var v = wte[tok * %uu + k / 4u][k %% 4u];\n", ekp / 4);
+        if (positions) wgml_sbuf_put(b, "    v += wpe[u32(rows[rr].y) * XS + k];\n");
+        wgml_sbuf_put(b, "    return v;\n");
     }
-    out(b, "}\n");
+    wgml_sbuf_put(b, "}\n");
 }
 
 /* fn xnorm(j, k, raw): the prologue's norm with row j's statistics */
-static void x_norm(sbuf *b, int norm, unsigned w, unsigned bias)
+static void x_norm(wgml_sbuf *b, int norm, unsigned w, unsigned bias)
 {
-    out(b, "fn xnorm(j: u32, k: u32, v: f32) -> f32 {\n");
-    if (norm == DECODE_NORM_RMS) out(b, "    return v * stat[j].y * vecs[%uu + k];\n", w);
-    else if (norm == DECODE_NORM_LN) out(b, "    return (v - stat[j].x) * stat[j].y * vecs[%uu + k] + vecs[%uu + k];\n", w, bias);
-    else out(b, "    return v;\n");
-    out(b, "}\n");
+    wgml_sbuf_put(b, "fn xnorm(j: u32, k: u32, v: f32) -> f32 {\n");
+    if (norm == DECODE_NORM_RMS) wgml_sbuf_put(b, "    return v * stat[j].y * vecs[%uu + k];\n", w);
+    else if (norm == DECODE_NORM_LN) wgml_sbuf_put(b, "    return (v - stat[j].x) * stat[j].y * vecs[%uu + k] + vecs[%uu + k];\n", w, bias);
+    else wgml_sbuf_put(b, "    return v;\n");
+    wgml_sbuf_put(b, "}\n");
 }
 
 /* Threads a row of the statistics' trees: the largest power of two with RB of them <= 256. */
@@ -154,44 +111,44 @@ static unsigned stat_threads(unsigned rb)
    (0, 1/rms)) over their K inputs: GS threads a row (stat_threads) add up s and ss as `sum`
    says (thread sub of row j), then one tree of log2(GS) rounds for all the rows (sg: 2 barriers,
    not 2 + log2(GS), where the kernel has the subgroup size as sgs). */
-static void stats_tree(sbuf *b, int norm, unsigned rb, int sg, const char *in, const char *sum)
+static void stats_tree(wgml_sbuf *b, int norm, unsigned rb, int sg, const char *in, const char *sum)
 {
     const unsigned gs = stat_threads(rb);
-    sbuf t = {0};
-    out(&t, "{\n    let j = tid / %uu;\n    let sub = tid %% %uu;\n    var s = 0.0;\n    var ss = 0.0;\n%s", gs, gs, sum);
+    wgml_sbuf t = {0};
+    wgml_sbuf_put(&t, "{\n    let j = tid / %uu;\n    let sub = tid %% %uu;\n    var s = 0.0;\n    var ss = 0.0;\n%s", gs, gs, sum);
     if (sg) {
         /* (sg) a butterfly over each subgroup's lanes of the row (min(GS, its size)): one
            exchange through workgroup memory, then a thread a row adds the subgroups' sums */
         for (unsigned o = 1; o < gs && o < 128; o *= 2) /* (subgroups have at most 128 lanes; Tint refuses masks past 127) */
-            out(&t, "    s += select(0.0, subgroupShuffleXor(s, %uu), %uu < sgs);\n"
-                    "    ss += select(0.0, subgroupShuffleXor(ss, %uu), %uu < sgs);\n", o, o, o, o);
-        out(&t, "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
-                "    if (sub == 0u && j < RB) {\n"
-                "        for (var q = min(sgs, %uu); q < %uu; q += min(sgs, %uu)) { red[tid] += red[tid + q]; red[256u + tid] += red[256u + tid + q]; }\n",
-            gs, gs, gs);
+            wgml_sbuf_put(&t, "    s += select(0.0, subgroupShuffleXor(s, %uu), %uu < sgs);\n"
+                              "    ss += select(0.0, subgroupShuffleXor(ss, %uu), %uu < sgs);\n", o, o, o, o);
+        wgml_sbuf_put(&t, "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
+                          "    if (sub == 0u && j < RB) {\n"
+                          "        for (var q = min(sgs, %uu); q < %uu; q += min(sgs, %uu)) { red[tid] += red[tid + q]; red[256u + tid] += red[256u + tid + q]; }\n",
+                      gs, gs, gs);
     } else
-        out(&t, "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
-                "    for (var st = %uu; st > 0u; st >>= 1u) {\n"
-                "        if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
-                "        workgroupBarrier();\n    }\n"
-                "    if (sub == 0u && j < RB) {\n",
-            gs / 2);
-    out(&t, "        let mean = red[tid] / f32(K);\n%s"
-        "    }\n    workgroupBarrier();\n}\n",
-        norm == DECODE_NORM_RMS ? "        stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n"
-                                : "        let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
-                                  "        stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
-    if (t.oom) b->oom = 1;
-    for (const char *l = t.s; !t.oom && *l;) {
+        wgml_sbuf_put(&t, "    red[tid] = s;\n    red[256u + tid] = ss;\n    workgroupBarrier();\n"
+                          "    for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                          "        if (sub < st) { red[tid] += red[tid + st]; red[256u + tid] += red[256u + tid + st]; }\n"
+                          "        workgroupBarrier();\n    }\n"
+                          "    if (sub == 0u && j < RB) {\n",
+                      gs / 2);
+    wgml_sbuf_put(&t, "        let mean = red[tid] / f32(K);\n%s"
+                  "    }\n    workgroupBarrier();\n}\n",
+                  norm == DECODE_NORM_RMS ? "        stat[j] = vec2<f32>(0.0, inverseSqrt(red[256u + tid] / f32(K) + EPS));\n"
+                                          : "        let var_ = max(red[256u + tid] / f32(K) - mean * mean, 0.0);\n"
+                                            "        stat[j] = vec2<f32>(mean, inverseSqrt(var_ + EPS));\n");
+    if (t.failed) b->failed = 1;
+    for (const char *l = t.s; !t.failed && *l;) {
         const char *e = strchr(l, '\n');
-        out(b, "%s%.*s\n", in, (int)(e - l), l);
+        wgml_sbuf_put(b, "%s%.*s\n", in, (int)(e - l), l);
         l = e + 1;
     }
     free(t.s);
 }
 
 /* Inside the row-chunk loop: the RB rows' statistics over their K inputs, read from x. */
-static void row_stats(sbuf *b, int norm, unsigned rb, int sg)
+static void row_stats(wgml_sbuf *b, int norm, unsigned rb, int sg)
 {
     char sum[256];
     snprintf(sum, sizeof sum,
@@ -204,70 +161,70 @@ static void row_stats(sbuf *b, int norm, unsigned rb, int sg)
 /* stage_normed_once's loop over the staged vec4s: the head (the norm's weight and bias
    vectors nw/nb kept per iteration; j the row, k the input, v/w/c zeroed) and the tail
    (v into xs, w and c kept) */
-static void normed_loop_head(sbuf *b, unsigned ni, unsigned kch4)
+static void normed_loop_head(wgml_sbuf *b, unsigned ni, unsigned kch4)
 {
-    out(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
-           "            for (var it = 0u; it < %uu; it++) {\n"
-           "                let i = tid + it * 256u;\n"
-           "                if (i < RB * %uu) {\n"
-           "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
-           "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
-           "                    var c = vec4<f32>(0.0);\n",
-        ni, ni, ni, kch4, kch4, kch4);
+    wgml_sbuf_put(b, "            var nw: array<vec4<f32>, %u>;\n            var nb: array<vec4<f32>, %u>;\n"
+                     "            for (var it = 0u; it < %uu; it++) {\n"
+                     "                let i = tid + it * 256u;\n"
+                     "                if (i < RB * %uu) {\n"
+                     "                    let j = i / %uu;\n                    let k = (i %% %uu) * 4u;\n"
+                     "                    var v = vec4<f32>(0.0);\n                    var w = vec4<f32>(0.0);\n"
+                     "                    var c = vec4<f32>(0.0);\n",
+                  ni, ni, ni, kch4, kch4, kch4);
 }
 
-static void normed_loop_tail(sbuf *b)
+static void normed_loop_tail(wgml_sbuf *b)
 {
-    out(b, "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
-           "                }\n            }\n            workgroupBarrier();\n");
+    wgml_sbuf_put(b, "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
+                     "                }\n            }\n            workgroupBarrier();\n");
 }
 
 /* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
    norm's weights for them into registers) in one pass over x, their statistics from xs, then
    xs normed in place: x is read once (with partial sums, each added once), not twice. */
-static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb, unsigned tpu,
+static void stage_normed_once(wgml_sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb, unsigned tpu,
                               int sg)
 {
     const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
     if (tpu) { /* x plus partial sums, as vec4s (x_source): tpu threads a vec4 */
         const unsigned units = rb * kch4;
         if (tpu > 1)
-            out(b, "            for (var i = tid; i < %uu; i += 256u) {\n"
-                   "                let q = i / %uu;\n                let iu = i %% %uu;\n"
-                   "                let j = iu / %uu;\n                let k = (iu %% %uu) * 4u;\n"
-                   "                var v = vec4<f32>(0.0);\n"
-                   "                if (k < K && r0 + j < R) { v = xsum4(xrow(r0 + j), k, q); }\n"
-                   "                xsp[i] = v;\n            }\n            workgroupBarrier();\n",
-                units * tpu, units, units, kch4, kch4);
+            wgml_sbuf_put(b, "            for (var i = tid; i < %uu; i += 256u) {\n"
+                             "                let q = i / %uu;\n                let iu = i %% %uu;\n"
+                             "                let j = iu / %uu;\n                let k = (iu %% %uu) * 4u;\n"
+                             "                var v = vec4<f32>(0.0);\n"
+                             "                if (k < K && r0 + j < R) { v = xsum4(xrow(r0 + j), k, q); }\n"
+                             "                xsp[i] = v;\n            }\n            workgroupBarrier();\n",
+                          units * tpu, units, units, kch4, kch4);
         normed_loop_head(b, ni, kch4);
-        out(b, "                    if (k < K) {\n"
-               "                        w = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
-            nw, nw, nw, nw);
-        if (ln) out(b, "                        c = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
-                    nb, nb, nb, nb);
-        out(b, "                        if (r0 + j < R) {\n                            let rr = xrow(r0 + j);\n");
+        wgml_sbuf_put(b, "                    if (k < K) {\n"
+                         "                        w = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
+                      nw, nw, nw, nw);
+        if (ln) wgml_sbuf_put(b, "                        c = vec4<f32>(vecs[%uu + k], vecs[%uu + k + 1u], vecs[%uu + k + 2u], vecs[%uu + k + 3u]);\n",
+                              nb, nb, nb, nb);
+        wgml_sbuf_put(b, "                        if (r0 + j < R) {\n                            let rr = xrow(r0 + j);\n");
         if (tpu > 1) {
-            out(b, "                            v = xsp[i];\n");
-            for (unsigned q = 1; q < tpu; q++) out(b, "                            v += xsp[%uu + i];\n", q * units);
-        } else out(b, "                            v = xsum4(rr, k, 0u);\n");
+            wgml_sbuf_put(b, "                            v = xsp[i];\n");
+            for (unsigned q = 1; q < tpu; q++) wgml_sbuf_put(b, "                            v += xsp[%uu + i];\n", q * units);
+        } else wgml_sbuf_put(b, "                            v = xsum4(rr, k, 0u);\n");
         if (persist)
-            out(b, "                            if (wg.x == 0u) {\n"
-                   "                                for (var e = 0u; e < 4u; e++) { xout[rr * XS + k + e] = v[e]; }\n"
-                   "                            }\n");
-        out(b, "                        }\n                    }\n");
+            wgml_sbuf_put(b, "                            if (wg.x == 0u) {\n"
+                             "                                for (var e = 0u; e < 4u; e++) { xout[rr * XS + k + e] = v[e]; }\n"
+                             "                            }\n");
+        wgml_sbuf_put(b, "                        }\n                    }\n");
         normed_loop_tail(b);
     } else {
     char bias[80] = "";
     if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
     normed_loop_head(b, ni, kch4);
-    out(b, "                    for (var e = 0u; e < 4u; e++) {\n"
-           "                        if (k + e < K) {\n"
-           "                            w[e] = vecs[%uu + k + e];\n%s"
-           "                            if (r0 + j < R) {\n"
-           "                                let rr = xrow(r0 + j);\n                                let raw = xraw(rr, k + e);\n%s"
-           "                                v[e] = raw;\n                            }\n"
-           "                        }\n                    }\n",
-        nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+    wgml_sbuf_put(b, "                    for (var e = 0u; e < 4u; e++) {\n"
+                     "                        if (k + e < K) {\n"
+                     "                            w[e] = vecs[%uu + k + e];\n%s"
+                     "                            if (r0 + j < R) {\n"
+                     "                                let rr = xrow(r0 + j);\n                                let raw = xraw(rr, k + e);\n%s"
+                     "                                v[e] = raw;\n                            }\n"
+                     "                        }\n                    }\n",
+                  nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
     normed_loop_tail(b);
     }
     /* the statistics from xs */
@@ -278,84 +235,84 @@ static void stage_normed_once(sbuf *b, int norm, unsigned rb, unsigned kch4, int
              "    }\n",
              kch4, stat_threads(rb), kch4);
     stats_tree(b, norm, rb, sg, "            ", sum);
-    out(b, "            for (var it = 0u; it < %uu; it++) {\n"
-           "                let i = tid + it * 256u;\n"
-           "                if (i < RB * %uu) {\n                    let j = i / %uu;\n"
-           "                    xs[i] = %s;\n                }\n            }\n",
-        ni, kch4, kch4, ln ? "(xs[i] - stat[j].x) * stat[j].y * nw[it] + nb[it]" : "xs[i] * stat[j].y * nw[it]");
+    wgml_sbuf_put(b, "            for (var it = 0u; it < %uu; it++) {\n"
+                     "                let i = tid + it * 256u;\n"
+                     "                if (i < RB * %uu) {\n                    let j = i / %uu;\n"
+                     "                    xs[i] = %s;\n                }\n            }\n",
+                  ni, kch4, kch4, ln ? "(xs[i] - stat[j].x) * stat[j].y * nw[it] + nb[it]" : "xs[i] * stat[j].y * nw[it]");
 }
 
 /* Inside the row-chunk loop: inputs k0 .. k0 + KCH of the RB rows into xs, normed (workgroup 0
    writes the raw rows to xout first, with persist). */
-static void stage_rows(sbuf *b, unsigned kch4, int persist)
+static void stage_rows(wgml_sbuf *b, unsigned kch4, int persist)
 {
-    out(b,
-        "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
-        "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
-        "                var v = vec4<f32>(0.0);\n"
-        "                if (r0 + j < R) {\n                    let rr = xrow(r0 + j);\n"
-        "                    for (var e = 0u; e < 4u; e++) {\n"
-        "                        if (k + e < K) {\n                            let raw = xraw(rr, k + e);\n%s"
-        "                            v[e] = xnorm(j, k + e, raw);\n                        }\n                    }\n"
-        "                }\n                xs[i] = v;\n            }\n",
-        kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+    wgml_sbuf_put(b,
+                  "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
+                  "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
+                  "                var v = vec4<f32>(0.0);\n"
+                  "                if (r0 + j < R) {\n                    let rr = xrow(r0 + j);\n"
+                  "                    for (var e = 0u; e < 4u; e++) {\n"
+                  "                        if (k + e < K) {\n                            let raw = xraw(rr, k + e);\n%s"
+                  "                            v[e] = xnorm(j, k + e, raw);\n                        }\n                    }\n"
+                  "                }\n                xs[i] = v;\n            }\n",
+                  kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
 }
 
 /* Inside: W row n's units (lane, lane + LPO, ...) of this chunk into wr, ITERS a lane, all
    loads issued together; they do not depend on x, so they go out before the prologue. */
-static void row_load_into(sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, const char *reg, const char *row)
+static void row_load_into(wgml_sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, const char *reg, const char *row)
 {
     const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
-    out(b, "                let units = %s;\n"
-           "                for (var it = 0u; it < %uu; it++) {\n"
-           "                    let u = lane + it * %uu;\n"
-           "                    if (u < units) { %s[it] = W[%s * UPR + k0 / %uu + u]; }\n                }\n",
-        chunk_units, iters, lpo, reg, row, wv);
+    wgml_sbuf_put(b, "                let units = %s;\n"
+                     "                for (var it = 0u; it < %uu; it++) {\n"
+                     "                    let u = lane + it * %uu;\n"
+                     "                    if (u < units) { %s[it] = W[%s * UPR + k0 / %uu + u]; }\n                }\n",
+                  chunk_units, iters, lpo, reg, row, wv);
 }
 
-static void row_load(sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+static void row_load(wgml_sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
 {
     row_load_into(b, kch4, chunk_units, lpo, wv, "wr", "n");
 }
 
 /* The declaration of a register array `reg` for row_load_into. */
-static void row_regs_named(sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv, const char *reg)
+static void row_regs_named(wgml_sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv, const char *reg)
 {
-    out(b, "        var %s: array<%s, %u>;\n", reg, wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo);
+    wgml_sbuf_put(b, "        var %s: array<%s, %u>;\n", reg, wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo);
 }
 
-static void row_regs(sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv) { row_regs_named(b, f16, kch4, lpo, wv, "wr"); }
+static void row_regs(wgml_sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv) { row_regs_named(b, f16, kch4, lpo, wv, "wr"); }
 
 /* Inside: acc[j] += the loaded wr times the staged xs. */
-static void row_fma(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+static void row_fma(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
 {
     const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
-    out(b, "                let units = %s;\n"
-           "                for (var it = 0u; it < %uu; it++) {\n"
-           "                    let u = lane + it * %uu;\n                    if (u < units) {\n"
-           "                        let w = wr[it];\n",
-        chunk_units, iters, lpo);
+    wgml_sbuf_put(b, "                let units = %s;\n"
+                     "                for (var it = 0u; it < %uu; it++) {\n"
+                     "                    let u = lane + it * %uu;\n                    if (u < units) {\n"
+                     "                        let w = wr[it];\n",
+                  chunk_units, iters, lpo);
     if (f16)
-        out(b, "                        let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
-               "                        let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
-               "                        for (var j = 0u; j < RB; j++) {\n"
-               "                            acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
-               "                        }\n",
-            kch4, kch4);
+        wgml_sbuf_put(b, "                        let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
+                         "                        let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
+                         "                        for (var j = 0u; j < RB; j++) {\n"
+                         "                            acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
+                         "                        }\n",
+                      kch4, kch4);
     else
-        out(b, "                        for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n", kch4);
-    out(b, "                    }\n                }\n");
+        wgml_sbuf_put(b, "                        for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n", kch4);
+    wgml_sbuf_put(b, "                    }\n                }\n");
 }
 
 /* Both: load, then sum (the fused MLP, whose x is staged already). */
-static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+static void row_dot(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
 {
-    out(b, "                {\n");
+    wgml_sbuf_put(b, "                {\n");
     row_regs(b, f16, kch4, lpo, wv);
     row_load(b, kch4, chunk_units, lpo, wv);
-    out(b, "                {\n");
+    wgml_sbuf_put(b, "                {\n");
     row_fma(b, f16, kch4, chunk_units, lpo, wv);
-    out(b, "                }\n                }\n");
+    wgml_sbuf_put(b, "                }\n                }\n");
 }
 
 /* The LPO lanes' sums of each row group, for RB rows: red_at(j, group * LPO) after. The tree:
@@ -363,36 +320,36 @@ static void row_dot(sbuf *b, int f16, unsigned kch4, const char *chunk_units, un
    (lanes numbered along local_invocation_index, as Vulkan drivers do for a 1-D workgroup), so
    every lane holds its subgroup's part; one barrier, then red_at adds the LPO / sgs parts (one
    where the group fits a subgroup). */
-static void lane_sums(sbuf *b, unsigned lpo, int sg)
+static void lane_sums(wgml_sbuf *b, unsigned lpo, int sg)
 {
     if (sg) {
-        out(b, "        for (var j = 0u; j < RB; j++) {\n            var v = acc[j];\n");
+        wgml_sbuf_put(b, "        for (var j = 0u; j < RB; j++) {\n            var v = acc[j];\n");
         for (unsigned o = 1; o < lpo; o *= 2)
-            out(b, "            v += select(0.0, subgroupShuffleXor(v, %uu), %uu < sgs);\n", o, o);
-        out(b, "            red[j * 256u + tid] = v;\n        }\n        workgroupBarrier();\n");
+            wgml_sbuf_put(b, "            v += select(0.0, subgroupShuffleXor(v, %uu), %uu < sgs);\n", o, o);
+        wgml_sbuf_put(b, "            red[j * 256u + tid] = v;\n        }\n        workgroupBarrier();\n");
         return;
     }
-    out(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
-           "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
-           "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
-           "            workgroupBarrier();\n        }\n",
-        lpo / 2);
+    wgml_sbuf_put(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
+                     "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                     "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
+                     "            workgroupBarrier();\n        }\n",
+                  lpo / 2);
 }
 
 /* fn red_at(j, g0): row j's sum of the group whose first thread is g0, after lane_sums (sg: the
    parts of its subgroups, sgs the subgroup size passed in) */
-static void red_at_fn(sbuf *b, unsigned lpo, int sg)
+static void red_at_fn(wgml_sbuf *b, unsigned lpo, int sg)
 {
     if (sg)
-        out(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 {\n    var v = 0.0;\n"
-               "    for (var q = 0u; q < %uu; q += min(sgs, %uu)) { v += red[j * 256u + g0 + q]; }\n    return v;\n}\n",
-            lpo, lpo);
-    else out(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 { return red[j * 256u + g0]; }\n");
+        wgml_sbuf_put(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 {\n    var v = 0.0;\n"
+                         "    for (var q = 0u; q < %uu; q += min(sgs, %uu)) { v += red[j * 256u + g0 + q]; }\n    return v;\n}\n",
+                      lpo, lpo);
+    else wgml_sbuf_put(b, "fn red_at(j: u32, g0: u32, sgs: u32) -> f32 { return red[j * 256u + g0]; }\n");
 }
 
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
 {
-    sbuf b = {0};
+    wgml_sbuf b = {0};
     const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4, lpo = k->lpo ? k->lpo : 32;
     const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
     const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED || k->cand;
@@ -408,150 +365,150 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     if (k->epilogue == DECODE_OUT_QKV) used |= 1u << 7 | 1u << 8;
     *bindings = used;
     const int f16c = k->epilogue == DECODE_OUT_QKV && k->f16c;
-    if (f16c) out(&b, "enable f16;\n");
+    if (f16c) wgml_sbuf_put(&b, "enable f16;\n");
     if (k->epilogue == DECODE_OUT_GELU || k->epilogue == DECODE_OUT_SWIGLU) elementwise_functions(&b);
-    out(&b,
-        "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst N: u32 = %uu;\nconst RB: u32 = %uu;\nconst KCH: u32 = %uu;\n"
-        "const XS: u32 = %uu;\nconst OS: u32 = %uu;\nconst UPR: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
-        k->K, k->KP, k->N, k->RB, k->kch, k->xs, k->os, k->KP / wv, (double)k->eps);
-    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
-            "@group(0) @binding(0) var<uniform> P: Pass;\n");
-    if (k->head) out(&b, "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n");
+    wgml_sbuf_put(&b,
+                  "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst N: u32 = %uu;\nconst RB: u32 = %uu;\nconst KCH: u32 = %uu;\n"
+                  "const XS: u32 = %uu;\nconst OS: u32 = %uu;\nconst UPR: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+                  k->K, k->KP, k->N, k->RB, k->kch, k->xs, k->os, k->KP / wv, (double)k->eps);
+    wgml_sbuf_put(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+                      "@group(0) @binding(0) var<uniform> P: Pass;\n");
+    if (k->head) wgml_sbuf_put(&b, "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n");
     if (k->cand) {
-        out(&b, "@group(0) @binding(14) var<storage, read_write> cand: array<vec2<f32>>;\n");
+        wgml_sbuf_put(&b, "@group(0) @binding(14) var<storage, read_write> cand: array<vec2<f32>>;\n");
         noise_functions(&b);
     }
-    out(&b, "@group(0) @binding(3) var<storage, read> W: array<%s>;\n", wtype(k->f16));
-    if (uses_vecs) out(&b, "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n");
-    out(&b, "@group(0) @binding(5) var<storage, read_write> outb: array<f32>;\n");
-    if (uses_rows) out(&b, "@group(0) @binding(6) var<storage, read> rows: array<vec4<i32>>;\n");
-    if (k->persist) out(&b, "@group(0) @binding(10) var<storage, read_write> xout: array<f32>;\n");
+    wgml_sbuf_put(&b, "@group(0) @binding(3) var<storage, read> W: array<%s>;\n", wtype(k->f16));
+    if (uses_vecs) wgml_sbuf_put(&b, "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n");
+    wgml_sbuf_put(&b, "@group(0) @binding(5) var<storage, read_write> outb: array<f32>;\n");
+    if (uses_rows) wgml_sbuf_put(&b, "@group(0) @binding(6) var<storage, read> rows: array<vec4<i32>>;\n");
+    if (k->persist) wgml_sbuf_put(&b, "@group(0) @binding(10) var<storage, read_write> xout: array<f32>;\n");
     if (k->epilogue == DECODE_OUT_QKV)
-        out(&b, "alias CE = %s;\n@group(0) @binding(7) var<storage, read_write> kc: array<CE>;\n"
-                "@group(0) @binding(8) var<storage, read_write> vc: array<CE>;\n"
-                "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
-            f16c ? "f16" : "f32", k->qd, k->kvd, k->block);
+        wgml_sbuf_put(&b, "alias CE = %s;\n@group(0) @binding(7) var<storage, read_write> kc: array<CE>;\n"
+                          "@group(0) @binding(8) var<storage, read_write> vc: array<CE>;\n"
+                          "const QD: u32 = %uu;\nconst KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\n",
+                      f16c ? "f16" : "f32", k->qd, k->kvd, k->block);
     /* x plus partial sums staged once (a single chunk) as vec4s, tpu threads each */
     const unsigned tpu = k->xsrc == DECODE_X_SUM && norm && k->kch >= k->KP && k->xs % 4 == 0 && k->ps % 4 == 0 && k->K % 4 == 0
                              ? sum_threads(k->RB, kch4, k->np) : 0;
     x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
-    if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
+    if (tpu > 1) wgml_sbuf_put(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
     const unsigned opw = 256 / lpo, tiles = (k->N + opw - 1) / opw;
     /* the grid-stride head: x staged once a workgroup, its tiles of OPW rows in turn */
     const int stride = k->head && k->hwg > 0 && norm && k->kch >= k->KP;
-    out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
-            "var<workgroup> stat: array<vec2<f32>, RB>;\n",
-        k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
-    out(&b, "fn xrow(r: u32) -> u32 { return %s; }\n", k->head ? "picks[r]" : "r");
+    wgml_sbuf_put(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
+                      "var<workgroup> stat: array<vec2<f32>, RB>;\n",
+                  k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
+    wgml_sbuf_put(&b, "fn xrow(r: u32) -> u32 { return %s; }\n", k->head ? "picks[r]" : "r");
     x_norm(&b, k->norm, k->norm_w, k->norm_b);
     red_at_fn(&b, lpo, k->sg);
     const unsigned nwg = stride ? k->hwg : tiles; /* the workgroups: the candidates a row */
-    out(&b, "@compute @workgroup_size(256)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
-            "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
-            "    let SGS = %s;\n"
-            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
-        k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->head ? "P.S" : "P.R", lpo, lpo, opw, k->sg ? "sgs" : "0u");
+    wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
+                      "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
+                      "    let SGS = %s;\n"
+                      "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
+                  k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->head ? "P.S" : "P.R", lpo, lpo, opw, k->sg ? "sgs" : "0u");
     /* each chunk's weights are loaded first: their latency hides the norm's statistics and
        the staging of x (the first chunk's loads go out before anything else) */
     char units[64];
     snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
-    out(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n");
+    wgml_sbuf_put(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n");
     /* the candidates' noise: the row's hash, its loads issued before the weights' (not waited for at the end) */
-    if (k->cand) out(&b, "        var h0 = 0u;\n        if (tid < RB && r0 + tid < R) { h0 = row_hash(rows[picks[r0 + tid]]); }\n");
+    if (k->cand) wgml_sbuf_put(&b, "        var h0 = 0u;\n        if (tid < RB && r0 + tid < R) { h0 = row_hash(rows[picks[r0 + tid]]); }\n");
     if (stride) {
-        out(&b, "        let k0 = 0u;\n");
+        wgml_sbuf_put(&b, "        let k0 = 0u;\n");
         row_regs(&b, k->f16, kch4, lpo, wv);
-        out(&b, "        if (n < N) {\n");
+        wgml_sbuf_put(&b, "        if (n < N) {\n");
         row_load(&b, kch4, units, lpo, wv);
-        out(&b, "        }\n");
+        wgml_sbuf_put(&b, "        }\n");
         stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
-        out(&b, "        workgroupBarrier();\n        var best = -3.4e38;\n        var at = 0u;\n"
-                "        for (var t = wg.x; t < %uu; t += %uu) {\n"
-                "            let n = t * %uu + grp;\n"
-                /* the next tile's loads go out before this one's sums */
-                "            let nn = n + %uu;\n",
-            tiles, nwg, opw, nwg * opw);
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n        var best = -3.4e38;\n        var at = 0u;\n"
+                          "        for (var t = wg.x; t < %uu; t += %uu) {\n"
+                          "            let n = t * %uu + grp;\n"
+                          /* the next tile's loads go out before this one's sums */
+                          "            let nn = n + %uu;\n",
+                      tiles, nwg, opw, nwg * opw);
         row_regs_named(&b, k->f16, kch4, lpo, wv, "wn");
-        out(&b, "            if (nn < N) {\n");
+        wgml_sbuf_put(&b, "            if (nn < N) {\n");
         row_load_into(&b, kch4, units, lpo, wv, "wn", "nn");
-        out(&b, "            }\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n            if (n < N) {\n");
+        wgml_sbuf_put(&b, "            }\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n            if (n < N) {\n");
         row_fma(&b, k->f16, kch4, units, lpo, wv);
-        out(&b, "            }\n");
+        wgml_sbuf_put(&b, "            }\n");
     } else {
-        out(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
+        wgml_sbuf_put(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
         row_regs(&b, k->f16, kch4, lpo, wv);
-        out(&b, "            if (n < N) {\n");
+        wgml_sbuf_put(&b, "            if (n < N) {\n");
         row_load(&b, kch4, units, lpo, wv);
-        out(&b, "            }\n");
+        wgml_sbuf_put(&b, "            }\n");
         /* (no barrier before the staging: the last chunk's FMA ended with one, and the last
            row block with another; the statistics end with theirs) */
         if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
         else {
             if (norm) {
-                out(&b, "            if (k0 == 0u) {\n");
+                wgml_sbuf_put(&b, "            if (k0 == 0u) {\n");
                 row_stats(&b, k->norm, k->RB, k->sg);
-                out(&b, "            }\n");
+                wgml_sbuf_put(&b, "            }\n");
             }
             stage_rows(&b, kch4, k->persist);
         }
-        out(&b, "            workgroupBarrier();\n            if (n < N) {\n");
+        wgml_sbuf_put(&b, "            workgroupBarrier();\n            if (n < N) {\n");
         row_fma(&b, k->f16, kch4, units, lpo, wv);
         /* (a barrier only where another chunk overwrites xs: lane_sums's writes of red race
            with nothing, the statistics' last reads of it being behind their final barrier) */
-        out(&b, "            }\n%s        }\n", k->kch < k->KP ? "            workgroupBarrier();\n" : "");
+        wgml_sbuf_put(&b, "            }\n%s        }\n", k->kch < k->KP ? "            workgroupBarrier();\n" : "");
     }
     lane_sums(&b, lpo, k->sg);
-    out(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
-            "                let r = r0 + j;\n                if (r < R) {\n"
-            "                    var v = red_at(j, tid, SGS);\n");
-    if (k->bias >= 0) out(&b, "                    v += vecs[%du + n];\n", k->bias);
+    wgml_sbuf_put(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
+                      "                let r = r0 + j;\n                if (r < R) {\n"
+                      "                    var v = red_at(j, tid, SGS);\n");
+    if (k->bias >= 0) wgml_sbuf_put(&b, "                    v += vecs[%du + n];\n", k->bias);
     switch (k->epilogue) {
-    case DECODE_OUT_PLAIN: out(&b, "                    outb[r * OS + n] = v;\n"); break;
-    case DECODE_OUT_RESID: out(&b, "                    outb[r * OS + n] += v;\n"); break;
-    case DECODE_OUT_GELU: out(&b, "                    outb[r * OS + n] = wgml_gelu_exact(v);\n"); break;
+    case DECODE_OUT_PLAIN: wgml_sbuf_put(&b, "                    outb[r * OS + n] = v;\n"); break;
+    case DECODE_OUT_RESID: wgml_sbuf_put(&b, "                    outb[r * OS + n] += v;\n"); break;
+    case DECODE_OUT_GELU: wgml_sbuf_put(&b, "                    outb[r * OS + n] = wgml_gelu_exact(v);\n"); break;
     case DECODE_OUT_SWIGLU: /* rows 2f (gate) and 2f + 1 (up) are neighbouring groups */
-        out(&b, "                    if ((grp & 1u) == 0u) { outb[r * OS + n / 2u] = wgml_silu(v) * red_at(j, tid + %uu, SGS); }\n", lpo);
+        wgml_sbuf_put(&b, "                    if ((grp & 1u) == 0u) { outb[r * OS + n / 2u] = wgml_silu(v) * red_at(j, tid + %uu, SGS); }\n", lpo);
         break;
     case DECODE_OUT_QKV:
-        out(&b, "                    if (n < QD) { outb[r * OS + n] = v; } else {\n"
-                "                        let base = (u32(rows[r].x) * BLOCK + u32(rows[r].y)) * KVD;\n"
-                "                        let m = n - QD;\n"
-                "                        if (m < KVD) { kc[base + m] = CE(v); } else { vc[base + m - KVD] = CE(v); }\n"
-                "                    }\n");
+        wgml_sbuf_put(&b, "                    if (n < QD) { outb[r * OS + n] = v; } else {\n"
+                          "                        let base = (u32(rows[r].x) * BLOCK + u32(rows[r].y)) * KVD;\n"
+                          "                        let m = n - QD;\n"
+                          "                        if (m < KVD) { kc[base + m] = CE(v); } else { vc[base + m - KVD] = CE(v); }\n"
+                          "                    }\n");
         break;
     }
-    out(&b, "                }\n            }\n        }\n");
+    wgml_sbuf_put(&b, "                }\n            }\n        }\n");
     if (stride) {
         /* this tile's outputs into the row's running candidate; red is free again after the
            barrier, and the next tile's weights become this one's */
         if (k->cand)
-            out(&b, "        if (tid < RB && r0 + tid < R) {\n"
-                    "            for (var g = 0u; g < %uu; g++) {\n"
-                    "                let o = t * %uu + g;\n"
-                    "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
-                    "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n        }\n",
-                opw, opw, lpo);
-        out(&b, "        workgroupBarrier();\n        wr = wn;\n        }\n");
+            wgml_sbuf_put(&b, "        if (tid < RB && r0 + tid < R) {\n"
+                              "            for (var g = 0u; g < %uu; g++) {\n"
+                              "                let o = t * %uu + g;\n"
+                              "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
+                              "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n        }\n",
+                          opw, opw, lpo);
+        wgml_sbuf_put(&b, "        workgroupBarrier();\n        wr = wn;\n        }\n");
         if (k->cand)
-            out(&b, "        if (tid < RB && r0 + tid < R) { cand[(r0 + tid) * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at)); }\n", nwg);
+            wgml_sbuf_put(&b, "        if (tid < RB && r0 + tid < R) { cand[(r0 + tid) * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at)); }\n", nwg);
     } else if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
-        out(&b, "        if (tid < RB && r0 + tid < R) {\n"
-                "            let r = r0 + tid;\n"
-                "            var best = -3.4e38;\n            var at = 0u;\n"
-                "            for (var g = 0u; g < %uu; g++) {\n"
-                "                let o = wg.x * %uu + g;\n"
-                "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
-                "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n"
-                "            cand[r * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at));\n        }\n",
-            opw, opw, lpo, nwg);
-    out(&b, "        workgroupBarrier();\n    }\n}\n");
-    return done(&b);
+        wgml_sbuf_put(&b, "        if (tid < RB && r0 + tid < R) {\n"
+                          "            let r = r0 + tid;\n"
+                          "            var best = -3.4e38;\n            var at = 0u;\n"
+                          "            for (var g = 0u; g < %uu; g++) {\n"
+                          "                let o = wg.x * %uu + g;\n"
+                          "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
+                          "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n"
+                          "            cand[r * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at));\n        }\n",
+                      opw, opw, lpo, nwg);
+    wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n}\n");
+    return wgml_sbuf_take(&b);
 }
 
 char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 {
-    sbuf b = {0};
+    wgml_sbuf b = {0};
     const unsigned wv = m->f16 ? 8 : 4, kch4 = m->CP / 4;
     /* RPR hidden units a round (up to 32, dividing FB), LPO = 256 / RPR lanes each: FB <= 32
        is one round, its W1 rows loaded before x is staged */
@@ -559,74 +516,74 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     while (m->FB % rpr) rpr /= 2;
     const unsigned lpo = 256 / rpr, one_round = m->FB == rpr;
     elementwise_functions(&b);
-    out(&b,
-        "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst KCH: u32 = %uu;\nconst F: u32 = %uu;\nconst FB: u32 = %uu;\n"
-        "const RB: u32 = %uu;\nconst XS: u32 = %uu;\nconst UPR: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
-        m->C, m->CP, m->CP, m->F, m->FB, m->RB, m->C, m->CP / wv, (double)m->eps);
-    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
-            "@group(0) @binding(0) var<uniform> P: Pass;\n"
-            "@group(0) @binding(3) var<storage, read> W: array<%s>;\n"
-            "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n"
-            "@group(0) @binding(10) var<storage, read_write> xout: array<f32>;\n"
-            "@group(0) @binding(13) var<storage, read> W2: array<%s>;\n"
-            "@group(0) @binding(14) var<storage, read_write> partout: array<f32>;\n",
-        wtype(m->f16), m->f16 ? "u32" : "f32");
+    wgml_sbuf_put(&b,
+                  "const K: u32 = %uu;\nconst KP: u32 = %uu;\nconst KCH: u32 = %uu;\nconst F: u32 = %uu;\nconst FB: u32 = %uu;\n"
+                  "const RB: u32 = %uu;\nconst XS: u32 = %uu;\nconst UPR: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+                  m->C, m->CP, m->CP, m->F, m->FB, m->RB, m->C, m->CP / wv, (double)m->eps);
+    wgml_sbuf_put(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+                      "@group(0) @binding(0) var<uniform> P: Pass;\n"
+                      "@group(0) @binding(3) var<storage, read> W: array<%s>;\n"
+                      "@group(0) @binding(4) var<storage, read> vecs: array<f32>;\n"
+                      "@group(0) @binding(10) var<storage, read_write> xout: array<f32>;\n"
+                      "@group(0) @binding(13) var<storage, read> W2: array<%s>;\n"
+                      "@group(0) @binding(14) var<storage, read_write> partout: array<f32>;\n",
+                  wtype(m->f16), m->f16 ? "u32" : "f32");
     const unsigned tpu = m->C % 4 == 0 && m->ps % 4 == 0 ? sum_threads(m->RB, kch4, m->np) : 0;
     x_source(&b, DECODE_X_SUM, m->np, m->ps, 0, 0, 0, tpu);
-    if (tpu > 1) out(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", m->RB * kch4 * tpu);
-    out(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
-            "var<workgroup> stat: array<vec2<f32>, RB>;\nvar<workgroup> hs: array<f32, %u>;\n"
-            "fn xrow(r: u32) -> u32 { return r; }\n",
-        m->RB * kch4, m->RB * 256 > 512 ? m->RB * 256 : 512, m->RB * m->FB);
-    out(&b, "fn w2(i: u32) -> f32 { return %s; }\n", m->f16 ? "unpack2x16float(W2[i / 2u])[i % 2u]" : "W2[i]");
+    if (tpu > 1) wgml_sbuf_put(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", m->RB * kch4 * tpu);
+    wgml_sbuf_put(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
+                      "var<workgroup> stat: array<vec2<f32>, RB>;\nvar<workgroup> hs: array<f32, %u>;\n"
+                      "fn xrow(r: u32) -> u32 { return r; }\n",
+                  m->RB * kch4, m->RB * 256 > 512 ? m->RB * 256 : 512, m->RB * m->FB);
+    wgml_sbuf_put(&b, "fn w2(i: u32) -> f32 { return %s; }\n", m->f16 ? "unpack2x16float(W2[i / 2u])[i % 2u]" : "W2[i]");
     x_norm(&b, DECODE_NORM_LN, m->norm_w, m->norm_b);
-    out(&b, "@compute @workgroup_size(256)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-            "    let R = P.R;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let f0 = wg.x * FB;\n"
-            "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
-        lpo, lpo);
+    wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+                      "    let R = P.R;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let f0 = wg.x * FB;\n"
+                      "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
+                  lpo, lpo);
     char units[32];
     snprintf(units, sizeof units, "%uu", m->CP / wv);
-    out(&b, "        let k0 = 0u;\n");
+    wgml_sbuf_put(&b, "        let k0 = 0u;\n");
     if (one_round) {
         row_regs(&b, m->f16, kch4, lpo, wv);
-        out(&b, "        {\n            let n = f0 + grp;\n            if (n < F) {\n");
+        wgml_sbuf_put(&b, "        {\n            let n = f0 + grp;\n            if (n < F) {\n");
         row_load(&b, kch4, units, lpo, wv);
-        out(&b, "            }\n        }\n");
+        wgml_sbuf_put(&b, "            }\n        }\n");
     }
     stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b, tpu, 0);
-    out(&b, "        workgroupBarrier();\n"
-            /* the block's hidden units, RPR at a time (a row group each) */
-            "        for (var fb = 0u; fb < FB; fb += %uu) {\n"
-            "            let n = f0 + fb + grp;\n"
-            "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
-            "            if (n < F) {\n",
-        rpr);
+    wgml_sbuf_put(&b, "        workgroupBarrier();\n"
+                      /* the block's hidden units, RPR at a time (a row group each) */
+                      "        for (var fb = 0u; fb < FB; fb += %uu) {\n"
+                      "            let n = f0 + fb + grp;\n"
+                      "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
+                      "            if (n < F) {\n",
+                  rpr);
     if (one_round) row_fma(&b, m->f16, kch4, units, lpo, wv);
     else row_dot(&b, m->f16, kch4, units, lpo, wv);
-    out(&b, "            }\n");
+    wgml_sbuf_put(&b, "            }\n");
     lane_sums(&b, lpo, 0);
-    out(&b, "            if (lane == 0u) {\n"
-            "                for (var j = 0u; j < RB; j++) {\n"
-            "                    var h = 0.0;\n"
-            "                    if (n < F && r0 + j < R) { h = wgml_gelu_exact(red[j * 256u + tid] + vecs[%uu + n]); }\n"
-            "                    hs[j * FB + fb + grp] = h;\n                }\n            }\n"
-            "            workgroupBarrier();\n        }\n",
-            m->b1);
+    wgml_sbuf_put(&b, "            if (lane == 0u) {\n"
+                      "                for (var j = 0u; j < RB; j++) {\n"
+                      "                    var h = 0.0;\n"
+                      "                    if (n < F && r0 + j < R) { h = wgml_gelu_exact(red[j * 256u + tid] + vecs[%uu + n]); }\n"
+                      "                    hs[j * FB + fb + grp] = h;\n                }\n            }\n"
+                      "            workgroupBarrier();\n        }\n",
+                      m->b1);
     /* times their rows of W2, into this workgroup's partial sum */
-    out(&b, "        for (var c = tid; c < K; c += 256u) {\n"
-            "            var acc: array<f32, RB>;\n"
-            "            for (var j = 0u; j < RB; j++) { acc[j] = select(0.0, vecs[%uu + c], wg.x == 0u); }\n"
-            "            for (var fa = 0u; fa < FB; fa += %uu) {\n"
-            "                var w: array<f32, %u>;\n"
-            "                for (var i = 0u; i < %uu; i++) { if (f0 + fa + i < F) { w[i] = w2((f0 + fa + i) * %uu + c); } }\n"
-            "                for (var i = 0u; i < %uu; i++) {\n"
-            "                    if (f0 + fa + i < F) { for (var j = 0u; j < RB; j++) { acc[j] += hs[j * FB + fa + i] * w[i]; } }\n"
-            "                }\n            }\n"
-            "            for (var j = 0u; j < RB; j++) { if (r0 + j < R) { partout[wg.x * %uu + (r0 + j) * XS + c] = acc[j]; } }\n"
-            "        }\n        workgroupBarrier();\n    }\n}\n",
-        m->b2, rpr, rpr, rpr, m->CP, rpr, m->ps);
-    return done(&b);
+    wgml_sbuf_put(&b, "        for (var c = tid; c < K; c += 256u) {\n"
+                      "            var acc: array<f32, RB>;\n"
+                      "            for (var j = 0u; j < RB; j++) { acc[j] = select(0.0, vecs[%uu + c], wg.x == 0u); }\n"
+                      "            for (var fa = 0u; fa < FB; fa += %uu) {\n"
+                      "                var w: array<f32, %u>;\n"
+                      "                for (var i = 0u; i < %uu; i++) { if (f0 + fa + i < F) { w[i] = w2((f0 + fa + i) * %uu + c); } }\n"
+                      "                for (var i = 0u; i < %uu; i++) {\n"
+                      "                    if (f0 + fa + i < F) { for (var j = 0u; j < RB; j++) { acc[j] += hs[j * FB + fa + i] * w[i]; } }\n"
+                      "                }\n            }\n"
+                      "            for (var j = 0u; j < RB; j++) { if (r0 + j < R) { partout[wg.x * %uu + (r0 + j) * XS + c] = acc[j]; } }\n"
+                      "        }\n        workgroupBarrier();\n    }\n}\n",
+                  m->b2, rpr, rpr, rpr, m->CP, rpr, m->ps);
+    return wgml_sbuf_take(&b);
 }
 
 /* A phase of wgml_decode_block_wgsl: rows of N outputs over K4 weight units each (f16: 8
@@ -644,43 +601,43 @@ typedef struct block_ph {
                   store waits on no load */
 } block_ph;
 
-static void block_load(sbuf *b, const block_ph *ph, const char *tile, const char *in)
+static void block_load(wgml_sbuf *b, const block_ph *ph, const char *tile, const char *in)
 {
     const unsigned rpt = 256 / ph->lpo, it = (ph->k4 + ph->lpo - 1) / ph->lpo;
-    out(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
-           "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n",
-        in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4);
-    if (ph->resid) out(b, "%s    if (lane == 0u && n < %uu) { xr%u = xget(n); }\n", in, ph->N, ph->id);
-    out(b, "%s}\n", in);
+    wgml_sbuf_put(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
+                     "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n",
+                  in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4);
+    if (ph->resid) wgml_sbuf_put(b, "%s    if (lane == 0u && n < %uu) { xr%u = xget(n); }\n", in, ph->N, ph->id);
+    wgml_sbuf_put(b, "%s}\n", in);
 }
 
-static void block_preload(sbuf *b, const block_ph *ph)
+static void block_preload(wgml_sbuf *b, const block_ph *ph)
 {
-    out(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
-    if (ph->resid) out(b, "    var xr%u = 0.0;\n", ph->id);
+    wgml_sbuf_put(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
+    if (ph->resid) wgml_sbuf_put(b, "    var xr%u = 0.0;\n", ph->id);
     block_load(b, ph, "wg", "    ");
 }
 
-static void block_phase(sbuf *b, const block_ph *ph, int sg, const char *sc, const char *epi)
+static void block_phase(wgml_sbuf *b, const block_ph *ph, int sg, const char *sc, const char *epi)
 {
     const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = (ph->N + rpt - 1) / rpt, it = (ph->k4 + lpo - 1) / lpo;
-    out(b, "    for (var t = wg; t < %uu; t += W) {\n"
-           "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
-           "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
-        tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
+    wgml_sbuf_put(b, "    for (var t = wg; t < %uu; t += W) {\n"
+                     "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
+                     "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
+                  tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
     /* (this tile's x[n] before the next tile's loads take its register) */
-    if (ph->resid) out(b, "        let xb = xr%u;\n", ph->id);
-    out(b, "        if (t + W < %uu) {\n", tiles);
+    if (ph->resid) wgml_sbuf_put(b, "        let xb = xr%u;\n", ph->id);
+    wgml_sbuf_put(b, "        if (t + W < %uu) {\n", tiles);
     block_load(b, ph, "t + W", "            ");
-    out(b, "        }\n");
+    wgml_sbuf_put(b, "        }\n");
     if (sg)
-        for (unsigned o = 1; o < lpo; o *= 2) out(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
-    out(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
+        for (unsigned o = 1; o < lpo; o *= 2) wgml_sbuf_put(b, "        acc += select(0.0, subgroupShuffleXor(acc, %uu), %uu < sgs);\n", o, o);
+    wgml_sbuf_put(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
     if (!sg)
-        out(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
-    out(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs) * %s;\n            %s\n        }\n"
-           "        workgroupBarrier();\n    }\n",
-        ph->N, lpo, sc, epi);
+        wgml_sbuf_put(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
+    wgml_sbuf_put(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs) * %s;\n            %s\n        }\n"
+                     "        workgroupBarrier();\n    }\n",
+                  ph->N, lpo, sc, epi);
 }
 
 /* An RMS norm's weights for the next phase, read before the barrier as its matrix's first loads:
@@ -694,49 +651,49 @@ typedef struct block_norm {
    it has one) issued between its fence and the wait: every workgroup's writes before it (its
    fence, then its arrival), none of the next phase's reads of them before all have arrived
    (their fence after the wait). */
-static void block_sync(sbuf *b, const block_ph *next, const block_norm *nm)
+static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm)
 {
     /* (two fences, as the split attention's combine: thread 0's release after every lane's
        stores, which the first barrier orders before it) */
-    out(b, "    storageBarrier();\n    storageBarrier();\n");
+    wgml_sbuf_put(b, "    storageBarrier();\n    storageBarrier();\n");
     block_preload(b, next);
     if (nm)
-        out(b, "    var gw%u: array<vec4<f32>, %u>;\n"
-               "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
-               "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { gw%u[j][e] = %s[%uu + 4u * i + e]; } }\n    }\n",
-            next->id, (nm->kc4 + 255) / 256, (nm->kc4 + 255) / 256, next->id, nm->v, nm->w);
-    out(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
+        wgml_sbuf_put(b, "    var gw%u: array<vec4<f32>, %u>;\n"
+                         "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
+                         "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { gw%u[j][e] = %s[%uu + 4u * i + e]; } }\n    }\n",
+                      next->id, (nm->kc4 + 255) / 256, (nm->kc4 + 255) / 256, next->id, nm->v, nm->w);
+    wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
 /* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load issued before any store (a
    loop of loads and stores in turn waits a round trip an iteration) */
-static void block_stage(sbuf *b, unsigned n4, const char *get, const char *lim)
+static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *lim)
 {
     const unsigned nj = (n4 + 255) / 256;
-    out(b, "    {\n        var sv: array<vec4<f32>, %u>;\n"
-           "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
-           "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"
-           "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < %uu) { xs[i] = sv[j]; } }\n    }\n",
-        nj, nj, n4, lim, get, nj, n4);
+    wgml_sbuf_put(b, "    {\n        var sv: array<vec4<f32>, %u>;\n"
+                     "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
+                     "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"
+                     "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < %uu) { xs[i] = sv[j]; } }\n    }\n",
+                  nj, nj, n4, lim, get, nj, n4);
 }
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
    ssq's 16 partial sums: the phase's sums take the norm's scale at the end (rsn()), so the
    GEMV's products need not wait on the sum. */
-static void block_stage_normed(sbuf *b, unsigned kc4, unsigned id)
+static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
 {
-    out(b, "    {\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
-           "        for (var j = 0u; j < %uu; j++) {\n"
-           "            let i = tid + 256u * j;\n"
-           "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n"
-           "        for (var j = 0u; j < %uu; j++) {\n"
-           "            let i = tid + 256u * j;\n"
-           "            if (i < %uu) {\n"
-           "                let v = xv[j];\n"
-           "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
-           "        ssr[tid] = ss;\n        workgroupBarrier();\n"
-           "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
-        (kc4 + 255) / 256, (kc4 + 255) / 256, (kc4 + 255) / 256, kc4, id);
+    wgml_sbuf_put(b, "    {\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
+                     "        for (var j = 0u; j < %uu; j++) {\n"
+                     "            let i = tid + 256u * j;\n"
+                     "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n"
+                     "        for (var j = 0u; j < %uu; j++) {\n"
+                     "            let i = tid + 256u * j;\n"
+                     "            if (i < %uu) {\n"
+                     "                let v = xv[j];\n"
+                     "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
+                     "        ssr[tid] = ss;\n        workgroupBarrier();\n"
+                     "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
+                  (kc4 + 255) / 256, (kc4 + 255) / 256, (kc4 + 255) / 256, kc4, id);
 }
 
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
@@ -750,62 +707,62 @@ static unsigned block_lanes(unsigned N, unsigned W)
 
 char *wgml_decode_block_wgsl(const wgml_decode_block *k)
 {
-    sbuf b = {0};
+    wgml_sbuf b = {0};
     const unsigned wv = k->f16 ? 8 : 4, ka = (k->A + 7) / 8 * 8, kc = (k->C + 7) / 8 * 8, kf = (k->F + 7) / 8 * 8;
     const unsigned xs4 = (ka > kc ? ka > kf ? ka : kf : kc > kf ? kc : kf) / 4;
     elementwise_functions(&b);
-    out(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nconst EPS: f32 = %.9g;\n"
-            "alias WT = %s;\n"
-            "@group(0) @binding(1) var<storage, read> att: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, read_write> x: array<atomic<u32>>;\n"
-            "@group(0) @binding(3) var<storage, read> wo: array<WT>;\n"
-            "@group(0) @binding(4) var<storage, read> w1: array<WT>;\n"
-            "@group(0) @binding(5) var<storage, read> w2: array<WT>;\n"
-            "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n"
-            "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
-            "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
-            "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
-            /* (x as the phase began: the residual's base; the norm's partial sums of squares) */
-            "var<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
-        k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
-        k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
-               "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
-               "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
-        xs4);
+    wgml_sbuf_put(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nconst EPS: f32 = %.9g;\n"
+                      "alias WT = %s;\n"
+                      "@group(0) @binding(1) var<storage, read> att: array<f32>;\n"
+                      "@group(0) @binding(2) var<storage, read_write> x: array<atomic<u32>>;\n"
+                      "@group(0) @binding(3) var<storage, read> wo: array<WT>;\n"
+                      "@group(0) @binding(4) var<storage, read> w1: array<WT>;\n"
+                      "@group(0) @binding(5) var<storage, read> w2: array<WT>;\n"
+                      "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n"
+                      "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
+                      "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
+                      "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
+                      /* (x as the phase began: the residual's base; the norm's partial sums of squares) */
+                      "var<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
+                  k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
+                  k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
+                         "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
+                         "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
+                  xs4);
     if (k->f16)
-        out(&b, "fn wdot(w: WT, u: u32) -> f32 {\n"
-                "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[2u * u])\n"
-                "         + dot(vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)), xs[2u * u + 1u]);\n}\n");
-    else out(&b, "fn wdot(w: WT, u: u32) -> f32 { return dot(w, xs[u]); }\n");
-    out(&b, "fn gsum(g0: u32, l: u32, sgs: u32) -> f32 {\n%s}\n",
-        k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
-    out(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
-            "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
-            "fn aget(i: u32) -> f32 { return att[i]; }\n"
+        wgml_sbuf_put(&b, "fn wdot(w: WT, u: u32) -> f32 {\n"
+                          "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[2u * u])\n"
+                          "         + dot(vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)), xs[2u * u + 1u]);\n}\n");
+    else wgml_sbuf_put(&b, "fn wdot(w: WT, u: u32) -> f32 { return dot(w, xs[u]); }\n");
+    wgml_sbuf_put(&b, "fn gsum(g0: u32, l: u32, sgs: u32) -> f32 {\n%s}\n",
+                  k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
+    wgml_sbuf_put(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
+                      "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
+                      "fn aget(i: u32) -> f32 { return att[i]; }\n"
 
-            "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
-            "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
-            /* (thread 0: its arrival, then the wait for the others') */
-            /* (a wait gives up past word 2's reads, or at once where another gave up; any
-               way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
-               after 65,535 rounds without a word) */
-            "fn grid_wait() {\n"
-            "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
-            "    var n = 0u;\n"
-            "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
-            "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
-            "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
+                      "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
+                      "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
+                      /* (thread 0: its arrival, then the wait for the others') */
+                      /* (a wait gives up past word 2's reads, or at once where another gave up; any
+                         way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
+                         after 65,535 rounds without a word) */
+                      "fn grid_wait() {\n"
+                      "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
+                      "    var n = 0u;\n"
+                      "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
+                      "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
+                      "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     const unsigned lu = block_lanes(2 * k->F, k->W);
     const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 0},
                    pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1};
-    out(&b, "@compute @workgroup_size(256)\n"
-            "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
-            "    let wg = g.x;\n%s",
-        k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
+    wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
+                      "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
+                      "    let wg = g.x;\n%s",
+                  k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
     /* the projection: its first loads, the attention's output staged, x += wo att */
     block_preload(&b, &pa);
     block_stage(&b, ka / 4, "aget", "A");
-    out(&b, "    workgroupBarrier();\n");
+    wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pa, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
     /* the norm: every workgroup reads the whole new x, its own sum of squares */
     const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
@@ -818,7 +775,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     /* down: h staged, x += w2 h */
     block_sync(&b, &pc, NULL);
     block_stage(&b, kf / 4, "hget", "F");
-    out(&b, "    workgroupBarrier();\n");
+    wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
     if (k->Q) { /* the next layer's norm and QKV */
         const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 0};
@@ -826,11 +783,11 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
         block_stage_normed(&b, kc / 4, pd.id);
         block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");
     }
-    out(&b, "}\n");
-    return done(&b);
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
 }
 
-static void rope_helpers(sbuf *b);
+static void rope_helpers(wgml_sbuf *b);
 
 /* the attention's unit of the cache: vec4 loads where the head size allows */
 static unsigned cache_lw(const wgml_decode_attn *a) { return a->D % (a->rope ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1; }
@@ -875,7 +832,7 @@ uint64_t wgml_decode_attn_late_bytes(const wgml_decode_attn *a)
 
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
 {
-    sbuf b = {0};
+    wgml_sbuf b = {0};
     const unsigned lw = cache_lw(a), no = a->G * a->D / lw;
     const unsigned wgs = a->wgs ? a->wgs : 256, all = no >= wgs ? 1 : wgs / no;
     const unsigned parts = a->max_parts && a->max_parts < all ? a->max_parts : all, opw = wgs / parts;
@@ -897,160 +854,160 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        words (one 8-byte load; the row's own k and v then written as such words from kown and
        vown), or (single elements) WGSL's f16 */
     const int pk = a->f16c && lw == 4;
-    if (pk) out(&b, "alias CT = vec2<u32>;\nfn cunpack(w: CT) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }\n"
-                    "fn cpack(a: f32, b: f32, c: f32, d: f32) -> CT { return CT(pack2x16float(vec2<f32>(a, b)), pack2x16float(vec2<f32>(c, d))); }\n");
-    else if (a->f16c) out(&b, "enable f16;\nalias CT = f16;\nfn cunpack(w: CT) -> f32 { return f32(w); }\n");
-    else out(&b, "alias CT = %s;\nfn cunpack(w: CT) -> CT { return w; }\n", lw == 4 ? "vec4<f32>" : "f32");
-    out(&b,
-        "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
-        "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
-        "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n"
-        "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n"
-        "const COLS: u32 = %uu;\n",
-        a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
-        a->bias >= 0 ? (unsigned)a->bias : 0u, wgs, split ? a->chunk : a->block, split ? ns : 1u, a->kvd / a->D,
-        split ? a->chunk : a->block, a->wo_fused && a->cols ? a->cols : 1u);
-    out(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
-    out(&b, "fn vload(i: u32) -> VT { return %s; }\n",
-        lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
+    if (pk) wgml_sbuf_put(&b, "alias CT = vec2<u32>;\nfn cunpack(w: CT) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }\n"
+                              "fn cpack(a: f32, b: f32, c: f32, d: f32) -> CT { return CT(pack2x16float(vec2<f32>(a, b)), pack2x16float(vec2<f32>(c, d))); }\n");
+    else if (a->f16c) wgml_sbuf_put(&b, "enable f16;\nalias CT = f16;\nfn cunpack(w: CT) -> f32 { return f32(w); }\n");
+    else wgml_sbuf_put(&b, "alias CT = %s;\nfn cunpack(w: CT) -> CT { return w; }\n", lw == 4 ? "vec4<f32>" : "f32");
+    wgml_sbuf_put(&b,
+                  "const D: u32 = %uu;\nconst LW: u32 = %uu;\nconst DV: u32 = %uu;\nconst G: u32 = %uu;\nconst KVD: u32 = %uu;\n"
+                  "const BLOCK: u32 = %uu;\nconst QS: u32 = %uu;\nconst AS: u32 = %uu;\nconst SCALE: f32 = %.9g;\n"
+                  "const NO: u32 = %uu;\nconst PARTS: u32 = %uu;\nconst OPW: u32 = %uu;\nalias VT = %s;\nconst BIAS: u32 = %uu;\n"
+                  "const WGS: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\nconst NKV: u32 = %uu;\nconst SCW: u32 = %uu;\n"
+                  "const COLS: u32 = %uu;\n",
+                  a->D, lw, a->D / lw, a->G, a->kvd, a->block, a->qs, a->as, (double)a->scale, no, parts, opw, lw == 4 ? "vec4<f32>" : "f32",
+                  a->bias >= 0 ? (unsigned)a->bias : 0u, wgs, split ? a->chunk : a->block, split ? ns : 1u, a->kvd / a->D,
+                  split ? a->chunk : a->block, a->wo_fused && a->cols ? a->cols : 1u);
+    wgml_sbuf_put(&b, "fn vdot(x: VT, y: VT) -> f32 { return %s; }\n", lw == 4 ? "dot(x, y)" : "x * y");
+    wgml_sbuf_put(&b, "fn vload(i: u32) -> VT { return %s; }\n",
+                  lw == 4 ? "vec4<f32>(qb[i], qb[i + 1u], qb[i + 2u], qb[i + 3u])" : "qb[i]");
     /* the heads' outputs: to att, or (the projection fused) to ob, the group's G D values */
     if (a->wo_fused)
-        out(&b, "fn vput(i: u32, v: VT) { %s }\n",
-            lw == 4 ? "ob[i] = v.x; ob[i + 1u] = v.y; ob[i + 2u] = v.z; ob[i + 3u] = v.w;" : "ob[i] = v;");
+        wgml_sbuf_put(&b, "fn vput(i: u32, v: VT) { %s }\n",
+                      lw == 4 ? "ob[i] = v.x; ob[i + 1u] = v.y; ob[i + 2u] = v.z; ob[i + 3u] = v.w;" : "ob[i] = v;");
     else if (combine)
-        out(&b, "fn vput(i: u32, v: VT) { %s }\nfn mlput(i: u32, v: f32) { atomicStore(&ml[i], bitcast<u32>(v)); }\n",
-            lw == 4 ? "atomicStore(&att[i], bitcast<u32>(v.x)); atomicStore(&att[i + 1u], bitcast<u32>(v.y)); "
-                      "atomicStore(&att[i + 2u], bitcast<u32>(v.z)); atomicStore(&att[i + 3u], bitcast<u32>(v.w));"
-                    : "atomicStore(&att[i], bitcast<u32>(v));");
+        wgml_sbuf_put(&b, "fn vput(i: u32, v: VT) { %s }\nfn mlput(i: u32, v: f32) { atomicStore(&ml[i], bitcast<u32>(v)); }\n",
+                      lw == 4 ? "atomicStore(&att[i], bitcast<u32>(v.x)); atomicStore(&att[i + 1u], bitcast<u32>(v.y)); "
+                                "atomicStore(&att[i + 2u], bitcast<u32>(v.z)); atomicStore(&att[i + 3u], bitcast<u32>(v.w));"
+                              : "atomicStore(&att[i], bitcast<u32>(v));");
     else
-        out(&b, "fn vput(i: u32, v: VT) { %s }\n%s",
-            lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;",
-            split ? "fn mlput(i: u32, v: f32) { ml[i] = v; }\n" : "");
+        wgml_sbuf_put(&b, "fn vput(i: u32, v: VT) { %s }\n%s",
+                      lw == 4 ? "att[i] = v.x; att[i + 1u] = v.y; att[i + 2u] = v.z; att[i + 3u] = v.w;" : "att[i] = v;",
+                      split ? "fn mlput(i: u32, v: f32) { ml[i] = v; }\n" : "");
     if (a->wo_fused) {
-        out(&b, "var<workgroup> ob: array<f32, %u>;\n"
-                "@group(0) @binding(5) var<storage, read> wo: array<%s>;\n"
-                "@group(0) @binding(7) var<storage, read_write> partout: array<f32>;\n"
-                "fn wo_at(i: u32) -> f32 { return %s; }\n",
-            a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
-        if (a->bias >= 0) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
-    } else out(&b, "@group(0) @binding(4) var<storage, read_write> att: array<%s>;\n", combine ? "atomic<u32>" : "f32");
-    if (split) out(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<%s>;\n", combine ? "atomic<u32>" : "f32");
+        wgml_sbuf_put(&b, "var<workgroup> ob: array<f32, %u>;\n"
+                          "@group(0) @binding(5) var<storage, read> wo: array<%s>;\n"
+                          "@group(0) @binding(7) var<storage, read_write> partout: array<f32>;\n"
+                          "fn wo_at(i: u32) -> f32 { return %s; }\n",
+                      a->G * a->D, a->f16 ? "u32" : "f32", a->f16 ? "unpack2x16float(wo[i / 2u])[i % 2u]" : "wo[i]");
+        if (a->bias >= 0) wgml_sbuf_put(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
+    } else wgml_sbuf_put(&b, "@group(0) @binding(4) var<storage, read_write> att: array<%s>;\n", combine ? "atomic<u32>" : "f32");
+    if (split) wgml_sbuf_put(&b, "@group(0) @binding(9) var<storage, read_write> ml: array<%s>;\n", combine ? "atomic<u32>" : "f32");
     if (combine)
-        out(&b, "@group(0) @binding(10) var<storage, read_write> aout: array<f32>;\n"
-                "@group(0) @binding(11) var<storage, read_write> cnt: array<atomic<u32>>;\n"
-                "var<workgroup> lastwg: u32;\nvar<workgroup> cm: array<f32, %u>;\nvar<workgroup> cl: array<f32, %u>;\n",
-            a->G * ns, a->G * ns);
+        wgml_sbuf_put(&b, "@group(0) @binding(10) var<storage, read_write> aout: array<f32>;\n"
+                          "@group(0) @binding(11) var<storage, read_write> cnt: array<atomic<u32>>;\n"
+                          "var<workgroup> lastwg: u32;\nvar<workgroup> cm: array<f32, %u>;\nvar<workgroup> cl: array<f32, %u>;\n",
+                      a->G * ns, a->G * ns);
     if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
-        out(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
-                "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
-            a->D / 2, a->hq, a->kvd / a->D, (double)a->eps);
-        if (a->qk_norm) out(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
+        wgml_sbuf_put(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
+                          "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+                      a->D / 2, a->hq, a->kvd / a->D, (double)a->eps);
+        if (a->qk_norm) wgml_sbuf_put(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
         rope_helpers(&b);
     }
-    out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
-            "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, %s> kc: array<CT>;\n"
-            "@group(0) @binding(3) var<storage, %s> vc: array<CT>;\n"
-            "fn kcl(i: u32) -> VT { return cunpack(kc[i]); }\nfn vcl(i: u32) -> VT { return cunpack(vc[i]); }\n"
-            "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
-            "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
-        a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
+    wgml_sbuf_put(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
+                      "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
+                      "@group(0) @binding(2) var<storage, %s> kc: array<CT>;\n"
+                      "@group(0) @binding(3) var<storage, %s> vc: array<CT>;\n"
+                      "fn kcl(i: u32) -> VT { return cunpack(kc[i]); }\nfn vcl(i: u32) -> VT { return cunpack(vc[i]); }\n"
+                      "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
+                      "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
+                  a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
     if (early)
-        out(&b, "const TPP: u32 = %uu;\nconst KPT: u32 = %uu;\nconst VP: u32 = %uu;\nconst VPT: u32 = %uu;\n"
-                "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
-                "var<workgroup> sred: array<f32, %u>;\nvar<workgroup> vpart: array<VT, %u>;\n",
-            tpp, kpt, vpn, vpt, wgs * a->G, wgs * a->G);
-    else if (pk && a->rope) out(&b, "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n");
+        wgml_sbuf_put(&b, "const TPP: u32 = %uu;\nconst KPT: u32 = %uu;\nconst VP: u32 = %uu;\nconst VPT: u32 = %uu;\n"
+                          "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
+                          "var<workgroup> sred: array<f32, %u>;\nvar<workgroup> vpart: array<VT, %u>;\n",
+                      tpp, kpt, vpn, vpt, wgs * a->G, wgs * a->G);
+    else if (pk && a->rope) wgml_sbuf_put(&b, "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n");
     if (sgx) { /* the softmax's exchange: each head's subgroup maxima, then sums */
         unsigned rw = 1;
         while (rw < a->chunk && rw < wgs) rw *= 2;
-        out(&b, "var<workgroup> smx: array<f32, %u>;\n", 2 * a->G * rw);
+        wgml_sbuf_put(&b, "var<workgroup> smx: array<f32, %u>;\n", 2 * a->G * rw);
     }
     /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
        the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
        caches, which this workgroup then reads (storageBarrier); the early form reads them from
        kown and vown instead, so no launch reads them back and the fence goes (naga makes it a
        device-scope one: 14.5 -> 14.0 us alone on the H200, docs/MEASUREMENTS.md) */
-    sbuf pb = {0};
-    if (!a->rope) out(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
+    wgml_sbuf pb = {0};
+    if (!a->rope) wgml_sbuf_put(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
     else if ((a->G + 1) * 64 <= wgs) {
         /* the G + 1 heads at once, 64 threads each (D / 2 <= 64 pairs): all loads issued
            together, one segmented tree for the norms */
-        out(&pb, "    let pos = u32(rows[r].y);\n"
-                 "    let hh = tid / 64u;\n    let j = tid %% 64u;\n    let act = hh <= G && j < HALF;\n"
-                 "    let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
-                 "    let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
-                 "    var a = 0.0;\n    var b = 0.0;\n    var fr = 0.0;\n    var w1 = 1.0;\n    var w2 = 1.0;\n"
-                 "    var va = 0.0;\n    var vb = 0.0;\n"
-                 "    if (act) {\n        a = qb[col + j];\n        b = qb[col + j + HALF];\n        fr = freq[j];\n");
+        wgml_sbuf_put(&pb, "    let pos = u32(rows[r].y);\n"
+                           "    let hh = tid / 64u;\n    let j = tid %% 64u;\n    let act = hh <= G && j < HALF;\n"
+                           "    let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
+                           "    let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
+                           "    var a = 0.0;\n    var b = 0.0;\n    var fr = 0.0;\n    var w1 = 1.0;\n    var w2 = 1.0;\n"
+                           "    var va = 0.0;\n    var vb = 0.0;\n"
+                           "    if (act) {\n        a = qb[col + j];\n        b = qb[col + j + HALF];\n        fr = freq[j];\n");
         if (a->qk_norm)
-            out(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
-                a->knorm, a->qnorm);
-        out(&pb, "        if (hh == G) { va = qb[vcol + j]; vb = qb[vcol + j + HALF]; }\n    }\n");
+            wgml_sbuf_put(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
+                          a->knorm, a->qnorm);
+        wgml_sbuf_put(&pb, "        if (hh == G) { va = qb[vcol + j]; vb = qb[vcol + j + HALF]; }\n    }\n");
         if (a->qk_norm && sgx) { /* a butterfly in each subgroup, then the head's 64 / sgs parts */
-            out(&pb, "    var nsq = a * a + b * b;\n");
-            for (unsigned o = 1; o < 64; o *= 2) out(&pb, "    nsq += select(0.0, subgroupShuffleXor(nsq, %uu), %uu < sgs);\n", o, o);
-            out(&pb, "    red[tid] = nsq;\n    workgroupBarrier();\n    nsq = 0.0;\n"
-                     "    for (var q = 0u; q < 64u; q += min(sgs, 64u)) { nsq += red[hh * 64u + q]; }\n"
-                     "    let rs = inverseSqrt(nsq / f32(D) + EPS);\n"
-                     "    a = a * rs * w1;\n    b = b * rs * w2;\n");
+            wgml_sbuf_put(&pb, "    var nsq = a * a + b * b;\n");
+            for (unsigned o = 1; o < 64; o *= 2) wgml_sbuf_put(&pb, "    nsq += select(0.0, subgroupShuffleXor(nsq, %uu), %uu < sgs);\n", o, o);
+            wgml_sbuf_put(&pb, "    red[tid] = nsq;\n    workgroupBarrier();\n    nsq = 0.0;\n"
+                               "    for (var q = 0u; q < 64u; q += min(sgs, 64u)) { nsq += red[hh * 64u + q]; }\n"
+                               "    let rs = inverseSqrt(nsq / f32(D) + EPS);\n"
+                               "    a = a * rs * w1;\n    b = b * rs * w2;\n");
         } else if (a->qk_norm)
-            out(&pb, "    red[tid] = a * a + b * b;\n    workgroupBarrier();\n"
-                     "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
-                     "    let rs = inverseSqrt(red[hh * 64u] / f32(D) + EPS);\n"
-                     "    a = a * rs * w1;\n    b = b * rs * w2;\n");
-        out(&pb, "    if (act) {\n"
-                 "        let ang = reduce_angle(f32(pos) * fr);\n        let c = cos(ang);\n        let s = sin(ang);\n"
-                 "        let ya = a * c - b * s;\n        let yb = b * c + a * s;\n"
-                 "        if (hh < G) { qput(hh * D + j, ya); qput(hh * D + j + HALF, yb); } else if (own) {\n"
-                 "            let base = (slot * BLOCK + pos) * KVD + g * D;\n"
-                 "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
-                 "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n%s"
-                 "        }\n    }\n%s",
-            early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "",
-            early || pk ? "" : "    storageBarrier();\n");
+            wgml_sbuf_put(&pb, "    red[tid] = a * a + b * b;\n    workgroupBarrier();\n"
+                               "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                               "    let rs = inverseSqrt(red[hh * 64u] / f32(D) + EPS);\n"
+                               "    a = a * rs * w1;\n    b = b * rs * w2;\n");
+        wgml_sbuf_put(&pb, "    if (act) {\n"
+                           "        let ang = reduce_angle(f32(pos) * fr);\n        let c = cos(ang);\n        let s = sin(ang);\n"
+                           "        let ya = a * c - b * s;\n        let yb = b * c + a * s;\n"
+                           "        if (hh < G) { qput(hh * D + j, ya); qput(hh * D + j + HALF, yb); } else if (own) {\n"
+                           "            let base = (slot * BLOCK + pos) * KVD + g * D;\n"
+                           "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
+                           "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n%s"
+                           "        }\n    }\n%s",
+                      early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "",
+                      early || pk ? "" : "    storageBarrier();\n");
     } else {
-        out(&pb, "    let pos = u32(rows[r].y);\n"
-                 "    for (var hh = 0u; hh <= G; hh++) {\n"
-                 "        let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
-                 "        var a = 0.0;\n        var b = 0.0;\n"
-                 "        if (tid < HALF) { a = qb[col + tid]; b = qb[col + tid + HALF]; }\n");
+        wgml_sbuf_put(&pb, "    let pos = u32(rows[r].y);\n"
+                           "    for (var hh = 0u; hh <= G; hh++) {\n"
+                           "        let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
+                           "        var a = 0.0;\n        var b = 0.0;\n"
+                           "        if (tid < HALF) { a = qb[col + tid]; b = qb[col + tid + HALF]; }\n");
         if (a->qk_norm)
-            out(&pb, "        red[tid] = a * a + b * b;\n        workgroupBarrier();\n"
-                     "        for (var st = 32u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
-                     "        let rs = inverseSqrt(red[0] / f32(D) + EPS);\n"
-                     "        let w = select(%uu, %uu, hh < G);\n"
-                     "        if (tid < HALF) { a = a * rs * vecs[w + tid]; b = b * rs * vecs[w + tid + HALF]; }\n"
-                     "        workgroupBarrier();\n",
-                a->knorm, a->qnorm);
-        out(&pb, "        if (tid < HALF) {\n"
-                 "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
-                 "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
-                 "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else if (own) {\n"
-                 "                let base = (slot * BLOCK + pos) * KVD + g * D;\n"
-                 "                let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
-                 "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
-                 "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
-                 "            }\n        }\n    }\n%s",
-            pk ? "" : "    storageBarrier();\n");
+            wgml_sbuf_put(&pb, "        red[tid] = a * a + b * b;\n        workgroupBarrier();\n"
+                               "        for (var st = 32u; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                               "        let rs = inverseSqrt(red[0] / f32(D) + EPS);\n"
+                               "        let w = select(%uu, %uu, hh < G);\n"
+                               "        if (tid < HALF) { a = a * rs * vecs[w + tid]; b = b * rs * vecs[w + tid + HALF]; }\n"
+                               "        workgroupBarrier();\n",
+                          a->knorm, a->qnorm);
+        wgml_sbuf_put(&pb, "        if (tid < HALF) {\n"
+                           "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
+                           "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
+                           "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else if (own) {\n"
+                           "                let base = (slot * BLOCK + pos) * KVD + g * D;\n"
+                           "                let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
+                           "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
+                           "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
+                           "            }\n        }\n    }\n%s",
+                      pk ? "" : "    storageBarrier();\n");
     }
     /* (packed halves: the row's own k and v, gathered in kown and vown, written four to a thread) */
     if (pk && a->rope)
-        out(&pb, "    workgroupBarrier();\n"
-                 "    if (own && tid < D / 4u) {\n"
-                 "        let cw = ((slot * BLOCK + pos) * KVD + g * D) / 4u + tid;\n"
-                 "        kc[cw] = cpack(kown[4u * tid], kown[4u * tid + 1u], kown[4u * tid + 2u], kown[4u * tid + 3u]);\n"
-                 "        vc[cw] = cpack(vown[4u * tid], vown[4u * tid + 1u], vown[4u * tid + 2u], vown[4u * tid + 3u]);\n"
-                 "    }\n%s",
-            early ? "" : "    storageBarrier();\n");
+        wgml_sbuf_put(&pb, "    workgroupBarrier();\n"
+                           "    if (own && tid < D / 4u) {\n"
+                           "        let cw = ((slot * BLOCK + pos) * KVD + g * D) / 4u + tid;\n"
+                           "        kc[cw] = cpack(kown[4u * tid], kown[4u * tid + 1u], kown[4u * tid + 2u], kown[4u * tid + 3u]);\n"
+                           "        vc[cw] = cpack(vown[4u * tid], vown[4u * tid + 1u], vown[4u * tid + 2u], vown[4u * tid + 3u]);\n"
+                           "    }\n%s",
+                      early ? "" : "    storageBarrier();\n");
     if (a->rope && pk) /* (the cache's base is a multiple of D: i %% D is the element's index in the head) */
-        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kown[i %% D] = v; }\n"
-                "fn vcput(i: u32, v: f32) { vown[i %% D] = v; }\n");
+        wgml_sbuf_put(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kown[i %% D] = v; }\n"
+                          "fn vcput(i: u32, v: f32) { vown[i %% D] = v; }\n");
     else if (a->rope && lw == 4)
-        out(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
-                "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
-    else if (a->rope) out(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = CT(v); }\nfn vcput(i: u32, v: f32) { vc[i] = CT(v); }\n");
-    char *pro = done(&pb);
+        wgml_sbuf_put(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
+                          "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
+    else if (a->rope) wgml_sbuf_put(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = CT(v); }\nfn vcput(i: u32, v: f32) { vc[i] = CT(v); }\n");
+    char *pro = wgml_sbuf_take(&pb);
     /* the softmax of each query head over this workgroup's positions: a tree over the RW
        threads that hold positions (fewer rounds where the positions are few), the G heads in
        one tree where RW G fits the reduction array; then inv (or, split, the chunk's max and
@@ -1061,169 +1018,169 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                                "                let at = (((r * NKV + g) * NS + sp) * G + q) * 2u;\n"
                                "                mlput(at, m);\n                mlput(at + 1u, total);\n            }\n"
                              : "            if (tid == 0u) { inv[q] = 1.0 / total; }\n";
-    sbuf sb = {0};
+    wgml_sbuf sb = {0};
     if (sgx) /* (sg) each subgroup's max and sum (the threads past RW hold -3e38 and 0), RW / sgs of them a head exchanged: a barrier each */
-        out(&sb, "    {\n        var mq: array<f32, G>;\n"
-                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
-                 "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
-                 "            m = subgroupMax(m);\n"
-                 "            if (tid %% sgs == 0u && tid < %uu) { smx[q * %uu + tid / sgs] = m; }\n        }\n        workgroupBarrier();\n"
-                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
-                 "            for (var i = 0u; i * sgs < %uu; i++) { m = max(m, smx[q * %uu + i]); }\n            mq[q] = m;\n"
-                 "            var sum = 0.0;\n"
-                 "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
-                 "            sum = subgroupAdd(sum);\n"
-                 "            if (tid %% sgs == 0u && tid < %uu) { smx[(G + q) * %uu + tid / sgs] = sum; }\n        }\n        workgroupBarrier();\n"
-                 "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            var total = 0.0;\n"
-                 "            for (var i = 0u; i * sgs < %uu; i++) { total += smx[(G + q) * %uu + i]; }\n%s"
-                 "        }\n        workgroupBarrier();\n    }\n",
-            rw, rw, rw, rw, rw, rw, rw, rw, tail);
+        wgml_sbuf_put(&sb, "    {\n        var mq: array<f32, G>;\n"
+                           "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                           "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                           "            m = subgroupMax(m);\n"
+                           "            if (tid %% sgs == 0u && tid < %uu) { smx[q * %uu + tid / sgs] = m; }\n        }\n        workgroupBarrier();\n"
+                           "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                           "            for (var i = 0u; i * sgs < %uu; i++) { m = max(m, smx[q * %uu + i]); }\n            mq[q] = m;\n"
+                           "            var sum = 0.0;\n"
+                           "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                           "            sum = subgroupAdd(sum);\n"
+                           "            if (tid %% sgs == 0u && tid < %uu) { smx[(G + q) * %uu + tid / sgs] = sum; }\n        }\n        workgroupBarrier();\n"
+                           "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            var total = 0.0;\n"
+                           "            for (var i = 0u; i * sgs < %uu; i++) { total += smx[(G + q) * %uu + i]; }\n%s"
+                           "        }\n        workgroupBarrier();\n    }\n",
+                      rw, rw, rw, rw, rw, rw, rw, rw, tail);
     else if (a->G * rw <= wgs)
-        out(&sb, "    {\n        var mq: array<f32, G>;\n"
-                 "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
-                 "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
-                 "            if (tid < %uu) { red[q * %uu + tid] = m; }\n        }\n        workgroupBarrier();\n"
-                 "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
-                 "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] = max(red[q * %uu + tid], red[q * %uu + tid + st]); } }\n"
-                 "            workgroupBarrier();\n        }\n"
-                 "        for (var q = 0u; q < G; q++) { mq[q] = red[q * %uu]; }\n        workgroupBarrier();\n"
-                 "        for (var q = 0u; q < G; q++) {\n            var sum = 0.0;\n"
-                 "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - mq[q]); sc[q * SCW + t - t0] = e; sum += e; }\n"
-                 "            if (tid < %uu) { red[q * %uu + tid] = sum; }\n        }\n        workgroupBarrier();\n"
-                 "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
-                 "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] += red[q * %uu + tid + st]; } }\n"
-                 "            workgroupBarrier();\n        }\n"
-                 "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            let total = red[q * %uu];\n%s"
-                 "        }\n        workgroupBarrier();\n    }\n",
-            rw, rw, rw / 2, rw, rw, rw, rw, rw, rw, rw / 2, rw, rw, rw, tail);
+        wgml_sbuf_put(&sb, "    {\n        var mq: array<f32, G>;\n"
+                           "        for (var q = 0u; q < G; q++) {\n            var m = -3.0e38;\n"
+                           "            for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                           "            if (tid < %uu) { red[q * %uu + tid] = m; }\n        }\n        workgroupBarrier();\n"
+                           "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                           "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] = max(red[q * %uu + tid], red[q * %uu + tid + st]); } }\n"
+                           "            workgroupBarrier();\n        }\n"
+                           "        for (var q = 0u; q < G; q++) { mq[q] = red[q * %uu]; }\n        workgroupBarrier();\n"
+                           "        for (var q = 0u; q < G; q++) {\n            var sum = 0.0;\n"
+                           "            for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - mq[q]); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                           "            if (tid < %uu) { red[q * %uu + tid] = sum; }\n        }\n        workgroupBarrier();\n"
+                           "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
+                           "            if (tid < st) { for (var q = 0u; q < G; q++) { red[q * %uu + tid] += red[q * %uu + tid + st]; } }\n"
+                           "            workgroupBarrier();\n        }\n"
+                           "        for (var q = 0u; q < G; q++) {\n            let m = mq[q];\n            let total = red[q * %uu];\n%s"
+                           "        }\n        workgroupBarrier();\n    }\n",
+                      rw, rw, rw / 2, rw, rw, rw, rw, rw, rw, rw / 2, rw, rw, rw, tail);
     else
-        out(&sb, "    for (var q = 0u; q < G; q++) {\n"
-                 "        var m = -3.0e38;\n"
-                 "        for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
-                 "        red[tid] = m;\n        workgroupBarrier();\n"
-                 "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
-                 "        m = red[0];\n        workgroupBarrier();\n"
-                 "        var sum = 0.0;\n"
-                 "        for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
-                 "        red[tid] = sum;\n        workgroupBarrier();\n"
-                 "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
-                 "        {\n            let total = red[0];\n%s        }\n"
-                 "        workgroupBarrier();\n    }\n",
-            rw / 2, rw / 2, tail);
-    char *soft = done(&sb);
+        wgml_sbuf_put(&sb, "    for (var q = 0u; q < G; q++) {\n"
+                           "        var m = -3.0e38;\n"
+                           "        for (var t = t0 + tid; t < t1; t += WGS) { m = max(m, sc[q * SCW + t - t0]); }\n"
+                           "        red[tid] = m;\n        workgroupBarrier();\n"
+                           "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] = max(red[tid], red[tid + st]); } workgroupBarrier(); }\n"
+                           "        m = red[0];\n        workgroupBarrier();\n"
+                           "        var sum = 0.0;\n"
+                           "        for (var t = t0 + tid; t < t1; t += WGS) { let e = exp(sc[q * SCW + t - t0] - m); sc[q * SCW + t - t0] = e; sum += e; }\n"
+                           "        red[tid] = sum;\n        workgroupBarrier();\n"
+                           "        for (var st = %uu; st > 0u; st >>= 1u) { if (tid < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
+                           "        {\n            let total = red[0];\n%s        }\n"
+                           "        workgroupBarrier();\n    }\n",
+                      rw / 2, rw / 2, tail);
+    char *soft = wgml_sbuf_take(&sb);
     if (!pro || !soft) {
         free(pro), free(soft), free(b.s);
         return NULL;
     }
     if (early)
-        out(&b,
-            "@compute @workgroup_size(WGS)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
-            "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n"
-            "    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
-            "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
-            "    if (t0 >= T) { return; }\n"
-            /* K: position ki of the chunk over TPP threads, each a slice of its vec4s; V:
-               value column vd over VP threads, each every VP-th position; all but the row's
-               own position (T - 1: the prologue writes it) loaded before the prologue */
-            "    let ki = tid / TPP;\n    let ks = tid %% TPP;\n    let kt = t0 + ki;\n"
-            "    var kr: array<VT, KPT>;\n"
-            "    if (ki < CH && kt + 1u < T) {\n"
-            "        let kbase = ((slot * BLOCK + kt) * KVD + g * D) / LW;\n"
-            "        for (var e = 0u; e < KPT; e++) { let d = ks + e * TPP; if (d < DV) { kr[e] = kcl(kbase + d); } }\n"
-            "    }\n"
-            "    let vd = tid %% DV;\n    let vp = tid / DV;\n"
-            "    let vbase = (slot * BLOCK * KVD + g * D) / LW + vd;\n"
-            "    var vr: array<VT, VPT>;\n"
-            "    for (var e = 0u; e < VPT; e++) {\n"
-            "        let t = t0 + vp + e * VP;\n"
-            "        if (vp < VP && t + 1u < T && t < t1) { vr[e] = vcl(vbase + t * (KVD / LW)); }\n    }\n"
-            "%s"
-            "    workgroupBarrier();\n"
-            "    if (own) {\n"
-            "        if (ki < CH && kt + 1u == T) {\n"
-            "            for (var e = 0u; e < KPT; e++) {\n"
-            "                let d = ks + e * TPP;\n"
-            "                if (d < DV) { kr[e] = vec4<f32>(kown[4u * d], kown[4u * d + 1u], kown[4u * d + 2u], kown[4u * d + 3u]); }\n"
-            "            }\n        }\n"
-            "        for (var e = 0u; e < VPT; e++) {\n"
-            "            if (vp < VP && t0 + vp + e * VP + 1u == T) {\n"
-            "                vr[e] = vec4<f32>(vown[4u * vd], vown[4u * vd + 1u], vown[4u * vd + 2u], vown[4u * vd + 3u]);\n"
-            "            }\n        }\n    }\n"
-            /* the scores: each thread's slice of its position's dot products, summed over the TPP threads */
-            "    {\n        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
-            "        for (var e = 0u; e < KPT; e++) {\n            let d = ks + e * TPP;\n"
-            "            if (d < DV) { for (var q = 0u; q < G; q++) { s[q] += dot(qs[q * DV + d], kr[e]); } }\n        }\n"
-            "        for (var q = 0u; q < G; q++) { sred[tid * G + q] = s[q]; }\n    }\n"
-            "    workgroupBarrier();\n"
-            "    for (var i = tid; i < CH * G; i += WGS) {\n"
-            "        let pi = i / G;\n        let q = i %% G;\n"
-            "        if (t0 + pi < t1) {\n"
-            "            var sum = 0.0;\n            for (var u = 0u; u < TPP; u++) { sum += sred[(pi * TPP + u) * G + q]; }\n"
-            "            sc[q * SCW + pi] = sum * SCALE;\n        }\n    }\n"
-            "    workgroupBarrier();\n"
-            "%s"
-            /* the weighted values: each V load serves the G heads; then the VP parts summed */
-            "    {\n        var acc: array<VT, G>;\n        for (var q = 0u; q < G; q++) { acc[q] = VT(0.0); }\n"
-            "        for (var e = 0u; e < VPT; e++) {\n"
-            "            let t = t0 + vp + e * VP;\n"
-            "            if (vp < VP && t < t1) { for (var q = 0u; q < G; q++) { acc[q] += sc[q * SCW + t - t0] * vr[e]; } }\n"
-            "        }\n"
-            "        for (var q = 0u; q < G; q++) { vpart[tid * G + q] = acc[q]; }\n    }\n"
-            "    workgroupBarrier();\n"
-            "    for (var o = tid; o < G * DV; o += WGS) {\n"
-            "        let q = o / DV;\n        let d = o %% DV;\n"
-            "        var sum = VT(0.0);\n        for (var u = 0u; u < VP; u++) { sum += vpart[(u * DV + d) * G + q]; }\n"
-            "        vput(((r * NKV + g) * NS + sp) * G * D + o * LW, sum * inv[q]);\n    }\n"
-            "    workgroupBarrier();\n",
-            sgx ? ", @builtin(subgroup_size) sgs: u32" : "", pro, soft);
+        wgml_sbuf_put(&b,
+                      "@compute @workgroup_size(WGS)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
+                      "    let r = wg.x;\n    let g = wg.y / NS;\n    let sp = wg.y %% NS;\n"
+                      "    let slot = u32(rows[r].x);\n    let T = u32(rows[r].y) + 1u;\n"
+                      "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
+                      "    if (t0 >= T) { return; }\n"
+                      /* K: position ki of the chunk over TPP threads, each a slice of its vec4s; V:
+                         value column vd over VP threads, each every VP-th position; all but the row's
+                         own position (T - 1: the prologue writes it) loaded before the prologue */
+                      "    let ki = tid / TPP;\n    let ks = tid %% TPP;\n    let kt = t0 + ki;\n"
+                      "    var kr: array<VT, KPT>;\n"
+                      "    if (ki < CH && kt + 1u < T) {\n"
+                      "        let kbase = ((slot * BLOCK + kt) * KVD + g * D) / LW;\n"
+                      "        for (var e = 0u; e < KPT; e++) { let d = ks + e * TPP; if (d < DV) { kr[e] = kcl(kbase + d); } }\n"
+                      "    }\n"
+                      "    let vd = tid %% DV;\n    let vp = tid / DV;\n"
+                      "    let vbase = (slot * BLOCK * KVD + g * D) / LW + vd;\n"
+                      "    var vr: array<VT, VPT>;\n"
+                      "    for (var e = 0u; e < VPT; e++) {\n"
+                      "        let t = t0 + vp + e * VP;\n"
+                      "        if (vp < VP && t + 1u < T && t < t1) { vr[e] = vcl(vbase + t * (KVD / LW)); }\n    }\n"
+                      "%s"
+                      "    workgroupBarrier();\n"
+                      "    if (own) {\n"
+                      "        if (ki < CH && kt + 1u == T) {\n"
+                      "            for (var e = 0u; e < KPT; e++) {\n"
+                      "                let d = ks + e * TPP;\n"
+                      "                if (d < DV) { kr[e] = vec4<f32>(kown[4u * d], kown[4u * d + 1u], kown[4u * d + 2u], kown[4u * d + 3u]); }\n"
+                      "            }\n        }\n"
+                      "        for (var e = 0u; e < VPT; e++) {\n"
+                      "            if (vp < VP && t0 + vp + e * VP + 1u == T) {\n"
+                      "                vr[e] = vec4<f32>(vown[4u * vd], vown[4u * vd + 1u], vown[4u * vd + 2u], vown[4u * vd + 3u]);\n"
+                      "            }\n        }\n    }\n"
+                      /* the scores: each thread's slice of its position's dot products, summed over the TPP threads */
+                      "    {\n        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
+                      "        for (var e = 0u; e < KPT; e++) {\n            let d = ks + e * TPP;\n"
+                      "            if (d < DV) { for (var q = 0u; q < G; q++) { s[q] += dot(qs[q * DV + d], kr[e]); } }\n        }\n"
+                      "        for (var q = 0u; q < G; q++) { sred[tid * G + q] = s[q]; }\n    }\n"
+                      "    workgroupBarrier();\n"
+                      "    for (var i = tid; i < CH * G; i += WGS) {\n"
+                      "        let pi = i / G;\n        let q = i %% G;\n"
+                      "        if (t0 + pi < t1) {\n"
+                      "            var sum = 0.0;\n            for (var u = 0u; u < TPP; u++) { sum += sred[(pi * TPP + u) * G + q]; }\n"
+                      "            sc[q * SCW + pi] = sum * SCALE;\n        }\n    }\n"
+                      "    workgroupBarrier();\n"
+                      "%s"
+                      /* the weighted values: each V load serves the G heads; then the VP parts summed */
+                      "    {\n        var acc: array<VT, G>;\n        for (var q = 0u; q < G; q++) { acc[q] = VT(0.0); }\n"
+                      "        for (var e = 0u; e < VPT; e++) {\n"
+                      "            let t = t0 + vp + e * VP;\n"
+                      "            if (vp < VP && t < t1) { for (var q = 0u; q < G; q++) { acc[q] += sc[q * SCW + t - t0] * vr[e]; } }\n"
+                      "        }\n"
+                      "        for (var q = 0u; q < G; q++) { vpart[tid * G + q] = acc[q]; }\n    }\n"
+                      "    workgroupBarrier();\n"
+                      "    for (var o = tid; o < G * DV; o += WGS) {\n"
+                      "        let q = o / DV;\n        let d = o %% DV;\n"
+                      "        var sum = VT(0.0);\n        for (var u = 0u; u < VP; u++) { sum += vpart[(u * DV + d) * G + q]; }\n"
+                      "        vput(((r * NKV + g) * NS + sp) * G * D + o * LW, sum * inv[q]);\n    }\n"
+                      "    workgroupBarrier();\n",
+                      sgx ? ", @builtin(subgroup_size) sgs: u32" : "", pro, soft);
     else
-    out(&b,
-        "@compute @workgroup_size(WGS)\n"
-        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-        "    let r = wg.x;\n    let g = wg.y / (NS * COLS);\n    let sp = (wg.y / COLS) %% NS;\n    let cb = wg.y %% COLS;\n"
-        "    let slot = u32(rows[r].x);\n"
-        "    let T = u32(rows[r].y) + 1u;\n"
-        /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
-           own position appends its k and v */
-        "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
-        /* (split: the chunks past the row's position have nothing to do; the combine reads
-           only the others) */
-        "%s"
-        "%s"
-        "    workgroupBarrier();\n"
-        /* a thread per cached position: its score against each of the group's query heads */
-        "    for (var t = t0 + tid; t < t1; t += WGS) {\n"
-        "        let base = ((slot * BLOCK + t) * KVD + g * D) / LW;\n"
-        "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
-        "        for (var d = 0u; d < DV; d++) {\n            let kv = kcl(base + d);\n"
-        "            for (var q = 0u; q < G; q++) { s[q] += vdot(qs[q * DV + d], kv); }\n        }\n"
-        "        for (var q = 0u; q < G; q++) { sc[q * SCW + t - t0] = s[q] * SCALE; }\n    }\n"
-        "    workgroupBarrier();\n"
-        "%s"
-        /* the weighted values: PARTS threads share an output, each over every PARTS-th position */
-        "    for (var o0 = 0u; o0 < NO; o0 += OPW) {\n"
-        "        let o = o0 + tid %% OPW;\n        let pt = tid / OPW;\n        var acc = VT(0.0);\n"
-        "        if (o < NO && pt < PARTS) {\n"
-        "            let q = o / DV;\n            let dv = o %% DV;\n"
-        /* four positions a round, their loads issued together (a loop of one load each waits
-           on every load in turn) */
-        "            let vb = (slot * BLOCK * KVD + g * D) / LW + dv;\n"
-        "            var t = t0 + pt;\n"
-        "            for (; t + 3u * PARTS < t1; t += 4u * PARTS) {\n"
-        "                let v0 = vcl(vb + t * (KVD / LW));\n                let v1 = vcl(vb + (t + PARTS) * (KVD / LW));\n"
-        "                let v2 = vcl(vb + (t + 2u * PARTS) * (KVD / LW));\n                let v3 = vcl(vb + (t + 3u * PARTS) * (KVD / LW));\n"
-        "                acc += sc[q * SCW + t - t0] * v0 + sc[q * SCW + t - t0 + PARTS] * v1 + sc[q * SCW + t - t0 + 2u * PARTS] * v2\n"
-        "                     + sc[q * SCW + t - t0 + 3u * PARTS] * v3;\n            }\n"
-        "            for (; t < t1; t += PARTS) { acc += sc[q * SCW + t - t0] * vcl(vb + t * (KVD / LW)); }\n"
-        "        }\n        part[tid] = acc;\n        workgroupBarrier();\n"
-        "        if (tid < OPW && o < NO) {\n"
-        "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
-        "            let q = o / DV;\n"
-        "            vput(%s, sum * inv[q]);\n"
-        "        }\n        workgroupBarrier();\n    }\n",
-        split ? "    if (t0 >= T) { return; }\n" : "", pro, soft,
-        a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
+    wgml_sbuf_put(&b,
+                  "@compute @workgroup_size(WGS)\n"
+                  "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+                  "    let r = wg.x;\n    let g = wg.y / (NS * COLS);\n    let sp = (wg.y / COLS) %% NS;\n    let cb = wg.y %% COLS;\n"
+                  "    let slot = u32(rows[r].x);\n"
+                  "    let T = u32(rows[r].y) + 1u;\n"
+                  /* this workgroup's positions t0 .. t1 (all of them unsplit); the one holding the row's
+                     own position appends its k and v */
+                  "    let t0 = min(sp * CH, T);\n    let t1 = min(t0 + CH, T);\n    let own = t0 < T && T <= t1;\n"
+                  /* (split: the chunks past the row's position have nothing to do; the combine reads
+                     only the others) */
+                  "%s"
+                  "%s"
+                  "    workgroupBarrier();\n"
+                  /* a thread per cached position: its score against each of the group's query heads */
+                  "    for (var t = t0 + tid; t < t1; t += WGS) {\n"
+                  "        let base = ((slot * BLOCK + t) * KVD + g * D) / LW;\n"
+                  "        var s: array<f32, G>;\n        for (var q = 0u; q < G; q++) { s[q] = 0.0; }\n"
+                  "        for (var d = 0u; d < DV; d++) {\n            let kv = kcl(base + d);\n"
+                  "            for (var q = 0u; q < G; q++) { s[q] += vdot(qs[q * DV + d], kv); }\n        }\n"
+                  "        for (var q = 0u; q < G; q++) { sc[q * SCW + t - t0] = s[q] * SCALE; }\n    }\n"
+                  "    workgroupBarrier();\n"
+                  "%s"
+                  /* the weighted values: PARTS threads share an output, each over every PARTS-th position */
+                  "    for (var o0 = 0u; o0 < NO; o0 += OPW) {\n"
+                  "        let o = o0 + tid %% OPW;\n        let pt = tid / OPW;\n        var acc = VT(0.0);\n"
+                  "        if (o < NO && pt < PARTS) {\n"
+                  "            let q = o / DV;\n            let dv = o %% DV;\n"
+                  /* four positions a round, their loads issued together (a loop of one load each waits
+                     on every load in turn) */
+                  "            let vb = (slot * BLOCK * KVD + g * D) / LW + dv;\n"
+                  "            var t = t0 + pt;\n"
+                  "            for (; t + 3u * PARTS < t1; t += 4u * PARTS) {\n"
+                  "                let v0 = vcl(vb + t * (KVD / LW));\n                let v1 = vcl(vb + (t + PARTS) * (KVD / LW));\n"
+                  "                let v2 = vcl(vb + (t + 2u * PARTS) * (KVD / LW));\n                let v3 = vcl(vb + (t + 3u * PARTS) * (KVD / LW));\n"
+                  "                acc += sc[q * SCW + t - t0] * v0 + sc[q * SCW + t - t0 + PARTS] * v1 + sc[q * SCW + t - t0 + 2u * PARTS] * v2\n"
+                  "                     + sc[q * SCW + t - t0 + 3u * PARTS] * v3;\n            }\n"
+                  "            for (; t < t1; t += PARTS) { acc += sc[q * SCW + t - t0] * vcl(vb + t * (KVD / LW)); }\n"
+                  "        }\n        part[tid] = acc;\n        workgroupBarrier();\n"
+                  "        if (tid < OPW && o < NO) {\n"
+                  "            var sum = VT(0.0);\n            for (var k = 0u; k < PARTS; k++) { sum += part[k * OPW + tid]; }\n"
+                  "            let q = o / DV;\n"
+                  "            vput(%s, sum * inv[q]);\n"
+                  "        }\n        workgroupBarrier();\n    }\n",
+                  split ? "    if (t0 >= T) { return; }\n" : "", pro, soft,
+                  a->wo_fused ? "o * LW" : split ? "((r * NKV + g) * NS + sp) * G * D + o * LW" : "r * AS + g * G * D + o * LW");
     free(pro);
     free(soft);
     if (combine) {
@@ -1241,42 +1198,42 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
            for the next launch, which a pipeline barrier orders after this one (the counter is a
            read_write binding of every split attention launch). Tint (Dawn) gives storageBarrier
            workgroup scope, as the WGSL spec does: there the plan keeps the combine's launch. */
-        out(&b, "    storageBarrier();\n    storageBarrier();\n"
-                "    let nch = (T + CH - 1u) / CH;\n    let p0 = (r * NKV + g) * NS;\n"
-                "    if (tid == 0u) {\n"
-                "        let done = atomicAdd(&cnt[r * NKV + g], 1u) + 1u;\n"
-                "        lastwg = select(0u, 1u, done == nch);\n"
-                "        if (done == nch) { atomicStore(&cnt[r * NKV + g], 0u); }\n"
-                "    }\n"
-                "    storageBarrier();\n"
-                "    if (workgroupUniformLoad(&lastwg) == 0u) { return; }\n");
+        wgml_sbuf_put(&b, "    storageBarrier();\n    storageBarrier();\n"
+                          "    let nch = (T + CH - 1u) / CH;\n    let p0 = (r * NKV + g) * NS;\n"
+                          "    if (tid == 0u) {\n"
+                          "        let done = atomicAdd(&cnt[r * NKV + g], 1u) + 1u;\n"
+                          "        lastwg = select(0u, 1u, done == nch);\n"
+                          "        if (done == nch) { atomicStore(&cnt[r * NKV + g], 0u); }\n"
+                          "    }\n"
+                          "    storageBarrier();\n"
+                          "    if (workgroupUniformLoad(&lastwg) == 0u) { return; }\n");
         /* the chunks' sums of this thread's output loaded first, with the (max, sum) of each
            head's chunks: their loads in flight together (where an output a thread and the
            chunks fit registers), then each output weighs the chunks */
         const int pre = a->G * a->D <= wgs && ns <= 64;
         if (pre)
-            out(&b, "    var pv: array<f32, NS>;\n"
-                    "    if (tid < G * D) {\n"
-                    "        for (var s = 0u; s < NS; s++) { if (s < nch) { pv[s] = bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + tid])); } }\n"
-                    "    }\n");
-        out(&b, "    for (var i = tid; i < G * NS; i += WGS) {\n"
-                "        let s = i / G;\n        let q = i %% G;\n"
-                "        var mv = -3.0e38;\n        var lv = 0.0;\n"
-                "        if (s < nch) { mv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u])); lv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u + 1u])); }\n"
-                "        cm[q * NS + s] = mv;\n        cl[q * NS + s] = lv;\n    }\n"
-                "    workgroupBarrier();\n"
-                "    for (var o = tid; o < G * D; o += WGS) {\n"
-                "        let q = o / D;\n        var m = -3.0e38;\n"
-                "        for (var s = 0u; s < NS; s++) { if (s < nch) { m = max(m, cm[q * NS + s]); } }\n"
-                "        var l = 0.0;\n        var acc = 0.0;\n"
-                "        for (var s = 0u; s < NS; s++) {\n"
-                "            if (s < nch) {\n"
-                "                let w = exp(cm[q * NS + s] - m);\n"
-                "                l += w * cl[q * NS + s];\n"
-                "                acc += w * %s;\n"
-                "            }\n        }\n"
-                "        aout[r * AS + g * G * D + o] = acc / l;\n    }\n",
-            pre ? "pv[s]" : "bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + o]))");
+            wgml_sbuf_put(&b, "    var pv: array<f32, NS>;\n"
+                              "    if (tid < G * D) {\n"
+                              "        for (var s = 0u; s < NS; s++) { if (s < nch) { pv[s] = bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + tid])); } }\n"
+                              "    }\n");
+        wgml_sbuf_put(&b, "    for (var i = tid; i < G * NS; i += WGS) {\n"
+                          "        let s = i / G;\n        let q = i %% G;\n"
+                          "        var mv = -3.0e38;\n        var lv = 0.0;\n"
+                          "        if (s < nch) { mv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u])); lv = bitcast<f32>(atomicLoad(&ml[(p0 * G + i) * 2u + 1u])); }\n"
+                          "        cm[q * NS + s] = mv;\n        cl[q * NS + s] = lv;\n    }\n"
+                          "    workgroupBarrier();\n"
+                          "    for (var o = tid; o < G * D; o += WGS) {\n"
+                          "        let q = o / D;\n        var m = -3.0e38;\n"
+                          "        for (var s = 0u; s < NS; s++) { if (s < nch) { m = max(m, cm[q * NS + s]); } }\n"
+                          "        var l = 0.0;\n        var acc = 0.0;\n"
+                          "        for (var s = 0u; s < NS; s++) {\n"
+                          "            if (s < nch) {\n"
+                          "                let w = exp(cm[q * NS + s] - m);\n"
+                          "                l += w * cl[q * NS + s];\n"
+                          "                acc += w * %s;\n"
+                          "            }\n        }\n"
+                          "        aout[r * AS + g * G * D + o] = acc / l;\n    }\n",
+                      pre ? "pv[s]" : "bitcast<f32>(atomicLoad(&att[(p0 + s) * G * D + o]))");
     }
     if (a->wo_fused) { /* this group's share of the projection: its G D inputs times their rows of wo */
         /* (columns cb CW .. (cb + 1) CW of it: with cols > 1 each column block's workgroup
@@ -1285,187 +1242,187 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         /* SPL threads a column where the workgroup has threads to spare, each over a slice of
            the inputs with 16 loads in flight, summed through workgroup memory */
         const unsigned gd = a->G * a->D, spl = wgs >= 2 * cw ? wgs / cw : 1, cpw = wgs / spl, ips = (gd + spl - 1) / spl;
-        out(&b, "    let cend = min((cb + 1u) * %uu, %uu);\n"
-                "    for (var c0 = cb * %uu; c0 < cend; c0 += %uu) {\n"
-                "        let c = c0 + tid %% %uu;\n        let sl = tid / %uu;\n        var acc = 0.0;\n"
-                "        if (sl < %uu && c < cend) {\n"
-                "            let i1 = min((sl + 1u) * %uu, G * D);\n"
-                "            for (var i0 = sl * %uu; i0 < i1; i0 += 16u) {\n"
-                "                var w: array<f32, 16>;\n"
-                "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
-                "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { acc += ob[i0 + i] * w[i]; } }\n"
-                "            }\n        }\n",
-            cw, a->C, cw, cpw, cpw, cpw, spl, ips, ips, a->cp);
+        wgml_sbuf_put(&b, "    let cend = min((cb + 1u) * %uu, %uu);\n"
+                          "    for (var c0 = cb * %uu; c0 < cend; c0 += %uu) {\n"
+                          "        let c = c0 + tid %% %uu;\n        let sl = tid / %uu;\n        var acc = 0.0;\n"
+                          "        if (sl < %uu && c < cend) {\n"
+                          "            let i1 = min((sl + 1u) * %uu, G * D);\n"
+                          "            for (var i0 = sl * %uu; i0 < i1; i0 += 16u) {\n"
+                          "                var w: array<f32, 16>;\n"
+                          "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { w[i] = wo_at((g * G * D + i0 + i) * %uu + c); } }\n"
+                          "                for (var i = 0u; i < 16u; i++) { if (i0 + i < i1) { acc += ob[i0 + i] * w[i]; } }\n"
+                          "            }\n        }\n",
+                      cw, a->C, cw, cpw, cpw, cpw, spl, ips, ips, a->cp);
         if (spl > 1)
-            out(&b, "        red[tid] = acc;\n        workgroupBarrier();\n"
-                    "        if (sl == 0u && c < cend) {\n"
-                    "            for (var k = 1u; k < %uu; k++) { acc += red[k * %uu + tid]; }\n"
-                    "        }\n        workgroupBarrier();\n",
-                spl, cpw);
-        out(&b, "        if (sl == 0u && c < cend) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
-            a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
+            wgml_sbuf_put(&b, "        red[tid] = acc;\n        workgroupBarrier();\n"
+                              "        if (sl == 0u && c < cend) {\n"
+                              "            for (var k = 1u; k < %uu; k++) { acc += red[k * %uu + tid]; }\n"
+                              "        }\n        workgroupBarrier();\n",
+                          spl, cpw);
+        wgml_sbuf_put(&b, "        if (sl == 0u && c < cend) { partout[g * %uu + r * %uu + c] = acc + %s; }\n    }\n",
+                      a->ps, a->C, a->bias >= 0 ? "select(0.0, vecs[BIAS + c], g == 0u)" : "0.0");
     }
-    out(&b, "}\n");
-    return done(&b);
+    wgml_sbuf_put(&b, "}\n");
+    return wgml_sbuf_take(&b);
 }
 
 char *wgml_decode_attn_combine_wgsl(const wgml_decode_attn *a)
 {
-    sbuf b = {0};
+    wgml_sbuf b = {0};
     const unsigned ns = (a->block + a->chunk - 1) / a->chunk;
-    out(&b, "const D: u32 = %uu;\nconst G: u32 = %uu;\nconst NKV: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\n"
-            "const AS: u32 = %uu;\n",
-        a->D, a->G, a->kvd / a->D, a->chunk, ns, a->as);
-    out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
-            "@group(0) @binding(4) var<storage, read> parts: array<f32>;\n"
-            "@group(0) @binding(9) var<storage, read> ml: array<f32>;\n"
-            "@group(0) @binding(10) var<storage, read_write> att: array<f32>;\n"
-            "@compute @workgroup_size(64)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-            "    let r = wg.x;\n    let h = wg.y;\n    let g = h / G;\n    let q = h %% G;\n"
-            "    let T = u32(rows[r].y) + 1u;\n    let n = (T + CH - 1u) / CH;\n"
-            "    let p0 = (r * NKV + g) * NS;\n"
-            /* every chunk's loads issued together (the loops have fixed bounds and unroll);
-               the chunks past the row's position are read but weigh nothing */
-            "    var mv: array<f32, NS>;\n    var lv: array<f32, NS>;\n"
-            "    for (var s = 0u; s < NS; s++) { let at = ((p0 + s) * G + q) * 2u; mv[s] = ml[at]; lv[s] = ml[at + 1u]; }\n"
-            "    var m = -3.0e38;\n"
-            "    for (var s = 0u; s < NS; s++) { if (s < n) { m = max(m, mv[s]); } }\n"
-            "    var l = 0.0;\n"
-            "    for (var s = 0u; s < NS; s++) { mv[s] = select(0.0, exp(mv[s] - m), s < n); l += select(0.0, mv[s] * lv[s], s < n); }\n"
-            "    for (var d = tid; d < D; d += 64u) {\n"
-            "        var acc = 0.0;\n"
-            "        for (var s = 0u; s < NS; s++) {\n"
-            "            acc += select(0.0, mv[s] * parts[((p0 + s) * G + q) * D + d], s < n);\n        }\n"
-            "        att[r * AS + h * D + d] = acc / l;\n    }\n}\n");
-    return done(&b);
+    wgml_sbuf_put(&b, "const D: u32 = %uu;\nconst G: u32 = %uu;\nconst NKV: u32 = %uu;\nconst CH: u32 = %uu;\nconst NS: u32 = %uu;\n"
+                      "const AS: u32 = %uu;\n",
+                  a->D, a->G, a->kvd / a->D, a->chunk, ns, a->as);
+    wgml_sbuf_put(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
+                      "@group(0) @binding(4) var<storage, read> parts: array<f32>;\n"
+                      "@group(0) @binding(9) var<storage, read> ml: array<f32>;\n"
+                      "@group(0) @binding(10) var<storage, read_write> att: array<f32>;\n"
+                      "@compute @workgroup_size(64)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+                      "    let r = wg.x;\n    let h = wg.y;\n    let g = h / G;\n    let q = h %% G;\n"
+                      "    let T = u32(rows[r].y) + 1u;\n    let n = (T + CH - 1u) / CH;\n"
+                      "    let p0 = (r * NKV + g) * NS;\n"
+                      /* every chunk's loads issued together (the loops have fixed bounds and unroll);
+                         the chunks past the row's position are read but weigh nothing */
+                      "    var mv: array<f32, NS>;\n    var lv: array<f32, NS>;\n"
+                      "    for (var s = 0u; s < NS; s++) { let at = ((p0 + s) * G + q) * 2u; mv[s] = ml[at]; lv[s] = ml[at + 1u]; }\n"
+                      "    var m = -3.0e38;\n"
+                      "    for (var s = 0u; s < NS; s++) { if (s < n) { m = max(m, mv[s]); } }\n"
+                      "    var l = 0.0;\n"
+                      "    for (var s = 0u; s < NS; s++) { mv[s] = select(0.0, exp(mv[s] - m), s < n); l += select(0.0, mv[s] * lv[s], s < n); }\n"
+                      "    for (var d = tid; d < D; d += 64u) {\n"
+                      "        var acc = 0.0;\n"
+                      "        for (var s = 0u; s < NS; s++) {\n"
+                      "            acc += select(0.0, mv[s] * parts[((p0 + s) * G + q) * D + d], s < n);\n        }\n"
+                      "        att[r * AS + h * D + d] = acc / l;\n    }\n}\n");
+    return wgml_sbuf_take(&b);
 }
 
 /* reduce_angle and its helper (the same exact reduction the graph's RoPE uses): ops/mul_wide.wgsl
    whole, then ops/rope.wgsl's text from reduce_angle's comment to the entry point. */
-static void rope_helpers(sbuf *b)
+static void rope_helpers(wgml_sbuf *b)
 {
     const char *mul = wgml_wgsl_find("mul_wide"), *src = wgml_wgsl_find("rope");
     const char *from = src ? strstr(src, "// a (finite, >= 0, < 2^32") : NULL;
     const char *to = from ? strstr(from, "@compute") : NULL;
     if (!mul || !from || !to) {
-        b->oom = 1;
+        b->failed = 1;
         return;
     }
-    out(b, "%s\n%.*s\n", mul, (int)(to - from), from);
+    wgml_sbuf_put(b, "%s\n%.*s\n", mul, (int)(to - from), from);
 }
 
 char *wgml_decode_rope_wgsl(const wgml_decode_rope *k)
 {
-    sbuf b = {0};
-    out(&b, "%sconst D: u32 = %uu;\nconst HALF: u32 = %uu;\nconst H: u32 = %uu;\nconst HKV: u32 = %uu;\nconst QS: u32 = %uu;\n"
-            "const KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\nconst EPS: f32 = %.9g;\nalias CE = %s;\n",
-        k->f16c ? "enable f16;\n" : "", k->D, k->D / 2, k->H, k->Hkv, k->qs, k->Hkv * k->D, k->block, (double)k->eps,
-        k->f16c ? "f16" : "f32");
-    out(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
-            "@group(0) @binding(1) var<storage, read_write> qkv: array<f32>;\n"
-            "@group(0) @binding(2) var<storage, read> freq: array<f32>;\n"
-            "@group(0) @binding(3) var<storage, read_write> kc: array<CE>;\n"
-            "@group(0) @binding(4) var<storage, read_write> vc: array<CE>;\n");
-    if (k->qk_norm) out(&b, "@group(0) @binding(5) var<storage, read> vecs: array<f32>;\nvar<workgroup> red: array<f32, 64>;\n");
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "%sconst D: u32 = %uu;\nconst HALF: u32 = %uu;\nconst H: u32 = %uu;\nconst HKV: u32 = %uu;\nconst QS: u32 = %uu;\n"
+                      "const KVD: u32 = %uu;\nconst BLOCK: u32 = %uu;\nconst EPS: f32 = %.9g;\nalias CE = %s;\n",
+                  k->f16c ? "enable f16;\n" : "", k->D, k->D / 2, k->H, k->Hkv, k->qs, k->Hkv * k->D, k->block, (double)k->eps,
+                  k->f16c ? "f16" : "f32");
+    wgml_sbuf_put(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
+                      "@group(0) @binding(1) var<storage, read_write> qkv: array<f32>;\n"
+                      "@group(0) @binding(2) var<storage, read> freq: array<f32>;\n"
+                      "@group(0) @binding(3) var<storage, read_write> kc: array<CE>;\n"
+                      "@group(0) @binding(4) var<storage, read_write> vc: array<CE>;\n");
+    if (k->qk_norm) wgml_sbuf_put(&b, "@group(0) @binding(5) var<storage, read> vecs: array<f32>;\nvar<workgroup> red: array<f32, 64>;\n");
     rope_helpers(&b);
-    out(&b, "@compute @workgroup_size(64)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) j: u32) {\n"
-            "    let r = wg.x;\n    let hh = wg.y;\n    let slot = u32(rows[r].x);\n    let pos = u32(rows[r].y);\n"
-            "    let col = r * QS + select(H * D + (hh - H) * D, hh * D, hh < H);\n"
-            "    var a = 0.0;\n    var b = 0.0;\n"
-            "    if (j < HALF) { a = qkv[col + j]; b = qkv[col + j + HALF]; }\n");
+    wgml_sbuf_put(&b, "@compute @workgroup_size(64)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) j: u32) {\n"
+                      "    let r = wg.x;\n    let hh = wg.y;\n    let slot = u32(rows[r].x);\n    let pos = u32(rows[r].y);\n"
+                      "    let col = r * QS + select(H * D + (hh - H) * D, hh * D, hh < H);\n"
+                      "    var a = 0.0;\n    var b = 0.0;\n"
+                      "    if (j < HALF) { a = qkv[col + j]; b = qkv[col + j + HALF]; }\n");
     if (k->qk_norm) /* RMSNorm over the head's D elements, then RoPE (Qwen3's order) */
-        out(&b, "    red[j] = a * a + b * b;\n    workgroupBarrier();\n"
-                "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[j] += red[j + st]; } workgroupBarrier(); }\n"
-                "    let rs = inverseSqrt(red[0] / f32(D) + EPS);\n"
-                "    let w = select(%uu, %uu, hh < H);\n"
-                "    if (j < HALF) { a = a * rs * vecs[w + j]; b = b * rs * vecs[w + j + HALF]; }\n",
-            k->knorm, k->qnorm);
-    out(&b, "    if (j >= HALF) { return; }\n"
-            "    let ang = reduce_angle(f32(pos) * freq[j]);\n    let c = cos(ang);\n    let s = sin(ang);\n"
-            "    let ya = a * c - b * s;\n    let yb = b * c + a * s;\n"
-            "    if (hh < H) { qkv[col + j] = ya; qkv[col + j + HALF] = yb; return; }\n"
-            "    let base = (slot * BLOCK + pos) * KVD + (hh - H) * D;\n"
-            "    kc[base + j] = CE(ya);\n    kc[base + j + HALF] = CE(yb);\n"
-            "    let vcol = r * QS + (H + HKV) * D + (hh - H) * D;\n"
-            "    vc[base + j] = CE(qkv[vcol + j]);\n    vc[base + j + HALF] = CE(qkv[vcol + j + HALF]);\n}\n");
-    return done(&b);
+        wgml_sbuf_put(&b, "    red[j] = a * a + b * b;\n    workgroupBarrier();\n"
+                          "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[j] += red[j + st]; } workgroupBarrier(); }\n"
+                          "    let rs = inverseSqrt(red[0] / f32(D) + EPS);\n"
+                          "    let w = select(%uu, %uu, hh < H);\n"
+                          "    if (j < HALF) { a = a * rs * vecs[w + j]; b = b * rs * vecs[w + j + HALF]; }\n",
+                      k->knorm, k->qnorm);
+    wgml_sbuf_put(&b, "    if (j >= HALF) { return; }\n"
+                      "    let ang = reduce_angle(f32(pos) * freq[j]);\n    let c = cos(ang);\n    let s = sin(ang);\n"
+                      "    let ya = a * c - b * s;\n    let yb = b * c + a * s;\n"
+                      "    if (hh < H) { qkv[col + j] = ya; qkv[col + j + HALF] = yb; return; }\n"
+                      "    let base = (slot * BLOCK + pos) * KVD + (hh - H) * D;\n"
+                      "    kc[base + j] = CE(ya);\n    kc[base + j + HALF] = CE(yb);\n"
+                      "    let vcol = r * QS + (H + HKV) * D + (hh - H) * D;\n"
+                      "    vc[base + j] = CE(qkv[vcol + j]);\n    vc[base + j + HALF] = CE(qkv[vcol + j + HALF]);\n}\n");
+    return wgml_sbuf_take(&b);
 }
 
 char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
 {
-    sbuf b = {0};
-    out(&b, "const C: u32 = %uu;\nconst KP: u32 = %uu;\n", k->C, k->KP);
-    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
-            "@group(0) @binding(0) var<uniform> P: Pass;\n"
-            "@group(0) @binding(1) var<storage, read> rows: array<vec4<i32>>;\n"
-            "@group(0) @binding(2) var<storage, read> W: array<%s>;\n"
-            "@group(0) @binding(4) var<storage, read_write> x: array<f32>;\n",
-        wtype(k->f16));
-    if (k->positions) out(&b, "@group(0) @binding(3) var<storage, read> wpe: array<f32>;\n");
-    out(&b, "@compute @workgroup_size(256)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-            "    let i = wg.x * 256u + tid;\n    if (i >= P.R * C) { return; }\n"
-            "    let r = i / C;\n    let c = i %% C;\n    let tok = u32(rows[r].z);\n");
+    wgml_sbuf b = {0};
+    wgml_sbuf_put(&b, "const C: u32 = %uu;\nconst KP: u32 = %uu;\n", k->C, k->KP);
+    wgml_sbuf_put(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+                      "@group(0) @binding(0) var<uniform> P: Pass;\n"
+                      "@group(0) @binding(1) var<storage, read> rows: array<vec4<i32>>;\n"
+                      "@group(0) @binding(2) var<storage, read> W: array<%s>;\n"
+                      "@group(0) @binding(4) var<storage, read_write> x: array<f32>;\n",
+                  wtype(k->f16));
+    if (k->positions) wgml_sbuf_put(&b, "@group(0) @binding(3) var<storage, read> wpe: array<f32>;\n");
+    wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+                      "    let i = wg.x * 256u + tid;\n    if (i >= P.R * C) { return; }\n"
+                      "    let r = i / C;\n    let c = i %% C;\n    let tok = u32(rows[r].z);\n");
     if (k->f16)
-        out(&b, "    let u = W[tok * (KP / 8u) + c / 8u];\n"
-                "    var v = unpack2x16float(u[(c %% 8u) / 2u])[c %% 2u];\n");
-    else out(&b, "    var v = W[tok * (KP / 4u) + c / 4u][c %% 4u];\n");
-    if (k->positions) out(&b, "    v += wpe[u32(rows[r].y) * C + c];\n");
-    out(&b, "    x[r * C + c] = v;\n}\n");
-    return done(&b);
+        wgml_sbuf_put(&b, "    let u = W[tok * (KP / 8u) + c / 8u];\n"
+                          "    var v = unpack2x16float(u[(c %% 8u) / 2u])[c %% 2u];\n");
+    else wgml_sbuf_put(&b, "    var v = W[tok * (KP / 4u) + c / 4u][c %% 4u];\n");
+    if (k->positions) wgml_sbuf_put(&b, "    v += wpe[u32(rows[r].y) * C + c];\n");
+    wgml_sbuf_put(&b, "    x[r * C + c] = v;\n}\n");
+    return wgml_sbuf_take(&b);
 }
 
 char *wgml_decode_sample_wgsl(const wgml_decode_sample *k)
 {
-    sbuf b = {0};
+    wgml_sbuf b = {0};
     const unsigned wgs = k->wgs ? k->wgs : 256, n = k->cands ? k->cands : k->V;
-    out(&b, "const N: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", n, k->cap, wgs);
-    out(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
-            "@group(0) @binding(0) var<uniform> P: Pass;\n"
-            "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n"
-            "@group(0) @binding(2) var<storage, read> logits: array<%s>;\n"
-            "@group(0) @binding(3) var<storage, read_write> drows: array<vec4<i32>>;\n"
-            "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n",
-        k->cands ? "vec2<f32>" : "f32");
-    if (k->prefill) out(&b, "@group(0) @binding(5) var<storage, read> prows: array<vec4<i32>>;\n");
-    out(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n");
+    wgml_sbuf_put(&b, "const N: u32 = %uu;\nconst CAP: u32 = %uu;\nconst WGS: u32 = %uu;\n", n, k->cap, wgs);
+    wgml_sbuf_put(&b, "struct Pass { R: u32, S: u32, temp: f32, seed: u32 }\n"
+                      "@group(0) @binding(0) var<uniform> P: Pass;\n"
+                      "@group(0) @binding(1) var<storage, read> picks: array<u32>;\n"
+                      "@group(0) @binding(2) var<storage, read> logits: array<%s>;\n"
+                      "@group(0) @binding(3) var<storage, read_write> drows: array<vec4<i32>>;\n"
+                      "@group(0) @binding(4) var<storage, read_write> toks: array<i32>;\n",
+                  k->cands ? "vec2<f32>" : "f32");
+    if (k->prefill) wgml_sbuf_put(&b, "@group(0) @binding(5) var<storage, read> prows: array<vec4<i32>>;\n");
+    wgml_sbuf_put(&b, "var<workgroup> bv: array<f32, WGS>;\nvar<workgroup> bi: array<u32, WGS>;\n");
     noise_functions(&b);
     /* one of the N values of row s: (noised logit, its token); the candidates are noised already */
     if (k->cands)
-        out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return logits[s * N + v]; }\n");
+        wgml_sbuf_put(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return logits[s * N + v]; }\n");
     else
-        out(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return vec2<f32>(noisy(logits[s * N + v], h0, v), bitcast<f32>(v)); }\n");
+        wgml_sbuf_put(&b, "fn value(s: u32, v: u32, h0: u32) -> vec2<f32> { return vec2<f32>(noisy(logits[s * N + v], h0, v), bitcast<f32>(v)); }\n");
     /* a value into a thread's best: the larger, of equal ones the lower token (the grid-stride
        head's candidates do not come in token order) */
-    out(&b, "fn take(c: vec2<f32>, best: ptr<function, f32>, at: ptr<function, u32>) {\n"
-            "    let i = bitcast<u32>(c.y);\n"
-            "    if (c.x > *best || (c.x == *best && i < *at)) { *best = c.x; *at = i; }\n}\n");
-    out(&b, "@compute @workgroup_size(WGS)\n"
-            "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
-            "    let s = wg.x;\n    let row = %s[picks[s]];\n"
-            "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
-            "    var best = -3.4e38;\n    var at = 0u;\n"
-            "    let h0 = row_hash(row);\n"
-            /* four values a round, their loads issued together; of equal values the lowest token
-               wins, as in the argmax */
-            "    var v = tid;\n"
-            "    for (; v + 3u * WGS < N; v += 4u * WGS) {\n"
-            "        let c0 = value(s, v, h0);\n        let c1 = value(s, v + WGS, h0);\n"
-            "        let c2 = value(s, v + 2u * WGS, h0);\n        let c3 = value(s, v + 3u * WGS, h0);\n"
-            "        take(c0, &best, &at);\n        take(c1, &best, &at);\n"
-            "        take(c2, &best, &at);\n        take(c3, &best, &at);\n"
-            "    }\n"
-            "    for (; v < N; v += WGS) { take(value(s, v, h0), &best, &at); }\n"
-            "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
-            "    for (var st = WGS / 2u; st > 0u; st >>= 1u) {\n"
-            "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"
-            "            if (ov > bv[tid] || (ov == bv[tid] && oi < bi[tid])) { bv[tid] = ov; bi[tid] = oi; }\n"
-            "        }\n        workgroupBarrier();\n    }\n"
-            "    if (tid == 0u) {\n        let count = u32(drows[slot].w);\n"
-            "        drows[slot] = vec4<i32>(i32(slot), i32(pos + 1u), i32(bi[0]), i32(count + 1u));\n"
-            "        toks[slot * CAP + count %% CAP] = i32(bi[0]);\n    }\n}\n",
-        k->prefill ? "prows" : "drows");
-    return done(&b);
+    wgml_sbuf_put(&b, "fn take(c: vec2<f32>, best: ptr<function, f32>, at: ptr<function, u32>) {\n"
+                      "    let i = bitcast<u32>(c.y);\n"
+                      "    if (c.x > *best || (c.x == *best && i < *at)) { *best = c.x; *at = i; }\n}\n");
+    wgml_sbuf_put(&b, "@compute @workgroup_size(WGS)\n"
+                      "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
+                      "    let s = wg.x;\n    let row = %s[picks[s]];\n"
+                      "    let slot = u32(row.x);\n    let pos = u32(row.y);\n"
+                      "    var best = -3.4e38;\n    var at = 0u;\n"
+                      "    let h0 = row_hash(row);\n"
+                      /* four values a round, their loads issued together; of equal values the lowest token
+                         wins, as in the argmax */
+                      "    var v = tid;\n"
+                      "    for (; v + 3u * WGS < N; v += 4u * WGS) {\n"
+                      "        let c0 = value(s, v, h0);\n        let c1 = value(s, v + WGS, h0);\n"
+                      "        let c2 = value(s, v + 2u * WGS, h0);\n        let c3 = value(s, v + 3u * WGS, h0);\n"
+                      "        take(c0, &best, &at);\n        take(c1, &best, &at);\n"
+                      "        take(c2, &best, &at);\n        take(c3, &best, &at);\n"
+                      "    }\n"
+                      "    for (; v < N; v += WGS) { take(value(s, v, h0), &best, &at); }\n"
+                      "    bv[tid] = best;\n    bi[tid] = at;\n    workgroupBarrier();\n"
+                      "    for (var st = WGS / 2u; st > 0u; st >>= 1u) {\n"
+                      "        if (tid < st) {\n            let ov = bv[tid + st];\n            let oi = bi[tid + st];\n"
+                      "            if (ov > bv[tid] || (ov == bv[tid] && oi < bi[tid])) { bv[tid] = ov; bi[tid] = oi; }\n"
+                      "        }\n        workgroupBarrier();\n    }\n"
+                      "    if (tid == 0u) {\n        let count = u32(drows[slot].w);\n"
+                      "        drows[slot] = vec4<i32>(i32(slot), i32(pos + 1u), i32(bi[0]), i32(count + 1u));\n"
+                      "        toks[slot * CAP + count %% CAP] = i32(bi[0]);\n    }\n}\n",
+                  k->prefill ? "prows" : "drows");
+    return wgml_sbuf_take(&b);
 }

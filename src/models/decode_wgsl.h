@@ -1,5 +1,6 @@
-/* WGSL generators of the decode plan's kernels (models/decode_wgsl.c; the attention's in models/decode_attn_wgsl.c). Each returns malloc'ed
-   source (NULL when out of memory). Bindings (group 0):
+/* WGSL generators of the decode plan's kernels (models/decode_wgsl.c; the attention's in
+   models/decode_attn_wgsl.c). Each returns malloc'ed source (NULL when out of memory). Bindings
+   (group 0):
    gemv:   0 pass (uniform: R, S, temperature, seed), 1 picks (the head's rows), 2 x, 3 W,
            4 the layer's vectors (norm weights, biases), 5 out, 6 rows, 7 K cache, 8 V cache,
            14 the head's candidates (*bindings gets the mask of those the kernel declares)

@@ -684,8 +684,8 @@ static wgml_status choose_grid(wgml_decode_plan *p)
                                   "past this adapter's %u", p->ctx->rt.info.max_storage_buffers_per_shader_stage)
                       : WGML_OK;
     if (wg_bytes > p->ctx->rt.limits.maxComputeWorkgroupStorageSize)
-        return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block declares %llu bytes of workgroup memory, "
-                                  "past this adapter's %u of workgroup memory", (unsigned long long)wg_bytes,
+        return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block declares %llu bytes of "
+                                  "workgroup memory, past this adapter's %u", (unsigned long long)wg_bytes,
                                   p->ctx->rt.limits.maxComputeWorkgroupStorageSize)
                       : WGML_OK;
     if (cpu && p->d.grid_block > 1)

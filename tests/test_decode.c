@@ -154,6 +154,8 @@ static const wgml_gpt_config llama8_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 23, 
                                            .width = 12, .head_dim = 8, .qk_norm = 1, .ffn = 20, .rope_base = 30.0f};
 static const wgml_gpt_config wide_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 23, .block = 10, .layers = 1, .heads = 4, .kv_heads = 2,
                                          .width = 1030, .head_dim = 8, .qk_norm = 1, .ffn = 1027, .rope_base = 30.0f};
+static const wgml_gpt_config wide_ffn_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 23, .block = 10, .layers = 1, .heads = 4,
+                                             .kv_heads = 2, .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 4103, .rope_base = 50.0f};
 static const wgml_gpt_config llama_cfg = {.arch = WGML_GPT_LLAMA, .vocab = 31, .block = 11, .layers = 2, .heads = 4, .kv_heads = 2,
                                           .width = 20, .head_dim = 6, .qk_norm = 1, .ffn = 36, .rope_base = 50.0f};
 
@@ -508,8 +510,10 @@ static void mlp_block_in_one_launch(void)
             subgroups = 0;
         }
         /* (a width past 1,024 and not a multiple of 4, an odd hidden size: the stagings over
-           several rounds of 256 threads, the last one partly past the row) */
+           more than 256 threads' vec4s, the last ones partly past the row) */
         check_single_chunk(&wide_cfg, 1, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
+        /* (a hidden size past 4,096: h staged in rounds of 4 vec4s a thread) */
+        check_single_chunk(&wide_ffn_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
     }
 #undef SAVED
     grid_block = -1, plan_only = 0;

@@ -665,16 +665,20 @@ static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm)
     wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
-/* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load issued before any store (a
-   loop of loads and stores in turn waits a round trip an iteration) */
+/* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load of a round issued before any
+   store (a loop of loads and stores in turn waits a round trip an iteration), rounds of at most
+   4 vec4s a thread (16 registers) */
 static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *lim)
 {
-    const unsigned nj = (n4 + 255) / 256;
-    wgml_sbuf_put(b, "    {\n        var sv: array<vec4<f32>, %u>;\n"
-                     "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
+    const unsigned nj = (n4 + 255) / 256, per = nj < 4 ? nj : 4;
+    const char *at = nj > per ? "(j0 + j)" : "j";
+    if (nj > per) wgml_sbuf_put(b, "    for (var j0 = 0u; j0 < %uu; j0 += %uu) {\n", nj, per);
+    else wgml_sbuf_put(b, "    {\n");
+    wgml_sbuf_put(b, "        var sv: array<vec4<f32>, %u>;\n"
+                     "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
                      "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"
-                     "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * j; if (i < %uu) { xs[i] = sv[j]; } }\n    }\n",
-                  nj, nj, n4, lim, get, nj, n4);
+                     "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * %s; if (i < %uu) { xs[i] = sv[j]; } }\n    }\n",
+                  per, per, at, n4, lim, get, per, at, n4);
 }
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in

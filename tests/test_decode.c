@@ -524,7 +524,7 @@ static void mlp_block_in_one_launch(void)
         const wgml_decode_desc d = {.batch = 1, .grid_block = k};
         CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
     }
-    if (one && info.adapter_type && strcmp(info.adapter_type, "CPU") == 0) { /* (no policy's grid there; more than one refused) */
+    if (one && cpu) { /* (no policy's grid there; more than one refused) */
         wgml_decode_plan *plan = NULL;
         const wgml_decode_desc d = {.batch = 1};
         CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));

@@ -28,6 +28,7 @@ typedef struct pass {
     launch *l;
     int n, cap;
     unsigned chunk; /* a decode step's: its attention's positions a workgroup (0: whole) */
+    int grid_at;    /* 1 + the index of its first MLP block launch across a grid (0: none) */
 } pass;
 
 typedef struct layer_bufs {
@@ -500,6 +501,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), next ? 0xffeu : 0x1feu, bb, 11, GRID_FIXED, bk.W, 1, 0,
                                  next ? "mlp block + next qkv (grid)" : "mlp block (grid)")))
                 return st;
+            if (!ps_->grid_at) ps_->grid_at = ps_->n;
             continue;
         }
         wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
@@ -626,13 +628,16 @@ static wgml_status upload_layer(wgml_decode_plan *p, wgml_gpt *g, int64_t l)
 
 static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const launch *l, uint32_t R, uint32_t S);
 
-/* The MLP block's barrier words: arrivals, set where a wait gave up, the waits' bound (reads of
-   the arrivals: short for the trial, long enough for any real wait after it) */
+/* The MLP block's barrier words (gbar): the arrivals' count, a word set where a wait gave up,
+   the waits' bound (reads of the count: short for the trial, long enough for any real wait after
+   it); BAR_BYTES in all. */
+enum { BAR_COUNT, BAR_GAVE_UP, BAR_SPIN, BAR_BYTES = 16 };
 enum { GRID_TRIAL_SPIN = 1 << 16, GRID_RUN_SPIN = 1 << 24 };
 
-static void grid_reset(wgml_decode_plan *p, uint32_t spin)
+static void grid_set(wgml_decode_plan *p, uint32_t count, uint32_t gave_up, uint32_t spin)
 {
-    const uint32_t w[4] = {0, 0, spin, 0};
+    uint32_t w[BAR_BYTES / 4] = {0};
+    w[BAR_COUNT] = count, w[BAR_GAVE_UP] = gave_up, w[BAR_SPIN] = spin;
     write_buffer(p, p->gbar, 0, w, sizeof w);
 }
 
@@ -640,11 +645,9 @@ static void grid_reset(wgml_decode_plan *p, uint32_t spin)
    its first launch alone with short waits, then the word a wait sets where it gave up. */
 static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 {
-    const launch *l = NULL;
-    for (int i = 0; i < p->dec.n && !l; i++)
-        if (strncmp(p->dec.l[i].what, "mlp block", 9) == 0) l = &p->dec.l[i];
-    if (!l) return 0;
-    grid_reset(p, GRID_TRIAL_SPIN);
+    if (!p->dec.grid_at) return 0;
+    const launch *l = &p->dec.l[p->dec.grid_at - 1];
+    grid_set(p, 0, 0, GRID_TRIAL_SPIN);
     wgml_runtime *rt = &p->ctx->rt;
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(rt->device, NULL);
     if (!enc) {
@@ -655,12 +658,12 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
     encode_launch(p, cp, l, 1, 0);
     wgpuComputePassEncoderEnd(cp);
     wgpuComputePassEncoderRelease(cp);
-    wgpuCommandEncoderCopyBufferToBuffer(enc, p->gbar, 0, p->staging[0], 0, 16);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, p->gbar, 0, p->staging[0], 0, BAR_BYTES);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
-    if ((*st = wgml_submit(rt, cb)) || (*st = wgml_map_read(rt, p->staging[0], 16))) return 0;
-    const uint32_t *w = wgpuBufferGetConstMappedRange(p->staging[0], 0, 16);
-    const int ok = w && w[1] == 0;
+    if ((*st = wgml_submit(rt, cb)) || (*st = wgml_map_read(rt, p->staging[0], BAR_BYTES))) return 0;
+    const uint32_t *w = wgpuBufferGetConstMappedRange(p->staging[0], 0, BAR_BYTES);
+    const int ok = w && w[BAR_GAVE_UP] == 0;
     wgpuBufferUnmap(p->staging[0]);
     return ok;
 }
@@ -668,8 +671,8 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 /* The MLP block in one launch (wgml_decode_desc's grid_block): Llama at batch 1 where
    storageBarrier is a device-scope fence (combine_possible), on a GPU (lavapipe's loops stop
    after 65,535 rounds without saying so: one workgroup only, whose waits end at once); forced,
-   or the policy's 256 workgroups, else 128 (on an H200, Qwen3's b1 step: 1,013.9 and 991.8
-   tokens/s against 947.7 with the launches apart; docs/MEASUREMENTS.md), each kept where a
+   or the policy's 256 workgroups, else 128 (both faster than the launches apart for Qwen3's b1
+   step on an H200: docs/MEASUREMENTS.md), each kept where a
    trial launch (twice, if the first gives up) finds its workgroups all resident at once. Builds
    the decode pass where it takes the block. */
 static wgml_status choose_grid(wgml_decode_plan *p)
@@ -692,7 +695,7 @@ static wgml_status choose_grid(wgml_decode_plan *p)
         return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block = %d: a CPU adapter's barriers across workgroups take "
                          "one workgroup only", p->d.grid_block);
     wgml_status st = WGML_OK;
-    p->gbar = make_buffer(p, 16, STORAGE, "decode grid barrier", &st);
+    p->gbar = make_buffer(p, BAR_BYTES, STORAGE, "decode grid barrier", &st);
     const unsigned tries[2] = {forced ? (unsigned)p->d.grid_block : 256u, forced ? 0u : 128u};
     for (int k = 0; k < 2 && tries[k] && !st; k++) {
         p->grid_w = tries[k];
@@ -704,7 +707,7 @@ static wgml_status choose_grid(wgml_decode_plan *p)
     if (!st && forced && !p->grid_w)
         st = wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: the MLP block's %d workgroups are not all resident at once on "
                        "this adapter (a barrier across them gave up); ask for fewer, or 0 for the policy", p->d.grid_block);
-    if (!st && p->grid_w) grid_reset(p, GRID_RUN_SPIN);
+    if (!st && p->grid_w) grid_set(p, 0, 0, GRID_RUN_SPIN);
     if (!p->grid_w) release(&p->gbar); /* (no block: no word for the token reads to check) */
     return st;
 }
@@ -895,7 +898,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->ppicks = make_buffer(p, (uint64_t)p->B * 4, STORAGE, "prefill picks", &st);
     p->toks = make_buffer(p, (uint64_t)p->B * p->cap * 4, STORAGE, "decode tokens", &st);
     for (int i = 0; i < 2; i++)
-        p->staging[i] = make_buffer(p, (uint64_t)p->B * p->cap * 4 + 16, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "decode staging", &st);
+        p->staging[i] = make_buffer(p, (uint64_t)p->B * p->cap * 4 + BAR_BYTES, WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst,
+                                    "decode staging", &st);
     if (!st) {
         uint32_t *id = malloc((size_t)p->B * 4);
         if (!id) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "decode plan: out of host memory");
@@ -982,7 +986,7 @@ static wgml_status submit(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32
     const uint64_t bytes = (uint64_t)p->B * p->cap * 4;
     if (staging >= 0) wgpuCommandEncoderCopyBufferToBuffer(enc, p->toks, 0, p->staging[staging], 0, bytes);
     /* (the grid barrier's words after the tokens: read_rings sees a wait that gave up) */
-    if (staging >= 0 && p->gbar) wgpuCommandEncoderCopyBufferToBuffer(enc, p->gbar, 0, p->staging[staging], bytes, 16);
+    if (staging >= 0 && p->gbar) wgpuCommandEncoderCopyBufferToBuffer(enc, p->gbar, 0, p->staging[staging], bytes, BAR_BYTES);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
     wgml_status st = wgml_submit(rt, cb);
@@ -993,13 +997,13 @@ static wgml_status submit(wgml_decode_plan *p, int64_t steps, uint32_t R, uint32
 /* Waits for staging buffer i and copies the token rings out of it. */
 static wgml_status read_rings(wgml_decode_plan *p, int i, int32_t *ring)
 {
-    const uint64_t bytes = (uint64_t)p->B * p->cap * 4, all = bytes + (p->gbar ? 16 : 0);
+    const uint64_t bytes = (uint64_t)p->B * p->cap * 4, all = bytes + (p->gbar ? BAR_BYTES : 0);
     wgml_status st = wgml_map_read(&p->ctx->rt, p->staging[i], all);
     if (st) return st;
     const char *m = wgpuBufferGetConstMappedRange(p->staging[i], 0, all);
     uint32_t gave_up = 0;
     if (m) memcpy(ring, m, bytes);
-    if (m && p->gbar) memcpy(&gave_up, m + bytes + 4, 4);
+    if (m && p->gbar) memcpy(&gave_up, m + bytes + 4 * BAR_GAVE_UP, 4);
     wgpuBufferUnmap(p->staging[i]);
     if (!m) return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: the tokens could not be mapped");
     if (gave_up)
@@ -1124,7 +1128,7 @@ wgml_status wgml_decode_start(wgml_decode_plan *p, int64_t count, const int32_t 
                                  prompts[s][i], (long long)p->V);
     }
     /* (a restart: the grid barrier's words afresh, a wait that gave up before forgotten) */
-    if (p->gbar) grid_reset(p, GRID_RUN_SPIN);
+    if (p->gbar) grid_set(p, 0, 0, GRID_RUN_SPIN);
     int64_t *slots = malloc((size_t)count * sizeof *slots), *flen = malloc((size_t)count * sizeof *flen);
     int64_t *pos0 = calloc((size_t)count, sizeof *pos0);
     const int32_t **from = malloc((size_t)count * sizeof *from);
@@ -1374,8 +1378,7 @@ wgml_status wgml_decode_grid_words(wgml_decode_plan *p, uint32_t count, uint32_t
         /* (the grid is a power of two: the barriers' goals are multiples of it) */
         return wgml_fail(p->ctx, WGML_ERROR_INVALID_ARGUMENT, "decode: a count of %u is not a multiple of the grid's %u workgroups",
                          count, p->grid_w);
-    const uint32_t w[4] = {count, gave_up, GRID_RUN_SPIN, 0};
-    write_buffer(p, p->gbar, 0, w, sizeof w);
+    grid_set(p, count, gave_up, GRID_RUN_SPIN);
     return WGML_OK;
 }
 

@@ -88,7 +88,7 @@ typedef struct wgml_decode_desc {
                                  A trial launch at the plan's making checks they are all resident at once: a forced
                                  count that is not, WGML_ERROR_UNSUPPORTED. 0: the policy's, 256 else 128 where the
                                  trial passes, else the launches apart (so too where the block's staged inputs pass
-                                 the workgroup memory: F past ~12,000 at 48 KB; and on a CPU adapter); -1: apart.
+                                 the workgroup memory: F past 11,760 at 48 KB; and on a CPU adapter); -1: apart.
                                  Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
                                  wgml_decode_start begins afresh) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window

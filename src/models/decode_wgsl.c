@@ -726,7 +726,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                       "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
                       "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
                       "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
-                      /* (x as the phase began: the residual's base; the norm's partial sums of squares) */
+                      /* (the norm's sums of squares: a thread's, then 16 partial sums) */
                       "var<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
                   k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
                   k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
@@ -743,7 +743,6 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     wgml_sbuf_put(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
                       "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
                       "fn aget(i: u32) -> f32 { return att[i]; }\n"
-
                       "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
                       "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
                       /* (thread 0: its arrival, then the wait for the others') */

@@ -514,6 +514,31 @@ static void mlp_block_in_one_launch(void)
         check_single_chunk(&wide_cfg, 1, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
         /* (a hidden size past 4,096: h staged in rounds of 4 vec4s a thread) */
         check_single_chunk(&wide_ffn_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
+        /* GPT-2: its LayerNorms, biases and GELU in the block, the attention appending k and v
+           (the embedding, layer 0's QKV, 2 a layer, the head and the sampler; where no grid is
+           possible, the fused form's 3 a layer) */
+#define GPT2(L) (one ? 4 + 2 * (L) : 3 * (L) + 2)
+        check_single_chunk(&gpt2_cfg, 0, 0, 0, 0, -1, GPT2(2));
+        check_single_chunk(&gpt2_cfg, 1, 0, 0, 0, 4, GPT2(2)); /* (f16 weights; chunks of 4 positions where not fused) */
+        f16_cache = 1;
+        check_single_chunk(&gpt2_cfg, 0, 0, 0, 0, -1, GPT2(2)); /* (the appended k and v as halves) */
+        f16_cache = 0;
+        {
+            wgml_gpt_config g3 = gpt2_cfg;
+            g3.layers = 3;
+            subgroups = -1;
+            check_single_chunk(&g3, 0, 0, 0, 0, -1, GPT2(3));
+            subgroups = 0;
+            /* (a width past 1,024 and not a multiple of 4, an odd hidden size; a hidden size past 4,096) */
+            const wgml_gpt_config gw = {.arch = WGML_GPT_GPT2, .vocab = 23, .block = 10, .layers = 1, .heads = 11, .width = 1034, .ffn = 1027},
+                                  gf = {.arch = WGML_GPT_GPT2, .vocab = 23, .block = 10, .layers = 1, .heads = 2, .width = 20, .ffn = 4103};
+            check_single_chunk(&gw, 1, 0, 0, 0, -1, GPT2(1));
+            check_single_chunk(&gf, 0, 0, 0, 0, -1, GPT2(1));
+            /* (an odd head size: the attention appends pairs, so no block: the fused form) */
+            const wgml_gpt_config godd = {.arch = WGML_GPT_GPT2, .vocab = 23, .block = 10, .layers = 2, .heads = 3, .width = 21, .ffn = 30};
+            check_single_chunk(&godd, 0, 0, 0, 0, -1, 3 * 2 + 2);
+        }
+#undef GPT2
     }
 #undef SAVED
     grid_block = -1, plan_only = 0;

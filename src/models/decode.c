@@ -353,7 +353,8 @@ static int attn_fits(const wgml_decode_plan *p, unsigned chunk, int prefill, int
 {
     const wgml_decode_attn a = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                 .block = (unsigned)p->block, .chunk = chunk, .wgs = chunk ? split_wgs_of(p) : p->wide_wgs,
-                                .rope = p->llama && !prefill, .combine = combine, .f16c = p->f16c,
+                                .rope = p->llama && !prefill, .append = !p->llama && !prefill, /* (GPT-2's, where a grid block: the larger) */
+                                .combine = combine, .f16c = p->f16c,
                                 .wo_fused = !chunk && !p->llama}; /* (whole: GPT-2's fused form, the larger) */
     return wgml_decode_attn_late_bytes(&a) <= p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
 }
@@ -427,6 +428,9 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         used = 1u << 0 | 1u << 2 | 1u << 3 | 1u << 4 | 1u << 9 | 1u << 10 | 1u << 13 | 1u << 14;
         if ((st = add_launch(p, ps_, wgml_decode_mlp_wgsl(&mlp), used, bm, 8, GRID_FIXED, (uint32_t)p->nmlp, 1, 0, "norm+mlp (fused)"))) return st;
     }
+    /* GPT-2's decode step with the grid block: each layer's QKV worked out by the last layer's
+       block (layer 0's by its GEMV), the attention appending k and v as Llama's does */
+    const int append = !p->llama && !prefill && p->grid_w;
     for (int64_t l = 0; !p->fused && l < p->cfg.layers; l++) {
         layer_bufs *lb = &p->L[l];
         uint32_t used;
@@ -439,6 +443,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block, .sg = p->sg,
                                 .f16c = p->f16c};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
+        if (append) qkv.epilogue = DECODE_OUT_PLAIN; /* (the attention appends k and v) */
         /* (a decode step's MLP block in one launch works out the next layer's QKV itself) */
         if (l == 0 || prefill || !p->grid_w) {
             w = wgml_decode_gemv_wgsl(&qkv, &used);
@@ -474,7 +479,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                .qk_norm = (int)p->cfg.qk_norm, .hq = (unsigned)p->H, .qnorm = (unsigned)(2 * C),
                                .knorm = (unsigned)(2 * C + p->D), .eps = eps, .chunk = chunk,
                                .combine = chunk && !prefill && combine_fits(p, chunk),
-                               .early = chunk && !p->d.attn_late, .sg = p->sg, .f16c = p->f16c};
+                               .early = chunk && !p->d.attn_late, .sg = p->sg, .f16c = p->f16c, .append = append};
         if (at.early) { /* the wider workgroup only where the early form takes it */
             const unsigned late_wgs = at.wgs;
             at.wgs = early_wgs;
@@ -493,9 +498,12 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             return st;
         if (!prefill && p->grid_w) { /* the projection, norm + gate/up and down in one launch */
             const int next = l + 1 < p->cfg.layers;
+            /* (vecs as above; GPT-2's next QKV bias at 2 C of the next layer's) */
             const wgml_decode_block bk = {.A = (unsigned)p->A, .C = (unsigned)C, .F = (unsigned)F, .W = p->grid_w,
-                                          .norm_w = (unsigned)C, .Q = next ? (unsigned)p->Q : 0, .f16 = p->d.f16_weights,
-                                          .sg = p->sg, .eps = eps};
+                                          .norm_w = (unsigned)(p->llama ? C : 6 * C), .Q = next ? (unsigned)p->Q : 0,
+                                          .f16 = p->d.f16_weights, .sg = p->sg, .eps = eps, .ln = !p->llama,
+                                          .norm_b = (unsigned)(7 * C), .bo = (unsigned)(5 * C), .b1 = (unsigned)(8 * C),
+                                          .b2 = (unsigned)(8 * C + F), .bq = (unsigned)(2 * C)};
             bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar},
                          {9, next ? p->L[l + 1].wqkv : NULL}, {10, next ? p->L[l + 1].vecs : NULL}, {11, p->qkv}};
             if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), next ? 0xffeu : 0x1feu, bb, 11, GRID_FIXED, bk.W, 1, 0,
@@ -668,7 +676,18 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
     return ok;
 }
 
-/* The MLP block in one launch (wgml_decode_desc's grid_block): Llama at batch 1 where
+/* Whether the plan tries the MLP block in one launch (below): at batch 1 where storageBarrier is a
+   device-scope fence, on a GPU unless forced; GPT-2 then takes five launches a layer, not the
+   three of its fused form (unfused asks for the five without the block), where its head size is
+   even (its attention appends k and v in pairs, as RoPE's) */
+static int grid_wanted(const wgml_decode_plan *p)
+{
+    const int cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;
+    return p->d.grid_block >= 0 && !p->fused && (p->llama || (!p->d.unfused && p->D % 2 == 0)) && p->B == 1 &&
+           combine_possible(p) && (!cpu || p->d.grid_block > 0);
+}
+
+/* The MLP block in one launch (wgml_decode_desc's grid_block): Llama or GPT-2 at batch 1 where
    storageBarrier is a device-scope fence (combine_possible), on a GPU (lavapipe's loops stop
    after 65,535 rounds without saying so: one workgroup only, whose waits end at once); forced,
    or the policy's 256 workgroups, else 128 (both faster than the launches apart for Qwen3's b1
@@ -678,10 +697,9 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 static wgml_status choose_grid(wgml_decode_plan *p)
 {
     const int forced = p->d.grid_block > 0, cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;
-    /* (its workgroup memory: the widest input staged as vec4s, and 2 x 256 + 16 sums) */
-    const int64_t af = p->A > p->F ? p->A : p->F;
-    const uint64_t widest = (uint64_t)round8(af > p->C ? af : p->C), wg_bytes = widest * 4 + 528 * 4;
-    if (p->d.grid_block < 0 || !p->llama || p->fused || p->B != 1 || !combine_possible(p) || (cpu && !forced)) return WGML_OK;
+    const wgml_decode_block shape = {.A = (unsigned)p->A, .C = (unsigned)p->C, .F = (unsigned)p->F, .ln = !p->llama};
+    const uint64_t wg_bytes = wgml_decode_block_bytes(&shape);
+    if (!grid_wanted(p)) return WGML_OK;
     if (p->ctx->rt.info.max_storage_buffers_per_shader_stage < 11) /* (its bindings) */
         return forced ? wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block: the MLP block binds 11 storage buffers, "
                                   "past this adapter's %u", p->ctx->rt.info.max_storage_buffers_per_shader_stage)
@@ -798,7 +816,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
        prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
-    p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64 && whole_fits;
+    p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64 && whole_fits && !grid_wanted(p);
 
     /* the decode step's attention split over chunks of positions where the block is long
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the

@@ -24,8 +24,11 @@ static void rope_helpers(wgml_sbuf *b)
     wgml_sbuf_put(b, "%s\n%.*s\n", mul, (int)(to - from), from);
 }
 
+/* whether the prologue appends the row's k and v to the caches (rotated with rope) */
+static int appends(const wgml_decode_attn *a) { return a->rope || a->append; }
+
 /* the attention's unit of the cache: vec4 loads where the head size allows */
-static unsigned cache_lw(const wgml_decode_attn *a) { return a->D % (a->rope ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1; }
+static unsigned cache_lw(const wgml_decode_attn *a) { return a->D % (appends(a) ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1; }
 
 /* The early form's layout: TPP threads a K row, VP threads a value column, KPT and VPT vec4s a
    thread of each kept in registers; false where a's shape does not take it (a Llama decode
@@ -59,7 +62,7 @@ uint64_t wgml_decode_attn_late_bytes(const wgml_decode_attn *a)
     const int split = a->chunk > 0 && !a->wo_fused;
     const uint64_t ch = split ? a->chunk : a->block, ns = split ? (a->block + a->chunk - 1) / a->chunk : 1;
     uint64_t floats = G * ch + G * D + wgs + G + wgs * lw;
-    if (a->f16c && lw == 4 && a->rope) floats += 2 * D;
+    if (a->f16c && lw == 4 && appends(a)) floats += 2 * D;
     if (split && a->combine) floats += 2 * G * ns + 1;
     if (a->wo_fused) floats += G * D;
     return floats * 4;
@@ -132,12 +135,12 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                           "@group(0) @binding(11) var<storage, read_write> cnt: array<atomic<u32>>;\n"
                           "var<workgroup> lastwg: u32;\nvar<workgroup> cm: array<f32, %u>;\nvar<workgroup> cl: array<f32, %u>;\n",
                       a->G * ns, a->G * ns);
-    if (a->rope) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
-        wgml_sbuf_put(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n"
-                          "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
+    if (appends(a)) { /* this row's own heads first: QK-norm, RoPE, its k and v into the caches */
+        if (a->rope) wgml_sbuf_put(&b, "@group(0) @binding(8) var<storage, read> freq: array<f32>;\n");
+        wgml_sbuf_put(&b, "const HALF: u32 = %uu;\nconst HQ: u32 = %uu;\nconst HKV: u32 = %uu;\nconst EPS: f32 = %.9g;\n",
                       a->D / 2, a->hq, a->kvd / a->D, (double)a->eps);
         if (a->qk_norm) wgml_sbuf_put(&b, "@group(0) @binding(6) var<storage, read> vecs: array<f32>;\n");
-        rope_helpers(&b);
+        if (a->rope) rope_helpers(&b);
     }
     wgml_sbuf_put(&b, "@group(0) @binding(0) var<storage, read> rows: array<vec4<i32>>;\n"
                       "@group(0) @binding(1) var<storage, read> qb: array<f32>;\n"
@@ -146,13 +149,13 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                       "fn kcl(i: u32) -> VT { return cunpack(kc[i]); }\nfn vcl(i: u32) -> VT { return cunpack(vc[i]); }\n"
                       "var<workgroup> sc: array<f32, %u>;\nvar<workgroup> qs: array<VT, %u>;\n"
                       "var<workgroup> red: array<f32, WGS>;\nvar<workgroup> inv: array<f32, G>;\nvar<workgroup> part: array<VT, WGS>;\n",
-                  a->rope ? "read_write" : "read", a->rope ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
+                  appends(a) ? "read_write" : "read", appends(a) ? "read_write" : "read", a->G * (split ? a->chunk : a->block), a->G * a->D / lw);
     if (early)
         wgml_sbuf_put(&b, "const TPP: u32 = %uu;\nconst KPT: u32 = %uu;\nconst VP: u32 = %uu;\nconst VPT: u32 = %uu;\n"
                           "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n"
                           "var<workgroup> sred: array<f32, %u>;\nvar<workgroup> vpart: array<VT, %u>;\n",
                       tpp, kpt, vpn, vpt, wgs * a->G, wgs * a->G);
-    else if (pk && a->rope) wgml_sbuf_put(&b, "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n");
+    else if (pk && appends(a)) wgml_sbuf_put(&b, "var<workgroup> kown: array<f32, D>;\nvar<workgroup> vown: array<f32, D>;\n");
     if (sgx) { /* the softmax's exchange: each head's subgroup maxima, then sums */
         unsigned rw = 1;
         while (rw < a->chunk && rw < wgs) rw *= 2;
@@ -164,7 +167,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
        kown and vown instead, so no launch reads them back and the fence goes (naga makes it a
        device-scope one: 14.5 -> 14.0 us alone on the H200, docs/MEASUREMENTS.md) */
     wgml_sbuf pb = {0};
-    if (!a->rope) wgml_sbuf_put(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
+    if (!appends(a)) wgml_sbuf_put(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
     else if ((a->G + 1) * 64 <= wgs) {
         /* the G + 1 heads at once, 64 threads each (D / 2 <= 64 pairs): all loads issued
            together, one segmented tree for the norms */
@@ -174,7 +177,8 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                            "    let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
                            "    var a = 0.0;\n    var b = 0.0;\n    var fr = 0.0;\n    var w1 = 1.0;\n    var w2 = 1.0;\n"
                            "    var va = 0.0;\n    var vb = 0.0;\n"
-                           "    if (act) {\n        a = qb[col + j];\n        b = qb[col + j + HALF];\n        fr = freq[j];\n");
+                           "    if (act) {\n        a = qb[col + j];\n        b = qb[col + j + HALF];\n%s",
+                      a->rope ? "        fr = freq[j];\n" : "");
         if (a->qk_norm)
             wgml_sbuf_put(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
                           a->knorm, a->qnorm);
@@ -191,14 +195,15 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                                "    for (var st = 32u; st > 0u; st >>= 1u) { if (j < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n"
                                "    let rs = inverseSqrt(red[hh * 64u] / f32(D) + EPS);\n"
                                "    a = a * rs * w1;\n    b = b * rs * w2;\n");
-        wgml_sbuf_put(&pb, "    if (act) {\n"
-                           "        let ang = reduce_angle(f32(pos) * fr);\n        let c = cos(ang);\n        let s = sin(ang);\n"
-                           "        let ya = a * c - b * s;\n        let yb = b * c + a * s;\n"
+        wgml_sbuf_put(&pb, "    if (act) {\n%s"
                            "        if (hh < G) { qput(hh * D + j, ya); qput(hh * D + j + HALF, yb); } else if (own) {\n"
                            "            let base = (slot * BLOCK + pos) * KVD + g * D;\n"
                            "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
                            "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n%s"
                            "        }\n    }\n%s",
+                      a->rope ? "        let ang = reduce_angle(f32(pos) * fr);\n        let c = cos(ang);\n        let s = sin(ang);\n"
+                                "        let ya = a * c - b * s;\n        let yb = b * c + a * s;\n"
+                              : "        let ya = a;\n        let yb = b;\n",
                       early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "",
                       early || pk ? "" : "    storageBarrier();\n");
     } else {
@@ -215,19 +220,20 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                                "        if (tid < HALF) { a = a * rs * vecs[w + tid]; b = b * rs * vecs[w + tid + HALF]; }\n"
                                "        workgroupBarrier();\n",
                           a->knorm, a->qnorm);
-        wgml_sbuf_put(&pb, "        if (tid < HALF) {\n"
-                           "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
-                           "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
+        wgml_sbuf_put(&pb, "        if (tid < HALF) {\n%s"
                            "            if (hh < G) { qput(hh * D + tid, ya); qput(hh * D + tid + HALF, yb); } else if (own) {\n"
                            "                let base = (slot * BLOCK + pos) * KVD + g * D;\n"
                            "                let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
                            "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
                            "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
                            "            }\n        }\n    }\n%s",
+                      a->rope ? "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
+                                "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
+                              : "            let ya = a;\n            let yb = b;\n",
                       pk ? "" : "    storageBarrier();\n");
     }
     /* (packed halves: the row's own k and v, gathered in kown and vown, written four to a thread) */
-    if (pk && a->rope)
+    if (pk && appends(a))
         wgml_sbuf_put(&pb, "    workgroupBarrier();\n"
                            "    if (own && tid < D / 4u) {\n"
                            "        let cw = ((slot * BLOCK + pos) * KVD + g * D) / 4u + tid;\n"
@@ -235,13 +241,13 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                            "        vc[cw] = cpack(vown[4u * tid], vown[4u * tid + 1u], vown[4u * tid + 2u], vown[4u * tid + 3u]);\n"
                            "    }\n%s",
                       early ? "" : "    storageBarrier();\n");
-    if (a->rope && pk) /* (the cache's base is a multiple of D: i %% D is the element's index in the head) */
+    if (appends(a) && pk) /* (the cache's base is a multiple of D: i %% D is the element's index in the head) */
         wgml_sbuf_put(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kown[i %% D] = v; }\n"
                           "fn vcput(i: u32, v: f32) { vown[i %% D] = v; }\n");
-    else if (a->rope && lw == 4)
+    else if (appends(a) && lw == 4)
         wgml_sbuf_put(&b, "fn qput(i: u32, v: f32) { qs[i / 4u][i %% 4u] = v; }\nfn kput(i: u32, v: f32) { kc[i / 4u][i %% 4u] = v; }\n"
                           "fn vcput(i: u32, v: f32) { vc[i / 4u][i %% 4u] = v; }\n");
-    else if (a->rope) wgml_sbuf_put(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = CT(v); }\nfn vcput(i: u32, v: f32) { vc[i] = CT(v); }\n");
+    else if (appends(a)) wgml_sbuf_put(&b, "fn qput(i: u32, v: f32) { qs[i] = v; }\nfn kput(i: u32, v: f32) { kc[i] = CT(v); }\nfn vcput(i: u32, v: f32) { vc[i] = CT(v); }\n");
     char *pro = wgml_sbuf_take(&pb);
     /* the softmax of each query head over this workgroup's positions: a tree over the RW
        threads that hold positions (fewer rounds where the positions are few), the G heads in

@@ -597,8 +597,9 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 typedef struct block_ph {
     const char *w;
     unsigned k4, N, lpo, id;
-    int resid; /* x[n] += the sums: a tile's x[n] read with its weights (xr<id>, lane 0), so the
-                  store waits on no load */
+    /* WGSL of n that epi adds to the sums as xb (the residual's x[n], a bias): read with the
+       tile's weights (xr<id>, lane 0), so the store waits on no load; NULL: none */
+    const char *base;
 } block_ph;
 
 static void block_load(wgml_sbuf *b, const block_ph *ph, const char *tile, const char *in)
@@ -607,14 +608,14 @@ static void block_load(wgml_sbuf *b, const block_ph *ph, const char *tile, const
     wgml_sbuf_put(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
                      "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n",
                   in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4);
-    if (ph->resid) wgml_sbuf_put(b, "%s    if (lane == 0u && n < %uu) { xr%u = xget(n); }\n", in, ph->N, ph->id);
+    if (ph->base) wgml_sbuf_put(b, "%s    if (lane == 0u && n < %uu) { xr%u = %s; }\n", in, ph->N, ph->id, ph->base);
     wgml_sbuf_put(b, "%s}\n", in);
 }
 
 static void block_preload(wgml_sbuf *b, const block_ph *ph)
 {
     wgml_sbuf_put(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
-    if (ph->resid) wgml_sbuf_put(b, "    var xr%u = 0.0;\n", ph->id);
+    if (ph->base) wgml_sbuf_put(b, "    var xr%u = 0.0;\n", ph->id);
     block_load(b, ph, "wg", "    ");
 }
 
@@ -626,7 +627,7 @@ static void block_phase(wgml_sbuf *b, const block_ph *ph, int sg, const char *sc
                      "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
                   tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
     /* (this tile's x[n] before the next tile's loads take its register) */
-    if (ph->resid) wgml_sbuf_put(b, "        let xb = xr%u;\n", ph->id);
+    if (ph->base) wgml_sbuf_put(b, "        let xb = xr%u;\n", ph->id);
     wgml_sbuf_put(b, "        if (t + W < %uu) {\n", tiles);
     block_load(b, ph, "t + W", "            ");
     wgml_sbuf_put(b, "        }\n");
@@ -640,12 +641,22 @@ static void block_phase(wgml_sbuf *b, const block_ph *ph, int sg, const char *sc
                   ph->N, lpo, sc, epi);
 }
 
-/* An RMS norm's weights for the next phase, read before the barrier as its matrix's first loads:
-   nothing of theirs waits on the other workgroups. */
+/* A norm's weights (and a LayerNorm's bias) for the next phase, read before the barrier as its
+   matrix's first loads: nothing of theirs waits on the other workgroups. */
 typedef struct block_norm {
-    const char *v; /* the array holding them, from offset w */
+    const char *v; /* the array holding them, from offset w (the bias from bias, -1: none) */
     unsigned w, kc4;
+    int bias;
 } block_norm;
+
+/* gw<id> (gb<id>): the norm's weights (bias) from v at offset o, the vec4s a thread stages */
+static void block_norm_vec(wgml_sbuf *b, const char *name, unsigned id, unsigned kc4, const char *v, unsigned o)
+{
+    wgml_sbuf_put(b, "    var %s%u: array<vec4<f32>, %u>;\n"
+                     "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
+                     "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { %s%u[j][e] = %s[%uu + 4u * i + e]; } }\n    }\n",
+                  name, id, (kc4 + 255) / 256, (kc4 + 255) / 256, name, id, v, o);
+}
 
 /* The barrier across the grid, with the next phase's first loads (and its norm's weights, where
    it has one) issued between its fence and the wait: every workgroup's writes before it (its
@@ -657,11 +668,8 @@ static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm)
        stores, which the first barrier orders before it) */
     wgml_sbuf_put(b, "    storageBarrier();\n    storageBarrier();\n");
     block_preload(b, next);
-    if (nm)
-        wgml_sbuf_put(b, "    var gw%u: array<vec4<f32>, %u>;\n"
-                         "    for (var j = 0u; j < %uu; j++) {\n        let i = tid + 256u * j;\n"
-                         "        for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { gw%u[j][e] = %s[%uu + 4u * i + e]; } }\n    }\n",
-                      next->id, (nm->kc4 + 255) / 256, (nm->kc4 + 255) / 256, next->id, nm->v, nm->w);
+    if (nm) block_norm_vec(b, "gw", next->id, nm->kc4, nm->v, nm->w);
+    if (nm && nm->bias >= 0) block_norm_vec(b, "gb", next->id, nm->kc4, nm->v, (unsigned)nm->bias);
     wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
@@ -700,6 +708,31 @@ static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
                   (kc4 + 255) / 256, (kc4 + 255) / 256, (kc4 + 255) / 256, kc4, id);
 }
 
+/* GPT-2's LayerNorm: x staged by every workgroup, its mean and variance (as the GEMVs' norm:
+   E[x^2] - mean^2) from 16 partial sums each, then xs normed in place with the weights and bias
+   (gw<id>, gb<id>; zeros past C) */
+static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id)
+{
+    const unsigned nj = (kc4 + 255) / 256;
+    wgml_sbuf_put(b, "    {\n        var s = 0.0;\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
+                     "        for (var j = 0u; j < %uu; j++) {\n"
+                     "            let i = tid + 256u * j;\n"
+                     "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n"
+                     "        for (var j = 0u; j < %uu; j++) { s += dot(xv[j], vec4<f32>(1.0)); ss += dot(xv[j], xv[j]); }\n"
+                     "        red[tid] = s;\n        ssr[tid] = ss;\n        workgroupBarrier();\n"
+                     "        if (tid < 16u) {\n            var a = 0.0;\n            var q2 = 0.0;\n"
+                     "            for (var q = 0u; q < 16u; q++) { a += red[16u * tid + q]; q2 += ssr[16u * tid + q]; }\n"
+                     "            ssq[tid] = a;\n            ssq[16u + tid] = q2;\n        }\n        workgroupBarrier();\n"
+                     "        var sm = 0.0;\n        var sq = 0.0;\n"
+                     "        for (var q = 0u; q < 16u; q++) { sm += ssq[q]; sq += ssq[16u + q]; }\n"
+                     "        let mean = sm / f32(C);\n"
+                     "        let rs = inverseSqrt(max(sq / f32(C) - mean * mean, 0.0) + EPS);\n"
+                     "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
+                     "            if (i < %uu) { xs[i] = (xv[j] - vec4<f32>(mean)) * rs * gw%u[j] + gb%u[j]; }\n        }\n"
+                     "        workgroupBarrier();\n    }\n",
+                  nj, nj, nj, nj, kc4, id, id);
+}
+
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
    tiles would not reach every workgroup of the grid. */
 static unsigned block_lanes(unsigned N, unsigned W)
@@ -709,11 +742,21 @@ static unsigned block_lanes(unsigned N, unsigned W)
     return l;
 }
 
+/* the block's widest input staged, in vec4s */
+static unsigned block_xs4(const wgml_decode_block *k)
+{
+    const unsigned ka = (k->A + 7) / 8 * 8, kc = (k->C + 7) / 8 * 8, kf = (k->F + 7) / 8 * 8;
+    return (ka > kc ? ka > kf ? ka : kf : kc > kf ? kc : kf) / 4;
+}
+
+/* (xs, red and ssr of 256, ssq: 16 partial sums, 32 with ln's sums of x too) */
+uint64_t wgml_decode_block_bytes(const wgml_decode_block *k) { return (uint64_t)(4 * block_xs4(k) + 512 + (k->ln ? 32 : 16)) * 4; }
+
 char *wgml_decode_block_wgsl(const wgml_decode_block *k)
 {
     wgml_sbuf b = {0};
     const unsigned wv = k->f16 ? 8 : 4, ka = (k->A + 7) / 8 * 8, kc = (k->C + 7) / 8 * 8, kf = (k->F + 7) / 8 * 8;
-    const unsigned xs4 = (ka > kc ? ka > kf ? ka : kf : kc > kf ? kc : kf) / 4;
+    const unsigned xs4 = block_xs4(k);
     elementwise_functions(&b);
     wgml_sbuf_put(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nconst EPS: f32 = %.9g;\n"
                       "alias WT = %s;\n"
@@ -726,13 +769,13 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                       "@group(0) @binding(7) var<storage, read_write> h: array<atomic<u32>>;\n"
                       "@group(0) @binding(8) var<storage, read_write> bar: array<atomic<u32>>;\n%s"
                       "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
-                      /* (the norm's sums of squares: a thread's, then 16 partial sums) */
-                      "var<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, 16>;\n",
+                      /* (the norm's sums of squares: a thread's, then 16 partial sums; ln: and of x) */
+                      "var<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, %u>;\n",
                   k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
                   k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
                          "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
                          "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
-                  xs4);
+                  xs4, k->ln ? 32u : 16u);
     if (k->f16)
         wgml_sbuf_put(&b, "fn wdot(w: WT, u: u32) -> f32 {\n"
                           "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[2u * u])\n"
@@ -755,36 +798,48 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                       "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
                       "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
                       "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
-    const unsigned lu = block_lanes(2 * k->F, k->W);
-    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1}, pb = {"w1", kc / wv, 2 * k->F, lu, 1, 0},
-                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1};
+    /* the sums' bases (WGSL of n): the residual's x[n], GPT-2's biases */
+    char bo[64], b1[48], b2[64], bq[48];
+    snprintf(bo, sizeof bo, "xget(n) + vecs[%uu + n]", k->bo);
+    snprintf(b1, sizeof b1, "vecs[%uu + n]", k->b1);
+    snprintf(b2, sizeof b2, "xget(n) + vecs[%uu + n]", k->b2);
+    snprintf(bq, sizeof bq, "vnext[%uu + n]", k->bq);
+    const unsigned nu = k->ln ? k->F : 2 * k->F, lu = block_lanes(nu, k->W);
+    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, k->ln ? bo : "xget(n)"},
+                   pb = {"w1", kc / wv, nu, lu, 1, k->ln ? b1 : NULL},
+                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, k->ln ? b2 : "xget(n)"};
+    const char *sc = k->ln ? "1.0" : "rsn()"; /* (ln: xs holds the normed x) */
     wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
                       "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
                       "    let wg = g.x;\n%s",
                   k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
-    /* the projection: its first loads, the attention's output staged, x += wo att */
+    /* the projection: its first loads, the attention's output staged, x += wo att (+ bo) */
     block_preload(&b, &pa);
     block_stage(&b, ka / 4, "aget", "A");
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pa, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
-    /* the norm: every workgroup reads the whole new x, its own sum of squares */
-    const block_norm nb = {"vecs", k->norm_w, kc / 4}, nd = {"vnext", 0, kc / 4};
+    /* the norm: every workgroup reads the whole new x, its own sums */
+    const block_norm nb = {"vecs", k->norm_w, kc / 4, k->ln ? (int)k->norm_b : -1},
+                     nd = {"vnext", 0, kc / 4, k->ln ? (int)k->C : -1};
     block_sync(&b, &pb, &nb);
-    block_stage_normed(&b, kc / 4, pb.id);
-    /* gate and up: rows 2f and 2f + 1 are neighbouring groups */
+    if (k->ln) block_stage_ln(&b, kc / 4, pb.id);
+    else block_stage_normed(&b, kc / 4, pb.id);
+    /* Llama's gate and up (rows 2f and 2f + 1 are neighbouring groups), or GPT-2's up with GELU */
     char epi[160];
-    snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * rsn())); }", lu, lu);
-    block_phase(&b, &pb, k->sg, "rsn()", epi);
-    /* down: h staged, x += w2 h */
+    if (k->ln) snprintf(epi, sizeof epi, "atomicStore(&h[n], bitcast<u32>(wgml_gelu_exact(xb + v)));");
+    else snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * rsn())); }", lu, lu);
+    block_phase(&b, &pb, k->sg, sc, epi);
+    /* down: h staged, x += w2 h (+ b2) */
     block_sync(&b, &pc, NULL);
     block_stage(&b, kf / 4, "hget", "F");
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
-    if (k->Q) { /* the next layer's norm and QKV */
-        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 0};
+    if (k->Q) { /* the next layer's norm and QKV (+ its bias) */
+        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, k->ln ? bq : NULL};
         block_sync(&b, &pd, &nd);
-        block_stage_normed(&b, kc / 4, pd.id);
-        block_phase(&b, &pd, k->sg, "rsn()", "qkv[n] = v;");
+        if (k->ln) block_stage_ln(&b, kc / 4, pd.id);
+        else block_stage_normed(&b, kc / 4, pd.id);
+        block_phase(&b, &pd, k->sg, sc, k->ln ? "qkv[n] = xb + v;" : "qkv[n] = v;");
     }
     wgml_sbuf_put(&b, "}\n");
     return wgml_sbuf_take(&b);

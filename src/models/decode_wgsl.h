@@ -71,6 +71,9 @@ typedef struct wgml_decode_attn {
        appended, so no launch of its own; hq query heads in all */
     int rope, qk_norm;
     unsigned hq, qnorm, knorm;
+    /* GPT-2 decoding with the QKV worked out by the previous layer's block (wgml_decode_block's
+       Q): this row's k and v appended in the prologue, as with rope, but not rotated */
+    int append;
     float eps;
     /* chunk > 0 (not with wo_fused): split over positions, a workgroup per (row, K/V head,
        chunk of this many positions): grid (rows, Hkv NS), NS = ceil(block / chunk); each
@@ -123,14 +126,21 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m);
    (C, read and written as atomics: other workgroups' writes are read across the barriers), 3
    wo, 4 gate/up interleaved, 5 down (rows of an output, round8(K) wide, f16 or f32), 6 the
    vectors (the norm's weights at norm_w), 7 h (F, atomics). Needs storageBarrier to be a
-   device-scope fence (wgpu-native's naga; see the split attention's combine). */
+   device-scope fence (wgpu-native's naga; see the split attention's combine). With ln, GPT-2's
+   layer instead: LayerNorms (their biases at norm_b, and C past the next layer's weights), a
+   GELU MLP of F units (binding 4 F rows, not 2 F), and each matrix's bias added (bo, b1, b2 in
+   binding 6; the next QKV's at bq of binding 10). */
 typedef struct wgml_decode_block {
     unsigned A, C, F, W, norm_w;
-    unsigned Q; /* > 0: a fourth phase, the next layer's RMS norm (weights at binding 10, offset 0) and QKV
+    unsigned Q; /* > 0: a fourth phase, the next layer's norm (weights at binding 10, offset 0) and QKV
                    (binding 9, Q rows) into binding 11 */
     int f16, sg;
     float eps;
+    int ln;
+    unsigned norm_b, bo, b1, b2, bq;
 } wgml_decode_block;
+/* Bytes of workgroup memory k's kernel declares */
+uint64_t wgml_decode_block_bytes(const wgml_decode_block *k);
 char *wgml_decode_block_wgsl(const wgml_decode_block *k);
 char *wgml_decode_attention_wgsl(const wgml_decode_attn *a);
 

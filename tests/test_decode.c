@@ -514,10 +514,11 @@ static void mlp_block_in_one_launch(void)
         check_single_chunk(&wide_cfg, 1, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
         /* (a hidden size past 4,096: h staged in rounds of 4 vec4s a thread) */
         check_single_chunk(&wide_ffn_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
+    }
+    if (one && grid_block > 0) {
         /* GPT-2: its LayerNorms, biases and GELU in the block, the attention appending k and v
-           (the embedding, layer 0's QKV, 2 a layer, the head and the sampler; where no grid is
-           possible, the fused form's 3 a layer) */
-#define GPT2(L) (one ? 4 + 2 * (L) : 3 * (L) + 2)
+           (the embedding, layer 0's QKV, 2 a layer, the head and the sampler) */
+#define GPT2(L) (4 + 2 * (L))
         check_single_chunk(&gpt2_cfg, 0, 0, 0, 0, -1, GPT2(2));
         check_single_chunk(&gpt2_cfg, 1, 0, 0, 0, 4, GPT2(2)); /* (f16 weights; chunks of 4 positions where not fused) */
         f16_cache = 1;

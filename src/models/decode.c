@@ -690,8 +690,8 @@ static int grid_wanted(const wgml_decode_plan *p)
 /* The MLP block in one launch (wgml_decode_desc's grid_block): Llama or GPT-2 at batch 1 where
    storageBarrier is a device-scope fence (combine_possible), on a GPU (lavapipe's loops stop
    after 65,535 rounds without saying so: one workgroup only, whose waits end at once); forced,
-   or the policy's 256 workgroups, else 128 (both faster than the launches apart for Qwen3's b1
-   step on an H200: docs/MEASUREMENTS.md), each kept where a
+   or the policy's count (below), else half that (each faster than the launches apart for
+   Qwen3's b1 step on an H200: docs/MEASUREMENTS.md), each kept where a
    trial launch (twice, if the first gives up) finds its workgroups all resident at once. Builds
    the decode pass where it takes the block. */
 static wgml_status choose_grid(wgml_decode_plan *p)
@@ -714,7 +714,12 @@ static wgml_status choose_grid(wgml_decode_plan *p)
                          "one workgroup only", p->d.grid_block);
     wgml_status st = WGML_OK;
     p->gbar = make_buffer(p, BAR_BYTES, STORAGE, "decode grid barrier", &st);
-    const unsigned tries[2] = {forced ? (unsigned)p->d.grid_block : 256u, forced ? 0u : 128u};
+    /* (the policy's first try: 256 where a phase has 4,096 rows or more, as Qwen3-0.6B's
+       gate/up; else 128, as the character GPT's widest, 1,536: on an H200 6,320-6,350 tokens/s
+       against 5,980-6,020 with 256 and 6,050-6,070 with 64, docs/MEASUREMENTS.md) */
+    const int64_t rows = p->llama ? 2 * p->F : p->F > p->Q ? p->F : p->Q;
+    const unsigned first = rows >= 4096 ? 256u : 128u;
+    const unsigned tries[2] = {forced ? (unsigned)p->d.grid_block : first, forced ? 0u : first / 2};
     for (int k = 0; k < 2 && tries[k] && !st; k++) {
         p->grid_w = tries[k];
         /* (twice: a fresh pipeline's first launch may start its workgroups late) */

@@ -82,13 +82,15 @@ typedef struct wgml_decode_desc {
                                  shape at 4,096 positions, the best of an H200's sweep there) */
     int host_layout;          /* 1: the matrices laid out for the GEMVs on the host (as before; comparisons), not by a
                                  graph on the GPU (where rows need no padding and each fits a binding) */
-    int grid_block;           /* Llama at batch 1 on wgpu-native over Vulkan, a GPU: each layer's projection, norm +
-                                 gate/up and down, and the next layer's norm + QKV, in one launch of this many
-                                 workgroups (a power of two) apart by barriers across the grid, not four launches.
-                                 A trial launch at the plan's making checks they are all resident at once: a forced
-                                 count that is not, WGML_ERROR_UNSUPPORTED. 0: the policy's, 256 else 128 where the
-                                 trial passes, else the launches apart (so too where the block's staged inputs pass
-                                 the workgroup memory: F past 11,760 at 48 KB; and on a CPU adapter); -1: apart.
+    int grid_block;           /* Llama, or GPT-2 with an even head size (not unfused), at batch 1 on wgpu-native over
+                                 Vulkan, a GPU: each layer's projection, norm + MLP up and down, and the next layer's
+                                 norm + QKV, in one launch of this many workgroups (a power of two) apart by barriers
+                                 across the grid, not four launches (GPT-2: instead of its fused form). A trial launch
+                                 at the plan's making checks they are all resident at once: a forced count that is
+                                 not, WGML_ERROR_UNSUPPORTED. 0: the policy's, 256 where a phase has 4,096 rows or
+                                 more, else 128, or half that where the trial passes, else the launches apart (so too
+                                 where the block's staged inputs pass the workgroup memory: F past 11,760 at 48 KB;
+                                 and on a CPU adapter); -1: apart (GPT-2: fused where it fits).
                                  Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
                                  wgml_decode_start begins afresh) */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window

@@ -386,6 +386,14 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     while (kch_max > 64 && (RB * kch_max + (RB * 256 > 512 ? RB * 256 : 512) + 2 * RB) * 4 > wg_mem) kch_max /= 2;
     if (p->d.x_chunk && (unsigned)p->d.x_chunk < kch_max) kch_max = (unsigned)p->d.x_chunk;
 #define KCH(K) ((unsigned)(round8(K) < kch_max ? round8(K) : kch_max))
+    /* The GEMVs that stage and norm x (QKV, the MLP's up) at 16 lanes an output in the decode step
+       past batch 1: each workgroup's prologue (RB rows of x staged, their statistics) then serves
+       more outputs, and a warp's lanes read 2 x 16-byte runs of xs at once instead of 4 (on an
+       H200 Qwen3-0.6B's b8 2,110-2,135 tokens/s against 1,937-1,948, the character GPT's 26,779
+       against 24,708; 8 lanes, and 16 for the others, were slower: docs/MEASUREMENTS.md) */
+    const int few_lanes = !prefill && p->B > 1 && !p->d.lanes;
+#define NORMED_LANES(N) (few_lanes ? 16u : lanes_for(N))
+#define NORMED_GROUPS(N) ((uint32_t)(((N) + 256 / NORMED_LANES(N) - 1) / (256 / NORMED_LANES(N))))
     if (!p->fused) {
         wgml_decode_embed e = {.C = (unsigned)C, .KP = (unsigned)round8(C), .f16 = p->d.f16_weights, .positions = !p->llama};
         bind b[] = {{0, pas}, {1, rows}, {2, p->wte}, {3, p->wpe}, {4, p->x}};
@@ -398,7 +406,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         /* norm + QKV + bias + cache append, its input the residual stream: the embedding (layer
            0) or the last layer's x + its MLP's partial sums, which workgroup 0 writes to x */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = lanes_for(p->Q), .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q), .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
                                 .os = (unsigned)p->Q, .f16 = p->d.f16_weights, .norm = DECODE_NORM_LN, .norm_w = 0,
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
@@ -407,7 +415,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bq[] = {{0, pas}, {2, p->xb}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc},
                      {9, p->mlp_parts}, {10, p->x}, {11, p->wpe}, {12, p->wte}};
         char *w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv+append (fused)"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, NORMED_GROUPS(p->Q), 1, 0, "norm+qkv+append (fused)"))) return st;
         /* attention + the output projection (and its bias), a partial sum per K/V head */
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
@@ -436,7 +444,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = lanes_for(p->Q), .RB = RB, .kch = KCH(C),
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q), .RB = RB, .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                                 .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
@@ -447,7 +455,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         /* (a decode step's MLP block in one launch works out the next layer's QKV itself) */
         if (l == 0 || prefill || !p->grid_w) {
             w = wgml_decode_gemv_wgsl(&qkv, &used);
-            if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, groups_for(p->Q), 1, 0, "norm+qkv gemv"))) return st;
+            if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, NORMED_GROUPS(p->Q), 1, 0, "norm+qkv gemv"))) return st;
         }
         /* Llama decoding: RoPE (and QK-norm) in the attention's launch, each row its own slot;
            a prefill's rows of one slot need every row's keys first: a launch of its own */
@@ -518,14 +526,14 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
         if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
-        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = lanes_for(p->llama ? 2 * F : F),
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = NORMED_LANES(p->llama ? 2 * F : F),
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
                                .norm_b = (unsigned)(7 * C), .eps = eps, .bias = p->llama ? -1 : (int)(8 * C),
                                .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU, .sg = p->sg};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
-        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, groups_for(up.N), 1, 0, "norm+mlp up gemv"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, NORMED_GROUPS(up.N), 1, 0, "norm+mlp up gemv"))) return st;
         wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
@@ -556,6 +564,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     bind bs[] = {{0, pas}, {1, picks}, {2, p->ncand ? p->cand : p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1, "sampler");
 #undef KCH
+#undef NORMED_LANES
+#undef NORMED_GROUPS
 }
 
 /* ---------------------------------------------------------------- creation */
@@ -759,8 +769,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.graph_prefill < -1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: graph_prefill = %d; want -1, 0 or a length", d.graph_prefill);
     if (!d.graph_prefill) d.graph_prefill = 64;
-    if (d.lanes != 0 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 16, 32, 64 or 128", d.lanes);
+    if (d.lanes != 0 && d.lanes != 8 && d.lanes != 16 && d.lanes != 32 && d.lanes != 64 && d.lanes != 128)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: lanes = %d; want 0, 8, 16, 32, 64 or 128", d.lanes);
     if (d.head_lanes != 0 && d.head_lanes != 8 && d.head_lanes != 16 && d.head_lanes != 32 && d.head_lanes != 64 && d.head_lanes != 128)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_lanes = %d; want 0, 8, 16, 32, 64 or 128", d.head_lanes);
     if (d.subgroups < -1 || d.subgroups > 1)

@@ -43,7 +43,7 @@ typedef struct wgml_decode_desc {
     float temperature;        /* 0 (below 1e-4): the argmax; else Gumbel-max at this temperature */
     uint64_t seed;            /* the Gumbel noise's: a hash of (seed, slot, position, token) */
     int unfused;              /* 1: GPT-2 in the five launches a layer, not three (tests, comparisons) */
-    int lanes;                /* threads summing one output of a GEMV: 16, 32, 64, 128; 0 by its size (tests) */
+    int lanes;                /* threads summing one output of a GEMV: 8, 16, 32, 64, 128; 0 by its size (tests) */
     int head_lanes;           /* the LM head's: 8, 16, 32, 64, 128; 0 as lanes (over 65,536 rows or more: 32 at batch 1, else 16) */
     int attn_parts;           /* at most this many threads share an attention output (0: all; tests) */
     int x_chunk;              /* a GEMV's inputs staged at a time, a multiple of 8 (0: as many as fit; tests) */

@@ -837,10 +837,10 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the
        fused GPT-2 attention (its projection inside) stays whole. 64 a row at batch 1 (Qwen3's
        shape on the H200 with the cache's loads issued first: 854 tokens/s against 829 with 32
-       and 707 with 128, docs/MEASUREMENTS.md); 32 times the rows with more rows (about as many
-       workgroups in all) */
+       and 707 with 128, docs/MEASUREMENTS.md); 16 times the rows with more rows (at batch 8
+       chunks of 128: 2,156-2,167 tokens/s against 2,094-2,099 with 256, 2,023-2,028 with 64) */
     unsigned auto_chunk = 64;
-    while (auto_chunk < 32 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
+    while (auto_chunk < 16 * (unsigned)d.batch && auto_chunk < (unsigned)c->block) auto_chunk *= 2;
     p->attn_chunk = p->fused || d.attn_chunk < 0 ? 0 : d.attn_chunk > 0 ? (unsigned)d.attn_chunk : c->block >= 512 || !whole_fits ? auto_chunk : 0u;
     if (p->attn_chunk >= (unsigned)c->block && whole_fits) p->attn_chunk = 0;
     /* Where the whole block's scores do not fit: the prefill's attention in at most 64 chunks of

@@ -51,7 +51,7 @@ typedef struct wgml_decode_desc {
                                  32 would make more than 64 partial sums) */
     int attn_chunk;           /* the decode step's attention split over chunks of this many positions, a workgroup
                                  each, and combined (combine_launch); 0: where the block is >= 512 or its whole row
-                                 of scores does not fit the workgroup memory, 64 at batch 1, else 32 times the batch
+                                 of scores does not fit the workgroup memory, 64 at batch 1, else 16 times the batch
                                  rounded up to a power of two (unsplit where that reaches a block that fits whole),
                                  -1: never (refused where the whole row does not fit); a chunk >= such a block does
                                  not split either, nor does the fused GPT-2 form; halved until the chunk fits */

@@ -173,6 +173,7 @@ static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
 static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
+static int gemv_wgs;       /* check_batch's normed GEMVs' workgroups in grid stride (-1 off, 0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
    wgpu-native, where the last chunk to finish does it (decode.h) */
@@ -816,7 +817,8 @@ static void check_batch(const wgml_gpt_config *cfg_in)
     for (int s = 0; s < S; s++) reference_greedy(m.r, prompts[s], (int)lens[s], NN, want + s * NN);
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill,
-                                .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes};
+                                .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes,
+                                .gemv_wgs = gemv_wgs};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         /* the prompts through the graph (an evaluation of it) only where asked */
@@ -839,7 +841,7 @@ static void batch_of_prompts(void) { check_batch(&llama_cfg); }
    so 64 and 128 lanes an output add the parts of several subgroups; 16 may fit one); and the
    LM head over its tiles in few workgroups (grid stride: 1 workgroup for all 8 tiles of 4 rows,
    3 for them, each going over 2 or 3, and 3 for 4 tiles of 8 rows; the next tile's loads before
-   this one's sums): greedy
+   this one's sums), and so past batch 1 the GEMVs that norm x: greedy
    tokens against the reference, batch 1 and 3, f32 and f16. */
 static void gemv_subgroups_and_head_stride(void)
 {
@@ -865,6 +867,13 @@ static void gemv_subgroups_and_head_stride(void)
         lanes_all = 128, head_wgs = 5; /* (5 workgroups for the 8 tiles) */
         check_batch(&gpt2_cfg);
         lanes_all = 0, head_wgs = 0, head_lanes = 0;
+        /* past batch 1 the normed GEMVs (16 lanes: Llama's QKV 3 tiles, gate/up 5; GPT-2's fused
+           QKV 5) in grid stride over 1 and 2 workgroups */
+        for (gemv_wgs = 1; gemv_wgs <= 2; gemv_wgs++) {
+            check_batch(&llama_cfg);
+            check_batch(&gpt2_cfg);
+        }
+        gemv_wgs = 0;
     }
     subgroups = 0, plan_only = 0;
 }

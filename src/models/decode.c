@@ -393,7 +393,14 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
        against 24,708; 8 lanes, and 16 for the others, were slower: docs/MEASUREMENTS.md) */
     const int few_lanes = !prefill && p->B > 1 && !p->d.lanes;
 #define NORMED_LANES(N) (few_lanes ? 16u : lanes_for(N))
-#define NORMED_GROUPS(N) ((uint32_t)(((N) + 256 / NORMED_LANES(N) - 1) / (256 / NORMED_LANES(N))))
+#define NORMED_TILES(N) ((uint32_t)(((N) + 256 / NORMED_LANES(N) - 1) / (256 / NORMED_LANES(N))))
+    /* ... and where their tiles are many, 132 workgroups going over them, x staged once each (one
+       wave on an H100's or H200's 132 multiprocessors: Qwen3-0.6B's b8 2,285-2,287 tokens/s
+       against 2,192-2,193 a workgroup a tile, 264 and 528 no faster; gemv_wgs) */
+    const uint32_t normed_wgs = p->d.gemv_wgs < 0 ? 0u : p->d.gemv_wgs > 0 ? (uint32_t)p->d.gemv_wgs : 132u;
+    const uint32_t stride_from = p->d.gemv_wgs > 0 ? 0u : 256u; /* (the policy's: tiles enough for two rounds) */
+#define NORMED_WGS(N) (few_lanes && normed_wgs && KCH(C) >= round8(C) && NORMED_TILES(N) >= stride_from && normed_wgs < NORMED_TILES(N) ? normed_wgs : 0u)
+#define NORMED_GROUPS(N) (NORMED_WGS(N) ? NORMED_WGS(N) : NORMED_TILES(N))
     if (!p->fused) {
         wgml_decode_embed e = {.C = (unsigned)C, .KP = (unsigned)round8(C), .f16 = p->d.f16_weights, .positions = !p->llama};
         bind b[] = {{0, pas}, {1, rows}, {2, p->wte}, {3, p->wpe}, {4, p->x}};
@@ -406,7 +413,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         /* norm + QKV + bias + cache append, its input the residual stream: the embedding (layer
            0) or the last layer's x + its MLP's partial sums, which workgroup 0 writes to x */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q), .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q), .hwg = NORMED_WGS(p->Q), .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
                                 .os = (unsigned)p->Q, .f16 = p->d.f16_weights, .norm = DECODE_NORM_LN, .norm_w = 0,
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
@@ -444,7 +451,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q), .RB = RB, .kch = KCH(C),
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q),
+                                .hwg = NORMED_WGS(p->Q), .RB = RB, .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                                 .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
@@ -527,6 +535,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         w = wgml_decode_gemv_wgsl(&wo, &used);
         if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
         wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = NORMED_LANES(p->llama ? 2 * F : F),
+                               .hwg = NORMED_WGS(p->llama ? 2 * F : F),
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
                                .norm_b = (unsigned)(7 * C), .eps = eps, .bias = p->llama ? -1 : (int)(8 * C),
@@ -565,6 +574,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1, "sampler");
 #undef KCH
 #undef NORMED_LANES
+#undef NORMED_TILES
+#undef NORMED_WGS
 #undef NORMED_GROUPS
 }
 
@@ -778,6 +789,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.subgroups > 0 && !ctx->rt.info.has_subgroups)
         return wgml_fail(ctx, WGML_ERROR_UNSUPPORTED, "decode plan: subgroups asked for, and the adapter has none");
     if (d.head_wgs < -1) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: head_wgs = %d; want -1, 0 or a count", d.head_wgs);
+    if (d.gemv_wgs < -1) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: gemv_wgs = %d; want -1, 0 or a count", d.gemv_wgs);
     if (d.attn_cols < 0 || d.attn_cols > c->width)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_cols = %d; want 0 to the width", d.attn_cols);
     /* (4: the character GPT at batch 1 on an H200, 5,480 tokens/s against 5,081 with 1, one

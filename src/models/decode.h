@@ -96,6 +96,9 @@ typedef struct wgml_decode_desc {
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */
+    int gemv_wgs;             /* past batch 1, the decode step's normed GEMVs (QKV, the MLP's up) in this many
+                                 workgroups, each staging x once and going over tiles of rows as the head's; 0: 132
+                                 where they have 256 tiles or more, else a workgroup a tile; -1: a workgroup a tile */
 } wgml_decode_desc;
 
 typedef struct wgml_decode_plan wgml_decode_plan;

@@ -394,8 +394,8 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
     if (tpu > 1) wgml_sbuf_put(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
     const unsigned opw = 256 / lpo, tiles = (k->N + opw - 1) / opw;
-    /* the grid-stride head: x staged once a workgroup, its tiles of OPW rows in turn */
-    const int stride = k->head && k->hwg > 0 && norm && k->kch >= k->KP;
+    /* grid stride: x staged once a workgroup, its tiles of OPW rows in turn */
+    const int stride = k->hwg > 0 && norm && k->kch >= k->KP;
     wgml_sbuf_put(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
                       "var<workgroup> stat: array<vec2<f32>, RB>;\n",
                   k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);

@@ -45,9 +45,9 @@ typedef struct wgml_decode_gemv {
     unsigned lpo; /* lanes summing an output (16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
     int sg;       /* the lanes' sums and the norm's statistics by subgroup shuffles (the adapter has subgroups):
                      a barrier each, not a tree of a barrier a round */
-    unsigned hwg; /* the head (with norm, x in one chunk): this many workgroups, each staging x once and
-                     going over tiles of 256 / lpo rows (grid stride), the next tile's loads issued before
-                     this one's sums; its candidates then hwg a row (0: a workgroup a tile) */
+    unsigned hwg; /* with norm, x in one chunk: this many workgroups, each staging x once and going over
+                     tiles of 256 / lpo rows (grid stride), the next tile's loads issued before this one's
+                     sums; the head's candidates then hwg a row (0: a workgroup a tile) */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
 

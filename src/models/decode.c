@@ -351,12 +351,17 @@ static unsigned split_wgs_of(const wgml_decode_plan *p)
    early form is taken only where it fits too: wgml_decode_attn_early_fits). */
 static int attn_fits(const wgml_decode_plan *p, unsigned chunk, int prefill, int combine)
 {
-    const wgml_decode_attn a = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
-                                .block = (unsigned)p->block, .chunk = chunk, .wgs = chunk ? split_wgs_of(p) : p->wide_wgs,
-                                .rope = p->llama && !prefill, .append = !p->llama && !prefill, /* (GPT-2's, where a grid block: the larger) */
-                                .combine = combine, .f16c = p->f16c,
-                                .wo_fused = !chunk && !p->llama}; /* (whole: GPT-2's fused form, the larger) */
-    return wgml_decode_attn_late_bytes(&a) <= p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
+    wgml_decode_attn a = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
+                          .block = (unsigned)p->block, .chunk = chunk, .wgs = chunk ? split_wgs_of(p) : p->wide_wgs,
+                          .rope = p->llama && !prefill, .combine = combine, .f16c = p->f16c,
+                          .wo_fused = !chunk && !p->llama}; /* (whole: GPT-2's fused form, the larger) */
+    const uint64_t lim = p->ctx->rt.limits.maxComputeWorkgroupStorageSize;
+    if (wgml_decode_attn_late_bytes(&a) > lim) return 0;
+    /* GPT-2's decode step appends k and v where it takes the grid block (not known yet), without
+       it not: both forms must fit (the append's unit of the cache is a vec4 only where D % 8 == 0,
+       so for D % 8 == 4 its form is the smaller, not the larger) */
+    a.append = !p->llama && !prefill;
+    return wgml_decode_attn_late_bytes(&a) <= lim;
 }
 
 /* The chunks combined inside the split attention's launch, where that is possible and its
@@ -843,7 +848,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     /* GPT-2 in three launches a layer where the MLP's staged rows (whole, RB of them: 8 in a
        prefill), its hidden block and sums fit the workgroup memory and the partial sums are few */
     const int64_t mlp_mem = (8 * round8(p->C) + 8 * 256 + 8 * p->mlp_block + 16) * 4;
-    p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64 && whole_fits && !grid_wanted(p);
+    const int gpt2_grid = !p->llama && grid_wanted(p); /* (the fused form given up for the grid block) */
+    p->fused = !p->llama && !d.unfused && mlp_mem <= (int64_t)wg_mem && p->nmlp <= 64 && p->Hkv <= 64 && whole_fits && !gpt2_grid;
 
     /* the decode step's attention split over chunks of positions where the block is long
        (one workgroup a K/V head would read a long cache on a few of the GPU's cores); the
@@ -966,6 +972,14 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (st) {
         wgml_decode_plan_free(p);
         return st;
+    }
+    if (gpt2_grid && !p->grid_w) {
+        /* GPT-2 gave up its fused form for a grid block it did not get (the policy's trial found
+           the workgroups not all resident, or the adapter's limits refused it): made again
+           without the block, so that the fused form is taken where it fits, as before */
+        wgml_decode_plan_free(p);
+        d.grid_block = -1;
+        return wgml_decode_plan_create(g, &d, out);
     }
     *out = p;
     return WGML_OK;

@@ -709,9 +709,9 @@ static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
 }
 
 /* GPT-2's LayerNorm: x staged by every workgroup, its mean and variance (as the GEMVs' norm:
-   E[x^2] - mean^2) from 16 partial sums each, then xs normed in place with the weights and bias
-   (gw<id>, gb<id>; zeros past C) */
-static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id)
+   E[x^2] - mean^2) from 16 partial sums each (sg: each subgroup's sums, one barrier), then xs
+   normed in place with the weights and bias (gw<id>, gb<id>; zeros past C) */
+static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id, int sg)
 {
     const unsigned nj = (kc4 + 255) / 256;
     wgml_sbuf_put(b, "    {\n        var s = 0.0;\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
@@ -719,18 +719,24 @@ static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id)
                      "            let i = tid + 256u * j;\n"
                      "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n"
                      "        for (var j = 0u; j < %uu; j++) { s += dot(xv[j], vec4<f32>(1.0)); ss += dot(xv[j], xv[j]); }\n"
-                     "        red[tid] = s;\n        ssr[tid] = ss;\n        workgroupBarrier();\n"
-                     "        if (tid < 16u) {\n            var a = 0.0;\n            var q2 = 0.0;\n"
-                     "            for (var q = 0u; q < 16u; q++) { a += red[16u * tid + q]; q2 += ssr[16u * tid + q]; }\n"
-                     "            ssq[tid] = a;\n            ssq[16u + tid] = q2;\n        }\n        workgroupBarrier();\n"
-                     "        var sm = 0.0;\n        var sq = 0.0;\n"
-                     "        for (var q = 0u; q < 16u; q++) { sm += ssq[q]; sq += ssq[16u + q]; }\n"
-                     "        let mean = sm / f32(C);\n"
+                     "        var sm = 0.0;\n        var sq = 0.0;\n",
+                  nj, nj, nj);
+    if (sg)
+        wgml_sbuf_put(b, "        s = subgroupAdd(s);\n        ss = subgroupAdd(ss);\n"
+                         "        if (tid %% sgs == 0u) { red[tid / sgs] = s; ssr[tid / sgs] = ss; }\n        workgroupBarrier();\n"
+                         "        for (var q = 0u; q * sgs < 256u; q++) { sm += red[q]; sq += ssr[q]; }\n");
+    else
+        wgml_sbuf_put(b, "        red[tid] = s;\n        ssr[tid] = ss;\n        workgroupBarrier();\n"
+                         "        if (tid < 16u) {\n            var a = 0.0;\n            var q2 = 0.0;\n"
+                         "            for (var q = 0u; q < 16u; q++) { a += red[16u * tid + q]; q2 += ssr[16u * tid + q]; }\n"
+                         "            ssq[tid] = a;\n            ssq[16u + tid] = q2;\n        }\n        workgroupBarrier();\n"
+                         "        for (var q = 0u; q < 16u; q++) { sm += ssq[q]; sq += ssq[16u + q]; }\n");
+    wgml_sbuf_put(b, "        let mean = sm / f32(C);\n"
                      "        let rs = inverseSqrt(max(sq / f32(C) - mean * mean, 0.0) + EPS);\n"
                      "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
                      "            if (i < %uu) { xs[i] = (xv[j] - vec4<f32>(mean)) * rs * gw%u[j] + gb%u[j]; }\n        }\n"
                      "        workgroupBarrier();\n    }\n",
-                  nj, nj, nj, nj, kc4, id, id);
+                  nj, kc4, id, id);
 }
 
 /* Lanes a row for a phase of N rows: 32, or fewer rows a workgroup (64, 128 lanes) while the
@@ -822,7 +828,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     const block_norm nb = {"vecs", k->norm_w, kc / 4, k->ln ? (int)k->norm_b : -1},
                      nd = {"vnext", 0, kc / 4, k->ln ? (int)k->C : -1};
     block_sync(&b, &pb, &nb);
-    if (k->ln) block_stage_ln(&b, kc / 4, pb.id);
+    if (k->ln) block_stage_ln(&b, kc / 4, pb.id, k->sg);
     else block_stage_normed(&b, kc / 4, pb.id);
     /* Llama's gate and up (rows 2f and 2f + 1 are neighbouring groups), or GPT-2's up with GELU */
     char epi[160];
@@ -837,7 +843,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     if (k->Q) { /* the next layer's norm and QKV (+ its bias) */
         const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, k->ln ? bq : NULL};
         block_sync(&b, &pd, &nd);
-        if (k->ln) block_stage_ln(&b, kc / 4, pd.id);
+        if (k->ln) block_stage_ln(&b, kc / 4, pd.id, k->sg);
         else block_stage_normed(&b, kc / 4, pd.id);
         block_phase(&b, &pd, k->sg, sc, k->ln ? "qkv[n] = xb + v;" : "qkv[n] = v;");
     }

@@ -722,17 +722,25 @@ static void generate_through_the_plan(void)
         seen sn = {.n = 0};
         got[NN] = -7;
         int used = 0;
-        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, NN, 0.0f, got, see_token, &sn, 1, &used));
+        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, NN, 0.0f, 0, got, see_token, &sn, 1, &used));
         CHECK(used == 1);
         same_tokens("generate through the plan vs reference", got, want, NN);
         CHECK(sn.n == NN && got[NN] == -7 && memcmp(sn.tok, want, sizeof want) == 0);
         seen st = {.stop_at = 7};
         for (int i = 0; i < NN; i++) got[i] = -1;
-        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, NN, 0.0f, got, see_token, &st, 1, &used));
+        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, NN, 0.0f, 0, got, see_token, &st, 1, &used));
         CHECK(st.n == 7 && memcmp(got, want, 7 * sizeof *got) == 0 && got[7] == -1 && got[NN - 1] == -1);
         int32_t one = -1;
-        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, 1, 0.0f, &one, NULL, NULL, 1, &used));
+        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, 1, 0.0f, 0, &one, NULL, NULL, 1, &used));
         CHECK(one == want[0]);
+        model_free(&m);
+        /* f16 weights (wgml_gpt_sample_desc.f16_weights): a model whose weights f16 holds
+           exactly, so the plan's sums are the reference's */
+        model_make(ctx, cfgs[ci], 1, &m);
+        reference_greedy(m.r, prompt, NP, NN, want);
+        CHECK_OK(ctx, wgml_decode_sample_tokens(&m.g, prompt, NP, NN, 0.0f, 1, got, NULL, NULL, 1, &used));
+        CHECK(used == 1);
+        same_tokens("generate with f16 weights vs reference", got, want, NN);
         model_free(&m);
     }
 }

@@ -339,6 +339,9 @@ static void bad_input_is_refused(void)
     CHECK_STATUS(ctx, wgml_gpt_generate(g, prompt, 0, 4, NULL, NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
     wgml_gpt_sample_desc neg = {.temperature = -1};
     CHECK_STATUS(ctx, wgml_gpt_generate(g, prompt, 1, 4, &neg, NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    const wgml_gpt_sample_desc two = {.f16_weights = 2};
+    CHECK_STATUS(ctx, wgml_gpt_generate(g, prompt, 1, 4, &two, NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "f16_weights"));
     int n = -1;
     CHECK(wgml_gpt_params(NULL, &n) == NULL && n == 0);
     wgml_gpt_delete(g);

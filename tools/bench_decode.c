@@ -128,7 +128,7 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
 /* What wgml_gpt_generate gives a caller: a plan made, the prompt fed, n tokens drawn (greedy),
    all timed, and a call for one token alone: their difference is the n - 1 tokens' own time
    (each the second of two calls: the first compiles the kernels). */
-static void generate_row(wgml_gpt *g, const char *name, int64_t n_prompt, int64_t n)
+static void generate_row(wgml_gpt *g, const char *name, int64_t n_prompt, int64_t n, int f16)
 {
     if (!wanted(name)) return;
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt), *out = malloc((size_t)n * sizeof *out);
@@ -137,14 +137,15 @@ static void generate_row(wgml_gpt *g, const char *name, int64_t n_prompt, int64_
     for (int64_t i = 0; ok && i < n_prompt; i++) prompt[i] = (int32_t)((i * 7919 + 13) % g->cfg.vocab);
     for (int r = 0; ok && r < 4; r++) {
         double t0 = bench_now();
-        ok = wgml_gpt_generate(g, prompt, n_prompt, r & 1 ? 1 : n, NULL, out, NULL, NULL) == WGML_OK;
+        const wgml_gpt_sample_desc d = {.f16_weights = f16};
+        ok = wgml_gpt_generate(g, prompt, n_prompt, r & 1 ? 1 : n, &d, out, NULL, NULL) == WGML_OK;
         t[r & 1] = bench_now() - t0;
     }
     const double each = (t[0] - t[1]) / (double)(n - 1);
     if (!ok) fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(g->ctx));
-    else fprintf(stderr, "  %s: wgml_gpt_generate, f32 weights, prompt %lld: %lld tokens in %.1f ms, one in %.1f ms (the plan's making "
-                 "and the prompt's feeding): %.3f ms a token after the first\n", name, (long long)n_prompt, (long long)n, t[0] * 1e3,
-                 t[1] * 1e3, each * 1e3);
+    else fprintf(stderr, "  %s: wgml_gpt_generate, %s weights, prompt %lld: %lld tokens in %.1f ms, one in %.1f ms (the plan's making "
+                 "and the prompt's feeding): %.3f ms a token after the first\n", name, f16 ? "f16" : "f32", (long long)n_prompt,
+                 (long long)n, t[0] * 1e3, t[1] * 1e3, each * 1e3);
     bench_report(name, ok ? each : NAN, ok ? 1.0 / each : NAN, "tokens/s");
     free(prompt), free(out);
 }
@@ -157,7 +158,7 @@ void bench_decode_char(wgml_gpt *g, int quick)
     decode_row(g, "gpt_generate_plan_b1_f16", 1, 1, 0, 1, n, reps);
     decode_row(g, "gpt_generate_plan_b1_unfused", 1, 0, 1, 1, n, reps);
     decode_row(g, "gpt_generate_plan_b8", 8, 0, 0, 1, n, reps);
-    generate_row(g, "gpt_generate_api", 1, 4 * n);
+    generate_row(g, "gpt_generate_api", 1, 4 * n, 0);
 }
 
 void bench_decode_qwen(int quick)
@@ -183,7 +184,8 @@ void bench_decode_qwen(int quick)
             (long long)wgml_gpt_numel(&g.cfg), bench_now() - t0);
     const int64_t prompt = big ? 512 : 24, ntok = big ? 64 : 16;
     decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, 0, prompt, ntok, quick ? 1 : 3);
-    generate_row(&g, "qwen3_0.6b_generate", prompt, big ? 256 : 8);
+    generate_row(&g, "qwen3_0.6b_generate", prompt, big ? 256 : 8, 0);
+    generate_row(&g, "qwen3_0.6b_generate_f16", prompt, big ? 256 : 8, 1);
     /* WGML_BENCH_DECODE_SWEEP="VAR=v VAR=v;...": the b1 row again for each entry with its variables
        set (the plan's knobs above), the model made once */
     const char *sweep = getenv("WGML_BENCH_DECODE_SWEEP");

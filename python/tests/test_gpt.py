@@ -108,6 +108,9 @@ def test_greedy_generation_is_the_commands(trained):
     ids = m.generate(m.encode("Line"), max_new_tokens=30, temperature=0)
     assert ids.dtype == np.int32 and m.decode(ids) == got
     assert m.generate(b"Line", max_new_tokens=30, temperature=0) == got.encode()
+    # f16 weights reach the C sampler (the GPU's decode plan; a CPU adapter keeps the graph path)
+    half = m.generate("Line", max_new_tokens=30, temperature=0, f16_weights=True)
+    assert isinstance(half, str) and len(half) == 30
 
 
 @needs_cli

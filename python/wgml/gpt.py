@@ -451,8 +451,8 @@ class GPT:
 
     def generate(self, prompt: TextOrIds = "", max_new_tokens: int = 200, temperature: float = 0.8, top_k: int = 0,
                  seed: _t.Optional[int] = None,
-                 on_token: _t.Optional[_t.Callable[[int], _t.Optional[bool]]] = None
-                 ) -> _t.Union[str, bytes, np.ndarray]:
+                 on_token: _t.Optional[_t.Callable[[int], _t.Optional[bool]]] = None,
+                 f16_weights: bool = False) -> _t.Union[str, bytes, np.ndarray]:
         """Continues prompt by up to max_new_tokens tokens with a KV cache on the GPU (one
         submit per token; past config.block the cache slides), as `wgml gpt sample` does.
 
@@ -463,7 +463,8 @@ class GPT:
         seed resets the context's generator first (the command's --seed); None goes on from
         its state. on_token(id) is called with each token as it comes; a true return stops
         the generation there (what came so far is returned). An exception it raises stops it
-        and propagates."""
+        and propagates. f16_weights keeps the GPU decode plan's matrices as f16 (half the bytes
+        read a token, f32 sums; faster for large models, logits within f16's rounding)."""
         if isinstance(prompt, (str, bytes)):
             ids = self.encode(prompt)
             if ids.size == 0:
@@ -481,7 +482,7 @@ class GPT:
         if seed is not None:
             self.ctx.manual_seed(seed)
         desc = ffi.new("wgml_gpt_sample_desc *")
-        desc.temperature, desc.top_k = float(temperature), int(top_k)
+        desc.temperature, desc.top_k, desc.f16_weights = float(temperature), int(top_k), 1 if f16_weights else 0
         out = np.zeros(n, dtype=np.int32)
         got = [0]
         failure = []

@@ -1465,7 +1465,8 @@ static int deliver_token(int64_t slot, int32_t token, void *user)
 }
 
 wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
-                               int32_t *out, int (*on_token)(int32_t, void *), void *user, int on_cpu, int *used)
+                               int f16_weights, int32_t *out, int (*on_token)(int32_t, void *), void *user, int on_cpu,
+                               int *used)
 {
     *used = 0;
     if (n_new < 1) return WGML_OK;
@@ -1484,7 +1485,7 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
     /* batch 1: GPT-2 in its five wide launches a layer, which ran 1.5x the three fused ones on
        the H100 (docs/MEASUREMENTS.md: 5,089 against 3,343 tokens/s on the character GPT) */
     const wgml_decode_desc d = {.batch = 1, .temperature = temperature, .seed = mixed ^ (mixed >> 32),
-                                .steps_per_submit = n_new < 16 ? n_new : 16, .unfused = 1};
+                                .steps_per_submit = n_new < 16 ? n_new : 16, .unfused = 1, .f16_weights = f16_weights};
     wgml_decode_plan *p = NULL;
     st = wgml_decode_plan_create(g, &d, &p);
     if (st == WGML_ERROR_UNSUPPORTED) return WGML_OK; /* the caller takes the graph path */

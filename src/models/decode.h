@@ -127,12 +127,14 @@ typedef int (*wgml_decode_token_fn)(int64_t slot, int32_t token, void *user);
 wgml_status wgml_decode_generate_each(wgml_decode_plan *p, int64_t steps, int32_t *out, wgml_decode_token_fn each, void *user);
 
 /* wgml_gpt_generate's sampler at batch 1: n_new tokens after prompt, greedy or at a
-   temperature (the Gumbel seed drawn from the context's generator), into out and on_token as
+   temperature (the Gumbel seed drawn from the context's generator), the plan's matrices f16
+   where f16_weights, into out and on_token as
    wgml_gpt_generate gives them. *used = 0 (and nothing done) where the plan does not take the
    model, or the adapter is a CPU (lavapipe, where the graph path is faster) and on_cpu is 0
    (1: the tests'): the caller then keeps the graph path. */
 wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new, float temperature,
-                               int32_t *out, int (*on_token)(int32_t, void *), void *user, int on_cpu, int *used);
+                               int f16_weights, int32_t *out, int (*on_token)(int32_t, void *), void *user, int on_cpu,
+                               int *used);
 
 /* What one decode step costs: dispatches (structural; the policy's chunk: a longer one may
    differ by the combine's launches), and the host's encoding time of the last generate call

@@ -260,12 +260,15 @@ wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prom
     if (!(d.top_p >= 0 && d.top_p <= 1))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: top_p = %g; want 0 <= top_p <= 1 (0 or 1: all)",
                          (double)d.top_p);
+    if (d.f16_weights != 0 && d.f16_weights != 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: f16_weights = %d; want 0 or 1", d.f16_weights);
     /* top-p needs the distribution on the host; temperature 0 stays the GPU's argmax */
     const int nucleus = d.top_p > 0 && d.top_p < 1 && d.temperature >= 1e-4f;
     /* the decode plan (models/decode.h) where it takes the model: no graph per token */
     if (!nucleus && (d.top_k == 0 || d.temperature < 1e-4f)) {
         int used = 0;
-        wgml_status st = wgml_decode_sample_tokens(g, prompt, n_prompt, n_new, d.temperature, out, on_token, user, 0, &used);
+        wgml_status st = wgml_decode_sample_tokens(g, prompt, n_prompt, n_new, d.temperature, d.f16_weights, out, on_token, user, 0,
+                                                     &used);
         if (used || st) return st;
     }
     /* the history the sliding window restarts from: the prompt, then the tokens drawn */

@@ -874,7 +874,9 @@ static void gemv_subgroups_and_head_stride(void)
         head_lanes = 64;
         lanes_all = 128, head_wgs = 5; /* (5 workgroups for the 8 tiles) */
         check_batch(&gpt2_cfg);
-        lanes_all = 0, head_wgs = 0, head_lanes = 0;
+        lanes_all = 8, head_wgs = 0; /* (the fewest lanes an output the knob takes) */
+        check_batch(&llama_cfg);
+        lanes_all = 0, head_lanes = 0;
         /* past batch 1 the normed GEMVs (16 lanes: Llama's QKV 3 tiles, gate/up 5; GPT-2's fused
            QKV 5) in grid stride over 1 and 2 workgroups */
         for (gemv_wgs = 1; gemv_wgs <= 2; gemv_wgs++) {

@@ -375,6 +375,31 @@ static int split_fits(const wgml_decode_plan *p, unsigned chunk, int prefill)
     return attn_fits(p, chunk, prefill, !prefill && combine_fits(p, chunk));
 }
 
+/* How a GEMV that stages and norms x (QKV, the MLP's up; N outputs) is launched: its lanes an
+   output, the workgroups going over its tiles (0: a workgroup a tile) and the launch's grid. In
+   the decode step past batch 1 (lanes not forced) 16 lanes: each workgroup's prologue (RB rows
+   of x staged, their statistics) serves more outputs (on an H200 Qwen3-0.6B's b8 2,110-2,135
+   tokens/s against 1,937-1,948, the character GPT's 26,779 against 24,708; 8 lanes, and 16 for
+   the GEMVs without a norm, were slower: docs/MEASUREMENTS.md); and where its tiles are 256 or
+   more, 132 workgroups going over them, x staged once each (one wave on an H100's or H200's 132
+   multiprocessors: Qwen3-0.6B's b8 2,285-2,287 against 2,192-2,193 a workgroup a tile, 264 and
+   528 no faster), or gemv_wgs's; grid stride needs x in one chunk (x_whole). */
+typedef struct normed_launch {
+    unsigned lanes;
+    uint32_t wgs, groups;
+} normed_launch;
+
+static normed_launch normed_launch_of(const wgml_decode_plan *p, int prefill, int64_t N, int x_whole)
+{
+    const int batched = !prefill && p->B > 1 && !p->d.lanes;
+    normed_launch g = {.lanes = batched ? 16u : lanes_for(N)};
+    const uint32_t tiles = (uint32_t)((N + 256 / g.lanes - 1) / (256 / g.lanes));
+    const uint32_t want = p->d.gemv_wgs < 0 ? 0u : p->d.gemv_wgs > 0 ? (uint32_t)p->d.gemv_wgs : tiles >= 256 ? 132u : 0u;
+    g.wgs = batched && x_whole && want < tiles ? want : 0u;
+    g.groups = g.wgs ? g.wgs : tiles;
+    return g;
+}
+
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
    decode step's attention in chunks of dec_chunk positions (0: whole), into ps_. */
 static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chunk, pass *ps_)
@@ -391,21 +416,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     while (kch_max > 64 && (RB * kch_max + (RB * 256 > 512 ? RB * 256 : 512) + 2 * RB) * 4 > wg_mem) kch_max /= 2;
     if (p->d.x_chunk && (unsigned)p->d.x_chunk < kch_max) kch_max = (unsigned)p->d.x_chunk;
 #define KCH(K) ((unsigned)(round8(K) < kch_max ? round8(K) : kch_max))
-    /* The GEMVs that stage and norm x (QKV, the MLP's up) at 16 lanes an output in the decode step
-       past batch 1: each workgroup's prologue (RB rows of x staged, their statistics) then serves
-       more outputs, and a warp's lanes read 2 x 16-byte runs of xs at once instead of 4 (on an
-       H200 Qwen3-0.6B's b8 2,110-2,135 tokens/s against 1,937-1,948, the character GPT's 26,779
-       against 24,708; 8 lanes, and 16 for the others, were slower: docs/MEASUREMENTS.md) */
-    const int few_lanes = !prefill && p->B > 1 && !p->d.lanes;
-#define NORMED_LANES(N) (few_lanes ? 16u : lanes_for(N))
-#define NORMED_TILES(N) ((uint32_t)(((N) + 256 / NORMED_LANES(N) - 1) / (256 / NORMED_LANES(N))))
-    /* ... and where their tiles are many, 132 workgroups going over them, x staged once each (one
-       wave on an H100's or H200's 132 multiprocessors: Qwen3-0.6B's b8 2,285-2,287 tokens/s
-       against 2,192-2,193 a workgroup a tile, 264 and 528 no faster; gemv_wgs) */
-    const uint32_t normed_wgs = p->d.gemv_wgs < 0 ? 0u : p->d.gemv_wgs > 0 ? (uint32_t)p->d.gemv_wgs : 132u;
-    const uint32_t stride_from = p->d.gemv_wgs > 0 ? 0u : 256u; /* (the policy's: tiles enough for two rounds) */
-#define NORMED_WGS(N) (few_lanes && normed_wgs && KCH(C) >= round8(C) && NORMED_TILES(N) >= stride_from && normed_wgs < NORMED_TILES(N) ? normed_wgs : 0u)
-#define NORMED_GROUPS(N) (NORMED_WGS(N) ? NORMED_WGS(N) : NORMED_TILES(N))
+    const int x_whole = KCH(C) >= round8(C);
     if (!p->fused) {
         wgml_decode_embed e = {.C = (unsigned)C, .KP = (unsigned)round8(C), .f16 = p->d.f16_weights, .positions = !p->llama};
         bind b[] = {{0, pas}, {1, rows}, {2, p->wte}, {3, p->wpe}, {4, p->x}};
@@ -418,7 +429,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         /* norm + QKV + bias + cache append, its input the residual stream: the embedding (layer
            0) or the last layer's x + its MLP's partial sums, which workgroup 0 writes to x */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q), .hwg = NORMED_WGS(p->Q), .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
+        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole);
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
                                 .os = (unsigned)p->Q, .f16 = p->d.f16_weights, .norm = DECODE_NORM_LN, .norm_w = 0,
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
@@ -427,7 +439,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bq[] = {{0, pas}, {2, p->xb}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc},
                      {9, p->mlp_parts}, {10, p->x}, {11, p->wpe}, {12, p->wte}};
         char *w = wgml_decode_gemv_wgsl(&qkv, &used);
-        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, NORMED_GROUPS(p->Q), 1, 0, "norm+qkv+append (fused)"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bq, 12, GRID_FIXED, nq.groups, 1, 0, "norm+qkv+append (fused)"))) return st;
         /* attention + the output projection (and its bias), a partial sum per K/V head */
         wgml_decode_attn at = {.D = (unsigned)p->D, .G = (unsigned)(p->H / p->Hkv), .kvd = (unsigned)(p->Hkv * p->D),
                                .block = (unsigned)p->block, .qs = (unsigned)p->Q, .as = (unsigned)p->A,
@@ -449,26 +461,26 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         if ((st = add_launch(p, ps_, wgml_decode_mlp_wgsl(&mlp), used, bm, 8, GRID_FIXED, (uint32_t)p->nmlp, 1, 0, "norm+mlp (fused)"))) return st;
     }
     /* GPT-2's decode step with the grid block: each layer's QKV worked out by the last layer's
-       block (layer 0's by its GEMV), the attention appending k and v as Llama's does */
+       block (layer 0's by its GEMV, plain), the attention appending k and v as Llama's does */
     const int append = !p->llama && !prefill && p->grid_w;
     for (int64_t l = 0; !p->fused && l < p->cfg.layers; l++) {
         layer_bufs *lb = &p->L[l];
         uint32_t used;
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = NORMED_LANES(p->Q),
-                                .hwg = NORMED_WGS(p->Q), .RB = RB, .kch = KCH(C),
+        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole), nu = normed_launch_of(p, prefill, p->llama ? 2 * F : F, x_whole);
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .RB = RB,
+                                .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
-                                .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
+                                .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama || append ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block, .sg = p->sg,
                                 .f16c = p->f16c};
         bind bq[] = {{0, pas}, {2, p->x}, {3, lb->wqkv}, {4, lb->vecs}, {5, p->qkv}, {6, rows}, {7, lb->kc}, {8, lb->vc}};
-        if (append) qkv.epilogue = DECODE_OUT_PLAIN; /* (the attention appends k and v) */
         /* (a decode step's MLP block in one launch works out the next layer's QKV itself) */
         if (l == 0 || prefill || !p->grid_w) {
             w = wgml_decode_gemv_wgsl(&qkv, &used);
-            if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, NORMED_GROUPS(p->Q), 1, 0, "norm+qkv gemv"))) return st;
+            if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, nq.groups, 1, 0, "norm+qkv gemv"))) return st;
         }
         /* Llama decoding: RoPE (and QK-norm) in the attention's launch, each row its own slot;
            a prefill's rows of one slot need every row's keys first: a launch of its own */
@@ -539,15 +551,15 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
         if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
-        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = NORMED_LANES(p->llama ? 2 * F : F),
-                               .hwg = NORMED_WGS(p->llama ? 2 * F : F),
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = nu.lanes,
+                               .hwg = nu.wgs,
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
                                .norm_b = (unsigned)(7 * C), .eps = eps, .bias = p->llama ? -1 : (int)(8 * C),
                                .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU, .sg = p->sg};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
-        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, NORMED_GROUPS(up.N), 1, 0, "norm+mlp up gemv"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, nu.groups, 1, 0, "norm+mlp up gemv"))) return st;
         wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
@@ -578,10 +590,6 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     bind bs[] = {{0, pas}, {1, picks}, {2, p->ncand ? p->cand : p->logits}, {3, p->drows}, {4, p->toks}, {5, p->prows}};
     return add_launch(p, ps_, wgml_decode_sample_wgsl(&sm), prefill ? 0x3fu : 0x1fu, bs, 6, GRID_PICKS, 0, 1, 1, "sampler");
 #undef KCH
-#undef NORMED_LANES
-#undef NORMED_TILES
-#undef NORMED_WGS
-#undef NORMED_GROUPS
 }
 
 /* ---------------------------------------------------------------- creation */
@@ -709,8 +717,8 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 static int grid_wanted(const wgml_decode_plan *p)
 {
     const int cpu = strcmp(p->ctx->rt.info.adapter_type, "CPU") == 0;
-    return p->d.grid_block >= 0 && !p->fused && (p->llama || (!p->d.unfused && p->D % 2 == 0)) && p->B == 1 &&
-           combine_possible(p) && (!cpu || p->d.grid_block > 0);
+    return p->d.grid_block >= 0 && (p->llama || (!p->d.unfused && p->D % 2 == 0)) && p->B == 1 && combine_possible(p) &&
+           (!cpu || p->d.grid_block > 0);
 }
 
 /* The MLP block in one launch (wgml_decode_desc's grid_block): Llama or GPT-2 at batch 1 where

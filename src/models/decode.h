@@ -89,7 +89,7 @@ typedef struct wgml_decode_desc {
                                  at the plan's making checks they are all resident at once: a forced count that is
                                  not, WGML_ERROR_UNSUPPORTED. 0: the policy's, 256 where a phase has 4,096 rows or
                                  more, else 128, or half that where the trial passes, else the launches apart (so too
-                                 where the block's staged inputs pass the workgroup memory: F past 11,760 at 48 KB;
+                                 where the block's staged inputs pass the workgroup memory: Llama's F past 11,760 at 48 KB;
                                  and on a CPU adapter); -1: apart (GPT-2: fused where it fits).
                                  Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
                                  wgml_decode_start begins afresh) */

@@ -27,6 +27,17 @@ static void rope_helpers(wgml_sbuf *b)
 /* whether the prologue appends the row's k and v to the caches (rotated with rope) */
 static int appends(const wgml_decode_attn *a) { return a->rope || a->append; }
 
+/* the prologue's pair (a, b) of a head as (ya, yb), indented by `in`: rotated at the row's
+   position by the frequency `fr` with rope, else as it is */
+static const char *rotated(const wgml_decode_attn *a, const char *in, const char *fr, char *buf, size_t n)
+{
+    if (a->rope)
+        snprintf(buf, n, "%slet ang = reduce_angle(f32(pos) * %s);\n%slet c = cos(ang);\n%slet s = sin(ang);\n"
+                         "%slet ya = a * c - b * s;\n%slet yb = b * c + a * s;\n", in, fr, in, in, in, in);
+    else snprintf(buf, n, "%slet ya = a;\n%slet yb = b;\n", in, in);
+    return buf;
+}
+
 /* the attention's unit of the cache: vec4 loads where the head size allows */
 static unsigned cache_lw(const wgml_decode_attn *a) { return a->D % (appends(a) ? 8 : 4) == 0 && a->kvd % 4 == 0 ? 4 : 1; }
 
@@ -161,12 +172,13 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
         while (rw < a->chunk && rw < wgs) rw *= 2;
         wgml_sbuf_put(&b, "var<workgroup> smx: array<f32, %u>;\n", 2 * a->G * rw);
     }
-    /* the prologue: the group's query heads into qs; with rope, each of the G query heads and
-       the K/V head normed (qk_norm) and rotated at the row's position, k and v written to the
-       caches, which this workgroup then reads (storageBarrier); the early form reads them from
+    /* the prologue: the group's query heads into qs; where it appends (rope, append), each of
+       the G query heads and the K/V head normed (qk_norm) and rotated at the row's position (rope),
+       k and v written to the caches, which this workgroup then reads (storageBarrier); the early form reads them from
        kown and vown instead, so no launch reads them back and the fence goes (naga makes it a
        device-scope one: 14.5 -> 14.0 us alone on the H200, docs/MEASUREMENTS.md) */
     wgml_sbuf pb = {0};
+    char rot[512];
     if (!appends(a)) wgml_sbuf_put(&pb, "    for (var i = tid; i < G * DV; i += WGS) { qs[i] = vload(r * QS + g * G * D + i * LW); }\n");
     else if ((a->G + 1) * 64 <= wgs) {
         /* the G + 1 heads at once, 64 threads each (D / 2 <= 64 pairs): all loads issued
@@ -175,10 +187,10 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                            "    let hh = tid / 64u;\n    let j = tid %% 64u;\n    let act = hh <= G && j < HALF;\n"
                            "    let col = r * QS + select(HQ * D + g * D, (g * G + hh) * D, hh < G);\n"
                            "    let vcol = r * QS + (HQ + HKV) * D + g * D;\n"
-                           "    var a = 0.0;\n    var b = 0.0;\n    var fr = 0.0;\n    var w1 = 1.0;\n    var w2 = 1.0;\n"
+                           "    var a = 0.0;\n    var b = 0.0;\n%s    var w1 = 1.0;\n    var w2 = 1.0;\n"
                            "    var va = 0.0;\n    var vb = 0.0;\n"
                            "    if (act) {\n        a = qb[col + j];\n        b = qb[col + j + HALF];\n%s",
-                      a->rope ? "        fr = freq[j];\n" : "");
+                      a->rope ? "    var fr = 0.0;\n" : "", a->rope ? "        fr = freq[j];\n" : "");
         if (a->qk_norm)
             wgml_sbuf_put(&pb, "        let w = select(%uu, %uu, hh < G);\n        w1 = vecs[w + j];\n        w2 = vecs[w + j + HALF];\n",
                           a->knorm, a->qnorm);
@@ -201,9 +213,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                            "            kput(base + j, ya);\n            kput(base + j + HALF, yb);\n"
                            "            vcput(base + j, va);\n            vcput(base + j + HALF, vb);\n%s"
                            "        }\n    }\n%s",
-                      a->rope ? "        let ang = reduce_angle(f32(pos) * fr);\n        let c = cos(ang);\n        let s = sin(ang);\n"
-                                "        let ya = a * c - b * s;\n        let yb = b * c + a * s;\n"
-                              : "        let ya = a;\n        let yb = b;\n",
+                      rotated(a, "        ", "fr", rot, sizeof rot),
                       early ? "            kown[j] = ya;\n            kown[j + HALF] = yb;\n            vown[j] = va;\n            vown[j + HALF] = vb;\n" : "",
                       early || pk ? "" : "    storageBarrier();\n");
     } else {
@@ -227,9 +237,7 @@ char *wgml_decode_attention_wgsl(const wgml_decode_attn *a)
                            "                kput(base + tid, ya);\n                kput(base + tid + HALF, yb);\n"
                            "                vcput(base + tid, qb[vcol + tid]);\n                vcput(base + tid + HALF, qb[vcol + tid + HALF]);\n"
                            "            }\n        }\n    }\n%s",
-                      a->rope ? "            let ang = reduce_angle(f32(pos) * freq[tid]);\n            let c = cos(ang);\n            let s = sin(ang);\n"
-                                "            let ya = a * c - b * s;\n            let yb = b * c + a * s;\n"
-                              : "            let ya = a;\n            let yb = b;\n",
+                      rotated(a, "            ", "freq[tid]", rot, sizeof rot),
                       pk ? "" : "    storageBarrier();\n");
     }
     /* (packed halves: the row's own k and v, gathered in kown and vown, written four to a thread) */

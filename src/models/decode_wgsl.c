@@ -689,23 +689,31 @@ static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *
                   per, per, at, n4, lim, get, per, at, n4);
 }
 
+/* xv: this thread's vec4s of x (the stagings' units, zeros past C), loaded before any is used */
+static void block_x_loads(wgml_sbuf *b, unsigned kc4)
+{
+    wgml_sbuf_put(b, "        var xv: array<vec4<f32>, %u>;\n"
+                     "        for (var j = 0u; j < %uu; j++) {\n"
+                     "            let i = tid + 256u * j;\n"
+                     "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n",
+                  (kc4 + 255) / 256, (kc4 + 255) / 256);
+}
+
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
    ssq's 16 partial sums: the phase's sums take the norm's scale at the end (rsn()), so the
    GEMV's products need not wait on the sum. */
 static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
 {
-    wgml_sbuf_put(b, "    {\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
-                     "        for (var j = 0u; j < %uu; j++) {\n"
-                     "            let i = tid + 256u * j;\n"
-                     "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n"
-                     "        for (var j = 0u; j < %uu; j++) {\n"
+    wgml_sbuf_put(b, "    {\n        var ss = 0.0;\n");
+    block_x_loads(b, kc4);
+    wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) {\n"
                      "            let i = tid + 256u * j;\n"
                      "            if (i < %uu) {\n"
                      "                let v = xv[j];\n"
                      "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
                      "        ssr[tid] = ss;\n        workgroupBarrier();\n"
                      "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
-                  (kc4 + 255) / 256, (kc4 + 255) / 256, (kc4 + 255) / 256, kc4, id);
+                  (kc4 + 255) / 256, kc4, id);
 }
 
 /* GPT-2's LayerNorm: x staged by every workgroup, its mean and variance (as the GEMVs' norm:
@@ -714,13 +722,11 @@ static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
 static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id, int sg)
 {
     const unsigned nj = (kc4 + 255) / 256;
-    wgml_sbuf_put(b, "    {\n        var s = 0.0;\n        var ss = 0.0;\n        var xv: array<vec4<f32>, %u>;\n"
-                     "        for (var j = 0u; j < %uu; j++) {\n"
-                     "            let i = tid + 256u * j;\n"
-                     "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n"
-                     "        for (var j = 0u; j < %uu; j++) { s += dot(xv[j], vec4<f32>(1.0)); ss += dot(xv[j], xv[j]); }\n"
+    wgml_sbuf_put(b, "    {\n        var s = 0.0;\n        var ss = 0.0;\n");
+    block_x_loads(b, kc4);
+    wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) { s += dot(xv[j], vec4<f32>(1.0)); ss += dot(xv[j], xv[j]); }\n"
                      "        var sm = 0.0;\n        var sq = 0.0;\n",
-                  nj, nj, nj);
+                  nj);
     if (sg)
         wgml_sbuf_put(b, "        s = subgroupAdd(s);\n        ss = subgroupAdd(ss);\n"
                          "        if (tid %% sgs == 0u) { red[tid / sgs] = s; ssr[tid / sgs] = ss; }\n        workgroupBarrier();\n"
@@ -791,9 +797,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                   k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
     wgml_sbuf_put(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
                       "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
-                      "fn aget(i: u32) -> f32 { return att[i]; }\n"
-                      "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
-                      "    return inverseSqrt(s / f32(C) + EPS);\n}\n"
+                      "fn aget(i: u32) -> f32 { return att[i]; }\n%s"
                       /* (thread 0: its arrival, then the wait for the others') */
                       /* (a wait gives up past word 2's reads, or at once where another gave up; any
                          way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
@@ -803,7 +807,10 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                       "    var n = 0u;\n"
                       "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
                       "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
-                      "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
+                      "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n",
+                  /* (the RMS norm's scale, from its 16 partial sums; ln normalises xs itself) */
+                  k->ln ? "" : "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
+                               "    return inverseSqrt(s / f32(C) + EPS);\n}\n");
     /* the sums' bases (WGSL of n): the residual's x[n], GPT-2's biases */
     char bo[64], b1[48], b2[64], bq[48];
     snprintf(bo, sizeof bo, "xget(n) + vecs[%uu + n]", k->bo);

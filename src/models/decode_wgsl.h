@@ -42,7 +42,7 @@ typedef struct wgml_decode_gemv {
     unsigned np, ps, ekp;
     int e_f16, positions;
     int persist; /* workgroup 0 writes the rows it read (before the norm) to binding 10 */
-    unsigned lpo; /* lanes summing an output (16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
+    unsigned lpo; /* lanes summing an output (8, 16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
     int sg;       /* the lanes' sums and the norm's statistics by subgroup shuffles (the adapter has subgroups):
                      a barrier each, not a tree of a barrier a round */
     unsigned hwg; /* with norm, x in one chunk: this many workgroups, each staging x once and going over

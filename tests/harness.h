@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "wgml.h"
 
@@ -48,8 +49,11 @@ extern const char *test_current;
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* WGML_TEST_ONLY=name runs only the cases whose name holds it (a developer's run of one case) */
 #define TEST_RUN(fn)                          \
     do {                                      \
+        const char *only_ = getenv("WGML_TEST_ONLY"); \
+        if (only_ && *only_ && !strstr(#fn, only_)) break; \
         test_current = #fn;                   \
         int before_ = test_failures;          \
         fn();                                 \

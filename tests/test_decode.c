@@ -174,6 +174,9 @@ static int head_wgs;       /* the LM head's workgroups in its grid-stride form (
 static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 static int gemv_wgs;       /* check_batch's normed GEMVs' workgroups in grid stride (-1 off, 0: the plan's choice) */
+static int gemv_rows;      /* check_batch's GEMVs' rows a lane group (0: the plan's choice) */
+static int gemv_planes;    /* check_batch's x staged in planes for f16 weights (1 on, 0: the plan's choice) */
+static int batch_f16;      /* check_batch's weights in f16 */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
    wgpu-native, where the last chunk to finish does it (decode.h) */
@@ -816,7 +819,7 @@ static void check_batch(const wgml_gpt_config *cfg_in)
 {
     wgml_context *ctx = test_context();
     model m;
-    model_make(ctx, cfg_in, 0, &m);
+    model_make(ctx, cfg_in, batch_f16, &m);
     enum { S = 3, NN = 20 };
     const int32_t a[] = {7}, b[] = {1, 2, 3, 4, 5, 6, 7}, c[] = {28, 0, 12, 19, 8, 8, 2, 9, 14, 22, 5, 1, 27};
     const int32_t *prompts[S] = {a, b, c};
@@ -826,7 +829,7 @@ static void check_batch(const wgml_gpt_config *cfg_in)
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill,
                                 .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes,
-                                .gemv_wgs = gemv_wgs};
+                                .gemv_wgs = gemv_wgs, .gemv_rows = gemv_rows, .gemv_planes = gemv_planes, .f16_weights = batch_f16};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         /* the prompts through the graph (an evaluation of it) only where asked */
@@ -887,6 +890,31 @@ static void gemv_subgroups_and_head_stride(void)
     }
     subgroups = 0, plan_only = 0;
 }
+/* Past batch 1, each lane group of a GEMV summing 2 or 4 rows (tiles of 2-4x the rows, the last
+   short: Llama's vocabulary of 31 in 1-2 tiles, its QKV and gate/up in 1-3), with x staged in
+   planes or not, f32 and f16 weights, the head a workgroup a tile and in grid stride over 1
+   and 2 workgroups, the prefill's rows (5 a pass) too: greedy tokens against the reference.
+   And at a temperature, the candidates of such a head draw as every logit does. */
+static void gemv_rows_and_planes(void)
+{
+    plan_only = 1;
+    for (gemv_rows = 2; gemv_rows <= 4; gemv_rows += 2)
+        for (batch_f16 = 0; batch_f16 <= 1; batch_f16++)
+            for (gemv_planes = -1; gemv_planes <= 1; gemv_planes += 2) {
+                check_batch(&llama_cfg);
+                check_batch(&gpt2_cfg);
+            }
+    batch_f16 = 1, gemv_planes = 1;
+    head_lanes = 64; /* (4 rows a group of lanes, 8 or 16 a tile) */
+    for (head_wgs = 1; head_wgs <= 2; head_wgs++)
+        for (gemv_rows = 2; gemv_rows <= 4; gemv_rows += 2) {
+            gemv_wgs = head_wgs;
+            check_batch(&llama_cfg);
+            check_batch(&gpt2_cfg);
+        }
+    gemv_rows = 0, gemv_planes = 0, batch_f16 = 0, head_lanes = 0, head_wgs = 0, gemv_wgs = 0, plan_only = 0;
+}
+
 /* GPT-2 batch: the fused launches with rows of several slots */
 static void gpt2_batch(void) { check_batch(&gpt2_cfg); }
 
@@ -924,14 +952,17 @@ static void candidates_draw_as_logits(void)
         model_make(ctx, &cin, 0, &m);
         int32_t got[3][S * NN], first[3][S], greedy[S * NN];
         reference_greedy(m.r, a, (int)lens[0], NN, greedy);
-        for (int all = 0; all < 3; all++) { /* (2: the candidates of 7 grid-stride workgroups) */
+        int32_t rows2[2][S * NN], first2[2][S];
+        for (int all = 0; all < 5; all++) { /* (2: the candidates of 7 grid-stride workgroups; 3, 4: a tile a
+                                               workgroup and grid stride, lane groups of 2 rows) */
             wgml_decode_plan *plan = NULL;
             const wgml_decode_desc d = {.batch = S, .steps_per_submit = 5, .temperature = 1.5f, .seed = 77, .sample_logits = all == 1,
-                                        .lanes = 16, .head_wgs = all >= 2 ? 7 : -1};
+                                        .lanes = 16, .head_wgs = all == 2 || all == 4 ? 7 : -1, .gemv_rows = all >= 3 ? 2 : 0};
+            int32_t *g = all < 3 ? got[all] : rows2[all - 3], *f = all < 3 ? first[all] : first2[all - 3];
             CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
             if (plan) {
-                CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, first[all]));
-                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got[all]));
+                CHECK_OK(ctx, wgml_decode_start(plan, S, prompts, lens, f));
+                CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, g));
             }
             wgml_decode_plan_free(plan);
         }
@@ -939,6 +970,10 @@ static void candidates_draw_as_logits(void)
         for (int s = 0; s < S; s++) CHECK(first[0][s] == first[1][s] && first[2][s] == first[1][s]);
         same_tokens("candidates vs logits", got[0], got[1], S * (NN - 1));
         same_tokens("grid-stride candidates vs logits", got[2], got[1], S * (NN - 1));
+        for (int v = 0; v < 2; v++) {
+            for (int s = 0; s < S; s++) CHECK(first2[v][s] == first[1][s]);
+            same_tokens("candidates of 2-row lane groups vs logits", rows2[v], got[1], S * (NN - 1));
+        }
         for (int k = 1; k < NN; k++) differ |= got[1][k - 1] != greedy[k];
         CHECK(differ);
         model_free(&m);
@@ -998,6 +1033,7 @@ int main(void)
     TEST_RUN(gemv_x_in_chunks);
     TEST_RUN(lm_head_lanes);
     TEST_RUN(gemv_subgroups_and_head_stride);
+    TEST_RUN(gemv_rows_and_planes);
     TEST_RUN(gpt2_fused_mlp_blocks);
     TEST_RUN(gpt2_attention_column_blocks);
     TEST_RUN(cache_in_halves);

@@ -305,7 +305,9 @@ static unsigned lanes_by_size(int64_t N, int forced)
     return forced ? (unsigned)forced : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
-#define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) - 1) / (256 / lanes_for(N))))
+#define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) * nr - 1) / (256 / lanes_for(N) * nr)))
+/* rows a lane group of a GEMV sums (wgml_decode_gemv.nr): gemv_rows where RB rows share each weight, else 1 */
+static unsigned gemv_rows_of(const wgml_decode_desc *d, unsigned RB) { return RB > 1 && d->gemv_rows > 1 ? (unsigned)d->gemv_rows : 1u; }
 /* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs'), but over
    a large vocabulary 16 past batch 1 (half the workgroups of 32, each prologue - the final norm's
    statistics and staging x - shared by twice the rows) and 32 at batch 1 (its grid-stride form's
@@ -389,11 +391,11 @@ typedef struct normed_launch {
     uint32_t wgs, groups;
 } normed_launch;
 
-static normed_launch normed_launch_of(const wgml_decode_plan *p, int prefill, int64_t N, int x_whole)
+static normed_launch normed_launch_of(const wgml_decode_plan *p, int prefill, int64_t N, int x_whole, unsigned nr)
 {
     const int batched = !prefill && p->B > 1 && !p->d.lanes;
     normed_launch g = {.lanes = batched ? 16u : lanes_for(N)};
-    const uint32_t tiles = (uint32_t)((N + 256 / g.lanes - 1) / (256 / g.lanes));
+    const uint32_t tiles = (uint32_t)((N + 256 / g.lanes * nr - 1) / (256 / g.lanes * nr));
     const uint32_t want = p->d.gemv_wgs < 0 ? 0u : p->d.gemv_wgs > 0 ? (uint32_t)p->d.gemv_wgs : tiles >= 256 ? 132u : 0u;
     g.wgs = batched && x_whole && want < tiles ? want : 0u;
     g.groups = g.wgs ? g.wgs : tiles;
@@ -407,6 +409,9 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     ps_->chunk = dec_chunk;
     WGPUBuffer rows = prefill ? p->prows : p->drows, pas = prefill ? p->ppass : p->dpass, picks = prefill ? p->ppicks : p->dpicks;
     const unsigned RB = prefill ? 8 : (unsigned)(p->B < 8 ? p->B : 8);
+    /* x staged in planes for f16 weights (wgml_decode_gemv.planes) */
+    const int planes = p->d.gemv_planes > 0;
+    const unsigned nr = gemv_rows_of(&p->d, RB);
     const float eps = p->cfg.norm_eps;
     const int64_t C = p->C, F = p->F;
     wgml_status st;
@@ -429,8 +434,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         /* norm + QKV + bias + cache append, its input the residual stream: the embedding (layer
            0) or the last layer's x + its MLP's partial sums, which workgroup 0 writes to x */
-        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole);
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
+        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole, nr);
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nr, .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
                                 .os = (unsigned)p->Q, .f16 = p->d.f16_weights, .norm = DECODE_NORM_LN, .norm_w = 0,
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
@@ -468,8 +473,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
-        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole), nu = normed_launch_of(p, prefill, p->llama ? 2 * F : F, x_whole);
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .RB = RB,
+        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole, nr), nu = normed_launch_of(p, prefill, p->llama ? 2 * F : F, x_whole, nr);
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nr, .RB = RB,
                                 .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
@@ -545,13 +550,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             if (!ps_->grid_at) ps_->grid_at = ps_->n;
             continue;
         }
-        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(p->A),
+        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .planes = planes, .nr = nr, .RB = RB, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
         if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
-        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .RB = RB, .lpo = nu.lanes,
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .planes = planes, .nr = nr, .RB = RB, .lpo = nu.lanes,
                                .hwg = nu.wgs,
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
@@ -560,7 +565,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
         if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, nu.groups, 1, 0, "norm+mlp up gemv"))) return st;
-        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .RB = RB, .kch = KCH(F),
+        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .planes = planes, .nr = nr, .RB = RB, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
@@ -571,9 +576,10 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
     const unsigned hl = head_lanes(&p->d, p->V);
     /* the head's workgroups going over its tiles (grid stride; the generator's condition: x in one chunk) */
-    const uint32_t tiles = (uint32_t)((p->V + 256 / hl - 1) / (256 / hl));
+    const unsigned nrh = gemv_rows_of(&p->d, RBH);
+    const uint32_t tiles = (uint32_t)((p->V + 256 / hl * nrh - 1) / (256 / hl * nrh));
     const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, hl, tiles) : 0;
-    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .RB = RBH, .kch = KCH(C),
+    wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .planes = planes, .nr = nrh, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
                            .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                            .bias = -1, .epilogue = DECODE_OUT_PLAIN, .head = 1,
@@ -945,7 +951,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);
     p->logits = make_buffer(p, (uint64_t)(p->B * p->V) * 4, STORAGE, "decode logits", &st);
     if (!d.sample_logits) { /* the head's workgroups (groups_for at this shape) */
-        const int64_t opw = 256 / head_lanes(&d, p->V);
+        const int64_t opw = 256 / head_lanes(&d, p->V) * gemv_rows_of(&d, (unsigned)(p->B < 8 ? p->B : 8));
         p->ncand = (p->V + opw - 1) / opw;
         p->cand = make_buffer(p, (uint64_t)(p->B * p->ncand) * 8, STORAGE, "decode candidates", &st);
     }

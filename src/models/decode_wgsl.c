@@ -147,6 +147,18 @@ static void stats_tree(wgml_sbuf *b, int norm, unsigned rb, int sg, const char *
     free(t.s);
 }
 
+/* Where a staged vec4 of x goes in xs: at its place (kh 0), or, for f16 weights, the row's even
+   vec4s first and its odd ones KH after (fn xsat, gemv_xsat_fn), so that the lanes' reads of the
+   two halves of their weight unit are each a run of neighbouring 16-byte loads */
+static const char *xs_at(unsigned kh) { return kh ? "xsat(i)" : "i"; }
+
+static void gemv_xsat_fn(wgml_sbuf *b, unsigned kh)
+{
+    if (kh)
+        wgml_sbuf_put(b, "const KH: u32 = %uu;\nfn xsat(i: u32) -> u32 {\n    let v = i %% (2u * KH);\n"
+                         "    return i - v + (v & 1u) * KH + (v >> 1u);\n}\n", kh);
+}
+
 /* Inside the row-chunk loop: the RB rows' statistics over their K inputs, read from x. */
 static void row_stats(wgml_sbuf *b, int norm, unsigned rb, int sg)
 {
@@ -173,17 +185,18 @@ static void normed_loop_head(wgml_sbuf *b, unsigned ni, unsigned kch4)
                   ni, ni, ni, kch4, kch4, kch4);
 }
 
-static void normed_loop_tail(wgml_sbuf *b)
+static void normed_loop_tail(wgml_sbuf *b, unsigned kh)
 {
-    wgml_sbuf_put(b, "                    xs[i] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
-                     "                }\n            }\n            workgroupBarrier();\n");
+    wgml_sbuf_put(b, "                    xs[%s] = v;\n                    nw[it] = w;\n                    nb[it] = c;\n"
+                     "                }\n            }\n            workgroupBarrier();\n",
+                  xs_at(kh));
 }
 
 /* Inside the row loop, where x is one chunk (KCH >= KP): the RB raw rows into xs (and the
    norm's weights for them into registers) in one pass over x, their statistics from xs, then
    xs normed in place: x is read once (with partial sums, each added once), not twice. */
 static void stage_normed_once(wgml_sbuf *b, int norm, unsigned rb, unsigned kch4, int persist, unsigned nw, unsigned nb, unsigned tpu,
-                              int sg)
+                              int sg, unsigned kh)
 {
     const unsigned ni = (rb * kch4 + 255) / 256, ln = norm == DECODE_NORM_LN;
     if (tpu) { /* x plus partial sums, as vec4s (x_source): tpu threads a vec4 */
@@ -212,7 +225,7 @@ static void stage_normed_once(wgml_sbuf *b, int norm, unsigned rb, unsigned kch4
                              "                                for (var e = 0u; e < 4u; e++) { xout[rr * XS + k + e] = v[e]; }\n"
                              "                            }\n");
         wgml_sbuf_put(b, "                        }\n                    }\n");
-        normed_loop_tail(b);
+        normed_loop_tail(b, kh);
     } else {
     char bias[80] = "";
     if (ln) snprintf(bias, sizeof bias, "                            c[e] = vecs[%uu + k + e];\n", nb);
@@ -225,7 +238,7 @@ static void stage_normed_once(wgml_sbuf *b, int norm, unsigned rb, unsigned kch4
                      "                                v[e] = raw;\n                            }\n"
                      "                        }\n                    }\n",
                   nw, bias, persist ? "                                if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
-    normed_loop_tail(b);
+    normed_loop_tail(b, kh);
     }
     /* the statistics from xs */
     char sum[256];
@@ -238,13 +251,13 @@ static void stage_normed_once(wgml_sbuf *b, int norm, unsigned rb, unsigned kch4
     wgml_sbuf_put(b, "            for (var it = 0u; it < %uu; it++) {\n"
                      "                let i = tid + it * 256u;\n"
                      "                if (i < RB * %uu) {\n                    let j = i / %uu;\n"
-                     "                    xs[i] = %s;\n                }\n            }\n",
-                  ni, kch4, kch4, ln ? "(xs[i] - stat[j].x) * stat[j].y * nw[it] + nb[it]" : "xs[i] * stat[j].y * nw[it]");
+                     "                    let q = %s;\n                    xs[q] = %s;\n                }\n            }\n",
+                  ni, kch4, kch4, xs_at(kh), ln ? "(xs[q] - stat[j].x) * stat[j].y * nw[it] + nb[it]" : "xs[q] * stat[j].y * nw[it]");
 }
 
 /* Inside the row-chunk loop: inputs k0 .. k0 + KCH of the RB rows into xs, normed (workgroup 0
    writes the raw rows to xout first, with persist). */
-static void stage_rows(wgml_sbuf *b, unsigned kch4, int persist)
+static void stage_rows(wgml_sbuf *b, unsigned kch4, int persist, unsigned kh)
 {
     wgml_sbuf_put(b,
                   "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
@@ -254,15 +267,28 @@ static void stage_rows(wgml_sbuf *b, unsigned kch4, int persist)
                   "                    for (var e = 0u; e < 4u; e++) {\n"
                   "                        if (k + e < K) {\n                            let raw = xraw(rr, k + e);\n%s"
                   "                            v[e] = xnorm(j, k + e, raw);\n                        }\n                    }\n"
-                  "                }\n                xs[i] = v;\n            }\n",
-                  kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "");
+                  "                }\n                xs[%s] = v;\n            }\n",
+                  kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "", xs_at(kh));
 }
 
 /* Inside: W row n's units (lane, lane + LPO, ...) of this chunk into wr, ITERS a lane, all
    loads issued together; they do not depend on x, so they go out before the prologue. */
-static void row_load_into(wgml_sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, const char *reg, const char *row)
+static void row_load_into(wgml_sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, const char *reg, const char *row,
+                          unsigned nr)
 {
     const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
+    if (nr > 1) { /* rows row + q OPW, q < NR: registers q ITERS + it */
+        wgml_sbuf_put(b, "                let units = %s;\n"
+                         "                for (var q = 0u; q < %uu; q++) {\n"
+                         "                    let rq = %s + q * OPW;\n"
+                         "                    if (rq < N) {\n"
+                         "                        for (var it = 0u; it < %uu; it++) {\n"
+                         "                            let u = lane + it * %uu;\n"
+                         "                            if (u < units) { %s[q * %uu + it] = W[rq * UPR + k0 / %uu + u]; }\n"
+                         "                        }\n                    }\n                }\n",
+                      chunk_units, nr, row, iters, lpo, reg, iters, wv);
+        return;
+    }
     wgml_sbuf_put(b, "                let units = %s;\n"
                      "                for (var it = 0u; it < %uu; it++) {\n"
                      "                    let u = lane + it * %uu;\n"
@@ -270,23 +296,53 @@ static void row_load_into(wgml_sbuf *b, unsigned kch4, const char *chunk_units, 
                   chunk_units, iters, lpo, reg, row, wv);
 }
 
-static void row_load(wgml_sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+static void row_load(wgml_sbuf *b, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, unsigned nr)
 {
-    row_load_into(b, kch4, chunk_units, lpo, wv, "wr", "n");
+    row_load_into(b, kch4, chunk_units, lpo, wv, "wr", "n", nr);
 }
 
 /* The declaration of a register array `reg` for row_load_into. */
-static void row_regs_named(wgml_sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv, const char *reg)
+static void row_regs_named(wgml_sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv, const char *reg, unsigned nr)
 {
-    wgml_sbuf_put(b, "        var %s: array<%s, %u>;\n", reg, wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo);
+    wgml_sbuf_put(b, "        var %s: array<%s, %u>;\n", reg, wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo * nr);
 }
 
-static void row_regs(wgml_sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv) { row_regs_named(b, f16, kch4, lpo, wv, "wr"); }
+static void row_regs(wgml_sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv, unsigned nr)
+{
+    row_regs_named(b, f16, kch4, lpo, wv, "wr", nr);
+}
 
-/* Inside: acc[j] += the loaded wr times the staged xs. */
-static void row_fma(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+/* Inside: acc[j] += the loaded wr times the staged xs (nr > 1: acc[q RB + j] for the NR rows,
+   each staged x read once for all of them). */
+static void row_fma(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, unsigned kh, unsigned nr)
 {
     const unsigned iters = (kch4 * 4 / wv + lpo - 1) / lpo;
+    if (nr > 1) {
+        wgml_sbuf_put(b, "                let units = %s;\n"
+                         "                for (var it = 0u; it < %uu; it++) {\n"
+                         "                    let u = lane + it * %uu;\n                    if (u < units) {\n",
+                      chunk_units, iters, lpo);
+        if (f16)
+            wgml_sbuf_put(b, "                        var wf: array<vec4<f32>, %u>;\n"
+                             "                        for (var q = 0u; q < %uu; q++) {\n"
+                             "                            let w = wr[q * %uu + it];\n"
+                             "                            wf[2u * q] = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
+                             "                            wf[2u * q + 1u] = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
+                             "                        }\n"
+                             "                        for (var j = 0u; j < RB; j++) {\n"
+                             "                            let x0 = xs[j * %uu + %s];\n                            let x1 = xs[j * %uu + %s];\n"
+                             "                            for (var q = 0u; q < %uu; q++) { acc[q * RB + j] += dot(wf[2u * q], x0) + dot(wf[2u * q + 1u], x1); }\n"
+                             "                        }\n",
+                          2 * nr, nr, iters, kch4, kh ? "u" : "2u * u", kch4, kh ? "KH + u" : "2u * u + 1u", nr);
+        else
+            wgml_sbuf_put(b, "                        for (var j = 0u; j < RB; j++) {\n"
+                             "                            let x = xs[j * %uu + u];\n"
+                             "                            for (var q = 0u; q < %uu; q++) { acc[q * RB + j] += dot(wr[q * %uu + it], x); }\n"
+                             "                        }\n",
+                          kch4, nr, iters);
+        wgml_sbuf_put(b, "                    }\n                }\n");
+        return;
+    }
     wgml_sbuf_put(b, "                let units = %s;\n"
                      "                for (var it = 0u; it < %uu; it++) {\n"
                      "                    let u = lane + it * %uu;\n                    if (u < units) {\n"
@@ -296,22 +352,22 @@ static void row_fma(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_unit
         wgml_sbuf_put(b, "                        let w0 = vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));\n"
                          "                        let w1 = vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w));\n"
                          "                        for (var j = 0u; j < RB; j++) {\n"
-                         "                            acc[j] += dot(w0, xs[j * %uu + 2u * u]) + dot(w1, xs[j * %uu + 2u * u + 1u]);\n"
+                         "                            acc[j] += dot(w0, xs[j * %uu + %s]) + dot(w1, xs[j * %uu + %s]);\n"
                          "                        }\n",
-                      kch4, kch4);
+                      kch4, kh ? "u" : "2u * u", kch4, kh ? "KH + u" : "2u * u + 1u");
     else
         wgml_sbuf_put(b, "                        for (var j = 0u; j < RB; j++) { acc[j] += dot(w, xs[j * %uu + u]); }\n", kch4);
     wgml_sbuf_put(b, "                    }\n                }\n");
 }
 
 /* Both: load, then sum (the fused MLP, whose x is staged already). */
-static void row_dot(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv)
+static void row_dot(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_units, unsigned lpo, unsigned wv, unsigned kh)
 {
     wgml_sbuf_put(b, "                {\n");
-    row_regs(b, f16, kch4, lpo, wv);
-    row_load(b, kch4, chunk_units, lpo, wv);
+    row_regs(b, f16, kch4, lpo, wv, 1);
+    row_load(b, kch4, chunk_units, lpo, wv, 1);
     wgml_sbuf_put(b, "                {\n");
-    row_fma(b, f16, kch4, chunk_units, lpo, wv);
+    row_fma(b, f16, kch4, chunk_units, lpo, wv, kh, 1);
     wgml_sbuf_put(b, "                }\n                }\n");
 }
 
@@ -320,20 +376,20 @@ static void row_dot(wgml_sbuf *b, int f16, unsigned kch4, const char *chunk_unit
    (lanes numbered along local_invocation_index, as Vulkan drivers do for a 1-D workgroup), so
    every lane holds its subgroup's part; one barrier, then red_at adds the LPO / sgs parts (one
    where the group fits a subgroup). */
-static void lane_sums(wgml_sbuf *b, unsigned lpo, int sg)
+static void lane_sums(wgml_sbuf *b, unsigned lpo, int sg, const char *at)
 {
     if (sg) {
-        wgml_sbuf_put(b, "        for (var j = 0u; j < RB; j++) {\n            var v = acc[j];\n");
+        wgml_sbuf_put(b, "        for (var j = 0u; j < RB; j++) {\n            var v = acc[%sj];\n", at);
         for (unsigned o = 1; o < lpo; o *= 2)
             wgml_sbuf_put(b, "            v += select(0.0, subgroupShuffleXor(v, %uu), %uu < sgs);\n", o, o);
         wgml_sbuf_put(b, "            red[j * 256u + tid] = v;\n        }\n        workgroupBarrier();\n");
         return;
     }
-    wgml_sbuf_put(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[j]; }\n        workgroupBarrier();\n"
+    wgml_sbuf_put(b, "        for (var j = 0u; j < RB; j++) { red[j * 256u + tid] = acc[%sj]; }\n        workgroupBarrier();\n"
                      "        for (var st = %uu; st > 0u; st >>= 1u) {\n"
                      "            if (lane < st) { for (var j = 0u; j < RB; j++) { red[j * 256u + tid] += red[j * 256u + tid + st]; } }\n"
                      "            workgroupBarrier();\n        }\n",
-                  lpo / 2);
+                  at, lpo / 2);
 }
 
 /* fn red_at(j, g0): row j's sum of the group whose first thread is g0, after lane_sums (sg: the
@@ -350,7 +406,7 @@ static void red_at_fn(wgml_sbuf *b, unsigned lpo, int sg)
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
 {
     wgml_sbuf b = {0};
-    const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4, lpo = k->lpo ? k->lpo : 32;
+    const unsigned wv = k->f16 ? 8 : 4, kch4 = k->kch / 4, lpo = k->lpo ? k->lpo : 32, kh = k->planes && k->f16 ? kch4 / 2 : 0;
     const int norm = k->norm != DECODE_NORM_NONE, uses_vecs = norm || k->bias >= 0;
     const int uses_rows = k->epilogue == DECODE_OUT_QKV || k->xsrc == DECODE_X_EMBED || k->cand;
     uint32_t used = 1u << 0 | 1u << 3 | 1u << 5;
@@ -393,13 +449,16 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                              ? sum_threads(k->RB, kch4, k->np) : 0;
     x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
     if (tpu > 1) wgml_sbuf_put(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
-    const unsigned opw = 256 / lpo, tiles = (k->N + opw - 1) / opw;
+    /* a tile: OPW groups of lpo lanes, each summing NR rows OPW apart */
+    const unsigned nr = k->nr > 1 ? k->nr : 1, opw = 256 / lpo, per = opw * nr, tiles = (k->N + per - 1) / per;
     /* grid stride: x staged once a workgroup, its tiles of OPW rows in turn */
     const int stride = k->hwg > 0 && norm && k->kch >= k->KP;
     wgml_sbuf_put(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"
                       "var<workgroup> stat: array<vec2<f32>, RB>;\n",
                   k->RB * kch4, k->RB * 256 > 512 ? k->RB * 256 : 512);
     wgml_sbuf_put(&b, "fn xrow(r: u32) -> u32 { return %s; }\n", k->head ? "picks[r]" : "r");
+    gemv_xsat_fn(&b, kh);
+    if (nr > 1) wgml_sbuf_put(&b, "const OPW: u32 = %uu;\n", opw);
     x_norm(&b, k->norm, k->norm_w, k->norm_b);
     red_at_fn(&b, lpo, k->sg);
     const unsigned nwg = stride ? k->hwg : tiles; /* the workgroups: the candidates a row */
@@ -408,57 +467,60 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                       "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
                       "    let SGS = %s;\n"
                       "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
-                  k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->head ? "P.S" : "P.R", lpo, lpo, opw, k->sg ? "sgs" : "0u");
+                  k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->head ? "P.S" : "P.R", lpo, lpo, per, k->sg ? "sgs" : "0u");
     /* each chunk's weights are loaded first: their latency hides the norm's statistics and
        the staging of x (the first chunk's loads go out before anything else) */
     char units[64];
     snprintf(units, sizeof units, "min(KCH, KP - k0) / %uu", wv);
-    wgml_sbuf_put(&b, "        var acc: array<f32, RB>;\n        for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n");
+    wgml_sbuf_put(&b, "        var acc: array<f32, %u>;\n        for (var j = 0u; j < %uu; j++) { acc[j] = 0.0; }\n", k->RB * nr, k->RB * nr);
     /* the candidates' noise: the row's hash, its loads issued before the weights' (not waited for at the end) */
     if (k->cand) wgml_sbuf_put(&b, "        var h0 = 0u;\n        if (tid < RB && r0 + tid < R) { h0 = row_hash(rows[picks[r0 + tid]]); }\n");
     if (stride) {
         wgml_sbuf_put(&b, "        let k0 = 0u;\n");
-        row_regs(&b, k->f16, kch4, lpo, wv);
+        row_regs(&b, k->f16, kch4, lpo, wv, nr);
         wgml_sbuf_put(&b, "        if (n < N) {\n");
-        row_load(&b, kch4, units, lpo, wv);
+        row_load(&b, kch4, units, lpo, wv, nr);
         wgml_sbuf_put(&b, "        }\n");
-        stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
+        stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg, kh);
         wgml_sbuf_put(&b, "        workgroupBarrier();\n        var best = -3.4e38;\n        var at = 0u;\n"
                           "        for (var t = wg.x; t < %uu; t += %uu) {\n"
                           "            let n = t * %uu + grp;\n"
                           /* the next tile's loads go out before this one's sums */
                           "            let nn = n + %uu;\n",
-                      tiles, nwg, opw, nwg * opw);
-        row_regs_named(&b, k->f16, kch4, lpo, wv, "wn");
+                      tiles, nwg, per, nwg * per);
+        row_regs_named(&b, k->f16, kch4, lpo, wv, "wn", nr);
         wgml_sbuf_put(&b, "            if (nn < N) {\n");
-        row_load_into(&b, kch4, units, lpo, wv, "wn", "nn");
-        wgml_sbuf_put(&b, "            }\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n            if (n < N) {\n");
-        row_fma(&b, k->f16, kch4, units, lpo, wv);
+        row_load_into(&b, kch4, units, lpo, wv, "wn", "nn", nr);
+        wgml_sbuf_put(&b, "            }\n            for (var j = 0u; j < %uu; j++) { acc[j] = 0.0; }\n            if (n < N) {\n", k->RB * nr);
+        row_fma(&b, k->f16, kch4, units, lpo, wv, kh, nr);
         wgml_sbuf_put(&b, "            }\n");
     } else {
         wgml_sbuf_put(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
-        row_regs(&b, k->f16, kch4, lpo, wv);
+        row_regs(&b, k->f16, kch4, lpo, wv, nr);
         wgml_sbuf_put(&b, "            if (n < N) {\n");
-        row_load(&b, kch4, units, lpo, wv);
+        row_load(&b, kch4, units, lpo, wv, nr);
         wgml_sbuf_put(&b, "            }\n");
         /* (no barrier before the staging: the last chunk's FMA ended with one, and the last
            row block with another; the statistics end with theirs) */
-        if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg);
+        if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg, kh);
         else {
             if (norm) {
                 wgml_sbuf_put(&b, "            if (k0 == 0u) {\n");
                 row_stats(&b, k->norm, k->RB, k->sg);
                 wgml_sbuf_put(&b, "            }\n");
             }
-            stage_rows(&b, kch4, k->persist);
+            stage_rows(&b, kch4, k->persist, kh);
         }
         wgml_sbuf_put(&b, "            workgroupBarrier();\n            if (n < N) {\n");
-        row_fma(&b, k->f16, kch4, units, lpo, wv);
+        row_fma(&b, k->f16, kch4, units, lpo, wv, kh, nr);
         /* (a barrier only where another chunk overwrites xs: lane_sums's writes of red race
            with nothing, the statistics' last reads of it being behind their final barrier) */
         wgml_sbuf_put(&b, "            }\n%s        }\n", k->kch < k->KP ? "            workgroupBarrier();\n" : "");
     }
-    lane_sums(&b, lpo, k->sg);
+    /* nr > 1: each of the NR rows in turn, through red (a barrier after each): row n + q OPW */
+    if (nr > 1 && k->cand && !stride) wgml_sbuf_put(&b, "        var nbest = -3.4e38;\n        var nat = 0u;\n");
+    if (nr > 1) wgml_sbuf_put(&b, "        for (var q = 0u; q < %uu; q++) {\n        let nq = n + q * OPW;\n        {\n        let n = nq;\n", nr);
+    lane_sums(&b, lpo, k->sg, nr > 1 ? "q * RB + " : "");
     wgml_sbuf_put(&b, "        if (lane == 0u && n < N) {\n            for (var j = 0u; j < RB; j++) {\n"
                       "                let r = r0 + j;\n                if (r < R) {\n"
                       "                    var v = red_at(j, tid, SGS);\n");
@@ -485,14 +547,25 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
         if (k->cand)
             wgml_sbuf_put(&b, "        if (tid < RB && r0 + tid < R) {\n"
                               "            for (var g = 0u; g < %uu; g++) {\n"
-                              "                let o = t * %uu + g;\n"
+                              "                let o = t * %uu%s + g;\n"
                               "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
                               "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n        }\n",
-                          opw, opw, lpo);
+                          opw, per, nr > 1 ? " + q * OPW" : "", lpo);
+        if (nr > 1) wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n        }\n");
         wgml_sbuf_put(&b, "        workgroupBarrier();\n        wr = wn;\n        }\n");
         if (k->cand)
             wgml_sbuf_put(&b, "        if (tid < RB && r0 + tid < R) { cand[(r0 + tid) * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at)); }\n", nwg);
-    } else if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
+    } else {
+        /* (nr > 1: best and at carried over the NR rows, the candidate stored after the last) */
+        if (k->cand && nr > 1)
+            wgml_sbuf_put(&b, "        if (tid < RB && r0 + tid < R) {\n"
+                              "            for (var g = 0u; g < %uu; g++) {\n"
+                              "                let o = wg.x * %uu + q * OPW + g;\n"
+                              "                if (o < N) {\n                    let nv = noisy(red_at(tid, g * %uu, SGS), h0, o);\n"
+                              "                    if (nv > nbest) { nbest = nv; nat = o; }\n                }\n            }\n"
+                              "            if (q == %uu) { cand[(r0 + tid) * %uu + wg.x] = vec2<f32>(nbest, bitcast<f32>(nat)); }\n        }\n",
+                          opw, per, lpo, nr - 1, nwg);
+        else if (k->cand) /* this workgroup's outputs in ascending order, the first of equal values kept (as the sampler's scan) */
         wgml_sbuf_put(&b, "        if (tid < RB && r0 + tid < R) {\n"
                           "            let r = r0 + tid;\n"
                           "            var best = -3.4e38;\n            var at = 0u;\n"
@@ -502,6 +575,8 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                           "                    if (nv > best) { best = nv; at = o; }\n                }\n            }\n"
                           "            cand[r * %uu + wg.x] = vec2<f32>(best, bitcast<f32>(at));\n        }\n",
                       opw, opw, lpo, nwg);
+        if (nr > 1) wgml_sbuf_put(&b, "        }\n        workgroupBarrier();\n        }\n");
+    }
     wgml_sbuf_put(&b, "        workgroupBarrier();\n    }\n}\n");
     return wgml_sbuf_take(&b);
 }
@@ -546,12 +621,12 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
     snprintf(units, sizeof units, "%uu", m->CP / wv);
     wgml_sbuf_put(&b, "        let k0 = 0u;\n");
     if (one_round) {
-        row_regs(&b, m->f16, kch4, lpo, wv);
+        row_regs(&b, m->f16, kch4, lpo, wv, 1);
         wgml_sbuf_put(&b, "        {\n            let n = f0 + grp;\n            if (n < F) {\n");
-        row_load(&b, kch4, units, lpo, wv);
+        row_load(&b, kch4, units, lpo, wv, 1);
         wgml_sbuf_put(&b, "            }\n        }\n");
     }
-    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b, tpu, 0);
+    stage_normed_once(&b, DECODE_NORM_LN, m->RB, kch4, 1, m->norm_w, m->norm_b, tpu, 0, 0);
     wgml_sbuf_put(&b, "        workgroupBarrier();\n"
                       /* the block's hidden units, RPR at a time (a row group each) */
                       "        for (var fb = 0u; fb < FB; fb += %uu) {\n"
@@ -559,10 +634,10 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
                       "            var acc: array<f32, RB>;\n            for (var j = 0u; j < RB; j++) { acc[j] = 0.0; }\n"
                       "            if (n < F) {\n",
                   rpr);
-    if (one_round) row_fma(&b, m->f16, kch4, units, lpo, wv);
-    else row_dot(&b, m->f16, kch4, units, lpo, wv);
+    if (one_round) row_fma(&b, m->f16, kch4, units, lpo, wv, 0, 1);
+    else row_dot(&b, m->f16, kch4, units, lpo, wv, 0);
     wgml_sbuf_put(&b, "            }\n");
-    lane_sums(&b, lpo, 0);
+    lane_sums(&b, lpo, 0, "");
     wgml_sbuf_put(&b, "            if (lane == 0u) {\n"
                       "                for (var j = 0u; j < RB; j++) {\n"
                       "                    var h = 0.0;\n"

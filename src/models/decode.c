@@ -306,8 +306,15 @@ static unsigned lanes_by_size(int64_t N, int forced)
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
 #define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) * nr - 1) / (256 / lanes_for(N) * nr)))
-/* rows a lane group of a GEMV sums (wgml_decode_gemv.nr): gemv_rows where RB rows share each weight, else 1 */
-static unsigned gemv_rows_of(const wgml_decode_desc *d, unsigned RB) { return RB > 1 && d->gemv_rows > 1 ? (unsigned)d->gemv_rows : 1u; }
+/* Rows a lane group of a GEMV sums (wgml_decode_gemv.nr) where RB > 1 rows share each weight:
+   gemv_rows, else 2 for the GEMVs without a norm (H200, Qwen3-0.6B b8: wo 21.8 -> 19.6 us, down
+   25.5 -> 22.0; the normed ones lost, QKV 21.2 -> 26.1, gate/up 26.0 -> 36.7, and the head gained
+   nothing: docs/MEASUREMENTS.md) */
+static unsigned gemv_rows_of(const wgml_decode_desc *d, unsigned RB, int normed)
+{
+    if (RB < 2 || d->gemv_rows < 0) return 1;
+    return d->gemv_rows > 0 ? (unsigned)d->gemv_rows : normed ? 1u : 2u;
+}
 /* the LM head's lanes an output (wgml_decode_desc's head_lanes, else as the other GEMVs'), but over
    a large vocabulary 16 past batch 1 (half the workgroups of 32, each prologue - the final norm's
    statistics and staging x - shared by twice the rows) and 32 at batch 1 (its grid-stride form's
@@ -410,8 +417,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     WGPUBuffer rows = prefill ? p->prows : p->drows, pas = prefill ? p->ppass : p->dpass, picks = prefill ? p->ppicks : p->dpicks;
     const unsigned RB = prefill ? 8 : (unsigned)(p->B < 8 ? p->B : 8);
     /* x staged in planes for f16 weights (wgml_decode_gemv.planes) */
-    const int planes = p->d.gemv_planes > 0;
-    const unsigned nr = gemv_rows_of(&p->d, RB);
+    const int planes = p->d.gemv_planes >= 0;
+    const unsigned nr = gemv_rows_of(&p->d, RB, 0), nrn = gemv_rows_of(&p->d, RB, 1);
     const float eps = p->cfg.norm_eps;
     const int64_t C = p->C, F = p->F;
     wgml_status st;
@@ -434,8 +441,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         /* norm + QKV + bias + cache append, its input the residual stream: the embedding (layer
            0) or the last layer's x + its MLP's partial sums, which workgroup 0 writes to x */
-        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole, nr);
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nr, .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
+        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole, nrn);
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = CP, .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nrn, .RB = RB, .kch = KCH(C), .xs = (unsigned)C,
                                 .os = (unsigned)p->Q, .f16 = p->d.f16_weights, .norm = DECODE_NORM_LN, .norm_w = 0,
                                 .norm_b = (unsigned)C, .eps = eps, .bias = (int)(2 * C), .epilogue = DECODE_OUT_QKV,
                                 .qd = (unsigned)p->A, .kvd = (unsigned)(p->Hkv * p->D), .block = (unsigned)p->block,
@@ -473,8 +480,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         uint32_t used;
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
-        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole, nr), nu = normed_launch_of(p, prefill, p->llama ? 2 * F : F, x_whole, nr);
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nr, .RB = RB,
+        const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole, nrn), nu = normed_launch_of(p, prefill, p->llama ? 2 * F : F, x_whole, nrn);
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nrn, .RB = RB,
                                 .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
@@ -556,7 +563,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
         if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
-        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .planes = planes, .nr = nr, .RB = RB, .lpo = nu.lanes,
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .planes = planes, .nr = nrn, .RB = RB, .lpo = nu.lanes,
                                .hwg = nu.wgs,
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
@@ -576,7 +583,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
     const unsigned hl = head_lanes(&p->d, p->V);
     /* the head's workgroups going over its tiles (grid stride; the generator's condition: x in one chunk) */
-    const unsigned nrh = gemv_rows_of(&p->d, RBH);
+    const unsigned nrh = gemv_rows_of(&p->d, RBH, 1);
     const uint32_t tiles = (uint32_t)((p->V + 256 / hl * nrh - 1) / (256 / hl * nrh));
     const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, hl, tiles) : 0;
     wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .planes = planes, .nr = nrh, .RB = RBH, .kch = KCH(C),
@@ -951,7 +958,7 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);
     p->logits = make_buffer(p, (uint64_t)(p->B * p->V) * 4, STORAGE, "decode logits", &st);
     if (!d.sample_logits) { /* the head's workgroups (groups_for at this shape) */
-        const int64_t opw = 256 / head_lanes(&d, p->V) * gemv_rows_of(&d, (unsigned)(p->B < 8 ? p->B : 8));
+        const int64_t opw = 256 / head_lanes(&d, p->V) * gemv_rows_of(&d, (unsigned)(p->B < 8 ? p->B : 8), 1);
         p->ncand = (p->V + opw - 1) / opw;
         p->cand = make_buffer(p, (uint64_t)(p->B * p->ncand) * 8, STORAGE, "decode candidates", &st);
     }

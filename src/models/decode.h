@@ -99,8 +99,9 @@ typedef struct wgml_decode_desc {
     int gemv_wgs;             /* past batch 1, the decode step's normed GEMVs (QKV, the MLP's up) in this many
                                  workgroups, each staging x once and going over tiles of rows as the head's; 0: 132
                                  where they have 256 tiles or more, else a workgroup a tile; -1: a workgroup a tile */
-    int gemv_rows;            /* past batch 1, rows each lane group of a GEMV sums (wgml_decode_gemv.nr: 2, 4); 0 or 1: one */
-    int gemv_planes;          /* 1: the GEMVs over f16 weights stage x in planes (wgml_decode_gemv.planes); -1 or 0: not */
+    int gemv_rows;            /* past batch 1, rows each lane group of every GEMV sums (wgml_decode_gemv.nr: 2, 4);
+                                 0: 2 for the GEMVs without a norm (the projection, MLP down), 1 for the others; -1: 1 */
+    int gemv_planes;          /* the GEMVs over f16 weights stage x in planes (wgml_decode_gemv.planes): 0 or 1 on, -1 off */
 } wgml_decode_desc;
 
 typedef struct wgml_decode_plan wgml_decode_plan;

@@ -829,7 +829,8 @@ static void check_batch(const wgml_gpt_config *cfg_in)
     wgml_decode_plan *plan = NULL;
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill,
                                 .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes,
-                                .gemv_wgs = gemv_wgs, .gemv_rows = gemv_rows, .gemv_planes = gemv_planes, .f16_weights = batch_f16};
+                                .gemv_wgs = gemv_wgs, .gemv_rows = gemv_rows, .gemv_planes = gemv_planes, .f16_weights = batch_f16,
+                                .x_chunk = x_chunk};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         /* the prompts through the graph (an evaluation of it) only where asked */
@@ -893,7 +894,8 @@ static void gemv_subgroups_and_head_stride(void)
 /* Past batch 1, each lane group of a GEMV summing 2 or 4 rows (tiles of 2-4x the rows, the last
    short: Llama's vocabulary of 31 in 1-2 tiles, its QKV and gate/up in 1-3), with x staged in
    planes or not, f32 and f16 weights, the head a workgroup a tile and in grid stride over 1
-   and 2 workgroups, the prefill's rows (5 a pass) too: greedy tokens against the reference.
+   and 2 workgroups, the prefill's rows (5 a pass) too, and x in chunks of 8 inputs: greedy
+   tokens against the reference.
    And at a temperature, the candidates of such a head draw as every logit does. */
 static void gemv_rows_and_planes(void)
 {
@@ -912,7 +914,15 @@ static void gemv_rows_and_planes(void)
             check_batch(&llama_cfg);
             check_batch(&gpt2_cfg);
         }
-    gemv_rows = 0, gemv_planes = 0, batch_f16 = 0, head_lanes = 0, head_wgs = 0, gemv_wgs = 0, plan_only = 0;
+    gemv_wgs = head_wgs = head_lanes = 0;
+    /* x in chunks of 8 inputs (each chunk's weights loaded during the last one's sums) */
+    x_chunk = 8;
+    for (gemv_rows = 1; gemv_rows <= 2; gemv_rows++) {
+        check_batch(&llama_cfg);
+        check_batch(&gpt2_cfg);
+    }
+    x_chunk = 0;
+    gemv_rows = 0, gemv_planes = 0, batch_f16 = 0, plan_only = 0;
 }
 
 /* GPT-2 batch: the fused launches with rows of several slots */

@@ -256,33 +256,19 @@ static void stage_normed_once(wgml_sbuf *b, int norm, unsigned rb, unsigned kch4
 }
 
 /* Inside the row-chunk loop: inputs k0 .. k0 + KCH of the RB rows into xs, normed (workgroup 0
-   writes the raw rows to xout first, with persist). Every load of the thread's NI vec4s is
-   issued before any is stored (a loop of load, then store, waited a round trip to memory an
-   iteration: Qwen3-0.6B's projection and MLP down at batch 8, docs/MEASUREMENTS.md). */
-static void stage_rows(wgml_sbuf *b, unsigned rb, unsigned kch4, int persist, unsigned kh)
+   writes the raw rows to xout first, with persist). */
+static void stage_rows(wgml_sbuf *b, unsigned kch4, int persist, unsigned kh)
 {
-    const unsigned ni = (rb * kch4 + 255) / 256;
     wgml_sbuf_put(b,
-                  "            var sv: array<vec4<f32>, %u>;\n"
-                  "            for (var it = 0u; it < %uu; it++) {\n"
-                  "                let i = tid + it * 256u;\n"
+                  "            for (var i = tid; i < RB * %uu; i += 256u) {\n"
                   "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
-                  "                if (i < RB * %uu && r0 + j < R) {\n                    let rr = xrow(r0 + j);\n"
+                  "                var v = vec4<f32>(0.0);\n"
+                  "                if (r0 + j < R) {\n                    let rr = xrow(r0 + j);\n"
                   "                    for (var e = 0u; e < 4u; e++) {\n"
-                  "                        if (k + e < K) { sv[it][e] = xraw(rr, k + e); }\n"
-                  "                    }\n                }\n            }\n"
-                  "            for (var it = 0u; it < %uu; it++) {\n"
-                  "                let i = tid + it * 256u;\n"
-                  "                let j = i / %uu;\n                let k = k0 + (i %% %uu) * 4u;\n"
-                  "                if (i < RB * %uu) {\n"
-                  "                    var v = vec4<f32>(0.0);\n"
-                  "                    if (r0 + j < R) {\n"
-                  "                        for (var e = 0u; e < 4u; e++) {\n"
-                  "                            if (k + e < K) {\n%s"
-                  "                                v[e] = xnorm(j, k + e, sv[it][e]);\n                            }\n                        }\n"
-                  "                    }\n                    xs[%s] = v;\n                }\n            }\n",
-                  ni, ni, kch4, kch4, kch4, ni, kch4, kch4, kch4,
-                  persist ? "                                if (wg.x == 0u) { xout[xrow(r0 + j) * XS + k + e] = sv[it][e]; }\n" : "", xs_at(kh));
+                  "                        if (k + e < K) {\n                            let raw = xraw(rr, k + e);\n%s"
+                  "                            v[e] = xnorm(j, k + e, raw);\n                        }\n                    }\n"
+                  "                }\n                xs[%s] = v;\n            }\n",
+                  kch4, kch4, kch4, persist ? "                            if (wg.x == 0u) { xout[rr * XS + k + e] = raw; }\n" : "", xs_at(kh));
 }
 
 /* Inside: W row n's units (lane, lane + LPO, ...) of this chunk into wr, ITERS a lane, all
@@ -509,21 +495,11 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
         row_fma(&b, k->f16, kch4, units, lpo, wv, kh, nr);
         wgml_sbuf_put(&b, "            }\n");
     } else {
-        /* x in several chunks: each chunk's weights loaded during the last one's sums (the
-           first before the loop), so only the first chunk's wait before the staging */
-        const int chunks = k->kch < k->KP;
-        if (chunks) {
-            row_regs(&b, k->f16, kch4, lpo, wv, nr);
-            wgml_sbuf_put(&b, "        {\n            let k0 = 0u;\n            if (n < N) {\n");
-            row_load(&b, kch4, units, lpo, wv, nr);
-            wgml_sbuf_put(&b, "            }\n        }\n        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
-        } else {
-            wgml_sbuf_put(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
-            row_regs(&b, k->f16, kch4, lpo, wv, nr);
-            wgml_sbuf_put(&b, "            if (n < N) {\n");
-            row_load(&b, kch4, units, lpo, wv, nr);
-            wgml_sbuf_put(&b, "            }\n");
-        }
+        wgml_sbuf_put(&b, "        for (var k0 = 0u; k0 < KP; k0 += KCH) {\n");
+        row_regs(&b, k->f16, kch4, lpo, wv, nr);
+        wgml_sbuf_put(&b, "            if (n < N) {\n");
+        row_load(&b, kch4, units, lpo, wv, nr);
+        wgml_sbuf_put(&b, "            }\n");
         /* (no barrier before the staging: the last chunk's FMA ended with one, and the last
            row block with another; the statistics end with theirs) */
         if (norm && k->kch >= k->KP) stage_normed_once(&b, k->norm, k->RB, kch4, k->persist, k->norm_w, k->norm_b, tpu, k->sg, kh);
@@ -533,20 +509,13 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                 row_stats(&b, k->norm, k->RB, k->sg);
                 wgml_sbuf_put(&b, "            }\n");
             }
-            stage_rows(&b, k->RB, kch4, k->persist, kh);
+            stage_rows(&b, kch4, k->persist, kh);
         }
-        wgml_sbuf_put(&b, "            workgroupBarrier();\n");
-        if (chunks) {
-            row_regs_named(&b, k->f16, kch4, lpo, wv, "wn", nr);
-            wgml_sbuf_put(&b, "            let k1 = k0 + KCH;\n            if (n < N && k1 < KP) {\n                let k0 = k1;\n");
-            row_load_into(&b, kch4, units, lpo, wv, "wn", "n", nr);
-            wgml_sbuf_put(&b, "            }\n");
-        }
-        wgml_sbuf_put(&b, "            if (n < N) {\n");
+        wgml_sbuf_put(&b, "            workgroupBarrier();\n            if (n < N) {\n");
         row_fma(&b, k->f16, kch4, units, lpo, wv, kh, nr);
         /* (a barrier only where another chunk overwrites xs: lane_sums's writes of red race
            with nothing, the statistics' last reads of it being behind their final barrier) */
-        wgml_sbuf_put(&b, "            }\n%s        }\n", chunks ? "            workgroupBarrier();\n            wr = wn;\n" : "");
+        wgml_sbuf_put(&b, "            }\n%s        }\n", k->kch < k->KP ? "            workgroupBarrier();\n" : "");
     }
     /* nr > 1: each of the NR rows in turn, through red (a barrier after each): row n + q OPW */
     if (nr > 1 && k->cand && !stride) wgml_sbuf_put(&b, "        var nbest = -3.4e38;\n        var nat = 0u;\n");

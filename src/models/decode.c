@@ -548,7 +548,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                           .norm_w = (unsigned)(p->llama ? C : 6 * C), .Q = next ? (unsigned)p->Q : 0,
                                           .f16 = p->d.f16_weights, .sg = p->sg, .eps = eps, .ln = !p->llama,
                                           .norm_b = (unsigned)(7 * C), .bo = (unsigned)(5 * C), .b1 = (unsigned)(8 * C),
-                                          .b2 = (unsigned)(8 * C + F), .bq = (unsigned)(2 * C)};
+                                          .b2 = (unsigned)(8 * C + F), .bq = (unsigned)(2 * C), .planes = planes};
             bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar},
                          {9, next ? p->L[l + 1].wqkv : NULL}, {10, next ? p->L[l + 1].vecs : NULL}, {11, p->qkv}};
             if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), next ? 0xffeu : 0x1feu, bb, 11, GRID_FIXED, bk.W, 1, 0,

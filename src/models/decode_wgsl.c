@@ -760,7 +760,7 @@ static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *
     wgml_sbuf_put(b, "        var sv: array<vec4<f32>, %u>;\n"
                      "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
                      "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"
-                     "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * %s; if (i < %uu) { xs[i] = sv[j]; } }\n    }\n",
+                     "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * %s; if (i < %uu) { xs[xsat(i)] = sv[j]; } }\n    }\n",
                   per, per, at, n4, lim, get, per, at, n4);
 }
 
@@ -785,7 +785,7 @@ static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
                      "            let i = tid + 256u * j;\n"
                      "            if (i < %uu) {\n"
                      "                let v = xv[j];\n"
-                     "                xs[i] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
+                     "                xs[xsat(i)] = v * gw%u[j];\n                ss += dot(v, v);\n            }\n        }\n"
                      "        ssr[tid] = ss;\n        workgroupBarrier();\n"
                      "        if (tid < 16u) { var s = 0.0; for (var q = 0u; q < 16u; q++) { s += ssr[16u * tid + q]; } ssq[tid] = s; }\n    }\n",
                   (kc4 + 255) / 256, kc4, id);
@@ -815,7 +815,7 @@ static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id, int sg)
     wgml_sbuf_put(b, "        let mean = sm / f32(C);\n"
                      "        let rs = inverseSqrt(max(sq / f32(C) - mean * mean, 0.0) + EPS);\n"
                      "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * j;\n"
-                     "            if (i < %uu) { xs[i] = (xv[j] - vec4<f32>(mean)) * rs * gw%u[j] + gb%u[j]; }\n        }\n"
+                     "            if (i < %uu) { xs[xsat(i)] = (xv[j] - vec4<f32>(mean)) * rs * gw%u[j] + gb%u[j]; }\n        }\n"
                      "        workgroupBarrier();\n    }\n",
                   nj, kc4, id, id);
 }
@@ -863,10 +863,15 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                          "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
                          "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
                   xs4, k->ln ? 32u : 16u);
+    /* (planes: as the GEMVs', every phase's staged vec4 i at (i odd) KH + i / 2, KH half the widest input) */
+    const int planes = k->planes && k->f16;
+    if (planes) wgml_sbuf_put(&b, "const KH: u32 = %uu;\nfn xsat(i: u32) -> u32 { return (i & 1u) * KH + (i >> 1u); }\n", xs4 / 2);
+    else wgml_sbuf_put(&b, "fn xsat(i: u32) -> u32 { return i; }\n");
     if (k->f16)
         wgml_sbuf_put(&b, "fn wdot(w: WT, u: u32) -> f32 {\n"
-                          "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[2u * u])\n"
-                          "         + dot(vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)), xs[2u * u + 1u]);\n}\n");
+                          "    return dot(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)), xs[%s])\n"
+                          "         + dot(vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)), xs[%s]);\n}\n",
+                      planes ? "u" : "2u * u", planes ? "KH + u" : "2u * u + 1u");
     else wgml_sbuf_put(&b, "fn wdot(w: WT, u: u32) -> f32 { return dot(w, xs[u]); }\n");
     wgml_sbuf_put(&b, "fn gsum(g0: u32, l: u32, sgs: u32) -> f32 {\n%s}\n",
                   k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");

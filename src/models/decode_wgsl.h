@@ -142,6 +142,7 @@ typedef struct wgml_decode_block {
     float eps;
     int ln;
     unsigned norm_b, bo, b1, b2, bq;
+    int planes; /* f16: x staged in planes, as wgml_decode_gemv's */
 } wgml_decode_block;
 /* Bytes of workgroup memory k's kernel declares */
 uint64_t wgml_decode_block_bytes(const wgml_decode_block *k);

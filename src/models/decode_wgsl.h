@@ -48,7 +48,8 @@ typedef struct wgml_decode_gemv {
     unsigned nr;  /* rows a group of lpo lanes sums (0 or 1: one), OPW = 256 / lpo apart: a tile of OPW nr rows, each
                      staged x read once for nr rows */
     int planes;   /* f16 weights: x staged with each row's even vec4s first, its odd ones after, so a lane's
-                     reads of the inputs of its weight unit are two runs of neighbouring 16-byte loads */
+                     reads of the inputs of its weight unit are two runs of neighbouring 16-byte loads (in
+                     place, lanes 32 bytes apart meet each bank twice a quarter warp by NVIDIA's rules) */
     unsigned hwg; /* with norm, x in one chunk: this many workgroups, each staging x once and going over
                      tiles of 256 / lpo rows (grid stride), the next tile's loads issued before this one's
                      sums; the head's candidates then hwg a row (0: a workgroup a tile) */

@@ -419,6 +419,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     /* x staged in planes for f16 weights (wgml_decode_gemv.planes) */
     const int planes = p->d.gemv_planes >= 0;
     const unsigned nr = gemv_rows_of(&p->d, RB, 0), nrn = gemv_rows_of(&p->d, RB, 1);
+    /* the GEMVs without a norm: their rows in rg groups over the grid (gemv_row_groups) */
+    const unsigned rg = RB > 1 && p->d.gemv_row_groups > 1 ? (unsigned)p->d.gemv_row_groups : 1u;
     const float eps = p->cfg.norm_eps;
     const int64_t C = p->C, F = p->F;
     wgml_status st;
@@ -557,12 +559,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
             if (!ps_->grid_at) ps_->grid_at = ps_->n;
             continue;
         }
-        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .planes = planes, .nr = nr, .RB = RB, .kch = KCH(p->A),
+        wgml_decode_gemv wo = {.K = (unsigned)p->A, .KP = (unsigned)round8(p->A), .N = (unsigned)C, .lpo = lanes_for(C), .planes = planes, .nr = nr,
+                               .RB = (RB + rg - 1) / rg, .rgroups = rg, .kch = KCH(p->A),
                                .xs = (unsigned)p->A, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
-        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), 1, 0, "wo gemv+residual"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), rg, 0, "wo gemv+residual"))) return st;
         wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .planes = planes, .nr = nrn, .RB = RB, .lpo = nu.lanes,
                                .hwg = nu.wgs,
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
@@ -572,12 +575,13 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
         if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, nu.groups, 1, 0, "norm+mlp up gemv"))) return st;
-        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .planes = planes, .nr = nr, .RB = RB, .kch = KCH(F),
+        wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .planes = planes, .nr = nr,
+                                 .RB = (RB + rg - 1) / rg, .rgroups = rg, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&down, &used);
-        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), 1, 0, "mlp down gemv+residual"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), rg, 0, "mlp down gemv+residual"))) return st;
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
@@ -1016,7 +1020,7 @@ static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const 
 {
     if (l->is_head && S == 0) return;
     uint32_t gx = l->grid == GRID_FIXED ? l->gx : l->grid == GRID_ROWS ? R : l->grid == GRID_PICKS ? S : (R * l->gy + 255) / 256;
-    uint32_t gy = l->grid == GRID_ROWS ? l->gy : 1;
+    uint32_t gy = l->grid == GRID_ROWS || (l->grid == GRID_FIXED && l->gy > 1) ? l->gy : 1;
     wgpuComputePassEncoderSetPipeline(cp, l->pipe);
     wgpuComputePassEncoderSetBindGroup(cp, 0, l->bg, 0, NULL);
     wgpuComputePassEncoderDispatchWorkgroups(cp, gx, gy, 1);

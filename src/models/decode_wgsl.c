@@ -466,8 +466,9 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
                       "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
                       "    let R = %s;\n    let lane = tid %% %uu;\n    let grp = tid / %uu;\n    let n = wg.x * %uu + grp;\n"
                       "    let SGS = %s;\n"
-                      "    for (var r0 = 0u; r0 < R; r0 += RB) {\n",
-                  k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->head ? "P.S" : "P.R", lpo, lpo, per, k->sg ? "sgs" : "0u");
+                      "    for (var r0 = %s; r0 < R; r0 += %uu) {\n",
+                  k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->head ? "P.S" : "P.R", lpo, lpo, per, k->sg ? "sgs" : "0u",
+                  k->rgroups > 1 ? "wg.y * RB" : "0u", k->rgroups > 1 ? k->RB * k->rgroups : k->RB);
     /* each chunk's weights are loaded first: their latency hides the norm's statistics and
        the staging of x (the first chunk's loads go out before anything else) */
     char units[64];

@@ -45,6 +45,8 @@ typedef struct wgml_decode_gemv {
     unsigned lpo; /* lanes summing an output (8, 16, 32, 64 or 128; 0: 32): 256 / lpo outputs a workgroup */
     int sg;       /* the lanes' sums and the norm's statistics by subgroup shuffles (the adapter has subgroups):
                      a barrier each, not a tree of a barrier a round */
+    unsigned rgroups; /* the rows in this many groups over the grid's y (workgroup y takes RB rows from y RB, then
+                         every RB rgroups-th; 0 or 1: one) */
     unsigned nr;  /* rows a group of lpo lanes sums (0 or 1: one), OPW = 256 / lpo apart: a tile of OPW nr rows, each
                      staged x read once for nr rows */
     int planes;   /* f16 weights: x staged with each row's even vec4s first, its odd ones after, so a lane's

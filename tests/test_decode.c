@@ -178,7 +178,6 @@ static int gemv_rows;      /* check_batch's GEMVs' rows a lane group (0: the pla
 static int gemv_planes;    /* check_batch's x staged in planes for f16 weights (1 on, 0: the plan's choice) */
 static int batch_f16;      /* check_batch's weights in f16 */
 static int row_groups;     /* check_batch's GEMVs without a norm: their rows in this many groups (0: the plan's choice) */
-static int normed_row_groups; /* check_batch's normed GEMVs' row groups (0: the plan's choice) */
 
 /* The split attention's combine is a launch of its own (one more a layer) unless the runtime is
    wgpu-native, where the last chunk to finish does it (decode.h) */
@@ -832,8 +831,7 @@ static void check_batch(const wgml_gpt_config *cfg_in)
     const wgml_decode_desc d = {.batch = S, .steps_per_submit = 4, .max_prefill = 5, .graph_prefill = graph_prefill,
                                 .subgroups = subgroups, .head_wgs = head_wgs, .lanes = lanes_all, .head_lanes = head_lanes,
                                 .gemv_wgs = gemv_wgs, .gemv_rows = gemv_rows, .gemv_planes = gemv_planes, .f16_weights = batch_f16,
-                                .x_chunk = x_chunk, .gemv_row_groups = row_groups,
-                                .gemv_normed_row_groups = normed_row_groups};
+                                .x_chunk = x_chunk, .gemv_row_groups = row_groups};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         /* the prompts through the graph (an evaluation of it) only where asked */
@@ -925,17 +923,16 @@ static void gemv_rows_and_planes(void)
         check_batch(&gpt2_cfg);
     }
     x_chunk = 0;
-    /* the GEMVs over one group of rows (-1), and over 2 and 3 (3 slots: 2 + 1 rows, a row each),
-       the normed ones too */
+    /* the GEMVs without a norm over one group of rows (-1), and over 2 and 3 (3 slots: 2 + 1
+       rows, a row each) */
     for (row_groups = -1; row_groups <= 3; row_groups += row_groups == -1 ? 3 : 1) {
-        normed_row_groups = row_groups > 0 ? row_groups : 0;
         check_batch(&llama_cfg);
         check_batch(&gpt2_cfg);
         gemv_wgs = 1; /* (the normed GEMVs in grid stride over 1 workgroup a group) */
         check_batch(&llama_cfg);
         gemv_wgs = 0;
     }
-    row_groups = normed_row_groups = 0;
+    row_groups = 0;
     gemv_rows = 0, gemv_planes = 0, batch_f16 = 0, plan_only = 0;
 }
 

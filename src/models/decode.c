@@ -421,9 +421,9 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
     const unsigned nr = gemv_rows_of(&p->d, RB, 0), nrn = gemv_rows_of(&p->d, RB, 1);
     /* the GEMVs without a norm: their rows in rg groups over the grid (gemv_row_groups; 2 rows a
        group: Qwen3-0.6B b8 on an H200, wo 19.3 -> 11.7 us, down 21.9 -> 13.6 with 4 groups, 13.2
-       and 14.8 with 2, 14.2 with 8: docs/MEASUREMENTS.md); the normed ones in rgn (gemv_normed_row_groups) */
+       and 14.8 with 2, 14.2 with 8; the normed ones so, QKV and up, lost in the pass although
+       faster alone: docs/MEASUREMENTS.md) */
     const unsigned rg = p->d.gemv_row_groups < 0 ? 1u : p->d.gemv_row_groups > 0 ? (unsigned)p->d.gemv_row_groups : (RB + 1) / 2;
-    const unsigned rgn = p->d.gemv_normed_row_groups > 1 ? (unsigned)p->d.gemv_normed_row_groups : 1u;
     const float eps = p->cfg.norm_eps;
     const int64_t C = p->C, F = p->F;
     wgml_status st;
@@ -486,8 +486,8 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         char *w;
         /* vecs: GPT-2 [ln1w C][ln1b C][bqkv 3C][bo C][ln2w C][ln2b C][b1 F][b2 C]; Llama [n1w C][n2w C][qn D][kn D] */
         const normed_launch nq = normed_launch_of(p, prefill, p->Q, x_whole, nrn), nu = normed_launch_of(p, prefill, p->llama ? 2 * F : F, x_whole, nrn);
-        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nrn,
-                                .RB = (RB + rgn - 1) / rgn, .rgroups = rgn, .kch = KCH(C),
+        wgml_decode_gemv qkv = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->Q, .lpo = nq.lanes, .hwg = nq.wgs, .planes = planes, .nr = nrn, .RB = RB,
+                                .kch = KCH(C),
                                 .xs = (unsigned)C, .os = (unsigned)p->Q, .f16 = p->d.f16_weights,
                                 .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = 0, .norm_b = (unsigned)C, .eps = eps,
                                 .bias = p->llama ? -1 : (int)(2 * C), .epilogue = p->llama || append ? DECODE_OUT_PLAIN : DECODE_OUT_QKV,
@@ -497,7 +497,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         /* (a decode step's MLP block in one launch works out the next layer's QKV itself) */
         if (l == 0 || prefill || !p->grid_w) {
             w = wgml_decode_gemv_wgsl(&qkv, &used);
-            if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, nq.groups, rgn, 0, "norm+qkv gemv"))) return st;
+            if ((st = add_launch(p, ps_, w, used, bq, 8, GRID_FIXED, nq.groups, 1, 0, "norm+qkv gemv"))) return st;
         }
         /* Llama decoding: RoPE (and QK-norm) in the attention's launch, each row its own slot;
            a prefill's rows of one slot need every row's keys first: a launch of its own */
@@ -569,8 +569,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
         if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), rg, 0, "wo gemv+residual"))) return st;
-        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .planes = planes, .nr = nrn,
-                               .RB = (RB + rgn - 1) / rgn, .rgroups = rgn, .lpo = nu.lanes,
+        wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .planes = planes, .nr = nrn, .RB = RB, .lpo = nu.lanes,
                                .hwg = nu.wgs,
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
                                .norm = p->llama ? DECODE_NORM_RMS : DECODE_NORM_LN, .norm_w = (unsigned)(p->llama ? C : 6 * C),
@@ -578,7 +577,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                .epilogue = p->llama ? DECODE_OUT_SWIGLU : DECODE_OUT_GELU, .sg = p->sg};
         bind bu[] = {{0, pas}, {2, p->x}, {3, lb->w1}, {4, lb->vecs}, {5, p->h}};
         w = wgml_decode_gemv_wgsl(&up, &used);
-        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, nu.groups, rgn, 0, "norm+mlp up gemv"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bu, 5, GRID_FIXED, nu.groups, 1, 0, "norm+mlp up gemv"))) return st;
         wgml_decode_gemv down = {.K = (unsigned)F, .KP = (unsigned)round8(F), .N = (unsigned)C, .lpo = lanes_for(C), .planes = planes, .nr = nr,
                                  .RB = (RB + rg - 1) / rg, .rgroups = rg, .kch = KCH(F),
                                  .xs = (unsigned)F, .os = (unsigned)C, .f16 = p->d.f16_weights, .norm = DECODE_NORM_NONE,

@@ -103,7 +103,6 @@ typedef struct wgml_decode_desc {
                                  0: 2 for the GEMVs without a norm (the projection, MLP down), 1 for the others; -1: 1 */
     int gemv_row_groups;      /* past batch 1, the GEMVs without a norm take their rows in this many groups, a workgroup
                                  each (grid y), each staging only its rows: more workgroups; 0: 2 rows a group, -1: one group */
-    int gemv_normed_row_groups; /* the same for the normed GEMVs (QKV, the MLP's up) of the launches apart; 0 or 1: one */
     int gemv_planes;          /* the GEMVs and the grid block over f16 weights stage x in planes (wgml_decode_gemv.planes,
                                  wgml_decode_block.planes): 0 or 1 on, -1 off (an H200: Qwen3-0.6B b8 3.52 -> 3.03 ms a
                                  step, b1 +4.3%; the character GPT b1 f16 +2.9%) */

@@ -749,6 +749,70 @@ static void generate_through_the_plan(void)
     }
 }
 
+/* wgml_gpt_generate_batch: 11 prompts of 1-15 tokens (some past the block; the plan's 8 slots
+   in two turns), greedy: each its reference's tokens, GPT-2 and Llama, f32 and f16 weights (f16
+   holds them exactly); at a temperature a seed draws the same tokens again, and 11 copies of a
+   prompt do not all draw alike (each turn its own noise); top_k at a temperature goes prompt
+   by prompt (wgml_gpt_generate), at temperature 0 it is greedy; bad arguments refused. */
+static void generate_batch_api(void)
+{
+    wgml_context *ctx = test_context();
+    enum { S = 11, NN = 17, MAXP = 15 };
+    int32_t pbuf[S][MAXP], got[S * NN], again[S * NN], want[NN];
+    int64_t lens[S], same_lens[S];
+    const int32_t *prompts[S], *same[S];
+    for (int s = 0; s < S; s++) {
+        lens[s] = 1 + (s * 5) % MAXP;
+        for (int i = 0; i < MAXP; i++) pbuf[s][i] = (s * 7 + i * 3 + 1) % 23;
+        prompts[s] = pbuf[s], same[s] = pbuf[3];
+    }
+    for (int s = 0; s < S; s++) same_lens[s] = lens[3];
+    const wgml_gpt_config *cfgs[] = {&llama_cfg, &gpt2_cfg};
+    for (int ci = 0; ci < 2; ci++)
+        for (int f16 = 0; f16 <= 1; f16++) {
+            model m;
+            model_make(ctx, cfgs[ci], f16, &m);
+            const wgml_gpt_sample_desc d = {.f16_weights = f16, .top_k = 3}; /* (top_k at temperature 0: greedy) */
+            wgml_stats a, b;
+            wgml_stats_get(ctx, &a);
+            CHECK_OK(ctx, wgml_gpt_generate_batch(&m.g, S, prompts, lens, NN, &d, got));
+            wgml_stats_get(ctx, &b);
+            CHECK(b.evals - a.evals < S * NN / 4); /* (the plan: its matrices laid out by a few evaluations, not one a token) */
+            for (int s = 0; s < S; s++) {
+                reference_greedy(m.r, prompts[s], (int)lens[s], NN, want);
+                same_tokens("generate_batch vs reference", got + s * NN, want, NN);
+            }
+            model_free(&m);
+        }
+    model m;
+    model_make(ctx, &llama_cfg, 0, &m);
+    const wgml_gpt_sample_desc hot = {.temperature = 1.5f};
+    CHECK_OK(ctx, wgml_manual_seed(ctx, 5));
+    CHECK_OK(ctx, wgml_gpt_generate_batch(&m.g, S, same, same_lens, NN, &hot, got));
+    CHECK_OK(ctx, wgml_manual_seed(ctx, 5));
+    CHECK_OK(ctx, wgml_gpt_generate_batch(&m.g, S, same, same_lens, NN, &hot, again));
+    CHECK(memcmp(got, again, sizeof got) == 0);
+    CHECK(memcmp(got, got + 8 * NN, NN * sizeof *got) != 0); /* (slot 0 of the first turn and of the second) */
+    const wgml_gpt_sample_desc topk = {.temperature = 1.0f, .top_k = 3};
+    for (int i = 0; i < S * NN; i++) got[i] = -1;
+    CHECK_OK(ctx, wgml_gpt_generate_batch(&m.g, 3, prompts, lens, NN, &topk, got));
+    int ok = 1;
+    for (int i = 0; i < 3 * NN; i++) ok &= got[i] >= 0 && got[i] < 31;
+    CHECK(ok);
+    /* refused: no sequences, no prompts, an empty prompt, a token past the vocabulary, no out */
+    CHECK(wgml_gpt_generate_batch(&m.g, 0, prompts, lens, NN, NULL, got) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_gpt_generate_batch(&m.g, S, NULL, lens, NN, NULL, got) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(wgml_gpt_generate_batch(&m.g, S, prompts, lens, NN, NULL, NULL) == WGML_ERROR_INVALID_ARGUMENT);
+    lens[2] = 0;
+    CHECK(wgml_gpt_generate_batch(&m.g, S, prompts, lens, NN, NULL, got) == WGML_ERROR_INVALID_ARGUMENT &&
+          strstr(wgml_error_message(ctx), "prompt 2"));
+    lens[2] = 3, pbuf[2][1] = 31;
+    CHECK(wgml_gpt_generate_batch(&m.g, S, prompts, lens, NN, NULL, got) == WGML_ERROR_INVALID_ARGUMENT &&
+          strstr(wgml_error_message(ctx), "prompt 2"));
+    CHECK(wgml_gpt_generate_batch(NULL, S, prompts, lens, NN, NULL, got) == WGML_ERROR_INVALID_ARGUMENT);
+    model_free(&m);
+}
+
 /* A block whose scores do not fit the workgroup memory whole (8,192 positions: 64 KiB of them
    at two query heads a K/V head): the plan splits its prefill's attention too (chunks of 128,
    combined by a launch) and its decode step's; the reference's tokens after a prompt fed by the
@@ -1060,6 +1124,7 @@ int main(void)
     TEST_RUN(cache_in_halves);
     TEST_RUN(matrices_laid_out_on_the_gpu);
     TEST_RUN(generate_through_the_plan);
+    TEST_RUN(generate_batch_api);
     TEST_RUN(stop_at_the_restart);
     TEST_RUN(long_block);
     TEST_RUN(profile_by_kind_short_block);

@@ -1474,6 +1474,20 @@ int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p)
     return p ? 2 * p->cfg.layers * p->B * p->block * p->Hkv * p->D * (p->f16c ? 2 : 4) : 0;
 }
 
+/* The Gumbel noise's seed from the context's generator, which moves on by one block, so
+   wgml_manual_seed makes a draw repeatable */
+static wgml_status gumbel_seed(wgml_context *ctx, uint64_t *out)
+{
+    uint64_t seed = 0, offset = 0;
+    wgml_status st = wgml_rng_get_state(ctx, &seed, &offset);
+    if (!st) st = wgml_rng_set_state(ctx, seed, offset + 1);
+    if (st) return st;
+    uint64_t mixed = seed * 0x9e3779b97f4a7c15ull ^ (offset + 0x632be59bd9b4e019ull);
+    mixed ^= mixed >> 29;
+    *out = mixed ^ (mixed >> 32);
+    return WGML_OK;
+}
+
 /* wgml_decode_sample_tokens' tokens to its caller: out[given] and on_token, which may stop */
 typedef struct deliver {
     int32_t *out;
@@ -1502,17 +1516,12 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
     /* on a CPU adapter (lavapipe) the graph path is the faster (bench decode --quick there:
        the character GPT's 2 layers at 134 tokens/s against the plan's 35), on a GPU the plan */
     if (strcmp(ctx->rt.info.adapter_type, "CPU") == 0 && !on_cpu) return WGML_OK;
-    /* the Gumbel noise's seed from the context's generator, which moves on by one block, so
-       wgml_manual_seed makes a draw repeatable */
-    uint64_t seed = 0, offset = 0;
-    wgml_status st = wgml_rng_get_state(ctx, &seed, &offset);
-    if (!st) st = wgml_rng_set_state(ctx, seed, offset + 1);
+    uint64_t seed;
+    wgml_status st = gumbel_seed(ctx, &seed);
     if (st) return st;
-    uint64_t mixed = seed * 0x9e3779b97f4a7c15ull ^ (offset + 0x632be59bd9b4e019ull);
-    mixed ^= mixed >> 29;
     /* batch 1: GPT-2 in its five wide launches a layer, which ran 1.5x the three fused ones on
        the H100 (docs/MEASUREMENTS.md: 5,089 against 3,343 tokens/s on the character GPT) */
-    const wgml_decode_desc d = {.batch = 1, .temperature = temperature, .seed = mixed ^ (mixed >> 32),
+    const wgml_decode_desc d = {.batch = 1, .temperature = temperature, .seed = seed,
                                 .steps_per_submit = n_new < 16 ? n_new : 16, .unfused = 1, .f16_weights = f16_weights};
     wgml_decode_plan *p = NULL;
     st = wgml_decode_plan_create(g, &d, &p);
@@ -1530,6 +1539,42 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
     if (!stop && !scratch) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "wgml_gpt_generate: out of host memory");
     if (scratch) st = wgml_decode_generate_each(p, n_new - 1, scratch, deliver_token, &dv);
     free(scratch);
+    wgml_decode_plan_free(p);
+    return st;
+}
+
+wgml_status wgml_decode_sample_batch(wgml_gpt *g, int64_t n_seq, const int32_t *const *prompts, const int64_t *lens, int64_t n_new,
+                                     float temperature, int f16_weights, int32_t *out, int *used)
+{
+    *used = 0;
+    if (n_seq < 1 || n_new < 1) return WGML_OK;
+    wgml_context *ctx = g->ctx;
+    uint64_t seed;
+    wgml_status st = gumbel_seed(ctx, &seed);
+    if (st) return st;
+    /* one plan of up to WGML_DECODE_BATCH_SLOTS slots, the sequences through it in turns */
+    const int64_t B = n_seq < WGML_DECODE_BATCH_SLOTS ? n_seq : WGML_DECODE_BATCH_SLOTS;
+    const wgml_decode_desc d = {.batch = B, .temperature = temperature, .seed = seed, .steps_per_submit = n_new < 16 ? n_new : 16,
+                                .unfused = B == 1, .f16_weights = f16_weights};
+    wgml_decode_plan *p = NULL;
+    st = wgml_decode_plan_create(g, &d, &p);
+    if (st == WGML_ERROR_UNSUPPORTED) return WGML_OK; /* the caller goes another way */
+    if (st) return st;
+    *used = 1;
+    int32_t *first = malloc((size_t)B * sizeof *first), *rest = malloc((size_t)(B * (n_new - 1) + 1) * sizeof *rest);
+    if (!first || !rest) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "wgml_gpt_generate_batch: out of host memory");
+    for (int64_t s0 = 0; !st && s0 < n_seq; s0 += B) {
+        const int64_t count = n_seq - s0 < B ? n_seq - s0 : B;
+        /* (each turn's own noise: a turn's slots and positions are the last turn's again) */
+        p->d.seed = seed + (uint64_t)(s0 / B) * 0x9e3779b97f4a7c15ull;
+        if ((st = wgml_decode_start(p, count, prompts + s0, lens + s0, first))) break;
+        if (n_new > 1 && (st = wgml_decode_generate(p, n_new - 1, rest))) break;
+        for (int64_t s = 0; s < count; s++) {
+            out[(s0 + s) * n_new] = first[s];
+            memcpy(out + (s0 + s) * n_new + 1, rest + s * (n_new - 1), (size_t)(n_new - 1) * sizeof *out);
+        }
+    }
+    free(first), free(rest);
     wgml_decode_plan_free(p);
     return st;
 }

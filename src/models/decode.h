@@ -143,6 +143,14 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
                                int f16_weights, int32_t *out, int (*on_token)(int32_t, void *), void *user, int on_cpu,
                                int *used);
 
+/* wgml_gpt_generate_batch's sampler: n_seq sequences through one plan of up to
+   WGML_DECODE_BATCH_SLOTS slots in turns, n_new tokens each into out[s * n_new + k], greedy or
+   at a temperature (each turn's Gumbel seed apart), on every adapter. *used = 0 (and nothing
+   done) where the plan does not take the model. */
+#define WGML_DECODE_BATCH_SLOTS 8
+wgml_status wgml_decode_sample_batch(wgml_gpt *g, int64_t n_seq, const int32_t *const *prompts, const int64_t *lens, int64_t n_new,
+                                     float temperature, int f16_weights, int32_t *out, int *used);
+
 /* What one decode step costs: dispatches (structural; the policy's chunk: a longer one may
    differ by the combine's launches), and the host's encoding time of the last generate call
    per token, in seconds. */

@@ -2,6 +2,7 @@
    checkpoint holds beside the weights (vocabulary, step, run settings), and generation over
    the KV cache. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,31 +242,52 @@ static wgml_status generate_step_top_p(wgml_gpt *g, wgml_gpt_cache *c, const int
     return st;
 }
 
+/* A prompt's checks (what names the caller), and the sampling's: the desc's fields in range */
+static wgml_status check_prompt(wgml_gpt *g, const char *what, const int32_t *prompt, int64_t n_prompt, int64_t n_new)
+{
+    if (!prompt || n_prompt < 1 || n_new < 0 || n_prompt > INT64_MAX / 4 - n_new)
+        return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: a prompt of at least one token and n_new >= 0 "
+                         "must be given (n_prompt = %lld, n_new = %lld)", what, (long long)n_prompt, (long long)n_new);
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= g->cfg.vocab)
+            return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: prompt[%lld] = %d is not a token id (vocab %lld)", what,
+                             (long long)i, prompt[i], (long long)g->cfg.vocab);
+    return WGML_OK;
+}
+
+static wgml_status check_sampling(wgml_context *ctx, const char *what, const wgml_gpt_sample_desc *d)
+{
+    if (!(d->temperature >= 0) || d->top_k < 0)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: temperature %g and top_k %lld must be >= 0", what,
+                         (double)d->temperature, (long long)d->top_k);
+    if (!(d->top_p >= 0 && d->top_p <= 1))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: top_p = %g; want 0 <= top_p <= 1 (0 or 1: all)", what,
+                         (double)d->top_p);
+    if (d->f16_weights != 0 && d->f16_weights != 1)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: f16_weights = %d; want 0 or 1", what, d->f16_weights);
+    return WGML_OK;
+}
+
+/* Whether the decode plan draws as d asks: greedy, or at a temperature without top-k or top-p
+   (top-p needs the distribution on the host; temperature 0 stays the GPU's argmax) */
+static int plan_samples(const wgml_gpt_sample_desc *d)
+{
+    const int nucleus = d->top_p > 0 && d->top_p < 1 && d->temperature >= 1e-4f;
+    return !nucleus && (d->top_k == 0 || d->temperature < 1e-4f);
+}
+
 wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prompt, int64_t n_new,
                               const wgml_gpt_sample_desc *desc, int32_t *out, wgml_gpt_token_fn on_token, void *user)
 {
     if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = g->ctx;
-    if (!prompt || n_prompt < 1 || n_new < 0 || n_prompt > INT64_MAX / 4 - n_new)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: a prompt of at least one token and n_new >= 0 "
-                         "must be given (n_prompt = %lld, n_new = %lld)", (long long)n_prompt, (long long)n_new);
-    for (int64_t i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= g->cfg.vocab)
-            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: prompt[%lld] = %d is not a token id (vocab %lld)",
-                             (long long)i, prompt[i], (long long)g->cfg.vocab);
     wgml_gpt_sample_desc d = desc ? *desc : (wgml_gpt_sample_desc){0};
-    if (!(d.temperature >= 0) || d.top_k < 0)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: temperature %g and top_k %lld must be >= 0",
-                         (double)d.temperature, (long long)d.top_k);
-    if (!(d.top_p >= 0 && d.top_p <= 1))
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: top_p = %g; want 0 <= top_p <= 1 (0 or 1: all)",
-                         (double)d.top_p);
-    if (d.f16_weights != 0 && d.f16_weights != 1)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate: f16_weights = %d; want 0 or 1", d.f16_weights);
-    /* top-p needs the distribution on the host; temperature 0 stays the GPU's argmax */
+    wgml_status st0 = check_prompt(g, "wgml_gpt_generate", prompt, n_prompt, n_new);
+    if (!st0) st0 = check_sampling(ctx, "wgml_gpt_generate", &d);
+    if (st0) return st0;
     const int nucleus = d.top_p > 0 && d.top_p < 1 && d.temperature >= 1e-4f;
     /* the decode plan (models/decode.h) where it takes the model: no graph per token */
-    if (!nucleus && (d.top_k == 0 || d.temperature < 1e-4f)) {
+    if (plan_samples(&d)) {
         int used = 0;
         wgml_status st = wgml_decode_sample_tokens(g, prompt, n_prompt, n_new, d.temperature, d.f16_weights, out, on_token, user, 0,
                                                      &used);
@@ -289,5 +311,31 @@ wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64_t n_prom
     }
     wgml_gpt_cache_free(&cache, g->cfg.layers);
     free(ids);
+    return st;
+}
+
+wgml_status wgml_gpt_generate_batch(wgml_gpt *g, int64_t n_seq, const int32_t *const *prompts, const int64_t *n_prompts, int64_t n_new,
+                                    const wgml_gpt_sample_desc *desc, int32_t *out)
+{
+    if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    wgml_context *ctx = g->ctx;
+    if (n_seq < 1 || !prompts || !n_prompts || (!out && n_new > 0) || n_new < 0 || n_new > INT64_MAX / 4 / n_seq)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate_batch: n_seq >= 1 prompts (%lld), their lengths, "
+                         "n_new >= 0 (%lld) and out (n_seq x n_new) must be given", (long long)n_seq, (long long)n_new);
+    wgml_gpt_sample_desc d = desc ? *desc : (wgml_gpt_sample_desc){0};
+    wgml_status st = check_sampling(ctx, "wgml_gpt_generate_batch", &d);
+    for (int64_t s = 0; !st && s < n_seq; s++) {
+        char what[64];
+        snprintf(what, sizeof what, "wgml_gpt_generate_batch: prompt %lld", (long long)s);
+        st = check_prompt(g, what, prompts[s], n_prompts[s], n_new);
+    }
+    if (st || n_new == 0) return st;
+    if (plan_samples(&d)) {
+        int used = 0;
+        st = wgml_decode_sample_batch(g, n_seq, prompts, n_prompts, n_new, d.temperature, d.f16_weights, out, &used);
+        if (used || st) return st;
+    }
+    /* the plan does not draw this way, or does not take the model: each prompt in turn */
+    for (int64_t s = 0; !st && s < n_seq; s++) st = wgml_gpt_generate(g, prompts[s], n_prompts[s], n_new, &d, out + s * n_new, NULL, NULL);
     return st;
 }

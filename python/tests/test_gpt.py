@@ -113,6 +113,27 @@ def test_greedy_generation_is_the_commands(trained):
     assert isinstance(half, str) and len(half) == 30
 
 
+def test_batch_generation_is_each_prompts_own(trained):
+    # prompts of different lengths and kinds, one past the block of 16, ten of them (the plan's 8
+    # slots in two turns): greedy, each what generate gives it alone
+    m = GPT.load(trained)
+    prompts = ["Line", "fox", b"Line 7: the quick", m.encode("the"), "L"] * 2
+    got = m.generate_batch(prompts, max_new_tokens=21, temperature=0)
+    assert len(got) == len(prompts)
+    for p, g in zip(prompts, got):
+        want = m.generate(p, max_new_tokens=21, temperature=0)
+        assert type(g) is type(want)
+        assert (g == want).all() if isinstance(g, np.ndarray) else g == want
+    # a seed draws the same again; refusals
+    a = m.generate_batch(["fox", "the"], 15, temperature=1.0, seed=3)
+    assert a == m.generate_batch(["fox", "the"], 15, temperature=1.0, seed=3)
+    assert m.generate_batch([], 5) == [] and m.generate_batch(["fox"], 0) == [""]
+    with pytest.raises(ValueError, match="prompt 1 has no tokens"):
+        m.generate_batch(["fox", ""], 5)
+    with pytest.raises(TypeError):
+        m.generate_batch("fox", 5)
+
+
 @needs_cli
 def test_seeded_sampling_is_the_commands(trained):
     r = subprocess.run([CLI, "gpt", "sample", "--checkpoint", trained, "--prompt", "fox", "--tokens", "25",

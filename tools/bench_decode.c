@@ -153,6 +153,34 @@ static void generate_row(wgml_gpt *g, const char *name, int64_t n_prompt, int64_
     free(prompt), free(out);
 }
 
+/* wgml_gpt_generate_batch as a caller sees it: n_seq prompts of n_prompt tokens continued by n
+   tokens each, and by one: their difference is the n - 1 steps' own time (each the second of
+   two calls), all the sequences' tokens a second */
+static void generate_batch_row(wgml_gpt *g, const char *name, int64_t n_seq, int64_t n_prompt, int64_t n, int f16)
+{
+    if (!wanted(name)) return;
+    int32_t *prompt = malloc((size_t)(n_seq * n_prompt) * sizeof *prompt), *out = malloc((size_t)(n_seq * n) * sizeof *out);
+    const int32_t **pp = malloc((size_t)n_seq * sizeof *pp);
+    int64_t *lens = malloc((size_t)n_seq * sizeof *lens);
+    double t[2] = {NAN, NAN};
+    int ok = prompt && out && pp && lens;
+    for (int64_t i = 0; ok && i < n_seq * n_prompt; i++) prompt[i] = (int32_t)((i * 7919 + 13) % g->cfg.vocab);
+    for (int64_t s = 0; ok && s < n_seq; s++) pp[s] = prompt + s * n_prompt, lens[s] = n_prompt;
+    for (int r = 0; ok && r < 4; r++) {
+        double t0 = bench_now();
+        const wgml_gpt_sample_desc d = {.f16_weights = f16};
+        ok = wgml_gpt_generate_batch(g, n_seq, pp, lens, r & 1 ? 1 : n, &d, out) == WGML_OK;
+        t[r & 1] = bench_now() - t0;
+    }
+    const double each = (t[0] - t[1]) / (double)(n - 1);
+    if (!ok) fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(g->ctx));
+    else fprintf(stderr, "  %s: wgml_gpt_generate_batch, %lld prompts of %lld, %s weights: %lld tokens each in %.1f ms, one in %.1f ms: "
+                 "%.3f ms a step after the first\n", name, (long long)n_seq, (long long)n_prompt, f16 ? "f16" : "f32", (long long)n,
+                 t[0] * 1e3, t[1] * 1e3, each * 1e3);
+    bench_report(name, ok ? each : NAN, ok ? (double)n_seq / each : NAN, "tokens/s");
+    free(prompt), free(out), free(pp), free(lens);
+}
+
 void bench_decode_char(wgml_gpt *g, int quick)
 {
     const int64_t n = g->cfg.block - 1;
@@ -189,6 +217,7 @@ void bench_decode_qwen(int quick)
     decode_row(&g, "qwen3_0.6b_decode_b1_f16", 1, 1, 0, prompt, ntok, quick ? 1 : 3);
     generate_row(&g, "qwen3_0.6b_generate", prompt, big ? 256 : 8, 0);
     generate_row(&g, "qwen3_0.6b_generate_f16", prompt, big ? 256 : 8, 1);
+    generate_batch_row(&g, "qwen3_0.6b_generate_batch8_f16", 8, prompt, big ? 128 : 8, 1);
     /* WGML_BENCH_DECODE_SWEEP="VAR=v VAR=v;...": the b1 row again for each entry with its variables
        set (the plan's knobs above), the model made once */
     const char *sweep = getenv("WGML_BENCH_DECODE_SWEEP");

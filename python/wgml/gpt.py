@@ -449,6 +449,20 @@ class GPT:
 
     # ------------------------------------------------------------ sampling
 
+    def _sampling(self, what, max_new_tokens, temperature, top_k, seed, f16_weights):
+        """generate's and generate_batch's checks: the tokens to draw and the C sample desc
+        (the context's generator reset first where seed is given)"""
+        n = int(max_new_tokens)
+        if n < 0:
+            raise ValueError("%s: max_new_tokens is >= 0, not %d" % (what, n))
+        if not temperature >= 0 or int(top_k) < 0:
+            raise ValueError("%s: temperature %r and top_k %r must be >= 0" % (what, temperature, top_k))
+        if seed is not None:
+            self.ctx.manual_seed(seed)
+        desc = ffi.new("wgml_gpt_sample_desc *")
+        desc.temperature, desc.top_k, desc.f16_weights = float(temperature), int(top_k), 1 if f16_weights else 0
+        return n, desc
+
     def generate(self, prompt: TextOrIds = "", max_new_tokens: int = 200, temperature: float = 0.8, top_k: int = 0,
                  seed: _t.Optional[int] = None,
                  on_token: _t.Optional[_t.Callable[[int], _t.Optional[bool]]] = None,
@@ -474,15 +488,7 @@ class GPT:
             ids = self._ids(prompt, "generate").reshape(-1) if np.size(prompt) else None
             if ids is None:
                 raise ValueError("generate: the prompt has no tokens")
-        n = int(max_new_tokens)
-        if n < 0:
-            raise ValueError("generate: max_new_tokens is >= 0, not %d" % n)
-        if not temperature >= 0 or int(top_k) < 0:
-            raise ValueError("generate: temperature %r and top_k %r must be >= 0" % (temperature, top_k))
-        if seed is not None:
-            self.ctx.manual_seed(seed)
-        desc = ffi.new("wgml_gpt_sample_desc *")
-        desc.temperature, desc.top_k, desc.f16_weights = float(temperature), int(top_k), 1 if f16_weights else 0
+        n, desc = self._sampling("generate", max_new_tokens, temperature, top_k, seed, f16_weights)
         out = np.zeros(n, dtype=np.int32)
         got = [0]
         failure = []
@@ -531,15 +537,7 @@ class GPT:
             seqs.append(np.ascontiguousarray(ids, dtype=np.int32))
         if not seqs:
             return []
-        n = int(max_new_tokens)
-        if n < 0:
-            raise ValueError("generate_batch: max_new_tokens is >= 0, not %d" % n)
-        if not temperature >= 0 or int(top_k) < 0:
-            raise ValueError("generate_batch: temperature %r and top_k %r must be >= 0" % (temperature, top_k))
-        if seed is not None:
-            self.ctx.manual_seed(seed)
-        desc = ffi.new("wgml_gpt_sample_desc *")
-        desc.temperature, desc.top_k, desc.f16_weights = float(temperature), int(top_k), 1 if f16_weights else 0
+        n, desc = self._sampling("generate_batch", max_new_tokens, temperature, top_k, seed, f16_weights)
         out = np.zeros((len(seqs), max(n, 1)), dtype=np.int32)
         bufs = [ffi.from_buffer("int32_t[]", q) for q in seqs]
         ptrs = ffi.new("int32_t *[]", bufs)

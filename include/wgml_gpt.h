@@ -148,8 +148,8 @@ typedef struct wgml_gpt_sample_desc {
                           state, which then moves on by one block */
     int f16_weights;   /* 1: the decode plan (below) keeps its matrices as f16, half the bytes a
                           token reads (f32 sums; the logits within f16's rounding of the weights):
-                          Qwen3-0.6B's shape 1.05-1.08 ms a token against 1.27-1.31 on an H200
-                          (docs/MEASUREMENTS.md); 0: f32 */
+                          Qwen3-0.6B's shape 0.995-1.018 ms a token against 1.188-1.301 on an H200
+                          (docs/MEASUREMENTS.md, 2026-11-29); 0: f32 */
 } wgml_gpt_sample_desc;
 
 /* Lazy: a token drawn from logits [1,V] (i32 [1]) on the GPU, by the Gumbel-max trick from the

@@ -170,14 +170,17 @@ WGML_API wgml_status wgml_gpt_generate(wgml_gpt *g, const int32_t *prompt, int64
                                        void *user);
 
 /* Continues n_seq prompts together by n_new tokens each: prompts[s] holds n_prompts[s] >= 1
-   token ids, and out (room for n_seq x n_new) gets sequence s's tokens at out[s * n_new]. One
-   decode plan steps 8 sequences at once (a KV cache each, at its own length; past the block each
-   slides as wgml_gpt_generate's), the rest in turns of 8 on the same plan: on an H200, Qwen3-0.6B's
-   shape made 3,253 tokens a second so against 1,054 one at a time (docs/MEASUREMENTS.md). Greedy
-   tokens are each prompt's own wgml_gpt_generate's; at a temperature they are a draw from the
+   token ids, and out (room for n_seq x n_new) gets sequence s's tokens at out[s * n_new]. On a
+   GPU one decode plan steps 8 sequences at once (a KV cache each, at its own length; past the
+   block each slides as wgml_gpt_generate's; fewer where 8 caches pass the adapter's limits or
+   memory), the rest in turns on the same plan: on an H200, Qwen3-0.6B's shape made 3,269 tokens
+   a second so against 982 one prompt at a time (docs/MEASUREMENTS.md). Greedy tokens are each
+   prompt's own wgml_gpt_generate's up to rounding (the batch's sums go in another order, so a
+   near-tie between two logits may go the other way); at a temperature they are a draw from the
    context's generator (wgml_manual_seed repeats it), another than wgml_gpt_generate's. With
-   top_k or top_p at a temperature, or where the plan does not take the model, each prompt goes
-   through wgml_gpt_generate in turn. */
+   top_k or top_p at a temperature, on a CPU adapter (where one prompt at a time is the faster),
+   or where the plan does not take the model even at one slot, each prompt goes through
+   wgml_gpt_generate in turn. */
 WGML_API wgml_status wgml_gpt_generate_batch(wgml_gpt *g, int64_t n_seq, const int32_t *const *prompts, const int64_t *n_prompts,
                                              int64_t n_new, const wgml_gpt_sample_desc *desc, int32_t *out);
 

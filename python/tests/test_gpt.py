@@ -128,10 +128,16 @@ def test_batch_generation_is_each_prompts_own(trained):
     a = m.generate_batch(["fox", "the"], 15, temperature=1.0, seed=3)
     assert a == m.generate_batch(["fox", "the"], 15, temperature=1.0, seed=3)
     assert m.generate_batch([], 5) == [] and m.generate_batch(["fox"], 0) == [""]
+    assert m.generate_batch((p for p in ["fox", "the"]), 5, temperature=0) == [m.generate(p, 5, temperature=0) for p in ["fox", "the"]]
     with pytest.raises(ValueError, match="prompt 1 has no tokens"):
         m.generate_batch(["fox", ""], 5)
-    with pytest.raises(TypeError):
-        m.generate_batch("fox", 5)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        m.generate_batch([], -5)
+    with pytest.raises(ValueError, match="prompt 1"):
+        m.generate_batch(["fox", [1, 10 ** 6]], 5)
+    for one in ("fox", [1, 2, 3], np.array([1, 2, 3])):
+        with pytest.raises(TypeError):
+            m.generate_batch(one, 5)
 
 
 @needs_cli

@@ -518,26 +518,35 @@ class GPT:
     def generate_batch(self, prompts: _t.Sequence[TextOrIds], max_new_tokens: int = 200, temperature: float = 0.8,
                        top_k: int = 0, seed: _t.Optional[int] = None,
                        f16_weights: bool = False) -> _t.List[_t.Union[str, bytes, np.ndarray]]:
-        """Continues several prompts together, max_new_tokens each (wgml_gpt_generate_batch: one
-        GPU decode plan steps 8 of them at once, each with its own KV cache and length). Returns a
-        list with each prompt's continuation of its kind, as generate does. Greedy (temperature
-        0) gives each prompt's own generate tokens; at a temperature the tokens are a draw from
-        the context's generator (seed resets it first), another than generate's. top_k > 0 at a
-        temperature continues the prompts one by one."""
-        if isinstance(prompts, (str, bytes)):
-            raise TypeError("generate_batch: prompts is a list of prompts; for one, use generate")
+        """Continues several prompts together, max_new_tokens each (wgml_gpt_generate_batch: on a
+        GPU one decode plan steps 8 of them at once, each with its own KV cache and length).
+        prompts is a sequence of prompts, each str, bytes or token ids (at least one token: an
+        empty prompt is refused, where generate starts from "\\n"). Returns a list with each
+        prompt's continuation of its kind, as generate does. Greedy (temperature 0) gives each
+        prompt's own generate tokens up to rounding (a near-tie between two logits may go the
+        other way); at a temperature the tokens are a draw from the context's generator (seed
+        resets it first), another than generate's. top_k > 0 at a temperature, or a CPU adapter,
+        continues the prompts one by one."""
+        if isinstance(prompts, (str, bytes)) or (isinstance(prompts, np.ndarray) and prompts.ndim < 2):
+            raise TypeError("generate_batch: prompts is a sequence of prompts; for one, use generate")
+        prompts = list(prompts)  # (a generator is read once)
+        if prompts and all(isinstance(q, (int, np.integer)) for q in prompts):
+            raise TypeError("generate_batch: prompts is a sequence of prompts, not one prompt's ids; for one, use generate")
+        n, desc = self._sampling("generate_batch", max_new_tokens, temperature, top_k, seed, f16_weights)
         seqs = []
         for i, prompt in enumerate(prompts):
+            what = "generate_batch: prompt %d" % i
             if isinstance(prompt, (str, bytes)):
                 ids = self.encode(prompt)
+            elif prompt is None:
+                raise TypeError("%s is None" % what)
             else:
-                ids = self._ids(prompt, "generate_batch").reshape(-1) if np.size(prompt) else np.zeros(0, dtype=np.int32)
+                ids = self._ids(prompt, what).reshape(-1) if np.size(prompt) else np.zeros(0, dtype=np.int32)
             if ids.size == 0:
-                raise ValueError("generate_batch: prompt %d has no tokens" % i)
+                raise ValueError("%s has no tokens" % what)
             seqs.append(np.ascontiguousarray(ids, dtype=np.int32))
         if not seqs:
             return []
-        n, desc = self._sampling("generate_batch", max_new_tokens, temperature, top_k, seed, f16_weights)
         out = np.zeros((len(seqs), max(n, 1)), dtype=np.int32)
         bufs = [ffi.from_buffer("int32_t[]", q) for q in seqs]
         ptrs = ffi.new("int32_t *[]", bufs)

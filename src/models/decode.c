@@ -1544,25 +1544,34 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
 }
 
 wgml_status wgml_decode_sample_batch(wgml_gpt *g, int64_t n_seq, const int32_t *const *prompts, const int64_t *lens, int64_t n_new,
-                                     float temperature, int f16_weights, int32_t *out, int *used)
+                                     float temperature, int f16_weights, int32_t *out, int on_cpu, int *used)
 {
     *used = 0;
     if (n_seq < 1 || n_new < 1) return WGML_OK;
     wgml_context *ctx = g->ctx;
-    uint64_t seed;
-    wgml_status st = gumbel_seed(ctx, &seed);
-    if (st) return st;
-    /* one plan of up to WGML_DECODE_BATCH_SLOTS slots, the sequences through it in turns */
-    const int64_t B = n_seq < WGML_DECODE_BATCH_SLOTS ? n_seq : WGML_DECODE_BATCH_SLOTS;
-    const wgml_decode_desc d = {.batch = B, .temperature = temperature, .seed = seed, .steps_per_submit = n_new < 16 ? n_new : 16,
-                                .unfused = B == 1, .f16_weights = f16_weights};
-    wgml_decode_plan *p = NULL;
-    st = wgml_decode_plan_create(g, &d, &p);
-    if (st == WGML_ERROR_UNSUPPORTED) return WGML_OK; /* the caller goes another way */
-    if (st) return st;
-    *used = 1;
+    /* (a CPU adapter: the graph path prompt by prompt is the faster, as wgml_decode_sample_tokens says) */
+    if (strcmp(ctx->rt.info.adapter_type, "CPU") == 0 && !on_cpu) return WGML_OK;
+    /* one plan of up to WGML_DECODE_BATCH_SLOTS slots, the sequences through it in turns; the
+       buffers first, so a failure leaves the context's generator where it was */
+    int64_t B = n_seq < WGML_DECODE_BATCH_SLOTS ? n_seq : WGML_DECODE_BATCH_SLOTS;
     int32_t *first = malloc((size_t)B * sizeof *first), *rest = malloc((size_t)(B * (n_new - 1) + 1) * sizeof *rest);
-    if (!first || !rest) st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "wgml_gpt_generate_batch: out of host memory");
+    uint64_t seed = 0;
+    wgml_status st = first && rest ? gumbel_seed(ctx, &seed) : wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "wgml_gpt_generate_batch: out of host memory");
+    wgml_decode_plan *p = NULL;
+    /* fewer slots where 8 slots' caches pass a limit of the adapter or its memory; none (the
+       caller goes prompt by prompt) where even one slot's do, or the plan does not take the model */
+    while (!st) {
+        const wgml_decode_desc d = {.batch = B, .temperature = temperature, .seed = seed, .steps_per_submit = n_new < 16 ? n_new : 16,
+                                    .unfused = B == 1, .f16_weights = f16_weights};
+        st = wgml_decode_plan_create(g, &d, &p);
+        if (st != WGML_ERROR_LIMIT && st != WGML_ERROR_OUT_OF_MEMORY && st != WGML_ERROR_UNSUPPORTED) break;
+        if (st != WGML_ERROR_UNSUPPORTED && B > 1) B /= 2, st = WGML_OK;
+        else {
+            free(first), free(rest);
+            return WGML_OK;
+        }
+    }
+    if (!st) *used = 1;
     for (int64_t s0 = 0; !st && s0 < n_seq; s0 += B) {
         const int64_t count = n_seq - s0 < B ? n_seq - s0 : B;
         /* (each turn's own noise: a turn's slots and positions are the last turn's again) */

@@ -99,9 +99,10 @@ typedef struct wgml_decode_desc {
     int gemv_wgs;             /* past batch 1, the decode step's normed GEMVs (QKV, the MLP's up) in this many
                                  workgroups, each staging x once and going over tiles of rows as the head's; 0: 132
                                  where they have 256 tiles or more, else a workgroup a tile; -1: a workgroup a tile */
-    int gemv_rows;            /* past batch 1, rows each lane group of every GEMV sums (wgml_decode_gemv.nr: 2, 4);
+    int gemv_rows;            /* where a pass has several rows (past batch 1; the prefill passes), rows each lane group
+                                 of every GEMV sums (wgml_decode_gemv.nr: 2, 4);
                                  0: 2 for the GEMVs without a norm (the projection, MLP down), 1 for the others; -1: 1 */
-    int gemv_row_groups;      /* past batch 1, the GEMVs without a norm take their rows in this many groups, a workgroup
+    int gemv_row_groups;      /* so too (several rows), the GEMVs without a norm take their rows in this many groups, a workgroup
                                  each (grid y), each staging only its rows: more workgroups; 0: 2 rows a group, -1: one group */
     int gemv_planes;          /* the GEMVs and the grid block over f16 weights stage x in planes (wgml_decode_gemv.planes,
                                  wgml_decode_block.planes): 0 or 1 on, -1 off (an H200: Qwen3-0.6B b8 3.52 -> 3.03 ms a
@@ -144,12 +145,13 @@ wgml_status wgml_decode_sample_tokens(wgml_gpt *g, const int32_t *prompt, int64_
                                int *used);
 
 /* wgml_gpt_generate_batch's sampler: n_seq sequences through one plan of up to
-   WGML_DECODE_BATCH_SLOTS slots in turns, n_new tokens each into out[s * n_new + k], greedy or
-   at a temperature (each turn's Gumbel seed apart), on every adapter. *used = 0 (and nothing
-   done) where the plan does not take the model. */
+   WGML_DECODE_BATCH_SLOTS slots in turns (half as many while the slots' caches pass a limit of
+   the adapter or its memory), n_new tokens each into out[s * n_new + k], greedy or at a
+   temperature (each turn's Gumbel seed apart). *used = 0 (and nothing done) where the plan does
+   not take the model even at one slot, or the adapter is a CPU and on_cpu is 0 (1: the tests'). */
 #define WGML_DECODE_BATCH_SLOTS 8
 wgml_status wgml_decode_sample_batch(wgml_gpt *g, int64_t n_seq, const int32_t *const *prompts, const int64_t *lens, int64_t n_new,
-                                     float temperature, int f16_weights, int32_t *out, int *used);
+                                     float temperature, int f16_weights, int32_t *out, int on_cpu, int *used);
 
 /* What one decode step costs: dispatches (structural; the policy's chunk: a longer one may
    differ by the combine's launches), and the host's encoding time of the last generate call

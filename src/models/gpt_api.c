@@ -332,7 +332,7 @@ wgml_status wgml_gpt_generate_batch(wgml_gpt *g, int64_t n_seq, const int32_t *c
     if (st || n_new == 0) return st;
     if (plan_samples(&d)) {
         int used = 0;
-        st = wgml_decode_sample_batch(g, n_seq, prompts, n_prompts, n_new, d.temperature, d.f16_weights, out, &used);
+        st = wgml_decode_sample_batch(g, n_seq, prompts, n_prompts, n_new, d.temperature, d.f16_weights, out, 0, &used);
         if (used || st) return st;
     }
     /* the plan does not draw this way, or does not take the model: each prompt in turn */

@@ -64,6 +64,9 @@ a=$(run_wgml gpt sample --checkpoint "$ck" --prompt "Line" --tokens 20 --tempera
 b=$(run_wgml gpt sample --checkpoint "$ck" --prompt "Line" --tokens 20 --temperature 0 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "greedy sampling is not deterministic: '$a' vs '$b'"
 [ "${a:0:4}" = "Line" ] && [ ${#a} = 24 ] || fail "the sample is not the prompt and 20 bytes: '$a'"
+# several samples drawn together (wgml_gpt_generate_batch): greedy, each the one sample above
+m=$(run_wgml gpt sample --checkpoint "$ck" --prompt "Line" --tokens 20 --temperature 0 --samples 3 2>/dev/null)
+[ "$m" = "$(printf '%s\n---\n%s\n---\n%s' "$a" "$a" "$a")" ] || fail "3 greedy samples are not 3 times the sample: '$m'"
 a=$(run_wgml gpt sample --checkpoint "$ck" --tokens 30 --seed 5 --top-k 5 2>/dev/null)
 b=$(run_wgml gpt sample --checkpoint "$ck" --tokens 30 --seed 5 --top-k 5 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "seeded sampling is not reproducible"
@@ -85,6 +88,7 @@ expect 2 "--arch" -- gpt train --arch bert
 expect 1 "cannot open the text folder" -- gpt train --data "$work/none"
 expect 2 "--layers cannot be given with --resume" -- gpt train --resume "$ck" --layers 3
 expect 2 "--checkpoint FILE is required" -- gpt sample
+expect 2 "--samples" -- gpt sample --checkpoint "$ck" --samples 0
 expect 1 "No such file" -- gpt sample --checkpoint "$work/none.safetensors"
 expect 2 "not in the checkpoint's vocabulary" -- gpt sample --checkpoint "$ck" --prompt "ZZZ~"
 head -c 200 "$ck" >"$work/cut.safetensors"

@@ -36,7 +36,7 @@ enum {
     O_ARCH = 256, O_STEPS, O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH, O_FFN, O_BLOCK, O_BATCH, O_LR, O_MIN_LR, O_WARMUP,
     O_WD, O_CLIP, O_DROPOUT, O_SEED, O_DATA, O_OUT, O_RESUME, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_EVERY, O_SAVE_INIT,
     O_SAMPLE, O_STOP_AT, O_CHECKPOINT, O_PROMPT, O_TOKENS, O_TEMPERATURE, O_TOP_K, O_BETA2, O_INIT_FROM, O_OVERWRITE,
-    O_TOP_P, O_PRECISION
+    O_TOP_P, O_PRECISION, O_SAMPLES
 };
 
 typedef struct train_options {
@@ -262,7 +262,7 @@ static wgml_status save(trainer *t, const train_options *o, const char *path, in
 
 /* Prints a sample of n tokens continuing "\n" (or the vocabulary's first byte). */
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
-                                float temperature, int64_t top_k, float top_p, const char *prompt, double *seconds);
+                                float temperature, int64_t top_k, float top_p, const char *prompt, int64_t samples, double *seconds);
 
 /* Steps run without waiting for their losses: the host builds step n + 1 while the GPU
    runs step n, and every SYNC steps (and at evaluations, checkpoints and the end) the
@@ -620,7 +620,7 @@ static int train_run(train_options *o)
     cli_stop_restore();
     if (!rc && lead && o->sample_tokens > 0) {
         double secs;
-        st = print_sample(t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o->sample_tokens, 0.8f, 0, 1.0f, NULL, &secs);
+        st = print_sample(t.model, t.text.vocab, t.text.vocab_size, t.text.token_of, o->sample_tokens, 0.8f, 0, 1.0f, NULL, 1, &secs);
         if (st) fprintf(stderr, "wgml gpt train: sampling: %s\n", cli_message(t.ctx, st)), rc = 1;
     }
     trainer_free(&t);
@@ -677,26 +677,57 @@ static int print_token(int32_t tok, void *user)
     return 0;
 }
 
-static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
-                                float temperature, int64_t top_k, float top_p, const char *prompt, double *seconds)
+/* The prompt as ids (empty: a newline's token, or the vocabulary's first) */
+static int32_t *prompt_ids(const int16_t *token_of, const char *prompt, size_t *np)
 {
-    size_t np = prompt ? strlen(prompt) : 0;
-    int32_t *ids = malloc((np + 1) * sizeof *ids);
+    *np = prompt ? strlen(prompt) : 0;
+    int32_t *ids = malloc((*np + 1) * sizeof *ids);
+    if (ids && *np == 0) ids[0] = token_of['\n'] >= 0 ? token_of['\n'] : 0, *np = 1;
+    else if (ids) for (size_t i = 0; i < *np; i++) ids[i] = token_of[(uint8_t)prompt[i]];
+    return ids;
+}
+
+static void put_prompt(const uint8_t *vocab, const int32_t *ids, const char *prompt)
+{
+    if (prompt && *prompt) fputs(prompt, stdout);
+    else fputc(vocab[ids[0]], stdout);
+}
+
+/* One sample, streamed token by token; or, samples > 1, that many continuations of the prompt
+   drawn together (wgml_gpt_generate_batch), each printed whole after the others, a line "---"
+   between them */
+static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
+                                float temperature, int64_t top_k, float top_p, const char *prompt, int64_t samples, double *seconds)
+{
+    size_t np;
+    int32_t *ids = prompt_ids(token_of, prompt, &np);
     if (!ids) return WGML_ERROR_OUT_OF_MEMORY;
-    if (np == 0) {
-        ids[0] = token_of['\n'] >= 0 ? token_of['\n'] : 0;
-        np = 1;
-        fputc(vocab[ids[0]], stdout);
-    } else {
-        for (size_t i = 0; i < np; i++) ids[i] = token_of[(uint8_t)prompt[i]];
-        fputs(prompt, stdout);
-    }
     printer p = {vocab, vocab_size};
     wgml_gpt_sample_desc d = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
-    double t0 = cli_now();
-    wgml_status st = wgml_gpt_generate(g, ids, (int64_t)np, n, &d, NULL, print_token, &p);
-    *seconds = cli_now() - t0;
-    fputc('\n', stdout);
+    wgml_status st = WGML_OK;
+    if (samples == 1) {
+        put_prompt(vocab, ids, prompt);
+        double t0 = cli_now();
+        st = wgml_gpt_generate(g, ids, (int64_t)np, n, &d, NULL, print_token, &p);
+        *seconds = cli_now() - t0;
+        fputc('\n', stdout);
+    } else {
+        const int32_t **prompts = malloc((size_t)samples * sizeof *prompts);
+        int64_t *lens = malloc((size_t)samples * sizeof *lens);
+        int32_t *out = malloc((size_t)(samples * n) * sizeof *out);
+        st = prompts && lens && out ? WGML_OK : WGML_ERROR_OUT_OF_MEMORY;
+        for (int64_t s = 0; !st && s < samples; s++) prompts[s] = ids, lens[s] = (int64_t)np;
+        double t0 = cli_now();
+        if (!st) st = wgml_gpt_generate_batch(g, samples, prompts, lens, n, &d, out);
+        *seconds = cli_now() - t0;
+        for (int64_t s = 0; !st && s < samples; s++) {
+            if (s) fputs("---\n", stdout);
+            put_prompt(vocab, ids, prompt);
+            for (int64_t k = 0; k < n; k++) print_token(out[s * n + k], &p);
+            fputc('\n', stdout);
+        }
+        free(prompts), free(lens), free(out);
+    }
     fflush(stdout); /* the text ends its line before anything on stderr, in a log of both */
     free(ids);
     return st;
@@ -706,19 +737,20 @@ static const struct option sample_flags[] = {
     {"checkpoint", required_argument, 0, O_CHECKPOINT}, {"prompt", required_argument, 0, O_PROMPT},
     {"tokens", required_argument, 0, O_TOKENS},         {"temperature", required_argument, 0, O_TEMPERATURE},
     {"top-k", required_argument, 0, O_TOP_K},           {"top-p", required_argument, 0, O_TOP_P},
-    {"seed", required_argument, 0, O_SEED},             {"help", no_argument, 0, 'h'},
-    {0, 0, 0, 0},
+    {"seed", required_argument, 0, O_SEED},             {"samples", required_argument, 0, O_SAMPLES},
+    {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0},
 };
 
 static const char sample_usage[] =
     "usage: wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N (200)] [--temperature X (0.8; 0: greedy)]\n"
     "                       [--top-k N (0: all)] [--top-p P (1: all; else the fewest likeliest tokens reaching P)] [--seed N (1)]\n"
+    "                       [--samples N (1; more: N continuations drawn together, a line \"---\" between them)]\n"
     "The text goes to stdout; its speed, on a line of its own, to stderr. Runs on wgpu-native unless\n"
     "--runtime (or WGML_RUNTIME) names another.\n";
 
 typedef struct sample_options {
     const char *path, *prompt;
-    int64_t tokens, top_k;
+    int64_t tokens, top_k, samples;
     float temperature, top_p;
     uint64_t seed;
 } sample_options;
@@ -739,6 +771,7 @@ static int sample_flag(int opt, const char *arg, void *state)
         break;
     case O_TEMPERATURE: bad = wgml_parse_f32("--temperature", arg, 0.0f, 100.0f, &o->temperature, err, sizeof err) != 0; break;
     case O_SEED: bad = wgml_parse_u64("--seed", arg, &o->seed, err, sizeof err) != 0; break;
+    case O_SAMPLES: bad = wgml_parse_i64("--samples", arg, 1, 256, &o->samples, err, sizeof err) != 0; break;
     default: return 1;
     }
     if (bad) fprintf(stderr, "wgml gpt sample: %s\n", err);
@@ -747,7 +780,7 @@ static int sample_flag(int opt, const char *arg, void *state)
 
 static int cmd_gpt_sample(int argc, char **argv)
 {
-    sample_options so = {.tokens = 200, .temperature = 0.8f, .top_p = 1.0f, .seed = 1};
+    sample_options so = {.tokens = 200, .temperature = 0.8f, .top_p = 1.0f, .seed = 1, .samples = 1};
     int prc = cli_parse(argc, argv, "gpt sample", sample_flags, sample_usage, sample_flag, &so, NULL, 0, NULL);
     if (prc) return prc == 1 ? 0 : 2;
     const char *path = so.path, *prompt = so.prompt;
@@ -772,8 +805,9 @@ static int cmd_gpt_sample(int argc, char **argv)
         }
     double secs = 0;
     if (!rc) {
-        st = print_sample(g, vocab, vocab_size, token_of, so.tokens, so.temperature, so.top_k, so.top_p, prompt, &secs);
-        if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)so.tokens, secs, (double)so.tokens / secs);
+        st = print_sample(g, vocab, vocab_size, token_of, so.tokens, so.temperature, so.top_k, so.top_p, prompt, so.samples, &secs);
+        if (!st) fprintf(stderr, "%lld tokens in %.2f s: %.0f tokens/s\n", (long long)(so.tokens * so.samples), secs,
+                         (double)(so.tokens * so.samples) / secs);
     }
     if (st) fprintf(stderr, "wgml gpt sample: %s\n", cli_message(ctx, st)), rc = 1;
     wgml_gpt_delete(g);

@@ -260,7 +260,7 @@ static wgml_status save(trainer *t, const train_options *o, const char *path, in
     return st;
 }
 
-/* Prints a sample of n tokens continuing "\n" (or the vocabulary's first byte). */
+/* Prints samples of n tokens continuing the prompt, or "\n" (or the vocabulary's first byte). */
 static wgml_status print_sample(wgml_gpt *g, const uint8_t *vocab, int vocab_size, const int16_t *token_of, int64_t n,
                                 float temperature, int64_t top_k, float top_p, const char *prompt, int64_t samples, double *seconds);
 

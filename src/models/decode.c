@@ -305,7 +305,6 @@ static unsigned lanes_by_size(int64_t N, int forced)
     return forced ? (unsigned)forced : N >= 256 * 8 ? 32 : N >= 256 * 4 ? 64 : 128;
 }
 #define lanes_for(N) lanes_by_size(N, p->d.lanes)
-#define groups_for(N) ((uint32_t)(((N) + 256 / lanes_for(N) * nr - 1) / (256 / lanes_for(N) * nr)))
 /* Rows a lane group of a GEMV sums (wgml_decode_gemv.nr) where RB > 1 rows share each weight:
    gemv_rows, else 2 for the GEMVs without a norm (H200, Qwen3-0.6B b8: wo 21.8 -> 19.6 us, down
    25.5 -> 22.0; the normed ones lost, QKV 21.2 -> 26.1, gate/up 26.0 -> 36.7, and the head gained
@@ -402,7 +401,7 @@ static normed_launch normed_launch_of(const wgml_decode_plan *p, int prefill, in
 {
     const int batched = !prefill && p->B > 1 && !p->d.lanes;
     normed_launch g = {.lanes = batched ? 16u : lanes_for(N)};
-    const uint32_t tiles = (uint32_t)((N + 256 / g.lanes * nr - 1) / (256 / g.lanes * nr));
+    const uint32_t tiles = wgml_decode_gemv_tiles((uint64_t)N, g.lanes, nr);
     const uint32_t want = p->d.gemv_wgs < 0 ? 0u : p->d.gemv_wgs > 0 ? (uint32_t)p->d.gemv_wgs : tiles >= 256 ? 132u : 0u;
     g.wgs = batched && x_whole && want < tiles ? want : 0u;
     g.groups = g.wgs ? g.wgs : tiles;
@@ -568,7 +567,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                .bias = p->llama ? -1 : (int)(5 * C), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bo[] = {{0, pas}, {2, p->att}, {3, lb->wo}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&wo, &used);
-        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, groups_for(C), rg, 0, "wo gemv+residual"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bo, 5, GRID_FIXED, wgml_decode_gemv_tiles(wo.N, wo.lpo, wo.nr), rg, 0, "wo gemv+residual"))) return st;
         wgml_decode_gemv up = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)(p->llama ? 2 * F : F), .planes = planes, .nr = nrn, .RB = RB, .lpo = nu.lanes,
                                .hwg = nu.wgs,
                                .kch = KCH(C), .xs = (unsigned)C, .os = (unsigned)F, .f16 = p->d.f16_weights,
@@ -584,14 +583,14 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                  .bias = p->llama ? -1 : (int)(8 * C + F), .epilogue = DECODE_OUT_RESID, .sg = p->sg};
         bind bd[] = {{0, pas}, {2, p->h}, {3, lb->w2}, {4, lb->vecs}, {5, p->x}};
         w = wgml_decode_gemv_wgsl(&down, &used);
-        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, groups_for(C), rg, 0, "mlp down gemv+residual"))) return st;
+        if ((st = add_launch(p, ps_, w, used, bd, 5, GRID_FIXED, wgml_decode_gemv_tiles(down.N, down.lpo, down.nr), rg, 0, "mlp down gemv+residual"))) return st;
     }
     uint32_t used;
     const unsigned RBH = (unsigned)(p->B < 8 ? p->B : 8);
     const unsigned hl = head_lanes(&p->d, p->V);
     /* the head's workgroups going over its tiles (grid stride; the generator's condition: x in one chunk) */
     const unsigned nrh = gemv_rows_of(&p->d, RBH, 1);
-    const uint32_t tiles = (uint32_t)((p->V + 256 / hl * nrh - 1) / (256 / hl * nrh));
+    const uint32_t tiles = wgml_decode_gemv_tiles((uint64_t)p->V, hl, nrh);
     const uint32_t hwg = KCH(C) >= round8(C) ? head_workgroups(&p->d, hl, tiles) : 0;
     wgml_decode_gemv hd = {.K = (unsigned)C, .KP = (unsigned)round8(C), .N = (unsigned)p->V, .lpo = hl, .planes = planes, .nr = nrh, .RB = RBH, .kch = KCH(C),
                            .xs = (unsigned)C, .os = (unsigned)p->V, .f16 = p->d.f16_weights,
@@ -964,9 +963,8 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);
     p->h = make_buffer(p, (uint64_t)(p->rmax * p->F) * 4, STORAGE, "decode hidden", &st);
     p->logits = make_buffer(p, (uint64_t)(p->B * p->V) * 4, STORAGE, "decode logits", &st);
-    if (!d.sample_logits) { /* the head's workgroups (groups_for at this shape) */
-        const int64_t opw = 256 / head_lanes(&d, p->V) * gemv_rows_of(&d, (unsigned)(p->B < 8 ? p->B : 8), 1);
-        p->ncand = (p->V + opw - 1) / opw;
+    if (!d.sample_logits) { /* the head's workgroups a tile each (build_pass's tiles) */
+        p->ncand = wgml_decode_gemv_tiles((uint64_t)p->V, head_lanes(&d, p->V), gemv_rows_of(&d, (unsigned)(p->B < 8 ? p->B : 8), 1));
         p->cand = make_buffer(p, (uint64_t)(p->B * p->ncand) * 8, STORAGE, "decode candidates", &st);
     }
     p->drows = make_buffer(p, (uint64_t)p->B * 16, STORAGE, "decode rows", &st);
@@ -1023,7 +1021,7 @@ static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const 
 {
     if (l->is_head && S == 0) return;
     uint32_t gx = l->grid == GRID_FIXED ? l->gx : l->grid == GRID_ROWS ? R : l->grid == GRID_PICKS ? S : (R * l->gy + 255) / 256;
-    uint32_t gy = l->grid == GRID_ROWS || (l->grid == GRID_FIXED && l->gy > 1) ? l->gy : 1;
+    uint32_t gy = l->grid == GRID_ROWS || l->grid == GRID_FIXED ? l->gy : 1;
     wgpuComputePassEncoderSetPipeline(cp, l->pipe);
     wgpuComputePassEncoderSetBindGroup(cp, 0, l->bg, 0, NULL);
     wgpuComputePassEncoderDispatchWorkgroups(cp, gx, gy, 1);

@@ -149,7 +149,8 @@ static void stats_tree(wgml_sbuf *b, int norm, unsigned rb, int sg, const char *
 
 /* Where a staged vec4 of x goes in xs: at its place (kh 0), or, for f16 weights, the row's even
    vec4s first and its odd ones KH after (fn xsat, gemv_xsat_fn), so that the lanes' reads of the
-   two halves of their weight unit are each a run of neighbouring 16-byte loads */
+   two halves of their weight unit are each a run of neighbouring 16-byte loads (the grid block
+   has the one-row form of the same mapping) */
 static const char *xs_at(unsigned kh) { return kh ? "xsat(i)" : "i"; }
 
 static void gemv_xsat_fn(wgml_sbuf *b, unsigned kh)
@@ -450,7 +451,7 @@ char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings)
     x_source(&b, k->xsrc, k->np, k->ps, k->e_f16, k->ekp, k->positions, tpu);
     if (tpu > 1) wgml_sbuf_put(&b, "var<workgroup> xsp: array<vec4<f32>, %u>;\n", k->RB * kch4 * tpu);
     /* a tile: OPW groups of lpo lanes, each summing NR rows OPW apart */
-    const unsigned nr = k->nr > 1 ? k->nr : 1, opw = 256 / lpo, per = opw * nr, tiles = (k->N + per - 1) / per;
+    const unsigned nr = k->nr > 1 ? k->nr : 1, opw = 256 / lpo, per = opw * nr, tiles = wgml_decode_gemv_tiles(k->N, lpo, nr);
     /* grid stride: x staged once a workgroup, its tiles of OPW rows in turn */
     const int stride = k->hwg > 0 && norm && k->kch >= k->KP;
     wgml_sbuf_put(&b, "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, %u>;\n"

@@ -51,12 +51,20 @@ typedef struct wgml_decode_gemv {
                      staged x read once for nr rows */
     int planes;   /* f16 weights: x staged with each row's even vec4s first, its odd ones after, so a lane's
                      reads of the inputs of its weight unit are two runs of neighbouring 16-byte loads (in
-                     place, lanes 32 bytes apart meet each bank twice a quarter warp by NVIDIA's rules) */
+                     place, lanes 32 bytes apart meet each bank twice a quarter warp by NVIDIA's rules: worked out, not
+                     counted; the speed-up is measured, docs/MEASUREMENTS.md) */
     unsigned hwg; /* with norm, x in one chunk: this many workgroups, each staging x once and going over
                      tiles of 256 / lpo rows (grid stride), the next tile's loads issued before this one's
                      sums; the head's candidates then hwg a row (0: a workgroup a tile) */
 } wgml_decode_gemv;
 char *wgml_decode_gemv_wgsl(const wgml_decode_gemv *k, uint32_t *bindings);
+/* Tiles of a GEMV of N outputs at lpo lanes an output and nr rows a lane group (a tile: 256 / lpo
+   groups of nr rows), as its kernel counts them */
+static inline uint32_t wgml_decode_gemv_tiles(uint64_t N, unsigned lpo, unsigned nr)
+{
+    const uint64_t per = 256 / lpo * (nr > 1 ? nr : 1);
+    return (uint32_t)((N + per - 1) / per);
+}
 
 /* Attention of a row's G query heads (those of one K/V head) over its slot's cache positions
    0 .. its position; a workgroup per (row, K/V head): a thread per position for the scores,

@@ -995,7 +995,9 @@ typedef struct wgml_dist_stats {
     uint64_t values;            /* values reduced: bytes / 4, or / 2 where they travelled as f16
                                    (data parallel under dist_f16) */
     int shared_memory;          /* 1: the last reduction went through wgml's shared-memory
-                                   segment (dist_shm), 0: through MPI_Allreduce */
+                                   segment (dist_shm), 2: through it with the GPU copying the
+                                   gradients into it and the sums out itself (Dawn), 0:
+                                   through MPI_Allreduce */
     double rank_wait_seconds;   /* of reduce_seconds, waiting in the shared-memory segment for
                                    the other ranks (their gradients, or their share of the sums) */
     int shared_memory_threads;  /* the threads each rank reduced with there (dist_threads) */

@@ -476,8 +476,8 @@ static void print_totals(const wgml_dist_stats *s, double k)
 {
     char how[64] = "MPI";
     if (s->shared_memory)
-        snprintf(how, sizeof how, "shared memory (%d thread%s a rank)", s->shared_memory_threads,
-                 s->shared_memory_threads == 1 ? "" : "s");
+        snprintf(how, sizeof how, "shared memory%s (%d thread%s a rank)", s->shared_memory == 2 ? " mapped by the GPU" : "",
+                 s->shared_memory_threads, s->shared_memory_threads == 1 ? "" : "s");
     /* f16: the gradients travelled as 2 bytes a value */
     const char *as = s->bytes < 4 * s->values ? "f16" : "f32";
     if (s->buckets) { /* overlapped with the backward pass */

@@ -9,7 +9,9 @@
  *    one, from wgpuInstanceRequestAdapter);
  *  - waits through wgpuInstanceWaitAny with a timeout (instance feature TimedWaitAny);
  *  - timestamps in nanoseconds;
- *  - chromium-experimental-subgroup-matrix and its configurations.
+ *  - chromium-experimental-subgroup-matrix and its configurations;
+ *  - buffers over the caller's host memory (host-mapped-pointer), for data parallelism's
+ *    shared-memory segment.
  * The Dawn-only values below are Dawn v20261009's (the pinned wheels; scripts/check_dawn_abi.py
  * checks them against the generated declarations). They change between Dawn revisions: a
  * feature missing at run time is simply not offered.
@@ -24,6 +26,23 @@
 #define DAWN_STYPE_SUBGROUP_MATRIX_CONFIGS ((WGPUSType)0x0005003B)
 #define DAWN_FEATURE_SUBGROUP_MATRIX ((WGPUFeatureName)0x00050034)
 #define DAWN_FEATURE_TIMESTAMP_INSIDE_PASSES ((WGPUFeatureName)0x00050003)
+#define DAWN_FEATURE_HOST_MAPPED_POINTER ((WGPUFeatureName)0x0005000F)
+#define DAWN_STYPE_BUFFER_HOST_MAPPED_POINTER ((WGPUSType)0x00050012)
+#define DAWN_STYPE_HOST_MAPPED_POINTER_LIMITS ((WGPUSType)0x00050043)
+
+/* WGPUBufferHostMappedPointer: chained on a buffer's descriptor, the memory the buffer is */
+typedef struct dawn_buffer_host_mapped_pointer {
+    WGPUChainedStruct chain;
+    void *pointer;
+    void (*dispose)(void *userdata); /* once the GPU no longer uses the memory */
+    void *userdata;
+} dawn_buffer_host_mapped_pointer;
+
+/* WGPUDawnHostMappedPointerLimits: chained on the adapter's limits */
+typedef struct dawn_host_mapped_pointer_limits {
+    WGPUChainedStruct chain;
+    uint32_t alignment; /* of a host-mapped buffer's pointer and size */
+} dawn_host_mapped_pointer_limits;
 
 /* WGPUSubgroupMatrixConfig as the pinned library writes it: five 32-bit words (the cffi
    declarations' seven-field form did not match it on the H100, shared/DESIGN.md) */
@@ -159,12 +178,14 @@ static const WGPUFeatureName wanted[] = {
     WGPUFeatureName_ShaderF16,
     WGPUFeatureName_Subgroups,
     DAWN_FEATURE_SUBGROUP_MATRIX,
+    DAWN_FEATURE_HOST_MAPPED_POINTER,
 };
 
 static const char *feature_name(WGPUFeatureName id)
 {
     if (id == DAWN_FEATURE_SUBGROUP_MATRIX) return "chromium-experimental-subgroup-matrix";
     if (id == DAWN_FEATURE_TIMESTAMP_INSIDE_PASSES) return "chromium-experimental-timestamp-query-inside-passes";
+    if (id == DAWN_FEATURE_HOST_MAPPED_POINTER) return "host-mapped-pointer";
     return NULL;
 }
 
@@ -234,9 +255,31 @@ static const char *component_name(uint32_t c)
     return c >= 1 && c <= 6 ? names[c] : NULL;
 }
 
+static void no_dispose(void *userdata) { (void)userdata; }
+
+static WGPUBuffer host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label)
+{
+    if (!rt->host_mapped_alignment) return NULL;
+    dawn_buffer_host_mapped_pointer hm = {.chain = {.sType = DAWN_STYPE_BUFFER_HOST_MAPPED_POINTER},
+                                          .pointer = pointer, .dispose = no_dispose};
+    WGPUBufferDescriptor d = {.nextInChain = &hm.chain, .label = wgml_sv(label), .size = size, .usage = usage};
+    return wgpuDeviceCreateBuffer(rt->device, &d);
+}
+
+/* The alignment of host-mapped buffers, where the device took the feature (0: none) */
+static uint32_t host_mapped_alignment(wgml_runtime *rt)
+{
+    if (!wgpuDeviceHasFeature(rt->device, DAWN_FEATURE_HOST_MAPPED_POINTER)) return 0;
+    dawn_host_mapped_pointer_limits hl = {.chain = {.sType = DAWN_STYPE_HOST_MAPPED_POINTER_LIMITS}};
+    WGPULimits l = {.nextInChain = &hl.chain};
+    if (wgpuAdapterGetLimits(rt->adapter, &l) != WGPUStatus_Success || !hl.alignment) return 0;
+    return hl.alignment;
+}
+
 static void describe(wgml_runtime *rt)
 {
     wgml_adapter_info *info = &rt->info;
+    rt->host_mapped_alignment = host_mapped_alignment(rt);
     /* Dawn's C API has no version call: deps_dawn.sh writes one beside the library */
     snprintf(info->runtime_version, sizeof info->runtime_version, "unknown");
     char path[600];
@@ -291,4 +334,5 @@ const wgml_runtime_impl wgml_impl_dawn = {
     .shader_module = shader_module,
     .timestamp_ns = timestamp_ns,
     .describe = describe,
+    .host_buffer = host_buffer,
 };

@@ -190,6 +190,45 @@ void wgml_map_begin(wgml_runtime *rt, WGPUBuffer buffer, WGPUMapMode mode, uint6
     m->future = wgpuBufferMapAsync(buffer, mode, (size_t)offset, (size_t)size, cb);
 }
 
+static void on_work_done_async(WGPUQueueWorkDoneStatus status, WGPUStringView message, void *userdata1, void *userdata2)
+{
+    (void)userdata2;
+    wgml_map_async *m = userdata1;
+    m->status = status == WGPUQueueWorkDoneStatus_Success ? WGPUMapAsyncStatus_Success : WGPUMapAsyncStatus_Error;
+    wgml_sv_copy(m->message, sizeof m->message, message);
+    m->done = true;
+}
+
+void wgml_work_done_begin(wgml_runtime *rt, wgml_map_async *m)
+{
+    m->done = false;
+    m->status = 0;
+    m->message[0] = 0;
+    WGPUQueueWorkDoneCallbackInfo cb = {.mode = rt->impl->callback_mode, .callback = on_work_done_async, .userdata1 = m};
+    m->future = wgpuQueueOnSubmittedWorkDone(rt->queue, cb);
+}
+
+WGPUBuffer wgml_rt_host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label)
+{
+    uint64_t a = rt->host_mapped_alignment;
+    if (!rt->impl->host_buffer || !a || (uintptr_t)pointer % a || size % a || rt->device_lost ||
+        rt->uncaptured_status != WGML_OK) /* (the scope below would take that error as its own) */
+        return NULL;
+    /* (a refusal is an error buffer: caught here, not left to the uncaptured-error callback) */
+    wgml_status saved = rt->status;
+    char message[sizeof rt->message];
+    memcpy(message, rt->message, sizeof message);
+    wgml_scope_push(rt);
+    WGPUBuffer b = rt->impl->host_buffer(rt, pointer, size, usage, label);
+    if (wgml_scope_pop(rt, "a buffer over host memory") != WGML_OK && b) {
+        wgpuBufferRelease(b);
+        b = NULL;
+    }
+    rt->status = saved;
+    memcpy(rt->message, message, sizeof message);
+    return b;
+}
+
 bool wgml_map_poll(wgml_runtime *rt, wgml_map_async *m)
 {
     if (!m->done && !rt->device_lost) {

@@ -37,6 +37,8 @@ typedef struct wgml_runtime {
        Kernels split work so they stay under it; a launch past it is refused (WGML_ERROR_LIMIT).
        UINT32_MAX where the driver has no such limit; WGML_LOOP_LIMIT overrides (tests). */
     uint32_t loop_limit;
+    /* What a buffer over host memory (wgml_rt_host_buffer) must be aligned to; 0: none offered */
+    uint32_t host_mapped_alignment;
 
     /* WGML_TIMELINE=1: the host clock at each step of the last submit-and-read and the polls
        its wait took (`wgml bench matmul` prints the cached round trip's medians by step).
@@ -116,6 +118,14 @@ void wgml_map_begin(wgml_runtime *rt, WGPUBuffer buffer, WGPUMapMode mode, uint6
                     wgml_map_async *m);
 bool wgml_map_poll(wgml_runtime *rt, wgml_map_async *m);
 wgml_status wgml_map_end(wgml_runtime *rt, wgml_map_async *m);
+/* The queue's work submitted so far, done: begun without blocking, then wgml_map_poll and
+   wgml_map_end as for a map (its status Success once done). */
+void wgml_work_done_begin(wgml_runtime *rt, wgml_map_async *m);
+/* A buffer that is `size` bytes of host memory at `pointer` (both multiples of
+   rt->host_mapped_alignment; the memory outlives the buffer): the GPU's copies read and
+   write it in place. NULL where the runtime offers none (wgpu-native) or refuses it, with
+   rt's status and message untouched. */
+WGPUBuffer wgml_rt_host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label);
 /* A shader module: without runtime bounds checks where trusted and the context allows. */
 WGPUShaderModule wgml_rt_shader_module(wgml_runtime *rt, const WGPUShaderModuleDescriptor *md, bool trusted);
 /* Nanoseconds per timestamp-query tick. */

@@ -106,6 +106,8 @@ wgml_status wgml_settings_resolve(const wgml_context_desc *desc_in, wgml_setting
     s->dist_inline = d.dist_inline || ((e = env("WGML_DIST_INLINE")) && *e && strcmp(e, "0"));
     if (d.dist_shm < -1 || d.dist_shm > 1) FAIL("dist_shm = %d, want -1, 0 or 1", d.dist_shm);
     s->dist_shm = d.dist_shm ? d.dist_shm > 0 : !((e = env("WGML_DIST_SHM")) && !strcmp(e, "0"));
+    /* (no field of the descriptor: the ranks agree on it at the first step, train/dist.c) */
+    s->dist_hostmap = !((e = env("WGML_DIST_HOSTMAP")) && !strcmp(e, "0"));
     if (d.dist_f16 < -1 || d.dist_f16 > 1) FAIL("dist_f16 = %d, want -1, 0 or 1", d.dist_f16);
     s->dist_f16 = d.dist_f16 ? d.dist_f16 : (e = env("WGML_DIST_F16")) ? (!strcmp(e, "0") ? -1 : !strcmp(e, "1") ? 1 : 0) : 0;
     if (d.dist_threads < 0 || d.dist_threads > 16) FAIL("dist_threads = %d, want 0 to 16", d.dist_threads);

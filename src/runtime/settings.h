@@ -38,6 +38,7 @@ typedef struct wgml_settings {
     double dist_bucket_mb;  /* 0: the default */
     bool dist_overlap, dist_defer, dist_inline;
     bool dist_shm; /* the shared-memory reduction where the ranks share a machine */
+    bool dist_hostmap; /* ... the GPU copying into and out of it itself where it can (WGML_DIST_HOSTMAP) */
     int dist_f16;  /* -1 never, 0 with loss scaling (mixed precision), 1 always */
     int dist_threads; /* 0: the default */
     /* kernel choices: the text of the desc field or variable ("": unset) */

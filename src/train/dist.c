@@ -313,18 +313,15 @@ static size_t bucket_floats(const wgml_context *ctx, size_t default_floats)
     return f ? f : 1;
 }
 
-/* Whether the shared-memory reduction is ready, setting it up on the first call (collective:
-   every rank calls it at the same reduction). Only where every rank is on this machine; rank 0
-   makes the segment, the others map it by the name it sends, then rank 0 unlinks it, so it
-   leaves no file however the ranks end. Any rank that fails: all of them use MPI. */
-static bool shm_ready(void)
+/* A shared-memory segment of every rank, slots of slot_bytes (0: the chunks of
+   wgml_shm_allreduce), made by all ranks together (collective) where `want` on every rank and
+   every rank is on this machine: rank 0 makes it, the others map it by the name it sends,
+   then rank 0 unlinks it, so it leaves no file however the ranks end. false on every rank
+   where any fails or does not want it (*out NULL, why in err). */
+static bool shm_open_all(size_t slot_bytes, bool want, wgml_shm **out, char *err, size_t errlen)
 {
-    if (dist.shm_state) return dist.shm_state > 0;
-    dist.shm_state = -1;
-    if (dist.local_size != dist.size) {
-        snprintf(dist.shm_error, sizeof dist.shm_error, "the ranks are on more than one machine");
-        return false;
-    }
+    *out = NULL;
+    if (dist.local_size != dist.size) return snprintf(err, errlen, "the ranks are on more than one machine"), false;
     char name[WGML_SHM_NAME] = "";
     int threads = dist.shm_threads;
     if (!threads) { /* half the CPUs each rank may use, at most 8 (4 H200s, 16 cores a rank: 1
@@ -333,20 +330,31 @@ static bool shm_ready(void)
         threads = cpus / dist.local_size / 2;
         threads = threads < 1 ? 1 : threads > 8 ? 8 : threads;
     }
-    int ok = dist.rank == 0 ? wgml_shm_create(dist.size, threads, name, &dist.shm, dist.shm_error, sizeof dist.shm_error) : 0;
+    int wanted = want, all = 0;
+    if (wgml_mpi_allreduce_sum(&wanted, &all, 1, WGML_MPI_INT, wgml_mpi_world()) != WGML_MPI_SUCCESS || all != dist.size)
+        return snprintf(err, errlen, "not every rank wants it"), false;
+    int ok = dist.rank == 0 ? wgml_shm_create(dist.size, threads, slot_bytes, name, out, err, errlen) : 0;
     if (wgml_mpi_bcast(name, WGML_SHM_NAME, WGML_MPI_BYTE, 0, wgml_mpi_world()) != WGML_MPI_SUCCESS) ok = 0, name[0] = '\0';
-    if (dist.rank != 0 && name[0])
-        ok = wgml_shm_attach(name, dist.size, dist.rank, &dist.shm, dist.shm_error, sizeof dist.shm_error);
-    else if (dist.rank != 0)
-        snprintf(dist.shm_error, sizeof dist.shm_error, "rank 0 has no segment");
+    if (dist.rank != 0 && name[0]) ok = wgml_shm_attach(name, dist.size, dist.rank, out, err, errlen);
+    else if (dist.rank != 0) snprintf(err, errlen, "rank 0 has no segment");
     int failed = !ok, any = 1;
     if (wgml_mpi_allreduce_sum(&failed, &any, 1, WGML_MPI_INT, wgml_mpi_world()) != WGML_MPI_SUCCESS) any = 1;
     if (dist.rank == 0 && name[0]) wgml_shm_unlink(name);
     if (any) {
-        wgml_shm_close(dist.shm);
-        dist.shm = NULL;
+        wgml_shm_close(*out);
+        *out = NULL;
         return false;
     }
+    return true;
+}
+
+/* Whether the shared-memory reduction is ready, setting it up on the first call (collective:
+   every rank calls it at the same reduction). Any rank that fails: all of them use MPI. */
+static bool shm_ready(void)
+{
+    if (dist.shm_state) return dist.shm_state > 0;
+    dist.shm_state = -1;
+    if (!shm_open_all(0, true, &dist.shm, dist.shm_error, sizeof dist.shm_error)) return false;
     dist.shm_state = 1;
     return true;
 }
@@ -579,7 +587,13 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
    segment where the ranks share a machine (dist_shm.h), else MPI_Allreduce; the main thread
    then writes it back into the gradient buffer through a mapped upload buffer of the bucket's
    and a copy on the GPU, which the update's submit follows. So the copies, the reduction and the remaining backward kernels run at once, and
-   only what follows the last bucket is exposed. */
+   only what follows the last bucket is exposed.
+
+   Where the runtime makes buffers over host memory (Dawn's host-mapped pointers) and the ranks
+   share a machine, the gradients skip the staging: a segment holds a slot of the whole
+   gradient buffer per rank and one for the sums, each rank's GPU copies a bucket into its own
+   slot, the ranks' threads sum the bucket's floats there once every copy has landed (each its
+   1/N), and each GPU copies the sums straight back (dist_hostmap). */
 
 #ifdef WGML_HAVE_MPI
 enum { B_IDLE, B_MAPPING, B_REDUCING, B_DONE };
@@ -599,6 +613,7 @@ typedef struct bucket {
     int state;
     int job;  /* its reducer job's number (B_REDUCING) */
     bool f16; /* it travels as f16 */
+    bool in_slots; /* through the host-mapped segment: `map` is the copy's work-done, no staging */
 } bucket;
 
 /* The bytes a bucket crosses to the host in: f16 pairs (grad_f16.wgsl's words), or f32 */
@@ -618,8 +633,15 @@ typedef struct bucket_set {
     float *host;         /* the reduced gradients, at their offsets in the gradient buffer */
     int64_t host_cap;
     bool f16;           /* this step's buckets travel as f16 */
+    bool in_slots;      /* through the host-mapped segment */
     double last_mapped; /* when the last bucket reached host memory */
     double finished;    /* when the last step's buckets were all written back (0: none yet) */
+    /* the segment the GPU copies into and out of itself (dist_hostmap), for a gradient buffer
+       of slots_floats; state 0 not tried, 1 in use, -1 not available */
+    wgml_shm *slots;
+    int slots_state;
+    int64_t slots_floats;
+    WGPUBuffer mine, sums; /* this rank's slot, the sums' slot */
 } bucket_set;
 
 static const char bucket_key;
@@ -636,6 +658,12 @@ static void bucket_set_release(wgml_context *ctx, void *state)
     }
     free(bs->v);
     free(bs->host);
+    if (bs->mine) wgpuBufferRelease(bs->mine);
+    if (bs->sums) wgpuBufferRelease(bs->sums);
+    if (bs->slots) { /* (the GPU done with the memory before it goes) */
+        wgml_wait_idle(&ctx->rt);
+        wgml_shm_close(bs->slots);
+    }
 }
 
 /* The reducer: one thread, jobs in order (MPI_THREAD_SERIALIZED: the main thread makes no
@@ -646,6 +674,8 @@ typedef struct reduce_job {
     float *out;       /* where the means go: the bucket's mapped upload buffer */
     int count;
     bool f16, shm; /* shm: through the shared-memory segment where it can be */
+    wgml_shm *slots; /* else: the floats [from, from + count) of these slots, in place */
+    int64_t from;
 } reduce_job;
 
 static struct {
@@ -663,6 +693,10 @@ static struct {
 /* (*waited: the seconds it waited for the other ranks, where it can tell) */
 static int run_job(const reduce_job *j, double *waited)
 {
+    if (j->slots) {
+        *waited = wgml_shm_reduce_slots(j->slots, (size_t)j->from, (size_t)j->count, j->f16, true);
+        return WGML_MPI_SUCCESS;
+    }
     if (j->shm && shm_ready()) {
         *waited = wgml_shm_allreduce(dist.shm, j->send, j->f16, j->out, (size_t)j->count, true);
         return WGML_MPI_SUCCESS;
@@ -814,6 +848,16 @@ static wgml_status write_back(wgml_context *ctx, bucket *b, wgml_buffer *G)
     return WGML_OK;
 }
 
+/* Bucket b's means, in the sums' slot, into G: a copy on the GPU, as write_back's */
+static wgml_status write_back_slots(wgml_context *ctx, bucket_set *bs, bucket *b, wgml_buffer *G)
+{
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, bs->sums, (uint64_t)b->from * 4, G->handle, (uint64_t)b->from * 4, (uint64_t)b->count * 4);
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuCommandEncoderRelease(enc);
+    return wgml_submit(&ctx->rt, cb);
+}
+
 /* How far advance goes */
 enum { ONE_PASS, ALL_WRITTEN };
 
@@ -835,6 +879,14 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
+            if (b->in_slots) { /* its copy has landed in this rank's slot */
+                reduce_job j = {.count = (int)b->count, .f16 = b->f16, .slots = bs->slots, .from = b->from};
+                if (!failed && !st && (b->job = reducer.posted, !reducer_post(&j)))
+                    st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
+                b->state = failed || st ? B_DONE : B_REDUCING;
+                if (bs->handed == bs->n) bs->last_mapped = wgml_host_seconds();
+                continue;
+            }
             const void *src = failed || st ? NULL : wgpuBufferGetConstMappedRange(b->staging, 0, (size_t)wire_bytes(b));
             if (!failed && !st && !src) st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a mapped bucket has no range");
             float *out = src ? upload_target(ctx, b) : NULL;
@@ -842,7 +894,8 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
                 st = ctx->rt.status ? ctx->rt.status : WGML_ERROR_DEVICE;
                 src = NULL;
             }
-            reduce_job j = {src, bs->host + b->from, out, (int)b->count, b->f16, ctx->rt.settings.dist_shm};
+            reduce_job j = {.send = src, .recv = bs->host + b->from, .out = out, .count = (int)b->count, .f16 = b->f16,
+                            .shm = ctx->rt.settings.dist_shm};
             if (src && (b->job = reducer.posted, !reducer_post(&j)))
                 st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
             if (failed || st) { /* reduce nothing more */
@@ -858,11 +911,11 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
             bucket *b = bs->v[bs->written];
             if (b->state == B_REDUCING) {
                 if (b->job >= done) break; /* still with the reducer */
-                wgpuBufferUnmap(b->staging);
+                if (!b->in_slots) wgpuBufferUnmap(b->staging);
                 b->state = B_DONE;
                 if (!st && !failed && mpi_rc == WGML_MPI_SUCCESS) {
                     double t0 = wgml_host_seconds();
-                    st = write_back(ctx, b, G);
+                    st = b->in_slots ? write_back_slots(ctx, bs, b, G) : write_back(ctx, b, G);
                     dist.stats.copy_in_seconds += wgml_host_seconds() - t0;
                 }
             }
@@ -918,6 +971,37 @@ static wgml_status pack_f16(wgml_context *ctx, wgml_buffer *G, int64_t from, int
    H200s: steps 9-10, a loss 0.9 apart at step 10), while f32 cost 1-2% of the step */
 static bool step_f16(const wgml_context *ctx) { return ctx->rt.settings.dist_f16 > 0; }
 
+/* Whether this step's buckets go through the host-mapped segment, setting it up for a
+   gradient buffer of `floats` at the first step (collective: every rank's first step; all of
+   them or none use it). A step with another size goes through the staging, on every rank. */
+static bool slots_ready(wgml_context *ctx, bucket_set *bs, int64_t floats)
+{
+    if (bs->slots_state) return bs->slots_state > 0 && bs->slots_floats == floats;
+    bs->slots_state = -1;
+    wgml_runtime *rt = &ctx->rt;
+    size_t page = WGML_SHM_PAGE, slot = ((size_t)floats * 4 + page - 1) / page * page;
+    bool want = rt->settings.dist_shm && rt->settings.dist_hostmap && rt->host_mapped_alignment &&
+                page % rt->host_mapped_alignment == 0 && slot <= rt->limits.maxBufferSize;
+    char err[256];
+    if (!shm_open_all(slot, want, &bs->slots, err, sizeof err)) return false;
+    WGPUBufferUsage use = WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst;
+    bs->mine = wgml_rt_host_buffer(rt, wgml_shm_slot(bs->slots, dist.rank), slot, use, "wgml gradient slot");
+    bs->sums = wgml_rt_host_buffer(rt, wgml_shm_slot(bs->slots, dist.size), slot, use, "wgml gradient sums");
+    int failed = !bs->mine || !bs->sums, any = 1;
+    if (wgml_mpi_allreduce_sum(&failed, &any, 1, WGML_MPI_INT, wgml_mpi_world()) != WGML_MPI_SUCCESS) any = 1;
+    if (any) {
+        if (bs->mine) wgpuBufferRelease(bs->mine);
+        if (bs->sums) wgpuBufferRelease(bs->sums);
+        bs->mine = bs->sums = NULL;
+        wgml_shm_close(bs->slots);
+        bs->slots = NULL;
+        return false;
+    }
+    bs->slots_state = 1;
+    bs->slots_floats = floats;
+    return true;
+}
+
 static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from, int64_t count, void *user)
 {
     bucket_set *bs = wgml_extension_make(ctx, &bucket_key, sizeof(bucket_set), bucket_set_release);
@@ -937,6 +1021,7 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         pthread_mutex_unlock(&reducer.mu);
         bs->handed = bs->written = 0;
         bs->f16 = step_f16(ctx);
+        bs->in_slots = slots_ready(ctx, bs, from + count);
         dist.stats.calls++;
     }
     if (bs->n == bs->cap) {
@@ -951,9 +1036,18 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     b->f16 = bs->f16 && (uint64_t)count * 4 <= wgml_binding_limit(ctx);
     b->from = from;
     b->count = count;
+    b->in_slots = bs->in_slots;
     uint64_t wire = wire_bytes(b);
-    wgml_status st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, wire, wire,
-                                      WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
+    /* (in the slots an f16 bucket starts where its f32 would: (count + 1) / 2 words fit) */
+    WGPUBuffer dst = bs->mine;
+    uint64_t at = (uint64_t)from * 4;
+    wgml_status st = WGML_OK;
+    if (!b->in_slots) {
+        st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, wire, wire,
+                              WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
+        dst = b->staging;
+        at = 0;
+    }
     if (st) return st;
     wgml_buffer *packed = NULL;
     if (b->f16) {
@@ -964,14 +1058,15 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         }
     }
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    if (packed) wgpuCommandEncoderCopyBufferToBuffer(enc, packed->handle, 0, b->staging, 0, wire);
-    else wgpuCommandEncoderCopyBufferToBuffer(enc, G->handle, (uint64_t)from * 4, b->staging, 0, wire);
+    if (packed) wgpuCommandEncoderCopyBufferToBuffer(enc, packed->handle, 0, dst, at, wire);
+    else wgpuCommandEncoderCopyBufferToBuffer(enc, G->handle, (uint64_t)from * 4, dst, at, wire);
     WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
     wgpuCommandEncoderRelease(enc);
     st = wgml_submit(&ctx->rt, cb);
     if (packed) wgml_buffer_release(ctx, packed); /* (a later submit that reuses it runs after this copy) */
     if (st) return st;
-    wgml_map_begin(&ctx->rt, b->staging, WGPUMapMode_Read, 0, wire, &b->map);
+    if (b->in_slots) wgml_work_done_begin(&ctx->rt, &b->map);
+    else wgml_map_begin(&ctx->rt, b->staging, WGPUMapMode_Read, 0, wire, &b->map);
     b->state = B_MAPPING;
     if (bs->n == 0 && bs->finished > 0) dist.stats.between_seconds += wgml_host_seconds() - bs->finished;
     bs->n++;
@@ -994,8 +1089,8 @@ static wgml_status buckets_finish(wgml_context *ctx, wgml_buffer *G, wgml_status
     double end = wgml_host_seconds();
     if (bs->handed == bs->n && bs->last_mapped > 0) dist.stats.exposed_seconds += end - bs->last_mapped;
     bs->finished = st ? 0 : end;
-    dist.stats.shared_memory = ctx->rt.settings.dist_shm && dist.shm_state > 0; /* (set up by the first job) */
-    dist.stats.shared_memory_threads = dist.stats.shared_memory ? wgml_shm_threads(dist.shm) : 0;
+    dist.stats.shared_memory = bs->in_slots ? 2 : ctx->rt.settings.dist_shm && dist.shm_state > 0; /* (set up by the first job) */
+    dist.stats.shared_memory_threads = wgml_shm_threads(bs->in_slots ? bs->slots : dist.stats.shared_memory ? dist.shm : NULL);
     pthread_mutex_lock(&reducer.mu);
     dist.stats.reduce_seconds += reducer.mpi_seconds; /* (the step's jobs, all done now) */
     dist.stats.rank_wait_seconds += reducer.wait_seconds;

@@ -27,19 +27,21 @@ typedef struct shm_header {
     uint64_t magic;
     int32_t ranks;
     int32_t threads; /* a rank's threads in the reduction (rank 0's choice, every rank's count) */
-    uint64_t chunk_floats;
+    uint64_t slot_bytes;
     char pad1[64 - 24];
     _Atomic uint32_t arrived;
     char pad2[60];
     _Atomic uint32_t generation;
 } shm_header;
 
-/* One reduction, as every thread of a rank sees it */
+/* One reduction, as every thread of a rank sees it: send's count values through the slots
+   into recv (wgml_shm_allreduce), or without send the slots' values [from, from + count)
+   summed into the result's (wgml_shm_reduce_slots) */
 typedef struct shm_job {
     const void *send;
     bool f16, mean;
     float *recv;
-    size_t count;
+    size_t from, count;
 } shm_job;
 
 struct wgml_shm {
@@ -62,6 +64,7 @@ struct wgml_shm {
 };
 
 static double run_part(wgml_shm *s, int t, const shm_job *j);
+static double reduce_part(wgml_shm *s, int t, const shm_job *j);
 
 static void *helper_main(void *arg)
 {
@@ -75,7 +78,8 @@ static void *helper_main(void *arg)
         seen = s->generation;
         shm_job j = s->job;
         pthread_mutex_unlock(&s->mu);
-        run_part(s, t, &j);
+        if (j.send) run_part(s, t, &j);
+        else reduce_part(s, t, &j);
         pthread_mutex_lock(&s->mu);
         if (--s->busy == 0) pthread_cond_signal(&s->finished);
     }
@@ -113,11 +117,11 @@ static bool start_helpers(wgml_shm *s, int threads, char *err, size_t errlen)
     return true;
 }
 
-static size_t segment_bytes(int ranks) { return HEADER_BYTES + (size_t)(ranks + 1) * WGML_SHM_CHUNK_FLOATS * 4; }
+static size_t segment_bytes(int ranks, size_t slot_bytes) { return HEADER_BYTES + (size_t)(ranks + 1) * slot_bytes; }
 
-static bool map_segment(int fd, int ranks, int rank, wgml_shm **out, char *err, size_t errlen)
+static bool map_segment(int fd, int ranks, int rank, size_t slot_bytes, wgml_shm **out, char *err, size_t errlen)
 {
-    size_t bytes = segment_bytes(ranks);
+    size_t bytes = segment_bytes(ranks, slot_bytes);
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return snprintf(err, errlen, "mmap of %zu bytes: %s", bytes, strerror(errno)), false;
     wgml_shm *s = calloc(1, sizeof *s);
@@ -126,7 +130,7 @@ static bool map_segment(int fd, int ranks, int rank, wgml_shm **out, char *err, 
         return snprintf(err, errlen, "out of host memory"), false;
     }
     *s = (wgml_shm){.base = p, .bytes = bytes, .ranks = ranks, .rank = rank, .head = p,
-                    .slot0 = (unsigned char *)p + HEADER_BYTES, .slot_bytes = WGML_SHM_CHUNK_FLOATS * 4};
+                    .slot0 = (unsigned char *)p + HEADER_BYTES, .slot_bytes = slot_bytes};
     *out = s;
     return true;
 }
@@ -137,24 +141,27 @@ static void unmap_segment(wgml_shm *s)
     free(s);
 }
 
-bool wgml_shm_create(int ranks, int threads, char *name, wgml_shm **out, char *err, size_t errlen)
+bool wgml_shm_create(int ranks, int threads, size_t slot_bytes, char *name, wgml_shm **out, char *err, size_t errlen)
 {
     *out = NULL;
+    if (!slot_bytes) slot_bytes = WGML_SHM_CHUNK_FLOATS * 4;
+    if (slot_bytes % WGML_SHM_PAGE || slot_bytes > ((size_t)1 << 40) / (size_t)(ranks + 1))
+        return snprintf(err, errlen, "slots of %zu bytes", slot_bytes), false;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     snprintf(name, WGML_SHM_NAME, "/wgml-dist-%ld-%lx", (long)getpid(), (unsigned long)now.tv_nsec);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) return snprintf(err, errlen, "shm_open %s: %s", name, strerror(errno)), false;
-    size_t bytes = segment_bytes(ranks);
+    size_t bytes = segment_bytes(ranks, slot_bytes);
     /* the pages reserved now: touching a page a full tmpfs cannot give is SIGBUS */
     int rc = ftruncate(fd, (off_t)bytes) ? errno : posix_fallocate(fd, 0, (off_t)bytes);
     bool ok = rc == 0;
     if (!ok) snprintf(err, errlen, "%zu bytes of shared memory (%s): %s", bytes, name, strerror(rc));
-    if (ok && (ok = map_segment(fd, ranks, 0, out, err, errlen))) {
+    if (ok && (ok = map_segment(fd, ranks, 0, slot_bytes, out, err, errlen))) {
         shm_header *h = (*out)->head;
         h->ranks = ranks;
         h->threads = threads < 1 ? 1 : threads > WGML_SHM_MAX_THREADS ? WGML_SHM_MAX_THREADS : threads;
-        h->chunk_floats = WGML_SHM_CHUNK_FLOATS;
+        h->slot_bytes = slot_bytes;
         atomic_store(&h->arrived, 0);
         atomic_store(&h->generation, 0);
         atomic_thread_fence(memory_order_seq_cst);
@@ -174,10 +181,14 @@ bool wgml_shm_attach(const char *name, int ranks, int rank, wgml_shm **out, char
     *out = NULL;
     int fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0) return snprintf(err, errlen, "shm_open %s: %s", name, strerror(errno)), false;
+    /* the slots' size from the header (rank 0 wrote it before sending the name) */
     struct stat st;
-    bool ok = fstat(fd, &st) == 0 && (size_t)st.st_size == segment_bytes(ranks);
+    uint64_t slot_bytes = 0;
+    bool ok = fstat(fd, &st) == 0 && (size_t)st.st_size > HEADER_BYTES &&
+              pread(fd, &slot_bytes, sizeof slot_bytes, offsetof(shm_header, slot_bytes)) == (ssize_t)sizeof slot_bytes &&
+              slot_bytes && slot_bytes % WGML_SHM_PAGE == 0 && (size_t)st.st_size == segment_bytes(ranks, slot_bytes);
     if (!ok) snprintf(err, errlen, "%s is not the segment of %d ranks", name, ranks);
-    if (ok) ok = map_segment(fd, ranks, rank, out, err, errlen);
+    if (ok) ok = map_segment(fd, ranks, rank, slot_bytes, out, err, errlen);
     close(fd);
     const shm_header *h = ok ? (*out)->head : NULL;
     if (ok && (h->magic != MAGIC || h->ranks != ranks || h->threads < 1 || h->threads > WGML_SHM_MAX_THREADS)) {
@@ -202,6 +213,10 @@ void wgml_shm_close(wgml_shm *s)
 }
 
 int wgml_shm_threads(const wgml_shm *s) { return s ? s->threads : 0; }
+
+void *wgml_shm_slot(wgml_shm *s, int r) { return s->slot0 + (size_t)r * s->slot_bytes; }
+
+size_t wgml_shm_slot_bytes(const wgml_shm *s) { return s->slot_bytes; }
 
 #ifdef __linux__
 /* A cgroup's CPU quota in CPUs, rounded up (0: none): v2's cpu.max ("max" or "quota period"),
@@ -335,59 +350,86 @@ static void part_of(size_t count, int t, int n, size_t *lo, size_t *hi)
     *hi = *lo + per < count ? *lo + per : count;
 }
 
+/* Thread t's part of this rank's 1/N of the slots' floats [at, at + c): summed over the
+   ranks' slots (f16 ones at the same byte offset as f32) into the result's */
+static void sum_slice(wgml_shm *s, int t, size_t at, size_t c, bool f16, bool mean)
+{
+    float *result = (float *)(s->slot0 + (size_t)s->ranks * s->slot_bytes);
+    const float n_ranks = (float)s->ranks; /* the same division on every rank: the same bits */
+    size_t slo, shi, plo, phi;
+    part_of(c, s->rank, s->ranks, &slo, &shi);
+    part_of(shi - slo, t, s->threads, &plo, &phi);
+    /* in blocks that stay in the L1 cache while every slot is added in */
+    for (size_t b = at + slo + plo; b < at + slo + phi; b += 2048) {
+        size_t n = at + slo + phi - b < 2048 ? at + slo + phi - b : 2048;
+        for (int r = 0; r < s->ranks; r++) {
+            const unsigned char *slot = s->slot0 + (size_t)r * s->slot_bytes;
+            if (f16) add_f16(result + b, (const uint16_t *)(slot + 4 * at) + (b - at), n, r == 0);
+            else add_f32(result + b, (const float *)slot + b, n, r == 0);
+        }
+        if (mean)
+            for (size_t i = b; i < b + n; i++) result[i] /= n_ranks;
+    }
+}
+
 /* Thread t's share of job j: its part of each chunk copied in, its part of this rank's
    slice summed, its part of the result copied out. Returns the seconds it waited. */
 static double run_part(wgml_shm *s, int t, const shm_job *j)
 {
     double waited = 0;
-    const size_t esize = j->f16 ? 2 : 4, chunk = WGML_SHM_CHUNK_FLOATS;
+    const size_t esize = j->f16 ? 2 : 4, chunk = s->slot_bytes / 4;
     float *result = (float *)(s->slot0 + (size_t)s->ranks * s->slot_bytes);
-    const float n_ranks = (float)s->ranks; /* the same division on every rank: the same bits */
     unsigned char *mine = s->slot0 + (size_t)s->rank * s->slot_bytes;
     for (size_t at = 0; at < j->count; at += chunk) {
         size_t c = j->count - at < chunk ? j->count - at : chunk, lo, hi;
         part_of(c, t, s->threads, &lo, &hi);
         memcpy(mine + lo * esize, (const unsigned char *)j->send + (at + lo) * esize, (hi - lo) * esize);
         waited += barrier(s);
-        /* this rank's slice of the chunk, this thread's part of it */
-        size_t slo, shi, plo, phi;
-        part_of(c, s->rank, s->ranks, &slo, &shi);
-        part_of(shi - slo, t, s->threads, &plo, &phi);
-        /* in blocks that stay in the L1 cache while every slot is added in */
-        for (size_t b = slo + plo; b < slo + phi; b += 2048) {
-            size_t n = slo + phi - b < 2048 ? slo + phi - b : 2048;
-            for (int r = 0; r < s->ranks; r++) {
-                const unsigned char *slot = s->slot0 + (size_t)r * s->slot_bytes;
-                if (j->f16) add_f16(result + b, (const uint16_t *)slot + b, n, r == 0);
-                else add_f32(result + b, (const float *)slot + b, n, r == 0);
-            }
-            if (j->mean)
-                for (size_t i = b; i < b + n; i++) result[i] /= n_ranks;
-        }
+        sum_slice(s, t, 0, c, j->f16, j->mean);
         waited += barrier(s);
         memcpy(j->recv + at + lo, result + lo, (hi - lo) * sizeof *j->recv);
     }
     return waited;
 }
 
-double wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, size_t count, bool mean)
+/* Thread t's share of wgml_shm_reduce_slots */
+static double reduce_part(wgml_shm *s, int t, const shm_job *j)
 {
-    shm_job j = {send, f16, mean, recv, count};
+    double waited = barrier(s); /* every rank's values in its slot */
+    sum_slice(s, t, j->from, j->count, j->f16, j->mean);
+    return waited + barrier(s); /* every slice summed */
+}
+
+/* Job j on every thread of this rank; the seconds the calling thread waited */
+static double run_job(wgml_shm *s, const shm_job *j)
+{
     if (s->threads > 1) {
         pthread_mutex_lock(&s->mu);
-        s->job = j;
+        s->job = *j;
         s->busy = s->threads - 1;
         s->generation++;
         pthread_cond_broadcast(&s->go);
         pthread_mutex_unlock(&s->mu);
     }
-    double waited = run_part(s, 0, &j);
+    double waited = j->send ? run_part(s, 0, j) : reduce_part(s, 0, j);
     if (s->threads > 1) {
         pthread_mutex_lock(&s->mu);
         while (s->busy) pthread_cond_wait(&s->finished, &s->mu);
         pthread_mutex_unlock(&s->mu);
     }
     return waited;
+}
+
+double wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, size_t count, bool mean)
+{
+    shm_job j = {.send = send, .f16 = f16, .mean = mean, .recv = recv, .count = count};
+    return run_job(s, &j);
+}
+
+double wgml_shm_reduce_slots(wgml_shm *s, size_t from, size_t count, bool f16, bool mean)
+{
+    shm_job j = {.f16 = f16, .mean = mean, .from = from, .count = count};
+    return run_job(s, &j);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

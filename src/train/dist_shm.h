@@ -16,8 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* floats a chunk: a slot holds this many f32 (or as many f16 in its first half) */
+/* floats a chunk of wgml_shm_allreduce in a segment of the default slots: a slot holds this
+   many f32 (or as many f16 in its first half) */
 #define WGML_SHM_CHUNK_FLOATS ((size_t)1 << 20)
+/* what a slot's size and place are multiples of */
+#define WGML_SHM_PAGE 4096
 #define WGML_SHM_NAME 64
 /* most threads a rank copies and sums with */
 #define WGML_SHM_MAX_THREADS 16
@@ -26,10 +29,11 @@ typedef struct wgml_shm wgml_shm;
 
 /* Rank 0: makes and maps a segment for `ranks` ranks, its name into name[WGML_SHM_NAME], in
    which each rank reduces with `threads` threads (clamped to [1, WGML_SHM_MAX_THREADS]; the
-   others take rank 0's count from the segment). false with why in err (no /dev/shm, not
-   enough room in it, no thread). */
-bool wgml_shm_create(int ranks, int threads, char *name, wgml_shm **out, char *err, size_t errlen);
-/* The other ranks: maps rank 0's segment as `rank`. */
+   others take rank 0's count from the segment), with slots of slot_bytes (a multiple of
+   WGML_SHM_PAGE; 0: a chunk, WGML_SHM_CHUNK_FLOATS f32). false with why in err (no
+   /dev/shm, not enough room in it, no thread). */
+bool wgml_shm_create(int ranks, int threads, size_t slot_bytes, char *name, wgml_shm **out, char *err, size_t errlen);
+/* The other ranks: maps rank 0's segment as `rank` (its slots' size from the segment). */
 bool wgml_shm_attach(const char *name, int ranks, int rank, wgml_shm **out, char *err, size_t errlen);
 /* Removes the name (rank 0, once every rank has it mapped or failed to). */
 void wgml_shm_unlink(const char *name);
@@ -46,6 +50,17 @@ int wgml_usable_cpus(void);
    Returns the seconds this rank waited in it for the others (the rest is its own copying
    and summing). */
 double wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, size_t count, bool mean);
+
+/* Where the GPU reads and writes itself (buffers over the segment, wgml_rt_host_buffer): rank
+   r's slot, or with r = the ranks the result's; page-aligned, wgml_shm_slot_bytes long. */
+void *wgml_shm_slot(wgml_shm *s, int r);
+size_t wgml_shm_slot_bytes(const wgml_shm *s);
+/* Every rank calls it with the same range, in the same order, once each rank's values
+   [from, from + count) are in its slot (f32 at 4 * from, or as many f16 from the same byte):
+   the result's floats [from, from + count) become their f32 sums (mean: / ranks) in rank
+   order, the same bits on every rank, each rank summing its 1/N of the range. Returns the
+   seconds this rank waited for the others. */
+double wgml_shm_reduce_slots(wgml_shm *s, size_t from, size_t count, bool f16, bool mean);
 
 /* IEEE binary16 bits to f32 (exact; infinities and NaN kept), n of them. */
 void wgml_f16_to_f32(const uint16_t *in, float *out, size_t n);

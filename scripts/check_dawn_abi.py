@@ -105,7 +105,10 @@ def main():
     expect = {"DAWN_STYPE_TOGGLES": "WGPUSType_DawnTogglesDescriptor",
               "DAWN_STYPE_SUBGROUP_MATRIX_CONFIGS": "WGPUSType_AdapterPropertiesSubgroupMatrixConfigs",
               "DAWN_FEATURE_SUBGROUP_MATRIX": "WGPUFeatureName_ChromiumExperimentalSubgroupMatrix",
-              "DAWN_FEATURE_TIMESTAMP_INSIDE_PASSES": "WGPUFeatureName_ChromiumExperimentalTimestampQueryInsidePasses"}
+              "DAWN_FEATURE_TIMESTAMP_INSIDE_PASSES": "WGPUFeatureName_ChromiumExperimentalTimestampQueryInsidePasses",
+              "DAWN_FEATURE_HOST_MAPPED_POINTER": "WGPUFeatureName_HostMappedPointer",
+              "DAWN_STYPE_BUFFER_HOST_MAPPED_POINTER": "WGPUSType_BufferHostMappedPointer",
+              "DAWN_STYPE_HOST_MAPPED_POINTER_LIMITS": "WGPUSType_DawnHostMappedPointerLimits"}
     for macro, name in expect.items():
         m = re.search(r"#define %s \(\(\w+\)(0x[0-9A-Fa-f]+)\)" % macro, dawn_c)
         if not m or int(m.group(1), 16) != dawn[0].get(name):
@@ -114,6 +117,12 @@ def main():
     if toggles != ["WGPUChainedStruct chain", "size_t enabledToggleCount", "const char* const * enabledToggles",
                    "size_t disabledToggleCount", "const char* const * disabledToggles"]:
         problems.append("WGPUDawnTogglesDescriptor is not wgml_toggles' layout (runtime/impl.h): %s" % toggles)
+    # dawn.c's dawn_buffer_host_mapped_pointer and dawn_host_mapped_pointer_limits
+    if dawn[1].get("WGPUBufferHostMappedPointer") != ["WGPUChainedStruct chain", "void * pointer", "WGPUCallback disposeCallback",
+                                                       "void * userdata"]:
+        problems.append("WGPUBufferHostMappedPointer is not dawn.c's layout: %s" % dawn[1].get("WGPUBufferHostMappedPointer"))
+    if dawn[1].get("WGPUDawnHostMappedPointerLimits") != ["WGPUChainedStruct chain", "uint32_t hostMappedPointerAlignment"]:
+        problems.append("WGPUDawnHostMappedPointerLimits is not dawn.c's layout: %s" % dawn[1].get("WGPUDawnHostMappedPointerLimits"))
     for c, v in (("F32", 1), ("F16", 2), ("U32", 3), ("I32", 4), ("U8", 5), ("I8", 6)):
         if dawn[0].get("WGPUSubgroupMatrixComponentType_" + c) != v:
             problems.append("WGPUSubgroupMatrixComponentType_%s is not %d (dawn.c's component_name)" % (c, v))

@@ -5,7 +5,7 @@
 #   - the log says the gradients went through the segment mapped by the GPU, and with
 #     WGML_DIST_HOSTMAP=0 through the staging buffers;
 #   - both end with the same checkpoint byte for byte (the same sums in the same order), as f32
-#     and as f16 (WGML_DIST_F16=1, odd-sized buckets among them);
+#     and as f16 (WGML_DIST_F16=1), each rank summing with 3 threads (its helpers too);
 #   - no segment is left in /dev/shm.
 # Usage: test_dist_hostmap.sh WGML_BINARY MPIEXEC PYTHON DAWN_ICD
 set -u
@@ -18,11 +18,10 @@ shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^wgml-dist-')
 . "$(dirname "$0")/cli_checks.sh" # $work, fail, checks_done
 
 mpi=("$mpiexec" --oversubscribe --bind-to none -x WGML_RUNTIME=dawn -x "VK_DRIVER_FILES=$icd" -x XDG_RUNTIME_DIR
-     -x WGML_DIST_BUCKET_MB=0.001)
+     -x WGML_DIST_BUCKET_MB=0.001 -x WGML_DIST_THREADS=3)
 [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
 
 fake_fmnist "$py" "$work/data" 640 64 7 1
-# (hidden 31: the layers' parameters, and so some buckets, of odd sizes)
 args=(train --data "$work/data" --hidden 31 --batch 64 --lr 3e-3 --epochs 1)
 for wire in f32 f16; do
   f16=0
@@ -32,7 +31,7 @@ for wire in f32 f16; do
     timeout 280 "${mpi[@]}" -x WGML_DIST_F16=$f16 -x WGML_DIST_HOSTMAP=$hostmap -np 2 "$wgml" "${args[@]}" --out "$work/$name" \
       >"$work/$name.log" 2>&1 || fail "$name: exit $? ($(tail -3 "$work/$name.log"))"
   done
-  grep -q "overlapped: .*shared memory mapped by the GPU .* MB a step as $wire" "$work/$wire-1.log" ||
+  grep -q "overlapped: .*shared memory mapped by the GPU (3 threads a rank).* MB a step as $wire" "$work/$wire-1.log" ||
     fail "$wire: not through the segment mapped by the GPU: $(grep -A1 all-reduce "$work/$wire-1.log")"
   grep -q "overlapped: .*shared memory (.* MB a step as $wire" "$work/$wire-0.log" ||
     fail "$wire, WGML_DIST_HOSTMAP=0: not through the staging buffers: $(grep all-reduce "$work/$wire-0.log")"

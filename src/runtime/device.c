@@ -199,6 +199,11 @@ static void on_work_done_async(WGPUQueueWorkDoneStatus status, WGPUStringView me
     m->done = true;
 }
 
+void wgml_rt_process_events(wgml_runtime *rt)
+{
+    if (!rt->device_lost) rt->impl->poll(rt);
+}
+
 void wgml_work_done_begin(wgml_runtime *rt, wgml_map_async *m)
 {
     m->done = false;
@@ -208,7 +213,8 @@ void wgml_work_done_begin(wgml_runtime *rt, wgml_map_async *m)
     m->future = wgpuQueueOnSubmittedWorkDone(rt->queue, cb);
 }
 
-WGPUBuffer wgml_rt_host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label)
+WGPUBuffer wgml_rt_host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label,
+                               void (*disposed)(void *), void *userdata)
 {
     uint64_t a = rt->host_mapped_alignment;
     if (!rt->impl->host_buffer || !a || (uintptr_t)pointer % a || size % a || rt->device_lost ||
@@ -219,10 +225,14 @@ WGPUBuffer wgml_rt_host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, W
     char message[sizeof rt->message];
     memcpy(message, rt->message, sizeof message);
     wgml_scope_push(rt);
-    WGPUBuffer b = rt->impl->host_buffer(rt, pointer, size, usage, label);
+    WGPUBuffer b = rt->impl->host_buffer(rt, pointer, size, usage, label, disposed, userdata);
     if (wgml_scope_pop(rt, "a buffer over host memory") != WGML_OK && b) {
         wgpuBufferRelease(b);
         b = NULL;
+    }
+    if (rt->device_lost) { /* (the failure's words stay) */
+        if (b) wgpuBufferRelease(b);
+        return NULL;
     }
     rt->status = saved;
     memcpy(rt->message, message, sizeof message);

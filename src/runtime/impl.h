@@ -55,9 +55,10 @@ typedef struct wgml_runtime_impl {
        called once the device is open. */
     void (*describe)(wgml_runtime *rt);
     /* A buffer that is `size` bytes of the caller's host memory at `pointer` (both multiples
-       of rt->host_mapped_alignment), which must outlive it; NULL where the implementation has
-       none. */
-    WGPUBuffer (*host_buffer)(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label);
+       of rt->host_mapped_alignment), which must stay until disposed(userdata) is called (the
+       GPU done with it, after the buffer's release); NULL where the implementation has none. */
+    WGPUBuffer (*host_buffer)(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label,
+                              void (*disposed)(void *), void *userdata);
 } wgml_runtime_impl;
 
 extern const wgml_runtime_impl wgml_impl_wgpu_native;

@@ -118,14 +118,22 @@ void wgml_map_begin(wgml_runtime *rt, WGPUBuffer buffer, WGPUMapMode mode, uint6
                     wgml_map_async *m);
 bool wgml_map_poll(wgml_runtime *rt, wgml_map_async *m);
 wgml_status wgml_map_end(wgml_runtime *rt, wgml_map_async *m);
+/* Runs the callbacks of finished work without blocking (and Dawn's deferred deletions) */
+void wgml_rt_process_events(wgml_runtime *rt);
 /* The queue's work submitted so far, done: begun without blocking, then wgml_map_poll and
    wgml_map_end as for a map (its status Success once done). */
 void wgml_work_done_begin(wgml_runtime *rt, wgml_map_async *m);
 /* A buffer that is `size` bytes of host memory at `pointer` (both multiples of
-   rt->host_mapped_alignment; the memory outlives the buffer): the GPU's copies read and
-   write it in place. NULL where the runtime offers none (wgpu-native) or refuses it, with
-   rt's status and message untouched. */
-WGPUBuffer wgml_rt_host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label);
+   rt->host_mapped_alignment): the GPU's copies read and write it in place. The memory must
+   stay until disposed(userdata) is called, which the runtime does once the buffer is released
+   and the GPU done with it (while it processes events: wgml_wait_idle). NULL where the runtime
+   offers none (wgpu-native) or refuses it, with rt's status and message untouched, unless the
+   refusal lost the device (Dawn takes a failed import for an internal error): then they say so.
+   The GPU's writes reach the host without a barrier of Dawn's for the host (the buffer is not
+   mappable): coherent memory and the work-done future are relied on, as on NVIDIA's driver and
+   lavapipe. */
+WGPUBuffer wgml_rt_host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label,
+                               void (*disposed)(void *), void *userdata);
 /* A shader module: without runtime bounds checks where trusted and the context allows. */
 WGPUShaderModule wgml_rt_shader_module(wgml_runtime *rt, const WGPUShaderModuleDescriptor *md, bool trusted);
 /* Nanoseconds per timestamp-query tick. */

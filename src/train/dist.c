@@ -24,6 +24,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "core/api_lock.h"
@@ -642,9 +643,43 @@ typedef struct bucket_set {
     int slots_state;
     int64_t slots_floats;
     WGPUBuffer mine, sums; /* this rank's slot, the sums' slot */
+    struct slot_memory *memory;
 } bucket_set;
 
+/* The segment's memory, which the runtime's buffers over it hold after their release until it
+   disposes of them (the GPU done with it): unmapped when the last holder lets go */
+typedef struct slot_memory {
+    wgml_shm_map map;
+    _Atomic int holders; /* the bucket set, and each buffer made over it */
+} slot_memory;
+
 static const char bucket_key;
+
+/* A holder of the slots' memory lets go (the runtime's disposal of a buffer over it, or the
+   bucket set's end); the last one unmaps it */
+static void slot_memory_drop(void *userdata)
+{
+    slot_memory *m = userdata;
+    if (atomic_fetch_sub(&m->holders, 1) == 1) {
+        wgml_shm_unmap(m->map);
+        free(m);
+    }
+}
+
+/* The buffers over the slots released and the segment's threads stopped; its memory goes once
+   the runtime has disposed of both buffers (Dawn: when its device has let go of them, at the
+   latest when the device goes) */
+static void release_slots(wgml_context *ctx, bucket_set *bs)
+{
+    (void)ctx;
+    if (bs->mine) wgpuBufferRelease(bs->mine);
+    if (bs->sums) wgpuBufferRelease(bs->sums);
+    bs->mine = bs->sums = NULL;
+    wgml_shm_leave(bs->slots);
+    bs->slots = NULL;
+    slot_memory_drop(bs->memory);
+    bs->memory = NULL;
+}
 
 static void bucket_set_release(wgml_context *ctx, void *state)
 {
@@ -658,12 +693,7 @@ static void bucket_set_release(wgml_context *ctx, void *state)
     }
     free(bs->v);
     free(bs->host);
-    if (bs->mine) wgpuBufferRelease(bs->mine);
-    if (bs->sums) wgpuBufferRelease(bs->sums);
-    if (bs->slots) { /* (the GPU done with the memory before it goes) */
-        wgml_wait_idle(&ctx->rt);
-        wgml_shm_close(bs->slots);
-    }
+    if (bs->slots) release_slots(ctx, bs);
 }
 
 /* The reducer: one thread, jobs in order (MPI_THREAD_SERIALIZED: the main thread makes no
@@ -875,11 +905,15 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
             bucket *b = bs->v[bs->handed++];
             moved = true;
             if (b->map.status != WGPUMapAsyncStatus_Success) {
+                if (!st && !failed && b->in_slots)
+                    st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a gradient bucket's copy into shared memory failed");
                 if (!st && !failed) st = wgml_map_end(&ctx->rt, &b->map); /* its words */
                 b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
             if (b->in_slots) { /* its copy has landed in this rank's slot */
+                /* (a lost device's work-done says Success too: its slot holds no new gradients) */
+                if (!failed && !st && ctx->rt.device_lost) st = wgml_check_device(&ctx->rt);
                 reduce_job j = {.count = (int)b->count, .f16 = b->f16, .slots = bs->slots, .from = b->from};
                 if (!failed && !st && (b->job = reducer.posted, !reducer_post(&j)))
                     st = ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
@@ -979,22 +1013,32 @@ static bool slots_ready(wgml_context *ctx, bucket_set *bs, int64_t floats)
     if (bs->slots_state) return bs->slots_state > 0 && bs->slots_floats == floats;
     bs->slots_state = -1;
     wgml_runtime *rt = &ctx->rt;
+    if (!rt->settings.dist_shm) return false; /* (the same on every rank: agree_settings) */
     size_t page = WGML_SHM_PAGE, slot = ((size_t)floats * 4 + page - 1) / page * page;
-    bool want = rt->settings.dist_shm && rt->settings.dist_hostmap && rt->host_mapped_alignment &&
-                page % rt->host_mapped_alignment == 0 && slot <= rt->limits.maxBufferSize;
+    /* the segment is (ranks + 1) slots of the whole gradient buffer: at most a quarter of the
+       machine's memory (else the staging path's chunks) */
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    double machine = pages > 0 && page_size > 0 ? (double)pages * (double)page_size : 0;
+    bool want = rt->settings.dist_hostmap && rt->host_mapped_alignment && page % rt->host_mapped_alignment == 0 &&
+                slot <= rt->limits.maxBufferSize && (double)slot * (dist.size + 1) <= machine / 4;
     char err[256];
-    if (!shm_open_all(slot, want, &bs->slots, err, sizeof err)) return false;
+    if (!(bs->memory = calloc(1, sizeof *bs->memory))) want = false;
+    if (!shm_open_all(slot, want, &bs->slots, err, sizeof err)) {
+        free(bs->memory);
+        bs->memory = NULL;
+        return false;
+    }
+    bs->memory->map = wgml_shm_mapping(bs->slots);
+    atomic_store(&bs->memory->holders, 3); /* (a buffer refused keeps its count: the memory stays, never goes early) */
     WGPUBufferUsage use = WGPUBufferUsage_CopySrc | WGPUBufferUsage_CopyDst;
-    bs->mine = wgml_rt_host_buffer(rt, wgml_shm_slot(bs->slots, dist.rank), slot, use, "wgml gradient slot");
-    bs->sums = wgml_rt_host_buffer(rt, wgml_shm_slot(bs->slots, dist.size), slot, use, "wgml gradient sums");
+    bs->mine = wgml_rt_host_buffer(rt, wgml_shm_slot(bs->slots, dist.rank), slot, use, "wgml gradient slot", slot_memory_drop,
+                                   bs->memory);
+    bs->sums = wgml_rt_host_buffer(rt, wgml_shm_slot(bs->slots, dist.size), slot, use, "wgml gradient sums", slot_memory_drop,
+                                   bs->memory);
     int failed = !bs->mine || !bs->sums, any = 1;
     if (wgml_mpi_allreduce_sum(&failed, &any, 1, WGML_MPI_INT, wgml_mpi_world()) != WGML_MPI_SUCCESS) any = 1;
     if (any) {
-        if (bs->mine) wgpuBufferRelease(bs->mine);
-        if (bs->sums) wgpuBufferRelease(bs->sums);
-        bs->mine = bs->sums = NULL;
-        wgml_shm_close(bs->slots);
-        bs->slots = NULL;
+        release_slots(ctx, bs);
         return false;
     }
     bs->slots_state = 1;
@@ -1009,7 +1053,8 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     if (count > (int64_t)INT32_MAX) return ctx_fail(ctx, WGML_ERROR_LIMIT, "dist_allreduce: a bucket past MPI's int count");
     if (bs->n == 0) { /* the step's first bucket: G's whole size is known from it (it ends G) */
         inflight = ctx;
-        if (from + count > bs->host_cap) {
+        bs->in_slots = slots_ready(ctx, bs, from + count);
+        if (!bs->in_slots && from + count > bs->host_cap) { /* (the slots need no host copy) */
             float *h = realloc(bs->host, (size_t)(from + count) * sizeof *h);
             if (!h) return ctx_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "dist_allreduce: out of host memory");
             bs->host = h;
@@ -1021,7 +1066,6 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
         pthread_mutex_unlock(&reducer.mu);
         bs->handed = bs->written = 0;
         bs->f16 = step_f16(ctx);
-        bs->in_slots = slots_ready(ctx, bs, from + count);
         dist.stats.calls++;
     }
     if (bs->n == bs->cap) {

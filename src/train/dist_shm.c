@@ -212,6 +212,20 @@ void wgml_shm_close(wgml_shm *s)
     unmap_segment(s);
 }
 
+wgml_shm_map wgml_shm_mapping(const wgml_shm *s) { return (wgml_shm_map){s->base, s->bytes}; }
+
+void wgml_shm_leave(wgml_shm *s)
+{
+    if (!s) return;
+    if (s->threads) stop_helpers(s, s->threads - 1);
+    free(s);
+}
+
+void wgml_shm_unmap(wgml_shm_map m)
+{
+    if (m.base) munmap(m.base, m.bytes);
+}
+
 int wgml_shm_threads(const wgml_shm *s) { return s ? s->threads : 0; }
 
 void *wgml_shm_slot(wgml_shm *s, int r) { return s->slot0 + (size_t)r * s->slot_bytes; }

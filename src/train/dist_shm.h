@@ -38,6 +38,16 @@ bool wgml_shm_attach(const char *name, int ranks, int rank, wgml_shm **out, char
 /* Removes the name (rank 0, once every rank has it mapped or failed to). */
 void wgml_shm_unlink(const char *name);
 void wgml_shm_close(wgml_shm *s);
+/* The segment's mapping */
+typedef struct wgml_shm_map {
+    void *base;
+    size_t bytes;
+} wgml_shm_map;
+wgml_shm_map wgml_shm_mapping(const wgml_shm *s);
+/* As wgml_shm_close, but the mapping stays (the GPU may still hold it: a buffer over it not
+   yet disposed of), for wgml_shm_unmap once nothing does */
+void wgml_shm_leave(wgml_shm *s);
+void wgml_shm_unmap(wgml_shm_map m);
 /* The threads each rank reduces with */
 int wgml_shm_threads(const wgml_shm *s);
 /* The CPUs this process may use: the online ones, fewer where its affinity or a cgroup's CPU

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_* */
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,87 @@ static void f16_widening_is_exact(void)
             }
         }
     }
+}
+
+/* Two ranks of one segment, as two threads of this process: rank 1's half of
+   wgml_shm_reduce_slots, while the main thread runs rank 0's */
+typedef struct slots_job {
+    wgml_shm *s;
+    size_t from, count;
+    bool f16;
+} slots_job;
+
+static void *reduce_as_rank1(void *arg)
+{
+    slots_job *j = arg;
+    wgml_shm_reduce_slots(j->s, j->from, j->count, j->f16, true);
+    return NULL;
+}
+
+/* The sums in place of the GPU-mapped path (dist.c's slots): rank r's floats [from, from +
+   count) at their place in its slot (f16 from the same byte as f32), the result's the mean in
+   rank order, bit for bit, on both ranks' threads (3 a rank), nothing outside the range
+   written; counts 1, 7, 1023 and 65537 at an offset that is no multiple of 16 */
+static void slots_sum_in_place(void)
+{
+    enum { N = 70000 };
+    char name[WGML_SHM_NAME], err[256] = "";
+    size_t slot = (N * 4 + WGML_SHM_PAGE - 1) / WGML_SHM_PAGE * WGML_SHM_PAGE;
+    wgml_shm *s0 = NULL, *s1 = NULL;
+    if (!wgml_shm_create(2, 3, slot, name, &s0, err, sizeof err)) {
+        FAILF("segment: %s", err);
+        return;
+    }
+    bool attached = wgml_shm_attach(name, 2, 1, &s1, err, sizeof err);
+    wgml_shm_unlink(name);
+    if (!attached) {
+        FAILF("attach: %s", err);
+        wgml_shm_close(s0);
+        return;
+    }
+    CHECK(wgml_shm_slot_bytes(s0) == slot && wgml_shm_slot_bytes(s1) == slot);
+    CHECK(wgml_shm_slot(s0, 1) == (char *)wgml_shm_slot(s0, 0) + slot);
+    static float a[2][N];
+    test_fill_uniform(a[0], N, -3, 3);
+    test_fill_uniform(a[1], N, -3, 3);
+    const size_t counts[] = {1, 7, 1023, 65537};
+    float *result = wgml_shm_slot(s0, 2);
+    for (int f16 = 0; f16 < 2; f16++)
+        for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+            size_t from = 37 + k, count = counts[k];
+            for (int r = 0; r < 2; r++) {
+                unsigned char *slot_r = wgml_shm_slot(s0, r);
+                for (size_t i = 0; i < count; i++) {
+                    if (f16) ((uint16_t *)(slot_r + 4 * from))[i] = wgml_f32_to_half(a[r][from + i]);
+                    else ((float *)slot_r)[from + i] = a[r][from + i];
+                }
+            }
+            for (size_t i = 0; i < N; i++) result[i] = -1234.5f;
+            slots_job j1 = {s1, from, count, f16};
+            pthread_t t;
+            if (pthread_create(&t, NULL, reduce_as_rank1, &j1)) {
+                FAILF("no thread");
+                break;
+            }
+            wgml_shm_reduce_slots(s0, from, count, f16, true);
+            pthread_join(t, NULL);
+            size_t bad = 0;
+            for (size_t i = 0; i < N; i++) {
+                float want = -1234.5f;
+                if (i >= from && i < from + count) {
+                    float x0 = a[0][i], x1 = a[1][i];
+                    if (f16) x0 = wgml_half_to_f32(wgml_f32_to_half(x0)), x1 = wgml_half_to_f32(wgml_f32_to_half(x1));
+                    want = x0;
+                    want += x1;
+                    want /= 2.0f;
+                }
+                if (memcmp(&want, &result[i], 4) != 0 && bad++ < 3)
+                    FAILF("%s, from %zu, count %zu: element %zu is %a, want %a", f16 ? "f16" : "f32", from, count, i,
+                          (double)result[i], (double)want);
+            }
+        }
+    wgml_shm_close(s1);
+    wgml_shm_close(s0);
 }
 
 static void one_rank_collectives_leave_data_as_it_is(void)
@@ -399,6 +481,7 @@ static void usable_cpus_follow_the_affinity(void)
 int main(void)
 {
     TEST_RUN(f16_widening_is_exact);
+    TEST_RUN(slots_sum_in_place);
     TEST_RUN(usable_cpus_follow_the_affinity);
     TEST_RUN(a_launch_without_mpi_is_refused);
     TEST_RUN(one_rank_collectives_leave_data_as_it_is);

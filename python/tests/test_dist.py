@@ -47,6 +47,8 @@ def _run(cmd, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(wgml.__file__))] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    if p.returncode and "built without MPI" in p.stderr:
+        pytest.skip("this wgml was built without MPI (-DWGML_MPI=OFF)")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
 
 

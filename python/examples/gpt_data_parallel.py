@@ -60,7 +60,7 @@ def main():
         if rank == 0 and (step % 20 == 0 or step == args.steps):
             print("step %d  loss %.4f  %.0f tokens/s" % (step, loss, step * args.batch * args.block / (time.time() - start)),
                   flush=True)
-    # the replicas: every rank's parameters the same (their sums over the ranks are N times rank 0's)
+    # the replicas: N ranks' parameter sums t_r are all equal exactly where N x sum(t_r^2) = (sum t_r)^2
     total = sum(float(np.sum(v, dtype=np.float64)) for v in model.state_dict().values())
     same = dist.all_reduce_host([total, total * total], op="sum")
     if rank == 0:

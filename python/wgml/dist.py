@@ -118,7 +118,7 @@ def all_reduce_host(values, op: str = "mean") -> np.ndarray:
     new array. Every rank calls it with as many."""
     if op not in _OPS:
         raise ValueError("op is 'sum' or 'mean', not %r" % (op,))
-    v = np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(-1)).copy()
+    v = np.array(values, dtype=np.float64).reshape(-1)  # (a new, contiguous array)
     _check(lib.wgml_dist_allreduce_host(ffi.cast("double *", ffi.from_buffer(v)), v.size, _OPS[op]))
     return v
 

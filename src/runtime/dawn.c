@@ -258,7 +258,6 @@ static const char *component_name(uint32_t c)
 static WGPUBuffer host_buffer(wgml_runtime *rt, void *pointer, uint64_t size, WGPUBufferUsage usage, const char *label,
                               void (*disposed)(void *), void *userdata)
 {
-    if (!rt->host_mapped_alignment) return NULL;
     dawn_buffer_host_mapped_pointer hm = {.chain = {.sType = DAWN_STYPE_BUFFER_HOST_MAPPED_POINTER},
                                           .pointer = pointer, .dispose = disposed, .userdata = userdata};
     WGPUBufferDescriptor d = {.nextInChain = &hm.chain, .label = wgml_sv(label), .size = size, .usage = usage};

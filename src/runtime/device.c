@@ -199,11 +199,6 @@ static void on_work_done_async(WGPUQueueWorkDoneStatus status, WGPUStringView me
     m->done = true;
 }
 
-void wgml_rt_process_events(wgml_runtime *rt)
-{
-    if (!rt->device_lost) rt->impl->poll(rt);
-}
-
 void wgml_work_done_begin(wgml_runtime *rt, wgml_map_async *m)
 {
     m->done = false;
@@ -278,6 +273,15 @@ WGPUShaderModule wgml_rt_shader_module(wgml_runtime *rt, const WGPUShaderModuleD
 }
 
 double wgml_rt_timestamp_ns(wgml_runtime *rt) { return rt->impl->timestamp_ns(rt); }
+
+wgml_status wgml_submit_copy(wgml_runtime *rt, WGPUBuffer src, uint64_t src_off, WGPUBuffer dst, uint64_t dst_off, uint64_t bytes)
+{
+    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(rt->device, NULL);
+    wgpuCommandEncoderCopyBufferToBuffer(enc, src, src_off, dst, dst_off, bytes);
+    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
+    wgpuCommandEncoderRelease(enc);
+    return wgml_submit(rt, cb);
+}
 
 wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb)
 {

@@ -99,6 +99,8 @@ wgml_status wgml_scope_pop(wgml_runtime *rt, const char *what);
 
 /* Submits cb (and releases it), or reports a lost device without submitting. */
 wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb);
+/* bytes of src at src_off copied to dst at dst_off on the GPU: a submit of its own */
+wgml_status wgml_submit_copy(wgml_runtime *rt, WGPUBuffer src, uint64_t src_off, WGPUBuffer dst, uint64_t dst_off, uint64_t bytes);
 /* Blocks until the queue is idle. */
 wgml_status wgml_wait_idle(wgml_runtime *rt);
 /* Maps `buffer` for reading and blocks until done. */
@@ -118,15 +120,13 @@ void wgml_map_begin(wgml_runtime *rt, WGPUBuffer buffer, WGPUMapMode mode, uint6
                     wgml_map_async *m);
 bool wgml_map_poll(wgml_runtime *rt, wgml_map_async *m);
 wgml_status wgml_map_end(wgml_runtime *rt, wgml_map_async *m);
-/* Runs the callbacks of finished work without blocking (and Dawn's deferred deletions) */
-void wgml_rt_process_events(wgml_runtime *rt);
 /* The queue's work submitted so far, done: begun without blocking, then wgml_map_poll and
    wgml_map_end as for a map (its status Success once done). */
 void wgml_work_done_begin(wgml_runtime *rt, wgml_map_async *m);
 /* A buffer that is `size` bytes of host memory at `pointer` (both multiples of
    rt->host_mapped_alignment): the GPU's copies read and write it in place. The memory must
    stay until disposed(userdata) is called, which the runtime does once the buffer is released
-   and the GPU done with it (while it processes events: wgml_wait_idle). NULL where the runtime
+   and the GPU done with it (Dawn: at the latest when the device goes). NULL where the runtime
    offers none (wgpu-native) or refuses it, with rt's status and message untouched, unless the
    refusal lost the device (Dawn takes a failed import for an internal error): then they say so.
    The GPU's writes reach the host without a barrier of Dawn's for the host (the buffer is not

@@ -614,7 +614,6 @@ typedef struct bucket {
     int state;
     int job;  /* its reducer job's number (B_REDUCING) */
     bool f16; /* it travels as f16 */
-    bool in_slots; /* through the host-mapped segment: `map` is the copy's work-done, no staging */
 } bucket;
 
 /* The bytes a bucket crosses to the host in: f16 pairs (grad_f16.wgsl's words), or f32 */
@@ -634,7 +633,7 @@ typedef struct bucket_set {
     float *host;         /* the reduced gradients, at their offsets in the gradient buffer */
     int64_t host_cap;
     bool f16;           /* this step's buckets travel as f16 */
-    bool in_slots;      /* through the host-mapped segment */
+    bool in_slots;      /* through the host-mapped segment: a bucket's `map` is its copy's work-done, no staging */
     double last_mapped; /* when the last bucket reached host memory */
     double finished;    /* when the last step's buckets were all written back (0: none yet) */
     /* the segment the GPU copies into and out of itself (dist_hostmap), for a gradient buffer
@@ -669,9 +668,8 @@ static void slot_memory_drop(void *userdata)
 /* The buffers over the slots released and the segment's threads stopped; its memory goes once
    the runtime has disposed of both buffers (Dawn: when its device has let go of them, at the
    latest when the device goes) */
-static void release_slots(wgml_context *ctx, bucket_set *bs)
+static void release_slots(bucket_set *bs)
 {
-    (void)ctx;
     if (bs->mine) wgpuBufferRelease(bs->mine);
     if (bs->sums) wgpuBufferRelease(bs->sums);
     bs->mine = bs->sums = NULL;
@@ -693,7 +691,7 @@ static void bucket_set_release(wgml_context *ctx, void *state)
     }
     free(bs->v);
     free(bs->host);
-    if (bs->slots) release_slots(ctx, bs);
+    if (bs->slots) release_slots(bs);
 }
 
 /* The reducer: one thread, jobs in order (MPI_THREAD_SERIALIZED: the main thread makes no
@@ -865,27 +863,12 @@ static float *upload_target(wgml_context *ctx, bucket *b)
    the next step. */
 static wgml_status write_back(wgml_context *ctx, bucket *b, wgml_buffer *G)
 {
-    uint64_t bytes = (uint64_t)b->count * 4;
     wgpuBufferUnmap(b->upload);
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    wgpuCommandEncoderCopyBufferToBuffer(enc, b->upload, 0, G->handle, (uint64_t)b->from * 4, bytes);
-    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuCommandEncoderRelease(enc);
-    wgml_status st = wgml_submit(&ctx->rt, cb);
+    wgml_status st = wgml_submit_copy(&ctx->rt, b->upload, 0, G->handle, (uint64_t)b->from * 4, (uint64_t)b->count * 4);
     if (st) return st;
     wgml_map_begin(&ctx->rt, b->upload, WGPUMapMode_Write, 0, b->upload_size, &b->upload_map);
     b->upload_pending = true;
     return WGML_OK;
-}
-
-/* Bucket b's means, in the sums' slot, into G: a copy on the GPU, as write_back's */
-static wgml_status write_back_slots(wgml_context *ctx, bucket_set *bs, bucket *b, wgml_buffer *G)
-{
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    wgpuCommandEncoderCopyBufferToBuffer(enc, bs->sums, (uint64_t)b->from * 4, G->handle, (uint64_t)b->from * 4, (uint64_t)b->count * 4);
-    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuCommandEncoderRelease(enc);
-    return wgml_submit(&ctx->rt, cb);
 }
 
 /* How far advance goes */
@@ -905,14 +888,14 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
             bucket *b = bs->v[bs->handed++];
             moved = true;
             if (b->map.status != WGPUMapAsyncStatus_Success) {
-                if (!st && !failed && b->in_slots)
+                if (!st && !failed && bs->in_slots)
                     st = ctx_fail(ctx, WGML_ERROR_DEVICE, "dist_allreduce: a gradient bucket's copy into shared memory failed");
                 if (!st && !failed) st = wgml_map_end(&ctx->rt, &b->map); /* its words */
                 b->state = B_DONE; /* nothing mapped: nothing to reduce or unmap */
                 continue;
             }
-            if (b->in_slots) { /* its copy has landed in this rank's slot */
-                /* (a lost device's work-done says Success too: its slot holds no new gradients) */
+            if (bs->in_slots) { /* its copy has landed in this rank's slot */
+                /* (Dawn may answer a lost device's work-done with Success: its slot holds no new gradients) */
                 if (!failed && !st && ctx->rt.device_lost) st = wgml_check_device(&ctx->rt);
                 reduce_job j = {.count = (int)b->count, .f16 = b->f16, .slots = bs->slots, .from = b->from};
                 if (!failed && !st && (b->job = reducer.posted, !reducer_post(&j)))
@@ -945,11 +928,14 @@ static wgml_status advance(wgml_context *ctx, bucket_set *bs, wgml_buffer *G, in
             bucket *b = bs->v[bs->written];
             if (b->state == B_REDUCING) {
                 if (b->job >= done) break; /* still with the reducer */
-                if (!b->in_slots) wgpuBufferUnmap(b->staging);
+                if (!bs->in_slots) wgpuBufferUnmap(b->staging);
                 b->state = B_DONE;
                 if (!st && !failed && mpi_rc == WGML_MPI_SUCCESS) {
                     double t0 = wgml_host_seconds();
-                    st = b->in_slots ? write_back_slots(ctx, bs, b, G) : write_back(ctx, b, G);
+                    /* (from the sums' slot, the same floats as in G) */
+                    st = bs->in_slots ? wgml_submit_copy(&ctx->rt, bs->sums, (uint64_t)b->from * 4, G->handle, (uint64_t)b->from * 4,
+                                                         (uint64_t)b->count * 4)
+                                      : write_back(ctx, b, G);
                     dist.stats.copy_in_seconds += wgml_host_seconds() - t0;
                 }
             }
@@ -1038,7 +1024,7 @@ static bool slots_ready(wgml_context *ctx, bucket_set *bs, int64_t floats)
     int failed = !bs->mine || !bs->sums, any = 1;
     if (wgml_mpi_allreduce_sum(&failed, &any, 1, WGML_MPI_INT, wgml_mpi_world()) != WGML_MPI_SUCCESS) any = 1;
     if (any) {
-        release_slots(ctx, bs);
+        release_slots(bs);
         return false;
     }
     bs->slots_state = 1;
@@ -1080,13 +1066,12 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
     b->f16 = bs->f16 && (uint64_t)count * 4 <= wgml_binding_limit(ctx);
     b->from = from;
     b->count = count;
-    b->in_slots = bs->in_slots;
     uint64_t wire = wire_bytes(b);
     /* (in the slots an f16 bucket starts where its f32 would: (count + 1) / 2 words fit) */
     WGPUBuffer dst = bs->mine;
     uint64_t at = (uint64_t)from * 4;
     wgml_status st = WGML_OK;
-    if (!b->in_slots) {
+    if (!bs->in_slots) {
         st = wgml_grow_buffer(ctx, &b->staging, &b->staging_size, wire, wire,
                               WGPUBufferUsage_MapRead | WGPUBufferUsage_CopyDst, "wgml gradient bucket", NULL);
         dst = b->staging;
@@ -1101,15 +1086,11 @@ static wgml_status bucket_ready(wgml_context *ctx, wgml_buffer *G, int64_t from,
             return st;
         }
     }
-    WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(ctx->rt.device, NULL);
-    if (packed) wgpuCommandEncoderCopyBufferToBuffer(enc, packed->handle, 0, dst, at, wire);
-    else wgpuCommandEncoderCopyBufferToBuffer(enc, G->handle, (uint64_t)from * 4, dst, at, wire);
-    WGPUCommandBuffer cb = wgpuCommandEncoderFinish(enc, NULL);
-    wgpuCommandEncoderRelease(enc);
-    st = wgml_submit(&ctx->rt, cb);
+    st = packed ? wgml_submit_copy(&ctx->rt, packed->handle, 0, dst, at, wire)
+                : wgml_submit_copy(&ctx->rt, G->handle, (uint64_t)from * 4, dst, at, wire);
     if (packed) wgml_buffer_release(ctx, packed); /* (a later submit that reuses it runs after this copy) */
     if (st) return st;
-    if (b->in_slots) wgml_work_done_begin(&ctx->rt, &b->map);
+    if (bs->in_slots) wgml_work_done_begin(&ctx->rt, &b->map);
     else wgml_map_begin(&ctx->rt, b->staging, WGPUMapMode_Read, 0, wire, &b->map);
     b->state = B_MAPPING;
     if (bs->n == 0 && bs->finished > 0) dist.stats.between_seconds += wgml_host_seconds() - bs->finished;

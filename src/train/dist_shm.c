@@ -63,8 +63,7 @@ struct wgml_shm {
     shm_job job;
 };
 
-static double run_part(wgml_shm *s, int t, const shm_job *j);
-static double reduce_part(wgml_shm *s, int t, const shm_job *j);
+static double run_share(wgml_shm *s, int t, const shm_job *j);
 
 static void *helper_main(void *arg)
 {
@@ -78,8 +77,7 @@ static void *helper_main(void *arg)
         seen = s->generation;
         shm_job j = s->job;
         pthread_mutex_unlock(&s->mu);
-        if (j.send) run_part(s, t, &j);
-        else reduce_part(s, t, &j);
+        run_share(s, t, &j);
         pthread_mutex_lock(&s->mu);
         if (--s->busy == 0) pthread_cond_signal(&s->finished);
     }
@@ -135,12 +133,6 @@ static bool map_segment(int fd, int ranks, int rank, size_t slot_bytes, wgml_shm
     return true;
 }
 
-static void unmap_segment(wgml_shm *s)
-{
-    munmap(s->base, s->bytes);
-    free(s);
-}
-
 bool wgml_shm_create(int ranks, int threads, size_t slot_bytes, char *name, wgml_shm **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -167,7 +159,7 @@ bool wgml_shm_create(int ranks, int threads, size_t slot_bytes, char *name, wgml
         atomic_thread_fence(memory_order_seq_cst);
         h->magic = MAGIC;
         if (!(ok = start_helpers(*out, h->threads, err, errlen))) {
-            unmap_segment(*out);
+            wgml_shm_close(*out); /* (no helper runs) */
             *out = NULL;
         }
     }
@@ -197,20 +189,13 @@ bool wgml_shm_attach(const char *name, int ranks, int rank, wgml_shm **out, char
     }
     if (ok) ok = start_helpers(*out, h->threads, err, errlen);
     if (!ok && *out) {
-        unmap_segment(*out);
+        wgml_shm_close(*out); /* (no helper runs) */
         *out = NULL;
     }
     return ok;
 }
 
 void wgml_shm_unlink(const char *name) { shm_unlink(name); }
-
-void wgml_shm_close(wgml_shm *s)
-{
-    if (!s) return;
-    if (s->threads) stop_helpers(s, s->threads - 1);
-    unmap_segment(s);
-}
 
 wgml_shm_map wgml_shm_mapping(const wgml_shm *s) { return (wgml_shm_map){s->base, s->bytes}; }
 
@@ -224,6 +209,14 @@ void wgml_shm_leave(wgml_shm *s)
 void wgml_shm_unmap(wgml_shm_map m)
 {
     if (m.base) munmap(m.base, m.bytes);
+}
+
+void wgml_shm_close(wgml_shm *s)
+{
+    if (!s) return;
+    wgml_shm_map m = wgml_shm_mapping(s);
+    wgml_shm_leave(s);
+    wgml_shm_unmap(m);
 }
 
 int wgml_shm_threads(const wgml_shm *s) { return s ? s->threads : 0; }
@@ -414,6 +407,9 @@ static double reduce_part(wgml_shm *s, int t, const shm_job *j)
     return waited + barrier(s); /* every slice summed */
 }
 
+/* Thread t's share of job j, whichever kind */
+static double run_share(wgml_shm *s, int t, const shm_job *j) { return j->send ? run_part(s, t, j) : reduce_part(s, t, j); }
+
 /* Job j on every thread of this rank; the seconds the calling thread waited */
 static double run_job(wgml_shm *s, const shm_job *j)
 {
@@ -425,7 +421,7 @@ static double run_job(wgml_shm *s, const shm_job *j)
         pthread_cond_broadcast(&s->go);
         pthread_mutex_unlock(&s->mu);
     }
-    double waited = j->send ? run_part(s, 0, j) : reduce_part(s, 0, j);
+    double waited = run_share(s, 0, j);
     if (s->threads > 1) {
         pthread_mutex_lock(&s->mu);
         while (s->busy) pthread_cond_wait(&s->finished, &s->mu);

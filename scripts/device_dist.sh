@@ -13,6 +13,9 @@
 #   np4:4; the first is the checkpoint PyTorch starts from; each run's losses are compared with
 #   those of the last 1-rank run before it, e.g. np1m:1::--precision,mixed for mixed ones),
 #   TORCH_RANKS="1 2 4", TORCH_AMP="fp16 bf16" (PyTorch's autocast runs too).
+#   MPICH=DIR: the runs of several ranks under MPICH's Hydra from DIR (bin/mpiexec.hydra,
+#   lib/libmpich.so.12 and the libraries it needs: scripts/mpich_folder.sh makes it on a machine
+#   with Debian's mpich) instead of the image's Open MPI; the same wgml binary.
 # Each line of OUT/summary.txt: what ran, ms/step and tokens/s over the steps after the 20th.
 set -u
 D=$1
@@ -33,6 +36,13 @@ echo "libmpi: $MPILIB"
 df -h /dev/shm | tail -1
 # --bind-to none: a rank runs the runtime's threads and the all-reduce's beside its own
 MPI=(mpirun --bind-to none -x LD_LIBRARY_PATH -x VK_DRIVER_FILES -x XDG_RUNTIME_DIR -x WGML_MPI_LIBRARY)
+ENVFLAG=-x # a variable for the ranks: Open MPI's -x VAR=VALUE, Hydra's -genv VAR VALUE
+if [ -n "${MPICH:-}" ]; then # (its libraries first for its runs only: the image's Open MPI stays as it was)
+  MPI=(env "LD_LIBRARY_PATH=$MPICH/lib:$LD_LIBRARY_PATH" "UCX_MODULE_DIR=$MPICH/lib/ucx"
+       "WGML_MPI_LIBRARY=$MPICH/lib/libmpich.so.12" "$MPICH/bin/mpiexec.hydra" -launcher fork -genvall)
+  ENVFLAG=-genv
+  "$MPICH/bin/mpiexec.hydra" --version | grep -m1 Version
+fi
 W=$D/bin/wgml
 RUN=/tmp/dist # checkpoints stay here; OUT gets the logs and metrics
 mkdir -p "$RUN" "$OUT"
@@ -62,7 +72,9 @@ wgml_run() { # NAME NP ARGS(comma-separated) [ENV=VALUE...]
   IFS=, read -ra args <<<"$3"
   shift 3
   local xs=() e
-  for e in "$@"; do xs+=(-x "$e"); done
+  for e in "$@"; do
+    if [ "$ENVFLAG" = -x ]; then xs+=(-x "$e"); else xs+=(-genv "${e%%=*}" "${e#*=}"); fi
+  done
   rm -rf "${RUN:?}/$name"
   if [ "$np" = 1 ]; then
     env "$@" timeout 150 "$W" "${GPT[@]}" "${args[@]}" --out "$RUN/$name" >"$OUT/$name.log" 2>&1

@@ -587,8 +587,10 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
    the mapped memory into one host array (f32 sums; the mean): through wgml's shared-memory
    segment where the ranks share a machine (dist_shm.h), else MPI_Allreduce; the main thread
    then writes it back into the gradient buffer through a mapped upload buffer of the bucket's
-   and a copy on the GPU, which the update's submit follows. So the copies, the reduction and the remaining backward kernels run at once, and
-   only what follows the last bucket is exposed.
+   and a copy on the GPU, which the update's submit follows. So the reduction runs beside the
+   remaining backward kernels and only its part after the last bucket is exposed; the GPU's
+   copies are not hidden (WebGPU's one queue runs them apart from the kernels: measured on
+   H200s, docs/MEASUREMENTS.md).
 
    Where the runtime makes buffers over host memory (Dawn's host-mapped pointers) and the ranks
    share a machine, the gradients skip the staging: a segment holds a slot of the whole

@@ -22,7 +22,11 @@
 #define HEADER_BYTES 4096           /* the control words; keeps the slots page-aligned */
 
 /* The segment's first page. The barrier's words on cache lines of their own: every rank
-   spins on `generation` while they arrive on `arrived`. */
+   spins on `generation` while they arrive on `arrived`. wgml_shm_reduce_slots's words: the
+   ranks' callers meet on `met` and `met_generation` (the job's number); the last to arrive
+   sets `claim` and `done` to the job's number and no chunk before it lets the others on, so
+   that any thread of any rank then takes the job's chunks off `claim` and counts them in
+   `done` (high 32 bits: the job's number, which a late thread's old job does not match). */
 typedef struct shm_header {
     uint64_t magic;
     int32_t ranks;
@@ -32,7 +36,20 @@ typedef struct shm_header {
     _Atomic uint32_t arrived;
     char pad2[60];
     _Atomic uint32_t generation;
+    char pad3[60];
+    _Atomic uint32_t met;
+    char pad4[60];
+    _Atomic uint32_t met_generation;
+    char pad5[60];
+    _Atomic uint64_t claim; /* the job's number << 32 | the next chunk */
+    char pad6[56];
+    _Atomic uint64_t done;  /* the job's number << 32 | the chunks summed */
 } shm_header;
+
+_Static_assert(sizeof(shm_header) <= HEADER_BYTES, "the control words fit the segment's first page");
+
+/* wgml_shm_reduce_slots's chunks: floats a thread takes at a time */
+#define CLAIM_FLOATS 16384
 
 /* One reduction, as every thread of a rank sees it: send's count values through the slots
    into recv (wgml_shm_allreduce), or without send the slots' values [from, from + count)
@@ -42,6 +59,7 @@ typedef struct shm_job {
     bool f16, mean;
     float *recv;
     size_t from, count;
+    uint32_t number; /* wgml_shm_reduce_slots's: the job's number, as met_generation gave it */
 } shm_job;
 
 struct wgml_shm {
@@ -79,7 +97,9 @@ static void *helper_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         run_share(s, t, &j);
         pthread_mutex_lock(&s->mu);
-        if (--s->busy == 0) pthread_cond_signal(&s->finished);
+        /* (the caller waits for its helpers in wgml_shm_allreduce's jobs only: in the slots'
+           jobs whoever is awake takes the chunks, and a late helper finds none left) */
+        if (j.send && --s->busy == 0) pthread_cond_signal(&s->finished);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -156,6 +176,10 @@ bool wgml_shm_create(int ranks, int threads, size_t slot_bytes, char *name, wgml
         h->slot_bytes = slot_bytes;
         atomic_store(&h->arrived, 0);
         atomic_store(&h->generation, 0);
+        atomic_store(&h->met, 0);
+        atomic_store(&h->met_generation, 0);
+        atomic_store(&h->claim, 0);
+        atomic_store(&h->done, 0);
         atomic_thread_fence(memory_order_seq_cst);
         h->magic = MAGIC;
         if (!(ok = start_helpers(*out, h->threads, err, errlen))) {
@@ -260,21 +284,27 @@ int wgml_usable_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* Every rank's writes before it are seen by every rank after it (each of a rank's threads
-   arrives). Spins a little (the ranks usually arrive close together), then yields, then naps:
-   ranks that share cores with the GPU runtime's threads (lavapipe) must leave them the CPU.
-   Returns the seconds it waited. */
-static double barrier(wgml_shm *s)
+/* (what a wait waits for: a 32-bit word to leave `from`, or a 64-bit one to reach `want`) */
+typedef struct wait_word {
+    const _Atomic uint32_t *w32;
+    uint32_t from;
+    const _Atomic uint64_t *w64;
+    uint64_t want;
+} wait_word;
+
+static bool waiting(const wait_word *w)
 {
-    shm_header *h = s->head;
-    uint32_t gen = atomic_load_explicit(&h->generation, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) == (uint32_t)(s->ranks * s->threads) - 1) {
-        atomic_store_explicit(&h->arrived, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&h->generation, 1, memory_order_release);
-        return 0;
-    }
+    return w->w32 ? atomic_load_explicit(w->w32, memory_order_acquire) == w->from
+                  : atomic_load_explicit(w->w64, memory_order_acquire) != w->want;
+}
+
+/* Spins a little (the ranks usually arrive close together), then yields, then naps: ranks
+   that share cores with the GPU runtime's threads (lavapipe) must leave them the CPU. Returns
+   the seconds it waited. */
+static double wait_for(wait_word w)
+{
     double start = wgml_host_seconds();
-    for (unsigned spins = 0; atomic_load_explicit(&h->generation, memory_order_acquire) == gen; spins++) {
+    for (unsigned spins = 0; waiting(&w); spins++) {
         if (spins < 256) continue;
         if (wgml_host_seconds() - start < 2e-4) {
             sched_yield();
@@ -284,6 +314,41 @@ static double barrier(wgml_shm *s)
         }
     }
     return wgml_host_seconds() - start;
+}
+
+/* Every rank's writes before it are seen by every rank after it (each of a rank's threads
+   arrives). Returns the seconds it waited. */
+static double barrier(wgml_shm *s)
+{
+    shm_header *h = s->head;
+    uint32_t gen = atomic_load_explicit(&h->generation, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) == (uint32_t)(s->ranks * s->threads) - 1) {
+        atomic_store_explicit(&h->arrived, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&h->generation, 1, memory_order_release);
+        return 0;
+    }
+    return wait_for((wait_word){.w32 = &h->generation, .from = gen});
+}
+
+/* wgml_shm_reduce_slots's meeting of the ranks' callers (each once its rank's values are in
+   its slot): the last to arrive readies the job's chunks. The job's number in *number; returns
+   the seconds it waited. */
+static double meet(wgml_shm *s, uint32_t *number)
+{
+    shm_header *h = s->head;
+    uint32_t gen = atomic_load_explicit(&h->met_generation, memory_order_acquire);
+    double waited = 0;
+    if (atomic_fetch_add_explicit(&h->met, 1, memory_order_acq_rel) == (uint32_t)s->ranks - 1) {
+        uint64_t tag = (uint64_t)(gen + 1) << 32;
+        atomic_store_explicit(&h->met, 0, memory_order_relaxed);
+        atomic_store_explicit(&h->done, tag, memory_order_relaxed);
+        atomic_store_explicit(&h->claim, tag, memory_order_relaxed);
+        atomic_fetch_add_explicit(&h->met_generation, 1, memory_order_release);
+    } else {
+        waited = wait_for((wait_word){.w32 = &h->met_generation, .from = gen});
+    }
+    *number = gen + 1;
+    return waited;
 }
 
 /* The sums' loops below are the reduction's cost: gcc's -O2 (RelWithDebInfo) does not
@@ -357,18 +422,15 @@ static void part_of(size_t count, int t, int n, size_t *lo, size_t *hi)
     *hi = *lo + per < count ? *lo + per : count;
 }
 
-/* Thread t's part of this rank's 1/N of the slots' floats [at, at + c): summed over the
-   ranks' slots (f16 ones at the same byte offset as f32) into the result's */
-static void sum_slice(wgml_shm *s, int t, size_t at, size_t c, bool f16, bool mean)
+/* The result's floats [lo, hi) summed over the ranks' slots in rank order (mean: / ranks),
+   whoever sums them; f16 slots hold element i - at at byte 4 at (where the f32 one would be) */
+static void sum_range(wgml_shm *s, size_t at, size_t lo, size_t hi, bool f16, bool mean)
 {
     float *result = (float *)(s->slot0 + (size_t)s->ranks * s->slot_bytes);
     const float n_ranks = (float)s->ranks; /* the same division on every rank: the same bits */
-    size_t slo, shi, plo, phi;
-    part_of(c, s->rank, s->ranks, &slo, &shi);
-    part_of(shi - slo, t, s->threads, &plo, &phi);
     /* in blocks that stay in the L1 cache while every slot is added in */
-    for (size_t b = at + slo + plo; b < at + slo + phi; b += 2048) {
-        size_t n = at + slo + phi - b < 2048 ? at + slo + phi - b : 2048;
+    for (size_t b = lo; b < hi; b += 2048) {
+        size_t n = hi - b < 2048 ? hi - b : 2048;
         for (int r = 0; r < s->ranks; r++) {
             const unsigned char *slot = s->slot0 + (size_t)r * s->slot_bytes;
             if (f16) add_f16(result + b, (const uint16_t *)(slot + 4 * at) + (b - at), n, r == 0);
@@ -377,6 +439,15 @@ static void sum_slice(wgml_shm *s, int t, size_t at, size_t c, bool f16, bool me
         if (mean)
             for (size_t i = b; i < b + n; i++) result[i] /= n_ranks;
     }
+}
+
+/* Thread t's part of this rank's 1/N of the slots' floats [at, at + c), summed */
+static void sum_slice(wgml_shm *s, int t, size_t at, size_t c, bool f16, bool mean)
+{
+    size_t slo, shi, plo, phi;
+    part_of(c, s->rank, s->ranks, &slo, &shi);
+    part_of(shi - slo, t, s->threads, &plo, &phi);
+    sum_range(s, at, at + slo + plo, at + slo + phi, f16, mean);
 }
 
 /* Thread t's share of job j: its part of each chunk copied in, its part of this rank's
@@ -399,16 +470,30 @@ static double run_part(wgml_shm *s, int t, const shm_job *j)
     return waited;
 }
 
-/* Thread t's share of wgml_shm_reduce_slots */
-static double reduce_part(wgml_shm *s, int t, const shm_job *j)
+/* wgml_shm_reduce_slots's chunks of job j taken and summed until none is left (or the job
+   is over: a late helper's) */
+static void take_chunks(wgml_shm *s, const shm_job *j)
 {
-    double waited = barrier(s); /* every rank's values in its slot */
-    sum_slice(s, t, j->from, j->count, j->f16, j->mean);
-    return waited + barrier(s); /* every slice summed */
+    shm_header *h = s->head;
+    uint64_t chunks = (j->count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&h->claim, memory_order_acquire);
+        if ((uint32_t)(v >> 32) != j->number || (v & 0xffffffffu) >= chunks) return;
+        if (!atomic_compare_exchange_weak_explicit(&h->claim, &v, v + 1, memory_order_acq_rel, memory_order_relaxed)) continue;
+        size_t lo = j->from + (size_t)(v & 0xffffffffu) * CLAIM_FLOATS;
+        size_t hi = lo + CLAIM_FLOATS < j->from + j->count ? lo + CLAIM_FLOATS : j->from + j->count;
+        sum_range(s, j->from, lo, hi, j->f16, j->mean);
+        atomic_fetch_add_explicit(&h->done, 1, memory_order_release);
+    }
 }
 
-/* Thread t's share of job j, whichever kind */
-static double run_share(wgml_shm *s, int t, const shm_job *j) { return j->send ? run_part(s, t, j) : reduce_part(s, t, j); }
+/* Thread t's share of job j, whichever kind (a slots' job's: its chunks, however many) */
+static double run_share(wgml_shm *s, int t, const shm_job *j)
+{
+    if (j->send) return run_part(s, t, j);
+    take_chunks(s, j);
+    return 0;
+}
 
 /* Job j on every thread of this rank; the seconds the calling thread waited */
 static double run_job(wgml_shm *s, const shm_job *j)
@@ -439,7 +524,23 @@ double wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, 
 double wgml_shm_reduce_slots(wgml_shm *s, size_t from, size_t count, bool f16, bool mean)
 {
     shm_job j = {.f16 = f16, .mean = mean, .from = from, .count = count};
-    return run_job(s, &j);
+    /* the ranks' callers meet (every rank's values in its slot), then every thread of every
+       rank that is awake takes chunks: one that a machine's scheduler holds back delays only a
+       chunk it has taken, not every thread at a barrier (2 H200s' ranks with 8 threads each
+       waited 7-12 ms a step on a busy machine that way: docs/MEASUREMENTS.md) */
+    double waited = meet(s, &j.number);
+    if (s->threads > 1) { /* (not waited for: they take what is left when they wake) */
+        pthread_mutex_lock(&s->mu);
+        s->job = j;
+        s->generation++;
+        pthread_cond_broadcast(&s->go);
+        pthread_mutex_unlock(&s->mu);
+    }
+    take_chunks(s, &j);
+    /* every chunk summed, by whichever thread took it */
+    shm_header *h = s->head;
+    uint64_t all = (uint64_t)j.number << 32 | (j.count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
+    return waited + wait_for((wait_word){.w64 = &h->done, .want = all});
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -68,8 +68,9 @@ size_t wgml_shm_slot_bytes(const wgml_shm *s);
 /* Every rank calls it with the same range, in the same order, once each rank's values
    [from, from + count) are in its slot (f32 at 4 * from, or as many f16 from the same byte):
    the result's floats [from, from + count) become their f32 sums (mean: / ranks) in rank
-   order, the same bits on every rank, each rank summing its 1/N of the range. Returns the
-   seconds this rank waited for the others. */
+   order, the same bits on every rank, summed in chunks by whichever threads of the ranks take
+   them (each rank's caller, and its helpers as they wake). Returns the seconds this rank
+   waited: for the others to arrive, then for the last chunks. */
 double wgml_shm_reduce_slots(wgml_shm *s, size_t from, size_t count, bool f16, bool mean);
 
 /* IEEE binary16 bits to f32 (exact; infinities and NaN kept), n of them. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data parallelism on the lent multi-GPU machines (device tool, kind nvidia-h100-x4 or x2):
+# Data parallelism on the lent multi-GPU machines (device tool, kinds nvidia-h200-x2 / -x4 and the like):
 # `wgml gpt train` in the nanoGPT setup (6 layers, 6 heads, width 384, block 256, global batch
 # 128, no dropout) on 1, 2 and 4 ranks, one GPU each, started by the image's own Open MPI
 # (/usr/bin/mpirun: unpacking Debian's Open MPI over it broke mpirun), then PyTorch DDP on 1, 2
@@ -12,7 +12,7 @@
 #   RUNS="name:ranks[:VAR=VALUE,...[:--arg,value,...]] ..." the wgml runs (default np1:1 np2:2
 #   np4:4; the first is the checkpoint PyTorch starts from; each run's losses are compared with
 #   those of the last 1-rank run before it, e.g. np1m:1::--precision,mixed for mixed ones),
-#   TORCH_RANKS="1 2 4", TORCH_AMP="fp16 bf16" (PyTorch's autocast runs too).
+#   TORCH_RANKS="1 2 4" ("" for none), TORCH_AMP="fp16 bf16" (PyTorch's autocast runs too).
 #   MPICH=DIR: the runs of several ranks under MPICH's Hydra from DIR (bin/mpiexec.hydra,
 #   lib/libmpich.so.12 and the libraries it needs: scripts/mpich_folder.sh makes it on a machine
 #   with Debian's mpich) instead of the image's Open MPI; the same wgml binary.
@@ -31,8 +31,7 @@ export WGML_MPI_LIBRARY=$MPILIB
 # (each GPU's link: one on a slower bus makes every rank wait for it)
 nvidia-smi --query-gpu=index,name,pci.bus_id,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader
 nproc; cat /sys/fs/cgroup/cpu.max 2>/dev/null
-mpirun --version | head -1
-echo "libmpi: $MPILIB"
+[ -n "${MPICH:-}" ] || { mpirun --version | head -1; echo "libmpi: $MPILIB"; }
 df -h /dev/shm | tail -1
 # --bind-to none: a rank runs the runtime's threads and the all-reduce's beside its own
 MPI=(mpirun --bind-to none -x LD_LIBRARY_PATH -x VK_DRIVER_FILES -x XDG_RUNTIME_DIR -x WGML_MPI_LIBRARY)
@@ -41,11 +40,12 @@ if [ -n "${MPICH:-}" ]; then # (its libraries first for its runs only: the image
   MPI=(env "LD_LIBRARY_PATH=$MPICH/lib:$LD_LIBRARY_PATH" "UCX_MODULE_DIR=$MPICH/lib/ucx"
        "WGML_MPI_LIBRARY=$MPICH/lib/libmpich.so.12" "$MPICH/bin/mpiexec.hydra" -launcher fork -genvall)
   ENVFLAG=-genv
-  "$MPICH/bin/mpiexec.hydra" --version | grep -m1 Version
+  echo "MPICH: $("$MPICH/bin/mpiexec.hydra" --version | grep -m1 Version), libmpich: $MPICH/lib/libmpich.so.12"
 fi
 W=$D/bin/wgml
 RUN=/tmp/dist # checkpoints stay here; OUT gets the logs and metrics
 mkdir -p "$RUN" "$OUT"
+: >"$OUT/summary.txt" # (this command's runs only)
 # (smaller MODEL, BATCH, STEPS for a check on a machine without GPUs)
 STEPS=${STEPS:-60} BATCH=${BATCH:-128} BLOCK=${BLOCK:-256}
 read -ra MODEL <<<"${MODEL:---layers 6 --heads 6 --width 384}"
@@ -102,6 +102,7 @@ for r in ${RUNS:-np1:1 np2:2 np4:4}; do
   wgml_run "wgml_$name" "$np" "${args:-}" "${vars[@]}"
   [ -n "$first" ] || first=wgml_$name
   [ "$np" != 1 ] || { base=wgml_$name; continue; }
+  [ -n "$base" ] || continue # (no one-rank run to compare with)
   # the losses against the first run's over the same global batches (no dropout)
   python3 - "$OUT/$base.metrics.csv" "$OUT/wgml_$name.metrics.csv" <<'PY' | tee -a "$OUT/summary.txt"
 import csv, sys
@@ -118,7 +119,7 @@ echo "segments left in /dev/shm: $(ls /dev/shm | grep -c '^wgml-dist-')" | tee -
 # PyTorch DDP, the same model (from wgml's checkpoint of the first run), f32 and each autocast
 # dtype of TORCH_AMP (e.g. "fp16 bf16")
 for amp in f32 ${TORCH_AMP:-}; do
-  for n in ${TORCH_RANKS:-1 2 4}; do
+  for n in ${TORCH_RANKS-1 2 4}; do
     tag=torch_np$n${amp#f32} amp_arg=()
     [ "$amp" = f32 ] || amp_arg=(--amp "$amp")
     timeout 180 torchrun --standalone --nproc_per_node "$n" "$D/bench/torch_gpt_ddp.py" --init "$RUN/$first/gpt.safetensors" \

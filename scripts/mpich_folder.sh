@@ -18,4 +18,4 @@ for f in /usr/bin/mpiexec.hydra /usr/bin/hydra_pmi_proxy "$MPICH_LIB"; do ldd "$
 # UCX's shared-memory transport (its InfiniBand ones need libraries a GPU machine may lack)
 UCX=$(dirname "$MPICH_LIB")/ucx
 [ ! -d "$UCX" ] || cp -L "$UCX"/libuct_cma.so.0 "$OUTDIR/lib/ucx/" 2>/dev/null || true
-echo "$OUTDIR: $(ls "$OUTDIR/lib" | wc -l) libraries, $(du -sh "$OUTDIR" | cut -f1)"
+echo "$OUTDIR: $(find "$OUTDIR/lib" -name '*.so*' | wc -l) libraries, $(du -sh "$OUTDIR" | cut -f1)"

@@ -85,6 +85,12 @@ rc=$?
 [ $rc = 2 ] && grep -q "$work/a holds a run (gpt.safetensors, metrics.csv): continue it with --resume $work/a/gpt.safetensors" \
   "$work/err" && grep -q -- "--overwrite" "$work/err" || fail "a run into a folder holding one exited $rc: $(cat "$work/err")"
 cmp -s "$work/a.before" "$work/a/gpt.safetensors" || fail "a refused run changed the checkpoint"
+# a run that wrote metrics but no checkpoint (killed before it, as under mpirun): no --resume offered
+mkdir -p "$work/nock" && cp "$work/a/metrics.csv" "$work/nock/"
+run_wgml gpt train --data "$work/text" "${small[@]}" --steps 2 --out "$work/nock" >/dev/null 2>"$work/err"
+rc=$?
+[ $rc = 2 ] && grep -q "$work/nock holds a run (metrics.csv) that wrote no checkpoint, so it cannot be continued" "$work/err" &&
+  ! grep -q -- "--resume" "$work/err" || fail "a folder without a checkpoint: exit $rc: $(cat "$work/err")"
 
 # ---- resumed after a stale lock and temporaries of a dead process: elapsed_s goes on
 echo $dead >"$work/a/.wgml.lock"
@@ -175,7 +181,7 @@ cp "$ck" "$work/nan.safetensors"
 expect 1 "optimiser moment 'wte.m' holds nan" -- gpt train --resume "$work/nan.safetensors" --out "$work/n"
 cp "$ck" "$work/r2.safetensors"
 "$py" "$work/edit.py" "$work/r2.safetensors" meta ranks 2
-expect 1 "written by a run on 2 ranks and this one has 1: resume it with mpirun -np 2" -- \
+expect 1 "written by a run on 2 ranks and this one has 1: resume it on 2 (mpirun -np 2, or mpiexec -n 2)" -- \
   gpt train --resume "$work/r2.safetensors" --out "$work/n"
 mck=$work/m/checkpoint.safetensors
 cp "$mck" "$work/mneg.safetensors"

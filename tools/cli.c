@@ -333,8 +333,14 @@ int cli_out_claim(const char *who, const char *dir, const char *const *run_files
             n += (size_t)snprintf(held + n, sizeof held - n, "%s%s", n ? ", " : "", *name);
     }
     if (!n) return 0;
-    fprintf(stderr, "%s: %s holds a run (%s): continue it with --resume %s/%s, write elsewhere with --out DIR, or "
-                    "replace it with --overwrite\n", who, dir, held, dir, run_files[0]);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, run_files[0]);
+    if (stat(path, &sb) == 0)
+        fprintf(stderr, "%s: %s holds a run (%s): continue it with --resume %s, write elsewhere with --out DIR, or "
+                        "replace it with --overwrite\n", who, dir, held, path);
+    else /* (a run that ended before its first checkpoint, e.g. killed under mpirun) */
+        fprintf(stderr, "%s: %s holds a run (%s) that wrote no checkpoint, so it cannot be continued: write elsewhere "
+                        "with --out DIR, or replace it with --overwrite\n", who, dir, held);
     cli_out_release(lock);
     return 2;
 }

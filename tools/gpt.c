@@ -468,9 +468,13 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
         return 2;
     }
     if (ck->run.ranks != wgml_dist_size()) { /* the batch's split over the ranks is part of the run */
-        fprintf(stderr, "wgml gpt train: %s was written by a run on %lld rank%s and this one has %d: resume it with %s%lld\n",
-                o->resume, (long long)ck->run.ranks, ck->run.ranks == 1 ? "" : "s", wgml_dist_size(),
-                ck->run.ranks == 1 ? "one process (no mpirun), or mpirun -np " : "mpirun -np ", (long long)ck->run.ranks);
+        long long n = (long long)ck->run.ranks;
+        if (n == 1)
+            fprintf(stderr, "wgml gpt train: %s was written by a run in one process and this one has %d ranks: resume it in "
+                            "one process (no MPI launcher)\n", o->resume, wgml_dist_size());
+        else
+            fprintf(stderr, "wgml gpt train: %s was written by a run on %lld ranks and this one has %d: resume it on %lld "
+                            "(mpirun -np %lld, or mpiexec -n %lld)\n", o->resume, n, wgml_dist_size(), n, n, n);
         return 1;
     }
     o->cfg = ck->cfg;

@@ -280,9 +280,13 @@ static int train_body(options o)
             goto done;
         }
         if (ck.settings.ranks != ranks) { /* the batch's split over the ranks is part of the run */
-            fprintf(stderr, "wgml train: %s was written by a run on %d rank%s and this one has %d: resume it with %s%d\n", o.resume,
-                    ck.settings.ranks, ck.settings.ranks == 1 ? "" : "s", ranks,
-                    ck.settings.ranks == 1 ? "one process (no mpirun), or mpirun -np " : "mpirun -np ", ck.settings.ranks);
+            int n = ck.settings.ranks;
+            if (n == 1)
+                fprintf(stderr, "wgml train: %s was written by a run in one process and this one has %d ranks: resume it in one "
+                                "process (no MPI launcher)\n", o.resume, ranks);
+            else
+                fprintf(stderr, "wgml train: %s was written by a run on %d ranks and this one has %d: resume it on %d (mpirun "
+                                "-np %d, or mpiexec -n %d)\n", o.resume, n, ranks, n, n, n);
             goto done;
         }
         /* a run stopped by a signal mid-epoch goes on from the step after its last */

@@ -48,7 +48,7 @@ def main():
     text = read_text(args.text)
     model = GPT.new(vocabulary=text, block=args.block, layers=args.layers, heads=4, width=args.width, seed=1)
     dist.broadcast(model)  # every rank from rank 0's weights
-    opt = model.optimizer(lr=3e-3, max_grad_norm=1.0, warmup_steps=10, total_steps=args.steps, decay="cosine",
+    opt = model.optimizer(lr=3e-3, max_grad_norm=1.0, warmup_steps=min(10, args.steps // 2), total_steps=args.steps, decay="cosine",
                           precision=args.precision)
     dist.data_parallel(opt)
     ids = model.encode(text)

@@ -215,6 +215,18 @@ for cmd in "train --data $work/data --batch 127" "gpt train --data $work/text --
   grep -q "does not split evenly over 2 ranks" "$work/odd.log" || fail "$cmd on 2 ranks: no message: $(tail -2 "$work/odd.log")"
 done
 
+# ranks started with other options than rank 0's: refused before any step, naming the first
+# that differs (else they would train apart and be found out only by the replica check at the end)
+timeout 60 "${mpi[@]}" -np 1 "$wgml" "${gpt[@]}" --out "$work/opt" : -np 1 "$wgml" "${gpt[@]}" --lr 2e-3 --out "$work/opt" \
+  >"$work/opt.log" 2>&1 && fail "gpt train with --lr on rank 1 only: exit 0"
+grep -q "rank 1 was started with other settings than rank 0: --lr 0.002 here" "$work/opt.log" ||
+  fail "gpt train with --lr on rank 1 only: no message: $(tail -3 "$work/opt.log")"
+! grep -q "^step " "$work/opt.log" || fail "gpt train with --lr on rank 1 only: it trained"
+timeout 60 "${mpi[@]}" -np 1 "$wgml" "${args[@]}" --out "$work/hid" : -np 1 "$wgml" "${args[@]}" --hidden 32,16 --out "$work/hid" \
+  >"$work/hid.log" 2>&1 && fail "train with another --hidden on rank 1: exit 0"
+grep -q "rank 1 was started with other settings than rank 0: --hidden (its layers) 2 here, 1 on rank 0" "$work/hid.log" ||
+  fail "train with another --hidden on rank 1: no message: $(tail -3 "$work/hid.log")"
+
 # the collectives themselves
 [ -z "$ranks_prog" ] || collectives ranks "$ranks_prog" "${mpi[@]}"
 

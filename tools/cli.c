@@ -520,6 +520,37 @@ int cli_dist_check_batch(const char *who, int64_t batch)
     return 1;
 }
 
+int cli_dist_check_same(const char *who, int n, const cli_setting *settings)
+{
+    if (wgml_dist_size() < 2 || n <= 0) return 0;
+    double *root = malloc((size_t)n * sizeof *root);
+    if (!root) return fprintf(stderr, "%s: out of host memory\n", who), 1;
+    for (int i = 0; i < n; i++) root[i] = settings[i].value;
+    int first = -1;
+    if (wgml_dist_broadcast_host(root, (size_t)n * sizeof *root) == WGML_OK)
+        for (int i = 0; i < n && first < 0; i++)
+            if (memcmp(&root[i], &settings[i].value, sizeof root[i]) != 0) first = i;
+    double differ = first >= 0;
+    if (wgml_dist_allreduce_host(&differ, 1, WGML_REDUCE_SUM)) {
+        fprintf(stderr, "%s: %s\n", who, wgml_dist_error_message());
+        free(root);
+        return 1;
+    }
+    if (first >= 0) {
+        char mine[64], theirs[64]; /* (whole numbers whole, others as %g) */
+        double v[2] = {settings[first].value, root[first]};
+        char *out[2] = {mine, theirs};
+        for (int k = 0; k < 2; k++)
+            snprintf(out[k], sizeof mine, v[k] == (double)(int64_t)v[k] ? "%.0f" : "%g", v[k]);
+        fprintf(stderr, "%s: rank %d was started with other settings than rank 0: %s %s here, %s on rank 0 (every rank "
+                        "needs the same options and data)\n", who, wgml_dist_rank(), settings[first].name, mine, theirs);
+    }
+    else if (differ > 0 && wgml_dist_rank() == 0)
+        fprintf(stderr, "%s: %g rank(s) were started with other settings than rank 0 (their messages name them)\n", who, differ);
+    free(root);
+    return differ > 0;
+}
+
 int cli_dist_finish(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors)
 {
     if (wgml_dist_size() < 2) return 0;

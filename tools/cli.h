@@ -68,6 +68,16 @@ int cli_dist_begin(const char *who);
 int cli_dist_end(const char *who, int rc);
 /* Whether the global batch splits evenly over the ranks (0); else says so, 1. */
 int cli_dist_check_batch(const char *who, int64_t batch);
+/* A run's settings, named, as every rank has them (integers up to 2^53 and floats are exact as
+   doubles). Every rank calls it with the same names: 0 where every rank's values are rank 0's
+   (bit for bit); else each rank that differs names its first such setting, and every rank
+   returns 1 (before any training, which would otherwise part the ranks and be found out only
+   at the end). */
+typedef struct cli_setting {
+    const char *name;
+    double value;
+} cli_setting;
+int cli_dist_check_same(const char *who, int n, const cli_setting *settings);
 /* The end of a data-parallel run (nothing on one rank): whether every rank holds the same
    tensors (FNV-1a of their values; rank 0 prints the check), then the gradient all-reduce's
    time per step on rank 0. 0 when the replicas agree; else reported, nonzero. */

@@ -530,6 +530,31 @@ static void say_cpu_speed(wgml_context *ctx, const train_options *o)
             i.name, flops / 1e9, flops / CPU_FLOPS_PER_S);
 }
 
+/* Every rank's run the same as rank 0's (ranks started with other options or text would
+   train apart and be found out only at the end): 0, else each says how, 1 */
+static int check_same_run(const train_options *o, const wgml_text *text)
+{
+    if (wgml_dist_size() < 2) return 0;
+    uint64_t h = 0xcbf29ce484222325ull; /* the text, as tokens */
+    const unsigned char *b = (const unsigned char *)text->tokens;
+    for (size_t k = 0; k < (size_t)text->n * sizeof *text->tokens; k++) h = (h ^ b[k]) * 0x100000001b3ull;
+    const wgml_gpt_config *c = &o->cfg;
+    const wgml_gpt_run *r = &o->run;
+    const cli_setting s[] = {
+        {"--steps", (double)o->steps}, {"--stop-at", (double)o->stop_at}, {"--batch", (double)r->batch},
+        {"--lr", r->lr}, {"--min-lr-ratio", r->min_lr_ratio}, {"--warmup", (double)r->warmup},
+        {"--weight-decay", r->weight_decay}, {"--clip", r->max_grad_norm}, {"--beta2", r->beta2},
+        {"--seed", (double)(r->seed & 0xffffffffu)}, {"--seed (its high bits)", (double)(r->seed >> 32)},
+        {"--eval-every", (double)r->eval_every}, {"--eval-batches", (double)r->eval_batches},
+        {"--precision", (double)o->precision}, {"--arch", (double)c->arch}, {"--layers", (double)c->layers},
+        {"--heads", (double)c->heads}, {"--kv-heads", (double)c->kv_heads}, {"--width", (double)c->width},
+        {"--ffn", (double)c->ffn}, {"--block", (double)c->block}, {"--dropout", c->dropout},
+        {"the text's tokens", (double)text->n}, {"the text's vocabulary", (double)text->vocab_size},
+        {"the text's checksum (its low bits)", (double)(h & 0xffffffffu)}, {"the text's checksum (its high bits)", (double)(h >> 32)},
+    };
+    return cli_dist_check_same("wgml gpt train", (int)(sizeof s / sizeof *s), s);
+}
+
 static int train_run(train_options *o)
 {
     trainer t = {0};
@@ -587,7 +612,7 @@ static int train_run(train_options *o)
         return trainer_free(&t), 1;
     }
     const int lead = wgml_dist_rank() == 0, ranks = wgml_dist_size();
-    if (cli_dist_check_batch("wgml gpt train", o->run.batch)) return trainer_free(&t), 1;
+    if (cli_dist_check_batch("wgml gpt train", o->run.batch) || check_same_run(o, &t.text)) return trainer_free(&t), 1;
     /* every rank starts from rank 0's parameters, and its steps average the gradients */
     int n_params;
     wgml_tensor *const *params = wgml_gpt_params(t.model, &n_params);

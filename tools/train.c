@@ -311,6 +311,17 @@ static int train_body(options o)
         goto done;
     }
     if (cli_dist_check_batch("wgml train", o.s.batch)) goto done;
+    { /* every rank's run the same as rank 0's: ranks started otherwise would train apart */
+        cli_setting same[8 + WGML_MLP_MAX_LAYERS] = {
+            {"--epochs", o.epochs}, {"--batch", o.s.batch}, {"--lr", o.s.lr}, {"--weight-decay", o.s.weight_decay},
+            {"--clip", o.s.max_grad_norm}, {"--seed", (double)(o.s.seed & 0xffffffffu)},
+            {"--seed (its high bits)", (double)(o.s.seed >> 32)}, {"the training examples", (double)train.n}};
+        int n = 8; /* (as many on every rank: the unused widths 0) */
+        same[n++] = (cli_setting){"--hidden (its layers)", o.nlayers - 1};
+        for (int i = 1; i < WGML_MLP_MAX_LAYERS; i++)
+            same[n++] = (cli_setting){"--hidden (a layer's width)", i < o.nlayers ? (double)o.sizes[i] : 0};
+        if (cli_dist_check_same("wgml train", n, same)) goto done;
+    }
     wgml_tensor *params[2 * WGML_MLP_MAX_LAYERS];
     int np = wgml_mlp_params(&m, params);
     if ((st = wgml_dist_broadcast(ctx, np, params))) { /* every rank starts from rank 0's model */

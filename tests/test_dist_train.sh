@@ -222,6 +222,11 @@ timeout 60 "${mpi[@]}" -np 1 "$wgml" "${gpt[@]}" --out "$work/opt" : -np 1 "$wgm
 grep -q "rank 1 was started with other settings than rank 0: --lr 0.002 here" "$work/opt.log" ||
   fail "gpt train with --lr on rank 1 only: no message: $(tail -3 "$work/opt.log")"
 ! grep -q "^step " "$work/opt.log" || fail "gpt train with --lr on rank 1 only: it trained"
+# (each checkpoint is a sync of the ranks: another --save-every on one rank would hang them)
+timeout 60 "${mpi[@]}" -np 1 "$wgml" "${gpt[@]}" --out "$work/sav" : -np 1 "$wgml" "${gpt[@]}" --save-every 3 --out "$work/sav" \
+  >"$work/sav.log" 2>&1 && fail "gpt train with --save-every on rank 1 only: exit 0"
+grep -q "rank 1 was started with other settings than rank 0: --save-every 3 here" "$work/sav.log" ||
+  fail "gpt train with --save-every on rank 1 only: no message (exit $?): $(tail -3 "$work/sav.log")"
 timeout 60 "${mpi[@]}" -np 1 "$wgml" "${args[@]}" --out "$work/hid" : -np 1 "$wgml" "${args[@]}" --hidden 32,16 --out "$work/hid" \
   >"$work/hid.log" 2>&1 && fail "train with another --hidden on rank 1: exit 0"
 grep -q "rank 1 was started with other settings than rank 0: --hidden (its layers) 2 here, 1 on rank 0" "$work/hid.log" ||

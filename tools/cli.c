@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -530,22 +531,23 @@ int cli_dist_check_same(const char *who, int n, const cli_setting *settings)
     if (wgml_dist_broadcast_host(root, (size_t)n * sizeof *root) == WGML_OK)
         for (int i = 0; i < n && first < 0; i++)
             if (memcmp(&root[i], &settings[i].value, sizeof root[i]) != 0) first = i;
+    if (first >= 0) {
+        char mine[64], theirs[64]; /* (whole numbers whole, others as %g) */
+        double v[2] = {settings[first].value, root[first]};
+        char *out[2] = {mine, theirs};
+        for (int k = 0; k < 2; k++)
+            snprintf(out[k], sizeof mine, fabs(v[k]) < 9e15 && v[k] == (double)(int64_t)v[k] ? "%.0f" : "%g", v[k]);
+        fprintf(stderr, "%s: rank %d was started with other settings than rank 0: %s %s here, %s on rank 0 (every rank "
+                        "needs the same options and data)\n", who, wgml_dist_rank(), settings[first].name, mine, theirs);
+    }
+    /* (said before the count's collective: no rank can end the job before this one has spoken) */
     double differ = first >= 0;
     if (wgml_dist_allreduce_host(&differ, 1, WGML_REDUCE_SUM)) {
         fprintf(stderr, "%s: %s\n", who, wgml_dist_error_message());
         free(root);
         return 1;
     }
-    if (first >= 0) {
-        char mine[64], theirs[64]; /* (whole numbers whole, others as %g) */
-        double v[2] = {settings[first].value, root[first]};
-        char *out[2] = {mine, theirs};
-        for (int k = 0; k < 2; k++)
-            snprintf(out[k], sizeof mine, v[k] == (double)(int64_t)v[k] ? "%.0f" : "%g", v[k]);
-        fprintf(stderr, "%s: rank %d was started with other settings than rank 0: %s %s here, %s on rank 0 (every rank "
-                        "needs the same options and data)\n", who, wgml_dist_rank(), settings[first].name, mine, theirs);
-    }
-    else if (differ > 0 && wgml_dist_rank() == 0)
+    if (differ > 0 && first < 0 && wgml_dist_rank() == 0)
         fprintf(stderr, "%s: %g rank(s) were started with other settings than rank 0 (their messages name them)\n", who, differ);
     free(root);
     return differ > 0;

@@ -532,7 +532,7 @@ static void say_cpu_speed(wgml_context *ctx, const train_options *o)
 
 /* Every rank's run the same as rank 0's (ranks started with other options or text would
    train apart and be found out only at the end): 0, else each says how, 1 */
-static int check_same_run(const train_options *o, const wgml_text *text)
+static int check_same_run(const train_options *o, const wgml_text *text, int64_t first_step)
 {
     if (wgml_dist_size() < 2) return 0;
     uint64_t h = 0xcbf29ce484222325ull; /* the text, as tokens */
@@ -541,12 +541,14 @@ static int check_same_run(const train_options *o, const wgml_text *text)
     const wgml_gpt_config *c = &o->cfg;
     const wgml_gpt_run *r = &o->run;
     const cli_setting s[] = {
+        {"the first step (a resumed checkpoint's)", (double)first_step},
         {"--steps", (double)o->steps}, {"--stop-at", (double)o->stop_at}, {"--batch", (double)r->batch},
+        {"--save-every", (double)o->save_every}, /* (each checkpoint is a sync of every rank: the losses' all-reduce) */
         {"--lr", r->lr}, {"--min-lr-ratio", r->min_lr_ratio}, {"--warmup", (double)r->warmup},
         {"--weight-decay", r->weight_decay}, {"--clip", r->max_grad_norm}, {"--beta2", r->beta2},
         {"--seed", (double)(r->seed & 0xffffffffu)}, {"--seed (its high bits)", (double)(r->seed >> 32)},
         {"--eval-every", (double)r->eval_every}, {"--eval-batches", (double)r->eval_batches},
-        {"--precision", (double)o->precision}, {"--arch", (double)c->arch}, {"--layers", (double)c->layers},
+        {"--precision (as resolved)", (double)r->precision}, {"--arch", (double)c->arch}, {"--layers", (double)c->layers},
         {"--heads", (double)c->heads}, {"--kv-heads", (double)c->kv_heads}, {"--width", (double)c->width},
         {"--ffn", (double)c->ffn}, {"--block", (double)c->block}, {"--dropout", c->dropout},
         {"the text's tokens", (double)text->n}, {"the text's vocabulary", (double)text->vocab_size},
@@ -612,7 +614,7 @@ static int train_run(train_options *o)
         return trainer_free(&t), 1;
     }
     const int lead = wgml_dist_rank() == 0, ranks = wgml_dist_size();
-    if (cli_dist_check_batch("wgml gpt train", o->run.batch) || check_same_run(o, &t.text)) return trainer_free(&t), 1;
+    if (cli_dist_check_batch("wgml gpt train", o->run.batch) || check_same_run(o, &t.text, t.step)) return trainer_free(&t), 1;
     /* every rank starts from rank 0's parameters, and its steps average the gradients */
     int n_params;
     wgml_tensor *const *params = wgml_gpt_params(t.model, &n_params);

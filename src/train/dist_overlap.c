@@ -16,8 +16,8 @@
  * Where the runtime makes buffers over host memory (Dawn's host-mapped pointers) and the ranks
  * share a machine, the gradients skip the staging: a segment holds a slot of the whole
  * gradient buffer per rank and one for the sums, each rank's GPU copies a bucket into its own
- * slot, the ranks' threads sum the bucket's floats there once every copy has landed (each its
- * 1/N), and each GPU copies the sums straight back (dist_hostmap).
+ * slot, the ranks' threads sum the bucket's floats there in chunks once every copy has landed
+ * (wgml_shm_reduce_slots), and each GPU copies the sums straight back (dist_hostmap).
  */
 #include <pthread.h>
 #include <sched.h>

@@ -18,32 +18,27 @@
 #include "core/half.h"
 #include "runtime/runtime.h"
 
-#define MAGIC 0x77676d6c73686d31ull /* "wgmlshm1" */
+#define MAGIC 0x77676d6c73686d32ull /* "wgmlshm2" */
 #define HEADER_BYTES 4096           /* the control words; keeps the slots page-aligned */
 
-/* The segment's first page. The barrier's words on cache lines of their own: every rank
-   spins on `generation` while they arrive on `arrived`. wgml_shm_reduce_slots's words: the
-   ranks' callers meet on `met` and `met_generation` (the job's number); the last to arrive
-   sets `claim` and `done` to the job's number and no chunk before it lets the others on, so
-   that any thread of any rank then takes the job's chunks off `claim` and counts them in
-   `done` (high 32 bits: the job's number, which a late thread's old job does not match). */
+/* The segment's first page. Its words on cache lines of their own: the ranks' callers meet on
+   `met` and `met_generation` (a phase's number); the last to arrive sets `claim` and `done`
+   to the phase's number and no chunk before it lets the others on, so that any thread of any
+   rank then takes the phase's chunks off `claim` and counts them in `done` (high 32 bits: the
+   phase's number, which a late thread's old phase does not match). */
 typedef struct shm_header {
     uint64_t magic;
     int32_t ranks;
     int32_t threads; /* a rank's threads in the reduction (rank 0's choice, every rank's count) */
     uint64_t slot_bytes;
     char pad1[64 - 24];
-    _Atomic uint32_t arrived;
-    char pad2[60];
-    _Atomic uint32_t generation;
-    char pad3[60];
     _Atomic uint32_t met;
-    char pad4[60];
+    char pad2[60];
     _Atomic uint32_t met_generation;
-    char pad5[60];
-    _Atomic uint64_t claim; /* the job's number << 32 | the next chunk */
-    char pad6[56];
-    _Atomic uint64_t done;  /* the job's number << 32 | the chunks summed */
+    char pad3[60];
+    _Atomic uint64_t claim; /* the phase's number << 32 | the next chunk */
+    char pad4[56];
+    _Atomic uint64_t done;  /* the phase's number << 32 | the chunks summed */
 } shm_header;
 
 _Static_assert(sizeof(shm_header) <= HEADER_BYTES, "the control words fit the segment's first page");
@@ -59,8 +54,14 @@ typedef struct shm_job {
     bool f16, mean;
     float *recv;
     size_t from, count;
-    uint32_t number; /* wgml_shm_reduce_slots's: the job's number, as met_generation gave it */
+    /* what a thread takes: SUM the slots' chunks [from, from + count) (the segment's counters),
+       or this rank's COPY_IN of send's [from, from + count) into its slot, COPY_OUT of the
+       result's into recv's (the rank's own counters) */
+    int phase;
+    uint32_t number; /* the phase's number, which its counters carry */
 } shm_job;
+
+enum { SUM, COPY_IN, COPY_OUT };
 
 struct wgml_shm {
     unsigned char *base;
@@ -70,24 +71,27 @@ struct wgml_shm {
     shm_header *head;
     unsigned char *slot0; /* rank r's slot at slot0 + r * slot_bytes; the result after the last */
     size_t slot_bytes;
-    /* the helper threads (threads - 1), woken by a new generation with the job in `job` */
+    /* the helper threads (threads - 1), woken by a new generation with the phase in `job`:
+       they take what is left of it (the caller takes pieces too and never waits for them) */
     pthread_t helper[WGML_SHM_MAX_THREADS];
     int helpers;
     pthread_mutex_t mu;
-    pthread_cond_t go, finished;
+    pthread_cond_t go;
     unsigned generation;
-    int busy; /* helpers still in the current job */
     bool stop;
     shm_job job;
+    /* the copies' counters, as the segment's claim and done are the sums' (this process's) */
+    _Atomic uint64_t copy_claim, copy_done;
+    uint32_t copies; /* the caller's count of copy phases */
 };
 
-static double run_share(wgml_shm *s, int t, const shm_job *j);
+static void take(wgml_shm *s, const shm_job *j);
 
 static void *helper_main(void *arg)
 {
     wgml_shm *s = arg;
     pthread_mutex_lock(&s->mu);
-    int t = ++s->helpers; /* (thread 0 is the caller's) */
+    s->helpers++;
     unsigned seen = 0; /* (no job before every helper starts: the generations count from 0) */
     for (;;) {
         while (!s->stop && s->generation == seen) pthread_cond_wait(&s->go, &s->mu);
@@ -95,11 +99,8 @@ static void *helper_main(void *arg)
         seen = s->generation;
         shm_job j = s->job;
         pthread_mutex_unlock(&s->mu);
-        run_share(s, t, &j);
+        take(s, &j); /* (a late helper finds its phase over: nothing left to take) */
         pthread_mutex_lock(&s->mu);
-        /* (the caller waits for its helpers in wgml_shm_allreduce's jobs only: in the slots'
-           jobs whoever is awake takes the chunks, and a late helper finds none left) */
-        if (j.send && --s->busy == 0) pthread_cond_signal(&s->finished);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -114,7 +115,6 @@ static void stop_helpers(wgml_shm *s, int started)
     for (int i = 0; i < started; i++) pthread_join(s->helper[i], NULL);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->go);
-    pthread_cond_destroy(&s->finished);
 }
 
 /* The helpers of a rank of `threads`: false with why in err (then none runs) */
@@ -123,7 +123,6 @@ static bool start_helpers(wgml_shm *s, int threads, char *err, size_t errlen)
     s->threads = threads;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->go, NULL);
-    pthread_cond_init(&s->finished, NULL);
     for (int i = 0; i < threads - 1; i++) {
         int rc = pthread_create(&s->helper[i], NULL, helper_main, s);
         if (rc) {
@@ -174,8 +173,6 @@ bool wgml_shm_create(int ranks, int threads, size_t slot_bytes, char *name, wgml
         h->ranks = ranks;
         h->threads = threads < 1 ? 1 : threads > WGML_SHM_MAX_THREADS ? WGML_SHM_MAX_THREADS : threads;
         h->slot_bytes = slot_bytes;
-        atomic_store(&h->arrived, 0);
-        atomic_store(&h->generation, 0);
         atomic_store(&h->met, 0);
         atomic_store(&h->met_generation, 0);
         atomic_store(&h->claim, 0);
@@ -316,23 +313,9 @@ static double wait_for(wait_word w)
     return wgml_host_seconds() - start;
 }
 
-/* Every rank's writes before it are seen by every rank after it (each of a rank's threads
-   arrives). Returns the seconds it waited. */
-static double barrier(wgml_shm *s)
-{
-    shm_header *h = s->head;
-    uint32_t gen = atomic_load_explicit(&h->generation, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) == (uint32_t)(s->ranks * s->threads) - 1) {
-        atomic_store_explicit(&h->arrived, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&h->generation, 1, memory_order_release);
-        return 0;
-    }
-    return wait_for((wait_word){.w32 = &h->generation, .from = gen});
-}
-
-/* wgml_shm_reduce_slots's meeting of the ranks' callers (each once its rank's values are in
-   its slot): the last to arrive readies the job's chunks. The job's number in *number; returns
-   the seconds it waited. */
+/* A sum phase's meeting of the ranks' callers (each once its rank's values are in its slot):
+   the last to arrive readies the phase's chunks. The phase's number in *number; returns the
+   seconds it waited. */
 static double meet(wgml_shm *s, uint32_t *number)
 {
     shm_header *h = s->head;
@@ -414,14 +397,6 @@ static void add_f16(float *restrict out, const uint16_t *restrict in, size_t n, 
     }
 }
 
-/* Part t of n of [0, count): whole cache lines (16 floats) apart from the neighbours' */
-static void part_of(size_t count, int t, int n, size_t *lo, size_t *hi)
-{
-    size_t per = ((count + (size_t)n - 1) / (size_t)n + 15) & ~(size_t)15;
-    *lo = (size_t)t * per < count ? (size_t)t * per : count;
-    *hi = *lo + per < count ? *lo + per : count;
-}
-
 /* The result's floats [lo, hi) summed over the ranks' slots in rank order (mean: / ranks),
    whoever sums them; f16 slots hold element i - at at byte 4 at (where the f32 one would be) */
 static void sum_range(wgml_shm *s, size_t at, size_t lo, size_t hi, bool f16, bool mean)
@@ -441,106 +416,89 @@ static void sum_range(wgml_shm *s, size_t at, size_t lo, size_t hi, bool f16, bo
     }
 }
 
-/* Thread t's part of this rank's 1/N of the slots' floats [at, at + c), summed */
-static void sum_slice(wgml_shm *s, int t, size_t at, size_t c, bool f16, bool mean)
+/* The pieces of phase j taken and done until none is left (or the phase is over: a late
+   helper's). A piece is taken by a compare-and-swap of the whole word, so the phase's number
+   must match; it is counted done after it is done. */
+static void take(wgml_shm *s, const shm_job *j)
 {
-    size_t slo, shi, plo, phi;
-    part_of(c, s->rank, s->ranks, &slo, &shi);
-    part_of(shi - slo, t, s->threads, &plo, &phi);
-    sum_range(s, at, at + slo + plo, at + slo + phi, f16, mean);
-}
-
-/* Thread t's share of job j: its part of each chunk copied in, its part of this rank's
-   slice summed, its part of the result copied out. Returns the seconds it waited. */
-static double run_part(wgml_shm *s, int t, const shm_job *j)
-{
-    double waited = 0;
-    const size_t esize = j->f16 ? 2 : 4, chunk = s->slot_bytes / 4;
-    float *result = (float *)(s->slot0 + (size_t)s->ranks * s->slot_bytes);
-    unsigned char *mine = s->slot0 + (size_t)s->rank * s->slot_bytes;
-    for (size_t at = 0; at < j->count; at += chunk) {
-        size_t c = j->count - at < chunk ? j->count - at : chunk, lo, hi;
-        part_of(c, t, s->threads, &lo, &hi);
-        memcpy(mine + lo * esize, (const unsigned char *)j->send + (at + lo) * esize, (hi - lo) * esize);
-        waited += barrier(s);
-        sum_slice(s, t, 0, c, j->f16, j->mean);
-        waited += barrier(s);
-        memcpy(j->recv + at + lo, result + lo, (hi - lo) * sizeof *j->recv);
-    }
-    return waited;
-}
-
-/* wgml_shm_reduce_slots's chunks of job j taken and summed until none is left (or the job
-   is over: a late helper's) */
-static void take_chunks(wgml_shm *s, const shm_job *j)
-{
-    shm_header *h = s->head;
-    uint64_t chunks = (j->count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
+    _Atomic uint64_t *claim = j->phase == SUM ? &s->head->claim : &s->copy_claim;
+    _Atomic uint64_t *done = j->phase == SUM ? &s->head->done : &s->copy_done;
+    const size_t esize = j->f16 ? 2 : 4;
+    uint64_t pieces = (j->count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
     for (;;) {
-        uint64_t v = atomic_load_explicit(&h->claim, memory_order_acquire);
-        if ((uint32_t)(v >> 32) != j->number || (v & 0xffffffffu) >= chunks) return;
-        if (!atomic_compare_exchange_weak_explicit(&h->claim, &v, v + 1, memory_order_acq_rel, memory_order_relaxed)) continue;
-        size_t lo = j->from + (size_t)(v & 0xffffffffu) * CLAIM_FLOATS;
-        size_t hi = lo + CLAIM_FLOATS < j->from + j->count ? lo + CLAIM_FLOATS : j->from + j->count;
-        sum_range(s, j->from, lo, hi, j->f16, j->mean);
-        atomic_fetch_add_explicit(&h->done, 1, memory_order_release);
+        uint64_t v = atomic_load_explicit(claim, memory_order_acquire);
+        if ((uint32_t)(v >> 32) != j->number || (v & 0xffffffffu) >= pieces) return;
+        if (!atomic_compare_exchange_weak_explicit(claim, &v, v + 1, memory_order_acq_rel, memory_order_relaxed)) continue;
+        size_t lo = (size_t)(v & 0xffffffffu) * CLAIM_FLOATS;
+        size_t hi = lo + CLAIM_FLOATS < j->count ? lo + CLAIM_FLOATS : j->count;
+        if (j->phase == SUM) {
+            sum_range(s, j->from, j->from + lo, j->from + hi, j->f16, j->mean);
+        } else if (j->phase == COPY_IN) { /* (send's floats [from + lo, from + hi) to the slot's [lo, hi)) */
+            memcpy(s->slot0 + (size_t)s->rank * s->slot_bytes + lo * esize,
+                   (const unsigned char *)j->send + (j->from + lo) * esize, (hi - lo) * esize);
+        } else {
+            const float *result = (const float *)(s->slot0 + (size_t)s->ranks * s->slot_bytes);
+            memcpy(j->recv + j->from + lo, result + lo, (hi - lo) * sizeof *j->recv);
+        }
+        atomic_fetch_add_explicit(done, 1, memory_order_release);
     }
 }
 
-/* Thread t's share of job j, whichever kind (a slots' job's: its chunks, however many) */
-static double run_share(wgml_shm *s, int t, const shm_job *j)
+/* Phase j on this rank's threads: the helpers told, the caller taking pieces too, then waiting
+   for the last (taken by whoever took it). Returns the seconds it waited. */
+static double run_phase(wgml_shm *s, const shm_job *j)
 {
-    if (j->send) return run_part(s, t, j);
-    take_chunks(s, j);
-    return 0;
-}
-
-/* Job j on every thread of this rank; the seconds the calling thread waited */
-static double run_job(wgml_shm *s, const shm_job *j)
-{
-    if (s->threads > 1) {
+    if (s->threads > 1) { /* (not waited for: they take what is left when they wake) */
         pthread_mutex_lock(&s->mu);
         s->job = *j;
-        s->busy = s->threads - 1;
         s->generation++;
         pthread_cond_broadcast(&s->go);
         pthread_mutex_unlock(&s->mu);
     }
-    double waited = run_share(s, 0, j);
-    if (s->threads > 1) {
-        pthread_mutex_lock(&s->mu);
-        while (s->busy) pthread_cond_wait(&s->finished, &s->mu);
-        pthread_mutex_unlock(&s->mu);
-    }
-    return waited;
+    take(s, j);
+    uint64_t all = (uint64_t)j->number << 32 | (j->count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
+    return wait_for((wait_word){.w64 = j->phase == SUM ? &s->head->done : &s->copy_done, .want = all});
+}
+
+/* The slots' floats [from, from + count) summed (collective): the ranks' callers meet (every
+   rank's values in its slot), then every thread of every rank that is awake takes chunks: one
+   that a machine's scheduler holds back delays only a chunk it has taken, not every thread at
+   a barrier (2 H200s' ranks with 8 threads each waited 7-12 ms a step on a busy machine that
+   way: docs/MEASUREMENTS.md). Returns the seconds this rank waited. */
+static double sum_phase(wgml_shm *s, size_t from, size_t count, bool f16, bool mean)
+{
+    shm_job j = {.phase = SUM, .f16 = f16, .mean = mean, .from = from, .count = count};
+    double waited = meet(s, &j.number);
+    return waited + run_phase(s, &j);
+}
+
+/* This rank's copy of [from, from + count) into its slot (COPY_IN) or out of the result */
+static void copy_phase(wgml_shm *s, int phase, const void *send, float *recv, size_t from, size_t count, bool f16)
+{
+    shm_job j = {.phase = phase, .send = send, .recv = recv, .from = from, .count = count, .f16 = f16, .number = ++s->copies};
+    atomic_store_explicit(&s->copy_done, (uint64_t)j.number << 32, memory_order_relaxed);
+    atomic_store_explicit(&s->copy_claim, (uint64_t)j.number << 32, memory_order_release);
+    run_phase(s, &j);
 }
 
 double wgml_shm_allreduce(wgml_shm *s, const void *send, bool f16, float *recv, size_t count, bool mean)
 {
-    shm_job j = {.send = send, .f16 = f16, .mean = mean, .recv = recv, .count = count};
-    return run_job(s, &j);
+    double waited = 0;
+    const size_t chunk = s->slot_bytes / 4; /* floats a slot holds */
+    for (size_t at = 0; at < count; at += chunk) {
+        size_t c = count - at < chunk ? count - at : chunk;
+        copy_phase(s, COPY_IN, send, NULL, at, c, f16);
+        /* (the next round's meeting: every rank has copied this round's result out before any
+           sums into it again) */
+        waited += sum_phase(s, 0, c, f16, mean);
+        copy_phase(s, COPY_OUT, NULL, recv, at, c, f16);
+    }
+    return waited;
 }
 
 double wgml_shm_reduce_slots(wgml_shm *s, size_t from, size_t count, bool f16, bool mean)
 {
-    shm_job j = {.f16 = f16, .mean = mean, .from = from, .count = count};
-    /* the ranks' callers meet (every rank's values in its slot), then every thread of every
-       rank that is awake takes chunks: one that a machine's scheduler holds back delays only a
-       chunk it has taken, not every thread at a barrier (2 H200s' ranks with 8 threads each
-       waited 7-12 ms a step on a busy machine that way: docs/MEASUREMENTS.md) */
-    double waited = meet(s, &j.number);
-    if (s->threads > 1) { /* (not waited for: they take what is left when they wake) */
-        pthread_mutex_lock(&s->mu);
-        s->job = j;
-        s->generation++;
-        pthread_cond_broadcast(&s->go);
-        pthread_mutex_unlock(&s->mu);
-    }
-    take_chunks(s, &j);
-    /* every chunk summed, by whichever thread took it */
-    shm_header *h = s->head;
-    uint64_t all = (uint64_t)j.number << 32 | (j.count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
-    return waited + wait_for((wait_word){.w64 = &h->done, .want = all});
+    return sum_phase(s, from, count, f16, mean);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

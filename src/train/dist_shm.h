@@ -1,10 +1,12 @@
 /*
  * The host reduction of data parallelism for ranks on one machine (train/dist.c): a POSIX
- * shared-memory segment with a slot per rank. Each rank copies a chunk into its slot, every
- * rank sums its 1/N slice of the chunk over all slots (f32 sums), and each rank copies the
- * whole result out; two barriers a chunk, atomics in the segment. A rank splits its copies and
- * sums among threads of its own (one core copies a few GB/s: 43 MB in and out a step took a
- * thread 20 ms on an H200 machine), which meet the other ranks' at the same barriers. No MPI here: dist.c creates
+ * shared-memory segment with a slot per rank. Each rank copies a chunk into its slot, the
+ * ranks' callers meet, the chunk's floats are summed over all slots (f32 sums, in rank order)
+ * in pieces that any thread of any rank takes off a counter in the segment, and each rank
+ * copies the whole result out. A rank copies and sums with threads of its own (one core copies
+ * a few GB/s: 43 MB in and out a step took a thread 20 ms on an H200 machine), which take
+ * pieces as they wake and are never waited for, so a thread the machine's scheduler holds
+ * back delays only a piece it took. No MPI here: dist.c creates
  * the segment on rank 0, hands its name to the others over MPI and unlinks it once every rank
  * has it mapped, so no file outlives the ranks however they end.
  * Private to the library.

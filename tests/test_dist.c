@@ -57,6 +57,84 @@ static void *reduce_as_rank1(void *arg)
     return NULL;
 }
 
+/* The mean of two ranks' values as the segment makes it: each as it crossed (f16: rounded),
+   summed in rank order in f32, divided in f32 */
+static float mean_of_two(float x0, float x1, bool f16)
+{
+    if (f16) x0 = wgml_half_to_f32(wgml_f32_to_half(x0)), x1 = wgml_half_to_f32(wgml_f32_to_half(x1));
+    float want = x0;
+    want += x1;
+    return want / 2.0f;
+}
+
+/* wgml_shm_allreduce's rank 1 (send, f16 or f32, into recv), as reduce_as_rank1 */
+typedef struct allreduce_job {
+    wgml_shm *s;
+    const void *send;
+    float *recv;
+    size_t count;
+    bool f16;
+} allreduce_job;
+
+static void *allreduce_as_rank1(void *arg)
+{
+    allreduce_job *j = arg;
+    wgml_shm_allreduce(j->s, j->send, j->f16, j->recv, j->count, true);
+    return NULL;
+}
+
+/* The staging path's all-reduce through slots of one page (1024 floats: 65537 are 65 rounds of
+   copies in, sums and copies out), 3 threads a rank, two ranks as two threads: the mean in rank
+   order bit for bit on both ranks, f32 (rank 0 in place) and f16; counts 1, 7, 1023, 65537 */
+static void allreduce_over_rounds(void)
+{
+    enum { N = 65537 };
+    char name[WGML_SHM_NAME], err[256] = "";
+    wgml_shm *s0 = NULL, *s1 = NULL;
+    if (!wgml_shm_create(2, 3, WGML_SHM_PAGE, name, &s0, err, sizeof err)) {
+        FAILF("segment: %s", err);
+        return;
+    }
+    bool attached = wgml_shm_attach(name, 2, 1, &s1, err, sizeof err);
+    wgml_shm_unlink(name);
+    if (!attached) {
+        FAILF("attach: %s", err);
+        wgml_shm_close(s0);
+        return;
+    }
+    static float a[2][N], recv[2][N];
+    static uint16_t h[2][N];
+    test_fill_uniform(a[0], N, -3, 3);
+    test_fill_uniform(a[1], N, -3, 3);
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < N; i++) h[r][i] = wgml_f32_to_half(a[r][i]);
+    const size_t counts[] = {1, 7, 1023, N};
+    for (int f16 = 0; f16 < 2; f16++)
+        for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+            size_t count = counts[k];
+            memcpy(recv[0], a[0], sizeof recv[0]); /* (f32: rank 0 in place) */
+            for (size_t i = 0; i < N; i++) recv[1][i] = -1234.5f;
+            allreduce_job j1 = {s1, f16 ? (const void *)h[1] : a[1], recv[1], count, f16};
+            pthread_t t;
+            if (pthread_create(&t, NULL, allreduce_as_rank1, &j1)) {
+                FAILF("no thread");
+                break;
+            }
+            wgml_shm_allreduce(s0, f16 ? (const void *)h[0] : recv[0], f16, recv[0], count, true);
+            pthread_join(t, NULL);
+            size_t bad = 0;
+            for (int r = 0; r < 2; r++)
+                for (size_t i = 0; i < N; i++) {
+                    float want = i < count ? mean_of_two(a[0][i], a[1][i], f16) : r == 0 ? a[0][i] : -1234.5f;
+                    if (memcmp(&want, &recv[r][i], 4) != 0 && bad++ < 3)
+                        FAILF("%s, count %zu: rank %d's element %zu is %a, want %a", f16 ? "f16" : "f32", count, r, i,
+                              (double)recv[r][i], (double)want);
+                }
+        }
+    wgml_shm_close(s1);
+    wgml_shm_close(s0);
+}
+
 /* The sums in place of the GPU-mapped path (dist.c's slots): rank r's floats [from, from +
    count) at their place in its slot (f16 from the same byte as f32), the result's the mean in
    rank order, bit for bit, on both ranks' threads (3 a rank), nothing outside the range
@@ -106,14 +184,7 @@ static void slots_sum_in_place(void)
             pthread_join(t, NULL);
             size_t bad = 0;
             for (size_t i = 0; i < N; i++) {
-                float want = -1234.5f;
-                if (i >= from && i < from + count) {
-                    float x0 = a[0][i], x1 = a[1][i];
-                    if (f16) x0 = wgml_half_to_f32(wgml_f32_to_half(x0)), x1 = wgml_half_to_f32(wgml_f32_to_half(x1));
-                    want = x0;
-                    want += x1;
-                    want /= 2.0f;
-                }
+                float want = i >= from && i < from + count ? mean_of_two(a[0][i], a[1][i], f16) : -1234.5f;
                 if (memcmp(&want, &result[i], 4) != 0 && bad++ < 3)
                     FAILF("%s, from %zu, count %zu: element %zu is %a, want %a", f16 ? "f16" : "f32", from, count, i,
                           (double)result[i], (double)want);
@@ -482,6 +553,7 @@ int main(void)
 {
     TEST_RUN(f16_widening_is_exact);
     TEST_RUN(slots_sum_in_place);
+    TEST_RUN(allreduce_over_rounds);
     TEST_RUN(usable_cpus_follow_the_affinity);
     TEST_RUN(a_launch_without_mpi_is_refused);
     TEST_RUN(one_rank_collectives_leave_data_as_it_is);

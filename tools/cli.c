@@ -428,9 +428,16 @@ int cli_dist_end(const char *who, int rc)
     return rc;
 }
 
+uint64_t cli_fnv1a(uint64_t h, const void *data, size_t bytes)
+{
+    const unsigned char *b = data;
+    for (size_t k = 0; k < bytes; k++) h = (h ^ b[k]) * 0x100000001b3ull;
+    return h;
+}
+
 static int check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor *const *tensors)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = CLI_FNV1A_START;
     for (int i = 0; i < n; i++) {
         size_t len = (size_t)wgml_tensor_numel(tensors[i]);
         float *v = malloc(len * sizeof *v);
@@ -440,8 +447,7 @@ static int check_replicas(const char *who, wgml_context *ctx, int n, wgml_tensor
             free(v);
             return -1;
         }
-        const unsigned char *b = (const unsigned char *)v;
-        for (size_t k = 0; k < len * sizeof *v; k++) h = (h ^ b[k]) * 0x100000001b3ull;
+        h = cli_fnv1a(h, v, len * sizeof *v);
         free(v);
     }
     /* rank 0's hash to all; then how many ranks differ from it */

@@ -68,6 +68,10 @@ int cli_dist_begin(const char *who);
 int cli_dist_end(const char *who, int rc);
 /* Whether the global batch splits evenly over the ranks (0); else says so, 1. */
 int cli_dist_check_batch(const char *who, int64_t batch);
+/* FNV-1a over `bytes` bytes, from h (CLI_FNV1A_START at first): the replicas' check, the
+   settings' checksums of a run's data */
+#define CLI_FNV1A_START 0xcbf29ce484222325ull
+uint64_t cli_fnv1a(uint64_t h, const void *data, size_t bytes);
 /* A run's settings, named, as every rank has them (integers up to 2^53 and floats are exact as
    doubles). Every rank calls it with the same names: 0 where every rank's values are rank 0's
    (bit for bit); else each rank that differs names its first such setting, and every rank

@@ -312,21 +312,15 @@ static int train_body(options o)
     }
     if (cli_dist_check_batch("wgml train", o.s.batch)) goto done;
     if (wgml_dist_size() > 1) { /* every rank's run the same as rank 0's: ranks started otherwise would train apart */
-        uint64_t h = 0xcbf29ce484222325ull; /* the training set: its labels and pixels (as 32-bit words) */
-        for (int64_t k = 0; k < train.n; k++) h = (h ^ train.labels[k]) * 0x100000001b3ull;
-        for (size_t k = 0; k < (size_t)train.n * MNIST_PIXELS; k++) {
-            uint32_t w;
-            memcpy(&w, &train.images[k], sizeof w);
-            h = (h ^ w) * 0x100000001b3ull;
-        }
-        cli_setting same[13 + WGML_MLP_MAX_LAYERS] = {
+        uint64_t h = cli_fnv1a(CLI_FNV1A_START, train.labels, (size_t)train.n); /* the training set */
+        h = cli_fnv1a(h, train.images, (size_t)train.n * MNIST_PIXELS * sizeof *train.images);
+        cli_setting same[11 + WGML_MLP_MAX_LAYERS] = {
             {"--epochs", o.epochs}, {"--batch", o.s.batch}, {"--lr", o.s.lr}, {"--wd", o.s.weight_decay},
             {"--clip", o.s.max_grad_norm}, {"--seed", (double)(o.s.seed & 0xffffffffu)},
             {"--seed (its high bits)", (double)(o.s.seed >> 32)}, {"the training examples", (double)train.n},
-            {"the training set's checksum (its low bits)", (double)(h & 0xffffffffu)},
-            {"the training set's checksum (its high bits)", (double)(h >> 32)},
+            {"the training set's checksum", (double)(h >> 11)}, /* (53 bits: exact as a double) */
             {"the first epoch (a resumed checkpoint's)", start_epoch}, {"the first epoch's steps already taken", (double)skip}};
-        int n = 12; /* (as many on every rank: the unused widths 0) */
+        int n = 11; /* (as many on every rank: the unused widths 0) */
         same[n++] = (cli_setting){"--hidden (its layers)", o.nlayers - 1};
         for (int i = 1; i < WGML_MLP_MAX_LAYERS; i++)
             same[n++] = (cli_setting){"--hidden (a layer's width)", i < o.nlayers ? (double)o.sizes[i] : 0};

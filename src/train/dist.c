@@ -31,6 +31,10 @@
 #include "train/dist_state.h"
 #include "train/mpi_abi.h"
 
+#define DEFAULT_BUCKET_FLOATS (4u << 20)
+/* overlapped: about half a nanoGPT block (4 MB), so the first all-reduce starts early */
+#define DEFAULT_OVERLAP_BUCKET_FLOATS (1u << 20)
+
 wgml_dist_state wgml_dist = {.size = 1, .local_size = 1};
 
 static wgml_status dist_fail(wgml_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -409,7 +413,7 @@ static wgml_status agree_settings(wgml_context *ctx, const char *fn)
     /* (the reduction's threads need no agreement: rank 0's count, in the segment, holds) */
     if (!wgml_dist.shm_state) wgml_dist.shm_threads = s->dist_threads;
     if (wgml_dist.agreed == ctx) return WGML_OK;
-    int64_t mine[5] = {(int64_t)bucket_floats(ctx, WGML_DIST_BUCKET_FLOATS), (int64_t)bucket_floats(ctx, WGML_DIST_OVERLAP_BUCKET_FLOATS),
+    int64_t mine[5] = {(int64_t)bucket_floats(ctx, DEFAULT_BUCKET_FLOATS), (int64_t)bucket_floats(ctx, DEFAULT_OVERLAP_BUCKET_FLOATS),
                        s->dist_shm, s->dist_f16, s->dist_overlap};
     int64_t root[5];
     memcpy(root, mine, sizeof root);
@@ -444,7 +448,7 @@ wgml_status wgml_dist_allreduce(wgml_context *ctx, int n, wgml_tensor *const *te
 #ifdef WGML_HAVE_MPI
     if (!wgml_dist.mpi || !total) return WGML_OK;
     if ((st = agree_settings(ctx, "dist_allreduce"))) return st;
-    size_t bucket = bucket_floats(ctx, WGML_DIST_BUCKET_FLOATS);
+    size_t bucket = bucket_floats(ctx, DEFAULT_BUCKET_FLOATS);
     if ((st = stage_reserve(ctx, bucket))) return st;
     wgml_dist.stats.calls++;
     wgml_dist.stats.bytes += (uint64_t)total * 4;
@@ -527,7 +531,7 @@ wgml_status wgml_dist_broadcast(wgml_context *ctx, int n, wgml_tensor *const *te
                      "(not the same model)", any, (long long)root_total);
         return wgml_dist_ctx_fail(ctx, WGML_ERROR_SHAPE, msg);
     }
-    size_t bucket = bucket_floats(ctx, WGML_DIST_BUCKET_FLOATS);
+    size_t bucket = bucket_floats(ctx, DEFAULT_BUCKET_FLOATS);
     if ((st = stage_reserve(ctx, bucket))) return st;
     for (int64_t from = 0; from < total && !st; from += (int64_t)bucket) {
         int64_t count = total - from < (int64_t)bucket ? total - from : (int64_t)bucket;
@@ -574,9 +578,8 @@ wgml_status wgml_dist_data_parallel(wgml_optimizer *opt)
     if (set->dist_overlap) {
         /* dist_defer (the default; WGML_DIST_DEFER=0: off): the step's end waits for the next
            step's first bucket, whose host work is done meanwhile (optim.c, carry_step) */
-        wgml_dist.defer = set->dist_defer;
-        return wgml_dist_overlap(opt, (int64_t)bucket_floats(wgml_optimizer_owner(opt), WGML_DIST_OVERLAP_BUCKET_FLOATS),
-                                 wgml_dist.defer);
+        return wgml_dist_overlap(opt, (int64_t)bucket_floats(wgml_optimizer_owner(opt), DEFAULT_OVERLAP_BUCKET_FLOATS),
+                                 set->dist_defer);
     }
 #endif
     return wgml_optimizer_set_grad_hook(opt, average_gradients, NULL);

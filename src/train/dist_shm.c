@@ -34,8 +34,8 @@ typedef struct shm_header {
     char pad1[64 - 24];
     _Atomic uint32_t met;
     char pad2[60];
-    _Atomic uint32_t met_generation;
-    char pad3[60];
+    _Atomic uint64_t met_generation;
+    char pad3[56];
     _Atomic uint64_t claim; /* the phase's number << 32 | the next chunk */
     char pad4[56];
     _Atomic uint64_t done;  /* the phase's number << 32 | the chunks summed */
@@ -43,12 +43,10 @@ typedef struct shm_header {
 
 _Static_assert(sizeof(shm_header) <= HEADER_BYTES, "the control words fit the segment's first page");
 
-/* wgml_shm_reduce_slots's chunks: floats a thread takes at a time */
+/* floats a thread takes at a time: a piece of a copy, a chunk of the sums */
 #define CLAIM_FLOATS 16384
 
-/* One reduction, as every thread of a rank sees it: send's count values through the slots
-   into recv (wgml_shm_allreduce), or without send the slots' values [from, from + count)
-   summed into the result's (wgml_shm_reduce_slots) */
+/* A phase, as every thread of a rank sees it */
 typedef struct shm_job {
     const void *send;
     bool f16, mean;
@@ -67,14 +65,13 @@ struct wgml_shm {
     unsigned char *base;
     size_t bytes;
     int ranks, rank;
-    int threads; /* this rank's, the caller's included: each copies and sums its part of a chunk */
+    int threads; /* this rank's, the caller's included */
     shm_header *head;
     unsigned char *slot0; /* rank r's slot at slot0 + r * slot_bytes; the result after the last */
     size_t slot_bytes;
     /* the helper threads (threads - 1), woken by a new generation with the phase in `job`:
        they take what is left of it (the caller takes pieces too and never waits for them) */
     pthread_t helper[WGML_SHM_MAX_THREADS];
-    int helpers;
     pthread_mutex_t mu;
     pthread_cond_t go;
     unsigned generation;
@@ -91,7 +88,6 @@ static void *helper_main(void *arg)
 {
     wgml_shm *s = arg;
     pthread_mutex_lock(&s->mu);
-    s->helpers++;
     unsigned seen = 0; /* (no job before every helper starts: the generations count from 0) */
     for (;;) {
         while (!s->stop && s->generation == seen) pthread_cond_wait(&s->go, &s->mu);
@@ -281,27 +277,13 @@ int wgml_usable_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* (what a wait waits for: a 32-bit word to leave `from`, or a 64-bit one to reach `want`) */
-typedef struct wait_word {
-    const _Atomic uint32_t *w32;
-    uint32_t from;
-    const _Atomic uint64_t *w64;
-    uint64_t want;
-} wait_word;
-
-static bool waiting(const wait_word *w)
-{
-    return w->w32 ? atomic_load_explicit(w->w32, memory_order_acquire) == w->from
-                  : atomic_load_explicit(w->w64, memory_order_acquire) != w->want;
-}
-
 /* Spins a little (the ranks usually arrive close together), then yields, then naps: ranks
    that share cores with the GPU runtime's threads (lavapipe) must leave them the CPU. Returns
    the seconds it waited. */
-static double wait_for(wait_word w)
+static double wait_until(const _Atomic uint64_t *word, uint64_t want)
 {
     double start = wgml_host_seconds();
-    for (unsigned spins = 0; waiting(&w); spins++) {
+    for (unsigned spins = 0; atomic_load_explicit(word, memory_order_acquire) != want; spins++) {
         if (spins < 256) continue;
         if (wgml_host_seconds() - start < 2e-4) {
             sched_yield();
@@ -319,19 +301,18 @@ static double wait_for(wait_word w)
 static double meet(wgml_shm *s, uint32_t *number)
 {
     shm_header *h = s->head;
-    uint32_t gen = atomic_load_explicit(&h->met_generation, memory_order_acquire);
-    double waited = 0;
+    /* (no rank can meet again, and move the generation on, before every rank has met this once) */
+    uint64_t gen = atomic_load_explicit(&h->met_generation, memory_order_acquire) + 1;
+    *number = (uint32_t)gen;
     if (atomic_fetch_add_explicit(&h->met, 1, memory_order_acq_rel) == (uint32_t)s->ranks - 1) {
-        uint64_t tag = (uint64_t)(gen + 1) << 32;
+        uint64_t tag = (uint64_t)*number << 32;
         atomic_store_explicit(&h->met, 0, memory_order_relaxed);
         atomic_store_explicit(&h->done, tag, memory_order_relaxed);
         atomic_store_explicit(&h->claim, tag, memory_order_relaxed);
-        atomic_fetch_add_explicit(&h->met_generation, 1, memory_order_release);
-    } else {
-        waited = wait_for((wait_word){.w32 = &h->met_generation, .from = gen});
+        atomic_store_explicit(&h->met_generation, gen, memory_order_release);
+        return 0;
     }
-    *number = gen + 1;
-    return waited;
+    return wait_until(&h->met_generation, gen);
 }
 
 /* The sums' loops below are the reduction's cost: gcc's -O2 (RelWithDebInfo) does not
@@ -416,6 +397,8 @@ static void sum_range(wgml_shm *s, size_t at, size_t lo, size_t hi, bool f16, bo
     }
 }
 
+static uint64_t pieces_of(const shm_job *j) { return (j->count + CLAIM_FLOATS - 1) / CLAIM_FLOATS; }
+
 /* The pieces of phase j taken and done until none is left (or the phase is over: a late
    helper's). A piece is taken by a compare-and-swap of the whole word, so the phase's number
    must match; it is counted done after it is done. */
@@ -424,7 +407,7 @@ static void take(wgml_shm *s, const shm_job *j)
     _Atomic uint64_t *claim = j->phase == SUM ? &s->head->claim : &s->copy_claim;
     _Atomic uint64_t *done = j->phase == SUM ? &s->head->done : &s->copy_done;
     const size_t esize = j->f16 ? 2 : 4;
-    uint64_t pieces = (j->count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
+    uint64_t pieces = pieces_of(j);
     for (;;) {
         uint64_t v = atomic_load_explicit(claim, memory_order_acquire);
         if ((uint32_t)(v >> 32) != j->number || (v & 0xffffffffu) >= pieces) return;
@@ -456,15 +439,14 @@ static double run_phase(wgml_shm *s, const shm_job *j)
         pthread_mutex_unlock(&s->mu);
     }
     take(s, j);
-    uint64_t all = (uint64_t)j->number << 32 | (j->count + CLAIM_FLOATS - 1) / CLAIM_FLOATS;
-    return wait_for((wait_word){.w64 = j->phase == SUM ? &s->head->done : &s->copy_done, .want = all});
+    return wait_until(j->phase == SUM ? &s->head->done : &s->copy_done, (uint64_t)j->number << 32 | pieces_of(j));
 }
 
 /* The slots' floats [from, from + count) summed (collective): the ranks' callers meet (every
    rank's values in its slot), then every thread of every rank that is awake takes chunks: one
-   that a machine's scheduler holds back delays only a chunk it has taken, not every thread at
-   a barrier (2 H200s' ranks with 8 threads each waited 7-12 ms a step on a busy machine that
-   way: docs/MEASUREMENTS.md). Returns the seconds this rank waited. */
+   that comes late delays only a chunk it has taken, not every thread at a barrier (2 H200s'
+   ranks with 8 threads each waited 7-12 ms a step that way on some lent machines, fewer
+   threads less: docs/MEASUREMENTS.md). Returns the seconds this rank waited. */
 static double sum_phase(wgml_shm *s, size_t from, size_t count, bool f16, bool mean)
 {
     shm_job j = {.phase = SUM, .f16 = f16, .mean = mean, .from = from, .count = count};

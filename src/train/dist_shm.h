@@ -5,8 +5,8 @@
  * in pieces that any thread of any rank takes off a counter in the segment, and each rank
  * copies the whole result out. A rank copies and sums with threads of its own (one core copies
  * a few GB/s: 43 MB in and out a step took a thread 20 ms on an H200 machine), which take
- * pieces as they wake and are never waited for, so a thread the machine's scheduler holds
- * back delays only a piece it took. No MPI here: dist.c creates
+ * pieces as they wake and are never waited for, so a thread that comes late delays only a
+ * piece it took. No MPI here: dist.c creates
  * the segment on rank 0, hands its name to the others over MPI and unlinks it once every rank
  * has it mapped, so no file outlives the ranks however they end.
  * Private to the library.

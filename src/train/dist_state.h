@@ -14,16 +14,11 @@
 #include "runtime/settings.h"
 #include "train/dist_shm.h"
 
-#define WGML_DIST_BUCKET_FLOATS (4u << 20)
-/* overlapped: about half a nanoGPT block (4 MB), so the first all-reduce starts early */
-#define WGML_DIST_OVERLAP_BUCKET_FLOATS (1u << 20)
-
 typedef struct wgml_dist_state {
     int started;     /* wgml_dist_init ran */
     int mpi;         /* collectives go through MPI (more than one rank) */
     int owns_mpi;    /* we called MPI_Init, so we call MPI_Finalize */
     int mpi_thread;  /* MPI may be called from a thread other than the main one */
-    int defer;       /* data parallel defers each step's end (settings: dist_defer) */
     int inline_mpi;  /* data parallel's MPI calls on the calling thread (settings: dist_inline) */
     int rank, size, local_rank, local_size;
     float *stage[2]; /* host buckets, alternating between copy-out and reduction */

@@ -42,6 +42,25 @@ static void f16_widening_is_exact(void)
     }
 }
 
+/* A segment of two ranks (3 threads each) with slots of slot_bytes, both ranks mapped in this
+   process (rank 1's half run by a thread of its own); false, said, where it cannot be made */
+static bool two_ranks(size_t slot_bytes, wgml_shm **s0, wgml_shm **s1)
+{
+    char name[WGML_SHM_NAME], err[256] = "";
+    *s0 = *s1 = NULL;
+    if (!wgml_shm_create(2, 3, slot_bytes, name, s0, err, sizeof err)) {
+        FAILF("segment: %s", err);
+        return false;
+    }
+    bool attached = wgml_shm_attach(name, 2, 1, s1, err, sizeof err);
+    wgml_shm_unlink(name);
+    if (!attached) {
+        FAILF("attach: %s", err);
+        wgml_shm_close(*s0);
+    }
+    return attached;
+}
+
 /* Two ranks of one segment, as two threads of this process: rank 1's half of
    wgml_shm_reduce_slots, while the main thread runs rank 0's */
 typedef struct slots_job {
@@ -89,19 +108,8 @@ static void *allreduce_as_rank1(void *arg)
 static void allreduce_over_rounds(void)
 {
     enum { N = 65537 };
-    char name[WGML_SHM_NAME], err[256] = "";
-    wgml_shm *s0 = NULL, *s1 = NULL;
-    if (!wgml_shm_create(2, 3, WGML_SHM_PAGE, name, &s0, err, sizeof err)) {
-        FAILF("segment: %s", err);
-        return;
-    }
-    bool attached = wgml_shm_attach(name, 2, 1, &s1, err, sizeof err);
-    wgml_shm_unlink(name);
-    if (!attached) {
-        FAILF("attach: %s", err);
-        wgml_shm_close(s0);
-        return;
-    }
+    wgml_shm *s0, *s1;
+    if (!two_ranks(WGML_SHM_PAGE, &s0, &s1)) return;
     static float a[2][N], recv[2][N];
     static uint16_t h[2][N];
     test_fill_uniform(a[0], N, -3, 3);
@@ -142,20 +150,9 @@ static void allreduce_over_rounds(void)
 static void slots_sum_in_place(void)
 {
     enum { N = 70000 };
-    char name[WGML_SHM_NAME], err[256] = "";
     size_t slot = (N * 4 + WGML_SHM_PAGE - 1) / WGML_SHM_PAGE * WGML_SHM_PAGE;
-    wgml_shm *s0 = NULL, *s1 = NULL;
-    if (!wgml_shm_create(2, 3, slot, name, &s0, err, sizeof err)) {
-        FAILF("segment: %s", err);
-        return;
-    }
-    bool attached = wgml_shm_attach(name, 2, 1, &s1, err, sizeof err);
-    wgml_shm_unlink(name);
-    if (!attached) {
-        FAILF("attach: %s", err);
-        wgml_shm_close(s0);
-        return;
-    }
+    wgml_shm *s0, *s1;
+    if (!two_ranks(slot, &s0, &s1)) return;
     CHECK(wgml_shm_slot_bytes(s0) == slot && wgml_shm_slot_bytes(s1) == slot);
     CHECK(wgml_shm_slot(s0, 1) == (char *)wgml_shm_slot(s0, 0) + slot);
     static float a[2][N];

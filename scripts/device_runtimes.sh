@@ -4,7 +4,8 @@
 # the cached round trip; gpt: train step and generation) on wgpu-native then Dawn, then every
 # GPU test on both. Expects BUNDLE, a tar.xz of bin/ (wgml, test_*) and lib/
 # (libwgpu_native.so, libwebgpu_dawn.so and its .version), built on the CPU machine, and the
-# carried .gl (Vulkan loader debs, shared/DEVICE.md). Logs and JSON go to $OUT.
+# carried .gl (Vulkan loader debs, shared/DEVICE.md). Logs and JSON go to $OUT. TESTS_ONLY=1: the
+# tests alone; WGML_TEST_SEED: their random data's seed (12345, CTest's, unless set).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/tests"
 for f in .gl/*.deb; do dpkg -x "$f" / 2>/dev/null; done; ldconfig
@@ -12,9 +13,10 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_
 D=/tmp/wgml_runtimes; mkdir -p "$D" && tar -xJf "${BUNDLE:?}" -C "$D"
 export LD_LIBRARY_PATH=$D/lib WGML_BENCH_WARMUP=${WGML_BENCH_WARMUP:-1}
 W=$D/bin/wgml
-for rt in dawn wgpu-native; do $W info --runtime $rt > "$OUT/info_$rt.txt" 2>&1; done
-$W info --json > "$OUT/info_auto.json" 2> "$OUT/info_auto.log"
+[ -n "${TESTS_ONLY:-}" ] || for rt in dawn wgpu-native; do $W info --runtime $rt > "$OUT/info_$rt.txt" 2>&1; done
+[ -n "${TESTS_ONLY:-}" ] || $W info --json > "$OUT/info_auto.json" 2> "$OUT/info_auto.log"
 for rt in wgpu-native dawn; do
+  [ -z "${TESTS_ONLY:-}" ] || break
   t0=$(date +%s)
   timeout 60 $W bench ops --runtime $rt --json > "$OUT/bench_ops_$rt.json" 2> "$OUT/bench_ops_$rt.log"
   WGML_BENCH_ONLY="gemm_4096^3,cached_roundtrip" timeout 60 $W bench matmul --runtime $rt --json \
@@ -25,6 +27,6 @@ done
 # every GPU test on both runtimes, four at a time (the GPU is shared; these are not timings)
 t0=$(date +%s)
 for t in "$D"/bin/test_*; do for rt in wgpu-native dawn; do echo "$t $rt"; done; done |
-  timeout ${TESTS_TIMEOUT:-200} xargs -P 4 -L 1 sh -c 'WGML_TEST_SEED=12345 WGML_RUNTIME=$1 timeout ${TEST_TIMEOUT:-90} "$0" > "'"$OUT"'/tests/$(basename "$0")_$1.log" 2>&1; echo "$? $(basename "$0") $1" >> "'"$OUT"'/tests/results.txt"'
+  timeout ${TESTS_TIMEOUT:-200} xargs -P 4 -L 1 sh -c 'WGML_TEST_SEED=${WGML_TEST_SEED:-12345} WGML_RUNTIME=$1 timeout ${TEST_TIMEOUT:-90} "$0" > "'"$OUT"'/tests/$(basename "$0")_$1.log" 2>&1; echo "$? $(basename "$0") $1" >> "'"$OUT"'/tests/results.txt"'
 echo "tests: $(( $(date +%s) - t0 )) s, $(wc -l < "$OUT/tests/results.txt") runs; failed (status, test, runtime):"
 sort -k2 "$OUT/tests/results.txt" | grep -v "^0 " || echo "none"

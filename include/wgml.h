@@ -732,7 +732,11 @@ WGML_API wgml_tensor *wgml_attention(wgml_context *ctx, wgml_tensor *q, wgml_ten
 
 /* ---------------------------------------------------------------- autograd */
 
-/* Marks an evaluated (leaf) tensor as trainable. */
+/* Marks a leaf tensor as trainable: an evaluated one, or a pending result that no trainable
+   tensor lies upstream of (evaluated here first: an initialiser's, w * 0.02). A pending result
+   computed from trainable tensors is WGML_ERROR_INVALID_ARGUMENT (not a leaf: wgml_detach makes
+   one), and so is a view. An evaluated tensor that was such a result becomes a leaf: gradients
+   stop at it. */
 WGML_API wgml_status wgml_requires_grad(wgml_tensor *t, int on);
 /* Reverse mode from a one-element loss: each trainable tensor the loss depends on gets its
    gradient added to wgml_grad(t) (lazy: computed with the next evaluation). The loss (or any
@@ -799,7 +803,9 @@ typedef struct wgml_optim_desc {
 
 /* The parameters (evaluated, contiguous) move into one flat GPU buffer owned by the
    optimiser; the tensors stay valid and become trainable. One group: every parameter has
-   desc->weight_decay and desc->lr. */
+   desc->weight_decay and desc->lr. A tensor already another live optimiser's parameter is
+   WGML_ERROR_INVALID_ARGUMENT (that one's steps would no longer reach it); once that optimiser
+   is freed, a new one may take it. */
 WGML_API wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
                                   wgml_tensor *const *params, wgml_optimizer **out);
 

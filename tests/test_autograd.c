@@ -1114,10 +1114,20 @@ static void test_backward_errors(void)
     CHECK(wgml_grad(c) == NULL);
     wgml_clear_error(ctx);
 
-    /* only evaluated leaves can be trainable */
+    /* only leaves can be trainable: a result computed from a trainable tensor is not one */
     CHECK_STATUS(ctx, wgml_requires_grad(wgml_exp(ctx, x), 1), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "computed from trainable tensors, not a leaf"));
+    CHECK_STATUS(ctx, wgml_requires_grad(wgml_exp(ctx, x), 0), WGML_ERROR_INVALID_ARGUMENT);
     CHECK_STATUS(ctx, wgml_requires_grad(NULL, 1), WGML_ERROR_INVALID_ARGUMENT);
     wgml_clear_error(ctx);
+    /* a pending result of untrainable tensors is one (an initialiser's, c * 0.02): evaluated
+       then, it takes its gradient as any leaf (2 w of sum(w^2)) */
+    wgml_tensor *w = wgml_binary_scalar(ctx, WGML_MUL, c, 0.02f);
+    CHECK_OK(ctx, wgml_requires_grad(w, 1));
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, w, w))));
+    float gw[12];
+    CHECK_OK(ctx, wgml_tensor_read(wgml_grad(w), gw, 12));
+    for (int i = 0; i < 12; i++) CHECK(fabs(gw[i] - 2.0 * (double)(xv[i] * 0.02f)) <= 1e-6 * (1 + fabs(xv[i])));
 
     /* a loss in the error state reports its error */
     int64_t bad[1] = {5};

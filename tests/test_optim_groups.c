@@ -441,6 +441,50 @@ static void bad_groups_are_refused(void)
     wgml_clear_error(ctx);
 }
 
+/* A tensor is one live optimiser's parameter at a time: a second optimiser over it is refused
+   (it would move the tensor into its own slot, and the first one's steps would update the slot
+   the tensor left); once the first is freed, another takes it. */
+static void a_parameter_has_one_optimizer(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    float x[7], c[7];
+    test_fill_uniform(x, 7, -1, 1);
+    test_fill_uniform(c, 7, 0.5, 2);
+    int64_t n = 7;
+    wgml_tensor *w = test_tensor(ctx, 1, &n, x), *b = test_tensor(ctx, 1, &n, x), *k = test_tensor(ctx, 1, &n, c);
+    if (!w || !b || !k) return;
+    const wgml_optim_desc sgd = {.kind = WGML_OPTIM_SGD, .lr = 0.25f};
+    wgml_tensor *both[2] = {w, b}, *one[1] = {w};
+    wgml_optimizer *first = NULL, *second = NULL;
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &sgd, 2, both, &first));
+    CHECK_STATUS(ctx, wgml_optimizer_create(ctx, &sgd, 1, one, &second), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(second == NULL && test_message_has(ctx, "parameter 0 is already a parameter of another optimizer"));
+    wgml_clear_error(ctx);
+    /* the first one's step still reaches w: w - lr * k (the gradient of sum(w * k) + sum(b)) */
+    float want = x[3] - 0.25f * c[3], got[7];
+    for (int round = 0; round < 2 && first; round++) {
+        wgml_scope_begin(ctx);
+        wgml_tensor *loss = wgml_sum_all(ctx, wgml_mul(ctx, w, k));
+        if (!round) loss = wgml_add(ctx, loss, wgml_sum_all(ctx, b)); /* (every parameter of a step has a gradient) */
+        CHECK_OK(ctx, wgml_backward(loss));
+        CHECK_OK(ctx, wgml_optimizer_step(round ? second : first, 0, NULL));
+        wgml_scope_end(ctx);
+        CHECK_OK(ctx, wgml_tensor_read(w, got, 7));
+        CHECK(fabsf(got[3] - want) <= 1e-6f * (1 + fabsf(want)));
+        want -= 0.25f * c[3];
+        if (!round) { /* freed: a new optimiser may take w */
+            wgml_optimizer_free(first);
+            first = NULL;
+            CHECK_OK(ctx, wgml_optimizer_create(ctx, &sgd, 1, one, &second));
+            if (!second) break;
+        }
+    }
+    wgml_optimizer_free(first);
+    wgml_optimizer_free(second);
+    wgml_tensor_free(w), wgml_tensor_free(b), wgml_tensor_free(k);
+}
+
 int main(void)
 {
     TEST_RUN(adamw_groups_match_reference);
@@ -450,5 +494,6 @@ int main(void)
     TEST_RUN(one_group_follows_schedule_and_scale);
     TEST_RUN(one_group_applies_its_decay);
     TEST_RUN(bad_groups_are_refused);
+    TEST_RUN(a_parameter_has_one_optimizer);
     return test_summary();
 }

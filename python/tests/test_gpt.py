@@ -394,3 +394,13 @@ def test_public_methods_have_docstrings_and_type_hints():
             if "return" not in fn.__annotations__:
                 missing.append("%s.%s: no return type" % (cls.__name__, name))
     assert not missing, missing
+
+
+def test_more_positions_than_the_block_are_refused():
+    m = GPT.new(vocabulary=TEXT, block=8, layers=1, heads=2, width=16, seed=1)
+    ids = np.array([[1, 2, 3, 4, 5, 6, 7, 8, 9]])  # 9 > block 8
+    opt = m.optimizer(lr=1e-3)
+    for call in (lambda: m.logits(ids), lambda: m.eval_loss(ids, ids), lambda: m.train_step(opt, ids, ids)):
+        with pytest.raises(wgml.ShapeError, match="more positions than the model's block of 8"):
+            call()
+    assert m.logits(ids[:, :8]).shape == (1, 8, m.vocab_size)  # the block itself is fine

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import wgml
+from conftest import close, nonzero
 
 
 def problem(rng):
@@ -222,3 +223,32 @@ def test_precision_policy():
     assert abs(full[0, 0] - 40 * a[0, 0] * bm[0, 0]) < 1e-4
     with pytest.raises(ValueError):
         ctx.precision = "f16"
+
+
+def test_groups_fixed_and_lr_scale_above_zero(rng):
+    w = wgml.tensor(nonzero(rng, (7, 3)))
+    b = wgml.tensor(nonzero(rng, (3,)))
+    with pytest.raises(ValueError, match="lr_scale = 0.0 must be a finite number > 0"):
+        wgml.optim.SGD([{"params": [w]}, {"params": [b], "lr_scale": 0.0}], lr=0.1)
+    opt = wgml.optim.SGD([{"params": [w]}, {"params": [b], "lr_scale": 0.5}], lr=0.1)
+    for key in ("lr", "lr_scale", "weight_decay"):
+        with pytest.raises(TypeError, match="fixed when the optimiser is made"):
+            opt.param_groups[1][key] = 0.01
+    assert opt.param_groups[1]["lr_scale"] == 0.5 and "lr" not in opt.param_groups[1]
+
+
+def test_a_parameter_in_two_optimizers_is_refused(rng):
+    x = nonzero(rng, (7,))
+    w, b = wgml.tensor(x), wgml.tensor(nonzero(rng, (7,)))
+    o1 = wgml.optim.SGD([w, b], lr=0.25)
+    with pytest.raises(wgml.InvalidArgumentError, match="already a parameter of another optimizer"):
+        wgml.optim.SGD([w], lr=0.25)
+    (w * b).sum().backward()
+    bx = b.numpy().astype(np.float64)
+    o1.step()
+    close(w.numpy(), x - 0.25 * bx)  # the first optimiser still moves w
+    o1.close()
+    o2 = wgml.optim.SGD([w], lr=0.25)  # freed: another may take it
+    (w * 2.0).sum().backward()
+    o2.step()
+    close(w.numpy(), x - 0.25 * bx - 0.5)

@@ -413,3 +413,63 @@ def test_public_functions_have_type_hints():
             if bad or sig.return_annotation is inspect.Signature.empty:
                 missing.append("%s%s %s" % (prefix, name, bad or "return"))
     assert not missing, "no type hints: %s" % "; ".join(missing)
+
+
+# ---------------------------------------------------------------- a user's review (2026-11-29)
+
+def test_transpose_two_axes_swaps_on_2d(rng):
+    a = rng.standard_normal((7, 7)).astype(np.float32)
+    t = wgml.tensor(a)
+    np.testing.assert_array_equal(t.transpose(0, 1).numpy(), a.T)  # PyTorch's: swapped, also when square
+    np.testing.assert_array_equal(t.transpose(-2, -1).numpy(), a.T)
+    np.testing.assert_array_equal(t.transpose((0, 1)).numpy(), a)  # NumPy's permutation
+    np.testing.assert_array_equal(t.transpose((1, 0)).numpy(), a.T)
+    b = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(wgml.tensor(b).transpose(0, 2).numpy(), np.swapaxes(b, 0, 2))
+
+
+def test_int32_writes_refuse_values_past_int32():
+    y = wgml.tensor(np.arange(7))
+    for write in (lambda: y.__setitem__(1, 2 ** 40), lambda: y.fill_(2 ** 40), lambda: y.copy_(np.full(7, -2 ** 33)),
+                  lambda: y.write(np.full(7, 2 ** 31))):
+        with pytest.raises(OverflowError, match="int32's range"):
+            write()
+    np.testing.assert_array_equal(y.numpy(), np.arange(7))  # nothing wrapped in
+    y[2] = 2 ** 31 - 1
+    assert int(y[2]) == 2 ** 31 - 1
+
+
+def test_pending_results_can_be_made_trainable(rng):
+    w = wgml.randn(3, 4).requires_grad_()
+    z = wgml.randn(7) * 0.2
+    z.requires_grad = True
+    assert w.requires_grad and z.requires_grad
+    (z * z).sum().backward()
+    close(z.grad.numpy(), 2.0 * z.numpy().astype(np.float64))
+
+
+def test_zero_d_stays_zero_d(rng):
+    v = float(rng.uniform(0.5, 2))
+    x = wgml.tensor(np.float32(v))
+    for name, t in [("detach", x.detach()), ("int", x.int()), ("float", x.int().float()), ("to", x.to("i32")),
+                    ("where", wgml.where(x, x, 1.0)), ("masked_fill", wgml.masked_fill(x, x * 0, 3.0)),
+                    ("dropout", wgml.dropout(x, 0.0)), ("contiguous", x.contiguous())]:
+        assert t.shape == (), name
+    s = wgml.stack([x, x * 2])
+    assert s.shape == (2,)
+    close(s.numpy(), np.array([v, 2 * v]))
+    r = wgml.zeros(())
+    r += x.detach()
+    assert abs(float(r) - v) <= 1e-6 * v
+
+
+def test_arange_steps_and_format(rng):
+    np.testing.assert_array_equal(wgml.arange(1, 70, 3).numpy(), np.arange(1, 70, 3))
+    np.testing.assert_array_equal(wgml.arange(9, -5, -2, dtype="f32").numpy(), np.arange(9, -5, -2, dtype=np.float32))
+    with pytest.raises(ValueError, match="step"):
+        wgml.arange(0, 5, 0.5)
+    v = float(rng.uniform(1, 2))
+    loss = wgml.tensor(np.float32(v))
+    assert f"{loss:.4f}" == f"{np.float32(v):.4f}"
+    with pytest.raises(TypeError, match="one-element"):
+        f"{wgml.ones(3):.2f}"

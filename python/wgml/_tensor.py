@@ -212,7 +212,10 @@ def _scalar_result(t, *operands):
 
 
 def _integral_or_raise(arr):
-    """Float data going into an int32 tensor must hold integers: no silent truncation."""
+    """Data going into an int32 tensor must hold integers in its range: no silent truncation
+    or wrapping."""
+    if arr.dtype.kind in "iu" and arr.size and (arr.min() < _I32_MIN or arr.max() > _I32_MAX):
+        raise OverflowError("values outside int32's range cannot be an i32 tensor")
     if arr.dtype.kind == "f" and arr.size:
         bad = ~np.isfinite(arr) | (arr != np.trunc(arr))
         if bad.any():
@@ -408,6 +411,14 @@ class Tensor:
     def __float__(self) -> float:
         return float(self.item())
 
+    def __format__(self, spec: str) -> str:
+        """f"{loss:.4f}": a one-element tensor formats as its number; others only as str()."""
+        if self.numel() == 1:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError("a format spec (%r) needs a one-element tensor; this one has shape %s" % (spec, self.shape))
+        return str(self)
+
     def __int__(self) -> int:
         return int(self.item())
 
@@ -466,7 +477,7 @@ class Tensor:
                                "Inside `with wgml.no_grad():` it updates the values in place (as PyTorch); "
                                "or write `x = x - y` for a new tensor" % what)
         host = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
-        if self.dtype == int32 and host.dtype.kind == "f":
+        if self.dtype == int32:
             _integral_or_raise(host)
         try:
             host = np.broadcast_to(host, self.shape)
@@ -533,7 +544,7 @@ class Tensor:
             raise IndexError("assignment through an index tensor is not supported; use index_add")
         host = self.numpy()
         v = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
-        if self.dtype == int32 and v.dtype.kind == "f":
+        if self.dtype == int32:
             _integral_or_raise(v)
         host[key] = v
         self._assign(host, "t[...] = value")
@@ -547,6 +558,8 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, on):
+        """A pending result no trainable tensor lies upstream of (wgml.randn(3, 4) * 0.02) is
+        evaluated first; one computed from trainable tensors is not a leaf and is refused."""
         if on and self.dtype != float32:
             raise DTypeError("only float32 tensors can require gradients, not %s (t.float() converts)"
                              % self.dtype.name, lib.WGML_ERROR_INVALID_ARGUMENT)
@@ -638,12 +651,14 @@ class Tensor:
         return permute(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], numbers.Integral) else axes)
 
     def transpose(self, *axes: Any) -> "Tensor":
-        """No axes: all reversed (NumPy); two: those swapped (PyTorch); ndim: a permutation."""
+        """No axes: all reversed (NumPy); two integers: those two swapped (PyTorch's
+        transpose(0, 1), on a 2-D tensor too); one tuple: a permutation (NumPy's
+        transpose((1, 0)))."""
         if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
-            axes = tuple(axes[0])
+            return permute(self, tuple(axes[0]))
         if not axes:
             return permute(self, tuple(range(self.ndim))[::-1])
-        if len(axes) == 2 and self.ndim != 2:
+        if len(axes) == 2:
             return transpose(self, axes[0], axes[1])
         return permute(self, axes)
 
@@ -799,15 +814,21 @@ def full_like(t: Tensor, fill_value: float, dtype: DType = None, requires_grad: 
     return full(t.shape, fill_value, dtype if dtype is not None else t.dtype, t._ctx, requires_grad)
 
 
-def arange(start: int, stop: Optional[int] = None, dtype: DType = "i32", ctx: Optional[Context] = None) -> Tensor:
-    """[start, stop) in steps of 1, int32 (default) or float32 (dtype="f32")."""
+def arange(start: int, stop: Optional[int] = None, step: int = 1, dtype: DType = "i32",
+           ctx: Optional[Context] = None) -> Tensor:
+    """[start, stop) in steps of step (NumPy's and PyTorch's order), int32 (default) or float32
+    (dtype="f32"); integer arguments."""
     if stop is None:
         start, stop = 0, start
-    for v in (start, stop):
-        if not float(v).is_integer():
-            raise ValueError("arange takes integer bounds (steps of 1), not %r" % (v,))
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(v, numbers.Real) or isinstance(v, bool) or not float(v).is_integer():
+            raise ValueError("arange takes integer start, stop and step; %s is %r" % (name, v))
+    if step == 0:
+        raise ValueError("arange: step must not be 0")
     ctx = _ctx_of(ctx)
-    return _wrap(ctx, lib.wgml_arange(ctx._handle(), int(start), int(stop), _dtype_code(dtype)))
+    if step == 1:
+        return _wrap(ctx, lib.wgml_arange(ctx._handle(), int(start), int(stop), _dtype_code(dtype)))
+    return tensor(np.arange(int(start), int(stop), int(step)), dtype=dtype, ctx=ctx)  # (made on the host)
 
 
 def causal_mask(t: int, s: Optional[int] = None, ctx: Optional[Context] = None) -> Tensor:
@@ -1000,21 +1021,21 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     """a where cond != 0, else b (broadcasting)."""
     like = _first_tensor(cond, a, b)
     cond, a, b = _as_tensor(cond, like, "f32"), _as_tensor(a, like), _as_tensor(b, like)
-    return _wrap(a._ctx, lib.wgml_where(a._ctx._ptr, cond._handle(), a._handle(), b._handle()))
+    return _scalar_result(_wrap(a._ctx, lib.wgml_where(a._ctx._ptr, cond._handle(), a._handle(), b._handle())), cond, a, b)
 
 
 def masked_fill(a: Any, mask: Any, value: float) -> Tensor:
     """value where mask != 0, else a."""
     a = _as_tensor(a)
     mask = _as_tensor(mask, a, "f32")
-    return _wrap(a._ctx, lib.wgml_masked_fill(a._ctx._ptr, a._handle(), mask._handle(), value))
+    return _scalar_result(_wrap(a._ctx, lib.wgml_masked_fill(a._ctx._ptr, a._handle(), mask._handle(), value)), a, mask)
 
 
 def dropout(a: Any, p: float) -> Tensor:
     """Zeros each element with probability p and scales the others by 1 / (1 - p) (always:
     there is no train/eval mode; skip the call to evaluate)."""
     a = _as_tensor(a)
-    return _wrap(a._ctx, lib.wgml_dropout(a._ctx._ptr, a._handle(), p))
+    return _scalar_result(_wrap(a._ctx, lib.wgml_dropout(a._ctx._ptr, a._handle(), p)), a)
 
 
 # ---------------------------------------------------------------- reductions
@@ -1251,20 +1272,20 @@ def slice(a: Any, axis: int, start: int, stop: int, step: int = 1) -> Tensor:
 def detach(a: Any) -> Tensor:
     """a's value with no gradient flowing through it (PyTorch's detach)."""
     a = _as_tensor(a)
-    return _wrap(a._ctx, lib.wgml_detach(a._ctx._ptr, a._handle()))
+    return _scalar_result(_wrap(a._ctx, lib.wgml_detach(a._ctx._ptr, a._handle())), a)
 
 
 def contiguous(a: Any) -> Tensor:
     """a in row-major order: a itself (as a view) when it already is, else a copy."""
     a = _as_tensor(a)
-    return _wrap(a._ctx, lib.wgml_contiguous(a._ctx._ptr, a._handle()))
+    return _scalar_result(_wrap(a._ctx, lib.wgml_contiguous(a._ctx._ptr, a._handle())), a)
 
 
 def cast(a: Any, dtype: DType) -> Tensor:
     """a converted to float32, int32 or float16 ("f32"/"i32"/"f16", np.float32, float, int,
     np.float16); to int32 truncates toward zero, to float16 rounds to nearest even."""
     a = _as_tensor(a)
-    return _wrap(a._ctx, lib.wgml_cast(a._ctx._ptr, a._handle(), _dtype_code(dtype)))
+    return _scalar_result(_wrap(a._ctx, lib.wgml_cast(a._ctx._ptr, a._handle(), _dtype_code(dtype))), a)
 
 
 def _tensor_list(ts, what):
@@ -1295,7 +1316,9 @@ def stack(tensors: Sequence[Any], axis: Optional[int] = None, *, dim: Optional[i
     ts = _tensor_list(tensors, "stack")
     ax = _axis(0 if axis is None else axis, ts[0].ndim + 1, "stack")
     arr = ffi.new("wgml_tensor *[]", [t._handle() for t in ts])
-    return _wrap(ts[0]._ctx, lib.wgml_stack(ts[0]._ctx._ptr, len(ts), arr, ax))
+    r = _wrap(ts[0]._ctx, lib.wgml_stack(ts[0]._ctx._ptr, len(ts), arr, ax))
+    # 0-d tensors are [1] in C: their stack is [N, 1], PyTorch's and NumPy's [N]
+    return reshape(r, (len(ts),)) if builtins.all(t._0d for t in ts) else r
 
 
 def _views(ctx, n, out):

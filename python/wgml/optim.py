@@ -11,6 +11,8 @@ takes `lr_scale` (times the optimiser's lr) rather than its own lr.
 state_dict() / load_state_dict() carry what a resume needs (the moments as NumPy arrays,
 the step count, the base lr and the schedule), as PyTorch's; see examples/save_resume.py.
 """
+import math
+import numbers
 import typing as _t
 
 import numpy as np
@@ -42,6 +44,19 @@ def lr_at(base_lr: float, step: int, warmup_steps: int = 0, total_steps: int = 0
     return lib.wgml_lr_at(_schedule(warmup_steps, total_steps, min_lr_ratio, decay), base_lr, int(step))
 
 
+class _Group(dict):
+    """A parameter group, fixed when the optimiser is made (the library lays its range, weight
+    decay and lr_scale out on the GPU then): an edit raises rather than being ignored."""
+
+    def _fixed(self, *args, **kwargs):
+        raise TypeError("param_groups are fixed when the optimiser is made (their range, weight_decay and "
+                        "lr_scale live on the GPU): to change the lr set opt.lr or opt.set_schedule(...) (every "
+                        "group's lr is that times its lr_scale); for other weight_decay or lr_scale make a new "
+                        "optimiser")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _fixed
+
+
 class Optimizer:
     """Base of AdamW and SGD. params: tensors, or groups as dicts {"params": [...],
     "weight_decay": w, "lr_scale": s} (PyTorch's param_groups, with lr_scale for lr)."""
@@ -67,7 +82,7 @@ class Optimizer:
             setattr(desc, k, v)
         if groups is None:
             self.params = [self._param(p) for p in params]
-            self.param_groups = [{"params": self.params, "weight_decay": weight_decay, "lr_scale": 1.0}]
+            self.param_groups = [_Group(params=tuple(self.params), weight_decay=weight_decay, lr_scale=1.0)]
         else:
             self.param_groups = []
             for i, g in enumerate(groups):
@@ -75,9 +90,12 @@ class Optimizer:
                 if not isinstance(g, dict) or "params" not in g or unknown:
                     raise ValueError("param group %d: a dict with 'params' and optionally 'weight_decay' and "
                                      "'lr_scale'%s" % (i, "; unknown keys %s" % sorted(unknown) if unknown else ""))
-                self.param_groups.append({"params": [self._param(p) for p in g["params"]],
-                                          "weight_decay": g.get("weight_decay", weight_decay),
-                                          "lr_scale": g.get("lr_scale", 1.0)})
+                scale = g.get("lr_scale", 1.0)
+                if not (isinstance(scale, numbers.Real) and math.isfinite(scale) and scale > 0):
+                    raise ValueError("param group %d: lr_scale = %r must be a finite number > 0 (to freeze "
+                                     "parameters, leave them out of the optimiser)" % (i, scale))
+                self.param_groups.append(_Group(params=tuple(self._param(p) for p in g["params"]),
+                                                weight_decay=g.get("weight_decay", weight_decay), lr_scale=scale))
             self.params = [p for g in self.param_groups for p in g["params"]]
         self._ctx = self.params[0]._ctx
         # the library takes evaluated parameters: fresh initialisers (lazy) are run here

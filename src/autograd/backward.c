@@ -96,6 +96,20 @@ static bool visit(T *t, order *o)
 wgml_status wgml_requires_grad(wgml_tensor *t, int on)
 {
     if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
+    if (t->op != WGML_OP_NONE && t->op != WGML_OP_VIEW) {
+        /* a pending result: a leaf once evaluated (an initialiser's, w * 0.02), unless a
+           trainable tensor lies upstream, whose gradients it would cut off */
+        order o = {0};
+        bool walked = visit(t, &o), needs = walked && note_of(&o, t)->needs;
+        order_free(&o);
+        if (!walked) return wgml_fail(t->ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
+        if (needs)
+            return wgml_fail(t->ctx, WGML_ERROR_INVALID_ARGUMENT,
+                             "requires_grad: the tensor is computed from trainable tensors, not a leaf (wgml_detach makes one)");
+        if (!on) return WGML_OK;
+        wgml_status st = wgml_eval(t->ctx, 1, &t);
+        if (st) return st;
+    }
     if (t->op != WGML_OP_NONE)
         return wgml_fail(t->ctx, WGML_ERROR_INVALID_ARGUMENT, "requires_grad: only evaluated (leaf) tensors can be trainable");
     t->requires_grad = on != 0;

@@ -76,6 +76,7 @@ struct wgml_tensor {
 
     /* autograd */
     bool requires_grad;
+    const void *optimizer; /* the optimizer whose flat buffer holds it (train/optim.c), or NULL */
     wgml_tensor *grad; /* accumulated gradient (lazy until evaluated), same shape */
     int view_kind;     /* views: which movement made it (for its gradient), WGML_VIEW_* */
     /* an evaluated tensor that a trainable tensor lies upstream of: the lazy node it was,

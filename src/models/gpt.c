@@ -293,6 +293,9 @@ static wgml_tensor *trunk(wgml_gpt *g, wgml_tensor *ids, int64_t pos, wgml_gpt_c
     const wgml_gpt_arch_ops *a = g->arch;
     wgml_tensor *const *p = g->m.params;
     if (wgml_tensor_ndim(ids) != 2) return wgml_embedding(ctx, p[0], NULL);
+    if (!cache && wgml_tensor_dim(ids, 1) > g->cfg.block) /* (a cache's positions are its own) */
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "gpt: ids [%lld, %lld] hold more positions than the model's block of %lld",
+                                 (long long)wgml_tensor_dim(ids, 0), (long long)wgml_tensor_dim(ids, 1), (long long)g->cfg.block);
     wgml_gpt_pass s = {.B = wgml_tensor_dim(ids, 0), .T = wgml_tensor_dim(ids, 1), .pos = pos, .cache = cache, .dropout = dropout};
     wgml_tensor *x = wgml_gpt_dropout(ctx, a->embed_ids(g, p, ids, &s), dropout);
     const int per = wgml_gpt_layer_params(&g->cfg);

@@ -100,7 +100,10 @@ void wgml_optimizer_free(wgml_optimizer *opt)
     wgml_context *ctx = opt->ctx;
     complete_step(opt); /* (waits for the all-reduce in flight; a failure has its message) */
     free(opt->deferred_grads);
-    for (int i = 0; i < opt->n; i++) wgml_tensor_unref(opt->params[i]);
+    for (int i = 0; i < opt->n; i++) {
+        if (opt->params[i] && opt->params[i]->optimizer == opt) opt->params[i]->optimizer = NULL;
+        wgml_tensor_unref(opt->params[i]);
+    }
     wgml_buffer *bufs[6] = {opt->P, opt->G, opt->M, opt->V, opt->groups, opt->scaler};
     for (int i = 0; i < 6; i++)
         if (bufs[i]) wgml_buffer_release(ctx, bufs[i]);
@@ -185,6 +188,11 @@ static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped,
             if (p->dtype == WGML_F16)
                 return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is f16; parameters are f32 (cast an f32 master to f16)",
                                  fn, param_name(name, sizeof name, grouped, g, k, i));
+            /* another optimizer's step would update the slot it left, no longer the tensor */
+            if (p->optimizer)
+                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                                 "%s: %s is already a parameter of another optimizer (free that one first)", fn,
+                                 param_name(name, sizeof name, grouped, g, k, i));
             /* quadratic, but a model has hundreds of parameter tensors, not millions */
             for (int h = 0, j = 0; h <= g; h++)
                 for (int q = 0; q < groups[h].n && j < i; q++, j++)
@@ -289,6 +297,7 @@ static wgml_status create(wgml_context *ctx, const char *fn, bool grouped, const
             wgml_buffer_retain(opt->P);
             p->offset = opt->slot[i];
             p->requires_grad = true;
+            p->optimizer = opt;
             wgml_tensor_retain(p);
             opt->params[i] = p;
         }

@@ -404,3 +404,10 @@ def test_more_positions_than_the_block_are_refused():
         with pytest.raises(wgml.ShapeError, match="more positions than the model's block of 8"):
             call()
     assert m.logits(ids[:, :8]).shape == (1, 8, m.vocab_size)  # the block itself is fine
+
+
+def test_generate_takes_one_prompt():
+    m = GPT.new(vocabulary=TEXT, block=8, layers=1, heads=2, width=16, seed=1)
+    with pytest.raises(ValueError, match="generate_batch"):
+        m.generate(np.array([[1, 2], [3, 4]]), max_new_tokens=2)
+    assert len(m.generate(np.array([[1, 2]]), max_new_tokens=3, temperature=0)) == 3

@@ -473,3 +473,17 @@ def test_arange_steps_and_format(rng):
     assert f"{loss:.4f}" == f"{np.float32(v):.4f}"
     with pytest.raises(TypeError, match="one-element"):
         f"{wgml.ones(3):.2f}"
+
+
+def test_indices_lists_arrays_and_refusals(rng):
+    a = rng.standard_normal((7, 5)).astype(np.float32)
+    t = wgml.tensor(a)
+    np.testing.assert_array_equal(t[[0, 6, 2]].numpy(), a[[0, 6, 2]])
+    np.testing.assert_array_equal(t[np.array([4, 1])].numpy(), a[[4, 1]])
+    np.testing.assert_array_equal(t[..., 1:3].numpy(), a[..., 1:3])
+    for key, match in (((wgml.arange(5), wgml.arange(5)), "advanced indexing"), ((slice(None), [1, 2]), "advanced indexing"),
+                       (True, "boolean"), (np.array([True] * 7), "masks")):
+        with pytest.raises(IndexError, match=match):
+            t[key]
+    with pytest.raises(wgml.DTypeError, match="float32"):
+        wgml.optim.SGD([wgml.arange(4)], lr=0.1)

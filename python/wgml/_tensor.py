@@ -1350,6 +1350,12 @@ def _getitem(t, key):
     on the first axis (index_select). A result with no axes left has shape (1,)."""
     if isinstance(key, Tensor):
         return index_select(t, 0, key)
+    if isinstance(key, (list, np.ndarray)):  # t[[0, 2]], t[np.array([0, 2])]: as an int32 tensor would
+        idx = np.asarray(key)
+        if idx.dtype.kind not in "iu" or idx.ndim != 1:
+            raise IndexError("a list or array index is a 1-D array of integers (t[[0, 2]]), not %s of shape %s: "
+                             "boolean masks are where() / masked_fill()" % (idx.dtype, idx.shape))
+        return index_select(t, 0, tensor(idx, dtype="i32", ctx=t._ctx))
     if not isinstance(key, tuple):
         key = (key,)
     nd = t.ndim
@@ -1364,7 +1370,7 @@ def _getitem(t, key):
             expanded.extend([builtins.slice(None)] * (nd - n_real))
         else:
             expanded.append(k)
-    if Ellipsis not in key:
+    if not builtins.any(k is Ellipsis for k in key):  # (not `in`: an array in key would compare)
         expanded.extend([builtins.slice(None)] * (nd - n_real))
     out_shape, axis, changed = [], 0, False
     for k in expanded:
@@ -1373,6 +1379,8 @@ def _getitem(t, key):
             changed = True
             continue
         dim = t.shape[axis]
+        if isinstance(k, (bool, np.bool_)):
+            raise IndexError("boolean indices are not supported (t[True] is not t[1]); masks are where() / masked_fill()")
         if isinstance(k, (numbers.Integral, np.integer)):
             i = int(k)
             if not -dim <= i < dim:
@@ -1387,6 +1395,10 @@ def _getitem(t, key):
             if (start, stop, step) != (0, dim, 1):
                 t = slice(t, axis, start, stop, step)
             out_shape.append(t.shape[axis])
+        elif isinstance(k, (Tensor, list, np.ndarray)):
+            raise IndexError("an index tensor or array is taken alone (t[idx]: rows of axis 0) or through "
+                             "wgml.index_select(t, axis, idx); mixed with other indices in a tuple "
+                             "(PyTorch's advanced indexing, t[rows, cols]) it is not supported")
         else:
             raise IndexError("wgml tensors take ints, slices, ..., None and int32 tensors as indices, not %s"
                              % type(k).__name__)

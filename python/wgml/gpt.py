@@ -485,7 +485,11 @@ class GPT:
                 nl = int(self._token_of[ord("\n")])
                 ids = np.array([nl if nl >= 0 else 0], dtype=np.int32)
         else:
-            ids = self._ids(prompt, "generate").reshape(-1) if np.size(prompt) else None
+            ids = self._ids(prompt, "generate") if np.size(prompt) else None
+            if ids is not None and ids.shape[0] > 1:
+                raise ValueError("generate continues one prompt; ids of shape %s are %d (generate_batch takes several)"
+                                 % (np.shape(prompt), ids.shape[0]))
+            ids = ids.reshape(-1) if ids is not None else None
             if ids is None:
                 raise ValueError("generate: the prompt has no tokens")
         n, desc = self._sampling("generate", max_new_tokens, temperature, top_k, seed, f16_weights)

@@ -515,7 +515,8 @@ WGML_API wgml_tensor *wgml_contiguous(wgml_context *ctx, wgml_tensor *a);
 /* a's value as a new tensor that gradients do not flow through (a copy) */
 WGML_API wgml_tensor *wgml_detach(wgml_context *ctx, wgml_tensor *a);
 /* Joins n >= 1 tensors of one dtype and the same shape off `axis` along it (a copy; more than
-   8 are joined in steps). */
+   8 are joined in steps). Another dtype is WGML_ERROR_INVALID_ARGUMENT, another shape
+   WGML_ERROR_SHAPE. */
 WGML_API wgml_tensor *wgml_concat(wgml_context *ctx, int n, wgml_tensor *const *ts, int axis);
 /* Joins n tensors of one shape along a new axis at position `axis` (0..ndim; the result has
    ndim + 1 <= 4 dimensions). */

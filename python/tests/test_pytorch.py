@@ -487,3 +487,11 @@ def test_indices_lists_arrays_and_refusals(rng):
             t[key]
     with pytest.raises(wgml.DTypeError, match="float32"):
         wgml.optim.SGD([wgml.arange(4)], lr=0.1)
+
+
+def test_cat_dtypes_and_reshape_sizes_named():
+    with pytest.raises(wgml.DTypeError, match="tensor 1 is i32, tensor 0 f32"):
+        wgml.cat([wgml.ones(3), wgml.arange(3)])
+    with pytest.raises(wgml.ShapeError, match=r"6 elements into shape \(4, -1\)"):
+        wgml.ones(6).reshape(4, -1)
+    assert wgml.ones(6).reshape(3, -1).shape == (3, 2)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._context import Context, default_context
-from ._errors import AxisError, ContextError, DTypeError, InvalidArgumentError, error_for
+from ._errors import AxisError, ContextError, DTypeError, InvalidArgumentError, ShapeError, error_for
 from ._ffi import ffi, lib
 
 float32 = np.dtype(np.float32)
@@ -1237,6 +1237,9 @@ def reshape(a: Any, shape: Shape) -> Tensor:
             known *= s if s != -1 else 1
         if known > 0 and a.size % known == 0:
             shape[shape.index(-1)] = a.size // known
+        else:  # (NumPy's words)
+            raise ShapeError("cannot reshape a tensor of %d elements into shape %s" % (a.size, tuple(_shape_arg(shape))),
+                             lib.WGML_ERROR_SHAPE)
     return _wrap(a._ctx, lib.wgml_reshape(a._ctx._ptr, a._handle(), len(shape), _i64(shape)))
 
 

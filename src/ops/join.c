@@ -34,7 +34,10 @@ static wgml_tensor *check_join(wgml_context *ctx, const char *name, int n, wgml_
     shape[ax] = 0;
     for (int i = 0; i < n; i++) {
         wgml_tensor *t = ts[i];
-        bool fits = t->ndim == a->ndim && t->dtype == a->dtype;
+        if (t->dtype != a->dtype)
+            return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: tensor %d is %s, tensor 0 %s: one dtype (wgml_cast converts)",
+                                     name, i, wgml_dtype_name(t->dtype), wgml_dtype_name(a->dtype));
+        bool fits = t->ndim == a->ndim;
         for (int d = 0; d < a->ndim && fits; d++) fits = d == ax || t->shape[d] == a->shape[d];
         if (!fits) {
             char s0[128], si[128];

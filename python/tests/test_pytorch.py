@@ -495,3 +495,11 @@ def test_cat_dtypes_and_reshape_sizes_named():
     with pytest.raises(wgml.ShapeError, match=r"6 elements into shape \(4, -1\)"):
         wgml.ones(6).reshape(4, -1)
     assert wgml.ones(6).reshape(3, -1).shape == (3, 2)
+
+
+def test_zero_d_int_tensor_indexes_as_an_int(rng):
+    a = rng.standard_normal((7, 3)).astype(np.float32)
+    t = wgml.tensor(a)
+    np.testing.assert_array_equal(t[wgml.tensor(np.int32(5))].numpy(), a[5])
+    assert t[wgml.tensor(np.int32(5))].shape == (3,)
+    assert t[wgml.tensor([5])].shape == (1, 3)  # a 1-D index keeps its axis

@@ -1351,6 +1351,8 @@ def chunk(a: Any, n: int, axis: int = 0) -> list:
 def _getitem(t, key):
     """Basic indexing: ints, slices with step >= 1, Ellipsis and None; a 1-D int32 tensor
     on the first axis (index_select). A result with no axes left has shape (1,)."""
+    if isinstance(key, Tensor) and key._0d and key.dtype == int32:
+        key = int(key)  # a 0-d index is an int (its axis goes), as in PyTorch
     if isinstance(key, Tensor):
         return index_select(t, 0, key)
     if isinstance(key, (list, np.ndarray)):  # t[[0, 2]], t[np.array([0, 2])]: as an int32 tensor would

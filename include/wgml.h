@@ -804,9 +804,9 @@ typedef struct wgml_optim_desc {
 
 /* The parameters (evaluated, contiguous) move into one flat GPU buffer owned by the
    optimiser; the tensors stay valid and become trainable. One group: every parameter has
-   desc->weight_decay and desc->lr. A tensor already another live optimiser's parameter is
-   WGML_ERROR_INVALID_ARGUMENT (that one's steps would no longer reach it); once that optimiser
-   is freed, a new one may take it. */
+   desc->weight_decay and desc->lr. A tensor that is already another optimiser's parameter
+   moves into the new one, and the other's wgml_optimizer_step is WGML_ERROR_INVALID_ARGUMENT
+   from then on (its update would go to the slot the tensor left). */
 WGML_API wgml_status wgml_optimizer_create(wgml_context *ctx, const wgml_optim_desc *desc, int n,
                                   wgml_tensor *const *params, wgml_optimizer **out);
 

@@ -188,11 +188,6 @@ static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped,
             if (p->dtype == WGML_F16)
                 return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is f16; parameters are f32 (cast an f32 master to f16)",
                                  fn, param_name(name, sizeof name, grouped, g, k, i));
-            /* another optimizer's step would update the slot it left, no longer the tensor */
-            if (p->optimizer)
-                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                                 "%s: %s is already a parameter of another optimizer (free that one first)", fn,
-                                 param_name(name, sizeof name, grouped, g, k, i));
             /* quadratic, but a model has hundreds of parameter tensors, not millions */
             for (int h = 0, j = 0; h <= g; h++)
                 for (int q = 0; q < groups[h].n && j < i; q++, j++)
@@ -801,6 +796,13 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
     wgml_context *ctx = opt->ctx;
     wgml_status st = WGML_OK;
     if (n_extra < 0 || (n_extra && !extra)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: bad extra list");
+    /* a parameter another optimizer took since lives in that one's slot: this one's update
+       would go to the slot it left */
+    for (int i = 0; i < opt->n; i++)
+        if (opt->params[i]->optimizer != opt)
+            return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                             "optimizer_step: parameter %d was taken by an optimizer made later over it; this one no longer "
+                             "reaches it (step that one, or free it and make this one again)", i);
     /* The step overwrites the parameters, both moments and the gradient slots in place:
        pending results that read them (logits the user still holds, a gradient taken before
        the step) are evaluated first, in the same submit, so they keep their values. */

@@ -479,6 +479,44 @@ static void a_parameter_has_one_optimizer(void)
     wgml_tensor_free(w), wgml_tensor_free(b), wgml_tensor_free(k);
 }
 
+/* A step that fails (a parameter without a gradient) loses nothing and leaves the optimiser
+   usable: the next backward and step (the gradients summed with those left pending) go through,
+   and so does a step retried as it was. It used to leave the pending gradients writing into the
+   flat buffer, and the next step's sum read and wrote it in one dispatch (WebGPU refused it:
+   an abort under wgpu-native). */
+static void a_failed_step_loses_nothing(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    float x[7], y[7];
+    test_fill_uniform(x, 7, -1, 1);
+    test_fill_uniform(y, 7, -1, 1);
+    int64_t n = 7;
+    wgml_tensor *a = test_tensor(ctx, 1, &n, x), *b = test_tensor(ctx, 1, &n, y);
+    if (!a || !b) return;
+    wgml_optimizer *opt = NULL;
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &(wgml_optim_desc){.kind = WGML_OPTIM_SGD, .lr = 0.5f}, 2, (wgml_tensor *[]){a, b}, &opt));
+    if (!opt) return;
+    wgml_scope_begin(ctx);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, b))); /* a forgotten: no gradient */
+    CHECK_STATUS(ctx, wgml_optimizer_step(opt, 0, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "parameter 0 has no gradient"));
+    CHECK_STATUS(ctx, wgml_optimizer_step(opt, 0, NULL), WGML_ERROR_INVALID_ARGUMENT); /* retried as it was */
+    wgml_clear_error(ctx);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_add(ctx, a, b)))); /* b's gradient is now 2 */
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
+    wgml_scope_end(ctx);
+    float ga[7], gb[7];
+    CHECK_OK(ctx, wgml_tensor_read(a, ga, 7));
+    CHECK_OK(ctx, wgml_tensor_read(b, gb, 7));
+    for (int i = 0; i < 7; i++) {
+        CHECK(fabsf(ga[i] - (x[i] - 0.5f)) <= 1e-6f);
+        CHECK(fabsf(gb[i] - (y[i] - 1.0f)) <= 1e-6f);
+    }
+    wgml_optimizer_free(opt);
+    wgml_tensor_free(a), wgml_tensor_free(b);
+}
+
 int main(void)
 {
     TEST_RUN(adamw_groups_match_reference);
@@ -489,5 +527,6 @@ int main(void)
     TEST_RUN(one_group_applies_its_decay);
     TEST_RUN(bad_groups_are_refused);
     TEST_RUN(a_parameter_has_one_optimizer);
+    TEST_RUN(a_failed_step_loses_nothing);
     return test_summary();
 }

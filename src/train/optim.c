@@ -813,9 +813,11 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
     /* each gradient, written into its slot of G; the squared norm summed over them */
     wgml_tensor **targets = calloc((size_t)(n_readers + opt->n + n_extra + 2), sizeof *targets);
     wgml_tensor **grads = calloc((size_t)opt->n, sizeof *grads);
-    if (!targets || !grads) {
+    wgml_tensor **writers = calloc((size_t)opt->n, sizeof *writers); /* the nodes given a slot */
+    if (!targets || !grads || !writers) {
         free(targets);
         free(grads);
+        free(writers);
         free(readers);
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -863,6 +865,7 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
         for (wgml_tensor *v = g; v != w; v = v->src[1]) v->offset = opt->slot[i];
         w->offset = opt->slot[i];
         grads[i] = g;
+        writers[i] = w;
         targets[nt++] = g;
     }
     if (!st) {
@@ -891,6 +894,7 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
                 wgml_scope_end(ctx);
                 free(targets);
                 free(grads);
+                free(writers);
                 return WGML_OK;
             }
         } else if (opt->hook) {
@@ -910,11 +914,22 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
             }
         }
     }
-    for (int i = 0; i < opt->n; i++)
+    for (int i = 0; i < opt->n; i++) {
+        /* a failed step leaves the gradients as they were: a pending one keeps no slot, or the
+           next backward's sum would read and write the flat buffer in one dispatch */
+        wgml_tensor *w = writers[i];
+        if (st && w && w->op != WGML_OP_NONE && w->dest == opt->G) {
+            for (wgml_tensor *v = grads[i]; v != w; v = v->src[1]) v->offset = 0;
+            wgml_buffer_release(ctx, w->dest);
+            w->dest = NULL;
+            w->dest_offset = w->offset = 0;
+        }
         if (grads[i]) wgml_tensor_unref(grads[i]);
+    }
     wgml_scope_end(ctx);
     free(targets);
     free(grads);
+    free(writers);
     return st;
 }
 

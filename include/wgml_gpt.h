@@ -54,7 +54,8 @@ typedef struct wgml_gpt_config {
    naming the one out of range, e.g. "heads = 5 does not divide width = 32"). */
 WGML_API wgml_status wgml_gpt_config_resolve(const wgml_gpt_config *in, wgml_gpt_config *out, char *err, size_t errlen);
 /* The parameter count of a resolved config, parameter i's name, dims and shape, and the
-   number of all parameters' elements. */
+   number of all parameters' elements (a NULL config: 0 and an empty name; sizes an unresolved
+   config leaves 0 count 0; NULL outputs are skipped). */
 WGML_API int wgml_gpt_param_count(const wgml_gpt_config *cfg);
 WGML_API void wgml_gpt_param_info(const wgml_gpt_config *cfg, int i, char name[WGML_GPT_NAME], int *ndim, int64_t shape[2]);
 WGML_API int64_t wgml_gpt_numel(const wgml_gpt_config *cfg);

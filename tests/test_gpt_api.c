@@ -344,8 +344,84 @@ static void bad_input_is_refused(void)
     CHECK(test_message_has(ctx, "f16_weights"));
     int n = -1;
     CHECK(wgml_gpt_params(NULL, &n) == NULL && n == 0);
+
+    /* ids not [B, T], or past the block: refused by name */
+    wgml_tensor *flat = random_ids(ctx, 1, 5), *ids1 = NULL, *long_ids = random_ids(ctx, 1, cfg.block + 1);
+    if (flat) ids1 = wgml_reshape(ctx, flat, 1, (int64_t[1]){5});
+    CHECK(wgml_tensor_status(wgml_gpt_logits(g, ids1, 0)) == WGML_ERROR_SHAPE && test_message_has(ctx, "not 1-D"));
+    CHECK(wgml_tensor_status(wgml_gpt_logits(g, long_ids, 0)) == WGML_ERROR_SHAPE &&
+          test_message_has(ctx, "more positions than the model's block"));
+    /* a step with another model's optimiser is refused before its backward: no gradient is
+       left behind for this model's next step, which matches a twin that took only that one */
+    wgml_gpt *twin = NULL, *other = NULL;
+    CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 2, &twin));
+    CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 9, &other));
+    wgml_gpt_train_desc d = {.lr = 1e-3f};
+    wgml_optimizer *og = NULL, *ot = NULL, *oo = NULL;
+    CHECK_OK(ctx, wgml_gpt_optimizer(g, &d, &og));
+    CHECK_OK(ctx, wgml_gpt_optimizer(twin, &d, &ot));
+    CHECK_OK(ctx, wgml_gpt_optimizer(other, &d, &oo));
+    wgml_tensor *ids = random_ids(ctx, B, T), *targets = random_ids(ctx, B, T);
+    float lg = 0, lt = 1;
+    if (og && ot && oo) {
+        CHECK_STATUS(ctx, wgml_gpt_train_step(g, oo, ids, targets, &lg), WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(test_message_has(ctx, "not this model's"));
+        CHECK_STATUS(ctx, wgml_gpt_train_step(g, og, ids, targets, NULL), WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(test_message_has(ctx, "loss is NULL"));
+        CHECK_OK(ctx, wgml_gpt_train_step(g, og, ids, targets, &lg));
+        CHECK_OK(ctx, wgml_gpt_train_step(twin, ot, ids, targets, &lt));
+        float ng = -1, nt = -2;
+        CHECK_OK(ctx, wgml_optimizer_grad_norm(og, &ng));
+        CHECK_OK(ctx, wgml_optimizer_grad_norm(ot, &nt));
+        CHECK(lg == lt && ng == nt);
+    }
+    CHECK_STATUS(ctx, wgml_gpt_eval_loss(g, ids, targets, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "loss is NULL"));
+    CHECK_STATUS(ctx, wgml_gpt_optimizer(g, NULL, &og), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "desc is NULL"));
+    wgml_clear_error(ctx);
+    wgml_optimizer_free(og), wgml_optimizer_free(ot), wgml_optimizer_free(oo);
+    wgml_gpt_delete(twin), wgml_gpt_delete(other);
+    wgml_tensor_free(ids), wgml_tensor_free(targets), wgml_tensor_free(flat), wgml_tensor_free(ids1), wgml_tensor_free(long_ids);
+
+    /* the parameter table of a config without heads, or of none: no division by 0, no crash */
+    wgml_gpt_config unresolved = {.vocab = 16, .block = 8, .layers = 1, .width = 16};
+    CHECK(wgml_gpt_numel(&unresolved) >= 0 && wgml_gpt_numel(NULL) == 0);
+    char pname[WGML_GPT_NAME] = "x";
+    int nd = -1;
+    int64_t shp[2] = {-1, -1};
+    wgml_gpt_param_info(NULL, 0, pname, &nd, shp);
+    CHECK(pname[0] == 0 && nd == 0 && shp[0] == 0);
+    wgml_gpt_param_info(&cfg, 0, NULL, NULL, NULL);
     wgml_gpt_delete(g);
     wgml_gpt_delete(NULL);
+}
+
+/* A tensor holding an error (a refused op's result) is no storage: writes, training and
+   requires_grad refuse it with its message instead of reading a buffer it does not have */
+static void error_tensors_are_refused(void)
+{
+    wgml_context *ctx = test_context();
+    float x[3] = {1, 2, 3};
+    wgml_tensor *w = test_tensor(ctx, 1, (int64_t[1]){3}, x);
+    wgml_tensor *e = wgml_add(ctx, w, NULL), *c = wgml_contiguous(ctx, e);
+    CHECK(wgml_tensor_status(e) == WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(ctx, wgml_tensor_write(e, x, 1), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(test_message_has(ctx, "holds an error"));
+    CHECK_STATUS(ctx, wgml_tensor_write(c, x, 1), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(ctx, wgml_tensor_write_i32(e, (int32_t[1]){1}, 1), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(ctx, wgml_requires_grad(e, 1), WGML_ERROR_INVALID_ARGUMENT);
+    wgml_optimizer *o = NULL;
+    const wgml_optim_desc d = {.kind = WGML_OPTIM_SGD, .lr = 0.1f};
+    CHECK_STATUS(ctx, wgml_optimizer_create(ctx, &d, 1, &e, &o), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(o == NULL && test_message_has(ctx, "parameter 0 holds an error"));
+    /* nor is an i32 tensor a parameter */
+    wgml_tensor *i = NULL;
+    CHECK_OK(ctx, wgml_tensor_from_i32(ctx, 1, (int64_t[1]){3}, (int32_t[3]){1, 2, 3}, 3, &i));
+    CHECK_STATUS(ctx, wgml_optimizer_create(ctx, &d, 1, &i, &o), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK(o == NULL && test_message_has(ctx, "is i32; parameters are f32"));
+    wgml_clear_error(ctx);
+    wgml_tensor_free(i), wgml_tensor_free(c), wgml_tensor_free(e), wgml_tensor_free(w);
 }
 
 int main(void)
@@ -355,6 +431,7 @@ int main(void)
     TEST_RUN(nucleus_sampling);
     TEST_RUN(dropout_set_on_a_model);
     TEST_RUN(bad_input_is_refused);
+    TEST_RUN(error_tensors_are_refused);
     test_context_release();
     return test_summary();
 }

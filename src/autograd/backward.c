@@ -96,6 +96,7 @@ static bool visit(T *t, order *o)
 wgml_status wgml_requires_grad(wgml_tensor *t, int on)
 {
     if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
+    if (t->status) return wgml_fail(t->ctx, t->status, "requires_grad: the tensor holds an error: %s", t->error);
     if (t->op != WGML_OP_NONE && t->op != WGML_OP_VIEW) {
         /* a pending result: a leaf once evaluated (an initialiser's, w * 0.02), unless a
            trainable tensor lies upstream, whose gradients it would cut off */

@@ -321,6 +321,7 @@ static wgml_status write_host(wgml_tensor *t, const void *host, size_t n, wgml_d
     wgml_status st = wgml_check_device(&ctx->rt);
     if (st) return st;
     if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host is NULL", fn);
+    if (t->status) return wgml_fail(ctx, t->status, "%s: the tensor holds an error: %s", fn, t->error);
     if (t->op != WGML_TENSOR_STORAGE || !wgml_is_contiguous(t))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: only evaluated, contiguous tensors can be written", fn);
     bool halves = t->dtype == WGML_F16 && dtype == WGML_F32; /* f32 values rounded into an f16 tensor */

@@ -1,7 +1,9 @@
-/* The decoder every architecture shares, through wgml.h alone: the config, the parameter
+/* The decoder every architecture shares, through wgml.h (and the core's errors and tensor
+   fields for its checks): the config, the parameter
    table made from the architecture's rows, the embedding, the layers in turn, the final norm
    and the tied head, the KV cache and generation, training (see gpt.h; the architectures:
    gpt2.c, llama.c). */
+#include "core/context.h"
 #include "models/gpt.h"
 #include "ops/elementwise.h"
 
@@ -70,7 +72,7 @@ int wgml_gpt_layer_params(const wgml_gpt_config *c)
 
 static int64_t size_of(const wgml_gpt_config *c, char k)
 {
-    int64_t d = c->head_dim ? c->head_dim : c->width / c->heads;
+    int64_t d = c->head_dim ? c->head_dim : c->heads > 0 ? c->width / c->heads : 0; /* (unresolved: heads 0) */
     switch (k) {
     case 'A': return c->heads * d;
     case 'D': return d;
@@ -87,7 +89,7 @@ static int64_t size_of(const wgml_gpt_config *c, char k)
 
 void wgml_gpt_param_spec(const wgml_gpt_config *c, int i, wgml_param_spec *p)
 {
-    const wgml_gpt_arch_ops *a = wgml_gpt_arch_of(c->arch);
+    const wgml_gpt_arch_ops *a = c ? wgml_gpt_arch_of(c->arch) : NULL;
     memset(p, 0, sizeof *p);
     if (!a || i < 0 || i >= wgml_gpt_param_count(c)) return; /* (not a parameter: an empty spec) */
     const int per = wgml_gpt_layer_params(c), body = (int)c->layers * per;
@@ -117,9 +119,9 @@ void wgml_gpt_param_info(const wgml_gpt_config *c, int i, char name[WGML_GPT_NAM
 {
     wgml_param_spec p;
     wgml_gpt_param_spec(c, i, &p);
-    snprintf(name, WGML_GPT_NAME, "%s", p.name);
-    *ndim = p.ndim;
-    shape[0] = p.shape[0], shape[1] = p.shape[1];
+    if (name) snprintf(name, WGML_GPT_NAME, "%s", p.name);
+    if (ndim) *ndim = p.ndim;
+    if (shape) shape[0] = p.shape[0], shape[1] = p.shape[1];
 }
 
 int64_t wgml_gpt_numel(const wgml_gpt_config *c)
@@ -292,7 +294,9 @@ static wgml_tensor *trunk(wgml_gpt *g, wgml_tensor *ids, int64_t pos, wgml_gpt_c
     wgml_context *ctx = g->ctx;
     const wgml_gpt_arch_ops *a = g->arch;
     wgml_tensor *const *p = g->m.params;
-    if (wgml_tensor_ndim(ids) != 2) return wgml_embedding(ctx, p[0], NULL);
+    if (!wgml_tensor_valid(ids)) return wgml_embedding(ctx, p[0], NULL); /* (its message: ids is NULL) */
+    if (wgml_tensor_ndim(ids) != 2)
+        return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "gpt: ids are [B, T] (2-D), not %d-D", wgml_tensor_ndim(ids));
     if (!cache && wgml_tensor_dim(ids, 1) > g->cfg.block) /* (a cache's positions are its own) */
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "gpt: ids [%lld, %lld] hold more positions than the model's block of %lld",
                                  (long long)wgml_tensor_dim(ids, 0), (long long)wgml_tensor_dim(ids, 1), (long long)g->cfg.block);
@@ -445,7 +449,8 @@ int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot)
 
 wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out)
 {
-    if (!g || !g->ctx || !d || !out) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!d || !out) return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "gpt_optimizer: %s is NULL", d ? "out" : "desc");
     int blocks = 2 + (int)g->cfg.layers;
     wgml_tensor **order = malloc((size_t)g->m.n * sizeof *order);
     wgml_param_group *groups = calloc((size_t)(2 * blocks), sizeof *groups);
@@ -491,9 +496,14 @@ wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_o
 wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets,
                                        wgml_tensor **loss)
 {
-    if (!g || !g->ctx || !opt || !loss) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = g->ctx;
+    if (!opt || !loss) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "gpt_train_step: %s is NULL", opt ? "loss" : "opt");
     *loss = NULL;
+    /* before the backward, whose gradients a refused step would leave for the next one */
+    if (g->m.n && g->m.params[0]->optimizer != opt)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "gpt_train_step: the optimizer is not this model's (wgml_gpt_optimizer(g, ...) makes one)");
     /* the run's precision holds while the step's graph is built (the matmuls take it then) */
     wgml_precision was = wgml_compute_precision(ctx);
     wgml_status st = wgml_set_compute_precision(ctx, (wgml_precision)g->run.precision);
@@ -509,13 +519,17 @@ wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_te
     wgml_scope_end(ctx);
     if (!st) st = wgml_optimizer_step(opt, 1, &l);
     if (!st) *loss = l;
-    else wgml_tensor_free(l);
+    else { /* a failed step's gradients are not the next step's */
+        wgml_tensor_free(l);
+        for (int i = 0; i < g->m.n; i++) wgml_zero_grad(g->m.params[i]);
+    }
     return st;
 }
 
 wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets, float *loss)
 {
-    if (!loss) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!loss) return g && g->ctx ? wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "gpt_train_step: loss is NULL")
+                                  : WGML_ERROR_INVALID_ARGUMENT;
     wgml_tensor *l = NULL;
     wgml_status st = wgml_gpt_train_step_submit(g, opt, ids, targets, &l);
     if (!st) st = wgml_tensor_read(l, loss, 1);
@@ -525,7 +539,8 @@ wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *i
 
 wgml_status wgml_gpt_eval_loss(wgml_gpt *g, wgml_tensor *ids, wgml_tensor *targets, float *loss)
 {
-    if (!g || !g->ctx || !loss) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
+    if (!loss) return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "gpt_eval_loss: loss is NULL");
     wgml_scope_begin(g->ctx);
     wgml_status st = wgml_tensor_read(wgml_gpt_loss(g, ids, targets, 0.0f), loss, 1);
     wgml_scope_end(g->ctx);

@@ -180,6 +180,9 @@ static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped,
             if (!wgml_tensor_valid(p) || p->ctx != ctx)
                 return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is not a tensor of this context", fn,
                                  param_name(name, sizeof name, grouped, g, k, i));
+            if (p->status)
+                return wgml_fail(ctx, p->status, "%s: %s holds an error: %s", fn, param_name(name, sizeof name, grouped, g, k, i),
+                                 p->error);
             if (p->op != WGML_OP_NONE || !wgml_is_contiguous(p))
                 return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s must be an evaluated, contiguous tensor", fn,
                                  param_name(name, sizeof name, grouped, g, k, i));
@@ -188,6 +191,9 @@ static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped,
             if (p->dtype == WGML_F16)
                 return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is f16; parameters are f32 (cast an f32 master to f16)",
                                  fn, param_name(name, sizeof name, grouped, g, k, i));
+            if (p->dtype != WGML_F32) /* (i32 holds indices and labels: nothing to train) */
+                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is %s; parameters are f32", fn,
+                                 param_name(name, sizeof name, grouped, g, k, i), wgml_dtype_name(p->dtype));
             /* quadratic, but a model has hundreds of parameter tensors, not millions */
             for (int h = 0, j = 0; h <= g; h++)
                 for (int q = 0; q < groups[h].n && j < i; q++, j++)

@@ -123,6 +123,14 @@ run_wgml gpt train --data "$work/text" "${small[@]}" --steps 2 --out "$work/a" -
   fail "--overwrite failed: $(cat "$work/err")"
 [ "$(cut -d, -f1 "$work/a/metrics.csv" | tr '\n' ' ')" = "step 1 2 " ] || fail "--overwrite kept the old metrics"
 
+# --init-from a checkpoint of the folder --overwrite would clear: refused before anything goes
+cp "$work/a/gpt.safetensors" "$work/a.before"
+rc=0
+run_wgml gpt train --data "$work/text" --init-from "$work/a/gpt.safetensors" --steps 2 --out "$work/a" --overwrite \
+  >/dev/null 2>"$work/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "removes from" "$work/err" || fail "--init-from inside the --overwrite folder exited $rc: $(cat "$work/err")"
+cmp -s "$work/a/gpt.safetensors" "$work/a.before" || fail "--init-from with --overwrite removed the checkpoint it starts from"
+
 # ---- a second signal stops at once: in the long evaluation after step 2, before its checkpoint
 bg_wgml gpt train --data "$work/text" "${small[@]}" --eval-every 2 --eval-batches 20000 --steps 1000 --out "$work/b" \
   >"$work/b.log" 2>&1

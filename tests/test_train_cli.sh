@@ -120,6 +120,11 @@ settings=(--seed 7 --lr 0.01 --wd 0.001 --clip 0.5 --batch 32)
 # An uninterrupted run of 2 epochs, and a run of 1 epoch resumed for the second with no
 # settings on the command line: the checkpoint stores them, so both end in the same file.
 ran "2 epochs" run_wgml train "${common[@]}" "${settings[@]}" --epochs 2 --out "$work/full"
+# a run whose loss stops being a number ends there, saying so, and writes no checkpoint of it
+rc=0
+run_wgml train "${common[@]}" --lr 1e30 --batch 32 --epochs 1 --out "$work/diverged" >/dev/null 2>"$work/err" || rc=$?
+[ "$rc" = 1 ] && grep -q "training diverged" "$work/err" || fail "a diverging run exited $rc: $(tail -c 600 "$work/err")"
+[ ! -e "$work/diverged/checkpoint.safetensors" ] || fail "a diverging run wrote a checkpoint"
 ran "1 epoch" run_wgml train "${common[@]}" "${settings[@]}" --epochs 1 --out "$work/half"
 cp -r "$work/half" "$work/override"
 one_epoch=$work/one_epoch.safetensors

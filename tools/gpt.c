@@ -682,6 +682,15 @@ static int cmd_gpt_train(int argc, char **argv)
     /* the folder is this run's alone: a run it holds is continued or replaced on purpose */
     static const char *const run_files[] = {"gpt.safetensors", "metrics.csv", "init.safetensors", NULL};
     cli_out_lock lock = {0};
+    if (o.init_from && o.overwrite && cli_same_dir(o.out, o.init_from)) { /* (before anything is removed) */
+        const char *base = strrchr(o.init_from, '/') ? strrchr(o.init_from, '/') + 1 : o.init_from;
+        for (const char *const *f = run_files; *f; f++)
+            if (!strcmp(base, *f)) {
+                fprintf(stderr, "wgml gpt train: --init-from %s is one of the files --overwrite removes from %s first: copy it "
+                                "elsewhere, or write to another --out\n", o.init_from, o.out);
+                return 2;
+            }
+    }
     if (wgml_dist_rank() == 0) {
         int continuing = o.resume && cli_same_dir(o.out, o.resume);
         if ((rc = cli_out_claim("wgml gpt train", o.out, run_files, continuing, o.overwrite, &lock))) return rc;

@@ -289,6 +289,10 @@ PY
 # the validation split of the checkpoint's own text by default
 run_wgml gpt eval --checkpoint "$ck" --tokens 100 >"$work/out" 2>"$work/err" && grep -q "the validation split of $work/text" "$work/out" ||
   fail "gpt eval on the validation split: $(cat "$work/out" "$work/err")"
+# a run on one file: by default its validation split too, not the text it trained on
+run_wgml gpt eval --checkpoint "$work/i/gpt.safetensors" >"$work/out" 2>"$work/err" &&
+  grep -q "the validation split of $work/one.txt" "$work/out" ||
+  fail "gpt eval of a file's run by default: $(cat "$work/out" "$work/err")"
 expect 2 "--checkpoint FILE is required" -- gpt eval
 expect 2 "is a GPT checkpoint (of wgml gpt train): score it with wgml gpt eval --checkpoint" -- eval "$ck"
 

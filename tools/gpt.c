@@ -481,6 +481,8 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     o->run = ck->run;
     o->precision = (int)ck->run.precision;
     if (!o->given[O_STEPS - 256]) o->steps = ck->run.total_steps;
+    /* checkpoints as often as the run made them: every evaluation unless --save-every says */
+    if (!o->given[O_SAVE_EVERY - 256]) o->save_every = o->run.eval_every;
     if (ck->step >= o->steps) {
         fprintf(stderr, "wgml gpt train: %s is at step %lld of %lld: nothing to train (give --steps past it)\n", o->resume,
                 (long long)ck->step, (long long)o->steps);
@@ -938,7 +940,9 @@ static int cmd_gpt_eval(int argc, char **argv)
     if (st) fprintf(stderr, "wgml gpt eval: %s\n", cli_message(ctx, st));
     const char *data = eo.data ? eo.data : ck.run.data;
     struct stat sb;
-    int whole = stat(data, &sb) == 0 && S_ISREG(sb.st_mode); /* a file: all of it; a folder: its validation split */
+    /* --data FILE: all of it; a folder, or by default the checkpoint's own text (file or folder):
+       its validation split, the part its run did not train on */
+    int whole = eo.data && stat(data, &sb) == 0 && S_ISREG(sb.st_mode);
     if (!st && (st = wgml_text_load(data, &text, err, sizeof err))) fprintf(stderr, "wgml gpt eval: %s\n", err);
     if (!st && !adopt_vocab("wgml gpt eval", &text, data, ck.vocab, ck.vocab_size, eo.path)) {
         int64_t lo = whole ? 0 : text.n_train, n = text.n - lo;

@@ -451,8 +451,9 @@ static int train_body(options o)
             }
         }
         if (cli_stop_signal && epoch < o.epochs && wgml_optimizer_steps(opt) % steps != 0) {
-            fprintf(stderr, "\nwgml train: stopped by %s after step %lld: checkpoint %s (continue with: wgml train --resume %s)\n",
-                    cli_signal_name(cli_stop_signal), (long long)wgml_optimizer_steps(opt), ckpath, ckpath);
+            fprintf(stderr, "\nwgml train: stopped by %s after step %lld: checkpoint %s (continue with: wgml train --resume %s "
+                            "--epochs %d)\n", cli_signal_name(cli_stop_signal), (long long)wgml_optimizer_steps(opt), ckpath, ckpath,
+                    o.epochs);
             rc = 128 + cli_stop_signal;
             goto done;
         }
@@ -475,8 +476,8 @@ static int train_body(options o)
             goto done;
         }
         if (cli_stop_signal) {
-            fprintf(stderr, "wgml train: stopped by %s after epoch %d: checkpoint %s (continue with: wgml train --resume %s)\n",
-                    cli_signal_name(cli_stop_signal), epoch + 1, ckpath, ckpath);
+            fprintf(stderr, "wgml train: stopped by %s after epoch %d: checkpoint %s (continue with: wgml train --resume %s "
+                            "--epochs %d)\n", cli_signal_name(cli_stop_signal), epoch + 1, ckpath, ckpath, o.epochs);
             rc = 128 + cli_stop_signal;
             goto done;
         }

@@ -85,6 +85,10 @@ rc=$?
 [ $rc = 2 ] && grep -q "$work/a holds a run (gpt.safetensors, metrics.csv): continue it with --resume $work/a/gpt.safetensors" \
   "$work/err" && grep -q -- "--overwrite" "$work/err" || fail "a run into a folder holding one exited $rc: $(cat "$work/err")"
 cmp -s "$work/a.before" "$work/a/gpt.safetensors" || fail "a refused run changed the checkpoint"
+# a run that failed at its first step left the metrics' header alone: no run, the folder is free
+mkdir -p "$work/hdr" && head -n 1 "$work/a/metrics.csv" >"$work/hdr/metrics.csv"
+run_wgml gpt train --data "$work/text" "${small[@]}" --steps 2 --out "$work/hdr" >/dev/null 2>"$work/err" ||
+  fail "a folder holding a metrics header alone was refused: $(cat "$work/err")"
 # a run that wrote metrics but no checkpoint (killed before it, as under mpirun): no --resume offered
 mkdir -p "$work/nock" && cp "$work/a/metrics.csv" "$work/nock/"
 run_wgml gpt train --data "$work/text" "${small[@]}" --steps 2 --out "$work/nock" >/dev/null 2>"$work/err"
@@ -294,6 +298,7 @@ run_wgml gpt eval --checkpoint "$work/i/gpt.safetensors" >"$work/out" 2>"$work/e
   grep -q "the validation split of $work/one.txt" "$work/out" ||
   fail "gpt eval of a file's run by default: $(cat "$work/out" "$work/err")"
 expect 2 "--checkpoint FILE is required" -- gpt eval
+expect 2 "unknown option '--ste' (options are spelled out: --steps?)" -- gpt train --ste 10
 expect 2 "is a GPT checkpoint (of wgml gpt train): score it with wgml gpt eval --checkpoint" -- eval "$ck"
 
 # ---- sampling: --top-p, and the statistics on a line of their own on stderr

@@ -27,6 +27,29 @@ int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts,
             if (o->has_arg == required_argument) shorts[ns++] = ':';
         }
     shorts[ns] = 0;
+    /* options spelled out: getopt_long would take an abbreviation (--ste for --steps) */
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        const char *a = argv[i];
+        if (a[0] != '-') continue;
+        if (a[1] != '-') { /* -x VALUE: the value is no option */
+            const char *c = a[1] ? strchr(shorts, a[1]) : NULL;
+            if (c && c[1] == ':' && !a[2]) i++;
+            continue;
+        }
+        size_t len = strcspn(a + 2, "=");
+        const struct option *exact = NULL, *longer = NULL;
+        for (const struct option *o = opts; o->name; o++) {
+            if (strncmp(o->name, a + 2, len)) continue;
+            if (strlen(o->name) == len) exact = o;
+            else if (!longer) longer = o;
+        }
+        if (exact && exact->has_arg == required_argument && !a[2 + len]) i++; /* its value follows */
+        if (!exact && longer) {
+            fprintf(stderr, "wgml %s: unknown option '%.*s' (options are spelled out: --%s?)\n", cmd, (int)(len + 2), a,
+                    longer->name);
+            return 2;
+        }
+    }
     optind = 0; /* GNU: start afresh (a second command in one process) */
     opterr = 0;
     int opt;
@@ -308,6 +331,25 @@ int cli_same_dir(const char *dir, const char *file)
     return same;
 }
 
+/* Whether a run file holds a run: a metrics file only with a row past its header (a run that
+   failed at its first step leaves the header alone, and the folder stays free) */
+static int holds_run(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 0;
+    size_t n = strlen(path);
+    if (n < 4 || strcmp(path + n - 4, ".csv")) return 1;
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    int c, lines = 0, after = 0;
+    while ((c = fgetc(f)) != EOF && !after) {
+        if (lines) after = 1;
+        if (c == '\n') lines++;
+    }
+    fclose(f);
+    return after;
+}
+
 int cli_out_claim(const char *who, const char *dir, const char *const *run_files, int continuing, int overwrite,
                   cli_out_lock *lock)
 {
@@ -329,8 +371,7 @@ int cli_out_claim(const char *who, const char *dir, const char *const *run_files
     size_t n = 0;
     for (const char *const *name = run_files; *name; name++) {
         snprintf(path, sizeof path, "%s/%s", dir, *name);
-        struct stat sb;
-        if (stat(path, &sb) == 0 && n < sizeof held)
+        if (holds_run(path) && n < sizeof held)
             n += (size_t)snprintf(held + n, sizeof held - n, "%s%s", n ? ", " : "", *name);
     }
     if (!n) return 0;

@@ -298,7 +298,7 @@ run_wgml gpt eval --checkpoint "$work/i/gpt.safetensors" >"$work/out" 2>"$work/e
   grep -q "the validation split of $work/one.txt" "$work/out" ||
   fail "gpt eval of a file's run by default: $(cat "$work/out" "$work/err")"
 expect 2 "--checkpoint FILE is required" -- gpt eval
-expect 2 "unknown option '--ste' (options are spelled out: --steps?)" -- gpt train --ste 10
+expect 2 "ambiguous option '--st' (--steps, --stop-at" -- gpt train --st 10
 expect 2 "is a GPT checkpoint (of wgml gpt train): score it with wgml gpt eval --checkpoint" -- eval "$ck"
 
 # ---- sampling: --top-p, and the statistics on a line of their own on stderr

@@ -268,7 +268,9 @@ head -n 1 "$work/half2/metrics.csv" | grep -q "^step,epoch," || fail "a resumed 
 # a metrics file of another format is not overwritten by a resumed run
 mkdir -p "$work/other"
 echo "epoch,step,train_loss" >"$work/other/metrics.csv"
-refused "resuming into a folder holding another run" "$work/other holds a run|--overwrite" run_wgml train --data "$data" \
+# (a header alone is no run: the resume refuses the metrics of another format instead)
+refused "resuming into a folder holding another run" "$work/other/metrics.csv does not begin with the header|another --out" \
+  run_wgml train --data "$data" \
   --epochs 2 --out "$work/other" --resume "$one_epoch"
 cp "$one_epoch" "$work/other/checkpoint.safetensors"
 refused "resuming into another command's metrics" "metrics.csv|header" run_wgml train --data "$data" --epochs 2 \

@@ -27,7 +27,8 @@ int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts,
             if (o->has_arg == required_argument) shorts[ns++] = ':';
         }
     shorts[ns] = 0;
-    /* options spelled out: getopt_long would take an abbreviation (--ste for --steps) */
+    /* an abbreviation of two options (--st: --steps, --stop-at) named as such; one of a single
+       option is that option (GNU's getopt_long: --epoch 1 is --epochs 1) */
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
         const char *a = argv[i];
         if (a[0] != '-') continue;
@@ -37,16 +38,18 @@ int cli_parse(int argc, char **argv, const char *cmd, const struct option *opts,
             continue;
         }
         size_t len = strcspn(a + 2, "=");
-        const struct option *exact = NULL, *longer = NULL;
+        const struct option *exact = NULL, *first = NULL, *second = NULL;
         for (const struct option *o = opts; o->name; o++) {
             if (strncmp(o->name, a + 2, len)) continue;
             if (strlen(o->name) == len) exact = o;
-            else if (!longer) longer = o;
+            else if (!first) first = o;
+            else if (!second) second = o;
         }
+        if (!exact && first && !second) exact = first;
         if (exact && exact->has_arg == required_argument && !a[2 + len]) i++; /* its value follows */
-        if (!exact && longer) {
-            fprintf(stderr, "wgml %s: unknown option '%.*s' (options are spelled out: --%s?)\n", cmd, (int)(len + 2), a,
-                    longer->name);
+        if (!exact && second) {
+            fprintf(stderr, "wgml %s: ambiguous option '%.*s' (--%s, --%s, ...)\n", cmd, (int)(len + 2), a, first->name,
+                    second->name);
             return 2;
         }
     }

@@ -375,6 +375,18 @@ static void bad_input_is_refused(void)
         CHECK_OK(ctx, wgml_optimizer_grad_norm(ot, &nt));
         CHECK(lg == lt && ng == nt);
     }
+    if (oo) {
+        char spath[256];
+        scratch_path(spath, sizeof spath, "foreign");
+        CHECK_STATUS(ctx, wgml_gpt_save(g, spath, oo), WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(test_message_has(ctx, "wgml_gpt_save: the optimizer is not this model's"));
+        wgml_tensor *m = NULL;
+        CHECK_STATUS(ctx, wgml_optimizer_state(oo, 0, &m, NULL), WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(test_message_has(ctx, "m or v is NULL"));
+        CHECK_STATUS(ctx, wgml_optimizer_state(oo, 99999, &m, &m), WGML_ERROR_INVALID_ARGUMENT);
+        CHECK(test_message_has(ctx, "parameter 99999 is not one of its"));
+        wgml_tensor_free(m);
+    }
     CHECK_STATUS(ctx, wgml_gpt_eval_loss(g, ids, targets, NULL), WGML_ERROR_INVALID_ARGUMENT);
     CHECK(test_message_has(ctx, "loss is NULL"));
     CHECK_STATUS(ctx, wgml_gpt_optimizer(g, NULL, &og), WGML_ERROR_INVALID_ARGUMENT);

@@ -170,13 +170,14 @@ static int cmd_info(int argc, char **argv)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: wgml info [--json] [--all]\n"
-                    "       wgml bench [ops|matmul|attention|gather|transformer|gpt|startup|all] [--json] [--quick] [--gpu-time]\n"
+                    "       wgml bench [ops|matmul|attention|gather|transformer|gpt|train|decode|startup|all] [--json] [--quick] [--gpu-time]\n"
                     "       wgml train [--epochs N] [--batch N] [--lr X] [--hidden 256,128] [--seed N]\n"
                     "                  [--out DIR] [--overwrite] [--resume CHECKPOINT] [--data DIR]\n"
                     "       wgml eval CHECKPOINT [--data DIR]\n"
                     "       wgml gpt train [options]         (wgml gpt train --help)\n"
                     "       wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N] [--temperature X] [--top-k N] [--top-p P] [--seed N]\n"
-                    "       wgml gpt eval --checkpoint FILE [--data FILE|DIR]\n"
+                    "                       [--samples N]\n"
+                    "       wgml gpt eval --checkpoint FILE [--data FILE|DIR] [--batch N] [--tokens N]\n"
                     "       wgml --version\n"
                     "Each command takes --help, and --runtime auto|wgpu-native|dawn: the WebGPU implementation\n"
                     "(WGML_RUNTIME; auto: Dawn where installed and the adapter has subgroup matrices).\n");

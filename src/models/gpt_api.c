@@ -116,6 +116,9 @@ wgml_status wgml_gpt_save(wgml_gpt *g, const char *path, wgml_optimizer *opt)
     if (g->cfg.vocab > 256)
         return wgml_fail(g->ctx, WGML_ERROR_UNSUPPORTED, "wgml_gpt_save: a checkpoint's tokens are bytes; the model has %lld",
                          (long long)g->cfg.vocab);
+    if (opt && g->m.n && g->m.params[0]->optimizer != opt)
+        return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT,
+                         "wgml_gpt_save: the optimizer is not this model's (wgml_gpt_optimizer(g, ...) makes one)");
     const uint8_t *vocab;
     int n = wgml_gpt_vocab(g, &vocab);
     wgml_gpt_run run = g->run;

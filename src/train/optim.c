@@ -1041,7 +1041,9 @@ float wgml_optimizer_lr(const wgml_optimizer *opt)
 static wgml_status moment_view(wgml_optimizer *opt, int i, wgml_buffer *buf, wgml_tensor **out)
 {
     wgml_context *ctx = opt->ctx;
-    if (i < 0 || i >= opt->n || !out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: bad index %d", i);
+    if (!out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: m or v is NULL");
+    if (i < 0 || i >= opt->n)
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: parameter %d is not one of its %d", i, opt->n);
     wgml_tensor *p = opt->params[i];
     *out = wgml_tensor_over(ctx, p->ndim, p->shape, buf, opt->slot[i]);
     return *out ? WGML_OK : ctx->rt.status;
@@ -1052,7 +1054,11 @@ wgml_status wgml_optimizer_state(wgml_optimizer *opt, int i, wgml_tensor **m, wg
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_status done = complete_step(opt); /* a step in flight first */
     if (done) return done;
+    if (!m || !v) return wgml_fail(opt->ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: m or v is NULL");
     wgml_status st = moment_view(opt, i, opt->M, m);
-    if (!st) st = moment_view(opt, i, opt->V, v);
+    if (!st && (st = moment_view(opt, i, opt->V, v))) { /* all or nothing */
+        wgml_tensor_free(*m);
+        *m = NULL;
+    }
     return st;
 }

@@ -57,6 +57,8 @@ expect_resume --eval-every 1
 # nothing left to train
 run_wgml gpt train --resume "$work/full/gpt.safetensors" --out "$work/full" 2>"$work/e.log"
 [ $? = 1 ] && grep -q "nothing to train" "$work/e.log" || fail "resuming a finished run: $(cat "$work/e.log")"
+run_wgml gpt train --resume "$work/d/gpt.safetensors" --stop-at 2 2>"$work/e.log"
+[ $? = 1 ] && grep -q "is at step 3, --stop-at 2: nothing to train" "$work/e.log" || fail "resuming past --stop-at: $(cat "$work/e.log")"
 
 # sampling
 ck="$work/full/gpt.safetensors"

@@ -476,6 +476,14 @@ static void a_parameter_has_one_optimizer(void)
     for (int i = 0; i < 7; i++) CHECK(fabsf(got[i] - (x[i] - 0.25f * c[i])) <= 1e-6f * (1 + fabsf(x[i])));
     wgml_optimizer_free(second);
     wgml_optimizer_free(first);
+    /* a tensor of another context: WGML_ERROR_CONTEXT, as from any op */
+    wgml_context *other = NULL;
+    if (wgml_context_create(NULL, &other) == WGML_OK) {
+        wgml_optimizer *o = NULL;
+        CHECK_STATUS(other, wgml_optimizer_create(other, &sgd, 1, one, &o), WGML_ERROR_CONTEXT);
+        CHECK(o == NULL && test_message_has(other, "parameter 0 is a tensor of another context"));
+        wgml_context_free(other);
+    }
     wgml_tensor_free(w), wgml_tensor_free(b), wgml_tensor_free(k);
 }
 

@@ -254,7 +254,17 @@ double cli_metrics_last_elapsed(const char *path)
 /* Whether process pid is running (a process we may not signal is running too). */
 static int alive(long pid)
 {
-    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+    if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM)) return 0;
+    /* a killed run not yet reaped by its parent (a zombie, 'Z' in /proc) holds nothing */
+    char path[64], stat[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    const char *paren = strrchr(stat, ')'); /* the state follows the command's name in parentheses */
+    return !(paren && paren[1] == ' ' && paren[2] == 'Z');
 }
 
 static int take_lock(const char *who, const char *dir, cli_out_lock *lock)

@@ -387,8 +387,8 @@ static int train_loop(trainer *t, train_options *o)
     wgml_tensor *const *params = wgml_gpt_params(t->model, &n_params);
     if (cli_dist_finish("wgml gpt train", t->ctx, n_params, params)) return 1;
     if (lead)
-        fprintf(stderr, "%strained %lld steps in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
-                (long long)(t->step - first), cli_now() - t0, o->out, o->out);
+        fprintf(stderr, "%strained %lld step%s in %.1f s; checkpoint %s/gpt.safetensors, metrics %s/metrics.csv\n", tty ? "\n" : "",
+                (long long)(t->step - first), t->step - first == 1 ? "" : "s", cli_now() - t0, o->out, o->out);
     return 0;
 }
 
@@ -486,6 +486,11 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     if (ck->step >= o->steps) {
         fprintf(stderr, "wgml gpt train: %s is at step %lld of %lld: nothing to train (give --steps past it)\n", o->resume,
                 (long long)ck->step, (long long)o->steps);
+        return 1;
+    }
+    if (o->stop_at > 0 && ck->step >= o->stop_at) {
+        fprintf(stderr, "wgml gpt train: %s is at step %lld, --stop-at %lld: nothing to train (give --stop-at past it)\n",
+                o->resume, (long long)ck->step, (long long)o->stop_at);
         return 1;
     }
     st = wgml_gpt_from_checkpoint(t->ctx, ck, &t->model);

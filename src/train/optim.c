@@ -177,8 +177,11 @@ static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped,
     for (int g = 0, i = 0; g < n_groups; g++) {
         for (int k = 0; k < groups[g].n; k++, i++) {
             const wgml_tensor *p = groups[g].params[k];
-            if (!wgml_tensor_valid(p) || p->ctx != ctx)
-                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is not a tensor of this context", fn,
+            if (!wgml_tensor_valid(p))
+                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is not a tensor", fn,
+                                 param_name(name, sizeof name, grouped, g, k, i));
+            if (p->ctx != ctx) /* (as every op answers a tensor of another context) */
+                return wgml_fail(ctx, WGML_ERROR_CONTEXT, "%s: %s is a tensor of another context", fn,
                                  param_name(name, sizeof name, grouped, g, k, i));
             if (p->status)
                 return wgml_fail(ctx, p->status, "%s: %s holds an error: %s", fn, param_name(name, sizeof name, grouped, g, k, i),

@@ -400,6 +400,14 @@ int cli_out_claim(const char *who, const char *dir, const char *const *run_files
     return 2;
 }
 
+int cli_loss_ok(const char *who, int64_t step, double loss)
+{
+    if (isfinite(loss)) return 1;
+    fprintf(stderr, "\n%s: the loss of step %lld is %g: training diverged (a lower --lr, or --clip); the last checkpoint is "
+                    "kept as it was\n", who, (long long)step, loss);
+    return 0;
+}
+
 void cli_out_release(cli_out_lock *lock)
 {
     if (lock && lock->held) unlink(lock->path);

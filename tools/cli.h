@@ -44,6 +44,8 @@ int cli_out_claim(const char *who, const char *dir, const char *const *run_files
 void cli_out_release(cli_out_lock *lock);
 /* Whether file lies in dir (both existing): a resume from dir's own checkpoint. */
 int cli_same_dir(const char *dir, const char *file);
+/* Whether a step's loss is a number; if not, says the run diverged (who: the command) */
+int cli_loss_ok(const char *who, int64_t step, double loss);
 
 /* SIGINT and SIGTERM while training: the first sets cli_stop_signal (the trainer finishes its
    step, writes a checkpoint and exits 128 + the signal), and says so on stderr; a second one

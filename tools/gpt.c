@@ -318,12 +318,7 @@ static int train_loop(trainer *t, train_options *o)
         }
         for (int i = 0; i < np && !st; i++) {
             loss = losses[i];
-            if (!isfinite(loss)) {
-                fprintf(stderr, "\nwgml gpt train: the loss of step %lld is %g: training diverged (a lower --lr, or --clip); the last "
-                                "checkpoint is kept as it was\n", (long long)(t->step - np + 1 + i), (double)loss);
-                free_pending(pending, np);
-                return 1;
-            }
+            if (!cli_loss_ok("wgml gpt train", t->step - np + 1 + i, loss)) return free_pending(pending, np), 1;
             if (!st && lead) {
                 int64_t s = t->step - np + 1 + i;
                 fprintf(t->csv, "%lld,%.9g,%.9g,", (long long)s, (double)loss, (double)lrs[i]);

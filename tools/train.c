@@ -416,11 +416,7 @@ static int train_body(options o)
                 loss = (float)(v[0] / ranks);
                 correct = (float)v[1];
             }
-            if (!isfinite(loss)) { /* (every rank sees the same mean) */
-                fprintf(stderr, "\nwgml train: the loss of step %lld is %g: training diverged (a lower --lr, or --clip); the last "
-                                "checkpoint is kept as it was\n", (long long)wgml_optimizer_steps(opt), (double)loss);
-                goto done;
-            }
+            if (!cli_loss_ok("wgml train", wgml_optimizer_steps(opt), loss)) goto done; /* (every rank sees the same mean) */
             sum_loss += loss;
             sum_correct += correct;
             double now = cli_now();

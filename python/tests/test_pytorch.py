@@ -485,7 +485,7 @@ def test_indices_lists_arrays_and_refusals(rng):
                        (True, "boolean"), (np.array([True] * 7), "masks")):
         with pytest.raises(IndexError, match=match):
             t[key]
-    with pytest.raises(wgml.DTypeError, match="float32"):
+    with pytest.raises(wgml.DTypeError, match="is i32; parameters are f32"):
         wgml.optim.SGD([wgml.arange(4)], lr=0.1)
 
 

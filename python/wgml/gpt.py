@@ -485,13 +485,13 @@ class GPT:
                 nl = int(self._token_of[ord("\n")])
                 ids = np.array([nl if nl >= 0 else 0], dtype=np.int32)
         else:
-            ids = self._ids(prompt, "generate") if np.size(prompt) else None
-            if ids is not None and ids.shape[0] > 1:
+            if not np.size(prompt):
+                raise ValueError("generate: the prompt has no tokens")
+            ids = self._ids(prompt, "generate")
+            if ids.shape[0] > 1:
                 raise ValueError("generate continues one prompt; ids of shape %s are %d (generate_batch takes several)"
                                  % (np.shape(prompt), ids.shape[0]))
-            ids = ids.reshape(-1) if ids is not None else None
-            if ids is None:
-                raise ValueError("generate: the prompt has no tokens")
+            ids = ids.reshape(-1)
         n, desc = self._sampling("generate", max_new_tokens, temperature, top_k, seed, f16_weights)
         out = np.zeros(n, dtype=np.int32)
         got = [0]

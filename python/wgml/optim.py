@@ -17,7 +17,7 @@ import typing as _t
 
 import numpy as np
 
-from ._errors import ContextError, DTypeError
+from ._errors import ContextError
 from ._ffi import ffi, lib
 from ._tensor import Tensor, _wrap
 
@@ -129,9 +129,6 @@ class Optimizer:
     def _param(p):
         if not isinstance(p, Tensor):
             raise TypeError("optimiser parameters are wgml.Tensor, not %s" % type(p).__name__)
-        if p.dtype != np.float32:
-            raise DTypeError("optimiser parameters are float32 tensors, not %s (t.float() converts)" % p.dtype,
-                             lib.WGML_ERROR_INVALID_ARGUMENT)
         return p
 
     def _handle(self):

@@ -447,6 +447,13 @@ int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot)
     return g && g->slot_param && slot >= 0 && slot < g->m.n ? g->slot_param[slot] : -1;
 }
 
+wgml_status wgml_gpt_check_optimizer(const wgml_gpt *g, const wgml_optimizer *opt, const char *fn)
+{
+    if (!g->m.n || g->m.params[0]->optimizer == opt) return WGML_OK;
+    return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the optimizer is not this model's (wgml_gpt_optimizer(g, ...) makes one)",
+                     fn);
+}
+
 wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *d, wgml_optimizer **out)
 {
     if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
@@ -501,13 +508,11 @@ wgml_status wgml_gpt_train_step_submit(wgml_gpt *g, wgml_optimizer *opt, wgml_te
     if (!opt || !loss) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "gpt_train_step: %s is NULL", opt ? "loss" : "opt");
     *loss = NULL;
     /* before the backward, whose gradients a refused step would leave for the next one */
-    if (g->m.n && g->m.params[0]->optimizer != opt)
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT,
-                         "gpt_train_step: the optimizer is not this model's (wgml_gpt_optimizer(g, ...) makes one)");
+    wgml_status st = wgml_gpt_check_optimizer(g, opt, "gpt_train_step");
+    if (st) return st;
     /* the run's precision holds while the step's graph is built (the matmuls take it then) */
     wgml_precision was = wgml_compute_precision(ctx);
-    wgml_status st = wgml_set_compute_precision(ctx, (wgml_precision)g->run.precision);
-    if (st) return st;
+    if ((st = wgml_set_compute_precision(ctx, (wgml_precision)g->run.precision))) return st;
     wgml_scope_begin(ctx);
     wgml_tensor *l = wgml_gpt_loss(g, ids, targets, g->cfg.dropout);
     st = wgml_backward(wgml_optimizer_scales_loss(opt) ? wgml_optimizer_scale_loss(opt, l) : l);

@@ -123,6 +123,8 @@ wgml_status wgml_gpt_generate_step(wgml_gpt *g, wgml_gpt_cache *c, const int32_t
 
 /* (the optimiser: wgml_gpt.h) The model's parameter index of optimiser slot i. */
 int wgml_gpt_optimizer_param(const wgml_gpt *g, int slot);
+/* OK when opt holds g's parameters (wgml_gpt_optimizer's), else INVALID_ARGUMENT naming fn */
+wgml_status wgml_gpt_check_optimizer(const wgml_gpt *g, const wgml_optimizer *opt, const char *fn);
 
 /* ---------------------------------------------------------------- the architectures */
 

@@ -116,13 +116,12 @@ wgml_status wgml_gpt_save(wgml_gpt *g, const char *path, wgml_optimizer *opt)
     if (g->cfg.vocab > 256)
         return wgml_fail(g->ctx, WGML_ERROR_UNSUPPORTED, "wgml_gpt_save: a checkpoint's tokens are bytes; the model has %lld",
                          (long long)g->cfg.vocab);
-    if (opt && g->m.n && g->m.params[0]->optimizer != opt)
-        return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT,
-                         "wgml_gpt_save: the optimizer is not this model's (wgml_gpt_optimizer(g, ...) makes one)");
+    wgml_status st = opt ? wgml_gpt_check_optimizer(g, opt, "wgml_gpt_save") : WGML_OK;
+    if (st) return st;
     const uint8_t *vocab;
     int n = wgml_gpt_vocab(g, &vocab);
     wgml_gpt_run run = g->run;
-    wgml_status st = wgml_rng_get_state(g->ctx, &run.rng_seed, &run.rng_offset);
+    st = wgml_rng_get_state(g->ctx, &run.rng_seed, &run.rng_offset);
     int64_t step = opt ? wgml_optimizer_steps(opt) : g->step;
     if (!st) st = wgml_gpt_checkpoint_save(path, g, opt, step, &run, vocab, n);
     return st;

@@ -190,13 +190,11 @@ static wgml_status check_groups(wgml_context *ctx, const char *fn, bool grouped,
                 return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s must be an evaluated, contiguous tensor", fn,
                                  param_name(name, sizeof name, grouped, g, k, i));
             /* the update kernel reads 4-byte floats: f16 is storage for activations (train f32
-               masters and cast them) */
-            if (p->dtype == WGML_F16)
-                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is f16; parameters are f32 (cast an f32 master to f16)",
-                                 fn, param_name(name, sizeof name, grouped, g, k, i));
-            if (p->dtype != WGML_F32) /* (i32 holds indices and labels: nothing to train) */
-                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is %s; parameters are f32", fn,
-                                 param_name(name, sizeof name, grouped, g, k, i), wgml_dtype_name(p->dtype));
+               masters and cast them), i32 holds indices and labels */
+            if (p->dtype != WGML_F32)
+                return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: %s is %s; parameters are f32%s", fn,
+                                 param_name(name, sizeof name, grouped, g, k, i), wgml_dtype_name(p->dtype),
+                                 p->dtype == WGML_F16 ? " (cast an f32 master to f16)" : "");
             /* quadratic, but a model has hundreds of parameter tensors, not millions */
             for (int h = 0, j = 0; h <= g; h++)
                 for (int q = 0; q < groups[h].n && j < i; q++, j++)
@@ -1044,7 +1042,6 @@ float wgml_optimizer_lr(const wgml_optimizer *opt)
 static wgml_status moment_view(wgml_optimizer *opt, int i, wgml_buffer *buf, wgml_tensor **out)
 {
     wgml_context *ctx = opt->ctx;
-    if (!out) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: m or v is NULL");
     if (i < 0 || i >= opt->n)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_state: parameter %d is not one of its %d", i, opt->n);
     wgml_tensor *p = opt->params[i];

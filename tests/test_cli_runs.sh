@@ -231,7 +231,7 @@ printf 'Zebras~%.0s' $(seq 1 40) >"$work/odd.txt"
 expect 1 "holds the byte 0x5a ('Z'), which is not in the vocabulary" -- gpt train --init-from "$ck" --data "$work/odd.txt" --out "$work/n"
 
 # ---- gpt eval: the loss of a file against a float64 forward pass of the checkpoint
-head -c 41 "$work/one.txt" >"$work/five.txt"  # 5 windows of 8
+head -c 45 "$work/one.txt" >"$work/five.txt"  # 44 predictions: 5 windows of 8 and one of 4
 run_wgml gpt eval --checkpoint "$ck" --data "$work/five.txt" --batch 2 >"$work/out" 2>"$work/err" ||
   fail "gpt eval failed: $(cat "$work/err")"
 "$py" - "$ck" "$work/five.txt" "$(cat "$work/out")" <<'PY' || fail "gpt eval's loss is wrong: $(cat "$work/out")"
@@ -247,7 +247,7 @@ def tensor(v):
     r, c = v["shape"]
     return [list(flat[i * c:(i + 1) * c]) for i in range(r)]
 p = {k: tensor(v) for k, v in h.items()}
-C, H, L, T, eps = int(meta["width"]), int(meta["heads"]), int(meta["layers"]), int(meta["block"]), float(meta["norm_eps"])
+C, H, L, T0, eps = int(meta["width"]), int(meta["heads"]), int(meta["layers"]), int(meta["block"]), float(meta["norm_eps"])
 D = C // H
 vocab = [int(b) for b in p["vocab"]]
 ids = [vocab.index(b) for b in open(sys.argv[2], "rb").read()]
@@ -258,7 +258,8 @@ def mm(x, w, b=None):
     out = [sum(x[i] * w[i][j] for i in range(len(x))) for j in range(len(w[0]))]
     return [o + bb for o, bb in zip(out, b)] if b else out
 total, count = 0.0, 0
-for w0 in range(0, len(ids) - 1 - T + 1, T):
+for w0 in range(0, len(ids) - 1, T0):
+    T = min(T0, len(ids) - 1 - w0)
     xs, ys = ids[w0:w0 + T], ids[w0 + 1:w0 + T + 1]
     x = [[a + b for a, b in zip(p["wte"][t], p["wpe"][i])] for i, t in enumerate(xs)]
     for l in range(L):
@@ -284,14 +285,14 @@ for w0 in range(0, len(ids) - 1 - T + 1, T):
         total += mx + math.log(sum(math.exp(t - mx) for t in logits)) - logits[ys[i]]
         count += 1
 want = total / count
-m = re.search(r"loss ([0-9.]+)  perplexity ([0-9.]+)  ([0-9.]+) bits a byte  \((\d+) tokens of " + re.escape(sys.argv[2]), sys.argv[3])
+m = re.search(r"loss ([0-9.]+)  perplexity ([0-9.]+)  ([0-9.]+) bits a byte  \((\d+) predicted tokens of " + re.escape(sys.argv[2]), sys.argv[3])
 loss, ppl, bits, scored = float(m[1]), float(m[2]), float(m[3]), int(m[4])
-assert scored == count == 40, (scored, count)
+assert scored == count == 44, (scored, count)
 assert abs(loss - want) < 2e-4, (loss, want)
 assert abs(ppl - math.exp(loss)) < 2e-3 * ppl and abs(bits - loss / math.log(2)) < 2e-3, (ppl, bits)
 PY
-# the validation split of the checkpoint's own text by default
-run_wgml gpt eval --checkpoint "$ck" --tokens 100 >"$work/out" 2>"$work/err" && grep -q "the validation split of $work/text" "$work/out" ||
+# the validation split of the checkpoint's own text by default; --tokens N scores N predictions
+run_wgml gpt eval --checkpoint "$ck" --tokens 100 >"$work/out" 2>"$work/err" && grep -q "(100 predicted tokens of the validation split of $work/text" "$work/out" ||
   fail "gpt eval on the validation split: $(cat "$work/out" "$work/err")"
 # a run on one file: by default its validation split too, not the text it trained on
 run_wgml gpt eval --checkpoint "$work/i/gpt.safetensors" >"$work/out" 2>"$work/err" &&

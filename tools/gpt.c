@@ -867,7 +867,7 @@ static const char eval_usage[] =
     "usage: wgml gpt eval --checkpoint FILE [--data FILE|DIR] [--batch N (16)] [--tokens N (all)]\n"
     "The mean loss (nats a byte), perplexity and bits a byte of a checkpoint on text: all of FILE,\n"
     "or the validation split (the last 10%) of DIR, by default the checkpoint's own text. The text\n"
-    "is cut into windows of the block; --tokens scores only its first N tokens.\n";
+    "is cut into windows of the block; --tokens scores only the first N predictions (N + 1 tokens).\n";
 
 typedef struct eval_options {
     const char *path, *data;
@@ -883,43 +883,50 @@ static int eval_flag(int opt, const char *arg, void *state)
     case O_CHECKPOINT: o->path = arg; break;
     case O_DATA: o->data = arg; break;
     case O_BATCH: bad = wgml_parse_i64("--batch", arg, 1, 1 << 16, &o->batch, err, sizeof err) != 0; break;
-    case O_TOKENS: bad = wgml_parse_i64("--tokens", arg, 2, INT64_MAX, &o->tokens, err, sizeof err) != 0; break;
+    case O_TOKENS: bad = wgml_parse_i64("--tokens", arg, 1, INT64_MAX - 1, &o->tokens, err, sizeof err) != 0; break;
     default: return 1;
     }
     if (bad) fprintf(stderr, "wgml gpt eval: %s\n", err);
     return bad;
 }
 
-/* The mean loss over windows [w T, w T + T) of seq (n tokens) predicting the next token. */
-static wgml_status score(wgml_gpt *g, const int32_t *seq, int64_t n, int64_t B, double *loss, int64_t *scored)
+/* The loss of windows of seq (n tokens): ids [b, T] predicting the next token each. */
+static wgml_status score_windows(wgml_gpt *g, const int32_t *seq, int64_t b, int64_t T, int32_t *x, int32_t *y, double *sum)
 {
     wgml_context *ctx = wgml_gpt_context(g);
+    for (int64_t r = 0; r < b; r++) {
+        memcpy(x + r * T, seq + r * T, (size_t)T * sizeof *x);
+        memcpy(y + r * T, seq + r * T + 1, (size_t)T * sizeof *y);
+    }
+    wgml_scope_begin(ctx);
+    wgml_tensor *ids = NULL, *targets = NULL;
+    int64_t shape[2] = {b, T};
+    float l = 0;
+    wgml_status st = wgml_tensor_from_i32(ctx, 2, shape, x, (size_t)(b * T), &ids);
+    if (!st) st = wgml_tensor_from_i32(ctx, 2, shape, y, (size_t)(b * T), &targets);
+    if (!st) st = wgml_gpt_eval_loss(g, ids, targets, &l);
+    wgml_scope_end(ctx);
+    *sum += (double)l * (double)(b * T);
+    return st;
+}
+
+/* The mean loss of the n - 1 predictions of seq (n tokens): windows of the block, B at a time,
+   and what is left over as one shorter window. */
+static wgml_status score(wgml_gpt *g, const int32_t *seq, int64_t n, int64_t B, double *loss, int64_t *scored)
+{
     wgml_gpt_config cfg;
     wgml_status st = wgml_gpt_get_config(g, &cfg);
     if (st) return st;
-    int64_t T = cfg.block < n - 1 ? cfg.block : n - 1, windows = (n - 1) / T;
+    int64_t T = cfg.block < n - 1 ? cfg.block : n - 1, windows = (n - 1) / T, rest = (n - 1) - windows * T;
     int32_t *x = malloc((size_t)(B * T) * sizeof *x), *y = malloc((size_t)(B * T) * sizeof *y);
     st = x && y ? WGML_OK : WGML_ERROR_OUT_OF_MEMORY;
     double sum = 0;
-    for (int64_t w0 = 0; w0 < windows && !st; w0 += B) {
-        int64_t b = windows - w0 < B ? windows - w0 : B;
-        for (int64_t r = 0; r < b; r++) {
-            memcpy(x + r * T, seq + (w0 + r) * T, (size_t)T * sizeof *x);
-            memcpy(y + r * T, seq + (w0 + r) * T + 1, (size_t)T * sizeof *y);
-        }
-        wgml_scope_begin(ctx);
-        wgml_tensor *ids = NULL, *targets = NULL;
-        int64_t shape[2] = {b, T};
-        float l = 0;
-        st = wgml_tensor_from_i32(ctx, 2, shape, x, (size_t)(b * T), &ids);
-        if (!st) st = wgml_tensor_from_i32(ctx, 2, shape, y, (size_t)(b * T), &targets);
-        if (!st) st = wgml_gpt_eval_loss(g, ids, targets, &l);
-        wgml_scope_end(ctx);
-        sum += (double)l * (double)b;
-    }
+    for (int64_t w0 = 0; w0 < windows && !st; w0 += B)
+        st = score_windows(g, seq + w0 * T, windows - w0 < B ? windows - w0 : B, T, x, y, &sum);
+    if (!st && rest) st = score_windows(g, seq + windows * T, 1, rest, x, y, &sum);
     free(x), free(y);
-    *loss = sum / (double)windows;
-    *scored = windows * T;
+    *loss = sum / (double)(n - 1);
+    *scored = n - 1;
     return st;
 }
 
@@ -946,14 +953,14 @@ static int cmd_gpt_eval(int argc, char **argv)
     if (!st && (st = wgml_text_load(data, &text, err, sizeof err))) fprintf(stderr, "wgml gpt eval: %s\n", err);
     if (!st && !adopt_vocab("wgml gpt eval", &text, data, ck.vocab, ck.vocab_size, eo.path)) {
         int64_t lo = whole ? 0 : text.n_train, n = text.n - lo;
-        if (eo.tokens && eo.tokens < n) n = eo.tokens;
+        if (eo.tokens && eo.tokens + 1 < n) n = eo.tokens + 1;
         double loss;
         int64_t scored;
         if (n < 2) fprintf(stderr, "wgml gpt eval: %s has %lld tokens to score: want at least 2\n", data, (long long)n);
         else if ((st = wgml_gpt_from_checkpoint(ctx, &ck, &g)) || (st = score(g, text.tokens + lo, n, eo.batch, &loss, &scored)))
             fprintf(stderr, "wgml gpt eval: %s\n", cli_message(ctx, st));
         else {
-            printf("%s: loss %.4f  perplexity %.3f  %.3f bits a byte  (%lld tokens of %s%s, step %lld)\n", eo.path, loss, exp(loss),
+            printf("%s: loss %.4f  perplexity %.3f  %.3f bits a byte  (%lld predicted tokens of %s%s, step %lld)\n", eo.path, loss, exp(loss),
                    loss / log(2.0), (long long)scored, whole ? "" : "the validation split of ", data, (long long)ck.step);
             rc = 0;
         }

@@ -463,9 +463,44 @@ static void bad_configs_and_text_are_refused(void)
     wgml_text_free(&t);
 }
 
+/* A folder's texts: fortunes' index files (NAME.dat beside NAME) and links to its own files
+   are skipped; another .dat file and a link to a file elsewhere are texts */
+static void text_folder_skips_indexes_and_aliases_only(void)
+{
+    char dir[] = "/tmp/wgml_text_XXXXXX", outside[] = "/tmp/wgml_text_out_XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    int fd = mkstemp(outside);
+    CHECK(fd >= 0 && write(fd, "mn", 2) == 2);
+    close(fd);
+    const char *files[][2] = {{"a", "xy"}, {"a.dat", "INDEX"}, {"b.dat", "pq"}, {".hidden", "HIDDEN"}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i][0]);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fputs(files[i][1], f) >= 0);
+        if (f) fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/c.u8", dir);
+    CHECK(symlink("a", path) == 0);
+    snprintf(path, sizeof path, "%s/d", dir);
+    CHECK(symlink(outside, path) == 0);
+    wgml_text t;
+    char err[256];
+    CHECK(wgml_text_load(dir, &t, err, sizeof err) == WGML_OK);
+    CHECK(t.files == 3 && t.n == 6); /* a, b.dat, d: "xypqmn" */
+    wgml_text_free(&t);
+    const char *names[] = {"a", "a.dat", "b.dat", ".hidden", "c.u8", "d"};
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    unlink(outside);
+}
+
 int main(void)
 {
     TEST_RUN(bad_configs_and_text_are_refused);
+    TEST_RUN(text_folder_skips_indexes_and_aliases_only);
     TEST_RUN(gpt2_training_matches_reference);
     TEST_RUN(llama_training_matches_reference);
     TEST_RUN(resume_gives_identical_losses);

@@ -1,3 +1,4 @@
+#define _XOPEN_SOURCE 700 /* realpath */
 /* Text corpora for character-level models: see text.h for the format of the data and the
    batch generator. */
 #include "io/text.h"
@@ -62,6 +63,29 @@ static int ends_with(const char *s, const char *suffix)
 }
 
 /* Appends the file's bytes to *buf; -1 with err set on failure. */
+/* What a folder holds besides its texts, in Debian's fortunes folder: NAME.dat, the index of a
+   file NAME beside it (strfile's), and links to a file of the same folder (the .u8 aliases),
+   which would read a text twice. Other .dat files and links to files elsewhere are texts. */
+static int is_index_or_alias(const char *path, const char *real_dir)
+{
+    struct stat sb;
+    if (ends_with(path, ".dat")) {
+        size_t n = strlen(path) - 4;
+        char text[4096];
+        if (n < sizeof text) {
+            memcpy(text, path, n);
+            text[n] = 0;
+            if (stat(text, &sb) == 0 && S_ISREG(sb.st_mode)) return 1;
+        }
+    }
+    if (lstat(path, &sb) || !S_ISLNK(sb.st_mode) || !real_dir) return 0;
+    char *target = realpath(path, NULL);
+    char *slash = target ? strrchr(target, '/') : NULL;
+    int alias = slash && (size_t)(slash - target) == strlen(real_dir) && strncmp(target, real_dir, (size_t)(slash - target)) == 0;
+    free(target);
+    return alias;
+}
+
 static int append_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
@@ -126,11 +150,13 @@ wgml_status wgml_text_load(const char *dir, wgml_text *out, char *err, size_t er
     wgml_status st = WGML_OK;
     char path[4096];
     struct dirent *e;
+    char *real_dir = realpath(dir, NULL);
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' || ends_with(e->d_name, ".dat")) continue;
-        struct stat sb;
+        if (e->d_name[0] == '.') continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
-        if (lstat(path, &sb) || !S_ISREG(sb.st_mode)) continue; /* links (the .u8 aliases), folders */
+        if (is_index_or_alias(path, real_dir)) continue;
+        struct stat sb;
+        if (stat(path, &sb) || !S_ISREG(sb.st_mode)) continue; /* folders, devices, broken links */
         char **nn = n < MAX_FILES ? realloc(names, (size_t)(n + 1) * sizeof *names) : NULL;
         char *copy = nn ? strdup(e->d_name) : NULL;
         if (nn) names = nn;
@@ -143,6 +169,7 @@ wgml_status wgml_text_load(const char *dir, wgml_text *out, char *err, size_t er
         names[n++] = copy;
     }
     closedir(d);
+    free(real_dir);
     if (!st && n == 0) {
         snprintf(err, errlen, "the text folder %s has no text files", dir);
         st = WGML_ERROR_INVALID_ARGUMENT;

@@ -54,6 +54,19 @@ expect_resume --lr 0.5
 expect_resume --dropout 0.5
 expect_resume --eval-every 1
 
+# a run whose text moved: --data says where it is now (the same losses), another text is refused
+cp -r "$work/text" "$work/t2"
+run_wgml gpt train "${small[@]}" --data "$work/t2" --steps 6 --stop-at 3 --out "$work/m" 2>/dev/null || fail "the run on a copy failed"
+mv "$work/t2" "$work/t3"
+run_wgml gpt train --resume "$work/m/gpt.safetensors" >/dev/null 2>"$work/err"
+[ $? = 1 ] && grep -q "where it has moved, give --data" "$work/err" || fail "resuming a run whose text moved: $(cat "$work/err")"
+cp -r "$work/t3" "$work/t4" && echo "one more line" >>"$work/t4/b"
+run_wgml gpt train --resume "$work/m/gpt.safetensors" --data "$work/t4" >/dev/null 2>"$work/err"
+[ $? = 1 ] && grep -q "is not the text .*gpt.safetensors trained on" "$work/err" || fail "resuming on another text: $(cat "$work/err")"
+run_wgml gpt train --resume "$work/m/gpt.safetensors" --data "$work/t3" 2>"$work/err" || fail "resuming with --data: $(cat "$work/err")"
+cut -d, -f1-5 "$work/m/metrics.csv" >"$work/m.cut"
+cmp -s "$work/full.cut" "$work/m.cut" || fail "the run resumed with --data differs from the uninterrupted run"
+
 # nothing left to train
 run_wgml gpt train --resume "$work/full/gpt.safetensors" --out "$work/full" 2>"$work/e.log"
 [ $? = 1 ] && grep -q "nothing to train" "$work/e.log" || fail "resuming a finished run: $(cat "$work/e.log")"

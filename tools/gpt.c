@@ -83,7 +83,8 @@ static const char train_usage[] =
     "          --overwrite (replace the run DIR holds; without it such a folder is refused)\n"
     "  --stop-at N  stop (with a checkpoint) after step N of the --steps schedule; --resume goes on\n"
     "  --resume CHECKPOINT  continue a run with its stored settings (flags that would change them are refused);\n"
-    "          --steps may extend it (past the stored schedule at its minimum lr); --out defaults to its folder\n"
+    "          --steps may extend it (past the stored schedule at its minimum lr); --out defaults to its folder;\n"
+    "          --data says where its text is now, if it moved (the same text: checked)\n"
     "  --init-from CHECKPOINT  a new run (its own lr, steps, data, schedule) from a checkpoint's weights\n"
     "          and model (the model flags are refused; --data defaults to the checkpoint's text)\n"
     "  Ctrl-C (or SIGTERM) stops after the current step with a checkpoint; a second one stops at once.\n";
@@ -389,6 +390,12 @@ static int train_loop(trainer *t, train_options *o)
 
 /* Re-tokenises text with a checkpoint's vocabulary, which must hold every byte of the text,
    so that a model goes on with (or is scored on) text other than its own. 0, or reported. */
+/* A checksum of a text's tokens: a resumed run, and every rank of one, must read the same text */
+static uint64_t text_checksum(const wgml_text *text)
+{
+    return cli_fnv1a(CLI_FNV1A_START, text->tokens, (size_t)text->n * sizeof *text->tokens);
+}
+
 static int adopt_vocab(const char *who, wgml_text *text, const char *text_name, const uint8_t *vocab, int vocab_size,
                        const char *ck_path)
 {
@@ -453,7 +460,7 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     wgml_status st;
     /* everything the checkpoint holds: a resumed run is the run that wrote it */
     static const int stored_flags[] = {O_ARCH,    O_LAYERS, O_HEADS, O_KV_HEADS, O_WIDTH,      O_FFN,          O_BLOCK,
-                                       O_BATCH,   O_SEED,   O_DATA,  O_LR,       O_MIN_LR,     O_WARMUP,       O_WD,
+                                       O_BATCH,   O_SEED,   O_LR,    O_MIN_LR,   O_WARMUP,     O_WD,
                                        O_CLIP,    O_BETA2,  O_DROPOUT, O_EVAL_EVERY, O_EVAL_BATCHES, O_SAVE_INIT,
                                        O_PRECISION};
     const char *name = given_flag(o, stored_flags, sizeof stored_flags / sizeof stored_flags[0]);
@@ -473,7 +480,10 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
         return 1;
     }
     o->cfg = ck->cfg;
+    char data[sizeof o->run.data]; /* the run's text, or where --data says it is now */
+    memcpy(data, o->run.data, sizeof data);
     o->run = ck->run;
+    memcpy(o->run.data, data, sizeof data);
     o->precision = (int)ck->run.precision;
     if (!o->given[O_STEPS - 256]) o->steps = ck->run.total_steps;
     /* checkpoints as often as the run made them: every evaluation unless --save-every says */
@@ -495,6 +505,12 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     t->step = ck->step;
     if (st) fprintf(stderr, "wgml gpt train: %s\n", cli_message(t->ctx, st));
     if (!st && adopt_vocab("wgml gpt train", &t->text, o->run.data, ck->vocab, ck->vocab_size, o->resume)) return 1;
+    if (!st && ck->run.data_tokens && (ck->run.data_tokens != t->text.n || ck->run.data_checksum != text_checksum(&t->text))) {
+        fprintf(stderr, "wgml gpt train: %s is not the text %s trained on (%lld tokens, checksum %016llx; it has %lld, %016llx)%s\n",
+                o->run.data, o->resume, (long long)ck->run.data_tokens, (unsigned long long)ck->run.data_checksum, (long long)t->text.n,
+                (unsigned long long)text_checksum(&t->text), o->given[O_DATA - 256] ? "" : ": give --data with the run's text");
+        return 1;
+    }
     return st ? 1 : 0;
 }
 
@@ -537,7 +553,7 @@ static void say_cpu_speed(wgml_context *ctx, const train_options *o)
 static int check_same_run(const train_options *o, const wgml_text *text, int64_t first_step)
 {
     if (wgml_dist_size() < 2) return 0;
-    uint64_t h = cli_fnv1a(CLI_FNV1A_START, text->tokens, (size_t)text->n * sizeof *text->tokens);
+    uint64_t h = text_checksum(text);
     const wgml_gpt_config *c = &o->cfg;
     const wgml_gpt_run *r = &o->run;
     const cli_setting s[] = {
@@ -563,7 +579,7 @@ static int train_run(train_options *o)
     char err[512];
     wgml_status st;
     int rc;
-    if (!o->resume) { /* the folder as an absolute path, so that a resume from elsewhere finds it */
+    if (!o->resume || o->given[O_DATA - 256]) { /* the folder as an absolute path, so that a resume from elsewhere finds it */
         char *abs = realpath(o->run.data, NULL);
         if (abs && strlen(abs) >= sizeof o->run.data) {
             fprintf(stderr, "wgml gpt train: the text's path has %zu bytes; at most %zu fit in a checkpoint\n", strlen(abs),
@@ -585,10 +601,10 @@ static int train_run(train_options *o)
     if (from) { /* the checkpoint first: it names the text */
         if ((st = wgml_gpt_checkpoint_read(t.ctx, from, &ck)))
             return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
-        if (o->resume || !o->given[O_DATA - 256]) snprintf(o->run.data, sizeof o->run.data, "%s", ck.run.data);
+        if (!o->given[O_DATA - 256]) snprintf(o->run.data, sizeof o->run.data, "%s", ck.run.data);
     }
     if ((st = wgml_text_load(o->run.data, &t.text, err, sizeof err))) {
-        fprintf(stderr, "wgml gpt train: %s\n", err);
+        fprintf(stderr, "wgml gpt train: %s%s\n", err, o->resume && !o->given[O_DATA - 256] ? " (the run's text: where it has moved, give --data)" : "");
         return wgml_gpt_checkpoint_free(&ck), trainer_free(&t), 1;
     }
     if (from) {
@@ -607,6 +623,7 @@ static int train_run(train_options *o)
         if (st) return fprintf(stderr, "wgml gpt train: %s\n", cli_message(t.ctx, st)), trainer_free(&t), 1;
     }
     o->run.ranks = wgml_dist_size();
+    o->run.data_tokens = t.text.n, o->run.data_checksum = text_checksum(&t.text);
     int64_t T = o->cfg.block;
     if (t.text.n_train <= T || t.text.n - t.text.n_train <= T) {
         fprintf(stderr, "wgml gpt train: %s has %lld training and %lld validation tokens; block %lld needs more than that\n",

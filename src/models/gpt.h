@@ -70,6 +70,10 @@ typedef struct wgml_gpt_run {
     float loss_scale;
     int64_t loss_scale_good, loss_scale_skipped, loss_scale_updates;
     char data[256];                /* the text folder */
+    /* the text's tokens and a checksum of them, so that a resume reads the same text (0: not
+       recorded, older files) */
+    int64_t data_tokens;
+    uint64_t data_checksum;
 } wgml_gpt_run;
 
 typedef struct wgml_gpt_arch_ops wgml_gpt_arch_ops;

@@ -430,6 +430,55 @@ static void step_launches_stay_few(wgml_precision precision)
     CHECK(casts <= (precision == WGML_PRECISION_MIXED ? 9 * LAYERS + 4 : 1) * STEPS_HERE);
 }
 
+/* Steps after the first few make no bind groups: the step's graph gets the same pool buffers
+   each time (free lists in the order buffers were made) and the bind-group cache holds them
+   all (a direct-mapped one of 512 lost a third of them to collisions, LIFO free lists nearly
+   all) */
+static void repeated_steps_make_no_bind_groups(wgml_precision precision)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    if (precision == WGML_PRECISION_MIXED && wgml_set_compute_precision(ctx, precision) != WGML_OK) {
+        fprintf(stderr, "  (no mixed precision on this adapter: %s)\n", wgml_error_message(ctx));
+        wgml_clear_error(ctx);
+        return;
+    }
+    wgml_set_compute_precision(ctx, WGML_PRECISION_F32);
+    wgml_text text;
+    make_text(&text);
+    enum { STEPS_HERE = 5 };
+    wgml_gpt_config c = {.arch = WGML_GPT_GPT2, .vocab = text.vocab_size, .block = T, .layers = 6, .heads = 2, .width = 32,
+                         .dropout = 0.1f};
+    wgml_gpt g;
+    wgml_optimizer *opt = NULL;
+    wgml_gpt_train_desc d = train_desc();
+    d.precision = precision;
+    CHECK_OK(ctx, wgml_gpt_init(ctx, &c, 5, &g));
+    CHECK_OK(ctx, wgml_gpt_optimizer(&g, &d, &opt));
+    float losses[STEPS_HERE];
+    uint64_t made[STEPS_HERE + 1], dispatched[STEPS_HERE + 1];
+    wgml_stats st;
+    CHECK_OK(ctx, wgml_stats_get(ctx, &st));
+    made[0] = st.bind_groups_created, dispatched[0] = st.dispatches;
+    for (int s = 0; opt && s < STEPS_HERE; s++) {
+        train_steps(ctx, &g, opt, &text, s, s + 1, losses);
+        CHECK_OK(ctx, wgml_stats_get(ctx, &st));
+        made[s + 1] = st.bind_groups_created, dispatched[s + 1] = st.dispatches;
+    }
+    fprintf(stderr, "  %s: bind groups made a step %llu, %llu ... %llu of %llu dispatches\n",
+            precision == WGML_PRECISION_MIXED ? "mixed" : "f32", (unsigned long long)(made[1] - made[0]),
+            (unsigned long long)(made[2] - made[1]), (unsigned long long)(made[STEPS_HERE] - made[STEPS_HERE - 1]),
+            (unsigned long long)(dispatched[STEPS_HERE] - dispatched[STEPS_HERE - 1]));
+    CHECK(dispatched[STEPS_HERE] - dispatched[STEPS_HERE - 1] > 100);
+    CHECK(made[STEPS_HERE] == made[STEPS_HERE - 2]);
+    wgml_optimizer_free(opt);
+    wgml_gpt_free(&g);
+    wgml_text_free(&text);
+}
+
+static void f32_steps_make_no_bind_groups(void) { repeated_steps_make_no_bind_groups(WGML_PRECISION_F32); }
+static void mixed_steps_make_no_bind_groups(void) { repeated_steps_make_no_bind_groups(WGML_PRECISION_MIXED); }
+
 static void f32_step_launches_stay_few(void) { step_launches_stay_few(WGML_PRECISION_F32); }
 static void mixed_step_launches_stay_few(void) { step_launches_stay_few(WGML_PRECISION_MIXED); }
 
@@ -501,6 +550,8 @@ int main(void)
 {
     TEST_RUN(bad_configs_and_text_are_refused);
     TEST_RUN(text_folder_skips_indexes_and_aliases_only);
+    TEST_RUN(f32_steps_make_no_bind_groups);
+    TEST_RUN(mixed_steps_make_no_bind_groups);
     TEST_RUN(gpt2_training_matches_reference);
     TEST_RUN(llama_training_matches_reference);
     TEST_RUN(resume_gives_identical_losses);

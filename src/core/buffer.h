@@ -17,13 +17,19 @@ typedef struct wgml_buffer {
     uint64_t size;   /* bytes, the size class */
     int size_class;
     int refs;        /* storage tensors and views sharing it */
+    uint64_t serial; /* the order of making: free lists are kept in it */
     struct wgml_buffer *next_free;
 } wgml_buffer;
 
 #define WGML_POOL_CLASSES 256
 
+/* Each class's free buffers in the order they were made, the first fitting one taken: an
+   evaluation that repeats from the same free buffers (a training step's graph) gets the same
+   buffers each time, whatever order the last one freed them in, so its cached bind groups
+   (core/bind_cache.c) match again. */
 typedef struct wgml_pool {
     wgml_buffer *free_list[WGML_POOL_CLASSES];
+    uint64_t made; /* buffers made so far: the next serial */
 } wgml_pool;
 
 /* A buffer of at least `bytes` bytes from the pool; NULL with the error recorded. */

@@ -36,7 +36,7 @@ struct wgml_context {
 
     wgml_pool pool;
     struct wgml_pipeline *pipelines[WGML_PIPELINE_BUCKETS];
-    struct bind_slot *bind_cache; /* core/bind_cache.c */
+    struct bind_cache *bind_cache; /* core/bind_cache.c */
 
     /* live tensors and scopes */
     wgml_tensor *tensors;

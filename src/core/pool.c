@@ -3,7 +3,8 @@
  * allocates a bounded set of buffers instead of one per tensor.
  *
  * Classes: 256 B, then powers of two up to 1 MiB, then 8 steps per power of two (at most
- * 12.5% waste on big tensors). A freed buffer goes on its class's free list.
+ * 12.5% waste on big tensors). A freed buffer goes on its class's free list, in the order
+ * buffers were made (buffer.h says why).
  */
 #include <stdlib.h>
 
@@ -94,6 +95,7 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
     b->size = class_bytes;
     b->size_class = cls;
     b->refs = 1;
+    b->serial = ctx->pool.made++;
     ctx->rt.stats.buffers_live++;
     ctx->rt.stats.bytes_live += class_bytes;
     ctx->rt.stats.bytes_in_use += class_bytes;
@@ -110,8 +112,10 @@ void wgml_buffer_release(wgml_context *ctx, wgml_buffer *b)
 {
     if (!b || --b->refs > 0) return;
     ctx->rt.stats.bytes_in_use -= b->size;
-    b->next_free = ctx->pool.free_list[b->size_class];
-    ctx->pool.free_list[b->size_class] = b;
+    wgml_buffer **pp = &ctx->pool.free_list[b->size_class];
+    while (*pp && (*pp)->serial < b->serial) pp = &(*pp)->next_free;
+    b->next_free = *pp;
+    *pp = b;
 }
 
 wgml_status wgml_grow_buffer(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, uint64_t first,

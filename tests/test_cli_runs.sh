@@ -4,7 +4,8 @@
 #   - a folder holding a run is refused without --resume or --overwrite, naming the folder and
 #     the way on; a second run into a folder in use is refused (its lock file); a lock or a
 #     temporary file left by a dead process is cleaned up, one of a live process kept;
-#   - SIGINT / SIGTERM during `gpt train` and `train`: the step finishes, a checkpoint is written,
+#   - SIGINT / SIGTERM during `gpt train` and `train`: the step in flight finishes (an evaluation
+#     is cut short), a checkpoint is written,
 #     the command says where and exits 128 + the signal; the resumed run ends where an unbroken
 #     one does (the MLP's, stopped mid-epoch, byte for byte); a second signal stops at once;
 #   - a progress line comes after the first step on a pipe; elapsed_s goes on across a resume;
@@ -135,11 +136,35 @@ run_wgml gpt train --data "$work/text" --init-from "$work/a/gpt.safetensors" --s
 [ "$rc" = 2 ] && grep -q "removes from" "$work/err" || fail "--init-from inside the --overwrite folder exited $rc: $(cat "$work/err")"
 cmp -s "$work/a/gpt.safetensors" "$work/a.before" || fail "--init-from with --overwrite removed the checkpoint it starts from"
 
-# ---- a second signal stops at once: in the long evaluation after step 2, before its checkpoint
-bg_wgml gpt train --data "$work/text" "${small[@]}" --eval-every 2 --eval-batches 20000 --steps 1000 --out "$work/b" \
-  >"$work/b.log" 2>&1
+# ---- a signal during a long evaluation stops it: the checkpoint at once, no validation loss
+bg_wgml gpt train --data "$work/text" "${small[@]}" --eval-every 2 --eval-batches 200000 --steps 1000 --out "$work/e" \
+  >"$work/e.log" 2>&1
 pid=$!
-wait_for "$work/b.log" "^step 1/1000" 120 || fail "gpt train did not start: $(cat "$work/b.log")"
+wait_for "$work/e.log" "^step 1/1000" 120 || fail "gpt train did not start: $(cat "$work/e.log")"
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc = 130 ] && grep -q "stopped by SIGINT after step 2" "$work/e.log" && [ -e "$work/e/gpt.safetensors" ] ||
+  fail "a SIGINT in the evaluation: exit $rc, $(tail -n 2 "$work/e.log")"
+[ "$(sed -n 3p "$work/e/metrics.csv" | cut -d, -f1,5)" = "2," ] || fail "an interrupted evaluation wrote a loss: $(cat "$work/e/metrics.csv")"
+
+# ---- a signal in a step of seconds stops after that step (not the next one), with its checkpoint
+slow=(--layers 2 --heads 4 --width 128 --block 128 --batch 16 --eval-every 0 --steps 1000)
+bg_wgml gpt train --data "$work/text" "${slow[@]}" --out "$work/s" >"$work/s.log" 2>&1
+pid=$!
+wait_for "$work/s.log" "^step 1/1000" 300 || fail "gpt train did not start: $(cat "$work/s.log")"
+sleep 0.5
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc = 130 ] && grep -q "stopped by SIGINT after step 2:" "$work/s.log" && [ -e "$work/s/gpt.safetensors" ] ||
+  fail "a SIGINT in step 2: exit $rc, $(tail -n 2 "$work/s.log")"
+
+# ---- a second signal stops at once: in a step of seconds, before its checkpoint
+bg_wgml gpt train --data "$work/text" "${slow[@]}" --out "$work/b" >"$work/b.log" 2>&1
+pid=$!
+wait_for "$work/b.log" "^step 1/1000" 300 || fail "gpt train did not start: $(cat "$work/b.log")"
 sleep 0.5
 kill -INT $pid
 sleep 1  # (two signals pending at once would be one)

@@ -242,6 +242,7 @@ static wgml_status val_loss(trainer *t, const train_options *o, float *out)
 {
     double sum = 0;
     for (int64_t i = 0; i < o->run.eval_batches; i++) {
+        if (cli_stop_signal) return *out = NAN, WGML_OK; /* Ctrl-C: no validation loss, the checkpoint next */
         float l;
         wgml_status st = load_batch(t, o, 1, i, &t->val_ids, &t->val_targets);
         if (!st) st = wgml_gpt_eval_loss(t->model, t->val_ids, t->val_targets, &l);
@@ -275,6 +276,21 @@ static void free_pending(wgml_tensor **pending, int n)
     for (int i = 0; i < n; i++) wgml_tensor_free(pending[i]);
 }
 
+/* Ctrl-C or SIGTERM: a checkpoint of the steps done, then the exit status of the signal */
+static int stop_with_checkpoint(trainer *t, const train_options *o, char *path, size_t n)
+{
+    snprintf(path, n, "%s/gpt.safetensors", o->out);
+    wgml_status st = save(t, o, path, 1);
+    if (st) {
+        fprintf(stderr, "\nwgml gpt train: stopped by %s, but the checkpoint failed: %s\n", cli_signal_name(cli_stop_signal),
+                cli_message(t->ctx, st));
+        return 1;
+    }
+    fprintf(stderr, "%swgml gpt train: stopped by %s after step %lld: checkpoint %s (continue with: wgml gpt train --resume %s)\n",
+            isatty(STDERR_FILENO) ? "\n" : "", cli_signal_name(cli_stop_signal), (long long)t->step, path, path);
+    return 128 + cli_stop_signal;
+}
+
 static int train_loop(trainer *t, train_options *o)
 {
     /* (under mpirun stderr may be a pseudo-terminal whatever the user's is: plain lines) */
@@ -288,6 +304,8 @@ static int train_loop(trainer *t, train_options *o)
     int np = 0, sync_every = SYNC;
     char path[1100];
     while (t->step < end) {
+        /* a signal while the last steps were awaited (or evaluated) stops before another starts */
+        if (cli_stop_signal && np == 0 && lead) return stop_with_checkpoint(t, o, path, sizeof path);
         wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
         lrs[np] = wgml_optimizer_lr(t->opt);
         if (!st) st = wgml_gpt_train_step_submit(t->model, t->opt, t->ids, t->targets, &pending[np]);
@@ -300,13 +318,13 @@ static int train_loop(trainer *t, train_options *o)
         const int stop = cli_stop_signal != 0; /* Ctrl-C: this step's checkpoint, then out */
         int last = t->step == o->steps;
         int eval = last || (o->run.eval_every > 0 && t->step % o->run.eval_every == 0);
-        int save_now = last || stop || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0);
+        int save_now = !stop && (last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0));
         int scheduled = eval || t->step % SYNC == 0; /* where the metrics hold grad_norm */
         /* this session's first step syncs too: its time, shown on a pipe as well, tells how
            long the run will take (on a CPU adapter a step can take minutes); the second
            gives a step's time without the kernels' compilation */
         int first_step = t->step == first + 1;
-        if (!scheduled && !save_now && t->step > first + 2 && np < sync_every) continue;
+        if (!scheduled && !save_now && !stop && t->step > first + 2 && np < sync_every) continue;
         /* the sync: losses of the steps since the last one, the last step's gradient norm */
         float norm = NAN, vloss = NAN;
         for (int i = 0; i < np && !st; i++) st = wgml_tensor_read(pending[i], &losses[i], 1);
@@ -338,7 +356,7 @@ static int train_loop(trainer *t, train_options *o)
             return 1;
         }
         double now = cli_now(), el = now - t0, tps = (double)(t->step - first) * (double)tokens_per_step / el;
-        if (eval) fprintf(t->csv, "%.9g", (double)vloss);
+        if (eval && !isnan(vloss)) fprintf(t->csv, "%.9g", (double)vloss);
         fprintf(t->csv, ",%.1f,%.3f,", tps, t->elapsed_before + el);
         wgml_loss_scale_state sc;
         if (wgml_optimizer_scales_loss(t->opt) && !(st = wgml_optimizer_loss_scale_state(t->opt, &sc)))
@@ -373,11 +391,7 @@ static int train_loop(trainer *t, train_options *o)
                 return 1;
             }
         }
-        if (stop) {
-            fprintf(stderr, "wgml gpt train: stopped by %s after step %lld: checkpoint %s (continue with: wgml gpt train --resume %s)\n",
-                    cli_signal_name(cli_stop_signal), (long long)t->step, path, path);
-            return 128 + cli_stop_signal;
-        }
+        if (stop) return stop_with_checkpoint(t, o, path, sizeof path);
     }
     int n_params;
     wgml_tensor *const *params = wgml_gpt_params(t->model, &n_params);

@@ -24,7 +24,9 @@
  *   - Handles are plain pointers, checked for NULL only. Using a tensor after it was freed
  *     (by wgml_tensor_free, the end of its scope or wgml_context_free), or an optimiser or
  *     context after its free, is undefined behaviour, like using memory after free(): it is
- *     not detected, and freeing twice may free another, live tensor.
+ *     not detected, and freeing twice may free another, live tensor. Whatever is made on a
+ *     context (an optimiser, a wgml_file, a GPT model) is freed before it: their calls,
+ *     their frees included, take the context's lock.
  *   - Descriptor structs: a field left zero means "the default".
  *   - Threads: a context may be used from several threads. Every call on a context (or on a
  *     tensor, optimiser or file of it) holds the context's lock for its duration, so calls
@@ -37,7 +39,9 @@
  *   - fork(): a context belongs to the process that made it. In a child made by fork(), a
  *     call on a context of the parent returns at once with WGML_ERROR_CONTEXT (an op returns
  *     an error tensor; frees and other void calls do nothing), never touching the parent's
- *     device; the child makes its own context.
+ *     device; the child makes its own context, and leaves by _exit() (or exec): a GPU
+ *     driver's exit handlers may wait on threads of the parent that fork() did not copy
+ *     (Mesa's lavapipe crashes or hangs in exit() there).
  */
 #ifndef WGML_H
 #define WGML_H

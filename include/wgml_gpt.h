@@ -82,7 +82,7 @@ WGML_API wgml_status wgml_gpt_save(wgml_gpt *g, const char *path, wgml_optimizer
    a model of the same config): resuming training. A file without moments is
    WGML_ERROR_FORMAT; another config WGML_ERROR_SHAPE. */
 WGML_API wgml_status wgml_gpt_load_optimizer(wgml_gpt *g, const char *path, wgml_optimizer *opt);
-WGML_API void wgml_gpt_delete(wgml_gpt *g); /* NULL is ignored; its tensors are freed */
+WGML_API void wgml_gpt_delete(wgml_gpt *g); /* NULL is ignored; its tensors are freed; before its context */
 
 WGML_API wgml_context *wgml_gpt_context(const wgml_gpt *g);
 WGML_API wgml_status wgml_gpt_get_config(const wgml_gpt *g, wgml_gpt_config *cfg); /* resolved */
@@ -91,7 +91,8 @@ WGML_API wgml_status wgml_gpt_get_config(const wgml_gpt *g, wgml_gpt_config *cfg
 WGML_API int64_t wgml_gpt_step(const wgml_gpt *g);
 /* The parameters (borrowed: freed with g), in wgml_gpt_param_info's order; *n gets their count. */
 WGML_API wgml_tensor *const *wgml_gpt_params(const wgml_gpt *g, int *n);
-/* The vocabulary: *bytes (valid while g lives) gets the byte of each token; returns V. */
+/* The vocabulary: *bytes (valid while g lives) gets the byte of each token; returns V. A model
+   of more than 256 tokens has no byte vocabulary (its tokens are ids): *bytes is NULL. */
 WGML_API int wgml_gpt_vocab(const wgml_gpt *g, const uint8_t **bytes);
 /* Sets it: n = V distinct bytes in increasing order (what a checkpoint holds). */
 WGML_API wgml_status wgml_gpt_set_vocab(wgml_gpt *g, const uint8_t *bytes, int n);

@@ -325,9 +325,18 @@ static void bad_input_is_refused(void)
     unlink(path);
     wgml_tensor_free(t);
 
+    /* more than 256 tokens: ids, no byte vocabulary (a 256-byte table was handed out) */
+    wgml_gpt_config ids_only = {.vocab = 300, .block = 8, .layers = 1, .heads = 2, .width = 16};
+    CHECK_OK(ctx, wgml_gpt_new(ctx, &ids_only, 1, &g));
+    const uint8_t *bytes = (const uint8_t *)"x";
+    CHECK(g && wgml_gpt_vocab(g, &bytes) == 300 && bytes == NULL);
+    wgml_gpt_delete(g);
+    g = NULL;
+
     wgml_gpt_config cfg = small_config(WGML_GPT_GPT2);
     CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 2, &g));
     if (!g) return;
+    CHECK(wgml_gpt_vocab(g, &bytes) == V && bytes && bytes[V - 1] == V - 1); /* bytes 0..V-1 until set */
     uint8_t down[V];
     for (int k = 0; k < V; k++) down[k] = (uint8_t)(100 - k);
     CHECK_STATUS(ctx, wgml_gpt_set_vocab(g, down, V), WGML_ERROR_INVALID_ARGUMENT);

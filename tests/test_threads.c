@@ -140,6 +140,21 @@ static int child_checks(wgml_context *ctx, wgml_tensor *parent_tensor)
     if (wgml_context_lock(ctx) != WGML_ERROR_CONTEXT) fprintf(stderr, "child: lock not refused\n"), bad++;
     wgml_tensor_free(parent_tensor); /* do nothing, return */
     wgml_context_free(ctx);
+    /* the child's own context computes (the header's way; the child then leaves by _exit) */
+    wgml_context *own = NULL;
+    if (wgml_context_create(NULL, &own) != WGML_OK) {
+        fprintf(stderr, "child: its own context failed: %s\n", wgml_last_create_error());
+        return bad + 1;
+    }
+    const float v[3] = {0.25f, -2.0f, 1.5f};
+    wgml_tensor *x = NULL;
+    float out[3] = {0};
+    st = wgml_tensor_from_data(own, 1, (int64_t[]){3}, v, 3, &x);
+    if (!st) st = wgml_tensor_read(wgml_exp(own, x), out, 3);
+    for (int i = 0; i < 3; i++)
+        if (st || fabs((double)out[i] - exp((double)v[i])) > 1e-6 * exp((double)v[i]))
+            fprintf(stderr, "child: its own context gave %s, exp(%g) = %g\n", wgml_status_name(st), (double)v[i], (double)out[i]), bad++;
+    wgml_context_free(own);
     return bad;
 }
 

@@ -329,6 +329,17 @@ def test_bad_files_raise_clear_errors(tmp_path):
         GPT.load(tmp_path / "junk.safetensors")
 
 
+def test_a_model_of_more_than_256_tokens_takes_ids():
+    m = GPT.new(vocab=300, block=8, layers=1, heads=2, width=16, seed=2)
+    assert m.vocab is None and m.vocab_size == 300
+    with pytest.raises(ValueError, match="300 tokens are ids"):
+        m.encode("hi")
+    with pytest.raises(ValueError, match="300 tokens are ids"):
+        m.decode_bytes([1, 299])
+    out = m.generate(np.array([[5, 299]], dtype=np.int32), 3, temperature=0)
+    assert np.asarray(out).size == 3 and np.asarray(out).max() < 300
+
+
 def test_bad_configs_and_arguments():
     with pytest.raises(wgml.InvalidArgumentError, match="heads = 3 does not divide width = 16"):
         GPT.new(vocab=20, heads=3, width=16)

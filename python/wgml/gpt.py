@@ -155,7 +155,7 @@ class GPT:
     bytes is encoded (one row).
 
     Attributes: ctx (its Context), config (the resolved GPTConfig), vocab (bytes: the byte of
-    each token id)."""
+    each token id; None for a model of more than 256 tokens, whose tokens are ids)."""
 
     def __init__(self, ctx: Context, ptr):
         """Internal: use GPT.load or GPT.new."""
@@ -267,9 +267,17 @@ class GPT:
     def _read_vocab(self):
         p = ffi.new("uint8_t **")
         n = lib.wgml_gpt_vocab(self._handle(), p)
-        self.vocab = bytes(ffi.buffer(p[0], n))  # the byte of each token id
         self._token_of = np.full(256, -1, dtype=np.int32)
+        if p[0] == ffi.NULL:  # more than 256 tokens: ids, not bytes
+            self.vocab = None
+            return
+        self.vocab = bytes(ffi.buffer(p[0], n))  # the byte of each token id
         self._token_of[np.frombuffer(self.vocab, dtype=np.uint8)] = np.arange(n, dtype=np.int32)
+
+    def _need_bytes(self, what):
+        if self.vocab is None:
+            raise ValueError("%s: the model's %d tokens are ids, not bytes (a vocabulary of bytes has at most 256); "
+                             "give token ids" % (what, self.config.vocab))
 
     @property
     def vocab_size(self) -> int:
@@ -306,6 +314,7 @@ class GPT:
     def encode(self, text: _t.Union[str, bytes]) -> np.ndarray:
         """The token ids (int32) of a text (a str is encoded as UTF-8). A byte outside the
         vocabulary is a ValueError naming it and its position."""
+        self._need_bytes("encode")
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         ids = self._token_of[np.frombuffer(data, dtype=np.uint8)]
         bad = np.flatnonzero(ids < 0)
@@ -317,6 +326,7 @@ class GPT:
 
     def decode_bytes(self, ids: _t.Iterable[int]) -> bytes:
         """The bytes of token ids."""
+        self._need_bytes("decode")
         a = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids).reshape(-1)
         if a.size and (a.dtype.kind not in "iu" or a.min() < 0 or a.max() >= len(self.vocab)):
             raise ValueError("token ids are integers in 0..%d" % (len(self.vocab) - 1))

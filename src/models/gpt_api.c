@@ -81,7 +81,7 @@ int wgml_gpt_vocab(const wgml_gpt *g, const uint8_t **bytes)
         if (bytes) *bytes = NULL;
         return 0;
     }
-    if (bytes) *bytes = g->vocab_size ? g->vocab : identity;
+    if (bytes) *bytes = g->cfg.vocab > 256 ? NULL : g->vocab_size ? g->vocab : identity; /* (tokens past 256 are not bytes) */
     return (int)g->cfg.vocab;
 }
 

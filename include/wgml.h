@@ -531,7 +531,7 @@ WGML_API wgml_status wgml_split(wgml_context *ctx, wgml_tensor *a, int axis, int
 /* n equal parts (the axis' size must be a multiple of n, else WGML_ERROR_SHAPE), as views */
 WGML_API wgml_status wgml_chunk(wgml_context *ctx, wgml_tensor *a, int axis, int n, wgml_tensor **out);
 /* a converted to dtype: i32 -> f32 is exact up to 2^24 in magnitude (then rounds to nearest);
-   f32 -> i32 truncates toward zero as C does, saturates past the i32 range, and gives 0 for
+   f32 -> i32 truncates toward zero as C does, saturates to INT32_MIN..INT32_MAX, and gives 0 for
    NaN; f32 -> f16 rounds to nearest, ties to even, as IEEE (subnormal halves kept, +-inf from
    65520 on, NaN stays NaN); f16 -> f32 is exact; i32 <-> f16 goes through f32. Casting to a's
    own dtype gives a view of a. The gradient passes through a cast between f32 and f16 (cast

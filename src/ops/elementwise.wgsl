@@ -52,10 +52,11 @@ fn wgml_pow(x: T, y: T) -> T {
     return select(select(r, x + y, is_nan(x) | is_nan(y)), T(1.0), one);
 }
 // i32 tensors sit in f32 buffers as their bits: a cast reinterprets them, then converts.
-// f32 -> i32 truncates toward zero, saturates (2147483520 is the largest f32 below 2^31), NaN -> 0
+// f32 -> i32 truncates toward zero, saturates to the i32 range (2147483520 is the largest f32
+// below 2^31: from 2^31 on, 2147483647), NaN -> 0
 fn wgml_i32_to_f32(x: T) -> T { return T(bitcast<TI>(x)); }
 fn wgml_f32_to_i32(x: T) -> T {
-    let i = TI(clamp(x, T(-2147483648.0), T(2147483520.0)));
+    let i = select(TI(clamp(x, T(-2147483648.0), T(2147483520.0))), TI(2147483647), x >= T(2147483648.0));
     return bitcast<T>(select(i, TI(0), is_nan(x)));
 }
 // f32 -> the nearest f16 value (ties to even), as an f32: integer arithmetic, so every adapter

@@ -19,6 +19,9 @@ import sys
 
 # Context-free, or doing their own locking (core/context.c): forwarded without a lock.
 UNLOCKED = {"wgml_context_create", "wgml_context_free", "wgml_context_lock", "wgml_context_unlock"}
+# The last failure, read or cleared: in a fork's child from the child's copy, not refused (a
+# refusal would replace the message of the call that failed).
+ERROR_STATE = {"wgml_error_message", "wgml_last_status", "wgml_clear_error"}
 
 # How the shim finds the context of a first parameter, by its type.
 OWNERS = [
@@ -94,6 +97,9 @@ def main():
             lines.append("    %s%s;" % ("" if ret == "void" else "return ", call))
         else:
             lines.append("    wgml_context *owner = %s;" % owner)
+            if name in ERROR_STATE:
+                lines.append("    if (owner && !wgml_context_in_own_process(owner)) %s" %
+                             ("{ %s; return; }" % call if ret == "void" else "return %s;" % call))
             if ret == "void":
                 lines += ["    if (!owner) { %s; return; }" % call,
                           "    if (wgml_context_enter(owner, \"%s\")) return; /* nothing to undo in a forked child */" % name,

@@ -7,6 +7,8 @@
 #ifndef WGML_CORE_API_LOCK_H
 #define WGML_CORE_API_LOCK_H
 
+#include <stdbool.h>
+
 #include "wgml.h"
 
 /* Waits for ctx's lock (recursive: a call made from inside a call, such as a gradient hook's,
@@ -15,6 +17,10 @@
    held by a thread the child does not have, and its device is the parent's. */
 wgml_status wgml_context_enter(wgml_context *ctx, const char *fn);
 void wgml_context_leave(wgml_context *ctx);
+/* Whether ctx was made by this process (not by a parent before a fork). In a fork's child the
+   calls that read or clear the last failure answer from the child's copy, lock-free (the child
+   has one thread there), so that reading the message of a refused call does not replace it. */
+bool wgml_context_in_own_process(const wgml_context *ctx);
 /* An error tensor for a refused op (core/context.c). */
 wgml_tensor *wgml_refused_tensor(wgml_context *ctx);
 

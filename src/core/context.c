@@ -20,11 +20,11 @@ static pthread_once_t fork_hook_once = PTHREAD_ONCE_INIT;
 static void count_fork_in_child(void) { atomic_fetch_add(&fork_count, 1); }
 static void install_fork_hook(void) { pthread_atfork(NULL, NULL, count_fork_in_child); }
 
-static bool made_here(const wgml_context *ctx) { return ctx->fork_generation == atomic_load(&fork_count); }
+bool wgml_context_in_own_process(const wgml_context *ctx) { return ctx->fork_generation == atomic_load(&fork_count); }
 
 wgml_status wgml_context_enter(wgml_context *ctx, const char *fn)
 {
-    if (!made_here(ctx))
+    if (!wgml_context_in_own_process(ctx))
         return wgml_fail(ctx, WGML_ERROR_CONTEXT,
                          "%s: this context was made by process %ld, and this process (%ld) is a child of it made by "
                          "fork(): a context belongs to the process that made it; create a new context in the child "
@@ -49,7 +49,7 @@ wgml_status wgml_context_lock(wgml_context *ctx)
 
 void wgml_context_unlock(wgml_context *ctx)
 {
-    if (ctx && made_here(ctx)) wgml_context_leave(ctx);
+    if (ctx && wgml_context_in_own_process(ctx)) wgml_context_leave(ctx);
 }
 
 const char *wgml_last_create_error(void) { return create_error; }
@@ -99,7 +99,7 @@ void wgml_context_free(wgml_context *ctx)
     if (!ctx) return;
     /* a fork's child leaves the parent's context alone: releasing its device here could wait
        on the parent's threads forever */
-    if (!made_here(ctx)) return;
+    if (!wgml_context_in_own_process(ctx)) return;
     /* waits for a call another thread is inside (freeing a context while another thread
        still calls it, or will, is the caller's bug, as in wgml.h) */
     pthread_mutex_lock(&ctx->lock);

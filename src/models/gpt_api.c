@@ -88,7 +88,11 @@ int wgml_gpt_vocab(const wgml_gpt *g, const uint8_t **bytes)
 wgml_status wgml_gpt_set_vocab(wgml_gpt *g, const uint8_t *bytes, int n)
 {
     if (!g || !g->ctx) return WGML_ERROR_INVALID_ARGUMENT;
-    if (!bytes || n != g->cfg.vocab)
+    if (!bytes) return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_set_vocab: bytes is NULL");
+    if (g->cfg.vocab > 256)
+        return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_set_vocab: the model's %lld tokens are ids, not bytes",
+                         (long long)g->cfg.vocab);
+    if (n != g->cfg.vocab)
         return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_set_vocab: %d bytes given, the model has %lld tokens",
                          n, (long long)g->cfg.vocab);
     for (int k = 1; k < n; k++)
@@ -248,8 +252,9 @@ static wgml_status generate_step_top_p(wgml_gpt *g, wgml_gpt_cache *c, const int
 static wgml_status check_prompt(wgml_gpt *g, const char *what, const int32_t *prompt, int64_t n_prompt, int64_t n_new)
 {
     if (!prompt || n_prompt < 1 || n_new < 0 || n_prompt > INT64_MAX / 4 - n_new)
-        return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: a prompt of at least one token and n_new >= 0 "
-                         "must be given (n_prompt = %lld, n_new = %lld)", what, (long long)n_prompt, (long long)n_new);
+        return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: a prompt of at least one token and n_new >= 0, "
+                         "n_prompt + n_new <= 2^61, must be given (n_prompt = %lld, n_new = %lld)", what, (long long)n_prompt,
+                         (long long)n_new);
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= g->cfg.vocab)
             return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: prompt[%lld] = %d is not a token id (vocab %lld)", what,
@@ -323,7 +328,8 @@ wgml_status wgml_gpt_generate_batch(wgml_gpt *g, int64_t n_seq, const int32_t *c
     wgml_context *ctx = g->ctx;
     if (n_seq < 1 || !prompts || !n_prompts || (!out && n_new > 0) || n_new < 0 || n_new > INT64_MAX / 4 / n_seq)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate_batch: n_seq >= 1 prompts (%lld), their lengths, "
-                         "n_new >= 0 (%lld) and out (n_seq x n_new) must be given", (long long)n_seq, (long long)n_new);
+                         "0 <= n_new <= 2^61 / n_seq (%lld) and out (n_seq x n_new) must be given", (long long)n_seq,
+                         (long long)n_new);
     wgml_gpt_sample_desc d = desc ? *desc : (wgml_gpt_sample_desc){0};
     wgml_status st = check_sampling(ctx, "wgml_gpt_generate_batch", &d);
     for (int64_t s = 0; !st && s < n_seq; s++) {

@@ -1026,12 +1026,14 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
 /* ---------------------------------------------------------------- environment variables */
 
-/* Every environment variable the library reads; none is needed in normal use. Each has its
-   wgml_context_desc field, and each is read once per context, when wgml_context_create makes
+/* Every environment variable the library reads; none is needed in normal use. Each but
+   WGML_DIST_HOSTMAP has its wgml_context_desc field, and each is read once per context, when
+   wgml_context_create makes
    it (src/runtime/settings.c, the one place that reads the environment): a field that is set
    (nonzero, non-NULL) wins over its variable; one left zero takes the variable, else the
    default. A variable changed after a context is made does not reach it. The yes/no ones
-   (bounds_checks, gpu_timing, timeline) are on when the field or the variable says 1.
+   (bounds_checks, gpu_timing) are on when the field or the variable says 1; timeline when
+   the field is set or the variable is set to anything but 0.
      WGML_RUNTIME=auto|wgpu-native|dawn     .runtime
      WGML_DAWN_LIBRARY=<file>               .dawn_library
      WGML_WGPU_NATIVE_LIBRARY=<file>        .wgpu_native_library
@@ -1062,6 +1064,9 @@ WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
      WGML_DIST_F16=0|1                      .dist_f16 = -1 | 1 (gradients through host memory
                                             as f16: never, always; unset: never)
      WGML_DIST_THREADS=N                    .dist_threads
+     WGML_DIST_HOSTMAP=0                    (no field: the ranks agree on it at the first step) data
+                                            parallel's buffers copied through the runtime's
+                                            staging, not mapped over the shared segment
    Kernel choices (a value out of range is ignored, as it is in the field):
      WGML_GEMM_TILE=tm,tn,bk,stages         .gemm_tile
      WGML_GEMM_WARP=8x4                     .gemm_warp

@@ -71,7 +71,8 @@ static const struct option train_flags[] = {
 static const char train_usage[] =
     "usage: wgml gpt train [options]\n"
     "  model:  --arch gpt2|llama (gpt2)  --layers N (2)  --heads N (4)  --kv-heads N (= heads)\n"
-    "          --width N (128)  --ffn N (4 width; llama: 8 width / 3)  --block N (64)  --dropout P (0)\n"
+    "          --width N (128)  --ffn N (4 width; llama: 8 width / 3, up to a multiple of 32)\n"
+    "          --block N (64)  --dropout P (0)\n"
     "  train:  --steps N (500)  --batch N (16)  --lr X (1e-3)  --min-lr-ratio X (0.1)  --warmup N (100, at most steps / 10)\n"
     "          --weight-decay X (0.1)  --clip X (1, 0: none)  --beta2 X (0.99)  --seed N (1)\n"
     "          --precision f32|mixed|f32split|auto (auto: mixed where the adapter has matrix units, else f32;\n"

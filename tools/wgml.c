@@ -171,7 +171,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: wgml info [--json] [--all]\n"
                     "       wgml bench [ops|matmul|attention|gather|transformer|gpt|train|decode|startup|all] [--json] [--quick] [--gpu-time]\n"
-                    "       wgml train [--epochs N] [--batch N] [--lr X] [--hidden 256,128] [--seed N]\n"
+                    "       wgml train [--epochs N] [--batch N] [--lr X] [--wd X] [--clip X] [--hidden 256,128] [--seed N]\n"
                     "                  [--out DIR] [--overwrite] [--resume CHECKPOINT] [--data DIR]\n"
                     "       wgml eval CHECKPOINT [--data DIR]\n"
                     "       wgml gpt train [options]         (wgml gpt train --help)\n"

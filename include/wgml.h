@@ -39,9 +39,11 @@
  *   - fork(): a context belongs to the process that made it. In a child made by fork(), a
  *     call on a context of the parent returns at once with WGML_ERROR_CONTEXT (an op returns
  *     an error tensor; frees and other void calls do nothing), never touching the parent's
- *     device; the child makes its own context, and leaves by _exit() (or exec): a GPU
- *     driver's exit handlers may wait on threads of the parent that fork() did not copy
- *     (Mesa's lavapipe crashes or hangs in exit() there).
+ *     device. A context of the child's own may be refused (NVIDIA's Vulkan driver makes no
+ *     device in the child of a process that has one, as CUDA does not; lavapipe does), and a
+ *     child that used a GPU leaves by _exit(): a driver's exit handlers may wait on threads
+ *     fork() did not copy (lavapipe's crash or hang in exit()). Work that needs the GPU in
+ *     another process starts a new program (exec, posix_spawn, Python's "spawn").
  */
 #ifndef WGML_H
 #define WGML_H

@@ -143,11 +143,12 @@ static int child_checks(wgml_context *ctx, wgml_tensor *parent_tensor)
     if (wgml_context_lock(ctx) != WGML_ERROR_CONTEXT) fprintf(stderr, "child: lock not refused\n"), bad++;
     wgml_tensor_free(parent_tensor); /* do nothing, return */
     wgml_context_free(ctx);
-    /* the child's own context computes (the header's way; the child then leaves by _exit) */
+    /* a context of the child's own: refused with a message (NVIDIA's driver makes no device in
+       the child of a process that has one), or right (lavapipe); the child leaves by _exit */
     wgml_context *own = NULL;
     if (wgml_context_create(NULL, &own) != WGML_OK) {
-        fprintf(stderr, "child: its own context failed: %s\n", wgml_last_create_error());
-        return bad + 1;
+        if (!*wgml_last_create_error()) fprintf(stderr, "child: its own context failed without a message\n"), bad++;
+        return bad;
     }
     const float v[3] = {0.25f, -2.0f, 1.5f};
     wgml_tensor *x = NULL;

@@ -5,8 +5,9 @@ serialises the calls on a context with a lock, so a thread waits while another i
 call (the binding releases the GIL during calls, so other Python threads go on meanwhile).
 The last error message is the context's, not the thread's. Contexts are not shared across
 processes: in a child made by fork() (multiprocessing's "fork" start method) every use of a
-context the parent made raises ContextError at once; make a new context in the child, or use
-the "spawn" or "forkserver" start method.
+context the parent made raises ContextError at once; use the "spawn" or "forkserver" start
+method for GPU work in other processes (a GPU driver may refuse a device to a fork's child:
+NVIDIA's does once the parent has one).
 
 Lifetime: every Tensor and Optimizer holds a reference to its Context, so a context is
 freed only after them. A context closed early (close(), the end of a `with` block, the

@@ -27,8 +27,8 @@ wgml_status wgml_context_enter(wgml_context *ctx, const char *fn)
     if (!wgml_context_in_own_process(ctx))
         return wgml_fail(ctx, WGML_ERROR_CONTEXT,
                          "%s: this context was made by process %ld, and this process (%ld) is a child of it made by "
-                         "fork(): a context belongs to the process that made it; create a new context in the child "
-                         "(or start children with spawn rather than fork)",
+                         "fork(): a context belongs to the process that made it; start GPU work in a new program "
+                         "(exec, posix_spawn, Python's spawn): GPU drivers may refuse a device to a fork's child",
                          fn, ctx->pid, (long)getpid());
     pthread_mutex_lock(&ctx->lock);
     return WGML_OK;

@@ -136,41 +136,36 @@ run_wgml gpt train --data "$work/text" --init-from "$work/a/gpt.safetensors" --s
 [ "$rc" = 2 ] && grep -q "removes from" "$work/err" || fail "--init-from inside the --overwrite folder exited $rc: $(cat "$work/err")"
 cmp -s "$work/a/gpt.safetensors" "$work/a.before" || fail "--init-from with --overwrite removed the checkpoint it starts from"
 
+# interrupted NAME DELAY SECOND [ARGS...]: gpt train ARGS into $work/NAME in the background; after
+# its first step's line, SIGINT DELAY s later, and a second one SECOND s after that (0: none);
+# its exit status in $rc
+interrupted() {
+  local name=$1 delay=$2 second=$3 pid
+  shift 3
+  bg_wgml gpt train --data "$work/text" "$@" --steps 1000 --out "$work/$name" >"$work/$name.log" 2>&1
+  pid=$!
+  wait_for "$work/$name.log" "^step 1/1000" 300 || fail "gpt train did not start: $(cat "$work/$name.log")"
+  sleep "$delay"
+  kill -INT $pid
+  if [ "$second" != 0 ]; then sleep "$second"; kill -INT $pid; fi  # (two signals pending at once would be one)
+  wait $pid
+  rc=$?
+}
+
 # ---- a signal during a long evaluation stops it: the checkpoint at once, no validation loss
-bg_wgml gpt train --data "$work/text" "${small[@]}" --eval-every 2 --eval-batches 200000 --steps 1000 --out "$work/e" \
-  >"$work/e.log" 2>&1
-pid=$!
-wait_for "$work/e.log" "^step 1/1000" 120 || fail "gpt train did not start: $(cat "$work/e.log")"
-sleep 1
-kill -INT $pid
-wait $pid
-rc=$?
+interrupted e 1 0 "${small[@]}" --eval-every 2 --eval-batches 200000
 [ $rc = 130 ] && grep -q "stopped by SIGINT after step 2" "$work/e.log" && [ -e "$work/e/gpt.safetensors" ] ||
   fail "a SIGINT in the evaluation: exit $rc, $(tail -n 2 "$work/e.log")"
 [ "$(sed -n 3p "$work/e/metrics.csv" | cut -d, -f1,5)" = "2," ] || fail "an interrupted evaluation wrote a loss: $(cat "$work/e/metrics.csv")"
 
 # ---- a signal in a step of seconds stops after that step (not the next one), with its checkpoint
-slow=(--layers 2 --heads 4 --width 128 --block 128 --batch 16 --eval-every 0 --steps 1000)
-bg_wgml gpt train --data "$work/text" "${slow[@]}" --out "$work/s" >"$work/s.log" 2>&1
-pid=$!
-wait_for "$work/s.log" "^step 1/1000" 300 || fail "gpt train did not start: $(cat "$work/s.log")"
-sleep 0.5
-kill -INT $pid
-wait $pid
-rc=$?
+slow=(--layers 2 --heads 4 --width 128 --block 128 --batch 16 --eval-every 0)
+interrupted s 0.5 0 "${slow[@]}"
 [ $rc = 130 ] && grep -q "stopped by SIGINT after step 2:" "$work/s.log" && [ -e "$work/s/gpt.safetensors" ] ||
   fail "a SIGINT in step 2: exit $rc, $(tail -n 2 "$work/s.log")"
 
 # ---- a second signal stops at once: in a step of seconds, before its checkpoint
-bg_wgml gpt train --data "$work/text" "${slow[@]}" --out "$work/b" >"$work/b.log" 2>&1
-pid=$!
-wait_for "$work/b.log" "^step 1/1000" 300 || fail "gpt train did not start: $(cat "$work/b.log")"
-sleep 0.5
-kill -INT $pid
-sleep 1  # (two signals pending at once would be one)
-kill -INT $pid
-wait $pid
-rc=$?
+interrupted b 0.5 1 "${slow[@]}"
 [ $rc = 130 ] || fail "two SIGINTs: exit $rc, want 130"
 ! grep -q "stopped by" "$work/b.log" && [ ! -e "$work/b/gpt.safetensors" ] ||
   fail "the second SIGINT did not stop at once: $(tail -n 2 "$work/b.log")"

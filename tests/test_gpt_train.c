@@ -356,6 +356,20 @@ static void sampler_draws_from_softmax(void)
     wgml_tensor_free(l);
 }
 
+/* The text, a small GPT-2 (dropout 0.1) and its optimiser at precision (NULL on failure) */
+static wgml_optimizer *small_gpt(wgml_context *ctx, wgml_text *text, int layers, wgml_precision precision, wgml_gpt *g)
+{
+    make_text(text);
+    wgml_gpt_config c = {.arch = WGML_GPT_GPT2, .vocab = text->vocab_size, .block = T, .layers = layers, .heads = 2,
+                         .width = 32, .dropout = 0.1f};
+    wgml_optimizer *opt = NULL;
+    wgml_gpt_train_desc d = train_desc();
+    d.precision = precision;
+    CHECK_OK(ctx, wgml_gpt_init(ctx, &c, 5, g));
+    CHECK_OK(ctx, wgml_gpt_optimizer(g, &d, &opt));
+    return opt;
+}
+
 /* Launches of one GPT-2 training step by kind, from the profile (WGML_PROFILE's file) of two
    steps of a context of its own. The step's non-GEMM launches are what a step costs past
    its matrix work at the nanoGPT size (a launch costs >= ~13 us on the H200 however small):
@@ -380,16 +394,9 @@ static void step_launches_stay_few(wgml_precision precision)
     }
     wgml_set_compute_precision(ctx, WGML_PRECISION_F32);
     wgml_text text;
-    make_text(&text);
     enum { LAYERS = 2, STEPS_HERE = 2 };
-    wgml_gpt_config c = {.arch = WGML_GPT_GPT2, .vocab = text.vocab_size, .block = T, .layers = LAYERS, .heads = 2,
-                         .width = 32, .dropout = 0.1f};
     wgml_gpt g;
-    wgml_optimizer *opt = NULL;
-    wgml_gpt_train_desc d = train_desc();
-    d.precision = precision;
-    CHECK_OK(ctx, wgml_gpt_init(ctx, &c, 5, &g));
-    CHECK_OK(ctx, wgml_gpt_optimizer(&g, &d, &opt));
+    wgml_optimizer *opt = small_gpt(ctx, &text, LAYERS, precision, &g);
     float losses[STEPS_HERE];
     if (opt) train_steps(ctx, &g, opt, &text, 0, STEPS_HERE, losses);
     wgml_optimizer_free(opt);
@@ -445,16 +452,9 @@ static void repeated_steps_make_no_bind_groups(wgml_precision precision)
     }
     wgml_set_compute_precision(ctx, WGML_PRECISION_F32);
     wgml_text text;
-    make_text(&text);
     enum { STEPS_HERE = 5 };
-    wgml_gpt_config c = {.arch = WGML_GPT_GPT2, .vocab = text.vocab_size, .block = T, .layers = 6, .heads = 2, .width = 32,
-                         .dropout = 0.1f};
     wgml_gpt g;
-    wgml_optimizer *opt = NULL;
-    wgml_gpt_train_desc d = train_desc();
-    d.precision = precision;
-    CHECK_OK(ctx, wgml_gpt_init(ctx, &c, 5, &g));
-    CHECK_OK(ctx, wgml_gpt_optimizer(&g, &d, &opt));
+    wgml_optimizer *opt = small_gpt(ctx, &text, 6, precision, &g);
     float losses[STEPS_HERE];
     uint64_t made[STEPS_HERE + 1], dispatched[STEPS_HERE + 1];
     wgml_stats st;

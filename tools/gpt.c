@@ -814,7 +814,7 @@ static const struct option sample_flags[] = {
 };
 
 static const char sample_usage[] =
-    "usage: wgml gpt sample --checkpoint FILE [--prompt TEXT] [--tokens N (200)] [--temperature X (0.8; 0: greedy)]\n"
+    "usage: wgml gpt sample --checkpoint FILE [--prompt TEXT (a newline)] [--tokens N (200)] [--temperature X (0.8; 0: greedy)]\n"
     "                       [--top-k N (0: all)] [--top-p P (1: all; else the fewest likeliest tokens reaching P)] [--seed N (1)]\n"
     "                       [--samples N (1; more: N continuations drawn together, a line \"---\" between them)]\n"
     "The text goes to stdout; its speed, on a line of its own, to stderr. Runs on wgpu-native unless\n"

@@ -512,8 +512,9 @@ static void bad_configs_and_text_are_refused(void)
     wgml_text_free(&t);
 }
 
-/* A folder's texts: fortunes' index files (NAME.dat beside NAME) and links to its own files
-   are skipped; another .dat file and a link to a file elsewhere are texts */
+/* A folder's texts: fortunes' index files (NAME.dat beside NAME) are skipped and a file of
+   several names (links, a chain of them, hard links) is read once; another .dat file and a
+   link to a file elsewhere are texts */
 static void text_folder_skips_indexes_and_aliases_only(void)
 {
     char dir[] = "/tmp/wgml_text_XXXXXX", outside[] = "/tmp/wgml_text_out_XXXXXX", path[256];
@@ -532,13 +533,19 @@ static void text_folder_skips_indexes_and_aliases_only(void)
     CHECK(symlink("a", path) == 0);
     snprintf(path, sizeof path, "%s/d", dir);
     CHECK(symlink(outside, path) == 0);
+    snprintf(path, sizeof path, "%s/e", dir);
+    CHECK(symlink("d", path) == 0);
+    char first[256];
+    snprintf(first, sizeof first, "%s/b.dat", dir);
+    snprintf(path, sizeof path, "%s/f", dir);
+    CHECK(link(first, path) == 0);
     wgml_text t;
     char err[256];
     CHECK(wgml_text_load(dir, &t, err, sizeof err) == WGML_OK);
     CHECK(t.files == 3 && t.n == 6); /* a, b.dat, d: "xypqmn" */
     wgml_text_free(&t);
-    const char *names[] = {"a", "a.dat", "b.dat", ".hidden", "c.u8", "d"};
-    for (int i = 0; i < 6; i++) {
+    const char *names[] = {"a", "a.dat", "b.dat", ".hidden", "c.u8", "d", "e", "f"};
+    for (int i = 0; i < 8; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         unlink(path);
     }

@@ -248,9 +248,13 @@ static void where_and_masked_fill(void)
     CHECK(wgml_tensor_status(wgml_where(ctx, tc, ta, test_tensor(ctx, 1, &s3, three))) == WGML_ERROR_SHAPE);
     CHECK(wgml_tensor_status(wgml_masked_fill(ctx, ta, test_tensor(ctx, 1, &s3, three), 0)) == WGML_ERROR_SHAPE);
     CHECK(wgml_tensor_status(wgml_where(ctx, NULL, ta, tb)) == WGML_ERROR_INVALID_ARGUMENT);
-    /* i32 values are refused by where's own name, not by the masked_fill it is made of */
+    /* i32 values are refused by where's own name, not by the masked_fill it is made of; f16
+       values are taken (the result f32, as masked_fill's and add's) */
     CHECK(wgml_tensor_status(wgml_where(ctx, tc, ta, wgml_cast(ctx, tb, WGML_I32))) == WGML_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(wgml_error_message(ctx), "where: a is f32 and b is i32") != NULL);
+    wgml_adapter_info info;
+    if (wgml_adapter_info_get(ctx, &info) == WGML_OK && info.has_shader_f16)
+        CHECK(wgml_tensor_status(wgml_where(ctx, tc, wgml_cast(ctx, ta, WGML_F16), tb)) == WGML_OK);
     wgml_scope_end(ctx);
     wgml_clear_error(ctx);
 }

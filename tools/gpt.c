@@ -316,7 +316,7 @@ static int train_loop(trainer *t, train_options *o)
         }
         np++;
         t->step++;
-        const int stop = cli_stop_signal != 0; /* Ctrl-C: this step's checkpoint, then out */
+        int stop = cli_stop_signal != 0; /* Ctrl-C: this step's checkpoint, then out */
         int last = t->step == o->steps;
         int eval = last || (o->run.eval_every > 0 && t->step % o->run.eval_every == 0);
         int save_now = !stop && (last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0));
@@ -352,6 +352,7 @@ static int train_loop(trainer *t, train_options *o)
         if (t->step - first == SYNC && wgml_dist_size() > 1) wgml_dist_stats_reset();
         if (!lead) continue; /* rank 0 alone evaluates, logs and saves */
         if (!st && eval) st = val_loss(t, o, &vloss);
+        if (cli_stop_signal && !stop) stop = 1, save_now = 0; /* (in the evaluation: one checkpoint, below) */
         if (st) {
             fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, cli_message(t->ctx, st));
             return 1;
@@ -370,7 +371,7 @@ static int train_loop(trainer *t, train_options *o)
         }
         fflush(t->csv);
         double left = (double)(end - t->step) * el / (double)(t->step - first);
-        if (eval)
+        if (eval && !isnan(vloss))
             fprintf(stderr, "%sstep %lld/%lld  loss %.4f  val %.4f  %.0f tokens/s  %.0f s left\n", tty ? "\r" : "",
                     (long long)t->step, (long long)end, (double)loss, (double)vloss, tps, left);
         else if (tty)
@@ -403,14 +404,14 @@ static int train_loop(trainer *t, train_options *o)
     return 0;
 }
 
-/* Re-tokenises text with a checkpoint's vocabulary, which must hold every byte of the text,
-   so that a model goes on with (or is scored on) text other than its own. 0, or reported. */
 /* A checksum of a text's tokens: a resumed run, and every rank of one, must read the same text */
 static uint64_t text_checksum(const wgml_text *text)
 {
     return cli_fnv1a(CLI_FNV1A_START, text->tokens, (size_t)text->n * sizeof *text->tokens);
 }
 
+/* Re-tokenises text with a checkpoint's vocabulary, which must hold every byte of the text,
+   so that a model goes on with (or is scored on) text other than its own. 0, or reported. */
 static int adopt_vocab(const char *who, wgml_text *text, const char *text_name, const uint8_t *vocab, int vocab_size,
                        const char *ck_path)
 {
@@ -520,6 +521,9 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     t->step = ck->step;
     if (st) fprintf(stderr, "wgml gpt train: %s\n", cli_message(t->ctx, st));
     if (!st && adopt_vocab("wgml gpt train", &t->text, o->run.data, ck->vocab, ck->vocab_size, o->resume)) return 1;
+    if (!st && !ck->run.data_tokens)
+        fprintf(stderr, "wgml gpt train: %s records no checksum of its text (an older checkpoint): %s is taken as the run's\n",
+                o->resume, o->run.data);
     if (!st && ck->run.data_tokens && (ck->run.data_tokens != t->text.n || ck->run.data_checksum != text_checksum(&t->text))) {
         fprintf(stderr, "wgml gpt train: %s is not the text %s trained on (%lld tokens, checksum %016llx; it has %lld, %016llx)%s\n",
                 o->run.data, o->resume, (long long)ck->run.data_tokens, (unsigned long long)ck->run.data_checksum, (long long)t->text.n,
@@ -984,6 +988,9 @@ static int cmd_gpt_eval(int argc, char **argv)
     int whole = eo.data && stat(data, &sb) == 0 && S_ISREG(sb.st_mode);
     if (!st && (st = wgml_text_load(data, &text, err, sizeof err))) fprintf(stderr, "wgml gpt eval: %s\n", err);
     if (!st && !adopt_vocab("wgml gpt eval", &text, data, ck.vocab, ck.vocab_size, eo.path)) {
+        if (!eo.data && ck.run.data_tokens && (ck.run.data_tokens != text.n || ck.run.data_checksum != text_checksum(&text)))
+            fprintf(stderr, "wgml gpt eval: %s is not the text %s trained on (it changed): its validation split is not the run's\n",
+                    data, eo.path);
         int64_t lo = whole ? 0 : text.n_train, n = text.n - lo;
         if (eo.tokens && eo.tokens + 1 < n) n = eo.tokens + 1;
         double loss;
@@ -992,8 +999,9 @@ static int cmd_gpt_eval(int argc, char **argv)
         else if ((st = wgml_gpt_from_checkpoint(ctx, &ck, &g)) || (st = score(g, text.tokens + lo, n, eo.batch, &loss, &scored)))
             fprintf(stderr, "wgml gpt eval: %s\n", cli_message(ctx, st));
         else {
-            printf("%s: loss %.4f  perplexity %.3f  %.3f bits a byte  (%lld predicted tokens of %s%s, step %lld)\n", eo.path, loss, exp(loss),
-                   loss / log(2.0), (long long)scored, whole ? "" : "the validation split of ", data, (long long)ck.step);
+            printf("%s: loss %.4f  perplexity %.3f  %.3f bits a byte  (%lld predicted token%s of %s%s, step %lld)\n", eo.path, loss,
+                   exp(loss), loss / log(2.0), (long long)scored, scored == 1 ? "" : "s", whole ? "" : "the validation split of ", data,
+                   (long long)ck.step);
             rc = 0;
         }
     }

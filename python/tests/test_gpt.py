@@ -338,6 +338,9 @@ def test_a_model_of_more_than_256_tokens_takes_ids():
         m.decode_bytes([1, 299])
     out = m.generate(np.array([[5, 299]], dtype=np.int32), 3, temperature=0)
     assert np.asarray(out).size == 3 and np.asarray(out).max() < 300
+    # text in or out needs bytes: the default prompt "" too
+    with pytest.raises(ValueError, match="300 tokens are ids"):
+        m.generate(max_new_tokens=3)
 
 
 def test_bad_configs_and_arguments():

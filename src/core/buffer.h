@@ -17,18 +17,22 @@ typedef struct wgml_buffer {
     uint64_t size;   /* bytes, the size class */
     int size_class;
     int refs;        /* storage tensors and views sharing it */
-    uint64_t serial; /* the order of making: free lists are kept in it */
-    struct wgml_buffer *next_free;
+    uint64_t serial; /* the order of making: a class's free buffers are taken in it */
 } wgml_buffer;
 
 #define WGML_POOL_CLASSES 256
 
-/* Each class's free buffers in the order they were made, the first fitting one taken: an
-   evaluation that repeats from the same free buffers (a training step's graph) gets the same
-   buffers each time, whatever order the last one freed them in, so its cached bind groups
-   (core/bind_cache.c) match again. */
+/* A class's free buffers, a min-heap on their serials: the one made first is taken first, so
+   an evaluation that repeats from the same free buffers (a training step's graph) gets the same
+   buffers each time, whatever order the last one freed them in, and its cached bind groups
+   (core/bind_cache.c) match again; a free and a take cost O(log n) in any order. */
+typedef struct wgml_free_heap {
+    wgml_buffer **b;
+    int n, cap;
+} wgml_free_heap;
+
 typedef struct wgml_pool {
-    wgml_buffer *free_list[WGML_POOL_CLASSES];
+    wgml_free_heap free[WGML_POOL_CLASSES];
     uint64_t made; /* buffers made so far: the next serial */
 } wgml_pool;
 

@@ -3,8 +3,8 @@
  * allocates a bounded set of buffers instead of one per tensor.
  *
  * Classes: 256 B, then powers of two up to 1 MiB, then 8 steps per power of two (at most
- * 12.5% waste on big tensors). A freed buffer goes on its class's free list, in the order
- * buffers were made (buffer.h says why).
+ * 12.5% waste on big tensors). A freed buffer goes on its class's free heap, taken again in
+ * the order buffers were made (buffer.h says why).
  */
 #include <stdlib.h>
 
@@ -47,6 +47,49 @@ static void note_live(wgml_context *ctx)
     if (s->bytes_in_use > s->bytes_in_use_peak) s->bytes_in_use_peak = s->bytes_in_use;
 }
 
+static void heap_swap(wgml_buffer **h, int i, int j)
+{
+    wgml_buffer *t = h[i];
+    h[i] = h[j], h[j] = t;
+}
+
+static void sift_up(wgml_buffer **h, int i)
+{
+    for (; i > 0 && h[i]->serial < h[(i - 1) / 2]->serial; i = (i - 1) / 2) heap_swap(h, i, (i - 1) / 2);
+}
+
+static void sift_down(wgml_buffer **h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && h[l]->serial < h[m]->serial) m = l;
+        if (r < n && h[r]->serial < h[m]->serial) m = r;
+        if (m == i) return;
+        heap_swap(h, i, m);
+        i = m;
+    }
+}
+
+/* Removes and returns entry i of the heap */
+static wgml_buffer *heap_take(wgml_free_heap *f, int i)
+{
+    wgml_buffer *b = f->b[i];
+    f->b[i] = f->b[--f->n];
+    if (i < f->n) {
+        sift_down(f->b, f->n, i);
+        sift_up(f->b, i);
+    }
+    return b;
+}
+
+static void destroy(wgml_context *ctx, wgml_buffer *b)
+{
+    ctx->rt.stats.buffers_live--;
+    ctx->rt.stats.bytes_live -= b->size;
+    wgpuBufferRelease(b->handle);
+    free(b);
+}
+
 wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
 {
     if (bytes == 0) bytes = 4;
@@ -63,13 +106,16 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
         class_bytes = (bytes + 255) & ~(uint64_t)255;
     if (wgml_check_buffer_size(ctx, class_bytes, "a tensor") != WGML_OK) return NULL;
 
-    wgml_buffer *b = ctx->pool.free_list[cls];
-    while (b && b->size < class_bytes) b = b->next_free; /* exact-size fallbacks may differ */
+    /* the first made; exact-size fallbacks (past the binding limit) may be smaller: the first
+       made of those that fit */
+    wgml_free_heap *f = &ctx->pool.free[cls];
+    int pick = f->n && f->b[0]->size >= class_bytes ? 0 : -1;
+    for (int j = 0; pick < 0 && j < f->n; j++)
+        if (f->b[j]->size >= class_bytes) pick = j;
+    for (int j = pick + 1; pick > 0 && j < f->n; j++)
+        if (f->b[j]->size >= class_bytes && f->b[j]->serial < f->b[pick]->serial) pick = j;
+    wgml_buffer *b = pick >= 0 ? heap_take(f, pick) : NULL;
     if (b) {
-        wgml_buffer **pp = &ctx->pool.free_list[cls];
-        while (*pp != b) pp = &(*pp)->next_free;
-        *pp = b->next_free;
-        b->next_free = NULL;
         b->refs = 1;
         ctx->rt.stats.bytes_in_use += b->size;
         note_live(ctx);
@@ -112,10 +158,19 @@ void wgml_buffer_release(wgml_context *ctx, wgml_buffer *b)
 {
     if (!b || --b->refs > 0) return;
     ctx->rt.stats.bytes_in_use -= b->size;
-    wgml_buffer **pp = &ctx->pool.free_list[b->size_class];
-    while (*pp && (*pp)->serial < b->serial) pp = &(*pp)->next_free;
-    b->next_free = *pp;
-    *pp = b;
+    wgml_free_heap *f = &ctx->pool.free[b->size_class];
+    if (f->n == f->cap) {
+        int cap = f->cap ? 2 * f->cap : 16;
+        wgml_buffer **grown = realloc(f->b, (size_t)cap * sizeof *grown);
+        if (!grown) { /* no room to keep it: back to the device, and the bind groups that name it go */
+            destroy(ctx, b);
+            wgml_bind_cache_clear(ctx);
+            return;
+        }
+        f->b = grown, f->cap = cap;
+    }
+    f->b[f->n] = b;
+    sift_up(f->b, f->n++);
 }
 
 wgml_status wgml_grow_buffer(wgml_context *ctx, WGPUBuffer *buf, uint64_t *size, uint64_t need, uint64_t first,
@@ -140,17 +195,13 @@ static uint64_t release_free(wgml_context *ctx)
 {
     uint64_t bytes = 0;
     for (int c = 0; c < WGML_POOL_CLASSES; c++) {
-        wgml_buffer *b = ctx->pool.free_list[c];
-        while (b) {
-            wgml_buffer *next = b->next_free;
-            bytes += b->size;
-            ctx->rt.stats.buffers_live--;
-            ctx->rt.stats.bytes_live -= b->size;
-            wgpuBufferRelease(b->handle);
-            free(b);
-            b = next;
+        wgml_free_heap *f = &ctx->pool.free[c];
+        for (int i = 0; i < f->n; i++) {
+            bytes += f->b[i]->size;
+            destroy(ctx, f->b[i]);
         }
-        ctx->pool.free_list[c] = NULL;
+        free(f->b);
+        *f = (wgml_free_heap){0};
     }
     return bytes;
 }

@@ -1,4 +1,3 @@
-#define _XOPEN_SOURCE 700 /* realpath */
 /* Text corpora for character-level models: see text.h for the format of the data and the
    batch generator. */
 #include "io/text.h"
@@ -51,41 +50,37 @@ wgml_status wgml_text_from_bytes(const uint8_t *bytes, size_t len, wgml_text *ou
     return WGML_OK;
 }
 
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* Appends the file's bytes to *buf; -1 with err set on failure. */
-/* What a folder holds besides its texts, in Debian's fortunes folder: NAME.dat, the index of a
-   file NAME beside it (strfile's), and links to a file of the same folder (the .u8 aliases),
-   which would read a text twice. Other .dat files and links to files elsewhere are texts. */
-static int is_index_or_alias(const char *path, const char *real_dir)
+/* NAME.dat beside a file NAME: strfile's index in Debian's fortunes folder, not a text */
+static int is_index(const char *path)
 {
     struct stat sb;
-    if (ends_with(path, ".dat")) {
-        size_t n = strlen(path) - 4;
-        char text[4096];
-        if (n < sizeof text) {
-            memcpy(text, path, n);
-            text[n] = 0;
-            if (stat(text, &sb) == 0 && S_ISREG(sb.st_mode)) return 1;
-        }
-    }
-    if (lstat(path, &sb) || !S_ISLNK(sb.st_mode) || !real_dir) return 0;
-    char *target = realpath(path, NULL);
-    char *slash = target ? strrchr(target, '/') : NULL;
-    int alias = slash && (size_t)(slash - target) == strlen(real_dir) && strncmp(target, real_dir, (size_t)(slash - target)) == 0;
-    free(target);
-    return alias;
+    size_t n = strlen(path);
+    char text[4096];
+    if (!ends_with(path, ".dat") || n - 4 >= sizeof text) return 0;
+    memcpy(text, path, n - 4);
+    text[n - 4] = 0;
+    return stat(text, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* A folder's text file: its name, and the file it is (links and hard links to one file are one) */
+typedef struct text_file {
+    char *name;
+    dev_t dev;
+    ino_t ino;
+} text_file;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const text_file *)a)->name, ((const text_file *)b)->name);
+}
+
+/* Appends the file's bytes to *buf; -1 with err set on failure. */
 static int append_file(const char *path, uint8_t **buf, size_t *len, size_t *cap, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
@@ -145,46 +140,50 @@ wgml_status wgml_text_load(const char *dir, wgml_text *out, char *err, size_t er
                  strcmp(dir, WGML_TEXT_DEFAULT_DIR) == 0 ? " (Debian's fortunes package: make deps installs it)" : "");
         return WGML_ERROR_IO;
     }
-    char **names = NULL;
+    text_file *files = NULL;
     int n = 0;
     wgml_status st = WGML_OK;
     char path[4096];
     struct dirent *e;
-    char *real_dir = realpath(dir, NULL);
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
-        if (is_index_or_alias(path, real_dir)) continue;
         struct stat sb;
-        if (stat(path, &sb) || !S_ISREG(sb.st_mode)) continue; /* folders, devices, broken links */
-        char **nn = n < MAX_FILES ? realloc(names, (size_t)(n + 1) * sizeof *names) : NULL;
+        if (is_index(path) || stat(path, &sb) || !S_ISREG(sb.st_mode)) continue; /* folders, devices, broken links */
+        text_file *nn = n < MAX_FILES ? realloc(files, (size_t)(n + 1) * sizeof *files) : NULL;
         char *copy = nn ? strdup(e->d_name) : NULL;
-        if (nn) names = nn;
+        if (nn) files = nn;
         if (!copy) {
             if (n < MAX_FILES) snprintf(err, errlen, "out of memory listing %s", dir);
             else snprintf(err, errlen, "more than %d files in %s", MAX_FILES, dir);
             st = n < MAX_FILES ? WGML_ERROR_OUT_OF_MEMORY : WGML_ERROR_INVALID_ARGUMENT;
             break;
         }
-        names[n++] = copy;
+        files[n++] = (text_file){.name = copy, .dev = sb.st_dev, .ino = sb.st_ino};
     }
     closedir(d);
-    free(real_dir);
+    /* each file once, under its first name (the fortunes' .u8 links come after their files) */
+    qsort(files, (size_t)n, sizeof *files, by_name);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int k = 0; k < kept && !seen; k++) seen = files[k].dev == files[i].dev && files[k].ino == files[i].ino;
+        if (seen) free(files[i].name);
+        else files[kept++] = files[i];
+    }
+    n = kept;
     if (!st && n == 0) {
         snprintf(err, errlen, "the text folder %s has no text files", dir);
         st = WGML_ERROR_INVALID_ARGUMENT;
     }
     uint8_t *buf = NULL;
     size_t len = 0, cap = 0;
-    if (!st) {
-        qsort(names, (size_t)n, sizeof *names, by_name);
-        for (int i = 0; i < n && !st; i++) {
-            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-            if (append_file(path, &buf, &len, &cap, err, errlen)) st = WGML_ERROR_IO;
-        }
+    for (int i = 0; i < n && !st; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
+        if (append_file(path, &buf, &len, &cap, err, errlen)) st = WGML_ERROR_IO;
     }
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names);
+    for (int i = 0; i < n; i++) free(files[i].name);
+    free(files);
     if (!st && len == 0) {
         snprintf(err, errlen, "the text in %s is empty", dir);
         st = WGML_ERROR_INVALID_ARGUMENT;

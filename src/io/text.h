@@ -1,9 +1,10 @@
 /*
  * Text corpora for character-level language models, host only.
  *
- * A corpus is one file, or the regular files of a folder (names starting with ".", NAME.dat beside a
- * file NAME and links to a file of the same folder skipped: in Debian's fortunes folder those are
- * the index files and the .u8 aliases; links to files elsewhere are followed), concatenated
+ * A corpus is one file, or the regular files of a folder (names starting with "." and NAME.dat
+ * beside a file NAME skipped, and a file reached by several names, links or hard links, read once
+ * under its first: in Debian's fortunes folder those are the index files and the .u8 aliases),
+ * concatenated
  * in byte order of their names. The vocabulary is the distinct bytes of the whole text in
  * increasing order; a token is a byte's index in it. The first 90% of the tokens (rounded
  * down) are the training split, the rest the validation split.

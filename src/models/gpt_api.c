@@ -253,7 +253,7 @@ static wgml_status check_prompt(wgml_gpt *g, const char *what, const int32_t *pr
 {
     if (!prompt || n_prompt < 1 || n_new < 0 || n_prompt > INT64_MAX / 4 - n_new)
         return wgml_fail(g->ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: a prompt of at least one token and n_new >= 0, "
-                         "n_prompt + n_new <= 2^61, must be given (n_prompt = %lld, n_new = %lld)", what, (long long)n_prompt,
+                         "n_prompt + n_new < 2^61, must be given (n_prompt = %lld, n_new = %lld)", what, (long long)n_prompt,
                          (long long)n_new);
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= g->cfg.vocab)
@@ -328,7 +328,7 @@ wgml_status wgml_gpt_generate_batch(wgml_gpt *g, int64_t n_seq, const int32_t *c
     wgml_context *ctx = g->ctx;
     if (n_seq < 1 || !prompts || !n_prompts || (!out && n_new > 0) || n_new < 0 || n_new > INT64_MAX / 4 / n_seq)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "wgml_gpt_generate_batch: n_seq >= 1 prompts (%lld), their lengths, "
-                         "0 <= n_new <= 2^61 / n_seq (%lld) and out (n_seq x n_new) must be given", (long long)n_seq,
+                         "0 <= n_new < 2^61 / n_seq (%lld) and out (n_seq x n_new) must be given", (long long)n_seq,
                          (long long)n_new);
     wgml_gpt_sample_desc d = desc ? *desc : (wgml_gpt_sample_desc){0};
     wgml_status st = check_sampling(ctx, "wgml_gpt_generate_batch", &d);

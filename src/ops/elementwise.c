@@ -222,8 +222,8 @@ wgml_tensor *wgml_where(wgml_context *ctx, wgml_tensor *cond, wgml_tensor *a, wg
         wgml_shape_str(sb, sizeof sb, b);
         return wgml_tensor_error(ctx, WGML_ERROR_SHAPE, "where: shapes %s, %s and %s do not broadcast", sc, sa, sb);
     }
-    if (a->dtype != WGML_F32 || b->dtype != WGML_F32)
-        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "where: a is %s and b is %s; where takes f32 values (wgml_cast converts)",
+    if (a->dtype == WGML_I32 || b->dtype == WGML_I32)
+        return wgml_tensor_error(ctx, WGML_ERROR_INVALID_ARGUMENT, "where: a is %s and b is %s; where takes f32 or f16 values (wgml_cast converts)",
                                  wgml_dtype_name(a->dtype), wgml_dtype_name(b->dtype));
     wgml_scope_begin(ctx);
     if (cond->dtype == WGML_I32) cond = wgml_cast(ctx, cond, WGML_F32); /* nonzero ints stay nonzero */

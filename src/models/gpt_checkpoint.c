@@ -56,7 +56,7 @@ static const wgml_meta_field fields[] = {
     {"loss_scale_skipped", 1, offsetof(wgml_gpt_run, loss_scale_skipped), WGML_META_I64, 0, 1 << 24, 1},
     {"loss_scale_updates", 1, offsetof(wgml_gpt_run, loss_scale_updates), WGML_META_I64, 0, 1 << 24, 1},
     /* absent in older files: 0 (the text not recorded) */
-    {"data_tokens", 1, offsetof(wgml_gpt_run, data_tokens), WGML_META_I64, 0, INT64_MAX, 1},
+    {"data_tokens", 1, offsetof(wgml_gpt_run, data_tokens), WGML_META_I64, 0, 0x1p63, 1}, /* (any int64) */
     {"data_checksum", 1, offsetof(wgml_gpt_run, data_checksum), WGML_META_U64, 0, 0, 1},
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))

@@ -244,6 +244,8 @@ refused "resuming a finished run" "nothing to train" run_wgml train --data "$dat
 refused "an unknown command" "unknown command 'frobnicate'" run_wgml frobnicate
 refused "an unknown bench target" "unknown target 'foo'" run_wgml bench foo
 refused "eval without a checkpoint" "CHECKPOINT is required" run_wgml eval --data "$data"
+refused "--version with an argument" "unexpected argument 'extra'" run_wgml --version extra
+refused "help of a command" "wgml gpt --help" run_wgml help gpt
 # help and version: exit 0, usage on stdout, nothing run
 for args in "--help" "-h" "--version" "train --help" "train -h" "eval --help" "bench --help" "info --help" "gpt --help"; do
   # shellcheck disable=SC2086

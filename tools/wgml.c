@@ -198,8 +198,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return usage(stdout), 0;
-    if (!strcmp(cmd, "--version")) return printf("wgml %s\n", wgml_version()), 0;
+    int bare = argc == 2; /* (--help and --version take no arguments: anything after is a mistake) */
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help") || !strcmp(cmd, "--version")) {
+        if (!bare && strcmp(cmd, "--version"))
+            return fprintf(stderr, "wgml %s: a command's options: wgml %s --help\n", cmd, argv[2]), 2;
+        if (!bare) return fprintf(stderr, "wgml --version: unexpected argument '%s'\n", argv[2]), 2;
+        return strcmp(cmd, "--version") ? (usage(stdout), 0) : (printf("wgml %s\n", wgml_version()), 0);
+    }
     /* each command sees its own name as argv[0] */
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);

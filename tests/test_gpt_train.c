@@ -438,7 +438,7 @@ static void step_launches_stay_few(wgml_precision precision)
 }
 
 /* Steps after the first few make no bind groups: the step's graph gets the same pool buffers
-   each time (free lists in the order buffers were made) and the bind-group cache holds them
+   each time (free buffers taken in the order they were made) and the bind-group cache holds them
    all (a direct-mapped one of 512 lost a third of them to collisions, LIFO free lists nearly
    all) */
 static void repeated_steps_make_no_bind_groups(wgml_precision precision)

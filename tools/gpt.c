@@ -305,8 +305,6 @@ static int train_loop(trainer *t, train_options *o)
     int np = 0, sync_every = SYNC;
     char path[1100];
     while (t->step < end) {
-        /* a signal while the last steps were awaited (or evaluated) stops before another starts */
-        if (cli_stop_signal && np == 0 && lead) return stop_with_checkpoint(t, o, path, sizeof path);
         wgml_status st = load_batch(t, o, 0, t->step, &t->ids, &t->targets);
         lrs[np] = wgml_optimizer_lr(t->opt);
         if (!st) st = wgml_gpt_train_step_submit(t->model, t->opt, t->ids, t->targets, &pending[np]);
@@ -316,16 +314,16 @@ static int train_loop(trainer *t, train_options *o)
         }
         np++;
         t->step++;
-        int stop = cli_stop_signal != 0; /* Ctrl-C: this step's checkpoint, then out */
         int last = t->step == o->steps;
         int eval = last || (o->run.eval_every > 0 && t->step % o->run.eval_every == 0);
-        int save_now = !stop && (last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0));
+        int save_now = last || t->step == end || (o->save_every > 0 && t->step % o->save_every == 0);
         int scheduled = eval || t->step % SYNC == 0; /* where the metrics hold grad_norm */
         /* this session's first step syncs too: its time, shown on a pipe as well, tells how
            long the run will take (on a CPU adapter a step can take minutes); the second
            gives a step's time without the kernels' compilation */
         int first_step = t->step == first + 1;
-        if (!scheduled && !save_now && !stop && t->step > first + 2 && np < sync_every) continue;
+        /* (Ctrl-C, cli_stop_signal, syncs too: the step in flight ends the run, with a checkpoint) */
+        if (!scheduled && !save_now && !cli_stop_signal && t->step > first + 2 && np < sync_every) continue;
         /* the sync: losses of the steps since the last one, the last step's gradient norm */
         float norm = NAN, vloss = NAN;
         for (int i = 0; i < np && !st; i++) st = wgml_tensor_read(pending[i], &losses[i], 1);
@@ -352,7 +350,6 @@ static int train_loop(trainer *t, train_options *o)
         if (t->step - first == SYNC && wgml_dist_size() > 1) wgml_dist_stats_reset();
         if (!lead) continue; /* rank 0 alone evaluates, logs and saves */
         if (!st && eval) st = val_loss(t, o, &vloss);
-        if (cli_stop_signal && !stop) stop = 1, save_now = 0; /* (in the evaluation: one checkpoint, below) */
         if (st) {
             fprintf(stderr, "\nwgml gpt train: step %lld: %s\n", (long long)t->step, cli_message(t->ctx, st));
             return 1;
@@ -386,6 +383,8 @@ static int train_loop(trainer *t, train_options *o)
            whose all-reduce of the losses is a collective) */
         if (t->step == first + 1) first_el = el;
         if (t->step == first + 2 && el - first_el >= 1.0 && wgml_dist_size() == 1) sync_every = 1;
+        /* a signal while this step was awaited or evaluated stops here, before another starts */
+        if (cli_stop_signal) return stop_with_checkpoint(t, o, path, sizeof path);
         if (save_now) {
             snprintf(path, sizeof path, "%s/gpt.safetensors", o->out);
             if ((st = save(t, o, path, 1))) {
@@ -393,7 +392,6 @@ static int train_loop(trainer *t, train_options *o)
                 return 1;
             }
         }
-        if (stop) return stop_with_checkpoint(t, o, path, sizeof path);
     }
     int n_params;
     wgml_tensor *const *params = wgml_gpt_params(t->model, &n_params);
@@ -408,6 +406,13 @@ static int train_loop(trainer *t, train_options *o)
 static uint64_t text_checksum(const wgml_text *text)
 {
     return cli_fnv1a(CLI_FNV1A_START, text->tokens, (size_t)text->n * sizeof *text->tokens);
+}
+
+/* Whether text (in the run's vocabulary) differs from the one run recorded (older checkpoints
+   record none: 0) */
+static int text_changed(const wgml_gpt_run *run, const wgml_text *text)
+{
+    return run->data_tokens && (run->data_tokens != text->n || run->data_checksum != text_checksum(text));
 }
 
 /* Re-tokenises text with a checkpoint's vocabulary, which must hold every byte of the text,
@@ -524,7 +529,7 @@ static int resume(trainer *t, train_options *o, const wgml_gpt_checkpoint *ck)
     if (!st && !ck->run.data_tokens)
         fprintf(stderr, "wgml gpt train: %s records no checksum of its text (an older checkpoint): %s is taken as the run's\n",
                 o->resume, o->run.data);
-    if (!st && ck->run.data_tokens && (ck->run.data_tokens != t->text.n || ck->run.data_checksum != text_checksum(&t->text))) {
+    if (!st && text_changed(&ck->run, &t->text)) {
         fprintf(stderr, "wgml gpt train: %s is not the text %s trained on (%lld tokens, checksum %016llx; it has %lld, %016llx)%s\n",
                 o->run.data, o->resume, (long long)ck->run.data_tokens, (unsigned long long)ck->run.data_checksum, (long long)t->text.n,
                 (unsigned long long)text_checksum(&t->text), o->given[O_DATA - 256] ? "" : ": give --data with the run's text");
@@ -988,7 +993,7 @@ static int cmd_gpt_eval(int argc, char **argv)
     int whole = eo.data && stat(data, &sb) == 0 && S_ISREG(sb.st_mode);
     if (!st && (st = wgml_text_load(data, &text, err, sizeof err))) fprintf(stderr, "wgml gpt eval: %s\n", err);
     if (!st && !adopt_vocab("wgml gpt eval", &text, data, ck.vocab, ck.vocab_size, eo.path)) {
-        if (!eo.data && ck.run.data_tokens && (ck.run.data_tokens != text.n || ck.run.data_checksum != text_checksum(&text)))
+        if (!eo.data && text_changed(&ck.run, &text))
             fprintf(stderr, "wgml gpt eval: %s is not the text %s trained on (it changed): its validation split is not the run's\n",
                     data, eo.path);
         int64_t lo = whole ? 0 : text.n_train, n = text.n - lo;

@@ -198,12 +198,14 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
-    int bare = argc == 2; /* (--help and --version take no arguments: anything after is a mistake) */
-    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help") || !strcmp(cmd, "--version")) {
-        if (!bare && strcmp(cmd, "--version"))
-            return fprintf(stderr, "wgml %s: a command's options: wgml %s --help\n", cmd, argv[2]), 2;
-        if (!bare) return fprintf(stderr, "wgml --version: unexpected argument '%s'\n", argv[2]), 2;
-        return strcmp(cmd, "--version") ? (usage(stdout), 0) : (printf("wgml %s\n", wgml_version()), 0);
+    /* --help and --version take no arguments: anything after them is a mistake */
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        if (argc > 2) return fprintf(stderr, "wgml %s: a command's options: wgml %s --help\n", cmd, argv[2]), 2;
+        return usage(stdout), 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        if (argc > 2) return fprintf(stderr, "wgml --version: unexpected argument '%s'\n", argv[2]), 2;
+        return printf("wgml %s\n", wgml_version()), 0;
     }
     /* each command sees its own name as argv[0] */
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);

@@ -106,14 +106,12 @@ wgml_buffer *wgml_pool_acquire(wgml_context *ctx, uint64_t bytes)
         class_bytes = (bytes + 255) & ~(uint64_t)255;
     if (wgml_check_buffer_size(ctx, class_bytes, "a tensor") != WGML_OK) return NULL;
 
-    /* the first made; exact-size fallbacks (past the binding limit) may be smaller: the first
-       made of those that fit */
+    /* the first made: the heap's top, unless it is an exact-size fallback (past the binding
+       limit) smaller than this one; then the first made of those that fit */
     wgml_free_heap *f = &ctx->pool.free[cls];
     int pick = f->n && f->b[0]->size >= class_bytes ? 0 : -1;
-    for (int j = 0; pick < 0 && j < f->n; j++)
-        if (f->b[j]->size >= class_bytes) pick = j;
-    for (int j = pick + 1; pick > 0 && j < f->n; j++)
-        if (f->b[j]->size >= class_bytes && f->b[j]->serial < f->b[pick]->serial) pick = j;
+    for (int j = 1; pick != 0 && j < f->n; j++)
+        if (f->b[j]->size >= class_bytes && (pick < 0 || f->b[j]->serial < f->b[pick]->serial)) pick = j;
     wgml_buffer *b = pick >= 0 ? heap_take(f, pick) : NULL;
     if (b) {
         b->refs = 1;

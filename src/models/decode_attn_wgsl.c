@@ -3,6 +3,7 @@
    QK-norm + RoPE + cache append for prefill rows. Generated per shape, as decode_wgsl.c's. */
 #include "models/decode_wgsl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -583,4 +584,200 @@ char *wgml_decode_rope_wgsl(const wgml_decode_rope *k)
                       "    let vcol = r * QS + (H + HKV) * D + (hh - H) * D;\n"
                       "    vc[base + j] = CE(qkv[vcol + j]);\n    vc[base + j + HALF] = CE(qkv[vcol + j + HALF]);\n}\n");
     return wgml_sbuf_take(&b);
+}
+
+/* The MLP block's grid attention (wgml_decode_block's gs): each K/V head's positions in gs
+   shares, a workgroup item each, so the attention runs on the block's whole grid with few
+   positions a workgroup; then, past a barrier across the grid, each output combined from its
+   shares by gs neighbouring threads. No launch of its own, and no chunk counter. */
+int wgml_decode_block_attn_fits(const wgml_decode_block *k)
+{
+    return k->gs > 0 && k->gs <= 64 && (k->gs & (k->gs - 1)) == 0 && !k->ln && k->D >= 4 && k->D % 4 == 0 && k->D <= 128 && k->G >= 1 &&
+           k->G <= 16 && k->Hkv >= 1 && k->cache_block >= 1 && k->G * k->D * k->Hkv == k->A;
+}
+
+/* vec4s of a K or V row each of a position's 16 threads holds; positions a share at most;
+   threads a head of the softmax's sums (a power of two, G of them fit 256) */
+static unsigned ga_kpt(const wgml_decode_block *k) { return (k->D / 4 + 15) / 16; }
+static unsigned ga_pm(const wgml_decode_block *k) { return (k->cache_block + k->gs - 1) / k->gs; }
+static unsigned ga_tq(const wgml_decode_block *k)
+{
+    unsigned t = 256;
+    while (t * k->G > 256) t /= 2;
+    return t;
+}
+
+uint64_t wgml_decode_block_attn_bytes(const wgml_decode_block *k)
+{
+    if (!k->gs) return 0;
+    /* gq, gk and gv, gsc, gred, gvp (as declared below) */
+    return ((uint64_t)k->G * k->D + 2ull * k->D + (uint64_t)k->G * ga_pm(k) + 256ull * k->G + 1024ull * ga_kpt(k) * k->G) * 4;
+}
+
+/* ga_<name>(v, tid, sgs): v reduced by `op` (WGSL of a and b) over aligned segments of len
+   threads, every thread of a segment given the result: subgroup shuffles within a subgroup,
+   then the subgroups' results through red (two barriers) */
+static void ga_segment_fn(wgml_sbuf *b, const char *name, unsigned len, const char *op, const char *id, int sg)
+{
+    wgml_sbuf_put(b, "fn ga_%s(v: f32, tid: u32, sgs: u32) -> f32 {\n    var a = v;\n", name);
+    if (sg)
+        for (unsigned o = 1; o < len; o *= 2)
+            wgml_sbuf_put(b, "    { let b = subgroupShuffleXor(a, %uu); a = select(a, %s, %uu < sgs); }\n", o, op, o);
+    char step[32];
+    if (sg) snprintf(step, sizeof step, "min(sgs, %uu)", len);
+    else snprintf(step, sizeof step, "1u");
+    wgml_sbuf_put(b, "    red[tid] = a;\n    workgroupBarrier();\n    a = %s;\n    let b0 = tid - tid %% %uu;\n"
+                     "    for (var q = 0u; q < %uu; q += %s) { let b = red[b0 + q]; a = %s; }\n    workgroupBarrier();\n    return a;\n}\n",
+                  id, len, len, step, op);
+}
+
+void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k)
+{
+    const unsigned kpt = ga_kpt(k), tq = ga_tq(k);
+    wgml_sbuf_put(b, "const GD: u32 = %uu;\nconst GD4: u32 = %uu;\nconst GHALF: u32 = %uu;\nconst GG: u32 = %uu;\nconst GHKV: u32 = %uu;\n"
+                     "const GHQ: u32 = %uu;\nconst GKVD4: u32 = %uu;\nconst GS: u32 = %uu;\nconst GPM: u32 = %uu;\nconst GKPT: u32 = %uu;\n"
+                     "const GTQ: u32 = %uu;\nconst GBLOCK: u32 = %uu;\nconst GSCALE: f32 = %.9g;\n",
+                  k->D, k->D / 4, k->D / 2, k->G, k->Hkv, k->G * k->Hkv, k->Hkv * k->D / 4, k->gs, ga_pm(k), kpt, tq, k->cache_block,
+                  1.0 / sqrt((double)k->D));
+    if (k->qk_norm) wgml_sbuf_put(b, "const GQN: u32 = %uu;\nconst GKN: u32 = %uu;\n", k->qnorm, k->knorm);
+    wgml_sbuf_put(b, "@group(0) @binding(12) var<storage, read> rows: array<vec4<i32>>;\n"
+                     "@group(0) @binding(13) var<storage, read_write> kc: array<vec4<f32>>;\n"
+                     "@group(0) @binding(14) var<storage, read_write> vc: array<vec4<f32>>;\n"
+                     "@group(0) @binding(15) var<storage, read> freq: array<f32>;\n"
+                     "@group(0) @binding(16) var<storage, read_write> gpart: array<atomic<u32>>;\n"
+                     "@group(0) @binding(17) var<storage, read_write> gml: array<atomic<u32>>;\n"
+                     /* the item's query heads and its own k and v (normed, rotated); its scores, then
+                        their exponentials; the scores' and the values' partial sums */
+                     "var<workgroup> gq: array<vec4<f32>, %u>;\nvar<workgroup> gk: array<vec4<f32>, GD4>;\n"
+                     "var<workgroup> gv: array<vec4<f32>, GD4>;\nvar<workgroup> gsc: array<f32, %u>;\n"
+                     "var<workgroup> gred: array<f32, %u>;\nvar<workgroup> gvp: array<vec4<f32>, %u>;\n",
+                  k->G * k->D / 4, k->G * ga_pm(k), 256 * k->G, 256 * kpt * k->G);
+    rope_helpers(b);
+    ga_segment_fn(b, "head_sum", 64, "a + b", "0.0", k->sg);
+    ga_segment_fn(b, "q_max", tq, "max(a, b)", "-3.0e38", k->sg);
+    ga_segment_fn(b, "q_sum", tq, "a + b", "0.0", k->sg);
+    ga_segment_fn(b, "s_max", k->gs, "max(a, b)", "-3.0e38", k->sg);
+    ga_segment_fn(b, "s_sum", k->gs, "a + b", "0.0", k->sg);
+}
+
+void wgml_decode_block_attn_phases(wgml_sbuf *b, const wgml_decode_block *k)
+{
+    char rot[512], norm[512] = "";
+    const wgml_decode_attn ra = {.rope = 1};
+    if (k->qk_norm)
+        snprintf(norm, sizeof norm, "            let rs = inverseSqrt(ga_head_sum(a * a + bb * bb, tid, sgs) / f32(GD) + EPS);\n"
+                                    "            a = a * rs * w1;\n            bb = bb * rs * w2;\n");
+    /* the row's position and slot (batch 1); a share of ceil(T / GS) positions an item */
+    wgml_sbuf_put(b, "    let grow = rows[0];\n    let GT = u32(grow.y) + 1u;\n    let gslot = u32(grow.x);\n"
+                     "    let GP = (GT + GS - 1u) / GS;\n"
+                     "    for (var it = wg; it < GHKV * GS; it += W) {\n"
+                     "        let gh = it / GS;\n        let sp = it %% GS;\n"
+                     "        let t0 = min(sp * GP, GT);\n        let t1 = min(t0 + GP, GT);\n"
+                     /* 16 threads a position, each a vec4 of every 16; the share's first 16 positions'
+                        K and V rows loaded first, all but the row's own (the prologue works it out) */
+                     "        let pi = tid / 16u;\n        let ln = tid %% 16u;\n"
+                     "        let kvb = gslot * GBLOCK * GKVD4 + gh * GD4;\n"
+                     "        var kr: array<vec4<f32>, GKPT>;\n        var vr: array<vec4<f32>, GKPT>;\n"
+                     "        if (t0 + pi + 1u < GT && t0 + pi < t1) {\n"
+                     "            for (var e = 0u; e < GKPT; e++) {\n"
+                     "                let d = ln + 16u * e;\n"
+                     "                if (d < GD4) { kr[e] = kc[kvb + (t0 + pi) * GKVD4 + d]; vr[e] = vc[kvb + (t0 + pi) * GKVD4 + d]; }\n"
+                     "            }\n        }\n"
+                     /* the prologue: the G query heads and the K/V head, 64 threads each, 4 at a time */
+                     "        for (var h0 = 0u; h0 <= GG; h0 += 4u) {\n"
+                     "            let hh = h0 + tid / 64u;\n            let j = tid %% 64u;\n            let act = hh <= GG && j < GHALF;\n"
+                     "            var a = 0.0;\n            var bb = 0.0;\n            var w1 = 1.0;\n            var w2 = 1.0;\n"
+                     "            var fr = 0.0;\n            var va = 0.0;\n            var vb = 0.0;\n"
+                     "            if (act) {\n"
+                     "                let col = select(GHQ * GD + gh * GD, (gh * GG + hh) * GD, hh < GG);\n"
+                     "                a = qkv[col + j];\n                bb = qkv[col + j + GHALF];\n                fr = freq[j];\n%s"
+                     "                if (hh == GG) { let vcol = (GHQ + GHKV) * GD + gh * GD; va = qkv[vcol + j]; vb = qkv[vcol + j + GHALF]; }\n"
+                     "            }\n%s",
+                  k->qk_norm ? "                let w = select(GKN, GQN, hh < GG);\n                w1 = vecs[w + j];\n                w2 = vecs[w + j + GHALF];\n" : "",
+                  norm);
+    /* (rotated() names the pair a and b) */
+    wgml_sbuf_put(b, "            let pos = GT - 1u;\n            {\n                let b = bb;\n%s"
+                     "                if (act) {\n"
+                     "                    let i = hh * GD + j;\n"
+                     "                    if (hh < GG) { gq[i / 4u][i %% 4u] = ya; gq[(i + GHALF) / 4u][(i + GHALF) %% 4u] = yb; } else {\n"
+                     "                        gk[j / 4u][j %% 4u] = ya;\n                        gk[(j + GHALF) / 4u][(j + GHALF) %% 4u] = yb;\n"
+                     "                        gv[j / 4u][j %% 4u] = va;\n                        gv[(j + GHALF) / 4u][(j + GHALF) %% 4u] = vb;\n"
+                     "                    }\n                }\n            }\n        }\n"
+                     "        workgroupBarrier();\n"
+                     /* the share holding the row's position appends its k and v */
+                     "        if (t0 < GT && t1 == GT && tid < GD4) { kc[kvb + (GT - 1u) * GKVD4 + tid] = gk[tid]; vc[kvb + (GT - 1u) * GKVD4 + tid] = gv[tid]; }\n",
+                  rotated(&ra, "                ", "fr", rot, sizeof rot));
+    /* the scores, 16 positions a round: each thread's slice of the G dot products, summed over the
+       position's 16 threads */
+    wgml_sbuf_put(b, "        for (var r0 = t0; r0 < t1; r0 += 16u) {\n"
+                     "            let t = r0 + pi;\n"
+                     "            if (r0 != t0 && t + 1u < GT && t < t1) {\n"
+                     "                for (var e = 0u; e < GKPT; e++) { let d = ln + 16u * e; if (d < GD4) { kr[e] = kc[kvb + t * GKVD4 + d]; } }\n"
+                     "            }\n"
+                     "            if (t + 1u == GT) { for (var e = 0u; e < GKPT; e++) { let d = ln + 16u * e; if (d < GD4) { kr[e] = gk[d]; } } }\n"
+                     "            for (var q = 0u; q < GG; q++) {\n"
+                     "                var s = 0.0;\n"
+                     "                for (var e = 0u; e < GKPT; e++) { let d = ln + 16u * e; if (d < GD4) { s += dot(gq[q * GD4 + d], kr[e]); } }\n"
+                     "                gred[tid * GG + q] = s;\n            }\n"
+                     "            workgroupBarrier();\n"
+                     "            if (ln < GG && t < t1) {\n"
+                     "                var s = 0.0;\n"
+                     "                for (var u = 0u; u < 16u; u++) { s += gred[(pi * 16u + u) * GG + ln]; }\n"
+                     "                gsc[ln * GPM + t - t0] = s * GSCALE;\n            }\n"
+                     "            workgroupBarrier();\n        }\n"
+                     /* the softmax's max and sum, GTQ threads a head; the scores become exponentials */
+                     "        let n = t1 - t0;\n        let sq = tid / GTQ;\n        let si = tid %% GTQ;\n"
+                     "        var m = -3.0e38;\n"
+                     "        if (sq < GG) { for (var i = si; i < n; i += GTQ) { m = max(m, gsc[sq * GPM + i]); } }\n"
+                     "        m = ga_q_max(m, tid, sgs);\n"
+                     "        var l = 0.0;\n"
+                     "        if (sq < GG) { for (var i = si; i < n; i += GTQ) { let e = exp(gsc[sq * GPM + i] - m); gsc[sq * GPM + i] = e; l += e; } }\n"
+                     "        l = ga_q_sum(l, tid, sgs);\n"
+                     "        if (si == 0u && sq < GG) {\n"
+                     "            let at = ((gh * GS + sp) * GG + sq) * 2u;\n"
+                     "            atomicStore(&gml[at], bitcast<u32>(m));\n            atomicStore(&gml[at + 1u], bitcast<u32>(l));\n        }\n"
+                     /* the weighted values, each V load serving the G heads; then summed over the 16
+                        positions of a round */
+                     /* (zeroed each item: naga declares a function's variables once, at its start) */
+                     "        var acc: array<vec4<f32>, %u>;\n"
+                     "        for (var i = 0u; i < GG * GKPT; i++) { acc[i] = vec4<f32>(0.0); }\n"
+                     "        for (var r0 = t0; r0 < t1; r0 += 16u) {\n"
+                     "            let t = r0 + pi;\n"
+                     "            if (r0 != t0 && t + 1u < GT && t < t1) {\n"
+                     "                for (var e = 0u; e < GKPT; e++) { let d = ln + 16u * e; if (d < GD4) { vr[e] = vc[kvb + t * GKVD4 + d]; } }\n"
+                     "            }\n"
+                     "            if (t + 1u == GT) { for (var e = 0u; e < GKPT; e++) { let d = ln + 16u * e; if (d < GD4) { vr[e] = gv[d]; } } }\n"
+                     "            if (t < t1) {\n"
+                     "                for (var q = 0u; q < GG; q++) {\n"
+                     "                    let w = gsc[q * GPM + t - t0];\n"
+                     "                    for (var e = 0u; e < GKPT; e++) { acc[q * GKPT + e] += w * vr[e]; }\n"
+                     "                }\n            }\n        }\n"
+                     "        for (var i = 0u; i < GG * GKPT; i++) { gvp[tid * GG * GKPT + i] = acc[i]; }\n"
+                     "        workgroupBarrier();\n"
+                     "        for (var o = tid; o < GG * GD4; o += 256u) {\n"
+                     "            let q = o / GD4;\n            let d = o %% GD4;\n"
+                     "            var s = vec4<f32>(0.0);\n"
+                     "            for (var u = 0u; u < 16u; u++) { s += gvp[((u * 16u + d %% 16u) * GG + q) * GKPT + d / 16u]; }\n"
+                     "            let at = ((gh * GS + sp) * GG + q) * GD + 4u * d;\n"
+                     "            atomicStore(&gpart[at], bitcast<u32>(s.x));\n            atomicStore(&gpart[at + 1u], bitcast<u32>(s.y));\n"
+                     "            atomicStore(&gpart[at + 2u], bitcast<u32>(s.z));\n            atomicStore(&gpart[at + 3u], bitcast<u32>(s.w));\n"
+                     "        }\n        workgroupBarrier();\n    }\n",
+                  k->G * ga_kpt(k));
+    /* the barrier across the grid; then each output over its GS shares, GS neighbouring threads
+       (shares past the row's position weigh nothing) */
+    wgml_sbuf_put(b, "    storageBarrier();\n    storageBarrier();\n    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n"
+                     "    for (var c0 = wg * 256u; c0 < GHQ * GD * GS; c0 += W * 256u) {\n"
+                     "        let ci = c0 + tid;\n        let o = ci / GS;\n        let sp = ci %% GS;\n"
+                     "        let hq = o / GD;\n        let ok = ci < GHQ * GD * GS && sp * GP < GT;\n"
+                     "        var mv = -3.0e38;\n        var lv = 0.0;\n        var ov = 0.0;\n"
+                     "        if (ok) {\n"
+                     "            let at = ((hq / GG) * GS + sp) * GG + hq %% GG;\n"
+                     "            mv = bitcast<f32>(atomicLoad(&gml[2u * at]));\n            lv = bitcast<f32>(atomicLoad(&gml[2u * at + 1u]));\n"
+                     "            ov = bitcast<f32>(atomicLoad(&gpart[at * GD + o %% GD]));\n"
+                     "        }\n"
+                     "        let m = ga_s_max(mv, tid, sgs);\n"
+                     "        let w = select(0.0, exp(mv - m), ok);\n"
+                     "        let num = ga_s_sum(w * ov, tid, sgs);\n        let den = ga_s_sum(w * lv, tid, sgs);\n"
+                     "        if (sp == 0u && ci < GHQ * GD * GS) { atomicStore(&att[o], bitcast<u32>(num / den)); }\n"
+                     "    }\n");
 }

@@ -526,8 +526,7 @@ static void mlp_block_in_one_launch(void)
            0's QKV, the blocks, the head and the sampler): each K/V head's positions in 1, 2 and 4
            shares (several items a workgroup on lavapipe's one), head sizes 8 and 128, f32 and f16
            weights, QK-norm and not; a block of 40 (shares of several rounds of 16 positions) with
-           the sums by subgroups and by workgroup memory; a width of 1,030 (the values' sums in the
-           block's staging array); a head size of 6 keeps the launch */
+           the sums by subgroups and by workgroup memory; a head size of 6 keeps the launch */
         wgml_gpt_config q128 = {.arch = WGML_GPT_LLAMA, .vocab = 23, .block = 10, .layers = 2, .heads = 4, .kv_heads = 2,
                                 .width = 20, .head_dim = 128, .qk_norm = 1, .ffn = 30, .rope_base = 1000.0f};
         wgml_gpt_config long8 = llama8_cfg;
@@ -539,7 +538,6 @@ static void mlp_block_in_one_launch(void)
             subgroups = 0;
         }
         grid_attention = 2;
-        check_single_chunk(&wide_cfg, 1, 0, 0, 0, -1, 1 + 1 + 2 + 1); /* (the values' sums in the block's staging array) */
         q128.qk_norm = 0, q128.heads = 6, q128.kv_heads = 3, q128.layers = 3;
         check_single_chunk(&q128, 0, 0, 0, 0, 3, 3 + 1 + 2 + 1);
         check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));

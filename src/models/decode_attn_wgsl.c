@@ -607,14 +607,11 @@ static unsigned ga_tq(const wgml_decode_block *k)
     return t;
 }
 
-/* the values' partial sums (256 GKPT vec4s) in the block's staging array xs (xs4 vec4s) where it holds them */
-static int ga_vp_in_xs(const wgml_decode_block *k, unsigned xs4) { return 256 * ga_kpt(k) <= xs4; }
-
-uint64_t wgml_decode_block_attn_bytes(const wgml_decode_block *k, unsigned xs4)
+uint64_t wgml_decode_block_attn_bytes(const wgml_decode_block *k)
 {
     if (!k->gs) return 0;
-    /* gq, gk and gv, gsc, gred, gvp where the block's xs does not hold it (as declared below) */
-    return ((uint64_t)k->G * k->D + 2ull * k->D + (uint64_t)k->G * ga_pm(k) + 256ull * k->G + (ga_vp_in_xs(k, xs4) ? 0 : 1024ull * ga_kpt(k))) * 4;
+    /* gq, gk and gv, gsc, gred, gvp (as declared below) */
+    return ((uint64_t)k->G * k->D + 2ull * k->D + (uint64_t)k->G * ga_pm(k) + 256ull * k->G + 1024ull * ga_kpt(k) * k->G) * 4;
 }
 
 /* ga_<name>(v, tid, sgs): v reduced by `op` (WGSL of a and b) over aligned segments of len
@@ -634,7 +631,7 @@ static void ga_segment_fn(wgml_sbuf *b, const char *name, unsigned len, const ch
                   id, len, len, step, op);
 }
 
-void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k, unsigned xs4)
+void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k)
 {
     const unsigned kpt = ga_kpt(k), tq = ga_tq(k);
     wgml_sbuf_put(b, "const GD: u32 = %uu;\nconst GD4: u32 = %uu;\nconst GHALF: u32 = %uu;\nconst GG: u32 = %uu;\nconst GHKV: u32 = %uu;\n"
@@ -653,9 +650,8 @@ void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k, unsi
                         their exponentials; the scores' and the values' partial sums */
                      "var<workgroup> gq: array<vec4<f32>, %u>;\nvar<workgroup> gk: array<vec4<f32>, GD4>;\n"
                      "var<workgroup> gv: array<vec4<f32>, GD4>;\nvar<workgroup> gsc: array<f32, %u>;\n"
-                     "var<workgroup> gred: array<f32, %u>;\n",
-                  k->G * k->D / 4, k->G * ga_pm(k), 256 * k->G);
-    if (!ga_vp_in_xs(k, xs4)) wgml_sbuf_put(b, "var<workgroup> gvp: array<vec4<f32>, %u>;\n", 256 * kpt);
+                     "var<workgroup> gred: array<f32, %u>;\nvar<workgroup> gvp: array<vec4<f32>, %u>;\n",
+                  k->G * k->D / 4, k->G * ga_pm(k), 256 * k->G, 256 * kpt * k->G);
     rope_helpers(b);
     ga_segment_fn(b, "head_sum", 64, "a + b", "0.0", k->sg);
     ga_segment_fn(b, "q_max", tq, "max(a, b)", "-3.0e38", k->sg);
@@ -664,12 +660,10 @@ void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k, unsi
     ga_segment_fn(b, "s_sum", k->gs, "a + b", "0.0", k->sg);
 }
 
-void wgml_decode_block_attn_phases(wgml_sbuf *b, const wgml_decode_block *k, unsigned xs4)
+void wgml_decode_block_attn_phases(wgml_sbuf *b, const wgml_decode_block *k)
 {
     char rot[512], norm[512] = "";
     const wgml_decode_attn ra = {.rope = 1};
-    const unsigned kpt = ga_kpt(k);
-    const char *vp = ga_vp_in_xs(k, xs4) ? "xs" : "gvp";
     if (k->qk_norm)
         snprintf(norm, sizeof norm, "            let rs = inverseSqrt(ga_head_sum(a * a + bb * bb, tid, sgs) / f32(GD) + EPS);\n"
                                     "            a = a * rs * w1;\n            bb = bb * rs * w2;\n");
@@ -758,17 +752,17 @@ void wgml_decode_block_attn_phases(wgml_sbuf *b, const wgml_decode_block *k, uns
                      "                    let w = gsc[q * GPM + t - t0];\n"
                      "                    for (var e = 0u; e < GKPT; e++) { acc[q * GKPT + e] += w * vr[e]; }\n"
                      "                }\n            }\n        }\n"
-                     "        for (var q = 0u; q < GG; q++) {\n"
-                     "            for (var e = 0u; e < GKPT; e++) { %s[tid * GKPT + e] = acc[q * GKPT + e]; }\n"
-                     "            workgroupBarrier();\n"
-                     "            for (var d = tid; d < GD4; d += 256u) {\n"
-                     "                var s = vec4<f32>(0.0);\n"
-                     "                for (var u = 0u; u < 16u; u++) { s += %s[(u * 16u + d %% 16u) * GKPT + d / 16u]; }\n"
-                     "                let at = ((gh * GS + sp) * GG + q) * GD + 4u * d;\n"
-                     "                atomicStore(&gpart[at], bitcast<u32>(s.x));\n                atomicStore(&gpart[at + 1u], bitcast<u32>(s.y));\n"
-                     "                atomicStore(&gpart[at + 2u], bitcast<u32>(s.z));\n                atomicStore(&gpart[at + 3u], bitcast<u32>(s.w));\n"
-                     "            }\n            workgroupBarrier();\n        }\n    }\n",
-                  k->G * kpt, vp, vp);
+                     "        for (var i = 0u; i < GG * GKPT; i++) { gvp[tid * GG * GKPT + i] = acc[i]; }\n"
+                     "        workgroupBarrier();\n"
+                     "        for (var o = tid; o < GG * GD4; o += 256u) {\n"
+                     "            let q = o / GD4;\n            let d = o %% GD4;\n"
+                     "            var s = vec4<f32>(0.0);\n"
+                     "            for (var u = 0u; u < 16u; u++) { s += gvp[((u * 16u + d %% 16u) * GG + q) * GKPT + d / 16u]; }\n"
+                     "            let at = ((gh * GS + sp) * GG + q) * GD + 4u * d;\n"
+                     "            atomicStore(&gpart[at], bitcast<u32>(s.x));\n            atomicStore(&gpart[at + 1u], bitcast<u32>(s.y));\n"
+                     "            atomicStore(&gpart[at + 2u], bitcast<u32>(s.z));\n            atomicStore(&gpart[at + 3u], bitcast<u32>(s.w));\n"
+                     "        }\n        workgroupBarrier();\n    }\n",
+                  k->G * ga_kpt(k));
     /* the barrier across the grid; then each output over its GS shares, GS neighbouring threads
        (shares past the row's position weigh nothing) */
     wgml_sbuf_put(b, "    storageBarrier();\n    storageBarrier();\n    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n"

@@ -841,7 +841,7 @@ static unsigned block_xs4(const wgml_decode_block *k)
 /* (xs, red and ssr of 256, ssq: 16 partial sums, 32 with ln's sums of x too) */
 uint64_t wgml_decode_block_bytes(const wgml_decode_block *k)
 {
-    return (uint64_t)(4 * block_xs4(k) + 512 + (k->ln ? 32 : 16)) * 4 + wgml_decode_block_attn_bytes(k, block_xs4(k));
+    return (uint64_t)(4 * block_xs4(k) + 512 + (k->ln ? 32 : 16)) * 4 + wgml_decode_block_attn_bytes(k);
 }
 
 char *wgml_decode_block_wgsl(const wgml_decode_block *k)
@@ -868,7 +868,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                          "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n" : "",
                   xs4, k->ln ? 32u : 16u);
     if (k->Q || k->gs) wgml_sbuf_put(&b, "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n");
-    if (k->gs) wgml_decode_block_attn_decls(&b, k, xs4);
+    if (k->gs) wgml_decode_block_attn_decls(&b, k);
     /* (planes: as the GEMVs', every phase's staged vec4 i at (i odd) KH + i / 2, KH half the widest input) */
     const int planes = k->planes && k->f16;
     if (planes) wgml_sbuf_put(&b, "const KH: u32 = %uu;\nfn xsat(i: u32) -> u32 { return (i & 1u) * KH + (i >> 1u); }\n", xs4 / 2);
@@ -916,7 +916,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     /* the projection: its first loads (after the grid attention, with its barrier), the
        attention's output staged, x += wo att (+ bo) */
     if (k->gs) {
-        wgml_decode_block_attn_phases(&b, k, xs4);
+        wgml_decode_block_attn_phases(&b, k);
         block_sync(&b, &pa, NULL);
     } else block_preload(&b, &pa);
     block_stage(&b, ka / 4, "aget", "A");

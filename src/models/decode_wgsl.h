@@ -170,12 +170,11 @@ typedef struct wgml_decode_block {
 /* Whether the grid attention (gs > 0) takes k's shape: Llama's head size a multiple of 4 up to
    128, gs a power of two up to 64 */
 int wgml_decode_block_attn_fits(const wgml_decode_block *k);
-/* (the grid attention's declarations and its two phases, for wgml_decode_block_wgsl, whose
-   staging array xs of xs4 vec4s they may use) */
-void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k, unsigned xs4);
-void wgml_decode_block_attn_phases(wgml_sbuf *b, const wgml_decode_block *k, unsigned xs4);
-/* its workgroup memory in bytes besides xs */
-uint64_t wgml_decode_block_attn_bytes(const wgml_decode_block *k, unsigned xs4);
+/* (the grid attention's declarations and its two phases, for wgml_decode_block_wgsl) */
+void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k);
+void wgml_decode_block_attn_phases(wgml_sbuf *b, const wgml_decode_block *k);
+/* its workgroup memory in bytes */
+uint64_t wgml_decode_block_attn_bytes(const wgml_decode_block *k);
 /* Bytes of workgroup memory k's kernel declares */
 uint64_t wgml_decode_block_bytes(const wgml_decode_block *k);
 char *wgml_decode_block_wgsl(const wgml_decode_block *k);

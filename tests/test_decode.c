@@ -172,7 +172,6 @@ static int combine_launch; /* the split attention's combine a launch of its own 
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
 static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
-static int grid_attention = -1; /* with it, the attention's shares as the block's first phases (-1: its own launch) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 static int gemv_wgs;       /* check_batch's normed GEMVs' workgroups in grid stride (-1 off, 0: the plan's choice) */
 static int gemv_rows;      /* check_batch's GEMVs' rows a lane group (0: the plan's choice) */
@@ -210,7 +209,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
                                 .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .f16_cache = f16_cache, .grid_block = grid_block, .grid_attention = grid_attention};
+                                .f16_cache = f16_cache, .grid_block = grid_block};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -520,28 +519,6 @@ static void mlp_block_in_one_launch(void)
         check_single_chunk(&wide_cfg, 1, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
         /* (a hidden size past 4,096: h staged in rounds of 4 vec4s a thread) */
         check_single_chunk(&wide_ffn_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
-    }
-    if (one && grid_block > 0) {
-        /* The grid attention (the block's first phases, one launch a layer: the embedding, layer
-           0's QKV, the blocks, the head and the sampler): each K/V head's positions in 1, 2 and 4
-           shares (several items a workgroup on lavapipe's one), head sizes 8 and 128, f32 and f16
-           weights, QK-norm and not; a block of 40 (shares of several rounds of 16 positions) with
-           the sums by subgroups and by workgroup memory; a head size of 6 keeps the launch */
-        wgml_gpt_config q128 = {.arch = WGML_GPT_LLAMA, .vocab = 23, .block = 10, .layers = 2, .heads = 4, .kv_heads = 2,
-                                .width = 20, .head_dim = 128, .qk_norm = 1, .ffn = 30, .rope_base = 1000.0f};
-        wgml_gpt_config long8 = llama8_cfg;
-        long8.block = 40;
-        for (grid_attention = 1; grid_attention <= 4; grid_attention *= 2) {
-            check_single_chunk(&llama8_cfg, grid_attention == 2, 0, 0, 0, 4, 1 + 1 + 2 + 1);
-            check_single_chunk(&q128, grid_attention == 1, 0, 0, 0, -1, 2 + 1 + 2 + 1);
-            for (subgroups = -1; subgroups <= 0; subgroups++) check_single_chunk(&long8, 0, 0, 0, 0, 16, 1 + 1 + 2 + 1);
-            subgroups = 0;
-        }
-        grid_attention = 2;
-        q128.qk_norm = 0, q128.heads = 6, q128.kv_heads = 3, q128.layers = 3;
-        check_single_chunk(&q128, 0, 0, 0, 0, 3, 3 + 1 + 2 + 1);
-        check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
-        grid_attention = -1;
     }
     if (one && grid_block > 0) {
         /* GPT-2: its LayerNorms, biases and GELU in the block, the attention appending k and v

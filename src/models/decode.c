@@ -53,7 +53,6 @@ struct wgml_decode_plan {
     unsigned pre_chunk;         /* the prefill's (0: unsplit; split where a whole block's scores do not fit) */
     WGPUBuffer asums, aml;      /* the split attention's per-chunk sums and (max, sum) */
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
-    WGPUBuffer gpart, gml;      /* the grid attention's shares: their sums and (max, sum) (wgml_decode_block's gs) */
     WGPUBuffer gbar;            /* the MLP block's grid barrier: its arrivals, a word set where a wait gave up, the waits' bound */
     unsigned grid_w;            /* the MLP block's workgroups where one launch takes it (choose_grid; 0: its launches apart) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
@@ -279,7 +278,7 @@ static wgml_status add_launch(wgml_decode_plan *p, pass *ps, char *wgsl, uint32_
     wgml_pipeline *pl = wgml_pipeline_get(p->ctx, wgsl, true);
     free(wgsl);
     if (!pl) return p->ctx->rt.status ? p->ctx->rt.status : WGML_ERROR_VALIDATION;
-    WGPUBindGroupEntry e[32];
+    WGPUBindGroupEntry e[16];
     size_t ne = 0;
     for (int i = 0; i < nb; i++)
         if (used & (1u << b[i].binding)) e[ne++] = (WGPUBindGroupEntry){.binding = b[i].binding, .buffer = b[i].buf, .size = WGPU_WHOLE_SIZE};
@@ -407,24 +406,6 @@ static normed_launch normed_launch_of(const wgml_decode_plan *p, int prefill, in
     g.wgs = batched && x_whole && want < tiles ? want : 0u;
     g.groups = g.wgs ? g.wgs : tiles;
     return g;
-}
-
-/* The grid attention's shares a K/V head (wgml_decode_block's gs; 0: the attention's own launch):
-   grid_attention's, else as many as give each of the block's workgroups one (at most 64), where
-   the shape takes it (Llama, an f32 cache, wgml_decode_block_attn_fits) */
-static unsigned grid_attn_shares(const wgml_decode_plan *p)
-{
-    if (!p->llama || p->f16c || p->d.grid_attention < 0 || !p->gpart) return 0;
-    unsigned s = (unsigned)p->d.grid_attention;
-    if (!s)
-        for (s = 1; s < 64 && 2 * s * (uint64_t)p->Hkv <= p->grid_w;) s *= 2;
-    const wgml_decode_block k = {.A = (unsigned)p->A, .C = (unsigned)p->C, .F = (unsigned)p->F, .gs = s, .D = (unsigned)p->D,
-                                 .Hkv = (unsigned)p->Hkv, .G = (unsigned)(p->H / p->Hkv), .cache_block = (unsigned)p->block};
-    /* (its bindings: 17 storage buffers) */
-    return wgml_decode_block_attn_fits(&k) && p->ctx->rt.info.max_storage_buffers_per_shader_stage >= 17 &&
-                   wgml_decode_block_bytes(&k) <= p->ctx->rt.limits.maxComputeWorkgroupStorageSize
-               ? s
-               : 0;
 }
 
 /* One pass's launches: the embedding, every layer, the final norm and head, the sampler; a
@@ -557,12 +538,10 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                      {9, p->aml}, {10, p->att}, {11, p->acount}};
         used = 0x1fu | (rope_in_attention ? 1u << 8 : 0) | (rope_in_attention && p->cfg.qk_norm ? 1u << 6 : 0) | (chunk ? 1u << 9 : 0) |
                (at.combine ? 1u << 10 | 1u << 11 : 0);
-        /* (or the MLP block's first phases, below) */
-        const unsigned gs = !prefill && p->grid_w ? grid_attn_shares(p) : 0;
-        if (!gs && (st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 10, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
-                                    chunk ? at.combine ? "attention (split+combine)" : "attention (split)" : "attention")))
+        if ((st = add_launch(p, ps_, wgml_decode_attention_wgsl(&at), used, ba, 10, GRID_ROWS, 0, (uint32_t)p->Hkv * nsplit, 0,
+                             chunk ? at.combine ? "attention (split+combine)" : "attention (split)" : "attention")))
             return st;
-        if (!gs && chunk && !at.combine &&
+        if (chunk && !at.combine &&
             (st = add_launch(p, ps_, wgml_decode_attn_combine_wgsl(&at), 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10, ba, 10, GRID_ROWS, 0,
                              (uint32_t)p->H, 0, "attention combine")))
             return st;
@@ -573,17 +552,11 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                           .norm_w = (unsigned)(p->llama ? C : 6 * C), .Q = next ? (unsigned)p->Q : 0,
                                           .f16 = p->d.f16_weights, .sg = p->sg, .eps = eps, .ln = !p->llama,
                                           .norm_b = (unsigned)(7 * C), .bo = (unsigned)(5 * C), .b1 = (unsigned)(8 * C),
-                                          .b2 = (unsigned)(8 * C + F), .bq = (unsigned)(2 * C), .planes = planes,
-                                          .gs = gs, .D = (unsigned)p->D, .Hkv = (unsigned)p->Hkv, .G = (unsigned)(p->H / p->Hkv),
-                                          .cache_block = (unsigned)p->block, .qk_norm = (int)p->cfg.qk_norm,
-                                          .qnorm = (unsigned)(2 * C), .knorm = (unsigned)(2 * C + p->D)};
+                                          .b2 = (unsigned)(8 * C + F), .bq = (unsigned)(2 * C), .planes = planes};
             bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar},
-                         {9, next ? p->L[l + 1].wqkv : NULL}, {10, next ? p->L[l + 1].vecs : NULL}, {11, p->qkv}, {12, rows},
-                         {13, lb->kc}, {14, lb->vc}, {15, p->freq}, {16, p->gpart}, {17, p->gml}};
-            const uint32_t bused = (next ? 0xffeu : 0x1feu) | (gs ? 0x3f800u : 0);
-            if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), bused, bb, 17, GRID_FIXED, bk.W, 1, 0,
-                                 gs ? next ? "attention + mlp block + next qkv (grid)" : "attention + mlp block (grid)"
-                                    : next ? "mlp block + next qkv (grid)" : "mlp block (grid)")))
+                         {9, next ? p->L[l + 1].wqkv : NULL}, {10, next ? p->L[l + 1].vecs : NULL}, {11, p->qkv}};
+            if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), next ? 0xffeu : 0x1feu, bb, 11, GRID_FIXED, bk.W, 1, 0,
+                                 next ? "mlp block + next qkv (grid)" : "mlp block (grid)")))
                 return st;
             if (!ps_->grid_at) ps_->grid_at = ps_->n;
             continue;
@@ -663,7 +636,7 @@ void wgml_decode_plan_free(wgml_decode_plan *p)
         release(&b->wqkv), release(&b->wo), release(&b->w1), release(&b->w2), release(&b->vecs), release(&b->kc), release(&b->vc);
     }
     free(p->L);
-    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->acount, &p->gpart, &p->gml, &p->gbar, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
+    WGPUBuffer *bufs[] = {&p->asums, &p->aml, &p->acount, &p->gbar, &p->xb, &p->attn_parts, &p->mlp_parts, &p->wte, &p->wpe, &p->fvecs, &p->freq, &p->x, &p->qkv, &p->att, &p->h, &p->logits, &p->cand,
                           &p->drows, &p->prows, &p->dpass, &p->ppass, &p->dpicks, &p->ppicks, &p->toks, &p->staging[0], &p->staging[1]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
     for (int64_t s = 0; p->hist && s < p->B; s++) free(p->hist[s]);
@@ -863,9 +836,6 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.grid_block < -1 || d.grid_block > 4096 || (d.grid_block > 0 && (d.grid_block & (d.grid_block - 1))))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_block = %d; want -1, 0 or a power of two up to 4096",
                          d.grid_block);
-    if (d.grid_attention < -1 || d.grid_attention > 64 || (d.grid_attention > 0 && (d.grid_attention & (d.grid_attention - 1))))
-        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_attention = %d; want -1, 0 or a power of two up to 64",
-                         d.grid_attention);
     if (d.attn_target < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_target = %d; want 0 or more", d.attn_target);
     if (d.host_layout < 0 || d.host_layout > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: host_layout = %d; want 0 or 1", d.host_layout);
@@ -988,10 +958,6 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
         /* (for every chunk size whose combine_fits) */
         if (p->attn_chunk && combine_possible(p))
             p->acount = make_buffer(p, (uint64_t)(p->B * p->Hkv) * 4, STORAGE, "decode attention chunk counters", &st);
-    }
-    if (p->llama && grid_wanted(p) && d.grid_attention >= 0) { /* (up to 64 shares a K/V head) */
-        p->gpart = make_buffer(p, (uint64_t)p->A * 64 * 4, STORAGE, "decode grid attention shares", &st);
-        p->gml = make_buffer(p, (uint64_t)p->H * 64 * 2 * 4, STORAGE, "decode grid attention share maxima", &st);
     }
     p->qkv = make_buffer(p, (uint64_t)(p->rmax * p->Q) * 4, STORAGE, "decode qkv", &st);
     p->att = make_buffer(p, (uint64_t)(p->rmax * p->A) * 4, STORAGE, "decode attention", &st);

@@ -93,12 +93,6 @@ typedef struct wgml_decode_desc {
                                  and on a CPU adapter); -1: apart (GPT-2: fused where it fits).
                                  Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
                                  wgml_decode_start begins afresh) */
-    int grid_attention;       /* Llama with the MLP block in one launch (grid_block), an f32 cache and a head size a
-                                 multiple of 4 up to 128: each layer's attention as that launch's first phases (each
-                                 K/V head's positions in this many shares, a workgroup each; then each output combined
-                                 from its shares past a barrier across the grid), not a launch of its own; a power of
-                                 two up to 64. 0: the policy's, shares enough for the block's workgroups (at most
-                                 64); -1: the attention's launch */
     int graph_prefill;        /* prefills of at least this many positions (a prompt's all but its last token; a window
                                  restart's) go through the model's graph (GEMMs), shorter ones by the plan's rows;
                                  0: 64, -1: never */

@@ -839,10 +839,7 @@ static unsigned block_xs4(const wgml_decode_block *k)
 }
 
 /* (xs, red and ssr of 256, ssq: 16 partial sums, 32 with ln's sums of x too) */
-uint64_t wgml_decode_block_bytes(const wgml_decode_block *k)
-{
-    return (uint64_t)(4 * block_xs4(k) + 512 + (k->ln ? 32 : 16)) * 4 + wgml_decode_block_attn_bytes(k);
-}
+uint64_t wgml_decode_block_bytes(const wgml_decode_block *k) { return (uint64_t)(4 * block_xs4(k) + 512 + (k->ln ? 32 : 16)) * 4; }
 
 char *wgml_decode_block_wgsl(const wgml_decode_block *k)
 {
@@ -852,7 +849,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     elementwise_functions(&b);
     wgml_sbuf_put(&b, "const W: u32 = %uu;\nconst A: u32 = %uu;\nconst C: u32 = %uu;\nconst F: u32 = %uu;\nconst EPS: f32 = %.9g;\n"
                       "alias WT = %s;\n"
-                      "@group(0) @binding(1) var<storage, %s> att: array<%s>;\n"
+                      "@group(0) @binding(1) var<storage, read> att: array<f32>;\n"
                       "@group(0) @binding(2) var<storage, read_write> x: array<atomic<u32>>;\n"
                       "@group(0) @binding(3) var<storage, read> wo: array<WT>;\n"
                       "@group(0) @binding(4) var<storage, read> w1: array<WT>;\n"
@@ -863,12 +860,11 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                       "var<workgroup> xs: array<vec4<f32>, %u>;\nvar<workgroup> red: array<f32, 256>;\n"
                       /* (the norm's sums of squares: a thread's, then 16 partial sums; ln: and of x) */
                       "var<workgroup> ssr: array<f32, 256>;\nvar<workgroup> ssq: array<f32, %u>;\n",
-                  k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16), k->gs ? "read_write" : "read", k->gs ? "atomic<u32>" : "f32",
+                  k->W, k->A, k->C, k->F, (double)k->eps, wtype(k->f16),
                   k->Q ? "@group(0) @binding(9) var<storage, read> wq: array<WT>;\n"
-                         "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n" : "",
+                         "@group(0) @binding(10) var<storage, read> vnext: array<f32>;\n"
+                         "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n" : "",
                   xs4, k->ln ? 32u : 16u);
-    if (k->Q || k->gs) wgml_sbuf_put(&b, "@group(0) @binding(11) var<storage, read_write> qkv: array<f32>;\n");
-    if (k->gs) wgml_decode_block_attn_decls(&b, k);
     /* (planes: as the GEMVs', every phase's staged vec4 i at (i odd) KH + i / 2, KH half the widest input) */
     const int planes = k->planes && k->f16;
     if (planes) wgml_sbuf_put(&b, "const KH: u32 = %uu;\nfn xsat(i: u32) -> u32 { return (i & 1u) * KH + (i >> 1u); }\n", xs4 / 2);
@@ -883,7 +879,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                   k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
     wgml_sbuf_put(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
                       "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
-                      "fn aget(i: u32) -> f32 { return %s; }\n%s"
+                      "fn aget(i: u32) -> f32 { return att[i]; }\n%s"
                       /* (thread 0: its arrival, then the wait for the others') */
                       /* (a wait gives up past word 2's reads, or at once where another gave up; any
                          way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
@@ -894,7 +890,6 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                       "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
                       "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
                       "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n",
-                  k->gs ? "bitcast<f32>(atomicLoad(&att[i]))" : "att[i]",
                   /* (the RMS norm's scale, from its 16 partial sums; ln normalises xs itself) */
                   k->ln ? "" : "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
                                "    return inverseSqrt(s / f32(C) + EPS);\n}\n");
@@ -913,12 +908,8 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                       "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
                       "    let wg = g.x;\n%s",
                   k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
-    /* the projection: its first loads (after the grid attention, with its barrier), the
-       attention's output staged, x += wo att (+ bo) */
-    if (k->gs) {
-        wgml_decode_block_attn_phases(&b, k);
-        block_sync(&b, &pa, NULL);
-    } else block_preload(&b, &pa);
+    /* the projection: its first loads, the attention's output staged, x += wo att (+ bo) */
+    block_preload(&b, &pa);
     block_stage(&b, ka / 4, "aget", "A");
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pa, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");

@@ -14,8 +14,6 @@
 
 #include <stdint.h>
 
-#include "core/sbuf.h"
-
 enum { DECODE_NORM_NONE, DECODE_NORM_LN, DECODE_NORM_RMS };
 enum { DECODE_X_PLAIN, DECODE_X_SUM, DECODE_X_EMBED }; /* a GEMV's input rows: x; x + partial sums; the embedding */
 enum { DECODE_OUT_PLAIN, DECODE_OUT_RESID, DECODE_OUT_GELU, DECODE_OUT_SWIGLU, DECODE_OUT_QKV };
@@ -156,25 +154,7 @@ typedef struct wgml_decode_block {
     int ln;
     unsigned norm_b, bo, b1, b2, bq;
     int planes; /* f16: x staged in planes, as wgml_decode_gemv's */
-    /* gs > 0 (Llama): the layer's attention as the block's first two phases (binding 1 then its
-       output, written as atomics): each of Hkv gs workgroup items takes a K/V head's share of
-       the positions 0 .. the row's (rows, binding 12: batch 1, row 0), its heads normed (qk_norm,
-       weights at qnorm and knorm of binding 6) and rotated (frequencies at 15) from the QKV of
-       binding 11, k and v appended to the caches (13, 14; f32, D a multiple of 4, at most 128),
-       its sums and (max, sum) to bindings 16 and 17; a barrier; then each output combined from
-       its gs shares (a power of two, at most 64) */
-    unsigned gs, D, Hkv, G, cache_block;
-    int qk_norm;
-    unsigned qnorm, knorm;
 } wgml_decode_block;
-/* Whether the grid attention (gs > 0) takes k's shape: Llama's head size a multiple of 4 up to
-   128, gs a power of two up to 64 */
-int wgml_decode_block_attn_fits(const wgml_decode_block *k);
-/* (the grid attention's declarations and its two phases, for wgml_decode_block_wgsl) */
-void wgml_decode_block_attn_decls(wgml_sbuf *b, const wgml_decode_block *k);
-void wgml_decode_block_attn_phases(wgml_sbuf *b, const wgml_decode_block *k);
-/* its workgroup memory in bytes */
-uint64_t wgml_decode_block_attn_bytes(const wgml_decode_block *k);
 /* Bytes of workgroup memory k's kernel declares */
 uint64_t wgml_decode_block_bytes(const wgml_decode_block *k);
 char *wgml_decode_block_wgsl(const wgml_decode_block *k);

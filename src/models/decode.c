@@ -88,13 +88,14 @@ struct wgml_decode_plan {
 static WGPUBuffer make_buffer(wgml_decode_plan *p, uint64_t bytes, WGPUBufferUsage usage, const char *what, wgml_status *st)
 {
     if (*st) return NULL;
-    /* a storage buffer in whole 4 KiB (where the binding limit allows): the plan's small ones,
-       read and written by every workgroup (x and h as atomics, the grid barrier's words, the
-       rows), then share no 4 KiB with each other. A process's first Qwen3-0.6B plan ran its step
-       2.5% slower without, on an H200 (the driver placed them side by side; later plans, in the
-       holes of freed ones, were not slower: docs/MEASUREMENTS.md). */
-    const uint64_t page = (usage & WGPUBufferUsage_Storage) ? 4096 : 16, whole = (bytes + page - 1) / page * page;
-    bytes = whole <= p->ctx->rt.limits.maxStorageBufferBindingSize ? whole : (bytes + 15) / 16 * 16;
+    /* a storage buffer in whole 4 KiB (where the limits allow): the plan's small ones, read and
+       written by every workgroup (x and h as atomics, the grid barrier's words, the rows), then
+       share no 4 KiB with each other. A process's first Qwen3-0.6B plan ran its step 2.5% slower
+       without, on an H200 (likely placed side by side by the driver; later plans, in the holes
+       of freed ones, were not slower: docs/MEASUREMENTS.md). */
+    const WGPULimits *lim = &p->ctx->rt.limits;
+    const uint64_t grain = (usage & WGPUBufferUsage_Storage) ? 4096 : 16, whole = (bytes + grain - 1) / grain * grain;
+    bytes = whole <= lim->maxStorageBufferBindingSize && whole <= lim->maxBufferSize ? whole : (bytes + 15) / 16 * 16;
     if (bytes < 16) bytes = 16;
     if ((*st = wgml_check_buffer_size(p->ctx, bytes, what))) return NULL;
     WGPUBufferDescriptor bd = {.label = wgml_sv(what), .size = bytes, .usage = usage};

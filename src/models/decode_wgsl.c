@@ -303,8 +303,8 @@ static void row_load(wgml_sbuf *b, unsigned kch4, const char *chunk_units, unsig
 }
 
 /* The declaration of a register array `reg` for row_load_into. (No initializer: with nr > 1
-   a lane group's rows past N keep an earlier tile's weights, naga zeroing such a variable only
-   once; their sums are never stored.) */
+   a lane group's rows past N keep an earlier tile's or chunk's weights, naga zeroing such a
+   variable only once; their sums are never stored.) */
 static void row_regs_named(wgml_sbuf *b, int f16, unsigned kch4, unsigned lpo, unsigned wv, const char *reg, unsigned nr)
 {
     wgml_sbuf_put(b, "        var %s: array<%s, %u>;\n", reg, wtype(f16), (kch4 * 4 / wv + lpo - 1) / lpo * nr);
@@ -761,9 +761,9 @@ static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *
     const char *at = nj > per ? "(j0 + j)" : "j";
     if (nj > per) wgml_sbuf_put(b, "    for (var j0 = 0u; j0 < %uu; j0 += %uu) {\n", nj, per);
     else wgml_sbuf_put(b, "    {\n");
-    /* (sv zeroed each round by its initializer: naga zeroes a variable declared without one
-       only once, at the function's start, so a later round's vec4s past lim would keep the last
-       round's values) */
+    /* (sv zeroed each round by its initializer: the pinned naga zeroes a variable declared
+       without one only once, at the function's start, gfx-rs/wgpu#9489, so a later round's vec4s
+       past lim would keep the last round's values) */
     wgml_sbuf_put(b, "        var sv = array<vec4<f32>, %u>();\n"
                      "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
                      "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"

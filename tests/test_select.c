@@ -253,8 +253,17 @@ static void where_and_masked_fill(void)
     CHECK(wgml_tensor_status(wgml_where(ctx, tc, ta, wgml_cast(ctx, tb, WGML_I32))) == WGML_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(wgml_error_message(ctx), "where: a is f32 and b is i32") != NULL);
     wgml_adapter_info info;
-    if (wgml_adapter_info_get(ctx, &info) == WGML_OK && info.has_shader_f16)
-        CHECK(wgml_tensor_status(wgml_where(ctx, tc, wgml_cast(ctx, ta, WGML_F16), tb)) == WGML_OK);
+    if (wgml_adapter_info_get(ctx, &info) == WGML_OK && info.has_shader_f16) {
+        wgml_tensor *ah = wgml_cast(ctx, ta, WGML_F16), *wh = wgml_where(ctx, tc, ah, tb);
+        float a16[R * C];
+        CHECK(wgml_tensor_dtype(wh) == WGML_F32);
+        CHECK_OK(ctx, wgml_tensor_read(wgml_cast(ctx, ah, WGML_F32), a16, R * C));
+        CHECK_OK(ctx, wgml_tensor_read(wh, got, R * C));
+        for (int i = 0; i < R * C; i++) {
+            const float want = cond[i] != 0 ? a16[i] : b[i % C];
+            if (!(got[i] == want || (isnan(got[i]) && isnan(want)))) FAILF("where of halves [%d] = %g, want %g", i, (double)got[i], (double)want);
+        }
+    }
     wgml_scope_end(ctx);
     wgml_clear_error(ctx);
 }

@@ -25,7 +25,8 @@ typedef struct wgml_buffer {
 /* A class's free buffers, a min-heap on their serials: the one made first is taken first, so
    an evaluation that repeats from the same free buffers (a training step's graph) gets the same
    buffers each time, whatever order the last one freed them in, and its cached bind groups
-   (core/bind_cache.c) match again; a free and a take cost O(log n) in any order. */
+   (core/bind_cache.c) match again; a free and a take cost O(log n) in any order (a take scans
+   the class only where its top is an exact-size buffer past the binding limit, too small). */
 typedef struct wgml_free_heap {
     wgml_buffer **b;
     int n, cap;

@@ -4,8 +4,7 @@
  * A corpus is one file, or the regular files of a folder (names starting with "." and NAME.dat
  * beside a file NAME skipped, and a file reached by several names, links or hard links, read once
  * under its first: in Debian's fortunes folder those are the index files and the .u8 aliases),
- * concatenated
- * in byte order of their names. The vocabulary is the distinct bytes of the whole text in
+ * concatenated in byte order of their names. The vocabulary is the distinct bytes of the whole text in
  * increasing order; a token is a byte's index in it. The first 90% of the tokens (rounded
  * down) are the training split, the rest the validation split.
  *

@@ -88,11 +88,11 @@ struct wgml_decode_plan {
 static WGPUBuffer make_buffer(wgml_decode_plan *p, uint64_t bytes, WGPUBufferUsage usage, const char *what, wgml_status *st)
 {
     if (*st) return NULL;
-    /* a storage buffer in whole 4 KiB (where the limits allow): the plan's small ones, read and
-       written by every workgroup (x and h as atomics, the grid barrier's words, the rows), then
-       share no 4 KiB with each other. A process's first Qwen3-0.6B plan ran its step 2.5% slower
-       without, on an H200 (likely placed side by side by the driver; later plans, in the holes
-       of freed ones, were not slower: docs/MEASUREMENTS.md). */
+    /* a storage buffer in whole 4 KiB (where the limits allow), so that the plan's small ones
+       (x and h, which every workgroup reads and writes as atomics, the grid barrier's words, the
+       rows...) share no 4 KiB: a process's first Qwen3-0.6B plan ran its step 2.5% slower without,
+       on an H200, and as fast with its buffers under 2 MiB so rounded (which of them matters was
+       not measured apart: docs/MEASUREMENTS.md) */
     const WGPULimits *lim = &p->ctx->rt.limits;
     const uint64_t grain = (usage & WGPUBufferUsage_Storage) ? 4096 : 16, whole = (bytes + grain - 1) / grain * grain;
     bytes = whole <= lim->maxStorageBufferBindingSize && whole <= lim->maxBufferSize ? whole : (bytes + 15) / 16 * 16;

@@ -12,7 +12,9 @@
 
 #include "gpt_ref.h"
 #include "harness.h"
+#include "core/pipeline.h"
 #include "models/decode.h"
+#include "models/decode_wgsl.h"
 
 typedef struct params {
     int n;
@@ -172,6 +174,7 @@ static int combine_launch; /* the split attention's combine a launch of its own 
 static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off (0: the plan's choice) */
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
 static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
+static int grid_counters;  /* its barrier's counters (0: the plan's choice) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 static int gemv_wgs;       /* check_batch's normed GEMVs' workgroups in grid stride (-1 off, 0: the plan's choice) */
 static int gemv_rows;      /* check_batch's GEMVs' rows a lane group (0: the plan's choice) */
@@ -209,7 +212,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
                                 .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .f16_cache = f16_cache, .grid_block = grid_block};
+                                .f16_cache = f16_cache, .grid_block = grid_block, .grid_counters = grid_counters};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -519,6 +522,26 @@ static void mlp_block_in_one_launch(void)
         check_single_chunk(&wide_cfg, 1, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
         /* (a hidden size past 4,096: h staged in rounds of 4 vec4s a thread) */
         check_single_chunk(&wide_ffn_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
+        /* (the barrier's arrivals over 4 counters, and over as many as the workgroups: one a
+           counter; on a CPU adapter's one workgroup, one counter) */
+        for (int k = 4; k <= 16; k *= 4) {
+            grid_counters = k;
+            check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
+            const int saved = grid_block;
+            if (!cpu) grid_block = 16;
+            check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
+            grid_block = saved;
+        }
+        grid_counters = 0;
+    }
+    /* (a CPU adapter runs one workgroup, one counter: there the 4 counters' barrier is compiled
+       only, at 256 workgroups; a GPU runs it above) */
+    for (int ln = 0; ln <= 1; ln++) {
+        const wgml_decode_block bk = {.A = 40, .C = 36, .F = 50, .W = 256, .norm_w = 36, .Q = 60, .f16 = 1, .eps = 1e-5f, .ln = ln,
+                                      .norm_b = 72, .bo = 108, .b1 = 144, .b2 = 194, .bq = 72, .K = 4};
+        char *w = wgml_decode_block_wgsl(&bk);
+        CHECK(w && strstr(w, "grid_arrive") && wgml_pipeline_get(ctx, w, true) != NULL);
+        free(w);
     }
     if (one && grid_block > 0) {
         /* GPT-2: its LayerNorms, biases and GELU in the block, the attention appending k and v
@@ -552,8 +575,11 @@ static void mlp_block_in_one_launch(void)
     model_make(ctx, &llama_cfg, 0, &m);
     for (int k = -2; k <= 3; k += 5) {
         wgml_decode_plan *bad = NULL;
-        const wgml_decode_desc d = {.batch = 1, .grid_block = k};
+        const wgml_decode_desc d = {.batch = 1, .grid_block = k}, dk = {.batch = 1, .grid_counters = k == 3 ? 32 : k};
         CHECK(wgml_decode_plan_create(&m.g, &d, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+        CHECK(wgml_decode_plan_create(&m.g, &dk, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+        const wgml_decode_desc d3 = {.batch = 1, .grid_counters = 3};
+        CHECK(wgml_decode_plan_create(&m.g, &d3, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
     }
     if (one && cpu) { /* (no policy's grid there; more than one refused) */
         wgml_decode_plan *plan = NULL;
@@ -574,10 +600,10 @@ static void mlp_block_in_one_launch(void)
     }
     /* (the barrier's count about to wrap past 2^32 within a step: the reference's tokens; then a
        wait that gave up: the tokens refused, and a fresh start right again) */
-    if (one) {
+    for (int gk = 1; one && gk <= 4; gk += 3) { /* (one counter, then 4: each wraps at the same barrier) */
         wgml_decode_plan *plan = NULL;
         const int gb = cpu ? 1 : 0;
-        const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 5, .grid_block = gb};
+        const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 5, .grid_block = gb, .grid_counters = gk};
         CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
         const unsigned w = plan ? wgml_decode_grid_workgroups(plan) : 0;
         if (w) {

@@ -55,6 +55,7 @@ struct wgml_decode_plan {
     WGPUBuffer acount;          /* its counters of finished chunks, one per (row, K/V head) */
     WGPUBuffer gbar;            /* the MLP block's grid barrier: its arrivals, a word set where a wait gave up, the waits' bound */
     unsigned grid_w;            /* the MLP block's workgroups where one launch takes it (choose_grid; 0: its launches apart) */
+    unsigned grid_k;            /* its barrier's counters (wgml_decode_desc's grid_counters) */
     unsigned wide_wgs;          /* the widest workgroup the adapter takes (1024, else 256): the attention's and the sampler's */
     int sg;                     /* the GEMVs' sums by subgroup shuffles (wgml_decode_gemv's sg) */
     int f16c;                   /* the K/V caches hold halves (wgml_decode_desc's f16_cache) */
@@ -559,7 +560,7 @@ static wgml_status build_pass(wgml_decode_plan *p, int prefill, unsigned dec_chu
                                           .norm_w = (unsigned)(p->llama ? C : 6 * C), .Q = next ? (unsigned)p->Q : 0,
                                           .f16 = p->d.f16_weights, .sg = p->sg, .eps = eps, .ln = !p->llama,
                                           .norm_b = (unsigned)(7 * C), .bo = (unsigned)(5 * C), .b1 = (unsigned)(8 * C),
-                                          .b2 = (unsigned)(8 * C + F), .bq = (unsigned)(2 * C), .planes = planes};
+                                          .b2 = (unsigned)(8 * C + F), .bq = (unsigned)(2 * C), .planes = planes, .K = p->grid_k};
             bind bb[] = {{1, p->att}, {2, p->x}, {3, lb->wo}, {4, lb->w1}, {5, lb->w2}, {6, lb->vecs}, {7, p->h}, {8, p->gbar},
                          {9, next ? p->L[l + 1].wqkv : NULL}, {10, next ? p->L[l + 1].vecs : NULL}, {11, p->qkv}};
             if ((st = add_launch(p, ps_, wgml_decode_block_wgsl(&bk), next ? 0xffeu : 0x1feu, bb, 11, GRID_FIXED, bk.W, 1, 0,
@@ -698,15 +699,22 @@ static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const 
 
 /* The MLP block's barrier words (gbar): the arrivals' count, a word set where a wait gave up,
    the waits' bound (reads of the count: short for the trial, long enough for any real wait after
-   it); BAR_BYTES in all. */
-enum { BAR_COUNT, BAR_GAVE_UP, BAR_SPIN, BAR_BYTES = 16 };
+   it); BAR_BYTES in all, copied after the tokens. With grid_k counters the others lie at words
+   BAR_STRIDE j (a line apart). */
+enum { BAR_COUNT, BAR_GAVE_UP, BAR_SPIN, BAR_BYTES = 16, BAR_STRIDE = 64, BAR_MAX_COUNTERS = 16 };
 enum { GRID_TRIAL_SPIN = 1 << 16, GRID_RUN_SPIN = 1 << 24 };
 
+/* count: as if that many arrivals had come (a multiple of the grid): each of k counters takes
+   1/k of them, and of the distance to 2^32, so that all wrap at the same barrier as one would */
 static void grid_set(wgml_decode_plan *p, uint32_t count, uint32_t gave_up, uint32_t spin)
 {
-    uint32_t w[BAR_BYTES / 4] = {0};
-    w[BAR_COUNT] = count, w[BAR_GAVE_UP] = gave_up, w[BAR_SPIN] = spin;
-    write_buffer(p, p->gbar, 0, w, sizeof w);
+    uint32_t w[BAR_STRIDE * BAR_MAX_COUNTERS];
+    const unsigned k = p->grid_k > 1 ? p->grid_k : 1;
+    const uint32_t each = k > 1 ? 0u - (0u - count) / k : count;
+    memset(w, 0, sizeof w);
+    for (unsigned j = 0; j < k; j++) w[BAR_STRIDE * j] = each;
+    w[BAR_GAVE_UP] = gave_up, w[BAR_SPIN] = spin;
+    write_buffer(p, p->gbar, 0, w, k > 1 ? (size_t)BAR_STRIDE * 4 * k : BAR_BYTES);
 }
 
 /* Whether the decode pass's MLP block launch (grid_w workgroups) had them all resident at once:
@@ -773,7 +781,7 @@ static wgml_status choose_grid(wgml_decode_plan *p)
         return wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_block = %d: a CPU adapter's barriers across workgroups take "
                          "one workgroup only", p->d.grid_block);
     wgml_status st = WGML_OK;
-    p->gbar = make_buffer(p, BAR_BYTES, STORAGE, "decode grid barrier", &st);
+    p->gbar = make_buffer(p, (uint64_t)BAR_STRIDE * 4 * BAR_MAX_COUNTERS, STORAGE, "decode grid barrier", &st);
     /* (the policy's first try: 256 where a phase has 4,096 rows or more, as Qwen3-0.6B's
        gate/up; else 128, as the character GPT's widest, 1,536: on an H200 6,320-6,350 tokens/s
        against 5,980-6,020 with 256 and 6,050-6,070 with 64, docs/MEASUREMENTS.md) */
@@ -782,6 +790,11 @@ static wgml_status choose_grid(wgml_decode_plan *p)
     const unsigned tries[2] = {forced ? (unsigned)p->d.grid_block : first, forced ? 0u : first / 2};
     for (int k = 0; k < 2 && tries[k] && !st; k++) {
         p->grid_w = tries[k];
+        /* (the policy's: 8 at 256 workgroups, Qwen3-0.6B's b1 step on an H200 1.1% faster than
+           with one, as with 2 to 16; one at 128, the character GPT's f16 step 2% slower with 8:
+           docs/MEASUREMENTS.md; never more than the arrivals) */
+        p->grid_k = p->d.grid_counters > 0 ? (unsigned)p->d.grid_counters : p->grid_w >= 256 ? 8u : 1u;
+        if (p->grid_k > p->grid_w) p->grid_k = p->grid_w;
         /* (twice: a fresh pipeline's first launch may start its workgroups late) */
         if (!(st = build_pass(p, 0, p->attn_chunk, &p->dec)) && (grid_trial(p, &st) || (!st && grid_trial(p, &st)))) break;
         pass_free(&p->dec);
@@ -843,6 +856,9 @@ wgml_status wgml_decode_plan_create(wgml_gpt *g, const wgml_decode_desc *desc, w
     if (d.grid_block < -1 || d.grid_block > 4096 || (d.grid_block > 0 && (d.grid_block & (d.grid_block - 1))))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_block = %d; want -1, 0 or a power of two up to 4096",
                          d.grid_block);
+    if (d.grid_counters < 0 || d.grid_counters > BAR_MAX_COUNTERS || (d.grid_counters & (d.grid_counters - 1)))
+        return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: grid_counters = %d; want 0 or a power of two up to %d",
+                         d.grid_counters, BAR_MAX_COUNTERS);
     if (d.attn_target < 0) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: attn_target = %d; want 0 or more", d.attn_target);
     if (d.host_layout < 0 || d.host_layout > 1)
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "decode plan: host_layout = %d; want 0 or 1", d.host_layout);

@@ -104,6 +104,9 @@ typedef struct wgml_decode_desc {
                                  0: 2 for the GEMVs without a norm (the projection, MLP down), 1 for the others; -1: 1 */
     int gemv_row_groups;      /* so too (several rows), the GEMVs without a norm take their rows in this many groups, a workgroup
                                  each (grid y), each staging only its rows: more workgroups; 0: 2 rows a group, -1: one group */
+    int grid_counters;        /* the grid block's barrier: the workgroups' arrivals spread over this many counters (a
+                                 power of two up to 16 and the grid's workgroups), each workgroup waiting on all of them
+                                 (fewer atomics at one word); 0: the policy's, 8 at 256 workgroups or more, else 1 */
     int gemv_planes;          /* the GEMVs and the grid block over f16 weights stage x in planes (wgml_decode_gemv.planes,
                                  wgml_decode_block.planes): 0 or 1 on, -1 off (an H200: Qwen3-0.6B b8 3.52 -> 3.03 ms a
                                  step, b1 +4.3%; the character GPT b1 f16 +2.9%) */

@@ -741,7 +741,7 @@ static void block_norm_vec(wgml_sbuf *b, const char *name, unsigned id, unsigned
    it has one) issued between its fence and the wait: every workgroup's writes before it (its
    fence, then its arrival), none of the next phase's reads of them before all have arrived
    (their fence after the wait). */
-static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm)
+static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm, unsigned k)
 {
     /* (two fences, as the split attention's combine: thread 0's release after every lane's
        stores, which the first barrier orders before it) */
@@ -749,7 +749,9 @@ static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm)
     block_preload(b, next);
     if (nm) block_norm_vec(b, "gw", next->id, nm->kc4, nm->v, nm->w);
     if (nm && nm->bias >= 0) block_norm_vec(b, "gb", next->id, nm->kc4, nm->v, (unsigned)nm->bias);
-    wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
+    if (k > 1) wgml_sbuf_put(b, "    if (tid == 0u) { grid_arrive(wg); }\n    workgroupBarrier();\n    if (tid < K) { grid_wait_on(tid, bgoal); }\n"
+                                "    storageBarrier();\n");
+    else wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
 }
 
 /* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load of a round issued before any
@@ -898,6 +900,18 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                   /* (the RMS norm's scale, from its 16 partial sums; ln normalises xs itself) */
                   k->ln ? "" : "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
                                "    return inverseSqrt(s / f32(C) + EPS);\n}\n");
+    /* the arrivals over K counters (fewer workgroups' atomics at each word): thread 0's arrival
+       leaves the goal, the same for every counter, in bgoal; threads t < K each wait for counter
+       t (the bound read once, the word another wait sets every 64th round) */
+    if (k->K > 1)
+        wgml_sbuf_put(&b, "const K: u32 = %uu;\nvar<workgroup> bgoal: u32;\n"
+                          "fn grid_arrive(wg: u32) { bgoal = (atomicAdd(&bar[64u * (wg %% K)], 1u) & ~(W / K - 1u)) + W / K; }\n"
+                          "fn grid_wait_on(t: u32, goal: u32) {\n"
+                          "    let bound = atomicLoad(&bar[2]);\n    var n = 0u;\n"
+                          "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[64u * t]) - goal) >= 0) { break; }\n"
+                          "        n++;\n        if (((n & 63u) == 0u && atomicLoad(&bar[1]) != 0u) || n >= bound) { break; }\n    }\n"
+                          "    if (bitcast<i32>(atomicLoad(&bar[64u * t]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n",
+                      k->K);
     /* the sums' bases (WGSL of n): the residual's x[n], GPT-2's biases */
     char bo[64], b1[48], b2[64], bq[48];
     snprintf(bo, sizeof bo, "xget(n) + vecs[%uu + n]", k->bo);
@@ -921,7 +935,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     /* the norm: every workgroup reads the whole new x, its own sums */
     const block_norm nb = {"vecs", k->norm_w, kc / 4, k->ln ? (int)k->norm_b : -1},
                      nd = {"vnext", 0, kc / 4, k->ln ? (int)k->C : -1};
-    block_sync(&b, &pb, &nb);
+    block_sync(&b, &pb, &nb, k->K);
     if (k->ln) block_stage_ln(&b, kc / 4, pb.id, k->sg);
     else block_stage_normed(&b, kc / 4, pb.id);
     /* Llama's gate and up (rows 2f and 2f + 1 are neighbouring groups), or GPT-2's up with GELU */
@@ -930,13 +944,13 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     else snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * rsn())); }", lu, lu);
     block_phase(&b, &pb, k->sg, sc, epi);
     /* down: h staged, x += w2 h (+ b2) */
-    block_sync(&b, &pc, NULL);
+    block_sync(&b, &pc, NULL, k->K);
     block_stage(&b, kf / 4, "hget", "F");
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
     if (k->Q) { /* the next layer's norm and QKV (+ its bias) */
         const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, k->ln ? bq : NULL};
-        block_sync(&b, &pd, &nd);
+        block_sync(&b, &pd, &nd, k->K);
         if (k->ln) block_stage_ln(&b, kc / 4, pd.id, k->sg);
         else block_stage_normed(&b, kc / 4, pd.id);
         block_phase(&b, &pd, k->sg, sc, k->ln ? "qkv[n] = xb + v;" : "qkv[n] = v;");

@@ -154,6 +154,9 @@ typedef struct wgml_decode_block {
     int ln;
     unsigned norm_b, bo, b1, b2, bq;
     int planes; /* f16: x staged in planes, as wgml_decode_gemv's */
+    unsigned K; /* the arrivals spread over K counters (a power of two up to W; 0 or 1: word 0 alone): workgroup g
+                   adds to counter g % K, at word 64 (g % K) (word 0 for the first), and the workgroup's
+                   threads t < K each wait for counter t */
 } wgml_decode_block;
 /* Bytes of workgroup memory k's kernel declares */
 uint64_t wgml_decode_block_bytes(const wgml_decode_block *k);

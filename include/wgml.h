@@ -1026,6 +1026,11 @@ WGML_API void wgml_dist_stats_reset(void);
    with WGML_ERROR_DEVICE_LOST, as after a real loss. */
 WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
+/* The next n submits of GPU work on ctx fail with WGML_ERROR_DEVICE before reaching the queue
+   (none of their work runs), as a submit the runtime refused would; the device stays usable.
+   n <= 0: none. */
+WGML_API void wgml_debug_fail_submits(wgml_context *ctx, int n);
+
 /* ---------------------------------------------------------------- environment variables */
 
 /* Every environment variable the library reads; none is needed in normal use. Each but

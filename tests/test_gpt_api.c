@@ -6,7 +6,8 @@
  * callback sees (and can stop) the tokens, and generation runs on past the block; nucleus
  * (top-p) sampling draws the token the rule gives for the forward's logits and the generator's
  * number; a dropout set on a loaded model is saved and changes its training steps; bad files,
- * configs, vocabularies, prompts and sampling settings are refused with messages.
+ * configs, vocabularies, prompts and sampling settings are refused with messages; a step whose
+ * submit failed leaves no gradients or counted step behind.
  */
 #include <math.h>
 #include <stdio.h>
@@ -420,6 +421,57 @@ static void bad_input_is_refused(void)
 
 /* A tensor holding an error (a refused op's result) is no storage: writes, training and
    requires_grad refuse it with its message instead of reading a buffer it does not have */
+/* A step whose work never ran (its submit refused) leaves nothing for the next: neither its
+   gradients (batch A's, which the next step on batch B would add to its own) nor a counted
+   step, so the model then trains as one that never tried: the same loss and weights */
+static void a_failed_step_leaves_nothing(void)
+{
+    wgml_context *ctx = test_context();
+    /* GPT-2, Llama, GPT-2 in mixed precision (its loss scaling) */
+    for (int a = 0; a < 3; a++) {
+        wgml_gpt_config cfg = small_config(a == 1 ? WGML_GPT_LLAMA : WGML_GPT_GPT2);
+        wgml_gpt *g = NULL, *h = NULL;
+        CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 7, &g));
+        CHECK_OK(ctx, wgml_gpt_new(ctx, &cfg, 7, &h));
+        if (!g || !h) {
+            wgml_gpt_delete(g), wgml_gpt_delete(h);
+            return;
+        }
+        /* (a large rate: Adam's first update is about lr times the gradient's sign, so batch
+           A's gradients left in would flip some of B's steps by 2 lr) */
+        wgml_gpt_train_desc d = {.lr = 1e-2f, .max_grad_norm = 1.0f, .precision = a == 2 ? WGML_PRECISION_MIXED : WGML_PRECISION_F32};
+        wgml_optimizer *og = NULL, *oh = NULL;
+        const wgml_status made = wgml_gpt_optimizer(g, &d, &og);
+        if (a == 2 && made == WGML_ERROR_UNSUPPORTED) { /* (an adapter without shader-f16) */
+            wgml_clear_error(ctx);
+            wgml_gpt_delete(g), wgml_gpt_delete(h);
+            continue;
+        }
+        CHECK_OK(ctx, made);
+        CHECK_OK(ctx, wgml_gpt_optimizer(h, &d, &oh));
+        wgml_tensor *ia = random_ids(ctx, B, T), *ta = random_ids(ctx, B, T), *ib = random_ids(ctx, B, T),
+                    *tb = random_ids(ctx, B, T);
+        float la = 0, lg = 0, lh = 0;
+        wgml_debug_fail_submits(ctx, 1);
+        CHECK_STATUS(ctx, wgml_gpt_train_step(g, og, ia, ta, &la), WGML_ERROR_DEVICE);
+        CHECK(test_message_has(ctx, "on purpose"));
+        CHECK(wgml_optimizer_steps(og) == 0);
+        CHECK_OK(ctx, wgml_gpt_train_step(g, og, ib, tb, &lg));
+        CHECK_OK(ctx, wgml_gpt_train_step(h, oh, ib, tb, &lh));
+        CHECK(wgml_optimizer_steps(og) == 1 && wgml_optimizer_steps(oh) == 1);
+        CHECK(lg == lh && isfinite(lg));
+        CHECK(same_weights(ctx, g, h));
+        /* and one more each: still the same */
+        CHECK_OK(ctx, wgml_gpt_train_step(g, og, ia, ta, &lg));
+        CHECK_OK(ctx, wgml_gpt_train_step(h, oh, ia, ta, &lh));
+        CHECK(lg == lh);
+        CHECK(same_weights(ctx, g, h));
+        wgml_optimizer_free(og), wgml_optimizer_free(oh);
+        wgml_gpt_delete(g), wgml_gpt_delete(h);
+        wgml_tensor_free(ia), wgml_tensor_free(ta), wgml_tensor_free(ib), wgml_tensor_free(tb);
+    }
+}
+
 static void error_tensors_are_refused(void)
 {
     wgml_context *ctx = test_context();
@@ -453,6 +505,7 @@ int main(void)
     TEST_RUN(dropout_set_on_a_model);
     TEST_RUN(bad_input_is_refused);
     TEST_RUN(error_tensors_are_refused);
+    TEST_RUN(a_failed_step_leaves_nothing);
     test_context_release();
     return test_summary();
 }

@@ -700,12 +700,13 @@ static void encode_launch(wgml_decode_plan *p, WGPUComputePassEncoder cp, const 
 /* The MLP block's barrier words (gbar): the arrivals' count, a word set where a wait gave up,
    the waits' bound (reads of the count: short for the trial, long enough for any real wait after
    it); BAR_BYTES in all, copied after the tokens. With grid_k counters the others lie at words
-   BAR_STRIDE j (a line apart). */
+   BAR_STRIDE j (256 bytes apart). */
 enum { BAR_COUNT, BAR_GAVE_UP, BAR_SPIN, BAR_BYTES = 16, BAR_STRIDE = 64, BAR_MAX_COUNTERS = 16 };
 enum { GRID_TRIAL_SPIN = 1 << 16, GRID_RUN_SPIN = 1 << 24 };
 
-/* count: as if that many arrivals had come (a multiple of the grid): each of k counters takes
-   1/k of them, and of the distance to 2^32, so that all wrap at the same barrier as one would */
+/* count: as if that many arrivals had come (a multiple of the grid); with k counters each is
+   set 1/k of count's distance to 2^32 short of it, so that all wrap at the barrier one counter
+   would (each takes 1/k of a barrier's arrivals) */
 static void grid_set(wgml_decode_plan *p, uint32_t count, uint32_t gave_up, uint32_t spin)
 {
     uint32_t w[BAR_STRIDE * BAR_MAX_COUNTERS];
@@ -723,7 +724,9 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
 {
     if (!p->dec.grid_at) return 0;
     const launch *l = &p->dec.l[p->dec.grid_at - 1];
-    grid_set(p, 0, 0, GRID_TRIAL_SPIN);
+    /* (a wait over several counters reads one word a round, not three: more rounds for about
+       the same time) */
+    grid_set(p, 0, 0, p->grid_k > 1 ? 4 * GRID_TRIAL_SPIN : GRID_TRIAL_SPIN);
     wgml_runtime *rt = &p->ctx->rt;
     WGPUCommandEncoder enc = wgpuDeviceCreateCommandEncoder(rt->device, NULL);
     if (!enc) {

@@ -89,7 +89,7 @@ typedef struct wgml_decode_desc {
                                  at the plan's making checks they are all resident at once: a forced count that is
                                  not, WGML_ERROR_UNSUPPORTED. 0: the policy's, 256 where a phase has 4,096 rows or
                                  more, else 128, or half that where the trial passes, else the launches apart (so too
-                                 where the block's staged inputs pass the workgroup memory: Llama's F past 11,760 at 48 KB;
+                                 where the block's staged inputs pass the workgroup memory: Llama's F past 11,752 at 48 KB;
                                  and on a CPU adapter); -1: apart (GPT-2: fused where it fits).
                                  Tokens read after a barrier gave up waiting: WGML_ERROR_DEVICE (the next
                                  wgml_decode_start begins afresh) */
@@ -105,8 +105,9 @@ typedef struct wgml_decode_desc {
     int gemv_row_groups;      /* so too (several rows), the GEMVs without a norm take their rows in this many groups, a workgroup
                                  each (grid y), each staging only its rows: more workgroups; 0: 2 rows a group, -1: one group */
     int grid_counters;        /* the grid block's barrier: the workgroups' arrivals spread over this many counters (a
-                                 power of two up to 16 and the grid's workgroups), each workgroup waiting on all of them
-                                 (fewer atomics at one word); 0: the policy's, 8 at 256 workgroups or more, else 1 */
+                                 power of two up to 16; more than the grid's workgroups: as many), each workgroup waiting
+                                 on all of them (fewer atomics at one word); 0: the policy's, 8 at 256 workgroups or
+                                 more, else 1 */
     int gemv_planes;          /* the GEMVs and the grid block over f16 weights stage x in planes (wgml_decode_gemv.planes,
                                  wgml_decode_block.planes): 0 or 1 on, -1 off (an H200: Qwen3-0.6B b8 3.52 -> 3.03 ms a
                                  step, b1 +4.3%; the character GPT b1 f16 +2.9%) */
@@ -172,9 +173,11 @@ int64_t wgml_decode_cache_bytes(const wgml_decode_plan *p);
 /* The workgroups of the decode step's MLP block in one launch (wgml_decode_desc's grid_block;
    0: its launches apart). */
 unsigned wgml_decode_grid_workgroups(const wgml_decode_plan *p);
-/* Tests: the grid barrier's words set as if earlier launches had left them (the arrivals' count,
-   a multiple of the workgroups; the word a wait sets where it gave up); wgml_decode_start sets
-   them afresh. WGML_ERROR_UNSUPPORTED where the plan has no grid. */
+/* Tests: the grid barrier's words set as if earlier launches had left them (count: as if that
+   many arrivals had come, a multiple of the workgroups; with several counters each is set 1/K
+   of count's distance to 2^32 short of it, so that they wrap at the barrier one counter would;
+   gave_up: the word a wait sets where it gave up); wgml_decode_start sets them afresh.
+   WGML_ERROR_UNSUPPORTED where the plan has no grid. */
 wgml_status wgml_decode_grid_words(wgml_decode_plan *p, uint32_t count, uint32_t gave_up);
 
 /* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots

@@ -845,8 +845,9 @@ static unsigned block_xs4(const wgml_decode_block *k)
     return (ka > kc ? ka > kf ? ka : kf : kc > kf ? kc : kf) / 4;
 }
 
-/* (xs, red and ssr of 256, ssq: 16 partial sums, 32 with ln's sums of x too) */
-uint64_t wgml_decode_block_bytes(const wgml_decode_block *k) { return (uint64_t)(4 * block_xs4(k) + 512 + (k->ln ? 32 : 16)) * 4; }
+/* (xs, red and ssr of 256, ssq: 16 partial sums, 32 with ln's sums of x too; 4 words more for
+   the K counters' goal, bgoal) */
+uint64_t wgml_decode_block_bytes(const wgml_decode_block *k) { return (uint64_t)(4 * block_xs4(k) + 512 + (k->ln ? 32 : 16) + 4) * 4; }
 
 char *wgml_decode_block_wgsl(const wgml_decode_block *k)
 {
@@ -886,20 +887,21 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                   k->sg ? "    var v = 0.0;\n    for (var q = 0u; q < l; q += min(sgs, l)) { v += red[g0 + q]; }\n    return v;\n" : "    return red[g0];\n");
     wgml_sbuf_put(&b, "fn xget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&x[i])); }\n"
                       "fn hget(i: u32) -> f32 { return bitcast<f32>(atomicLoad(&h[i])); }\n"
-                      "fn aget(i: u32) -> f32 { return att[i]; }\n%s"
-                      /* (thread 0: its arrival, then the wait for the others') */
-                      /* (a wait gives up past word 2's reads, or at once where another gave up; any
-                         way out of the loop before the goal sets word 1: lavapipe's compiled loops stop
-                         after 65,535 rounds without a word) */
-                      "fn grid_wait() {\n"
-                      "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
-                      "    var n = 0u;\n"
-                      "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
-                      "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
-                      "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n",
+                      "fn aget(i: u32) -> f32 { return att[i]; }\n%s",
                   /* (the RMS norm's scale, from its 16 partial sums; ln normalises xs itself) */
                   k->ln ? "" : "fn rsn() -> f32 {\n    var s = 0.0;\n    for (var q = 0u; q < 16u; q++) { s += ssq[q]; }\n"
                                "    return inverseSqrt(s / f32(C) + EPS);\n}\n");
+    /* (thread 0: its arrival, then the wait for the others') */
+    /* (a wait gives up past word 2's reads, or at once where another gave up; any way out of the
+       loop before the goal sets word 1: lavapipe's compiled loops stop after 65,535 rounds
+       without a word) */
+    if (k->K <= 1)
+        wgml_sbuf_put(&b, "fn grid_wait() {\n"
+                          "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
+                          "    var n = 0u;\n"
+                          "    loop {\n        if (bitcast<i32>(atomicLoad(&bar[0]) - goal) >= 0 || atomicLoad(&bar[1]) != 0u) { break; }\n"
+                          "        n++;\n        if (n >= atomicLoad(&bar[2])) { break; }\n    }\n"
+                          "    if (bitcast<i32>(atomicLoad(&bar[0]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n");
     /* the arrivals over K counters (fewer workgroups' atomics at each word): thread 0's arrival
        leaves the goal, the same for every counter, in bgoal; threads t < K each wait for counter
        t (the bound read once, the word another wait sets every 64th round) */

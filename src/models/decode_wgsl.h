@@ -154,7 +154,7 @@ typedef struct wgml_decode_block {
     int ln;
     unsigned norm_b, bo, b1, b2, bq;
     int planes; /* f16: x staged in planes, as wgml_decode_gemv's */
-    unsigned K; /* the arrivals spread over K counters (a power of two up to W; 0 or 1: word 0 alone): workgroup g
+    unsigned K; /* the arrivals spread over K counters (a power of two up to W and 256; 0 or 1: word 0 alone): workgroup g
                    adds to counter g % K, at word 64 (g % K) (word 0 for the first), and the workgroup's
                    threads t < K each wait for counter t */
 } wgml_decode_block;

@@ -653,6 +653,51 @@ static void mlp_block_in_one_launch(void)
     model_free(&m);
 }
 
+/* The barrier over K counters as the block's WGSL runs it, modelled on the host: workgroup g
+   adds to counter g % K, its goal (old & ~(W / K - 1)) + W / K. From the hook's starting counts
+   (wgml_decode_grid_counter_start), in random orders of arrival: every workgroup of a barrier
+   gets the same goal, which every counter reaches exactly when the last has arrived (not
+   before: the waits' condition), and a count 3 W short of 2^32 wraps every counter at the third
+   barrier, as one counter would. */
+static void grid_counters_model(void)
+{
+    const unsigned Ws[3] = {1, 16, 256};
+    for (int wi = 0; wi < 3; wi++)
+        for (unsigned K = 1; K <= 16 && K <= Ws[wi]; K *= 2) {
+            const unsigned W = Ws[wi], per = W / K;
+            const uint32_t starts[4] = {0, W, 0u - W, 0u - 3u * W};
+            for (int si = 0; si < 4; si++) {
+                uint32_t c[16];
+                for (unsigned j = 0; j < K; j++) c[j] = wgml_decode_grid_counter_start(starts[si], K);
+                int ok = 1;
+                for (int bar = 1; bar <= 5 && ok; bar++) {
+                    unsigned order[256];
+                    for (unsigned g = 0; g < W; g++) order[g] = g;
+                    for (unsigned g = W; g > 1; g--) { /* (a random order of arrival) */
+                        const unsigned r = (unsigned)(test_rand_u64() % g), t = order[g - 1];
+                        order[g - 1] = order[r], order[r] = t;
+                    }
+                    uint32_t goal0 = 0;
+                    for (unsigned a = 0; a < W && ok; a++) {
+                        const unsigned g = order[a];
+                        const uint32_t goal = (c[g % K]++ & ~(per - 1u)) + per;
+                        if (a == 0) goal0 = goal;
+                        ok = goal == goal0;
+                        /* (before the last arrival some counter is short of the goal) */
+                        int all = 1;
+                        for (unsigned j = 0; j < K; j++) all &= (int32_t)(c[j] - goal0) >= 0;
+                        if (a + 1 < W) ok &= !all;
+                    }
+                    for (unsigned j = 0; j < K && ok; j++) ok = c[j] == goal0;
+                    if (ok && si == 3 && bar == 3) /* (the wrap: one counter is back at 0 here) */
+                        for (unsigned j = 0; j < K; j++) ok &= c[j] == 0;
+                }
+                if (!ok) fprintf(stderr, "grid counters: W %u, K %u, start %u\n", W, K, starts[si]);
+                CHECK(ok);
+            }
+        }
+}
+
 /* A plan of d over m from prompt: its first nn tokens are the reference's greedy ones (and, where
    chunk > 0, the attention's chunk its first step takes after the prompt is that). */
 static void plan_vs_reference(model *m, const wgml_decode_desc *d, const int32_t *prompt, int64_t np, int nn, unsigned chunk,
@@ -1183,6 +1228,7 @@ int main(void)
     TEST_RUN(profile_by_kind_short_block);
     TEST_RUN(profile_by_kind_with_room);
     TEST_RUN(candidates_draw_as_logits);
-    TEST_RUN(mlp_block_in_one_launch); /* (last: the tests' random weights are drawn in order) */
+    TEST_RUN(mlp_block_in_one_launch); /* (last but the model below: the tests' random weights are drawn in order) */
+    TEST_RUN(grid_counters_model);
     return test_summary();
 }

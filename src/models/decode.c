@@ -707,11 +707,13 @@ enum { GRID_TRIAL_SPIN = 1 << 16, GRID_RUN_SPIN = 1 << 24 };
 /* count: as if that many arrivals had come (a multiple of the grid); with k counters each is
    set 1/k of count's distance to 2^32 short of it, so that all wrap at the barrier one counter
    would (each takes 1/k of a barrier's arrivals) */
+uint32_t wgml_decode_grid_counter_start(uint32_t count, unsigned k) { return k > 1 ? 0u - (0u - count) / k : count; }
+
 static void grid_set(wgml_decode_plan *p, uint32_t count, uint32_t gave_up, uint32_t spin)
 {
     uint32_t w[BAR_STRIDE * BAR_MAX_COUNTERS];
     const unsigned k = p->grid_k > 1 ? p->grid_k : 1;
-    const uint32_t each = k > 1 ? 0u - (0u - count) / k : count;
+    const uint32_t each = wgml_decode_grid_counter_start(count, k);
     memset(w, 0, sizeof w);
     for (unsigned j = 0; j < k; j++) w[BAR_STRIDE * j] = each;
     w[BAR_GAVE_UP] = gave_up, w[BAR_SPIN] = spin;

@@ -179,6 +179,8 @@ unsigned wgml_decode_grid_workgroups(const wgml_decode_plan *p);
    gave_up: the word a wait sets where it gave up); wgml_decode_start sets them afresh.
    WGML_ERROR_UNSUPPORTED where the plan has no grid. */
 wgml_status wgml_decode_grid_words(wgml_decode_plan *p, uint32_t count, uint32_t gave_up);
+/* (what each of k counters is set to for count: 1/k of count's distance to 2^32 short of it) */
+uint32_t wgml_decode_grid_counter_start(uint32_t count, unsigned k);
 
 /* A step's GPU time by kind of launch: each launch of `steps` decode steps of the started slots
    runs in a compute pass of its own between two timestamps (rows[r]: its kind, launches of that

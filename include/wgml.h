@@ -1026,10 +1026,10 @@ WGML_API void wgml_dist_stats_reset(void);
    with WGML_ERROR_DEVICE_LOST, as after a real loss. */
 WGML_API void wgml_debug_destroy_device(wgml_context *ctx);
 
-/* The next n submits of GPU work on ctx fail with WGML_ERROR_DEVICE before reaching the queue
-   (none of their work runs), as a submit the runtime refused would; the device stays usable.
-   n <= 0: none. */
-WGML_API void wgml_debug_fail_submits(wgml_context *ctx, int n);
+/* After the next `skip` submits of GPU work on ctx, n submits fail with WGML_ERROR_DEVICE before
+   reaching the queue (none of their work runs), as a submit the runtime refused would; the
+   device stays usable. n <= 0: none (and a count set before forgotten). */
+WGML_API void wgml_debug_fail_submits(wgml_context *ctx, int skip, int n);
 
 /* ---------------------------------------------------------------- environment variables */
 

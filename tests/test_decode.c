@@ -698,6 +698,37 @@ static void grid_counters_model(void)
         }
 }
 
+/* A submit refused (wgml_debug_fail_submits) in the prefill or in the middle of generation,
+   where the chunk before is still in flight: the call fails with WGML_ERROR_DEVICE, and a
+   fresh start of the same plan gives the reference's tokens again */
+static void a_refused_submit_then_a_fresh_start(void)
+{
+    wgml_context *ctx = test_context();
+    model m;
+    model_make(ctx, &llama_cfg, 0, &m);
+    enum { NP = 4, NN = 24 };
+    const int32_t prompt[NP] = {3, 17, 5, 11}, *pp = prompt;
+    const int64_t np = NP;
+    int32_t want[NN], got[NN];
+    reference_greedy(m.r, prompt, NP, NN, want);
+    wgml_decode_plan *plan = NULL;
+    const wgml_decode_desc d = {.batch = 1, .steps_per_submit = 5};
+    CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
+    for (int skip = 0; plan && skip <= 3; skip++) {
+        memset(got, 0, sizeof got);
+        wgml_debug_fail_submits(ctx, skip, 1);
+        wgml_status st = wgml_decode_start(plan, 1, &pp, &np, got);
+        if (!st) st = wgml_decode_generate(plan, NN - 1, got + 1);
+        CHECK(st == WGML_ERROR_DEVICE && strstr(wgml_error_message(ctx), "on purpose") != NULL);
+        wgml_debug_fail_submits(ctx, 0, 0);
+        CHECK_OK(ctx, wgml_decode_start(plan, 1, &pp, &np, got));
+        CHECK_OK(ctx, wgml_decode_generate(plan, NN - 1, got + 1));
+        same_tokens("a fresh start after a refused submit vs reference", got, want, NN);
+    }
+    wgml_decode_plan_free(plan);
+    model_free(&m);
+}
+
 /* A plan of d over m from prompt: its first nn tokens are the reference's greedy ones (and, where
    chunk > 0, the attention's chunk its first step takes after the prompt is that). */
 static void plan_vs_reference(model *m, const wgml_decode_desc *d, const int32_t *prompt, int64_t np, int nn, unsigned chunk,
@@ -1230,5 +1261,6 @@ int main(void)
     TEST_RUN(candidates_draw_as_logits);
     TEST_RUN(mlp_block_in_one_launch); /* (last but the model below: the tests' random weights are drawn in order) */
     TEST_RUN(grid_counters_model);
+    TEST_RUN(a_refused_submit_then_a_fresh_start);
     return test_summary();
 }

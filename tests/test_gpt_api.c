@@ -7,7 +7,8 @@
  * (top-p) sampling draws the token the rule gives for the forward's logits and the generator's
  * number; a dropout set on a loaded model is saved and changes its training steps; bad files,
  * configs, vocabularies, prompts and sampling settings are refused with messages; a step whose
- * submit failed leaves no gradients or counted step behind.
+ * submit failed leaves no gradients or counted step behind, and a generation whose submit failed
+ * nothing that changes the next one's tokens.
  */
 #include <math.h>
 #include <stdio.h>
@@ -150,6 +151,16 @@ static void generation_is_the_forward_argmax(void)
     seen s = {.stop_after = 1000};
     CHECK_OK(ctx, wgml_gpt_generate(g, seq, P, N, NULL, out, note_token, &s));
     CHECK(s.n == N && memcmp(s.tokens, out, sizeof out) == 0);
+    /* a submit refused on the way (the first, ..., the fourth): the call fails, and the next
+       gives the same tokens */
+    for (int skip = 0; skip <= 3; skip++) {
+        int32_t again[N] = {0};
+        wgml_debug_fail_submits(ctx, skip, 1);
+        CHECK_STATUS(ctx, wgml_gpt_generate(g, seq, P, N, NULL, again, NULL, NULL), WGML_ERROR_DEVICE);
+        wgml_debug_fail_submits(ctx, 0, 0);
+        CHECK_OK(ctx, wgml_gpt_generate(g, seq, P, N, NULL, again, NULL, NULL));
+        CHECK(memcmp(again, out, sizeof out) == 0);
+    }
     /* each token is the argmax of the full forward's last row over the tokens before it */
     for (int k = 0; k < N; k++) {
         int len = P + k;
@@ -452,7 +463,7 @@ static void a_failed_step_leaves_nothing(void)
         wgml_tensor *ia = random_ids(ctx, B, T), *ta = random_ids(ctx, B, T), *ib = random_ids(ctx, B, T),
                     *tb = random_ids(ctx, B, T);
         float la = 0, lg = 0, lh = 0;
-        wgml_debug_fail_submits(ctx, 1);
+        wgml_debug_fail_submits(ctx, 0, 1);
         CHECK_STATUS(ctx, wgml_gpt_train_step(g, og, ia, ta, &la), WGML_ERROR_DEVICE);
         CHECK(test_message_has(ctx, "on purpose"));
         CHECK(wgml_optimizer_steps(og) == 0);

@@ -161,9 +161,9 @@ void wgml_debug_destroy_device(wgml_context *ctx)
     if (ctx && ctx->rt.device) wgml_runtime_destroy_device(&ctx->rt);
 }
 
-void wgml_debug_fail_submits(wgml_context *ctx, int n)
+void wgml_debug_fail_submits(wgml_context *ctx, int skip, int n)
 {
-    if (ctx) ctx->rt.debug_fail_submits = n > 0 ? n : 0;
+    if (ctx) ctx->rt.debug_pass_submits = skip > 0 ? skip : 0, ctx->rt.debug_fail_submits = n > 0 ? n : 0;
 }
 
 bool wgml_sgmat_adapter_shape(const wgml_context *ctx, int *m, int *n, int *k, int *subgroup_size)

@@ -292,7 +292,8 @@ wgml_status wgml_submit(wgml_runtime *rt, WGPUCommandBuffer cb)
         wgpuCommandBufferRelease(cb);
         return wgml_check_device(rt);
     }
-    if (rt->debug_fail_submits > 0) {
+    if (rt->debug_fail_submits > 0 && rt->debug_pass_submits > 0) rt->debug_pass_submits--;
+    else if (rt->debug_fail_submits > 0) {
         rt->debug_fail_submits--;
         wgpuCommandBufferRelease(cb);
         return wgml_rt_fail(rt, WGML_ERROR_DEVICE, "a submit refused on purpose (wgml_debug_fail_submits): none of its work ran");

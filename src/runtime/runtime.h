@@ -61,7 +61,7 @@ typedef struct wgml_runtime {
     char message[1024];
     volatile bool device_lost;
     char lost_message[512];
-    int debug_fail_submits; /* wgml_debug_fail_submits: submits still to refuse */
+    int debug_pass_submits, debug_fail_submits; /* wgml_debug_fail_submits: submits still to let pass, then to refuse */
     wgml_status uncaptured_status; /* from the uncaptured-error callback */
     char uncaptured_message[512];
 } wgml_runtime;

@@ -303,15 +303,36 @@ static void the_hook_decides_the_update(void)
     CHECK_OK(ctx, wgml_tensor_read(p, after, 5));
     CHECK(memcmp(after, got, sizeof got) == 0);
 
+    /* the failed step's gradient (it had landed in the flat buffer before the hook failed) is
+       kept: the same step again takes it (a retry once copied it from that buffer into itself
+       in one dispatch, which wgpu-native aborts on), p -= 2 c */
+    h.fail = WGML_OK;
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
+    CHECK(wgml_optimizer_steps(opt) == 2);
+    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
+    for (int i = 0; i < 5; i++) want[i] = p0[i] - 4.0 * c[i];
+    CHECK(test_close("p after the failed step again", got, want, 5, 1e-6, 1));
+    /* a failed step, then a second backward adding to what it left: both taken, p -= 2 (c + c) */
+    h.fail = WGML_ERROR_IO;
+    wgml_scope_begin(ctx);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
+    CHECK_STATUS(ctx, wgml_optimizer_step(opt, 0, NULL), WGML_ERROR_IO);
+    h.fail = WGML_OK;
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
+    wgml_scope_end(ctx);
+    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
+    for (int i = 0; i < 5; i++) want[i] = p0[i] - 8.0 * c[i];
+    CHECK(test_close("p after a failed step and a second backward", got, want, 5, 1e-6, 1));
+
     /* no hook: the plain step, p -= c */
     CHECK_OK(ctx, wgml_optimizer_set_grad_hook(opt, NULL, NULL));
-    wgml_zero_grad(p); /* the failed step left its gradient */
     wgml_scope_begin(ctx);
     CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
     CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
     wgml_scope_end(ctx);
     CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
-    for (int i = 0; i < 5; i++) want[i] = p0[i] - 3.0 * c[i];
+    for (int i = 0; i < 5; i++) want[i] = p0[i] - 9.0 * c[i];
     CHECK(test_close("p after a plain step", got, want, 5, 1e-6, 1));
     CHECK_STATUS(ctx, wgml_optimizer_set_grad_hook(NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
     wgml_optimizer_free(opt);

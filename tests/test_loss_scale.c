@@ -9,7 +9,8 @@
  *   - the state read back (scale, good and skipped steps, updates) is exact at every step, and
  *     a second optimiser given the first's parameters, moments, steps and scaler state goes on
  *     bit-identically (what a resumed checkpoint needs);
- *   - bad settings are refused naming the field, the state calls need scaling on.
+ *   - bad settings are refused naming the field, the state calls need scaling on; a setting
+ *     refused past its checks (a failed submit) changes nothing.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -222,9 +223,42 @@ static void bad_settings_are_refused(void)
     wgml_clear_error(ctx);
 }
 
+/* A setting refused past its checks (here its write of the state, behind a scaled loss still
+   pending whose submit fails) changes nothing: the old scale and growth interval go on */
+static void a_refused_setting_changes_nothing(void)
+{
+    wgml_context *ctx = test_context();
+    if (!ctx) return;
+    int64_t n = 7;
+    const float p0[7] = {1, 2, 3, 4, 5, 6, 7}, c0[7] = {0.5f, -1, 2, 0.25f, -3, 1.5f, -0.75f};
+    wgml_tensor *p = test_tensor(ctx, 1, &n, p0), *c = test_tensor(ctx, 1, &n, c0);
+    wgml_optimizer *opt = NULL;
+    CHECK_OK(ctx, wgml_optimizer_create(ctx, &(wgml_optim_desc){.lr = 1e-3f}, 1, &p, &opt));
+    if (!opt) return;
+    CHECK_OK(ctx, wgml_optimizer_set_loss_scaling(opt, &(wgml_loss_scaling){.init_scale = 1024}));
+    wgml_scope_begin(ctx);
+    wgml_tensor *scaled = wgml_optimizer_scale_loss(opt, wgml_sum_all(ctx, wgml_mul(ctx, p, c)));
+    wgml_debug_fail_submits(ctx, 0, 1);
+    CHECK_STATUS(ctx, wgml_optimizer_set_loss_scaling(opt, &(wgml_loss_scaling){.init_scale = 256, .growth_interval = 1}),
+                 WGML_ERROR_DEVICE);
+    wgml_debug_fail_submits(ctx, 0, 0);
+    CHECK_OK(ctx, wgml_backward(scaled));
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
+    wgml_scope_end(ctx);
+    wgml_tensor *const param[2] = {p, p}, *const coef[2] = {c, c};
+    for (int k = 0; k < 2; k++) step(ctx, opt, param, coef, 1);
+    wgml_loss_scale_state st = {0};
+    CHECK_OK(ctx, wgml_optimizer_loss_scale_state(opt, &st));
+    /* (the refused interval of 1 would have doubled it at each of the 3 steps) */
+    CHECK(st.scale == 1024.0f && st.good_steps == 3 && st.updates == 3);
+    wgml_optimizer_free(opt);
+    wgml_tensor_free(p), wgml_tensor_free(c);
+}
+
 int main(void)
 {
     TEST_RUN(skips_overflows_and_matches_reference);
     TEST_RUN(bad_settings_are_refused);
+    TEST_RUN(a_refused_setting_changes_nothing);
     return test_summary();
 }

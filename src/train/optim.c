@@ -438,12 +438,15 @@ wgml_status wgml_optimizer_set_loss_scaling(wgml_optimizer *opt, const wgml_loss
     if (!(d.growth >= 1) || isinf(d.growth))
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_set_loss_scaling: growth = %g must be finite and >= 1",
                          d.growth);
-    opt->scaler_desc = d;
-    opt->scaling = true;
     float half[SCALER_WORDS] = {0};
     half[SC_SCALE] = d.init_scale;
     half[SC_UPDATES] = (float)opt->steps; /* Adam's bias correction goes on from the steps taken */
-    return write_scaler(opt, half);
+    /* (the settings taken only where the state was written: a refused call changes nothing) */
+    wgml_status st = write_scaler(opt, half);
+    if (st) return st;
+    opt->scaler_desc = d;
+    opt->scaling = true;
+    return WGML_OK;
 }
 
 int wgml_optimizer_scales_loss(const wgml_optimizer *opt) { return opt && opt->scaling; }
@@ -780,6 +783,38 @@ static wgml_tensor *slot_writer(wgml_tensor *g)
 
 static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra, bool *carried);
 
+/* After a failed step: gradients that had already landed in their slots (a hook's evaluation
+   went through) live in G, where a retry would copy each from G into G, or a next backward add
+   to it there, in one dispatch (which wgpu-native aborts on). They keep this flat buffer and the
+   optimizer takes a fresh one; where none can be had, they are dropped (as wgml_zero_grad), so
+   that nothing later reads and writes G at once. */
+static void detach_landed_grads(wgml_optimizer *opt)
+{
+    wgml_context *ctx = opt->ctx;
+    bool landed = false;
+    for (int i = 0; i < opt->n && !landed; i++) {
+        wgml_tensor *g = opt->params[i]->grad;
+        landed = g && wgml_tensor_base(g)->op == WGML_OP_NONE && wgml_tensor_base(g)->buf == opt->G;
+    }
+    if (!landed) return;
+    /* (the failure's message stays: this is what it left) */
+    char msg[sizeof ctx->rt.message];
+    const wgml_status was = ctx->rt.status;
+    memcpy(msg, ctx->rt.message, sizeof msg);
+    wgml_buffer *fresh = flat_zeros(ctx, opt->total);
+    ctx->rt.status = was;
+    memcpy(ctx->rt.message, msg, sizeof msg);
+    if (fresh) {
+        wgml_buffer_release(ctx, opt->G);
+        opt->G = fresh;
+        return;
+    }
+    for (int i = 0; i < opt->n; i++) {
+        wgml_tensor *g = opt->params[i]->grad;
+        if (g && wgml_tensor_base(g)->op == WGML_OP_NONE && wgml_tensor_base(g)->buf == opt->G) wgml_zero_grad(opt->params[i]);
+    }
+}
+
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)
 {
     if (!opt) return WGML_ERROR_INVALID_ARGUMENT;
@@ -933,6 +968,7 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
         }
         if (grads[i]) wgml_tensor_unref(grads[i]);
     }
+    if (st) detach_landed_grads(opt);
     wgml_scope_end(ctx);
     free(targets);
     free(grads);

@@ -477,6 +477,12 @@ static void a_failed_step_leaves_nothing(void)
         CHECK_OK(ctx, wgml_gpt_train_step(h, oh, ia, ta, &lh));
         CHECK(lg == lh);
         CHECK(same_weights(ctx, g, h));
+        /* the step's submit through, its loss's read refused: said so, and the step counted */
+        wgml_debug_fail_submits(ctx, 1, 1);
+        CHECK_STATUS(ctx, wgml_gpt_train_step(g, og, ib, tb, &lg), WGML_ERROR_DEVICE);
+        CHECK(test_message_has(ctx, "the step was taken (step 3)") && test_message_has(ctx, "on purpose"));
+        CHECK(wgml_optimizer_steps(og) == 3);
+        wgml_debug_fail_submits(ctx, 0, 0);
         wgml_optimizer_free(og), wgml_optimizer_free(oh);
         wgml_gpt_delete(g), wgml_gpt_delete(h);
         wgml_tensor_free(ia), wgml_tensor_free(ta), wgml_tensor_free(ib), wgml_tensor_free(tb);

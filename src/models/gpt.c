@@ -537,7 +537,12 @@ wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *i
                                   : WGML_ERROR_INVALID_ARGUMENT;
     wgml_tensor *l = NULL;
     wgml_status st = wgml_gpt_train_step_submit(g, opt, ids, targets, &l);
-    if (!st) st = wgml_tensor_read(l, loss, 1);
+    if (!st && (st = wgml_tensor_read(l, loss, 1))) { /* (the step itself was taken: a retry would take it twice) */
+        char why[512];
+        snprintf(why, sizeof why, "%s", wgml_error_message(g->ctx));
+        wgml_fail(g->ctx, st, "gpt_train_step: the step was taken (step %lld), but its loss could not be read: %s",
+                  (long long)wgml_optimizer_steps(opt), why);
+    }
     wgml_tensor_free(l);
     return st;
 }

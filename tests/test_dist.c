@@ -469,6 +469,39 @@ static void buckets_give_the_plain_update(void)
     CHECK_OK(ctx, wgml_tensor_read(pc[4], back, 55));
     CHECK(memcmp(back, ones, sizeof ones) == 0);
 
+    /* a deferred step, then the next one's submit refused where it ends the step in flight
+       (the update's: that step's update is lost, and said so) or just after (its own first
+       bucket's): the call fails, and the loss it evaluated with its first bucket reads as an
+       error, never as the value it never computed; after zeroed gradients the next steps go on */
+    for (int skip = 0; skip <= 1; skip++) {
+        wgml_scope_begin(ctx);
+        loss = mlp_loss(ctx, pc, xt, ct);
+        CHECK_OK(ctx, wgml_backward(loss));
+        CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
+        wgml_scope_end(ctx);
+        const int64_t taken = wgml_optimizer_steps(oc);
+        wgml_scope_begin(ctx);
+        loss = mlp_loss(ctx, pc, xt, ct);
+        CHECK_OK(ctx, wgml_backward(loss));
+        wgml_debug_fail_submits(ctx, skip, 1);
+        CHECK_STATUS(ctx, wgml_optimizer_step(oc, 1, &loss), WGML_ERROR_DEVICE);
+        wgml_debug_fail_submits(ctx, 0, 0);
+        CHECK(skip ? wgml_optimizer_steps(oc) == taken : test_message_has(ctx, "its update is lost") && wgml_optimizer_steps(oc) == taken - 1);
+        float v = 4242;
+        CHECK(wgml_tensor_read(loss, &v, 1) != WGML_OK && v == 4242);
+        wgml_scope_end(ctx);
+        for (int i = 0; i < 5; i++) wgml_zero_grad(pc[i]);
+        for (int k = 0; k < 2; k++) {
+            wgml_scope_begin(ctx);
+            loss = mlp_loss(ctx, pc, xt, ct);
+            CHECK_OK(ctx, wgml_backward(loss));
+            CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
+            CHECK_OK(ctx, wgml_tensor_read(loss, &v, 1));
+            CHECK(isfinite(v));
+            wgml_scope_end(ctx);
+        }
+    }
+
     /* losses held across steps (as a trainer holds them until it reads them) keep no memory of
        their step: what the buckets kept for each other goes back to the pool (results still
        held by a handle keep their buffers: those the step's graph was built with are let go

@@ -424,11 +424,28 @@ wgml_status wgml_exec_submit(wgml_context *ctx, const wgml_launch *launches, int
 
 bool wgml_graph_can_prepare(wgml_context *ctx) { return !ctx->rt.gpu_timing && !wgml_profile_of(ctx); }
 
+/* Its results left in error: their work never ran (the buffers stay theirs until freed). */
+static void prepared_unrun(wgml_prepared *p, const char *why)
+{
+    for (int i = 0; i < p->nmade; i++) {
+        wgml_tensor *t = p->made[i];
+        if (t->status) continue;
+        t->status = WGML_ERROR_DEVICE;
+        free(t->error);
+        t->error = strdup(why);
+    }
+}
+
 void wgml_prepared_discard(wgml_prepared *p)
 {
-    if (p->cb) wgpuCommandBufferRelease(p->cb);
+    if (p->cb) {
+        wgpuCommandBufferRelease(p->cb);
+        prepared_unrun(p, "this result's work was prepared but never submitted (an earlier failure in its step)");
+    }
     if (p->params) wgpuBufferRelease(p->params);
     free(p->params_host);
+    for (int i = 0; i < p->nmade; i++) wgml_tensor_unref(p->made[i]);
+    free(p->made);
     memset(p, 0, sizeof *p);
 }
 
@@ -446,6 +463,7 @@ wgml_status wgml_prepared_submit(wgml_context *ctx, wgml_prepared *p)
     WGPUCommandBuffer cb = p->cb;
     p->cb = NULL;
     wgml_status st = wgml_submit(&ctx->rt, cb); /* (it releases cb) */
+    if (st) prepared_unrun(p, "this result's work was not submitted (its submit failed)");
     wgml_status popped = wgml_scope_pop(&ctx->rt, "running a prepared graph");
     if (!st) {
         ctx->rt.stats.dispatches += p->dispatches;
@@ -674,6 +692,9 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     }
     ctx->rt.stats.evals++;
 
+    /* (room for what a prepared evaluation makes) */
+    if (!st && prep && order.n && !(prep->made = malloc(order.n * sizeof *prep->made)))
+        st = wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     /* targets become storage; on failure every buffer of this evaluation is returned */
     for (size_t k = 0; k < order.n; k++) {
         wgml_tensor *t = order.items[k];
@@ -682,6 +703,10 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
             wgml_buffer_release(ctx, t->buf);
             t->buf = NULL;
             continue;
+        }
+        if (prep) { /* (its value comes with the prepared submit: room made below) */
+            prep->made[prep->nmade++] = t;
+            wgml_tensor_retain(t);
         }
         /* a result on the way from trainable tensors keeps its graph for a later backward
            (gradients landing in a destination are never differentiated again) */

@@ -57,6 +57,10 @@ typedef struct wgml_prepared {
     uint64_t params_bytes;
     uint64_t dispatches;
     bool sets_flags; /* a launch binds the GPU error flags */
+    /* the tensors it made results (one reference each): their values exist only once it is
+       submitted, so one discarded unsubmitted, or whose submit failed, leaves them in error */
+    struct wgml_tensor **made;
+    int nmade;
 } wgml_prepared;
 
 /* Whether evaluations can be prepared here: not while every launch is timed (WGML_PROFILE,

@@ -589,8 +589,15 @@ static wgml_status carry_step(wgml_optimizer *opt, int n, wgml_tensor *const *ta
     if (!st) st = fin;
     if (!st) st = wgml_prepared_submit(ctx, &upd_cb);
     if (!st) step_taken(opt, norm2);
+    else { /* (that step had returned; its update will not come: say so) */
+        char why[512];
+        snprintf(why, sizeof why, "%s", wgml_last_status(ctx) ? wgml_error_message(ctx) : wgml_status_name(st));
+        wgml_fail(ctx, st, "optimizer_step: the step in flight (step %lld) could not be ended, its update is lost: %s",
+                  (long long)opt->steps + 1, why);
+    }
     drop_deferred_grads(opt);
     if (!st) st = wgml_prepared_submit(ctx, &first_cb);
+    /* (what either made unsubmitted is left in error by the discard: never read as values) */
     wgml_prepared_discard(&upd_cb);
     wgml_prepared_discard(&first_cb);
     if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the step in flight failed (%s)", wgml_status_name(st));

@@ -501,6 +501,24 @@ static void buckets_give_the_plain_update(void)
             wgml_scope_end(ctx);
         }
     }
+    /* a deferred step ended by a read of a parameter, its submit refused: the read fails saying
+       the step's update is lost, and the parameter then reads as it was before that step */
+    {
+        float was[55], now4[55];
+        CHECK_OK(ctx, wgml_tensor_read(pc[4], was, 55));
+        wgml_scope_begin(ctx);
+        loss = mlp_loss(ctx, pc, xt, ct);
+        CHECK_OK(ctx, wgml_backward(loss));
+        CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
+        wgml_scope_end(ctx);
+        const int64_t taken = wgml_optimizer_steps(oc);
+        wgml_debug_fail_submits(ctx, 0, 1);
+        CHECK_STATUS(ctx, wgml_tensor_read(pc[4], now4, 55), WGML_ERROR_DEVICE);
+        wgml_debug_fail_submits(ctx, 0, 0);
+        CHECK(test_message_has(ctx, "its update is lost") && wgml_optimizer_steps(oc) == taken - 1);
+        CHECK_OK(ctx, wgml_tensor_read(pc[4], now4, 55));
+        CHECK(memcmp(now4, was, sizeof was) == 0);
+    }
 
     /* losses held across steps (as a trainer holds them until it reads them) keep no memory of
        their step: what the buckets kept for each other goes back to the pool (results still

@@ -575,6 +575,16 @@ static wgml_tensor *update_node(wgml_optimizer *opt, wgml_tensor **norm2);
 static void step_taken(wgml_optimizer *opt, wgml_tensor *norm2);
 static void drop_deferred_grads(wgml_optimizer *opt);
 
+/* A deferred step that could not be ended: it had returned, and its update will not come */
+static void lost_step_message(wgml_optimizer *opt, wgml_status st)
+{
+    wgml_context *ctx = opt->ctx;
+    char why[512];
+    snprintf(why, sizeof why, "%s", wgml_last_status(ctx) ? wgml_error_message(ctx) : wgml_status_name(st));
+    wgml_fail(ctx, st, "optimizer_step: the step in flight (step %lld) could not be ended, its update is lost: %s",
+              (long long)opt->steps + 1, why);
+}
+
 static wgml_status carry_step(wgml_optimizer *opt, int n, wgml_tensor *const *targets)
 {
     wgml_context *ctx = opt->ctx;
@@ -589,12 +599,7 @@ static wgml_status carry_step(wgml_optimizer *opt, int n, wgml_tensor *const *ta
     if (!st) st = fin;
     if (!st) st = wgml_prepared_submit(ctx, &upd_cb);
     if (!st) step_taken(opt, norm2);
-    else { /* (that step had returned; its update will not come: say so) */
-        char why[512];
-        snprintf(why, sizeof why, "%s", wgml_last_status(ctx) ? wgml_error_message(ctx) : wgml_status_name(st));
-        wgml_fail(ctx, st, "optimizer_step: the step in flight (step %lld) could not be ended, its update is lost: %s",
-                  (long long)opt->steps + 1, why);
-    }
+    else lost_step_message(opt, st);
     drop_deferred_grads(opt);
     if (!st) st = wgml_prepared_submit(ctx, &first_cb);
     /* (what either made unsubmitted is left in error by the discard: never read as values) */
@@ -760,7 +765,7 @@ static wgml_status complete_step(wgml_optimizer *opt)
     if (!st) step_taken(opt, norm2);
     drop_deferred_grads(opt);
     wgml_scope_end(ctx);
-    if (st && !wgml_last_status(ctx)) wgml_fail(ctx, st, "optimizer_step: the step in flight failed (%s)", wgml_status_name(st));
+    if (st) lost_step_message(opt, st);
     return st;
 }
 
@@ -820,6 +825,7 @@ static void detach_landed_grads(wgml_optimizer *opt)
         wgml_tensor *g = opt->params[i]->grad;
         if (g && wgml_tensor_base(g)->op == WGML_OP_NONE && wgml_tensor_base(g)->buf == opt->G) wgml_zero_grad(opt->params[i]);
     }
+    wgml_fail(ctx, was, "%s (and its gradients were dropped: run the backward again)", msg);
 }
 
 wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra)

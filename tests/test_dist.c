@@ -263,6 +263,16 @@ static wgml_status scale_gradients(wgml_optimizer *opt, wgml_tensor *grads, void
     return wgml_tensor_write(grads, buf, (size_t)h->seen);
 }
 
+/* p read back equals p0 - k c */
+static void p_moved_by(wgml_context *ctx, wgml_tensor *p, const float *p0, const float *c, double k, const char *what)
+{
+    float got[5];
+    double want[5];
+    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
+    for (int i = 0; i < 5; i++) want[i] = p0[i] - k * c[i];
+    CHECK(test_close(what, got, want, 5, 1e-6, 1));
+}
+
 /* SGD with lr 1: p -= the gradient the hook leaves. loss = sum(p * c), so the gradient is c. */
 static void the_hook_decides_the_update(void)
 {
@@ -309,9 +319,7 @@ static void the_hook_decides_the_update(void)
     h.fail = WGML_OK;
     CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
     CHECK(wgml_optimizer_steps(opt) == 2);
-    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
-    for (int i = 0; i < 5; i++) want[i] = p0[i] - 4.0 * c[i];
-    CHECK(test_close("p after the failed step again", got, want, 5, 1e-6, 1));
+    p_moved_by(ctx, p, p0, c, 4, "p after the failed step again");
     /* a failed step, then a second backward adding to what it left: both taken, p -= 2 (c + c) */
     h.fail = WGML_ERROR_IO;
     wgml_scope_begin(ctx);
@@ -321,9 +329,7 @@ static void the_hook_decides_the_update(void)
     CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
     CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
     wgml_scope_end(ctx);
-    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
-    for (int i = 0; i < 5; i++) want[i] = p0[i] - 8.0 * c[i];
-    CHECK(test_close("p after a failed step and a second backward", got, want, 5, 1e-6, 1));
+    p_moved_by(ctx, p, p0, c, 8, "p after a failed step and a second backward");
 
     /* no hook: the plain step, p -= c */
     CHECK_OK(ctx, wgml_optimizer_set_grad_hook(opt, NULL, NULL));
@@ -331,9 +337,7 @@ static void the_hook_decides_the_update(void)
     CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
     CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
     wgml_scope_end(ctx);
-    CHECK_OK(ctx, wgml_tensor_read(p, got, 5));
-    for (int i = 0; i < 5; i++) want[i] = p0[i] - 9.0 * c[i];
-    CHECK(test_close("p after a plain step", got, want, 5, 1e-6, 1));
+    p_moved_by(ctx, p, p0, c, 9, "p after a plain step");
     CHECK_STATUS(ctx, wgml_optimizer_set_grad_hook(NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
     wgml_optimizer_free(opt);
     wgml_tensor_free(p), wgml_tensor_free(ct);
@@ -378,6 +382,17 @@ static wgml_tensor *mlp_loss(wgml_context *ctx, wgml_tensor *const *p, wgml_tens
    agree, and the bucketed step runs no more kernels than the plain one (a result that a later
    bucket reads and an earlier one computed is kept, not computed again). A failing bucket
    fails the step without an update, and finish still runs. */
+/* A step of opt on mlp_loss (the loss as an extra), in a scope of its own; its count after */
+static int64_t mlp_step(wgml_context *ctx, wgml_optimizer *opt, wgml_tensor **p, wgml_tensor *x, wgml_tensor *c)
+{
+    wgml_scope_begin(ctx);
+    wgml_tensor *loss = mlp_loss(ctx, p, x, c);
+    CHECK_OK(ctx, wgml_backward(loss));
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 1, &loss));
+    wgml_scope_end(ctx);
+    return wgml_optimizer_steps(opt);
+}
+
 static void buckets_give_the_plain_update(void)
 {
     wgml_context *ctx = test_context();
@@ -474,12 +489,7 @@ static void buckets_give_the_plain_update(void)
        bucket's): the call fails, and the loss it evaluated with its first bucket reads as an
        error, never as the value it never computed; after zeroed gradients the next steps go on */
     for (int skip = 0; skip <= 1; skip++) {
-        wgml_scope_begin(ctx);
-        loss = mlp_loss(ctx, pc, xt, ct);
-        CHECK_OK(ctx, wgml_backward(loss));
-        CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
-        wgml_scope_end(ctx);
-        const int64_t taken = wgml_optimizer_steps(oc);
+        const int64_t taken = mlp_step(ctx, oc, pc, xt, ct);
         wgml_scope_begin(ctx);
         loss = mlp_loss(ctx, pc, xt, ct);
         CHECK_OK(ctx, wgml_backward(loss));
@@ -506,12 +516,7 @@ static void buckets_give_the_plain_update(void)
     {
         float was[55], now4[55];
         CHECK_OK(ctx, wgml_tensor_read(pc[4], was, 55));
-        wgml_scope_begin(ctx);
-        loss = mlp_loss(ctx, pc, xt, ct);
-        CHECK_OK(ctx, wgml_backward(loss));
-        CHECK_OK(ctx, wgml_optimizer_step(oc, 1, &loss));
-        wgml_scope_end(ctx);
-        const int64_t taken = wgml_optimizer_steps(oc);
+        const int64_t taken = mlp_step(ctx, oc, pc, xt, ct);
         wgml_debug_fail_submits(ctx, 0, 1);
         CHECK_STATUS(ctx, wgml_tensor_read(pc[4], now4, 55), WGML_ERROR_DEVICE);
         wgml_debug_fail_submits(ctx, 0, 0);

@@ -842,10 +842,10 @@ WGML_API wgml_status wgml_optimizer_create_groups(wgml_context *ctx, const wgml_
    evaluated in that submit too, before the update, and keep their values: end a scope's
    forward and backward tensors before the step (keeping the loss) when nothing reads them
    after it, or they are all kept as results. A failed step updates nothing and counts no
-   step; its gradients are kept where they can be (a retry takes them), or left in error, or
-   dropped (the message says so): to go on, wgml_zero_grad the parameters and run the backward
-   again. A deferred step (data parallelism's) that cannot be ended loses its update, which
-   the message says. */
+   step; its gradients are kept where they can be (then a retry takes them), or left in error,
+   or dropped (after a gradient hook had run on them; the message says so): wgml_zero_grad
+   the parameters and running the backward again always goes on. A deferred step (data
+   parallelism's) that cannot be ended loses its update and its count, which the message says. */
 WGML_API wgml_status wgml_optimizer_step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *extra);
 /* The global gradient norm of the last step, before clipping (reads 4 bytes). */
 WGML_API wgml_status wgml_optimizer_grad_norm(wgml_optimizer *opt, float *norm);

@@ -131,8 +131,9 @@ WGML_API wgml_status wgml_gpt_optimizer(wgml_gpt *g, const wgml_gpt_train_desc *
 /* One training step, one submit: the loss of targets [B,T] given ids [B,T] with the config's
    dropout, its gradients, the optimiser's update; *loss is the batch's loss before the update.
    A failure leaves the model and optimiser as they were (no gradients kept, no step counted),
-   except where the step was taken and only its loss could not be read back: the message then
-   says so (and wgml_optimizer_steps has counted it). */
+   except where the step was taken and only its loss could not be read back (the message says
+   so, and wgml_optimizer_steps has counted it), and with data parallelism's deferred steps,
+   where ending the previous step may fail and lose its update (the message says so too). */
 WGML_API wgml_status wgml_gpt_train_step(wgml_gpt *g, wgml_optimizer *opt, wgml_tensor *ids, wgml_tensor *targets, float *loss);
 /* The same, submitted without waiting: *loss is the loss tensor (evaluated with the step; the
    caller reads and frees it). Steps submitted back to back queue on the GPU while the host

@@ -331,13 +331,28 @@ static void the_hook_decides_the_update(void)
     wgml_scope_end(ctx);
     p_moved_by(ctx, p, p0, c, 8, "p after a failed step and a second backward");
 
+    /* the hook ran (doubling them), then the update's submit was refused (the third: the
+       gradients', the hook's read, the update's): the gradients, now the hook's output, are
+       dropped (a retry would double them again), said so; a new backward and step: p -= 2 c */
+    wgml_scope_begin(ctx);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
+    wgml_debug_fail_submits(ctx, 2, 1);
+    CHECK_STATUS(ctx, wgml_optimizer_step(opt, 0, NULL), WGML_ERROR_DEVICE);
+    wgml_debug_fail_submits(ctx, 0, 0);
+    CHECK(test_message_has(ctx, "the gradients were dropped"));
+    CHECK_STATUS(ctx, wgml_optimizer_step(opt, 0, NULL), WGML_ERROR_INVALID_ARGUMENT);
+    CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
+    CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
+    wgml_scope_end(ctx);
+    p_moved_by(ctx, p, p0, c, 10, "p after a refused update past the hook, then a new backward");
+
     /* no hook: the plain step, p -= c */
     CHECK_OK(ctx, wgml_optimizer_set_grad_hook(opt, NULL, NULL));
     wgml_scope_begin(ctx);
     CHECK_OK(ctx, wgml_backward(wgml_sum_all(ctx, wgml_mul(ctx, p, ct))));
     CHECK_OK(ctx, wgml_optimizer_step(opt, 0, NULL));
     wgml_scope_end(ctx);
-    p_moved_by(ctx, p, p0, c, 9, "p after a plain step");
+    p_moved_by(ctx, p, p0, c, 11, "p after a plain step");
     CHECK_STATUS(ctx, wgml_optimizer_set_grad_hook(NULL, NULL, NULL), WGML_ERROR_INVALID_ARGUMENT);
     wgml_optimizer_free(opt);
     wgml_tensor_free(p), wgml_tensor_free(ct);
@@ -492,6 +507,8 @@ static void buckets_give_the_plain_update(void)
         const int64_t taken = mlp_step(ctx, oc, pc, xt, ct);
         wgml_scope_begin(ctx);
         loss = mlp_loss(ctx, pc, xt, ct);
+        const int64_t one = 1;
+        wgml_tensor *view = wgml_reshape(ctx, loss, 1, &one); /* (a view of it, taken before) */
         CHECK_OK(ctx, wgml_backward(loss));
         wgml_debug_fail_submits(ctx, skip, 1);
         CHECK_STATUS(ctx, wgml_optimizer_step(oc, 1, &loss), WGML_ERROR_DEVICE);
@@ -499,6 +516,8 @@ static void buckets_give_the_plain_update(void)
         CHECK(skip ? wgml_optimizer_steps(oc) == taken : test_message_has(ctx, "its update is lost") && wgml_optimizer_steps(oc) == taken - 1);
         float v = 4242;
         CHECK(wgml_tensor_read(loss, &v, 1) != WGML_OK && v == 4242);
+        CHECK(wgml_tensor_read(view, &v, 1) != WGML_OK && v == 4242);
+        CHECK(wgml_tensor_read(wgml_add(ctx, view, view), &v, 1) != WGML_OK && v == 4242); /* (nor a node reading it) */
         wgml_scope_end(ctx);
         for (int i = 0; i < 5; i++) wgml_zero_grad(pc[i]);
         for (int k = 0; k < 2; k++) {

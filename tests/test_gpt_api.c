@@ -430,8 +430,6 @@ static void bad_input_is_refused(void)
     wgml_gpt_delete(NULL);
 }
 
-/* A tensor holding an error (a refused op's result) is no storage: writes, training and
-   requires_grad refuse it with its message instead of reading a buffer it does not have */
 /* A step whose work never ran (its submit refused) leaves nothing for the next: neither its
    gradients (batch A's, which the next step on batch B would add to its own) nor a counted
    step, so the model then trains as one that never tried: the same loss and weights */
@@ -489,6 +487,8 @@ static void a_failed_step_leaves_nothing(void)
     }
 }
 
+/* A tensor holding an error (a refused op's result) is no storage: writes, training and
+   requires_grad refuse it with its message instead of reading a buffer it does not have */
 static void error_tensors_are_refused(void)
 {
     wgml_context *ctx = test_context();

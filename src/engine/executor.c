@@ -36,6 +36,7 @@ typedef struct wgml_executor {
     WGPUBuffer gpu_errors;
     bool gpu_errors_pending; /* a submitted kernel may have written them */
     wgml_ptrmap index;
+    wgml_tensor *unrun; /* collect's: a stored input in error (a result never computed) */
     sched_node *nodes, none;
     size_t nnodes, cap;
     uint32_t walk_epoch; /* the last pending-readers walk (wgml_pending_readers) */
@@ -110,6 +111,7 @@ bool wgml_tensor_list_push(wgml_tensor_list *l, wgml_tensor *t)
 static bool collect(wgml_executor *ex, wgml_tensor *t, wgml_tensor_list *order)
 {
     t = wgml_tensor_base(t);
+    if (t->op == WGML_OP_NONE && t->status && !ex->unrun) ex->unrun = t; /* (read: the graph fails with its error) */
     if (t->op == WGML_OP_NONE || wgml_ptrmap_get(&ex->index, t) != WGML_PTRMAP_NONE) return true;
     if (ex->nnodes == ex->cap) {
         size_t cap = ex->cap ? ex->cap * 2 : 256;
@@ -463,8 +465,8 @@ wgml_status wgml_prepared_submit(wgml_context *ctx, wgml_prepared *p)
     WGPUCommandBuffer cb = p->cb;
     p->cb = NULL;
     wgml_status st = wgml_submit(&ctx->rt, cb); /* (it releases cb) */
-    if (st) prepared_unrun(p, "this result's work was not submitted (its submit failed)");
     wgml_status popped = wgml_scope_pop(&ctx->rt, "running a prepared graph");
+    if (st || popped) prepared_unrun(p, "this result's work was not submitted, or its submit failed");
     if (!st) {
         ctx->rt.stats.dispatches += p->dispatches;
         ex->gpu_errors_pending |= p->sets_flags;
@@ -513,6 +515,8 @@ static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
     if (!wgml_tensor_valid(t)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "eval: a tensor is NULL or not a wgml tensor");
     if (t->ctx != ctx) return wgml_fail(ctx, WGML_ERROR_CONTEXT, "eval: the tensor belongs to another context");
     if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
+    const wgml_tensor *b = wgml_tensor_base(t); /* (a view of a result left in error) */
+    if (b->status != WGML_OK) return wgml_fail(ctx, b->status, "%s", b->error ? b->error : "error");
     return WGML_OK;
 }
 
@@ -563,12 +567,17 @@ static wgml_status run(wgml_context *ctx, int ntargets, wgml_tensor *const *targ
     }
     wgml_ptrmap_clear(&ex->index);
     ex->nnodes = 0;
+    ex->unrun = NULL;
     wgml_tensor_list order = {0};
     for (int i = 0; i < ntargets; i++)
         if (!collect(ex, targets[i], &order)) {
             free(order.items);
             return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
         }
+    if (ex->unrun) { /* (nothing was planned yet: the graph stays as it was) */
+        free(order.items);
+        return wgml_fail(ctx, ex->unrun->status, "%s", ex->unrun->error ? ex->unrun->error : "an input is in error");
+    }
     for (int i = 0; i < ntargets; i++) {
         wgml_tensor *b = wgml_tensor_base(targets[i]);
         if (b->op != WGML_OP_NONE) node_of(ex, b)->pinned = node_of(ex, b)->target = true;
@@ -900,6 +909,8 @@ static wgml_status read_host(wgml_tensor *t, void *host, size_t n, wgml_dtype dt
     wgml_context *ctx = t->ctx;
     if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host is NULL", fn);
     if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
+    const wgml_tensor *base = wgml_tensor_base(t); /* (a view of a result left in error) */
+    if (base->status != WGML_OK) return wgml_fail(ctx, base->status, "%s", base->error ? base->error : "error");
     if (t->dtype != (int)dtype && !(t->dtype == WGML_F16 && dtype == WGML_F32)) /* halves are read as floats */
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the tensor is %s; read it with %s", fn,
                          wgml_dtype_name(t->dtype), t->dtype == WGML_I32 ? "wgml_tensor_read_i32" : "wgml_tensor_read");

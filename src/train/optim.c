@@ -562,6 +562,10 @@ static void unkeep(wgml_context *ctx, wgml_tensor *t)
     wgml_buffer_release(ctx, t->buf);
     t->buf = NULL;
     t->offset = 0;
+    /* (lazy again: an error left on its stored result, never computed, no longer holds) */
+    t->status = WGML_OK;
+    free(t->error);
+    t->error = NULL;
 }
 
 /* The deferred step in flight ends inside this step's first bucket (run_buckets, `carried`):
@@ -798,9 +802,9 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
 /* After a failed step: gradients that had already landed in their slots (a hook's evaluation
    went through) live in G, where a retry would copy each from G into G, or a next backward add
    to it there, in one dispatch (which wgpu-native aborts on). They keep this flat buffer and the
-   optimizer takes a fresh one; where none can be had, they are dropped (as wgml_zero_grad), so
-   that nothing later reads and writes G at once. */
-static void detach_landed_grads(wgml_optimizer *opt)
+   optimizer takes a fresh one; where none can be had, or where the hook had run on them (hooked:
+   they are its output), they are dropped (as wgml_zero_grad), and the message says so. */
+static void detach_landed_grads(wgml_optimizer *opt, bool hooked)
 {
     wgml_context *ctx = opt->ctx;
     bool landed = false;
@@ -813,6 +817,11 @@ static void detach_landed_grads(wgml_optimizer *opt)
     char msg[sizeof ctx->rt.message];
     const wgml_status was = ctx->rt.status;
     memcpy(msg, ctx->rt.message, sizeof msg);
+    if (hooked) { /* (the hook's output, not the backward's: a retry would run the hook on it again) */
+        for (int i = 0; i < opt->n; i++) wgml_zero_grad(opt->params[i]);
+        wgml_fail(ctx, was, "%s (after the gradient hook had run: the gradients were dropped, run the backward again)", msg);
+        return;
+    }
     wgml_buffer *fresh = flat_zeros(ctx, opt->total);
     ctx->rt.status = was;
     memcpy(ctx->rt.message, msg, sizeof msg);
@@ -877,6 +886,7 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
         return wgml_fail(ctx, WGML_ERROR_OUT_OF_MEMORY, "out of host memory");
     }
     int nt = 0, n_first;
+    bool hooked = false; /* the hook ran on the gradients (they are its output now) */
     /* first: their graphs run before any gradient lands in its slot. The parameters' own
        gradients and the extras are among them; they keep their places below (the order
        matters for memory), which are before the update too */
@@ -901,8 +911,9 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
             st = wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: parameter %d has no gradient (call wgml_backward first)", i);
             break;
         }
-        if (p->grad->status) {
-            st = wgml_fail(ctx, p->grad->status, "%s", p->grad->error);
+        const wgml_tensor *gb = wgml_tensor_base(p->grad); /* (a view of a result left in error too) */
+        if (p->grad->status || gb->status) {
+            st = wgml_fail(ctx, p->grad->status ? p->grad->status : gb->status, "%s", p->grad->status ? p->grad->error : gb->error);
             break;
         }
         /* the gradient node itself writes into the slot when nothing else sees it (or the node
@@ -954,6 +965,7 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
             }
         } else if (opt->hook) {
             st = run_hook(opt, nt, targets);
+            hooked = !st;
         }
     }
     if (!st) {
@@ -981,7 +993,7 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
         }
         if (grads[i]) wgml_tensor_unref(grads[i]);
     }
-    if (st) detach_landed_grads(opt);
+    if (st) detach_landed_grads(opt, hooked);
     wgml_scope_end(ctx);
     free(targets);
     free(grads);

@@ -112,6 +112,12 @@ static inline wgml_tensor *wgml_tensor_base(wgml_tensor *t)
 {
     return t->op == WGML_TENSOR_VIEW ? t->src[0] : t;
 }
+/* The tensor holding t's error: t, or the base a view of it reads (a result left in error), or
+   NULL where neither has one. */
+static inline wgml_tensor *wgml_tensor_in_error(wgml_tensor *t)
+{
+    return t->status ? t : wgml_tensor_base(t)->status ? wgml_tensor_base(t) : NULL;
+}
 bool wgml_tensor_realized(wgml_tensor *t);
 /* Computes the element count of a shape with overflow and validity checks. */
 wgml_status wgml_shape_check(wgml_context *ctx, int ndim, const int64_t *shape, int64_t *numel);

@@ -514,9 +514,8 @@ static wgml_status target_status(wgml_context *ctx, wgml_tensor *t)
 {
     if (!wgml_tensor_valid(t)) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "eval: a tensor is NULL or not a wgml tensor");
     if (t->ctx != ctx) return wgml_fail(ctx, WGML_ERROR_CONTEXT, "eval: the tensor belongs to another context");
-    if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
-    const wgml_tensor *b = wgml_tensor_base(t); /* (a view of a result left in error) */
-    if (b->status != WGML_OK) return wgml_fail(ctx, b->status, "%s", b->error ? b->error : "error");
+    const wgml_tensor *e = wgml_tensor_in_error(t);
+    if (e) return wgml_fail(ctx, e->status, "%s", e->error ? e->error : "error");
     return WGML_OK;
 }
 
@@ -908,9 +907,8 @@ static wgml_status read_host(wgml_tensor *t, void *host, size_t n, wgml_dtype dt
     if (!wgml_tensor_valid(t)) return WGML_ERROR_INVALID_ARGUMENT;
     wgml_context *ctx = t->ctx;
     if (!host) return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: host is NULL", fn);
-    if (t->status != WGML_OK) return wgml_fail(ctx, t->status, "%s", t->error ? t->error : "error");
-    const wgml_tensor *base = wgml_tensor_base(t); /* (a view of a result left in error) */
-    if (base->status != WGML_OK) return wgml_fail(ctx, base->status, "%s", base->error ? base->error : "error");
+    const wgml_tensor *e = wgml_tensor_in_error(t);
+    if (e) return wgml_fail(ctx, e->status, "%s", e->error ? e->error : "error");
     if (t->dtype != (int)dtype && !(t->dtype == WGML_F16 && dtype == WGML_F32)) /* halves are read as floats */
         return wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "%s: the tensor is %s; read it with %s", fn,
                          wgml_dtype_name(t->dtype), t->dtype == WGML_I32 ? "wgml_tensor_read_i32" : "wgml_tensor_read");

@@ -804,14 +804,17 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
    to it there, in one dispatch (which wgpu-native aborts on). They keep this flat buffer and the
    optimizer takes a fresh one; where none can be had, or where the hook had run on them (hooked:
    they are its output), they are dropped (as wgml_zero_grad), and the message says so. */
+static bool landed_in_G(const wgml_optimizer *opt, int i)
+{
+    wgml_tensor *g = opt->params[i]->grad;
+    return g && wgml_tensor_base(g)->op == WGML_OP_NONE && wgml_tensor_base(g)->buf == opt->G;
+}
+
 static void detach_landed_grads(wgml_optimizer *opt, bool hooked)
 {
     wgml_context *ctx = opt->ctx;
     bool landed = false;
-    for (int i = 0; i < opt->n && !landed; i++) {
-        wgml_tensor *g = opt->params[i]->grad;
-        landed = g && wgml_tensor_base(g)->op == WGML_OP_NONE && wgml_tensor_base(g)->buf == opt->G;
-    }
+    for (int i = 0; i < opt->n && !landed; i++) landed = landed_in_G(opt, i);
     if (!landed) return;
     /* (the failure's message stays: this is what it left) */
     char msg[sizeof ctx->rt.message];
@@ -830,10 +833,8 @@ static void detach_landed_grads(wgml_optimizer *opt, bool hooked)
         opt->G = fresh;
         return;
     }
-    for (int i = 0; i < opt->n; i++) {
-        wgml_tensor *g = opt->params[i]->grad;
-        if (g && wgml_tensor_base(g)->op == WGML_OP_NONE && wgml_tensor_base(g)->buf == opt->G) wgml_zero_grad(opt->params[i]);
-    }
+    for (int i = 0; i < opt->n; i++)
+        if (landed_in_G(opt, i)) wgml_zero_grad(opt->params[i]);
     wgml_fail(ctx, was, "%s (and its gradients were dropped: run the backward again)", msg);
 }
 
@@ -911,9 +912,9 @@ static wgml_status step(wgml_optimizer *opt, int n_extra, wgml_tensor *const *ex
             st = wgml_fail(ctx, WGML_ERROR_INVALID_ARGUMENT, "optimizer_step: parameter %d has no gradient (call wgml_backward first)", i);
             break;
         }
-        const wgml_tensor *gb = wgml_tensor_base(p->grad); /* (a view of a result left in error too) */
-        if (p->grad->status || gb->status) {
-            st = wgml_fail(ctx, p->grad->status ? p->grad->status : gb->status, "%s", p->grad->status ? p->grad->error : gb->error);
+        const wgml_tensor *e = wgml_tensor_in_error(p->grad);
+        if (e) {
+            st = wgml_fail(ctx, e->status, "%s", e->error ? e->error : "error");
             break;
         }
         /* the gradient node itself writes into the slot when nothing else sees it (or the node

@@ -175,6 +175,7 @@ static int subgroups;      /* the GEMVs' sums by subgroup shuffles: 1 on, -1 off
 static int head_wgs;       /* the LM head's workgroups in its grid-stride form (-1 off, 0: the plan's choice) */
 static int grid_block = -1; /* the MLP block's workgroups in one launch (-1: the launches apart, as the counts below) */
 static int grid_counters;  /* its barrier's counters (0: the plan's choice) */
+static int grid_wait;      /* how its phases wait for the one before (wgml_decode_desc's; 0: the plan's choice) */
 static int lanes_all;      /* check_batch's GEMV lanes an output (0: the plan's choice) */
 static int gemv_wgs;       /* check_batch's normed GEMVs' workgroups in grid stride (-1 off, 0: the plan's choice) */
 static int gemv_rows;      /* check_batch's GEMVs' rows a lane group (0: the plan's choice) */
@@ -212,7 +213,7 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
                                 .mlp_block = mlp_block, .graph_prefill = graph_prefill, .attn_cols = attn_cols,
                                 .combine_launch = combine_launch, .head_lanes = head_lanes,
                                 .attn_late = attn_late, .attn_wgs = attn_wgs, .subgroups = subgroups, .head_wgs = head_wgs,
-                                .f16_cache = f16_cache, .grid_block = grid_block, .grid_counters = grid_counters};
+                                .f16_cache = f16_cache, .grid_block = grid_block, .grid_counters = grid_counters, .grid_wait = grid_wait};
     CHECK_OK(ctx, wgml_decode_plan_create(&m.g, &d, &plan));
     if (plan) {
         CHECK(wgml_decode_dispatches_per_step(plan) == expect_dispatches);
@@ -540,20 +541,38 @@ static void mlp_block_in_one_launch(void)
             check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
             grid_block = saved;
         }
+        /* (each way of waiting, the policy's above: the barrier, tagged, probed; on a GPU also
+           at 256 workgroups, each over 8 counters, and the character GPT's 128 over one) */
+        for (grid_wait = 1; grid_wait <= 3; grid_wait++) {
+            check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
+            check_single_chunk(&wide_ffn_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
+            if (one) check_single_chunk(&gpt2_cfg, 1, 0, 0, 0, -1, 4 + 2 * 2); /* (GPT-2's block) */
+            for (int w = 128; !cpu && w <= 256; w *= 2) {
+                const int saved = grid_block;
+                grid_block = w;
+                check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
+                grid_block = saved;
+            }
+        }
+        grid_wait = 0;
     }
     /* (a CPU adapter runs one workgroup, one counter: there the 4 counters' barrier is compiled
        only, at 256 workgroups; a GPU runs it above) */
-    for (int ln = 0; ln <= 1; ln++) {
-        const wgml_decode_block bk = {.A = 40, .C = 36, .F = 50, .W = 256, .norm_w = 36, .Q = 60, .f16 = 1, .eps = 1e-5f, .ln = ln,
-                                      .norm_b = 72, .bo = 108, .b1 = 144, .b2 = 194, .bq = 72, .K = 4};
-        char *w = wgml_decode_block_wgsl(&bk);
-        CHECK(w && wgml_pipeline_get(ctx, w, true) != NULL);
-        /* (each of the 3 barriers arrives at a counter, none at word 0 alone) */
-        int arrivals = 0;
-        for (const char *q = w; q && (q = strstr(q, "grid_arrive(wg);")); q++) arrivals++;
-        CHECK(arrivals == 3 && w && !strstr(w, "grid_wait()") && !strstr(w, "grid_wait();"));
-        free(w);
-    }
+    for (int ln = 0; ln <= 1; ln++)
+        for (int wait = WGML_GRID_WAIT_BARRIER; wait <= WGML_GRID_WAIT_PROBED; wait++) {
+            const wgml_decode_block bk = {.A = 40, .C = 36, .F = 50, .W = 256, .norm_w = 36, .Q = 60, .f16 = 1, .eps = 1e-5f, .ln = ln,
+                                          .norm_b = 72, .bo = 108, .b1 = 144, .b2 = 194, .bq = 72, .K = 4, .wait = (wgml_grid_wait)wait};
+            char *w = wgml_decode_block_wgsl(&bk);
+            CHECK(w && wgml_pipeline_get(ctx, w, true) != NULL);
+            /* (each of the 3 barriers arrives at a counter, none at word 0 alone; probed: none;
+               the barrier's fences only in its form; the outputs' tags but in the barrier's) */
+            int arrivals = 0;
+            for (const char *q = w; q && (q = strstr(q, "grid_arrive(wg);")); q++) arrivals++;
+            CHECK(arrivals == (wait == WGML_GRID_WAIT_PROBED ? 0 : 3) && w && !strstr(w, "grid_wait()") && !strstr(w, "grid_wait();"));
+            CHECK(w && !strstr(w, "storageBarrier();\n    storageBarrier();") == (wait != WGML_GRID_WAIT_BARRIER));
+            CHECK(w && !strstr(w, "& ~1u) | t") == (wait == WGML_GRID_WAIT_BARRIER) && !strstr(w, "fn gave_up") == (wait == WGML_GRID_WAIT_BARRIER));
+            free(w);
+        }
     if (one && grid_block > 0) {
         /* GPT-2: its LayerNorms, biases and GELU in the block, the attention appending k and v
            (the embedding, layer 0's QKV, 2 a layer, the head and the sampler) */
@@ -592,8 +611,10 @@ static void mlp_block_in_one_launch(void)
     }
     {
         wgml_decode_plan *bad = NULL;
-        const wgml_decode_desc d3 = {.batch = 1, .grid_counters = 3};
+        const wgml_decode_desc d3 = {.batch = 1, .grid_counters = 3}, dw = {.batch = 1, .grid_wait = 4}, dn = {.batch = 1, .grid_wait = -1};
         CHECK(wgml_decode_plan_create(&m.g, &d3, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+        CHECK(wgml_decode_plan_create(&m.g, &dw, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
+        CHECK(wgml_decode_plan_create(&m.g, &dn, &bad) == WGML_ERROR_INVALID_ARGUMENT && !bad);
     }
     if (one && cpu) { /* (no policy's grid there; more than one refused) */
         wgml_decode_plan *plan = NULL;

@@ -61,7 +61,7 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
     wgml_decode_plan *plan = NULL;
     /* comparisons on the GPU machine: the plan's choices forced (WGML_DECODE_ATTN_CHUNK, _LANES, _MLP_BLOCK, _GRAPH_PREFILL,
        _SAMPLE_LOGITS, _ATTN_COLS, _COMBINE_LAUNCH, _HEAD_LANES, _ATTN_LATE, _ATTN_WGS, _SUBGROUPS, _HEAD_WGS, _F16_CACHE, _HOST_LAYOUT, _ATTN_TARGET,
-       _GRID_BLOCK, _GEMV_WGS, _GEMV_PLANES, _GEMV_ROWS, _GEMV_ROW_GROUPS, _GRID_COUNTERS:
+       _GRID_BLOCK, _GEMV_WGS, _GEMV_PLANES, _GEMV_ROWS, _GEMV_ROW_GROUPS, _GRID_COUNTERS, _GRID_WAIT:
        wgml_decode_desc) */
     if (!wanted(name)) return;
     const char *chunk = getenv("WGML_DECODE_ATTN_CHUNK"), *lanes = getenv("WGML_DECODE_LANES"), *mb = getenv("WGML_DECODE_MLP_BLOCK");
@@ -71,7 +71,8 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
     const char *fc = getenv("WGML_DECODE_F16_CACHE"), *hl2 = getenv("WGML_DECODE_HOST_LAYOUT"), *at = getenv("WGML_DECODE_ATTN_TARGET");
     const char *gb = getenv("WGML_DECODE_GRID_BLOCK"), *gw = getenv("WGML_DECODE_GEMV_WGS");
     const char *xp = getenv("WGML_DECODE_GEMV_PLANES"), *gr = getenv("WGML_DECODE_GEMV_ROWS"),
-               *rgs = getenv("WGML_DECODE_GEMV_ROW_GROUPS"), *gk = getenv("WGML_DECODE_GRID_COUNTERS");
+               *rgs = getenv("WGML_DECODE_GEMV_ROW_GROUPS"), *gk = getenv("WGML_DECODE_GRID_COUNTERS"),
+               *gt = getenv("WGML_DECODE_GRID_WAIT");
     const wgml_decode_desc d = {.batch = B, .f16_weights = f16, .steps_per_submit = 32, .max_prefill = 512, .unfused = unfused,
                                 .attn_chunk = chunk ? atoi(chunk) : 0, .lanes = lanes ? atoi(lanes) : 0, .mlp_block = mb ? atoi(mb) : 0,
                                 .graph_prefill = gp ? atoi(gp) : 0, .sample_logits = sl ? atoi(sl) : 0,
@@ -82,7 +83,7 @@ static void decode_row(wgml_gpt *g, const char *name, int64_t B, int f16, int un
                                 .attn_target = at ? atoi(at) : 0, .grid_block = gb ? atoi(gb) : 0,
                                 .gemv_wgs = gw ? atoi(gw) : 0, .gemv_planes = xp ? atoi(xp) : 0,
                                 .gemv_rows = gr ? atoi(gr) : 0, .gemv_row_groups = rgs ? atoi(rgs) : 0,
-                                .grid_counters = gk ? atoi(gk) : 0};
+                                .grid_counters = gk ? atoi(gk) : 0, .grid_wait = gt ? atoi(gt) : 0};
     double t0 = bench_now();
     if (wgml_decode_plan_create(g, &d, &plan)) {
         fprintf(stderr, "wgml bench: %s: %s\n", name, wgml_error_message(ctx));

@@ -676,10 +676,15 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m)
 typedef struct block_ph {
     const char *w;
     unsigned k4, N, lpo, id;
-    /* WGSL of n that epi adds to the sums as xb (the residual's x[n], a bias): read with the
-       tile's weights (xr<id>, lane 0), so the store waits on no load; NULL: none */
-    const char *base;
+    /* what epi adds to the sums as xb, read with the tile's weights (lane 0), so the store waits
+       on no load: xres, the residual x[n] (its word in xw<id>); bias, WGSL of n (a bias, in
+       xr<id>); neither: none. xtag >= 0 (the tag form): x[n] is this launch's, written with that
+       tag by an earlier phase, its word checked at the store */
+    int xres, xtag;
+    const char *bias;
 } block_ph;
+
+static int block_base(const block_ph *ph) { return ph->xres || ph->bias; }
 
 static void block_load(wgml_sbuf *b, const block_ph *ph, const char *tile, const char *in)
 {
@@ -687,14 +692,20 @@ static void block_load(wgml_sbuf *b, const block_ph *ph, const char *tile, const
     wgml_sbuf_put(b, "%s{\n%s    let n = (%s) * %uu + tid / %uu;\n%s    let lane = tid %% %uu;\n"
                      "%s    if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { wr%u[i] = %s[n * %uu + u]; } } }\n",
                   in, in, tile, rpt, ph->lpo, in, ph->lpo, in, ph->N, it, ph->lpo, ph->k4, ph->id, ph->w, ph->k4);
-    if (ph->base) wgml_sbuf_put(b, "%s    if (lane == 0u && n < %uu) { xr%u = %s; }\n", in, ph->N, ph->id, ph->base);
+    if (block_base(ph)) {
+        wgml_sbuf_put(b, "%s    if (lane == 0u && n < %uu) {", in, ph->N);
+        if (ph->xres) wgml_sbuf_put(b, " xw%u = atomicLoad(&x[n]);", ph->id);
+        if (ph->bias) wgml_sbuf_put(b, " xr%u = %s;", ph->id, ph->bias);
+        wgml_sbuf_put(b, " }\n");
+    }
     wgml_sbuf_put(b, "%s}\n", in);
 }
 
 static void block_preload(wgml_sbuf *b, const block_ph *ph)
 {
     wgml_sbuf_put(b, "    var wr%u: array<WT, %u>;\n", ph->id, (ph->k4 + ph->lpo - 1) / ph->lpo);
-    if (ph->base) wgml_sbuf_put(b, "    var xr%u = 0.0;\n", ph->id);
+    if (ph->bias) wgml_sbuf_put(b, "    var xr%u = 0.0;\n", ph->id);
+    if (ph->xres) wgml_sbuf_put(b, "    var xw%u = 0u;\n", ph->id);
     block_load(b, ph, "wg", "    ");
 }
 
@@ -706,7 +717,8 @@ static void block_phase(wgml_sbuf *b, const block_ph *ph, int sg, const char *sc
                      "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
                   tiles, lpo, lpo, rpt, ph->N, it, lpo, ph->k4, ph->id);
     /* (this tile's x[n] before the next tile's loads take its register) */
-    if (ph->base) wgml_sbuf_put(b, "        let xb = xr%u;\n", ph->id);
+    if (ph->bias) wgml_sbuf_put(b, "        let xbias = xr%u;\n", ph->id);
+    if (ph->xres) wgml_sbuf_put(b, "        let xword = xw%u;\n", ph->id);
     wgml_sbuf_put(b, "        if (t + W < %uu) {\n", tiles);
     block_load(b, ph, "t + W", "            ");
     wgml_sbuf_put(b, "        }\n");
@@ -715,9 +727,14 @@ static void block_phase(wgml_sbuf *b, const block_ph *ph, int sg, const char *sc
     wgml_sbuf_put(b, "        red[tid] = acc;\n        workgroupBarrier();\n");
     if (!sg)
         wgml_sbuf_put(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
-    wgml_sbuf_put(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs) * %s;\n            %s\n        }\n"
-                     "        workgroupBarrier();\n    }\n",
-                  ph->N, lpo, sc, epi);
+    wgml_sbuf_put(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs) * %s;\n", ph->N, lpo, sc);
+    /* (the tag form: a word read before its phase's write reached this workgroup read again) */
+    char xv[64] = "";
+    if (ph->xres && ph->xtag >= 0) snprintf(xv, sizeof xv, "bitcast<f32>(xready(n, xword, %du))", ph->xtag);
+    else if (ph->xres) snprintf(xv, sizeof xv, "bitcast<f32>(xword)");
+    if (block_base(ph))
+        wgml_sbuf_put(b, "            let xb = %s%s%s;\n", ph->bias ? "xbias" : "", ph->bias && ph->xres ? " + " : "", xv);
+    wgml_sbuf_put(b, "            %s\n        }\n        workgroupBarrier();\n    }\n", epi);
 }
 
 /* A norm's weights (and a LayerNorm's bias) for the next phase, read before the barrier as its
@@ -737,27 +754,49 @@ static void block_norm_vec(wgml_sbuf *b, const char *name, unsigned id, unsigned
                   name, id, (kc4 + 255) / 256, (kc4 + 255) / 256, name, id, v, o);
 }
 
-/* The barrier across the grid, with the next phase's first loads (and its norm's weights, where
-   it has one) issued between its fence and the wait: every workgroup's writes before it (its
-   fence, then its arrival), none of the next phase's reads of them before all have arrived
-   (their fence after the wait). */
-static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm, unsigned k)
+/* The wait for the phase before (wgml_grid_wait), with the next phase's first loads (and its
+   norm's weights, where it has one) issued before it. The barrier: every workgroup's writes
+   before it (its fence, then its arrival), none of the next phase's reads of them before all
+   have arrived (their fence after the wait). Tagged: the arrivals and waits, no fences: the
+   staging after it reads again the words not yet tagged. Probed: no arrivals; a thread for each
+   128-byte line of what the staging reads (arr's n words) reads one word of it until that
+   carries the tag. */
+static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm, const wgml_decode_block *k, const char *arr,
+                       unsigned n, int tag)
 {
     /* (two fences, as the split attention's combine: thread 0's release after every lane's
        stores, which the first barrier orders before it) */
-    wgml_sbuf_put(b, "    storageBarrier();\n    storageBarrier();\n");
+    if (k->wait == WGML_GRID_WAIT_BARRIER) wgml_sbuf_put(b, "    storageBarrier();\n    storageBarrier();\n");
     block_preload(b, next);
     if (nm) block_norm_vec(b, "gw", next->id, nm->kc4, nm->v, nm->w);
     if (nm && nm->bias >= 0) block_norm_vec(b, "gb", next->id, nm->kc4, nm->v, (unsigned)nm->bias);
-    if (k > 1) wgml_sbuf_put(b, "    if (tid == 0u) { grid_arrive(wg); }\n    workgroupBarrier();\n    if (tid < K) { grid_wait_on(tid, bgoal); }\n"
-                                "    storageBarrier();\n");
-    else wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    storageBarrier();\n");
+    const char *after = k->wait == WGML_GRID_WAIT_BARRIER ? "storageBarrier();" : "workgroupBarrier();";
+    if (k->wait == WGML_GRID_WAIT_PROBED) {
+        unsigned st = 32; /* (words apart: a line, more where the lines outnumber the threads) */
+        while ((n + st - 1) / st > 256) st *= 2;
+        wgml_sbuf_put(b, "    if (tid < %uu) {\n        let i = min(%uu * tid + %uu, %uu);\n        var pn = 0u;\n"
+                         "        loop { if ((atomicLoad(&%s[i]) & 1u) == %du || gave_up(pn)) { break; } pn++; }\n    }\n    workgroupBarrier();\n",
+                      (n + st - 1) / st, st, st - 1, n - 1, arr, tag);
+    } else if (k->K > 1)
+        wgml_sbuf_put(b, "    if (tid == 0u) { grid_arrive(wg); }\n    workgroupBarrier();\n    if (tid < K) { grid_wait_on(tid, bgoal); }\n    %s\n",
+                      after);
+    else wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    %s\n", after);
+}
+
+/* A round of loads (WGSL `loads`, which ands each word's tag check into ok) repeated until every
+   word carries tag t: the tag form's wait on an earlier phase's output (at most the bound's
+   rounds, or until another wait gave up; then it sets word 1 and goes on) */
+static void tag_rounds(wgml_sbuf *b, const char *loads)
+{
+    wgml_sbuf_put(b, "        var pn = 0u;\n        loop {\n            var ok = true;\n%s"
+                     "            if (ok || gave_up(pn)) { break; }\n            pn++;\n        }\n",
+                  loads);
 }
 
 /* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load of a round issued before any
    store (a loop of loads and stores in turn waits a round trip an iteration), rounds of at most
-   4 vec4s a thread (16 registers) */
-static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *lim)
+   4 vec4s a thread (16 registers). tag >= 0: get is an array of tagged words, waited for. */
+static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *lim, int tag)
 {
     const unsigned nj = (n4 + 255) / 256, per = nj < 4 ? nj : 4;
     const char *at = nj > per ? "(j0 + j)" : "j";
@@ -766,30 +805,55 @@ static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *
     /* (sv zeroed each round by its initializer: the pinned naga zeroes a variable declared
        without one only once, at the function's start, gfx-rs/wgpu#9489, so a later round's vec4s
        past lim would keep the last round's values) */
-    wgml_sbuf_put(b, "        var sv = array<vec4<f32>, %u>();\n"
-                     "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
-                     "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n"
-                     "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * %s; if (i < %uu) { xs[xsat(i)] = sv[j]; } }\n    }\n",
-                  per, per, at, n4, lim, get, per, at, n4);
+    wgml_sbuf_put(b, "        var sv = array<vec4<f32>, %u>();\n", per);
+    char loads[512];
+    if (tag >= 0)
+        snprintf(loads, sizeof loads,
+                 "            for (var j = 0u; j < %uu; j++) {\n                let i = tid + 256u * %s;\n"
+                 "                for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) {"
+                 " let w = atomicLoad(&%s[4u * i + e]); sv[j][e] = bitcast<f32>(w); ok = ok & ((w & 1u) == %du); } }\n"
+                 "            }\n",
+                 per, at, n4, lim, get, tag);
+    else
+        snprintf(loads, sizeof loads,
+                 "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
+                 "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n",
+                 per, at, n4, lim, get);
+    if (tag >= 0) tag_rounds(b, loads);
+    else wgml_sbuf_put(b, "%s", loads);
+    wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * %s; if (i < %uu) { xs[xsat(i)] = sv[j]; } }\n    }\n",
+                  per, at, n4);
 }
 
-/* xv: this thread's vec4s of x (the stagings' units, zeros past C), loaded before any is used */
-static void block_x_loads(wgml_sbuf *b, unsigned kc4)
+/* xv: this thread's vec4s of x (the stagings' units, zeros past C), loaded before any is used
+   (tag >= 0: waited for, words of that tag) */
+static void block_x_loads(wgml_sbuf *b, unsigned kc4, int tag)
 {
-    wgml_sbuf_put(b, "        var xv: array<vec4<f32>, %u>;\n"
-                     "        for (var j = 0u; j < %uu; j++) {\n"
-                     "            let i = tid + 256u * j;\n"
-                     "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n",
-                  (kc4 + 255) / 256, (kc4 + 255) / 256);
+    const unsigned nj = (kc4 + 255) / 256;
+    wgml_sbuf_put(b, "        var xv: array<vec4<f32>, %u>;\n", nj);
+    char loads[512];
+    if (tag >= 0) {
+        snprintf(loads, sizeof loads,
+                 "            for (var j = 0u; j < %uu; j++) {\n                let i = tid + 256u * j;\n"
+                 "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) {"
+                 " let w = atomicLoad(&x[4u * i + e]); xv[j][e] = bitcast<f32>(w); ok = ok & ((w & 1u) == %du); } }\n"
+                 "            }\n",
+                 nj, tag);
+        tag_rounds(b, loads);
+    } else
+        wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) {\n"
+                         "            let i = tid + 256u * j;\n"
+                         "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n",
+                      nj);
 }
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
    ssq's 16 partial sums: the phase's sums take the norm's scale at the end (rsn()), so the
    GEMV's products need not wait on the sum. */
-static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
+static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id, int tag)
 {
     wgml_sbuf_put(b, "    {\n        var ss = 0.0;\n");
-    block_x_loads(b, kc4);
+    block_x_loads(b, kc4, tag);
     wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) {\n"
                      "            let i = tid + 256u * j;\n"
                      "            if (i < %uu) {\n"
@@ -803,11 +867,11 @@ static void block_stage_normed(wgml_sbuf *b, unsigned kc4, unsigned id)
 /* GPT-2's LayerNorm: x staged by every workgroup, its mean and variance (as the GEMVs' norm:
    E[x^2] - mean^2) from 16 partial sums each (sg: each subgroup's sums, one barrier), then xs
    normed in place with the weights and bias (gw<id>, gb<id>; zeros past C) */
-static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id, int sg)
+static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id, int sg, int tag)
 {
     const unsigned nj = (kc4 + 255) / 256;
     wgml_sbuf_put(b, "    {\n        var s = 0.0;\n        var ss = 0.0;\n");
-    block_x_loads(b, kc4);
+    block_x_loads(b, kc4, tag);
     wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) { s += dot(xv[j], vec4<f32>(1.0)); ss += dot(xv[j], xv[j]); }\n"
                      "        var sm = 0.0;\n        var sq = 0.0;\n",
                   nj);
@@ -895,7 +959,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     /* (a wait gives up past word 2's reads, or at once where another gave up; any way out of the
        loop before the goal sets word 1: lavapipe's compiled loops stop after 65,535 rounds
        without a word) */
-    if (k->K <= 1)
+    if (k->wait != WGML_GRID_WAIT_PROBED && k->K <= 1)
         wgml_sbuf_put(&b, "fn grid_wait() {\n"
                           "    let goal = (atomicAdd(&bar[0], 1u) & ~(W - 1u)) + W;\n"
                           "    var n = 0u;\n"
@@ -905,7 +969,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     /* the arrivals over K counters (fewer workgroups' atomics at each word): thread 0's arrival
        leaves the goal, the same for every counter, in bgoal; threads t < K each wait for counter
        t (the bound read once, the word another wait sets every 64th round) */
-    if (k->K > 1)
+    if (k->wait != WGML_GRID_WAIT_PROBED && k->K > 1)
         wgml_sbuf_put(&b, "const K: u32 = %uu;\nvar<workgroup> bgoal: u32;\n"
                           "fn grid_arrive(wg: u32) { bgoal = (atomicAdd(&bar[64u * (wg %% K)], 1u) & ~(W / K - 1u)) + W / K; }\n"
                           "fn grid_wait_on(t: u32, goal: u32) {\n"
@@ -914,16 +978,35 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                           "        n++;\n        if (((n & 63u) == 0u && atomicLoad(&bar[1]) != 0u) || n >= bound) { break; }\n    }\n"
                           "    if (bitcast<i32>(atomicLoad(&bar[64u * t]) - goal) < 0) { atomicStore(&bar[1], 1u); }\n}\n",
                       k->K);
-    /* the sums' bases (WGSL of n): the residual's x[n], GPT-2's biases */
-    char bo[64], b1[48], b2[64], bq[48];
-    snprintf(bo, sizeof bo, "xget(n) + vecs[%uu + n]", k->bo);
+    /* The tag form: each phase's outputs carry in their lowest bit whether they are this
+       launch's (x: 0 from the projection, 1 from down, 1 as the launch finds it; h: 0, set to 1
+       at the launch's start), and each staging reads its words again until all carry the tag
+       it waits for: no barrier across the grid. put() writes a value with its tag (x and h lose
+       their last bit to it). */
+    const int tags = k->wait != WGML_GRID_WAIT_BARRIER;
+    if (tags)
+        wgml_sbuf_put(&b, "fn put(v: f32, t: u32) -> u32 { return (bitcast<u32>(v) & ~1u) | t; }\n"
+                          "var<private> bound: u32;\n"
+                          /* (a wait gives up past the bound's rounds, or where another gave up, read
+                             every 64th round; then sets word 1, which the host reads with the tokens) */
+                          "fn gave_up(n: u32) -> bool {\n"
+                          "    if (n >= bound || ((n & 63u) == 63u && atomicLoad(&bar[1]) != 0u)) { atomicStore(&bar[1], 1u); return true; }\n"
+                          "    return false;\n}\n"
+                          /* (a word read before its phase's write reached this workgroup, read again) */
+                          "fn xready(i: u32, w0: u32, t: u32) -> u32 {\n"
+                          "    var w = w0;\n    var n = 0u;\n"
+                          "    loop {\n        if ((w & 1u) == t || gave_up(n)) { break; }\n        n++;\n        w = atomicLoad(&x[i]);\n    }\n    return w;\n}\n");
+    else wgml_sbuf_put(&b, "fn put(v: f32, t: u32) -> u32 { return bitcast<u32>(v); }\n");
+    /* the sums' bases: the residual's x[n], GPT-2's biases (WGSL of n) */
+    char bo[48], b1[48], b2[48], bq[48];
+    snprintf(bo, sizeof bo, "vecs[%uu + n]", k->bo);
     snprintf(b1, sizeof b1, "vecs[%uu + n]", k->b1);
-    snprintf(b2, sizeof b2, "xget(n) + vecs[%uu + n]", k->b2);
+    snprintf(b2, sizeof b2, "vecs[%uu + n]", k->b2);
     snprintf(bq, sizeof bq, "vnext[%uu + n]", k->bq);
     const unsigned nu = k->ln ? k->F : 2 * k->F, lu = block_lanes(nu, k->W);
-    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, k->ln ? bo : "xget(n)"},
-                   pb = {"w1", kc / wv, nu, lu, 1, k->ln ? b1 : NULL},
-                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, k->ln ? b2 : "xget(n)"};
+    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1, -1, k->ln ? bo : NULL},
+                   pb = {"w1", kc / wv, nu, lu, 1, 0, -1, k->ln ? b1 : NULL},
+                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1, tags ? 0 : -1, k->ln ? b2 : NULL};
     const char *sc = k->ln ? "1.0" : "rsn()"; /* (ln: xs holds the normed x) */
     wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
                       "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
@@ -931,30 +1014,37 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                   k->sg ? ", @builtin(subgroup_size) sgs: u32" : "", k->sg ? "" : "    let sgs = 0u;\n");
     /* the projection: its first loads, the attention's output staged, x += wo att (+ bo) */
     block_preload(&b, &pa);
-    block_stage(&b, ka / 4, "aget", "A");
+    /* (the tag form: h's words set to tag 1 before this workgroup's first write of x, which its
+       fence orders after them: a staging that has seen every x of the projection sees no h of
+       the last launch) */
+    if (tags) wgml_sbuf_put(&b, "    bound = atomicLoad(&bar[2]);\n    for (var i = wg * 256u + tid; i < F; i += W * 256u) { atomicStore(&h[i], 1u); }\n");
+    block_stage(&b, ka / 4, "aget", "A", -1);
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
-    block_phase(&b, &pa, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
+    if (tags) wgml_sbuf_put(&b, "    storageBarrier();\n");
+    block_phase(&b, &pa, k->sg, "1.0", "atomicStore(&x[n], put(xb + v, 0u));");
     /* the norm: every workgroup reads the whole new x, its own sums */
     const block_norm nb = {"vecs", k->norm_w, kc / 4, k->ln ? (int)k->norm_b : -1},
                      nd = {"vnext", 0, kc / 4, k->ln ? (int)k->C : -1};
-    block_sync(&b, &pb, &nb, k->K);
-    if (k->ln) block_stage_ln(&b, kc / 4, pb.id, k->sg);
-    else block_stage_normed(&b, kc / 4, pb.id);
+    block_sync(&b, &pb, &nb, k, "x", k->C, 0);
+    if (k->ln) block_stage_ln(&b, kc / 4, pb.id, k->sg, tags ? 0 : -1);
+    else block_stage_normed(&b, kc / 4, pb.id, tags ? 0 : -1);
+    /* (the tag form: its fence pairs with the projection's, before any write of h) */
+    if (tags) wgml_sbuf_put(&b, "    storageBarrier();\n");
     /* Llama's gate and up (rows 2f and 2f + 1 are neighbouring groups), or GPT-2's up with GELU */
     char epi[160];
-    if (k->ln) snprintf(epi, sizeof epi, "atomicStore(&h[n], bitcast<u32>(wgml_gelu_exact(xb + v)));");
-    else snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], bitcast<u32>(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * rsn())); }", lu, lu);
+    if (k->ln) snprintf(epi, sizeof epi, "atomicStore(&h[n], put(wgml_gelu_exact(xb + v), 0u));");
+    else snprintf(epi, sizeof epi, "if ((grp & 1u) == 0u) { atomicStore(&h[n / 2u], put(wgml_silu(v) * gsum(tid + %uu, %uu, sgs) * rsn(), 0u)); }", lu, lu);
     block_phase(&b, &pb, k->sg, sc, epi);
     /* down: h staged, x += w2 h (+ b2) */
-    block_sync(&b, &pc, NULL, k->K);
-    block_stage(&b, kf / 4, "hget", "F");
+    block_sync(&b, &pc, NULL, k, "h", k->F, 0);
+    block_stage(&b, kf / 4, tags ? "h" : "hget", "F", tags ? 0 : -1);
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
-    block_phase(&b, &pc, k->sg, "1.0", "atomicStore(&x[n], bitcast<u32>(xb + v));");
+    block_phase(&b, &pc, k->sg, "1.0", "atomicStore(&x[n], put(xb + v, 1u));");
     if (k->Q) { /* the next layer's norm and QKV (+ its bias) */
-        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, k->ln ? bq : NULL};
-        block_sync(&b, &pd, &nd, k->K);
-        if (k->ln) block_stage_ln(&b, kc / 4, pd.id, k->sg);
-        else block_stage_normed(&b, kc / 4, pd.id);
+        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 0, -1, k->ln ? bq : NULL};
+        block_sync(&b, &pd, &nd, k, "x", k->C, 1);
+        if (k->ln) block_stage_ln(&b, kc / 4, pd.id, k->sg, tags ? 1 : -1);
+        else block_stage_normed(&b, kc / 4, pd.id, tags ? 1 : -1);
         block_phase(&b, &pd, k->sg, sc, k->ln ? "qkv[n] = xb + v;" : "qkv[n] = v;");
     }
     wgml_sbuf_put(&b, "}\n");
@@ -981,7 +1071,7 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
                           "    var v = unpack2x16float(u[(c %% 8u) / 2u])[c %% 2u];\n");
     else wgml_sbuf_put(&b, "    var v = W[tok * (KP / 4u) + c / 4u][c %% 4u];\n");
     if (k->positions) wgml_sbuf_put(&b, "    v += wpe[u32(rows[r].y) * C + c];\n");
-    wgml_sbuf_put(&b, "    x[r * C + c] = v;\n}\n");
+    wgml_sbuf_put(&b, "    x[r * C + c] = %s;\n}\n", k->tag ? "bitcast<f32>(bitcast<u32>(v) | 1u)" : "v");
     return wgml_sbuf_take(&b);
 }
 

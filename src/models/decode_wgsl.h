@@ -145,6 +145,18 @@ char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m);
    layer instead: LayerNorms (their biases at norm_b, and C past the next layer's weights), a
    GELU MLP of F units (binding 4 F rows, not 2 F), and each matrix's bias added (bo, b1, b2 in
    binding 6; the next QKV's at bq of binding 10). */
+/* How the grid block's phases wait for the one before (wgml_decode_block.wait). Past the
+   barrier, each phase's outputs carry in their lowest bit whether they are this launch's (x: 0
+   from the projection, 1 from down, and 1 as the launch finds it, which the embedding's tag
+   sees to; h: 0, each word set to 1 at the launch's start), and a staging reads its words again
+   until all carry the tag it waits for; x and h lose their last bit to it. */
+typedef enum wgml_grid_wait {
+    WGML_GRID_WAIT_BARRIER, /* a barrier across the grid: fences, the arrivals at K counters, the waits */
+    WGML_GRID_WAIT_TAGGED,  /* the barrier's arrivals and waits without its fences, the outputs tagged */
+    WGML_GRID_WAIT_PROBED   /* no arrivals: a few threads of each workgroup read a word of each line of
+                               the tagged outputs until all are this launch's */
+} wgml_grid_wait;
+
 typedef struct wgml_decode_block {
     unsigned A, C, F, W, norm_w;
     unsigned Q; /* > 0: a fourth phase, the next layer's norm (weights at binding 10, offset 0) and QKV
@@ -157,6 +169,7 @@ typedef struct wgml_decode_block {
     unsigned K; /* the arrivals spread over K counters (a power of two up to W and 256; 0 or 1: word 0 alone): workgroup g
                    adds to counter g % K, at word 64 (g % K) (word 0 for the first), and the workgroup's
                    threads t < K each wait for counter t */
+    wgml_grid_wait wait;
 } wgml_decode_block;
 /* Bytes of workgroup memory k's kernel declares */
 uint64_t wgml_decode_block_bytes(const wgml_decode_block *k);
@@ -177,6 +190,7 @@ char *wgml_decode_rope_wgsl(const wgml_decode_rope *k);
 typedef struct wgml_decode_embed {
     unsigned C, KP;
     int f16, positions;
+    int tag; /* x's lowest bit set, as the grid block's tag form expects of it */
 } wgml_decode_embed;
 char *wgml_decode_embed_wgsl(const wgml_decode_embed *k);
 

@@ -80,16 +80,18 @@ static void model_free(model *m)
 }
 
 /* Greedy tokens of the reference with the graph path's window: the cache restarts from the
-   last block / 2 tokens when the next would pass the block (wgml_gpt_generate_step). */
-static void reference_greedy(gpt_ref *r, const int32_t *prompt, int n_prompt, int n_new, int32_t *out)
+   last block / 2 tokens when the next would pass the block (wgml_gpt_generate_step). Returns
+   the smallest margin of a chosen token's logit over the next best. */
+static double reference_greedy(gpt_ref *r, const int32_t *prompt, int n_prompt, int n_new, int32_t *out)
 {
     const wgml_gpt_config *c = gpt_ref_config(r);
     const int64_t block = c->block, V = c->vocab;
     int32_t *hist = malloc((size_t)(n_prompt + n_new) * sizeof *hist);
     double *logits = malloc((size_t)(block * V) * sizeof *logits);
+    double margin = INFINITY;
     if (!hist || !logits) {
         free(hist), free(logits);
-        return;
+        return margin;
     }
     memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
     int64_t have = n_prompt, fresh = n_prompt, len = 0;
@@ -107,10 +109,13 @@ static void reference_greedy(gpt_ref *r, const int32_t *prompt, int n_prompt, in
         for (int64_t v = 1; v < V; v++)
             if (last[v] > last[best]) best = (int32_t)v;
         len += feed;
+        for (int64_t v = 0; v < V; v++)
+            if (v != best && last[best] - last[v] < margin) margin = last[best] - last[v];
         out[k] = hist[have++] = best;
         fresh = 1;
     }
     free(hist), free(logits);
+    return margin;
 }
 
 /* The graph path: one wgml_gpt_generate_step per token. */
@@ -198,11 +203,16 @@ static void check_single_chunk(const wgml_gpt_config *cfg_in, int f16, int unfus
 {
     wgml_context *ctx = test_context();
     model m;
-    model_make(ctx, cfg_in, f16, &m);
     enum { NP = 4, NN = 30 };
     const int32_t prompt[NP] = {3, 17, 5, 11};
     int32_t want[NN], graph[NN], got[NN], first = -1;
-    reference_greedy(m.r, prompt, NP, NN, want);
+    /* (with the cache in halves, a model whose greedy choices include a near tie is drawn again:
+       the keys' and values' rounding, which the reference does not make, may pick the other) */
+    for (int tries = 0;; tries++) {
+        model_make(ctx, cfg_in, f16, &m);
+        if (reference_greedy(m.r, prompt, NP, NN, want) >= (f16_cache ? 1e-2 : 0) || tries == 7) break;
+        model_free(&m);
+    }
     if (!plan_only) { /* (the variants of the plan's choices check the plan alone: the graph path is the same) */
         CHECK_OK(ctx, graph_greedy(&m.g, prompt, NP, NN, graph));
         same_tokens("graph path vs reference", graph, want, NN);
@@ -542,7 +552,8 @@ static void mlp_block_in_one_launch(void)
             grid_block = saved;
         }
         /* (each way of waiting, the policy's above: the barrier, tagged, probed; on a GPU also
-           at 256 workgroups, each over 8 counters, and the character GPT's 128 over one) */
+           at 256 workgroups, each over 8 counters, and at 128 over one, as the character GPT,
+           at a width where every workgroup has rows in each phase, as probed needs) */
         for (grid_wait = 1; grid_wait <= 3; grid_wait++) {
             check_single_chunk(&llama_cfg, 1, 0, 0, 0, 3, 1 + (5 + c) * 2 + 2 - SAVED(2));
             check_single_chunk(&wide_ffn_cfg, 0, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
@@ -550,14 +561,30 @@ static void mlp_block_in_one_launch(void)
             for (int w = 128; !cpu && w <= 256; w *= 2) {
                 const int saved = grid_block;
                 grid_block = w;
-                check_single_chunk(&llama_cfg, 0, 0, 0, 0, -1, 1 + 5 * 2 + 2 - SAVED(2));
+                check_single_chunk(&wide_cfg, 1, 0, 0, 0, -1, 1 + 5 * 1 + 2 - SAVED(1));
                 grid_block = saved;
             }
         }
         grid_wait = 0;
+        if (!cpu) { /* (probed where some workgroups would have no rows: refused, saying so) */
+            model pm;
+            model_make(ctx, &llama_cfg, 0, &pm);
+            wgml_decode_plan *bad = NULL;
+            const wgml_decode_desc d = {.batch = 1, .grid_block = 128, .grid_wait = 3};
+            CHECK(wgml_decode_plan_create(&pm.g, &d, &bad) == WGML_ERROR_UNSUPPORTED && !bad &&
+                  strstr(wgml_error_message(ctx), "rows in every phase"));
+            model_free(&pm);
+        }
     }
     /* (a CPU adapter runs one workgroup, one counter: there the 4 counters' barrier is compiled
        only, at 256 workgroups; a GPU runs it above) */
+    { /* (probed's condition: Qwen3-0.6B at 256 and the character GPT at 128 workgroups have rows
+         everywhere; a width of 20 at 128 has not, any shape at one workgroup has) */
+        const wgml_decode_block qwen = {.C = 1024, .F = 3072, .W = 256}, chr = {.C = 384, .F = 1536, .W = 128, .ln = 1},
+                                small = {.C = 20, .F = 36, .W = 128}, one_wg = {.C = 20, .F = 36, .W = 1};
+        CHECK(wgml_decode_block_rows_everywhere(&qwen) && wgml_decode_block_rows_everywhere(&chr) &&
+              !wgml_decode_block_rows_everywhere(&small) && wgml_decode_block_rows_everywhere(&one_wg));
+    }
     for (int ln = 0; ln <= 1; ln++)
         for (int wait = WGML_GRID_WAIT_BARRIER; wait <= WGML_GRID_WAIT_PROBED; wait++) {
             const wgml_decode_block bk = {.A = 40, .C = 36, .F = 50, .W = 256, .norm_w = 36, .Q = 60, .f16 = 1, .eps = 1e-5f, .ln = ln,

@@ -730,9 +730,11 @@ static int grid_trial(wgml_decode_plan *p, wgml_status *st)
     if (!p->dec.grid_at) return 0;
     const launch *l = &p->dec.l[p->dec.grid_at - 1];
     /* (a wait over several counters reads one word a round, not three: more rounds for about
-       the same time) */
+       the same time; probed has no counters) */
     grid_set(p, 0, 0, p->grid_k > 1 && p->grid_wait != WGML_GRID_WAIT_PROBED ? 4 * GRID_TRIAL_SPIN : GRID_TRIAL_SPIN);
-    if (p->grid_wait != WGML_GRID_WAIT_BARRIER) { /* (x and h as no phase of the launch has written them: tag 1) */
+    if (p->grid_wait != WGML_GRID_WAIT_BARRIER) {
+        /* (x and h as no phase of the launch has written them: tag 1; h also where a workgroup
+           that would set it never runs) */
         const size_t n = (size_t)(p->C > p->F ? p->C : p->F);
         uint32_t *ones = malloc(n * 4);
         if (!ones) {
@@ -814,11 +816,19 @@ static wgml_status choose_grid(wgml_decode_plan *p)
            with one, as with 2 to 16; one at 128, the character GPT's f16 step 2% slower with 8:
            docs/MEASUREMENTS.md; never more than the arrivals) */
         p->grid_k = p->d.grid_counters > 0 ? (unsigned)p->d.grid_counters : p->grid_w >= 256 ? 8u : 1u;
-        /* (the policy's: tagged at 256, probed below: Qwen3-0.6B's b1 step on an H200 3.1% faster
-           than with the barrier, probed 5% slower; the character GPT's f16 step probed 9% faster,
-           tagged 3.5%: docs/MEASUREMENTS.md) */
+        /* (the policy's: tagged at 256, probed below where every workgroup has rows in each phase:
+           Qwen3-0.6B's b1 step on an H200 3.1-3.9% faster than with the barrier, probed 5% slower;
+           the character GPT's f16 step probed 9% faster, tagged 3.5%: docs/MEASUREMENTS.md) */
+        const wgml_decode_block grid = {.C = (unsigned)p->C, .F = (unsigned)p->F, .W = p->grid_w, .ln = !p->llama};
+        const int probes = wgml_decode_block_rows_everywhere(&grid);
         p->grid_wait = p->d.grid_wait ? (wgml_grid_wait)(p->d.grid_wait - 1)
-                       : p->grid_w >= 256 ? WGML_GRID_WAIT_TAGGED : WGML_GRID_WAIT_PROBED;
+                       : p->grid_w >= 256 || !probes ? WGML_GRID_WAIT_TAGGED : WGML_GRID_WAIT_PROBED;
+        if (p->grid_wait == WGML_GRID_WAIT_PROBED && !probes) {
+            st = wgml_fail(p->ctx, WGML_ERROR_UNSUPPORTED, "decode plan: grid_wait 3 (probed) needs each of the MLP block's %u "
+                           "workgroups to have rows in every phase (width %lld, hidden size %lld have fewer); ask for 2 or 0",
+                           p->grid_w, (long long)p->C, (long long)p->F);
+            break;
+        }
         if (p->grid_k > p->grid_w) p->grid_k = p->grid_w;
         /* (twice: a fresh pipeline's first launch may start its workgroups late) */
         if (!(st = build_pass(p, 0, p->attn_chunk, &p->dec)) && (grid_trial(p, &st) || (!st && grid_trial(p, &st)))) break;
@@ -1143,9 +1153,9 @@ static wgml_status read_rings(wgml_decode_plan *p, int i, int32_t *ring)
     wgpuBufferUnmap(p->staging[i]);
     if (!m) return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: the tokens could not be mapped");
     if (gave_up)
-        return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: the MLP block's %u workgroups were not all resident at once (a barrier "
-                         "across them gave up, so these tokens are wrong); make the plan with grid_block -1 or fewer workgroups",
-                         p->grid_w);
+        return wgml_fail(p->ctx, WGML_ERROR_DEVICE, "decode: a wait across the MLP block's %u workgroups gave up (they were not all "
+                         "resident at once, or a phase's outputs never came), so these tokens are wrong; make the plan with "
+                         "grid_block -1 or fewer workgroups", p->grid_w);
     return WGML_OK;
 }
 

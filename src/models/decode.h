@@ -111,7 +111,8 @@ typedef struct wgml_decode_desc {
     int grid_wait;            /* how the grid block's phases wait for the one before (wgml_grid_wait + 1): 1 a barrier
                                  across the grid, 2 its arrivals without its fences and the outputs' words tagged as
                                  this launch's, 3 no arrivals, a few threads reading the tags; 0: the policy's, 2 at
-                                 256 workgroups or more, else 3 (an H200: Qwen3-0.6B b1 +3.1% against the barrier, the
+                                 256 workgroups or more or where a workgroup would have no rows in a phase (probed
+                                 refuses those), else 3 (an H200: Qwen3-0.6B b1 +3.1-3.9% against the barrier, the
                                  character GPT b1 f16 +9%: docs/MEASUREMENTS.md) */
     int gemv_planes;          /* the GEMVs and the grid block over f16 weights stage x in planes (wgml_decode_gemv.planes,
                                  wgml_decode_block.planes): 0 or 1 on, -1 off (an H200: Qwen3-0.6B b8 3.52 -> 3.03 ms a

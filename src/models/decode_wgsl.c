@@ -678,9 +678,8 @@ typedef struct block_ph {
     unsigned k4, N, lpo, id;
     /* what epi adds to the sums as xb, read with the tile's weights (lane 0), so the store waits
        on no load: xres, the residual x[n] (its word in xw<id>); bias, WGSL of n (a bias, in
-       xr<id>); neither: none. xtag >= 0 (the tag form): x[n] is this launch's, written with that
-       tag by an earlier phase, its word checked at the store */
-    int xres, xtag;
+       xr<id>); neither: none */
+    int xres;
     const char *bias;
 } block_ph;
 
@@ -728,12 +727,9 @@ static void block_phase(wgml_sbuf *b, const block_ph *ph, int sg, const char *sc
     if (!sg)
         wgml_sbuf_put(b, "        for (var st = %uu; st > 0u; st >>= 1u) { if (lane < st) { red[tid] += red[tid + st]; } workgroupBarrier(); }\n", lpo / 2);
     wgml_sbuf_put(b, "        if (lane == 0u && n < %uu) {\n            let v = gsum(tid, %uu, sgs) * %s;\n", ph->N, lpo, sc);
-    /* (the tag form: a word read before its phase's write reached this workgroup read again) */
-    char xv[64] = "";
-    if (ph->xres && ph->xtag >= 0) snprintf(xv, sizeof xv, "bitcast<f32>(xready(n, xword, %du))", ph->xtag);
-    else if (ph->xres) snprintf(xv, sizeof xv, "bitcast<f32>(xword)");
     if (block_base(ph))
-        wgml_sbuf_put(b, "            let xb = %s%s%s;\n", ph->bias ? "xbias" : "", ph->bias && ph->xres ? " + " : "", xv);
+        wgml_sbuf_put(b, "            let xb = %s%s%s;\n", ph->bias ? "xbias" : "", ph->bias && ph->xres ? " + " : "",
+                      ph->xres ? "bitcast<f32>(xword)" : "");
     wgml_sbuf_put(b, "            %s\n        }\n        workgroupBarrier();\n    }\n", epi);
 }
 
@@ -795,8 +791,9 @@ static void tag_rounds(wgml_sbuf *b, const char *loads)
 
 /* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load of a round issued before any
    store (a loop of loads and stores in turn waits a round trip an iteration), rounds of at most
-   4 vec4s a thread (16 registers). tag >= 0: get is an array of tagged words, waited for. */
-static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *lim, int tag)
+   4 vec4s a thread (16 registers). With tagged (an array of tagged words, get's): read from it
+   until every word carries tag. */
+static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *lim, const char *tagged, int tag)
 {
     const unsigned nj = (n4 + 255) / 256, per = nj < 4 ? nj : 4;
     const char *at = nj > per ? "(j0 + j)" : "j";
@@ -807,19 +804,19 @@ static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *
        past lim would keep the last round's values) */
     wgml_sbuf_put(b, "        var sv = array<vec4<f32>, %u>();\n", per);
     char loads[512];
-    if (tag >= 0)
+    if (tagged)
         snprintf(loads, sizeof loads,
                  "            for (var j = 0u; j < %uu; j++) {\n                let i = tid + 256u * %s;\n"
                  "                for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) {"
                  " let w = atomicLoad(&%s[4u * i + e]); sv[j][e] = bitcast<f32>(w); ok = ok & ((w & 1u) == %du); } }\n"
                  "            }\n",
-                 per, at, n4, lim, get, tag);
+                 per, at, n4, lim, tagged, tag);
     else
         snprintf(loads, sizeof loads,
                  "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
                  "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n",
                  per, at, n4, lim, get);
-    if (tag >= 0) tag_rounds(b, loads);
+    if (tagged) tag_rounds(b, loads);
     else wgml_sbuf_put(b, "%s", loads);
     wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * %s; if (i < %uu) { xs[xsat(i)] = sv[j]; } }\n    }\n",
                   per, at, n4);
@@ -900,6 +897,15 @@ static unsigned block_lanes(unsigned N, unsigned W)
     unsigned l = 32;
     while (l < 128 && (N + 256 / l - 1) / (256 / l) < W) l *= 2;
     return l;
+}
+
+/* tiles of a phase of N rows over the grid's W workgroups (block_phase's) */
+static unsigned block_tiles(unsigned N, unsigned W) { return (N + 256 / block_lanes(N, W) - 1) / (256 / block_lanes(N, W)); }
+
+int wgml_decode_block_rows_everywhere(const wgml_decode_block *k)
+{
+    const unsigned nu = k->ln ? k->F : 2 * k->F;
+    return block_tiles(k->C, k->W) >= k->W && block_tiles(nu, k->W) >= k->W;
 }
 
 /* the block's widest input staged, in vec4s */
@@ -991,11 +997,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
                              every 64th round; then sets word 1, which the host reads with the tokens) */
                           "fn gave_up(n: u32) -> bool {\n"
                           "    if (n >= bound || ((n & 63u) == 63u && atomicLoad(&bar[1]) != 0u)) { atomicStore(&bar[1], 1u); return true; }\n"
-                          "    return false;\n}\n"
-                          /* (a word read before its phase's write reached this workgroup, read again) */
-                          "fn xready(i: u32, w0: u32, t: u32) -> u32 {\n"
-                          "    var w = w0;\n    var n = 0u;\n"
-                          "    loop {\n        if ((w & 1u) == t || gave_up(n)) { break; }\n        n++;\n        w = atomicLoad(&x[i]);\n    }\n    return w;\n}\n");
+                          "    return false;\n}\n");
     else wgml_sbuf_put(&b, "fn put(v: f32, t: u32) -> u32 { return bitcast<u32>(v); }\n");
     /* the sums' bases: the residual's x[n], GPT-2's biases (WGSL of n) */
     char bo[48], b1[48], b2[48], bq[48];
@@ -1004,9 +1006,11 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     snprintf(b2, sizeof b2, "vecs[%uu + n]", k->b2);
     snprintf(bq, sizeof bq, "vnext[%uu + n]", k->bq);
     const unsigned nu = k->ln ? k->F : 2 * k->F, lu = block_lanes(nu, k->W);
-    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1, -1, k->ln ? bo : NULL},
-                   pb = {"w1", kc / wv, nu, lu, 1, 0, -1, k->ln ? b1 : NULL},
-                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1, tags ? 0 : -1, k->ln ? b2 : NULL};
+    /* (down's residual x[n] is read by the thread that wrote it in the projection: the same
+       rows a tile, lanes and tiles; so it needs no tag, and the tiles must stay alike) */
+    const block_ph pa = {"wo", ka / wv, k->C, block_lanes(k->C, k->W), 0, 1, k->ln ? bo : NULL},
+                   pb = {"w1", kc / wv, nu, lu, 1, 0, k->ln ? b1 : NULL},
+                   pc = {"w2", kf / wv, k->C, block_lanes(k->C, k->W), 2, 1, k->ln ? b2 : NULL};
     const char *sc = k->ln ? "1.0" : "rsn()"; /* (ln: xs holds the normed x) */
     wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
                       "fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) tid: u32%s) {\n"
@@ -1018,7 +1022,7 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
        fence orders after them: a staging that has seen every x of the projection sees no h of
        the last launch) */
     if (tags) wgml_sbuf_put(&b, "    bound = atomicLoad(&bar[2]);\n    for (var i = wg * 256u + tid; i < F; i += W * 256u) { atomicStore(&h[i], 1u); }\n");
-    block_stage(&b, ka / 4, "aget", "A", -1);
+    block_stage(&b, ka / 4, "aget", "A", NULL, 0);
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     if (tags) wgml_sbuf_put(&b, "    storageBarrier();\n");
     block_phase(&b, &pa, k->sg, "1.0", "atomicStore(&x[n], put(xb + v, 0u));");
@@ -1037,11 +1041,14 @@ char *wgml_decode_block_wgsl(const wgml_decode_block *k)
     block_phase(&b, &pb, k->sg, sc, epi);
     /* down: h staged, x += w2 h (+ b2) */
     block_sync(&b, &pc, NULL, k, "h", k->F, 0);
-    block_stage(&b, kf / 4, tags ? "h" : "hget", "F", tags ? 0 : -1);
+    block_stage(&b, kf / 4, "hget", "F", tags ? "h" : NULL, 0);
     wgml_sbuf_put(&b, "    workgroupBarrier();\n");
     block_phase(&b, &pc, k->sg, "1.0", "atomicStore(&x[n], put(xb + v, 1u));");
     if (k->Q) { /* the next layer's norm and QKV (+ its bias) */
-        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 0, -1, k->ln ? bq : NULL};
+        const block_ph pd = {"wq", kc / wv, k->Q, block_lanes(k->Q, k->W), 3, 0, k->ln ? bq : NULL};
+        /* (tag 1 is also what x had as the launch began: each thread reads here the words it
+           read with tag 0 in the norm before, so it sees no older value; the two stagings must
+           keep one mapping of threads to words) */
         block_sync(&b, &pd, &nd, k, "x", k->C, 1);
         if (k->ln) block_stage_ln(&b, kc / 4, pd.id, k->sg, tags ? 1 : -1);
         else block_stage_normed(&b, kc / 4, pd.id, tags ? 1 : -1);
@@ -1059,8 +1066,8 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
                       "@group(0) @binding(0) var<uniform> P: Pass;\n"
                       "@group(0) @binding(1) var<storage, read> rows: array<vec4<i32>>;\n"
                       "@group(0) @binding(2) var<storage, read> W: array<%s>;\n"
-                      "@group(0) @binding(4) var<storage, read_write> x: array<f32>;\n",
-                  wtype(k->f16));
+                      "@group(0) @binding(4) var<storage, read_write> x: array<%s>;\n",
+                  wtype(k->f16), k->tag ? "u32" : "f32"); /* (tag: written as words, no float store to flush a denormal) */
     if (k->positions) wgml_sbuf_put(&b, "@group(0) @binding(3) var<storage, read> wpe: array<f32>;\n");
     wgml_sbuf_put(&b, "@compute @workgroup_size(256)\n"
                       "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {\n"
@@ -1071,7 +1078,7 @@ char *wgml_decode_embed_wgsl(const wgml_decode_embed *k)
                           "    var v = unpack2x16float(u[(c %% 8u) / 2u])[c %% 2u];\n");
     else wgml_sbuf_put(&b, "    var v = W[tok * (KP / 4u) + c / 4u][c %% 4u];\n");
     if (k->positions) wgml_sbuf_put(&b, "    v += wpe[u32(rows[r].y) * C + c];\n");
-    wgml_sbuf_put(&b, "    x[r * C + c] = %s;\n}\n", k->tag ? "bitcast<f32>(bitcast<u32>(v) | 1u)" : "v");
+    wgml_sbuf_put(&b, "    x[r * C + c] = %s;\n}\n", k->tag ? "bitcast<u32>(v) | 1u" : "v");
     return wgml_sbuf_take(&b);
 }
 

@@ -131,32 +131,33 @@ typedef struct wgml_decode_mlp {
 } wgml_decode_mlp;
 char *wgml_decode_mlp_wgsl(const wgml_decode_mlp *m);
 
-/* Llama decoding at batch 1: the layer's output projection plus the residual, its norm with
-   gate/up and SwiGLU, its down projection plus the residual (and with Q the next layer's norm
-   and QKV) in one launch of W workgroups (a power of two, all resident at once), the phases
-   apart by barriers across the grid: binding 8 holds an arrival counter (word 0, which the
-   kernel never resets: its count stays a multiple of W) that each workgroup adds to and spins
-   on, at most word 2's reads or until word 1 is set; a wait that ends short of its goal sets
-   word 1 and goes on. Bindings: 1 the attention's output (A), 2 x
-   (C, read and written as atomics: other workgroups' writes are read across the barriers), 3
-   wo, 4 gate/up interleaved, 5 down (rows of an output, round8(K) wide, f16 or f32), 6 the
-   vectors (the norm's weights at norm_w), 7 h (F, atomics). Needs storageBarrier to be a
-   device-scope fence (wgpu-native's naga; see the split attention's combine). With ln, GPT-2's
-   layer instead: LayerNorms (their biases at norm_b, and C past the next layer's weights), a
-   GELU MLP of F units (binding 4 F rows, not 2 F), and each matrix's bias added (bo, b1, b2 in
-   binding 6; the next QKV's at bq of binding 10). */
 /* How the grid block's phases wait for the one before (wgml_decode_block.wait). Past the
    barrier, each phase's outputs carry in their lowest bit whether they are this launch's (x: 0
    from the projection, 1 from down, and 1 as the launch finds it, which the embedding's tag
-   sees to; h: 0, each word set to 1 at the launch's start), and a staging reads its words again
-   until all carry the tag it waits for; x and h lose their last bit to it. */
+   sees to; h: 0, each word set to 1 at the launch's start, before any workgroup's first write of
+   x, by a fence each side), and a staging reads its words again until all carry the tag it
+   waits for; x and h lose their last bit to it. */
 typedef enum wgml_grid_wait {
     WGML_GRID_WAIT_BARRIER, /* a barrier across the grid: fences, the arrivals at K counters, the waits */
     WGML_GRID_WAIT_TAGGED,  /* the barrier's arrivals and waits without its fences, the outputs tagged */
     WGML_GRID_WAIT_PROBED   /* no arrivals: a few threads of each workgroup read a word of each line of
-                               the tagged outputs until all are this launch's */
+                               the tagged outputs until all are this launch's (wgml_decode_block_rows_everywhere) */
 } wgml_grid_wait;
 
+/* Llama decoding at batch 1: the layer's output projection plus the residual, its norm with
+   gate/up and SwiGLU, its down projection plus the residual (and with Q the next layer's norm
+   and QKV) in one launch of W workgroups (a power of two, all resident at once), each phase
+   waiting for the one before across the grid (wait): binding 8 holds the arrival counters
+   (which the kernel never resets: their counts stay multiples of W / K), word 1, which a wait
+   that gives up sets (and any other wait reads, and then gives up too), and word 2, the
+   bound on a wait's rounds. Bindings: 1 the attention's output (A), 2 x (C, read and written as
+   atomics: other workgroups' writes are read across the waits), 3 wo, 4 gate/up interleaved, 5
+   down (rows of an output, round8(K) wide, f16 or f32), 6 the vectors (the norm's weights at
+   norm_w), 7 h (F, atomics). Needs storageBarrier to be a device-scope fence (wgpu-native's
+   naga; see the split attention's combine). With ln, GPT-2's layer instead: LayerNorms (their
+   biases at norm_b, and C past the next layer's weights), a GELU MLP of F units (binding 4 F
+   rows, not 2 F), and each matrix's bias added (bo, b1, b2 in binding 6; the next QKV's at bq
+   of binding 10). */
 typedef struct wgml_decode_block {
     unsigned A, C, F, W, norm_w;
     unsigned Q; /* > 0: a fourth phase, the next layer's norm (weights at binding 10, offset 0) and QKV
@@ -169,8 +170,13 @@ typedef struct wgml_decode_block {
     unsigned K; /* the arrivals spread over K counters (a power of two up to W and 256; 0 or 1: word 0 alone): workgroup g
                    adds to counter g % K, at word 64 (g % K) (word 0 for the first), and the workgroup's
                    threads t < K each wait for counter t */
-    wgml_grid_wait wait;
+    wgml_grid_wait wait; /* how a phase waits for the one before */
 } wgml_decode_block;
+/* Whether every workgroup of k's grid has rows in each phase that a later one waits on (the
+   projection and down: C rows; gate/up): the probed form's waits need it, since only a phase's
+   outputs order one workgroup's stagings after another's, and none waits for a workgroup
+   without rows */
+int wgml_decode_block_rows_everywhere(const wgml_decode_block *k);
 /* Bytes of workgroup memory k's kernel declares */
 uint64_t wgml_decode_block_bytes(const wgml_decode_block *k);
 char *wgml_decode_block_wgsl(const wgml_decode_block *k);

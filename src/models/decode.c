@@ -817,7 +817,7 @@ static wgml_status choose_grid(wgml_decode_plan *p)
            docs/MEASUREMENTS.md; never more than the arrivals) */
         p->grid_k = p->d.grid_counters > 0 ? (unsigned)p->d.grid_counters : p->grid_w >= 256 ? 8u : 1u;
         /* (the policy's: tagged at 256, probed below where every workgroup has rows in each phase:
-           Qwen3-0.6B's b1 step on an H200 3.1-3.9% faster than with the barrier, probed 5% slower;
+           Qwen3-0.6B's b1 step on an H200 3.1-3.9% faster than with the barrier, probed 4-6% slower;
            the character GPT's f16 step probed 9% faster, tagged 3.5%: docs/MEASUREMENTS.md) */
         const wgml_decode_block grid = {.C = (unsigned)p->C, .F = (unsigned)p->F, .W = p->grid_w, .ln = !p->llama};
         const int probes = wgml_decode_block_rows_everywhere(&grid);

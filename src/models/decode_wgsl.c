@@ -708,9 +708,12 @@ static void block_preload(wgml_sbuf *b, const block_ph *ph)
     block_load(b, ph, "wg", "    ");
 }
 
+/* a phase's tiles: N rows, lpo lanes a row, 256 / lpo rows a tile */
+static unsigned block_tiles(unsigned N, unsigned lpo) { return (N + 256 / lpo - 1) / (256 / lpo); }
+
 static void block_phase(wgml_sbuf *b, const block_ph *ph, int sg, const char *sc, const char *epi)
 {
-    const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = (ph->N + rpt - 1) / rpt, it = (ph->k4 + lpo - 1) / lpo;
+    const unsigned lpo = ph->lpo, rpt = 256 / lpo, tiles = block_tiles(ph->N, lpo), it = (ph->k4 + lpo - 1) / lpo;
     wgml_sbuf_put(b, "    for (var t = wg; t < %uu; t += W) {\n"
                      "        let grp = tid / %uu;\n        let lane = tid %% %uu;\n        let n = t * %uu + grp;\n        var acc = 0.0;\n"
                      "        if (n < %uu) { for (var i = 0u; i < %uu; i++) { let u = lane + i * %uu; if (u < %uu) { acc += wdot(wr%u[i], u); } } }\n",
@@ -779,20 +782,32 @@ static void block_sync(wgml_sbuf *b, const block_ph *next, const block_norm *nm,
     else wgml_sbuf_put(b, "    if (tid == 0u) { grid_wait(); }\n    %s\n", after);
 }
 
-/* A round of loads (WGSL `loads`, which ands each word's tag check into ok) repeated until every
-   word carries tag t: the tag form's wait on an earlier phase's output (at most the bound's
-   rounds, or until another wait gave up; then it sets word 1 and goes on) */
-static void tag_rounds(wgml_sbuf *b, const char *loads)
+/* A thread's loads of count vec4s into dst (vec4 j: i = tid + 256 at, element e taken where
+   the WGSL condition `in` holds) from get(4 i + e), all issued before any is used. With tagged
+   (an array of tagged words, get's), the tag form's wait on an earlier phase's output: the round
+   repeated until every word carries tag (at most the bound's rounds, or until another wait gave
+   up; then it sets word 1 and goes on). */
+static void vec4_loads(wgml_sbuf *b, const char *dst, unsigned count, const char *at, const char *in, const char *get,
+                       const char *tagged, int tag)
 {
-    wgml_sbuf_put(b, "        var pn = 0u;\n        loop {\n            var ok = true;\n%s"
+    if (!tagged) {
+        wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
+                         "            for (var e = 0u; e < 4u; e++) { if (%s) { %s[j][e] = %s(4u * i + e); } }\n        }\n",
+                      count, at, in, dst, get);
+        return;
+    }
+    wgml_sbuf_put(b, "        var pn = 0u;\n        loop {\n            var ok = true;\n"
+                     "            for (var j = 0u; j < %uu; j++) {\n                let i = tid + 256u * %s;\n"
+                     "                for (var e = 0u; e < 4u; e++) { if (%s) {"
+                     " let w = atomicLoad(&%s[4u * i + e]); %s[j][e] = bitcast<f32>(w); ok = ok & ((w & 1u) == %du); } }\n"
+                     "            }\n"
                      "            if (ok || gave_up(pn)) { break; }\n            pn++;\n        }\n",
-                  loads);
+                  count, at, in, tagged, dst, tag);
 }
 
 /* n4 vec4s of xs from get(0 .. lim - 1), zeros past: every load of a round issued before any
    store (a loop of loads and stores in turn waits a round trip an iteration), rounds of at most
-   4 vec4s a thread (16 registers). With tagged (an array of tagged words, get's): read from it
-   until every word carries tag. */
+   4 vec4s a thread (16 registers); with tagged, waited for (vec4_loads) */
 static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *lim, const char *tagged, int tag)
 {
     const unsigned nj = (n4 + 255) / 256, per = nj < 4 ? nj : 4;
@@ -803,21 +818,9 @@ static void block_stage(wgml_sbuf *b, unsigned n4, const char *get, const char *
        without one only once, at the function's start, gfx-rs/wgpu#9489, so a later round's vec4s
        past lim would keep the last round's values) */
     wgml_sbuf_put(b, "        var sv = array<vec4<f32>, %u>();\n", per);
-    char loads[512];
-    if (tagged)
-        snprintf(loads, sizeof loads,
-                 "            for (var j = 0u; j < %uu; j++) {\n                let i = tid + 256u * %s;\n"
-                 "                for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) {"
-                 " let w = atomicLoad(&%s[4u * i + e]); sv[j][e] = bitcast<f32>(w); ok = ok & ((w & 1u) == %du); } }\n"
-                 "            }\n",
-                 per, at, n4, lim, tagged, tag);
-    else
-        snprintf(loads, sizeof loads,
-                 "        for (var j = 0u; j < %uu; j++) {\n            let i = tid + 256u * %s;\n"
-                 "            for (var e = 0u; e < 4u; e++) { if (i < %uu && 4u * i + e < %s) { sv[j][e] = %s(4u * i + e); } }\n        }\n",
-                 per, at, n4, lim, get);
-    if (tagged) tag_rounds(b, loads);
-    else wgml_sbuf_put(b, "%s", loads);
+    char in[96];
+    snprintf(in, sizeof in, "i < %uu && 4u * i + e < %s", n4, lim);
+    vec4_loads(b, "sv", per, at, in, get, tagged, tag);
     wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) { let i = tid + 256u * %s; if (i < %uu) { xs[xsat(i)] = sv[j]; } }\n    }\n",
                   per, at, n4);
 }
@@ -828,20 +831,7 @@ static void block_x_loads(wgml_sbuf *b, unsigned kc4, int tag)
 {
     const unsigned nj = (kc4 + 255) / 256;
     wgml_sbuf_put(b, "        var xv: array<vec4<f32>, %u>;\n", nj);
-    char loads[512];
-    if (tag >= 0) {
-        snprintf(loads, sizeof loads,
-                 "            for (var j = 0u; j < %uu; j++) {\n                let i = tid + 256u * j;\n"
-                 "                for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) {"
-                 " let w = atomicLoad(&x[4u * i + e]); xv[j][e] = bitcast<f32>(w); ok = ok & ((w & 1u) == %du); } }\n"
-                 "            }\n",
-                 nj, tag);
-        tag_rounds(b, loads);
-    } else
-        wgml_sbuf_put(b, "        for (var j = 0u; j < %uu; j++) {\n"
-                         "            let i = tid + 256u * j;\n"
-                         "            for (var e = 0u; e < 4u; e++) { if (4u * i + e < C) { xv[j][e] = xget(4u * i + e); } }\n        }\n",
-                      nj);
+    vec4_loads(b, "xv", nj, "j", "4u * i + e < C", "xget", tag >= 0 ? "x" : NULL, tag);
 }
 
 /* x staged by every workgroup times the norm's weights (gw<id>), its sum of squares left in
@@ -895,17 +885,14 @@ static void block_stage_ln(wgml_sbuf *b, unsigned kc4, unsigned id, int sg, int 
 static unsigned block_lanes(unsigned N, unsigned W)
 {
     unsigned l = 32;
-    while (l < 128 && (N + 256 / l - 1) / (256 / l) < W) l *= 2;
+    while (l < 128 && block_tiles(N, l) < W) l *= 2;
     return l;
 }
-
-/* tiles of a phase of N rows over the grid's W workgroups (block_phase's) */
-static unsigned block_tiles(unsigned N, unsigned W) { return (N + 256 / block_lanes(N, W) - 1) / (256 / block_lanes(N, W)); }
 
 int wgml_decode_block_rows_everywhere(const wgml_decode_block *k)
 {
     const unsigned nu = k->ln ? k->F : 2 * k->F;
-    return block_tiles(k->C, k->W) >= k->W && block_tiles(nu, k->W) >= k->W;
+    return block_tiles(k->C, block_lanes(k->C, k->W)) >= k->W && block_tiles(nu, block_lanes(nu, k->W)) >= k->W;
 }
 
 /* the block's widest input staged, in vec4s */

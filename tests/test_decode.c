@@ -579,8 +579,6 @@ static void mlp_block_in_one_launch(void)
             model_free(&pm);
         }
     }
-    /* (a CPU adapter runs one workgroup, one counter: there the 4 counters' barrier is compiled
-       only, at 256 workgroups; a GPU runs it above) */
     { /* (probed's condition: Qwen3-0.6B at 256 and the character GPT at 128 workgroups have rows
          everywhere; a width of 20 at 128 has not, any shape at one workgroup has) */
         const wgml_decode_block qwen = {.C = 1024, .F = 3072, .W = 256}, chr = {.C = 384, .F = 1536, .W = 128, .ln = 1},
@@ -588,6 +586,8 @@ static void mlp_block_in_one_launch(void)
         CHECK(wgml_decode_block_rows_everywhere(&qwen) && wgml_decode_block_rows_everywhere(&chr) &&
               !wgml_decode_block_rows_everywhere(&small) && wgml_decode_block_rows_everywhere(&one_wg));
     }
+    /* (a CPU adapter runs one workgroup: there the 4 counters' barrier is compiled only, here at
+       256 workgroups with each form of waiting, which ran above at one; a GPU runs them all above) */
     for (int ln = 0; ln <= 1; ln++)
         for (int wait = WGML_GRID_WAIT_BARRIER; wait <= WGML_GRID_WAIT_PROBED; wait++) {
             const wgml_decode_block bk = {.A = 40, .C = 36, .F = 50, .W = 256, .norm_w = 36, .Q = 60, .f16 = 1, .eps = 1e-5f, .ln = ln,

@@ -819,8 +819,9 @@ static wgml_status choose_grid(wgml_decode_plan *p)
         /* (the policy's: tagged at 256, probed below where every workgroup has rows in each phase:
            Qwen3-0.6B's b1 step on an H200 3.1-3.9% faster than with the barrier, probed 4-6% slower;
            the character GPT's f16 step probed 9% faster, tagged 3.5%: docs/MEASUREMENTS.md) */
-        const wgml_decode_block grid = {.C = (unsigned)p->C, .F = (unsigned)p->F, .W = p->grid_w, .ln = !p->llama};
-        const int probes = wgml_decode_block_rows_everywhere(&grid);
+        wgml_decode_block at_w = shape;
+        at_w.W = p->grid_w;
+        const int probes = wgml_decode_block_rows_everywhere(&at_w);
         p->grid_wait = p->d.grid_wait ? (wgml_grid_wait)(p->d.grid_wait - 1)
                        : p->grid_w >= 256 || !probes ? WGML_GRID_WAIT_TAGGED : WGML_GRID_WAIT_PROBED;
         if (p->grid_wait == WGML_GRID_WAIT_PROBED && !probes) {
